@@ -1,0 +1,175 @@
+//! CPU twin of `shaders/sincos.wgsl`: exact-phase sin/cos in 32-bit integer arithmetic,
+//! assembled into float32 bits by hand. Same operations, same constants, same bits as the
+//! shader on every adapter. Read ARCHITECTURE.md ("Exact phase") for the error budget.
+
+/// Taylor coefficients of `sin(u pi/2) = u (S0 - v (S1 - v (S2 - v (S3 - v S4))))`, `v = u^2`,
+/// as Q1.31 fixed point: `round((pi/2)^(2k+1) / (2k+1)! * 2^31)`. On `u` in `[0, 1/2]` the
+/// first omitted term is below 1.8e-9.
+pub const SIN_COEFFS: [u32; 5] = [3373259426, 1387197337, 171138612, 10053990, 344545];
+
+/// Taylor coefficients of `cos(u pi/2) = C0 - v (C1 - v (C2 - v (C3 - v (C4 - v C5))))` as
+/// Q1.31: `round((pi/2)^(2k) / (2k)! * 2^31)`. The first omitted term is below 1.2e-10.
+pub const COS_COEFFS: [u32; 6] = [2147483648, 2649351758, 544751120, 44803984, 1974096, 54121];
+
+/// `floor(a * b / 2^32)`: the shader builds it from 16-bit halves, which is exact too.
+#[inline(always)]
+pub fn mul_hi(a: u32, b: u32) -> u32 {
+    ((u64::from(a) * u64::from(b)) >> 32) as u32
+}
+
+/// The top 32 bits of the phase `(p * step) mod 2^64`, in units of 2^-32 turn, where `step`
+/// is the frequency in turns per position as a 64-bit binary fraction `(lo, hi)`.
+#[inline(always)]
+pub fn phase_turns(p: u32, step_lo: u32, step_hi: u32) -> u32 {
+    p.wrapping_mul(step_hi).wrapping_add(mul_hi(p, step_lo))
+}
+
+/// A Q1.31 magnitude (`m / 2^31`, `m <= 2^31`) and a sign as float32 bits, rounded to
+/// nearest even. Zero is `+0.0` whatever the sign.
+#[inline(always)]
+pub fn q131_to_f32_bits(m: u32, negative: bool) -> u32 {
+    if m == 0 {
+        return 0;
+    }
+    let lz = m.leading_zeros();
+    let n = m << lz;
+    let round_bit = (n >> 7) & 1;
+    let sticky = u32::from(n & 0x7f != 0);
+    let lsb = (n >> 8) & 1;
+    let up = round_bit & (sticky | lsb);
+    // (n >> 8) carries the hidden bit, which adds the 1 that makes 126 the biased exponent
+    // of 2^-lz; a rounding carry moves into the exponent field on its own.
+    let magnitude = ((126 - lz) << 23) + (n >> 8) + up;
+    magnitude | if negative { 0x8000_0000 } else { 0 }
+}
+
+/// sin and cos of the phase `t` (units of 2^-32 turn) as float32 bits.
+#[inline(always)]
+pub fn sincos_bits(t: u32) -> (u32, u32) {
+    // Shift by 1/8 turn so the top two bits name the nearest quadrant and the rest is an
+    // offset in [-1/8, 1/8) turn around it.
+    let shifted = t.wrapping_add(0x2000_0000);
+    let q = shifted >> 30;
+    let x = shifted & 0x3fff_ffff;
+    let negative = x < 0x2000_0000;
+    let a = if negative { 0x2000_0000 - x } else { x - 0x2000_0000 };
+    // u = a / 2^30 in [0, 1/2] quarter turns, as Q0.32; the angle is u * pi/2.
+    let u = a << 2;
+    let v = mul_hi(u, u);
+    let [s0, s1, s2, s3, s4] = SIN_COEFFS;
+    let sin_mag = mul_hi(u, s0 - mul_hi(v, s1 - mul_hi(v, s2 - mul_hi(v, s3 - mul_hi(v, s4)))));
+    let [c0, c1, c2, c3, c4, c5] = COS_COEFFS;
+    let cos_mag =
+        c0 - mul_hi(v, c1 - mul_hi(v, c2 - mul_hi(v, c3 - mul_hi(v, c4 - mul_hi(v, c5)))));
+    let odd = q & 1 == 1;
+    let (sin_m, cos_m) = if odd { (cos_mag, sin_mag) } else { (sin_mag, cos_mag) };
+    let sin_neg = (q >= 2) != (!odd && negative);
+    let cos_neg = (q == 1 || q == 2) != (odd && negative);
+    (q131_to_f32_bits(sin_m, sin_neg), q131_to_f32_bits(cos_m, cos_neg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use astro_float::{BigFloat, Consts, RoundingMode};
+
+    #[test]
+    fn coefficients_are_the_rounded_taylor_terms() {
+        let (p, rm) = (256, RoundingMode::ToEven);
+        let mut cc = Consts::new().unwrap();
+        let half_pi = cc.pi(p, rm).div(&BigFloat::from_u8(2, p), p, rm);
+        let scale = BigFloat::from_u64(1 << 31, p);
+        let term = |n: usize| {
+            let mut fact = BigFloat::from_u8(1, p);
+            for k in 2..=n {
+                fact = fact.mul(&BigFloat::from_u64(k as u64, p), p, rm);
+            }
+            let v = half_pi.powi(n, p, rm).div(&fact, p, rm).mul(&scale, p, rm);
+            let r = v.add(&BigFloat::from_f64(0.5, p), p, rm).floor();
+            // Integers below 2^32 print exactly.
+            let text = format!("{r}");
+            let mantissa: f64 = text.parse().unwrap();
+            mantissa as u32
+        };
+        for (k, &c) in SIN_COEFFS.iter().enumerate() {
+            assert_eq!(c, term(2 * k + 1), "S{k}");
+        }
+        for (k, &c) in COS_COEFFS.iter().enumerate() {
+            assert_eq!(c, term(2 * k), "C{k}");
+        }
+    }
+
+    #[test]
+    fn mul_hi_matches_the_16_bit_split_the_shader_uses() {
+        let split = |a: u32, b: u32| {
+            let (a0, a1, b0, b1) = (a & 0xffff, a >> 16, b & 0xffff, b >> 16);
+            let (lo, m1, m2) = (a0 * b0, a1 * b0, a0 * b1);
+            let mid = (lo >> 16) + (m1 & 0xffff) + (m2 & 0xffff);
+            a1 * b1 + (m1 >> 16) + (m2 >> 16) + (mid >> 16)
+        };
+        let mut x = 0x9e37_79b9_u32;
+        for _ in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            let y = x.rotate_left(11) ^ 0xdead_beef;
+            assert_eq!(mul_hi(x, y), split(x, y));
+        }
+        for (a, b) in [(u32::MAX, u32::MAX), (0, u32::MAX), (1 << 31, 1 << 31)] {
+            assert_eq!(mul_hi(a, b), split(a, b));
+        }
+    }
+
+    #[test]
+    fn q131_assembly_matches_float_conversion() {
+        // Rounding m / 2^31 to f32 with the hardware gives the same bits on the host.
+        let mut m = 1u64;
+        while m <= 1 << 31 {
+            let m32 = m as u32;
+            for delta in [0u32, 1, 0x7f, 0x80, 0x81, 0x17f, 0x180] {
+                let v = m32.saturating_add(delta).min(1 << 31);
+                let expected = ((f64::from(v)) / 2f64.powi(31)) as f32;
+                assert_eq!(q131_to_f32_bits(v, false), expected.to_bits(), "{v:#x}");
+                assert_eq!(q131_to_f32_bits(v, true), (-expected).to_bits(), "-{v:#x}");
+            }
+            m = m * 9 / 8 + 1;
+        }
+        assert_eq!(q131_to_f32_bits(0, true), 0);
+    }
+
+    #[test]
+    fn quadrants_have_the_right_signs() {
+        let quarter = 1u32 << 30;
+        let cases = [(0, 0.0f32, 1.0f32), (quarter, 1.0, 0.0), (2 * quarter, 0.0, -1.0)];
+        for (t, s, c) in cases {
+            let (sb, cb) = sincos_bits(t);
+            assert_eq!((f32::from_bits(sb), f32::from_bits(cb)), (s, c), "t = {t:#x}");
+        }
+        let (sb, cb) = sincos_bits(3 * quarter);
+        assert_eq!((f32::from_bits(sb), f32::from_bits(cb)), (-1.0, 0.0));
+        // One eighth of a turn in each octant: |sin| = |cos| = sqrt(1/2).
+        for k in 0..8u32 {
+            let t = (2 * k + 1) << 28;
+            let angle = std::f64::consts::TAU * f64::from(t) / 2f64.powi(32);
+            let (sb, cb) = sincos_bits(t);
+            assert!((f64::from(f32::from_bits(sb)) - angle.sin()).abs() < 6e-8, "sin {k}");
+            assert!((f64::from(f32::from_bits(cb)) - angle.cos()).abs() < 6e-8, "cos {k}");
+        }
+    }
+
+    #[test]
+    fn every_phase_on_a_fine_grid_is_within_the_budget() {
+        // 2^22 evenly spread phases plus their neighbours: fixed-point and polynomial error
+        // only (the phase itself is exact here), so the bound is half an ulp plus 4e-9.
+        let mut worst = 0.0f64;
+        for k in 0..(1u32 << 22) {
+            let t = k.wrapping_mul(1031) ^ (k >> 3);
+            let angle = std::f64::consts::TAU * f64::from(t) / 2f64.powi(32);
+            let (sb, cb) = sincos_bits(t);
+            let es = (f64::from(f32::from_bits(sb)) - angle.sin()).abs();
+            let ec = (f64::from(f32::from_bits(cb)) - angle.cos()).abs();
+            worst = worst.max(es).max(ec);
+        }
+        assert!(worst <= 2f64.powi(-25) + 4e-9, "worst {worst:e}");
+    }
+}

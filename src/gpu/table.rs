@@ -1,0 +1,220 @@
+//! Host wrapper of `shaders/table.wgsl`.
+
+use bytemuck::{Pod, Zeroable};
+use ndarray::Array2;
+
+use super::{Context, fold_dispatch};
+use crate::error::{Error, Result};
+use crate::exact;
+use crate::shaders::{self, WORKGROUP_SIZE};
+use crate::spec::{Layout, PeSpec};
+
+/// Mirror of `Params` in `shaders/table.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct TableParams {
+    /// Rows times frequencies in this dispatch.
+    pub n_pairs: u32,
+    /// Frequencies per row (`dim / 2`).
+    pub n_freqs: u32,
+    /// Workgroups along x of a dispatch folded into 2-D.
+    pub groups_x: u32,
+    /// Padding to 16 bytes, as uniform buffers want.
+    pub _pad: u32,
+}
+
+#[derive(Clone)]
+pub(super) struct TableKernel {
+    layout: wgpu::BindGroupLayout,
+    pipeline: wgpu::ComputePipeline,
+}
+
+fn storage_entry(binding: u32, read_only: bool) -> wgpu::BindGroupLayoutEntry {
+    wgpu::BindGroupLayoutEntry {
+        binding,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Storage { read_only },
+            has_dynamic_offset: false,
+            min_binding_size: None,
+        },
+        count: None,
+    }
+}
+
+impl TableKernel {
+    pub(super) fn new(device: &wgpu::Device) -> Self {
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("posenc.table.shader"),
+            source: wgpu::ShaderSource::Wgsl(shaders::source("table").into()),
+        });
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("posenc.table.bind_group_layout"),
+            entries: &[
+                wgpu::BindGroupLayoutEntry {
+                    binding: 0,
+                    visibility: wgpu::ShaderStages::COMPUTE,
+                    ty: wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Uniform,
+                        has_dynamic_offset: false,
+                        min_binding_size: wgpu::BufferSize::new(size_of::<TableParams>() as u64),
+                    },
+                    count: None,
+                },
+                storage_entry(1, true),
+                storage_entry(2, true),
+                storage_entry(3, false),
+            ],
+        });
+        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("posenc.table.pipeline_layout"),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some("posenc.table.pipeline"),
+            layout: Some(&pipeline_layout),
+            module: &module,
+            entry_point: Some("table"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        Self { layout, pipeline }
+    }
+}
+
+impl Context {
+    /// The positional-encoding table for `positions`, shape `[positions.len(), dim]`,
+    /// bit-identical to [`crate::cpu::table`]. Tables larger than one binding are computed
+    /// in row chunks.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] if one row does not fit the binding cap; [`Error::Gpu`] if wgpu
+    /// reports an error.
+    pub fn table(&self, spec: &PeSpec, positions: &[u32]) -> Result<Array2<f32>> {
+        let dim = spec.dim() as usize;
+        let mut out = Array2::<f32>::zeros((positions.len(), dim));
+        if positions.is_empty() {
+            return Ok(out);
+        }
+        let row_bytes = dim as u64 * 4;
+        if row_bytes > self.max_binding {
+            return Err(Error::Limit {
+                op: "table",
+                what: "one output row",
+                requested: row_bytes,
+                limit_name: "max storage binding size",
+                limit: self.max_binding,
+            });
+        }
+        let Layout::Interleaved = spec.layout();
+        let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
+        // Rows per chunk: what one binding holds, and few enough pairs that the 2-D grid
+        // and the shader's u32 index never overflow.
+        let pair_cap = u64::from(max_groups) * u64::from(max_groups) * u64::from(WORKGROUP_SIZE);
+        let pair_cap = pair_cap.min(1 << 31);
+        let rows_per_chunk = (self.max_binding / row_bytes)
+            .min(pair_cap / u64::from(spec.n_freqs()))
+            .min(positions.len() as u64) as usize;
+        let steps: Vec<u32> = exact::phase_steps(spec).into_iter().flatten().collect();
+        let flat = out.as_slice_mut().expect("a new array is contiguous");
+        self.scoped("table", || {
+            let buffers = TableBuffers::new(self, rows_per_chunk, dim, &steps);
+            for (rows, ps) in
+                flat.chunks_mut(rows_per_chunk * dim).zip(positions.chunks(rows_per_chunk))
+            {
+                self.table_chunk(spec, &buffers, ps, bytemuck::cast_slice_mut(rows))?;
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    fn table_chunk(
+        &self,
+        spec: &PeSpec,
+        buffers: &TableBuffers,
+        positions: &[u32],
+        dst: &mut [u8],
+    ) -> Result<()> {
+        let n_pairs = positions.len() as u32 * spec.n_freqs();
+        let groups = n_pairs.div_ceil(WORKGROUP_SIZE);
+        let (gx, gy) =
+            fold_dispatch(groups, self.device.limits().max_compute_workgroups_per_dimension);
+        let params = TableParams { n_pairs, n_freqs: spec.n_freqs(), groups_x: gx, _pad: 0 };
+        self.queue.write_buffer(&buffers.params, 0, bytemuck::bytes_of(&params));
+        self.queue.write_buffer(&buffers.positions, 0, bytemuck::cast_slice(positions));
+        let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("posenc.table.encoder"),
+        });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("posenc.table.pass"),
+                timestamp_writes: None,
+            });
+            pass.set_pipeline(&self.table.pipeline);
+            pass.set_bind_group(0, &buffers.bind_group, &[]);
+            pass.dispatch_workgroups(gx, gy, 1);
+        }
+        encoder.copy_buffer_to_buffer(&buffers.out, 0, &buffers.staging, 0, dst.len() as u64);
+        self.finish_and_read("table", encoder, &buffers.staging, dst)
+    }
+}
+
+/// Buffers for one table call, sized for its largest chunk and reused by every chunk.
+struct TableBuffers {
+    params: wgpu::Buffer,
+    positions: wgpu::Buffer,
+    out: wgpu::Buffer,
+    staging: wgpu::Buffer,
+    bind_group: wgpu::BindGroup,
+}
+
+impl TableBuffers {
+    fn new(ctx: &Context, rows: usize, dim: usize, steps: &[u32]) -> Self {
+        let device = &ctx.device;
+        let buffer = |label, size: u64, usage| {
+            device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size,
+                usage,
+                mapped_at_creation: false,
+            })
+        };
+        use wgpu::BufferUsages as U;
+        let params = buffer(
+            "posenc.table.params",
+            size_of::<TableParams>() as u64,
+            U::UNIFORM | U::COPY_DST,
+        );
+        let positions = buffer("posenc.table.positions", rows as u64 * 4, U::STORAGE | U::COPY_DST);
+        let steps_buf =
+            buffer("posenc.table.steps", steps.len() as u64 * 4, U::STORAGE | U::COPY_DST);
+        ctx.queue.write_buffer(&steps_buf, 0, bytemuck::cast_slice(steps));
+        let out_bytes = (rows * dim * 4) as u64;
+        let out = buffer("posenc.table.out", out_bytes, U::STORAGE | U::COPY_SRC);
+        let staging = buffer("posenc.table.staging", out_bytes, U::MAP_READ | U::COPY_DST);
+        let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("posenc.table.bind_group"),
+            layout: &ctx.table.layout,
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: params.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: positions.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 2, resource: steps_buf.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 3, resource: out.as_entire_binding() },
+            ],
+        });
+        Self { params, positions, out, staging, bind_group }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_match_the_wgsl_struct_size() {
+        // Four u32 fields in shaders/table.wgsl's Params.
+        assert_eq!(size_of::<TableParams>(), 16);
+    }
+}

@@ -1,0 +1,60 @@
+//! WGSL sources and their composition. Shared code lives once in `shaders/` and kernels pull
+//! it in with `#import NAME`; constants the CPU twins also use are generated from Rust here,
+//! so no number is written twice.
+
+use crate::cpu::sincos::{COS_COEFFS, SIN_COEFFS};
+
+/// Threads per workgroup of every kernel: within WebGPU's default limits (256).
+pub const WORKGROUP_SIZE: u32 = 256;
+
+/// Shared modules that kernels may `#import`, by name.
+const MODULES: &[(&str, &str)] = &[("sincos", include_str!("../shaders/sincos.wgsl"))];
+
+/// The kernels, by entry-point name: each is `shaders/<name>.wgsl`.
+pub const KERNELS: &[(&str, &str)] = &[("table", include_str!("../shaders/table.wgsl"))];
+
+fn prelude() -> String {
+    let mut s = format!("const WORKGROUP_SIZE: u32 = {WORKGROUP_SIZE}u;\n");
+    for (k, c) in SIN_COEFFS.iter().enumerate() {
+        s += &format!("const SIN_S{k}: u32 = {c}u;\n");
+    }
+    for (k, c) in COS_COEFFS.iter().enumerate() {
+        s += &format!("const COS_C{k}: u32 = {c}u;\n");
+    }
+    s
+}
+
+/// The complete WGSL of kernel `name` (see [`KERNELS`]): prelude, imports, kernel.
+///
+/// # Panics
+/// If `name` is not a kernel or imports an unknown module: both are programming errors
+/// that the shader tests catch.
+pub fn source(name: &str) -> String {
+    let (_, kernel) = KERNELS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .unwrap_or_else(|| panic!("no kernel named {name}"));
+    let mut out = prelude();
+    let mut imported = Vec::new();
+    expand(kernel, &mut imported, &mut out);
+    out
+}
+
+fn expand(src: &str, imported: &mut Vec<&'static str>, out: &mut String) {
+    for line in src.lines() {
+        if let Some(name) = line.trim().strip_prefix("#import ") {
+            let name = name.trim();
+            let (module_name, module) = MODULES
+                .iter()
+                .find(|(n, _)| *n == name)
+                .unwrap_or_else(|| panic!("unknown WGSL module {name}"));
+            if !imported.contains(module_name) {
+                imported.push(module_name);
+                expand(module, imported, out);
+            }
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::sync::OnceLock;
+
+use posenc::gpu::Context;
+
+/// One GPU context per test binary (pipelines compile once). `None` means no adapter:
+/// the caller skips visibly. Under `CI=true` a missing adapter fails instead, because CI
+/// promises to run every GPU test.
+pub fn gpu() -> Option<&'static Context> {
+    static CTX: OnceLock<Option<Context>> = OnceLock::new();
+    CTX.get_or_init(|| match Context::new() {
+        Ok(ctx) => {
+            let s = ctx.summary();
+            eprintln!("GPU tests run on {} ({}, {})", s.name, s.backend, s.device_type);
+            Some(ctx)
+        }
+        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("CI=true but no GPU adapter: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIP: GPU tests skipped, no adapter: {e}");
+            None
+        }
+    })
+    .as_ref()
+}
+
+/// A small deterministic generator (xorshift64*), so failures reproduce from the seed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    pub fn next_u32(&mut self) -> u32 {
+        (self.next_u64() >> 32) as u32
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+/// Positions that stress the phase: around 2^16, 2^24, 2^31, 2^32 - 1, plus random ones
+/// over the whole u32 range.
+pub fn hard_positions(rng: &mut Rng, random: usize) -> Vec<u32> {
+    let mut p = vec![0, 1, 2, 3];
+    for centre in [1u64 << 16, 1 << 20, 1 << 24, 1 << 27, 1 << 31, (1 << 32) - 1] {
+        for delta in -3i64..=3 {
+            let v = centre as i64 + delta;
+            if (0..=i64::from(u32::MAX)).contains(&v) {
+                p.push(v as u32);
+            }
+        }
+    }
+    p.extend((0..random).map(|_| rng.next_u32()));
+    p
+}
+
+/// Largest |a - b| over two equally long slices, with its index.
+pub fn max_abs_diff(
+    a: impl IntoIterator<Item = f64>,
+    b: impl IntoIterator<Item = f64>,
+) -> (f64, usize) {
+    a.into_iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .enumerate()
+        .fold((0.0, 0), |(m, mi), (i, d)| if d > m { (d, i) } else { (m, mi) })
+}
+
+/// Asserts two f32 slices are identical bit for bit, naming the first difference.
+pub fn assert_bits_eq(what: &str, got: &[f32], want: &[f32], dim: usize) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
+    if let Some(i) = got.iter().zip(want).position(|(g, w)| g.to_bits() != w.to_bits()) {
+        panic!(
+            "{what}: first differing value at row {}, column {}: got {:e} ({:#010x}), want {:e} ({:#010x})",
+            i / dim,
+            i % dim,
+            got[i],
+            got[i].to_bits(),
+            want[i],
+            want[i].to_bits()
+        );
+    }
+}
