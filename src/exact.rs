@@ -88,6 +88,18 @@ pub(crate) fn sincos_of_turn128(t: u128) -> (f64, f64) {
     angle.sin_cos()
 }
 
+/// Each frequency of `spec` as the 64-bit binary fraction of a turn per position,
+/// `round(2^64 frac(w_i / 2pi))`, split `[lo, hi]` for 32-bit arithmetic.
+pub(crate) fn phase_steps(spec: &PeSpec) -> Vec<[u32; 2]> {
+    turns_per_position(spec)
+        .iter()
+        .map(|w| {
+            let f = frac_fixed64(w);
+            [f as u32, (f >> 32) as u32]
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,16 +131,4 @@ mod tests {
         let got1 = frac_fixed64(&turns[1]) as f64 / 2f64.powi(64) * std::f64::consts::TAU;
         assert!((got1 - 0.1).abs() < 1e-16, "{got1}");
     }
-}
-
-/// Each frequency of `spec` as the 64-bit binary fraction of a turn per position,
-/// `round(2^64 frac(w_i / 2pi))`, split `[lo, hi]` for 32-bit arithmetic.
-pub(crate) fn phase_steps(spec: &PeSpec) -> Vec<[u32; 2]> {
-    turns_per_position(spec)
-        .iter()
-        .map(|w| {
-            let f = frac_fixed64(w);
-            [f as u32, (f >> 32) as u32]
-        })
-        .collect()
 }

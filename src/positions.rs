@@ -2,9 +2,9 @@
 
 use crate::error::{Error, Result};
 
-/// Most positions one spec may expand to (2^28): a guard against specs such as
+/// Most positions one spec may expand to (2^24, 64 MiB of u32): a guard against specs such as
 /// `0..4294967296` that would ask for tens of gigabytes before any work starts.
-pub const MAX_SPEC_POSITIONS: u64 = 1 << 28;
+pub const MAX_SPEC_POSITIONS: u64 = 1 << 24;
 
 /// Positions `0..len`.
 ///

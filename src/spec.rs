@@ -40,7 +40,7 @@ impl PeSpec {
     /// # Errors
     /// [`Error::InvalidParameter`] naming `dim` unless it is even and in `2..=65536`.
     pub fn new(dim: u32) -> Result<Self> {
-        if dim == 0 || dim % 2 != 0 || dim > MAX_DIM {
+        if dim == 0 || !dim.is_multiple_of(2) || dim > MAX_DIM {
             return Err(Error::InvalidParameter {
                 field: "dim",
                 value: dim.to_string(),

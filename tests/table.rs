@@ -39,6 +39,7 @@ fn seed_example_d4_position_2() {
 
 /// Values from mpmath at 50 digits (an independent implementation):
 /// `mp.dps = 50; w = power(mpf(base), -mpf(2*i)/d); sin(p*w), cos(p*w)`.
+#[allow(clippy::excessive_precision)] // the digits as mpmath printed them
 const MPMATH_WITNESSES: &[(u32, usize, u32, f64, f64, f64)] = &[
     (4294967295, 0, 8, 10000.0, 0.49667719175328819253, -0.8679353473572022873),
     (4294967295, 1, 8, 10000.0, -0.25918922850930379901, -0.96582655990853342176),
