@@ -41,6 +41,20 @@ pub enum Error {
         /// The shape that was given, formatted.
         actual: String,
     },
+    /// A token id is negative or not below the vocabulary size.
+    #[error(
+        "token id {id} at row {row}, column {col} is out of range: the vocabulary has {vocab} rows"
+    )]
+    TokenId {
+        /// Batch row of the first offender.
+        row: usize,
+        /// Column (token index) of the first offender.
+        col: usize,
+        /// The id as given.
+        id: String,
+        /// The vocabulary size.
+        vocab: usize,
+    },
     /// A request is larger than a limit of the adapter or of posenc.
     #[error("{op}: {what} needs {requested} but the limit {limit_name} is {limit}")]
     Limit {
@@ -89,6 +103,86 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// An input file is not a well-formed file of its format.
+    #[error("{}: not a valid {format} file: {reason}", path.display())]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// The format it was read as (`.npy`, `.safetensors`).
+        format: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An input array's element type is not one the operation accepts.
+    #[error("{}: {what} has dtype {dtype}; allowed: {allowed}", path.display())]
+    Dtype {
+        /// The file.
+        path: PathBuf,
+        /// The array's role (`ids`, `positions`, `weights`, ...).
+        what: &'static str,
+        /// The dtype as the file spells it.
+        dtype: String,
+        /// The accepted dtypes, in words.
+        allowed: String,
+    },
+    /// An input array's rank is not one the operation accepts.
+    #[error(
+        "{}: {what} must have rank {}, got shape {}",
+        path.display(),
+        or_list(expected),
+        shape_tuple(actual)
+    )]
+    Rank {
+        /// The file.
+        path: PathBuf,
+        /// The array's role (`ids`, `positions`, `weights`, ...).
+        what: &'static str,
+        /// The accepted ranks.
+        expected: Vec<usize>,
+        /// The array's shape.
+        actual: Vec<usize>,
+    },
+    /// No tensor of a multi-tensor file could be chosen: the one named is missing, or none
+    /// was named and the choice is not unique.
+    #[error("{}: {problem}; 2-D tensors in the file: {}", path.display(), names_or_none(available))]
+    Tensor {
+        /// The file.
+        path: PathBuf,
+        /// Why no tensor was chosen.
+        problem: String,
+        /// The names of the file's 2-D tensors, sorted.
+        available: Vec<String>,
+    },
+}
+
+/// `1`, `1 or 2`, `1, 2 or 3`.
+fn or_list(items: &[usize]) -> String {
+    match items {
+        [] => "(none)".into(),
+        [one] => one.to_string(),
+        [rest @ .., last] => {
+            let rest: Vec<String> = rest.iter().map(usize::to_string).collect();
+            format!("{} or {last}", rest.join(", "))
+        }
+    }
+}
+
+/// A shape as Python prints a tuple: `(3, 4)`, `(5,)`, `()`.
+pub(crate) fn shape_tuple(shape: &[usize]) -> String {
+    match shape {
+        [one] => format!("({one},)"),
+        _ => {
+            let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
+            format!("({})", dims.join(", "))
+        }
+    }
+}
+
+fn names_or_none(names: &[String]) -> String {
+    if names.is_empty() {
+        return "none".into();
+    }
+    names.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ")
 }
 
 /// posenc's result type.

@@ -9,9 +9,9 @@
 //! and by more than 1 near 2^24 (`posenc accuracy` measures it).
 //!
 //! Three paths, one contract:
-//! - [`reference`]: high precision (big-float phase reduction), for tests;
-//! - [`cpu`]: fast, multi-threaded, the twin of each shader;
-//! - [`gpu`]: WGSL compute shaders through wgpu, bit-identical to [`cpu`].
+//! - [`reference`](mod@reference): high precision (big-float phase reduction), for tests;
+//! - [`cpu`](mod@cpu): fast, multi-threaded, the twin of each shader;
+//! - [`gpu`](mod@gpu): WGSL compute shaders through wgpu, bit-identical to [`cpu`](mod@cpu).
 //!
 //! ```
 //! use posenc::{PeSpec, cpu, reference};
@@ -27,6 +27,7 @@
 #![warn(missing_docs)]
 
 pub mod cpu;
+pub mod encode;
 mod error;
 mod exact;
 pub mod gpu;
@@ -36,6 +37,7 @@ pub mod positions;
 pub mod reference;
 pub mod shaders;
 mod spec;
+pub mod weights;
 
 pub use error::{Error, Result};
 pub use spec::{DEFAULT_BASE, Layout, MAX_BASE, MAX_DIM, PeSpec};

@@ -1,18 +1,20 @@
-//! The `posenc` command line: positional-encoding tables, the adapters wgpu can see, and
-//! the accuracy report of the README.
+//! The `posenc` command line: positional-encoding tables, embeddings fused with positional
+//! encodings from files, the adapters wgpu can see, and the accuracy report of the README.
 //!
 //! Every failure is one line on stderr, `posenc: <what went wrong>`, and an exit status:
-//! 2 when the arguments or input are invalid (checked before any file is opened or any GPU
-//! touched, so nothing is written), 1 when a valid request failed while running.
+//! 2 when the arguments or input are invalid (checked before any output is opened or any
+//! GPU touched, so nothing is written), 1 when a valid request failed while running.
 
 use std::io::{self, BufWriter, IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use ndarray::{Array2, Axis};
+use ndarray::{Array2, Array3, ArrayD, Axis};
+use posenc::encode::{self as enc, EncodeOptions, Encoded, Scale};
+use posenc::npy::{Expected, NpyArray, NpyDtype};
 use posenc::output::AtomicFile;
-use posenc::{DEFAULT_BASE, Error, PeSpec, cpu, gpu, npy, positions, reference};
+use posenc::{DEFAULT_BASE, Error, PeSpec, cpu, gpu, npy, positions, reference, weights};
 
 /// Exit status for a valid request that failed while running.
 const EXIT_RUNTIME: u8 = 1;
@@ -21,9 +23,9 @@ const EXIT_USAGE: u8 = 2;
 
 /// `--len` when neither `--len` nor `--positions` is given.
 const DEFAULT_LEN: u64 = 8;
-/// The most values (positions x dim) one table may have: 8 GiB of float32, before any
-/// text formatting, is already more than a command-line tool should hold.
-const MAX_TABLE_VALUES: u64 = 1 << 31;
+/// The most values (rows x dim) one table or encode output may have: 8 GiB of float32,
+/// before any text formatting, is already more than a command-line tool should hold.
+const MAX_OUTPUT_VALUES: u64 = 1 << 31;
 
 /// Positions per starting point in the accuracy report.
 const ACCURACY_RUN: u32 = 64;
@@ -54,6 +56,10 @@ enum Command {
     /// Compute a positional-encoding table: one row per position, `dim` values per row.
     #[command(after_help = EXIT_STATUS_HELP)]
     Table(TableArgs),
+    /// Look up token embeddings and add positional encodings:
+    /// out[b, t, :] = scale * E[ids[b, t], :] + PE(positions[b, t], :), written as .npy.
+    #[command(after_help = ENCODE_HELP)]
+    Encode(EncodeArgs),
     /// List every GPU adapter wgpu can see (WGPU_BACKEND narrows the search).
     Devices {
         /// Print a JSON array instead of text.
@@ -104,8 +110,93 @@ struct AccuracyArgs {
     #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_negative_numbers = true)]
     base: f64,
     /// Where posenc's column is computed (cpu and gpu give the same bits).
-    #[arg(long, value_enum, default_value_t = AccuracyDevice::Auto)]
-    device: AccuracyDevice,
+    #[arg(long, value_enum, default_value_t = FastDevice::Auto)]
+    device: FastDevice,
+}
+
+const ENCODE_HELP: &str = "Positions: --positions gives each token's; --offsets gives each row's first (row b holds positions offsets[b], offsets[b]+1, ..., as when decoding with a KV cache); with neither, every row counts from 0, except that with --pad-id the batch is taken as left-padded and each row counts only its non-pad tokens from 0 (pad tokens get position 0). Pad tokens' output rows are zeros whatever their position.
+
+Everything (files, dtypes, shapes, ids against the vocabulary, the scale) is checked before any GPU work and before OUT is opened.
+
+Exit status: 0 on success; 1 when a valid request fails while running (no GPU for --device gpu, a GPU error, an unwritable output); 2 for invalid arguments or input, in which case nothing is written.";
+
+#[derive(Debug, Args)]
+struct EncodeArgs {
+    /// Embedding table [V, D], D even: one tensor of a .safetensors file (F32, F16 or BF16),
+    /// or a .npy array ('<f4' or '<f2'; NumPy has no bfloat16, so bf16 tables come from
+    /// .safetensors only).
+    #[arg(long, value_name = "PATH")]
+    weights: PathBuf,
+    /// The .safetensors tensor to use; may be left out when the file holds exactly one 2-D
+    /// tensor.
+    #[arg(long, value_name = "NAME")]
+    tensor: Option<String>,
+    /// Token ids: .npy of int32, int64 or uint32, shape [B, L], or [L] for one sequence (the
+    /// output is then [L, D]). Each must be below V, save the pad id.
+    #[arg(long, value_name = "PATH")]
+    ids: PathBuf,
+    /// Each token's position: .npy of uint32, the shape of the ids.
+    #[arg(long, value_name = "PATH", conflicts_with = "offsets")]
+    positions: Option<PathBuf>,
+    /// Each row's first position: .npy of uint32 or int64, shape [B] ([1] for [L] ids).
+    #[arg(long, value_name = "PATH")]
+    offsets: Option<PathBuf>,
+    /// Padding token id: its output rows are zeros and it need not be below V. Without
+    /// --positions or --offsets it also makes the batch left-padded (see below).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pad_id: Option<u32>,
+    /// Embedding scale: none, sqrt (sqrt(D), the Transformer's) or a finite number. With a
+    /// scale, cpu and gpu may differ by one rounding of the product.
+    #[arg(long, value_name = "S", default_value = "none", value_parser = parse_scale,
+          allow_hyphen_values = true)]
+    scale: Scale,
+    /// Where to compute. `auto` uses the GPU when one opens, else the CPU with a note on
+    /// stderr; `gpu` fails without one.
+    #[arg(long, value_enum, default_value_t = FastDevice::Auto)]
+    device: FastDevice,
+    /// Output dtype: f32 ('<f4'), f16 ('<f2') or bf16, stored as '<u2' holding the raw
+    /// bfloat16 bits (in NumPy: (a.astype(np.uint32) << 16).view(np.float32)).
+    #[arg(long, value_enum, default_value_t = OutDtype::F32)]
+    out_dtype: OutDtype,
+    /// Frequency base, in (1, 1e7].
+    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_negative_numbers = true)]
+    base: f64,
+    /// The output .npy, shape [B, L, D] ([L, D] for [L] ids), C order. It appears complete or
+    /// not at all; on any error an existing file is left untouched.
+    #[arg(short, long, value_name = "OUT.npy")]
+    output: PathBuf,
+}
+
+/// `--scale`: `none`, `sqrt` or a finite number.
+fn parse_scale(text: &str) -> Result<Scale, String> {
+    match text {
+        "none" => Ok(Scale::None),
+        "sqrt" => Ok(Scale::SqrtDim),
+        _ => match text.parse::<f32>() {
+            Ok(v) if v.is_finite() => Ok(Scale::Value(v)),
+            _ => Err("expected none, sqrt or a finite number".into()),
+        },
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum OutDtype {
+    /// float32, '<f4'.
+    F32,
+    /// float16, '<f2'.
+    F16,
+    /// bfloat16, as '<u2' raw bits.
+    Bf16,
+}
+
+impl From<OutDtype> for enc::Dtype {
+    fn from(d: OutDtype) -> Self {
+        match d {
+            OutDtype::F32 => enc::Dtype::F32,
+            OutDtype::F16 => enc::Dtype::F16,
+            OutDtype::Bf16 => enc::Dtype::Bf16,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -120,24 +211,27 @@ enum Device {
     Auto,
 }
 
+impl Device {
+    /// The fast device this names, or `None` for the reference path.
+    fn fast(self) -> Option<FastDevice> {
+        match self {
+            Device::Cpu => Some(FastDevice::Cpu),
+            Device::Gpu => Some(FastDevice::Gpu),
+            Device::Auto => Some(FastDevice::Auto),
+            Device::Reference => None,
+        }
+    }
+}
+
+/// A device for work the reference path does not do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum AccuracyDevice {
+enum FastDevice {
     /// The fast multi-threaded CPU path.
     Cpu,
     /// The GPU, through wgpu.
     Gpu,
     /// The GPU if one opens, else the CPU.
     Auto,
-}
-
-impl From<AccuracyDevice> for Device {
-    fn from(d: AccuracyDevice) -> Self {
-        match d {
-            AccuracyDevice::Cpu => Device::Cpu,
-            AccuracyDevice::Gpu => Device::Gpu,
-            AccuracyDevice::Auto => Device::Auto,
-        }
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -169,7 +263,13 @@ impl From<Error> for Failure {
         // A malformed parameter is the caller's to fix even when found late (for instance
         // POSENC_MAX_BINDING_SIZE, read when the GPU opens).
         let code = match error {
-            Error::InvalidParameter { .. } | Error::PositionSpec { .. } => EXIT_USAGE,
+            Error::InvalidParameter { .. }
+            | Error::PositionSpec { .. }
+            | Error::TokenId { .. }
+            | Error::Format { .. }
+            | Error::Dtype { .. }
+            | Error::Rank { .. }
+            | Error::Tensor { .. } => EXIT_USAGE,
             _ => EXIT_RUNTIME,
         };
         Self { code, error }
@@ -183,6 +283,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Table(args) => table(&args),
+        Command::Encode(args) => encode(&args),
         Command::Devices { json } => devices(json),
         Command::Accuracy(args) => accuracy(&args),
     };
@@ -195,8 +296,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// Help and version go out whole; a parse error becomes its first line only, because the
-/// usage clap appends would bury the one line that says what is wrong.
+/// Help and version go out whole; a parse error becomes its first paragraph joined into one
+/// line (a missing argument's name is on the line after the message), because the usage
+/// clap appends would bury what is wrong.
 fn clap_exit(e: &clap::Error) -> ExitCode {
     if !e.use_stderr() {
         // Nothing useful can be done if stdout is gone.
@@ -208,9 +310,15 @@ fn clap_exit(e: &clap::Error) -> ExitCode {
         return ExitCode::from(EXIT_USAGE);
     }
     let rendered = e.render().to_string();
-    let first =
-        rendered.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("invalid arguments");
-    eprintln!("posenc: {}", first.strip_prefix("error: ").unwrap_or(first));
+    let paragraph: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .skip_while(|l| l.is_empty())
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let message =
+        if paragraph.is_empty() { "invalid arguments".into() } else { paragraph.join(" ") };
+    eprintln!("posenc: {}", message.strip_prefix("error: ").unwrap_or(&message));
     ExitCode::from(EXIT_USAGE)
 }
 
@@ -223,20 +331,18 @@ fn note(message: &str) {
     eprintln!("posenc: note: {}", one_line(message));
 }
 
-/// Where a table is computed, once chosen.
-enum Engine {
+/// Where the fast paths run, once chosen.
+enum Compute {
     Cpu,
-    Reference,
     Gpu(Box<gpu::Context>),
 }
 
-impl Engine {
-    fn open(device: Device) -> Result<Self, Failure> {
+impl Compute {
+    fn open(device: FastDevice) -> Result<Self, Failure> {
         Ok(match device {
-            Device::Cpu => Self::Cpu,
-            Device::Reference => Self::Reference,
-            Device::Gpu => Self::Gpu(Box::new(gpu::Context::new()?)),
-            Device::Auto => match gpu::Context::new() {
+            FastDevice::Cpu => Self::Cpu,
+            FastDevice::Gpu => Self::Gpu(Box::new(gpu::Context::new()?)),
+            FastDevice::Auto => match gpu::Context::new() {
                 Ok(ctx) => Self::Gpu(Box::new(ctx)),
                 Err(e @ (Error::NoAdapter { .. } | Error::RequestDevice { .. })) => {
                     note(&format!("computing on the CPU: {e}"));
@@ -247,18 +353,21 @@ impl Engine {
         })
     }
 
-    fn table(&self, spec: &PeSpec, positions: &[u32]) -> Result<Array2<f32>, Failure> {
+    fn encode(&self, input: &EncodeInput) -> Result<Encoded, Failure> {
+        let (table, ids, positions) =
+            (input.table.embeddings(), input.ids.view(), input.positions.view());
         Ok(match self {
-            Self::Cpu => cpu::table(spec, positions),
-            Self::Reference => reference::table_f32(spec, positions),
-            Self::Gpu(ctx) => ctx.table(spec, positions)?,
+            Self::Cpu => cpu::encode(&input.spec, table, ids, positions, &input.options)?,
+            Self::Gpu(ctx) => {
+                let table = ctx.upload_table(table)?;
+                ctx.encode(&input.spec, &table, ids, positions, &input.options)?
+            }
         })
     }
 
     fn describe(&self) -> String {
         match self {
             Self::Cpu => "cpu".into(),
-            Self::Reference => "reference".into(),
             Self::Gpu(ctx) => {
                 let s = ctx.summary();
                 format!("gpu: {}, {}", s.name, s.backend)
@@ -267,21 +376,51 @@ impl Engine {
     }
 }
 
+/// Where a table is computed, once chosen: a fast path or the reference.
+enum Engine {
+    Fast(Compute),
+    Reference,
+}
+
+impl Engine {
+    fn open(device: Device) -> Result<Self, Failure> {
+        Ok(match device.fast() {
+            Some(fast) => Self::Fast(Compute::open(fast)?),
+            None => Self::Reference,
+        })
+    }
+
+    fn table(&self, spec: &PeSpec, positions: &[u32]) -> Result<Array2<f32>, Failure> {
+        Ok(match self {
+            Self::Fast(Compute::Cpu) => cpu::table(spec, positions),
+            Self::Fast(Compute::Gpu(ctx)) => ctx.table(spec, positions)?,
+            Self::Reference => reference::table_f32(spec, positions),
+        })
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Self::Fast(compute) => compute.describe(),
+            Self::Reference => "reference".into(),
+        }
+    }
+}
+
 fn spec_of(dim: u32, base: f64) -> Result<PeSpec, Failure> {
     PeSpec::new(dim).and_then(|s| s.with_base(base)).map_err(Failure::usage)
 }
 
-/// Refuses tables over [`MAX_TABLE_VALUES`] before anything of their size is allocated.
-fn check_size(n_positions: u64, dim: u32) -> Result<(), Failure> {
-    let values = n_positions.saturating_mul(u64::from(dim));
-    if values > MAX_TABLE_VALUES {
-        return Err(Failure::usage(Error::Limit {
-            op: "table",
-            what: "the output (positions x dim values)",
+/// Refuses outputs over [`MAX_OUTPUT_VALUES`] before anything of their size is allocated.
+fn check_size(op: &'static str, rows: u64, dim: u32) -> Result<(), Error> {
+    let values = rows.saturating_mul(u64::from(dim));
+    if values > MAX_OUTPUT_VALUES {
+        return Err(Error::Limit {
+            op,
+            what: "the output (rows x dim values)",
             requested: values,
-            limit_name: "MAX_TABLE_VALUES",
-            limit: MAX_TABLE_VALUES,
-        }));
+            limit_name: "MAX_OUTPUT_VALUES",
+            limit: MAX_OUTPUT_VALUES,
+        });
     }
     Ok(())
 }
@@ -292,11 +431,11 @@ fn table(args: &TableArgs) -> Result<(), Failure> {
         Some(text) => positions::parse_spec(text).map_err(Failure::usage)?,
         None => {
             let len = args.len.unwrap_or(DEFAULT_LEN);
-            check_size(len, spec.dim())?;
+            check_size("table", len, spec.dim()).map_err(Failure::usage)?;
             positions::contiguous(len).map_err(Failure::usage)?
         }
     };
-    check_size(positions.len() as u64, spec.dim())?;
+    check_size("table", positions.len() as u64, spec.dim()).map_err(Failure::usage)?;
     if args.format == Format::Npy && args.output.is_none() && io::stdout().is_terminal() {
         return Err(Failure::usage(Error::InvalidParameter {
             field: "format",
@@ -338,7 +477,7 @@ fn write_table(
             }
             Ok(())
         }
-        Format::Npy => npy::write_f32(w, table.view()),
+        Format::Npy => npy::write(w, table.view()),
         Format::Json => {
             let values = table.as_standard_layout();
             let flat = values.as_slice().expect("a standard-layout array is one contiguous slice");
@@ -366,6 +505,174 @@ impl serde::Serialize for Rows<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_seq(self.flat.chunks(self.dim))
     }
+}
+
+fn encode(args: &EncodeArgs) -> Result<(), Failure> {
+    let input = EncodeInput::load(args).map_err(Failure::usage)?;
+
+    // The request is valid: from here on failures are the run's (exit 1).
+    let mut file = AtomicFile::create(&args.output)?;
+    let encoded = Compute::open(args.device)?.encode(&input)?;
+    write_encoded(file.writer(), &encoded, input.one_sequence).map_err(|e| file.io_error(e))?;
+    file.commit()?;
+    Ok(())
+}
+
+/// An encode request, read and checked: everything the computation needs.
+struct EncodeInput {
+    spec: PeSpec,
+    table: weights::Table,
+    ids: Array2<u32>,
+    positions: Array2<u32>,
+    options: EncodeOptions,
+    /// The ids were `[L]`: the output drops the batch axis.
+    one_sequence: bool,
+}
+
+impl EncodeInput {
+    fn load(args: &EncodeArgs) -> Result<Self, Error> {
+        let table = weights::load(&args.weights, args.tensor.as_deref())?;
+        let (vocab, width) = table.dim();
+        // A width past u32 becomes u32::MAX, odd and so refused like any other bad dim; the
+        // error then says where the dim came from.
+        let spec = PeSpec::new(u32::try_from(width).unwrap_or(u32::MAX)).map_err(|e| match e {
+            Error::InvalidParameter { field, allowed, .. } => Error::InvalidParameter {
+                field,
+                value: format!("{width} (the width of the table in {})", args.weights.display()),
+                allowed,
+            },
+            other => other,
+        })?;
+        let spec = spec.with_base(args.base)?;
+        let dim = spec.dim();
+        let options = EncodeOptions {
+            scale: args.scale,
+            pad_id: args.pad_id,
+            out_dtype: args.out_dtype.into(),
+        };
+        options.scale.factor(dim as usize)?;
+
+        let (ids, ids_shape) = read_ids(&args.ids, vocab, args.pad_id)?;
+        let (batch, len) = ids.dim();
+        check_size("encode", (batch as u64).saturating_mul(len as u64), dim)?;
+        let positions = match (&args.positions, &args.offsets) {
+            (Some(path), _) => read_positions(path, &ids_shape)?,
+            (None, Some(path)) => positions::from_offsets(&read_offsets(path, batch)?, len)?,
+            (None, None) => match args.pad_id {
+                Some(pad) => positions::left_padded(ids.view(), pad),
+                None => positions::contiguous_batch(batch, len),
+            },
+        };
+        Ok(Self { spec, table, ids, positions, options, one_sequence: ids_shape.len() == 1 })
+    }
+}
+
+/// Token ids as a `[B, L]` batch of u32, each checked against the vocabulary, and the shape
+/// the file gave them.
+fn read_ids(
+    path: &Path,
+    vocab: usize,
+    pad_id: Option<u32>,
+) -> Result<(Array2<u32>, Vec<usize>), Error> {
+    let expected = Expected {
+        what: "ids",
+        dtypes: &[NpyDtype::I32, NpyDtype::I64, NpyDtype::U32],
+        ranks: &[1, 2],
+    };
+    let array = npy::read(path, &expected)?;
+    let shape = array.shape().to_vec();
+    let ids = match array {
+        NpyArray::I32(a) => enc::ids_to_u32(as_batch(a).view(), vocab, pad_id)?,
+        NpyArray::I64(a) => enc::ids_to_u32(as_batch(a).view(), vocab, pad_id)?,
+        NpyArray::U32(a) => enc::ids_to_u32(as_batch(a).view(), vocab, pad_id)?,
+        // The reader returns only the dtypes asked for; the match must still be total.
+        other => return Err(unexpected_dtype(path, "ids", &other)),
+    };
+    Ok((ids, shape))
+}
+
+/// `[L]` as `[1, L]`; `[B, L]` as it is.
+fn as_batch<T>(a: ArrayD<T>) -> Array2<T> {
+    let shape = match *a.shape() {
+        [len] => (1, len),
+        [batch, len] => (batch, len),
+        _ => unreachable!("the reader admits ranks 1 and 2 only"),
+    };
+    a.into_shape_with_order(shape).expect("the same elements in the same order")
+}
+
+fn unexpected_dtype(path: &Path, what: &'static str, array: &NpyArray) -> Error {
+    Error::Dtype {
+        path: path.to_path_buf(),
+        what,
+        dtype: format!("'{}'", array.dtype().descr()),
+        allowed: "the dtypes listed in --help".into(),
+    }
+}
+
+/// `--positions`: uint32, the ids' shape as the file gave it.
+fn read_positions(path: &Path, ids_shape: &[usize]) -> Result<Array2<u32>, Error> {
+    let expected = Expected { what: "positions", dtypes: &[NpyDtype::U32], ranks: &[1, 2] };
+    let array = npy::read(path, &expected)?;
+    if array.shape() != ids_shape {
+        return Err(Error::Shape {
+            op: "encode",
+            what: "positions (must match ids)",
+            expected: format!("{ids_shape:?}"),
+            actual: format!("{:?}", array.shape()),
+        });
+    }
+    match array {
+        NpyArray::U32(a) => Ok(as_batch(a)),
+        other => Err(unexpected_dtype(path, "positions", &other)),
+    }
+}
+
+/// `--offsets`: uint32 or int64, one per batch row, each a u32.
+fn read_offsets(path: &Path, batch: usize) -> Result<Vec<u32>, Error> {
+    let expected =
+        Expected { what: "offsets", dtypes: &[NpyDtype::U32, NpyDtype::I64], ranks: &[1] };
+    let array = npy::read(path, &expected)?;
+    if array.shape() != [batch] {
+        return Err(Error::Shape {
+            op: "encode",
+            what: "offsets (one per row of ids)",
+            expected: format!("{:?}", [batch]),
+            actual: format!("{:?}", array.shape()),
+        });
+    }
+    match array {
+        NpyArray::U32(a) => Ok(a.into_iter().collect()),
+        NpyArray::I64(a) => a
+            .iter()
+            .enumerate()
+            .map(|(index, &v)| {
+                u32::try_from(v).map_err(|_| Error::InvalidParameter {
+                    field: "offsets",
+                    value: format!("{v} at index {index}"),
+                    allowed: "0..=4294967295",
+                })
+            })
+            .collect(),
+        other => Err(unexpected_dtype(path, "offsets", &other)),
+    }
+}
+
+fn write_encoded(w: &mut dyn Write, encoded: &Encoded, one_sequence: bool) -> io::Result<()> {
+    match encoded {
+        Encoded::F32(a) => write_batch(w, a, one_sequence),
+        Encoded::F16(a) => write_batch(w, a, one_sequence),
+        // NumPy has no bfloat16: the raw bits go out as '<u2'.
+        Encoded::Bf16(a) => write_batch(w, a, one_sequence),
+    }
+}
+
+fn write_batch<T: npy::Element>(
+    w: &mut dyn Write,
+    a: &Array3<T>,
+    one_sequence: bool,
+) -> io::Result<()> {
+    if one_sequence { npy::write(w, a.index_axis(Axis(0), 0)) } else { npy::write(w, a.view()) }
 }
 
 /// Writes to stdout through a buffer. A closed pipe (`posenc table | head`) ends the run
@@ -439,7 +746,7 @@ fn accuracy(args: &AccuracyArgs) -> Result<(), Failure> {
         })
         .collect();
 
-    let engine = Engine::open(args.device.into())?;
+    let engine = Engine::Fast(Compute::open(args.device)?);
     let fast = engine.table(&spec, &positions)?;
     let exact = reference::table(&spec, &positions);
     let naive = naive_table(&spec, &positions);

@@ -1,5 +1,7 @@
 //! Position lists: the `--positions` spec syntax and builders of the common cases.
 
+use ndarray::{Array2, ArrayView2};
+
 use crate::error::{Error, Result};
 
 /// Most positions one spec may expand to (2^24, 64 MiB of u32): a guard against specs such as
@@ -84,6 +86,84 @@ pub fn parse_spec(spec: &str) -> Result<Vec<u32>> {
     Ok(ranges.into_iter().flatten().map(|p| p as u32).collect())
 }
 
+/// Positions `0..len` for every row of a `[batch, len]` batch.
+pub fn contiguous_batch(batch: usize, len: usize) -> Array2<u32> {
+    Array2::from_shape_fn((batch, len), |(_, t)| t as u32)
+}
+
+/// Decoding with a KV cache: row `b` holds `len` new tokens at positions
+/// `offsets[b], offsets[b] + 1, ...` (token n of a sequence is at position n).
+///
+/// # Errors
+/// [`Error::InvalidParameter`] naming `offsets` if a position would pass 4294967295.
+pub fn from_offsets(offsets: &[u32], len: usize) -> Result<Array2<u32>> {
+    for (b, &o) in offsets.iter().enumerate() {
+        if len > 0 && u64::from(o) + len as u64 - 1 > u64::from(u32::MAX) {
+            return Err(Error::InvalidParameter {
+                field: "offsets",
+                value: format!("{o} at row {b} with {len} tokens"),
+                allowed: "offset + len - 1 <= 4294967295",
+            });
+        }
+    }
+    Ok(Array2::from_shape_fn((offsets.len(), len), |(b, t)| offsets[b] + t as u32))
+}
+
+/// Left-padded batches: positions count only the non-pad tokens of each row, from 0; pad
+/// tokens get position 0 (encode writes zeros for them whatever their position).
+///
+/// ```
+/// let ids = ndarray::array![[0u32, 0, 5, 6], [7, 8, 9, 10]];
+/// let p = posenc::positions::left_padded(ids.view(), 0);
+/// assert_eq!(p, ndarray::array![[0u32, 0, 0, 1], [0, 1, 2, 3]]);
+/// ```
+pub fn left_padded(ids: ArrayView2<'_, u32>, pad_id: u32) -> Array2<u32> {
+    let mut out = Array2::<u32>::zeros(ids.dim());
+    for (ids_row, mut out_row) in ids.rows().into_iter().zip(out.rows_mut()) {
+        let mut next = 0u32;
+        for (&id, p) in ids_row.iter().zip(out_row.iter_mut()) {
+            if id != pad_id {
+                *p = next;
+                next += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Packed sequences: row `b` of a `[starts.len(), len]` batch restarts at position 0 at
+/// token 0 and at every index in `starts[b]`.
+///
+/// ```
+/// let p = posenc::positions::packed(5, &[vec![2], vec![]])?;
+/// assert_eq!(p, ndarray::array![[0u32, 1, 0, 1, 2], [0, 1, 2, 3, 4]]);
+/// # Ok::<(), posenc::Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::InvalidParameter`] naming `starts` for an index `>= len`.
+pub fn packed(len: usize, starts: &[Vec<usize>]) -> Result<Array2<u32>> {
+    let mut out = Array2::<u32>::zeros((starts.len(), len));
+    for (b, (row_starts, mut row)) in starts.iter().zip(out.rows_mut()).enumerate() {
+        if let Some(&bad) = row_starts.iter().find(|&&s| s >= len) {
+            return Err(Error::InvalidParameter {
+                field: "starts",
+                value: format!("{bad} in row {b}"),
+                allowed: "token indices below the sequence length",
+            });
+        }
+        let mut next = 0u32;
+        for (t, p) in row.iter_mut().enumerate() {
+            if row_starts.contains(&t) {
+                next = 0;
+            }
+            *p = next;
+            next += 1;
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,6 +198,17 @@ mod tests {
                 other => panic!("{spec}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn batch_builders() {
+        assert_eq!(contiguous_batch(2, 3), ndarray::array![[0u32, 1, 2], [0, 1, 2]]);
+        assert_eq!(from_offsets(&[5, 0], 2).unwrap(), ndarray::array![[5u32, 6], [0, 1]]);
+        assert_eq!(from_offsets(&[u32::MAX], 1).unwrap(), ndarray::array![[u32::MAX]]);
+        assert!(from_offsets(&[u32::MAX], 2).is_err());
+        assert_eq!(from_offsets(&[u32::MAX], 0).unwrap().dim(), (1, 0));
+        assert!(packed(3, &[vec![3]]).is_err());
+        assert_eq!(packed(4, &[vec![0, 1, 3]]).unwrap(), ndarray::array![[0u32, 0, 1, 0]]);
     }
 
     #[test]

@@ -8,10 +8,17 @@ use crate::cpu::sincos::{COS_COEFFS, SIN_COEFFS};
 pub const WORKGROUP_SIZE: u32 = 256;
 
 /// Shared modules that kernels may `#import`, by name.
-const MODULES: &[(&str, &str)] = &[("sincos", include_str!("../shaders/sincos.wgsl"))];
+const MODULES: &[(&str, &str)] = &[
+    ("sincos", include_str!("../shaders/sincos.wgsl")),
+    ("convert", include_str!("../shaders/convert.wgsl")),
+];
 
 /// The kernels, by entry-point name: each is `shaders/<name>.wgsl`.
-pub const KERNELS: &[(&str, &str)] = &[("table", include_str!("../shaders/table.wgsl"))];
+pub const KERNELS: &[(&str, &str)] = &[
+    ("table", include_str!("../shaders/table.wgsl")),
+    ("encode", include_str!("../shaders/encode.wgsl")),
+    ("encode_f32x4", include_str!("../shaders/encode_f32x4.wgsl")),
+];
 
 fn prelude() -> String {
     let mut s = format!("const WORKGROUP_SIZE: u32 = {WORKGROUP_SIZE}u;\n");

@@ -1,10 +1,12 @@
 //! The GPU path: adapter choice, the device context, and host wrappers of the kernels in
 //! `shaders/`. Every kernel has a CPU twin in [`crate::cpu`] that gives the same bits.
 
+mod encode;
 mod table;
 
 use std::sync::{Arc, Mutex};
 
+pub use encode::{EncodeF32x4Params, EncodeParams, GpuTable, PE_CACHE_BUDGET};
 pub use table::TableParams;
 
 use crate::error::{Error, Result};
@@ -137,6 +139,8 @@ pub struct Context {
     max_binding: u64,
     uncaptured: Arc<Mutex<Option<String>>>,
     table: table::TableKernel,
+    encode: encode::EncodeKernel,
+    pe_cache: Arc<Mutex<Option<encode::PeCache>>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -193,7 +197,9 @@ impl Context {
         // Bindings are sized in whole 4-byte words.
         max_binding &= !3;
         let table = table::TableKernel::new(&device);
-        Ok(Self { adapter, device, queue, max_binding, uncaptured, table })
+        let encode = encode::EncodeKernel::new(&device);
+        let pe_cache = Arc::new(Mutex::new(None));
+        Ok(Self { adapter, device, queue, max_binding, uncaptured, table, encode, pe_cache })
     }
 
     /// What this context runs on.
@@ -219,6 +225,8 @@ impl Context {
     pub fn with_max_binding_size(&self, bytes: u64) -> Self {
         let mut capped = self.clone();
         capped.max_binding = self.max_binding.min(bytes) & !3;
+        // Cached PE rows were sized for the old cap; the capped context builds its own.
+        capped.pe_cache = Arc::new(Mutex::new(None));
         capped
     }
 
@@ -281,6 +289,50 @@ impl Context {
         staging.unmap();
         Ok(())
     }
+}
+
+/// Compiles kernel `name` (entry point of the same name) with the binding layout every
+/// posenc kernel shares: a uniform `Params` at binding 0, read-only storage at bindings
+/// `1..n_storage`, and the read-write output at binding `n_storage`.
+pub(crate) fn build_kernel(
+    device: &wgpu::Device,
+    name: &'static str,
+    n_storage: u32,
+) -> (wgpu::BindGroupLayout, wgpu::ComputePipeline) {
+    let label = |role: &str| format!("posenc.{name}.{role}");
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some(&label("shader")),
+        source: wgpu::ShaderSource::Wgsl(crate::shaders::source(name).into()),
+    });
+    let entry = |binding: u32, ty: wgpu::BufferBindingType| wgpu::BindGroupLayoutEntry {
+        binding,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer { ty, has_dynamic_offset: false, min_binding_size: None },
+        count: None,
+    };
+    let mut entries = vec![entry(0, wgpu::BufferBindingType::Uniform)];
+    for binding in 1..=n_storage {
+        let read_only = binding < n_storage;
+        entries.push(entry(binding, wgpu::BufferBindingType::Storage { read_only }));
+    }
+    let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+        label: Some(&label("bind_group_layout")),
+        entries: &entries,
+    });
+    let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: Some(&label("pipeline_layout")),
+        bind_group_layouts: &[Some(&layout)],
+        immediate_size: 0,
+    });
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some(&label("pipeline")),
+        layout: Some(&pipeline_layout),
+        module: &module,
+        entry_point: Some(name),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    (layout, pipeline)
 }
 
 /// Splits `groups` workgroups into a 2-D grid `(x, y)` within `max_per_dim` per dimension.

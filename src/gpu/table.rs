@@ -6,7 +6,7 @@ use ndarray::Array2;
 use super::{Context, fold_dispatch};
 use crate::error::{Error, Result};
 use crate::exact;
-use crate::shaders::{self, WORKGROUP_SIZE};
+use crate::shaders::WORKGROUP_SIZE;
 use crate::spec::{Layout, PeSpec};
 
 /// Mirror of `Params` in `shaders/table.wgsl`.
@@ -29,63 +29,16 @@ pub(super) struct TableKernel {
     pipeline: wgpu::ComputePipeline,
 }
 
-fn storage_entry(binding: u32, read_only: bool) -> wgpu::BindGroupLayoutEntry {
-    wgpu::BindGroupLayoutEntry {
-        binding,
-        visibility: wgpu::ShaderStages::COMPUTE,
-        ty: wgpu::BindingType::Buffer {
-            ty: wgpu::BufferBindingType::Storage { read_only },
-            has_dynamic_offset: false,
-            min_binding_size: None,
-        },
-        count: None,
-    }
-}
-
 impl TableKernel {
     pub(super) fn new(device: &wgpu::Device) -> Self {
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some("posenc.table.shader"),
-            source: wgpu::ShaderSource::Wgsl(shaders::source("table").into()),
-        });
-        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-            label: Some("posenc.table.bind_group_layout"),
-            entries: &[
-                wgpu::BindGroupLayoutEntry {
-                    binding: 0,
-                    visibility: wgpu::ShaderStages::COMPUTE,
-                    ty: wgpu::BindingType::Buffer {
-                        ty: wgpu::BufferBindingType::Uniform,
-                        has_dynamic_offset: false,
-                        min_binding_size: wgpu::BufferSize::new(size_of::<TableParams>() as u64),
-                    },
-                    count: None,
-                },
-                storage_entry(1, true),
-                storage_entry(2, true),
-                storage_entry(3, false),
-            ],
-        });
-        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-            label: Some("posenc.table.pipeline_layout"),
-            bind_group_layouts: &[Some(&layout)],
-            immediate_size: 0,
-        });
-        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some("posenc.table.pipeline"),
-            layout: Some(&pipeline_layout),
-            module: &module,
-            entry_point: Some("table"),
-            compilation_options: Default::default(),
-            cache: None,
-        });
+        let (layout, pipeline) = super::build_kernel(device, "table", 3);
         Self { layout, pipeline }
     }
 }
 
 impl Context {
     /// The positional-encoding table for `positions`, shape `[positions.len(), dim]`,
-    /// bit-identical to [`crate::cpu::table`]. Tables larger than one binding are computed
+    /// bit-identical to [`crate::cpu::table()`]. Tables larger than one binding are computed
     /// in row chunks.
     ///
     /// # Errors
@@ -116,10 +69,10 @@ impl Context {
         let rows_per_chunk = (self.max_binding / row_bytes)
             .min(pair_cap / u64::from(spec.n_freqs()))
             .min(positions.len() as u64) as usize;
-        let steps: Vec<u32> = exact::phase_steps(spec).into_iter().flatten().collect();
+        let steps = flat_steps(spec);
         let flat = out.as_slice_mut().expect("a new array is contiguous");
         self.scoped("table", || {
-            let buffers = TableBuffers::new(self, rows_per_chunk, dim, &steps);
+            let buffers = TableBuffers::new(self, rows_per_chunk, dim, &steps, true);
             for (rows, ps) in
                 flat.chunks_mut(rows_per_chunk * dim).zip(positions.chunks(rows_per_chunk))
             {
@@ -137,6 +90,24 @@ impl Context {
         positions: &[u32],
         dst: &mut [u8],
     ) -> Result<()> {
+        let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("posenc.table.encoder"),
+        });
+        self.record_table(spec, buffers, positions, &mut encoder);
+        let staging = buffers.staging.as_ref().expect("table buffers made for readback");
+        encoder.copy_buffer_to_buffer(&buffers.out, 0, staging, 0, dst.len() as u64);
+        self.finish_and_read("table", encoder, staging, dst)
+    }
+
+    /// Uploads `positions` and records the table pass that fills `buffers.out` with their
+    /// rows. The uploads land before the encoder's submission runs.
+    pub(super) fn record_table(
+        &self,
+        spec: &PeSpec,
+        buffers: &TableBuffers,
+        positions: &[u32],
+        encoder: &mut wgpu::CommandEncoder,
+    ) {
         let n_pairs = positions.len() as u32 * spec.n_freqs();
         let groups = n_pairs.div_ceil(WORKGROUP_SIZE);
         let (gx, gy) =
@@ -144,34 +115,39 @@ impl Context {
         let params = TableParams { n_pairs, n_freqs: spec.n_freqs(), groups_x: gx, _pad: 0 };
         self.queue.write_buffer(&buffers.params, 0, bytemuck::bytes_of(&params));
         self.queue.write_buffer(&buffers.positions, 0, bytemuck::cast_slice(positions));
-        let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-            label: Some("posenc.table.encoder"),
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("posenc.table.pass"),
+            timestamp_writes: None,
         });
-        {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("posenc.table.pass"),
-                timestamp_writes: None,
-            });
-            pass.set_pipeline(&self.table.pipeline);
-            pass.set_bind_group(0, &buffers.bind_group, &[]);
-            pass.dispatch_workgroups(gx, gy, 1);
-        }
-        encoder.copy_buffer_to_buffer(&buffers.out, 0, &buffers.staging, 0, dst.len() as u64);
-        self.finish_and_read("table", encoder, &buffers.staging, dst)
+        pass.set_pipeline(&self.table.pipeline);
+        pass.set_bind_group(0, &buffers.bind_group, &[]);
+        pass.dispatch_workgroups(gx, gy, 1);
     }
 }
 
+/// The phase steps of `spec` as the flat `[lo, hi, lo, hi, ...]` words the kernel reads.
+pub(super) fn flat_steps(spec: &PeSpec) -> Vec<u32> {
+    exact::phase_steps(spec).into_iter().flatten().collect()
+}
+
 /// Buffers for one table call, sized for its largest chunk and reused by every chunk.
-struct TableBuffers {
+/// `staging` exists only when the rows are read back to the host.
+pub(super) struct TableBuffers {
     params: wgpu::Buffer,
     positions: wgpu::Buffer,
-    out: wgpu::Buffer,
-    staging: wgpu::Buffer,
+    pub(super) out: wgpu::Buffer,
+    staging: Option<wgpu::Buffer>,
     bind_group: wgpu::BindGroup,
 }
 
 impl TableBuffers {
-    fn new(ctx: &Context, rows: usize, dim: usize, steps: &[u32]) -> Self {
+    pub(super) fn new(
+        ctx: &Context,
+        rows: usize,
+        dim: usize,
+        steps: &[u32],
+        readback: bool,
+    ) -> Self {
         let device = &ctx.device;
         let buffer = |label, size: u64, usage| {
             device.create_buffer(&wgpu::BufferDescriptor {
@@ -193,7 +169,8 @@ impl TableBuffers {
         ctx.queue.write_buffer(&steps_buf, 0, bytemuck::cast_slice(steps));
         let out_bytes = (rows * dim * 4) as u64;
         let out = buffer("posenc.table.out", out_bytes, U::STORAGE | U::COPY_SRC);
-        let staging = buffer("posenc.table.staging", out_bytes, U::MAP_READ | U::COPY_DST);
+        let staging =
+            readback.then(|| buffer("posenc.table.staging", out_bytes, U::MAP_READ | U::COPY_DST));
         let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("posenc.table.bind_group"),
             layout: &ctx.table.layout,

@@ -1,0 +1,100 @@
+// Fused embedding gather + positional encoding, general form:
+//     out[t, c] = scale * E[ids[t], c] + PE[slots[t], c]
+// for every storage type. PE rows come from the table kernel (exact phase), computed once
+// for the positions in use. The grid is 2-D: y names the token (plus z * groups_y when
+// folded), x the output word within its row, so no invocation divides. One invocation
+// writes one output word: one f32 element, or two f16/bf16 elements of the same row (dim is
+// even). A vocabulary larger than one binding is split into chunks, one dispatch each; a
+// dispatch writes only the rows whose id falls in its chunk and keeps the others (the first
+// dispatch initialises every row). CPU twin: src/cpu/encode.rs. Host: src/gpu/encode.rs.
+#import convert
+
+const DTYPE_F32: u32 = 0u;
+const DTYPE_F16: u32 = 1u;
+
+const FLAG_SCALE: u32 = 1u;
+const FLAG_PAD: u32 = 2u;
+const FLAG_FIRST: u32 = 4u;
+
+struct Params {
+    n_tokens: u32,
+    // Output words per row: dim for f32, dim / 2 for 16-bit outputs.
+    row_words: u32,
+    dim: u32,
+    // Vocabulary rows [vocab_lo, vocab_hi) are in `table`.
+    vocab_lo: u32,
+    vocab_hi: u32,
+    scale_bits: u32,
+    flags: u32,
+    pad_id: u32,
+    in_dtype: u32,
+    out_dtype: u32,
+    // Workgroups along y; the grid folds tokens beyond it into z.
+    groups_y: u32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> ids: array<u32>;
+@group(0) @binding(2) var<storage, read> slots: array<u32>;
+@group(0) @binding(3) var<storage, read> pe: array<u32>;
+@group(0) @binding(4) var<storage, read> table: array<u32>;
+@group(0) @binding(5) var<storage, read_write> out: array<u32>;
+
+fn load_table_bits(i: u32) -> u32 {
+    if params.in_dtype == DTYPE_F32 {
+        return table[i];
+    }
+    let half = (table[i >> 1u] >> ((i & 1u) * 16u)) & 0xffffu;
+    if params.in_dtype == DTYPE_F16 {
+        return f16_to_f32_bits(half);
+    }
+    return bf16_to_f32_bits(half);
+}
+
+// f32 bits of column col for a token whose table row starts at element `row` and whose PE
+// row starts at `pe_row`.
+fn value_bits(row: u32, pe_row: u32, col: u32) -> u32 {
+    var v = bitcast<f32>(load_table_bits(row + col));
+    if (params.flags & FLAG_SCALE) != 0u {
+        v = v * bitcast<f32>(params.scale_bits);
+    }
+    return bitcast<u32>(v + bitcast<f32>(pe[pe_row + col]));
+}
+
+fn to_half_bits(bits: u32) -> u32 {
+    if params.out_dtype == DTYPE_F16 {
+        return f32_to_f16_bits(bits);
+    }
+    return f32_to_bf16_bits(bits);
+}
+
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn encode(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let token = wg.z * params.groups_y + wg.y;
+    let x = wg.x * WORKGROUP_SIZE + li;
+    if token >= params.n_tokens || x >= params.row_words {
+        return;
+    }
+    let w = token * params.row_words + x;
+    let id = ids[token];
+    if (params.flags & FLAG_PAD) != 0u && id == params.pad_id {
+        out[w] = 0u;
+        return;
+    }
+    if id < params.vocab_lo || id >= params.vocab_hi {
+        if (params.flags & FLAG_FIRST) != 0u {
+            out[w] = 0u;
+        }
+        return;
+    }
+    let row = (id - params.vocab_lo) * params.dim;
+    let pe_row = slots[token] * params.dim;
+    if params.out_dtype == DTYPE_F32 {
+        out[w] = value_bits(row, pe_row, x);
+        return;
+    }
+    let lo = to_half_bits(value_bits(row, pe_row, 2u * x));
+    let hi = to_half_bits(value_bits(row, pe_row, 2u * x + 1u));
+    out[w] = lo | (hi << 16u);
+}

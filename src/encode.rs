@@ -1,0 +1,272 @@
+//! The fused operation `out[b, t, :] = scale * E[ids[b, t], :] + PE(pos[b, t], :)`: its
+//! argument types and the checks every path runs before any work starts.
+
+use half::{bf16, f16};
+use ndarray::{Array3, ArrayView2};
+
+use crate::error::{Error, Result};
+use crate::spec::PeSpec;
+
+/// Storage type of an embedding table or of an encode output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Dtype {
+    /// IEEE binary32.
+    #[default]
+    F32,
+    /// IEEE binary16.
+    F16,
+    /// bfloat16: the top half of a binary32.
+    Bf16,
+}
+
+impl Dtype {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            Dtype::F32 => 4,
+            Dtype::F16 | Dtype::Bf16 => 2,
+        }
+    }
+
+    /// The code the shaders use (`DTYPE_F32`, `DTYPE_F16`, `DTYPE_BF16`).
+    pub(crate) fn code(self) -> u32 {
+        match self {
+            Dtype::F32 => 0,
+            Dtype::F16 => 1,
+            Dtype::Bf16 => 2,
+        }
+    }
+}
+
+/// A borrowed embedding table `[vocab, dim]` in one of the supported storage types.
+#[derive(Clone, Copy, Debug)]
+pub enum Embeddings<'a> {
+    /// float32 rows.
+    F32(ArrayView2<'a, f32>),
+    /// float16 rows.
+    F16(ArrayView2<'a, f16>),
+    /// bfloat16 rows.
+    Bf16(ArrayView2<'a, bf16>),
+}
+
+impl Embeddings<'_> {
+    /// `(vocab, dim)`.
+    pub fn dim(&self) -> (usize, usize) {
+        match self {
+            Embeddings::F32(a) => a.dim(),
+            Embeddings::F16(a) => a.dim(),
+            Embeddings::Bf16(a) => a.dim(),
+        }
+    }
+
+    /// The storage type.
+    pub fn dtype(&self) -> Dtype {
+        match self {
+            Embeddings::F32(_) => Dtype::F32,
+            Embeddings::F16(_) => Dtype::F16,
+            Embeddings::Bf16(_) => Dtype::Bf16,
+        }
+    }
+
+    /// Rows `rows` as raw element bits in row-major order: one u32 per f32 element, or
+    /// two 16-bit elements per u32 word (low half first, the last word zero-padded).
+    pub(crate) fn rows_to_words(&self, rows: std::ops::Range<usize>) -> Vec<u32> {
+        use ndarray::s;
+        match self {
+            Embeddings::F32(a) => a.slice(s![rows, ..]).iter().map(|v| v.to_bits()).collect(),
+            Embeddings::F16(a) => pack_halves(a.slice(s![rows, ..]).iter().map(|v| v.to_bits())),
+            Embeddings::Bf16(a) => pack_halves(a.slice(s![rows, ..]).iter().map(|v| v.to_bits())),
+        }
+    }
+}
+
+fn pack_halves(bits: impl Iterator<Item = u16>) -> Vec<u32> {
+    let mut out = Vec::with_capacity(bits.size_hint().0.div_ceil(2));
+    let mut pending: Option<u16> = None;
+    for b in bits {
+        match pending.take() {
+            None => pending = Some(b),
+            Some(lo) => out.push(u32::from(lo) | (u32::from(b) << 16)),
+        }
+    }
+    if let Some(lo) = pending {
+        out.push(u32::from(lo));
+    }
+    out
+}
+
+/// The embedding scale.
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub enum Scale {
+    /// `out = E[id] + PE`: GPU and CPU agree bit for bit.
+    #[default]
+    None,
+    /// `sqrt(dim)`, the Transformer's embedding scale (rounded to f32 once, on the host).
+    SqrtDim,
+    /// Any finite factor.
+    Value(f32),
+}
+
+impl Scale {
+    /// The factor as f32 for a given dim, or `None` for [`Scale::None`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] naming `scale` for NaN or infinite values.
+    pub fn factor(self, dim: usize) -> Result<Option<f32>> {
+        match self {
+            Scale::None => Ok(None),
+            Scale::SqrtDim => Ok(Some((dim as f64).sqrt() as f32)),
+            Scale::Value(v) if v.is_finite() => Ok(Some(v)),
+            Scale::Value(v) => Err(Error::InvalidParameter {
+                field: "scale",
+                value: v.to_string(),
+                allowed: "a finite number",
+            }),
+        }
+    }
+}
+
+/// Options of an encode call beyond its arrays.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct EncodeOptions {
+    /// Embedding scale.
+    pub scale: Scale,
+    /// Tokens with this id are padding: their output rows are all zeros, and their id is
+    /// not looked up (it may be any value).
+    pub pad_id: Option<u32>,
+    /// Storage type of the output.
+    pub out_dtype: Dtype,
+}
+
+/// The result of an encode, `[batch, len, dim]`, in the requested storage type.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Encoded {
+    /// float32 output.
+    F32(Array3<f32>),
+    /// float16 output (rounded to nearest even from the f32 result).
+    F16(Array3<f16>),
+    /// bfloat16 output (rounded to nearest even from the f32 result).
+    Bf16(Array3<bf16>),
+}
+
+impl Encoded {
+    /// `(batch, len, dim)`.
+    pub fn dim(&self) -> (usize, usize, usize) {
+        match self {
+            Encoded::F32(a) => a.dim(),
+            Encoded::F16(a) => a.dim(),
+            Encoded::Bf16(a) => a.dim(),
+        }
+    }
+
+    /// The f32 output, if that is what was asked for.
+    pub fn into_f32(self) -> Option<Array3<f32>> {
+        match self {
+            Encoded::F32(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// Every element's raw bits widened to u32, row-major: handy for bit comparisons.
+    pub fn bits(&self) -> Vec<u32> {
+        match self {
+            Encoded::F32(a) => a.iter().map(|v| v.to_bits()).collect(),
+            Encoded::F16(a) => a.iter().map(|v| u32::from(v.to_bits())).collect(),
+            Encoded::Bf16(a) => a.iter().map(|v| u32::from(v.to_bits())).collect(),
+        }
+    }
+}
+
+/// A token id type accepted at the API edge.
+pub trait TokenId: Copy + std::fmt::Display {
+    /// The id as u32, or `None` if it is negative or does not fit.
+    fn to_u32(self) -> Option<u32>;
+}
+
+impl TokenId for u32 {
+    fn to_u32(self) -> Option<u32> {
+        Some(self)
+    }
+}
+
+impl TokenId for i32 {
+    fn to_u32(self) -> Option<u32> {
+        u32::try_from(self).ok()
+    }
+}
+
+impl TokenId for i64 {
+    fn to_u32(self) -> Option<u32> {
+        u32::try_from(self).ok()
+    }
+}
+
+/// Converts ids of any accepted type to u32, checking each against `vocab`. Pad tokens
+/// (`pad_id`) are exempt from the vocabulary check.
+///
+/// # Errors
+/// [`Error::TokenId`] for the first (row-major) id that is negative or `>= vocab`.
+pub fn ids_to_u32<T: TokenId>(
+    ids: ArrayView2<'_, T>,
+    vocab: usize,
+    pad_id: Option<u32>,
+) -> Result<ndarray::Array2<u32>> {
+    let mut out = ndarray::Array2::<u32>::zeros(ids.dim());
+    for (((row, col), &id), slot) in ids.indexed_iter().zip(out.iter_mut()) {
+        match id.to_u32() {
+            Some(v) if pad_id == Some(v) || (v as usize) < vocab => *slot = v,
+            _ => {
+                return Err(Error::TokenId { row, col, id: id.to_string(), vocab });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The checks every encode path runs before any work: shapes, dims, ids, scale. Returns the
+/// scale factor.
+pub(crate) fn check(
+    spec: &PeSpec,
+    table: (usize, usize),
+    ids: ArrayView2<'_, u32>,
+    positions: ArrayView2<'_, u32>,
+    options: &EncodeOptions,
+) -> Result<Option<f32>> {
+    let (vocab, dim) = table;
+    if dim != spec.dim() as usize {
+        return Err(Error::Shape {
+            op: "encode",
+            what: "embedding dim vs positional-encoding dim",
+            expected: spec.dim().to_string(),
+            actual: dim.to_string(),
+        });
+    }
+    if ids.dim() != positions.dim() {
+        return Err(Error::Shape {
+            op: "encode",
+            what: "positions vs ids",
+            expected: format!("{:?}", ids.dim()),
+            actual: format!("{:?}", positions.dim()),
+        });
+    }
+    let factor = options.scale.factor(dim)?;
+    for ((row, col), &id) in ids.indexed_iter() {
+        if options.pad_id != Some(id) && id as usize >= vocab {
+            return Err(Error::TokenId { row, col, id: id.to_string(), vocab });
+        }
+    }
+    Ok(factor)
+}
+
+/// The distinct positions of a batch, sorted, and for each token the index of its position
+/// in that list: PE rows are computed once per distinct position and gathered per token.
+pub(crate) fn unique_positions(positions: ArrayView2<'_, u32>) -> (Vec<u32>, Vec<u32>) {
+    let mut unique: Vec<u32> = positions.iter().copied().collect();
+    unique.sort_unstable();
+    unique.dedup();
+    let slots = positions
+        .iter()
+        .map(|p| unique.binary_search(p).expect("every position is in the list") as u32)
+        .collect();
+    (unique, slots)
+}

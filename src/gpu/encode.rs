@@ -1,0 +1,566 @@
+//! Host wrapper of `shaders/encode.wgsl`: embedding tables resident on the device, and the
+//! fused gather + positional-encoding add in token chunks.
+
+use bytemuck::{Pod, Zeroable};
+use half::{bf16, f16};
+use ndarray::{Array3, ArrayView2};
+
+use super::Context;
+use super::table::{TableBuffers, flat_steps};
+use crate::encode::{self, Dtype, Embeddings, EncodeOptions, Encoded};
+use crate::error::{Error, Result};
+use crate::shaders::WORKGROUP_SIZE;
+use crate::spec::PeSpec;
+
+/// Mirror of `Params` in `shaders/encode.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct EncodeParams {
+    /// Tokens in this dispatch.
+    pub n_tokens: u32,
+    /// Output words per row: dim for f32 output, dim / 2 for 16-bit output.
+    pub row_words: u32,
+    /// Model dimension.
+    pub dim: u32,
+    /// First vocabulary row in the bound table chunk.
+    pub vocab_lo: u32,
+    /// One past the last vocabulary row in the bound table chunk.
+    pub vocab_hi: u32,
+    /// f32 bits of the scale (used when `FLAG_SCALE` is set).
+    pub scale_bits: u32,
+    /// `FLAG_SCALE | FLAG_PAD | FLAG_FIRST`.
+    pub flags: u32,
+    /// Pad token id (used when `FLAG_PAD` is set).
+    pub pad_id: u32,
+    /// Table storage type code.
+    pub in_dtype: u32,
+    /// Output storage type code.
+    pub out_dtype: u32,
+    /// Workgroups along y; tokens beyond fold into z.
+    pub groups_y: u32,
+    /// Padding to a multiple of 16 bytes.
+    pub _pad: u32,
+}
+
+/// Mirror of `Params` in `shaders/encode_f32x4.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct EncodeF32x4Params {
+    /// Tokens in this dispatch.
+    pub n_tokens: u32,
+    /// vec4s per row: dim / 4.
+    pub row_vecs: u32,
+    /// f32 bits of the scale (used when `FLAG_SCALE` is set).
+    pub scale_bits: u32,
+    /// `FLAG_SCALE | FLAG_PAD`.
+    pub flags: u32,
+    /// Pad token id (used when `FLAG_PAD` is set).
+    pub pad_id: u32,
+    /// Workgroups along y; tokens beyond fold into z.
+    pub groups_y: u32,
+    /// Padding to a multiple of 16 bytes.
+    pub _pad: [u32; 2],
+}
+
+const FLAG_SCALE: u32 = 1;
+const FLAG_PAD: u32 = 2;
+const FLAG_FIRST: u32 = 4;
+
+/// Most bytes the cache of PE rows for positions `0..n` may hold per context.
+pub const PE_CACHE_BUDGET: u64 = 64 << 20;
+
+#[derive(Clone)]
+pub(super) struct EncodeKernel {
+    layout: wgpu::BindGroupLayout,
+    pipeline: wgpu::ComputePipeline,
+    fast_layout: wgpu::BindGroupLayout,
+    fast_pipeline: wgpu::ComputePipeline,
+}
+
+impl EncodeKernel {
+    pub(super) fn new(device: &wgpu::Device) -> Self {
+        let (layout, pipeline) = super::build_kernel(device, "encode", 5);
+        let (fast_layout, fast_pipeline) = super::build_kernel(device, "encode_f32x4", 5);
+        Self { layout, pipeline, fast_layout, fast_pipeline }
+    }
+}
+
+/// PE rows for positions `0..rows` of one spec, kept on the device between calls: PE rows
+/// are a pure function of position, so the common case (positions below the context
+/// length) never recomputes them.
+#[derive(Clone)]
+pub(super) struct PeCache {
+    spec: PeSpec,
+    rows: u32,
+    buffer: wgpu::Buffer,
+}
+
+/// An embedding table uploaded to the device once and reused by many encode calls. Tables
+/// larger than one storage binding are held in several chunks of whole rows.
+pub struct GpuTable {
+    vocab: usize,
+    dim: usize,
+    dtype: Dtype,
+    chunks: Vec<TableChunk>,
+}
+
+struct TableChunk {
+    rows: std::ops::Range<u32>,
+    buffer: wgpu::Buffer,
+}
+
+impl std::fmt::Debug for GpuTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuTable")
+            .field("vocab", &self.vocab)
+            .field("dim", &self.dim)
+            .field("dtype", &self.dtype)
+            .field("chunks", &self.chunks.len())
+            .finish()
+    }
+}
+
+impl GpuTable {
+    /// `(vocab, dim)`.
+    pub fn dim(&self) -> (usize, usize) {
+        (self.vocab, self.dim)
+    }
+
+    /// The storage type on the device.
+    pub fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+
+    /// How many device buffers hold the table.
+    pub fn n_chunks(&self) -> usize {
+        self.chunks.len()
+    }
+}
+
+impl Context {
+    /// Uploads an embedding table, split into chunks of whole rows that each fit one storage
+    /// binding.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] if one row does not fit a binding or the table has more than 2^32
+    /// rows; [`Error::Gpu`] if the device refuses the memory.
+    pub fn upload_table(&self, table: Embeddings<'_>) -> Result<GpuTable> {
+        let (vocab, dim) = table.dim();
+        let dtype = table.dtype();
+        if vocab > u32::MAX as usize {
+            return Err(Error::Limit {
+                op: "upload_table",
+                what: "vocabulary rows",
+                requested: vocab as u64,
+                limit_name: "u32 token ids",
+                limit: u64::from(u32::MAX),
+            });
+        }
+        let row_bytes = (dim * dtype.size()) as u64;
+        // Each chunk is packed into words on its own, so half-precision chunks of an odd
+        // element count need no partner row from the next chunk.
+        let rows_per_chunk = self.max_binding.checked_div(row_bytes).unwrap_or(vocab.max(1) as u64);
+        if rows_per_chunk == 0 {
+            return Err(Error::Limit {
+                op: "upload_table",
+                what: "one embedding row",
+                requested: row_bytes,
+                limit_name: "max storage binding size",
+                limit: self.max_binding,
+            });
+        }
+        let mut chunks = Vec::new();
+        self.scoped("upload_table", || {
+            let mut lo = 0usize;
+            while lo < vocab {
+                let hi = (lo + rows_per_chunk as usize).min(vocab);
+                // Converted chunk by chunk, so a 1 GiB table never exists twice on the host.
+                let words = table.rows_to_words(lo..hi);
+                // A zero-sized binding is invalid; an empty-dim table still gets one word.
+                let size = (words.len().max(1) * 4) as u64;
+                let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("posenc.encode.table"),
+                    size,
+                    usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                });
+                self.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(&words));
+                self.queue.submit([]);
+                chunks.push(TableChunk { rows: lo as u32..hi as u32, buffer });
+                lo = hi;
+            }
+            Ok(())
+        })?;
+        Ok(GpuTable { vocab, dim, dtype, chunks })
+    }
+
+    /// `out[b, t, :] = scale * E[ids[b, t], :] + PE(positions[b, t], :)` on the device, read
+    /// back to the host. Bit-identical to [`crate::cpu::encode()`] when the scale is
+    /// [`encode::Scale::None`]; with a scale, a backend may fuse the multiply and the add,
+    /// which moves a result by at most one rounding of the product.
+    ///
+    /// # Errors
+    /// As [`crate::cpu::encode()`], all checked before any GPU work; [`Error::Gpu`] if wgpu
+    /// reports an error.
+    pub fn encode(
+        &self,
+        spec: &PeSpec,
+        table: &GpuTable,
+        ids: ArrayView2<'_, u32>,
+        positions: ArrayView2<'_, u32>,
+        options: &EncodeOptions,
+    ) -> Result<Encoded> {
+        let scale = encode::check(spec, table.dim(), ids, positions, options)?;
+        let (batch, len) = ids.dim();
+        let dim = table.dim;
+        let out_size = options.out_dtype.size();
+        let mut bytes = vec![0u8; (batch * len * dim * out_size).next_multiple_of(4)];
+        if !bytes.is_empty() {
+            self.run_encode(spec, table, ids, positions, options, scale, Sink::Host(&mut bytes))?;
+        }
+        bytes.truncate(batch * len * dim * out_size);
+        let shape = (batch, len, dim);
+        let halves = || bytes.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]]));
+        Ok(match options.out_dtype {
+            Dtype::F32 => Encoded::F32(shaped(
+                shape,
+                bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            )),
+            Dtype::F16 => Encoded::F16(shaped(shape, halves().map(f16::from_bits))),
+            Dtype::Bf16 => Encoded::Bf16(shaped(shape, halves().map(bf16::from_bits))),
+        })
+    }
+
+    /// Like [`Context::encode`], but the result stays on the device: a storage buffer of
+    /// `batch * len * dim` elements of `options.out_dtype`, row-major (16-bit elements two
+    /// to a word, low half first; the size is rounded up to whole words), ready to bind in
+    /// a downstream pipeline. Usages: `STORAGE | COPY_SRC | COPY_DST`.
+    ///
+    /// # Errors
+    /// As [`Context::encode`]; [`Error::Limit`] if the output exceeds the device's largest
+    /// buffer.
+    pub fn encode_to_buffer(
+        &self,
+        spec: &PeSpec,
+        table: &GpuTable,
+        ids: ArrayView2<'_, u32>,
+        positions: ArrayView2<'_, u32>,
+        options: &EncodeOptions,
+    ) -> Result<wgpu::Buffer> {
+        let scale = encode::check(spec, table.dim(), ids, positions, options)?;
+        let bytes = (ids.len() * table.dim * options.out_dtype.size()).next_multiple_of(4) as u64;
+        let max = self.device.limits().max_buffer_size;
+        if bytes > max {
+            return Err(Error::Limit {
+                op: "encode_to_buffer",
+                what: "the output buffer",
+                requested: bytes,
+                limit_name: "max buffer size",
+                limit: max,
+            });
+        }
+        let out = self.scoped("encode_to_buffer", || {
+            Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("posenc.encode.result"),
+                size: bytes.max(4),
+                usage: wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_SRC
+                    | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }))
+        })?;
+        if bytes > 0 {
+            self.run_encode(spec, table, ids, positions, options, scale, Sink::Device(&out))?;
+        }
+        Ok(out)
+    }
+
+    /// Drops the cached PE rows (the next encode computes them again): for cold timings,
+    /// or to give the memory back.
+    pub fn clear_pe_cache(&self) {
+        if let Ok(mut slot) = self.pe_cache.lock() {
+            *slot = None;
+        }
+    }
+
+    /// The cached PE rows covering positions `0..needed`, built (or grown) if the budget
+    /// allows; `None` sends the caller to per-call rows.
+    fn cached_pe_rows(&self, spec: &PeSpec, needed: u64) -> Option<PeCache> {
+        let row_bytes = u64::from(spec.dim()) * 4;
+        let cap_rows = self.max_binding.min(PE_CACHE_BUDGET) / row_bytes;
+        if needed == 0 || needed > cap_rows {
+            return None;
+        }
+        let mut slot = self.pe_cache.lock().ok()?;
+        if let Some(cache) = slot.as_ref()
+            && cache.spec == *spec
+            && u64::from(cache.rows) >= needed
+        {
+            return Some(cache.clone());
+        }
+        // Grow in powers of two so a decode loop rebuilds the cache O(log n) times.
+        let rows = needed.next_power_of_two().min(cap_rows) as u32;
+        let positions: Vec<u32> = (0..rows).collect();
+        let buffers =
+            TableBuffers::new(self, rows as usize, spec.dim() as usize, &flat_steps(spec), false);
+        let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("posenc.encode.pe_cache"),
+        });
+        self.record_table(spec, &buffers, &positions, &mut encoder);
+        self.queue.submit([encoder.finish()]);
+        let cache = PeCache { spec: *spec, rows, buffer: buffers.out };
+        *slot = Some(cache.clone());
+        Some(cache)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_encode(
+        &self,
+        spec: &PeSpec,
+        table: &GpuTable,
+        ids: ArrayView2<'_, u32>,
+        positions: ArrayView2<'_, u32>,
+        options: &EncodeOptions,
+        scale: Option<f32>,
+        mut sink: Sink<'_>,
+    ) -> Result<()> {
+        let dim = table.dim;
+        let ids: Vec<u32> = ids.iter().copied().collect();
+        let positions: Vec<u32> = positions.iter().copied().collect();
+        let n_tokens = ids.len();
+        let out_size = options.out_dtype.size();
+        let limits = self.device.limits();
+        let max_groups = limits.max_compute_workgroups_per_dimension;
+        // Tokens per chunk: the chunk's output and its PE rows (f32) each fit one binding,
+        // and the grid's y and z dimensions cover it.
+        let per_chunk = (self.max_binding / (dim as u64 * 4))
+            .min(u64::from(max_groups) * u64::from(max_groups))
+            .min(n_tokens as u64) as usize;
+        if per_chunk == 0 {
+            return Err(Error::Limit {
+                op: "encode",
+                what: "one output row",
+                requested: dim as u64 * 4,
+                limit_name: "max storage binding size",
+                limit: self.max_binding,
+            });
+        }
+        let fast = table.dtype == Dtype::F32
+            && options.out_dtype == Dtype::F32
+            && dim.is_multiple_of(4)
+            && table.chunks.len() == 1;
+        let max_position = positions.iter().copied().max().map_or(0, |p| u64::from(p) + 1);
+        self.scoped("encode", || {
+            let cache = self.cached_pe_rows(spec, max_position);
+            let per_call_pe = cache
+                .is_none()
+                .then(|| TableBuffers::new(self, per_chunk, dim, &flat_steps(spec), false));
+            let pe_buffer = match (&cache, &per_call_pe) {
+                (Some(c), _) => &c.buffer,
+                (None, Some(p)) => &p.out,
+                (None, None) => unreachable!("one of the two exists"),
+            };
+            let buffer = |label, size: u64, usage| {
+                self.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some(label),
+                    size,
+                    usage,
+                    mapped_at_creation: false,
+                })
+            };
+            use wgpu::BufferUsages as U;
+            let ids_buf =
+                buffer("posenc.encode.ids", per_chunk as u64 * 4, U::STORAGE | U::COPY_DST);
+            let slots_buf =
+                buffer("posenc.encode.slots", per_chunk as u64 * 4, U::STORAGE | U::COPY_DST);
+            let out_bytes = ((per_chunk * dim * out_size) as u64).next_multiple_of(4);
+            let out_buf = buffer("posenc.encode.out", out_bytes, U::STORAGE | U::COPY_SRC);
+            let staging = matches!(sink, Sink::Host(_))
+                .then(|| buffer("posenc.encode.staging", out_bytes, U::MAP_READ | U::COPY_DST));
+            let bind = |layout: &wgpu::BindGroupLayout,
+                        params: &wgpu::Buffer,
+                        table_buf: &wgpu::Buffer| {
+                self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some("posenc.encode.bind_group"),
+                    layout,
+                    entries: &[
+                        wgpu::BindGroupEntry { binding: 0, resource: params.as_entire_binding() },
+                        wgpu::BindGroupEntry { binding: 1, resource: ids_buf.as_entire_binding() },
+                        wgpu::BindGroupEntry {
+                            binding: 2,
+                            resource: slots_buf.as_entire_binding(),
+                        },
+                        wgpu::BindGroupEntry {
+                            binding: 3,
+                            resource: pe_buffer.as_entire_binding(),
+                        },
+                        wgpu::BindGroupEntry {
+                            binding: 4,
+                            resource: table_buf.as_entire_binding(),
+                        },
+                        wgpu::BindGroupEntry { binding: 5, resource: out_buf.as_entire_binding() },
+                    ],
+                })
+            };
+            // One uniform buffer and bind group per vocabulary chunk (each dispatch of a
+            // submission needs its own parameters), or one for the fast kernel.
+            let params_size =
+                if fast { size_of::<EncodeF32x4Params>() } else { size_of::<EncodeParams>() };
+            let passes: Vec<(wgpu::Buffer, wgpu::BindGroup)> = if fast {
+                let params = buffer(
+                    "posenc.encode_f32x4.params",
+                    params_size as u64,
+                    U::UNIFORM | U::COPY_DST,
+                );
+                let group = bind(&self.encode.fast_layout, &params, &table.chunks[0].buffer);
+                vec![(params, group)]
+            } else {
+                table
+                    .chunks
+                    .iter()
+                    .map(|chunk| {
+                        let params = buffer(
+                            "posenc.encode.params",
+                            params_size as u64,
+                            U::UNIFORM | U::COPY_DST,
+                        );
+                        let group = bind(&self.encode.layout, &params, &chunk.buffer);
+                        (params, group)
+                    })
+                    .collect()
+            };
+            let mut flags = 0;
+            if scale.is_some() {
+                flags |= FLAG_SCALE;
+            }
+            if options.pad_id.is_some() {
+                flags |= FLAG_PAD;
+            }
+            let row_words = if out_size == 4 { dim } else { dim / 2 } as u32;
+            let mut written = 0usize;
+            for start in (0..n_tokens).step_by(per_chunk) {
+                let end = (start + per_chunk).min(n_tokens);
+                let n = (end - start) as u32;
+                let mut encoder =
+                    self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                        label: Some("posenc.encode.encoder"),
+                    });
+                let slots = match &per_call_pe {
+                    None => positions[start..end].to_vec(),
+                    Some(pe) => {
+                        let chunk_pos =
+                            ArrayView2::from_shape((1, end - start), &positions[start..end])
+                                .expect("one row");
+                        let (unique, slots) = encode::unique_positions(chunk_pos);
+                        self.record_table(spec, pe, &unique, &mut encoder);
+                        slots
+                    }
+                };
+                self.queue.write_buffer(&ids_buf, 0, bytemuck::cast_slice(&ids[start..end]));
+                self.queue.write_buffer(&slots_buf, 0, bytemuck::cast_slice(&slots));
+                let gy = n.min(max_groups);
+                let gz = n.div_ceil(gy);
+                let x_items = if fast { dim as u32 / 4 } else { row_words };
+                let gx = x_items.div_ceil(WORKGROUP_SIZE);
+                for (k, (params_buf, bind_group)) in passes.iter().enumerate() {
+                    if fast {
+                        let params = EncodeF32x4Params {
+                            n_tokens: n,
+                            row_vecs: dim as u32 / 4,
+                            scale_bits: scale.unwrap_or(1.0).to_bits(),
+                            flags,
+                            pad_id: options.pad_id.unwrap_or(0),
+                            groups_y: gy,
+                            _pad: [0; 2],
+                        };
+                        self.queue.write_buffer(params_buf, 0, bytemuck::bytes_of(&params));
+                    } else {
+                        let chunk = &table.chunks[k];
+                        let params = EncodeParams {
+                            n_tokens: n,
+                            row_words,
+                            dim: dim as u32,
+                            vocab_lo: chunk.rows.start,
+                            vocab_hi: chunk.rows.end,
+                            scale_bits: scale.unwrap_or(1.0).to_bits(),
+                            flags: flags | if k == 0 { FLAG_FIRST } else { 0 },
+                            pad_id: options.pad_id.unwrap_or(0),
+                            in_dtype: table.dtype.code(),
+                            out_dtype: options.out_dtype.code(),
+                            groups_y: gy,
+                            _pad: 0,
+                        };
+                        self.queue.write_buffer(params_buf, 0, bytemuck::bytes_of(&params));
+                    }
+                    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: Some("posenc.encode.pass"),
+                        timestamp_writes: None,
+                    });
+                    pass.set_pipeline(if fast {
+                        &self.encode.fast_pipeline
+                    } else {
+                        &self.encode.pipeline
+                    });
+                    pass.set_bind_group(0, bind_group, &[]);
+                    pass.dispatch_workgroups(gx, gy, gz);
+                }
+                let chunk_bytes = ((end - start) * dim * out_size).next_multiple_of(4);
+                match (&mut sink, &staging) {
+                    (Sink::Host(dst), Some(staging)) => {
+                        encoder.copy_buffer_to_buffer(&out_buf, 0, staging, 0, chunk_bytes as u64);
+                        self.finish_and_read(
+                            "encode",
+                            encoder,
+                            staging,
+                            &mut dst[written..written + chunk_bytes],
+                        )?;
+                    }
+                    (Sink::Device(result), _) => {
+                        // dim is even, so every chunk is whole words and offsets stay aligned.
+                        encoder.copy_buffer_to_buffer(
+                            &out_buf,
+                            0,
+                            result,
+                            written as u64,
+                            chunk_bytes as u64,
+                        );
+                        let index = self.queue.submit([encoder.finish()]);
+                        // Wait before the next chunk reuses the chunk buffers.
+                        self.device
+                            .poll(wgpu::PollType::Wait {
+                                submission_index: Some(index),
+                                timeout: None,
+                            })
+                            .map_err(|e| Error::Gpu { op: "encode", message: e.to_string() })?;
+                    }
+                    (Sink::Host(_), None) => unreachable!("host sinks get a staging buffer"),
+                }
+                written += chunk_bytes;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Where an encode's chunks go: read back into host memory, or copied into one device buffer.
+enum Sink<'a> {
+    Host(&'a mut [u8]),
+    Device(&'a wgpu::Buffer),
+}
+
+fn shaped<T>(shape: (usize, usize, usize), values: impl Iterator<Item = T>) -> Array3<T> {
+    Array3::from_shape_vec(shape, values.collect()).expect("the shape matches")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_match_the_wgsl_struct_size() {
+        // Twelve u32 fields in shaders/encode.wgsl's Params.
+        assert_eq!(size_of::<EncodeParams>(), 48);
+        // Eight u32 fields in shaders/encode_f32x4.wgsl's Params.
+        assert_eq!(size_of::<EncodeF32x4Params>(), 32);
+    }
+}

@@ -1,0 +1,332 @@
+//! Embedding tables from files: one 2-D tensor of a `.safetensors` file, or a `.npy` array,
+//! stored as float32, float16 or bfloat16.
+//!
+//! Only the chosen tensor's bytes are read: a `.safetensors` header is parsed and checked
+//! (offsets contiguous, sizes matching dtype and shape, the data filling the file) before
+//! any tensor data is touched, so a checkpoint of many tensors costs one table's memory.
+
+use std::fs::File;
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::path::Path;
+
+use half::{bf16, f16};
+use ndarray::{Array2, Ix2};
+use safetensors::tensor::{Dtype as StDtype, Metadata};
+
+use crate::encode::Embeddings;
+use crate::error::{Error, Result};
+use crate::npy::{self, Expected, NpyArray, NpyDtype};
+
+/// The largest `.safetensors` header accepted, the limit the safetensors crate itself sets.
+pub const MAX_SAFETENSORS_HEADER: u64 = 100_000_000;
+
+/// How error messages name the array.
+const WHAT: &str = "weights";
+
+/// An embedding table `[vocab, dim]`, owned, in C order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Table {
+    /// float32 rows.
+    F32(Array2<f32>),
+    /// float16 rows.
+    F16(Array2<f16>),
+    /// bfloat16 rows.
+    Bf16(Array2<bf16>),
+}
+
+impl Table {
+    /// The table as the encode paths take it.
+    pub fn embeddings(&self) -> Embeddings<'_> {
+        match self {
+            Table::F32(a) => Embeddings::F32(a.view()),
+            Table::F16(a) => Embeddings::F16(a.view()),
+            Table::Bf16(a) => Embeddings::Bf16(a.view()),
+        }
+    }
+
+    /// `(vocab, dim)`.
+    pub fn dim(&self) -> (usize, usize) {
+        match self {
+            Table::F32(a) => a.dim(),
+            Table::F16(a) => a.dim(),
+            Table::Bf16(a) => a.dim(),
+        }
+    }
+}
+
+/// Loads an embedding table from a `.safetensors` file (recognised by content, not by
+/// name) or a `.npy` file (by its magic string).
+///
+/// `tensor` names the `.safetensors` tensor to load; without it the file must hold exactly
+/// one 2-D tensor. A `.npy` table must be `'<f4'` or `'<f2'`: NumPy has no bfloat16, so
+/// bfloat16 tables come from `.safetensors` only.
+///
+/// ```
+/// use std::collections::HashMap;
+/// use safetensors::tensor::{Dtype, TensorView};
+///
+/// let values: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+/// let view = TensorView::new(Dtype::F32, vec![2, 2], &values)?;
+/// let bytes = safetensors::serialize([("embed", view)], None)?;
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("model.safetensors");
+/// std::fs::write(&path, bytes)?;
+///
+/// let table = posenc::weights::load(&path, None)?;
+/// assert_eq!(table, posenc::weights::Table::F32(ndarray::array![[1.0, 2.0], [3.0, 4.0]]));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+/// All naming the file: [`Error::Io`] if it cannot be read; [`Error::Format`] if it is
+/// neither format or is malformed; [`Error::Tensor`] if the named tensor is missing, or none
+/// was named and the file does not hold exactly one 2-D tensor; [`Error::Dtype`] for a
+/// dtype other than F32/F16/BF16 (`'<f4'`/`'<f2'` in `.npy`); [`Error::Rank`] if the array
+/// is not 2-D; [`Error::InvalidParameter`] naming `tensor` if one is named for a `.npy`
+/// file.
+pub fn load(path: impl AsRef<Path>, tensor: Option<&str>) -> Result<Table> {
+    let path = path.as_ref();
+    let io_error = |source| Error::Io { path: path.to_path_buf(), source };
+    let mut file = File::open(path).map_err(io_error)?;
+    let len = file.metadata().map_err(io_error)?.len();
+    let mut magic = [0u8; npy::MAGIC.len()];
+    let is_npy = match file.read_exact(&mut magic) {
+        Ok(()) => &magic == npy::MAGIC,
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => false,
+        Err(e) => return Err(io_error(e)),
+    };
+    file.rewind().map_err(io_error)?;
+    if is_npy {
+        if let Some(name) = tensor {
+            return Err(Error::InvalidParameter {
+                field: "tensor",
+                value: name.to_string(),
+                allowed: "a tensor name only for .safetensors weights (a .npy holds one array)",
+            });
+        }
+        load_npy(BufReader::new(file), len, path)
+    } else {
+        load_safetensors(file, len, path, tensor)
+    }
+}
+
+fn load_npy(reader: impl Read, len: u64, path: &Path) -> Result<Table> {
+    let expected = Expected { what: WHAT, dtypes: &[NpyDtype::F32, NpyDtype::F16], ranks: &[2] };
+    let array = npy::read_from(reader, len, path, &expected).map_err(|e| match e {
+        Error::Dtype { path, what, dtype, allowed } => Error::Dtype {
+            path,
+            what,
+            dtype,
+            allowed: format!("{allowed} (bfloat16 tables: use .safetensors)"),
+        },
+        other => other,
+    })?;
+    const CHECKED: &str = "the reader checked the rank";
+    Ok(match array {
+        NpyArray::F32(a) => Table::F32(a.into_dimensionality::<Ix2>().expect(CHECKED)),
+        NpyArray::F16(a) => Table::F16(a.into_dimensionality::<Ix2>().expect(CHECKED)),
+        // The reader returns only the dtypes asked for; the match must still be total.
+        other => {
+            return Err(Error::Dtype {
+                path: path.to_path_buf(),
+                what: WHAT,
+                dtype: format!("'{}'", other.dtype().descr()),
+                allowed: "'<f4' or '<f2'".into(),
+            });
+        }
+    })
+}
+
+fn load_safetensors(mut file: File, len: u64, path: &Path, tensor: Option<&str>) -> Result<Table> {
+    let format_error =
+        |reason: String| Error::Format { path: path.to_path_buf(), format: ".safetensors", reason };
+    let io_error = |source: io::Error| {
+        if source.kind() == io::ErrorKind::UnexpectedEof {
+            format_error(format!("the file ended early (it is {len} bytes)"))
+        } else {
+            Error::Io { path: path.to_path_buf(), source }
+        }
+    };
+
+    if len < 8 {
+        return Err(format_error(format!(
+            "it is {len} bytes, too short for the 8-byte header length (nor is it a .npy file)"
+        )));
+    }
+    let mut n = [0u8; 8];
+    file.read_exact(&mut n).map_err(io_error)?;
+    let header_len = u64::from_le_bytes(n);
+    if header_len > MAX_SAFETENSORS_HEADER {
+        return Err(format_error(format!(
+            "the header length field says {header_len} bytes, over the limit of \
+             {MAX_SAFETENSORS_HEADER}"
+        )));
+    }
+    if header_len > len - 8 {
+        return Err(format_error(format!(
+            "the header length field says {header_len} bytes but only {} follow it",
+            len - 8
+        )));
+    }
+    let mut header = vec![0u8; header_len as usize];
+    file.read_exact(&mut header).map_err(io_error)?;
+    let metadata: Metadata = serde_json::from_slice(&header)
+        .map_err(|e| format_error(format!("the header is not valid: {e}")))?;
+    let data_start = 8 + header_len;
+    let data_len = metadata.data_len() as u64;
+    if data_start.checked_add(data_len) != Some(len) {
+        return Err(format_error(format!(
+            "the header describes {data_len} bytes of tensor data but {} follow it",
+            len - data_start
+        )));
+    }
+
+    let (name, info) = choose(&metadata, path, tensor)?;
+    if info.shape.len() != 2 {
+        return Err(Error::Rank {
+            path: path.to_path_buf(),
+            what: WHAT,
+            expected: vec![2],
+            actual: info.shape.clone(),
+        });
+    }
+    let shape = (info.shape[0], info.shape[1]);
+    if shape.0.max(shape.1) > isize::MAX as usize {
+        return Err(format_error(format!("the shape {:?} of {name:?} is too large", info.shape)));
+    }
+    // Metadata's own validation ties the byte range to the dtype and shape.
+    let offset = data_start + info.data_offsets.0 as u64;
+    file.seek(SeekFrom::Start(offset)).map_err(io_error)?;
+    let mut reader = BufReader::new(file);
+    Ok(match info.dtype {
+        StDtype::F32 => Table::F32(read_rows(&mut reader, shape).map_err(io_error)?),
+        StDtype::F16 => Table::F16(read_rows(&mut reader, shape).map_err(io_error)?),
+        StDtype::BF16 => Table::Bf16(read_rows(&mut reader, shape).map_err(io_error)?),
+        other => {
+            return Err(Error::Dtype {
+                path: path.to_path_buf(),
+                what: WHAT,
+                dtype: format!("{other:?} (tensor {name:?})"),
+                allowed: "F32, F16 or BF16".into(),
+            });
+        }
+    })
+}
+
+/// The tensor to load: the one named, or the file's only 2-D tensor.
+fn choose<'m>(
+    metadata: &'m Metadata,
+    path: &Path,
+    tensor: Option<&str>,
+) -> Result<(String, &'m safetensors::tensor::TensorInfo)> {
+    let mut available: Vec<String> = metadata
+        .tensors()
+        .into_iter()
+        .filter(|(_, info)| info.shape.len() == 2)
+        .map(|(name, _)| name)
+        .collect();
+    available.sort();
+    let fail = |problem: String, available: Vec<String>| Error::Tensor {
+        path: path.to_path_buf(),
+        problem,
+        available,
+    };
+    let name = match (tensor, available.as_slice()) {
+        (Some(name), _) => name.to_string(),
+        (None, [only]) => only.clone(),
+        (None, []) => return Err(fail("no tensor was named and none is 2-D".into(), available)),
+        (None, several) => {
+            let problem = format!("{} 2-D tensors and none named (--tensor NAME)", several.len());
+            return Err(fail(problem, available));
+        }
+    };
+    match metadata.info(&name) {
+        Some(info) => Ok((name, info)),
+        None => Err(fail(format!("no tensor named {name:?}"), available)),
+    }
+}
+
+/// Reads `shape`'s little-endian elements into an aligned array: the file's bytes may sit
+/// at any offset, so they are copied, never reinterpreted in place.
+fn read_rows<T: bytemuck::Pod>(
+    reader: &mut impl Read,
+    shape: (usize, usize),
+) -> io::Result<Array2<T>> {
+    let mut data = vec![T::zeroed(); shape.0 * shape.1];
+    reader.read_exact(bytemuck::cast_slice_mut(&mut data))?;
+    if cfg!(target_endian = "big") {
+        for element in bytemuck::cast_slice_mut::<T, u8>(&mut data).chunks_exact_mut(size_of::<T>())
+        {
+            element.reverse();
+        }
+    }
+    // The metadata bounds the element count by the file's size, and the caller each axis.
+    Ok(Array2::from_shape_vec(shape, data).expect("the data has the shape's length"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &tempfile::TempDir, name: &str, bytes: &[u8]) -> std::path::PathBuf {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    fn le<T: bytemuck::Pod>(values: &[T]) -> Vec<u8> {
+        values.iter().flat_map(|v| bytemuck::bytes_of(v).to_vec()).collect()
+    }
+
+    #[test]
+    fn tensors_at_unaligned_offsets_load_exactly() {
+        // serialize() orders tensors by alignment; a hand-written header puts an f32 tensor
+        // 3 bytes into the data, as other writers may.
+        let dir = tempfile::tempdir().unwrap();
+        let floats = [0.1f32, -2.5, 3.0, f32::MIN_POSITIVE];
+        let halves: Vec<bf16> = (0..6).map(|k| bf16::from_f32(k as f32 - 2.5)).collect();
+        let header = r#"{"a":{"dtype":"U8","shape":[3],"data_offsets":[0,3]},"#.to_string()
+            + r#""b":{"dtype":"F32","shape":[2,2],"data_offsets":[3,19]},"#
+            + r#""c":{"dtype":"BF16","shape":[3,2],"data_offsets":[19,31]}}"#;
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header.as_bytes());
+        bytes.extend_from_slice(&[7, 7, 7]);
+        bytes.extend_from_slice(&le(&floats));
+        bytes.extend_from_slice(&le(&halves));
+        let path = write(&dir, "m.safetensors", &bytes);
+        let f = load(&path, Some("b")).unwrap();
+        assert_eq!(f, Table::F32(Array2::from_shape_vec((2, 2), floats.to_vec()).unwrap()));
+        let bf = load(&path, Some("c")).unwrap();
+        assert_eq!(bf, Table::Bf16(Array2::from_shape_vec((3, 2), halves).unwrap()));
+        assert!(matches!(load(&path, None), Err(Error::Tensor { available, .. })
+            if available == ["b", "c"]));
+    }
+
+    #[test]
+    fn header_lengths_past_the_file_are_format_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bytes = 1000u64.to_le_bytes().to_vec();
+        bytes.extend_from_slice(b"{}");
+        let path = write(&dir, "short.safetensors", &bytes);
+        match load(&path, None) {
+            Err(Error::Format { reason, .. }) => {
+                assert_eq!(reason, "the header length field says 1000 bytes but only 2 follow it")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn npy_tables_load_and_name_no_tensor() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = ndarray::array![[f16::ONE, f16::ZERO], [f16::NEG_ONE, f16::MAX]];
+        let mut bytes = Vec::new();
+        npy::write(&mut bytes, table.view()).unwrap();
+        let path = write(&dir, "t.npy", &bytes);
+        assert_eq!(load(&path, None).unwrap(), Table::F16(table));
+        assert!(matches!(
+            load(&path, Some("x")),
+            Err(Error::InvalidParameter { field: "tensor", .. })
+        ));
+    }
+}

@@ -1,0 +1,318 @@
+//! The GPU encode against its CPU twin on seeded random problems: every storage type, every
+//! position builder, forced chunking. Bit for bit without a scale.
+
+mod common;
+
+use common::{Rng, gpu};
+use half::{bf16, f16};
+use ndarray::{Array2, Axis};
+use posenc::encode::{Dtype, Embeddings, EncodeOptions, Encoded, Scale};
+use posenc::{PeSpec, cpu, positions};
+
+/// A random table in the requested storage type, values in [-2, 2).
+struct Table {
+    f32: Array2<f32>,
+    f16: Array2<f16>,
+    bf16: Array2<bf16>,
+}
+
+impl Table {
+    fn new(rng: &mut Rng, vocab: usize, dim: usize) -> Self {
+        let f32 =
+            Array2::from_shape_fn((vocab, dim), |_| (rng.next_u32() as f32 / 2f32.powi(30)) - 2.0);
+        Self { f16: f32.mapv(f16::from_f32), bf16: f32.mapv(bf16::from_f32), f32 }
+    }
+    fn view(&self, dtype: Dtype) -> Embeddings<'_> {
+        match dtype {
+            Dtype::F32 => Embeddings::F32(self.f32.view()),
+            Dtype::F16 => Embeddings::F16(self.f16.view()),
+            Dtype::Bf16 => Embeddings::Bf16(self.bf16.view()),
+        }
+    }
+}
+
+const DTYPES: [Dtype; 3] = [Dtype::F32, Dtype::F16, Dtype::Bf16];
+
+fn assert_same_bits(what: &str, gpu: &Encoded, cpu: &Encoded) {
+    assert_eq!(gpu.dim(), cpu.dim(), "{what}: shapes differ");
+    let (g, c) = (gpu.bits(), cpu.bits());
+    if let Some(i) = g.iter().zip(&c).position(|(a, b)| a != b) {
+        let dim = gpu.dim().2;
+        panic!(
+            "{what}: first difference at token {}, column {}: gpu {:#x}, cpu {:#x}",
+            i / dim,
+            i % dim,
+            g[i],
+            c[i]
+        );
+    }
+}
+
+fn random_ids(rng: &mut Rng, batch: usize, len: usize, vocab: usize) -> Array2<u32> {
+    Array2::from_shape_fn((batch, len), |_| rng.below(vocab as u64) as u32)
+}
+
+#[test]
+fn gpu_equals_cpu_bit_for_bit_on_random_problems() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(31);
+    for case in 0..24 {
+        let vocab = 1 + rng.below(300) as usize;
+        let dim = 2 * (1 + rng.below(70) as usize);
+        let batch = 1 + rng.below(4) as usize;
+        let len = [1, 3, 5, 17, 255, 257][rng.below(6) as usize];
+        let spec = PeSpec::new(dim as u32).unwrap();
+        let table = Table::new(&mut rng, vocab, dim);
+        let ids = random_ids(&mut rng, batch, len, vocab);
+        let pos = Array2::from_shape_fn((batch, len), |_| rng.next_u32());
+        for in_dtype in DTYPES {
+            let uploaded = ctx.upload_table(table.view(in_dtype)).unwrap();
+            for out_dtype in DTYPES {
+                let options = EncodeOptions { out_dtype, ..Default::default() };
+                let g = ctx.encode(&spec, &uploaded, ids.view(), pos.view(), &options).unwrap();
+                let c = cpu::encode(&spec, table.view(in_dtype), ids.view(), pos.view(), &options)
+                    .unwrap();
+                let what = format!(
+                    "case {case}: V={vocab} D={dim} B={batch} L={len} {in_dtype:?}->{out_dtype:?}"
+                );
+                assert_same_bits(&what, &g, &c);
+            }
+        }
+    }
+}
+
+/// With a scale, `s * e + pe` may be fused into one fma on some backends (WGSL allows it)
+/// and is two roundings on the CPU. The two differ by at most the product's rounding, half
+/// an ulp of `s * e`, plus the final roundings: within one ulp at the magnitude of the
+/// larger operand. lavapipe and llvmpipe do not fuse, so here they agree exactly too.
+#[test]
+fn gpu_with_a_scale_is_within_one_ulp_of_the_operands() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(32);
+    let (vocab, dim, batch, len) = (97, 66, 3, 29);
+    let spec = PeSpec::new(dim as u32).unwrap();
+    let table = Table::new(&mut rng, vocab, dim);
+    let uploaded = ctx.upload_table(table.view(Dtype::F32)).unwrap();
+    let ids = random_ids(&mut rng, batch, len, vocab);
+    let pos = positions::contiguous_batch(batch, len);
+    for scale in [Scale::SqrtDim, Scale::Value(0.125), Scale::Value(-3.7)] {
+        let options = EncodeOptions { scale, ..Default::default() };
+        let g = ctx
+            .encode(&spec, &uploaded, ids.view(), pos.view(), &options)
+            .unwrap()
+            .into_f32()
+            .unwrap();
+        let c = cpu::encode(&spec, table.view(Dtype::F32), ids.view(), pos.view(), &options)
+            .unwrap()
+            .into_f32()
+            .unwrap();
+        let s = scale.factor(dim).unwrap().unwrap();
+        let pe = cpu::table(&spec, &(0..len as u32).collect::<Vec<_>>());
+        for ((b, t, col), &gv) in g.indexed_iter() {
+            let operand =
+                (s * table.f32[[ids[[b, t]] as usize, col]]).abs().max(pe[[t, col]].abs());
+            let ulp = f32::EPSILON * operand.max(f32::MIN_POSITIVE);
+            assert!(
+                (gv - c[[b, t, col]]).abs() <= ulp,
+                "{scale:?} at {b},{t},{col}: gpu {gv}, cpu {}",
+                c[[b, t, col]]
+            );
+        }
+    }
+}
+
+#[test]
+fn gpu_equals_cpu_for_every_position_builder() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(33);
+    let (vocab, dim, batch, len) = (50, 12, 3, 9);
+    let spec = PeSpec::new(dim as u32).unwrap();
+    let table = Table::new(&mut rng, vocab, dim);
+    let uploaded = ctx.upload_table(table.view(Dtype::Bf16)).unwrap();
+    let mut ids = random_ids(&mut rng, batch, len, vocab);
+    let pad = 0u32;
+    // Left padding: row b starts with b pad tokens.
+    for b in 0..batch {
+        for t in 0..b {
+            ids[[b, t]] = pad;
+        }
+        for t in b..len {
+            if ids[[b, t]] == pad {
+                ids[[b, t]] = 1;
+            }
+        }
+    }
+    let builders = [
+        ("contiguous", positions::contiguous_batch(batch, len), None),
+        (
+            "offsets",
+            positions::from_offsets(&[0, 1000, u32::MAX - len as u32 + 1], len).unwrap(),
+            None,
+        ),
+        ("left padded", positions::left_padded(ids.view(), pad), Some(pad)),
+        ("packed", positions::packed(len, &[vec![], vec![4], vec![2, 3, 7]]).unwrap(), None),
+    ];
+    for (name, pos, pad_id) in builders {
+        let options = EncodeOptions { pad_id, ..Default::default() };
+        let g = ctx.encode(&spec, &uploaded, ids.view(), pos.view(), &options).unwrap();
+        let c =
+            cpu::encode(&spec, table.view(Dtype::Bf16), ids.view(), pos.view(), &options).unwrap();
+        assert_same_bits(name, &g, &c);
+        if pad_id.is_some() {
+            let out = g.into_f32().unwrap();
+            // Row 2 starts with two pad tokens: all-zero rows; its first real token is at
+            // position 0, so it equals row 0's computation for the same id.
+            assert!(out.index_axis(Axis(0), 2).index_axis(Axis(0), 0).iter().all(|&v| v == 0.0));
+            assert!(out.index_axis(Axis(0), 2).index_axis(Axis(0), 1).iter().all(|&v| v == 0.0));
+            assert!(out.index_axis(Axis(0), 2).index_axis(Axis(0), 2).iter().any(|&v| v != 0.0));
+        }
+    }
+}
+
+#[test]
+fn gpu_chunks_tables_and_outputs_beyond_the_binding_cap() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(34);
+    let (vocab, dim, batch, len) = (301, 30, 2, 77);
+    let spec = PeSpec::new(dim as u32).unwrap();
+    let table = Table::new(&mut rng, vocab, dim);
+    let ids = random_ids(&mut rng, batch, len, vocab);
+    let pos = Array2::from_shape_fn((batch, len), |_| rng.next_u32());
+    // 1 KiB bindings: 8 f32 rows (or 17 half rows) per table chunk, 8 tokens per chunk.
+    let small = ctx.with_max_binding_size(1024);
+    for in_dtype in DTYPES {
+        let uploaded = small.upload_table(table.view(in_dtype)).unwrap();
+        assert!(uploaded.n_chunks() > 10, "{in_dtype:?}: {} chunks", uploaded.n_chunks());
+        for out_dtype in DTYPES {
+            let options =
+                EncodeOptions { out_dtype, pad_id: Some(ids[[0, 3]]), ..Default::default() };
+            let g = small.encode(&spec, &uploaded, ids.view(), pos.view(), &options).unwrap();
+            let c =
+                cpu::encode(&spec, table.view(in_dtype), ids.view(), pos.view(), &options).unwrap();
+            assert_same_bits(&format!("chunked {in_dtype:?}->{out_dtype:?}"), &g, &c);
+        }
+    }
+}
+
+#[test]
+fn gpu_rejects_bad_input_before_any_work() {
+    let Some(ctx) = gpu() else { return };
+    let spec = PeSpec::new(4).unwrap();
+    let table = Array2::<f32>::zeros((10, 4));
+    let uploaded = ctx.upload_table(Embeddings::F32(table.view())).unwrap();
+    let ids = ndarray::array![[1u32, 2, 3], [4, 10, 5]];
+    let pos = positions::contiguous_batch(2, 3);
+    let err = ctx
+        .encode(&spec, &uploaded, ids.view(), pos.view(), &EncodeOptions::default())
+        .unwrap_err();
+    match err {
+        posenc::Error::TokenId { row: 1, col: 1, ref id, vocab: 10 } if id == "10" => {}
+        other => panic!("{other}"),
+    }
+    let bad_pos = positions::contiguous_batch(2, 2);
+    let ok_ids = ndarray::array![[1u32, 2, 3], [4, 9, 5]];
+    assert!(matches!(
+        ctx.encode(&spec, &uploaded, ok_ids.view(), bad_pos.view(), &EncodeOptions::default()),
+        Err(posenc::Error::Shape { .. })
+    ));
+    let nan = EncodeOptions { scale: Scale::Value(f32::NAN), ..Default::default() };
+    assert!(matches!(
+        ctx.encode(&spec, &uploaded, ok_ids.view(), pos.view(), &nan),
+        Err(posenc::Error::InvalidParameter { field: "scale", .. })
+    ));
+    let other_dim = PeSpec::new(6).unwrap();
+    assert!(matches!(
+        ctx.encode(&other_dim, &uploaded, ok_ids.view(), pos.view(), &EncodeOptions::default()),
+        Err(posenc::Error::Shape { .. })
+    ));
+    let empty = Array2::<u32>::zeros((0, 3));
+    let out = ctx
+        .encode(&spec, &uploaded, empty.view(), empty.view(), &EncodeOptions::default())
+        .unwrap();
+    assert_eq!(out.dim(), (0, 3, 4));
+}
+
+/// Reads a whole device buffer back, for checking results left on the GPU.
+fn read_back(ctx: &posenc::gpu::Context, buffer: &wgpu::Buffer) -> Vec<u8> {
+    let staging = ctx.device().create_buffer(&wgpu::BufferDescriptor {
+        label: Some("test.staging"),
+        size: buffer.size(),
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mut encoder = ctx.device().create_command_encoder(&Default::default());
+    encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, buffer.size());
+    ctx.queue().submit([encoder.finish()]);
+    staging.slice(..).map_async(wgpu::MapMode::Read, |r| r.unwrap());
+    ctx.device().poll(wgpu::PollType::wait_indefinitely()).unwrap();
+    staging.slice(..).get_mapped_range().unwrap().to_vec()
+}
+
+#[test]
+fn results_can_stay_on_the_device() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(35);
+    let (vocab, dim, batch, len) = (64, 10, 3, 21);
+    let spec = PeSpec::new(dim as u32).unwrap();
+    let table = Table::new(&mut rng, vocab, dim);
+    let ids = random_ids(&mut rng, batch, len, vocab);
+    let pos = positions::from_offsets(&[3, 7, 1 << 30], len).unwrap();
+    // Also through chunks: 256-byte bindings hold 6 f32 rows.
+    for ctx in [ctx.clone(), ctx.with_max_binding_size(256)] {
+        for out_dtype in DTYPES {
+            let options = EncodeOptions { out_dtype, ..Default::default() };
+            let uploaded = ctx.upload_table(table.view(Dtype::F16)).unwrap();
+            let buffer =
+                ctx.encode_to_buffer(&spec, &uploaded, ids.view(), pos.view(), &options).unwrap();
+            let bytes = read_back(&ctx, &buffer);
+            let c = cpu::encode(&spec, table.view(Dtype::F16), ids.view(), pos.view(), &options)
+                .unwrap();
+            let got: Vec<u32> = match out_dtype {
+                Dtype::F32 => bytes
+                    .chunks_exact(4)
+                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect(),
+                _ => bytes
+                    .chunks_exact(2)
+                    .map(|b| u32::from(u16::from_le_bytes([b[0], b[1]])))
+                    .collect(),
+            };
+            assert_eq!(&got[..c.bits().len()], &c.bits()[..], "{out_dtype:?}");
+        }
+    }
+}
+
+/// The PE-row cache (positions 0..n kept on the device) must be invisible: a decode loop
+/// that grows it, a switch of spec that replaces it, and a cleared cache all give the CPU's
+/// bits, on the vec4 fast kernel (f32, dim % 4 == 0) and on the general one.
+#[test]
+fn cached_pe_rows_are_invisible() {
+    let Some(ctx) = gpu() else { return };
+    let ctx = ctx.with_max_binding_size(u64::MAX); // a private cache for this test
+    let mut rng = Rng::new(36);
+    let vocab = 33;
+    for (dim, dtype) in [(64usize, Dtype::F32), (64, Dtype::Bf16), (18, Dtype::F32)] {
+        let spec = PeSpec::new(dim as u32).unwrap();
+        let table = Table::new(&mut rng, vocab, dim);
+        let uploaded = ctx.upload_table(table.view(dtype)).unwrap();
+        let options = EncodeOptions::default();
+        // A prompt of 5 tokens, then one token at a time up to position 40.
+        let mut offsets = vec![0u32, 3];
+        let mut len = 5;
+        for step in 0..12 {
+            if step == 6 {
+                ctx.clear_pe_cache();
+            }
+            let ids = random_ids(&mut rng, 2, len, vocab);
+            let pos = positions::from_offsets(&offsets, len).unwrap();
+            let g = ctx.encode(&spec, &uploaded, ids.view(), pos.view(), &options).unwrap();
+            let c =
+                cpu::encode(&spec, table.view(dtype), ids.view(), pos.view(), &options).unwrap();
+            assert_same_bits(&format!("d={dim} {dtype:?} step {step}"), &g, &c);
+            for o in &mut offsets {
+                *o += len as u32;
+            }
+            len = 1 + step % 3;
+        }
+    }
+}
