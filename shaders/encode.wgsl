@@ -35,11 +35,14 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
+// Tokens arrive sorted by PE row, so the tokens sharing a row run back to back and read it
+// from cache; order[g] is where sorted token g's output row goes.
 @group(0) @binding(1) var<storage, read> ids: array<u32>;
 @group(0) @binding(2) var<storage, read> slots: array<u32>;
-@group(0) @binding(3) var<storage, read> pe: array<u32>;
-@group(0) @binding(4) var<storage, read> table: array<u32>;
-@group(0) @binding(5) var<storage, read_write> out: array<u32>;
+@group(0) @binding(3) var<storage, read> order: array<u32>;
+@group(0) @binding(4) var<storage, read> pe: array<u32>;
+@group(0) @binding(5) var<storage, read> table: array<u32>;
+@group(0) @binding(6) var<storage, read_write> out: array<u32>;
 
 fn load_table_bits(i: u32) -> u32 {
     if params.in_dtype == DTYPE_F32 {
@@ -76,7 +79,7 @@ fn encode(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index)
     if token >= params.n_tokens || x >= params.row_words {
         return;
     }
-    let w = token * params.row_words + x;
+    let w = order[token] * params.row_words + x;
     let id = ids[token];
     if (params.flags & FLAG_PAD) != 0u && id == params.pad_id {
         out[w] = 0u;

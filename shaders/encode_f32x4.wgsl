@@ -19,11 +19,14 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
+// Tokens arrive sorted by PE row, so the tokens sharing a row run back to back and read it
+// from cache; order[g] is where sorted token g's output row goes.
 @group(0) @binding(1) var<storage, read> ids: array<u32>;
 @group(0) @binding(2) var<storage, read> slots: array<u32>;
-@group(0) @binding(3) var<storage, read> pe: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read> table: array<vec4<f32>>;
-@group(0) @binding(5) var<storage, read_write> out: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> order: array<u32>;
+@group(0) @binding(4) var<storage, read> pe: array<vec4<f32>>;
+@group(0) @binding(5) var<storage, read> table: array<vec4<f32>>;
+@group(0) @binding(6) var<storage, read_write> out: array<vec4<f32>>;
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn encode_f32x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
@@ -32,7 +35,7 @@ fn encode_f32x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_
     if token >= params.n_tokens || x >= params.row_vecs {
         return;
     }
-    let w = token * params.row_vecs + x;
+    let w = order[token] * params.row_vecs + x;
     let id = ids[token];
     if (params.flags & FLAG_PAD) != 0u && id == params.pad_id {
         out[w] = vec4<f32>(0.0);

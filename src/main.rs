@@ -70,6 +70,48 @@ enum Command {
     /// naive float32 and for posenc, at positions near 2^16 ... 2^32-1.
     #[command(after_help = EXIT_STATUS_HELP)]
     Accuracy(AccuracyArgs),
+    /// Time the encode and the table on the CPU and the GPU, each against a copy ceiling
+    /// measured in the same run over the same bytes, and check the two encodes agree.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Args)]
+struct BenchArgs {
+    /// Sequences per batch.
+    #[arg(long, value_name = "B", default_value_t = 8)]
+    batch: usize,
+    /// Tokens per sequence (positions 0..L).
+    #[arg(long, value_name = "L", default_value_t = 1024)]
+    len: usize,
+    /// Model dimension, even.
+    #[arg(long, value_name = "D", default_value_t = 1024)]
+    dim: usize,
+    /// Vocabulary rows.
+    #[arg(long, value_name = "V", default_value_t = 32000)]
+    vocab: usize,
+    /// Embedding table storage type.
+    #[arg(long, value_enum, default_value_t = OutDtype::F32)]
+    dtype: OutDtype,
+    /// Which paths to time.
+    #[arg(long, value_enum, default_value_t = BenchDevice::Both)]
+    device: BenchDevice,
+    /// Timed runs per item, after one warm-up.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    repeats: usize,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BenchDevice {
+    /// The CPU path only.
+    Cpu,
+    /// The GPU path only.
+    Gpu,
+    /// Both, with the GPU/CPU speed ratio.
+    Both,
 }
 
 #[derive(Debug, Args)]
@@ -286,6 +328,7 @@ fn main() -> ExitCode {
         Command::Encode(args) => encode(&args),
         Command::Devices { json } => devices(json),
         Command::Accuracy(args) => accuracy(&args),
+        Command::Bench(args) => bench(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -684,6 +727,44 @@ fn to_stdout(write: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result<(),
             Err(Error::Io { path: PathBuf::from("<stdout>"), source: e }.into())
         }
         _ => Ok(()),
+    }
+}
+
+fn bench(args: &BenchArgs) -> Result<(), Failure> {
+    let config = posenc::bench::Config {
+        batch: args.batch,
+        len: args.len,
+        dim: args.dim,
+        vocab: args.vocab,
+        dtype: args.dtype.into(),
+        devices: match args.device {
+            BenchDevice::Cpu => posenc::bench::Devices::Cpu,
+            BenchDevice::Gpu => posenc::bench::Devices::Gpu,
+            BenchDevice::Both => posenc::bench::Devices::Both,
+        },
+        repeats: args.repeats,
+    };
+    // Progress only where a person watches, and only once the run has taken a second.
+    let interactive = io::stderr().is_terminal();
+    let start = std::time::Instant::now();
+    let mut shown = false;
+    let report = posenc::bench::run(&config, |step| {
+        if interactive && start.elapsed().as_secs_f64() > 1.0 {
+            eprint!("\r\x1b[Kposenc bench: {step} ...");
+            shown = true;
+        }
+    });
+    if shown {
+        eprint!("\r\x1b[K");
+    }
+    let report = report?;
+    if args.json {
+        to_stdout(|w| {
+            serde_json::to_writer_pretty(&mut *w, &report)?;
+            w.write_all(b"\n")
+        })
+    } else {
+        to_stdout(|w| w.write_all(report.to_table().as_bytes()))
     }
 }
 

@@ -18,6 +18,7 @@ pub const KERNELS: &[(&str, &str)] = &[
     ("table", include_str!("../shaders/table.wgsl")),
     ("encode", include_str!("../shaders/encode.wgsl")),
     ("encode_f32x4", include_str!("../shaders/encode_f32x4.wgsl")),
+    ("copy", include_str!("../shaders/copy.wgsl")),
 ];
 
 fn prelude() -> String {

@@ -550,3 +550,55 @@ fn accuracy_report_on_gpu() {
     assert!(text.contains("posenc on gpu: "), "{text}");
     check_accuracy_report(&text);
 }
+
+#[test]
+fn bench_prints_json_with_every_item_and_agreement() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_posenc"))
+        .args([
+            "bench",
+            "--batch",
+            "2",
+            "--len",
+            "8",
+            "--dim",
+            "16",
+            "--vocab",
+            "50",
+            "--repeats",
+            "2",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> =
+        report["results"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
+    for name in ["cpu_encode", "cpu_table", "cpu_copy_ceiling"] {
+        assert!(names.contains(&name), "{names:?}");
+    }
+    for r in report["results"].as_array().unwrap() {
+        for key in ["median_s", "gbps", "ceiling_gbps", "ratio"] {
+            assert!(r[key].as_f64().unwrap() > 0.0, "{r}");
+        }
+    }
+    assert_eq!(report["sizes"]["dim"], 16);
+    // With a GPU the two encodes are compared bit for bit and must agree.
+    if names.contains(&"gpu_encode") {
+        assert_eq!(report["agree"], true);
+        assert!(report["adapter"]["name"].is_string());
+    }
+}
+
+#[test]
+fn bench_rejects_bad_sizes_with_one_line() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_posenc"))
+        .args(["bench", "--dim", "7", "--device", "cpu"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("posenc:")).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].contains("dim"), "{stderr}");
+}

@@ -79,8 +79,8 @@ pub(super) struct EncodeKernel {
 
 impl EncodeKernel {
     pub(super) fn new(device: &wgpu::Device) -> Self {
-        let (layout, pipeline) = super::build_kernel(device, "encode", 5);
-        let (fast_layout, fast_pipeline) = super::build_kernel(device, "encode_f32x4", 5);
+        let (layout, pipeline) = super::build_kernel(device, "encode", 6);
+        let (fast_layout, fast_pipeline) = super::build_kernel(device, "encode_f32x4", 6);
         Self { layout, pipeline, fast_layout, fast_pipeline }
     }
 }
@@ -275,6 +275,37 @@ impl Context {
         Ok(out)
     }
 
+    /// Like [`Context::encode_to_buffer`], writing into a buffer the caller owns (and can
+    /// reuse across calls): it needs `STORAGE | COPY_DST` usage and at least
+    /// `batch * len * dim` elements of `options.out_dtype`, rounded up to whole words.
+    ///
+    /// # Errors
+    /// As [`Context::encode`]; [`Error::Shape`] if `out` is too small.
+    pub fn encode_into_buffer(
+        &self,
+        spec: &PeSpec,
+        table: &GpuTable,
+        ids: ArrayView2<'_, u32>,
+        positions: ArrayView2<'_, u32>,
+        options: &EncodeOptions,
+        out: &wgpu::Buffer,
+    ) -> Result<()> {
+        let scale = encode::check(spec, table.dim(), ids, positions, options)?;
+        let bytes = (ids.len() * table.dim * options.out_dtype.size()).next_multiple_of(4) as u64;
+        if out.size() < bytes {
+            return Err(Error::Shape {
+                op: "encode_into_buffer",
+                what: "output buffer bytes",
+                expected: format!("at least {bytes}"),
+                actual: out.size().to_string(),
+            });
+        }
+        if bytes > 0 {
+            self.run_encode(spec, table, ids, positions, options, scale, Sink::Device(out))?;
+        }
+        Ok(())
+    }
+
     /// Drops the cached PE rows (the next encode computes them again): for cold timings,
     /// or to give the memory back.
     pub fn clear_pe_cache(&self) {
@@ -360,21 +391,32 @@ impl Context {
                 (None, Some(p)) => &p.out,
                 (None, None) => unreachable!("one of the two exists"),
             };
-            let buffer = |label, size: u64, usage| {
-                self.device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some(label),
-                    size,
-                    usage,
-                    mapped_at_creation: false,
-                })
-            };
+            let buffer = |label, size: u64, usage| self.pool.take(&self.device, label, size, usage);
             use wgpu::BufferUsages as U;
             let ids_buf =
                 buffer("posenc.encode.ids", per_chunk as u64 * 4, U::STORAGE | U::COPY_DST);
             let slots_buf =
                 buffer("posenc.encode.slots", per_chunk as u64 * 4, U::STORAGE | U::COPY_DST);
+            let order_buf =
+                buffer("posenc.encode.order", per_chunk as u64 * 4, U::STORAGE | U::COPY_DST);
             let out_bytes = ((per_chunk * dim * out_size) as u64).next_multiple_of(4);
-            let out_buf = buffer("posenc.encode.out", out_bytes, U::STORAGE | U::COPY_SRC);
+            // A device sink that one chunk fills is bound directly: no copy afterwards.
+            let direct = match &sink {
+                Sink::Device(result)
+                    if per_chunk == n_tokens && result.size() <= self.max_binding =>
+                {
+                    Some((*result).clone())
+                }
+                _ => None,
+            };
+            let pooled_out = direct
+                .is_none()
+                .then(|| buffer("posenc.encode.out", out_bytes, U::STORAGE | U::COPY_SRC));
+            let out_buf: &wgpu::Buffer = match (&direct, &pooled_out) {
+                (Some(result), _) => result,
+                (None, Some(pooled)) => pooled,
+                (None, None) => unreachable!("one of the two exists"),
+            };
             let staging = matches!(sink, Sink::Host(_))
                 .then(|| buffer("posenc.encode.staging", out_bytes, U::MAP_READ | U::COPY_DST));
             let bind = |layout: &wgpu::BindGroupLayout,
@@ -392,13 +434,17 @@ impl Context {
                         },
                         wgpu::BindGroupEntry {
                             binding: 3,
-                            resource: pe_buffer.as_entire_binding(),
+                            resource: order_buf.as_entire_binding(),
                         },
                         wgpu::BindGroupEntry {
                             binding: 4,
+                            resource: pe_buffer.as_entire_binding(),
+                        },
+                        wgpu::BindGroupEntry {
+                            binding: 5,
                             resource: table_buf.as_entire_binding(),
                         },
-                        wgpu::BindGroupEntry { binding: 5, resource: out_buf.as_entire_binding() },
+                        wgpu::BindGroupEntry { binding: 6, resource: out_buf.as_entire_binding() },
                     ],
                 })
             };
@@ -406,7 +452,7 @@ impl Context {
             // submission needs its own parameters), or one for the fast kernel.
             let params_size =
                 if fast { size_of::<EncodeF32x4Params>() } else { size_of::<EncodeParams>() };
-            let passes: Vec<(wgpu::Buffer, wgpu::BindGroup)> = if fast {
+            let passes: Vec<(super::PooledBuffer, wgpu::BindGroup)> = if fast {
                 let params = buffer(
                     "posenc.encode_f32x4.params",
                     params_size as u64,
@@ -456,8 +502,15 @@ impl Context {
                         slots
                     }
                 };
-                self.queue.write_buffer(&ids_buf, 0, bytemuck::cast_slice(&ids[start..end]));
-                self.queue.write_buffer(&slots_buf, 0, bytemuck::cast_slice(&slots));
+                // Sorted by PE row (stable, so ties keep token order): tokens sharing a row
+                // run back to back on the device and find it in cache.
+                let mut order: Vec<u32> = (0..n).collect();
+                order.sort_by_key(|&g| slots[g as usize]);
+                let sorted_ids: Vec<u32> = order.iter().map(|&g| ids[start + g as usize]).collect();
+                let sorted_slots: Vec<u32> = order.iter().map(|&g| slots[g as usize]).collect();
+                self.queue.write_buffer(&ids_buf, 0, bytemuck::cast_slice(&sorted_ids));
+                self.queue.write_buffer(&slots_buf, 0, bytemuck::cast_slice(&sorted_slots));
+                self.queue.write_buffer(&order_buf, 0, bytemuck::cast_slice(&order));
                 let gy = n.min(max_groups);
                 let gz = n.div_ceil(gy);
                 let x_items = if fast { dim as u32 / 4 } else { row_words };
@@ -507,7 +560,7 @@ impl Context {
                 let chunk_bytes = ((end - start) * dim * out_size).next_multiple_of(4);
                 match (&mut sink, &staging) {
                     (Sink::Host(dst), Some(staging)) => {
-                        encoder.copy_buffer_to_buffer(&out_buf, 0, staging, 0, chunk_bytes as u64);
+                        encoder.copy_buffer_to_buffer(out_buf, 0, staging, 0, chunk_bytes as u64);
                         self.finish_and_read(
                             "encode",
                             encoder,
@@ -517,13 +570,15 @@ impl Context {
                     }
                     (Sink::Device(result), _) => {
                         // dim is even, so every chunk is whole words and offsets stay aligned.
-                        encoder.copy_buffer_to_buffer(
-                            &out_buf,
-                            0,
-                            result,
-                            written as u64,
-                            chunk_bytes as u64,
-                        );
+                        if direct.is_none() {
+                            encoder.copy_buffer_to_buffer(
+                                out_buf,
+                                0,
+                                result,
+                                written as u64,
+                                chunk_bytes as u64,
+                            );
+                        }
                         let index = self.queue.submit([encoder.finish()]);
                         // Wait before the next chunk reuses the chunk buffers.
                         self.device

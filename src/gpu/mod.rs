@@ -3,11 +3,13 @@
 
 mod encode;
 mod table;
+mod timing;
 
 use std::sync::{Arc, Mutex};
 
 pub use encode::{EncodeF32x4Params, EncodeParams, GpuTable, PE_CACHE_BUDGET};
 pub use table::TableParams;
+pub use timing::CopyParams;
 
 use crate::error::{Error, Result};
 
@@ -141,6 +143,8 @@ pub struct Context {
     table: table::TableKernel,
     encode: encode::EncodeKernel,
     pe_cache: Arc<Mutex<Option<encode::PeCache>>>,
+    pool: Arc<BufferPool>,
+    copy: timing::CopyKernel,
 }
 
 impl std::fmt::Debug for Context {
@@ -199,7 +203,20 @@ impl Context {
         let table = table::TableKernel::new(&device);
         let encode = encode::EncodeKernel::new(&device);
         let pe_cache = Arc::new(Mutex::new(None));
-        Ok(Self { adapter, device, queue, max_binding, uncaptured, table, encode, pe_cache })
+        let pool = Arc::new(BufferPool::default());
+        let copy = timing::CopyKernel::new(&device);
+        Ok(Self {
+            adapter,
+            device,
+            queue,
+            max_binding,
+            uncaptured,
+            table,
+            encode,
+            pe_cache,
+            pool,
+            copy,
+        })
     }
 
     /// What this context runs on.
@@ -288,6 +305,64 @@ impl Context {
         }
         staging.unmap();
         Ok(())
+    }
+}
+
+/// Scratch buffers kept between calls, so repeated calls neither allocate nor pay wgpu's
+/// zero-initialisation of fresh buffers again. Buffers are matched by exact size and usage;
+/// at most [`BufferPool::KEEP`] wait unused.
+#[derive(Default)]
+pub(crate) struct BufferPool {
+    free: Mutex<Vec<wgpu::Buffer>>,
+}
+
+impl BufferPool {
+    const KEEP: usize = 16;
+
+    pub(crate) fn take(
+        self: &Arc<Self>,
+        device: &wgpu::Device,
+        label: &'static str,
+        size: u64,
+        usage: wgpu::BufferUsages,
+    ) -> PooledBuffer {
+        let reused = self.free.lock().ok().and_then(|mut free| {
+            let i = free.iter().position(|b| b.size() == size && b.usage() == usage)?;
+            Some(free.swap_remove(i))
+        });
+        let buffer = reused.unwrap_or_else(|| {
+            device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size,
+                usage,
+                mapped_at_creation: false,
+            })
+        });
+        PooledBuffer { pool: Arc::clone(self), buffer: Some(buffer) }
+    }
+}
+
+/// A buffer on loan from a [`BufferPool`]; it goes back when dropped.
+pub(crate) struct PooledBuffer {
+    pool: Arc<BufferPool>,
+    buffer: Option<wgpu::Buffer>,
+}
+
+impl std::ops::Deref for PooledBuffer {
+    type Target = wgpu::Buffer;
+    fn deref(&self) -> &wgpu::Buffer {
+        self.buffer.as_ref().expect("present until drop")
+    }
+}
+
+impl Drop for PooledBuffer {
+    fn drop(&mut self) {
+        if let (Some(buffer), Ok(mut free)) = (self.buffer.take(), self.pool.free.lock()) {
+            free.push(buffer);
+            if free.len() > BufferPool::KEEP {
+                free.remove(0);
+            }
+        }
     }
 }
 
