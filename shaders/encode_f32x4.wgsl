@@ -28,22 +28,33 @@ struct Params {
 @group(0) @binding(5) var<storage, read> table: array<vec4<f32>>;
 @group(0) @binding(6) var<storage, read_write> out: array<vec4<f32>>;
 
-@compute @workgroup_size(WORKGROUP_SIZE)
+// One workgroup per token: the token's id, PE row and destination are read once per
+// invocation and serve every vec4 it moves along the row.
+@compute @workgroup_size(ROW_WORKGROUP_SIZE)
 fn encode_f32x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
     let token = wg.z * params.groups_y + wg.y;
-    let x = wg.x * WORKGROUP_SIZE + li;
-    if token >= params.n_tokens || x >= params.row_vecs {
+    if token >= params.n_tokens {
         return;
     }
-    let w = order[token] * params.row_vecs + x;
+    let n = params.row_vecs;
+    let dst = order[token] * n;
     let id = ids[token];
     if (params.flags & FLAG_PAD) != 0u && id == params.pad_id {
-        out[w] = vec4<f32>(0.0);
+        for (var x = li; x < n; x += ROW_WORKGROUP_SIZE) {
+            out[dst + x] = vec4<f32>(0.0);
+        }
         return;
     }
-    var v = table[id * params.row_vecs + x];
+    let src = id * n;
+    let pe_row = slots[token] * n;
     if (params.flags & FLAG_SCALE) != 0u {
-        v = v * bitcast<f32>(params.scale_bits);
+        let s = bitcast<f32>(params.scale_bits);
+        for (var x = li; x < n; x += ROW_WORKGROUP_SIZE) {
+            out[dst + x] = table[src + x] * s + pe[pe_row + x];
+        }
+    } else {
+        for (var x = li; x < n; x += ROW_WORKGROUP_SIZE) {
+            out[dst + x] = table[src + x] + pe[pe_row + x];
+        }
     }
-    out[w] = v + pe[slots[token] * params.row_vecs + x];
 }

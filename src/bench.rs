@@ -40,7 +40,7 @@ pub struct Config {
     pub dtype: Dtype,
     /// Which paths.
     pub devices: Devices,
-    /// Timed runs per item (after one warm-up).
+    /// Timed rounds; each round times every item once, its ceiling included.
     pub repeats: usize,
 }
 
@@ -139,15 +139,10 @@ fn stats(name: &str, mut times: Vec<f64>, bytes: u64, ceiling_gbps: f64) -> Item
     }
 }
 
-fn time_runs(repeats: usize, mut f: impl FnMut() -> Result<()>) -> Result<Vec<f64>> {
+fn timed(f: impl FnOnce() -> Result<()>) -> Result<f64> {
+    let start = Instant::now();
     f()?;
-    (0..repeats)
-        .map(|_| {
-            let start = Instant::now();
-            f()?;
-            Ok(start.elapsed().as_secs_f64())
-        })
-        .collect()
+    Ok(start.elapsed().as_secs_f64())
 }
 
 /// A deterministic table of `dtype` with values in [-1, 1).
@@ -239,30 +234,48 @@ pub fn run(config: &Config, mut progress: impl FnMut(&str)) -> Result<Report> {
     encoder.encode_into(table.view(), ids.view(), pos.view(), &options, cpu_out.view_mut())?;
 
     if use_cpu {
-        progress("cpu_copy_ceiling");
         let src = vec![1u8; out_bytes as usize];
         let mut dst = vec![0u8; out_bytes as usize];
-        let copy = time_runs(repeats, || {
-            parallel_copy(&mut dst, &src);
-            Ok(())
-        })?;
+        // Every round times each item once, ceiling included, so a drift in the machine's
+        // speed (other load, frequency) moves the item and its ceiling together.
+        let mut t = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+        // Tables are written into one preallocated array, as the GPU writes one buffer.
+        let mut pe_table = Array2::<f32>::zeros((len, dim));
+        progress("cpu warm-up");
+        parallel_copy(&mut dst, &src);
+        encoder.encode_into(table.view(), ids.view(), pos.view(), &options, cpu_out.view_mut())?;
+        std::hint::black_box(cpu::table(&spec, &table_positions));
+        for round in 0..repeats {
+            progress(&format!("cpu round {}/{repeats}", round + 1));
+            t[0].push(timed(|| {
+                parallel_copy(&mut dst, &src);
+                Ok(())
+            })?);
+            t[1].push(timed(|| {
+                encoder.encode_into(
+                    table.view(),
+                    ids.view(),
+                    pos.view(),
+                    &options,
+                    cpu_out.view_mut(),
+                )
+            })?);
+            encoder.clear_cache();
+            t[2].push(timed(|| {
+                encoder.encode_into(
+                    table.view(),
+                    ids.view(),
+                    pos.view(),
+                    &options,
+                    cpu_out.view_mut(),
+                )
+            })?);
+            t[3].push(timed(|| cpu::table_into(&spec, &table_positions, pe_table.view_mut()))?);
+        }
+        let [copy, warm, cold, tables] = t;
         // Ceilings are GB/s of a copy moving (read + write) the bytes in question.
         let ceiling = stats("cpu_copy_ceiling", copy, 2 * out_bytes, 0.0);
         let c = ceiling.gbps;
-        progress("cpu_encode");
-        let warm = time_runs(repeats, || {
-            encoder.encode_into(table.view(), ids.view(), pos.view(), &options, cpu_out.view_mut())
-        })?;
-        progress("cpu_encode_cold");
-        let cold = time_runs(repeats, || {
-            encoder.clear_cache();
-            encoder.encode_into(table.view(), ids.view(), pos.view(), &options, cpu_out.view_mut())
-        })?;
-        progress("cpu_table");
-        let tables = time_runs(repeats, || {
-            std::hint::black_box(cpu::table(&spec, &table_positions));
-            Ok(())
-        })?;
         results.push(stats("cpu_encode", warm, encode_bytes, c));
         results.push(stats("cpu_encode_cold", cold, encode_bytes, c));
         results.push(stats("cpu_table", tables, table_bytes, c));
@@ -290,29 +303,29 @@ pub fn run(config: &Config, mut progress: impl FnMut(&str)) -> Result<Report> {
                 | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        progress("gpu_copy_ceiling");
-        let ceiling =
-            stats("gpu_copy_ceiling", ctx.time_copy(out_bytes, repeats)?, 2 * out_bytes, 0.0);
-        let c = ceiling.gbps;
-        progress("gpu_encode");
-        let warm = time_runs(repeats, || {
-            ctx.encode_into_buffer(&spec, &uploaded, ids.view(), pos.view(), &options, &out)
-        })?;
-        progress("gpu_encode_cold");
-        let cold = time_runs(repeats, || {
-            ctx.clear_pe_cache();
-            ctx.encode_into_buffer(&spec, &uploaded, ids.view(), pos.view(), &options, &out)
-        })?;
-        progress("gpu_readback");
-        let mut bytes = Vec::new();
-        let readback = time_runs(repeats, || {
-            bytes = ctx.read_buffer(&out)?;
-            Ok(())
-        })?;
+        let encode =
+            || ctx.encode_into_buffer(&spec, &uploaded, ids.view(), pos.view(), &options, &out);
+        progress("gpu warm-up");
+        encode()?;
+        let mut bytes = ctx.read_buffer(&out)?;
         let gpu_bits = bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
         agree = Some(gpu_bits.eq(cpu_out.iter().map(|v| v.to_bits())));
-        progress("gpu_table");
-        let tables = ctx.time_table(&spec, &table_positions, repeats)?;
+        let mut t = [Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+        for round in 0..repeats {
+            progress(&format!("gpu round {}/{repeats}", round + 1));
+            t[0].extend(ctx.time_copy(out_bytes, 1)?);
+            t[1].push(timed(encode)?);
+            ctx.clear_pe_cache();
+            t[2].push(timed(encode)?);
+            t[3].extend(ctx.time_table(&spec, &table_positions, 1)?);
+            t[4].push(timed(|| {
+                bytes = ctx.read_buffer(&out)?;
+                Ok(())
+            })?);
+        }
+        let [copy, warm, cold, tables, readback] = t;
+        let ceiling = stats("gpu_copy_ceiling", copy, 2 * out_bytes, 0.0);
+        let c = ceiling.gbps;
         results.push(stats("gpu_encode", warm, encode_bytes, c));
         results.push(stats("gpu_encode_cold", cold, encode_bytes, c));
         results.push(stats("gpu_table", tables, table_bytes, c));

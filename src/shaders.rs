@@ -21,8 +21,12 @@ pub const KERNELS: &[(&str, &str)] = &[
     ("copy", include_str!("../shaders/copy.wgsl")),
 ];
 
+/// Threads per workgroup of kernels that give each workgroup one row and loop along it.
+pub const ROW_WORKGROUP_SIZE: u32 = 64;
+
 fn prelude() -> String {
     let mut s = format!("const WORKGROUP_SIZE: u32 = {WORKGROUP_SIZE}u;\n");
+    s += &format!("const ROW_WORKGROUP_SIZE: u32 = {ROW_WORKGROUP_SIZE}u;\n");
     for (k, c) in SIN_COEFFS.iter().enumerate() {
         s += &format!("const SIN_S{k}: u32 = {c}u;\n");
     }

@@ -513,8 +513,8 @@ impl Context {
                 self.queue.write_buffer(&order_buf, 0, bytemuck::cast_slice(&order));
                 let gy = n.min(max_groups);
                 let gz = n.div_ceil(gy);
-                let x_items = if fast { dim as u32 / 4 } else { row_words };
-                let gx = x_items.div_ceil(WORKGROUP_SIZE);
+                // The fast kernel loops along its row; the general one spreads it over x.
+                let gx = if fast { 1 } else { row_words.div_ceil(WORKGROUP_SIZE) };
                 for (k, (params_buf, bind_group)) in passes.iter().enumerate() {
                     if fast {
                         let params = EncodeF32x4Params {
