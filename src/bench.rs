@@ -230,8 +230,11 @@ pub fn run(config: &Config, mut progress: impl FnMut(&str)) -> Result<Report> {
 
     // The CPU output is computed whatever the devices, for the agreement check.
     let encoder = cpu::Encoder::new(spec);
+    let encode_cpu = |out: &mut Array3<f32>| {
+        encoder.encode_into(table.view(), ids.view(), pos.view(), &options, out.view_mut())
+    };
     let mut cpu_out = Array3::<f32>::zeros((batch, len, dim));
-    encoder.encode_into(table.view(), ids.view(), pos.view(), &options, cpu_out.view_mut())?;
+    encode_cpu(&mut cpu_out)?;
 
     if use_cpu {
         let src = vec![1u8; out_bytes as usize];
@@ -241,35 +244,19 @@ pub fn run(config: &Config, mut progress: impl FnMut(&str)) -> Result<Report> {
         let mut t = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
         // Tables are written into one preallocated array, as the GPU writes one buffer.
         let mut pe_table = Array2::<f32>::zeros((len, dim));
+        // Warm-up (the encode was warmed by the agreement run above).
         progress("cpu warm-up");
         parallel_copy(&mut dst, &src);
-        encoder.encode_into(table.view(), ids.view(), pos.view(), &options, cpu_out.view_mut())?;
-        std::hint::black_box(cpu::table(&spec, &table_positions));
+        cpu::table_into(&spec, &table_positions, pe_table.view_mut())?;
         for round in 0..repeats {
             progress(&format!("cpu round {}/{repeats}", round + 1));
             t[0].push(timed(|| {
                 parallel_copy(&mut dst, &src);
                 Ok(())
             })?);
-            t[1].push(timed(|| {
-                encoder.encode_into(
-                    table.view(),
-                    ids.view(),
-                    pos.view(),
-                    &options,
-                    cpu_out.view_mut(),
-                )
-            })?);
+            t[1].push(timed(|| encode_cpu(&mut cpu_out))?);
             encoder.clear_cache();
-            t[2].push(timed(|| {
-                encoder.encode_into(
-                    table.view(),
-                    ids.view(),
-                    pos.view(),
-                    &options,
-                    cpu_out.view_mut(),
-                )
-            })?);
+            t[2].push(timed(|| encode_cpu(&mut cpu_out))?);
             t[3].push(timed(|| cpu::table_into(&spec, &table_positions, pe_table.view_mut()))?);
         }
         let [copy, warm, cold, tables] = t;

@@ -1,6 +1,9 @@
 //! The `posenc` binary as a user meets it: outputs, formats, exit statuses, one-line
 //! errors, and that a failed run never leaves or clobbers a file.
 
+mod common;
+
+use common::cli::{assert_ok, gpu_available, posenc, posenc_env, posenc_lines, stderr};
 use std::fs;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -12,35 +15,8 @@ const SEED_TOLERANCE: f32 = 5e-4;
 /// posenc's documented bound on its distance from the exact value.
 const POSENC_BOUND: f64 = 6e-8;
 
-fn posenc(args: &[&str]) -> Output {
-    posenc_env(args, &[])
-}
-
-fn posenc_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_posenc"));
-    cmd.args(args);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("the posenc binary runs")
-}
-
 fn stdout(out: &Output) -> String {
     String::from_utf8(out.stdout.clone()).expect("stdout is UTF-8")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// posenc's own stderr lines. Drivers may add theirs (Mesa's WSI complains about
-/// XDG_RUNTIME_DIR), so runs that open a GPU are judged on these alone.
-fn posenc_lines(out: &Output) -> Vec<String> {
-    stderr(out).lines().filter(|l| l.starts_with("posenc:")).map(String::from).collect()
-}
-
-fn assert_ok(out: &Output, what: &str) {
-    assert!(out.status.success(), "{what}: {:?}\nstderr:\n{}", out.status, stderr(out));
 }
 
 fn parse_csv(text: &str) -> Vec<Vec<f32>> {
@@ -66,21 +42,6 @@ fn files_in(dir: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
-}
-
-/// Whether GPU tests can run here. Without an adapter they are skipped with a visible
-/// line, except under CI=true, where a missing adapter is a failure.
-fn gpu_available(test: &str) -> bool {
-    match posenc::gpu::Context::new() {
-        Ok(_) => true,
-        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("{test}: CI=true requires a GPU adapter (lavapipe will do): {e}")
-        }
-        Err(e) => {
-            eprintln!("SKIP {test}: no GPU adapter: {e}");
-            false
-        }
-    }
 }
 
 /// A parsed `.npy` file: its header dict and its float32 data.

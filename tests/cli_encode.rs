@@ -2,57 +2,17 @@
 //! offsets from .npy, outputs bit-identical to the library, and every bad input refused
 //! with exit status 2, one line on stderr and no output file touched.
 
+mod common;
+
+use common::cli::{assert_ok, gpu_available, posenc, posenc_env, posenc_lines, stderr};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use half::{bf16, f16};
 use ndarray::{Array, Array1, Array2, ArrayView2, Dimension, array};
 use posenc::encode::{Dtype, Embeddings, EncodeOptions, Encoded, Scale};
 use posenc::{PeSpec, cpu, npy, positions};
 use safetensors::tensor::{Dtype as StDtype, TensorView};
-
-fn posenc(args: &[&str]) -> Output {
-    posenc_env(args, &[])
-}
-
-fn posenc_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_posenc"));
-    cmd.args(args);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("the posenc binary runs")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// posenc's own stderr lines. Drivers may add theirs (Mesa's WSI complains about
-/// XDG_RUNTIME_DIR), so runs that may open a GPU are judged on these alone.
-fn posenc_lines(out: &Output) -> Vec<String> {
-    stderr(out).lines().filter(|l| l.starts_with("posenc:")).map(String::from).collect()
-}
-
-fn assert_ok(out: &Output, what: &str) {
-    assert!(out.status.success(), "{what}: {:?}\nstderr:\n{}", out.status, stderr(out));
-}
-
-/// Whether GPU tests can run here. Without an adapter they are skipped with a visible
-/// line, except under CI=true, where a missing adapter is a failure.
-fn gpu_available(test: &str) -> bool {
-    match posenc::gpu::Context::new() {
-        Ok(_) => true,
-        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("{test}: CI=true requires a GPU adapter (lavapipe will do): {e}")
-        }
-        Err(e) => {
-            eprintln!("SKIP {test}: no GPU adapter: {e}");
-            false
-        }
-    }
-}
 
 /// A deterministic table value in [-2, 2) with a fractional part, so rounding shows.
 fn value(v: usize, d: usize) -> f32 {

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod cli;
+
 use std::sync::OnceLock;
 
 use posenc::gpu::Context;
