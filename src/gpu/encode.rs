@@ -581,12 +581,7 @@ impl Context {
                         }
                         let index = self.queue.submit([encoder.finish()]);
                         // Wait before the next chunk reuses the chunk buffers.
-                        self.device
-                            .poll(wgpu::PollType::Wait {
-                                submission_index: Some(index),
-                                timeout: None,
-                            })
-                            .map_err(|e| Error::Gpu { op: "encode", message: e.to_string() })?;
+                        self.wait("encode", index)?;
                     }
                     (Sink::Host(_), None) => unreachable!("host sinks get a staging buffer"),
                 }

@@ -274,6 +274,14 @@ impl Context {
         result
     }
 
+    /// Blocks until submission `index` has completed.
+    fn wait(&self, op: &'static str, index: wgpu::SubmissionIndex) -> Result<()> {
+        self.device
+            .poll(wgpu::PollType::Wait { submission_index: Some(index), timeout: None })
+            .map(|_| ())
+            .map_err(|e| Error::Gpu { op, message: e.to_string() })
+    }
+
     /// Submits `encoder`, then copies `staging[..len]` into `dst` once the GPU is done.
     fn finish_and_read(
         &self,
@@ -290,9 +298,7 @@ impl Context {
             // The receiver outlives the poll below; a failed send only means it is gone.
             let _ = tx.send(r);
         });
-        self.device
-            .poll(wgpu::PollType::Wait { submission_index: Some(index), timeout: None })
-            .map_err(|e| Error::Gpu { op, message: e.to_string() })?;
+        self.wait(op, index)?;
         match rx.recv() {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(Error::Gpu { op, message: e.to_string() }),

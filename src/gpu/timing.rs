@@ -39,11 +39,29 @@ impl CopyKernel {
 }
 
 impl Context {
-    fn wait(&self, op: &'static str, index: wgpu::SubmissionIndex) -> Result<()> {
-        self.device
-            .poll(wgpu::PollType::Wait { submission_index: Some(index), timeout: None })
-            .map(|_| ())
-            .map_err(|e| Error::Gpu { op, message: e.to_string() })
+    /// Seconds from submission to completion of what `record` encodes, once per repeat
+    /// after one untimed warm-up run.
+    fn time_submissions(
+        &self,
+        op: &'static str,
+        repeats: usize,
+        mut record: impl FnMut(&mut wgpu::CommandEncoder),
+    ) -> Result<Vec<f64>> {
+        let mut times = Vec::with_capacity(repeats);
+        for run in 0..=repeats {
+            let mut encoder = self
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(op) });
+            record(&mut encoder);
+            let commands = encoder.finish();
+            let start = Instant::now();
+            let index = self.queue.submit([commands]);
+            self.wait(op, index)?;
+            if run > 0 {
+                times.push(start.elapsed().as_secs_f64());
+            }
+        }
+        Ok(times)
     }
 
     /// Seconds per run of a vec4 copy of `bytes` (rounded down to 16; at most one binding),
@@ -79,30 +97,15 @@ impl Context {
                     wgpu::BindGroupEntry { binding: 2, resource: dst.as_entire_binding() },
                 ],
             });
-            let mut times = Vec::with_capacity(repeats);
-            for run in 0..=repeats {
-                let mut encoder =
-                    self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                        label: Some("posenc.copy.encoder"),
-                    });
-                {
-                    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                        label: Some("posenc.copy.pass"),
-                        timestamp_writes: None,
-                    });
-                    pass.set_pipeline(&self.copy.pipeline);
-                    pass.set_bind_group(0, &group, &[]);
-                    pass.dispatch_workgroups(gx, gy, 1);
-                }
-                let commands = encoder.finish();
-                let start = Instant::now();
-                let index = self.queue.submit([commands]);
-                self.wait("copy", index)?;
-                if run > 0 {
-                    times.push(start.elapsed().as_secs_f64());
-                }
-            }
-            Ok(times)
+            self.time_submissions("posenc.copy.encoder", repeats, |encoder| {
+                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some("posenc.copy.pass"),
+                    timestamp_writes: None,
+                });
+                pass.set_pipeline(&self.copy.pipeline);
+                pass.set_bind_group(0, &group, &[]);
+                pass.dispatch_workgroups(gx, gy, 1);
+            })
         })
     }
 
@@ -130,22 +133,9 @@ impl Context {
                 &flat_steps(spec),
                 false,
             );
-            let mut times = Vec::with_capacity(repeats);
-            for run in 0..=repeats {
-                let mut encoder =
-                    self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                        label: Some("posenc.table.encoder"),
-                    });
-                self.record_table(spec, &buffers, positions, &mut encoder);
-                let commands = encoder.finish();
-                let start = Instant::now();
-                let index = self.queue.submit([commands]);
-                self.wait("table", index)?;
-                if run > 0 {
-                    times.push(start.elapsed().as_secs_f64());
-                }
-            }
-            Ok(times)
+            self.time_submissions("posenc.table.encoder", repeats, |encoder| {
+                self.record_table(spec, &buffers, positions, encoder)
+            })
         })
     }
 
