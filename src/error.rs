@@ -55,6 +55,24 @@ pub enum Error {
         /// The vocabulary size.
         vocab: usize,
     },
+    /// A loaded weight is NaN or infinite. Tables from files are refused whole: one
+    /// non-finite row would turn every output that gathers it into NaN.
+    #[error(
+        "{}: {what} holds the non-finite value {value} at row {row}, column {col}",
+        path.display()
+    )]
+    NonFinite {
+        /// The file.
+        path: PathBuf,
+        /// The array's role (`weights`).
+        what: &'static str,
+        /// Row of the first offender (row-major order).
+        row: usize,
+        /// Column of the first offender.
+        col: usize,
+        /// The value, formatted (`NaN`, `inf`, `-inf`).
+        value: String,
+    },
     /// A request is larger than a limit of the adapter or of posenc.
     #[error("{op}: {what} needs {requested} but the limit {limit_name} is {limit}")]
     Limit {
@@ -91,6 +109,32 @@ pub enum Error {
     Gpu {
         /// The operation that was running.
         op: &'static str,
+        /// wgpu's message.
+        message: String,
+    },
+    /// The GPU device was lost (driver reset, removal, `Device::destroy`, or an
+    /// out-of-memory condition the driver could not recover from). The context is unusable
+    /// from then on: every later call returns this error at once. Open a new context, or
+    /// compute on the CPU.
+    #[error("{op}: the GPU device was lost: {reason}")]
+    DeviceLost {
+        /// The operation that found the device lost.
+        op: &'static str,
+        /// wgpu's reason and message.
+        reason: String,
+    },
+    /// The GPU ran out of memory while posenc was allocating.
+    #[error(
+        "{op}: the GPU ran out of memory allocating {requested} bytes (posenc held {held} bytes \
+         on the device): {message}"
+    )]
+    OutOfMemory {
+        /// The operation that was allocating.
+        op: &'static str,
+        /// Bytes of device buffers the operation had asked for when the error struck.
+        requested: u64,
+        /// Bytes of device buffers the context held in all at that point.
+        held: u64,
         /// wgpu's message.
         message: String,
     },

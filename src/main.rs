@@ -308,6 +308,7 @@ impl From<Error> for Failure {
             Error::InvalidParameter { .. }
             | Error::PositionSpec { .. }
             | Error::TokenId { .. }
+            | Error::NonFinite { .. }
             | Error::Format { .. }
             | Error::Dtype { .. }
             | Error::Rank { .. }

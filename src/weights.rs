@@ -4,13 +4,20 @@
 //! Only the chosen tensor's bytes are read: a `.safetensors` header is parsed and checked
 //! (offsets contiguous, sizes matching dtype and shape, the data filling the file) before
 //! any tensor data is touched, so a checkpoint of many tensors costs one table's memory.
+//! Nothing is allocated at a size a header states until that size has been checked
+//! against the bytes the file actually holds.
+//!
+//! Non-finite weights are refused: a table holding a NaN or an infinity is an
+//! [`Error::NonFinite`] naming the first one, so a corrupt checkpoint fails at load rather
+//! than spreading NaNs through every output row that gathers it.
 
 use std::fs::File;
-use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::io::{self, BufReader, Cursor, Read, Seek, SeekFrom};
 use std::path::Path;
 
 use half::{bf16, f16};
 use ndarray::{Array2, Ix2};
+use rayon::prelude::*;
 use safetensors::tensor::{Dtype as StDtype, Metadata};
 
 use crate::encode::Embeddings;
@@ -82,21 +89,50 @@ impl Table {
 /// neither format or is malformed; [`Error::Tensor`] if the named tensor is missing, or none
 /// was named and the file does not hold exactly one 2-D tensor; [`Error::Dtype`] for a
 /// dtype other than F32/F16/BF16 (`'<f4'`/`'<f2'` in `.npy`); [`Error::Rank`] if the array
-/// is not 2-D; [`Error::InvalidParameter`] naming `tensor` if one is named for a `.npy`
-/// file.
+/// is not 2-D; [`Error::NonFinite`] for a NaN or infinite weight;
+/// [`Error::InvalidParameter`] naming `tensor` if one is named for a `.npy` file.
 pub fn load(path: impl AsRef<Path>, tensor: Option<&str>) -> Result<Table> {
     let path = path.as_ref();
     let io_error = |source| Error::Io { path: path.to_path_buf(), source };
-    let mut file = File::open(path).map_err(io_error)?;
+    let file = File::open(path).map_err(io_error)?;
     let len = file.metadata().map_err(io_error)?.len();
+    load_from(file, len, path, tensor)
+}
+
+/// [`load`] from bytes already in memory (a download, a memory map, a fuzzer's input).
+/// Errors name the source `<memory>`.
+///
+/// ```
+/// let mut bytes = Vec::new();
+/// posenc::npy::write(&mut bytes, ndarray::array![[1.0f32, 2.0]].view())?;
+/// let table = posenc::weights::from_bytes(&bytes, None)?;
+/// assert_eq!(table.dim(), (1, 2));
+/// assert!(posenc::weights::from_bytes(&bytes[..20], None).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+/// As [`load`], less [`Error::Io`] for opening.
+pub fn from_bytes(bytes: &[u8], tensor: Option<&str>) -> Result<Table> {
+    load_from(Cursor::new(bytes), bytes.len() as u64, Path::new("<memory>"), tensor)
+}
+
+/// [`load`] from a seekable reader holding exactly `len` bytes; `path` names it in errors.
+fn load_from<R: Read + Seek>(
+    mut reader: R,
+    len: u64,
+    path: &Path,
+    tensor: Option<&str>,
+) -> Result<Table> {
+    let io_error = |source| Error::Io { path: path.to_path_buf(), source };
     let mut magic = [0u8; npy::MAGIC.len()];
-    let is_npy = match file.read_exact(&mut magic) {
+    let is_npy = match reader.read_exact(&mut magic) {
         Ok(()) => &magic == npy::MAGIC,
         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => false,
         Err(e) => return Err(io_error(e)),
     };
-    file.rewind().map_err(io_error)?;
-    if is_npy {
+    reader.rewind().map_err(io_error)?;
+    let table = if is_npy {
         if let Some(name) = tensor {
             return Err(Error::InvalidParameter {
                 field: "tensor",
@@ -104,10 +140,42 @@ pub fn load(path: impl AsRef<Path>, tensor: Option<&str>) -> Result<Table> {
                 allowed: "a tensor name only for .safetensors weights (a .npy holds one array)",
             });
         }
-        load_npy(BufReader::new(file), len, path)
+        load_npy(BufReader::new(reader), len, path)?
     } else {
-        load_safetensors(file, len, path, tensor)
+        load_safetensors(reader, len, path, tensor)?
+    };
+    check_finite(&table, path)?;
+    Ok(table)
+}
+
+/// Refuses a table holding a NaN or an infinity, naming the first one (row-major).
+fn check_finite(table: &Table, path: &Path) -> Result<()> {
+    fn first<T: Sync>(a: &Array2<T>, finite: impl Fn(&T) -> bool + Sync) -> Option<usize> {
+        let flat = a.as_slice().expect("tables are loaded in C order");
+        flat.par_iter().position_first(|v| !finite(v))
     }
+    let dim = table.dim().1;
+    let (index, value) = match table {
+        Table::F32(a) => match first(a, |v| v.is_finite()) {
+            Some(i) => (i, a.as_slice().expect("C order")[i].to_string()),
+            None => return Ok(()),
+        },
+        Table::F16(a) => match first(a, |v| v.is_finite()) {
+            Some(i) => (i, a.as_slice().expect("C order")[i].to_string()),
+            None => return Ok(()),
+        },
+        Table::Bf16(a) => match first(a, |v| v.is_finite()) {
+            Some(i) => (i, a.as_slice().expect("C order")[i].to_string()),
+            None => return Ok(()),
+        },
+    };
+    Err(Error::NonFinite {
+        path: path.to_path_buf(),
+        what: WHAT,
+        row: index / dim,
+        col: index % dim,
+        value,
+    })
 }
 
 fn load_npy(reader: impl Read, len: u64, path: &Path) -> Result<Table> {
@@ -137,7 +205,12 @@ fn load_npy(reader: impl Read, len: u64, path: &Path) -> Result<Table> {
     })
 }
 
-fn load_safetensors(mut file: File, len: u64, path: &Path, tensor: Option<&str>) -> Result<Table> {
+fn load_safetensors<R: Read + Seek>(
+    mut file: R,
+    len: u64,
+    path: &Path,
+    tensor: Option<&str>,
+) -> Result<Table> {
     let format_error =
         |reason: String| Error::Format { path: path.to_path_buf(), format: ".safetensors", reason };
     let io_error = |source: io::Error| {
