@@ -1,5 +1,5 @@
 // Fused embedding gather + positional encoding, general form:
-//     out[t, c] = scale * E[ids[t], c] + PE[slots[t], c]
+//     out[t, c] = scale * E[id(t), c] + PE[slot(t), c]
 // for every storage type. PE rows come from the table kernel (exact phase), computed once
 // for the positions in use. The grid is 2-D: y names the token (plus z * groups_y when
 // folded), x the output word within its row, so no invocation divides. One invocation
@@ -36,13 +36,13 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> params: Params;
 // Tokens arrive sorted by PE row, so the tokens sharing a row run back to back and read it
-// from cache; order[g] is where sorted token g's output row goes.
-@group(0) @binding(1) var<storage, read> ids: array<u32>;
-@group(0) @binding(2) var<storage, read> slots: array<u32>;
-@group(0) @binding(3) var<storage, read> order: array<u32>;
-@group(0) @binding(4) var<storage, read> pe: array<u32>;
-@group(0) @binding(5) var<storage, read> table: array<u32>;
-@group(0) @binding(6) var<storage, read_write> out: array<u32>;
+// from cache. Three words per sorted token g: its id, its PE row (slot), and the output row
+// it goes to. One buffer for the three keeps the kernel within the 4 storage buffers per
+// stage of WebGPU's downlevel limits.
+@group(0) @binding(1) var<storage, read> tokens: array<u32>;
+@group(0) @binding(2) var<storage, read> pe: array<u32>;
+@group(0) @binding(3) var<storage, read> table: array<u32>;
+@group(0) @binding(4) var<storage, read_write> out: array<u32>;
 
 fn load_table_bits(i: u32) -> u32 {
     if params.in_dtype == DTYPE_F32 {
@@ -79,8 +79,8 @@ fn encode(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index)
     if token >= params.n_tokens || x >= params.row_words {
         return;
     }
-    let w = order[token] * params.row_words + x;
-    let id = ids[token];
+    let w = tokens[3u * token + 2u] * params.row_words + x;
+    let id = tokens[3u * token];
     if (params.flags & FLAG_PAD) != 0u && id == params.pad_id {
         out[w] = 0u;
         return;
@@ -92,7 +92,7 @@ fn encode(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index)
         return;
     }
     let row = (id - params.vocab_lo) * params.dim;
-    let pe_row = slots[token] * params.dim;
+    let pe_row = tokens[3u * token + 1u] * params.dim;
     if params.out_dtype == DTYPE_F32 {
         out[w] = value_bits(row, pe_row, x);
         return;

@@ -20,13 +20,13 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> params: Params;
 // Tokens arrive sorted by PE row, so the tokens sharing a row run back to back and read it
-// from cache; order[g] is where sorted token g's output row goes.
-@group(0) @binding(1) var<storage, read> ids: array<u32>;
-@group(0) @binding(2) var<storage, read> slots: array<u32>;
-@group(0) @binding(3) var<storage, read> order: array<u32>;
-@group(0) @binding(4) var<storage, read> pe: array<vec4<f32>>;
-@group(0) @binding(5) var<storage, read> table: array<vec4<f32>>;
-@group(0) @binding(6) var<storage, read_write> out: array<vec4<f32>>;
+// from cache. Three words per sorted token g: its id, its PE row (slot), and the output row
+// it goes to. One buffer for the three keeps the kernel within the 4 storage buffers per
+// stage of WebGPU's downlevel limits.
+@group(0) @binding(1) var<storage, read> tokens: array<u32>;
+@group(0) @binding(2) var<storage, read> pe: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> table: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>;
 
 // One workgroup per token: the token's id, PE row and destination are read once per
 // invocation and serve every vec4 it moves along the row.
@@ -37,8 +37,8 @@ fn encode_f32x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_
         return;
     }
     let n = params.row_vecs;
-    let dst = order[token] * n;
-    let id = ids[token];
+    let dst = tokens[3u * token + 2u] * n;
+    let id = tokens[3u * token];
     if (params.flags & FLAG_PAD) != 0u && id == params.pad_id {
         for (var x = li; x < n; x += ROW_WORKGROUP_SIZE) {
             out[dst + x] = vec4<f32>(0.0);
@@ -46,7 +46,7 @@ fn encode_f32x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_
         return;
     }
     let src = id * n;
-    let pe_row = slots[token] * n;
+    let pe_row = tokens[3u * token + 1u] * n;
     if (params.flags & FLAG_SCALE) != 0u {
         let s = bitcast<f32>(params.scale_bits);
         for (var x = li; x < n; x += ROW_WORKGROUP_SIZE) {

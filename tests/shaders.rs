@@ -89,7 +89,7 @@ fn no_kernel_calls_builtin_transcendentals() {
 }
 
 #[test]
-fn kernels_fit_webgpu_default_limits() {
+fn kernels_fit_webgpu_downlevel_default_limits() {
     for (name, _) in posenc::shaders::KERNELS {
         let (module, _) = validated(name);
         let limits = wgpu::Limits::downlevel_defaults();
@@ -100,6 +100,31 @@ fn kernels_fit_webgpu_default_limits() {
                 "{name}: {x}x{y}x{z}"
             );
             assert!(x <= limits.max_compute_workgroup_size_x, "{name}");
+        }
+        // Every kernel has one entry point, so the module's bindings are the stage's.
+        let count = |space: fn(&naga::AddressSpace) -> bool| {
+            module.global_variables.iter().filter(|(_, g)| space(&g.space)).count() as u32
+        };
+        let storage = count(|s| matches!(s, naga::AddressSpace::Storage { .. }));
+        let uniform = count(|s| matches!(s, naga::AddressSpace::Uniform));
+        assert!(
+            storage <= limits.max_storage_buffers_per_shader_stage,
+            "{name}: {storage} storage buffers, the downlevel limit is {}",
+            limits.max_storage_buffers_per_shader_stage
+        );
+        assert!(uniform <= limits.max_uniform_buffers_per_shader_stage, "{name}");
+        let ctx = module.to_ctx();
+        for (_, g) in module.global_variables.iter() {
+            let size = module.types[g.ty].inner.size(ctx);
+            match g.space {
+                naga::AddressSpace::Uniform => {
+                    assert!(size <= limits.max_uniform_buffer_binding_size as u32, "{name}")
+                }
+                naga::AddressSpace::WorkGroup => {
+                    assert!(size <= limits.max_compute_workgroup_storage_size, "{name}")
+                }
+                _ => {}
+            }
         }
     }
 }

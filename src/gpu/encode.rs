@@ -6,6 +6,7 @@ use half::{bf16, f16};
 use ndarray::{Array3, ArrayView2};
 
 use super::Context;
+use super::memory::DeviceBuffer;
 use super::table::{TableBuffers, flat_steps};
 use crate::encode::{self, Dtype, Embeddings, EncodeOptions, Encoded};
 use crate::error::{Error, Result};
@@ -79,8 +80,8 @@ pub(super) struct EncodeKernel {
 
 impl EncodeKernel {
     pub(super) fn new(device: &wgpu::Device) -> Self {
-        let (layout, pipeline) = super::build_kernel(device, "encode", 6);
-        let (fast_layout, fast_pipeline) = super::build_kernel(device, "encode_f32x4", 6);
+        let (layout, pipeline) = super::build_kernel(device, "encode", 4);
+        let (fast_layout, fast_pipeline) = super::build_kernel(device, "encode_f32x4", 4);
         Self { layout, pipeline, fast_layout, fast_pipeline }
     }
 }
@@ -92,7 +93,7 @@ impl EncodeKernel {
 pub(super) struct PeCache {
     spec: PeSpec,
     rows: u32,
-    buffer: wgpu::Buffer,
+    buffer: DeviceBuffer,
 }
 
 /// An embedding table uploaded to the device once and reused by many encode calls. Tables
@@ -102,11 +103,13 @@ pub struct GpuTable {
     dim: usize,
     dtype: Dtype,
     chunks: Vec<TableChunk>,
+    /// Identifies the accounting its chunks count against (the address of its `Memory`).
+    accounted_by: usize,
 }
 
 struct TableChunk {
     rows: std::ops::Range<u32>,
-    buffer: wgpu::Buffer,
+    buffer: DeviceBuffer,
 }
 
 impl std::fmt::Debug for GpuTable {
@@ -135,6 +138,11 @@ impl GpuTable {
     pub fn n_chunks(&self) -> usize {
         self.chunks.len()
     }
+
+    /// Bytes of device memory the table's buffers hold.
+    pub fn device_bytes(&self) -> u64 {
+        self.chunks.iter().map(|c| c.buffer.size()).sum()
+    }
 }
 
 impl Context {
@@ -142,8 +150,10 @@ impl Context {
     /// binding.
     ///
     /// # Errors
-    /// [`Error::Limit`] if one row does not fit a binding or the table has more than 2^32
-    /// rows; [`Error::Gpu`] if the device refuses the memory.
+    /// [`Error::Limit`] if one row does not fit a binding, the table has more than 2^32
+    /// rows, or it is larger than the context's memory budget (naming both sizes), all
+    /// before anything is allocated; [`Error::OutOfMemory`] if the device refuses the
+    /// memory; [`Error::DeviceLost`].
     pub fn upload_table(&self, table: Embeddings<'_>) -> Result<GpuTable> {
         let (vocab, dim) = table.dim();
         let dtype = table.dtype();
@@ -169,21 +179,33 @@ impl Context {
                 limit: self.max_binding,
             });
         }
+        let rows_per_chunk = rows_per_chunk.min(vocab.max(1) as u64) as usize;
+        // Each chunk is whole words, at least one (a zero-sized binding is invalid).
+        let chunk_bytes = |rows: usize| ((rows * dim * dtype.size()).div_ceil(4).max(1) * 4) as u64;
+        let full = vocab / rows_per_chunk;
+        let total = full as u64 * chunk_bytes(rows_per_chunk)
+            + if vocab % rows_per_chunk > 0 { chunk_bytes(vocab % rows_per_chunk) } else { 0 };
+        if let Some(budget) = self.memory_budget()
+            && total > budget
+        {
+            return Err(Error::Limit {
+                op: "upload_table",
+                what: "the embedding table",
+                requested: total,
+                limit_name: "GPU memory budget",
+                limit: budget,
+            });
+        }
         let mut chunks = Vec::new();
         self.scoped("upload_table", || {
             let mut lo = 0usize;
             while lo < vocab {
-                let hi = (lo + rows_per_chunk as usize).min(vocab);
+                let hi = (lo + rows_per_chunk).min(vocab);
                 // Converted chunk by chunk, so a 1 GiB table never exists twice on the host.
                 let words = table.rows_to_words(lo..hi);
-                // A zero-sized binding is invalid; an empty-dim table still gets one word.
-                let size = (words.len().max(1) * 4) as u64;
-                let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("posenc.encode.table"),
-                    size,
-                    usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
-                    mapped_at_creation: false,
-                });
+                let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
+                let buffer =
+                    self.create_buffer("posenc.encode.table", chunk_bytes(hi - lo), usage)?;
                 self.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(&words));
                 self.queue.submit([]);
                 chunks.push(TableChunk { rows: lo as u32..hi as u32, buffer });
@@ -191,7 +213,7 @@ impl Context {
             }
             Ok(())
         })?;
-        Ok(GpuTable { vocab, dim, dtype, chunks })
+        Ok(GpuTable { vocab, dim, dtype, chunks, accounted_by: self.memory_id() })
     }
 
     /// `out[b, t, :] = scale * E[ids[b, t], :] + PE(positions[b, t], :)` on the device, read
@@ -200,8 +222,9 @@ impl Context {
     /// which moves a result by at most one rounding of the product.
     ///
     /// # Errors
-    /// As [`crate::cpu::encode()`], all checked before any GPU work; [`Error::Gpu`] if wgpu
-    /// reports an error.
+    /// As [`crate::cpu::encode()`], all checked before any GPU work; [`Error::Limit`] if
+    /// the memory budget cannot hold one token's scratch; [`Error::DeviceLost`],
+    /// [`Error::OutOfMemory`], or [`Error::Gpu`] for any other error wgpu reports.
     pub fn encode(
         &self,
         spec: &PeSpec,
@@ -236,9 +259,12 @@ impl Context {
     /// to a word, low half first; the size is rounded up to whole words), ready to bind in
     /// a downstream pipeline. Usages: `STORAGE | COPY_SRC | COPY_DST`.
     ///
+    /// With a memory budget, the result counts against it while the call runs; once
+    /// returned, it is the caller's and leaves posenc's accounting.
+    ///
     /// # Errors
     /// As [`Context::encode`]; [`Error::Limit`] if the output exceeds the device's largest
-    /// buffer.
+    /// buffer or the memory budget, before anything is allocated.
     pub fn encode_to_buffer(
         &self,
         spec: &PeSpec,
@@ -259,20 +285,29 @@ impl Context {
                 limit: max,
             });
         }
+        if let Some(budget) = self.memory_budget()
+            && bytes > budget
+        {
+            return Err(Error::Limit {
+                op: "encode_to_buffer",
+                what: "the output buffer",
+                requested: bytes,
+                limit_name: "GPU memory budget",
+                limit: budget,
+            });
+        }
         let out = self.scoped("encode_to_buffer", || {
-            Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("posenc.encode.result"),
-                size: bytes.max(4),
-                usage: wgpu::BufferUsages::STORAGE
-                    | wgpu::BufferUsages::COPY_SRC
-                    | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            }))
+            use wgpu::BufferUsages as U;
+            self.create_buffer(
+                "posenc.encode.result",
+                bytes.max(4),
+                U::STORAGE | U::COPY_SRC | U::COPY_DST,
+            )
         })?;
         if bytes > 0 {
             self.run_encode(spec, table, ids, positions, options, scale, Sink::Device(&out))?;
         }
-        Ok(out)
+        Ok(wgpu::Buffer::clone(&out))
     }
 
     /// Like [`Context::encode_to_buffer`], writing into a buffer the caller owns (and can
@@ -306,6 +341,12 @@ impl Context {
         Ok(())
     }
 
+    /// Bytes of `table` that this context's accounting does not hold: a table uploaded
+    /// through another context still occupies the device.
+    fn unaccounted_bytes(&self, table: &GpuTable) -> u64 {
+        if table.accounted_by == self.memory_id() { 0 } else { table.device_bytes() }
+    }
+
     /// Drops the cached PE rows (the next encode computes them again): for cold timings,
     /// or to give the memory back.
     pub fn clear_pe_cache(&self) {
@@ -318,7 +359,9 @@ impl Context {
     /// allows; `None` sends the caller to per-call rows.
     fn cached_pe_rows(&self, spec: &PeSpec, needed: u64) -> Option<PeCache> {
         let row_bytes = u64::from(spec.dim()) * 4;
-        let cap_rows = self.max_binding.min(PE_CACHE_BUDGET) / row_bytes;
+        // Under a memory budget the cache takes at most a quarter of it.
+        let budget_share = self.memory_budget().map_or(u64::MAX, |b| b / 4);
+        let cap_rows = self.max_binding.min(PE_CACHE_BUDGET).min(budget_share) / row_bytes;
         if needed == 0 || needed > cap_rows {
             return None;
         }
@@ -329,17 +372,21 @@ impl Context {
         {
             return Some(cache.clone());
         }
-        // Grow in powers of two so a decode loop rebuilds the cache O(log n) times.
+        // Grow in powers of two so a decode loop rebuilds the cache O(log n) times. The old
+        // rows go first, so old and new never count against a budget together.
+        *slot = None;
         let rows = needed.next_power_of_two().min(cap_rows) as u32;
         let positions: Vec<u32> = (0..rows).collect();
+        // A budget too tight for the cache sends the caller to per-call rows.
         let buffers =
-            TableBuffers::new(self, rows as usize, spec.dim() as usize, &flat_steps(spec), false);
+            TableBuffers::new(self, rows as usize, spec.dim() as usize, &flat_steps(spec), false)
+                .ok()?;
         let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
             label: Some("posenc.encode.pe_cache"),
         });
         self.record_table(spec, &buffers, &positions, &mut encoder);
         self.queue.submit([encoder.finish()]);
-        let cache = PeCache { spec: *spec, rows, buffer: buffers.out };
+        let cache = PeCache { spec: *spec, rows, buffer: buffers.out.clone() };
         *slot = Some(cache.clone());
         Some(cache)
     }
@@ -381,24 +428,41 @@ impl Context {
             && dim.is_multiple_of(4)
             && table.chunks.len() == 1;
         let max_position = positions.iter().copied().max().map_or(0, |p| u64::from(p) + 1);
+        let params_size =
+            if fast { size_of::<EncodeF32x4Params>() } else { size_of::<EncodeParams>() };
+        let _exclusive = self.memory.exclusive();
         self.scoped("encode", || {
             let cache = self.cached_pe_rows(spec, max_position);
-            let per_call_pe = cache
-                .is_none()
-                .then(|| TableBuffers::new(self, per_chunk, dim, &flat_steps(spec), false));
+            let per_chunk = match self.budget_left() {
+                None => per_chunk,
+                Some(left) => {
+                    let plan = ChunkPlan {
+                        left: left.saturating_sub(self.unaccounted_bytes(table)),
+                        dim: dim as u64,
+                        out_size: out_size as u64,
+                        host: matches!(sink, Sink::Host(_)),
+                        per_call_pe: cache.is_none(),
+                        n_freqs: u64::from(spec.n_freqs()),
+                        params: params_size as u64
+                            * if fast { 1 } else { table.chunks.len() as u64 },
+                    };
+                    per_chunk.min(plan.tokens()?)
+                }
+            };
+            let per_call_pe = match cache {
+                Some(_) => None,
+                None => Some(TableBuffers::new(self, per_chunk, dim, &flat_steps(spec), false)?),
+            };
             let pe_buffer = match (&cache, &per_call_pe) {
                 (Some(c), _) => &c.buffer,
                 (None, Some(p)) => &p.out,
                 (None, None) => unreachable!("one of the two exists"),
             };
-            let buffer = |label, size: u64, usage| self.pool.take(&self.device, label, size, usage);
+            let buffer = |label, size: u64, usage| self.pooled(label, size, usage);
             use wgpu::BufferUsages as U;
-            let ids_buf =
-                buffer("posenc.encode.ids", per_chunk as u64 * 4, U::STORAGE | U::COPY_DST);
-            let slots_buf =
-                buffer("posenc.encode.slots", per_chunk as u64 * 4, U::STORAGE | U::COPY_DST);
-            let order_buf =
-                buffer("posenc.encode.order", per_chunk as u64 * 4, U::STORAGE | U::COPY_DST);
+            // Per sorted token: id, PE slot, output row (see the kernels' `tokens`).
+            let tokens_buf =
+                buffer("posenc.encode.tokens", per_chunk as u64 * 12, U::STORAGE | U::COPY_DST)?;
             let out_bytes = ((per_chunk * dim * out_size) as u64).next_multiple_of(4);
             // A device sink that one chunk fills is bound directly: no copy afterwards.
             let direct = match &sink {
@@ -409,16 +473,21 @@ impl Context {
                 }
                 _ => None,
             };
-            let pooled_out = direct
-                .is_none()
-                .then(|| buffer("posenc.encode.out", out_bytes, U::STORAGE | U::COPY_SRC));
+            let pooled_out = match direct {
+                Some(_) => None,
+                None => Some(buffer("posenc.encode.out", out_bytes, U::STORAGE | U::COPY_SRC)?),
+            };
             let out_buf: &wgpu::Buffer = match (&direct, &pooled_out) {
                 (Some(result), _) => result,
                 (None, Some(pooled)) => pooled,
                 (None, None) => unreachable!("one of the two exists"),
             };
-            let staging = matches!(sink, Sink::Host(_))
-                .then(|| buffer("posenc.encode.staging", out_bytes, U::MAP_READ | U::COPY_DST));
+            let staging = match sink {
+                Sink::Host(_) => {
+                    Some(buffer("posenc.encode.staging", out_bytes, U::MAP_READ | U::COPY_DST)?)
+                }
+                Sink::Device(_) => None,
+            };
             let bind = |layout: &wgpu::BindGroupLayout,
                         params: &wgpu::Buffer,
                         table_buf: &wgpu::Buffer| {
@@ -427,37 +496,30 @@ impl Context {
                     layout,
                     entries: &[
                         wgpu::BindGroupEntry { binding: 0, resource: params.as_entire_binding() },
-                        wgpu::BindGroupEntry { binding: 1, resource: ids_buf.as_entire_binding() },
+                        wgpu::BindGroupEntry {
+                            binding: 1,
+                            resource: tokens_buf.as_entire_binding(),
+                        },
                         wgpu::BindGroupEntry {
                             binding: 2,
-                            resource: slots_buf.as_entire_binding(),
-                        },
-                        wgpu::BindGroupEntry {
-                            binding: 3,
-                            resource: order_buf.as_entire_binding(),
-                        },
-                        wgpu::BindGroupEntry {
-                            binding: 4,
                             resource: pe_buffer.as_entire_binding(),
                         },
                         wgpu::BindGroupEntry {
-                            binding: 5,
+                            binding: 3,
                             resource: table_buf.as_entire_binding(),
                         },
-                        wgpu::BindGroupEntry { binding: 6, resource: out_buf.as_entire_binding() },
+                        wgpu::BindGroupEntry { binding: 4, resource: out_buf.as_entire_binding() },
                     ],
                 })
             };
             // One uniform buffer and bind group per vocabulary chunk (each dispatch of a
             // submission needs its own parameters), or one for the fast kernel.
-            let params_size =
-                if fast { size_of::<EncodeF32x4Params>() } else { size_of::<EncodeParams>() };
             let passes: Vec<(super::PooledBuffer, wgpu::BindGroup)> = if fast {
                 let params = buffer(
                     "posenc.encode_f32x4.params",
                     params_size as u64,
                     U::UNIFORM | U::COPY_DST,
-                );
+                )?;
                 let group = bind(&self.encode.fast_layout, &params, &table.chunks[0].buffer);
                 vec![(params, group)]
             } else {
@@ -469,11 +531,11 @@ impl Context {
                             "posenc.encode.params",
                             params_size as u64,
                             U::UNIFORM | U::COPY_DST,
-                        );
+                        )?;
                         let group = bind(&self.encode.layout, &params, &chunk.buffer);
-                        (params, group)
+                        Ok((params, group))
                     })
-                    .collect()
+                    .collect::<Result<_>>()?
             };
             let mut flags = 0;
             if scale.is_some() {
@@ -506,11 +568,11 @@ impl Context {
                 // run back to back on the device and find it in cache.
                 let mut order: Vec<u32> = (0..n).collect();
                 order.sort_by_key(|&g| slots[g as usize]);
-                let sorted_ids: Vec<u32> = order.iter().map(|&g| ids[start + g as usize]).collect();
-                let sorted_slots: Vec<u32> = order.iter().map(|&g| slots[g as usize]).collect();
-                self.queue.write_buffer(&ids_buf, 0, bytemuck::cast_slice(&sorted_ids));
-                self.queue.write_buffer(&slots_buf, 0, bytemuck::cast_slice(&sorted_slots));
-                self.queue.write_buffer(&order_buf, 0, bytemuck::cast_slice(&order));
+                let packed: Vec<u32> = order
+                    .iter()
+                    .flat_map(|&g| [ids[start + g as usize], slots[g as usize], g])
+                    .collect();
+                self.queue.write_buffer(&tokens_buf, 0, bytemuck::cast_slice(&packed));
                 let gy = n.min(max_groups);
                 let gz = n.div_ceil(gy);
                 // The fast kernel loops along its row; the general one spreads it over x.
@@ -592,6 +654,50 @@ impl Context {
     }
 }
 
+/// The tokens per chunk a memory budget allows: what is left of it, less the fixed
+/// buffers, divided by each token's share of the scratch buffers.
+struct ChunkPlan {
+    /// Budget bytes not held by anything else (tables, cached rows, other outputs).
+    left: u64,
+    dim: u64,
+    out_size: u64,
+    /// The output is read back, which needs a staging buffer as large as the chunk.
+    host: bool,
+    /// PE rows are computed per chunk rather than gathered from the cache.
+    per_call_pe: bool,
+    n_freqs: u64,
+    /// Bytes of the uniform buffers.
+    params: u64,
+}
+
+impl ChunkPlan {
+    fn tokens(&self) -> Result<usize> {
+        let out_row = self.dim * self.out_size;
+        // id, slot and output row: one u32 each.
+        let mut per_token = 12 + out_row;
+        let mut fixed = self.params;
+        if self.host {
+            per_token += out_row;
+        }
+        if self.per_call_pe {
+            // A PE row and its position; the table kernel's params and phase steps.
+            per_token += self.dim * 4 + 4;
+            fixed += size_of::<super::TableParams>() as u64 + self.n_freqs * 8;
+        }
+        let tokens = self.left.saturating_sub(fixed) / per_token;
+        if tokens == 0 {
+            return Err(Error::Limit {
+                op: "encode",
+                what: "the scratch buffers of one token",
+                requested: fixed + per_token,
+                limit_name: "GPU memory budget left after tables and cached PE rows",
+                limit: self.left,
+            });
+        }
+        Ok(usize::try_from(tokens).unwrap_or(usize::MAX))
+    }
+}
+
 /// Where an encode's chunks go: read back into host memory, or copied into one device buffer.
 enum Sink<'a> {
     Host(&'a mut [u8]),
@@ -605,6 +711,25 @@ fn shaped<T>(shape: (usize, usize, usize), values: impl Iterator<Item = T>) -> A
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chunk_plans_fit_the_budget_left() {
+        let plan = ChunkPlan {
+            left: 10_000,
+            dim: 64,
+            out_size: 4,
+            host: true,
+            per_call_pe: false,
+            n_freqs: 32,
+            params: 48,
+        };
+        // 12 + 256 + 256 bytes per token after 48 fixed.
+        assert_eq!(plan.tokens().unwrap(), (10_000 - 48) / 524);
+        let cold = ChunkPlan { per_call_pe: true, ..plan };
+        assert_eq!(cold.tokens().unwrap(), (10_000 - 48 - 16 - 256) / (524 + 260));
+        let tight = ChunkPlan { left: 500, ..plan };
+        assert!(matches!(tight.tokens(), Err(Error::Limit { requested: 572, limit: 500, .. })));
+    }
 
     #[test]
     fn params_match_the_wgsl_struct_size() {

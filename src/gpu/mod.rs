@@ -2,14 +2,21 @@
 //! `shaders/`. Every kernel has a CPU twin in [`crate::cpu`] that gives the same bits.
 
 mod encode;
+mod faults;
+mod memory;
+mod options;
 mod table;
 mod timing;
 
 use std::sync::{Arc, Mutex};
 
 pub use encode::{EncodeF32x4Params, EncodeParams, GpuTable, PE_CACHE_BUDGET};
+pub use faults::SUBMISSION_TIMEOUT;
+pub use options::{MEMORY_BUDGET_ENV, Options};
 pub use table::TableParams;
-pub use timing::CopyParams;
+pub use timing::{CopyParams, TimingSource};
+
+use memory::{DeviceBuffer, Memory};
 
 use crate::error::{Error, Result};
 
@@ -126,6 +133,12 @@ fn binding_cap_from_env() -> Result<Option<u64>> {
 /// An adapter, its device and queue, and the compiled kernels. Build one and reuse it:
 /// pipelines are compiled once, here. Clones share the device and the pipelines.
 ///
+/// A context is `Send + Sync`: threads may share one and call it at once. Device faults
+/// are errors, never panics or hangs: a lost device gives [`Error::DeviceLost`] (then and
+/// on every later call), an allocation the device cannot make [`Error::OutOfMemory`], and
+/// with a memory budget ([`Options::memory_budget`], `POSENC_GPU_MEMORY_BUDGET`) posenc's
+/// buffers never hold more than the budget at once.
+///
 /// ```no_run
 /// let gpu = posenc::gpu::Context::new()?;
 /// let spec = posenc::PeSpec::new(512)?;
@@ -139,7 +152,9 @@ pub struct Context {
     device: wgpu::Device,
     queue: wgpu::Queue,
     max_binding: u64,
-    uncaptured: Arc<Mutex<Option<String>>>,
+    health: Arc<faults::Health>,
+    memory: Arc<Memory>,
+    timestamp_period: Option<f32>,
     table: table::TableKernel,
     encode: encode::EncodeKernel,
     pe_cache: Arc<Mutex<Option<encode::PeCache>>>,
@@ -153,6 +168,7 @@ impl std::fmt::Debug for Context {
             .field("adapter", &self.adapter.get_info().name)
             .field("backend", &self.adapter.get_info().backend)
             .field("max_binding", &self.max_binding)
+            .field("memory_budget", &self.memory.budget())
             .finish()
     }
 }
@@ -162,40 +178,67 @@ impl Context {
     /// dx12), `WGPU_ADAPTER_NAME` (a case-insensitive substring of the name) and
     /// `WGPU_POWER_PREF` (low, high).
     ///
+    /// The environment also sets [`Options::from_env`]: `POSENC_MAX_BINDING_SIZE` and
+    /// `POSENC_GPU_MEMORY_BUDGET`.
+    ///
     /// # Errors
     /// [`Error::NoAdapter`] with a hint when nothing matches, [`Error::RequestDevice`] when
     /// the adapter refuses a device, [`Error::InvalidParameter`] for a malformed
-    /// `POSENC_MAX_BINDING_SIZE`.
+    /// `POSENC_MAX_BINDING_SIZE` or `POSENC_GPU_MEMORY_BUDGET`.
     pub fn new() -> Result<Self> {
-        let instance = instance();
-        let adapter = select_adapter(&instance)?;
-        Self::from_adapter(adapter)
+        Self::with_options(&Options::from_env()?)
     }
 
-    /// Opens a device on a given adapter.
+    /// [`Context::new`] with explicit options (the environment's adapter choice still
+    /// applies; its posenc variables do not).
+    ///
+    /// # Errors
+    /// As [`Context::new`].
+    pub fn with_options(options: &Options) -> Result<Self> {
+        let instance = instance();
+        let adapter = select_adapter(&instance)?;
+        Self::from_adapter_with(adapter, options)
+    }
+
+    /// Opens a device on a given adapter, with [`Options::from_env`].
     ///
     /// # Errors
     /// As [`Context::new`], less the adapter search.
     pub fn from_adapter(adapter: wgpu::Adapter) -> Result<Self> {
-        let cap = binding_cap_from_env()?;
+        Self::from_adapter_with(adapter, &Options::from_env()?)
+    }
+
+    /// Opens a device on a given adapter with explicit options.
+    ///
+    /// posenc needs no optional device feature. It asks for `TIMESTAMP_QUERY` and
+    /// `TIMESTAMP_QUERY_INSIDE_ENCODERS` when the adapter has both and the options allow,
+    /// to time work on the device; without them timings fall back to the wall clock.
+    ///
+    /// # Errors
+    /// As [`Context::from_adapter`].
+    pub fn from_adapter_with(adapter: wgpu::Adapter, options: &Options) -> Result<Self> {
         let name = adapter.get_info().name;
+        let timestamp_features =
+            wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS;
+        let timestamps =
+            options.wants_timestamps() && adapter.features().contains(timestamp_features);
         let descriptor = wgpu::DeviceDescriptor {
             label: Some("posenc.device"),
-            required_limits: adapter.limits(),
+            required_limits: options.required_limits(&adapter),
+            required_features: if timestamps {
+                timestamp_features
+            } else {
+                wgpu::Features::empty()
+            },
             ..Default::default()
         };
         let (device, queue) = pollster::block_on(adapter.request_device(&descriptor))
             .map_err(|source| Error::RequestDevice { adapter: name, source })?;
-        let uncaptured = Arc::new(Mutex::new(None));
-        let sink = Arc::clone(&uncaptured);
-        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
-            if let Ok(mut slot) = sink.lock() {
-                slot.get_or_insert_with(|| e.to_string());
-            }
-        }));
+        let health = faults::Health::watch(&device);
+        let timestamp_period = timestamps.then(|| queue.get_timestamp_period());
         let limits = device.limits();
         let mut max_binding = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
-        if let Some(cap) = cap {
+        if let Some(cap) = options.binding_cap() {
             max_binding = max_binding.min(cap);
         }
         // Bindings are sized in whole 4-byte words.
@@ -210,7 +253,9 @@ impl Context {
             device,
             queue,
             max_binding,
-            uncaptured,
+            health,
+            memory: Arc::new(Memory::new(options.budget())),
+            timestamp_period,
             table,
             encode,
             pe_cache,
@@ -247,6 +292,45 @@ impl Context {
         capped
     }
 
+    /// A context on the same device whose buffers hold at most `bytes` at once (see
+    /// [`Options::memory_budget`]). It keeps its own accounting, scratch buffers and PE
+    /// cache; tables it uploads count against its budget.
+    #[must_use]
+    pub fn with_memory_budget(&self, bytes: u64) -> Self {
+        let mut budgeted = self.clone();
+        budgeted.memory = Arc::new(Memory::new(Some(bytes)));
+        budgeted.pool = Arc::new(BufferPool::default());
+        budgeted.pe_cache = Arc::new(Mutex::new(None));
+        budgeted
+    }
+
+    /// The memory budget, if any.
+    pub fn memory_budget(&self) -> Option<u64> {
+        self.memory.budget()
+    }
+
+    /// Bytes of device buffers this context's accounting holds now: uploaded tables still
+    /// alive, cached PE rows, pooled scratch.
+    pub fn allocated_bytes(&self) -> u64 {
+        self.memory.held()
+    }
+
+    /// The most bytes this context's buffers held at once since it was opened or since
+    /// [`Context::reset_peak_allocated_bytes`].
+    pub fn peak_allocated_bytes(&self) -> u64 {
+        self.memory.peak()
+    }
+
+    /// Starts a new peak measurement from what is held now.
+    pub fn reset_peak_allocated_bytes(&self) {
+        self.memory.reset_peak();
+    }
+
+    /// Why the device was lost, or `None` while it works.
+    pub fn lost_reason(&self) -> Option<String> {
+        self.health.lost()
+    }
+
     /// The wgpu device, for callers who keep results on the GPU.
     pub fn device(&self) -> &wgpu::Device {
         &self.device
@@ -258,28 +342,110 @@ impl Context {
     }
 
     /// Runs `f` inside validation and out-of-memory error scopes and turns whatever wgpu
-    /// reports into [`Error::Gpu`].
+    /// reports into posenc's errors: [`Error::DeviceLost`] once the device is lost (checked
+    /// before `f` runs too), [`Error::OutOfMemory`], else [`Error::Gpu`].
     fn scoped<T>(&self, op: &'static str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        if let Some(reason) = self.health.lost() {
+            return Err(Error::DeviceLost { op, reason });
+        }
+        Memory::start_scope();
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let result = f();
         let validation = pollster::block_on(validation.pop());
         let oom = pollster::block_on(oom.pop());
-        if let Some(e) = validation.or(oom) {
-            return Err(Error::Gpu { op, message: e.to_string() });
+        let uncaptured = self.health.take_uncaptured();
+        let failed = result.is_err() || validation.is_some() || oom.is_some();
+        if failed || uncaptured.is_some() {
+            // A destroyed device reports its loss once its queue has drained (other threads
+            // may have work in flight); let it, so the error names the cause rather than
+            // its symptoms.
+            let drain =
+                wgpu::PollType::Wait { submission_index: None, timeout: Some(SUBMISSION_TIMEOUT) };
+            let _ = self.device.poll(drain);
+            if let Some(reason) = faults::confirm_loss(&self.device, &self.health) {
+                return Err(Error::DeviceLost { op, reason });
+            }
         }
-        if let Some(message) = self.uncaptured.lock().ok().and_then(|mut slot| slot.take()) {
+        if let Some(e) = oom {
+            return Err(faults::classify(op, e, Memory::scope_bytes(), self.memory.held()));
+        }
+        if let Some(e) = validation {
+            return Err(faults::classify(op, e, 0, 0));
+        }
+        if let Some(message) = uncaptured {
             return Err(Error::Gpu { op, message });
         }
         result
     }
 
-    /// Blocks until submission `index` has completed.
+    /// Blocks until submission `index` has completed, for at most [`SUBMISSION_TIMEOUT`];
+    /// past that the device counts as lost.
     fn wait(&self, op: &'static str, index: wgpu::SubmissionIndex) -> Result<()> {
-        self.device
-            .poll(wgpu::PollType::Wait { submission_index: Some(index), timeout: None })
-            .map(|_| ())
-            .map_err(|e| Error::Gpu { op, message: e.to_string() })
+        let timeout = Some(SUBMISSION_TIMEOUT);
+        match self.device.poll(wgpu::PollType::Wait { submission_index: Some(index), timeout }) {
+            Ok(_) => Ok(()),
+            Err(wgpu::PollError::Timeout) => {
+                let reason = format!(
+                    "a submission did not complete within {} s",
+                    SUBMISSION_TIMEOUT.as_secs()
+                );
+                self.health.mark_lost(reason.clone());
+                Err(Error::DeviceLost { op, reason })
+            }
+            Err(e) => Err(Error::Gpu { op, message: e.to_string() }),
+        }
+    }
+
+    /// A buffer counted against this context's memory. With a budget, spare pooled
+    /// buffers are freed to make room first.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] naming the budget if it cannot hold `size` more bytes.
+    pub(crate) fn create_buffer(
+        &self,
+        label: &'static str,
+        size: u64,
+        usage: wgpu::BufferUsages,
+    ) -> Result<DeviceBuffer> {
+        DeviceBuffer::create(&self.device, &self.memory, label, size, usage, || {
+            self.pool.evict_one()
+        })
+        .ok_or_else(|| Error::Limit {
+            op: label,
+            what: "a device buffer on top of the bytes already held",
+            requested: self.memory.held().saturating_add(size),
+            limit_name: "GPU memory budget",
+            limit: self.memory.budget().unwrap_or(u64::MAX),
+        })
+    }
+
+    /// Identifies this context's accounting (clones made by `with_max_binding_size` share it).
+    pub(crate) fn memory_id(&self) -> usize {
+        Arc::as_ptr(&self.memory) as usize
+    }
+
+    /// Bytes a budgeted operation may still allocate: the budget less what is held, not
+    /// counting spare pooled buffers (which are freed on demand). `None` without a budget.
+    pub(crate) fn budget_left(&self) -> Option<u64> {
+        let budget = self.memory.budget()?;
+        let in_use = self.memory.held().saturating_sub(self.pool.free_bytes());
+        Some(budget.saturating_sub(in_use))
+    }
+
+    /// A pooled scratch buffer of exactly `size` bytes and `usage`.
+    pub(crate) fn pooled(
+        &self,
+        label: &'static str,
+        size: u64,
+        usage: wgpu::BufferUsages,
+    ) -> Result<PooledBuffer> {
+        let reused = self.pool.reuse(size, usage);
+        let buffer = match reused {
+            Some(b) => b,
+            None => self.create_buffer(label, size, usage)?,
+        };
+        Ok(PooledBuffer { pool: Arc::clone(&self.pool), buffer: Some(buffer) })
     }
 
     /// Submits `encoder`, then copies `staging[..len]` into `dst` once the GPU is done.
@@ -316,42 +482,45 @@ impl Context {
 
 /// Scratch buffers kept between calls, so repeated calls neither allocate nor pay wgpu's
 /// zero-initialisation of fresh buffers again. Buffers are matched by exact size and usage;
-/// at most [`BufferPool::KEEP`] wait unused.
+/// at most [`BufferPool::KEEP`] wait unused, and a budgeted context frees them (oldest
+/// first) when it needs the room.
 #[derive(Default)]
 pub(crate) struct BufferPool {
-    free: Mutex<Vec<wgpu::Buffer>>,
+    free: Mutex<Vec<DeviceBuffer>>,
 }
 
 impl BufferPool {
     const KEEP: usize = 16;
 
-    pub(crate) fn take(
-        self: &Arc<Self>,
-        device: &wgpu::Device,
-        label: &'static str,
-        size: u64,
-        usage: wgpu::BufferUsages,
-    ) -> PooledBuffer {
-        let reused = self.free.lock().ok().and_then(|mut free| {
-            let i = free.iter().position(|b| b.size() == size && b.usage() == usage)?;
-            Some(free.swap_remove(i))
-        });
-        let buffer = reused.unwrap_or_else(|| {
-            device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(label),
-                size,
-                usage,
-                mapped_at_creation: false,
-            })
-        });
-        PooledBuffer { pool: Arc::clone(self), buffer: Some(buffer) }
+    fn free(&self) -> std::sync::MutexGuard<'_, Vec<DeviceBuffer>> {
+        self.free.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn reuse(&self, size: u64, usage: wgpu::BufferUsages) -> Option<DeviceBuffer> {
+        let mut free = self.free();
+        let i = free.iter().position(|b| b.size() == size && b.usage() == usage)?;
+        Some(free.swap_remove(i))
+    }
+
+    /// Frees the oldest spare buffer; `false` if there was none.
+    fn evict_one(&self) -> bool {
+        let mut free = self.free();
+        if free.is_empty() {
+            return false;
+        }
+        free.remove(0);
+        true
+    }
+
+    fn free_bytes(&self) -> u64 {
+        self.free().iter().map(|b| b.size()).sum()
     }
 }
 
 /// A buffer on loan from a [`BufferPool`]; it goes back when dropped.
 pub(crate) struct PooledBuffer {
     pool: Arc<BufferPool>,
-    buffer: Option<wgpu::Buffer>,
+    buffer: Option<DeviceBuffer>,
 }
 
 impl std::ops::Deref for PooledBuffer {
@@ -363,7 +532,8 @@ impl std::ops::Deref for PooledBuffer {
 
 impl Drop for PooledBuffer {
     fn drop(&mut self) {
-        if let (Some(buffer), Ok(mut free)) = (self.buffer.take(), self.pool.free.lock()) {
+        if let Some(buffer) = self.buffer.take() {
+            let mut free = self.pool.free();
             free.push(buffer);
             if free.len() > BufferPool::KEEP {
                 free.remove(0);

@@ -3,6 +3,7 @@
 use bytemuck::{Pod, Zeroable};
 use ndarray::Array2;
 
+use super::memory::DeviceBuffer;
 use super::{Context, fold_dispatch};
 use crate::error::{Error, Result};
 use crate::exact;
@@ -66,13 +67,29 @@ impl Context {
         // and the shader's u32 index never overflow.
         let pair_cap = u64::from(max_groups) * u64::from(max_groups) * u64::from(WORKGROUP_SIZE);
         let pair_cap = pair_cap.min(1 << 31);
-        let rows_per_chunk = (self.max_binding / row_bytes)
+        let mut rows_per_chunk = (self.max_binding / row_bytes)
             .min(pair_cap / u64::from(spec.n_freqs()))
             .min(positions.len() as u64) as usize;
+        let _exclusive = self.memory.exclusive();
+        if let Some(left) = self.budget_left() {
+            // Output and staging rows plus a position each, after the params and steps.
+            let fixed = size_of::<TableParams>() as u64 + u64::from(spec.n_freqs()) * 8;
+            let fit = left.saturating_sub(fixed) / (2 * row_bytes + 4);
+            if fit == 0 {
+                return Err(Error::Limit {
+                    op: "table",
+                    what: "the buffers of one row",
+                    requested: fixed + 2 * row_bytes + 4,
+                    limit_name: "GPU memory budget left",
+                    limit: left,
+                });
+            }
+            rows_per_chunk = rows_per_chunk.min(usize::try_from(fit).unwrap_or(usize::MAX));
+        }
         let steps = flat_steps(spec);
         let flat = out.as_slice_mut().expect("a new array is contiguous");
         self.scoped("table", || {
-            let buffers = TableBuffers::new(self, rows_per_chunk, dim, &steps, true);
+            let buffers = TableBuffers::new(self, rows_per_chunk, dim, &steps, true)?;
             for (rows, ps) in
                 flat.chunks_mut(rows_per_chunk * dim).zip(positions.chunks(rows_per_chunk))
             {
@@ -133,11 +150,13 @@ pub(super) fn flat_steps(spec: &PeSpec) -> Vec<u32> {
 /// Buffers for one table call, sized for its largest chunk and reused by every chunk.
 /// `staging` exists only when the rows are read back to the host.
 pub(super) struct TableBuffers {
-    params: wgpu::Buffer,
-    positions: wgpu::Buffer,
-    pub(super) out: wgpu::Buffer,
-    staging: Option<wgpu::Buffer>,
+    params: DeviceBuffer,
+    positions: DeviceBuffer,
+    pub(super) out: DeviceBuffer,
+    staging: Option<DeviceBuffer>,
     bind_group: wgpu::BindGroup,
+    /// Bound in `bind_group`; kept so its bytes stay counted while it is.
+    _steps: DeviceBuffer,
 }
 
 impl TableBuffers {
@@ -147,31 +166,26 @@ impl TableBuffers {
         dim: usize,
         steps: &[u32],
         readback: bool,
-    ) -> Self {
-        let device = &ctx.device;
-        let buffer = |label, size: u64, usage| {
-            device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(label),
-                size,
-                usage,
-                mapped_at_creation: false,
-            })
-        };
+    ) -> Result<Self> {
+        let buffer = |label, size: u64, usage| ctx.create_buffer(label, size, usage);
         use wgpu::BufferUsages as U;
         let params = buffer(
             "posenc.table.params",
             size_of::<TableParams>() as u64,
             U::UNIFORM | U::COPY_DST,
-        );
-        let positions = buffer("posenc.table.positions", rows as u64 * 4, U::STORAGE | U::COPY_DST);
+        )?;
+        let positions =
+            buffer("posenc.table.positions", rows as u64 * 4, U::STORAGE | U::COPY_DST)?;
         let steps_buf =
-            buffer("posenc.table.steps", steps.len() as u64 * 4, U::STORAGE | U::COPY_DST);
+            buffer("posenc.table.steps", steps.len() as u64 * 4, U::STORAGE | U::COPY_DST)?;
         ctx.queue.write_buffer(&steps_buf, 0, bytemuck::cast_slice(steps));
         let out_bytes = (rows * dim * 4) as u64;
-        let out = buffer("posenc.table.out", out_bytes, U::STORAGE | U::COPY_SRC);
-        let staging =
-            readback.then(|| buffer("posenc.table.staging", out_bytes, U::MAP_READ | U::COPY_DST));
-        let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+        let out = buffer("posenc.table.out", out_bytes, U::STORAGE | U::COPY_SRC)?;
+        let staging = match readback {
+            true => Some(buffer("posenc.table.staging", out_bytes, U::MAP_READ | U::COPY_DST)?),
+            false => None,
+        };
+        let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("posenc.table.bind_group"),
             layout: &ctx.table.layout,
             entries: &[
@@ -181,7 +195,7 @@ impl TableBuffers {
                 wgpu::BindGroupEntry { binding: 3, resource: out.as_entire_binding() },
             ],
         });
-        Self { params, positions, out, staging, bind_group }
+        Ok(Self { params, positions, out, staging, bind_group, _steps: steps_buf })
     }
 }
 

@@ -1,7 +1,8 @@
 //! Device timings for `posenc bench`: the vec4 copy ceiling, the table kernel into a device
-//! buffer, and readback. Each figure is the wall time from submission to completion of work
-//! whose inputs are already on the device, measured the same way for every item so the
-//! ratios compare like with like.
+//! buffer, and readback. Each figure is measured the same way for every item so the ratios
+//! compare like with like: with GPU timestamps written before and after the work when the
+//! device has them (`TIMESTAMP_QUERY` and `TIMESTAMP_QUERY_INSIDE_ENCODERS`), else as the
+//! wall time from submission to completion of work whose inputs are already on the device.
 
 use std::time::Instant;
 
@@ -12,6 +13,55 @@ use super::{Context, fold_dispatch};
 use crate::error::{Error, Result};
 use crate::shaders::WORKGROUP_SIZE;
 use crate::spec::PeSpec;
+
+/// How a context times work on the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimingSource {
+    /// Timestamps the device writes before and after the work: device time alone.
+    DeviceTimestamps,
+    /// Wall time on the host from submission to completion, which adds the submission's
+    /// and the wait's overheads; the fallback when the device has no timestamp queries.
+    WallClock,
+}
+
+/// A two-slot timestamp query set and the buffers its values are read back through.
+struct Stamps {
+    set: wgpu::QuerySet,
+    resolve: super::memory::DeviceBuffer,
+    staging: super::memory::DeviceBuffer,
+    /// Nanoseconds per timestamp tick.
+    period: f64,
+}
+
+impl Stamps {
+    fn new(ctx: &Context, period: f32) -> Result<Self> {
+        use wgpu::BufferUsages as U;
+        let set = ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("posenc.timing.queries"),
+            ty: wgpu::QueryType::Timestamp,
+            count: 2,
+        });
+        let resolve =
+            ctx.create_buffer("posenc.timing.resolve", 16, U::QUERY_RESOLVE | U::COPY_SRC)?;
+        let staging = ctx.create_buffer("posenc.timing.staging", 16, U::MAP_READ | U::COPY_DST)?;
+        Ok(Self { set, resolve, staging, period: f64::from(period) })
+    }
+
+    /// Seconds between the two timestamps of the last submission, or `None` if they do not
+    /// advance (a coarse clock on very short work).
+    fn read(&self, ctx: &Context, op: &'static str) -> Result<Option<f64>> {
+        let mut encoder = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("posenc.timing.read"),
+        });
+        encoder.copy_buffer_to_buffer(&self.resolve, 0, &self.staging, 0, 16);
+        let mut bytes = [0u8; 16];
+        ctx.finish_and_read(op, encoder, &self.staging, &mut bytes)?;
+        let [t0, t1] =
+            [0, 8].map(|i| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes")));
+        Ok((t1 > t0).then(|| (t1 - t0) as f64 * self.period * 1e-9))
+    }
+}
 
 /// Mirror of `Params` in `shaders/copy.wgsl`.
 #[repr(C)]
@@ -39,26 +89,50 @@ impl CopyKernel {
 }
 
 impl Context {
-    /// Seconds from submission to completion of what `record` encodes, once per repeat
-    /// after one untimed warm-up run.
+    /// How this context's timings are taken: device timestamps when the device offers them
+    /// and [`Options::timestamps`](super::Options::timestamps) allowed them, else the wall
+    /// clock.
+    pub fn timing_source(&self) -> TimingSource {
+        match self.timestamp_period {
+            Some(_) => TimingSource::DeviceTimestamps,
+            None => TimingSource::WallClock,
+        }
+    }
+
+    /// Seconds the device spends on what `record` encodes (see [`TimingSource`]), once per
+    /// repeat after one untimed warm-up run. A run whose timestamps do not advance is
+    /// timed by the wall clock.
     fn time_submissions(
         &self,
         op: &'static str,
         repeats: usize,
         mut record: impl FnMut(&mut wgpu::CommandEncoder),
     ) -> Result<Vec<f64>> {
+        let stamps = self.timestamp_period.map(|period| Stamps::new(self, period)).transpose()?;
         let mut times = Vec::with_capacity(repeats);
         for run in 0..=repeats {
             let mut encoder = self
                 .device
                 .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(op) });
+            if let Some(s) = &stamps {
+                encoder.write_timestamp(&s.set, 0);
+            }
             record(&mut encoder);
+            if let Some(s) = &stamps {
+                encoder.write_timestamp(&s.set, 1);
+                encoder.resolve_query_set(&s.set, 0..2, &s.resolve, 0);
+            }
             let commands = encoder.finish();
             let start = Instant::now();
             let index = self.queue.submit([commands]);
             self.wait(op, index)?;
+            let wall = start.elapsed().as_secs_f64();
+            let device = match &stamps {
+                Some(s) => s.read(self, op)?,
+                None => None,
+            };
             if run > 0 {
-                times.push(start.elapsed().as_secs_f64());
+                times.push(device.unwrap_or(wall));
             }
         }
         Ok(times)
@@ -73,14 +147,13 @@ impl Context {
         let bytes = (bytes.min(self.max_binding) & !15).max(16);
         self.scoped("copy", || {
             let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
-            let src = self.pool.take(&self.device, "posenc.copy.src", bytes, usage);
-            let dst = self.pool.take(&self.device, "posenc.copy.dst", bytes, usage);
-            let params_buf = self.pool.take(
-                &self.device,
+            let src = self.pooled("posenc.copy.src", bytes, usage)?;
+            let dst = self.pooled("posenc.copy.dst", bytes, usage)?;
+            let params_buf = self.pooled(
                 "posenc.copy.params",
                 16,
                 wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-            );
+            )?;
             let n_vecs = (bytes / 16) as u32;
             let (gx, gy) = fold_dispatch(
                 n_vecs.div_ceil(WORKGROUP_SIZE),
@@ -132,7 +205,7 @@ impl Context {
                 spec.dim() as usize,
                 &flat_steps(spec),
                 false,
-            );
+            )?;
             self.time_submissions("posenc.table.encoder", repeats, |encoder| {
                 self.record_table(spec, &buffers, positions, encoder)
             })
@@ -146,12 +219,11 @@ impl Context {
     pub fn read_buffer(&self, buffer: &wgpu::Buffer) -> Result<Vec<u8>> {
         let mut bytes = vec![0u8; buffer.size() as usize];
         self.scoped("read_buffer", || {
-            let staging = self.pool.take(
-                &self.device,
+            let staging = self.pooled(
                 "posenc.read.staging",
                 buffer.size(),
                 wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            );
+            )?;
             let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("posenc.read.encoder"),
             });

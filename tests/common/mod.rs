@@ -29,6 +29,39 @@ pub fn gpu() -> Option<&'static Context> {
     .as_ref()
 }
 
+/// A context of its own (for tests that change or break it), under the same rule as
+/// [`gpu`]: `None` skips visibly, except under `CI=true`.
+pub fn fresh_gpu(options: &posenc::gpu::Options) -> Option<Context> {
+    match Context::with_options(options) {
+        Ok(ctx) => Some(ctx),
+        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("CI=true but no GPU adapter: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIP: no adapter: {e}");
+            None
+        }
+    }
+}
+
+/// Runs `f` on another thread and fails the test if it takes longer than `limit`: what a
+/// hang looks like in a test.
+pub fn within<T: Send + 'static>(
+    what: &str,
+    limit: std::time::Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+    });
+    match rx.recv_timeout(limit) {
+        Ok(Ok(value)) => value,
+        Ok(Err(panic)) => std::panic::resume_unwind(panic),
+        Err(_) => panic!("{what} did not finish within {limit:?}: a hang"),
+    }
+}
+
 /// A small deterministic generator (xorshift64*), so failures reproduce from the seed.
 pub struct Rng(u64);
 

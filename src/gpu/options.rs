@@ -1,0 +1,112 @@
+//! How a [`Context`](super::Context) is opened: the memory budget, the binding-size cap and
+//! the optional device features it may use, from code or from the environment.
+
+use crate::error::{Error, Result};
+
+/// Environment variable setting the device-memory budget of a context, in bytes.
+pub const MEMORY_BUDGET_ENV: &str = "POSENC_GPU_MEMORY_BUDGET";
+
+/// Options of [`Context::with_options`](super::Context::with_options). The default uses
+/// every optional feature the adapter offers, no budget and no binding cap.
+///
+/// ```
+/// let options = posenc::gpu::Options::default().memory_budget(Some(64 << 20)).timestamps(false);
+/// assert_eq!(options.budget(), Some(64 << 20));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    memory_budget: Option<u64>,
+    max_binding_size: Option<u64>,
+    timestamps: bool,
+    limits: Option<wgpu::Limits>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { memory_budget: None, max_binding_size: None, timestamps: true, limits: None }
+    }
+}
+
+impl Options {
+    /// The defaults, changed by `POSENC_MAX_BINDING_SIZE` and `POSENC_GPU_MEMORY_BUDGET`
+    /// when set (whole numbers of bytes).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] naming the variable if it is not a whole number of bytes
+    /// (at least 256 for the binding cap).
+    pub fn from_env() -> Result<Self> {
+        Ok(Self {
+            memory_budget: bytes_from_env(MEMORY_BUDGET_ENV, 1)?,
+            max_binding_size: super::binding_cap_from_env()?,
+            ..Self::default()
+        })
+    }
+
+    /// At most `bytes` of device memory in posenc's buffers at once (tables, cached PE
+    /// rows, scratch, staging): encodes and tables are streamed in chunks that fit, and
+    /// what cannot fit is refused with [`Error::Limit`] naming the budget. `None`: no
+    /// budget beyond the adapter's limits.
+    #[must_use]
+    pub fn memory_budget(mut self, bytes: Option<u64>) -> Self {
+        self.memory_budget = bytes;
+        self
+    }
+
+    /// Caps the storage bindings posenc uses at `bytes` (as `POSENC_MAX_BINDING_SIZE`).
+    #[must_use]
+    pub fn max_binding_size(mut self, bytes: Option<u64>) -> Self {
+        self.max_binding_size = bytes;
+        self
+    }
+
+    /// Whether to use GPU timestamp queries for [`Context`](super::Context)'s timings when
+    /// the adapter offers them (`TIMESTAMP_QUERY` and `TIMESTAMP_QUERY_INSIDE_ENCODERS`).
+    /// Without them, timings are wall-clock times from submission to completion.
+    #[must_use]
+    pub fn timestamps(mut self, use_them: bool) -> Self {
+        self.timestamps = use_them;
+        self
+    }
+
+    /// Opens the device with `limits` instead of everything the adapter offers, e.g.
+    /// `wgpu::Limits::downlevel_defaults()` to run exactly as on the most limited WebGPU
+    /// device; posenc then sizes its chunks by these limits. They must be within the
+    /// adapter's, or opening fails with [`Error::RequestDevice`].
+    #[must_use]
+    pub fn limits(mut self, limits: Option<wgpu::Limits>) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    pub(crate) fn required_limits(&self, adapter: &wgpu::Adapter) -> wgpu::Limits {
+        self.limits.clone().unwrap_or_else(|| adapter.limits())
+    }
+
+    /// The memory budget, if any.
+    pub fn budget(&self) -> Option<u64> {
+        self.memory_budget
+    }
+
+    pub(crate) fn binding_cap(&self) -> Option<u64> {
+        self.max_binding_size
+    }
+
+    pub(crate) fn wants_timestamps(&self) -> bool {
+        self.timestamps
+    }
+}
+
+/// A whole number of bytes, at least `min`, from `var`; `None` when unset.
+fn bytes_from_env(var: &'static str, min: u64) -> Result<Option<u64>> {
+    match std::env::var(var) {
+        Err(_) => Ok(None),
+        Ok(text) => match text.trim().parse::<u64>() {
+            Ok(v) if v >= min => Ok(Some(v)),
+            _ => Err(Error::InvalidParameter {
+                field: var,
+                value: text,
+                allowed: "a whole number of bytes",
+            }),
+        },
+    }
+}
