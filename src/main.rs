@@ -141,6 +141,10 @@ struct TableArgs {
     /// error an existing PATH is left untouched.
     #[arg(short, long, value_name = "PATH")]
     output: Option<PathBuf>,
+    /// At most this many bytes of GPU memory in posenc's buffers at once (default: the
+    /// POSENC_GPU_MEMORY_BUDGET environment variable, else no budget).
+    #[arg(long, value_name = "BYTES")]
+    gpu_memory_budget: Option<u64>,
 }
 
 #[derive(Debug, Args)]
@@ -207,6 +211,11 @@ struct EncodeArgs {
     /// not at all; on any error an existing file is left untouched.
     #[arg(short, long, value_name = "OUT.npy")]
     output: PathBuf,
+    /// At most this many bytes of GPU memory in posenc's buffers at once: the batch is
+    /// streamed through in chunks that fit (default: the POSENC_GPU_MEMORY_BUDGET
+    /// environment variable, else no budget).
+    #[arg(long, value_name = "BYTES")]
+    gpu_memory_budget: Option<u64>,
 }
 
 /// `--scale`: `none`, `sqrt` or a finite number.
@@ -382,12 +391,22 @@ enum Compute {
 }
 
 impl Compute {
-    fn open(device: FastDevice) -> Result<Self, Failure> {
+    /// The device asked for; `budget` overrides POSENC_GPU_MEMORY_BUDGET.
+    fn open(device: FastDevice, budget: Option<u64>) -> Result<Self, Failure> {
+        let open_gpu = || -> Result<Box<gpu::Context>, Error> {
+            let ctx = gpu::Context::new()?;
+            let ctx = match budget {
+                Some(bytes) => ctx.with_memory_budget(bytes),
+                None => ctx,
+            };
+            inject_fault(&ctx)?;
+            Ok(Box::new(ctx))
+        };
         Ok(match device {
             FastDevice::Cpu => Self::Cpu,
-            FastDevice::Gpu => Self::Gpu(Box::new(gpu::Context::new()?)),
-            FastDevice::Auto => match gpu::Context::new() {
-                Ok(ctx) => Self::Gpu(Box::new(ctx)),
+            FastDevice::Gpu => Self::Gpu(open_gpu()?),
+            FastDevice::Auto => match open_gpu() {
+                Ok(ctx) => Self::Gpu(ctx),
                 Err(e @ (Error::NoAdapter { .. } | Error::RequestDevice { .. })) => {
                     note(&format!("computing on the CPU: {e}"));
                     Self::Cpu
@@ -420,6 +439,49 @@ impl Compute {
     }
 }
 
+/// `POSENC_FAULT_INJECT=device-lost` destroys the GPU device as soon as it opens, so the
+/// CPU fallback of `--device auto` and the typed error of `--device gpu` can be tested
+/// end to end (the device is lost for real, through wgpu).
+fn inject_fault(ctx: &gpu::Context) -> Result<(), Error> {
+    match std::env::var(FAULT_INJECT_ENV).as_deref() {
+        Err(_) => Ok(()),
+        Ok("device-lost") => {
+            ctx.device().destroy();
+            Ok(())
+        }
+        Ok(other) => Err(Error::InvalidParameter {
+            field: FAULT_INJECT_ENV,
+            value: other.to_string(),
+            allowed: "device-lost",
+        }),
+    }
+}
+
+const FAULT_INJECT_ENV: &str = "POSENC_FAULT_INJECT";
+
+/// With `--device auto`, a device fault met on the GPU (the device lost, out of memory, a
+/// limit the GPU cannot meet) sends the work to the CPU with a note; otherwise the error
+/// stands.
+fn or_on_cpu<T>(
+    device: FastDevice,
+    result: Result<T, Failure>,
+    on_cpu: impl FnOnce() -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    match result {
+        Err(Failure { error, .. })
+            if device == FastDevice::Auto
+                && matches!(
+                    error,
+                    Error::DeviceLost { .. } | Error::OutOfMemory { .. } | Error::Limit { .. }
+                ) =>
+        {
+            note(&format!("the GPU failed, computing on the CPU instead: {error}"));
+            on_cpu()
+        }
+        other => other,
+    }
+}
+
 /// Where a table is computed, once chosen: a fast path or the reference.
 enum Engine {
     Fast(Compute),
@@ -427,9 +489,9 @@ enum Engine {
 }
 
 impl Engine {
-    fn open(device: Device) -> Result<Self, Failure> {
+    fn open(device: Device, budget: Option<u64>) -> Result<Self, Failure> {
         Ok(match device.fast() {
-            Some(fast) => Self::Fast(Compute::open(fast)?),
+            Some(fast) => Self::Fast(Compute::open(fast, budget)?),
             None => Self::Reference,
         })
     }
@@ -491,7 +553,11 @@ fn table(args: &TableArgs) -> Result<(), Failure> {
     // The request is valid: from here on failures are the run's (exit 1), save a malformed
     // environment variable met when the GPU opens.
     let file = args.output.as_ref().map(AtomicFile::create).transpose()?;
-    let table = Engine::open(args.device)?.table(&spec, &positions)?;
+    let table = Engine::open(args.device, args.gpu_memory_budget)?.table(&spec, &positions);
+    let table = match args.device.fast() {
+        Some(fast) => or_on_cpu(fast, table, || Ok(cpu::table(&spec, &positions)))?,
+        None => table?,
+    };
     let write = |w: &mut dyn Write| write_table(w, args.format, spec.dim(), &positions, &table);
     match file {
         Some(mut file) => {
@@ -556,7 +622,8 @@ fn encode(args: &EncodeArgs) -> Result<(), Failure> {
 
     // The request is valid: from here on failures are the run's (exit 1).
     let mut file = AtomicFile::create(&args.output)?;
-    let encoded = Compute::open(args.device)?.encode(&input)?;
+    let encoded = Compute::open(args.device, args.gpu_memory_budget)?.encode(&input);
+    let encoded = or_on_cpu(args.device, encoded, || Compute::Cpu.encode(&input))?;
     write_encoded(file.writer(), &encoded, input.one_sequence).map_err(|e| file.io_error(e))?;
     file.commit()?;
     Ok(())
@@ -828,7 +895,7 @@ fn accuracy(args: &AccuracyArgs) -> Result<(), Failure> {
         })
         .collect();
 
-    let engine = Engine::Fast(Compute::open(args.device)?);
+    let engine = Engine::Fast(Compute::open(args.device, None)?);
     let fast = engine.table(&spec, &positions)?;
     let exact = reference::table(&spec, &positions);
     let naive = naive_table(&spec, &positions);
