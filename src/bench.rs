@@ -67,6 +67,8 @@ pub struct AdapterInfo {
     pub backend: String,
     /// Device type.
     pub device_type: String,
+    /// How the GPU items timed on the device (copy ceiling, table) were timed.
+    pub timing: gpu::TimingSource,
 }
 
 /// The sizes of a report.
@@ -279,6 +281,7 @@ pub fn run(config: &Config, mut progress: impl FnMut(&str)) -> Result<Report> {
             name: info.name.clone(),
             backend: format!("{:?}", info.backend),
             device_type: format!("{:?}", info.device_type),
+            timing: ctx.timing_source(),
         });
         progress("uploading the table");
         let uploaded = ctx.upload_table(table.view())?;
@@ -357,7 +360,14 @@ impl Report {
             s.table_bytes as f64 / 1e6
         );
         if let Some(a) = &self.adapter {
-            out += &format!("GPU: {} ({}, {})\n", a.name, a.backend, a.device_type);
+            let timing = match a.timing {
+                gpu::TimingSource::DeviceTimestamps => "device timestamps",
+                gpu::TimingSource::WallClock => "the wall clock",
+            };
+            out += &format!(
+                "GPU: {} ({}, {}); copy ceiling and table timed by {timing}\n",
+                a.name, a.backend, a.device_type
+            );
         }
         out += &format!(
             "{:<18} {:>10} {:>10} {:>10} {:>9} {:>9}\n",

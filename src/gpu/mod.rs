@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 pub use encode::{EncodeF32x4Params, EncodeParams, GpuTable, PE_CACHE_BUDGET};
 pub use faults::SUBMISSION_TIMEOUT;
-pub use options::{MEMORY_BUDGET_ENV, Options};
+pub use options::{MEMORY_BUDGET_ENV, Options, TIMESTAMPS_ENV};
 pub use table::TableParams;
 pub use timing::{CopyParams, TimingSource};
 

@@ -6,6 +6,9 @@ use crate::error::{Error, Result};
 /// Environment variable setting the device-memory budget of a context, in bytes.
 pub const MEMORY_BUDGET_ENV: &str = "POSENC_GPU_MEMORY_BUDGET";
 
+/// Environment variable turning GPU timestamp queries off (`off`) or on (`on`, the default).
+pub const TIMESTAMPS_ENV: &str = "POSENC_GPU_TIMESTAMPS";
+
 /// Options of [`Context::with_options`](super::Context::with_options). The default uses
 /// every optional feature the adapter offers, no budget and no binding cap.
 ///
@@ -29,15 +32,26 @@ impl Default for Options {
 
 impl Options {
     /// The defaults, changed by `POSENC_MAX_BINDING_SIZE` and `POSENC_GPU_MEMORY_BUDGET`
-    /// when set (whole numbers of bytes).
+    /// (whole numbers of bytes) and `POSENC_GPU_TIMESTAMPS` (`on` or `off`) when set.
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] naming the variable if it is not a whole number of bytes
-    /// (at least 256 for the binding cap).
+    /// [`Error::InvalidParameter`] naming the variable if its value is malformed.
     pub fn from_env() -> Result<Self> {
+        let timestamps = match std::env::var(TIMESTAMPS_ENV).as_deref() {
+            Err(_) | Ok("on") => true,
+            Ok("off") => false,
+            Ok(other) => {
+                return Err(Error::InvalidParameter {
+                    field: TIMESTAMPS_ENV,
+                    value: other.to_string(),
+                    allowed: "on or off",
+                });
+            }
+        };
         Ok(Self {
             memory_budget: bytes_from_env(MEMORY_BUDGET_ENV, 1)?,
             max_binding_size: super::binding_cap_from_env()?,
+            timestamps,
             ..Self::default()
         })
     }
