@@ -104,8 +104,18 @@ fn auto_retries_on_the_cpu_after_a_device_loss_and_says_so_once() {
     assert_eq!(posenc_lines(&auto).len(), 1, "{}", stderr(&auto));
     assert_eq!(table("gpu", &LOST).status.code(), Some(1));
 
-    let bad = inputs.encode("auto", "x.npy", &[], &[("POSENC_FAULT_INJECT", "meteor")]);
-    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+    // Malformed settings are the caller's to fix: exit 2, one line naming the variable.
+    for (var, value) in [
+        ("POSENC_FAULT_INJECT", "meteor"),
+        ("POSENC_GPU_MEMORY_BUDGET", "lots"),
+        ("POSENC_GPU_TIMESTAMPS", "maybe"),
+    ] {
+        let bad = inputs.encode("auto", "x.npy", &[], &[(var, value)]);
+        assert_eq!(bad.status.code(), Some(2), "{var}: {}", stderr(&bad));
+        let lines = posenc_lines(&bad);
+        assert!(lines.len() == 1 && lines[0].contains(var), "{lines:?}");
+        assert!(!inputs.out("x.npy").exists());
+    }
 }
 
 #[test]
