@@ -65,6 +65,7 @@ pub struct EncodeF32x4Params {
 const FLAG_SCALE: u32 = 1;
 const FLAG_PAD: u32 = 2;
 const FLAG_FIRST: u32 = 4;
+const FLAG_ODD16: u32 = 8;
 
 /// Most bytes the cache of PE rows for positions `0..n` may hold per context.
 pub const PE_CACHE_BUDGET: u64 = 64 << 20;
@@ -211,12 +212,83 @@ impl Context {
         options: &EncodeOptions,
     ) -> Result<Encoded> {
         let scale = encode::check(spec, table.dim(), ids, positions, options)?;
+        self.encode_host(PeSource::Spec(spec), table, ids, positions, options, scale)
+    }
+
+    /// Uploads a learned position table `P` `[max_positions, dim]` (BERT and GPT-2 style),
+    /// widened to f32 exactly, for [`Context::encode_learned`]. It must fit one storage
+    /// binding.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] if it does not fit one binding; [`Error::Gpu`] if the device
+    /// refuses the memory.
+    pub fn upload_position_table(
+        &self,
+        position_table: Embeddings<'_>,
+    ) -> Result<GpuPositionTable> {
+        let (rows, dim) = position_table.dim();
+        let bytes = (rows as u64).saturating_mul(dim as u64).saturating_mul(4);
+        if bytes > self.max_binding {
+            return Err(Error::Limit {
+                op: "upload_position_table",
+                what: "the position table as f32",
+                requested: bytes,
+                limit_name: "max storage binding size",
+                limit: self.max_binding,
+            });
+        }
+        let values = position_table.to_f32();
+        let values = values.as_slice().expect("a new array is contiguous");
+        let buffer = self.scoped("upload_position_table", || {
+            let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("posenc.encode.position_table"),
+                size: bytes.max(4),
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            self.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(values));
+            self.queue.submit([]);
+            Ok(buffer)
+        })?;
+        Ok(GpuPositionTable { rows, dim, buffer })
+    }
+
+    /// `out[b, t, :] = scale * E[ids[b, t], :] + P[positions[b, t], :]` with a learned
+    /// position table, read back to the host. Bit-identical to [`crate::cpu::encode_learned`]
+    /// when the scale is [`encode::Scale::None`].
+    ///
+    /// # Errors
+    /// As [`Context::encode`], and [`Error::Position`] for the first position without a row
+    /// in `position_table`, all before any GPU work.
+    pub fn encode_learned(
+        &self,
+        position_table: &GpuPositionTable,
+        table: &GpuTable,
+        ids: ArrayView2<'_, u32>,
+        positions: ArrayView2<'_, u32>,
+        options: &EncodeOptions,
+    ) -> Result<Encoded> {
+        let scale =
+            encode::check_learned(position_table.dim(), table.dim(), ids, positions, options)?;
+        self.encode_host(PeSource::Learned(position_table), table, ids, positions, options, scale)
+    }
+
+    /// The encode of checked arguments, read back into an array.
+    fn encode_host(
+        &self,
+        pe: PeSource<'_>,
+        table: &GpuTable,
+        ids: ArrayView2<'_, u32>,
+        positions: ArrayView2<'_, u32>,
+        options: &EncodeOptions,
+        scale: Option<f32>,
+    ) -> Result<Encoded> {
         let (batch, len) = ids.dim();
         let dim = table.dim;
         let out_size = options.out_dtype.size();
         let mut bytes = vec![0u8; (batch * len * dim * out_size).next_multiple_of(4)];
         if !bytes.is_empty() {
-            self.run_encode(spec, table, ids, positions, options, scale, Sink::Host(&mut bytes))?;
+            self.run_encode(pe, table, ids, positions, options, scale, Sink::Host(&mut bytes))?;
         }
         bytes.truncate(batch * len * dim * out_size);
         let shape = (batch, len, dim);
@@ -270,7 +342,15 @@ impl Context {
             }))
         })?;
         if bytes > 0 {
-            self.run_encode(spec, table, ids, positions, options, scale, Sink::Device(&out))?;
+            self.run_encode(
+                PeSource::Spec(spec),
+                table,
+                ids,
+                positions,
+                options,
+                scale,
+                Sink::Device(&out),
+            )?;
         }
         Ok(out)
     }
@@ -301,7 +381,15 @@ impl Context {
             });
         }
         if bytes > 0 {
-            self.run_encode(spec, table, ids, positions, options, scale, Sink::Device(out))?;
+            self.run_encode(
+                PeSource::Spec(spec),
+                table,
+                ids,
+                positions,
+                options,
+                scale,
+                Sink::Device(out),
+            )?;
         }
         Ok(())
     }
@@ -347,7 +435,7 @@ impl Context {
     #[allow(clippy::too_many_arguments)]
     fn run_encode(
         &self,
-        spec: &PeSpec,
+        pe: PeSource<'_>,
         table: &GpuTable,
         ids: ArrayView2<'_, u32>,
         positions: ArrayView2<'_, u32>,
@@ -367,11 +455,20 @@ impl Context {
         let per_chunk = (self.max_binding / (dim as u64 * 4))
             .min(u64::from(max_groups) * u64::from(max_groups))
             .min(n_tokens as u64) as usize;
+        // 16-bit output of an odd dim packs rows across word boundaries: an even number of
+        // tokens per chunk keeps every chunk whole words.
+        let odd16 = out_size == 2 && dim % 2 == 1;
+        let per_chunk = if odd16 && per_chunk < n_tokens { per_chunk & !1 } else { per_chunk };
         if per_chunk == 0 {
+            let rows = if odd16 { 2 } else { 1 };
             return Err(Error::Limit {
                 op: "encode",
-                what: "one output row",
-                requested: dim as u64 * 4,
+                what: if odd16 {
+                    "two rows of PE (16-bit output of an odd dim is chunked in row pairs)"
+                } else {
+                    "one row of PE"
+                },
+                requested: rows * dim as u64 * 4,
                 limit_name: "max storage binding size",
                 limit: self.max_binding,
             });
@@ -382,14 +479,24 @@ impl Context {
             && table.chunks.len() == 1;
         let max_position = positions.iter().copied().max().map_or(0, |p| u64::from(p) + 1);
         self.scoped("encode", || {
-            let cache = self.cached_pe_rows(spec, max_position);
-            let per_call_pe = cache
-                .is_none()
-                .then(|| TableBuffers::new(self, per_chunk, dim, &flat_steps(spec), false));
-            let pe_buffer = match (&cache, &per_call_pe) {
-                (Some(c), _) => &c.buffer,
-                (None, Some(p)) => &p.out,
-                (None, None) => unreachable!("one of the two exists"),
+            // PE rows: a learned table as it is; a sinusoid from the cache of rows 0..n, or
+            // else computed per chunk for the chunk's distinct positions.
+            let (spec, learned) = match pe {
+                PeSource::Spec(spec) => (Some(spec), None),
+                PeSource::Learned(t) => (None, Some(&t.buffer)),
+            };
+            let cache = spec.and_then(|spec| self.cached_pe_rows(spec, max_position));
+            let per_call_pe = match spec {
+                Some(spec) if cache.is_none() => {
+                    Some((spec, TableBuffers::new(self, per_chunk, dim, &flat_steps(spec), false)))
+                }
+                _ => None,
+            };
+            let pe_buffer = match (learned, &cache, &per_call_pe) {
+                (Some(b), _, _) => b,
+                (None, Some(c), _) => &c.buffer,
+                (None, None, Some((_, p))) => &p.out,
+                (None, None, None) => unreachable!("one of the three exists"),
             };
             let buffer = |label, size: u64, usage| self.pool.take(&self.device, label, size, usage);
             use wgpu::BufferUsages as U;
@@ -482,7 +589,10 @@ impl Context {
             if options.pad_id.is_some() {
                 flags |= FLAG_PAD;
             }
-            let row_words = if out_size == 4 { dim } else { dim / 2 } as u32;
+            if odd16 {
+                flags |= FLAG_ODD16;
+            }
+            let row_words = if out_size == 4 { dim } else { dim.div_ceil(2) } as u32;
             let mut written = 0usize;
             for start in (0..n_tokens).step_by(per_chunk) {
                 let end = (start + per_chunk).min(n_tokens);
@@ -493,7 +603,7 @@ impl Context {
                     });
                 let slots = match &per_call_pe {
                     None => positions[start..end].to_vec(),
-                    Some(pe) => {
+                    Some((spec, pe)) => {
                         let chunk_pos =
                             ArrayView2::from_shape((1, end - start), &positions[start..end])
                                 .expect("one row");
@@ -505,7 +615,9 @@ impl Context {
                 // Sorted by PE row (stable, so ties keep token order): tokens sharing a row
                 // run back to back on the device and find it in cache.
                 let mut order: Vec<u32> = (0..n).collect();
-                order.sort_by_key(|&g| slots[g as usize]);
+                if !odd16 {
+                    order.sort_by_key(|&g| slots[g as usize]);
+                }
                 let sorted_ids: Vec<u32> = order.iter().map(|&g| ids[start + g as usize]).collect();
                 let sorted_slots: Vec<u32> = order.iter().map(|&g| slots[g as usize]).collect();
                 self.queue.write_buffer(&ids_buf, 0, bytemuck::cast_slice(&sorted_ids));
@@ -569,7 +681,8 @@ impl Context {
                         )?;
                     }
                     (Sink::Device(result), _) => {
-                        // dim is even, so every chunk is whole words and offsets stay aligned.
+                        // Every chunk but the last is whole words (odd 16-bit dims take an even
+                        // number of tokens per chunk), so offsets stay aligned.
                         if direct.is_none() {
                             encoder.copy_buffer_to_buffer(
                                 out_buf,
@@ -589,6 +702,37 @@ impl Context {
             }
             Ok(())
         })
+    }
+}
+
+/// Where an encode's PE rows come from.
+#[derive(Clone, Copy)]
+enum PeSource<'a> {
+    Spec(&'a PeSpec),
+    Learned(&'a GpuPositionTable),
+}
+
+/// A learned position table on the device, as f32 rows: see
+/// [`Context::upload_position_table`].
+pub struct GpuPositionTable {
+    rows: usize,
+    dim: usize,
+    buffer: wgpu::Buffer,
+}
+
+impl GpuPositionTable {
+    /// `(max_positions, dim)`.
+    pub fn dim(&self) -> (usize, usize) {
+        (self.rows, self.dim)
+    }
+}
+
+impl std::fmt::Debug for GpuPositionTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuPositionTable")
+            .field("rows", &self.rows)
+            .field("dim", &self.dim)
+            .finish()
     }
 }
 

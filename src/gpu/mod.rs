@@ -7,7 +7,7 @@ mod timing;
 
 use std::sync::{Arc, Mutex};
 
-pub use encode::{EncodeF32x4Params, EncodeParams, GpuTable, PE_CACHE_BUDGET};
+pub use encode::{EncodeF32x4Params, EncodeParams, GpuPositionTable, GpuTable, PE_CACHE_BUDGET};
 pub use table::TableParams;
 pub use timing::CopyParams;
 
