@@ -667,7 +667,11 @@ fn bad_tables_are_refused() {
         dir.safetensors("f64.safetensors", &[("e", StDtype::F64, vec![4, 2], f32_bytes(16))]);
     check(f64s, &[], &["weights has dtype F64"]);
     let odd = dir.safetensors("odd.safetensors", &[("e", StDtype::F32, vec![4, 3], f32_bytes(12))]);
-    check(odd, &[], &["invalid dim: 3 (the width of the table in", "odd.safetensors, variant vaswani)", "even"]);
+    check(
+        odd,
+        &[],
+        &["invalid dim: 3 (the width of the table in", "odd.safetensors, variant vaswani)", "even"],
+    );
     let wide = dir.safetensors(
         "wide.safetensors",
         &[("e", StDtype::F16, vec![1, 65538], vec![0; 2 * 65538])],

@@ -108,32 +108,36 @@ pub fn u33_to_f32_parts(r: u32, carry: bool) -> (u32, i32) {
 #[inline(always)]
 pub fn f32_angle_parts(r: u32, carry: bool, w_bits: u32) -> (u32, i32) {
     let (mp, ep) = u33_to_f32_parts(r, carry);
-    if mp == 0 || w_bits == 0 {
-        return (0, 0);
-    }
-    let mw = (w_bits & 0x7f_ffff) | 0x80_0000;
-    let ew = ((w_bits >> 23) & 0xff) as i32 - 150;
-    // The 48-bit product of two 24-bit mantissas, in two words.
-    let hi = mul_hi(mp, mw);
-    let lo = mp.wrapping_mul(mw);
-    let (m, c, shift) = if hi >= 1 << 15 {
-        let (m, c) = round_mantissa((hi << 8) | (lo >> 24), (lo >> 23) & 1, lo & 0x7f_ffff != 0);
-        (m, c, 24)
-    } else {
-        let (m, c) = round_mantissa((hi << 9) | (lo >> 23), (lo >> 22) & 1, lo & 0x3f_ffff != 0);
-        (m, c, 23)
-    };
-    (m, ep + ew + shift + i32::from(c))
+    f32_product_parts(mp, ep, w_bits)
 }
 
-/// The phase (units of 2^-32 turn) of the float32 angle `f32(p + start) * w`, from the
-/// table of turn steps of powers of two (`steps[k]` is `2^(k - bias)` radians).
+/// [`f32_angle_parts`] with the position already converted: `m_p 2^e_p` from
+/// [`u33_to_f32_parts`]. Branch-free, so a row's loop over frequencies vectorises.
 #[inline(always)]
-pub fn f32_angle_phase(r: u32, carry: bool, w_bits: u32, steps: &[[u32; 2]], bias: i32) -> u32 {
-    let (m, e) = f32_angle_parts(r, carry, w_bits);
-    if m == 0 {
-        return 0;
-    }
+pub fn f32_product_parts(mp: u32, ep: i32, w_bits: u32) -> (u32, i32) {
+    let mw = (w_bits & 0x7f_ffff) | 0x80_0000;
+    let ew = ((w_bits >> 23) & 0xff) as i32 - 150;
+    // The 48-bit product of two 24-bit mantissas, in two words; keep its top 24 bits.
+    let hi = mul_hi(mp, mw);
+    let lo = mp.wrapping_mul(mw);
+    let top = hi >> 15;
+    let s = 23 + top;
+    let kept = (hi << (32 - s)) | (lo >> s);
+    let round_bit = (lo >> (s - 1)) & 1;
+    let sticky = u32::from(lo & ((1 << (s - 1)) - 1) != 0);
+    let m = kept + (round_bit & (sticky | (kept & 1)));
+    // A rounding carry into bit 24 leaves 2^24, which renormalises to 2^23 one exponent up.
+    let c = m >> 24;
+    let zero = mp == 0 || w_bits == 0;
+    let m = if zero { 0 } else { m >> c };
+    let e = if zero { 0 } else { ep + ew + s as i32 + c as i32 };
+    (m, e)
+}
+
+/// The phase (units of 2^-32 turn) of the float32 angle `m 2^e` from the table of turn
+/// steps of powers of two (`steps[k]` is `2^(k - bias)` radians); 0 for `m = 0`.
+#[inline(always)]
+pub fn f32_angle_phase((m, e): (u32, i32), steps: &[[u32; 2]], bias: i32) -> u32 {
     let k = (e + bias).clamp(0, steps.len() as i32 - 1) as usize;
     let [lo, hi] = steps[k];
     phase_turns(m, lo, hi)

@@ -3,7 +3,9 @@
 use ndarray::{Array2, ArrayViewMut2};
 use rayon::prelude::*;
 
-use super::sincos::{f32_angle_phase, phase_turns_u33, sincos_bits};
+use super::sincos::{
+    f32_angle_phase, f32_product_parts, phase_turns_u33, sincos_bits, u33_to_f32_parts,
+};
 use crate::error::{Error, Result};
 use crate::exact;
 use crate::spec::{Columns, Frequencies, PeSpec};
@@ -123,8 +125,10 @@ impl RowKernel {
             }
             Frequencies::F32 => {
                 let steps = &self.pow2_steps;
-                let phase =
-                    |&[w, _]: &[u32; 2]| f32_angle_phase(r, carry, w, steps, exact::F32_STEP_BIAS);
+                let (mp, ep) = u33_to_f32_parts(r, carry);
+                let phase = |&[w, _]: &[u32; 2]| {
+                    f32_angle_phase(f32_product_parts(mp, ep, w), steps, exact::F32_STEP_BIAS)
+                };
                 self.place(row, phase);
             }
         }
