@@ -15,6 +15,10 @@ const DTYPE_F16: u32 = 1u;
 const FLAG_SCALE: u32 = 1u;
 const FLAG_PAD: u32 = 2u;
 const FLAG_FIRST: u32 = 4u;
+// 16-bit output of an odd dim: a word may hold the end of one row and the start of the
+// next, so invocations own output words in token order (tokens arrive unsorted) and each
+// half finds its own token.
+const FLAG_ODD16: u32 = 8u;
 
 struct Params {
     n_tokens: u32,
@@ -72,11 +76,46 @@ fn to_half_bits(bits: u32) -> u32 {
     return f32_to_bf16_bits(bits);
 }
 
+// The 16-bit bits of element (token t, column c), or `old` when this dispatch's vocabulary
+// chunk does not hold the token's row.
+fn half_bits(t: u32, c: u32, old: u32) -> u32 {
+    let id = tokens[3u * t];
+    if (params.flags & FLAG_PAD) != 0u && id == params.pad_id {
+        return 0u;
+    }
+    if id < params.vocab_lo || id >= params.vocab_hi {
+        return select(old, 0u, (params.flags & FLAG_FIRST) != 0u);
+    }
+    return to_half_bits(value_bits((id - params.vocab_lo) * params.dim, tokens[3u * t + 1u] * params.dim, c));
+}
+
+fn encode_odd16(token: u32, x: u32) {
+    let w = token * params.row_words + x;
+    let n_elems = params.n_tokens * params.dim;
+    let e = 2u * w;
+    if e >= n_elems {
+        return;
+    }
+    let old = out[w];
+    let t0 = e / params.dim;
+    let lo = half_bits(t0, e - t0 * params.dim, old & 0xffffu);
+    var hi = 0u;
+    if e + 1u < n_elems {
+        let t1 = (e + 1u) / params.dim;
+        hi = half_bits(t1, e + 1u - t1 * params.dim, old >> 16u);
+    }
+    out[w] = lo | (hi << 16u);
+}
+
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn encode(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
     let token = wg.z * params.groups_y + wg.y;
     let x = wg.x * WORKGROUP_SIZE + li;
     if token >= params.n_tokens || x >= params.row_words {
+        return;
+    }
+    if (params.flags & FLAG_ODD16) != 0u {
+        encode_odd16(token, x);
         return;
     }
     let w = tokens[3u * token + 2u] * params.row_words + x;

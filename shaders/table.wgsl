@@ -1,6 +1,11 @@
-// Positional-encoding table: one exact-phase (sin, cos) pair per (row, frequency).
-// CPU twin: src/cpu/table.rs. Host wrapper: src/gpu/table.rs (TableParams mirrors Params).
+// Positional-encoding table: one exact-phase (sin, cos) pair per (row, frequency), placed in
+// the spec's columns. CPU twin: src/cpu/table.rs. Host wrapper: src/gpu/table.rs
+// (TableParams mirrors Params).
 #import sincos
+
+const FLAG_F32: u32 = 1u;
+const FLAG_PADDING: u32 = 2u;
+const FLAG_ZERO_COL: u32 = 4u;
 
 struct Params {
     // rows * n_freqs in this dispatch; the host keeps it below 2^32.
@@ -8,14 +13,42 @@ struct Params {
     n_freqs: u32,
     // workgroups along x, for dispatches folded into 2-D.
     groups_x: u32,
+    dim: u32,
+    // Column map: sin of frequency i in column i * stride, its cos (i < n_cos) in
+    // cos_offset + i * stride, column zero_col (FLAG_ZERO_COL) always zero.
+    n_cos: u32,
+    stride: u32,
+    cos_offset: u32,
+    zero_col: u32,
+    // Added to every position (a 33-bit sum).
+    start: u32,
+    // The position whose row is all zeros (FLAG_PADDING).
+    padding_idx: u32,
+    flags: u32,
     _pad: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> positions: array<u32>;
-@group(0) @binding(2) var<storage, read> steps: array<vec2<u32>>;
-// f32 bits of (sin, cos) for pair idx = row * n_freqs + i: the interleaved row layout.
-@group(0) @binding(3) var<storage, read_write> out: array<vec2<u32>>;
+// Exact: one 64-bit step per frequency. FLAG_F32: each frequency's f32 bits in .x, then
+// F32_STEPS steps of 2^(k - F32_STEP_BIAS) radians.
+@group(0) @binding(2) var<storage, read> freqs: array<vec2<u32>>;
+// f32 bits, row-major [rows, dim].
+@group(0) @binding(3) var<storage, read_write> out: array<u32>;
+
+fn phase(p: u32, i: u32) -> u32 {
+    let r = p + params.start;
+    let carry = r < p;
+    if (params.flags & FLAG_F32) == 0u {
+        return phase_turns_u33(r, carry, freqs[i]);
+    }
+    let a = f32_angle_parts(r, carry, freqs[i].x);
+    if a.m == 0u {
+        return 0u;
+    }
+    let k = u32(clamp(a.e + F32_STEP_BIAS, 0, i32(F32_STEPS) - 1));
+    return phase_turns(a.m, freqs[params.n_freqs + k]);
+}
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn table(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
@@ -25,5 +58,17 @@ fn table(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) 
     }
     let row = idx / params.n_freqs;
     let i = idx - row * params.n_freqs;
-    out[idx] = sincos_bits(phase_turns(positions[row], steps[i]));
+    let p = positions[row];
+    let base = row * params.dim;
+    var sc = vec2<u32>(0u, 0u);
+    if (params.flags & FLAG_PADDING) == 0u || p != params.padding_idx {
+        sc = sincos_bits(phase(p, i));
+    }
+    out[base + i * params.stride] = sc.x;
+    if i < params.n_cos {
+        out[base + params.cos_offset + i * params.stride] = sc.y;
+    }
+    if i == 0u && (params.flags & FLAG_ZERO_COL) != 0u {
+        out[base + params.zero_col] = 0u;
+    }
 }

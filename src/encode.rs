@@ -80,6 +80,23 @@ impl Embeddings<'_> {
     }
 }
 
+impl Embeddings<'_> {
+    /// The rows widened to f32, exactly (every f16 and bf16 value is an f32), by the same
+    /// integer conversions the shaders use.
+    pub fn to_f32(&self) -> ndarray::Array2<f32> {
+        use crate::cpu::convert::{bf16_to_f32_bits, f16_to_f32_bits};
+        match self {
+            Embeddings::F32(a) => a.to_owned(),
+            Embeddings::F16(a) => {
+                a.mapv(|v| f32::from_bits(f16_to_f32_bits(u32::from(v.to_bits()))))
+            }
+            Embeddings::Bf16(a) => {
+                a.mapv(|v| f32::from_bits(bf16_to_f32_bits(u32::from(v.to_bits()))))
+            }
+        }
+    }
+}
+
 fn pack_halves(bits: impl Iterator<Item = u16>) -> Vec<u32> {
     let mut out = Vec::with_capacity(bits.size_hint().0.div_ceil(2));
     let mut pending: Option<u16> = None;
@@ -232,12 +249,41 @@ pub(crate) fn check(
     positions: ArrayView2<'_, u32>,
     options: &EncodeOptions,
 ) -> Result<Option<f32>> {
+    check_dims(spec.dim() as usize, table, ids, positions, options)
+}
+
+/// [`check`] for a learned position table of shape `position_table`: also every position
+/// must have a row.
+pub(crate) fn check_learned(
+    position_table: (usize, usize),
+    table: (usize, usize),
+    ids: ArrayView2<'_, u32>,
+    positions: ArrayView2<'_, u32>,
+    options: &EncodeOptions,
+) -> Result<Option<f32>> {
+    let (max_positions, pe_dim) = position_table;
+    let factor = check_dims(pe_dim, table, ids, positions, options)?;
+    for ((row, col), &position) in positions.indexed_iter() {
+        if position as usize >= max_positions {
+            return Err(Error::Position { row, col, position, max_positions });
+        }
+    }
+    Ok(factor)
+}
+
+fn check_dims(
+    pe_dim: usize,
+    table: (usize, usize),
+    ids: ArrayView2<'_, u32>,
+    positions: ArrayView2<'_, u32>,
+    options: &EncodeOptions,
+) -> Result<Option<f32>> {
     let (vocab, dim) = table;
-    if dim != spec.dim() as usize {
+    if dim != pe_dim {
         return Err(Error::Shape {
             op: "encode",
             what: "embedding dim vs positional-encoding dim",
-            expected: spec.dim().to_string(),
+            expected: pe_dim.to_string(),
             actual: dim.to_string(),
         });
     }

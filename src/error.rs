@@ -73,6 +73,20 @@ pub enum Error {
         /// The value, formatted (`NaN`, `inf`, `-inf`).
         value: String,
     },
+    /// A position has no row in a learned position table.
+    #[error(
+        "position {position} at row {row}, column {col} is out of range: the position table has {max_positions} rows"
+    )]
+    Position {
+        /// Batch row of the first offender.
+        row: usize,
+        /// Column (token index) of the first offender.
+        col: usize,
+        /// The position.
+        position: u32,
+        /// Rows of the position table.
+        max_positions: usize,
+    },
     /// A request is larger than a limit of the adapter or of posenc.
     #[error("{op}: {what} needs {requested} but the limit {limit_name} is {limit}")]
     Limit {

@@ -4,7 +4,7 @@
 
 use astro_float::{BigFloat, Consts, RoundingMode, Sign};
 
-use crate::spec::PeSpec;
+use crate::spec::{Frequencies, PeSpec, Variant};
 
 /// Working precision in bits. Positions have 32 bits and the turn fractions we keep have at
 /// most 128, so 256 bits leaves a wide margin for the rounding of `ln`, `exp` and `pi`.
@@ -16,26 +16,152 @@ fn consts() -> Consts {
     Consts::new().expect("astro-float constant cache allocation")
 }
 
-/// The angular frequencies `w_i = base^(-2i/dim)` of a spec, in turns per position
-/// (`w_i / 2pi`), at [`PREC`] bits.
-pub(crate) fn turns_per_position(spec: &PeSpec) -> Vec<BigFloat> {
+fn two_pi(cc: &mut Consts) -> BigFloat {
+    cc.pi(PREC, RM).mul(&BigFloat::from_u8(2, PREC), PREC, RM)
+}
+
+fn big(x: f64) -> BigFloat {
+    BigFloat::from_f64(x, PREC)
+}
+
+/// The angular frequencies `w_i` of a spec's published formula, in radians per position, at
+/// [`PREC`] bits. Each is `w_0 r^i`; every product adds at most one rounding of 2^-256
+/// relative, so even 32768 of them stay below 2^-240.
+pub(crate) fn angular_frequencies(spec: &PeSpec) -> Vec<BigFloat> {
     let mut cc = consts();
-    let two_pi = cc.pi(PREC, RM).mul(&BigFloat::from_u8(2, PREC), PREC, RM);
-    let ln_base = BigFloat::from_f64(spec.base(), PREC).ln(PREC, RM, &mut cc);
-    // w_{i+1} = w_i * r with r = base^(-2/dim): each product adds at most one rounding of
-    // 2^-256 relative, so even 32768 of them stay below 2^-240.
-    let exponent = ln_base
-        .mul(&BigFloat::from_u8(2, PREC), PREC, RM)
-        .div(&BigFloat::from_u32(spec.dim(), PREC), PREC, RM)
-        .neg();
-    let ratio = exponent.exp(PREC, RM, &mut cc);
-    let mut w = BigFloat::from_u8(1, PREC);
-    let mut out = Vec::with_capacity(spec.n_freqs() as usize);
-    for _ in 0..spec.n_freqs() {
-        out.push(w.div(&two_pi, PREC, RM));
+    let n = spec.n_freqs();
+    let ln = |x: f64, cc: &mut Consts| big(x).ln(PREC, RM, cc);
+    // ln r and w_0 per variant; see Variant's docs for the formulas.
+    let (ln_ratio, w0) = match spec.variant() {
+        Variant::Vaswani | Variant::DistilBert | Variant::Marian => {
+            // w_i = base^(-2i/d).
+            let l = ln(spec.base(), &mut cc).mul(&BigFloat::from_u8(2, PREC), PREC, RM);
+            (l.div(&BigFloat::from_u32(spec.dim(), PREC), PREC, RM), BigFloat::from_u8(1, PREC))
+        }
+        Variant::Fairseq | Variant::Whisper => {
+            // w_i = exp(-i ln(base) / (h - 1)), h = floor(d/2) >= 2.
+            let l = ln(spec.base(), &mut cc);
+            (l.div(&BigFloat::from_u32(n - 1, PREC), PREC, RM), BigFloat::from_u8(1, PREC))
+        }
+        Variant::Tensor2Tensor => {
+            // w_i = min exp(-i ln(max / min) / max(n - 1, 1)).
+            let (min, max) = (big(spec.min_timescale()), big(spec.base()));
+            let l = max.div(&min, PREC, RM).ln(PREC, RM, &mut cc);
+            (l.div(&BigFloat::from_u32((n - 1).max(1), PREC), PREC, RM), min)
+        }
+    };
+    let ratio = ln_ratio.neg().exp(PREC, RM, &mut cc);
+    let mut w = w0;
+    let mut out = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        out.push(w.clone());
         w = w.mul(&ratio, PREC, RM);
     }
     out
+}
+
+/// The frequencies of [`angular_frequencies`] in turns per position (`w_i / 2pi`).
+pub(crate) fn turns_per_position(spec: &PeSpec) -> Vec<BigFloat> {
+    let two_pi = two_pi(&mut consts());
+    angular_frequencies(spec).iter().map(|w| w.div(&two_pi, PREC, RM)).collect()
+}
+
+/// `x` rounded to nearest (ties to even) with `bits` significant bits (`bits <= 53`), as
+/// float64: exact for f64 (53) and, through an exact conversion, for f32 (24). `x` must be
+/// finite, and the result within float64's normal range.
+pub(crate) fn round_to_bits(x: &BigFloat, bits: u32) -> f64 {
+    let Some((words, _, sign, exp, _)) = x.as_raw_parts() else {
+        unreachable!("round_to_bits of a finite number")
+    };
+    if x.is_zero() {
+        return 0.0;
+    }
+    // x = 0.m * 2^exp with m's leading bit at the top of the last word.
+    let top = words[words.len() - 1];
+    let sticky_below = words[..words.len() - 1].iter().any(|&w| w != 0);
+    let drop = 64 - bits;
+    let kept = top >> drop;
+    let rest = top & ((1u64 << drop) - 1);
+    let half = 1u64 << (drop - 1);
+    let up = rest > half || (rest == half && (sticky_below || kept & 1 == 1));
+    let m = kept + u64::from(up);
+    let v = m as f64 * 2f64.powi(exp - bits as i32);
+    if sign == Sign::Neg { -v } else { v }
+}
+
+/// The nearest f32 to `x` (ties to even).
+pub(crate) fn nearest_f32(x: &BigFloat) -> f32 {
+    round_to_bits(x, 24) as f32
+}
+
+/// The nearest f64 to `x` (ties to even).
+pub(crate) fn nearest_f64(x: &BigFloat) -> f64 {
+    round_to_bits(x, 53)
+}
+
+/// The frequencies of [`Frequencies::F32`]: each variant's float32 recipe, with every
+/// elementary operation rounded to nearest f32 (ARCHITECTURE.md, "float32 frequencies").
+pub(crate) fn f32_frequencies(spec: &PeSpec) -> Vec<f32> {
+    let mut cc = consts();
+    let n = spec.n_freqs();
+    let exp_f32 = |v: f32, cc: &mut Consts| nearest_f32(&big(f64::from(v)).exp(PREC, RM, cc));
+    match spec.variant() {
+        Variant::Vaswani | Variant::DistilBert | Variant::Marian => {
+            // inv_freq = 1 / base ** (arange(0, d, 2, float32) / d), all in float32.
+            let ln_base = big(f64::from(spec.base() as f32)).ln(PREC, RM, &mut cc);
+            (0..n)
+                .map(|i| {
+                    let e = (2 * i) as f32 / spec.dim() as f32;
+                    let pow = ln_base.mul(&big(f64::from(e)), PREC, RM).exp(PREC, RM, &mut cc);
+                    1.0f32 / nearest_f32(&pow)
+                })
+                .collect()
+        }
+        Variant::Fairseq | Variant::Whisper => {
+            // inc = ln(base) / (h - 1) in float64; w_i = exp(f32(i) * f32(-inc)) in float32.
+            let ln_base = nearest_f64(&big(spec.base()).ln(PREC, RM, &mut cc));
+            let neg_inc = (-(ln_base / f64::from(n - 1))) as f32;
+            (0..n).map(|i| exp_f32(i as f32 * neg_inc, &mut cc)).collect()
+        }
+        Variant::Tensor2Tensor => {
+            // inc = f32(ln(max / min)) / f32(max(n - 1, 1)); w_i = f32(min) * exp(f32(i) * -inc).
+            let ratio = spec.base() / spec.min_timescale();
+            let ln_ratio = nearest_f64(&big(ratio).ln(PREC, RM, &mut cc)) as f32;
+            let inc = ln_ratio / (n.max(2) - 1) as f32;
+            let min = spec.min_timescale() as f32;
+            (0..n).map(|i| min * exp_f32(i as f32 * -inc, &mut cc)).collect()
+        }
+    }
+}
+
+/// Exponent bias of the turn steps of [`Frequencies::F32`]: entry `k` holds the step of
+/// `2^(k - F32_STEP_BIAS)` radians. Angles `m 2^e` (m of 24 bits) of every valid spec have
+/// `e` in `[-114, 41]`, well inside `[-160, 95]`.
+pub const F32_STEP_BIAS: i32 = 160;
+/// Entries in the table of turn steps of powers of two.
+pub const F32_STEPS: usize = 256;
+
+/// What the table kernels read per spec, as flat u32 words. Exact frequencies: each
+/// frequency's step `round(2^64 frac(w_i / 2pi))` as `[lo, hi]`. f32 frequencies: each
+/// frequency's f32 bits as `[bits, 0]`, then [`F32_STEPS`] steps of `2^(k - 160)` radians.
+pub(crate) fn kernel_words(spec: &PeSpec) -> Vec<u32> {
+    let split = |f: u64| [f as u32, (f >> 32) as u32];
+    match spec.frequencies() {
+        Frequencies::Exact => phase_steps(spec).into_iter().flatten().collect(),
+        Frequencies::F32 => {
+            let mut out: Vec<u32> =
+                f32_frequencies(spec).iter().flat_map(|w| [w.to_bits(), 0]).collect();
+            let turn = inv_two_pi();
+            for k in 0..F32_STEPS as i32 {
+                let e = k - F32_STEP_BIAS;
+                let scale = BigFloat::from_u8(2, PREC).powi(e.unsigned_abs() as usize, PREC, RM);
+                let t =
+                    if e >= 0 { turn.mul(&scale, PREC, RM) } else { turn.div(&scale, PREC, RM) };
+                out.extend(split(frac_fixed64(&t)));
+            }
+            out
+        }
+    }
 }
 
 /// `frac(x)` as a 128-bit binary fraction, rounded to nearest (wrapping to 0 at 1), for a
@@ -74,9 +200,21 @@ pub(crate) fn frac_fixed64(x: &BigFloat) -> u64 {
 }
 
 /// `frac(position * turns)` at full precision, as a 128-bit binary fraction.
-pub(crate) fn phase_fixed128(position: u32, turns: &BigFloat) -> u128 {
-    let product = turns.mul(&BigFloat::from_u32(position, 32), PREC + 32, RM);
+pub(crate) fn phase_fixed128(position: u64, turns: &BigFloat) -> u128 {
+    let product = turns.mul(&BigFloat::from_u64(position, 64), PREC + 64, RM);
     frac_fixed128(&product)
+}
+
+/// `frac(angle / 2pi)` as a 128-bit binary fraction, for a finite non-negative angle in
+/// radians (every f64 is exact in [`PREC`] bits).
+/// `inv_two_pi` is [`inv_two_pi`]'s value, computed once by the caller.
+pub(crate) fn angle_to_turn128(angle: f64, inv_two_pi: &BigFloat) -> u128 {
+    frac_fixed128(&big(angle).mul(inv_two_pi, PREC, RM))
+}
+
+/// `1 / 2pi` at [`PREC`] bits.
+pub(crate) fn inv_two_pi() -> BigFloat {
+    BigFloat::from_u8(1, PREC).div(&two_pi(&mut consts()), PREC, RM)
 }
 
 /// sin and cos of the angle `2 pi * t / 2^128` in float64. The argument is already reduced

@@ -41,4 +41,7 @@ mod spec;
 pub mod weights;
 
 pub use error::{Error, Result};
-pub use spec::{DEFAULT_BASE, Layout, MAX_BASE, MAX_DIM, PeSpec};
+pub use spec::{
+    DEFAULT_BASE, Frequencies, Layout, MAX_BASE, MAX_DIM, MAX_TIMESCALE, MIN_TIMESCALE, PeSpec,
+    Variant,
+};

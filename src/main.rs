@@ -14,7 +14,9 @@ use ndarray::{Array2, Array3, ArrayD, Axis};
 use posenc::encode::{self as enc, EncodeOptions, Encoded, Scale};
 use posenc::npy::{Expected, NpyArray, NpyDtype};
 use posenc::output::AtomicFile;
-use posenc::{DEFAULT_BASE, Error, PeSpec, cpu, gpu, npy, positions, reference, weights};
+use posenc::{
+    DEFAULT_BASE, Error, Frequencies, PeSpec, Variant, cpu, gpu, npy, positions, reference, weights,
+};
 
 /// Exit status for a valid request that failed while running.
 const EXIT_RUNTIME: u8 = 1;
@@ -116,7 +118,8 @@ enum BenchDevice {
 
 #[derive(Debug, Args)]
 struct TableArgs {
-    /// Model dimension: the values per row, an even number in 2..=65536.
+    /// Model dimension: the values per row, in 1..=65536 (even for vaswani and whisper; at
+    /// least 2 for tensor2tensor and 4 for fairseq and whisper).
     #[arg(long, value_name = "D", default_value_t = 512, allow_negative_numbers = true)]
     dim: u32,
     /// Positions 0..N [default: 8 when --positions is not given].
@@ -125,9 +128,8 @@ struct TableArgs {
     /// Comma-separated positions and half-open ranges, e.g. `0..4,1000000,4294967295`.
     #[arg(long, value_name = "SPEC")]
     positions: Option<String>,
-    /// Frequency base, in (1, 1e7].
-    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_negative_numbers = true)]
-    base: f64,
+    #[command(flatten)]
+    pe: PeArgs,
     /// Where to compute. `auto` uses the GPU when one opens, else the CPU with a note on
     /// stderr; `gpu` fails without one. cpu and gpu give the same bits.
     #[arg(long, value_enum, default_value_t = Device::Auto)]
@@ -160,7 +162,9 @@ struct AccuracyArgs {
     device: FastDevice,
 }
 
-const ENCODE_HELP: &str = "Positions: --positions gives each token's; --offsets gives each row's first (row b holds positions offsets[b], offsets[b]+1, ..., as when decoding with a KV cache); with neither, every row counts from 0, except that with --pad-id the batch is taken as left-padded and each row counts only its non-pad tokens from 0 (pad tokens get position 0). Pad tokens' output rows are zeros whatever their position.
+const ENCODE_HELP: &str = "Positions: --positions gives each token's; --offsets gives each row's first (row b holds positions offsets[b], offsets[b]+1, ..., as when decoding with a KV cache); with neither, every row counts from 0, except that with --variant fairseq positions follow fairseq's make_positions (tokens equal to --padding-idx get padding_idx, the others padding_idx + 1, padding_idx + 2, ...), and otherwise with --pad-id the batch is taken as left-padded and each row counts only its non-pad tokens from 0 (pad tokens get position 0). Pad tokens' (--pad-id) output rows are zeros whatever their position.
+
+With --position-table, a learned table P replaces the sinusoid: out = scale * E[id] + P[position].
 
 Everything (files, dtypes, shapes, ids against the vocabulary, the scale) is checked before any GPU work and before OUT is opened.
 
@@ -168,7 +172,7 @@ Exit status: 0 on success; 1 when a valid request fails while running (no GPU fo
 
 #[derive(Debug, Args)]
 struct EncodeArgs {
-    /// Embedding table [V, D], D even: one tensor of a .safetensors file (F32, F16 or BF16),
+    /// Embedding table [V, D] (D as the variant allows): one tensor of a .safetensors file (F32, F16 or BF16),
     /// or a .npy array ('<f4' or '<f2'; NumPy has no bfloat16, so bf16 tables come from
     /// .safetensors only).
     #[arg(long, value_name = "PATH")]
@@ -204,9 +208,19 @@ struct EncodeArgs {
     /// bfloat16 bits (in NumPy: (a.astype(np.uint32) << 16).view(np.float32)).
     #[arg(long, value_enum, default_value_t = OutDtype::F32)]
     out_dtype: OutDtype,
-    /// Frequency base, in (1, 1e7].
-    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_negative_numbers = true)]
-    base: f64,
+    #[command(flatten)]
+    pe: PeArgs,
+    /// A learned position table P [max_positions, D] (BERT, GPT-2) to add instead of a
+    /// sinusoid: a .safetensors tensor or a .npy array, like --weights. Every position must
+    /// be below max_positions.
+    #[arg(long, value_name = "PATH",
+          conflicts_with_all = ["variant", "frequencies", "base", "min_timescale",
+                                "max_timescale", "start_index", "padding_idx"])]
+    position_table: Option<PathBuf>,
+    /// The .safetensors tensor of --position-table; may be left out when the file holds
+    /// exactly one 2-D tensor.
+    #[arg(long, value_name = "NAME", requires = "position_table")]
+    position_tensor: Option<String>,
     /// The output .npy, shape [B, L, D] ([L, D] for [L] ids), C order. It appears complete or
     /// not at all; on any error an existing file is left untouched.
     #[arg(short, long, value_name = "OUT.npy")]
@@ -227,6 +241,125 @@ fn parse_scale(text: &str) -> Result<Scale, String> {
             Ok(v) if v.is_finite() => Ok(Scale::Value(v)),
             _ => Err("expected none, sqrt or a finite number".into()),
         },
+    }
+}
+
+/// The sinusoid's convention, shared by `table` and `encode`.
+#[derive(Debug, Args)]
+struct PeArgs {
+    /// The published convention to reproduce (README, "Variants"): column layout, frequency
+    /// formula and position numbering.
+    #[arg(long, value_enum, default_value_t = VariantArg::Vaswani)]
+    variant: VariantArg,
+    /// exact: the formula at full precision (within 6e-8 at every position). f32: the
+    /// frequencies and angle rounded to float32 as the frameworks compute them, then the
+    /// exact sin/cos of that angle, to match checkpoints trained that way.
+    #[arg(long, value_enum, default_value_t = FrequenciesArg::Exact)]
+    frequencies: FrequenciesArg,
+    /// Frequency base, in (1, 1e7] [default: 10000]; tensor2tensor: max_timescale.
+    #[arg(long, value_name = "B", allow_negative_numbers = true)]
+    base: Option<f64>,
+    /// tensor2tensor's min_timescale [default: 1.0].
+    #[arg(long, value_name = "T", allow_negative_numbers = true)]
+    min_timescale: Option<f64>,
+    /// tensor2tensor's max_timescale [default: 10000.0] (the same as --base).
+    #[arg(long, value_name = "T", conflicts_with = "base", allow_negative_numbers = true)]
+    max_timescale: Option<f64>,
+    /// Added to every position (tensor2tensor's start_index) [default: 0].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    start_index: Option<u32>,
+    /// fairseq's padding_idx: the position whose row is zeros, and in encode the number
+    /// that positions count from (pad tokens get it, others padding_idx + 1, ...); `none`:
+    /// no zero row, positions from 0 [default: 1].
+    #[arg(long, value_name = "N|none", value_parser = parse_padding_idx,
+          allow_hyphen_values = true)]
+    padding_idx: Option<PaddingIdx>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PaddingIdx(Option<u32>);
+
+/// `--padding-idx`: `none` or a u32.
+fn parse_padding_idx(text: &str) -> Result<PaddingIdx, String> {
+    if text == "none" {
+        return Ok(PaddingIdx(None));
+    }
+    text.parse::<u32>()
+        .map(|v| PaddingIdx(Some(v)))
+        .map_err(|_| "expected none or an integer in 0..=4294967295".into())
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum VariantArg {
+    /// Interleaved [sin, cos, ...], w_i = base^(-2i/d), d even (Attention Is All You Need).
+    Vaswani,
+    /// Interleaved like vaswani; an odd d ends with a sin column (HF DistilBERT, XLM).
+    Distilbert,
+    /// sin in [0, ceil(d/2)), cos after it, vaswani's frequencies (HF Marian).
+    Marian,
+    /// [sin | cos], w_i = min exp(-i ln(max/min) / max(n-1, 1)), zero column for odd d.
+    Tensor2tensor,
+    /// [sin | cos], w_i = exp(-i ln(base) / (h-1)), zero column for odd d, zero padding row.
+    Fairseq,
+    /// [sin | cos], w_i = exp(-i ln(base) / (d/2-1)), d even (OpenAI Whisper).
+    Whisper,
+}
+
+impl From<VariantArg> for Variant {
+    fn from(v: VariantArg) -> Self {
+        match v {
+            VariantArg::Vaswani => Variant::Vaswani,
+            VariantArg::Distilbert => Variant::DistilBert,
+            VariantArg::Marian => Variant::Marian,
+            VariantArg::Tensor2tensor => Variant::Tensor2Tensor,
+            VariantArg::Fairseq => Variant::Fairseq,
+            VariantArg::Whisper => Variant::Whisper,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum FrequenciesArg {
+    /// Full precision.
+    Exact,
+    /// Rounded to float32 as the frameworks compute them.
+    F32,
+}
+
+impl PeArgs {
+    /// The spec these arguments describe at dimension `dim`.
+    fn spec(&self, dim: u32) -> Result<PeSpec, Error> {
+        let variant = Variant::from(self.variant);
+        let mut spec = PeSpec::for_variant(variant, dim)?;
+        let t2t = variant == Variant::Tensor2Tensor;
+        if !t2t && (self.min_timescale.is_some() || self.max_timescale.is_some()) {
+            return Err(Error::InvalidParameter {
+                field: "variant",
+                value: format!("{variant} (with --min-timescale or --max-timescale)"),
+                allowed: "tensor2tensor for timescales; --base sets the others' base",
+            });
+        }
+        if t2t {
+            let max = self.max_timescale.or(self.base).unwrap_or(DEFAULT_BASE);
+            spec = spec.with_timescales(self.min_timescale.unwrap_or(1.0), max)?;
+        } else if let Some(base) = self.base {
+            spec = spec.with_base(base)?;
+        }
+        if let Some(PaddingIdx(padding_idx)) = self.padding_idx {
+            if variant != Variant::Fairseq {
+                return Err(Error::InvalidParameter {
+                    field: "variant",
+                    value: format!("{variant} (with --padding-idx)"),
+                    allowed: "fairseq for --padding-idx",
+                });
+            }
+            spec = spec.with_padding_idx(padding_idx);
+        }
+        let frequencies = match self.frequencies {
+            FrequenciesArg::Exact => Frequencies::Exact,
+            FrequenciesArg::F32 => Frequencies::F32,
+        };
+        Ok(spec.with_frequencies(frequencies).with_start_index(self.start_index.unwrap_or(0)))
     }
 }
 
@@ -318,6 +451,7 @@ impl From<Error> for Failure {
             | Error::PositionSpec { .. }
             | Error::TokenId { .. }
             | Error::NonFinite { .. }
+            | Error::Position { .. }
             | Error::Format { .. }
             | Error::Dtype { .. }
             | Error::Rank { .. }
@@ -419,11 +553,20 @@ impl Compute {
     fn encode(&self, input: &EncodeInput) -> Result<Encoded, Failure> {
         let (table, ids, positions) =
             (input.table.embeddings(), input.ids.view(), input.positions.view());
-        Ok(match self {
-            Self::Cpu => cpu::encode(&input.spec, table, ids, positions, &input.options)?,
-            Self::Gpu(ctx) => {
+        let options = &input.options;
+        Ok(match (self, &input.pe) {
+            (Self::Cpu, PeInput::Spec(spec)) => cpu::encode(spec, table, ids, positions, options)?,
+            (Self::Cpu, PeInput::Learned(p)) => {
+                cpu::encode_learned(p.embeddings(), table, ids, positions, options)?
+            }
+            (Self::Gpu(ctx), PeInput::Spec(spec)) => {
                 let table = ctx.upload_table(table)?;
-                ctx.encode(&input.spec, &table, ids, positions, &input.options)?
+                ctx.encode(spec, &table, ids, positions, options)?
+            }
+            (Self::Gpu(ctx), PeInput::Learned(p)) => {
+                let p = ctx.upload_position_table(p.embeddings())?;
+                let table = ctx.upload_table(table)?;
+                ctx.encode_learned(&p, &table, ids, positions, options)?
             }
         })
     }
@@ -532,7 +675,7 @@ fn check_size(op: &'static str, rows: u64, dim: u32) -> Result<(), Error> {
 }
 
 fn table(args: &TableArgs) -> Result<(), Failure> {
-    let spec = spec_of(args.dim, args.base)?;
+    let spec = args.pe.spec(args.dim).map_err(Failure::usage)?;
     let positions = match &args.positions {
         Some(text) => positions::parse_spec(text).map_err(Failure::usage)?,
         None => {
@@ -629,9 +772,15 @@ fn encode(args: &EncodeArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Where an encode's position rows come from.
+enum PeInput {
+    Spec(PeSpec),
+    Learned(weights::Table),
+}
+
 /// An encode request, read and checked: everything the computation needs.
 struct EncodeInput {
-    spec: PeSpec,
+    pe: PeInput,
     table: weights::Table,
     ids: Array2<u32>,
     positions: Array2<u32>,
@@ -644,37 +793,70 @@ impl EncodeInput {
     fn load(args: &EncodeArgs) -> Result<Self, Error> {
         let table = weights::load(&args.weights, args.tensor.as_deref())?;
         let (vocab, width) = table.dim();
-        // A width past u32 becomes u32::MAX, odd and so refused like any other bad dim; the
-        // error then says where the dim came from.
-        let spec = PeSpec::new(u32::try_from(width).unwrap_or(u32::MAX)).map_err(|e| match e {
-            Error::InvalidParameter { field, allowed, .. } => Error::InvalidParameter {
-                field,
-                value: format!("{width} (the width of the table in {})", args.weights.display()),
-                allowed,
-            },
-            other => other,
-        })?;
-        let spec = spec.with_base(args.base)?;
-        let dim = spec.dim();
+        let learned = match &args.position_table {
+            Some(path) => Some(weights::load(path, args.position_tensor.as_deref())?),
+            None => None,
+        };
+        // A width past u32 becomes u32::MAX, refused like any other bad dim; the error then
+        // says where the dim came from.
+        let dim = u32::try_from(width).unwrap_or(u32::MAX);
+        let spec = match &learned {
+            Some(p) if p.dim().1 != width => {
+                return Err(Error::Shape {
+                    op: "encode",
+                    what: "position table width vs embedding width",
+                    expected: width.to_string(),
+                    actual: p.dim().1.to_string(),
+                });
+            }
+            Some(_) => None,
+            None => Some(args.pe.spec(dim).map_err(|e| match e {
+                Error::InvalidParameter { field: "dim", allowed, .. } => Error::InvalidParameter {
+                    field: "dim",
+                    value: format!(
+                        "{width} (the width of the table in {}, variant {})",
+                        args.weights.display(),
+                        Variant::from(args.pe.variant)
+                    ),
+                    allowed,
+                },
+                other => other,
+            })?),
+        };
         let options = EncodeOptions {
             scale: args.scale,
             pad_id: args.pad_id,
             out_dtype: args.out_dtype.into(),
         };
-        options.scale.factor(dim as usize)?;
+        options.scale.factor(width)?;
 
         let (ids, ids_shape) = read_ids(&args.ids, vocab, args.pad_id)?;
         let (batch, len) = ids.dim();
         check_size("encode", (batch as u64).saturating_mul(len as u64), dim)?;
+        let fairseq_padding = spec.and_then(|s| s.padding_idx());
         let positions = match (&args.positions, &args.offsets) {
             (Some(path), _) => read_positions(path, &ids_shape)?,
             (None, Some(path)) => positions::from_offsets(&read_offsets(path, batch)?, len)?,
-            (None, None) => match args.pad_id {
-                Some(pad) => positions::left_padded(ids.view(), pad),
-                None => positions::contiguous_batch(batch, len),
+            (None, None) => match (fairseq_padding, args.pad_id) {
+                (Some(padding_idx), _) => positions::fairseq(ids.view(), padding_idx)?,
+                (None, Some(pad)) => positions::left_padded(ids.view(), pad),
+                (None, None) => positions::contiguous_batch(batch, len),
             },
         };
-        Ok(Self { spec, table, ids, positions, options, one_sequence: ids_shape.len() == 1 })
+        let pe = match (spec, learned) {
+            (Some(spec), _) => PeInput::Spec(spec),
+            (None, Some(p)) => {
+                let max_positions = p.dim().0;
+                if let Some(((row, col), &position)) =
+                    positions.indexed_iter().find(|&(_, &q)| q as usize >= max_positions)
+                {
+                    return Err(Error::Position { row, col, position, max_positions });
+                }
+                PeInput::Learned(p)
+            }
+            (None, None) => unreachable!("a spec unless a position table was given"),
+        };
+        Ok(Self { pe, table, ids, positions, options, one_sequence: ids_shape.len() == 1 })
     }
 }
 

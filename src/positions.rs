@@ -131,6 +131,43 @@ pub fn left_padded(ids: ArrayView2<'_, u32>, pad_id: u32) -> Array2<u32> {
     out
 }
 
+/// fairseq's `make_positions`: in each row the non-pad tokens are numbered
+/// `padding_idx + 1, padding_idx + 2, ...` and pad tokens (id `padding_idx`) get
+/// `padding_idx`, whose row of the fairseq table is all zeros.
+///
+/// ```
+/// let ids = ndarray::array![[1u32, 1, 5, 6], [7, 8, 9, 1]];
+/// let p = posenc::positions::fairseq(ids.view(), 1)?;
+/// assert_eq!(p, ndarray::array![[1u32, 1, 2, 3], [2, 3, 4, 1]]);
+/// # Ok::<(), posenc::Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::InvalidParameter`] naming `padding_idx` when a position would pass 2^32 - 1.
+pub fn fairseq(ids: ArrayView2<'_, u32>, padding_idx: u32) -> Result<Array2<u32>> {
+    let len = ids.ncols() as u64;
+    if u64::from(padding_idx) + len > u64::from(u32::MAX) {
+        return Err(Error::InvalidParameter {
+            field: "padding_idx",
+            value: format!("{padding_idx} with {len} tokens per row"),
+            allowed: "padding_idx + tokens per row <= 4294967295",
+        });
+    }
+    let mut out = Array2::<u32>::zeros(ids.dim());
+    for (ids_row, mut out_row) in ids.rows().into_iter().zip(out.rows_mut()) {
+        let mut next = padding_idx;
+        for (&id, p) in ids_row.iter().zip(out_row.iter_mut()) {
+            if id == padding_idx {
+                *p = padding_idx;
+            } else {
+                next += 1;
+                *p = next;
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Packed sequences: row `b` of a `[starts.len(), len]` batch restarts at position 0 at
 /// token 0 and at every index in `starts[b]`.
 ///

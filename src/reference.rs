@@ -9,10 +9,11 @@ use ndarray::Array2;
 use rayon::prelude::*;
 
 use crate::exact;
-use crate::spec::{Layout, PeSpec};
+use crate::spec::{Frequencies, PeSpec};
 
 /// The positional-encoding table for `positions`, shape `[positions.len(), dim]`, in
-/// float64, within 1e-15 of the exact values.
+/// float64, within 1e-15 of the exact values of the spec's formula (for
+/// [`Frequencies::F32`]: of the exact sin and cos of the float32 angle).
 ///
 /// ```
 /// let spec = posenc::PeSpec::new(4)?;
@@ -22,17 +23,39 @@ use crate::spec::{Layout, PeSpec};
 /// ```
 pub fn table(spec: &PeSpec, positions: &[u32]) -> Array2<f64> {
     let dim = spec.dim() as usize;
-    let turns = exact::turns_per_position(spec);
+    let cols = spec.columns();
     let mut out = Array2::<f64>::zeros((positions.len(), dim));
-    if let Some(flat) = out.as_slice_mut() {
+    // Per frequency, the phase of a position in 2^-128 turns.
+    let phase: Box<dyn Fn(u32, usize) -> u128 + Sync> = match spec.frequencies() {
+        Frequencies::Exact => {
+            let turns = exact::turns_per_position(spec);
+            let start = u64::from(spec.start_index());
+            Box::new(move |p, i| exact::phase_fixed128(u64::from(p) + start, &turns[i]))
+        }
+        Frequencies::F32 => {
+            // The angle is the float32 product the frameworks compute; only its sin and
+            // cos are exact.
+            let freqs = exact::f32_frequencies(spec);
+            let start = u64::from(spec.start_index());
+            let inv_two_pi = exact::inv_two_pi();
+            Box::new(move |p, i| {
+                let angle = (u64::from(p) + start) as f32 * freqs[i];
+                exact::angle_to_turn128(f64::from(angle), &inv_two_pi)
+            })
+        }
+    };
+    if let Some(flat) = out.as_slice_mut()
+        && dim > 0
+    {
         flat.par_chunks_mut(dim).zip(positions.par_iter()).for_each(|(row, &p)| {
-            for (i, w) in turns.iter().enumerate() {
-                let (s, c) = exact::sincos_of_turn128(exact::phase_fixed128(p, w));
-                match spec.layout() {
-                    Layout::Interleaved => {
-                        row[2 * i] = s;
-                        row[2 * i + 1] = c;
-                    }
+            if spec.padding_idx() == Some(p) {
+                return;
+            }
+            for i in 0..cols.n_freqs {
+                let (s, c) = exact::sincos_of_turn128(phase(p, i as usize));
+                row[(i * cols.stride) as usize] = s;
+                if i < cols.n_cos {
+                    row[(cols.cos_offset + i * cols.stride) as usize] = c;
                 }
             }
         });

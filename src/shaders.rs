@@ -27,6 +27,8 @@ pub const ROW_WORKGROUP_SIZE: u32 = 64;
 fn prelude() -> String {
     let mut s = format!("const WORKGROUP_SIZE: u32 = {WORKGROUP_SIZE}u;\n");
     s += &format!("const ROW_WORKGROUP_SIZE: u32 = {ROW_WORKGROUP_SIZE}u;\n");
+    s += &format!("const F32_STEP_BIAS: i32 = {};\n", crate::exact::F32_STEP_BIAS);
+    s += &format!("const F32_STEPS: u32 = {}u;\n", crate::exact::F32_STEPS);
     for (k, c) in SIN_COEFFS.iter().enumerate() {
         s += &format!("const SIN_S{k}: u32 = {c}u;\n");
     }

@@ -8,7 +8,7 @@ use std::fs;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use posenc::{PeSpec, cpu, reference};
+use posenc::{Frequencies, PeSpec, Variant, cpu, reference};
 
 /// Three decimals, as the seed values are written in the issue.
 const SEED_TOLERANCE: f32 = 5e-4;
@@ -261,6 +261,16 @@ const BAD_TABLE_ARGS: &[(&[&str], &str)] = &[
     (&["--base", "-5"], "invalid base: -5"),
     (&["--base", "nan"], "invalid base"),
     (&["--base", "1e8"], "invalid base"),
+    (&["--variant", "bert"], "bert"),
+    (&["--variant", "whisper", "--dim", "6", "--padding-idx", "1"], "fairseq for --padding-idx"),
+    (&["--variant", "fairseq", "--dim", "3"], "variant fairseq"),
+    (&["--variant", "fairseq", "--dim", "6", "--padding-idx", "x"], "none or an integer"),
+    (&["--min-timescale", "2"], "tensor2tensor for timescales"),
+    (&["--variant", "tensor2tensor", "--min-timescale", "0"], "invalid min_timescale: 0"),
+    (&["--variant", "tensor2tensor", "--max-timescale", "0.5"], "invalid max_timescale: 0.5"),
+    (&["--variant", "tensor2tensor", "--base", "5", "--max-timescale", "6"], "cannot be used"),
+    (&["--frequencies", "f64"], "f64"),
+    (&["--start-index", "-1"], "--start-index"),
     (&["--positions", "1,,2"], "item 2"),
     (&["--positions", "0..x"], "not a whole number"),
     (&["--positions", "5..2"], "backwards"),
@@ -562,4 +572,66 @@ fn bench_rejects_bad_sizes_with_one_line() {
     let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("posenc:")).collect();
     assert_eq!(lines.len(), 1, "{stderr}");
     assert!(lines[0].contains("dim"), "{stderr}");
+}
+
+#[test]
+fn variants_and_their_options_reach_the_table() {
+    let t2t = PeSpec::for_variant(Variant::Tensor2Tensor, 9).unwrap();
+    let fairseq = PeSpec::for_variant(Variant::Fairseq, 7).unwrap();
+    let cases: Vec<(Vec<&str>, PeSpec)> = vec![
+        (vec!["--variant", "vaswani", "--dim", "8"], PeSpec::new(8).unwrap()),
+        (
+            vec!["--variant", "distilbert", "--dim", "7", "--base", "500"],
+            PeSpec::for_variant(Variant::DistilBert, 7).unwrap().with_base(500.0).unwrap(),
+        ),
+        (
+            vec!["--variant", "marian", "--dim", "5"],
+            PeSpec::for_variant(Variant::Marian, 5).unwrap(),
+        ),
+        (
+            vec![
+                "--variant",
+                "tensor2tensor",
+                "--dim",
+                "9",
+                "--min-timescale",
+                "2",
+                "--max-timescale",
+                "5e4",
+                "--start-index",
+                "4294967290",
+            ],
+            t2t.with_timescales(2.0, 5e4).unwrap().with_start_index(u32::MAX - 5),
+        ),
+        (
+            vec!["--variant", "tensor2tensor", "--dim", "9", "--base", "300"],
+            t2t.with_base(300.0).unwrap(),
+        ),
+        (vec!["--variant", "fairseq", "--dim", "7"], fairseq),
+        (
+            vec!["--variant", "fairseq", "--dim", "7", "--padding-idx", "none"],
+            fairseq.with_padding_idx(None),
+        ),
+        (
+            vec!["--variant", "fairseq", "--dim", "7", "--padding-idx", "3"],
+            fairseq.with_padding_idx(Some(3)),
+        ),
+        (
+            vec!["--variant", "whisper", "--dim", "6"],
+            PeSpec::for_variant(Variant::Whisper, 6).unwrap(),
+        ),
+        (
+            vec!["--variant", "whisper", "--dim", "6", "--frequencies", "f32"],
+            PeSpec::for_variant(Variant::Whisper, 6).unwrap().with_frequencies(Frequencies::F32),
+        ),
+    ];
+    let positions = [0u32, 1, 2, 3, 1 << 24, u32::MAX];
+    for (args, spec) in cases {
+        let mut full = vec!["table", "--device", "cpu", "--positions", "0..4,16777216,4294967295"];
+        full.extend_from_slice(&args);
+        let out = posenc(&full);
+        assert_ok(&out, &format!("{args:?}"));
+        let expected = cpu::table(&spec, &positions);
+        assert_eq!(csv_bits(&stdout(&out)), bits(expected.iter().copied()), "{args:?}");
+    }
 }

@@ -667,7 +667,11 @@ fn bad_tables_are_refused() {
         dir.safetensors("f64.safetensors", &[("e", StDtype::F64, vec![4, 2], f32_bytes(16))]);
     check(f64s, &[], &["weights has dtype F64"]);
     let odd = dir.safetensors("odd.safetensors", &[("e", StDtype::F32, vec![4, 3], f32_bytes(12))]);
-    check(odd, &[], &["invalid dim: 3 (the width of the table in", "odd.safetensors)", "even"]);
+    check(
+        odd,
+        &[],
+        &["invalid dim: 3 (the width of the table in", "odd.safetensors, variant vaswani)", "even"],
+    );
     let wide = dir.safetensors(
         "wide.safetensors",
         &[("e", StDtype::F16, vec![1, 65538], vec![0; 2 * 65538])],
@@ -804,5 +808,94 @@ fn an_output_over_the_size_limit_is_refused_before_any_work() {
         &dir,
         &["--device", "cpu", "--weights", &w, "--ids", &ids],
         &["MAX_OUTPUT_VALUES"],
+    );
+}
+
+#[test]
+fn fairseq_numbers_positions_from_the_padding_idx() {
+    use posenc::Variant;
+    let dir = Dir::new();
+    let dim = 7;
+    let table = Table::new(Dtype::F32, VOCAB, dim);
+    let weights = dir.table("w.safetensors", &table);
+    let ids = array![[1u32, 1, 5, 6], [7, 8, 9, 1]];
+    let ids_path = dir.npy("ids.npy", &ids);
+    let out = s(&dir.path("out.npy"));
+    let args = ["encode", "--device", "cpu", "--weights", &weights, "--ids", &ids_path, "-o", &out];
+    let run = posenc(&[&args[..], &["--variant", "fairseq"]].concat());
+    assert_ok(&run, "fairseq");
+    let spec = PeSpec::for_variant(Variant::Fairseq, dim as u32).unwrap();
+    let pos = positions::fairseq(ids.view(), 1).unwrap();
+    let want = cpu::encode(&spec, table.embeddings(), ids.view(), pos.view(), &Default::default());
+    assert_eq!(read_out(&out).bits, want.unwrap().bits());
+
+    let run = posenc(&[&args[..], &["--variant", "fairseq", "--padding-idx", "none"]].concat());
+    assert_ok(&run, "fairseq, no padding");
+    let spec = spec.with_padding_idx(None);
+    let pos = positions::contiguous_batch(2, 4);
+    let want = cpu::encode(&spec, table.embeddings(), ids.view(), pos.view(), &Default::default());
+    assert_eq!(read_out(&out).bits, want.unwrap().bits());
+}
+
+#[test]
+fn learned_position_tables_replace_the_sinusoid() {
+    let dir = Dir::new();
+    let table = Table::new(Dtype::F32, VOCAB, DIM);
+    let weights = dir.table("w.safetensors", &table);
+    let learned = Array2::from_shape_fn((6, DIM), |(p, d)| f16::from_f32(value(p + 3, d)));
+    let (dtype, shape, data) = Table::F16(learned.clone()).safetensors_parts();
+    let p_st = dir.safetensors(
+        "p.safetensors",
+        &[("wpe", dtype, shape, data), ("other", StDtype::F32, vec![1, 1], vec![0; 4])],
+    );
+    let p_npy = dir.npy("p.npy", &learned);
+    let ids = array![[1u32, 2, 3], [4, 5, 6]];
+    let ids_path = dir.npy("ids.npy", &ids);
+    let out = s(&dir.path("out.npy"));
+    let args = ["encode", "--device", "cpu", "--weights", &weights, "--ids", &ids_path, "-o", &out];
+    let pos = positions::contiguous_batch(2, 3);
+    let want = cpu::encode_learned(
+        Embeddings::F16(learned.view()),
+        table.embeddings(),
+        ids.view(),
+        pos.view(),
+        &Default::default(),
+    )
+    .unwrap();
+    for extra in [
+        &["--position-table", &p_npy][..],
+        &["--position-table", &p_st, "--position-tensor", "wpe"],
+    ] {
+        let run = posenc(&[&args[..], extra].concat());
+        assert_ok(&run, &format!("{extra:?}"));
+        assert_eq!(read_out(&out).bits, want.bits(), "{extra:?}");
+    }
+    if gpu_available("learned_position_tables_replace_the_sinusoid") {
+        let mut gpu_args = args.to_vec();
+        gpu_args[2] = "gpu";
+        let run = posenc(&[&gpu_args[..], &["--position-table", &p_npy]].concat());
+        assert_ok(&run, "gpu");
+        assert_eq!(read_out(&out).bits, want.bits(), "gpu");
+    }
+
+    // Positions past the table, a width mismatch and sinusoid options are refused.
+    let offsets = dir.npy("off.npy", &array![0u32, 4]);
+    let base = ["--device", "cpu", "--weights", &weights, "--ids", &ids_path];
+    assert_refused(
+        &dir,
+        &[&base[..], &["--position-table", &p_npy, "--offsets", &offsets]].concat(),
+        &["position 6", "row 1, column 2", "6 rows"],
+    );
+    let narrow = dir.npy("narrow.npy", &Array2::<f32>::zeros((6, DIM - 2)));
+    assert_refused(&dir, &[&base[..], &["--position-table", &narrow]].concat(), &["width", "6"]);
+    assert_refused(
+        &dir,
+        &[&base[..], &["--position-table", &p_npy, "--variant", "fairseq"]].concat(),
+        &["cannot be used"],
+    );
+    assert_refused(
+        &dir,
+        &[&base[..], &["--position-tensor", "wpe"]].concat(),
+        &["--position-table"],
     );
 }

@@ -316,3 +316,98 @@ fn cached_pe_rows_are_invisible() {
         }
     }
 }
+
+#[test]
+fn every_variant_and_odd_dims_encode_bit_identically() {
+    use posenc::{Frequencies, Variant};
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(36);
+    // A small binding cap forces token chunks (3 rows of dim 33), odd ones rounded to even
+    // for 16-bit output.
+    let small = ctx.with_max_binding_size(512);
+    for variant in Variant::ALL {
+        for dim in [5usize, 6, 7, 33] {
+            let Ok(spec) = PeSpec::for_variant(variant, dim as u32) else { continue };
+            let spec = if dim == 33 { spec.with_frequencies(Frequencies::F32) } else { spec };
+            let (vocab, batch, len) = (40, 3, 11);
+            let table = Table::new(&mut rng, vocab, dim);
+            let ids = random_ids(&mut rng, batch, len, vocab);
+            let pos = match spec.padding_idx() {
+                Some(pad) => positions::fairseq(ids.view(), pad).unwrap(),
+                None => Array2::from_shape_fn((batch, len), |_| rng.next_u32()),
+            };
+            for ctx in [ctx, &small] {
+                for in_dtype in DTYPES {
+                    let uploaded = ctx.upload_table(table.view(in_dtype)).unwrap();
+                    for out_dtype in DTYPES {
+                        let options = EncodeOptions {
+                            out_dtype,
+                            pad_id: Some(ids[[1, 2]]),
+                            ..Default::default()
+                        };
+                        let g = ctx.encode(&spec, &uploaded, ids.view(), pos.view(), &options);
+                        let c = cpu::encode(
+                            &spec,
+                            table.view(in_dtype),
+                            ids.view(),
+                            pos.view(),
+                            &options,
+                        );
+                        assert_same_bits(
+                            &format!("{variant} d={dim} {in_dtype:?}->{out_dtype:?}"),
+                            &g.unwrap(),
+                            &c.unwrap(),
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn learned_position_tables_encode_bit_identically() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(37);
+    let (vocab, max_positions, dim, batch, len) = (50, 64, 12, 2, 9);
+    let table = Table::new(&mut rng, vocab, dim);
+    let learned = Table::new(&mut rng, max_positions, dim);
+    let ids = random_ids(&mut rng, batch, len, vocab);
+    let pos = Array2::from_shape_fn((batch, len), |_| rng.below(max_positions as u64) as u32);
+    let uploaded = ctx.upload_table(table.view(Dtype::F32)).unwrap();
+    for p_dtype in DTYPES {
+        let gpu_p = ctx.upload_position_table(learned.view(p_dtype)).unwrap();
+        assert_eq!(gpu_p.dim(), (max_positions, dim));
+        for out_dtype in DTYPES {
+            let options = EncodeOptions { out_dtype, ..Default::default() };
+            let g = ctx.encode_learned(&gpu_p, &uploaded, ids.view(), pos.view(), &options);
+            let c = cpu::encode_learned(
+                learned.view(p_dtype),
+                table.view(Dtype::F32),
+                ids.view(),
+                pos.view(),
+                &options,
+            );
+            assert_same_bits(
+                &format!("learned {p_dtype:?}->{out_dtype:?}"),
+                &g.unwrap(),
+                &c.unwrap(),
+            );
+        }
+    }
+    // A position without a row is refused before any work, naming both numbers.
+    let mut bad = pos.clone();
+    bad[[1, 4]] = max_positions as u32;
+    let gpu_p = ctx.upload_position_table(learned.view(Dtype::F32)).unwrap();
+    let err = ctx
+        .encode_learned(&gpu_p, &uploaded, ids.view(), bad.view(), &EncodeOptions::default())
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("64") && text.contains("row 1, column 4"), "{text}");
+    // A position table too large for one binding is refused up front.
+    let small = ctx.with_max_binding_size(256);
+    assert!(matches!(
+        small.upload_position_table(learned.view(Dtype::F32)),
+        Err(posenc::Error::Limit { .. })
+    ));
+}

@@ -87,3 +87,33 @@ fn gpu_chunks_tables_larger_than_the_binding_cap() {
     let err = ctx.with_max_binding_size(1024).table(&spec, &[0]).unwrap_err();
     assert!(matches!(err, posenc::Error::Limit { requested: 2048, limit: 1024, .. }), "{err}");
 }
+
+#[test]
+fn every_variant_and_frequency_mode_is_bit_identical_to_the_cpu() {
+    use posenc::{Frequencies, Variant};
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(13);
+    let mut positions = hard_positions(&mut rng, 200);
+    positions.push(1);
+    for variant in Variant::ALL {
+        for d in [1, 2, 3, 5, 8, 33, 64, 515] {
+            let Ok(spec) = PeSpec::for_variant(variant, d) else { continue };
+            let specs = [
+                spec,
+                spec.with_frequencies(Frequencies::F32),
+                spec.with_start_index(u32::MAX - 7).with_padding_idx(Some(3)),
+                spec.with_start_index(12).with_frequencies(Frequencies::F32),
+            ];
+            for spec in specs {
+                let g = ctx.table(&spec, &positions).unwrap();
+                let c = cpu::table(&spec, &positions);
+                assert_bits_eq(
+                    &format!("{spec:?}"),
+                    g.as_slice().unwrap(),
+                    c.as_slice().unwrap(),
+                    d as usize,
+                );
+            }
+        }
+    }
+}

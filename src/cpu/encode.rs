@@ -91,25 +91,12 @@ impl Encoder {
         options: &EncodeOptions,
     ) -> Result<Encoded> {
         let scale = encode::check(&self.spec, table.dim(), ids, positions, options)?;
-        let (batch, len) = ids.dim();
-        let shape = (batch, len, self.spec.dim() as usize);
-        Ok(match options.out_dtype {
-            Dtype::F32 => {
-                let mut out = Array3::<f32>::zeros(shape);
-                self.run(table, ids, positions, options.pad_id, scale, flat_mut(&mut out))?;
-                Encoded::F32(out)
-            }
-            Dtype::F16 => {
-                let mut out = Array3::<f16>::zeros(shape);
-                self.run(table, ids, positions, options.pad_id, scale, flat_mut(&mut out))?;
-                Encoded::F16(out)
-            }
-            Dtype::Bf16 => {
-                let mut out = Array3::<bf16>::zeros(shape);
-                self.run(table, ids, positions, options.pad_id, scale, flat_mut(&mut out))?;
-                Encoded::Bf16(out)
-            }
-        })
+        let shape = (ids.nrows(), ids.ncols(), self.spec.dim() as usize);
+        let (pe, slots) = self.pe_rows(positions);
+        let pe = pe.as_slice().expect("PE rows are contiguous");
+        Ok(allocate_and_fill(shape, options.out_dtype, |out| {
+            fill(table, ids, pe, &slots, options.pad_id, scale, out)
+        }))
     }
 
     /// Like [`Encoder::encode`] with f32 output, written into `out` (shape
@@ -175,32 +162,127 @@ impl Encoder {
         (Arc::new(super::table(&self.spec, &unique)), slots)
     }
 
-    fn run<O: OutElem>(
+    fn run(
         &self,
         table: Embeddings<'_>,
         ids: ArrayView2<'_, u32>,
         positions: ArrayView2<'_, u32>,
         pad_id: Option<u32>,
         scale: Option<f32>,
-        out: &mut [O],
+        out: &mut [f32],
     ) -> Result<()> {
-        let dim = self.spec.dim() as usize;
         if out.is_empty() {
             return Ok(());
         }
         let (pe, slots) = self.pe_rows(positions);
         let pe = pe.as_slice().expect("PE rows are contiguous");
-        let ids: Cow<'_, [u32]> = match ids.to_slice() {
-            Some(s) => Cow::Borrowed(s),
-            None => Cow::Owned(ids.iter().copied().collect()),
-        };
-        let job = Job { dim, ids: &ids, slots: &slots, pe, pad_id, scale };
-        match table {
-            Embeddings::F32(a) => job.fill(&row_major(&a), out),
-            Embeddings::F16(a) => job.fill(&row_major(&a), out),
-            Embeddings::Bf16(a) => job.fill(&row_major(&a), out),
-        }
+        fill(table, ids, pe, &slots, pad_id, scale, OutSlice::F32(out));
         Ok(())
+    }
+}
+
+/// `out[b, t, :] = scale * E[ids[b, t], :] + P[positions[b, t], :]` with a learned position
+/// table `P` `[max_positions, dim]` (BERT and GPT-2 style) instead of a sinusoid. `P` is
+/// widened to f32 exactly; bit-identical to [`crate::gpu::Context::encode_learned`] when the
+/// scale is [`encode::Scale::None`].
+///
+/// ```
+/// use ndarray::{Array2, array};
+/// use posenc::{cpu, encode::{EncodeOptions, Embeddings}};
+///
+/// let table = Array2::<f32>::ones((10, 4));
+/// let learned = Array2::<f32>::from_shape_fn((16, 4), |(p, _)| p as f32);
+/// let out = cpu::encode_learned(Embeddings::F32(learned.view()), Embeddings::F32(table.view()),
+///                               array![[3u32, 7]].view(), array![[0u32, 5]].view(),
+///                               &EncodeOptions::default())?;
+/// assert_eq!(out.into_f32().unwrap()[[0, 1, 2]], 6.0);
+/// # Ok::<(), posenc::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`encode()`], and [`Error::Position`] for the first position `>= max_positions`, all
+/// before any work.
+pub fn encode_learned(
+    position_table: Embeddings<'_>,
+    table: Embeddings<'_>,
+    ids: ArrayView2<'_, u32>,
+    positions: ArrayView2<'_, u32>,
+    options: &EncodeOptions,
+) -> Result<Encoded> {
+    let scale = encode::check_learned(position_table.dim(), table.dim(), ids, positions, options)?;
+    let shape = (ids.nrows(), ids.ncols(), position_table.dim().1);
+    let pe = position_table.to_f32();
+    let pe = pe.as_slice().expect("a new array is contiguous");
+    let slots: Vec<u32> = positions.iter().copied().collect();
+    Ok(allocate_and_fill(shape, options.out_dtype, |out| {
+        fill(table, ids, pe, &slots, options.pad_id, scale, out)
+    }))
+}
+
+/// An output of `shape` in `dtype`, filled by `fill`.
+fn allocate_and_fill(
+    shape: (usize, usize, usize),
+    dtype: Dtype,
+    fill: impl FnOnce(OutSlice<'_>),
+) -> Encoded {
+    match dtype {
+        Dtype::F32 => {
+            let mut out = Array3::<f32>::zeros(shape);
+            fill(OutSlice::F32(flat_mut(&mut out)));
+            Encoded::F32(out)
+        }
+        Dtype::F16 => {
+            let mut out = Array3::<f16>::zeros(shape);
+            fill(OutSlice::F16(flat_mut(&mut out)));
+            Encoded::F16(out)
+        }
+        Dtype::Bf16 => {
+            let mut out = Array3::<bf16>::zeros(shape);
+            fill(OutSlice::Bf16(flat_mut(&mut out)));
+            Encoded::Bf16(out)
+        }
+    }
+}
+
+/// An output buffer in one of the storage types.
+enum OutSlice<'a> {
+    F32(&'a mut [f32]),
+    F16(&'a mut [f16]),
+    Bf16(&'a mut [bf16]),
+}
+
+/// The fused gather + add over PE rows `pe` (`slots[token]` names each token's row).
+fn fill(
+    table: Embeddings<'_>,
+    ids: ArrayView2<'_, u32>,
+    pe: &[f32],
+    slots: &[u32],
+    pad_id: Option<u32>,
+    scale: Option<f32>,
+    out: OutSlice<'_>,
+) {
+    let dim = table.dim().1;
+    let ids: Cow<'_, [u32]> = match ids.to_slice() {
+        Some(s) => Cow::Borrowed(s),
+        None => Cow::Owned(ids.iter().copied().collect()),
+    };
+    if dim == 0 || ids.is_empty() {
+        return;
+    }
+    let job = Job { dim, ids: &ids, slots, pe, pad_id, scale };
+    macro_rules! run {
+        ($a:expr) => {
+            match out {
+                OutSlice::F32(o) => job.fill(&row_major(&$a), o),
+                OutSlice::F16(o) => job.fill(&row_major(&$a), o),
+                OutSlice::Bf16(o) => job.fill(&row_major(&$a), o),
+            }
+        };
+    }
+    match table {
+        Embeddings::F32(a) => run!(a),
+        Embeddings::F16(a) => run!(a),
+        Embeddings::Bf16(a) => run!(a),
     }
 }
 

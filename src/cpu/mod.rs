@@ -5,5 +5,5 @@ pub mod encode;
 pub mod sincos;
 pub mod table;
 
-pub use encode::{Encoder, encode};
+pub use encode::{Encoder, encode, encode_learned};
 pub use table::{table, table_into};

@@ -68,6 +68,81 @@ pub fn sincos_bits(t: u32) -> (u32, u32) {
     (q131_to_f32_bits(sin_m, sin_neg), q131_to_f32_bits(cos_m, cos_neg))
 }
 
+/// The phase of position `p + start` (a 33-bit sum: `r = p + start mod 2^32` and its
+/// carry), exact: `2^32 step mod 2^64` is `lo << 32`, whose top half adds `lo` and whose
+/// bottom half is zero, so the carry changes nothing but that one addition.
+#[inline(always)]
+pub fn phase_turns_u33(r: u32, carry: bool, step_lo: u32, step_hi: u32) -> u32 {
+    phase_turns(r, step_lo, step_hi).wrapping_add(if carry { step_lo } else { 0 })
+}
+
+/// Round `m` (already shifted so that the bit below its kept 24 is bit `guard`) to nearest
+/// even; returns the 24-bit mantissa and whether it carried into a 25th bit.
+#[inline(always)]
+fn round_mantissa(kept: u32, round_bit: u32, sticky: bool) -> (u32, bool) {
+    let up = round_bit & (u32::from(sticky) | (kept & 1));
+    let m = kept + up;
+    if m == 1 << 24 { (1 << 23, true) } else { (m, false) }
+}
+
+/// The 33-bit integer `carry 2^32 + r` rounded to f32 as `(m, e)`, `value = m 2^e`, `m` in
+/// `[2^23, 2^24)`; `m = 0` for zero.
+#[inline(always)]
+pub fn u33_to_f32_parts(r: u32, carry: bool) -> (u32, i32) {
+    if carry {
+        let (m, c) = round_mantissa((1 << 23) | (r >> 9), (r >> 8) & 1, r & 0xff != 0);
+        return (m, 9 + i32::from(c));
+    }
+    if r == 0 {
+        return (0, 0);
+    }
+    let lz = r.leading_zeros();
+    let n = r << lz;
+    let (m, c) = round_mantissa(n >> 8, (n >> 7) & 1, n & 0x7f != 0);
+    (m, 8 - lz as i32 + i32::from(c))
+}
+
+/// The float32 product `f32(p + start) * w` (round to nearest even, as IEEE multiplication
+/// gives for these normal operands) as `(m, e)`, `value = m 2^e`; `m = 0` for zero. `w_bits`
+/// is a positive normal f32 (or zero).
+#[inline(always)]
+pub fn f32_angle_parts(r: u32, carry: bool, w_bits: u32) -> (u32, i32) {
+    let (mp, ep) = u33_to_f32_parts(r, carry);
+    f32_product_parts(mp, ep, w_bits)
+}
+
+/// [`f32_angle_parts`] with the position already converted: `m_p 2^e_p` from
+/// [`u33_to_f32_parts`]. Branch-free, so a row's loop over frequencies vectorises.
+#[inline(always)]
+pub fn f32_product_parts(mp: u32, ep: i32, w_bits: u32) -> (u32, i32) {
+    let mw = (w_bits & 0x7f_ffff) | 0x80_0000;
+    let ew = ((w_bits >> 23) & 0xff) as i32 - 150;
+    // The 48-bit product of two 24-bit mantissas, in two words; keep its top 24 bits.
+    let hi = mul_hi(mp, mw);
+    let lo = mp.wrapping_mul(mw);
+    let top = hi >> 15;
+    let s = 23 + top;
+    let kept = (hi << (32 - s)) | (lo >> s);
+    let round_bit = (lo >> (s - 1)) & 1;
+    let sticky = u32::from(lo & ((1 << (s - 1)) - 1) != 0);
+    let m = kept + (round_bit & (sticky | (kept & 1)));
+    // A rounding carry into bit 24 leaves 2^24, which renormalises to 2^23 one exponent up.
+    let c = m >> 24;
+    let zero = mp == 0 || w_bits == 0;
+    let m = if zero { 0 } else { m >> c };
+    let e = if zero { 0 } else { ep + ew + s as i32 + c as i32 };
+    (m, e)
+}
+
+/// The phase (units of 2^-32 turn) of the float32 angle `m 2^e` from the table of turn
+/// steps of powers of two (`steps[k]` is `2^(k - bias)` radians); 0 for `m = 0`.
+#[inline(always)]
+pub fn f32_angle_phase((m, e): (u32, i32), steps: &[[u32; 2]], bias: i32) -> u32 {
+    let k = (e + bias).clamp(0, steps.len() as i32 - 1) as usize;
+    let [lo, hi] = steps[k];
+    phase_turns(m, lo, hi)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,6 +210,29 @@ mod tests {
             m = m * 9 / 8 + 1;
         }
         assert_eq!(q131_to_f32_bits(0, true), 0);
+    }
+
+    #[test]
+    fn float32_angles_match_ieee_multiplication() {
+        let mut x = 0x1234_5678_u32;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x
+        };
+        let parts_value = |(m, e): (u32, i32)| f64::from(m) * 2f64.powi(e);
+        for _ in 0..200_000 {
+            let (r, carry) = (next() >> (next() % 32), next() % 4 == 0);
+            // Positive normal frequencies from 1e-27 to 1e9.
+            let w = f32::from_bits(0x1000_0000 + next() % 0x3e00_0000);
+            let p = (u64::from(carry) << 32) + u64::from(r);
+            assert_eq!(parts_value(u33_to_f32_parts(r, carry)), f64::from(p as f32), "{p}");
+            let expected = f64::from(p as f32 * w);
+            assert_eq!(parts_value(f32_angle_parts(r, carry, w.to_bits())), expected, "{p} {w}");
+        }
+        assert_eq!(f32_angle_parts(0, false, 1f32.to_bits()), (0, 0));
+        assert_eq!(u33_to_f32_parts(u32::MAX, true).1, 10, "2^33 - 1 rounds up to 2^33");
     }
 
     #[test]

@@ -3,10 +3,12 @@
 use ndarray::{Array2, ArrayViewMut2};
 use rayon::prelude::*;
 
-use super::sincos::{phase_turns, sincos_bits};
+use super::sincos::{
+    f32_angle_phase, f32_product_parts, phase_turns_u33, sincos_bits, u33_to_f32_parts,
+};
 use crate::error::{Error, Result};
 use crate::exact;
-use crate::spec::{Layout, PeSpec};
+use crate::spec::{Columns, Frequencies, PeSpec};
 
 /// Rows per rayon task: large enough to amortise scheduling, small enough to balance.
 const ROWS_PER_TASK: usize = 16;
@@ -53,43 +55,113 @@ fn fill(spec: &PeSpec, positions: &[u32], flat: &mut [f32]) {
     if dim == 0 || positions.is_empty() {
         return;
     }
-    let steps = exact::phase_steps(spec);
+    let rows = RowKernel::new(spec);
     flat.par_chunks_mut(dim * ROWS_PER_TASK).zip(positions.par_chunks(ROWS_PER_TASK)).for_each(
-        |(rows, ps)| {
-            for (row, &p) in rows.chunks_exact_mut(dim).zip(ps) {
-                fill_row(spec.layout(), &steps, p, row);
+        |(chunk, ps)| {
+            for (row, &p) in chunk.chunks_exact_mut(dim).zip(ps) {
+                rows.fill_row(p, row);
             }
         },
     );
 }
 
-fn fill_row(layout: Layout, steps: &[[u32; 2]], p: u32, row: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2, checked just above.
-        unsafe { fill_row_avx2(layout, steps, p, row) };
-        return;
+/// Everything a row needs from its spec, computed once per table.
+struct RowKernel {
+    cols: Columns,
+    frequencies: Frequencies,
+    /// Exact: the step of each frequency. f32: each frequency's bits in `[0]`.
+    freqs: Vec<[u32; 2]>,
+    /// f32: the turn steps of powers of two.
+    pow2_steps: Vec<[u32; 2]>,
+    start: u32,
+    padding_idx: Option<u32>,
+}
+
+impl RowKernel {
+    fn new(spec: &PeSpec) -> Self {
+        let words = exact::kernel_words(spec);
+        let pairs: Vec<[u32; 2]> = words.chunks_exact(2).map(|w| [w[0], w[1]]).collect();
+        let n = spec.n_freqs() as usize;
+        Self {
+            cols: spec.columns(),
+            frequencies: spec.frequencies(),
+            freqs: pairs[..n].to_vec(),
+            pow2_steps: pairs[n..].to_vec(),
+            start: spec.start_index(),
+            padding_idx: spec.padding_idx(),
+        }
     }
-    fill_row_portable(layout, steps, p, row);
-}
 
-/// The same loop compiled for AVX2: eight lanes of the integer kernel per instruction. Same
-/// operations, same bits; only the instruction selection differs.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn fill_row_avx2(layout: Layout, steps: &[[u32; 2]], p: u32, row: &mut [f32]) {
-    fill_row_portable(layout, steps, p, row);
-}
+    fn fill_row(&self, p: u32, row: &mut [f32]) {
+        if self.padding_idx == Some(p) {
+            row.fill(0.0);
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2, checked just above.
+            unsafe { self.fill_row_avx2(p, row) };
+            return;
+        }
+        self.fill_row_portable(p, row);
+    }
 
-#[inline(always)]
-fn fill_row_portable(layout: Layout, steps: &[[u32; 2]], p: u32, row: &mut [f32]) {
-    match layout {
-        Layout::Interleaved => {
-            let pairs: &mut [[f32; 2]] = bytemuck::cast_slice_mut(row);
-            for (pair, &[lo, hi]) in pairs.iter_mut().zip(steps) {
-                let (s, c) = sincos_bits(phase_turns(p, lo, hi));
+    /// The same loops compiled for AVX2: eight lanes of the integer kernel per
+    /// instruction. Same operations, same bits; only the instruction selection differs.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn fill_row_avx2(&self, p: u32, row: &mut [f32]) {
+        self.fill_row_portable(p, row);
+    }
+
+    #[inline(always)]
+    fn fill_row_portable(&self, p: u32, row: &mut [f32]) {
+        let r = p.wrapping_add(self.start);
+        let carry = r < p;
+        match self.frequencies {
+            Frequencies::Exact => {
+                let phase = |&[lo, hi]: &[u32; 2]| phase_turns_u33(r, carry, lo, hi);
+                self.place(row, phase);
+            }
+            Frequencies::F32 => {
+                let steps = &self.pow2_steps;
+                let (mp, ep) = u33_to_f32_parts(r, carry);
+                let phase = |&[w, _]: &[u32; 2]| {
+                    f32_angle_phase(f32_product_parts(mp, ep, w), steps, exact::F32_STEP_BIAS)
+                };
+                self.place(row, phase);
+            }
+        }
+    }
+
+    /// Writes sin and cos of each frequency's phase into their columns.
+    #[inline(always)]
+    fn place(&self, row: &mut [f32], phase: impl Fn(&[u32; 2]) -> u32) {
+        let c = self.cols;
+        let n_cos = c.n_cos as usize;
+        let bits = |f: &[u32; 2]| sincos_bits(phase(f));
+        if c.stride == 2 {
+            // Interleaved: [sin, cos] pairs, then a lone sin when dim is odd.
+            let (paired, rest) = row.split_at_mut(2 * n_cos);
+            let pairs: &mut [[f32; 2]] = bytemuck::cast_slice_mut(paired);
+            for (pair, f) in pairs.iter_mut().zip(&self.freqs) {
+                let (s, c) = bits(f);
                 *pair = [f32::from_bits(s), f32::from_bits(c)];
             }
+            if let (Some(last), Some(f)) = (rest.first_mut(), self.freqs.get(n_cos)) {
+                *last = f32::from_bits(bits(f).0);
+            }
+        } else {
+            let (sin, tail) = row.split_at_mut(c.cos_offset as usize);
+            let (cos, zero) = tail.split_at_mut(n_cos);
+            for ((k, s), f) in sin.iter_mut().enumerate().zip(&self.freqs) {
+                let (sb, cb) = bits(f);
+                *s = f32::from_bits(sb);
+                if let Some(c) = cos.get_mut(k) {
+                    *c = f32::from_bits(cb);
+                }
+            }
+            zero.fill(0.0);
         }
     }
 }
@@ -97,18 +169,30 @@ fn fill_row_portable(layout: Layout, steps: &[[u32; 2]], p: u32, row: &mut [f32]
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::Variant;
 
     #[test]
     fn avx2_and_portable_loops_give_the_same_bits() {
-        let spec = PeSpec::new(1026).unwrap().with_base(500_000.0).unwrap();
-        let steps = exact::phase_steps(&spec);
-        for p in [0u32, 1, 12345, 1 << 24, (1 << 31) + 7, u32::MAX] {
-            let mut a = vec![0f32; 1026];
-            let mut b = vec![0f32; 1026];
-            fill_row_portable(Layout::Interleaved, &steps, p, &mut a);
-            fill_row(Layout::Interleaved, &steps, p, &mut b);
-            let same = a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
-            assert!(same, "position {p}");
+        let specs = [
+            PeSpec::new(1026).unwrap().with_base(500_000.0).unwrap(),
+            PeSpec::for_variant(Variant::DistilBert, 1025).unwrap(),
+            PeSpec::for_variant(Variant::Fairseq, 1025).unwrap().with_start_index(7),
+            PeSpec::new(1026).unwrap().with_frequencies(Frequencies::F32),
+        ];
+        for spec in specs {
+            let rows = RowKernel::new(&spec);
+            let dim = spec.dim() as usize;
+            for p in [0u32, 1, 2, 12345, 1 << 24, (1 << 31) + 7, u32::MAX] {
+                if spec.padding_idx() == Some(p) {
+                    continue;
+                }
+                let mut a = vec![1f32; dim];
+                let mut b = vec![2f32; dim];
+                rows.fill_row_portable(p, &mut a);
+                rows.fill_row(p, &mut b);
+                let same = a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(same, "{spec:?} position {p}");
+            }
         }
     }
 }

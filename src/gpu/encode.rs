@@ -66,6 +66,7 @@ pub struct EncodeF32x4Params {
 const FLAG_SCALE: u32 = 1;
 const FLAG_PAD: u32 = 2;
 const FLAG_FIRST: u32 = 4;
+const FLAG_ODD16: u32 = 8;
 
 /// Most bytes the cache of PE rows for positions `0..n` may hold per context.
 pub const PE_CACHE_BUDGET: u64 = 64 << 20;
@@ -234,12 +235,90 @@ impl Context {
         options: &EncodeOptions,
     ) -> Result<Encoded> {
         let scale = encode::check(spec, table.dim(), ids, positions, options)?;
+        self.encode_host(PeSource::Spec(spec), table, ids, positions, options, scale)
+    }
+
+    /// Uploads a learned position table `P` `[max_positions, dim]` (BERT and GPT-2 style),
+    /// widened to f32 exactly, for [`Context::encode_learned`]. It must fit one storage
+    /// binding.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] if it does not fit one binding; [`Error::Gpu`] if the device
+    /// refuses the memory.
+    pub fn upload_position_table(
+        &self,
+        position_table: Embeddings<'_>,
+    ) -> Result<GpuPositionTable> {
+        let (rows, dim) = position_table.dim();
+        let bytes = (rows as u64).saturating_mul(dim as u64).saturating_mul(4);
+        if bytes > self.max_binding {
+            return Err(Error::Limit {
+                op: "upload_position_table",
+                what: "the position table as f32",
+                requested: bytes,
+                limit_name: "max storage binding size",
+                limit: self.max_binding,
+            });
+        }
+        if let Some(budget) = self.memory_budget()
+            && bytes > budget
+        {
+            return Err(Error::Limit {
+                op: "upload_position_table",
+                what: "the position table as f32",
+                requested: bytes,
+                limit_name: "GPU memory budget",
+                limit: budget,
+            });
+        }
+        let values = position_table.to_f32();
+        let values = values.as_slice().expect("a new array is contiguous");
+        let buffer = self.scoped("upload_position_table", || {
+            let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
+            let buffer = self.create_buffer("posenc.encode.position_table", bytes.max(4), usage)?;
+            self.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(values));
+            self.queue.submit([]);
+            Ok(buffer)
+        })?;
+        Ok(GpuPositionTable { rows, dim, buffer, accounted_by: self.memory_id() })
+    }
+
+    /// `out[b, t, :] = scale * E[ids[b, t], :] + P[positions[b, t], :]` with a learned
+    /// position table, read back to the host. Bit-identical to [`crate::cpu::encode_learned`]
+    /// when the scale is [`encode::Scale::None`].
+    ///
+    /// # Errors
+    /// As [`Context::encode`], and [`Error::Position`] for the first position without a row
+    /// in `position_table`, all before any GPU work.
+    pub fn encode_learned(
+        &self,
+        position_table: &GpuPositionTable,
+        table: &GpuTable,
+        ids: ArrayView2<'_, u32>,
+        positions: ArrayView2<'_, u32>,
+        options: &EncodeOptions,
+    ) -> Result<Encoded> {
+        let scale =
+            encode::check_learned(position_table.dim(), table.dim(), ids, positions, options)?;
+        self.encode_host(PeSource::Learned(position_table), table, ids, positions, options, scale)
+    }
+
+    /// The encode of checked arguments, read back into an array.
+    fn encode_host(
+        &self,
+        pe: PeSource<'_>,
+        table: &GpuTable,
+        ids: ArrayView2<'_, u32>,
+        positions: ArrayView2<'_, u32>,
+        options: &EncodeOptions,
+        scale: Option<f32>,
+    ) -> Result<Encoded> {
         let (batch, len) = ids.dim();
         let dim = table.dim;
         let out_size = options.out_dtype.size();
         let mut bytes = vec![0u8; (batch * len * dim * out_size).next_multiple_of(4)];
         if !bytes.is_empty() {
-            self.run_encode(spec, table, ids, positions, options, scale, Sink::Host(&mut bytes))?;
+            self.run_encode(pe, table, ids, positions, options, scale, Sink::Host(&mut bytes))?;
         }
         bytes.truncate(batch * len * dim * out_size);
         let shape = (batch, len, dim);
@@ -305,7 +384,15 @@ impl Context {
             )
         })?;
         if bytes > 0 {
-            self.run_encode(spec, table, ids, positions, options, scale, Sink::Device(&out))?;
+            self.run_encode(
+                PeSource::Spec(spec),
+                table,
+                ids,
+                positions,
+                options,
+                scale,
+                Sink::Device(&out),
+            )?;
         }
         Ok(wgpu::Buffer::clone(&out))
     }
@@ -336,7 +423,15 @@ impl Context {
             });
         }
         if bytes > 0 {
-            self.run_encode(spec, table, ids, positions, options, scale, Sink::Device(out))?;
+            self.run_encode(
+                PeSource::Spec(spec),
+                table,
+                ids,
+                positions,
+                options,
+                scale,
+                Sink::Device(out),
+            )?;
         }
         Ok(())
     }
@@ -345,6 +440,11 @@ impl Context {
     /// through another context still occupies the device.
     fn unaccounted_bytes(&self, table: &GpuTable) -> u64 {
         if table.accounted_by == self.memory_id() { 0 } else { table.device_bytes() }
+    }
+
+    /// As [`Context::unaccounted_bytes`], for a learned position table.
+    fn unaccounted_position_bytes(&self, table: &GpuPositionTable) -> u64 {
+        if table.accounted_by == self.memory_id() { 0 } else { table.buffer.size() }
     }
 
     /// Drops the cached PE rows (the next encode computes them again): for cold timings,
@@ -394,7 +494,7 @@ impl Context {
     #[allow(clippy::too_many_arguments)]
     fn run_encode(
         &self,
-        spec: &PeSpec,
+        pe: PeSource<'_>,
         table: &GpuTable,
         ids: ArrayView2<'_, u32>,
         positions: ArrayView2<'_, u32>,
@@ -414,11 +514,20 @@ impl Context {
         let per_chunk = (self.max_binding / (dim as u64 * 4))
             .min(u64::from(max_groups) * u64::from(max_groups))
             .min(n_tokens as u64) as usize;
+        // 16-bit output of an odd dim packs rows across word boundaries: an even number of
+        // tokens per chunk keeps every chunk whole words.
+        let odd16 = out_size == 2 && dim % 2 == 1;
+        let per_chunk = if odd16 && per_chunk < n_tokens { per_chunk & !1 } else { per_chunk };
         if per_chunk == 0 {
+            let rows = if odd16 { 2 } else { 1 };
             return Err(Error::Limit {
                 op: "encode",
-                what: "one output row",
-                requested: dim as u64 * 4,
+                what: if odd16 {
+                    "two rows of PE (16-bit output of an odd dim is chunked in row pairs)"
+                } else {
+                    "one row of PE"
+                },
+                requested: rows * dim as u64 * 4,
                 limit_name: "max storage binding size",
                 limit: self.max_binding,
             });
@@ -432,31 +541,57 @@ impl Context {
             if fast { size_of::<EncodeF32x4Params>() } else { size_of::<EncodeParams>() };
         let _exclusive = self.memory.exclusive();
         self.scoped("encode", || {
-            let cache = self.cached_pe_rows(spec, max_position);
+            // PE rows: a learned table as it is; a sinusoid from the cache of rows 0..n, or
+            // else computed per chunk for the chunk's distinct positions.
+            let (spec, learned) = match pe {
+                PeSource::Spec(spec) => (Some(spec), None),
+                PeSource::Learned(t) => (None, Some(t)),
+            };
+            let cache = spec.and_then(|spec| self.cached_pe_rows(spec, max_position));
+            // What the table kernel reads, when PE rows are computed per chunk.
+            let steps = spec.filter(|_| cache.is_none()).map(|spec| (spec, flat_steps(spec)));
             let per_chunk = match self.budget_left() {
                 None => per_chunk,
                 Some(left) => {
+                    let learned_bytes = learned.map_or(0, |t| self.unaccounted_position_bytes(t));
                     let plan = ChunkPlan {
-                        left: left.saturating_sub(self.unaccounted_bytes(table)),
+                        left: left
+                            .saturating_sub(self.unaccounted_bytes(table))
+                            .saturating_sub(learned_bytes),
                         dim: dim as u64,
                         out_size: out_size as u64,
                         host: matches!(sink, Sink::Host(_)),
-                        per_call_pe: cache.is_none(),
-                        n_freqs: u64::from(spec.n_freqs()),
+                        per_call_pe: steps.is_some(),
+                        steps_bytes: steps.as_ref().map_or(0, |(_, w)| w.len() as u64 * 4),
                         params: params_size as u64
                             * if fast { 1 } else { table.chunks.len() as u64 },
                     };
-                    per_chunk.min(plan.tokens()?)
+                    let fit = per_chunk.min(plan.tokens()?);
+                    // Odd-dim 16-bit chunks stay whole words: an even number of tokens.
+                    let fit = if odd16 && fit < n_tokens { fit & !1 } else { fit };
+                    if fit == 0 {
+                        return Err(Error::Limit {
+                            op: "encode",
+                            what: "the scratch buffers of two tokens (odd dim, 16-bit output)",
+                            requested: 2 * (12 + 2 * dim as u64 * out_size as u64),
+                            limit_name: "GPU memory budget left after tables and cached PE rows",
+                            limit: plan.left,
+                        });
+                    }
+                    fit
                 }
             };
-            let per_call_pe = match cache {
-                Some(_) => None,
-                None => Some(TableBuffers::new(self, per_chunk, dim, &flat_steps(spec), false)?),
+            let per_call_pe = match &steps {
+                Some((spec, words)) => {
+                    Some((*spec, TableBuffers::new(self, per_chunk, dim, words, false)?))
+                }
+                None => None,
             };
-            let pe_buffer = match (&cache, &per_call_pe) {
-                (Some(c), _) => &c.buffer,
-                (None, Some(p)) => &p.out,
-                (None, None) => unreachable!("one of the two exists"),
+            let pe_buffer = match (learned, &cache, &per_call_pe) {
+                (Some(t), _, _) => &t.buffer,
+                (None, Some(c), _) => &c.buffer,
+                (None, None, Some((_, p))) => &p.out,
+                (None, None, None) => unreachable!("one of the three exists"),
             };
             let buffer = |label, size: u64, usage| self.pooled(label, size, usage);
             use wgpu::BufferUsages as U;
@@ -544,7 +679,10 @@ impl Context {
             if options.pad_id.is_some() {
                 flags |= FLAG_PAD;
             }
-            let row_words = if out_size == 4 { dim } else { dim / 2 } as u32;
+            if odd16 {
+                flags |= FLAG_ODD16;
+            }
+            let row_words = if out_size == 4 { dim } else { dim.div_ceil(2) } as u32;
             let mut written = 0usize;
             for start in (0..n_tokens).step_by(per_chunk) {
                 let end = (start + per_chunk).min(n_tokens);
@@ -555,7 +693,7 @@ impl Context {
                     });
                 let slots = match &per_call_pe {
                     None => positions[start..end].to_vec(),
-                    Some(pe) => {
+                    Some((spec, pe)) => {
                         let chunk_pos =
                             ArrayView2::from_shape((1, end - start), &positions[start..end])
                                 .expect("one row");
@@ -567,7 +705,9 @@ impl Context {
                 // Sorted by PE row (stable, so ties keep token order): tokens sharing a row
                 // run back to back on the device and find it in cache.
                 let mut order: Vec<u32> = (0..n).collect();
-                order.sort_by_key(|&g| slots[g as usize]);
+                if !odd16 {
+                    order.sort_by_key(|&g| slots[g as usize]);
+                }
                 let packed: Vec<u32> = order
                     .iter()
                     .flat_map(|&g| [ids[start + g as usize], slots[g as usize], g])
@@ -631,7 +771,8 @@ impl Context {
                         )?;
                     }
                     (Sink::Device(result), _) => {
-                        // dim is even, so every chunk is whole words and offsets stay aligned.
+                        // Every chunk but the last is whole words (odd 16-bit dims take an even
+                        // number of tokens per chunk), so offsets stay aligned.
                         if direct.is_none() {
                             encoder.copy_buffer_to_buffer(
                                 out_buf,
@@ -665,7 +806,8 @@ struct ChunkPlan {
     host: bool,
     /// PE rows are computed per chunk rather than gathered from the cache.
     per_call_pe: bool,
-    n_freqs: u64,
+    /// Bytes of the table kernel's phase steps (used with `per_call_pe`).
+    steps_bytes: u64,
     /// Bytes of the uniform buffers.
     params: u64,
 }
@@ -675,14 +817,15 @@ impl ChunkPlan {
         let out_row = self.dim * self.out_size;
         // id, slot and output row: one u32 each.
         let mut per_token = 12 + out_row;
-        let mut fixed = self.params;
+        // Output and staging buffers are rounded up to whole words.
+        let mut fixed = self.params + 8;
         if self.host {
             per_token += out_row;
         }
         if self.per_call_pe {
             // A PE row and its position; the table kernel's params and phase steps.
             per_token += self.dim * 4 + 4;
-            fixed += size_of::<super::TableParams>() as u64 + self.n_freqs * 8;
+            fixed += size_of::<super::TableParams>() as u64 + self.steps_bytes;
         }
         let tokens = self.left.saturating_sub(fixed) / per_token;
         if tokens == 0 {
@@ -695,6 +838,39 @@ impl ChunkPlan {
             });
         }
         Ok(usize::try_from(tokens).unwrap_or(usize::MAX))
+    }
+}
+
+/// Where an encode's PE rows come from.
+#[derive(Clone, Copy)]
+enum PeSource<'a> {
+    Spec(&'a PeSpec),
+    Learned(&'a GpuPositionTable),
+}
+
+/// A learned position table on the device, as f32 rows: see
+/// [`Context::upload_position_table`].
+pub struct GpuPositionTable {
+    rows: usize,
+    dim: usize,
+    buffer: DeviceBuffer,
+    /// Identifies the accounting its buffer counts against (as for [`GpuTable`]).
+    accounted_by: usize,
+}
+
+impl GpuPositionTable {
+    /// `(max_positions, dim)`.
+    pub fn dim(&self) -> (usize, usize) {
+        (self.rows, self.dim)
+    }
+}
+
+impl std::fmt::Debug for GpuPositionTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuPositionTable")
+            .field("rows", &self.rows)
+            .field("dim", &self.dim)
+            .finish()
     }
 }
 
@@ -720,15 +896,15 @@ mod tests {
             out_size: 4,
             host: true,
             per_call_pe: false,
-            n_freqs: 32,
+            steps_bytes: 256,
             params: 48,
         };
-        // 12 + 256 + 256 bytes per token after 48 fixed.
-        assert_eq!(plan.tokens().unwrap(), (10_000 - 48) / 524);
+        // 12 + 256 + 256 bytes per token after 48 + 8 fixed.
+        assert_eq!(plan.tokens().unwrap(), (10_000 - 56) / 524);
         let cold = ChunkPlan { per_call_pe: true, ..plan };
-        assert_eq!(cold.tokens().unwrap(), (10_000 - 48 - 16 - 256) / (524 + 260));
+        assert_eq!(cold.tokens().unwrap(), (10_000 - 56 - 16 - 256) / (524 + 260));
         let tight = ChunkPlan { left: 500, ..plan };
-        assert!(matches!(tight.tokens(), Err(Error::Limit { requested: 572, limit: 500, .. })));
+        assert!(matches!(tight.tokens(), Err(Error::Limit { requested: 580, limit: 500, .. })));
     }
 
     #[test]

@@ -10,7 +10,7 @@ mod timing;
 
 use std::sync::{Arc, Mutex};
 
-pub use encode::{EncodeF32x4Params, EncodeParams, GpuTable, PE_CACHE_BUDGET};
+pub use encode::{EncodeF32x4Params, EncodeParams, GpuPositionTable, GpuTable, PE_CACHE_BUDGET};
 pub use faults::SUBMISSION_TIMEOUT;
 pub use options::{MEMORY_BUDGET_ENV, Options, TIMESTAMPS_ENV};
 pub use table::TableParams;

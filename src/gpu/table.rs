@@ -8,7 +8,7 @@ use super::{Context, fold_dispatch};
 use crate::error::{Error, Result};
 use crate::exact;
 use crate::shaders::WORKGROUP_SIZE;
-use crate::spec::{Layout, PeSpec};
+use crate::spec::{Frequencies, PeSpec};
 
 /// Mirror of `Params` in `shaders/table.wgsl`.
 #[repr(C)]
@@ -16,12 +16,64 @@ use crate::spec::{Layout, PeSpec};
 pub struct TableParams {
     /// Rows times frequencies in this dispatch.
     pub n_pairs: u32,
-    /// Frequencies per row (`dim / 2`).
+    /// Frequencies per row.
     pub n_freqs: u32,
     /// Workgroups along x of a dispatch folded into 2-D.
     pub groups_x: u32,
-    /// Padding to 16 bytes, as uniform buffers want.
+    /// Values per row.
+    pub dim: u32,
+    /// Frequencies that have a cos column.
+    pub n_cos: u32,
+    /// Column step between frequencies (2 interleaved, 1 split).
+    pub stride: u32,
+    /// Column of the first cos.
+    pub cos_offset: u32,
+    /// The always-zero column (with `FLAG_ZERO_COL`).
+    pub zero_col: u32,
+    /// Added to every position.
+    pub start: u32,
+    /// The position whose row is all zeros (with `FLAG_PADDING`).
+    pub padding_idx: u32,
+    /// `FLAG_F32 | FLAG_PADDING | FLAG_ZERO_COL`.
+    pub flags: u32,
+    /// Padding to a multiple of 16 bytes.
     pub _pad: u32,
+}
+
+const FLAG_F32: u32 = 1;
+const FLAG_PADDING: u32 = 2;
+const FLAG_ZERO_COL: u32 = 4;
+
+impl TableParams {
+    /// The parameters of `spec` for a dispatch of `n_pairs` pairs over `groups_x` columns of
+    /// workgroups.
+    fn new(spec: &PeSpec, n_pairs: u32, groups_x: u32) -> Self {
+        let c = spec.columns();
+        let mut flags = 0;
+        if spec.frequencies() == Frequencies::F32 {
+            flags |= FLAG_F32;
+        }
+        if spec.padding_idx().is_some() {
+            flags |= FLAG_PADDING;
+        }
+        if c.zero_col.is_some() {
+            flags |= FLAG_ZERO_COL;
+        }
+        Self {
+            n_pairs,
+            n_freqs: c.n_freqs,
+            groups_x,
+            dim: spec.dim(),
+            n_cos: c.n_cos,
+            stride: c.stride,
+            cos_offset: c.cos_offset,
+            zero_col: c.zero_col.unwrap_or(0),
+            start: spec.start_index(),
+            padding_idx: spec.padding_idx().unwrap_or(0),
+            flags,
+            _pad: 0,
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -61,7 +113,6 @@ impl Context {
                 limit: self.max_binding,
             });
         }
-        let Layout::Interleaved = spec.layout();
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
         // Rows per chunk: what one binding holds, and few enough pairs that the 2-D grid
         // and the shader's u32 index never overflow.
@@ -70,10 +121,11 @@ impl Context {
         let mut rows_per_chunk = (self.max_binding / row_bytes)
             .min(pair_cap / u64::from(spec.n_freqs()))
             .min(positions.len() as u64) as usize;
+        let steps = flat_steps(spec);
         let _exclusive = self.memory.exclusive();
         if let Some(left) = self.budget_left() {
             // Output and staging rows plus a position each, after the params and steps.
-            let fixed = size_of::<TableParams>() as u64 + u64::from(spec.n_freqs()) * 8;
+            let fixed = size_of::<TableParams>() as u64 + steps.len() as u64 * 4;
             let fit = left.saturating_sub(fixed) / (2 * row_bytes + 4);
             if fit == 0 {
                 return Err(Error::Limit {
@@ -86,7 +138,6 @@ impl Context {
             }
             rows_per_chunk = rows_per_chunk.min(usize::try_from(fit).unwrap_or(usize::MAX));
         }
-        let steps = flat_steps(spec);
         let flat = out.as_slice_mut().expect("a new array is contiguous");
         self.scoped("table", || {
             let buffers = TableBuffers::new(self, rows_per_chunk, dim, &steps, true)?;
@@ -129,7 +180,7 @@ impl Context {
         let groups = n_pairs.div_ceil(WORKGROUP_SIZE);
         let (gx, gy) =
             fold_dispatch(groups, self.device.limits().max_compute_workgroups_per_dimension);
-        let params = TableParams { n_pairs, n_freqs: spec.n_freqs(), groups_x: gx, _pad: 0 };
+        let params = TableParams::new(spec, n_pairs, gx);
         self.queue.write_buffer(&buffers.params, 0, bytemuck::bytes_of(&params));
         self.queue.write_buffer(&buffers.positions, 0, bytemuck::cast_slice(positions));
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
@@ -142,9 +193,9 @@ impl Context {
     }
 }
 
-/// The phase steps of `spec` as the flat `[lo, hi, lo, hi, ...]` words the kernel reads.
+/// The frequency words of `spec` the kernel reads (see [`exact::kernel_words`]).
 pub(super) fn flat_steps(spec: &PeSpec) -> Vec<u32> {
-    exact::phase_steps(spec).into_iter().flatten().collect()
+    exact::kernel_words(spec)
 }
 
 /// Buffers for one table call, sized for its largest chunk and reused by every chunk.
@@ -205,7 +256,7 @@ mod tests {
 
     #[test]
     fn params_match_the_wgsl_struct_size() {
-        // Four u32 fields in shaders/table.wgsl's Params.
-        assert_eq!(size_of::<TableParams>(), 16);
+        // Twelve u32 fields in shaders/table.wgsl's Params.
+        assert_eq!(size_of::<TableParams>(), 48);
     }
 }
