@@ -157,14 +157,14 @@ fn a_table_over_the_budget_is_refused_naming_both_sizes() {
 fn streamed_encode_stays_under_budget(
     ctx: &Context,
     budget: u64,
-    dim: usize,
+    spec: PeSpec,
     out_dtype: Dtype,
     offset: u32,
     on_device: bool,
 ) {
     let ctx = ctx.with_memory_budget(budget);
+    let dim = spec.dim() as usize;
     let mut rng = Rng::new(u64::from(offset) + dim as u64);
-    let spec = PeSpec::new(dim as u32).unwrap();
     let vocab = 500;
     let t = table(&mut rng, vocab, dim);
     let uploaded = ctx.upload_table(Embeddings::F32(t.view())).unwrap();
@@ -176,7 +176,7 @@ fn streamed_encode_stays_under_budget(
     let want = cpu::encode(&spec, Embeddings::F32(t.view()), ids.view(), pos.view(), &options)
         .unwrap()
         .bits();
-    let out_bytes = (batch * len) as u64 * out_row;
+    let out_bytes = ((batch * len) as u64 * out_row).next_multiple_of(4);
     assert!(out_bytes >= 10 * budget, "the output is ten budgets");
     ctx.reset_peak_allocated_bytes();
     let got = if on_device {
@@ -209,17 +209,25 @@ fn streamed_encode_stays_under_budget(
     let peak = ctx.peak_allocated_bytes();
     assert!(peak <= budget, "peak {peak} over the budget {budget}");
     assert!(peak >= uploaded.device_bytes(), "the table counts");
-    assert_eq!(got, want, "dim {dim}, {out_dtype:?}, offset {offset}");
+    let got = &got[..want.len()];
+    assert_eq!(got, want, "{spec:?}, {out_dtype:?}, offset {offset}");
 }
 
 #[test]
 fn an_encode_of_ten_budgets_streams_under_the_budget_bit_for_bit() {
     let Some(ctx) = gpu() else { return };
+    let spec = |dim| PeSpec::new(dim).unwrap();
     // Positions inside the PE cache, and far beyond it (rows computed per chunk).
-    streamed_encode_stays_under_budget(ctx, 1 << 20, 64, Dtype::F32, 0, false);
-    streamed_encode_stays_under_budget(ctx, 1 << 20, 64, Dtype::F32, 3_000_000_000, false);
-    streamed_encode_stays_under_budget(ctx, 512 << 10, 96, Dtype::Bf16, 17, false);
-    streamed_encode_stays_under_budget(ctx, 512 << 10, 96, Dtype::F16, 0, true);
+    streamed_encode_stays_under_budget(ctx, 1 << 20, spec(64), Dtype::F32, 0, false);
+    streamed_encode_stays_under_budget(ctx, 1 << 20, spec(64), Dtype::F32, 3_000_000_000, false);
+    streamed_encode_stays_under_budget(ctx, 512 << 10, spec(96), Dtype::Bf16, 17, false);
+    streamed_encode_stays_under_budget(ctx, 512 << 10, spec(96), Dtype::F16, 0, true);
+    // An odd dim with 16-bit output (rows packed across words) and float32 frequencies
+    // (a larger table of phase steps), far beyond the cache.
+    let odd = PeSpec::for_variant(posenc::Variant::Tensor2Tensor, 33)
+        .unwrap()
+        .with_frequencies(posenc::Frequencies::F32);
+    streamed_encode_stays_under_budget(ctx, 256 << 10, odd, Dtype::F16, 2_000_000_000, false);
 }
 
 #[test]
@@ -248,4 +256,34 @@ fn tables_stream_under_a_budget() {
     assert!(ctx.peak_allocated_bytes() <= budget, "{}", ctx.peak_allocated_bytes());
     let want = cpu::table(&spec, &positions);
     assert!(got.iter().zip(want.iter()).all(|(a, b)| a.to_bits() == b.to_bits()));
+}
+
+#[test]
+fn a_learned_position_table_streams_under_the_budget_too() {
+    let Some(base) = gpu() else { return };
+    let budget = 256 << 10;
+    let ctx = base.with_memory_budget(budget);
+    let mut rng = Rng::new(12);
+    let (vocab, max_positions, dim) = (500, 512, 32);
+    let t = table(&mut rng, vocab, dim);
+    let p = table(&mut rng, max_positions, dim);
+    let uploaded = ctx.upload_table(Embeddings::F32(t.view())).unwrap();
+    let learned = ctx.upload_position_table(Embeddings::F32(p.view())).unwrap();
+    // 8 x 2100 tokens of 128 bytes: 8.2 times the budget, the tables taking half of it.
+    let ids = Array2::from_shape_fn((8, 2100), |_| rng.below(vocab as u64) as u32);
+    let pos = Array2::from_shape_fn((8, 2100), |_| rng.below(max_positions as u64) as u32);
+    let options = EncodeOptions::default();
+    ctx.reset_peak_allocated_bytes();
+    let got = ctx.encode_learned(&learned, &uploaded, ids.view(), pos.view(), &options).unwrap();
+    let peak = ctx.peak_allocated_bytes();
+    assert!(peak <= budget, "peak {peak} over the budget {budget}");
+    let want = cpu::encode_learned(
+        Embeddings::F32(p.view()),
+        Embeddings::F32(t.view()),
+        ids.view(),
+        pos.view(),
+        &options,
+    )
+    .unwrap();
+    assert_eq!(got.bits(), want.bits());
 }
