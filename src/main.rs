@@ -14,7 +14,7 @@ use ndarray::{Array2, Array3, ArrayD, Axis};
 use posenc::encode::{self as enc, EncodeOptions, Encoded, Scale};
 use posenc::npy::{Expected, NpyArray, NpyDtype};
 use posenc::output::AtomicFile;
-use posenc::{DEFAULT_BASE, Error, PeSpec, cpu, gpu, npy, positions, reference, weights};
+use posenc::{DEFAULT_BASE, Error, PeSpec, cpu, gpu, naive, npy, positions, reference, weights};
 
 /// Exit status for a valid request that failed while running.
 const EXIT_RUNTIME: u8 = 1;
@@ -830,7 +830,7 @@ fn accuracy(args: &AccuracyArgs) -> Result<(), Failure> {
     let engine = Engine::Fast(Compute::open(args.device)?);
     let fast = engine.table(&spec, &positions)?;
     let exact = reference::table(&spec, &positions);
-    let naive = naive_table(&spec, &positions);
+    let naive = naive::table(&spec, &positions);
 
     let max_err = |a: &Array2<f32>, group: usize| {
         let rows = group * run..(group + 1) * run;
@@ -862,17 +862,5 @@ fn accuracy(args: &AccuracyArgs) -> Result<(), Failure> {
             )?;
         }
         Ok(())
-    })
-}
-
-/// The usual float32 implementation: frequency, product and sin/cos all in f32. Above 2^24
-/// the position itself rounds, and the product's rounding alone is worth radians.
-fn naive_table(spec: &PeSpec, positions: &[u32]) -> Array2<f32> {
-    let d = spec.dim() as f32;
-    let base = spec.base() as f32;
-    let w: Vec<f32> = (0..spec.n_freqs()).map(|i| base.powf(-((2 * i) as f32) / d)).collect();
-    Array2::from_shape_fn((positions.len(), spec.dim() as usize), |(r, c)| {
-        let phase = positions[r] as f32 * w[c / 2];
-        if c.is_multiple_of(2) { phase.sin() } else { phase.cos() }
     })
 }
