@@ -612,7 +612,7 @@ pub fn error_positions() -> Vec<u32> {
 }
 
 /// Max absolute errors against the high-precision reference ([`reference::table`]), one per
-/// position over all `dim` values of its row, for posenc ([`cpu::table`], the same bits as
+/// position over all `dim` values of its row, for posenc ([`cpu::table()`], the same bits as
 /// the GPU) and for the naive float32 formula ([`naive::table`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ErrorCurve {
@@ -748,6 +748,21 @@ pub fn error_plot(curve: &ErrorCurve) -> Image {
     let label_top = bound_y - i64::from(LINE_H) - 2;
     image.text(right - 8, label_top, bound_label, Align::Right, MUTED);
 
+    // Legend, top left, where both curves are low, on white so the grid stays out of it;
+    // drawn before the curves, so it never hides data.
+    let floor_note = format!("errors below {ERROR_FLOOR:e} are drawn at {ERROR_FLOOR:e}");
+    let lx = left + 16;
+    let mut ly = top + 14;
+    let legend_w = text_width(&floor_note) + 16;
+    image.fill(lx - 8, ly - 8, legend_w, 3 * (LINE_H + 6) + 8, WHITE);
+    for (colour, label) in [(POSENC_COLOUR, "posenc"), (NAIVE_COLOUR, "naive float32")] {
+        let mid = ly + i64::from(CAP_H) / 2;
+        image.line((lx as f64, mid as f64), ((lx + 28) as f64, mid as f64), colour);
+        image.text(lx + 38, ly, label, Align::Left, BLACK);
+        ly += i64::from(LINE_H) + 6;
+    }
+    image.text(lx, ly, &floor_note, Align::Left, MUTED);
+
     // Naive first, so posenc's curve stays visible where they meet.
     for (errors, colour) in [(&curve.naive, NAIVE_COLOUR), (&curve.posenc, POSENC_COLOUR)] {
         let points: Vec<(f64, f64)> = curve
@@ -763,18 +778,6 @@ pub fn error_plot(curve: &ErrorCurve) -> Image {
             image.line(only, only, colour);
         }
     }
-
-    // Legend, top left, where both curves are low.
-    let lx = left + 16;
-    let mut ly = top + 14;
-    for (colour, label) in [(POSENC_COLOUR, "posenc"), (NAIVE_COLOUR, "naive float32")] {
-        let mid = ly + i64::from(CAP_H) / 2;
-        image.line((lx as f64, mid as f64), ((lx + 28) as f64, mid as f64), colour);
-        image.text(lx + 38, ly, label, Align::Left, BLACK);
-        ly += i64::from(LINE_H) + 6;
-    }
-    let floor_note = format!("errors below {ERROR_FLOOR:e} are drawn at {ERROR_FLOOR:e}");
-    image.text(lx, ly, &floor_note, Align::Left, MUTED);
 
     let title =
         format!("Max abs error vs exact, d = {}, base {}, float32 output", curve.dim, curve.base);
