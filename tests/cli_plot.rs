@@ -261,3 +261,29 @@ fn help_names_the_options_and_defaults() {
         assert!(help.contains(needle), "{needle:?} missing from plot similarity --help");
     }
 }
+
+#[test]
+fn the_readme_pictures_are_what_the_readme_commands_make() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+    let committed = |name: &str| Png::decode(&fs::read(docs.join(name)).unwrap());
+    let regenerate = "regenerate it with the command in README.md";
+    for (name, args) in [
+        ("heatmap.png", &["heatmap", "--dim", "128", "--len", "50"][..]),
+        ("similarity.png", &["similarity"]),
+    ] {
+        let made = plot_png(dir.path(), name, args);
+        let old = committed(name);
+        assert_eq!((made.width, made.height), (old.width, old.height), "docs/{name}: {regenerate}");
+        assert!(made.rgb == old.rgb, "docs/{name} differs from a fresh one: {regenerate}");
+    }
+    // The error curve goes through libm's float32 sin and cos, which may round differently
+    // on other platforms; its size is fixed.
+    let made = plot_png(dir.path(), "error.png", &["error"]);
+    let old = committed("error.png");
+    assert_eq!((made.width, made.height), (old.width, old.height), "docs/error.png: {regenerate}");
+    for name in ["heatmap.png", "similarity.png", "error.png"] {
+        let bytes = fs::metadata(docs.join(name)).unwrap().len();
+        assert!(bytes < 100_000, "docs/{name} is {bytes} bytes; keep the README's pictures small");
+    }
+}
