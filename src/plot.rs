@@ -551,10 +551,14 @@ fn draw_matrix(
         image.text(left - 4, top, &r.to_string(), Align::Right, BLACK);
     }
 
-    // Axis titles: x centred below the tick labels, y turned, left of its tick labels.
-    let x_title_y = i64::from(py + ph.max(layout.bar_h) + TICK + 4 + LINE_H + 8);
+    // Axis titles: y turned, left of its tick labels, centred on the matrix or, beside a
+    // matrix shorter than itself, hanging from its top; x centred below the tick labels
+    // and below the y title (a wide x title under a narrow matrix reaches that far left).
+    // The colour bar is taller than either title, so the layout's height has room.
+    let y_extent = ph.max(text_width(y_title));
+    image.text_up(i64::from(layout.left), i64::from(py + y_extent / 2), y_title, BLACK);
+    let x_title_y = i64::from(py + y_extent + TICK + 4 + LINE_H + 8);
     image.text(i64::from(px + pw / 2), x_title_y, x_title, Align::Centre, BLACK);
-    image.text_up(i64::from(layout.left), i64::from(py + ph / 2), y_title, BLACK);
     let title = fit(title, layout.width - 2 * PAD);
     image.text(i64::from(layout.width / 2), i64::from(PAD), &title, Align::Centre, BLACK);
 

@@ -57,6 +57,21 @@ fn heatmap_cells_have_the_colours_of_their_values() {
 }
 
 #[test]
+fn no_label_covers_a_cell_whatever_the_shape() {
+    for (rows, cols) in [(1, 2), (2, 8), (7, 4), (300, 2), (1, 1000), (33, 66)] {
+        let values =
+            Array2::from_shape_fn((rows, cols), |(r, c)| ((r * 7 + c * 3) % 9) as f32 / 4.0 - 1.0);
+        let image = plot::heatmap(values.view(), &"a long title ".repeat(20)).unwrap();
+        assert_cells_encode(&image, &plot::heatmap_layout(rows, cols).unwrap(), &values);
+        if rows == cols || rows < 40 {
+            let square = values.slice(ndarray::s![..rows.min(cols), ..rows.min(cols)]).to_owned();
+            let image = plot::similarity(square.view(), "t").unwrap();
+            assert_cells_encode(&image, &plot::similarity_layout(square.nrows()).unwrap(), &square);
+        }
+    }
+}
+
+#[test]
 fn heatmap_of_the_default_size_has_two_pixel_columns_and_a_sane_size() {
     let layout = plot::heatmap_layout(50, 512).unwrap();
     assert_eq!(layout.cell_size(), (2, 8));
