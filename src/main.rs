@@ -1,5 +1,6 @@
 //! The `posenc` command line: positional-encoding tables, embeddings fused with positional
-//! encodings from files, the adapters wgpu can see, and the accuracy report of the README.
+//! encodings from files, the adapters wgpu can see, the accuracy report of the README, and
+//! pictures (PNG) of tables, similarities and errors.
 //!
 //! Every failure is one line on stderr, `posenc: <what went wrong>`, and an exit status:
 //! 2 when the arguments or input are invalid (checked before any output is opened or any
@@ -15,7 +16,8 @@ use posenc::encode::{self as enc, EncodeOptions, Encoded, Scale};
 use posenc::npy::{Expected, NpyArray, NpyDtype};
 use posenc::output::AtomicFile;
 use posenc::{
-    DEFAULT_BASE, Error, Frequencies, PeSpec, Variant, cpu, gpu, npy, positions, reference, weights,
+    DEFAULT_BASE, Error, Frequencies, PeSpec, Variant, cpu, gpu, naive, npy, plot, positions,
+    reference, weights,
 };
 
 /// Exit status for a valid request that failed while running.
@@ -76,6 +78,90 @@ enum Command {
     /// measured in the same run over the same bytes, and check the two encodes agree.
     #[command(after_help = EXIT_STATUS_HELP)]
     Bench(BenchArgs),
+    /// Draw a picture (PNG) of positional encodings: the table as a heatmap, the similarity
+    /// between positions, or the error against the exact values.
+    #[command(subcommand)]
+    Plot(PlotCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum PlotCommand {
+    /// The table as a heatmap: one row per position (0 at the top), one column per
+    /// dimension, coloured from -1 (blue) through 0 (white) to 1 (red), with a colour bar.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Heatmap(HeatmapArgs),
+    /// The cosine similarity between every pair of positions 0..N (it depends only on their
+    /// distance), as a picture or, with --format text, as numbers.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Similarity(SimilarityArgs),
+    /// Max abs error against the high-precision reference as a function of position, from 1
+    /// to 2^32-1 on log-log axes, for posenc and for the naive float32 formula.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Error(ErrorPlotArgs),
+}
+
+#[derive(Debug, Args)]
+struct HeatmapArgs {
+    /// Model dimension: the columns of the picture, in 1..=4096 as the variant allows.
+    #[arg(long, value_name = "D", default_value_t = 512, allow_negative_numbers = true)]
+    dim: u32,
+    /// Positions 0..N: the rows of the picture, 1..=4096.
+    #[arg(long, value_name = "N", default_value_t = 50, allow_negative_numbers = true)]
+    len: u64,
+    /// Frequency base, in (1, 1e7].
+    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_negative_numbers = true)]
+    base: f64,
+    /// Which positional encoding to picture.
+    #[arg(long, value_name = "NAME", value_enum, default_value_t = VariantArg::Vaswani)]
+    variant: VariantArg,
+    /// The PNG to write; without it the PNG goes to stdout, if stdout is not a terminal. The
+    /// file appears complete or not at all; on any error an existing PATH is left untouched.
+    #[arg(short, long, value_name = "PATH")]
+    output: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct SimilarityArgs {
+    /// Model dimension, an even number in 2..=65536.
+    #[arg(long, value_name = "D", default_value_t = 64, allow_negative_numbers = true)]
+    dim: u32,
+    /// Positions 0..N, 1..=4096 (and N x N x D at most 2^32).
+    #[arg(long, value_name = "N", default_value_t = 32, allow_negative_numbers = true)]
+    len: u64,
+    /// Frequency base, in (1, 1e7].
+    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_negative_numbers = true)]
+    base: f64,
+    /// png: the picture. text: the N x N matrix, one row per line, values separated by
+    /// spaces, 6 decimals.
+    #[arg(long, value_enum, default_value_t = PlotFormat::Png)]
+    format: PlotFormat,
+    /// Write to PATH instead of stdout (a PNG goes to stdout only if it is not a terminal).
+    /// The file appears complete or not at all; on any error an existing PATH is left
+    /// untouched.
+    #[arg(short, long, value_name = "PATH")]
+    output: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct ErrorPlotArgs {
+    /// Model dimension, an even number in 2..=65536 (65536 takes a few seconds).
+    #[arg(long, value_name = "D", default_value_t = 512, allow_negative_numbers = true)]
+    dim: u32,
+    /// Frequency base, in (1, 1e7].
+    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_negative_numbers = true)]
+    base: f64,
+    /// The PNG to write; without it the PNG goes to stdout, if stdout is not a terminal. The
+    /// file appears complete or not at all; on any error an existing PATH is left untouched.
+    #[arg(short, long, value_name = "PATH")]
+    output: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum PlotFormat {
+    /// A PNG image.
+    Png,
+    /// The numbers, as text.
+    Text,
 }
 
 #[derive(Debug, Args)]
@@ -463,6 +549,9 @@ fn main() -> ExitCode {
         Command::Devices { json } => devices(json),
         Command::Accuracy(args) => accuracy(&args),
         Command::Bench(args) => bench(&args),
+        Command::Plot(PlotCommand::Heatmap(args)) => plot_heatmap(&args),
+        Command::Plot(PlotCommand::Similarity(args)) => plot_similarity(&args),
+        Command::Plot(PlotCommand::Error(args)) => plot_error(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -1012,7 +1101,7 @@ fn accuracy(args: &AccuracyArgs) -> Result<(), Failure> {
     let engine = Engine::Fast(Compute::open(args.device)?);
     let fast = engine.table(&spec, &positions)?;
     let exact = reference::table(&spec, &positions);
-    let naive = naive_table(&spec, &positions);
+    let naive = naive::table(&spec, &positions);
 
     let max_err = |a: &Array2<f32>, group: usize| {
         let rows = group * run..(group + 1) * run;
@@ -1047,14 +1136,131 @@ fn accuracy(args: &AccuracyArgs) -> Result<(), Failure> {
     })
 }
 
-/// The usual float32 implementation: frequency, product and sin/cos all in f32. Above 2^24
-/// the position itself rounds, and the product's rounding alone is worth radians.
-fn naive_table(spec: &PeSpec, positions: &[u32]) -> Array2<f32> {
-    let d = spec.dim() as f32;
-    let base = spec.base() as f32;
-    let w: Vec<f32> = (0..spec.n_freqs()).map(|i| base.powf(-((2 * i) as f32) / d)).collect();
-    Array2::from_shape_fn((positions.len(), spec.dim() as usize), |(r, c)| {
-        let phase = positions[r] as f32 * w[c / 2];
-        if c.is_multiple_of(2) { phase.sin() } else { phase.cos() }
-    })
+/// The most multiply-adds `plot similarity` may spend (N x N x D): a few seconds.
+const MAX_SIMILARITY_WORK: u64 = 1 << 32;
+
+/// `n` as a count of rows or columns of a picture: at least 1, at most [`plot::MAX_CELLS`].
+/// `field` is the option, `what` what it counts in the picture.
+fn plot_cells(
+    op: &'static str,
+    field: &'static str,
+    what: &'static str,
+    n: u64,
+) -> Result<usize, Failure> {
+    if n == 0 {
+        return Err(Failure::usage(Error::InvalidParameter {
+            field,
+            value: "0".into(),
+            allowed: "at least 1",
+        }));
+    }
+    if n > plot::MAX_CELLS as u64 {
+        return Err(Failure::usage(Error::Limit {
+            op,
+            what,
+            requested: n,
+            limit_name: "plot::MAX_CELLS",
+            limit: plot::MAX_CELLS as u64,
+        }));
+    }
+    Ok(n as usize)
+}
+
+/// Refuses to pour binary output into a terminal.
+fn refuse_png_on_terminal(output: Option<&PathBuf>) -> Result<(), Failure> {
+    if output.is_none() && io::stdout().is_terminal() {
+        return Err(Failure::usage(Error::InvalidParameter {
+            field: "output",
+            value: "a terminal".into(),
+            allowed: "a PNG needs -o PATH or a redirected stdout",
+        }));
+    }
+    Ok(())
+}
+
+/// Writes to `file` and commits it, or to stdout without one.
+fn emit(
+    file: Option<AtomicFile>,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> Result<(), Failure> {
+    match file {
+        Some(mut file) => {
+            write(file.writer()).map_err(|e| file.io_error(e))?;
+            file.commit()?;
+            Ok(())
+        }
+        None => to_stdout(write),
+    }
+}
+
+fn plot_heatmap(args: &HeatmapArgs) -> Result<(), Failure> {
+    const OP: &str = "plot heatmap";
+    let variant = Variant::from(args.variant);
+    let spec = PeSpec::for_variant(variant, args.dim)
+        .and_then(|s| s.with_base(args.base))
+        .map_err(Failure::usage)?;
+    plot_cells(OP, "dim", "dim (columns of the picture)", args.dim.into())?;
+    let rows = plot_cells(OP, "len", "len (rows of the picture)", args.len)?;
+    refuse_png_on_terminal(args.output.as_ref())?;
+
+    let file = args.output.as_ref().map(AtomicFile::create).transpose()?;
+    let positions: Vec<u32> = (0..rows as u32).collect();
+    let table = cpu::table(&spec, &positions);
+    let title = format!(
+        "Positional encoding ({}), d = {}, base {}",
+        variant.name(),
+        spec.dim(),
+        spec.base()
+    );
+    let image = plot::heatmap(table.view(), &title)?;
+    emit(file, |w| image.write_png(w))
+}
+
+fn plot_similarity(args: &SimilarityArgs) -> Result<(), Failure> {
+    const OP: &str = "plot similarity";
+    let spec = spec_of(args.dim, args.base)?;
+    let n = plot_cells(OP, "len", "len (rows and columns of the picture)", args.len)?;
+    let work = (n as u64 * n as u64).saturating_mul(spec.dim().into());
+    if work > MAX_SIMILARITY_WORK {
+        return Err(Failure::usage(Error::Limit {
+            op: OP,
+            what: "the work (len x len x dim multiply-adds)",
+            requested: work,
+            limit_name: "MAX_SIMILARITY_WORK",
+            limit: MAX_SIMILARITY_WORK,
+        }));
+    }
+    if args.format == PlotFormat::Png {
+        refuse_png_on_terminal(args.output.as_ref())?;
+    }
+
+    let file = args.output.as_ref().map(AtomicFile::create).transpose()?;
+    let positions: Vec<u32> = (0..n as u32).collect();
+    let matrix = plot::similarity_matrix(cpu::table(&spec, &positions).view());
+    match args.format {
+        PlotFormat::Png => {
+            let title =
+                format!("Cosine similarity of positions, d = {}, base {}", spec.dim(), spec.base());
+            let image = plot::similarity(matrix.view(), &title)?;
+            emit(file, |w| image.write_png(w))
+        }
+        PlotFormat::Text => emit(file, |w| {
+            for row in matrix.rows() {
+                for (k, v) in row.iter().enumerate() {
+                    if k == 0 { write!(w, "{v:9.6}") } else { write!(w, " {v:9.6}") }?;
+                }
+                w.write_all(b"\n")?;
+            }
+            Ok(())
+        }),
+    }
+}
+
+fn plot_error(args: &ErrorPlotArgs) -> Result<(), Failure> {
+    let spec = spec_of(args.dim, args.base)?;
+    refuse_png_on_terminal(args.output.as_ref())?;
+
+    let file = args.output.as_ref().map(AtomicFile::create).transpose()?;
+    let image = plot::error_plot(&plot::error_curve(&spec));
+    emit(file, |w| image.write_png(w))
 }
