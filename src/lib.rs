@@ -26,6 +26,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod alibi;
 pub mod bench;
 pub mod cpu;
 pub mod encode;
