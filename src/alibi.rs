@@ -395,7 +395,12 @@ pub fn bias_cpu_into(spec: &AlibiSpec, mut out: ArrayViewMut3<'_, f32>) -> Resul
     Ok(())
 }
 
-/// Fills the flat `[heads * len, kv_len]` row-major tensor, in tasks of whole or partial rows.
+/// Fills the flat `[heads * len, kv_len]` row-major tensor.
+///
+/// A head's bias depends only on the difference `s = q - k`, and the next query shifts it by
+/// one. So a task of whole rows computes each head's values once per difference its rows
+/// span (`rows + kv_len - 1` of them rather than `rows * kv_len`) and copies every row out of
+/// that table, reversed. Rows longer than a task are cut into pieces computed directly.
 fn fill(spec: &AlibiSpec, flat: &mut [f32]) {
     let (_, len, kv_len) = spec.shape();
     if flat.is_empty() {
@@ -403,22 +408,57 @@ fn fill(spec: &AlibiSpec, flat: &mut [f32]) {
     }
     let slope_bits: Vec<u32> = spec.slopes.iter().map(|s| s.to_bits()).collect();
     let (offset, form) = (spec.offset, spec.form);
-    flat.par_chunks_mut(VALUES_PER_TASK).enumerate().for_each(|(task, values)| {
-        let start = task * VALUES_PER_TASK;
-        let (mut row, mut col) = (start / kv_len, start % kv_len);
-        let mut values = values;
-        while !values.is_empty() {
-            let n = (kv_len - col).min(values.len());
-            let (run, rest) = values.split_at_mut(n);
-            let slope = slope_bits[row / len];
-            // Validated: offset + len <= 2^32 and kv_len <= 2^32, so both fit u32.
-            let q = offset + (row % len) as u32;
-            for (k, v) in (col as u32..).zip(run) {
-                *v = f32::from_bits(bias_bits(slope, q, k, form));
+    // Validated: offset + len <= 2^32 and kv_len <= 2^32, so positions fit u32.
+    let query = |row: usize| offset + (row % len) as u32;
+    if kv_len > VALUES_PER_TASK {
+        flat.par_chunks_mut(VALUES_PER_TASK).enumerate().for_each(|(task, values)| {
+            let start = task * VALUES_PER_TASK;
+            let (mut row, mut col) = (start / kv_len, start % kv_len);
+            let mut values = values;
+            while !values.is_empty() {
+                let (run, rest) = values.split_at_mut((kv_len - col).min(values.len()));
+                let (slope, q) = (slope_bits[row / len], query(row));
+                for (k, v) in (col as u32..).zip(run) {
+                    *v = f32::from_bits(bias_bits(slope, q, k, form));
+                }
+                values = rest;
+                row += 1;
+                col = 0;
             }
-            values = rest;
-            row += 1;
-            col = 0;
+        });
+        return;
+    }
+    let rows_per_task = VALUES_PER_TASK / kv_len;
+    flat.par_chunks_mut(rows_per_task * kv_len).enumerate().for_each(|(task, values)| {
+        let first_row = task * rows_per_task;
+        let n_rows = values.len() / kv_len;
+        let mut table = Vec::with_capacity(n_rows + kv_len - 1);
+        let mut r = 0;
+        while r < n_rows {
+            // The rows of one head in this task, queries q0, q0 + 1, ...: table[t] is the
+            // value at s = q0 - (kv_len - 1) + t.
+            let row = first_row + r;
+            let head = row / len;
+            let run = (n_rows - r).min((head + 1) * len - row);
+            let slope = slope_bits[head];
+            let s_first = i64::from(query(row)) - (kv_len as i64 - 1);
+            table.clear();
+            table.extend((s_first..s_first + (run + kv_len - 1) as i64).map(|s| {
+                // |s| <= max(q, kv_len - 1) < 2^32.
+                let d = match form {
+                    Form::Symmetric => s.unsigned_abs() as u32,
+                    Form::Causal => s.max(0) as u32,
+                };
+                f32::from_bits(neg_scaled_bits(slope, d))
+            }));
+            let rows = values[r * kv_len..(r + run) * kv_len].chunks_exact_mut(kv_len);
+            for (i, out) in rows.enumerate() {
+                // Key k of row i is at t = i + kv_len - 1 - k.
+                for (v, &t) in out.iter_mut().zip(table[i..i + kv_len].iter().rev()) {
+                    *v = t;
+                }
+            }
+            r += run;
         }
     });
 }

@@ -196,6 +196,18 @@ fn bias_matches_the_formula_bit_for_bit_at_small_and_huge_distances() {
 }
 
 #[test]
+fn long_rows_and_tasks_that_cut_heads_match_the_formula() {
+    for form in [Form::Symmetric, Form::Causal] {
+        // 40000 keys: longer than one CPU task, so rows are computed in pieces.
+        let spec = AlibiSpec::new(3, 2).unwrap().with_offset(u32::MAX - 1).unwrap();
+        check_against_formula(&spec.with_kv_len(40_000).unwrap().with_form(form));
+        // 35000 rows of 13 keys: tasks of whole rows whose boundaries fall inside heads.
+        let spec = AlibiSpec::new(7, 5000).unwrap().with_offset((1 << 31) - 10).unwrap();
+        check_against_formula(&spec.with_kv_len(13).unwrap().with_form(form));
+    }
+}
+
+#[test]
 fn bias_is_within_2_pow_minus_23_of_the_exact_slope_times_distance() {
     // Against the exact (irrational) slopes rather than their float32 roundings: the slope's
     // rounding and the product's each contribute at most 2^-24 relative.
