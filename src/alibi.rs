@@ -469,8 +469,10 @@ mod tests {
 
     #[test]
     fn undecided_roundings_are_refined_not_guessed() {
-        // At 40 bits about one rounding in a hundred is too close to call; each must come
-        // back None, and each decided one must agree with 256 bits.
+        // Every slope of up to 65536 heads is 2^-e with e a multiple of 2^-13, so these are
+        // all the fractional parts that ever occur: 256 bits decide each one. At 40 bits
+        // about one rounding in a hundred is too close to call; each must come back None,
+        // and each decided one must agree with 256 bits.
         let mut cc = consts();
         let (mut undecided, den) = (0, 1 << 14);
         for rest in 1..den {

@@ -13,6 +13,8 @@
 //! - [`cpu`](mod@cpu): fast, multi-threaded, the twin of each shader;
 //! - [`gpu`](mod@gpu): WGSL compute shaders through wgpu, bit-identical to [`cpu`](mod@cpu).
 //!
+//! ALiBi attention biases (slopes and the bias tensor, on both paths) are in [`alibi`].
+//!
 //! ```
 //! use posenc::{PeSpec, cpu, reference};
 //!
