@@ -31,8 +31,8 @@ pub const MAX_VALUES: u64 = 1 << 31;
 /// Positions are u32, so a sequence covers at most positions `0..2^32`.
 const POSITIONS: u64 = 1 << 32;
 
-/// Working precision of the slopes, in bits; [`exp2_neg_nearest_f32`] doubles it in the
-/// (never observed) case where 256 bits cannot decide the rounding.
+/// Working precision of the slopes, in bits. It decides the rounding of every slope of up to
+/// 65536 heads (a unit test checks); [`exp2_neg_nearest_f32`] would double it otherwise.
 const SLOPE_PREC: usize = 256;
 const RM: RoundingMode = RoundingMode::ToEven;
 
