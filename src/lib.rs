@@ -18,6 +18,7 @@
 //! padding, packing), [`naive`] is the float32 formula most code uses (to measure against)
 //! and [`plot`] draws tables, similarities and errors as PNG images. The repository's
 //! `examples/` show word order in attention, KV-cache decoding and a safetensors round trip.
+//! ALiBi attention biases (slopes and the bias tensor, on both paths) are in [`alibi`].
 //!
 //! ```
 //! use posenc::{PeSpec, cpu, reference};
@@ -32,6 +33,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod alibi;
 pub mod bench;
 pub mod cpu;
 pub mod encode;

@@ -19,6 +19,7 @@ pub const KERNELS: &[(&str, &str)] = &[
     ("encode", include_str!("../shaders/encode.wgsl")),
     ("encode_f32x4", include_str!("../shaders/encode_f32x4.wgsl")),
     ("copy", include_str!("../shaders/copy.wgsl")),
+    ("alibi", include_str!("../shaders/alibi.wgsl")),
 ];
 
 /// Threads per workgroup of kernels that give each workgroup one row and loop along it.

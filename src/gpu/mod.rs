@@ -1,12 +1,14 @@
 //! The GPU path: adapter choice, the device context, and host wrappers of the kernels in
 //! `shaders/`. Every kernel has a CPU twin in [`crate::cpu`] that gives the same bits.
 
+mod alibi;
 mod encode;
 mod table;
 mod timing;
 
 use std::sync::{Arc, Mutex};
 
+pub use alibi::AlibiParams;
 pub use encode::{EncodeF32x4Params, EncodeParams, GpuPositionTable, GpuTable, PE_CACHE_BUDGET};
 pub use table::TableParams;
 pub use timing::CopyParams;
@@ -145,6 +147,8 @@ pub struct Context {
     pe_cache: Arc<Mutex<Option<encode::PeCache>>>,
     pool: Arc<BufferPool>,
     copy: timing::CopyKernel,
+    /// Built on first use, so contexts that never compute ALiBi never compile it.
+    alibi: Arc<std::sync::OnceLock<alibi::AlibiKernel>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -216,6 +220,7 @@ impl Context {
             pe_cache,
             pool,
             copy,
+            alibi: Arc::default(),
         })
     }
 
