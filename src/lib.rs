@@ -36,6 +36,7 @@ pub mod npy;
 pub mod output;
 pub mod positions;
 pub mod reference;
+pub mod rope;
 pub mod shaders;
 mod spec;
 pub mod weights;

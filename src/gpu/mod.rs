@@ -2,12 +2,14 @@
 //! `shaders/`. Every kernel has a CPU twin in [`crate::cpu`] that gives the same bits.
 
 mod encode;
+mod rope;
 mod table;
 mod timing;
 
 use std::sync::{Arc, Mutex};
 
 pub use encode::{EncodeF32x4Params, EncodeParams, GpuTable, PE_CACHE_BUDGET};
+pub use rope::{RopeCsParams, RopeParams};
 pub use table::TableParams;
 pub use timing::CopyParams;
 
@@ -142,6 +144,7 @@ pub struct Context {
     uncaptured: Arc<Mutex<Option<String>>>,
     table: table::TableKernel,
     encode: encode::EncodeKernel,
+    rope: rope::RopeKernels,
     pe_cache: Arc<Mutex<Option<encode::PeCache>>>,
     pool: Arc<BufferPool>,
     copy: timing::CopyKernel,
@@ -202,6 +205,7 @@ impl Context {
         max_binding &= !3;
         let table = table::TableKernel::new(&device);
         let encode = encode::EncodeKernel::new(&device);
+        let rope = rope::RopeKernels::new(&device);
         let pe_cache = Arc::new(Mutex::new(None));
         let pool = Arc::new(BufferPool::default());
         let copy = timing::CopyKernel::new(&device);
@@ -213,6 +217,7 @@ impl Context {
             uncaptured,
             table,
             encode,
+            rope,
             pe_cache,
             pool,
             copy,
