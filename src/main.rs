@@ -16,6 +16,9 @@ use posenc::npy::{Expected, NpyArray, NpyDtype};
 use posenc::output::AtomicFile;
 use posenc::{DEFAULT_BASE, Error, PeSpec, cpu, gpu, npy, positions, reference, weights};
 
+mod cli_rope;
+use cli_rope::{ROPE_HELP, RopeArgs, rope};
+
 /// Exit status for a valid request that failed while running.
 const EXIT_RUNTIME: u8 = 1;
 /// Exit status for invalid arguments or input.
@@ -74,6 +77,10 @@ enum Command {
     /// measured in the same run over the same bytes, and check the two encodes agree.
     #[command(after_help = EXIT_STATUS_HELP)]
     Bench(BenchArgs),
+    /// Apply rotary position embedding (RoPE) to a query or key tensor from .npy, with
+    /// Hugging Face's rope_scaling schemes, and write the result as .npy.
+    #[command(after_help = ROPE_HELP)]
+    Rope(RopeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -311,7 +318,8 @@ impl From<Error> for Failure {
             | Error::Format { .. }
             | Error::Dtype { .. }
             | Error::Rank { .. }
-            | Error::Tensor { .. } => EXIT_USAGE,
+            | Error::Tensor { .. }
+            | Error::RopeScaling { .. } => EXIT_USAGE,
             _ => EXIT_RUNTIME,
         };
         Self { code, error }
@@ -329,6 +337,7 @@ fn main() -> ExitCode {
         Command::Devices { json } => devices(json),
         Command::Accuracy(args) => accuracy(&args),
         Command::Bench(args) => bench(&args),
+        Command::Rope(args) => rope(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
