@@ -4,11 +4,12 @@
 //     out_a = x_a * c - x_b * s        out_b = x_b * c + x_a * s
 // with (c, s) from the rope_cs table; dimensions from r on pass through bit for bit.
 //
-// One invocation writes one output word: one f32 element, or two f16/bf16 elements. It
-// reads whatever partners it needs from src, which nobody writes, so no two invocations
-// touch the same word and nothing races. The grid is 2-D: y (plus z * groups_y) names a
-// group of head rows, x the word within it; a group is one row, or two when 16-bit rows of
-// odd length would otherwise straddle words, so no invocation divides.
+// One invocation writes one output word at a time: one f32 element, or two f16/bf16
+// elements. It reads whatever partners it needs from src, which nobody writes, so no two
+// invocations touch the same word and nothing races. Head rows come in groups: one row, or
+// two when 16-bit rows of odd length would otherwise straddle words. Each workgroup walks
+// `groups_per_wg` consecutive groups, its invocations striding along each group's words,
+// so no invocation divides and a software adapter is not swamped by tiny workgroups.
 // CPU twin: src/cpu/rope.rs. Host: src/gpu/rope.rs (RopeParams mirrors Params).
 #import convert
 
@@ -30,9 +31,10 @@ struct Params {
     n_freqs: u32,
     pairing: u32,
     dtype: u32,
-    // Workgroups along y; groups beyond fold into z.
-    groups_y: u32,
-    _pad: u32,
+    // Row groups each workgroup walks.
+    groups_per_wg: u32,
+    // Workgroups along x of a dispatch folded into 2-D.
+    groups_x: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -116,21 +118,18 @@ fn element(group: u32, e_in_group: u32) -> u32 {
 
 @compute @workgroup_size(ROW_WORKGROUP_SIZE)
 fn rope(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
-    let group = wg.z * params.groups_y + wg.y;
-    let w = wg.x * ROW_WORKGROUP_SIZE + li;
-    if group >= params.n_groups || w >= params.group_words {
-        return;
-    }
-    let word = group * params.group_words + w;
-    if params.dtype == DTYPE_F32 {
-        if word >= params.n_elems {
-            return;
+    let first = (wg.y * params.groups_x + wg.x) * params.groups_per_wg;
+    let end = min(first + params.groups_per_wg, params.n_groups);
+    for (var group = first; group < end; group++) {
+        for (var w = li; w < params.group_words; w += ROW_WORKGROUP_SIZE) {
+            let word = group * params.group_words + w;
+            if params.dtype == DTYPE_F32 {
+                if word < params.n_elems {
+                    dst[word] = element(group, w);
+                }
+            } else if 2u * word < params.n_elems {
+                dst[word] = element(group, 2u * w) | (element(group, 2u * w + 1u) << 16u);
+            }
         }
-        dst[word] = element(group, w);
-    } else {
-        if 2u * word >= params.n_elems {
-            return;
-        }
-        dst[word] = element(group, 2u * w) | (element(group, 2u * w + 1u) << 16u);
     }
 }

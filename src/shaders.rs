@@ -21,6 +21,7 @@ pub const KERNELS: &[(&str, &str)] = &[
     ("copy", include_str!("../shaders/copy.wgsl")),
     ("rope_cs", include_str!("../shaders/rope_cs.wgsl")),
     ("rope", include_str!("../shaders/rope.wgsl")),
+    ("rope_x4", include_str!("../shaders/rope_x4.wgsl")),
 ];
 
 /// Threads per workgroup of kernels that give each workgroup one row and loop along it.

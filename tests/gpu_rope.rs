@@ -2,7 +2,9 @@
 //! lavapipe and on llvmpipe): the cos/sin tables bit for bit, the rotated tensors within the
 //! rounding WGSL's fma contraction allows (and bit for bit on the pass-through dimensions),
 //! for both layouts, both pairings, partial rotary, odd head dims, every scaling scheme and
-//! all three element types, through every chunking path, on host arrays and device buffers.
+//! all three element types, through both rotation kernels (the vec4 in-place one for
+//! head_dim % 8 == 0 and rotary_dim % 16 == 0, the general one otherwise) and every
+//! chunking path, on host arrays and device buffers.
 
 mod common;
 
@@ -57,6 +59,24 @@ fn specs() -> Vec<(&'static str, RopeSpec)> {
                 .with_scaling(llama3)
                 .unwrap(),
         ),
+        (
+            "x4 llama3 128",
+            RopeSpec::new(128)
+                .unwrap()
+                .with_base(500000.0)
+                .unwrap()
+                .with_scaling(Scaling::Llama3(Llama3::new(8.0, 1.0, 4.0, 8192)))
+                .unwrap(),
+        ),
+        (
+            "x4 gptj partial 32/40 yarn",
+            RopeSpec::partial(40, 32)
+                .unwrap()
+                .with_pairing(Pairing::Gptj)
+                .with_scaling(Scaling::Yarn(Yarn::new(8.0, 512)))
+                .unwrap(),
+        ),
+        ("general even 16/8", RopeSpec::partial(16, 8).unwrap()),
         ("longrope 12", RopeSpec::new(12).unwrap().with_scaling(Scaling::LongRope(long)).unwrap()),
     ]
 }

@@ -9,7 +9,7 @@ mod timing;
 use std::sync::{Arc, Mutex};
 
 pub use encode::{EncodeF32x4Params, EncodeParams, GpuTable, PE_CACHE_BUDGET};
-pub use rope::{RopeCsParams, RopeParams};
+pub use rope::{RopeCsParams, RopeParams, RopeX4Params};
 pub use table::TableParams;
 pub use timing::CopyParams;
 

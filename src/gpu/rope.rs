@@ -10,7 +10,7 @@ use super::{Context, PooledBuffer, fold_dispatch};
 use crate::encode::Dtype;
 use crate::error::{Error, Result};
 use crate::rope::{Element, Frequencies, Geometry, Layout, Pairing, RopeSpec};
-use crate::shaders::{ROW_WORKGROUP_SIZE, WORKGROUP_SIZE};
+use crate::shaders::WORKGROUP_SIZE;
 
 /// Mirror of `Params` in `shaders/rope_cs.wgsl`.
 #[repr(C)]
@@ -54,13 +54,38 @@ pub struct RopeParams {
     pub pairing: u32,
     /// Storage type code.
     pub dtype: u32,
-    /// Workgroups along y; groups beyond fold into z.
-    pub groups_y: u32,
-    /// Padding to a multiple of 16 bytes.
-    pub _pad: u32,
+    /// Row groups each workgroup walks.
+    pub groups_per_wg: u32,
+    /// Workgroups along x of a dispatch folded into 2-D.
+    pub groups_x: u32,
+}
+
+/// Mirror of `Params` in `shaders/rope_x4.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct RopeX4Params {
+    /// Units (a vec4, and its neox partner) in this chunk.
+    pub n_units: u32,
+    /// Units per head row.
+    pub units_per_row: u32,
+    /// vec4s per head row.
+    pub row_vecs: u32,
+    /// `r / 2` elements in vec4s: the neox partner offset.
+    pub half_vecs: u32,
+    /// `r / 2`.
+    pub n_freqs: u32,
+    /// 0 for neox, 1 for gptj.
+    pub pairing: u32,
+    /// Storage type code.
+    pub dtype: u32,
+    /// Workgroups along x of a dispatch folded into 2-D.
+    pub groups_x: u32,
 }
 
 const FLAG_SCALE: u32 = 1;
+
+/// Output words a rotation workgroup writes, roughly (whole row groups).
+const WORDS_PER_WORKGROUP: u32 = 2048;
 
 #[derive(Clone)]
 pub(super) struct RopeKernels {
@@ -68,13 +93,16 @@ pub(super) struct RopeKernels {
     cs_pipeline: wgpu::ComputePipeline,
     layout: wgpu::BindGroupLayout,
     pipeline: wgpu::ComputePipeline,
+    x4_layout: wgpu::BindGroupLayout,
+    x4_pipeline: wgpu::ComputePipeline,
 }
 
 impl RopeKernels {
     pub(super) fn new(device: &wgpu::Device) -> Self {
         let (cs_layout, cs_pipeline) = super::build_kernel(device, "rope_cs", 3);
         let (layout, pipeline) = super::build_kernel(device, "rope", 4);
-        Self { cs_layout, cs_pipeline, layout, pipeline }
+        let (x4_layout, x4_pipeline) = super::build_kernel(device, "rope_x4", 3);
+        Self { cs_layout, cs_pipeline, layout, pipeline, x4_layout, x4_pipeline }
     }
 }
 
@@ -172,10 +200,13 @@ impl Context {
     /// order (16-bit elements two to a 32-bit word, the first in the low half).
     ///
     /// The buffer needs `COPY_SRC | COPY_DST` usage and at least the tensor's size rounded
-    /// up to 4 bytes; bytes past the tensor are left as they are. Each chunk of the tensor is
-    /// copied to a scratch buffer and rotated from there, so no invocation reads what another
-    /// writes. With `STORAGE` usage too and a tensor that fits one binding, the result is
-    /// written straight into the buffer (one copy fewer). Returns once the GPU is done.
+    /// up to 4 bytes; bytes past the tensor are left as they are. When it also has `STORAGE`
+    /// usage and the tensor fits one binding, the tensor is rotated where it is: with no
+    /// copy at all by the vec4 kernel (`head_dim % 8 == 0` and `rotary_dim % 16 == 0`, the
+    /// usual shapes), after one copy to a scratch source by the general kernel (whose
+    /// invocations read partners another invocation writes). Otherwise each chunk is
+    /// copied to scratch buffers, rotated there and copied back. Returns once the GPU is
+    /// done.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] naming `buffer usage` if a usage is missing;
@@ -308,33 +339,12 @@ impl Context {
         mut io: Io<'_>,
     ) -> Result<()> {
         let freqs = spec.frequencies_for(positions);
-        let size = dtype.size();
-        let head_dim = geometry.head_dim;
-        let n_freqs = spec.n_freqs() as usize;
-        // 16-bit rows of odd length straddle words; two of them fill whole words.
-        let rows_per_group = if size == 2 && head_dim % 2 == 1 { 2 } else { 1 };
-        let row_bytes = (head_dim * size) as u64;
-        let cs_row_bytes = n_freqs as u64 * 8;
-        let total_rows = geometry.rows();
-        // Rows per chunk: its elements, its cos/sin rows (at most one per row) and its row
-        // slots each fit one binding, and its element count stays well inside u32.
-        let per_chunk = (self.max_binding / row_bytes)
-            .min(self.max_binding / cs_row_bytes)
-            .min(self.max_binding / 4)
-            .min((1 << 30) / head_dim as u64)
-            .min(total_rows as u64) as usize;
-        let per_chunk = per_chunk / rows_per_group * rows_per_group;
-        if per_chunk == 0 {
-            let what = if rows_per_group == 2 { "two head rows" } else { "one head row" };
-            let need = (row_bytes * rows_per_group as u64).max(cs_row_bytes);
-            return Err(self.binding_limit(what, need));
-        }
-        let n_chunks = total_rows.div_ceil(per_chunk);
-        let slot_cap = per_chunk.min(geometry.batch * geometry.len);
-        let chunk_bytes = (per_chunk as u64 * row_bytes).next_multiple_of(4);
+        let plan = Plan::new(self, spec, geometry, dtype)?;
         let positions: Vec<u32> = positions.iter().copied().collect();
-        let group_elems = rows_per_group * head_dim;
-        let group_words = (group_elems * size / 4) as u32;
+        let total_rows = geometry.rows();
+        let n_chunks = total_rows.div_ceil(plan.rows_per_chunk);
+        let slot_cap = plan.rows_per_chunk.min(geometry.batch * geometry.len);
+        let chunk_bytes = (plan.rows_per_chunk as u64 * plan.row_bytes).next_multiple_of(4);
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
 
         self.scoped("rope", || {
@@ -342,57 +352,98 @@ impl Context {
             let take = |label, size: u64, usage| self.pool.take(&self.device, label, size, usage);
             let steps = self.rope_steps(&freqs);
             let cs_params = take("posenc.rope_cs.params", 32, U::UNIFORM | U::COPY_DST);
-            let params_buf = take("posenc.rope.params", 48, U::UNIFORM | U::COPY_DST);
             let pos_buf =
                 take("posenc.rope_cs.positions", slot_cap as u64 * 4, U::STORAGE | U::COPY_DST);
-            let cs = take("posenc.rope_cs.out", slot_cap as u64 * cs_row_bytes, U::STORAGE);
-            let slots_buf =
-                take("posenc.rope.row_slot", per_chunk as u64 * 4, U::STORAGE | U::COPY_DST);
-            let src = take("posenc.rope.src", chunk_bytes, U::STORAGE | U::COPY_DST);
+            let cs_bytes = slot_cap as u64 * spec.n_freqs() as u64 * 8;
+            let cs = take("posenc.rope_cs.out", cs_bytes, U::STORAGE);
+            let cs_group = self.rope_cs_bind_group(&cs_params, &pos_buf, &steps, &cs);
+            let slots_buf = take(
+                "posenc.rope.row_slot",
+                plan.rows_per_chunk as u64 * 4,
+                U::STORAGE | U::COPY_DST,
+            );
+            let params_buf = take("posenc.rope.params", 48, U::UNIFORM | U::COPY_DST);
             // A device buffer that one chunk covers and that may be bound is written
             // directly; otherwise results go through a scratch buffer.
             let direct = match &io {
                 Io::Device(b) if n_chunks == 1 && b.usage().contains(U::STORAGE) => Some(*b),
                 _ => None,
             };
-            let scratch = direct
-                .is_none()
-                .then(|| take("posenc.rope.dst", chunk_bytes, U::STORAGE | U::COPY_SRC));
+            // The x4 kernel rotates in place, so one buffer holds input and result; the
+            // general kernel reads a source that nobody writes.
+            let src = match plan.kernel {
+                Kernel::X4 { .. } if direct.is_some() => None,
+                Kernel::X4 { .. } => Some(take(
+                    "posenc.rope.data",
+                    chunk_bytes,
+                    U::STORAGE | U::COPY_DST | U::COPY_SRC,
+                )),
+                Kernel::General { .. } => {
+                    Some(take("posenc.rope.src", chunk_bytes, U::STORAGE | U::COPY_DST))
+                }
+            };
+            let scratch = match plan.kernel {
+                Kernel::General { .. } if direct.is_none() => {
+                    Some(take("posenc.rope.dst", chunk_bytes, U::STORAGE | U::COPY_SRC))
+                }
+                _ => None,
+            };
+            // Where results land before they leave the GPU (or stay, when direct).
+            let result: Option<&wgpu::Buffer> = match plan.kernel {
+                Kernel::X4 { .. } => src.as_deref(),
+                Kernel::General { .. } => scratch.as_deref(),
+            };
             let staging = matches!(io, Io::Host { .. })
                 .then(|| take("posenc.rope.staging", chunk_bytes, U::MAP_READ | U::COPY_DST));
-            let cs_group = self.rope_cs_bind_group(&cs_params, &pos_buf, &steps, &cs);
-            let dst_binding = match (direct, &scratch) {
-                (Some(b), _) => wgpu::BufferBinding {
-                    buffer: b,
-                    offset: 0,
-                    size: wgpu::BufferSize::new(chunk_bytes),
-                },
-                (None, Some(s)) => s.as_entire_buffer_binding(),
-                (None, None) => unreachable!("one of the two exists"),
-            };
-            let rope_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some("posenc.rope.bind_group"),
-                layout: &self.rope.layout,
-                entries: &[
-                    wgpu::BindGroupEntry { binding: 0, resource: params_buf.as_entire_binding() },
-                    wgpu::BindGroupEntry { binding: 1, resource: slots_buf.as_entire_binding() },
-                    wgpu::BindGroupEntry { binding: 2, resource: cs.as_entire_binding() },
-                    wgpu::BindGroupEntry { binding: 3, resource: src.as_entire_binding() },
-                    wgpu::BindGroupEntry {
-                        binding: 4,
-                        resource: wgpu::BindingResource::Buffer(dst_binding),
-                    },
-                ],
+            let direct_binding = direct.map(|b| wgpu::BufferBinding {
+                buffer: b,
+                offset: 0,
+                size: wgpu::BufferSize::new(chunk_bytes),
             });
+            fn binding<'a>(
+                direct: &Option<wgpu::BufferBinding<'a>>,
+                buffer: Option<&'a wgpu::Buffer>,
+            ) -> wgpu::BindingResource<'a> {
+                match (direct, buffer) {
+                    (_, Some(b)) => b.as_entire_binding(),
+                    (Some(d), None) => wgpu::BindingResource::Buffer(d.clone()),
+                    (None, None) => unreachable!("a scratch buffer exists unless direct"),
+                }
+            }
+            let entry = |binding: u32, resource| wgpu::BindGroupEntry { binding, resource };
+            let rope_group = match plan.kernel {
+                Kernel::X4 { .. } => self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some("posenc.rope_x4.bind_group"),
+                    layout: &self.rope.x4_layout,
+                    entries: &[
+                        entry(0, params_buf.as_entire_binding()),
+                        entry(1, slots_buf.as_entire_binding()),
+                        entry(2, cs.as_entire_binding()),
+                        entry(3, binding(&direct_binding, src.as_deref())),
+                    ],
+                }),
+                Kernel::General { .. } => {
+                    self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: Some("posenc.rope.bind_group"),
+                        layout: &self.rope.layout,
+                        entries: &[
+                            entry(0, params_buf.as_entire_binding()),
+                            entry(1, slots_buf.as_entire_binding()),
+                            entry(2, cs.as_entire_binding()),
+                            entry(3, binding(&direct_binding, src.as_deref())),
+                            entry(4, binding(&direct_binding, scratch.as_deref())),
+                        ],
+                    })
+                }
+            };
 
             let mut slots = Slots::new(positions.len());
             for chunk in 0..n_chunks {
-                let row_lo = chunk * per_chunk;
-                let row_hi = (row_lo + per_chunk).min(total_rows);
+                let row_lo = chunk * plan.rows_per_chunk;
+                let row_hi = (row_lo + plan.rows_per_chunk).min(total_rows);
                 let rows = row_hi - row_lo;
-                let n_elems = rows * head_dim;
-                let byte_lo = row_lo as u64 * row_bytes;
-                let bytes = n_elems * size;
+                let byte_lo = row_lo as u64 * plan.row_bytes;
+                let bytes = (rows as u64 * plan.row_bytes) as usize;
                 let padded = (bytes as u64).next_multiple_of(4);
 
                 let (row_slot, slot_positions) = slots.chunk(
@@ -402,60 +453,42 @@ impl Context {
                 );
                 self.queue.write_buffer(&pos_buf, 0, bytemuck::cast_slice(slot_positions));
                 self.queue.write_buffer(&slots_buf, 0, bytemuck::cast_slice(row_slot));
+                let n_slots = slot_positions.len();
                 let mut encoder = self.encoder("posenc.rope.encoder");
-                match &io {
-                    Io::Host { input, .. } => {
+                match (&io, &src) {
+                    (Io::Host { input, .. }, Some(src)) => {
                         let part = &input[byte_lo as usize..byte_lo as usize + bytes];
                         if part.len() % 4 == 0 {
-                            self.queue.write_buffer(&src, 0, part);
+                            self.queue.write_buffer(src, 0, part);
                         } else {
                             let mut tail = part.to_vec();
                             tail.resize(padded as usize, 0);
-                            self.queue.write_buffer(&src, 0, &tail);
+                            self.queue.write_buffer(src, 0, &tail);
                         }
                     }
-                    Io::Device(b) => encoder.copy_buffer_to_buffer(b, byte_lo, &src, 0, padded),
+                    (Io::Device(b), Some(src)) => {
+                        encoder.copy_buffer_to_buffer(b, byte_lo, src, 0, padded)
+                    }
+                    (_, None) => {}
                 }
-                self.record_rope_cs(
-                    &freqs,
-                    slot_positions.len(),
-                    &cs_params,
-                    &cs_group,
-                    &mut encoder,
-                );
-                let n_groups = rows.div_ceil(rows_per_group) as u32;
-                let gy = n_groups.min(max_groups);
-                let gz = n_groups.div_ceil(gy);
-                let params = RopeParams {
-                    n_elems: n_elems as u32,
-                    n_groups,
-                    group_elems: group_elems as u32,
-                    group_words,
-                    rows_per_group: rows_per_group as u32,
-                    head_dim: head_dim as u32,
-                    rotary_dim: spec.rotary_dim(),
-                    n_freqs: n_freqs as u32,
-                    pairing: match spec.pairing() {
-                        Pairing::Neox => 0,
-                        Pairing::Gptj => 1,
-                    },
-                    dtype: dtype.code(),
-                    groups_y: gy,
-                    _pad: 0,
-                };
-                self.queue.write_buffer(&params_buf, 0, bytemuck::bytes_of(&params));
+                self.record_rope_cs(&freqs, n_slots, &cs_params, &cs_group, &mut encoder);
+                let (gx, gy, params) = plan.params(spec, dtype, rows, max_groups);
+                self.queue.write_buffer(&params_buf, 0, bytemuck::cast_slice(&params));
                 {
                     let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                         label: Some("posenc.rope.pass"),
                         timestamp_writes: None,
                     });
-                    pass.set_pipeline(&self.rope.pipeline);
+                    pass.set_pipeline(match plan.kernel {
+                        Kernel::X4 { .. } => &self.rope.x4_pipeline,
+                        Kernel::General { .. } => &self.rope.pipeline,
+                    });
                     pass.set_bind_group(0, &rope_group, &[]);
-                    pass.dispatch_workgroups(group_words.div_ceil(ROW_WORKGROUP_SIZE), gy, gz);
+                    pass.dispatch_workgroups(gx, gy, 1);
                 }
-                match (&mut io, &scratch, &staging) {
-                    (Io::Host { output, .. }, Some(dst), Some(staging)) => {
-                        encoder.copy_buffer_to_buffer(dst, 0, staging, 0, padded);
+                match (&mut io, result, &staging) {
+                    (Io::Host { output, .. }, Some(result), Some(staging)) => {
+                        encoder.copy_buffer_to_buffer(result, 0, staging, 0, padded);
                         let out = &mut output[byte_lo as usize..byte_lo as usize + bytes];
                         if bytes as u64 == padded {
                             self.finish_and_read("rope", encoder, staging, out)?;
@@ -465,9 +498,9 @@ impl Context {
                             out.copy_from_slice(&tail[..bytes]);
                         }
                     }
-                    (Io::Device(b), scratch, _) => {
-                        if let Some(dst) = scratch {
-                            encoder.copy_buffer_to_buffer(dst, 0, b, byte_lo, padded);
+                    (Io::Device(b), result, _) => {
+                        if let Some(result) = result {
+                            encoder.copy_buffer_to_buffer(result, 0, b, byte_lo, padded);
                         }
                         let index = self.queue.submit([encoder.finish()]);
                         // Wait before the next chunk reuses the scratch buffers.
@@ -478,6 +511,122 @@ impl Context {
             }
             Ok(())
         })
+    }
+}
+
+/// Which rotation kernel a call uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kernel {
+    /// `rope_x4.wgsl`: in place, a vec4 of words per step; `per_vec` elements per vec4.
+    X4 { per_vec: usize },
+    /// `rope.wgsl`: one output word per step from a separate source; `rows_per_group` head
+    /// rows per group (2 when 16-bit rows of odd length straddle words).
+    General { rows_per_group: usize },
+}
+
+/// How a call is cut into chunks and dispatched.
+struct Plan {
+    kernel: Kernel,
+    head_dim: usize,
+    row_bytes: u64,
+    rows_per_chunk: usize,
+}
+
+impl Plan {
+    fn new(ctx: &Context, spec: &RopeSpec, geometry: &Geometry, dtype: Dtype) -> Result<Self> {
+        let size = dtype.size();
+        let head_dim = geometry.head_dim;
+        let rotary_dim = spec.rotary_dim() as usize;
+        let kernel = if head_dim.is_multiple_of(8) && rotary_dim.is_multiple_of(16) {
+            Kernel::X4 { per_vec: 16 / size }
+        } else {
+            Kernel::General {
+                rows_per_group: if size == 2 && !head_dim.is_multiple_of(2) { 2 } else { 1 },
+            }
+        };
+        let unit = match kernel {
+            Kernel::X4 { .. } => 1,
+            Kernel::General { rows_per_group } => rows_per_group,
+        };
+        let row_bytes = (head_dim * size) as u64;
+        let cs_row_bytes = u64::from(spec.n_freqs()) * 8;
+        // Rows per chunk: its elements, its cos/sin rows (at most one per row) and its row
+        // slots each fit one binding, and its element count stays well inside u32.
+        let rows = (ctx.max_binding / row_bytes)
+            .min(ctx.max_binding / cs_row_bytes)
+            .min(ctx.max_binding / 4)
+            .min((1 << 30) / head_dim as u64)
+            .min(geometry.rows() as u64) as usize;
+        let rows_per_chunk = rows / unit * unit;
+        if rows_per_chunk == 0 {
+            let what = if unit == 2 { "two head rows" } else { "one head row" };
+            let need = (row_bytes * unit as u64).max(cs_row_bytes);
+            return Err(ctx.binding_limit(what, need));
+        }
+        Ok(Self { kernel, head_dim, row_bytes, rows_per_chunk })
+    }
+
+    /// The 2-D grid and the params (as words, 8 of them used by x4) of a chunk of `rows`
+    /// head rows.
+    fn params(
+        &self,
+        spec: &RopeSpec,
+        dtype: Dtype,
+        rows: usize,
+        max_groups: u32,
+    ) -> (u32, u32, [u32; 12]) {
+        let n_freqs = spec.n_freqs();
+        let pairing = match spec.pairing() {
+            Pairing::Neox => 0,
+            Pairing::Gptj => 1,
+        };
+        match self.kernel {
+            Kernel::X4 { per_vec } => {
+                let units_per_row = match spec.pairing() {
+                    Pairing::Neox => n_freqs as usize / per_vec,
+                    Pairing::Gptj => spec.rotary_dim() as usize / per_vec,
+                };
+                let n_units = (rows * units_per_row) as u32;
+                let (gx, gy) = fold_dispatch(n_units.div_ceil(WORKGROUP_SIZE), max_groups);
+                let p = RopeX4Params {
+                    n_units,
+                    units_per_row: units_per_row as u32,
+                    row_vecs: (self.head_dim / per_vec) as u32,
+                    half_vecs: n_freqs / per_vec as u32,
+                    n_freqs,
+                    pairing,
+                    dtype: dtype.code(),
+                    groups_x: gx,
+                };
+                let mut words = [0u32; 12];
+                words[..8].copy_from_slice(bytemuck::cast_slice(bytemuck::bytes_of(&p)));
+                (gx, gy, words)
+            }
+            Kernel::General { rows_per_group } => {
+                let group_elems = rows_per_group * self.head_dim;
+                let group_words = (group_elems * dtype.size() / 4) as u32;
+                // About WORDS_PER_WORKGROUP words per workgroup: plenty of workgroups for a
+                // large GPU on any real tensor, few enough that per-workgroup costs vanish.
+                let groups_per_wg = WORDS_PER_WORKGROUP.div_ceil(group_words).max(1);
+                let n_groups = rows.div_ceil(rows_per_group) as u32;
+                let (gx, gy) = fold_dispatch(n_groups.div_ceil(groups_per_wg), max_groups);
+                let p = RopeParams {
+                    n_elems: (rows * self.head_dim) as u32,
+                    n_groups,
+                    group_elems: group_elems as u32,
+                    group_words,
+                    rows_per_group: rows_per_group as u32,
+                    head_dim: self.head_dim as u32,
+                    rotary_dim: spec.rotary_dim(),
+                    n_freqs,
+                    pairing,
+                    dtype: dtype.code(),
+                    groups_per_wg,
+                    groups_x: gx,
+                };
+                (gx, gy, bytemuck::cast(p))
+            }
+        }
     }
 }
 
@@ -539,8 +688,10 @@ mod tests {
 
     #[test]
     fn params_match_the_wgsl_struct_sizes() {
-        // Eight and twelve u32 fields in shaders/rope_cs.wgsl's and shaders/rope.wgsl's Params.
+        // Eight, twelve and eight u32 fields in the Params of shaders/rope_cs.wgsl,
+        // shaders/rope.wgsl and shaders/rope_x4.wgsl.
         assert_eq!(size_of::<RopeCsParams>(), 32);
         assert_eq!(size_of::<RopeParams>(), 48);
+        assert_eq!(size_of::<RopeX4Params>(), 32);
     }
 }
