@@ -13,6 +13,9 @@
 //! - [`cpu`](mod@cpu): fast, multi-threaded, the twin of each shader;
 //! - [`gpu`](mod@gpu): WGSL compute shaders through wgpu, bit-identical to [`cpu`](mod@cpu).
 //!
+//! The same engine drives rotary position embeddings ([`rope`](mod@rope)) with Hugging
+//! Face's `rope_scaling` schemes, on query/key tensors on the CPU and the GPU.
+//!
 //! ```
 //! use posenc::{PeSpec, cpu, reference};
 //!

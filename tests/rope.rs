@@ -545,6 +545,39 @@ fn positions_near_2_24_2_31_and_2_32_with_decoding_offsets() {
 }
 
 #[test]
+fn cos_sin_are_within_6e_8_of_the_exact_values_at_every_range() {
+    // The table the rotation multiplies by, for Llama 3.1's scaling (d = 128, base 5e5),
+    // against the exactly reduced angle: the figures in the README's RoPE section.
+    let text = r#"{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                   "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}"#;
+    let json: Value = serde_json::from_str(text).unwrap();
+    let spec = spec_for(text, 128, 128, 500000.0, Pairing::Neox);
+    let freqs = spec.frequencies(0);
+    let (w, _) = hf_inv_freq::<Big>(&json, 128, 500000.0, 0);
+    for (label, start) in [
+        ("2^12", 1u32 << 12),
+        ("2^16", 1 << 16),
+        ("2^20", 1 << 20),
+        ("2^24", 1 << 24),
+        ("2^31", 1 << 31),
+        ("2^32-1", u32::MAX - 31),
+    ] {
+        let positions: Vec<u32> = (start..=start + 31).collect();
+        let table = cpu::rope_cos_sin(&freqs, &positions);
+        let mut worst = 0.0f64;
+        for (k, &p) in positions.iter().enumerate() {
+            for (i, w) in w.iter().enumerate() {
+                let (c, s) = exact_cos_sin(p, w);
+                worst = worst.max((f64::from(table[[k, i, 0]]) - c).abs());
+                worst = worst.max((f64::from(table[[k, i, 1]]) - s).abs());
+            }
+        }
+        eprintln!("| {label} | {worst:.1e} |");
+        assert!(worst <= E_CS, "{label}: {worst:e}");
+    }
+}
+
+#[test]
 fn float64_angles_are_not_enough_at_2_31() {
     // Why the reference reduces in big floats: float64 p * w near 2^31 rounds the product
     // to 2^-22 rad steps, so its cos misses by up to 1.2e-7.
