@@ -19,6 +19,8 @@
 //! and [`plot`] draws tables, similarities and errors as PNG images. The repository's
 //! `examples/` show word order in attention, KV-cache decoding and a safetensors round trip.
 //! ALiBi attention biases (slopes and the bias tensor, on both paths) are in [`alibi`].
+//! The same engine drives rotary position embeddings ([`rope`](mod@rope)) with Hugging
+//! Face's `rope_scaling` schemes, on query/key tensors on the CPU and the GPU.
 //!
 //! ```
 //! use posenc::{PeSpec, cpu, reference};
@@ -46,6 +48,7 @@ pub mod output;
 pub mod plot;
 pub mod positions;
 pub mod reference;
+pub mod rope;
 pub mod shaders;
 mod spec;
 pub mod weights;

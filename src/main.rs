@@ -20,6 +20,9 @@ use posenc::{
     reference, weights,
 };
 
+mod cli_rope;
+use cli_rope::{ROPE_HELP, RopeArgs, rope};
+
 /// Exit status for a valid request that failed while running.
 const EXIT_RUNTIME: u8 = 1;
 /// Exit status for invalid arguments or input.
@@ -86,6 +89,10 @@ enum Command {
     /// [heads, len, kv_len] as .npy.
     #[command(after_help = ALIBI_HELP)]
     Alibi(AlibiArgs),
+    /// Apply rotary position embedding (RoPE) to a query or key tensor from .npy, with
+    /// Hugging Face's rope_scaling schemes, and write the result as .npy.
+    #[command(after_help = ROPE_HELP)]
+    Rope(RopeArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -535,7 +542,8 @@ impl From<Error> for Failure {
             | Error::Format { .. }
             | Error::Dtype { .. }
             | Error::Rank { .. }
-            | Error::Tensor { .. } => EXIT_USAGE,
+            | Error::Tensor { .. }
+            | Error::RopeScaling { .. } => EXIT_USAGE,
             _ => EXIT_RUNTIME,
         };
         Self { code, error }
@@ -557,6 +565,7 @@ fn main() -> ExitCode {
         Command::Plot(PlotCommand::Similarity(args)) => plot_similarity(&args),
         Command::Plot(PlotCommand::Error(args)) => plot_error(&args),
         Command::Alibi(args) => alibi(&args),
+        Command::Rope(args) => rope(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,6 +3,7 @@
 
 mod alibi;
 mod encode;
+mod rope;
 mod table;
 mod timing;
 
@@ -10,6 +11,7 @@ use std::sync::{Arc, Mutex};
 
 pub use alibi::AlibiParams;
 pub use encode::{EncodeF32x4Params, EncodeParams, GpuPositionTable, GpuTable, PE_CACHE_BUDGET};
+pub use rope::{RopeCsParams, RopeParams, RopeX4Params};
 pub use table::TableParams;
 pub use timing::CopyParams;
 
@@ -144,6 +146,7 @@ pub struct Context {
     uncaptured: Arc<Mutex<Option<String>>>,
     table: table::TableKernel,
     encode: encode::EncodeKernel,
+    rope: rope::RopeKernels,
     pe_cache: Arc<Mutex<Option<encode::PeCache>>>,
     pool: Arc<BufferPool>,
     copy: timing::CopyKernel,
@@ -206,6 +209,7 @@ impl Context {
         max_binding &= !3;
         let table = table::TableKernel::new(&device);
         let encode = encode::EncodeKernel::new(&device);
+        let rope = rope::RopeKernels::new(&device);
         let pe_cache = Arc::new(Mutex::new(None));
         let pool = Arc::new(BufferPool::default());
         let copy = timing::CopyKernel::new(&device);
@@ -217,6 +221,7 @@ impl Context {
             uncaptured,
             table,
             encode,
+            rope,
             pe_cache,
             pool,
             copy,

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod cli;
+pub mod rope;
 
 use std::sync::OnceLock;
 
