@@ -200,6 +200,17 @@ pub enum Error {
         /// The array's shape.
         actual: Vec<usize>,
     },
+    /// A RoPE scaling (a Hugging Face `rope_scaling` object) is malformed or out of range.
+    #[error("rope_scaling: invalid {field}: {value} (allowed: {allowed})")]
+    RopeScaling {
+        /// The offending key as the JSON spells it (`factor`, `long_factor[3]`, ...), or
+        /// `(json)` when the text is not JSON at all.
+        field: String,
+        /// The offending value, shortened, or `missing`.
+        value: String,
+        /// What is allowed, in words.
+        allowed: String,
+    },
     /// No tensor of a multi-tensor file could be chosen: the one named is missing, or none
     /// was named and the choice is not unique.
     #[error("{}: {problem}; 2-D tensors in the file: {}", path.display(), names_or_none(available))]

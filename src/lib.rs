@@ -13,6 +13,15 @@
 //! - [`cpu`](mod@cpu): fast, multi-threaded, the twin of each shader;
 //! - [`gpu`](mod@gpu): WGSL compute shaders through wgpu, bit-identical to [`cpu`](mod@cpu).
 //!
+//! Around them: [`encode`](mod@encode) adds PE to gathered embedding rows in one pass,
+//! [`positions`] builds the positions of common batch shapes (KV-cache offsets, left
+//! padding, packing), [`naive`] is the float32 formula most code uses (to measure against)
+//! and [`plot`] draws tables, similarities and errors as PNG images. The repository's
+//! `examples/` show word order in attention, KV-cache decoding and a safetensors round trip.
+//! ALiBi attention biases (slopes and the bias tensor, on both paths) are in [`alibi`].
+//! The same engine drives rotary position embeddings ([`rope`](mod@rope)) with Hugging
+//! Face's `rope_scaling` schemes, on query/key tensors on the CPU and the GPU.
+//!
 //! ```
 //! use posenc::{PeSpec, cpu, reference};
 //!
@@ -26,16 +35,20 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod alibi;
 pub mod bench;
 pub mod cpu;
 pub mod encode;
 mod error;
 mod exact;
 pub mod gpu;
+pub mod naive;
 pub mod npy;
 pub mod output;
+pub mod plot;
 pub mod positions;
 pub mod reference;
+pub mod rope;
 pub mod shaders;
 mod spec;
 pub mod weights;

@@ -1,5 +1,6 @@
 //! The `posenc` command line: positional-encoding tables, embeddings fused with positional
-//! encodings from files, the adapters wgpu can see, and the accuracy report of the README.
+//! encodings from files, the adapters wgpu can see, the accuracy report of the README, and
+//! pictures (PNG) of tables, similarities and errors.
 //!
 //! Every failure is one line on stderr, `posenc: <what went wrong>`, and an exit status:
 //! 2 when the arguments or input are invalid (checked before any output is opened or any
@@ -15,8 +16,12 @@ use posenc::encode::{self as enc, EncodeOptions, Encoded, Scale};
 use posenc::npy::{Expected, NpyArray, NpyDtype};
 use posenc::output::AtomicFile;
 use posenc::{
-    DEFAULT_BASE, Error, Frequencies, PeSpec, Variant, cpu, gpu, npy, positions, reference, weights,
+    DEFAULT_BASE, Error, Frequencies, PeSpec, Variant, cpu, gpu, naive, npy, plot, positions,
+    reference, weights,
 };
+
+mod cli_rope;
+use cli_rope::{ROPE_HELP, RopeArgs, rope};
 
 /// Exit status for a valid request that failed while running.
 const EXIT_RUNTIME: u8 = 1;
@@ -76,6 +81,98 @@ enum Command {
     /// measured in the same run over the same bytes, and check the two encodes agree.
     #[command(after_help = EXIT_STATUS_HELP)]
     Bench(BenchArgs),
+    /// Draw a picture (PNG) of positional encodings: the table as a heatmap, the similarity
+    /// between positions, or the error against the exact values.
+    #[command(subcommand)]
+    Plot(PlotCommand),
+    /// ALiBi attention biases: the heads' slopes (--slopes), or the bias tensor
+    /// [heads, len, kv_len] as .npy.
+    #[command(after_help = ALIBI_HELP)]
+    Alibi(AlibiArgs),
+    /// Apply rotary position embedding (RoPE) to a query or key tensor from .npy, with
+    /// Hugging Face's rope_scaling schemes, and write the result as .npy.
+    #[command(after_help = ROPE_HELP)]
+    Rope(RopeArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum PlotCommand {
+    /// The table as a heatmap: one row per position (0 at the top), one column per
+    /// dimension, coloured from -1 (blue) through 0 (white) to 1 (red), with a colour bar.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Heatmap(HeatmapArgs),
+    /// The cosine similarity between every pair of positions 0..N (it depends only on their
+    /// distance), as a picture or, with --format text, as numbers.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Similarity(SimilarityArgs),
+    /// Max abs error against the high-precision reference as a function of position, from 1
+    /// to 2^32-1 on log-log axes, for posenc and for the naive float32 formula.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Error(ErrorPlotArgs),
+}
+
+#[derive(Debug, Args)]
+struct HeatmapArgs {
+    /// Model dimension: the columns of the picture, in 1..=4096 as the variant allows.
+    #[arg(long, value_name = "D", default_value_t = 512, allow_negative_numbers = true)]
+    dim: u32,
+    /// Positions 0..N: the rows of the picture, 1..=4096.
+    #[arg(long, value_name = "N", default_value_t = 50, allow_negative_numbers = true)]
+    len: u64,
+    /// Frequency base, in (1, 1e7].
+    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_negative_numbers = true)]
+    base: f64,
+    /// Which positional encoding to picture.
+    #[arg(long, value_name = "NAME", value_enum, default_value_t = VariantArg::Vaswani)]
+    variant: VariantArg,
+    /// The PNG to write; without it the PNG goes to stdout, if stdout is not a terminal. The
+    /// file appears complete or not at all; on any error an existing PATH is left untouched.
+    #[arg(short, long, value_name = "PATH")]
+    output: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct SimilarityArgs {
+    /// Model dimension, an even number in 2..=65536.
+    #[arg(long, value_name = "D", default_value_t = 64, allow_negative_numbers = true)]
+    dim: u32,
+    /// Positions 0..N, 1..=4096 (and N x N x D at most 2^32).
+    #[arg(long, value_name = "N", default_value_t = 32, allow_negative_numbers = true)]
+    len: u64,
+    /// Frequency base, in (1, 1e7].
+    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_negative_numbers = true)]
+    base: f64,
+    /// png: the picture. text: the N x N matrix, one row per line, values separated by
+    /// spaces, 6 decimals.
+    #[arg(long, value_enum, default_value_t = PlotFormat::Png)]
+    format: PlotFormat,
+    /// Write to PATH instead of stdout (a PNG goes to stdout only if it is not a terminal).
+    /// The file appears complete or not at all; on any error an existing PATH is left
+    /// untouched.
+    #[arg(short, long, value_name = "PATH")]
+    output: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct ErrorPlotArgs {
+    /// Model dimension, an even number in 2..=65536 (65536 takes a few seconds).
+    #[arg(long, value_name = "D", default_value_t = 512, allow_negative_numbers = true)]
+    dim: u32,
+    /// Frequency base, in (1, 1e7].
+    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_negative_numbers = true)]
+    base: f64,
+    /// The PNG to write; without it the PNG goes to stdout, if stdout is not a terminal. The
+    /// file appears complete or not at all; on any error an existing PATH is left untouched.
+    #[arg(short, long, value_name = "PATH")]
+    output: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum PlotFormat {
+    /// A PNG image.
+    Png,
+    /// The numbers, as text.
+    Text,
 }
 
 #[derive(Debug, Args)]
@@ -455,7 +552,8 @@ impl From<Error> for Failure {
             | Error::Format { .. }
             | Error::Dtype { .. }
             | Error::Rank { .. }
-            | Error::Tensor { .. } => EXIT_USAGE,
+            | Error::Tensor { .. }
+            | Error::RopeScaling { .. } => EXIT_USAGE,
             _ => EXIT_RUNTIME,
         };
         Self { code, error }
@@ -473,6 +571,11 @@ fn main() -> ExitCode {
         Command::Devices { json } => devices(json),
         Command::Accuracy(args) => accuracy(&args),
         Command::Bench(args) => bench(&args),
+        Command::Plot(PlotCommand::Heatmap(args)) => plot_heatmap(&args),
+        Command::Plot(PlotCommand::Similarity(args)) => plot_similarity(&args),
+        Command::Plot(PlotCommand::Error(args)) => plot_error(&args),
+        Command::Alibi(args) => alibi(&args),
+        Command::Rope(args) => rope(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -525,8 +628,13 @@ enum Compute {
 }
 
 impl Compute {
+    /// The device asked for.
+    fn open(device: FastDevice) -> Result<Self, Failure> {
+        Self::open_with_budget(device, None)
+    }
+
     /// The device asked for; `budget` overrides POSENC_GPU_MEMORY_BUDGET.
-    fn open(device: FastDevice, budget: Option<u64>) -> Result<Self, Failure> {
+    fn open_with_budget(device: FastDevice, budget: Option<u64>) -> Result<Self, Failure> {
         let open_gpu = || -> Result<Box<gpu::Context>, Error> {
             let ctx = gpu::Context::new()?;
             let ctx = match budget {
@@ -634,7 +742,7 @@ enum Engine {
 impl Engine {
     fn open(device: Device, budget: Option<u64>) -> Result<Self, Failure> {
         Ok(match device.fast() {
-            Some(fast) => Self::Fast(Compute::open(fast, budget)?),
+            Some(fast) => Self::Fast(Compute::open_with_budget(fast, budget)?),
             None => Self::Reference,
         })
     }
@@ -765,7 +873,7 @@ fn encode(args: &EncodeArgs) -> Result<(), Failure> {
 
     // The request is valid: from here on failures are the run's (exit 1).
     let mut file = AtomicFile::create(&args.output)?;
-    let encoded = Compute::open(args.device, args.gpu_memory_budget)?.encode(&input);
+    let encoded = Compute::open_with_budget(args.device, args.gpu_memory_budget)?.encode(&input);
     let encoded = or_on_cpu(args.device, encoded, || Compute::Cpu.encode(&input))?;
     write_encoded(file.writer(), &encoded, input.one_sequence).map_err(|e| file.io_error(e))?;
     file.commit()?;
@@ -1077,10 +1185,10 @@ fn accuracy(args: &AccuracyArgs) -> Result<(), Failure> {
         })
         .collect();
 
-    let engine = Engine::Fast(Compute::open(args.device, None)?);
+    let engine = Engine::Fast(Compute::open(args.device)?);
     let fast = engine.table(&spec, &positions)?;
     let exact = reference::table(&spec, &positions);
-    let naive = naive_table(&spec, &positions);
+    let naive = naive::table(&spec, &positions);
 
     let max_err = |a: &Array2<f32>, group: usize| {
         let rows = group * run..(group + 1) * run;
@@ -1115,14 +1223,224 @@ fn accuracy(args: &AccuracyArgs) -> Result<(), Failure> {
     })
 }
 
-/// The usual float32 implementation: frequency, product and sin/cos all in f32. Above 2^24
-/// the position itself rounds, and the product's rounding alone is worth radians.
-fn naive_table(spec: &PeSpec, positions: &[u32]) -> Array2<f32> {
-    let d = spec.dim() as f32;
-    let base = spec.base() as f32;
-    let w: Vec<f32> = (0..spec.n_freqs()).map(|i| base.powf(-((2 * i) as f32) / d)).collect();
-    Array2::from_shape_fn((positions.len(), spec.dim() as usize), |(r, c)| {
-        let phase = positions[r] as f32 * w[c / 2];
-        if c.is_multiple_of(2) { phase.sin() } else { phase.cos() }
-    })
+/// The most multiply-adds `plot similarity` may spend (N x N x D): a few seconds.
+const MAX_SIMILARITY_WORK: u64 = 1 << 32;
+
+/// `n` as a count of rows or columns of a picture: at least 1, at most [`plot::MAX_CELLS`].
+/// `field` is the option, `what` what it counts in the picture.
+fn plot_cells(
+    op: &'static str,
+    field: &'static str,
+    what: &'static str,
+    n: u64,
+) -> Result<usize, Failure> {
+    if n == 0 {
+        return Err(Failure::usage(Error::InvalidParameter {
+            field,
+            value: "0".into(),
+            allowed: "at least 1",
+        }));
+    }
+    if n > plot::MAX_CELLS as u64 {
+        return Err(Failure::usage(Error::Limit {
+            op,
+            what,
+            requested: n,
+            limit_name: "plot::MAX_CELLS",
+            limit: plot::MAX_CELLS as u64,
+        }));
+    }
+    Ok(n as usize)
+}
+
+/// Refuses to pour binary output into a terminal.
+fn refuse_png_on_terminal(output: Option<&PathBuf>) -> Result<(), Failure> {
+    if output.is_none() && io::stdout().is_terminal() {
+        return Err(Failure::usage(Error::InvalidParameter {
+            field: "output",
+            value: "a terminal".into(),
+            allowed: "a PNG needs -o PATH or a redirected stdout",
+        }));
+    }
+    Ok(())
+}
+
+/// Writes to `file` and commits it, or to stdout without one.
+fn emit(
+    file: Option<AtomicFile>,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> Result<(), Failure> {
+    match file {
+        Some(mut file) => {
+            write(file.writer()).map_err(|e| file.io_error(e))?;
+            file.commit()?;
+            Ok(())
+        }
+        None => to_stdout(write),
+    }
+}
+
+fn plot_heatmap(args: &HeatmapArgs) -> Result<(), Failure> {
+    const OP: &str = "plot heatmap";
+    let variant = Variant::from(args.variant);
+    let spec = PeSpec::for_variant(variant, args.dim)
+        .and_then(|s| s.with_base(args.base))
+        .map_err(Failure::usage)?;
+    plot_cells(OP, "dim", "dim (columns of the picture)", args.dim.into())?;
+    let rows = plot_cells(OP, "len", "len (rows of the picture)", args.len)?;
+    refuse_png_on_terminal(args.output.as_ref())?;
+
+    let file = args.output.as_ref().map(AtomicFile::create).transpose()?;
+    let positions: Vec<u32> = (0..rows as u32).collect();
+    let table = cpu::table(&spec, &positions);
+    let title = format!(
+        "Positional encoding ({}), d = {}, base {}",
+        variant.name(),
+        spec.dim(),
+        spec.base()
+    );
+    let image = plot::heatmap(table.view(), &title)?;
+    emit(file, |w| image.write_png(w))
+}
+
+fn plot_similarity(args: &SimilarityArgs) -> Result<(), Failure> {
+    const OP: &str = "plot similarity";
+    let spec = spec_of(args.dim, args.base)?;
+    let n = plot_cells(OP, "len", "len (rows and columns of the picture)", args.len)?;
+    let work = (n as u64 * n as u64).saturating_mul(spec.dim().into());
+    if work > MAX_SIMILARITY_WORK {
+        return Err(Failure::usage(Error::Limit {
+            op: OP,
+            what: "the work (len x len x dim multiply-adds)",
+            requested: work,
+            limit_name: "MAX_SIMILARITY_WORK",
+            limit: MAX_SIMILARITY_WORK,
+        }));
+    }
+    if args.format == PlotFormat::Png {
+        refuse_png_on_terminal(args.output.as_ref())?;
+    }
+
+    let file = args.output.as_ref().map(AtomicFile::create).transpose()?;
+    let positions: Vec<u32> = (0..n as u32).collect();
+    let matrix = plot::similarity_matrix(cpu::table(&spec, &positions).view());
+    match args.format {
+        PlotFormat::Png => {
+            let title =
+                format!("Cosine similarity of positions, d = {}, base {}", spec.dim(), spec.base());
+            let image = plot::similarity(matrix.view(), &title)?;
+            emit(file, |w| image.write_png(w))
+        }
+        PlotFormat::Text => emit(file, |w| {
+            for row in matrix.rows() {
+                for (k, v) in row.iter().enumerate() {
+                    if k == 0 { write!(w, "{v:9.6}") } else { write!(w, " {v:9.6}") }?;
+                }
+                w.write_all(b"\n")?;
+            }
+            Ok(())
+        }),
+    }
+}
+
+fn plot_error(args: &ErrorPlotArgs) -> Result<(), Failure> {
+    let spec = spec_of(args.dim, args.base)?;
+    refuse_png_on_terminal(args.output.as_ref())?;
+
+    let file = args.output.as_ref().map(AtomicFile::create).transpose()?;
+    let image = plot::error_plot(&plot::error_curve(&spec));
+    emit(file, |w| image.write_png(w))
+}
+
+const ALIBI_HELP: &str = "Slopes of H heads: for H a power of two, m_k = 2^(-8k/H) for k = 1..H; otherwise the c = 2^floor(log2 H) slopes of c heads, then 2^(-8(2j-1)/(2c)) for j = 1..H-c. Each is the float32 nearest to its exact value.
+
+Bias of head h, query i (at position offset + i) and key j (at position j): symmetric, -m_h |offset + i - j|; causal, -m_h (offset + i - j) for j <= offset + i and 0 above the diagonal (no mask: apply your own there). Each value is the correctly rounded float32 of m_h times the exact distance, bit for bit the same on the CPU and the GPU. Zeros are +0.0.
+
+Everything is checked before any GPU work and before OUT is opened.
+
+Exit status: 0 on success; 1 when a valid request fails while running (no GPU for --device gpu, a GPU error, an unwritable output); 2 for invalid arguments, in which case nothing is written.";
+
+#[derive(Debug, Args)]
+struct AlibiArgs {
+    /// Attention heads, 1..=65536.
+    #[arg(long, value_name = "H", allow_negative_numbers = true)]
+    heads: u32,
+    /// Print the heads' slopes, one per line (the shortest decimals that read back to the
+    /// same float32), instead of computing a bias tensor.
+    #[arg(long, conflicts_with_all = ["len", "kv_len", "form", "offset", "output"])]
+    slopes: bool,
+    /// Queries per head, at positions offset..offset+L.
+    #[arg(
+        long,
+        value_name = "L",
+        required_unless_present = "slopes",
+        allow_negative_numbers = true
+    )]
+    len: Option<u64>,
+    /// Keys, at positions 0..LK [default: offset + L].
+    #[arg(long, value_name = "LK", allow_negative_numbers = true)]
+    kv_len: Option<u64>,
+    /// symmetric: -m |q - k|. causal: -m (q - k) for k <= q, 0 for k > q.
+    #[arg(long, value_enum, default_value_t = AlibiForm::Symmetric)]
+    form: AlibiForm,
+    /// Position of the first query: a decoding step with N cached tokens is
+    /// --len 1 --offset N.
+    #[arg(long, value_name = "N", default_value_t = 0, allow_negative_numbers = true)]
+    offset: u32,
+    /// Where to compute. `auto` uses the GPU when one opens, else the CPU with a note on
+    /// stderr; `gpu` fails without one. cpu and gpu give the same bits.
+    #[arg(long, value_enum, default_value_t = FastDevice::Auto)]
+    device: FastDevice,
+    /// The output .npy: '<f4', shape (H, L, LK), C order. It appears complete or not at all;
+    /// on any error an existing file is left untouched.
+    #[arg(short, long, value_name = "OUT.npy", required_unless_present = "slopes")]
+    output: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum AlibiForm {
+    /// -m |q - k| everywhere (bidirectional attention).
+    Symmetric,
+    /// -m (q - k) for keys up to the query, 0 after it (decoder attention).
+    Causal,
+}
+
+impl From<AlibiForm> for posenc::alibi::Form {
+    fn from(f: AlibiForm) -> Self {
+        match f {
+            AlibiForm::Symmetric => posenc::alibi::Form::Symmetric,
+            AlibiForm::Causal => posenc::alibi::Form::Causal,
+        }
+    }
+}
+
+fn alibi(args: &AlibiArgs) -> Result<(), Failure> {
+    use posenc::alibi::{self, AlibiSpec};
+    if args.slopes {
+        let slopes = alibi::slopes(args.heads).map_err(Failure::usage)?;
+        // Display prints the shortest decimal that reads back to the same f32.
+        return to_stdout(|w| slopes.iter().try_for_each(|s| writeln!(w, "{s}")));
+    }
+    let (Some(len), Some(output)) = (args.len, &args.output) else {
+        unreachable!("clap requires --len and -o unless --slopes is given")
+    };
+    let spec = AlibiSpec::new(args.heads, len)
+        .and_then(|s| s.with_offset(args.offset))
+        .and_then(|s| match args.kv_len {
+            Some(kv_len) => s.with_kv_len(kv_len),
+            None => Ok(s),
+        })
+        .map(|s| s.with_form(args.form.into()))
+        .and_then(|s| s.check_size().map(|()| s))
+        .map_err(Failure::usage)?;
+
+    // The request is valid: from here on failures are the run's (exit 1).
+    let mut file = AtomicFile::create(output)?;
+    let bias = match Compute::open(args.device)? {
+        Compute::Cpu => alibi::bias_cpu(&spec)?,
+        Compute::Gpu(ctx) => ctx.alibi_bias(&spec)?,
+    };
+    npy::write(file.writer(), bias.view()).map_err(|e| file.io_error(e))?;
+    file.commit()?;
+    Ok(())
 }

@@ -141,11 +141,13 @@ pub enum NpyDtype {
     I64,
     /// `'<u4'`, uint32.
     U32,
+    /// `'<u2'`, uint16: how posenc stores bfloat16 bits, which NumPy has no dtype for.
+    U16,
 }
 
 impl NpyDtype {
-    const ALL: [NpyDtype; 5] =
-        [NpyDtype::F32, NpyDtype::F16, NpyDtype::I32, NpyDtype::I64, NpyDtype::U32];
+    const ALL: [NpyDtype; 6] =
+        [NpyDtype::F32, NpyDtype::F16, NpyDtype::I32, NpyDtype::I64, NpyDtype::U32, NpyDtype::U16];
 
     /// The little-endian descr NumPy writes, e.g. `<f4`.
     pub fn descr(self) -> &'static str {
@@ -155,13 +157,14 @@ impl NpyDtype {
             NpyDtype::I32 => "<i4",
             NpyDtype::I64 => "<i8",
             NpyDtype::U32 => "<u4",
+            NpyDtype::U16 => "<u2",
         }
     }
 
     /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
-            NpyDtype::F16 => 2,
+            NpyDtype::F16 | NpyDtype::U16 => 2,
             NpyDtype::F32 | NpyDtype::I32 | NpyDtype::U32 => 4,
             NpyDtype::I64 => 8,
         }
@@ -200,6 +203,8 @@ pub enum NpyArray {
     I64(ArrayD<i64>),
     /// `'<u4'` data.
     U32(ArrayD<u32>),
+    /// `'<u2'` data.
+    U16(ArrayD<u16>),
 }
 
 impl NpyArray {
@@ -211,6 +216,7 @@ impl NpyArray {
             NpyArray::I32(a) => a.shape(),
             NpyArray::I64(a) => a.shape(),
             NpyArray::U32(a) => a.shape(),
+            NpyArray::U16(a) => a.shape(),
         }
     }
 
@@ -222,6 +228,7 @@ impl NpyArray {
             NpyArray::I32(_) => NpyDtype::I32,
             NpyArray::I64(_) => NpyDtype::I64,
             NpyArray::U32(_) => NpyDtype::U32,
+            NpyArray::U16(_) => NpyDtype::U16,
         }
     }
 }
@@ -330,6 +337,7 @@ pub fn read_from<R: Read>(
         NpyDtype::I32 => NpyArray::I32(read_data(&mut reader, shape, fortran).map_err(io_error)?),
         NpyDtype::I64 => NpyArray::I64(read_data(&mut reader, shape, fortran).map_err(io_error)?),
         NpyDtype::U32 => NpyArray::U32(read_data(&mut reader, shape, fortran).map_err(io_error)?),
+        NpyDtype::U16 => NpyArray::U16(read_data(&mut reader, shape, fortran).map_err(io_error)?),
     })
 }
 
@@ -677,6 +685,10 @@ mod tests {
         assert_eq!(round_trip(f.clone()), NpyArray::F32(f.into_dyn()));
         let h = array![[f16::from_f32(0.5), f16::NEG_INFINITY]];
         assert_eq!(round_trip(h.clone()), NpyArray::F16(h.into_dyn()));
+        // bfloat16 goes out as '<u2' and comes back as its raw bits.
+        let b = array![[bf16::from_f32(-1.5), bf16::from_f32(3.0e38)]];
+        let bits = b.mapv(bf16::to_bits);
+        assert_eq!(round_trip(b), NpyArray::U16(bits.into_dyn()));
         let i = array![[i32::MIN, -1, 0, i32::MAX]];
         assert_eq!(round_trip(i.clone()), NpyArray::I32(i.into_dyn()));
         let l = array![[i64::MIN], [i64::MAX]];

@@ -2,8 +2,10 @@
 
 pub mod convert;
 pub mod encode;
+pub mod rope;
 pub mod sincos;
 pub mod table;
 
 pub use encode::{Encoder, encode, encode_learned};
+pub use rope::{rope, rope_cos_sin, rope_in_place};
 pub use table::{table, table_into};

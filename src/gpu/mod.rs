@@ -1,18 +1,22 @@
 //! The GPU path: adapter choice, the device context, and host wrappers of the kernels in
 //! `shaders/`. Every kernel has a CPU twin in [`crate::cpu`] that gives the same bits.
 
+mod alibi;
 mod encode;
 mod faults;
 mod memory;
 mod options;
+mod rope;
 mod table;
 mod timing;
 
 use std::sync::{Arc, Mutex};
 
+pub use alibi::AlibiParams;
 pub use encode::{EncodeF32x4Params, EncodeParams, GpuPositionTable, GpuTable, PE_CACHE_BUDGET};
 pub use faults::SUBMISSION_TIMEOUT;
 pub use options::{MEMORY_BUDGET_ENV, Options, TIMESTAMPS_ENV};
+pub use rope::{RopeCsParams, RopeParams, RopeX4Params};
 pub use table::TableParams;
 pub use timing::{CopyParams, TimingSource};
 
@@ -157,9 +161,12 @@ pub struct Context {
     timestamp_period: Option<f32>,
     table: table::TableKernel,
     encode: encode::EncodeKernel,
+    rope: rope::RopeKernels,
     pe_cache: Arc<Mutex<Option<encode::PeCache>>>,
     pool: Arc<BufferPool>,
     copy: timing::CopyKernel,
+    /// Built on first use, so contexts that never compute ALiBi never compile it.
+    alibi: Arc<std::sync::OnceLock<alibi::AlibiKernel>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -245,6 +252,7 @@ impl Context {
         max_binding &= !3;
         let table = table::TableKernel::new(&device);
         let encode = encode::EncodeKernel::new(&device);
+        let rope = rope::RopeKernels::new(&device);
         let pe_cache = Arc::new(Mutex::new(None));
         let pool = Arc::new(BufferPool::default());
         let copy = timing::CopyKernel::new(&device);
@@ -258,9 +266,11 @@ impl Context {
             timestamp_period,
             table,
             encode,
+            rope,
             pe_cache,
             pool,
             copy,
+            alibi: Arc::default(),
         })
     }
 

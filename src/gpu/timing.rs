@@ -67,7 +67,7 @@ impl Stamps {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
 pub struct CopyParams {
-    /// vec4<u32> elements to copy.
+    /// `vec4<u32>` elements to copy.
     pub n_vecs: u32,
     /// Workgroups along x of a dispatch folded into 2-D.
     pub groups_x: u32,

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod cli;
+pub mod rope;
 
 use std::sync::OnceLock;
 
@@ -124,5 +125,31 @@ pub fn assert_bits_eq(what: &str, got: &[f32], want: &[f32], dim: usize) {
             want[i],
             want[i].to_bits()
         );
+    }
+}
+
+/// A decoded 8-bit RGB PNG: width, height and the pixels, three bytes each, row-major.
+pub struct Png {
+    pub width: u32,
+    pub height: u32,
+    pub rgb: Vec<u8>,
+}
+
+impl Png {
+    /// Decodes `bytes`, which must be an 8-bit RGB PNG (what posenc writes).
+    pub fn decode(bytes: &[u8]) -> Self {
+        let decoder = png::Decoder::new(std::io::Cursor::new(bytes));
+        let mut reader = decoder.read_info().expect("a PNG header");
+        let mut rgb = vec![0; reader.output_buffer_size().expect("a sane size")];
+        let info = reader.next_frame(&mut rgb).expect("PNG image data");
+        assert_eq!(info.color_type, png::ColorType::Rgb);
+        assert_eq!(info.bit_depth, png::BitDepth::Eight);
+        rgb.truncate(info.buffer_size());
+        Self { width: info.width, height: info.height, rgb }
+    }
+
+    pub fn pixel(&self, x: u32, y: u32) -> [u8; 3] {
+        let i = 3 * (y as usize * self.width as usize + x as usize);
+        [self.rgb[i], self.rgb[i + 1], self.rgb[i + 2]]
     }
 }

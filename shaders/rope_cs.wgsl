@@ -1,0 +1,47 @@
+// RoPE cos/sin table: one exact-phase (cos, sin) pair per (position slot, frequency), each
+// times the attention factor in f32 when it is not 1. The rotation kernel (rope.wgsl) reads
+// it, so cos and sin are computed once per distinct position and frequency, not per head.
+// CPU twin: cos_sin_row in src/cpu/rope.rs. Host: src/gpu/rope.rs (RopeCsParams).
+#import sincos
+
+const FLAG_SCALE: u32 = 1u;
+
+struct Params {
+    // slots * n_freqs in this dispatch; the host keeps it below 2^32.
+    n_pairs: u32,
+    n_freqs: u32,
+    // workgroups along x, for dispatches folded into 2-D.
+    groups_x: u32,
+    flags: u32,
+    // f32 bits of the attention factor (used with FLAG_SCALE).
+    scale_bits: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> positions: array<u32>;
+@group(0) @binding(2) var<storage, read> steps: array<vec2<u32>>;
+// f32 bits of (cos, sin) for pair idx = slot * n_freqs + i.
+@group(0) @binding(3) var<storage, read_write> out: array<vec2<u32>>;
+
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn rope_cs(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let idx = (wg.y * params.groups_x + wg.x) * WORKGROUP_SIZE + li;
+    if idx >= params.n_pairs {
+        return;
+    }
+    let slot = idx / params.n_freqs;
+    let i = idx - slot * params.n_freqs;
+    let sc = sincos_bits(phase_turns(positions[slot], steps[i]));
+    var c = bitcast<f32>(sc.y);
+    var s = bitcast<f32>(sc.x);
+    if (params.flags & FLAG_SCALE) != 0u {
+        // One correctly rounded f32 multiply each, as on the CPU.
+        let af = bitcast<f32>(params.scale_bits);
+        c = c * af;
+        s = s * af;
+    }
+    out[idx] = vec2<u32>(bitcast<u32>(c), bitcast<u32>(s));
+}

@@ -1,0 +1,256 @@
+//! `posenc rope`: rotary position embedding of a `.npy` tensor, on the CPU or the GPU.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, ValueEnum};
+use half::{bf16, f16};
+use ndarray::{Array2, Array4, ArrayD, Ix4};
+use posenc::npy::{self, Expected, NpyArray, NpyDtype};
+use posenc::output::AtomicFile;
+use posenc::rope::{self as rp, Element, MAX_JSON_BYTES, RopeSpec, Scaling};
+use posenc::{Error, cpu, positions};
+
+use super::{Compute, Failure, FastDevice, check_size};
+
+pub(crate) const ROPE_HELP: &str = "For frequency i < r/2 (r = --rotary-dim) and the dimensions (a, b) it rotates, (i, i + r/2) with --pairing neox or (2i, 2i + 1) with gptj: out_a = x_a cos(p w_i) - x_b sin(p w_i), out_b = x_b cos(p w_i) + x_a sin(p w_i), w_i = base^(-2i/r) as --scaling changes it, cos and sin times its attention factor. Dimensions from r on pass through. The angle p w_i is reduced exactly for every u32 position.
+
+--scaling takes a Hugging Face rope_scaling object, as JSON text or @FILE, e.g. '{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}'. rope_type (or the legacy type) is one of default, linear, dynamic, yarn, longrope, llama3; max_position_embeddings may be given inside it where the scheme reads the model config's (dynamic needs it). dynamic and longrope use the sequence length max(position) + 1.
+
+Positions: --positions gives each token's (.npy [B, L] of uint32, int32 or int64); --offset N makes every sequence count from N (decoding with a KV cache); the default is --offset 0.
+
+Everything (files, dtypes, shapes, positions, the scaling) is checked before any GPU work and before OUT is opened.
+
+Exit status: 0 on success; 1 when a valid request fails while running (no GPU for --device gpu, a GPU error, an unwritable output); 2 for invalid arguments or input, in which case nothing is written.";
+
+#[derive(Debug, Args)]
+pub(crate) struct RopeArgs {
+    /// The query or key tensor: .npy of rank 4, '<f4', '<f2', or '<u2' holding bfloat16 bits
+    /// (what `posenc encode --out-dtype bf16` writes). The output has the same dtype.
+    #[arg(long, value_name = "X.npy")]
+    input: PathBuf,
+    /// Axis order of the tensor: blhd = [batch, len, heads, head_dim], bhld = [batch, heads,
+    /// len, head_dim].
+    #[arg(long, value_enum)]
+    layout: LayoutArg,
+    /// Which dimensions rotate together: neox (i, i + r/2; Llama and most HF models) or
+    /// gptj (2i, 2i + 1).
+    #[arg(long, value_enum, default_value_t = PairingArg::Neox)]
+    pairing: PairingArg,
+    /// Rotated dimensions per head, even, 2..=head_dim [default: head_dim].
+    #[arg(long, value_name = "R", allow_negative_numbers = true)]
+    rotary_dim: Option<u32>,
+    /// Frequency base (rope_theta), finite and > 1.
+    #[arg(long, value_name = "B", default_value_t = rp::DEFAULT_BASE, allow_negative_numbers = true)]
+    base: f64,
+    /// Each token's position: .npy [B, L] of uint32, int32 or int64.
+    #[arg(long, value_name = "PATH", conflicts_with = "offset")]
+    positions: Option<PathBuf>,
+    /// Every sequence's first position: token l of each sequence is at N + l.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    offset: Option<u32>,
+    /// A Hugging Face rope_scaling object as JSON text, or @FILE to read it from a file.
+    #[arg(long, value_name = "JSON")]
+    scaling: Option<String>,
+    /// Where to compute. `auto` uses the GPU when one opens, else the CPU with a note on
+    /// stderr; `gpu` fails without one.
+    #[arg(long, value_enum, default_value_t = FastDevice::Auto)]
+    device: FastDevice,
+    /// The output .npy, the input's shape and dtype, C order. It appears complete or not at
+    /// all; on any error an existing file is left untouched.
+    #[arg(short, long, value_name = "OUT.npy")]
+    output: PathBuf,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum LayoutArg {
+    /// [batch, len, heads, head_dim].
+    Blhd,
+    /// [batch, heads, len, head_dim].
+    Bhld,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum PairingArg {
+    /// i with i + r/2.
+    Neox,
+    /// 2i with 2i + 1.
+    Gptj,
+}
+
+/// The input tensor in its storage type.
+enum Tensor {
+    F32(Array4<f32>),
+    F16(Array4<f16>),
+    Bf16(Array4<bf16>),
+}
+
+/// A rope request, read and checked.
+struct RopeInput {
+    spec: RopeSpec,
+    tensor: Tensor,
+    positions: Array2<u32>,
+    layout: rp::Layout,
+}
+
+pub(crate) fn rope(args: &RopeArgs) -> Result<(), Failure> {
+    let input = RopeInput::load(args).map_err(Failure::usage)?;
+
+    // The request is valid: from here on failures are the run's (exit 1).
+    let mut file = AtomicFile::create(&args.output)?;
+    let compute = Compute::open(args.device)?;
+    let (spec, p, layout) = (&input.spec, input.positions.view(), input.layout);
+    let written = match &input.tensor {
+        Tensor::F32(x) => write(&mut file, run(&compute, spec, x, p, layout)?),
+        Tensor::F16(x) => write(&mut file, run(&compute, spec, x, p, layout)?),
+        // NumPy has no bfloat16: the raw bits go out as '<u2', as they came in.
+        Tensor::Bf16(x) => write(&mut file, run(&compute, spec, x, p, layout)?),
+    };
+    written.map_err(|e| file.io_error(e))?;
+    file.commit()?;
+    Ok(())
+}
+
+fn run<T: Element>(
+    compute: &Compute,
+    spec: &RopeSpec,
+    x: &Array4<T>,
+    positions: ndarray::ArrayView2<'_, u32>,
+    layout: rp::Layout,
+) -> Result<Array4<T>, Failure> {
+    Ok(match compute {
+        Compute::Cpu => cpu::rope(spec, x.view(), positions, layout)?,
+        Compute::Gpu(ctx) => ctx.rope(spec, x.view(), positions, layout)?,
+    })
+}
+
+fn write<T: npy::Element>(file: &mut AtomicFile, a: Array4<T>) -> std::io::Result<()> {
+    npy::write(file.writer(), a.view())
+}
+
+impl RopeInput {
+    fn load(args: &RopeArgs) -> Result<Self, Error> {
+        let layout = match args.layout {
+            LayoutArg::Blhd => rp::Layout::Blhd,
+            LayoutArg::Bhld => rp::Layout::Bhld,
+        };
+        let scaling = match &args.scaling {
+            None => Scaling::None,
+            Some(text) => match text.strip_prefix('@') {
+                Some(path) => Scaling::from_hf_json(&read_scaling_file(Path::new(path))?)?,
+                None => Scaling::from_hf_json(text)?,
+            },
+        };
+        let expected = Expected {
+            what: "input",
+            dtypes: &[NpyDtype::F32, NpyDtype::F16, NpyDtype::U16],
+            ranks: &[4],
+        };
+        let array = npy::read(&args.input, &expected)?;
+        let shape: [usize; 4] = array.shape().try_into().expect("the reader checked the rank");
+        let (batch, len, heads, head_dim) = layout.dims(shape);
+        check_size("rope", (batch * len * heads) as u64, head_dim.min(u32::MAX as usize) as u32)?;
+        let tensor = match array {
+            NpyArray::F32(a) => Tensor::F32(rank4(a)),
+            NpyArray::F16(a) => Tensor::F16(rank4(a)),
+            NpyArray::U16(a) => Tensor::Bf16(rank4(a).mapv(bf16::from_bits)),
+            other => {
+                return Err(Error::Dtype {
+                    path: args.input.clone(),
+                    what: "input",
+                    dtype: format!("'{}'", other.dtype().descr()),
+                    allowed: "'<f4', '<f2' or '<u2'".into(),
+                });
+            }
+        };
+        let head_dim = u32::try_from(head_dim).unwrap_or(u32::MAX);
+        let rotary_dim = args.rotary_dim.unwrap_or(head_dim);
+        let spec = RopeSpec::partial(head_dim, rotary_dim)
+            .map_err(|e| from_input(e, &args.input, head_dim, rotary_dim))?
+            .with_base(args.base)?
+            .with_pairing(match args.pairing {
+                PairingArg::Neox => rp::Pairing::Neox,
+                PairingArg::Gptj => rp::Pairing::Gptj,
+            })
+            .with_scaling(scaling)?;
+        let positions = match (&args.positions, args.offset) {
+            (Some(path), _) => read_positions(path, batch, len)?,
+            (None, offset) => positions::from_offsets(&vec![offset.unwrap_or(0); batch], len)
+                .map_err(|_| Error::InvalidParameter {
+                    field: "offset",
+                    value: format!("{} with {len} tokens per sequence", offset.unwrap_or(0)),
+                    allowed: "offset + len - 1 <= 4294967295",
+                })?,
+        };
+        Ok(Self { spec, tensor, positions, layout })
+    }
+}
+
+/// A spec error about the head dim or rotary dim, saying where the head dim came from.
+fn from_input(e: Error, path: &Path, head_dim: u32, rotary_dim: u32) -> Error {
+    let origin = format!("the last axis of {}", path.display());
+    match e {
+        Error::InvalidParameter { field: "rotary_dim", allowed, .. } => Error::InvalidParameter {
+            field: "rotary_dim",
+            value: format!("{rotary_dim} (head_dim {head_dim}, {origin})"),
+            allowed,
+        },
+        Error::InvalidParameter { field, allowed, .. } => {
+            Error::InvalidParameter { field, value: format!("{head_dim} ({origin})"), allowed }
+        }
+        other => other,
+    }
+}
+
+fn rank4<T>(a: ArrayD<T>) -> Array4<T> {
+    a.into_dimensionality::<Ix4>().expect("the reader checked the rank")
+}
+
+/// The text of `--scaling @FILE`, read no further than the JSON reader accepts.
+fn read_scaling_file(path: &Path) -> Result<String, Error> {
+    let io_error = |source| Error::Io { path: path.to_path_buf(), source };
+    let file = std::fs::File::open(path).map_err(io_error)?;
+    let mut text = String::new();
+    file.take(MAX_JSON_BYTES as u64 + 1).read_to_string(&mut text).map_err(io_error)?;
+    Ok(text)
+}
+
+/// `--positions`: `[B, L]` of uint32, int32 or int64, each a u32.
+fn read_positions(path: &Path, batch: usize, len: usize) -> Result<Array2<u32>, Error> {
+    let expected = Expected {
+        what: "positions",
+        dtypes: &[NpyDtype::U32, NpyDtype::I32, NpyDtype::I64],
+        ranks: &[2],
+    };
+    let array = npy::read(path, &expected)?;
+    if array.shape() != [batch, len] {
+        return Err(Error::Shape {
+            op: "rope",
+            what: "positions ([batch, len] of the input)",
+            expected: format!("{:?}", [batch, len]),
+            actual: format!("{:?}", array.shape()),
+        });
+    }
+    let checked = |a: ArrayD<i64>| -> Result<Array2<u32>, Error> {
+        let a = a.into_dimensionality::<ndarray::Ix2>().expect("the reader checked the rank");
+        if let Some(((b, l), &v)) = a.indexed_iter().find(|(_, v)| u32::try_from(**v).is_err()) {
+            return Err(Error::InvalidParameter {
+                field: "positions",
+                value: format!("{v} at [{b}, {l}]"),
+                allowed: "0..=4294967295",
+            });
+        }
+        Ok(a.mapv(|v| v as u32))
+    };
+    match array {
+        NpyArray::U32(a) => Ok(a.into_dimensionality().expect("the reader checked the rank")),
+        NpyArray::I32(a) => checked(a.mapv(i64::from)),
+        NpyArray::I64(a) => checked(a),
+        other => Err(Error::Dtype {
+            path: path.to_path_buf(),
+            what: "positions",
+            dtype: format!("'{}'", other.dtype().descr()),
+            allowed: "'<u4', '<i4' or '<i8'".into(),
+        }),
+    }
+}

@@ -1,0 +1,187 @@
+//! CPU twin of `shaders/rope_cs.wgsl` and `shaders/rope.wgsl`: rotary position embedding
+//! with the exact-phase cos and sin, multi-threaded. Same integer cos/sin, same f32
+//! operations in the same order as the shaders, so the two paths agree bit for bit except
+//! where a GPU compiler contracts `x * c - y * s` into a fused multiply-add.
+
+use ndarray::{Array3, Array4, ArrayView2, ArrayView4, ArrayViewMut1, ArrayViewMut4, Axis};
+use rayon::prelude::*;
+
+use super::sincos::{phase_turns, sincos_bits};
+use crate::error::Result;
+use crate::rope::{Element, Frequencies, Geometry, Layout, Pairing, RopeSpec};
+
+/// Tokens per rayon task: their cos/sin row is computed once and used by every head.
+const TOKENS_PER_TASK: usize = 64;
+
+/// `(cos, sin)` of every frequency at position `p`, each times the attention factor in f32
+/// (when it is not 1): the twin of one row of `shaders/rope_cs.wgsl`.
+#[inline]
+pub fn cos_sin_row(freqs: &Frequencies, p: u32, out: &mut [(f32, f32)]) {
+    let af = freqs.attention_factor();
+    for (slot, &[lo, hi]) in out.iter_mut().zip(freqs.steps()) {
+        let (s, c) = sincos_bits(phase_turns(p, lo, hi));
+        let (c, s) = (f32::from_bits(c), f32::from_bits(s));
+        *slot = if af == 1.0 { (c, s) } else { (c * af, s * af) };
+    }
+}
+
+/// The cos/sin table `[positions.len(), r / 2, 2]` (cos at `[.., .., 0]`, sin at
+/// `[.., .., 1]`) the rotation uses, attention factor included; bit-identical to
+/// [`crate::gpu::Context::rope_cos_sin`].
+pub fn rope_cos_sin(freqs: &Frequencies, positions: &[u32]) -> Array3<f32> {
+    let n = freqs.len();
+    let mut out = Array3::<f32>::zeros((positions.len(), n, 2));
+    if n == 0 {
+        return out;
+    }
+    let flat = out.as_slice_mut().expect("a new array is contiguous");
+    flat.par_chunks_mut(2 * n).zip(positions.par_iter()).for_each(|(row, &p)| {
+        let pairs: &mut [(f32, f32)] = &mut vec![(0.0, 0.0); n];
+        cos_sin_row(freqs, p, pairs);
+        for (dst, &(c, s)) in row.chunks_exact_mut(2).zip(pairs.iter()) {
+            dst[0] = c;
+            dst[1] = s;
+        }
+    });
+    out
+}
+
+/// Rotates one head row: pairs `(a, b)` of frequency `i` become
+/// `(x_a c - x_b s, x_b c + x_a s)` in f32, each product and the sum rounded separately
+/// (Rust never contracts them); dimensions from `r` on are left as they are.
+#[inline]
+fn rotate_row<T: Element>(row: &mut [T], cs: &[(f32, f32)], pairing: Pairing) {
+    let n = cs.len();
+    let mut rotate = |a: usize, b: usize, (c, s): (f32, f32)| {
+        let (x, y) = (row[a].to_f32(), row[b].to_f32());
+        row[a] = T::from_f32(x * c - y * s);
+        row[b] = T::from_f32(y * c + x * s);
+    };
+    match pairing {
+        Pairing::Neox => {
+            for (i, &cs) in cs.iter().enumerate() {
+                rotate(i, i + n, cs);
+            }
+        }
+        Pairing::Gptj => {
+            for (i, &cs) in cs.iter().enumerate() {
+                rotate(2 * i, 2 * i + 1, cs);
+            }
+        }
+    }
+}
+
+fn rotate_lane<T: Element>(mut lane: ArrayViewMut1<'_, T>, cs: &[(f32, f32)], pairing: Pairing) {
+    match lane.as_slice_mut() {
+        Some(row) => rotate_row(row, cs, pairing),
+        None => {
+            let mut row = lane.to_vec();
+            rotate_row(&mut row, cs, pairing);
+            lane.assign(&ndarray::ArrayView1::from(&row));
+        }
+    }
+}
+
+/// Applies RoPE to `x` in place. `x` is `[B, L, H, Dh]` or `[B, H, L, Dh]` as `layout`
+/// says, `positions` is `[B, L]` (one position per token, shared by its heads; see
+/// [`crate::positions`]). The frequencies are [`RopeSpec::frequencies_for`] the positions.
+///
+/// # Errors
+/// [`crate::Error::Shape`] if the last axis is not the spec's head dim or `positions` is
+/// not `[B, L]`.
+pub fn rope_in_place<T: Element>(
+    spec: &RopeSpec,
+    x: ArrayViewMut4<'_, T>,
+    positions: ArrayView2<'_, u32>,
+    layout: Layout,
+) -> Result<()> {
+    let shape = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
+    let geometry = Geometry::check(spec, shape, layout, positions.dim())?;
+    if geometry.elements() == 0 {
+        return Ok(());
+    }
+    let freqs = spec.frequencies_for(positions);
+    apply(&freqs, spec.pairing(), x, positions, layout);
+    Ok(())
+}
+
+/// [`rope_in_place`] on a copy: returns the rotated tensor in standard layout.
+///
+/// # Errors
+/// As [`rope_in_place`].
+pub fn rope<T: Element>(
+    spec: &RopeSpec,
+    x: ArrayView4<'_, T>,
+    positions: ArrayView2<'_, u32>,
+    layout: Layout,
+) -> Result<Array4<T>> {
+    let mut out = x.as_standard_layout().into_owned();
+    rope_in_place(spec, out.view_mut(), positions, layout)?;
+    Ok(out)
+}
+
+/// Rotates `x` with given frequencies (shapes already checked).
+fn apply<T: Element>(
+    freqs: &Frequencies,
+    pairing: Pairing,
+    mut x: ArrayViewMut4<'_, T>,
+    positions: ArrayView2<'_, u32>,
+    layout: Layout,
+) {
+    // A token-major view [B, L, H, Dh] whatever the layout.
+    let tokens = match layout {
+        Layout::Blhd => x.view_mut(),
+        Layout::Bhld => x.view_mut().permuted_axes([0, 2, 1, 3]),
+    };
+    let mut tasks = Vec::new();
+    for (b, seq) in tokens.into_outer_iter_mut().enumerate() {
+        for (k, block) in seq.into_axis_chunks_iter_mut(Axis(0), TOKENS_PER_TASK).enumerate() {
+            tasks.push((b, k * TOKENS_PER_TASK, block));
+        }
+    }
+    let n = freqs.len();
+    tasks.into_par_iter().for_each(|(b, l0, block)| {
+        let mut cs = vec![(0.0f32, 0.0f32); n];
+        for (dl, token) in block.into_outer_iter_mut().enumerate() {
+            cos_sin_row(freqs, positions[[b, l0 + dl]], &mut cs);
+            for lane in token.into_outer_iter_mut() {
+                rotate_lane(lane, &cs, pairing);
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::Array4;
+
+    #[test]
+    fn position_zero_is_the_identity_and_passthrough_is_untouched() {
+        let spec = RopeSpec::partial(7, 4).unwrap();
+        let x = Array4::from_shape_fn((1, 2, 3, 7), |(_, l, h, d)| (l * 100 + h * 10 + d) as f32);
+        let positions = ndarray::array![[0u32, 5]];
+        let out = rope(&spec, x.view(), positions.view(), Layout::Blhd).unwrap();
+        for h in 0..3 {
+            for d in 0..7 {
+                assert_eq!(out[[0, 0, h, d]], x[[0, 0, h, d]]);
+            }
+            for d in 4..7 {
+                assert_eq!(out[[0, 1, h, d]], x[[0, 1, h, d]]);
+            }
+        }
+    }
+
+    #[test]
+    fn layouts_agree() {
+        let spec = RopeSpec::new(8).unwrap().with_pairing(Pairing::Gptj);
+        let x = Array4::from_shape_fn((2, 3, 4, 8), |(b, l, h, d)| {
+            ((b * 7 + l * 5 + h * 3 + d) % 11) as f32 - 5.0
+        });
+        let positions = ndarray::array![[0u32, 1, 2], [100, 70000, u32::MAX]];
+        let blhd = rope(&spec, x.view(), positions.view(), Layout::Blhd).unwrap();
+        let bhld = x.view().permuted_axes([0, 2, 1, 3]);
+        let bhld = rope(&spec, bhld, positions.view(), Layout::Bhld).unwrap();
+        assert_eq!(blhd, bhld.permuted_axes([0, 2, 1, 3]));
+    }
+}

@@ -1,0 +1,332 @@
+//! Host wrapper of `shaders/alibi.wgsl`: the ALiBi bias tensor on the GPU, bit-identical to
+//! [`crate::alibi::bias_cpu`].
+
+use bytemuck::{Pod, Zeroable};
+use ndarray::Array3;
+
+use super::{Context, fold_dispatch};
+use crate::alibi::{AlibiSpec, Form, MAX_VALUES};
+use crate::error::{Error, Result};
+use crate::shaders::WORKGROUP_SIZE;
+
+/// Mirror of `Params` in `shaders/alibi.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct AlibiParams {
+    /// Rows (head, query) in this dispatch.
+    pub n_rows: u32,
+    /// Global index `head * len + query` of the dispatch's first row.
+    pub row0: u32,
+    /// Keys per row in this dispatch.
+    pub n_cols: u32,
+    /// Position of the dispatch's first key.
+    pub col0: u32,
+    /// Queries per head.
+    pub len: u32,
+    /// Position of query 0.
+    pub offset: u32,
+    /// 1 for [`Form::Causal`], 0 for [`Form::Symmetric`].
+    pub causal: u32,
+    /// The head whose slope is bound first.
+    pub head0: u32,
+    /// Workgroups along x: the stride of the kernel's loop over keys.
+    pub groups_x: u32,
+    /// Workgroups along y of rows folded into y and z.
+    pub groups_y: u32,
+    /// Padding to a multiple of 16 bytes, as uniform buffers want.
+    pub _pad: [u32; 2],
+}
+
+/// Most workgroups along x. A longer chunk row is covered by the kernel's loop, so a long
+/// decoding row keeps each thread busy with several keys instead of launching millions of
+/// workgroups.
+const MAX_GROUPS_X: u32 = 1024;
+
+#[derive(Clone)]
+pub(super) struct AlibiKernel {
+    layout: wgpu::BindGroupLayout,
+    pipeline: wgpu::ComputePipeline,
+}
+
+impl AlibiKernel {
+    pub(super) fn new(device: &wgpu::Device) -> Self {
+        let (layout, pipeline) = super::build_kernel(device, "alibi", 2);
+        Self { layout, pipeline }
+    }
+}
+
+/// A rectangle of the `[heads * len, kv_len]` bias matrix that one dispatch computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Chunk {
+    row0: u64,
+    n_rows: u64,
+    col0: u64,
+    n_cols: u64,
+}
+
+/// How the matrix is cut into chunks whose output fits one binding: whole rows when a row
+/// fits, else each row in pieces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Plan {
+    rows: u64,
+    cols: u64,
+    rows_per: u64,
+    cols_per: u64,
+}
+
+impl Plan {
+    /// `rows` and `cols` are positive; `cap` values fit one binding; a dispatch covers at most
+    /// `max_rows` rows.
+    fn new(rows: u64, cols: u64, cap: u64, max_rows: u64) -> Self {
+        if cols <= cap {
+            Self { rows, cols, rows_per: (cap / cols).min(max_rows).min(rows), cols_per: cols }
+        } else {
+            Self { rows, cols, rows_per: 1, cols_per: cap }
+        }
+    }
+
+    /// Values in the largest chunk.
+    fn max_values(&self) -> u64 {
+        self.rows_per * self.cols_per
+    }
+
+    /// The chunks in row-major order; each is contiguous in the row-major matrix.
+    fn chunks(self) -> impl Iterator<Item = Chunk> {
+        let pieces = self.cols.div_ceil(self.cols_per);
+        let groups = self.rows.div_ceil(self.rows_per);
+        (0..groups * pieces).map(move |k| {
+            let (row0, col0) = ((k / pieces) * self.rows_per, (k % pieces) * self.cols_per);
+            Chunk {
+                row0,
+                n_rows: self.rows_per.min(self.rows - row0),
+                col0,
+                n_cols: self.cols_per.min(self.cols - col0),
+            }
+        })
+    }
+}
+
+/// Where the chunks go: read back into host memory, or into one device buffer.
+enum Sink<'a> {
+    Host(&'a mut [u8]),
+    Device(&'a wgpu::Buffer),
+}
+
+impl Context {
+    /// The ALiBi bias tensor `[heads, len, kv_len]` of `spec`, bit-identical to
+    /// [`crate::alibi::bias_cpu`]. Tensors larger than one binding are computed in chunks of
+    /// rows, or of pieces of a row.
+    ///
+    /// ```no_run
+    /// let gpu = posenc::gpu::Context::new()?;
+    /// let spec = posenc::alibi::AlibiSpec::new(12, 1024)?;
+    /// let bias = gpu.alibi_bias(&spec)?;
+    /// assert_eq!(bias.dim(), (12, 1024, 1024));
+    /// # Ok::<(), posenc::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Limit`] if the tensor has more than [`MAX_VALUES`] values (before any GPU
+    /// work); [`Error::Gpu`] if wgpu reports an error.
+    pub fn alibi_bias(&self, spec: &AlibiSpec) -> Result<Array3<f32>> {
+        spec.check_size()?;
+        let mut out = Array3::<f32>::zeros(spec.shape());
+        if !out.is_empty() {
+            let flat = out.as_slice_mut().expect("a new array is contiguous");
+            self.run_alibi(spec, Sink::Host(bytemuck::cast_slice_mut(flat)))?;
+        }
+        Ok(out)
+    }
+
+    /// Like [`Context::alibi_bias`], but the result stays on the device: a storage buffer of
+    /// `heads * len * kv_len` float32 values, row-major (4 bytes for an empty tensor), ready
+    /// to bind in a downstream pipeline. Usages: `STORAGE | COPY_SRC | COPY_DST`.
+    ///
+    /// # Errors
+    /// As [`Context::alibi_bias`]; [`Error::Limit`] if the tensor exceeds the device's
+    /// largest buffer.
+    pub fn alibi_bias_to_buffer(&self, spec: &AlibiSpec) -> Result<wgpu::Buffer> {
+        spec.check_size()?;
+        let bytes = spec.n_values() as u64 * 4;
+        let max = self.device.limits().max_buffer_size;
+        if bytes > max {
+            return Err(Error::Limit {
+                op: "alibi_bias_to_buffer",
+                what: "the output buffer",
+                requested: bytes,
+                limit_name: "max buffer size",
+                limit: max,
+            });
+        }
+        let out = self.scoped("alibi_bias_to_buffer", || {
+            Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("posenc.alibi.result"),
+                size: bytes.max(4),
+                usage: wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_SRC
+                    | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }))
+        })?;
+        if bytes > 0 {
+            self.run_alibi(spec, Sink::Device(&out))?;
+        }
+        Ok(out)
+    }
+
+    fn run_alibi(&self, spec: &AlibiSpec, mut sink: Sink<'_>) -> Result<()> {
+        let (heads, len, kv_len) = (u64::from(spec.heads()), spec.len(), spec.kv_len());
+        let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
+        // Chunk values stay below 2^31, so the kernel's u32 indices never overflow.
+        let cap = (self.max_binding / 4).min(MAX_VALUES);
+        let plan = Plan::new(heads * len, kv_len, cap, u64::from(max_groups).pow(2));
+        let slope_bits: Vec<u32> = spec.slopes().iter().map(|s| s.to_bits()).collect();
+        self.scoped("alibi", || {
+            let kernel = self.alibi.get_or_init(|| AlibiKernel::new(&self.device));
+            use wgpu::BufferUsages as U;
+            let take = |label, size: u64, usage| self.pooled(label, size, usage);
+            let params_buf = take(
+                "posenc.alibi.params",
+                size_of::<AlibiParams>() as u64,
+                U::UNIFORM | U::COPY_DST,
+            )?;
+            // A chunk of n rows spans at most n heads: its slopes fit wherever its values do.
+            let slopes_buf = take(
+                "posenc.alibi.slopes",
+                plan.rows_per.min(heads) * 4,
+                U::STORAGE | U::COPY_DST,
+            )?;
+            let out_bytes = plan.max_values() * 4;
+            // A device sink that one chunk fills is bound directly: no copy afterwards.
+            let direct = match &sink {
+                Sink::Device(result)
+                    if plan.max_values() == plan.rows * plan.cols
+                        && result.size() <= self.max_binding =>
+                {
+                    Some((*result).clone())
+                }
+                _ => None,
+            };
+            let pooled_out = direct
+                .is_none()
+                .then(|| take("posenc.alibi.out", out_bytes, U::STORAGE | U::COPY_SRC))
+                .transpose()?;
+            let out_buf: &wgpu::Buffer = match (&direct, &pooled_out) {
+                (Some(result), _) => result,
+                (None, Some(pooled)) => pooled,
+                (None, None) => unreachable!("one of the two exists"),
+            };
+            let staging = matches!(sink, Sink::Host(_))
+                .then(|| take("posenc.alibi.staging", out_bytes, U::MAP_READ | U::COPY_DST))
+                .transpose()?;
+            let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some("posenc.alibi.bind_group"),
+                layout: &kernel.layout,
+                entries: &[
+                    wgpu::BindGroupEntry { binding: 0, resource: params_buf.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 1, resource: slopes_buf.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 2, resource: out_buf.as_entire_binding() },
+                ],
+            });
+            for chunk in plan.chunks() {
+                // Every quantity below is under 2^32: rows * kv_len <= MAX_VALUES, positions
+                // and lengths were validated against 2^32 by the spec.
+                let head0 = chunk.row0 / len;
+                let head_end = (chunk.row0 + chunk.n_rows - 1) / len + 1;
+                self.queue.write_buffer(
+                    &slopes_buf,
+                    0,
+                    bytemuck::cast_slice(&slope_bits[head0 as usize..head_end as usize]),
+                );
+                let groups_x = (chunk.n_cols.div_ceil(u64::from(WORKGROUP_SIZE)) as u32)
+                    .min(MAX_GROUPS_X)
+                    .min(max_groups);
+                let (groups_y, groups_z) = fold_dispatch(chunk.n_rows as u32, max_groups);
+                let params = AlibiParams {
+                    n_rows: chunk.n_rows as u32,
+                    row0: chunk.row0 as u32,
+                    n_cols: chunk.n_cols as u32,
+                    col0: chunk.col0 as u32,
+                    len: len as u32,
+                    offset: spec.offset(),
+                    causal: u32::from(spec.form() == Form::Causal),
+                    head0: head0 as u32,
+                    groups_x,
+                    groups_y,
+                    _pad: [0; 2],
+                };
+                self.queue.write_buffer(&params_buf, 0, bytemuck::bytes_of(&params));
+                let mut encoder =
+                    self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                        label: Some("posenc.alibi.encoder"),
+                    });
+                {
+                    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: Some("posenc.alibi.pass"),
+                        timestamp_writes: None,
+                    });
+                    pass.set_pipeline(&kernel.pipeline);
+                    pass.set_bind_group(0, &bind_group, &[]);
+                    pass.dispatch_workgroups(groups_x, groups_y, groups_z);
+                }
+                // Whole rows, or a piece of one row: either way contiguous in the result.
+                let start = (chunk.row0 * plan.cols + chunk.col0) * 4;
+                let bytes = chunk.n_rows * chunk.n_cols * 4;
+                match (&mut sink, &staging) {
+                    (Sink::Host(dst), Some(staging)) => {
+                        encoder.copy_buffer_to_buffer(out_buf, 0, staging, 0, bytes);
+                        let dst = &mut dst[start as usize..(start + bytes) as usize];
+                        self.finish_and_read("alibi", encoder, staging, dst)?;
+                    }
+                    (Sink::Device(result), _) => {
+                        if direct.is_none() {
+                            encoder.copy_buffer_to_buffer(out_buf, 0, result, start, bytes);
+                        }
+                        let index = self.queue.submit([encoder.finish()]);
+                        // Wait before the next chunk rewrites the parameters and slopes.
+                        self.wait("alibi", index)?;
+                    }
+                    (Sink::Host(_), None) => unreachable!("host sinks get a staging buffer"),
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_match_the_wgsl_struct_size() {
+        // Twelve u32 fields in shaders/alibi.wgsl's Params.
+        assert_eq!(size_of::<AlibiParams>(), 48);
+    }
+
+    /// Every value of the matrix is in exactly one chunk, chunks are contiguous row-major
+    /// runs in order, and none exceeds the cap.
+    fn check_plan(rows: u64, cols: u64, cap: u64, max_rows: u64) {
+        let plan = Plan::new(rows, cols, cap, max_rows);
+        assert!(plan.max_values() <= cap, "{plan:?}");
+        let mut next = 0;
+        for c in plan.chunks() {
+            assert!(c.n_rows * c.n_cols <= cap && c.n_rows <= max_rows, "{c:?}");
+            assert!(c.n_rows == 1 || (c.col0 == 0 && c.n_cols == cols), "{c:?}");
+            assert_eq!(c.row0 * cols + c.col0, next, "{c:?}");
+            next += c.n_rows * c.n_cols;
+        }
+        assert_eq!(next, rows * cols);
+    }
+
+    #[test]
+    fn plans_cover_the_matrix_once_within_the_cap() {
+        check_plan(1, 1, 1, 1);
+        check_plan(96, 1024, 1 << 20, 65535 * 65535);
+        check_plan(7, 100, 256, 65535);
+        check_plan(70_000, 1, 1 << 29, 65535);
+        check_plan(3, 1000, 64, 65535);
+        check_plan(5, 256, 256, 2);
+        assert_eq!(Plan::new(3, 1000, 64, 10).chunks().count(), 3 * 16);
+    }
+}

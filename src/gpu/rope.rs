@@ -1,0 +1,694 @@
+//! Host wrapper of `shaders/rope_cs.wgsl` (cos/sin per distinct position and frequency) and
+//! `shaders/rope.wgsl` (the rotation), for tensors on the host and in device buffers.
+
+use std::collections::HashMap;
+
+use bytemuck::{Pod, Zeroable};
+use ndarray::{Array3, Array4, ArrayView2, ArrayView4};
+
+use super::{Context, PooledBuffer, fold_dispatch};
+use crate::encode::Dtype;
+use crate::error::{Error, Result};
+use crate::rope::{Element, Frequencies, Geometry, Layout, Pairing, RopeSpec};
+use crate::shaders::WORKGROUP_SIZE;
+
+/// Mirror of `Params` in `shaders/rope_cs.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct RopeCsParams {
+    /// Slots times frequencies in this dispatch.
+    pub n_pairs: u32,
+    /// Frequencies per slot (`r / 2`).
+    pub n_freqs: u32,
+    /// Workgroups along x of a dispatch folded into 2-D.
+    pub groups_x: u32,
+    /// `FLAG_SCALE` when the attention factor is not 1.
+    pub flags: u32,
+    /// f32 bits of the attention factor.
+    pub scale_bits: u32,
+    /// Padding to a multiple of 16 bytes.
+    pub _pad: [u32; 3],
+}
+
+/// Mirror of `Params` in `shaders/rope.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct RopeParams {
+    /// Elements in this chunk.
+    pub n_elems: u32,
+    /// Row groups in this chunk.
+    pub n_groups: u32,
+    /// Elements per row group.
+    pub group_elems: u32,
+    /// Output words per row group.
+    pub group_words: u32,
+    /// Head rows per group: 1, or 2 for 16-bit tensors with an odd head dim.
+    pub rows_per_group: u32,
+    /// Elements per head row.
+    pub head_dim: u32,
+    /// Rotated elements per head row, `r`.
+    pub rotary_dim: u32,
+    /// `r / 2`.
+    pub n_freqs: u32,
+    /// 0 for neox, 1 for gptj.
+    pub pairing: u32,
+    /// Storage type code.
+    pub dtype: u32,
+    /// Row groups each workgroup walks.
+    pub groups_per_wg: u32,
+    /// Workgroups along x of a dispatch folded into 2-D.
+    pub groups_x: u32,
+}
+
+/// Mirror of `Params` in `shaders/rope_x4.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct RopeX4Params {
+    /// Units (a vec4, and its neox partner) in this chunk.
+    pub n_units: u32,
+    /// Units per head row.
+    pub units_per_row: u32,
+    /// vec4s per head row.
+    pub row_vecs: u32,
+    /// `r / 2` elements in vec4s: the neox partner offset.
+    pub half_vecs: u32,
+    /// `r / 2`.
+    pub n_freqs: u32,
+    /// 0 for neox, 1 for gptj.
+    pub pairing: u32,
+    /// Storage type code.
+    pub dtype: u32,
+    /// Workgroups along x of a dispatch folded into 2-D.
+    pub groups_x: u32,
+}
+
+const FLAG_SCALE: u32 = 1;
+
+/// Output words a rotation workgroup writes, roughly (whole row groups).
+const WORDS_PER_WORKGROUP: u32 = 2048;
+
+#[derive(Clone)]
+pub(super) struct RopeKernels {
+    cs_layout: wgpu::BindGroupLayout,
+    cs_pipeline: wgpu::ComputePipeline,
+    layout: wgpu::BindGroupLayout,
+    pipeline: wgpu::ComputePipeline,
+    x4_layout: wgpu::BindGroupLayout,
+    x4_pipeline: wgpu::ComputePipeline,
+}
+
+impl RopeKernels {
+    pub(super) fn new(device: &wgpu::Device) -> Self {
+        let (cs_layout, cs_pipeline) = super::build_kernel(device, "rope_cs", 3);
+        let (layout, pipeline) = super::build_kernel(device, "rope", 4);
+        let (x4_layout, x4_pipeline) = super::build_kernel(device, "rope_x4", 3);
+        Self { cs_layout, cs_pipeline, layout, pipeline, x4_layout, x4_pipeline }
+    }
+}
+
+/// Where a RoPE call's tensor lives: host memory (in and out) or one device buffer.
+enum Io<'a> {
+    Host { input: &'a [u8], output: &'a mut [u8] },
+    Device(&'a wgpu::Buffer),
+}
+
+impl Context {
+    /// The cos/sin table `[positions.len(), r / 2, 2]` (cos, then sin; attention factor
+    /// included) that [`Context::rope`] rotates with, bit-identical to
+    /// [`crate::cpu::rope_cos_sin`]. Computed in chunks that fit one binding.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] if one position's row does not fit the binding cap; [`Error::Gpu`]
+    /// if wgpu reports an error.
+    pub fn rope_cos_sin(&self, freqs: &Frequencies, positions: &[u32]) -> Result<Array3<f32>> {
+        let n = freqs.len();
+        let mut out = Array3::<f32>::zeros((positions.len(), n, 2));
+        if positions.is_empty() || n == 0 {
+            return Ok(out);
+        }
+        let row_bytes = n as u64 * 8;
+        if row_bytes > self.max_binding {
+            return Err(self.binding_limit("one position's cos/sin row", row_bytes));
+        }
+        let per_chunk = (self.max_binding / row_bytes).min(positions.len() as u64) as usize;
+        let flat = out.as_slice_mut().expect("a new array is contiguous");
+        self.scoped("rope", || {
+            let steps = self.rope_steps(freqs)?;
+            use wgpu::BufferUsages as U;
+            let take = |label, size: u64, usage| self.pooled(label, size, usage);
+            let params = take("posenc.rope_cs.params", 32, U::UNIFORM | U::COPY_DST)?;
+            let pos_buf =
+                take("posenc.rope_cs.positions", per_chunk as u64 * 4, U::STORAGE | U::COPY_DST)?;
+            let cs_bytes = per_chunk as u64 * row_bytes;
+            let cs = take("posenc.rope_cs.out", cs_bytes, U::STORAGE | U::COPY_SRC)?;
+            let staging = take("posenc.rope_cs.staging", cs_bytes, U::MAP_READ | U::COPY_DST)?;
+            let bind_group = self.rope_cs_bind_group(&params, &pos_buf, &steps, &cs);
+            for (rows, ps) in flat.chunks_mut(per_chunk * 2 * n).zip(positions.chunks(per_chunk)) {
+                let mut encoder = self.encoder("posenc.rope_cs.encoder");
+                self.queue.write_buffer(&pos_buf, 0, bytemuck::cast_slice(ps));
+                self.record_rope_cs(freqs, ps.len(), &params, &bind_group, &mut encoder);
+                let bytes = rows.len() as u64 * 4;
+                encoder.copy_buffer_to_buffer(&cs, 0, &staging, 0, bytes);
+                self.finish_and_read("rope", encoder, &staging, bytemuck::cast_slice_mut(rows))?;
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Applies RoPE to a host tensor and returns the result: [`crate::cpu::rope()`] on the
+    /// GPU. `x` is `[B, L, H, Dh]` or `[B, H, L, Dh]` as `layout` says, `positions` is
+    /// `[B, L]`. Tensors larger than one storage binding are processed in chunks of head
+    /// rows.
+    ///
+    /// The result equals the CPU path's except where the backend contracts
+    /// `x * c - y * s` into a fused multiply-add, which WGSL allows: then an element can
+    /// differ by the rounding of one product, at most one f32 ulp of the larger product
+    /// (lavapipe and llvmpipe do not contract). The cos/sin table is bit-identical
+    /// everywhere ([`Context::rope_cos_sin`]).
+    ///
+    /// # Errors
+    /// [`Error::Shape`] if the last axis is not the spec's head dim or `positions` is not
+    /// `[B, L]`; [`Error::Limit`] if one head row (two for 16-bit tensors with an odd head
+    /// dim) does not fit the binding cap; [`Error::Gpu`] if wgpu reports an error.
+    pub fn rope<T: Element>(
+        &self,
+        spec: &RopeSpec,
+        x: ArrayView4<'_, T>,
+        positions: ArrayView2<'_, u32>,
+        layout: Layout,
+    ) -> Result<Array4<T>> {
+        let shape = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
+        let geometry = Geometry::check(spec, shape, layout, positions.dim())?;
+        let input = x.as_standard_layout();
+        let mut out = Array4::<T>::from_elem(x.raw_dim(), T::zeroed());
+        if geometry.elements() == 0 {
+            return Ok(out);
+        }
+        let input: &[T] = input.as_slice().expect("a standard-layout array is contiguous");
+        let output: &mut [T] = out.as_slice_mut().expect("a new array is contiguous");
+        let io = Io::Host {
+            input: bytemuck::cast_slice(input),
+            output: bytemuck::cast_slice_mut(output),
+        };
+        self.run_rope(spec, &geometry, layout, T::DTYPE, positions, io)?;
+        Ok(out)
+    }
+
+    /// Applies RoPE in place to a tensor in a device buffer, starting at byte 0: `shape`
+    /// is `[B, L, H, Dh]` or `[B, H, L, Dh]` as `layout` says, elements of `dtype` in C
+    /// order (16-bit elements two to a 32-bit word, the first in the low half).
+    ///
+    /// The buffer needs `COPY_SRC | COPY_DST` usage and at least the tensor's size rounded
+    /// up to 4 bytes; bytes past the tensor are left as they are. When it also has `STORAGE`
+    /// usage and the tensor fits one binding, the tensor is rotated where it is: with no
+    /// copy at all by the vec4 kernel (`head_dim % 8 == 0` and `rotary_dim % 16 == 0`, the
+    /// usual shapes), after one copy to a scratch source by the general kernel (whose
+    /// invocations read partners another invocation writes). Otherwise each chunk is
+    /// copied to scratch buffers, rotated there and copied back. Returns once the GPU is
+    /// done.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] naming `buffer usage` if a usage is missing;
+    /// [`Error::Limit`] if the buffer is smaller than the tensor or one head row does not
+    /// fit the binding cap; [`Error::Shape`] as [`Context::rope`]; [`Error::Gpu`] if wgpu
+    /// reports an error.
+    pub fn rope_in_place(
+        &self,
+        spec: &RopeSpec,
+        buffer: &wgpu::Buffer,
+        shape: [usize; 4],
+        layout: Layout,
+        dtype: Dtype,
+        positions: ArrayView2<'_, u32>,
+    ) -> Result<()> {
+        let geometry = Geometry::check(spec, shape, layout, positions.dim())?;
+        let needed = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+        if !buffer.usage().contains(needed) {
+            return Err(Error::InvalidParameter {
+                field: "buffer usage",
+                value: format!("{:?}", buffer.usage()),
+                allowed: "COPY_SRC | COPY_DST (STORAGE optional)",
+            });
+        }
+        let bytes = (geometry.elements() as u64 * dtype.size() as u64).next_multiple_of(4);
+        if buffer.size() < bytes {
+            return Err(Error::Limit {
+                op: "rope",
+                what: "the tensor, in bytes rounded up to 4",
+                requested: bytes,
+                limit_name: "buffer size",
+                limit: buffer.size(),
+            });
+        }
+        if geometry.elements() == 0 {
+            return Ok(());
+        }
+        self.run_rope(spec, &geometry, layout, dtype, positions, Io::Device(buffer))
+    }
+
+    fn binding_limit(&self, what: &'static str, requested: u64) -> Error {
+        Error::Limit {
+            op: "rope",
+            what,
+            requested,
+            limit_name: "max storage binding size",
+            limit: self.max_binding,
+        }
+    }
+
+    fn encoder(&self, label: &'static str) -> wgpu::CommandEncoder {
+        self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) })
+    }
+
+    /// The frequencies' turn steps, on the device.
+    fn rope_steps(&self, freqs: &Frequencies) -> Result<PooledBuffer> {
+        use wgpu::BufferUsages as U;
+        let flat: Vec<u32> = freqs.steps().iter().flatten().copied().collect();
+        let buffer =
+            self.pooled("posenc.rope_cs.steps", flat.len() as u64 * 4, U::STORAGE | U::COPY_DST)?;
+        self.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(&flat));
+        Ok(buffer)
+    }
+
+    fn rope_cs_bind_group(
+        &self,
+        params: &wgpu::Buffer,
+        positions: &wgpu::Buffer,
+        steps: &wgpu::Buffer,
+        out: &wgpu::Buffer,
+    ) -> wgpu::BindGroup {
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("posenc.rope_cs.bind_group"),
+            layout: &self.rope.cs_layout,
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: params.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: positions.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 2, resource: steps.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 3, resource: out.as_entire_binding() },
+            ],
+        })
+    }
+
+    /// Records the cos/sin pass for the first `slots` positions of the bound positions
+    /// buffer.
+    fn record_rope_cs(
+        &self,
+        freqs: &Frequencies,
+        slots: usize,
+        params_buf: &wgpu::Buffer,
+        bind_group: &wgpu::BindGroup,
+        encoder: &mut wgpu::CommandEncoder,
+    ) {
+        let n_freqs = freqs.len() as u32;
+        let n_pairs = slots as u32 * n_freqs;
+        let (gx, gy) = fold_dispatch(
+            n_pairs.div_ceil(WORKGROUP_SIZE),
+            self.device.limits().max_compute_workgroups_per_dimension,
+        );
+        let af = freqs.attention_factor();
+        let params = RopeCsParams {
+            n_pairs,
+            n_freqs,
+            groups_x: gx,
+            flags: if af == 1.0 { 0 } else { FLAG_SCALE },
+            scale_bits: af.to_bits(),
+            _pad: [0; 3],
+        };
+        self.queue.write_buffer(params_buf, 0, bytemuck::bytes_of(&params));
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("posenc.rope_cs.pass"),
+            timestamp_writes: None,
+        });
+        pass.set_pipeline(&self.rope.cs_pipeline);
+        pass.set_bind_group(0, bind_group, &[]);
+        pass.dispatch_workgroups(gx, gy, 1);
+    }
+
+    fn run_rope(
+        &self,
+        spec: &RopeSpec,
+        geometry: &Geometry,
+        layout: Layout,
+        dtype: Dtype,
+        positions: ArrayView2<'_, u32>,
+        mut io: Io<'_>,
+    ) -> Result<()> {
+        let freqs = spec.frequencies_for(positions);
+        let plan = Plan::new(self, spec, geometry, dtype)?;
+        let positions: Vec<u32> = positions.iter().copied().collect();
+        let total_rows = geometry.rows();
+        let n_chunks = total_rows.div_ceil(plan.rows_per_chunk);
+        let slot_cap = plan.rows_per_chunk.min(geometry.batch * geometry.len);
+        let chunk_bytes = (plan.rows_per_chunk as u64 * plan.row_bytes).next_multiple_of(4);
+        let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
+
+        self.scoped("rope", || {
+            use wgpu::BufferUsages as U;
+            let take = |label, size: u64, usage| self.pooled(label, size, usage);
+            let steps = self.rope_steps(&freqs)?;
+            let cs_params = take("posenc.rope_cs.params", 32, U::UNIFORM | U::COPY_DST)?;
+            let pos_buf =
+                take("posenc.rope_cs.positions", slot_cap as u64 * 4, U::STORAGE | U::COPY_DST)?;
+            let cs_bytes = slot_cap as u64 * spec.n_freqs() as u64 * 8;
+            let cs = take("posenc.rope_cs.out", cs_bytes, U::STORAGE)?;
+            let cs_group = self.rope_cs_bind_group(&cs_params, &pos_buf, &steps, &cs);
+            let slots_buf = take(
+                "posenc.rope.row_slot",
+                plan.rows_per_chunk as u64 * 4,
+                U::STORAGE | U::COPY_DST,
+            )?;
+            let params_buf = take("posenc.rope.params", 48, U::UNIFORM | U::COPY_DST)?;
+            // A device buffer that one chunk covers and that may be bound is written
+            // directly; otherwise results go through a scratch buffer.
+            let direct = match &io {
+                Io::Device(b) if n_chunks == 1 && b.usage().contains(U::STORAGE) => Some(*b),
+                _ => None,
+            };
+            // The x4 kernel rotates in place, so one buffer holds input and result; the
+            // general kernel reads a source that nobody writes.
+            let src = match plan.kernel {
+                Kernel::X4 { .. } if direct.is_some() => None,
+                Kernel::X4 { .. } => Some(take(
+                    "posenc.rope.data",
+                    chunk_bytes,
+                    U::STORAGE | U::COPY_DST | U::COPY_SRC,
+                )?),
+                Kernel::General { .. } => {
+                    Some(take("posenc.rope.src", chunk_bytes, U::STORAGE | U::COPY_DST)?)
+                }
+            };
+            let scratch = match plan.kernel {
+                Kernel::General { .. } if direct.is_none() => {
+                    Some(take("posenc.rope.dst", chunk_bytes, U::STORAGE | U::COPY_SRC)?)
+                }
+                _ => None,
+            };
+            // Where results land before they leave the GPU (or stay, when direct).
+            let result: Option<&wgpu::Buffer> = match plan.kernel {
+                Kernel::X4 { .. } => src.as_deref(),
+                Kernel::General { .. } => scratch.as_deref(),
+            };
+            let staging = matches!(io, Io::Host { .. })
+                .then(|| take("posenc.rope.staging", chunk_bytes, U::MAP_READ | U::COPY_DST))
+                .transpose()?;
+            let direct_binding = direct.map(|b| wgpu::BufferBinding {
+                buffer: b,
+                offset: 0,
+                size: wgpu::BufferSize::new(chunk_bytes),
+            });
+            fn binding<'a>(
+                direct: &Option<wgpu::BufferBinding<'a>>,
+                buffer: Option<&'a wgpu::Buffer>,
+            ) -> wgpu::BindingResource<'a> {
+                match (direct, buffer) {
+                    (_, Some(b)) => b.as_entire_binding(),
+                    (Some(d), None) => wgpu::BindingResource::Buffer(d.clone()),
+                    (None, None) => unreachable!("a scratch buffer exists unless direct"),
+                }
+            }
+            let entry = |binding: u32, resource| wgpu::BindGroupEntry { binding, resource };
+            let rope_group = match plan.kernel {
+                Kernel::X4 { .. } => self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some("posenc.rope_x4.bind_group"),
+                    layout: &self.rope.x4_layout,
+                    entries: &[
+                        entry(0, params_buf.as_entire_binding()),
+                        entry(1, slots_buf.as_entire_binding()),
+                        entry(2, cs.as_entire_binding()),
+                        entry(3, binding(&direct_binding, src.as_deref())),
+                    ],
+                }),
+                Kernel::General { .. } => {
+                    self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: Some("posenc.rope.bind_group"),
+                        layout: &self.rope.layout,
+                        entries: &[
+                            entry(0, params_buf.as_entire_binding()),
+                            entry(1, slots_buf.as_entire_binding()),
+                            entry(2, cs.as_entire_binding()),
+                            entry(3, binding(&direct_binding, src.as_deref())),
+                            entry(4, binding(&direct_binding, scratch.as_deref())),
+                        ],
+                    })
+                }
+            };
+
+            let mut slots = Slots::new(positions.len());
+            for chunk in 0..n_chunks {
+                let row_lo = chunk * plan.rows_per_chunk;
+                let row_hi = (row_lo + plan.rows_per_chunk).min(total_rows);
+                let rows = row_hi - row_lo;
+                let byte_lo = row_lo as u64 * plan.row_bytes;
+                let bytes = (rows as u64 * plan.row_bytes) as usize;
+                let padded = (bytes as u64).next_multiple_of(4);
+
+                let (row_slot, slot_positions) = slots.chunk(
+                    row_lo..row_hi,
+                    |row| geometry.token_of_row(layout, row),
+                    &positions,
+                );
+                self.queue.write_buffer(&pos_buf, 0, bytemuck::cast_slice(slot_positions));
+                self.queue.write_buffer(&slots_buf, 0, bytemuck::cast_slice(row_slot));
+                let n_slots = slot_positions.len();
+                let mut encoder = self.encoder("posenc.rope.encoder");
+                match (&io, &src) {
+                    (Io::Host { input, .. }, Some(src)) => {
+                        let part = &input[byte_lo as usize..byte_lo as usize + bytes];
+                        if part.len() % 4 == 0 {
+                            self.queue.write_buffer(src, 0, part);
+                        } else {
+                            let mut tail = part.to_vec();
+                            tail.resize(padded as usize, 0);
+                            self.queue.write_buffer(src, 0, &tail);
+                        }
+                    }
+                    (Io::Device(b), Some(src)) => {
+                        encoder.copy_buffer_to_buffer(b, byte_lo, src, 0, padded)
+                    }
+                    (_, None) => {}
+                }
+                self.record_rope_cs(&freqs, n_slots, &cs_params, &cs_group, &mut encoder);
+                let (gx, gy, params) = plan.params(spec, dtype, rows, max_groups);
+                self.queue.write_buffer(&params_buf, 0, bytemuck::cast_slice(&params));
+                {
+                    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: Some("posenc.rope.pass"),
+                        timestamp_writes: None,
+                    });
+                    pass.set_pipeline(match plan.kernel {
+                        Kernel::X4 { .. } => &self.rope.x4_pipeline,
+                        Kernel::General { .. } => &self.rope.pipeline,
+                    });
+                    pass.set_bind_group(0, &rope_group, &[]);
+                    pass.dispatch_workgroups(gx, gy, 1);
+                }
+                match (&mut io, result, &staging) {
+                    (Io::Host { output, .. }, Some(result), Some(staging)) => {
+                        encoder.copy_buffer_to_buffer(result, 0, staging, 0, padded);
+                        let out = &mut output[byte_lo as usize..byte_lo as usize + bytes];
+                        if bytes as u64 == padded {
+                            self.finish_and_read("rope", encoder, staging, out)?;
+                        } else {
+                            let mut tail = vec![0u8; padded as usize];
+                            self.finish_and_read("rope", encoder, staging, &mut tail)?;
+                            out.copy_from_slice(&tail[..bytes]);
+                        }
+                    }
+                    (Io::Device(b), result, _) => {
+                        if let Some(result) = result {
+                            encoder.copy_buffer_to_buffer(result, 0, b, byte_lo, padded);
+                        }
+                        let index = self.queue.submit([encoder.finish()]);
+                        // Wait before the next chunk reuses the scratch buffers.
+                        self.wait("rope", index)?;
+                    }
+                    _ => unreachable!("host calls get a scratch and a staging buffer"),
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Which rotation kernel a call uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kernel {
+    /// `rope_x4.wgsl`: in place, a vec4 of words per step; `per_vec` elements per vec4.
+    X4 { per_vec: usize },
+    /// `rope.wgsl`: one output word per step from a separate source; `rows_per_group` head
+    /// rows per group (2 when 16-bit rows of odd length straddle words).
+    General { rows_per_group: usize },
+}
+
+/// How a call is cut into chunks and dispatched.
+struct Plan {
+    kernel: Kernel,
+    head_dim: usize,
+    row_bytes: u64,
+    rows_per_chunk: usize,
+}
+
+impl Plan {
+    fn new(ctx: &Context, spec: &RopeSpec, geometry: &Geometry, dtype: Dtype) -> Result<Self> {
+        let size = dtype.size();
+        let head_dim = geometry.head_dim;
+        let rotary_dim = spec.rotary_dim() as usize;
+        let kernel = if head_dim.is_multiple_of(8) && rotary_dim.is_multiple_of(16) {
+            Kernel::X4 { per_vec: 16 / size }
+        } else {
+            Kernel::General {
+                rows_per_group: if size == 2 && !head_dim.is_multiple_of(2) { 2 } else { 1 },
+            }
+        };
+        let unit = match kernel {
+            Kernel::X4 { .. } => 1,
+            Kernel::General { rows_per_group } => rows_per_group,
+        };
+        let row_bytes = (head_dim * size) as u64;
+        let cs_row_bytes = u64::from(spec.n_freqs()) * 8;
+        // Rows per chunk: its elements, its cos/sin rows (at most one per row) and its row
+        // slots each fit one binding, and its element count stays well inside u32.
+        let rows = (ctx.max_binding / row_bytes)
+            .min(ctx.max_binding / cs_row_bytes)
+            .min(ctx.max_binding / 4)
+            .min((1 << 30) / head_dim as u64)
+            .min(geometry.rows() as u64) as usize;
+        let rows_per_chunk = rows / unit * unit;
+        if rows_per_chunk == 0 {
+            let what = if unit == 2 { "two head rows" } else { "one head row" };
+            let need = (row_bytes * unit as u64).max(cs_row_bytes);
+            return Err(ctx.binding_limit(what, need));
+        }
+        Ok(Self { kernel, head_dim, row_bytes, rows_per_chunk })
+    }
+
+    /// The 2-D grid and the params (as words, 8 of them used by x4) of a chunk of `rows`
+    /// head rows.
+    fn params(
+        &self,
+        spec: &RopeSpec,
+        dtype: Dtype,
+        rows: usize,
+        max_groups: u32,
+    ) -> (u32, u32, [u32; 12]) {
+        let n_freqs = spec.n_freqs();
+        let pairing = match spec.pairing() {
+            Pairing::Neox => 0,
+            Pairing::Gptj => 1,
+        };
+        match self.kernel {
+            Kernel::X4 { per_vec } => {
+                let units_per_row = match spec.pairing() {
+                    Pairing::Neox => n_freqs as usize / per_vec,
+                    Pairing::Gptj => spec.rotary_dim() as usize / per_vec,
+                };
+                let n_units = (rows * units_per_row) as u32;
+                let (gx, gy) = fold_dispatch(n_units.div_ceil(WORKGROUP_SIZE), max_groups);
+                let p = RopeX4Params {
+                    n_units,
+                    units_per_row: units_per_row as u32,
+                    row_vecs: (self.head_dim / per_vec) as u32,
+                    half_vecs: n_freqs / per_vec as u32,
+                    n_freqs,
+                    pairing,
+                    dtype: dtype.code(),
+                    groups_x: gx,
+                };
+                let mut words = [0u32; 12];
+                words[..8].copy_from_slice(bytemuck::cast_slice(bytemuck::bytes_of(&p)));
+                (gx, gy, words)
+            }
+            Kernel::General { rows_per_group } => {
+                let group_elems = rows_per_group * self.head_dim;
+                let group_words = (group_elems * dtype.size() / 4) as u32;
+                // About WORDS_PER_WORKGROUP words per workgroup: plenty of workgroups for a
+                // large GPU on any real tensor, few enough that per-workgroup costs vanish.
+                let groups_per_wg = WORDS_PER_WORKGROUP.div_ceil(group_words).max(1);
+                let n_groups = rows.div_ceil(rows_per_group) as u32;
+                let (gx, gy) = fold_dispatch(n_groups.div_ceil(groups_per_wg), max_groups);
+                let p = RopeParams {
+                    n_elems: (rows * self.head_dim) as u32,
+                    n_groups,
+                    group_elems: group_elems as u32,
+                    group_words,
+                    rows_per_group: rows_per_group as u32,
+                    head_dim: self.head_dim as u32,
+                    rotary_dim: spec.rotary_dim(),
+                    n_freqs,
+                    pairing,
+                    dtype: dtype.code(),
+                    groups_per_wg,
+                    groups_x: gx,
+                };
+                (gx, gy, bytemuck::cast(p))
+            }
+        }
+    }
+}
+
+/// The cos/sin slots of a chunk's head rows: one per distinct position among the rows'
+/// tokens, so sequences sharing positions share cos/sin rows.
+struct Slots {
+    of_token: Vec<u32>,
+    touched: Vec<usize>,
+    of_position: HashMap<u32, u32>,
+    row_slot: Vec<u32>,
+    positions: Vec<u32>,
+}
+
+impl Slots {
+    fn new(tokens: usize) -> Self {
+        Self {
+            of_token: vec![u32::MAX; tokens],
+            touched: Vec::new(),
+            of_position: HashMap::new(),
+            row_slot: Vec::new(),
+            positions: Vec::new(),
+        }
+    }
+
+    /// The slot of each row in `rows` and the position of each slot.
+    fn chunk(
+        &mut self,
+        rows: std::ops::Range<usize>,
+        token_of_row: impl Fn(usize) -> usize,
+        positions: &[u32],
+    ) -> (&[u32], &[u32]) {
+        for t in self.touched.drain(..) {
+            self.of_token[t] = u32::MAX;
+        }
+        self.of_position.clear();
+        self.row_slot.clear();
+        self.positions.clear();
+        for row in rows {
+            let t = token_of_row(row);
+            if self.of_token[t] == u32::MAX {
+                let p = positions[t];
+                let next = self.positions.len() as u32;
+                let slot = *self.of_position.entry(p).or_insert(next);
+                if slot == next {
+                    self.positions.push(p);
+                }
+                self.of_token[t] = slot;
+                self.touched.push(t);
+            }
+            self.row_slot.push(self.of_token[t]);
+        }
+        (&self.row_slot, &self.positions)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_match_the_wgsl_struct_sizes() {
+        // Eight, twelve and eight u32 fields in the Params of shaders/rope_cs.wgsl,
+        // shaders/rope.wgsl and shaders/rope_x4.wgsl.
+        assert_eq!(size_of::<RopeCsParams>(), 32);
+        assert_eq!(size_of::<RopeParams>(), 48);
+        assert_eq!(size_of::<RopeX4Params>(), 32);
+    }
+}

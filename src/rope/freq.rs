@@ -1,0 +1,287 @@
+//! The rotary frequencies of a spec, computed at 256 bits from the published formulas and
+//! the float64 parameters, then held as 64-bit fractions of a turn for the exact phase.
+//!
+//! Hugging Face computes `inv_freq` in float32 (`base ** (arange / dim)` on a float32
+//! tensor), which is a few float32 ulps (~1e-7 relative) off the formula; at position 1e5
+//! that alone moves the angle by up to 1e-2 rad. posenc's contract is the formula itself.
+
+use astro_float::{BigFloat, Consts, RoundingMode, Sign};
+
+use super::{Frequencies, RopeSpec, Scaling};
+use crate::exact::{PREC, frac_fixed64};
+
+const RM: RoundingMode = RoundingMode::ToEven;
+
+/// Big-float arithmetic at [`PREC`] bits with a constant cache.
+struct Big {
+    cc: Consts,
+}
+
+impl Big {
+    fn new() -> Self {
+        // Consts::new only fails when the allocator does; there is nothing to recover then.
+        Self { cc: Consts::new().expect("astro-float constant cache allocation") }
+    }
+    fn f(&self, v: f64) -> BigFloat {
+        BigFloat::from_f64(v, PREC)
+    }
+    fn u(&self, v: u64) -> BigFloat {
+        BigFloat::from_u64(v, PREC)
+    }
+    fn ln(&mut self, x: &BigFloat) -> BigFloat {
+        x.ln(PREC, RM, &mut self.cc)
+    }
+    fn exp(&mut self, x: &BigFloat) -> BigFloat {
+        x.exp(PREC, RM, &mut self.cc)
+    }
+    fn two_pi(&mut self) -> BigFloat {
+        self.cc.pi(PREC, RM).mul(&self.u(2), PREC, RM)
+    }
+}
+
+fn mul(a: &BigFloat, b: &BigFloat) -> BigFloat {
+    a.mul(b, PREC, RM)
+}
+fn div(a: &BigFloat, b: &BigFloat) -> BigFloat {
+    a.div(b, PREC, RM)
+}
+fn add(a: &BigFloat, b: &BigFloat) -> BigFloat {
+    a.add(b, PREC, RM)
+}
+fn sub(a: &BigFloat, b: &BigFloat) -> BigFloat {
+    a.sub(b, PREC, RM)
+}
+
+/// `base^(-2i/r)` for `i` in `0..r/2`, for a base given by its natural log: one `exp` and
+/// repeated products (each adds at most 2^-256 relative; 32768 of them stay below 2^-240).
+fn default_freqs(big: &mut Big, ln_base: &BigFloat, r: u32) -> Vec<BigFloat> {
+    let n = r / 2;
+    let ratio = big.exp(&div(&mul(ln_base, &big.u(2)), &big.u(u64::from(r))).neg());
+    let mut w = big.u(1);
+    let mut out = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        out.push(w.clone());
+        w = mul(&w, &ratio);
+    }
+    out
+}
+
+/// The angular frequencies `w_i` (radians per position) of `spec` for `seq_len`.
+fn angular(big: &mut Big, spec: &RopeSpec, seq_len: u64) -> Vec<BigFloat> {
+    let r = spec.rotary_dim();
+    let ln_base = big.ln(&big.f(spec.base()));
+    match spec.scaling() {
+        Scaling::None => default_freqs(big, &ln_base, r),
+        Scaling::Linear { factor } => {
+            let f = big.f(*factor);
+            default_freqs(big, &ln_base, r).iter().map(|w| div(w, &f)).collect()
+        }
+        Scaling::Dynamic { factor, max_position_embeddings } => {
+            // base' = base * g^(r / (r - 2)), g = factor * s / m - (factor - 1), s = max(s, m);
+            // ln base' = ln base + r / (r - 2) ln g. For r = 2 the only frequency is
+            // base'^0 = 1 whatever base' is (HF's exponent r / (r - 2) divides by zero there).
+            if r == 2 {
+                return vec![big.u(1)];
+            }
+            let m = big.u(*max_position_embeddings);
+            let s = big.u(seq_len.max(*max_position_embeddings));
+            let f = big.f(*factor);
+            let g = sub(&div(&mul(&f, &s), &m), &sub(&f, &big.u(1)));
+            let ln_g = big.ln(&g);
+            let exponent = div(&big.u(u64::from(r)), &big.u(u64::from(r - 2)));
+            let ln_scaled = add(&ln_base, &mul(&exponent, &ln_g));
+            default_freqs(big, &ln_scaled, r)
+        }
+        Scaling::Yarn(y) => {
+            let two_pi = big.two_pi();
+            let original = big.u(y.original_max_position_embeddings);
+            let rr = big.u(u64::from(r));
+            // The dimension at which a frequency turns `rotations` times over the original
+            // context: r ln(original / (rotations 2 pi)) / (2 ln base).
+            let mut correction = |rotations: f64| {
+                let turns = mul(&big.f(rotations), &two_pi);
+                let ln = big.ln(&div(&original, &turns));
+                div(&mul(&rr, &ln), &mul(&big.u(2), &ln_base))
+            };
+            let mut low = correction(y.beta_fast);
+            let mut high = correction(y.beta_slow);
+            if y.truncate {
+                low = low.floor();
+                high = high.ceil();
+            }
+            let zero = big.u(0);
+            let top = big.u(u64::from(r - 1));
+            if low < zero {
+                low = zero.clone();
+            }
+            if high > top {
+                high = top;
+            }
+            if low == high {
+                // HF's guard against a zero-width ramp.
+                high = add(&high, &big.f(0.001));
+            }
+            let width = sub(&high, &low);
+            let one = big.u(1);
+            let factor = big.f(y.factor);
+            default_freqs(big, &ln_base, r)
+                .iter()
+                .enumerate()
+                .map(|(i, w)| {
+                    let t = div(&sub(&big.u(i as u64), &low), &width);
+                    let ramp = if t < zero {
+                        zero.clone()
+                    } else if t > one {
+                        one.clone()
+                    } else {
+                        t
+                    };
+                    // interpolation * ramp + extrapolation * (1 - ramp)
+                    let interpolated = div(w, &factor);
+                    add(&mul(&interpolated, &ramp), &mul(w, &sub(&one, &ramp)))
+                })
+                .collect()
+        }
+        Scaling::LongRope(l) => {
+            let ext = if seq_len > l.original_max_position_embeddings {
+                &l.long_factor
+            } else {
+                &l.short_factor
+            };
+            default_freqs(big, &ln_base, r)
+                .iter()
+                .zip(ext)
+                .map(|(w, &e)| div(w, &big.f(e)))
+                .collect()
+        }
+        Scaling::Llama3(l) => {
+            let two_pi = big.two_pi();
+            let original = big.u(l.original_max_position_embeddings);
+            let (lff, hff) = (big.f(l.low_freq_factor), big.f(l.high_freq_factor));
+            let low_wavelen = div(&original, &lff);
+            let high_wavelen = div(&original, &hff);
+            let factor = big.f(l.factor);
+            let one = big.u(1);
+            default_freqs(big, &ln_base, r)
+                .iter()
+                .map(|w| {
+                    let wavelen = div(&two_pi, w);
+                    if wavelen < high_wavelen {
+                        w.clone()
+                    } else if wavelen > low_wavelen {
+                        div(w, &factor)
+                    } else {
+                        let smooth = div(&sub(&div(&original, &wavelen), &lff), &sub(&hff, &lff));
+                        let k = add(&div(&sub(&one, &smooth), &factor), &smooth);
+                        mul(w, &k)
+                    }
+                })
+                .collect()
+        }
+        Scaling::PerFrequency { factors, .. } => default_freqs(big, &ln_base, r)
+            .iter()
+            .zip(factors)
+            .map(|(w, &f)| div(w, &big.f(f)))
+            .collect(),
+    }
+}
+
+pub(super) fn resolve(spec: &RopeSpec, seq_len: u64) -> Frequencies {
+    let mut big = Big::new();
+    let w = angular(&mut big, spec, seq_len);
+    let two_pi = big.two_pi();
+    let steps = w
+        .iter()
+        .map(|w| {
+            let f = frac_fixed64(&div(w, &two_pi));
+            [f as u32, (f >> 32) as u32]
+        })
+        .collect();
+    let inv_freq = w.iter().map(to_f64).collect();
+    Frequencies { inv_freq, steps, attention_factor: spec.scaling().attention_factor() as f32 }
+}
+
+/// A finite, non-negative big float rounded to the nearest float64 (ties to even), for
+/// values in float64's normal range.
+fn to_f64(x: &BigFloat) -> f64 {
+    if x.is_zero() {
+        return 0.0;
+    }
+    let Some((words, _, sign, exp, _)) = x.as_raw_parts() else {
+        unreachable!("frequencies are finite")
+    };
+    debug_assert!(sign == Sign::Pos);
+    // x = 0.m * 2^exp with m's top bit at the top of the last word.
+    let top = words.len();
+    let hi = words[top - 1];
+    let sticky = words[..top - 1].iter().any(|&w| w != 0);
+    // Keep 53 bits of hi; the 11 below and the rest decide the rounding.
+    let kept = hi >> 11;
+    let rest = hi & 0x7ff;
+    let half = 0x400;
+    let up = rest > half || (rest == half && (sticky || kept & 1 == 1));
+    let mantissa = kept + u64::from(up);
+    // mantissa * 2^(exp - 53), scaled in two steps so no power of two leaves float64's
+    // range on the way; a rounding carry to 2^53 is still exact.
+    let e = exp - 53;
+    let first = e.clamp(-1000, 1000);
+    mantissa as f64 * 2f64.powi(first) * 2f64.powi(e - first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rope::{Llama3, Yarn};
+
+    fn spec(r: u32, base: f64, scaling: Scaling) -> RopeSpec {
+        RopeSpec::new(r).unwrap().with_base(base).unwrap().with_scaling(scaling).unwrap()
+    }
+
+    #[test]
+    fn default_frequencies_match_powf() {
+        let f = spec(128, 10000.0, Scaling::None).frequencies(0);
+        for (i, &w) in f.inv_freq().iter().enumerate() {
+            let want = 10000f64.powf(-(2.0 * i as f64) / 128.0);
+            assert!((w - want).abs() <= 4.0 * f64::EPSILON * want, "{i}: {w} {want}");
+        }
+        assert_eq!(f.inv_freq()[0], 1.0);
+        assert_eq!(f.attention_factor(), 1.0);
+    }
+
+    #[test]
+    fn big_float_to_f64_rounds_to_nearest() {
+        for v in [1.0, 0.1, 1e-300, 3.0e300, 0.123_456_789_012_345_68, 2f64.powi(-1000)] {
+            assert_eq!(to_f64(&BigFloat::from_f64(v, PREC)), v);
+        }
+        // 1 + 2^-53 is a tie: even rounds down; 1 + 3 * 2^-54 rounds up.
+        let one = BigFloat::from_u8(1, PREC);
+        let tie = add(&one, &BigFloat::from_f64(2f64.powi(-53), PREC));
+        assert_eq!(to_f64(&tie), 1.0);
+        let above = add(&tie, &BigFloat::from_f64(2f64.powi(-60), PREC));
+        assert_eq!(to_f64(&above), 1.0 + f64::EPSILON);
+    }
+
+    #[test]
+    fn llama3_keeps_high_and_divides_low_frequencies() {
+        let f =
+            spec(128, 500000.0, Scaling::Llama3(Llama3::new(8.0, 1.0, 4.0, 8192))).frequencies(0);
+        let d = spec(128, 500000.0, Scaling::None).frequencies(0);
+        assert_eq!(f.inv_freq()[0], d.inv_freq()[0]);
+        let last = 63;
+        assert!((f.inv_freq()[last] * 8.0 - d.inv_freq()[last]).abs() < 1e-20);
+    }
+
+    #[test]
+    fn dynamic_rotary_dim_2_has_frequency_1() {
+        let s = Scaling::Dynamic { factor: 4.0, max_position_embeddings: 16 };
+        assert_eq!(spec(2, 10000.0, s).frequencies(1000).inv_freq(), [1.0]);
+    }
+
+    #[test]
+    fn yarn_ends_are_extrapolated_and_interpolated() {
+        let f = spec(64, 10000.0, Scaling::Yarn(Yarn::new(16.0, 2048))).frequencies(0);
+        let d = spec(64, 10000.0, Scaling::None).frequencies(0);
+        assert_eq!(f.inv_freq()[0], d.inv_freq()[0]);
+        assert!((f.inv_freq()[31] * 16.0 - d.inv_freq()[31]).abs() < 1e-18);
+    }
+}

@@ -1,0 +1,787 @@
+//! RoPE frequency scaling as Hugging Face's `rope_scaling` object defines it: the schemes,
+//! their validation, and the JSON reader.
+//!
+//! Every scheme is held with the float64 parameters its JSON gives; the frequencies they
+//! define are computed from those values at 256 bits (see [`super::RopeSpec::frequencies`]).
+
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+
+/// The `rope_type` values posenc knows, as Hugging Face spells them.
+pub const ROPE_TYPES: [&str; 6] = ["default", "linear", "dynamic", "yarn", "longrope", "llama3"];
+
+/// Largest `rope_scaling` JSON text accepted, in bytes. A longrope object for the largest
+/// rotary dimension (two vectors of 32768 numbers) is well under it.
+pub const MAX_JSON_BYTES: usize = 4 << 20;
+
+/// Most entries a longrope factor vector may have: one per frequency of the largest
+/// rotary dimension.
+pub const MAX_FACTORS: usize = (super::MAX_HEAD_DIM / 2) as usize;
+
+/// YaRN's defaults for `beta_fast` and `beta_slow` (HF: `get("beta_fast") or 32`).
+pub const YARN_BETA_FAST: f64 = 32.0;
+/// See [`YARN_BETA_FAST`].
+pub const YARN_BETA_SLOW: f64 = 1.0;
+
+/// How the rotary frequencies are scaled. The variants follow Hugging Face's `rope_scaling`
+/// (`transformers.modeling_rope_utils`); [`Scaling::PerFrequency`] is the general form
+/// underneath most of them: `w_i = base^(-2i/r) / factors[i]`.
+#[derive(Clone, Debug, PartialEq, Default)]
+#[non_exhaustive]
+pub enum Scaling {
+    /// `w_i = base^(-2i/r)` (HF `"default"`).
+    #[default]
+    None,
+    /// Position interpolation: `w_i = base^(-2i/r) / factor` (HF `"linear"`).
+    Linear {
+        /// The interpolation factor, > 0.
+        factor: f64,
+    },
+    /// Dynamic NTK: the base grows with the sequence length `s`:
+    /// `base' = base * (factor * s' / m - (factor - 1))^(r / (r - 2))`, `s' = max(s, m)`,
+    /// `m = max_position_embeddings` (HF `"dynamic"`).
+    Dynamic {
+        /// The scaling factor, > 0.
+        factor: f64,
+        /// The model's `max_position_embeddings`.
+        max_position_embeddings: u64,
+    },
+    /// YaRN (HF `"yarn"`).
+    Yarn(Yarn),
+    /// LongRoPE, Phi-3's per-frequency factors (HF `"longrope"`).
+    LongRope(LongRope),
+    /// Llama 3.1's piecewise scaling by wavelength (HF `"llama3"`).
+    Llama3(Llama3),
+    /// Any per-frequency divisor: `w_i = base^(-2i/r) / factors[i]`, and cos and sin
+    /// multiplied by `attention_factor`.
+    PerFrequency {
+        /// One divisor per frequency (`r / 2` of them), each finite and > 0.
+        factors: Vec<f64>,
+        /// Multiplies cos and sin; finite and >= 0.
+        attention_factor: f64,
+    },
+}
+
+/// YaRN's parameters. With `ramp_i = clamp((i - low) / (high - low), 0, 1)`,
+/// `w_i = base^(-2i/r) * (ramp_i / factor + 1 - ramp_i)`, where `low` and `high` are the
+/// dimensions at which a frequency turns `beta_fast` and `beta_slow` times over
+/// `original_max_position_embeddings` positions (floored and ceiled when `truncate`).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Yarn {
+    /// The context extension factor, > 0.
+    pub factor: f64,
+    /// The context length the model was trained with.
+    pub original_max_position_embeddings: u64,
+    /// Rotations above which a frequency is left unscaled (default 32).
+    pub beta_fast: f64,
+    /// Rotations below which a frequency is fully interpolated (default 1).
+    pub beta_slow: f64,
+    /// DeepSeek's `mscale`: with `mscale_all_dim`, the attention factor is
+    /// `m(factor, mscale) / m(factor, mscale_all_dim)`.
+    pub mscale: Option<f64>,
+    /// DeepSeek's `mscale_all_dim`.
+    pub mscale_all_dim: Option<f64>,
+    /// An explicit attention factor, overriding the mscale rule.
+    pub attention_factor: Option<f64>,
+    /// Floor `low` and ceil `high` (HF's default, true).
+    pub truncate: bool,
+}
+
+impl Yarn {
+    /// YaRN with the given factor and original context length and HF's defaults for the
+    /// rest (`beta_fast` 32, `beta_slow` 1, no mscale, truncate).
+    pub fn new(factor: f64, original_max_position_embeddings: u64) -> Self {
+        Self {
+            factor,
+            original_max_position_embeddings,
+            beta_fast: YARN_BETA_FAST,
+            beta_slow: YARN_BETA_SLOW,
+            mscale: None,
+            mscale_all_dim: None,
+            attention_factor: None,
+            truncate: true,
+        }
+    }
+}
+
+/// LongRoPE's parameters: `w_i = base^(-2i/r) / ext_i` with `ext = long_factor` when the
+/// sequence is longer than `original_max_position_embeddings`, else `short_factor`.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct LongRope {
+    /// Divisors for sequences up to the original length, one per frequency.
+    pub short_factor: Vec<f64>,
+    /// Divisors for longer sequences, one per frequency.
+    pub long_factor: Vec<f64>,
+    /// The context extension factor; sets the default attention factor.
+    pub factor: Option<f64>,
+    /// An explicit attention factor, else `sqrt(1 + ln(factor) / ln(original))` (1 when
+    /// `factor <= 1`).
+    pub attention_factor: Option<f64>,
+    /// The context length the model was trained with.
+    pub original_max_position_embeddings: u64,
+}
+
+impl LongRope {
+    /// LongRoPE with both vectors, the original context length and the extension factor.
+    pub fn new(
+        short_factor: Vec<f64>,
+        long_factor: Vec<f64>,
+        factor: Option<f64>,
+        original_max_position_embeddings: u64,
+    ) -> Self {
+        Self {
+            short_factor,
+            long_factor,
+            factor,
+            attention_factor: None,
+            original_max_position_embeddings,
+        }
+    }
+}
+
+/// Llama 3.1's parameters. With wavelength `l_i = 2 pi / w_i`, `L = original`:
+/// `l_i < L / high_freq_factor` keeps `w_i`; `l_i > L / low_freq_factor` divides it by
+/// `factor`; in between `w_i ((1 - k) / factor + k)` with
+/// `k = (L / l_i - low_freq_factor) / (high_freq_factor - low_freq_factor)`.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Llama3 {
+    /// The divisor of low frequencies, > 0.
+    pub factor: f64,
+    /// > 0.
+    pub low_freq_factor: f64,
+    /// > `low_freq_factor`.
+    pub high_freq_factor: f64,
+    /// The context length the model was trained with.
+    pub original_max_position_embeddings: u64,
+}
+
+impl Llama3 {
+    /// Llama 3.1's scaling with the given parameters.
+    pub fn new(
+        factor: f64,
+        low_freq_factor: f64,
+        high_freq_factor: f64,
+        original_max_position_embeddings: u64,
+    ) -> Self {
+        Self { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings }
+    }
+}
+
+/// A typed error about one field of a `rope_scaling` object.
+fn invalid(
+    field: impl Into<String>,
+    value: impl Into<String>,
+    allowed: impl Into<String>,
+) -> Error {
+    Error::RopeScaling { field: field.into(), value: value.into(), allowed: allowed.into() }
+}
+
+const POSITIVE: &str = "a finite number > 0";
+const WHOLE: &str = "a whole number in 1..=9007199254740992";
+const ATTENTION: &str = "a finite number >= 0 that float32 can hold";
+const FACTORS: &str = "an array of finite numbers > 0, one per frequency (rotary_dim / 2)";
+
+fn check_positive(field: &str, v: f64) -> Result<()> {
+    if v.is_finite() && v > 0.0 { Ok(()) } else { Err(invalid(field, v.to_string(), POSITIVE)) }
+}
+
+fn check_whole(field: &str, v: u64) -> Result<()> {
+    if (1..=1 << 53).contains(&v) { Ok(()) } else { Err(invalid(field, v.to_string(), WHOLE)) }
+}
+
+fn check_factors(field: &str, factors: &[f64]) -> Result<()> {
+    if factors.len() > MAX_FACTORS {
+        return Err(invalid(
+            field,
+            format!("{} numbers", factors.len()),
+            format!("at most {MAX_FACTORS} numbers ({FACTORS})"),
+        ));
+    }
+    for (k, &v) in factors.iter().enumerate() {
+        if !(v.is_finite() && v > 0.0) {
+            return Err(invalid(format!("{field}[{k}]"), v.to_string(), POSITIVE));
+        }
+    }
+    Ok(())
+}
+
+/// `0.1 * m * ln(s) + 1`, or 1 when `s <= 1`: YaRN's magnitude scale (in float64; the
+/// attention factor is rounded to float32 before use, far above this error).
+fn yarn_mscale(s: f64, m: f64) -> f64 {
+    if s <= 1.0 { 1.0 } else { 0.1 * m * s.ln() + 1.0 }
+}
+
+impl Scaling {
+    /// The attention factor that multiplies cos and sin, as Hugging Face defines it: 1 for
+    /// `None`, `Linear`, `Dynamic` and `Llama3`; YaRN's and LongRoPE's rules otherwise.
+    ///
+    /// Computed in float64 from the float64 parameters, as Hugging Face does; it is rounded
+    /// to float32 once, before it multiplies the float32 cos and sin.
+    pub fn attention_factor(&self) -> f64 {
+        match self {
+            Scaling::None
+            | Scaling::Linear { .. }
+            | Scaling::Dynamic { .. }
+            | Scaling::Llama3(_) => 1.0,
+            Scaling::Yarn(y) => match (y.attention_factor, y.mscale, y.mscale_all_dim) {
+                (Some(a), _, _) => a,
+                // HF tests both for truthiness: absent and 0 mean "not given".
+                (None, Some(m), Some(a)) if m != 0.0 && a != 0.0 => {
+                    yarn_mscale(y.factor, m) / yarn_mscale(y.factor, a)
+                }
+                _ => yarn_mscale(y.factor, 1.0),
+            },
+            Scaling::LongRope(l) => match (l.attention_factor, l.factor) {
+                (Some(a), _) => a,
+                (None, Some(f)) if f > 1.0 => {
+                    (1.0 + f.ln() / (l.original_max_position_embeddings as f64).ln()).sqrt()
+                }
+                _ => 1.0,
+            },
+            Scaling::PerFrequency { attention_factor, .. } => *attention_factor,
+        }
+    }
+
+    /// The name Hugging Face gives this scheme (`"per_frequency"` for the general form).
+    pub fn rope_type(&self) -> &'static str {
+        match self {
+            Scaling::None => "default",
+            Scaling::Linear { .. } => "linear",
+            Scaling::Dynamic { .. } => "dynamic",
+            Scaling::Yarn(_) => "yarn",
+            Scaling::LongRope(_) => "longrope",
+            Scaling::Llama3(_) => "llama3",
+            Scaling::PerFrequency { .. } => "per_frequency",
+        }
+    }
+
+    /// Checks every parameter's range (the same checks [`Scaling::from_hf_json`] runs).
+    /// Vector lengths are checked against the rotary dimension by
+    /// [`Scaling::check_rotary_dim`].
+    ///
+    /// # Errors
+    /// [`Error::RopeScaling`] naming the first field out of range, its value and the range.
+    pub fn validate(&self) -> Result<()> {
+        match self {
+            Scaling::None => {}
+            Scaling::Linear { factor } => check_positive("factor", *factor)?,
+            Scaling::Dynamic { factor, max_position_embeddings } => {
+                check_positive("factor", *factor)?;
+                check_whole("max_position_embeddings", *max_position_embeddings)?;
+            }
+            Scaling::Yarn(y) => {
+                check_positive("factor", y.factor)?;
+                check_whole(
+                    "original_max_position_embeddings",
+                    y.original_max_position_embeddings,
+                )?;
+                check_positive("beta_fast", y.beta_fast)?;
+                check_positive("beta_slow", y.beta_slow)?;
+                for (field, v) in [("mscale", y.mscale), ("mscale_all_dim", y.mscale_all_dim)] {
+                    if let Some(v) = v.filter(|v| !v.is_finite()) {
+                        return Err(invalid(field, v.to_string(), "a finite number"));
+                    }
+                }
+            }
+            Scaling::LongRope(l) => {
+                check_factors("short_factor", &l.short_factor)?;
+                check_factors("long_factor", &l.long_factor)?;
+                if let Some(f) = l.factor {
+                    check_positive("factor", f)?;
+                }
+                check_whole(
+                    "original_max_position_embeddings",
+                    l.original_max_position_embeddings,
+                )?;
+                if l.factor.is_none() && l.attention_factor.is_none() {
+                    return Err(invalid(
+                        "factor",
+                        "missing",
+                        "a finite number > 0; without it, attention_factor or \
+                         max_position_embeddings (factor = max_position_embeddings / \
+                         original_max_position_embeddings) must be given",
+                    ));
+                }
+            }
+            Scaling::Llama3(l) => {
+                check_positive("factor", l.factor)?;
+                check_positive("low_freq_factor", l.low_freq_factor)?;
+                if !(l.high_freq_factor.is_finite() && l.high_freq_factor > l.low_freq_factor) {
+                    return Err(invalid(
+                        "high_freq_factor",
+                        l.high_freq_factor.to_string(),
+                        format!("a finite number > low_freq_factor ({})", l.low_freq_factor),
+                    ));
+                }
+                check_whole(
+                    "original_max_position_embeddings",
+                    l.original_max_position_embeddings,
+                )?;
+            }
+            Scaling::PerFrequency { factors, .. } => check_factors("factors", factors)?,
+        }
+        let a = self.attention_factor();
+        if !(a.is_finite() && a >= 0.0 && (a as f32).is_finite()) {
+            return Err(invalid("attention_factor", a.to_string(), ATTENTION));
+        }
+        Ok(())
+    }
+
+    /// Checks that per-frequency vectors have one entry per frequency of rotary
+    /// dimension `rotary_dim`.
+    ///
+    /// # Errors
+    /// [`Error::RopeScaling`] naming the vector, its length and the length wanted.
+    pub fn check_rotary_dim(&self, rotary_dim: u32) -> Result<()> {
+        let want = (rotary_dim / 2) as usize;
+        let vectors: Vec<(&str, &[f64])> = match self {
+            Scaling::LongRope(l) => {
+                vec![("short_factor", &l.short_factor), ("long_factor", &l.long_factor)]
+            }
+            Scaling::PerFrequency { factors, .. } => vec![("factors", factors)],
+            _ => vec![],
+        };
+        for (field, v) in vectors {
+            if v.len() != want {
+                return Err(invalid(
+                    field,
+                    format!("{} numbers", v.len()),
+                    format!("{want} numbers: one per frequency of rotary_dim {rotary_dim}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads a Hugging Face `rope_scaling` object (the JSON text of a model config's
+    /// `rope_scaling` field, or of its `rope_parameters` less `rope_theta`), e.g.
+    /// `{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+    /// "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}`.
+    ///
+    /// `null` means no scaling. The legacy key `"type"` is read when `"rope_type"` is absent.
+    /// `max_position_embeddings` (a model-config field in Hugging Face, outside
+    /// `rope_scaling`) may be given inside the object: `dynamic` needs it (or
+    /// `original_max_position_embeddings`), and `yarn` and `longrope` use it where Hugging
+    /// Face reads the config's value (a missing `factor` is
+    /// `max_position_embeddings / original_max_position_embeddings`; a missing
+    /// `original_max_position_embeddings` is `max_position_embeddings`).
+    ///
+    /// ```
+    /// use posenc::rope::Scaling;
+    /// let s = Scaling::from_hf_json(r#"{"type": "linear", "factor": 4}"#)?;
+    /// assert_eq!(s, Scaling::Linear { factor: 4.0 });
+    /// let err = Scaling::from_hf_json(r#"{"rope_type": "linear", "factor": -1}"#).unwrap_err();
+    /// assert!(err.to_string().contains("factor"));
+    /// # Ok::<(), posenc::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::RopeScaling`] naming the field, the offending value and what is allowed:
+    /// malformed JSON (numbers beyond float64, such as `1e999`, included), a value that is
+    /// not an object, an unknown `rope_type` (listing the known ones), a key the type does
+    /// not use (listing those it does), a missing required field, a value of the wrong
+    /// type, a number out of range (non-finite, negative, zero where a divisor).
+    pub fn from_hf_json(text: &str) -> Result<Self> {
+        if text.len() > MAX_JSON_BYTES {
+            return Err(invalid(
+                "(json)",
+                format!("{} bytes", text.len()),
+                format!("at most {MAX_JSON_BYTES} bytes"),
+            ));
+        }
+        let value: Value = serde_json::from_str(text).map_err(|e| {
+            invalid("(json)", format!("not valid JSON ({e})"), "a JSON object or null")
+        })?;
+        Self::from_hf_value(&value)
+    }
+
+    /// [`Scaling::from_hf_json`] on an already parsed JSON value.
+    ///
+    /// # Errors
+    /// As [`Scaling::from_hf_json`].
+    pub fn from_hf_value(value: &Value) -> Result<Self> {
+        let map = match value {
+            Value::Null => return Ok(Scaling::None),
+            Value::Object(map) => map,
+            other => {
+                return Err(invalid("rope_scaling", excerpt(other), "a JSON object or null"));
+            }
+        };
+        let type_key =
+            if map.get("rope_type").is_some_and(|v| !v.is_null()) { "rope_type" } else { "type" };
+        let known = ROPE_TYPES.join(", ");
+        let rope_type = match map.get(type_key) {
+            None | Some(Value::Null) => {
+                return Err(invalid("rope_type", "missing", format!("one of {known}")));
+            }
+            Some(Value::String(s)) => s.as_str(),
+            Some(other) => {
+                return Err(invalid(type_key, excerpt(other), format!("a string, one of {known}")));
+            }
+        };
+        let fields = Fields { map };
+        let scaling = match rope_type {
+            "default" => {
+                fields.only("default", &[])?;
+                Scaling::None
+            }
+            "linear" => {
+                fields.only("linear", &["factor"])?;
+                Scaling::Linear { factor: fields.required_number("factor")? }
+            }
+            "dynamic" => {
+                fields.only(
+                    "dynamic",
+                    &["factor", "max_position_embeddings", "original_max_position_embeddings"],
+                )?;
+                let factor = fields.required_number("factor")?;
+                let max = match fields.whole("max_position_embeddings")? {
+                    Some(m) => m,
+                    None => fields.whole("original_max_position_embeddings")?.ok_or_else(|| {
+                        invalid(
+                            "max_position_embeddings",
+                            "missing",
+                            format!(
+                                "{WHOLE} (the model's max_position_embeddings; \
+                                     original_max_position_embeddings is read in its place)"
+                            ),
+                        )
+                    })?,
+                };
+                Scaling::Dynamic { factor, max_position_embeddings: max }
+            }
+            "yarn" => {
+                fields.only(
+                    "yarn",
+                    &[
+                        "factor",
+                        "original_max_position_embeddings",
+                        "max_position_embeddings",
+                        "beta_fast",
+                        "beta_slow",
+                        "mscale",
+                        "mscale_all_dim",
+                        "attention_factor",
+                        "truncate",
+                    ],
+                )?;
+                let max = fields.whole("max_position_embeddings")?;
+                let original = match (fields.whole("original_max_position_embeddings")?, max) {
+                    (Some(o), _) | (None, Some(o)) => o,
+                    (None, None) => return Err(missing_original("yarn")),
+                };
+                let factor = match (fields.number("factor")?, max) {
+                    (Some(f), _) => f,
+                    (None, Some(m)) => m as f64 / original as f64,
+                    (None, None) => {
+                        return Err(invalid(
+                            "factor",
+                            "missing",
+                            format!(
+                                "{POSITIVE} (or max_position_embeddings, giving \
+                                     factor = max_position_embeddings / original)"
+                            ),
+                        ));
+                    }
+                };
+                Scaling::Yarn(Yarn {
+                    factor,
+                    original_max_position_embeddings: original,
+                    beta_fast: fields.falsy_default("beta_fast", YARN_BETA_FAST)?,
+                    beta_slow: fields.falsy_default("beta_slow", YARN_BETA_SLOW)?,
+                    mscale: fields.number("mscale")?,
+                    mscale_all_dim: fields.number("mscale_all_dim")?,
+                    attention_factor: fields.number("attention_factor")?,
+                    truncate: fields.boolean("truncate")?.unwrap_or(true),
+                })
+            }
+            "longrope" => {
+                fields.only(
+                    "longrope",
+                    &[
+                        "short_factor",
+                        "long_factor",
+                        "factor",
+                        "attention_factor",
+                        "original_max_position_embeddings",
+                        "max_position_embeddings",
+                    ],
+                )?;
+                let max = fields.whole("max_position_embeddings")?;
+                let original = match (fields.whole("original_max_position_embeddings")?, max) {
+                    (Some(o), _) | (None, Some(o)) => o,
+                    (None, None) => return Err(missing_original("longrope")),
+                };
+                let factor = match (fields.number("factor")?, max) {
+                    (Some(f), _) => Some(f),
+                    (None, Some(m)) => Some(m as f64 / original as f64),
+                    (None, None) => None,
+                };
+                Scaling::LongRope(LongRope {
+                    short_factor: fields.vector("short_factor")?,
+                    long_factor: fields.vector("long_factor")?,
+                    factor,
+                    attention_factor: fields.number("attention_factor")?,
+                    original_max_position_embeddings: original,
+                })
+            }
+            "llama3" => {
+                fields.only(
+                    "llama3",
+                    &[
+                        "factor",
+                        "low_freq_factor",
+                        "high_freq_factor",
+                        "original_max_position_embeddings",
+                    ],
+                )?;
+                Scaling::Llama3(Llama3 {
+                    factor: fields.required_number("factor")?,
+                    low_freq_factor: fields.required_number("low_freq_factor")?,
+                    high_freq_factor: fields.required_number("high_freq_factor")?,
+                    original_max_position_embeddings: fields
+                        .whole("original_max_position_embeddings")?
+                        .ok_or_else(|| missing_original("llama3"))?,
+                })
+            }
+            other => {
+                return Err(invalid(type_key, format!("{other:?}"), format!("one of {known}")));
+            }
+        };
+        scaling.validate()?;
+        Ok(scaling)
+    }
+}
+
+fn missing_original(rope_type: &str) -> Error {
+    invalid(
+        "original_max_position_embeddings",
+        "missing",
+        format!(
+            "{WHOLE}, required by rope_type {rope_type:?} (max_position_embeddings is read \
+                 in its place)"
+        ),
+    )
+}
+
+/// A JSON value shortened for an error message.
+fn excerpt(v: &Value) -> String {
+    const MAX: usize = 48;
+    let text = match v {
+        Value::Array(a) if a.len() > 4 => format!("an array of {} values", a.len()),
+        _ => v.to_string(),
+    };
+    if text.chars().count() <= MAX {
+        text
+    } else {
+        let cut: String = text.chars().take(MAX).collect();
+        format!("{cut}...")
+    }
+}
+
+/// The fields of one `rope_scaling` object, read with type checks.
+struct Fields<'a> {
+    map: &'a Map<String, Value>,
+}
+
+impl Fields<'_> {
+    /// Refuses any key other than `rope_type`/`type` and `allowed`.
+    fn only(&self, rope_type: &str, allowed: &[&str]) -> Result<()> {
+        for (key, value) in self.map {
+            if key == "rope_type" || key == "type" || allowed.contains(&key.as_str()) {
+                continue;
+            }
+            let keys = ["rope_type"].iter().chain(allowed).copied().collect::<Vec<_>>().join(", ");
+            return Err(invalid(
+                key.clone(),
+                excerpt(value),
+                format!("no such key for rope_type {rope_type:?}; its keys are {keys}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A number, or `None` when absent or null.
+    fn number(&self, key: &str) -> Result<Option<f64>> {
+        match self.map.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Number(n)) => {
+                // serde_json refuses numbers beyond float64 at parse time; what is left
+                // converts (large integers round to the nearest float64).
+                n.as_f64().map(Some).ok_or_else(|| invalid(key, n.to_string(), "a number"))
+            }
+            Some(other) => Err(invalid(key, excerpt(other), "a number")),
+        }
+    }
+
+    fn required_number(&self, key: &str) -> Result<f64> {
+        self.number(key)?.ok_or_else(|| invalid(key, "missing", POSITIVE))
+    }
+
+    /// HF's `get(key) or default`: absent, null and 0 take the default.
+    fn falsy_default(&self, key: &str, default: f64) -> Result<f64> {
+        Ok(self.number(key)?.filter(|&v| v != 0.0).unwrap_or(default))
+    }
+
+    /// A positive whole number (written as an integer or as a float with no fraction).
+    fn whole(&self, key: &str) -> Result<Option<u64>> {
+        let Some(v) = self.number(key)? else { return Ok(None) };
+        if v.fract() == 0.0 && (1.0..=9_007_199_254_740_992.0).contains(&v) {
+            Ok(Some(v as u64))
+        } else {
+            Err(invalid(key, v.to_string(), WHOLE))
+        }
+    }
+
+    fn boolean(&self, key: &str) -> Result<Option<bool>> {
+        match self.map.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(other) => Err(invalid(key, excerpt(other), "true or false")),
+        }
+    }
+
+    fn vector(&self, key: &str) -> Result<Vec<f64>> {
+        match self.map.get(key) {
+            None | Some(Value::Null) => Err(invalid(key, "missing", FACTORS)),
+            Some(Value::Array(items)) => {
+                if items.len() > MAX_FACTORS {
+                    return Err(invalid(
+                        key,
+                        format!("{} numbers", items.len()),
+                        format!("at most {MAX_FACTORS} numbers ({FACTORS})"),
+                    ));
+                }
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(k, item)| match item {
+                        Value::Number(n) => n
+                            .as_f64()
+                            .ok_or_else(|| invalid(format!("{key}[{k}]"), n.to_string(), POSITIVE)),
+                        other => Err(invalid(format!("{key}[{k}]"), excerpt(other), POSITIVE)),
+                    })
+                    .collect()
+            }
+            Some(other) => Err(invalid(key, excerpt(other), FACTORS)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field_of(text: &str) -> String {
+        match Scaling::from_hf_json(text) {
+            Err(Error::RopeScaling { field, .. }) => field,
+            other => panic!("{text}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn reads_every_scheme() {
+        assert_eq!(Scaling::from_hf_json("null").unwrap(), Scaling::None);
+        assert_eq!(Scaling::from_hf_json(r#"{"rope_type":"default"}"#).unwrap(), Scaling::None);
+        let llama = Scaling::from_hf_json(
+            r#"{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}"#,
+        )
+        .unwrap();
+        assert_eq!(llama, Scaling::Llama3(Llama3::new(8.0, 1.0, 4.0, 8192)));
+        let yarn = Scaling::from_hf_json(
+            r#"{"type": "yarn", "factor": 40, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0,
+                "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096}"#,
+        )
+        .unwrap();
+        let Scaling::Yarn(y) = &yarn else { panic!("{yarn:?}") };
+        assert_eq!((y.factor, y.original_max_position_embeddings, y.truncate), (40.0, 4096, true));
+        // mscale == mscale_all_dim: the ratio is exactly 1.
+        assert_eq!(yarn.attention_factor(), 1.0);
+        let yarn = Scaling::from_hf_json(
+            r#"{"rope_type": "yarn", "factor": 32.0, "beta_fast": 0, "truncate": false,
+                "original_max_position_embeddings": 4096}"#,
+        )
+        .unwrap();
+        let Scaling::Yarn(y) = &yarn else { panic!("{yarn:?}") };
+        assert_eq!((y.beta_fast, y.truncate), (32.0, false));
+        assert!((yarn.attention_factor() - (0.1 * 32f64.ln() + 1.0)).abs() < 1e-15);
+        let dynamic = Scaling::from_hf_json(
+            r#"{"type":"dynamic","factor":2,"max_position_embeddings":2048}"#,
+        )
+        .unwrap();
+        assert_eq!(dynamic, Scaling::Dynamic { factor: 2.0, max_position_embeddings: 2048 });
+        let long = Scaling::from_hf_json(
+            r#"{"type":"longrope","short_factor":[1,1],"long_factor":[2,3],
+                "max_position_embeddings":131072,"original_max_position_embeddings":4096}"#,
+        )
+        .unwrap();
+        let Scaling::LongRope(l) = &long else { panic!("{long:?}") };
+        assert_eq!(l.factor, Some(32.0));
+        let want = (1.0 + 32f64.ln() / 4096f64.ln()).sqrt();
+        assert!((long.attention_factor() - want).abs() < 1e-15);
+    }
+
+    #[test]
+    fn names_the_offending_field() {
+        for (text, field) in [
+            (r#"{"rope_type":"linear"}"#, "factor"),
+            (r#"{"rope_type":"linear","factor":"8"}"#, "factor"),
+            (r#"{"rope_type":"linear","factor":-1}"#, "factor"),
+            (r#"{"rope_type":"linear","factor":0}"#, "factor"),
+            (r#"{"rope_type":"linear","factor":8,"factr":1}"#, "factr"),
+            (r#"{"rope_type":"mystery"}"#, "rope_type"),
+            (r#"{"type":"mystery"}"#, "type"),
+            (r#"{"rope_type":7}"#, "rope_type"),
+            (r#"{"factor":2}"#, "rope_type"),
+            (r#"[1]"#, "rope_scaling"),
+            (r#"{"rope_type":"linear","factor":1e999}"#, "(json)"),
+            (r#"{"rope_type":"dynamic","factor":2}"#, "max_position_embeddings"),
+            (r#"{"rope_type":"yarn","factor":2}"#, "original_max_position_embeddings"),
+            (
+                r#"{"rope_type":"yarn","factor":2,"original_max_position_embeddings":1.5}"#,
+                "original_max_position_embeddings",
+            ),
+            (
+                r#"{"rope_type":"yarn","factor":2,"original_max_position_embeddings":4,"truncate":1}"#,
+                "truncate",
+            ),
+            (
+                r#"{"rope_type":"yarn","factor":2,"original_max_position_embeddings":4,
+                    "mscale":1,"mscale_all_dim":-100}"#,
+                "attention_factor",
+            ),
+            (
+                r#"{"rope_type":"llama3","factor":8,"low_freq_factor":4,"high_freq_factor":4,
+                    "original_max_position_embeddings":8192}"#,
+                "high_freq_factor",
+            ),
+            (
+                r#"{"rope_type":"longrope","short_factor":[1,"x"],"long_factor":[1,1],
+                    "factor":2,"original_max_position_embeddings":4096}"#,
+                "short_factor[1]",
+            ),
+            (
+                r#"{"rope_type":"longrope","short_factor":[1,1],"long_factor":[1,1],
+                    "original_max_position_embeddings":4096}"#,
+                "factor",
+            ),
+        ] {
+            assert_eq!(field_of(text), field, "{text}");
+        }
+    }
+
+    #[test]
+    fn vector_lengths_are_checked_against_the_rotary_dim() {
+        let long = LongRope::new(vec![1.0; 3], vec![1.0; 4], Some(2.0), 4096);
+        let s = Scaling::LongRope(long);
+        s.validate().unwrap();
+        let err = s.check_rotary_dim(8).unwrap_err();
+        assert!(err.to_string().contains("short_factor"), "{err}");
+        assert!(err.to_string().contains("4 numbers"), "{err}");
+    }
+}
