@@ -10,7 +10,11 @@ use posenc::encode::ids_to_u32;
 use posenc::npy::{Expected, NpyArray, NpyDtype, read_from};
 
 const ROLES: [Expected<'static>; 4] = [
-    Expected { what: "ids", dtypes: &[NpyDtype::I32, NpyDtype::I64, NpyDtype::U32], ranks: &[1, 2] },
+    Expected {
+        what: "ids",
+        dtypes: &[NpyDtype::I32, NpyDtype::I64, NpyDtype::U32],
+        ranks: &[1, 2],
+    },
     Expected { what: "positions", dtypes: &[NpyDtype::U32], ranks: &[1, 2] },
     Expected { what: "offsets", dtypes: &[NpyDtype::U32, NpyDtype::I64], ranks: &[1] },
     Expected { what: "weights", dtypes: &[NpyDtype::F32, NpyDtype::F16], ranks: &[2] },
