@@ -809,15 +809,7 @@ fn table(args: &TableArgs) -> Result<(), Failure> {
         Some(fast) => or_on_cpu(fast, table, || Ok(cpu::table(&spec, &positions)))?,
         None => table?,
     };
-    let write = |w: &mut dyn Write| write_table(w, args.format, spec.dim(), &positions, &table);
-    match file {
-        Some(mut file) => {
-            write(file.writer()).map_err(|e| file.io_error(e))?;
-            file.commit()?;
-            Ok(())
-        }
-        None => to_stdout(write),
-    }
+    emit(file, |w| write_table(w, args.format, spec.dim(), &positions, &table))
 }
 
 fn write_table(
