@@ -263,12 +263,20 @@ pub(crate) fn check_learned(
 ) -> Result<Option<f32>> {
     let (max_positions, pe_dim) = position_table;
     let factor = check_dims(pe_dim, table, ids, positions, options)?;
-    for ((row, col), &position) in positions.indexed_iter() {
-        if position as usize >= max_positions {
-            return Err(Error::Position { row, col, position, max_positions });
-        }
-    }
+    check_positions(positions, max_positions)?;
     Ok(factor)
+}
+
+/// Checks that every position has a row in a learned position table of `max_positions`
+/// rows.
+///
+/// # Errors
+/// [`Error::Position`] for the first (row-major) position `>= max_positions`.
+pub fn check_positions(positions: ArrayView2<'_, u32>, max_positions: usize) -> Result<()> {
+    match positions.indexed_iter().find(|&(_, &p)| p as usize >= max_positions) {
+        Some(((row, col), &position)) => Err(Error::Position { row, col, position, max_positions }),
+        None => Ok(()),
+    }
 }
 
 fn check_dims(

@@ -946,12 +946,7 @@ impl EncodeInput {
         let pe = match (spec, learned) {
             (Some(spec), _) => PeInput::Spec(spec),
             (None, Some(p)) => {
-                let max_positions = p.dim().0;
-                if let Some(((row, col), &position)) =
-                    positions.indexed_iter().find(|&(_, &q)| q as usize >= max_positions)
-                {
-                    return Err(Error::Position { row, col, position, max_positions });
-                }
+                enc::check_positions(positions.view(), p.dim().0)?;
                 PeInput::Learned(p)
             }
             (None, None) => unreachable!("a spec unless a position table was given"),
