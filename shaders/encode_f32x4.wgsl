@@ -1,60 +1,79 @@
 // Fast path of encode (see encode.wgsl): f32 table, f32 output, dim a multiple of 4, the
-// whole vocabulary in one binding. One invocation moves one vec4; same arithmetic, same
-// bits as the general kernel and the CPU twin.
+// whole vocabulary in one binding. Same arithmetic, same bits as the general kernel and the
+// CPU twin.
+//
+// The host sorts the tokens by PE row and cuts them into groups of at most
+// MAX_GROUP_TOKENS tokens sharing one row. A workgroup owns one group and one block of
+// 2 * PAIR_WORKGROUP_SIZE columns (vec4s): it reads the PE values of its columns once and
+// adds them to every token of the group, so PE rows are read once per group instead of once
+// per token. Each invocation moves two adjacent vec4s per token: on adapters that emulate a
+// GPU on CPU cores (lavapipe, llvmpipe) every buffer access costs a per-lane loop, and two
+// adjacent vec4s per lane share the loads of the token's id and row.
 
 const FLAG_SCALE: u32 = 1u;
 const FLAG_PAD: u32 = 2u;
 
 struct Params {
-    n_tokens: u32,
+    n_groups: u32,
     // vec4s per row: dim / 4.
     row_vecs: u32,
     scale_bits: u32,
     flags: u32,
     pad_id: u32,
-    // Workgroups along y; the grid folds tokens beyond it into z.
+    // Workgroups along y; the grid folds groups beyond it into z.
     groups_y: u32,
+    // Index in `tokens` of the first group record.
+    groups_at: u32,
     _pad0: u32,
-    _pad1: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-// Tokens arrive sorted by PE row, so the tokens sharing a row run back to back and read it
-// from cache. Three words per sorted token g: its id, its PE row (slot), and the output row
-// it goes to. One buffer for the three keeps the kernel within the 4 storage buffers per
-// stage of WebGPU's downlevel limits.
-@group(0) @binding(1) var<storage, read> tokens: array<u32>;
+// tokens[j] for j < groups_at: sorted token j as (embedding id, output row).
+// tokens[groups_at + g]: group g as (its first sorted token, its PE row); the record after
+// the last group holds (number of tokens, 0), so group g's tokens end where g + 1's begin.
+// One buffer for both keeps the kernel within the 4 storage buffers per stage of WebGPU's
+// downlevel limits.
+@group(0) @binding(1) var<storage, read> tokens: array<vec2<u32>>;
 @group(0) @binding(2) var<storage, read> pe: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> table: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>;
 
-// One workgroup per token: the token's id, PE row and destination are read once per
-// invocation and serve every vec4 it moves along the row.
-@compute @workgroup_size(ROW_WORKGROUP_SIZE)
-fn encode_f32x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
-    let token = wg.z * params.groups_y + wg.y;
-    if token >= params.n_tokens {
-        return;
-    }
-    let n = params.row_vecs;
-    let dst = tokens[3u * token + 2u] * n;
-    let id = tokens[3u * token];
-    if (params.flags & FLAG_PAD) != 0u && id == params.pad_id {
-        for (var x = li; x < n; x += ROW_WORKGROUP_SIZE) {
-            out[dst + x] = vec4<f32>(0.0);
-        }
-        return;
-    }
-    let src = id * n;
-    let pe_row = tokens[3u * token + 1u] * n;
+fn value(e: vec4<f32>, p: vec4<f32>) -> vec4<f32> {
     if (params.flags & FLAG_SCALE) != 0u {
-        let s = bitcast<f32>(params.scale_bits);
-        for (var x = li; x < n; x += ROW_WORKGROUP_SIZE) {
-            out[dst + x] = table[src + x] * s + pe[pe_row + x];
-        }
-    } else {
-        for (var x = li; x < n; x += ROW_WORKGROUP_SIZE) {
-            out[dst + x] = table[src + x] + pe[pe_row + x];
+        return e * bitcast<f32>(params.scale_bits) + p;
+    }
+    return e + p;
+}
+
+@compute @workgroup_size(PAIR_WORKGROUP_SIZE)
+fn encode_f32x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let group = wg.z * params.groups_y + wg.y;
+    let n = params.row_vecs;
+    let x = 2u * (wg.x * PAIR_WORKGROUP_SIZE + li);
+    if group >= params.n_groups || x >= n {
+        return;
+    }
+    // Rows may hold an odd number of vec4s: the last invocation then moves one.
+    let two = x + 1u < n;
+    let head = tokens[params.groups_at + group];
+    let end = tokens[params.groups_at + group + 1u].x;
+    let pe_at = head.y * n + x;
+    let p0 = pe[pe_at];
+    var p1 = vec4<f32>(0.0);
+    if two {
+        p1 = pe[pe_at + 1u];
+    }
+    let pad = (params.flags & FLAG_PAD) != 0u;
+    for (var j = head.x; j < end; j++) {
+        let t = tokens[j];
+        // A pad token's row is zero: no embedding, no position. Its id may lie outside the
+        // vocabulary, so it reads row 0 in its place.
+        let zero = pad && t.x == params.pad_id;
+        let src = select(t.x, 0u, zero) * n + x;
+        let dst = t.y * n + x;
+        out[dst] = select(value(table[src], p0), vec4<f32>(0.0), zero);
+        if two {
+            out[dst + 1u] = select(value(table[src + 1u], p1), vec4<f32>(0.0), zero);
         }
     }
 }

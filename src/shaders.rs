@@ -28,9 +28,14 @@ pub const KERNELS: &[(&str, &str)] = &[
 /// Threads per workgroup of kernels that give each workgroup one row and loop along it.
 pub const ROW_WORKGROUP_SIZE: u32 = 64;
 
+/// Threads per workgroup of `encode_f32x4`, each moving two adjacent vec4s: a workgroup
+/// covers 256 vec4s (1024 columns) of a row.
+pub const PAIR_WORKGROUP_SIZE: u32 = 128;
+
 fn prelude() -> String {
     let mut s = format!("const WORKGROUP_SIZE: u32 = {WORKGROUP_SIZE}u;\n");
     s += &format!("const ROW_WORKGROUP_SIZE: u32 = {ROW_WORKGROUP_SIZE}u;\n");
+    s += &format!("const PAIR_WORKGROUP_SIZE: u32 = {PAIR_WORKGROUP_SIZE}u;\n");
     s += &format!("const F32_STEP_BIAS: i32 = {};\n", crate::exact::F32_STEP_BIAS);
     s += &format!("const F32_STEPS: u32 = {}u;\n", crate::exact::F32_STEPS);
     for (k, c) in SIN_COEFFS.iter().enumerate() {

@@ -169,6 +169,57 @@ fn gpu_equals_cpu_for_every_position_builder() {
     }
 }
 
+/// The f32 fast kernel serves groups of up to `MAX_GROUP_TOKENS` tokens sharing a PE row
+/// from one read of it, and blocks of 256 vec4s per workgroup. Batches larger than a group,
+/// rows with an odd number of vec4s and more than one block, pad tokens (in and outside the
+/// vocabulary), duplicate positions within a row, and token chunks all give the CPU's bits.
+#[test]
+fn gpu_fast_kernel_groups_tokens_sharing_a_position() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(35);
+    let group = posenc::gpu::MAX_GROUP_TOKENS;
+    for (dim, batch, len) in
+        [(4, 2 * group + 3, 5), (12, 1, 40), (1024, group + 1, 6), (2052, 3, 4), (1028, 20, 3)]
+    {
+        let vocab = 37;
+        let spec = PeSpec::new(dim as u32).unwrap();
+        let table = Table::new(&mut rng, vocab, dim);
+        let uploaded = ctx.upload_table(table.view(Dtype::F32)).unwrap();
+        let mut ids = random_ids(&mut rng, batch, len, vocab);
+        // Positions repeat across the batch and within rows (a few tokens share position 1).
+        let mut pos = positions::contiguous_batch(batch, len);
+        for b in (0..batch).step_by(2) {
+            pos[[b, len - 1]] = 1;
+        }
+        for pad in [3, vocab as u32 + 5] {
+            ids[[0, 1]] = pad;
+            ids[[batch - 1, 0]] = pad;
+            let options = EncodeOptions { pad_id: Some(pad), ..Default::default() };
+            let what = format!("D={dim} B={batch} L={len} pad={pad}");
+            let g = ctx.encode(&spec, &uploaded, ids.view(), pos.view(), &options).unwrap();
+            let c = cpu::encode(&spec, table.view(Dtype::F32), ids.view(), pos.view(), &options)
+                .unwrap();
+            assert_same_bits(&what, &g, &c);
+            assert!(
+                g.into_f32()
+                    .unwrap()
+                    .index_axis(Axis(0), 0)
+                    .index_axis(Axis(0), 1)
+                    .iter()
+                    .all(|&v| v == 0.0)
+            );
+        }
+        // A binding as large as the table: chunks of `vocab` tokens, the table in one piece.
+        let small = ctx.with_max_binding_size(vocab as u64 * dim as u64 * 4);
+        let uploaded = small.upload_table(table.view(Dtype::F32)).unwrap();
+        let options = EncodeOptions { pad_id: Some(vocab as u32 + 5), ..Default::default() };
+        let g = small.encode(&spec, &uploaded, ids.view(), pos.view(), &options).unwrap();
+        let c =
+            cpu::encode(&spec, table.view(Dtype::F32), ids.view(), pos.view(), &options).unwrap();
+        assert_same_bits(&format!("chunked D={dim}"), &g, &c);
+    }
+}
+
 #[test]
 fn gpu_chunks_tables_and_outputs_beyond_the_binding_cap() {
     let Some(ctx) = gpu() else { return };

@@ -10,7 +10,7 @@ use super::memory::DeviceBuffer;
 use super::table::{TableBuffers, flat_steps};
 use crate::encode::{self, Dtype, Embeddings, EncodeOptions, Encoded};
 use crate::error::{Error, Result};
-use crate::shaders::WORKGROUP_SIZE;
+use crate::shaders::{PAIR_WORKGROUP_SIZE, WORKGROUP_SIZE};
 use crate::spec::PeSpec;
 
 /// Mirror of `Params` in `shaders/encode.wgsl`.
@@ -47,8 +47,9 @@ pub struct EncodeParams {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
 pub struct EncodeF32x4Params {
-    /// Tokens in this dispatch.
-    pub n_tokens: u32,
+    /// Token groups in this dispatch (tokens sharing a PE row, at most
+    /// [`MAX_GROUP_TOKENS`] each).
+    pub n_groups: u32,
     /// vec4s per row: dim / 4.
     pub row_vecs: u32,
     /// f32 bits of the scale (used when `FLAG_SCALE` is set).
@@ -57,10 +58,42 @@ pub struct EncodeF32x4Params {
     pub flags: u32,
     /// Pad token id (used when `FLAG_PAD` is set).
     pub pad_id: u32,
-    /// Workgroups along y; tokens beyond fold into z.
+    /// Workgroups along y; groups beyond fold into z.
     pub groups_y: u32,
+    /// Index (in `vec2<u32>` records) of the first group record in the tokens buffer.
+    pub groups_at: u32,
     /// Padding to a multiple of 16 bytes.
-    pub _pad: [u32; 2],
+    pub _pad: u32,
+}
+
+/// Most tokens one workgroup of `encode_f32x4` serves from one read of their shared PE
+/// row: more saves PE reads, fewer keeps a GPU's workgroups many when a batch shares one
+/// position.
+pub const MAX_GROUP_TOKENS: usize = 8;
+
+/// The `encode_f32x4` token records for one chunk: tokens sorted by PE slot (stable) as
+/// `(id, output row)`, then one `(first token, slot)` record per group of at most
+/// [`MAX_GROUP_TOKENS`] tokens sharing a slot, then `(n, 0)`. Returns the records and the
+/// number of groups.
+pub(super) fn group_records(ids: &[u32], slots: &[u32]) -> (Vec<[u32; 2]>, usize) {
+    let n = ids.len();
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    order.sort_by_key(|&g| slots[g as usize]);
+    let mut records: Vec<[u32; 2]> = Vec::with_capacity(2 * n + 1);
+    records.extend(order.iter().map(|&g| [ids[g as usize], g]));
+    let mut start = 0;
+    while start < n {
+        let slot = slots[order[start] as usize];
+        let mut end = start + 1;
+        while end < n && end - start < MAX_GROUP_TOKENS && slots[order[end] as usize] == slot {
+            end += 1;
+        }
+        records.push([start as u32, slot]);
+        start = end;
+    }
+    let groups = records.len() - n;
+    records.push([n as u32, 0]);
+    (records, groups)
 }
 
 const FLAG_SCALE: u32 = 1;
@@ -565,6 +598,7 @@ impl Context {
                         steps_bytes: steps.as_ref().map_or(0, |(_, w)| w.len() as u64 * 4),
                         params: params_size as u64
                             * if fast { 1 } else { table.chunks.len() as u64 },
+                        fast,
                     };
                     let fit = per_chunk.min(plan.tokens()?);
                     // Odd-dim 16-bit chunks stay whole words: an even number of tokens.
@@ -595,9 +629,12 @@ impl Context {
             };
             let buffer = |label, size: u64, usage| self.pooled(label, size, usage);
             use wgpu::BufferUsages as U;
-            // Per sorted token: id, PE slot, output row (see the kernels' `tokens`).
-            let tokens_buf =
-                buffer("posenc.encode.tokens", per_chunk as u64 * 12, U::STORAGE | U::COPY_DST)?;
+            // The token records (see the kernels' `tokens`).
+            let tokens_buf = buffer(
+                "posenc.encode.tokens",
+                token_buffer_bytes(per_chunk as u64, fast),
+                U::STORAGE | U::COPY_DST,
+            )?;
             let out_bytes = ((per_chunk * dim * out_size) as u64).next_multiple_of(4);
             // A device sink that one chunk fills is bound directly: no copy afterwards.
             let direct = match &sink {
@@ -702,31 +739,45 @@ impl Context {
                         slots
                     }
                 };
-                // Sorted by PE row (stable, so ties keep token order): tokens sharing a row
-                // run back to back on the device and find it in cache.
-                let mut order: Vec<u32> = (0..n).collect();
-                if !odd16 {
-                    order.sort_by_key(|&g| slots[g as usize]);
-                }
-                let packed: Vec<u32> = order
-                    .iter()
-                    .flat_map(|&g| [ids[start + g as usize], slots[g as usize], g])
-                    .collect();
-                self.queue.write_buffer(&tokens_buf, 0, bytemuck::cast_slice(&packed));
-                let gy = n.min(max_groups);
-                let gz = n.div_ceil(gy);
-                // The fast kernel loops along its row; the general one spreads it over x.
-                let gx = if fast { 1 } else { row_words.div_ceil(WORKGROUP_SIZE) };
+                // The fast kernel serves groups of tokens sharing a PE row; the general one
+                // takes tokens sorted by PE row (stable, so ties keep token order), so tokens
+                // sharing a row run back to back on the device and find it in cache.
+                let (n_items, n_groups) = if fast {
+                    let (records, groups) = group_records(&ids[start..end], &slots);
+                    self.queue.write_buffer(&tokens_buf, 0, bytemuck::cast_slice(&records));
+                    (groups as u32, groups as u32)
+                } else {
+                    let mut order: Vec<u32> = (0..n).collect();
+                    if !odd16 {
+                        order.sort_by_key(|&g| slots[g as usize]);
+                    }
+                    let packed: Vec<u32> = order
+                        .iter()
+                        .flat_map(|&g| [ids[start + g as usize], slots[g as usize], g])
+                        .collect();
+                    self.queue.write_buffer(&tokens_buf, 0, bytemuck::cast_slice(&packed));
+                    (n, 0)
+                };
+                let gy = n_items.min(max_groups);
+                let gz = n_items.div_ceil(gy);
+                // Both kernels spread a row over x: the fast one in blocks of
+                // 2 * PAIR_WORKGROUP_SIZE vec4s.
+                let gx = if fast {
+                    (dim as u32 / 4).div_ceil(2 * PAIR_WORKGROUP_SIZE)
+                } else {
+                    row_words.div_ceil(WORKGROUP_SIZE)
+                };
                 for (k, (params_buf, bind_group)) in passes.iter().enumerate() {
                     if fast {
                         let params = EncodeF32x4Params {
-                            n_tokens: n,
+                            n_groups,
                             row_vecs: dim as u32 / 4,
                             scale_bits: scale.unwrap_or(1.0).to_bits(),
                             flags,
                             pad_id: options.pad_id.unwrap_or(0),
                             groups_y: gy,
-                            _pad: [0; 2],
+                            groups_at: n,
+                            _pad: 0,
                         };
                         self.queue.write_buffer(params_buf, 0, bytemuck::bytes_of(&params));
                     } else {
@@ -810,15 +861,24 @@ struct ChunkPlan {
     steps_bytes: u64,
     /// Bytes of the uniform buffers.
     params: u64,
+    /// The records are `encode_f32x4`'s (see [`token_buffer_bytes`]).
+    fast: bool,
+}
+
+/// Bytes of the token records for `tokens` tokens: the general kernel's `(id, slot, row)`,
+/// or the fast kernel's `(id, row)` per token plus at most one group record per token and
+/// the closing record.
+fn token_buffer_bytes(tokens: u64, fast: bool) -> u64 {
+    if fast { 16 * tokens + 8 } else { 12 * tokens }
 }
 
 impl ChunkPlan {
     fn tokens(&self) -> Result<usize> {
         let out_row = self.dim * self.out_size;
-        // id, slot and output row: one u32 each.
-        let mut per_token = 12 + out_row;
+        let mut per_token = token_buffer_bytes(1, self.fast) - token_buffer_bytes(0, self.fast);
+        per_token += out_row;
         // Output and staging buffers are rounded up to whole words.
-        let mut fixed = self.params + 8;
+        let mut fixed = self.params + 8 + token_buffer_bytes(0, self.fast);
         if self.host {
             per_token += out_row;
         }
@@ -898,6 +958,7 @@ mod tests {
             per_call_pe: false,
             steps_bytes: 256,
             params: 48,
+            fast: false,
         };
         // 12 + 256 + 256 bytes per token after 48 + 8 fixed.
         assert_eq!(plan.tokens().unwrap(), (10_000 - 56) / 524);
@@ -905,6 +966,24 @@ mod tests {
         assert_eq!(cold.tokens().unwrap(), (10_000 - 56 - 16 - 256) / (524 + 260));
         let tight = ChunkPlan { left: 500, ..plan };
         assert!(matches!(tight.tokens(), Err(Error::Limit { requested: 580, limit: 500, .. })));
+    }
+
+    #[test]
+    fn groups_hold_tokens_sharing_a_slot_in_token_order() {
+        let ids = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21];
+        // Slot 7 is shared by ten tokens: a full group of MAX_GROUP_TOKENS, then the rest.
+        let slots = [7, 2, 7, 7, 7, 7, 7, 2, 7, 7, 7, 7];
+        let (records, groups) = group_records(&ids, &slots);
+        assert_eq!(MAX_GROUP_TOKENS, 8);
+        assert_eq!(groups, 3);
+        let n = ids.len();
+        let tokens: Vec<[u32; 2]> = [1, 7, 0, 2, 3, 4, 5, 6, 8, 9, 10, 11]
+            .iter()
+            .map(|&g: &u32| [ids[g as usize], g])
+            .collect();
+        assert_eq!(records[..n], tokens[..]);
+        assert_eq!(records[n..], [[0, 2], [2, 7], [10, 7], [12, 0]]);
+        assert_eq!(group_records(&[], &[]), (vec![[0, 0]], 0));
     }
 
     #[test]

@@ -13,7 +13,9 @@ mod timing;
 use std::sync::{Arc, Mutex};
 
 pub use alibi::AlibiParams;
-pub use encode::{EncodeF32x4Params, EncodeParams, GpuPositionTable, GpuTable, PE_CACHE_BUDGET};
+pub use encode::{
+    EncodeF32x4Params, EncodeParams, GpuPositionTable, GpuTable, MAX_GROUP_TOKENS, PE_CACHE_BUDGET,
+};
 pub use faults::SUBMISSION_TIMEOUT;
 pub use options::{MEMORY_BUDGET_ENV, Options, TIMESTAMPS_ENV};
 pub use rope::{RopeCsParams, RopeParams, RopeX4Params};
