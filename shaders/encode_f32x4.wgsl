@@ -10,7 +10,7 @@
 // GPU on CPU cores (lavapipe, llvmpipe) every buffer access costs a per-lane loop, and two
 // adjacent vec4s per lane share the loads of the token's id and row.
 
-const FLAG_SCALE: u32 = 1u;
+// The host's FLAG_SCALE (1) is implied by scale_bits here.
 const FLAG_PAD: u32 = 2u;
 
 struct Params {
@@ -38,13 +38,6 @@ struct Params {
 @group(0) @binding(3) var<storage, read> table: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>;
 
-fn value(e: vec4<f32>, p: vec4<f32>) -> vec4<f32> {
-    if (params.flags & FLAG_SCALE) != 0u {
-        return e * bitcast<f32>(params.scale_bits) + p;
-    }
-    return e + p;
-}
-
 @compute @workgroup_size(PAIR_WORKGROUP_SIZE)
 fn encode_f32x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
     let group = wg.z * params.groups_y + wg.y;
@@ -53,27 +46,25 @@ fn encode_f32x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_
     if group >= params.n_groups || x >= n {
         return;
     }
-    // Rows may hold an odd number of vec4s: the last invocation then moves one.
-    let two = x + 1u < n;
+    // Rows may hold an odd number of vec4s: the last invocation then moves its one vec4
+    // twice (the same value to the same place), which costs less than a branch.
+    let x1 = min(x + 1u, n - 1u);
     let head = tokens[params.groups_at + group];
     let end = tokens[params.groups_at + group + 1u].x;
-    let pe_at = head.y * n + x;
-    let p0 = pe[pe_at];
-    var p1 = vec4<f32>(0.0);
-    if two {
-        p1 = pe[pe_at + 1u];
-    }
+    let p0 = pe[head.y * n + x];
+    let p1 = pe[head.y * n + x1];
+    // Without FLAG_SCALE the host passes 1.0: e * 1.0 + p has the bits of e + p, fused or
+    // not, and saves a branch per token.
+    let s = bitcast<f32>(params.scale_bits);
     let pad = (params.flags & FLAG_PAD) != 0u;
     for (var j = head.x; j < end; j++) {
         let t = tokens[j];
         // A pad token's row is zero: no embedding, no position. Its id may lie outside the
         // vocabulary, so it reads row 0 in its place.
         let zero = pad && t.x == params.pad_id;
-        let src = select(t.x, 0u, zero) * n + x;
-        let dst = t.y * n + x;
-        out[dst] = select(value(table[src], p0), vec4<f32>(0.0), zero);
-        if two {
-            out[dst + 1u] = select(value(table[src + 1u], p1), vec4<f32>(0.0), zero);
-        }
+        let src = select(t.x, 0u, zero) * n;
+        let dst = t.y * n;
+        out[dst + x] = select(table[src + x] * s + p0, vec4<f32>(0.0), zero);
+        out[dst + x1] = select(table[src + x1] * s + p1, vec4<f32>(0.0), zero);
     }
 }

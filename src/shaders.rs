@@ -19,6 +19,7 @@ pub const KERNELS: &[(&str, &str)] = &[
     ("encode", include_str!("../shaders/encode.wgsl")),
     ("encode_f32x4", include_str!("../shaders/encode_f32x4.wgsl")),
     ("copy", include_str!("../shaders/copy.wgsl")),
+    ("copy_x4", include_str!("../shaders/copy_x4.wgsl")),
     ("alibi", include_str!("../shaders/alibi.wgsl")),
     ("rope_cs", include_str!("../shaders/rope_cs.wgsl")),
     ("rope", include_str!("../shaders/rope.wgsl")),

@@ -8,6 +8,7 @@ use ndarray::{Array3, ArrayView2};
 use super::Context;
 use super::memory::DeviceBuffer;
 use super::table::{TableBuffers, flat_steps};
+use super::timing::SpanTimer;
 use crate::encode::{self, Dtype, Embeddings, EncodeOptions, Encoded};
 use crate::error::{Error, Result};
 use crate::shaders::{PAIR_WORKGROUP_SIZE, WORKGROUP_SIZE};
@@ -351,7 +352,8 @@ impl Context {
         let out_size = options.out_dtype.size();
         let mut bytes = vec![0u8; (batch * len * dim * out_size).next_multiple_of(4)];
         if !bytes.is_empty() {
-            self.run_encode(pe, table, ids, positions, options, scale, Sink::Host(&mut bytes))?;
+            let sink = Sink::Host(&mut bytes);
+            self.run_encode(pe, table, ids, positions, options, scale, sink, None)?;
         }
         bytes.truncate(batch * len * dim * out_size);
         let shape = (batch, len, dim);
@@ -425,6 +427,7 @@ impl Context {
                 options,
                 scale,
                 Sink::Device(&out),
+                None,
             )?;
         }
         Ok(wgpu::Buffer::clone(&out))
@@ -445,6 +448,21 @@ impl Context {
         options: &EncodeOptions,
         out: &wgpu::Buffer,
     ) -> Result<()> {
+        self.encode_into_buffer_timed(spec, table, ids, positions, options, out, None)
+    }
+
+    /// [`Context::encode_into_buffer`], with `timer` bracketing every submission it makes.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn encode_into_buffer_timed(
+        &self,
+        spec: &PeSpec,
+        table: &GpuTable,
+        ids: ArrayView2<'_, u32>,
+        positions: ArrayView2<'_, u32>,
+        options: &EncodeOptions,
+        out: &wgpu::Buffer,
+        timer: Option<&SpanTimer>,
+    ) -> Result<()> {
         let scale = encode::check(spec, table.dim(), ids, positions, options)?;
         let bytes = (ids.len() * table.dim * options.out_dtype.size()).next_multiple_of(4) as u64;
         if out.size() < bytes {
@@ -464,6 +482,7 @@ impl Context {
                 options,
                 scale,
                 Sink::Device(out),
+                timer,
             )?;
         }
         Ok(())
@@ -490,7 +509,12 @@ impl Context {
 
     /// The cached PE rows covering positions `0..needed`, built (or grown) if the budget
     /// allows; `None` sends the caller to per-call rows.
-    fn cached_pe_rows(&self, spec: &PeSpec, needed: u64) -> Option<PeCache> {
+    fn cached_pe_rows(
+        &self,
+        spec: &PeSpec,
+        needed: u64,
+        timer: Option<&SpanTimer>,
+    ) -> Option<PeCache> {
         let row_bytes = u64::from(spec.dim()) * 4;
         // Under a memory budget the cache takes at most a quarter of it.
         let budget_share = self.memory_budget().map_or(u64::MAX, |b| b / 4);
@@ -517,6 +541,9 @@ impl Context {
         let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
             label: Some("posenc.encode.pe_cache"),
         });
+        if let Some(timer) = timer {
+            timer.start(&mut encoder);
+        }
         self.record_table(spec, &buffers, &positions, &mut encoder);
         self.queue.submit([encoder.finish()]);
         let cache = PeCache { spec: *spec, rows, buffer: buffers.out.clone() };
@@ -534,6 +561,7 @@ impl Context {
         options: &EncodeOptions,
         scale: Option<f32>,
         mut sink: Sink<'_>,
+        timer: Option<&SpanTimer>,
     ) -> Result<()> {
         let dim = table.dim;
         let ids: Vec<u32> = ids.iter().copied().collect();
@@ -580,7 +608,7 @@ impl Context {
                 PeSource::Spec(spec) => (Some(spec), None),
                 PeSource::Learned(t) => (None, Some(t)),
             };
-            let cache = spec.and_then(|spec| self.cached_pe_rows(spec, max_position));
+            let cache = spec.and_then(|spec| self.cached_pe_rows(spec, max_position, timer));
             // What the table kernel reads, when PE rows are computed per chunk.
             let steps = spec.filter(|_| cache.is_none()).map(|spec| (spec, flat_steps(spec)));
             let per_chunk = match self.budget_left() {
@@ -728,6 +756,9 @@ impl Context {
                     self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
                         label: Some("posenc.encode.encoder"),
                     });
+                if let Some(timer) = timer {
+                    timer.start(&mut encoder);
+                }
                 let slots = match &per_call_pe {
                     None => positions[start..end].to_vec(),
                     Some((spec, pe)) => {
@@ -811,6 +842,9 @@ impl Context {
                     pass.dispatch_workgroups(gx, gy, gz);
                 }
                 let chunk_bytes = ((end - start) * dim * out_size).next_multiple_of(4);
+                if let Some(timer) = timer.filter(|_| end == n_tokens) {
+                    timer.stop(&mut encoder);
+                }
                 match (&mut sink, &staging) {
                     (Sink::Host(dst), Some(staging)) => {
                         encoder.copy_buffer_to_buffer(out_buf, 0, staging, 0, chunk_bytes as u64);

@@ -4,15 +4,21 @@
 //! device has them (`TIMESTAMP_QUERY` and `TIMESTAMP_QUERY_INSIDE_ENCODERS`), else as the
 //! wall time from submission to completion of work whose inputs are already on the device.
 
+use std::cell::Cell;
 use std::time::Instant;
+
+use ndarray::ArrayView2;
 
 use bytemuck::{Pod, Zeroable};
 
 use super::table::{TableBuffers, flat_steps};
 use super::{Context, fold_dispatch};
+use crate::encode::EncodeOptions;
 use crate::error::{Error, Result};
 use crate::shaders::WORKGROUP_SIZE;
 use crate::spec::PeSpec;
+
+use super::GpuTable;
 
 /// How a context times work on the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -63,6 +69,29 @@ impl Stamps {
     }
 }
 
+/// Timestamps around work that may span several submissions (an encode that fills the PE
+/// cache first, or runs in chunks): the first encoder that asks writes the start, the last
+/// the end, so the span includes any host time between the submissions.
+pub(super) struct SpanTimer {
+    stamps: Stamps,
+    started: Cell<bool>,
+}
+
+impl SpanTimer {
+    /// Writes the start timestamp if no encoder has yet.
+    pub(super) fn start(&self, encoder: &mut wgpu::CommandEncoder) {
+        if !self.started.replace(true) {
+            encoder.write_timestamp(&self.stamps.set, 0);
+        }
+    }
+
+    /// Writes the end timestamp and resolves both.
+    pub(super) fn stop(&self, encoder: &mut wgpu::CommandEncoder) {
+        encoder.write_timestamp(&self.stamps.set, 1);
+        encoder.resolve_query_set(&self.stamps.set, 0..2, &self.stamps.resolve, 0);
+    }
+}
+
 /// Mirror of `Params` in `shaders/copy.wgsl`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
@@ -75,16 +104,21 @@ pub struct CopyParams {
     pub _pad: [u32; 2],
 }
 
+/// The two forms of the copy ceiling: one vec4 per invocation (`copy`), four adjacent
+/// vec4s per invocation (`copy_x4`). Which is faster depends on the adapter.
 #[derive(Clone)]
 pub(super) struct CopyKernel {
     layout: wgpu::BindGroupLayout,
     pipeline: wgpu::ComputePipeline,
+    x4_layout: wgpu::BindGroupLayout,
+    x4_pipeline: wgpu::ComputePipeline,
 }
 
 impl CopyKernel {
     pub(super) fn new(device: &wgpu::Device) -> Self {
         let (layout, pipeline) = super::build_kernel(device, "copy", 2);
-        Self { layout, pipeline }
+        let (x4_layout, x4_pipeline) = super::build_kernel(device, "copy_x4", 2);
+        Self { layout, pipeline, x4_layout, x4_pipeline }
     }
 }
 
@@ -138,8 +172,10 @@ impl Context {
         Ok(times)
     }
 
-    /// Seconds per run of a vec4 copy of `bytes` (rounded down to 16; at most one binding),
-    /// one figure per repeat, after one warm-up run.
+    /// Seconds per run of the fastest vec4 copy of `bytes` (rounded down to 16; at most one
+    /// binding), one figure per repeat: each repeat times both forms of the copy (one vec4,
+    /// or four adjacent vec4s, per invocation) and keeps the faster, after one warm-up run
+    /// of each.
     ///
     /// # Errors
     /// [`Error::Gpu`] if wgpu reports an error.
@@ -149,37 +185,84 @@ impl Context {
             let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
             let src = self.pooled("posenc.copy.src", bytes, usage)?;
             let dst = self.pooled("posenc.copy.dst", bytes, usage)?;
-            let params_buf = self.pooled(
-                "posenc.copy.params",
-                16,
-                wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-            )?;
             let n_vecs = (bytes / 16) as u32;
-            let (gx, gy) = fold_dispatch(
-                n_vecs.div_ceil(WORKGROUP_SIZE),
-                self.device.limits().max_compute_workgroups_per_dimension,
-            );
-            let params = CopyParams { n_vecs, groups_x: gx, _pad: [0; 2] };
-            self.queue.write_buffer(&params_buf, 0, bytemuck::bytes_of(&params));
-            let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some("posenc.copy.bind_group"),
-                layout: &self.copy.layout,
-                entries: &[
-                    wgpu::BindGroupEntry { binding: 0, resource: params_buf.as_entire_binding() },
-                    wgpu::BindGroupEntry { binding: 1, resource: src.as_entire_binding() },
-                    wgpu::BindGroupEntry { binding: 2, resource: dst.as_entire_binding() },
-                ],
-            });
-            self.time_submissions("posenc.copy.encoder", repeats, |encoder| {
-                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: Some("posenc.copy.pass"),
-                    timestamp_writes: None,
+            let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
+            let forms = [
+                (&self.copy.layout, &self.copy.pipeline, 1),
+                (&self.copy.x4_layout, &self.copy.x4_pipeline, 4),
+            ];
+            let mut runs = Vec::new();
+            for (layout, pipeline, per_invocation) in forms {
+                let params_buf = self.pooled(
+                    "posenc.copy.params",
+                    16,
+                    wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+                )?;
+                let invocations = n_vecs.div_ceil(per_invocation);
+                let (gx, gy) = fold_dispatch(invocations.div_ceil(WORKGROUP_SIZE), max_groups);
+                let params = CopyParams { n_vecs, groups_x: gx, _pad: [0; 2] };
+                self.queue.write_buffer(&params_buf, 0, bytemuck::bytes_of(&params));
+                let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some("posenc.copy.bind_group"),
+                    layout,
+                    entries: &[
+                        wgpu::BindGroupEntry {
+                            binding: 0,
+                            resource: params_buf.as_entire_binding(),
+                        },
+                        wgpu::BindGroupEntry { binding: 1, resource: src.as_entire_binding() },
+                        wgpu::BindGroupEntry { binding: 2, resource: dst.as_entire_binding() },
+                    ],
                 });
-                pass.set_pipeline(&self.copy.pipeline);
-                pass.set_bind_group(0, &group, &[]);
-                pass.dispatch_workgroups(gx, gy, 1);
-            })
+                runs.push(self.time_submissions("posenc.copy.encoder", repeats, |encoder| {
+                    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: Some("posenc.copy.pass"),
+                        timestamp_writes: None,
+                    });
+                    pass.set_pipeline(pipeline);
+                    pass.set_bind_group(0, &group, &[]);
+                    pass.dispatch_workgroups(gx, gy, 1);
+                })?);
+            }
+            Ok(runs[0].iter().zip(&runs[1]).map(|(a, b)| a.min(*b)).collect())
         })
+    }
+
+    /// Seconds the device spends on one [`Context::encode_into_buffer`] (see
+    /// [`TimingSource`]): from the first command it records to the last, PE-cache fill
+    /// included when the call fills the cache. `cold` clears the PE cache first. Host work
+    /// before the first submission (checks, sorting the tokens) is not counted; the wall
+    /// clock, used without timestamps, counts all of it.
+    ///
+    /// # Errors
+    /// As [`Context::encode_into_buffer`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn time_encode(
+        &self,
+        spec: &PeSpec,
+        table: &GpuTable,
+        ids: ArrayView2<'_, u32>,
+        positions: ArrayView2<'_, u32>,
+        options: &EncodeOptions,
+        out: &wgpu::Buffer,
+        cold: bool,
+    ) -> Result<f64> {
+        if cold {
+            self.clear_pe_cache();
+        }
+        let timer = self
+            .timestamp_period
+            .map(|period| Stamps::new(self, period))
+            .transpose()?
+            .map(|stamps| SpanTimer { stamps, started: Cell::new(false) });
+        let start = Instant::now();
+        self.encode_into_buffer_timed(spec, table, ids, positions, options, out, timer.as_ref())?;
+        let wall = start.elapsed().as_secs_f64();
+        let device = match &timer {
+            Some(t) if t.started.get() => t.stamps.read(self, "encode")?,
+            _ => None,
+        };
+        Ok(device.unwrap_or(wall))
     }
 
     /// Seconds per run of the table kernel for `positions`, writing a device buffer (no
