@@ -369,7 +369,7 @@ impl Report {
                 gpu::TimingSource::WallClock => "the wall clock",
             };
             out += &format!(
-                "GPU: {} ({}, {}); copy ceiling and table timed by {timing}\n",
+                "GPU: {} ({}, {}); GPU items timed by {timing} (gpu_encode_call, gpu_readback: the wall clock)\n",
                 a.name, a.backend, a.device_type
             );
         }

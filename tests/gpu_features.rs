@@ -70,6 +70,37 @@ fn timings_use_timestamps_when_offered_and_the_wall_clock_when_turned_off() {
         }
         assert!(times.iter().all(|t| t.len() == 3), "{what}");
         encodes_match_the_cpu(ctx, what);
+        timed_encodes_write_the_cpu_bits(ctx, what);
+    }
+}
+
+/// `time_encode`, warm and cold, gives a time and writes what the CPU computes.
+fn timed_encodes_write_the_cpu_bits(ctx: &Context, what: &str) {
+    let mut rng = Rng::new(78);
+    let (vocab, dim, batch, len) = (50, 64, 4, 33);
+    let spec = PeSpec::new(dim as u32).unwrap();
+    let f = Array2::from_shape_fn((vocab, dim), |_| rng.next_u32() as f32 / 2f32.powi(31) - 1.0);
+    let ids = Array2::from_shape_fn((batch, len), |_| rng.below(vocab as u64) as u32);
+    let pos = positions::contiguous_batch(batch, len);
+    let options = EncodeOptions::default();
+    let want = cpu::encode(&spec, Embeddings::F32(f.view()), ids.view(), pos.view(), &options)
+        .unwrap()
+        .bits();
+    let uploaded = ctx.upload_table(Embeddings::F32(f.view())).unwrap();
+    let out = ctx.device().create_buffer(&wgpu::BufferDescriptor {
+        label: Some("test.timed_encode"),
+        size: (batch * len * dim * 4) as u64,
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    });
+    for cold in [true, false] {
+        let t = ctx.time_encode(&spec, &uploaded, ids.view(), pos.view(), &options, &out, cold);
+        let t = t.unwrap();
+        assert!(t.is_finite() && t > 0.0, "{what}, cold {cold}: {t}");
+        let bytes = ctx.read_buffer(&out).unwrap();
+        let got: Vec<u32> =
+            bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        assert_eq!(got, want, "{what}, cold {cold}");
     }
 }
 
