@@ -63,8 +63,8 @@ pub struct EncodeF32x4Params {
     pub groups_y: u32,
     /// Index (in `vec2<u32>` records) of the first group record in the tokens buffer.
     pub groups_at: u32,
-    /// Padding to a multiple of 16 bytes.
-    pub _pad: u32,
+    /// Always 0: a branch on it keeps the kernel's prefetch loads alive.
+    pub keep: u32,
 }
 
 /// Most tokens one workgroup of `encode_f32x4` serves from one read of their shared PE
@@ -808,7 +808,7 @@ impl Context {
                             pad_id: options.pad_id.unwrap_or(0),
                             groups_y: gy,
                             groups_at: n,
-                            _pad: 0,
+                            keep: 0,
                         };
                         self.queue.write_buffer(params_buf, 0, bytemuck::bytes_of(&params));
                     } else {
