@@ -92,6 +92,9 @@ impl SpanTimer {
     }
 }
 
+/// Marked vec4s per copy-ceiling check.
+const COPY_PROBES: u64 = 64;
+
 /// Mirror of `Params` in `shaders/copy.wgsl`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
@@ -182,10 +185,21 @@ impl Context {
     pub fn time_copy(&self, bytes: u64, repeats: usize) -> Result<Vec<f64>> {
         let bytes = (bytes.min(self.max_binding) & !15).max(16);
         self.scoped("copy", || {
-            let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
+            use wgpu::BufferUsages as U;
+            let usage = U::STORAGE | U::COPY_DST | U::COPY_SRC;
             let src = self.pooled("posenc.copy.src", bytes, usage)?;
             let dst = self.pooled("posenc.copy.dst", bytes, usage)?;
             let n_vecs = (bytes / 16) as u32;
+            // A ceiling must really copy: marked vec4s spread over the buffer are checked
+            // in the destination after each form's runs (cleared before them).
+            let probes: Vec<u64> =
+                (0..COPY_PROBES).map(|k| (u64::from(n_vecs) - 1) * k / (COPY_PROBES - 1)).collect();
+            let mark = |v: u64| [v as u32, !(v as u32), 0x5EED_0000 ^ v as u32, 0xC0FF_EE00];
+            for &v in &probes {
+                self.queue.write_buffer(&src, 16 * v, bytemuck::cast_slice(&mark(v)));
+            }
+            let staging =
+                self.pooled("posenc.copy.probes", 16 * COPY_PROBES, U::MAP_READ | U::COPY_DST)?;
             let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
             let forms = [
                 (&self.copy.layout, &self.copy.pipeline, 1),
@@ -193,6 +207,9 @@ impl Context {
             ];
             let mut runs = Vec::new();
             for (layout, pipeline, per_invocation) in forms {
+                let mut clear = self.device.create_command_encoder(&Default::default());
+                clear.clear_buffer(&dst, 0, None);
+                self.queue.submit([clear.finish()]);
                 let params_buf = self.pooled(
                     "posenc.copy.params",
                     16,
@@ -223,6 +240,23 @@ impl Context {
                     pass.set_bind_group(0, &group, &[]);
                     pass.dispatch_workgroups(gx, gy, 1);
                 })?);
+                let mut encoder = self.device.create_command_encoder(&Default::default());
+                for (k, &v) in probes.iter().enumerate() {
+                    encoder.copy_buffer_to_buffer(&dst, 16 * v, &staging, 16 * k as u64, 16);
+                }
+                let mut got = vec![0u8; 16 * COPY_PROBES as usize];
+                self.finish_and_read("copy", encoder, &staging, &mut got)?;
+                for (k, &v) in probes.iter().enumerate() {
+                    if got[16 * k..16 * k + 16] != *bytemuck::cast_slice::<u32, u8>(&mark(v)) {
+                        return Err(Error::Gpu {
+                            op: "copy",
+                            message: format!(
+                                "the copy ceiling ({per_invocation} vec4 per invocation) left \
+                                 vec4 {v} of {n_vecs} wrong"
+                            ),
+                        });
+                    }
+                }
             }
             Ok(runs[0].iter().zip(&runs[1]).map(|(a, b)| a.min(*b)).collect())
         })
