@@ -220,17 +220,7 @@ impl Context {
         let full = vocab / rows_per_chunk;
         let total = full as u64 * chunk_bytes(rows_per_chunk)
             + if vocab % rows_per_chunk > 0 { chunk_bytes(vocab % rows_per_chunk) } else { 0 };
-        if let Some(budget) = self.memory_budget()
-            && total > budget
-        {
-            return Err(Error::Limit {
-                op: "upload_table",
-                what: "the embedding table",
-                requested: total,
-                limit_name: "GPU memory budget",
-                limit: budget,
-            });
-        }
+        self.check_fits_budget("upload_table", "the embedding table", total)?;
         let mut chunks = Vec::new();
         self.scoped("upload_table", || {
             let mut lo = 0usize;
@@ -294,17 +284,7 @@ impl Context {
                 limit: self.max_binding,
             });
         }
-        if let Some(budget) = self.memory_budget()
-            && bytes > budget
-        {
-            return Err(Error::Limit {
-                op: "upload_position_table",
-                what: "the position table as f32",
-                requested: bytes,
-                limit_name: "GPU memory budget",
-                limit: budget,
-            });
-        }
+        self.check_fits_budget("upload_position_table", "the position table as f32", bytes)?;
         let values = position_table.to_f32();
         let values = values.as_slice().expect("a new array is contiguous");
         let buffer = self.scoped("upload_position_table", || {
@@ -399,17 +379,7 @@ impl Context {
                 limit: max,
             });
         }
-        if let Some(budget) = self.memory_budget()
-            && bytes > budget
-        {
-            return Err(Error::Limit {
-                op: "encode_to_buffer",
-                what: "the output buffer",
-                requested: bytes,
-                limit_name: "GPU memory budget",
-                limit: budget,
-            });
-        }
+        self.check_fits_budget("encode_to_buffer", "the output buffer", bytes)?;
         let out = self.scoped("encode_to_buffer", || {
             use wgpu::BufferUsages as U;
             self.create_buffer(

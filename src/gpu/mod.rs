@@ -437,6 +437,26 @@ impl Context {
         Arc::as_ptr(&self.memory) as usize
     }
 
+    /// Refuses, before anything is allocated, an object of `bytes` larger than the whole
+    /// memory budget (if there is one): [`Error::Limit`] naming `op` and `what`.
+    pub(crate) fn check_fits_budget(
+        &self,
+        op: &'static str,
+        what: &'static str,
+        bytes: u64,
+    ) -> Result<()> {
+        match self.memory_budget() {
+            Some(budget) if bytes > budget => Err(Error::Limit {
+                op,
+                what,
+                requested: bytes,
+                limit_name: "GPU memory budget",
+                limit: budget,
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Bytes a budgeted operation may still allocate: the budget less what is held, not
     /// counting spare pooled buffers (which are freed on demand). `None` without a budget.
     pub(crate) fn budget_left(&self) -> Option<u64> {
