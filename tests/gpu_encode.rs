@@ -283,22 +283,6 @@ fn gpu_rejects_bad_input_before_any_work() {
     assert_eq!(out.dim(), (0, 3, 4));
 }
 
-/// Reads a whole device buffer back, for checking results left on the GPU.
-fn read_back(ctx: &posenc::gpu::Context, buffer: &wgpu::Buffer) -> Vec<u8> {
-    let staging = ctx.device().create_buffer(&wgpu::BufferDescriptor {
-        label: Some("test.staging"),
-        size: buffer.size(),
-        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        mapped_at_creation: false,
-    });
-    let mut encoder = ctx.device().create_command_encoder(&Default::default());
-    encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, buffer.size());
-    ctx.queue().submit([encoder.finish()]);
-    staging.slice(..).map_async(wgpu::MapMode::Read, |r| r.unwrap());
-    ctx.device().poll(wgpu::PollType::wait_indefinitely()).unwrap();
-    staging.slice(..).get_mapped_range().unwrap().to_vec()
-}
-
 #[test]
 fn results_can_stay_on_the_device() {
     let Some(ctx) = gpu() else { return };
@@ -315,7 +299,7 @@ fn results_can_stay_on_the_device() {
             let uploaded = ctx.upload_table(table.view(Dtype::F16)).unwrap();
             let buffer =
                 ctx.encode_to_buffer(&spec, &uploaded, ids.view(), pos.view(), &options).unwrap();
-            let bytes = read_back(&ctx, &buffer);
+            let bytes = ctx.read_buffer(&buffer).unwrap();
             let c = cpu::encode(&spec, table.view(Dtype::F16), ids.view(), pos.view(), &options)
                 .unwrap();
             let got: Vec<u32> = match out_dtype {

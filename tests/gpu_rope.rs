@@ -223,21 +223,6 @@ fn upload<T: Element>(
     buffer
 }
 
-fn download(ctx: &Context, buffer: &wgpu::Buffer) -> Vec<u8> {
-    let staging = ctx.device().create_buffer(&wgpu::BufferDescriptor {
-        label: Some("test.rope.staging"),
-        size: buffer.size(),
-        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        mapped_at_creation: false,
-    });
-    let mut encoder = ctx.device().create_command_encoder(&Default::default());
-    encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, buffer.size());
-    ctx.queue().submit([encoder.finish()]);
-    staging.slice(..).map_async(wgpu::MapMode::Read, |r| r.unwrap());
-    ctx.device().poll(wgpu::PollType::wait_indefinitely()).unwrap();
-    staging.slice(..).get_mapped_range().unwrap().to_vec()
-}
-
 #[test]
 fn gpu_in_place_on_device_buffers_equals_the_array_path() {
     let Some(ctx) = gpu() else { return };
@@ -265,7 +250,7 @@ fn gpu_in_place_on_device_buffers_equals_the_array_path() {
                 };
                 ctx.rope_in_place(&spec, &buffer, shape, layout, Dtype::Bf16, positions.view())
                     .unwrap();
-                let got = download(&ctx, &buffer);
+                let got = ctx.read_buffer(&buffer).unwrap();
                 let n = want_bytes.len();
                 assert_eq!(&got[..n], &want_bytes[..], "{what} {layout:?} {usage:?} {cap:?}");
                 let pad = n.next_multiple_of(4) - n;
