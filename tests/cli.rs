@@ -3,9 +3,8 @@
 
 mod common;
 
-use common::cli::{assert_ok, gpu_available, posenc, posenc_env, posenc_lines, stderr};
+use common::cli::{assert_ok, files_in, gpu_available, posenc, posenc_env, posenc_lines, stderr};
 use std::fs;
-use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use posenc::{Frequencies, PeSpec, Variant, cpu, reference};
@@ -33,15 +32,6 @@ fn bits(values: impl IntoIterator<Item = f32>) -> Vec<u32> {
 
 fn csv_bits(text: &str) -> Vec<u32> {
     bits(parse_csv(text).into_iter().flatten())
-}
-
-fn files_in(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 /// A parsed `.npy` file: its header dict and its float32 data.

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::cli::{assert_ok, gpu_available, posenc, posenc_lines, stderr};
+use common::cli::{assert_ok, gpu_available, posenc, posenc_lines, s, stderr};
 use std::fs;
 use std::path::Path;
 use std::process::Output;
@@ -14,10 +14,6 @@ use posenc::npy::{self, Expected, NpyArray, NpyDtype};
 
 fn stdout(out: &Output) -> String {
     String::from_utf8(out.stdout.clone()).expect("stdout is UTF-8")
-}
-
-fn s(path: &Path) -> String {
-    path.to_str().unwrap().to_string()
 }
 
 /// The `.npy` at `path`: its shape and float32 bits, after checking the header says '<f4'.

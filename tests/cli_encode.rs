@@ -4,14 +4,13 @@
 
 mod common;
 
-use common::cli::{assert_ok, gpu_available, posenc, posenc_env, posenc_lines, stderr};
+use common::cli::{Dir, assert_ok, gpu_available, posenc, posenc_env, posenc_lines, s, stderr};
 use std::fs;
-use std::path::{Path, PathBuf};
 
 use half::{bf16, f16};
-use ndarray::{Array, Array1, Array2, ArrayView2, Dimension, array};
+use ndarray::{Array, Array1, Array2, ArrayView2, array};
 use posenc::encode::{Dtype, Embeddings, EncodeOptions, Encoded, Scale};
-use posenc::{PeSpec, cpu, npy, positions};
+use posenc::{PeSpec, cpu, positions};
 use safetensors::tensor::{Dtype as StDtype, TensorView};
 
 /// A deterministic table value in [-2, 2) with a fractional part, so rounding shows.
@@ -61,34 +60,13 @@ impl Table {
     }
 }
 
-/// A scratch directory and the files a test writes into it.
-struct Dir {
-    dir: tempfile::TempDir,
+/// The `.safetensors` inputs of the encode tests.
+trait SafetensorsFiles {
+    fn safetensors(&self, name: &str, tensors: &[(&str, StDtype, Vec<usize>, Vec<u8>)]) -> String;
+    fn table(&self, name: &str, table: &Table) -> String;
 }
 
-impl Dir {
-    fn new() -> Self {
-        Self { dir: tempfile::tempdir().unwrap() }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn npy<T: npy::Element, D: Dimension>(&self, name: &str, a: &Array<T, D>) -> String {
-        let path = self.path(name);
-        let mut bytes = Vec::new();
-        npy::write(&mut bytes, a.view()).unwrap();
-        fs::write(&path, bytes).unwrap();
-        s(&path)
-    }
-
-    fn bytes(&self, name: &str, bytes: &[u8]) -> String {
-        let path = self.path(name);
-        fs::write(&path, bytes).unwrap();
-        s(&path)
-    }
-
+impl SafetensorsFiles for Dir {
     /// A `.safetensors` file of the named tensors.
     fn safetensors(&self, name: &str, tensors: &[(&str, StDtype, Vec<usize>, Vec<u8>)]) -> String {
         let views: Vec<(&str, TensorView<'_>)> = tensors
@@ -104,19 +82,6 @@ impl Dir {
         let (dtype, shape, data) = table.safetensors_parts();
         self.safetensors(name, &[("embed", dtype, shape, data)])
     }
-
-    fn files(&self) -> Vec<String> {
-        let mut names: Vec<String> = fs::read_dir(self.dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        names
-    }
-}
-
-fn s(path: &Path) -> String {
-    path.to_str().unwrap().to_string()
 }
 
 /// An output file: its header dict and its elements' bits, widened to u32.

@@ -4,7 +4,7 @@
 mod common;
 
 use common::Png;
-use common::cli::{assert_ok, posenc, stderr};
+use common::cli::{assert_ok, files_in, posenc, stderr};
 use std::fs;
 use std::path::Path;
 use std::process::Output;
@@ -14,15 +14,6 @@ use posenc::{PeSpec, Variant, cpu, plot};
 /// `--format text` prints 6 decimals: half a unit of the last one, plus the float32 noise
 /// of the similarity itself.
 const TEXT_TOLERANCE: f64 = 5e-7 + 2.5e-7;
-
-fn files_in(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
-}
 
 /// Runs `posenc plot ARGS -o DIR/NAME` and decodes the PNG it writes.
 fn plot_png(dir: &Path, name: &str, args: &[&str]) -> Png {

@@ -6,57 +6,13 @@
 mod common;
 
 use std::fs;
-use std::path::{Path, PathBuf};
 
-use common::cli::{assert_ok, gpu_available, posenc, posenc_env, posenc_lines, stderr};
+use common::cli::{Dir, assert_ok, gpu_available, posenc, posenc_env, posenc_lines, s, stderr};
 use common::rope::tensor;
 use half::{bf16, f16};
-use ndarray::{Array, Array2, Array4, Dimension, array};
+use ndarray::{Array2, Array4, array};
 use posenc::rope::{Element, Layout, Pairing, RopeSpec, Scaling};
 use posenc::{cpu, npy, positions};
-
-struct Dir {
-    dir: tempfile::TempDir,
-}
-
-impl Dir {
-    fn new() -> Self {
-        Self { dir: tempfile::tempdir().unwrap() }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn npy<T: npy::Element, D: Dimension>(&self, name: &str, a: &Array<T, D>) -> String {
-        let mut bytes = Vec::new();
-        npy::write(&mut bytes, a.view()).unwrap();
-        self.bytes(name, &bytes)
-    }
-
-    fn bytes(&self, name: &str, bytes: &[u8]) -> String {
-        let path = self.path(name);
-        fs::write(&path, bytes).unwrap();
-        s(&path)
-    }
-
-    fn out(&self, name: &str) -> String {
-        s(&self.path(name))
-    }
-
-    fn files(&self) -> Vec<String> {
-        let mut names: Vec<String> = fs::read_dir(self.dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        names
-    }
-}
-
-fn s(path: &Path) -> String {
-    path.to_str().unwrap().to_string()
-}
 
 /// The `.npy` bytes `posenc` should write for `a`.
 fn npy_bytes<T: npy::Element>(a: &Array4<T>) -> Vec<u8> {

@@ -1,6 +1,11 @@
 //! Running the `posenc` binary from the CLI tests.
 
+use std::fs;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use ndarray::{Array, Dimension};
+use posenc::npy;
 
 pub fn posenc(args: &[&str]) -> Output {
     posenc_env(args, &[])
@@ -41,5 +46,57 @@ pub fn gpu_available(test: &str) -> bool {
             eprintln!("SKIP {test}: no GPU adapter: {e}");
             false
         }
+    }
+}
+
+/// The names of the files in `dir`, sorted.
+pub fn files_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A path as a command-line argument.
+pub fn s(path: &Path) -> String {
+    path.to_str().unwrap().to_string()
+}
+
+/// A scratch directory and the files a test writes into it; paths come back as arguments.
+pub struct Dir {
+    dir: tempfile::TempDir,
+}
+
+impl Dir {
+    pub fn new() -> Self {
+        Self { dir: tempfile::tempdir().unwrap() }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The path of a file the command is to write.
+    pub fn out(&self, name: &str) -> String {
+        s(&self.path(name))
+    }
+
+    pub fn npy<T: npy::Element, D: Dimension>(&self, name: &str, a: &Array<T, D>) -> String {
+        let mut bytes = Vec::new();
+        npy::write(&mut bytes, a.view()).unwrap();
+        self.bytes(name, &bytes)
+    }
+
+    pub fn bytes(&self, name: &str, bytes: &[u8]) -> String {
+        let path = self.path(name);
+        fs::write(&path, bytes).unwrap();
+        s(&path)
+    }
+
+    /// The names of the files in the directory, sorted.
+    pub fn files(&self) -> Vec<String> {
+        files_in(self.dir.path())
     }
 }
