@@ -3,6 +3,7 @@
 //! so no number is written twice.
 
 use crate::cpu::sincos::{COS_COEFFS, SIN_COEFFS};
+use crate::encode::Dtype;
 
 /// Threads per workgroup of every kernel: within WebGPU's default limits (256).
 pub const WORKGROUP_SIZE: u32 = 256;
@@ -13,11 +14,12 @@ const MODULES: &[(&str, &str)] = &[
     ("convert", include_str!("../shaders/convert.wgsl")),
 ];
 
-/// The kernels, by entry-point name: each is `shaders/<name>.wgsl`, but for `copy_x4`.
+/// The kernels, by entry-point name: each is `shaders/<name>.wgsl`, but for `copy_x4`. The
+/// vec4 encode kernel, `shaders/encode_x4.wgsl`, is specialised per use: see [`EncodeX4`].
 pub const KERNELS: &[(&str, &str)] = &[
     ("table", include_str!("../shaders/table.wgsl")),
     ("encode", include_str!("../shaders/encode.wgsl")),
-    ("encode_f32x4", include_str!("../shaders/encode_f32x4.wgsl")),
+    ("narrow", include_str!("../shaders/narrow.wgsl")),
     ("copy", include_str!("../shaders/copy.wgsl")),
     // The ceiling's second form, an entry point of the same file.
     ("copy_x4", include_str!("../shaders/copy.wgsl")),
@@ -30,14 +32,101 @@ pub const KERNELS: &[(&str, &str)] = &[
 /// Threads per workgroup of kernels that give each workgroup one row and loop along it.
 pub const ROW_WORKGROUP_SIZE: u32 = 64;
 
-/// Threads per workgroup of `encode_f32x4`, each moving two adjacent vec4s: a workgroup
-/// covers 256 vec4s (1024 columns) of a row.
+/// Threads per workgroup of `encode_x4`, each moving two units of four elements: a
+/// workgroup covers 256 units (1024 columns) of a row.
 pub const PAIR_WORKGROUP_SIZE: u32 = 128;
+
+/// Most tokens one workgroup of `encode_x4` serves from one read of their shared PE row:
+/// more saves PE reads, fewer keeps a GPU's workgroups many when a batch shares one
+/// position.
+pub const MAX_GROUP_TOKENS: u32 = 8;
+
+/// Most table bindings one dispatch of `encode_x4` chooses among; a token's record names
+/// its slot in three bits.
+pub const MAX_TABLE_SLOTS: u32 = 8;
+
+/// The vec4 encode kernel, `shaders/encode_x4.wgsl`, before its specialisation.
+const ENCODE_X4: &str = include_str!("../shaders/encode_x4.wgsl");
+
+/// One specialisation of `shaders/encode_x4.wgsl`: the table and output storage types, how
+/// many table bindings one dispatch chooses among, and the access pattern.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EncodeX4 {
+    /// Table storage type.
+    pub table: Dtype,
+    /// Output storage type.
+    pub out: Dtype,
+    /// Table bindings (1 to [`MAX_TABLE_SLOTS`]), at bindings 4 onwards.
+    pub slots: u32,
+    /// The GPU access pattern (each warp instruction touches one contiguous span) rather
+    /// than the one for adapters that run shaders on CPU cores (two adjacent units per
+    /// invocation, software prefetch).
+    pub coalesced: bool,
+}
+
+impl EncodeX4 {
+    /// Every specialisation posenc may build, for tests that translate each of them.
+    pub fn all() -> Vec<Self> {
+        let dtypes = [Dtype::F32, Dtype::F16, Dtype::Bf16];
+        let mut all = Vec::new();
+        for table in dtypes {
+            for out in dtypes {
+                for slots in 1..=MAX_TABLE_SLOTS {
+                    for coalesced in [false, true] {
+                        all.push(Self { table, out, slots, coalesced });
+                    }
+                }
+            }
+        }
+        all
+    }
+
+    /// The complete WGSL of this specialisation: prelude, the generated header (word
+    /// types, conversions, table bindings), imports, kernel.
+    pub fn source(&self) -> String {
+        let word = |d: Dtype| if d == Dtype::F32 { "vec4<u32>" } else { "vec2<u32>" };
+        let name = |d: Dtype| match d {
+            Dtype::F32 => "f32",
+            Dtype::F16 => "f16",
+            Dtype::Bf16 => "bf16",
+        };
+        let mut s = prelude();
+        s += &format!("alias TableWord = {};\n", word(self.table));
+        s += &format!("alias OutWord = {};\n", word(self.out));
+        s += &format!("const TABLE_SLOTS: u32 = {}u;\n", self.slots);
+        s += &format!("const COALESCED: bool = {};\n", self.coalesced);
+        // Table units per 64-byte cache line, for the prefetch.
+        s += &format!("const UNITS_PER_LINE: u32 = {}u;\n", 64 / (4 * self.table.size()));
+        s += &format!(
+            "fn widen(w: TableWord) -> vec4<f32> {{ return widen4_{}(w); }}\n",
+            name(self.table)
+        );
+        s += &format!(
+            "fn narrow(v: vec4<f32>) -> OutWord {{ return narrow4_{}(v); }}\n",
+            name(self.out)
+        );
+        for k in 0..self.slots {
+            s += &format!(
+                "@group(0) @binding({}) var<storage, read> table{k}: array<TableWord>;\n",
+                4 + k
+            );
+        }
+        s += "fn table_word(slot: u32, i: u32) -> TableWord {\n    switch slot {\n";
+        for k in 1..self.slots {
+            s += &format!("        case {k}u: {{ return table{k}[i]; }}\n");
+        }
+        s += "        default: { return table0[i]; }\n    }\n}\n";
+        let mut imported = Vec::new();
+        expand(ENCODE_X4, &mut imported, &mut s);
+        s
+    }
+}
 
 fn prelude() -> String {
     let mut s = format!("const WORKGROUP_SIZE: u32 = {WORKGROUP_SIZE}u;\n");
     s += &format!("const ROW_WORKGROUP_SIZE: u32 = {ROW_WORKGROUP_SIZE}u;\n");
     s += &format!("const PAIR_WORKGROUP_SIZE: u32 = {PAIR_WORKGROUP_SIZE}u;\n");
+    s += &format!("const MAX_GROUP_TOKENS: u32 = {MAX_GROUP_TOKENS}u;\n");
     s += &format!("const F32_STEP_BIAS: i32 = {};\n", crate::exact::F32_STEP_BIAS);
     s += &format!("const F32_STEPS: u32 = {}u;\n", crate::exact::F32_STEPS);
     for (k, c) in SIN_COEFFS.iter().enumerate() {
@@ -47,6 +136,17 @@ fn prelude() -> String {
         s += &format!("const COS_C{k}: u32 = {c}u;\n");
     }
     s
+}
+
+/// Every kernel source posenc may compile, as `(name, entry point, WGSL)`: each of
+/// [`KERNELS`], then every [`EncodeX4`] specialisation (named by its fields).
+pub fn all_sources() -> Vec<(String, &'static str, String)> {
+    let mut all: Vec<_> =
+        KERNELS.iter().map(|(name, _)| (name.to_string(), *name, source(name))).collect();
+    for v in EncodeX4::all() {
+        all.push((format!("{v:?}"), "encode_x4", v.source()));
+    }
+    all
 }
 
 /// The complete WGSL of kernel `name` (see [`KERNELS`]): prelude, imports, kernel.

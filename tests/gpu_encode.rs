@@ -446,3 +446,147 @@ fn learned_position_tables_encode_bit_identically() {
         Err(posenc::Error::Limit { .. })
     ));
 }
+
+/// Tables larger than one binding, in every storage type, take the vec4 kernel (dim a
+/// multiple of 4) with up to `MAX_TABLE_SLOTS` chunks bound per dispatch: more chunks than
+/// slots (several dispatch windows), a downlevel device (one slot), both access patterns,
+/// decode steps (a batch at one position) and prefills, pad tokens in and outside the
+/// vocabulary. Every result has the CPU's bits, and so the unchunked GPU's.
+#[test]
+fn chunked_tables_of_every_type_encode_bit_identically() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(36);
+    let downlevel = common::fresh_gpu(
+        &posenc::gpu::Options::default().limits(Some(wgpu::Limits::downlevel_defaults())),
+    );
+    let patterns = [posenc::gpu::AccessPattern::Adjacent, posenc::gpu::AccessPattern::Coalesced];
+    let slots = posenc::shaders::MAX_TABLE_SLOTS as usize;
+    for (dim, vocab) in [(8, 97), (1028, 23)] {
+        let spec = PeSpec::new(dim as u32).unwrap();
+        let table = Table::new(&mut rng, vocab, dim);
+        // Decode steps: eight sequences at one position, one sequence at a late position;
+        // a prefill of two sequences.
+        let decode = (random_ids(&mut rng, 8, 1, vocab), Array2::from_elem((8, 1), 4000u32));
+        let single = (random_ids(&mut rng, 1, 1, vocab), Array2::from_elem((1, 1), u32::MAX));
+        // Pad tokens inside the vocabulary, and outside it.
+        let mut prefill = (random_ids(&mut rng, 2, 33, vocab), positions::contiguous_batch(2, 33));
+        prefill.0[[0, 3]] = 5;
+        prefill.0[[1, 0]] = 5;
+        let mut outside = prefill.clone();
+        outside.0[[1, 7]] = vocab as u32 + 9;
+        let cases = [
+            ("decode", &decode, None),
+            ("single", &single, None),
+            ("prefill", &prefill, Some(5)),
+            ("outside", &outside, Some(vocab as u32 + 9)),
+        ];
+        for in_dtype in DTYPES {
+            let row_bytes = (dim * in_dtype.size()) as u64;
+            // Bindings of 2 rows (more chunks than slots), of a third of the table (three
+            // chunks, one window), and the whole table.
+            let caps = [2 * row_bytes, (vocab as u64).div_ceil(3) * row_bytes, 1 << 30];
+            for cap in caps {
+                for pattern in patterns {
+                    let small = ctx.with_max_binding_size(cap).with_access_pattern(pattern);
+                    let uploaded = small.upload_table(table.view(in_dtype)).unwrap();
+                    if cap == caps[0] {
+                        assert!(uploaded.n_chunks() > slots, "{} chunks", uploaded.n_chunks());
+                    }
+                    let mut contexts = vec![(small, uploaded)];
+                    if let Some(d) = downlevel.as_ref().filter(|_| pattern == patterns[0]) {
+                        let d = d.with_max_binding_size(cap);
+                        let uploaded = d.upload_table(table.view(in_dtype)).unwrap();
+                        contexts.push((d, uploaded));
+                    }
+                    for (k, (c, uploaded)) in contexts.iter().enumerate() {
+                        for &(name, (ids, pos), pad_id) in &cases {
+                            for out_dtype in DTYPES {
+                                let options =
+                                    EncodeOptions { out_dtype, pad_id, ..Default::default() };
+                                let what = format!(
+                                    "{name} D={dim} {in_dtype:?}->{out_dtype:?} cap={cap} \
+                                     {pattern:?} downlevel={}",
+                                    k == 1
+                                );
+                                let g = c.encode(&spec, uploaded, ids.view(), pos.view(), &options);
+                                let want = cpu::encode(
+                                    &spec,
+                                    table.view(in_dtype),
+                                    ids.view(),
+                                    pos.view(),
+                                    &options,
+                                )
+                                .unwrap();
+                                assert_same_bits(&what, &g.unwrap(), &want);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// An encode into a device buffer submits its work and returns without waiting for it
+/// (WebGPU orders later queue work after it): many decode steps recorded back to back, each
+/// copied out by the caller's own submission, all hold their CPU bits when read at the end.
+#[test]
+fn decode_steps_are_one_dispatch_and_need_no_wait() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(37);
+    let (vocab, dim) = (64, 16);
+    let spec = PeSpec::new(dim as u32).unwrap();
+    let table = Table::new(&mut rng, vocab, dim);
+    let uploaded = ctx.upload_table(table.view(Dtype::Bf16)).unwrap();
+    let options = EncodeOptions { out_dtype: Dtype::Bf16, ..Default::default() };
+    let out = ctx.device().create_buffer(&wgpu::BufferDescriptor {
+        label: Some("test.decode.out"),
+        size: 64 * 4 * dim as u64 * 2,
+        usage: wgpu::BufferUsages::STORAGE
+            | wgpu::BufferUsages::COPY_SRC
+            | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    // Sixty-four decode steps recorded back to back into one buffer region each, read once
+    // at the end: each step's result must be there although no step waited for the GPU.
+    let mut want = Vec::new();
+    for step in 0..64u32 {
+        let ids = random_ids(&mut rng, 4, 1, vocab);
+        let pos = Array2::from_elem((4, 1), 100 + step);
+        let region = ctx.device().create_buffer(&wgpu::BufferDescriptor {
+            label: Some("test.decode.step"),
+            size: 4 * dim as u64 * 2,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        ctx.encode_into_buffer(&spec, &uploaded, ids.view(), pos.view(), &options, &region)
+            .unwrap();
+        let mut encoder = ctx.device().create_command_encoder(&Default::default());
+        encoder.copy_buffer_to_buffer(
+            &region,
+            0,
+            &out,
+            u64::from(step) * 4 * dim as u64 * 2,
+            4 * dim as u64 * 2,
+        );
+        ctx.queue().submit([encoder.finish()]);
+        let c =
+            cpu::encode(&spec, table.view(Dtype::Bf16), ids.view(), pos.view(), &options).unwrap();
+        want.extend(c.bits());
+    }
+    let bytes = ctx.read_buffer(&out).unwrap();
+    let got: Vec<u32> =
+        bytes.chunks_exact(2).map(|b| u32::from(u16::from_le_bytes([b[0], b[1]]))).collect();
+    assert_eq!(got.len(), want.len());
+    if let Some(i) = got.iter().zip(&want).position(|(a, b)| a != b) {
+        panic!(
+            "step {} differs at element {}: {:#x} != {:#x}",
+            i / (4 * dim),
+            i % (4 * dim),
+            got[i],
+            want[i]
+        );
+    }
+}

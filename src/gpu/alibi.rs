@@ -4,6 +4,7 @@
 use bytemuck::{Pod, Zeroable};
 use ndarray::Array3;
 
+use super::runner::{ALIBI, Output, Sink};
 use super::{Context, fold_dispatch};
 use crate::alibi::{AlibiSpec, Form, MAX_VALUES};
 use crate::error::{Error, Result};
@@ -106,12 +107,6 @@ impl Plan {
     }
 }
 
-/// Where the chunks go: read back into host memory, or into one device buffer.
-enum Sink<'a> {
-    Host(&'a mut [u8]),
-    Device(&'a wgpu::Buffer),
-}
-
 impl Context {
     /// The ALiBi bias tensor `[heads, len, kv_len]` of `spec`, bit-identical to
     /// [`crate::alibi::bias_cpu`]. Tensors larger than one binding are computed in chunks of
@@ -133,7 +128,7 @@ impl Context {
         let mut out = Array3::<f32>::zeros(spec.shape());
         if !out.is_empty() {
             let flat = out.as_slice_mut().expect("a new array is contiguous");
-            self.run_alibi(spec, Sink::Host(bytemuck::cast_slice_mut(flat)))?;
+            self.run_alibi(spec, Sink::Host(bytemuck::cast_slice_mut(flat)), true)?;
         }
         Ok(out)
     }
@@ -158,27 +153,46 @@ impl Context {
                 limit: max,
             });
         }
+        self.check_fits_budget("alibi_bias_to_buffer", "the output buffer", bytes)?;
         let out = self.scoped("alibi_bias_to_buffer", || {
-            Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("posenc.alibi.result"),
-                size: bytes.max(4),
-                usage: wgpu::BufferUsages::STORAGE
-                    | wgpu::BufferUsages::COPY_SRC
-                    | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            }))
+            use wgpu::BufferUsages as U;
+            self.create_buffer(
+                "posenc.alibi.result",
+                bytes.max(4),
+                U::STORAGE | U::COPY_SRC | U::COPY_DST,
+            )
         })?;
         if bytes > 0 {
-            self.run_alibi(spec, Sink::Device(&out))?;
+            self.run_alibi(spec, Sink::Device { buffer: &out, offset: 0 }, false)?;
         }
-        Ok(out)
+        // The caller's from here: it leaves posenc's accounting when this handle drops.
+        Ok(wgpu::Buffer::clone(&out))
     }
 
-    fn run_alibi(&self, spec: &AlibiSpec, mut sink: Sink<'_>) -> Result<()> {
+    /// `host`: the sink is host memory (a staging buffer per chunk).
+    fn run_alibi(&self, spec: &AlibiSpec, sink: Sink<'_>, host: bool) -> Result<()> {
         let (heads, len, kv_len) = (u64::from(spec.heads()), spec.len(), spec.kv_len());
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
-        // Chunk values stay below 2^31, so the kernel's u32 indices never overflow.
-        let cap = (self.max_binding / 4).min(MAX_VALUES);
+        let _exclusive = self.memory.exclusive();
+        // Chunk values stay below 2^31, so the kernel's u32 indices never overflow. Under a
+        // memory budget each value takes 4 bytes of output scratch (and 4 of staging for a
+        // host result), each row at most one slope; the parameters are fixed.
+        let mut cap = (self.max_binding / 4).min(MAX_VALUES);
+        if let Some(left) = self.budget_left() {
+            let per_value = 4 + if host { 4 } else { 0 };
+            let fixed = size_of::<AlibiParams>() as u64 + 4 * heads.min(len * heads);
+            let fit = left.saturating_sub(fixed) / (per_value + 4);
+            if fit == 0 {
+                return Err(Error::Limit {
+                    op: "alibi",
+                    what: "the scratch of one bias value",
+                    requested: fixed + per_value + 4,
+                    limit_name: "GPU memory budget left",
+                    limit: left,
+                });
+            }
+            cap = cap.min(fit);
+        }
         let plan = Plan::new(heads * len, kv_len, cap, u64::from(max_groups).pow(2));
         let slope_bits: Vec<u32> = spec.slopes().iter().map(|s| s.to_bits()).collect();
         self.scoped("alibi", || {
@@ -196,38 +210,19 @@ impl Context {
                 plan.rows_per.min(heads) * 4,
                 U::STORAGE | U::COPY_DST,
             )?;
-            let out_bytes = plan.max_values() * 4;
-            // A device sink that one chunk fills is bound directly: no copy afterwards.
-            let direct = match &sink {
-                Sink::Device(result)
-                    if plan.max_values() == plan.rows * plan.cols
-                        && result.size() <= self.max_binding =>
-                {
-                    Some((*result).clone())
-                }
-                _ => None,
-            };
-            let pooled_out = direct
-                .is_none()
-                .then(|| take("posenc.alibi.out", out_bytes, U::STORAGE | U::COPY_SRC))
-                .transpose()?;
-            let out_buf: &wgpu::Buffer = match (&direct, &pooled_out) {
-                (Some(result), _) => result,
-                (None, Some(pooled)) => pooled,
-                (None, None) => unreachable!("one of the two exists"),
-            };
-            let staging = matches!(sink, Sink::Host(_))
-                .then(|| take("posenc.alibi.staging", out_bytes, U::MAP_READ | U::COPY_DST))
-                .transpose()?;
+            let total = plan.rows * plan.cols * 4;
+            let mut output = Output::new(self, &ALIBI, sink, total, plan.max_values() * 4, None)?;
             let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: Some("posenc.alibi.bind_group"),
                 layout: &kernel.layout,
                 entries: &[
                     wgpu::BindGroupEntry { binding: 0, resource: params_buf.as_entire_binding() },
                     wgpu::BindGroupEntry { binding: 1, resource: slopes_buf.as_entire_binding() },
-                    wgpu::BindGroupEntry { binding: 2, resource: out_buf.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 2, resource: output.binding() },
                 ],
             });
+            // Chunks are row-major runs of the result, in order: each lands where the last
+            // ended.
             for chunk in plan.chunks() {
                 // Every quantity below is under 2^32: rows * kv_len <= MAX_VALUES, positions
                 // and lengths were validated against 2^32 by the spec.
@@ -256,10 +251,7 @@ impl Context {
                     _pad: [0; 2],
                 };
                 self.queue.write_buffer(&params_buf, 0, bytemuck::bytes_of(&params));
-                let mut encoder =
-                    self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                        label: Some("posenc.alibi.encoder"),
-                    });
+                let mut encoder = output.encoder();
                 {
                     let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                         label: Some("posenc.alibi.pass"),
@@ -269,25 +261,7 @@ impl Context {
                     pass.set_bind_group(0, &bind_group, &[]);
                     pass.dispatch_workgroups(groups_x, groups_y, groups_z);
                 }
-                // Whole rows, or a piece of one row: either way contiguous in the result.
-                let start = (chunk.row0 * plan.cols + chunk.col0) * 4;
-                let bytes = chunk.n_rows * chunk.n_cols * 4;
-                match (&mut sink, &staging) {
-                    (Sink::Host(dst), Some(staging)) => {
-                        encoder.copy_buffer_to_buffer(out_buf, 0, staging, 0, bytes);
-                        let dst = &mut dst[start as usize..(start + bytes) as usize];
-                        self.finish_and_read("alibi", encoder, staging, dst)?;
-                    }
-                    (Sink::Device(result), _) => {
-                        if direct.is_none() {
-                            encoder.copy_buffer_to_buffer(out_buf, 0, result, start, bytes);
-                        }
-                        let index = self.queue.submit([encoder.finish()]);
-                        // Wait before the next chunk rewrites the parameters and slopes.
-                        self.wait("alibi", index)?;
-                    }
-                    (Sink::Host(_), None) => unreachable!("host sinks get a staging buffer"),
-                }
+                output.deliver(encoder, chunk.n_rows * chunk.n_cols * 4)?;
             }
             Ok(())
         })

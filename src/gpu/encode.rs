@@ -1,17 +1,21 @@
 //! Host wrapper of `shaders/encode.wgsl`: embedding tables resident on the device, and the
 //! fused gather + positional-encoding add in token chunks.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use bytemuck::{Pod, Zeroable};
 use half::{bf16, f16};
 use ndarray::{Array3, ArrayView2};
 
-use super::Context;
 use super::memory::DeviceBuffer;
+use super::runner::{ENCODE, Output, Sink};
 use super::table::{TableBuffers, flat_steps};
 use super::timing::SpanTimer;
+use super::{Context, fold_dispatch};
 use crate::encode::{self, Dtype, Embeddings, EncodeOptions, Encoded};
 use crate::error::{Error, Result};
-use crate::shaders::{PAIR_WORKGROUP_SIZE, WORKGROUP_SIZE};
+use crate::shaders::{EncodeX4, MAX_TABLE_SLOTS, PAIR_WORKGROUP_SIZE, WORKGROUP_SIZE};
 use crate::spec::PeSpec;
 
 /// Mirror of `Params` in `shaders/encode.wgsl`.
@@ -20,20 +24,16 @@ use crate::spec::PeSpec;
 pub struct EncodeParams {
     /// Tokens in this dispatch.
     pub n_tokens: u32,
+    /// The first of them, among the chunk's sorted tokens.
+    pub token_base: u32,
     /// Output words per row: dim for f32 output, dim / 2 for 16-bit output.
     pub row_words: u32,
     /// Model dimension.
     pub dim: u32,
-    /// First vocabulary row in the bound table chunk.
-    pub vocab_lo: u32,
-    /// One past the last vocabulary row in the bound table chunk.
-    pub vocab_hi: u32,
     /// f32 bits of the scale (used when `FLAG_SCALE` is set).
     pub scale_bits: u32,
-    /// `FLAG_SCALE | FLAG_PAD | FLAG_FIRST`.
+    /// `FLAG_SCALE` or 0.
     pub flags: u32,
-    /// Pad token id (used when `FLAG_PAD` is set).
-    pub pad_id: u32,
     /// Table storage type code.
     pub in_dtype: u32,
     /// Output storage type code.
@@ -41,83 +41,203 @@ pub struct EncodeParams {
     /// Workgroups along y; tokens beyond fold into z.
     pub groups_y: u32,
     /// Padding to a multiple of 16 bytes.
-    pub _pad: u32,
+    pub _pad: [u32; 3],
 }
 
-/// Mirror of `Params` in `shaders/encode_f32x4.wgsl`.
+/// Mirror of `Params` in `shaders/encode_x4.wgsl`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
-pub struct EncodeF32x4Params {
-    /// Token groups in this dispatch (tokens sharing a PE row, at most
+pub struct EncodeX4Params {
+    /// Token groups in this dispatch (tokens sharing a table chunk and a PE row, at most
     /// [`MAX_GROUP_TOKENS`] each).
     pub n_groups: u32,
-    /// vec4s per row: dim / 4.
-    pub row_vecs: u32,
-    /// f32 bits of the scale (used when `FLAG_SCALE` is set).
+    /// The first of them, among the chunk's groups.
+    pub group_base: u32,
+    /// Units of four elements per row: dim / 4.
+    pub row_units: u32,
+    /// f32 bits of the scale; 1.0 without one.
     pub scale_bits: u32,
-    /// `FLAG_SCALE | FLAG_PAD`.
-    pub flags: u32,
-    /// Pad token id (used when `FLAG_PAD` is set).
-    pub pad_id: u32,
     /// Workgroups along y; groups beyond fold into z.
     pub groups_y: u32,
     /// Index (in `vec2<u32>` records) of the first group record in the tokens buffer.
     pub groups_at: u32,
     /// Always 0: a branch on it keeps the kernel's prefetch loads alive.
     pub keep: u32,
+    /// Padding to a multiple of 16 bytes.
+    pub _pad: u32,
 }
 
-/// Most tokens one workgroup of `encode_f32x4` serves from one read of their shared PE
-/// row: more saves PE reads, fewer keeps a GPU's workgroups many when a batch shares one
-/// position.
-pub const MAX_GROUP_TOKENS: usize = 8;
+/// Mirror of `Params` in `shaders/narrow.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct NarrowParams {
+    /// f32 elements to narrow.
+    pub n_elems: u32,
+    /// Output storage type code (f16 or bf16).
+    pub out_dtype: u32,
+    /// Workgroups along x of a dispatch folded into 2-D.
+    pub groups_x: u32,
+    /// Padding to 16 bytes.
+    pub _pad: u32,
+}
 
-/// The `encode_f32x4` token records for one chunk: tokens sorted by PE slot (stable) as
-/// `(id, output row)`, then one `(first token, slot)` record per group of at most
-/// [`MAX_GROUP_TOKENS`] tokens sharing a slot, then `(n, 0)`. Returns the records and the
-/// number of groups.
-pub(super) fn group_records(ids: &[u32], slots: &[u32]) -> (Vec<[u32; 2]>, usize) {
+/// Most tokens one workgroup of `encode_x4` serves from one read of their shared PE row:
+/// more saves PE reads, fewer keeps a GPU's workgroups many when a batch shares one
+/// position.
+pub const MAX_GROUP_TOKENS: usize = crate::shaders::MAX_GROUP_TOKENS as usize;
+
+/// The kernels' record of a pad token's id: its output row is zero.
+const PAD: u32 = u32::MAX;
+
+/// Bits of a token's id record below its table chunk's slot (see `shaders/encode_x4.wgsl`):
+/// table chunks hold fewer rows than this.
+const SLOT_SHIFT: u32 = 28;
+
+/// One token chunk's records (see the kernels' `tokens`), sorted by dispatch window (the
+/// table chunks one dispatch binds) and then PE row, ties in token order.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Records {
+    /// The words to upload.
+    words: Vec<u32>,
+    /// `starts[w]`: the first item (group for `encode_x4`, token for `encode`) of window `w`,
+    /// for every window and one past the last (the number of items).
+    starts: Vec<u32>,
+}
+
+/// Each token's dispatch window and id record (its row in its table chunk, the chunk's slot
+/// in the window above [`SLOT_SHIFT`]; `PAD` for a pad token, in window 0), and the order of
+/// the tokens sorted by (window, PE slot), ties in token order.
+fn sorted_tokens(
+    ids: &[u32],
+    slots: &[u32],
+    rows_per_chunk: u32,
+    table_slots: u32,
+    pad_id: Option<u32>,
+) -> (Vec<u32>, Vec<[u32; 2]>) {
+    let placed: Vec<[u32; 2]> = ids
+        .iter()
+        .map(|&id| {
+            if pad_id == Some(id) {
+                return [0, PAD];
+            }
+            let chunk = id / rows_per_chunk;
+            [chunk / table_slots, (id % rows_per_chunk) | ((chunk % table_slots) << SLOT_SHIFT)]
+        })
+        .collect();
+    let mut order: Vec<u32> = (0..ids.len() as u32).collect();
+    order.sort_by_key(|&g| (placed[g as usize][0], slots[g as usize]));
+    (order, placed)
+}
+
+/// The `encode_x4` records of one token chunk: sorted tokens as `(id record, output row)`,
+/// then one `(first token, PE slot)` record per group of at most [`MAX_GROUP_TOKENS`]
+/// tokens sharing a window and a PE slot, then `(n, 0)`.
+pub(super) fn group_records(
+    ids: &[u32],
+    slots: &[u32],
+    rows_per_chunk: u32,
+    table_slots: u32,
+    windows: usize,
+    pad_id: Option<u32>,
+) -> Records {
     let n = ids.len();
-    let mut order: Vec<u32> = (0..n as u32).collect();
-    order.sort_by_key(|&g| slots[g as usize]);
-    let mut records: Vec<[u32; 2]> = Vec::with_capacity(2 * n + 1);
-    records.extend(order.iter().map(|&g| [ids[g as usize], g]));
+    let (order, placed) = sorted_tokens(ids, slots, rows_per_chunk, table_slots, pad_id);
+    let mut words: Vec<u32> = Vec::with_capacity(4 * n + 2);
+    words.extend(order.iter().flat_map(|&g| [placed[g as usize][1], g]));
+    let mut starts = Vec::with_capacity(windows + 1);
+    let mut groups = 0u32;
     let mut start = 0;
+    let key = |k: usize| (placed[order[k] as usize][0], slots[order[k] as usize]);
     while start < n {
-        let slot = slots[order[start] as usize];
+        let (window, slot) = key(start);
+        while starts.len() <= window as usize {
+            starts.push(groups);
+        }
         let mut end = start + 1;
-        while end < n && end - start < MAX_GROUP_TOKENS && slots[order[end] as usize] == slot {
+        while end < n && end - start < MAX_GROUP_TOKENS && key(end) == (window, slot) {
             end += 1;
         }
-        records.push([start as u32, slot]);
+        words.extend([start as u32, slot]);
+        groups += 1;
         start = end;
     }
-    let groups = records.len() - n;
-    records.push([n as u32, 0]);
-    (records, groups)
+    starts.resize(windows + 1, groups);
+    words.extend([n as u32, 0]);
+    Records { words, starts }
+}
+
+/// The `encode` records of one token chunk: sorted tokens as `(row in its table chunk or
+/// PAD, PE slot, output row)`; one window per table chunk.
+pub(super) fn token_records(
+    ids: &[u32],
+    slots: &[u32],
+    rows_per_chunk: u32,
+    n_chunks: usize,
+    pad_id: Option<u32>,
+) -> Records {
+    let (order, placed) = sorted_tokens(ids, slots, rows_per_chunk, 1, pad_id);
+    let words = order.iter().flat_map(|&g| [placed[g as usize][1], slots[g as usize], g]).collect();
+    let starts = (0..=n_chunks as u32)
+        .map(|c| order.partition_point(|&g| placed[g as usize][0] < c) as u32)
+        .collect();
+    Records { words, starts }
 }
 
 const FLAG_SCALE: u32 = 1;
-const FLAG_PAD: u32 = 2;
-const FLAG_FIRST: u32 = 4;
-const FLAG_ODD16: u32 = 8;
 
 /// Most bytes the cache of PE rows for positions `0..n` may hold per context.
 pub const PE_CACHE_BUDGET: u64 = 64 << 20;
 
-#[derive(Clone)]
-pub(super) struct EncodeKernel {
-    layout: wgpu::BindGroupLayout,
-    pipeline: wgpu::ComputePipeline,
-    fast_layout: wgpu::BindGroupLayout,
-    fast_pipeline: wgpu::ComputePipeline,
+/// A compiled kernel: its bind group layout and pipeline.
+pub(super) struct Kernel {
+    pub(super) layout: wgpu::BindGroupLayout,
+    pub(super) pipeline: wgpu::ComputePipeline,
 }
 
-impl EncodeKernel {
+/// The encode kernels: the general one and the narrowing pass, compiled with the context,
+/// and the `encode_x4` specialisations, compiled on first use.
+#[derive(Clone)]
+pub(super) struct EncodeKernels {
+    general: Arc<Kernel>,
+    narrow: Arc<Kernel>,
+    x4: Arc<Mutex<HashMap<EncodeX4, Arc<Kernel>>>>,
+}
+
+impl EncodeKernels {
     pub(super) fn new(device: &wgpu::Device) -> Self {
         let (layout, pipeline) = super::build_kernel(device, "encode", 4);
-        let (fast_layout, fast_pipeline) = super::build_kernel(device, "encode_f32x4", 4);
-        Self { layout, pipeline, fast_layout, fast_pipeline }
+        let general = Arc::new(Kernel { layout, pipeline });
+        let (layout, pipeline) = super::build_kernel(device, "narrow", 2);
+        let narrow = Arc::new(Kernel { layout, pipeline });
+        Self { general, narrow, x4: Arc::default() }
+    }
+}
+
+impl Context {
+    /// The `encode_x4` specialisation `variant`, compiled on first use.
+    fn x4_kernel(&self, variant: EncodeX4) -> Arc<Kernel> {
+        let mut kernels = self.encode.x4.lock().unwrap_or_else(|e| e.into_inner());
+        let kernel = kernels.entry(variant).or_insert_with(|| {
+            use wgpu::BufferBindingType as B;
+            let mut bindings = vec![
+                B::Uniform,
+                B::Storage { read_only: true },
+                B::Storage { read_only: true },
+                B::Storage { read_only: false },
+            ];
+            bindings.extend((0..variant.slots).map(|_| B::Storage { read_only: true }));
+            let (layout, pipeline) =
+                super::build_pipeline(&self.device, "encode_x4", &variant.source(), &bindings);
+            Arc::new(Kernel { layout, pipeline })
+        });
+        Arc::clone(kernel)
+    }
+
+    /// Table bindings one `encode_x4` dispatch may choose among on this device: the storage
+    /// buffers a stage may bind, less the tokens, PE rows and output.
+    fn max_table_slots(&self) -> u32 {
+        let storage = self.device.limits().max_storage_buffers_per_shader_stage;
+        storage.saturating_sub(3).clamp(1, MAX_TABLE_SLOTS)
     }
 }
 
@@ -138,12 +258,13 @@ pub struct GpuTable {
     dim: usize,
     dtype: Dtype,
     chunks: Vec<TableChunk>,
+    /// Rows of every chunk but the last.
+    rows_per_chunk: u32,
     /// Identifies the accounting its chunks count against (the address of its `Memory`).
     accounted_by: usize,
 }
 
 struct TableChunk {
-    rows: std::ops::Range<u32>,
     buffer: DeviceBuffer,
 }
 
@@ -214,7 +335,8 @@ impl Context {
                 limit: self.max_binding,
             });
         }
-        let rows_per_chunk = rows_per_chunk.min(vocab.max(1) as u64) as usize;
+        // The vec4 kernel's id records leave SLOT_SHIFT bits for a row in its chunk.
+        let rows_per_chunk = rows_per_chunk.min(vocab.max(1) as u64).min(1 << SLOT_SHIFT) as usize;
         // Each chunk is whole words, at least one (a zero-sized binding is invalid).
         let chunk_bytes = |rows: usize| ((rows * dim * dtype.size()).div_ceil(4).max(1) * 4) as u64;
         let full = vocab / rows_per_chunk;
@@ -233,12 +355,19 @@ impl Context {
                     self.create_buffer("posenc.encode.table", chunk_bytes(hi - lo), usage)?;
                 self.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(&words));
                 self.queue.submit([]);
-                chunks.push(TableChunk { rows: lo as u32..hi as u32, buffer });
+                chunks.push(TableChunk { buffer });
                 lo = hi;
             }
             Ok(())
         })?;
-        Ok(GpuTable { vocab, dim, dtype, chunks, accounted_by: self.memory_id() })
+        Ok(GpuTable {
+            vocab,
+            dim,
+            dtype,
+            chunks,
+            rows_per_chunk: rows_per_chunk as u32,
+            accounted_by: self.memory_id(),
+        })
     }
 
     /// `out[b, t, :] = scale * E[ids[b, t], :] + PE(positions[b, t], :)` on the device, read
@@ -330,12 +459,11 @@ impl Context {
         let (batch, len) = ids.dim();
         let dim = table.dim;
         let out_size = options.out_dtype.size();
-        let mut bytes = vec![0u8; (batch * len * dim * out_size).next_multiple_of(4)];
+        let mut bytes = vec![0u8; batch * len * dim * out_size];
         if !bytes.is_empty() {
             let sink = Sink::Host(&mut bytes);
             self.run_encode(pe, table, ids, positions, options, scale, sink, None)?;
         }
-        bytes.truncate(batch * len * dim * out_size);
         let shape = (batch, len, dim);
         let halves = || bytes.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]]));
         Ok(match options.out_dtype {
@@ -396,7 +524,7 @@ impl Context {
                 positions,
                 options,
                 scale,
-                Sink::Device(&out),
+                Sink::Device { buffer: &out, offset: 0 },
                 None,
             )?;
         }
@@ -451,7 +579,7 @@ impl Context {
                 positions,
                 options,
                 scale,
-                Sink::Device(out),
+                Sink::Device { buffer: out, offset: 0 },
                 timer,
             )?;
         }
@@ -530,46 +658,22 @@ impl Context {
         positions: ArrayView2<'_, u32>,
         options: &EncodeOptions,
         scale: Option<f32>,
-        mut sink: Sink<'_>,
+        sink: Sink<'_>,
         timer: Option<&SpanTimer>,
     ) -> Result<()> {
         let dim = table.dim;
         let ids: Vec<u32> = ids.iter().copied().collect();
         let positions: Vec<u32> = positions.iter().copied().collect();
         let n_tokens = ids.len();
-        let out_size = options.out_dtype.size();
-        let limits = self.device.limits();
-        let max_groups = limits.max_compute_workgroups_per_dimension;
-        // Tokens per chunk: the chunk's output and its PE rows (f32) each fit one binding,
-        // and the grid's y and z dimensions cover it.
-        let per_chunk = (self.max_binding / (dim as u64 * 4))
-            .min(u64::from(max_groups) * u64::from(max_groups))
-            .min(n_tokens as u64) as usize;
-        // 16-bit output of an odd dim packs rows across word boundaries: an even number of
-        // tokens per chunk keeps every chunk whole words.
+        let out_dtype = options.out_dtype;
+        let out_size = out_dtype.size();
+        let x4 = dim.is_multiple_of(4);
+        // 16-bit output of an odd dim packs rows across word boundaries: the general kernel
+        // writes f32 rows, which the narrow pass rounds, and token chunks hold an even number
+        // of tokens, so every chunk but the last is whole words.
         let odd16 = out_size == 2 && dim % 2 == 1;
-        let per_chunk = if odd16 && per_chunk < n_tokens { per_chunk & !1 } else { per_chunk };
-        if per_chunk == 0 {
-            let rows = if odd16 { 2 } else { 1 };
-            return Err(Error::Limit {
-                op: "encode",
-                what: if odd16 {
-                    "two rows of PE (16-bit output of an odd dim is chunked in row pairs)"
-                } else {
-                    "one row of PE"
-                },
-                requested: rows * dim as u64 * 4,
-                limit_name: "max storage binding size",
-                limit: self.max_binding,
-            });
-        }
-        let fast = table.dtype == Dtype::F32
-            && options.out_dtype == Dtype::F32
-            && dim.is_multiple_of(4)
-            && table.chunks.len() == 1;
+        let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
         let max_position = positions.iter().copied().max().map_or(0, |p| u64::from(p) + 1);
-        let params_size =
-            if fast { size_of::<EncodeF32x4Params>() } else { size_of::<EncodeParams>() };
         let _exclusive = self.memory.exclusive();
         self.scoped("encode", || {
             // PE rows: a learned table as it is; a sinusoid from the cache of rows 0..n, or
@@ -581,38 +685,20 @@ impl Context {
             let cache = spec.and_then(|spec| self.cached_pe_rows(spec, max_position, timer));
             // What the table kernel reads, when PE rows are computed per chunk.
             let steps = spec.filter(|_| cache.is_none()).map(|spec| (spec, flat_steps(spec)));
-            let per_chunk = match self.budget_left() {
-                None => per_chunk,
-                Some(left) => {
-                    let learned_bytes = learned.map_or(0, |t| self.unaccounted_position_bytes(t));
-                    let plan = ChunkPlan {
-                        left: left
-                            .saturating_sub(self.unaccounted_bytes(table))
-                            .saturating_sub(learned_bytes),
-                        dim: dim as u64,
-                        out_size: out_size as u64,
-                        host: matches!(sink, Sink::Host(_)),
-                        per_call_pe: steps.is_some(),
-                        steps_bytes: steps.as_ref().map_or(0, |(_, w)| w.len() as u64 * 4),
-                        params: params_size as u64
-                            * if fast { 1 } else { table.chunks.len() as u64 },
-                        fast,
-                    };
-                    let fit = per_chunk.min(plan.tokens()?);
-                    // Odd-dim 16-bit chunks stay whole words: an even number of tokens.
-                    let fit = if odd16 && fit < n_tokens { fit & !1 } else { fit };
-                    if fit == 0 {
-                        return Err(Error::Limit {
-                            op: "encode",
-                            what: "the scratch buffers of two tokens (odd dim, 16-bit output)",
-                            requested: 2 * (12 + 2 * dim as u64 * out_size as u64),
-                            limit_name: "GPU memory budget left after tables and cached PE rows",
-                            limit: plan.left,
-                        });
-                    }
-                    fit
-                }
+            let plan = ChunkPlan {
+                dim: dim as u64,
+                out_size: out_size as u64,
+                host: matches!(sink, Sink::Host(_)),
+                per_call_pe: steps.is_some(),
+                steps_bytes: steps.as_ref().map_or(0, |(_, w)| w.len() as u64 * 4),
+                x4,
+                odd16,
             };
+            let budget_left = self.budget_left().map(|left| {
+                let learned_bytes = learned.map_or(0, |t| self.unaccounted_position_bytes(t));
+                left.saturating_sub(self.unaccounted_bytes(table)).saturating_sub(learned_bytes)
+            });
+            let per_chunk = plan.tokens(self.max_binding, max_groups, budget_left, n_tokens)?;
             let per_call_pe = match &steps {
                 Some((spec, words)) => {
                     Some((*spec, TableBuffers::new(self, per_chunk, dim, words, false)?))
@@ -625,47 +711,61 @@ impl Context {
                 (None, None, Some((_, p))) => &p.out,
                 (None, None, None) => unreachable!("one of the three exists"),
             };
-            let buffer = |label, size: u64, usage| self.pooled(label, size, usage);
             use wgpu::BufferUsages as U;
-            // The token records (see the kernels' `tokens`).
-            let tokens_buf = buffer(
+            let tokens_buf = self.pooled(
                 "posenc.encode.tokens",
-                token_buffer_bytes(per_chunk as u64, fast),
+                plan.token_bytes(per_chunk as u64),
                 U::STORAGE | U::COPY_DST,
             )?;
-            let out_bytes = ((per_chunk * dim * out_size) as u64).next_multiple_of(4);
-            // A device sink that one chunk fills is bound directly: no copy afterwards.
-            let direct = match &sink {
-                Sink::Device(result)
-                    if per_chunk == n_tokens && result.size() <= self.max_binding =>
-                {
-                    Some((*result).clone())
-                }
-                _ => None,
+            // Dispatch windows: the table chunks one dispatch binds.
+            let n_chunks = table.chunks.len();
+            let slots = if x4 { n_chunks.min(self.max_table_slots() as usize) } else { 1 };
+            let windows = n_chunks.div_ceil(slots);
+            let align = u64::from(self.device.limits().min_uniform_buffer_offset_alignment);
+            let params_size =
+                if x4 { size_of::<EncodeX4Params>() } else { size_of::<EncodeParams>() };
+            let stride = (params_size as u64).next_multiple_of(align);
+            let params_buf = self.pooled(
+                "posenc.encode.params",
+                stride * windows as u64,
+                U::UNIFORM | U::COPY_DST,
+            )?;
+            let total = (n_tokens * dim * out_size) as u64;
+            let chunk_bytes = (per_chunk * dim * out_size) as u64;
+            let mut output = Output::new(self, &ENCODE, sink, total, chunk_bytes, timer)?;
+            // The general kernel's f32 rows before the narrow pass.
+            let wide = if odd16 {
+                let bytes = (per_chunk * dim * 4) as u64;
+                Some(self.pooled("posenc.encode.wide", bytes, U::STORAGE | U::COPY_SRC)?)
+            } else {
+                None
             };
-            let pooled_out = match direct {
-                Some(_) => None,
-                None => Some(buffer("posenc.encode.out", out_bytes, U::STORAGE | U::COPY_SRC)?),
+            let narrow_params = if odd16 {
+                Some(self.pooled("posenc.narrow.params", 16, U::UNIFORM | U::COPY_DST)?)
+            } else {
+                None
             };
-            let out_buf: &wgpu::Buffer = match (&direct, &pooled_out) {
-                (Some(result), _) => result,
-                (None, Some(pooled)) => pooled,
-                (None, None) => unreachable!("one of the two exists"),
+            let kernel = if x4 {
+                self.x4_kernel(EncodeX4 {
+                    table: table.dtype,
+                    out: out_dtype,
+                    slots: slots as u32,
+                    coalesced: self.coalesced,
+                })
+            } else {
+                Arc::clone(&self.encode.general)
             };
-            let staging = match sink {
-                Sink::Host(_) => {
-                    Some(buffer("posenc.encode.staging", out_bytes, U::MAP_READ | U::COPY_DST)?)
-                }
-                Sink::Device(_) => None,
-            };
-            let bind = |layout: &wgpu::BindGroupLayout,
-                        params: &wgpu::Buffer,
-                        table_buf: &wgpu::Buffer| {
-                self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: Some("posenc.encode.bind_group"),
-                    layout,
-                    entries: &[
-                        wgpu::BindGroupEntry { binding: 0, resource: params.as_entire_binding() },
+            let bind_groups: Vec<wgpu::BindGroup> = (0..windows)
+                .map(|w| {
+                    let mut entries = vec![
+                        wgpu::BindGroupEntry {
+                            binding: 0,
+                            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                                buffer: &params_buf,
+                                offset: w as u64 * stride,
+                                size: wgpu::BufferSize::new(params_size as u64),
+                            }),
+                        },
                         wgpu::BindGroupEntry {
                             binding: 1,
                             resource: tokens_buf.as_entire_binding(),
@@ -674,187 +774,175 @@ impl Context {
                             binding: 2,
                             resource: pe_buffer.as_entire_binding(),
                         },
-                        wgpu::BindGroupEntry {
+                    ];
+                    let out = match &wide {
+                        Some(wide) => wide.as_entire_binding(),
+                        None => output.binding(),
+                    };
+                    if x4 {
+                        entries.push(wgpu::BindGroupEntry { binding: 3, resource: out });
+                        // Slots past the last chunk bind the window's first chunk again.
+                        entries.extend((0..slots).map(|k| {
+                            let chunk =
+                                table.chunks.get(w * slots + k).unwrap_or(&table.chunks[w * slots]);
+                            wgpu::BindGroupEntry {
+                                binding: 4 + k as u32,
+                                resource: chunk.buffer.as_entire_binding(),
+                            }
+                        }));
+                    } else {
+                        entries.push(wgpu::BindGroupEntry {
                             binding: 3,
-                            resource: table_buf.as_entire_binding(),
-                        },
-                        wgpu::BindGroupEntry { binding: 4, resource: out_buf.as_entire_binding() },
-                    ],
-                })
-            };
-            // One uniform buffer and bind group per vocabulary chunk (each dispatch of a
-            // submission needs its own parameters), or one for the fast kernel.
-            let passes: Vec<(super::PooledBuffer, wgpu::BindGroup)> = if fast {
-                let params = buffer(
-                    "posenc.encode_f32x4.params",
-                    params_size as u64,
-                    U::UNIFORM | U::COPY_DST,
-                )?;
-                let group = bind(&self.encode.fast_layout, &params, &table.chunks[0].buffer);
-                vec![(params, group)]
-            } else {
-                table
-                    .chunks
-                    .iter()
-                    .map(|chunk| {
-                        let params = buffer(
-                            "posenc.encode.params",
-                            params_size as u64,
-                            U::UNIFORM | U::COPY_DST,
-                        )?;
-                        let group = bind(&self.encode.layout, &params, &chunk.buffer);
-                        Ok((params, group))
+                            resource: table.chunks[w].buffer.as_entire_binding(),
+                        });
+                        entries.push(wgpu::BindGroupEntry { binding: 4, resource: out });
+                    }
+                    self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: Some("posenc.encode.bind_group"),
+                        layout: &kernel.layout,
+                        entries: &entries,
                     })
-                    .collect::<Result<_>>()?
+                })
+                .collect();
+            let narrow_group = match (&wide, &narrow_params) {
+                (Some(wide), Some(params)) => {
+                    Some(self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: Some("posenc.narrow.bind_group"),
+                        layout: &self.encode.narrow.layout,
+                        entries: &[
+                            wgpu::BindGroupEntry {
+                                binding: 0,
+                                resource: params.as_entire_binding(),
+                            },
+                            wgpu::BindGroupEntry { binding: 1, resource: wide.as_entire_binding() },
+                            wgpu::BindGroupEntry { binding: 2, resource: output.binding() },
+                        ],
+                    }))
+                }
+                _ => None,
             };
-            let mut flags = 0;
-            if scale.is_some() {
-                flags |= FLAG_SCALE;
-            }
-            if options.pad_id.is_some() {
-                flags |= FLAG_PAD;
-            }
-            if odd16 {
-                flags |= FLAG_ODD16;
-            }
-            let row_words = if out_size == 4 { dim } else { dim.div_ceil(2) } as u32;
-            let mut written = 0usize;
+            let scale_bits = scale.unwrap_or(1.0).to_bits();
             for start in (0..n_tokens).step_by(per_chunk) {
                 let end = (start + per_chunk).min(n_tokens);
-                let n = (end - start) as u32;
-                let mut encoder =
-                    self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                        label: Some("posenc.encode.encoder"),
-                    });
-                if let Some(timer) = timer {
-                    timer.start(&mut encoder);
-                }
-                let slots = match &per_call_pe {
+                let n = end - start;
+                let mut encoder = output.encoder();
+                let slots_of_tokens = match &per_call_pe {
                     None => positions[start..end].to_vec(),
                     Some((spec, pe)) => {
-                        let chunk_pos =
-                            ArrayView2::from_shape((1, end - start), &positions[start..end])
-                                .expect("one row");
+                        let chunk_pos = ArrayView2::from_shape((1, n), &positions[start..end])
+                            .expect("one row");
                         let (unique, slots) = encode::unique_positions(chunk_pos);
                         self.record_table(spec, pe, &unique, &mut encoder);
                         slots
                     }
                 };
-                // The fast kernel serves groups of tokens sharing a PE row; the general one
-                // takes tokens sorted by PE row (stable, so ties keep token order), so tokens
-                // sharing a row run back to back on the device and find it in cache.
-                let (n_items, n_groups) = if fast {
-                    let (records, groups) = group_records(&ids[start..end], &slots);
-                    self.queue.write_buffer(&tokens_buf, 0, bytemuck::cast_slice(&records));
-                    (groups as u32, groups as u32)
+                let chunk_ids = &ids[start..end];
+                let records = if x4 {
+                    let rows = table.rows_per_chunk;
+                    group_records(
+                        chunk_ids,
+                        &slots_of_tokens,
+                        rows,
+                        slots as u32,
+                        windows,
+                        options.pad_id,
+                    )
                 } else {
-                    let mut order: Vec<u32> = (0..n).collect();
-                    if !odd16 {
-                        order.sort_by_key(|&g| slots[g as usize]);
+                    token_records(
+                        chunk_ids,
+                        &slots_of_tokens,
+                        table.rows_per_chunk,
+                        n_chunks,
+                        options.pad_id,
+                    )
+                };
+                self.queue.write_buffer(&tokens_buf, 0, bytemuck::cast_slice(&records.words));
+                // Each window's parameters, and the windows that have work.
+                let mut params = vec![0u8; (stride * windows as u64) as usize];
+                let mut busy = Vec::with_capacity(windows);
+                for w in 0..windows {
+                    let (lo, hi) = (records.starts[w], records.starts[w + 1]);
+                    if hi == lo {
+                        continue;
                     }
-                    let packed: Vec<u32> = order
-                        .iter()
-                        .flat_map(|&g| [ids[start + g as usize], slots[g as usize], g])
-                        .collect();
-                    self.queue.write_buffer(&tokens_buf, 0, bytemuck::cast_slice(&packed));
-                    (n, 0)
-                };
-                let gy = n_items.min(max_groups);
-                let gz = n_items.div_ceil(gy);
-                // Both kernels spread a row over x: the fast one in blocks of
-                // 2 * PAIR_WORKGROUP_SIZE vec4s.
-                let gx = if fast {
-                    (dim as u32 / 4).div_ceil(2 * PAIR_WORKGROUP_SIZE)
-                } else {
-                    row_words.div_ceil(WORKGROUP_SIZE)
-                };
-                for (k, (params_buf, bind_group)) in passes.iter().enumerate() {
-                    if fast {
-                        let params = EncodeF32x4Params {
-                            n_groups,
-                            row_vecs: dim as u32 / 4,
-                            scale_bits: scale.unwrap_or(1.0).to_bits(),
-                            flags,
-                            pad_id: options.pad_id.unwrap_or(0),
+                    let items = hi - lo;
+                    let gy = items.min(max_groups);
+                    let gz = items.div_ceil(gy);
+                    let at = (w as u64 * stride) as usize;
+                    if x4 {
+                        let p = EncodeX4Params {
+                            n_groups: items,
+                            group_base: lo,
+                            row_units: dim as u32 / 4,
+                            scale_bits,
                             groups_y: gy,
-                            groups_at: n,
+                            groups_at: n as u32,
                             keep: 0,
-                        };
-                        self.queue.write_buffer(params_buf, 0, bytemuck::bytes_of(&params));
-                    } else {
-                        let chunk = &table.chunks[k];
-                        let params = EncodeParams {
-                            n_tokens: n,
-                            row_words,
-                            dim: dim as u32,
-                            vocab_lo: chunk.rows.start,
-                            vocab_hi: chunk.rows.end,
-                            scale_bits: scale.unwrap_or(1.0).to_bits(),
-                            flags: flags | if k == 0 { FLAG_FIRST } else { 0 },
-                            pad_id: options.pad_id.unwrap_or(0),
-                            in_dtype: table.dtype.code(),
-                            out_dtype: options.out_dtype.code(),
-                            groups_y: gy,
                             _pad: 0,
                         };
-                        self.queue.write_buffer(params_buf, 0, bytemuck::bytes_of(&params));
+                        params[at..at + params_size].copy_from_slice(bytemuck::bytes_of(&p));
+                        let gx = (dim as u32 / 4).div_ceil(2 * PAIR_WORKGROUP_SIZE);
+                        busy.push((w, gx, gy, gz));
+                    } else {
+                        let row_words = if out_size == 4 || odd16 { dim } else { dim / 2 } as u32;
+                        let p = EncodeParams {
+                            n_tokens: items,
+                            token_base: lo,
+                            row_words,
+                            dim: dim as u32,
+                            scale_bits,
+                            flags: if scale.is_some() { FLAG_SCALE } else { 0 },
+                            in_dtype: table.dtype.code(),
+                            out_dtype: if odd16 { Dtype::F32 } else { out_dtype }.code(),
+                            groups_y: gy,
+                            _pad: [0; 3],
+                        };
+                        params[at..at + params_size].copy_from_slice(bytemuck::bytes_of(&p));
+                        busy.push((w, row_words.div_ceil(WORKGROUP_SIZE), gy, gz));
                     }
+                }
+                self.queue.write_buffer(&params_buf, 0, &params);
+                {
                     let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                         label: Some("posenc.encode.pass"),
                         timestamp_writes: None,
                     });
-                    pass.set_pipeline(if fast {
-                        &self.encode.fast_pipeline
-                    } else {
-                        &self.encode.pipeline
+                    pass.set_pipeline(&kernel.pipeline);
+                    for &(w, gx, gy, gz) in &busy {
+                        pass.set_bind_group(0, &bind_groups[w], &[]);
+                        pass.dispatch_workgroups(gx, gy, gz);
+                    }
+                }
+                if let (Some(group), Some(params)) = (&narrow_group, &narrow_params) {
+                    let n_elems = (n * dim) as u32;
+                    let (gx, gy) =
+                        fold_dispatch(n_elems.div_ceil(2).div_ceil(WORKGROUP_SIZE), max_groups);
+                    let p = NarrowParams {
+                        n_elems,
+                        out_dtype: out_dtype.code(),
+                        groups_x: gx,
+                        _pad: 0,
+                    };
+                    self.queue.write_buffer(params, 0, bytemuck::bytes_of(&p));
+                    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: Some("posenc.narrow.pass"),
+                        timestamp_writes: None,
                     });
-                    pass.set_bind_group(0, bind_group, &[]);
-                    pass.dispatch_workgroups(gx, gy, gz);
+                    pass.set_pipeline(&self.encode.narrow.pipeline);
+                    pass.set_bind_group(0, group, &[]);
+                    pass.dispatch_workgroups(gx, gy, 1);
                 }
-                let chunk_bytes = ((end - start) * dim * out_size).next_multiple_of(4);
-                if let Some(timer) = timer.filter(|_| end == n_tokens) {
-                    timer.stop(&mut encoder);
-                }
-                match (&mut sink, &staging) {
-                    (Sink::Host(dst), Some(staging)) => {
-                        encoder.copy_buffer_to_buffer(out_buf, 0, staging, 0, chunk_bytes as u64);
-                        self.finish_and_read(
-                            "encode",
-                            encoder,
-                            staging,
-                            &mut dst[written..written + chunk_bytes],
-                        )?;
-                    }
-                    (Sink::Device(result), _) => {
-                        // Every chunk but the last is whole words (odd 16-bit dims take an even
-                        // number of tokens per chunk), so offsets stay aligned.
-                        if direct.is_none() {
-                            encoder.copy_buffer_to_buffer(
-                                out_buf,
-                                0,
-                                result,
-                                written as u64,
-                                chunk_bytes as u64,
-                            );
-                        }
-                        let index = self.queue.submit([encoder.finish()]);
-                        // Wait before the next chunk reuses the chunk buffers.
-                        self.wait("encode", index)?;
-                    }
-                    (Sink::Host(_), None) => unreachable!("host sinks get a staging buffer"),
-                }
-                written += chunk_bytes;
+                output.deliver(encoder, (n * dim * out_size) as u64)?;
             }
             Ok(())
         })
     }
 }
 
-/// The tokens per chunk a memory budget allows: what is left of it, less the fixed
-/// buffers, divided by each token's share of the scratch buffers.
+/// How an encode is cut into token chunks: each chunk's buffers fit one binding, the grid
+/// covers it, and with a memory budget what is left of it, less the fixed buffers, holds
+/// each token's share of the scratch buffers.
 struct ChunkPlan {
-    /// Budget bytes not held by anything else (tables, cached rows, other outputs).
-    left: u64,
     dim: u64,
     out_size: u64,
     /// The output is read back, which needs a staging buffer as large as the chunk.
@@ -863,45 +951,78 @@ struct ChunkPlan {
     per_call_pe: bool,
     /// Bytes of the table kernel's phase steps (used with `per_call_pe`).
     steps_bytes: u64,
-    /// Bytes of the uniform buffers.
-    params: u64,
-    /// The records are `encode_f32x4`'s (see [`token_buffer_bytes`]).
-    fast: bool,
-}
-
-/// Bytes of the token records for `tokens` tokens: the general kernel's `(id, slot, row)`,
-/// or the fast kernel's `(id, row)` per token plus at most one group record per token and
-/// the closing record.
-fn token_buffer_bytes(tokens: u64, fast: bool) -> u64 {
-    if fast { 16 * tokens + 8 } else { 12 * tokens }
+    /// The records are `encode_x4`'s (see [`ChunkPlan::token_bytes`]).
+    x4: bool,
+    /// 16-bit output of an odd dim: f32 rows first, then the narrow pass.
+    odd16: bool,
 }
 
 impl ChunkPlan {
-    fn tokens(&self) -> Result<usize> {
+    /// Bytes of the token records for `tokens` tokens: the general kernel's `(id, slot,
+    /// row)`, or `encode_x4`'s `(id, row)` per token plus at most one group record per
+    /// token and the closing record.
+    fn token_bytes(&self, tokens: u64) -> u64 {
+        if self.x4 { 16 * tokens + 8 } else { 12 * tokens }
+    }
+
+    /// Tokens per chunk, at most `n_tokens`.
+    fn tokens(
+        &self,
+        max_binding: u64,
+        max_groups: u32,
+        budget_left: Option<u64>,
+        n_tokens: usize,
+    ) -> Result<usize> {
         let out_row = self.dim * self.out_size;
-        let mut per_token = token_buffer_bytes(1, self.fast) - token_buffer_bytes(0, self.fast);
-        per_token += out_row;
-        // Output and staging buffers are rounded up to whole words.
-        let mut fixed = self.params + 8 + token_buffer_bytes(0, self.fast);
-        if self.host {
-            per_token += out_row;
+        // Each chunk's output, f32 rows (PE rows per call, the narrow pass's input) and
+        // token records fit one binding, and its grid's y and z dimensions cover it.
+        let mut fit = max_binding / out_row.max(1);
+        if self.per_call_pe || self.odd16 {
+            fit = fit.min(max_binding / (self.dim * 4).max(1));
         }
-        if self.per_call_pe {
-            // A PE row and its position; the table kernel's params and phase steps.
-            per_token += self.dim * 4 + 4;
-            fixed += size_of::<super::TableParams>() as u64 + self.steps_bytes;
+        fit = fit.min((max_binding - 8) / self.token_bytes(1)).min(u64::from(max_groups).pow(2));
+        let mut what = "one row of PE";
+        let mut requested = self.dim * 4;
+        let mut limit_name = "max storage binding size";
+        let mut limit = max_binding;
+        if let Some(left) = budget_left {
+            let mut per_token = self.token_bytes(1) - self.token_bytes(0) + out_row;
+            // Params (one per window, at most a few KiB), the closing record, and output
+            // and staging rounded up to whole words.
+            let mut fixed = 4096 + 8 + self.token_bytes(0);
+            if self.host {
+                per_token += out_row;
+            }
+            if self.per_call_pe {
+                // A PE row and its position; the table kernel's params and phase steps.
+                per_token += self.dim * 4 + 4;
+                fixed += size_of::<super::TableParams>() as u64 + self.steps_bytes;
+            }
+            if self.odd16 {
+                per_token += self.dim * 4;
+                fixed += size_of::<NarrowParams>() as u64;
+            }
+            let budget_fit = left.saturating_sub(fixed) / per_token;
+            if budget_fit < fit {
+                fit = budget_fit;
+                what = "the scratch buffers of one token";
+                requested = fixed + per_token;
+                limit_name = "GPU memory budget left after tables and cached PE rows";
+                limit = left;
+            }
         }
-        let tokens = self.left.saturating_sub(fixed) / per_token;
-        if tokens == 0 {
-            return Err(Error::Limit {
-                op: "encode",
-                what: "the scratch buffers of one token",
-                requested: fixed + per_token,
-                limit_name: "GPU memory budget left after tables and cached PE rows",
-                limit: self.left,
-            });
+        let mut fit = usize::try_from(fit).unwrap_or(usize::MAX).min(n_tokens);
+        if self.odd16 && fit < n_tokens {
+            fit &= !1;
+            if fit == 0 {
+                what = "two tokens' buffers (16-bit output of an odd dim is chunked in pairs)";
+                requested *= 2;
+            }
         }
-        Ok(usize::try_from(tokens).unwrap_or(usize::MAX))
+        if fit == 0 {
+            return Err(Error::Limit { op: "encode", what, requested, limit_name, limit });
+        }
+        Ok(fit)
     }
 }
 
@@ -938,12 +1059,6 @@ impl std::fmt::Debug for GpuPositionTable {
     }
 }
 
-/// Where an encode's chunks go: read back into host memory, or copied into one device buffer.
-enum Sink<'a> {
-    Host(&'a mut [u8]),
-    Device(&'a wgpu::Buffer),
-}
-
 fn shaped<T>(shape: (usize, usize, usize), values: impl Iterator<Item = T>) -> Array3<T> {
     Array3::from_shape_vec(shape, values.collect()).expect("the shape matches")
 }
@@ -955,21 +1070,34 @@ mod tests {
     #[test]
     fn chunk_plans_fit_the_budget_left() {
         let plan = ChunkPlan {
-            left: 10_000,
             dim: 64,
             out_size: 4,
             host: true,
             per_call_pe: false,
             steps_bytes: 256,
-            params: 48,
-            fast: false,
+            x4: false,
+            odd16: false,
         };
-        // 12 + 256 + 256 bytes per token after 48 + 8 fixed.
-        assert_eq!(plan.tokens().unwrap(), (10_000 - 56) / 524);
+        let fixed = 4096 + 8;
+        let tokens = |plan: &ChunkPlan, binding, left| plan.tokens(binding, 65535, left, 1000);
+        // 12 + 256 + 256 bytes per token after the fixed bytes.
+        assert_eq!(tokens(&plan, 1 << 20, Some(fixed + 10_000)).unwrap(), 10_000 / 524);
         let cold = ChunkPlan { per_call_pe: true, ..plan };
-        assert_eq!(cold.tokens().unwrap(), (10_000 - 56 - 16 - 256) / (524 + 260));
-        let tight = ChunkPlan { left: 500, ..plan };
-        assert!(matches!(tight.tokens(), Err(Error::Limit { requested: 580, limit: 500, .. })));
+        assert_eq!(
+            tokens(&cold, 1 << 20, Some(fixed + 10_000)).unwrap(),
+            (10_000 - 48 - 256) / (524 + 260)
+        );
+        assert!(matches!(
+            tokens(&plan, 1 << 20, Some(fixed + 500)),
+            Err(Error::Limit { requested: 4628, limit: 4604, .. })
+        ));
+        // Without a budget: what one binding holds, at most every token.
+        assert_eq!(tokens(&plan, 1024, None).unwrap(), 4);
+        assert_eq!(tokens(&plan, 1 << 30, None).unwrap(), 1000);
+        // 16-bit rows of an odd dim: pairs of tokens, and f32 rows for the narrow pass.
+        let odd = ChunkPlan { dim: 63, out_size: 2, odd16: true, ..plan };
+        assert_eq!(tokens(&odd, 3 * 63 * 4, None).unwrap(), 2);
+        assert!(matches!(tokens(&odd, 63 * 4, None), Err(Error::Limit { .. })));
     }
 
     #[test]
@@ -977,24 +1105,48 @@ mod tests {
         let ids = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21];
         // Slot 7 is shared by ten tokens: a full group of MAX_GROUP_TOKENS, then the rest.
         let slots = [7, 2, 7, 7, 7, 7, 7, 2, 7, 7, 7, 7];
-        let (records, groups) = group_records(&ids, &slots);
+        let records = group_records(&ids, &slots, 100, 1, 1, None);
         assert_eq!(MAX_GROUP_TOKENS, 8);
-        assert_eq!(groups, 3);
         let n = ids.len();
-        let tokens: Vec<[u32; 2]> = [1, 7, 0, 2, 3, 4, 5, 6, 8, 9, 10, 11]
+        let tokens: Vec<u32> = [1u32, 7, 0, 2, 3, 4, 5, 6, 8, 9, 10, 11]
             .iter()
-            .map(|&g: &u32| [ids[g as usize], g])
+            .flat_map(|&g| [ids[g as usize], g])
             .collect();
-        assert_eq!(records[..n], tokens[..]);
-        assert_eq!(records[n..], [[0, 2], [2, 7], [10, 7], [12, 0]]);
-        assert_eq!(group_records(&[], &[]), (vec![[0, 0]], 0));
+        assert_eq!(records.words[..2 * n], tokens[..]);
+        assert_eq!(records.words[2 * n..], [0, 2, 2, 7, 10, 7, 12, 0]);
+        assert_eq!(records.starts, [0, 3]);
+        let empty = group_records(&[], &[], 1, 1, 1, None);
+        assert_eq!(empty, Records { words: vec![0, 0], starts: vec![0, 0] });
+    }
+
+    #[test]
+    fn records_name_each_tokens_chunk_slot_and_split_groups_by_window() {
+        // Chunks of 10 rows, 2 slots per window: ids 5 and 15 share window 0 (slots 0 and
+        // 1), 25 is in window 1 (slot 0), 35 in window 1 (slot 1); 99 is the pad id.
+        let ids = [25, 5, 99, 15, 35, 5];
+        let slots = [3, 3, 3, 3, 3, 1];
+        let r = group_records(&ids, &slots, 10, 2, 3, Some(99));
+        let slot = |s: u32| s << SLOT_SHIFT;
+        // Window 0 sorted by PE slot: token 5 (slot 1), then 1, 2 (pad), 3 (slot 3);
+        // window 1: tokens 0 and 4.
+        let expected: Vec<u32> =
+            [[5, 5], [5, 1], [PAD, 2], [5 | slot(1), 3], [5, 0], [5 | slot(1), 4]].concat();
+        assert_eq!(r.words[..12], expected[..]);
+        // Groups: (0, slot 1), (1, slot 3) in window 0; (4, slot 3) in window 1; closing.
+        assert_eq!(r.words[12..], [0, 1, 1, 3, 4, 3, 6, 0]);
+        assert_eq!(r.starts, [0, 2, 3, 3]);
+        // The general kernel: one window per chunk, rows without slot bits.
+        let t = token_records(&ids, &slots, 10, 4, Some(99));
+        assert_eq!(t.words, [5, 1, 5, 5, 3, 1, PAD, 3, 2, 5, 3, 3, 5, 3, 0, 5, 3, 4]);
+        assert_eq!(t.starts, [0, 3, 4, 5, 6]);
     }
 
     #[test]
     fn params_match_the_wgsl_struct_size() {
         // Twelve u32 fields in shaders/encode.wgsl's Params.
         assert_eq!(size_of::<EncodeParams>(), 48);
-        // Eight u32 fields in shaders/encode_f32x4.wgsl's Params.
-        assert_eq!(size_of::<EncodeF32x4Params>(), 32);
+        // Eight u32 fields in shaders/encode_x4.wgsl's Params, four in narrow.wgsl's.
+        assert_eq!(size_of::<EncodeX4Params>(), 32);
+        assert_eq!(size_of::<NarrowParams>(), 16);
     }
 }

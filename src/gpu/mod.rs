@@ -7,6 +7,7 @@ mod faults;
 mod memory;
 mod options;
 mod rope;
+mod runner;
 mod table;
 mod timing;
 
@@ -14,10 +15,11 @@ use std::sync::{Arc, Mutex};
 
 pub use alibi::AlibiParams;
 pub use encode::{
-    EncodeF32x4Params, EncodeParams, GpuPositionTable, GpuTable, MAX_GROUP_TOKENS, PE_CACHE_BUDGET,
+    EncodeParams, EncodeX4Params, GpuPositionTable, GpuTable, MAX_GROUP_TOKENS, NarrowParams,
+    PE_CACHE_BUDGET,
 };
 pub use faults::SUBMISSION_TIMEOUT;
-pub use options::{MEMORY_BUDGET_ENV, Options, TIMESTAMPS_ENV};
+pub use options::{AccessPattern, MEMORY_BUDGET_ENV, Options, TIMESTAMPS_ENV};
 pub use rope::{RopeCsParams, RopeParams, RopeX4Params};
 pub use table::TableParams;
 pub use timing::{CopyParams, TimingSource};
@@ -162,7 +164,9 @@ pub struct Context {
     memory: Arc<Memory>,
     timestamp_period: Option<f32>,
     table: table::TableKernel,
-    encode: encode::EncodeKernel,
+    encode: encode::EncodeKernels,
+    /// The vec4 encode kernel's access pattern is the coalesced one (see [`AccessPattern`]).
+    coalesced: bool,
     rope: rope::RopeKernels,
     pe_cache: Arc<Mutex<Option<encode::PeCache>>>,
     pool: Arc<BufferPool>,
@@ -253,7 +257,9 @@ impl Context {
         // Bindings are sized in whole 4-byte words.
         max_binding &= !3;
         let table = table::TableKernel::new(&device);
-        let encode = encode::EncodeKernel::new(&device);
+        let encode = encode::EncodeKernels::new(&device);
+        let coalesced =
+            options.access().resolve(adapter.get_info().device_type) == AccessPattern::Coalesced;
         let rope = rope::RopeKernels::new(&device);
         let pe_cache = Arc::new(Mutex::new(None));
         let pool = Arc::new(BufferPool::default());
@@ -268,6 +274,7 @@ impl Context {
             timestamp_period,
             table,
             encode,
+            coalesced,
             rope,
             pe_cache,
             pool,
@@ -302,6 +309,23 @@ impl Context {
         // Cached PE rows were sized for the old cap; the capped context builds its own.
         capped.pe_cache = Arc::new(Mutex::new(None));
         capped
+    }
+
+    /// A context on the same device whose vec4 encode kernel walks memory as `access` says
+    /// ([`AccessPattern::Auto`] chooses by the adapter's type). Both patterns give the same
+    /// bits; this is for measuring them against each other and for testing both.
+    #[must_use]
+    pub fn with_access_pattern(&self, access: AccessPattern) -> Self {
+        let mut other = self.clone();
+        other.coalesced =
+            access.resolve(self.adapter.get_info().device_type) == AccessPattern::Coalesced;
+        other
+    }
+
+    /// The access pattern of this context's vec4 encode kernel: never
+    /// [`AccessPattern::Auto`].
+    pub fn access_pattern(&self) -> AccessPattern {
+        if self.coalesced { AccessPattern::Coalesced } else { AccessPattern::Adjacent }
     }
 
     /// A context on the same device whose buffers hold at most `bytes` at once (see
@@ -574,30 +598,43 @@ impl Drop for PooledBuffer {
     }
 }
 
-/// Compiles kernel `name` (entry point of the same name) with the binding layout every
-/// posenc kernel shares: a uniform `Params` at binding 0, read-only storage at bindings
+/// Compiles kernel `name` (entry point of the same name) with the binding layout most
+/// posenc kernels share: a uniform `Params` at binding 0, read-only storage at bindings
 /// `1..n_storage`, and the read-write output at binding `n_storage`.
 pub(crate) fn build_kernel(
     device: &wgpu::Device,
     name: &'static str,
     n_storage: u32,
 ) -> (wgpu::BindGroupLayout, wgpu::ComputePipeline) {
+    use wgpu::BufferBindingType as B;
+    let mut bindings = vec![B::Uniform];
+    bindings.extend((1..=n_storage).map(|b| B::Storage { read_only: b < n_storage }));
+    build_pipeline(device, name, &crate::shaders::source(name), &bindings)
+}
+
+/// Compiles `source`, whose entry point is `name`, with one buffer binding of each type in
+/// `bindings` at bindings `0..` of group 0.
+pub(crate) fn build_pipeline(
+    device: &wgpu::Device,
+    name: &'static str,
+    source: &str,
+    bindings: &[wgpu::BufferBindingType],
+) -> (wgpu::BindGroupLayout, wgpu::ComputePipeline) {
     let label = |role: &str| format!("posenc.{name}.{role}");
     let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some(&label("shader")),
-        source: wgpu::ShaderSource::Wgsl(crate::shaders::source(name).into()),
+        source: wgpu::ShaderSource::Wgsl(source.into()),
     });
-    let entry = |binding: u32, ty: wgpu::BufferBindingType| wgpu::BindGroupLayoutEntry {
-        binding,
-        visibility: wgpu::ShaderStages::COMPUTE,
-        ty: wgpu::BindingType::Buffer { ty, has_dynamic_offset: false, min_binding_size: None },
-        count: None,
-    };
-    let mut entries = vec![entry(0, wgpu::BufferBindingType::Uniform)];
-    for binding in 1..=n_storage {
-        let read_only = binding < n_storage;
-        entries.push(entry(binding, wgpu::BufferBindingType::Storage { read_only }));
-    }
+    let entries: Vec<wgpu::BindGroupLayoutEntry> = bindings
+        .iter()
+        .enumerate()
+        .map(|(binding, &ty)| wgpu::BindGroupLayoutEntry {
+            binding: binding as u32,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer { ty, has_dynamic_offset: false, min_binding_size: None },
+            count: None,
+        })
+        .collect();
     let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
         label: Some(&label("bind_group_layout")),
         entries: &entries,

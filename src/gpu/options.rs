@@ -22,11 +22,48 @@ pub struct Options {
     max_binding_size: Option<u64>,
     timestamps: bool,
     limits: Option<wgpu::Limits>,
+    access: AccessPattern,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { memory_budget: None, max_binding_size: None, timestamps: true, limits: None }
+        Self {
+            memory_budget: None,
+            max_binding_size: None,
+            timestamps: true,
+            limits: None,
+            access: AccessPattern::Auto,
+        }
+    }
+}
+
+/// How the vec4 encode kernel walks memory. Both patterns give the same bits; they differ
+/// in speed, and which is faster depends on the adapter.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum AccessPattern {
+    /// [`AccessPattern::Adjacent`] on adapters that run shaders on CPU cores (wgpu's
+    /// `DeviceType::Cpu`: lavapipe, llvmpipe, WARP, SwiftShader), else
+    /// [`AccessPattern::Coalesced`].
+    #[default]
+    Auto,
+    /// For GPUs: the invocations of a workgroup move consecutive units of a row, so each
+    /// load and store of a warp touches one contiguous span, and a group's table values are
+    /// all loaded before any is stored.
+    Coalesced,
+    /// For adapters that emulate a GPU on CPU cores, whose cost is per buffer access: each
+    /// invocation moves two adjacent units (one token record load per two units), and the
+    /// rows of the group two ahead are prefetched.
+    Adjacent,
+}
+
+impl AccessPattern {
+    /// The pattern for an adapter of type `device_type`: never [`AccessPattern::Auto`].
+    pub fn resolve(self, device_type: wgpu::DeviceType) -> Self {
+        match self {
+            AccessPattern::Auto if device_type == wgpu::DeviceType::Cpu => AccessPattern::Adjacent,
+            AccessPattern::Auto => AccessPattern::Coalesced,
+            chosen => chosen,
+        }
     }
 }
 
@@ -90,6 +127,18 @@ impl Options {
     pub fn limits(mut self, limits: Option<wgpu::Limits>) -> Self {
         self.limits = limits;
         self
+    }
+
+    /// How the vec4 encode kernel walks memory; [`AccessPattern::Auto`] (the default)
+    /// chooses by the adapter's type.
+    #[must_use]
+    pub fn access_pattern(mut self, access: AccessPattern) -> Self {
+        self.access = access;
+        self
+    }
+
+    pub(crate) fn access(&self) -> AccessPattern {
+        self.access
     }
 
     pub(crate) fn required_limits(&self, adapter: &wgpu::Adapter) -> wgpu::Limits {

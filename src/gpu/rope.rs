@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use bytemuck::{Pod, Zeroable};
 use ndarray::{Array3, Array4, ArrayView2, ArrayView4};
 
+use super::runner::{Output, ROPE, Sink};
 use super::{Context, PooledBuffer, fold_dispatch};
 use crate::encode::Dtype;
 use crate::error::{Error, Result};
@@ -139,17 +140,22 @@ impl Context {
             let params = take("posenc.rope_cs.params", 32, U::UNIFORM | U::COPY_DST)?;
             let pos_buf =
                 take("posenc.rope_cs.positions", per_chunk as u64 * 4, U::STORAGE | U::COPY_DST)?;
-            let cs_bytes = per_chunk as u64 * row_bytes;
-            let cs = take("posenc.rope_cs.out", cs_bytes, U::STORAGE | U::COPY_SRC)?;
-            let staging = take("posenc.rope_cs.staging", cs_bytes, U::MAP_READ | U::COPY_DST)?;
-            let bind_group = self.rope_cs_bind_group(&params, &pos_buf, &steps, &cs);
-            for (rows, ps) in flat.chunks_mut(per_chunk * 2 * n).zip(positions.chunks(per_chunk)) {
-                let mut encoder = self.encoder("posenc.rope_cs.encoder");
+            let bytes: &mut [u8] = bytemuck::cast_slice_mut(flat);
+            let total = bytes.len() as u64;
+            let mut output = Output::new(
+                self,
+                &ROPE,
+                Sink::Host(bytes),
+                total,
+                per_chunk as u64 * row_bytes,
+                None,
+            )?;
+            let bind_group = self.rope_cs_bind_group(&params, &pos_buf, &steps, output.binding());
+            for ps in positions.chunks(per_chunk) {
+                let mut encoder = output.encoder();
                 self.queue.write_buffer(&pos_buf, 0, bytemuck::cast_slice(ps));
                 self.record_rope_cs(freqs, ps.len(), &params, &bind_group, &mut encoder);
-                let bytes = rows.len() as u64 * 4;
-                encoder.copy_buffer_to_buffer(&cs, 0, &staging, 0, bytes);
-                self.finish_and_read("rope", encoder, &staging, bytemuck::cast_slice_mut(rows))?;
+                output.deliver(encoder, ps.len() as u64 * row_bytes)?;
             }
             Ok(())
         })?;
@@ -257,10 +263,6 @@ impl Context {
         }
     }
 
-    fn encoder(&self, label: &'static str) -> wgpu::CommandEncoder {
-        self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) })
-    }
-
     /// The frequencies' turn steps, on the device.
     fn rope_steps(&self, freqs: &Frequencies) -> Result<PooledBuffer> {
         use wgpu::BufferUsages as U;
@@ -276,7 +278,7 @@ impl Context {
         params: &wgpu::Buffer,
         positions: &wgpu::Buffer,
         steps: &wgpu::Buffer,
-        out: &wgpu::Buffer,
+        out: wgpu::BindingResource<'_>,
     ) -> wgpu::BindGroup {
         self.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("posenc.rope_cs.bind_group"),
@@ -285,7 +287,7 @@ impl Context {
                 wgpu::BindGroupEntry { binding: 0, resource: params.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 1, resource: positions.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 2, resource: steps.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 3, resource: out.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 3, resource: out },
             ],
         })
     }
@@ -332,16 +334,18 @@ impl Context {
         layout: Layout,
         dtype: Dtype,
         positions: ArrayView2<'_, u32>,
-        mut io: Io<'_>,
+        io: Io<'_>,
     ) -> Result<()> {
         let freqs = spec.frequencies_for(positions);
-        let plan = Plan::new(self, spec, geometry, dtype)?;
         let positions: Vec<u32> = positions.iter().copied().collect();
         let total_rows = geometry.rows();
+        let total = geometry.elements() as u64 * dtype.size() as u64;
+        let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
+        let _exclusive = self.memory.exclusive();
+        let plan = Plan::new(self, spec, geometry, dtype, matches!(io, Io::Host { .. }))?;
         let n_chunks = total_rows.div_ceil(plan.rows_per_chunk);
         let slot_cap = plan.rows_per_chunk.min(geometry.batch * geometry.len);
         let chunk_bytes = (plan.rows_per_chunk as u64 * plan.row_bytes).next_multiple_of(4);
-        let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
 
         self.scoped("rope", || {
             use wgpu::BufferUsages as U;
@@ -352,86 +356,51 @@ impl Context {
                 take("posenc.rope_cs.positions", slot_cap as u64 * 4, U::STORAGE | U::COPY_DST)?;
             let cs_bytes = slot_cap as u64 * spec.n_freqs() as u64 * 8;
             let cs = take("posenc.rope_cs.out", cs_bytes, U::STORAGE)?;
-            let cs_group = self.rope_cs_bind_group(&cs_params, &pos_buf, &steps, &cs);
+            let cs_group =
+                self.rope_cs_bind_group(&cs_params, &pos_buf, &steps, cs.as_entire_binding());
             let slots_buf = take(
                 "posenc.rope.row_slot",
                 plan.rows_per_chunk as u64 * 4,
                 U::STORAGE | U::COPY_DST,
             )?;
             let params_buf = take("posenc.rope.params", 48, U::UNIFORM | U::COPY_DST)?;
-            // A device buffer that one chunk covers and that may be bound is written
-            // directly; otherwise results go through a scratch buffer.
-            let direct = match &io {
-                Io::Device(b) if n_chunks == 1 && b.usage().contains(U::STORAGE) => Some(*b),
-                _ => None,
+            let (input, sink, device) = match io {
+                Io::Host { input, output } => (Some(input), Sink::Host(output), None),
+                Io::Device(b) => (None, Sink::Device { buffer: b, offset: 0 }, Some(b)),
             };
-            // The x4 kernel rotates in place, so one buffer holds input and result; the
-            // general kernel reads a source that nobody writes.
+            // The x4 kernel rotates in place in the buffer the runner hands out (the
+            // caller's buffer itself when one chunk covers it and it may be bound); the
+            // general kernel reads a source copy that nobody writes.
+            let mut output = Output::new(self, &ROPE, sink, total, chunk_bytes, None)?;
             let src = match plan.kernel {
-                Kernel::X4 { .. } if direct.is_some() => None,
-                Kernel::X4 { .. } => Some(take(
-                    "posenc.rope.data",
-                    chunk_bytes,
-                    U::STORAGE | U::COPY_DST | U::COPY_SRC,
-                )?),
+                Kernel::X4 { .. } => None,
                 Kernel::General { .. } => {
                     Some(take("posenc.rope.src", chunk_bytes, U::STORAGE | U::COPY_DST)?)
                 }
             };
-            let scratch = match plan.kernel {
-                Kernel::General { .. } if direct.is_none() => {
-                    Some(take("posenc.rope.dst", chunk_bytes, U::STORAGE | U::COPY_SRC)?)
-                }
-                _ => None,
-            };
-            // Where results land before they leave the GPU (or stay, when direct).
-            let result: Option<&wgpu::Buffer> = match plan.kernel {
-                Kernel::X4 { .. } => src.as_deref(),
-                Kernel::General { .. } => scratch.as_deref(),
-            };
-            let staging = matches!(io, Io::Host { .. })
-                .then(|| take("posenc.rope.staging", chunk_bytes, U::MAP_READ | U::COPY_DST))
-                .transpose()?;
-            let direct_binding = direct.map(|b| wgpu::BufferBinding {
-                buffer: b,
-                offset: 0,
-                size: wgpu::BufferSize::new(chunk_bytes),
-            });
-            fn binding<'a>(
-                direct: &Option<wgpu::BufferBinding<'a>>,
-                buffer: Option<&'a wgpu::Buffer>,
-            ) -> wgpu::BindingResource<'a> {
-                match (direct, buffer) {
-                    (_, Some(b)) => b.as_entire_binding(),
-                    (Some(d), None) => wgpu::BindingResource::Buffer(d.clone()),
-                    (None, None) => unreachable!("a scratch buffer exists unless direct"),
-                }
-            }
             let entry = |binding: u32, resource| wgpu::BindGroupEntry { binding, resource };
-            let rope_group = match plan.kernel {
-                Kernel::X4 { .. } => self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            let rope_group = match &src {
+                None => self.device.create_bind_group(&wgpu::BindGroupDescriptor {
                     label: Some("posenc.rope_x4.bind_group"),
                     layout: &self.rope.x4_layout,
                     entries: &[
                         entry(0, params_buf.as_entire_binding()),
                         entry(1, slots_buf.as_entire_binding()),
                         entry(2, cs.as_entire_binding()),
-                        entry(3, binding(&direct_binding, src.as_deref())),
+                        entry(3, output.binding()),
                     ],
                 }),
-                Kernel::General { .. } => {
-                    self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                        label: Some("posenc.rope.bind_group"),
-                        layout: &self.rope.layout,
-                        entries: &[
-                            entry(0, params_buf.as_entire_binding()),
-                            entry(1, slots_buf.as_entire_binding()),
-                            entry(2, cs.as_entire_binding()),
-                            entry(3, binding(&direct_binding, src.as_deref())),
-                            entry(4, binding(&direct_binding, scratch.as_deref())),
-                        ],
-                    })
-                }
+                Some(src) => self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some("posenc.rope.bind_group"),
+                    layout: &self.rope.layout,
+                    entries: &[
+                        entry(0, params_buf.as_entire_binding()),
+                        entry(1, slots_buf.as_entire_binding()),
+                        entry(2, cs.as_entire_binding()),
+                        entry(3, src.as_entire_binding()),
+                        entry(4, output.binding()),
+                    ],
+                }),
             };
 
             let mut slots = Slots::new(positions.len());
@@ -440,8 +409,8 @@ impl Context {
                 let row_hi = (row_lo + plan.rows_per_chunk).min(total_rows);
                 let rows = row_hi - row_lo;
                 let byte_lo = row_lo as u64 * plan.row_bytes;
-                let bytes = (rows as u64 * plan.row_bytes) as usize;
-                let padded = (bytes as u64).next_multiple_of(4);
+                let bytes = rows as u64 * plan.row_bytes;
+                let padded = bytes.next_multiple_of(4);
 
                 let (row_slot, slot_positions) = slots.chunk(
                     row_lo..row_hi,
@@ -451,22 +420,30 @@ impl Context {
                 self.queue.write_buffer(&pos_buf, 0, bytemuck::cast_slice(slot_positions));
                 self.queue.write_buffer(&slots_buf, 0, bytemuck::cast_slice(row_slot));
                 let n_slots = slot_positions.len();
-                let mut encoder = self.encoder("posenc.rope.encoder");
-                match (&io, &src) {
-                    (Io::Host { input, .. }, Some(src)) => {
-                        let part = &input[byte_lo as usize..byte_lo as usize + bytes];
-                        if part.len() % 4 == 0 {
-                            self.queue.write_buffer(src, 0, part);
+                let mut encoder = output.encoder();
+                // The chunk's input goes where the kernel reads it: the source copy, or (x4)
+                // the runner's buffer, unless that is the caller's buffer itself.
+                let (written, _) = output.buffer();
+                let dst = match &src {
+                    Some(src) => Some(&**src),
+                    None if output.is_direct() => None,
+                    None => Some(written),
+                };
+                match (input, device, dst) {
+                    (Some(input), _, Some(dst)) => {
+                        let part = &input[byte_lo as usize..(byte_lo + bytes) as usize];
+                        if bytes == padded {
+                            self.queue.write_buffer(dst, 0, part);
                         } else {
                             let mut tail = part.to_vec();
                             tail.resize(padded as usize, 0);
-                            self.queue.write_buffer(src, 0, &tail);
+                            self.queue.write_buffer(dst, 0, &tail);
                         }
                     }
-                    (Io::Device(b), Some(src)) => {
-                        encoder.copy_buffer_to_buffer(b, byte_lo, src, 0, padded)
+                    (None, Some(b), Some(dst)) => {
+                        encoder.copy_buffer_to_buffer(b, byte_lo, dst, 0, padded)
                     }
-                    (_, None) => {}
+                    _ => {}
                 }
                 self.record_rope_cs(&freqs, n_slots, &cs_params, &cs_group, &mut encoder);
                 let (gx, gy, params) = plan.params(spec, dtype, rows, max_groups);
@@ -483,28 +460,7 @@ impl Context {
                     pass.set_bind_group(0, &rope_group, &[]);
                     pass.dispatch_workgroups(gx, gy, 1);
                 }
-                match (&mut io, result, &staging) {
-                    (Io::Host { output, .. }, Some(result), Some(staging)) => {
-                        encoder.copy_buffer_to_buffer(result, 0, staging, 0, padded);
-                        let out = &mut output[byte_lo as usize..byte_lo as usize + bytes];
-                        if bytes as u64 == padded {
-                            self.finish_and_read("rope", encoder, staging, out)?;
-                        } else {
-                            let mut tail = vec![0u8; padded as usize];
-                            self.finish_and_read("rope", encoder, staging, &mut tail)?;
-                            out.copy_from_slice(&tail[..bytes]);
-                        }
-                    }
-                    (Io::Device(b), result, _) => {
-                        if let Some(result) = result {
-                            encoder.copy_buffer_to_buffer(result, 0, b, byte_lo, padded);
-                        }
-                        let index = self.queue.submit([encoder.finish()]);
-                        // Wait before the next chunk reuses the scratch buffers.
-                        self.wait("rope", index)?;
-                    }
-                    _ => unreachable!("host calls get a scratch and a staging buffer"),
-                }
+                output.deliver(encoder, bytes)?;
             }
             Ok(())
         })
@@ -530,7 +486,14 @@ struct Plan {
 }
 
 impl Plan {
-    fn new(ctx: &Context, spec: &RopeSpec, geometry: &Geometry, dtype: Dtype) -> Result<Self> {
+    /// `host`: the tensor comes from and goes back to host memory (staging buffers).
+    fn new(
+        ctx: &Context,
+        spec: &RopeSpec,
+        geometry: &Geometry,
+        dtype: Dtype,
+        host: bool,
+    ) -> Result<Self> {
         let size = dtype.size();
         let head_dim = geometry.head_dim;
         let rotary_dim = spec.rotary_dim() as usize;
@@ -559,6 +522,31 @@ impl Plan {
             let what = if unit == 2 { "two head rows" } else { "one head row" };
             let need = (row_bytes * unit as u64).max(cs_row_bytes);
             return Err(ctx.binding_limit(what, need));
+        }
+        // Under a memory budget, each row's share of the scratch: its elements in the
+        // runner's buffer, in the staging buffer (host tensors) and in the general
+        // kernel's source copy, a cos/sin row, its slot and its position; fixed: the
+        // frequency steps and the parameters.
+        let Some(left) = ctx.budget_left() else {
+            return Ok(Self { kernel, head_dim, row_bytes, rows_per_chunk });
+        };
+        let copies = 1 + u64::from(host) + u64::from(matches!(kernel, Kernel::General { .. }));
+        let per_row = copies * row_bytes + cs_row_bytes + 8;
+        let fixed = u64::from(spec.n_freqs()) * 8 + 32 + 48 + 16;
+        let fit = (left.saturating_sub(fixed) / per_row).min(rows_per_chunk as u64) as usize;
+        let rows_per_chunk = fit / unit * unit;
+        if rows_per_chunk == 0 {
+            return Err(Error::Limit {
+                op: "rope",
+                what: if unit == 2 {
+                    "the scratch of two head rows"
+                } else {
+                    "the scratch of one head row"
+                },
+                requested: fixed + per_row * unit as u64,
+                limit_name: "GPU memory budget left",
+                limit: left,
+            });
         }
         Ok(Self { kernel, head_dim, row_bytes, rows_per_chunk })
     }

@@ -1,0 +1,145 @@
+// Fast path of encode (see encode.wgsl) for dims that are a multiple of 4, every table and
+// output type: out[t] = scale * E[id(t)] + PE[slot(t)] in units of four elements. Same
+// arithmetic, same bits as the general kernel and the CPU twin (src/cpu/encode.rs).
+//
+// The host specialises this file per variant (src/shaders.rs, `encode_x4_header`): the
+// storage word of a unit of the table (`TableWord`: vec4<u32> for f32, vec2<u32> for
+// 16-bit) and of the output (`OutWord`), `widen`/`narrow` between them and vec4<f32>, the
+// number of table bindings `TABLE_SLOTS` with `table_word(slot, i)` choosing among them,
+// and the access pattern `COALESCED`.
+//
+// The host sorts the tokens by PE row and cuts them into groups of at most
+// MAX_GROUP_TOKENS tokens sharing one. A workgroup owns one group and one block of
+// 2 * PAIR_WORKGROUP_SIZE units of the row: it reads the PE values of its units once and
+// adds them to every token of the group. A vocabulary larger than one binding is held in
+// row chunks; one dispatch binds up to TABLE_SLOTS of them (a window) and each token's
+// record names its chunk's slot, so tokens sharing a PE row share a group whichever chunk
+// holds their rows. Tables of more chunks than slots take one dispatch per window, each
+// serving the groups of its window's tokens: every token is read and written once,
+// whatever the chunking.
+//
+// Two access patterns, the same results:
+// - adjacent (COALESCED false), for adapters that run shaders on CPU cores (lavapipe,
+//   llvmpipe): each invocation moves two adjacent units per token, so a token's record is
+//   loaded once per two units (their cost is per buffer access, and adjacent units share
+//   cache lines), and the first invocations prefetch the rows of the group two ahead.
+// - coalesced (COALESCED true), for GPUs: invocation li moves units li and
+//   li + PAIR_WORKGROUP_SIZE of the block, so each load and store instruction of a warp
+//   touches one contiguous span; the group's table units are all loaded before any is
+//   stored, so the loads are in flight together.
+
+struct Params {
+    // Groups in this dispatch, from group_base.
+    n_groups: u32,
+    group_base: u32,
+    // Units per row: dim / 4.
+    row_units: u32,
+    // f32 bits of the scale; 1.0 without one (e * 1.0 + p has the bits of e + p, fused or
+    // not).
+    scale_bits: u32,
+    // Workgroups along y; the grid folds groups beyond it into z.
+    groups_y: u32,
+    // Index in `tokens` of the record of group 0.
+    groups_at: u32,
+    // Always 0 (see the end of the kernel).
+    keep: u32,
+    _pad: u32,
+}
+
+// A token whose output row is zero: a pad token (its id may lie outside the vocabulary).
+const PAD: u32 = 0xffffffffu;
+// A token's id record: its row in its table chunk in the low bits, the chunk's slot above.
+const SLOT_SHIFT: u32 = 28u;
+const ROW_MASK: u32 = 0x0fffffffu;
+
+@group(0) @binding(0) var<uniform> params: Params;
+// tokens[j] for j < groups_at: sorted token j as (row in its table chunk | slot <<
+// SLOT_SHIFT, or PAD; output row). tokens[groups_at + g]: group g as (its first sorted token, its PE row); the record
+// after the last group holds (number of tokens, 0), so group g's tokens end where g + 1's
+// begin. One buffer for both keeps the kernel within the 4 storage buffers per stage of
+// WebGPU's downlevel limits (with one table slot).
+@group(0) @binding(1) var<storage, read> tokens: array<vec2<u32>>;
+@group(0) @binding(2) var<storage, read> pe: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> out: array<OutWord>;
+// Bindings 4.. are the table slots, declared by the host's header.
+
+#import convert
+
+fn value(t: vec2<u32>, x: u32, p: vec4<f32>, s: f32) -> OutWord {
+    // A pad token reads row 0 of slot 0 in its place and writes zeros.
+    let zero = t.x == PAD;
+    let id = select(t.x, 0u, zero);
+    let w = table_word(id >> SLOT_SHIFT, (id & ROW_MASK) * params.row_units + x);
+    return narrow(select(widen(w) * s + p, vec4<f32>(0.0), zero));
+}
+
+@compute @workgroup_size(PAIR_WORKGROUP_SIZE)
+fn encode_x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let local = wg.z * params.groups_y + wg.y;
+    let n = params.row_units;
+    let block = wg.x * 2u * PAIR_WORKGROUP_SIZE;
+    var x0: u32;
+    var x1: u32;
+    if COALESCED {
+        x0 = block + li;
+        x1 = x0 + PAIR_WORKGROUP_SIZE;
+    } else {
+        x0 = block + 2u * li;
+        x1 = x0 + 1u;
+    }
+    if local >= params.n_groups || x0 >= n {
+        return;
+    }
+    // Past the row's end the invocation moves x0 twice (the same value to the same place),
+    // which costs less than a branch around the second unit.
+    x1 = select(x1, x0, x1 >= n);
+    let group = params.group_base + local;
+    let head = tokens[params.groups_at + group];
+    let end = tokens[params.groups_at + group + 1u].x;
+    let p0 = pe[head.y * n + x0];
+    let p1 = pe[head.y * n + x1];
+    let s = bitcast<f32>(params.scale_bits);
+    if COALESCED {
+        var w0: array<OutWord, MAX_GROUP_TOKENS>;
+        var w1: array<OutWord, MAX_GROUP_TOKENS>;
+        for (var j = 0u; j < end - head.x; j++) {
+            let t = tokens[head.x + j];
+            w0[j] = value(t, x0, p0, s);
+            w1[j] = value(t, x1, p1, s);
+        }
+        for (var j = 0u; j < end - head.x; j++) {
+            let dst = tokens[head.x + j].y * n;
+            out[dst + x0] = w0[j];
+            out[dst + x1] = w1[j];
+        }
+        return;
+    }
+    // Software prefetch: the first eight invocations each read the first four 64-byte
+    // lines of this block in the table row of one token of the group two ahead, so its page
+    // walk and first misses overlap this group's work instead of stalling the next one. On
+    // a software adapter, whose code keeps few loads in flight, this saved 12 % of the
+    // default encode.
+    var touch = 0u;
+    let ahead = group + 2u;
+    if li < 8u && ahead < params.group_base + params.n_groups {
+        let k = tokens[params.groups_at + ahead].x + li;
+        if k < tokens[params.groups_at + ahead + 1u].x && tokens[k].x != PAD {
+            let id = tokens[k].x;
+            let row = (id & ROW_MASK) * n + block;
+            let last = n - 1u - block;
+            for (var c = 0u; c < 4u * UNITS_PER_LINE; c += UNITS_PER_LINE) {
+                touch += table_word(id >> SLOT_SHIFT, row + min(c, last)).x;
+            }
+        }
+    }
+    for (var j = head.x; j < end; j++) {
+        let t = tokens[j];
+        let dst = t.y * n;
+        out[dst + x0] = value(t, x0, p0, s);
+        out[dst + x1] = value(t, x1, p1, s);
+    }
+    // Never taken (the host passes 0); it keeps the prefetch loads from being removed.
+    if params.keep != 0u {
+        out[x0] = OutWord(touch);
+    }
+}
