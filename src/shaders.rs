@@ -111,11 +111,24 @@ impl EncodeX4 {
                 4 + k
             );
         }
-        s += "fn table_word(slot: u32, i: u32) -> TableWord {\n    switch slot {\n";
-        for k in 1..self.slots {
-            s += &format!("        case {k}u: {{ return table{k}[i]; }}\n");
+        // The slot's table by a binary tree of ifs: on a GPU every branch is uniform (all
+        // invocations serve the same token), and on lavapipe it measured no slower than a
+        // switch (0.09 to 0.14 ms against 0.11 to 0.12 ms for an 8-chunk decode step).
+        fn tree(lo: u32, hi: u32, out: &mut String) {
+            if hi - lo == 1 {
+                *out += &format!("return table{lo}[i];");
+                return;
+            }
+            let mid = (lo + hi).div_ceil(2);
+            *out += &format!("if slot < {mid}u {{ ");
+            tree(lo, mid, out);
+            *out += " } else { ";
+            tree(mid, hi, out);
+            *out += " }";
         }
-        s += "        default: { return table0[i]; }\n    }\n}\n";
+        s += "fn table_word(slot: u32, i: u32) -> TableWord {\n    ";
+        tree(0, self.slots, &mut s);
+        s += "\n}\n";
         let mut imported = Vec::new();
         expand(ENCODE_X4, &mut imported, &mut s);
         s

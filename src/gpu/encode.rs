@@ -130,14 +130,15 @@ fn sorted_tokens(
 }
 
 /// The `encode_x4` records of one token chunk: sorted tokens as `(id record, output row)`,
-/// then one `(first token, PE slot)` record per group of at most [`MAX_GROUP_TOKENS`]
-/// tokens sharing a window and a PE slot, then `(n, 0)`.
+/// then one `(first token, PE slot)` record per group of at most `group_cap` (at most
+/// [`MAX_GROUP_TOKENS`]) tokens sharing a window and a PE slot, then `(n, 0)`.
 pub(super) fn group_records(
     ids: &[u32],
     slots: &[u32],
     rows_per_chunk: u32,
     table_slots: u32,
     windows: usize,
+    group_cap: usize,
     pad_id: Option<u32>,
 ) -> Records {
     let n = ids.len();
@@ -154,7 +155,7 @@ pub(super) fn group_records(
             starts.push(groups);
         }
         let mut end = start + 1;
-        while end < n && end - start < MAX_GROUP_TOKENS && key(end) == (window, slot) {
+        while end < n && end - start < group_cap && key(end) == (window, slot) {
             end += 1;
         }
         words.extend([start as u32, slot]);
@@ -184,6 +185,20 @@ pub(super) fn token_records(
 }
 
 const FLAG_SCALE: u32 = 1;
+
+/// Fewest workgroups a coalesced `encode_x4` dispatch should have before its groups shrink:
+/// a decode step of eight sequences at one position would otherwise be one group, four
+/// workgroups at D = 4096, too few to spread over a GPU's cores. (On lavapipe smaller
+/// groups made decode steps slower: 0.27 against 0.14 ms for 8 x 4096, so the adjacent
+/// pattern keeps full groups.)
+const MIN_WORKGROUPS: usize = 64;
+
+/// Tokens per group for `n` tokens of dim `dim`: [`MAX_GROUP_TOKENS`] (fewest PE reads)
+/// unless that leaves fewer than [`MIN_WORKGROUPS`] workgroups, then fewer, down to one.
+fn group_cap(n: usize, dim: usize) -> usize {
+    let blocks = (dim / 4).div_ceil(2 * PAIR_WORKGROUP_SIZE as usize).max(1);
+    (n * blocks / MIN_WORKGROUPS).clamp(1, MAX_GROUP_TOKENS)
+}
 
 /// Most bytes the cache of PE rows for positions `0..n` may hold per context.
 pub const PE_CACHE_BUDGET: u64 = 64 << 20;
@@ -839,12 +854,14 @@ impl Context {
                 let chunk_ids = &ids[start..end];
                 let records = if x4 {
                     let rows = table.rows_per_chunk;
+                    let cap = if self.coalesced { group_cap(n, dim) } else { MAX_GROUP_TOKENS };
                     group_records(
                         chunk_ids,
                         &slots_of_tokens,
                         rows,
                         slots as u32,
                         windows,
+                        cap,
                         options.pad_id,
                     )
                 } else {
@@ -1105,7 +1122,7 @@ mod tests {
         let ids = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21];
         // Slot 7 is shared by ten tokens: a full group of MAX_GROUP_TOKENS, then the rest.
         let slots = [7, 2, 7, 7, 7, 7, 7, 2, 7, 7, 7, 7];
-        let records = group_records(&ids, &slots, 100, 1, 1, None);
+        let records = group_records(&ids, &slots, 100, 1, 1, MAX_GROUP_TOKENS, None);
         assert_eq!(MAX_GROUP_TOKENS, 8);
         let n = ids.len();
         let tokens: Vec<u32> = [1u32, 7, 0, 2, 3, 4, 5, 6, 8, 9, 10, 11]
@@ -1115,7 +1132,7 @@ mod tests {
         assert_eq!(records.words[..2 * n], tokens[..]);
         assert_eq!(records.words[2 * n..], [0, 2, 2, 7, 10, 7, 12, 0]);
         assert_eq!(records.starts, [0, 3]);
-        let empty = group_records(&[], &[], 1, 1, 1, None);
+        let empty = group_records(&[], &[], 1, 1, 1, MAX_GROUP_TOKENS, None);
         assert_eq!(empty, Records { words: vec![0, 0], starts: vec![0, 0] });
     }
 
@@ -1125,7 +1142,7 @@ mod tests {
         // 1), 25 is in window 1 (slot 0), 35 in window 1 (slot 1); 99 is the pad id.
         let ids = [25, 5, 99, 15, 35, 5];
         let slots = [3, 3, 3, 3, 3, 1];
-        let r = group_records(&ids, &slots, 10, 2, 3, Some(99));
+        let r = group_records(&ids, &slots, 10, 2, 3, MAX_GROUP_TOKENS, Some(99));
         let slot = |s: u32| s << SLOT_SHIFT;
         // Window 0 sorted by PE slot: token 5 (slot 1), then 1, 2 (pad), 3 (slot 3);
         // window 1: tokens 0 and 4.
