@@ -474,7 +474,10 @@ fn chunked_tables_of_every_type_encode_bit_identically() {
         prefill.0[[1, 0]] = 5;
         let mut outside = prefill.clone();
         outside.0[[1, 7]] = vocab as u32 + 9;
+        // Enough tokens for full groups in the coalesced pattern too (16 share each position).
+        let wide = (random_ids(&mut rng, 16, 40, vocab), positions::contiguous_batch(16, 40));
         let cases = [
+            ("wide", &wide, None),
             ("decode", &decode, None),
             ("single", &single, None),
             ("prefill", &prefill, Some(5)),

@@ -1159,6 +1159,17 @@ mod tests {
     }
 
     #[test]
+    fn small_dispatches_get_smaller_groups() {
+        // A decode step of 8 tokens at D = 4096 (4 blocks of 1024 columns): one token each.
+        assert_eq!(group_cap(8, 4096), 1);
+        assert_eq!(group_cap(1, 4096), 1);
+        // 32 tokens x 4 blocks = 128 workgroups' worth: groups of two.
+        assert_eq!(group_cap(32, 4096), 2);
+        // A prefill: full groups.
+        assert_eq!(group_cap(8192, 1024), MAX_GROUP_TOKENS);
+    }
+
+    #[test]
     fn params_match_the_wgsl_struct_size() {
         // Twelve u32 fields in shaders/encode.wgsl's Params.
         assert_eq!(size_of::<EncodeParams>(), 48);
