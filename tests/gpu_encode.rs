@@ -579,6 +579,7 @@ fn decode_steps_are_one_dispatch_and_need_no_wait() {
             cpu::encode(&spec, table.view(Dtype::Bf16), ids.view(), pos.view(), &options).unwrap();
         want.extend(c.bits());
     }
+    ctx.wait_idle().unwrap();
     let bytes = ctx.read_buffer(&out).unwrap();
     let got: Vec<u32> =
         bytes.chunks_exact(2).map(|b| u32::from(u16::from_le_bytes([b[0], b[1]]))).collect();

@@ -70,6 +70,8 @@ fn a_destroyed_device_gives_device_lost_from_every_call_without_hanging() {
         assert!(is_lost(&table), "{table:?}");
         let copy = ctx.time_copy(1 << 16, 1);
         assert!(is_lost(&copy), "{copy:?}");
+        let wait = ctx.wait_idle();
+        assert!(is_lost(&wait), "{wait:?}");
     });
 }
 

@@ -135,7 +135,8 @@ impl Context {
 
     /// Like [`Context::alibi_bias`], but the result stays on the device: a storage buffer of
     /// `heads * len * kv_len` float32 values, row-major (4 bytes for an empty tensor), ready
-    /// to bind in a downstream pipeline. Usages: `STORAGE | COPY_SRC | COPY_DST`.
+    /// to bind in a downstream pipeline. Usages: `STORAGE | COPY_SRC | COPY_DST`. The work is
+    /// submitted, not waited for (see [`Context::encode_to_buffer`]).
     ///
     /// # Errors
     /// As [`Context::alibi_bias`]; [`Error::Limit`] if the tensor exceeds the device's

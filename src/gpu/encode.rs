@@ -496,6 +496,10 @@ impl Context {
     /// to a word, low half first; the size is rounded up to whole words), ready to bind in
     /// a downstream pipeline. Usages: `STORAGE | COPY_SRC | COPY_DST`.
     ///
+    /// The work is submitted, not waited for: WebGPU runs a queue's work in order, so a
+    /// later [`Context::read_buffer`], or a pass the caller submits to [`Context::queue`],
+    /// sees the finished result; [`Context::wait_idle`] waits for it.
+    ///
     /// With a memory budget, the result counts against it while the call runs; once
     /// returned, it is the caller's and leaves posenc's accounting.
     ///
@@ -548,7 +552,9 @@ impl Context {
 
     /// Like [`Context::encode_to_buffer`], writing into a buffer the caller owns (and can
     /// reuse across calls): it needs `STORAGE | COPY_DST` usage and at least
-    /// `batch * len * dim` elements of `options.out_dtype`, rounded up to whole words.
+    /// `batch * len * dim` elements of `options.out_dtype`, rounded up to whole words. As
+    /// there, the work is submitted and not waited for; a decode loop can call this every
+    /// step without a blocking round trip.
     ///
     /// # Errors
     /// As [`Context::encode`]; [`Error::Shape`] if `out` is too small.

@@ -415,6 +415,25 @@ impl Context {
         result
     }
 
+    /// Blocks until every submission so far has completed: what the calls that leave their
+    /// results on the device (`encode_to_buffer`, `encode_into_buffer`, `rope_in_place`,
+    /// `alibi_bias_to_buffer`) do not do, so that a caller can overlap work with them.
+    ///
+    /// # Errors
+    /// [`Error::DeviceLost`] if the device is lost or the work outlives
+    /// [`SUBMISSION_TIMEOUT`]; [`Error::Gpu`] for another failure of the wait.
+    pub fn wait_idle(&self) -> Result<()> {
+        if let Some(reason) = self.health.lost() {
+            return Err(Error::DeviceLost { op: "wait_idle", reason });
+        }
+        let index = self.queue.submit([]);
+        self.wait("wait_idle", index)?;
+        match self.health.lost() {
+            Some(reason) => Err(Error::DeviceLost { op: "wait_idle", reason }),
+            None => Ok(()),
+        }
+    }
+
     /// Blocks until submission `index` has completed, for at most [`SUBMISSION_TIMEOUT`];
     /// past that the device counts as lost.
     fn wait(&self, op: &'static str, index: wgpu::SubmissionIndex) -> Result<()> {

@@ -211,8 +211,9 @@ impl Context {
     /// copy at all by the vec4 kernel (`head_dim % 8 == 0` and `rotary_dim % 16 == 0`, the
     /// usual shapes), after one copy to a scratch source by the general kernel (whose
     /// invocations read partners another invocation writes). Otherwise each chunk is
-    /// copied to scratch buffers, rotated there and copied back. Returns once the GPU is
-    /// done.
+    /// copied to scratch buffers, rotated there and copied back. Returns once the work is
+    /// submitted: later work on the queue (a read, the caller's passes) sees the result;
+    /// [`Context::wait_idle`] waits for it.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] naming `buffer usage` if a usage is missing;
