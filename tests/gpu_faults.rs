@@ -289,3 +289,44 @@ fn a_learned_position_table_streams_under_the_budget_too() {
     .unwrap();
     assert_eq!(got.bits(), want.bits());
 }
+
+/// RoPE and ALiBi plan their chunks by the memory budget too: a tensor several times the
+/// budget streams through in more, smaller chunks, with the bits of an unbudgeted run and
+/// a peak within the budget; the ALiBi result kept on the device counts against it.
+#[test]
+fn rope_and_alibi_stream_under_a_budget() {
+    let Some(base) = gpu() else { return };
+    use posenc::rope::{Layout, RopeSpec};
+    let budget = 256 << 10;
+    let ctx = base.with_memory_budget(budget);
+    let mut rng = Rng::new(13);
+    let spec = RopeSpec::new(64).unwrap();
+    // 4 x 512 tokens x 4 heads x 64 f32 = 2 MiB: eight budgets.
+    let x = ndarray::Array4::from_shape_fn((4, 512, 4, 64), |_| rng.below(4096) as f32 / 512.0);
+    let pos = positions::contiguous_batch(4, 512);
+    let want = base.rope(&spec, x.view(), pos.view(), Layout::Blhd).unwrap();
+    ctx.reset_peak_allocated_bytes();
+    let got = ctx.rope(&spec, x.view(), pos.view(), Layout::Blhd).unwrap();
+    assert!(ctx.peak_allocated_bytes() <= budget, "rope peak {}", ctx.peak_allocated_bytes());
+    assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "rope bits");
+
+    let alibi = posenc::alibi::AlibiSpec::new(8, 300).unwrap();
+    let want = base.alibi_bias(&alibi).unwrap();
+    ctx.reset_peak_allocated_bytes();
+    let got = ctx.alibi_bias(&alibi).unwrap();
+    assert!(ctx.peak_allocated_bytes() <= budget, "alibi peak {}", ctx.peak_allocated_bytes());
+    assert_eq!(got, want);
+    // 8 x 300 x 300 f32 = 2.9 MB kept on the device: more than the budget, refused first.
+    let err = ctx.alibi_bias_to_buffer(&alibi).unwrap_err();
+    assert!(matches!(err, Error::Limit { limit_name: "GPU memory budget", .. }), "{err}");
+    let small = posenc::alibi::AlibiSpec::new(2, 100).unwrap();
+    ctx.reset_peak_allocated_bytes();
+    let buffer = ctx.alibi_bias_to_buffer(&small).unwrap();
+    assert!(ctx.peak_allocated_bytes() >= 2 * 100 * 100 * 4, "the result was counted");
+    assert!(ctx.peak_allocated_bytes() <= budget);
+    let bytes = ctx.read_buffer(&buffer).unwrap();
+    let want = base.alibi_bias(&small).unwrap();
+    let got: Vec<f32> =
+        bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    assert_eq!(got, want.as_slice().unwrap());
+}
