@@ -405,7 +405,17 @@ pub struct Sizes {
     pub checkpoint_bytes: Option<u64>,
 }
 
-/// One measured item.
+/// One measured item, and the ceiling measured in the same rounds that its `ratio` is
+/// against ([`Item::ceiling`] names it):
+///
+/// | item | ceiling |
+/// | --- | --- |
+/// | `cpu_encode`, `cpu_encode_cold`, `cpu_table` | `cpu_copy_ceiling` (memcpy) |
+/// | `gpu_encode`, `gpu_encode_cold`, `gpu_table`, `gpu_readback` | `gpu_copy_ceiling` |
+/// | `gpu_encode_call` | `gpu_copy_ceiling_call` (wall clock) |
+/// | `cpu_load` | `cpu_read_ceiling` (`std::fs::read`) |
+///
+/// A ceiling is its own ceiling (ratio 1).
 #[derive(Clone, Debug, Serialize)]
 pub struct Item {
     /// `cpu_encode`, `cpu_encode_cold`, `cpu_table`, `gpu_encode`, `gpu_encode_cold`,
