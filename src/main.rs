@@ -77,8 +77,9 @@ enum Command {
     /// naive float32 and for posenc, at positions near 2^16 ... 2^32-1.
     #[command(after_help = EXIT_STATUS_HELP)]
     Accuracy(AccuracyArgs),
-    /// Time the encode and the table on the CPU and the GPU, each against a copy ceiling
-    /// measured in the same run over the same bytes, and check the two encodes agree.
+    /// Time the encode and the table on the CPU and the GPU, and loading a checkpoint, each
+    /// against a ceiling measured in the same rounds over the same bytes, and check the two
+    /// encodes agree; at shapes of real models with --model or --suite.
     #[command(after_help = EXIT_STATUS_HELP)]
     Bench(BenchArgs),
     /// Draw a picture (PNG) of positional encodings: the table as a heatmap, the similarity
@@ -177,30 +178,77 @@ enum PlotFormat {
 
 #[derive(Debug, Args)]
 struct BenchArgs {
-    /// Sequences per batch.
-    #[arg(long, value_name = "B", default_value_t = 8)]
-    batch: usize,
-    /// Tokens per sequence (positions 0..L).
-    #[arg(long, value_name = "L", default_value_t = 1024)]
-    len: usize,
-    /// Model dimension, even.
-    #[arg(long, value_name = "D", default_value_t = 1024)]
-    dim: usize,
-    /// Vocabulary rows.
-    #[arg(long, value_name = "V", default_value_t = 32000)]
-    vocab: usize,
-    /// Embedding table storage type.
-    #[arg(long, value_enum, default_value_t = OutDtype::F32)]
-    dtype: OutDtype,
-    /// Which paths to time.
+    /// Take the shape from a real model's config: bert-base, gpt2, llama3-8b,
+    /// llama3-8b-decode, mistral-7b-decode or whisper-small. Its storage type is also the
+    /// output type (a bf16 model consumes bf16 embeddings), and the checkpoint load is
+    /// timed. Shape and type flags given with it override the preset's.
+    #[arg(long, value_name = "NAME")]
+    model: Option<String>,
+    /// Run every preset of --model in turn and print one table (with --json, {"suite":
+    /// [...]}, one bench object per preset). Shape and type flags given with it override
+    /// every preset's.
+    #[arg(long, conflicts_with = "model")]
+    suite: bool,
+    /// Sequences per batch [default: 8].
+    #[arg(long, value_name = "B")]
+    batch: Option<usize>,
+    /// Tokens per sequence (positions 0..L) [default: 1024].
+    #[arg(long, value_name = "L")]
+    len: Option<usize>,
+    /// Model dimension, even [default: 1024].
+    #[arg(long, value_name = "D")]
+    dim: Option<usize>,
+    /// Vocabulary rows [default: 32000].
+    #[arg(long, value_name = "V")]
+    vocab: Option<usize>,
+    /// Embedding table storage type [default: f32].
+    #[arg(long, value_enum)]
+    dtype: Option<OutDtype>,
+    /// Encode output type [default: f32, or the preset's storage type].
+    #[arg(long, value_enum)]
+    out_dtype: Option<OutDtype>,
+    /// Which encode paths to time.
     #[arg(long, value_enum, default_value_t = BenchDevice::Both)]
     device: BenchDevice,
-    /// Timed runs per item, after one warm-up.
-    #[arg(long, value_name = "N", default_value_t = 10)]
-    repeats: usize,
-    /// Print one JSON object instead of the table.
+    /// Timed runs per item, after one warm-up; at most 10000 [default: 10, or 5 per preset
+    /// with --suite].
+    #[arg(long, value_name = "N")]
+    repeats: Option<usize>,
+    /// Also time loading the table from a one-tensor .safetensors file (written to a
+    /// temporary directory and deleted afterwards) against reading the file, both from a
+    /// warm page cache [default: true with --model or --suite, else false].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true")]
+    load: Option<bool>,
+    /// Also draw a PNG bar chart of encode throughput against the copy ceilings, one group
+    /// per shape, to PATH. The file appears complete or not at all.
+    #[arg(long, value_name = "PATH")]
+    plot: Option<PathBuf>,
+    /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
+}
+
+impl BenchArgs {
+    /// `base` with every field given on the command line in its place.
+    fn apply(&self, base: posenc::bench::Config) -> posenc::bench::Config {
+        posenc::bench::Config {
+            batch: self.batch.unwrap_or(base.batch),
+            len: self.len.unwrap_or(base.len),
+            dim: self.dim.unwrap_or(base.dim),
+            vocab: self.vocab.unwrap_or(base.vocab),
+            dtype: self.dtype.map_or(base.dtype, Into::into),
+            out_dtype: self.out_dtype.map_or(base.out_dtype, Into::into),
+            devices: match self.device {
+                BenchDevice::Cpu => posenc::bench::Devices::Cpu,
+                BenchDevice::Gpu => posenc::bench::Devices::Gpu,
+                BenchDevice::Both => posenc::bench::Devices::Both,
+            },
+            repeats: self.repeats.unwrap_or(base.repeats),
+            load: self.load.unwrap_or(base.load),
+            ..base
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -1076,40 +1124,61 @@ fn to_stdout(write: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result<(),
 }
 
 fn bench(args: &BenchArgs) -> Result<(), Failure> {
-    let config = posenc::bench::Config {
-        batch: args.batch,
-        len: args.len,
-        dim: args.dim,
-        vocab: args.vocab,
-        dtype: args.dtype.into(),
-        devices: match args.device {
-            BenchDevice::Cpu => posenc::bench::Devices::Cpu,
-            BenchDevice::Gpu => posenc::bench::Devices::Gpu,
-            BenchDevice::Both => posenc::bench::Devices::Both,
-        },
-        repeats: args.repeats,
+    use posenc::bench::{self, Config, PRESETS, SUITE_REPEATS};
+    let configs: Vec<Config> = if args.suite {
+        let suite = |p: &bench::Preset| Config { repeats: SUITE_REPEATS, ..p.config() };
+        PRESETS.iter().map(|p| args.apply(suite(p))).collect()
+    } else {
+        let base = match &args.model {
+            Some(name) => Config::preset(name).map_err(Failure::usage)?,
+            None => Config::default(),
+        };
+        vec![args.apply(base)]
     };
+    // Every size is checked before anything is allocated, the GPU opened or a file made.
+    for config in &configs {
+        config.check().map_err(Failure::usage)?;
+    }
+    let plot_file = args.plot.as_ref().map(AtomicFile::create).transpose()?;
+
     // Progress only where a person watches, and only once the run has taken a second.
     let interactive = io::stderr().is_terminal();
     let start = std::time::Instant::now();
     let mut shown = false;
-    let report = posenc::bench::run(&config, |step| {
+    let progress = |step: &str| {
         if interactive && start.elapsed().as_secs_f64() > 1.0 {
             eprint!("\r\x1b[Kposenc bench: {step} ...");
             shown = true;
         }
-    });
+    };
+    let reports = if args.suite {
+        bench::run_suite(&configs, progress).map(|s| s.suite)
+    } else {
+        bench::run(&configs[0], progress).map(|r| vec![r])
+    };
     if shown {
         eprint!("\r\x1b[K");
     }
-    let report = report?;
+    let reports = reports?;
+    if let Some(file) = plot_file {
+        let image = bench::chart(&reports)?;
+        emit(Some(file), |w| image.write_png(w))?;
+    }
     if args.json {
         to_stdout(|w| {
-            serde_json::to_writer_pretty(&mut *w, &report)?;
+            if args.suite {
+                let suite = bench::Suite { suite: reports };
+                serde_json::to_writer_pretty(&mut *w, &suite)?;
+            } else {
+                serde_json::to_writer_pretty(&mut *w, &reports[0])?;
+            }
             w.write_all(b"\n")
         })
+    } else if args.suite {
+        let table = bench::Suite { suite: reports }.to_table();
+        to_stdout(|w| w.write_all(table.as_bytes()))
     } else {
-        to_stdout(|w| w.write_all(report.to_table().as_bytes()))
+        to_stdout(|w| w.write_all(reports[0].to_table().as_bytes()))
     }
 }
 

@@ -1,11 +1,13 @@
 //! Pictures of positional encodings, as PNG images: the table as a heatmap, the cosine
-//! similarity between positions, and posenc's error against the naive float32 formula.
+//! similarity between positions, and posenc's error against the naive float32 formula; and
+//! of `posenc bench` results, as a bar chart of throughput against ceilings.
 //!
 //! Everything is drawn here, pixel by pixel, into an RGB [`Image`] (axis labels with a
 //! built-in bitmap font, so no system fonts are needed) and encoded with the `png` crate.
 //! The functions take ready data (a table, a similarity matrix, an [`ErrorCurve`]) rather
 //! than a variant or a spec, so any table can be pictured. Where each cell or point lands is
-//! public ([`MatrixLayout`], [`ErrorLayout`]), so tests can read the data back from pixels.
+//! public ([`MatrixLayout`], [`ErrorLayout`], [`BarLayout`]), so tests can read the data back
+//! from pixels.
 //!
 //! ```
 //! use posenc::{PeSpec, cpu, plot};
@@ -791,6 +793,290 @@ pub fn error_plot(curve: &ErrorCurve) -> Image {
     image.text(i64::from(px + pw / 2), x_title_y, "position", Align::Centre, BLACK);
     image.text_up(i64::from(PAD), i64::from(py + ph / 2), "max abs error", BLACK);
     image
+}
+
+/// One group of bars in [`bench_chart`]: a shape's throughputs in GB/s.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BenchGroup {
+    /// The first line under the group (a model's name, or the shape).
+    pub label: String,
+    /// The second line, in grey (shape and types).
+    pub detail: String,
+    /// GB/s of each of [`BENCH_SERIES`], in its order. `None`, or a value that is not a
+    /// finite number >= 0, draws no bar.
+    pub values: [Option<f64>; 4],
+}
+
+/// The bars of each group in [`bench_chart`], left to right: name (for the legend) and
+/// colour. Each encode stands left of its ceiling, in a lighter shade of its colour.
+pub const BENCH_SERIES: [(&str, Rgb); 4] = [
+    ("CPU encode", [31, 89, 201]),
+    ("CPU copy ceiling", [152, 182, 232]),
+    ("GPU encode", [226, 110, 18]),
+    ("GPU copy ceiling", [246, 192, 140]),
+];
+
+/// The most groups [`bench_chart`] draws.
+pub const MAX_BENCH_GROUPS: usize = 32;
+
+/// Width of one bar of [`bench_chart`].
+const BENCH_BAR_W: u32 = 28;
+/// Gap between the bars of a group.
+const BENCH_BAR_GAP: u32 = 4;
+/// The least space between two groups' bars.
+const BENCH_GROUP_GAP: u32 = 28;
+/// The widest group: longer labels are shortened.
+const BENCH_MAX_GROUP_W: u32 = 360;
+/// Height of the plot area.
+const BENCH_PLOT_H: u32 = 360;
+/// The tallest bar reaches at most 1 / this of the axis, leaving room for its label above.
+const BENCH_HEADROOM: f64 = 1.25;
+
+/// Where [`bench_chart`] puts each bar: groups side by side from the left, the bars of a
+/// group in the order of [`BENCH_SERIES`], on a linear GB/s axis from 0 (the baseline) to
+/// [`BarLayout::axis_max`] (the top of the plot area).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BarLayout {
+    groups: usize,
+    group_w: u32,
+    plot_x: u32,
+    plot_y: u32,
+    plot_w: u32,
+    plot_h: u32,
+    legend_y: u32,
+    axis_max: f64,
+    step: f64,
+    width: u32,
+    height: u32,
+}
+
+impl BarLayout {
+    /// Width of the whole picture in pixels.
+    pub fn width(&self) -> u32 {
+        self.width
+    }
+
+    /// Height of the whole picture in pixels.
+    pub fn height(&self) -> u32 {
+        self.height
+    }
+
+    /// Groups of bars.
+    pub fn groups(&self) -> usize {
+        self.groups
+    }
+
+    /// The GB/s at the top of the plot area.
+    pub fn axis_max(&self) -> f64 {
+        self.axis_max
+    }
+
+    /// Height of the plot area in pixels: a bar of [`BarLayout::axis_max`] would fill it.
+    pub fn plot_height(&self) -> u32 {
+        self.plot_h
+    }
+
+    /// The first row below the plot area: every bar's bottom row is the one above it.
+    pub fn baseline(&self) -> u32 {
+        self.plot_y + self.plot_h
+    }
+
+    /// The bar of `series` in `group` for `value` GB/s as `(x, y, width, height)`, `(x, y)`
+    /// its top-left pixel: `value / axis_max` of the plot area's height, rounded, and at
+    /// least one pixel for a positive value. `None` if there is no such group or series, or
+    /// `value` is not a finite number >= 0 (no bar is drawn for it).
+    pub fn bar(&self, group: usize, series: usize, value: f64) -> Option<(u32, u32, u32, u32)> {
+        if group >= self.groups || series >= BENCH_SERIES.len() || drawable(Some(value)).is_none() {
+            return None;
+        }
+        let scaled = (value / self.axis_max * f64::from(self.plot_h)).round();
+        // Clamped: a value past the axis (never, as the axis is fitted to the values) stays
+        // inside the plot.
+        let mut h = scaled.min(f64::from(self.plot_h)) as u32;
+        if value > 0.0 {
+            h = h.max(1);
+        }
+        let bars_w = BENCH_SERIES.len() as u32 * (BENCH_BAR_W + BENCH_BAR_GAP) - BENCH_BAR_GAP;
+        let left = self.plot_x + group as u32 * self.group_w + (self.group_w - bars_w) / 2;
+        let x = left + series as u32 * (BENCH_BAR_W + BENCH_BAR_GAP);
+        Some((x, self.baseline() - h, BENCH_BAR_W, h))
+    }
+
+    /// The column at the centre of `group`.
+    fn group_centre(&self, group: usize) -> u32 {
+        self.plot_x + group as u32 * self.group_w + self.group_w / 2
+    }
+
+    /// The row of `value` on the axis.
+    fn row_of(&self, value: f64) -> i64 {
+        (f64::from(self.baseline()) - value / self.axis_max * f64::from(self.plot_h)).round() as i64
+    }
+
+    /// The tick values, 0 included, and the decimals their labels need.
+    fn ticks(&self) -> (Vec<f64>, usize) {
+        let n = (self.axis_max / self.step).round() as u32;
+        let decimals = if self.step >= 1.0 { 0 } else { (-self.step.log10().floor()) as usize };
+        ((0..=n).map(|k| f64::from(k) * self.step).collect(), decimals)
+    }
+}
+
+/// A value drawn as a bar.
+fn drawable(value: Option<f64>) -> Option<f64> {
+    value.filter(|v| v.is_finite() && *v >= 0.0)
+}
+
+/// The axis for values up to `max`: a step of 1, 2 or 5 times a power of ten giving about
+/// five ticks, and the top, a whole number of steps at or above `max` times the headroom.
+fn bar_axis(max: f64) -> (f64, f64) {
+    let top = if max > 0.0 { max * BENCH_HEADROOM } else { 1.0 };
+    let raw = top / 5.0;
+    let decade = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0].into_iter().map(|m| m * decade).find(|&s| s >= raw);
+    let step = step.unwrap_or(10.0 * decade);
+    (step, (top / step).ceil() * step)
+}
+
+/// `value` GB/s with three significant digits or so, at most five characters below 10^5.
+fn gbps_label(value: f64) -> String {
+    match value {
+        v if v >= 100.0 => format!("{v:.0}"),
+        v if v >= 10.0 => format!("{v:.1}"),
+        v if v >= 1.0 => format!("{v:.2}"),
+        v => format!("{v:.3}"),
+    }
+}
+
+/// The series that have a bar in some group, for the legend.
+fn present_series(groups: &[BenchGroup]) -> Vec<usize> {
+    (0..BENCH_SERIES.len())
+        .filter(|&s| groups.iter().any(|g| drawable(g.values[s]).is_some()))
+        .collect()
+}
+
+/// Width of the legend's entries for `series`: a swatch, a gap, the name, and space.
+fn legend_width(series: &[usize]) -> u32 {
+    series.iter().map(|&s| CAP_H + 8 + text_width(BENCH_SERIES[s].0) + 24).sum()
+}
+
+/// The layout [`bench_chart`] uses for `groups`: each group as wide as its widest label
+/// (within limits) or its bars, the picture at least wide enough for the legend, the axis
+/// fitted to the largest value.
+///
+/// # Errors
+/// [`Error::Shape`] if `groups` is empty; [`Error::Limit`] if it holds more than
+/// [`MAX_BENCH_GROUPS`].
+pub fn bench_layout(groups: &[BenchGroup]) -> Result<BarLayout> {
+    const OP: &str = "plot bench";
+    if groups.is_empty() {
+        return Err(Error::Shape {
+            op: OP,
+            what: "groups of bars",
+            expected: "at least one".into(),
+            actual: "0".into(),
+        });
+    }
+    if groups.len() > MAX_BENCH_GROUPS {
+        return Err(Error::Limit {
+            op: OP,
+            what: "groups of bars",
+            requested: groups.len() as u64,
+            limit_name: "plot::MAX_BENCH_GROUPS",
+            limit: MAX_BENCH_GROUPS as u64,
+        });
+    }
+    let max = groups.iter().flat_map(|g| g.values).filter_map(drawable).fold(0.0, f64::max);
+    let (step, axis_max) = bar_axis(max);
+    let bars_w = BENCH_SERIES.len() as u32 * (BENCH_BAR_W + BENCH_BAR_GAP) - BENCH_BAR_GAP;
+    let labels = groups.iter().map(|g| text_width(&g.label).max(text_width(&g.detail)) + PAD * 2);
+    let mut group_w = labels.fold(bars_w + BENCH_GROUP_GAP, u32::max).min(BENCH_MAX_GROUP_W);
+
+    let mut layout = BarLayout {
+        groups: groups.len(),
+        group_w,
+        plot_x: 0,
+        plot_y: PAD + LINE_H + PAD + LINE_H + PAD,
+        plot_w: 0,
+        plot_h: BENCH_PLOT_H,
+        legend_y: PAD + LINE_H + PAD,
+        axis_max,
+        step,
+        width: 0,
+        height: 0,
+    };
+    let (ticks, decimals) = layout.ticks();
+    let tick_w = ticks.iter().map(|t| text_width(&format!("{t:.decimals$}"))).max().unwrap_or(0);
+    let plot_x = PAD + LINE_H + PAD + tick_w + 4 + TICK;
+    // Wide enough for the legend and the narrowest figure: wider groups, not a margin.
+    let least = (legend_width(&present_series(groups)) + 2 * PAD).max(MIN_WIDTH);
+    let n = groups.len() as u32;
+    group_w = group_w.max(least.saturating_sub(plot_x + PAD).div_ceil(n));
+    layout.group_w = group_w;
+    layout.plot_x = plot_x;
+    layout.plot_w = n * group_w;
+    layout.width = plot_x + layout.plot_w + PAD;
+    layout.height = layout.baseline() + 8 + LINE_H + 4 + LINE_H + PAD;
+    Ok(layout)
+}
+
+/// A bar chart of bench results: per group (a shape), CPU and GPU encode throughput next to
+/// their copy ceilings ([`BENCH_SERIES`]), in GB/s on a linear axis from 0, each bar
+/// labelled with its value, each group with its label and detail, and a legend of the
+/// series that have bars. Missing values draw no bar.
+///
+/// # Errors
+/// As [`bench_layout`].
+pub fn bench_chart(groups: &[BenchGroup], title: &str) -> Result<Image> {
+    let layout = bench_layout(groups)?;
+    let mut image = Image::new(layout.width, layout.height);
+    let (px, py, pw, ph) = (layout.plot_x, layout.plot_y, layout.plot_w, layout.plot_h);
+    let left = i64::from(px);
+
+    // Grid and ticks at each step; the baseline's grid line is hidden by the frame.
+    let (ticks, decimals) = layout.ticks();
+    for value in ticks {
+        let y = layout.row_of(value);
+        image.fill(left, y, pw, 1, GRID);
+        image.fill(left - 1 - i64::from(TICK), y, TICK, 1, BLACK);
+        let label = format!("{value:.decimals$}");
+        let top = y - i64::from(CAP_H) / 2;
+        image.text(left - 1 - i64::from(TICK + 4), top, &label, Align::Right, BLACK);
+    }
+    image.frame(px, py, pw, ph, BLACK);
+
+    // Bars, each labelled above, turned so that neighbouring labels never collide.
+    for (g, group) in groups.iter().enumerate() {
+        for (s, &(_, colour)) in BENCH_SERIES.iter().enumerate() {
+            let Some(value) = drawable(group.values[s]) else { continue };
+            let Some((x, y, w, h)) = layout.bar(g, s, value) else { continue };
+            image.fill(i64::from(x), i64::from(y), w, h, colour);
+            let label = gbps_label(value);
+            let label_x = i64::from(x + (w - CAP_H) / 2);
+            let centre = i64::from(y) - 4 - i64::from(text_width(&label)) / 2;
+            image.text_up(label_x, centre, &label, BLACK);
+        }
+        let centre = i64::from(layout.group_centre(g));
+        let room = layout.group_w - PAD;
+        let below = i64::from(layout.baseline()) + 8;
+        image.text(centre, below, &fit(&group.label, room), Align::Centre, BLACK);
+        let detail_y = below + i64::from(LINE_H) + 4;
+        image.text(centre, detail_y, &fit(&group.detail, room), Align::Centre, MUTED);
+    }
+
+    // Legend, centred between the title and the plot.
+    let series = present_series(groups);
+    let mut x = i64::from(layout.width.saturating_sub(legend_width(&series)) / 2);
+    let ly = i64::from(layout.legend_y);
+    for s in series {
+        let (name, colour) = BENCH_SERIES[s];
+        image.fill(x, ly, CAP_H, CAP_H, colour);
+        image.text(x + i64::from(CAP_H + 8), ly, name, Align::Left, BLACK);
+        x += i64::from(CAP_H + 8 + text_width(name) + 24);
+    }
+
+    let title = fit(title, layout.width - 2 * PAD);
+    image.text(i64::from(layout.width / 2), i64::from(PAD), &title, Align::Centre, BLACK);
+    image.text_up(i64::from(PAD), i64::from(py + ph / 2), "GB/s", BLACK);
+    Ok(image)
 }
 
 #[cfg(test)]

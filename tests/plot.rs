@@ -1,6 +1,7 @@
 //! `posenc::plot`: the pictures encode their data (cells and curve points have the colours
 //! of their values), the PNGs decode to the same pixels, the similarity matrix and the error
-//! curve hold what the README says, and bad sizes are errors rather than panics.
+//! curve hold what the README says, bench bars have the heights of their values, and bad
+//! sizes are errors rather than panics.
 
 mod common;
 
@@ -218,4 +219,86 @@ fn error_plot_draws_each_curve_through_its_points() {
     let (_, at_floor) = layout.point(1.0, plot::ERROR_FLOOR);
     assert_eq!(floor, at_floor);
     assert!(floor < f64::from(layout.height()));
+}
+
+fn bench_groups() -> Vec<plot::BenchGroup> {
+    let group = |label: &str, values| plot::BenchGroup {
+        label: label.into(),
+        detail: format!("{label} detail"),
+        values,
+    };
+    vec![
+        group("bert-base", [Some(26.2), Some(33.7), Some(3.56), Some(9.9)]),
+        // A decode step: tiny throughputs still get a visible bar.
+        group("llama3-8b-decode", [Some(11.4), Some(55.9), Some(0.0004), Some(2.27)]),
+        // A CPU-only run has no GPU bars; a zero has no height; NaN and negatives no bar.
+        group("cpu only", [Some(0.0), Some(68.0), None, Some(f64::NAN)]),
+        group("odd", [Some(-1.0), Some(f64::INFINITY), Some(12.5), Some(40.0)]),
+    ]
+}
+
+#[test]
+fn bench_bars_have_their_series_colour_and_the_height_of_their_value() {
+    let groups = bench_groups();
+    let image = plot::bench_chart(&groups, "bench").unwrap();
+    let layout = plot::bench_layout(&groups).unwrap();
+    let png = png_of(&image);
+    assert_eq!((png.width, png.height), (layout.width(), layout.height()));
+    assert_eq!(layout.groups(), groups.len());
+    // The axis holds the largest value with room for its label.
+    assert!(layout.axis_max() >= 68.0 * 1.25, "{}", layout.axis_max());
+    let scale = f64::from(layout.plot_height()) / layout.axis_max();
+    let mut drawn = 0;
+    for (g, group) in groups.iter().enumerate() {
+        for (s, (name, colour)) in plot::BENCH_SERIES.iter().enumerate() {
+            let value = group.values[s].filter(|v| v.is_finite() && *v >= 0.0);
+            let Some(value) = value else {
+                // No bar: the slot a bar would fill holds none of the series' colour.
+                let (x, _, w, _) = layout.bar(g, s, layout.axis_max()).unwrap();
+                for (x, y) in (x..x + w).flat_map(|x| (0..png.height).map(move |y| (x, y))) {
+                    assert_ne!(png.pixel(x, y), *colour, "{name} of group {g} at ({x}, {y})");
+                }
+                continue;
+            };
+            let (x, y, w, h) = layout.bar(g, s, value).unwrap();
+            let want = if value > 0.0 { (value * scale).round().max(1.0) } else { 0.0 };
+            assert_eq!(f64::from(h), want, "{name} of group {g}: {value}");
+            assert_eq!(y + h, layout.baseline(), "bars stand on the baseline");
+            for (px, py) in (x..x + w).flat_map(|x| (y..y + h).map(move |y| (x, y))) {
+                assert_eq!(png.pixel(px, py), *colour, "{name} of group {g} at ({px}, {py})");
+            }
+            // Read the height back from the pixels: the run of the colour up the middle.
+            let mid = x + w / 2;
+            let run = (0..layout.baseline())
+                .rev()
+                .take_while(|&row| png.pixel(mid, row) == *colour)
+                .count();
+            assert_eq!(run as u32, h, "{name} of group {g}: {value}");
+            drawn += 1;
+        }
+    }
+    assert_eq!(drawn, 12);
+    assert_eq!(layout.bar(groups.len(), 0, 1.0), None);
+    assert_eq!(layout.bar(0, plot::BENCH_SERIES.len(), 1.0), None);
+    assert_eq!(layout.bar(0, 0, f64::NAN), None);
+}
+
+#[test]
+fn bench_chart_sizes_are_checked() {
+    assert!(matches!(plot::bench_chart(&[], "x"), Err(Error::Shape { .. })));
+    let many = vec![bench_groups()[0].clone(); plot::MAX_BENCH_GROUPS + 1];
+    match plot::bench_layout(&many) {
+        Err(Error::Limit { requested, limit, .. }) => {
+            assert_eq!((requested, limit), (33, 32));
+        }
+        other => panic!("{other:?}"),
+    }
+    // The most groups, with labels far too long, lay out within bounds.
+    let long = plot::BenchGroup { label: "x".repeat(500), ..bench_groups()[0].clone() };
+    let layout = plot::bench_layout(&vec![long; plot::MAX_BENCH_GROUPS]).unwrap();
+    assert!(layout.width() < 12_000, "{}", layout.width());
+    // One group, nothing measured: still a picture, with its axis.
+    let empty = plot::BenchGroup { values: [None; 4], ..bench_groups()[0].clone() };
+    let image = plot::bench_chart(&[empty], "nothing").unwrap();
+    assert!(image.width() >= 720);
 }

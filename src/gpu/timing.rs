@@ -262,6 +262,111 @@ impl Context {
         })
     }
 
+    /// Seconds per call of the fastest vec4 copy of `bytes` (the copy of
+    /// [`Context::time_copy`], same bytes, same two forms) as a caller sees a one-dispatch
+    /// operation, by the wall clock: creating the command encoder, recording the dispatch,
+    /// submitting it and waiting for the device to finish. This is the ceiling of a whole
+    /// call such as [`Context::encode_into_buffer`] followed by a wait, which pays the same
+    /// submission and wait on top of its work. Pipelines, buffers and the bind group are
+    /// made beforehand, as a context keeps its own. One figure per repeat, the faster of the
+    /// two forms, after one warm-up call of each; as for `time_copy`, marked vec4s are
+    /// checked in the destination, so each form must really have copied.
+    ///
+    /// # Errors
+    /// [`Error::Gpu`] if wgpu reports an error or a form left a marked vec4 uncopied;
+    /// [`Error::DeviceLost`] if a call does not complete within
+    /// [`SUBMISSION_TIMEOUT`](super::SUBMISSION_TIMEOUT).
+    pub fn time_copy_call(&self, bytes: u64, repeats: usize) -> Result<Vec<f64>> {
+        const OP: &str = "copy_call";
+        let bytes = (bytes.min(self.max_binding) & !15).max(16);
+        self.scoped(OP, || {
+            use wgpu::BufferUsages as U;
+            let usage = U::STORAGE | U::COPY_DST | U::COPY_SRC;
+            let src = self.pooled("posenc.copy.src", bytes, usage)?;
+            let dst = self.pooled("posenc.copy.dst", bytes, usage)?;
+            let n_vecs = (bytes / 16) as u32;
+            let probes: Vec<u64> =
+                (0..COPY_PROBES).map(|k| (u64::from(n_vecs) - 1) * k / (COPY_PROBES - 1)).collect();
+            // Marks unlike time_copy's, so a destination left over from it cannot pass.
+            let mark = |v: u64| [!(v as u32), v as u32, 0xCA11_0000 ^ v as u32, 0x0C0F_FEE0];
+            for &v in &probes {
+                self.queue.write_buffer(&src, 16 * v, bytemuck::cast_slice(&mark(v)));
+            }
+            let staging =
+                self.pooled("posenc.copy.probes", 16 * COPY_PROBES, U::MAP_READ | U::COPY_DST)?;
+            let params_buf = self.pooled("posenc.copy.params", 16, U::UNIFORM | U::COPY_DST)?;
+            let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
+            let forms = [
+                (&self.copy.layout, &self.copy.pipeline, 1),
+                (&self.copy.x4_layout, &self.copy.x4_pipeline, 4),
+            ];
+            let mut best = vec![f64::INFINITY; repeats];
+            for (layout, pipeline, per_invocation) in forms {
+                let mut clear = self.device.create_command_encoder(&Default::default());
+                clear.clear_buffer(&dst, 0, None);
+                self.queue.submit([clear.finish()]);
+                let invocations = n_vecs.div_ceil(per_invocation);
+                let (gx, gy) = fold_dispatch(invocations.div_ceil(WORKGROUP_SIZE), max_groups);
+                let params = CopyParams { n_vecs, groups_x: gx, _pad: [0; 2] };
+                self.queue.write_buffer(&params_buf, 0, bytemuck::bytes_of(&params));
+                let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some("posenc.copy_call.bind_group"),
+                    layout,
+                    entries: &[
+                        wgpu::BindGroupEntry {
+                            binding: 0,
+                            resource: params_buf.as_entire_binding(),
+                        },
+                        wgpu::BindGroupEntry { binding: 1, resource: src.as_entire_binding() },
+                        wgpu::BindGroupEntry { binding: 2, resource: dst.as_entire_binding() },
+                    ],
+                });
+                // The clear and the parameters go ahead of the timed calls.
+                self.wait(OP, self.queue.submit([]))?;
+                for run in 0..=repeats {
+                    let start = Instant::now();
+                    let mut encoder =
+                        self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                            label: Some("posenc.copy_call.encoder"),
+                        });
+                    {
+                        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                            label: Some("posenc.copy_call.pass"),
+                            timestamp_writes: None,
+                        });
+                        pass.set_pipeline(pipeline);
+                        pass.set_bind_group(0, &group, &[]);
+                        pass.dispatch_workgroups(gx, gy, 1);
+                    }
+                    let index = self.queue.submit([encoder.finish()]);
+                    self.wait(OP, index)?;
+                    let wall = start.elapsed().as_secs_f64();
+                    if let Some(slot) = run.checked_sub(1).and_then(|r| best.get_mut(r)) {
+                        *slot = slot.min(wall);
+                    }
+                }
+                let mut encoder = self.device.create_command_encoder(&Default::default());
+                for (k, &v) in probes.iter().enumerate() {
+                    encoder.copy_buffer_to_buffer(&dst, 16 * v, &staging, 16 * k as u64, 16);
+                }
+                let mut got = vec![0u8; 16 * COPY_PROBES as usize];
+                self.finish_and_read(OP, encoder, &staging, &mut got)?;
+                for (k, &v) in probes.iter().enumerate() {
+                    if got[16 * k..16 * k + 16] != *bytemuck::cast_slice::<u32, u8>(&mark(v)) {
+                        return Err(Error::Gpu {
+                            op: OP,
+                            message: format!(
+                                "the copy-call ceiling ({per_invocation} vec4 per invocation) \
+                                 left vec4 {v} of {n_vecs} wrong"
+                            ),
+                        });
+                    }
+                }
+            }
+            Ok(best)
+        })
+    }
+
     /// Seconds the device spends on one [`Context::encode_into_buffer`] (see
     /// [`TimingSource`]): from the first command it records to the last, PE-cache fill
     /// included when the call fills the cache. `cold` clears the PE cache first. Host work
