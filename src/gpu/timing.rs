@@ -92,6 +92,25 @@ impl SpanTimer {
     }
 }
 
+/// One form of the copy ceiling, ready to record.
+struct CopyForm<'a> {
+    pipeline: &'a wgpu::ComputePipeline,
+    group: &'a wgpu::BindGroup,
+    grid: (u32, u32),
+}
+
+impl CopyForm<'_> {
+    fn record(&self, encoder: &mut wgpu::CommandEncoder) {
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("posenc.copy.pass"),
+            timestamp_writes: None,
+        });
+        pass.set_pipeline(self.pipeline);
+        pass.set_bind_group(0, self.group, &[]);
+        pass.dispatch_workgroups(self.grid.0, self.grid.1, 1);
+    }
+}
+
 /// Marked vec4s per copy-ceiling check.
 const COPY_PROBES: u64 = 64;
 
@@ -183,8 +202,26 @@ impl Context {
     /// # Errors
     /// [`Error::Gpu`] if wgpu reports an error.
     pub fn time_copy(&self, bytes: u64, repeats: usize) -> Result<Vec<f64>> {
+        let mark = |v: u64| [v as u32, !(v as u32), 0x5EED_0000 ^ v as u32, 0xC0FF_EE00];
+        let runs = self.copy_forms("copy", bytes, mark, |form| {
+            self.time_submissions("posenc.copy.encoder", repeats, |encoder| form.record(encoder))
+        })?;
+        Ok(runs[0].iter().zip(&runs[1]).map(|(a, b)| a.min(*b)).collect())
+    }
+
+    /// Runs `time` once for each form of the copy ceiling over `bytes` (rounded down to 16;
+    /// at most one binding), with the form's pipeline and bind group ready and its
+    /// destination cleared, then checks that the form really copied: vec4s of the source
+    /// marked with `mark` must be in the destination. Returns what each `time` returned.
+    fn copy_forms(
+        &self,
+        op: &'static str,
+        bytes: u64,
+        mark: impl Fn(u64) -> [u32; 4],
+        mut time: impl FnMut(&CopyForm<'_>) -> Result<Vec<f64>>,
+    ) -> Result<[Vec<f64>; 2]> {
         let bytes = (bytes.min(self.max_binding) & !15).max(16);
-        self.scoped("copy", || {
+        self.scoped(op, || {
             use wgpu::BufferUsages as U;
             let usage = U::STORAGE | U::COPY_DST | U::COPY_SRC;
             let src = self.pooled("posenc.copy.src", bytes, usage)?;
@@ -194,27 +231,22 @@ impl Context {
             // in the destination after each form's runs (cleared before them).
             let probes: Vec<u64> =
                 (0..COPY_PROBES).map(|k| (u64::from(n_vecs) - 1) * k / (COPY_PROBES - 1)).collect();
-            let mark = |v: u64| [v as u32, !(v as u32), 0x5EED_0000 ^ v as u32, 0xC0FF_EE00];
             for &v in &probes {
                 self.queue.write_buffer(&src, 16 * v, bytemuck::cast_slice(&mark(v)));
             }
             let staging =
                 self.pooled("posenc.copy.probes", 16 * COPY_PROBES, U::MAP_READ | U::COPY_DST)?;
+            let params_buf = self.pooled("posenc.copy.params", 16, U::UNIFORM | U::COPY_DST)?;
             let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
             let forms = [
                 (&self.copy.layout, &self.copy.pipeline, 1),
                 (&self.copy.x4_layout, &self.copy.x4_pipeline, 4),
             ];
-            let mut runs = Vec::new();
-            for (layout, pipeline, per_invocation) in forms {
+            let mut runs = [Vec::new(), Vec::new()];
+            for (k, (layout, pipeline, per_invocation)) in forms.into_iter().enumerate() {
                 let mut clear = self.device.create_command_encoder(&Default::default());
                 clear.clear_buffer(&dst, 0, None);
                 self.queue.submit([clear.finish()]);
-                let params_buf = self.pooled(
-                    "posenc.copy.params",
-                    16,
-                    wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-                )?;
                 let invocations = n_vecs.div_ceil(per_invocation);
                 let (gx, gy) = fold_dispatch(invocations.div_ceil(WORKGROUP_SIZE), max_groups);
                 let params = CopyParams { n_vecs, groups_x: gx, _pad: [0; 2] };
@@ -231,25 +263,19 @@ impl Context {
                         wgpu::BindGroupEntry { binding: 2, resource: dst.as_entire_binding() },
                     ],
                 });
-                runs.push(self.time_submissions("posenc.copy.encoder", repeats, |encoder| {
-                    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                        label: Some("posenc.copy.pass"),
-                        timestamp_writes: None,
-                    });
-                    pass.set_pipeline(pipeline);
-                    pass.set_bind_group(0, &group, &[]);
-                    pass.dispatch_workgroups(gx, gy, 1);
-                })?);
+                // The clear and the parameters go ahead of the timed runs.
+                self.wait(op, self.queue.submit([]))?;
+                runs[k] = time(&CopyForm { pipeline, group: &group, grid: (gx, gy) })?;
                 let mut encoder = self.device.create_command_encoder(&Default::default());
                 for (k, &v) in probes.iter().enumerate() {
                     encoder.copy_buffer_to_buffer(&dst, 16 * v, &staging, 16 * k as u64, 16);
                 }
                 let mut got = vec![0u8; 16 * COPY_PROBES as usize];
-                self.finish_and_read("copy", encoder, &staging, &mut got)?;
+                self.finish_and_read(op, encoder, &staging, &mut got)?;
                 for (k, &v) in probes.iter().enumerate() {
                     if got[16 * k..16 * k + 16] != *bytemuck::cast_slice::<u32, u8>(&mark(v)) {
                         return Err(Error::Gpu {
-                            op: "copy",
+                            op,
                             message: format!(
                                 "the copy ceiling ({per_invocation} vec4 per invocation) left \
                                  vec4 {v} of {n_vecs} wrong"
@@ -258,7 +284,7 @@ impl Context {
                     }
                 }
             }
-            Ok(runs[0].iter().zip(&runs[1]).map(|(a, b)| a.min(*b)).collect())
+            Ok(runs)
         })
     }
 
@@ -278,93 +304,26 @@ impl Context {
     /// [`SUBMISSION_TIMEOUT`](super::SUBMISSION_TIMEOUT).
     pub fn time_copy_call(&self, bytes: u64, repeats: usize) -> Result<Vec<f64>> {
         const OP: &str = "copy_call";
-        let bytes = (bytes.min(self.max_binding) & !15).max(16);
-        self.scoped(OP, || {
-            use wgpu::BufferUsages as U;
-            let usage = U::STORAGE | U::COPY_DST | U::COPY_SRC;
-            let src = self.pooled("posenc.copy.src", bytes, usage)?;
-            let dst = self.pooled("posenc.copy.dst", bytes, usage)?;
-            let n_vecs = (bytes / 16) as u32;
-            let probes: Vec<u64> =
-                (0..COPY_PROBES).map(|k| (u64::from(n_vecs) - 1) * k / (COPY_PROBES - 1)).collect();
-            // Marks unlike time_copy's, so a destination left over from it cannot pass.
-            let mark = |v: u64| [!(v as u32), v as u32, 0xCA11_0000 ^ v as u32, 0x0C0F_FEE0];
-            for &v in &probes {
-                self.queue.write_buffer(&src, 16 * v, bytemuck::cast_slice(&mark(v)));
-            }
-            let staging =
-                self.pooled("posenc.copy.probes", 16 * COPY_PROBES, U::MAP_READ | U::COPY_DST)?;
-            let params_buf = self.pooled("posenc.copy.params", 16, U::UNIFORM | U::COPY_DST)?;
-            let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
-            let forms = [
-                (&self.copy.layout, &self.copy.pipeline, 1),
-                (&self.copy.x4_layout, &self.copy.x4_pipeline, 4),
-            ];
-            let mut best = vec![f64::INFINITY; repeats];
-            for (layout, pipeline, per_invocation) in forms {
-                let mut clear = self.device.create_command_encoder(&Default::default());
-                clear.clear_buffer(&dst, 0, None);
-                self.queue.submit([clear.finish()]);
-                let invocations = n_vecs.div_ceil(per_invocation);
-                let (gx, gy) = fold_dispatch(invocations.div_ceil(WORKGROUP_SIZE), max_groups);
-                let params = CopyParams { n_vecs, groups_x: gx, _pad: [0; 2] };
-                self.queue.write_buffer(&params_buf, 0, bytemuck::bytes_of(&params));
-                let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: Some("posenc.copy_call.bind_group"),
-                    layout,
-                    entries: &[
-                        wgpu::BindGroupEntry {
-                            binding: 0,
-                            resource: params_buf.as_entire_binding(),
-                        },
-                        wgpu::BindGroupEntry { binding: 1, resource: src.as_entire_binding() },
-                        wgpu::BindGroupEntry { binding: 2, resource: dst.as_entire_binding() },
-                    ],
-                });
-                // The clear and the parameters go ahead of the timed calls.
-                self.wait(OP, self.queue.submit([]))?;
-                for run in 0..=repeats {
-                    let start = Instant::now();
-                    let mut encoder =
-                        self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                            label: Some("posenc.copy_call.encoder"),
-                        });
-                    {
-                        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                            label: Some("posenc.copy_call.pass"),
-                            timestamp_writes: None,
-                        });
-                        pass.set_pipeline(pipeline);
-                        pass.set_bind_group(0, &group, &[]);
-                        pass.dispatch_workgroups(gx, gy, 1);
-                    }
-                    let index = self.queue.submit([encoder.finish()]);
-                    self.wait(OP, index)?;
-                    let wall = start.elapsed().as_secs_f64();
-                    if let Some(slot) = run.checked_sub(1).and_then(|r| best.get_mut(r)) {
-                        *slot = slot.min(wall);
-                    }
-                }
-                let mut encoder = self.device.create_command_encoder(&Default::default());
-                for (k, &v) in probes.iter().enumerate() {
-                    encoder.copy_buffer_to_buffer(&dst, 16 * v, &staging, 16 * k as u64, 16);
-                }
-                let mut got = vec![0u8; 16 * COPY_PROBES as usize];
-                self.finish_and_read(OP, encoder, &staging, &mut got)?;
-                for (k, &v) in probes.iter().enumerate() {
-                    if got[16 * k..16 * k + 16] != *bytemuck::cast_slice::<u32, u8>(&mark(v)) {
-                        return Err(Error::Gpu {
-                            op: OP,
-                            message: format!(
-                                "the copy-call ceiling ({per_invocation} vec4 per invocation) \
-                                 left vec4 {v} of {n_vecs} wrong"
-                            ),
-                        });
-                    }
+        // Marks unlike time_copy's, so a destination left over from it cannot pass.
+        let mark = |v: u64| [!(v as u32), v as u32, 0xCA11_0000 ^ v as u32, 0x0C0F_FEE0];
+        let runs = self.copy_forms(OP, bytes, mark, |form| {
+            let mut times = Vec::with_capacity(repeats);
+            for run in 0..=repeats {
+                let start = Instant::now();
+                let mut encoder =
+                    self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                        label: Some("posenc.copy_call.encoder"),
+                    });
+                form.record(&mut encoder);
+                let index = self.queue.submit([encoder.finish()]);
+                self.wait(OP, index)?;
+                if run > 0 {
+                    times.push(start.elapsed().as_secs_f64());
                 }
             }
-            Ok(best)
-        })
+            Ok(times)
+        })?;
+        Ok(runs[0].iter().zip(&runs[1]).map(|(a, b)| a.min(*b)).collect())
     }
 
     /// Seconds the device spends on one [`Context::encode_into_buffer`] (see
