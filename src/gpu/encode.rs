@@ -193,6 +193,10 @@ const FLAG_SCALE: u32 = 1;
 /// pattern keeps full groups.)
 const MIN_WORKGROUPS: usize = 64;
 
+/// Most tokens per chunk for which the adjacent pattern binds several table chunks per
+/// dispatch (see `run_encode`).
+const MULTI_SLOT_TOKENS: usize = 64;
+
 /// Tokens per group for `n` tokens of dim `dim`: [`MAX_GROUP_TOKENS`] (fewest PE reads)
 /// unless that leaves fewer than [`MIN_WORKGROUPS`] workgroups, then fewer, down to one.
 fn group_cap(n: usize, dim: usize) -> usize {
@@ -738,9 +742,14 @@ impl Context {
                 plan.token_bytes(per_chunk as u64),
                 U::STORAGE | U::COPY_DST,
             )?;
-            // Dispatch windows: the table chunks one dispatch binds.
+            // Dispatch windows: the table chunks one dispatch binds. A GPU picks a token's
+            // chunk by a branch uniform across the workgroup, at no cost; an adapter that
+            // runs shaders on CPU cores executes every branch under a lane mask, so each
+            // table read costs once per slot, and there only calls small enough for
+            // dispatch overheads to dominate (decode steps) bind several chunks.
             let n_chunks = table.chunks.len();
-            let slots = if x4 { n_chunks.min(self.max_table_slots() as usize) } else { 1 };
+            let multi = self.coalesced || per_chunk <= MULTI_SLOT_TOKENS;
+            let slots = if x4 && multi { n_chunks.min(self.max_table_slots() as usize) } else { 1 };
             let windows = n_chunks.div_ceil(slots);
             let align = u64::from(self.device.limits().min_uniform_buffer_offset_alignment);
             let params_size =
