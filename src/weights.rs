@@ -456,7 +456,8 @@ mod tests {
     fn non_finite_weights_are_found_at_every_place_a_block_scan_could_miss() {
         // (dtype, a finite background, the largest finite magnitude, non-finite values and
         // how they print).
-        let kinds: [(StDtype, u32, u32, [(u32, &str); 4]); 3] = [
+        type Kind = (StDtype, u32, u32, [(u32, &'static str); 4]);
+        let kinds: [Kind; 3] = [
             (
                 StDtype::F32,
                 0x3f80_0000,
