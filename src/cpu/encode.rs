@@ -8,7 +8,9 @@ use half::{bf16, f16};
 use ndarray::{Array2, Array3, ArrayView2, ArrayViewMut3};
 use rayon::prelude::*;
 
-use super::convert::{bf16_to_f32_bits, f16_to_f32_bits, f32_to_bf16_bits, f32_to_f16_bits};
+use super::convert::{
+    bf16_to_f32_bits, f16_to_f32_bits_branchless, f32_to_bf16_bits, f32_to_f16_bits,
+};
 use crate::encode::{self, Dtype, Embeddings, EncodeOptions, Encoded};
 use crate::error::{Error, Result};
 use crate::spec::PeSpec;
@@ -16,8 +18,24 @@ use crate::spec::PeSpec;
 /// Most bytes the cache of PE rows for positions `0..n` may hold per [`Encoder`].
 pub const PE_CACHE_BUDGET: usize = 64 << 20;
 
-/// Tokens per rayon task: enough work to amortise scheduling.
-const TOKENS_PER_TASK: usize = 8;
+/// Output elements up to which a call runs on the calling thread. Handing work to rayon
+/// from outside the pool wakes a worker and waits for it: 40 to 80 us when the pool is
+/// asleep, more than a whole decode step (16 tokens of 2560: 2 to 3 us). Measured on 2
+/// cores (1 x L x 4096, bf16 table, f32 out): with the pool awake two threads overtake
+/// one between 1 and 2 MiB of output (2 MiB: 40-50 against 51 us; 4 MiB: 93-100 against
+/// 151-166 us), while with the pool asleep one thread still wins at 8 MiB (431 against
+/// 467 us). 2^19 elements (2 MiB of f32) sits at the first crossover.
+const SERIAL_MAX_ELEMENTS: usize = 1 << 19;
+
+/// Output bytes per rayon task. Measured at the bench shapes, tasks of 32 KiB (the old 8
+/// rows of 1024 f32) cost 10 to 20 % more than 256 KiB ones and 1 MiB ones were no
+/// faster; 256 KiB still gives a 32 MiB output 128 tasks to balance between threads.
+const TASK_BYTES: usize = 256 << 10;
+
+/// How many tokens ahead the table row is prefetched. 1, 2, 4 and 8 measured alike, all
+/// about 10 % faster than no prefetch at the bench shapes (35 % at bert-base's); two rows
+/// (0.2 to 2 us of work each) cover a DRAM miss with room to spare.
+const PREFETCH_AHEAD: usize = 2;
 
 /// `out[b, t, :] = scale * E[ids[b, t], :] + PE(positions[b, t], :)`, multi-threaded.
 /// Bit-identical to the GPU path when `options.scale` is [`encode::Scale::None`]. A one-off
@@ -137,9 +155,10 @@ impl Encoder {
     }
 
     /// PE rows for the positions of a call and each token's row index among them: the
-    /// cached rows `0..n` when every position is below a budgeted `n`, else fresh rows for
-    /// the distinct positions.
-    fn pe_rows(&self, positions: ArrayView2<'_, u32>) -> (Arc<Array2<f32>>, Vec<u32>) {
+    /// cached rows `0..n` when every position is below a budgeted `n` (the positions
+    /// themselves are then the indices, borrowed when contiguous), else fresh rows for the
+    /// distinct positions.
+    fn pe_rows<'p>(&self, positions: ArrayView2<'p, u32>) -> (Arc<Array2<f32>>, Cow<'p, [u32]>) {
         let dim = self.spec.dim() as usize;
         let needed = positions.iter().copied().max().map_or(0, |p| p as usize + 1);
         let cap_rows = PE_CACHE_BUDGET / (dim * 4);
@@ -156,10 +175,10 @@ impl Encoder {
                     rows
                 }
             };
-            return (rows, positions.iter().copied().collect());
+            return (rows, row_major(&positions));
         }
         let (unique, slots) = encode::unique_positions(positions);
-        (Arc::new(super::table(&self.spec, &unique)), slots)
+        (Arc::new(super::table(&self.spec, &unique)), Cow::Owned(slots))
     }
 
     fn run(
@@ -312,7 +331,7 @@ impl TableElem for f32 {
 impl TableElem for f16 {
     #[inline(always)]
     fn f32_bits(self) -> u32 {
-        f16_to_f32_bits(u32::from(self.to_bits()))
+        f16_to_f32_bits_branchless(u32::from(self.to_bits()))
     }
 }
 
@@ -349,6 +368,7 @@ impl OutElem for bf16 {
     }
 }
 
+/// One call's gather: `out[token] = scale * table[ids[token]] + pe[slots[token]]`.
 struct Job<'a> {
     dim: usize,
     ids: &'a [u32],
@@ -358,33 +378,313 @@ struct Job<'a> {
     scale: Option<f32>,
 }
 
-impl Job<'_> {
-    fn fill<T: TableElem, O: OutElem>(&self, table: &[T], out: &mut [O]) {
-        let dim = self.dim;
-        out.par_chunks_mut(dim * TOKENS_PER_TASK).enumerate().for_each(|(task, rows)| {
-            for (k, row) in rows.chunks_exact_mut(dim).enumerate() {
-                let token = task * TOKENS_PER_TASK + k;
-                let id = self.ids[token];
-                if self.pad_id == Some(id) {
-                    row.fill(O::default());
-                    continue;
-                }
-                let src = &table[id as usize * dim..][..dim];
-                let pe = &self.pe[self.slots[token] as usize * dim..][..dim];
-                // Separate loops so each one vectorises; the arithmetic is the shader's.
-                match self.scale {
-                    None => {
-                        for ((o, &e), &p) in row.iter_mut().zip(src).zip(pe) {
-                            *o = O::from_f32_bits((f32::from_bits(e.f32_bits()) + p).to_bits());
-                        }
-                    }
-                    Some(s) => {
-                        for ((o, &e), &p) in row.iter_mut().zip(src).zip(pe) {
-                            *o = O::from_f32_bits((f32::from_bits(e.f32_bits()) * s + p).to_bits());
-                        }
-                    }
-                }
+/// The vector instructions a row loop is compiled for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Isa {
+    /// The target's baseline (SSE2 on x86_64).
+    Portable,
+    /// AVX2.
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    /// AVX-512 F, BW and VL.
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+}
+
+impl Isa {
+    /// The widest this CPU runs.
+    fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            if has!("avx512f") && has!("avx512bw") && has!("avx512vl") {
+                return Isa::Avx512;
             }
-        });
+            if has!("avx2") {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Portable
+    }
+}
+
+impl Job<'_> {
+    /// Fills `out` (one row of `dim` per token): on the calling thread when the call is
+    /// small, else in rayon tasks of whole rows.
+    fn fill<T: TableElem, O: OutElem>(&self, table: &[T], out: &mut [O]) {
+        let isa = Isa::detect();
+        if out.len() <= SERIAL_MAX_ELEMENTS {
+            self.fill_rows(isa, 0, table, out);
+            return;
+        }
+        let per_task = (TASK_BYTES / (self.dim * size_of::<O>())).max(1);
+        out.par_chunks_mut(self.dim * per_task)
+            .enumerate()
+            .for_each(|(task, rows)| self.fill_rows(isa, task * per_task, table, rows));
+    }
+
+    /// Fills `rows`, the rows of tokens `first..`, compiled for `isa`. Same operations,
+    /// same bits in every version: integer conversions, one f32 add (after one f32
+    /// multiply with a scale), never fused; only the instruction selection differs.
+    fn fill_rows<T: TableElem, O: OutElem>(
+        &self,
+        isa: Isa,
+        first: usize,
+        table: &[T],
+        rows: &mut [O],
+    ) {
+        match isa {
+            Isa::Portable => self.fill_rows_with(first, table, rows),
+            // SAFETY: `Isa::detect` returns these only on a CPU with the features.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe { self.fill_rows_avx2(first, table, rows) },
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => unsafe { self.fill_rows_avx512(first, table, rows) },
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    fn fill_rows_avx512<T: TableElem, O: OutElem>(
+        &self,
+        first: usize,
+        table: &[T],
+        rows: &mut [O],
+    ) {
+        self.fill_rows_with(first, table, rows);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn fill_rows_avx2<T: TableElem, O: OutElem>(&self, first: usize, table: &[T], rows: &mut [O]) {
+        self.fill_rows_with(first, table, rows);
+    }
+
+    /// The row loop, inlined into each instruction set's version.
+    #[inline(always)]
+    fn fill_rows_with<T: TableElem, O: OutElem>(&self, first: usize, table: &[T], rows: &mut [O]) {
+        let dim = self.dim;
+        for (k, row) in rows.chunks_exact_mut(dim).enumerate() {
+            let token = first + k;
+            // A pad id may lie past the table; it has no row to fetch.
+            if let Some(next) = self
+                .ids
+                .get(token + PREFETCH_AHEAD)
+                .and_then(|&id| table.get(id as usize * dim..).and_then(|rest| rest.get(..dim)))
+            {
+                prefetch(next);
+            }
+            let id = self.ids[token];
+            if self.pad_id == Some(id) {
+                row.fill(O::default());
+                continue;
+            }
+            let src = &table[id as usize * dim..][..dim];
+            let pe = &self.pe[self.slots[token] as usize * dim..][..dim];
+            add_row(row, src, pe, self.scale);
+        }
+    }
+}
+
+/// `out = scale * e + p` elementwise, rounded to `O`: the shader's arithmetic. Separate
+/// loops with and without a scale so each one vectorises.
+#[inline(always)]
+fn add_row<T: TableElem, O: OutElem>(out: &mut [O], src: &[T], pe: &[f32], scale: Option<f32>) {
+    match scale {
+        None => {
+            for ((o, &e), &p) in out.iter_mut().zip(src).zip(pe) {
+                *o = O::from_f32_bits((f32::from_bits(e.f32_bits()) + p).to_bits());
+            }
+        }
+        Some(s) => {
+            for ((o, &e), &p) in out.iter_mut().zip(src).zip(pe) {
+                *o = O::from_f32_bits((f32::from_bits(e.f32_bits()) * s + p).to_bits());
+            }
+        }
+    }
+}
+
+/// Asks the CPU to start loading `row` into cache: the first line of each 4 KiB page it
+/// spans, and its last line. Random token ids make every row a fresh page, and the cost
+/// of a gather is mostly the page walk and first miss of each page, which the hardware
+/// prefetcher, working within a page, cannot start early; once a page's first line has
+/// arrived it streams the rest. A hint only: no effect on any value, and nothing on
+/// targets without a stable prefetch instruction.
+#[inline(always)]
+fn prefetch<T>(row: &[T]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        const PAGE: usize = 4096;
+        let bytes = size_of_val(row);
+        let start = row.as_ptr().cast::<i8>();
+        let mut offset = 0;
+        while offset < bytes {
+            // SAFETY: a prefetch never faults and changes no memory; the address lies
+            // inside `row` besides.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.add(offset)) };
+            offset += PAGE;
+        }
+        if bytes > 0 {
+            // SAFETY: as above; `bytes - 1` is the row's last byte.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.add(bytes - 1)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = row;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reference: one element at a time, the shader's operations spelled out.
+    fn reference<T: TableElem, O: OutElem>(job: &Job<'_>, table: &[T]) -> Vec<O> {
+        let dim = job.dim;
+        let mut out = vec![O::default(); job.ids.len() * dim];
+        for (token, row) in out.chunks_exact_mut(dim).enumerate() {
+            let id = job.ids[token];
+            if job.pad_id == Some(id) {
+                continue;
+            }
+            for (j, o) in row.iter_mut().enumerate() {
+                let e = f32::from_bits(table[id as usize * dim + j].f32_bits());
+                let p = job.pe[job.slots[token] as usize * dim + j];
+                let v = match job.scale {
+                    None => e + p,
+                    Some(s) => e * s + p,
+                };
+                *o = O::from_f32_bits(v.to_bits());
+            }
+        }
+        out
+    }
+
+    fn isas() -> Vec<Isa> {
+        let mut isas = vec![Isa::Portable];
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            if has!("avx2") {
+                isas.push(Isa::Avx2);
+            }
+            if Isa::detect() == Isa::Avx512 {
+                isas.push(Isa::Avx512);
+            } else {
+                eprintln!("SKIP: no AVX-512 here; its row loop is not tested");
+            }
+        }
+        isas
+    }
+
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u32 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 >> 32) as u32
+        }
+    }
+
+    /// Table words: mostly random finite values, and in every third row the values the
+    /// fast paths must hand to the integer form (zeros, subnormals, infinities, NaNs of
+    /// both kinds) among ordinary ones.
+    fn words(rng: &mut Rng, vocab: usize, dim: usize, specials: &[u32], finite: u32) -> Vec<u32> {
+        (0..vocab * dim)
+            .map(|k| {
+                let row = k / dim;
+                if row % 3 == 1 && rng.next().is_multiple_of(4) {
+                    specials[rng.next() as usize % specials.len()]
+                } else {
+                    // Random sign and mantissa; the exponent kept finite.
+                    let w = rng.next() & finite;
+                    if w & 0x7f80_0000 == 0x7f80_0000 { w ^ 0x4000_0000 } else { w }
+                }
+            })
+            .collect()
+    }
+
+    fn check_every_isa<T: TableElem + std::fmt::Debug + PartialEq>(name: &str, table: &[T]) {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for dim in [1usize, 2, 18, 100, 1040] {
+            let vocab = table.len() / 1040;
+            let table = &table[..vocab * dim];
+            let tokens = 37;
+            let ids: Vec<u32> = (0..tokens).map(|_| rng.next() % (vocab as u32 + 2)).collect();
+            let slots: Vec<u32> = (0..tokens).map(|_| rng.next() % 5).collect();
+            let pe: Vec<f32> = (0..5 * dim).map(|k| (k as f32 * 0.37).sin() * 1.5 + 1e-3).collect();
+            for (pad_id, scale) in [
+                (Some(vocab as u32), None),
+                (Some(vocab as u32 + 1), Some(32.0f32.sqrt())),
+                (Some(ids[3]), Some(-0.75)),
+                (None, None),
+            ] {
+                // Ids past the table that are not the pad id would be refused upstream.
+                let ids: Vec<u32> = ids
+                    .iter()
+                    .map(|&id| if id as usize >= vocab { pad_id.unwrap_or(0) } else { id })
+                    .collect();
+                let job = Job { dim, ids: &ids, slots: &slots, pe: &pe, pad_id, scale };
+                macro_rules! compare {
+                    ($o:ty) => {
+                        let want: Vec<$o> = reference(&job, table);
+                        for &isa in &isas() {
+                            let mut got = vec![<$o>::default(); want.len()];
+                            job.fill_rows(isa, 0, table, &mut got);
+                            let same =
+                                got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits());
+                            assert!(
+                                same,
+                                "{name} -> {} dim {dim} {isa:?} pad {pad_id:?} scale {scale:?}",
+                                stringify!($o)
+                            );
+                            // The rows of tokens `first..` land where they belong.
+                            let first = 5;
+                            let mut part = vec![<$o>::default(); want.len() - first * dim];
+                            job.fill_rows(isa, first, table, &mut part);
+                            let same = part
+                                .iter()
+                                .zip(&want[first * dim..])
+                                .all(|(g, w)| g.to_bits() == w.to_bits());
+                            assert!(
+                                same,
+                                "{name} -> {} dim {dim} {isa:?} from token {first}",
+                                stringify!($o)
+                            );
+                        }
+                    };
+                }
+                compare!(f32);
+                compare!(f16);
+                compare!(bf16);
+            }
+        }
+    }
+
+    #[test]
+    fn every_instruction_set_gives_the_reference_bits() {
+        let mut rng = Rng(7);
+        let (vocab, dim) = (12, 1040);
+        let f32_specials =
+            [0, 0x8000_0000, 1, 0x807f_ffff, 0x7f80_0000, 0xff80_0000, 0x7fc0_0001, 0x7f80_0001];
+        let f32s: Vec<f32> = words(&mut rng, vocab, dim, &f32_specials, 0xbfff_ffff)
+            .into_iter()
+            .map(f32::from_bits)
+            .collect();
+        check_every_isa("f32", &f32s);
+        let half_specials = [0, 0x8000, 1, 0x83ff, 0x0200, 0x7c00, 0xfc00, 0x7e00, 0x7c01, 0xfd00];
+        let f16s: Vec<f16> = words(&mut rng, vocab, dim, &half_specials, 0xbfff)
+            .into_iter()
+            .map(|w| f16::from_bits(w as u16))
+            .collect();
+        check_every_isa("f16", &f16s);
+        let bf16_specials = [0, 0x8000, 1, 0x807f, 0x7f80, 0xff80, 0x7fc1, 0x7f81];
+        let bf16s: Vec<bf16> = words(&mut rng, vocab, dim, &bf16_specials, 0xbfff)
+            .into_iter()
+            .map(|w| bf16::from_bits(w as u16))
+            .collect();
+        check_every_isa("bf16", &bf16s);
     }
 }
