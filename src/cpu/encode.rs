@@ -1,5 +1,7 @@
-//! CPU twin of `shaders/encode.wgsl`: the fused gather + positional-encoding add,
-//! multi-threaded, with the same per-element arithmetic and conversions as the shader.
+//! CPU twin of `shaders/encode.wgsl`: the fused gather + positional-encoding add, with the
+//! same per-element arithmetic and conversions as the shader. Small calls (decode steps)
+//! run on the calling thread, larger ones in rayon tasks; the row loop is compiled for
+//! AVX-512 and AVX2 besides the baseline and picked at run time, with the same bits.
 
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
@@ -334,7 +336,7 @@ trait TableElem: Copy + Sync {
     /// [`add_row`] for a row [`TableElem::plain_avx512`] accepted: the same bits.
     ///
     /// # Safety
-    /// The CPU must have AVX-512 F, BW and VL, and `plain_avx512(src)` must hold.
+    /// The CPU must have AVX-512 F, BW and VL and F16C, and `plain_avx512(src)` must hold.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     unsafe fn add_row_avx512<O: OutElem>(
@@ -379,9 +381,8 @@ impl TableElem for f16 {
         pe: &[f32],
         scale: Option<f32>,
     ) {
-        // SAFETY: the caller guarantees AVX-512 F/BW/VL (F16C comes with them on every CPU
-        // that has them, and std reports it separately, checked at dispatch) and that the
-        // values are zeros or normal numbers.
+        // SAFETY: the caller guarantees AVX-512 F and F16C, and that every value is a zero
+        // or a normal number.
         unsafe { f16_add_row_avx512(out, bytemuck::cast_slice(src), pe, scale) }
     }
 }
