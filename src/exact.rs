@@ -2,6 +2,8 @@
 //! phase reduction. Everything here runs in big-float arithmetic (astro-float), never in
 //! float64, because float64 runs out of bits long before position 2^32 (see ARCHITECTURE.md).
 
+use std::sync::{Arc, Mutex, PoisonError};
+
 use astro_float::{BigFloat, Consts, RoundingMode, Sign};
 
 use crate::spec::{Frequencies, PeSpec, Variant};
@@ -141,10 +143,88 @@ pub const F32_STEP_BIAS: i32 = 160;
 /// Entries in the table of turn steps of powers of two.
 pub const F32_STEPS: usize = 256;
 
+/// Specs whose [`kernel_words`] are kept. A process rarely uses more than a few specs;
+/// sixteen covers every variant at a couple of dims while bounding the memory (at most
+/// 16 x 32768 pairs x 8 bytes = 4 MiB at the largest dim).
+pub(crate) const KERNEL_WORDS_CACHED: usize = 16;
+
+/// The most recently used specs' kernel words, most recent last, keyed by
+/// [`kernel_words_key`].
+static KERNEL_WORDS: WordsCache = WordsCache::new(KERNEL_WORDS_CACHED);
+
+/// A bounded least-recently-used list of kernel words per spec. A linear scan: `PeSpec`
+/// holds `f64`s and so is not `Hash`, and comparing sixteen entries costs nanoseconds
+/// against the big-float work a miss costs (0.2 to 1 ms).
+pub(crate) struct WordsCache {
+    capacity: usize,
+    entries: Mutex<Vec<(PeSpec, Arc<[u32]>)>>,
+}
+
+impl WordsCache {
+    pub(crate) const fn new(capacity: usize) -> Self {
+        Self { capacity, entries: Mutex::new(Vec::new()) }
+    }
+
+    /// The words of `spec`, from the cache or computed by `compute` (outside the lock, so
+    /// a miss never stalls other threads' hits).
+    pub(crate) fn get(
+        &self,
+        spec: &PeSpec,
+        compute: impl FnOnce(&PeSpec) -> Vec<u32>,
+    ) -> Arc<[u32]> {
+        let key = kernel_words_key(spec);
+        // A panic elsewhere while the lock was held cannot leave the list inconsistent
+        // (every update is a single push or remove), so a poisoned lock is still usable.
+        let lock = || self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        {
+            let mut entries = lock();
+            if let Some(i) = entries.iter().position(|(k, _)| *k == key) {
+                let entry = entries.remove(i);
+                let words = Arc::clone(&entry.1);
+                entries.push(entry);
+                return words;
+            }
+        }
+        let words: Arc<[u32]> = compute(&key).into();
+        let mut entries = lock();
+        // Another thread may have computed the same spec meanwhile; keep one copy.
+        if let Some(i) = entries.iter().position(|(k, _)| *k == key) {
+            entries.remove(i);
+        }
+        if entries.len() >= self.capacity {
+            entries.remove(0);
+        }
+        if self.capacity > 0 {
+            entries.push((key, Arc::clone(&words)));
+        }
+        words
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+}
+
+/// The part of a spec the kernel words depend on: the start index and padding position
+/// only move or blank rows, so specs differing only there share one cache entry.
+fn kernel_words_key(spec: &PeSpec) -> PeSpec {
+    spec.with_start_index(0).with_padding_idx(None)
+}
+
 /// What the table kernels read per spec, as flat u32 words. Exact frequencies: each
 /// frequency's step `round(2^64 frac(w_i / 2pi))` as `[lo, hi]`. f32 frequencies: each
 /// frequency's f32 bits as `[bits, 0]`, then [`F32_STEPS`] steps of `2^(k - 160)` radians.
-pub(crate) fn kernel_words(spec: &PeSpec) -> Vec<u32> {
+///
+/// Cached per spec (the last [`KERNEL_WORDS_CACHED`]): the big-float work costs 0.2 to
+/// 1 ms, far more than a table of a few positions, and every table and every PE-cache
+/// miss needs the words.
+pub(crate) fn kernel_words(spec: &PeSpec) -> Arc<[u32]> {
+    KERNEL_WORDS.get(spec, compute_kernel_words)
+}
+
+/// [`kernel_words`] computed afresh.
+fn compute_kernel_words(spec: &PeSpec) -> Vec<u32> {
     let split = |f: u64| [f as u32, (f >> 32) as u32];
     match spec.frequencies() {
         Frequencies::Exact => phase_steps(spec).into_iter().flatten().collect(),
@@ -255,6 +335,68 @@ mod tests {
         // Just below one turn wraps to zero.
         assert_eq!(frac_fixed64(&BigFloat::from_f64(1.0 - 2f64.powi(-70), p)), 0);
         assert_eq!(frac_fixed128(&BigFloat::from_f64(0.75, p)), 3 << 126);
+    }
+
+    fn words_specs() -> Vec<PeSpec> {
+        use crate::spec::Variant;
+        vec![
+            PeSpec::new(8).unwrap(),
+            PeSpec::new(1026).unwrap().with_base(500_000.0).unwrap(),
+            PeSpec::for_variant(Variant::Fairseq, 513).unwrap().with_start_index(7),
+            PeSpec::for_variant(Variant::Whisper, 768).unwrap(),
+            PeSpec::for_variant(Variant::Tensor2Tensor, 64)
+                .unwrap()
+                .with_timescales(0.5, 2e4)
+                .unwrap(),
+            PeSpec::new(512).unwrap().with_frequencies(Frequencies::F32),
+            PeSpec::for_variant(Variant::Marian, 6).unwrap().with_frequencies(Frequencies::F32),
+        ]
+    }
+
+    #[test]
+    fn cached_kernel_words_equal_fresh_ones() {
+        for spec in words_specs() {
+            let fresh = compute_kernel_words(&spec);
+            // Twice: the first call may compute, the second must hit.
+            assert_eq!(&kernel_words(&spec)[..], &fresh[..], "{spec:?}");
+            assert_eq!(&kernel_words(&spec)[..], &fresh[..], "{spec:?}");
+            // Start index and padding position do not change the words.
+            let moved = spec.with_start_index(12345).with_padding_idx(Some(3));
+            assert_eq!(&kernel_words(&moved)[..], &fresh[..], "{moved:?}");
+        }
+    }
+
+    #[test]
+    fn the_words_cache_is_bounded_and_keeps_the_most_recent() {
+        let cache = WordsCache::new(4);
+        let computed = std::cell::Cell::new(0);
+        let get = |dim: u32| {
+            let spec = PeSpec::new(dim).unwrap();
+            cache.get(&spec, |s| {
+                computed.set(computed.get() + 1);
+                vec![s.dim()]
+            })
+        };
+        for dim in (2..=40).step_by(2) {
+            assert_eq!(&get(dim)[..], &[dim]);
+        }
+        assert_eq!(computed.get(), 20);
+        // The last four are held; touching the oldest of them keeps it past one more miss.
+        assert_eq!(&get(34)[..], &[34]);
+        assert_eq!(computed.get(), 20);
+        get(42);
+        assert_eq!(computed.get(), 21);
+        get(34);
+        assert_eq!(computed.get(), 21);
+        get(36);
+        assert_eq!(computed.get(), 22, "36 was the least recently used and was dropped");
+        assert_eq!(cache.len(), 4);
+
+        // The process-wide cache stays at its bound whatever is asked of it.
+        for dim in (2..=2 * KERNEL_WORDS_CACHED as u32 + 2).step_by(2) {
+            kernel_words(&PeSpec::new(dim).unwrap());
+        }
+        assert!(KERNEL_WORDS.len() <= KERNEL_WORDS_CACHED);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use std::fs::File;
 use std::io::{self, BufReader, Cursor, Read, Seek, SeekFrom};
 use std::path::Path;
 
+use half::vec::HalfBitsVecExt;
 use half::{bf16, f16};
 use ndarray::{Array2, Ix2};
 use rayon::prelude::*;
@@ -150,25 +151,35 @@ fn load_from<R: Read + Seek>(
 
 /// Refuses a table holding a NaN or an infinity, naming the first one (row-major).
 fn check_finite(table: &Table, path: &Path) -> Result<()> {
-    fn first<T: Sync>(a: &Array2<T>, finite: impl Fn(&T) -> bool + Sync) -> Option<usize> {
-        let flat = a.as_slice().expect("tables are loaded in C order");
-        flat.par_iter().position_first(|v| !finite(v))
+    fn flat<T>(a: &Array2<T>) -> &[T] {
+        a.as_slice().expect("tables are loaded in C order")
     }
-    let dim = table.dim().1;
+    // A value is non-finite iff its exponent bits are all ones, so the scan needs only the
+    // raw words: no conversion, and a compare the compiler vectorises.
     let (index, value) = match table {
-        Table::F32(a) => match first(a, |v| v.is_finite()) {
-            Some(i) => (i, a.as_slice().expect("C order")[i].to_string()),
-            None => return Ok(()),
-        },
-        Table::F16(a) => match first(a, |v| v.is_finite()) {
-            Some(i) => (i, a.as_slice().expect("C order")[i].to_string()),
-            None => return Ok(()),
-        },
-        Table::Bf16(a) => match first(a, |v| v.is_finite()) {
-            Some(i) => (i, a.as_slice().expect("C order")[i].to_string()),
-            None => return Ok(()),
-        },
+        Table::F32(a) => {
+            let values = flat(a);
+            match first_non_finite(bytemuck::cast_slice::<f32, u32>(values), 0x7f80_0000) {
+                Some(i) => (i, values[i].to_string()),
+                None => return Ok(()),
+            }
+        }
+        Table::F16(a) => {
+            let values = flat(a);
+            match first_non_finite(bytemuck::cast_slice::<f16, u16>(values), 0x7c00) {
+                Some(i) => (i, values[i].to_string()),
+                None => return Ok(()),
+            }
+        }
+        Table::Bf16(a) => {
+            let values = flat(a);
+            match first_non_finite(bytemuck::cast_slice::<bf16, u16>(values), 0x7f80) {
+                Some(i) => (i, values[i].to_string()),
+                None => return Ok(()),
+            }
+        }
     };
+    let dim = table.dim().1;
     Err(Error::NonFinite {
         path: path.to_path_buf(),
         what: WHAT,
@@ -177,6 +188,46 @@ fn check_finite(table: &Table, path: &Path) -> Result<()> {
         value,
     })
 }
+
+/// Words per block of the finiteness scan: 64 KiB of f16 (128 KiB of f32), small enough
+/// to stay in cache between the block test and the search of a failing block, large
+/// enough that rayon's per-block cost is noise.
+const FINITE_BLOCK: usize = 1 << 15;
+
+/// The index of the first word whose `exponent` bits are all set, if any. Blocks are
+/// tested with a branch-free reduction (no early exit, so it vectorises); only a block
+/// that fails is searched element by element, and the first failing block wins.
+fn first_non_finite<W: ExponentWord>(words: &[W], exponent: W) -> Option<usize> {
+    words
+        .par_chunks(FINITE_BLOCK)
+        .enumerate()
+        .find_first(|(_, block)| W::any_all_ones(block, exponent))
+        .and_then(|(k, block)| {
+            let i = block.iter().position(|&w| w & exponent == exponent)?;
+            Some(k * FINITE_BLOCK + i)
+        })
+}
+
+/// A raw little-endian float word (u16 for f16/bf16, u32 for f32).
+trait ExponentWord: Copy + Sync + PartialEq + std::ops::BitAnd<Output = Self> {
+    /// Whether any word of `block` has all of `exponent`'s bits set.
+    fn any_all_ones(block: &[Self], exponent: Self) -> bool;
+}
+
+macro_rules! exponent_word {
+    ($t:ty) => {
+        impl ExponentWord for $t {
+            #[inline]
+            fn any_all_ones(block: &[Self], exponent: Self) -> bool {
+                // An OR of compare results over the whole block, not `any`, whose early
+                // exit keeps the loop scalar.
+                block.iter().fold(0, |acc: $t, &w| acc | <$t>::from(w & exponent == exponent)) != 0
+            }
+        }
+    };
+}
+exponent_word!(u16);
+exponent_word!(u32);
 
 fn load_npy(reader: impl Read, len: u64, path: &Path) -> Result<Table> {
     let expected = Expected { what: WHAT, dtypes: &[NpyDtype::F32, NpyDtype::F16], ranks: &[2] };
@@ -272,9 +323,15 @@ fn load_safetensors<R: Read + Seek>(
     file.seek(SeekFrom::Start(offset)).map_err(io_error)?;
     let mut reader = BufReader::new(file);
     Ok(match info.dtype {
-        StDtype::F32 => Table::F32(read_rows(&mut reader, shape).map_err(io_error)?),
-        StDtype::F16 => Table::F16(read_rows(&mut reader, shape).map_err(io_error)?),
-        StDtype::BF16 => Table::Bf16(read_rows(&mut reader, shape).map_err(io_error)?),
+        StDtype::F32 => {
+            Table::F32(read_rows(&mut reader, shape, |v: Vec<f32>| v).map_err(io_error)?)
+        }
+        StDtype::F16 => Table::F16(
+            read_rows(&mut reader, shape, Vec::<u16>::reinterpret_into).map_err(io_error)?,
+        ),
+        StDtype::BF16 => Table::Bf16(
+            read_rows(&mut reader, shape, Vec::<u16>::reinterpret_into).map_err(io_error)?,
+        ),
         other => {
             return Err(Error::Dtype {
                 path: path.to_path_buf(),
@@ -320,21 +377,25 @@ fn choose<'m>(
 }
 
 /// Reads `shape`'s little-endian elements into an aligned array: the file's bytes may sit
-/// at any offset, so they are copied, never reinterpreted in place.
-fn read_rows<T: bytemuck::Pod>(
+/// at any offset, so they are copied, never reinterpreted in place. They are read straight
+/// into the array's buffer, a `W` (u16 or f32) buffer because for those `vec![0; n]` is a
+/// zeroed allocation the kernel maps lazily, where a `vec!` of `f16` would be written
+/// with zeros first (a second pass over every page); `into` then retypes it in place.
+fn read_rows<W: bytemuck::Pod, T>(
     reader: &mut impl Read,
     shape: (usize, usize),
+    into: impl FnOnce(Vec<W>) -> Vec<T>,
 ) -> io::Result<Array2<T>> {
-    let mut data = vec![T::zeroed(); shape.0 * shape.1];
+    let mut data = vec![W::zeroed(); shape.0 * shape.1];
     reader.read_exact(bytemuck::cast_slice_mut(&mut data))?;
     if cfg!(target_endian = "big") {
-        for element in bytemuck::cast_slice_mut::<T, u8>(&mut data).chunks_exact_mut(size_of::<T>())
+        for element in bytemuck::cast_slice_mut::<W, u8>(&mut data).chunks_exact_mut(size_of::<W>())
         {
             element.reverse();
         }
     }
     // The metadata bounds the element count by the file's size, and the caller each axis.
-    Ok(Array2::from_shape_vec(shape, data).expect("the data has the shape's length"))
+    Ok(Array2::from_shape_vec(shape, into(data)).expect("the data has the shape's length"))
 }
 
 #[cfg(test)]
@@ -373,6 +434,88 @@ mod tests {
         assert_eq!(bf, Table::Bf16(Array2::from_shape_vec((3, 2), halves).unwrap()));
         assert!(matches!(load(&path, None), Err(Error::Tensor { available, .. })
             if available == ["b", "c"]));
+    }
+
+    /// A `[rows, cols]` safetensors file of `dtype` whose element `k` (row-major) has the
+    /// bits `bits(k)`.
+    fn table_bytes(
+        dtype: StDtype,
+        rows: usize,
+        cols: usize,
+        bits: impl Fn(usize) -> u32,
+    ) -> Vec<u8> {
+        let data: Vec<u8> = match dtype {
+            StDtype::F32 => (0..rows * cols).flat_map(|k| bits(k).to_le_bytes()).collect(),
+            _ => (0..rows * cols).flat_map(|k| (bits(k) as u16).to_le_bytes()).collect(),
+        };
+        let view = safetensors::tensor::TensorView::new(dtype, vec![rows, cols], &data).unwrap();
+        safetensors::serialize([("embed", view)], None).unwrap()
+    }
+
+    #[test]
+    fn non_finite_weights_are_found_at_every_place_a_block_scan_could_miss() {
+        // (dtype, a finite background, the largest finite magnitude, non-finite values and
+        // how they print).
+        type Kind = (StDtype, u32, u32, [(u32, &'static str); 4]);
+        let kinds: [Kind; 3] = [
+            (
+                StDtype::F32,
+                0x3f80_0000,
+                0x7f7f_ffff,
+                [
+                    (0x7fc0_0000, "NaN"),
+                    (0x7f80_0000, "inf"),
+                    (0xff80_0000, "-inf"),
+                    (0xffff_ffff, "NaN"),
+                ],
+            ),
+            (
+                StDtype::F16,
+                0x3c00,
+                0x7bff,
+                [(0x7e00, "NaN"), (0x7c00, "inf"), (0xfc00, "-inf"), (0x7c01, "NaN")],
+            ),
+            (
+                StDtype::BF16,
+                0x3f80,
+                0x7f7f,
+                [(0x7fc0, "NaN"), (0x7f80, "inf"), (0xff80, "-inf"), (0xff81, "NaN")],
+            ),
+        ];
+        // Three blocks and a partial fourth, rows that straddle block boundaries.
+        let (rows, cols) = (101, 1000);
+        let n = rows * cols;
+        let b = FINITE_BLOCK;
+        let places = [0, 1, b / 2, b - 1, b, b + 1, 2 * b - 1, 2 * b, n / 2, 3 * b, n - 2, n - 1];
+        for (dtype, one, max, bad) in kinds {
+            // The largest finite values of both signs pass: the mask is not too wide.
+            let sign = if dtype == StDtype::F32 { 0x8000_0000 } else { 0x8000 };
+            let edge = table_bytes(dtype, rows, cols, |k| match k % 3 {
+                0 => max,
+                1 => max | sign,
+                _ => one,
+            });
+            assert!(from_bytes(&edge, None).is_ok(), "{dtype:?}");
+            for (i, &place) in places.iter().enumerate() {
+                let (value, printed) = bad[i % bad.len()];
+                // A second offender later (in the same block, or the last element) must not
+                // be the one named.
+                let later = if place + 7 < n { place + 7 } else { n - 1 };
+                let bytes = table_bytes(dtype, rows, cols, |k| {
+                    if k == place || (k == later && later != place) { value } else { one }
+                });
+                match from_bytes(&bytes, None) {
+                    Err(Error::NonFinite { row, col, value, what, .. }) => {
+                        assert_eq!(
+                            (row, col, value.as_str(), what),
+                            (place / cols, place % cols, printed, WHAT),
+                            "{dtype:?} at {place}"
+                        );
+                    }
+                    other => panic!("{dtype:?} at {place}: {other:?}"),
+                }
+            }
+        }
     }
 
     #[test]

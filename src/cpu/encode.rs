@@ -1,5 +1,7 @@
-//! CPU twin of `shaders/encode.wgsl`: the fused gather + positional-encoding add,
-//! multi-threaded, with the same per-element arithmetic and conversions as the shader.
+//! CPU twin of `shaders/encode.wgsl`: the fused gather + positional-encoding add, with the
+//! same per-element arithmetic and conversions as the shader. Small calls (decode steps)
+//! run on the calling thread, larger ones in rayon tasks; the row loop is compiled for
+//! AVX-512 and AVX2 besides the baseline and picked at run time, with the same bits.
 
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
@@ -8,7 +10,9 @@ use half::{bf16, f16};
 use ndarray::{Array2, Array3, ArrayView2, ArrayViewMut3};
 use rayon::prelude::*;
 
-use super::convert::{bf16_to_f32_bits, f16_to_f32_bits, f32_to_bf16_bits, f32_to_f16_bits};
+use super::convert::{
+    bf16_to_f32_bits, f16_to_f32_bits_branchless, f32_to_bf16_bits, f32_to_f16_bits,
+};
 use crate::encode::{self, Dtype, Embeddings, EncodeOptions, Encoded};
 use crate::error::{Error, Result};
 use crate::spec::PeSpec;
@@ -16,8 +20,24 @@ use crate::spec::PeSpec;
 /// Most bytes the cache of PE rows for positions `0..n` may hold per [`Encoder`].
 pub const PE_CACHE_BUDGET: usize = 64 << 20;
 
-/// Tokens per rayon task: enough work to amortise scheduling.
-const TOKENS_PER_TASK: usize = 8;
+/// Output elements up to which a call runs on the calling thread. Handing work to rayon
+/// from outside the pool wakes a worker and waits for it: 40 to 80 us when the pool is
+/// asleep, more than a whole decode step (16 tokens of 2560: 2 to 3 us). Measured on 2
+/// cores (1 x L x 4096, bf16 table, f32 out): with the pool awake two threads overtake
+/// one between 1 and 2 MiB of output (2 MiB: 40-50 against 51 us; 4 MiB: 93-100 against
+/// 151-166 us), while with the pool asleep one thread still wins at 8 MiB (431 against
+/// 467 us). 2^19 elements (2 MiB of f32) sits at the first crossover.
+const SERIAL_MAX_ELEMENTS: usize = 1 << 19;
+
+/// Output bytes per rayon task. Measured at the bench shapes, tasks of 32 KiB (the old 8
+/// rows of 1024 f32) cost 10 to 20 % more than 256 KiB ones and 1 MiB ones were no
+/// faster; 256 KiB still gives a 32 MiB output 128 tasks to balance between threads.
+const TASK_BYTES: usize = 256 << 10;
+
+/// How many tokens ahead the table row is prefetched. 1, 2, 4 and 8 measured alike, all
+/// about 10 % faster than no prefetch at the bench shapes (35 % at bert-base's); two rows
+/// (0.2 to 2 us of work each) cover a DRAM miss with room to spare.
+const PREFETCH_AHEAD: usize = 2;
 
 /// `out[b, t, :] = scale * E[ids[b, t], :] + PE(positions[b, t], :)`, multi-threaded.
 /// Bit-identical to the GPU path when `options.scale` is [`encode::Scale::None`]. A one-off
@@ -137,9 +157,10 @@ impl Encoder {
     }
 
     /// PE rows for the positions of a call and each token's row index among them: the
-    /// cached rows `0..n` when every position is below a budgeted `n`, else fresh rows for
-    /// the distinct positions.
-    fn pe_rows(&self, positions: ArrayView2<'_, u32>) -> (Arc<Array2<f32>>, Vec<u32>) {
+    /// cached rows `0..n` when every position is below a budgeted `n` (the positions
+    /// themselves are then the indices, borrowed when contiguous), else fresh rows for the
+    /// distinct positions.
+    fn pe_rows<'p>(&self, positions: ArrayView2<'p, u32>) -> (Arc<Array2<f32>>, Cow<'p, [u32]>) {
         let dim = self.spec.dim() as usize;
         let needed = positions.iter().copied().max().map_or(0, |p| p as usize + 1);
         let cap_rows = PE_CACHE_BUDGET / (dim * 4);
@@ -156,10 +177,10 @@ impl Encoder {
                     rows
                 }
             };
-            return (rows, positions.iter().copied().collect());
+            return (rows, row_major(&positions));
         }
         let (unique, slots) = encode::unique_positions(positions);
-        (Arc::new(super::table(&self.spec, &unique)), slots)
+        (Arc::new(super::table(&self.spec, &unique)), Cow::Owned(slots))
     }
 
     fn run(
@@ -300,6 +321,32 @@ fn row_major<'a, T: Clone>(a: &ArrayView2<'a, T>) -> Cow<'a, [T]> {
 /// A table element decoded to f32 bits exactly as the shader decodes it.
 trait TableElem: Copy + Sync {
     fn f32_bits(self) -> u32;
+
+    /// Whether [`TableElem::add_row_avx512`] may take `src`: never, unless the type has a
+    /// faster vector decode than the fused loop's.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F, BW and VL.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn plain_avx512(_src: &[Self]) -> bool {
+        false
+    }
+
+    /// [`add_row`] for a row [`TableElem::plain_avx512`] accepted: the same bits.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F, BW and VL and F16C, and `plain_avx512(src)` must hold.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn add_row_avx512<O: OutElem>(
+        out: &mut [O],
+        src: &[Self],
+        pe: &[f32],
+        scale: Option<f32>,
+    ) {
+        add_row(out, src, pe, scale);
+    }
 }
 
 impl TableElem for f32 {
@@ -309,10 +356,34 @@ impl TableElem for f32 {
     }
 }
 
+// f16 is the one table type whose decode is real work: 14 vector instructions per 16
+// values in the branch-free integer form, against one VCVTPH2PS. With AVX-512 a row of
+// zeros and normal numbers takes the instruction (2.0 against 3.0 us for 16 tokens of
+// 2560); any other row the integer form.
 impl TableElem for f16 {
     #[inline(always)]
     fn f32_bits(self) -> u32 {
-        f16_to_f32_bits(u32::from(self.to_bits()))
+        f16_to_f32_bits_branchless(u32::from(self.to_bits()))
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn plain_avx512(src: &[Self]) -> bool {
+        // SAFETY: the caller guarantees AVX-512 F/BW/VL.
+        unsafe { f16_plain_avx512(bytemuck::cast_slice(src)) }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn add_row_avx512<O: OutElem>(
+        out: &mut [O],
+        src: &[Self],
+        pe: &[f32],
+        scale: Option<f32>,
+    ) {
+        // SAFETY: the caller guarantees AVX-512 F and F16C, and that every value is a zero
+        // or a normal number.
+        unsafe { f16_add_row_avx512(out, bytemuck::cast_slice(src), pe, scale) }
     }
 }
 
@@ -321,6 +392,106 @@ impl TableElem for bf16 {
     fn f32_bits(self) -> u32 {
         bf16_to_f32_bits(u32::from(self.to_bits()))
     }
+}
+
+/// Whether every f16 of `src` is a zero or a normal number: the values whose conversion
+/// by VCVTPH2PS is exact and cannot depend on anything (a normal f16 is a normal f32). A
+/// subnormal, whose conversion could depend on MXCSR.DAZ, and an infinity or NaN (the
+/// instruction quietens a signalling NaN) are left to the integer form.
+///
+/// # Safety
+/// The CPU must have AVX-512 F and BW.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn f16_plain_avx512(src: &[u16]) -> bool {
+    use std::arch::x86_64::{
+        __m512i, _mm512_and_si512, _mm512_cmpge_epu16_mask, _mm512_cmplt_epu16_mask,
+        _mm512_loadu_si512, _mm512_max_epu16, _mm512_min_epu16, _mm512_set1_epi16,
+        _mm512_setzero_si512, _mm512_sub_epi16,
+    };
+    // On magnitudes `a`: infinities and NaNs are `a >= 0x7c00`, subnormals `a - 1 < 0x3ff`
+    // (wrapping, so a zero becomes 0xffff and passes). One max and one min over the slice
+    // tell whether any value is either.
+    let special = |w: u16| {
+        let a = w & 0x7fff;
+        a >= 0x7c00 || a.wrapping_sub(1) < 0x3ff
+    };
+    let magnitude = _mm512_set1_epi16(0x7fff);
+    let one = _mm512_set1_epi16(1);
+    let mut max = _mm512_setzero_si512();
+    let mut min_less_one = _mm512_set1_epi16(-1);
+    let wide = src.len() / 32 * 32;
+    for i in (0..wide).step_by(32) {
+        // SAFETY: `i + 32 <= src.len()` keeps the 64-byte load inside `src`.
+        let h = unsafe { _mm512_loadu_si512(src.as_ptr().add(i).cast::<__m512i>()) };
+        let a = _mm512_and_si512(h, magnitude);
+        max = _mm512_max_epu16(max, a);
+        min_less_one = _mm512_min_epu16(min_less_one, _mm512_sub_epi16(a, one));
+    }
+    _mm512_cmpge_epu16_mask(max, _mm512_set1_epi16(0x7c00)) == 0
+        && _mm512_cmplt_epu16_mask(min_less_one, _mm512_set1_epi16(0x3ff)) == 0
+        && !src[wide..].iter().any(|&w| special(w))
+}
+
+/// [`add_row`] for f16 words that are all zeros or normal numbers, 16 at a time: VCVTPH2PS
+/// gives each the bits of `f16_to_f32_bits` (an exhaustive test checks it), then the same
+/// f32 multiply and add, unfused, and the same rounding to `O` as the scalar loop.
+///
+/// # Safety
+/// The CPU must have AVX-512 F and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,f16c")]
+unsafe fn f16_add_row_avx512<O: OutElem>(
+    out: &mut [O],
+    src: &[u16],
+    pe: &[f32],
+    scale: Option<f32>,
+) {
+    use std::arch::x86_64::{
+        __m256i, __m512, _mm256_loadu_si256, _mm512_add_ps, _mm512_cvtph_ps, _mm512_loadu_ps,
+        _mm512_mul_ps, _mm512_set1_ps, _mm512_storeu_ps,
+    };
+    /// The groups of 16 in `0..groups`, `op` combining each decoded group with its PE
+    /// values. A function per arithmetic, so the choice is not made per group.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F and F16C; `groups` is at most each slice's length.
+    #[inline(always)]
+    unsafe fn each_group<O: OutElem>(
+        out: &mut [O],
+        src: &[u16],
+        pe: &[f32],
+        groups: usize,
+        op: impl Fn(__m512, __m512) -> __m512,
+    ) {
+        let mut sum = [0f32; 16];
+        for j in (0..groups).step_by(16) {
+            // SAFETY: `j + 16 <= groups` keeps the 32-byte and 64-byte loads inside `src`
+            // and `pe`; the store fills `sum`; the caller guarantees the features.
+            unsafe {
+                let h = _mm256_loadu_si256(src.as_ptr().add(j).cast::<__m256i>());
+                let p = _mm512_loadu_ps(pe.as_ptr().add(j));
+                _mm512_storeu_ps(sum.as_mut_ptr(), op(_mm512_cvtph_ps(h), p));
+            }
+            for (o, &v) in out[j..j + 16].iter_mut().zip(&sum) {
+                *o = O::from_f32_bits(v.to_bits());
+            }
+        }
+    }
+    let n = out.len().min(src.len()).min(pe.len());
+    let groups = n / 16 * 16;
+    // SAFETY: the caller guarantees the features; `groups <= n`.
+    unsafe {
+        match scale {
+            None => each_group(out, src, pe, groups, |e, p| _mm512_add_ps(e, p)),
+            Some(s) => {
+                let s = _mm512_set1_ps(s);
+                each_group(out, src, pe, groups, |e, p| _mm512_add_ps(_mm512_mul_ps(e, s), p));
+            }
+        }
+    }
+    let tail: &[f16] = bytemuck::cast_slice(&src[groups..n]);
+    add_row(&mut out[groups..n], tail, &pe[groups..n], scale);
 }
 
 /// An output element rounded from f32 bits exactly as the shader rounds it.
@@ -349,6 +520,7 @@ impl OutElem for bf16 {
     }
 }
 
+/// One call's gather: `out[token] = scale * table[ids[token]] + pe[slots[token]]`.
 struct Job<'a> {
     dim: usize,
     ids: &'a [u32],
@@ -358,33 +530,380 @@ struct Job<'a> {
     scale: Option<f32>,
 }
 
-impl Job<'_> {
-    fn fill<T: TableElem, O: OutElem>(&self, table: &[T], out: &mut [O]) {
-        let dim = self.dim;
-        out.par_chunks_mut(dim * TOKENS_PER_TASK).enumerate().for_each(|(task, rows)| {
-            for (k, row) in rows.chunks_exact_mut(dim).enumerate() {
-                let token = task * TOKENS_PER_TASK + k;
-                let id = self.ids[token];
-                if self.pad_id == Some(id) {
-                    row.fill(O::default());
-                    continue;
-                }
-                let src = &table[id as usize * dim..][..dim];
-                let pe = &self.pe[self.slots[token] as usize * dim..][..dim];
-                // Separate loops so each one vectorises; the arithmetic is the shader's.
-                match self.scale {
-                    None => {
-                        for ((o, &e), &p) in row.iter_mut().zip(src).zip(pe) {
-                            *o = O::from_f32_bits((f32::from_bits(e.f32_bits()) + p).to_bits());
-                        }
-                    }
-                    Some(s) => {
-                        for ((o, &e), &p) in row.iter_mut().zip(src).zip(pe) {
-                            *o = O::from_f32_bits((f32::from_bits(e.f32_bits()) * s + p).to_bits());
-                        }
-                    }
-                }
+/// The vector instructions a row loop is compiled for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Isa {
+    /// The target's baseline (SSE2 on x86_64).
+    Portable,
+    /// AVX2.
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    /// AVX-512 F, BW and VL, with F16C.
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+}
+
+impl Isa {
+    /// The widest this CPU runs.
+    fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            if has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("f16c") {
+                return Isa::Avx512;
             }
-        });
+            if has!("avx2") {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Portable
+    }
+}
+
+impl Job<'_> {
+    /// Fills `out` (one row of `dim` per token): on the calling thread when the call is
+    /// small, else in rayon tasks of whole rows.
+    fn fill<T: TableElem, O: OutElem>(&self, table: &[T], out: &mut [O]) {
+        let isa = Isa::detect();
+        if out.len() <= SERIAL_MAX_ELEMENTS {
+            self.fill_rows(isa, 0, table, out);
+            return;
+        }
+        let per_task = (TASK_BYTES / (self.dim * size_of::<O>())).max(1);
+        out.par_chunks_mut(self.dim * per_task)
+            .enumerate()
+            .for_each(|(task, rows)| self.fill_rows(isa, task * per_task, table, rows));
+    }
+
+    /// Fills `rows`, the rows of tokens `first..`, compiled for `isa`. Same operations,
+    /// same bits in every version: integer conversions, one f32 add (after one f32
+    /// multiply with a scale), never fused; only the instruction selection differs.
+    fn fill_rows<T: TableElem, O: OutElem>(
+        &self,
+        isa: Isa,
+        first: usize,
+        table: &[T],
+        rows: &mut [O],
+    ) {
+        match isa {
+            Isa::Portable => self.fill_rows_with::<T, O, false>(first, table, rows),
+            // SAFETY: `Isa::detect` returns these only on a CPU with the features.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe { self.fill_rows_avx2(first, table, rows) },
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => unsafe { self.fill_rows_avx512(first, table, rows) },
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+    fn fill_rows_avx512<T: TableElem, O: OutElem>(
+        &self,
+        first: usize,
+        table: &[T],
+        rows: &mut [O],
+    ) {
+        self.fill_rows_with::<T, O, true>(first, table, rows);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn fill_rows_avx2<T: TableElem, O: OutElem>(&self, first: usize, table: &[T], rows: &mut [O]) {
+        self.fill_rows_with::<T, O, false>(first, table, rows);
+    }
+
+    /// The row loop. `AVX512` is true only when called from [`Job::fill_rows_avx512`],
+    /// that is on a CPU with AVX-512 F/BW/VL and F16C.
+    #[inline(always)]
+    fn fill_rows_with<T: TableElem, O: OutElem, const AVX512: bool>(
+        &self,
+        first: usize,
+        table: &[T],
+        rows: &mut [O],
+    ) {
+        let dim = self.dim;
+        for (k, row) in rows.chunks_exact_mut(dim).enumerate() {
+            let token = first + k;
+            // A pad id may lie past the table; it has no row to fetch.
+            if let Some(next) = self
+                .ids
+                .get(token + PREFETCH_AHEAD)
+                .and_then(|&id| table.get(id as usize * dim..).and_then(|rest| rest.get(..dim)))
+            {
+                prefetch(next);
+            }
+            let id = self.ids[token];
+            if self.pad_id == Some(id) {
+                row.fill(O::default());
+                continue;
+            }
+            let src = &table[id as usize * dim..][..dim];
+            let pe = &self.pe[self.slots[token] as usize * dim..][..dim];
+            // SAFETY (both calls): `AVX512` is set only on a CPU with the features, and
+            // the second call only for a row the first accepted.
+            #[cfg(target_arch = "x86_64")]
+            if AVX512 && unsafe { T::plain_avx512(src) } {
+                unsafe { T::add_row_avx512(row, src, pe, self.scale) };
+                continue;
+            }
+            add_row(row, src, pe, self.scale);
+        }
+    }
+}
+
+/// `out = scale * e + p` elementwise, rounded to `O`: the shader's arithmetic. Separate
+/// loops with and without a scale so each one vectorises.
+#[inline(always)]
+fn add_row<T: TableElem, O: OutElem>(out: &mut [O], src: &[T], pe: &[f32], scale: Option<f32>) {
+    match scale {
+        None => {
+            for ((o, &e), &p) in out.iter_mut().zip(src).zip(pe) {
+                *o = O::from_f32_bits((f32::from_bits(e.f32_bits()) + p).to_bits());
+            }
+        }
+        Some(s) => {
+            for ((o, &e), &p) in out.iter_mut().zip(src).zip(pe) {
+                *o = O::from_f32_bits((f32::from_bits(e.f32_bits()) * s + p).to_bits());
+            }
+        }
+    }
+}
+
+/// Asks the CPU to start loading `row` into cache: the first line of each 4 KiB page it
+/// spans, and its last line. Random token ids make every row a fresh page, and the cost
+/// of a gather is mostly the page walk and first miss of each page, which the hardware
+/// prefetcher, working within a page, cannot start early; once a page's first line has
+/// arrived it streams the rest. A hint only: no effect on any value, and nothing on
+/// targets without a stable prefetch instruction.
+#[inline(always)]
+fn prefetch<T>(row: &[T]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        const PAGE: usize = 4096;
+        let bytes = size_of_val(row);
+        let start = row.as_ptr().cast::<i8>();
+        let mut offset = 0;
+        while offset < bytes {
+            // SAFETY: a prefetch never faults and changes no memory; the address lies
+            // inside `row` besides.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.add(offset)) };
+            offset += PAGE;
+        }
+        if bytes > 0 {
+            // SAFETY: as above; `bytes - 1` is the row's last byte.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.add(bytes - 1)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = row;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::convert::f16_to_f32_bits;
+
+    /// The reference: one element at a time, the shader's operations spelled out.
+    fn reference<T: TableElem, O: OutElem>(job: &Job<'_>, table: &[T]) -> Vec<O> {
+        let dim = job.dim;
+        let mut out = vec![O::default(); job.ids.len() * dim];
+        for (token, row) in out.chunks_exact_mut(dim).enumerate() {
+            let id = job.ids[token];
+            if job.pad_id == Some(id) {
+                continue;
+            }
+            for (j, o) in row.iter_mut().enumerate() {
+                let e = f32::from_bits(table[id as usize * dim + j].f32_bits());
+                let p = job.pe[job.slots[token] as usize * dim + j];
+                let v = match job.scale {
+                    None => e + p,
+                    Some(s) => e * s + p,
+                };
+                *o = O::from_f32_bits(v.to_bits());
+            }
+        }
+        out
+    }
+
+    fn isas() -> Vec<Isa> {
+        let mut isas = vec![Isa::Portable];
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            if has!("avx2") {
+                isas.push(Isa::Avx2);
+            }
+            if Isa::detect() == Isa::Avx512 {
+                isas.push(Isa::Avx512);
+            } else {
+                eprintln!("SKIP: no AVX-512 here; its row loop is not tested");
+            }
+        }
+        isas
+    }
+
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u32 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 >> 32) as u32
+        }
+    }
+
+    /// Table words: mostly random finite values, and in every third row the values the
+    /// fast paths must hand to the integer form (zeros, subnormals, infinities, NaNs of
+    /// both kinds) among ordinary ones.
+    fn words(rng: &mut Rng, vocab: usize, dim: usize, specials: &[u32], finite: u32) -> Vec<u32> {
+        (0..vocab * dim)
+            .map(|k| {
+                let row = k / dim;
+                if row % 3 == 1 && rng.next().is_multiple_of(4) {
+                    specials[rng.next() as usize % specials.len()]
+                } else {
+                    // Random sign and mantissa; the exponent kept finite.
+                    let w = rng.next() & finite;
+                    if w & 0x7f80_0000 == 0x7f80_0000 { w ^ 0x4000_0000 } else { w }
+                }
+            })
+            .collect()
+    }
+
+    fn check_every_isa<T: TableElem + std::fmt::Debug + PartialEq>(name: &str, table: &[T]) {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for dim in [1usize, 2, 18, 100, 1040] {
+            let vocab = table.len() / 1040;
+            let table = &table[..vocab * dim];
+            let tokens = 37;
+            let ids: Vec<u32> = (0..tokens).map(|_| rng.next() % (vocab as u32 + 2)).collect();
+            let slots: Vec<u32> = (0..tokens).map(|_| rng.next() % 5).collect();
+            let pe: Vec<f32> = (0..5 * dim).map(|k| (k as f32 * 0.37).sin() * 1.5 + 1e-3).collect();
+            for (pad_id, scale) in [
+                (Some(vocab as u32), None),
+                (Some(vocab as u32 + 1), Some(32.0f32.sqrt())),
+                (Some(ids[3]), Some(-0.75)),
+                (None, None),
+            ] {
+                // Ids past the table that are not the pad id would be refused upstream.
+                let ids: Vec<u32> = ids
+                    .iter()
+                    .map(|&id| if id as usize >= vocab { pad_id.unwrap_or(0) } else { id })
+                    .collect();
+                let job = Job { dim, ids: &ids, slots: &slots, pe: &pe, pad_id, scale };
+                macro_rules! compare {
+                    ($o:ty) => {
+                        let want: Vec<$o> = reference(&job, table);
+                        for &isa in &isas() {
+                            let mut got = vec![<$o>::default(); want.len()];
+                            job.fill_rows(isa, 0, table, &mut got);
+                            let same =
+                                got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits());
+                            assert!(
+                                same,
+                                "{name} -> {} dim {dim} {isa:?} pad {pad_id:?} scale {scale:?}",
+                                stringify!($o)
+                            );
+                            // The rows of tokens `first..` land where they belong.
+                            let first = 5;
+                            let mut part = vec![<$o>::default(); want.len() - first * dim];
+                            job.fill_rows(isa, first, table, &mut part);
+                            let same = part
+                                .iter()
+                                .zip(&want[first * dim..])
+                                .all(|(g, w)| g.to_bits() == w.to_bits());
+                            assert!(
+                                same,
+                                "{name} -> {} dim {dim} {isa:?} from token {first}",
+                                stringify!($o)
+                            );
+                        }
+                    };
+                }
+                compare!(f32);
+                compare!(f16);
+                compare!(bf16);
+            }
+        }
+    }
+
+    #[test]
+    fn every_instruction_set_gives_the_reference_bits() {
+        let mut rng = Rng(7);
+        let (vocab, dim) = (12, 1040);
+        let f32_specials =
+            [0, 0x8000_0000, 1, 0x807f_ffff, 0x7f80_0000, 0xff80_0000, 0x7fc0_0001, 0x7f80_0001];
+        let f32s: Vec<f32> = words(&mut rng, vocab, dim, &f32_specials, 0xbfff_ffff)
+            .into_iter()
+            .map(f32::from_bits)
+            .collect();
+        check_every_isa("f32", &f32s);
+        let half_specials = [0, 0x8000, 1, 0x83ff, 0x0200, 0x7c00, 0xfc00, 0x7e00, 0x7c01, 0xfd00];
+        let f16s: Vec<f16> = words(&mut rng, vocab, dim, &half_specials, 0xbfff)
+            .into_iter()
+            .map(|w| f16::from_bits(w as u16))
+            .collect();
+        check_every_isa("f16", &f16s);
+        let bf16_specials = [0, 0x8000, 1, 0x807f, 0x7f80, 0xff80, 0x7fc1, 0x7f81];
+        let bf16s: Vec<bf16> = words(&mut rng, vocab, dim, &bf16_specials, 0xbfff)
+            .into_iter()
+            .map(|w| bf16::from_bits(w as u16))
+            .collect();
+        check_every_isa("bf16", &bf16s);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_f16_instruction_path_gives_the_integer_bits_for_every_value_it_takes() {
+        if Isa::detect() != Isa::Avx512 {
+            eprintln!("SKIP: no AVX-512 here");
+            return;
+        }
+        let all: Vec<u16> = (0..=u16::MAX).collect();
+        let is_plain = |w: u16| {
+            let a = w & 0x7fff;
+            a == 0 || (0x0400..0x7c00).contains(&a)
+        };
+        // Each value alone, at every place of a 33-word slice (the vector part, the
+        // tail): accepted exactly when it is a zero or a normal number.
+        for &w in &all {
+            for at in [0, 15, 31, 32] {
+                let mut slice = [0x3c00u16; 33];
+                slice[at] = w;
+                // SAFETY: AVX-512 was detected above.
+                let plain = unsafe { f16_plain_avx512(&slice) };
+                assert_eq!(plain, is_plain(w), "{w:#06x} at {at}");
+            }
+        }
+        let plain: Vec<f16> =
+            all.iter().copied().filter(|&w| is_plain(w)).map(f16::from_bits).collect();
+        let pe: Vec<f32> = (0..plain.len()).map(|k| (k as f32 * 0.01).cos()).collect();
+        for scale in [None, Some(3.0f32), Some(-0.1)] {
+            macro_rules! compare {
+                ($o:ty) => {
+                    let mut want = vec![<$o>::default(); plain.len()];
+                    add_row(&mut want, &plain, &pe, scale);
+                    let mut got = vec![<$o>::default(); plain.len()];
+                    // SAFETY: AVX-512 was detected above; every value is plain.
+                    unsafe { f16::add_row_avx512(&mut got, &plain, &pe, scale) };
+                    let diff = got.iter().zip(&want).position(|(g, w)| g.to_bits() != w.to_bits());
+                    assert_eq!(diff, None, "{} scale {scale:?}", stringify!($o));
+                };
+            }
+            compare!(f32);
+            compare!(f16);
+            compare!(bf16);
+        }
+        // And the decode alone (adding -0.0 changes no value, not even a zero's sign)
+        // equals the original integer form's, value for value.
+        let mut decoded = vec![0f32; plain.len()];
+        // SAFETY: as above.
+        unsafe { f16::add_row_avx512(&mut decoded, &plain, &vec![-0.0; plain.len()], None) };
+        for (d, h) in decoded.iter().zip(&plain) {
+            let want = f16_to_f32_bits(u32::from(h.to_bits()));
+            assert_eq!(d.to_bits(), want, "{:#06x}", h.to_bits());
+        }
     }
 }

@@ -1,5 +1,7 @@
 //! CPU twin of `shaders/table.wgsl`: one exact-phase sin/cos pair per (position, frequency).
 
+use std::sync::Arc;
+
 use ndarray::{Array2, ArrayViewMut2};
 use rayon::prelude::*;
 
@@ -69,27 +71,35 @@ fn fill(spec: &PeSpec, positions: &[u32], flat: &mut [f32]) {
 struct RowKernel {
     cols: Columns,
     frequencies: Frequencies,
-    /// Exact: the step of each frequency. f32: each frequency's bits in `[0]`.
-    freqs: Vec<[u32; 2]>,
-    /// f32: the turn steps of powers of two.
-    pow2_steps: Vec<[u32; 2]>,
+    /// [`exact::kernel_words`] as pairs, shared with its cache. Exact: the step of each
+    /// frequency. f32: each frequency's bits in `[0]`, then the turn steps of powers of two.
+    words: Arc<[u32]>,
+    n_freqs: usize,
     start: u32,
     padding_idx: Option<u32>,
 }
 
 impl RowKernel {
     fn new(spec: &PeSpec) -> Self {
-        let words = exact::kernel_words(spec);
-        let pairs: Vec<[u32; 2]> = words.chunks_exact(2).map(|w| [w[0], w[1]]).collect();
-        let n = spec.n_freqs() as usize;
         Self {
             cols: spec.columns(),
             frequencies: spec.frequencies(),
-            freqs: pairs[..n].to_vec(),
-            pow2_steps: pairs[n..].to_vec(),
+            words: exact::kernel_words(spec),
+            n_freqs: spec.n_freqs() as usize,
             start: spec.start_index(),
             padding_idx: spec.padding_idx(),
         }
+    }
+
+    fn pairs(&self) -> &[[u32; 2]] {
+        // The words come in pairs by construction; an odd tail would only be dropped.
+        let even = self.words.len() & !1;
+        bytemuck::cast_slice(&self.words[..even])
+    }
+
+    /// Exact: each frequency's step. f32: each frequency's bits in `[0]`.
+    fn freqs(&self) -> &[[u32; 2]] {
+        &self.pairs()[..self.n_freqs]
     }
 
     fn fill_row(&self, p: u32, row: &mut [f32]) {
@@ -124,7 +134,7 @@ impl RowKernel {
                 self.place(row, phase);
             }
             Frequencies::F32 => {
-                let steps = &self.pow2_steps;
+                let steps = &self.pairs()[self.n_freqs..];
                 let (mp, ep) = u33_to_f32_parts(r, carry);
                 let phase = |&[w, _]: &[u32; 2]| {
                     f32_angle_phase(f32_product_parts(mp, ep, w), steps, exact::F32_STEP_BIAS)
@@ -144,17 +154,17 @@ impl RowKernel {
             // Interleaved: [sin, cos] pairs, then a lone sin when dim is odd.
             let (paired, rest) = row.split_at_mut(2 * n_cos);
             let pairs: &mut [[f32; 2]] = bytemuck::cast_slice_mut(paired);
-            for (pair, f) in pairs.iter_mut().zip(&self.freqs) {
+            for (pair, f) in pairs.iter_mut().zip(self.freqs()) {
                 let (s, c) = bits(f);
                 *pair = [f32::from_bits(s), f32::from_bits(c)];
             }
-            if let (Some(last), Some(f)) = (rest.first_mut(), self.freqs.get(n_cos)) {
+            if let (Some(last), Some(f)) = (rest.first_mut(), self.freqs().get(n_cos)) {
                 *last = f32::from_bits(bits(f).0);
             }
         } else {
             let (sin, tail) = row.split_at_mut(c.cos_offset as usize);
             let (cos, zero) = tail.split_at_mut(n_cos);
-            for ((k, s), f) in sin.iter_mut().enumerate().zip(&self.freqs) {
+            for ((k, s), f) in sin.iter_mut().enumerate().zip(self.freqs()) {
                 let (sb, cb) = bits(f);
                 *s = f32::from_bits(sb);
                 if let Some(c) = cos.get_mut(k) {

@@ -195,7 +195,7 @@ impl Context {
 
 /// The frequency words of `spec` the kernel reads (see [`exact::kernel_words`]).
 pub(super) fn flat_steps(spec: &PeSpec) -> Vec<u32> {
-    exact::kernel_words(spec)
+    exact::kernel_words(spec).to_vec()
 }
 
 /// Buffers for one table call, sized for its largest chunk and reused by every chunk.
