@@ -28,7 +28,7 @@ use ndarray::{Array2, Array3};
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::encode::{Dtype, Embeddings, EncodeOptions, Encoded};
+use crate::encode::{Dtype, Embeddings, EncodeOptions};
 use crate::error::{Error, Result};
 use crate::spec::PeSpec;
 use crate::{cpu, gpu, plot, positions, weights};
@@ -610,19 +610,21 @@ fn parallel_copy(dst: &mut [u8], src: &[u8]) {
     dst.par_chunks_mut(CHUNK).zip(src.par_chunks(CHUNK)).for_each(|(d, s)| d.copy_from_slice(s));
 }
 
-/// The CPU encode's result, kept for the agreement check. f32 goes into one preallocated
-/// array (`encode_into`); 16-bit outputs go through `encode`, which allocates its result
-/// (the CPU path has no `encode_into` for them), so their timings include that allocation.
+/// The CPU encode's result, kept for the agreement check: one preallocated array of the
+/// output type, written by `encode_into` each run.
 enum CpuOut {
     F32(Array3<f32>),
-    Half(Option<Encoded>),
+    F16(Array3<f16>),
+    Bf16(Array3<bf16>),
 }
 
 impl CpuOut {
     fn new(config: &Config) -> Self {
+        let shape = (config.batch, config.len, config.dim);
         match config.out_dtype {
-            Dtype::F32 => CpuOut::F32(Array3::zeros((config.batch, config.len, config.dim))),
-            Dtype::F16 | Dtype::Bf16 => CpuOut::Half(None),
+            Dtype::F32 => CpuOut::F32(Array3::zeros(shape)),
+            Dtype::F16 => CpuOut::F16(Array3::from_elem(shape, f16::ZERO)),
+            Dtype::Bf16 => CpuOut::Bf16(Array3::from_elem(shape, bf16::ZERO)),
         }
     }
 
@@ -635,17 +637,8 @@ impl CpuOut {
         let (table, ids, pos) = (inputs.table.view(), inputs.ids.view(), inputs.pos.view());
         match self {
             CpuOut::F32(out) => encoder.encode_into(table, ids, pos, options, out.view_mut()),
-            CpuOut::Half(slot) => {
-                *slot = Some(encoder.encode(table, ids, pos, options)?);
-                Ok(())
-            }
-        }
-    }
-
-    /// Drops a 16-bit result, so that freeing it stays out of the next timing.
-    fn release(&mut self) {
-        if let CpuOut::Half(slot) = self {
-            *slot = None;
+            CpuOut::F16(out) => encoder.encode_into(table, ids, pos, options, out.view_mut()),
+            CpuOut::Bf16(out) => encoder.encode_into(table, ids, pos, options, out.view_mut()),
         }
     }
 
@@ -657,13 +650,8 @@ impl CpuOut {
         let fits = |n: usize, size: usize| n.checked_mul(size).is_some_and(|b| b <= gpu.len());
         match self {
             CpuOut::F32(a) => fits(a.len(), 4) && words.zip(a).all(|(g, c)| g == c.to_bits()),
-            CpuOut::Half(Some(Encoded::F16(a))) => {
-                fits(a.len(), 2) && halves().zip(a).all(|(g, c)| g == c.to_bits())
-            }
-            CpuOut::Half(Some(Encoded::Bf16(a))) => {
-                fits(a.len(), 2) && halves().zip(a).all(|(g, c)| g == c.to_bits())
-            }
-            CpuOut::Half(_) => false,
+            CpuOut::F16(a) => fits(a.len(), 2) && halves().zip(a).all(|(g, c)| g == c.to_bits()),
+            CpuOut::Bf16(a) => fits(a.len(), 2) && halves().zip(a).all(|(g, c)| g == c.to_bits()),
         }
     }
 }
@@ -772,10 +760,8 @@ fn run_on(
                 parallel_copy(&mut dst, &src);
                 Ok(())
             })?);
-            cpu_out.release();
             t[1].push(timed(|| cpu_out.encode(&encoder, &inputs, &options))?);
             encoder.clear_cache();
-            cpu_out.release();
             t[2].push(timed(|| cpu_out.encode(&encoder, &inputs, &options))?);
             t[3].push(timed(|| cpu::table_into(spec, &table_positions, pe_table.view_mut()))?);
         }

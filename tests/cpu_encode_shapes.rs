@@ -232,3 +232,33 @@ fn positions_past_the_pe_cache_give_the_reference_bits() {
     let positions = ndarray::array![[70_000, 5, 70_000], [u32::MAX, 4_000_000_000, 5]];
     check_shape("large positions, dim 256", 256, 100, ids, positions);
 }
+
+/// `Encoder::encode_into` writes every output type into the caller's array, with the bits
+/// of `Encoder::encode`, and refuses an `out_dtype` that is not the array's.
+#[test]
+fn encode_into_writes_every_output_type() {
+    use half::{bf16, f16};
+    use ndarray::{Array2, Array3};
+    use posenc::encode::{Dtype, Embeddings, EncodeOptions};
+    let spec = posenc::PeSpec::new(12).unwrap();
+    let encoder = posenc::cpu::Encoder::new(spec);
+    let table = Array2::from_shape_fn((9, 12), |(i, j)| bf16::from_f32((i * 12 + j) as f32 / 7.0));
+    let ids = Array2::from_shape_fn((2, 5), |(b, t)| ((b * 5 + t) % 9) as u32);
+    let pos = posenc::positions::contiguous_batch(2, 5);
+    let t = Embeddings::Bf16(table.view());
+    let options = |out_dtype| EncodeOptions { out_dtype, pad_id: Some(4), ..Default::default() };
+    let mut f = Array3::<f32>::zeros((2, 5, 12));
+    let mut h = Array3::from_elem((2, 5, 12), f16::ZERO);
+    let mut b = Array3::from_elem((2, 5, 12), bf16::ZERO);
+    encoder.encode_into(t, ids.view(), pos.view(), &options(Dtype::F32), f.view_mut()).unwrap();
+    encoder.encode_into(t, ids.view(), pos.view(), &options(Dtype::F16), h.view_mut()).unwrap();
+    encoder.encode_into(t, ids.view(), pos.view(), &options(Dtype::Bf16), b.view_mut()).unwrap();
+    let want = |d| encoder.encode(t, ids.view(), pos.view(), &options(d)).unwrap().bits();
+    assert_eq!(f.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want(Dtype::F32));
+    assert_eq!(h.iter().map(|v| u32::from(v.to_bits())).collect::<Vec<_>>(), want(Dtype::F16));
+    assert_eq!(b.iter().map(|v| u32::from(v.to_bits())).collect::<Vec<_>>(), want(Dtype::Bf16));
+    let err = encoder
+        .encode_into(t, ids.view(), pos.view(), &options(Dtype::F16), b.view_mut())
+        .unwrap_err();
+    assert!(matches!(err, posenc::Error::InvalidParameter { field: "out_dtype", .. }), "{err}");
+}

@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use super::convert::{
     bf16_to_f32_bits, f16_to_f32_bits_branchless, f32_to_bf16_bits, f32_to_f16_bits,
 };
-use crate::encode::{self, Dtype, Embeddings, EncodeOptions, Encoded};
+use crate::encode::{self, Dtype, Element, Embeddings, EncodeOptions, Encoded};
 use crate::error::{Error, Result};
 use crate::spec::PeSpec;
 
@@ -119,27 +119,44 @@ impl Encoder {
         }))
     }
 
-    /// Like [`Encoder::encode`] with f32 output, written into `out` (shape
-    /// `[batch, len, dim]`, standard layout): no allocation per call.
+    /// Like [`Encoder::encode`], written into `out` (shape `[batch, len, dim]`, standard
+    /// layout) of the output type `T` (f32, f16 or bf16, which `options.out_dtype` must
+    /// name): no allocation per call.
+    ///
+    /// ```
+    /// use half::bf16;
+    /// use ndarray::{Array2, Array3, array};
+    /// use posenc::encode::{Dtype, EncodeOptions, Embeddings};
+    ///
+    /// let encoder = posenc::cpu::Encoder::new(posenc::PeSpec::new(4)?);
+    /// let table = Array2::<bf16>::from_elem((10, 4), bf16::ONE);
+    /// let options = EncodeOptions { out_dtype: Dtype::Bf16, ..Default::default() };
+    /// let mut out = Array3::<bf16>::from_elem((1, 2, 4), bf16::ZERO);
+    /// let positions = posenc::positions::contiguous_batch(1, 2);
+    /// encoder.encode_into(Embeddings::Bf16(table.view()), array![[3u32, 7]].view(),
+    ///                     positions.view(), &options, out.view_mut())?;
+    /// assert_eq!(out[[0, 0, 1]], bf16::from_f32(2.0)); // 1 + cos(0)
+    /// # Ok::<(), posenc::Error>(())
+    /// ```
     ///
     /// # Errors
     /// As [`encode()`]; [`Error::Shape`] if `out` has another shape or is not in standard
     /// layout; [`Error::InvalidParameter`] naming `out_dtype` unless `options.out_dtype` is
-    /// f32.
-    pub fn encode_into(
+    /// `T`'s type.
+    pub fn encode_into<T: Element>(
         &self,
         table: Embeddings<'_>,
         ids: ArrayView2<'_, u32>,
         positions: ArrayView2<'_, u32>,
         options: &EncodeOptions,
-        mut out: ArrayViewMut3<'_, f32>,
+        mut out: ArrayViewMut3<'_, T>,
     ) -> Result<()> {
         let scale = encode::check(&self.spec, table.dim(), ids, positions, options)?;
-        if options.out_dtype != Dtype::F32 {
+        if options.out_dtype != T::DTYPE {
             return Err(Error::InvalidParameter {
                 field: "out_dtype",
                 value: format!("{:?}", options.out_dtype),
-                allowed: "F32 for encode_into",
+                allowed: "the element type of the output array",
             });
         }
         let (batch, len) = ids.dim();
@@ -153,7 +170,13 @@ impl Encoder {
                 actual: format!("{actual:?}"),
             });
         };
-        self.run(table, ids, positions, options.pad_id, scale, flat)
+        // T is f32, f16 or bf16 (the trait is sealed), and DTYPE says which.
+        let out = match T::DTYPE {
+            Dtype::F32 => OutSlice::F32(bytemuck::cast_slice_mut(flat)),
+            Dtype::F16 => OutSlice::F16(bytemuck::cast_slice_mut(flat)),
+            Dtype::Bf16 => OutSlice::Bf16(bytemuck::cast_slice_mut(flat)),
+        };
+        self.run(table, ids, positions, options.pad_id, scale, out)
     }
 
     /// PE rows for the positions of a call and each token's row index among them: the
@@ -190,14 +213,14 @@ impl Encoder {
         positions: ArrayView2<'_, u32>,
         pad_id: Option<u32>,
         scale: Option<f32>,
-        out: &mut [f32],
+        out: OutSlice<'_>,
     ) -> Result<()> {
         if out.is_empty() {
             return Ok(());
         }
         let (pe, slots) = self.pe_rows(positions);
         let pe = pe.as_slice().expect("PE rows are contiguous");
-        fill(table, ids, pe, &slots, pad_id, scale, OutSlice::F32(out));
+        fill(table, ids, pe, &slots, pad_id, scale, out);
         Ok(())
     }
 }
@@ -270,6 +293,16 @@ enum OutSlice<'a> {
     F32(&'a mut [f32]),
     F16(&'a mut [f16]),
     Bf16(&'a mut [bf16]),
+}
+
+impl OutSlice<'_> {
+    fn is_empty(&self) -> bool {
+        match self {
+            OutSlice::F32(o) => o.is_empty(),
+            OutSlice::F16(o) => o.is_empty(),
+            OutSlice::Bf16(o) => o.is_empty(),
+        }
+    }
 }
 
 /// The fused gather + add over PE rows `pe` (`slots[token]` names each token's row).

@@ -35,7 +35,6 @@
 mod freq;
 mod scaling;
 
-use half::{bf16, f16};
 use ndarray::ArrayView2;
 
 pub use crate::encode::Dtype;
@@ -291,60 +290,7 @@ impl Frequencies {
     }
 }
 
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for f32 {}
-    impl Sealed for half::f16 {}
-    impl Sealed for half::bf16 {}
-}
-
-/// A tensor element type RoPE works on: f32, f16 or bf16. 16-bit values are widened to f32
-/// exactly and the results rounded to nearest even, in integer code shared with the shaders
-/// (`src/cpu/convert.rs`), so every path rounds alike.
-pub trait Element: bytemuck::Pod + Send + Sync + std::fmt::Debug + sealed::Sealed {
-    /// The storage type.
-    const DTYPE: Dtype;
-    /// The value as f32, exactly.
-    fn to_f32(self) -> f32;
-    /// `v` rounded to nearest even.
-    fn from_f32(v: f32) -> Self;
-}
-
-impl Element for f32 {
-    const DTYPE: Dtype = Dtype::F32;
-    #[inline(always)]
-    fn to_f32(self) -> f32 {
-        self
-    }
-    #[inline(always)]
-    fn from_f32(v: f32) -> Self {
-        v
-    }
-}
-
-impl Element for f16 {
-    const DTYPE: Dtype = Dtype::F16;
-    #[inline(always)]
-    fn to_f32(self) -> f32 {
-        f32::from_bits(crate::cpu::convert::f16_to_f32_bits(u32::from(self.to_bits())))
-    }
-    #[inline(always)]
-    fn from_f32(v: f32) -> Self {
-        f16::from_bits(crate::cpu::convert::f32_to_f16_bits(v.to_bits()) as u16)
-    }
-}
-
-impl Element for bf16 {
-    const DTYPE: Dtype = Dtype::Bf16;
-    #[inline(always)]
-    fn to_f32(self) -> f32 {
-        f32::from_bits(crate::cpu::convert::bf16_to_f32_bits(u32::from(self.to_bits())))
-    }
-    #[inline(always)]
-    fn from_f32(v: f32) -> Self {
-        bf16::from_bits(crate::cpu::convert::f32_to_bf16_bits(v.to_bits()) as u16)
-    }
-}
+pub use crate::encode::Element;
 
 /// The sizes of one RoPE call, checked against the spec and the positions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
