@@ -1212,10 +1212,10 @@ mod tests {
         // Three halves padded to two words.
         let mut bytes: Vec<u8> = h.iter().flat_map(|v| v.to_le_bytes()).collect();
         bytes.extend([0, 0]);
-        let out = CpuOut::Half(Some(Encoded::Bf16(h)));
+        let out = CpuOut::Bf16(h.clone());
         assert!(out.agrees(&bytes));
+        assert!(!CpuOut::Bf16(h).agrees(&bytes[..4]));
         bytes[2] ^= 0x80;
         assert!(!out.agrees(&bytes));
-        assert!(!CpuOut::Half(None).agrees(&bytes));
     }
 }
