@@ -179,9 +179,9 @@ enum PlotFormat {
 #[derive(Debug, Args)]
 struct BenchArgs {
     /// Take the shape from a real model's config: bert-base, gpt2, llama3-8b,
-    /// llama3-8b-decode, mistral-7b-decode or whisper-small. Its storage type is also the
-    /// output type (a bf16 model consumes bf16 embeddings), and the checkpoint load is
-    /// timed. Shape and type flags given with it override the preset's.
+    /// llama3-8b-decode, mistral-7b-decode or whisper-small: its width, vocabulary and
+    /// table storage type (the output is f32 unless --out-dtype says otherwise), and the
+    /// checkpoint load is timed. Shape and type flags given with it override the preset's.
     #[arg(long, value_name = "NAME")]
     model: Option<String>,
     /// Run every preset of --model in turn and print one table (with --json, {"suite":
@@ -204,7 +204,7 @@ struct BenchArgs {
     /// Embedding table storage type [default: f32].
     #[arg(long, value_enum)]
     dtype: Option<OutDtype>,
-    /// Encode output type [default: f32, or the preset's storage type].
+    /// Encode output type [default: f32].
     #[arg(long, value_enum)]
     out_dtype: Option<OutDtype>,
     /// Which encode paths to time.

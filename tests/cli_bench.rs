@@ -76,7 +76,7 @@ fn a_preset_sets_the_shape_and_types_and_flags_override_it() {
         (&2.into(), &3.into(), &64.into())
     );
     assert_eq!(sizes["dim"], 4096, "the preset's, not overridden");
-    assert_eq!((&sizes["dtype"], &sizes["out_dtype"]), (&"bf16".into(), &"bf16".into()));
+    assert_eq!((&sizes["dtype"], &sizes["out_dtype"]), (&"bf16".into(), &"f32".into()));
     // The checkpoint load is on with a preset, and its file is gone afterwards.
     let items = names(&report);
     assert!(items.contains(&"cpu_load".to_string()), "{items:?}");
@@ -84,13 +84,13 @@ fn a_preset_sets_the_shape_and_types_and_flags_override_it() {
     assert_eq!(common::cli::files_in(std::path::Path::new(&tmp)), Vec::<String>::new());
     check_ceilings(&report);
 
-    let args = ["bench", "--model", "llama3-8b", "--out-dtype", "f32", "--load=false"];
+    let args = ["bench", "--model", "llama3-8b", "--out-dtype", "bf16", "--load=false"];
     let out = posenc(&[&args[..], &TINY, &["--device", "cpu", "--json"]].concat());
     assert_ok(&out, "bench --model --out-dtype --load=false");
     let report = json(&out);
     assert_eq!(
         (&report["sizes"]["dtype"], &report["sizes"]["out_dtype"]),
-        (&"bf16".into(), &"f32".into())
+        (&"bf16".into(), &"bf16".into())
     );
     assert!(report.get("model").is_some());
     assert!(report["sizes"]["checkpoint_bytes"].is_null());
