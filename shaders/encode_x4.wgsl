@@ -6,11 +6,11 @@
 // storage word of a unit of the table (`TableWord`: vec4<u32> for f32, vec2<u32> for
 // 16-bit) and of the output (`OutWord`), `widen`/`narrow` between them and vec4<f32>, the
 // number of table bindings `TABLE_SLOTS` with `table_word(slot, i)` choosing among them,
-// and the access pattern `COALESCED`.
+// the access pattern `COALESCED` and the threads per workgroup `X4_WORKGROUP`.
 //
 // The host sorts the tokens by PE row and cuts them into groups of at most
 // MAX_GROUP_TOKENS tokens sharing one. A workgroup owns one group and one block of
-// 2 * PAIR_WORKGROUP_SIZE units of the row: it reads the PE values of its units once and
+// 2 * X4_WORKGROUP units of the row: it reads the PE values of its units once and
 // adds them to every token of the group. A vocabulary larger than one binding is held in
 // row chunks; one dispatch binds up to TABLE_SLOTS of them (a window) and each token's
 // record names its chunk's slot, so tokens sharing a PE row share a group whichever chunk
@@ -24,7 +24,7 @@
 //   loaded once per two units (their cost is per buffer access, and adjacent units share
 //   cache lines), and the first invocations prefetch the rows of the group two ahead.
 // - coalesced (COALESCED true), for GPUs: invocation li moves units li and
-//   li + PAIR_WORKGROUP_SIZE of the block, so each load and store instruction of a warp
+//   li + X4_WORKGROUP of the block, so each load and store instruction of a warp
 //   touches one contiguous span; the group's table units are all loaded before any is
 //   stored, so the loads are in flight together.
 
@@ -73,16 +73,16 @@ fn value(t: vec2<u32>, x: u32, p: vec4<f32>, s: f32) -> OutWord {
     return narrow(select(widen(w) * s + p, vec4<f32>(0.0), zero));
 }
 
-@compute @workgroup_size(PAIR_WORKGROUP_SIZE)
+@compute @workgroup_size(X4_WORKGROUP)
 fn encode_x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
     let local = wg.z * params.groups_y + wg.y;
     let n = params.row_units;
-    let block = wg.x * 2u * PAIR_WORKGROUP_SIZE;
+    let block = wg.x * 2u * X4_WORKGROUP;
     var x0: u32;
     var x1: u32;
     if COALESCED {
         x0 = block + li;
-        x1 = x0 + PAIR_WORKGROUP_SIZE;
+        x1 = x0 + X4_WORKGROUP;
     } else {
         x0 = block + 2u * li;
         x1 = x0 + 1u;

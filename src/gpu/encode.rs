@@ -15,7 +15,7 @@ use super::timing::SpanTimer;
 use super::{Context, fold_dispatch};
 use crate::encode::{self, Dtype, Embeddings, EncodeOptions, Encoded};
 use crate::error::{Error, Result};
-use crate::shaders::{EncodeX4, MAX_TABLE_SLOTS, PAIR_WORKGROUP_SIZE, WORKGROUP_SIZE};
+use crate::shaders::{EncodeX4, MAX_TABLE_SLOTS, WORKGROUP_SIZE, x4_workgroup};
 use crate::spec::PeSpec;
 
 /// Mirror of `Params` in `shaders/encode.wgsl`.
@@ -200,7 +200,8 @@ const MULTI_SLOT_TOKENS: usize = 64;
 /// Tokens per group for `n` tokens of dim `dim`: [`MAX_GROUP_TOKENS`] (fewest PE reads)
 /// unless that leaves fewer than [`MIN_WORKGROUPS`] workgroups, then fewer, down to one.
 fn group_cap(n: usize, dim: usize) -> usize {
-    let blocks = (dim / 4).div_ceil(2 * PAIR_WORKGROUP_SIZE as usize).max(1);
+    let units = (dim / 4) as u32;
+    let blocks = units.div_ceil(2 * x4_workgroup(units)).max(1) as usize;
     (n * blocks / MIN_WORKGROUPS).clamp(1, MAX_GROUP_TOKENS)
 }
 
@@ -781,6 +782,7 @@ impl Context {
                     out: out_dtype,
                     slots: slots as u32,
                     coalesced: self.coalesced,
+                    workgroup: x4_workgroup(dim as u32 / 4),
                 })
             } else {
                 Arc::clone(&self.encode.general)
@@ -913,7 +915,7 @@ impl Context {
                             _pad: 0,
                         };
                         params[at..at + params_size].copy_from_slice(bytemuck::bytes_of(&p));
-                        let gx = (dim as u32 / 4).div_ceil(2 * PAIR_WORKGROUP_SIZE);
+                        let gx = (dim as u32 / 4).div_ceil(2 * x4_workgroup(dim as u32 / 4));
                         busy.push((w, gx, gy, gz));
                     } else {
                         let row_words = if out_size == 4 || odd16 { dim } else { dim / 2 } as u32;
