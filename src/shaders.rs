@@ -227,7 +227,7 @@ mod tests {
         assert_eq!(x4_workgroup(2), 32);
         for units in 1..3000 {
             let w = x4_workgroup(units);
-            assert!(w % 32 == 0 && w <= PAIR_WORKGROUP_SIZE, "{units}");
+            assert!(w.is_multiple_of(32) && w <= PAIR_WORKGROUP_SIZE, "{units}");
             // The blocks cover the row, two units per thread.
             assert!(units.div_ceil(2 * w) * 2 * w >= units);
         }
