@@ -689,7 +689,6 @@ impl Compute {
                 Some(bytes) => ctx.with_memory_budget(bytes),
                 None => ctx,
             };
-            inject_fault(&ctx)?;
             Ok(Box::new(ctx))
         };
         Ok(match device {
@@ -737,26 +736,6 @@ impl Compute {
         }
     }
 }
-
-/// `POSENC_FAULT_INJECT=device-lost` destroys the GPU device as soon as it opens, so the
-/// CPU fallback of `--device auto` and the typed error of `--device gpu` can be tested
-/// end to end (the device is lost for real, through wgpu).
-fn inject_fault(ctx: &gpu::Context) -> Result<(), Error> {
-    match std::env::var(FAULT_INJECT_ENV).as_deref() {
-        Err(_) => Ok(()),
-        Ok("device-lost") => {
-            ctx.device().destroy();
-            Ok(())
-        }
-        Ok(other) => Err(Error::InvalidParameter {
-            field: FAULT_INJECT_ENV,
-            value: other.to_string(),
-            allowed: "device-lost",
-        }),
-    }
-}
-
-const FAULT_INJECT_ENV: &str = "POSENC_FAULT_INJECT";
 
 /// With `--device auto`, a device fault met on the GPU (the device lost, out of memory, a
 /// limit the GPU cannot meet) sends the work to the CPU with a note; otherwise the error
