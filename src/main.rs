@@ -21,6 +21,7 @@ use posenc::{
 };
 
 mod cli_rope;
+mod cli_runtime_dir;
 use cli_rope::{ROPE_HELP, RopeArgs, rope};
 
 /// Exit status for a valid request that failed while running.
@@ -617,6 +618,8 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return clap_exit(&e),
     };
+    // Before anything opens an adapter (and before any thread starts); removed on return.
+    let _runtime_dir = cli_runtime_dir::RuntimeDir::ensure();
     let result = match cli.command {
         Command::Table(args) => table(&args),
         Command::Encode(args) => encode(&args),
