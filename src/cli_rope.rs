@@ -11,7 +11,7 @@ use posenc::output::AtomicFile;
 use posenc::rope::{self as rp, Element, MAX_JSON_BYTES, RopeSpec, Scaling};
 use posenc::{Error, cpu, positions};
 
-use super::{Compute, Failure, FastDevice, check_size};
+use super::{Compute, Failure, FastDevice, check_size, on_device};
 
 pub(crate) const ROPE_HELP: &str = "For frequency i < r/2 (r = --rotary-dim) and the dimensions (a, b) it rotates, (i, i + r/2) with --pairing neox or (2i, 2i + 1) with gptj: out_a = x_a cos(p w_i) - x_b sin(p w_i), out_b = x_b cos(p w_i) + x_a sin(p w_i), w_i = base^(-2i/r) as --scaling changes it, cos and sin times its attention factor. Dimensions from r on pass through. The angle p w_i is reduced exactly for every u32 position.
 
@@ -78,7 +78,7 @@ enum PairingArg {
     Gptj,
 }
 
-/// The input tensor in its storage type.
+/// A tensor in its storage type: the input, then the result.
 enum Tensor {
     F32(Array4<f32>),
     F16(Array4<f16>),
@@ -98,13 +98,19 @@ pub(crate) fn rope(args: &RopeArgs) -> Result<(), Failure> {
 
     // The request is valid: from here on failures are the run's (exit 1).
     let mut file = AtomicFile::create(&args.output)?;
-    let compute = Compute::open(args.device)?;
     let (spec, p, layout) = (&input.spec, input.positions.view(), input.layout);
-    let written = match &input.tensor {
-        Tensor::F32(x) => write(&mut file, run(&compute, spec, x, p, layout)?),
-        Tensor::F16(x) => write(&mut file, run(&compute, spec, x, p, layout)?),
+    let rotated = on_device(args.device, None, |c| {
+        Ok(match &input.tensor {
+            Tensor::F32(x) => Tensor::F32(run(c, spec, x, p, layout)?),
+            Tensor::F16(x) => Tensor::F16(run(c, spec, x, p, layout)?),
+            Tensor::Bf16(x) => Tensor::Bf16(run(c, spec, x, p, layout)?),
+        })
+    })?;
+    let written = match rotated {
+        Tensor::F32(x) => write(&mut file, x),
+        Tensor::F16(x) => write(&mut file, x),
         // NumPy has no bfloat16: the raw bits go out as '<u2', as they came in.
-        Tensor::Bf16(x) => write(&mut file, run(&compute, spec, x, p, layout)?),
+        Tensor::Bf16(x) => write(&mut file, x),
     };
     written.map_err(|e| file.io_error(e))?;
     file.commit()?;

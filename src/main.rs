@@ -21,6 +21,7 @@ use posenc::{
 };
 
 mod cli_rope;
+mod cli_runtime_dir;
 use cli_rope::{ROPE_HELP, RopeArgs, rope};
 
 /// Exit status for a valid request that failed while running.
@@ -207,7 +208,11 @@ struct BenchArgs {
     /// Encode output type [default: f32].
     #[arg(long, value_enum)]
     out_dtype: Option<OutDtype>,
-    /// Which encode paths to time.
+    /// Which encode paths to time. Unlike the commands that compute, the bench never
+    /// falls back: with gpu or both, a GPU fault (a lost device, as
+    /// POSENC_FAULT_INJECT=device-lost makes one, or a GPU limit) ends the run with one line
+    /// on stderr and exit status 1, printing no measurements, because timing the CPU in the
+    /// GPU's place would report figures nobody asked for. cpu never opens a GPU.
     #[arg(long, value_enum, default_value_t = BenchDevice::Both)]
     device: BenchDevice,
     /// Timed runs per item, after one warm-up; at most 10000 [default: 10, or 5 per preset
@@ -613,6 +618,8 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return clap_exit(&e),
     };
+    // Before anything opens an adapter (and before any thread starts); removed on return.
+    let _runtime_dir = cli_runtime_dir::RuntimeDir::ensure();
     let result = match cli.command {
         Command::Table(args) => table(&args),
         Command::Encode(args) => encode(&args),
@@ -676,33 +683,21 @@ enum Compute {
 }
 
 impl Compute {
-    /// The device asked for.
-    fn open(device: FastDevice) -> Result<Self, Failure> {
-        Self::open_with_budget(device, None)
+    /// The GPU wgpu's conventions choose; `budget` overrides POSENC_GPU_MEMORY_BUDGET.
+    /// POSENC_FAULT_INJECT, read here as every posenc variable is, may lose it at once.
+    fn open_gpu(budget: Option<u64>) -> Result<Self, Error> {
+        let ctx = gpu::Context::new()?;
+        let ctx = match budget {
+            Some(bytes) => ctx.with_memory_budget(bytes),
+            None => ctx,
+        };
+        Ok(Self::Gpu(Box::new(ctx)))
     }
 
-    /// The device asked for; `budget` overrides POSENC_GPU_MEMORY_BUDGET.
-    fn open_with_budget(device: FastDevice, budget: Option<u64>) -> Result<Self, Failure> {
-        let open_gpu = || -> Result<Box<gpu::Context>, Error> {
-            let ctx = gpu::Context::new()?;
-            let ctx = match budget {
-                Some(bytes) => ctx.with_memory_budget(bytes),
-                None => ctx,
-            };
-            inject_fault(&ctx)?;
-            Ok(Box::new(ctx))
-        };
-        Ok(match device {
-            FastDevice::Cpu => Self::Cpu,
-            FastDevice::Gpu => Self::Gpu(open_gpu()?),
-            FastDevice::Auto => match open_gpu() {
-                Ok(ctx) => Self::Gpu(ctx),
-                Err(e @ (Error::NoAdapter { .. } | Error::RequestDevice { .. })) => {
-                    note(&format!("computing on the CPU: {e}"));
-                    Self::Cpu
-                }
-                Err(e) => return Err(e.into()),
-            },
+    fn table(&self, spec: &PeSpec, positions: &[u32]) -> Result<Array2<f32>, Failure> {
+        Ok(match self {
+            Self::Cpu => cpu::table(spec, positions),
+            Self::Gpu(ctx) => ctx.table(spec, positions)?,
         })
     }
 
@@ -738,77 +733,50 @@ impl Compute {
     }
 }
 
-/// `POSENC_FAULT_INJECT=device-lost` destroys the GPU device as soon as it opens, so the
-/// CPU fallback of `--device auto` and the typed error of `--device gpu` can be tested
-/// end to end (the device is lost for real, through wgpu).
-fn inject_fault(ctx: &gpu::Context) -> Result<(), Error> {
-    match std::env::var(FAULT_INJECT_ENV).as_deref() {
-        Err(_) => Ok(()),
-        Ok("device-lost") => {
-            ctx.device().destroy();
-            Ok(())
-        }
-        Ok(other) => Err(Error::InvalidParameter {
-            field: FAULT_INJECT_ENV,
-            value: other.to_string(),
-            allowed: "device-lost",
-        }),
-    }
-}
-
-const FAULT_INJECT_ENV: &str = "POSENC_FAULT_INJECT";
-
-/// With `--device auto`, a device fault met on the GPU (the device lost, out of memory, a
-/// limit the GPU cannot meet) sends the work to the CPU with a note; otherwise the error
-/// stands.
-fn or_on_cpu<T>(
+/// The device policy of every command that computes (table, encode, rope, alibi,
+/// accuracy): runs `work` where `device` says and returns what it computed.
+///
+/// - `cpu`: on the CPU; no GPU is opened.
+/// - `gpu`: on the GPU; any failure stands (exit 1, one line), save a malformed posenc
+///   variable met while opening it (exit 2).
+/// - `auto`: on the GPU, unless none opens or the work meets a device fault there (see
+///   [`is_device_fault`]): then one `posenc: note:` line says why and `work` runs again on
+///   the CPU, which gives the same bits. The context is dropped before the CPU starts.
+///
+/// `work` must leave no trace when it fails, so that running it twice is safe: it computes
+/// into memory, and the caller writes the output once it has it.
+fn on_device<T>(
     device: FastDevice,
-    result: Result<T, Failure>,
-    on_cpu: impl FnOnce() -> Result<T, Failure>,
+    budget: Option<u64>,
+    work: impl Fn(&Compute) -> Result<T, Failure>,
 ) -> Result<T, Failure> {
-    match result {
-        Err(Failure { error, .. })
-            if device == FastDevice::Auto
-                && matches!(
-                    error,
-                    Error::DeviceLost { .. } | Error::OutOfMemory { .. } | Error::Limit { .. }
-                ) =>
-        {
-            note(&format!("the GPU failed, computing on the CPU instead: {error}"));
-            on_cpu()
-        }
-        other => other,
-    }
+    let why = match device {
+        FastDevice::Cpu => return work(&Compute::Cpu),
+        FastDevice::Gpu => return work(&Compute::open_gpu(budget)?),
+        FastDevice::Auto => match Compute::open_gpu(budget) {
+            Ok(gpu) => match work(&gpu) {
+                Err(Failure { error, .. }) if is_device_fault(&error) => {
+                    format!("the GPU failed, computing on the CPU instead: {error}")
+                }
+                done => return done,
+            },
+            Err(e @ (Error::NoAdapter { .. } | Error::RequestDevice { .. })) => {
+                format!("computing on the CPU: {e}")
+            }
+            Err(e) => return Err(e.into()),
+        },
+    };
+    note(&why);
+    work(&Compute::Cpu)
 }
 
-/// Where a table is computed, once chosen: a fast path or the reference.
-enum Engine {
-    Fast(Compute),
-    Reference,
-}
-
-impl Engine {
-    fn open(device: Device, budget: Option<u64>) -> Result<Self, Failure> {
-        Ok(match device.fast() {
-            Some(fast) => Self::Fast(Compute::open_with_budget(fast, budget)?),
-            None => Self::Reference,
-        })
-    }
-
-    fn table(&self, spec: &PeSpec, positions: &[u32]) -> Result<Array2<f32>, Failure> {
-        Ok(match self {
-            Self::Fast(Compute::Cpu) => cpu::table(spec, positions),
-            Self::Fast(Compute::Gpu(ctx)) => ctx.table(spec, positions)?,
-            Self::Reference => reference::table_f32(spec, positions),
-        })
-    }
-
-    fn describe(&self) -> String {
-        match self {
-            Self::Fast(compute) => compute.describe(),
-            Self::Reference => "reference".into(),
-        }
-    }
+/// Whether `--device auto` answers `error`, met on the GPU, by computing on the CPU: the
+/// device was lost or ran out of memory, or the request exceeds a limit of the GPU path (a
+/// row larger than one storage binding, a table larger than the memory budget). The CPU
+/// has none of these limits. Other GPU errors (`Error::Gpu`: wgpu refused what posenc
+/// asked) are posenc's bugs, reported rather than hidden behind a CPU result.
+fn is_device_fault(error: &Error) -> bool {
+    matches!(error, Error::DeviceLost { .. } | Error::OutOfMemory { .. } | Error::Limit { .. })
 }
 
 fn spec_of(dim: u32, base: f64) -> Result<PeSpec, Failure> {
@@ -852,10 +820,9 @@ fn table(args: &TableArgs) -> Result<(), Failure> {
     // The request is valid: from here on failures are the run's (exit 1), save a malformed
     // environment variable met when the GPU opens.
     let file = args.output.as_ref().map(AtomicFile::create).transpose()?;
-    let table = Engine::open(args.device, args.gpu_memory_budget)?.table(&spec, &positions);
     let table = match args.device.fast() {
-        Some(fast) => or_on_cpu(fast, table, || Ok(cpu::table(&spec, &positions)))?,
-        None => table?,
+        Some(fast) => on_device(fast, args.gpu_memory_budget, |c| c.table(&spec, &positions))?,
+        None => reference::table_f32(&spec, &positions),
     };
     emit(file, |w| write_table(w, args.format, spec.dim(), &positions, &table))
 }
@@ -913,8 +880,7 @@ fn encode(args: &EncodeArgs) -> Result<(), Failure> {
 
     // The request is valid: from here on failures are the run's (exit 1).
     let mut file = AtomicFile::create(&args.output)?;
-    let encoded = Compute::open_with_budget(args.device, args.gpu_memory_budget)?.encode(&input);
-    let encoded = or_on_cpu(args.device, encoded, || Compute::Cpu.encode(&input))?;
+    let encoded = on_device(args.device, args.gpu_memory_budget, |c| c.encode(&input))?;
     write_encoded(file.writer(), &encoded, input.one_sequence).map_err(|e| file.io_error(e))?;
     file.commit()?;
     Ok(())
@@ -1241,8 +1207,8 @@ fn accuracy(args: &AccuracyArgs) -> Result<(), Failure> {
         })
         .collect();
 
-    let engine = Engine::Fast(Compute::open(args.device)?);
-    let fast = engine.table(&spec, &positions)?;
+    let (fast, engine) =
+        on_device(args.device, None, |c| Ok((c.table(&spec, &positions)?, c.describe())))?;
     let exact = reference::table(&spec, &positions);
     let naive = naive::table(&spec, &positions);
 
@@ -1262,7 +1228,7 @@ fn accuracy(args: &AccuracyArgs) -> Result<(), Failure> {
             spec.dim(),
             spec.base(),
             ACCURACY_RUN,
-            engine.describe()
+            engine
         )?;
         writeln!(w)?;
         writeln!(w, "| positions near | naive f32 | posenc |")?;
@@ -1492,10 +1458,10 @@ fn alibi(args: &AlibiArgs) -> Result<(), Failure> {
 
     // The request is valid: from here on failures are the run's (exit 1).
     let mut file = AtomicFile::create(output)?;
-    let bias = match Compute::open(args.device)? {
-        Compute::Cpu => alibi::bias_cpu(&spec)?,
-        Compute::Gpu(ctx) => ctx.alibi_bias(&spec)?,
-    };
+    let bias = on_device(args.device, None, |c| match c {
+        Compute::Cpu => Ok(alibi::bias_cpu(&spec)?),
+        Compute::Gpu(ctx) => Ok(ctx.alibi_bias(&spec)?),
+    })?;
     npy::write(file.writer(), bias.view()).map_err(|e| file.io_error(e))?;
     file.commit()?;
     Ok(())

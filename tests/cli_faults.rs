@@ -252,3 +252,191 @@ fn sigkill_mid_write_leaves_the_old_file_or_none_never_a_partial_one() {
     assert_eq!(fs::metadata(&out).unwrap().len(), full);
     assert!(others(inputs.dir.path(), &inputs_only).is_empty());
 }
+
+/// A command that computes, as the fallback tests run it: its arguments but `--device`, and
+/// the file it writes with `-o` (`None`: it writes to stdout).
+struct Computing {
+    name: &'static str,
+    args: Vec<String>,
+    output: Option<PathBuf>,
+}
+
+impl Computing {
+    /// Runs it on `device` under `env`; returns the run and what it wrote (the file, or
+    /// stdout), `None` when it wrote no file.
+    fn run(&self, device: &str, env: &[(&str, &str)]) -> (std::process::Output, Option<Vec<u8>>) {
+        let mut args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        args.extend(["--device", device]);
+        if let Some(path) = &self.output {
+            if path.exists() {
+                fs::remove_file(path).unwrap();
+            }
+            args.extend(["-o", path.to_str().unwrap()]);
+        }
+        let out = posenc_env(&args, env);
+        let written = match &self.output {
+            Some(path) => fs::read(path).ok(),
+            None => Some(out.stdout.clone()),
+        };
+        (out, written)
+    }
+
+    /// What `--device cpu` writes, with no variables set.
+    fn on_cpu(&self) -> Vec<u8> {
+        let (out, written) = self.run("cpu", &[]);
+        assert_ok(&out, &format!("{} --device cpu", self.name));
+        written.unwrap()
+    }
+
+    /// `--device auto` under `env` succeeds with one note naming `cause` and writes the
+    /// CPU's bytes.
+    fn falls_back(&self, env: &[(&str, &str)], cause: &str) {
+        let want = self.on_cpu();
+        let (out, written) = self.run("auto", env);
+        assert_ok(&out, &format!("{} --device auto under {env:?}", self.name));
+        let lines = posenc_lines(&out);
+        assert!(
+            lines.len() == 1
+                && lines[0]
+                    .starts_with("posenc: note: the GPU failed, computing on the CPU instead: ")
+                && lines[0].contains(cause),
+            "{} --device auto under {env:?}: {lines:?}",
+            self.name
+        );
+        assert!(written.as_ref() == Some(&want), "{}: auto wrote other bytes than cpu", self.name);
+    }
+
+    /// `--device gpu` under `env` fails with exit status 1 and one line naming `cause`,
+    /// and writes nothing.
+    fn fails_on_gpu(&self, env: &[(&str, &str)], cause: &str) {
+        let (out, written) = self.run("gpu", env);
+        assert_eq!(out.status.code(), Some(1), "{} --device gpu: {}", self.name, stderr(&out));
+        let lines = posenc_lines(&out);
+        assert!(lines.len() == 1 && lines[0].contains(cause), "{}: {lines:?}", self.name);
+        assert!(out.stdout.is_empty(), "{}: stdout {:?}", self.name, out.stdout);
+        if self.output.is_some() {
+            assert_eq!(written, None, "{}: an output appeared", self.name);
+        }
+    }
+}
+
+/// Every command that computes on a device, on inputs whose rows (512 bytes and more) do
+/// not fit a 256-byte binding: table, encode, rope, alibi and accuracy. (`plot` computes
+/// on the CPU only and has no `--device`; `bench` has its own test.)
+fn computing_commands(dir: &common::cli::Dir) -> Vec<Computing> {
+    let weights = Array2::from_shape_fn((20, 128), |(r, c)| ((r * 31 + c * 7) % 97) as f32 / 8.0);
+    let weights = dir.npy("w.npy", &weights);
+    let ids = dir.npy("ids.npy", &array![[1u32, 2, 3], [4, 5, 19]]);
+    let x = ndarray::Array4::from_shape_fn((1, 3, 2, 128), |(_, l, h, d)| {
+        ((l * 37 + h * 11 + d * 5) % 61) as f32 / 16.0 - 2.0
+    });
+    let x = dir.npy("x.npy", &x);
+    let strings = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    vec![
+        Computing {
+            name: "table",
+            args: strings(&["table", "--dim", "128", "--len", "5"]),
+            output: None,
+        },
+        Computing {
+            name: "encode",
+            args: strings(&["encode", "--weights", &weights, "--ids", &ids]),
+            output: Some(dir.path("encoded.npy")),
+        },
+        Computing {
+            name: "rope",
+            args: strings(&["rope", "--input", &x, "--layout", "blhd", "--offset", "1000"]),
+            output: Some(dir.path("rotated.npy")),
+        },
+        // Rows of 100 keys (400 bytes): wider than 256-byte bindings.
+        Computing {
+            name: "alibi",
+            args: strings(&["alibi", "--heads", "3", "--len", "4", "--kv-len", "100"]),
+            output: Some(dir.path("bias.npy")),
+        },
+        Computing { name: "accuracy", args: strings(&["accuracy"]), output: None },
+    ]
+}
+
+#[test]
+fn every_computing_command_falls_back_on_a_lost_device_with_auto_and_fails_with_gpu() {
+    if !gpu_available("device loss, every command") {
+        return;
+    }
+    let dir = common::cli::Dir::new();
+    for command in computing_commands(&dir) {
+        command.falls_back(&LOST, "the GPU device was lost: the device was destroyed");
+        command.fails_on_gpu(&LOST, "the GPU device was lost: the device was destroyed");
+    }
+}
+
+#[test]
+fn a_row_over_the_binding_cap_sends_auto_to_the_cpu_unless_the_gpu_can_split_it() {
+    if !gpu_available("binding cap, every command") {
+        return;
+    }
+    let cap = [("POSENC_MAX_BINDING_SIZE", "256")];
+    let dir = common::cli::Dir::new();
+    for command in computing_commands(&dir) {
+        if command.name == "alibi" {
+            // ALiBi splits a row over several bindings: the cap is no GPU limit there, so
+            // both devices compute on the GPU, silently, the CPU's bits.
+            let want = command.on_cpu();
+            for device in ["auto", "gpu"] {
+                let (out, written) = command.run(device, &cap);
+                assert_ok(&out, &format!("alibi --device {device} with a 256-byte cap"));
+                assert_eq!(posenc_lines(&out), Vec::<String>::new());
+                assert!(written == Some(want.clone()), "alibi --device {device}: other bytes");
+            }
+            continue;
+        }
+        command.falls_back(&cap, "max storage binding size is 256");
+        command.fails_on_gpu(&cap, "max storage binding size is 256");
+    }
+}
+
+#[test]
+fn device_cpu_never_opens_a_gpu() {
+    // A malformed knob is read only when a GPU opens (and then refused with exit 2), so a
+    // run that succeeds under it opened none. No adapter is needed.
+    let meteor = [("POSENC_FAULT_INJECT", "meteor")];
+    let dir = common::cli::Dir::new();
+    for command in computing_commands(&dir) {
+        let want = command.on_cpu();
+        let (out, written) = command.run("cpu", &meteor);
+        assert_ok(&out, &format!("{} --device cpu under a malformed knob", command.name));
+        assert_eq!(posenc_lines(&out), Vec::<String>::new(), "{}", command.name);
+        assert!(written == Some(want), "{}: other bytes", command.name);
+    }
+    let plot = posenc_env(&["plot", "similarity", "--format", "text", "--len", "4"], &meteor);
+    assert_ok(&plot, "plot under a malformed knob");
+    let bench = posenc_env(&[&["bench", "--device", "cpu"][..], &BENCH_TINY].concat(), &meteor);
+    assert_ok(&bench, "bench --device cpu under a malformed knob");
+}
+
+/// A bench of a few tokens, one round: well under a second.
+const BENCH_TINY: [&str; 8] = ["--batch", "2", "--len", "3", "--vocab", "64", "--repeats", "1"];
+
+#[test]
+fn bench_reports_a_lost_device_in_one_line_and_never_times_the_cpu_in_its_place() {
+    if !gpu_available("bench on a lost device") {
+        return;
+    }
+    for device in ["gpu", "both"] {
+        let run = posenc_env(&[&["bench", "--device", device][..], &BENCH_TINY].concat(), &LOST);
+        assert_eq!(run.status.code(), Some(1), "bench --device {device}: {}", stderr(&run));
+        let lines = posenc_lines(&run);
+        assert!(
+            lines.len() == 1 && lines[0].contains("the GPU device was lost"),
+            "bench --device {device}: {lines:?}"
+        );
+        assert!(run.stdout.is_empty(), "bench --device {device} printed measurements");
+    }
+    let cpu =
+        posenc_env(&[&["bench", "--device", "cpu", "--json"][..], &BENCH_TINY].concat(), &LOST);
+    assert_ok(&cpu, "bench --device cpu with a lost GPU");
+    let report: serde_json::Value = serde_json::from_slice(&cpu.stdout).unwrap();
+    let names: Vec<&str> =
+        report["results"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert!(names.iter().all(|n| !n.starts_with("gpu")), "{names:?}");
+}

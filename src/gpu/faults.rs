@@ -16,6 +16,36 @@ use crate::error::Error;
 /// finishes in well under a second.
 pub const SUBMISSION_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Environment variable making posenc's GPU fail on purpose, so that what callers do about
+/// a device fault can be tested end to end: `device-lost` destroys the device as soon as
+/// [`Context::new`](super::Context::new) has opened it (the loss is real, through wgpu).
+/// It only ever makes the GPU fail; it never changes a result.
+pub const FAULT_INJECT_ENV: &str = "POSENC_FAULT_INJECT";
+
+/// A fault [`FAULT_INJECT_ENV`] asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// The device is destroyed once open.
+    DeviceLost,
+}
+
+/// The fault [`FAULT_INJECT_ENV`] names, if it is set.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] naming the variable for any other value: a misspelt knob
+/// must not pass for a run without faults.
+pub(crate) fn fault_from_env() -> Result<Option<Fault>, Error> {
+    match std::env::var(FAULT_INJECT_ENV).as_deref() {
+        Err(_) => Ok(None),
+        Ok("device-lost") => Ok(Some(Fault::DeviceLost)),
+        Ok(other) => Err(Error::InvalidParameter {
+            field: FAULT_INJECT_ENV,
+            value: other.to_string(),
+            allowed: "device-lost",
+        }),
+    }
+}
+
 /// What went wrong with a device, as its callbacks reported it.
 #[derive(Debug, Default)]
 pub(crate) struct Health {

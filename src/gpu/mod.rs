@@ -18,7 +18,7 @@ pub use encode::{
     EncodeParams, EncodeX4Params, GpuPositionTable, GpuTable, MAX_GROUP_TOKENS, NarrowParams,
     PE_CACHE_BUDGET,
 };
-pub use faults::SUBMISSION_TIMEOUT;
+pub use faults::{FAULT_INJECT_ENV, SUBMISSION_TIMEOUT};
 pub use options::{AccessPattern, MEMORY_BUDGET_ENV, Options, TIMESTAMPS_ENV};
 pub use rope::{RopeCsParams, RopeParams, RopeX4Params};
 pub use table::TableParams;
@@ -191,13 +191,15 @@ impl Context {
     /// dx12), `WGPU_ADAPTER_NAME` (a case-insensitive substring of the name) and
     /// `WGPU_POWER_PREF` (low, high).
     ///
-    /// The environment also sets [`Options::from_env`]: `POSENC_MAX_BINDING_SIZE` and
-    /// `POSENC_GPU_MEMORY_BUDGET`.
+    /// The environment also sets [`Options::from_env`]: `POSENC_MAX_BINDING_SIZE`,
+    /// `POSENC_GPU_MEMORY_BUDGET`, `POSENC_GPU_TIMESTAMPS` and the testing knob
+    /// `POSENC_FAULT_INJECT`.
     ///
     /// # Errors
     /// [`Error::NoAdapter`] with a hint when nothing matches, [`Error::RequestDevice`] when
     /// the adapter refuses a device, [`Error::InvalidParameter`] for a malformed
-    /// `POSENC_MAX_BINDING_SIZE` or `POSENC_GPU_MEMORY_BUDGET`.
+    /// `POSENC_MAX_BINDING_SIZE`, `POSENC_GPU_MEMORY_BUDGET`, `POSENC_GPU_TIMESTAMPS` or
+    /// `POSENC_FAULT_INJECT`.
     pub fn new() -> Result<Self> {
         Self::with_options(&Options::from_env()?)
     }
@@ -264,7 +266,7 @@ impl Context {
         let pe_cache = Arc::new(Mutex::new(None));
         let pool = Arc::new(BufferPool::default());
         let copy = timing::CopyKernel::new(&device);
-        Ok(Self {
+        let context = Self {
             adapter,
             device,
             queue,
@@ -280,7 +282,13 @@ impl Context {
             pool,
             copy,
             alibi: Arc::default(),
-        })
+        };
+        // Once everything is built, as a driver reset would find it: the callback installed
+        // above records the loss, and every call then answers Error::DeviceLost.
+        if options.fault() == Some(faults::Fault::DeviceLost) {
+            context.device.destroy();
+        }
+        Ok(context)
     }
 
     /// What this context runs on.

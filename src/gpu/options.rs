@@ -1,6 +1,7 @@
 //! How a [`Context`](super::Context) is opened: the memory budget, the binding-size cap and
 //! the optional device features it may use, from code or from the environment.
 
+use super::faults::{Fault, fault_from_env};
 use crate::error::{Error, Result};
 
 /// Environment variable setting the device-memory budget of a context, in bytes.
@@ -23,6 +24,8 @@ pub struct Options {
     timestamps: bool,
     limits: Option<wgpu::Limits>,
     access: AccessPattern,
+    /// Set from the environment only: a testing knob, not an option of the API.
+    fault: Option<Fault>,
 }
 
 impl Default for Options {
@@ -33,6 +36,7 @@ impl Default for Options {
             timestamps: true,
             limits: None,
             access: AccessPattern::Auto,
+            fault: None,
         }
     }
 }
@@ -69,7 +73,9 @@ impl AccessPattern {
 
 impl Options {
     /// The defaults, changed by `POSENC_MAX_BINDING_SIZE` and `POSENC_GPU_MEMORY_BUDGET`
-    /// (whole numbers of bytes) and `POSENC_GPU_TIMESTAMPS` (`on` or `off`) when set.
+    /// (whole numbers of bytes) and `POSENC_GPU_TIMESTAMPS` (`on` or `off`) when set;
+    /// `POSENC_FAULT_INJECT=device-lost` makes the context lose its device as soon as it
+    /// opens (see [`FAULT_INJECT_ENV`](super::FAULT_INJECT_ENV)).
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] naming the variable if its value is malformed.
@@ -89,6 +95,7 @@ impl Options {
             memory_budget: bytes_from_env(MEMORY_BUDGET_ENV, 1)?,
             max_binding_size: super::binding_cap_from_env()?,
             timestamps,
+            fault: fault_from_env()?,
             ..Self::default()
         })
     }
@@ -156,6 +163,10 @@ impl Options {
 
     pub(crate) fn wants_timestamps(&self) -> bool {
         self.timestamps
+    }
+
+    pub(crate) fn fault(&self) -> Option<Fault> {
+        self.fault
     }
 }
 
