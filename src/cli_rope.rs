@@ -7,10 +7,11 @@ use clap::{Args, ValueEnum};
 use half::{bf16, f16};
 use ndarray::{Array2, Array4, ArrayD, Ix4};
 use posenc::npy::{self, Expected, NpyArray, NpyDtype};
-use posenc::output::AtomicFile;
+use posenc::output::{check_allocation, try_zeros};
 use posenc::rope::{self as rp, Element, MAX_JSON_BYTES, RopeSpec, Scaling};
 use posenc::{Error, cpu, positions};
 
+use super::cli_output::{emit, refuse_binary_on_terminal, target};
 use super::{Compute, Failure, FastDevice, check_size};
 
 pub(crate) const ROPE_HELP: &str = "For frequency i < r/2 (r = --rotary-dim) and the dimensions (a, b) it rotates, (i, i + r/2) with --pairing neox or (2i, 2i + 1) with gptj: out_a = x_a cos(p w_i) - x_b sin(p w_i), out_b = x_b cos(p w_i) + x_a sin(p w_i), w_i = base^(-2i/r) as --scaling changes it, cos and sin times its attention factor. Dimensions from r on pass through. The angle p w_i is reduced exactly for every u32 position.
@@ -94,21 +95,19 @@ struct RopeInput {
 }
 
 pub(crate) fn rope(args: &RopeArgs) -> Result<(), Failure> {
+    let out = target(Some(&args.output))?;
+    refuse_binary_on_terminal(&out, "output", "-", "a .npy needs -o PATH or a redirected stdout")?;
     let input = RopeInput::load(args).map_err(Failure::usage)?;
 
     // The request is valid: from here on failures are the run's (exit 1).
-    let mut file = AtomicFile::create(&args.output)?;
     let compute = Compute::open(args.device)?;
     let (spec, p, layout) = (&input.spec, input.positions.view(), input.layout);
-    let written = match &input.tensor {
-        Tensor::F32(x) => write(&mut file, run(&compute, spec, x, p, layout)?),
-        Tensor::F16(x) => write(&mut file, run(&compute, spec, x, p, layout)?),
+    match &input.tensor {
+        Tensor::F32(x) => write(&out, run(&compute, spec, x, p, layout)?),
+        Tensor::F16(x) => write(&out, run(&compute, spec, x, p, layout)?),
         // NumPy has no bfloat16: the raw bits go out as '<u2', as they came in.
-        Tensor::Bf16(x) => write(&mut file, run(&compute, spec, x, p, layout)?),
-    };
-    written.map_err(|e| file.io_error(e))?;
-    file.commit()?;
-    Ok(())
+        Tensor::Bf16(x) => write(&out, run(&compute, spec, x, p, layout)?),
+    }
 }
 
 fn run<T: Element>(
@@ -118,14 +117,25 @@ fn run<T: Element>(
     positions: ndarray::ArrayView2<'_, u32>,
     layout: rp::Layout,
 ) -> Result<Array4<T>, Failure> {
+    const WHAT: &str = "the rope output";
     Ok(match compute {
-        Compute::Cpu => cpu::rope(spec, x.view(), positions, layout)?,
-        Compute::Gpu(ctx) => ctx.rope(spec, x.view(), positions, layout)?,
+        Compute::Cpu => {
+            // A copy in a fallibly allocated buffer, rotated in place: the output is as large
+            // as the input, which the user chose.
+            let mut out = try_zeros::<T, _>(WHAT, x.raw_dim())?;
+            out.assign(x);
+            cpu::rope_in_place(spec, out.view_mut(), positions, layout)?;
+            out
+        }
+        Compute::Gpu(ctx) => {
+            check_allocation(WHAT, (x.len() as u64).saturating_mul(size_of::<T>() as u64))?;
+            ctx.rope(spec, x.view(), positions, layout)?
+        }
     })
 }
 
-fn write<T: npy::Element>(file: &mut AtomicFile, a: Array4<T>) -> std::io::Result<()> {
-    npy::write(file.writer(), a.view())
+fn write<T: npy::Element>(out: &posenc::output::Target, a: Array4<T>) -> Result<(), Failure> {
+    emit(out, |w| npy::write(w, a.view()))
 }
 
 impl RopeInput {

@@ -14,13 +14,15 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use ndarray::{Array2, Array3, ArrayD, Axis};
 use posenc::encode::{self as enc, EncodeOptions, Encoded, Scale};
 use posenc::npy::{Expected, NpyArray, NpyDtype};
-use posenc::output::AtomicFile;
+use posenc::output::Target;
 use posenc::{
     DEFAULT_BASE, Error, Frequencies, PeSpec, Variant, cpu, gpu, naive, npy, plot, positions,
     reference, weights,
 };
 
+mod cli_output;
 mod cli_rope;
+use cli_output::{cpu_table, emit, refuse_binary_on_terminal, reserve_table, target};
 use cli_rope::{ROPE_HELP, RopeArgs, rope};
 
 /// Exit status for a valid request that failed while running.
@@ -601,7 +603,8 @@ impl From<Error> for Failure {
             | Error::Dtype { .. }
             | Error::Rank { .. }
             | Error::Tensor { .. }
-            | Error::RopeScaling { .. } => EXIT_USAGE,
+            | Error::RopeScaling { .. }
+            | Error::OutputPath { .. } => EXIT_USAGE,
             _ => EXIT_RUNTIME,
         };
         Self { code, error }
@@ -613,6 +616,10 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return clap_exit(&e),
     };
+    // Without it, Ctrl-C while an output is written would leave its temporary file.
+    if let Err(e) = posenc::output::remove_temporaries_on_signals() {
+        note(&format!("temporary files will not be removed on a signal: {e}"));
+    }
     let result = match cli.command {
         Command::Table(args) => table(&args),
         Command::Encode(args) => encode(&args),
@@ -797,9 +804,15 @@ impl Engine {
 
     fn table(&self, spec: &PeSpec, positions: &[u32]) -> Result<Array2<f32>, Failure> {
         Ok(match self {
-            Self::Fast(Compute::Cpu) => cpu::table(spec, positions),
-            Self::Fast(Compute::Gpu(ctx)) => ctx.table(spec, positions)?,
-            Self::Reference => reference::table_f32(spec, positions),
+            Self::Fast(Compute::Cpu) => cpu_table(spec, positions)?,
+            Self::Fast(Compute::Gpu(ctx)) => {
+                reserve_table(spec, positions)?;
+                ctx.table(spec, positions)?
+            }
+            Self::Reference => {
+                reserve_table(spec, positions)?;
+                reference::table_f32(spec, positions)
+            }
         })
     }
 
@@ -841,23 +854,20 @@ fn table(args: &TableArgs) -> Result<(), Failure> {
         }
     };
     check_size("table", positions.len() as u64, spec.dim()).map_err(Failure::usage)?;
-    if args.format == Format::Npy && args.output.is_none() && io::stdout().is_terminal() {
-        return Err(Failure::usage(Error::InvalidParameter {
-            field: "format",
-            value: "npy".into(),
-            allowed: "npy only with -o PATH or a redirected stdout; csv or json on a terminal",
-        }));
+    let out = target(args.output.as_deref())?;
+    if args.format == Format::Npy {
+        let allowed = "npy only with -o PATH or a redirected stdout; csv or json on a terminal";
+        refuse_binary_on_terminal(&out, "format", "npy", allowed)?;
     }
 
     // The request is valid: from here on failures are the run's (exit 1), save a malformed
     // environment variable met when the GPU opens.
-    let file = args.output.as_ref().map(AtomicFile::create).transpose()?;
     let table = Engine::open(args.device, args.gpu_memory_budget)?.table(&spec, &positions);
     let table = match args.device.fast() {
-        Some(fast) => or_on_cpu(fast, table, || Ok(cpu::table(&spec, &positions)))?,
+        Some(fast) => or_on_cpu(fast, table, || cpu_table(&spec, &positions))?,
         None => table?,
     };
-    emit(file, |w| write_table(w, args.format, spec.dim(), &positions, &table))
+    emit(&out, |w| write_table(w, args.format, spec.dim(), &positions, &table))
 }
 
 fn write_table(
@@ -909,15 +919,17 @@ impl serde::Serialize for Rows<'_> {
 }
 
 fn encode(args: &EncodeArgs) -> Result<(), Failure> {
+    let out = target(Some(&args.output))?;
+    refuse_binary_on_terminal(&out, "output", "-", "a .npy needs -o PATH or a redirected stdout")?;
     let input = EncodeInput::load(args).map_err(Failure::usage)?;
 
     // The request is valid: from here on failures are the run's (exit 1).
-    let mut file = AtomicFile::create(&args.output)?;
+    let values = input.ids.len() as u64 * input.table.dim().1 as u64;
+    let bytes = values * input.options.out_dtype.size() as u64;
+    posenc::output::check_allocation("the encode output", bytes)?;
     let encoded = Compute::open_with_budget(args.device, args.gpu_memory_budget)?.encode(&input);
     let encoded = or_on_cpu(args.device, encoded, || Compute::Cpu.encode(&input))?;
-    write_encoded(file.writer(), &encoded, input.one_sequence).map_err(|e| file.io_error(e))?;
-    file.commit()?;
-    Ok(())
+    emit(&out, |w| write_encoded(w, &encoded, input.one_sequence))
 }
 
 /// Where an encode's position rows come from.
@@ -1139,7 +1151,14 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
     for config in &configs {
         config.check().map_err(Failure::usage)?;
     }
-    let plot_file = args.plot.as_ref().map(AtomicFile::create).transpose()?;
+    let plot_file = args.plot.as_deref().map(|p| target(Some(p))).transpose()?;
+    if plot_file.as_ref().is_some_and(|t| t.is_stdout()) {
+        return Err(Failure::usage(Error::InvalidParameter {
+            field: "plot",
+            value: "-".into(),
+            allowed: "a path: the report itself goes to stdout",
+        }));
+    }
 
     // Progress only where a person watches, and only once the run has taken a second.
     let interactive = io::stderr().is_terminal();
@@ -1162,7 +1181,7 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
     let reports = reports?;
     if let Some(file) = plot_file {
         let image = bench::chart(&reports)?;
-        emit(Some(file), |w| image.write_png(w))?;
+        emit(&file, |w| image.write_png(w))?;
     }
     if args.json {
         to_stdout(|w| {
@@ -1309,31 +1328,14 @@ fn plot_cells(
     Ok(n as usize)
 }
 
-/// Refuses to pour binary output into a terminal.
-fn refuse_png_on_terminal(output: Option<&PathBuf>) -> Result<(), Failure> {
-    if output.is_none() && io::stdout().is_terminal() {
-        return Err(Failure::usage(Error::InvalidParameter {
-            field: "output",
-            value: "a terminal".into(),
-            allowed: "a PNG needs -o PATH or a redirected stdout",
-        }));
-    }
-    Ok(())
-}
-
-/// Writes to `file` and commits it, or to stdout without one.
-fn emit(
-    file: Option<AtomicFile>,
-    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
-) -> Result<(), Failure> {
-    match file {
-        Some(mut file) => {
-            write(file.writer()).map_err(|e| file.io_error(e))?;
-            file.commit()?;
-            Ok(())
-        }
-        None => to_stdout(write),
-    }
+/// Refuses to pour a PNG into a terminal.
+fn refuse_png_on_terminal(out: &Target) -> Result<(), Failure> {
+    refuse_binary_on_terminal(
+        out,
+        "output",
+        "a terminal",
+        "a PNG needs -o PATH or a redirected stdout",
+    )
 }
 
 fn plot_heatmap(args: &HeatmapArgs) -> Result<(), Failure> {
@@ -1344,11 +1346,11 @@ fn plot_heatmap(args: &HeatmapArgs) -> Result<(), Failure> {
         .map_err(Failure::usage)?;
     plot_cells(OP, "dim", "dim (columns of the picture)", args.dim.into())?;
     let rows = plot_cells(OP, "len", "len (rows of the picture)", args.len)?;
-    refuse_png_on_terminal(args.output.as_ref())?;
+    let out = target(args.output.as_deref())?;
+    refuse_png_on_terminal(&out)?;
 
-    let file = args.output.as_ref().map(AtomicFile::create).transpose()?;
     let positions: Vec<u32> = (0..rows as u32).collect();
-    let table = cpu::table(&spec, &positions);
+    let table = cpu_table(&spec, &positions)?;
     let title = format!(
         "Positional encoding ({}), d = {}, base {}",
         variant.name(),
@@ -1356,7 +1358,7 @@ fn plot_heatmap(args: &HeatmapArgs) -> Result<(), Failure> {
         spec.base()
     );
     let image = plot::heatmap(table.view(), &title)?;
-    emit(file, |w| image.write_png(w))
+    emit(&out, |w| image.write_png(w))
 }
 
 fn plot_similarity(args: &SimilarityArgs) -> Result<(), Failure> {
@@ -1373,21 +1375,23 @@ fn plot_similarity(args: &SimilarityArgs) -> Result<(), Failure> {
             limit: MAX_SIMILARITY_WORK,
         }));
     }
+    let out = target(args.output.as_deref())?;
     if args.format == PlotFormat::Png {
-        refuse_png_on_terminal(args.output.as_ref())?;
+        refuse_png_on_terminal(&out)?;
     }
 
-    let file = args.output.as_ref().map(AtomicFile::create).transpose()?;
     let positions: Vec<u32> = (0..n as u32).collect();
-    let matrix = plot::similarity_matrix(cpu::table(&spec, &positions).view());
+    let table = cpu_table(&spec, &positions)?;
+    posenc::output::check_allocation("the similarity matrix", (n * n * 4) as u64)?;
+    let matrix = plot::similarity_matrix(table.view());
     match args.format {
         PlotFormat::Png => {
             let title =
                 format!("Cosine similarity of positions, d = {}, base {}", spec.dim(), spec.base());
             let image = plot::similarity(matrix.view(), &title)?;
-            emit(file, |w| image.write_png(w))
+            emit(&out, |w| image.write_png(w))
         }
-        PlotFormat::Text => emit(file, |w| {
+        PlotFormat::Text => emit(&out, |w| {
             for row in matrix.rows() {
                 for (k, v) in row.iter().enumerate() {
                     if k == 0 { write!(w, "{v:9.6}") } else { write!(w, " {v:9.6}") }?;
@@ -1401,11 +1405,11 @@ fn plot_similarity(args: &SimilarityArgs) -> Result<(), Failure> {
 
 fn plot_error(args: &ErrorPlotArgs) -> Result<(), Failure> {
     let spec = spec_of(args.dim, args.base)?;
-    refuse_png_on_terminal(args.output.as_ref())?;
+    let out = target(args.output.as_deref())?;
+    refuse_png_on_terminal(&out)?;
 
-    let file = args.output.as_ref().map(AtomicFile::create).transpose()?;
     let image = plot::error_plot(&plot::error_curve(&spec));
-    emit(file, |w| image.write_png(w))
+    emit(&out, |w| image.write_png(w))
 }
 
 const ALIBI_HELP: &str = "Slopes of H heads: for H a power of two, m_k = 2^(-8k/H) for k = 1..H; otherwise the c = 2^floor(log2 H) slopes of c heads, then 2^(-8(2j-1)/(2c)) for j = 1..H-c. Each is the float32 nearest to its exact value.
@@ -1480,6 +1484,8 @@ fn alibi(args: &AlibiArgs) -> Result<(), Failure> {
     let (Some(len), Some(output)) = (args.len, &args.output) else {
         unreachable!("clap requires --len and -o unless --slopes is given")
     };
+    let out = target(Some(output))?;
+    refuse_binary_on_terminal(&out, "output", "-", "a .npy needs -o PATH or a redirected stdout")?;
     let spec = AlibiSpec::new(args.heads, len)
         .and_then(|s| s.with_offset(args.offset))
         .and_then(|s| match args.kv_len {
@@ -1491,12 +1497,12 @@ fn alibi(args: &AlibiArgs) -> Result<(), Failure> {
         .map_err(Failure::usage)?;
 
     // The request is valid: from here on failures are the run's (exit 1).
-    let mut file = AtomicFile::create(output)?;
     let bias = match Compute::open(args.device)? {
         Compute::Cpu => alibi::bias_cpu(&spec)?,
-        Compute::Gpu(ctx) => ctx.alibi_bias(&spec)?,
+        Compute::Gpu(ctx) => {
+            posenc::output::check_allocation("the ALiBi bias", spec.n_values() as u64 * 4)?;
+            ctx.alibi_bias(&spec)?
+        }
     };
-    npy::write(file.writer(), bias.view()).map_err(|e| file.io_error(e))?;
-    file.commit()?;
-    Ok(())
+    emit(&out, |w| npy::write(w, bias.view()))
 }
