@@ -57,8 +57,13 @@ pub(crate) struct RopeArgs {
     /// stderr; `gpu` fails without one.
     #[arg(long, value_enum, default_value_t = FastDevice::Auto)]
     device: FastDevice,
-    /// The output .npy, the input's shape and dtype, C order. It appears complete or not at
-    /// all; on any error an existing file is left untouched.
+    /// The output .npy, the input's shape and dtype, C order.
+    ///
+    /// With -, stdout. A regular file or a new path appears complete or not at all (a temporary
+    /// file in its directory, renamed over it; on any error an existing file is left
+    /// untouched); a symbolic link is followed, the file it leads to replaced and the link
+    /// kept. A character device (/dev/null), a FIFO or a descriptor (/dev/stdout, /dev/fd/N)
+    /// is written directly. A directory, a socket or a block device is refused (exit 2).
     #[arg(short, long, value_name = "OUT.npy")]
     output: PathBuf,
 }

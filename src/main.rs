@@ -128,8 +128,14 @@ struct HeatmapArgs {
     /// Which positional encoding to picture.
     #[arg(long, value_name = "NAME", value_enum, default_value_t = VariantArg::Vaswani)]
     variant: VariantArg,
-    /// The PNG to write; without it the PNG goes to stdout, if stdout is not a terminal. The
-    /// file appears complete or not at all; on any error an existing PATH is left untouched.
+    /// The PNG to write; without it (or with -) the PNG goes to stdout, if stdout is not a
+    /// terminal.
+    ///
+    /// With -, stdout. A regular file or a new path appears complete or not at all (a temporary
+    /// file in its directory, renamed over it; on any error an existing file is left
+    /// untouched); a symbolic link is followed, the file it leads to replaced and the link
+    /// kept. A character device (/dev/null), a FIFO or a descriptor (/dev/stdout, /dev/fd/N)
+    /// is written directly. A directory, a socket or a block device is refused (exit 2).
     #[arg(short, long, value_name = "PATH")]
     output: Option<PathBuf>,
 }
@@ -150,8 +156,12 @@ struct SimilarityArgs {
     #[arg(long, value_enum, default_value_t = PlotFormat::Png)]
     format: PlotFormat,
     /// Write to PATH instead of stdout (a PNG goes to stdout only if it is not a terminal).
-    /// The file appears complete or not at all; on any error an existing PATH is left
-    /// untouched.
+    ///
+    /// With -, stdout. A regular file or a new path appears complete or not at all (a temporary
+    /// file in its directory, renamed over it; on any error an existing file is left
+    /// untouched); a symbolic link is followed, the file it leads to replaced and the link
+    /// kept. A character device (/dev/null), a FIFO or a descriptor (/dev/stdout, /dev/fd/N)
+    /// is written directly. A directory, a socket or a block device is refused (exit 2).
     #[arg(short, long, value_name = "PATH")]
     output: Option<PathBuf>,
 }
@@ -164,8 +174,14 @@ struct ErrorPlotArgs {
     /// Frequency base, in (1, 1e7].
     #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_negative_numbers = true)]
     base: f64,
-    /// The PNG to write; without it the PNG goes to stdout, if stdout is not a terminal. The
-    /// file appears complete or not at all; on any error an existing PATH is left untouched.
+    /// The PNG to write; without it (or with -) the PNG goes to stdout, if stdout is not a
+    /// terminal.
+    ///
+    /// With -, stdout. A regular file or a new path appears complete or not at all (a temporary
+    /// file in its directory, renamed over it; on any error an existing file is left
+    /// untouched); a symbolic link is followed, the file it leads to replaced and the link
+    /// kept. A character device (/dev/null), a FIFO or a descriptor (/dev/stdout, /dev/fd/N)
+    /// is written directly. A directory, a socket or a block device is refused (exit 2).
     #[arg(short, long, value_name = "PATH")]
     output: Option<PathBuf>,
 }
@@ -223,7 +239,12 @@ struct BenchArgs {
           default_missing_value = "true")]
     load: Option<bool>,
     /// Also draw a PNG bar chart of encode throughput against the copy ceilings, one group
-    /// per shape, to PATH. The file appears complete or not at all.
+    /// per shape, to PATH (not -: the report goes to stdout).
+    ///
+    /// A regular file or a new path appears complete or not at all (a temporary file in its
+    /// directory, renamed over it); a symbolic link is followed, the file it leads to
+    /// replaced and the link kept. A character device, a FIFO or a descriptor (/dev/fd/N) is
+    /// written directly. A directory, a socket or a block device is refused (exit 2).
     #[arg(long, value_name = "PATH")]
     plot: Option<PathBuf>,
     /// Print JSON instead of the table.
@@ -286,8 +307,13 @@ struct TableArgs {
     /// "positions", "values"}.
     #[arg(long, value_enum, default_value_t = Format::Csv)]
     format: Format,
-    /// Write to PATH instead of stdout. The file appears complete or not at all; on any
-    /// error an existing PATH is left untouched.
+    /// Write to PATH instead of stdout.
+    ///
+    /// With -, stdout. A regular file or a new path appears complete or not at all (a temporary
+    /// file in its directory, renamed over it; on any error an existing file is left
+    /// untouched); a symbolic link is followed, the file it leads to replaced and the link
+    /// kept. A character device (/dev/null), a FIFO or a descriptor (/dev/stdout, /dev/fd/N)
+    /// is written directly. A directory, a socket or a block device is refused (exit 2).
     #[arg(short, long, value_name = "PATH")]
     output: Option<PathBuf>,
     /// At most this many bytes of GPU memory in posenc's buffers at once (default: the
@@ -368,8 +394,13 @@ struct EncodeArgs {
     /// exactly one 2-D tensor.
     #[arg(long, value_name = "NAME", requires = "position_table")]
     position_tensor: Option<String>,
-    /// The output .npy, shape [B, L, D] ([L, D] for [L] ids), C order. It appears complete or
-    /// not at all; on any error an existing file is left untouched.
+    /// The output .npy, shape [B, L, D] ([L, D] for [L] ids), C order.
+    ///
+    /// With -, stdout. A regular file or a new path appears complete or not at all (a temporary
+    /// file in its directory, renamed over it; on any error an existing file is left
+    /// untouched); a symbolic link is followed, the file it leads to replaced and the link
+    /// kept. A character device (/dev/null), a FIFO or a descriptor (/dev/stdout, /dev/fd/N)
+    /// is written directly. A directory, a socket or a block device is refused (exit 2).
     #[arg(short, long, value_name = "OUT.npy")]
     output: PathBuf,
     /// At most this many bytes of GPU memory in posenc's buffers at once: the batch is
@@ -1451,8 +1482,13 @@ struct AlibiArgs {
     /// stderr; `gpu` fails without one. cpu and gpu give the same bits.
     #[arg(long, value_enum, default_value_t = FastDevice::Auto)]
     device: FastDevice,
-    /// The output .npy: '<f4', shape (H, L, LK), C order. It appears complete or not at all;
-    /// on any error an existing file is left untouched.
+    /// The output .npy: '<f4', shape (H, L, LK), C order.
+    ///
+    /// With -, stdout. A regular file or a new path appears complete or not at all (a temporary
+    /// file in its directory, renamed over it; on any error an existing file is left
+    /// untouched); a symbolic link is followed, the file it leads to replaced and the link
+    /// kept. A character device (/dev/null), a FIFO or a descriptor (/dev/stdout, /dev/fd/N)
+    /// is written directly. A directory, a socket or a block device is refused (exit 2).
     #[arg(short, long, value_name = "OUT.npy", required_unless_present = "slopes")]
     output: Option<PathBuf>,
 }
