@@ -365,10 +365,13 @@ const VALUES_PER_TASK: usize = 1 << 15;
 /// ```
 ///
 /// # Errors
-/// [`Error::Limit`] if the tensor has more than [`MAX_VALUES`] values.
+/// [`Error::Limit`] if the tensor has more than [`MAX_VALUES`] values; [`Error::Alloc`] if
+/// its memory cannot be had.
 pub fn bias_cpu(spec: &AlibiSpec) -> Result<Array3<f32>> {
     spec.check_size()?;
-    let mut out = Array3::<f32>::zeros(spec.shape());
+    // The size comes from the caller's heads and lengths: up to 16 GiB within MAX_VALUES,
+    // so a refusal from the allocator is an error, not an abort.
+    let mut out = crate::output::try_zeros::<f32, _>("the ALiBi bias", spec.shape())?;
     fill(spec, out.as_slice_mut().expect("a new array is contiguous"));
     Ok(out)
 }

@@ -7,10 +7,11 @@ use clap::{Args, ValueEnum};
 use half::{bf16, f16};
 use ndarray::{Array2, Array4, ArrayD, Ix4};
 use posenc::npy::{self, Expected, NpyArray, NpyDtype};
-use posenc::output::AtomicFile;
+use posenc::output::{check_allocation, try_zeros};
 use posenc::rope::{self as rp, Element, MAX_JSON_BYTES, RopeSpec, Scaling};
 use posenc::{Error, cpu, positions};
 
+use super::cli_output::{emit, refuse_binary_on_terminal, target};
 use super::{Compute, Failure, FastDevice, check_size, on_device};
 
 pub(crate) const ROPE_HELP: &str = "For frequency i < r/2 (r = --rotary-dim) and the dimensions (a, b) it rotates, (i, i + r/2) with --pairing neox or (2i, 2i + 1) with gptj: out_a = x_a cos(p w_i) - x_b sin(p w_i), out_b = x_b cos(p w_i) + x_a sin(p w_i), w_i = base^(-2i/r) as --scaling changes it, cos and sin times its attention factor. Dimensions from r on pass through. The angle p w_i is reduced exactly for every u32 position.
@@ -56,8 +57,13 @@ pub(crate) struct RopeArgs {
     /// stderr; `gpu` fails without one.
     #[arg(long, value_enum, default_value_t = FastDevice::Auto)]
     device: FastDevice,
-    /// The output .npy, the input's shape and dtype, C order. It appears complete or not at
-    /// all; on any error an existing file is left untouched.
+    /// The output .npy, the input's shape and dtype, C order.
+    ///
+    /// With -, stdout. A regular file or a new path appears complete or not at all (a temporary
+    /// file in its directory, renamed over it; on any error an existing file is left
+    /// untouched); a symbolic link is followed, the file it leads to replaced and the link
+    /// kept. A character device (/dev/null), a FIFO or a descriptor (/dev/stdout, /dev/fd/N)
+    /// is written directly. A directory, a socket or a block device is refused (exit 2).
     #[arg(short, long, value_name = "OUT.npy")]
     output: PathBuf,
 }
@@ -94,10 +100,11 @@ struct RopeInput {
 }
 
 pub(crate) fn rope(args: &RopeArgs) -> Result<(), Failure> {
+    let out = target(Some(&args.output))?;
+    refuse_binary_on_terminal(&out, "output", "-", "a .npy needs -o PATH or a redirected stdout")?;
     let input = RopeInput::load(args).map_err(Failure::usage)?;
 
     // The request is valid: from here on failures are the run's (exit 1).
-    let mut file = AtomicFile::create(&args.output)?;
     let (spec, p, layout) = (&input.spec, input.positions.view(), input.layout);
     let rotated = on_device(args.device, None, |c| {
         Ok(match &input.tensor {
@@ -106,15 +113,12 @@ pub(crate) fn rope(args: &RopeArgs) -> Result<(), Failure> {
             Tensor::Bf16(x) => Tensor::Bf16(run(c, spec, x, p, layout)?),
         })
     })?;
-    let written = match rotated {
-        Tensor::F32(x) => write(&mut file, x),
-        Tensor::F16(x) => write(&mut file, x),
+    match rotated {
+        Tensor::F32(x) => write(&out, x),
+        Tensor::F16(x) => write(&out, x),
         // NumPy has no bfloat16: the raw bits go out as '<u2', as they came in.
-        Tensor::Bf16(x) => write(&mut file, x),
-    };
-    written.map_err(|e| file.io_error(e))?;
-    file.commit()?;
-    Ok(())
+        Tensor::Bf16(x) => write(&out, x),
+    }
 }
 
 fn run<T: Element>(
@@ -124,14 +128,25 @@ fn run<T: Element>(
     positions: ndarray::ArrayView2<'_, u32>,
     layout: rp::Layout,
 ) -> Result<Array4<T>, Failure> {
+    const WHAT: &str = "the rope output";
     Ok(match compute {
-        Compute::Cpu => cpu::rope(spec, x.view(), positions, layout)?,
-        Compute::Gpu(ctx) => ctx.rope(spec, x.view(), positions, layout)?,
+        Compute::Cpu => {
+            // A copy in a fallibly allocated buffer, rotated in place: the output is as large
+            // as the input, which the user chose.
+            let mut out = try_zeros::<T, _>(WHAT, x.raw_dim())?;
+            out.assign(x);
+            cpu::rope_in_place(spec, out.view_mut(), positions, layout)?;
+            out
+        }
+        Compute::Gpu(ctx) => {
+            check_allocation(WHAT, (x.len() as u64).saturating_mul(size_of::<T>() as u64))?;
+            ctx.rope(spec, x.view(), positions, layout)?
+        }
     })
 }
 
-fn write<T: npy::Element>(file: &mut AtomicFile, a: Array4<T>) -> std::io::Result<()> {
-    npy::write(file.writer(), a.view())
+fn write<T: npy::Element>(out: &posenc::output::Target, a: Array4<T>) -> Result<(), Failure> {
+    emit(out, |w| npy::write(w, a.view()))
 }
 
 impl RopeInput {

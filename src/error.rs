@@ -161,6 +161,27 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// An output path names something posenc does not write to (a directory, a socket, a
+    /// block device, a descriptor that is not open), checked before any work.
+    #[error("{}: cannot write the output to {what}; {allowed}", path.display())]
+    OutputPath {
+        /// The path as given.
+        path: PathBuf,
+        /// What is there, in words (`a directory`).
+        what: String,
+        /// Where outputs can go, in words.
+        allowed: &'static str,
+    },
+    /// Memory for an output buffer could not be allocated: the allocator refused (an
+    /// address-space limit such as `ulimit -v`, or no memory left). Raised where an
+    /// infallible allocation would abort the process.
+    #[error("could not allocate {bytes} bytes for {what}: out of memory")]
+    Alloc {
+        /// The buffer (`the table`, `the encode output`).
+        what: &'static str,
+        /// The bytes asked for (`u64::MAX` when the size itself overflows).
+        bytes: u64,
+    },
     /// An input file is not a well-formed file of its format.
     #[error("{}: not a valid {format} file: {reason}", path.display())]
     Format {

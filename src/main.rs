@@ -14,14 +14,16 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use ndarray::{Array2, Array3, ArrayD, Axis};
 use posenc::encode::{self as enc, EncodeOptions, Encoded, Scale};
 use posenc::npy::{Expected, NpyArray, NpyDtype};
-use posenc::output::AtomicFile;
+use posenc::output::Target;
 use posenc::{
     DEFAULT_BASE, Error, Frequencies, PeSpec, Variant, cpu, gpu, naive, npy, plot, positions,
     reference, weights,
 };
 
+mod cli_output;
 mod cli_rope;
 mod cli_runtime_dir;
+use cli_output::{cpu_table, emit, refuse_binary_on_terminal, reserve_table, target};
 use cli_rope::{ROPE_HELP, RopeArgs, rope};
 
 /// Exit status for a valid request that failed while running.
@@ -127,8 +129,14 @@ struct HeatmapArgs {
     /// Which positional encoding to picture.
     #[arg(long, value_name = "NAME", value_enum, default_value_t = VariantArg::Vaswani)]
     variant: VariantArg,
-    /// The PNG to write; without it the PNG goes to stdout, if stdout is not a terminal. The
-    /// file appears complete or not at all; on any error an existing PATH is left untouched.
+    /// The PNG to write; without it (or with -) the PNG goes to stdout, if stdout is not a
+    /// terminal.
+    ///
+    /// With -, stdout. A regular file or a new path appears complete or not at all (a temporary
+    /// file in its directory, renamed over it; on any error an existing file is left
+    /// untouched); a symbolic link is followed, the file it leads to replaced and the link
+    /// kept. A character device (/dev/null), a FIFO or a descriptor (/dev/stdout, /dev/fd/N)
+    /// is written directly. A directory, a socket or a block device is refused (exit 2).
     #[arg(short, long, value_name = "PATH")]
     output: Option<PathBuf>,
 }
@@ -149,8 +157,12 @@ struct SimilarityArgs {
     #[arg(long, value_enum, default_value_t = PlotFormat::Png)]
     format: PlotFormat,
     /// Write to PATH instead of stdout (a PNG goes to stdout only if it is not a terminal).
-    /// The file appears complete or not at all; on any error an existing PATH is left
-    /// untouched.
+    ///
+    /// With -, stdout. A regular file or a new path appears complete or not at all (a temporary
+    /// file in its directory, renamed over it; on any error an existing file is left
+    /// untouched); a symbolic link is followed, the file it leads to replaced and the link
+    /// kept. A character device (/dev/null), a FIFO or a descriptor (/dev/stdout, /dev/fd/N)
+    /// is written directly. A directory, a socket or a block device is refused (exit 2).
     #[arg(short, long, value_name = "PATH")]
     output: Option<PathBuf>,
 }
@@ -163,8 +175,14 @@ struct ErrorPlotArgs {
     /// Frequency base, in (1, 1e7].
     #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_negative_numbers = true)]
     base: f64,
-    /// The PNG to write; without it the PNG goes to stdout, if stdout is not a terminal. The
-    /// file appears complete or not at all; on any error an existing PATH is left untouched.
+    /// The PNG to write; without it (or with -) the PNG goes to stdout, if stdout is not a
+    /// terminal.
+    ///
+    /// With -, stdout. A regular file or a new path appears complete or not at all (a temporary
+    /// file in its directory, renamed over it; on any error an existing file is left
+    /// untouched); a symbolic link is followed, the file it leads to replaced and the link
+    /// kept. A character device (/dev/null), a FIFO or a descriptor (/dev/stdout, /dev/fd/N)
+    /// is written directly. A directory, a socket or a block device is refused (exit 2).
     #[arg(short, long, value_name = "PATH")]
     output: Option<PathBuf>,
 }
@@ -226,7 +244,12 @@ struct BenchArgs {
           default_missing_value = "true")]
     load: Option<bool>,
     /// Also draw a PNG bar chart of encode throughput against the copy ceilings, one group
-    /// per shape, to PATH. The file appears complete or not at all.
+    /// per shape, to PATH (not -: the report goes to stdout).
+    ///
+    /// A regular file or a new path appears complete or not at all (a temporary file in its
+    /// directory, renamed over it); a symbolic link is followed, the file it leads to
+    /// replaced and the link kept. A character device, a FIFO or a descriptor (/dev/fd/N) is
+    /// written directly. A directory, a socket or a block device is refused (exit 2).
     #[arg(long, value_name = "PATH")]
     plot: Option<PathBuf>,
     /// Print JSON instead of the table.
@@ -289,8 +312,13 @@ struct TableArgs {
     /// "positions", "values"}.
     #[arg(long, value_enum, default_value_t = Format::Csv)]
     format: Format,
-    /// Write to PATH instead of stdout. The file appears complete or not at all; on any
-    /// error an existing PATH is left untouched.
+    /// Write to PATH instead of stdout.
+    ///
+    /// With -, stdout. A regular file or a new path appears complete or not at all (a temporary
+    /// file in its directory, renamed over it; on any error an existing file is left
+    /// untouched); a symbolic link is followed, the file it leads to replaced and the link
+    /// kept. A character device (/dev/null), a FIFO or a descriptor (/dev/stdout, /dev/fd/N)
+    /// is written directly. A directory, a socket or a block device is refused (exit 2).
     #[arg(short, long, value_name = "PATH")]
     output: Option<PathBuf>,
     /// At most this many bytes of GPU memory in posenc's buffers at once (default: the
@@ -371,8 +399,13 @@ struct EncodeArgs {
     /// exactly one 2-D tensor.
     #[arg(long, value_name = "NAME", requires = "position_table")]
     position_tensor: Option<String>,
-    /// The output .npy, shape [B, L, D] ([L, D] for [L] ids), C order. It appears complete or
-    /// not at all; on any error an existing file is left untouched.
+    /// The output .npy, shape [B, L, D] ([L, D] for [L] ids), C order.
+    ///
+    /// With -, stdout. A regular file or a new path appears complete or not at all (a temporary
+    /// file in its directory, renamed over it; on any error an existing file is left
+    /// untouched); a symbolic link is followed, the file it leads to replaced and the link
+    /// kept. A character device (/dev/null), a FIFO or a descriptor (/dev/stdout, /dev/fd/N)
+    /// is written directly. A directory, a socket or a block device is refused (exit 2).
     #[arg(short, long, value_name = "OUT.npy")]
     output: PathBuf,
     /// At most this many bytes of GPU memory in posenc's buffers at once: the batch is
@@ -606,7 +639,8 @@ impl From<Error> for Failure {
             | Error::Dtype { .. }
             | Error::Rank { .. }
             | Error::Tensor { .. }
-            | Error::RopeScaling { .. } => EXIT_USAGE,
+            | Error::RopeScaling { .. }
+            | Error::OutputPath { .. } => EXIT_USAGE,
             _ => EXIT_RUNTIME,
         };
         Self { code, error }
@@ -620,6 +654,10 @@ fn main() -> ExitCode {
     };
     // Before anything opens an adapter (and before any thread starts); removed on return.
     let _runtime_dir = cli_runtime_dir::RuntimeDir::ensure();
+    // Without it, Ctrl-C while an output is written would leave its temporary file.
+    if let Err(e) = posenc::output::remove_temporaries_on_signals() {
+        note(&format!("temporary files will not be removed on a signal: {e}"));
+    }
     let result = match cli.command {
         Command::Table(args) => table(&args),
         Command::Encode(args) => encode(&args),
@@ -696,8 +734,11 @@ impl Compute {
 
     fn table(&self, spec: &PeSpec, positions: &[u32]) -> Result<Array2<f32>, Failure> {
         Ok(match self {
-            Self::Cpu => cpu::table(spec, positions),
-            Self::Gpu(ctx) => ctx.table(spec, positions)?,
+            Self::Cpu => cpu_table(spec, positions)?,
+            Self::Gpu(ctx) => {
+                reserve_table(spec, positions)?;
+                ctx.table(spec, positions)?
+            }
         })
     }
 
@@ -809,22 +850,22 @@ fn table(args: &TableArgs) -> Result<(), Failure> {
         }
     };
     check_size("table", positions.len() as u64, spec.dim()).map_err(Failure::usage)?;
-    if args.format == Format::Npy && args.output.is_none() && io::stdout().is_terminal() {
-        return Err(Failure::usage(Error::InvalidParameter {
-            field: "format",
-            value: "npy".into(),
-            allowed: "npy only with -o PATH or a redirected stdout; csv or json on a terminal",
-        }));
+    let out = target(args.output.as_deref())?;
+    if args.format == Format::Npy {
+        let allowed = "npy only with -o PATH or a redirected stdout; csv or json on a terminal";
+        refuse_binary_on_terminal(&out, "format", "npy", allowed)?;
     }
 
     // The request is valid: from here on failures are the run's (exit 1), save a malformed
     // environment variable met when the GPU opens.
-    let file = args.output.as_ref().map(AtomicFile::create).transpose()?;
     let table = match args.device.fast() {
         Some(fast) => on_device(fast, args.gpu_memory_budget, |c| c.table(&spec, &positions))?,
-        None => reference::table_f32(&spec, &positions),
+        None => {
+            reserve_table(&spec, &positions)?;
+            reference::table_f32(&spec, &positions)
+        }
     };
-    emit(file, |w| write_table(w, args.format, spec.dim(), &positions, &table))
+    emit(&out, |w| write_table(w, args.format, spec.dim(), &positions, &table))
 }
 
 fn write_table(
@@ -876,14 +917,16 @@ impl serde::Serialize for Rows<'_> {
 }
 
 fn encode(args: &EncodeArgs) -> Result<(), Failure> {
+    let out = target(Some(&args.output))?;
+    refuse_binary_on_terminal(&out, "output", "-", "a .npy needs -o PATH or a redirected stdout")?;
     let input = EncodeInput::load(args).map_err(Failure::usage)?;
 
     // The request is valid: from here on failures are the run's (exit 1).
-    let mut file = AtomicFile::create(&args.output)?;
+    let values = input.ids.len() as u64 * input.table.dim().1 as u64;
+    let bytes = values * input.options.out_dtype.size() as u64;
+    posenc::output::check_allocation("the encode output", bytes)?;
     let encoded = on_device(args.device, args.gpu_memory_budget, |c| c.encode(&input))?;
-    write_encoded(file.writer(), &encoded, input.one_sequence).map_err(|e| file.io_error(e))?;
-    file.commit()?;
-    Ok(())
+    emit(&out, |w| write_encoded(w, &encoded, input.one_sequence))
 }
 
 /// Where an encode's position rows come from.
@@ -1105,7 +1148,14 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
     for config in &configs {
         config.check().map_err(Failure::usage)?;
     }
-    let plot_file = args.plot.as_ref().map(AtomicFile::create).transpose()?;
+    let plot_file = args.plot.as_deref().map(|p| target(Some(p))).transpose()?;
+    if plot_file.as_ref().is_some_and(|t| t.is_stdout()) {
+        return Err(Failure::usage(Error::InvalidParameter {
+            field: "plot",
+            value: "-".into(),
+            allowed: "a path: the report itself goes to stdout",
+        }));
+    }
 
     // Progress only where a person watches, and only once the run has taken a second.
     let interactive = io::stderr().is_terminal();
@@ -1128,7 +1178,7 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
     let reports = reports?;
     if let Some(file) = plot_file {
         let image = bench::chart(&reports)?;
-        emit(Some(file), |w| image.write_png(w))?;
+        emit(&file, |w| image.write_png(w))?;
     }
     if args.json {
         to_stdout(|w| {
@@ -1275,31 +1325,14 @@ fn plot_cells(
     Ok(n as usize)
 }
 
-/// Refuses to pour binary output into a terminal.
-fn refuse_png_on_terminal(output: Option<&PathBuf>) -> Result<(), Failure> {
-    if output.is_none() && io::stdout().is_terminal() {
-        return Err(Failure::usage(Error::InvalidParameter {
-            field: "output",
-            value: "a terminal".into(),
-            allowed: "a PNG needs -o PATH or a redirected stdout",
-        }));
-    }
-    Ok(())
-}
-
-/// Writes to `file` and commits it, or to stdout without one.
-fn emit(
-    file: Option<AtomicFile>,
-    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
-) -> Result<(), Failure> {
-    match file {
-        Some(mut file) => {
-            write(file.writer()).map_err(|e| file.io_error(e))?;
-            file.commit()?;
-            Ok(())
-        }
-        None => to_stdout(write),
-    }
+/// Refuses to pour a PNG into a terminal.
+fn refuse_png_on_terminal(out: &Target) -> Result<(), Failure> {
+    refuse_binary_on_terminal(
+        out,
+        "output",
+        "a terminal",
+        "a PNG needs -o PATH or a redirected stdout",
+    )
 }
 
 fn plot_heatmap(args: &HeatmapArgs) -> Result<(), Failure> {
@@ -1310,11 +1343,11 @@ fn plot_heatmap(args: &HeatmapArgs) -> Result<(), Failure> {
         .map_err(Failure::usage)?;
     plot_cells(OP, "dim", "dim (columns of the picture)", args.dim.into())?;
     let rows = plot_cells(OP, "len", "len (rows of the picture)", args.len)?;
-    refuse_png_on_terminal(args.output.as_ref())?;
+    let out = target(args.output.as_deref())?;
+    refuse_png_on_terminal(&out)?;
 
-    let file = args.output.as_ref().map(AtomicFile::create).transpose()?;
     let positions: Vec<u32> = (0..rows as u32).collect();
-    let table = cpu::table(&spec, &positions);
+    let table = cpu_table(&spec, &positions)?;
     let title = format!(
         "Positional encoding ({}), d = {}, base {}",
         variant.name(),
@@ -1322,7 +1355,7 @@ fn plot_heatmap(args: &HeatmapArgs) -> Result<(), Failure> {
         spec.base()
     );
     let image = plot::heatmap(table.view(), &title)?;
-    emit(file, |w| image.write_png(w))
+    emit(&out, |w| image.write_png(w))
 }
 
 fn plot_similarity(args: &SimilarityArgs) -> Result<(), Failure> {
@@ -1339,21 +1372,23 @@ fn plot_similarity(args: &SimilarityArgs) -> Result<(), Failure> {
             limit: MAX_SIMILARITY_WORK,
         }));
     }
+    let out = target(args.output.as_deref())?;
     if args.format == PlotFormat::Png {
-        refuse_png_on_terminal(args.output.as_ref())?;
+        refuse_png_on_terminal(&out)?;
     }
 
-    let file = args.output.as_ref().map(AtomicFile::create).transpose()?;
     let positions: Vec<u32> = (0..n as u32).collect();
-    let matrix = plot::similarity_matrix(cpu::table(&spec, &positions).view());
+    let table = cpu_table(&spec, &positions)?;
+    posenc::output::check_allocation("the similarity matrix", (n * n * 4) as u64)?;
+    let matrix = plot::similarity_matrix(table.view());
     match args.format {
         PlotFormat::Png => {
             let title =
                 format!("Cosine similarity of positions, d = {}, base {}", spec.dim(), spec.base());
             let image = plot::similarity(matrix.view(), &title)?;
-            emit(file, |w| image.write_png(w))
+            emit(&out, |w| image.write_png(w))
         }
-        PlotFormat::Text => emit(file, |w| {
+        PlotFormat::Text => emit(&out, |w| {
             for row in matrix.rows() {
                 for (k, v) in row.iter().enumerate() {
                     if k == 0 { write!(w, "{v:9.6}") } else { write!(w, " {v:9.6}") }?;
@@ -1367,11 +1402,11 @@ fn plot_similarity(args: &SimilarityArgs) -> Result<(), Failure> {
 
 fn plot_error(args: &ErrorPlotArgs) -> Result<(), Failure> {
     let spec = spec_of(args.dim, args.base)?;
-    refuse_png_on_terminal(args.output.as_ref())?;
+    let out = target(args.output.as_deref())?;
+    refuse_png_on_terminal(&out)?;
 
-    let file = args.output.as_ref().map(AtomicFile::create).transpose()?;
     let image = plot::error_plot(&plot::error_curve(&spec));
-    emit(file, |w| image.write_png(w))
+    emit(&out, |w| image.write_png(w))
 }
 
 const ALIBI_HELP: &str = "Slopes of H heads: for H a power of two, m_k = 2^(-8k/H) for k = 1..H; otherwise the c = 2^floor(log2 H) slopes of c heads, then 2^(-8(2j-1)/(2c)) for j = 1..H-c. Each is the float32 nearest to its exact value.
@@ -1413,8 +1448,13 @@ struct AlibiArgs {
     /// stderr; `gpu` fails without one. cpu and gpu give the same bits.
     #[arg(long, value_enum, default_value_t = FastDevice::Auto)]
     device: FastDevice,
-    /// The output .npy: '<f4', shape (H, L, LK), C order. It appears complete or not at all;
-    /// on any error an existing file is left untouched.
+    /// The output .npy: '<f4', shape (H, L, LK), C order.
+    ///
+    /// With -, stdout. A regular file or a new path appears complete or not at all (a temporary
+    /// file in its directory, renamed over it; on any error an existing file is left
+    /// untouched); a symbolic link is followed, the file it leads to replaced and the link
+    /// kept. A character device (/dev/null), a FIFO or a descriptor (/dev/stdout, /dev/fd/N)
+    /// is written directly. A directory, a socket or a block device is refused (exit 2).
     #[arg(short, long, value_name = "OUT.npy", required_unless_present = "slopes")]
     output: Option<PathBuf>,
 }
@@ -1446,6 +1486,8 @@ fn alibi(args: &AlibiArgs) -> Result<(), Failure> {
     let (Some(len), Some(output)) = (args.len, &args.output) else {
         unreachable!("clap requires --len and -o unless --slopes is given")
     };
+    let out = target(Some(output))?;
+    refuse_binary_on_terminal(&out, "output", "-", "a .npy needs -o PATH or a redirected stdout")?;
     let spec = AlibiSpec::new(args.heads, len)
         .and_then(|s| s.with_offset(args.offset))
         .and_then(|s| match args.kv_len {
@@ -1457,12 +1499,12 @@ fn alibi(args: &AlibiArgs) -> Result<(), Failure> {
         .map_err(Failure::usage)?;
 
     // The request is valid: from here on failures are the run's (exit 1).
-    let mut file = AtomicFile::create(output)?;
     let bias = on_device(args.device, None, |c| match c {
         Compute::Cpu => Ok(alibi::bias_cpu(&spec)?),
-        Compute::Gpu(ctx) => Ok(ctx.alibi_bias(&spec)?),
+        Compute::Gpu(ctx) => {
+            posenc::output::check_allocation("the ALiBi bias", spec.n_values() as u64 * 4)?;
+            Ok(ctx.alibi_bias(&spec)?)
+        }
     })?;
-    npy::write(file.writer(), bias.view()).map_err(|e| file.io_error(e))?;
-    file.commit()?;
-    Ok(())
+    emit(&out, |w| npy::write(w, bias.view()))
 }

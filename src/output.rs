@@ -1,21 +1,238 @@
-//! Atomic output files: a result appears at its path complete, or not at all.
+//! Where results go: atomic replacement of files, direct writes to devices, FIFOs and open
+//! descriptors, cleanup of temporary files on a signal, and fallible allocation of output
+//! buffers.
 //!
 //! A table can take a while to compute and write; a reader must never see half of it, and
-//! a failed run must not clobber the previous good file. So the bytes go to a temporary
-//! file in the target's directory (the same file system, so the final rename is atomic),
-//! which replaces the target only once everything has been written and synced.
+//! a failed run must not clobber the previous good file. So a result bound for a regular file
+//! (or a path where nothing is yet) goes to a temporary file in the target's directory (the
+//! same file system, so the final rename is atomic), which replaces the target only once
+//! everything has been written and synced. Renaming over anything else would destroy it: a
+//! character device (`/dev/null`), a FIFO whose reader is waiting, the link `/dev/stdout`.
+//! Those are written in place, as a shell's `>` would. [`Target::resolve`] decides which,
+//! from what is at the path, before any work starts; [`Target::open`] opens it once the
+//! result is ready.
+//!
+//! | what is at the path | what happens |
+//! | --- | --- |
+//! | nothing, or a regular file | temporary file in its directory, renamed over it |
+//! | a symbolic link | followed; the file it leads to is treated as above (the link stays) |
+//! | a character device, a FIFO | opened for writing and written directly |
+//! | `/dev/stdout`, `/dev/fd/N`, `/proc/self/fd/N` | descriptor N duplicated and written |
+//! | a directory, a socket, a block device | refused with [`Error::OutputPath`] |
 
-use std::fs;
-use std::io::{self, BufWriter};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use ndarray::{Array, Dimension, IntoDimension};
 use tempfile::NamedTempFile;
 
 use crate::error::{Error, Result};
 
+/// Symbolic links followed from an output path before giving up: Linux's own limit (ELOOP).
+const MAX_LINKS: usize = 40;
+
+/// What an output path may name, for [`Error::OutputPath`].
+const ALLOWED: &str = "an output goes to a regular file or a new path in an existing \
+directory (replaced atomically), a character device, a FIFO, an open descriptor \
+(/dev/stdout, /dev/fd/N) or standard output (-o -)";
+
+/// Where an output goes, decided from what is at its path before any work is done.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Target {
+    /// A regular file or a path where nothing is: written to a temporary file in the same
+    /// directory, then renamed over `path` ([`AtomicFile`]).
+    Replace {
+        /// The path as given, for messages.
+        given: PathBuf,
+        /// Where the given path's symbolic links lead: the file that is replaced.
+        path: PathBuf,
+    },
+    /// A character device or a FIFO: opened for writing (not truncated, not created) and
+    /// written directly. A FIFO's open waits for a reader, as a shell's `>` does.
+    Stream {
+        /// The device or FIFO, symbolic links followed.
+        path: PathBuf,
+    },
+    /// A descriptor this process holds, named as `/dev/stdout`, `/dev/fd/N` or
+    /// `/proc/self/fd/N` (or through a link to one): duplicated and written directly, so
+    /// a pipe, a terminal or a file opened by the shell (`3>>log`, in append mode) gets the
+    /// bytes as it would from the program's own descriptor.
+    Descriptor {
+        /// The path as given, for messages.
+        given: PathBuf,
+        /// The descriptor's number.
+        fd: i32,
+    },
+    /// The process's standard output (what the CLI's `-o -` means).
+    Stdout,
+}
+
+impl Target {
+    /// Decides where an output for `path` goes, from what is there now (see the
+    /// [module documentation](self)). Nothing is created or opened.
+    ///
+    /// ```
+    /// use posenc::output::Target;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let new = dir.path().join("out.csv");
+    /// assert!(matches!(Target::resolve(&new)?, Target::Replace { .. }));
+    /// # #[cfg(unix)]
+    /// assert_eq!(
+    ///     Target::resolve("/dev/null")?,
+    ///     Target::Stream { path: "/dev/null".into() }
+    /// );
+    /// assert!(Target::resolve(dir.path()).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::OutputPath`] for a directory, a socket, a block device, an empty path, a
+    /// descriptor this process does not hold, or more than 40 symbolic links in a row;
+    /// [`Error::Io`] naming the path when it cannot be examined, or when nothing is there and
+    /// its directory does not exist.
+    pub fn resolve(path: impl AsRef<Path>) -> Result<Self> {
+        let given = path.as_ref().to_path_buf();
+        let refuse =
+            |what: String| Error::OutputPath { path: given.clone(), what, allowed: ALLOWED };
+        if given.as_os_str().is_empty() {
+            return Err(refuse("an empty path".into()));
+        }
+        let io_error = |source| Error::Io { path: given.clone(), source };
+        let mut path = given.clone();
+        for _ in 0..=MAX_LINKS {
+            if let Some(fd) = descriptor(&path) {
+                if !is_open(fd) {
+                    return Err(refuse(format!("descriptor {fd}, which is not open")));
+                }
+                return Ok(Self::Descriptor { given, fd });
+            }
+            let meta = match fs::symlink_metadata(&path) {
+                Ok(meta) => meta,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    check_directory(&path).map_err(io_error)?;
+                    return Ok(Self::Replace { given, path });
+                }
+                Err(e) => return Err(io_error(e)),
+            };
+            let kind = meta.file_type();
+            if kind.is_symlink() {
+                // A relative link is relative to the directory holding it; `join` keeps an
+                // absolute one as it is.
+                let link = fs::read_link(&path).map_err(io_error)?;
+                path = directory_of(&path).join(link);
+                continue;
+            }
+            if kind.is_file() {
+                return Ok(Self::Replace { given, path });
+            }
+            return match special_kind(&meta) {
+                Special::Stream => Ok(Self::Stream { path }),
+                Special::Refused(what) => Err(refuse(what.into())),
+            };
+        }
+        Err(refuse(format!("a chain of more than {MAX_LINKS} symbolic links")))
+    }
+
+    /// Whether the output goes to standard output.
+    pub fn is_stdout(&self) -> bool {
+        matches!(self, Self::Stdout)
+    }
+
+    /// Opens the output: creates the temporary file of a [`Target::Replace`], opens a
+    /// device or FIFO, duplicates a descriptor, or locks standard output. Call it once the
+    /// result is computed, so that a failed computation leaves no temporary file.
+    ///
+    /// # Errors
+    /// [`Error::Io`] naming the path if it cannot be opened.
+    pub fn open(&self) -> Result<Output> {
+        let sink = match self {
+            Self::Replace { given, path } => Sink::Replace(AtomicFile::create_at(given, path)?),
+            Self::Stream { path } => {
+                let file = OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .map_err(|source| Error::Io { path: path.clone(), source })?;
+                Sink::Stream { path: path.clone(), writer: BufWriter::new(file) }
+            }
+            Self::Descriptor { given, fd } => {
+                let file =
+                    duplicate(*fd).map_err(|source| Error::Io { path: given.clone(), source })?;
+                Sink::Stream { path: given.clone(), writer: BufWriter::new(file) }
+            }
+            Self::Stdout => Sink::Stdout(BufWriter::new(io::stdout().lock())),
+        };
+        Ok(Output { sink })
+    }
+}
+
+/// An output being written: a temporary file to commit, or a stream written directly. Write
+/// through [`Output::writer`], then [`Output::commit`].
+#[derive(Debug)]
+pub struct Output {
+    sink: Sink,
+}
+
+#[derive(Debug)]
+enum Sink {
+    Replace(AtomicFile),
+    Stream { path: PathBuf, writer: BufWriter<File> },
+    Stdout(BufWriter<io::StdoutLock<'static>>),
+}
+
+impl Output {
+    /// Where the contents go. Writes are buffered; [`Output::commit`] flushes them.
+    pub fn writer(&mut self) -> &mut dyn Write {
+        match &mut self.sink {
+            Sink::Replace(file) => file.writer(),
+            Sink::Stream { writer, .. } => writer,
+            Sink::Stdout(writer) => writer,
+        }
+    }
+
+    /// Whether the bytes go straight to their reader (a device, FIFO, descriptor or standard
+    /// output) rather than to a file that appears only on commit. A stream's reader can stop
+    /// reading early, which shows as [`io::ErrorKind::BrokenPipe`].
+    pub fn is_stream(&self) -> bool {
+        !matches!(self.sink, Sink::Replace(_))
+    }
+
+    /// An [`Error::Io`] naming the output, for errors met while writing.
+    pub fn io_error(&self, source: io::Error) -> Error {
+        let path = match &self.sink {
+            Sink::Replace(file) => file.given.clone(),
+            Sink::Stream { path, .. } => path.clone(),
+            Sink::Stdout(_) => PathBuf::from("<stdout>"),
+        };
+        Error::Io { path, source }
+    }
+
+    /// Finishes the output: commits a temporary file ([`AtomicFile::commit`]), flushes a
+    /// stream.
+    ///
+    /// # Errors
+    /// [`Error::Io`] naming the output if flushing, syncing or renaming fails.
+    pub fn commit(mut self) -> Result<()> {
+        let flushed = match &mut self.sink {
+            Sink::Replace(_) => Ok(()),
+            Sink::Stream { writer, .. } => writer.flush(),
+            Sink::Stdout(writer) => writer.flush(),
+        };
+        flushed.map_err(|e| self.io_error(e))?;
+        match self.sink {
+            Sink::Replace(file) => file.commit(),
+            Sink::Stream { .. } | Sink::Stdout(_) => Ok(()),
+        }
+    }
+}
+
 /// An output file under construction. Write through [`AtomicFile::writer`], then
 /// [`AtomicFile::commit`]; dropping it uncommitted removes the temporary file and leaves
-/// the target as it was.
+/// the target as it was. While it lives, the temporary file is listed for
+/// [`remove_temporaries_on_signals`].
 ///
 /// ```
 /// use std::io::Write;
@@ -31,8 +248,15 @@ use crate::error::{Error, Result};
 /// ```
 #[derive(Debug)]
 pub struct AtomicFile {
-    path: PathBuf,
+    /// The path as given, for messages.
+    given: PathBuf,
+    /// The file replaced on commit: the given path with its symbolic links followed.
+    target: PathBuf,
+    // Declared before `live` so that the temporary file is removed before it leaves the
+    // registry: a signal in between then finds nothing to remove rather than a file it
+    // cannot see.
     writer: BufWriter<NamedTempFile>,
+    live: Live,
 }
 
 impl AtomicFile {
@@ -40,17 +264,30 @@ impl AtomicFile {
     ///
     /// On Unix a new file gets the usual mode (`0o666` less the umask), and a replaced file
     /// keeps the permissions it had, as if it had been overwritten in place. If `path` is a
-    /// symbolic link, the link itself is replaced.
+    /// symbolic link it is followed: the file it leads to is replaced (the temporary file
+    /// is made in that file's directory) and the link stays a link.
     ///
     /// # Errors
-    /// [`Error::Io`] naming `path` if the temporary file cannot be created next to it (the
-    /// directory is missing or not writable).
+    /// [`Error::OutputPath`] if `path` leads to something other than a regular file or
+    /// nothing (a device, FIFO or descriptor, which [`Target::open`] writes in place; a
+    /// directory); [`Error::Io`] naming `path` if the temporary file cannot be created next
+    /// to its target (the directory is missing or not writable).
     pub fn create(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref().to_path_buf();
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
+        match Target::resolve(path.as_ref())? {
+            Target::Replace { given, path } => Self::create_at(&given, &path),
+            _ => Err(Error::OutputPath {
+                path: path.as_ref().to_path_buf(),
+                what: "something other than a regular file".into(),
+                allowed: "AtomicFile replaces regular files and creates new ones; \
+                          Target::open writes to devices, FIFOs and descriptors in place",
+            }),
+        }
+    }
+
+    /// Starts a file that will replace `target`, a regular file or a new path whose
+    /// symbolic links have been followed; errors name `given`.
+    fn create_at(given: &Path, target: &Path) -> Result<Self> {
+        let io_error = |source| Error::Io { path: given.to_path_buf(), source };
         let mut builder = tempfile::Builder::new();
         builder.prefix(".posenc-").suffix(".tmp");
         #[cfg(unix)]
@@ -60,18 +297,30 @@ impl AtomicFile {
             // 0o666 less the umask is what File::create gives.
             builder.permissions(fs::Permissions::from_mode(0o666));
         }
-        let io_error = |source| Error::Io { path: path.clone(), source };
-        let temp = builder.tempfile_in(dir).map_err(io_error)?;
+        // Created and listed under one lock, so a signal's cleanup never finds the file
+        // made but not yet listed.
+        let (temp, live) = {
+            let mut registry = live_files();
+            let temp = builder.tempfile_in(directory_of(target)).map_err(io_error)?;
+            let live = Live::new(temp.path(), &mut registry);
+            (temp, live)
+        };
         #[cfg(unix)]
-        if let Some(old) = fs::metadata(&path).ok().filter(fs::Metadata::is_file) {
+        if let Some(old) = fs::metadata(target).ok().filter(fs::Metadata::is_file) {
             temp.as_file().set_permissions(old.permissions()).map_err(io_error)?;
         }
-        Ok(Self { path, writer: BufWriter::new(temp) })
+        Ok(Self {
+            given: given.to_path_buf(),
+            target: target.to_path_buf(),
+            writer: BufWriter::new(temp),
+            live,
+        })
     }
 
-    /// The path the file will have once committed.
+    /// The path the file will have once committed: the given path with its symbolic links
+    /// followed.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.target
     }
 
     /// Where the contents go. Writes are buffered; [`AtomicFile::commit`] flushes them.
@@ -79,9 +328,9 @@ impl AtomicFile {
         &mut self.writer
     }
 
-    /// An [`Error::Io`] naming this file's target path, for errors met while writing.
+    /// An [`Error::Io`] naming this file's path as given, for errors met while writing.
     pub fn io_error(&self, source: io::Error) -> Error {
-        Error::Io { path: self.path.clone(), source }
+        Error::Io { path: self.given.clone(), source }
     }
 
     /// Flushes, syncs and moves the file into place, replacing whatever was at the path.
@@ -90,14 +339,285 @@ impl AtomicFile {
     /// [`Error::Io`] naming the path if flushing, syncing or renaming fails; the temporary
     /// file is removed and the target left untouched then.
     pub fn commit(self) -> Result<()> {
-        let Self { path, writer } = self;
-        let io_error = |source| Error::Io { path: path.clone(), source };
+        let Self { given, target, writer, live } = self;
+        let io_error = |source| Error::Io { path: given.clone(), source };
         let temp = writer.into_inner().map_err(|e| io_error(e.into_error()))?;
         // Without the sync, a crash soon after the rename could leave an empty file behind.
         temp.as_file().sync_all().map_err(io_error)?;
-        temp.persist(&path).map_err(|e| io_error(e.error))?;
-        Ok(())
+        // The registry stays locked across the rename, so a signal's cleanup runs either
+        // before it (and removes the temporary file, the target untouched) or after it (and
+        // finds nothing of this file to remove), never in between.
+        let mut registry = live_files();
+        // A failed rename hands the temporary file back; dropping it removes the file.
+        let renamed = temp.persist(&target).map(drop).map_err(|e| io_error(e.error));
+        live.release(&mut registry);
+        renamed
     }
+}
+
+/// The temporary files of live [`AtomicFile`]s, for the signal cleanup. A plain mutex is
+/// enough because the cleanup runs on signal-hook's thread, not inside a signal handler.
+static LIVE_FILES: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// The registry, even if a thread panicked while holding it: the list stays consistent
+/// (every change is one push or one removal).
+fn live_files() -> MutexGuard<'static, Vec<PathBuf>> {
+    LIVE_FILES.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One temporary file's place in [`LIVE_FILES`], removed when dropped or released.
+#[derive(Debug)]
+struct Live {
+    path: Option<PathBuf>,
+}
+
+impl Live {
+    /// Joins the registry through a lock the caller holds.
+    fn new(path: &Path, registry: &mut Vec<PathBuf>) -> Self {
+        registry.push(path.to_path_buf());
+        Self { path: Some(path.to_path_buf()) }
+    }
+
+    /// Leaves the registry through a lock the caller holds.
+    fn release(mut self, registry: &mut Vec<PathBuf>) {
+        if let Some(path) = self.path.take() {
+            registry.retain(|p| *p != path);
+        }
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        if let Some(path) = self.path.take() {
+            live_files().retain(|p| *p != path);
+        }
+    }
+}
+
+/// The temporary files this process is writing now.
+#[cfg(test)]
+fn live_temporaries() -> Vec<PathBuf> {
+    live_files().clone()
+}
+
+/// On SIGINT, SIGTERM or SIGHUP, removes the temporary files of every live [`AtomicFile`],
+/// then dies of the same signal as if it were not handled (a shell reports 130, 143 or
+/// 129). For programs: it installs process-wide handlers, once (later calls do nothing).
+/// SIGKILL cannot be caught: its temporary file stays behind under its hidden name.
+///
+/// The handlers only wake a thread (signal-hook's iterator); the files are removed there,
+/// outside signal context, so the registry can be an ordinary mutex. A commit holds the
+/// same lock across its rename: a signal either removes the temporary file before the
+/// rename (the target untouched) or comes after it. Does nothing on non-Unix systems.
+///
+/// # Errors
+/// What the system reports if the handlers cannot be installed or the thread cannot start.
+pub fn remove_temporaries_on_signals() -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        static INSTALLED: AtomicBool = AtomicBool::new(false);
+        if INSTALLED.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let installed = install_signal_thread();
+        if installed.is_err() {
+            INSTALLED.store(false, Ordering::SeqCst);
+        }
+        installed
+    }
+    #[cfg(not(unix))]
+    Ok(())
+}
+
+#[cfg(unix)]
+fn install_signal_thread() -> io::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    use signal_hook::iterator::Signals;
+    let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    std::thread::Builder::new().name("posenc-signals".into()).spawn(move || {
+        if let Some(signal) = signals.forever().next() {
+            // Held until the process is gone, so no commit can start after the cleanup.
+            let registry = live_files();
+            for path in registry.iter() {
+                // Already gone is fine: the file was being dropped as the signal came.
+                let _ = fs::remove_file(path);
+            }
+            // Resets the default action and raises the signal again: the parent sees the
+            // process die of it, as it would have without posenc's handler.
+            let _ = signal_hook::low_level::emulate_default_handler(signal);
+            // Reached only if the signal did not end the process; exit as a shell reports.
+            std::process::exit(128 + signal);
+        }
+    })?;
+    Ok(())
+}
+
+/// A vector of `len` zeroed values, or [`Error::Alloc`] naming `what` and the bytes if the
+/// allocator refuses (an address-space limit such as `ulimit -v`, or no memory left), where
+/// `vec![0; len]` would abort the process.
+///
+/// ```
+/// let v: Vec<f32> = posenc::output::try_zeroed_vec("a buffer", 4)?;
+/// assert_eq!(v, [0.0; 4]);
+/// let huge = posenc::output::try_zeroed_vec::<f32>("an impossible buffer", usize::MAX / 4);
+/// assert!(matches!(huge, Err(posenc::Error::Alloc { .. })));
+/// # Ok::<(), posenc::Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::Alloc`] if the memory cannot be had.
+pub fn try_zeroed_vec<T: bytemuck::Zeroable + Clone>(
+    what: &'static str,
+    len: usize,
+) -> Result<Vec<T>> {
+    let bytes = (len as u64).saturating_mul(size_of::<T>() as u64);
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| Error::Alloc { what, bytes })?;
+    v.resize(len, T::zeroed());
+    Ok(v)
+}
+
+/// An array of `shape` filled with zeros, allocated as [`try_zeroed_vec`] does.
+///
+/// # Errors
+/// [`Error::Alloc`] if the memory cannot be had or the element count overflows `usize`.
+pub fn try_zeros<T: bytemuck::Zeroable + Clone, D: Dimension>(
+    what: &'static str,
+    shape: impl IntoDimension<Dim = D>,
+) -> Result<Array<T, D>> {
+    let shape = shape.into_dimension();
+    let len = shape.size_checked().ok_or(Error::Alloc { what, bytes: u64::MAX })?;
+    let data = try_zeroed_vec(what, len)?;
+    Array::from_shape_vec(shape, data).map_err(|e| Error::Shape {
+        op: "allocate",
+        what,
+        expected: format!("{len} elements"),
+        actual: e.to_string(),
+    })
+}
+
+/// Checks that `bytes` could be allocated now, by reserving and releasing them, for a
+/// result that a function allocates itself (the GPU paths' host copies). Under an
+/// address-space limit the function's own allocation then succeeds as the check did, and a
+/// request too large fails here with an error rather than aborting there.
+///
+/// # Errors
+/// [`Error::Alloc`] naming `what` and `bytes` if the memory cannot be had.
+pub fn check_allocation(what: &'static str, bytes: u64) -> Result<()> {
+    let len = usize::try_from(bytes).map_err(|_| Error::Alloc { what, bytes })?;
+    Vec::<u8>::new().try_reserve_exact(len).map_err(|_| Error::Alloc { what, bytes })
+}
+
+/// The directory holding `path`: its parent, or `.` for a bare name.
+fn directory_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+/// Fails unless the directory that would hold a new file at `path` exists.
+fn check_directory(path: &Path) -> io::Result<()> {
+    let dir = directory_of(path);
+    if fs::metadata(dir)?.is_dir() {
+        Ok(())
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::NotADirectory,
+            format!("{} is not a directory", dir.display()),
+        ))
+    }
+}
+
+/// What to do with a path that is neither a regular file, a directory nor a link.
+enum Special {
+    Stream,
+    Refused(&'static str),
+}
+
+#[cfg(unix)]
+fn special_kind(meta: &fs::Metadata) -> Special {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = meta.file_type();
+    if kind.is_char_device() || kind.is_fifo() {
+        Special::Stream
+    } else if kind.is_dir() {
+        Special::Refused("a directory")
+    } else if kind.is_socket() {
+        Special::Refused("a socket")
+    } else if kind.is_block_device() {
+        // Rewriting a disk from the start is never what a table output means.
+        Special::Refused("a block device")
+    } else {
+        Special::Refused("a file of an unknown kind")
+    }
+}
+
+#[cfg(not(unix))]
+fn special_kind(meta: &fs::Metadata) -> Special {
+    if meta.is_dir() {
+        Special::Refused("a directory")
+    } else {
+        Special::Refused("a file of an unknown kind")
+    }
+}
+
+/// The descriptor `path` names, if it is `N` in this process's descriptor directory
+/// (`/proc/self/fd`, `/proc/<pid>/fd`, `/proc/thread-self/fd`, `/dev/fd`).
+#[cfg(unix)]
+fn descriptor(path: &Path) -> Option<i32> {
+    let name = path.file_name()?.to_str()?;
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let fd = name.parse().ok()?;
+    // On Linux /dev/fd and /proc/self lead to /proc/<pid>; on the BSDs and macOS /dev/fd is
+    // a directory of its own.
+    let dir = fs::canonicalize(directory_of(path)).ok()?;
+    let pid = std::process::id().to_string();
+    let parts: Vec<&str> = dir.iter().filter_map(|c| c.to_str()).collect();
+    let ours = match parts.as_slice() {
+        ["/", "dev", "fd"] => true,
+        ["/", "proc", p, "fd"] | ["/", "proc", p, "task", _, "fd"] => *p == pid,
+        _ => false,
+    };
+    ours.then_some(fd)
+}
+
+#[cfg(not(unix))]
+fn descriptor(_: &Path) -> Option<i32> {
+    None
+}
+
+#[cfg(unix)]
+fn is_open(fd: i32) -> bool {
+    // SAFETY: F_GETFD reads the descriptor's flags and touches no memory; a descriptor that
+    // is not open gives -1 (EBADF).
+    unsafe { libc::fcntl(fd, libc::F_GETFD) != -1 }
+}
+
+#[cfg(not(unix))]
+fn is_open(_: i32) -> bool {
+    false
+}
+
+/// A new descriptor (close-on-exec) for the open file `fd` refers to, as a `File`.
+#[cfg(unix)]
+fn duplicate(fd: i32) -> io::Result<File> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // SAFETY: F_DUPFD_CLOEXEC touches no memory; it fails with EBADF if `fd` is not open.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if new == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `new` was just returned by fcntl, is open, and nothing else owns it.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(new) }))
+}
+
+#[cfg(not(unix))]
+fn duplicate(_: i32) -> io::Result<File> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
 }
 
 #[cfg(test)]
@@ -128,6 +648,105 @@ mod tests {
         f.commit().unwrap();
         assert_eq!(fs::read_to_string(&path).unwrap(), "new");
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn live_temporaries_are_listed_until_committed_or_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let listed = |f: &AtomicFile| {
+            let temps = live_temporaries();
+            temps.iter().any(|p| p.parent() == f.path().parent() && p.exists())
+        };
+        let committed = AtomicFile::create(dir.path().join("a")).unwrap();
+        assert!(listed(&committed));
+        let dropped = AtomicFile::create(dir.path().join("b")).unwrap();
+        committed.commit().unwrap();
+        drop(dropped);
+        let ours: Vec<PathBuf> =
+            live_temporaries().into_iter().filter(|p| p.starts_with(dir.path())).collect();
+        assert!(ours.is_empty(), "{ours:?}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_symlink_is_followed_and_stays_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("sub");
+        fs::create_dir(&sub).unwrap();
+        let real = sub.join("real.txt");
+        fs::write(&real, "old").unwrap();
+        let link = dir.path().join("link.txt");
+        std::os::unix::fs::symlink("sub/real.txt", &link).unwrap();
+        let mut f = AtomicFile::create(&link).unwrap();
+        assert_eq!(f.path(), dir.path().join("sub/real.txt"));
+        f.writer().write_all(b"new").unwrap();
+        f.commit().unwrap();
+        assert!(fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        assert_eq!(fs::read_to_string(&real).unwrap(), "new");
+        // A link to where nothing is yet creates the file there.
+        let dangling = dir.path().join("dangling");
+        std::os::unix::fs::symlink("sub/fresh.txt", &dangling).unwrap();
+        AtomicFile::create(&dangling).unwrap().commit().unwrap();
+        assert!(sub.join("fresh.txt").is_file());
+        assert!(fs::symlink_metadata(&dangling).unwrap().file_type().is_symlink());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn targets_by_kind() {
+        use std::os::unix::net::UnixListener;
+        let dir = tempfile::tempdir().unwrap();
+        let refused = |p: &Path, what: &str| match Target::resolve(p) {
+            Err(Error::OutputPath { what: w, .. }) => assert_eq!(w, what, "{}", p.display()),
+            other => panic!("{}: {other:?}", p.display()),
+        };
+        refused(dir.path(), "a directory");
+        let socket = dir.path().join("socket");
+        let _listener = UnixListener::bind(&socket).unwrap();
+        refused(&socket, "a socket");
+        refused(Path::new(""), "an empty path");
+        let a = dir.path().join("a");
+        let b = dir.path().join("b");
+        std::os::unix::fs::symlink(&b, &a).unwrap();
+        std::os::unix::fs::symlink(&a, &b).unwrap();
+        refused(&a, "a chain of more than 40 symbolic links");
+        refused(Path::new("/dev/fd/987654"), "descriptor 987654, which is not open");
+
+        assert_eq!(
+            Target::resolve("/dev/null").unwrap(),
+            Target::Stream { path: "/dev/null".into() }
+        );
+        for (path, fd) in [("/dev/stdout", 1), ("/dev/stderr", 2), ("/proc/self/fd/2", 2)] {
+            assert_eq!(
+                Target::resolve(path).unwrap(),
+                Target::Descriptor { given: path.into(), fd },
+                "{path}"
+            );
+        }
+        match Target::resolve(dir.path().join("missing/out.csv")) {
+            Err(Error::Io { source, .. }) => assert_eq!(source.kind(), io::ErrorKind::NotFound),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_allocation_too_large_is_an_error_naming_the_bytes() {
+        match try_zeroed_vec::<f32>("the test buffer", usize::MAX / 8) {
+            Err(Error::Alloc { what, bytes }) => {
+                assert_eq!(what, "the test buffer");
+                assert_eq!(bytes, (usize::MAX / 8) as u64 * 4);
+            }
+            other => panic!("{:?}", other.map(|v| v.len())),
+        }
+        assert!(matches!(check_allocation("probe", u64::MAX), Err(Error::Alloc { .. })));
+        assert!(check_allocation("probe", 1 << 20).is_ok());
+        let a = try_zeros::<u16, _>("an array", (2, 3, 4)).unwrap();
+        assert_eq!(a.shape(), [2, 3, 4]);
+        assert!(a.iter().all(|&v| v == 0));
+        match try_zeros::<f32, _>("overflowing", (usize::MAX, 2)) {
+            Err(Error::Alloc { what: "overflowing", .. }) => {}
+            other => panic!("{:?}", other.map(|a| a.len())),
+        }
     }
 
     #[cfg(unix)]

@@ -115,6 +115,17 @@ impl Image {
         Self { width, height, rgb: WHITE.repeat(width as usize * height as usize) }
     }
 
+    /// A white picture whose size comes from the caller's data: the allocator's refusal is
+    /// an error rather than an abort.
+    fn try_new(width: u32, height: u32) -> Result<Self> {
+        let pixels = width as usize * height as usize;
+        let mut rgb: Vec<u8> = crate::output::try_zeroed_vec("the picture", pixels * 3)?;
+        for pixel in rgb.chunks_exact_mut(3) {
+            pixel.copy_from_slice(&WHITE);
+        }
+        Ok(Self { width, height, rgb })
+    }
+
     /// Width in pixels.
     pub fn width(&self) -> u32 {
         self.width
@@ -437,10 +448,11 @@ fn check_cells(op: &'static str, what: &'static str, rows: usize, cols: usize) -
 /// fit). Row `r` is labelled as position `r`: pass the table of positions `0..n`.
 ///
 /// # Errors
-/// As [`heatmap_layout`] for the table's shape.
+/// As [`heatmap_layout`] for the table's shape; [`Error::Alloc`] if the picture's memory
+/// cannot be had.
 pub fn heatmap(table: ArrayView2<'_, f32>, title: &str) -> Result<Image> {
     let layout = heatmap_layout(table.nrows(), table.ncols())?;
-    Ok(draw_matrix(table, &layout, title, "dimension", "position"))
+    draw_matrix(table, &layout, title, "dimension", "position")
 }
 
 /// The cosine similarity between every pair of rows of `table`, `[n, n]`: for sinusoidal
@@ -505,7 +517,7 @@ fn dot(a: &[f32], b: &[f32]) -> f64 {
 ///
 /// # Errors
 /// [`Error::Shape`] if `matrix` is not square or is empty; [`Error::Limit`] if it has more
-/// than [`MAX_CELLS`] rows.
+/// than [`MAX_CELLS`] rows; [`Error::Alloc`] if the picture's memory cannot be had.
 pub fn similarity(matrix: ArrayView2<'_, f32>, title: &str) -> Result<Image> {
     let (n, m) = matrix.dim();
     if n != m {
@@ -517,7 +529,7 @@ pub fn similarity(matrix: ArrayView2<'_, f32>, title: &str) -> Result<Image> {
         });
     }
     let layout = similarity_layout(n)?;
-    Ok(draw_matrix(matrix, &layout, title, "position j", "position i"))
+    draw_matrix(matrix, &layout, title, "position j", "position i")
 }
 
 fn draw_matrix(
@@ -526,8 +538,8 @@ fn draw_matrix(
     title: &str,
     x_title: &str,
     y_title: &str,
-) -> Image {
-    let mut image = Image::new(layout.width, layout.height);
+) -> Result<Image> {
+    let mut image = Image::try_new(layout.width, layout.height)?;
     let (cw, ch) = (layout.cell_w, layout.cell_h);
     for ((r, c), &v) in values.indexed_iter() {
         let (x, y) = layout.cell_origin(r, c).expect("the layout has the data's shape");
@@ -578,7 +590,7 @@ fn draw_matrix(
         let top = y - i64::from(CAP_H) / 2;
         image.text(right + i64::from(TICK + 4), top, label, Align::Left, BLACK);
     }
-    image
+    Ok(image)
 }
 
 /// The smallest of 1, 2, 5, 10, 20, 50, ... cells that spans at least `min_pixels`.

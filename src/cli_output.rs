@@ -1,0 +1,78 @@
+//! Where the commands' results go: `-o PATH` is resolved before any work (a directory, a
+//! socket or a block device is refused then, exit 2) and opened only once the result is in
+//! memory, so a run that fails or is refused memory leaves no temporary file; `-o -` is
+//! standard output. Also the fallible allocation of the outputs the CLI sizes.
+
+use std::io::{self, IsTerminal, Write};
+use std::path::Path;
+
+use ndarray::Array2;
+use posenc::output::{Target, check_allocation, try_zeros};
+use posenc::{Error, PeSpec, cpu};
+
+use super::Failure;
+
+/// Where `-o PATH` sends the result: `-`, and no `-o` at all where standard output is the
+/// default, mean standard output.
+pub(crate) fn target(path: Option<&Path>) -> Result<Target, Failure> {
+    match path {
+        None => Ok(Target::Stdout),
+        Some(p) if p.as_os_str() == "-" => Ok(Target::Stdout),
+        Some(p) => Ok(Target::resolve(p)?),
+    }
+}
+
+/// Refuses to pour binary output (`format`) into a terminal when it goes to standard output.
+pub(crate) fn refuse_binary_on_terminal(
+    target: &Target,
+    field: &'static str,
+    value: &str,
+    allowed: &'static str,
+) -> Result<(), Failure> {
+    if target.is_stdout() && io::stdout().is_terminal() {
+        return Err(Failure::usage(Error::InvalidParameter {
+            field,
+            value: value.into(),
+            allowed,
+        }));
+    }
+    Ok(())
+}
+
+/// Opens `target`, writes the result and commits it. A stream whose reader stopped
+/// reading (`posenc table | head`, a FIFO's reader gone) ends the run quietly and
+/// successfully, as it does for other filters.
+pub(crate) fn emit(
+    target: &Target,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> Result<(), Failure> {
+    let mut out = target.open()?;
+    let stream = out.is_stream();
+    match write(out.writer()) {
+        Err(e) if stream && e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
+        // Dropping `out` removes a temporary file.
+        Err(e) => return Err(out.io_error(e).into()),
+        Ok(()) => {}
+    }
+    match out.commit() {
+        Err(Error::Io { source, .. }) if stream && source.kind() == io::ErrorKind::BrokenPipe => {
+            Ok(())
+        }
+        other => Ok(other?),
+    }
+}
+
+/// The table on the CPU, in a buffer allocated fallibly: near the size cap the allocator's
+/// refusal is an error (exit 1), not an abort.
+pub(crate) fn cpu_table(spec: &PeSpec, positions: &[u32]) -> Result<Array2<f32>, Failure> {
+    let mut table = try_zeros("the table", (positions.len(), spec.dim() as usize))?;
+    cpu::table_into(spec, positions, table.view_mut())?;
+    Ok(table)
+}
+
+/// Checks that the table's memory can be had before a path that allocates it itself (the
+/// GPU's host copy, the reference).
+pub(crate) fn reserve_table(spec: &PeSpec, positions: &[u32]) -> Result<(), Failure> {
+    let bytes = (positions.len() as u64).saturating_mul(u64::from(spec.dim())).saturating_mul(4);
+    Ok(check_allocation("the table", bytes)?)
+}
