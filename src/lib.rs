@@ -42,6 +42,7 @@ pub mod encode;
 mod error;
 mod exact;
 pub mod gpu;
+pub mod inputs;
 pub mod naive;
 pub mod npy;
 pub mod output;

@@ -7,13 +7,13 @@
 //! GPU touched, so nothing is written), 1 when a valid request failed while running.
 
 use std::io::{self, BufWriter, IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use ndarray::{Array2, Array3, ArrayD, Axis};
+use ndarray::{Array2, Array3, Axis};
 use posenc::encode::{self as enc, EncodeOptions, Encoded, Scale};
-use posenc::npy::{Expected, NpyArray, NpyDtype};
+use posenc::inputs::{self, EncodePositions, MAX_OUTPUT_VALUES, Source};
 use posenc::output::AtomicFile;
 use posenc::{
     DEFAULT_BASE, Error, Frequencies, PeSpec, Variant, cpu, gpu, naive, npy, plot, positions,
@@ -30,9 +30,6 @@ const EXIT_USAGE: u8 = 2;
 
 /// `--len` when neither `--len` nor `--positions` is given.
 const DEFAULT_LEN: u64 = 8;
-/// The most values (rows x dim) one table or encode output may have: 8 GiB of float32,
-/// before any text formatting, is already more than a command-line tool should hold.
-const MAX_OUTPUT_VALUES: u64 = 1 << 31;
 
 /// Positions per starting point in the accuracy report.
 const ACCURACY_RUN: u32 = 64;
@@ -601,7 +598,8 @@ impl From<Error> for Failure {
             | Error::Dtype { .. }
             | Error::Rank { .. }
             | Error::Tensor { .. }
-            | Error::RopeScaling { .. } => EXIT_USAGE,
+            | Error::RopeScaling { .. }
+            | Error::TooLarge { .. } => EXIT_USAGE,
             _ => EXIT_RUNTIME,
         };
         Self { code, error }
@@ -815,19 +813,13 @@ fn spec_of(dim: u32, base: f64) -> Result<PeSpec, Failure> {
     PeSpec::new(dim).and_then(|s| s.with_base(base)).map_err(Failure::usage)
 }
 
-/// Refuses outputs over [`MAX_OUTPUT_VALUES`] before anything of their size is allocated.
-fn check_size(op: &'static str, rows: u64, dim: u32) -> Result<(), Error> {
-    let values = rows.saturating_mul(u64::from(dim));
-    if values > MAX_OUTPUT_VALUES {
-        return Err(Error::Limit {
-            op,
-            what: "the output (rows x dim values)",
-            requested: values,
-            limit_name: "MAX_OUTPUT_VALUES",
-            limit: MAX_OUTPUT_VALUES,
-        });
-    }
-    Ok(())
+/// Refuses tables over [`MAX_OUTPUT_VALUES`] values before anything of their size is
+/// allocated.
+fn check_size(rows: u64, dim: u32) -> Result<(), Error> {
+    // A count past usize is no smaller a request: it stays too large as usize::MAX.
+    let rows = usize::try_from(rows).unwrap_or(usize::MAX);
+    let shape = [rows, dim as usize];
+    inputs::check_shape("table", "the output", &shape, MAX_OUTPUT_VALUES, "MAX_OUTPUT_VALUES")
 }
 
 fn table(args: &TableArgs) -> Result<(), Failure> {
@@ -836,11 +828,11 @@ fn table(args: &TableArgs) -> Result<(), Failure> {
         Some(text) => positions::parse_spec(text).map_err(Failure::usage)?,
         None => {
             let len = args.len.unwrap_or(DEFAULT_LEN);
-            check_size("table", len, spec.dim()).map_err(Failure::usage)?;
+            check_size(len, spec.dim()).map_err(Failure::usage)?;
             positions::contiguous(len).map_err(Failure::usage)?
         }
     };
-    check_size("table", positions.len() as u64, spec.dim()).map_err(Failure::usage)?;
+    check_size(positions.len() as u64, spec.dim()).map_err(Failure::usage)?;
     if args.format == Format::Npy && args.output.is_none() && io::stdout().is_terminal() {
         return Err(Failure::usage(Error::InvalidParameter {
             field: "format",
@@ -939,10 +931,13 @@ struct EncodeInput {
 
 impl EncodeInput {
     fn load(args: &EncodeArgs) -> Result<Self, Error> {
-        let table = weights::load(&args.weights, args.tensor.as_deref())?;
-        let (vocab, width) = table.dim();
+        let table = inputs::read_table(Source::File(&args.weights), args.tensor.as_deref())?;
+        let width = table.dim().1;
         let learned = match &args.position_table {
-            Some(path) => Some(weights::load(path, args.position_tensor.as_deref())?),
+            Some(path) => Some(inputs::read_position_table(
+                Source::File(path),
+                args.position_tensor.as_deref(),
+            )?),
             None => None,
         };
         // A width past u32 becomes u32::MAX, refused like any other bad dim; the error then
@@ -978,19 +973,19 @@ impl EncodeInput {
         };
         options.scale.factor(width)?;
 
-        let (ids, ids_shape) = read_ids(&args.ids, vocab, args.pad_id)?;
-        let (batch, len) = ids.dim();
-        check_size("encode", (batch as u64).saturating_mul(len as u64), dim)?;
+        // The output's shape is checked as the ids are read, before anything is built from it.
+        let ids = inputs::read_ids(Source::File(&args.ids), table.dim(), args.pad_id)?;
         let fairseq_padding = spec.and_then(|s| s.padding_idx());
-        let positions = match (&args.positions, &args.offsets) {
-            (Some(path), _) => read_positions(path, &ids_shape)?,
-            (None, Some(path)) => positions::from_offsets(&read_offsets(path, batch)?, len)?,
+        let how = match (&args.positions, &args.offsets) {
+            (Some(path), _) => EncodePositions::File(Source::File(path)),
+            (None, Some(path)) => EncodePositions::Offsets(Source::File(path)),
             (None, None) => match (fairseq_padding, args.pad_id) {
-                (Some(padding_idx), _) => positions::fairseq(ids.view(), padding_idx)?,
-                (None, Some(pad)) => positions::left_padded(ids.view(), pad),
-                (None, None) => positions::contiguous_batch(batch, len),
+                (Some(padding_idx), _) => EncodePositions::Fairseq { padding_idx },
+                (None, Some(pad_id)) => EncodePositions::LeftPadded { pad_id },
+                (None, None) => EncodePositions::Contiguous,
             },
         };
+        let positions = inputs::encode_positions(&ids, how)?;
         let pe = match (spec, learned) {
             (Some(spec), _) => PeInput::Spec(spec),
             (None, Some(p)) => {
@@ -999,98 +994,8 @@ impl EncodeInput {
             }
             (None, None) => unreachable!("a spec unless a position table was given"),
         };
-        Ok(Self { pe, table, ids, positions, options, one_sequence: ids_shape.len() == 1 })
-    }
-}
-
-/// Token ids as a `[B, L]` batch of u32, each checked against the vocabulary, and the shape
-/// the file gave them.
-fn read_ids(
-    path: &Path,
-    vocab: usize,
-    pad_id: Option<u32>,
-) -> Result<(Array2<u32>, Vec<usize>), Error> {
-    let expected = Expected {
-        what: "ids",
-        dtypes: &[NpyDtype::I32, NpyDtype::I64, NpyDtype::U32],
-        ranks: &[1, 2],
-    };
-    let array = npy::read(path, &expected)?;
-    let shape = array.shape().to_vec();
-    let ids = match array {
-        NpyArray::I32(a) => enc::ids_to_u32(as_batch(a).view(), vocab, pad_id)?,
-        NpyArray::I64(a) => enc::ids_to_u32(as_batch(a).view(), vocab, pad_id)?,
-        NpyArray::U32(a) => enc::ids_to_u32(as_batch(a).view(), vocab, pad_id)?,
-        // The reader returns only the dtypes asked for; the match must still be total.
-        other => return Err(unexpected_dtype(path, "ids", &other)),
-    };
-    Ok((ids, shape))
-}
-
-/// `[L]` as `[1, L]`; `[B, L]` as it is.
-fn as_batch<T>(a: ArrayD<T>) -> Array2<T> {
-    let shape = match *a.shape() {
-        [len] => (1, len),
-        [batch, len] => (batch, len),
-        _ => unreachable!("the reader admits ranks 1 and 2 only"),
-    };
-    a.into_shape_with_order(shape).expect("the same elements in the same order")
-}
-
-fn unexpected_dtype(path: &Path, what: &'static str, array: &NpyArray) -> Error {
-    Error::Dtype {
-        path: path.to_path_buf(),
-        what,
-        dtype: format!("'{}'", array.dtype().descr()),
-        allowed: "the dtypes listed in --help".into(),
-    }
-}
-
-/// `--positions`: uint32, the ids' shape as the file gave it.
-fn read_positions(path: &Path, ids_shape: &[usize]) -> Result<Array2<u32>, Error> {
-    let expected = Expected { what: "positions", dtypes: &[NpyDtype::U32], ranks: &[1, 2] };
-    let array = npy::read(path, &expected)?;
-    if array.shape() != ids_shape {
-        return Err(Error::Shape {
-            op: "encode",
-            what: "positions (must match ids)",
-            expected: format!("{ids_shape:?}"),
-            actual: format!("{:?}", array.shape()),
-        });
-    }
-    match array {
-        NpyArray::U32(a) => Ok(as_batch(a)),
-        other => Err(unexpected_dtype(path, "positions", &other)),
-    }
-}
-
-/// `--offsets`: uint32 or int64, one per batch row, each a u32.
-fn read_offsets(path: &Path, batch: usize) -> Result<Vec<u32>, Error> {
-    let expected =
-        Expected { what: "offsets", dtypes: &[NpyDtype::U32, NpyDtype::I64], ranks: &[1] };
-    let array = npy::read(path, &expected)?;
-    if array.shape() != [batch] {
-        return Err(Error::Shape {
-            op: "encode",
-            what: "offsets (one per row of ids)",
-            expected: format!("{:?}", [batch]),
-            actual: format!("{:?}", array.shape()),
-        });
-    }
-    match array {
-        NpyArray::U32(a) => Ok(a.into_iter().collect()),
-        NpyArray::I64(a) => a
-            .iter()
-            .enumerate()
-            .map(|(index, &v)| {
-                u32::try_from(v).map_err(|_| Error::InvalidParameter {
-                    field: "offsets",
-                    value: format!("{v} at index {index}"),
-                    allowed: "0..=4294967295",
-                })
-            })
-            .collect(),
-        other => Err(unexpected_dtype(path, "offsets", &other)),
+        let one_sequence = ids.one_sequence();
+        Ok(Self { pe, table, ids: ids.ids, positions, options, one_sequence })
     }
 }
 
