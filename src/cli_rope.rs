@@ -41,7 +41,7 @@ pub(crate) struct RopeArgs {
     #[arg(long, value_name = "R", allow_negative_numbers = true)]
     rotary_dim: Option<u32>,
     /// Frequency base (rope_theta), finite and > 1.
-    #[arg(long, value_name = "B", default_value_t = rp::DEFAULT_BASE, allow_negative_numbers = true)]
+    #[arg(long, value_name = "B", default_value_t = rp::DEFAULT_BASE, allow_hyphen_values = true)]
     base: f64,
     /// Each token's position: .npy [B, L] of uint32, int32 or int64.
     #[arg(long, value_name = "PATH", conflicts_with = "offset")]

@@ -118,7 +118,7 @@ struct HeatmapArgs {
     #[arg(long, value_name = "N", default_value_t = 50, allow_negative_numbers = true)]
     len: u64,
     /// Frequency base, in (1, 1e7].
-    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_negative_numbers = true)]
+    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_hyphen_values = true)]
     base: f64,
     /// Which positional encoding to picture.
     #[arg(long, value_name = "NAME", value_enum, default_value_t = VariantArg::Vaswani)]
@@ -138,7 +138,7 @@ struct SimilarityArgs {
     #[arg(long, value_name = "N", default_value_t = 32, allow_negative_numbers = true)]
     len: u64,
     /// Frequency base, in (1, 1e7].
-    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_negative_numbers = true)]
+    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_hyphen_values = true)]
     base: f64,
     /// png: the picture. text: the N x N matrix, one row per line, values separated by
     /// spaces, 6 decimals.
@@ -157,7 +157,7 @@ struct ErrorPlotArgs {
     #[arg(long, value_name = "D", default_value_t = 512, allow_negative_numbers = true)]
     dim: u32,
     /// Frequency base, in (1, 1e7].
-    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_negative_numbers = true)]
+    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_hyphen_values = true)]
     base: f64,
     /// The PNG to write; without it the PNG goes to stdout, if stdout is not a terminal. The
     /// file appears complete or not at all; on any error an existing PATH is left untouched.
@@ -187,16 +187,16 @@ struct BenchArgs {
     #[arg(long, conflicts_with = "model")]
     suite: bool,
     /// Sequences per batch [default: 8].
-    #[arg(long, value_name = "B")]
+    #[arg(long, value_name = "B", allow_negative_numbers = true)]
     batch: Option<usize>,
     /// Tokens per sequence (positions 0..L) [default: 1024].
-    #[arg(long, value_name = "L")]
+    #[arg(long, value_name = "L", allow_negative_numbers = true)]
     len: Option<usize>,
     /// Model dimension, even [default: 1024].
-    #[arg(long, value_name = "D")]
+    #[arg(long, value_name = "D", allow_negative_numbers = true)]
     dim: Option<usize>,
     /// Vocabulary rows [default: 32000].
-    #[arg(long, value_name = "V")]
+    #[arg(long, value_name = "V", allow_negative_numbers = true)]
     vocab: Option<usize>,
     /// Embedding table storage type [default: f32].
     #[arg(long, value_enum)]
@@ -209,7 +209,7 @@ struct BenchArgs {
     device: BenchDevice,
     /// Timed runs per item, after one warm-up; at most 10000 [default: 10, or 5 per preset
     /// with --suite].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     repeats: Option<usize>,
     /// Also time loading the table from a one-tensor .safetensors file (written to a
     /// temporary directory and deleted afterwards) against reading the file, both from a
@@ -285,9 +285,10 @@ struct TableArgs {
     /// error an existing PATH is left untouched.
     #[arg(short, long, value_name = "PATH")]
     output: Option<PathBuf>,
-    /// At most this many bytes of GPU memory in posenc's buffers at once (default: the
-    /// POSENC_GPU_MEMORY_BUDGET environment variable, else no budget).
-    #[arg(long, value_name = "BYTES")]
+    /// At most this many bytes of GPU memory in posenc's buffers at once, at least 1 (default:
+    /// the POSENC_GPU_MEMORY_BUDGET environment variable, also at least 1, else no budget).
+    #[arg(long, value_name = "BYTES", value_parser = parse_budget,
+          allow_hyphen_values = true)]
     gpu_memory_budget: Option<u64>,
 }
 
@@ -297,7 +298,7 @@ struct AccuracyArgs {
     #[arg(long, value_name = "D", default_value_t = 512, allow_negative_numbers = true)]
     dim: u32,
     /// Frequency base, in (1, 1e7].
-    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_negative_numbers = true)]
+    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_hyphen_values = true)]
     base: f64,
     /// Where posenc's column is computed (cpu and gpu give the same bits).
     #[arg(long, value_enum, default_value_t = FastDevice::Auto)]
@@ -367,10 +368,11 @@ struct EncodeArgs {
     /// not at all; on any error an existing file is left untouched.
     #[arg(short, long, value_name = "OUT.npy")]
     output: PathBuf,
-    /// At most this many bytes of GPU memory in posenc's buffers at once: the batch is
-    /// streamed through in chunks that fit (default: the POSENC_GPU_MEMORY_BUDGET
-    /// environment variable, else no budget).
-    #[arg(long, value_name = "BYTES")]
+    /// At most this many bytes of GPU memory in posenc's buffers at once, at least 1: the
+    /// batch is streamed through in chunks that fit (default: the POSENC_GPU_MEMORY_BUDGET
+    /// environment variable, also at least 1, else no budget).
+    #[arg(long, value_name = "BYTES", value_parser = parse_budget,
+          allow_hyphen_values = true)]
     gpu_memory_budget: Option<u64>,
 }
 
@@ -383,6 +385,16 @@ fn parse_scale(text: &str) -> Result<Scale, String> {
             Ok(v) if v.is_finite() => Ok(Scale::Value(v)),
             _ => Err("expected none, sqrt or a finite number".into()),
         },
+    }
+}
+
+/// `--gpu-memory-budget`: a whole number of bytes, at least 1. Zero is refused, as
+/// POSENC_GPU_MEMORY_BUDGET refuses it: no buffer fits in no memory, and "no budget" is
+/// leaving the option out.
+fn parse_budget(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(bytes) if bytes >= 1 => Ok(bytes),
+        _ => Err("expected a whole number of bytes, at least 1".into()),
     }
 }
 
@@ -399,13 +411,13 @@ struct PeArgs {
     #[arg(long, value_enum, default_value_t = FrequenciesArg::Exact)]
     frequencies: FrequenciesArg,
     /// Frequency base, in (1, 1e7] [default: 10000]; tensor2tensor: max_timescale.
-    #[arg(long, value_name = "B", allow_negative_numbers = true)]
+    #[arg(long, value_name = "B", allow_hyphen_values = true)]
     base: Option<f64>,
     /// tensor2tensor's min_timescale [default: 1.0].
-    #[arg(long, value_name = "T", allow_negative_numbers = true)]
+    #[arg(long, value_name = "T", allow_hyphen_values = true)]
     min_timescale: Option<f64>,
     /// tensor2tensor's max_timescale [default: 10000.0] (the same as --base).
-    #[arg(long, value_name = "T", conflicts_with = "base", allow_negative_numbers = true)]
+    #[arg(long, value_name = "T", conflicts_with = "base", allow_hyphen_values = true)]
     max_timescale: Option<f64>,
     /// Added to every position (tensor2tensor's start_index) [default: 0].
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
