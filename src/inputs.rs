@@ -156,7 +156,7 @@ fn unexpected_dtype(source: Source<'_>, what: &'static str, array: &NpyArray) ->
         path: source.name().to_path_buf(),
         what,
         dtype: format!("'{}'", array.dtype().descr()),
-        allowed: "the dtypes listed in --help".into(),
+        allowed: "the dtypes this input accepts".into(),
     }
 }
 
