@@ -292,21 +292,43 @@ impl AlibiSpec {
         (self.heads() as usize, self.len as usize, self.kv_len() as usize)
     }
 
-    /// Refuses bias tensors of more than [`MAX_VALUES`] values; every computation calls it
-    /// before allocating anything.
+    /// Refuses bias tensors of more than [`MAX_VALUES`] values, counted with their zero
+    /// axes set aside: `len = 0` with `kv_len = 2^32` holds no values, but its shape is no
+    /// array's. Every computation calls it before allocating anything.
+    ///
+    /// The count is checked in steps whose products each fit a u64, so the error names a
+    /// true size: first each of `len` and `kv_len`, then one head's `len x kv_len`, then
+    /// the whole tensor.
     ///
     /// # Errors
-    /// [`Error::Limit`] naming the number of values and the limit.
+    /// [`Error::Limit`] naming what was counted, the count and the limit.
     pub fn check_size(&self) -> Result<()> {
-        let values = self.n_values();
-        if values > u128::from(MAX_VALUES) {
-            return Err(Error::Limit {
-                op: "alibi",
-                what: "the bias tensor (heads x len x kv_len values)",
-                requested: u64::try_from(values).unwrap_or(u64::MAX),
-                limit_name: "posenc::alibi::MAX_VALUES",
-                limit: MAX_VALUES,
-            });
+        let limit = |what, requested| Error::Limit {
+            op: "alibi",
+            what,
+            requested,
+            limit_name: "posenc::alibi::MAX_VALUES",
+            limit: MAX_VALUES,
+        };
+        // Each is at most 2^32 (checked where they are set).
+        let (len, kv_len) = (self.len, self.kv_len());
+        if len > MAX_VALUES {
+            return Err(limit("len (queries, a row of the bias each)", len));
+        }
+        if kv_len > MAX_VALUES {
+            return Err(limit("kv_len (keys, a column of the bias each)", kv_len));
+        }
+        // At most 2^62, then at most 2^16 x 2^31: neither product overflows.
+        let per_head = len.max(1) * kv_len.max(1);
+        if per_head > MAX_VALUES {
+            return Err(limit("one head's bias (len x kv_len values, zero axes aside)", per_head));
+        }
+        let values = u64::from(self.heads()) * per_head;
+        if values > MAX_VALUES {
+            return Err(limit(
+                "the bias tensor (heads x len x kv_len values, zero axes aside)",
+                values,
+            ));
         }
         Ok(())
     }
@@ -469,6 +491,44 @@ fn fill(spec: &AlibiSpec, flat: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `(what, requested)` of `check_size`'s error.
+    fn refusal(spec: &AlibiSpec) -> (&'static str, u64) {
+        match spec.check_size() {
+            Err(Error::Limit { what, requested, limit, .. }) => {
+                assert_eq!(limit, MAX_VALUES);
+                (what, requested)
+            }
+            other => panic!("{spec:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn sizes_are_reported_unwrapped_and_zero_axes_do_not_hide_the_others() {
+        // 2^32 x 2^32 values is 2^64, which a u64 count would wrap to 0 or saturate.
+        let (what, n) = refusal(&AlibiSpec::new(1, 1 << 32).unwrap());
+        assert!(what.starts_with("len"), "{what}");
+        assert_eq!(n, 1 << 32);
+        let (what, n) = refusal(&AlibiSpec::new(1, 0).unwrap().with_kv_len(1 << 32).unwrap());
+        assert!(what.starts_with("kv_len"), "{what}");
+        assert_eq!(n, 1 << 32);
+        // No axis over the limit, but the product 2^78 past any u64.
+        let spec = AlibiSpec::new(MAX_HEADS, 1 << 31).unwrap().with_kv_len(1 << 31).unwrap();
+        assert_eq!(
+            refusal(&spec),
+            ("one head's bias (len x kv_len values, zero axes aside)", 1 << 62)
+        );
+        // No values, yet a shape (65536, 0, 2^31) of 2^47 once the zero axis is set aside.
+        let spec = AlibiSpec::new(MAX_HEADS, 0).unwrap().with_kv_len(1 << 31).unwrap();
+        assert_eq!(spec.n_values(), 0);
+        assert_eq!(refusal(&spec).1, 1 << 47);
+        // Up to the limit exactly is fine, empty or not.
+        assert!(AlibiSpec::new(1, 0).unwrap().with_kv_len(1 << 31).unwrap().check_size().is_ok());
+        assert!(
+            AlibiSpec::new(2, 1 << 15).unwrap().with_kv_len(1 << 15).unwrap().check_size().is_ok()
+        );
+        assert!(AlibiSpec::new(1, 0).unwrap().check_size().is_ok());
+    }
 
     #[test]
     fn undecided_roundings_are_refined_not_guessed() {

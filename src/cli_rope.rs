@@ -4,15 +4,15 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
-use half::{bf16, f16};
-use ndarray::{Array2, Array4, ArrayD, Ix4};
-use posenc::npy::{self, Expected, NpyArray, NpyDtype};
+use ndarray::{Array4, ArrayView2};
+use posenc::inputs::{self, RopePositions, RopeTensor, Source};
+use posenc::npy;
 use posenc::output::{check_allocation, try_zeros};
 use posenc::rope::{self as rp, Element, MAX_JSON_BYTES, RopeSpec, Scaling};
-use posenc::{Error, cpu, positions};
+use posenc::{Error, cpu};
 
 use super::cli_output::{emit, refuse_binary_on_terminal, target};
-use super::{Compute, Failure, FastDevice, check_size, on_device};
+use super::{Compute, Failure, FastDevice, on_device};
 
 pub(crate) const ROPE_HELP: &str = "For frequency i < r/2 (r = --rotary-dim) and the dimensions (a, b) it rotates, (i, i + r/2) with --pairing neox or (2i, 2i + 1) with gptj: out_a = x_a cos(p w_i) - x_b sin(p w_i), out_b = x_b cos(p w_i) + x_a sin(p w_i), w_i = base^(-2i/r) as --scaling changes it, cos and sin times its attention factor. Dimensions from r on pass through. The angle p w_i is reduced exactly for every u32 position.
 
@@ -42,7 +42,7 @@ pub(crate) struct RopeArgs {
     #[arg(long, value_name = "R", allow_negative_numbers = true)]
     rotary_dim: Option<u32>,
     /// Frequency base (rope_theta), finite and > 1.
-    #[arg(long, value_name = "B", default_value_t = rp::DEFAULT_BASE, allow_negative_numbers = true)]
+    #[arg(long, value_name = "B", default_value_t = rp::DEFAULT_BASE, allow_hyphen_values = true)]
     base: f64,
     /// Each token's position: .npy [B, L] of uint32, int32 or int64.
     #[arg(long, value_name = "PATH", conflicts_with = "offset")]
@@ -84,18 +84,11 @@ enum PairingArg {
     Gptj,
 }
 
-/// A tensor in its storage type: the input, then the result.
-enum Tensor {
-    F32(Array4<f32>),
-    F16(Array4<f16>),
-    Bf16(Array4<bf16>),
-}
-
 /// A rope request, read and checked.
 struct RopeInput {
     spec: RopeSpec,
-    tensor: Tensor,
-    positions: Array2<u32>,
+    tensor: RopeTensor,
+    positions: RopePositions,
     layout: rp::Layout,
 }
 
@@ -105,19 +98,21 @@ pub(crate) fn rope(args: &RopeArgs) -> Result<(), Failure> {
     let input = RopeInput::load(args).map_err(Failure::usage)?;
 
     // The request is valid: from here on failures are the run's (exit 1).
-    let (spec, p, layout) = (&input.spec, input.positions.view(), input.layout);
+    let (spec, layout) = (&input.spec, input.layout);
+    let positions = input.positions.for_tensor(&input.tensor);
+    let p = positions.as_ref().map(|p| p.view());
     let rotated = on_device(args.device, None, |c| {
         Ok(match &input.tensor {
-            Tensor::F32(x) => Tensor::F32(run(c, spec, x, p, layout)?),
-            Tensor::F16(x) => Tensor::F16(run(c, spec, x, p, layout)?),
-            Tensor::Bf16(x) => Tensor::Bf16(run(c, spec, x, p, layout)?),
+            RopeTensor::F32(x) => RopeTensor::F32(run(c, spec, x, p, layout)?),
+            RopeTensor::F16(x) => RopeTensor::F16(run(c, spec, x, p, layout)?),
+            RopeTensor::Bf16(x) => RopeTensor::Bf16(run(c, spec, x, p, layout)?),
         })
     })?;
     match rotated {
-        Tensor::F32(x) => write(&out, x),
-        Tensor::F16(x) => write(&out, x),
+        RopeTensor::F32(x) => write(&out, x),
+        RopeTensor::F16(x) => write(&out, x),
         // NumPy has no bfloat16: the raw bits go out as '<u2', as they came in.
-        Tensor::Bf16(x) => write(&out, x),
+        RopeTensor::Bf16(x) => write(&out, x),
     }
 }
 
@@ -125,10 +120,12 @@ fn run<T: Element>(
     compute: &Compute,
     spec: &RopeSpec,
     x: &Array4<T>,
-    positions: ndarray::ArrayView2<'_, u32>,
+    positions: Option<ArrayView2<'_, u32>>,
     layout: rp::Layout,
 ) -> Result<Array4<T>, Failure> {
     const WHAT: &str = "the rope output";
+    // No positions: the tensor is empty, and its own rotation.
+    let Some(positions) = positions else { return Ok(x.clone()) };
     Ok(match compute {
         Compute::Cpu => {
             // A copy in a fallibly allocated buffer, rotated in place: the output is as large
@@ -162,28 +159,9 @@ impl RopeInput {
                 None => Scaling::from_hf_json(text)?,
             },
         };
-        let expected = Expected {
-            what: "input",
-            dtypes: &[NpyDtype::F32, NpyDtype::F16, NpyDtype::U16],
-            ranks: &[4],
-        };
-        let array = npy::read(&args.input, &expected)?;
-        let shape: [usize; 4] = array.shape().try_into().expect("the reader checked the rank");
-        let (batch, len, heads, head_dim) = layout.dims(shape);
-        check_size("rope", (batch * len * heads) as u64, head_dim.min(u32::MAX as usize) as u32)?;
-        let tensor = match array {
-            NpyArray::F32(a) => Tensor::F32(rank4(a)),
-            NpyArray::F16(a) => Tensor::F16(rank4(a)),
-            NpyArray::U16(a) => Tensor::Bf16(rank4(a).mapv(bf16::from_bits)),
-            other => {
-                return Err(Error::Dtype {
-                    path: args.input.clone(),
-                    what: "input",
-                    dtype: format!("'{}'", other.dtype().descr()),
-                    allowed: "'<f4', '<f2' or '<u2'".into(),
-                });
-            }
-        };
+        // Its shape, the output's, is checked against the size limit as it is read.
+        let tensor = inputs::read_rope_input(Source::File(&args.input))?;
+        let (batch, len, _, head_dim) = layout.dims(tensor.shape());
         let head_dim = u32::try_from(head_dim).unwrap_or(u32::MAX);
         let rotary_dim = args.rotary_dim.unwrap_or(head_dim);
         let spec = RopeSpec::partial(head_dim, rotary_dim)
@@ -194,15 +172,8 @@ impl RopeInput {
                 PairingArg::Gptj => rp::Pairing::Gptj,
             })
             .with_scaling(scaling)?;
-        let positions = match (&args.positions, args.offset) {
-            (Some(path), _) => read_positions(path, batch, len)?,
-            (None, offset) => positions::from_offsets(&vec![offset.unwrap_or(0); batch], len)
-                .map_err(|_| Error::InvalidParameter {
-                    field: "offset",
-                    value: format!("{} with {len} tokens per sequence", offset.unwrap_or(0)),
-                    allowed: "offset + len - 1 <= 4294967295",
-                })?,
-        };
+        let positions_file = args.positions.as_deref().map(Source::File);
+        let positions = inputs::rope_positions(positions_file, args.offset, batch, len)?;
         Ok(Self { spec, tensor, positions, layout })
     }
 }
@@ -223,10 +194,6 @@ fn from_input(e: Error, path: &Path, head_dim: u32, rotary_dim: u32) -> Error {
     }
 }
 
-fn rank4<T>(a: ArrayD<T>) -> Array4<T> {
-    a.into_dimensionality::<Ix4>().expect("the reader checked the rank")
-}
-
 /// The text of `--scaling @FILE`, read no further than the JSON reader accepts.
 fn read_scaling_file(path: &Path) -> Result<String, Error> {
     let io_error = |source| Error::Io { path: path.to_path_buf(), source };
@@ -234,44 +201,4 @@ fn read_scaling_file(path: &Path) -> Result<String, Error> {
     let mut text = String::new();
     file.take(MAX_JSON_BYTES as u64 + 1).read_to_string(&mut text).map_err(io_error)?;
     Ok(text)
-}
-
-/// `--positions`: `[B, L]` of uint32, int32 or int64, each a u32.
-fn read_positions(path: &Path, batch: usize, len: usize) -> Result<Array2<u32>, Error> {
-    let expected = Expected {
-        what: "positions",
-        dtypes: &[NpyDtype::U32, NpyDtype::I32, NpyDtype::I64],
-        ranks: &[2],
-    };
-    let array = npy::read(path, &expected)?;
-    if array.shape() != [batch, len] {
-        return Err(Error::Shape {
-            op: "rope",
-            what: "positions ([batch, len] of the input)",
-            expected: format!("{:?}", [batch, len]),
-            actual: format!("{:?}", array.shape()),
-        });
-    }
-    let checked = |a: ArrayD<i64>| -> Result<Array2<u32>, Error> {
-        let a = a.into_dimensionality::<ndarray::Ix2>().expect("the reader checked the rank");
-        if let Some(((b, l), &v)) = a.indexed_iter().find(|(_, v)| u32::try_from(**v).is_err()) {
-            return Err(Error::InvalidParameter {
-                field: "positions",
-                value: format!("{v} at [{b}, {l}]"),
-                allowed: "0..=4294967295",
-            });
-        }
-        Ok(a.mapv(|v| v as u32))
-    };
-    match array {
-        NpyArray::U32(a) => Ok(a.into_dimensionality().expect("the reader checked the rank")),
-        NpyArray::I32(a) => checked(a.mapv(i64::from)),
-        NpyArray::I64(a) => checked(a),
-        other => Err(Error::Dtype {
-            path: path.to_path_buf(),
-            what: "positions",
-            dtype: format!("'{}'", other.dtype().descr()),
-            allowed: "'<u4', '<i4' or '<i8'".into(),
-        }),
-    }
 }

@@ -303,6 +303,18 @@ fn check_dims(
             actual: format!("{:?}", positions.dim()),
         });
     }
+    // An empty batch can have axes no output array could have (views allow 2^63 rows of
+    // nothing): the output is checked as ndarray would check it, zero axes aside, so this is
+    // an error rather than a panic where the output is allocated.
+    let (batch, len) = ids.dim();
+    let limit = isize::MAX as u64 / options.out_dtype.size() as u64;
+    crate::inputs::check_shape(
+        "encode",
+        "the output",
+        &[batch, len, dim],
+        limit,
+        "isize::MAX bytes",
+    )?;
     let factor = options.scale.factor(dim)?;
     for ((row, col), &id) in ids.indexed_iter() {
         if options.pad_id != Some(id) && id as usize >= vocab {

@@ -101,6 +101,27 @@ pub enum Error {
         /// The limit's value.
         limit: u64,
     },
+    /// An array whose shape is derived from the input (an output, or the positions built
+    /// for one) would be larger than a limit. Its axes are multiplied with the zero ones set
+    /// aside: an empty array with a 2^62-long axis holds no values, but it could not be
+    /// indexed in memory nor loaded back from the `.npy` it would be written to, and the
+    /// work sized by its other axes (a loop over 2^63 empty rows) would never end.
+    #[error(
+        "{op}: {what} would have shape {}, more than {limit} values with its zero axes set aside (the limit {limit_name})",
+        shape_tuple(shape)
+    )]
+    TooLarge {
+        /// The operation that sized the array.
+        op: &'static str,
+        /// Which array.
+        what: &'static str,
+        /// Its shape, as it would have been.
+        shape: Vec<usize>,
+        /// The limit's name.
+        limit_name: &'static str,
+        /// The most values the array may have, its zero axes set aside.
+        limit: u64,
+    },
     /// No GPU adapter matched the request.
     #[error("no GPU adapter found{detail}; {hint}")]
     NoAdapter {
@@ -257,6 +278,13 @@ fn or_list(items: &[usize]) -> String {
     }
 }
 
+/// A float for a message: as Rust prints it when that is short, else in scientific form
+/// with the shortest digits that read back (`1e308`, where `Display` writes 309 digits).
+pub(crate) fn float(v: f64) -> String {
+    let plain = v.to_string();
+    if plain.len() <= 20 { plain } else { format!("{v:e}") }
+}
+
 /// A shape as Python prints a tuple: `(3, 4)`, `(5,)`, `()`.
 pub(crate) fn shape_tuple(shape: &[usize]) -> String {
     match shape {
@@ -277,3 +305,20 @@ fn names_or_none(names: &[String]) -> String {
 
 /// posenc's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floats_print_short() {
+        assert_eq!(float(1e308), "1e308");
+        assert_eq!(float(-f64::MAX), "-1.7976931348623157e308");
+        assert_eq!(float(5e-324), "5e-324");
+        assert_eq!(float(1e-7), "0.0000001");
+        assert_eq!(float(10000.0), "10000");
+        assert_eq!(float(0.30000000000000004), "0.30000000000000004");
+        assert_eq!(float(f64::NEG_INFINITY), "-inf");
+        assert_eq!(float(f64::NAN), "NaN");
+    }
+}

@@ -19,6 +19,8 @@
 //! and [`plot`] draws tables, similarities and errors as PNG images. The repository's
 //! `examples/` show word order in attention, KV-cache decoding and a safetensors round trip.
 //! ALiBi attention biases (slopes and the bias tensor, on both paths) are in [`alibi`].
+//! [`inputs`] reads the command line's input files and checks every shape derived from
+//! them before anything of that shape exists.
 //! The same engine drives rotary position embeddings ([`rope`](mod@rope)) with Hugging
 //! Face's `rope_scaling` schemes, on query/key tensors on the CPU and the GPU.
 //!
@@ -42,6 +44,7 @@ pub mod encode;
 mod error;
 mod exact;
 pub mod gpu;
+pub mod inputs;
 pub mod naive;
 pub mod npy;
 pub mod output;

@@ -7,13 +7,13 @@
 //! GPU touched, so nothing is written), 1 when a valid request failed while running.
 
 use std::io::{self, BufWriter, IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use ndarray::{Array2, Array3, ArrayD, Axis};
+use ndarray::{Array2, Array3, Axis};
 use posenc::encode::{self as enc, EncodeOptions, Encoded, Scale};
-use posenc::npy::{Expected, NpyArray, NpyDtype};
+use posenc::inputs::{self, EncodePositions, MAX_OUTPUT_VALUES, Source};
 use posenc::output::Target;
 use posenc::{
     DEFAULT_BASE, Error, Frequencies, PeSpec, Variant, cpu, gpu, naive, npy, plot, positions,
@@ -33,9 +33,6 @@ const EXIT_USAGE: u8 = 2;
 
 /// `--len` when neither `--len` nor `--positions` is given.
 const DEFAULT_LEN: u64 = 8;
-/// The most values (rows x dim) one table or encode output may have: 8 GiB of float32,
-/// before any text formatting, is already more than a command-line tool should hold.
-const MAX_OUTPUT_VALUES: u64 = 1 << 31;
 
 /// Positions per starting point in the accuracy report.
 const ACCURACY_RUN: u32 = 64;
@@ -124,7 +121,7 @@ struct HeatmapArgs {
     #[arg(long, value_name = "N", default_value_t = 50, allow_negative_numbers = true)]
     len: u64,
     /// Frequency base, in (1, 1e7].
-    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_negative_numbers = true)]
+    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_hyphen_values = true)]
     base: f64,
     /// Which positional encoding to picture.
     #[arg(long, value_name = "NAME", value_enum, default_value_t = VariantArg::Vaswani)]
@@ -150,7 +147,7 @@ struct SimilarityArgs {
     #[arg(long, value_name = "N", default_value_t = 32, allow_negative_numbers = true)]
     len: u64,
     /// Frequency base, in (1, 1e7].
-    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_negative_numbers = true)]
+    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_hyphen_values = true)]
     base: f64,
     /// png: the picture. text: the N x N matrix, one row per line, values separated by
     /// spaces, 6 decimals.
@@ -173,7 +170,7 @@ struct ErrorPlotArgs {
     #[arg(long, value_name = "D", default_value_t = 512, allow_negative_numbers = true)]
     dim: u32,
     /// Frequency base, in (1, 1e7].
-    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_negative_numbers = true)]
+    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_hyphen_values = true)]
     base: f64,
     /// The PNG to write; without it (or with -) the PNG goes to stdout, if stdout is not a
     /// terminal.
@@ -209,16 +206,16 @@ struct BenchArgs {
     #[arg(long, conflicts_with = "model")]
     suite: bool,
     /// Sequences per batch [default: 8].
-    #[arg(long, value_name = "B")]
+    #[arg(long, value_name = "B", allow_negative_numbers = true)]
     batch: Option<usize>,
     /// Tokens per sequence (positions 0..L) [default: 1024].
-    #[arg(long, value_name = "L")]
+    #[arg(long, value_name = "L", allow_negative_numbers = true)]
     len: Option<usize>,
     /// Model dimension, even [default: 1024].
-    #[arg(long, value_name = "D")]
+    #[arg(long, value_name = "D", allow_negative_numbers = true)]
     dim: Option<usize>,
     /// Vocabulary rows [default: 32000].
-    #[arg(long, value_name = "V")]
+    #[arg(long, value_name = "V", allow_negative_numbers = true)]
     vocab: Option<usize>,
     /// Embedding table storage type [default: f32].
     #[arg(long, value_enum)]
@@ -235,7 +232,7 @@ struct BenchArgs {
     device: BenchDevice,
     /// Timed runs per item, after one warm-up; at most 10000 [default: 10, or 5 per preset
     /// with --suite].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     repeats: Option<usize>,
     /// Also time loading the table from a one-tensor .safetensors file (written to a
     /// temporary directory and deleted afterwards) against reading the file, both from a
@@ -321,9 +318,10 @@ struct TableArgs {
     /// is written directly. A directory, a socket or a block device is refused (exit 2).
     #[arg(short, long, value_name = "PATH")]
     output: Option<PathBuf>,
-    /// At most this many bytes of GPU memory in posenc's buffers at once (default: the
-    /// POSENC_GPU_MEMORY_BUDGET environment variable, else no budget).
-    #[arg(long, value_name = "BYTES")]
+    /// At most this many bytes of GPU memory in posenc's buffers at once, at least 1 (default:
+    /// the POSENC_GPU_MEMORY_BUDGET environment variable, also at least 1, else no budget).
+    #[arg(long, value_name = "BYTES", value_parser = parse_budget,
+          allow_hyphen_values = true)]
     gpu_memory_budget: Option<u64>,
 }
 
@@ -333,7 +331,7 @@ struct AccuracyArgs {
     #[arg(long, value_name = "D", default_value_t = 512, allow_negative_numbers = true)]
     dim: u32,
     /// Frequency base, in (1, 1e7].
-    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_negative_numbers = true)]
+    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_hyphen_values = true)]
     base: f64,
     /// Where posenc's column is computed (cpu and gpu give the same bits).
     #[arg(long, value_enum, default_value_t = FastDevice::Auto)]
@@ -408,10 +406,11 @@ struct EncodeArgs {
     /// is written directly. A directory, a socket or a block device is refused (exit 2).
     #[arg(short, long, value_name = "OUT.npy")]
     output: PathBuf,
-    /// At most this many bytes of GPU memory in posenc's buffers at once: the batch is
-    /// streamed through in chunks that fit (default: the POSENC_GPU_MEMORY_BUDGET
-    /// environment variable, else no budget).
-    #[arg(long, value_name = "BYTES")]
+    /// At most this many bytes of GPU memory in posenc's buffers at once, at least 1: the
+    /// batch is streamed through in chunks that fit (default: the POSENC_GPU_MEMORY_BUDGET
+    /// environment variable, also at least 1, else no budget).
+    #[arg(long, value_name = "BYTES", value_parser = parse_budget,
+          allow_hyphen_values = true)]
     gpu_memory_budget: Option<u64>,
 }
 
@@ -424,6 +423,16 @@ fn parse_scale(text: &str) -> Result<Scale, String> {
             Ok(v) if v.is_finite() => Ok(Scale::Value(v)),
             _ => Err("expected none, sqrt or a finite number".into()),
         },
+    }
+}
+
+/// `--gpu-memory-budget`: a whole number of bytes, at least 1. Zero is refused, as
+/// POSENC_GPU_MEMORY_BUDGET refuses it: no buffer fits in no memory, and "no budget" is
+/// leaving the option out.
+fn parse_budget(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(bytes) if bytes >= 1 => Ok(bytes),
+        _ => Err("expected a whole number of bytes, at least 1".into()),
     }
 }
 
@@ -440,13 +449,13 @@ struct PeArgs {
     #[arg(long, value_enum, default_value_t = FrequenciesArg::Exact)]
     frequencies: FrequenciesArg,
     /// Frequency base, in (1, 1e7] [default: 10000]; tensor2tensor: max_timescale.
-    #[arg(long, value_name = "B", allow_negative_numbers = true)]
+    #[arg(long, value_name = "B", allow_hyphen_values = true)]
     base: Option<f64>,
     /// tensor2tensor's min_timescale [default: 1.0].
-    #[arg(long, value_name = "T", allow_negative_numbers = true)]
+    #[arg(long, value_name = "T", allow_hyphen_values = true)]
     min_timescale: Option<f64>,
     /// tensor2tensor's max_timescale [default: 10000.0] (the same as --base).
-    #[arg(long, value_name = "T", conflicts_with = "base", allow_negative_numbers = true)]
+    #[arg(long, value_name = "T", conflicts_with = "base", allow_hyphen_values = true)]
     max_timescale: Option<f64>,
     /// Added to every position (tensor2tensor's start_index) [default: 0].
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
@@ -640,7 +649,8 @@ impl From<Error> for Failure {
             | Error::Rank { .. }
             | Error::Tensor { .. }
             | Error::RopeScaling { .. }
-            | Error::OutputPath { .. } => EXIT_USAGE,
+            | Error::OutputPath { .. }
+            | Error::TooLarge { .. } => EXIT_USAGE,
             _ => EXIT_RUNTIME,
         };
         Self { code, error }
@@ -824,19 +834,13 @@ fn spec_of(dim: u32, base: f64) -> Result<PeSpec, Failure> {
     PeSpec::new(dim).and_then(|s| s.with_base(base)).map_err(Failure::usage)
 }
 
-/// Refuses outputs over [`MAX_OUTPUT_VALUES`] before anything of their size is allocated.
-fn check_size(op: &'static str, rows: u64, dim: u32) -> Result<(), Error> {
-    let values = rows.saturating_mul(u64::from(dim));
-    if values > MAX_OUTPUT_VALUES {
-        return Err(Error::Limit {
-            op,
-            what: "the output (rows x dim values)",
-            requested: values,
-            limit_name: "MAX_OUTPUT_VALUES",
-            limit: MAX_OUTPUT_VALUES,
-        });
-    }
-    Ok(())
+/// Refuses tables over [`MAX_OUTPUT_VALUES`] values before anything of their size is
+/// allocated.
+fn check_size(rows: u64, dim: u32) -> Result<(), Error> {
+    // A count past usize is no smaller a request: it stays too large as usize::MAX.
+    let rows = usize::try_from(rows).unwrap_or(usize::MAX);
+    let shape = [rows, dim as usize];
+    inputs::check_shape("table", "the output", &shape, MAX_OUTPUT_VALUES, "MAX_OUTPUT_VALUES")
 }
 
 fn table(args: &TableArgs) -> Result<(), Failure> {
@@ -845,11 +849,11 @@ fn table(args: &TableArgs) -> Result<(), Failure> {
         Some(text) => positions::parse_spec(text).map_err(Failure::usage)?,
         None => {
             let len = args.len.unwrap_or(DEFAULT_LEN);
-            check_size("table", len, spec.dim()).map_err(Failure::usage)?;
+            check_size(len, spec.dim()).map_err(Failure::usage)?;
             positions::contiguous(len).map_err(Failure::usage)?
         }
     };
-    check_size("table", positions.len() as u64, spec.dim()).map_err(Failure::usage)?;
+    check_size(positions.len() as u64, spec.dim()).map_err(Failure::usage)?;
     let out = target(args.output.as_deref())?;
     if args.format == Format::Npy {
         let allowed = "npy only with -o PATH or a redirected stdout; csv or json on a terminal";
@@ -948,10 +952,13 @@ struct EncodeInput {
 
 impl EncodeInput {
     fn load(args: &EncodeArgs) -> Result<Self, Error> {
-        let table = weights::load(&args.weights, args.tensor.as_deref())?;
-        let (vocab, width) = table.dim();
+        let table = inputs::read_table(Source::File(&args.weights), args.tensor.as_deref())?;
+        let width = table.dim().1;
         let learned = match &args.position_table {
-            Some(path) => Some(weights::load(path, args.position_tensor.as_deref())?),
+            Some(path) => Some(inputs::read_position_table(
+                Source::File(path),
+                args.position_tensor.as_deref(),
+            )?),
             None => None,
         };
         // A width past u32 becomes u32::MAX, refused like any other bad dim; the error then
@@ -987,19 +994,19 @@ impl EncodeInput {
         };
         options.scale.factor(width)?;
 
-        let (ids, ids_shape) = read_ids(&args.ids, vocab, args.pad_id)?;
-        let (batch, len) = ids.dim();
-        check_size("encode", (batch as u64).saturating_mul(len as u64), dim)?;
+        // The output's shape is checked as the ids are read, before anything is built from it.
+        let ids = inputs::read_ids(Source::File(&args.ids), table.dim(), args.pad_id)?;
         let fairseq_padding = spec.and_then(|s| s.padding_idx());
-        let positions = match (&args.positions, &args.offsets) {
-            (Some(path), _) => read_positions(path, &ids_shape)?,
-            (None, Some(path)) => positions::from_offsets(&read_offsets(path, batch)?, len)?,
+        let how = match (&args.positions, &args.offsets) {
+            (Some(path), _) => EncodePositions::File(Source::File(path)),
+            (None, Some(path)) => EncodePositions::Offsets(Source::File(path)),
             (None, None) => match (fairseq_padding, args.pad_id) {
-                (Some(padding_idx), _) => positions::fairseq(ids.view(), padding_idx)?,
-                (None, Some(pad)) => positions::left_padded(ids.view(), pad),
-                (None, None) => positions::contiguous_batch(batch, len),
+                (Some(padding_idx), _) => EncodePositions::Fairseq { padding_idx },
+                (None, Some(pad_id)) => EncodePositions::LeftPadded { pad_id },
+                (None, None) => EncodePositions::Contiguous,
             },
         };
+        let positions = inputs::encode_positions(&ids, how)?;
         let pe = match (spec, learned) {
             (Some(spec), _) => PeInput::Spec(spec),
             (None, Some(p)) => {
@@ -1008,98 +1015,8 @@ impl EncodeInput {
             }
             (None, None) => unreachable!("a spec unless a position table was given"),
         };
-        Ok(Self { pe, table, ids, positions, options, one_sequence: ids_shape.len() == 1 })
-    }
-}
-
-/// Token ids as a `[B, L]` batch of u32, each checked against the vocabulary, and the shape
-/// the file gave them.
-fn read_ids(
-    path: &Path,
-    vocab: usize,
-    pad_id: Option<u32>,
-) -> Result<(Array2<u32>, Vec<usize>), Error> {
-    let expected = Expected {
-        what: "ids",
-        dtypes: &[NpyDtype::I32, NpyDtype::I64, NpyDtype::U32],
-        ranks: &[1, 2],
-    };
-    let array = npy::read(path, &expected)?;
-    let shape = array.shape().to_vec();
-    let ids = match array {
-        NpyArray::I32(a) => enc::ids_to_u32(as_batch(a).view(), vocab, pad_id)?,
-        NpyArray::I64(a) => enc::ids_to_u32(as_batch(a).view(), vocab, pad_id)?,
-        NpyArray::U32(a) => enc::ids_to_u32(as_batch(a).view(), vocab, pad_id)?,
-        // The reader returns only the dtypes asked for; the match must still be total.
-        other => return Err(unexpected_dtype(path, "ids", &other)),
-    };
-    Ok((ids, shape))
-}
-
-/// `[L]` as `[1, L]`; `[B, L]` as it is.
-fn as_batch<T>(a: ArrayD<T>) -> Array2<T> {
-    let shape = match *a.shape() {
-        [len] => (1, len),
-        [batch, len] => (batch, len),
-        _ => unreachable!("the reader admits ranks 1 and 2 only"),
-    };
-    a.into_shape_with_order(shape).expect("the same elements in the same order")
-}
-
-fn unexpected_dtype(path: &Path, what: &'static str, array: &NpyArray) -> Error {
-    Error::Dtype {
-        path: path.to_path_buf(),
-        what,
-        dtype: format!("'{}'", array.dtype().descr()),
-        allowed: "the dtypes listed in --help".into(),
-    }
-}
-
-/// `--positions`: uint32, the ids' shape as the file gave it.
-fn read_positions(path: &Path, ids_shape: &[usize]) -> Result<Array2<u32>, Error> {
-    let expected = Expected { what: "positions", dtypes: &[NpyDtype::U32], ranks: &[1, 2] };
-    let array = npy::read(path, &expected)?;
-    if array.shape() != ids_shape {
-        return Err(Error::Shape {
-            op: "encode",
-            what: "positions (must match ids)",
-            expected: format!("{ids_shape:?}"),
-            actual: format!("{:?}", array.shape()),
-        });
-    }
-    match array {
-        NpyArray::U32(a) => Ok(as_batch(a)),
-        other => Err(unexpected_dtype(path, "positions", &other)),
-    }
-}
-
-/// `--offsets`: uint32 or int64, one per batch row, each a u32.
-fn read_offsets(path: &Path, batch: usize) -> Result<Vec<u32>, Error> {
-    let expected =
-        Expected { what: "offsets", dtypes: &[NpyDtype::U32, NpyDtype::I64], ranks: &[1] };
-    let array = npy::read(path, &expected)?;
-    if array.shape() != [batch] {
-        return Err(Error::Shape {
-            op: "encode",
-            what: "offsets (one per row of ids)",
-            expected: format!("{:?}", [batch]),
-            actual: format!("{:?}", array.shape()),
-        });
-    }
-    match array {
-        NpyArray::U32(a) => Ok(a.into_iter().collect()),
-        NpyArray::I64(a) => a
-            .iter()
-            .enumerate()
-            .map(|(index, &v)| {
-                u32::try_from(v).map_err(|_| Error::InvalidParameter {
-                    field: "offsets",
-                    value: format!("{v} at index {index}"),
-                    allowed: "0..=4294967295",
-                })
-            })
-            .collect(),
-        other => Err(unexpected_dtype(path, "offsets", &other)),
+        let one_sequence = ids.one_sequence();
+        Ok(Self { pe, table, ids: ids.ids, positions, options, one_sequence })
     }
 }
 

@@ -6,7 +6,6 @@
 //! arithmetic) must equal what the file actually holds before anything of that size is
 //! allocated.
 
-use std::fs::File;
 use std::io::{self, BufReader, Read, Write};
 use std::path::Path;
 
@@ -252,16 +251,15 @@ impl NpyArray {
 /// ```
 ///
 /// # Errors
-/// All naming the file: [`Error::Io`] if it cannot be read; [`Error::Format`] if it is not
+/// All naming the file: [`Error::Io`] if it cannot be read or is not a regular file (a
+/// directory, a pipe: its size must be known before it is read); [`Error::Format`] if it is not
 /// a well-formed `.npy` file (bad magic or version, a header that is not the expected
 /// Python dict, a data length that does not match the shape); [`Error::Dtype`] for a dtype
 /// outside `expected.dtypes` (big-endian data included); [`Error::Rank`] for a rank outside
 /// `expected.ranks`.
 pub fn read(path: impl AsRef<Path>, expected: &Expected<'_>) -> Result<NpyArray> {
     let path = path.as_ref();
-    let io_error = |source| Error::Io { path: path.to_path_buf(), source };
-    let file = File::open(path).map_err(io_error)?;
-    let len = file.metadata().map_err(io_error)?.len();
+    let (file, len) = crate::inputs::open_file(path)?;
     read_from(BufReader::new(file), len, path, expected)
 }
 

@@ -119,6 +119,10 @@ pub fn from_offsets(offsets: &[u32], len: usize) -> Result<Array2<u32>> {
 /// ```
 pub fn left_padded(ids: ArrayView2<'_, u32>, pad_id: u32) -> Array2<u32> {
     let mut out = Array2::<u32>::zeros(ids.dim());
+    if out.is_empty() {
+        // An empty batch may still have 2^63 rows: no loop over them.
+        return out;
+    }
     for (ids_row, mut out_row) in ids.rows().into_iter().zip(out.rows_mut()) {
         let mut next = 0u32;
         for (&id, p) in ids_row.iter().zip(out_row.iter_mut()) {
@@ -154,6 +158,10 @@ pub fn fairseq(ids: ArrayView2<'_, u32>, padding_idx: u32) -> Result<Array2<u32>
         });
     }
     let mut out = Array2::<u32>::zeros(ids.dim());
+    if out.is_empty() {
+        // An empty batch may still have 2^63 rows: no loop over them.
+        return Ok(out);
+    }
     for (ids_row, mut out_row) in ids.rows().into_iter().zip(out.rows_mut()) {
         let mut next = padding_idx;
         for (&id, p) in ids_row.iter().zip(out_row.iter_mut()) {
@@ -246,6 +254,15 @@ mod tests {
         assert_eq!(from_offsets(&[u32::MAX], 0).unwrap().dim(), (1, 0));
         assert!(packed(3, &[vec![3]]).is_err());
         assert_eq!(packed(4, &[vec![0, 1, 3]]).unwrap(), ndarray::array![[0u32, 0, 1, 0]]);
+    }
+
+    #[test]
+    fn empty_batches_of_enormous_row_counts_take_no_time() {
+        // 2^63 - 1 rows of no tokens: a loop over the rows would never end.
+        let none: [u32; 0] = [];
+        let ids = ArrayView2::from_shape((isize::MAX as usize, 0), &none).unwrap();
+        assert_eq!(left_padded(ids, 0).dim(), (isize::MAX as usize, 0));
+        assert_eq!(fairseq(ids, 1).unwrap().dim(), (isize::MAX as usize, 0));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, float};
 
 /// The largest model dimension posenc accepts.
 pub const MAX_DIM: u32 = 65536;
@@ -231,7 +231,7 @@ impl PeSpec {
         if !(base.is_finite() && base > 1.0 && base <= MAX_BASE) {
             return Err(Error::InvalidParameter {
                 field: "base",
-                value: base.to_string(),
+                value: float(base),
                 allowed: "a finite number in (1, 1e7]",
             });
         }
@@ -255,14 +255,14 @@ impl PeSpec {
         if !in_range(min) {
             return Err(Error::InvalidParameter {
                 field: "min_timescale",
-                value: min.to_string(),
+                value: float(min),
                 allowed: "a finite number in [1e-9, 1e9]",
             });
         }
         if !(in_range(max) && max >= min) {
             return Err(Error::InvalidParameter {
                 field: "max_timescale",
-                value: max.to_string(),
+                value: float(max),
                 allowed: "a finite number in [min_timescale, 1e9]",
             });
         }

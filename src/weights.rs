@@ -11,7 +11,6 @@
 //! [`Error::NonFinite`] naming the first one, so a corrupt checkpoint fails at load rather
 //! than spreading NaNs through every output row that gathers it.
 
-use std::fs::File;
 use std::io::{self, BufReader, Cursor, Read, Seek, SeekFrom};
 use std::path::Path;
 
@@ -23,12 +22,13 @@ use safetensors::tensor::{Dtype as StDtype, Metadata};
 
 use crate::encode::Embeddings;
 use crate::error::{Error, Result};
+use crate::inputs::{self, Source};
 use crate::npy::{self, Expected, NpyArray, NpyDtype};
 
 /// The largest `.safetensors` header accepted, the limit the safetensors crate itself sets.
 pub const MAX_SAFETENSORS_HEADER: u64 = 100_000_000;
 
-/// How error messages name the array.
+/// How error messages name an embedding table.
 const WHAT: &str = "weights";
 
 /// An embedding table `[vocab, dim]`, owned, in C order.
@@ -86,18 +86,31 @@ impl Table {
 /// ```
 ///
 /// # Errors
-/// All naming the file: [`Error::Io`] if it cannot be read; [`Error::Format`] if it is
-/// neither format or is malformed; [`Error::Tensor`] if the named tensor is missing, or none
+/// All naming the file: [`Error::Io`] if it cannot be read or is not a regular file (a
+/// directory, a pipe); [`Error::Format`] if it is neither format or is malformed; [`Error::Tensor`] if the named tensor is missing, or none
 /// was named and the file does not hold exactly one 2-D tensor; [`Error::Dtype`] for a
 /// dtype other than F32/F16/BF16 (`'<f4'`/`'<f2'` in `.npy`); [`Error::Rank`] if the array
 /// is not 2-D; [`Error::NonFinite`] for a NaN or infinite weight;
 /// [`Error::InvalidParameter`] naming `tensor` if one is named for a `.npy` file.
 pub fn load(path: impl AsRef<Path>, tensor: Option<&str>) -> Result<Table> {
-    let path = path.as_ref();
-    let io_error = |source| Error::Io { path: path.to_path_buf(), source };
-    let file = File::open(path).map_err(io_error)?;
-    let len = file.metadata().map_err(io_error)?.len();
-    load_from(file, len, path, tensor)
+    load_as(Source::File(path.as_ref()), tensor, WHAT)
+}
+
+/// [`load`] from `source`, naming the table `what` in errors (`weights`, `position table`).
+pub(crate) fn load_as(
+    source: Source<'_>,
+    tensor: Option<&str>,
+    what: &'static str,
+) -> Result<Table> {
+    match source {
+        Source::File(path) => {
+            let (file, len) = inputs::open_file(path)?;
+            load_from(file, len, path, tensor, what)
+        }
+        Source::Bytes { name, bytes } => {
+            load_from(Cursor::new(bytes), bytes.len() as u64, name, tensor, what)
+        }
+    }
 }
 
 /// [`load`] from bytes already in memory (a download, a memory map, a fuzzer's input).
@@ -115,15 +128,17 @@ pub fn load(path: impl AsRef<Path>, tensor: Option<&str>) -> Result<Table> {
 /// # Errors
 /// As [`load`], less [`Error::Io`] for opening.
 pub fn from_bytes(bytes: &[u8], tensor: Option<&str>) -> Result<Table> {
-    load_from(Cursor::new(bytes), bytes.len() as u64, Path::new("<memory>"), tensor)
+    load_as(Source::Bytes { name: Path::new("<memory>"), bytes }, tensor, WHAT)
 }
 
-/// [`load`] from a seekable reader holding exactly `len` bytes; `path` names it in errors.
+/// [`load`] from a seekable reader holding exactly `len` bytes; `path` names it in errors,
+/// `what` the table.
 fn load_from<R: Read + Seek>(
     mut reader: R,
     len: u64,
     path: &Path,
     tensor: Option<&str>,
+    what: &'static str,
 ) -> Result<Table> {
     let io_error = |source| Error::Io { path: path.to_path_buf(), source };
     let mut magic = [0u8; npy::MAGIC.len()];
@@ -141,16 +156,16 @@ fn load_from<R: Read + Seek>(
                 allowed: "a tensor name only for .safetensors weights (a .npy holds one array)",
             });
         }
-        load_npy(BufReader::new(reader), len, path)?
+        load_npy(BufReader::new(reader), len, path, what)?
     } else {
-        load_safetensors(reader, len, path, tensor)?
+        load_safetensors(reader, len, path, tensor, what)?
     };
-    check_finite(&table, path)?;
+    check_finite(&table, path, what)?;
     Ok(table)
 }
 
 /// Refuses a table holding a NaN or an infinity, naming the first one (row-major).
-fn check_finite(table: &Table, path: &Path) -> Result<()> {
+fn check_finite(table: &Table, path: &Path, what: &'static str) -> Result<()> {
     fn flat<T>(a: &Array2<T>) -> &[T] {
         a.as_slice().expect("tables are loaded in C order")
     }
@@ -182,7 +197,7 @@ fn check_finite(table: &Table, path: &Path) -> Result<()> {
     let dim = table.dim().1;
     Err(Error::NonFinite {
         path: path.to_path_buf(),
-        what: WHAT,
+        what,
         row: index / dim,
         col: index % dim,
         value,
@@ -229,8 +244,8 @@ macro_rules! exponent_word {
 exponent_word!(u16);
 exponent_word!(u32);
 
-fn load_npy(reader: impl Read, len: u64, path: &Path) -> Result<Table> {
-    let expected = Expected { what: WHAT, dtypes: &[NpyDtype::F32, NpyDtype::F16], ranks: &[2] };
+fn load_npy(reader: impl Read, len: u64, path: &Path, what: &'static str) -> Result<Table> {
+    let expected = Expected { what, dtypes: &[NpyDtype::F32, NpyDtype::F16], ranks: &[2] };
     let array = npy::read_from(reader, len, path, &expected).map_err(|e| match e {
         Error::Dtype { path, what, dtype, allowed } => Error::Dtype {
             path,
@@ -248,7 +263,7 @@ fn load_npy(reader: impl Read, len: u64, path: &Path) -> Result<Table> {
         other => {
             return Err(Error::Dtype {
                 path: path.to_path_buf(),
-                what: WHAT,
+                what,
                 dtype: format!("'{}'", other.dtype().descr()),
                 allowed: "'<f4' or '<f2'".into(),
             });
@@ -261,6 +276,7 @@ fn load_safetensors<R: Read + Seek>(
     len: u64,
     path: &Path,
     tensor: Option<&str>,
+    what: &'static str,
 ) -> Result<Table> {
     let format_error =
         |reason: String| Error::Format { path: path.to_path_buf(), format: ".safetensors", reason };
@@ -309,7 +325,7 @@ fn load_safetensors<R: Read + Seek>(
     if info.shape.len() != 2 {
         return Err(Error::Rank {
             path: path.to_path_buf(),
-            what: WHAT,
+            what,
             expected: vec![2],
             actual: info.shape.clone(),
         });
@@ -335,7 +351,7 @@ fn load_safetensors<R: Read + Seek>(
         other => {
             return Err(Error::Dtype {
                 path: path.to_path_buf(),
-                what: WHAT,
+                what,
                 dtype: format!("{other:?} (tensor {name:?})"),
                 allowed: "F32, F16 or BF16".into(),
             });

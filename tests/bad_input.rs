@@ -3,8 +3,11 @@
 //!
 //! Every file of the committed corpus (`tests/corpus/`, written by `generate.py`, listed
 //! with its expected error in `MANIFEST.tsv`) goes through the library's parser for its role
-//! and through the `posenc` binary; proptest cases then damage valid files at random. The
-//! cargo-fuzz targets in `fuzz/` run the same parsers for longer, outside CI.
+//! (for the CLI's inputs, the same `posenc::inputs` functions the CLI calls) and through the
+//! `posenc` binary; proptest cases then damage valid files at random, and feed arbitrary
+//! headers of under 1 KiB through every up-front path of the CLI under an allocator that
+//! records the largest request. The cargo-fuzz targets in `fuzz/` run the same parsers for
+//! longer, outside CI.
 
 mod common;
 
@@ -15,7 +18,8 @@ use std::path::{Path, PathBuf};
 use common::cli::{posenc, stderr};
 use posenc::Error;
 use posenc::encode::ids_to_u32;
-use posenc::npy::{self, Expected, NpyArray, NpyDtype};
+use posenc::inputs::{self, EncodePositions, Source};
+use posenc::npy;
 use posenc::{positions, weights};
 use proptest::prelude::*;
 
@@ -63,6 +67,8 @@ fn largest_allocation<T>(f: impl FnOnce() -> T) -> (T, usize) {
 
 /// The vocabulary the `ids` role checks against.
 const VOCAB: usize = 16;
+/// The width of the table the encode roles use (the CLI test's weights are `[VOCAB, DIM]`).
+const DIM: usize = 8;
 
 fn corpus_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus")
@@ -99,42 +105,51 @@ fn kind(e: &Error) -> &'static str {
         Error::PositionSpec { .. } => "PositionSpec",
         Error::InvalidParameter { .. } => "InvalidParameter",
         Error::Io { .. } => "Io",
+        Error::TooLarge { .. } => "TooLarge",
         _ => "other",
     }
 }
 
-fn ids_from_bytes(bytes: &[u8], path: &Path) -> posenc::Result<ndarray::Array2<u32>> {
-    let expected = Expected {
-        what: "ids",
-        dtypes: &[NpyDtype::I32, NpyDtype::I64, NpyDtype::U32],
-        ranks: &[1, 2],
-    };
-    let array = npy::read_from(bytes, bytes.len() as u64, path, &expected)?;
-    fn batch<T: Clone>(a: ndarray::ArrayD<T>) -> ndarray::Array2<T> {
-        let n = a.ndim();
-        let shape = if n == 1 { (1, a.len()) } else { (a.shape()[0], a.shape()[1]) };
-        a.into_shape_with_order(shape).unwrap()
-    }
-    match array {
-        NpyArray::I32(a) => ids_to_u32(batch(a).view(), VOCAB, None),
-        NpyArray::I64(a) => ids_to_u32(batch(a).view(), VOCAB, None),
-        NpyArray::U32(a) => ids_to_u32(batch(a).view(), VOCAB, None),
-        other => panic!("the reader returned a dtype it was not asked for: {:?}", other.dtype()),
-    }
+/// Token ids through encode's up-front path, as the CLI runs it: read and checked for a
+/// `[VOCAB, DIM]` table, then their positions built as `how` says.
+fn encode_plan(
+    source: Source<'_>,
+    pad_id: Option<u32>,
+    how: EncodePositions<'_>,
+) -> posenc::Result<ndarray::Array2<u32>> {
+    let ids = inputs::read_ids(source, (VOCAB, DIM), pad_id)?;
+    inputs::encode_positions(&ids, how)
+}
+
+/// A rope input through rope's up-front path, as the CLI runs it (`--layout blhd`, an
+/// offset): positions are built only for a tensor that holds data.
+fn rope_plan(source: Source<'_>, offset: Option<u32>) -> posenc::Result<()> {
+    let tensor = inputs::read_rope_input(source)?;
+    let [batch, len, _, _] = tensor.shape();
+    inputs::rope_positions(None, offset, batch, len)?.for_tensor(&tensor);
+    Ok(())
 }
 
 /// Runs the library parser of `role` over `bytes`; `Ok` means the input was accepted.
 fn parse(role: &str, bytes: &[u8], path: &Path) -> posenc::Result<()> {
+    let source = Source::Bytes { name: path, bytes };
+    // Ids [2, 3], whose positions the `positions` role reads.
+    let ids23 = npy_bytes(&ndarray::array![[1u32, 2, 3], [4, 5, 6]]);
+    let ids23 = Source::Bytes { name: Path::new("ids.npy"), bytes: &ids23 };
     match role.split_once(':') {
         Some(("weights", tensor)) => weights::from_bytes(bytes, Some(tensor)).map(drop),
         _ => match role {
             "weights" => weights::from_bytes(bytes, None).map(drop),
-            "ids" => ids_from_bytes(bytes, path).map(drop),
-            "positions" => {
-                let expected =
-                    Expected { what: "positions", dtypes: &[NpyDtype::U32], ranks: &[1, 2] };
-                npy::read_from(bytes, bytes.len() as u64, path, &expected).map(drop)
+            "position_table" => inputs::read_position_table(source, None).map(drop),
+            "ids" | "encode" => encode_plan(source, None, EncodePositions::Contiguous).map(drop),
+            "encode:pad" => {
+                encode_plan(source, Some(0), EncodePositions::LeftPadded { pad_id: 0 }).map(drop)
             }
+            "encode:fairseq" => {
+                encode_plan(source, None, EncodePositions::Fairseq { padding_idx: 1 }).map(drop)
+            }
+            "positions" => encode_plan(ids23, None, EncodePositions::File(source)).map(drop),
+            "rope" => rope_plan(source, None),
             "spec" => {
                 let text = std::str::from_utf8(bytes).expect("spec corpus files are UTF-8");
                 positions::parse_spec(text).map(drop)
@@ -142,6 +157,12 @@ fn parse(role: &str, bytes: &[u8], path: &Path) -> posenc::Result<()> {
             other => panic!("MANIFEST.tsv: unknown role {other:?}"),
         },
     }
+}
+
+fn npy_bytes<T: npy::Element, D: ndarray::Dimension>(a: &ndarray::Array<T, D>) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    npy::write(&mut bytes, a.view()).unwrap();
+    bytes
 }
 
 #[test]
@@ -196,7 +217,7 @@ fn every_corpus_file_gives_its_typed_error_without_large_allocations() {
 fn the_cli_refuses_every_corpus_file_with_one_line_and_status_2() {
     let dir = tempfile::tempdir().unwrap();
     let weights_path = dir.path().join("w.npy");
-    let table = ndarray::Array2::<f32>::from_shape_fn((VOCAB, 8), |(r, c)| (r * 8 + c) as f32);
+    let table = ndarray::Array2::<f32>::from_shape_fn((VOCAB, DIM), |(r, c)| (r * DIM + c) as f32);
     npy::write(&mut std::fs::File::create(&weights_path).unwrap(), table.view()).unwrap();
     let ids_path = dir.path().join("ids.npy");
     npy::write(
@@ -231,7 +252,51 @@ fn the_cli_refuses_every_corpus_file_with_one_line_and_status_2() {
                 "weights" => {
                     vec!["encode", "--device", "cpu", "--weights", file, "--ids", ids, "-o", o]
                 }
-                "ids" => vec!["encode", "--device", "cpu", "--weights", w, "--ids", file, "-o", o],
+                "ids" | "encode" => {
+                    vec!["encode", "--device", "cpu", "--weights", w, "--ids", file, "-o", o]
+                }
+                "encode:pad" => vec![
+                    "encode",
+                    "--device",
+                    "cpu",
+                    "--weights",
+                    w,
+                    "--ids",
+                    file,
+                    "--pad-id",
+                    "0",
+                    "-o",
+                    o,
+                ],
+                "encode:fairseq" => vec![
+                    "encode",
+                    "--device",
+                    "cpu",
+                    "--weights",
+                    w,
+                    "--ids",
+                    file,
+                    "--variant",
+                    "fairseq",
+                    "-o",
+                    o,
+                ],
+                "position_table" => vec![
+                    "encode",
+                    "--device",
+                    "cpu",
+                    "--weights",
+                    w,
+                    "--ids",
+                    ids,
+                    "--position-table",
+                    file,
+                    "-o",
+                    o,
+                ],
+                "rope" => {
+                    vec!["rope", "--device", "cpu", "--input", file, "--layout", "blhd", "-o", o]
+                }
                 "positions" => {
                     vec![
                         "encode",
@@ -389,4 +454,128 @@ fn non_finite_weights_name_the_first_offender() {
         err.to_string().ends_with("weights holds the non-finite value NaN at row 1, column 1"),
         "{err}"
     );
+}
+
+#[test]
+fn a_non_finite_position_table_is_named_as_such() {
+    let path = corpus_dir().join("npy/position_table_nan.npy");
+    let err = inputs::read_position_table(Source::File(&path), None).unwrap_err();
+    assert!(
+        err.to_string()
+            .ends_with("position table holds the non-finite value NaN at row 1, column 5"),
+        "{err}"
+    );
+}
+
+/// A version 1.0 `.npy` file declaring `shape` (any numbers at all) over `data`.
+fn header_file(descr: &str, shape: &[u64], fortran: bool, data: &[u8]) -> Vec<u8> {
+    let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
+    let tuple = match dims.as_slice() {
+        [one] => format!("({one},)"),
+        _ => format!("({})", dims.join(", ")),
+    };
+    let order = if fortran { "True" } else { "False" };
+    let mut dict = format!("{{'descr': '{descr}', 'fortran_order': {order}, 'shape': {tuple}, }}");
+    let unpadded = 10 + dict.len() + 1;
+    dict.extend(std::iter::repeat_n(' ', unpadded.next_multiple_of(64) - unpadded));
+    dict.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+    out.extend_from_slice(dict.as_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+/// Every up-front path of the CLI over one input file, results ignored: as ids (plain, with
+/// `--pad-id`, with `--variant fairseq`, with a vocabulary of 1 and a width of 65536), as the
+/// positions and offsets of `[2, 3]` ids, as a rope input (with offsets 0 and 2^32 - 3) and
+/// as rope positions, as weights and as a position table.
+fn every_up_front_path(bytes: &[u8]) {
+    let source = Source::Bytes { name: Path::new("hostile.npy"), bytes };
+    let ids23 = npy_bytes(&ndarray::array![[1u32, 2, 3], [4, 5, 6]]);
+    let ids23 = Source::Bytes { name: Path::new("ids.npy"), bytes: &ids23 };
+    let _ = encode_plan(source, None, EncodePositions::Contiguous);
+    let _ = encode_plan(source, Some(0), EncodePositions::LeftPadded { pad_id: 0 });
+    let _ = encode_plan(source, None, EncodePositions::Fairseq { padding_idx: 1 });
+    if let Ok(ids) = inputs::read_ids(source, (1, 65536), Some(3)) {
+        let _ = inputs::encode_positions(&ids, EncodePositions::LeftPadded { pad_id: 3 });
+    }
+    let _ = encode_plan(ids23, None, EncodePositions::File(source));
+    let _ = encode_plan(ids23, None, EncodePositions::Offsets(source));
+    let _ = rope_plan(source, None);
+    let _ = rope_plan(source, Some(u32::MAX - 2));
+    let _ = inputs::rope_positions(Some(source), None, 2, 3);
+    let _ = inputs::read_table(source, None);
+    let _ = inputs::read_position_table(source, None);
+}
+
+/// The most any up-front path may allocate at once for an input of under 1 KiB: the
+/// buffers of its own size, and none sized by what its header claims.
+const UP_FRONT_LIMIT: usize = 64 << 10;
+
+/// The reproductions and their neighbours, each a header with no data (or a few
+/// bytes), and shapes that are accepted (empty, within the limit) yet whose positions a
+/// careless path would build for billions of tokens.
+#[test]
+fn hostile_headers_allocate_little_before_their_size_is_checked() {
+    let cases: &[(&str, &[u64])] = &[
+        ("<i8", &[0, (1 << 62) - 1]),
+        ("<i8", &[0, (1 << 60) - 1]),
+        ("<i8", &[(1 << 63) - 1, 0]),
+        ("<i4", &[1 << 31, 0]),
+        ("<u4", &[0, 1 << 28]),
+        ("<f4", &[1 << 20, 1 << 20, 0, 8]),
+        ("<f4", &[1 << 16, 1 << 16, 0, 8]),
+        // Accepted: 2^31 values once the zero axis is set aside, 2^29 tokens of no data.
+        ("<f4", &[1 << 14, 1 << 15, 0, 4]),
+        ("<f2", &[1 << 29, 1, 0, 4]),
+        ("<u2", &[0, 1 << 20, 1, 2048]),
+        ("<u4", &[0]),
+        ("<f4", &[0, 1 << 40]),
+    ];
+    for &(descr, shape) in cases {
+        let bytes = header_file(descr, shape, false, &[]);
+        assert!(bytes.len() < 1024);
+        let ((), largest) = largest_allocation(|| every_up_front_path(&bytes));
+        assert!(largest < UP_FRONT_LIMIT, "{descr} {shape:?}: an allocation of {largest} bytes");
+    }
+}
+
+/// Axis lengths from the edges (0, 1, powers of two near the limits and past them) and
+/// anywhere.
+fn axis() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        4 => 0u64..4,
+        1 => Just(1 << 31),
+        1 => Just((1 << 31) + 1),
+        1 => Just(1 << 32),
+        1 => Just(1 << 40),
+        1 => Just((1 << 62) - 1),
+        1 => Just(1 << 62),
+        1 => Just((1 << 63) - 1),
+        1 => Just(1 << 63),
+        1 => Just(u64::MAX),
+        2 => any::<u64>(),
+        2 => (0u32..64).prop_map(|k| 1u64 << k),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    /// No header of under 1 KiB makes any command's up-front path (reading, the derived
+    /// size checks, positions) allocate more than 64 KiB at once: whatever it accepts is
+    /// sized by the bytes the file holds, or is empty and never built.
+    #[test]
+    fn headers_under_1_kib_allocate_at_most_64_kib_up_front(
+        descr in prop::sample::select(vec!["<i4", "<i8", "<u4", "<f4", "<f2", "<u2", "<f8"]),
+        shape in prop::collection::vec(axis(), 0..=5),
+        fortran in any::<bool>(),
+        data in prop_oneof![Just(Vec::new()), prop::collection::vec(any::<u8>(), 0..64)],
+    ) {
+        let bytes = header_file(descr, &shape, fortran, &data);
+        prop_assert!(bytes.len() < 1024);
+        let ((), largest) = largest_allocation(|| every_up_front_path(&bytes));
+        prop_assert!(largest < UP_FRONT_LIMIT, "{:?}: an allocation of {} bytes", shape, largest);
+    }
 }

@@ -38,7 +38,7 @@ mod scaling;
 use ndarray::ArrayView2;
 
 pub use crate::encode::Dtype;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, float};
 pub use scaling::{
     Llama3, LongRope, MAX_FACTORS, MAX_JSON_BYTES, ROPE_TYPES, Scaling, YARN_BETA_FAST,
     YARN_BETA_SLOW, Yarn,
@@ -176,7 +176,7 @@ impl RopeSpec {
         if !(base.is_finite() && base > 1.0) {
             return Err(Error::InvalidParameter {
                 field: "base",
-                value: base.to_string(),
+                value: float(base),
                 allowed: "a finite number > 1",
             });
         }

@@ -4,9 +4,13 @@
 //! Every scheme is held with the float64 parameters its JSON gives; the frequencies they
 //! define are computed from those values at 256 bits (see [`super::RopeSpec::frequencies`]).
 
-use serde_json::{Map, Value};
+use std::cell::RefCell;
+use std::fmt;
 
-use crate::error::{Error, Result};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
+
+use crate::error::{Error, Result, float};
 
 /// The `rope_type` values posenc knows, as Hugging Face spells them.
 pub const ROPE_TYPES: [&str; 6] = ["default", "linear", "dynamic", "yarn", "longrope", "llama3"];
@@ -186,7 +190,7 @@ const ATTENTION: &str = "a finite number >= 0 that float32 can hold";
 const FACTORS: &str = "an array of finite numbers > 0, one per frequency (rotary_dim / 2)";
 
 fn check_positive(field: &str, v: f64) -> Result<()> {
-    if v.is_finite() && v > 0.0 { Ok(()) } else { Err(invalid(field, v.to_string(), POSITIVE)) }
+    if v.is_finite() && v > 0.0 { Ok(()) } else { Err(invalid(field, float(v), POSITIVE)) }
 }
 
 fn check_whole(field: &str, v: u64) -> Result<()> {
@@ -203,7 +207,7 @@ fn check_factors(field: &str, factors: &[f64]) -> Result<()> {
     }
     for (k, &v) in factors.iter().enumerate() {
         if !(v.is_finite() && v > 0.0) {
-            return Err(invalid(format!("{field}[{k}]"), v.to_string(), POSITIVE));
+            return Err(invalid(format!("{field}[{k}]"), float(v), POSITIVE));
         }
     }
     Ok(())
@@ -283,7 +287,7 @@ impl Scaling {
                 check_positive("beta_slow", y.beta_slow)?;
                 for (field, v) in [("mscale", y.mscale), ("mscale_all_dim", y.mscale_all_dim)] {
                     if let Some(v) = v.filter(|v| !v.is_finite()) {
-                        return Err(invalid(field, v.to_string(), "a finite number"));
+                        return Err(invalid(field, float(v), "a finite number"));
                     }
                 }
             }
@@ -313,8 +317,8 @@ impl Scaling {
                 if !(l.high_freq_factor.is_finite() && l.high_freq_factor > l.low_freq_factor) {
                     return Err(invalid(
                         "high_freq_factor",
-                        l.high_freq_factor.to_string(),
-                        format!("a finite number > low_freq_factor ({})", l.low_freq_factor),
+                        float(l.high_freq_factor),
+                        format!("a finite number > low_freq_factor ({})", float(l.low_freq_factor)),
                     ));
                 }
                 check_whole(
@@ -326,7 +330,7 @@ impl Scaling {
         }
         let a = self.attention_factor();
         if !(a.is_finite() && a >= 0.0 && (a as f32).is_finite()) {
-            return Err(invalid("attention_factor", a.to_string(), ATTENTION));
+            return Err(invalid("attention_factor", float(a), ATTENTION));
         }
         Ok(())
     }
@@ -362,7 +366,10 @@ impl Scaling {
     /// `{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
     /// "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}`.
     ///
-    /// `null` means no scaling. The legacy key `"type"` is read when `"rope_type"` is absent.
+    /// `null` means no scaling. The legacy key `"type"` is read when `"rope_type"` is absent;
+    /// when both are given they must agree (Hugging Face writes both when it saves a legacy
+    /// config). A key given twice in one object is refused: JSON readers keep one of the
+    /// two values, and which one differs between them.
     /// `max_position_embeddings` (a model-config field in Hugging Face, outside
     /// `rope_scaling`) may be given inside the object: `dynamic` needs it (or
     /// `original_max_position_embeddings`), and `yarn` and `longrope` use it where Hugging
@@ -381,7 +388,8 @@ impl Scaling {
     ///
     /// # Errors
     /// [`Error::RopeScaling`] naming the field, the offending value and what is allowed:
-    /// malformed JSON (numbers beyond float64, such as `1e999`, included), a value that is
+    /// malformed JSON (numbers beyond float64, such as `1e999`, included), a key given twice
+    /// (naming it), `type` and `rope_type` that disagree (naming `type`), a value that is
     /// not an object, an unknown `rope_type` (listing the known ones), a key the type does
     /// not use (listing those it does), a missing required field, a value of the wrong
     /// type, a number out of range (non-finite, negative, zero where a divisor).
@@ -393,9 +401,15 @@ impl Scaling {
                 format!("at most {MAX_JSON_BYTES} bytes"),
             ));
         }
-        let value: Value = serde_json::from_str(text).map_err(|e| {
-            invalid("(json)", format!("not valid JSON ({e})"), "a JSON object or null")
-        })?;
+        let duplicate = RefCell::new(None);
+        let mut reader = serde_json::Deserializer::from_str(text);
+        let value = Unique { duplicate: &duplicate }
+            .deserialize(&mut reader)
+            .and_then(|value| reader.end().map(|()| value))
+            .map_err(|e| match duplicate.take() {
+                Some(key) => invalid(key, "given twice", "each key at most once per object"),
+                None => invalid("(json)", format!("not valid JSON ({e})"), "a JSON object or null"),
+            })?;
         Self::from_hf_value(&value)
     }
 
@@ -411,8 +425,18 @@ impl Scaling {
                 return Err(invalid("rope_scaling", excerpt(other), "a JSON object or null"));
             }
         };
-        let type_key =
-            if map.get("rope_type").is_some_and(|v| !v.is_null()) { "rope_type" } else { "type" };
+        let given = |key| map.get(key).filter(|v: &&Value| !v.is_null());
+        if let (Some(rope_type), Some(legacy)) = (given("rope_type"), given("type")) {
+            // Taking either would resolve a contradictory config silently.
+            if rope_type != legacy {
+                return Err(invalid(
+                    "type",
+                    excerpt(legacy),
+                    format!("absent, or the same as rope_type ({})", excerpt(rope_type)),
+                ));
+            }
+        }
+        let type_key = if given("rope_type").is_some() { "rope_type" } else { "type" };
         let known = ROPE_TYPES.join(", ");
         let rope_type = match map.get(type_key) {
             None | Some(Value::Null) => {
@@ -568,6 +592,79 @@ fn missing_original(rope_type: &str) -> Error {
     )
 }
 
+/// Reads a JSON value as `serde_json::Value` does, but refuses an object that repeats a key,
+/// leaving the key in `duplicate`: `Value` keeps the last of the two silently.
+struct Unique<'a> {
+    duplicate: &'a RefCell<Option<String>>,
+}
+
+impl<'de> DeserializeSeed<'de> for Unique<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, reader: D) -> Result<Value, D::Error> {
+        reader.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Unique<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        // serde_json hands over finite numbers only; `Null` is what `Value` makes of others.
+        Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(Unique { duplicate: self.duplicate })? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut entries: A) -> Result<Value, A::Error> {
+        let mut map = Map::new();
+        while let Some(key) = entries.next_key::<String>()? {
+            let value = entries.next_value_seed(Unique { duplicate: self.duplicate })?;
+            if map.contains_key(&key) {
+                let message = format!("the key {key:?} is given twice");
+                *self.duplicate.borrow_mut() = Some(key);
+                return Err(de::Error::custom(message));
+            }
+            map.insert(key, value);
+        }
+        Ok(Value::Object(map))
+    }
+}
+
 /// A JSON value shortened for an error message.
 fn excerpt(v: &Value) -> String {
     const MAX: usize = 48;
@@ -633,7 +730,7 @@ impl Fields<'_> {
         if v.fract() == 0.0 && (1.0..=9_007_199_254_740_992.0).contains(&v) {
             Ok(Some(v as u64))
         } else {
-            Err(invalid(key, v.to_string(), WHOLE))
+            Err(invalid(key, float(v), WHOLE))
         }
     }
 
@@ -773,6 +870,57 @@ mod tests {
         ] {
             assert_eq!(field_of(text), field, "{text}");
         }
+    }
+
+    #[test]
+    fn keys_given_twice_are_refused_naming_the_key() {
+        for (text, field) in [
+            (r#"{"rope_type":"linear","factor":2,"factor":4}"#, "factor"),
+            (r#"{"rope_type":"linear","rope_type":"dynamic","factor":2}"#, "rope_type"),
+            (r#"{"type":"linear","factor":2,"type":"linear"}"#, "type"),
+            // Nested objects too, though every key of rope_scaling holds a scalar or array.
+            (r#"{"rope_type":"linear","factor":2,"x":[{"a":1,"a":1}]}"#, "a"),
+        ] {
+            match Scaling::from_hf_json(text) {
+                Err(Error::RopeScaling { field: f, value, allowed }) => {
+                    assert_eq!((f.as_str(), value.as_str()), (field, "given twice"), "{text}");
+                    assert!(allowed.contains("at most once"), "{allowed}");
+                }
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        // The same key in two different objects is no repetition.
+        let text = r#"{"rope_type":"longrope","short_factor":[1,1],"long_factor":[1,1],
+                       "factor":2,"original_max_position_embeddings":4096}"#;
+        assert!(Scaling::from_hf_json(text).is_ok());
+        // Broken JSON is still reported as such, not as a repetition.
+        assert_eq!(field_of(r#"{"factor":2,"factor""#), "(json)");
+    }
+
+    #[test]
+    fn type_and_rope_type_must_agree() {
+        let err = Scaling::from_hf_json(r#"{"rope_type":"linear","type":"dynamic","factor":2}"#)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "rope_scaling: invalid type: \"dynamic\" (allowed: absent, or the same as rope_type \
+             (\"linear\"))"
+        );
+        // What Hugging Face writes when it saves a legacy config: both, equal.
+        let both = r#"{"type":"linear","rope_type":"linear","factor":2}"#;
+        assert_eq!(Scaling::from_hf_json(both).unwrap(), Scaling::Linear { factor: 2.0 });
+        // A null stands for absent, as elsewhere.
+        let null = r#"{"type":null,"rope_type":"linear","factor":2}"#;
+        assert_eq!(Scaling::from_hf_json(null).unwrap(), Scaling::Linear { factor: 2.0 });
+    }
+
+    #[test]
+    fn large_numbers_print_in_short_scientific_form() {
+        let err = Scaling::from_hf_json(r#"{"rope_type":"linear","factor":-1e300}"#).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "rope_scaling: invalid factor: -1e300 (allowed: a finite number > 0)"
+        );
     }
 
     #[test]

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Writes the malformed-input corpus that tests/corpus.rs feeds through posenc's parsers.
+"""Writes the malformed-input corpus that tests/bad_input.rs feeds through posenc's parsers.
 
 Standard library only (no numpy), so every byte is spelled out here. Run from anywhere:
     python3 tests/corpus/generate.py
 It rewrites tests/corpus/{npy,safetensors,positions}/ and tests/corpus/MANIFEST.tsv, whose
-rows say which parser reads each file and which error kind it must give. The committed files
-are the corpus; this script documents how each was made.
+rows say which parser reads each file and which error kind it must give, and writes its own
+files of tests/corpus/rope_scaling/ (tests/rope.rs reads that directory; each file's name
+gives the field its error names). The committed files are the corpus; this script documents
+how each was made.
 """
 
 import json
@@ -153,6 +155,98 @@ def npy_corpus():
         ("dict_non_ascii.npy", "{'descr': '<i\u00e94', 'fortran_order': False, 'shape': (1,), }", "a non-ASCII byte in a string"),
     ]:
         put("npy", name, npy_bytes("<i4", [1], i32s(7), dict_text=text), "ids", "Format", why)
+
+
+def derived_shape_corpus():
+    """Valid headers, often with no data at all, whose danger is the shape of what posenc
+    would build from them (an output, positions) rather than anything read: the issue
+    "Hold up, round two", items 2 to 4. The roles run the CLI's up-front checks
+    (posenc::inputs): encode with a 16 x 8 table (encode:pad adds --pad-id 0,
+    encode:fairseq --variant fairseq), rope with --layout blhd."""
+    put(
+        "npy",
+        "encode_ids_empty_rows_2pow62.npy",
+        npy_bytes("<i8", [0, (1 << 62) - 1], b""),
+        "encode",
+        "TooLarge",
+        "ids (0, 2^62 - 1): an output (0, 2^62 - 1, 8) that panicked ndarray (CPU) and the GPU path",
+    )
+    put(
+        "npy",
+        "encode_ids_empty_rows_2pow60.npy",
+        npy_bytes("<i8", [0, (1 << 60) - 1], b""),
+        "encode",
+        "TooLarge",
+        "ids (0, 2^60 - 1): exited 0 writing an .npy numpy refuses to load",
+    )
+    put(
+        "npy",
+        "encode_ids_empty_rows_2pow31.npy",
+        npy_bytes("<i4", [1 << 31, 0], b""),
+        "encode",
+        "TooLarge",
+        "2^31 rows of no tokens: (2^31, 0, 8) is 2^34 values with the zero axis set aside",
+    )
+    put(
+        "npy",
+        "encode_ids_2pow63_empty_rows_pad.npy",
+        npy_bytes("<i8", [(1 << 63) - 1, 0], b""),
+        "encode:pad",
+        "TooLarge",
+        "2^63 - 1 empty rows with --pad-id: a loop over every row (an effective hang)",
+    )
+    put(
+        "npy",
+        "encode_ids_2pow63_empty_rows_fairseq.npy",
+        npy_bytes("<i8", [(1 << 63) - 1, 0], b""),
+        "encode:fairseq",
+        "TooLarge",
+        "2^63 - 1 empty rows with --variant fairseq: a loop over every row (an effective hang)",
+    )
+    put(
+        "npy",
+        "rope_input_empty_heads_2pow20.npy",
+        npy_bytes("<f4", [1 << 20, 1 << 20, 0, 8], b""),
+        "rope",
+        "TooLarge",
+        "(2^20, 2^20, 0, 8): positions for 2^40 tokens (4 TiB) were allocated, then abort",
+    )
+    put(
+        "npy",
+        "rope_input_empty_heads_2pow16.npy",
+        npy_bytes("<f4", [1 << 16, 1 << 16, 0, 8], b""),
+        "rope",
+        "TooLarge",
+        "(2^16, 2^16, 0, 8): positions for 2^32 tokens (16 GiB) from 128 bytes",
+    )
+    put(
+        "npy",
+        "rope_input_empty_batch_huge_head_dim.npy",
+        npy_bytes("<u2", [0, 4, 4, 1 << 40], b""),
+        "rope",
+        "TooLarge",
+        "no data, and a head_dim of 2^40",
+    )
+    put(
+        "npy",
+        "position_table_nan.npy",
+        npy_bytes("<f4", [4, 8], f32s(*([0.5] * 13 + [NAN] + [0.0] * 18))),
+        "position_table",
+        "NonFinite",
+        "a learned position table (--position-table) with NaN at row 1, column 5",
+    )
+
+
+def rope_scaling_corpus():
+    """Files of tests/corpus/rope_scaling/ added with this script; the older ones there were
+    written by hand. Each is named <field>__<what>.json after the field its error names."""
+    for name, text in [
+        ("factor__duplicate_key.json", '{"rope_type": "linear", "factor": 2.0, "factor": 8.0}'),
+        ("rope_type__duplicate_key.json", '{"rope_type": "linear", "rope_type": "dynamic", "factor": 2.0}'),
+        ("type__disagrees_with_rope_type.json", '{"rope_type": "linear", "type": "dynamic", "factor": 2.0}'),
+    ]:
+        with open(os.path.join(HERE, "rope_scaling", name), "w") as f:
+            f.write(text + "\n")
 
 
 def safetensors_corpus():
@@ -338,13 +432,18 @@ def main():
         shutil.rmtree(os.path.join(HERE, d), ignore_errors=True)
         os.makedirs(os.path.join(HERE, d))
     npy_corpus()
+    derived_shape_corpus()
     safetensors_corpus()
     positions_corpus()
+    rope_scaling_corpus()
     with open(os.path.join(HERE, "MANIFEST.tsv"), "w") as f:
         f.write("# file\trole\texpected error\twhat is wrong with it\n")
         f.write("# roles: ids (int32/int64/uint32 [B, L] or [L], checked against a 16-row\n")
         f.write("# vocabulary), positions (uint32), weights (.npy or .safetensors table;\n")
-        f.write("# weights:NAME names the tensor),\n")
+        f.write("# weights:NAME names the tensor), position_table (--position-table),\n")
+        f.write("# encode (ids through encode's up-front checks with a 16 x 8 table;\n")
+        f.write("# encode:pad adds --pad-id 0, encode:fairseq --variant fairseq),\n")
+        f.write("# rope (rope --input, --layout blhd),\n")
         f.write("# spec (a --positions SPEC string). Written by generate.py.\n")
         for row in ROWS:
             f.write("\t".join(row) + "\n")

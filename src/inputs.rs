@@ -1,0 +1,681 @@
+//! The command line's input files, read and checked before any work: token ids, positions,
+//! offsets, embedding and position tables for `posenc encode`, the query or key tensor and
+//! its positions for `posenc rope`, and the size of every array derived from their shapes.
+//!
+//! The `.npy` reader ([`crate::npy`]) already refuses a header whose data the file does not
+//! hold. What a header alone still decides is the shape of what is built from it: an ids
+//! file of shape `(0, 2^62)` holds no data at all, yet its output `[0, 2^62, dim]` could not
+//! be indexed, and positions for the `[batch, len]` of an empty `(2^20, 2^20, 0, 8)` tensor
+//! would take 4 TiB. So every derived shape is checked here, with its zero axes set aside
+//! ([`check_shape`]), before anything of that shape is allocated or looped over, and
+//! positions are built only for tensors that hold data, whose size the file vouches for.
+//!
+//! The CLI reads its files through these functions; tests and fuzz targets call the same
+//! ones on bytes in memory ([`Source::Bytes`]).
+//!
+//! ```
+//! use std::path::Path;
+//! use posenc::inputs::{self, EncodePositions, Source};
+//!
+//! // A valid header declaring ids of shape (0, 2^62) and no data: refused before the
+//! // output [0, 2^62, 8] or its positions exist.
+//! let header = posenc::npy::header::<i64>(&[0, 1 << 62]).unwrap();
+//! let ids = Source::Bytes { name: Path::new("ids.npy"), bytes: &header };
+//! let err = inputs::read_ids(ids, (16, 8), None).unwrap_err();
+//! assert!(matches!(err, posenc::Error::TooLarge { op: "encode", .. }), "{err}");
+//!
+//! let mut bytes = Vec::new();
+//! posenc::npy::write(&mut bytes, ndarray::array![[3i64, 0, 5]].view()).unwrap();
+//! let ids = inputs::read_ids(Source::Bytes { name: Path::new("ids.npy"), bytes: &bytes },
+//!                            (16, 8), Some(0))?;
+//! let positions = inputs::encode_positions(&ids, EncodePositions::LeftPadded { pad_id: 0 })?;
+//! assert_eq!(positions, ndarray::array![[0u32, 0, 1]]);
+//! # Ok::<(), posenc::Error>(())
+//! ```
+
+use std::fs::File;
+use std::io;
+use std::path::Path;
+
+use half::{bf16, f16};
+use ndarray::{Array2, Array4, ArrayD, Ix2, Ix4};
+
+use crate::encode::ids_to_u32;
+use crate::error::{Error, Result};
+use crate::npy::{self, Expected, NpyArray, NpyDtype};
+use crate::positions;
+use crate::weights::{self, Table};
+
+/// The most values an output of `posenc table`, `encode` or `rope` may have, its zero axes
+/// set aside: 8 GiB of float32, already more than a command-line tool should hold.
+pub const MAX_OUTPUT_VALUES: u64 = 1 << 31;
+
+/// Where an input's bytes come from.
+#[derive(Clone, Copy, Debug)]
+pub enum Source<'a> {
+    /// A file, which must be a regular file: its size is checked against its header
+    /// before it is read, and a pipe or a directory has none.
+    File(&'a Path),
+    /// Bytes in memory (a test's, a fuzzer's); `name` stands for the file in errors.
+    Bytes {
+        /// The name errors give the input.
+        name: &'a Path,
+        /// The input's bytes.
+        bytes: &'a [u8],
+    },
+}
+
+impl Source<'_> {
+    /// The name errors give the input.
+    pub fn name(&self) -> &Path {
+        match self {
+            Source::File(path) => path,
+            Source::Bytes { name, .. } => name,
+        }
+    }
+}
+
+/// Opens `path` for reading and returns it with its size, refusing anything but a regular
+/// file: a directory reads as an error deep inside a parser, a pipe has no size to check
+/// a header against, and opening a FIFO with no writer would block for ever. The type is
+/// looked at before opening (so no FIFO is opened) and again on the open file (in case the
+/// path was swapped in between).
+///
+/// # Errors
+/// [`Error::Io`] naming the file: it cannot be opened, is a directory (`is a directory`), or
+/// is not a regular file (`must be a regular file`).
+pub(crate) fn open_file(path: &Path) -> Result<(File, u64)> {
+    let io_error = |source| Error::Io { path: path.to_path_buf(), source };
+    let regular = |metadata: std::fs::Metadata| -> Result<u64> {
+        if metadata.is_dir() {
+            return Err(io_error(io::Error::new(io::ErrorKind::IsADirectory, "is a directory")));
+        }
+        if !metadata.is_file() {
+            return Err(io_error(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "must be a regular file (not a pipe, socket or device): its size is checked \
+                 against its header before it is read",
+            )));
+        }
+        Ok(metadata.len())
+    };
+    regular(std::fs::metadata(path).map_err(io_error)?)?;
+    let file = File::open(path).map_err(io_error)?;
+    let len = regular(file.metadata().map_err(io_error)?)?;
+    Ok((file, len))
+}
+
+/// Refuses an array of `shape` whose values, its zero axes set aside, number more than
+/// `limit`. Setting the zero axes aside means an empty array is held to the same bound as
+/// the array its other axes describe: it must be possible to index it, write it and loop
+/// over its rows, whatever a header claimed.
+///
+/// ```
+/// use posenc::inputs::{MAX_OUTPUT_VALUES, check_shape};
+/// assert!(check_shape("encode", "the output", &[2, 3, 8], MAX_OUTPUT_VALUES, "MAX").is_ok());
+/// assert!(check_shape("encode", "the output", &[0, 1 << 62, 8], 1 << 31, "MAX").is_err());
+/// assert!(check_shape("encode", "the output", &[usize::MAX, 0], 1 << 31, "MAX").is_err());
+/// ```
+///
+/// # Errors
+/// [`Error::TooLarge`] naming `op`, `what`, the shape and the limit.
+pub fn check_shape(
+    op: &'static str,
+    what: &'static str,
+    shape: &[usize],
+    limit: u64,
+    limit_name: &'static str,
+) -> Result<()> {
+    let values = shape
+        .iter()
+        .filter(|&&d| d != 0)
+        .try_fold(1u64, |n, &d| n.checked_mul(u64::try_from(d).ok()?));
+    if values.is_none_or(|n| n > limit) {
+        return Err(Error::TooLarge { op, what, shape: shape.to_vec(), limit_name, limit });
+    }
+    Ok(())
+}
+
+/// [`check_shape`] against [`MAX_OUTPUT_VALUES`].
+fn check_output(op: &'static str, what: &'static str, shape: &[usize]) -> Result<()> {
+    check_shape(op, what, shape, MAX_OUTPUT_VALUES, "MAX_OUTPUT_VALUES")
+}
+
+/// Reads an npy array from `source`.
+fn read_npy(source: Source<'_>, expected: &Expected<'_>) -> Result<NpyArray> {
+    match source {
+        Source::File(path) => npy::read(path, expected),
+        Source::Bytes { name, bytes } => npy::read_from(bytes, bytes.len() as u64, name, expected),
+    }
+}
+
+/// A dtype the reader returned although it was not asked for it: the matches on its result
+/// must be total, and this is their last arm.
+fn unexpected_dtype(source: Source<'_>, what: &'static str, array: &NpyArray) -> Error {
+    Error::Dtype {
+        path: source.name().to_path_buf(),
+        what,
+        dtype: format!("'{}'", array.dtype().descr()),
+        allowed: "the dtypes this input accepts".into(),
+    }
+}
+
+/// An embedding table `[V, D]`: a `.safetensors` tensor (`tensor`, or the only 2-D one) or
+/// a `.npy` array, as [`weights::load`] reads it.
+///
+/// # Errors
+/// As [`weights::load`].
+pub fn read_table(source: Source<'_>, tensor: Option<&str>) -> Result<Table> {
+    weights::load_as(source, tensor, "weights")
+}
+
+/// A learned position table `[P, D]`, read as [`read_table`] reads embeddings; errors call
+/// it `position table`.
+///
+/// # Errors
+/// As [`weights::load`].
+pub fn read_position_table(source: Source<'_>, tensor: Option<&str>) -> Result<Table> {
+    weights::load_as(source, tensor, "position table")
+}
+
+/// Token ids read and checked: a `[B, L]` batch of u32, each below the vocabulary or the
+/// pad id, whose encode output `[B, L, D]` is within [`MAX_OUTPUT_VALUES`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ids {
+    /// The ids, `[B, L]` (`[1, L]` for a file of shape `[L]`).
+    pub ids: Array2<u32>,
+    /// The shape the file gave them: `[B, L]` or `[L]`.
+    pub shape: Vec<usize>,
+}
+
+impl Ids {
+    /// Whether the file held one sequence `[L]`: the output then drops the batch axis.
+    pub fn one_sequence(&self) -> bool {
+        self.shape.len() == 1
+    }
+}
+
+/// `posenc encode --ids`: int32, int64 or uint32, shape `[B, L]` or `[L]`, for a table of
+/// `table = (V, D)`. The output `[B, L, D]` is sized against [`MAX_OUTPUT_VALUES`] before
+/// the ids are converted or anything is built from their shape; then each id must be below
+/// `V`, save `pad_id`.
+///
+/// # Errors
+/// As [`npy::read`] (naming `ids`); [`Error::TooLarge`] for an output over the limit;
+/// [`Error::TokenId`] for the first id that is negative or not below `V`.
+pub fn read_ids(source: Source<'_>, table: (usize, usize), pad_id: Option<u32>) -> Result<Ids> {
+    let expected = Expected {
+        what: "ids",
+        dtypes: &[NpyDtype::I32, NpyDtype::I64, NpyDtype::U32],
+        ranks: &[1, 2],
+    };
+    let array = read_npy(source, &expected)?;
+    let shape = array.shape().to_vec();
+    let (batch, len) = batch_dims(&shape);
+    let (vocab, dim) = table;
+    check_output("encode", "the output [batch, len, dim]", &[batch, len, dim])?;
+    let ids = match array {
+        NpyArray::I32(a) => ids_to_u32(as_batch(a, source, "ids")?.view(), vocab, pad_id)?,
+        NpyArray::I64(a) => ids_to_u32(as_batch(a, source, "ids")?.view(), vocab, pad_id)?,
+        NpyArray::U32(a) => ids_to_u32(as_batch(a, source, "ids")?.view(), vocab, pad_id)?,
+        other => return Err(unexpected_dtype(source, "ids", &other)),
+    };
+    Ok(Ids { ids, shape })
+}
+
+/// `(B, L)` of a `[B, L]` or `[L]` shape.
+fn batch_dims(shape: &[usize]) -> (usize, usize) {
+    match *shape {
+        [len] => (1, len),
+        [batch, len] => (batch, len),
+        // The readers admit ranks 1 and 2 only; an empty batch is the harmless answer.
+        _ => (0, 0),
+    }
+}
+
+/// `[L]` as `[1, L]`; `[B, L]` as it is. Only another rank fails, which the readers admit
+/// only when asked to.
+fn as_batch<T>(a: ArrayD<T>, source: Source<'_>, what: &'static str) -> Result<Array2<T>> {
+    let shape = a.shape().to_vec();
+    a.into_shape_with_order(batch_dims(&shape)).map_err(|_| Error::Rank {
+        path: source.name().to_path_buf(),
+        what,
+        expected: vec![1, 2],
+        actual: shape,
+    })
+}
+
+/// Where an encode's positions come from.
+#[derive(Clone, Copy, Debug)]
+pub enum EncodePositions<'a> {
+    /// `--positions`: uint32, the shape of the ids as the file gave it.
+    File(Source<'a>),
+    /// `--offsets`: uint32 or int64 `[B]`, row `b` at `offsets[b], offsets[b] + 1, ...`.
+    Offsets(Source<'a>),
+    /// fairseq's `make_positions` ([`positions::fairseq`]).
+    Fairseq {
+        /// The padding index positions count from.
+        padding_idx: u32,
+    },
+    /// A left-padded batch ([`positions::left_padded`]).
+    LeftPadded {
+        /// The pad token.
+        pad_id: u32,
+    },
+    /// Every row counts from 0.
+    Contiguous,
+}
+
+/// The positions of `ids`, `[B, L]`, read or built as `how` says. Their shape is the ids',
+/// which [`read_ids`] has bounded.
+///
+/// # Errors
+/// As [`npy::read`] for the files (naming `positions` or `offsets`); [`Error::Shape`] if a
+/// file's shape does not fit the ids; [`Error::InvalidParameter`] for an offset outside u32
+/// or a position past 4294967295.
+pub fn encode_positions(ids: &Ids, how: EncodePositions<'_>) -> Result<Array2<u32>> {
+    let (batch, len) = ids.ids.dim();
+    match how {
+        EncodePositions::File(source) => read_positions(source, &ids.shape),
+        EncodePositions::Offsets(source) => {
+            positions::from_offsets(&read_offsets(source, batch)?, len)
+        }
+        EncodePositions::Fairseq { padding_idx } => positions::fairseq(ids.ids.view(), padding_idx),
+        EncodePositions::LeftPadded { pad_id } => {
+            Ok(positions::left_padded(ids.ids.view(), pad_id))
+        }
+        EncodePositions::Contiguous => Ok(positions::contiguous_batch(batch, len)),
+    }
+}
+
+/// `posenc encode --positions`: uint32 of exactly `ids_shape`, as `[B, L]`.
+fn read_positions(source: Source<'_>, ids_shape: &[usize]) -> Result<Array2<u32>> {
+    let expected = Expected { what: "positions", dtypes: &[NpyDtype::U32], ranks: &[1, 2] };
+    let array = read_npy(source, &expected)?;
+    if array.shape() != ids_shape {
+        return Err(Error::Shape {
+            op: "encode",
+            what: "positions (must match ids)",
+            expected: format!("{ids_shape:?}"),
+            actual: format!("{:?}", array.shape()),
+        });
+    }
+    match array {
+        NpyArray::U32(a) => as_batch(a, source, "positions"),
+        other => Err(unexpected_dtype(source, "positions", &other)),
+    }
+}
+
+/// `posenc encode --offsets`: uint32 or int64 `[batch]`, each a u32.
+fn read_offsets(source: Source<'_>, batch: usize) -> Result<Vec<u32>> {
+    let expected =
+        Expected { what: "offsets", dtypes: &[NpyDtype::U32, NpyDtype::I64], ranks: &[1] };
+    let array = read_npy(source, &expected)?;
+    if array.shape() != [batch] {
+        return Err(Error::Shape {
+            op: "encode",
+            what: "offsets (one per row of ids)",
+            expected: format!("{:?}", [batch]),
+            actual: format!("{:?}", array.shape()),
+        });
+    }
+    match array {
+        NpyArray::U32(a) => Ok(a.into_iter().collect()),
+        NpyArray::I64(a) => a
+            .iter()
+            .enumerate()
+            .map(|(index, &v)| {
+                u32::try_from(v).map_err(|_| Error::InvalidParameter {
+                    field: "offsets",
+                    value: format!("{v} at index {index}"),
+                    allowed: "0..=4294967295",
+                })
+            })
+            .collect(),
+        other => Err(unexpected_dtype(source, "offsets", &other)),
+    }
+}
+
+/// A query or key tensor for `posenc rope`, in its storage type.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RopeTensor {
+    /// `'<f4'`.
+    F32(Array4<f32>),
+    /// `'<f2'`.
+    F16(Array4<f16>),
+    /// `'<u2'` holding bfloat16 bits.
+    Bf16(Array4<bf16>),
+}
+
+impl RopeTensor {
+    /// The tensor's shape, in its file's axis order.
+    pub fn shape(&self) -> [usize; 4] {
+        let shape = match self {
+            RopeTensor::F32(a) => a.dim(),
+            RopeTensor::F16(a) => a.dim(),
+            RopeTensor::Bf16(a) => a.dim(),
+        };
+        [shape.0, shape.1, shape.2, shape.3]
+    }
+
+    /// Whether it holds no values: its rotation is itself, and its positions need not exist.
+    pub fn is_empty(&self) -> bool {
+        self.shape().contains(&0)
+    }
+}
+
+/// `posenc rope --input`: rank 4, `'<f4'`, `'<f2'` or `'<u2'` (bfloat16 bits). Its shape is
+/// the output's, checked against [`MAX_OUTPUT_VALUES`] with its zero axes set aside, and so
+/// bounds the `[batch, len]` of its positions whatever the layout.
+///
+/// # Errors
+/// As [`npy::read`] (naming `input`); [`Error::TooLarge`] for a shape over the limit.
+pub fn read_rope_input(source: Source<'_>) -> Result<RopeTensor> {
+    let expected = Expected {
+        what: "input",
+        dtypes: &[NpyDtype::F32, NpyDtype::F16, NpyDtype::U16],
+        ranks: &[4],
+    };
+    let array = read_npy(source, &expected)?;
+    let shape: [usize; 4] = array.shape().try_into().unwrap_or([0; 4]);
+    // The positions' [batch, len] are two of these axes, so they are bounded too.
+    check_output("rope", "the output (the input's shape)", &shape)?;
+    Ok(match array {
+        NpyArray::F32(a) => RopeTensor::F32(rank4(a, source)?),
+        NpyArray::F16(a) => RopeTensor::F16(rank4(a, source)?),
+        NpyArray::U16(a) => RopeTensor::Bf16(rank4(a, source)?.mapv(bf16::from_bits)),
+        other => {
+            return Err(Error::Dtype {
+                path: source.name().to_path_buf(),
+                what: "input",
+                dtype: format!("'{}'", other.dtype().descr()),
+                allowed: "'<f4', '<f2' or '<u2'".into(),
+            });
+        }
+    })
+}
+
+/// `a` as rank 4, which the reader was asked for.
+fn rank4<T>(a: ArrayD<T>, source: Source<'_>) -> Result<Array4<T>> {
+    let shape = a.shape().to_vec();
+    a.into_dimensionality::<Ix4>().map_err(|_| Error::Rank {
+        path: source.name().to_path_buf(),
+        what: "input",
+        expected: vec![4],
+        actual: shape,
+    })
+}
+
+/// The positions of a RoPE call, `[batch, len]`: read from a file, or every sequence
+/// counting from one offset. The latter are built only when asked for
+/// ([`RopePositions::for_tensor`] builds them only for a tensor that holds data), so their
+/// size never exceeds what a file holds.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RopePositions {
+    /// Read from a file.
+    Given(Array2<u32>),
+    /// Token `l` of every sequence at `offset + l`; `offset + len - 1` is a u32.
+    Offset {
+        /// The first position.
+        offset: u32,
+        /// Sequences.
+        batch: usize,
+        /// Tokens per sequence.
+        len: usize,
+    },
+}
+
+impl RopePositions {
+    /// `(batch, len)`.
+    pub fn dim(&self) -> (usize, usize) {
+        match self {
+            RopePositions::Given(a) => a.dim(),
+            &RopePositions::Offset { batch, len, .. } => (batch, len),
+        }
+    }
+
+    /// The positions to rotate `tensor` with, or `None` when it holds no data: an empty
+    /// tensor is its own rotation, and its `[batch, len]` may still be 2^30 tokens that no
+    /// byte of the file stands for.
+    pub fn for_tensor(&self, tensor: &RopeTensor) -> Option<Array2<u32>> {
+        (!tensor.is_empty()).then(|| self.to_array())
+    }
+
+    /// The positions as an array, allocated here for the offset form.
+    pub fn to_array(&self) -> Array2<u32> {
+        match self {
+            RopePositions::Given(a) => a.clone(),
+            // offset + len - 1 was checked to be a u32, so no position wraps.
+            &RopePositions::Offset { offset, batch, len } => {
+                Array2::from_shape_fn((batch, len), |(_, l)| offset + l as u32)
+            }
+        }
+    }
+}
+
+/// `posenc rope`'s positions for a tensor of `batch` sequences of `len` tokens: the `.npy`
+/// `positions` (`[batch, len]` of uint32, int32 or int64, each a u32), else every sequence
+/// from `offset` (default 0). Nothing of size `batch x len` is allocated for an offset.
+///
+/// # Errors
+/// As [`npy::read`] (naming `positions`); [`Error::Shape`] if the file's shape is not
+/// `[batch, len]`; [`Error::InvalidParameter`] naming `positions` for a value outside u32, or
+/// `offset` if `offset + len - 1` passes 4294967295.
+pub fn rope_positions(
+    positions: Option<Source<'_>>,
+    offset: Option<u32>,
+    batch: usize,
+    len: usize,
+) -> Result<RopePositions> {
+    if let Some(source) = positions {
+        return read_rope_positions(source, batch, len).map(RopePositions::Given);
+    }
+    let offset = offset.unwrap_or(0);
+    if len > 0 && u64::from(offset) + (len as u64 - 1) > u64::from(u32::MAX) {
+        return Err(Error::InvalidParameter {
+            field: "offset",
+            value: format!("{offset} with {len} tokens per sequence"),
+            allowed: "offset + len - 1 <= 4294967295",
+        });
+    }
+    Ok(RopePositions::Offset { offset, batch, len })
+}
+
+/// `posenc rope --positions`: `[batch, len]` of uint32, int32 or int64, each a u32.
+fn read_rope_positions(source: Source<'_>, batch: usize, len: usize) -> Result<Array2<u32>> {
+    let expected = Expected {
+        what: "positions",
+        dtypes: &[NpyDtype::U32, NpyDtype::I32, NpyDtype::I64],
+        ranks: &[2],
+    };
+    let array = read_npy(source, &expected)?;
+    if array.shape() != [batch, len] {
+        return Err(Error::Shape {
+            op: "rope",
+            what: "positions ([batch, len] of the input)",
+            expected: format!("{:?}", [batch, len]),
+            actual: format!("{:?}", array.shape()),
+        });
+    }
+    let rank2 = |shape: &[usize]| -> Error {
+        Error::Rank {
+            path: source.name().to_path_buf(),
+            what: "positions",
+            expected: vec![2],
+            actual: shape.to_vec(),
+        }
+    };
+    let checked = |a: ArrayD<i64>| -> Result<Array2<u32>> {
+        let shape = a.shape().to_vec();
+        let a = a.into_dimensionality::<Ix2>().map_err(|_| rank2(&shape))?;
+        if let Some(((b, l), &v)) = a.indexed_iter().find(|(_, v)| u32::try_from(**v).is_err()) {
+            return Err(Error::InvalidParameter {
+                field: "positions",
+                value: format!("{v} at [{b}, {l}]"),
+                allowed: "0..=4294967295",
+            });
+        }
+        Ok(a.mapv(|v| v as u32))
+    };
+    match array {
+        NpyArray::U32(a) => {
+            let shape = a.shape().to_vec();
+            a.into_dimensionality::<Ix2>().map_err(|_| rank2(&shape))
+        }
+        NpyArray::I32(a) => checked(a.mapv(i64::from)),
+        NpyArray::I64(a) => checked(a),
+        other => Err(Error::Dtype {
+            path: source.name().to_path_buf(),
+            what: "positions",
+            dtype: format!("'{}'", other.dtype().descr()),
+            allowed: "'<u4', '<i4' or '<i8'".into(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::array;
+
+    fn bytes<T: npy::Element, D: ndarray::Dimension>(a: &ndarray::Array<T, D>) -> Vec<u8> {
+        let mut out = Vec::new();
+        npy::write(&mut out, a.view()).unwrap();
+        out
+    }
+
+    fn source(bytes: &[u8]) -> Source<'_> {
+        Source::Bytes { name: Path::new("t.npy"), bytes }
+    }
+
+    /// A header declaring `shape` of `T`, with no data.
+    fn header<T: npy::Element>(shape: &[usize]) -> Vec<u8> {
+        npy::header::<T>(shape).unwrap()
+    }
+
+    #[test]
+    fn shapes_are_bounded_with_their_zero_axes_set_aside() {
+        let ok = |shape: &[usize]| check_shape("op", "it", shape, 1 << 31, "L").is_ok();
+        assert!(ok(&[]));
+        assert!(ok(&[0]));
+        assert!(ok(&[1 << 31]));
+        assert!(ok(&[0, 1 << 31, 1]));
+        assert!(ok(&[1 << 15, 0, 1 << 16]));
+        assert!(!ok(&[(1 << 31) + 1]));
+        assert!(!ok(&[0, 1 << 31, 2]));
+        assert!(!ok(&[1 << 16, 1 << 16]));
+        // Products past u64, with and without zeros.
+        assert!(!ok(&[1 << 40, 1 << 40]));
+        assert!(!ok(&[0, usize::MAX, usize::MAX]));
+        match check_shape("encode", "the output", &[0, 1 << 62, 8], 1 << 31, "LIMIT") {
+            Err(e @ Error::TooLarge { .. }) => assert_eq!(
+                e.to_string(),
+                "encode: the output would have shape (0, 4611686018427387904, 8), more than \
+                 2147483648 values with its zero axes set aside (the limit LIMIT)"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn ids_whose_output_is_too_large_are_refused_before_they_are_converted() {
+        // An id out of range would be a TokenId error: the size is checked first.
+        let over = bytes(&ndarray::Array2::<i64>::from_elem((1, 9), 99));
+        let err = read_ids(source(&over), (16, 1 << 28), None).unwrap_err();
+        assert!(
+            matches!(err, Error::TooLarge { op: "encode", ref shape, .. }
+            if shape == &[1, 9, 1 << 28]),
+            "{err}"
+        );
+        for shape in [[0, (1 << 62) - 1], [(1 << 63) - 1, 0], [1 << 31, 0]] {
+            let err = read_ids(source(&header::<i64>(&shape)), (16, 8), Some(0)).unwrap_err();
+            assert!(matches!(err, Error::TooLarge { .. }), "{shape:?}: {err}");
+        }
+        // Empty within the limit: an empty batch, whose positions are empty too.
+        let ids = read_ids(source(&header::<u32>(&[1 << 28, 0])), (16, 8), Some(0)).unwrap();
+        assert_eq!(ids.ids.dim(), (1 << 28, 0));
+        for how in [
+            EncodePositions::Contiguous,
+            EncodePositions::LeftPadded { pad_id: 0 },
+            EncodePositions::Fairseq { padding_idx: 1 },
+        ] {
+            assert_eq!(encode_positions(&ids, how).unwrap().dim(), (1 << 28, 0));
+        }
+    }
+
+    #[test]
+    fn one_sequence_ids_and_their_positions_and_offsets() {
+        let ids_bytes = bytes(&array![3u32, 4, 5]);
+        let ids = read_ids(source(&ids_bytes), (16, 8), None).unwrap();
+        assert!(ids.one_sequence());
+        assert_eq!(ids.ids, array![[3u32, 4, 5]]);
+        let given = bytes(&array![7u32, 8, 9]);
+        let p = encode_positions(&ids, EncodePositions::File(source(&given))).unwrap();
+        assert_eq!(p, array![[7u32, 8, 9]]);
+        // The shape must be the ids' as the file gave it: [1, 3] is not [3].
+        let batch = bytes(&array![[7u32, 8, 9]]);
+        let err = encode_positions(&ids, EncodePositions::File(source(&batch))).unwrap_err();
+        assert!(matches!(err, Error::Shape { .. }), "{err}");
+        let offsets = bytes(&array![10i64]);
+        let p = encode_positions(&ids, EncodePositions::Offsets(source(&offsets))).unwrap();
+        assert_eq!(p, array![[10u32, 11, 12]]);
+        let negative = bytes(&array![-1i64]);
+        let err = encode_positions(&ids, EncodePositions::Offsets(source(&negative))).unwrap_err();
+        assert!(matches!(err, Error::InvalidParameter { field: "offsets", .. }), "{err}");
+    }
+
+    #[test]
+    fn rope_inputs_are_bounded_and_offsets_are_not_built_until_asked() {
+        for shape in [[1 << 20, 1 << 20, 0, 8], [1 << 16, 1 << 16, 0, 8], [0, 4, 4, 1 << 40]] {
+            let err = read_rope_input(source(&header::<f32>(&shape))).unwrap_err();
+            assert!(matches!(err, Error::TooLarge { op: "rope", .. }), "{shape:?}: {err}");
+        }
+        let tensor = read_rope_input(source(&header::<f32>(&[1 << 14, 1 << 15, 0, 4]))).unwrap();
+        assert!(tensor.is_empty());
+        let positions = rope_positions(None, Some(5), 1 << 14, 1 << 15).unwrap();
+        assert_eq!(positions.dim(), (1 << 14, 1 << 15));
+        assert_eq!(positions, RopePositions::Offset { offset: 5, batch: 1 << 14, len: 1 << 15 });
+        assert_eq!(positions.for_tensor(&tensor), None);
+        let small = rope_positions(None, Some(u32::MAX - 2), 2, 3).unwrap();
+        let data = RopeTensor::F32(ndarray::Array4::zeros((2, 3, 1, 2)));
+        assert_eq!(small.for_tensor(&data).unwrap().dim(), (2, 3));
+        assert_eq!(
+            small.to_array(),
+            array![[u32::MAX - 2, u32::MAX - 1, u32::MAX], [u32::MAX - 2, u32::MAX - 1, u32::MAX]]
+        );
+        let err = rope_positions(None, Some(u32::MAX - 1), 2, 3).unwrap_err();
+        assert!(matches!(err, Error::InvalidParameter { field: "offset", .. }), "{err}");
+        assert!(rope_positions(None, Some(u32::MAX), 7, 0).is_ok());
+        let given = bytes(&array![[1i32, 2], [3, -4]]);
+        let err = rope_positions(Some(source(&given)), None, 2, 2).unwrap_err();
+        assert!(err.to_string().contains("-4 at [1, 1]"), "{err}");
+        let bf16_bits = bytes(&ndarray::Array4::<bf16>::from_elem((1, 1, 1, 2), bf16::ONE));
+        match read_rope_input(source(&bf16_bits)).unwrap() {
+            RopeTensor::Bf16(a) => assert_eq!(a[[0, 0, 0, 1]], bf16::ONE),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn only_regular_files_are_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = open_file(dir.path()).unwrap_err();
+        assert_eq!(err.to_string(), format!("{}: is a directory", dir.path().display()));
+        let missing = dir.path().join("missing.npy");
+        assert!(matches!(open_file(&missing), Err(Error::Io { .. })));
+        #[cfg(unix)]
+        {
+            // /dev/null is a character device: no size to check a header against.
+            let err = open_file(Path::new("/dev/null")).unwrap_err();
+            assert!(err.to_string().contains("must be a regular file"), "{err}");
+        }
+        let file = dir.path().join("ids.npy");
+        std::fs::write(&file, bytes(&array![1u32])).unwrap();
+        assert_eq!(open_file(&file).unwrap().1, 132);
+        // The readers go through it, so the type is named before any parsing.
+        let ids = read_ids(Source::File(dir.path()), (16, 8), None).unwrap_err();
+        assert!(ids.to_string().ends_with("is a directory"), "{ids}");
+        let table = read_position_table(Source::File(dir.path()), None).unwrap_err();
+        assert!(table.to_string().ends_with("is a directory"), "{table}");
+    }
+}
