@@ -1,12 +1,15 @@
 //! `.npy` bytes through the reader under every role posenc reads them in (ids, positions,
-//! offsets, weights), then ids through the vocabulary check. Any panic is a bug; so is an
-//! accepted array whose data could not have come from the input.
+//! offsets, weights), then ids through the vocabulary check, and through the CLI's up-front
+//! checks (`posenc::inputs`: encode's ids, output size and positions, rope's input and
+//! positions). Any panic is a bug; so is an accepted array whose data could not have come
+//! from the input, or an accepted shape over the output limit.
 #![no_main]
 
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
 use posenc::encode::ids_to_u32;
+use posenc::inputs::{self, EncodePositions, MAX_OUTPUT_VALUES, Source};
 use posenc::npy::{Expected, NpyArray, NpyDtype, read_from};
 
 const ROLES: [Expected<'static>; 4] = [
@@ -44,4 +47,35 @@ fuzz_target!(|data: &[u8]| {
         };
     }
     let _ = posenc::weights::from_bytes(data, None);
+
+    let source = Source::Bytes { name: Path::new("fuzz.npy"), bytes: data };
+    let nonzero = |shape: &[usize]| {
+        shape.iter().filter(|&&d| d != 0).fold(1u64, |n, &d| n.saturating_mul(d as u64))
+    };
+    for (table, pad_id) in [((1000, 8), None), ((1, 65536), Some(0)), ((0, 1), Some(7))] {
+        let Ok(ids) = inputs::read_ids(source, table, pad_id) else { continue };
+        let (batch, len) = ids.ids.dim();
+        assert!(nonzero(&[batch, len, table.1]) <= MAX_OUTPUT_VALUES);
+        for how in [
+            EncodePositions::Contiguous,
+            EncodePositions::LeftPadded { pad_id: 0 },
+            EncodePositions::Fairseq { padding_idx: 1 },
+            EncodePositions::File(source),
+            EncodePositions::Offsets(source),
+        ] {
+            if let Ok(p) = inputs::encode_positions(&ids, how) {
+                assert_eq!(p.dim(), (batch, len));
+            }
+        }
+    }
+    if let Ok(tensor) = inputs::read_rope_input(source) {
+        let shape = tensor.shape();
+        assert!(nonzero(&shape) <= MAX_OUTPUT_VALUES);
+        let (batch, len) = (shape[0], shape[1]);
+        if let Ok(p) = inputs::rope_positions(None, Some(u32::MAX - 3), batch, len) {
+            if let Some(built) = p.for_tensor(&tensor) {
+                assert_eq!(built.dim(), (batch, len));
+            }
+        }
+    }
 });
