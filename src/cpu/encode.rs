@@ -60,7 +60,8 @@ const PREFETCH_AHEAD: usize = 2;
 ///
 /// # Errors
 /// Before any work: [`Error::Shape`] if the table's dim is not the spec's or the
-/// positions' shape is not the ids'; [`Error::TokenId`] for the first id `>= vocab`;
+/// positions' shape is not the ids'; [`Error::TooLarge`] for an output `[batch, len, dim]`
+/// no array can hold; [`Error::TokenId`] for the first id `>= vocab`;
 /// [`Error::InvalidParameter`] for a NaN or infinite scale.
 pub fn encode(
     spec: &PeSpec,

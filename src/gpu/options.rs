@@ -179,7 +179,7 @@ fn bytes_from_env(var: &'static str, min: u64) -> Result<Option<u64>> {
             _ => Err(Error::InvalidParameter {
                 field: var,
                 value: text,
-                allowed: "a whole number of bytes",
+                allowed: "a whole number of bytes, at least 1",
             }),
         },
     }
