@@ -394,6 +394,20 @@ impl Drop for Live {
     }
 }
 
+/// A scratch file the signal cleanup removes while this guard lives (see
+/// [`remove_temporaries_on_signals`]), for scratch files other than an [`AtomicFile`]'s:
+/// the bench's temporary checkpoint, say. Dropping the guard takes the path off the list;
+/// it does not remove the file.
+#[derive(Debug)]
+pub struct RemovedOnSignal {
+    _live: Live,
+}
+
+/// Lists `path` for the signal cleanup until the returned guard is dropped.
+pub fn remove_on_signal(path: &Path) -> RemovedOnSignal {
+    RemovedOnSignal { _live: Live::new(path, &mut live_files()) }
+}
+
 /// The temporary files this process is writing now.
 #[cfg(test)]
 fn live_temporaries() -> Vec<PathBuf> {

@@ -594,3 +594,45 @@ fn decode_steps_are_one_dispatch_and_need_no_wait() {
         );
     }
 }
+
+#[test]
+fn encode_into_buffer_needs_copy_dst_and_writes_buffers_without_storage() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(77);
+    let (vocab, dim) = (40, 12);
+    let spec = PeSpec::new(dim as u32).unwrap();
+    let table = Table::new(&mut rng, vocab, dim);
+    let uploaded = ctx.upload_table(table.view(Dtype::F32)).unwrap();
+    let options = EncodeOptions::default();
+    let ids = random_ids(&mut rng, 3, 5, vocab);
+    let pos = positions::contiguous_batch(3, 5);
+    let bytes = 3 * 5 * dim as u64 * 4;
+    let buffer = |usage| {
+        ctx.device().create_buffer(&wgpu::BufferDescriptor {
+            label: Some("test.into"),
+            size: bytes,
+            usage,
+            mapped_at_creation: false,
+        })
+    };
+    use wgpu::BufferUsages as U;
+    let no_copy_dst = buffer(U::STORAGE | U::COPY_SRC);
+    match ctx.encode_into_buffer(&spec, &uploaded, ids.view(), pos.view(), &options, &no_copy_dst) {
+        Err(e @ posenc::Error::InvalidParameter { field: "buffer usage", .. }) => {
+            assert!(e.to_string().contains("COPY_DST"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // COPY_DST alone: written through scratch buffers, the same bits.
+    let copy_only = buffer(U::COPY_DST | U::COPY_SRC);
+    ctx.encode_into_buffer(&spec, &uploaded, ids.view(), pos.view(), &options, &copy_only).unwrap();
+    let got: Vec<u32> = ctx
+        .read_buffer(&copy_only)
+        .unwrap()
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let want =
+        cpu::encode(&spec, table.view(Dtype::F32), ids.view(), pos.view(), &options).unwrap();
+    assert_eq!(got, want.bits());
+}

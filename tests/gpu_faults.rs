@@ -330,3 +330,38 @@ fn rope_and_alibi_stream_under_a_budget() {
         bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
     assert_eq!(got, want.as_slice().unwrap());
 }
+
+#[test]
+fn a_table_from_another_devices_context_is_refused_by_every_encode() {
+    let Some(ours) = gpu() else { return };
+    let Some(theirs) = fresh_gpu(&Options::default()) else { return };
+    let mut rng = Rng::new(11);
+    let spec = PeSpec::new(16).unwrap();
+    let t = table(&mut rng, 20, 16);
+    let foreign = theirs.upload_table(Embeddings::F32(t.view())).unwrap();
+    let foreign_positions = theirs.upload_position_table(Embeddings::F32(t.view())).unwrap();
+    let local = ours.upload_table(Embeddings::F32(t.view())).unwrap();
+    let ids = Array2::from_shape_fn((1, 5), |(_, i)| i as u32);
+    let pos = positions::contiguous_batch(1, 5);
+    let options = EncodeOptions::default();
+    let refused = |result: Result<(), Error>, field: &str| match result {
+        Err(e @ Error::InvalidParameter { .. }) => {
+            let message = e.to_string();
+            assert!(message.contains(field) && message.contains("another device"), "{message}");
+        }
+        other => panic!("{field}: {other:?}"),
+    };
+    refused(ours.encode(&spec, &foreign, ids.view(), pos.view(), &options).map(drop), "table");
+    refused(
+        ours.encode_to_buffer(&spec, &foreign, ids.view(), pos.view(), &options).map(drop),
+        "table",
+    );
+    refused(
+        ours.encode_learned(&foreign_positions, &local, ids.view(), pos.view(), &options).map(drop),
+        "position_table",
+    );
+    // A context derived from `ours` is on the same device: its tables are accepted.
+    let derived = ours.with_memory_budget(1 << 30);
+    let good = derived.encode(&spec, &local, ids.view(), pos.view(), &options).unwrap();
+    assert_eq!(good.bits(), cpu_bits(&spec, &t, &ids, &pos, &options));
+}

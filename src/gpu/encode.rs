@@ -282,6 +282,8 @@ pub struct GpuTable {
     rows_per_chunk: u32,
     /// Identifies the accounting its chunks count against (the address of its `Memory`).
     accounted_by: usize,
+    /// Identifies the device its chunks live on (see [`Context::device_key`]).
+    device_key: usize,
 }
 
 struct TableChunk {
@@ -387,6 +389,7 @@ impl Context {
             chunks,
             rows_per_chunk: rows_per_chunk as u32,
             accounted_by: self.memory_id(),
+            device_key: self.device_key(),
         })
     }
 
@@ -408,6 +411,7 @@ impl Context {
         options: &EncodeOptions,
     ) -> Result<Encoded> {
         let scale = encode::check(spec, table.dim(), ids, positions, options)?;
+        self.check_same_device(table.device_key, "table")?;
         self.encode_host(PeSource::Spec(spec), table, ids, positions, options, scale)
     }
 
@@ -443,7 +447,13 @@ impl Context {
             self.queue.submit([]);
             Ok(buffer)
         })?;
-        Ok(GpuPositionTable { rows, dim, buffer, accounted_by: self.memory_id() })
+        Ok(GpuPositionTable {
+            rows,
+            dim,
+            buffer,
+            accounted_by: self.memory_id(),
+            device_key: self.device_key(),
+        })
     }
 
     /// `out[b, t, :] = scale * E[ids[b, t], :] + P[positions[b, t], :]` with a learned
@@ -463,6 +473,8 @@ impl Context {
     ) -> Result<Encoded> {
         let scale =
             encode::check_learned(position_table.dim(), table.dim(), ids, positions, options)?;
+        self.check_same_device(table.device_key, "table")?;
+        self.check_same_device(position_table.device_key, "position_table")?;
         self.encode_host(PeSource::Learned(position_table), table, ids, positions, options, scale)
     }
 
@@ -520,6 +532,7 @@ impl Context {
         options: &EncodeOptions,
     ) -> Result<wgpu::Buffer> {
         let scale = encode::check(spec, table.dim(), ids, positions, options)?;
+        self.check_same_device(table.device_key, "table")?;
         let bytes = (ids.len() * table.dim * options.out_dtype.size()).next_multiple_of(4) as u64;
         let max = self.device.limits().max_buffer_size;
         if bytes > max {
@@ -556,13 +569,18 @@ impl Context {
     }
 
     /// Like [`Context::encode_to_buffer`], writing into a buffer the caller owns (and can
-    /// reuse across calls): it needs `STORAGE | COPY_DST` usage and at least
-    /// `batch * len * dim` elements of `options.out_dtype`, rounded up to whole words. As
-    /// there, the work is submitted and not waited for; a decode loop can call this every
-    /// step without a blocking round trip.
+    /// reuse across calls). `out` must be a buffer of this context's device with
+    /// `COPY_DST` usage and at least `batch * len * dim` elements of `options.out_dtype`,
+    /// rounded up to whole words. With `STORAGE` usage as well, an output that fits one
+    /// binding is written in place; without it (or when larger) posenc writes scratch
+    /// buffers and copies them in. As there, the work is submitted and not waited for; a
+    /// decode loop can call this every step without a blocking round trip.
     ///
     /// # Errors
-    /// As [`Context::encode`]; [`Error::Shape`] if `out` is too small.
+    /// As [`Context::encode`], all checked before any GPU work;
+    /// [`Error::InvalidParameter`] (field `buffer usage`) if `out` lacks `COPY_DST`, or
+    /// (field `table`) if `table` was uploaded on another device; [`Error::Shape`] if
+    /// `out` is too small.
     pub fn encode_into_buffer(
         &self,
         spec: &PeSpec,
@@ -588,6 +606,14 @@ impl Context {
         timer: Option<&SpanTimer>,
     ) -> Result<()> {
         let scale = encode::check(spec, table.dim(), ids, positions, options)?;
+        self.check_same_device(table.device_key, "table")?;
+        if !out.usage().contains(wgpu::BufferUsages::COPY_DST) {
+            return Err(Error::InvalidParameter {
+                field: "buffer usage",
+                value: format!("{:?}", out.usage()),
+                allowed: "COPY_DST (STORAGE optional: it lets an output that fits one binding be written in place)",
+            });
+        }
         let bytes = (ids.len() * table.dim * options.out_dtype.size()).next_multiple_of(4) as u64;
         if out.size() < bytes {
             return Err(Error::Shape {
@@ -610,6 +636,19 @@ impl Context {
             )?;
         }
         Ok(())
+    }
+
+    /// Refuses a table uploaded through a context on another device: wgpu cannot tell, and
+    /// would read some other buffer of this device, or panic.
+    fn check_same_device(&self, key: usize, field: &'static str) -> Result<()> {
+        if key == self.device_key() {
+            return Ok(());
+        }
+        Err(Error::InvalidParameter {
+            field,
+            value: "uploaded through a context on another device".into(),
+            allowed: "a table uploaded through this context or one derived from it (with_max_binding_size, with_memory_budget, with_access_pattern)",
+        })
     }
 
     /// Bytes of `table` that this context's accounting does not hold: a table uploaded
@@ -1075,6 +1114,8 @@ pub struct GpuPositionTable {
     buffer: DeviceBuffer,
     /// Identifies the accounting its buffer counts against (as for [`GpuTable`]).
     accounted_by: usize,
+    /// Identifies the device its buffer lives on (as for [`GpuTable`]).
+    device_key: usize,
 }
 
 impl GpuPositionTable {

@@ -173,6 +173,10 @@ pub struct Context {
     copy: timing::CopyKernel,
     /// Built on first use, so contexts that never compute ALiBi never compile it.
     alibi: Arc<std::sync::OnceLock<alibi::AlibiKernel>>,
+    /// One per device opened, shared by the contexts derived from this one: what tables
+    /// remember of the device they live on. (`wgpu::Device`'s own equality compares ids,
+    /// which repeat across instances, so two contexts' devices can compare equal.)
+    device_token: Arc<()>,
 }
 
 impl std::fmt::Debug for Context {
@@ -282,6 +286,7 @@ impl Context {
             pool,
             copy,
             alibi: Arc::default(),
+            device_token: Arc::new(()),
         };
         // Once everything is built, as a driver reset would find it: the callback installed
         // above records the loss, and every call then answers Error::DeviceLost.
@@ -481,6 +486,12 @@ impl Context {
             limit_name: "GPU memory budget",
             limit: self.memory.budget().unwrap_or(u64::MAX),
         })
+    }
+
+    /// Identifies this context's device: contexts derived from one another share it, each
+    /// context that opens a device has its own.
+    pub(crate) fn device_key(&self) -> usize {
+        Arc::as_ptr(&self.device_token) as usize
     }
 
     /// Identifies this context's accounting (clones made by `with_max_binding_size` share it).
