@@ -940,7 +940,7 @@ impl Report {
         let s = &self.sizes;
         let model = self.model.as_ref().map_or_else(String::new, |m| format!("{m}, "));
         let mut out = format!(
-            "posenc bench: {model}B={} L={} D={} V={} {} -> {}, {} runs each; encode moves {:.1} MB, table {:.1} MB\n",
+            "posenc bench: {model}B={} L={} D={} V={} {} -> {}, {} runs each; encode moves {}, table {}\n",
             s.batch,
             s.len,
             s.dim,
@@ -948,12 +948,11 @@ impl Report {
             s.dtype,
             s.out_dtype,
             s.repeats,
-            s.encode_bytes as f64 / 1e6,
-            s.table_bytes as f64 / 1e6
+            size(s.encode_bytes),
+            size(s.table_bytes)
         );
         if let Some(bytes) = s.checkpoint_bytes {
-            out +=
-                &format!("checkpoint: one-tensor .safetensors of {:.1} MB\n", bytes as f64 / 1e6);
+            out += &format!("checkpoint: one-tensor .safetensors of {}\n", size(bytes));
         }
         if let Some(a) = &self.adapter {
             out += &format!(
@@ -972,11 +971,11 @@ impl Report {
         for i in &self.results {
             let ceiling = if i.ceiling == i.name { "" } else { &i.ceiling };
             let line = format!(
-                "{:<21} {:>10.3} {:>10.3} {:>10.3} {:>9.2} {:>8.1}%  {ceiling}",
+                "{:<21} {:>10} {:>10} {:>10} {:>9.2} {:>8.1}%  {ceiling}",
                 i.name,
-                i.median_s * 1e3,
-                i.min_s * 1e3,
-                i.max_s * 1e3,
+                millis(i.median_s),
+                millis(i.min_s),
+                millis(i.max_s),
                 i.gbps,
                 100.0 * i.ratio
             );
@@ -1047,6 +1046,28 @@ fn timing_name(timing: gpu::TimingSource) -> &'static str {
 }
 
 /// The items of the suite table, each with the ceiling its % is of.
+/// `seconds` in milliseconds with at least three significant digits (a decode step's
+/// 0.00183 ms rather than 0.002), at most six decimals.
+fn millis(seconds: f64) -> String {
+    let ms = seconds * 1e3;
+    let decimals = if ms >= 1.0 || ms <= 0.0 || !ms.is_finite() {
+        3
+    } else {
+        (2 - ms.log10().floor() as i32).clamp(3, 6) as usize
+    };
+    format!("{ms:.decimals$}")
+}
+
+/// A byte count in kB, MB or GB (decimal), one decimal.
+fn size(bytes: u64) -> String {
+    let b = bytes as f64;
+    match bytes {
+        0..1_000_000 => format!("{:.1} kB", b / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1} MB", b / 1e6),
+        _ => format!("{:.1} GB", b / 1e9),
+    }
+}
+
 const SUITE_COLUMNS: [&str; 4] = ["cpu_encode", "gpu_encode", "gpu_encode_call", "cpu_load"];
 
 impl Suite {
@@ -1069,22 +1090,23 @@ impl Suite {
                 timing_name(a.timing)
             );
         }
-        out += &format!("{:<17} {:<26}", "model", "shape");
+        let shape_width = self.suite.iter().map(|r| r.shape().len()).max().unwrap_or(0).max(26);
+        out += &format!("{:<17} {:<shape_width$}", "model", "shape");
         for name in SUITE_COLUMNS {
             out += &format!("  {name:>15}");
         }
         out += "  agree\n";
-        out += &format!("{:<44}", "");
+        out += &format!("{:<w$}", "", w = 18 + shape_width);
         for _ in SUITE_COLUMNS {
             out += &format!("  {:>8} {:>6}", "ms", "%");
         }
         out += "\n";
         for r in &self.suite {
             let model = r.model.as_deref().unwrap_or("-");
-            out += &format!("{model:<17} {:<26}", r.shape());
+            out += &format!("{model:<17} {:<shape_width$}", r.shape());
             for name in SUITE_COLUMNS {
                 out += &match r.item(name) {
-                    Some(i) => format!("  {:>8.3} {:>5.1}%", i.median_s * 1e3, 100.0 * i.ratio),
+                    Some(i) => format!("  {:>8} {:>5.1}%", millis(i.median_s), 100.0 * i.ratio),
                     None => format!("  {:>8} {:>6}", "-", "-"),
                 };
             }
@@ -1117,6 +1139,17 @@ pub fn chart(reports: &[Report]) -> Result<plot::Image> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn small_times_keep_three_significant_digits() {
+        assert_eq!(millis(0.000_001_83), "0.00183");
+        assert_eq!(millis(0.000_164), "0.164");
+        assert_eq!(millis(0.012_345), "12.345");
+        assert_eq!(millis(0.0), "0.000");
+        assert_eq!(millis(1e-12), "0.000000");
+        assert_eq!(size(163_840), "163.8 kB");
+        assert_eq!(size(1_050_700_000), "1.1 GB");
+    }
 
     #[test]
     fn the_listed_names_are_the_presets() {

@@ -1092,7 +1092,16 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
     if shown {
         eprint!("\r\x1b[K");
     }
-    let reports = reports?;
+    // bench measures what it was asked for and never falls back; say how to measure the CPU.
+    let reports = reports.map_err(|e| match e {
+        Error::NoAdapter { detail, .. } => Error::NoAdapter {
+            detail,
+            hint: "`posenc bench --device cpu` measures the CPU alone; for the GPU items, \
+                   install a GPU driver or Mesa's software Vulkan driver \
+                   (`apt-get install mesa-vulkan-drivers`)",
+        },
+        e => e,
+    })?;
     if let Some(file) = plot_file {
         let image = bench::chart(&reports)?;
         emit(&file, |w| image.write_png(w))?;

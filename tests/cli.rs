@@ -514,6 +514,9 @@ fn accuracy_report_on_gpu() {
 
 #[test]
 fn bench_prints_json_with_every_item_and_agreement() {
+    if !gpu_available("bench_prints_json_with_every_item_and_agreement") {
+        return;
+    }
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_posenc"))
         .args([
             "bench",

@@ -41,8 +41,9 @@ impl Default for Options {
     }
 }
 
-/// How the vec4 encode kernel walks memory. Both patterns give the same bits; they differ
-/// in speed, and which is faster depends on the adapter.
+/// How the vec4 encode kernel (widths that are a multiple of 4) walks memory. Both
+/// patterns give the same bits; they differ in speed, and which is faster depends on the
+/// adapter.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum AccessPattern {
     /// [`AccessPattern::Adjacent`] on adapters that run shaders on CPU cores (wgpu's
@@ -137,7 +138,8 @@ impl Options {
     }
 
     /// How the vec4 encode kernel walks memory; [`AccessPattern::Auto`] (the default)
-    /// chooses by the adapter's type.
+    /// chooses by the adapter's type. It applies to widths that are a multiple of 4 (the
+    /// vec4 kernel); other widths take the general kernel, which has one pattern.
     #[must_use]
     pub fn access_pattern(mut self, access: AccessPattern) -> Self {
         self.access = access;
