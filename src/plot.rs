@@ -614,7 +614,7 @@ pub const ERROR_FLOOR: f64 = 1e-10;
 /// The top of [`error_plot`]'s error axis (errors are at most 2).
 const ERROR_CEILING: f64 = 10.0;
 /// posenc's documented bound, drawn as a dashed line.
-const POSENC_BOUND: f64 = 6e-8;
+const POSENC_BOUND: f64 = crate::ACCURACY_BOUND;
 
 /// The positions [`error_curve`] samples: `round(2^(k/8))` for `k = 0..=256`, duplicates
 /// dropped and `2^32` replaced by 4294967295; log-spaced from 1 to the last u32.
@@ -654,7 +654,7 @@ pub struct ErrorCurve {
 /// let curve = posenc::plot::error_curve(&posenc::PeSpec::new(64)?);
 /// let last = curve.positions.len() - 1;
 /// assert_eq!(curve.positions[last], u32::MAX);
-/// assert!(curve.posenc[last] <= 6e-8 && curve.naive[last] > 0.1);
+/// assert!(curve.posenc[last] <= posenc::ACCURACY_BOUND && curve.naive[last] > 0.1);
 /// # Ok::<(), posenc::Error>(())
 /// ```
 pub fn error_curve(spec: &PeSpec) -> ErrorCurve {
