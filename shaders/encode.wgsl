@@ -11,14 +11,6 @@
 // CPU twin: src/cpu/encode.rs. Host: src/gpu/encode.rs.
 #import convert
 
-const DTYPE_F32: u32 = 0u;
-const DTYPE_F16: u32 = 1u;
-
-const FLAG_SCALE: u32 = 1u;
-
-// A token whose output row is zero: a pad token (its id may lie outside the vocabulary).
-const PAD: u32 = 0xffffffffu;
-
 struct Params {
     // Tokens in this dispatch, from token_base.
     n_tokens: u32,

@@ -46,12 +46,6 @@ struct Params {
     _pad: u32,
 }
 
-// A token whose output row is zero: a pad token (its id may lie outside the vocabulary).
-const PAD: u32 = 0xffffffffu;
-// A token's id record: its row in its table chunk in the low bits, the chunk's slot above.
-const SLOT_SHIFT: u32 = 28u;
-const ROW_MASK: u32 = 0x0fffffffu;
-
 @group(0) @binding(0) var<uniform> params: Params;
 // tokens[j] for j < groups_at: sorted token j as (row in its table chunk | slot <<
 // SLOT_SHIFT, or PAD; output row). tokens[groups_at + g]: group g as (its first sorted token, its PE row); the record

@@ -5,8 +5,6 @@
 // src/cpu/convert.rs. Host: src/gpu/encode.rs.
 #import convert
 
-const DTYPE_F16: u32 = 1u;
-
 struct Params {
     n_elems: u32,
     out_dtype: u32,

@@ -13,10 +13,6 @@
 // CPU twin: src/cpu/rope.rs. Host: src/gpu/rope.rs (RopeParams mirrors Params).
 #import convert
 
-const DTYPE_F32: u32 = 0u;
-const DTYPE_F16: u32 = 1u;
-const PAIRING_NEOX: u32 = 0u;
-
 struct Params {
     // Elements in this chunk (the last group may hold fewer rows than the others).
     n_elems: u32,

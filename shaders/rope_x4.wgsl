@@ -9,10 +9,6 @@
 // out_b = x_b c + x_a s. Host: src/gpu/rope.rs (RopeX4Params mirrors Params).
 #import convert
 
-const DTYPE_F32: u32 = 0u;
-const DTYPE_F16: u32 = 1u;
-const PAIRING_NEOX: u32 = 0u;
-
 struct Params {
     // Units in this chunk (rows * units_per_row).
     n_units: u32,

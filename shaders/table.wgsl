@@ -3,10 +3,6 @@
 // (TableParams mirrors Params).
 #import sincos
 
-const FLAG_F32: u32 = 1u;
-const FLAG_PADDING: u32 = 2u;
-const FLAG_ZERO_COL: u32 = 4u;
-
 struct Params {
     // rows * n_freqs in this dispatch; the host keeps it below 2^32.
     n_pairs: u32,

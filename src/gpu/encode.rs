@@ -15,7 +15,9 @@ use super::timing::SpanTimer;
 use super::{Context, fold_dispatch};
 use crate::encode::{self, Dtype, Embeddings, EncodeOptions, Encoded};
 use crate::error::{Error, Result};
-use crate::shaders::{EncodeX4, MAX_TABLE_SLOTS, WORKGROUP_SIZE, x4_workgroup};
+use crate::shaders::{
+    EncodeX4, FLAG_SCALE, MAX_TABLE_SLOTS, PAD, SLOT_SHIFT, WORKGROUP_SIZE, x4_workgroup,
+};
 use crate::spec::PeSpec;
 
 /// Mirror of `Params` in `shaders/encode.wgsl`.
@@ -85,13 +87,6 @@ pub struct NarrowParams {
 /// more saves PE reads, fewer keeps a GPU's workgroups many when a batch shares one
 /// position.
 pub const MAX_GROUP_TOKENS: usize = crate::shaders::MAX_GROUP_TOKENS as usize;
-
-/// The kernels' record of a pad token's id: its output row is zero.
-const PAD: u32 = u32::MAX;
-
-/// Bits of a token's id record below its table chunk's slot (see `shaders/encode_x4.wgsl`):
-/// table chunks hold fewer rows than this.
-const SLOT_SHIFT: u32 = 28;
 
 /// One token chunk's records (see the kernels' `tokens`), sorted by dispatch window (the
 /// table chunks one dispatch binds) and then PE row, ties in token order.
@@ -183,8 +178,6 @@ pub(super) fn token_records(
         .collect();
     Records { words, starts }
 }
-
-const FLAG_SCALE: u32 = 1;
 
 /// Fewest workgroups a coalesced `encode_x4` dispatch should have before its groups shrink:
 /// a decode step of eight sequences at one position would otherwise be one group, four
@@ -811,7 +804,8 @@ impl Context {
                 None
             };
             let narrow_params = if odd16 {
-                Some(self.pooled("posenc.narrow.params", 16, U::UNIFORM | U::COPY_DST)?)
+                let bytes = size_of::<NarrowParams>() as u64;
+                Some(self.pooled("posenc.narrow.params", bytes, U::UNIFORM | U::COPY_DST)?)
             } else {
                 None
             };

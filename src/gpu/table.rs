@@ -7,7 +7,7 @@ use super::memory::DeviceBuffer;
 use super::{Context, fold_dispatch};
 use crate::error::{Error, Result};
 use crate::exact;
-use crate::shaders::WORKGROUP_SIZE;
+use crate::shaders::{FLAG_F32, FLAG_PADDING, FLAG_ZERO_COL, WORKGROUP_SIZE};
 use crate::spec::{Frequencies, PeSpec};
 
 /// Mirror of `Params` in `shaders/table.wgsl`.
@@ -39,10 +39,6 @@ pub struct TableParams {
     /// Padding to a multiple of 16 bytes.
     pub _pad: u32,
 }
-
-const FLAG_F32: u32 = 1;
-const FLAG_PADDING: u32 = 2;
-const FLAG_ZERO_COL: u32 = 4;
 
 impl TableParams {
     /// The parameters of `spec` for a dispatch of `n_pairs` pairs over `groups_x` columns of

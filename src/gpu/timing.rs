@@ -236,7 +236,11 @@ impl Context {
             }
             let staging =
                 self.pooled("posenc.copy.probes", 16 * COPY_PROBES, U::MAP_READ | U::COPY_DST)?;
-            let params_buf = self.pooled("posenc.copy.params", 16, U::UNIFORM | U::COPY_DST)?;
+            let params_buf = self.pooled(
+                "posenc.copy.params",
+                size_of::<CopyParams>() as u64,
+                U::UNIFORM | U::COPY_DST,
+            )?;
             let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
             let forms = [
                 (&self.copy.layout, &self.copy.pipeline, 1),
