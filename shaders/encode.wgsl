@@ -43,11 +43,7 @@ fn load_table_bits(i: u32) -> u32 {
     if params.in_dtype == DTYPE_F32 {
         return table[i];
     }
-    let half = (table[i >> 1u] >> ((i & 1u) * 16u)) & 0xffffu;
-    if params.in_dtype == DTYPE_F16 {
-        return f16_to_f32_bits(half);
-    }
-    return bf16_to_f32_bits(half);
+    return half_to_f32_bits(half_of(table[i >> 1u], i), params.in_dtype);
 }
 
 // f32 bits of column col for a token whose table row starts at element `row` and whose PE
@@ -58,13 +54,6 @@ fn value_bits(row: u32, pe_row: u32, col: u32) -> u32 {
         v = v * bitcast<f32>(params.scale_bits);
     }
     return bitcast<u32>(v + bitcast<f32>(pe[pe_row + col]));
-}
-
-fn to_half_bits(bits: u32) -> u32 {
-    if params.out_dtype == DTYPE_F16 {
-        return f32_to_f16_bits(bits);
-    }
-    return f32_to_bf16_bits(bits);
 }
 
 @compute @workgroup_size(WORKGROUP_SIZE)
@@ -87,7 +76,7 @@ fn encode(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index)
         out[w] = value_bits(row, pe_row, x);
         return;
     }
-    let lo = to_half_bits(value_bits(row, pe_row, 2u * x));
-    let hi = to_half_bits(value_bits(row, pe_row, 2u * x + 1u));
+    let lo = f32_to_half_bits(value_bits(row, pe_row, 2u * x), params.out_dtype);
+    let hi = f32_to_half_bits(value_bits(row, pe_row, 2u * x + 1u), params.out_dtype);
     out[w] = lo | (hi << 16u);
 }

@@ -57,7 +57,7 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> out: array<OutWord>;
 // Bindings 4.. are the table slots, declared by the host's header.
 
-#import convert
+#import convert4
 
 fn value(t: vec2<u32>, x: u32, p: vec4<f32>, s: f32) -> OutWord {
     // A pad token reads row 0 of slot 0 in its place and writes zeros.

@@ -2,6 +2,7 @@
 // the spec's columns. CPU twin: src/cpu/table.rs. Host wrapper: src/gpu/table.rs
 // (TableParams mirrors Params).
 #import sincos
+#import f32_angle
 
 struct Params {
     // rows * n_freqs in this dispatch; the host keeps it below 2^32.

@@ -1,5 +1,5 @@
-//! WGSL sources and their composition. Shared code lives once in `shaders/` and kernels pull
-//! it in with `#import NAME`. Every number the host and the kernels both use
+//! WGSL sources and their composition. Shared code lives once in `shaders/shared/` and
+//! kernels pull it in with `#import NAME`. Every number the host and the kernels both use
 //! (the CPU twins' coefficients, workgroup sizes, the codes the host packs into `Params` and
 //! token records) is defined here or beside its CPU twin and written into each kernel's
 //! prelude, so none is written twice.
@@ -40,10 +40,13 @@ pub const SLOT_SHIFT: u32 = 28;
 /// The row (in its table chunk) of an `encode_x4` id record.
 pub const ROW_MASK: u32 = (1 << SLOT_SHIFT) - 1;
 
-/// Shared modules that kernels may `#import`, by name.
+/// Shared modules that kernels may `#import`, by name: each is `shaders/shared/<name>.wgsl`.
 const MODULES: &[(&str, &str)] = &[
-    ("sincos", include_str!("../shaders/sincos.wgsl")),
-    ("convert", include_str!("../shaders/convert.wgsl")),
+    ("intmath", include_str!("../shaders/shared/intmath.wgsl")),
+    ("sincos", include_str!("../shaders/shared/sincos.wgsl")),
+    ("f32_angle", include_str!("../shaders/shared/f32_angle.wgsl")),
+    ("convert", include_str!("../shaders/shared/convert.wgsl")),
+    ("convert4", include_str!("../shaders/shared/convert4.wgsl")),
 ];
 
 /// The kernels, by entry-point name: each is `shaders/<name>.wgsl`, but for `copy_x4`. The
