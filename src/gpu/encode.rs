@@ -218,9 +218,9 @@ pub(super) struct EncodeKernels {
 
 impl EncodeKernels {
     pub(super) fn new(device: &wgpu::Device) -> Self {
-        let (layout, pipeline) = super::build_kernel(device, "encode", 4);
+        let (layout, pipeline) = super::build_kernel(device, "encode");
         let general = Arc::new(Kernel { layout, pipeline });
-        let (layout, pipeline) = super::build_kernel(device, "narrow", 2);
+        let (layout, pipeline) = super::build_kernel(device, "narrow");
         let narrow = Arc::new(Kernel { layout, pipeline });
         Self { general, narrow, x4: Arc::default() }
     }
@@ -231,14 +231,7 @@ impl Context {
     fn x4_kernel(&self, variant: EncodeX4) -> Arc<Kernel> {
         let mut kernels = self.encode.x4.lock().unwrap_or_else(|e| e.into_inner());
         let kernel = kernels.entry(variant).or_insert_with(|| {
-            use wgpu::BufferBindingType as B;
-            let mut bindings = vec![
-                B::Uniform,
-                B::Storage { read_only: true },
-                B::Storage { read_only: true },
-                B::Storage { read_only: false },
-            ];
-            bindings.extend((0..variant.slots).map(|_| B::Storage { read_only: true }));
+            let bindings = super::layout::encode_x4_bindings(variant.slots);
             let (layout, pipeline) =
                 super::build_pipeline(&self.device, "encode_x4", &variant.source(), &bindings);
             Arc::new(Kernel { layout, pipeline })
@@ -1219,14 +1212,5 @@ mod tests {
         assert_eq!(group_cap(32, 4096), 2);
         // A prefill: full groups.
         assert_eq!(group_cap(8192, 1024), MAX_GROUP_TOKENS);
-    }
-
-    #[test]
-    fn params_match_the_wgsl_struct_size() {
-        // Twelve u32 fields in shaders/encode.wgsl's Params.
-        assert_eq!(size_of::<EncodeParams>(), 48);
-        // Eight u32 fields in shaders/encode_x4.wgsl's Params, four in narrow.wgsl's.
-        assert_eq!(size_of::<EncodeX4Params>(), 32);
-        assert_eq!(size_of::<NarrowParams>(), 16);
     }
 }
