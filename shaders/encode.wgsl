@@ -1,13 +1,14 @@
 // Fused embedding gather + positional encoding, general form, for dims that are not a
 // multiple of 4 (encode_x4.wgsl serves the rest):
 //     out[t, c] = scale * E[id(t), c] + PE[slot(t), c]
-// for every storage type. PE rows come from the table kernel (exact phase), computed once
-// for the positions in use. The grid is 2-D: y names the token (plus z * groups_y when
-// folded), x the output word within its row, so no invocation divides. One invocation
-// writes one output word: one f32 element, or two f16/bf16 elements of the same row (dim is
-// even; 16-bit output of an odd dim is written as f32 and narrowed by narrow.wgsl). A
-// vocabulary larger than one binding is split into chunks; the host sorts the tokens by
-// chunk and each dispatch serves the tokens of one chunk, so every token is written once.
+// for every storage type. PE rows are f32 rows of the table kernel (exact phase: cached for
+// positions 0..n, or computed for the chunk's positions) or of a learned table. The grid is
+// 2-D: y names the token (plus z * groups_y when folded), x the output word within its row,
+// so no invocation divides. One invocation writes one output word: one f32 element, or two
+// f16/bf16 elements of the same row (out_dtype 16-bit only for an even dim; 16-bit output
+// of an odd dim is written as f32 and narrowed by narrow.wgsl). A vocabulary larger than
+// one binding is split into chunks; the host sorts the tokens by chunk and each dispatch
+// serves the tokens of one chunk, so every token is written once.
 // CPU twin: src/cpu/encode.rs. Host: src/gpu/encode.rs.
 #import convert
 
@@ -15,7 +16,8 @@ struct Params {
     // Tokens in this dispatch, from token_base.
     n_tokens: u32,
     token_base: u32,
-    // Output words per row: dim for f32, dim / 2 for 16-bit outputs.
+    // Output words per row: dim when out_dtype is DTYPE_F32, else dim / 2 (dim is then
+    // even).
     row_words: u32,
     dim: u32,
     scale_bits: u32,

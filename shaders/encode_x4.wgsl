@@ -2,7 +2,7 @@
 // output type: out[t] = scale * E[id(t)] + PE[slot(t)] in units of four elements. Same
 // arithmetic, same bits as the general kernel and the CPU twin (src/cpu/encode.rs).
 //
-// The host specialises this file per variant (src/shaders.rs, `encode_x4_header`): the
+// The host specialises this file per variant (src/shaders.rs, `EncodeX4::source`): the
 // storage word of a unit of the table (`TableWord`: vec4<u32> for f32, vec2<u32> for
 // 16-bit) and of the output (`OutWord`), `widen`/`narrow` between them and vec4<f32>, the
 // number of table bindings `TABLE_SLOTS` with `table_word(slot, i)` choosing among them,
@@ -48,10 +48,10 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> params: Params;
 // tokens[j] for j < groups_at: sorted token j as (row in its table chunk | slot <<
-// SLOT_SHIFT, or PAD; output row). tokens[groups_at + g]: group g as (its first sorted token, its PE row); the record
-// after the last group holds (number of tokens, 0), so group g's tokens end where g + 1's
-// begin. One buffer for both keeps the kernel within the 4 storage buffers per stage of
-// WebGPU's downlevel limits (with one table slot).
+// SLOT_SHIFT, or PAD; output row). tokens[groups_at + g]: group g as (its first sorted
+// token, its PE row); the record after the last group holds (number of tokens, 0), so
+// group g's tokens end where g + 1's begin. One buffer for both keeps the kernel within the
+// 4 storage buffers per stage of WebGPU's downlevel limits (with one table slot).
 @group(0) @binding(1) var<storage, read> tokens: array<vec2<u32>>;
 @group(0) @binding(2) var<storage, read> pe: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> out: array<OutWord>;

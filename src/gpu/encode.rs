@@ -28,17 +28,18 @@ pub struct EncodeParams {
     pub n_tokens: u32,
     /// The first of them, among the chunk's sorted tokens.
     pub token_base: u32,
-    /// Output words per row: dim for f32 output, dim / 2 for 16-bit output.
+    /// Output words per row: dim when `out_dtype` is f32 (so for the f32 rows of an odd
+    /// dim's 16-bit output), else dim / 2.
     pub row_words: u32,
     /// Model dimension.
     pub dim: u32,
-    /// f32 bits of the scale (used when `FLAG_SCALE` is set).
+    /// f32 bits of the scale (used when [`FLAG_SCALE`] is set).
     pub scale_bits: u32,
-    /// `FLAG_SCALE` or 0.
+    /// [`FLAG_SCALE`] or 0.
     pub flags: u32,
-    /// Table storage type code.
+    /// Table storage type code (`DTYPE_*` of [`crate::shaders`]).
     pub in_dtype: u32,
-    /// Output storage type code.
+    /// Output storage type code (`DTYPE_*` of [`crate::shaders`]).
     pub out_dtype: u32,
     /// Workgroups along y; tokens beyond fold into z.
     pub groups_y: u32,
@@ -75,7 +76,8 @@ pub struct EncodeX4Params {
 pub struct NarrowParams {
     /// f32 elements to narrow.
     pub n_elems: u32,
-    /// Output storage type code (f16 or bf16).
+    /// Output storage type code ([`DTYPE_F16`](crate::shaders::DTYPE_F16) or
+    /// [`DTYPE_BF16`](crate::shaders::DTYPE_BF16)).
     pub out_dtype: u32,
     /// Workgroups along x of a dispatch folded into 2-D.
     pub groups_x: u32,

@@ -23,7 +23,7 @@ pub struct RopeCsParams {
     pub n_freqs: u32,
     /// Workgroups along x of a dispatch folded into 2-D.
     pub groups_x: u32,
-    /// `FLAG_SCALE` when the attention factor is not 1.
+    /// [`FLAG_SCALE`] when the attention factor is not 1.
     pub flags: u32,
     /// f32 bits of the attention factor.
     pub scale_bits: u32,
@@ -51,9 +51,9 @@ pub struct RopeParams {
     pub rotary_dim: u32,
     /// `r / 2`.
     pub n_freqs: u32,
-    /// 0 for neox, 1 for gptj.
+    /// [`PAIRING_NEOX`] or [`PAIRING_GPTJ`].
     pub pairing: u32,
-    /// Storage type code.
+    /// Storage type code (`DTYPE_*` of [`crate::shaders`]).
     pub dtype: u32,
     /// Row groups each workgroup walks.
     pub groups_per_wg: u32,
@@ -75,9 +75,9 @@ pub struct RopeX4Params {
     pub half_vecs: u32,
     /// `r / 2`.
     pub n_freqs: u32,
-    /// 0 for neox, 1 for gptj.
+    /// [`PAIRING_NEOX`] or [`PAIRING_GPTJ`].
     pub pairing: u32,
-    /// Storage type code.
+    /// Storage type code (`DTYPE_*` of [`crate::shaders`]).
     pub dtype: u32,
     /// Workgroups along x of a dispatch folded into 2-D.
     pub groups_x: u32,

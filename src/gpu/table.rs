@@ -28,13 +28,13 @@ pub struct TableParams {
     pub stride: u32,
     /// Column of the first cos.
     pub cos_offset: u32,
-    /// The always-zero column (with `FLAG_ZERO_COL`).
+    /// The always-zero column (with [`FLAG_ZERO_COL`]).
     pub zero_col: u32,
     /// Added to every position.
     pub start: u32,
-    /// The position whose row is all zeros (with `FLAG_PADDING`).
+    /// The position whose row is all zeros (with [`FLAG_PADDING`]).
     pub padding_idx: u32,
-    /// `FLAG_F32 | FLAG_PADDING | FLAG_ZERO_COL`.
+    /// Any of [`FLAG_F32`], [`FLAG_PADDING`], [`FLAG_ZERO_COL`].
     pub flags: u32,
     /// Padding to a multiple of 16 bytes.
     pub _pad: u32,
