@@ -379,6 +379,9 @@ pub struct AdapterInfo {
     pub device_type: String,
     /// How the GPU items timed on the device (copy ceiling, encodes, table) were timed.
     pub timing: gpu::TimingSource,
+    /// The vec4 encode kernel's access pattern (`coalesced` or `adjacent`; see
+    /// [`gpu::AccessPattern`], chosen by the adapter's type or `POSENC_GPU_ACCESS`).
+    pub access: String,
 }
 
 /// The sizes of a report.
@@ -792,6 +795,7 @@ fn run_on(
             backend: format!("{:?}", info.backend),
             device_type: format!("{:?}", info.device_type),
             timing: ctx.timing_source(),
+            access: format!("{:?}", ctx.access_pattern()).to_lowercase(),
         });
         progress("uploading the table");
         let uploaded = ctx.upload_table(inputs.table.view())?;
@@ -956,11 +960,12 @@ impl Report {
         }
         if let Some(a) = &self.adapter {
             out += &format!(
-                "GPU: {} ({}, {}); GPU items timed by {} (gpu_encode_call, gpu_readback, \
-                 gpu_copy_ceiling_call: the wall clock)\n",
+                "GPU: {} ({}, {}, {} access); GPU items timed by {} (gpu_encode_call, \
+                 gpu_readback, gpu_copy_ceiling_call: the wall clock)\n",
                 a.name,
                 a.backend,
                 a.device_type,
+                a.access,
                 timing_name(a.timing)
             );
         }
@@ -1083,10 +1088,11 @@ impl Suite {
         );
         if let Some(a) = self.suite.iter().find_map(|r| r.adapter.as_ref()) {
             out += &format!(
-                "GPU: {} ({}, {}); gpu_encode timed by {}\n",
+                "GPU: {} ({}, {}, {} access); gpu_encode timed by {}\n",
                 a.name,
                 a.backend,
                 a.device_type,
+                a.access,
                 timing_name(a.timing)
             );
         }

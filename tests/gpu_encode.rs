@@ -596,7 +596,7 @@ fn decode_steps_are_one_dispatch_and_need_no_wait() {
 }
 
 #[test]
-fn encode_into_buffer_needs_copy_dst_and_writes_buffers_without_storage() {
+fn encode_into_buffer_writes_in_place_or_copies_in_with_copy_dst() {
     let Some(ctx) = gpu() else { return };
     let mut rng = Rng::new(77);
     let (vocab, dim) = (40, 12);
@@ -615,24 +615,30 @@ fn encode_into_buffer_needs_copy_dst_and_writes_buffers_without_storage() {
             mapped_at_creation: false,
         })
     };
+    let bits = |b: &wgpu::Buffer| -> Vec<u32> {
+        ctx.read_buffer(b)
+            .unwrap()
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    };
+    let want =
+        cpu::encode(&spec, table.view(Dtype::F32), ids.view(), pos.view(), &options).unwrap();
     use wgpu::BufferUsages as U;
-    let no_copy_dst = buffer(U::STORAGE | U::COPY_SRC);
-    match ctx.encode_into_buffer(&spec, &uploaded, ids.view(), pos.view(), &options, &no_copy_dst) {
+    // Without STORAGE the result must be copied in, which needs COPY_DST.
+    let neither = buffer(U::COPY_SRC);
+    match ctx.encode_into_buffer(&spec, &uploaded, ids.view(), pos.view(), &options, &neither) {
         Err(e @ posenc::Error::InvalidParameter { field: "buffer usage", .. }) => {
             assert!(e.to_string().contains("COPY_DST"), "{e}");
         }
         other => panic!("{other:?}"),
     }
+    // STORAGE alone: written in place.
+    let in_place = buffer(U::STORAGE | U::COPY_SRC);
+    ctx.encode_into_buffer(&spec, &uploaded, ids.view(), pos.view(), &options, &in_place).unwrap();
+    assert_eq!(bits(&in_place), want.bits());
     // COPY_DST alone: written through scratch buffers, the same bits.
     let copy_only = buffer(U::COPY_DST | U::COPY_SRC);
     ctx.encode_into_buffer(&spec, &uploaded, ids.view(), pos.view(), &options, &copy_only).unwrap();
-    let got: Vec<u32> = ctx
-        .read_buffer(&copy_only)
-        .unwrap()
-        .chunks_exact(4)
-        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
-    let want =
-        cpu::encode(&spec, table.view(Dtype::F32), ids.view(), pos.view(), &options).unwrap();
-    assert_eq!(got, want.bits());
+    assert_eq!(bits(&copy_only), want.bits());
 }

@@ -557,18 +557,19 @@ impl Context {
     }
 
     /// Like [`Context::encode_to_buffer`], writing into a buffer the caller owns (and can
-    /// reuse across calls). `out` must be a buffer of this context's device with
-    /// `COPY_DST` usage and at least `batch * len * dim` elements of `options.out_dtype`,
-    /// rounded up to whole words. With `STORAGE` usage as well, an output that fits one
-    /// binding is written in place; without it (or when larger) posenc writes scratch
-    /// buffers and copies them in. As there, the work is submitted and not waited for; a
-    /// decode loop can call this every step without a blocking round trip.
+    /// reuse across calls). `out` must be a buffer of this context's device holding at
+    /// least `batch * len * dim` elements of `options.out_dtype`, rounded up to whole
+    /// words. With `STORAGE` usage, an output that fits one binding (and the memory
+    /// budget's chunk) is written in place; otherwise posenc writes scratch buffers and
+    /// copies them in, which needs `COPY_DST` usage. `STORAGE | COPY_DST` serves every
+    /// size. As there, the work is submitted and not waited for; a decode loop can call
+    /// this every step without a blocking round trip.
     ///
     /// # Errors
     /// As [`Context::encode`], all checked before any GPU work;
-    /// [`Error::InvalidParameter`] (field `buffer usage`) if `out` lacks `COPY_DST`, or
-    /// (field `table`) if `table` was uploaded on another device; [`Error::Shape`] if
-    /// `out` is too small.
+    /// [`Error::InvalidParameter`] (field `buffer usage`) if `out` would need the copy
+    /// and lacks `COPY_DST`, or (field `table`) if `table` was uploaded on another device;
+    /// [`Error::Shape`] if `out` is too small.
     pub fn encode_into_buffer(
         &self,
         spec: &PeSpec,
@@ -595,13 +596,6 @@ impl Context {
     ) -> Result<()> {
         let scale = encode::check(spec, table.dim(), ids, positions, options)?;
         self.check_same_device(table.device_key, "table")?;
-        if !out.usage().contains(wgpu::BufferUsages::COPY_DST) {
-            return Err(Error::InvalidParameter {
-                field: "buffer usage",
-                value: format!("{:?}", out.usage()),
-                allowed: "COPY_DST (STORAGE optional: it lets an output that fits one binding be written in place)",
-            });
-        }
         let bytes = (ids.len() * table.dim * options.out_dtype.size()).next_multiple_of(4) as u64;
         if out.size() < bytes {
             return Err(Error::Shape {

@@ -22,7 +22,7 @@ pub use encode::{
     PE_CACHE_BUDGET,
 };
 pub use faults::{FAULT_INJECT_ENV, SUBMISSION_TIMEOUT};
-pub use options::{AccessPattern, MEMORY_BUDGET_ENV, Options, TIMESTAMPS_ENV};
+pub use options::{ACCESS_PATTERN_ENV, AccessPattern, MEMORY_BUDGET_ENV, Options, TIMESTAMPS_ENV};
 pub use rope::{RopeCsParams, RopeParams, RopeX4Params};
 pub use table::TableParams;
 pub use timing::{CopyParams, TimingSource};

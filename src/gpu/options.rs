@@ -10,6 +10,11 @@ pub const MEMORY_BUDGET_ENV: &str = "POSENC_GPU_MEMORY_BUDGET";
 /// Environment variable turning GPU timestamp queries off (`off`) or on (`on`, the default).
 pub const TIMESTAMPS_ENV: &str = "POSENC_GPU_TIMESTAMPS";
 
+/// Environment variable choosing the vec4 encode kernel's access pattern: `auto`,
+/// `coalesced` or `adjacent` (see [`AccessPattern`]), for measuring one against the other
+/// with `posenc bench` on a given adapter.
+pub const ACCESS_PATTERN_ENV: &str = "POSENC_GPU_ACCESS";
+
 /// Options of [`Context::with_options`](super::Context::with_options). The default uses
 /// every optional feature the adapter offers, no budget and no binding cap.
 ///
@@ -74,7 +79,8 @@ impl AccessPattern {
 
 impl Options {
     /// The defaults, changed by `POSENC_MAX_BINDING_SIZE` and `POSENC_GPU_MEMORY_BUDGET`
-    /// (whole numbers of bytes) and `POSENC_GPU_TIMESTAMPS` (`on` or `off`) when set;
+    /// (whole numbers of bytes), `POSENC_GPU_TIMESTAMPS` (`on` or `off`) and
+    /// `POSENC_GPU_ACCESS` (`auto`, `coalesced` or `adjacent`) when set;
     /// `POSENC_FAULT_INJECT=device-lost` makes the context lose its device as soon as it
     /// opens (see [`FAULT_INJECT_ENV`](super::FAULT_INJECT_ENV)).
     ///
@@ -92,8 +98,21 @@ impl Options {
                 });
             }
         };
+        let access = match std::env::var(ACCESS_PATTERN_ENV).as_deref() {
+            Err(_) | Ok("auto") => AccessPattern::Auto,
+            Ok("coalesced") => AccessPattern::Coalesced,
+            Ok("adjacent") => AccessPattern::Adjacent,
+            Ok(other) => {
+                return Err(Error::InvalidParameter {
+                    field: ACCESS_PATTERN_ENV,
+                    value: other.to_string(),
+                    allowed: "auto, coalesced or adjacent",
+                });
+            }
+        };
         Ok(Self {
             memory_budget: bytes_from_env(MEMORY_BUDGET_ENV, 1)?,
+            access,
             max_binding_size: super::binding_cap_from_env()?,
             timestamps,
             fault: fault_from_env()?,

@@ -49,12 +49,13 @@ impl<'a> Output<'a> {
     /// a whole number of words). A device sink that one chunk fills is written directly
     /// when it may be bound (`STORAGE` usage, an aligned offset, within the binding cap);
     /// otherwise chunks go through a pooled scratch buffer (`STORAGE | COPY_SRC |
-    /// COPY_DST`, so an operation may also upload its input there). `timer`, if any,
-    /// brackets every submission.
+    /// COPY_DST`, so an operation may also upload its input there) and are copied into
+    /// the sink, which then needs `COPY_DST`. `timer`, if any, brackets every submission.
     ///
     /// # Errors
-    /// [`crate::Error::Limit`] if the memory budget cannot hold the scratch or staging
-    /// buffer.
+    /// [`crate::Error::InvalidParameter`] (field `buffer usage`) for a device sink that
+    /// cannot be written in place and lacks `COPY_DST`; [`crate::Error::Limit`] if the
+    /// memory budget cannot hold the scratch or staging buffer.
     pub(crate) fn new(
         ctx: &'a Context,
         op: &'static Op,
@@ -75,6 +76,14 @@ impl<'a> Output<'a> {
                     && whole <= ctx.max_binding =>
             {
                 Target::Direct { buffer: (*buffer).clone(), offset: *offset, size: whole }
+            }
+            Sink::Device { buffer, .. } if !buffer.usage().contains(U::COPY_DST) => {
+                return Err(crate::Error::InvalidParameter {
+                    field: "buffer usage",
+                    value: format!("{:?}", buffer.usage()),
+                    allowed: "COPY_DST, or STORAGE for a result written in place (one that \
+                              fits one binding and the memory budget, at an aligned offset)",
+                });
             }
             _ => Target::Scratch(ctx.pooled(
                 op.out,
