@@ -2,12 +2,10 @@
 //! the paper's recursive `get_slopes` evaluated in 512-bit arithmetic by a different route
 //! (square roots, not exp/ln), and every bias value from exact integer products.
 
-mod common;
-
 use std::collections::HashMap;
 
+use crate::support::Rng;
 use astro_float::{BigFloat, RoundingMode};
-use common::Rng;
 use ndarray::Array3;
 use posenc::Error;
 use posenc::alibi::{self, AlibiSpec, Form, MAX_HEADS, MAX_VALUES};

@@ -9,13 +9,11 @@
 //! records the largest request. The cargo-fuzz targets in `fuzz/` run the same parsers for
 //! longer, outside CI.
 
-mod common;
-
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
 
-use common::cli::{posenc, stderr};
+use crate::support::cli::{posenc, stderr};
 use posenc::Error;
 use posenc::encode::ids_to_u32;
 use posenc::inputs::{self, EncodePositions, Source};

@@ -1,9 +1,7 @@
 //! The CPU encode against an independent float64 computation of the formula, and the
 //! checks at the API edge.
 
-mod common;
-
-use common::Rng;
+use crate::support::Rng;
 use ndarray::Array2;
 use posenc::encode::{Embeddings, EncodeOptions, Scale, ids_to_u32};
 use posenc::{PeSpec, cpu, positions};

@@ -4,9 +4,7 @@
 //! the widest vector instructions this CPU has, for every table and output type, with and
 //! without a scale and a pad id.
 
-mod common;
-
-use common::Rng;
+use crate::support::Rng;
 use half::{bf16, f16};
 use ndarray::{Array2, Array3};
 use posenc::cpu::convert::{bf16_to_f32_bits, f16_to_f32_bits, f32_to_bf16_bits, f32_to_f16_bits};

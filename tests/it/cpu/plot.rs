@@ -3,9 +3,7 @@
 //! curve hold what the README says, bench bars have the heights of their values, and bad
 //! sizes are errors rather than panics.
 
-mod common;
-
-use common::Png;
+use crate::support::Png;
 use ndarray::Array2;
 use posenc::plot::{self, Image};
 use posenc::{Error, PeSpec, cpu};

@@ -14,13 +14,11 @@
 //! `|out - exact| <= af (|x| + |y|) (E + 3 * 2^-24) (1 + 1e-6)`; 16-bit results add half an
 //! ulp of their type for the final rounding.
 
-mod common;
-
 use std::cell::RefCell;
 
+use crate::support::Rng;
+use crate::support::rope::{hard_batch, pair_of, tensor, token_major, ulp_of};
 use astro_float::{BigFloat, Consts, RoundingMode};
-use common::Rng;
-use common::rope::{hard_batch, pair_of, tensor, token_major, ulp_of};
 use half::{bf16, f16};
 use ndarray::{Array2, Array4, ArrayView2, ArrayView4};
 use posenc::rope::{Dtype, Element, Layout, Pairing, RopeSpec, Scaling};
@@ -661,7 +659,7 @@ fn the_gpu_comparison_catches_a_wrong_element() {
     let freqs = spec.frequencies_for(p.view());
     let mut one_ulp = want.clone();
     one_ulp[[0, 1, 0, 2]] = f32::from_bits(one_ulp[[0, 1, 0, 2]].to_bits() + 1);
-    let n = common::rope::assert_rope_close(
+    let n = crate::support::rope::assert_rope_close(
         "one ulp",
         &spec,
         &freqs,
@@ -675,7 +673,7 @@ fn the_gpu_comparison_catches_a_wrong_element() {
     let mut wrong = want.clone();
     wrong[[0, 1, 0, 2]] += 1e-3;
     let caught = std::panic::catch_unwind(|| {
-        common::rope::assert_rope_close(
+        crate::support::rope::assert_rope_close(
             "wrong",
             &spec,
             &freqs,

@@ -1,8 +1,6 @@
 //! Accuracy of the table paths (cpu, reference) against exact values.
 
-mod common;
-
-use common::{Rng, hard_positions, max_abs_diff};
+use crate::support::{Rng, hard_positions, max_abs_diff};
 use posenc::{PeSpec, cpu, reference};
 
 /// The accuracy promise: half an f32 ulp at 1.0 (2^-25 = 3.0e-8) of final rounding plus the

@@ -2,10 +2,8 @@
 //! published formula, written here the way each project writes it (its own frequency
 //! formula, its own column construction), sharing no code with the library.
 
-mod common;
-
+use crate::support::{Rng, hard_positions, max_abs_diff};
 use astro_float::{BigFloat, Consts, RoundingMode};
-use common::{Rng, hard_positions, max_abs_diff};
 use posenc::{Frequencies, PeSpec, Variant, cpu, reference};
 
 const P: usize = 320;

@@ -1,9 +1,7 @@
 //! The GPU ALiBi bias against its CPU twin, bit for bit, on whatever adapter wgpu picks (CI
 //! runs this file on lavapipe and on llvmpipe); tests/alibi.rs ties the CPU to the formula.
 
-mod common;
-
-use common::{Rng, assert_bits_eq, gpu};
+use crate::support::{Rng, assert_bits_eq, gpu};
 use posenc::alibi::{self, AlibiSpec, Form};
 
 fn spec(heads: u32, len: u64, kv_len: Option<u64>, offset: u32, form: Form) -> AlibiSpec {

@@ -1,9 +1,7 @@
 //! One GPU context and one uploaded table shared by many threads give the same results as
 //! serial calls.
 
-mod common;
-
-use common::{Rng, gpu};
+use crate::support::{Rng, gpu};
 use ndarray::Array2;
 use posenc::encode::{Embeddings, EncodeOptions};
 use posenc::{PeSpec, cpu, positions};

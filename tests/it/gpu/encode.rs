@@ -1,9 +1,7 @@
 //! The GPU encode against its CPU twin on seeded random problems: every storage type, every
 //! position builder, forced chunking. Bit for bit without a scale.
 
-mod common;
-
-use common::{Rng, gpu};
+use crate::support::{Rng, gpu};
 use half::{bf16, f16};
 use ndarray::{Array2, Axis};
 use posenc::encode::{Dtype, Embeddings, EncodeOptions, Encoded, Scale};
@@ -456,7 +454,7 @@ fn learned_position_tables_encode_bit_identically() {
 fn chunked_tables_of_every_type_encode_bit_identically() {
     let Some(ctx) = gpu() else { return };
     let mut rng = Rng::new(36);
-    let downlevel = common::fresh_gpu(
+    let downlevel = crate::support::fresh_gpu(
         &posenc::gpu::Options::default().limits(Some(wgpu::Limits::downlevel_defaults())),
     );
     let patterns = [posenc::gpu::AccessPattern::Adjacent, posenc::gpu::AccessPattern::Coalesced];

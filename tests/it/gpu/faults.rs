@@ -2,12 +2,10 @@
 //! panic; allocations the adapter cannot hold are refused up front, naming size and limit;
 //! a memory budget bounds the peak device memory of a streamed encode.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Rng, fresh_gpu, gpu, within};
+use crate::support::{Rng, fresh_gpu, gpu, within};
 use ndarray::Array2;
 use posenc::encode::{Dtype, Embeddings, EncodeOptions, Encoded};
 use posenc::gpu::{Context, Options};

@@ -2,9 +2,7 @@
 //! default limits; the one optional feature it uses (timestamp queries, to time work on
 //! the device) has a wall-clock fallback, tested here by turning the feature off.
 
-mod common;
-
-use common::{Rng, fresh_gpu};
+use crate::support::{Rng, fresh_gpu};
 use half::{bf16, f16};
 use ndarray::Array2;
 use posenc::encode::{Dtype, Embeddings, EncodeOptions};

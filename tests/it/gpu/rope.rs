@@ -6,10 +6,8 @@
 //! head_dim % 8 == 0 and rotary_dim % 16 == 0, the general one otherwise) and every
 //! chunking path, on host arrays and device buffers.
 
-mod common;
-
-use common::rope::{assert_rope_close, dtype_name, hard_batch, tensor};
-use common::{Rng, gpu};
+use crate::support::rope::{assert_rope_close, dtype_name, hard_batch, tensor};
+use crate::support::{Rng, gpu};
 use half::{bf16, f16};
 use ndarray::{Array2, Array4};
 use posenc::gpu::Context;
@@ -109,13 +107,13 @@ fn shape_of(layout: Layout, b: usize, l: usize, h: usize, dh: usize) -> [usize; 
 fn gpu_cos_sin_tables_equal_cpu_bit_for_bit() {
     let Some(ctx) = gpu() else { return };
     let mut rng = Rng::new(21);
-    let positions = common::hard_positions(&mut rng, 100);
+    let positions = crate::support::hard_positions(&mut rng, 100);
     for (what, spec) in specs() {
         let freqs = spec.frequencies(5000);
         let g = ctx.rope_cos_sin(&freqs, &positions).unwrap();
         let c = cpu::rope_cos_sin(&freqs, &positions);
         assert_eq!(g.dim(), (positions.len(), spec.n_freqs() as usize, 2));
-        common::assert_bits_eq(what, g.as_slice().unwrap(), c.as_slice().unwrap(), 2);
+        crate::support::assert_bits_eq(what, g.as_slice().unwrap(), c.as_slice().unwrap(), 2);
     }
     // An attention factor other than 1 is applied identically on both.
     let mut yarn = Yarn::new(16.0, 2048);
@@ -125,7 +123,7 @@ fn gpu_cos_sin_tables_equal_cpu_bit_for_bit() {
     assert_eq!(freqs.attention_factor(), 1.37f32);
     let g = ctx.rope_cos_sin(&freqs, &positions).unwrap();
     let c = cpu::rope_cos_sin(&freqs, &positions);
-    common::assert_bits_eq("af 1.37", g.as_slice().unwrap(), c.as_slice().unwrap(), 2);
+    crate::support::assert_bits_eq("af 1.37", g.as_slice().unwrap(), c.as_slice().unwrap(), 2);
 }
 
 #[test]

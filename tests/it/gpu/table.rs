@@ -1,9 +1,7 @@
 //! The GPU table against its CPU twin: bit for bit, on whatever adapter wgpu picks
 //! (CI runs this file on lavapipe and on llvmpipe).
 
-mod common;
-
-use common::{Rng, assert_bits_eq, gpu, hard_positions};
+use crate::support::{Rng, assert_bits_eq, gpu, hard_positions};
 use posenc::{PeSpec, cpu, reference};
 
 #[test]
@@ -60,7 +58,8 @@ fn gpu_is_within_6e_8_of_the_reference() {
     let positions = hard_positions(&mut rng, 32);
     let g = ctx.table(&spec, &positions).unwrap();
     let r = reference::table(&spec, &positions);
-    let (worst, at) = common::max_abs_diff(g.iter().map(|&v| f64::from(v)), r.iter().copied());
+    let (worst, at) =
+        crate::support::max_abs_diff(g.iter().map(|&v| f64::from(v)), r.iter().copied());
     assert!(worst <= 6e-8, "error {worst:e} at row {} column {}", at / 512, at % 512);
 }
 

@@ -7,8 +7,6 @@
 //! Everything runs on the CPU.
 #![cfg(unix)]
 
-mod common;
-
 use std::fs;
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, symlink};
@@ -17,7 +15,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::cli::{Dir, assert_ok, files_in, posenc, posenc_lines, s, stderr};
+use crate::support::cli::{Dir, assert_ok, files_in, posenc, posenc_lines, s, stderr};
 use ndarray::{Array2, Array4, array};
 
 const BIN: &str = env!("CARGO_BIN_EXE_posenc");

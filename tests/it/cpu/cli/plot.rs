@@ -1,10 +1,8 @@
 //! `posenc plot`: the PNGs it writes have the library's layouts and encode the data, the
 //! similarity text is the matrix, and bad requests are one line, exit 2 and no file.
 
-mod common;
-
-use common::Png;
-use common::cli::{assert_ok, files_in, posenc, stderr};
+use crate::support::Png;
+use crate::support::cli::{assert_ok, files_in, posenc, stderr};
 use std::fs;
 use std::path::Path;
 use std::process::Output;

@@ -2,9 +2,7 @@
 //! the library on every device, and every bad request refused with exit status 2, one line
 //! on stderr and no output file touched.
 
-mod common;
-
-use common::cli::{assert_ok, gpu_available, posenc, posenc_lines, s, stderr};
+use crate::support::cli::{assert_ok, gpu_available, posenc, posenc_lines, s, stderr};
 use std::fs;
 use std::path::Path;
 use std::process::Output;

@@ -1,9 +1,9 @@
 //! The `posenc` binary as a user meets it: outputs, formats, exit statuses, one-line
 //! errors, and that a failed run never leaves or clobbers a file.
 
-mod common;
-
-use common::cli::{assert_ok, files_in, gpu_available, posenc, posenc_env, posenc_lines, stderr};
+use crate::support::cli::{
+    assert_ok, files_in, gpu_available, posenc, posenc_env, posenc_lines, stderr,
+};
 use std::fs;
 use std::process::{Command, Output, Stdio};
 

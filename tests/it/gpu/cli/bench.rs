@@ -4,10 +4,8 @@
 //! (`--batch`, `--len`, `--vocab` override every preset's) and runs are one round, so each
 //! command takes a second or two; no timing is asserted.
 
-mod common;
-
-use common::Png;
-use common::cli::{Dir, assert_ok, gpu_available, posenc, posenc_env, posenc_lines};
+use crate::support::Png;
+use crate::support::cli::{Dir, assert_ok, gpu_available, posenc, posenc_env, posenc_lines};
 use posenc::bench::PRESETS;
 use serde_json::Value;
 
@@ -81,7 +79,7 @@ fn a_preset_sets_the_shape_and_types_and_flags_override_it() {
     let items = names(&report);
     assert!(items.contains(&"cpu_load".to_string()), "{items:?}");
     assert!(sizes["checkpoint_bytes"].as_u64().unwrap() > 64 * 4096 * 2, "{sizes}");
-    assert_eq!(common::cli::files_in(std::path::Path::new(&tmp)), Vec::<String>::new());
+    assert_eq!(crate::support::cli::files_in(std::path::Path::new(&tmp)), Vec::<String>::new());
     check_ceilings(&report);
 
     let args = ["bench", "--model", "llama3-8b", "--out-dtype", "bf16", "--load=false"];

@@ -2,9 +2,9 @@
 //! offsets from .npy, outputs bit-identical to the library, and every bad input refused
 //! with exit status 2, one line on stderr and no output file touched.
 
-mod common;
-
-use common::cli::{Dir, assert_ok, gpu_available, posenc, posenc_env, posenc_lines, s, stderr};
+use crate::support::cli::{
+    Dir, assert_ok, gpu_available, posenc, posenc_env, posenc_lines, s, stderr,
+};
 use std::fs;
 
 use half::{bf16, f16};

@@ -3,12 +3,10 @@
 //! output. `--device auto` finishes on the CPU with one note; `--device gpu` fails with one
 //! line and exit status 1; an output is complete or absent, never partial.
 
-mod common;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use common::cli::{assert_ok, gpu_available, posenc_env, posenc_lines, stderr};
+use crate::support::cli::{assert_ok, gpu_available, posenc_env, posenc_lines, stderr};
 use ndarray::{Array2, array};
 use posenc::npy;
 
@@ -323,7 +321,7 @@ impl Computing {
 /// Every command that computes on a device, on inputs whose rows (512 bytes and more) do
 /// not fit a 256-byte binding: table, encode, rope, alibi and accuracy. (`plot` computes
 /// on the CPU only and has no `--device`; `bench` has its own test.)
-fn computing_commands(dir: &common::cli::Dir) -> Vec<Computing> {
+fn computing_commands(dir: &crate::support::cli::Dir) -> Vec<Computing> {
     let weights = Array2::from_shape_fn((20, 128), |(r, c)| ((r * 31 + c * 7) % 97) as f32 / 8.0);
     let weights = dir.npy("w.npy", &weights);
     let ids = dir.npy("ids.npy", &array![[1u32, 2, 3], [4, 5, 19]]);
@@ -363,7 +361,7 @@ fn every_computing_command_falls_back_on_a_lost_device_with_auto_and_fails_with_
     if !gpu_available("device loss, every command") {
         return;
     }
-    let dir = common::cli::Dir::new();
+    let dir = crate::support::cli::Dir::new();
     for command in computing_commands(&dir) {
         command.falls_back(&LOST, "the GPU device was lost: the device was destroyed");
         command.fails_on_gpu(&LOST, "the GPU device was lost: the device was destroyed");
@@ -376,7 +374,7 @@ fn a_row_over_the_binding_cap_sends_auto_to_the_cpu_unless_the_gpu_can_split_it(
         return;
     }
     let cap = [("POSENC_MAX_BINDING_SIZE", "256")];
-    let dir = common::cli::Dir::new();
+    let dir = crate::support::cli::Dir::new();
     for command in computing_commands(&dir) {
         if command.name == "alibi" {
             // ALiBi splits a row over several bindings: the cap is no GPU limit there, so
@@ -400,7 +398,7 @@ fn device_cpu_never_opens_a_gpu() {
     // A malformed knob is read only when a GPU opens (and then refused with exit 2), so a
     // run that succeeds under it opened none. No adapter is needed.
     let meteor = [("POSENC_FAULT_INJECT", "meteor")];
-    let dir = common::cli::Dir::new();
+    let dir = crate::support::cli::Dir::new();
     for command in computing_commands(&dir) {
         let want = command.on_cpu();
         let (out, written) = command.run("cpu", &meteor);

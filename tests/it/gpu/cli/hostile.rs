@@ -6,13 +6,11 @@
 //! Every refusal here comes before any device is opened, so `--device gpu` cases need no
 //! adapter.
 
-mod common;
-
 use std::io::Write;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::cli::{Dir, posenc, posenc_env, stderr};
+use crate::support::cli::{Dir, posenc, posenc_env, stderr};
 use posenc::npy;
 
 /// A valid `.npy` header of `T` declaring `shape`, and no data: 128 bytes.
@@ -197,7 +195,7 @@ fn a_zero_memory_budget_is_refused_wherever_it_is_given() {
     let env = encode(&[], &[("POSENC_GPU_MEMORY_BUDGET", "0")]);
     // The variable is read when the device opens: without an adapter the run fails first.
     if env.status.code() == Some(2) {
-        let lines = common::cli::posenc_lines(&env);
+        let lines = crate::support::cli::posenc_lines(&env);
         assert!(lines.len() == 1 && lines[0].contains("POSENC_GPU_MEMORY_BUDGET"), "{lines:?}");
     }
     assert!(dir.files().iter().all(|f| f != "out.npy"));

@@ -4,12 +4,10 @@
 //! invalid or not set in the environment.` twice. Each run here has the variable removed
 //! from its environment.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::cli::{assert_ok, files_in, gpu_available, stderr};
+use crate::support::cli::{assert_ok, files_in, gpu_available, stderr};
 
 /// Runs posenc with `XDG_RUNTIME_DIR` unset and `TMPDIR` at `tmp`, where posenc makes its
 /// private runtime directory.

@@ -3,12 +3,12 @@
 //! library, and every bad input refused with exit status 2, one line on stderr and no
 //! output file touched.
 
-mod common;
-
 use std::fs;
 
-use common::cli::{Dir, assert_ok, gpu_available, posenc, posenc_env, posenc_lines, s, stderr};
-use common::rope::tensor;
+use crate::support::cli::{
+    Dir, assert_ok, gpu_available, posenc, posenc_env, posenc_lines, s, stderr,
+};
+use crate::support::rope::tensor;
 use half::{bf16, f16};
 use ndarray::{Array2, Array4, array};
 use posenc::rope::{Element, Layout, Pairing, RopeSpec, Scaling};
