@@ -250,8 +250,14 @@ mod tests {
             let t = (2 * k + 1) << 28;
             let angle = std::f64::consts::TAU * f64::from(t) / 2f64.powi(32);
             let (sb, cb) = sincos_bits(t);
-            assert!((f64::from(f32::from_bits(sb)) - angle.sin()).abs() < crate::ACCURACY_BOUND, "sin {k}");
-            assert!((f64::from(f32::from_bits(cb)) - angle.cos()).abs() < crate::ACCURACY_BOUND, "cos {k}");
+            assert!(
+                (f64::from(f32::from_bits(sb)) - angle.sin()).abs() < crate::ACCURACY_BOUND,
+                "sin {k}"
+            );
+            assert!(
+                (f64::from(f32::from_bits(cb)) - angle.cos()).abs() < crate::ACCURACY_BOUND,
+                "cos {k}"
+            );
         }
     }
 
