@@ -14,6 +14,7 @@ use std::cell::Cell;
 use std::path::{Path, PathBuf};
 
 use crate::support::cli::{posenc, stderr};
+use crate::support::npy_bytes;
 use posenc::Error;
 use posenc::encode::ids_to_u32;
 use posenc::inputs::{self, EncodePositions, Source};
@@ -155,12 +156,6 @@ fn parse(role: &str, bytes: &[u8], path: &Path) -> posenc::Result<()> {
             other => panic!("MANIFEST.tsv: unknown role {other:?}"),
         },
     }
-}
-
-fn npy_bytes<T: npy::Element, D: ndarray::Dimension>(a: &ndarray::Array<T, D>) -> Vec<u8> {
-    let mut bytes = Vec::new();
-    npy::write(&mut bytes, a.view()).unwrap();
-    bytes
 }
 
 #[test]

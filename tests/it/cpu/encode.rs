@@ -1,7 +1,7 @@
 //! The CPU encode against an independent float64 computation of the formula, and the
 //! checks at the API edge.
 
-use crate::support::Rng;
+use crate::support::{Rng, random_ids, random_table};
 use ndarray::Array2;
 use posenc::encode::{Embeddings, EncodeOptions, Scale, ids_to_u32};
 use posenc::{PeSpec, cpu, positions};
@@ -17,9 +17,8 @@ fn cpu_encode_matches_a_naive_float64_computation() {
     let mut rng = Rng::new(41);
     let (vocab, dim, batch, len) = (40, 16, 2, 7);
     let spec = PeSpec::new(dim as u32).unwrap();
-    let table =
-        Array2::from_shape_fn((vocab, dim), |_| (rng.next_u32() as f32 / 2f32.powi(31)) - 1.0);
-    let ids = Array2::from_shape_fn((batch, len), |_| rng.below(vocab as u64) as u32);
+    let table = random_table(&mut rng, vocab, dim);
+    let ids = random_ids(&mut rng, batch, len, vocab);
     let pos = Array2::from_shape_fn((batch, len), |(b, t)| {
         if b == 0 { t as u32 } else { (1 << 31) + 5 * t as u32 }
     });

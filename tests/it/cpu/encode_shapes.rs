@@ -4,7 +4,7 @@
 //! the widest vector instructions this CPU has, for every table and output type, with and
 //! without a scale and a pad id.
 
-use crate::support::Rng;
+use crate::support::{Rng, random_ids};
 use half::{bf16, f16};
 use ndarray::{Array2, Array3};
 use posenc::cpu::convert::{bf16_to_f32_bits, f16_to_f32_bits, f32_to_bf16_bits, f32_to_f16_bits};
@@ -184,10 +184,6 @@ fn assert_words_eq(what: &str, got: &[u32], want: &[u32], dim: usize) {
     }
 }
 
-fn random_ids(rng: &mut Rng, shape: (usize, usize), vocab: usize) -> Array2<u32> {
-    Array2::from_shape_fn(shape, |_| rng.below(vocab as u64) as u32)
-}
-
 #[test]
 fn one_token_decode_steps_give_the_reference_bits() {
     let mut rng = Rng::new(1);
@@ -196,20 +192,20 @@ fn one_token_decode_steps_give_the_reference_bits() {
         "1 token, dim 4096",
         4096,
         300,
-        random_ids(&mut rng, (1, 1), 300),
+        random_ids(&mut rng, 1, 1, 300),
         ndarray::array![[1234]],
     );
-    check_shape("1 token, dim 18", 18, 50, random_ids(&mut rng, (1, 1), 50), ndarray::array![[0]]);
+    check_shape("1 token, dim 18", 18, 50, random_ids(&mut rng, 1, 1, 50), ndarray::array![[0]]);
 }
 
 #[test]
 fn sixteen_token_decode_steps_give_the_reference_bits() {
     let mut rng = Rng::new(2);
     // Sixteen sequences, each at its own position, as a batched decode step is.
-    let ids = random_ids(&mut rng, (16, 1), 400);
+    let ids = random_ids(&mut rng, 16, 1, 400);
     let positions = Array2::from_shape_fn((16, 1), |(b, _)| 17 * b as u32 + 3);
     check_shape("16 tokens, dim 2560", 2560, 400, ids, positions);
-    let ids = random_ids(&mut rng, (1, 16), 400);
+    let ids = random_ids(&mut rng, 1, 16, 400);
     check_shape("1 x 16 tokens, dim 1000", 1000, 400, ids, positions::contiguous_batch(1, 16));
 }
 
@@ -218,7 +214,7 @@ fn calls_split_into_many_tasks_give_the_reference_bits() {
     let mut rng = Rng::new(3);
     // 4 x 600 x 256 = 614400 values, past the 2^19 a call runs on the calling thread:
     // about ten 256 KiB tasks of f32 rows, five of f16.
-    let ids = random_ids(&mut rng, (4, 600), 1000);
+    let ids = random_ids(&mut rng, 4, 600, 1000);
     check_shape("4 x 600 tokens, dim 256", 256, 1000, ids, positions::contiguous_batch(4, 600));
 }
 
@@ -226,7 +222,7 @@ fn calls_split_into_many_tasks_give_the_reference_bits() {
 fn positions_past_the_pe_cache_give_the_reference_bits() {
     let mut rng = Rng::new(4);
     // Past what the cache of rows 0..n may hold: fresh rows per distinct position.
-    let ids = random_ids(&mut rng, (2, 3), 100);
+    let ids = random_ids(&mut rng, 2, 3, 100);
     let positions = ndarray::array![[70_000, 5, 70_000], [u32::MAX, 4_000_000_000, 5]];
     check_shape("large positions, dim 256", 256, 100, ids, positions);
 }

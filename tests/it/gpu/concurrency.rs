@@ -1,7 +1,7 @@
 //! One GPU context and one uploaded table shared by many threads give the same results as
 //! serial calls.
 
-use crate::support::{Rng, gpu};
+use crate::support::{Rng, gpu, random_ids, random_table};
 use ndarray::Array2;
 use posenc::encode::{Embeddings, EncodeOptions};
 use posenc::{PeSpec, cpu, positions};
@@ -21,14 +21,13 @@ fn eight_threads_times_100_calls_match_serial_results() {
     let mut rng = Rng::new(71);
     let (vocab, dim) = (200, 32);
     let spec = PeSpec::new(dim as u32).unwrap();
-    let table =
-        Array2::from_shape_fn((vocab, dim), |_| rng.next_u32() as f32 / 2f32.powi(31) - 1.0);
+    let table = random_table(&mut rng, vocab, dim);
     let uploaded = ctx.upload_table(Embeddings::F32(table.view())).unwrap();
     // Each call has its own ids, length and offset (some within the PE cache, some not).
     let calls: Vec<(Array2<u32>, Array2<u32>)> = (0..800)
         .map(|k| {
             let len = 1 + (k % 7);
-            let ids = Array2::from_shape_fn((2, len), |_| rng.below(vocab as u64) as u32);
+            let ids = random_ids(&mut rng, 2, len, vocab);
             let offset = if k % 3 == 0 { rng.next_u32() >> 1 } else { (k % 50) as u32 };
             (ids, positions::from_offsets(&[offset, offset + 1], len).unwrap())
         })

@@ -1,7 +1,7 @@
 //! The GPU encode against its CPU twin on seeded random problems: every storage type, every
 //! position builder, forced chunking. Bit for bit without a scale.
 
-use crate::support::{Rng, gpu};
+use crate::support::{Rng, gpu, random_ids};
 use half::{bf16, f16};
 use ndarray::{Array2, Axis};
 use posenc::encode::{Dtype, Embeddings, EncodeOptions, Encoded, Scale};
@@ -44,10 +44,6 @@ fn assert_same_bits(what: &str, gpu: &Encoded, cpu: &Encoded) {
             c[i]
         );
     }
-}
-
-fn random_ids(rng: &mut Rng, batch: usize, len: usize, vocab: usize) -> Array2<u32> {
-    Array2::from_shape_fn((batch, len), |_| rng.below(vocab as u64) as u32)
 }
 
 #[test]

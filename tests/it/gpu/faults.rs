@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::{Rng, fresh_gpu, gpu, within};
+use crate::support::{Rng, fresh_gpu, gpu, random_ids, random_table, within};
 use ndarray::Array2;
 use posenc::encode::{Dtype, Embeddings, EncodeOptions, Encoded};
 use posenc::gpu::{Context, Options};
@@ -13,10 +13,6 @@ use posenc::{Error, PeSpec, cpu, positions};
 
 /// Longer than any call here takes on lavapipe, far shorter than a CI job's timeout.
 const WATCHDOG: Duration = Duration::from_secs(60);
-
-fn table(rng: &mut Rng, vocab: usize, dim: usize) -> Array2<f32> {
-    Array2::from_shape_fn((vocab, dim), |_| rng.next_u32() as f32 / 2f32.powi(31) - 1.0)
-}
 
 fn cpu_bits(
     spec: &PeSpec,
@@ -40,7 +36,7 @@ fn a_destroyed_device_gives_device_lost_from_every_call_without_hanging() {
     within("calls on a destroyed device", WATCHDOG, move || {
         let mut rng = Rng::new(5);
         let spec = PeSpec::new(16).unwrap();
-        let t = table(&mut rng, 50, 16);
+        let t = random_table(&mut rng, 50, 16);
         let uploaded = ctx.upload_table(Embeddings::F32(t.view())).unwrap();
         let ids = Array2::from_shape_fn((2, 9), |(b, i)| (b * 9 + i) as u32);
         let pos = positions::contiguous_batch(2, 9);
@@ -79,7 +75,7 @@ fn losing_the_device_under_eight_busy_threads_gives_results_or_device_lost() {
     let ctx = Arc::new(ctx);
     let mut rng = Rng::new(8);
     let spec = PeSpec::new(32).unwrap();
-    let t = Arc::new(table(&mut rng, 100, 32));
+    let t = Arc::new(random_table(&mut rng, 100, 32));
     let uploaded = Arc::new(ctx.upload_table(Embeddings::F32(t.view())).unwrap());
     let handle = Arc::clone(&ctx);
     within("8 threads meeting a device loss", WATCHDOG, move || {
@@ -166,11 +162,11 @@ fn streamed_encode_stays_under_budget(
     let dim = spec.dim() as usize;
     let mut rng = Rng::new(u64::from(offset) + dim as u64);
     let vocab = 500;
-    let t = table(&mut rng, vocab, dim);
+    let t = random_table(&mut rng, vocab, dim);
     let uploaded = ctx.upload_table(Embeddings::F32(t.view())).unwrap();
     let out_row = (dim * out_dtype.size()) as u64;
     let (batch, len) = (8, (10 * budget / out_row).div_ceil(8) as usize + 3);
-    let ids = Array2::from_shape_fn((batch, len), |_| rng.below(vocab as u64) as u32);
+    let ids = random_ids(&mut rng, batch, len, vocab);
     let pos = positions::from_offsets(&[offset; 8], len).unwrap();
     let options = EncodeOptions { out_dtype, ..Default::default() };
     let want = cpu::encode(&spec, Embeddings::F32(t.view()), ids.view(), pos.view(), &options)
@@ -265,12 +261,12 @@ fn a_learned_position_table_streams_under_the_budget_too() {
     let ctx = base.with_memory_budget(budget);
     let mut rng = Rng::new(12);
     let (vocab, max_positions, dim) = (500, 512, 32);
-    let t = table(&mut rng, vocab, dim);
-    let p = table(&mut rng, max_positions, dim);
+    let t = random_table(&mut rng, vocab, dim);
+    let p = random_table(&mut rng, max_positions, dim);
     let uploaded = ctx.upload_table(Embeddings::F32(t.view())).unwrap();
     let learned = ctx.upload_position_table(Embeddings::F32(p.view())).unwrap();
     // 8 x 2100 tokens of 128 bytes: 8.2 times the budget, the tables taking half of it.
-    let ids = Array2::from_shape_fn((8, 2100), |_| rng.below(vocab as u64) as u32);
+    let ids = random_ids(&mut rng, 8, 2100, vocab);
     let pos = Array2::from_shape_fn((8, 2100), |_| rng.below(max_positions as u64) as u32);
     let options = EncodeOptions::default();
     ctx.reset_peak_allocated_bytes();
@@ -335,7 +331,7 @@ fn a_table_from_another_devices_context_is_refused_by_every_encode() {
     let Some(theirs) = fresh_gpu(&Options::default()) else { return };
     let mut rng = Rng::new(11);
     let spec = PeSpec::new(16).unwrap();
-    let t = table(&mut rng, 20, 16);
+    let t = random_table(&mut rng, 20, 16);
     let foreign = theirs.upload_table(Embeddings::F32(t.view())).unwrap();
     let foreign_positions = theirs.upload_position_table(Embeddings::F32(t.view())).unwrap();
     let local = ours.upload_table(Embeddings::F32(t.view())).unwrap();

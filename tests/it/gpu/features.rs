@@ -2,9 +2,8 @@
 //! default limits; the one optional feature it uses (timestamp queries, to time work on
 //! the device) has a wall-clock fallback, tested here by turning the feature off.
 
-use crate::support::{Rng, fresh_gpu};
+use crate::support::{Rng, fresh_gpu, random_ids, random_table};
 use half::{bf16, f16};
-use ndarray::Array2;
 use posenc::encode::{Dtype, Embeddings, EncodeOptions};
 use posenc::gpu::{Context, Options, TimingSource};
 use posenc::{PeSpec, cpu, positions};
@@ -23,15 +22,14 @@ fn encodes_match_the_cpu(ctx: &Context, what: &str) {
     {
         let (vocab, dim) = (40 + k, 2 * (3 + 5 * k));
         let spec = PeSpec::new(dim as u32).unwrap();
-        let f =
-            Array2::from_shape_fn((vocab, dim), |_| rng.next_u32() as f32 / 2f32.powi(31) - 1.0);
+        let f = random_table(&mut rng, vocab, dim);
         let (h, b) = (f.mapv(f16::from_f32), f.mapv(bf16::from_f32));
         let table = match in_dtype {
             Dtype::F32 => Embeddings::F32(f.view()),
             Dtype::F16 => Embeddings::F16(h.view()),
             Dtype::Bf16 => Embeddings::Bf16(b.view()),
         };
-        let ids = Array2::from_shape_fn((3, 21), |_| rng.below(vocab as u64) as u32);
+        let ids = random_ids(&mut rng, 3, 21, vocab);
         let pos = positions::from_offsets(&[0, 1 << 20, u32::MAX - 20], 21).unwrap();
         let options = EncodeOptions { out_dtype, ..Default::default() };
         let want = cpu::encode(&spec, table, ids.view(), pos.view(), &options).unwrap();
@@ -77,8 +75,8 @@ fn timed_encodes_write_the_cpu_bits(ctx: &Context, what: &str) {
     let mut rng = Rng::new(78);
     let (vocab, dim, batch, len) = (50, 64, 4, 33);
     let spec = PeSpec::new(dim as u32).unwrap();
-    let f = Array2::from_shape_fn((vocab, dim), |_| rng.next_u32() as f32 / 2f32.powi(31) - 1.0);
-    let ids = Array2::from_shape_fn((batch, len), |_| rng.below(vocab as u64) as u32);
+    let f = random_table(&mut rng, vocab, dim);
+    let ids = random_ids(&mut rng, batch, len, vocab);
     let pos = positions::contiguous_batch(batch, len);
     let options = EncodeOptions::default();
     let want = cpu::encode(&spec, Embeddings::F32(f.view()), ids.view(), pos.view(), &options)

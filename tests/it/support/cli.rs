@@ -24,6 +24,10 @@ pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).expect("stdout is UTF-8")
+}
+
 /// posenc's own stderr lines. Drivers may add theirs (Mesa's WSI complains about
 /// XDG_RUNTIME_DIR), so runs that may open a GPU are judged on these alone.
 pub fn posenc_lines(out: &Output) -> Vec<String> {
@@ -32,6 +36,23 @@ pub fn posenc_lines(out: &Output) -> Vec<String> {
 
 pub fn assert_ok(out: &Output, what: &str) {
     assert!(out.status.success(), "{what}: {:?}\nstderr:\n{}", out.status, stderr(out));
+}
+
+/// A refused request: exit status 2, exactly one line on stderr, `posenc: ...` holding
+/// `needle`, and nothing on stdout.
+pub fn assert_rejected(out: &Output, case: &[&str], needle: &str) {
+    assert_eq!(out.status.code(), Some(2), "{case:?}: {}", stderr(out));
+    let err = stderr(out);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "{case:?}: exactly one stderr line, got:\n{err}");
+    assert!(lines[0].starts_with("posenc: "), "{case:?}: {err}");
+    assert!(lines[0].contains(needle), "{case:?}: {needle:?} not in {err}");
+    assert!(
+        out.stdout.is_empty(),
+        "{case:?}: {} bytes on stdout: {:?}",
+        out.stdout.len(),
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 /// Whether GPU tests can run here. Without an adapter they are skipped with a visible
@@ -84,9 +105,7 @@ impl Dir {
     }
 
     pub fn npy<T: npy::Element, D: Dimension>(&self, name: &str, a: &Array<T, D>) -> String {
-        let mut bytes = Vec::new();
-        npy::write(&mut bytes, a.view()).unwrap();
-        self.bytes(name, &bytes)
+        self.bytes(name, &super::npy_bytes(a))
     }
 
     pub fn bytes(&self, name: &str, bytes: &[u8]) -> String {

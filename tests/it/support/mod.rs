@@ -1,12 +1,13 @@
 //! Helpers shared by the integration tests.
-#![allow(dead_code)]
 
 pub mod cli;
 pub mod rope;
 
 use std::sync::OnceLock;
 
+use ndarray::{Array, Array2, Dimension};
 use posenc::gpu::Context;
+use posenc::npy;
 
 /// One GPU context per test binary (pipelines compile once). `None` means no adapter:
 /// the caller skips visibly. Under `CI=true` a missing adapter fails instead, because CI
@@ -82,6 +83,23 @@ impl Rng {
     pub fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n
     }
+}
+
+/// A `[vocab, dim]` float32 table of values in [-1, 1).
+pub fn random_table(rng: &mut Rng, vocab: usize, dim: usize) -> Array2<f32> {
+    Array2::from_shape_fn((vocab, dim), |_| rng.next_u32() as f32 / 2f32.powi(31) - 1.0)
+}
+
+/// `[batch, len]` token ids below `vocab`.
+pub fn random_ids(rng: &mut Rng, batch: usize, len: usize, vocab: usize) -> Array2<u32> {
+    Array2::from_shape_fn((batch, len), |_| rng.below(vocab as u64) as u32)
+}
+
+/// The `.npy` bytes posenc writes for `a`.
+pub fn npy_bytes<T: npy::Element, D: Dimension>(a: &Array<T, D>) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    npy::write(&mut bytes, a.view()).unwrap();
+    bytes
 }
 
 /// Positions that stress the phase: around 2^16, 2^24, 2^31, 2^32 - 1, plus random ones

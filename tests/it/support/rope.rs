@@ -131,11 +131,6 @@ pub fn assert_rope_close<T: Element>(
     differing
 }
 
-/// The f32 values of a tensor of any element type.
-pub fn widen<T: Element>(a: ArrayView4<'_, T>) -> Array4<f32> {
-    a.mapv(|v| v.to_f32())
-}
-
 /// Helpers to name dtypes in messages.
 pub fn dtype_name<T: Element>() -> &'static str {
     match T::DTYPE {

@@ -2,10 +2,9 @@
 //! similarity text is the matrix, and bad requests are one line, exit 2 and no file.
 
 use crate::support::Png;
-use crate::support::cli::{assert_ok, files_in, posenc, stderr};
+use crate::support::cli::{assert_ok, assert_rejected, files_in, posenc, stderr};
 use std::fs;
 use std::path::Path;
-use std::process::Output;
 
 use posenc::{PeSpec, Variant, cpu, plot};
 
@@ -171,16 +170,6 @@ fn a_png_goes_to_a_redirected_stdout() {
     let png = Png::decode(&out.stdout);
     let layout = plot::similarity_layout(4).unwrap();
     assert_eq!((png.width, png.height), (layout.width(), layout.height()));
-}
-
-fn assert_rejected(out: &Output, case: &[&str], needle: &str) {
-    assert_eq!(out.status.code(), Some(2), "{case:?}: {}", stderr(out));
-    let err = stderr(out);
-    let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 1, "{case:?}: exactly one stderr line, got:\n{err}");
-    assert!(lines[0].starts_with("posenc: "), "{case:?}: {err}");
-    assert!(lines[0].contains(needle), "{case:?}: {needle:?} not in {err}");
-    assert!(out.stdout.is_empty(), "{case:?}: {} bytes on stdout", out.stdout.len());
 }
 
 /// Requests refused before anything is computed or written, and a word the error names.

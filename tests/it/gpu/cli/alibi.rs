@@ -2,17 +2,14 @@
 //! the library on every device, and every bad request refused with exit status 2, one line
 //! on stderr and no output file touched.
 
-use crate::support::cli::{assert_ok, gpu_available, posenc, posenc_lines, s, stderr};
+use crate::support::cli::{
+    assert_ok, assert_rejected, gpu_available, posenc, posenc_lines, s, stderr, stdout,
+};
 use std::fs;
 use std::path::Path;
-use std::process::Output;
 
 use posenc::alibi::{self, AlibiSpec, Form};
 use posenc::npy::{self, Expected, NpyArray, NpyDtype};
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8(out.stdout.clone()).expect("stdout is UTF-8")
-}
 
 /// The `.npy` at `path`: its shape and float32 bits, after checking the header says '<f4'.
 fn read_bias(path: &Path) -> (Vec<usize>, Vec<u32>) {
@@ -169,16 +166,6 @@ const BAD_ALIBI_ARGS: &[(&[&str], &str)] = &[
     (&["--heads", "8", "--slopes", "--offset", "4"], "cannot be used with"),
     (&["--heads", "8", "--slopes", "--form", "causal"], "cannot be used with"),
 ];
-
-fn assert_rejected(out: &Output, case: &[&str], needle: &str) {
-    assert_eq!(out.status.code(), Some(2), "{case:?}: {}", stderr(out));
-    let err = stderr(out);
-    let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 1, "{case:?}: exactly one stderr line, got:\n{err}");
-    assert!(lines[0].starts_with("posenc: "), "{case:?}: {err}");
-    assert!(lines[0].contains(needle), "{case:?}: {needle:?} not in {err}");
-    assert!(out.stdout.is_empty(), "{case:?}: stdout {:?}", stdout(out));
-}
 
 #[test]
 fn bad_requests_exit_2_with_one_line_and_touch_no_file() {

@@ -2,10 +2,11 @@
 //! errors, and that a failed run never leaves or clobbers a file.
 
 use crate::support::cli::{
-    assert_ok, files_in, gpu_available, posenc, posenc_env, posenc_lines, stderr,
+    assert_ok, assert_rejected, files_in, gpu_available, posenc, posenc_env, posenc_lines, stderr,
+    stdout,
 };
 use std::fs;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 use posenc::{Frequencies, PeSpec, Variant, cpu, reference};
 
@@ -13,10 +14,6 @@ use posenc::{Frequencies, PeSpec, Variant, cpu, reference};
 const SEED_TOLERANCE: f32 = 5e-4;
 /// posenc's documented bound on its distance from the exact value.
 const POSENC_BOUND: f64 = 6e-8;
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8(out.stdout.clone()).expect("stdout is UTF-8")
-}
 
 fn parse_csv(text: &str) -> Vec<Vec<f32>> {
     text.lines()
@@ -278,16 +275,6 @@ const BAD_TABLE_ARGS: &[(&[&str], &str)] = &[
     (&["--len"], "--len"),
     (&["stray"], "stray"),
 ];
-
-fn assert_rejected(out: &Output, case: &[&str], needle: &str) {
-    assert_eq!(out.status.code(), Some(2), "{case:?}: {}", stderr(out));
-    let err = stderr(out);
-    let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 1, "{case:?}: exactly one stderr line, got:\n{err}");
-    assert!(lines[0].starts_with("posenc: "), "{case:?}: {err}");
-    assert!(lines[0].contains(needle), "{case:?}: {needle:?} not in {err}");
-    assert!(out.stdout.is_empty(), "{case:?}: stdout {:?}", stdout(out));
-}
 
 #[test]
 fn invalid_table_requests_exit_2_with_one_line_and_create_no_file() {

@@ -8,18 +8,12 @@ use std::fs;
 use crate::support::cli::{
     Dir, assert_ok, gpu_available, posenc, posenc_env, posenc_lines, s, stderr,
 };
+use crate::support::npy_bytes;
 use crate::support::rope::tensor;
 use half::{bf16, f16};
 use ndarray::{Array2, Array4, array};
 use posenc::rope::{Element, Layout, Pairing, RopeSpec, Scaling};
 use posenc::{cpu, npy, positions};
-
-/// The `.npy` bytes `posenc` should write for `a`.
-fn npy_bytes<T: npy::Element>(a: &Array4<T>) -> Vec<u8> {
-    let mut bytes = Vec::new();
-    npy::write(&mut bytes, a.view()).unwrap();
-    bytes
-}
 
 /// A version 1.0 `.npy` file of any descr, for dtypes posenc does not write.
 fn raw_npy(descr: &str, shape: &str, data: &[u8]) -> Vec<u8> {
