@@ -2,14 +2,15 @@
 //! checks at the API edge.
 
 use crate::support::{Rng, random_ids, random_table};
+use approx::abs_diff_eq;
 use ndarray::Array2;
 use posenc::encode::{Embeddings, EncodeOptions, Scale, ids_to_u32};
-use posenc::{PeSpec, cpu, positions};
+use posenc::{ACCURACY_BOUND, PeSpec, cpu, positions};
 
-/// The PE promise (6e-8) plus the two f32 roundings of `s * e + pe` (half an ulp each at
-/// magnitudes below 2 * |s| * 2 + 1).
+/// The PE promise (`ACCURACY_BOUND`, 6e-8) plus the two f32 roundings of `s * e + pe` (half
+/// an ulp each at magnitudes below 2 * |s| * 2 + 1).
 fn tolerance(scaled_max: f64) -> f64 {
-    6e-8 + f64::from(f32::EPSILON) * (scaled_max + 1.0)
+    ACCURACY_BOUND + f64::from(f32::EPSILON) * (scaled_max + 1.0)
 }
 
 #[test]
@@ -39,8 +40,9 @@ fn cpu_encode_matches_a_naive_float64_computation() {
             let angle = ((q * 2f64.powi(20) * w) % std::f64::consts::TAU) + r * w;
             let pe = if col % 2 == 0 { angle.sin() } else { angle.cos() };
             let want = s * f64::from(table[[ids[[b, t]] as usize, col]]) + pe;
+            let epsilon = tolerance(s) + if b == 1 { 1e-6 } else { 0.0 };
             assert!(
-                (f64::from(v) - want).abs() <= tolerance(s) + if b == 1 { 1e-6 } else { 0.0 },
+                abs_diff_eq!(f64::from(v), want, epsilon = epsilon),
                 "{scale:?} at {b},{t},{col}: {v} vs {want}"
             );
         }

@@ -8,8 +8,6 @@ use ndarray::Array2;
 use posenc::plot::{self, Image};
 use posenc::{Error, PeSpec, cpu};
 
-/// posenc's documented bound on its distance from the exact value.
-const POSENC_BOUND: f64 = 6e-8;
 /// Similarities from float32 tables: each value is within 6e-8 of exact, so a normalised
 /// dot product of them is within about 2 x 6e-8 of exact, plus the final f32 rounding.
 const SIMILARITY_TOLERANCE: f64 = 2.5e-7;
@@ -182,7 +180,7 @@ fn error_curve_posenc_stays_under_its_bound_and_far_below_naive_at_large_positio
     assert_eq!(curve.posenc.len(), curve.positions.len());
     assert_eq!(curve.naive.len(), curve.positions.len());
     for ((&p, &ours), &naive) in curve.positions.iter().zip(&curve.posenc).zip(&curve.naive) {
-        assert!(ours <= POSENC_BOUND, "posenc at {p}: {ours:e}");
+        assert!(ours <= posenc::ACCURACY_BOUND, "posenc at {p}: {ours:e}");
         if p >= 1 << 8 {
             assert!(naive > 10.0 * ours, "at {p}: naive {naive:e}, posenc {ours:e}");
         }

@@ -3,8 +3,9 @@
 //! formula, its own column construction), sharing no code with the library.
 
 use crate::support::{Rng, hard_positions, max_abs_diff};
+use approx::abs_diff_eq;
 use astro_float::{BigFloat, Consts, RoundingMode};
-use posenc::{Frequencies, PeSpec, Variant, cpu, reference};
+use posenc::{ACCURACY_BOUND, Frequencies, PeSpec, Variant, cpu, reference};
 
 const P: usize = 320;
 const RM: RoundingMode = RoundingMode::ToEven;
@@ -159,7 +160,7 @@ fn every_variant_matches_its_published_formula_within_6e8() {
             let want = oracle.row(&spec, &w, p);
             let (err, col) =
                 max_abs_diff(fast.row(k).iter().map(|&v| f64::from(v)), want.iter().copied());
-            assert!(err <= 6e-8, "{spec:?} position {p} column {col}: error {err:e}");
+            assert!(err <= ACCURACY_BOUND, "{spec:?} position {p} column {col}: error {err:e}");
             let (err, col) = max_abs_diff(exact.row(k).iter().copied(), want.iter().copied());
             assert!(err <= 1e-12, "reference {spec:?} position {p} column {col}: {err:e}");
         }
@@ -242,7 +243,7 @@ fn f32_frequencies_take_the_exact_sin_of_the_float32_angle() {
                 let want = if is_cos { angle.cos() } else { angle.sin() };
                 let got = f64::from(fast[[k, col]]);
                 assert!(
-                    (got - want).abs() <= 6e-8,
+                    abs_diff_eq!(got, want, epsilon = ACCURACY_BOUND),
                     "{spec:?} position {p} column {col}: {got} vs {want}"
                 );
                 assert!((exact[[k, col]] - want).abs() <= 1e-12, "reference {spec:?} {p} {col}");
@@ -276,5 +277,5 @@ fn start_index_past_u32_max_stays_exact() {
     let w = oracle.frequencies(&shifted);
     let want = oracle.row(&shifted, &w, u32::MAX - 3);
     let (err, _) = max_abs_diff(a.row(0).iter().map(|&v| f64::from(v)), want);
-    assert!(err <= 6e-8, "{err:e}");
+    assert!(err <= ACCURACY_BOUND, "{err:e}");
 }

@@ -60,7 +60,12 @@ fn gpu_is_within_6e_8_of_the_reference() {
     let r = reference::table(&spec, &positions);
     let (worst, at) =
         crate::support::max_abs_diff(g.iter().map(|&v| f64::from(v)), r.iter().copied());
-    assert!(worst <= 6e-8, "error {worst:e} at row {} column {}", at / 512, at % 512);
+    assert!(
+        worst <= posenc::ACCURACY_BOUND,
+        "error {worst:e} at row {} column {}",
+        at / 512,
+        at % 512
+    );
 }
 
 #[test]

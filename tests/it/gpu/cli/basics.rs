@@ -12,8 +12,6 @@ use posenc::{Frequencies, PeSpec, Variant, cpu, reference};
 
 /// Three decimals, as the seed values are written in the issue.
 const SEED_TOLERANCE: f32 = 5e-4;
-/// posenc's documented bound on its distance from the exact value.
-const POSENC_BOUND: f64 = 6e-8;
 
 fn parse_csv(text: &str) -> Vec<Vec<f32>> {
     text.lines()
@@ -404,7 +402,7 @@ fn check_accuracy_report(text: &str) {
     let labels: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
     assert_eq!(labels, ["2^16", "2^20", "2^24", "2^28", "2^31", "2^32-1"]);
     for (label, naive, fast) in &rows {
-        assert!(*fast <= POSENC_BOUND, "{label}: posenc {fast}");
+        assert!(*fast <= posenc::ACCURACY_BOUND, "{label}: posenc {fast}");
         assert!(naive > fast, "{label}: naive {naive} vs posenc {fast}");
     }
     // Once positions no longer fit float32's mantissa, the naive phase is noise.
