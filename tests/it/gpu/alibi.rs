@@ -1,5 +1,5 @@
 //! The GPU ALiBi bias against its CPU twin, bit for bit, on whatever adapter wgpu picks (CI
-//! runs this file on lavapipe and on llvmpipe); tests/alibi.rs ties the CPU to the formula.
+//! runs this file on lavapipe and on llvmpipe); cpu::alibi ties the CPU to the formula.
 
 use crate::support::{Rng, assert_bits_eq, gpu};
 use posenc::alibi::{self, AlibiSpec, Form};
