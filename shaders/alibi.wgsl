@@ -1,7 +1,7 @@
 // ALiBi bias tensor [heads, len, kv_len]: -slope * distance as f32 bits, computed in integer
 // arithmetic so every backend gives the bits of the CPU twin (src/alibi.rs: neg_scaled_bits,
 // bias_bits, fill). Host wrapper: src/gpu/alibi.rs (AlibiParams mirrors Params).
-#import sincos
+#import intmath
 
 struct Params {
     // Rows (head, query) of this chunk; the first is global row row0 = head * len + query.

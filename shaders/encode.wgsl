@@ -1,29 +1,23 @@
 // Fused embedding gather + positional encoding, general form, for dims that are not a
 // multiple of 4 (encode_x4.wgsl serves the rest):
 //     out[t, c] = scale * E[id(t), c] + PE[slot(t), c]
-// for every storage type. PE rows come from the table kernel (exact phase), computed once
-// for the positions in use. The grid is 2-D: y names the token (plus z * groups_y when
-// folded), x the output word within its row, so no invocation divides. One invocation
-// writes one output word: one f32 element, or two f16/bf16 elements of the same row (dim is
-// even; 16-bit output of an odd dim is written as f32 and narrowed by narrow.wgsl). A
-// vocabulary larger than one binding is split into chunks; the host sorts the tokens by
-// chunk and each dispatch serves the tokens of one chunk, so every token is written once.
+// for every storage type. PE rows are f32 rows of the table kernel (exact phase: cached for
+// positions 0..n, or computed for the chunk's positions) or of a learned table. The grid is
+// 2-D: y names the token (plus z * groups_y when folded), x the output word within its row,
+// so no invocation divides. One invocation writes one output word: one f32 element, or two
+// f16/bf16 elements of the same row (out_dtype 16-bit only for an even dim; 16-bit output
+// of an odd dim is written as f32 and narrowed by narrow.wgsl). A vocabulary larger than
+// one binding is split into chunks; the host sorts the tokens by chunk and each dispatch
+// serves the tokens of one chunk, so every token is written once.
 // CPU twin: src/cpu/encode.rs. Host: src/gpu/encode.rs.
 #import convert
-
-const DTYPE_F32: u32 = 0u;
-const DTYPE_F16: u32 = 1u;
-
-const FLAG_SCALE: u32 = 1u;
-
-// A token whose output row is zero: a pad token (its id may lie outside the vocabulary).
-const PAD: u32 = 0xffffffffu;
 
 struct Params {
     // Tokens in this dispatch, from token_base.
     n_tokens: u32,
     token_base: u32,
-    // Output words per row: dim for f32, dim / 2 for 16-bit outputs.
+    // Output words per row: dim when out_dtype is DTYPE_F32, else dim / 2 (dim is then
+    // even).
     row_words: u32,
     dim: u32,
     scale_bits: u32,
@@ -51,11 +45,7 @@ fn load_table_bits(i: u32) -> u32 {
     if params.in_dtype == DTYPE_F32 {
         return table[i];
     }
-    let half = (table[i >> 1u] >> ((i & 1u) * 16u)) & 0xffffu;
-    if params.in_dtype == DTYPE_F16 {
-        return f16_to_f32_bits(half);
-    }
-    return bf16_to_f32_bits(half);
+    return half_to_f32_bits(half_of(table[i >> 1u], i), params.in_dtype);
 }
 
 // f32 bits of column col for a token whose table row starts at element `row` and whose PE
@@ -66,13 +56,6 @@ fn value_bits(row: u32, pe_row: u32, col: u32) -> u32 {
         v = v * bitcast<f32>(params.scale_bits);
     }
     return bitcast<u32>(v + bitcast<f32>(pe[pe_row + col]));
-}
-
-fn to_half_bits(bits: u32) -> u32 {
-    if params.out_dtype == DTYPE_F16 {
-        return f32_to_f16_bits(bits);
-    }
-    return f32_to_bf16_bits(bits);
 }
 
 @compute @workgroup_size(WORKGROUP_SIZE)
@@ -95,7 +78,7 @@ fn encode(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index)
         out[w] = value_bits(row, pe_row, x);
         return;
     }
-    let lo = to_half_bits(value_bits(row, pe_row, 2u * x));
-    let hi = to_half_bits(value_bits(row, pe_row, 2u * x + 1u));
+    let lo = f32_to_half_bits(value_bits(row, pe_row, 2u * x), params.out_dtype);
+    let hi = f32_to_half_bits(value_bits(row, pe_row, 2u * x + 1u), params.out_dtype);
     out[w] = lo | (hi << 16u);
 }

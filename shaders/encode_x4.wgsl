@@ -2,7 +2,7 @@
 // output type: out[t] = scale * E[id(t)] + PE[slot(t)] in units of four elements. Same
 // arithmetic, same bits as the general kernel and the CPU twin (src/cpu/encode.rs).
 //
-// The host specialises this file per variant (src/shaders.rs, `encode_x4_header`): the
+// The host specialises this file per variant (src/shaders.rs, `EncodeX4::source`): the
 // storage word of a unit of the table (`TableWord`: vec4<u32> for f32, vec2<u32> for
 // 16-bit) and of the output (`OutWord`), `widen`/`narrow` between them and vec4<f32>, the
 // number of table bindings `TABLE_SLOTS` with `table_word(slot, i)` choosing among them,
@@ -46,24 +46,18 @@ struct Params {
     _pad: u32,
 }
 
-// A token whose output row is zero: a pad token (its id may lie outside the vocabulary).
-const PAD: u32 = 0xffffffffu;
-// A token's id record: its row in its table chunk in the low bits, the chunk's slot above.
-const SLOT_SHIFT: u32 = 28u;
-const ROW_MASK: u32 = 0x0fffffffu;
-
 @group(0) @binding(0) var<uniform> params: Params;
 // tokens[j] for j < groups_at: sorted token j as (row in its table chunk | slot <<
-// SLOT_SHIFT, or PAD; output row). tokens[groups_at + g]: group g as (its first sorted token, its PE row); the record
-// after the last group holds (number of tokens, 0), so group g's tokens end where g + 1's
-// begin. One buffer for both keeps the kernel within the 4 storage buffers per stage of
-// WebGPU's downlevel limits (with one table slot).
+// SLOT_SHIFT, or PAD; output row). tokens[groups_at + g]: group g as (its first sorted
+// token, its PE row); the record after the last group holds (number of tokens, 0), so
+// group g's tokens end where g + 1's begin. One buffer for both keeps the kernel within the
+// 4 storage buffers per stage of WebGPU's downlevel limits (with one table slot).
 @group(0) @binding(1) var<storage, read> tokens: array<vec2<u32>>;
 @group(0) @binding(2) var<storage, read> pe: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> out: array<OutWord>;
 // Bindings 4.. are the table slots, declared by the host's header.
 
-#import convert
+#import convert4
 
 fn value(t: vec2<u32>, x: u32, p: vec4<f32>, s: f32) -> OutWord {
     // A pad token reads row 0 of slot 0 in its place and writes zeros.

@@ -5,8 +5,6 @@
 // src/cpu/convert.rs. Host: src/gpu/encode.rs.
 #import convert
 
-const DTYPE_F16: u32 = 1u;
-
 struct Params {
     n_elems: u32,
     out_dtype: u32,
@@ -19,13 +17,6 @@ struct Params {
 @group(0) @binding(1) var<storage, read> src: array<u32>;
 @group(0) @binding(2) var<storage, read_write> out: array<u32>;
 
-fn half_bits(bits: u32) -> u32 {
-    if params.out_dtype == DTYPE_F16 {
-        return f32_to_f16_bits(bits);
-    }
-    return f32_to_bf16_bits(bits);
-}
-
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn narrow(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
     let w = (wg.y * params.groups_x + wg.x) * WORKGROUP_SIZE + li;
@@ -35,7 +26,7 @@ fn narrow(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index)
     }
     var hi = 0u;
     if e + 1u < params.n_elems {
-        hi = half_bits(src[e + 1u]);
+        hi = f32_to_half_bits(src[e + 1u], params.out_dtype);
     }
-    out[w] = half_bits(src[e]) | (hi << 16u);
+    out[w] = f32_to_half_bits(src[e], params.out_dtype) | (hi << 16u);
 }

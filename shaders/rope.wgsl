@@ -13,10 +13,6 @@
 // CPU twin: src/cpu/rope.rs. Host: src/gpu/rope.rs (RopeParams mirrors Params).
 #import convert
 
-const DTYPE_F32: u32 = 0u;
-const DTYPE_F16: u32 = 1u;
-const PAIRING_NEOX: u32 = 0u;
-
 struct Params {
     // Elements in this chunk (the last group may hold fewer rows than the others).
     n_elems: u32,
@@ -49,7 +45,7 @@ fn raw(e: u32) -> u32 {
     if params.dtype == DTYPE_F32 {
         return src[e];
     }
-    return (src[e >> 1u] >> ((e & 1u) * 16u)) & 0xffffu;
+    return half_of(src[e >> 1u], e);
 }
 
 fn widen(e: u32) -> f32 {
@@ -57,10 +53,7 @@ fn widen(e: u32) -> f32 {
     if params.dtype == DTYPE_F32 {
         return bitcast<f32>(h);
     }
-    if params.dtype == DTYPE_F16 {
-        return bitcast<f32>(f16_to_f32_bits(h));
-    }
-    return bitcast<f32>(bf16_to_f32_bits(h));
+    return bitcast<f32>(half_to_f32_bits(h, params.dtype));
 }
 
 fn narrow(v: f32) -> u32 {
@@ -68,10 +61,7 @@ fn narrow(v: f32) -> u32 {
     if params.dtype == DTYPE_F32 {
         return bits;
     }
-    if params.dtype == DTYPE_F16 {
-        return f32_to_f16_bits(bits);
-    }
-    return f32_to_bf16_bits(bits);
+    return f32_to_half_bits(bits, params.dtype);
 }
 
 // The stored bits of output element e_in_group of `group`.

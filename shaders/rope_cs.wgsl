@@ -4,8 +4,6 @@
 // CPU twin: cos_sin_row in src/cpu/rope.rs. Host: src/gpu/rope.rs (RopeCsParams).
 #import sincos
 
-const FLAG_SCALE: u32 = 1u;
-
 struct Params {
     // slots * n_freqs in this dispatch; the host keeps it below 2^32.
     n_pairs: u32,

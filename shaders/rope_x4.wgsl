@@ -9,10 +9,6 @@
 // out_b = x_b c + x_a s. Host: src/gpu/rope.rs (RopeX4Params mirrors Params).
 #import convert
 
-const DTYPE_F32: u32 = 0u;
-const DTYPE_F16: u32 = 1u;
-const PAIRING_NEOX: u32 = 0u;
-
 struct Params {
     // Units in this chunk (rows * units_per_row).
     n_units: u32,
@@ -38,11 +34,7 @@ fn elem(v: vec4<u32>, j: u32) -> f32 {
     if params.dtype == DTYPE_F32 {
         return bitcast<f32>(v[j]);
     }
-    let h = (v[j >> 1u] >> ((j & 1u) * 16u)) & 0xffffu;
-    if params.dtype == DTYPE_F16 {
-        return bitcast<f32>(f16_to_f32_bits(h));
-    }
-    return bitcast<f32>(bf16_to_f32_bits(h));
+    return bitcast<f32>(half_to_f32_bits(half_of(v[j >> 1u], j), params.dtype));
 }
 
 // v with element j replaced by x, rounded to the storage type.
@@ -53,14 +45,7 @@ fn with_elem(v: vec4<u32>, j: u32, x: f32) -> vec4<u32> {
         out[j] = bits;
         return out;
     }
-    var h: u32;
-    if params.dtype == DTYPE_F16 {
-        h = f32_to_f16_bits(bits);
-    } else {
-        h = f32_to_bf16_bits(bits);
-    }
-    let shift = (j & 1u) * 16u;
-    out[j >> 1u] = (out[j >> 1u] & ~(0xffffu << shift)) | (h << shift);
+    out[j >> 1u] = with_half(out[j >> 1u], j, f32_to_half_bits(bits, params.dtype));
     return out;
 }
 

@@ -2,10 +2,7 @@
 // the spec's columns. CPU twin: src/cpu/table.rs. Host wrapper: src/gpu/table.rs
 // (TableParams mirrors Params).
 #import sincos
-
-const FLAG_F32: u32 = 1u;
-const FLAG_PADDING: u32 = 2u;
-const FLAG_ZERO_COL: u32 = 4u;
+#import f32_angle
 
 struct Params {
     // rows * n_freqs in this dispatch; the host keeps it below 2^32.

@@ -556,6 +556,25 @@ mod tests {
         assert_eq!(exp2_neg_nearest_f32(12, 4, &mut cc), 0.125);
     }
 
+    /// The docs' example of what rounding the distance first costs (docs/alibi.md): 12
+    /// heads, slope 2^-0.5, distance 2^24 + 1. The exact product is 11863283.707..., so the
+    /// correctly rounded bias is -11863284; `m * f32(d)` rounds d to 2^24 first and gives
+    /// -11863283. (Slope 1/8 at the same distance is a tie both ways round to -2097152.)
+    #[test]
+    fn rounding_the_distance_first_is_off_by_one_at_2_pow_24_plus_1() {
+        let m = slopes(12).unwrap()[8];
+        assert_eq!(m, std::f32::consts::FRAC_1_SQRT_2);
+        let distance = (1u32 << 24) + 1;
+        let exact = f64::from(m) * f64::from(distance); // exact: 24 + 25 bits
+        assert!((exact - 11_863_283.707_106_77).abs() < 1e-6, "{exact}");
+        assert_eq!(f32::from_bits(neg_scaled_bits(m.to_bits(), distance)), -11_863_284.0);
+        assert_eq!(-(m * distance as f32), -11_863_283.0);
+        // The tie of slope 1/8: -2097152.125 lies halfway; even wins for both.
+        let eighth = 0.125f32;
+        assert_eq!(f32::from_bits(neg_scaled_bits(eighth.to_bits(), distance)), -2_097_152.0);
+        assert_eq!(-(eighth * distance as f32), -2_097_152.0);
+    }
+
     #[test]
     fn scaled_bits_round_to_nearest_even() {
         let half = 0.5f32.to_bits();

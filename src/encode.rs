@@ -30,10 +30,11 @@ impl Dtype {
 
     /// The code the shaders use (`DTYPE_F32`, `DTYPE_F16`, `DTYPE_BF16`).
     pub(crate) fn code(self) -> u32 {
+        use crate::shaders::{DTYPE_BF16, DTYPE_F16, DTYPE_F32};
         match self {
-            Dtype::F32 => 0,
-            Dtype::F16 => 1,
-            Dtype::Bf16 => 2,
+            Dtype::F32 => DTYPE_F32,
+            Dtype::F16 => DTYPE_F16,
+            Dtype::Bf16 => DTYPE_BF16,
         }
     }
 }

@@ -67,3 +67,31 @@ pub use spec::{
     DEFAULT_BASE, Frequencies, Layout, MAX_BASE, MAX_DIM, MAX_TIMESCALE, MIN_TIMESCALE, PeSpec,
     Variant,
 };
+
+/// The Rust blocks of the README and of every page under `docs/` are doctests: they
+/// compile and run with `cargo test --doc` (blocks that are not Rust name their language).
+#[cfg(doctest)]
+mod doc_pages {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[doc = include_str!("../docs/adapters.md")]
+    struct Adapters;
+    #[doc = include_str!("../docs/alibi.md")]
+    struct Alibi;
+    #[doc = include_str!("../docs/commands.md")]
+    struct Commands;
+    #[doc = include_str!("../docs/examples.md")]
+    struct Examples;
+    #[doc = include_str!("../docs/guarantees.md")]
+    struct Guarantees;
+    #[doc = include_str!("../docs/library.md")]
+    struct Library;
+    #[doc = include_str!("../docs/performance.md")]
+    struct Performance;
+    #[doc = include_str!("../docs/pictures.md")]
+    struct Pictures;
+    #[doc = include_str!("../docs/rope.md")]
+    struct Rope;
+    #[doc = include_str!("../docs/variants.md")]
+    struct Variants;
+}

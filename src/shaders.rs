@@ -1,6 +1,8 @@
-//! WGSL sources and their composition. Shared code lives once in `shaders/` and kernels pull
-//! it in with `#import NAME`; constants the CPU twins also use are generated from Rust here,
-//! so no number is written twice.
+//! WGSL sources and their composition. Shared code lives once in `shaders/shared/` and
+//! kernels pull it in with `#import NAME`. Every number the host and the kernels both use
+//! (the CPU twins' coefficients, workgroup sizes, the codes the host packs into `Params` and
+//! token records) is defined here or beside its CPU twin and written into each kernel's
+//! prelude, so none is written twice.
 
 use crate::cpu::sincos::{COS_COEFFS, SIN_COEFFS};
 use crate::encode::Dtype;
@@ -8,10 +10,43 @@ use crate::encode::Dtype;
 /// Threads per workgroup of every kernel: within WebGPU's default limits (256).
 pub const WORKGROUP_SIZE: u32 = 256;
 
-/// Shared modules that kernels may `#import`, by name.
+/// Storage type code of f32 ([`Dtype::F32`]) in `Params` fields such as `dtype`.
+pub const DTYPE_F32: u32 = 0;
+/// Storage type code of f16.
+pub const DTYPE_F16: u32 = 1;
+/// Storage type code of bf16.
+pub const DTYPE_BF16: u32 = 2;
+
+/// `flags` bit of `encode` and `rope_cs`: multiply by the f32 in `scale_bits`.
+pub const FLAG_SCALE: u32 = 1;
+/// `flags` bit of `table`: float32 frequencies (the steps of powers of two follow them).
+pub const FLAG_F32: u32 = 1;
+/// `flags` bit of `table`: the row of position `padding_idx` is all zeros.
+pub const FLAG_PADDING: u32 = 2;
+/// `flags` bit of `table`: column `zero_col` is always zero.
+pub const FLAG_ZERO_COL: u32 = 4;
+
+/// `pairing` of `rope` and `rope_x4`: frequency `i` rotates dimensions `i` and `i + r/2`.
+pub const PAIRING_NEOX: u32 = 0;
+/// `pairing` of `rope` and `rope_x4`: frequency `i` rotates dimensions `2i` and `2i + 1`.
+pub const PAIRING_GPTJ: u32 = 1;
+
+/// A pad token's id record in the encode kernels: its output row is zero (its id may lie
+/// outside the vocabulary).
+pub const PAD: u32 = u32::MAX;
+/// Bits of an `encode_x4` id record below its table chunk's slot: table chunks hold at most
+/// `1 << SLOT_SHIFT` rows.
+pub const SLOT_SHIFT: u32 = 28;
+/// The row (in its table chunk) of an `encode_x4` id record.
+pub const ROW_MASK: u32 = (1 << SLOT_SHIFT) - 1;
+
+/// Shared modules that kernels may `#import`, by name: each is `shaders/shared/<name>.wgsl`.
 const MODULES: &[(&str, &str)] = &[
-    ("sincos", include_str!("../shaders/sincos.wgsl")),
-    ("convert", include_str!("../shaders/convert.wgsl")),
+    ("intmath", include_str!("../shaders/shared/intmath.wgsl")),
+    ("sincos", include_str!("../shaders/shared/sincos.wgsl")),
+    ("f32_angle", include_str!("../shaders/shared/f32_angle.wgsl")),
+    ("convert", include_str!("../shaders/shared/convert.wgsl")),
+    ("convert4", include_str!("../shaders/shared/convert4.wgsl")),
 ];
 
 /// The kernels, by entry-point name: each is `shaders/<name>.wgsl`, but for `copy_x4`. The
@@ -153,10 +188,38 @@ impl EncodeX4 {
     }
 }
 
+/// `(name, value)` of each listed constant, the name taken from the Rust item.
+macro_rules! named {
+    ($($name:ident),* $(,)?) => {
+        &[$((stringify!($name), $name)),*]
+    };
+}
+
+/// The `u32` constants of every kernel's prelude, under their Rust names.
+const PRELUDE_U32: &[(&str, u32)] = named![
+    WORKGROUP_SIZE,
+    ROW_WORKGROUP_SIZE,
+    MAX_GROUP_TOKENS,
+    DTYPE_F32,
+    DTYPE_F16,
+    DTYPE_BF16,
+    FLAG_SCALE,
+    FLAG_F32,
+    FLAG_PADDING,
+    FLAG_ZERO_COL,
+    PAIRING_NEOX,
+    PAIRING_GPTJ,
+    PAD,
+    SLOT_SHIFT,
+    ROW_MASK,
+];
+
+/// What every kernel starts with: the constants it shares with the host and the CPU twins.
 fn prelude() -> String {
-    let mut s = format!("const WORKGROUP_SIZE: u32 = {WORKGROUP_SIZE}u;\n");
-    s += &format!("const ROW_WORKGROUP_SIZE: u32 = {ROW_WORKGROUP_SIZE}u;\n");
-    s += &format!("const MAX_GROUP_TOKENS: u32 = {MAX_GROUP_TOKENS}u;\n");
+    let mut s = String::new();
+    for (name, value) in PRELUDE_U32 {
+        s += &format!("const {name}: u32 = {value}u;\n");
+    }
     s += &format!("const F32_STEP_BIAS: i32 = {};\n", crate::exact::F32_STEP_BIAS);
     s += &format!("const F32_STEPS: u32 = {}u;\n", crate::exact::F32_STEPS);
     for (k, c) in SIN_COEFFS.iter().enumerate() {

@@ -1,5 +1,6 @@
-//! CPU twin of `shaders/convert.wgsl`: half-precision unpacking and rounding in integer
-//! code, so every backend converts the same way (WGSL needs no SHADER_F16 for this).
+//! CPU twin of `shaders/shared/convert.wgsl` and `convert4.wgsl`: half-precision unpacking
+//! and rounding in integer code, so every backend converts the same way (WGSL needs no
+//! SHADER_F16 for this).
 
 /// f16 bits to f32 bits, exactly (every f16 is an f32).
 #[inline(always)]

@@ -1,6 +1,7 @@
-//! CPU twin of `shaders/sincos.wgsl`: exact-phase sin/cos in 32-bit integer arithmetic,
-//! assembled into float32 bits by hand. Same operations, same constants, same bits as the
-//! shader on every adapter. Read ARCHITECTURE.md ("Exact phase") for the error budget.
+//! CPU twin of `shaders/shared/sincos.wgsl`, `intmath.wgsl` and `f32_angle.wgsl`:
+//! exact-phase sin/cos in 32-bit integer arithmetic, assembled into float32 bits by hand.
+//! Same operations, same constants, same bits as the shaders on every adapter. Read
+//! ARCHITECTURE.md ("Exact phase") for the error budget.
 
 /// Taylor coefficients of `sin(u pi/2) = u (S0 - v (S1 - v (S2 - v (S3 - v S4))))`, `v = u^2`,
 /// as Q1.31 fixed point: `round((pi/2)^(2k+1) / (2k+1)! * 2^31)`. On `u` in `[0, 1/2]` the

@@ -15,7 +15,9 @@ use super::timing::SpanTimer;
 use super::{Context, fold_dispatch};
 use crate::encode::{self, Dtype, Embeddings, EncodeOptions, Encoded};
 use crate::error::{Error, Result};
-use crate::shaders::{EncodeX4, MAX_TABLE_SLOTS, WORKGROUP_SIZE, x4_workgroup};
+use crate::shaders::{
+    EncodeX4, FLAG_SCALE, MAX_TABLE_SLOTS, PAD, SLOT_SHIFT, WORKGROUP_SIZE, x4_workgroup,
+};
 use crate::spec::PeSpec;
 
 /// Mirror of `Params` in `shaders/encode.wgsl`.
@@ -26,17 +28,18 @@ pub struct EncodeParams {
     pub n_tokens: u32,
     /// The first of them, among the chunk's sorted tokens.
     pub token_base: u32,
-    /// Output words per row: dim for f32 output, dim / 2 for 16-bit output.
+    /// Output words per row: dim when `out_dtype` is f32 (so for the f32 rows of an odd
+    /// dim's 16-bit output), else dim / 2.
     pub row_words: u32,
     /// Model dimension.
     pub dim: u32,
-    /// f32 bits of the scale (used when `FLAG_SCALE` is set).
+    /// f32 bits of the scale (used when [`FLAG_SCALE`] is set).
     pub scale_bits: u32,
-    /// `FLAG_SCALE` or 0.
+    /// [`FLAG_SCALE`] or 0.
     pub flags: u32,
-    /// Table storage type code.
+    /// Table storage type code (`DTYPE_*` of [`crate::shaders`]).
     pub in_dtype: u32,
-    /// Output storage type code.
+    /// Output storage type code (`DTYPE_*` of [`crate::shaders`]).
     pub out_dtype: u32,
     /// Workgroups along y; tokens beyond fold into z.
     pub groups_y: u32,
@@ -73,7 +76,8 @@ pub struct EncodeX4Params {
 pub struct NarrowParams {
     /// f32 elements to narrow.
     pub n_elems: u32,
-    /// Output storage type code (f16 or bf16).
+    /// Output storage type code ([`DTYPE_F16`](crate::shaders::DTYPE_F16) or
+    /// [`DTYPE_BF16`](crate::shaders::DTYPE_BF16)).
     pub out_dtype: u32,
     /// Workgroups along x of a dispatch folded into 2-D.
     pub groups_x: u32,
@@ -85,13 +89,6 @@ pub struct NarrowParams {
 /// more saves PE reads, fewer keeps a GPU's workgroups many when a batch shares one
 /// position.
 pub const MAX_GROUP_TOKENS: usize = crate::shaders::MAX_GROUP_TOKENS as usize;
-
-/// The kernels' record of a pad token's id: its output row is zero.
-const PAD: u32 = u32::MAX;
-
-/// Bits of a token's id record below its table chunk's slot (see `shaders/encode_x4.wgsl`):
-/// table chunks hold fewer rows than this.
-const SLOT_SHIFT: u32 = 28;
 
 /// One token chunk's records (see the kernels' `tokens`), sorted by dispatch window (the
 /// table chunks one dispatch binds) and then PE row, ties in token order.
@@ -184,8 +181,6 @@ pub(super) fn token_records(
     Records { words, starts }
 }
 
-const FLAG_SCALE: u32 = 1;
-
 /// Fewest workgroups a coalesced `encode_x4` dispatch should have before its groups shrink:
 /// a decode step of eight sequences at one position would otherwise be one group, four
 /// workgroups at D = 4096, too few to spread over a GPU's cores. (On lavapipe smaller
@@ -225,9 +220,9 @@ pub(super) struct EncodeKernels {
 
 impl EncodeKernels {
     pub(super) fn new(device: &wgpu::Device) -> Self {
-        let (layout, pipeline) = super::build_kernel(device, "encode", 4);
+        let (layout, pipeline) = super::build_kernel(device, "encode");
         let general = Arc::new(Kernel { layout, pipeline });
-        let (layout, pipeline) = super::build_kernel(device, "narrow", 2);
+        let (layout, pipeline) = super::build_kernel(device, "narrow");
         let narrow = Arc::new(Kernel { layout, pipeline });
         Self { general, narrow, x4: Arc::default() }
     }
@@ -238,14 +233,7 @@ impl Context {
     fn x4_kernel(&self, variant: EncodeX4) -> Arc<Kernel> {
         let mut kernels = self.encode.x4.lock().unwrap_or_else(|e| e.into_inner());
         let kernel = kernels.entry(variant).or_insert_with(|| {
-            use wgpu::BufferBindingType as B;
-            let mut bindings = vec![
-                B::Uniform,
-                B::Storage { read_only: true },
-                B::Storage { read_only: true },
-                B::Storage { read_only: false },
-            ];
-            bindings.extend((0..variant.slots).map(|_| B::Storage { read_only: true }));
+            let bindings = super::layout::encode_x4_bindings(variant.slots);
             let (layout, pipeline) =
                 super::build_pipeline(&self.device, "encode_x4", &variant.source(), &bindings);
             Arc::new(Kernel { layout, pipeline })
@@ -811,7 +799,8 @@ impl Context {
                 None
             };
             let narrow_params = if odd16 {
-                Some(self.pooled("posenc.narrow.params", 16, U::UNIFORM | U::COPY_DST)?)
+                let bytes = size_of::<NarrowParams>() as u64;
+                Some(self.pooled("posenc.narrow.params", bytes, U::UNIFORM | U::COPY_DST)?)
             } else {
                 None
             };
@@ -1225,14 +1214,5 @@ mod tests {
         assert_eq!(group_cap(32, 4096), 2);
         // A prefill: full groups.
         assert_eq!(group_cap(8192, 1024), MAX_GROUP_TOKENS);
-    }
-
-    #[test]
-    fn params_match_the_wgsl_struct_size() {
-        // Twelve u32 fields in shaders/encode.wgsl's Params.
-        assert_eq!(size_of::<EncodeParams>(), 48);
-        // Eight u32 fields in shaders/encode_x4.wgsl's Params, four in narrow.wgsl's.
-        assert_eq!(size_of::<EncodeX4Params>(), 32);
-        assert_eq!(size_of::<NarrowParams>(), 16);
     }
 }

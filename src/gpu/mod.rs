@@ -1,9 +1,12 @@
 //! The GPU path: adapter choice, the device context, and host wrappers of the kernels in
-//! `shaders/`. Every kernel has a CPU twin in [`crate::cpu`] that gives the same bits.
+//! `shaders/`. Every kernel but the benchmarks' copy has a CPU twin in [`crate::cpu`] that
+//! gives the same bits; the hidden `layout` module describes what the host binds to each.
 
 mod alibi;
 mod encode;
 mod faults;
+#[doc(hidden)]
+pub mod layout;
 mod memory;
 mod options;
 mod rope;
@@ -636,18 +639,13 @@ impl Drop for PooledBuffer {
     }
 }
 
-/// Compiles kernel `name` (entry point of the same name) with the binding layout most
-/// posenc kernels share: a uniform `Params` at binding 0, read-only storage at bindings
-/// `1..n_storage`, and the read-write output at binding `n_storage`.
+/// Compiles kernel `name` of [`crate::shaders::KERNELS`] (entry point of the same name) with
+/// its bind group layout, [`layout::bindings`].
 pub(crate) fn build_kernel(
     device: &wgpu::Device,
     name: &'static str,
-    n_storage: u32,
 ) -> (wgpu::BindGroupLayout, wgpu::ComputePipeline) {
-    use wgpu::BufferBindingType as B;
-    let mut bindings = vec![B::Uniform];
-    bindings.extend((1..=n_storage).map(|b| B::Storage { read_only: b < n_storage }));
-    build_pipeline(device, name, &crate::shaders::source(name), &bindings)
+    build_pipeline(device, name, &crate::shaders::source(name), &layout::bindings(name))
 }
 
 /// Compiles `source`, whose entry point is `name`, with one buffer binding of each type in

@@ -11,7 +11,7 @@ use super::{Context, PooledBuffer, fold_dispatch};
 use crate::encode::Dtype;
 use crate::error::{Error, Result};
 use crate::rope::{Element, Frequencies, Geometry, Layout, Pairing, RopeSpec};
-use crate::shaders::WORKGROUP_SIZE;
+use crate::shaders::{FLAG_SCALE, PAIRING_GPTJ, PAIRING_NEOX, WORKGROUP_SIZE};
 
 /// Mirror of `Params` in `shaders/rope_cs.wgsl`.
 #[repr(C)]
@@ -23,7 +23,7 @@ pub struct RopeCsParams {
     pub n_freqs: u32,
     /// Workgroups along x of a dispatch folded into 2-D.
     pub groups_x: u32,
-    /// `FLAG_SCALE` when the attention factor is not 1.
+    /// [`FLAG_SCALE`] when the attention factor is not 1.
     pub flags: u32,
     /// f32 bits of the attention factor.
     pub scale_bits: u32,
@@ -51,9 +51,9 @@ pub struct RopeParams {
     pub rotary_dim: u32,
     /// `r / 2`.
     pub n_freqs: u32,
-    /// 0 for neox, 1 for gptj.
+    /// [`PAIRING_NEOX`] or [`PAIRING_GPTJ`].
     pub pairing: u32,
-    /// Storage type code.
+    /// Storage type code (`DTYPE_*` of [`crate::shaders`]).
     pub dtype: u32,
     /// Row groups each workgroup walks.
     pub groups_per_wg: u32,
@@ -75,15 +75,26 @@ pub struct RopeX4Params {
     pub half_vecs: u32,
     /// `r / 2`.
     pub n_freqs: u32,
-    /// 0 for neox, 1 for gptj.
+    /// [`PAIRING_NEOX`] or [`PAIRING_GPTJ`].
     pub pairing: u32,
-    /// Storage type code.
+    /// Storage type code (`DTYPE_*` of [`crate::shaders`]).
     pub dtype: u32,
     /// Workgroups along x of a dispatch folded into 2-D.
     pub groups_x: u32,
 }
 
-const FLAG_SCALE: u32 = 1;
+/// Bytes of the `rope_cs` parameters.
+const CS_PARAMS_BYTES: u64 = size_of::<RopeCsParams>() as u64;
+
+/// Bytes of the rotation's parameters: those of either kernel, as words (see
+/// [`Plan::params`]).
+const PARAMS_BYTES: u64 = size_of::<[u32; PARAMS_WORDS]>() as u64;
+
+/// Words of the rotation's parameter buffer: room for [`RopeParams`] and [`RopeX4Params`].
+const PARAMS_WORDS: usize = {
+    let (general, x4) = (size_of::<RopeParams>(), size_of::<RopeX4Params>());
+    if general > x4 { general / 4 } else { x4 / 4 }
+};
 
 /// Output words a rotation workgroup writes, roughly (whole row groups).
 const WORDS_PER_WORKGROUP: u32 = 2048;
@@ -100,9 +111,9 @@ pub(super) struct RopeKernels {
 
 impl RopeKernels {
     pub(super) fn new(device: &wgpu::Device) -> Self {
-        let (cs_layout, cs_pipeline) = super::build_kernel(device, "rope_cs", 3);
-        let (layout, pipeline) = super::build_kernel(device, "rope", 4);
-        let (x4_layout, x4_pipeline) = super::build_kernel(device, "rope_x4", 3);
+        let (cs_layout, cs_pipeline) = super::build_kernel(device, "rope_cs");
+        let (layout, pipeline) = super::build_kernel(device, "rope");
+        let (x4_layout, x4_pipeline) = super::build_kernel(device, "rope_x4");
         Self { cs_layout, cs_pipeline, layout, pipeline, x4_layout, x4_pipeline }
     }
 }
@@ -137,7 +148,7 @@ impl Context {
             let steps = self.rope_steps(freqs)?;
             use wgpu::BufferUsages as U;
             let take = |label, size: u64, usage| self.pooled(label, size, usage);
-            let params = take("posenc.rope_cs.params", 32, U::UNIFORM | U::COPY_DST)?;
+            let params = take("posenc.rope_cs.params", CS_PARAMS_BYTES, U::UNIFORM | U::COPY_DST)?;
             let pos_buf =
                 take("posenc.rope_cs.positions", per_chunk as u64 * 4, U::STORAGE | U::COPY_DST)?;
             let bytes: &mut [u8] = bytemuck::cast_slice_mut(flat);
@@ -352,7 +363,8 @@ impl Context {
             use wgpu::BufferUsages as U;
             let take = |label, size: u64, usage| self.pooled(label, size, usage);
             let steps = self.rope_steps(&freqs)?;
-            let cs_params = take("posenc.rope_cs.params", 32, U::UNIFORM | U::COPY_DST)?;
+            let cs_params =
+                take("posenc.rope_cs.params", CS_PARAMS_BYTES, U::UNIFORM | U::COPY_DST)?;
             let pos_buf =
                 take("posenc.rope_cs.positions", slot_cap as u64 * 4, U::STORAGE | U::COPY_DST)?;
             let cs_bytes = slot_cap as u64 * spec.n_freqs() as u64 * 8;
@@ -364,7 +376,7 @@ impl Context {
                 plan.rows_per_chunk as u64 * 4,
                 U::STORAGE | U::COPY_DST,
             )?;
-            let params_buf = take("posenc.rope.params", 48, U::UNIFORM | U::COPY_DST)?;
+            let params_buf = take("posenc.rope.params", PARAMS_BYTES, U::UNIFORM | U::COPY_DST)?;
             let (input, sink, device) = match io {
                 Io::Host { input, output } => (Some(input), Sink::Host(output), None),
                 Io::Device(b) => (None, Sink::Device { buffer: b, offset: 0 }, Some(b)),
@@ -552,19 +564,19 @@ impl Plan {
         Ok(Self { kernel, head_dim, row_bytes, rows_per_chunk })
     }
 
-    /// The 2-D grid and the params (as words, 8 of them used by x4) of a chunk of `rows`
-    /// head rows.
+    /// The 2-D grid and the params (as words; x4 uses the first of them) of a chunk of
+    /// `rows` head rows.
     fn params(
         &self,
         spec: &RopeSpec,
         dtype: Dtype,
         rows: usize,
         max_groups: u32,
-    ) -> (u32, u32, [u32; 12]) {
+    ) -> (u32, u32, [u32; PARAMS_WORDS]) {
         let n_freqs = spec.n_freqs();
         let pairing = match spec.pairing() {
-            Pairing::Neox => 0,
-            Pairing::Gptj => 1,
+            Pairing::Neox => PAIRING_NEOX,
+            Pairing::Gptj => PAIRING_GPTJ,
         };
         match self.kernel {
             Kernel::X4 { per_vec } => {
@@ -584,8 +596,9 @@ impl Plan {
                     dtype: dtype.code(),
                     groups_x: gx,
                 };
-                let mut words = [0u32; 12];
-                words[..8].copy_from_slice(bytemuck::cast_slice(bytemuck::bytes_of(&p)));
+                let mut words = [0u32; PARAMS_WORDS];
+                let x4_words = size_of::<RopeX4Params>() / 4;
+                words[..x4_words].copy_from_slice(bytemuck::cast_slice(bytemuck::bytes_of(&p)));
                 (gx, gy, words)
             }
             Kernel::General { rows_per_group } => {
@@ -665,19 +678,5 @@ impl Slots {
             self.row_slot.push(self.of_token[t]);
         }
         (&self.row_slot, &self.positions)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn params_match_the_wgsl_struct_sizes() {
-        // Eight, twelve and eight u32 fields in the Params of shaders/rope_cs.wgsl,
-        // shaders/rope.wgsl and shaders/rope_x4.wgsl.
-        assert_eq!(size_of::<RopeCsParams>(), 32);
-        assert_eq!(size_of::<RopeParams>(), 48);
-        assert_eq!(size_of::<RopeX4Params>(), 32);
     }
 }

@@ -103,7 +103,8 @@ fn kernels_fit_webgpu_downlevel_default_limits() {
             );
             assert!(x <= limits.max_compute_workgroup_size_x, "{name}");
         }
-        // Every kernel has one entry point, so the module's bindings are the stage's.
+        // Every entry point uses every binding of its module (tests/shader_bindings.rs), so
+        // the module's bindings are the stage's.
         let count = |space: fn(&naga::AddressSpace) -> bool| {
             module.global_variables.iter().filter(|(_, g)| space(&g.space)).count() as u32
         };

@@ -1,5 +1,7 @@
 // Half-precision unpacking and rounding in integer code, so every backend converts the
-// same way and no SHADER_F16 is needed. CPU twin: src/cpu/convert.rs.
+// same way and no SHADER_F16 is needed. CPU twin: src/cpu/convert.rs. 16-bit elements are
+// stored two to a word, element 2w in the low half of word w; storage types are the
+// host's DTYPE_* codes (src/shaders.rs).
 
 // f16 bits to f32 bits, exactly.
 fn f16_to_f32_bits(h: u32) -> u32 {
@@ -60,43 +62,29 @@ fn f32_to_f16_bits(x: u32) -> u32 {
     return sign | q;
 }
 
-// Four consecutive elements ("a unit") between their storage words and f32 values: f32 as a
-// vec4 of words, f16/bf16 as two words of two halves each (the first element in the low
-// half). The vec4 encode kernel picks one widen and one narrow per table and output type.
-fn widen4_f32(w: vec4<u32>) -> vec4<f32> {
-    return bitcast<vec4<f32>>(w);
+// The 16-bit element e of a buffer of packed halves, from its word.
+fn half_of(word: u32, e: u32) -> u32 {
+    return (word >> ((e & 1u) * 16u)) & 0xffffu;
 }
 
-fn widen4_f16(w: vec2<u32>) -> vec4<f32> {
-    return bitcast<vec4<f32>>(vec4<u32>(
-        f16_to_f32_bits(w.x & 0xffffu),
-        f16_to_f32_bits(w.x >> 16u),
-        f16_to_f32_bits(w.y & 0xffffu),
-        f16_to_f32_bits(w.y >> 16u),
-    ));
+// `word` with its half holding element e replaced by the 16-bit value h.
+fn with_half(word: u32, e: u32, h: u32) -> u32 {
+    let shift = (e & 1u) * 16u;
+    return (word & ~(0xffffu << shift)) | (h << shift);
 }
 
-// bf16_to_f32_bits of each half: the low half shifted up, the high half masked in place.
-fn widen4_bf16(w: vec2<u32>) -> vec4<f32> {
-    return bitcast<vec4<f32>>(vec4<u32>(w.x << 16u, w.x & 0xffff0000u, w.y << 16u, w.y & 0xffff0000u));
+// f32 bits of the 16-bit value h of storage type `dtype` (DTYPE_F16 or DTYPE_BF16), exactly.
+fn half_to_f32_bits(h: u32, dtype: u32) -> u32 {
+    if dtype == DTYPE_F16 {
+        return f16_to_f32_bits(h);
+    }
+    return bf16_to_f32_bits(h);
 }
 
-fn narrow4_f32(v: vec4<f32>) -> vec4<u32> {
-    return bitcast<vec4<u32>>(v);
-}
-
-fn narrow4_f16(v: vec4<f32>) -> vec2<u32> {
-    let b = bitcast<vec4<u32>>(v);
-    return vec2<u32>(
-        f32_to_f16_bits(b.x) | (f32_to_f16_bits(b.y) << 16u),
-        f32_to_f16_bits(b.z) | (f32_to_f16_bits(b.w) << 16u),
-    );
-}
-
-fn narrow4_bf16(v: vec4<f32>) -> vec2<u32> {
-    let b = bitcast<vec4<u32>>(v);
-    return vec2<u32>(
-        f32_to_bf16_bits(b.x) | (f32_to_bf16_bits(b.y) << 16u),
-        f32_to_bf16_bits(b.z) | (f32_to_bf16_bits(b.w) << 16u),
-    );
+// f32 bits rounded to storage type `dtype` (DTYPE_F16 or DTYPE_BF16), nearest even.
+fn f32_to_half_bits(x: u32, dtype: u32) -> u32 {
+    if dtype == DTYPE_F16 {
+        return f32_to_f16_bits(x);
+    }
+    return f32_to_bf16_bits(x);
 }

@@ -1,0 +1,228 @@
+//! What the host binds to each kernel, as data: the layout of the `#[repr(C)]` parameter
+//! struct it uploads, and the buffer types of its bind group layout. The pipelines are built
+//! from [`bindings`], and `tests/shader_bindings.rs` holds both against the composed WGSL
+//! (parsed by naga), so a kernel and its host wrapper cannot drift apart unnoticed.
+
+use std::mem::offset_of;
+
+use bytemuck::Zeroable;
+use wgpu::BufferBindingType;
+
+use super::{
+    AlibiParams, CopyParams, EncodeParams, EncodeX4Params, NarrowParams, RopeCsParams, RopeParams,
+    RopeX4Params, TableParams,
+};
+use crate::shaders::{EncodeX4, KERNELS};
+
+/// One field of a parameter struct.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Field {
+    /// The field's name (padding fields start with `_`).
+    pub name: &'static str,
+    /// Its offset in bytes.
+    pub offset: usize,
+    /// Its size in bytes.
+    pub size: usize,
+    /// Its Rust type, as [`std::any::type_name`] writes it (`u32`, `[u32; 3]`).
+    pub ty: &'static str,
+}
+
+/// A parameter struct as the host lays it out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Params {
+    /// The Rust type's name.
+    pub name: &'static str,
+    /// `size_of` the struct.
+    pub size: usize,
+    /// Every field, in declaration order.
+    pub fields: Vec<Field>,
+}
+
+/// A kernel as posenc compiles it, with what the host binds to it.
+#[derive(Clone, Debug)]
+pub struct Kernel {
+    /// The kernel's name: the entry point, or an `encode_x4` specialisation's fields.
+    pub name: String,
+    /// The entry point.
+    pub entry: &'static str,
+    /// The composed WGSL.
+    pub source: String,
+    /// The parameters the host uploads to binding 0.
+    pub params: Params,
+    /// The bind group layout's entries of group 0, at bindings `0..`.
+    pub bindings: Vec<BufferBindingType>,
+}
+
+/// The [`Params`] of struct `$t`, whose fields are all listed: the destructuring without
+/// `..` stops a field left out from compiling.
+macro_rules! params {
+    ($t:ident { $($field:ident),* $(,)? }) => {{
+        let value = <$t as Zeroable>::zeroed();
+        let $t { $($field: _),* } = value;
+        Params {
+            name: stringify!($t),
+            size: size_of::<$t>(),
+            fields: vec![$(Field {
+                name: stringify!($field),
+                offset: offset_of!($t, $field),
+                size: size_of_val(&value.$field),
+                ty: std::any::type_name_of_val(&value.$field),
+            }),*],
+        }
+    }};
+}
+
+/// The parameters the host uploads to kernel entry point `entry`.
+///
+/// # Panics
+/// If `entry` is not a kernel posenc compiles.
+pub fn params(entry: &str) -> Params {
+    match entry {
+        "table" => params!(TableParams {
+            n_pairs,
+            n_freqs,
+            groups_x,
+            dim,
+            n_cos,
+            stride,
+            cos_offset,
+            zero_col,
+            start,
+            padding_idx,
+            flags,
+            _pad,
+        }),
+        "encode" => params!(EncodeParams {
+            n_tokens,
+            token_base,
+            row_words,
+            dim,
+            scale_bits,
+            flags,
+            in_dtype,
+            out_dtype,
+            groups_y,
+            _pad,
+        }),
+        "encode_x4" => params!(EncodeX4Params {
+            n_groups,
+            group_base,
+            row_units,
+            scale_bits,
+            groups_y,
+            groups_at,
+            keep,
+            _pad,
+        }),
+        "narrow" => params!(NarrowParams { n_elems, out_dtype, groups_x, _pad }),
+        "copy" | "copy_x4" => params!(CopyParams { n_vecs, groups_x, _pad }),
+        "alibi" => params!(AlibiParams {
+            n_rows,
+            row0,
+            n_cols,
+            col0,
+            len,
+            offset,
+            causal,
+            head0,
+            groups_x,
+            groups_y,
+            _pad,
+        }),
+        "rope_cs" => params!(RopeCsParams { n_pairs, n_freqs, groups_x, flags, scale_bits, _pad }),
+        "rope" => params!(RopeParams {
+            n_elems,
+            n_groups,
+            group_elems,
+            group_words,
+            rows_per_group,
+            head_dim,
+            rotary_dim,
+            n_freqs,
+            pairing,
+            dtype,
+            groups_per_wg,
+            groups_x,
+        }),
+        "rope_x4" => params!(RopeX4Params {
+            n_units,
+            units_per_row,
+            row_vecs,
+            half_vecs,
+            n_freqs,
+            pairing,
+            dtype,
+            groups_x,
+        }),
+        _ => panic!("no kernel named {entry}"),
+    }
+}
+
+/// Storage buffers of each kernel of [`KERNELS`]: the last is the read-write output, those
+/// before it are read-only inputs.
+const STORAGE_BUFFERS: &[(&str, u32)] = &[
+    ("table", 3),
+    ("encode", 4),
+    ("narrow", 2),
+    ("copy", 2),
+    ("copy_x4", 2),
+    ("alibi", 2),
+    ("rope_cs", 3),
+    ("rope", 4),
+    ("rope_x4", 3),
+];
+
+/// The bind group layout of kernel `name` of [`KERNELS`], at bindings `0..` of group 0: the
+/// uniform `Params`, then its storage buffers, read-only inputs before the read-write
+/// output.
+///
+/// # Panics
+/// If `name` is not one of [`KERNELS`].
+pub fn bindings(name: &str) -> Vec<BufferBindingType> {
+    let (_, n_storage) = STORAGE_BUFFERS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .unwrap_or_else(|| panic!("no kernel named {name}"));
+    let mut bindings = vec![BufferBindingType::Uniform];
+    bindings
+        .extend((1..=*n_storage).map(|b| BufferBindingType::Storage { read_only: b < *n_storage }));
+    bindings
+}
+
+/// The bind group layout of an `encode_x4` specialisation with `slots` table bindings: the
+/// uniform `Params`, the token records and the PE rows (read-only), the output, then the
+/// table slots (read-only).
+pub fn encode_x4_bindings(slots: u32) -> Vec<BufferBindingType> {
+    use BufferBindingType as B;
+    let mut bindings = vec![
+        B::Uniform,
+        B::Storage { read_only: true },
+        B::Storage { read_only: true },
+        B::Storage { read_only: false },
+    ];
+    bindings.extend((0..slots).map(|_| B::Storage { read_only: true }));
+    bindings
+}
+
+/// Every kernel posenc may compile, in the order of [`crate::shaders::all_sources`], with
+/// what the host binds to it.
+pub fn all() -> Vec<Kernel> {
+    let mut all: Vec<Kernel> = KERNELS
+        .iter()
+        .map(|&(name, _)| Kernel {
+            name: name.to_string(),
+            entry: name,
+            source: crate::shaders::source(name),
+            params: params(name),
+            bindings: bindings(name),
+        })
+        .collect();
+    all.extend(EncodeX4::all().into_iter().map(|v| Kernel {
+        name: format!("{v:?}"),
+        entry: "encode_x4",
+        source: v.source(),
+        params: params("encode_x4"),
+        bindings: encode_x4_bindings(v.slots),
+    }));
+    all
+}
