@@ -9,7 +9,7 @@
 //!   without an adapter these tests skip visibly (fail under `CI=true`);
 //! - `cargo test --test it -- cli::` every test of the `posenc` binary, CPU and GPU;
 //! - `cargo test --test it -- shaders::` every kernel through naga and the platforms'
-//!   validators.
+//!   validators, and its `Params` and bindings against the host's.
 //!
 //! `support` holds the helpers they share (the GPU context, running the binary, scratch
 //! directories, seeded random data).

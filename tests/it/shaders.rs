@@ -3,7 +3,9 @@
 //! a translation failure shows up on Linux. The SPIR-V and GLSL then go through the
 //! platforms' own validators, `spirv-val` and `glslangValidator` (MSL and HLSL have no
 //! compiler on Linux: they are only translated). No kernel may call the builtin
-//! sin/cos/exp/pow.
+//! sin/cos/exp/pow. `bindings` checks each kernel's `Params` and bindings against the host's.
+
+mod bindings;
 
 use naga::back::{glsl, hlsl, msl, spv};
 use naga::valid::{Capabilities, ValidationFlags, Validator};
