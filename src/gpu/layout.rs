@@ -1,6 +1,6 @@
 //! What the host binds to each kernel, as data: the layout of the `#[repr(C)]` parameter
 //! struct it uploads, and the buffer types of its bind group layout. The pipelines are built
-//! from [`bindings`], and `tests/shader_bindings.rs` holds both against the composed WGSL
+//! from [`bindings`], and `tests/it/shaders/bindings.rs` holds both against the composed WGSL
 //! (parsed by naga), so a kernel and its host wrapper cannot drift apart unnoticed.
 
 use std::mem::offset_of;

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Writes the malformed-input corpus that tests/bad_input.rs feeds through posenc's parsers.
+"""Writes the malformed-input corpus that tests/it/cpu/bad_input.rs feeds through posenc's
+parsers.
 
 Standard library only (no numpy), so every byte is spelled out here. Run from anywhere:
     python3 tests/corpus/generate.py
 It rewrites tests/corpus/{npy,safetensors,positions}/ and tests/corpus/MANIFEST.tsv, whose
 rows say which parser reads each file and which error kind it must give, and writes its own
-files of tests/corpus/rope_scaling/ (tests/rope.rs reads that directory; each file's name
-gives the field its error names). The committed files are the corpus; this script documents
+files of tests/corpus/rope_scaling/ (tests/it/cpu/rope.rs reads that directory; each file's
+name gives the field its error names). The committed files are the corpus; this script documents
 how each was made.
 """
 

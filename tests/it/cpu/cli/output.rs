@@ -1,0 +1,353 @@
+//! Where `-o` sends an output, for every command that writes one: a regular file or a new
+//! path is replaced atomically (through a symbolic link, which stays a link), a character
+//! device, a FIFO and an open descriptor (`/dev/stdout`, `/dev/fd/N`) are written in place,
+//! `-o -` is stdout, and a directory or a socket is refused (exit 2) before any work. Then
+//! SIGINT, SIGTERM and SIGHUP in the middle of writing a large table, and an address-space
+//! limit near the size cap: no temporary file is left behind, the old file is intact.
+//! Everything runs on the CPU.
+#![cfg(unix)]
+
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, symlink};
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::cli::{Dir, assert_ok, files_in, posenc, posenc_lines, s, stderr};
+use ndarray::{Array2, Array4, array};
+
+const BIN: &str = env!("CARGO_BIN_EXE_posenc");
+
+/// Every command that writes an output, with its arguments but `-o`, over small inputs
+/// written to `dir`.
+fn commands(dir: &Dir) -> Vec<(&'static str, Vec<String>)> {
+    let weights = dir.npy("w.npy", &Array2::from_shape_fn((16, 8), |(r, c)| (r * 8 + c) as f32));
+    let ids = dir.npy("ids.npy", &array![[1u32, 2, 3], [4, 5, 15]]);
+    let x =
+        dir.npy("x.npy", &Array4::from_shape_fn((1, 3, 2, 8), |(_, l, h, d)| (l + h + d) as f32));
+    let cases: [(&str, &[&str]); 10] = [
+        ("table csv", &["table", "--dim", "8", "--len", "3", "--device", "cpu"]),
+        ("table npy", &["table", "--dim", "8", "--len", "3", "--device", "cpu", "--format", "npy"]),
+        (
+            "table json",
+            &["table", "--dim", "8", "--len", "3", "--device", "cpu", "--format", "json"],
+        ),
+        ("encode", &["encode", "--device", "cpu", "--weights", &weights, "--ids", &ids]),
+        ("rope", &["rope", "--input", &x, "--layout", "blhd", "--device", "cpu"]),
+        ("alibi", &["alibi", "--heads", "4", "--len", "5", "--device", "cpu"]),
+        ("plot heatmap", &["plot", "heatmap", "--dim", "16", "--len", "8"]),
+        ("plot similarity", &["plot", "similarity", "--dim", "16", "--len", "8"]),
+        (
+            "plot similarity text",
+            &["plot", "similarity", "--dim", "16", "--len", "8", "--format", "text"],
+        ),
+        ("plot error", &["plot", "error", "--dim", "8"]),
+    ];
+    cases.iter().map(|(name, args)| (*name, args.iter().map(|a| a.to_string()).collect())).collect()
+}
+
+/// `posenc ARGS -o OUT`.
+fn run(args: &[String], out: &str) -> Output {
+    let args: Vec<&str> = args.iter().map(String::as_str).chain(["-o", out]).collect();
+    posenc(&args)
+}
+
+fn is_symlink(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
+}
+
+/// Files posenc left under a hidden temporary name in `dir`.
+fn temporaries(dir: &Path) -> Vec<String> {
+    files_in(dir).into_iter().filter(|n| n.starts_with(".posenc-")).collect()
+}
+
+/// A character device like /dev/null in `dir`, if this system lets us make one (root, and a
+/// device policy that allows it).
+fn null_device(dir: &Dir) -> Option<std::path::PathBuf> {
+    let path = dir.path("null");
+    let made =
+        Command::new("mknod").arg(&path).args(["c", "1", "3"]).stderr(Stdio::null()).status();
+    made.is_ok_and(|s| s.success()).then_some(path)
+}
+
+#[test]
+fn every_command_writes_streams_in_place_and_replaces_files_through_links() {
+    let dir = Dir::new();
+    let device = null_device(&dir);
+    if device.is_none() {
+        eprintln!("note: mknod failed here; /dev/null is still checked, without a canary");
+    }
+    for (name, args) in commands(&dir) {
+        let want_path = dir.out("want");
+        assert_ok(&run(&args, &want_path), name);
+        let want = fs::read(&want_path).unwrap();
+        assert!(!want.is_empty(), "{name}");
+
+        // `-o -`, `-o /dev/stdout` and a link to it: the bytes on stdout, the link kept.
+        let link = dir.path("to-stdout");
+        let _ = fs::remove_file(&link);
+        symlink("/dev/stdout", &link).unwrap();
+        for out in ["-", "/dev/stdout", &s(&link)] {
+            let got = run(&args, out);
+            assert_ok(&got, &format!("{name} -o {out}"));
+            assert!(got.stdout == want, "{name} -o {out}: stdout differs from the file output");
+        }
+        assert!(is_symlink(Path::new("/dev/stdout")), "{name}: /dev/stdout is still a link");
+        assert!(is_symlink(&link), "{name}: the link to /dev/stdout is still a link");
+
+        // A descriptor the shell opened in append mode: written where it points, after
+        // what was there (a rename or a truncating reopen would lose the prefix).
+        let log = dir.path("log");
+        fs::write(&log, b"prefix\n").unwrap();
+        let shell = Command::new("sh")
+            .arg("-c")
+            .arg(r#""$0" "$@" -o /dev/fd/3 3>>"$LOG""#)
+            .arg(BIN)
+            .args(&args)
+            .env("LOG", &log)
+            .output()
+            .unwrap();
+        assert_ok(&shell, &format!("{name} -o /dev/fd/3"));
+        assert_eq!(fs::read(&log).unwrap(), [&b"prefix\n"[..], &want].concat(), "{name}");
+
+        // A FIFO: its reader gets every byte and the FIFO is still there.
+        let fifo = dir.path("fifo");
+        let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(made.success(), "mkfifo");
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                fs::File::open(fifo).unwrap().read_to_end(&mut bytes).unwrap();
+                bytes
+            })
+        };
+        assert_ok(&run(&args, &s(&fifo)), &format!("{name} -o FIFO"));
+        // Checked first: had the FIFO been replaced, its reader would wait forever.
+        assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo(), "{name}");
+        assert!(reader.join().unwrap() == want, "{name}: the FIFO's reader got other bytes");
+        fs::remove_file(&fifo).unwrap();
+
+        // A character device: our own copy of /dev/null first, as a canary (a regression
+        // that replaced device nodes would take that one, not the system's), then /dev/null.
+        let mut devices: Vec<std::path::PathBuf> = device.iter().cloned().collect();
+        devices.push("/dev/null".into());
+        for dev in devices {
+            assert_ok(&run(&args, &s(&dev)), &format!("{name} -o {}", dev.display()));
+            let kind = fs::symlink_metadata(&dev).unwrap().file_type();
+            assert!(kind.is_char_device(), "{name}: {} is no longer a device", dev.display());
+        }
+
+        // A link to a regular file in another directory: the file is replaced whole, in its
+        // own directory, and the link stays a link to it.
+        let sub = dir.path("sub");
+        fs::create_dir_all(&sub).unwrap();
+        fs::write(sub.join("real"), b"old").unwrap();
+        let file_link = dir.path("file-link");
+        let _ = fs::remove_file(&file_link);
+        symlink("sub/real", &file_link).unwrap();
+        assert_ok(&run(&args, &s(&file_link)), &format!("{name} -o LINK"));
+        assert!(is_symlink(&file_link), "{name}: the link was replaced");
+        assert_eq!(fs::read_link(&file_link).unwrap(), Path::new("sub/real"));
+        assert!(fs::read(sub.join("real")).unwrap() == want, "{name}: the link's file");
+        assert_eq!(temporaries(&sub), Vec::<String>::new(), "{name}");
+        assert_eq!(temporaries(&dir.path("")), Vec::<String>::new(), "{name}");
+    }
+}
+
+#[test]
+fn a_directory_or_a_socket_is_refused_with_exit_2_before_any_work() {
+    let dir = Dir::new();
+    let target = Dir::new();
+    let socket = target.path("socket");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let before = target.files();
+    let mut cases = commands(&dir);
+    // bench computes for seconds: refused at once, it never starts.
+    cases.push(("bench --plot", ["bench", "--device", "cpu"].map(String::from).to_vec()));
+    for (name, args) in cases {
+        let flag = if name == "bench --plot" { "--plot" } else { "-o" };
+        for (out, what) in [(target.path(""), "a directory"), (socket.clone(), "a socket")] {
+            let all: Vec<&str> =
+                args.iter().map(String::as_str).chain([flag, out.to_str().unwrap()]).collect();
+            let got = posenc(&all);
+            assert_eq!(got.status.code(), Some(2), "{name} {flag} {what}: {}", stderr(&got));
+            let lines: Vec<String> = stderr(&got).lines().map(String::from).collect();
+            assert_eq!(lines.len(), 1, "{name}: {lines:?}");
+            assert!(lines[0].contains(&format!("cannot write the output to {what}")), "{lines:?}");
+            assert!(got.stdout.is_empty(), "{name}");
+        }
+        assert_eq!(target.files(), before, "{name}: nothing was created");
+    }
+    let got = posenc(&["bench", "--device", "cpu", "--plot", "-"]);
+    assert_eq!(got.status.code(), Some(2), "bench --plot -: {}", stderr(&got));
+}
+
+/// The directory entries whose names start with `.posenc-` and that hold at least one byte.
+fn writing(dir: &Path) -> bool {
+    fs::read_dir(dir).unwrap().filter_map(Result::ok).any(|e| {
+        e.file_name().to_string_lossy().starts_with(".posenc-")
+            && e.metadata().is_ok_and(|m| m.len() > 0)
+    })
+}
+
+/// Starts a table of about 550 MB of CSV (seconds of writing), waits until its temporary
+/// file holds bytes, and sends `signal`. Returns how the run ended, or `None` if it ended
+/// before the signal could be sent.
+fn signal_mid_write(dir: &Path, signal: i32) -> Option<std::process::ExitStatus> {
+    let mut child = Command::new(BIN)
+        .args(["table", "--dim", "512", "--len", "100000", "--device", "cpu", "-o"])
+        .arg(dir.join("big.csv"))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !writing(dir) {
+        if child.try_wait().unwrap().is_some() {
+            return None;
+        }
+        assert!(Instant::now() < deadline, "no temporary file appeared in 120 s");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let pid = i32::try_from(child.id()).unwrap();
+    // SAFETY: kill(2) on our own child's pid (it has not been waited for, so the pid is
+    // still ours); no memory is involved.
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0, "kill");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("signal {signal} did not end the run in 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn sigint_sigterm_and_sighup_mid_write_remove_the_temporary_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = b"the previous, complete output\n";
+    let big = dir.path().join("big.csv");
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        fs::write(&big, old).unwrap();
+        let status = (0..3)
+            .find_map(|_| {
+                let status = signal_mid_write(dir.path(), signal);
+                // The run won the race and replaced the file: put the old one back.
+                if status.is_none() {
+                    fs::write(&big, old).unwrap();
+                }
+                status
+            })
+            .expect("the table always finished before the signal could be sent");
+        // posenc dies of the signal itself, after its cleanup, as an unhandled signal would
+        // kill it: a shell reports 128 + the signal's number.
+        assert_eq!(status.signal(), Some(signal), "{status:?}");
+        assert_eq!(temporaries(dir.path()), Vec::<String>::new(), "signal {signal}");
+        assert_eq!(fs::read(&big).unwrap(), old, "signal {signal}: the old file is intact");
+    }
+}
+
+/// `posenc ARGS` under `ulimit -v` of about 2 GB.
+fn under_2gb(args: &[&str]) -> Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg(r#"ulimit -v 2000000 && exec "$0" "$@""#)
+        .arg(BIN)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn an_output_the_allocator_refuses_is_one_line_exit_1_and_no_temporary_file() {
+    let dir = Dir::new();
+    let old = b"the previous output";
+    // 2^31 values, the most a table may have: 8 GiB of f32 under a 2 GB address space.
+    let ids = dir.npy("ids.npy", &Array2::<u32>::zeros((1, 1 << 21)));
+    let weights = dir.npy("w.npy", &Array2::<f32>::zeros((4, 1024)));
+    let cases: [(&str, &[&str]); 4] = [
+        ("table csv", &["table", "--dim", "65536", "--len", "32768", "--device", "cpu"]),
+        (
+            "table npy",
+            &["table", "--dim", "65536", "--len", "32768", "--device", "cpu", "--format", "npy"],
+        ),
+        (
+            "alibi",
+            &["alibi", "--heads", "8", "--len", "16384", "--kv-len", "16384", "--device", "cpu"],
+        ),
+        ("encode", &["encode", "--weights", &weights, "--ids", &ids, "--device", "cpu"]),
+    ];
+    for (name, args) in cases {
+        let out = dir.bytes("out", old);
+        let got = under_2gb(&[args, &["-o", &out]].concat());
+        assert_eq!(got.status.code(), Some(1), "{name}: {:?} {}", got.status, stderr(&got));
+        let lines = posenc_lines(&got);
+        assert_eq!(lines.len(), 1, "{name}: {}", stderr(&got));
+        assert!(lines[0].contains("could not allocate 8589934592 bytes"), "{name}: {lines:?}");
+        assert_eq!(fs::read(&out).unwrap(), old, "{name}");
+        assert_eq!(temporaries(&dir.path("")), Vec::<String>::new(), "{name}");
+    }
+}
+
+#[test]
+fn a_reader_that_stops_early_ends_the_run_quietly() {
+    let dir = Dir::new();
+    let fifo = dir.path("fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success(), "mkfifo");
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            let mut first = [0u8; 16];
+            fs::File::open(fifo).unwrap().read_exact(&mut first).unwrap();
+        })
+    };
+    // 5 MB of CSV: far more than the FIFO holds once its reader is gone.
+    let run =
+        posenc(&["table", "--dim", "512", "--len", "1000", "--device", "cpu", "-o", &s(&fifo)]);
+    reader.join().unwrap();
+    assert_ok(&run, "a FIFO whose reader stopped after 16 bytes");
+    assert!(stderr(&run).is_empty(), "{}", stderr(&run));
+}
+
+#[test]
+fn help_says_where_each_output_goes() {
+    let commands: [&[&str]; 8] = [
+        &["table"],
+        &["encode"],
+        &["rope"],
+        &["alibi"],
+        &["plot", "heatmap"],
+        &["plot", "similarity"],
+        &["plot", "error"],
+        &["bench"],
+    ];
+    for command in commands {
+        let help = posenc(&[command, &["--help"]].concat());
+        assert_ok(&help, &format!("{command:?} --help"));
+        let text = String::from_utf8(help.stdout)
+            .unwrap()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        for promise in [
+            "a symbolic link is followed, the file it leads to replaced and the link kept",
+            "A character device",
+            "A directory, a socket or a block device is refused (exit 2)",
+        ] {
+            assert!(text.contains(promise), "{command:?} --help lacks {promise:?}:\n{text}");
+        }
+        let stdout = if command == ["bench"] {
+            "(not -: the report goes to stdout)"
+        } else {
+            "With -, stdout."
+        };
+        assert!(text.contains(stdout), "{command:?} --help lacks {stdout:?}:\n{text}");
+    }
+}

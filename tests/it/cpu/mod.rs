@@ -1,0 +1,12 @@
+//! The library on the CPU, and the binary's commands that never open a GPU adapter.
+
+mod alibi;
+mod bad_input;
+mod cli;
+mod encode;
+mod encode_shapes;
+mod learned;
+mod plot;
+mod rope;
+mod table;
+mod variants;

@@ -1,0 +1,221 @@
+//! `posenc bench` as a user meets it: presets and their overrides, the suite's JSON and
+//! table, the checkpoint load, the copy-call ceiling, agreement in every output type, the
+//! chart, and sizes refused in one line before anything is allocated. Shapes are shrunk
+//! (`--batch`, `--len`, `--vocab` override every preset's) and runs are one round, so each
+//! command takes a second or two; no timing is asserted.
+
+use crate::support::Png;
+use crate::support::cli::{Dir, assert_ok, gpu_available, posenc, posenc_env, posenc_lines};
+use posenc::bench::PRESETS;
+use serde_json::Value;
+
+/// Arguments that shrink every preset to a few tokens and a 64-row vocabulary, one round.
+const TINY: [&str; 8] = ["--batch", "2", "--len", "3", "--vocab", "64", "--repeats", "1"];
+
+fn json(out: &std::process::Output) -> Value {
+    serde_json::from_slice(&out.stdout).expect("stdout is JSON")
+}
+
+fn names(report: &Value) -> Vec<String> {
+    let results = report["results"].as_array().unwrap();
+    results.iter().map(|r| r["name"].as_str().unwrap().to_string()).collect()
+}
+
+/// The item `name` of `report`.
+fn item<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {report}"))
+}
+
+/// The keys of a JSON object, sorted.
+fn keys(v: &Value) -> Vec<String> {
+    let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+    k.sort();
+    k
+}
+
+/// Every item's ceiling is the one the docs name for it, and every ceiling names itself.
+fn check_ceilings(report: &Value) {
+    for r in report["results"].as_array().unwrap() {
+        let name = r["name"].as_str().unwrap();
+        let want = match name {
+            "cpu_encode" | "cpu_encode_cold" | "cpu_table" => "cpu_copy_ceiling",
+            "gpu_encode" | "gpu_encode_cold" | "gpu_table" | "gpu_readback" => "gpu_copy_ceiling",
+            "gpu_encode_call" => "gpu_copy_ceiling_call",
+            "cpu_load" => "cpu_read_ceiling",
+            ceiling => ceiling,
+        };
+        assert_eq!(r["ceiling"], want, "{r}");
+        let ceiling = item(report, want);
+        assert_eq!(r["ceiling_gbps"], ceiling["gbps"], "{r}");
+        for key in ["median_s", "gbps", "ceiling_gbps", "ratio"] {
+            assert!(r[key].as_f64().unwrap() > 0.0, "{r}");
+        }
+    }
+}
+
+#[test]
+fn a_preset_sets_the_shape_and_types_and_flags_override_it() {
+    let dir = Dir::new();
+    let tmp = dir.out("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let args = ["bench", "--model", "llama3-8b", "--device", "cpu", "--json"];
+    let out = posenc_env(&[&args[..], &TINY].concat(), &[("TMPDIR", &tmp)]);
+    assert_ok(&out, "bench --model");
+    let report = json(&out);
+    assert_eq!(report["model"], "llama3-8b");
+    let sizes = &report["sizes"];
+    assert_eq!(
+        (&sizes["batch"], &sizes["len"], &sizes["vocab"]),
+        (&2.into(), &3.into(), &64.into())
+    );
+    assert_eq!(sizes["dim"], 4096, "the preset's, not overridden");
+    assert_eq!((&sizes["dtype"], &sizes["out_dtype"]), (&"bf16".into(), &"f32".into()));
+    // The checkpoint load is on with a preset, and its file is gone afterwards.
+    let items = names(&report);
+    assert!(items.contains(&"cpu_load".to_string()), "{items:?}");
+    assert!(sizes["checkpoint_bytes"].as_u64().unwrap() > 64 * 4096 * 2, "{sizes}");
+    assert_eq!(crate::support::cli::files_in(std::path::Path::new(&tmp)), Vec::<String>::new());
+    check_ceilings(&report);
+
+    let args = ["bench", "--model", "llama3-8b", "--out-dtype", "bf16", "--load=false"];
+    let out = posenc(&[&args[..], &TINY, &["--device", "cpu", "--json"]].concat());
+    assert_ok(&out, "bench --model --out-dtype --load=false");
+    let report = json(&out);
+    assert_eq!(
+        (&report["sizes"]["dtype"], &report["sizes"]["out_dtype"]),
+        (&"bf16".into(), &"bf16".into())
+    );
+    assert!(report.get("model").is_some());
+    assert!(report["sizes"]["checkpoint_bytes"].is_null());
+    assert!(!names(&report).contains(&"cpu_load".to_string()));
+}
+
+#[test]
+fn explicit_shapes_load_only_when_asked_and_carry_no_model() {
+    let base = ["bench", "--device", "cpu", "--dim", "16", "--json"];
+    let out = posenc(&[&base[..], &TINY].concat());
+    assert_ok(&out, "bench");
+    let report = json(&out);
+    assert!(report.get("model").is_none(), "{report}");
+    assert_eq!(report["sizes"]["out_dtype"], "f32");
+    assert!(!names(&report).contains(&"cpu_load".to_string()));
+
+    let out =
+        posenc(&[&base[..], &TINY, &["--load", "--dtype", "f16", "--out-dtype", "bf16"]].concat());
+    assert_ok(&out, "bench --load");
+    let report = json(&out);
+    assert_eq!(
+        (&report["sizes"]["dtype"], &report["sizes"]["out_dtype"]),
+        (&"f16".into(), &"bf16".into())
+    );
+    assert_eq!(item(&report, "cpu_load")["ceiling"], "cpu_read_ceiling");
+    check_ceilings(&report);
+}
+
+#[test]
+fn the_suite_prints_one_bench_object_per_preset() {
+    let out = posenc(&[&["bench", "--suite", "--device", "cpu", "--json"][..], &TINY].concat());
+    assert_ok(&out, "bench --suite --json");
+    let suite = json(&out);
+    assert_eq!(keys(&suite), ["suite"]);
+    let reports = suite["suite"].as_array().unwrap();
+    assert_eq!(reports.len(), PRESETS.len());
+    // Exactly the single bench's object plus the model's name.
+    let single = posenc(&[&["bench", "--device", "cpu", "--load", "--json"][..], &TINY].concat());
+    assert_ok(&single, "bench --json");
+    let mut single_keys = keys(&json(&single));
+    single_keys.push("model".into());
+    single_keys.sort();
+    for (report, preset) in reports.iter().zip(PRESETS) {
+        assert_eq!(keys(report), single_keys);
+        assert_eq!(report["model"], preset.name);
+        assert_eq!(report["sizes"]["dim"], preset.dim);
+        assert_eq!(report["sizes"]["repeats"], 1);
+        assert_eq!(names(report), names(&json(&single)), "{}", preset.name);
+        check_ceilings(report);
+    }
+
+    let out =
+        posenc(&[&["bench", "--suite", "--device", "cpu", "--load=false"][..], &TINY].concat());
+    assert_ok(&out, "bench --suite");
+    let table = String::from_utf8(out.stdout).unwrap();
+    for line in table.lines() {
+        assert!(line.len() <= 120, "{} columns: {line}", line.len());
+    }
+    for preset in PRESETS {
+        let row =
+            table.lines().find(|l| l.starts_with(preset.name)).unwrap_or_else(|| panic!("{table}"));
+        assert!(row.contains(&format!("x{} ", preset.dim)), "{row}");
+    }
+}
+
+#[test]
+fn on_a_gpu_every_preset_agrees_and_the_call_is_measured_against_the_copy_call() {
+    if !gpu_available("on_a_gpu_every_preset_agrees_and_the_call_is_measured_against_the_copy_call")
+    {
+        return;
+    }
+    let out = posenc(&[&["bench", "--suite", "--load=false", "--json"][..], &TINY].concat());
+    assert_ok(&out, "bench --suite on the GPU");
+    let suite = json(&out);
+    for report in suite["suite"].as_array().unwrap() {
+        assert_eq!(report["agree"], true, "{}", report["model"]);
+        assert_eq!(item(report, "gpu_encode_call")["ceiling"], "gpu_copy_ceiling_call");
+        assert_eq!(item(report, "gpu_encode")["ceiling"], "gpu_copy_ceiling");
+        check_ceilings(report);
+    }
+    // A 16-bit output of an f32 table, and an odd number of 16-bit values.
+    for out_dtype in ["f16", "bf16"] {
+        let args = ["bench", "--dim", "6", "--out-dtype", out_dtype, "--json"];
+        let out = posenc(&[&args[..], &TINY].concat());
+        assert_ok(&out, out_dtype);
+        assert_eq!(json(&out)["agree"], true, "{out_dtype}");
+    }
+}
+
+#[test]
+fn plot_writes_a_png_chart() {
+    let dir = Dir::new();
+    let path = dir.out("bench.png");
+    let args = ["bench", "--suite", "--device", "cpu", "--load=false", "--plot", &path];
+    let out = posenc(&[&args[..], &TINY].concat());
+    assert_ok(&out, "bench --suite --plot");
+    let png = Png::decode(&std::fs::read(&path).unwrap());
+    assert!(png.width >= 720 && png.height >= 400, "{} x {}", png.width, png.height);
+    assert_eq!(dir.files(), ["bench.png"], "no temporary file is left");
+}
+
+#[test]
+fn sizes_and_repeats_past_the_caps_are_one_line_and_exit_2() {
+    let cases: [(&[&str], &[&str]); 6] = [
+        (
+            &["--vocab", "16777216", "--dim", "65536"],
+            &["4398046511104", "MAX_TABLE_BYTES", "4294967296"],
+        ),
+        (&["--len", "4294967295"], &["34359738360", "MAX_TOKENS", "16777216"]),
+        (
+            &["--batch", "4096", "--len", "4096", "--dim", "65536", "--vocab", "8"],
+            &["MAX_OUTPUT_BYTES", "1073741824"],
+        ),
+        (&["--repeats", "18446744073709551615"], &["repeats", "18446744073709551615", "10000"]),
+        (&["--model", "gpt-5"], &["gpt-5", "bert-base", "whisper-small"]),
+        (&["--suite", "--vocab", "4294967296"], &["vocab", "4294967296"]),
+    ];
+    for (args, words) in cases {
+        let start = std::time::Instant::now();
+        let out = posenc(&[&["bench", "--plot", "/nonexistent/dir/x.png"][..], args].concat());
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let lines = posenc_lines(&out);
+        assert_eq!(lines.len(), 1, "{args:?}: {lines:?}");
+        for word in words {
+            assert!(lines[0].contains(word), "{args:?}: {word} not in {}", lines[0]);
+        }
+        // Refused before anything was allocated or run.
+        assert!(start.elapsed().as_secs_f64() < 5.0, "{args:?}");
+    }
+}

@@ -1,0 +1,330 @@
+//! Hostile inputs through the binary, each from the issue "Hold up, round two": a 128-byte
+//! header that used to panic, abort after asking for terabytes, or loop for ever, and
+//! arguments whose messages were wrong. Each must give one line on stderr and exit status 2,
+//! and create no output file.
+//!
+//! Every refusal here comes before any device is opened, so `--device gpu` cases need no
+//! adapter.
+
+use std::io::Write;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::cli::{Dir, posenc, posenc_env, stderr};
+use posenc::npy;
+
+/// A valid `.npy` header of `T` declaring `shape`, and no data: 128 bytes.
+fn header_only<T: npy::Element>(dir: &Dir, name: &str, shape: &[usize]) -> String {
+    let bytes = npy::header::<T>(shape).unwrap();
+    assert_eq!(bytes.len(), 128);
+    dir.bytes(name, &bytes)
+}
+
+/// A `[16, 8]` float32 embedding table.
+fn weights(dir: &Dir) -> String {
+    let table = ndarray::Array2::<f32>::from_shape_fn((16, 8), |(r, c)| (r * 8 + c) as f32);
+    dir.npy("w.npy", &table)
+}
+
+/// Exit status 2, exactly one line on stderr (`posenc: ...`, holding every needle), and no
+/// file in `dir` beyond `inputs`.
+fn assert_refused(out: &Output, dir: &Dir, inputs: &[&str], needles: &[&str]) {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err:?}");
+    assert!(err.starts_with("posenc: ") && !err.contains("panicked"), "{err}");
+    for needle in needles {
+        assert!(err.contains(needle), "{needle:?} not in {err}");
+    }
+    let mut expected: Vec<String> = inputs.iter().map(|s| s.to_string()).collect();
+    expected.sort();
+    assert_eq!(dir.files(), expected, "{err}");
+}
+
+/// Waits for `child`, killing it if it runs past `limit`: how a hang fails here. The limit
+/// is a watchdog hundreds of times what the run takes, not a speed requirement.
+fn wait_or_kill(mut child: Child, limit: Duration, what: &str) -> Output {
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("{what} was still running after {limit:?}: a hang");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn spawn(args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_posenc"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+const WATCHDOG: Duration = Duration::from_secs(120);
+
+#[test]
+fn empty_ids_with_an_axis_no_output_could_have_are_refused_on_cpu_and_gpu() {
+    for (len, device) in [((1 << 62) - 1, "cpu"), ((1 << 62) - 1, "gpu"), ((1 << 60) - 1, "cpu")] {
+        let dir = Dir::new();
+        let w = weights(&dir);
+        let ids = header_only::<i64>(&dir, "ids.npy", &[0, len]);
+        let out = posenc(&[
+            "encode",
+            "--device",
+            device,
+            "--weights",
+            &w,
+            "--ids",
+            &ids,
+            "-o",
+            &dir.out("out.npy"),
+        ]);
+        let shape = format!("(0, {len}, 8)");
+        assert_refused(&out, &dir, &["ids.npy", "w.npy"], &["encode: the output", &shape]);
+    }
+}
+
+#[test]
+fn empty_rope_inputs_are_refused_before_their_positions_are_built() {
+    for side in [1 << 20, 1 << 16] {
+        let dir = Dir::new();
+        let x = header_only::<f32>(&dir, "x.npy", &[side, side, 0, 8]);
+        let out = posenc(&[
+            "rope",
+            "--device",
+            "cpu",
+            "--input",
+            &x,
+            "--layout",
+            "blhd",
+            "-o",
+            &dir.out("out.npy"),
+        ]);
+        let shape = format!("({side}, {side}, 0, 8)");
+        assert_refused(&out, &dir, &["x.npy"], &["rope: the output", &shape, "MAX_OUTPUT_VALUES"]);
+    }
+}
+
+/// An empty tensor within the limit is its own rotation: written back with its shape,
+/// without building positions for its 2^29 tokens (2 GiB).
+#[test]
+fn an_empty_rope_input_within_the_limit_comes_back_as_it_was() {
+    let dir = Dir::new();
+    let x = header_only::<f32>(&dir, "x.npy", &[1 << 14, 1 << 15, 0, 4]);
+    let out = dir.out("out.npy");
+    let run = posenc(&[
+        "rope", "--device", "cpu", "--input", &x, "--layout", "blhd", "--offset", "7", "-o", &out,
+    ]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&x).unwrap());
+}
+
+#[test]
+fn billions_of_empty_rows_are_refused_not_looped_over() {
+    for extra in [["--pad-id", "0"], ["--variant", "fairseq"]] {
+        let dir = Dir::new();
+        let w = weights(&dir);
+        let ids = header_only::<i64>(&dir, "ids.npy", &[i64::MAX as usize, 0]);
+        let out = dir.out("out.npy");
+        let mut args = vec!["encode", "--device", "cpu", "--weights", &w, "--ids", &ids];
+        args.extend(extra);
+        args.extend(["-o", &out]);
+        let run = wait_or_kill(spawn(&args), WATCHDOG, &format!("encode {extra:?}"));
+        assert_refused(&run, &dir, &["ids.npy", "w.npy"], &["(9223372036854775807, 0, 8)"]);
+    }
+}
+
+#[test]
+fn numbers_print_short_and_negative_ones_reach_their_range_check() {
+    for (args, needle) in [
+        (&["--base", "1e308"][..], "invalid base: 1e308 (allowed"),
+        (&["--base", "-inf"], "invalid base: -inf (allowed"),
+        (&["--base", "-2"], "invalid base: -2 (allowed"),
+        (&["--variant", "tensor2tensor", "--min-timescale", "-inf"], "invalid min_timescale: -inf"),
+        (&["--variant", "tensor2tensor", "--max-timescale", "1e300"], "max_timescale: 1e300"),
+        (&["--gpu-memory-budget", "-1"], "'-1' for '--gpu-memory-budget <BYTES>'"),
+        (&["--gpu-memory-budget", "0"], "at least 1"),
+    ] {
+        let dir = Dir::new();
+        let mut full = vec!["table", "--dim", "8", "-o"];
+        let out = dir.out("t.csv");
+        full.push(&out);
+        full.extend(args);
+        assert_refused(&posenc(&full), &dir, &[], &[needle]);
+    }
+    let dir = Dir::new();
+    let x = dir.npy("x.npy", &ndarray::Array4::<f32>::zeros((1, 2, 1, 4)));
+    let out = posenc(&[
+        "rope",
+        "--input",
+        &x,
+        "--layout",
+        "blhd",
+        "--base",
+        "-inf",
+        "-o",
+        &dir.out("o.npy"),
+    ]);
+    assert_refused(&out, &dir, &["x.npy"], &["invalid base: -inf (allowed"]);
+    let out = posenc(&["encode", "--weights", "w", "--ids", "i", "-o", "o", "--base", "-1e-300"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("unexpected argument"), "{}", stderr(&out));
+}
+
+/// Zero means the same on the command line as in POSENC_GPU_MEMORY_BUDGET: refused.
+#[test]
+fn a_zero_memory_budget_is_refused_wherever_it_is_given() {
+    let dir = Dir::new();
+    let w = weights(&dir);
+    let ids = dir.npy("ids.npy", &ndarray::array![[1u32, 2]]);
+    let encode = |extra: &[&str], env: &[(&str, &str)]| {
+        let out = dir.out("out.npy");
+        let mut args = vec!["encode", "--device", "gpu", "--weights", &w, "--ids", &ids, "-o"];
+        args.push(&out);
+        args.extend(extra);
+        posenc_env(&args, env)
+    };
+    let flag = encode(&["--gpu-memory-budget", "0"], &[]);
+    assert_refused(&flag, &dir, &["ids.npy", "w.npy"], &["--gpu-memory-budget", "at least 1"]);
+    let env = encode(&[], &[("POSENC_GPU_MEMORY_BUDGET", "0")]);
+    // The variable is read when the device opens: without an adapter the run fails first.
+    if env.status.code() == Some(2) {
+        let lines = crate::support::cli::posenc_lines(&env);
+        assert!(lines.len() == 1 && lines[0].contains("POSENC_GPU_MEMORY_BUDGET"), "{lines:?}");
+    }
+    assert!(dir.files().iter().all(|f| f != "out.npy"));
+}
+
+#[test]
+fn directories_and_pipes_as_inputs_are_named_for_what_they_are() {
+    let dir = Dir::new();
+    let w = weights(&dir);
+    let ids = dir.npy("ids.npy", &ndarray::array![[1u32, 2]]);
+    std::fs::create_dir(dir.path("sub")).unwrap();
+    let sub = dir.out("sub");
+    let out = dir.out("out.npy");
+    for (weights, ids) in [(sub.as_str(), ids.as_str()), (w.as_str(), sub.as_str())] {
+        let run =
+            posenc(&["encode", "--device", "cpu", "--weights", weights, "--ids", ids, "-o", &out]);
+        assert_refused(&run, &dir, &["ids.npy", "sub", "w.npy"], &["sub: is a directory"]);
+    }
+    let run = posenc(&["rope", "--input", &sub, "--layout", "blhd", "-o", &out]);
+    assert_refused(&run, &dir, &["ids.npy", "sub", "w.npy"], &["sub: is a directory"]);
+
+    // A pipe with a writer: /dev/stdin.
+    for flag in ["--ids", "--weights"] {
+        let mut args =
+            vec!["encode", "--device", "cpu", "--weights", &w, "--ids", &ids, "-o", &out];
+        let at = args.iter().position(|a| *a == flag).unwrap();
+        args[at + 1] = "/dev/stdin";
+        let mut child = Command::new(env!("CARGO_BIN_EXE_posenc"))
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let bytes = std::fs::read(if flag == "--ids" { &ids } else { &w }).unwrap();
+        // posenc may refuse before reading: a closed pipe is fine then.
+        let _ = child.stdin.take().unwrap().write_all(&bytes);
+        let run = wait_or_kill(child, WATCHDOG, "a pipe as input");
+        assert_refused(&run, &dir, &["ids.npy", "sub", "w.npy"], &["must be a regular file"]);
+    }
+}
+
+/// A FIFO nobody writes to: opening it to read would block for ever, so its type is looked
+/// at first.
+#[cfg(unix)]
+#[test]
+fn a_fifo_without_a_writer_is_refused_not_waited_on() {
+    let dir = Dir::new();
+    let w = weights(&dir);
+    let fifo = dir.out("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    if !made.is_ok_and(|s| s.success()) {
+        eprintln!("SKIP: mkfifo is not available");
+        return;
+    }
+    let out = dir.out("out.npy");
+    let run = wait_or_kill(
+        spawn(&["encode", "--device", "cpu", "--weights", &w, "--ids", &fifo, "-o", &out]),
+        WATCHDOG,
+        "a FIFO as input",
+    );
+    assert_refused(&run, &dir, &["fifo", "w.npy"], &["fifo: must be a regular file"]);
+}
+
+#[test]
+fn a_nan_in_a_position_table_is_reported_as_the_position_table() {
+    let dir = Dir::new();
+    let w = weights(&dir);
+    let ids = dir.npy("ids.npy", &ndarray::array![[1u32, 2]]);
+    let mut table = ndarray::Array2::<f32>::zeros((4, 8));
+    table[[2, 3]] = f32::NAN;
+    let p = dir.npy("p.npy", &table);
+    let run = posenc(&[
+        "encode",
+        "--device",
+        "cpu",
+        "--weights",
+        &w,
+        "--ids",
+        &ids,
+        "--position-table",
+        &p,
+        "-o",
+        &dir.out("out.npy"),
+    ]);
+    assert_refused(
+        &run,
+        &dir,
+        &["ids.npy", "p.npy", "w.npy"],
+        &["p.npy: position table holds the non-finite value NaN at row 2, column 3"],
+    );
+}
+
+#[test]
+fn alibi_sizes_are_reported_unwrapped() {
+    for (args, needle) in [
+        (&["--len", "4294967296"][..], "len (queries, a row of the bias each) needs 4294967296"),
+        (&["--len", "0", "--kv-len", "4294967296"], "kv_len (keys, a column of the bias each)"),
+        (&["--len", "65536", "--kv-len", "65536"], "one head's bias"),
+    ] {
+        let dir = Dir::new();
+        let out = dir.out("a.npy");
+        let mut full = vec!["alibi", "--heads", "1", "--device", "cpu", "-o", &out];
+        full.extend(args);
+        assert_refused(&posenc(&full), &dir, &[], &[needle, "posenc::alibi::MAX_VALUES"]);
+    }
+}
+
+#[test]
+fn rope_scaling_with_a_key_twice_or_contradicting_types_is_refused() {
+    let dir = Dir::new();
+    let x = dir.npy("x.npy", &ndarray::Array4::<f32>::zeros((1, 2, 1, 4)));
+    for (json, needle) in [
+        (r#"{"rope_type":"linear","factor":2,"factor":8}"#, "invalid factor: given twice"),
+        (r#"{"rope_type":"linear","type":"yarn","factor":2}"#, "invalid type: \"yarn\""),
+    ] {
+        let run = posenc(&[
+            "rope",
+            "--device",
+            "cpu",
+            "--input",
+            &x,
+            "--layout",
+            "blhd",
+            "--scaling",
+            json,
+            "-o",
+            &dir.out("o.npy"),
+        ]);
+        assert_refused(&run, &dir, &["x.npy"], &[needle]);
+    }
+}

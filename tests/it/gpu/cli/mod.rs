@@ -1,0 +1,10 @@
+//! The `posenc` binary as a user meets it, on `--device gpu` and `auto` as well as the CPU.
+
+mod alibi;
+mod basics;
+mod bench;
+mod encode;
+mod faults;
+mod hostile;
+mod quiet;
+mod rope;

@@ -1,0 +1,297 @@
+//! `posenc rope` as a user meets it: tensors of every dtype and layout from .npy, positions
+//! from .npy or an offset, scaling JSON inline or from a file, outputs bit-identical to the
+//! library, and every bad input refused with exit status 2, one line on stderr and no
+//! output file touched.
+
+use std::fs;
+
+use crate::support::cli::{
+    Dir, assert_ok, gpu_available, posenc, posenc_env, posenc_lines, s, stderr,
+};
+use crate::support::npy_bytes;
+use crate::support::rope::tensor;
+use half::{bf16, f16};
+use ndarray::{Array2, Array4, array};
+use posenc::rope::{Element, Layout, Pairing, RopeSpec, Scaling};
+use posenc::{cpu, npy, positions};
+
+/// A version 1.0 `.npy` file of any descr, for dtypes posenc does not write.
+fn raw_npy(descr: &str, shape: &str, data: &[u8]) -> Vec<u8> {
+    let mut dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    while (10 + dict.len() + 1) % 64 != 0 {
+        dict.push(' ');
+    }
+    dict.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+    out.extend_from_slice(dict.as_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+const LLAMA3: &str = r#"{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}"#;
+
+fn layout_arg(layout: Layout) -> &'static str {
+    match layout {
+        Layout::Blhd => "blhd",
+        Layout::Bhld => "bhld",
+    }
+}
+
+/// Runs `posenc rope` on `x` and checks the output file against the CPU library call.
+#[allow(clippy::too_many_arguments)]
+fn check_cpu<T: Element + npy::Element>(
+    dir: &Dir,
+    name: &str,
+    x: &Array4<T>,
+    layout: Layout,
+    spec: &RopeSpec,
+    positions: &Array2<u32>,
+    extra: &[&str],
+) {
+    let input = dir.npy(&format!("{name}.in.npy"), x);
+    let out = dir.out(&format!("{name}.out.npy"));
+    let args = ["rope", "--input", &input, "--layout", layout_arg(layout), "--device", "cpu"];
+    let run = posenc(&[&args[..], extra, &["-o", &out]].concat());
+    assert_ok(&run, name);
+    assert!(run.stderr.is_empty(), "{name}: {}", stderr(&run));
+    let want = cpu::rope(spec, x.view(), positions.view(), layout).unwrap();
+    assert_eq!(fs::read(&out).unwrap(), npy_bytes(&want), "{name}");
+}
+
+#[test]
+fn every_dtype_and_layout_matches_the_library_bit_for_bit() {
+    let dir = Dir::new();
+    let scaling = Scaling::from_hf_json(LLAMA3).unwrap();
+    let spec =
+        RopeSpec::new(16).unwrap().with_base(500000.0).unwrap().with_scaling(scaling).unwrap();
+    let p = positions::contiguous_batch(2, 3);
+    let extra = ["--base", "500000", "--scaling", LLAMA3];
+    for layout in [Layout::Blhd, Layout::Bhld] {
+        let shape = match layout {
+            Layout::Blhd => [2, 3, 4, 16],
+            Layout::Bhld => [2, 4, 3, 16],
+        };
+        let l = layout_arg(layout);
+        check_cpu(&dir, &format!("f32-{l}"), &tensor::<f32>(shape, 1), layout, &spec, &p, &extra);
+        check_cpu(&dir, &format!("f16-{l}"), &tensor::<f16>(shape, 2), layout, &spec, &p, &extra);
+        // bf16 travels as '<u2' raw bits both ways.
+        check_cpu(&dir, &format!("bf16-{l}"), &tensor::<bf16>(shape, 3), layout, &spec, &p, &extra);
+    }
+    let bits = fs::read(dir.path("bf16-blhd.out.npy")).unwrap();
+    assert!(String::from_utf8_lossy(&bits[..80]).contains("'descr': '<u2'"));
+}
+
+#[test]
+fn pairing_rotary_dim_positions_offsets_and_scaling_files() {
+    let dir = Dir::new();
+    let x = tensor::<f32>([2, 3, 2, 10], 4);
+    let yarn = r#"{"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}"#;
+    let spec = RopeSpec::partial(10, 6)
+        .unwrap()
+        .with_pairing(Pairing::Gptj)
+        .with_scaling(Scaling::from_hf_json(yarn).unwrap())
+        .unwrap();
+    let scaling_file = dir.bytes("yarn.json", yarn.as_bytes());
+    let at_file = format!("@{scaling_file}");
+    let base = ["--pairing", "gptj", "--rotary-dim", "6"];
+
+    // --offset: every sequence counts from N.
+    let p = positions::from_offsets(&[4_000_000_000, 4_000_000_000], 3).unwrap();
+    let args = [&base[..], &["--offset", "4000000000", "--scaling", yarn]].concat();
+    check_cpu(&dir, "offset", &x, Layout::Blhd, &spec, &p, &args);
+    // The default is --offset 0; the scaling may come from a file.
+    let p0 = positions::contiguous_batch(2, 3);
+    let args = [&base[..], &["--scaling", &at_file]].concat();
+    check_cpu(&dir, "default", &x, Layout::Blhd, &spec, &p0, &args);
+    // --positions as uint32, int32 and int64.
+    let p = array![[7u32, 1 << 24, (1 << 31) + 5], [u32::MAX, 0, 3]];
+    let u = dir.npy("p_u32.npy", &p);
+    check_cpu(
+        &dir,
+        "p_u32",
+        &x,
+        Layout::Blhd,
+        &spec,
+        &p,
+        &[&base[..], &["--scaling", yarn, "--positions", &u]].concat(),
+    );
+    let small = array![[7u32, 100, 5], [9, 0, 3]];
+    let i = dir.npy("p_i32.npy", &small.mapv(|v| v as i32));
+    check_cpu(
+        &dir,
+        "p_i32",
+        &x,
+        Layout::Blhd,
+        &spec,
+        &small,
+        &[&base[..], &["--scaling", yarn, "--positions", &i]].concat(),
+    );
+    let l = dir.npy("p_i64.npy", &p.mapv(i64::from));
+    check_cpu(
+        &dir,
+        "p_i64",
+        &x,
+        Layout::Blhd,
+        &spec,
+        &p,
+        &[&base[..], &["--scaling", yarn, "--positions", &l]].concat(),
+    );
+}
+
+#[test]
+fn gpu_and_auto_devices_write_what_the_library_computes() {
+    if !gpu_available("gpu_and_auto_devices_write_what_the_library_computes") {
+        return;
+    }
+    let dir = Dir::new();
+    let x = tensor::<bf16>([1, 5, 3, 8], 5);
+    let input = dir.npy("x.npy", &x);
+    let spec = RopeSpec::new(8).unwrap();
+    let p = positions::from_offsets(&[12345], 5).unwrap();
+    let ctx = posenc::gpu::Context::new().unwrap();
+    let want = npy_bytes(&ctx.rope(&spec, x.view(), p.view(), Layout::Blhd).unwrap());
+    for device in ["gpu", "auto"] {
+        let out = dir.out(&format!("{device}.npy"));
+        let run = posenc(&[
+            "rope", "--input", &input, "--layout", "blhd", "--offset", "12345", "--device", device,
+            "-o", &out,
+        ]);
+        assert_ok(&run, device);
+        assert!(posenc_lines(&run).is_empty(), "{device}: {}", stderr(&run));
+        assert_eq!(fs::read(&out).unwrap(), want, "{device}");
+    }
+}
+
+#[test]
+fn bad_input_exits_2_with_one_line_and_touches_no_output() {
+    let dir = Dir::new();
+    let x = dir.npy("x.npy", &tensor::<f32>([1, 2, 3, 8], 6));
+    let odd = dir.npy("odd.npy", &tensor::<f32>([1, 2, 3, 5], 6));
+    let f64_input = dir.bytes("f64.npy", &raw_npy("<f8", "(1, 1, 1, 2)", &[0; 16]));
+    let rank3 = dir.npy("rank3.npy", &ndarray::Array3::<f32>::zeros((2, 3, 8)));
+    let garbage = dir.bytes("garbage.npy", b"not an npy file at all");
+    let p_shape = dir.npy("p_shape.npy", &Array2::<u32>::zeros((1, 3)));
+    let p_negative = dir.npy("p_neg.npy", &array![[0i64, -3]]);
+    let p_huge = dir.npy("p_huge.npy", &array![[0i64, 1 << 32]]);
+    let p_float = dir.npy("p_float.npy", &Array2::<f32>::zeros((1, 2)));
+    let bad_json = dir.bytes("bad.json", b"{\"rope_type\": \"linear\", \"factor\": ");
+    let long = r#"{"rope_type": "longrope", "short_factor": [1, 1, 1], "long_factor": [1, 1, 1], "factor": 4, "original_max_position_embeddings": 64}"#;
+    let missing = s(&dir.path("missing.npy"));
+    let at_missing = format!("@{}", s(&dir.path("missing.json")));
+    let at_bad = format!("@{bad_json}");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--input", &x, "--scaling", "{\"rope_type\": \"linear\""], "invalid (json)"),
+        (
+            vec!["--input", &x, "--scaling", r#"{"rope_type": "ntk"}"#],
+            "one of default, linear, dynamic, yarn, longrope, llama3",
+        ),
+        (
+            vec!["--input", &x, "--scaling", r#"{"type": "linear", "factor": -2}"#],
+            "invalid factor: -2",
+        ),
+        (
+            vec!["--input", &x, "--scaling", r#"{"rope_type": "linear", "factor": 1e999}"#],
+            "invalid (json)",
+        ),
+        (
+            vec!["--input", &x, "--scaling", r#"{"rope_type": "llama3", "factor": 8}"#],
+            "invalid low_freq_factor: missing",
+        ),
+        (
+            vec![
+                "--input",
+                &x,
+                "--scaling",
+                r#"{"rope_type": "linear", "factor": 2, "rope_theta": 5}"#,
+            ],
+            "invalid rope_theta",
+        ),
+        (
+            vec!["--input", &x, "--scaling", long],
+            "invalid short_factor: 3 numbers (allowed: 4 numbers",
+        ),
+        (vec!["--input", &x, "--scaling", &at_missing], "missing.json"),
+        (vec!["--input", &x, "--scaling", &at_bad], "invalid (json)"),
+        (vec!["--input", &missing], "missing.npy"),
+        (vec!["--input", &garbage], "not a valid .npy file"),
+        (vec!["--input", &f64_input], "input has dtype '<f8'; allowed: '<f4', '<f2' or '<u2'"),
+        (vec!["--input", &rank3], "input must have rank 4, got shape (2, 3, 8)"),
+        (vec!["--input", &odd], "invalid rotary_dim: 5 (head_dim 5, the last axis of"),
+        (vec!["--input", &x, "--rotary-dim", "10"], "invalid rotary_dim: 10 (head_dim 8"),
+        (vec!["--input", &x, "--rotary-dim", "3"], "invalid rotary_dim: 3"),
+        (vec!["--input", &x, "--base", "1"], "invalid base: 1"),
+        (vec!["--input", &x, "--base", "nan"], "invalid base: NaN"),
+        (
+            vec!["--input", &x, "--positions", &p_shape],
+            "positions ([batch, len] of the input): expected [1, 2], got [1, 3]",
+        ),
+        (vec!["--input", &x, "--positions", &p_negative], "invalid positions: -3 at [0, 1]"),
+        (vec!["--input", &x, "--positions", &p_huge], "invalid positions: 4294967296 at [0, 1]"),
+        (vec!["--input", &x, "--positions", &p_float], "positions has dtype '<f4'"),
+        (vec!["--input", &x, "--offset", "4294967295"], "invalid offset: 4294967295 with 2 tokens"),
+        (vec!["--input", &x, "--offset", "-1"], "invalid value '-1' for '--offset <N>'"),
+        (vec!["--input", &x, "--offset", "1", "--positions", &p_shape], "cannot be used with"),
+        (vec!["--input", &x, "--pairing", "rotate"], "invalid value 'rotate'"),
+    ];
+    let out = dir.out("out.npy");
+    fs::write(&out, b"previous").unwrap();
+    let before = dir.files();
+    for (args, needle) in cases {
+        let run = posenc(
+            &[&["rope", "--layout", "blhd", "--device", "cpu"][..], &args, &["-o", &out]].concat(),
+        );
+        let what = format!("{args:?}");
+        assert_eq!(run.status.code(), Some(2), "{what}: {}", stderr(&run));
+        let err = stderr(&run);
+        assert_eq!(err.lines().count(), 1, "{what}: {err}");
+        assert!(err.starts_with("posenc: "), "{what}: {err}");
+        assert!(err.contains(needle), "{what}: {err}");
+        assert_eq!(fs::read(&out).unwrap(), b"previous", "{what}: output touched");
+        assert_eq!(dir.files(), before, "{what}: files created");
+    }
+    // A missing --layout is clap's to report, also with status 2.
+    let run = posenc(&["rope", "--input", &x, "-o", &out]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(stderr(&run).contains("--layout"), "{}", stderr(&run));
+}
+
+#[test]
+fn runtime_failures_exit_1_and_leave_no_file() {
+    let dir = Dir::new();
+    let x = dir.npy("x.npy", &tensor::<f16>([1, 2, 1, 4], 7));
+    let nowhere = s(&dir.path("no/such/dir/out.npy"));
+    let run =
+        posenc(&["rope", "--input", &x, "--layout", "bhld", "--device", "cpu", "-o", &nowhere]);
+    assert_eq!(run.status.code(), Some(1), "{}", stderr(&run));
+    assert!(stderr(&run).contains("no/such/dir"), "{}", stderr(&run));
+    // No adapter matches: --device gpu fails while running, --device auto falls back.
+    let env = [("WGPU_ADAPTER_NAME", "no adapter has this name")];
+    let out = dir.out("out.npy");
+    let run = posenc_env(
+        &["rope", "--input", &x, "--layout", "bhld", "--device", "gpu", "-o", &out],
+        &env,
+    );
+    assert_eq!(run.status.code(), Some(1), "{}", stderr(&run));
+    assert!(posenc_lines(&run)[0].contains("no GPU adapter"), "{}", stderr(&run));
+    assert!(!dir.path("out.npy").exists());
+    let run = posenc_env(
+        &["rope", "--input", &x, "--layout", "bhld", "--device", "auto", "-o", &out],
+        &env,
+    );
+    assert_ok(&run, "auto without an adapter");
+    assert!(
+        posenc_lines(&run)[0].starts_with("posenc: note: computing on the CPU"),
+        "{}",
+        stderr(&run)
+    );
+    let spec = RopeSpec::new(4).unwrap();
+    let want = cpu::rope(
+        &spec,
+        tensor::<f16>([1, 2, 1, 4], 7).view(),
+        positions::contiguous_batch(1, 1).view(),
+        Layout::Bhld,
+    )
+    .unwrap();
+    assert_eq!(fs::read(&out).unwrap(), npy_bytes(&want));
+}

@@ -1,0 +1,638 @@
+//! The GPU encode against its CPU twin on seeded random problems: every storage type, every
+//! position builder, forced chunking. Bit for bit without a scale.
+
+use crate::support::{Rng, gpu, random_ids};
+use half::{bf16, f16};
+use ndarray::{Array2, Axis};
+use posenc::encode::{Dtype, Embeddings, EncodeOptions, Encoded, Scale};
+use posenc::{PeSpec, cpu, positions};
+
+/// A random table in the requested storage type, values in [-2, 2).
+struct Table {
+    f32: Array2<f32>,
+    f16: Array2<f16>,
+    bf16: Array2<bf16>,
+}
+
+impl Table {
+    fn new(rng: &mut Rng, vocab: usize, dim: usize) -> Self {
+        let f32 =
+            Array2::from_shape_fn((vocab, dim), |_| (rng.next_u32() as f32 / 2f32.powi(30)) - 2.0);
+        Self { f16: f32.mapv(f16::from_f32), bf16: f32.mapv(bf16::from_f32), f32 }
+    }
+    fn view(&self, dtype: Dtype) -> Embeddings<'_> {
+        match dtype {
+            Dtype::F32 => Embeddings::F32(self.f32.view()),
+            Dtype::F16 => Embeddings::F16(self.f16.view()),
+            Dtype::Bf16 => Embeddings::Bf16(self.bf16.view()),
+        }
+    }
+}
+
+const DTYPES: [Dtype; 3] = [Dtype::F32, Dtype::F16, Dtype::Bf16];
+
+fn assert_same_bits(what: &str, gpu: &Encoded, cpu: &Encoded) {
+    assert_eq!(gpu.dim(), cpu.dim(), "{what}: shapes differ");
+    let (g, c) = (gpu.bits(), cpu.bits());
+    if let Some(i) = g.iter().zip(&c).position(|(a, b)| a != b) {
+        let dim = gpu.dim().2;
+        panic!(
+            "{what}: first difference at token {}, column {}: gpu {:#x}, cpu {:#x}",
+            i / dim,
+            i % dim,
+            g[i],
+            c[i]
+        );
+    }
+}
+
+#[test]
+fn gpu_equals_cpu_bit_for_bit_on_random_problems() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(31);
+    for case in 0..24 {
+        let vocab = 1 + rng.below(300) as usize;
+        let dim = 2 * (1 + rng.below(70) as usize);
+        let batch = 1 + rng.below(4) as usize;
+        let len = [1, 3, 5, 17, 255, 257][rng.below(6) as usize];
+        let spec = PeSpec::new(dim as u32).unwrap();
+        let table = Table::new(&mut rng, vocab, dim);
+        let ids = random_ids(&mut rng, batch, len, vocab);
+        let pos = Array2::from_shape_fn((batch, len), |_| rng.next_u32());
+        for in_dtype in DTYPES {
+            let uploaded = ctx.upload_table(table.view(in_dtype)).unwrap();
+            for out_dtype in DTYPES {
+                let options = EncodeOptions { out_dtype, ..Default::default() };
+                let g = ctx.encode(&spec, &uploaded, ids.view(), pos.view(), &options).unwrap();
+                let c = cpu::encode(&spec, table.view(in_dtype), ids.view(), pos.view(), &options)
+                    .unwrap();
+                let what = format!(
+                    "case {case}: V={vocab} D={dim} B={batch} L={len} {in_dtype:?}->{out_dtype:?}"
+                );
+                assert_same_bits(&what, &g, &c);
+            }
+        }
+    }
+}
+
+/// With a scale, `s * e + pe` may be fused into one fma on some backends (WGSL allows it)
+/// and is two roundings on the CPU. The two differ by at most the product's rounding, half
+/// an ulp of `s * e`, plus the final roundings: within one ulp at the magnitude of the
+/// larger operand. lavapipe and llvmpipe do not fuse, so here they agree exactly too.
+#[test]
+fn gpu_with_a_scale_is_within_one_ulp_of_the_operands() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(32);
+    let (vocab, dim, batch, len) = (97, 66, 3, 29);
+    let spec = PeSpec::new(dim as u32).unwrap();
+    let table = Table::new(&mut rng, vocab, dim);
+    let uploaded = ctx.upload_table(table.view(Dtype::F32)).unwrap();
+    let ids = random_ids(&mut rng, batch, len, vocab);
+    let pos = positions::contiguous_batch(batch, len);
+    for scale in [Scale::SqrtDim, Scale::Value(0.125), Scale::Value(-3.7)] {
+        let options = EncodeOptions { scale, ..Default::default() };
+        let g = ctx
+            .encode(&spec, &uploaded, ids.view(), pos.view(), &options)
+            .unwrap()
+            .into_f32()
+            .unwrap();
+        let c = cpu::encode(&spec, table.view(Dtype::F32), ids.view(), pos.view(), &options)
+            .unwrap()
+            .into_f32()
+            .unwrap();
+        let s = scale.factor(dim).unwrap().unwrap();
+        let pe = cpu::table(&spec, &(0..len as u32).collect::<Vec<_>>());
+        for ((b, t, col), &gv) in g.indexed_iter() {
+            let operand =
+                (s * table.f32[[ids[[b, t]] as usize, col]]).abs().max(pe[[t, col]].abs());
+            let ulp = f32::EPSILON * operand.max(f32::MIN_POSITIVE);
+            assert!(
+                (gv - c[[b, t, col]]).abs() <= ulp,
+                "{scale:?} at {b},{t},{col}: gpu {gv}, cpu {}",
+                c[[b, t, col]]
+            );
+        }
+    }
+}
+
+#[test]
+fn gpu_equals_cpu_for_every_position_builder() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(33);
+    let (vocab, dim, batch, len) = (50, 12, 3, 9);
+    let spec = PeSpec::new(dim as u32).unwrap();
+    let table = Table::new(&mut rng, vocab, dim);
+    let uploaded = ctx.upload_table(table.view(Dtype::Bf16)).unwrap();
+    let mut ids = random_ids(&mut rng, batch, len, vocab);
+    let pad = 0u32;
+    // Left padding: row b starts with b pad tokens.
+    for b in 0..batch {
+        for t in 0..b {
+            ids[[b, t]] = pad;
+        }
+        for t in b..len {
+            if ids[[b, t]] == pad {
+                ids[[b, t]] = 1;
+            }
+        }
+    }
+    let builders = [
+        ("contiguous", positions::contiguous_batch(batch, len), None),
+        (
+            "offsets",
+            positions::from_offsets(&[0, 1000, u32::MAX - len as u32 + 1], len).unwrap(),
+            None,
+        ),
+        ("left padded", positions::left_padded(ids.view(), pad), Some(pad)),
+        ("packed", positions::packed(len, &[vec![], vec![4], vec![2, 3, 7]]).unwrap(), None),
+    ];
+    for (name, pos, pad_id) in builders {
+        let options = EncodeOptions { pad_id, ..Default::default() };
+        let g = ctx.encode(&spec, &uploaded, ids.view(), pos.view(), &options).unwrap();
+        let c =
+            cpu::encode(&spec, table.view(Dtype::Bf16), ids.view(), pos.view(), &options).unwrap();
+        assert_same_bits(name, &g, &c);
+        if pad_id.is_some() {
+            let out = g.into_f32().unwrap();
+            // Row 2 starts with two pad tokens: all-zero rows; its first real token is at
+            // position 0, so it equals row 0's computation for the same id.
+            assert!(out.index_axis(Axis(0), 2).index_axis(Axis(0), 0).iter().all(|&v| v == 0.0));
+            assert!(out.index_axis(Axis(0), 2).index_axis(Axis(0), 1).iter().all(|&v| v == 0.0));
+            assert!(out.index_axis(Axis(0), 2).index_axis(Axis(0), 2).iter().any(|&v| v != 0.0));
+        }
+    }
+}
+
+/// The f32 fast kernel serves groups of up to `MAX_GROUP_TOKENS` tokens sharing a PE row
+/// from one read of it, and blocks of 256 vec4s per workgroup. Batches larger than a group,
+/// rows with an odd number of vec4s and more than one block, pad tokens (in and outside the
+/// vocabulary), duplicate positions within a row, and token chunks all give the CPU's bits.
+#[test]
+fn gpu_fast_kernel_groups_tokens_sharing_a_position() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(35);
+    let group = posenc::gpu::MAX_GROUP_TOKENS;
+    for (dim, batch, len) in
+        [(4, 2 * group + 3, 5), (12, 1, 40), (1024, group + 1, 6), (2052, 3, 4), (1028, 20, 3)]
+    {
+        let vocab = 37;
+        let spec = PeSpec::new(dim as u32).unwrap();
+        let table = Table::new(&mut rng, vocab, dim);
+        let uploaded = ctx.upload_table(table.view(Dtype::F32)).unwrap();
+        let mut ids = random_ids(&mut rng, batch, len, vocab);
+        // Positions repeat across the batch and within rows (a few tokens share position 1).
+        let mut pos = positions::contiguous_batch(batch, len);
+        for b in (0..batch).step_by(2) {
+            pos[[b, len - 1]] = 1;
+        }
+        for pad in [3, vocab as u32 + 5] {
+            ids[[0, 1]] = pad;
+            ids[[batch - 1, 0]] = pad;
+            let options = EncodeOptions { pad_id: Some(pad), ..Default::default() };
+            let what = format!("D={dim} B={batch} L={len} pad={pad}");
+            let g = ctx.encode(&spec, &uploaded, ids.view(), pos.view(), &options).unwrap();
+            let c = cpu::encode(&spec, table.view(Dtype::F32), ids.view(), pos.view(), &options)
+                .unwrap();
+            assert_same_bits(&what, &g, &c);
+            assert!(
+                g.into_f32()
+                    .unwrap()
+                    .index_axis(Axis(0), 0)
+                    .index_axis(Axis(0), 1)
+                    .iter()
+                    .all(|&v| v == 0.0)
+            );
+        }
+        // A binding as large as the table: chunks of `vocab` tokens, the table in one piece.
+        let small = ctx.with_max_binding_size(vocab as u64 * dim as u64 * 4);
+        let uploaded = small.upload_table(table.view(Dtype::F32)).unwrap();
+        let options = EncodeOptions { pad_id: Some(vocab as u32 + 5), ..Default::default() };
+        let g = small.encode(&spec, &uploaded, ids.view(), pos.view(), &options).unwrap();
+        let c =
+            cpu::encode(&spec, table.view(Dtype::F32), ids.view(), pos.view(), &options).unwrap();
+        assert_same_bits(&format!("chunked D={dim}"), &g, &c);
+    }
+}
+
+#[test]
+fn gpu_chunks_tables_and_outputs_beyond_the_binding_cap() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(34);
+    let (vocab, dim, batch, len) = (301, 30, 2, 77);
+    let spec = PeSpec::new(dim as u32).unwrap();
+    let table = Table::new(&mut rng, vocab, dim);
+    let ids = random_ids(&mut rng, batch, len, vocab);
+    let pos = Array2::from_shape_fn((batch, len), |_| rng.next_u32());
+    // 1 KiB bindings: 8 f32 rows (or 17 half rows) per table chunk, 8 tokens per chunk.
+    let small = ctx.with_max_binding_size(1024);
+    for in_dtype in DTYPES {
+        let uploaded = small.upload_table(table.view(in_dtype)).unwrap();
+        assert!(uploaded.n_chunks() > 10, "{in_dtype:?}: {} chunks", uploaded.n_chunks());
+        for out_dtype in DTYPES {
+            let options =
+                EncodeOptions { out_dtype, pad_id: Some(ids[[0, 3]]), ..Default::default() };
+            let g = small.encode(&spec, &uploaded, ids.view(), pos.view(), &options).unwrap();
+            let c =
+                cpu::encode(&spec, table.view(in_dtype), ids.view(), pos.view(), &options).unwrap();
+            assert_same_bits(&format!("chunked {in_dtype:?}->{out_dtype:?}"), &g, &c);
+        }
+    }
+}
+
+#[test]
+fn gpu_rejects_bad_input_before_any_work() {
+    let Some(ctx) = gpu() else { return };
+    let spec = PeSpec::new(4).unwrap();
+    let table = Array2::<f32>::zeros((10, 4));
+    let uploaded = ctx.upload_table(Embeddings::F32(table.view())).unwrap();
+    let ids = ndarray::array![[1u32, 2, 3], [4, 10, 5]];
+    let pos = positions::contiguous_batch(2, 3);
+    let err = ctx
+        .encode(&spec, &uploaded, ids.view(), pos.view(), &EncodeOptions::default())
+        .unwrap_err();
+    match err {
+        posenc::Error::TokenId { row: 1, col: 1, ref id, vocab: 10 } if id == "10" => {}
+        other => panic!("{other}"),
+    }
+    let bad_pos = positions::contiguous_batch(2, 2);
+    let ok_ids = ndarray::array![[1u32, 2, 3], [4, 9, 5]];
+    assert!(matches!(
+        ctx.encode(&spec, &uploaded, ok_ids.view(), bad_pos.view(), &EncodeOptions::default()),
+        Err(posenc::Error::Shape { .. })
+    ));
+    let nan = EncodeOptions { scale: Scale::Value(f32::NAN), ..Default::default() };
+    assert!(matches!(
+        ctx.encode(&spec, &uploaded, ok_ids.view(), pos.view(), &nan),
+        Err(posenc::Error::InvalidParameter { field: "scale", .. })
+    ));
+    let other_dim = PeSpec::new(6).unwrap();
+    assert!(matches!(
+        ctx.encode(&other_dim, &uploaded, ok_ids.view(), pos.view(), &EncodeOptions::default()),
+        Err(posenc::Error::Shape { .. })
+    ));
+    let empty = Array2::<u32>::zeros((0, 3));
+    let out = ctx
+        .encode(&spec, &uploaded, empty.view(), empty.view(), &EncodeOptions::default())
+        .unwrap();
+    assert_eq!(out.dim(), (0, 3, 4));
+}
+
+#[test]
+fn results_can_stay_on_the_device() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(35);
+    let (vocab, dim, batch, len) = (64, 10, 3, 21);
+    let spec = PeSpec::new(dim as u32).unwrap();
+    let table = Table::new(&mut rng, vocab, dim);
+    let ids = random_ids(&mut rng, batch, len, vocab);
+    let pos = positions::from_offsets(&[3, 7, 1 << 30], len).unwrap();
+    // Also through chunks: 256-byte bindings hold 6 f32 rows.
+    for ctx in [ctx.clone(), ctx.with_max_binding_size(256)] {
+        for out_dtype in DTYPES {
+            let options = EncodeOptions { out_dtype, ..Default::default() };
+            let uploaded = ctx.upload_table(table.view(Dtype::F16)).unwrap();
+            let buffer =
+                ctx.encode_to_buffer(&spec, &uploaded, ids.view(), pos.view(), &options).unwrap();
+            let bytes = ctx.read_buffer(&buffer).unwrap();
+            let c = cpu::encode(&spec, table.view(Dtype::F16), ids.view(), pos.view(), &options)
+                .unwrap();
+            let got: Vec<u32> = match out_dtype {
+                Dtype::F32 => bytes
+                    .chunks_exact(4)
+                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect(),
+                _ => bytes
+                    .chunks_exact(2)
+                    .map(|b| u32::from(u16::from_le_bytes([b[0], b[1]])))
+                    .collect(),
+            };
+            assert_eq!(&got[..c.bits().len()], &c.bits()[..], "{out_dtype:?}");
+        }
+    }
+}
+
+/// The PE-row cache (positions 0..n kept on the device) must be invisible: a decode loop
+/// that grows it, a switch of spec that replaces it, and a cleared cache all give the CPU's
+/// bits, on the vec4 fast kernel (f32, dim % 4 == 0) and on the general one.
+#[test]
+fn cached_pe_rows_are_invisible() {
+    let Some(ctx) = gpu() else { return };
+    let ctx = ctx.with_max_binding_size(u64::MAX); // a private cache for this test
+    let mut rng = Rng::new(36);
+    let vocab = 33;
+    for (dim, dtype) in [(64usize, Dtype::F32), (64, Dtype::Bf16), (18, Dtype::F32)] {
+        let spec = PeSpec::new(dim as u32).unwrap();
+        let table = Table::new(&mut rng, vocab, dim);
+        let uploaded = ctx.upload_table(table.view(dtype)).unwrap();
+        let options = EncodeOptions::default();
+        // A prompt of 5 tokens, then one token at a time up to position 40.
+        let mut offsets = vec![0u32, 3];
+        let mut len = 5;
+        for step in 0..12 {
+            if step == 6 {
+                ctx.clear_pe_cache();
+            }
+            let ids = random_ids(&mut rng, 2, len, vocab);
+            let pos = positions::from_offsets(&offsets, len).unwrap();
+            let g = ctx.encode(&spec, &uploaded, ids.view(), pos.view(), &options).unwrap();
+            let c =
+                cpu::encode(&spec, table.view(dtype), ids.view(), pos.view(), &options).unwrap();
+            assert_same_bits(&format!("d={dim} {dtype:?} step {step}"), &g, &c);
+            for o in &mut offsets {
+                *o += len as u32;
+            }
+            len = 1 + step % 3;
+        }
+    }
+}
+
+#[test]
+fn every_variant_and_odd_dims_encode_bit_identically() {
+    use posenc::{Frequencies, Variant};
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(36);
+    // A small binding cap forces token chunks (3 rows of dim 33), odd ones rounded to even
+    // for 16-bit output.
+    let small = ctx.with_max_binding_size(512);
+    for variant in Variant::ALL {
+        for dim in [5usize, 6, 7, 33] {
+            let Ok(spec) = PeSpec::for_variant(variant, dim as u32) else { continue };
+            let spec = if dim == 33 { spec.with_frequencies(Frequencies::F32) } else { spec };
+            let (vocab, batch, len) = (40, 3, 11);
+            let table = Table::new(&mut rng, vocab, dim);
+            let ids = random_ids(&mut rng, batch, len, vocab);
+            let pos = match spec.padding_idx() {
+                Some(pad) => positions::fairseq(ids.view(), pad).unwrap(),
+                None => Array2::from_shape_fn((batch, len), |_| rng.next_u32()),
+            };
+            for ctx in [ctx, &small] {
+                for in_dtype in DTYPES {
+                    let uploaded = ctx.upload_table(table.view(in_dtype)).unwrap();
+                    for out_dtype in DTYPES {
+                        let options = EncodeOptions {
+                            out_dtype,
+                            pad_id: Some(ids[[1, 2]]),
+                            ..Default::default()
+                        };
+                        let g = ctx.encode(&spec, &uploaded, ids.view(), pos.view(), &options);
+                        let c = cpu::encode(
+                            &spec,
+                            table.view(in_dtype),
+                            ids.view(),
+                            pos.view(),
+                            &options,
+                        );
+                        assert_same_bits(
+                            &format!("{variant} d={dim} {in_dtype:?}->{out_dtype:?}"),
+                            &g.unwrap(),
+                            &c.unwrap(),
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn learned_position_tables_encode_bit_identically() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(37);
+    let (vocab, max_positions, dim, batch, len) = (50, 64, 12, 2, 9);
+    let table = Table::new(&mut rng, vocab, dim);
+    let learned = Table::new(&mut rng, max_positions, dim);
+    let ids = random_ids(&mut rng, batch, len, vocab);
+    let pos = Array2::from_shape_fn((batch, len), |_| rng.below(max_positions as u64) as u32);
+    let uploaded = ctx.upload_table(table.view(Dtype::F32)).unwrap();
+    for p_dtype in DTYPES {
+        let gpu_p = ctx.upload_position_table(learned.view(p_dtype)).unwrap();
+        assert_eq!(gpu_p.dim(), (max_positions, dim));
+        for out_dtype in DTYPES {
+            let options = EncodeOptions { out_dtype, ..Default::default() };
+            let g = ctx.encode_learned(&gpu_p, &uploaded, ids.view(), pos.view(), &options);
+            let c = cpu::encode_learned(
+                learned.view(p_dtype),
+                table.view(Dtype::F32),
+                ids.view(),
+                pos.view(),
+                &options,
+            );
+            assert_same_bits(
+                &format!("learned {p_dtype:?}->{out_dtype:?}"),
+                &g.unwrap(),
+                &c.unwrap(),
+            );
+        }
+    }
+    // A position without a row is refused before any work, naming both numbers.
+    let mut bad = pos.clone();
+    bad[[1, 4]] = max_positions as u32;
+    let gpu_p = ctx.upload_position_table(learned.view(Dtype::F32)).unwrap();
+    let err = ctx
+        .encode_learned(&gpu_p, &uploaded, ids.view(), bad.view(), &EncodeOptions::default())
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("64") && text.contains("row 1, column 4"), "{text}");
+    // A position table too large for one binding is refused up front.
+    let small = ctx.with_max_binding_size(256);
+    assert!(matches!(
+        small.upload_position_table(learned.view(Dtype::F32)),
+        Err(posenc::Error::Limit { .. })
+    ));
+}
+
+/// Tables larger than one binding, in every storage type, take the vec4 kernel (dim a
+/// multiple of 4) with up to `MAX_TABLE_SLOTS` chunks bound per dispatch: more chunks than
+/// slots (several dispatch windows), a downlevel device (one slot), both access patterns,
+/// decode steps (a batch at one position) and prefills, pad tokens in and outside the
+/// vocabulary. Every result has the CPU's bits, and so the unchunked GPU's.
+#[test]
+fn chunked_tables_of_every_type_encode_bit_identically() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(36);
+    let downlevel = crate::support::fresh_gpu(
+        &posenc::gpu::Options::default().limits(Some(wgpu::Limits::downlevel_defaults())),
+    );
+    let patterns = [posenc::gpu::AccessPattern::Adjacent, posenc::gpu::AccessPattern::Coalesced];
+    let slots = posenc::shaders::MAX_TABLE_SLOTS as usize;
+    for (dim, vocab) in [(8, 97), (1028, 23)] {
+        let spec = PeSpec::new(dim as u32).unwrap();
+        let table = Table::new(&mut rng, vocab, dim);
+        // Decode steps: eight sequences at one position, one sequence at a late position;
+        // a prefill of two sequences.
+        let decode = (random_ids(&mut rng, 8, 1, vocab), Array2::from_elem((8, 1), 4000u32));
+        let single = (random_ids(&mut rng, 1, 1, vocab), Array2::from_elem((1, 1), u32::MAX));
+        // Pad tokens inside the vocabulary, and outside it.
+        let mut prefill = (random_ids(&mut rng, 2, 33, vocab), positions::contiguous_batch(2, 33));
+        prefill.0[[0, 3]] = 5;
+        prefill.0[[1, 0]] = 5;
+        let mut outside = prefill.clone();
+        outside.0[[1, 7]] = vocab as u32 + 9;
+        // Enough tokens for full groups in the coalesced pattern too (16 share each position).
+        let wide = (random_ids(&mut rng, 16, 40, vocab), positions::contiguous_batch(16, 40));
+        let cases = [
+            ("wide", &wide, None),
+            ("decode", &decode, None),
+            ("single", &single, None),
+            ("prefill", &prefill, Some(5)),
+            ("outside", &outside, Some(vocab as u32 + 9)),
+        ];
+        for in_dtype in DTYPES {
+            let row_bytes = (dim * in_dtype.size()) as u64;
+            // Bindings of 2 rows (more chunks than slots), of a third of the table (three
+            // chunks, one window), and the whole table.
+            let caps = [2 * row_bytes, (vocab as u64).div_ceil(3) * row_bytes, 1 << 30];
+            for cap in caps {
+                for pattern in patterns {
+                    let small = ctx.with_max_binding_size(cap).with_access_pattern(pattern);
+                    let uploaded = small.upload_table(table.view(in_dtype)).unwrap();
+                    if cap == caps[0] {
+                        assert!(uploaded.n_chunks() > slots, "{} chunks", uploaded.n_chunks());
+                    }
+                    let mut contexts = vec![(small, uploaded)];
+                    if let Some(d) = downlevel.as_ref().filter(|_| pattern == patterns[0]) {
+                        let d = d.with_max_binding_size(cap);
+                        let uploaded = d.upload_table(table.view(in_dtype)).unwrap();
+                        contexts.push((d, uploaded));
+                    }
+                    for (k, (c, uploaded)) in contexts.iter().enumerate() {
+                        for &(name, (ids, pos), pad_id) in &cases {
+                            for out_dtype in DTYPES {
+                                let options =
+                                    EncodeOptions { out_dtype, pad_id, ..Default::default() };
+                                let what = format!(
+                                    "{name} D={dim} {in_dtype:?}->{out_dtype:?} cap={cap} \
+                                     {pattern:?} downlevel={}",
+                                    k == 1
+                                );
+                                let g = c.encode(&spec, uploaded, ids.view(), pos.view(), &options);
+                                let want = cpu::encode(
+                                    &spec,
+                                    table.view(in_dtype),
+                                    ids.view(),
+                                    pos.view(),
+                                    &options,
+                                )
+                                .unwrap();
+                                assert_same_bits(&what, &g.unwrap(), &want);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// An encode into a device buffer submits its work and returns without waiting for it
+/// (WebGPU orders later queue work after it): many decode steps recorded back to back, each
+/// copied out by the caller's own submission, all hold their CPU bits when read at the end.
+#[test]
+fn decode_steps_are_one_dispatch_and_need_no_wait() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(37);
+    let (vocab, dim) = (64, 16);
+    let spec = PeSpec::new(dim as u32).unwrap();
+    let table = Table::new(&mut rng, vocab, dim);
+    let uploaded = ctx.upload_table(table.view(Dtype::Bf16)).unwrap();
+    let options = EncodeOptions { out_dtype: Dtype::Bf16, ..Default::default() };
+    let out = ctx.device().create_buffer(&wgpu::BufferDescriptor {
+        label: Some("test.decode.out"),
+        size: 64 * 4 * dim as u64 * 2,
+        usage: wgpu::BufferUsages::STORAGE
+            | wgpu::BufferUsages::COPY_SRC
+            | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    // Sixty-four decode steps recorded back to back into one buffer region each, read once
+    // at the end: each step's result must be there although no step waited for the GPU.
+    let mut want = Vec::new();
+    for step in 0..64u32 {
+        let ids = random_ids(&mut rng, 4, 1, vocab);
+        let pos = Array2::from_elem((4, 1), 100 + step);
+        let region = ctx.device().create_buffer(&wgpu::BufferDescriptor {
+            label: Some("test.decode.step"),
+            size: 4 * dim as u64 * 2,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        ctx.encode_into_buffer(&spec, &uploaded, ids.view(), pos.view(), &options, &region)
+            .unwrap();
+        let mut encoder = ctx.device().create_command_encoder(&Default::default());
+        encoder.copy_buffer_to_buffer(
+            &region,
+            0,
+            &out,
+            u64::from(step) * 4 * dim as u64 * 2,
+            4 * dim as u64 * 2,
+        );
+        ctx.queue().submit([encoder.finish()]);
+        let c =
+            cpu::encode(&spec, table.view(Dtype::Bf16), ids.view(), pos.view(), &options).unwrap();
+        want.extend(c.bits());
+    }
+    ctx.wait_idle().unwrap();
+    let bytes = ctx.read_buffer(&out).unwrap();
+    let got: Vec<u32> =
+        bytes.chunks_exact(2).map(|b| u32::from(u16::from_le_bytes([b[0], b[1]]))).collect();
+    assert_eq!(got.len(), want.len());
+    if let Some(i) = got.iter().zip(&want).position(|(a, b)| a != b) {
+        panic!(
+            "step {} differs at element {}: {:#x} != {:#x}",
+            i / (4 * dim),
+            i % (4 * dim),
+            got[i],
+            want[i]
+        );
+    }
+}
+
+#[test]
+fn encode_into_buffer_writes_in_place_or_copies_in_with_copy_dst() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(77);
+    let (vocab, dim) = (40, 12);
+    let spec = PeSpec::new(dim as u32).unwrap();
+    let table = Table::new(&mut rng, vocab, dim);
+    let uploaded = ctx.upload_table(table.view(Dtype::F32)).unwrap();
+    let options = EncodeOptions::default();
+    let ids = random_ids(&mut rng, 3, 5, vocab);
+    let pos = positions::contiguous_batch(3, 5);
+    let bytes = 3 * 5 * dim as u64 * 4;
+    let buffer = |usage| {
+        ctx.device().create_buffer(&wgpu::BufferDescriptor {
+            label: Some("test.into"),
+            size: bytes,
+            usage,
+            mapped_at_creation: false,
+        })
+    };
+    let bits = |b: &wgpu::Buffer| -> Vec<u32> {
+        ctx.read_buffer(b)
+            .unwrap()
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    };
+    let want =
+        cpu::encode(&spec, table.view(Dtype::F32), ids.view(), pos.view(), &options).unwrap();
+    use wgpu::BufferUsages as U;
+    // Without STORAGE the result must be copied in, which needs COPY_DST.
+    let neither = buffer(U::COPY_SRC);
+    match ctx.encode_into_buffer(&spec, &uploaded, ids.view(), pos.view(), &options, &neither) {
+        Err(e @ posenc::Error::InvalidParameter { field: "buffer usage", .. }) => {
+            assert!(e.to_string().contains("COPY_DST"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // STORAGE alone: written in place.
+    let in_place = buffer(U::STORAGE | U::COPY_SRC);
+    ctx.encode_into_buffer(&spec, &uploaded, ids.view(), pos.view(), &options, &in_place).unwrap();
+    assert_eq!(bits(&in_place), want.bits());
+    // COPY_DST alone: written through scratch buffers, the same bits.
+    let copy_only = buffer(U::COPY_DST | U::COPY_SRC);
+    ctx.encode_into_buffer(&spec, &uploaded, ids.view(), pos.view(), &options, &copy_only).unwrap();
+    assert_eq!(bits(&copy_only), want.bits());
+}

@@ -1,0 +1,11 @@
+//! Everything that opens a GPU adapter: CI runs these tests on Vulkan (lavapipe) and again on
+//! GL (llvmpipe).
+
+mod alibi;
+mod cli;
+mod concurrency;
+mod encode;
+mod faults;
+mod features;
+mod rope;
+mod table;

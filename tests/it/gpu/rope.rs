@@ -1,0 +1,306 @@
+//! RoPE on the GPU against its CPU twin, on whatever adapter wgpu picks (CI runs this file on
+//! lavapipe and on llvmpipe): the cos/sin tables bit for bit, the rotated tensors within the
+//! rounding WGSL's fma contraction allows (and bit for bit on the pass-through dimensions),
+//! for both layouts, both pairings, partial rotary, odd head dims, every scaling scheme and
+//! all three element types, through both rotation kernels (the vec4 in-place one for
+//! head_dim % 8 == 0 and rotary_dim % 16 == 0, the general one otherwise) and every
+//! chunking path, on host arrays and device buffers.
+
+use crate::support::rope::{assert_rope_close, dtype_name, hard_batch, tensor};
+use crate::support::{Rng, gpu};
+use half::{bf16, f16};
+use ndarray::{Array2, Array4};
+use posenc::gpu::Context;
+use posenc::rope::{Dtype, Element, Layout, Llama3, LongRope, Pairing, RopeSpec, Scaling, Yarn};
+use posenc::{Error, cpu, positions};
+
+/// Specs covering every scheme, pairing, partial rotary and odd head dims.
+fn specs() -> Vec<(&'static str, RopeSpec)> {
+    let llama3 = Scaling::Llama3(Llama3::new(8.0, 1.0, 4.0, 8192));
+    let mut yarn = Yarn::new(40.0, 4096);
+    yarn.mscale = Some(1.0);
+    yarn.mscale_all_dim = Some(0.707);
+    let long = LongRope::new(
+        (0..6).map(|i| 1.0 + 0.25 * i as f64).collect(),
+        (0..6).map(|i| 2.0 + 3.0 * i as f64).collect(),
+        Some(32.0),
+        1000,
+    );
+    vec![
+        ("plain 64", RopeSpec::new(64).unwrap()),
+        (
+            "gptj partial 48/64 linear",
+            RopeSpec::partial(64, 48)
+                .unwrap()
+                .with_pairing(Pairing::Gptj)
+                .with_scaling(Scaling::Linear { factor: 4.0 })
+                .unwrap(),
+        ),
+        (
+            "odd head 7 r 4 yarn",
+            RopeSpec::partial(7, 4).unwrap().with_scaling(Scaling::Yarn(yarn)).unwrap(),
+        ),
+        (
+            "odd head 9 r 6 gptj dynamic",
+            RopeSpec::partial(9, 6)
+                .unwrap()
+                .with_pairing(Pairing::Gptj)
+                .with_scaling(Scaling::Dynamic { factor: 2.0, max_position_embeddings: 64 })
+                .unwrap(),
+        ),
+        (
+            "llama3 130/128 base 5e5",
+            RopeSpec::partial(130, 128)
+                .unwrap()
+                .with_base(500000.0)
+                .unwrap()
+                .with_scaling(llama3)
+                .unwrap(),
+        ),
+        (
+            "x4 llama3 128",
+            RopeSpec::new(128)
+                .unwrap()
+                .with_base(500000.0)
+                .unwrap()
+                .with_scaling(Scaling::Llama3(Llama3::new(8.0, 1.0, 4.0, 8192)))
+                .unwrap(),
+        ),
+        (
+            "x4 gptj partial 32/40 yarn",
+            RopeSpec::partial(40, 32)
+                .unwrap()
+                .with_pairing(Pairing::Gptj)
+                .with_scaling(Scaling::Yarn(Yarn::new(8.0, 512)))
+                .unwrap(),
+        ),
+        ("general even 16/8", RopeSpec::partial(16, 8).unwrap()),
+        ("longrope 12", RopeSpec::new(12).unwrap().with_scaling(Scaling::LongRope(long)).unwrap()),
+    ]
+}
+
+fn check<T: Element>(
+    ctx: &Context,
+    what: &str,
+    spec: &RopeSpec,
+    shape: [usize; 4],
+    layout: Layout,
+    positions: &Array2<u32>,
+    seed: u64,
+) -> usize {
+    let x = tensor::<T>(shape, seed);
+    let g = ctx.rope(spec, x.view(), positions.view(), layout).unwrap();
+    let c = cpu::rope(spec, x.view(), positions.view(), layout).unwrap();
+    let freqs = spec.frequencies_for(positions.view());
+    let what = format!("{what} {} {layout:?} {shape:?}", dtype_name::<T>());
+    assert_rope_close(&what, spec, &freqs, x.view(), positions.view(), layout, g.view(), c.view())
+}
+
+fn shape_of(layout: Layout, b: usize, l: usize, h: usize, dh: usize) -> [usize; 4] {
+    match layout {
+        Layout::Blhd => [b, l, h, dh],
+        Layout::Bhld => [b, h, l, dh],
+    }
+}
+
+#[test]
+fn gpu_cos_sin_tables_equal_cpu_bit_for_bit() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(21);
+    let positions = crate::support::hard_positions(&mut rng, 100);
+    for (what, spec) in specs() {
+        let freqs = spec.frequencies(5000);
+        let g = ctx.rope_cos_sin(&freqs, &positions).unwrap();
+        let c = cpu::rope_cos_sin(&freqs, &positions);
+        assert_eq!(g.dim(), (positions.len(), spec.n_freqs() as usize, 2));
+        crate::support::assert_bits_eq(what, g.as_slice().unwrap(), c.as_slice().unwrap(), 2);
+    }
+    // An attention factor other than 1 is applied identically on both.
+    let mut yarn = Yarn::new(16.0, 2048);
+    yarn.attention_factor = Some(1.37);
+    let spec = RopeSpec::new(32).unwrap().with_scaling(Scaling::Yarn(yarn)).unwrap();
+    let freqs = spec.frequencies(0);
+    assert_eq!(freqs.attention_factor(), 1.37f32);
+    let g = ctx.rope_cos_sin(&freqs, &positions).unwrap();
+    let c = cpu::rope_cos_sin(&freqs, &positions);
+    crate::support::assert_bits_eq("af 1.37", g.as_slice().unwrap(), c.as_slice().unwrap(), 2);
+}
+
+#[test]
+fn gpu_matches_cpu_for_every_spec_layout_and_dtype() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(22);
+    let mut differing = 0;
+    for (k, (what, spec)) in specs().into_iter().enumerate() {
+        let dh = spec.head_dim() as usize;
+        for layout in [Layout::Blhd, Layout::Bhld] {
+            // Odd sizes, not multiples of any workgroup.
+            let (b, l, h) =
+                (1 + rng.below(3) as usize, 1 + rng.below(7) as usize, 1 + rng.below(5) as usize);
+            let positions = hard_batch(&mut rng, b, l);
+            let shape = shape_of(layout, b, l, h, dh);
+            let seed = 100 + k as u64;
+            differing += check::<f32>(ctx, what, &spec, shape, layout, &positions, seed);
+            differing += check::<f16>(ctx, what, &spec, shape, layout, &positions, seed);
+            differing += check::<bf16>(ctx, what, &spec, shape, layout, &positions, seed);
+        }
+    }
+    eprintln!("elements differing from the CPU (fma contraction): {differing}");
+}
+
+#[test]
+fn gpu_decoding_offsets_and_larger_batches() {
+    let Some(ctx) = gpu() else { return };
+    let spec = RopeSpec::new(128).unwrap().with_base(1e6).unwrap();
+    // Decoding: one new token per sequence at its cache length.
+    let offsets = [0u32, 17, 4095, 1 << 24, (1 << 31) + 3, u32::MAX];
+    let positions = positions::from_offsets(&offsets, 1).unwrap();
+    for layout in [Layout::Blhd, Layout::Bhld] {
+        let shape = shape_of(layout, offsets.len(), 1, 8, 128);
+        check::<f32>(ctx, "decode", &spec, shape, layout, &positions, 1);
+        check::<bf16>(ctx, "decode", &spec, shape, layout, &positions, 2);
+    }
+    // Prefill: every sequence from 0, sharing cos/sin rows.
+    let positions = positions::contiguous_batch(4, 300);
+    for layout in [Layout::Blhd, Layout::Bhld] {
+        let shape = shape_of(layout, 4, 300, 3, 128);
+        check::<f16>(ctx, "prefill", &spec, shape, layout, &positions, 3);
+    }
+}
+
+#[test]
+fn gpu_chunks_give_the_same_bits_as_one_pass() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(23);
+    for (what, spec) in specs() {
+        let dh = spec.head_dim() as usize;
+        for layout in [Layout::Blhd, Layout::Bhld] {
+            let positions = hard_batch(&mut rng, 3, 11);
+            let shape = shape_of(layout, 3, 11, 5, dh);
+            let x = tensor::<f16>(shape, 7);
+            let whole = ctx.rope(&spec, x.view(), positions.view(), layout).unwrap();
+            // Room for two or three head rows per chunk: dozens of chunks.
+            let cap = (3 * dh * 2).max(spec.n_freqs() as usize * 8 * 2).next_multiple_of(4) as u64;
+            let capped = ctx.with_max_binding_size(cap.max(256));
+            let chunked = capped.rope(&spec, x.view(), positions.view(), layout).unwrap();
+            assert_eq!(whole, chunked, "{what} {layout:?}");
+            let y = tensor::<f32>(shape, 8);
+            let whole = ctx.rope(&spec, y.view(), positions.view(), layout).unwrap();
+            let chunked = capped.rope(&spec, y.view(), positions.view(), layout).unwrap();
+            assert_eq!(whole, chunked, "{what} {layout:?} f32");
+        }
+    }
+    // A head row that does not fit one binding is refused, naming the limit.
+    let spec = RopeSpec::new(256).unwrap();
+    let x = Array4::<f32>::zeros((1, 1, 1, 256));
+    let err = ctx
+        .with_max_binding_size(512)
+        .rope(&spec, x.view(), positions::contiguous_batch(1, 1).view(), Layout::Blhd)
+        .unwrap_err();
+    assert!(matches!(err, Error::Limit { requested: 1024, limit: 512, .. }), "{err}");
+}
+
+/// Uploads `x` into a buffer of `usage`, `extra` bytes larger, filled with 0xAB beyond.
+fn upload<T: Element>(
+    ctx: &Context,
+    x: &Array4<T>,
+    usage: wgpu::BufferUsages,
+    extra: u64,
+) -> wgpu::Buffer {
+    let bytes: Vec<u8> = bytemuck::cast_slice(x.as_slice().unwrap()).to_vec();
+    let size = (bytes.len() as u64).next_multiple_of(4) + extra;
+    let mut padded = bytes.clone();
+    padded.resize(size as usize, 0xab);
+    let buffer = ctx.device().create_buffer(&wgpu::BufferDescriptor {
+        label: Some("test.rope.tensor"),
+        size,
+        usage,
+        mapped_at_creation: false,
+    });
+    ctx.queue().write_buffer(&buffer, 0, &padded);
+    buffer
+}
+
+#[test]
+fn gpu_in_place_on_device_buffers_equals_the_array_path() {
+    let Some(ctx) = gpu() else { return };
+    use wgpu::BufferUsages as U;
+    let mut rng = Rng::new(24);
+    for (what, spec) in specs() {
+        let dh = spec.head_dim() as usize;
+        for layout in [Layout::Blhd, Layout::Bhld] {
+            // 3 * 5 * 3 rows: an odd element count for odd head dims, so 16-bit tensors end
+            // in half a word, whose other half must survive.
+            let positions = hard_batch(&mut rng, 3, 5);
+            let shape = shape_of(layout, 3, 5, 3, dh);
+            let x = tensor::<bf16>(shape, 9);
+            let want = ctx.rope(&spec, x.view(), positions.view(), layout).unwrap();
+            let want_bytes: Vec<u8> = bytemuck::cast_slice(want.as_slice().unwrap()).to_vec();
+            for (usage, cap) in [
+                (U::STORAGE | U::COPY_SRC | U::COPY_DST, None),
+                (U::COPY_SRC | U::COPY_DST, None),
+                (U::STORAGE | U::COPY_SRC | U::COPY_DST, Some(512u64)),
+            ] {
+                let buffer = upload(ctx, &x, usage, 8);
+                let ctx = match cap {
+                    Some(c) => ctx.with_max_binding_size(c.max((4 * dh) as u64)),
+                    None => ctx.clone(),
+                };
+                ctx.rope_in_place(&spec, &buffer, shape, layout, Dtype::Bf16, positions.view())
+                    .unwrap();
+                let got = ctx.read_buffer(&buffer).unwrap();
+                let n = want_bytes.len();
+                assert_eq!(&got[..n], &want_bytes[..], "{what} {layout:?} {usage:?} {cap:?}");
+                let pad = n.next_multiple_of(4) - n;
+                assert!(got[n..n + pad].iter().all(|&b| b == 0xab), "{what}: padding half changed");
+                assert!(
+                    got[n + pad..].iter().all(|&b| b == 0xab),
+                    "{what}: bytes past the tensor changed"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_in_place_refuses_bad_buffers_and_shapes() {
+    let Some(ctx) = gpu() else { return };
+    use wgpu::BufferUsages as U;
+    let spec = RopeSpec::new(8).unwrap();
+    let x = tensor::<f32>([1, 2, 3, 8], 1);
+    let p = positions::contiguous_batch(1, 2);
+    let storage_only = upload(ctx, &x, U::STORAGE | U::COPY_DST, 0);
+    let err = ctx
+        .rope_in_place(&spec, &storage_only, [1, 2, 3, 8], Layout::Blhd, Dtype::F32, p.view())
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidParameter { field: "buffer usage", .. }), "{err}");
+    let small = upload(ctx, &x, U::COPY_SRC | U::COPY_DST, 0);
+    let err = ctx
+        .rope_in_place(
+            &spec,
+            &small,
+            [1, 3, 3, 8],
+            Layout::Blhd,
+            Dtype::F32,
+            positions::contiguous_batch(1, 3).view(),
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::Limit { requested: 288, limit: 192, .. }), "{err}");
+    let err = ctx
+        .rope_in_place(
+            &spec,
+            &small,
+            [1, 2, 3, 8],
+            Layout::Blhd,
+            Dtype::F32,
+            positions::contiguous_batch(2, 2).view(),
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::Shape { .. }), "{err}");
+    let err = ctx.rope(&spec, x.view(), p.view(), Layout::Bhld).unwrap_err();
+    assert!(matches!(err, Error::Shape { .. }), "{err}");
+    // Empty tensors are fine and do nothing.
+    let empty = Array4::<f32>::zeros((0, 2, 3, 8));
+    let out = ctx.rope(&spec, empty.view(), Array2::zeros((0, 2)).view(), Layout::Blhd).unwrap();
+    assert_eq!(out.dim(), (0, 2, 3, 8));
+}

@@ -1,0 +1,173 @@
+//! Helpers shared by the integration tests.
+
+pub mod cli;
+pub mod rope;
+
+use std::sync::OnceLock;
+
+use ndarray::{Array, Array2, Dimension};
+use posenc::gpu::Context;
+use posenc::npy;
+
+/// One GPU context per test binary (pipelines compile once). `None` means no adapter:
+/// the caller skips visibly. Under `CI=true` a missing adapter fails instead, because CI
+/// promises to run every GPU test.
+pub fn gpu() -> Option<&'static Context> {
+    static CTX: OnceLock<Option<Context>> = OnceLock::new();
+    CTX.get_or_init(|| match Context::new() {
+        Ok(ctx) => {
+            let s = ctx.summary();
+            eprintln!("GPU tests run on {} ({}, {})", s.name, s.backend, s.device_type);
+            Some(ctx)
+        }
+        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("CI=true but no GPU adapter: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIP: GPU tests skipped, no adapter: {e}");
+            None
+        }
+    })
+    .as_ref()
+}
+
+/// A context of its own (for tests that change or break it), under the same rule as
+/// [`gpu`]: `None` skips visibly, except under `CI=true`.
+pub fn fresh_gpu(options: &posenc::gpu::Options) -> Option<Context> {
+    match Context::with_options(options) {
+        Ok(ctx) => Some(ctx),
+        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("CI=true but no GPU adapter: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIP: no adapter: {e}");
+            None
+        }
+    }
+}
+
+/// Runs `f` on another thread and fails the test if it takes longer than `limit`: what a
+/// hang looks like in a test.
+pub fn within<T: Send + 'static>(
+    what: &str,
+    limit: std::time::Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+    });
+    match rx.recv_timeout(limit) {
+        Ok(Ok(value)) => value,
+        Ok(Err(panic)) => std::panic::resume_unwind(panic),
+        Err(_) => panic!("{what} did not finish within {limit:?}: a hang"),
+    }
+}
+
+/// A small deterministic generator (xorshift64*), so failures reproduce from the seed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    pub fn next_u32(&mut self) -> u32 {
+        (self.next_u64() >> 32) as u32
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+/// A `[vocab, dim]` float32 table of values in [-1, 1).
+pub fn random_table(rng: &mut Rng, vocab: usize, dim: usize) -> Array2<f32> {
+    Array2::from_shape_fn((vocab, dim), |_| rng.next_u32() as f32 / 2f32.powi(31) - 1.0)
+}
+
+/// `[batch, len]` token ids below `vocab`.
+pub fn random_ids(rng: &mut Rng, batch: usize, len: usize, vocab: usize) -> Array2<u32> {
+    Array2::from_shape_fn((batch, len), |_| rng.below(vocab as u64) as u32)
+}
+
+/// The `.npy` bytes posenc writes for `a`.
+pub fn npy_bytes<T: npy::Element, D: Dimension>(a: &Array<T, D>) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    npy::write(&mut bytes, a.view()).unwrap();
+    bytes
+}
+
+/// Positions that stress the phase: around 2^16, 2^24, 2^31, 2^32 - 1, plus random ones
+/// over the whole u32 range.
+pub fn hard_positions(rng: &mut Rng, random: usize) -> Vec<u32> {
+    let mut p = vec![0, 1, 2, 3];
+    for centre in [1u64 << 16, 1 << 20, 1 << 24, 1 << 27, 1 << 31, (1 << 32) - 1] {
+        for delta in -3i64..=3 {
+            let v = centre as i64 + delta;
+            if (0..=i64::from(u32::MAX)).contains(&v) {
+                p.push(v as u32);
+            }
+        }
+    }
+    p.extend((0..random).map(|_| rng.next_u32()));
+    p
+}
+
+/// Largest |a - b| over two equally long slices, with its index.
+pub fn max_abs_diff(
+    a: impl IntoIterator<Item = f64>,
+    b: impl IntoIterator<Item = f64>,
+) -> (f64, usize) {
+    a.into_iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .enumerate()
+        .fold((0.0, 0), |(m, mi), (i, d)| if d > m { (d, i) } else { (m, mi) })
+}
+
+/// Asserts two f32 slices are identical bit for bit, naming the first difference.
+pub fn assert_bits_eq(what: &str, got: &[f32], want: &[f32], dim: usize) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
+    if let Some(i) = got.iter().zip(want).position(|(g, w)| g.to_bits() != w.to_bits()) {
+        panic!(
+            "{what}: first differing value at row {}, column {}: got {:e} ({:#010x}), want {:e} ({:#010x})",
+            i / dim,
+            i % dim,
+            got[i],
+            got[i].to_bits(),
+            want[i],
+            want[i].to_bits()
+        );
+    }
+}
+
+/// A decoded 8-bit RGB PNG: width, height and the pixels, three bytes each, row-major.
+pub struct Png {
+    pub width: u32,
+    pub height: u32,
+    pub rgb: Vec<u8>,
+}
+
+impl Png {
+    /// Decodes `bytes`, which must be an 8-bit RGB PNG (what posenc writes).
+    pub fn decode(bytes: &[u8]) -> Self {
+        let decoder = png::Decoder::new(std::io::Cursor::new(bytes));
+        let mut reader = decoder.read_info().expect("a PNG header");
+        let mut rgb = vec![0; reader.output_buffer_size().expect("a sane size")];
+        let info = reader.next_frame(&mut rgb).expect("PNG image data");
+        assert_eq!(info.color_type, png::ColorType::Rgb);
+        assert_eq!(info.bit_depth, png::BitDepth::Eight);
+        rgb.truncate(info.buffer_size());
+        Self { width: info.width, height: info.height, rgb }
+    }
+
+    pub fn pixel(&self, x: u32, y: u32) -> [u8; 3] {
+        let i = 3 * (y as usize * self.width as usize + x as usize);
+        [self.rgb[i], self.rgb[i + 1], self.rgb[i + 2]]
+    }
+}
