@@ -25,8 +25,10 @@
 //   cache lines), and the first invocations prefetch the rows of the group two ahead.
 // - coalesced (COALESCED true), for GPUs: invocation li moves units li and
 //   li + X4_WORKGROUP of the block, so each load and store instruction of a warp
-//   touches one contiguous span; the group's table units are all loaded before any is
-//   stored, so the loads are in flight together.
+//   touches one contiguous span; tokens are served one after another, as in the
+//   adjacent pattern. (Buffering a group's values in private arrays first, to have their
+//   loads in flight together, measured slower on an H100: the dynamically indexed arrays
+//   go to local memory. See docs/performance.md.)
 
 struct Params {
     // Groups in this dispatch, from group_base.
@@ -94,17 +96,11 @@ fn encode_x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_ind
     let p1 = pe[head.y * n + x1];
     let s = bitcast<f32>(params.scale_bits);
     if COALESCED {
-        var w0: array<OutWord, MAX_GROUP_TOKENS>;
-        var w1: array<OutWord, MAX_GROUP_TOKENS>;
-        for (var j = 0u; j < end - head.x; j++) {
-            let t = tokens[head.x + j];
-            w0[j] = value(t, x0, p0, s);
-            w1[j] = value(t, x1, p1, s);
-        }
-        for (var j = 0u; j < end - head.x; j++) {
-            let dst = tokens[head.x + j].y * n;
-            out[dst + x0] = w0[j];
-            out[dst + x1] = w1[j];
+        for (var j = head.x; j < end; j++) {
+            let t = tokens[j];
+            let dst = t.y * n;
+            out[dst + x0] = value(t, x0, p0, s);
+            out[dst + x1] = value(t, x1, p1, s);
         }
         return;
     }

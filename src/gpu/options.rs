@@ -57,8 +57,7 @@ pub enum AccessPattern {
     #[default]
     Auto,
     /// For GPUs: the invocations of a workgroup move consecutive units of a row, so each
-    /// load and store of a warp touches one contiguous span, and a group's table values are
-    /// all loaded before any is stored.
+    /// load and store of a warp touches one contiguous span.
     Coalesced,
     /// For adapters that emulate a GPU on CPU cores, whose cost is per buffer access: each
     /// invocation moves two adjacent units (one token record load per two units), and the
