@@ -35,6 +35,16 @@ use crate::error::{Error, Result};
 pub const NO_ADAPTER_HINT: &str = "install a GPU driver, or Mesa's software Vulkan driver \
     (`apt-get install mesa-vulkan-drivers`); WGPU_BACKEND and WGPU_ADAPTER_NAME narrow the choice";
 
+/// Serialises opening devices (instance, adapter search, device, pipelines) across the
+/// process. On an H100 with NVIDIA's Vulkan driver (580.159.04), test threads each opening
+/// a context at once hung for minutes, where opening them one after another takes a
+/// fraction of a second each; a context is opened rarely, so the lock costs nothing that
+/// matters.
+fn opening() -> std::sync::MutexGuard<'static, ()> {
+    static OPENING: Mutex<()> = Mutex::new(());
+    OPENING.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Environment variable capping the storage-binding size posenc uses, in bytes.
 pub const MAX_BINDING_ENV: &str = "POSENC_MAX_BINDING_SIZE";
 
@@ -217,8 +227,10 @@ impl Context {
     /// # Errors
     /// As [`Context::new`].
     pub fn with_options(options: &Options) -> Result<Self> {
-        let instance = instance();
-        let adapter = select_adapter(&instance)?;
+        let adapter = {
+            let _one_at_a_time = opening();
+            select_adapter(&instance())?
+        };
         Self::from_adapter_with(adapter, options)
     }
 
@@ -254,6 +266,7 @@ impl Context {
             },
             ..Default::default()
         };
+        let _one_at_a_time = opening();
         let (device, queue) = pollster::block_on(adapter.request_device(&descriptor))
             .map_err(|source| Error::RequestDevice { adapter: name, source })?;
         let health = faults::Health::watch(&device);
