@@ -20,11 +20,11 @@ use posenc::{
     reference, weights,
 };
 
-mod cli_output;
-mod cli_rope;
-mod cli_runtime_dir;
-use cli_output::{cpu_table, emit, refuse_binary_on_terminal, reserve_table, target};
-use cli_rope::{ROPE_HELP, RopeArgs, rope};
+mod cmd;
+mod output;
+mod runtime_dir;
+use cmd::rope::{ROPE_HELP, RopeArgs, rope};
+use output::{cpu_table, emit, refuse_binary_on_terminal, reserve_table, target};
 
 /// Exit status for a valid request that failed while running.
 const EXIT_RUNTIME: u8 = 1;
@@ -663,7 +663,7 @@ fn main() -> ExitCode {
         Err(e) => return clap_exit(&e),
     };
     // Before anything opens an adapter (and before any thread starts); removed on return.
-    let _runtime_dir = cli_runtime_dir::RuntimeDir::ensure();
+    let _runtime_dir = runtime_dir::RuntimeDir::ensure();
     // Without it, Ctrl-C while an output is written would leave its temporary file.
     if let Err(e) = posenc::output::remove_temporaries_on_signals() {
         note(&format!("temporary files will not be removed on a signal: {e}"));

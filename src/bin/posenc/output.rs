@@ -10,7 +10,7 @@ use ndarray::Array2;
 use posenc::output::{Target, check_allocation, try_zeros};
 use posenc::{Error, PeSpec, cpu};
 
-use super::Failure;
+use crate::Failure;
 
 /// Where `-o PATH` sends the result: `-`, and no `-o` at all where standard output is the
 /// default, mean standard output.

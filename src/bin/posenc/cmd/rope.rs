@@ -11,8 +11,8 @@ use posenc::output::{check_allocation, try_zeros};
 use posenc::rope::{self as rp, Element, MAX_JSON_BYTES, RopeSpec, Scaling};
 use posenc::{Error, cpu};
 
-use super::cli_output::{emit, refuse_binary_on_terminal, target};
-use super::{Compute, Failure, FastDevice, on_device};
+use crate::output::{emit, refuse_binary_on_terminal, target};
+use crate::{Compute, Failure, FastDevice, on_device};
 
 pub(crate) const ROPE_HELP: &str = "For frequency i < r/2 (r = --rotary-dim) and the dimensions (a, b) it rotates, (i, i + r/2) with --pairing neox or (2i, 2i + 1) with gptj: out_a = x_a cos(p w_i) - x_b sin(p w_i), out_b = x_b cos(p w_i) + x_a sin(p w_i), w_i = base^(-2i/r) as --scaling changes it, cos and sin times its attention factor. Dimensions from r on pass through. The angle p w_i is reduced exactly for every u32 position.
 
