@@ -1,6 +1,5 @@
 //! `posenc rope`: rotary position embedding of a `.npy` tensor, on the CPU or the GPU.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
@@ -8,7 +7,7 @@ use ndarray::{Array4, ArrayView2};
 use posenc::inputs::{self, RopePositions, RopeTensor, Source};
 use posenc::npy;
 use posenc::output::{check_allocation, try_zeros};
-use posenc::rope::{self as rp, Element, MAX_JSON_BYTES, RopeSpec, Scaling};
+use posenc::rope::{self as rp, Element, RopeSpec, Scaling};
 use posenc::{Error, cpu};
 
 use crate::device::{Compute, FastDevice, on_device};
@@ -155,7 +154,7 @@ impl RopeInput {
         let scaling = match &args.scaling {
             None => Scaling::None,
             Some(text) => match text.strip_prefix('@') {
-                Some(path) => Scaling::from_hf_json(&read_scaling_file(Path::new(path))?)?,
+                Some(path) => inputs::read_rope_scaling(Source::File(Path::new(path)))?,
                 None => Scaling::from_hf_json(text)?,
             },
         };
@@ -192,13 +191,4 @@ fn from_input(e: Error, path: &Path, head_dim: u32, rotary_dim: u32) -> Error {
         }
         other => other,
     }
-}
-
-/// The text of `--scaling @FILE`, read no further than the JSON reader accepts.
-fn read_scaling_file(path: &Path) -> Result<String, Error> {
-    let io_error = |source| Error::Io { path: path.to_path_buf(), source };
-    let file = std::fs::File::open(path).map_err(io_error)?;
-    let mut text = String::new();
-    file.take(MAX_JSON_BYTES as u64 + 1).read_to_string(&mut text).map_err(io_error)?;
-    Ok(text)
 }
