@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use posenc::Error;
+use posenc::{Error, ErrorKind};
 
 /// Exit status for a valid request that failed while running.
 pub(crate) const EXIT_RUNTIME: u8 = 1;
@@ -36,21 +36,11 @@ impl Failure {
 
 impl From<Error> for Failure {
     fn from(error: Error) -> Self {
-        // A malformed parameter is the caller's to fix even when found late (for instance
-        // POSENC_MAX_BINDING_SIZE, read when the GPU opens).
-        let code = match error {
-            Error::InvalidParameter { .. }
-            | Error::PositionSpec { .. }
-            | Error::TokenId { .. }
-            | Error::NonFinite { .. }
-            | Error::Position { .. }
-            | Error::Format { .. }
-            | Error::Dtype { .. }
-            | Error::Rank { .. }
-            | Error::Tensor { .. }
-            | Error::RopeScaling { .. }
-            | Error::OutputPath { .. }
-            | Error::TooLarge { .. } => EXIT_USAGE,
+        // A malformed parameter or input is the caller's to fix even when found late (for
+        // instance POSENC_MAX_BINDING_SIZE, read when the GPU opens). A shape mismatch
+        // found while running is posenc's own mistake: the CLI checks shapes before it calls.
+        let code = match error.kind() {
+            ErrorKind::Usage | ErrorKind::Input => EXIT_USAGE,
             _ => EXIT_RUNTIME,
         };
         Self { code, error }
