@@ -20,7 +20,7 @@
 //! `examples/` show word order in attention, KV-cache decoding and a safetensors round trip.
 //! ALiBi attention biases (slopes and the bias tensor, on both paths) are in [`alibi`].
 //! [`inputs`] reads the command line's input files and checks every shape derived from
-//! them before anything of that shape exists.
+//! them before anything of that shape exists; [`alloc`] allocates outputs fallibly.
 //! The same engine drives rotary position embeddings ([`rope`](mod@rope)) with Hugging
 //! Face's `rope_scaling` schemes, on query/key tensors on the CPU and the GPU.
 //!
@@ -38,6 +38,7 @@
 #![warn(missing_docs)]
 
 pub mod alibi;
+pub mod alloc;
 pub mod bench;
 pub mod cpu;
 pub mod encode;

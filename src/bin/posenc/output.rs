@@ -8,7 +8,8 @@ use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use ndarray::Array2;
-use posenc::output::{Target, check_allocation, try_zeros};
+use posenc::alloc::{check_allocation, try_zeros};
+use posenc::output::Target;
 use posenc::{Error, PeSpec, cpu};
 
 use crate::failure::Failure;

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use posenc::alibi::{self, AlibiSpec};
+use posenc::alloc::check_allocation;
 use posenc::npy;
-use posenc::output::check_allocation;
 
 use crate::device::{Compute, FastDevice, on_device};
 use crate::failure::Failure;

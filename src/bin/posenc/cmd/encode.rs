@@ -110,7 +110,7 @@ pub(crate) fn run(args: &EncodeArgs) -> Result<(), Failure> {
     // The request is valid: from here on failures are the run's (exit 1).
     let values = input.ids.len() as u64 * input.table.dim().1 as u64;
     let bytes = values * input.options.out_dtype.size() as u64;
-    posenc::output::check_allocation("the encode output", bytes)?;
+    posenc::alloc::check_allocation("the encode output", bytes)?;
     let encoded = on_device(args.device, args.gpu_memory_budget, |c| encode(c, &input))?;
     emit(&out, |w| write_encoded(w, &encoded, input.one_sequence))
 }

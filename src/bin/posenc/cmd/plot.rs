@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
-use posenc::output::{Target, check_allocation};
+use posenc::alloc::check_allocation;
+use posenc::output::Target;
 use posenc::{DEFAULT_BASE, Error, PeSpec, Variant, plot};
 
 use crate::args::{VariantArg, spec_of};

@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use ndarray::{Array4, ArrayView2};
+use posenc::alloc::{check_allocation, try_zeros};
 use posenc::inputs::{self, RopePositions, RopeTensor, Source};
 use posenc::npy;
-use posenc::output::{check_allocation, try_zeros};
 use posenc::rope::{self as rp, Element, RopeSpec, Scaling};
 use posenc::{Error, cpu};
 
