@@ -24,6 +24,11 @@
 //! The same engine drives rotary position embeddings ([`rope`](mod@rope)) with Hugging
 //! Face's `rope_scaling` schemes, on query/key tensors on the CPU and the GPU.
 //!
+//! The `cli` feature, on by default, builds the `posenc` binary and the modules only it
+//! needs: [`plot`], [`bench`](mod@bench) (the `posenc bench` measurements) and [`output`]
+//! (where `-o` sends a result), with clap and png. `default-features = false` leaves the
+//! encodings, their inputs and the GPU engine.
+//!
 //! ```
 //! use posenc::{PeSpec, cpu, reference};
 //!
@@ -39,6 +44,7 @@
 
 pub mod alibi;
 pub mod alloc;
+#[cfg(feature = "cli")]
 pub mod bench;
 pub mod cpu;
 pub mod encode;
@@ -48,7 +54,9 @@ pub mod gpu;
 pub mod inputs;
 pub mod naive;
 pub mod npy;
+#[cfg(feature = "cli")]
 pub mod output;
+#[cfg(feature = "cli")]
 pub mod plot;
 pub mod positions;
 pub mod reference;

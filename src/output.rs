@@ -29,7 +29,7 @@ use tempfile::NamedTempFile;
 
 use crate::error::{Error, Result};
 
-// At their old path too: they live in `alloc`, which the library uses without this module.
+// At their old path too: they live in `alloc`, which the library has without the `cli` feature.
 pub use crate::alloc::{check_allocation, try_zeroed_vec, try_zeros};
 
 /// Symbolic links followed from an output path before giving up: Linux's own limit (ELOOP).
