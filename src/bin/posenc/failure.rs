@@ -6,9 +6,9 @@ use std::process::ExitCode;
 use posenc::{Error, ErrorKind};
 
 /// Exit status for a valid request that failed while running.
-pub(crate) const EXIT_RUNTIME: u8 = 1;
+const EXIT_RUNTIME: u8 = 1;
 /// Exit status for invalid arguments or input.
-pub(crate) const EXIT_USAGE: u8 = 2;
+const EXIT_USAGE: u8 = 2;
 
 /// The exit statuses, as every command's help ends.
 pub(crate) const EXIT_STATUS_HELP: &str = "Exit status: 0 on success; 1 when a valid request \
@@ -23,7 +23,7 @@ pub(crate) fn with_exit_status(help: &str) -> String {
 /// An error and the exit status it earns.
 #[derive(Debug)]
 pub(crate) struct Failure {
-    pub(crate) code: u8,
+    code: u8,
     pub(crate) error: Error,
 }
 
