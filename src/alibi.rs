@@ -393,7 +393,7 @@ pub fn bias_cpu(spec: &AlibiSpec) -> Result<Array3<f32>> {
     spec.check_size()?;
     // The size comes from the caller's heads and lengths: up to 16 GiB within MAX_VALUES,
     // so a refusal from the allocator is an error, not an abort.
-    let mut out = crate::output::try_zeros::<f32, _>("the ALiBi bias", spec.shape())?;
+    let mut out = crate::alloc::try_zeros::<f32, _>("the ALiBi bias", spec.shape())?;
     fill(spec, out.as_slice_mut().expect("a new array is contiguous"));
     Ok(out)
 }

@@ -266,6 +266,68 @@ pub enum Error {
     },
 }
 
+/// What kind of failure an [`Error`] is, by who can act on it: [`Error::kind`].
+///
+/// ```
+/// use posenc::{ErrorKind, PeSpec};
+///
+/// let err = PeSpec::new(3).unwrap_err();
+/// assert_eq!(err.kind(), ErrorKind::Usage);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The request is invalid: a parameter out of range or malformed (a position spec, a
+    /// `rope_scaling` object), an output path posenc does not write to, or an array derived
+    /// from the input too large to make. The arguments need changing.
+    Usage,
+    /// An input file or array is not what the operation reads: its format, dtype, rank or
+    /// tensor, a non-finite weight, a token id or a position with no row. The input needs
+    /// changing.
+    Input,
+    /// Two arrays handed to one call disagree in shape: the calling program's mistake
+    /// rather than its user's.
+    Shape,
+    /// The request is larger than a limit of the adapter or of posenc (one storage binding,
+    /// the memory budget, a count); a smaller request, or another device, may fit.
+    Limit,
+    /// The GPU could not be had or failed: no adapter, no device, a wgpu error, a lost
+    /// device, device memory exhausted.
+    Device,
+    /// The system refused: a file could not be read or written, or host memory could not be
+    /// allocated.
+    System,
+}
+
+impl Error {
+    /// The kind of this error, for callers that act on classes of failure (the CLI's exit
+    /// status, a retry on another device) rather than on each variant.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidParameter { .. }
+            | Error::PositionSpec { .. }
+            | Error::RopeScaling { .. }
+            | Error::OutputPath { .. }
+            | Error::TooLarge { .. } => ErrorKind::Usage,
+            Error::TokenId { .. }
+            | Error::NonFinite { .. }
+            | Error::Position { .. }
+            | Error::Format { .. }
+            | Error::Dtype { .. }
+            | Error::Rank { .. }
+            | Error::Tensor { .. } => ErrorKind::Input,
+            Error::Shape { .. } => ErrorKind::Shape,
+            Error::Limit { .. } => ErrorKind::Limit,
+            Error::NoAdapter { .. }
+            | Error::RequestDevice { .. }
+            | Error::Gpu { .. }
+            | Error::DeviceLost { .. }
+            | Error::OutOfMemory { .. } => ErrorKind::Device,
+            Error::Io { .. } | Error::Alloc { .. } => ErrorKind::System,
+        }
+    }
+}
+
 /// `1`, `1 or 2`, `1, 2 or 3`.
 fn or_list(items: &[usize]) -> String {
     match items {
@@ -309,6 +371,74 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_variant_has_its_kind() {
+        let text = String::new;
+        let path = PathBuf::new;
+        let cases = [
+            (
+                Error::InvalidParameter { field: "dim", value: text(), allowed: "" },
+                ErrorKind::Usage,
+            ),
+            (Error::PositionSpec { spec: text(), item: 1, reason: text() }, ErrorKind::Usage),
+            (
+                Error::RopeScaling { field: text(), value: text(), allowed: text() },
+                ErrorKind::Usage,
+            ),
+            (Error::OutputPath { path: path(), what: text(), allowed: "" }, ErrorKind::Usage),
+            (
+                Error::TooLarge { op: "", what: "", shape: vec![], limit_name: "", limit: 0 },
+                ErrorKind::Usage,
+            ),
+            (Error::TokenId { row: 0, col: 0, id: text(), vocab: 0 }, ErrorKind::Input),
+            (
+                Error::NonFinite { path: path(), what: "", row: 0, col: 0, value: text() },
+                ErrorKind::Input,
+            ),
+            (Error::Position { row: 0, col: 0, position: 0, max_positions: 0 }, ErrorKind::Input),
+            (Error::Format { path: path(), format: "", reason: text() }, ErrorKind::Input),
+            (
+                Error::Dtype { path: path(), what: "", dtype: text(), allowed: text() },
+                ErrorKind::Input,
+            ),
+            (
+                Error::Rank { path: path(), what: "", expected: vec![], actual: vec![] },
+                ErrorKind::Input,
+            ),
+            (Error::Tensor { path: path(), problem: text(), available: vec![] }, ErrorKind::Input),
+            (Error::Shape { op: "", what: "", expected: text(), actual: text() }, ErrorKind::Shape),
+            (
+                Error::Limit { op: "", what: "", requested: 0, limit_name: "", limit: 0 },
+                ErrorKind::Limit,
+            ),
+            (Error::NoAdapter { detail: text(), hint: "" }, ErrorKind::Device),
+            (
+                Error::RequestDevice {
+                    adapter: text(),
+                    source: wgpu::wgc::instance::RequestDeviceError::UnsupportedFeature(
+                        wgpu::Features::SHADER_F16,
+                    )
+                    .into(),
+                },
+                ErrorKind::Device,
+            ),
+            (Error::Gpu { op: "", message: text() }, ErrorKind::Device),
+            (Error::DeviceLost { op: "", reason: text() }, ErrorKind::Device),
+            (
+                Error::OutOfMemory { op: "", requested: 0, held: 0, message: text() },
+                ErrorKind::Device,
+            ),
+            (
+                Error::Io { path: path(), source: std::io::ErrorKind::Other.into() },
+                ErrorKind::System,
+            ),
+            (Error::Alloc { what: "", bytes: 0 }, ErrorKind::System),
+        ];
+        for (error, kind) in cases {
+            assert_eq!(error.kind(), kind, "{error:?}");
+        }
+    }
 
     #[test]
     fn floats_print_short() {

@@ -34,7 +34,7 @@
 //! ```
 
 use std::fs::File;
-use std::io;
+use std::io::{self, Read};
 use std::path::Path;
 
 use half::{bf16, f16};
@@ -44,6 +44,7 @@ use crate::encode::ids_to_u32;
 use crate::error::{Error, Result};
 use crate::npy::{self, Expected, NpyArray, NpyDtype};
 use crate::positions;
+use crate::rope::{MAX_JSON_BYTES, Scaling};
 use crate::weights::{self, Table};
 
 /// The most values an output of `posenc table`, `encode` or `rope` may have, its zero axes
@@ -395,6 +396,28 @@ pub fn read_rope_input(source: Source<'_>) -> Result<RopeTensor> {
     })
 }
 
+/// `posenc rope --scaling @FILE`: a Hugging Face `rope_scaling` object as JSON text, read
+/// no further than one byte past [`MAX_JSON_BYTES`], so an oversized file is refused as
+/// such without being read whole. Unlike the arrays it may come from a pipe or a
+/// descriptor (`@/dev/stdin`): the parser's limit, not a header, bounds what is read.
+///
+/// # Errors
+/// [`Error::Io`] naming the input if it cannot be read or is not UTF-8; as
+/// [`Scaling::from_hf_json`].
+pub fn read_rope_scaling(source: Source<'_>) -> Result<Scaling> {
+    let io_error = |e| Error::Io { path: source.name().to_path_buf(), source: e };
+    let limit = MAX_JSON_BYTES as u64 + 1;
+    let mut text = String::new();
+    match source {
+        Source::File(path) => {
+            File::open(path).map_err(io_error)?.take(limit).read_to_string(&mut text)
+        }
+        Source::Bytes { bytes, .. } => bytes.take(limit).read_to_string(&mut text),
+    }
+    .map_err(io_error)?;
+    Scaling::from_hf_json(&text)
+}
+
 /// `a` as rank 4, which the reader was asked for.
 fn rank4<T>(a: ArrayD<T>, source: Source<'_>) -> Result<Array4<T>> {
     let shape = a.shape().to_vec();
@@ -652,6 +675,23 @@ mod tests {
         let bf16_bits = bytes(&ndarray::Array4::<bf16>::from_elem((1, 1, 1, 2), bf16::ONE));
         match read_rope_input(source(&bf16_bits)).unwrap() {
             RopeTensor::Bf16(a) => assert_eq!(a[[0, 0, 0, 1]], bf16::ONE),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_scaling_is_read_no_further_than_the_parser_accepts() {
+        let name = Path::new("scaling.json");
+        let json = br#"{"rope_type": "linear", "factor": 4.0}"#;
+        let read = |bytes| read_rope_scaling(Source::Bytes { name, bytes });
+        assert_eq!(
+            read(json).unwrap(),
+            Scaling::from_hf_json(std::str::from_utf8(json).unwrap()).unwrap()
+        );
+        let huge = vec![b' '; MAX_JSON_BYTES + 2];
+        assert!(matches!(read(&huge), Err(Error::RopeScaling { .. })));
+        match read(b"{\xff}") {
+            Err(Error::Io { path, .. }) => assert_eq!(path, name),
             other => panic!("{other:?}"),
         }
     }

@@ -20,9 +20,14 @@
 //! `examples/` show word order in attention, KV-cache decoding and a safetensors round trip.
 //! ALiBi attention biases (slopes and the bias tensor, on both paths) are in [`alibi`].
 //! [`inputs`] reads the command line's input files and checks every shape derived from
-//! them before anything of that shape exists.
+//! them before anything of that shape exists; [`alloc`] allocates outputs fallibly.
 //! The same engine drives rotary position embeddings ([`rope`](mod@rope)) with Hugging
 //! Face's `rope_scaling` schemes, on query/key tensors on the CPU and the GPU.
+//!
+//! The `cli` feature, on by default, builds the `posenc` binary and the modules only it
+//! needs: [`plot`], [`bench`](mod@bench) (the `posenc bench` measurements) and [`output`]
+//! (where `-o` sends a result), with clap and png. `default-features = false` leaves the
+//! encodings, their inputs and the GPU engine.
 //!
 //! ```
 //! use posenc::{PeSpec, cpu, reference};
@@ -38,6 +43,8 @@
 #![warn(missing_docs)]
 
 pub mod alibi;
+pub mod alloc;
+#[cfg(feature = "cli")]
 pub mod bench;
 pub mod cpu;
 pub mod encode;
@@ -47,7 +54,9 @@ pub mod gpu;
 pub mod inputs;
 pub mod naive;
 pub mod npy;
+#[cfg(feature = "cli")]
 pub mod output;
+#[cfg(feature = "cli")]
 pub mod plot;
 pub mod positions;
 pub mod reference;
@@ -56,7 +65,7 @@ pub mod shaders;
 mod spec;
 pub mod weights;
 
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 
 /// The most an exact-mode value (sinusoid table, encode's PE term, RoPE cos/sin) differs
 /// from the true value, at every u32 position: one f32 ulp at magnitudes 0.5 to 1. The

@@ -1,6 +1,6 @@
 //! Where results go: atomic replacement of files, direct writes to devices, FIFOs and open
-//! descriptors, cleanup of temporary files on a signal, and fallible allocation of output
-//! buffers.
+//! descriptors, cleanup of temporary files on a signal, and (re-exported from
+//! [`crate::alloc`]) fallible allocation of output buffers.
 //!
 //! A table can take a while to compute and write; a reader must never see half of it, and
 //! a failed run must not clobber the previous good file. So a result bound for a regular file
@@ -25,10 +25,12 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use ndarray::{Array, Dimension, IntoDimension};
 use tempfile::NamedTempFile;
 
 use crate::error::{Error, Result};
+
+// At their old path too: they live in `alloc`, which the library has without the `cli` feature.
+pub use crate::alloc::{check_allocation, try_zeroed_vec, try_zeros};
 
 /// Symbolic links followed from an output path before giving up: Linux's own limit (ELOOP).
 const MAX_LINKS: usize = 40;
@@ -467,62 +469,6 @@ fn install_signal_thread() -> io::Result<()> {
     Ok(())
 }
 
-/// A vector of `len` zeroed values, or [`Error::Alloc`] naming `what` and the bytes if the
-/// allocator refuses (an address-space limit such as `ulimit -v`, or no memory left), where
-/// `vec![0; len]` would abort the process.
-///
-/// ```
-/// let v: Vec<f32> = posenc::output::try_zeroed_vec("a buffer", 4)?;
-/// assert_eq!(v, [0.0; 4]);
-/// let huge = posenc::output::try_zeroed_vec::<f32>("an impossible buffer", usize::MAX / 4);
-/// assert!(matches!(huge, Err(posenc::Error::Alloc { .. })));
-/// # Ok::<(), posenc::Error>(())
-/// ```
-///
-/// # Errors
-/// [`Error::Alloc`] if the memory cannot be had.
-pub fn try_zeroed_vec<T: bytemuck::Zeroable + Clone>(
-    what: &'static str,
-    len: usize,
-) -> Result<Vec<T>> {
-    let bytes = (len as u64).saturating_mul(size_of::<T>() as u64);
-    let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| Error::Alloc { what, bytes })?;
-    v.resize(len, T::zeroed());
-    Ok(v)
-}
-
-/// An array of `shape` filled with zeros, allocated as [`try_zeroed_vec`] does.
-///
-/// # Errors
-/// [`Error::Alloc`] if the memory cannot be had or the element count overflows `usize`.
-pub fn try_zeros<T: bytemuck::Zeroable + Clone, D: Dimension>(
-    what: &'static str,
-    shape: impl IntoDimension<Dim = D>,
-) -> Result<Array<T, D>> {
-    let shape = shape.into_dimension();
-    let len = shape.size_checked().ok_or(Error::Alloc { what, bytes: u64::MAX })?;
-    let data = try_zeroed_vec(what, len)?;
-    Array::from_shape_vec(shape, data).map_err(|e| Error::Shape {
-        op: "allocate",
-        what,
-        expected: format!("{len} elements"),
-        actual: e.to_string(),
-    })
-}
-
-/// Checks that `bytes` could be allocated now, by reserving and releasing them, for a
-/// result that a function allocates itself (the GPU paths' host copies). Under an
-/// address-space limit the function's own allocation then succeeds as the check did, and a
-/// request too large fails here with an error rather than aborting there.
-///
-/// # Errors
-/// [`Error::Alloc`] naming `what` and `bytes` if the memory cannot be had.
-pub fn check_allocation(what: &'static str, bytes: u64) -> Result<()> {
-    let len = usize::try_from(bytes).map_err(|_| Error::Alloc { what, bytes })?;
-    Vec::<u8>::new().try_reserve_exact(len).map_err(|_| Error::Alloc { what, bytes })
-}
-
 /// The directory holding `path`: its parent, or `.` for a bare name.
 fn directory_of(path: &Path) -> &Path {
     match path.parent() {
@@ -740,26 +686,6 @@ mod tests {
         match Target::resolve(dir.path().join("missing/out.csv")) {
             Err(Error::Io { source, .. }) => assert_eq!(source.kind(), io::ErrorKind::NotFound),
             other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn an_allocation_too_large_is_an_error_naming_the_bytes() {
-        match try_zeroed_vec::<f32>("the test buffer", usize::MAX / 8) {
-            Err(Error::Alloc { what, bytes }) => {
-                assert_eq!(what, "the test buffer");
-                assert_eq!(bytes, (usize::MAX / 8) as u64 * 4);
-            }
-            other => panic!("{:?}", other.map(|v| v.len())),
-        }
-        assert!(matches!(check_allocation("probe", u64::MAX), Err(Error::Alloc { .. })));
-        assert!(check_allocation("probe", 1 << 20).is_ok());
-        let a = try_zeros::<u16, _>("an array", (2, 3, 4)).unwrap();
-        assert_eq!(a.shape(), [2, 3, 4]);
-        assert!(a.iter().all(|&v| v == 0));
-        match try_zeros::<f32, _>("overflowing", (usize::MAX, 2)) {
-            Err(Error::Alloc { what: "overflowing", .. }) => {}
-            other => panic!("{:?}", other.map(|a| a.len())),
         }
     }
 

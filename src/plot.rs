@@ -119,7 +119,7 @@ impl Image {
     /// an error rather than an abort.
     fn try_new(width: u32, height: u32) -> Result<Self> {
         let pixels = width as usize * height as usize;
-        let mut rgb: Vec<u8> = crate::output::try_zeroed_vec("the picture", pixels * 3)?;
+        let mut rgb: Vec<u8> = crate::alloc::try_zeroed_vec("the picture", pixels * 3)?;
         for pixel in rgb.chunks_exact_mut(3) {
             pixel.copy_from_slice(&WHITE);
         }

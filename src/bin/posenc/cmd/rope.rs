@@ -1,28 +1,27 @@
 //! `posenc rope`: rotary position embedding of a `.npy` tensor, on the CPU or the GPU.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use ndarray::{Array4, ArrayView2};
+use posenc::alloc::{check_allocation, try_zeros};
 use posenc::inputs::{self, RopePositions, RopeTensor, Source};
 use posenc::npy;
-use posenc::output::{check_allocation, try_zeros};
-use posenc::rope::{self as rp, Element, MAX_JSON_BYTES, RopeSpec, Scaling};
+use posenc::rope::{self as rp, Element, RopeSpec, Scaling};
 use posenc::{Error, cpu};
 
-use super::cli_output::{emit, refuse_binary_on_terminal, target};
-use super::{Compute, Failure, FastDevice, on_device};
+use crate::device::{Compute, FastDevice, on_device};
+use crate::failure::Failure;
+use crate::output::{emit, refuse_binary_on_terminal, target};
 
-pub(crate) const ROPE_HELP: &str = "For frequency i < r/2 (r = --rotary-dim) and the dimensions (a, b) it rotates, (i, i + r/2) with --pairing neox or (2i, 2i + 1) with gptj: out_a = x_a cos(p w_i) - x_b sin(p w_i), out_b = x_b cos(p w_i) + x_a sin(p w_i), w_i = base^(-2i/r) as --scaling changes it, cos and sin times its attention factor. Dimensions from r on pass through. The angle p w_i is reduced exactly for every u32 position.
+/// `posenc rope --help` after the options, before the exit statuses.
+pub(crate) const HELP: &str = "For frequency i < r/2 (r = --rotary-dim) and the dimensions (a, b) it rotates, (i, i + r/2) with --pairing neox or (2i, 2i + 1) with gptj: out_a = x_a cos(p w_i) - x_b sin(p w_i), out_b = x_b cos(p w_i) + x_a sin(p w_i), w_i = base^(-2i/r) as --scaling changes it, cos and sin times its attention factor. Dimensions from r on pass through. The angle p w_i is reduced exactly for every u32 position.
 
 --scaling takes a Hugging Face rope_scaling object, as JSON text or @FILE, e.g. '{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}'. rope_type (or the legacy type) is one of default, linear, dynamic, yarn, longrope, llama3; max_position_embeddings may be given inside it where the scheme reads the model config's (dynamic needs it). dynamic and longrope use the sequence length max(position) + 1.
 
 Positions: --positions gives each token's (.npy [B, L] of uint32, int32 or int64); --offset N makes every sequence count from N (decoding with a KV cache); the default is --offset 0.
 
-Everything (files, dtypes, shapes, positions, the scaling) is checked before any GPU work and before OUT is opened.
-
-Exit status: 0 on success; 1 when a valid request fails while running (no GPU for --device gpu, a GPU error, an unwritable output); 2 for invalid arguments or input, in which case nothing is written.";
+Everything (files, dtypes, shapes, positions, the scaling) is checked before any GPU work and before OUT is opened.";
 
 #[derive(Debug, Args)]
 pub(crate) struct RopeArgs {
@@ -92,7 +91,7 @@ struct RopeInput {
     layout: rp::Layout,
 }
 
-pub(crate) fn rope(args: &RopeArgs) -> Result<(), Failure> {
+pub(crate) fn run(args: &RopeArgs) -> Result<(), Failure> {
     let out = target(Some(&args.output))?;
     refuse_binary_on_terminal(&out, "output", "-", "a .npy needs -o PATH or a redirected stdout")?;
     let input = RopeInput::load(args).map_err(Failure::usage)?;
@@ -103,9 +102,9 @@ pub(crate) fn rope(args: &RopeArgs) -> Result<(), Failure> {
     let p = positions.as_ref().map(|p| p.view());
     let rotated = on_device(args.device, None, |c| {
         Ok(match &input.tensor {
-            RopeTensor::F32(x) => RopeTensor::F32(run(c, spec, x, p, layout)?),
-            RopeTensor::F16(x) => RopeTensor::F16(run(c, spec, x, p, layout)?),
-            RopeTensor::Bf16(x) => RopeTensor::Bf16(run(c, spec, x, p, layout)?),
+            RopeTensor::F32(x) => RopeTensor::F32(rotate(c, spec, x, p, layout)?),
+            RopeTensor::F16(x) => RopeTensor::F16(rotate(c, spec, x, p, layout)?),
+            RopeTensor::Bf16(x) => RopeTensor::Bf16(rotate(c, spec, x, p, layout)?),
         })
     })?;
     match rotated {
@@ -116,7 +115,7 @@ pub(crate) fn rope(args: &RopeArgs) -> Result<(), Failure> {
     }
 }
 
-fn run<T: Element>(
+fn rotate<T: Element>(
     compute: &Compute,
     spec: &RopeSpec,
     x: &Array4<T>,
@@ -155,7 +154,7 @@ impl RopeInput {
         let scaling = match &args.scaling {
             None => Scaling::None,
             Some(text) => match text.strip_prefix('@') {
-                Some(path) => Scaling::from_hf_json(&read_scaling_file(Path::new(path))?)?,
+                Some(path) => inputs::read_rope_scaling(Source::File(Path::new(path)))?,
                 None => Scaling::from_hf_json(text)?,
             },
         };
@@ -192,13 +191,4 @@ fn from_input(e: Error, path: &Path, head_dim: u32, rotary_dim: u32) -> Error {
         }
         other => other,
     }
-}
-
-/// The text of `--scaling @FILE`, read no further than the JSON reader accepts.
-fn read_scaling_file(path: &Path) -> Result<String, Error> {
-    let io_error = |source| Error::Io { path: path.to_path_buf(), source };
-    let file = std::fs::File::open(path).map_err(io_error)?;
-    let mut text = String::new();
-    file.take(MAX_JSON_BYTES as u64 + 1).read_to_string(&mut text).map_err(io_error)?;
-    Ok(text)
 }

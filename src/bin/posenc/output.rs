@@ -1,16 +1,18 @@
 //! Where the commands' results go: `-o PATH` is resolved before any work (a directory, a
 //! socket or a block device is refused then, exit 2) and opened only once the result is in
 //! memory, so a run that fails or is refused memory leaves no temporary file; `-o -` is
-//! standard output. Also the fallible allocation of the outputs the CLI sizes.
+//! standard output. Also reports on standard output, and the fallible allocation of the
+//! outputs the CLI sizes.
 
-use std::io::{self, IsTerminal, Write};
-use std::path::Path;
+use std::io::{self, BufWriter, IsTerminal, Write};
+use std::path::{Path, PathBuf};
 
 use ndarray::Array2;
-use posenc::output::{Target, check_allocation, try_zeros};
+use posenc::alloc::{check_allocation, try_zeros};
+use posenc::output::Target;
 use posenc::{Error, PeSpec, cpu};
 
-use super::Failure;
+use crate::failure::Failure;
 
 /// Where `-o PATH` sends the result: `-`, and no `-o` at all where standard output is the
 /// default, mean standard output.
@@ -59,6 +61,20 @@ pub(crate) fn emit(
             Ok(())
         }
         other => Ok(other?),
+    }
+}
+
+/// Writes to stdout through a buffer. A closed pipe (`posenc table | head`) ends the run
+/// quietly and successfully, as it does for other filters.
+pub(crate) fn to_stdout(
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> Result<(), Failure> {
+    let mut out = BufWriter::new(io::stdout().lock());
+    match write(&mut out).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => {
+            Err(Error::Io { path: PathBuf::from("<stdout>"), source: e }.into())
+        }
+        _ => Ok(()),
     }
 }
 

@@ -1,0 +1,163 @@
+//! Arguments several commands share: the sinusoid's convention (table, encode), the output
+//! dtype (encode, bench), the GPU memory budget (table, encode), and a plain spec from
+//! `--dim` and `--base` (accuracy, plot).
+
+use clap::{Args, ValueEnum};
+use posenc::encode as enc;
+use posenc::{DEFAULT_BASE, Error, Frequencies, PeSpec, Variant};
+
+use crate::failure::Failure;
+
+/// The sinusoid's convention, shared by `table` and `encode`.
+#[derive(Debug, Args)]
+pub(crate) struct PeArgs {
+    /// The published convention to reproduce (README, "Variants"): column layout, frequency
+    /// formula and position numbering.
+    #[arg(long, value_enum, default_value_t = VariantArg::Vaswani)]
+    pub(crate) variant: VariantArg,
+    /// exact: the formula at full precision (within 6e-8 at every position). f32: the
+    /// frequencies and angle rounded to float32 as the frameworks compute them, then the
+    /// exact sin/cos of that angle, to match checkpoints trained that way.
+    #[arg(long, value_enum, default_value_t = FrequenciesArg::Exact)]
+    frequencies: FrequenciesArg,
+    /// Frequency base, in (1, 1e7] [default: 10000]; tensor2tensor: max_timescale.
+    #[arg(long, value_name = "B", allow_hyphen_values = true)]
+    base: Option<f64>,
+    /// tensor2tensor's min_timescale [default: 1.0].
+    #[arg(long, value_name = "T", allow_hyphen_values = true)]
+    min_timescale: Option<f64>,
+    /// tensor2tensor's max_timescale [default: 10000.0] (the same as --base).
+    #[arg(long, value_name = "T", conflicts_with = "base", allow_hyphen_values = true)]
+    max_timescale: Option<f64>,
+    /// Added to every position (tensor2tensor's start_index) [default: 0].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    start_index: Option<u32>,
+    /// fairseq's padding_idx: the position whose row is zeros, and in encode the number
+    /// that positions count from (pad tokens get it, others padding_idx + 1, ...); `none`:
+    /// no zero row, positions from 0 [default: 1].
+    #[arg(long, value_name = "N|none", value_parser = parse_padding_idx,
+          allow_hyphen_values = true)]
+    padding_idx: Option<PaddingIdx>,
+}
+
+impl PeArgs {
+    /// The spec these arguments describe at dimension `dim`.
+    pub(crate) fn spec(&self, dim: u32) -> Result<PeSpec, Error> {
+        let variant = Variant::from(self.variant);
+        let mut spec = PeSpec::for_variant(variant, dim)?;
+        let t2t = variant == Variant::Tensor2Tensor;
+        if !t2t && (self.min_timescale.is_some() || self.max_timescale.is_some()) {
+            return Err(Error::InvalidParameter {
+                field: "variant",
+                value: format!("{variant} (with --min-timescale or --max-timescale)"),
+                allowed: "tensor2tensor for timescales; --base sets the others' base",
+            });
+        }
+        if t2t {
+            let max = self.max_timescale.or(self.base).unwrap_or(DEFAULT_BASE);
+            spec = spec.with_timescales(self.min_timescale.unwrap_or(1.0), max)?;
+        } else if let Some(base) = self.base {
+            spec = spec.with_base(base)?;
+        }
+        if let Some(PaddingIdx(padding_idx)) = self.padding_idx {
+            if variant != Variant::Fairseq {
+                return Err(Error::InvalidParameter {
+                    field: "variant",
+                    value: format!("{variant} (with --padding-idx)"),
+                    allowed: "fairseq for --padding-idx",
+                });
+            }
+            spec = spec.with_padding_idx(padding_idx);
+        }
+        let frequencies = match self.frequencies {
+            FrequenciesArg::Exact => Frequencies::Exact,
+            FrequenciesArg::F32 => Frequencies::F32,
+        };
+        Ok(spec.with_frequencies(frequencies).with_start_index(self.start_index.unwrap_or(0)))
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PaddingIdx(Option<u32>);
+
+/// `--padding-idx`: `none` or a u32.
+fn parse_padding_idx(text: &str) -> Result<PaddingIdx, String> {
+    if text == "none" {
+        return Ok(PaddingIdx(None));
+    }
+    text.parse::<u32>()
+        .map(|v| PaddingIdx(Some(v)))
+        .map_err(|_| "expected none or an integer in 0..=4294967295".into())
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum VariantArg {
+    /// Interleaved [sin, cos, ...], w_i = base^(-2i/d), d even (Attention Is All You Need).
+    Vaswani,
+    /// Interleaved like vaswani; an odd d ends with a sin column (HF DistilBERT, XLM).
+    Distilbert,
+    /// sin in [0, ceil(d/2)), cos after it, vaswani's frequencies (HF Marian).
+    Marian,
+    /// [sin | cos], w_i = min exp(-i ln(max/min) / max(n-1, 1)), zero column for odd d.
+    Tensor2tensor,
+    /// [sin | cos], w_i = exp(-i ln(base) / (h-1)), zero column for odd d, zero padding row.
+    Fairseq,
+    /// [sin | cos], w_i = exp(-i ln(base) / (d/2-1)), d even (OpenAI Whisper).
+    Whisper,
+}
+
+impl From<VariantArg> for Variant {
+    fn from(v: VariantArg) -> Self {
+        match v {
+            VariantArg::Vaswani => Variant::Vaswani,
+            VariantArg::Distilbert => Variant::DistilBert,
+            VariantArg::Marian => Variant::Marian,
+            VariantArg::Tensor2tensor => Variant::Tensor2Tensor,
+            VariantArg::Fairseq => Variant::Fairseq,
+            VariantArg::Whisper => Variant::Whisper,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum FrequenciesArg {
+    /// Full precision.
+    Exact,
+    /// Rounded to float32 as the frameworks compute them.
+    F32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OutDtype {
+    /// float32, '<f4'.
+    F32,
+    /// float16, '<f2'.
+    F16,
+    /// bfloat16, as '<u2' raw bits.
+    Bf16,
+}
+
+impl From<OutDtype> for enc::Dtype {
+    fn from(d: OutDtype) -> Self {
+        match d {
+            OutDtype::F32 => enc::Dtype::F32,
+            OutDtype::F16 => enc::Dtype::F16,
+            OutDtype::Bf16 => enc::Dtype::Bf16,
+        }
+    }
+}
+
+/// `--gpu-memory-budget`: a whole number of bytes, at least 1. Zero is refused, as
+/// POSENC_GPU_MEMORY_BUDGET refuses it: no buffer fits in no memory, and "no budget" is
+/// leaving the option out.
+pub(crate) fn parse_budget(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(bytes) if bytes >= 1 => Ok(bytes),
+        _ => Err("expected a whole number of bytes, at least 1".into()),
+    }
+}
+
+/// The vaswani spec of `--dim` and `--base`, for the commands that take no other convention.
+pub(crate) fn spec_of(dim: u32, base: f64) -> Result<PeSpec, Failure> {
+    PeSpec::new(dim).and_then(|s| s.with_base(base)).map_err(Failure::usage)
+}

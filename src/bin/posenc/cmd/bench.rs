@@ -1,0 +1,181 @@
+//! `posenc bench`: the encode and the table timed on the CPU and the GPU against ceilings
+//! measured in the same run, at a shape of its own or of real models.
+
+use std::io::{self, IsTerminal};
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use posenc::Error;
+use posenc::bench::{self, Config, PRESETS, SUITE_REPEATS};
+
+use crate::args::OutDtype;
+use crate::failure::Failure;
+use crate::output::{emit, target, to_stdout};
+
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    /// Take the shape from a real model's config: bert-base, gpt2, llama3-8b,
+    /// llama3-8b-decode, mistral-7b-decode or whisper-small: its width, vocabulary and
+    /// table storage type (the output is f32 unless --out-dtype says otherwise), and the
+    /// checkpoint load is timed. Shape and type flags given with it override the preset's.
+    #[arg(long, value_name = "NAME")]
+    model: Option<String>,
+    /// Run every preset of --model in turn and print one table (with --json, {"suite":
+    /// [...]}, one bench object per preset). Shape and type flags given with it override
+    /// every preset's.
+    #[arg(long, conflicts_with = "model")]
+    suite: bool,
+    /// Sequences per batch [default: 8].
+    #[arg(long, value_name = "B", allow_negative_numbers = true)]
+    batch: Option<usize>,
+    /// Tokens per sequence (positions 0..L) [default: 1024].
+    #[arg(long, value_name = "L", allow_negative_numbers = true)]
+    len: Option<usize>,
+    /// Model dimension, even [default: 1024].
+    #[arg(long, value_name = "D", allow_negative_numbers = true)]
+    dim: Option<usize>,
+    /// Vocabulary rows [default: 32000].
+    #[arg(long, value_name = "V", allow_negative_numbers = true)]
+    vocab: Option<usize>,
+    /// Embedding table storage type [default: f32].
+    #[arg(long, value_enum)]
+    dtype: Option<OutDtype>,
+    /// Encode output type [default: f32].
+    #[arg(long, value_enum)]
+    out_dtype: Option<OutDtype>,
+    /// Which encode paths to time. Unlike the commands that compute, the bench never
+    /// falls back: with gpu or both, a GPU fault (a lost device, as
+    /// POSENC_FAULT_INJECT=device-lost makes one, or a GPU limit) ends the run with one line
+    /// on stderr and exit status 1, printing no measurements, because timing the CPU in the
+    /// GPU's place would report figures nobody asked for. cpu never opens a GPU.
+    #[arg(long, value_enum, default_value_t = BenchDevice::Both)]
+    device: BenchDevice,
+    /// Timed runs per item, after one warm-up; at most 10000 [default: 10, or 5 per preset
+    /// with --suite].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    repeats: Option<usize>,
+    /// Also time loading the table from a one-tensor .safetensors file (written to a
+    /// temporary directory and deleted afterwards) against reading the file, both from a
+    /// warm page cache [default: true with --model or --suite, else false].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true")]
+    load: Option<bool>,
+    /// Also draw a PNG bar chart of encode throughput against the copy ceilings, one group
+    /// per shape, to PATH (not -: the report goes to stdout).
+    ///
+    /// A regular file or a new path appears complete or not at all (a temporary file in its
+    /// directory, renamed over it); a symbolic link is followed, the file it leads to
+    /// replaced and the link kept. A character device, a FIFO or a descriptor (/dev/fd/N) is
+    /// written directly. A directory, a socket or a block device is refused (exit 2).
+    #[arg(long, value_name = "PATH")]
+    plot: Option<PathBuf>,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+impl BenchArgs {
+    /// `base` with every field given on the command line in its place.
+    fn apply(&self, base: bench::Config) -> bench::Config {
+        bench::Config {
+            batch: self.batch.unwrap_or(base.batch),
+            len: self.len.unwrap_or(base.len),
+            dim: self.dim.unwrap_or(base.dim),
+            vocab: self.vocab.unwrap_or(base.vocab),
+            dtype: self.dtype.map_or(base.dtype, Into::into),
+            out_dtype: self.out_dtype.map_or(base.out_dtype, Into::into),
+            devices: match self.device {
+                BenchDevice::Cpu => bench::Devices::Cpu,
+                BenchDevice::Gpu => bench::Devices::Gpu,
+                BenchDevice::Both => bench::Devices::Both,
+            },
+            repeats: self.repeats.unwrap_or(base.repeats),
+            load: self.load.unwrap_or(base.load),
+            ..base
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BenchDevice {
+    /// The CPU path only.
+    Cpu,
+    /// The GPU path only.
+    Gpu,
+    /// Both, with the GPU/CPU speed ratio.
+    Both,
+}
+
+pub(crate) fn run(args: &BenchArgs) -> Result<(), Failure> {
+    let configs: Vec<Config> = if args.suite {
+        let suite = |p: &bench::Preset| Config { repeats: SUITE_REPEATS, ..p.config() };
+        PRESETS.iter().map(|p| args.apply(suite(p))).collect()
+    } else {
+        let base = match &args.model {
+            Some(name) => Config::preset(name).map_err(Failure::usage)?,
+            None => Config::default(),
+        };
+        vec![args.apply(base)]
+    };
+    // Every size is checked before anything is allocated, the GPU opened or a file made.
+    for config in &configs {
+        config.check().map_err(Failure::usage)?;
+    }
+    let plot_file = args.plot.as_deref().map(|p| target(Some(p))).transpose()?;
+    if plot_file.as_ref().is_some_and(|t| t.is_stdout()) {
+        return Err(Failure::usage(Error::InvalidParameter {
+            field: "plot",
+            value: "-".into(),
+            allowed: "a path: the report itself goes to stdout",
+        }));
+    }
+
+    // Progress only where a person watches, and only once the run has taken a second.
+    let interactive = io::stderr().is_terminal();
+    let start = std::time::Instant::now();
+    let mut shown = false;
+    let progress = |step: &str| {
+        if interactive && start.elapsed().as_secs_f64() > 1.0 {
+            eprint!("\r\x1b[Kposenc bench: {step} ...");
+            shown = true;
+        }
+    };
+    let reports = if args.suite {
+        bench::run_suite(&configs, progress).map(|s| s.suite)
+    } else {
+        bench::run(&configs[0], progress).map(|r| vec![r])
+    };
+    if shown {
+        eprint!("\r\x1b[K");
+    }
+    // bench measures what it was asked for and never falls back; say how to measure the CPU.
+    let reports = reports.map_err(|e| match e {
+        Error::NoAdapter { detail, .. } => Error::NoAdapter {
+            detail,
+            hint: "`posenc bench --device cpu` measures the CPU alone; for the GPU items, \
+                   install a GPU driver or Mesa's software Vulkan driver \
+                   (`apt-get install mesa-vulkan-drivers`)",
+        },
+        e => e,
+    })?;
+    if let Some(file) = plot_file {
+        let image = bench::chart(&reports)?;
+        emit(&file, |w| image.write_png(w))?;
+    }
+    if args.json {
+        to_stdout(|w| {
+            if args.suite {
+                let suite = bench::Suite { suite: reports };
+                serde_json::to_writer_pretty(&mut *w, &suite)?;
+            } else {
+                serde_json::to_writer_pretty(&mut *w, &reports[0])?;
+            }
+            w.write_all(b"\n")
+        })
+    } else if args.suite {
+        let table = bench::Suite { suite: reports }.to_table();
+        to_stdout(|w| w.write_all(table.as_bytes()))
+    } else {
+        to_stdout(|w| w.write_all(reports[0].to_table().as_bytes()))
+    }
+}

@@ -1,0 +1,242 @@
+//! `posenc encode`: token embeddings from a table on file, plus positional encodings (a
+//! sinusoid or a learned table), written as `.npy`.
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+use clap::Args;
+use ndarray::{Array2, Array3, Axis};
+use posenc::encode::{self as enc, EncodeOptions, Encoded, Scale};
+use posenc::inputs::{self, EncodePositions, Source};
+use posenc::{Error, PeSpec, Variant, cpu, npy, weights};
+
+use crate::args::{OutDtype, PeArgs, parse_budget};
+use crate::device::{Compute, FastDevice, on_device};
+use crate::failure::Failure;
+use crate::output::{emit, refuse_binary_on_terminal, target};
+
+/// `posenc encode --help` after the options, before the exit statuses.
+pub(crate) const HELP: &str = "Positions: --positions gives each token's; --offsets gives each row's first (row b holds positions offsets[b], offsets[b]+1, ..., as when decoding with a KV cache); with neither, every row counts from 0, except that with --variant fairseq positions follow fairseq's make_positions (tokens equal to --padding-idx get padding_idx, the others padding_idx + 1, padding_idx + 2, ...), and otherwise with --pad-id the batch is taken as left-padded and each row counts only its non-pad tokens from 0 (pad tokens get position 0). Pad tokens' (--pad-id) output rows are zeros whatever their position.
+
+With --position-table, a learned table P replaces the sinusoid: out = scale * E[id] + P[position].
+
+Everything (files, dtypes, shapes, ids against the vocabulary, the scale) is checked before any GPU work and before OUT is opened.";
+
+#[derive(Debug, Args)]
+pub(crate) struct EncodeArgs {
+    /// Embedding table [V, D] (D as the variant allows): one tensor of a .safetensors file (F32, F16 or BF16),
+    /// or a .npy array ('<f4' or '<f2'; NumPy has no bfloat16, so bf16 tables come from
+    /// .safetensors only).
+    #[arg(long, value_name = "PATH")]
+    weights: PathBuf,
+    /// The .safetensors tensor to use; may be left out when the file holds exactly one 2-D
+    /// tensor.
+    #[arg(long, value_name = "NAME")]
+    tensor: Option<String>,
+    /// Token ids: .npy of int32, int64 or uint32, shape [B, L], or [L] for one sequence (the
+    /// output is then [L, D]). Each must be below V, save the pad id.
+    #[arg(long, value_name = "PATH")]
+    ids: PathBuf,
+    /// Each token's position: .npy of uint32, the shape of the ids.
+    #[arg(long, value_name = "PATH", conflicts_with = "offsets")]
+    positions: Option<PathBuf>,
+    /// Each row's first position: .npy of uint32 or int64, shape [B] ([1] for [L] ids).
+    #[arg(long, value_name = "PATH")]
+    offsets: Option<PathBuf>,
+    /// Padding token id: its output rows are zeros and it need not be below V. Without
+    /// --positions or --offsets it also makes the batch left-padded (see below).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pad_id: Option<u32>,
+    /// Embedding scale: none, sqrt (sqrt(D), the Transformer's) or a finite number. With a
+    /// scale, cpu and gpu may differ by one rounding of the product.
+    #[arg(long, value_name = "S", default_value = "none", value_parser = parse_scale,
+          allow_hyphen_values = true)]
+    scale: Scale,
+    /// Where to compute. `auto` uses the GPU when one opens, else the CPU with a note on
+    /// stderr; `gpu` fails without one.
+    #[arg(long, value_enum, default_value_t = FastDevice::Auto)]
+    device: FastDevice,
+    /// Output dtype: f32 ('<f4'), f16 ('<f2') or bf16, stored as '<u2' holding the raw
+    /// bfloat16 bits (in NumPy: (a.astype(np.uint32) << 16).view(np.float32)).
+    #[arg(long, value_enum, default_value_t = OutDtype::F32)]
+    out_dtype: OutDtype,
+    #[command(flatten)]
+    pe: PeArgs,
+    /// A learned position table P [max_positions, D] (BERT, GPT-2) to add instead of a
+    /// sinusoid: a .safetensors tensor or a .npy array, like --weights. Every position must
+    /// be below max_positions.
+    #[arg(long, value_name = "PATH",
+          conflicts_with_all = ["variant", "frequencies", "base", "min_timescale",
+                                "max_timescale", "start_index", "padding_idx"])]
+    position_table: Option<PathBuf>,
+    /// The .safetensors tensor of --position-table; may be left out when the file holds
+    /// exactly one 2-D tensor.
+    #[arg(long, value_name = "NAME", requires = "position_table")]
+    position_tensor: Option<String>,
+    /// The output .npy, shape [B, L, D] ([L, D] for [L] ids), C order.
+    ///
+    /// With -, stdout. A regular file or a new path appears complete or not at all (a temporary
+    /// file in its directory, renamed over it; on any error an existing file is left
+    /// untouched); a symbolic link is followed, the file it leads to replaced and the link
+    /// kept. A character device (/dev/null), a FIFO or a descriptor (/dev/stdout, /dev/fd/N)
+    /// is written directly. A directory, a socket or a block device is refused (exit 2).
+    #[arg(short, long, value_name = "OUT.npy")]
+    output: PathBuf,
+    /// At most this many bytes of GPU memory in posenc's buffers at once, at least 1: the
+    /// batch is streamed through in chunks that fit (default: the POSENC_GPU_MEMORY_BUDGET
+    /// environment variable, also at least 1, else no budget).
+    #[arg(long, value_name = "BYTES", value_parser = parse_budget,
+          allow_hyphen_values = true)]
+    gpu_memory_budget: Option<u64>,
+}
+
+/// `--scale`: `none`, `sqrt` or a finite number.
+fn parse_scale(text: &str) -> Result<Scale, String> {
+    match text {
+        "none" => Ok(Scale::None),
+        "sqrt" => Ok(Scale::SqrtDim),
+        _ => match text.parse::<f32>() {
+            Ok(v) if v.is_finite() => Ok(Scale::Value(v)),
+            _ => Err("expected none, sqrt or a finite number".into()),
+        },
+    }
+}
+
+pub(crate) fn run(args: &EncodeArgs) -> Result<(), Failure> {
+    let out = target(Some(&args.output))?;
+    refuse_binary_on_terminal(&out, "output", "-", "a .npy needs -o PATH or a redirected stdout")?;
+    let input = EncodeInput::load(args).map_err(Failure::usage)?;
+
+    // The request is valid: from here on failures are the run's (exit 1).
+    let values = input.ids.len() as u64 * input.table.dim().1 as u64;
+    let bytes = values * input.options.out_dtype.size() as u64;
+    posenc::alloc::check_allocation("the encode output", bytes)?;
+    let encoded = on_device(args.device, args.gpu_memory_budget, |c| encode(c, &input))?;
+    emit(&out, |w| write_encoded(w, &encoded, input.one_sequence))
+}
+
+/// The encode of `input` where `compute` says.
+fn encode(compute: &Compute, input: &EncodeInput) -> Result<Encoded, Failure> {
+    let (table, ids, positions) =
+        (input.table.embeddings(), input.ids.view(), input.positions.view());
+    let options = &input.options;
+    Ok(match (compute, &input.pe) {
+        (Compute::Cpu, PeInput::Spec(spec)) => cpu::encode(spec, table, ids, positions, options)?,
+        (Compute::Cpu, PeInput::Learned(p)) => {
+            cpu::encode_learned(p.embeddings(), table, ids, positions, options)?
+        }
+        (Compute::Gpu(ctx), PeInput::Spec(spec)) => {
+            let table = ctx.upload_table(table)?;
+            ctx.encode(spec, &table, ids, positions, options)?
+        }
+        (Compute::Gpu(ctx), PeInput::Learned(p)) => {
+            let p = ctx.upload_position_table(p.embeddings())?;
+            let table = ctx.upload_table(table)?;
+            ctx.encode_learned(&p, &table, ids, positions, options)?
+        }
+    })
+}
+
+/// Where an encode's position rows come from.
+enum PeInput {
+    Spec(PeSpec),
+    Learned(weights::Table),
+}
+
+/// An encode request, read and checked: everything the computation needs.
+struct EncodeInput {
+    pe: PeInput,
+    table: weights::Table,
+    ids: Array2<u32>,
+    positions: Array2<u32>,
+    options: EncodeOptions,
+    /// The ids were `[L]`: the output drops the batch axis.
+    one_sequence: bool,
+}
+
+impl EncodeInput {
+    fn load(args: &EncodeArgs) -> Result<Self, Error> {
+        let table = inputs::read_table(Source::File(&args.weights), args.tensor.as_deref())?;
+        let width = table.dim().1;
+        let learned = match &args.position_table {
+            Some(path) => Some(inputs::read_position_table(
+                Source::File(path),
+                args.position_tensor.as_deref(),
+            )?),
+            None => None,
+        };
+        // A width past u32 becomes u32::MAX, refused like any other bad dim; the error then
+        // says where the dim came from.
+        let dim = u32::try_from(width).unwrap_or(u32::MAX);
+        let spec = match &learned {
+            Some(p) if p.dim().1 != width => {
+                return Err(Error::Shape {
+                    op: "encode",
+                    what: "position table width vs embedding width",
+                    expected: width.to_string(),
+                    actual: p.dim().1.to_string(),
+                });
+            }
+            Some(_) => None,
+            None => Some(args.pe.spec(dim).map_err(|e| match e {
+                Error::InvalidParameter { field: "dim", allowed, .. } => Error::InvalidParameter {
+                    field: "dim",
+                    value: format!(
+                        "{width} (the width of the table in {}, variant {})",
+                        args.weights.display(),
+                        Variant::from(args.pe.variant)
+                    ),
+                    allowed,
+                },
+                other => other,
+            })?),
+        };
+        let options = EncodeOptions {
+            scale: args.scale,
+            pad_id: args.pad_id,
+            out_dtype: args.out_dtype.into(),
+        };
+        options.scale.factor(width)?;
+
+        // The output's shape is checked as the ids are read, before anything is built from it.
+        let ids = inputs::read_ids(Source::File(&args.ids), table.dim(), args.pad_id)?;
+        let fairseq_padding = spec.and_then(|s| s.padding_idx());
+        let how = match (&args.positions, &args.offsets) {
+            (Some(path), _) => EncodePositions::File(Source::File(path)),
+            (None, Some(path)) => EncodePositions::Offsets(Source::File(path)),
+            (None, None) => match (fairseq_padding, args.pad_id) {
+                (Some(padding_idx), _) => EncodePositions::Fairseq { padding_idx },
+                (None, Some(pad_id)) => EncodePositions::LeftPadded { pad_id },
+                (None, None) => EncodePositions::Contiguous,
+            },
+        };
+        let positions = inputs::encode_positions(&ids, how)?;
+        let pe = match (spec, learned) {
+            (Some(spec), _) => PeInput::Spec(spec),
+            (None, Some(p)) => {
+                enc::check_positions(positions.view(), p.dim().0)?;
+                PeInput::Learned(p)
+            }
+            (None, None) => unreachable!("a spec unless a position table was given"),
+        };
+        let one_sequence = ids.one_sequence();
+        Ok(Self { pe, table, ids: ids.ids, positions, options, one_sequence })
+    }
+}
+
+fn write_encoded(w: &mut dyn Write, encoded: &Encoded, one_sequence: bool) -> io::Result<()> {
+    match encoded {
+        Encoded::F32(a) => write_batch(w, a, one_sequence),
+        Encoded::F16(a) => write_batch(w, a, one_sequence),
+        // NumPy has no bfloat16: the raw bits go out as '<u2'.
+        Encoded::Bf16(a) => write_batch(w, a, one_sequence),
+    }
+}
+
+fn write_batch<T: npy::Element>(
+    w: &mut dyn Write,
+    a: &Array3<T>,
+    one_sequence: bool,
+) -> io::Result<()> {
+    if one_sequence { npy::write(w, a.index_axis(Axis(0), 0)) } else { npy::write(w, a.view()) }
+}

@@ -1,0 +1,106 @@
+//! The one device policy of every command that computes (table, encode, rope, alibi,
+//! accuracy): `--device cpu|gpu|auto`, and what `auto` does when the GPU fails.
+
+use clap::ValueEnum;
+use ndarray::Array2;
+use posenc::{Error, PeSpec, gpu};
+
+use crate::failure::{Failure, note};
+use crate::output::{cpu_table, reserve_table};
+
+/// `--device`: where the fast paths run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum FastDevice {
+    /// The fast multi-threaded CPU path.
+    Cpu,
+    /// The GPU, through wgpu.
+    Gpu,
+    /// The GPU if one opens, else the CPU.
+    Auto,
+}
+
+/// Where the fast paths run, once chosen.
+pub(crate) enum Compute {
+    Cpu,
+    Gpu(Box<gpu::Context>),
+}
+
+impl Compute {
+    /// The GPU wgpu's conventions choose; `budget` overrides POSENC_GPU_MEMORY_BUDGET.
+    /// POSENC_FAULT_INJECT, read here as every posenc variable is, may lose it at once.
+    fn open_gpu(budget: Option<u64>) -> Result<Self, Error> {
+        let ctx = gpu::Context::new()?;
+        let ctx = match budget {
+            Some(bytes) => ctx.with_memory_budget(bytes),
+            None => ctx,
+        };
+        Ok(Self::Gpu(Box::new(ctx)))
+    }
+
+    /// The sinusoid table of `spec` at `positions`.
+    pub(crate) fn table(&self, spec: &PeSpec, positions: &[u32]) -> Result<Array2<f32>, Failure> {
+        Ok(match self {
+            Self::Cpu => cpu_table(spec, positions)?,
+            Self::Gpu(ctx) => {
+                reserve_table(spec, positions)?;
+                ctx.table(spec, positions)?
+            }
+        })
+    }
+
+    /// `cpu`, or `gpu: ` and the adapter's name and backend.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Self::Cpu => "cpu".into(),
+            Self::Gpu(ctx) => {
+                let s = ctx.summary();
+                format!("gpu: {}, {}", s.name, s.backend)
+            }
+        }
+    }
+}
+
+/// Runs `work` where `device` says and returns what it computed.
+///
+/// - `cpu`: on the CPU; no GPU is opened.
+/// - `gpu`: on the GPU; any failure stands (exit 1, one line), save a malformed posenc
+///   variable met while opening it (exit 2).
+/// - `auto`: on the GPU, unless none opens or the work meets a device fault there (see
+///   [`is_device_fault`]): then one `posenc: note:` line says why and `work` runs again on
+///   the CPU, which gives the same bits. The context is dropped before the CPU starts.
+///
+/// `work` must leave no trace when it fails, so that running it twice is safe: it computes
+/// into memory, and the caller writes the output once it has it.
+pub(crate) fn on_device<T>(
+    device: FastDevice,
+    budget: Option<u64>,
+    work: impl Fn(&Compute) -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    let why = match device {
+        FastDevice::Cpu => return work(&Compute::Cpu),
+        FastDevice::Gpu => return work(&Compute::open_gpu(budget)?),
+        FastDevice::Auto => match Compute::open_gpu(budget) {
+            Ok(gpu) => match work(&gpu) {
+                Err(Failure { error, .. }) if is_device_fault(&error) => {
+                    format!("the GPU failed, computing on the CPU instead: {error}")
+                }
+                done => return done,
+            },
+            Err(e @ (Error::NoAdapter { .. } | Error::RequestDevice { .. })) => {
+                format!("computing on the CPU: {e}")
+            }
+            Err(e) => return Err(e.into()),
+        },
+    };
+    note(&why);
+    work(&Compute::Cpu)
+}
+
+/// Whether `--device auto` answers `error`, met on the GPU, by computing on the CPU: the
+/// device was lost or ran out of memory, or the request exceeds a limit of the GPU path (a
+/// row larger than one storage binding, a table larger than the memory budget). The CPU
+/// has none of these limits. Other GPU errors (`Error::Gpu`: wgpu refused what posenc
+/// asked) are posenc's bugs, reported rather than hidden behind a CPU result.
+fn is_device_fault(error: &Error) -> bool {
+    matches!(error, Error::DeviceLost { .. } | Error::OutOfMemory { .. } | Error::Limit { .. })
+}

@@ -1,0 +1,90 @@
+//! How a run ends: the exit statuses, the help paragraph that describes them, and the one
+//! line on stderr that every failure becomes.
+
+use std::process::ExitCode;
+
+use posenc::{Error, ErrorKind};
+
+/// Exit status for a valid request that failed while running.
+const EXIT_RUNTIME: u8 = 1;
+/// Exit status for invalid arguments or input.
+const EXIT_USAGE: u8 = 2;
+
+/// The exit statuses, as every command's help ends.
+pub(crate) const EXIT_STATUS_HELP: &str = "Exit status: 0 on success; 1 when a valid request \
+fails while running (no GPU for --device gpu, a GPU error, an unwritable output); 2 for \
+invalid arguments or input, in which case nothing is written.";
+
+/// A command's own help paragraphs, then the exit statuses.
+pub(crate) fn with_exit_status(help: &str) -> String {
+    format!("{help}\n\n{EXIT_STATUS_HELP}")
+}
+
+/// An error and the exit status it earns.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    code: u8,
+    pub(crate) error: Error,
+}
+
+impl Failure {
+    /// An error found while checking the request, whatever its kind.
+    pub(crate) fn usage(error: Error) -> Self {
+        Self { code: EXIT_USAGE, error }
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Self {
+        // A malformed parameter or input is the caller's to fix even when found late (for
+        // instance POSENC_MAX_BINDING_SIZE, read when the GPU opens). A shape mismatch
+        // found while running is posenc's own mistake: the CLI checks shapes before it calls.
+        let code = match error.kind() {
+            ErrorKind::Usage | ErrorKind::Input => EXIT_USAGE,
+            _ => EXIT_RUNTIME,
+        };
+        Self { code, error }
+    }
+}
+
+/// The failure's line on stderr, and its exit status.
+pub(crate) fn report(Failure { code, error }: Failure) -> ExitCode {
+    eprintln!("posenc: {}", one_line(&error.to_string()));
+    ExitCode::from(code)
+}
+
+/// Help and version go out whole; a parse error becomes its first paragraph joined into one
+/// line (a missing argument's name is on the line after the message), because the usage
+/// clap appends would bury what is wrong.
+pub(crate) fn clap_exit(e: &clap::Error) -> ExitCode {
+    if !e.use_stderr() {
+        // Nothing useful can be done if stdout is gone.
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        let _ = e.print();
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let rendered = e.render().to_string();
+    let paragraph: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .skip_while(|l| l.is_empty())
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let message =
+        if paragraph.is_empty() { "invalid arguments".into() } else { paragraph.join(" ") };
+    eprintln!("posenc: {}", message.strip_prefix("error: ").unwrap_or(&message));
+    ExitCode::from(EXIT_USAGE)
+}
+
+/// Joins a message's lines: wgpu's errors can span several, and the contract is one.
+fn one_line(message: &str) -> String {
+    message.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+}
+
+/// A `posenc: note:` line on stderr: something the run did that the user did not ask for.
+pub(crate) fn note(message: &str) {
+    eprintln!("posenc: note: {}", one_line(message));
+}

@@ -1,0 +1,91 @@
+//! The `posenc` command line: positional-encoding tables, embeddings fused with positional
+//! encodings from files, the adapters wgpu can see, the accuracy report of the README, and
+//! pictures (PNG) of tables, similarities and errors.
+//!
+//! Every failure is one line on stderr, `posenc: <what went wrong>`, and an exit status:
+//! 2 when the arguments or input are invalid (checked before any output is opened or any
+//! GPU touched, so nothing is written), 1 when a valid request failed while running.
+//!
+//! This file parses and dispatches; each command is a module of [`cmd`], and what several
+//! share is beside it: [`args`], [`device`] (the one device policy), [`failure`] (exit
+//! statuses) and [`output`] (where results go).
+
+mod args;
+mod cmd;
+mod device;
+mod failure;
+mod output;
+mod runtime_dir;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use cmd::{accuracy, alibi, bench, devices, encode, plot, rope, table};
+use failure::{EXIT_STATUS_HELP, clap_exit, note, report, with_exit_status};
+
+/// Exact sinusoidal positional encodings on the GPU (wgpu) or CPU, bit-identical on both.
+#[derive(Debug, Parser)]
+#[command(name = "posenc", version, after_help = EXIT_STATUS_HELP)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Compute a positional-encoding table: one row per position, `dim` values per row.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Table(table::TableArgs),
+    /// Look up token embeddings and add positional encodings:
+    /// out[b, t, :] = scale * E[ids[b, t], :] + PE(positions[b, t], :), written as .npy.
+    #[command(after_help = with_exit_status(encode::HELP))]
+    Encode(encode::EncodeArgs),
+    /// List every GPU adapter wgpu can see (WGPU_BACKEND narrows the search).
+    Devices(devices::DevicesArgs),
+    /// Print a markdown table of max abs errors against the high-precision reference, for
+    /// naive float32 and for posenc, at positions near 2^16 ... 2^32-1.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Accuracy(accuracy::AccuracyArgs),
+    /// Time the encode and the table on the CPU and the GPU, and loading a checkpoint, each
+    /// against a ceiling measured in the same rounds over the same bytes, and check the two
+    /// encodes agree; at shapes of real models with --model or --suite.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Bench(bench::BenchArgs),
+    /// Draw a picture (PNG) of positional encodings: the table as a heatmap, the similarity
+    /// between positions, or the error against the exact values.
+    #[command(subcommand)]
+    Plot(plot::PlotCommand),
+    /// ALiBi attention biases: the heads' slopes (--slopes), or the bias tensor
+    /// [heads, len, kv_len] as .npy.
+    #[command(after_help = with_exit_status(alibi::HELP))]
+    Alibi(alibi::AlibiArgs),
+    /// Apply rotary position embedding (RoPE) to a query or key tensor from .npy, with
+    /// Hugging Face's rope_scaling schemes, and write the result as .npy.
+    #[command(after_help = with_exit_status(rope::HELP))]
+    Rope(rope::RopeArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return clap_exit(&e),
+    };
+    // Before anything opens an adapter (and before any thread starts); removed on return.
+    let _runtime_dir = runtime_dir::RuntimeDir::ensure();
+    // Without it, Ctrl-C while an output is written would leave its temporary file.
+    if let Err(e) = posenc::output::remove_temporaries_on_signals() {
+        note(&format!("temporary files will not be removed on a signal: {e}"));
+    }
+    let result = match &cli.command {
+        Command::Table(args) => table::run(args),
+        Command::Encode(args) => encode::run(args),
+        Command::Devices(args) => devices::run(args),
+        Command::Accuracy(args) => accuracy::run(args),
+        Command::Bench(args) => bench::run(args),
+        Command::Plot(command) => plot::run(command),
+        Command::Alibi(args) => alibi::run(args),
+        Command::Rope(args) => rope::run(args),
+    };
+    result.map_or_else(report, |()| ExitCode::SUCCESS)
+}
