@@ -25,10 +25,10 @@
 //   cache lines), and the first invocations prefetch the rows of the group two ahead.
 // - coalesced (COALESCED true), for GPUs: invocation li moves units li and
 //   li + X4_WORKGROUP of the block, so each load and store instruction of a warp
-//   touches one contiguous span; tokens are served one after another, as in the
-//   adjacent pattern. (Buffering a group's values in private arrays first, to have their
-//   loads in flight together, measured slower on an H100: the dynamically indexed arrays
-//   go to local memory. See docs/performance.md.)
+//   touches one contiguous span; each token's loads are issued before the previous
+//   token's stores, in registers. (Buffering a whole group's values in private arrays
+//   first measured far slower on an H100: the dynamically indexed arrays go to local
+//   memory. See docs/performance.md.)
 
 struct Params {
     // Groups in this dispatch, from group_base.
@@ -96,12 +96,23 @@ fn encode_x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_ind
     let p1 = pe[head.y * n + x1];
     let s = bitcast<f32>(params.scale_bits);
     if COALESCED {
-        for (var j = head.x; j < end; j++) {
-            let t = tokens[j];
-            let dst = t.y * n;
-            out[dst + x0] = value(t, x0, p0, s);
-            out[dst + x1] = value(t, x1, p1, s);
+        // One token ahead: the next token's loads are issued before this one's stores
+        // (the compiler may not move loads past stores to `out`), in registers only.
+        var t = tokens[head.x];
+        var v0 = value(t, x0, p0, s);
+        var v1 = value(t, x1, p1, s);
+        for (var j = head.x + 1u; j < end; j++) {
+            let u = tokens[j];
+            let w0 = value(u, x0, p0, s);
+            let w1 = value(u, x1, p1, s);
+            out[t.y * n + x0] = v0;
+            out[t.y * n + x1] = v1;
+            t = u;
+            v0 = w0;
+            v1 = w1;
         }
+        out[t.y * n + x0] = v0;
+        out[t.y * n + x1] = v1;
         return;
     }
     // Software prefetch: the first eight invocations each read the first four 64-byte

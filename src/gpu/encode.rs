@@ -183,10 +183,13 @@ pub(super) fn token_records(
 
 /// Fewest workgroups a coalesced `encode_x4` dispatch should have before its groups shrink:
 /// a decode step of eight sequences at one position would otherwise be one group, four
-/// workgroups at D = 4096, too few to spread over a GPU's cores. (On lavapipe smaller
+/// workgroups at D = 4096, too few to spread over a GPU's cores. 2048 workgroups of 96 to
+/// 128 threads keep an H100's 132 cores busy: raised from 64, it took bert-base from 61 -
+/// 64 % to 71 - 73 % of the copy ceiling and whisper-small from 69 % to 84 - 87 %
+/// (2026-11-22, with the one-token-ahead loop; docs/performance.md). (On lavapipe smaller
 /// groups made decode steps slower: 0.27 against 0.14 ms for 8 x 4096, so the adjacent
 /// pattern keeps full groups.)
-const MIN_WORKGROUPS: usize = 64;
+const MIN_WORKGROUPS: usize = 2048;
 
 /// Most tokens per chunk for which the adjacent pattern binds several table chunks per
 /// dispatch (see `run_encode`).
@@ -1204,9 +1207,12 @@ mod tests {
         // A decode step of 8 tokens at D = 4096 (4 blocks of 1024 columns): one token each.
         assert_eq!(group_cap(8, 4096), 1);
         assert_eq!(group_cap(1, 4096), 1);
-        // 32 tokens x 4 blocks = 128 workgroups' worth: groups of two.
-        assert_eq!(group_cap(32, 4096), 2);
-        // A prefill: full groups.
-        assert_eq!(group_cap(8192, 1024), MAX_GROUP_TOKENS);
+        assert_eq!(group_cap(32, 4096), 1);
+        // 1024 tokens x 4 blocks = twice the workgroups wanted: groups of two.
+        assert_eq!(group_cap(1024, 4096), 2);
+        // The default bench shape, 8192 tokens of one block each: groups of four.
+        assert_eq!(group_cap(8192, 1024), 4);
+        // A long prefill: full groups.
+        assert_eq!(group_cap(65536, 1024), MAX_GROUP_TOKENS);
     }
 }

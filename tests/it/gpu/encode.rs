@@ -636,3 +636,37 @@ fn encode_into_buffer_writes_in_place_or_copies_in_with_copy_dst() {
     ctx.encode_into_buffer(&spec, &uploaded, ids.view(), pos.view(), &options, &copy_only).unwrap();
     assert_eq!(bits(&copy_only), want.bits());
 }
+
+/// The coalesced pattern shrinks groups until a dispatch has thousands of workgroups, so
+/// small problems give one token per group; large batches sharing positions give groups of
+/// several tokens, whose loop issues each token's loads before the previous one's stores.
+/// Both group sizes, pads among them, every output type: the CPU's bits.
+#[test]
+fn coalesced_groups_of_several_tokens_keep_the_cpu_bits() {
+    let Some(base) = gpu() else { return };
+    let ctx = base.with_access_pattern(posenc::gpu::AccessPattern::Coalesced);
+    let mut rng = Rng::new(91);
+    // Rows of one block wider than the workgroup, so each invocation moves two distinct
+    // units: 10000 tokens give groups of four (65 units: the last one alone), 16384 groups
+    // of eight.
+    for (dim, batch, len) in [(260, 40, 250), (256, 64, 256)] {
+        let vocab = 53;
+        let spec = PeSpec::new(dim as u32).unwrap();
+        let table = Table::new(&mut rng, vocab, dim);
+        let mut ids = random_ids(&mut rng, batch, len, vocab);
+        ids[[3, 7]] = 5;
+        ids[[batch - 1, len - 1]] = 5;
+        let pos = positions::contiguous_batch(batch, len);
+        for dtype in [Dtype::F32, Dtype::Bf16] {
+            let uploaded = ctx.upload_table(table.view(dtype)).unwrap();
+            for out_dtype in [Dtype::F32, Dtype::F16] {
+                let options = EncodeOptions { pad_id: Some(5), out_dtype, ..Default::default() };
+                let g = ctx.encode(&spec, &uploaded, ids.view(), pos.view(), &options).unwrap();
+                let c = cpu::encode(&spec, table.view(dtype), ids.view(), pos.view(), &options)
+                    .unwrap();
+                let what = format!("D={dim} B={batch} L={len} {dtype:?}->{out_dtype:?}");
+                assert_same_bits(&what, &g, &c);
+            }
+        }
+    }
+}
