@@ -127,7 +127,11 @@ pub fn max_abs_diff(
         .zip(b)
         .map(|(x, y)| (x - y).abs())
         .enumerate()
-        .fold((0.0, 0), |(m, mi), (i, d)| if d > m { (d, i) } else { (m, mi) })
+        // A NaN difference (a NaN on either side) is the largest: `d > m` alone would skip it.
+        .fold(
+            (0.0, 0),
+            |(m, mi), (i, d)| if d > m || (d.is_nan() && !m.is_nan()) { (d, i) } else { (m, mi) },
+        )
 }
 
 /// Asserts two f32 slices are identical bit for bit, naming the first difference.

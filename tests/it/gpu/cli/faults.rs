@@ -107,6 +107,7 @@ fn auto_retries_on_the_cpu_after_a_device_loss_and_says_so_once() {
         ("POSENC_FAULT_INJECT", "meteor"),
         ("POSENC_GPU_MEMORY_BUDGET", "lots"),
         ("POSENC_GPU_TIMESTAMPS", "maybe"),
+        ("POSENC_GPU_ACCESS", "sideways"),
     ] {
         let bad = inputs.encode("auto", "x.npy", &[], &[(var, value)]);
         assert_eq!(bad.status.code(), Some(2), "{var}: {}", stderr(&bad));
