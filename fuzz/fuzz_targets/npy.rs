@@ -9,7 +9,10 @@ use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
 use posenc::encode::ids_to_u32;
-use posenc::inputs::{self, EncodePositions, MAX_OUTPUT_VALUES, Source};
+use posenc::inputs::{self, MAX_OUTPUT_VALUES, Source};
+
+#[path = "common.rs"]
+mod common;
 use posenc::npy::{Expected, NpyArray, NpyDtype, read_from};
 
 const ROLES: [Expected<'static>; 4] = [
@@ -56,17 +59,7 @@ fuzz_target!(|data: &[u8]| {
         let Ok(ids) = inputs::read_ids(source, table, pad_id) else { continue };
         let (batch, len) = ids.ids.dim();
         assert!(nonzero(&[batch, len, table.1]) <= MAX_OUTPUT_VALUES);
-        for how in [
-            EncodePositions::Contiguous,
-            EncodePositions::LeftPadded { pad_id: 0 },
-            EncodePositions::Fairseq { padding_idx: 1 },
-            EncodePositions::File(source),
-            EncodePositions::Offsets(source),
-        ] {
-            if let Ok(p) = inputs::encode_positions(&ids, how) {
-                assert_eq!(p.dim(), (batch, len));
-            }
-        }
+        common::check_position_builders(&ids, source, 0, 1);
     }
     if let Ok(tensor) = inputs::read_rope_input(source) {
         let shape = tensor.shape();

@@ -13,8 +13,11 @@ use std::path::Path;
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use posenc::alibi::{AlibiSpec, MAX_VALUES};
-use posenc::inputs::{self, EncodePositions, MAX_OUTPUT_VALUES, Source};
+use posenc::inputs::{self, MAX_OUTPUT_VALUES, Source};
 use posenc::rope::Layout as RopeLayout;
+
+#[path = "common.rs"]
+mod common;
 
 /// Records the largest allocation of this thread (the readers run on it; only the
 /// finiteness scan of a table uses rayon, over data the file holds).
@@ -122,18 +125,7 @@ fn plan_inputs(plan: &Plan, bytes: &[u8]) {
     if let Ok(ids) = inputs::read_ids(source, table, plan.pad_id) {
         let (batch, len) = ids.ids.dim();
         assert!(nonzero_values(&[batch, len, dim]) <= MAX_OUTPUT_VALUES);
-        let pad_id = plan.pad_id.unwrap_or(0);
-        for how in [
-            EncodePositions::Contiguous,
-            EncodePositions::LeftPadded { pad_id },
-            EncodePositions::Fairseq { padding_idx: plan.padding_idx },
-            EncodePositions::File(source),
-            EncodePositions::Offsets(source),
-        ] {
-            if let Ok(p) = inputs::encode_positions(&ids, how) {
-                assert_eq!(p.dim(), (batch, len));
-            }
-        }
+        common::check_position_builders(&ids, source, plan.pad_id.unwrap_or(0), plan.padding_idx);
     }
     if let Ok(tensor) = inputs::read_rope_input(source) {
         let shape = tensor.shape();
