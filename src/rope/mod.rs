@@ -100,6 +100,9 @@ pub struct RopeSpec {
     base: f64,
     pairing: Pairing,
     scaling: Scaling,
+    /// A fixed sequence length for the length-dependent schemes (see
+    /// [`RopeSpec::with_seq_len`]); `None`: each call's largest position plus one.
+    seq_len: Option<u64>,
 }
 
 impl RopeSpec {
@@ -122,6 +125,7 @@ impl RopeSpec {
             base: DEFAULT_BASE,
             pairing: Pairing::Neox,
             scaling: Scaling::None,
+            seq_len: None,
         })
     }
 
@@ -145,6 +149,7 @@ impl RopeSpec {
             base: DEFAULT_BASE,
             pairing: Pairing::Neox,
             scaling: Scaling::None,
+            seq_len: None,
         };
         spec.with_rotary_dim(rotary_dim)
     }
@@ -203,6 +208,34 @@ impl RopeSpec {
         Ok(self)
     }
 
+    /// The same spec with the sequence length that `dynamic` and `longrope` see fixed at
+    /// `seq_len`, whatever positions a call has. Without it (the default) each call uses its
+    /// largest position plus one, which is what a Hugging Face rotary module computes from
+    /// the `position_ids` of one forward pass; a module that keeps frequencies it grew for
+    /// an earlier, longer call (transformers' `dynamic_rope_update` keeps
+    /// `max_seq_len_cached`) is reproduced by passing that cached length here. The other
+    /// schemes do not depend on it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] naming `seq_len` unless it is in `1..=2^32` (positions
+    /// are u32).
+    pub fn with_seq_len(mut self, seq_len: u64) -> Result<Self> {
+        if !(1..=1u64 << 32).contains(&seq_len) {
+            return Err(Error::InvalidParameter {
+                field: "seq_len",
+                value: seq_len.to_string(),
+                allowed: "1..=4294967296 (one more than the largest u32 position)",
+            });
+        }
+        self.seq_len = Some(seq_len);
+        Ok(self)
+    }
+
+    /// The fixed sequence length of [`RopeSpec::with_seq_len`], if any.
+    pub fn seq_len(&self) -> Option<u64> {
+        self.seq_len
+    }
+
     /// Dimensions per head.
     pub fn head_dim(&self) -> u32 {
         self.head_dim
@@ -240,10 +273,11 @@ impl RopeSpec {
         freq::resolve(self, seq_len)
     }
 
-    /// The frequencies for a batch at `positions`: [`RopeSpec::frequencies`] of the largest
+    /// The frequencies for a batch at `positions`: [`RopeSpec::frequencies`] of the fixed
+    /// sequence length ([`RopeSpec::with_seq_len`]) if there is one, else of the largest
     /// position plus one (0 for no positions).
     pub fn frequencies_for(&self, positions: ArrayView2<'_, u32>) -> Frequencies {
-        self.frequencies(seq_len(positions))
+        self.frequencies(self.seq_len.unwrap_or_else(|| seq_len(positions)))
     }
 }
 

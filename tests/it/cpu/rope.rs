@@ -631,6 +631,40 @@ fn dynamic_and_longrope_follow_the_largest_position() {
     assert!(long.inv_freq()[1] < short.inv_freq()[1]);
 }
 
+/// A module that grew its dynamic frequencies for 400 positions keeps them for a later call
+/// at positions 0..5: `with_seq_len(400)` gives that call the frequencies of a call whose
+/// positions reach 399, and the rotation uses them (CPU and the cos/sin it applies).
+#[test]
+fn a_fixed_sequence_length_reproduces_a_module_that_kept_its_grown_frequencies() {
+    let text = r#"{"rope_type": "dynamic", "factor": 4.0, "max_position_embeddings": 100}"#;
+    let spec = spec_for(text, 16, 16, 10000.0, Pairing::Neox);
+    let kept = spec.clone().with_seq_len(400).unwrap();
+    assert_eq!(kept.seq_len(), Some(400));
+    let early = ndarray::array![[0u32, 1, 2, 3, 4]];
+    let grown = spec.frequencies_for(ndarray::array![[0u32, 399]].view());
+    assert_eq!(kept.frequencies_for(early.view()), grown);
+    assert_ne!(spec.frequencies_for(early.view()), grown, "per call, 0..5 is not grown");
+    // The rotation follows: positions 0..5 under the kept spec differ from the per-call one.
+    let x = tensor::<f32>([1, 5, 1, 16], 9);
+    let per_call = cpu::rope(&spec, x.view(), early.view(), Layout::Blhd).unwrap();
+    let with_kept = cpu::rope(&kept, x.view(), early.view(), Layout::Blhd).unwrap();
+    assert_eq!(per_call[[0, 0, 0, 3]], with_kept[[0, 0, 0, 3]], "position 0 does not rotate");
+    assert_ne!(per_call, with_kept);
+    // Out of range: zero, and past one more than the largest u32 position.
+    for bad in [0, (1u64 << 32) + 1] {
+        match spec.clone().with_seq_len(bad) {
+            Err(Error::InvalidParameter { field: "seq_len", .. }) => {}
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+    // Schemes that do not depend on the length ignore it.
+    let plain = RopeSpec::new(16).unwrap();
+    assert_eq!(
+        plain.clone().with_seq_len(400).unwrap().frequencies_for(early.view()),
+        plain.frequencies_for(early.view())
+    );
+}
+
 #[test]
 fn shape_errors_name_what_is_wrong() {
     let spec = RopeSpec::new(8).unwrap();

@@ -17,7 +17,7 @@ use crate::output::{emit, refuse_binary_on_terminal, target};
 /// `posenc rope --help` after the options, before the exit statuses.
 pub(crate) const HELP: &str = "For frequency i < r/2 (r = --rotary-dim) and the dimensions (a, b) it rotates, (i, i + r/2) with --pairing neox or (2i, 2i + 1) with gptj: out_a = x_a cos(p w_i) - x_b sin(p w_i), out_b = x_b cos(p w_i) + x_a sin(p w_i), w_i = base^(-2i/r) as --scaling changes it, cos and sin times its attention factor. Dimensions from r on pass through. The angle p w_i is reduced exactly for every u32 position.
 
---scaling takes a Hugging Face rope_scaling object, as JSON text or @FILE, e.g. '{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}'. rope_type (or the legacy type) is one of default, linear, dynamic, yarn, longrope, llama3; max_position_embeddings may be given inside it where the scheme reads the model config's (dynamic needs it). dynamic and longrope use the sequence length max(position) + 1.
+--scaling takes a Hugging Face rope_scaling object, as JSON text or @FILE, e.g. '{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}'. rope_type (or the legacy type) is one of default, linear, dynamic, yarn, longrope, llama3; max_position_embeddings may be given inside it where the scheme reads the model config's (dynamic needs it). dynamic and longrope use the sequence length max(position) + 1 of this call, or --seq-len N: a Hugging Face module that grew its frequencies for an earlier, longer call keeps them (max_seq_len_cached), and --seq-len with that length reproduces it.
 
 Positions: --positions gives each token's (.npy [B, L] of uint32, int32 or int64); --offset N makes every sequence count from N (decoding with a KV cache); the default is --offset 0.
 
@@ -52,6 +52,11 @@ pub(crate) struct RopeArgs {
     /// A Hugging Face rope_scaling object as JSON text, or @FILE to read it from a file.
     #[arg(long, value_name = "JSON")]
     scaling: Option<String>,
+    /// The sequence length dynamic and longrope scaling see, 1..=2^32 [default: the largest
+    /// position + 1]: pass a framework module's cached length (transformers'
+    /// max_seq_len_cached) to reproduce frequencies it grew in an earlier, longer call.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    seq_len: Option<u64>,
     /// Where to compute. `auto` uses the GPU when one opens, else the CPU with a note on
     /// stderr; `gpu` fails without one.
     #[arg(long, value_enum, default_value_t = FastDevice::Auto)]
@@ -171,6 +176,10 @@ impl RopeInput {
                 PairingArg::Gptj => rp::Pairing::Gptj,
             })
             .with_scaling(scaling)?;
+        let spec = match args.seq_len {
+            Some(n) => spec.with_seq_len(n)?,
+            None => spec,
+        };
         let positions_file = args.positions.as_deref().map(Source::File);
         let positions = inputs::rope_positions(positions_file, args.offset, batch, len)?;
         Ok(Self { spec, tensor, positions, layout })

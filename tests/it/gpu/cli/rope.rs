@@ -295,3 +295,45 @@ fn runtime_failures_exit_1_and_leave_no_file() {
     .unwrap();
     assert_eq!(fs::read(&out).unwrap(), npy_bytes(&want));
 }
+
+#[test]
+fn seq_len_fixes_the_length_dynamic_scaling_sees() {
+    let dir = Dir::new();
+    let x = tensor::<f32>([1, 5, 2, 16], 12);
+    let dynamic = r#"{"rope_type": "dynamic", "factor": 4.0, "max_position_embeddings": 100}"#;
+    let spec = RopeSpec::new(16).unwrap().with_scaling(Scaling::from_hf_json(dynamic).unwrap());
+    let spec = spec.unwrap();
+    let p = positions::contiguous_batch(1, 5);
+    // Without --seq-len: this call's largest position plus one; with it: the fixed length.
+    check_cpu(&dir, "per_call", &x, Layout::Blhd, &spec, &p, &["--scaling", dynamic]);
+    let kept = spec.clone().with_seq_len(400).unwrap();
+    let args = ["--scaling", dynamic, "--seq-len", "400"];
+    check_cpu(&dir, "kept", &x, Layout::Blhd, &kept, &p, &args);
+    assert_ne!(
+        fs::read(dir.out("per_call.out.npy")).unwrap(),
+        fs::read(dir.out("kept.out.npy")).unwrap()
+    );
+    let input = dir.npy("x.npy", &x);
+    let out = dir.out("bad.npy");
+    for (value, needle) in
+        [("0", "invalid seq_len: 0"), ("4294967297", "invalid seq_len: 4294967297"), ("-5", "-5")]
+    {
+        let run = posenc(&[
+            "rope",
+            "--input",
+            &input,
+            "--layout",
+            "blhd",
+            "--device",
+            "cpu",
+            "--seq-len",
+            value,
+            "-o",
+            &out,
+        ]);
+        assert_eq!(run.status.code(), Some(2), "{value}: {}", stderr(&run));
+        let err = stderr(&run);
+        assert!(err.lines().count() == 1 && err.contains(needle), "{value}: {err}");
+        assert!(!dir.path("bad.npy").exists());
+    }
+}
