@@ -122,7 +122,7 @@ fn encode_x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_ind
     // default encode.
     var touch = 0u;
     let ahead = group + 2u;
-    if li < 8u && ahead < params.group_base + params.n_groups {
+    if li < MAX_GROUP_TOKENS && ahead < params.group_base + params.n_groups {
         let k = tokens[params.groups_at + ahead].x + li;
         if k < tokens[params.groups_at + ahead + 1u].x && tokens[k].x != PAD {
             let id = tokens[k].x;

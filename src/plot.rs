@@ -762,9 +762,9 @@ pub fn error_plot(curve: &ErrorCurve) -> Image {
     for x in (left..right).step_by(12) {
         image.fill(x, bound_y, 6, 1, MUTED);
     }
-    let bound_label = "6e-8 bound";
+    let bound_label = format!("{POSENC_BOUND:.0e} bound");
     let label_top = bound_y - i64::from(LINE_H) - 2;
-    image.text(right - 8, label_top, bound_label, Align::Right, MUTED);
+    image.text(right - 8, label_top, &bound_label, Align::Right, MUTED);
 
     // Legend, top left, where both curves are low, on white so the grid stays out of it;
     // drawn before the curves, so it never hides data.

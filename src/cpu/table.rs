@@ -22,7 +22,7 @@ const ROWS_PER_TASK: usize = 16;
 /// let spec = posenc::PeSpec::new(8)?;
 /// let t = posenc::cpu::table(&spec, &[0, 1, 2, 3]);
 /// assert_eq!(t[[0, 1]], 1.0);
-/// assert!((t[[1, 0]] - 1f32.sin()).abs() < 6e-8);
+/// assert!(f64::from((t[[1, 0]] - 1f32.sin()).abs()) < posenc::ACCURACY_BOUND);
 /// # Ok::<(), posenc::Error>(())
 /// ```
 pub fn table(spec: &PeSpec, positions: &[u32]) -> Array2<f32> {

@@ -11,7 +11,7 @@ use crate::failure::Failure;
 /// The sinusoid's convention, shared by `table` and `encode`.
 #[derive(Debug, Args)]
 pub(crate) struct PeArgs {
-    /// The published convention to reproduce (README, "Variants"): column layout, frequency
+    /// The published convention to reproduce (docs/variants.md): column layout, frequency
     /// formula and position numbering.
     #[arg(long, value_enum, default_value_t = VariantArg::Vaswani)]
     pub(crate) variant: VariantArg,

@@ -12,7 +12,7 @@ const EXIT_USAGE: u8 = 2;
 
 /// The exit statuses, as every command's help ends.
 pub(crate) const EXIT_STATUS_HELP: &str = "Exit status: 0 on success; 1 when a valid request \
-fails while running (no GPU for --device gpu, a GPU error, an unwritable output); 2 for \
+fails while running (a GPU asked for and missing, a GPU error, an unwritable output); 2 for \
 invalid arguments or input, in which case nothing is written.";
 
 /// A command's own help paragraphs, then the exit statuses.

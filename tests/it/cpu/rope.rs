@@ -504,7 +504,7 @@ fn every_scheme_matches_the_reference_at_hard_positions() {
             }
         }
     }
-    // Measured, for the README: the worst f32 error in units of af (|x| + |y|).
+    // Measured, for docs/rope.md: the worst f32 error in units of af (|x| + |y|).
     eprintln!("worst f32 error / (af (|x| + |y|)): {worst:e}");
 }
 
@@ -545,7 +545,7 @@ fn positions_near_2_24_2_31_and_2_32_with_decoding_offsets() {
 #[test]
 fn cos_sin_are_within_6e_8_of_the_exact_values_at_every_range() {
     // The table the rotation multiplies by, for Llama 3.1's scaling (d = 128, base 5e5),
-    // against the exactly reduced angle: the figures in the README's RoPE section.
+    // against the exactly reduced angle: the figures in docs/rope.md.
     let text = r#"{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}"#;
     let json: Value = serde_json::from_str(text).unwrap();

@@ -57,7 +57,8 @@ pub(crate) fn run(args: &AccuracyArgs) -> Result<(), Failure> {
             .iter()
             .zip(exact.slice(ndarray::s![rows, ..]))
             .map(|(&v, &e)| (f64::from(v) - e).abs())
-            .fold(0.0, f64::max)
+            // A NaN (which would be a bug) shows as NaN, not as the largest finite error.
+            .fold(0.0, |m: f64, d| if d.is_nan() || m.is_nan() { f64::NAN } else { m.max(d) })
     };
     to_stdout(|w| {
         writeln!(

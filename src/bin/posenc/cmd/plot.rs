@@ -167,7 +167,7 @@ fn heatmap(args: &HeatmapArgs) -> Result<(), Failure> {
     let out = target(args.output.as_deref())?;
     refuse_png_on_terminal(&out)?;
 
-    let positions: Vec<u32> = (0..rows as u32).collect();
+    let positions = posenc::positions::contiguous(rows as u64)?;
     let table = cpu_table(&spec, &positions)?;
     let title = format!(
         "Positional encoding ({}), d = {}, base {}",
@@ -198,7 +198,7 @@ fn similarity(args: &SimilarityArgs) -> Result<(), Failure> {
         refuse_png_on_terminal(&out)?;
     }
 
-    let positions: Vec<u32> = (0..n as u32).collect();
+    let positions = posenc::positions::contiguous(n as u64)?;
     let table = cpu_table(&spec, &positions)?;
     check_allocation("the similarity matrix", (n * n * 4) as u64)?;
     let matrix = plot::similarity_matrix(table.view());

@@ -255,7 +255,7 @@ fn the_readme_pictures_are_what_the_readme_commands_make() {
     let dir = tempfile::tempdir().unwrap();
     let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
     let committed = |name: &str| Png::decode(&fs::read(docs.join(name)).unwrap());
-    let regenerate = "regenerate it with the command in README.md";
+    let regenerate = "regenerate it with the command in docs/pictures.md";
     for (name, args) in [
         ("heatmap.png", &["heatmap", "--dim", "128", "--len", "50"][..]),
         ("similarity.png", &["similarity"]),
@@ -272,6 +272,6 @@ fn the_readme_pictures_are_what_the_readme_commands_make() {
     assert_eq!((made.width, made.height), (old.width, old.height), "docs/error.png: {regenerate}");
     for name in ["heatmap.png", "similarity.png", "error.png"] {
         let bytes = fs::metadata(docs.join(name)).unwrap().len();
-        assert!(bytes < 100_000, "docs/{name} is {bytes} bytes; keep the README's pictures small");
+        assert!(bytes < 100_000, "docs/{name} is {bytes} bytes; keep the docs' pictures small");
     }
 }
