@@ -14,6 +14,23 @@ use posenc::{Error, PeSpec, cpu};
 
 use crate::failure::Failure;
 
+/// The long help of every `-o`: what the command writes (`$what`), then how the path is
+/// treated, written once here.
+macro_rules! output_help {
+    ($what:literal) => {
+        concat!(
+            $what,
+            "\n\nWith -, stdout. A regular file or a new path appears complete or not at all (a \
+             temporary file in its directory, renamed over it; on any error an existing file is \
+             left untouched); a symbolic link is followed, the file it leads to replaced and \
+             the link kept. A character device (/dev/null), a FIFO or a descriptor \
+             (/dev/stdout, /dev/fd/N) is written directly. A directory, a socket or a block \
+             device is refused (exit 2)."
+        )
+    };
+}
+pub(crate) use output_help;
+
 /// Where `-o PATH` sends the result: `-`, and no `-o` at all where standard output is the
 /// default, mean standard output.
 pub(crate) fn target(path: Option<&Path>) -> Result<Target, Failure> {

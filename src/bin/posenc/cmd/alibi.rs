@@ -9,7 +9,7 @@ use posenc::npy;
 
 use crate::device::{Compute, FastDevice, on_device};
 use crate::failure::Failure;
-use crate::output::{emit, refuse_binary_on_terminal, target, to_stdout};
+use crate::output::{emit, output_help, refuse_binary_on_terminal, target, to_stdout};
 
 /// `posenc alibi --help` after the options, before the exit statuses.
 pub(crate) const HELP: &str = "Slopes of H heads: for H a power of two, m_k = 2^(-8k/H) for k = 1..H; otherwise the c = 2^floor(log2 H) slopes of c heads, then 2^(-8(2j-1)/(2c)) for j = 1..H-c. Each is the float32 nearest to its exact value.
@@ -49,14 +49,9 @@ pub(crate) struct AlibiArgs {
     /// stderr; `gpu` fails without one. cpu and gpu give the same bits.
     #[arg(long, value_enum, default_value_t = FastDevice::Auto)]
     device: FastDevice,
-    /// The output .npy: '<f4', shape (H, L, LK), C order.
-    ///
-    /// With -, stdout. A regular file or a new path appears complete or not at all (a temporary
-    /// file in its directory, renamed over it; on any error an existing file is left
-    /// untouched); a symbolic link is followed, the file it leads to replaced and the link
-    /// kept. A character device (/dev/null), a FIFO or a descriptor (/dev/stdout, /dev/fd/N)
-    /// is written directly. A directory, a socket or a block device is refused (exit 2).
-    #[arg(short, long, value_name = "OUT.npy", required_unless_present = "slopes")]
+    #[arg(short, long, value_name = "OUT.npy", required_unless_present = "slopes",
+        help = "The output .npy: '<f4', shape (H, L, LK), C order.",
+        long_help = output_help!("The output .npy: '<f4', shape (H, L, LK), C order."))]
     output: Option<PathBuf>,
 }
 

@@ -13,7 +13,7 @@ use posenc::{Error, PeSpec, Variant, cpu, npy, weights};
 use crate::args::{OutDtype, PeArgs, parse_budget};
 use crate::device::{Compute, FastDevice, on_device};
 use crate::failure::Failure;
-use crate::output::{emit, refuse_binary_on_terminal, target};
+use crate::output::{emit, output_help, refuse_binary_on_terminal, target};
 
 /// `posenc encode --help` after the options, before the exit statuses.
 pub(crate) const HELP: &str = "Positions: --positions gives each token's; --offsets gives each row's first (row b holds positions offsets[b], offsets[b]+1, ..., as when decoding with a KV cache); with neither, every row counts from 0, except that with --variant fairseq positions follow fairseq's make_positions (tokens equal to --padding-idx get padding_idx, the others padding_idx + 1, padding_idx + 2, ...), and otherwise with --pad-id the batch is taken as left-padded and each row counts only its non-pad tokens from 0 (pad tokens get position 0). Pad tokens' (--pad-id) output rows are zeros whatever their position.
@@ -73,14 +73,9 @@ pub(crate) struct EncodeArgs {
     /// exactly one 2-D tensor.
     #[arg(long, value_name = "NAME", requires = "position_table")]
     position_tensor: Option<String>,
-    /// The output .npy, shape [B, L, D] ([L, D] for [L] ids), C order.
-    ///
-    /// With -, stdout. A regular file or a new path appears complete or not at all (a temporary
-    /// file in its directory, renamed over it; on any error an existing file is left
-    /// untouched); a symbolic link is followed, the file it leads to replaced and the link
-    /// kept. A character device (/dev/null), a FIFO or a descriptor (/dev/stdout, /dev/fd/N)
-    /// is written directly. A directory, a socket or a block device is refused (exit 2).
-    #[arg(short, long, value_name = "OUT.npy")]
+    #[arg(short, long, value_name = "OUT.npy",
+        help = "The output .npy, shape [B, L, D] ([L, D] for [L] ids), C order.",
+        long_help = output_help!("The output .npy, shape [B, L, D] ([L, D] for [L] ids), C order."))]
     output: PathBuf,
     /// At most this many bytes of GPU memory in posenc's buffers at once, at least 1: the
     /// batch is streamed through in chunks that fit (default: the POSENC_GPU_MEMORY_BUDGET

@@ -10,7 +10,7 @@ use posenc::{DEFAULT_BASE, Error, PeSpec, Variant, plot};
 
 use crate::args::{VariantArg, spec_of};
 use crate::failure::{EXIT_STATUS_HELP, Failure};
-use crate::output::{cpu_table, emit, refuse_binary_on_terminal, target};
+use crate::output::{cpu_table, emit, output_help, refuse_binary_on_terminal, target};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum PlotCommand {
@@ -42,15 +42,9 @@ pub(crate) struct HeatmapArgs {
     /// Which positional encoding to picture.
     #[arg(long, value_name = "NAME", value_enum, default_value_t = VariantArg::Vaswani)]
     variant: VariantArg,
-    /// The PNG to write; without it (or with -) the PNG goes to stdout, if stdout is not a
-    /// terminal.
-    ///
-    /// With -, stdout. A regular file or a new path appears complete or not at all (a temporary
-    /// file in its directory, renamed over it; on any error an existing file is left
-    /// untouched); a symbolic link is followed, the file it leads to replaced and the link
-    /// kept. A character device (/dev/null), a FIFO or a descriptor (/dev/stdout, /dev/fd/N)
-    /// is written directly. A directory, a socket or a block device is refused (exit 2).
-    #[arg(short, long, value_name = "PATH")]
+    #[arg(short, long, value_name = "PATH",
+        help = "The PNG to write; without it (or with -) the PNG goes to stdout, if stdout is not a terminal.",
+        long_help = output_help!("The PNG to write; without it (or with -) the PNG goes to stdout, if stdout is not a terminal."))]
     output: Option<PathBuf>,
 }
 
@@ -69,14 +63,9 @@ pub(crate) struct SimilarityArgs {
     /// spaces, 6 decimals.
     #[arg(long, value_enum, default_value_t = PlotFormat::Png)]
     format: PlotFormat,
-    /// Write to PATH instead of stdout (a PNG goes to stdout only if it is not a terminal).
-    ///
-    /// With -, stdout. A regular file or a new path appears complete or not at all (a temporary
-    /// file in its directory, renamed over it; on any error an existing file is left
-    /// untouched); a symbolic link is followed, the file it leads to replaced and the link
-    /// kept. A character device (/dev/null), a FIFO or a descriptor (/dev/stdout, /dev/fd/N)
-    /// is written directly. A directory, a socket or a block device is refused (exit 2).
-    #[arg(short, long, value_name = "PATH")]
+    #[arg(short, long, value_name = "PATH",
+        help = "Write to PATH instead of stdout (a PNG goes to stdout only if it is not a terminal).",
+        long_help = output_help!("Write to PATH instead of stdout (a PNG goes to stdout only if it is not a terminal)."))]
     output: Option<PathBuf>,
 }
 
@@ -88,15 +77,9 @@ pub(crate) struct ErrorPlotArgs {
     /// Frequency base, in (1, 1e7].
     #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_hyphen_values = true)]
     base: f64,
-    /// The PNG to write; without it (or with -) the PNG goes to stdout, if stdout is not a
-    /// terminal.
-    ///
-    /// With -, stdout. A regular file or a new path appears complete or not at all (a temporary
-    /// file in its directory, renamed over it; on any error an existing file is left
-    /// untouched); a symbolic link is followed, the file it leads to replaced and the link
-    /// kept. A character device (/dev/null), a FIFO or a descriptor (/dev/stdout, /dev/fd/N)
-    /// is written directly. A directory, a socket or a block device is refused (exit 2).
-    #[arg(short, long, value_name = "PATH")]
+    #[arg(short, long, value_name = "PATH",
+        help = "The PNG to write; without it (or with -) the PNG goes to stdout, if stdout is not a terminal.",
+        long_help = output_help!("The PNG to write; without it (or with -) the PNG goes to stdout, if stdout is not a terminal."))]
     output: Option<PathBuf>,
 }
 

@@ -12,7 +12,7 @@ use posenc::{Error, cpu};
 
 use crate::device::{Compute, FastDevice, on_device};
 use crate::failure::Failure;
-use crate::output::{emit, refuse_binary_on_terminal, target};
+use crate::output::{emit, output_help, refuse_binary_on_terminal, target};
 
 /// `posenc rope --help` after the options, before the exit statuses.
 pub(crate) const HELP: &str = "For frequency i < r/2 (r = --rotary-dim) and the dimensions (a, b) it rotates, (i, i + r/2) with --pairing neox or (2i, 2i + 1) with gptj: out_a = x_a cos(p w_i) - x_b sin(p w_i), out_b = x_b cos(p w_i) + x_a sin(p w_i), w_i = base^(-2i/r) as --scaling changes it, cos and sin times its attention factor. Dimensions from r on pass through. The angle p w_i is reduced exactly for every u32 position.
@@ -61,14 +61,9 @@ pub(crate) struct RopeArgs {
     /// stderr; `gpu` fails without one.
     #[arg(long, value_enum, default_value_t = FastDevice::Auto)]
     device: FastDevice,
-    /// The output .npy, the input's shape and dtype, C order.
-    ///
-    /// With -, stdout. A regular file or a new path appears complete or not at all (a temporary
-    /// file in its directory, renamed over it; on any error an existing file is left
-    /// untouched); a symbolic link is followed, the file it leads to replaced and the link
-    /// kept. A character device (/dev/null), a FIFO or a descriptor (/dev/stdout, /dev/fd/N)
-    /// is written directly. A directory, a socket or a block device is refused (exit 2).
-    #[arg(short, long, value_name = "OUT.npy")]
+    #[arg(short, long, value_name = "OUT.npy",
+        help = "The output .npy, the input's shape and dtype, C order.",
+        long_help = output_help!("The output .npy, the input's shape and dtype, C order."))]
     output: PathBuf,
 }
 

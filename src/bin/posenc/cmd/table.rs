@@ -11,7 +11,7 @@ use posenc::{Error, npy, positions, reference};
 use crate::args::{PeArgs, parse_budget};
 use crate::device::{FastDevice, on_device};
 use crate::failure::Failure;
-use crate::output::{emit, refuse_binary_on_terminal, reserve_table, target};
+use crate::output::{emit, output_help, refuse_binary_on_terminal, reserve_table, target};
 
 /// `--len` when neither `--len` nor `--positions` is given.
 const DEFAULT_LEN: u64 = 8;
@@ -39,14 +39,9 @@ pub(crate) struct TableArgs {
     /// "positions", "values"}.
     #[arg(long, value_enum, default_value_t = Format::Csv)]
     format: Format,
-    /// Write to PATH instead of stdout.
-    ///
-    /// With -, stdout. A regular file or a new path appears complete or not at all (a temporary
-    /// file in its directory, renamed over it; on any error an existing file is left
-    /// untouched); a symbolic link is followed, the file it leads to replaced and the link
-    /// kept. A character device (/dev/null), a FIFO or a descriptor (/dev/stdout, /dev/fd/N)
-    /// is written directly. A directory, a socket or a block device is refused (exit 2).
-    #[arg(short, long, value_name = "PATH")]
+    #[arg(short, long, value_name = "PATH",
+        help = "Write to PATH instead of stdout.",
+        long_help = output_help!("Write to PATH instead of stdout."))]
     output: Option<PathBuf>,
     /// At most this many bytes of GPU memory in posenc's buffers at once, at least 1 (default:
     /// the POSENC_GPU_MEMORY_BUDGET environment variable, also at least 1, else no budget).
