@@ -384,6 +384,13 @@ pub struct AdapterInfo {
     pub access: String,
 }
 
+impl AdapterInfo {
+    /// `name (backend, device type, access pattern access)`, as the tables print it.
+    pub fn describe(&self) -> String {
+        format!("{} ({}, {}, {} access)", self.name, self.backend, self.device_type, self.access)
+    }
+}
+
 /// The sizes of a report.
 #[derive(Clone, Debug, Serialize)]
 pub struct Sizes {
@@ -960,12 +967,9 @@ impl Report {
         }
         if let Some(a) = &self.adapter {
             out += &format!(
-                "GPU: {} ({}, {}, {} access); GPU items timed by {} (gpu_encode_call, \
-                 gpu_readback, gpu_copy_ceiling_call: the wall clock)\n",
-                a.name,
-                a.backend,
-                a.device_type,
-                a.access,
+                "GPU: {}; GPU items timed by {} (gpu_encode_call, gpu_readback, \
+                 gpu_copy_ceiling_call: the wall clock)\n",
+                a.describe(),
                 timing_name(a.timing)
             );
         }
@@ -1087,14 +1091,8 @@ impl Suite {
              wait by the wall clock: gpu_copy_ceiling_call; cpu_load, from a warm page cache: cpu_read_ceiling)\n"
         );
         if let Some(a) = self.suite.iter().find_map(|r| r.adapter.as_ref()) {
-            out += &format!(
-                "GPU: {} ({}, {}, {} access); gpu_encode timed by {}\n",
-                a.name,
-                a.backend,
-                a.device_type,
-                a.access,
-                timing_name(a.timing)
-            );
+            out +=
+                &format!("GPU: {}; gpu_encode timed by {}\n", a.describe(), timing_name(a.timing));
         }
         let shape_width = self.suite.iter().map(|r| r.shape().len()).max().unwrap_or(0).max(26);
         out += &format!("{:<17} {:<shape_width$}", "model", "shape");

@@ -368,6 +368,25 @@ fn names_or_none(names: &[String]) -> String {
 /// posenc's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The error of a read from `path` (`len` bytes, a `format` file) that failed: an early end
+/// is the file's fault (`Error::Format`), anything else the system's (`Error::Io`).
+pub(crate) fn read_error(
+    path: &std::path::Path,
+    format: &'static str,
+    len: u64,
+    source: std::io::Error,
+) -> Error {
+    if source.kind() == std::io::ErrorKind::UnexpectedEof {
+        Error::Format {
+            path: path.to_path_buf(),
+            format,
+            reason: format!("the file ended early (it is {len} bytes)"),
+        }
+    } else {
+        Error::Io { path: path.to_path_buf(), source }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -275,13 +275,7 @@ pub fn read_from<R: Read>(
 ) -> Result<NpyArray> {
     let format_error =
         |reason: String| Error::Format { path: path.to_path_buf(), format: FORMAT, reason };
-    let io_error = |source: io::Error| {
-        if source.kind() == io::ErrorKind::UnexpectedEof {
-            format_error(format!("the file ended early (it is {len} bytes)"))
-        } else {
-            Error::Io { path: path.to_path_buf(), source }
-        }
-    };
+    let io_error = |source: io::Error| crate::error::read_error(path, FORMAT, len, source);
 
     let header = read_header(&mut reader, len).map_err(format_error)?;
     let descr = &header.descr;

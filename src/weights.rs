@@ -280,13 +280,7 @@ fn load_safetensors<R: Read + Seek>(
 ) -> Result<Table> {
     let format_error =
         |reason: String| Error::Format { path: path.to_path_buf(), format: ".safetensors", reason };
-    let io_error = |source: io::Error| {
-        if source.kind() == io::ErrorKind::UnexpectedEof {
-            format_error(format!("the file ended early (it is {len} bytes)"))
-        } else {
-            Error::Io { path: path.to_path_buf(), source }
-        }
-    };
+    let io_error = |source: io::Error| crate::error::read_error(path, ".safetensors", len, source);
 
     if len < 8 {
         return Err(format_error(format!(

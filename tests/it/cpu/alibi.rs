@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::support::Rng;
+use crate::support::{Rng, bits};
 use astro_float::{BigFloat, RoundingMode};
 use ndarray::Array3;
 use posenc::Error;
@@ -70,10 +70,6 @@ impl Exact {
     }
 }
 
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
-
 #[test]
 fn slopes_of_powers_of_two_are_exact_and_twelve_heads_mix_two_lists() {
     let eight: Vec<f32> = (1..=8).map(|k| 0.5f32.powi(k)).collect();
@@ -84,7 +80,7 @@ fn slopes_of_powers_of_two_are_exact_and_twelve_heads_mix_two_lists() {
     let mut twelve = eight.clone();
     let r = std::f64::consts::FRAC_1_SQRT_2;
     twelve.extend([r, r / 2.0, r / 4.0, r / 8.0].map(|v| v as f32));
-    assert_eq!(bits(&alibi::slopes(12).unwrap()), bits(&twelve));
+    assert_eq!(bits(alibi::slopes(12).unwrap()), bits(&twelve));
     assert_eq!(alibi::slopes(12).unwrap()[8].to_bits(), 0x3f35_04f3);
 }
 

@@ -95,6 +95,33 @@ pub fn random_ids(rng: &mut Rng, batch: usize, len: usize, vocab: usize) -> Arra
     Array2::from_shape_fn((batch, len), |_| rng.below(vocab as u64) as u32)
 }
 
+/// A version 1.0 `.npy` file of header `dict` as given (no padding, nothing checked) and
+/// raw `data`: for headers posenc does not write.
+pub fn raw_npy_dict(dict: &str, data: &[u8]) -> Vec<u8> {
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+    out.extend_from_slice(dict.as_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+/// A well-formed version 1.0 `.npy` file of any `descr` and `shape` (its header padded as
+/// numpy pads it), for dtypes posenc does not write.
+pub fn raw_npy(descr: &str, shape: &str, data: &[u8]) -> Vec<u8> {
+    let mut dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    while (10 + dict.len() + 1) % 64 != 0 {
+        dict.push(' ');
+    }
+    dict.push('\n');
+    raw_npy_dict(&dict, data)
+}
+
+/// The bits of each value, for comparisons that must not treat -0.0 as 0.0 or NaN as
+/// unequal to itself.
+pub fn bits<V: std::borrow::Borrow<f32>>(values: impl IntoIterator<Item = V>) -> Vec<u32> {
+    values.into_iter().map(|v| v.borrow().to_bits()).collect()
+}
+
 /// The `.npy` bytes posenc writes for `a`.
 pub fn npy_bytes<T: npy::Element, D: Dimension>(a: &Array<T, D>) -> Vec<u8> {
     let mut bytes = Vec::new();

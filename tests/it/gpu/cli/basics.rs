@@ -1,6 +1,7 @@
 //! The `posenc` binary as a user meets it: outputs, formats, exit statuses, one-line
 //! errors, and that a failed run never leaves or clobbers a file.
 
+use crate::support::bits;
 use crate::support::cli::{
     assert_ok, assert_rejected, files_in, gpu_available, posenc, posenc_env, posenc_lines, stderr,
     stdout,
@@ -19,10 +20,6 @@ fn parse_csv(text: &str) -> Vec<Vec<f32>> {
             line.split(',').map(|v| v.parse().unwrap_or_else(|e| panic!("{v:?}: {e}"))).collect()
         })
         .collect()
-}
-
-fn bits(values: impl IntoIterator<Item = f32>) -> Vec<u32> {
-    values.into_iter().map(f32::to_bits).collect()
 }
 
 fn csv_bits(text: &str) -> Vec<u32> {

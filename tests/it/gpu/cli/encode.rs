@@ -509,15 +509,6 @@ fn assert_refused(dir: &Dir, args: &[&str], needles: &[&str]) {
     }
 }
 
-/// The npy preamble and a header dict, then `data`: for files numpy would never write.
-fn raw_npy(dict: &str, data: &[u8]) -> Vec<u8> {
-    let mut out = b"\x93NUMPY\x01\x00".to_vec();
-    out.extend_from_slice(&(dict.len() as u16).to_le_bytes());
-    out.extend_from_slice(dict.as_bytes());
-    out.extend_from_slice(data);
-    out
-}
-
 #[test]
 fn bad_ids_are_refused() {
     let dir = Dir::new();
@@ -543,15 +534,20 @@ fn bad_ids_are_refused() {
         &["ids must have rank 1 or 2, got shape (1, 2, 3)"],
     );
     check(dir.npy("rank0.npy", &ndarray::arr0(1u32)), &["ids must have rank 1 or 2, got shape ()"]);
-    let big_endian =
-        raw_npy("{'descr': '>i4', 'fortran_order': False, 'shape': (1,), }", &[0, 0, 0, 1]);
+    let big_endian = crate::support::raw_npy_dict(
+        "{'descr': '>i4', 'fortran_order': False, 'shape': (1,), }",
+        &[0, 0, 0, 1],
+    );
     check(dir.bytes("be.npy", &big_endian), &["'>i4' (big-endian)"]);
-    let short = raw_npy("{'descr': '<i4', 'fortran_order': False, 'shape': (2, 2), }", &[0; 12]);
+    let short = crate::support::raw_npy_dict(
+        "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 2), }",
+        &[0; 12],
+    );
     check(
         dir.bytes("short.npy", &short),
         &["short.npy: not a valid .npy file", "needs 16 bytes, but 12"],
     );
-    let huge = raw_npy(
+    let huge = crate::support::raw_npy_dict(
         "{'descr': '<i8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }",
         &[0; 8],
     );
@@ -562,7 +558,10 @@ fn bad_ids_are_refused() {
     );
     check(dir.bytes("empty.npy", b""), &["not a valid .npy file", "ended"]);
     check(
-        dir.bytes("dict.npy", &raw_npy("{'descr': '<i4', 'shape': (1,)}", &[0; 4])),
+        dir.bytes(
+            "dict.npy",
+            &crate::support::raw_npy_dict("{'descr': '<i4', 'shape': (1,)}", &[0; 4]),
+        ),
         &["\"fortran_order\" is missing"],
     );
     check(s(&dir.path("absent.npy")), &["absent.npy"]);

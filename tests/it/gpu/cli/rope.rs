@@ -8,26 +8,12 @@ use std::fs;
 use crate::support::cli::{
     Dir, assert_ok, gpu_available, posenc, posenc_env, posenc_lines, s, stderr,
 };
-use crate::support::npy_bytes;
 use crate::support::rope::tensor;
+use crate::support::{npy_bytes, raw_npy};
 use half::{bf16, f16};
 use ndarray::{Array2, Array4, array};
 use posenc::rope::{Element, Layout, Pairing, RopeSpec, Scaling};
 use posenc::{cpu, npy, positions};
-
-/// A version 1.0 `.npy` file of any descr, for dtypes posenc does not write.
-fn raw_npy(descr: &str, shape: &str, data: &[u8]) -> Vec<u8> {
-    let mut dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
-    while (10 + dict.len() + 1) % 64 != 0 {
-        dict.push(' ');
-    }
-    dict.push('\n');
-    let mut out = b"\x93NUMPY\x01\x00".to_vec();
-    out.extend_from_slice(&(dict.len() as u16).to_le_bytes());
-    out.extend_from_slice(dict.as_bytes());
-    out.extend_from_slice(data);
-    out
-}
 
 const LLAMA3: &str = r#"{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}"#;
 
