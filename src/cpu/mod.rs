@@ -7,5 +7,5 @@ pub mod sincos;
 pub mod table;
 
 pub use encode::{Encoder, encode, encode_learned};
-pub use rope::{rope, rope_cos_sin, rope_in_place};
+pub use rope::{rope, rope_cache, rope_cos_sin, rope_in_place};
 pub use table::{table, table_into};

@@ -8,7 +8,7 @@ use rayon::prelude::*;
 
 use super::sincos::{phase_turns, sincos_bits};
 use crate::error::Result;
-use crate::rope::{Element, Frequencies, Geometry, Layout, Pairing, RopeSpec};
+use crate::rope::{Element, Frequencies, Geometry, Layout, Pairing, RopeCache, RopeSpec};
 
 /// Tokens per rayon task: their cos/sin row is computed once and used by every head.
 const TOKENS_PER_TASK: usize = 64;
@@ -44,6 +44,20 @@ pub fn rope_cos_sin(freqs: &Frequencies, positions: &[u32]) -> Array3<f32> {
         }
     });
     out
+}
+
+/// The cos/sin cache of `spec` at `positions` in Hugging Face's layout (see
+/// [`RopeCache`]); bit-identical to [`crate::gpu::Context::rope_cache`]. Its frequencies
+/// are those of a rotation at the same positions ([`RopeSpec::frequencies_for`]).
+///
+/// # Errors
+/// [`crate::Error::TooLarge`] if the two tables would hold more than
+/// [`crate::inputs::MAX_OUTPUT_VALUES`] values, before anything is computed.
+pub fn rope_cache(spec: &RopeSpec, positions: &[u32]) -> Result<RopeCache> {
+    crate::rope::check_cache_size(spec, positions.len(), crate::inputs::MAX_OUTPUT_VALUES)?;
+    let freqs = crate::rope::cache_frequencies(spec, positions);
+    let cs = rope_cos_sin(&freqs, positions);
+    Ok(RopeCache::from_cos_sin(spec, &freqs, cs.view()))
 }
 
 /// Rotates one head row: pairs `(a, b)` of frequency `i` become

@@ -125,6 +125,19 @@ enum Io<'a> {
 }
 
 impl Context {
+    /// The cos/sin cache of `spec` at `positions` in Hugging Face's layout (see
+    /// [`crate::rope::RopeCache`]), bit-identical to [`crate::cpu::rope_cache`].
+    ///
+    /// # Errors
+    /// [`Error::TooLarge`] as there, before any GPU work; then as
+    /// [`Context::rope_cos_sin`].
+    pub fn rope_cache(&self, spec: &RopeSpec, positions: &[u32]) -> Result<crate::rope::RopeCache> {
+        crate::rope::check_cache_size(spec, positions.len(), crate::inputs::MAX_OUTPUT_VALUES)?;
+        let freqs = crate::rope::cache_frequencies(spec, positions);
+        let cs = self.rope_cos_sin(&freqs, positions)?;
+        Ok(crate::rope::RopeCache::from_cos_sin(spec, &freqs, cs.view()))
+    }
+
     /// The cos/sin table `[positions.len(), r / 2, 2]` (cos, then sin; attention factor
     /// included) that [`Context::rope`] rotates with, bit-identical to
     /// [`crate::cpu::rope_cos_sin`]. Computed in chunks that fit one binding.

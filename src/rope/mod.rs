@@ -32,6 +32,7 @@
 //! # Ok::<(), posenc::Error>(())
 //! ```
 
+mod cache;
 mod freq;
 mod scaling;
 
@@ -39,6 +40,8 @@ use ndarray::ArrayView2;
 
 pub use crate::encode::Dtype;
 use crate::error::{Error, Result, float};
+pub use cache::RopeCache;
+pub(crate) use cache::{cache_frequencies, check_cache_size};
 pub use scaling::{
     Llama3, LongRope, MAX_FACTORS, MAX_JSON_BYTES, ROPE_TYPES, Scaling, YARN_BETA_FAST,
     YARN_BETA_SLOW, Yarn,

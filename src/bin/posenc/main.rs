@@ -21,7 +21,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use cmd::{accuracy, alibi, bench, devices, encode, plot, rope, table};
+use cmd::{accuracy, alibi, bench, devices, encode, plot, rope, rope_cache, table};
 use failure::{EXIT_STATUS_HELP, clap_exit, note, report, with_exit_status};
 
 /// Exact sinusoidal positional encodings on the GPU (wgpu) or CPU, bit-identical on both.
@@ -64,6 +64,10 @@ enum Command {
     /// Hugging Face's rope_scaling schemes, and write the result as .npy.
     #[command(after_help = with_exit_status(rope::HELP))]
     Rope(rope::RopeArgs),
+    /// Write the exact cos/sin cache of a RoPE configuration in Hugging Face's layout
+    /// ([positions, rotary_dim]), as safetensors or .npy, to load into a framework's model.
+    #[command(after_help = with_exit_status(rope_cache::HELP))]
+    RopeCache(rope_cache::RopeCacheArgs),
 }
 
 fn main() -> ExitCode {
@@ -86,6 +90,7 @@ fn main() -> ExitCode {
         Command::Plot(command) => plot::run(command),
         Command::Alibi(args) => alibi::run(args),
         Command::Rope(args) => rope::run(args),
+        Command::RopeCache(args) => rope_cache::run(args),
     };
     result.map_or_else(report, |()| ExitCode::SUCCESS)
 }

@@ -833,3 +833,63 @@ proptest::proptest! {
         }
     }
 }
+
+/// The cache in Hugging Face's layout is what the rotation uses: rotating a probe whose
+/// first rotated dimension of each pair is 1 and the second 0 gives `x_a c - 0 s = c` and
+/// `0 c + 1 s = s` exactly, so the rotated probe holds cos and sin column by column, for
+/// both pairings, partial rotary, an attention factor and positions up to 2^32 - 1.
+#[test]
+fn the_rope_cache_is_the_rotation_of_a_probe_in_hugging_faces_layout() {
+    let yarn = r#"{"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 64}"#;
+    let positions = [0u32, 1, 2, 63, 64, 1000, 1 << 24, u32::MAX];
+    for (head_dim, rotary_dim, pairing) in [
+        (16, 16, Pairing::Neox),
+        (16, 16, Pairing::Gptj),
+        (20, 12, Pairing::Neox),
+        (10, 6, Pairing::Gptj),
+    ] {
+        let spec = RopeSpec::partial(head_dim, rotary_dim)
+            .unwrap()
+            .with_pairing(pairing)
+            .with_scaling(Scaling::from_hf_json(yarn).unwrap())
+            .unwrap();
+        let cache = cpu::rope_cache(&spec, &positions).unwrap();
+        let (n, r) = (positions.len(), rotary_dim as usize);
+        assert_eq!((cache.cos.dim(), cache.sin.dim()), ((n, r), (n, r)));
+        assert_ne!(cache.attention_factor, 1.0, "yarn scales cos and sin");
+        let freqs =
+            spec.frequencies_for(ndarray::ArrayView2::from_shape((1, n), &positions).unwrap());
+        assert_eq!(cache.attention_factor, freqs.attention_factor());
+        let want_inv: Vec<f32> = freqs.inv_freq().iter().map(|&w| w as f32).collect();
+        assert_eq!(cache.inv_freq, want_inv);
+        // Probes: for each frequency i and its pair (a, b), x_a = 1 rotates into (c, s).
+        let half = r / 2;
+        let pair = |i: usize| match pairing {
+            Pairing::Neox => (i, i + half),
+            Pairing::Gptj => (2 * i, 2 * i + 1),
+        };
+        let mut x = Array4::<f32>::zeros((1, n, 1, head_dim as usize));
+        for t in 0..n {
+            for i in 0..half {
+                x[[0, t, 0, pair(i).0]] = 1.0;
+            }
+        }
+        let p = Array2::from_shape_vec((1, n), positions.to_vec()).unwrap();
+        let rotated = cpu::rope(&spec, x.view(), p.view(), Layout::Blhd).unwrap();
+        for t in 0..n {
+            for i in 0..half {
+                let (a, b) = pair(i);
+                let (c, s) = (rotated[[0, t, 0, a]], rotated[[0, t, 0, b]]);
+                // Both columns of the pair hold frequency i in the cache.
+                for col in [a, b] {
+                    assert_eq!(cache.cos[[t, col]].to_bits(), c.to_bits(), "cos t={t} col={col}");
+                    assert_eq!(cache.sin[[t, col]].to_bits(), s.to_bits(), "sin t={t} col={col}");
+                }
+            }
+        }
+    }
+    // Too large a cache is refused before anything is computed.
+    let spec = RopeSpec::new(4096).unwrap();
+    let many = vec![0u32; (1 << 19) + 1];
+    assert!(matches!(cpu::rope_cache(&spec, &many), Err(Error::TooLarge { .. })));
+}

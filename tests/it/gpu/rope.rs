@@ -304,3 +304,20 @@ fn gpu_in_place_refuses_bad_buffers_and_shapes() {
     let out = ctx.rope(&spec, empty.view(), Array2::zeros((0, 2)).view(), Layout::Blhd).unwrap();
     assert_eq!(out.dim(), (0, 2, 3, 8));
 }
+
+#[test]
+fn gpu_rope_cache_equals_cpu_bit_for_bit() {
+    let Some(ctx) = gpu() else { return };
+    let positions: Vec<u32> = (0..300).chain([1 << 20, u32::MAX - 1, u32::MAX]).collect();
+    for (name, spec) in specs() {
+        let c = cpu::rope_cache(&spec, &positions).unwrap();
+        let g = ctx.rope_cache(&spec, &positions).unwrap();
+        assert_eq!(g.inv_freq, c.inv_freq, "{name}");
+        assert_eq!(g.attention_factor.to_bits(), c.attention_factor.to_bits(), "{name}");
+        for (what, a, b) in [("cos", &g.cos, &c.cos), ("sin", &g.sin, &c.sin)] {
+            assert_eq!(a.dim(), b.dim(), "{name} {what}");
+            let differ = a.iter().zip(b.iter()).position(|(x, y)| x.to_bits() != y.to_bits());
+            assert_eq!(differ, None, "{name} {what}");
+        }
+    }
+}

@@ -7,4 +7,5 @@ pub(crate) mod devices;
 pub(crate) mod encode;
 pub(crate) mod plot;
 pub(crate) mod rope;
+pub(crate) mod rope_cache;
 pub(crate) mod table;

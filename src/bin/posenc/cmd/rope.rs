@@ -33,6 +33,27 @@ pub(crate) struct RopeArgs {
     /// len, head_dim].
     #[arg(long, value_enum)]
     layout: LayoutArg,
+    #[command(flatten)]
+    params: RopeParams,
+    /// Each token's position: .npy [B, L] of uint32, int32 or int64.
+    #[arg(long, value_name = "PATH", conflicts_with = "offset")]
+    positions: Option<PathBuf>,
+    /// Every sequence's first position: token l of each sequence is at N + l.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    offset: Option<u32>,
+    /// Where to compute. `auto` uses the GPU when one opens, else the CPU with a note on
+    /// stderr; `gpu` fails without one.
+    #[arg(long, value_enum, default_value_t = FastDevice::Auto)]
+    device: FastDevice,
+    #[arg(short, long, value_name = "OUT.npy",
+        help = "The output .npy, the input's shape and dtype, C order.",
+        long_help = output_help!("The output .npy, the input's shape and dtype, C order."))]
+    output: PathBuf,
+}
+
+/// The RoPE configuration's flags, shared by `rope` and `rope-cache`.
+#[derive(Debug, Args)]
+pub(crate) struct RopeParams {
     /// Which dimensions rotate together: neox (i, i + r/2; Llama and most HF models) or
     /// gptj (2i, 2i + 1).
     #[arg(long, value_enum, default_value_t = PairingArg::Neox)]
@@ -43,12 +64,6 @@ pub(crate) struct RopeArgs {
     /// Frequency base (rope_theta), finite and > 1.
     #[arg(long, value_name = "B", default_value_t = rp::DEFAULT_BASE, allow_hyphen_values = true)]
     base: f64,
-    /// Each token's position: .npy [B, L] of uint32, int32 or int64.
-    #[arg(long, value_name = "PATH", conflicts_with = "offset")]
-    positions: Option<PathBuf>,
-    /// Every sequence's first position: token l of each sequence is at N + l.
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    offset: Option<u32>,
     /// A Hugging Face rope_scaling object as JSON text, or @FILE to read it from a file.
     #[arg(long, value_name = "JSON")]
     scaling: Option<String>,
@@ -57,14 +72,42 @@ pub(crate) struct RopeArgs {
     /// max_seq_len_cached) to reproduce frequencies it grew in an earlier, longer call.
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     seq_len: Option<u64>,
-    /// Where to compute. `auto` uses the GPU when one opens, else the CPU with a note on
-    /// stderr; `gpu` fails without one.
-    #[arg(long, value_enum, default_value_t = FastDevice::Auto)]
-    device: FastDevice,
-    #[arg(short, long, value_name = "OUT.npy",
-        help = "The output .npy, the input's shape and dtype, C order.",
-        long_help = output_help!("The output .npy, the input's shape and dtype, C order."))]
-    output: PathBuf,
+}
+
+impl RopeParams {
+    /// The `--scaling` object, read and checked.
+    pub(crate) fn scaling(&self) -> Result<Scaling, Error> {
+        Ok(match &self.scaling {
+            None => Scaling::None,
+            Some(text) => match text.strip_prefix('@') {
+                Some(path) => inputs::read_rope_scaling(Source::File(Path::new(path)))?,
+                None => Scaling::from_hf_json(text)?,
+            },
+        })
+    }
+
+    /// The spec for heads of `head_dim` with `scaling`; `origin` rewords an error about
+    /// the head or rotary dim to say where the head dim came from.
+    pub(crate) fn spec(
+        &self,
+        head_dim: u32,
+        scaling: Scaling,
+        origin: impl FnOnce(Error, u32, u32) -> Error,
+    ) -> Result<RopeSpec, Error> {
+        let rotary_dim = self.rotary_dim.unwrap_or(head_dim);
+        let spec = RopeSpec::partial(head_dim, rotary_dim)
+            .map_err(|e| origin(e, head_dim, rotary_dim))?
+            .with_base(self.base)?
+            .with_pairing(match self.pairing {
+                PairingArg::Neox => rp::Pairing::Neox,
+                PairingArg::Gptj => rp::Pairing::Gptj,
+            })
+            .with_scaling(scaling)?;
+        match self.seq_len {
+            Some(n) => spec.with_seq_len(n),
+            None => Ok(spec),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -151,30 +194,14 @@ impl RopeInput {
             LayoutArg::Blhd => rp::Layout::Blhd,
             LayoutArg::Bhld => rp::Layout::Bhld,
         };
-        let scaling = match &args.scaling {
-            None => Scaling::None,
-            Some(text) => match text.strip_prefix('@') {
-                Some(path) => inputs::read_rope_scaling(Source::File(Path::new(path)))?,
-                None => Scaling::from_hf_json(text)?,
-            },
-        };
+        let scaling = args.params.scaling()?;
         // Its shape, the output's, is checked against the size limit as it is read.
         let tensor = inputs::read_rope_input(Source::File(&args.input))?;
         let (batch, len, _, head_dim) = layout.dims(tensor.shape());
         let head_dim = u32::try_from(head_dim).unwrap_or(u32::MAX);
-        let rotary_dim = args.rotary_dim.unwrap_or(head_dim);
-        let spec = RopeSpec::partial(head_dim, rotary_dim)
-            .map_err(|e| from_input(e, &args.input, head_dim, rotary_dim))?
-            .with_base(args.base)?
-            .with_pairing(match args.pairing {
-                PairingArg::Neox => rp::Pairing::Neox,
-                PairingArg::Gptj => rp::Pairing::Gptj,
-            })
-            .with_scaling(scaling)?;
-        let spec = match args.seq_len {
-            Some(n) => spec.with_seq_len(n)?,
-            None => spec,
-        };
+        let spec = args.params.spec(head_dim, scaling, |e, head_dim, rotary_dim| {
+            from_input(e, &args.input, head_dim, rotary_dim)
+        })?;
         let positions_file = args.positions.as_deref().map(Source::File);
         let positions = inputs::rope_positions(positions_file, args.offset, batch, len)?;
         Ok(Self { spec, tensor, positions, layout })

@@ -323,3 +323,101 @@ fn seq_len_fixes_the_length_dynamic_scaling_sees() {
         assert!(!dir.path("bad.npy").exists());
     }
 }
+
+/// `posenc rope-cache`: safetensors with cos, sin and inv_freq as the library computes them
+/// (in every dtype, converted round-to-nearest-even from f32), the same bytes on the CPU and
+/// the GPU, `.npy` as [2, positions, rotary_dim], and bad requests refused with one line.
+#[test]
+fn rope_cache_writes_the_librarys_cache_in_every_format() {
+    use safetensors::SafeTensors;
+    use safetensors::tensor::Dtype as St;
+    let dir = Dir::new();
+    let llama3 = Scaling::from_hf_json(LLAMA3).unwrap();
+    let spec = RopeSpec::partial(64, 32)
+        .unwrap()
+        .with_base(500000.0)
+        .unwrap()
+        .with_pairing(Pairing::Gptj)
+        .with_scaling(llama3)
+        .unwrap();
+    let positions: Vec<u32> = (0..40).chain([1 << 20, u32::MAX]).collect();
+    let want = cpu::rope_cache(&spec, &positions).unwrap();
+    let base = [
+        "rope-cache",
+        "--head-dim",
+        "64",
+        "--rotary-dim",
+        "32",
+        "--base",
+        "500000",
+        "--pairing",
+        "gptj",
+        "--scaling",
+        LLAMA3,
+        "--positions",
+        "0..40,1048576,4294967295",
+    ];
+    let le_f32 =
+        |a: &ndarray::Array2<f32>| -> Vec<u8> { a.iter().flat_map(|v| v.to_le_bytes()).collect() };
+    for (dtype, st) in [("f32", St::F32), ("f16", St::F16), ("bf16", St::BF16)] {
+        let out = dir.out(&format!("cache_{dtype}.safetensors"));
+        let run = posenc(&[&base[..], &["--dtype", dtype, "--device", "cpu", "-o", &out]].concat());
+        assert_ok(&run, dtype);
+        let bytes = fs::read(&out).unwrap();
+        let file = SafeTensors::deserialize(&bytes).unwrap();
+        let expect = |a: &ndarray::Array2<f32>| -> Vec<u8> {
+            match dtype {
+                "f32" => le_f32(a),
+                "f16" => a.iter().flat_map(|&v| f16::from_f32(v).to_le_bytes()).collect(),
+                _ => a.iter().flat_map(|&v| bf16::from_f32(v).to_le_bytes()).collect(),
+            }
+        };
+        for (name, table) in [("cos", &want.cos), ("sin", &want.sin)] {
+            let t = file.tensor(name).unwrap();
+            assert_eq!((t.dtype(), t.shape()), (st, &[positions.len(), 32][..]), "{dtype} {name}");
+            assert_eq!(t.data(), &expect(table)[..], "{dtype} {name}");
+        }
+        let inv = file.tensor("inv_freq").unwrap();
+        assert_eq!((inv.dtype(), inv.shape()), (St::F32, &[16][..]));
+        let inv_want: Vec<u8> = want.inv_freq.iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(inv.data(), &inv_want[..]);
+        let (_, meta) = SafeTensors::read_metadata(&bytes).unwrap();
+        let meta = meta.metadata().as_ref().unwrap();
+        assert_eq!(meta["attention_factor"], want.attention_factor.to_string());
+        assert_eq!(meta["pairing"], "gptj");
+        // The GPU writes the same bytes (or, without an adapter, auto falls back to the CPU).
+        if dtype == "f32" && gpu_available("rope-cache on the GPU") {
+            let gpu_out = dir.out("cache_gpu.safetensors");
+            let run = posenc(&[&base[..], &["--device", "gpu", "-o", &gpu_out]].concat());
+            assert_ok(&run, "gpu");
+            assert_eq!(fs::read(&gpu_out).unwrap(), bytes, "gpu bytes");
+        }
+    }
+    // npy: [2, positions, rotary_dim], cos then sin.
+    let out = dir.out("cache.npy");
+    assert_ok(
+        &posenc(&[&base[..], &["--format", "npy", "--device", "cpu", "-o", &out]].concat()),
+        "npy",
+    );
+    let stacked = ndarray::stack(ndarray::Axis(0), &[want.cos.view(), want.sin.view()]).unwrap();
+    assert_eq!(fs::read(&out).unwrap(), npy_bytes(&stacked));
+
+    // Refused before any work: one line, exit 2, no file.
+    let bad = dir.out("bad.safetensors");
+    for (args, needle) in [
+        (vec!["--head-dim", "7", "--len", "4"], "invalid rotary_dim: 7 (--head-dim 7)"),
+        (vec!["--head-dim", "0", "--len", "4"], "invalid head_dim: 0 (--head-dim)"),
+        (vec!["--head-dim", "8"], "--len <N>|--positions <SPEC>"),
+        (vec!["--head-dim", "8", "--len", "4", "--positions", "1"], "cannot be used with"),
+        (vec!["--head-dim", "4096", "--len", "1000000"], "more than 2147483648 values"),
+        (vec!["--head-dim", "8", "--positions", "5..2"], "runs backwards"),
+        (vec!["--head-dim", "8", "--len", "4", "--seq-len", "0"], "invalid seq_len: 0"),
+        (vec!["--head-dim", "8", "--len", "4", "--dtype", "f64"], "invalid value 'f64'"),
+    ] {
+        let run = posenc(&[&["rope-cache"][..], &args, &["-o", &bad]].concat());
+        let err = stderr(&run);
+        assert_eq!(run.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.lines().count() == 1 && err.contains(needle), "{args:?}: {err}");
+        assert!(!dir.path("bad.safetensors").exists(), "{args:?}");
+    }
+}
