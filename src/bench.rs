@@ -463,7 +463,13 @@ impl Item {
     fn new(name: &str, mut times: Vec<f64>, bytes: u64) -> Self {
         times.sort_by(f64::total_cmp);
         let at = |i: usize| times.get(i).copied().unwrap_or(f64::NAN);
-        let median_s = at(times.len() / 2);
+        // For an even count, the mean of the two middle runs.
+        let n = times.len();
+        let median_s = if n.is_multiple_of(2) && n > 0 {
+            (at(n / 2 - 1) + at(n / 2)) / 2.0
+        } else {
+            at(n / 2)
+        };
         let gbps = bytes as f64 / median_s / 1e9;
         Item {
             name: name.to_string(),
@@ -1143,6 +1149,14 @@ pub fn chart(reports: &[Report]) -> Result<plot::Image> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(Item::new("x", vec![4.0, 1.0], 8).median_s, 2.5);
+        assert_eq!(Item::new("x", vec![3.0, 1.0, 2.0], 8).median_s, 2.0);
+        assert_eq!(Item::new("x", vec![4.0, 1.0, 3.0, 2.0], 8).median_s, 2.5);
+        assert!(Item::new("x", vec![], 8).median_s.is_nan());
+    }
 
     #[test]
     fn small_times_keep_three_significant_digits() {
