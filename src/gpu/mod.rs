@@ -109,8 +109,15 @@ pub fn adapters() -> Vec<AdapterSummary> {
 
 fn select_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter> {
     let backend = std::env::var("WGPU_BACKEND").ok();
-    let backend_note =
-        backend.as_deref().map(|b| format!(" for WGPU_BACKEND={b}")).unwrap_or_default();
+    let backend_note = match backend.as_deref() {
+        None => String::new(),
+        // wgpu skips names it does not know; a value of only such names selects nothing.
+        Some(b) if wgpu::Backends::from_comma_list(b).is_empty() => format!(
+            " for WGPU_BACKEND={b}, which names no backend (allowed: vulkan, metal, dx12, gl, \
+             webgpu, comma-separated)"
+        ),
+        Some(b) => format!(" for WGPU_BACKEND={b}"),
+    };
     if let Ok(wanted) = std::env::var("WGPU_ADAPTER_NAME") {
         let all = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
         let names: Vec<String> = all.iter().map(|a| a.get_info().name).collect();

@@ -439,3 +439,17 @@ fn bench_reports_a_lost_device_in_one_line_and_never_times_the_cpu_in_its_place(
         report["results"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
     assert!(names.iter().all(|n| !n.starts_with("gpu")), "{names:?}");
 }
+
+/// A WGPU_BACKEND that names no backend is said to be that, not taken for a missing
+/// driver; `auto` still falls back to the CPU, and `gpu` fails with exit status 1.
+#[test]
+fn a_wgpu_backend_naming_no_backend_is_named_as_such() {
+    let env = [("WGPU_BACKEND", "vulkann")];
+    let gpu = posenc_env(&["table", "--dim", "4", "--len", "1", "--device", "gpu"], &env);
+    assert_eq!(gpu.status.code(), Some(1), "{}", stderr(&gpu));
+    let lines = posenc_lines(&gpu);
+    assert!(lines.len() == 1 && lines[0].contains("WGPU_BACKEND=vulkann, which names no backend"));
+    let auto = posenc_env(&["table", "--dim", "4", "--len", "1", "--device", "auto"], &env);
+    assert_ok(&auto, "auto with a WGPU_BACKEND naming no backend");
+    assert!(stderr(&auto).contains("names no backend"), "{}", stderr(&auto));
+}
