@@ -19,6 +19,8 @@ pub(crate) const HELP: &str = "For frequency i < r/2 (r = --rotary-dim) and the 
 
 --scaling takes a Hugging Face rope_scaling object, as JSON text or @FILE, e.g. '{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}'. rope_type (or the legacy type) is one of default, linear, dynamic, yarn, longrope, llama3; max_position_embeddings may be given inside it where the scheme reads the model config's (dynamic needs it). dynamic and longrope use the sequence length max(position) + 1 of this call, or --seq-len N: a Hugging Face module that grew its frequencies for an earlier, longer call keeps them (max_seq_len_cached), and --seq-len with that length reproduces it.
 
+--config takes a Hugging Face model's config.json: its base, scaling (rope_scaling or rope_parameters), rotary dim and pairing become the defaults, the flags override them, and --layer-type picks one of per-layer-type rope_parameters (Gemma 3). The tensor's last axis must be the config's head dim.
+
 Positions: --positions gives each token's (.npy [B, L] of uint32, int32 or int64); --offset N makes every sequence count from N (decoding with a KV cache); the default is --offset 0.
 
 Everything (files, dtypes, shapes, positions, the scaling) is checked before any GPU work and before OUT is opened.";
