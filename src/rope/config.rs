@@ -2,7 +2,7 @@
 //! builds its rotary module from it (`modeling_rope_utils`), legacy (`rope_theta`,
 //! `rope_scaling`) and transformers 5 (`rope_parameters`) forms alike.
 
-use serde_json::{Map, Number, Value};
+use serde_json::{Map, Value};
 
 use super::scaling::{excerpt, invalid, parse_json};
 use super::{DEFAULT_BASE, Pairing, RopeSpec, Scaling};
@@ -59,6 +59,8 @@ struct Rope {
     /// The scaling object and the key it was read under.
     scaling: Option<(Object, String)>,
     partial_rotary_factor: Option<f64>,
+    /// Read from one of per-layer-type `rope_parameters`.
+    per_layer: bool,
 }
 
 fn layer_types(per_layer: &Object) -> String {
@@ -110,13 +112,24 @@ fn rope(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
         None => number(config, "rope_theta")?,
     };
     let partial_rotary_factor = number(params, "partial_rotary_factor").map_err(under(&key))?;
+    // transformers 5 writes a top-level value over the nested one: which was meant is a guess.
+    if let (Some(nested), Some(top)) =
+        (partial_rotary_factor, number(config, "partial_rotary_factor")?)
+        && nested != top
+    {
+        return Err(invalid(
+            "partial_rotary_factor",
+            format!("{top} (and {nested} in {key})"),
+            format!("given once, or the same in {key}"),
+        ));
+    }
     let mut scaling = params.clone();
     scaling.remove("rope_theta");
     scaling.remove("partial_rotary_factor");
     if get(&scaling, "rope_type").is_none() && get(&scaling, "type").is_none() {
         scaling.insert("rope_type".into(), "default".into());
     }
-    Ok(Rope { theta, scaling: Some((scaling, key)), partial_rotary_factor })
+    Ok(Rope { theta, scaling: Some((scaling, key)), partial_rotary_factor, per_layer })
 }
 
 /// The legacy form: `rope_theta` (or `rotary_emb_base`) and `rope_scaling`; Gemma 3's
@@ -134,7 +147,7 @@ fn legacy(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
         }
     };
     let local = number(config, "rope_local_base_freq")?;
-    let rope = Rope { theta, scaling, partial_rotary_factor: None };
+    let rope = Rope { theta, scaling, partial_rotary_factor: None, per_layer: false };
     match (layer_type, local) {
         (None, _) | (Some("full_attention"), Some(_)) => Ok(rope),
         // Gemma 3 (transformers 4): sliding-window layers use the local base, unscaled.
@@ -157,7 +170,7 @@ fn legacy(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
 
 /// The scaling object with the model-level fields merged in where transformers reads
 /// them from the config, then read.
-fn scaling(config: &Object, mut map: Object, key: &str) -> Result<Scaling> {
+fn scaling(config: &Object, mut map: Object, key: &str, per_layer: bool) -> Result<Scaling> {
     if map.contains_key("mrope_section") {
         return Err(invalid(
             format!("{key}.mrope_section"),
@@ -178,17 +191,14 @@ fn scaling(config: &Object, mut map: Object, key: &str) -> Result<Scaling> {
     {
         map.insert("max_position_embeddings".into(), m.into());
     }
-    if rope_type == "longrope" {
-        // Phi-3 keeps its pretrained length at the top level; transformers then takes it
-        // as the original length and max_position_embeddings / it as the factor.
-        if let Some(original) = whole(config, "original_max_position_embeddings")? {
-            map.insert("original_max_position_embeddings".into(), original.into());
-            if let Some(m) = max
-                && let Some(factor) = Number::from_f64(m as f64 / original as f64)
-            {
-                map.insert("factor".into(), Value::Number(factor));
-            }
-        }
+    // Phi-3 keeps its pretrained length at the top level; transformers 5 gives it priority
+    // over the object's for llama3, yarn and longrope (one RoPE for every layer), and a
+    // longrope without factor takes max_position_embeddings / it as the factor.
+    if !per_layer
+        && ["llama3", "yarn", "longrope"].contains(&rope_type.as_str())
+        && let Some(original) = whole(config, "original_max_position_embeddings")?
+    {
+        map.insert("original_max_position_embeddings".into(), original.into());
     }
     Scaling::from_hf_value(&Value::Object(map)).map_err(under(key))
 }
@@ -274,8 +284,10 @@ impl RopeSpec {
     ///   3) need `layer_type`; a legacy Gemma 3 config's `rope_local_base_freq` is the
     ///   unscaled base of `layer_type` `"sliding_attention"`.
     /// - `max_position_embeddings` is passed to dynamic, yarn and longrope; a top-level
-    ///   `original_max_position_embeddings` (Phi-3) is longrope's original length, and
-    ///   `max_position_embeddings / original` its factor, as transformers reads them.
+    ///   `original_max_position_embeddings` (Phi-3) is the original length of llama3, yarn
+    ///   and longrope, over the scaling object's, as transformers 5 reads it (not for
+    ///   per-layer-type parameters); a longrope or yarn without `factor` takes
+    ///   `max_position_embeddings / original`.
     /// - head dim: `head_dim`, else `hidden_size / num_attention_heads` (GPT-J's
     ///   `n_embd / n_head`); DeepSeek's
     ///   `qk_rope_head_dim` (the rotated part of each query and key head) when given.
@@ -314,7 +326,7 @@ impl RopeSpec {
             rotary_dim(&config, head_dim, rope.partial_rotary_factor)?
         };
         let scaling = match rope.scaling {
-            Some((map, key)) => scaling(&config, map, &key)?,
+            Some((map, key)) => scaling(&config, map, &key, rope.per_layer)?,
             None => Scaling::None,
         };
         let model_type = get(&config, "model_type").and_then(Value::as_str).unwrap_or("");

@@ -86,6 +86,20 @@ fn phi_3_longrope_takes_the_top_level_original_length() {
     for (i, (&w, &w0)) in f.inv_freq().iter().zip(base.inv_freq()).enumerate() {
         assert!((w - w0 / short[i]).abs() <= 1e-15 * w0, "{i}");
     }
+    // transformers 5: an explicit factor is kept, and the top-level length wins over the
+    // object's.
+    let explicit = text.replace(
+        "\"type\": \"longrope\"",
+        "\"type\": \"longrope\", \"factor\": 8.0, \"original_max_position_embeddings\": 2048",
+    );
+    let spec = RopeSpec::from_hf_config(&explicit, None).unwrap();
+    let Scaling::LongRope(l) = spec.scaling() else { panic!("{spec:?}") };
+    assert_eq!((l.factor, l.original_max_position_embeddings), (Some(8.0), 4096));
+    // Without the top-level length, max_position_embeddings stands in for it: factor 1.
+    let mut v2 = v.clone();
+    v2.as_object_mut().unwrap().remove("original_max_position_embeddings");
+    let spec = RopeSpec::from_hf_config(&v2.to_string(), None).unwrap();
+    assert_eq!(spec.frequencies(1).attention_factor(), 1.0);
     // Phi-3's first configs call it "su": the same spec.
     let su = text.replace("\"longrope\"", "\"su\"");
     assert_eq!(RopeSpec::from_hf_config(&su, None).unwrap(), want);
@@ -167,6 +181,9 @@ fn configs_posenc_cannot_honour_are_refused_naming_the_key() {
     let both = r#"{"head_dim": 64, "rope_scaling": {"rope_type": "linear", "factor": 2},
         "rope_parameters": {"rope_type": "default", "rope_theta": 10000}}"#;
     refused(both, None, "rope_scaling");
+    let twice = r#"{"head_dim": 64, "partial_rotary_factor": 0.5,
+        "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.25}}"#;
+    refused(twice, None, "partial_rotary_factor");
 
     let gemma = read("gemma-3-4b-it.transformers5.json");
     let msg = refused(&gemma, Some("global"), "layer_type");
