@@ -295,7 +295,8 @@ impl RopeSpec {
     ///   `rotary_dim`; all of the head otherwise.
     /// - pairing: gptj (interleaved) for the `model_type`s in [`INTERLEAVED_MODEL_TYPES`]
     ///   and for DeepSeek (`qk_rope_head_dim`, unless `rope_interleave` is false); neox
-    ///   otherwise.
+    ///   otherwise. (transformers' `DeepseekV3` regroups each head as (even, odd)
+    ///   dimensions before a neox rotation: its output is the gptj one in that order.)
     ///
     /// A multimodal config whose language model sits under `text_config` is read from
     /// there when the top level has no head dimension.
