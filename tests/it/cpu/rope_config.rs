@@ -219,3 +219,60 @@ fn defaults_without_rope_fields() {
     let e = RopeSpec::from_hf_config(r#"{"head_dim": 64, "rope_theta": 0.5}"#, None).unwrap_err();
     assert!(matches!(e, Error::InvalidParameter { field: "base", .. }), "{e:?}");
 }
+
+/// Every prefix of every config, and every number in them replaced by hostile values, gives
+/// a spec or a typed error: never a panic.
+#[test]
+fn cut_and_mutated_configs_never_panic() {
+    let dir = config_path("");
+    let mut names: Vec<_> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 11, "{names:?}");
+    for name in &names {
+        let text = read(name);
+        for cut in (0..text.len()).filter(|&k| text.is_char_boundary(k)) {
+            let _ = RopeSpec::from_hf_config(&text[..cut], Some("full_attention"));
+        }
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let hostile = [
+            serde_json::json!(0),
+            serde_json::json!(-1),
+            serde_json::json!(1e300),
+            serde_json::json!(u64::MAX),
+            serde_json::json!(0.5),
+            serde_json::json!("x"),
+            serde_json::json!(null),
+            serde_json::json!([]),
+        ];
+        fn numbers(v: &serde_json::Value, path: Vec<String>, out: &mut Vec<Vec<String>>) {
+            match v {
+                serde_json::Value::Object(m) => {
+                    for (k, x) in m {
+                        numbers(x, [path.clone(), vec![k.clone()]].concat(), out);
+                    }
+                }
+                serde_json::Value::Number(_) => out.push(path),
+                _ => {}
+            }
+        }
+        let mut paths = vec![];
+        numbers(&v, vec![], &mut paths);
+        for path in paths {
+            for h in &hostile {
+                let mut w = v.clone();
+                let mut slot = &mut w;
+                for k in &path {
+                    slot = &mut slot[k.as_str()];
+                }
+                *slot = h.clone();
+                for layer_type in [None, Some("full_attention"), Some("sliding_attention")] {
+                    let _ = RopeSpec::from_hf_config(&w.to_string(), layer_type);
+                }
+            }
+        }
+    }
+}
