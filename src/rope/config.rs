@@ -302,13 +302,22 @@ impl RopeSpec {
     /// there when the top level has no head dimension.
     ///
     /// # Errors
-    /// [`Error::RopeScaling`] naming the key (`rope_scaling.factor`, `layer_type`,
+    /// [`Error::RopeConfig`] naming the key (`rope_scaling.factor`, `layer_type`,
     /// `hidden_size`, ...), its value and what is allowed: malformed JSON, a value that is
     /// not a config object, a missing or unknown layer type (listing the known ones), an
     /// unknown `rope_type` or a field it does not use, mrope, a non-integral head dim, a
     /// partial rotary factor giving an odd rotary dim; [`Error::InvalidParameter`] from
     /// the builders (head dim, base out of range).
     pub fn from_hf_config(json: &str, layer_type: Option<&str>) -> Result<RopeSpec> {
+        Self::read_hf_config(json, layer_type).map_err(|e| match e {
+            Error::RopeScaling { field, value, allowed } => {
+                Error::RopeConfig { field, value, allowed }
+            }
+            other => other,
+        })
+    }
+
+    fn read_hf_config(json: &str, layer_type: Option<&str>) -> Result<RopeSpec> {
         let value = parse_json(json)?;
         let Value::Object(mut config) = value else {
             return Err(invalid("(json)", excerpt(&value), "a JSON object (a config.json)"));
@@ -326,9 +335,9 @@ impl RopeSpec {
         } else {
             rotary_dim(&config, head_dim, rope.partial_rotary_factor)?
         };
-        let scaling = match rope.scaling {
-            Some((map, key)) => scaling(&config, map, &key, rope.per_layer)?,
-            None => Scaling::None,
+        let (scaling, scaling_key) = match rope.scaling {
+            Some((map, key)) => (scaling(&config, map, &key, rope.per_layer)?, key),
+            None => (Scaling::None, "rope_scaling".to_string()),
         };
         let model_type = get(&config, "model_type").and_then(Value::as_str).unwrap_or("");
         let interleave = match get(&config, "rope_interleave") {
@@ -346,5 +355,6 @@ impl RopeSpec {
             .with_base(rope.theta.unwrap_or(DEFAULT_BASE))?
             .with_pairing(pairing)
             .with_scaling(scaling)
+            .map_err(under(&scaling_key))
     }
 }

@@ -154,11 +154,11 @@ fn gemma_3_per_layer_type_in_both_forms() {
     same("gemma legacy", &from("gemma-3-4b-it.json", None), &full);
 }
 
-/// The error, which must be a typed `RopeScaling` naming `field`.
+/// The error, which must be a typed `RopeConfig` naming `field`.
 fn refused(text: &str, layer_type: Option<&str>, field: &str) -> String {
     let e = RopeSpec::from_hf_config(text, layer_type).unwrap_err();
     match &e {
-        Error::RopeScaling { field: f, .. } => assert_eq!(f, field, "{e}"),
+        Error::RopeConfig { field: f, .. } => assert_eq!(f, field, "{e}"),
         other => panic!("{other:?}"),
     }
     let msg = e.to_string();
@@ -184,6 +184,11 @@ fn configs_posenc_cannot_honour_are_refused_naming_the_key() {
     let twice = r#"{"head_dim": 64, "partial_rotary_factor": 0.5,
         "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.25}}"#;
     refused(twice, None, "partial_rotary_factor");
+    // Phi-3's 48 factors against a rotary dim of 48 (24 frequencies).
+    let phi3 = read("phi-3-mini-128k-instruct.json");
+    let half = phi3.replacen("\"rope_theta\"", "\"partial_rotary_factor\": 0.5, \"rope_theta\"", 1);
+    let msg = refused(&half, None, "rope_scaling.short_factor");
+    assert!(msg.starts_with("config.json: invalid rope_scaling.short_factor: 48 numbers"), "{msg}");
 
     let gemma = read("gemma-3-4b-it.transformers5.json");
     let msg = refused(&gemma, Some("global"), "layer_type");
