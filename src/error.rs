@@ -253,6 +253,18 @@ pub enum Error {
         /// What is allowed, in words.
         allowed: String,
     },
+    /// A model's `config.json` ([`crate::rope::RopeSpec::from_hf_config`]) cannot be read
+    /// as a RoPE posenc computes exactly.
+    #[error("config.json: invalid {field}: {value} (allowed: {allowed})")]
+    RopeConfig {
+        /// The offending key as the config spells it (`head_dim`, `layer_type`,
+        /// `rope_scaling.factor`, ...), or `(json)` when the text is not a JSON object.
+        field: String,
+        /// The offending value, shortened, or `missing`.
+        value: String,
+        /// What is allowed, in words.
+        allowed: String,
+    },
     /// No tensor of a multi-tensor file could be chosen: the one named is missing, or none
     /// was named and the choice is not unique.
     #[error("{}: {problem}; 2-D tensors in the file: {}", path.display(), names_or_none(available))]
@@ -307,6 +319,7 @@ impl Error {
             Error::InvalidParameter { .. }
             | Error::PositionSpec { .. }
             | Error::RopeScaling { .. }
+            | Error::RopeConfig { .. }
             | Error::OutputPath { .. }
             | Error::TooLarge { .. } => ErrorKind::Usage,
             Error::TokenId { .. }
@@ -405,6 +418,7 @@ mod tests {
                 Error::RopeScaling { field: text(), value: text(), allowed: text() },
                 ErrorKind::Usage,
             ),
+            (Error::RopeConfig { field: text(), value: text(), allowed: text() }, ErrorKind::Usage),
             (Error::OutputPath { path: path(), what: text(), allowed: "" }, ErrorKind::Usage),
             (
                 Error::TooLarge { op: "", what: "", shape: vec![], limit_name: "", limit: 0 },

@@ -44,7 +44,7 @@ use crate::encode::ids_to_u32;
 use crate::error::{Error, Result};
 use crate::npy::{self, Expected, NpyArray, NpyDtype};
 use crate::positions;
-use crate::rope::{MAX_JSON_BYTES, Scaling};
+use crate::rope::{MAX_JSON_BYTES, RopeSpec, Scaling};
 use crate::weights::{self, Table};
 
 /// The most values an output of `posenc table`, `encode` or `rope` may have, its zero axes
@@ -405,6 +405,21 @@ pub fn read_rope_input(source: Source<'_>) -> Result<RopeTensor> {
 /// [`Error::Io`] naming the input if it cannot be read or is not UTF-8; as
 /// [`Scaling::from_hf_json`].
 pub fn read_rope_scaling(source: Source<'_>) -> Result<Scaling> {
+    Scaling::from_hf_json(&read_json(source)?)
+}
+
+/// Reads a Hugging Face model's `config.json` into the RoPE it defines
+/// ([`RopeSpec::from_hf_config`]), `layer_type` selecting one of per-layer-type
+/// `rope_parameters`. At most [`MAX_JSON_BYTES`] (+1, for the size error) are read.
+///
+/// # Errors
+/// [`Error::Io`] if it cannot be read; otherwise as [`RopeSpec::from_hf_config`].
+pub fn read_rope_config(source: Source<'_>, layer_type: Option<&str>) -> Result<RopeSpec> {
+    RopeSpec::from_hf_config(&read_json(source)?, layer_type)
+}
+
+/// The text of a JSON file, at most [`MAX_JSON_BYTES`] + 1 bytes of it.
+fn read_json(source: Source<'_>) -> Result<String> {
     let io_error = |e| Error::Io { path: source.name().to_path_buf(), source: e };
     let limit = MAX_JSON_BYTES as u64 + 1;
     let mut text = String::new();
@@ -415,7 +430,7 @@ pub fn read_rope_scaling(source: Source<'_>) -> Result<Scaling> {
         Source::Bytes { bytes, .. } => bytes.take(limit).read_to_string(&mut text),
     }
     .map_err(io_error)?;
-    Scaling::from_hf_json(&text)
+    Ok(text)
 }
 
 /// `a` as rank 4, which the reader was asked for.

@@ -176,7 +176,7 @@ impl Llama3 {
 }
 
 /// A typed error about one field of a `rope_scaling` object.
-fn invalid(
+pub(super) fn invalid(
     field: impl Into<String>,
     value: impl Into<String>,
     allowed: impl Into<String>,
@@ -394,23 +394,7 @@ impl Scaling {
     /// not use (listing those it does), a missing required field, a value of the wrong
     /// type, a number out of range (non-finite, negative, zero where a divisor).
     pub fn from_hf_json(text: &str) -> Result<Self> {
-        if text.len() > MAX_JSON_BYTES {
-            return Err(invalid(
-                "(json)",
-                format!("{} bytes", text.len()),
-                format!("at most {MAX_JSON_BYTES} bytes"),
-            ));
-        }
-        let duplicate = RefCell::new(None);
-        let mut reader = serde_json::Deserializer::from_str(text);
-        let value = Unique { duplicate: &duplicate }
-            .deserialize(&mut reader)
-            .and_then(|value| reader.end().map(|()| value))
-            .map_err(|e| match duplicate.take() {
-                Some(key) => invalid(key, "given twice", "each key at most once per object"),
-                None => invalid("(json)", format!("not valid JSON ({e})"), "a JSON object or null"),
-            })?;
-        Self::from_hf_value(&value)
+        Self::from_hf_value(&parse_json(text)?)
     }
 
     /// [`Scaling::from_hf_json`] on an already parsed JSON value.
@@ -581,6 +565,27 @@ impl Scaling {
     }
 }
 
+/// Parses JSON text of at most [`MAX_JSON_BYTES`], refusing a key given twice in one object.
+pub(super) fn parse_json(text: &str) -> Result<Value> {
+    if text.len() > MAX_JSON_BYTES {
+        return Err(invalid(
+            "(json)",
+            format!("{} bytes", text.len()),
+            format!("at most {MAX_JSON_BYTES} bytes"),
+        ));
+    }
+    let duplicate = RefCell::new(None);
+    let mut reader = serde_json::Deserializer::from_str(text);
+    let value = Unique { duplicate: &duplicate }
+        .deserialize(&mut reader)
+        .and_then(|value| reader.end().map(|()| value))
+        .map_err(|e| match duplicate.take() {
+            Some(key) => invalid(key, "given twice", "each key at most once per object"),
+            None => invalid("(json)", format!("not valid JSON ({e})"), "a JSON object or null"),
+        })?;
+    Ok(value)
+}
+
 fn missing_original(rope_type: &str) -> Error {
     invalid(
         "original_max_position_embeddings",
@@ -666,7 +671,7 @@ impl<'de> Visitor<'de> for Unique<'_> {
 }
 
 /// A JSON value shortened for an error message.
-fn excerpt(v: &Value) -> String {
+pub(super) fn excerpt(v: &Value) -> String {
     const MAX: usize = 48;
     let text = match v {
         Value::Array(a) if a.len() > 4 => format!("an array of {} values", a.len()),

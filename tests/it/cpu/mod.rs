@@ -8,5 +8,6 @@ mod encode_shapes;
 mod learned;
 mod plot;
 mod rope;
+mod rope_config;
 mod table;
 mod variants;

@@ -19,6 +19,8 @@ pub(crate) const HELP: &str = "For frequency i < r/2 (r = --rotary-dim) and the 
 
 --scaling takes a Hugging Face rope_scaling object, as JSON text or @FILE, e.g. '{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}'. rope_type (or the legacy type) is one of default, linear, dynamic, yarn, longrope, llama3; max_position_embeddings may be given inside it where the scheme reads the model config's (dynamic needs it). dynamic and longrope use the sequence length max(position) + 1 of this call, or --seq-len N: a Hugging Face module that grew its frequencies for an earlier, longer call keeps them (max_seq_len_cached), and --seq-len with that length reproduces it.
 
+--config takes a Hugging Face model's config.json: its base, scaling (rope_scaling or rope_parameters), rotary dim and pairing become the defaults, the flags override them, and --layer-type picks one of per-layer-type rope_parameters (Gemma 3). The tensor's last axis must be the config's head dim.
+
 Positions: --positions gives each token's (.npy [B, L] of uint32, int32 or int64); --offset N makes every sequence count from N (decoding with a KV cache); the default is --offset 0.
 
 Everything (files, dtypes, shapes, positions, the scaling) is checked before any GPU work and before OUT is opened.";
@@ -54,17 +56,28 @@ pub(crate) struct RopeArgs {
 /// The RoPE configuration's flags, shared by `rope` and `rope-cache`.
 #[derive(Debug, Args)]
 pub(crate) struct RopeParams {
+    /// A Hugging Face model's config.json: base (rope_theta), scaling (rope_scaling or
+    /// rope_parameters), rotary dim (partial_rotary_factor, rotary_pct, rotary_dim), pairing
+    /// and head dim as transformers reads them. The flags below override it.
+    #[arg(long, value_name = "CONFIG.json")]
+    config: Option<PathBuf>,
+    /// With --config: which of per-layer-type rope_parameters to use (e.g. Gemma 3's
+    /// full_attention or sliding_attention).
+    #[arg(long, value_name = "NAME", requires = "config")]
+    layer_type: Option<String>,
     /// Which dimensions rotate together: neox (i, i + r/2; Llama and most HF models) or
-    /// gptj (2i, 2i + 1).
-    #[arg(long, value_enum, default_value_t = PairingArg::Neox)]
-    pairing: PairingArg,
-    /// Rotated dimensions per head, even, 2..=head_dim [default: head_dim].
+    /// gptj (2i, 2i + 1) [default: the config's, else neox].
+    #[arg(long, value_enum)]
+    pairing: Option<PairingArg>,
+    /// Rotated dimensions per head, even, 2..=head_dim [default: the config's, else
+    /// head_dim].
     #[arg(long, value_name = "R", allow_negative_numbers = true)]
     rotary_dim: Option<u32>,
-    /// Frequency base (rope_theta), finite and > 1.
-    #[arg(long, value_name = "B", default_value_t = rp::DEFAULT_BASE, allow_hyphen_values = true)]
-    base: f64,
-    /// A Hugging Face rope_scaling object as JSON text, or @FILE to read it from a file.
+    /// Frequency base (rope_theta), finite and > 1 [default: the config's, else 10000].
+    #[arg(long, value_name = "B", allow_hyphen_values = true)]
+    base: Option<f64>,
+    /// A Hugging Face rope_scaling object as JSON text, or @FILE to read it from a file
+    /// [default: the config's, else none].
     #[arg(long, value_name = "JSON")]
     scaling: Option<String>,
     /// The sequence length dynamic and longrope scaling see, 1..=2^32 [default: the largest
@@ -75,33 +88,51 @@ pub(crate) struct RopeParams {
 }
 
 impl RopeParams {
-    /// The `--scaling` object, read and checked.
-    pub(crate) fn scaling(&self) -> Result<Scaling, Error> {
+    /// The `--scaling` object, read and checked; `None` without the flag.
+    pub(crate) fn scaling(&self) -> Result<Option<Scaling>, Error> {
         Ok(match &self.scaling {
-            None => Scaling::None,
-            Some(text) => match text.strip_prefix('@') {
+            None => None,
+            Some(text) => Some(match text.strip_prefix('@') {
                 Some(path) => inputs::read_rope_scaling(Source::File(Path::new(path)))?,
                 None => Scaling::from_hf_json(text)?,
-            },
+            }),
         })
     }
 
-    /// The spec for heads of `head_dim` with `scaling`; `origin` rewords an error about
-    /// the head or rotary dim to say where the head dim came from.
+    /// The `--config` file's spec, read and checked; `None` without the flag.
+    pub(crate) fn config(&self) -> Result<Option<(RopeSpec, &Path)>, Error> {
+        let Some(path) = &self.config else { return Ok(None) };
+        let spec = inputs::read_rope_config(Source::File(path), self.layer_type.as_deref())?;
+        Ok(Some((spec, path)))
+    }
+
+    /// The spec for heads of `head_dim`: the flags, else `config`'s values, else the
+    /// defaults, with `scaling` (the `--scaling` flag's) over the config's; `origin`
+    /// rewords an error about the head or rotary dim to say where the head dim came from.
     pub(crate) fn spec(
         &self,
         head_dim: u32,
-        scaling: Scaling,
+        config: Option<&RopeSpec>,
+        scaling: Option<Scaling>,
         origin: impl FnOnce(Error, u32, u32) -> Error,
     ) -> Result<RopeSpec, Error> {
-        let rotary_dim = self.rotary_dim.unwrap_or(head_dim);
+        // A config's partial rotary dim; a fully rotary config follows the head dim.
+        let config_rotary =
+            config.filter(|c| c.rotary_dim() != c.head_dim()).map(RopeSpec::rotary_dim);
+        let rotary_dim = self.rotary_dim.or(config_rotary).unwrap_or(head_dim);
+        let pairing = match self.pairing {
+            Some(PairingArg::Neox) => rp::Pairing::Neox,
+            Some(PairingArg::Gptj) => rp::Pairing::Gptj,
+            None => config.map_or(rp::Pairing::Neox, RopeSpec::pairing),
+        };
+        let scaling = match scaling {
+            Some(s) => s,
+            None => config.map_or(Scaling::None, |c| c.scaling().clone()),
+        };
         let spec = RopeSpec::partial(head_dim, rotary_dim)
             .map_err(|e| origin(e, head_dim, rotary_dim))?
-            .with_base(self.base)?
-            .with_pairing(match self.pairing {
-                PairingArg::Neox => rp::Pairing::Neox,
-                PairingArg::Gptj => rp::Pairing::Gptj,
-            })
+            .with_base(self.base.or(config.map(RopeSpec::base)).unwrap_or(rp::DEFAULT_BASE))?
+            .with_pairing(pairing)
             .with_scaling(scaling)?;
         match self.seq_len {
             Some(n) => spec.with_seq_len(n),
@@ -195,11 +226,27 @@ impl RopeInput {
             LayoutArg::Bhld => rp::Layout::Bhld,
         };
         let scaling = args.params.scaling()?;
+        let config = args.params.config()?;
         // Its shape, the output's, is checked against the size limit as it is read.
         let tensor = inputs::read_rope_input(Source::File(&args.input))?;
         let (batch, len, _, head_dim) = layout.dims(tensor.shape());
         let head_dim = u32::try_from(head_dim).unwrap_or(u32::MAX);
-        let spec = args.params.spec(head_dim, scaling, |e, head_dim, rotary_dim| {
+        if let Some((c, path)) = &config
+            && c.head_dim() != head_dim
+        {
+            return Err(Error::InvalidParameter {
+                field: "head_dim",
+                value: format!(
+                    "{head_dim} (the last axis of {}), but {} in {}",
+                    args.input.display(),
+                    c.head_dim(),
+                    path.display()
+                ),
+                allowed: "the config's head dim: the tensor's last axis is the head",
+            });
+        }
+        let config = config.as_ref().map(|(c, _)| c);
+        let spec = args.params.spec(head_dim, config, scaling, |e, head_dim, rotary_dim| {
             from_input(e, &args.input, head_dim, rotary_dim)
         })?;
         let positions_file = args.positions.as_deref().map(Source::File);

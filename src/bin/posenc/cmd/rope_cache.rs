@@ -26,9 +26,15 @@ The frequencies are those of a rotation at the same positions: dynamic and longr
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("range").required(true).args(["len", "positions"])))]
 pub(crate) struct RopeCacheArgs {
-    /// Dimensions per attention head (head_dim, or hidden_size / num_attention_heads).
-    #[arg(long, value_name = "D", allow_negative_numbers = true)]
-    head_dim: u32,
+    /// Dimensions per attention head (head_dim, or hidden_size / num_attention_heads)
+    /// [default: the --config's; required without it].
+    #[arg(
+        long,
+        value_name = "D",
+        allow_negative_numbers = true,
+        required_unless_present = "config"
+    )]
+    head_dim: Option<u32>,
     #[command(flatten)]
     params: RopeParams,
     /// Positions 0..N.
@@ -107,15 +113,26 @@ pub(crate) fn run(args: &RopeCacheArgs) -> Result<(), Failure> {
 /// The spec and the positions, every size checked before the positions exist.
 fn load(args: &RopeCacheArgs) -> Result<(RopeSpec, Vec<u32>), Error> {
     let scaling = args.params.scaling()?;
-    let spec = args.params.spec(args.head_dim, scaling, |e, head_dim, rotary_dim| match e {
-        // Say which flag the head dim came from.
+    let config = args.params.config()?;
+    let config = config.as_ref().map(|(c, _)| c);
+    // clap requires --head-dim without --config.
+    let Some(head_dim) = args.head_dim.or(config.map(RopeSpec::head_dim)) else {
+        return Err(Error::InvalidParameter {
+            field: "head_dim",
+            value: "missing".into(),
+            allowed: "--head-dim D, or --config giving the model's head dim",
+        });
+    };
+    let flag = if args.head_dim.is_some() { "--head-dim" } else { "--config" };
+    let spec = args.params.spec(head_dim, config, scaling, |e, head_dim, rotary_dim| match e {
+        // Say where the head dim came from.
         Error::InvalidParameter { field: "rotary_dim", allowed, .. } => Error::InvalidParameter {
             field: "rotary_dim",
-            value: format!("{rotary_dim} (--head-dim {head_dim})"),
+            value: format!("{rotary_dim} ({flag} {head_dim})"),
             allowed,
         },
         Error::InvalidParameter { field, allowed, .. } => {
-            Error::InvalidParameter { field, value: format!("{head_dim} (--head-dim)"), allowed }
+            Error::InvalidParameter { field, value: format!("{head_dim} ({flag})"), allowed }
         }
         other => other,
     })?;

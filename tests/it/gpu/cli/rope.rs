@@ -421,3 +421,199 @@ fn rope_cache_writes_the_librarys_cache_in_every_format() {
         assert!(!dir.path("bad.safetensors").exists(), "{args:?}");
     }
 }
+
+fn config(name: &str) -> String {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/configs");
+    s(&dir.join(name))
+}
+
+/// The explicit flags that say what each published config (tests/corpus/configs/) says.
+fn config_cases(dir: &Dir) -> Vec<(&'static str, Option<&'static str>, usize, Vec<String>)> {
+    let text = fs::read_to_string(config("phi-3-mini-128k-instruct.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let phi3 = serde_json::json!({
+        "rope_type": "longrope",
+        "short_factor": v["rope_scaling"]["short_factor"],
+        "long_factor": v["rope_scaling"]["long_factor"],
+        "factor": 32.0,
+        "original_max_position_embeddings": 4096,
+    });
+    let phi3 = format!("@{}", dir.bytes("phi3-scaling.json", phi3.to_string().as_bytes()));
+    let llama3 = ["--base", "500000", "--scaling", LLAMA3].map(String::from).to_vec();
+    let strings = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let linear8 = r#"{"rope_type": "linear", "factor": 8.0}"#;
+    let yarn4 = r#"{"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}"#;
+    let deepseek = r#"{"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "mscale": 1.0, "mscale_all_dim": 1.0}"#;
+    vec![
+        ("llama-3.1-8b.json", None, 128, llama3.clone()),
+        ("llama-3.1-8b.transformers5.json", None, 128, llama3),
+        ("qwen2.5-7b-instruct.json", None, 128, strings(&["--base", "1000000"])),
+        (
+            "qwen2.5-7b-instruct.yarn.json",
+            None,
+            128,
+            strings(&["--base", "1000000", "--scaling", yarn4]),
+        ),
+        ("phi-3-mini-128k-instruct.json", None, 96, vec!["--scaling".into(), phi3]),
+        ("deepseek-v3.json", None, 64, strings(&["--pairing", "gptj", "--scaling", deepseek])),
+        ("gpt-neox-20b.json", None, 96, strings(&["--rotary-dim", "24"])),
+        ("phi-2.json", None, 80, strings(&["--rotary-dim", "32"])),
+        ("gpt-j-6b.json", None, 256, strings(&["--rotary-dim", "64", "--pairing", "gptj"])),
+        (
+            "gemma-3-4b-it.transformers5.json",
+            Some("full_attention"),
+            256,
+            strings(&["--base", "1000000", "--scaling", linear8]),
+        ),
+        ("gemma-3-4b-it.transformers5.json", Some("sliding_attention"), 256, vec![]),
+        (
+            "gemma-3-4b-it.json",
+            Some("full_attention"),
+            256,
+            strings(&["--base", "1000000", "--scaling", linear8]),
+        ),
+        ("gemma-3-4b-it.json", Some("sliding_attention"), 256, vec![]),
+    ]
+}
+
+/// `--config` gives, byte for byte, what the explicit flags give: for `rope` (at positions
+/// past Phi-3's original length, so longrope's long factors are used) and for `rope-cache`
+/// (the head dim from the config).
+#[test]
+fn config_files_equal_their_explicit_flags_byte_for_byte() {
+    let dir = Dir::new();
+    for (k, (name, layer_type, head_dim, flags)) in config_cases(&dir).into_iter().enumerate() {
+        let what = format!("{name} {layer_type:?}");
+        let x = dir.npy(&format!("x{k}.npy"), &tensor::<f32>([2, 3, 2, head_dim], k as u64));
+        let mut from_config = vec!["--config".to_string(), config(name)];
+        if let Some(t) = layer_type {
+            from_config.extend(["--layer-type".to_string(), t.to_string()]);
+        }
+        let common = ["--input", &x, "--layout", "blhd", "--offset", "4095", "--device", "cpu"];
+        let mut outs = vec![];
+        for (tag, extra) in [("config", &from_config), ("flags", &flags)] {
+            let out = dir.out(&format!("{k}.{tag}.npy"));
+            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            let run = posenc(&[&["rope"][..], &common, &extra, &["-o", &out]].concat());
+            assert_ok(&run, &format!("{what} {tag}"));
+            outs.push(fs::read(&out).unwrap());
+        }
+        assert_eq!(outs[0], outs[1], "{what}: rope");
+
+        let hd = head_dim.to_string();
+        let mut caches = vec![];
+        for (tag, extra) in [("config", &from_config), ("flags", &flags)] {
+            let out = dir.out(&format!("{k}.{tag}.safetensors"));
+            let mut extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            if tag == "flags" {
+                extra.extend(["--head-dim", &hd]);
+            }
+            let common = ["rope-cache", "--positions", "0..3,5000", "--device", "cpu"];
+            let run = posenc(&[&common[..], &extra, &["-o", &out]].concat());
+            assert_ok(&run, &format!("{what} rope-cache {tag}"));
+            caches.push(fs::read(&out).unwrap());
+        }
+        assert_eq!(caches[0], caches[1], "{what}: rope-cache");
+    }
+}
+
+/// Explicit flags override the config: --base, --scaling, --rotary-dim, --pairing, and
+/// rope-cache's --head-dim.
+#[test]
+fn flags_override_the_config() {
+    let dir = Dir::new();
+    let x = dir.npy("x.npy", &tensor::<f32>([1, 3, 2, 128], 9));
+    let run_rope = |name: &str, extra: &[&str]| {
+        let out = dir.out(name);
+        let args = ["rope", "--input", &x, "--layout", "blhd", "--device", "cpu"];
+        let run = posenc(&[&args[..], extra, &["-o", &out]].concat());
+        assert_ok(&run, name);
+        fs::read(&out).unwrap()
+    };
+    let llama = config("llama-3.1-8b.json");
+    let linear = r#"{"type": "linear", "factor": 2}"#;
+    let overrides = [
+        (vec!["--base", "10000"], vec!["--scaling", LLAMA3]),
+        (vec!["--scaling", linear], vec!["--base", "500000", "--scaling", linear]),
+        (
+            vec!["--rotary-dim", "64", "--pairing", "gptj", "--scaling", linear],
+            vec![
+                "--base",
+                "500000",
+                "--rotary-dim",
+                "64",
+                "--pairing",
+                "gptj",
+                "--scaling",
+                linear,
+            ],
+        ),
+    ];
+    for (k, (over, explicit)) in overrides.iter().enumerate() {
+        let a = run_rope(&format!("{k}a.npy"), &[&["--config", &llama][..], over].concat());
+        let b = run_rope(&format!("{k}b.npy"), explicit);
+        assert_eq!(a, b, "{over:?}");
+    }
+    // rope-cache: --head-dim over the config's, the config's partial rotary dim kept.
+    let cache = |name: &str, extra: &[&str]| {
+        let out = dir.out(name);
+        let run = posenc(
+            &[&["rope-cache", "--len", "4", "--device", "cpu"][..], extra, &["-o", &out]].concat(),
+        );
+        assert_ok(&run, name);
+        fs::read(&out).unwrap()
+    };
+    let neox = config("gpt-neox-20b.json");
+    let a = cache("a.safetensors", &["--config", &neox, "--head-dim", "128"]);
+    let b = cache("b.safetensors", &["--head-dim", "128", "--rotary-dim", "24"]);
+    assert_eq!(a, b);
+}
+
+/// Configs posenc cannot honour, and a tensor that is not the config's head: exit 2, one
+/// line naming the key, no output touched.
+#[test]
+fn config_refusals_exit_2_with_one_line() {
+    let dir = Dir::new();
+    let x = dir.npy("x.npy", &tensor::<f32>([1, 2, 1, 64], 1));
+    let llama = fs::read_to_string(config("llama-3.1-8b.json")).unwrap();
+    let file = |name: &str, text: &str| dir.bytes(name, text.as_bytes());
+    let unknown = file("unknown.json", &llama.replace("\"llama3\"", "\"proportional\""));
+    let nonintegral = file("nonint.json", r#"{"hidden_size": 100, "num_attention_heads": 3}"#);
+    let odd = file("odd.json", r#"{"head_dim": 90, "partial_rotary_factor": 0.1}"#);
+    let malformed = file("malformed.json", &llama[..llama.len() / 2]);
+    let gemma = config("gemma-3-4b-it.transformers5.json");
+    let llama = config("llama-3.1-8b.json");
+    let out = dir.out("out.npy");
+    fs::write(&out, b"previous").unwrap();
+    let cases: [(&[&str], &str); 6] = [
+        (&["--config", &unknown], "rope_scaling.rope_type"),
+        (&["--config", &gemma, "--layer-type", "global"], "layer_type"),
+        (&["--config", &nonintegral], "hidden_size"),
+        (&["--config", &odd], "partial_rotary_factor"),
+        (&["--config", &malformed], "(json)"),
+        (&["--config", &llama], "but 128 in"),
+    ];
+    for (args, needle) in cases {
+        let run = posenc(
+            &[
+                &["rope", "--input", &x, "--layout", "blhd", "--device", "cpu"][..],
+                args,
+                &["-o", &out],
+            ]
+            .concat(),
+        );
+        let (what, err) = (format!("{args:?}"), stderr(&run));
+        assert_eq!(run.status.code(), Some(2), "{what}: {err}");
+        assert_eq!(err.lines().count(), 1, "{what}: {err}");
+        assert!(err.starts_with("posenc: ") && err.contains(needle), "{what}: {err}");
+        assert_eq!(fs::read(&out).unwrap(), b"previous", "{what}: output touched");
+    }
+    // clap's: --layer-type needs --config; rope-cache needs --head-dim or --config.
+    let run =
+        posenc(&["rope-cache", "--len", "2", "--layer-type", "x", "--head-dim", "8", "-o", &out]);
+    assert_eq!(run.status.code(), Some(2), "{}", stderr(&run));
+    assert!(stderr(&run).contains("--config"), "{}", stderr(&run));
+    let run = posenc(&["rope-cache", "--len", "2", "-o", &out]);
+    assert_eq!(run.status.code(), Some(2), "{}", stderr(&run));
+    assert!(stderr(&run).contains("--head-dim"), "{}", stderr(&run));
+}

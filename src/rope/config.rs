@@ -1,0 +1,360 @@
+//! A RoPE configuration read from a Hugging Face model's `config.json`, as transformers
+//! builds its rotary module from it (`modeling_rope_utils`), legacy (`rope_theta`,
+//! `rope_scaling`) and transformers 5 (`rope_parameters`) forms alike.
+
+use serde_json::{Map, Value};
+
+use super::scaling::{excerpt, invalid, parse_json};
+use super::{DEFAULT_BASE, Pairing, RopeSpec, Scaling};
+use crate::error::{Error, Result};
+
+/// The `model_type`s whose rotary module rotates interleaved pairs (2i, 2i + 1).
+pub const INTERLEAVED_MODEL_TYPES: [&str; 4] = ["gptj", "codegen", "cohere", "cohere2"];
+
+/// Scaling types that read the model's `max_position_embeddings`.
+const READS_MAX: [&str; 3] = ["dynamic", "yarn", "longrope"];
+
+type Object = Map<String, Value>;
+
+fn get<'a>(map: &'a Object, key: &str) -> Option<&'a Value> {
+    map.get(key).filter(|v| !v.is_null())
+}
+
+fn number(map: &Object, key: &str) -> Result<Option<f64>> {
+    match get(map, key) {
+        None => Ok(None),
+        Some(Value::Number(n)) => match n.as_f64() {
+            Some(v) if v.is_finite() => Ok(Some(v)),
+            _ => Err(invalid(key, n.to_string(), "a finite number")),
+        },
+        Some(other) => Err(invalid(key, excerpt(other), "a number")),
+    }
+}
+
+fn whole(map: &Object, key: &str) -> Result<Option<u64>> {
+    match get(map, key) {
+        None => Ok(None),
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(v) if v >= 1 => Ok(Some(v)),
+            _ => Err(invalid(key, n.to_string(), "a whole number >= 1")),
+        },
+        Some(other) => Err(invalid(key, excerpt(other), "a whole number >= 1")),
+    }
+}
+
+/// Prefixes the field of a scaling error with the key it was read under.
+fn under(prefix: &str) -> impl Fn(Error) -> Error + '_ {
+    move |e| match e {
+        Error::RopeScaling { field, value, allowed } => {
+            Error::RopeScaling { field: format!("{prefix}.{field}"), value, allowed }
+        }
+        other => other,
+    }
+}
+
+/// Where the frequency base and scaling come from: one `rope_parameters` object, or the
+/// legacy top-level fields.
+struct Rope {
+    theta: Option<f64>,
+    /// The scaling object and the key it was read under.
+    scaling: Option<(Object, String)>,
+    partial_rotary_factor: Option<f64>,
+    /// Read from one of per-layer-type `rope_parameters`.
+    per_layer: bool,
+}
+
+fn layer_types(per_layer: &Object) -> String {
+    per_layer.keys().map(String::as_str).collect::<Vec<_>>().join(", ")
+}
+
+/// Reads `rope_parameters` (transformers 5) or the legacy fields.
+fn rope(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
+    let Some(params) = get(config, "rope_parameters") else { return legacy(config, layer_type) };
+    let Value::Object(params) = params else {
+        return Err(invalid("rope_parameters", excerpt(params), "a JSON object"));
+    };
+    if let Some(legacy) = get(config, "rope_scaling") {
+        return Err(invalid(
+            "rope_scaling",
+            excerpt(legacy),
+            "absent when rope_parameters is given (which of the two holds would be a guess)",
+        ));
+    }
+    let is_params_key = |k: &String| matches!(k.as_str(), "rope_type" | "type" | "rope_theta");
+    let per_layer = !params.is_empty()
+        && !params.keys().any(is_params_key)
+        && params.values().all(Value::is_object);
+    let (params, key) = if per_layer {
+        let known = layer_types(params);
+        let Some(t) = layer_type else {
+            return Err(invalid(
+                "layer_type",
+                "missing",
+                format!("one of {known} (rope_parameters holds one object per layer type)"),
+            ));
+        };
+        match params.get(t) {
+            Some(Value::Object(p)) => (p, format!("rope_parameters.{t}")),
+            _ => return Err(invalid("layer_type", format!("{t:?}"), format!("one of {known}"))),
+        }
+    } else {
+        if let Some(t) = layer_type {
+            return Err(invalid(
+                "layer_type",
+                format!("{t:?}"),
+                "absent: this config's rope_parameters is one object for every layer",
+            ));
+        }
+        (params, "rope_parameters".to_string())
+    };
+    let theta = match number(params, "rope_theta").map_err(under(&key))? {
+        Some(t) => Some(t),
+        None => number(config, "rope_theta")?,
+    };
+    let partial_rotary_factor = number(params, "partial_rotary_factor").map_err(under(&key))?;
+    // transformers 5 writes a top-level value over the nested one: which was meant is a guess.
+    if let (Some(nested), Some(top)) =
+        (partial_rotary_factor, number(config, "partial_rotary_factor")?)
+        && nested != top
+    {
+        return Err(invalid(
+            "partial_rotary_factor",
+            format!("{top} (and {nested} in {key})"),
+            format!("given once, or the same in {key}"),
+        ));
+    }
+    let mut scaling = params.clone();
+    scaling.remove("rope_theta");
+    scaling.remove("partial_rotary_factor");
+    if get(&scaling, "rope_type").is_none() && get(&scaling, "type").is_none() {
+        scaling.insert("rope_type".into(), "default".into());
+    }
+    Ok(Rope { theta, scaling: Some((scaling, key)), partial_rotary_factor, per_layer })
+}
+
+/// The legacy form: `rope_theta` (or `rotary_emb_base`) and `rope_scaling`; Gemma 3's
+/// `rope_local_base_freq` for its sliding-window layers.
+fn legacy(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
+    let theta = match number(config, "rope_theta")? {
+        Some(t) => Some(t),
+        None => number(config, "rotary_emb_base")?,
+    };
+    let scaling = match get(config, "rope_scaling") {
+        None => None,
+        Some(Value::Object(s)) => Some((s.clone(), "rope_scaling".to_string())),
+        Some(other) => {
+            return Err(invalid("rope_scaling", excerpt(other), "a JSON object or null"));
+        }
+    };
+    let local = number(config, "rope_local_base_freq")?;
+    let rope = Rope { theta, scaling, partial_rotary_factor: None, per_layer: false };
+    match (layer_type, local) {
+        (None, _) | (Some("full_attention"), Some(_)) => Ok(rope),
+        // Gemma 3 (transformers 4): sliding-window layers use the local base, unscaled.
+        (Some("sliding_attention"), Some(local)) => {
+            Ok(Rope { theta: Some(local), scaling: None, ..rope })
+        }
+        (Some(t), Some(_)) => Err(invalid(
+            "layer_type",
+            format!("{t:?}"),
+            "full_attention or sliding_attention (rope_local_base_freq)",
+        )),
+        (Some(t), None) => Err(invalid(
+            "layer_type",
+            format!("{t:?}"),
+            "absent: this config has one RoPE for every layer (no per-layer-type \
+             rope_parameters, no rope_local_base_freq)",
+        )),
+    }
+}
+
+/// The scaling object with the model-level fields merged in where transformers reads
+/// them from the config, then read.
+fn scaling(config: &Object, mut map: Object, key: &str, per_layer: bool) -> Result<Scaling> {
+    if map.contains_key("mrope_section") {
+        return Err(invalid(
+            format!("{key}.mrope_section"),
+            excerpt(&map["mrope_section"]),
+            "absent: multimodal RoPE (mrope) is not a rotation posenc computes",
+        ));
+    }
+    let type_key = if get(&map, "rope_type").is_some() { "rope_type" } else { "type" };
+    // Phi-3's first configs call longrope "su"; transformers reads it as longrope.
+    if get(&map, type_key).and_then(Value::as_str) == Some("su") {
+        map.insert(type_key.into(), "longrope".into());
+    }
+    let rope_type = get(&map, type_key).and_then(Value::as_str).unwrap_or("").to_string();
+    let max = whole(config, "max_position_embeddings")?;
+    if let Some(m) = max
+        && READS_MAX.contains(&rope_type.as_str())
+        && !map.contains_key("max_position_embeddings")
+    {
+        map.insert("max_position_embeddings".into(), m.into());
+    }
+    // Phi-3 keeps its pretrained length at the top level; transformers 5 gives it priority
+    // over the object's for llama3, yarn and longrope (one RoPE for every layer), and a
+    // longrope without factor takes max_position_embeddings / it as the factor.
+    if !per_layer
+        && ["llama3", "yarn", "longrope"].contains(&rope_type.as_str())
+        && let Some(original) = whole(config, "original_max_position_embeddings")?
+    {
+        map.insert("original_max_position_embeddings".into(), original.into());
+    }
+    Scaling::from_hf_value(&Value::Object(map)).map_err(under(key))
+}
+
+/// The head dimension the rotary module sees, and whether it comes from DeepSeek's
+/// `qk_rope_head_dim`.
+fn head_dim(config: &Object) -> Result<(u64, bool)> {
+    if let Some(d) = whole(config, "qk_rope_head_dim")? {
+        return Ok((d, true));
+    }
+    if let Some(d) = whole(config, "head_dim")? {
+        return Ok((d, false));
+    }
+    // GPT-J and GPT-2 style configs spell them n_embd and n_head.
+    let hidden = match whole(config, "hidden_size")? {
+        Some(h) => Some(h),
+        None => whole(config, "n_embd")?,
+    };
+    let heads = match whole(config, "num_attention_heads")? {
+        Some(n) => Some(n),
+        None => whole(config, "n_head")?,
+    };
+    match (hidden, heads) {
+        (Some(h), Some(n)) if h % n == 0 => Ok((h / n, false)),
+        (Some(h), Some(n)) => Err(invalid(
+            "hidden_size",
+            format!("{h} (num_attention_heads {n})"),
+            "a multiple of num_attention_heads (or a head_dim key)",
+        )),
+        _ => Err(invalid(
+            "head_dim",
+            "missing",
+            "a whole number, or hidden_size and num_attention_heads",
+        )),
+    }
+}
+
+/// The rotated dimensions: `int(head_dim * partial_rotary_factor)` as transformers
+/// computes it, GPT-NeoX's `rotary_pct` the same way, or GPT-J's `rotary_dim`.
+fn rotary_dim(config: &Object, head_dim: u64, factor: Option<f64>) -> Result<u64> {
+    let factor = match factor {
+        Some(f) => Some(("partial_rotary_factor", f)),
+        None => match number(config, "partial_rotary_factor")? {
+            Some(f) => Some(("partial_rotary_factor", f)),
+            None => number(config, "rotary_pct")?.map(|f| ("rotary_pct", f)),
+        },
+    };
+    let (key, rotary) = match factor {
+        Some((key, f)) => {
+            if !(f > 0.0 && f <= 1.0) {
+                return Err(invalid(key, f.to_string(), "a number in (0, 1]"));
+            }
+            // Python's int() of the float64 product: truncated.
+            (key, (head_dim as f64 * f).trunc() as u64)
+        }
+        None => match whole(config, "rotary_dim")? {
+            Some(r) => ("rotary_dim", r),
+            None => return Ok(head_dim),
+        },
+    };
+    if rotary < 2 || rotary % 2 != 0 || rotary > head_dim {
+        let value = match key {
+            "rotary_dim" => rotary.to_string(),
+            _ => format!(
+                "{} (rotary dim {rotary} of head_dim {head_dim})",
+                number(config, key)?.map_or_else(String::new, |f| f.to_string())
+            ),
+        };
+        return Err(invalid(key, value, "a rotary dim that is even and in 2..=head_dim"));
+    }
+    Ok(rotary)
+}
+
+impl RopeSpec {
+    /// The RoPE a Hugging Face model's `config.json` defines, as transformers builds its
+    /// rotary module from it.
+    ///
+    /// - base: `rope_theta` (or GPT-NeoX's `rotary_emb_base`), 10000 when absent.
+    /// - scaling: the legacy `rope_scaling` object (`type` read for `rope_type`; Phi-3's
+    ///   `"su"` is longrope), or transformers 5's `rope_parameters`, which also holds
+    ///   `rope_theta` and may hold `partial_rotary_factor`. Per-layer-type
+    ///   `rope_parameters` (`{"full_attention": {...}, "sliding_attention": {...}}`, Gemma
+    ///   3) need `layer_type`; a legacy Gemma 3 config's `rope_local_base_freq` is the
+    ///   unscaled base of `layer_type` `"sliding_attention"`.
+    /// - `max_position_embeddings` is passed to dynamic, yarn and longrope; a top-level
+    ///   `original_max_position_embeddings` (Phi-3) is the original length of llama3, yarn
+    ///   and longrope, over the scaling object's, as transformers 5 reads it (not for
+    ///   per-layer-type parameters); a longrope or yarn without `factor` takes
+    ///   `max_position_embeddings / original`.
+    /// - head dim: `head_dim`, else `hidden_size / num_attention_heads` (GPT-J's
+    ///   `n_embd / n_head`); DeepSeek's
+    ///   `qk_rope_head_dim` (the rotated part of each query and key head) when given.
+    /// - rotary dim: `int(head_dim * partial_rotary_factor)` (or `rotary_pct`), or
+    ///   `rotary_dim`; all of the head otherwise.
+    /// - pairing: gptj (interleaved) for the `model_type`s in [`INTERLEAVED_MODEL_TYPES`]
+    ///   and for DeepSeek (`qk_rope_head_dim`, unless `rope_interleave` is false); neox
+    ///   otherwise. (transformers' `DeepseekV3` regroups each head as (even, odd)
+    ///   dimensions before a neox rotation: its output is the gptj one in that order.)
+    ///
+    /// A multimodal config whose language model sits under `text_config` is read from
+    /// there when the top level has no head dimension.
+    ///
+    /// # Errors
+    /// [`Error::RopeConfig`] naming the key (`rope_scaling.factor`, `layer_type`,
+    /// `hidden_size`, ...), its value and what is allowed: malformed JSON, a value that is
+    /// not a config object, a missing or unknown layer type (listing the known ones), an
+    /// unknown `rope_type` or a field it does not use, mrope, a non-integral head dim, a
+    /// partial rotary factor giving an odd rotary dim; [`Error::InvalidParameter`] from
+    /// the builders (head dim, base out of range).
+    pub fn from_hf_config(json: &str, layer_type: Option<&str>) -> Result<RopeSpec> {
+        Self::read_hf_config(json, layer_type).map_err(|e| match e {
+            Error::RopeScaling { field, value, allowed } => {
+                Error::RopeConfig { field, value, allowed }
+            }
+            other => other,
+        })
+    }
+
+    fn read_hf_config(json: &str, layer_type: Option<&str>) -> Result<RopeSpec> {
+        let value = parse_json(json)?;
+        let Value::Object(mut config) = value else {
+            return Err(invalid("(json)", excerpt(&value), "a JSON object (a config.json)"));
+        };
+        let has_head = ["head_dim", "num_attention_heads", "n_head", "qk_rope_head_dim"]
+            .iter()
+            .any(|k| get(&config, k).is_some());
+        if !has_head && let Some(Value::Object(text)) = config.get("text_config") {
+            config = text.clone();
+        }
+        let rope = rope(&config, layer_type)?;
+        let (head_dim, deepseek) = head_dim(&config)?;
+        let rotary = if deepseek {
+            head_dim
+        } else {
+            rotary_dim(&config, head_dim, rope.partial_rotary_factor)?
+        };
+        let (scaling, scaling_key) = match rope.scaling {
+            Some((map, key)) => (scaling(&config, map, &key, rope.per_layer)?, key),
+            None => (Scaling::None, "rope_scaling".to_string()),
+        };
+        let model_type = get(&config, "model_type").and_then(Value::as_str).unwrap_or("");
+        let interleave = match get(&config, "rope_interleave") {
+            Some(Value::Bool(b)) => *b,
+            None => deepseek,
+            Some(other) => return Err(invalid("rope_interleave", excerpt(other), "true or false")),
+        };
+        let pairing = if interleave || INTERLEAVED_MODEL_TYPES.contains(&model_type) {
+            Pairing::Gptj
+        } else {
+            Pairing::Neox
+        };
+        let to_u32 = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+        RopeSpec::partial(to_u32(head_dim), to_u32(rotary))?
+            .with_base(rope.theta.unwrap_or(DEFAULT_BASE))?
+            .with_pairing(pairing)
+            .with_scaling(scaling)
+            .map_err(under(&scaling_key))
+    }
+}

@@ -1,0 +1,283 @@
+//! `RopeSpec::from_hf_config` on the published `config.json` of real models
+//! (tests/corpus/configs/; each file says which model and which of its values are as
+//! published): the spec equals the one the builders give with the model's values, and every
+//! config posenc cannot honour is refused with a typed error naming the key.
+
+use std::fs;
+use std::path::PathBuf;
+
+use posenc::Error;
+use posenc::rope::{Llama3, LongRope, Pairing, RopeSpec, Scaling, Yarn};
+
+pub fn config_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/configs").join(name)
+}
+
+fn read(name: &str) -> String {
+    fs::read_to_string(config_path(name)).unwrap()
+}
+
+fn from(name: &str, layer_type: Option<&str>) -> RopeSpec {
+    RopeSpec::from_hf_config(&read(name), layer_type).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// The same spec, the same frequencies and attention factor at a short and a long length.
+fn same(name: &str, got: &RopeSpec, want: &RopeSpec) {
+    assert_eq!(got, want, "{name}");
+    for len in [16, 200_000] {
+        let (g, w) = (got.frequencies(len), want.frequencies(len));
+        assert_eq!(g.inv_freq(), w.inv_freq(), "{name} at {len}");
+        assert_eq!(g.attention_factor().to_bits(), w.attention_factor().to_bits(), "{name}");
+    }
+}
+
+fn json_field(v: &serde_json::Value, path: &[&str]) -> Vec<f64> {
+    let mut v = v;
+    for k in path {
+        v = &v[*k];
+    }
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+}
+
+#[test]
+fn llama_3_1_legacy_and_transformers_5_forms() {
+    let want = RopeSpec::new(128)
+        .unwrap()
+        .with_base(500000.0)
+        .unwrap()
+        .with_scaling(Scaling::Llama3(Llama3::new(8.0, 1.0, 4.0, 8192)))
+        .unwrap();
+    for name in ["llama-3.1-8b.json", "llama-3.1-8b.transformers5.json"] {
+        same(name, &from(name, None), &want);
+    }
+}
+
+#[test]
+fn qwen2_5_default_and_with_its_documented_yarn() {
+    let plain = RopeSpec::new(128).unwrap().with_base(1e6).unwrap();
+    same("qwen", &from("qwen2.5-7b-instruct.json", None), &plain);
+    let yarn = plain.with_scaling(Scaling::Yarn(Yarn::new(4.0, 32768))).unwrap();
+    let got = from("qwen2.5-7b-instruct.yarn.json", None);
+    same("qwen yarn", &got, &yarn);
+    // 0.1 ln 4 + 1.
+    let a = got.frequencies(16).attention_factor();
+    assert_eq!(a, (0.1 * 4f64.ln() + 1.0) as f32);
+}
+
+#[test]
+fn phi_3_longrope_takes_the_top_level_original_length() {
+    let text = read("phi-3-mini-128k-instruct.json");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let short = json_field(&v, &["rope_scaling", "short_factor"]);
+    let long = json_field(&v, &["rope_scaling", "long_factor"]);
+    assert_eq!((short.len(), long.len()), (48, 48));
+    // transformers: original = the top-level 4096, factor = 131072 / 4096.
+    let want = RopeSpec::new(96)
+        .unwrap()
+        .with_scaling(Scaling::LongRope(LongRope::new(short.clone(), long, Some(32.0), 4096)))
+        .unwrap();
+    let got = RopeSpec::from_hf_config(&text, None).unwrap();
+    same("phi-3", &got, &want);
+    let a = (1.0 + 32f64.ln() / 4096f64.ln()).sqrt() as f32;
+    assert_eq!(got.frequencies(1).attention_factor(), a);
+    // Up to the original length the short factors divide the default frequencies.
+    let base = RopeSpec::new(96).unwrap().frequencies(1);
+    let f = got.frequencies(4096);
+    for (i, (&w, &w0)) in f.inv_freq().iter().zip(base.inv_freq()).enumerate() {
+        assert!((w - w0 / short[i]).abs() <= 1e-15 * w0, "{i}");
+    }
+    // transformers 5: an explicit factor is kept, and the top-level length wins over the
+    // object's.
+    let explicit = text.replace(
+        "\"type\": \"longrope\"",
+        "\"type\": \"longrope\", \"factor\": 8.0, \"original_max_position_embeddings\": 2048",
+    );
+    let spec = RopeSpec::from_hf_config(&explicit, None).unwrap();
+    let Scaling::LongRope(l) = spec.scaling() else { panic!("{spec:?}") };
+    assert_eq!((l.factor, l.original_max_position_embeddings), (Some(8.0), 4096));
+    // Without the top-level length, max_position_embeddings stands in for it: factor 1.
+    let mut v2 = v.clone();
+    v2.as_object_mut().unwrap().remove("original_max_position_embeddings");
+    let spec = RopeSpec::from_hf_config(&v2.to_string(), None).unwrap();
+    assert_eq!(spec.frequencies(1).attention_factor(), 1.0);
+    // Phi-3's first configs call it "su": the same spec.
+    let su = text.replace("\"longrope\"", "\"su\"");
+    assert_eq!(RopeSpec::from_hf_config(&su, None).unwrap(), want);
+}
+
+#[test]
+fn deepseek_v3_rotates_qk_rope_head_dim_interleaved_with_mscale_yarn() {
+    let mut yarn = Yarn::new(40.0, 4096);
+    yarn.mscale = Some(1.0);
+    yarn.mscale_all_dim = Some(1.0);
+    let want = RopeSpec::new(64)
+        .unwrap()
+        .with_pairing(Pairing::Gptj)
+        .with_scaling(Scaling::Yarn(yarn))
+        .unwrap();
+    let got = from("deepseek-v3.json", None);
+    same("deepseek-v3", &got, &want);
+    // mscale == mscale_all_dim: the attention factor is 1.
+    assert_eq!(got.frequencies(16).attention_factor(), 1.0);
+}
+
+#[test]
+fn partial_rotary_gpt_neox_phi_2_and_gpt_j() {
+    // int(96 * 0.25) = 24, int(80 * 0.4) = 32, rotary_dim 64 of 4096 / 16.
+    let neox = RopeSpec::partial(96, 24).unwrap();
+    same("gpt-neox", &from("gpt-neox-20b.json", None), &neox);
+    let phi2 = RopeSpec::partial(80, 32).unwrap();
+    same("phi-2", &from("phi-2.json", None), &phi2);
+    let gptj = RopeSpec::partial(256, 64).unwrap().with_pairing(Pairing::Gptj);
+    same("gpt-j", &from("gpt-j-6b.json", None), &gptj);
+    // transformers 5 keeps partial_rotary_factor in rope_parameters.
+    let tf5 = r#"{"model_type": "phi", "hidden_size": 2560, "num_attention_heads": 32,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                            "partial_rotary_factor": 0.4}}"#;
+    same("phi-2 tf5", &RopeSpec::from_hf_config(tf5, None).unwrap(), &phi2);
+}
+
+#[test]
+fn gemma_3_per_layer_type_in_both_forms() {
+    let full = RopeSpec::new(256)
+        .unwrap()
+        .with_base(1e6)
+        .unwrap()
+        .with_scaling(Scaling::Linear { factor: 8.0 })
+        .unwrap();
+    let sliding = RopeSpec::new(256).unwrap();
+    for name in ["gemma-3-4b-it.transformers5.json", "gemma-3-4b-it.json"] {
+        same(name, &from(name, Some("full_attention")), &full);
+        same(name, &from(name, Some("sliding_attention")), &sliding);
+    }
+    // The legacy form without a layer type: the global layers' RoPE.
+    same("gemma legacy", &from("gemma-3-4b-it.json", None), &full);
+}
+
+/// The error, which must be a typed `RopeConfig` naming `field`.
+fn refused(text: &str, layer_type: Option<&str>, field: &str) -> String {
+    let e = RopeSpec::from_hf_config(text, layer_type).unwrap_err();
+    match &e {
+        Error::RopeConfig { field: f, .. } => assert_eq!(f, field, "{e}"),
+        other => panic!("{other:?}"),
+    }
+    let msg = e.to_string();
+    assert!(!msg.contains('\n'), "{msg}");
+    msg
+}
+
+#[test]
+fn configs_posenc_cannot_honour_are_refused_naming_the_key() {
+    let llama = read("llama-3.1-8b.json");
+    let msg =
+        refused(&llama.replace("\"llama3\"", "\"proportional\""), None, "rope_scaling.rope_type");
+    assert!(msg.contains("proportional") && msg.contains("llama3"), "{msg}");
+    let mrope = r#"{"hidden_size": 3584, "num_attention_heads": 28,
+        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}"#;
+    refused(mrope, None, "rope_scaling.mrope_section");
+    // A field the type does not use.
+    refused(&llama.replace("low_freq_factor", "low_freq"), None, "rope_scaling.low_freq");
+    // Both forms at once.
+    let both = r#"{"head_dim": 64, "rope_scaling": {"rope_type": "linear", "factor": 2},
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000}}"#;
+    refused(both, None, "rope_scaling");
+    let twice = r#"{"head_dim": 64, "partial_rotary_factor": 0.5,
+        "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.25}}"#;
+    refused(twice, None, "partial_rotary_factor");
+    // Phi-3's 48 factors against a rotary dim of 48 (24 frequencies).
+    let phi3 = read("phi-3-mini-128k-instruct.json");
+    let half = phi3.replacen("\"rope_theta\"", "\"partial_rotary_factor\": 0.5, \"rope_theta\"", 1);
+    let msg = refused(&half, None, "rope_scaling.short_factor");
+    assert!(msg.starts_with("config.json: invalid rope_scaling.short_factor: 48 numbers"), "{msg}");
+
+    let gemma = read("gemma-3-4b-it.transformers5.json");
+    let msg = refused(&gemma, Some("global"), "layer_type");
+    assert!(msg.contains("full_attention, sliding_attention"), "{msg}");
+    let msg = refused(&gemma, None, "layer_type");
+    assert!(msg.contains("missing") && msg.contains("sliding_attention"), "{msg}");
+    refused(&llama, Some("full_attention"), "layer_type");
+    refused(&read("gemma-3-4b-it.json"), Some("local"), "layer_type");
+
+    let msg = refused(r#"{"hidden_size": 100, "num_attention_heads": 3}"#, None, "hidden_size");
+    assert!(msg.contains("100") && msg.contains('3'), "{msg}");
+    refused(r#"{"model_type": "llama"}"#, None, "head_dim");
+    // int(90 * 0.1) = 9: odd.
+    let odd = r#"{"head_dim": 90, "partial_rotary_factor": 0.1}"#;
+    let msg = refused(odd, None, "partial_rotary_factor");
+    assert!(msg.contains("rotary dim 9"), "{msg}");
+    refused(r#"{"head_dim": 64, "rotary_dim": 33}"#, None, "rotary_dim");
+    refused(r#"{"head_dim": 64, "rotary_pct": 1.5}"#, None, "rotary_pct");
+    refused(r#"{"head_dim": 64, "rope_theta": "big"}"#, None, "rope_theta");
+
+    refused(&llama[..llama.len() / 2], None, "(json)");
+    refused("[1, 2]", None, "(json)");
+    refused(r#"{"head_dim": 64, "head_dim": 128}"#, None, "head_dim");
+}
+
+#[test]
+fn defaults_without_rope_fields() {
+    // No rope_theta: 10000, as transformers; no scaling, neox.
+    let spec = RopeSpec::from_hf_config(r#"{"hidden_size": 512, "num_attention_heads": 8}"#, None)
+        .unwrap();
+    assert_eq!(spec, RopeSpec::new(64).unwrap());
+    // A bad base is the builder's typed error.
+    let e = RopeSpec::from_hf_config(r#"{"head_dim": 64, "rope_theta": 0.5}"#, None).unwrap_err();
+    assert!(matches!(e, Error::InvalidParameter { field: "base", .. }), "{e:?}");
+}
+
+/// Every prefix of every config, and every number in them replaced by hostile values, gives
+/// a spec or a typed error: never a panic.
+#[test]
+fn cut_and_mutated_configs_never_panic() {
+    let dir = config_path("");
+    let mut names: Vec<_> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 11, "{names:?}");
+    for name in &names {
+        let text = read(name);
+        for cut in (0..text.len()).filter(|&k| text.is_char_boundary(k)) {
+            let _ = RopeSpec::from_hf_config(&text[..cut], Some("full_attention"));
+        }
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let hostile = [
+            serde_json::json!(0),
+            serde_json::json!(-1),
+            serde_json::json!(1e300),
+            serde_json::json!(u64::MAX),
+            serde_json::json!(0.5),
+            serde_json::json!("x"),
+            serde_json::json!(null),
+            serde_json::json!([]),
+        ];
+        fn numbers(v: &serde_json::Value, path: Vec<String>, out: &mut Vec<Vec<String>>) {
+            match v {
+                serde_json::Value::Object(m) => {
+                    for (k, x) in m {
+                        numbers(x, [path.clone(), vec![k.clone()]].concat(), out);
+                    }
+                }
+                serde_json::Value::Number(_) => out.push(path),
+                _ => {}
+            }
+        }
+        let mut paths = vec![];
+        numbers(&v, vec![], &mut paths);
+        for path in paths {
+            for h in &hostile {
+                let mut w = v.clone();
+                let mut slot = &mut w;
+                for k in &path {
+                    slot = &mut slot[k.as_str()];
+                }
+                *slot = h.clone();
+                for layer_type in [None, Some("full_attention"), Some("sliding_attention")] {
+                    let _ = RopeSpec::from_hf_config(&w.to_string(), layer_type);
+                }
+            }
+        }
+    }
+}
