@@ -89,9 +89,10 @@ fn phi_3_longrope_takes_the_top_level_original_length() {
     // transformers 5: an explicit factor is kept, and the top-level length wins over the
     // object's.
     let explicit = text.replace(
-        "\"type\": \"longrope\"",
+        "\"type\": \"su\"",
         "\"type\": \"longrope\", \"factor\": 8.0, \"original_max_position_embeddings\": 2048",
     );
+    assert_ne!(explicit, text);
     let spec = RopeSpec::from_hf_config(&explicit, None).unwrap();
     let Scaling::LongRope(l) = spec.scaling() else { panic!("{spec:?}") };
     assert_eq!((l.factor, l.original_max_position_embeddings), (Some(8.0), 4096));
@@ -100,9 +101,10 @@ fn phi_3_longrope_takes_the_top_level_original_length() {
     v2.as_object_mut().unwrap().remove("original_max_position_embeddings");
     let spec = RopeSpec::from_hf_config(&v2.to_string(), None).unwrap();
     assert_eq!(spec.frequencies(1).attention_factor(), 1.0);
-    // Phi-3's first configs call it "su": the same spec.
-    let su = text.replace("\"longrope\"", "\"su\"");
-    assert_eq!(RopeSpec::from_hf_config(&su, None).unwrap(), want);
+    // The file is the first config, which calls it "su"; "longrope" is the same spec.
+    let longrope = text.replace("\"su\"", "\"longrope\"");
+    assert_ne!(longrope, text);
+    assert_eq!(RopeSpec::from_hf_config(&longrope, None).unwrap(), want);
 }
 
 #[test]
