@@ -149,7 +149,14 @@ fn legacy(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
     let local = number(config, "rope_local_base_freq")?;
     let rope = Rope { theta, scaling, partial_rotary_factor: None, per_layer: false };
     match (layer_type, local) {
-        (None, _) | (Some("full_attention"), Some(_)) => Ok(rope),
+        (None, None) | (Some("full_attention"), Some(_)) => Ok(rope),
+        // Two RoPEs, as in the per-layer-type form: which one is the caller's to say.
+        (None, Some(_)) => Err(invalid(
+            "layer_type",
+            "missing".to_string(),
+            "full_attention or sliding_attention: this config has two RoPEs \
+             (rope_local_base_freq)",
+        )),
         // Gemma 3 (transformers 4): sliding-window layers use the local base, unscaled.
         (Some("sliding_attention"), Some(local)) => {
             Ok(Rope { theta: Some(local), scaling: None, ..rope })

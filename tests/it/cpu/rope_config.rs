@@ -152,8 +152,9 @@ fn gemma_3_per_layer_type_in_both_forms() {
         same(name, &from(name, Some("full_attention")), &full);
         same(name, &from(name, Some("sliding_attention")), &sliding);
     }
-    // The legacy form without a layer type: the global layers' RoPE.
-    same("gemma legacy", &from("gemma-3-4b-it.json", None), &full);
+    // Two RoPEs in either form: a layer type must choose.
+    refused(&read("gemma-3-4b-it.json"), None, "layer_type");
+    refused(&read("gemma-3-4b-it.transformers5.json"), None, "layer_type");
 }
 
 /// The error, which must be a typed `RopeConfig` naming `field`.
