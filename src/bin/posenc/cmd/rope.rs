@@ -257,7 +257,12 @@ impl RopeInput {
 
 /// A spec error about the head dim or rotary dim, saying where the head dim came from.
 fn from_input(e: Error, path: &Path, head_dim: u32, rotary_dim: u32) -> Error {
-    let origin = format!("the last axis of {}", path.display());
+    with_origin(e, &format!("the last axis of {}", path.display()), head_dim, rotary_dim)
+}
+
+/// A spec error about the head dim or rotary dim, with `origin` (where the head dim came
+/// from) beside the value.
+pub(crate) fn with_origin(e: Error, origin: &str, head_dim: u32, rotary_dim: u32) -> Error {
     match e {
         Error::InvalidParameter { field: "rotary_dim", allowed, .. } => Error::InvalidParameter {
             field: "rotary_dim",

@@ -124,17 +124,8 @@ fn load(args: &RopeCacheArgs) -> Result<(RopeSpec, Vec<u32>), Error> {
         });
     };
     let flag = if args.head_dim.is_some() { "--head-dim" } else { "--config" };
-    let spec = args.params.spec(head_dim, config, scaling, |e, head_dim, rotary_dim| match e {
-        // Say where the head dim came from.
-        Error::InvalidParameter { field: "rotary_dim", allowed, .. } => Error::InvalidParameter {
-            field: "rotary_dim",
-            value: format!("{rotary_dim} ({flag} {head_dim})"),
-            allowed,
-        },
-        Error::InvalidParameter { field, allowed, .. } => {
-            Error::InvalidParameter { field, value: format!("{head_dim} ({flag})"), allowed }
-        }
-        other => other,
+    let spec = args.params.spec(head_dim, config, scaling, |e, head_dim, rotary_dim| {
+        super::rope::with_origin(e, flag, head_dim, rotary_dim)
     })?;
     let check = |n: u64| {
         let n = usize::try_from(n).unwrap_or(usize::MAX);

@@ -405,7 +405,7 @@ fn rope_cache_writes_the_librarys_cache_in_every_format() {
     // Refused before any work: one line, exit 2, no file.
     let bad = dir.out("bad.safetensors");
     for (args, needle) in [
-        (vec!["--head-dim", "7", "--len", "4"], "invalid rotary_dim: 7 (--head-dim 7)"),
+        (vec!["--head-dim", "7", "--len", "4"], "invalid rotary_dim: 7 (head_dim 7, --head-dim)"),
         (vec!["--head-dim", "0", "--len", "4"], "invalid head_dim: 0 (--head-dim)"),
         (vec!["--head-dim", "8"], "--len <N>|--positions <SPEC>"),
         (vec!["--head-dim", "8", "--len", "4", "--positions", "1"], "cannot be used with"),
