@@ -408,6 +408,21 @@ pub fn read_rope_scaling(source: Source<'_>) -> Result<Scaling> {
     Scaling::from_hf_json(&read_json(source)?)
 }
 
+/// Reads a model's own RoPE frequencies (`inv_freq`, radians per position) from a 1-D
+/// float32 `.npy`, as a framework's buffer dumps them (`np.save(path,
+/// rotary.inv_freq.cpu().numpy())`), for [`Scaling::Explicit`]. Each value is taken exactly.
+///
+/// # Errors
+/// As the other `.npy` readers (dtype, rank, size, a short file);
+/// [`Scaling::Explicit`]'s checks (finite and > 0, one per frequency) are the spec's.
+pub fn read_inv_freq(source: Source<'_>) -> Result<Vec<f64>> {
+    let expected = Expected { what: "inv_freq", dtypes: &[NpyDtype::F32], ranks: &[1] };
+    match read_npy(source, &expected)? {
+        NpyArray::F32(a) => Ok(a.iter().map(|&v| f64::from(v)).collect()),
+        other => Err(unexpected_dtype(source, "inv_freq", &other)),
+    }
+}
+
 /// Reads a Hugging Face model's `config.json` into the RoPE it defines
 /// ([`RopeSpec::from_hf_config`]), `layer_type` selecting one of per-layer-type
 /// `rope_parameters`. At most [`MAX_JSON_BYTES`] (+1, for the size error) are read.

@@ -180,6 +180,8 @@ fn angular(big: &mut Big, spec: &RopeSpec, seq_len: u64) -> Vec<BigFloat> {
                 })
                 .collect()
         }
+        // Exactly the given values: from_f64 is exact.
+        Scaling::Explicit { inv_freq, .. } => inv_freq.iter().map(|&w| big.f(w)).collect(),
         Scaling::PerFrequency { factors, .. } => default_freqs(big, &ln_base, r)
             .iter()
             .zip(factors)

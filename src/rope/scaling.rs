@@ -65,6 +65,17 @@ pub enum Scaling {
         /// Multiplies cos and sin; finite and >= 0.
         attention_factor: f64,
     },
+    /// A model's own frequencies, taken exactly as given: `w_i = inv_freq[i]` radians per
+    /// position (the base does not enter), and cos and sin multiplied by
+    /// `attention_factor`. For reproducing a framework whose float32 `inv_freq` is not the
+    /// correctly rounded formula: dump its buffer and pass the values; posenc reduces
+    /// `p * inv_freq[i]` exactly for those very values.
+    Explicit {
+        /// `w_i`, one per frequency (`r / 2` of them), each finite and > 0.
+        inv_freq: Vec<f64>,
+        /// Multiplies cos and sin; finite and >= 0.
+        attention_factor: f64,
+    },
 }
 
 /// YaRN's parameters. With `ramp_i = clamp((i - low) / (high - low), 0, 1)`,
@@ -246,7 +257,8 @@ impl Scaling {
                 }
                 _ => 1.0,
             },
-            Scaling::PerFrequency { attention_factor, .. } => *attention_factor,
+            Scaling::PerFrequency { attention_factor, .. }
+            | Scaling::Explicit { attention_factor, .. } => *attention_factor,
         }
     }
 
@@ -260,6 +272,7 @@ impl Scaling {
             Scaling::LongRope(_) => "longrope",
             Scaling::Llama3(_) => "llama3",
             Scaling::PerFrequency { .. } => "per_frequency",
+            Scaling::Explicit { .. } => "explicit",
         }
     }
 
@@ -327,6 +340,7 @@ impl Scaling {
                 )?;
             }
             Scaling::PerFrequency { factors, .. } => check_factors("factors", factors)?,
+            Scaling::Explicit { inv_freq, .. } => check_factors("inv_freq", inv_freq)?,
         }
         let a = self.attention_factor();
         if !(a.is_finite() && a >= 0.0 && (a as f32).is_finite()) {
@@ -347,6 +361,7 @@ impl Scaling {
                 vec![("short_factor", &l.short_factor), ("long_factor", &l.long_factor)]
             }
             Scaling::PerFrequency { factors, .. } => vec![("factors", factors)],
+            Scaling::Explicit { inv_freq, .. } => vec![("inv_freq", inv_freq)],
             _ => vec![],
         };
         for (field, v) in vectors {

@@ -893,3 +893,51 @@ fn the_rope_cache_is_the_rotation_of_a_probe_in_hugging_faces_layout() {
     let many = vec![0u32; (1 << 19) + 1];
     assert!(matches!(cpu::rope_cache(&spec, &many), Err(Error::TooLarge { .. })));
 }
+
+/// `Scaling::Explicit` takes a framework's float32 `inv_freq` exactly: the resolved
+/// frequencies are those very values, and cos/sin at every range are within the bound of
+/// the exact `cos(p * w)`, `sin(p * w)` of the stored floats (not of the formula they
+/// approximate), so posenc reproduces what that framework means, without its float32
+/// angle error.
+#[test]
+fn explicit_inv_freq_is_taken_exactly_and_its_cos_sin_are_exact() {
+    let r = 64usize;
+    // What torch computes: 1 / base ** (arange(0, r, 2) / r), in float32.
+    let stored: Vec<f32> =
+        (0..r / 2).map(|i| 1.0 / 10000f32.powf((2 * i) as f32 / r as f32)).collect();
+    let inv_freq: Vec<f64> = stored.iter().map(|&v| f64::from(v)).collect();
+    let spec = RopeSpec::new(r as u32)
+        .unwrap()
+        .with_scaling(Scaling::Explicit { inv_freq: inv_freq.clone(), attention_factor: 1.0 })
+        .unwrap();
+    let freqs = spec.frequencies(0);
+    assert_eq!(freqs.inv_freq(), &inv_freq[..], "the stored values, exactly");
+    // The formula's own frequencies differ from torch's float32 ones somewhere.
+    let formula = RopeSpec::new(r as u32).unwrap().frequencies(0);
+    assert!(formula.inv_freq().iter().zip(&inv_freq).any(|(a, b)| a != b));
+    let w: Vec<Big> = inv_freq.iter().map(|&v| Big::of(v)).collect();
+    for start in [0u32, 1 << 20, 1 << 31, u32::MAX - 15] {
+        let positions: Vec<u32> = (start..=start + 15).collect();
+        let table = cpu::rope_cos_sin(&freqs, &positions);
+        for (k, &p) in positions.iter().enumerate() {
+            for (i, w) in w.iter().enumerate() {
+                let (c, s) = exact_cos_sin(p, w);
+                let (gc, gs) = (f64::from(table[[k, i, 0]]), f64::from(table[[k, i, 1]]));
+                assert!((gc - c).abs() <= E_CS && (gs - s).abs() <= E_CS, "p={p} i={i}");
+            }
+        }
+    }
+    // The attention factor multiplies; bad values are refused naming the entry.
+    let scaled = RopeSpec::new(4)
+        .unwrap()
+        .with_scaling(Scaling::Explicit { inv_freq: vec![1.0, 0.01], attention_factor: 0.5 })
+        .unwrap();
+    assert_eq!(scaled.frequencies(0).attention_factor(), 0.5);
+    for (bad, field) in [(vec![1.0, 0.0], "inv_freq[1]"), (vec![1.0], "inv_freq")] {
+        let e = RopeSpec::new(4)
+            .unwrap()
+            .with_scaling(Scaling::Explicit { inv_freq: bad, attention_factor: 1.0 })
+            .unwrap_err();
+        assert!(e.to_string().contains(field), "{e}");
+    }
+}

@@ -80,6 +80,16 @@ pub(crate) struct RopeParams {
     /// [default: the config's, else none].
     #[arg(long, value_name = "JSON")]
     scaling: Option<String>,
+    /// A model's own frequencies (its inv_freq buffer: radians per position, one per
+    /// rotated pair), a 1-D float32 .npy, each value taken exactly: reproduces a framework
+    /// whose float32 inv_freq is not the correctly rounded formula. Replaces --scaling and
+    /// the base.
+    #[arg(long, value_name = "INV_FREQ.npy", conflicts_with = "scaling")]
+    inv_freq: Option<PathBuf>,
+    /// With --inv-freq: the factor cos and sin are multiplied by (transformers'
+    /// attention_scaling), finite and >= 0 [default: 1].
+    #[arg(long, value_name = "F", requires = "inv_freq", allow_hyphen_values = true)]
+    attention_factor: Option<f64>,
     /// The sequence length dynamic and longrope scaling see, 1..=2^32 [default: the largest
     /// position + 1]: pass a framework module's cached length (transformers'
     /// max_seq_len_cached) to reproduce frequencies it grew in an earlier, longer call.
@@ -90,6 +100,11 @@ pub(crate) struct RopeParams {
 impl RopeParams {
     /// The `--scaling` object, read and checked; `None` without the flag.
     pub(crate) fn scaling(&self) -> Result<Option<Scaling>, Error> {
+        if let Some(path) = &self.inv_freq {
+            let inv_freq = inputs::read_inv_freq(Source::File(path))?;
+            let attention_factor = self.attention_factor.unwrap_or(1.0);
+            return Ok(Some(Scaling::Explicit { inv_freq, attention_factor }));
+        }
         Ok(match &self.scaling {
             None => None,
             Some(text) => Some(match text.strip_prefix('@') {

@@ -617,3 +617,71 @@ fn config_refusals_exit_2_with_one_line() {
     assert_eq!(run.status.code(), Some(2), "{}", stderr(&run));
     assert!(stderr(&run).contains("--head-dim"), "{}", stderr(&run));
 }
+
+/// `--inv-freq`: a float32 .npy of a model's frequencies, taken exactly, on `rope` and
+/// `rope-cache`, equal to the library with `Scaling::Explicit`; refused with one line when
+/// it is malformed or combined with --scaling.
+#[test]
+fn inv_freq_files_give_the_librarys_explicit_frequencies() {
+    let dir = Dir::new();
+    let stored: Vec<f32> = (0..8).map(|i| 1.0 / 10000f32.powf((2 * i) as f32 / 16.0)).collect();
+    let inv = dir.npy("inv_freq.npy", &ndarray::Array1::from(stored.clone()));
+    let explicit = Scaling::Explicit {
+        inv_freq: stored.iter().map(|&v| f64::from(v)).collect(),
+        attention_factor: 0.75,
+    };
+    let spec = RopeSpec::new(16).unwrap().with_scaling(explicit).unwrap();
+    let x = tensor::<f32>([1, 5, 2, 16], 13);
+    let p = positions::from_offsets(&[1_000_000], 5).unwrap();
+    let args = ["--inv-freq", &inv, "--attention-factor", "0.75", "--offset", "1000000"];
+    check_cpu(&dir, "inv_freq", &x, Layout::Blhd, &spec, &p, &args);
+    // rope-cache: the same frequencies.
+    let out = dir.out("cache.npy");
+    let run = posenc(&[
+        "rope-cache",
+        "--head-dim",
+        "16",
+        "--inv-freq",
+        &inv,
+        "--attention-factor",
+        "0.75",
+        "--positions",
+        "1000000..1000005",
+        "--format",
+        "npy",
+        "--device",
+        "cpu",
+        "-o",
+        &out,
+    ]);
+    assert_ok(&run, "rope-cache --inv-freq");
+    let cache = cpu::rope_cache(&spec, &(1_000_000..1_000_005).collect::<Vec<u32>>()).unwrap();
+    let stacked = ndarray::stack(ndarray::Axis(0), &[cache.cos.view(), cache.sin.view()]).unwrap();
+    assert_eq!(fs::read(&out).unwrap(), npy_bytes(&stacked));
+    // Refusals.
+    let input = dir.npy("x.npy", &x);
+    let f64_file = dir.npy("f64.npy", &ndarray::Array1::from(vec![1i64, 2]));
+    let short = dir.npy("short.npy", &ndarray::Array1::from(vec![1.0f32, 0.5]));
+    let zero = dir.npy("zero.npy", &ndarray::Array1::from(vec![0.0f32; 8]));
+    let bad = dir.out("bad.npy");
+    for (extra, needle) in [
+        (vec!["--inv-freq", &f64_file], "inv_freq has dtype '<i8'"),
+        (vec!["--inv-freq", &short], "invalid inv_freq: 2 numbers"),
+        (vec!["--inv-freq", &zero], "invalid inv_freq[0]: 0"),
+        (vec!["--inv-freq", &inv, "--scaling", "null"], "cannot be used with"),
+        (vec!["--attention-factor", "2"], "--inv-freq"),
+    ] {
+        let run = posenc(
+            &[
+                &["rope", "--input", &input, "--layout", "blhd", "--device", "cpu"][..],
+                &extra,
+                &["-o", &bad],
+            ]
+            .concat(),
+        );
+        let err = stderr(&run);
+        assert_eq!(run.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.lines().count() == 1 && err.contains(needle), "{extra:?}: {err}");
+        assert!(!dir.path("bad.npy").exists());
+    }
+}
