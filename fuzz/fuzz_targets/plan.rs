@@ -6,8 +6,6 @@
 //! anything larger was sized by the header alone.
 #![no_main]
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::path::Path;
 
 use arbitrary::Arbitrary;
@@ -19,36 +17,11 @@ use posenc::rope::Layout as RopeLayout;
 #[path = "common.rs"]
 mod common;
 
-/// Records the largest allocation of this thread (the readers run on it; only the
-/// finiteness scan of a table uses rayon, over data the file holds).
-struct Recording;
-
-thread_local! {
-    static LARGEST: Cell<usize> = const { Cell::new(0) };
-}
-
-fn note(size: usize) {
-    let _ = LARGEST.try_with(|m| m.set(m.get().max(size)));
-}
-
-// SAFETY: every call is forwarded to the system allocator unchanged.
-unsafe impl GlobalAlloc for Recording {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note(new_size);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+// The test crate's recording allocator (the readers run on this thread; only the
+// finiteness scan of a table uses rayon, over data the file holds).
+#[path = "../../tests/it/support/recording.rs"]
+mod recording;
+use recording::{Recording, largest_allocation};
 
 #[global_allocator]
 static ALLOCATOR: Recording = Recording;
@@ -155,9 +128,7 @@ fuzz_target!(|plan: Plan| {
     let descr = DESCRS[usize::from(plan.descr) % DESCRS.len()];
     let bytes = npy(descr, &shape, plan.fortran, data);
 
-    LARGEST.with(|m| m.set(0));
-    plan_inputs(&plan, &bytes);
-    let largest = LARGEST.with(Cell::get);
+    let ((), largest) = largest_allocation(|| plan_inputs(&plan, &bytes));
     assert!(largest < 64 << 10, "an allocation of {largest} bytes for {shape:?} ({descr})");
 
     // Few heads keep the slopes (big-float exponentials) cheap; the sizes are what is being

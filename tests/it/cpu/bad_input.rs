@@ -9,12 +9,11 @@
 //! records the largest request. The cargo-fuzz targets in `fuzz/` run the same parsers for
 //! longer, outside CI.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::path::{Path, PathBuf};
 
 use crate::support::cli::{posenc, stderr};
 use crate::support::npy_bytes;
+use crate::support::recording::{Recording, largest_allocation};
 use posenc::Error;
 use posenc::encode::ids_to_u32;
 use posenc::inputs::{self, EncodePositions, Source};
@@ -22,47 +21,9 @@ use posenc::npy;
 use posenc::{positions, weights};
 use proptest::prelude::*;
 
-/// Records the largest single allocation each thread makes, so a test can show that parsing
-/// a 160-byte file claiming 4 TiB never asked for more than a few kilobytes.
-struct Recording;
-
-thread_local! {
-    static LARGEST: Cell<usize> = const { Cell::new(0) };
-}
-
-fn note_size(size: usize) {
-    // try_with: allocations during thread teardown find the slot gone, and that is fine.
-    let _ = LARGEST.try_with(|m| m.set(m.get().max(size)));
-}
-
-// SAFETY: every call is forwarded to the system allocator unchanged.
-unsafe impl GlobalAlloc for Recording {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note_size(layout.size());
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note_size(layout.size());
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note_size(new_size);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
+// The test crate's allocator records the largest allocation of each thread.
 #[global_allocator]
 static ALLOCATOR: Recording = Recording;
-
-/// The largest single allocation `f` makes on this thread.
-fn largest_allocation<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    LARGEST.with(|m| m.set(0));
-    let out = f();
-    (out, LARGEST.with(Cell::get))
-}
 
 /// The vocabulary the `ids` role checks against.
 const VOCAB: usize = 16;

@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 
 pub mod cli;
+pub mod recording;
 pub mod rope;
 
 use std::sync::OnceLock;
