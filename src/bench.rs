@@ -1049,8 +1049,15 @@ impl Report {
 /// `x` with three significant digits (at least two decimals), so that small ratios such as
 /// a decode step's do not print as 0.00.
 fn significant(x: f64) -> String {
-    let decimals = if x > 0.0 && x.is_finite() { (2 - x.log10().floor() as i64).max(2) } else { 2 };
-    format!("{x:.*}", decimals.min(12) as usize)
+    with_decimals(x, 2, 12)
+}
+
+/// `x` with enough decimals for three significant digits, between `min` and `max` of them
+/// (`min` for zero, negatives and non-finite values).
+fn with_decimals(x: f64, min: i64, max: i64) -> String {
+    let decimals =
+        if x > 0.0 && x.is_finite() { (2 - x.log10().floor() as i64).clamp(min, max) } else { min };
+    format!("{x:.*}", decimals as usize)
 }
 
 fn timing_name(timing: gpu::TimingSource) -> &'static str {
@@ -1060,17 +1067,10 @@ fn timing_name(timing: gpu::TimingSource) -> &'static str {
     }
 }
 
-/// The items of the suite table, each with the ceiling its % is of.
 /// `seconds` in milliseconds with at least three significant digits (a decode step's
-/// 0.00183 ms rather than 0.002), at most six decimals.
+/// 0.00183 ms rather than 0.002), between three and six decimals.
 fn millis(seconds: f64) -> String {
-    let ms = seconds * 1e3;
-    let decimals = if ms >= 1.0 || ms <= 0.0 || !ms.is_finite() {
-        3
-    } else {
-        (2 - ms.log10().floor() as i32).clamp(3, 6) as usize
-    };
-    format!("{ms:.decimals$}")
+    with_decimals(seconds * 1e3, 3, 6)
 }
 
 /// A byte count in kB, MB or GB (decimal), one decimal.
@@ -1083,6 +1083,7 @@ fn size(bytes: u64) -> String {
     }
 }
 
+/// The items of the suite table, each with the ceiling its % is of.
 const SUITE_COLUMNS: [&str; 4] = ["cpu_encode", "gpu_encode", "gpu_encode_call", "cpu_load"];
 
 impl Suite {
