@@ -1,8 +1,7 @@
 // Positional-encoding table: one exact-phase (sin, cos) pair per (row, frequency), placed in
 // the spec's columns. CPU twin: src/cpu/table.rs. Host wrapper: src/gpu/table.rs
 // (TableParams mirrors Params).
-#import sincos
-#import f32_angle
+#import pe_phase
 
 struct Params {
     // rows * n_freqs in this dispatch; the host keeps it below 2^32.
@@ -33,18 +32,12 @@ struct Params {
 // f32 bits, row-major [rows, dim].
 @group(0) @binding(3) var<storage, read_write> out: array<u32>;
 
+fn freq_step(k: u32) -> vec2<u32> {
+    return freqs[k];
+}
+
 fn phase(p: u32, i: u32) -> u32 {
-    let r = p + params.start;
-    let carry = r < p;
-    if (params.flags & FLAG_F32) == 0u {
-        return phase_turns_u33(r, carry, freqs[i]);
-    }
-    let a = f32_angle_parts(r, carry, freqs[i].x);
-    if a.m == 0u {
-        return 0u;
-    }
-    let k = u32(clamp(a.e + F32_STEP_BIAS, 0, i32(F32_STEPS) - 1));
-    return phase_turns(a.m, freqs[params.n_freqs + k]);
+    return pe_phase(p, params.start, (params.flags & FLAG_F32) != 0u, params.n_freqs, i);
 }
 
 @compute @workgroup_size(WORKGROUP_SIZE)

@@ -19,7 +19,15 @@ pub const DTYPE_BF16: u32 = 2;
 
 /// `flags` bit of `encode` and `rope_cs`: multiply by the f32 in `scale_bits`.
 pub const FLAG_SCALE: u32 = 1;
-/// `flags` bit of `table`: float32 frequencies (the steps of powers of two follow them).
+/// `flags` bit of `embed`: tokens whose id is `pad_id` are padding (zero rows).
+pub const FLAG_PAD_ID: u32 = 2;
+/// `flags` bit of `embed`: `positions` holds one first position per sequence, and token `t`
+/// of a sequence is at that position plus `t`.
+pub const FLAG_OFFSETS: u32 = 4;
+/// `flags` bit of `embed`: this dispatch binds the first window of table chunks, and also
+/// writes pad tokens and ids outside the vocabulary.
+pub const FLAG_FIRST_WINDOW: u32 = 8;
+/// `flags` bit of `table` (and `spec_flags` of `embed`): float32 frequencies (the steps of powers of two follow them).
 pub const FLAG_F32: u32 = 1;
 /// `flags` bit of `table`: the row of position `padding_idx` is all zeros.
 pub const FLAG_PADDING: u32 = 2;
@@ -47,6 +55,7 @@ const MODULES: &[(&str, &str)] = &[
     ("f32_angle", include_str!("../shaders/shared/f32_angle.wgsl")),
     ("convert", include_str!("../shaders/shared/convert.wgsl")),
     ("convert4", include_str!("../shaders/shared/convert4.wgsl")),
+    ("pe_phase", include_str!("../shaders/shared/pe_phase.wgsl")),
 ];
 
 /// The kernels, by entry-point name: each is `shaders/<name>.wgsl`, but for `copy_x4`. The
@@ -164,28 +173,49 @@ impl EncodeX4 {
                 4 + k
             );
         }
-        // The slot's table by a binary tree of ifs: on a GPU every branch is uniform (all
-        // invocations serve the same token), and on lavapipe it measured no slower than a
-        // switch (0.09 to 0.14 ms against 0.11 to 0.12 ms for an 8-chunk decode step).
-        fn tree(lo: u32, hi: u32, out: &mut String) {
-            if hi - lo == 1 {
-                *out += &format!("return table{lo}[i];");
-                return;
-            }
-            let mid = (lo + hi).div_ceil(2);
-            *out += &format!("if slot < {mid}u {{ ");
-            tree(lo, mid, out);
-            *out += " } else { ";
-            tree(mid, hi, out);
-            *out += " }";
-        }
         s += "fn table_word(slot: u32, i: u32) -> TableWord {\n    ";
-        tree(0, self.slots, &mut s);
+        slot_tree(0, self.slots, &mut s);
         s += "\n}\n";
         let mut imported = Vec::new();
         expand(ENCODE_X4, &mut imported, &mut s);
         s
     }
+}
+
+/// The recorded encode kernel, `shaders/embed.wgsl`, before its specialisation.
+const EMBED: &str = include_str!("../shaders/embed.wgsl");
+
+/// The complete WGSL of `shaders/embed.wgsl` with `slots` table bindings (1 to
+/// [`MAX_TABLE_SLOTS`]), at bindings 6 onwards, each an `array<u32>` of one table chunk.
+pub fn embed_source(slots: u32) -> String {
+    let mut s = prelude();
+    s += &format!("const TABLE_SLOTS: u32 = {slots}u;\n");
+    for k in 0..slots {
+        s += &format!("@group(0) @binding({}) var<storage, read> table{k}: array<u32>;\n", 6 + k);
+    }
+    s += "fn table_word(slot: u32, i: u32) -> u32 {\n    ";
+    slot_tree(0, slots, &mut s);
+    s += "\n}\n";
+    let mut imported = Vec::new();
+    expand(EMBED, &mut imported, &mut s);
+    s
+}
+
+/// The body of `table_word(slot, i)` over bindings `table{lo}..table{hi}`: a binary tree
+/// of ifs. On a GPU every branch is uniform (all invocations serve the same token), and on
+/// lavapipe it measured no slower than a switch (0.09 to 0.14 ms against 0.11 to 0.12 ms
+/// for an 8-chunk decode step).
+fn slot_tree(lo: u32, hi: u32, out: &mut String) {
+    if hi - lo == 1 {
+        *out += &format!("return table{lo}[i];");
+        return;
+    }
+    let mid = (lo + hi).div_ceil(2);
+    *out += &format!("if slot < {mid}u {{ ");
+    slot_tree(lo, mid, out);
+    *out += " } else { ";
+    slot_tree(mid, hi, out);
+    *out += " }";
 }
 
 /// `(name, value)` of each listed constant, the name taken from the Rust item.
@@ -204,6 +234,9 @@ const PRELUDE_U32: &[(&str, u32)] = named![
     DTYPE_F16,
     DTYPE_BF16,
     FLAG_SCALE,
+    FLAG_PAD_ID,
+    FLAG_OFFSETS,
+    FLAG_FIRST_WINDOW,
     FLAG_F32,
     FLAG_PADDING,
     FLAG_ZERO_COL,
@@ -232,12 +265,16 @@ fn prelude() -> String {
 }
 
 /// Every kernel source posenc may compile, as `(name, entry point, WGSL)`: each of
-/// [`KERNELS`], then every [`EncodeX4`] specialisation (named by its fields).
+/// [`KERNELS`], then every [`EncodeX4`] specialisation (named by its fields), then `embed`
+/// with each number of table slots.
 pub fn all_sources() -> Vec<(String, &'static str, String)> {
     let mut all: Vec<_> =
         KERNELS.iter().map(|(name, _)| (name.to_string(), *name, source(name))).collect();
     for v in EncodeX4::all() {
         all.push((format!("{v:?}"), "encode_x4", v.source()));
+    }
+    for slots in 1..=MAX_TABLE_SLOTS {
+        all.push((format!("embed(slots: {slots})"), "embed", embed_source(slots)));
     }
     all
 }

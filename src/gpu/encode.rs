@@ -258,27 +258,27 @@ impl Context {
 #[derive(Clone)]
 pub(super) struct PeCache {
     spec: PeSpec,
-    rows: u32,
-    buffer: DeviceBuffer,
+    pub(super) rows: u32,
+    pub(super) buffer: DeviceBuffer,
 }
 
 /// An embedding table uploaded to the device once and reused by many encode calls. Tables
 /// larger than one storage binding are held in several chunks of whole rows.
 pub struct GpuTable {
-    vocab: usize,
-    dim: usize,
-    dtype: Dtype,
-    chunks: Vec<TableChunk>,
+    pub(super) vocab: usize,
+    pub(super) dim: usize,
+    pub(super) dtype: Dtype,
+    pub(super) chunks: Vec<TableChunk>,
     /// Rows of every chunk but the last.
-    rows_per_chunk: u32,
+    pub(super) rows_per_chunk: u32,
     /// Identifies the accounting its chunks count against (the address of its `Memory`).
     accounted_by: usize,
     /// Identifies the device its chunks live on (see [`Context::device_key`]).
-    device_key: usize,
+    pub(super) device_key: usize,
 }
 
-struct TableChunk {
-    buffer: DeviceBuffer,
+pub(super) struct TableChunk {
+    pub(super) buffer: DeviceBuffer,
 }
 
 impl std::fmt::Debug for GpuTable {
@@ -625,7 +625,7 @@ impl Context {
 
     /// Refuses a table uploaded through a context on another device: wgpu cannot tell, and
     /// would read some other buffer of this device, or panic.
-    fn check_same_device(&self, key: usize, field: &'static str) -> Result<()> {
+    pub(super) fn check_same_device(&self, key: usize, field: &'static str) -> Result<()> {
         if key == self.device_key() {
             return Ok(());
         }
@@ -657,7 +657,7 @@ impl Context {
 
     /// The cached PE rows covering positions `0..needed`, built (or grown) if the budget
     /// allows; `None` sends the caller to per-call rows.
-    fn cached_pe_rows(
+    pub(super) fn cached_pe_rows(
         &self,
         spec: &PeSpec,
         needed: u64,

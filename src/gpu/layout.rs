@@ -9,10 +9,10 @@ use bytemuck::Zeroable;
 use wgpu::BufferBindingType;
 
 use super::{
-    AlibiParams, CopyParams, EncodeParams, EncodeX4Params, NarrowParams, RopeCsParams, RopeParams,
-    RopeX4Params, TableParams,
+    AlibiParams, CopyParams, EmbedParams, EncodeParams, EncodeX4Params, NarrowParams, RopeCsParams,
+    RopeParams, RopeX4Params, TableParams,
 };
-use crate::shaders::{EncodeX4, KERNELS};
+use crate::shaders::{EncodeX4, KERNELS, MAX_TABLE_SLOTS};
 
 /// One field of a parameter struct.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -114,6 +114,32 @@ pub fn params(entry: &str) -> Params {
             keep,
             _pad,
         }),
+        "embed" => params!(EmbedParams {
+            n_words,
+            dim,
+            vocab,
+            rows_per_chunk,
+            first_chunk,
+            n_slots,
+            ids_base,
+            pos_base,
+            out_base,
+            seq_len,
+            cached_rows,
+            pad_id,
+            scale_bits,
+            flags,
+            in_dtype,
+            out_dtype,
+            groups_x,
+            spec_flags,
+            n_freqs,
+            stride,
+            cos_offset,
+            zero_col,
+            start,
+            padding_idx,
+        }),
         "narrow" => params!(NarrowParams { n_elems, out_dtype, groups_x, _pad }),
         "copy" | "copy_x4" => params!(CopyParams { n_vecs, groups_x, _pad }),
         "alibi" => params!(AlibiParams {
@@ -204,6 +230,23 @@ pub fn encode_x4_bindings(slots: u32) -> Vec<BufferBindingType> {
     bindings
 }
 
+/// The bind group layout of `embed` with `slots` table bindings: the uniform `Params`, the
+/// ids, positions and cached PE rows (read-only), the fault counters and frequency words
+/// (read-write), the output, then the table slots (read-only).
+pub fn embed_bindings(slots: u32) -> Vec<BufferBindingType> {
+    use BufferBindingType as B;
+    let mut bindings = vec![
+        B::Uniform,
+        B::Storage { read_only: true },
+        B::Storage { read_only: true },
+        B::Storage { read_only: true },
+        B::Storage { read_only: false },
+        B::Storage { read_only: false },
+    ];
+    bindings.extend((0..slots).map(|_| B::Storage { read_only: true }));
+    bindings
+}
+
 /// Every kernel posenc may compile, in the order of [`crate::shaders::all_sources`], with
 /// what the host binds to it.
 pub fn all() -> Vec<Kernel> {
@@ -223,6 +266,13 @@ pub fn all() -> Vec<Kernel> {
         source: v.source(),
         params: params("encode_x4"),
         bindings: encode_x4_bindings(v.slots),
+    }));
+    all.extend((1..=MAX_TABLE_SLOTS).map(|slots| Kernel {
+        name: format!("embed(slots: {slots})"),
+        entry: "embed",
+        source: crate::shaders::embed_source(slots),
+        params: params("embed"),
+        bindings: embed_bindings(slots),
     }));
     all
 }

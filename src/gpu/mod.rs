@@ -9,6 +9,7 @@ mod faults;
 pub mod layout;
 mod memory;
 mod options;
+mod record;
 mod rope;
 mod runner;
 mod table;
@@ -23,6 +24,9 @@ pub use encode::{
 };
 pub use faults::{FAULT_INJECT_ENV, SUBMISSION_TIMEOUT};
 pub use options::{ACCESS_PATTERN_ENV, AccessPattern, MEMORY_BUDGET_ENV, Options, TIMESTAMPS_ENV};
+pub use record::{
+    DEFAULT_CACHED_POSITIONS, EmbedParams, EncodePass, EncodePassDescriptor, Faults, Positions,
+};
 pub use rope::{RopeCsParams, RopeParams, RopeX4Params};
 pub use table::TableParams;
 pub use timing::{CopyParams, TimingSource};
@@ -193,6 +197,8 @@ pub struct Context {
     copy: timing::CopyKernel,
     /// Built on first use, so contexts that never compute ALiBi never compile it.
     alibi: Arc<std::sync::OnceLock<alibi::AlibiKernel>>,
+    /// The recorded encode's kernels, built on first use.
+    record: record::EmbedKernels,
     /// One per device opened, shared by the contexts derived from this one: what tables
     /// remember of the device they live on. (`wgpu::Device`'s own equality compares ids,
     /// which repeat across instances, so two contexts' devices can compare equal.)
@@ -277,6 +283,90 @@ impl Context {
         let (device, queue) = pollster::block_on(adapter.request_device(&descriptor))
             .map_err(|source| Error::RequestDevice { adapter: name, source })?;
         let health = faults::Health::watch(&device);
+        let context = Self::assemble(adapter, device, queue, health, timestamps, options);
+        // Once everything is built, as a driver reset would find it: the callback installed
+        // above records the loss, and every call then answers Error::DeviceLost.
+        if options.fault() == Some(faults::Fault::DeviceLost) {
+            context.device.destroy();
+        }
+        Ok(context)
+    }
+
+    /// Uses a device the caller opened, with [`Options::from_env`]: see
+    /// [`Context::from_device_with`].
+    ///
+    /// # Errors
+    /// As [`Context::from_device_with`].
+    pub fn from_device(
+        adapter: wgpu::Adapter,
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+    ) -> Result<Self> {
+        Self::from_device_with(adapter, device, queue, &Options::from_env()?)
+    }
+
+    /// Uses a device the caller opened (`adapter` must be the one it was requested from):
+    /// posenc creates its pipelines and buffers on it, submits to `queue`, and records into
+    /// the caller's encoders ([`Context::encode_pass`], [`Context::rope_pass`],
+    /// [`Context::alibi_pass`]). It needs no feature; it times work with timestamp queries
+    /// only when the device was opened with `TIMESTAMP_QUERY` and
+    /// `TIMESTAMP_QUERY_INSIDE_ENCODERS` (and `options` allow), and sizes its chunks by the
+    /// device's limits. [`Options::limits`] does not apply (the device is open), and the
+    /// fault-injection knob never destroys a device posenc did not open.
+    ///
+    /// posenc installs no device-lost callback and no uncaptured-error handler on a
+    /// caller's device: those stay the caller's. Its own calls catch their errors in error
+    /// scopes, and a lost device is still [`Error::DeviceLost`] (found by a probe when an
+    /// operation fails, rather than by the callback).
+    ///
+    /// Tables and passes are shared between this context and those derived from it
+    /// (`clone`, [`Context::with_memory_budget`], ...). Two contexts made by separate
+    /// calls on the same device work side by side, each with its own tables, cache and
+    /// accounting; a table uploaded through one is refused by the other.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let instance = wgpu::Instance::default();
+    /// let adapter = pollster::block_on(instance.request_adapter(&Default::default()))?;
+    /// let (device, queue) = pollster::block_on(adapter.request_device(&Default::default()))?;
+    /// // The engine keeps using `device` and `queue`; posenc shares them.
+    /// let gpu = posenc::gpu::Context::from_device_with(
+    ///     adapter,
+    ///     device.clone(),
+    ///     queue.clone(),
+    ///     &posenc::gpu::Options::default(),
+    /// )?;
+    /// # let _ = gpu;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] as [`Options::from_env`] (for [`Context::from_device`]).
+    pub fn from_device_with(
+        adapter: wgpu::Adapter,
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+        options: &Options,
+    ) -> Result<Self> {
+        let timestamp_features =
+            wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS;
+        let timestamps =
+            options.wants_timestamps() && device.features().contains(timestamp_features);
+        let _one_at_a_time = opening();
+        let health = Arc::new(faults::Health::default());
+        Ok(Self::assemble(adapter, device, queue, health, timestamps, options))
+    }
+
+    /// A context on an open device: limits, pipelines, accounting.
+    fn assemble(
+        adapter: wgpu::Adapter,
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+        health: Arc<faults::Health>,
+        timestamps: bool,
+        options: &Options,
+    ) -> Self {
         let timestamp_period = timestamps.then(|| queue.get_timestamp_period());
         let limits = device.limits();
         let mut max_binding = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
@@ -290,10 +380,8 @@ impl Context {
         let coalesced =
             options.access().resolve(adapter.get_info().device_type) == AccessPattern::Coalesced;
         let rope = rope::RopeKernels::new(&device);
-        let pe_cache = Arc::new(Mutex::new(None));
-        let pool = Arc::new(BufferPool::default());
         let copy = timing::CopyKernel::new(&device);
-        let context = Self {
+        Self {
             adapter,
             device,
             queue,
@@ -305,18 +393,13 @@ impl Context {
             encode,
             coalesced,
             rope,
-            pe_cache,
-            pool,
+            pe_cache: Arc::new(Mutex::new(None)),
+            pool: Arc::new(BufferPool::default()),
             copy,
             alibi: Arc::default(),
+            record: record::EmbedKernels::default(),
             device_token: Arc::new(()),
-        };
-        // Once everything is built, as a driver reset would find it: the callback installed
-        // above records the loss, and every call then answers Error::DeviceLost.
-        if options.fault() == Some(faults::Fault::DeviceLost) {
-            context.device.destroy();
         }
-        Ok(context)
     }
 
     /// What this context runs on.

@@ -402,17 +402,28 @@ impl Context {
     /// # Errors
     /// [`Error::Gpu`] if wgpu reports an error.
     pub fn read_buffer(&self, buffer: &wgpu::Buffer) -> Result<Vec<u8>> {
-        let mut bytes = vec![0u8; buffer.size() as usize];
+        self.read_buffer_range(buffer, 0, buffer.size())
+    }
+
+    /// Copies `size` bytes of `buffer` from `offset` (both multiples of 4; usage must
+    /// include `COPY_SRC`) back to host memory, once every submission so far has completed.
+    pub(crate) fn read_buffer_range(
+        &self,
+        buffer: &wgpu::Buffer,
+        offset: u64,
+        size: u64,
+    ) -> Result<Vec<u8>> {
+        let mut bytes = vec![0u8; size as usize];
         self.scoped("read_buffer", || {
             let staging = self.pooled(
                 "posenc.read.staging",
-                buffer.size(),
+                size,
                 wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             )?;
             let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("posenc.read.encoder"),
             });
-            encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, buffer.size());
+            encoder.copy_buffer_to_buffer(buffer, offset, &staging, 0, size);
             self.finish_and_read("read_buffer", encoder, &staging, &mut bytes)
         })?;
         Ok(bytes)

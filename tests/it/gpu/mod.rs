@@ -7,5 +7,6 @@ mod concurrency;
 mod encode;
 mod faults;
 mod features;
+mod record;
 mod rope;
 mod table;

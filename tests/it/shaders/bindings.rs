@@ -69,7 +69,7 @@ fn host_params(kernel: &Kernel) -> Vec<Member> {
 type Binding = (u32, u32, String);
 
 /// The module's bindings, sorted: a uniform must be the struct `Params`, a storage buffer a
-/// runtime-sized array.
+/// runtime-sized array or a struct ending in one.
 fn wgsl_bindings(kernel: &Kernel, module: &naga::Module) -> Vec<Binding> {
     let mut bindings: Vec<Binding> = module
         .global_variables
@@ -88,14 +88,24 @@ fn wgsl_bindings(kernel: &Kernel, module: &naga::Module) -> Vec<Binding> {
                     "uniform Params".to_string()
                 }
                 AddressSpace::Storage { access } => {
-                    let TypeInner::Array { size: naga::ArraySize::Dynamic, .. } =
-                        module.types[g.ty].inner
-                    else {
-                        panic!(
-                            "{}: binding {} is not a runtime-sized array",
-                            kernel.name, b.binding
+                    // A runtime-sized array, or a struct ending in one (fixed fields first).
+                    let runtime_array = |ty: naga::Handle<naga::Type>| {
+                        matches!(
+                            module.types[ty].inner,
+                            TypeInner::Array { size: naga::ArraySize::Dynamic, .. }
                         )
                     };
+                    let sized = match &module.types[g.ty].inner {
+                        TypeInner::Struct { members, .. } => {
+                            members.last().is_some_and(|m| runtime_array(m.ty))
+                        }
+                        _ => runtime_array(g.ty),
+                    };
+                    assert!(
+                        sized,
+                        "{}: binding {} is not a runtime-sized array (or a struct ending in one)",
+                        kernel.name, b.binding
+                    );
                     if access == StorageAccess::LOAD {
                         "storage, read".to_string()
                     } else if access == StorageAccess::LOAD | StorageAccess::STORE {

@@ -1,0 +1,553 @@
+//! [`EncodePass`]: the fused gather + PE recorded into the caller's command encoder, with
+//! token ids and positions read from device buffers (`shaders/embed.wgsl`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use bytemuck::{Pod, Zeroable};
+
+use super::{BindCache, Need, Positions, Span, uniform_blocks};
+use crate::encode::{Dtype, EncodeOptions};
+use crate::error::{Error, Result};
+use crate::gpu::encode::{GpuTable, Kernel, PeCache};
+use crate::gpu::memory::DeviceBuffer;
+use crate::gpu::table::flat_steps;
+use crate::gpu::{Context, fold_dispatch};
+use crate::shaders::{
+    FLAG_F32, FLAG_FIRST_WINDOW, FLAG_OFFSETS, FLAG_PAD_ID, FLAG_PADDING, FLAG_SCALE,
+    FLAG_ZERO_COL, MAX_TABLE_SLOTS, WORKGROUP_SIZE,
+};
+use crate::spec::{Frequencies, PeSpec};
+
+/// Mirror of `Params` in `shaders/embed.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct EmbedParams {
+    /// Output words of the batch.
+    pub n_words: u32,
+    /// Model dimension.
+    pub dim: u32,
+    /// Rows of the embedding table.
+    pub vocab: u32,
+    /// Rows of every table chunk but the last.
+    pub rows_per_chunk: u32,
+    /// The dispatch's first table chunk.
+    pub first_chunk: u32,
+    /// Table chunks the dispatch binds.
+    pub n_slots: u32,
+    /// The first id's index in the bound ids.
+    pub ids_base: u32,
+    /// The first position's index in the bound positions.
+    pub pos_base: u32,
+    /// The first output word's index in the bound output.
+    pub out_base: u32,
+    /// Tokens per sequence (for [`FLAG_OFFSETS`]).
+    pub seq_len: u32,
+    /// Positions below this read the cached PE rows.
+    pub cached_rows: u32,
+    /// The pad id (with [`FLAG_PAD_ID`]).
+    pub pad_id: u32,
+    /// f32 bits of the scale (with [`FLAG_SCALE`]).
+    pub scale_bits: u32,
+    /// [`FLAG_SCALE`], [`FLAG_PAD_ID`], [`FLAG_OFFSETS`], [`FLAG_FIRST_WINDOW`].
+    pub flags: u32,
+    /// Table storage type code.
+    pub in_dtype: u32,
+    /// Output storage type code.
+    pub out_dtype: u32,
+    /// Workgroups along x of a dispatch folded into 2-D.
+    pub groups_x: u32,
+    /// [`FLAG_F32`], [`FLAG_PADDING`], [`FLAG_ZERO_COL`] of the spec.
+    pub spec_flags: u32,
+    /// Frequencies per row.
+    pub n_freqs: u32,
+    /// Column step between frequencies.
+    pub stride: u32,
+    /// Column of the first cos.
+    pub cos_offset: u32,
+    /// The always-zero column (with [`FLAG_ZERO_COL`]).
+    pub zero_col: u32,
+    /// Added to every position.
+    pub start: u32,
+    /// The position whose row is zeros (with [`FLAG_PADDING`]).
+    pub padding_idx: u32,
+}
+
+/// The positions whose PE rows an [`EncodePass`] reads from the context's cache unless
+/// told otherwise; rows of other positions are computed in the kernel, with the same bits.
+pub const DEFAULT_CACHED_POSITIONS: u32 = 4096;
+
+/// The shape and options of an [`EncodePass`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct EncodePassDescriptor {
+    /// Sequences per step.
+    pub batch: usize,
+    /// Tokens per sequence per step (1 for a decode step).
+    pub len: usize,
+    /// Where the positions come from.
+    pub positions: Positions,
+    /// Scale, pad id and output storage type, as for [`Context::encode`].
+    pub options: EncodeOptions,
+    /// PE rows of positions `0..cached_positions` are computed once, kept on the device
+    /// (shared by the context's passes and encodes of the same spec, at most
+    /// [`PE_CACHE_BUDGET`](crate::gpu::PE_CACHE_BUDGET) bytes) and read; other positions'
+    /// rows are computed in the kernel, bit for bit the same. 0 computes every row.
+    pub cached_positions: u32,
+}
+
+impl Default for EncodePassDescriptor {
+    fn default() -> Self {
+        Self {
+            batch: 1,
+            len: 1,
+            positions: Positions::PerToken,
+            options: EncodeOptions::default(),
+            cached_positions: DEFAULT_CACHED_POSITIONS,
+        }
+    }
+}
+
+/// What the kernels of an [`EncodePass`] found wrong with the ids they read since the
+/// counters were last reset: such tokens were written as zero rows, and nothing was read
+/// out of bounds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// Tokens whose id was at or above the vocabulary size (pad tokens excepted); wraps
+    /// past `u32::MAX`.
+    pub bad_ids: u32,
+    /// The largest such id, when there was one.
+    pub largest_bad_id: Option<u32>,
+}
+
+/// The fused embedding gather + PE, prepared once for a spec, a table and a batch shape,
+/// then recorded into the caller's command encoders with ids and positions in device
+/// buffers. See [`Context::encode_pass`].
+pub struct EncodePass {
+    ctx: Context,
+    desc: EncodePassDescriptor,
+    dim: usize,
+    /// Fixed parameters; the per-buffer ones (`*_base`) and the window's are set per bind.
+    params: EmbedParams,
+    /// Per dispatch: the first table chunk and how many are bound.
+    windows: Vec<(u32, u32)>,
+    chunks: Vec<DeviceBuffer>,
+    kernel: Arc<Kernel>,
+    /// The cached PE rows (kept alive while the pass is), or a one-word stand-in.
+    cache: Option<PeCache>,
+    no_cache: Option<DeviceBuffer>,
+    /// Fault counters (16 bytes), then the spec's frequency words.
+    state: DeviceBuffer,
+    grid: (u32, u32),
+    bound: BindCache<Bound>,
+}
+
+impl std::fmt::Debug for EncodePass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EncodePass")
+            .field("desc", &self.desc)
+            .field("dim", &self.dim)
+            .field("windows", &self.windows.len())
+            .field("cached_rows", &self.params.cached_rows)
+            .finish()
+    }
+}
+
+/// A set of buffers as bound: the parameter blocks and one bind group per window.
+struct Bound {
+    groups: Vec<wgpu::BindGroup>,
+    _params: wgpu::Buffer,
+}
+
+/// Bytes of the fault counters at the start of the state buffer.
+const FAULT_BYTES: u64 = 16;
+
+/// The `embed` kernels by number of table slots, compiled on first use.
+#[derive(Clone, Default)]
+pub(in crate::gpu) struct EmbedKernels {
+    by_slots: Arc<Mutex<HashMap<u32, Arc<Kernel>>>>,
+}
+
+impl Context {
+    fn embed_kernel(&self, slots: u32) -> Arc<Kernel> {
+        let mut kernels = self.record.by_slots.lock().unwrap_or_else(|e| e.into_inner());
+        let kernel = kernels.entry(slots).or_insert_with(|| {
+            let bindings = crate::gpu::layout::embed_bindings(slots);
+            let source = crate::shaders::embed_source(slots);
+            let (layout, pipeline) =
+                crate::gpu::build_pipeline(&self.device, "embed", &source, &bindings);
+            Arc::new(Kernel { layout, pipeline })
+        });
+        Arc::clone(kernel)
+    }
+
+    /// Prepares the fused gather + PE of `spec` and `table` for batches of
+    /// `desc.batch` sequences of `desc.len` tokens, to be recorded with
+    /// [`EncodePass::record`] into command encoders the caller owns, reading token ids and
+    /// positions from device buffers. Everything the host can check is checked here;
+    /// the PE rows of `0..desc.cached_positions` are computed (a submission, not waited
+    /// for) unless the context already holds them.
+    ///
+    /// ```no_run
+    /// use posenc::gpu::{Context, EncodePassDescriptor, Positions};
+    /// use posenc::{Embeddings, PeSpec};
+    ///
+    /// let gpu = Context::new()?;
+    /// let spec = PeSpec::new(64)?;
+    /// let weights = vec![0.5f32; 1000 * 64];
+    /// let table = gpu.upload_table(Embeddings::F32(ndarray::ArrayView2::from_shape((1000, 64), &weights).unwrap()))?;
+    /// let desc = EncodePassDescriptor { batch: 8, positions: Positions::PerSequence, ..Default::default() };
+    /// let pass = gpu.encode_pass(&spec, &table, &desc)?;
+    /// # let _ = pass;
+    /// # Ok::<(), posenc::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Shape`] if the table's dim is not the spec's; [`Error::InvalidParameter`]
+    /// for a table of another device or a scale that is not finite; [`Error::Limit`] if
+    /// one step's output is larger than one storage binding or than 2^32 - 1 words, if
+    /// the device binds fewer than 6 storage buffers per shader stage, or for a 16-bit
+    /// output of an odd number of elements per step (its last word would be shared with
+    /// whatever follows it) or of an odd dim over a table of more chunks than one
+    /// dispatch binds; [`Error::DeviceLost`], [`Error::OutOfMemory`], [`Error::Gpu`].
+    pub fn encode_pass(
+        &self,
+        spec: &PeSpec,
+        table: &GpuTable,
+        desc: &EncodePassDescriptor,
+    ) -> Result<EncodePass> {
+        const OP: &str = "encode_pass";
+        self.check_same_device(table.device_key, "table")?;
+        let dim = table.dim;
+        if table.chunks.is_empty() {
+            return Err(Error::Shape {
+                op: OP,
+                what: "embedding table rows",
+                expected: "at least 1".into(),
+                actual: "0".into(),
+            });
+        }
+        if dim != spec.dim() as usize {
+            return Err(Error::Shape {
+                op: OP,
+                what: "embedding dim vs positional-encoding dim",
+                expected: spec.dim().to_string(),
+                actual: dim.to_string(),
+            });
+        }
+        let out_dtype = desc.options.out_dtype;
+        let elements =
+            (desc.batch as u64).saturating_mul(desc.len as u64).saturating_mul(dim as u64);
+        let out_bytes = elements.saturating_mul(out_dtype.size() as u64);
+        if out_bytes > self.max_binding {
+            return Err(Error::Limit {
+                op: OP,
+                what: "one step's output",
+                requested: out_bytes,
+                limit_name: "max storage binding size",
+                limit: self.max_binding,
+            });
+        }
+        // Element indices stay below 2^32 in the kernel.
+        if elements > u64::from(u32::MAX) {
+            return Err(Error::Limit {
+                op: OP,
+                what: "one step's output elements",
+                requested: elements,
+                limit_name: "u32 indices",
+                limit: u64::from(u32::MAX),
+            });
+        }
+        if out_dtype != Dtype::F32 && elements % 2 == 1 {
+            return Err(Error::Limit {
+                op: OP,
+                what: "16-bit output elements per step (odd: the last word would be shared)",
+                requested: elements,
+                limit_name: "an even number",
+                limit: elements - 1,
+            });
+        }
+        let storage = self.device.limits().max_storage_buffers_per_shader_stage;
+        if storage < 6 {
+            return Err(Error::Limit {
+                op: OP,
+                what: "storage buffers per shader stage (5 and one table chunk)",
+                requested: 6,
+                limit_name: "the device's max_storage_buffers_per_shader_stage",
+                limit: u64::from(storage),
+            });
+        }
+        let slots = (storage - 5).min(MAX_TABLE_SLOTS);
+        let n_chunks = table.chunks.len() as u32;
+        let windows: Vec<(u32, u32)> = (0..n_chunks)
+            .step_by(slots as usize)
+            .map(|first| (first, slots.min(n_chunks - first)))
+            .collect();
+        if windows.len() > 1 && out_dtype != Dtype::F32 && dim % 2 == 1 {
+            return Err(Error::Limit {
+                op: OP,
+                what: "table chunks for a 16-bit output of an odd dim",
+                requested: u64::from(n_chunks),
+                limit_name: "table chunks one dispatch binds",
+                limit: u64::from(slots),
+            });
+        }
+        let scale = desc.options.scale.factor(dim)?;
+        let c = spec.columns();
+        let mut spec_flags = 0;
+        if spec.frequencies() == Frequencies::F32 {
+            spec_flags |= FLAG_F32;
+        }
+        if spec.padding_idx().is_some() {
+            spec_flags |= FLAG_PADDING;
+        }
+        if c.zero_col.is_some() {
+            spec_flags |= FLAG_ZERO_COL;
+        }
+        let mut flags = 0;
+        if scale.is_some() {
+            flags |= FLAG_SCALE;
+        }
+        if desc.options.pad_id.is_some() {
+            flags |= FLAG_PAD_ID;
+        }
+        if desc.positions == Positions::PerSequence {
+            flags |= FLAG_OFFSETS;
+        }
+        let n_words = if out_dtype == Dtype::F32 { elements } else { elements / 2 } as u32;
+        let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
+        let grid = fold_dispatch(n_words.div_ceil(WORKGROUP_SIZE), max_groups);
+        let steps = flat_steps(spec);
+        let kernel = self.embed_kernel(slots.min(n_chunks));
+        let cache = match desc.cached_positions {
+            0 => None,
+            n => self.cached_pe_rows(spec, u64::from(n), None),
+        };
+        let (state, no_cache) = self.scoped(OP, || {
+            use wgpu::BufferUsages as U;
+            let state = self.create_buffer(
+                "posenc.embed.state",
+                FAULT_BYTES + steps.len() as u64 * 4,
+                U::STORAGE | U::COPY_SRC | U::COPY_DST,
+            )?;
+            self.queue.write_buffer(&state, 0, &[0u8; FAULT_BYTES as usize]);
+            self.queue.write_buffer(&state, FAULT_BYTES, bytemuck::cast_slice(&steps));
+            let no_cache = match cache {
+                Some(_) => None,
+                None => Some(self.create_buffer("posenc.embed.no_cache", 4, U::STORAGE)?),
+            };
+            self.queue.submit([]);
+            Ok((state, no_cache))
+        })?;
+        let params = EmbedParams {
+            n_words,
+            dim: dim as u32,
+            vocab: table.vocab as u32,
+            rows_per_chunk: table.rows_per_chunk,
+            seq_len: desc.len.max(1) as u32,
+            cached_rows: cache.as_ref().map_or(0, |c| c.rows),
+            pad_id: desc.options.pad_id.unwrap_or(0),
+            scale_bits: scale.unwrap_or(1.0).to_bits(),
+            flags,
+            in_dtype: table.dtype.code(),
+            out_dtype: out_dtype.code(),
+            groups_x: grid.0,
+            spec_flags,
+            n_freqs: c.n_freqs,
+            stride: c.stride,
+            cos_offset: c.cos_offset,
+            zero_col: c.zero_col.unwrap_or(0),
+            start: spec.start_index(),
+            padding_idx: spec.padding_idx().unwrap_or(0),
+            ..EmbedParams::default()
+        };
+        Ok(EncodePass {
+            ctx: self.clone(),
+            desc: desc.clone(),
+            dim,
+            params,
+            windows,
+            chunks: table.chunks.iter().map(|c| c.buffer.clone()).collect(),
+            kernel,
+            cache,
+            no_cache,
+            state,
+            grid,
+            bound: BindCache::default(),
+        })
+    }
+}
+
+impl EncodePass {
+    /// What the pass was prepared for.
+    pub fn descriptor(&self) -> &EncodePassDescriptor {
+        &self.desc
+    }
+
+    /// Bytes of `ids` one step reads: `batch * len` u32.
+    pub fn ids_bytes(&self) -> u64 {
+        (self.desc.batch * self.desc.len) as u64 * 4
+    }
+
+    /// Bytes of `positions` one step reads: `batch * len` u32 per token, or `batch` u32
+    /// per sequence.
+    pub fn positions_bytes(&self) -> u64 {
+        self.desc.positions.values(self.desc.batch, self.desc.len) as u64 * 4
+    }
+
+    /// Bytes one step writes: `batch * len * dim` elements of the output type.
+    pub fn output_bytes(&self) -> u64 {
+        (self.desc.batch * self.desc.len * self.dim * self.desc.options.out_dtype.size()) as u64
+    }
+
+    /// Compute dispatches one [`EncodePass::record`] records: one per window of table
+    /// chunks a dispatch binds (one unless the table is larger than several bindings).
+    pub fn dispatches(&self) -> usize {
+        self.windows.len()
+    }
+
+    /// Records one step into `encoder`: `out[b, t, :] = scale * E[ids[b, t], :] +
+    /// PE(position of (b, t), :)`, row-major in `out`'s slice (16-bit elements two to a
+    /// word, the first in the low half), bit for bit what [`crate::cpu::encode()`] gives.
+    /// `ids` holds `batch * len` u32 token ids; `positions` one u32 per token or per
+    /// sequence as prepared ([`Positions`]). All three slices need `STORAGE` usage and
+    /// offsets that are multiples of 4 bytes; the bytes of `out` past the step's output are
+    /// not touched.
+    ///
+    /// Nothing is submitted or waited for: the work runs when the caller submits
+    /// `encoder`, in order with the caller's own commands. An id at or above the
+    /// vocabulary size (and not the pad id) gives a zero row and counts in
+    /// [`EncodePass::read_faults`]; nothing is read out of bounds.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for a missing usage or a misaligned offset,
+    /// [`Error::Shape`] for a slice smaller than the step needs, [`Error::Limit`] for a
+    /// range larger than one storage binding, [`Error::DeviceLost`] once the device is
+    /// lost, [`Error::Gpu`] if wgpu refuses a buffer (destroyed, or of another device).
+    pub fn record(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        ids: wgpu::BufferSlice<'_>,
+        positions: wgpu::BufferSlice<'_>,
+        out: wgpu::BufferSlice<'_>,
+    ) -> Result<()> {
+        const OP: &str = "encode_pass.record";
+        let storage = wgpu::BufferUsages::STORAGE;
+        let need = |name, bytes| Need { name, bytes, usage: storage, usage_text: "STORAGE" };
+        let ids = self.ctx.span(OP, ids, &need("ids", self.ids_bytes()))?;
+        let positions = self.ctx.span(OP, positions, &need("positions", self.positions_bytes()))?;
+        let out = self.ctx.span(OP, out, &need("out", self.output_bytes()))?;
+        if self.params.n_words == 0 {
+            return Ok(());
+        }
+        let bound = self.bound.get_or_make(vec![ids, positions, out], |spans| self.bind(spans))?;
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("posenc.embed.pass"),
+            timestamp_writes: None,
+        });
+        pass.set_pipeline(&self.kernel.pipeline);
+        for group in &bound.groups {
+            pass.set_bind_group(0, group, &[]);
+            pass.dispatch_workgroups(self.grid.0, self.grid.1, 1);
+        }
+        Ok(())
+    }
+}
+
+impl EncodePass {
+    /// The parameter blocks and bind groups of one set of buffers (ids, positions, out).
+    fn bind(&self, spans: &[Span]) -> Result<Bound> {
+        let [ids, positions, out] = spans else { unreachable!("three spans") };
+        let blocks: Vec<EmbedParams> = self
+            .windows
+            .iter()
+            .enumerate()
+            .map(|(w, &(first_chunk, n_slots))| EmbedParams {
+                first_chunk,
+                n_slots,
+                ids_base: ids.base,
+                pos_base: positions.base,
+                out_base: out.base,
+                flags: self.params.flags | if w == 0 { FLAG_FIRST_WINDOW } else { 0 },
+                ..self.params
+            })
+            .collect();
+        let bytes: Vec<&[u8]> = blocks.iter().map(bytemuck::bytes_of).collect();
+        let ctx = &self.ctx;
+        ctx.validated("encode_pass.record", || -> Result<Bound> {
+            let (params, stride) = uniform_blocks(ctx, "posenc.embed.params", &bytes)?;
+            let cache: &wgpu::Buffer = match (&self.cache, &self.no_cache) {
+                (Some(c), _) => &c.buffer,
+                (None, Some(b)) => b,
+                (None, None) => unreachable!("a stand-in exists without a cache"),
+            };
+            let entry = |binding: u32, resource| wgpu::BindGroupEntry { binding, resource };
+            let groups = self
+                .windows
+                .iter()
+                .enumerate()
+                .map(|(w, &(first, n))| {
+                    let mut entries = vec![
+                        entry(
+                            0,
+                            wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                                buffer: &params,
+                                offset: w as u64 * stride,
+                                size: std::num::NonZeroU64::new(size_of::<EmbedParams>() as u64),
+                            }),
+                        ),
+                        entry(1, ids.binding()),
+                        entry(2, positions.binding()),
+                        entry(3, cache.as_entire_binding()),
+                        entry(4, self.state.as_entire_binding()),
+                        entry(5, out.binding()),
+                    ];
+                    // The kernel declares as many slots as the widest window; a narrower
+                    // last window repeats its first chunk in the slots it does not use.
+                    let declared = self.kernel_slots();
+                    for k in 0..declared {
+                        let chunk = first + k.min(n - 1);
+                        entries.push(entry(6 + k, self.chunks[chunk as usize].as_entire_binding()));
+                    }
+                    ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: Some("posenc.embed.bind_group"),
+                        layout: &self.kernel.layout,
+                        entries: &entries,
+                    })
+                })
+                .collect();
+            Ok(Bound { groups, _params: params })
+        })?
+    }
+
+    /// Table bindings the pass's kernel declares.
+    fn kernel_slots(&self) -> u32 {
+        self.windows.first().map_or(1, |&(_, n)| n)
+    }
+
+    /// The fault counters' buffer: 16 bytes at offset 0, `[bad_ids, largest_bad_id, 0, 0]`
+    /// as u32 (usages include `COPY_SRC`), for a caller that copies them into its own
+    /// readback. The counters accumulate over steps until
+    /// [`EncodePass::record_reset_faults`].
+    pub fn faults_buffer(&self) -> &wgpu::Buffer {
+        &self.state
+    }
+
+    /// Records the clearing of the fault counters into `encoder`.
+    pub fn record_reset_faults(&self, encoder: &mut wgpu::CommandEncoder) {
+        encoder.clear_buffer(&self.state, 0, Some(FAULT_BYTES));
+    }
+
+    /// Reads the fault counters: **blocks** until every submission so far has completed.
+    /// For tests and for the end of a loop, not for every step.
+    ///
+    /// # Errors
+    /// As [`Context::read_buffer`].
+    pub fn read_faults(&self) -> Result<Faults> {
+        let words = self.ctx.read_buffer_range(&self.state, 0, FAULT_BYTES)?;
+        let word = |k: usize| {
+            u32::from_le_bytes([words[4 * k], words[4 * k + 1], words[4 * k + 2], words[4 * k + 3]])
+        };
+        let bad_ids = word(0);
+        Ok(Faults { bad_ids, largest_bad_id: (bad_ids > 0).then(|| word(1)) })
+    }
+}

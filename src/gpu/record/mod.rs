@@ -1,0 +1,218 @@
+//! Recording posenc's work into command encoders the caller owns: prepared passes
+//! ([`EncodePass`], [`RopePass`], [`AlibiPass`]) built once per shape, then recorded each
+//! step with the step's buffers. Recording checks what the host can know (sizes, usages,
+//! alignment) and records commands; it never submits, waits or reads the device.
+//!
+//! A pass binds the caller's buffers as they are. Their offsets need only be multiples of
+//! 4: the binding starts at the offset rounded down to the device's storage alignment and
+//! the kernel skips the difference. Uniform parameters are fixed per set of buffers and
+//! offsets, written into buffers created with their contents (never through the queue,
+//! whose writes land at the next submission and would race with other recordings), and
+//! kept with their bind groups for the next step that uses the same buffers.
+
+// TMP mod alibi;
+mod encode;
+// TMP mod rope;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+// TMP pub use alibi::AlibiPass;
+pub(super) use encode::EmbedKernels;
+pub use encode::{DEFAULT_CACHED_POSITIONS, EmbedParams, EncodePass, EncodePassDescriptor, Faults};
+// TMP pub use rope::{RopePass, RopePassDescriptor};
+
+use super::Context;
+use crate::error::{Error, Result};
+
+/// Where a recorded pass finds each token's position.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Positions {
+    /// One u32 per token, `[batch, len]` row-major, like the token ids.
+    #[default]
+    PerToken,
+    /// One u32 per sequence, `[batch]`: token `t` of sequence `b` is at `starts[b] + t`
+    /// (wrapping past `u32::MAX`), as in a decode step or a prefill after a cached prefix.
+    PerSequence,
+}
+
+impl Positions {
+    /// u32 values a batch of `batch` sequences of `len` tokens reads.
+    pub(crate) fn values(self, batch: usize, len: usize) -> usize {
+        match self {
+            Positions::PerToken => batch * len,
+            Positions::PerSequence => batch,
+        }
+    }
+}
+
+/// A caller's buffer range as a pass binds it: from its offset rounded down to the
+/// device's storage-offset alignment, with `base` the range's first 32-bit word within the
+/// binding.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Span {
+    pub(super) buffer: wgpu::Buffer,
+    /// The binding's offset in the buffer.
+    pub(super) offset: u64,
+    /// The binding's size.
+    pub(super) size: u64,
+    /// The caller's offset, in words from the binding's start.
+    pub(super) base: u32,
+}
+
+impl Span {
+    pub(super) fn binding(&self) -> wgpu::BindingResource<'_> {
+        wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+            buffer: &self.buffer,
+            offset: self.offset,
+            size: std::num::NonZeroU64::new(self.size),
+        })
+    }
+}
+
+/// What a pass needs of one buffer argument.
+pub(super) struct Need {
+    /// The argument's name, as errors give it (`ids`, `positions`, `out`).
+    pub(super) name: &'static str,
+    /// Bytes the step reads or writes from the slice's start.
+    pub(super) bytes: u64,
+    /// Usages the buffer must have.
+    pub(super) usage: wgpu::BufferUsages,
+    /// What the error names as allowed usages.
+    pub(super) usage_text: &'static str,
+}
+
+impl Context {
+    /// Checks `slice` against `need` and returns the range to bind: [`Error::InvalidParameter`]
+    /// for a missing usage or an offset that is not a multiple of 4, [`Error::Shape`] for a
+    /// slice too small, [`Error::Limit`] for a range larger than one storage binding.
+    pub(super) fn span(
+        &self,
+        op: &'static str,
+        slice: wgpu::BufferSlice<'_>,
+        need: &Need,
+    ) -> Result<Span> {
+        let buffer = slice.buffer();
+        if !buffer.usage().contains(need.usage) {
+            return Err(Error::InvalidParameter {
+                field: need.name,
+                value: format!("a buffer with usage {:?}", buffer.usage()),
+                allowed: need.usage_text,
+            });
+        }
+        let offset = slice.offset();
+        if !offset.is_multiple_of(4) {
+            return Err(Error::InvalidParameter {
+                field: need.name,
+                value: format!("a slice at byte offset {offset}"),
+                allowed: "slices starting at a multiple of 4 bytes",
+            });
+        }
+        if slice.size() < need.bytes {
+            return Err(Error::Shape {
+                op,
+                what: need.name,
+                expected: format!("a slice of at least {} bytes", need.bytes),
+                actual: format!("{} bytes", slice.size()),
+            });
+        }
+        let align = u64::from(self.device.limits().min_storage_buffer_offset_alignment).max(4);
+        let start = offset - offset % align;
+        let size = (offset - start + need.bytes).next_multiple_of(4).max(4);
+        if size > self.max_binding {
+            return Err(Error::Limit {
+                op,
+                what: need.name,
+                requested: size,
+                limit_name: "max storage binding size",
+                limit: self.max_binding,
+            });
+        }
+        Ok(Span {
+            buffer: buffer.clone(),
+            offset: start,
+            size,
+            base: ((offset - start) / 4) as u32,
+        })
+    }
+
+    /// Runs `f`, which creates bind groups and buffers from the caller's handles, inside a
+    /// validation scope: a handle wgpu refuses (a destroyed buffer, one of another device)
+    /// is [`Error::Gpu`] here rather than an error for the caller's uncaptured-error handler.
+    /// Popping the scope does not wait for the device.
+    pub(super) fn validated<T>(&self, op: &'static str, f: impl FnOnce() -> T) -> Result<T> {
+        if let Some(reason) = self.health.lost() {
+            return Err(Error::DeviceLost { op, reason });
+        }
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let value = f();
+        match pollster::block_on(scope.pop()) {
+            None => Ok(value),
+            Some(e) => Err(Error::Gpu { op, message: e.to_string() }),
+        }
+    }
+}
+
+/// The bind groups (and their uniform buffers) a pass made for recent sets of buffers, so
+/// a decode loop that records into the same buffers every step makes them once. Holding
+/// them keeps the caller's buffers alive until the entry is evicted or the pass dropped.
+pub(super) struct BindCache<T> {
+    entries: Mutex<VecDeque<(Vec<Span>, Arc<T>)>>,
+}
+
+impl<T> Default for BindCache<T> {
+    fn default() -> Self {
+        Self { entries: Mutex::default() }
+    }
+}
+
+impl<T> BindCache<T> {
+    /// Sets of buffers kept.
+    const KEEP: usize = 8;
+
+    /// The entry for `key`, made by `make(&key)` when there is none.
+    pub(super) fn get_or_make(
+        &self,
+        key: Vec<Span>,
+        make: impl FnOnce(&[Span]) -> Result<T>,
+    ) -> Result<Arc<T>> {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, value)) = entries.iter().find(|(k, _)| *k == key) {
+            return Ok(Arc::clone(value));
+        }
+        let value = Arc::new(make(&key)?);
+        if entries.len() == Self::KEEP {
+            entries.pop_front();
+        }
+        entries.push_back((key, Arc::clone(&value)));
+        Ok(value)
+    }
+}
+
+/// A uniform buffer holding `blocks`, each at a multiple of the device's uniform-offset
+/// alignment, with its contents set at creation; and that stride.
+pub(super) fn uniform_blocks(
+    ctx: &Context,
+    label: &'static str,
+    blocks: &[&[u8]],
+) -> Result<(wgpu::Buffer, u64)> {
+    let align = u64::from(ctx.device.limits().min_uniform_buffer_offset_alignment).max(16);
+    let stride = blocks.iter().map(|b| b.len() as u64).max().unwrap_or(16).next_multiple_of(align);
+    let mut bytes = vec![0u8; (stride * blocks.len().max(1) as u64) as usize];
+    for (k, block) in blocks.iter().enumerate() {
+        let at = k * stride as usize;
+        bytes[at..at + block.len()].copy_from_slice(block);
+    }
+    let buffer = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(label),
+        size: bytes.len() as u64,
+        usage: wgpu::BufferUsages::UNIFORM,
+        mapped_at_creation: true,
+    });
+    buffer
+        .get_mapped_range_mut(..)
+        .map_err(|e| Error::Gpu { op: label, message: e.to_string() })?
+        .copy_from_slice(&bytes);
+    buffer.unmap();
+    Ok((buffer, stride))
+}

@@ -1,0 +1,395 @@
+//! Recorded passes ([`posenc::gpu::EncodePass`], `RopePass`, `AlibiPass`) against the CPU
+//! path, bit for bit: ids and positions in device buffers, the caller's encoder, offsets,
+//! chunked tables, ids outside the vocabulary, and a device the caller opened.
+
+use half::{bf16, f16};
+use ndarray::{Array2, ArrayView2};
+use posenc::encode::{Dtype, Embeddings, EncodeOptions, Encoded};
+use posenc::gpu::{Context, EncodePass, EncodePassDescriptor, Positions};
+use posenc::{Error, PeSpec, Variant, cpu};
+use wgpu::util::DeviceExt;
+
+use crate::support::{Rng, gpu, random_table};
+
+const DTYPES: [Dtype; 3] = [Dtype::F32, Dtype::F16, Dtype::Bf16];
+
+/// A table in every storage type.
+struct Tables {
+    f32: Array2<f32>,
+    f16: Array2<f16>,
+    bf16: Array2<bf16>,
+}
+
+impl Tables {
+    fn new(rng: &mut Rng, vocab: usize, dim: usize) -> Self {
+        let f32 = random_table(rng, vocab, dim);
+        Self { f16: f32.mapv(f16::from_f32), bf16: f32.mapv(bf16::from_f32), f32 }
+    }
+    fn view(&self, dtype: Dtype) -> Embeddings<'_> {
+        match dtype {
+            Dtype::F32 => Embeddings::F32(self.f32.view()),
+            Dtype::F16 => Embeddings::F16(self.f16.view()),
+            Dtype::Bf16 => Embeddings::Bf16(self.bf16.view()),
+        }
+    }
+}
+
+/// A storage buffer holding `words` after `pad` zero words.
+fn words_buffer(ctx: &Context, pad: usize, words: &[u32]) -> wgpu::Buffer {
+    let mut all = vec![0u32; pad];
+    all.extend_from_slice(words);
+    all.push(0);
+    ctx.device().create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: Some("test.words"),
+        contents: bytemuck::cast_slice(&all),
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+    })
+}
+
+/// An output buffer of `bytes` filled with 0xAB, so untouched bytes show.
+fn out_buffer(ctx: &Context, bytes: u64) -> wgpu::Buffer {
+    ctx.device().create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: Some("test.out"),
+        contents: &vec![0xABu8; bytes as usize],
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+    })
+}
+
+/// The CPU result's bytes as the GPU lays them out.
+fn cpu_bytes(e: &Encoded) -> Vec<u8> {
+    match e {
+        Encoded::F32(a) => a.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        Encoded::F16(a) => a.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect(),
+        Encoded::Bf16(a) => a.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect(),
+    }
+}
+
+/// The positions of every token, from per-sequence starts.
+fn expand(starts: &[u32], len: usize) -> Array2<u32> {
+    Array2::from_shape_fn((starts.len(), len), |(b, t)| starts[b].wrapping_add(t as u32))
+}
+
+/// Records one step of `pass` at the given word offsets, submits it and returns the output
+/// bytes of the step, checking that the bytes around them are untouched.
+fn run_step(
+    ctx: &Context,
+    pass: &EncodePass,
+    ids: &[u32],
+    positions: &[u32],
+    offsets: [usize; 3],
+) -> Vec<u8> {
+    let ids_buf = words_buffer(ctx, offsets[0], ids);
+    let pos_buf = words_buffer(ctx, offsets[1], positions);
+    let out_at = offsets[2] as u64 * 4;
+    let out_bytes = pass.output_bytes().next_multiple_of(4);
+    let out = out_buffer(ctx, out_at + out_bytes + 8);
+    let mut encoder = ctx.device().create_command_encoder(&Default::default());
+    pass.record(
+        &mut encoder,
+        ids_buf.slice(offsets[0] as u64 * 4..),
+        pos_buf.slice(offsets[1] as u64 * 4..),
+        out.slice(out_at..),
+    )
+    .unwrap();
+    ctx.queue().submit([encoder.finish()]);
+    let all = ctx.read_buffer(&out).unwrap();
+    assert!(all[..out_at as usize].iter().all(|&b| b == 0xAB), "bytes before the output");
+    assert!(all[(out_at + out_bytes) as usize..].iter().all(|&b| b == 0xAB), "bytes after");
+    all[out_at as usize..(out_at + pass.output_bytes()) as usize].to_vec()
+}
+
+fn assert_same(what: &str, got: &[u8], want: &[u8]) {
+    assert_eq!(got.len(), want.len(), "{what}: sizes");
+    if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
+        panic!("{what}: first differing byte {i}: gpu {:#x}, cpu {:#x}", got[i], want[i]);
+    }
+}
+
+#[test]
+fn recorded_encode_equals_cpu_bit_for_bit() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(71);
+    let variants = [Variant::Vaswani, Variant::DistilBert, Variant::Marian, Variant::Fairseq];
+    for case in 0..36 {
+        let variant = variants[case % variants.len()];
+        let mut dim = 1 + rng.below(40) as u32;
+        if matches!(variant, Variant::Vaswani) {
+            dim += dim % 2;
+        }
+        let spec = PeSpec::for_variant(variant, dim).unwrap();
+        let vocab = 1 + rng.below(200) as usize;
+        let tables = Tables::new(&mut rng, vocab, dim as usize);
+        let in_dtype = DTYPES[case % 3];
+        let out_dtype = DTYPES[(case / 3) % 3];
+        let per_sequence = case % 2 == 1;
+        let batch = 1 + rng.below(4) as usize;
+        let mut len = [1, 2, 7, 33][rng.below(4) as usize];
+        // 16-bit output needs an even number of elements per step.
+        if out_dtype != Dtype::F32 && (batch * len * dim as usize) % 2 == 1 {
+            len += 1;
+        }
+        let pad_id = (case % 4 == 0).then_some(vocab as u32 + 5);
+        let ids = Array2::from_shape_fn((batch, len), |_| {
+            let id = rng.below(vocab as u64 + 1) as u32;
+            if id == vocab as u32 { pad_id.unwrap_or(0) } else { id }
+        });
+        // Starts near 0 (cached rows), past the cache, and at the top of u32.
+        let starts: Vec<u32> = (0..batch)
+            .map(|b| match (case + b) % 3 {
+                0 => rng.below(100) as u32,
+                1 => 100_000 + rng.below(1 << 30) as u32,
+                _ => u32::MAX - (len as u32 - 1) - rng.below(3) as u32,
+            })
+            .collect();
+        let positions = if per_sequence {
+            expand(&starts, len)
+        } else {
+            Array2::from_shape_fn((batch, len), |_| match rng.below(3) {
+                0 => rng.below(64) as u32,
+                1 => rng.next_u32(),
+                _ => u32::MAX - rng.below(4) as u32,
+            })
+        };
+        let options = EncodeOptions { pad_id, out_dtype, ..Default::default() };
+        let table = ctx.upload_table(tables.view(in_dtype)).unwrap();
+        let cached_positions = [0, 64, 4096][case % 3];
+        let desc = EncodePassDescriptor {
+            batch,
+            len,
+            positions: if per_sequence { Positions::PerSequence } else { Positions::PerToken },
+            options: options.clone(),
+            cached_positions,
+        };
+        let pass = ctx.encode_pass(&spec, &table, &desc).unwrap();
+        let pos_words: Vec<u32> =
+            if per_sequence { starts.clone() } else { positions.iter().copied().collect() };
+        let ids_words: Vec<u32> = ids.iter().copied().collect();
+        let offsets = [rng.below(70) as usize, rng.below(70) as usize, rng.below(70) as usize];
+        let got = run_step(ctx, &pass, &ids_words, &pos_words, offsets);
+        let want =
+            cpu::encode(&spec, tables.view(in_dtype), ids.view(), positions.view(), &options)
+                .unwrap();
+        let what = format!(
+            "case {case}: {variant:?} d={dim} {in_dtype:?}->{out_dtype:?} [{batch}, {len}] \
+             per_sequence={per_sequence} cached={cached_positions} offsets={offsets:?}"
+        );
+        assert_same(&what, &got, &cpu_bytes(&want));
+        assert_eq!(pass.read_faults().unwrap().bad_ids, 0, "{what}");
+    }
+}
+
+#[test]
+fn float32_frequencies_and_start_index_are_recorded_exactly() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(5);
+    let specs = [
+        PeSpec::new(32).unwrap().with_frequencies(posenc::Frequencies::F32),
+        PeSpec::for_variant(Variant::Fairseq, 33).unwrap(),
+        PeSpec::for_variant(Variant::Tensor2Tensor, 31).unwrap(),
+        PeSpec::for_variant(Variant::Whisper, 24).unwrap(),
+        PeSpec::new(16).unwrap().with_start_index(u32::MAX - 3),
+    ];
+    for spec in specs {
+        let dim = spec.dim() as usize;
+        let tables = Tables::new(&mut rng, 50, dim);
+        let table = ctx.upload_table(tables.view(Dtype::F32)).unwrap();
+        let ids = Array2::from_shape_fn((2, 6), |_| rng.below(50) as u32);
+        let positions = Array2::from_shape_fn((2, 6), |(_, t)| match t {
+            0 => 0,
+            1 => 1,
+            2 => 2,
+            3 => rng.next_u32(),
+            4 => u32::MAX,
+            _ => 4097,
+        });
+        for cached_positions in [0, 8] {
+            let desc =
+                EncodePassDescriptor { batch: 2, len: 6, cached_positions, ..Default::default() };
+            let pass = ctx.encode_pass(&spec, &table, &desc).unwrap();
+            let ids_words: Vec<u32> = ids.iter().copied().collect();
+            let pos_words: Vec<u32> = positions.iter().copied().collect();
+            let got = run_step(ctx, &pass, &ids_words, &pos_words, [0, 0, 0]);
+            let want = cpu::encode(
+                &spec,
+                tables.view(Dtype::F32),
+                ids.view(),
+                positions.view(),
+                &EncodeOptions::default(),
+            )
+            .unwrap();
+            assert_same(&format!("{spec:?} cached={cached_positions}"), &got, &cpu_bytes(&want));
+        }
+    }
+}
+
+#[test]
+fn chunked_tables_take_one_dispatch_per_window_and_the_same_bits() {
+    let Some(base) = gpu() else { return };
+    let mut rng = Rng::new(9);
+    let (vocab, dim) = (997usize, 24usize);
+    let tables = Tables::new(&mut rng, vocab, dim);
+    for dtype in DTYPES {
+        // 10 rows per chunk: 100 chunks, far more than one dispatch binds.
+        let ctx = base.with_max_binding_size((10 * dim * dtype.size()) as u64);
+        let table = ctx.upload_table(tables.view(dtype)).unwrap();
+        assert_eq!(table.n_chunks(), 100);
+        let (batch, len) = (3usize, 2usize);
+        let ids = Array2::from_shape_fn((batch, len), |_| rng.below(vocab as u64) as u32);
+        let starts = [0u32, 5000, u32::MAX - 1];
+        let options = EncodeOptions { out_dtype: dtype, ..Default::default() };
+        let desc = EncodePassDescriptor {
+            batch,
+            len,
+            positions: Positions::PerSequence,
+            options: options.clone(),
+            ..Default::default()
+        };
+        let spec = PeSpec::new(dim as u32).unwrap();
+        let pass = ctx.encode_pass(&spec, &table, &desc).unwrap();
+        assert!(pass.dispatches() > 1, "{dtype:?}: {} dispatches", pass.dispatches());
+        let ids_words: Vec<u32> = ids.iter().copied().collect();
+        let got = run_step(&ctx, &pass, &ids_words, &starts, [1, 2, 3]);
+        let positions = expand(&starts, len);
+        let want =
+            cpu::encode(&spec, tables.view(dtype), ids.view(), positions.view(), &options).unwrap();
+        assert_same(&format!("{dtype:?}"), &got, &cpu_bytes(&want));
+    }
+}
+
+#[test]
+fn ids_outside_the_vocabulary_give_zero_rows_and_count_as_faults() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(3);
+    let (vocab, dim) = (40usize, 8usize);
+    let tables = Tables::new(&mut rng, vocab, dim);
+    let table = ctx.upload_table(tables.view(Dtype::F32)).unwrap();
+    let spec = PeSpec::new(dim as u32).unwrap();
+    let desc = EncodePassDescriptor { batch: 1, len: 5, ..Default::default() };
+    let pass = ctx.encode_pass(&spec, &table, &desc).unwrap();
+    let ids = [3u32, 40, 7, u32::MAX, 41];
+    let positions = [0u32, 1, 2, 3, 4];
+    let got = run_step(ctx, &pass, &ids, &positions, [0, 0, 0]);
+    let got: Vec<f32> =
+        got.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    for (t, &id) in ids.iter().enumerate() {
+        let row = &got[t * dim..(t + 1) * dim];
+        if id as usize >= vocab {
+            assert!(row.iter().all(|v| v.to_bits() == 0), "token {t} (id {id}): {row:?}");
+        } else {
+            let want = cpu::encode(
+                &spec,
+                tables.view(Dtype::F32),
+                ArrayView2::from_shape((1, 1), &ids[t..t + 1]).unwrap(),
+                ArrayView2::from_shape((1, 1), &positions[t..t + 1]).unwrap(),
+                &EncodeOptions::default(),
+            )
+            .unwrap()
+            .into_f32()
+            .unwrap();
+            assert_eq!(row, want.as_slice().unwrap(), "token {t}");
+        }
+    }
+    let faults = pass.read_faults().unwrap();
+    assert_eq!(faults.bad_ids, 3);
+    assert_eq!(faults.largest_bad_id, Some(u32::MAX));
+    // They accumulate until reset.
+    run_step(ctx, &pass, &ids, &positions, [0, 0, 0]);
+    assert_eq!(pass.read_faults().unwrap().bad_ids, 6);
+    let mut encoder = ctx.device().create_command_encoder(&Default::default());
+    pass.record_reset_faults(&mut encoder);
+    ctx.queue().submit([encoder.finish()]);
+    assert_eq!(pass.read_faults().unwrap(), posenc::gpu::Faults::default());
+}
+
+#[test]
+fn several_steps_in_one_encoder_each_use_their_own_buffers() {
+    // Parameters written through the queue would land before the whole submission and the
+    // last step's would win; the pass's are fixed per set of buffers.
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(12);
+    let (vocab, dim) = (64usize, 16usize);
+    let tables = Tables::new(&mut rng, vocab, dim);
+    let table = ctx.upload_table(tables.view(Dtype::Bf16)).unwrap();
+    let spec = PeSpec::new(dim as u32).unwrap();
+    let options = EncodeOptions { out_dtype: Dtype::Bf16, ..Default::default() };
+    let desc = EncodePassDescriptor {
+        batch: 2,
+        len: 1,
+        positions: Positions::PerSequence,
+        options: options.clone(),
+        ..Default::default()
+    };
+    let pass = ctx.encode_pass(&spec, &table, &desc).unwrap();
+    let steps = 6usize;
+    let ids: Vec<u32> = (0..2 * steps).map(|_| rng.below(vocab as u64) as u32).collect();
+    let ids_buf = words_buffer(ctx, 0, &ids);
+    let starts: Vec<u32> = (0..2 * steps as u32).map(|k| 1000 * k).collect();
+    let pos_buf = words_buffer(ctx, 0, &starts);
+    let step_bytes = pass.output_bytes();
+    let out = out_buffer(ctx, step_bytes * steps as u64);
+    let mut encoder = ctx.device().create_command_encoder(&Default::default());
+    for s in 0..steps as u64 {
+        pass.record(
+            &mut encoder,
+            ids_buf.slice(8 * s..),
+            pos_buf.slice(8 * s..),
+            out.slice(step_bytes * s..),
+        )
+        .unwrap();
+    }
+    ctx.queue().submit([encoder.finish()]);
+    let got = ctx.read_buffer(&out).unwrap();
+    let ids = Array2::from_shape_vec((2 * steps, 1), ids).unwrap();
+    let positions = Array2::from_shape_vec((2 * steps, 1), starts).unwrap();
+    let want = cpu::encode(&spec, tables.view(Dtype::Bf16), ids.view(), positions.view(), &options)
+        .unwrap();
+    assert_same("six steps", &got, &cpu_bytes(&want));
+}
+
+#[test]
+fn bad_arguments_are_refused_before_anything_is_recorded() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(4);
+    let tables = Tables::new(&mut rng, 10, 7);
+    let table = ctx.upload_table(tables.view(Dtype::F32)).unwrap();
+    let spec7 = PeSpec::for_variant(Variant::DistilBert, 7).unwrap();
+    let spec8 = PeSpec::new(8).unwrap();
+    let desc = |batch, len, out_dtype| EncodePassDescriptor {
+        batch,
+        len,
+        options: EncodeOptions { out_dtype, ..Default::default() },
+        ..Default::default()
+    };
+    let e = ctx.encode_pass(&spec8, &table, &desc(1, 1, Dtype::F32)).unwrap_err();
+    assert!(matches!(e, Error::Shape { .. }), "{e}");
+    // 7 bf16 elements: the last word would be half the caller's.
+    let e = ctx.encode_pass(&spec7, &table, &desc(1, 1, Dtype::Bf16)).unwrap_err();
+    assert!(matches!(e, Error::Limit { requested: 7, .. }), "{e}");
+    assert!(ctx.encode_pass(&spec7, &table, &desc(2, 1, Dtype::Bf16)).is_ok());
+    let huge = ctx.encode_pass(&spec7, &table, &desc(1 << 40, 1, Dtype::F32)).unwrap_err();
+    assert!(matches!(huge, Error::Limit { .. }), "{huge}");
+
+    let pass = ctx.encode_pass(&spec7, &table, &desc(2, 3, Dtype::F32)).unwrap();
+    let good = words_buffer(ctx, 0, &[0; 6]);
+    let out = out_buffer(ctx, pass.output_bytes());
+    let uniform = ctx.device().create_buffer(&wgpu::BufferDescriptor {
+        label: None,
+        size: 256,
+        usage: wgpu::BufferUsages::UNIFORM,
+        mapped_at_creation: false,
+    });
+    let mut encoder = ctx.device().create_command_encoder(&Default::default());
+    let e =
+        pass.record(&mut encoder, uniform.slice(..), good.slice(..), out.slice(..)).unwrap_err();
+    assert!(matches!(e, Error::InvalidParameter { field: "ids", .. }), "{e}");
+    let e = pass.record(&mut encoder, good.slice(2..), good.slice(..), out.slice(..)).unwrap_err();
+    assert!(matches!(e, Error::InvalidParameter { field: "ids", .. }), "{e}");
+    assert!(e.to_string().contains("offset 2"), "{e}");
+    let e = pass.record(&mut encoder, good.slice(8..), good.slice(..), out.slice(..)).unwrap_err();
+    assert!(matches!(e, Error::Shape { what: "ids", .. }), "{e}");
+    let e = pass.record(&mut encoder, good.slice(..), good.slice(..), out.slice(4..)).unwrap_err();
+    assert!(matches!(e, Error::Shape { what: "out", .. }), "{e}");
+    // Nothing was recorded: the encoder still finishes cleanly.
+    ctx.queue().submit([encoder.finish()]);
+    ctx.wait_idle().unwrap();
+}
