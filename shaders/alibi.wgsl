@@ -20,8 +20,9 @@ struct Params {
     // Workgroups along x (the stride of the column loop) and along y (rows fold into z).
     groups_x: u32,
     groups_y: u32,
-    _pad0: u32,
-    _pad1: u32,
+    // The index in `out` of the chunk's first value.
+    out_base: u32,
+    _pad: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -72,7 +73,7 @@ fn alibi(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) 
     let q = params.offset + (row - head * params.len);
     let slope = slopes[head - params.head0];
     let causal = params.causal != 0u;
-    let base = r * params.n_cols;
+    let base = params.out_base + r * params.n_cols;
     let stride = params.groups_x * WORKGROUP_SIZE;
     for (var c = wg.x * WORKGROUP_SIZE + li; c < params.n_cols; c += stride) {
         out[base + c] = bias_bits(slope, q, params.col0 + c, causal);

@@ -10,12 +10,16 @@ struct Params {
     n_freqs: u32,
     // workgroups along x, for dispatches folded into 2-D.
     groups_x: u32,
+    // FLAG_SCALE; FLAG_OFFSETS: positions[b] is the first position of sequence b, and
+    // slot t (token t of the batch) is at positions[t / seq_len] + t % seq_len (wrapping).
     flags: u32,
     // f32 bits of the attention factor (used with FLAG_SCALE).
     scale_bits: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
+    // The index of the first position in `positions`.
+    pos_base: u32,
+    // Tokens per sequence (with FLAG_OFFSETS).
+    seq_len: u32,
+    _pad: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -32,7 +36,14 @@ fn rope_cs(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index
     }
     let slot = idx / params.n_freqs;
     let i = idx - slot * params.n_freqs;
-    let sc = sincos_bits(phase_turns(positions[slot], steps[i]));
+    var p: u32;
+    if (params.flags & FLAG_OFFSETS) != 0u {
+        let b = slot / params.seq_len;
+        p = positions[params.pos_base + b] + (slot - b * params.seq_len);
+    } else {
+        p = positions[params.pos_base + slot];
+    }
+    let sc = sincos_bits(phase_turns(p, steps[i]));
     var c = bitcast<f32>(sc.y);
     var s = bitcast<f32>(sc.x);
     if (params.flags & FLAG_SCALE) != 0u {

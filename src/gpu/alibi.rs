@@ -34,19 +34,21 @@ pub struct AlibiParams {
     pub groups_x: u32,
     /// Workgroups along y of rows folded into y and z.
     pub groups_y: u32,
+    /// Index in the bound output of the dispatch's first value.
+    pub out_base: u32,
     /// Padding to a multiple of 16 bytes, as uniform buffers want.
-    pub _pad: [u32; 2],
+    pub _pad: u32,
 }
 
 /// Most workgroups along x. A longer chunk row is covered by the kernel's loop, so a long
 /// decoding row keeps each thread busy with several keys instead of launching millions of
 /// workgroups.
-const MAX_GROUPS_X: u32 = 1024;
+pub(super) const MAX_GROUPS_X: u32 = 1024;
 
 #[derive(Clone)]
 pub(super) struct AlibiKernel {
-    layout: wgpu::BindGroupLayout,
-    pipeline: wgpu::ComputePipeline,
+    pub(super) layout: wgpu::BindGroupLayout,
+    pub(super) pipeline: wgpu::ComputePipeline,
 }
 
 impl AlibiKernel {
@@ -249,7 +251,7 @@ impl Context {
                     head0: head0 as u32,
                     groups_x,
                     groups_y,
-                    _pad: [0; 2],
+                    ..AlibiParams::default()
                 };
                 self.queue.write_buffer(&params_buf, 0, bytemuck::bytes_of(&params));
                 let mut encoder = output.encoder();

@@ -23,12 +23,17 @@ pub struct RopeCsParams {
     pub n_freqs: u32,
     /// Workgroups along x of a dispatch folded into 2-D.
     pub groups_x: u32,
-    /// [`FLAG_SCALE`] when the attention factor is not 1.
+    /// [`FLAG_SCALE`] when the attention factor is not 1;
+    /// [`FLAG_OFFSETS`](crate::shaders::FLAG_OFFSETS) for per-sequence first positions.
     pub flags: u32,
     /// f32 bits of the attention factor.
     pub scale_bits: u32,
+    /// Index of the first position in the bound positions.
+    pub pos_base: u32,
+    /// Tokens per sequence (with `FLAG_OFFSETS`).
+    pub seq_len: u32,
     /// Padding to a multiple of 16 bytes.
-    pub _pad: [u32; 3],
+    pub _pad: u32,
 }
 
 /// Mirror of `Params` in `shaders/rope.wgsl`.
@@ -91,7 +96,7 @@ const CS_PARAMS_BYTES: u64 = size_of::<RopeCsParams>() as u64;
 const PARAMS_BYTES: u64 = size_of::<[u32; PARAMS_WORDS]>() as u64;
 
 /// Words of the rotation's parameter buffer: room for [`RopeParams`] and [`RopeX4Params`].
-const PARAMS_WORDS: usize = {
+pub(super) const PARAMS_WORDS: usize = {
     let (general, x4) = (size_of::<RopeParams>(), size_of::<RopeX4Params>());
     if general > x4 { general / 4 } else { x4 / 4 }
 };
@@ -101,12 +106,12 @@ const WORDS_PER_WORKGROUP: u32 = 2048;
 
 #[derive(Clone)]
 pub(super) struct RopeKernels {
-    cs_layout: wgpu::BindGroupLayout,
-    cs_pipeline: wgpu::ComputePipeline,
-    layout: wgpu::BindGroupLayout,
-    pipeline: wgpu::ComputePipeline,
-    x4_layout: wgpu::BindGroupLayout,
-    x4_pipeline: wgpu::ComputePipeline,
+    pub(super) cs_layout: wgpu::BindGroupLayout,
+    pub(super) cs_pipeline: wgpu::ComputePipeline,
+    pub(super) layout: wgpu::BindGroupLayout,
+    pub(super) pipeline: wgpu::ComputePipeline,
+    pub(super) x4_layout: wgpu::BindGroupLayout,
+    pub(super) x4_pipeline: wgpu::ComputePipeline,
 }
 
 impl RopeKernels {
@@ -340,7 +345,7 @@ impl Context {
             groups_x: gx,
             flags: if af == 1.0 { 0 } else { FLAG_SCALE },
             scale_bits: af.to_bits(),
-            _pad: [0; 3],
+            ..RopeCsParams::default()
         };
         self.queue.write_buffer(params_buf, 0, bytemuck::bytes_of(&params));
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
@@ -495,7 +500,7 @@ impl Context {
 
 /// Which rotation kernel a call uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kernel {
+pub(super) enum Kernel {
     /// `rope_x4.wgsl`: in place, a vec4 of words per step; `per_vec` elements per vec4.
     X4 { per_vec: usize },
     /// `rope.wgsl`: one output word per step from a separate source; `rows_per_group` head
@@ -504,16 +509,16 @@ enum Kernel {
 }
 
 /// How a call is cut into chunks and dispatched.
-struct Plan {
-    kernel: Kernel,
+pub(super) struct Plan {
+    pub(super) kernel: Kernel,
     head_dim: usize,
     row_bytes: u64,
-    rows_per_chunk: usize,
+    pub(super) rows_per_chunk: usize,
 }
 
 impl Plan {
     /// `host`: the tensor comes from and goes back to host memory (staging buffers).
-    fn new(
+    pub(super) fn new(
         ctx: &Context,
         spec: &RopeSpec,
         geometry: &Geometry,
@@ -579,7 +584,7 @@ impl Plan {
 
     /// The 2-D grid and the params (as words; x4 uses the first of them) of a chunk of
     /// `rows` head rows.
-    fn params(
+    pub(super) fn params(
         &self,
         spec: &RopeSpec,
         dtype: Dtype,

@@ -10,17 +10,17 @@
 //! whose writes land at the next submission and would race with other recordings), and
 //! kept with their bind groups for the next step that uses the same buffers.
 
-// TMP mod alibi;
+mod alibi;
 mod encode;
-// TMP mod rope;
+mod rope;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-// TMP pub use alibi::AlibiPass;
+pub use alibi::AlibiPass;
 pub(super) use encode::EmbedKernels;
 pub use encode::{DEFAULT_CACHED_POSITIONS, EmbedParams, EncodePass, EncodePassDescriptor, Faults};
-// TMP pub use rope::{RopePass, RopePassDescriptor};
+pub use rope::{RopePass, RopePassDescriptor};
 
 use super::Context;
 use crate::error::{Error, Result};

@@ -393,3 +393,287 @@ fn bad_arguments_are_refused_before_anything_is_recorded() {
     ctx.queue().submit([encoder.finish()]);
     ctx.wait_idle().unwrap();
 }
+
+/// Rotates `x` with a recorded [`posenc::gpu::RopePass`] (data at `data_at`, a multiple of
+/// 256 bytes, in a larger buffer) and checks it against the host-array GPU path bit for bit
+/// and against the CPU within WGSL's fma contraction; bytes around the tensor stay.
+fn check_rope_pass<T: posenc::rope::Element>(
+    ctx: &Context,
+    what: &str,
+    spec: &posenc::rope::RopeSpec,
+    layout: posenc::rope::Layout,
+    shape: [usize; 4],
+    starts: &[u32],
+    per_sequence: bool,
+    seed: u64,
+) {
+    use crate::support::rope::{assert_rope_close, tensor};
+    let x = tensor::<T>(shape, seed);
+    let (batch, len, ..) = layout.dims(shape);
+    let positions = if per_sequence {
+        expand(starts, len)
+    } else {
+        Array2::from_shape_fn((batch, len), |(b, l)| starts[(b * len + l) % starts.len()])
+    };
+    let desc = posenc::gpu::RopePassDescriptor {
+        shape,
+        layout,
+        dtype: T::DTYPE,
+        positions: if per_sequence { Positions::PerSequence } else { Positions::PerToken },
+    };
+    let pass = ctx.rope_pass(spec, &desc).unwrap();
+    let data_at = 512u64;
+    let bytes: &[u8] = bytemuck::cast_slice(x.as_slice().unwrap());
+    let mut contents = vec![0xCDu8; data_at as usize];
+    contents.extend_from_slice(bytes);
+    contents.resize(contents.len().next_multiple_of(4) + 12, 0xCD);
+    let data = ctx.device().create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: Some("test.qk"),
+        contents: &contents,
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+    });
+    let pos_words: Vec<u32> =
+        if per_sequence { starts.to_vec() } else { positions.iter().copied().collect() };
+    let pos_buf = words_buffer(ctx, 3, &pos_words);
+    let mut encoder = ctx.device().create_command_encoder(&Default::default());
+    pass.record(&mut encoder, data.slice(data_at..), pos_buf.slice(12..)).unwrap();
+    ctx.queue().submit([encoder.finish()]);
+    let all = ctx.read_buffer(&data).unwrap();
+    let end = data_at as usize + bytes.len();
+    assert!(all[..data_at as usize].iter().all(|&b| b == 0xCD), "{what}: bytes before");
+    assert!(all[end.next_multiple_of(4)..].iter().all(|&b| b == 0xCD), "{what}: bytes after");
+    let got: Vec<T> = bytemuck::pod_collect_to_vec(&all[data_at as usize..end]);
+    let got = ndarray::Array4::from_shape_vec(x.raw_dim(), got).unwrap();
+    let host = ctx.rope(spec, x.view(), positions.view(), layout).unwrap();
+    assert!(
+        got.iter().zip(host.iter()).all(|(a, b)| bytemuck::bytes_of(a) == bytemuck::bytes_of(b)),
+        "{what}: the recorded pass differs from Context::rope"
+    );
+    let c = cpu::rope(spec, x.view(), positions.view(), layout).unwrap();
+    let freqs = spec.frequencies_for(positions.view());
+    assert_rope_close(what, spec, &freqs, x.view(), positions.view(), layout, got.view(), c.view());
+}
+
+#[test]
+fn recorded_rope_equals_the_other_paths() {
+    use posenc::rope::{Layout, Llama3, Pairing, RopeSpec, Scaling};
+    let Some(ctx) = gpu() else { return };
+    let llama3 = RopeSpec::new(64)
+        .unwrap()
+        .with_scaling(Scaling::Llama3(Llama3::new(8.0, 1.0, 4.0, 8192)))
+        .unwrap();
+    let specs = [
+        ("llama3 64 (vec4 kernel)", llama3),
+        ("gptj 32", RopeSpec::new(32).unwrap().with_pairing(Pairing::Gptj)),
+        ("partial 10/6 (general kernel)", RopeSpec::partial(10, 6).unwrap()),
+        ("odd 9/8", RopeSpec::partial(9, 8).unwrap()),
+    ];
+    let starts = [0u32, 17, 70_000, u32::MAX - 4];
+    for (k, (what, spec)) in specs.iter().enumerate() {
+        let dh = spec.head_dim() as usize;
+        for (j, layout) in [Layout::Blhd, Layout::Bhld].into_iter().enumerate() {
+            let per_sequence = (k + j) % 2 == 0;
+            let shape = match layout {
+                Layout::Blhd => [4, 5, 3, dh],
+                Layout::Bhld => [4, 3, 5, dh],
+            };
+            let seed = (10 * k + j) as u64;
+            let what = format!("{what} {layout:?} per_sequence={per_sequence}");
+            check_rope_pass::<f32>(ctx, &what, spec, layout, shape, &starts, per_sequence, seed);
+            check_rope_pass::<bf16>(ctx, &what, spec, layout, shape, &starts, per_sequence, seed);
+            check_rope_pass::<f16>(ctx, &what, spec, layout, shape, &starts, per_sequence, seed);
+        }
+    }
+}
+
+#[test]
+fn rope_passes_refuse_what_they_cannot_record() {
+    use posenc::rope::{Layout, RopeSpec, Scaling};
+    let Some(ctx) = gpu() else { return };
+    let dynamic = RopeSpec::new(16)
+        .unwrap()
+        .with_scaling(Scaling::Dynamic { factor: 2.0, max_position_embeddings: 64 })
+        .unwrap();
+    let desc = posenc::gpu::RopePassDescriptor {
+        shape: [1, 1, 2, 16],
+        layout: Layout::Blhd,
+        dtype: Dtype::F32,
+        positions: Positions::PerToken,
+    };
+    let e = ctx.rope_pass(&dynamic, &desc).unwrap_err();
+    assert!(matches!(e, Error::InvalidParameter { field: "rope spec", .. }), "{e}");
+    assert!(ctx.rope_pass(&dynamic.clone().with_seq_len(100).unwrap(), &desc).is_ok());
+    let wrong = posenc::gpu::RopePassDescriptor { shape: [1, 1, 2, 8], ..desc.clone() };
+    assert!(matches!(ctx.rope_pass(&RopeSpec::new(16).unwrap(), &wrong), Err(Error::Shape { .. })));
+    let pass = ctx.rope_pass(&RopeSpec::new(16).unwrap(), &desc).unwrap();
+    let data = words_buffer(ctx, 0, &[0; 200]);
+    let pos = words_buffer(ctx, 0, &[0]);
+    let mut encoder = ctx.device().create_command_encoder(&Default::default());
+    let e = pass.record(&mut encoder, data.slice(4..), pos.slice(..)).unwrap_err();
+    assert!(matches!(e, Error::InvalidParameter { field: "data", .. }), "{e}");
+    let e = pass.record(&mut encoder, data.slice(..64), pos.slice(..)).unwrap_err();
+    assert!(matches!(e, Error::Shape { what: "data", .. }), "{e}");
+    ctx.queue().submit([encoder.finish()]);
+}
+
+#[test]
+fn recorded_alibi_equals_the_cpu_bit_for_bit() {
+    use posenc::alibi::{AlibiSpec, Form, bias_cpu};
+    let Some(ctx) = gpu() else { return };
+    let specs = [
+        AlibiSpec::new(8, 5).unwrap(),
+        AlibiSpec::new(12, 1).unwrap().with_kv_len(300).unwrap().with_offset(299).unwrap(),
+        AlibiSpec::new(5, 7)
+            .unwrap()
+            .with_form(Form::Symmetric)
+            .with_offset(u32::MAX - 7)
+            .unwrap()
+            .with_kv_len(40)
+            .unwrap(),
+    ];
+    for (k, spec) in specs.iter().enumerate() {
+        let pass = ctx.alibi_pass(spec).unwrap();
+        let at = 4 * (k as u64 * 7 + 1);
+        let out = out_buffer(ctx, at + pass.output_bytes() + 8);
+        let mut encoder = ctx.device().create_command_encoder(&Default::default());
+        pass.record(&mut encoder, out.slice(at..)).unwrap();
+        ctx.queue().submit([encoder.finish()]);
+        let all = ctx.read_buffer(&out).unwrap();
+        let end = (at + pass.output_bytes()) as usize;
+        assert!(all[..at as usize].iter().chain(&all[end..]).all(|&b| b == 0xAB), "{spec:?}");
+        let want: Vec<u8> =
+            bias_cpu(spec).unwrap().iter().flat_map(|v| v.to_bits().to_le_bytes()).collect();
+        assert_same(&format!("{spec:?}"), &all[at as usize..end], &want);
+    }
+}
+
+/// A device the test opens itself, as an engine would.
+fn callers_device() -> Option<(wgpu::Adapter, wgpu::Device, wgpu::Queue)> {
+    let instance =
+        wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+    let adapter = pollster::block_on(instance.request_adapter(&Default::default())).ok()?;
+    // No optional feature at all: in particular no timestamp queries.
+    let desc = wgpu::DeviceDescriptor { required_limits: adapter.limits(), ..Default::default() };
+    let (device, queue) = pollster::block_on(adapter.request_device(&desc)).ok()?;
+    Some((adapter, device, queue))
+}
+
+#[test]
+fn a_callers_device_keeps_its_callbacks_and_hosts_two_contexts() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    if gpu().is_none() {
+        return;
+    }
+    let (adapter, device, queue) = callers_device().expect("an adapter was found above");
+    let errors = Arc::new(AtomicUsize::new(0));
+    let lost = Arc::new(AtomicUsize::new(0));
+    {
+        let errors = Arc::clone(&errors);
+        device.on_uncaptured_error(Arc::new(move |_| {
+            errors.fetch_add(1, Ordering::SeqCst);
+        }));
+        let lost = Arc::clone(&lost);
+        device.set_device_lost_callback(move |_, _| {
+            lost.fetch_add(1, Ordering::SeqCst);
+        });
+    }
+    let opts = posenc::gpu::Options::default();
+    let a =
+        Context::from_device_with(adapter.clone(), device.clone(), queue.clone(), &opts).unwrap();
+    let b = Context::from_device_with(adapter, device.clone(), queue.clone(), &opts).unwrap();
+    assert_eq!(a.timing_source(), posenc::gpu::TimingSource::WallClock);
+
+    // Both contexts work side by side on the one device, each with its own table.
+    let mut rng = Rng::new(8);
+    let tables = Tables::new(&mut rng, 30, 8);
+    let spec = PeSpec::new(8).unwrap();
+    let ids = Array2::from_shape_fn((2, 3), |_| rng.below(30) as u32);
+    let positions = Array2::from_shape_fn((2, 3), |(b, t)| (100 * b + t) as u32);
+    let want = cpu::encode(
+        &spec,
+        tables.view(Dtype::F32),
+        ids.view(),
+        positions.view(),
+        &Default::default(),
+    )
+    .unwrap();
+    for ctx in [&a, &b] {
+        let table = ctx.upload_table(tables.view(Dtype::F32)).unwrap();
+        let got =
+            ctx.encode(&spec, &table, ids.view(), positions.view(), &Default::default()).unwrap();
+        assert_eq!(got.bits(), want.bits());
+        let desc = EncodePassDescriptor { batch: 2, len: 3, ..Default::default() };
+        let pass = ctx.encode_pass(&spec, &table, &desc).unwrap();
+        let ids_words: Vec<u32> = ids.iter().copied().collect();
+        let pos_words: Vec<u32> = positions.iter().copied().collect();
+        let got = run_step(ctx, &pass, &ids_words, &pos_words, [0, 0, 0]);
+        assert_same("from_device", &got, &cpu_bytes(&want));
+    }
+    // A table of one is refused by the other, with an error rather than a wrong read.
+    let table_a = a.upload_table(tables.view(Dtype::F32)).unwrap();
+    let e =
+        b.encode(&spec, &table_a, ids.view(), positions.view(), &Default::default()).unwrap_err();
+    assert!(matches!(e, Error::InvalidParameter { field: "table", .. }), "{e}");
+
+    // posenc's own errors stay posenc's; the caller's handler sees only the caller's.
+    assert_eq!(errors.load(Ordering::SeqCst), 0);
+    let _bad = device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("the caller's mistake"),
+        size: 4,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::MAP_WRITE,
+        mapped_at_creation: false,
+    });
+    assert_eq!(errors.load(Ordering::SeqCst), 1, "the caller's handler was replaced");
+
+    // A loss reaches the caller's callback, and posenc reports it as DeviceLost.
+    device.destroy();
+    let e =
+        a.encode(&spec, &table_a, ids.view(), positions.view(), &Default::default()).unwrap_err();
+    assert!(matches!(e, Error::DeviceLost { .. }), "{e}");
+    let _ = device.poll(wgpu::PollType::wait_indefinitely());
+    assert_eq!(lost.load(Ordering::SeqCst), 1, "the caller's device-lost callback");
+}
+
+#[test]
+fn threads_record_one_pass_into_their_own_encoders() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(77);
+    let (vocab, dim) = (500usize, 32usize);
+    let tables = Tables::new(&mut rng, vocab, dim);
+    let table = ctx.upload_table(tables.view(Dtype::F16)).unwrap();
+    let spec = PeSpec::new(dim as u32).unwrap();
+    let options = EncodeOptions { out_dtype: Dtype::F16, ..Default::default() };
+    let desc = EncodePassDescriptor {
+        batch: 4,
+        len: 1,
+        positions: Positions::PerSequence,
+        options: options.clone(),
+        ..Default::default()
+    };
+    let pass = ctx.encode_pass(&spec, &table, &desc).unwrap();
+    std::thread::scope(|s| {
+        for worker in 0..4u64 {
+            let (pass, tables, options) = (&pass, &tables, &options);
+            s.spawn(move || {
+                let mut rng = Rng::new(100 + worker);
+                for step in 0..5 {
+                    let ids: Vec<u32> = (0..4).map(|_| rng.below(vocab as u64) as u32).collect();
+                    let starts: Vec<u32> = (0..4).map(|_| rng.next_u32()).collect();
+                    let got = run_step(ctx, pass, &ids, &starts, [worker as usize, step, 0]);
+                    let ids = Array2::from_shape_vec((4, 1), ids).unwrap();
+                    let positions = Array2::from_shape_vec((4, 1), starts).unwrap();
+                    let want = cpu::encode(
+                        &spec,
+                        tables.view(Dtype::F16),
+                        ids.view(),
+                        positions.view(),
+                        options,
+                    )
+                    .unwrap();
+                    assert_same(&format!("worker {worker} step {step}"), &got, &cpu_bytes(&want));
+                }
+            });
+        }
+    });
+}
