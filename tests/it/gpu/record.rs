@@ -157,7 +157,7 @@ fn recorded_encode_equals_cpu_bit_for_bit() {
             batch,
             len,
             positions: if per_sequence { Positions::PerSequence } else { Positions::PerToken },
-            options: options.clone(),
+            options,
             cached_positions,
         };
         let pass = ctx.encode_pass(&spec, &table, &desc).unwrap();
@@ -241,7 +241,7 @@ fn chunked_tables_take_one_dispatch_per_window_and_the_same_bits() {
             batch,
             len,
             positions: Positions::PerSequence,
-            options: options.clone(),
+            options,
             ..Default::default()
         };
         let spec = PeSpec::new(dim as u32).unwrap();
@@ -316,7 +316,7 @@ fn several_steps_in_one_encoder_each_use_their_own_buffers() {
         batch: 2,
         len: 1,
         positions: Positions::PerSequence,
-        options: options.clone(),
+        options,
         ..Default::default()
     };
     let pass = ctx.encode_pass(&spec, &table, &desc).unwrap();
@@ -397,6 +397,7 @@ fn bad_arguments_are_refused_before_anything_is_recorded() {
 /// Rotates `x` with a recorded [`posenc::gpu::RopePass`] (data at `data_at`, a multiple of
 /// 256 bytes, in a larger buffer) and checks it against the host-array GPU path bit for bit
 /// and against the CPU within WGSL's fma contraction; bytes around the tensor stay.
+#[allow(clippy::too_many_arguments)]
 fn check_rope_pass<T: posenc::rope::Element>(
     ctx: &Context,
     what: &str,
@@ -648,7 +649,7 @@ fn threads_record_one_pass_into_their_own_encoders() {
         batch: 4,
         len: 1,
         positions: Positions::PerSequence,
-        options: options.clone(),
+        options,
         ..Default::default()
     };
     let pass = ctx.encode_pass(&spec, &table, &desc).unwrap();
