@@ -19,6 +19,8 @@
 //! Each round times every item once, its ceiling included, so a drift in the machine's speed
 //! (other load, clock frequency) moves an item and its ceiling together.
 
+pub mod decode;
+
 use std::borrow::Cow;
 use std::path::Path;
 use std::time::Instant;

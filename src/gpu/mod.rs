@@ -25,8 +25,8 @@ pub use encode::{
 pub use faults::{FAULT_INJECT_ENV, SUBMISSION_TIMEOUT};
 pub use options::{ACCESS_PATTERN_ENV, AccessPattern, MEMORY_BUDGET_ENV, Options, TIMESTAMPS_ENV};
 pub use record::{
-    AlibiPass, DEFAULT_CACHED_POSITIONS, EmbedParams, EncodePass, EncodePassDescriptor, Faults,
-    Positions, RopePass, RopePassDescriptor,
+    AlibiPass, DEFAULT_CACHED_POSITIONS, DecodeTiming, EmbedParams, EncodePass,
+    EncodePassDescriptor, Faults, Positions, RopePass, RopePassDescriptor,
 };
 pub use rope::{RopeCsParams, RopeParams, RopeX4Params};
 pub use table::TableParams;

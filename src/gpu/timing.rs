@@ -130,8 +130,8 @@ pub struct CopyParams {
 /// vec4s per invocation (`copy_x4`). Which is faster depends on the adapter.
 #[derive(Clone)]
 pub(super) struct CopyKernel {
-    layout: wgpu::BindGroupLayout,
-    pipeline: wgpu::ComputePipeline,
+    pub(super) layout: wgpu::BindGroupLayout,
+    pub(super) pipeline: wgpu::ComputePipeline,
     x4_layout: wgpu::BindGroupLayout,
     x4_pipeline: wgpu::ComputePipeline,
 }

@@ -11,6 +11,7 @@
 //! kept with their bind groups for the next step that uses the same buffers.
 
 mod alibi;
+mod decode;
 mod encode;
 mod rope;
 
@@ -18,6 +19,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 pub use alibi::AlibiPass;
+pub use decode::DecodeTiming;
 pub(super) use encode::EmbedKernels;
 pub use encode::{DEFAULT_CACHED_POSITIONS, EmbedParams, EncodePass, EncodePassDescriptor, Faults};
 pub use rope::{RopePass, RopePassDescriptor};

@@ -69,6 +69,15 @@ pub(crate) struct BenchArgs {
     /// written directly. A directory, a socket or a block device is refused (exit 2).
     #[arg(long, value_name = "PATH")]
     plot: Option<PathBuf>,
+    /// Time a decode loop instead: STEPS steps of B sequences (--batch, default 8), one new
+    /// token each, ids already on the device and positions advancing, each step recorded
+    /// into its own command buffer and submitted without waiting (gpu_decode_step, seconds
+    /// per step), against as many trivial dispatches recorded and submitted the same way
+    /// (gpu_dispatch_floor). Shape defaults to Llama 3 8B's embedding (D = 4096, V =
+    /// 128256, bf16 table and output); --model, --dim, --vocab, --dtype and --out-dtype
+    /// change it. GPU only.
+    #[arg(long, value_name = "STEPS", conflicts_with_all = ["suite", "plot", "load", "len"])]
+    decode: Option<usize>,
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
@@ -107,6 +116,9 @@ enum BenchDevice {
 }
 
 pub(crate) fn run(args: &BenchArgs) -> Result<(), Failure> {
+    if let Some(steps) = args.decode {
+        return run_decode(args, steps);
+    }
     let configs: Vec<Config> = if args.suite {
         let suite = |p: &bench::Preset| Config { repeats: SUITE_REPEATS, ..p.config() };
         PRESETS.iter().map(|p| args.apply(suite(p))).collect()
@@ -177,5 +189,40 @@ pub(crate) fn run(args: &BenchArgs) -> Result<(), Failure> {
         to_stdout(|w| w.write_all(table.as_bytes()))
     } else {
         to_stdout(|w| w.write_all(reports[0].to_table().as_bytes()))
+    }
+}
+
+/// `posenc bench --decode STEPS`.
+fn run_decode(args: &BenchArgs, steps: usize) -> Result<(), Failure> {
+    let mut config = bench::decode::DecodeConfig { steps, ..Default::default() };
+    if let Some(name) = &args.model {
+        let preset = Config::preset(name).map_err(Failure::usage)?;
+        config.dim = preset.dim;
+        config.vocab = preset.vocab;
+        config.dtype = preset.dtype;
+    }
+    config.batch = args.batch.unwrap_or(config.batch);
+    config.dim = args.dim.unwrap_or(config.dim);
+    config.vocab = args.vocab.unwrap_or(config.vocab);
+    config.dtype = args.dtype.map_or(config.dtype, Into::into);
+    config.out_dtype = args.out_dtype.map_or(config.out_dtype, Into::into);
+    config.repeats = args.repeats.unwrap_or(config.repeats);
+    if args.device == BenchDevice::Cpu {
+        return Err(Failure::usage(Error::InvalidParameter {
+            field: "device",
+            value: "cpu".into(),
+            allowed: "gpu or both: the decode loop runs on the GPU",
+        }));
+    }
+    config.check().map_err(Failure::usage)?;
+    let ctx = posenc::gpu::Context::new()?;
+    let report = bench::decode::run_decode(&ctx, &config)?;
+    if args.json {
+        to_stdout(|w| {
+            serde_json::to_writer_pretty(&mut *w, &report)?;
+            w.write_all(b"\n")
+        })
+    } else {
+        to_stdout(|w| w.write_all(report.to_table().as_bytes()))
     }
 }

@@ -1,0 +1,136 @@
+//! The decode-loop timing behind `posenc bench --decode`: steps of an [`EncodePass`]
+//! recorded back to back, one command buffer each, submitted without waiting between
+//! steps, against the same number of trivial dispatches recorded and submitted the same way.
+
+use std::time::Instant;
+
+use super::{EncodePass, Positions};
+use crate::error::{Error, Result};
+use crate::gpu::Context;
+use crate::gpu::timing::CopyParams;
+
+/// Wall-clock seconds per step of a decode loop and of its dispatch floor, one figure per
+/// repeat: see [`Context::time_decode`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecodeTiming {
+    /// Seconds per step of the pass.
+    pub step: Vec<f64>,
+    /// Seconds per step of the trivial dispatches.
+    pub floor: Vec<f64>,
+    /// Dispatches per step (the same in both).
+    pub dispatches: usize,
+}
+
+impl Context {
+    /// Times `steps` decode steps of `pass` (prepared with [`Positions::PerSequence`]): the
+    /// ids of every step already on the device (random, below the vocabulary), each
+    /// sequence's position advancing by one per step, each step recorded into its own
+    /// command encoder and submitted without waiting; the clock stops when the last step
+    /// has completed. Then the floor: per step, as many one-workgroup dispatches of a
+    /// 16-byte copy as the pass records, recorded and submitted the same way. One untimed
+    /// warm-up loop of each first; `repeats` timed loops of each, interleaved.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] if the pass does not take per-sequence positions or has
+    /// `len` other than 1, or `steps` is 0; errors of recording and waiting.
+    pub fn time_decode(
+        &self,
+        pass: &EncodePass,
+        vocab: u32,
+        steps: usize,
+        repeats: usize,
+    ) -> Result<DecodeTiming> {
+        let desc = pass.descriptor();
+        if desc.positions != Positions::PerSequence || desc.len != 1 || steps == 0 {
+            return Err(Error::InvalidParameter {
+                field: "decode pass",
+                value: format!("{:?} positions, len {}, {steps} steps", desc.positions, desc.len),
+                allowed: "per-sequence positions, len 1, at least one step",
+            });
+        }
+        use wgpu::util::DeviceExt;
+        let batch = desc.batch;
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let ids: Vec<u32> = (0..steps * batch)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                (seed % u64::from(vocab.max(1))) as u32
+            })
+            .collect();
+        let starts: Vec<u32> =
+            (0..steps * batch).map(|k| (100 * (k % batch) + k / batch) as u32).collect();
+        let init = |label, words: &[u32], usage| {
+            self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents: bytemuck::cast_slice(words),
+                usage,
+            })
+        };
+        use wgpu::BufferUsages as U;
+        let ids = init("posenc.decode.ids", &ids, U::STORAGE);
+        let starts = init("posenc.decode.starts", &starts, U::STORAGE);
+        let out = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("posenc.decode.out"),
+            size: pass.output_bytes().next_multiple_of(4).max(4),
+            usage: U::STORAGE,
+            mapped_at_creation: false,
+        });
+        let step_bytes = batch as u64 * 4;
+        let dispatches = pass.dispatches();
+        // The floor's trivial dispatch: a one-workgroup copy of one vec4.
+        let params = CopyParams { n_vecs: 1, groups_x: 1, _pad: [0; 2] };
+        let params = init(
+            "posenc.decode.floor_params",
+            bytemuck::cast_slice(bytemuck::bytes_of(&params)),
+            U::UNIFORM,
+        );
+        let src = init("posenc.decode.floor_src", &[1, 2, 3, 4], U::STORAGE);
+        let dst = init("posenc.decode.floor_dst", &[0; 4], U::STORAGE);
+        let floor_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("posenc.decode.floor"),
+            layout: &self.copy.layout,
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: params.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: src.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 2, resource: dst.as_entire_binding() },
+            ],
+        });
+        let run_steps = |floor: bool| -> Result<f64> {
+            let start = Instant::now();
+            for s in 0..steps as u64 {
+                let mut encoder = self.device.create_command_encoder(&Default::default());
+                if floor {
+                    let mut cpass = encoder.begin_compute_pass(&Default::default());
+                    cpass.set_pipeline(&self.copy.pipeline);
+                    cpass.set_bind_group(0, &floor_group, &[]);
+                    for _ in 0..dispatches {
+                        cpass.dispatch_workgroups(1, 1, 1);
+                    }
+                } else {
+                    pass.record(
+                        &mut encoder,
+                        ids.slice(s * step_bytes..),
+                        starts.slice(s * step_bytes..),
+                        out.slice(..),
+                    )?;
+                }
+                self.queue.submit([encoder.finish()]);
+            }
+            let index = self.queue.submit([]);
+            self.wait("time_decode", index)?;
+            Ok(start.elapsed().as_secs_f64() / steps as f64)
+        };
+        self.scoped("time_decode", || {
+            run_steps(false)?;
+            run_steps(true)?;
+            let (mut step, mut floor) = (Vec::new(), Vec::new());
+            for _ in 0..repeats {
+                step.push(run_steps(false)?);
+                floor.push(run_steps(true)?);
+            }
+            Ok(DecodeTiming { step, floor, dispatches })
+        })
+    }
+}
