@@ -9,6 +9,7 @@ mod faults;
 pub mod layout;
 mod memory;
 mod options;
+mod pending;
 mod rope;
 mod runner;
 mod table;
@@ -23,6 +24,7 @@ pub use encode::{
 };
 pub use faults::{FAULT_INJECT_ENV, SUBMISSION_TIMEOUT};
 pub use options::{ACCESS_PATTERN_ENV, AccessPattern, MEMORY_BUDGET_ENV, Options, TIMESTAMPS_ENV};
+pub use pending::PendingEncode;
 pub use rope::{RopeCsParams, RopeParams, RopeX4Params};
 pub use table::TableParams;
 pub use timing::{CopyParams, TimingSource};

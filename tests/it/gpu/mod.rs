@@ -7,5 +7,6 @@ mod concurrency;
 mod encode;
 mod faults;
 mod features;
+mod pending;
 mod rope;
 mod table;
