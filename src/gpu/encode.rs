@@ -8,7 +8,7 @@ use bytemuck::{Pod, Zeroable};
 use ndarray::ArrayView2;
 
 use super::memory::DeviceBuffer;
-use super::pending::{PendingEncode, Readback};
+use super::pending::{HostResult, PendingEncode, Readback};
 use super::runner::{ENCODE, Output, Sink};
 use super::table::{TableBuffers, flat_steps};
 use super::timing::SpanTimer;
@@ -495,15 +495,15 @@ impl Context {
     ) -> Result<PendingEncode> {
         let (batch, len) = ids.dim();
         let dim = table.dim;
-        let mut bytes = vec![0u8; batch * len * dim * options.out_dtype.size()];
+        let mut host = HostResult::zeros(options.out_dtype, batch * len * dim);
+        let bytes = host.bytes_mut();
         let readback = if bytes.is_empty() {
             None
         } else {
-            let sink = Sink::HostDeferred(&mut bytes);
+            let sink = Sink::HostDeferred(bytes);
             self.run_encode(pe, table, ids, positions, options, scale, sink, None)?
         };
-        let shape = (batch, len, dim);
-        Ok(PendingEncode::new(self, "encode", bytes, shape, options.out_dtype, readback))
+        Ok(PendingEncode::new(self, "encode", host, (batch, len, dim), readback))
     }
 
     /// [`Context::encode`] without the wait: checks the request, uploads it, records and

@@ -115,34 +115,81 @@ pub struct PendingEncode {
     op: &'static str,
     /// The host result: chunks before the last already read back, the last still in
     /// `readback`.
-    bytes: Vec<u8>,
+    host: HostResult,
     shape: (usize, usize, usize),
-    out_dtype: Dtype,
     readback: Option<Readback>,
+}
+
+/// A host result in its element type, written through its bytes: the values land where
+/// the array will hold them, with no copy once read back.
+pub(crate) enum HostResult {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+    Bf16(Vec<bf16>),
+}
+
+impl HostResult {
+    /// `n` zeros of `dtype`.
+    pub(crate) fn zeros(dtype: Dtype, n: usize) -> Self {
+        match dtype {
+            Dtype::F32 => Self::F32(vec![0.0; n]),
+            Dtype::F16 => Self::F16(vec![f16::ZERO; n]),
+            Dtype::Bf16 => Self::Bf16(vec![bf16::ZERO; n]),
+        }
+    }
+
+    /// The elements' bytes, which the device's little-endian words are copied into.
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Self::F32(v) => bytemuck::cast_slice_mut(v),
+            Self::F16(v) => bytemuck::cast_slice_mut(v),
+            Self::Bf16(v) => bytemuck::cast_slice_mut(v),
+        }
+    }
+
+    /// The array of `shape`, once every byte is in.
+    fn into_encoded(self, shape: (usize, usize, usize)) -> Encoded {
+        fn shaped<T>(shape: (usize, usize, usize), mut v: Vec<T>, swap: fn(T) -> T) -> Array3<T> {
+            // The device wrote little-endian values.
+            if cfg!(target_endian = "big") {
+                v = v.into_iter().map(swap).collect();
+            }
+            Array3::from_shape_vec(shape, v).expect("the shape matches")
+        }
+        match self {
+            Self::F32(v) => {
+                Encoded::F32(shaped(shape, v, |x| f32::from_bits(x.to_bits().swap_bytes())))
+            }
+            Self::F16(v) => {
+                Encoded::F16(shaped(shape, v, |x| f16::from_bits(x.to_bits().swap_bytes())))
+            }
+            Self::Bf16(v) => {
+                Encoded::Bf16(shaped(shape, v, |x| bf16::from_bits(x.to_bits().swap_bytes())))
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for PendingEncode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PendingEncode")
             .field("shape", &self.shape)
-            .field("out_dtype", &self.out_dtype)
             .field("in_flight", &self.readback.is_some())
             .finish()
     }
 }
 
 impl PendingEncode {
-    /// A handle for `bytes` of result of `shape`, of which `readback` (if any) is still to
+    /// A handle for the result `host` of `shape`, of which `readback` (if any) is still to
     /// come.
     pub(crate) fn new(
         ctx: &Context,
         op: &'static str,
-        bytes: Vec<u8>,
+        host: HostResult,
         shape: (usize, usize, usize),
-        out_dtype: Dtype,
         readback: Option<Readback>,
     ) -> Self {
-        Self { ctx: ctx.clone(), op, bytes, shape, out_dtype, readback }
+        Self { ctx: ctx.clone(), op, host, shape, readback }
     }
 
     /// `(batch, len, dim)` of the result.
@@ -162,27 +209,11 @@ impl PendingEncode {
     /// # Errors
     /// [`Error::DeviceLost`] if the device was lost (before or while the work ran) or the
     /// work outlives the timeout; [`Error::Gpu`] if the readback fails otherwise.
-    pub fn wait(mut self) -> Result<Encoded> {
-        if let Some(readback) = self.readback.take() {
-            let (ctx, op, bytes) = (&self.ctx, self.op, &mut self.bytes);
-            ctx.scoped(op, || readback.finish(ctx, op, bytes))?;
+    pub fn wait(self) -> Result<Encoded> {
+        let Self { ctx, op, mut host, shape, readback } = self;
+        if let Some(readback) = readback {
+            ctx.scoped(op, || readback.finish(&ctx, op, host.bytes_mut()))?;
         }
-        Ok(to_encoded(std::mem::take(&mut self.bytes), self.shape, self.out_dtype))
-    }
-}
-
-/// A host result's little-endian bytes as an array of its type.
-pub(crate) fn to_encoded(bytes: Vec<u8>, shape: (usize, usize, usize), out: Dtype) -> Encoded {
-    fn shaped<T>(shape: (usize, usize, usize), values: impl Iterator<Item = T>) -> Array3<T> {
-        Array3::from_shape_vec(shape, values.collect()).expect("the shape matches")
-    }
-    let halves = || bytes.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]]));
-    match out {
-        Dtype::F32 => Encoded::F32(shaped(
-            shape,
-            bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-        )),
-        Dtype::F16 => Encoded::F16(shaped(shape, halves().map(f16::from_bits))),
-        Dtype::Bf16 => Encoded::Bf16(shaped(shape, halves().map(bf16::from_bits))),
+        Ok(host.into_encoded(shape))
     }
 }
