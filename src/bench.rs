@@ -11,8 +11,8 @@
 //! - `gpu_encode`, `gpu_encode_cold`, `gpu_table`, `gpu_readback`: `gpu_copy_ceiling`, the
 //!   faster of two vec4 copy shaders over the output's bytes, timed as the device-timed
 //!   items are (device timestamps where the adapter has them);
-//! - `gpu_encode_call`: `gpu_copy_ceiling_call`, that copy as a whole call (encoder,
-//!   submission, wait) by the wall clock;
+//! - `gpu_encode_call`, `gpu_encode_host`, `gpu_encode_stream`: `gpu_copy_ceiling_call`,
+//!   that copy as a whole call (encoder, submission, wait) by the wall clock;
 //! - `cpu_load`: `cpu_read_ceiling`, `std::fs::read` of the same checkpoint from a warm page
 //!   cache.
 //!
@@ -57,6 +57,14 @@ pub const MAX_TABLE_BYTES: u64 = 1 << 32;
 /// output about five times (the CPU result, the memcpy ceiling's source and destination,
 /// the GPU buffer and its readback).
 pub const MAX_OUTPUT_BYTES: u64 = 1 << 30;
+
+/// Bytes of output per batch of `gpu_encode_stream`: a few batches even at the smaller
+/// presets' sizes, so that batches overlap (`posenc encode` streams batches of 32 MiB, for
+/// outputs much larger than the bench's).
+pub const STREAM_BATCH_BYTES: u64 = 4 << 20;
+
+/// Batches `gpu_encode_stream` keeps in flight, as `posenc encode` does.
+pub const STREAM_IN_FLIGHT: usize = 3;
 
 /// The name of the tensor in a bench checkpoint.
 const CHECKPOINT_TENSOR: &str = "embed_tokens.weight";
@@ -425,20 +433,25 @@ pub struct Sizes {
 /// | --- | --- |
 /// | `cpu_encode`, `cpu_encode_cold`, `cpu_table` | `cpu_copy_ceiling` (memcpy) |
 /// | `gpu_encode`, `gpu_encode_cold`, `gpu_table`, `gpu_readback` | `gpu_copy_ceiling` |
-/// | `gpu_encode_call` | `gpu_copy_ceiling_call` (wall clock) |
+/// | `gpu_encode_call`, `gpu_encode_host`, `gpu_encode_stream` | `gpu_copy_ceiling_call` (wall clock) |
 /// | `cpu_load` | `cpu_read_ceiling` (`std::fs::read`) |
 ///
 /// A ceiling is its own ceiling (ratio 1).
 #[derive(Clone, Debug, Serialize)]
 pub struct Item {
     /// `cpu_encode`, `cpu_encode_cold`, `cpu_table`, `gpu_encode`, `gpu_encode_cold`,
-    /// `gpu_encode_call`, `gpu_table`, `gpu_readback`, `cpu_load`, or a ceiling:
-    /// `cpu_copy_ceiling`, `gpu_copy_ceiling`, `gpu_copy_ceiling_call`, `cpu_read_ceiling`.
+    /// `gpu_encode_call`, `gpu_encode_host`, `gpu_encode_stream`, `gpu_table`,
+    /// `gpu_readback`, `cpu_load`, or a ceiling: `cpu_copy_ceiling`, `gpu_copy_ceiling`,
+    /// `gpu_copy_ceiling_call`, `cpu_read_ceiling`.
     ///
     /// `gpu_encode` is the device time of an encode (see [`gpu::TimingSource`]);
     /// `gpu_encode_call` the wall time of a whole `encode_into_buffer` call followed by
-    /// waiting for the device, as a caller sees it; `gpu_readback` the wall time of reading
-    /// the output back. `gpu_table` is left out when the table of `len` rows does not fit
+    /// waiting for the device, as a caller sees it; `gpu_encode_host` the wall time of one
+    /// blocking `Context::encode` (result in host memory); `gpu_encode_stream` the wall
+    /// time of the same tokens encoded into host memory as `posenc encode` streams them, in
+    /// batches of [`STREAM_BATCH_BYTES`] of output through `Context::encode_submit`,
+    /// [`STREAM_IN_FLIGHT`] in flight, each copied into one host array as it arrives;
+    /// `gpu_readback` the wall time of reading the output back. `gpu_table` is left out when the table of `len` rows does not fit
     /// one storage binding. `cpu_load` is `weights::load` of a one-tensor `.safetensors`
     /// file holding the table, from a warm page cache.
     pub name: String,
@@ -836,7 +849,32 @@ fn run_on(
         // The copy ceilings copy the output's bytes, as much as fits one binding.
         let copy_bytes = (out_bytes.min(ctx.max_binding_size()) & !15).max(16);
         let table_fits = len as u64 * dim as u64 * 4 <= ctx.max_binding_size();
-        let mut t = [(); 7].map(|()| Vec::with_capacity(repeats));
+        // The streamed encode's batches, and the host array they are copied into.
+        let row_bytes = (dim * config.out_dtype.size()) as u64;
+        let stream_batch = (STREAM_BATCH_BYTES / row_bytes).max(1) as usize;
+        let mut streamed = vec![0u8; out_bytes as usize];
+        let stream = |host: &mut [u8]| {
+            let (ids, pos) = (inputs.ids.as_slice(), inputs.pos.as_slice());
+            let (ids, pos) = (ids.expect("a new array"), pos.expect("a new array"));
+            let mut at = 0;
+            stream_encode(ctx, spec, &uploaded, ids, pos, &options, stream_batch, |batch| {
+                let mut rest = &mut host[at..];
+                let room = rest.len();
+                write_encoded(&mut rest, batch);
+                at += room - rest.len();
+            })
+        };
+        let host_call = || ctx.encode(spec, &uploaded, ids, pos, &options);
+        stream(&mut streamed)?;
+        agree = agree.map(|a| {
+            a && cpu_out.agrees(&streamed)
+                && host_call().is_ok_and(|e| {
+                    let mut bytes = Vec::new();
+                    write_encoded(&mut bytes, &e);
+                    cpu_out.agrees(&bytes)
+                })
+        });
+        let mut t = [(); 9].map(|()| Vec::with_capacity(repeats));
         for round in 0..repeats {
             progress(&format!("gpu round {}/{repeats}", round + 1));
             t[0].extend(ctx.time_copy(copy_bytes, 1)?);
@@ -848,13 +886,17 @@ fn run_on(
                 t[5].extend(ctx.time_table(spec, &table_positions, 1)?);
             }
             t[6].push(timed_value(|| ctx.read_buffer(&out))?.0);
+            t[7].push(timed_value(host_call)?.0);
+            t[8].push(timed(|| stream(&mut streamed))?);
         }
-        let [copy, copy_call, warm, cold, calls, tables, readback] = t;
+        let [copy, copy_call, warm, cold, calls, tables, readback, host, streams] = t;
         let ceiling = Item::new("gpu_copy_ceiling", copy, 2 * copy_bytes);
         let call_ceiling = Item::new("gpu_copy_ceiling_call", copy_call, 2 * copy_bytes);
         results.push(Item::new("gpu_encode", warm, encode_bytes).against(&ceiling));
         results.push(Item::new("gpu_encode_cold", cold, encode_bytes).against(&ceiling));
         results.push(Item::new("gpu_encode_call", calls, encode_bytes).against(&call_ceiling));
+        results.push(Item::new("gpu_encode_host", host, encode_bytes).against(&call_ceiling));
+        results.push(Item::new("gpu_encode_stream", streams, encode_bytes).against(&call_ceiling));
         if table_fits {
             results.push(Item::new("gpu_table", tables, table_bytes).against(&ceiling));
         }
@@ -881,6 +923,49 @@ fn run_on(
         agree,
         results,
     })
+}
+
+/// `ids` at `pos` encoded on the GPU as `posenc encode` streams them: batches of `batch`
+/// tokens through [`gpu::Context::encode_submit`], [`STREAM_IN_FLIGHT`] in flight, each
+/// result handed to `each`, in order, as it comes back.
+#[allow(clippy::too_many_arguments)]
+fn stream_encode(
+    ctx: &gpu::Context,
+    spec: &PeSpec,
+    table: &gpu::GpuTable,
+    ids: &[u32],
+    pos: &[u32],
+    options: &EncodeOptions,
+    batch: usize,
+    mut each: impl FnMut(&crate::encode::Encoded),
+) -> Result<()> {
+    let mut in_flight = std::collections::VecDeque::with_capacity(STREAM_IN_FLIGHT);
+    let mut next = 0;
+    loop {
+        while in_flight.len() < STREAM_IN_FLIGHT && next < ids.len() {
+            let end = (next + batch).min(ids.len());
+            let row = |v| ndarray::ArrayView2::from_shape((1, end - next), v).expect("one row");
+            let (ids, pos) = (row(&ids[next..end]), row(&pos[next..end]));
+            in_flight.push_back(ctx.encode_submit(spec, table, ids, pos, options)?);
+            next = end;
+        }
+        match in_flight.pop_front() {
+            Some(pending) => each(&pending.wait()?),
+            None => return Ok(()),
+        }
+    }
+}
+
+/// Writes an encode's values to `w` as little-endian bytes, as the GPU's buffer holds
+/// them. `w` must take them all (a `Vec`, or a slice with room: the bench sizes both).
+fn write_encoded(w: &mut impl std::io::Write, encoded: &crate::encode::Encoded) {
+    use crate::encode::Encoded;
+    let written = match encoded {
+        Encoded::F32(a) => crate::npy::write_data(w, a.as_slice().expect("C order")),
+        Encoded::F16(a) => crate::npy::write_data(w, a.as_slice().expect("C order")),
+        Encoded::Bf16(a) => crate::npy::write_data(w, a.as_slice().expect("C order")),
+    };
+    written.expect("room for every value");
 }
 
 /// Waits until the device has finished everything submitted, for at most
@@ -975,7 +1060,8 @@ impl Report {
         }
         if let Some(a) = &self.adapter {
             out += &format!(
-                "GPU: {}; GPU items timed by {} (gpu_encode_call, gpu_readback, \
+                "GPU: {}; GPU items timed by {} (gpu_encode_call, gpu_encode_host, \
+                 gpu_encode_stream, gpu_readback, \
                  gpu_copy_ceiling_call: the wall clock)\n",
                 a.describe(),
                 timing_name(a.timing)

@@ -114,11 +114,29 @@ pub fn write<W: Write + ?Sized, T: Element, D: Dimension>(
 ) -> io::Result<()> {
     w.write_all(&header::<T>(array.shape())?)?;
     let data = array.as_standard_layout();
-    let flat = data.as_slice().expect("a standard-layout array is one contiguous slice");
+    write_data(w, data.as_slice().expect("a standard-layout array is one contiguous slice"))
+}
+
+/// Writes `values` as `.npy` data (little-endian), with no header: after a [`header`]
+/// whose shape counts them all, an array can be written piece by piece, in C order.
+///
+/// ```
+/// let mut bytes = posenc::npy::header::<f32>(&[2, 2])?;
+/// posenc::npy::write_data(&mut bytes, &[1.0f32, 2.0])?;
+/// posenc::npy::write_data(&mut bytes, &[3.0f32, 4.0])?;
+/// let mut whole = Vec::new();
+/// posenc::npy::write(&mut whole, ndarray::array![[1.0f32, 2.0], [3.0, 4.0]].view())?;
+/// assert_eq!(bytes, whole);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+///
+/// # Errors
+/// Whatever `w` reports.
+pub fn write_data<W: Write + ?Sized, T: Element>(w: &mut W, values: &[T]) -> io::Result<()> {
     if cfg!(target_endian = "little") {
-        w.write_all(bytemuck::cast_slice(flat))
+        w.write_all(bytemuck::cast_slice(values))
     } else {
-        flat.iter().try_for_each(|v| {
+        values.iter().try_for_each(|v| {
             let mut bytes = bytemuck::bytes_of(v).to_vec();
             bytes.reverse();
             w.write_all(&bytes)

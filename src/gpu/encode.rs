@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use bytemuck::{Pod, Zeroable};
-use half::{bf16, f16};
-use ndarray::{Array3, ArrayView2};
+use ndarray::ArrayView2;
 
 use super::memory::DeviceBuffer;
+use super::pending::{HostResult, PendingEncode, Readback};
 use super::runner::{ENCODE, Output, Sink};
 use super::table::{TableBuffers, flat_steps};
 use super::timing::SpanTimer;
@@ -479,24 +479,107 @@ impl Context {
         options: &EncodeOptions,
         scale: Option<f32>,
     ) -> Result<Encoded> {
+        self.submit_host(pe, table, ids, positions, options, scale)?.wait()
+    }
+
+    /// The encode of checked arguments, submitted with its last chunk's readback left in
+    /// flight.
+    fn submit_host(
+        &self,
+        pe: PeSource<'_>,
+        table: &GpuTable,
+        ids: ArrayView2<'_, u32>,
+        positions: ArrayView2<'_, u32>,
+        options: &EncodeOptions,
+        scale: Option<f32>,
+    ) -> Result<PendingEncode> {
         let (batch, len) = ids.dim();
         let dim = table.dim;
-        let out_size = options.out_dtype.size();
-        let mut bytes = vec![0u8; batch * len * dim * out_size];
-        if !bytes.is_empty() {
-            let sink = Sink::Host(&mut bytes);
-            self.run_encode(pe, table, ids, positions, options, scale, sink, None)?;
-        }
-        let shape = (batch, len, dim);
-        let halves = || bytes.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]]));
-        Ok(match options.out_dtype {
-            Dtype::F32 => Encoded::F32(shaped(
-                shape,
-                bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-            )),
-            Dtype::F16 => Encoded::F16(shaped(shape, halves().map(f16::from_bits))),
-            Dtype::Bf16 => Encoded::Bf16(shaped(shape, halves().map(bf16::from_bits))),
-        })
+        let mut host = HostResult::zeros(options.out_dtype, batch * len * dim);
+        let bytes = host.bytes_mut();
+        let readback = if bytes.is_empty() {
+            None
+        } else {
+            let sink = Sink::HostDeferred(bytes);
+            self.run_encode(pe, table, ids, positions, options, scale, sink, None)?
+        };
+        Ok(PendingEncode::new(self, "encode", host, (batch, len, dim), readback))
+    }
+
+    /// [`Context::encode`] without the wait: checks the request, uploads it, records and
+    /// submits the work, starts reading the result back, and returns a handle to wait on
+    /// ([`PendingEncode::wait`]). Meanwhile the caller can submit the next batch, or write
+    /// out the previous one, so that upload, compute and readback of successive batches
+    /// overlap. The result has the bits [`Context::encode`] gives (which is this call
+    /// followed by the wait).
+    ///
+    /// Nothing blocks on the device when the request fits one chunk: one storage binding
+    /// of output (and of token records), within the memory budget left. A larger request
+    /// is read back chunk by chunk as [`Context::encode`] reads it, and only its last
+    /// chunk is left in flight, so the call blocks until the others are home; batches of at
+    /// most [`Context::max_binding_size`] bytes of output (of f32 rows, for a 16-bit output
+    /// of an odd dim) always fit when there is no budget.
+    ///
+    /// Each pending encode holds its staging buffer, counted against the memory budget,
+    /// until it is waited for or dropped; a budget therefore also bounds how many can be
+    /// in flight (a submission that finds no room gets [`Error::Limit`]).
+    ///
+    /// ```no_run
+    /// use ndarray::Array2;
+    /// use posenc::encode::{Embeddings, EncodeOptions};
+    ///
+    /// let gpu = posenc::gpu::Context::new()?;
+    /// let spec = posenc::PeSpec::new(64)?;
+    /// let table = gpu.upload_table(Embeddings::F32(Array2::zeros((100, 64)).view()))?;
+    /// let ids = Array2::<u32>::from_elem((8, 128), 7);
+    /// let positions = posenc::positions::contiguous_batch(8, 128);
+    /// let options = EncodeOptions::default();
+    /// // Two batches in flight at once, then their results in order.
+    /// let first = gpu.encode_submit(&spec, &table, ids.view(), positions.view(), &options)?;
+    /// let second = gpu.encode_submit(&spec, &table, ids.view(), positions.view(), &options)?;
+    /// assert_eq!(first.wait()?.dim(), (8, 128, 64));
+    /// assert_eq!(second.wait()?.dim(), (8, 128, 64));
+    /// # Ok::<(), posenc::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Context::encode`]: every check of the request before any GPU work;
+    /// [`Error::Limit`] if the memory budget cannot hold one token's scratch;
+    /// [`Error::DeviceLost`], [`Error::OutOfMemory`], [`Error::Gpu`] for what wgpu reports
+    /// while submitting. Faults met while the work runs come from [`PendingEncode::wait`].
+    pub fn encode_submit(
+        &self,
+        spec: &PeSpec,
+        table: &GpuTable,
+        ids: ArrayView2<'_, u32>,
+        positions: ArrayView2<'_, u32>,
+        options: &EncodeOptions,
+    ) -> Result<PendingEncode> {
+        let scale = encode::check(spec, table.dim(), ids, positions, options)?;
+        self.check_same_device(table.device_key, "table")?;
+        self.submit_host(PeSource::Spec(spec), table, ids, positions, options, scale)
+    }
+
+    /// [`Context::encode_learned`] without the wait, as [`Context::encode_submit`] is
+    /// [`Context::encode`] without it.
+    ///
+    /// # Errors
+    /// As [`Context::encode_learned`] for the request, all before any GPU work; as
+    /// [`Context::encode_submit`] for the submission.
+    pub fn encode_learned_submit(
+        &self,
+        position_table: &GpuPositionTable,
+        table: &GpuTable,
+        ids: ArrayView2<'_, u32>,
+        positions: ArrayView2<'_, u32>,
+        options: &EncodeOptions,
+    ) -> Result<PendingEncode> {
+        let scale =
+            encode::check_learned(position_table.dim(), table.dim(), ids, positions, options)?;
+        self.check_same_device(table.device_key, "table")?;
+        self.check_same_device(position_table.device_key, "position_table")?;
+        let pe = PeSource::Learned(position_table);
+        self.submit_host(pe, table, ids, positions, options, scale)
     }
 
     /// Like [`Context::encode`], but the result stays on the device: a storage buffer of
@@ -710,7 +793,7 @@ impl Context {
         scale: Option<f32>,
         sink: Sink<'_>,
         timer: Option<&SpanTimer>,
-    ) -> Result<()> {
+    ) -> Result<Option<Readback>> {
         let dim = table.dim;
         let ids: Vec<u32> = ids.iter().copied().collect();
         let positions: Vec<u32> = positions.iter().copied().collect();
@@ -738,7 +821,7 @@ impl Context {
             let plan = ChunkPlan {
                 dim: dim as u64,
                 out_size: out_size as u64,
-                host: matches!(sink, Sink::Host(_)),
+                host: matches!(sink, Sink::Host(_) | Sink::HostDeferred(_)),
                 per_call_pe: steps.is_some(),
                 steps_bytes: steps.as_ref().map_or(0, |(_, w)| w.len() as u64 * 4),
                 x4,
@@ -993,7 +1076,7 @@ impl Context {
                 }
                 output.deliver(encoder, (n * dim * out_size) as u64)?;
             }
-            Ok(())
+            Ok(output.into_readback())
         })
     }
 }
@@ -1118,10 +1201,6 @@ impl std::fmt::Debug for GpuPositionTable {
             .field("dim", &self.dim)
             .finish()
     }
-}
-
-fn shaped<T>(shape: (usize, usize, usize), values: impl Iterator<Item = T>) -> Array3<T> {
-    Array3::from_shape_vec(shape, values.collect()).expect("the shape matches")
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ mod faults;
 pub mod layout;
 mod memory;
 mod options;
+mod pending;
 mod record;
 mod rope;
 mod runner;
@@ -24,6 +25,7 @@ pub use encode::{
 };
 pub use faults::{FAULT_INJECT_ENV, SUBMISSION_TIMEOUT};
 pub use options::{ACCESS_PATTERN_ENV, AccessPattern, MEMORY_BUDGET_ENV, Options, TIMESTAMPS_ENV};
+pub use pending::PendingEncode;
 pub use record::{
     AlibiPass, DEFAULT_CACHED_POSITIONS, DecodeTiming, EmbedParams, EncodePass,
     EncodePassDescriptor, Faults, Positions, RopePass, RopePassDescriptor,

@@ -6,10 +6,13 @@
 //! command encoder from [`Output::encoder`] and handed to [`Output::deliver`], which copies
 //! the chunk's bytes to where they belong and submits: one submission per chunk, so a call
 //! that fits one chunk is one submission. A host result is read back at once (the one
-//! blocking round trip a host result needs); a device result is only submitted. WebGPU
+//! blocking round trip a host result needs), unless the sink defers it
+//! ([`Sink::HostDeferred`]): then the last chunk's readback is left in flight for the caller
+//! to wait on ([`Output::into_readback`]); a device result is only submitted. WebGPU
 //! orders a queue's operations, so the next chunk's uploads, a later read of the result
 //! and a caller's own submissions all see the chunk complete without posenc waiting for it.
 
+use super::pending::Readback;
 use super::timing::SpanTimer;
 use super::{Context, PooledBuffer};
 use crate::error::Result;
@@ -18,6 +21,10 @@ use crate::error::Result;
 pub(crate) enum Sink<'a> {
     /// Host memory: exactly the result's bytes.
     Host(&'a mut [u8]),
+    /// Host memory, as [`Sink::Host`], except that the last chunk's readback is only
+    /// started: [`Output::into_readback`] hands it over, to be waited on later. Every
+    /// chunk before the last is read back at once.
+    HostDeferred(&'a mut [u8]),
     /// A device buffer, from byte `offset` (a multiple of 4) on, the result rounded up to
     /// whole words.
     Device { buffer: &'a wgpu::Buffer, offset: u64 },
@@ -42,6 +49,8 @@ pub(crate) struct Output<'a> {
     /// Bytes delivered so far.
     done: u64,
     timer: Option<&'a SpanTimer>,
+    /// The last chunk's readback, for a [`Sink::HostDeferred`] once it is delivered.
+    readback: Option<Readback>,
 }
 
 impl<'a> Output<'a> {
@@ -92,12 +101,12 @@ impl<'a> Output<'a> {
             )?),
         };
         let staging = match sink {
-            Sink::Host(_) => {
+            Sink::Host(_) | Sink::HostDeferred(_) => {
                 Some(ctx.pooled(op.staging, scratch_bytes, U::MAP_READ | U::COPY_DST)?)
             }
             Sink::Device { .. } => None,
         };
-        Ok(Self { ctx, op, sink, total, target, staging, done: 0, timer })
+        Ok(Self { ctx, op, sink, total, target, staging, done: 0, timer, readback: None })
     }
 
     /// The buffer the kernels write and the byte offset of the current chunk in it.
@@ -141,7 +150,8 @@ impl<'a> Output<'a> {
 
     /// Finishes the chunk `encoder` recorded, whose `bytes` bytes are at the start of the
     /// written buffer (see [`Output::buffer`]): copies them to the sink and submits, reading
-    /// them back for a host sink.
+    /// them back for a host sink (the last chunk of a [`Sink::HostDeferred`] is only
+    /// submitted, its readback started).
     ///
     /// # Errors
     /// [`crate::Error::DeviceLost`] if a readback outlives the submission timeout;
@@ -157,8 +167,17 @@ impl<'a> Output<'a> {
             Target::Direct { buffer, offset, .. } => (buffer, *offset),
             Target::Scratch(scratch) => (&**scratch, 0),
         };
+        if self.done >= self.total
+            && matches!(self.sink, Sink::HostDeferred(_))
+            && let Some(staging) = self.staging.take()
+        {
+            encoder.copy_buffer_to_buffer(written, written_at, &staging, 0, padded);
+            let readback = Readback::start(self.ctx, encoder, staging, at as usize, bytes as usize);
+            self.readback = Some(readback);
+            return Ok(());
+        }
         match (&mut self.sink, &self.staging) {
-            (Sink::Host(dst), Some(staging)) => {
+            (Sink::Host(dst) | Sink::HostDeferred(dst), Some(staging)) => {
                 encoder.copy_buffer_to_buffer(written, written_at, staging, 0, padded);
                 let dst = &mut dst[at as usize..(at + bytes) as usize];
                 if padded == bytes {
@@ -175,9 +194,17 @@ impl<'a> Output<'a> {
                 }
                 self.ctx.queue.submit([encoder.finish()]);
             }
-            (Sink::Host(_), None) => unreachable!("host sinks get a staging buffer"),
+            (Sink::Host(_) | Sink::HostDeferred(_), None) => {
+                unreachable!("host sinks get a staging buffer until their last chunk")
+            }
         }
         Ok(())
+    }
+
+    /// The last chunk's readback of a [`Sink::HostDeferred`], once every chunk has been
+    /// delivered; `None` for other sinks.
+    pub(crate) fn into_readback(self) -> Option<Readback> {
+        self.readback
     }
 }
 

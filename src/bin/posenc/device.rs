@@ -70,7 +70,9 @@ impl Compute {
 ///   the CPU, which gives the same bits. The context is dropped before the CPU starts.
 ///
 /// `work` must leave no trace when it fails, so that running it twice is safe: it computes
-/// into memory, and the caller writes the output once it has it.
+/// into memory and the caller writes the output once it has it, or it writes a file that
+/// appears only on success. A failure marked [`Failure::after_delivery`] (part of a
+/// streamed result already reached its reader) is reported, never run again.
 pub(crate) fn on_device<T>(
     device: FastDevice,
     budget: Option<u64>,
@@ -81,7 +83,7 @@ pub(crate) fn on_device<T>(
         FastDevice::Gpu => return work(&Compute::open_gpu(budget)?),
         FastDevice::Auto => match Compute::open_gpu(budget) {
             Ok(gpu) => match work(&gpu) {
-                Err(Failure { error, .. }) if is_device_fault(&error) => {
+                Err(Failure { error, delivered: false, .. }) if is_device_fault(&error) => {
                     format!("the GPU failed, computing on the CPU instead: {error}")
                 }
                 done => return done,

@@ -25,12 +25,20 @@ pub(crate) fn with_exit_status(help: &str) -> String {
 pub(crate) struct Failure {
     code: u8,
     pub(crate) error: Error,
+    /// Part of the result has reached its reader (a stream written as it was computed), so
+    /// the work must not run again elsewhere: `--device auto` reports it instead.
+    pub(crate) delivered: bool,
 }
 
 impl Failure {
     /// An error found while checking the request, whatever its kind.
     pub(crate) fn usage(error: Error) -> Self {
-        Self { code: EXIT_USAGE, error }
+        Self { code: EXIT_USAGE, error, delivered: false }
+    }
+
+    /// This failure, met after part of the result reached its reader.
+    pub(crate) fn after_delivery(self) -> Self {
+        Self { delivered: true, ..self }
     }
 }
 
@@ -43,12 +51,12 @@ impl From<Error> for Failure {
             ErrorKind::Usage | ErrorKind::Input => EXIT_USAGE,
             _ => EXIT_RUNTIME,
         };
-        Self { code, error }
+        Self { code, error, delivered: false }
     }
 }
 
 /// The failure's line on stderr, and its exit status.
-pub(crate) fn report(Failure { code, error }: Failure) -> ExitCode {
+pub(crate) fn report(Failure { code, error, .. }: Failure) -> ExitCode {
     eprintln!("posenc: {}", one_line(&error.to_string()));
     ExitCode::from(code)
 }

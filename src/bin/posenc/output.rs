@@ -1,6 +1,7 @@
 //! Where the commands' results go: `-o PATH` is resolved before any work (a directory, a
 //! socket or a block device is refused then, exit 2) and opened only once the result is in
-//! memory, so a run that fails or is refused memory leaves no temporary file; `-o -` is
+//! memory, so a run that fails or is refused memory leaves no temporary file (a streamed
+//! GPU encode opens it first and writes as it goes; its failure removes the file); `-o -` is
 //! standard output. Also reports on standard output, and the fallible allocation of the
 //! outputs the CLI sizes.
 

@@ -7,6 +7,7 @@ mod concurrency;
 mod encode;
 mod faults;
 mod features;
+mod pending;
 mod record;
 mod rope;
 mod table;

@@ -1,13 +1,17 @@
 //! `posenc encode`: token embeddings from a table on file, plus positional encodings (a
 //! sinusoid or a learned table), written as `.npy`.
 
-use std::io::{self, Write};
+use std::collections::VecDeque;
+use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use clap::Args;
-use ndarray::{Array2, Array3, Axis};
+use ndarray::{Array2, Array3, ArrayView2, Axis};
 use posenc::encode::{self as enc, EncodeOptions, Encoded, Scale};
+use posenc::gpu::{self, PendingEncode};
 use posenc::inputs::{self, EncodePositions, Source};
+use posenc::output::Target;
 use posenc::{Error, PeSpec, Variant, cpu, npy, weights};
 
 use crate::args::{OutDtype, PeArgs, parse_budget};
@@ -20,7 +24,9 @@ pub(crate) const HELP: &str = "Positions: --positions gives each token's; --offs
 
 With --position-table, a learned table P replaces the sinusoid: out = scale * E[id] + P[position].
 
-Everything (files, dtypes, shapes, ids against the vocabulary, the scale) is checked before any GPU work and before OUT is opened.";
+Everything (files, dtypes, shapes, ids against the vocabulary, the scale) is checked before any GPU work and before OUT is opened.
+
+On the GPU, an output larger than one batch (about 32 MiB, or --stream-batch tokens) is streamed: the tokens go to the GPU in batches, three in flight at once, and each batch is written to OUT as it comes back; a file still appears only when complete. On a terminal, stderr shows the progress.";
 
 #[derive(Debug, Args)]
 pub(crate) struct EncodeArgs {
@@ -83,6 +89,12 @@ pub(crate) struct EncodeArgs {
     #[arg(long, value_name = "BYTES", value_parser = parse_budget,
           allow_hyphen_values = true)]
     gpu_memory_budget: Option<u64>,
+    /// Tokens per batch when the GPU streams the output (default: about 32 MiB of output
+    /// per batch, fewer when one storage binding or the memory budget holds less; the CPU
+    /// computes the whole output at once). Outputs of at most one batch are not streamed.
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u64).range(1..),
+          allow_hyphen_values = true)]
+    stream_batch: Option<u64>,
 }
 
 /// `--scale`: `none`, `sqrt` or a finite number.
@@ -106,8 +118,197 @@ pub(crate) fn run(args: &EncodeArgs) -> Result<(), Failure> {
     let values = input.ids.len() as u64 * input.table.dim().1 as u64;
     let bytes = values * input.options.out_dtype.size() as u64;
     posenc::alloc::check_allocation("the encode output", bytes)?;
-    let encoded = on_device(args.device, args.gpu_memory_budget, |c| encode(c, &input))?;
-    emit(&out, |w| write_encoded(w, &encoded, input.one_sequence))
+    let done = on_device(args.device, args.gpu_memory_budget, |c| match c {
+        Compute::Gpu(ctx) => {
+            let batch = stream_batch(ctx, &input, args.stream_batch);
+            if input.ids.len() > batch {
+                return stream(ctx, &input, batch, &out).map(|()| None);
+            }
+            encode(c, &input).map(Some)
+        }
+        Compute::Cpu => encode(c, &input).map(Some),
+    })?;
+    match done {
+        Some(encoded) => emit(&out, |w| write_encoded(w, &encoded, input.one_sequence)),
+        None => Ok(()),
+    }
+}
+
+/// Bytes of output per streamed batch unless `--stream-batch` says otherwise: enough for a
+/// batch's fixed costs (a submission, a readback, a write) to vanish against its bytes,
+/// small enough that three in flight hold little memory.
+const STREAM_BATCH_BYTES: u64 = 32 << 20;
+
+/// Batches a streamed encode keeps in flight: one being computed, one being read back,
+/// one being written, so that none of the three waits for the others.
+const IN_FLIGHT: usize = 3;
+
+/// Tokens per streamed batch on `ctx`: `--stream-batch`, else [`STREAM_BATCH_BYTES`] of
+/// output, fewer if one storage binding holds less (so that each batch is one chunk and
+/// its submission never waits) or, under a memory budget, an eighth of the budget.
+fn stream_batch(ctx: &gpu::Context, input: &EncodeInput, flag: Option<u64>) -> usize {
+    if let Some(tokens) = flag {
+        return usize::try_from(tokens).unwrap_or(usize::MAX);
+    }
+    let dim = input.table.dim().1.max(1) as u64;
+    let row = dim * input.options.out_dtype.size() as u64;
+    // Odd dims with 16-bit output, and PE rows computed per batch, use f32 rows of a chunk.
+    let wide_row = dim * 4;
+    let binding = ctx.max_binding_size();
+    // A token record is at most 16 bytes.
+    let mut tokens = (STREAM_BATCH_BYTES / row).min(binding / wide_row).min(binding / 16);
+    if let Some(budget) = ctx.memory_budget() {
+        tokens = tokens.min(budget / 8 / (wide_row + 16));
+    }
+    usize::try_from(tokens.max(1)).unwrap_or(usize::MAX)
+}
+
+/// The encode of `input` on the GPU in batches of `batch` tokens, [`IN_FLIGHT`] at once,
+/// each written to `out` as it comes back. A file appears only when complete; on failure
+/// its temporary file is removed. A stream (standard output, a FIFO) gets the header
+/// only with the first batch, so that a fault before then leaves `--device auto` free to
+/// start again on the CPU; a failure after it is marked as delivered.
+fn stream(
+    ctx: &gpu::Context,
+    input: &EncodeInput,
+    batch: usize,
+    out: &Target,
+) -> Result<(), Failure> {
+    let table = ctx.upload_table(input.table.embeddings())?;
+    let learned = match &input.pe {
+        PeInput::Learned(p) => Some(ctx.upload_position_table(p.embeddings())?),
+        PeInput::Spec(_) => None,
+    };
+    let ids = input.ids.as_standard_layout();
+    let positions = input.positions.as_standard_layout();
+    let (ids, positions) =
+        (ids.as_slice().expect("C order"), positions.as_slice().expect("C order"));
+    let submit = |range: std::ops::Range<usize>| {
+        let n = range.len();
+        let ids = ArrayView2::from_shape((1, n), &ids[range.clone()]).expect("one row");
+        let positions = ArrayView2::from_shape((1, n), &positions[range]).expect("one row");
+        let options = &input.options;
+        match (&input.pe, &learned) {
+            (_, Some(p)) => ctx.encode_learned_submit(p, &table, ids, positions, options),
+            (PeInput::Spec(spec), None) => ctx.encode_submit(spec, &table, ids, positions, options),
+            (PeInput::Learned(_), None) => unreachable!("uploaded above"),
+        }
+    };
+    let total = ids.len();
+    let mut output = out.open()?;
+    let stream = output.is_stream();
+    let mut progress = Progress::on_terminal(total);
+    let mut in_flight: VecDeque<(usize, PendingEncode)> = VecDeque::with_capacity(IN_FLIGHT);
+    let (mut submitted, mut written) = (0, 0);
+    while written < total {
+        // Keep IN_FLIGHT batches submitted. A memory budget with no room for another while
+        // some are in flight is a reason to wait for the oldest, not a failure.
+        while in_flight.len() < IN_FLIGHT && submitted < total {
+            let end = (submitted + batch).min(total);
+            match submit(submitted..end) {
+                Ok(pending) => in_flight.push_back((end - submitted, pending)),
+                Err(Error::Limit { .. }) if !in_flight.is_empty() => break,
+                Err(e) => return Err(delivered(e.into(), stream, written)),
+            }
+            submitted = end;
+        }
+        let Some((tokens, pending)) = in_flight.pop_front() else {
+            unreachable!("a batch is in flight until every token is written")
+        };
+        let encoded = pending.wait().map_err(|e| delivered(e.into(), stream, written))?;
+        let writer = output.writer();
+        let wrote = (|| {
+            if written == 0 {
+                write_header(writer, &encoded, input.shape(), input.one_sequence)?;
+            }
+            write_data(writer, &encoded)
+        })();
+        match wrote {
+            Err(e) if stream && e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
+            Err(e) => return Err(Failure::from(output.io_error(e)).after_delivery()),
+            Ok(()) => {}
+        }
+        written += tokens;
+        progress.show(written);
+    }
+    progress.clear();
+    match output.commit() {
+        Err(Error::Io { source, .. }) if stream && source.kind() == io::ErrorKind::BrokenPipe => {
+            Ok(())
+        }
+        other => Ok(other?),
+    }
+}
+
+/// `failure`, marked as delivered if a stream has had bytes already.
+fn delivered(failure: Failure, stream: bool, written: usize) -> Failure {
+    if stream && written > 0 { failure.after_delivery() } else { failure }
+}
+
+/// A progress line on stderr, redrawn in place at most ten times a second, when stderr is a
+/// terminal; nothing otherwise.
+struct Progress {
+    total: usize,
+    last: Option<Instant>,
+    shown: bool,
+}
+
+impl Progress {
+    fn on_terminal(total: usize) -> Self {
+        let last = io::stderr().is_terminal().then(|| Instant::now() - Duration::from_secs(1));
+        Self { total, last, shown: false }
+    }
+
+    fn show(&mut self, done: usize) {
+        let Some(last) = self.last else { return };
+        if last.elapsed() < Duration::from_millis(100) && done < self.total {
+            return;
+        }
+        self.last = Some(Instant::now());
+        self.shown = true;
+        let percent = 100 * done as u64 / self.total.max(1) as u64;
+        eprint!("\rposenc: encoding: {done} of {} tokens ({percent}%)", self.total);
+    }
+
+    /// Erases the line, so that what follows on stderr starts clean.
+    fn clear(&mut self) {
+        if std::mem::take(&mut self.shown) {
+            eprint!("\r\x1b[2K");
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+/// The `.npy` header of the whole output, in `encoded`'s type.
+fn write_header(
+    w: &mut dyn Write,
+    encoded: &Encoded,
+    (batch, len, dim): (usize, usize, usize),
+    one_sequence: bool,
+) -> io::Result<()> {
+    let shape = if one_sequence { vec![len, dim] } else { vec![batch, len, dim] };
+    w.write_all(&match encoded {
+        Encoded::F32(_) => npy::header::<f32>(&shape)?,
+        Encoded::F16(_) => npy::header::<half::f16>(&shape)?,
+        Encoded::Bf16(_) => npy::header::<half::bf16>(&shape)?,
+    })
+}
+
+/// `encoded`'s values as `.npy` data.
+fn write_data(w: &mut dyn Write, encoded: &Encoded) -> io::Result<()> {
+    fn values<T: npy::Element>(w: &mut dyn Write, a: &Array3<T>) -> io::Result<()> {
+        npy::write_data(w, a.as_slice().expect("a new array is in C order"))
+    }
+    match encoded {
+        Encoded::F32(a) => values(w, a),
+        Encoded::F16(a) => values(w, a),
+        Encoded::Bf16(a) => values(w, a),
+    }
 }
 
 /// The encode of `input` where `compute` says.
@@ -150,6 +351,12 @@ struct EncodeInput {
 }
 
 impl EncodeInput {
+    /// `(batch, len, dim)` of the output.
+    fn shape(&self) -> (usize, usize, usize) {
+        let (batch, len) = self.ids.dim();
+        (batch, len, self.table.dim().1)
+    }
+
     fn load(args: &EncodeArgs) -> Result<Self, Error> {
         let table = inputs::read_table(Source::File(&args.weights), args.tensor.as_deref())?;
         let width = table.dim().1;

@@ -45,7 +45,7 @@ fn check_ceilings(report: &Value) {
         let want = match name {
             "cpu_encode" | "cpu_encode_cold" | "cpu_table" => "cpu_copy_ceiling",
             "gpu_encode" | "gpu_encode_cold" | "gpu_table" | "gpu_readback" => "gpu_copy_ceiling",
-            "gpu_encode_call" => "gpu_copy_ceiling_call",
+            "gpu_encode_call" | "gpu_encode_host" | "gpu_encode_stream" => "gpu_copy_ceiling_call",
             "cpu_load" => "cpu_read_ceiling",
             ceiling => ceiling,
         };
@@ -166,6 +166,7 @@ fn on_a_gpu_every_preset_agrees_and_the_call_is_measured_against_the_copy_call()
     for report in suite["suite"].as_array().unwrap() {
         assert_eq!(report["agree"], true, "{}", report["model"]);
         assert_eq!(item(report, "gpu_encode_call")["ceiling"], "gpu_copy_ceiling_call");
+        assert_eq!(item(report, "gpu_encode_stream")["ceiling"], "gpu_copy_ceiling_call");
         assert_eq!(item(report, "gpu_encode")["ceiling"], "gpu_copy_ceiling");
         check_ceilings(report);
     }

@@ -8,3 +8,4 @@ mod faults;
 mod hostile;
 mod quiet;
 mod rope;
+mod stream;

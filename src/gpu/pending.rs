@@ -1,0 +1,219 @@
+//! Host results still on their way back: the readback a submission leaves in flight
+//! ([`Readback`]) and the encode handle built on it ([`PendingEncode`]), so that a caller
+//! can submit the next batch, or write the previous one out, while the device works.
+//!
+//! A readback owns the staging buffer its last chunk was copied to, which has a
+//! `map_async` outstanding; the buffer stays on loan from the context's pool, and so
+//! counted against its memory, until the result is taken or the handle dropped. The other
+//! scratch buffers of the call go back to the pool at submission: WebGPU runs a queue's
+//! work in order, so a later call that reuses them writes them only after this one's
+//! commands have read them.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use half::{bf16, f16};
+use ndarray::Array3;
+
+use super::{Context, PooledBuffer};
+use crate::encode::{Dtype, Encoded};
+use crate::error::{Error, Result};
+
+/// What a buffer's `map_async` callback reported, once it has run.
+type MapSlot = Arc<Mutex<Option<std::result::Result<(), wgpu::BufferAsyncError>>>>;
+
+fn lock(slot: &MapSlot) -> MutexGuard<'_, Option<std::result::Result<(), wgpu::BufferAsyncError>>> {
+    slot.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The last chunk of a host result: submitted, its staging buffer being mapped.
+pub(crate) struct Readback {
+    staging: Option<PooledBuffer>,
+    index: wgpu::SubmissionIndex,
+    /// Where the chunk's bytes go in the host result, and how many there are.
+    at: usize,
+    bytes: usize,
+    /// The chunk's bytes rounded up to whole words: what was copied and mapped.
+    padded: u64,
+    mapped: MapSlot,
+}
+
+impl Readback {
+    /// Submits `encoder` (whose last command copies the chunk into `staging`) and starts
+    /// mapping the chunk's `bytes` bytes, bound for `at..at + bytes` of the host result.
+    pub(crate) fn start(
+        ctx: &Context,
+        encoder: wgpu::CommandEncoder,
+        staging: PooledBuffer,
+        at: usize,
+        bytes: usize,
+    ) -> Self {
+        let index = ctx.queue.submit([encoder.finish()]);
+        let padded = (bytes as u64).next_multiple_of(4);
+        let mapped: MapSlot = Arc::default();
+        let slot = Arc::clone(&mapped);
+        staging.slice(..padded).map_async(wgpu::MapMode::Read, move |r| {
+            *lock(&slot) = Some(r);
+        });
+        Self { staging: Some(staging), index, at, bytes, padded, mapped }
+    }
+
+    /// Whether the mapping has completed (or failed): polls the device without blocking.
+    fn is_ready(&self, ctx: &Context) -> bool {
+        if lock(&self.mapped).is_none() {
+            // A failed poll means a lost device, which the wait reports.
+            let _ = ctx.device.poll(wgpu::PollType::Poll);
+        }
+        lock(&self.mapped).is_some()
+    }
+
+    /// Waits for the chunk (at most [`super::SUBMISSION_TIMEOUT`]) and copies it into
+    /// `host`, then hands the staging buffer back to the pool.
+    fn finish(mut self, ctx: &Context, op: &'static str, host: &mut [u8]) -> Result<()> {
+        ctx.wait(op, self.index.clone())?;
+        let mapped = lock(&self.mapped).take();
+        match mapped {
+            Some(Ok(())) => {}
+            Some(Err(e)) => return Err(Error::Gpu { op, message: e.to_string() }),
+            None => return Err(Error::Gpu { op, message: "readback never completed".into() }),
+        }
+        let staging = self.staging.take().expect("present until finished or dropped");
+        {
+            let slice = staging.slice(..self.padded);
+            let view =
+                slice.get_mapped_range().map_err(|e| Error::Gpu { op, message: e.to_string() })?;
+            host[self.at..self.at + self.bytes].copy_from_slice(&view[..self.bytes]);
+        }
+        staging.unmap();
+        Ok(())
+    }
+}
+
+impl Drop for Readback {
+    /// A readback dropped before it finished takes its staging buffer out of the pool for
+    /// good: a buffer with a mapping outstanding must not be lent to another call. wgpu
+    /// frees it once the device is done with it; posenc's accounting releases it now.
+    fn drop(&mut self) {
+        if let Some(mut staging) = self.staging.take() {
+            staging.buffer.take();
+        }
+    }
+}
+
+/// An encode submitted by [`Context::encode_submit`] (or
+/// [`Context::encode_learned_submit`]) whose result is still being computed or read
+/// back. [`PendingEncode::wait`] gives the [`Encoded`] result, the same bits
+/// [`Context::encode`] gives; [`PendingEncode::is_ready`] says, without blocking, whether
+/// `wait` would return at once.
+///
+/// Several may be in flight at once, on one context or on clones of it; each holds its
+/// own staging buffer (counted against the context's memory budget) until it is waited
+/// for or dropped. Dropping one without waiting is safe: the device finishes the work and
+/// the result is discarded.
+#[must_use = "an encode's result is only had by waiting for it"]
+pub struct PendingEncode {
+    ctx: Context,
+    op: &'static str,
+    /// The host result: chunks before the last already read back, the last still in
+    /// `readback`.
+    host: HostResult,
+    shape: (usize, usize, usize),
+    readback: Option<Readback>,
+}
+
+/// A host result in its element type, written through its bytes: the values land where
+/// the array will hold them, with no copy once read back.
+pub(crate) enum HostResult {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+    Bf16(Vec<bf16>),
+}
+
+impl HostResult {
+    /// `n` zeros of `dtype`.
+    pub(crate) fn zeros(dtype: Dtype, n: usize) -> Self {
+        match dtype {
+            Dtype::F32 => Self::F32(vec![0.0; n]),
+            Dtype::F16 => Self::F16(vec![f16::ZERO; n]),
+            Dtype::Bf16 => Self::Bf16(vec![bf16::ZERO; n]),
+        }
+    }
+
+    /// The elements' bytes, which the device's little-endian words are copied into.
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Self::F32(v) => bytemuck::cast_slice_mut(v),
+            Self::F16(v) => bytemuck::cast_slice_mut(v),
+            Self::Bf16(v) => bytemuck::cast_slice_mut(v),
+        }
+    }
+
+    /// The array of `shape`, once every byte is in.
+    fn into_encoded(self, shape: (usize, usize, usize)) -> Encoded {
+        fn shaped<T>(shape: (usize, usize, usize), mut v: Vec<T>, swap: fn(T) -> T) -> Array3<T> {
+            // The device wrote little-endian values.
+            if cfg!(target_endian = "big") {
+                v = v.into_iter().map(swap).collect();
+            }
+            Array3::from_shape_vec(shape, v).expect("the shape matches")
+        }
+        match self {
+            Self::F32(v) => {
+                Encoded::F32(shaped(shape, v, |x| f32::from_bits(x.to_bits().swap_bytes())))
+            }
+            Self::F16(v) => {
+                Encoded::F16(shaped(shape, v, |x| f16::from_bits(x.to_bits().swap_bytes())))
+            }
+            Self::Bf16(v) => {
+                Encoded::Bf16(shaped(shape, v, |x| bf16::from_bits(x.to_bits().swap_bytes())))
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for PendingEncode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingEncode")
+            .field("shape", &self.shape)
+            .field("in_flight", &self.readback.is_some())
+            .finish()
+    }
+}
+
+impl PendingEncode {
+    /// A handle for the result `host` of `shape`, of which `readback` (if any) is still to
+    /// come.
+    pub(crate) fn new(
+        ctx: &Context,
+        op: &'static str,
+        host: HostResult,
+        shape: (usize, usize, usize),
+        readback: Option<Readback>,
+    ) -> Self {
+        Self { ctx: ctx.clone(), op, host, shape, readback }
+    }
+
+    /// `(batch, len, dim)` of the result.
+    pub fn dim(&self) -> (usize, usize, usize) {
+        self.shape
+    }
+
+    /// Whether the result is on the host side already, so that [`PendingEncode::wait`]
+    /// would not block. Polls the device without waiting; a failed encode counts as ready
+    /// (its `wait` returns the error).
+    pub fn is_ready(&self) -> bool {
+        self.readback.as_ref().is_none_or(|r| r.is_ready(&self.ctx))
+    }
+
+    /// Waits for the result, at most [`SUBMISSION_TIMEOUT`](super::SUBMISSION_TIMEOUT).
+    ///
+    /// # Errors
+    /// [`Error::DeviceLost`] if the device was lost (before or while the work ran) or the
+    /// work outlives the timeout; [`Error::Gpu`] if the readback fails otherwise.
+    pub fn wait(self) -> Result<Encoded> {
+        let Self { ctx, op, mut host, shape, readback } = self;
+        if let Some(readback) = readback {
+            ctx.scoped(op, || readback.finish(&ctx, op, host.bytes_mut()))?;
+        }
+        Ok(host.into_encoded(shape))
+    }
+}
