@@ -168,3 +168,89 @@ fn embed(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) 
         out[params.out_base + w] = l | (h << 16u);
     }
 }
+
+// f32 bits of one element: the table value (scaled) plus the PE bits.
+fn value(slot: u32, i: u32, pe: u32) -> u32 {
+    var v = bitcast<f32>(table_bits(slot, i));
+    if (params.flags & FLAG_SCALE) != 0u {
+        v = v * bitcast<f32>(params.scale_bits);
+    }
+    return bitcast<u32>(v + bitcast<f32>(pe));
+}
+
+// The PE bits of columns c and c + 1 (c even) of position p, computed: one sin/cos pair
+// when the layout interleaves them.
+fn pe_pair(p: u32, c: u32) -> vec2<u32> {
+    if params.stride != 2u {
+        return vec2<u32>(pe_bits(p, c), pe_bits(p, c + 1u));
+    }
+    if (params.spec_flags & FLAG_PADDING) != 0u && p == params.padding_idx {
+        return vec2<u32>(0u, 0u);
+    }
+    let f32_freqs = (params.spec_flags & FLAG_F32) != 0u;
+    return sincos_bits(pe_phase(p, params.start, f32_freqs, params.n_freqs, c >> 1u));
+}
+
+// Four output words of one token per invocation, for rows of a whole number of vec4 words
+// (f32 output: dim % 4 == 0; 16-bit: dim % 8 == 0): the token's id, position, table chunk
+// and cache row are found once per four words rather than once per element, which is most
+// of the cost of a short decode step.
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn embed_x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let w0 = 4u * ((wg.y * params.groups_x + wg.x) * WORKGROUP_SIZE + li);
+    if w0 >= params.n_words {
+        return;
+    }
+    let wide = params.out_dtype == DTYPE_F32;
+    let per_word = select(2u, 1u, wide);
+    let e0 = w0 * per_word;
+    let t = e0 / params.dim;
+    let c0 = e0 - t * params.dim;
+    let id = ids[params.ids_base + t];
+    let first = (params.flags & FLAG_FIRST_WINDOW) != 0u;
+    let pad = (params.flags & FLAG_PAD_ID) != 0u && id == params.pad_id;
+    let at = params.out_base + w0;
+    if pad || id >= params.vocab {
+        if first {
+            if !pad && c0 == 0u {
+                atomicAdd(&state.faults[0], 1u);
+                atomicMax(&state.faults[1], id);
+            }
+            for (var k = 0u; k < 4u; k++) {
+                out[at + k] = 0u;
+            }
+        }
+        return;
+    }
+    let chunk = id / params.rows_per_chunk;
+    let slot = chunk - params.first_chunk;
+    if chunk < params.first_chunk || slot >= params.n_slots {
+        return;
+    }
+    let row = (id - chunk * params.rows_per_chunk) * params.dim;
+    let p = position(t);
+    let cached = p < params.cached_rows;
+    let pe_row = p * params.dim;
+    for (var k = 0u; k < 4u; k++) {
+        let c = c0 + k * per_word;
+        if wide {
+            var pe: u32;
+            if cached {
+                pe = cache[pe_row + c];
+            } else {
+                pe = pe_bits(p, c);
+            }
+            out[at + k] = value(slot, row + c, pe);
+        } else {
+            var pe: vec2<u32>;
+            if cached {
+                pe = vec2<u32>(cache[pe_row + c], cache[pe_row + c + 1u]);
+            } else {
+                pe = pe_pair(p, c);
+            }
+            let lo = f32_to_half_bits(value(slot, row + c, pe.x), params.out_dtype);
+            let hi = f32_to_half_bits(value(slot, row + c + 1u, pe.y), params.out_dtype);
+            out[at + k] = lo | (hi << 16u);
+        }
+    }
+}

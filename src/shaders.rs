@@ -274,7 +274,9 @@ pub fn all_sources() -> Vec<(String, &'static str, String)> {
         all.push((format!("{v:?}"), "encode_x4", v.source()));
     }
     for slots in 1..=MAX_TABLE_SLOTS {
-        all.push((format!("embed(slots: {slots})"), "embed", embed_source(slots)));
+        for entry in ["embed", "embed_x4"] {
+            all.push((format!("{entry}(slots: {slots})"), entry, embed_source(slots)));
+        }
     }
     all
 }

@@ -114,7 +114,7 @@ pub fn params(entry: &str) -> Params {
             keep,
             _pad,
         }),
-        "embed" => params!(EmbedParams {
+        "embed" | "embed_x4" => params!(EmbedParams {
             n_words,
             dim,
             vocab,
@@ -277,12 +277,14 @@ pub fn all() -> Vec<Kernel> {
         params: params("encode_x4"),
         bindings: encode_x4_bindings(v.slots),
     }));
-    all.extend((1..=MAX_TABLE_SLOTS).map(|slots| Kernel {
-        name: format!("embed(slots: {slots})"),
-        entry: "embed",
-        source: crate::shaders::embed_source(slots),
-        params: params("embed"),
-        bindings: embed_bindings(slots),
-    }));
+    for slots in 1..=MAX_TABLE_SLOTS {
+        all.extend(["embed", "embed_x4"].map(|entry| Kernel {
+            name: format!("{entry}(slots: {slots})"),
+            entry,
+            source: crate::shaders::embed_source(slots),
+            params: params("embed"),
+            bindings: embed_bindings(slots),
+        }));
+    }
     all
 }

@@ -119,11 +119,13 @@ fn kernels_fit_webgpu_downlevel_default_limits() {
             .find_map(|l| l.strip_prefix("const TABLE_SLOTS: u32 = "))
             .map_or(0, |k| k.trim_end_matches("u;").parse::<u32>().unwrap() - 1);
         let storage = storage - extra_slots;
-        assert!(
-            storage <= limits.max_storage_buffers_per_shader_stage,
-            "{name}: {storage} storage buffers, the downlevel limit is {}",
-            limits.max_storage_buffers_per_shader_stage
-        );
+        // The recorded encode (embed) binds the caller's ids and positions, the PE cache,
+        // its state and the output besides one table chunk: 6, past the downlevel limit of
+        // 4. `Context::encode_pass` refuses devices with fewer (Error::Limit), before any
+        // pipeline is built; every other kernel fits the downlevel limit.
+        let allowed =
+            if name.starts_with("embed") { 6 } else { limits.max_storage_buffers_per_shader_stage };
+        assert!(storage <= allowed, "{name}: {storage} storage buffers, the limit is {allowed}");
         assert!(uniform <= limits.max_uniform_buffers_per_shader_stage, "{name}");
         let ctx = module.to_ctx();
         for (_, g) in module.global_variables.iter() {

@@ -164,17 +164,18 @@ const FAULT_BYTES: u64 = 16;
 /// The `embed` kernels by number of table slots, compiled on first use.
 #[derive(Clone, Default)]
 pub(in crate::gpu) struct EmbedKernels {
-    by_slots: Arc<Mutex<HashMap<u32, Arc<Kernel>>>>,
+    /// By (table slots, entry point).
+    by_slots: Arc<Mutex<HashMap<(u32, &'static str), Arc<Kernel>>>>,
 }
 
 impl Context {
-    fn embed_kernel(&self, slots: u32) -> Arc<Kernel> {
+    fn embed_kernel(&self, slots: u32, entry: &'static str) -> Arc<Kernel> {
         let mut kernels = self.record.by_slots.lock().unwrap_or_else(|e| e.into_inner());
-        let kernel = kernels.entry(slots).or_insert_with(|| {
+        let kernel = kernels.entry((slots, entry)).or_insert_with(|| {
             let bindings = crate::gpu::layout::embed_bindings(slots);
             let source = crate::shaders::embed_source(slots);
             let (layout, pipeline) =
-                crate::gpu::build_pipeline(&self.device, "embed", &source, &bindings);
+                crate::gpu::build_pipeline(&self.device, entry, &source, &bindings);
             Arc::new(Kernel { layout, pipeline })
         });
         Arc::clone(kernel)
@@ -314,10 +315,15 @@ impl Context {
             flags |= FLAG_OFFSETS;
         }
         let n_words = if out_dtype == Dtype::F32 { elements } else { elements / 2 } as u32;
+        let row_words = if out_dtype == Dtype::F32 { dim } else { dim / 2 };
+        // Four words of one token per invocation when rows are whole vec4 words.
+        let x4 = dim % 2 == 0 && row_words.is_multiple_of(4);
+        let entry = if x4 { "embed_x4" } else { "embed" };
+        let invocations = if x4 { n_words / 4 } else { n_words };
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
-        let grid = fold_dispatch(n_words.div_ceil(WORKGROUP_SIZE), max_groups);
+        let grid = fold_dispatch(invocations.div_ceil(WORKGROUP_SIZE), max_groups);
         let steps = flat_steps(spec);
-        let kernel = self.embed_kernel(slots.min(n_chunks));
+        let kernel = self.embed_kernel(slots.min(n_chunks), entry);
         let cache = match desc.cached_positions {
             0 => None,
             n => self.cached_pe_rows(spec, u64::from(n), None),
