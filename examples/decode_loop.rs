@@ -146,7 +146,7 @@ fn main() {
         batch: BATCH,
         len: 1,
         positions: Positions::PerSequence,
-        options: options.clone(),
+        options,
         ..Default::default()
     };
     let pass = gpu.encode_pass(&spec, &uploaded, &desc).expect("encode pass");

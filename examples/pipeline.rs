@@ -186,7 +186,7 @@ fn main() {
         batch: BATCH,
         len: LEN,
         positions: Positions::PerToken,
-        options: options.clone(),
+        options,
         ..Default::default()
     };
     let pass = gpu.encode_pass(&spec, &uploaded, &desc).expect("encode pass");
