@@ -164,9 +164,11 @@ const FAULT_BYTES: u64 = 16;
 /// The `embed` kernels by number of table slots, compiled on first use.
 #[derive(Clone, Default)]
 pub(in crate::gpu) struct EmbedKernels {
-    /// By (table slots, entry point).
-    by_slots: Arc<Mutex<HashMap<(u32, &'static str), Arc<Kernel>>>>,
+    by_slots: Arc<Mutex<KernelMap>>,
 }
+
+/// Compiled `embed` kernels by (table slots, entry point).
+type KernelMap = HashMap<(u32, &'static str), Arc<Kernel>>;
 
 impl Context {
     fn embed_kernel(&self, slots: u32, entry: &'static str) -> Arc<Kernel> {
@@ -190,7 +192,8 @@ impl Context {
     ///
     /// ```no_run
     /// use posenc::gpu::{Context, EncodePassDescriptor, Positions};
-    /// use posenc::{Embeddings, PeSpec};
+    /// use posenc::PeSpec;
+    /// use posenc::encode::Embeddings;
     ///
     /// let gpu = Context::new()?;
     /// let spec = PeSpec::new(64)?;
@@ -317,7 +320,7 @@ impl Context {
         let n_words = if out_dtype == Dtype::F32 { elements } else { elements / 2 } as u32;
         let row_words = if out_dtype == Dtype::F32 { dim } else { dim / 2 };
         // Four words of one token per invocation when rows are whole vec4 words.
-        let x4 = dim % 2 == 0 && row_words.is_multiple_of(4);
+        let x4 = dim.is_multiple_of(2) && row_words.is_multiple_of(4);
         let entry = if x4 { "embed_x4" } else { "embed" };
         let invocations = if x4 { n_words / 4 } else { n_words };
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
