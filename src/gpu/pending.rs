@@ -70,7 +70,19 @@ impl Readback {
     /// `host`, then hands the staging buffer back to the pool.
     fn finish(mut self, ctx: &Context, op: &'static str, host: &mut [u8]) -> Result<()> {
         ctx.wait(op, self.index.clone())?;
-        let mapped = lock(&self.mapped).take();
+        // The submission is done, but when another thread's poll collected the mapping's
+        // callback it may not have run it yet: give it until the submission timeout.
+        let deadline = std::time::Instant::now() + super::SUBMISSION_TIMEOUT;
+        let mapped = loop {
+            if let Some(m) = lock(&self.mapped).take() {
+                break Some(m);
+            }
+            if std::time::Instant::now() > deadline {
+                break None;
+            }
+            let _ = ctx.device.poll(wgpu::PollType::Poll);
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        };
         match mapped {
             Some(Ok(())) => {}
             Some(Err(e)) => return Err(Error::Gpu { op, message: e.to_string() }),
