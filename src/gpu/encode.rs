@@ -401,9 +401,7 @@ impl Context {
         positions: ArrayView2<'_, u32>,
         options: &EncodeOptions,
     ) -> Result<Encoded> {
-        let scale = encode::check(spec, table.dim(), ids, positions, options)?;
-        self.check_same_device(table.device_key, "table")?;
-        self.encode_host(PeSource::Spec(spec), table, ids, positions, options, scale)
+        self.encode_submit(spec, table, ids, positions, options)?.wait()
     }
 
     /// Uploads a learned position table `P` `[max_positions, dim]` (BERT and GPT-2 style),
@@ -462,24 +460,7 @@ impl Context {
         positions: ArrayView2<'_, u32>,
         options: &EncodeOptions,
     ) -> Result<Encoded> {
-        let scale =
-            encode::check_learned(position_table.dim(), table.dim(), ids, positions, options)?;
-        self.check_same_device(table.device_key, "table")?;
-        self.check_same_device(position_table.device_key, "position_table")?;
-        self.encode_host(PeSource::Learned(position_table), table, ids, positions, options, scale)
-    }
-
-    /// The encode of checked arguments, read back into an array.
-    fn encode_host(
-        &self,
-        pe: PeSource<'_>,
-        table: &GpuTable,
-        ids: ArrayView2<'_, u32>,
-        positions: ArrayView2<'_, u32>,
-        options: &EncodeOptions,
-        scale: Option<f32>,
-    ) -> Result<Encoded> {
-        self.submit_host(pe, table, ids, positions, options, scale)?.wait()
+        self.encode_learned_submit(position_table, table, ids, positions, options)?.wait()
     }
 
     /// The encode of checked arguments, submitted with its last chunk's readback left in
