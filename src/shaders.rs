@@ -56,6 +56,8 @@ const MODULES: &[(&str, &str)] = &[
     ("convert", include_str!("../shaders/shared/convert.wgsl")),
     ("convert4", include_str!("../shaders/shared/convert4.wgsl")),
     ("pe_phase", include_str!("../shaders/shared/pe_phase.wgsl")),
+    ("embed_params", include_str!("../shaders/shared/embed_params.wgsl")),
+    ("embed_common", include_str!("../shaders/shared/embed_common.wgsl")),
 ];
 
 /// The kernels, by entry-point name: each is `shaders/<name>.wgsl`, but for `copy_x4`. The
@@ -145,39 +147,120 @@ impl EncodeX4 {
     /// The complete WGSL of this specialisation: prelude, the generated header (word
     /// types, conversions, table bindings), imports, kernel.
     pub fn source(&self) -> String {
-        let word = |d: Dtype| if d == Dtype::F32 { "vec4<u32>" } else { "vec2<u32>" };
-        let name = |d: Dtype| match d {
-            Dtype::F32 => "f32",
-            Dtype::F16 => "f16",
-            Dtype::Bf16 => "bf16",
-        };
         let mut s = prelude();
-        s += &format!("alias TableWord = {};\n", word(self.table));
-        s += &format!("alias OutWord = {};\n", word(self.out));
-        s += &format!("const TABLE_SLOTS: u32 = {}u;\n", self.slots);
         s += &format!("const COALESCED: bool = {};\n", self.coalesced);
         s += &format!("const X4_WORKGROUP: u32 = {}u;\n", self.workgroup);
         // Table units per 64-byte cache line, for the prefetch.
         s += &format!("const UNITS_PER_LINE: u32 = {}u;\n", 64 / (4 * self.table.size()));
-        s += &format!(
-            "fn widen(w: TableWord) -> vec4<f32> {{ return widen4_{}(w); }}\n",
-            name(self.table)
-        );
-        s += &format!(
-            "fn narrow(v: vec4<f32>) -> OutWord {{ return narrow4_{}(v); }}\n",
-            name(self.out)
-        );
-        for k in 0..self.slots {
-            s += &format!(
-                "@group(0) @binding({}) var<storage, read> table{k}: array<TableWord>;\n",
-                4 + k
-            );
-        }
-        s += "fn table_word(slot: u32, i: u32) -> TableWord {\n    ";
-        slot_tree(0, self.slots, &mut s);
-        s += "\n}\n";
+        unit_header(self.table, self.out, self.slots, 4, &mut s);
         let mut imported = Vec::new();
         expand(ENCODE_X4, &mut imported, &mut s);
+        s
+    }
+}
+
+/// The specialisation both unit kernels (`encode_x4`, `embed_x4`) share: the storage words
+/// of a unit of four elements of the table (`TableWord`) and of the output (`OutWord`),
+/// `widen`/`narrow` between them and vec4<f32>, `slots` table bindings from binding
+/// `first_binding` on, and `table_word(slot, i)` choosing among them.
+fn unit_header(table: Dtype, out: Dtype, slots: u32, first_binding: u32, s: &mut String) {
+    let word = |d: Dtype| if d == Dtype::F32 { "vec4<u32>" } else { "vec2<u32>" };
+    let name = |d: Dtype| match d {
+        Dtype::F32 => "f32",
+        Dtype::F16 => "f16",
+        Dtype::Bf16 => "bf16",
+    };
+    *s += &format!("alias TableWord = {};\n", word(table));
+    *s += &format!("alias OutWord = {};\n", word(out));
+    *s += &format!("const TABLE_SLOTS: u32 = {slots}u;\n");
+    *s += &format!("fn widen(w: TableWord) -> vec4<f32> {{ return widen4_{}(w); }}\n", name(table));
+    *s += &format!("fn narrow(v: vec4<f32>) -> OutWord {{ return narrow4_{}(v); }}\n", name(out));
+    for k in 0..slots {
+        *s += &format!(
+            "@group(0) @binding({}) var<storage, read> table{k}: array<TableWord>;\n",
+            first_binding + k
+        );
+    }
+    *s += "fn table_word(slot: u32, i: u32) -> TableWord {\n    ";
+    slot_tree(0, slots, s);
+    *s += "\n}\n";
+}
+
+/// The recorded encode's unit kernel, `shaders/embed_x4.wgsl`, before its specialisation.
+const EMBED_X4: &str = include_str!("../shaders/embed_x4.wgsl");
+
+/// Most threads per workgroup of `embed_x4`.
+pub const EMBED_X4_MAX_WORKGROUP: u32 = 256;
+
+/// One specialisation of `shaders/embed_x4.wgsl`, the recorded encode for rows of whole
+/// units of four elements: table and output storage types, table bindings, units per
+/// invocation and threads per workgroup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EmbedX4 {
+    /// Table storage type.
+    pub table: Dtype,
+    /// Output storage type.
+    pub out: Dtype,
+    /// Table bindings (1 to [`MAX_TABLE_SLOTS`]), at bindings 6 onwards.
+    pub slots: u32,
+    /// Units of four elements each invocation moves (1 on GPUs; more on adapters that run
+    /// shaders on CPU cores, where each invocation has a fixed cost).
+    pub units: u32,
+    /// Threads per workgroup: a multiple of 32 up to [`EMBED_X4_MAX_WORKGROUP`].
+    pub workgroup: u32,
+    /// 0: every token; 1: the tokens whose positions are cached, with no PE computation
+    /// compiled in; 2: the tokens `embed_scan` listed (see `shaders/embed_x4.wgsl`).
+    pub stage: u32,
+}
+
+impl EmbedX4 {
+    /// The units per invocation and threads per workgroup for rows of `row_units` units:
+    /// the row is cut into the fewest blocks of at most `units *
+    /// EMBED_X4_MAX_WORKGROUP` units (`units` 1 for the coalesced access pattern, 4 for
+    /// the adjacent one), and a workgroup gets just enough whole warps of 32 threads for
+    /// one block.
+    pub fn shape(row_units: u32, coalesced: bool) -> (u32, u32) {
+        let units = if coalesced { 1 } else { 4 };
+        let max_threads = if coalesced { EMBED_X4_MAX_WORKGROUP } else { 64 };
+        let blocks = row_units.div_ceil(units * max_threads).max(1);
+        let threads = row_units.div_ceil(blocks).div_ceil(units);
+        (units, threads.next_multiple_of(32).clamp(32, max_threads))
+    }
+
+    /// Representative specialisations for tests that translate each: every table and
+    /// output type and number of slots, at both access patterns' unit counts and the
+    /// smallest and largest workgroups, and the split stages as CPU adapters build them
+    /// (the rest differ only in those constants).
+    pub fn all() -> Vec<Self> {
+        let dtypes = [Dtype::F32, Dtype::F16, Dtype::Bf16];
+        let mut all = Vec::new();
+        for table in dtypes {
+            for out in dtypes {
+                for slots in 1..=MAX_TABLE_SLOTS {
+                    for (units, workgroup, stage) in [
+                        (1, 32, 0),
+                        (1, EMBED_X4_MAX_WORKGROUP, 0),
+                        (4, 64, 0),
+                        (4, 64, 1),
+                        (4, 64, 2),
+                    ] {
+                        all.push(Self { table, out, slots, units, workgroup, stage });
+                    }
+                }
+            }
+        }
+        all
+    }
+
+    /// The complete WGSL of this specialisation.
+    pub fn source(&self) -> String {
+        let mut s = prelude();
+        s += &format!("const X4_UNITS: u32 = {}u;\n", self.units);
+        s += &format!("const X4_WORKGROUP: u32 = {}u;\n", self.workgroup);
+        s += &format!("const STAGE: u32 = {}u;\n", self.stage);
+        unit_header(self.table, self.out, self.slots, 6, &mut s);
+        let mut imported = Vec::new();
+        expand(EMBED_X4, &mut imported, &mut s);
         s
     }
 }
@@ -185,7 +268,7 @@ impl EncodeX4 {
 /// The recorded encode kernel, `shaders/embed.wgsl`, before its specialisation.
 const EMBED: &str = include_str!("../shaders/embed.wgsl");
 
-/// The complete WGSL of `shaders/embed.wgsl` with `slots` table bindings (1 to
+/// The complete WGSL of `shaders/embed.wgsl` (entry point `embed`) with `slots` table bindings (1 to
 /// [`MAX_TABLE_SLOTS`]), at bindings 6 onwards, each an `array<u32>` of one table chunk.
 pub fn embed_source(slots: u32) -> String {
     let mut s = prelude();
@@ -198,6 +281,15 @@ pub fn embed_source(slots: u32) -> String {
     s += "\n}\n";
     let mut imported = Vec::new();
     expand(EMBED, &mut imported, &mut s);
+    s
+}
+
+/// The complete WGSL of `shaders/embed_scan.wgsl`, the first dispatch of a split recorded
+/// encode.
+pub fn embed_scan_source() -> String {
+    let mut s = prelude();
+    let mut imported = Vec::new();
+    expand(include_str!("../shaders/embed_scan.wgsl"), &mut imported, &mut s);
     s
 }
 
@@ -274,10 +366,12 @@ pub fn all_sources() -> Vec<(String, &'static str, String)> {
         all.push((format!("{v:?}"), "encode_x4", v.source()));
     }
     for slots in 1..=MAX_TABLE_SLOTS {
-        for entry in ["embed", "embed_x4"] {
-            all.push((format!("{entry}(slots: {slots})"), entry, embed_source(slots)));
-        }
+        all.push((format!("embed(slots: {slots})"), "embed", embed_source(slots)));
     }
+    for v in EmbedX4::all() {
+        all.push((format!("{v:?}"), "embed_x4", v.source()));
+    }
+    all.push(("embed_scan".to_string(), "embed_scan", embed_scan_source()));
     all
 }
 

@@ -12,7 +12,7 @@ use super::{
     AlibiParams, CopyParams, EmbedParams, EncodeParams, EncodeX4Params, NarrowParams, RopeCsParams,
     RopeParams, RopeX4Params, TableParams,
 };
-use crate::shaders::{EncodeX4, KERNELS, MAX_TABLE_SLOTS};
+use crate::shaders::{EmbedX4, EncodeX4, KERNELS, MAX_TABLE_SLOTS};
 
 /// One field of a parameter struct.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -114,7 +114,7 @@ pub fn params(entry: &str) -> Params {
             keep,
             _pad,
         }),
-        "embed" | "embed_x4" => params!(EmbedParams {
+        "embed" | "embed_x4" | "embed_scan" => params!(EmbedParams {
             n_words,
             dim,
             vocab,
@@ -139,6 +139,9 @@ pub fn params(entry: &str) -> Params {
             zero_col,
             start,
             padding_idx,
+            n_tokens,
+            row_units,
+            groups_y,
         }),
         "narrow" => params!(NarrowParams { n_elems, out_dtype, groups_x, _pad }),
         "copy" | "copy_x4" => params!(CopyParams { n_vecs, groups_x, _pad }),
@@ -257,6 +260,13 @@ pub fn embed_bindings(slots: u32) -> Vec<BufferBindingType> {
     bindings
 }
 
+/// The bind group layout of `embed_scan`: the uniform `Params`, its work buffer (the late
+/// stage's dispatch and token list, read-write) and the positions (read-only).
+pub fn embed_scan_bindings() -> Vec<BufferBindingType> {
+    use BufferBindingType as B;
+    vec![B::Uniform, B::Storage { read_only: false }, B::Storage { read_only: true }]
+}
+
 /// Every kernel posenc may compile, in the order of [`crate::shaders::all_sources`], with
 /// what the host binds to it.
 pub fn all() -> Vec<Kernel> {
@@ -278,13 +288,27 @@ pub fn all() -> Vec<Kernel> {
         bindings: encode_x4_bindings(v.slots),
     }));
     for slots in 1..=MAX_TABLE_SLOTS {
-        all.extend(["embed", "embed_x4"].map(|entry| Kernel {
-            name: format!("{entry}(slots: {slots})"),
-            entry,
+        all.push(Kernel {
+            name: format!("embed(slots: {slots})"),
+            entry: "embed",
             source: crate::shaders::embed_source(slots),
             params: params("embed"),
             bindings: embed_bindings(slots),
-        }));
+        });
     }
+    all.extend(EmbedX4::all().into_iter().map(|v| Kernel {
+        name: format!("{v:?}"),
+        entry: "embed_x4",
+        source: v.source(),
+        params: params("embed_x4"),
+        bindings: embed_bindings(v.slots),
+    }));
+    all.push(Kernel {
+        name: "embed_scan".to_string(),
+        entry: "embed_scan",
+        source: crate::shaders::embed_scan_source(),
+        params: params("embed_scan"),
+        bindings: embed_scan_bindings(),
+    });
     all
 }

@@ -410,6 +410,11 @@ impl Context {
         self.adapter.get_info()
     }
 
+    /// The adapter this context's device was opened on.
+    pub fn adapter(&self) -> &wgpu::Adapter {
+        &self.adapter
+    }
+
     /// [`AdapterSummary`] of this context's adapter.
     pub fn summary(&self) -> AdapterSummary {
         AdapterSummary::of(&self.adapter)

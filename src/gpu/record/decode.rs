@@ -21,14 +21,35 @@ pub struct DecodeTiming {
     pub dispatches: usize,
 }
 
+/// The decode loop's stand-in for a sampler: each sequence's next id from its last (a
+/// linear congruential step, below the vocabulary) and its position advanced by one.
+const SAMPLER_WGSL: &str = r"
+@group(0) @binding(0) var<uniform> shape: vec4<u32>;
+@group(0) @binding(1) var<storage, read_write> ids: array<u32>;
+@group(0) @binding(2) var<storage, read_write> starts: array<u32>;
+
+@compute @workgroup_size(64)
+fn advance(@builtin(global_invocation_id) g: vec3<u32>) {
+    let b = g.x;
+    if b < shape.x {
+        ids[b] = (ids[b] * 1664525u + 1013904223u) % shape.y;
+        starts[b] = starts[b] + 1u;
+    }
+}
+";
+
 impl Context {
     /// Times `steps` decode steps of `pass` (prepared with [`Positions::PerSequence`]): the
     /// ids of every step already on the device (random, below the vocabulary), each
     /// sequence's position advancing by one per step, each step recorded into its own
     /// command encoder and submitted without waiting; the clock stops when the last step
-    /// has completed. Then the floor: per step, as many one-workgroup dispatches of a
-    /// 16-byte copy as the pass records, recorded and submitted the same way. One untimed
-    /// warm-up loop of each first; `repeats` timed loops of each, interleaved.
+    /// has completed. As in an engine whose sampler writes the next ids in place, the pass
+    /// reads the same two buffers every step, and each step first runs a one-workgroup
+    /// stand-in for the sampler that draws each sequence's next id (a linear congruential
+    /// step of the last one, below the vocabulary) and advances its position, on the
+    /// device. Then the floor: the same stand-in, then as many one-workgroup dispatches of
+    /// a 16-byte copy as the pass records, recorded and submitted the same way. One
+    /// untimed warm-up loop of each first; `repeats` timed loops of each, interleaved.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] if the pass does not take per-sequence positions or has
@@ -51,7 +72,7 @@ impl Context {
         use wgpu::util::DeviceExt;
         let batch = desc.batch;
         let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        let ids: Vec<u32> = (0..steps * batch)
+        let ids: Vec<u32> = (0..batch)
             .map(|_| {
                 seed ^= seed << 13;
                 seed ^= seed >> 7;
@@ -59,8 +80,7 @@ impl Context {
                 (seed % u64::from(vocab.max(1))) as u32
             })
             .collect();
-        let starts: Vec<u32> =
-            (0..steps * batch).map(|k| (100 * (k % batch) + k / batch) as u32).collect();
+        let starts: Vec<u32> = (0..batch).map(|b| 100 * b as u32).collect();
         let init = |label, words: &[u32], usage| {
             self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some(label),
@@ -71,13 +91,34 @@ impl Context {
         use wgpu::BufferUsages as U;
         let ids = init("posenc.decode.ids", &ids, U::STORAGE);
         let starts = init("posenc.decode.starts", &starts, U::STORAGE);
+        let sampler_params =
+            init("posenc.decode.sampler_params", &[batch as u32, vocab, 0, 0], U::UNIFORM);
+        let (sampler_layout, sampler) = crate::gpu::build_pipeline(
+            &self.device,
+            "advance",
+            SAMPLER_WGSL,
+            &[
+                wgpu::BufferBindingType::Uniform,
+                wgpu::BufferBindingType::Storage { read_only: false },
+                wgpu::BufferBindingType::Storage { read_only: false },
+            ],
+        );
+        let sampler_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("posenc.decode.sampler"),
+            layout: &sampler_layout,
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: sampler_params.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: ids.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 2, resource: starts.as_entire_binding() },
+            ],
+        });
+        let sampler_groups = (batch as u32).div_ceil(64);
         let out = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("posenc.decode.out"),
             size: pass.output_bytes().next_multiple_of(4).max(4),
             usage: U::STORAGE,
             mapped_at_creation: false,
         });
-        let step_bytes = batch as u64 * 4;
         let dispatches = pass.dispatches();
         // The floor's trivial dispatch: a one-workgroup copy of one vec4.
         let params = CopyParams { n_vecs: 1, groups_x: 1, _pad: [0; 2] };
@@ -99,8 +140,14 @@ impl Context {
         });
         let run_steps = |floor: bool| -> Result<f64> {
             let start = Instant::now();
-            for s in 0..steps as u64 {
+            for _ in 0..steps {
                 let mut encoder = self.device.create_command_encoder(&Default::default());
+                {
+                    let mut cpass = encoder.begin_compute_pass(&Default::default());
+                    cpass.set_pipeline(&sampler);
+                    cpass.set_bind_group(0, &sampler_group, &[]);
+                    cpass.dispatch_workgroups(sampler_groups, 1, 1);
+                }
                 if floor {
                     let mut cpass = encoder.begin_compute_pass(&Default::default());
                     cpass.set_pipeline(&self.copy.pipeline);
@@ -109,12 +156,7 @@ impl Context {
                         cpass.dispatch_workgroups(1, 1, 1);
                     }
                 } else {
-                    pass.record(
-                        &mut encoder,
-                        ids.slice(s * step_bytes..),
-                        starts.slice(s * step_bytes..),
-                        out.slice(..),
-                    )?;
+                    pass.record(&mut encoder, ids.slice(..), starts.slice(..), out.slice(..))?;
                 }
                 self.queue.submit([encoder.finish()]);
             }

@@ -14,7 +14,7 @@ use crate::gpu::memory::DeviceBuffer;
 use crate::gpu::table::flat_steps;
 use crate::gpu::{Context, fold_dispatch};
 use crate::shaders::{
-    FLAG_F32, FLAG_FIRST_WINDOW, FLAG_OFFSETS, FLAG_PAD_ID, FLAG_PADDING, FLAG_SCALE,
+    EmbedX4, FLAG_F32, FLAG_FIRST_WINDOW, FLAG_OFFSETS, FLAG_PAD_ID, FLAG_PADDING, FLAG_SCALE,
     FLAG_ZERO_COL, MAX_TABLE_SLOTS, WORKGROUP_SIZE,
 };
 use crate::spec::{Frequencies, PeSpec};
@@ -71,6 +71,12 @@ pub struct EmbedParams {
     pub start: u32,
     /// The position whose row is zeros (with [`FLAG_PADDING`]).
     pub padding_idx: u32,
+    /// Tokens of the batch (`embed_x4`).
+    pub n_tokens: u32,
+    /// Units of four elements per row (`embed_x4`).
+    pub row_units: u32,
+    /// Workgroups along y, tokens beyond folded into z (`embed_x4`).
+    pub groups_y: u32,
 }
 
 /// The positions whose PE rows an [`EncodePass`] reads from the context's cache unless
@@ -131,13 +137,15 @@ pub struct EncodePass {
     /// Per dispatch: the first table chunk and how many are bound.
     windows: Vec<(u32, u32)>,
     chunks: Vec<DeviceBuffer>,
-    kernel: Arc<Kernel>,
+    /// The unit kernel's specialisation and grid, for rows of whole units.
+    x4: Option<(EmbedX4, (u32, u32, u32))>,
     /// The cached PE rows (kept alive while the pass is), or a one-word stand-in.
     cache: Option<PeCache>,
     no_cache: Option<DeviceBuffer>,
     /// Fault counters (16 bytes), then the spec's frequency words.
     state: DeviceBuffer,
-    grid: (u32, u32),
+    /// The split's work buffer (see `shaders/embed_scan.wgsl`), when the pass is split.
+    work: Option<DeviceBuffer>,
     bound: BindCache<Bound>,
 }
 
@@ -152,30 +160,57 @@ impl std::fmt::Debug for EncodePass {
     }
 }
 
-/// A set of buffers as bound: the parameter blocks and one bind group per window.
+/// A set of buffers as bound: the kernel chosen for them, its grid, the parameter blocks
+/// and one bind group per window.
 struct Bound {
+    kernel: Arc<Kernel>,
+    grid: (u32, u32, u32),
     groups: Vec<wgpu::BindGroup>,
+    /// A split pass's scan and late stage.
+    split: Option<SplitBound>,
     _params: wgpu::Buffer,
+}
+
+/// The scan (one bind group) and late stage (one per window) of a split pass.
+struct SplitBound {
+    scan: Arc<Kernel>,
+    scan_group: wgpu::BindGroup,
+    late: Arc<Kernel>,
+    late_groups: Vec<wgpu::BindGroup>,
 }
 
 /// Bytes of the fault counters at the start of the state buffer.
 const FAULT_BYTES: u64 = 16;
 
-/// The `embed` kernels by number of table slots, compiled on first use.
+/// The recorded encode's kernels, compiled on first use.
 #[derive(Clone, Default)]
 pub(in crate::gpu) struct EmbedKernels {
-    by_slots: Arc<Mutex<KernelMap>>,
+    by_key: Arc<Mutex<HashMap<EmbedKey, Arc<Kernel>>>>,
 }
 
-/// Compiled `embed` kernels by (table slots, entry point).
-type KernelMap = HashMap<(u32, &'static str), Arc<Kernel>>;
+/// A compiled kernel of the recorded encode: `embed` with its table slots, or a
+/// specialisation of `embed_x4`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum EmbedKey {
+    Embed(u32),
+    X4(EmbedX4),
+    Scan,
+}
 
 impl Context {
-    fn embed_kernel(&self, slots: u32, entry: &'static str) -> Arc<Kernel> {
-        let mut kernels = self.record.by_slots.lock().unwrap_or_else(|e| e.into_inner());
-        let kernel = kernels.entry((slots, entry)).or_insert_with(|| {
-            let bindings = crate::gpu::layout::embed_bindings(slots);
-            let source = crate::shaders::embed_source(slots);
+    fn embed_kernel(&self, key: EmbedKey) -> Arc<Kernel> {
+        let mut kernels = self.record.by_key.lock().unwrap_or_else(|e| e.into_inner());
+        let kernel = kernels.entry(key).or_insert_with(|| {
+            use crate::gpu::layout::{embed_bindings, embed_scan_bindings};
+            let (entry, source, bindings) = match key {
+                EmbedKey::Embed(slots) => {
+                    ("embed", crate::shaders::embed_source(slots), embed_bindings(slots))
+                }
+                EmbedKey::X4(v) => ("embed_x4", v.source(), embed_bindings(v.slots)),
+                EmbedKey::Scan => {
+                    ("embed_scan", crate::shaders::embed_scan_source(), embed_scan_bindings())
+                }
+            };
             let (layout, pipeline) =
                 crate::gpu::build_pipeline(&self.device, entry, &source, &bindings);
             Arc::new(Kernel { layout, pipeline })
@@ -318,20 +353,47 @@ impl Context {
             flags |= FLAG_OFFSETS;
         }
         let n_words = if out_dtype == Dtype::F32 { elements } else { elements / 2 } as u32;
-        let row_words = if out_dtype == Dtype::F32 { dim } else { dim / 2 };
-        // Four words of one token per invocation when rows are whole vec4 words.
-        let x4 = dim.is_multiple_of(2) && row_words.is_multiple_of(4);
-        let entry = if x4 { "embed_x4" } else { "embed" };
-        let invocations = if x4 { n_words / 4 } else { n_words };
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
-        let grid = fold_dispatch(invocations.div_ceil(WORKGROUP_SIZE), max_groups);
+        let n_tokens = (desc.batch * desc.len) as u32;
+        let row_units = (dim / 4) as u32;
+        let kernel_slots = slots.min(n_chunks);
+        // Rows of whole units take the unit kernel (compiled here); others, and outputs
+        // not aligned to its words, the general one (compiled when first bound).
+        // Adapters that run shaders on CPU cores split the unit kernel in two stages (see
+        // shaders/embed_x4.wgsl), which takes indirect dispatches.
+        let split = !self.coalesced
+            && self
+                .adapter
+                .get_downlevel_capabilities()
+                .flags
+                .contains(wgpu::DownlevelFlags::INDIRECT_EXECUTION);
+        let x4 = dim.is_multiple_of(4).then(|| {
+            let (units, workgroup) = EmbedX4::shape(row_units, self.coalesced);
+            let stage = if split { 1 } else { 0 };
+            let v = EmbedX4 {
+                table: table.dtype,
+                out: out_dtype,
+                slots: kernel_slots,
+                units,
+                workgroup,
+                stage,
+            };
+            let (groups_y, groups_z) = fold_dispatch(n_tokens, max_groups);
+            let grid = (row_units.div_ceil(units * workgroup), groups_y, groups_z);
+            self.embed_kernel(EmbedKey::X4(v));
+            if split {
+                self.embed_kernel(EmbedKey::X4(EmbedX4 { stage: 2, ..v }));
+                self.embed_kernel(EmbedKey::Scan);
+            }
+            (v, grid)
+        });
+        let groups_x = fold_dispatch(n_words.div_ceil(WORKGROUP_SIZE), max_groups).0;
         let steps = flat_steps(spec);
-        let kernel = self.embed_kernel(slots.min(n_chunks), entry);
         let cache = match desc.cached_positions {
             0 => None,
             n => self.cached_pe_rows(spec, u64::from(n), None),
         };
-        let (state, no_cache) = self.scoped(OP, || {
+        let (state, no_cache, work) = self.scoped(OP, || {
             use wgpu::BufferUsages as U;
             let state = self.create_buffer(
                 "posenc.embed.state",
@@ -342,10 +404,20 @@ impl Context {
             self.queue.write_buffer(&state, FAULT_BYTES, bytemuck::cast_slice(&steps));
             let no_cache = match cache {
                 Some(_) => None,
-                None => Some(self.create_buffer("posenc.embed.no_cache", 4, U::STORAGE)?),
+                // One unit, the smallest binding either kernel takes.
+                None => Some(self.create_buffer("posenc.embed.no_cache", 16, U::STORAGE)?),
+            };
+            // The split's list: the late stage's dispatch, the count, one word per token.
+            let work = match x4 {
+                Some((v, _)) if v.stage == 1 => Some(self.create_buffer(
+                    "posenc.embed.work",
+                    ((4 + u64::from(n_tokens)) * 4).next_multiple_of(16),
+                    U::STORAGE | U::INDIRECT,
+                )?),
+                _ => None,
             };
             self.queue.submit([]);
-            Ok((state, no_cache))
+            Ok((state, no_cache, work))
         })?;
         let params = EmbedParams {
             n_words,
@@ -359,7 +431,7 @@ impl Context {
             flags,
             in_dtype: table.dtype.code(),
             out_dtype: out_dtype.code(),
-            groups_x: grid.0,
+            groups_x,
             spec_flags,
             n_freqs: c.n_freqs,
             stride: c.stride,
@@ -367,6 +439,9 @@ impl Context {
             zero_col: c.zero_col.unwrap_or(0),
             start: spec.start_index(),
             padding_idx: spec.padding_idx().unwrap_or(0),
+            n_tokens,
+            row_units,
+            groups_y: x4.map_or(0, |(_, grid)| grid.1),
             ..EmbedParams::default()
         };
         Ok(EncodePass {
@@ -376,11 +451,11 @@ impl Context {
             params,
             windows,
             chunks: table.chunks.iter().map(|c| c.buffer.clone()).collect(),
-            kernel,
+            x4,
             cache,
             no_cache,
             state,
-            grid,
+            work,
             bound: BindCache::default(),
         })
     }
@@ -409,9 +484,16 @@ impl EncodePass {
     }
 
     /// Compute dispatches one [`EncodePass::record`] records: one per window of table
-    /// chunks a dispatch binds (one unless the table is larger than several bindings).
+    /// chunks a dispatch binds (one unless the table is larger than several bindings);
+    /// where the pass is split in two stages (adapters that run shaders on CPU cores, see
+    /// `shaders/embed_x4.wgsl`), a scan, then two per window, the second indirect (and of
+    /// no workgroups when every position is cached). A record whose output slice is not
+    /// aligned to the unit kernel's words takes the general kernel: one per window.
     pub fn dispatches(&self) -> usize {
-        self.windows.len()
+        match self.work {
+            Some(_) => 1 + 2 * self.windows.len(),
+            None => self.windows.len(),
+        }
     }
 
     /// Records one step into `encoder`: `out[b, t, :] = scale * E[ids[b, t], :] +
@@ -453,10 +535,23 @@ impl EncodePass {
             label: Some("posenc.embed.pass"),
             timestamp_writes: None,
         });
-        pass.set_pipeline(&self.kernel.pipeline);
+        if let Some(split) = &bound.split {
+            pass.set_pipeline(&split.scan.pipeline);
+            pass.set_bind_group(0, &split.scan_group, &[]);
+            pass.dispatch_workgroups(1, 1, 1);
+        }
+        pass.set_pipeline(&bound.kernel.pipeline);
+        let (x, y, z) = bound.grid;
         for group in &bound.groups {
             pass.set_bind_group(0, group, &[]);
-            pass.dispatch_workgroups(self.grid.0, self.grid.1, 1);
+            pass.dispatch_workgroups(x, y, z);
+        }
+        if let (Some(split), Some(work)) = (&bound.split, &self.work) {
+            pass.set_pipeline(&split.late.pipeline);
+            for group in &split.late_groups {
+                pass.set_bind_group(0, group, &[]);
+                pass.dispatch_workgroups_indirect(work, 0);
+            }
         }
         Ok(())
     }
@@ -466,6 +561,22 @@ impl EncodePass {
     /// The parameter blocks and bind groups of one set of buffers (ids, positions, out).
     fn bind(&self, spans: &[Span]) -> Result<Bound> {
         let [ids, positions, out] = spans else { unreachable!("three spans") };
+        // The unit kernel addresses the output in its words: the caller's offset must be a
+        // whole number of them from the binding's start.
+        let out_unit_words = if self.desc.options.out_dtype == Dtype::F32 { 4 } else { 2 };
+        let unit = self.x4.filter(|_| out.base.is_multiple_of(out_unit_words));
+        let (kernel, grid, out_base) = match unit {
+            Some((v, grid)) => {
+                (self.ctx.embed_kernel(EmbedKey::X4(v)), grid, out.base / out_unit_words)
+            }
+            None => {
+                let slots = self.kernel_slots();
+                let max_groups = self.ctx.device.limits().max_compute_workgroups_per_dimension;
+                let (x, y) =
+                    fold_dispatch(self.params.n_words.div_ceil(WORKGROUP_SIZE), max_groups);
+                (self.ctx.embed_kernel(EmbedKey::Embed(slots)), (x, y, 1), out.base)
+            }
+        };
         let blocks: Vec<EmbedParams> = self
             .windows
             .iter()
@@ -475,8 +586,9 @@ impl EncodePass {
                 n_slots,
                 ids_base: ids.base,
                 pos_base: positions.base,
-                out_base: out.base,
+                out_base,
                 flags: self.params.flags | if w == 0 { FLAG_FIRST_WINDOW } else { 0 },
+                groups_x: if unit.is_some() { grid.0 } else { self.params.groups_x },
                 ..self.params
             })
             .collect();
@@ -489,42 +601,71 @@ impl EncodePass {
                 (None, Some(b)) => b,
                 (None, None) => unreachable!("a stand-in exists without a cache"),
             };
-            let entry = |binding: u32, resource| wgpu::BindGroupEntry { binding, resource };
-            let groups = self
-                .windows
-                .iter()
-                .enumerate()
-                .map(|(w, &(first, n))| {
-                    let mut entries = vec![
-                        entry(
-                            0,
-                            wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                                buffer: &params,
-                                offset: w as u64 * stride,
-                                size: std::num::NonZeroU64::new(size_of::<EmbedParams>() as u64),
-                            }),
-                        ),
-                        entry(1, ids.binding()),
-                        entry(2, positions.binding()),
-                        entry(3, cache.as_entire_binding()),
-                        entry(4, self.state.as_entire_binding()),
-                        entry(5, out.binding()),
-                    ];
-                    // The kernel declares as many slots as the widest window; a narrower
-                    // last window repeats its first chunk in the slots it does not use.
-                    let declared = self.kernel_slots();
-                    for k in 0..declared {
-                        let chunk = first + k.min(n - 1);
-                        entries.push(entry(6 + k, self.chunks[chunk as usize].as_entire_binding()));
-                    }
-                    ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                        label: Some("posenc.embed.bind_group"),
-                        layout: &self.kernel.layout,
-                        entries: &entries,
-                    })
+            fn entry(
+                binding: u32,
+                resource: wgpu::BindingResource<'_>,
+            ) -> wgpu::BindGroupEntry<'_> {
+                wgpu::BindGroupEntry { binding, resource }
+            }
+            let params_block = |w: usize| {
+                wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: &params,
+                    offset: w as u64 * stride,
+                    size: std::num::NonZeroU64::new(size_of::<EmbedParams>() as u64),
                 })
-                .collect();
-            Ok(Bound { groups, _params: params })
+            };
+            // Per window, with `list` bound in place of the cache (the late stage).
+            let window_groups = |kernel: &Kernel, list: Option<&wgpu::Buffer>| -> Vec<_> {
+                self.windows
+                    .iter()
+                    .enumerate()
+                    .map(|(w, &(first, n))| {
+                        let mut entries = vec![
+                            entry(0, params_block(w)),
+                            entry(1, ids.binding()),
+                            entry(2, positions.binding()),
+                            entry(3, list.unwrap_or(cache).as_entire_binding()),
+                            entry(4, self.state.as_entire_binding()),
+                            entry(5, out.binding()),
+                        ];
+                        // The kernel declares as many slots as the widest window; a narrower
+                        // last window repeats its first chunk in the slots it does not use.
+                        let declared = self.kernel_slots();
+                        for k in 0..declared {
+                            let chunk = first + k.min(n - 1);
+                            entries.push(entry(
+                                6 + k,
+                                self.chunks[chunk as usize].as_entire_binding(),
+                            ));
+                        }
+                        ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                            label: Some("posenc.embed.bind_group"),
+                            layout: &kernel.layout,
+                            entries: &entries,
+                        })
+                    })
+                    .collect()
+            };
+            let groups = window_groups(&kernel, None);
+            let split = match (unit, &self.work) {
+                (Some((v, _)), Some(work)) => {
+                    let scan = ctx.embed_kernel(EmbedKey::Scan);
+                    let scan_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: Some("posenc.embed.scan_bind_group"),
+                        layout: &scan.layout,
+                        entries: &[
+                            entry(0, params_block(0)),
+                            entry(1, work.as_entire_binding()),
+                            entry(2, positions.binding()),
+                        ],
+                    });
+                    let late = ctx.embed_kernel(EmbedKey::X4(EmbedX4 { stage: 2, ..v }));
+                    let late_groups = window_groups(&late, Some(work));
+                    Some(SplitBound { scan, scan_group, late, late_groups })
+                }
+                _ => None,
+            };
+            Ok(Bound { kernel, grid, groups, split, _params: params })
         })?
     }
 

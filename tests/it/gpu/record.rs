@@ -105,16 +105,33 @@ fn assert_same(what: &str, got: &[u8], want: &[u8]) {
     }
 }
 
+/// The context in both access patterns: the coalesced one records the unit kernel whole,
+/// the adjacent one (a CPU adapter's default) splits it into a scan, the cached tokens and
+/// an indirect dispatch for the rest (see `shaders/embed_x4.wgsl`).
+fn both_patterns(ctx: &Context) -> [Context; 2] {
+    use posenc::gpu::AccessPattern;
+    [
+        ctx.with_access_pattern(AccessPattern::Coalesced),
+        ctx.with_access_pattern(AccessPattern::Adjacent),
+    ]
+}
+
 #[test]
 fn recorded_encode_equals_cpu_bit_for_bit() {
-    let Some(ctx) = gpu() else { return };
+    let Some(base) = gpu() else { return };
+    let contexts = both_patterns(base);
     let mut rng = Rng::new(71);
     let variants = [Variant::Vaswani, Variant::DistilBert, Variant::Marian, Variant::Fairseq];
-    for case in 0..36 {
+    for case in 0..48 {
+        let ctx = &contexts[(case / 2) % 2];
         let variant = variants[case % variants.len()];
         let mut dim = 1 + rng.below(40) as u32;
         if matches!(variant, Variant::Vaswani) {
             dim += dim % 2;
+        }
+        // Half the cases have rows of whole units of four (the unit kernel).
+        if (case / 4) % 2 == 0 {
+            dim = dim.next_multiple_of(4);
         }
         let spec = PeSpec::for_variant(variant, dim).unwrap();
         let vocab = 1 + rng.below(200) as usize;
@@ -171,7 +188,9 @@ fn recorded_encode_equals_cpu_bit_for_bit() {
                 .unwrap();
         let what = format!(
             "case {case}: {variant:?} d={dim} {in_dtype:?}->{out_dtype:?} [{batch}, {len}] \
-             per_sequence={per_sequence} cached={cached_positions} offsets={offsets:?}"
+             per_sequence={per_sequence} cached={cached_positions} offsets={offsets:?} \
+             {:?}",
+            ctx.access_pattern()
         );
         assert_same(&what, &got, &cpu_bytes(&want));
         assert_eq!(pass.read_faults().unwrap().bad_ids, 0, "{what}");
@@ -228,9 +247,9 @@ fn chunked_tables_take_one_dispatch_per_window_and_the_same_bits() {
     let mut rng = Rng::new(9);
     let (vocab, dim) = (997usize, 24usize);
     let tables = Tables::new(&mut rng, vocab, dim);
-    for dtype in DTYPES {
+    for (dtype, patterned) in DTYPES.into_iter().flat_map(|d| both_patterns(base).map(|c| (d, c))) {
         // 10 rows per chunk: 100 chunks, far more than one dispatch binds.
-        let ctx = base.with_max_binding_size((10 * dim * dtype.size()) as u64);
+        let ctx = patterned.with_max_binding_size((10 * dim * dtype.size()) as u64);
         let table = ctx.upload_table(tables.view(dtype)).unwrap();
         assert_eq!(table.n_chunks(), 100);
         let (batch, len) = (3usize, 2usize);
@@ -248,26 +267,44 @@ fn chunked_tables_take_one_dispatch_per_window_and_the_same_bits() {
         let pass = ctx.encode_pass(&spec, &table, &desc).unwrap();
         assert!(pass.dispatches() > 1, "{dtype:?}: {} dispatches", pass.dispatches());
         let ids_words: Vec<u32> = ids.iter().copied().collect();
-        let got = run_step(&ctx, &pass, &ids_words, &starts, [1, 2, 3]);
         let positions = expand(&starts, len);
         let want =
             cpu::encode(&spec, tables.view(dtype), ids.view(), positions.view(), &options).unwrap();
-        assert_same(&format!("{dtype:?}"), &got, &cpu_bytes(&want));
+        // The output at a whole unit's offset (the unit kernel) and at a word's (the general).
+        for offsets in [[1, 2, 4], [1, 2, 3]] {
+            let got = run_step(&ctx, &pass, &ids_words, &starts, offsets);
+            let what = format!("{dtype:?} {:?} {offsets:?}", ctx.access_pattern());
+            assert_same(&what, &got, &cpu_bytes(&want));
+        }
     }
 }
 
 #[test]
 fn ids_outside_the_vocabulary_give_zero_rows_and_count_as_faults() {
-    let Some(ctx) = gpu() else { return };
+    let Some(base) = gpu() else { return };
+    for ctx in &both_patterns(base) {
+        ids_outside_the_vocabulary(ctx);
+    }
+}
+
+fn ids_outside_the_vocabulary(ctx: &Context) {
     let mut rng = Rng::new(3);
     let (vocab, dim) = (40usize, 8usize);
     let tables = Tables::new(&mut rng, vocab, dim);
     let table = ctx.upload_table(tables.view(Dtype::F32)).unwrap();
     let spec = PeSpec::new(dim as u32).unwrap();
-    let desc = EncodePassDescriptor { batch: 1, len: 5, ..Default::default() };
+    let desc = EncodePassDescriptor { batch: 1, len: 6, ..Default::default() };
     let pass = ctx.encode_pass(&spec, &table, &desc).unwrap();
-    let ids = [3u32, 40, 7, u32::MAX, 41];
-    let positions = [0u32, 1, 2, 3, 4];
+    let indirect = ctx
+        .adapter()
+        .get_downlevel_capabilities()
+        .flags
+        .contains(wgpu::DownlevelFlags::INDIRECT_EXECUTION);
+    let split = indirect && ctx.access_pattern() == posenc::gpu::AccessPattern::Adjacent;
+    assert_eq!(pass.dispatches(), if split { 3 } else { 1 }, "{:?}", ctx.access_pattern());
+    let ids = [3u32, 40, 7, u32::MAX, 41, 9];
+    // Cached positions and computed ones (the split's late stage), bad ids at both.
+    let positions = [0u32, 9000, 2, 100_000, 4, 70_000];
     let got = run_step(ctx, &pass, &ids, &positions, [0, 0, 0]);
     let got: Vec<f32> =
         got.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();

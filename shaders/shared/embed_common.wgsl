@@ -1,0 +1,56 @@
+// What the recorded encode kernels share (src/gpu/record/encode.rs): the token ids and
+// fault counters, and PE values computed with the table kernel's exact phase for
+// positions outside the PE cache. The importing kernel declares `cache` (binding 3) and
+// `out` (binding 5) with its own word types.
+#import embed_params
+#import pe_phase
+#import convert
+
+// Fault counters, then the spec's frequency words (see pe_phase).
+struct State {
+    // [0]: tokens whose id was outside the vocabulary; [1]: the largest such id.
+    faults: array<atomic<u32>, 4>,
+    steps: array<vec2<u32>>,
+}
+
+@group(0) @binding(1) var<storage, read> ids: array<u32>;
+@group(0) @binding(4) var<storage, read_write> state: State;
+
+fn freq_step(k: u32) -> vec2<u32> {
+    return state.steps[k];
+}
+
+// f32 bits of column c of the PE row of position p, as the table kernel writes it.
+fn pe_bits(p: u32, c: u32) -> u32 {
+    if (params.spec_flags & FLAG_PADDING) != 0u && p == params.padding_idx {
+        return 0u;
+    }
+    if (params.spec_flags & FLAG_ZERO_COL) != 0u && c == params.zero_col {
+        return 0u;
+    }
+    var i = c;
+    var is_cos = false;
+    if params.stride == 2u {
+        i = c >> 1u;
+        is_cos = (c & 1u) == 1u;
+    } else if c >= params.cos_offset {
+        i = c - params.cos_offset;
+        is_cos = true;
+    }
+    let f32_freqs = (params.spec_flags & FLAG_F32) != 0u;
+    let sc = sincos_bits(pe_phase(p, params.start, f32_freqs, params.n_freqs, i));
+    return select(sc.x, sc.y, is_cos);
+}
+
+// The PE bits of columns c and c + 1 (c even) of position p, computed: one sin/cos pair
+// when the layout interleaves them.
+fn pe_pair(p: u32, c: u32) -> vec2<u32> {
+    if params.stride != 2u {
+        return vec2<u32>(pe_bits(p, c), pe_bits(p, c + 1u));
+    }
+    if (params.spec_flags & FLAG_PADDING) != 0u && p == params.padding_idx {
+        return vec2<u32>(0u, 0u);
+    }
+    let f32_freqs = (params.spec_flags & FLAG_F32) != 0u;
+    return sincos_bits(pe_phase(p, params.start, f32_freqs, params.n_freqs, c >> 1u));
+}
