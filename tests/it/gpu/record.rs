@@ -279,6 +279,62 @@ fn chunked_tables_take_one_dispatch_per_window_and_the_same_bits() {
     }
 }
 
+/// With a scale a GPU may fuse `s * e + pe` into one fma (the H100's Vulkan driver does in
+/// the recorded kernel); the CPU rounds twice. Within one ulp at the larger operand, as for
+/// the host-array encode (tests/it/gpu/encode.rs), in both access patterns, with cached
+/// and computed positions.
+#[test]
+fn recorded_encode_with_a_scale_is_within_one_ulp_of_the_operands() {
+    use posenc::encode::Scale;
+    let Some(base) = gpu() else { return };
+    let mut rng = Rng::new(17);
+    let (vocab, dim, batch) = (53usize, 40usize, 4usize);
+    let tables = Tables::new(&mut rng, vocab, dim);
+    let spec = PeSpec::new(dim as u32).unwrap();
+    let ids: Vec<u32> = (0..batch).map(|_| rng.below(vocab as u64) as u32).collect();
+    let starts = [3u32, 9000, 4095, u32::MAX];
+    let id_arr = Array2::from_shape_vec((batch, 1), ids.clone()).unwrap();
+    let pos_arr = expand(&starts, 1);
+    for ctx in &both_patterns(base) {
+        let table = ctx.upload_table(tables.view(Dtype::F32)).unwrap();
+        for scale in [Scale::SqrtDim, Scale::Value(-3.7)] {
+            let options = EncodeOptions { scale, ..Default::default() };
+            let desc = EncodePassDescriptor {
+                batch,
+                positions: Positions::PerSequence,
+                options,
+                ..Default::default()
+            };
+            let pass = ctx.encode_pass(&spec, &table, &desc).unwrap();
+            let got = run_step(ctx, &pass, &ids, &starts, [0, 0, 0]);
+            let want = cpu::encode(
+                &spec,
+                tables.view(Dtype::F32),
+                id_arr.view(),
+                pos_arr.view(),
+                &options,
+            )
+            .unwrap()
+            .into_f32()
+            .unwrap();
+            let s = scale.factor(dim).unwrap().unwrap();
+            for (k, b) in got.chunks_exact(4).enumerate() {
+                let (t, col) = (k / dim, k % dim);
+                let gv = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                let cv = want[[t, 0, col]];
+                let pe = cpu::table(&spec, &[starts[t]])[[0, col]];
+                let operand = (s * tables.f32[[ids[t] as usize, col]]).abs().max(pe.abs());
+                let ulp = f32::EPSILON * operand.max(f32::MIN_POSITIVE);
+                assert!(
+                    (gv - cv).abs() <= ulp,
+                    "{scale:?} {:?} token {t} col {col}: gpu {gv}, cpu {cv}",
+                    ctx.access_pattern()
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn ids_outside_the_vocabulary_give_zero_rows_and_count_as_faults() {
     let Some(base) = gpu() else { return };
