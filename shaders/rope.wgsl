@@ -31,6 +31,9 @@ struct Params {
     groups_per_wg: u32,
     // Workgroups along x of a dispatch folded into 2-D.
     groups_x: u32,
+    // The tensor's first word in the bound `dst` (a recorded pass's offset; else 0); `src`
+    // is always a copy from the tensor's start.
+    data_base: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -115,10 +118,11 @@ fn rope(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             let word = group * params.group_words + w;
             if params.dtype == DTYPE_F32 {
                 if word < params.n_elems {
-                    dst[word] = element(group, w);
+                    dst[params.data_base + word] = element(group, w);
                 }
             } else if 2u * word < params.n_elems {
-                dst[word] = element(group, 2u * w) | (element(group, 2u * w + 1u) << 16u);
+                let bits = element(group, 2u * w) | (element(group, 2u * w + 1u) << 16u);
+                dst[params.data_base + word] = bits;
             }
         }
     }

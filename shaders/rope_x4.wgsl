@@ -21,6 +21,8 @@ struct Params {
     dtype: u32,
     // Workgroups along x of a dispatch folded into 2-D.
     groups_x: u32,
+    // The tensor's first vec4 in the bound `data` (a recorded pass's offset; else 0).
+    data_base: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -58,7 +60,7 @@ fn rope_x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index
     let row = unit / params.units_per_row;
     let u = unit - row * params.units_per_row;
     let per_vec = select(8u, 4u, params.dtype == DTYPE_F32);
-    let base = row * params.row_vecs;
+    let base = params.data_base + row * params.row_vecs;
     // The first frequency of the unit; even, so (slot * n_freqs + f0) / 2 is exact.
     let cs_base = (row_slot[row] * params.n_freqs) / 2u;
     if params.pairing == PAIRING_NEOX {

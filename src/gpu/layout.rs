@@ -182,6 +182,7 @@ pub fn params(entry: &str) -> Params {
             dtype,
             groups_per_wg,
             groups_x,
+            data_base,
         }),
         "rope_x4" => params!(RopeX4Params {
             n_units,
@@ -192,6 +193,7 @@ pub fn params(entry: &str) -> Params {
             pairing,
             dtype,
             groups_x,
+            data_base,
         }),
         _ => panic!("no kernel named {entry}"),
     }

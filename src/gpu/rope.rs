@@ -64,6 +64,8 @@ pub struct RopeParams {
     pub groups_per_wg: u32,
     /// Workgroups along x of a dispatch folded into 2-D.
     pub groups_x: u32,
+    /// The tensor's first word in the bound output (a recorded pass's offset; else 0).
+    pub data_base: u32,
 }
 
 /// Mirror of `Params` in `shaders/rope_x4.wgsl`.
@@ -86,6 +88,8 @@ pub struct RopeX4Params {
     pub dtype: u32,
     /// Workgroups along x of a dispatch folded into 2-D.
     pub groups_x: u32,
+    /// The tensor's first vec4 in the bound data (a recorded pass's offset; else 0).
+    pub data_base: u32,
 }
 
 /// Bytes of the `rope_cs` parameters.
@@ -613,6 +617,7 @@ impl Plan {
                     pairing,
                     dtype: dtype.code(),
                     groups_x: gx,
+                    data_base: 0,
                 };
                 let mut words = [0u32; PARAMS_WORDS];
                 let x4_words = size_of::<RopeX4Params>() / 4;
@@ -640,6 +645,7 @@ impl Plan {
                     dtype: dtype.code(),
                     groups_per_wg,
                     groups_x: gx,
+                    data_base: 0,
                 };
                 (gx, gy, bytemuck::cast(p))
             }

@@ -5,7 +5,7 @@ use super::{BindCache, Need, Positions, Span, uniform_blocks};
 use crate::encode::Dtype;
 use crate::error::{Error, Result};
 use crate::gpu::memory::DeviceBuffer;
-use crate::gpu::rope::{Kernel, PARAMS_WORDS, Plan, RopeCsParams};
+use crate::gpu::rope::{Kernel, PARAMS_WORDS, Plan, RopeCsParams, RopeParams, RopeX4Params};
 use crate::gpu::{Context, fold_dispatch};
 use crate::rope::{Frequencies, Geometry, Layout, RopeSpec};
 use crate::shaders::{FLAG_OFFSETS, FLAG_SCALE, WORKGROUP_SIZE};
@@ -33,9 +33,10 @@ pub struct RopePass {
     kernel: Kernel,
     /// Bytes of the tensor, rounded up to whole words.
     bytes: u64,
-    /// The rotation's grid and parameters (fixed: the tensor is bound where it starts).
+    /// The rotation's grid and parameters (the tensor's offset in its binding is set per
+    /// set of buffers).
     grid: (u32, u32),
-    params: DeviceBuffer,
+    params: [u32; PARAMS_WORDS],
     /// Per head row, its token (`b * L + l`): its slot in `cs`.
     row_slot: DeviceBuffer,
     steps: DeviceBuffer,
@@ -56,6 +57,7 @@ struct Bound {
     cs_group: wgpu::BindGroup,
     rope_group: wgpu::BindGroup,
     _cs_params: wgpu::Buffer,
+    _params: wgpu::Buffer,
 }
 
 impl Context {
@@ -111,12 +113,6 @@ impl Context {
         let buffers = self.scoped(OP, || {
             use wgpu::BufferUsages as U;
             let make = |label, size: u64, usage| self.create_buffer(label, size.max(4), usage);
-            let params = make(
-                "posenc.rope_pass.params",
-                size_of::<[u32; PARAMS_WORDS]>() as u64,
-                U::UNIFORM | U::COPY_DST,
-            )?;
-            self.queue.write_buffer(&params, 0, bytemuck::cast_slice(&words));
             let row_slot =
                 make("posenc.rope_pass.row_slot", rows as u64 * 4, U::STORAGE | U::COPY_DST)?;
             self.queue.write_buffer(&row_slot, 0, bytemuck::cast_slice(&slots));
@@ -131,9 +127,9 @@ impl Context {
                 }
             };
             self.queue.submit([]);
-            Ok((params, row_slot, steps_buf, cs, src))
+            Ok((row_slot, steps_buf, cs, src))
         })?;
-        let (params, row_slot, steps, cs, src) = buffers;
+        let (row_slot, steps, cs, src) = buffers;
         Ok(RopePass {
             ctx: self.clone(),
             desc: desc.clone(),
@@ -142,7 +138,7 @@ impl Context {
             kernel: plan.kernel,
             bytes,
             grid: (gx, gy),
-            params,
+            params: words,
             row_slot,
             steps,
             cs,
@@ -174,10 +170,11 @@ impl RopePass {
     /// values are exact. `positions` holds one u32 per token or per sequence as prepared.
     ///
     /// `data` needs `STORAGE` usage (and `COPY_SRC` when the head dim is not a multiple of
-    /// 8 or the rotary dim of 16: the general kernel reads a copy) and must start at a
-    /// multiple of the device's `min_storage_buffer_offset_alignment` (256 on most
-    /// devices); `positions` needs `STORAGE` and an offset that is a multiple of 4.
-    /// Nothing is submitted or waited for.
+    /// 8 or the rotary dim of 16: the general kernel reads a copy) and an offset that is a
+    /// multiple of 16 bytes for the vec4 kernel (head dim a multiple of 8 and rotary dim of
+    /// 16), of 4 bytes for the general one (see [`RopePass::data_alignment`]); `positions`
+    /// needs `STORAGE` and an offset that is a multiple of 4. Nothing is submitted or
+    /// waited for.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for a missing usage or a misaligned offset,
@@ -199,16 +196,11 @@ impl RopePass {
         let usage_text = if general { "STORAGE | COPY_SRC" } else { "STORAGE" };
         let data_need = Need { name: "data", bytes: self.bytes, usage, usage_text };
         let data = self.ctx.span(OP, data, &data_need)?;
-        if data.base != 0 {
-            let align = self.ctx.device.limits().min_storage_buffer_offset_alignment;
+        if !general && !data.base.is_multiple_of(4) {
             return Err(Error::InvalidParameter {
                 field: "data",
                 value: format!("a slice at byte offset {}", data.offset + u64::from(data.base) * 4),
-                allowed: if align == 256 {
-                    "slices starting at a multiple of 256 bytes (the device's storage offset alignment)"
-                } else {
-                    "slices starting at a multiple of the device's min_storage_buffer_offset_alignment"
-                },
+                allowed: "slices starting at a multiple of 16 bytes (the vec4 kernel's words)",
             });
         }
         let pos_need = Need {
@@ -224,7 +216,8 @@ impl RopePass {
         let bound =
             self.bound.get_or_make(vec![data.clone(), positions], |spans| self.bind(spans))?;
         if let Some(src) = &self.src {
-            encoder.copy_buffer_to_buffer(&data.buffer, data.offset, src, 0, self.bytes);
+            let at = data.offset + u64::from(data.base) * 4;
+            encoder.copy_buffer_to_buffer(&data.buffer, at, src, 0, self.bytes);
         }
         let tokens = (self.geometry.batch * self.geometry.len) as u32;
         let n_pairs = tokens * self.freqs.len() as u32;
@@ -251,6 +244,15 @@ impl RopePass {
         2
     }
 
+    /// Bytes `data`'s offset must be a multiple of: 16 for the vec4 kernel (head dim a
+    /// multiple of 8, rotary dim of 16), else 4.
+    pub fn data_alignment(&self) -> u64 {
+        match self.kernel {
+            Kernel::X4 { .. } => 16,
+            Kernel::General { .. } => 4,
+        }
+    }
+
     /// The cos/sin parameters and both bind groups of one pair of buffers (data,
     /// positions).
     fn bind(&self, spans: &[Span]) -> Result<Bound> {
@@ -274,6 +276,17 @@ impl RopePass {
             seq_len: self.geometry.len.max(1) as u32,
             _pad: 0,
         };
+        // The rotation's parameters with the tensor's offset in its binding: in vec4s for
+        // the vec4 kernel (`record` checked it is whole), in words for the general one.
+        let mut rotation = self.params;
+        match self.kernel {
+            Kernel::X4 { .. } => {
+                rotation[std::mem::offset_of!(RopeX4Params, data_base) / 4] = data.base / 4;
+            }
+            Kernel::General { .. } => {
+                rotation[std::mem::offset_of!(RopeParams, data_base) / 4] = data.base;
+            }
+        }
         let ctx = &self.ctx;
         ctx.validated("rope_pass.record", || -> Result<Bound> {
             let (params, _) = uniform_blocks(
@@ -281,6 +294,8 @@ impl RopePass {
                 "posenc.rope_pass.cs_params",
                 &[bytemuck::bytes_of(&cs_params)],
             )?;
+            let (rotation, _) =
+                uniform_blocks(ctx, "posenc.rope_pass.params", &[bytemuck::cast_slice(&rotation)])?;
             let entry = |binding: u32, resource| wgpu::BindGroupEntry { binding, resource };
             let cs_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: Some("posenc.rope_pass.cs_bind_group"),
@@ -297,7 +312,7 @@ impl RopePass {
                     label: Some("posenc.rope_pass.x4_bind_group"),
                     layout: &ctx.rope.x4_layout,
                     entries: &[
-                        entry(0, self.params.as_entire_binding()),
+                        entry(0, rotation.as_entire_binding()),
                         entry(1, self.row_slot.as_entire_binding()),
                         entry(2, self.cs.as_entire_binding()),
                         entry(3, data.binding()),
@@ -307,7 +322,7 @@ impl RopePass {
                     label: Some("posenc.rope_pass.bind_group"),
                     layout: &ctx.rope.layout,
                     entries: &[
-                        entry(0, self.params.as_entire_binding()),
+                        entry(0, rotation.as_entire_binding()),
                         entry(1, self.row_slot.as_entire_binding()),
                         entry(2, self.cs.as_entire_binding()),
                         entry(3, src.as_entire_binding()),
@@ -315,7 +330,7 @@ impl RopePass {
                     ],
                 }),
             };
-            Ok(Bound { cs_group, rope_group, _cs_params: params })
+            Ok(Bound { cs_group, rope_group, _cs_params: params, _params: rotation })
         })?
     }
 }

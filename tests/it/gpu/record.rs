@@ -518,36 +518,51 @@ fn check_rope_pass<T: posenc::rope::Element>(
         positions: if per_sequence { Positions::PerSequence } else { Positions::PerToken },
     };
     let pass = ctx.rope_pass(spec, &desc).unwrap();
-    let data_at = 512u64;
-    let bytes: &[u8] = bytemuck::cast_slice(x.as_slice().unwrap());
-    let mut contents = vec![0xCDu8; data_at as usize];
-    contents.extend_from_slice(bytes);
-    contents.resize(contents.len().next_multiple_of(4) + 12, 0xCD);
-    let data = ctx.device().create_buffer_init(&wgpu::util::BufferInitDescriptor {
-        label: Some("test.qk"),
-        contents: &contents,
-        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
-    });
-    let pos_words: Vec<u32> =
-        if per_sequence { starts.to_vec() } else { positions.iter().copied().collect() };
-    let pos_buf = words_buffer(ctx, 3, &pos_words);
-    let mut encoder = ctx.device().create_command_encoder(&Default::default());
-    pass.record(&mut encoder, data.slice(data_at..), pos_buf.slice(12..)).unwrap();
-    ctx.queue().submit([encoder.finish()]);
-    let all = ctx.read_buffer(&data).unwrap();
-    let end = data_at as usize + bytes.len();
-    assert!(all[..data_at as usize].iter().all(|&b| b == 0xCD), "{what}: bytes before");
-    assert!(all[end.next_multiple_of(4)..].iter().all(|&b| b == 0xCD), "{what}: bytes after");
-    let got: Vec<T> = bytemuck::pod_collect_to_vec(&all[data_at as usize..end]);
-    let got = ndarray::Array4::from_shape_vec(x.raw_dim(), got).unwrap();
-    let host = ctx.rope(spec, x.view(), positions.view(), layout).unwrap();
-    assert!(
-        got.iter().zip(host.iter()).all(|(a, b)| bytemuck::bytes_of(a) == bytemuck::bytes_of(b)),
-        "{what}: the recorded pass differs from Context::rope"
-    );
-    let c = cpu::rope(spec, x.view(), positions.view(), layout).unwrap();
-    let freqs = spec.frequencies_for(positions.view());
-    assert_rope_close(what, spec, &freqs, x.view(), positions.view(), layout, got.view(), c.view());
+    // At the storage alignment, and 3 units of the pass's data alignment past it (16 bytes
+    // for the vec4 kernel, 4 for the general one): the kernel skips the difference.
+    for data_at in [512u64, 512 + 3 * pass.data_alignment()] {
+        let what = format!("{what} data at {data_at}");
+        let bytes: &[u8] = bytemuck::cast_slice(x.as_slice().unwrap());
+        let mut contents = vec![0xCDu8; data_at as usize];
+        contents.extend_from_slice(bytes);
+        contents.resize(contents.len().next_multiple_of(4) + 12, 0xCD);
+        let data = ctx.device().create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("test.qk"),
+            contents: &contents,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+        });
+        let pos_words: Vec<u32> =
+            if per_sequence { starts.to_vec() } else { positions.iter().copied().collect() };
+        let pos_buf = words_buffer(ctx, 3, &pos_words);
+        let mut encoder = ctx.device().create_command_encoder(&Default::default());
+        pass.record(&mut encoder, data.slice(data_at..), pos_buf.slice(12..)).unwrap();
+        ctx.queue().submit([encoder.finish()]);
+        let all = ctx.read_buffer(&data).unwrap();
+        let end = data_at as usize + bytes.len();
+        assert!(all[..data_at as usize].iter().all(|&b| b == 0xCD), "{what}: bytes before");
+        assert!(all[end.next_multiple_of(4)..].iter().all(|&b| b == 0xCD), "{what}: bytes after");
+        let got: Vec<T> = bytemuck::pod_collect_to_vec(&all[data_at as usize..end]);
+        let got = ndarray::Array4::from_shape_vec(x.raw_dim(), got).unwrap();
+        let host = ctx.rope(spec, x.view(), positions.view(), layout).unwrap();
+        assert!(
+            got.iter()
+                .zip(host.iter())
+                .all(|(a, b)| bytemuck::bytes_of(a) == bytemuck::bytes_of(b)),
+            "{what}: the recorded pass differs from Context::rope"
+        );
+        let c = cpu::rope(spec, x.view(), positions.view(), layout).unwrap();
+        let freqs = spec.frequencies_for(positions.view());
+        assert_rope_close(
+            &what,
+            spec,
+            &freqs,
+            x.view(),
+            positions.view(),
+            layout,
+            got.view(),
+            c.view(),
+        );
+    }
 }
 
 #[test]
@@ -605,7 +620,12 @@ fn rope_passes_refuse_what_they_cannot_record() {
     let data = words_buffer(ctx, 0, &[0; 200]);
     let pos = words_buffer(ctx, 0, &[0]);
     let mut encoder = ctx.device().create_command_encoder(&Default::default());
+    // The vec4 kernel's tensor starts at a whole vec4.
+    assert_eq!(pass.data_alignment(), 16);
     let e = pass.record(&mut encoder, data.slice(4..), pos.slice(..)).unwrap_err();
+    assert!(matches!(e, Error::InvalidParameter { field: "data", .. }), "{e}");
+    assert!(e.to_string().contains("16 bytes"), "{e}");
+    let e = pass.record(&mut encoder, data.slice(2..), pos.slice(..)).unwrap_err();
     assert!(matches!(e, Error::InvalidParameter { field: "data", .. }), "{e}");
     let e = pass.record(&mut encoder, data.slice(..64), pos.slice(..)).unwrap_err();
     assert!(matches!(e, Error::Shape { what: "data", .. }), "{e}");
