@@ -9,7 +9,9 @@
 //
 // PE values come from the context's cache of PE rows for positions below `cached_rows`
 // (the table kernel's rows), and are computed here, with the table kernel's exact phase,
-// for any other position: every u32 position is served, at the table's bits.
+// for any other position: every u32 position is served, at the table's bits. With
+// FLAG_LEARNED `cache` is a learned position table instead, and a position without a row
+// gives a zero row and counts as a fault.
 //
 // A vocabulary larger than one binding is held in row chunks; a dispatch binds up to
 // TABLE_SLOTS of them (a window) and writes the words of the tokens whose rows it holds.
@@ -38,10 +40,19 @@ fn element(e: u32) -> vec2<u32> {
     let id = ids[params.ids_base + t];
     let first = (params.flags & FLAG_FIRST_WINDOW) != 0u;
     let pad = (params.flags & FLAG_PAD_ID) != 0u && id == params.pad_id;
-    if pad || id >= params.vocab {
-        if first && !pad && c == 0u {
-            atomicAdd(&state.faults[0], 1u);
-            atomicMax(&state.faults[1], id);
+    let p = position(t);
+    let cached = p < params.cached_rows;
+    // A learned table's position without a row.
+    let bad_id = !pad && id >= params.vocab;
+    let bad_position = !pad && !bad_id && !cached && (params.flags & FLAG_LEARNED) != 0u;
+    if pad || bad_id || bad_position {
+        if first && c == 0u {
+            if bad_id {
+                atomicAdd(&state.faults[0], 1u);
+                atomicMax(&state.faults[1], id);
+            } else if bad_position {
+                position_fault(p);
+            }
         }
         return vec2<u32>(0u, u32(first));
     }
@@ -54,9 +65,8 @@ fn element(e: u32) -> vec2<u32> {
     if (params.flags & FLAG_SCALE) != 0u {
         v = v * bitcast<f32>(params.scale_bits);
     }
-    let p = position(t);
     var pe: u32;
-    if p < params.cached_rows {
+    if cached {
         pe = cache[p * params.dim + c];
     } else {
         pe = pe_bits(p, c);

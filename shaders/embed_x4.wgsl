@@ -13,6 +13,9 @@
 // X4_WORKGROUP of its block for k < X4_UNITS, so each load and store instruction of a
 // warp touches one contiguous span.
 //
+// A learned position table (FLAG_LEARNED) is bound as the cache and takes STAGE 1 alone:
+// positions without a row are faults (zero rows, counted), never computed.
+//
 // STAGE 0 serves every token. On adapters that run shaders on CPU cores, where a branch
 // not taken by any invocation still runs under a mask, the job is split (see
 // embed_scan.wgsl): STAGE 1 serves the tokens whose positions are cached (and writes the
@@ -60,12 +63,21 @@ fn embed_x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_inde
     let id = ids[params.ids_base + t];
     let first = (params.flags & FLAG_FIRST_WINDOW) != 0u;
     let pad = (params.flags & FLAG_PAD_ID) != 0u && id == params.pad_id;
-    if pad || id >= params.vocab {
-        // The first stage wrote them.
+    let p = position(t);
+    let cached = p < params.cached_rows;
+    // A learned table's position without a row (never listed for a late stage).
+    let bad_id = !pad && id >= params.vocab;
+    let bad_position = !pad && !bad_id && !cached && (params.flags & FLAG_LEARNED) != 0u;
+    if pad || bad_id || bad_position {
+        // Zero rows and faults, written by the first stage's first window.
         if first && STAGE != 2u {
-            if !pad && wg.x == 0u && li == 0u {
-                atomicAdd(&state.faults[0], 1u);
-                atomicMax(&state.faults[1], id);
+            if wg.x == 0u && li == 0u {
+                if bad_id {
+                    atomicAdd(&state.faults[0], 1u);
+                    atomicMax(&state.faults[1], id);
+                } else if bad_position {
+                    position_fault(p);
+                }
             }
             for (var k = 0u; k < X4_UNITS; k++) {
                 let x = x0 + k * X4_WORKGROUP;
@@ -82,8 +94,6 @@ fn embed_x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_inde
         return;
     }
     let row = (id - chunk * params.rows_per_chunk) * n;
-    let p = position(t);
-    let cached = p < params.cached_rows;
     // The late stage serves these.
     if STAGE == 1u && !cached {
         return;

@@ -27,6 +27,9 @@ pub const FLAG_OFFSETS: u32 = 4;
 /// `flags` bit of `embed`: this dispatch binds the first window of table chunks, and also
 /// writes pad tokens and ids outside the vocabulary.
 pub const FLAG_FIRST_WINDOW: u32 = 8;
+/// `flags` bit of `embed` and `embed_x4`: the rows in `cache` are a learned position table
+/// of `cached_rows` rows, and a position without a row is a fault (a zero row, counted).
+pub const FLAG_LEARNED: u32 = 16;
 /// `flags` bit of `table` (and `spec_flags` of `embed`): float32 frequencies (the steps of powers of two follow them).
 pub const FLAG_F32: u32 = 1;
 /// `flags` bit of `table`: the row of position `padding_idx` is all zeros.
@@ -329,6 +332,7 @@ const PRELUDE_U32: &[(&str, u32)] = named![
     FLAG_PAD_ID,
     FLAG_OFFSETS,
     FLAG_FIRST_WINDOW,
+    FLAG_LEARNED,
     FLAG_F32,
     FLAG_PADDING,
     FLAG_ZERO_COL,

@@ -8,7 +8,8 @@
 
 // Fault counters, then the spec's frequency words (see pe_phase).
 struct State {
-    // [0]: tokens whose id was outside the vocabulary; [1]: the largest such id.
+    // [0]: tokens whose id was outside the vocabulary; [1]: the largest such id; [2]:
+    // tokens of a learned table whose position had no row; [3]: the largest such position.
     faults: array<atomic<u32>, 4>,
     steps: array<vec2<u32>>,
 }
@@ -53,4 +54,10 @@ fn pe_pair(p: u32, c: u32) -> vec2<u32> {
     }
     let f32_freqs = (params.spec_flags & FLAG_F32) != 0u;
     return sincos_bits(pe_phase(p, params.start, f32_freqs, params.n_freqs, c >> 1u));
+}
+
+// Counts a token of a learned table whose position `p` has no row (FLAG_LEARNED).
+fn position_fault(p: u32) {
+    atomicAdd(&state.faults[2], 1u);
+    atomicMax(&state.faults[3], p);
 }

@@ -1161,11 +1161,11 @@ enum PeSource<'a> {
 pub struct GpuPositionTable {
     rows: usize,
     dim: usize,
-    buffer: DeviceBuffer,
+    pub(super) buffer: DeviceBuffer,
     /// Identifies the accounting its buffer counts against (as for [`GpuTable`]).
     accounted_by: usize,
     /// Identifies the device its buffer lives on (as for [`GpuTable`]).
-    device_key: usize,
+    pub(super) device_key: usize,
 }
 
 impl GpuPositionTable {

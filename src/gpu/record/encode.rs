@@ -9,13 +9,13 @@ use bytemuck::{Pod, Zeroable};
 use super::{BindCache, Need, Positions, Span, uniform_blocks};
 use crate::encode::{Dtype, EncodeOptions};
 use crate::error::{Error, Result};
-use crate::gpu::encode::{GpuTable, Kernel, PeCache};
+use crate::gpu::encode::{GpuPositionTable, GpuTable, Kernel, PeCache};
 use crate::gpu::memory::DeviceBuffer;
 use crate::gpu::table::flat_steps;
 use crate::gpu::{Context, fold_dispatch};
 use crate::shaders::{
-    EmbedX4, FLAG_F32, FLAG_FIRST_WINDOW, FLAG_OFFSETS, FLAG_PAD_ID, FLAG_PADDING, FLAG_SCALE,
-    FLAG_ZERO_COL, MAX_TABLE_SLOTS, WORKGROUP_SIZE,
+    EmbedX4, FLAG_F32, FLAG_FIRST_WINDOW, FLAG_LEARNED, FLAG_OFFSETS, FLAG_PAD_ID, FLAG_PADDING,
+    FLAG_SCALE, FLAG_ZERO_COL, MAX_TABLE_SLOTS, WORKGROUP_SIZE,
 };
 use crate::spec::{Frequencies, PeSpec};
 
@@ -123,6 +123,11 @@ pub struct Faults {
     pub bad_ids: u32,
     /// The largest such id, when there was one.
     pub largest_bad_id: Option<u32>,
+    /// Tokens of a learned pass ([`Context::encode_learned_pass`]) whose position had no
+    /// row in the position table (pad tokens and bad ids excepted); wraps past `u32::MAX`.
+    pub bad_positions: u32,
+    /// The largest such position, when there was one.
+    pub largest_bad_position: Option<u32>,
 }
 
 /// The fused embedding gather + PE, prepared once for a spec, a table and a batch shape,
@@ -139,8 +144,10 @@ pub struct EncodePass {
     chunks: Vec<DeviceBuffer>,
     /// The unit kernel's specialisation and grid, for rows of whole units.
     x4: Option<(EmbedX4, (u32, u32, u32))>,
-    /// The cached PE rows (kept alive while the pass is), or a one-word stand-in.
+    /// The cached PE rows (kept alive while the pass is), or a learned position table, or a
+    /// one-unit stand-in.
     cache: Option<PeCache>,
+    learned: Option<DeviceBuffer>,
     no_cache: Option<DeviceBuffer>,
     /// Fault counters (16 bytes), then the spec's frequency words.
     state: DeviceBuffer,
@@ -177,6 +184,13 @@ struct SplitBound {
     scan_group: wgpu::BindGroup,
     late: Arc<Kernel>,
     late_groups: Vec<wgpu::BindGroup>,
+}
+
+/// Where a pass's PE values come from.
+#[derive(Clone, Copy)]
+enum PassPe<'a> {
+    Spec(&'a PeSpec),
+    Learned(&'a GpuPositionTable),
 }
 
 /// Bytes of the fault counters at the start of the state buffer.
@@ -254,22 +268,67 @@ impl Context {
         table: &GpuTable,
         desc: &EncodePassDescriptor,
     ) -> Result<EncodePass> {
-        const OP: &str = "encode_pass";
+        self.prepare_pass("encode_pass", PassPe::Spec(spec), table, desc)
+    }
+
+    /// [`Context::encode_pass`] with a learned position table (BERT and GPT-2 style,
+    /// uploaded with [`Context::upload_position_table`]) in place of the sinusoid: `out[b,
+    /// t, :] = scale * E[ids[b, t], :] + P[position, :]`, bit for bit what
+    /// [`crate::cpu::encode_learned`] gives (without a scale; with one a GPU may fuse the
+    /// multiply-add, one ulp). `desc.cached_positions` is not used: the table is the cache.
+    /// A position without a row in the table cannot be refused on the host when positions
+    /// live on the device: such a token gives a zero row and counts in
+    /// [`Faults::bad_positions`], as an id outside the vocabulary does in
+    /// [`Faults::bad_ids`]; nothing is read out of bounds.
+    ///
+    /// # Errors
+    /// As [`Context::encode_pass`], and [`Error::Shape`] if the position table's dim is not
+    /// the embedding table's, [`Error::InvalidParameter`] for a position table of another
+    /// device.
+    pub fn encode_learned_pass(
+        &self,
+        position_table: &GpuPositionTable,
+        table: &GpuTable,
+        desc: &EncodePassDescriptor,
+    ) -> Result<EncodePass> {
+        self.check_same_device(position_table.device_key, "position table")?;
+        if position_table.dim().0 == 0 {
+            return Err(Error::Shape {
+                op: "encode_learned_pass",
+                what: "position table rows",
+                expected: "at least 1".into(),
+                actual: "0".into(),
+            });
+        }
+        self.prepare_pass("encode_learned_pass", PassPe::Learned(position_table), table, desc)
+    }
+
+    fn prepare_pass(
+        &self,
+        op: &'static str,
+        pe: PassPe<'_>,
+        table: &GpuTable,
+        desc: &EncodePassDescriptor,
+    ) -> Result<EncodePass> {
         self.check_same_device(table.device_key, "table")?;
         let dim = table.dim;
+        let pe_dim = match pe {
+            PassPe::Spec(spec) => spec.dim() as usize,
+            PassPe::Learned(p) => p.dim().1,
+        };
         if table.chunks.is_empty() {
             return Err(Error::Shape {
-                op: OP,
+                op,
                 what: "embedding table rows",
                 expected: "at least 1".into(),
                 actual: "0".into(),
             });
         }
-        if dim != spec.dim() as usize {
+        if dim != pe_dim {
             return Err(Error::Shape {
-                op: OP,
+                op,
                 what: "embedding dim vs positional-encoding dim",
-                expected: spec.dim().to_string(),
+                expected: pe_dim.to_string(),
                 actual: dim.to_string(),
             });
         }
@@ -279,7 +338,7 @@ impl Context {
         let out_bytes = elements.saturating_mul(out_dtype.size() as u64);
         if out_bytes > self.max_binding {
             return Err(Error::Limit {
-                op: OP,
+                op,
                 what: "one step's output",
                 requested: out_bytes,
                 limit_name: "max storage binding size",
@@ -289,7 +348,7 @@ impl Context {
         // Element indices stay below 2^32 in the kernel.
         if elements > u64::from(u32::MAX) {
             return Err(Error::Limit {
-                op: OP,
+                op,
                 what: "one step's output elements",
                 requested: elements,
                 limit_name: "u32 indices",
@@ -298,7 +357,7 @@ impl Context {
         }
         if out_dtype != Dtype::F32 && elements % 2 == 1 {
             return Err(Error::Limit {
-                op: OP,
+                op,
                 what: "16-bit output elements per step (odd: the last word would be shared)",
                 requested: elements,
                 limit_name: "an even number",
@@ -308,7 +367,7 @@ impl Context {
         let storage = self.device.limits().max_storage_buffers_per_shader_stage;
         if storage < 6 {
             return Err(Error::Limit {
-                op: OP,
+                op,
                 what: "storage buffers per shader stage (5 and one table chunk)",
                 requested: 6,
                 limit_name: "the device's max_storage_buffers_per_shader_stage",
@@ -323,7 +382,7 @@ impl Context {
             .collect();
         if windows.len() > 1 && out_dtype != Dtype::F32 && dim % 2 == 1 {
             return Err(Error::Limit {
-                op: OP,
+                op,
                 what: "table chunks for a 16-bit output of an odd dim",
                 requested: u64::from(n_chunks),
                 limit_name: "table chunks one dispatch binds",
@@ -331,18 +390,21 @@ impl Context {
             });
         }
         let scale = desc.options.scale.factor(dim)?;
-        let c = spec.columns();
         let mut spec_flags = 0;
-        if spec.frequencies() == Frequencies::F32 {
-            spec_flags |= FLAG_F32;
-        }
-        if spec.padding_idx().is_some() {
-            spec_flags |= FLAG_PADDING;
-        }
-        if c.zero_col.is_some() {
-            spec_flags |= FLAG_ZERO_COL;
-        }
         let mut flags = 0;
+        if let PassPe::Spec(spec) = pe {
+            if spec.frequencies() == Frequencies::F32 {
+                spec_flags |= FLAG_F32;
+            }
+            if spec.padding_idx().is_some() {
+                spec_flags |= FLAG_PADDING;
+            }
+            if spec.columns().zero_col.is_some() {
+                spec_flags |= FLAG_ZERO_COL;
+            }
+        } else {
+            flags |= FLAG_LEARNED;
+        }
         if scale.is_some() {
             flags |= FLAG_SCALE;
         }
@@ -361,7 +423,8 @@ impl Context {
         // not aligned to its words, the general one (compiled when first bound).
         // Adapters that run shaders on CPU cores split the unit kernel in two stages (see
         // shaders/embed_x4.wgsl), which takes indirect dispatches.
-        let split = !self.coalesced
+        let split = matches!(pe, PassPe::Spec(_))
+            && !self.coalesced
             && self
                 .adapter
                 .get_downlevel_capabilities()
@@ -369,7 +432,8 @@ impl Context {
                 .contains(wgpu::DownlevelFlags::INDIRECT_EXECUTION);
         let x4 = dim.is_multiple_of(4).then(|| {
             let (units, workgroup) = EmbedX4::shape(row_units, self.coalesced);
-            let stage = if split { 1 } else { 0 };
+            // A learned table has no PE to compute: the cached tokens' stage alone.
+            let stage = if split || matches!(pe, PassPe::Learned(_)) { 1 } else { 0 };
             let v = EmbedX4 {
                 table: table.dtype,
                 out: out_dtype,
@@ -388,28 +452,36 @@ impl Context {
             (v, grid)
         });
         let groups_x = fold_dispatch(n_words.div_ceil(WORKGROUP_SIZE), max_groups).0;
-        let steps = flat_steps(spec);
-        let cache = match desc.cached_positions {
-            0 => None,
-            n => self.cached_pe_rows(spec, u64::from(n), None),
+        let (steps, cache, learned) = match pe {
+            PassPe::Spec(spec) => {
+                let cache = match desc.cached_positions {
+                    0 => None,
+                    n => self.cached_pe_rows(spec, u64::from(n), None),
+                };
+                (flat_steps(spec), cache, None)
+            }
+            PassPe::Learned(p) => (Vec::new(), None, Some((p.buffer.clone(), p.dim().0 as u32))),
         };
-        let (state, no_cache, work) = self.scoped(OP, || {
+        let (state, no_cache, work) = self.scoped(op, || {
             use wgpu::BufferUsages as U;
             let state = self.create_buffer(
                 "posenc.embed.state",
-                FAULT_BYTES + steps.len() as u64 * 4,
+                // At least one frequency word pair: the kernels' smallest binding.
+                FAULT_BYTES + steps.len().max(2) as u64 * 4,
                 U::STORAGE | U::COPY_SRC | U::COPY_DST,
             )?;
             self.queue.write_buffer(&state, 0, &[0u8; FAULT_BYTES as usize]);
             self.queue.write_buffer(&state, FAULT_BYTES, bytemuck::cast_slice(&steps));
-            let no_cache = match cache {
-                Some(_) => None,
+            let no_cache = match (&cache, &learned) {
+                (Some(_), _) | (_, Some(_)) => None,
                 // One unit, the smallest binding either kernel takes.
-                None => Some(self.create_buffer("posenc.embed.no_cache", 16, U::STORAGE)?),
+                (None, None) => {
+                    Some(self.create_buffer("posenc.embed.no_cache", 16, U::STORAGE)?)
+                }
             };
             // The split's list: the late stage's dispatch, the count, one word per token.
             let work = match x4 {
-                Some((v, _)) if v.stage == 1 => Some(self.create_buffer(
+                Some(_) if split => Some(self.create_buffer(
                     "posenc.embed.work",
                     ((4 + u64::from(n_tokens)) * 4).next_multiple_of(16),
                     U::STORAGE | U::INDIRECT,
@@ -419,13 +491,34 @@ impl Context {
             self.queue.submit([]);
             Ok((state, no_cache, work))
         })?;
+        let (columns, start, padding_idx) = match pe {
+            PassPe::Spec(spec) => {
+                (spec.columns(), spec.start_index(), spec.padding_idx().unwrap_or(0))
+            }
+            // Unused with FLAG_LEARNED.
+            PassPe::Learned(_) => (
+                crate::spec::Columns {
+                    n_freqs: 0,
+                    n_cos: 0,
+                    stride: 1,
+                    cos_offset: 0,
+                    zero_col: None,
+                },
+                0,
+                0,
+            ),
+        };
         let params = EmbedParams {
             n_words,
             dim: dim as u32,
             vocab: table.vocab as u32,
             rows_per_chunk: table.rows_per_chunk,
             seq_len: desc.len.max(1) as u32,
-            cached_rows: cache.as_ref().map_or(0, |c| c.rows),
+            cached_rows: match (&cache, &learned) {
+                (Some(c), _) => c.rows,
+                (None, Some((_, rows))) => *rows,
+                (None, None) => 0,
+            },
             pad_id: desc.options.pad_id.unwrap_or(0),
             scale_bits: scale.unwrap_or(1.0).to_bits(),
             flags,
@@ -433,12 +526,12 @@ impl Context {
             out_dtype: out_dtype.code(),
             groups_x,
             spec_flags,
-            n_freqs: c.n_freqs,
-            stride: c.stride,
-            cos_offset: c.cos_offset,
-            zero_col: c.zero_col.unwrap_or(0),
-            start: spec.start_index(),
-            padding_idx: spec.padding_idx().unwrap_or(0),
+            n_freqs: columns.n_freqs,
+            stride: columns.stride,
+            cos_offset: columns.cos_offset,
+            zero_col: columns.zero_col.unwrap_or(0),
+            start,
+            padding_idx,
             n_tokens,
             row_units,
             groups_y: x4.map_or(0, |(_, grid)| grid.1),
@@ -453,6 +546,7 @@ impl Context {
             chunks: table.chunks.iter().map(|c| c.buffer.clone()).collect(),
             x4,
             cache,
+            learned: learned.map(|(buffer, _)| buffer),
             no_cache,
             state,
             work,
@@ -596,10 +690,10 @@ impl EncodePass {
         let ctx = &self.ctx;
         ctx.validated("encode_pass.record", || -> Result<Bound> {
             let (params, stride) = uniform_blocks(ctx, "posenc.embed.params", &bytes)?;
-            let cache: &wgpu::Buffer = match (&self.cache, &self.no_cache) {
-                (Some(c), _) => &c.buffer,
-                (None, Some(b)) => b,
-                (None, None) => unreachable!("a stand-in exists without a cache"),
+            let cache: &wgpu::Buffer = match (&self.cache, &self.learned, &self.no_cache) {
+                (Some(c), _, _) => &c.buffer,
+                (None, Some(b), _) | (None, None, Some(b)) => b,
+                (None, None, None) => unreachable!("a stand-in exists without a cache"),
             };
             fn entry(
                 binding: u32,
@@ -674,8 +768,8 @@ impl EncodePass {
         self.windows.first().map_or(1, |&(_, n)| n)
     }
 
-    /// The fault counters' buffer: 16 bytes at offset 0, `[bad_ids, largest_bad_id, 0, 0]`
-    /// as u32 (usages include `COPY_SRC`), for a caller that copies them into its own
+    /// The fault counters' buffer: 16 bytes at offset 0, `[bad_ids, largest_bad_id,
+    /// bad_positions, largest_bad_position]` as u32 (usages include `COPY_SRC`), for a caller that copies them into its own
     /// readback. The counters accumulate over steps until
     /// [`EncodePass::record_reset_faults`].
     pub fn faults_buffer(&self) -> &wgpu::Buffer {
@@ -697,7 +791,12 @@ impl EncodePass {
         let word = |k: usize| {
             u32::from_le_bytes([words[4 * k], words[4 * k + 1], words[4 * k + 2], words[4 * k + 3]])
         };
-        let bad_ids = word(0);
-        Ok(Faults { bad_ids, largest_bad_id: (bad_ids > 0).then(|| word(1)) })
+        let (bad_ids, bad_positions) = (word(0), word(2));
+        Ok(Faults {
+            bad_ids,
+            largest_bad_id: (bad_ids > 0).then(|| word(1)),
+            bad_positions,
+            largest_bad_position: (bad_positions > 0).then(|| word(3)),
+        })
     }
 }

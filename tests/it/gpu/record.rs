@@ -793,3 +793,131 @@ fn threads_record_one_pass_into_their_own_encoders() {
         }
     });
 }
+
+/// The learned-table pass (`encode_learned_pass`) against `cpu::encode_learned`, bit for
+/// bit: every table, position-table and output type, both access patterns, dims with and
+/// without whole units, output offsets that take either kernel, a chunked table.
+#[test]
+fn recorded_learned_encode_equals_cpu_bit_for_bit() {
+    let Some(base) = gpu() else { return };
+    let mut rng = Rng::new(29);
+    for case in 0..24 {
+        let patterned = &both_patterns(base)[case % 2];
+        let dim = [8usize, 12, 7, 20][(case / 2) % 4];
+        let vocab = 60usize;
+        // Every third case holds the table in 10-row chunks: several windows.
+        let ctx = if case % 3 == 0 {
+            patterned.with_max_binding_size((10 * dim * 4) as u64)
+        } else {
+            patterned.clone()
+        };
+        let max_positions = 33usize;
+        let tables = Tables::new(&mut rng, vocab, dim);
+        let positions_table = Tables::new(&mut rng, max_positions, dim);
+        let (in_dtype, pe_dtype, out_dtype) =
+            (DTYPES[case % 3], DTYPES[(case / 3) % 3], DTYPES[(case / 9) % 3]);
+        let (batch, mut len) = (3usize, [1usize, 4, 5][case % 3]);
+        if out_dtype != Dtype::F32 && (batch * len * dim) % 2 == 1 {
+            len += 1;
+        }
+        let per_sequence = case % 4 < 2;
+        let ids = Array2::from_shape_fn((batch, len), |_| rng.below(vocab as u64) as u32);
+        let starts: Vec<u32> =
+            (0..batch).map(|_| rng.below((max_positions - len) as u64) as u32).collect();
+        let positions = if per_sequence {
+            expand(&starts, len)
+        } else {
+            Array2::from_shape_fn((batch, len), |_| rng.below(max_positions as u64) as u32)
+        };
+        let options = EncodeOptions { out_dtype, ..Default::default() };
+        let table = ctx.upload_table(tables.view(in_dtype)).unwrap();
+        // The position table fits one binding of the uncapped context (same device).
+        let position_table =
+            patterned.upload_position_table(positions_table.view(pe_dtype)).unwrap();
+        let desc = EncodePassDescriptor {
+            batch,
+            len,
+            positions: if per_sequence { Positions::PerSequence } else { Positions::PerToken },
+            options,
+            ..Default::default()
+        };
+        let pass = ctx.encode_learned_pass(&position_table, &table, &desc).unwrap();
+        let pos_words: Vec<u32> =
+            if per_sequence { starts.clone() } else { positions.iter().copied().collect() };
+        let ids_words: Vec<u32> = ids.iter().copied().collect();
+        let want = cpu::encode_learned(
+            positions_table.view(pe_dtype),
+            tables.view(in_dtype),
+            ids.view(),
+            positions.view(),
+            &options,
+        )
+        .unwrap();
+        for offsets in [[0, 1, 4], [3, 0, 3]] {
+            let got = run_step(&ctx, &pass, &ids_words, &pos_words, offsets);
+            let what = format!(
+                "case {case}: d={dim} {in_dtype:?}+{pe_dtype:?}->{out_dtype:?} [{batch}, {len}] \
+                 per_sequence={per_sequence} chunks={} {:?} offsets={offsets:?}",
+                table.n_chunks(),
+                ctx.access_pattern()
+            );
+            assert_same(&what, &got, &cpu_bytes(&want));
+        }
+        assert_eq!(pass.read_faults().unwrap(), posenc::gpu::Faults::default(), "case {case}");
+    }
+}
+
+/// Positions without a row in the learned table give zero rows and count, once per token,
+/// whichever table chunk holds the token's row; pad tokens and bad ids count as what they
+/// are first.
+#[test]
+fn learned_positions_without_a_row_give_zero_rows_and_count_as_faults() {
+    let Some(base) = gpu() else { return };
+    let mut rng = Rng::new(5);
+    let (vocab, dim, max_positions) = (40usize, 8usize, 10usize);
+    let tables = Tables::new(&mut rng, vocab, dim);
+    let positions_table = Tables::new(&mut rng, max_positions, dim);
+    for patterned in &both_patterns(base) {
+        // 10 rows per chunk: ids 3 and 35 lie in different windows' chunks when the
+        // device binds few slots, and in different chunks always.
+        for ctx in [patterned.clone(), patterned.with_max_binding_size((10 * dim * 4) as u64)] {
+            let table = ctx.upload_table(tables.view(Dtype::F32)).unwrap();
+            let position_table =
+                patterned.upload_position_table(positions_table.view(Dtype::F32)).unwrap();
+            let options = EncodeOptions { pad_id: Some(7), ..Default::default() };
+            let desc = EncodePassDescriptor { batch: 1, len: 6, options, ..Default::default() };
+            let pass = ctx.encode_learned_pass(&position_table, &table, &desc).unwrap();
+            let ids = [3u32, 35, 7, 99, 12, 35];
+            let positions = [2u32, 10, 50, 60, u32::MAX, 9];
+            let got = run_step(&ctx, &pass, &ids, &positions, [0, 0, 0]);
+            let got: Vec<f32> =
+                got.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            for (t, (&id, &p)) in ids.iter().zip(&positions).enumerate() {
+                let row = &got[t * dim..(t + 1) * dim];
+                if id == 7 || id as usize >= vocab || p as usize >= max_positions {
+                    assert!(row.iter().all(|v| v.to_bits() == 0), "token {t}: {row:?}");
+                } else {
+                    let want = cpu::encode_learned(
+                        positions_table.view(Dtype::F32),
+                        tables.view(Dtype::F32),
+                        ArrayView2::from_shape((1, 1), &ids[t..t + 1]).unwrap(),
+                        ArrayView2::from_shape((1, 1), &positions[t..t + 1]).unwrap(),
+                        &EncodeOptions::default(),
+                    )
+                    .unwrap()
+                    .into_f32()
+                    .unwrap();
+                    assert_eq!(row, want.as_slice().unwrap(), "token {t}");
+                }
+            }
+            // Token 2 is padding (not counted), token 3 a bad id (counted as one), tokens 1
+            // and 4 bad positions.
+            let faults = pass.read_faults().unwrap();
+            let what = format!("{:?} chunks={}", ctx.access_pattern(), table.n_chunks());
+            assert_eq!(faults.bad_ids, 1, "{what}");
+            assert_eq!(faults.largest_bad_id, Some(99), "{what}");
+            assert_eq!(faults.bad_positions, 2, "{what}");
+            assert_eq!(faults.largest_bad_position, Some(u32::MAX), "{what}");
+        }
+    }
+}
