@@ -37,10 +37,10 @@ fn table_bits(slot: u32, i: u32) -> u32 {
 fn element(e: u32) -> vec2<u32> {
     let t = e / params.dim;
     let c = e - t * params.dim;
-    let id = ids[params.ids_base + t];
+    let id = ids[params.ids_base + params.token_base + t];
     let first = (params.flags & FLAG_FIRST_WINDOW) != 0u;
     let pad = (params.flags & FLAG_PAD_ID) != 0u && id == params.pad_id;
-    let p = position(t);
+    let p = position(params.token_base + t);
     let cached = p < params.cached_rows;
     // A learned table's position without a row.
     let bad_id = !pad && id >= params.vocab;

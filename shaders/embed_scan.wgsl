@@ -8,7 +8,7 @@
 #import embed_params
 
 // [0], [1], [2]: the late stage's dispatch (x, y, z); [3]: tokens listed; [4 + k]: the
-// k-th listed token, in no particular order.
+// k-th listed token (its index in this dispatch's part of the batch), in no particular order.
 @group(0) @binding(1) var<storage, read_write> work: array<atomic<u32>>;
 
 @compute @workgroup_size(ROW_WORKGROUP_SIZE)
@@ -18,7 +18,7 @@ fn embed_scan(@builtin(local_invocation_index) li: u32) {
     }
     storageBarrier();
     for (var t = li; t < params.n_tokens; t += ROW_WORKGROUP_SIZE) {
-        if position(t) >= params.cached_rows {
+        if position(params.token_base + t) >= params.cached_rows {
             atomicStore(&work[4u + atomicAdd(&work[3], 1u)], t);
         }
     }

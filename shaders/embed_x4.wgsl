@@ -60,10 +60,10 @@ fn embed_x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_inde
     let n = params.row_units;
     let x0 = wg.x * X4_UNITS * X4_WORKGROUP + li;
     let at = params.out_base + t * n;
-    let id = ids[params.ids_base + t];
+    let id = ids[params.ids_base + params.token_base + t];
     let first = (params.flags & FLAG_FIRST_WINDOW) != 0u;
     let pad = (params.flags & FLAG_PAD_ID) != 0u && id == params.pad_id;
-    let p = position(t);
+    let p = position(params.token_base + t);
     let cached = p < params.cached_rows;
     // A learned table's position without a row (never listed for a late stage).
     let bad_id = !pad && id >= params.vocab;

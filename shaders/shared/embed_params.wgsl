@@ -40,11 +40,16 @@ struct Params {
     n_tokens: u32,
     row_units: u32,
     groups_y: u32,
+    // The batch's first token served by this dispatch: a step whose output is larger than
+    // one binding is served in parts, each bound at its own output range, and ids and
+    // positions are indexed by the token's index in the whole batch.
+    token_base: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(2) var<storage, read> positions: array<u32>;
 
+// The position of token t of the whole batch.
 fn position(t: u32) -> u32 {
     if (params.flags & FLAG_OFFSETS) != 0u {
         let b = t / params.seq_len;

@@ -142,6 +142,7 @@ pub fn params(entry: &str) -> Params {
             n_tokens,
             row_units,
             groups_y,
+            token_base,
         }),
         "narrow" => params!(NarrowParams { n_elems, out_dtype, groups_x, _pad }),
         "copy" | "copy_x4" => params!(CopyParams { n_vecs, groups_x, _pad }),

@@ -77,6 +77,8 @@ pub struct EmbedParams {
     pub row_units: u32,
     /// Workgroups along y, tokens beyond folded into z (`embed_x4`).
     pub groups_y: u32,
+    /// The first token (in the whole batch) of this dispatch's part of the batch.
+    pub token_base: u32,
 }
 
 /// The positions whose PE rows an [`EncodePass`] reads from the context's cache unless
@@ -144,6 +146,9 @@ pub struct EncodePass {
     chunks: Vec<DeviceBuffer>,
     /// The unit kernel's specialisation and grid, for rows of whole units.
     x4: Option<(EmbedX4, (u32, u32, u32))>,
+    /// Tokens per part of a step (every part but the last): a step whose output exceeds one
+    /// storage binding is served in parts, each bound at its own output range.
+    part_tokens: u32,
     /// The cached PE rows (kept alive while the pass is), or a learned position table, or a
     /// one-unit stand-in.
     cache: Option<PeCache>,
@@ -167,9 +172,14 @@ impl std::fmt::Debug for EncodePass {
     }
 }
 
-/// A set of buffers as bound: the kernel chosen for them, its grid, the parameter blocks
-/// and one bind group per window.
+/// A set of buffers as bound: one entry per part of the step.
 struct Bound {
+    parts: Vec<PartBound>,
+}
+
+/// One part of a step as bound: the kernel chosen for its output range, its grid, the
+/// parameter blocks and one bind group per window.
+struct PartBound {
     kernel: Arc<Kernel>,
     grid: (u32, u32, u32),
     groups: Vec<wgpu::BindGroup>,
@@ -184,6 +194,10 @@ struct SplitBound {
     scan_group: wgpu::BindGroup,
     late: Arc<Kernel>,
     late_groups: Vec<wgpu::BindGroup>,
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 /// Where a pass's PE values come from.
@@ -257,7 +271,9 @@ impl Context {
     /// # Errors
     /// [`Error::Shape`] if the table's dim is not the spec's; [`Error::InvalidParameter`]
     /// for a table of another device or a scale that is not finite; [`Error::Limit`] if
-    /// one step's output is larger than one storage binding or than 2^32 - 1 words, if
+    /// one step's output has more than 2^32 - 1 elements or one output row with the
+    /// storage alignment does not fit one storage binding (a larger output is recorded in
+    /// parts, [`EncodePass::parts`]), if
     /// the device binds fewer than 6 storage buffers per shader stage, or for a 16-bit
     /// output of an odd number of elements per step (its last word would be shared with
     /// whatever follows it) or of an odd dim over a table of more chunks than one
@@ -303,6 +319,39 @@ impl Context {
         self.prepare_pass("encode_learned_pass", PassPe::Learned(position_table), table, desc)
     }
 
+    /// Tokens per part of a step of `n_tokens` rows of `dim` elements of `out_dtype`
+    /// (`out_bytes` in all): all of them when the output fits one storage binding, else the
+    /// most that fit one binding from any offset, in a multiple that keeps every part at the
+    /// first part's offset within its binding (a whole number of storage-alignment units
+    /// apart), which also keeps 16-bit parts whole words.
+    fn part_tokens(
+        &self,
+        op: &'static str,
+        n_tokens: u64,
+        dim: usize,
+        out_dtype: Dtype,
+        out_bytes: u64,
+    ) -> Result<u32> {
+        if out_bytes <= self.max_binding {
+            return Ok(n_tokens as u32);
+        }
+        let align = u64::from(self.device.limits().min_storage_buffer_offset_alignment).max(4);
+        let row_bytes = (dim * out_dtype.size()) as u64;
+        let step = align / gcd(align, row_bytes);
+        let fit = self.max_binding.saturating_sub(align) / row_bytes;
+        let part = fit / step * step;
+        if part == 0 {
+            return Err(Error::Limit {
+                op,
+                what: "output rows of one part of a step (one binding from any offset)",
+                requested: step * row_bytes + align,
+                limit_name: "max storage binding size",
+                limit: self.max_binding,
+            });
+        }
+        Ok(part.min(n_tokens) as u32)
+    }
+
     fn prepare_pass(
         &self,
         op: &'static str,
@@ -336,15 +385,8 @@ impl Context {
         let elements =
             (desc.batch as u64).saturating_mul(desc.len as u64).saturating_mul(dim as u64);
         let out_bytes = elements.saturating_mul(out_dtype.size() as u64);
-        if out_bytes > self.max_binding {
-            return Err(Error::Limit {
-                op,
-                what: "one step's output",
-                requested: out_bytes,
-                limit_name: "max storage binding size",
-                limit: self.max_binding,
-            });
-        }
+        let n_tokens_all = (desc.batch * desc.len) as u64;
+        let part_tokens = self.part_tokens(op, n_tokens_all, dim, out_dtype, out_bytes)?;
         // Element indices stay below 2^32 in the kernel.
         if elements > u64::from(u32::MAX) {
             return Err(Error::Limit {
@@ -414,9 +456,13 @@ impl Context {
         if desc.positions == Positions::PerSequence {
             flags |= FLAG_OFFSETS;
         }
-        let n_words = if out_dtype == Dtype::F32 { elements } else { elements / 2 } as u32;
+        // The kernels' shapes are those of one part (the whole batch when it fits one
+        // binding); a shorter last part has its own token count.
+        let part_elements = u64::from(part_tokens) * dim as u64;
+        let n_words =
+            if out_dtype == Dtype::F32 { part_elements } else { part_elements / 2 } as u32;
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
-        let n_tokens = (desc.batch * desc.len) as u32;
+        let n_tokens = part_tokens;
         let row_units = (dim / 4) as u32;
         let kernel_slots = slots.min(n_chunks);
         // Rows of whole units take the unit kernel (compiled here); others, and outputs
@@ -545,6 +591,7 @@ impl Context {
             windows,
             chunks: table.chunks.iter().map(|c| c.buffer.clone()).collect(),
             x4,
+            part_tokens,
             cache,
             learned: learned.map(|(buffer, _)| buffer),
             no_cache,
@@ -572,6 +619,18 @@ impl EncodePass {
         self.desc.positions.values(self.desc.batch, self.desc.len) as u64 * 4
     }
 
+    /// Bytes of one output row: `dim` elements of the output type.
+    fn row_bytes(&self) -> u64 {
+        (self.dim * self.desc.options.out_dtype.size()) as u64
+    }
+
+    /// Parts a step is recorded in: one, unless its output is larger than one storage
+    /// binding; then each part binds its own output range.
+    pub fn parts(&self) -> usize {
+        let tokens = self.desc.batch * self.desc.len;
+        tokens.div_ceil(self.part_tokens.max(1) as usize).max(1)
+    }
+
     /// Bytes one step writes: `batch * len * dim` elements of the output type.
     pub fn output_bytes(&self) -> u64 {
         (self.desc.batch * self.desc.len * self.dim * self.desc.options.out_dtype.size()) as u64
@@ -582,12 +641,14 @@ impl EncodePass {
     /// where the pass is split in two stages (adapters that run shaders on CPU cores, see
     /// `shaders/embed_x4.wgsl`), a scan, then two per window, the second indirect (and of
     /// no workgroups when every position is cached). A record whose output slice is not
-    /// aligned to the unit kernel's words takes the general kernel: one per window.
+    /// aligned to the unit kernel's words takes the general kernel: one per window. All of
+    /// it once per part ([`EncodePass::parts`]).
     pub fn dispatches(&self) -> usize {
-        match self.work {
-            Some(_) => 1 + 2 * self.windows.len(),
-            None => self.windows.len(),
-        }
+        self.parts()
+            * match self.work {
+                Some(_) => 1 + 2 * self.windows.len(),
+                None => self.windows.len(),
+            }
     }
 
     /// Records one step into `encoder`: `out[b, t, :] = scale * E[ids[b, t], :] +
@@ -620,31 +681,52 @@ impl EncodePass {
         let need = |name, bytes| Need { name, bytes, usage: storage, usage_text: "STORAGE" };
         let ids = self.ctx.span(OP, ids, &need("ids", self.ids_bytes()))?;
         let positions = self.ctx.span(OP, positions, &need("positions", self.positions_bytes()))?;
-        let out = self.ctx.span(OP, out, &need("out", self.output_bytes()))?;
+        let total = self.output_bytes();
+        if out.size() < total {
+            return Err(Error::Shape {
+                op: OP,
+                what: "out",
+                expected: format!("a slice of at least {total} bytes"),
+                actual: format!("{} bytes", out.size()),
+            });
+        }
         if self.params.n_words == 0 {
             return Ok(());
         }
-        let bound = self.bound.get_or_make(vec![ids, positions, out], |spans| self.bind(spans))?;
+        // One output range per part of the step (one unless the output exceeds a binding).
+        let part_bytes = u64::from(self.part_tokens) * self.row_bytes();
+        let mut spans = vec![ids, positions];
+        let mut at = 0;
+        while at < total {
+            let bytes = part_bytes.min(total - at);
+            let start = out.offset() + at;
+            let part = out.buffer().slice(start..start + bytes);
+            spans.push(self.ctx.span(OP, part, &need("out", bytes))?);
+            at += bytes;
+        }
+        let bound = self.bound.get_or_make(spans, |spans| self.bind(spans))?;
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some("posenc.embed.pass"),
             timestamp_writes: None,
         });
-        if let Some(split) = &bound.split {
-            pass.set_pipeline(&split.scan.pipeline);
-            pass.set_bind_group(0, &split.scan_group, &[]);
-            pass.dispatch_workgroups(1, 1, 1);
-        }
-        pass.set_pipeline(&bound.kernel.pipeline);
-        let (x, y, z) = bound.grid;
-        for group in &bound.groups {
-            pass.set_bind_group(0, group, &[]);
-            pass.dispatch_workgroups(x, y, z);
-        }
-        if let (Some(split), Some(work)) = (&bound.split, &self.work) {
-            pass.set_pipeline(&split.late.pipeline);
-            for group in &split.late_groups {
+        for part in &bound.parts {
+            if let Some(split) = &part.split {
+                pass.set_pipeline(&split.scan.pipeline);
+                pass.set_bind_group(0, &split.scan_group, &[]);
+                pass.dispatch_workgroups(1, 1, 1);
+            }
+            pass.set_pipeline(&part.kernel.pipeline);
+            let (x, y, z) = part.grid;
+            for group in &part.groups {
                 pass.set_bind_group(0, group, &[]);
-                pass.dispatch_workgroups_indirect(work, 0);
+                pass.dispatch_workgroups(x, y, z);
+            }
+            if let (Some(split), Some(work)) = (&part.split, &self.work) {
+                pass.set_pipeline(&split.late.pipeline);
+                for group in &split.late_groups {
+                    pass.set_bind_group(0, group, &[]);
+                    pass.dispatch_workgroups_indirect(work, 0);
+                }
             }
         }
         Ok(())
@@ -653,8 +735,36 @@ impl EncodePass {
 
 impl EncodePass {
     /// The parameter blocks and bind groups of one set of buffers (ids, positions, out).
+    /// The bind groups of one set of buffers: `spans` is the ids, the positions, then the
+    /// output range of each part of the step.
     fn bind(&self, spans: &[Span]) -> Result<Bound> {
-        let [ids, positions, out] = spans else { unreachable!("three spans") };
+        let [ids, positions, outs @ ..] = spans else { unreachable!("at least three spans") };
+        let all = (self.desc.batch * self.desc.len) as u32;
+        let parts = outs
+            .iter()
+            .enumerate()
+            .map(|(k, out)| {
+                let token_base = k as u32 * self.part_tokens;
+                let tokens = self.part_tokens.min(all - token_base);
+                self.bind_part(ids, positions, out, token_base, tokens)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Bound { parts })
+    }
+
+    /// The kernel, grid, parameters and bind groups of the part of `tokens` tokens from
+    /// `token_base`, writing `out`.
+    fn bind_part(
+        &self,
+        ids: &Span,
+        positions: &Span,
+        out: &Span,
+        token_base: u32,
+        tokens: u32,
+    ) -> Result<PartBound> {
+        let elements = u64::from(tokens) * self.dim as u64;
+        let n_words =
+            if self.desc.options.out_dtype == Dtype::F32 { elements } else { elements / 2 } as u32;
         // The unit kernel addresses the output in its words: the caller's offset must be a
         // whole number of them from the binding's start.
         let out_unit_words = if self.desc.options.out_dtype == Dtype::F32 { 4 } else { 2 };
@@ -666,8 +776,7 @@ impl EncodePass {
             None => {
                 let slots = self.kernel_slots();
                 let max_groups = self.ctx.device.limits().max_compute_workgroups_per_dimension;
-                let (x, y) =
-                    fold_dispatch(self.params.n_words.div_ceil(WORKGROUP_SIZE), max_groups);
+                let (x, y) = fold_dispatch(n_words.div_ceil(WORKGROUP_SIZE), max_groups);
                 (self.ctx.embed_kernel(EmbedKey::Embed(slots)), (x, y, 1), out.base)
             }
         };
@@ -682,13 +791,16 @@ impl EncodePass {
                 pos_base: positions.base,
                 out_base,
                 flags: self.params.flags | if w == 0 { FLAG_FIRST_WINDOW } else { 0 },
-                groups_x: if unit.is_some() { grid.0 } else { self.params.groups_x },
+                groups_x: grid.0,
+                n_words,
+                n_tokens: tokens,
+                token_base,
                 ..self.params
             })
             .collect();
         let bytes: Vec<&[u8]> = blocks.iter().map(bytemuck::bytes_of).collect();
         let ctx = &self.ctx;
-        ctx.validated("encode_pass.record", || -> Result<Bound> {
+        ctx.validated("encode_pass.record", || -> Result<PartBound> {
             let (params, stride) = uniform_blocks(ctx, "posenc.embed.params", &bytes)?;
             let cache: &wgpu::Buffer = match (&self.cache, &self.learned, &self.no_cache) {
                 (Some(c), _, _) => &c.buffer,
@@ -759,7 +871,7 @@ impl EncodePass {
                 }
                 _ => None,
             };
-            Ok(Bound { kernel, grid, groups, split, _params: params })
+            Ok(PartBound { kernel, grid, groups, split, _params: params })
         })?
     }
 

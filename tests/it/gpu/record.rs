@@ -921,3 +921,47 @@ fn learned_positions_without_a_row_give_zero_rows_and_count_as_faults() {
         }
     }
 }
+
+/// A step whose output is larger than one storage binding is recorded in parts, each bound
+/// at its own output range: the same bits as the CPU, in both access patterns, for f32 and
+/// 16-bit outputs, whole units and odd dims, at an output offset and with per-sequence
+/// positions whose sequences straddle the parts; the bytes around the output untouched.
+#[test]
+fn outputs_larger_than_one_binding_are_recorded_in_parts() {
+    let Some(base) = gpu() else { return };
+    let mut rng = Rng::new(41);
+    let align = u64::from(base.device().limits().min_storage_buffer_offset_alignment).max(4);
+    for (case, patterned) in both_patterns(base).iter().enumerate() {
+        for (dim, out_dtype) in [(8usize, Dtype::F32), (12, Dtype::Bf16), (7, Dtype::F16)] {
+            let (vocab, batch, len) = (50usize, 5usize, 10usize);
+            let row = (dim * out_dtype.size()) as u64;
+            // Room for a few rows per binding past the alignment slack: several parts.
+            let cap = align + 4 * row.max(align);
+            let ctx = patterned.with_max_binding_size(cap.max(256));
+            let tables = Tables::new(&mut rng, vocab, dim);
+            // The table fits the uncapped context's binding (same device).
+            let table = patterned.upload_table(tables.view(Dtype::F32)).unwrap();
+            let spec = PeSpec::for_variant(Variant::DistilBert, dim as u32).unwrap();
+            let options = EncodeOptions { out_dtype, ..Default::default() };
+            let desc = EncodePassDescriptor {
+                batch,
+                len,
+                positions: Positions::PerSequence,
+                options,
+                ..Default::default()
+            };
+            let pass = ctx.encode_pass(&spec, &table, &desc).unwrap();
+            let what = format!("{:?} d={dim} {out_dtype:?}", ctx.access_pattern());
+            assert!(pass.parts() > 2, "{what}: {} parts", pass.parts());
+            let ids = Array2::from_shape_fn((batch, len), |_| rng.below(vocab as u64) as u32);
+            let starts = [0u32, 7, 5000, 4090, u32::MAX - 9];
+            let positions = expand(&starts, len);
+            let want =
+                cpu::encode(&spec, tables.view(Dtype::F32), ids.view(), positions.view(), &options)
+                    .unwrap();
+            let ids_words: Vec<u32> = ids.iter().copied().collect();
+            let got = run_step(&ctx, &pass, &ids_words, &starts, [case, 1, 4 + case]);
+            assert_same(&what, &got, &cpu_bytes(&want));
+        }
+    }
+}
