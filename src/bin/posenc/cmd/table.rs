@@ -22,8 +22,8 @@ const DEFAULT_LEN: u64 = 8;
 #[derive(Debug, Args)]
 pub(crate) struct TableArgs {
     /// Model dimension: the values per row, in 1..=65536 (even for vaswani and whisper; at
-    /// least 2 for tensor2tensor and 4 for fairseq and whisper) [default: the config's
-    /// d_model, else 512].
+    /// least 2 for tensor2tensor and 4 for fairseq and whisper); with --config, the config's
+    /// d_model [default: 512].
     #[arg(long, value_name = "D", allow_negative_numbers = true)]
     dim: Option<u32>,
     /// Positions 0..N [default: 8 when --positions is not given].
