@@ -265,6 +265,27 @@ pub enum Error {
         /// What is allowed, in words.
         allowed: String,
     },
+    /// A model's `config.json` ([`crate::model_config::ModelConfig::from_hf_config`]) has a
+    /// key posenc cannot read as that model's absolute positions.
+    #[error("config.json: invalid {field}: {value} (allowed: {allowed})")]
+    PeConfig {
+        /// The offending key as the config spells it (`d_model`, `pad_token_id`, ...), or
+        /// `(json)` when the text is not a JSON object.
+        field: String,
+        /// The offending value, shortened, or `missing`.
+        value: String,
+        /// What is allowed, in words.
+        allowed: String,
+    },
+    /// A model's `config.json` names a family (`model_type`) whose absolute positions posenc
+    /// does not compute from a config, or not for this command.
+    #[error("config.json: model_type {model_type:?}: {reason}")]
+    ModelFamily {
+        /// The config's `model_type`.
+        model_type: String,
+        /// Why it is refused, and what to use instead.
+        reason: String,
+    },
     /// No tensor of a multi-tensor file could be chosen: the one named is missing, or none
     /// was named and the choice is not unique.
     #[error("{}: {problem}; 2-D tensors in the file: {}", path.display(), names_or_none(available))]
@@ -320,6 +341,8 @@ impl Error {
             | Error::PositionSpec { .. }
             | Error::RopeScaling { .. }
             | Error::RopeConfig { .. }
+            | Error::PeConfig { .. }
+            | Error::ModelFamily { .. }
             | Error::OutputPath { .. }
             | Error::TooLarge { .. } => ErrorKind::Usage,
             Error::TokenId { .. }
@@ -419,6 +442,8 @@ mod tests {
                 ErrorKind::Usage,
             ),
             (Error::RopeConfig { field: text(), value: text(), allowed: text() }, ErrorKind::Usage),
+            (Error::PeConfig { field: text(), value: text(), allowed: text() }, ErrorKind::Usage),
+            (Error::ModelFamily { model_type: text(), reason: text() }, ErrorKind::Usage),
             (Error::OutputPath { path: path(), what: text(), allowed: "" }, ErrorKind::Usage),
             (
                 Error::TooLarge { op: "", what: "", shape: vec![], limit_name: "", limit: 0 },

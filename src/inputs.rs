@@ -42,6 +42,7 @@ use ndarray::{Array2, Array4, ArrayD, Ix2, Ix4};
 
 use crate::encode::ids_to_u32;
 use crate::error::{Error, Result};
+use crate::model_config::ModelConfig;
 use crate::npy::{self, Expected, NpyArray, NpyDtype};
 use crate::positions;
 use crate::rope::{MAX_JSON_BYTES, RopeSpec, Scaling};
@@ -431,6 +432,16 @@ pub fn read_inv_freq(source: Source<'_>) -> Result<Vec<f64>> {
 /// [`Error::Io`] if it cannot be read; otherwise as [`RopeSpec::from_hf_config`].
 pub fn read_rope_config(source: Source<'_>, layer_type: Option<&str>) -> Result<RopeSpec> {
     RopeSpec::from_hf_config(&read_json(source)?, layer_type)
+}
+
+/// Reads a Hugging Face model's `config.json` into its absolute positions
+/// ([`ModelConfig::from_hf_config`]). At most [`MAX_JSON_BYTES`] (+1, for the size error)
+/// are read.
+///
+/// # Errors
+/// [`Error::Io`] if it cannot be read; otherwise as [`ModelConfig::from_hf_config`].
+pub fn read_model_config(source: Source<'_>) -> Result<ModelConfig> {
+    ModelConfig::from_hf_config(&read_json(source)?)
 }
 
 /// The text of a JSON file, at most [`MAX_JSON_BYTES`] + 1 bytes of it.

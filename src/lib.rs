@@ -54,6 +54,7 @@ mod error;
 mod exact;
 pub mod gpu;
 pub mod inputs;
+pub mod model_config;
 pub mod naive;
 pub mod npy;
 #[cfg(feature = "cli")]

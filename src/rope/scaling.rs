@@ -581,7 +581,7 @@ impl Scaling {
 }
 
 /// Parses JSON text of at most [`MAX_JSON_BYTES`], refusing a key given twice in one object.
-pub(super) fn parse_json(text: &str) -> Result<Value> {
+pub(crate) fn parse_json(text: &str) -> Result<Value> {
     if text.len() > MAX_JSON_BYTES {
         return Err(invalid(
             "(json)",
@@ -686,7 +686,7 @@ impl<'de> Visitor<'de> for Unique<'_> {
 }
 
 /// A JSON value shortened for an error message.
-pub(super) fn excerpt(v: &Value) -> String {
+pub(crate) fn excerpt(v: &Value) -> String {
     const MAX: usize = 48;
     let text = match v {
         Value::Array(a) if a.len() > 4 => format!("an array of {} values", a.len()),

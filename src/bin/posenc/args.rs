@@ -2,8 +2,12 @@
 //! dtype (encode, bench), the GPU memory budget (table, encode), and a plain spec from
 //! `--dim` and `--base` (accuracy, plot).
 
+use std::path::PathBuf;
+
 use clap::{Args, ValueEnum};
 use posenc::encode as enc;
+use posenc::inputs::{self, Source};
+use posenc::model_config::ModelConfig;
 use posenc::{DEFAULT_BASE, Error, Frequencies, PeSpec, Variant};
 
 use crate::failure::Failure;
@@ -11,10 +15,15 @@ use crate::failure::Failure;
 /// The sinusoid's convention, shared by `table` and `encode`.
 #[derive(Debug, Args)]
 pub(crate) struct PeArgs {
+    /// A Hugging Face model's config.json (marian, pegasus, m2m_100/NLLB, fsmt,
+    /// speech_to_text, whisper; encode also bart and mbart with --position-table): variant,
+    /// width, padding index and scale come from it; the flags override them.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) config: Option<PathBuf>,
     /// The published convention to reproduce (docs/variants.md): column layout, frequency
-    /// formula and position numbering.
-    #[arg(long, value_enum, default_value_t = VariantArg::Vaswani)]
-    pub(crate) variant: VariantArg,
+    /// formula and position numbering [default: the config's, else vaswani].
+    #[arg(long, value_enum)]
+    pub(crate) variant: Option<VariantArg>,
     /// exact: the formula at full precision (within 6e-8 at every position). f32: the
     /// frequencies and angle rounded to float32 as the frameworks compute them, then the
     /// exact sin/cos of that angle, to match checkpoints trained that way.
@@ -34,17 +43,34 @@ pub(crate) struct PeArgs {
     start_index: Option<u32>,
     /// fairseq's padding_idx: the position whose row is zeros, and in encode the number
     /// that positions count from (pad tokens get it, others padding_idx + 1, ...); `none`:
-    /// no zero row, positions from 0 [default: 1].
+    /// no zero row, positions from 0 [default: the config's pad_token_id, else 1].
     #[arg(long, value_name = "N|none", value_parser = parse_padding_idx,
           allow_hyphen_values = true)]
     padding_idx: Option<PaddingIdx>,
 }
 
 impl PeArgs {
-    /// The spec these arguments describe at dimension `dim`.
-    pub(crate) fn spec(&self, dim: u32) -> Result<PeSpec, Error> {
-        let variant = Variant::from(self.variant);
+    /// The `--config` file, read and checked; `None` without the flag.
+    pub(crate) fn config(&self) -> Result<Option<ModelConfig>, Error> {
+        match &self.config {
+            Some(path) => inputs::read_model_config(Source::File(path)).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The variant: `--variant`, else the config's sinusoid's, else vaswani.
+    pub(crate) fn variant(&self, config: Option<&PeSpec>) -> Variant {
+        self.variant.map(Variant::from).or(config.map(PeSpec::variant)).unwrap_or_default()
+    }
+
+    /// The spec these arguments describe at dimension `dim`, over `config`'s sinusoid (its
+    /// variant, and its padding index while the variant is its own) where a flag is absent.
+    pub(crate) fn spec(&self, dim: u32, config: Option<&PeSpec>) -> Result<PeSpec, Error> {
+        let variant = self.variant(config);
         let mut spec = PeSpec::for_variant(variant, dim)?;
+        if let Some(c) = config.filter(|c| c.variant() == variant) {
+            spec = spec.with_padding_idx(c.padding_idx());
+        }
         let t2t = variant == Variant::Tensor2Tensor;
         if !t2t && (self.min_timescale.is_some() || self.max_timescale.is_some()) {
             return Err(Error::InvalidParameter {

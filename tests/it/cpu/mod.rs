@@ -6,6 +6,7 @@ mod cli;
 mod encode;
 mod encode_shapes;
 mod learned;
+mod model_config;
 mod plot;
 mod rope;
 mod rope_config;

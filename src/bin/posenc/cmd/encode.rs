@@ -11,8 +11,9 @@ use ndarray::{Array2, Array3, ArrayView2, Axis};
 use posenc::encode::{self as enc, EncodeOptions, Encoded, Scale};
 use posenc::gpu::{self, PendingEncode};
 use posenc::inputs::{self, EncodePositions, Source};
+use posenc::model_config::{ModelConfig, ModelPositions};
 use posenc::output::Target;
-use posenc::{Error, PeSpec, Variant, cpu, npy, weights};
+use posenc::{Error, PeSpec, cpu, npy, weights};
 
 use crate::args::{OutDtype, PeArgs, parse_budget};
 use crate::device::{Compute, FastDevice, on_device};
@@ -50,14 +51,15 @@ pub(crate) struct EncodeArgs {
     #[arg(long, value_name = "PATH")]
     offsets: Option<PathBuf>,
     /// Padding token id: its output rows are zeros and it need not be below V. Without
-    /// --positions or --offsets it also makes the batch left-padded (see below).
+    /// --positions or --offsets it also makes the batch left-padded (see below) [default:
+    /// the config's pad_token_id for m2m_100, fsmt and speech_to_text, else none].
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pad_id: Option<u32>,
     /// Embedding scale: none, sqrt (sqrt(D), the Transformer's) or a finite number. With a
-    /// scale, cpu and gpu may differ by one rounding of the product.
-    #[arg(long, value_name = "S", default_value = "none", value_parser = parse_scale,
-          allow_hyphen_values = true)]
-    scale: Scale,
+    /// scale, cpu and gpu may differ by one rounding of the product [default: sqrt when the
+    /// config's scale_embedding is true, else none].
+    #[arg(long, value_name = "S", value_parser = parse_scale, allow_hyphen_values = true)]
+    scale: Option<Scale>,
     /// Where to compute. `auto` uses the GPU when one opens, else the CPU with a note on
     /// stderr; `gpu` fails without one.
     #[arg(long, value_enum, default_value_t = FastDevice::Auto)]
@@ -358,8 +360,27 @@ impl EncodeInput {
     }
 
     fn load(args: &EncodeArgs) -> Result<Self, Error> {
+        let config = args.pe.config()?;
+        if let Some(c) = &config {
+            check_config(c, args)?;
+        }
         let table = inputs::read_table(Source::File(&args.weights), args.tensor.as_deref())?;
         let width = table.dim().1;
+        if let Some(c) = config.as_ref().filter(|c| c.dim() as usize != width) {
+            return Err(Error::Shape {
+                op: "encode",
+                what: "config d_model vs embedding width",
+                expected: c.dim().to_string(),
+                actual: width.to_string(),
+            });
+        }
+        let config_spec = config.as_ref().and_then(ModelConfig::spec);
+        let offset = match config.as_ref().map(ModelConfig::positions) {
+            Some(ModelPositions::Learned { offset }) => offset,
+            _ => 0,
+        };
+        let scale = args.scale.or(config.as_ref().map(ModelConfig::scale)).unwrap_or_default();
+        let pad_id = args.pad_id.or(config.as_ref().and_then(ModelConfig::pad_id));
         let learned = match &args.position_table {
             Some(path) => Some(inputs::read_position_table(
                 Source::File(path),
@@ -380,39 +401,38 @@ impl EncodeInput {
                 });
             }
             Some(_) => None,
-            None => Some(args.pe.spec(dim).map_err(|e| match e {
+            None => Some(args.pe.spec(dim, config_spec.as_ref()).map_err(|e| match e {
                 Error::InvalidParameter { field: "dim", allowed, .. } => Error::InvalidParameter {
                     field: "dim",
                     value: format!(
                         "{width} (the width of the table in {}, variant {})",
                         args.weights.display(),
-                        Variant::from(args.pe.variant)
+                        args.pe.variant(config_spec.as_ref())
                     ),
                     allowed,
                 },
                 other => other,
             })?),
         };
-        let options = EncodeOptions {
-            scale: args.scale,
-            pad_id: args.pad_id,
-            out_dtype: args.out_dtype.into(),
-        };
+        let options = EncodeOptions { scale, pad_id, out_dtype: args.out_dtype.into() };
         options.scale.factor(width)?;
 
         // The output's shape is checked as the ids are read, before anything is built from it.
-        let ids = inputs::read_ids(Source::File(&args.ids), table.dim(), args.pad_id)?;
+        let ids = inputs::read_ids(Source::File(&args.ids), table.dim(), pad_id)?;
         let fairseq_padding = spec.and_then(|s| s.padding_idx());
         let how = match (&args.positions, &args.offsets) {
             (Some(path), _) => EncodePositions::File(Source::File(path)),
             (None, Some(path)) => EncodePositions::Offsets(Source::File(path)),
-            (None, None) => match (fairseq_padding, args.pad_id) {
+            (None, None) => match (fairseq_padding, pad_id) {
                 (Some(padding_idx), _) => EncodePositions::Fairseq { padding_idx },
                 (None, Some(pad_id)) => EncodePositions::LeftPadded { pad_id },
                 (None, None) => EncodePositions::Contiguous,
             },
         };
-        let positions = inputs::encode_positions(&ids, how)?;
+        let mut positions = inputs::encode_positions(&ids, how)?;
+        if offset > 0 {
+            add_offset(&mut positions, offset, config.as_ref().map_or("", |c| c.model_type()))?;
+        }
         let pe = match (spec, learned) {
             (Some(spec), _) => PeInput::Spec(spec),
             (None, Some(p)) => {
@@ -424,6 +444,47 @@ impl EncodeInput {
         let one_sequence = ids.one_sequence();
         Ok(Self { pe, table, ids: ids.ids, positions, options, one_sequence })
     }
+}
+
+/// Refuses a `--config` whose positions `encode` cannot add as asked: Whisper's (they meet
+/// audio features), a learned family's without its table, a sinusoid family's with one.
+fn check_config(config: &ModelConfig, args: &EncodeArgs) -> Result<(), Error> {
+    let refuse = |reason: &str| {
+        Err(Error::ModelFamily {
+            model_type: config.model_type().to_string(),
+            reason: reason.to_string(),
+        })
+    };
+    if !config.token_inputs() {
+        return refuse(
+            "its sinusoid is added to the audio encoder's features, not to token embeddings, \
+             and its decoder's positions are learned (give that table with --position-table, \
+             without --config)",
+        );
+    }
+    match (config.positions(), &args.position_table) {
+        (ModelPositions::Learned { offset }, None) => refuse(&format!(
+            "learned positions, looked up at position + {offset}: give the checkpoint's table \
+             with --position-table"
+        )),
+        (ModelPositions::Sinusoid(_), Some(_)) => refuse(
+            "sinusoidal positions, which posenc computes: leave out --position-table, or \
+             --config",
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// Adds a learned family's offset to every position (BART's row of position `p` is `p + 2`).
+fn add_offset(positions: &mut Array2<u32>, offset: u32, model_type: &str) -> Result<(), Error> {
+    for p in positions.iter_mut() {
+        *p = p.checked_add(offset).ok_or_else(|| Error::InvalidParameter {
+            field: "positions",
+            value: format!("{p} + {offset} (model_type {model_type})"),
+            allowed: "positions that stay at most 4294967295 after the config's offset",
+        })?;
+    }
+    Ok(())
 }
 
 fn write_encoded(w: &mut dyn Write, encoded: &Encoded, one_sequence: bool) -> io::Result<()> {

@@ -13,15 +13,19 @@ use crate::device::{FastDevice, on_device};
 use crate::failure::Failure;
 use crate::output::{emit, output_help, refuse_binary_on_terminal, reserve_table, target};
 
+/// `--dim` when neither `--dim` nor `--config` is given.
+const DEFAULT_DIM: u32 = 512;
+
 /// `--len` when neither `--len` nor `--positions` is given.
 const DEFAULT_LEN: u64 = 8;
 
 #[derive(Debug, Args)]
 pub(crate) struct TableArgs {
     /// Model dimension: the values per row, in 1..=65536 (even for vaswani and whisper; at
-    /// least 2 for tensor2tensor and 4 for fairseq and whisper).
-    #[arg(long, value_name = "D", default_value_t = 512, allow_negative_numbers = true)]
-    dim: u32,
+    /// least 2 for tensor2tensor and 4 for fairseq and whisper); with --config, the config's
+    /// d_model [default: 512].
+    #[arg(long, value_name = "D", allow_negative_numbers = true)]
+    dim: Option<u32>,
     /// Positions 0..N [default: 8 when --positions is not given].
     #[arg(long, value_name = "N", conflicts_with = "positions", allow_negative_numbers = true)]
     len: Option<u64>,
@@ -86,7 +90,23 @@ enum Format {
 }
 
 pub(crate) fn run(args: &TableArgs) -> Result<(), Failure> {
-    let spec = args.pe.spec(args.dim).map_err(Failure::usage)?;
+    let config = args.pe.config().map_err(Failure::usage)?;
+    let from_config = match &config {
+        None => None,
+        Some(c) => match c.spec() {
+            Some(spec) => Some(spec),
+            None => {
+                return Err(Failure::usage(Error::ModelFamily {
+                    model_type: c.model_type().to_string(),
+                    reason: "learned positions: not a table posenc computes (encode adds the \
+                             checkpoint's with --config and --position-table)"
+                        .into(),
+                }));
+            }
+        },
+    };
+    let dim = args.dim.or(from_config.map(|s| s.dim())).unwrap_or(DEFAULT_DIM);
+    let spec = args.pe.spec(dim, from_config.as_ref()).map_err(Failure::usage)?;
     let positions = match &args.positions {
         Some(text) => positions::parse_spec(text).map_err(Failure::usage)?,
         None => {

@@ -1,0 +1,222 @@
+//! `posenc table --config` and `posenc encode --config` on the CPU: a published config
+//! gives, byte for byte, what the explicit flags it stands for give; flags override it;
+//! families and uses posenc does not serve are refused with one line naming `model_type`.
+
+use std::fs;
+
+use ndarray::{Array1, Array2, array};
+
+use crate::cpu::rope_config::config_path;
+use crate::support::cli::{Dir, assert_ok, assert_rejected, posenc, s};
+
+fn config(name: &str) -> String {
+    s(&config_path(name))
+}
+
+/// The `table` output (npy) of `args` plus small common arguments.
+fn table(dir: &Dir, name: &str, args: &[&str]) -> Vec<u8> {
+    let out = dir.path(name);
+    let common = [
+        "table",
+        "--device",
+        "cpu",
+        "--positions",
+        "0..4,511,1025,65535",
+        "--format",
+        "npy",
+        "-o",
+        &s(&out),
+    ];
+    let run = posenc(&[&common[..], args].concat());
+    assert_ok(&run, &format!("table {args:?}"));
+    fs::read(out).unwrap()
+}
+
+#[test]
+fn table_config_equals_its_explicit_flags() {
+    let dir = Dir::new();
+    let cases: [(&str, &[&str]); 3] = [
+        ("opus-mt-en-de.json", &["--variant", "marian", "--dim", "512"]),
+        (
+            "nllb-200-distilled-600m.json",
+            &["--variant", "fairseq", "--dim", "1024", "--padding-idx", "1"],
+        ),
+        ("whisper-tiny.json", &["--variant", "whisper", "--dim", "384"]),
+    ];
+    for (k, (name, flags)) in cases.into_iter().enumerate() {
+        let from_config = table(&dir, &format!("{k}c.npy"), &["--config", &config(name)]);
+        let from_flags = table(&dir, &format!("{k}f.npy"), flags);
+        assert!(from_config == from_flags, "{name}");
+    }
+}
+
+#[test]
+fn table_flags_override_the_config() {
+    let dir = Dir::new();
+    let nllb = config("nllb-200-distilled-600m.json");
+    let cases: [(&[&str], &[&str]); 3] = [
+        (
+            &["--dim", "16", "--padding-idx", "none"],
+            &["--variant", "fairseq", "--dim", "16", "--padding-idx", "none"],
+        ),
+        (&["--variant", "vaswani", "--dim", "8"], &["--variant", "vaswani", "--dim", "8"]),
+        (
+            &["--frequencies", "f32"],
+            &["--variant", "fairseq", "--dim", "1024", "--frequencies", "f32"],
+        ),
+    ];
+    for (k, (over, flags)) in cases.into_iter().enumerate() {
+        let a =
+            table(&dir, &format!("{k}a.npy"), &[&["--config", nllb.as_str()][..], over].concat());
+        let b = table(&dir, &format!("{k}b.npy"), flags);
+        assert!(a == b, "{over:?}");
+    }
+}
+
+/// An embedding table of `vocab` rows of `dim`, distinct values.
+fn weights(dir: &Dir, vocab: usize, dim: usize) -> String {
+    dir.npy(
+        "w.npy",
+        &Array2::from_shape_fn((vocab, dim), |(r, c)| ((r * 31 + c * 7) % 97) as f32 / 97.0 - 0.5),
+    )
+}
+
+fn encode(dir: &Dir, name: &str, args: &[&str]) -> Vec<u8> {
+    let out = dir.path(name);
+    let run = posenc(&[&["encode", "--device", "cpu", "-o", &s(&out)][..], args].concat());
+    assert_ok(&run, &format!("encode {args:?}"));
+    fs::read(out).unwrap()
+}
+
+#[test]
+fn encode_config_equals_its_explicit_flags() {
+    let dir = Dir::new();
+    // NLLB: fairseq positions counting from padding_idx + 1, pad tokens (id 1) zero, scaled.
+    let w = weights(&dir, 12, 1024);
+    let ids = dir.npy("ids.npy", &array![[1u32, 1, 5, 7, 2], [4, 5, 6, 7, 1]]);
+    let nllb = config("nllb-200-distilled-600m.json");
+    let a = encode(&dir, "a.npy", &["--weights", &w, "--ids", &ids, "--config", &nllb]);
+    let flags = [
+        "--weights",
+        &w,
+        "--ids",
+        &ids,
+        "--variant",
+        "fairseq",
+        "--padding-idx",
+        "1",
+        "--pad-id",
+        "1",
+        "--scale",
+        "sqrt",
+    ];
+    let b = encode(&dir, "b.npy", &flags);
+    assert!(a == b, "nllb");
+    // Marian: positions from 0 for every token, the pad token (58100) looked up like others.
+    let w =
+        dir.npy("wm.npy", &Array2::from_shape_fn((4, 512), |(r, c)| (r as f32) - (c % 5) as f32));
+    let ids = dir.npy("idsm.npy", &array![[3u32, 2, 0]]);
+    let opus = config("opus-mt-en-de.json");
+    let a = encode(&dir, "c.npy", &["--weights", &w, "--ids", &ids, "--config", &opus]);
+    let b = encode(
+        &dir,
+        "d.npy",
+        &["--weights", &w, "--ids", &ids, "--variant", "marian", "--scale", "sqrt"],
+    );
+    assert!(a == b, "marian");
+    // Flags override: no scale.
+    let a = encode(
+        &dir,
+        "e.npy",
+        &["--weights", &w, "--ids", &ids, "--config", &opus, "--scale", "none"],
+    );
+    let b = encode(&dir, "f.npy", &["--weights", &w, "--ids", &ids, "--variant", "marian"]);
+    assert!(a == b, "marian, --scale none");
+}
+
+#[test]
+fn encode_bart_reads_its_learned_table_two_rows_on() {
+    let dir = Dir::new();
+    let w = weights(&dir, 10, 768);
+    let p = dir.npy("p.npy", &Array2::from_shape_fn((12, 768), |(r, c)| (r * 1000 + c) as f32));
+    let ids = dir.npy("ids.npy", &array![[0u32, 4, 9, 1], [2, 2, 3, 1]]);
+    let bart = config("bart-base.json");
+    let args = ["--weights", &w, "--ids", &ids, "--position-table", &p];
+    let a = encode(&dir, "a.npy", &[&args[..], &["--config", &bart]].concat());
+    let offsets = dir.npy("o.npy", &Array1::from_vec(vec![2u32, 2]));
+    let b = encode(&dir, "b.npy", &[&args[..], &["--offsets", &offsets]].concat());
+    assert!(a == b, "bart: rows at position + 2");
+    // With explicit offsets (a KV cache at 3), the config's 2 is added to them.
+    let at3 = dir.npy("o3.npy", &Array1::from_vec(vec![3u32, 0]));
+    let at5 = dir.npy("o5.npy", &Array1::from_vec(vec![5u32, 2]));
+    let a = encode(&dir, "c.npy", &[&args[..], &["--config", &bart, "--offsets", &at3]].concat());
+    let b = encode(&dir, "d.npy", &[&args[..], &["--offsets", &at5]].concat());
+    assert!(a == b, "bart with --offsets");
+    // Position 8 + 3 + 2 = 13 is past the table's 12 rows: refused, as HF's lookup fails.
+    let past = dir.npy("o9.npy", &Array1::from_vec(vec![3u32, 8]));
+    let out = dir.out("x.npy");
+    let over = [
+        &["encode", "--device", "cpu", "-o", &out][..],
+        &args,
+        &["--config", &bart, "--offsets", &past],
+    ]
+    .concat();
+    assert_rejected(&posenc(&over), &over, "position");
+}
+
+#[test]
+fn uses_posenc_does_not_serve_are_refused_naming_the_family() {
+    let dir = Dir::new();
+    let w = weights(&dir, 4, 384);
+    let ids = dir.npy("ids.npy", &array![[0u32, 1]]);
+    let p = dir.npy("p.npy", &Array2::<f32>::zeros((4, 384)));
+    let out = dir.out("o.npy");
+    let llama = config("llama-3.1-8b.json");
+    let whisper = config("whisper-tiny.json");
+    let bart = config("bart-base.json");
+    let opus = config("opus-mt-en-de.json");
+    let bad = dir.bytes(
+        "bad.json",
+        br#"{"model_type": "m2m_100", "d_model": 1024, "scale_embedding": true}"#,
+    );
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["table", "--config", &llama], "model_type \"llama\""),
+        (vec!["table", "--config", &bart], "model_type \"bart\""),
+        (vec!["table", "--config", &bad], "pad_token_id"),
+        (
+            vec!["encode", "--weights", &w, "--ids", &ids, "-o", &out, "--config", &whisper],
+            "model_type \"whisper\"",
+        ),
+        (
+            vec!["encode", "--weights", &w, "--ids", &ids, "-o", &out, "--config", &bart],
+            "model_type \"bart\"",
+        ),
+        (
+            vec![
+                "encode",
+                "--weights",
+                &w,
+                "--ids",
+                &ids,
+                "-o",
+                &out,
+                "--config",
+                &opus,
+                "--position-table",
+                &p,
+            ],
+            "model_type \"marian\"",
+        ),
+        (vec!["encode", "--weights", &w, "--ids", &ids, "-o", &out, "--config", &opus], "d_model"),
+        (
+            vec!["encode", "--weights", &w, "--ids", &ids, "-o", &out, "--config", &llama],
+            "model_type \"llama\"",
+        ),
+    ];
+    for (args, needle) in &cases {
+        let mut args = args.clone();
+        args.extend(["--device", "cpu"]);
+        assert_rejected(&posenc(&args), &args, needle);
+    }
+    assert!(dir.files().iter().all(|f| f != "o.npy"), "no output for a refused request");
+}
