@@ -29,7 +29,7 @@ fn bench_encode(c: &mut Criterion) {
     let mut group = c.benchmark_group("encode");
     group.sample_size(10);
     group.throughput(Throughput::Bytes(bytes));
-    let encoder = cpu::Encoder::new(spec);
+    let encoder = cpu::Encoder::new(spec.clone());
     let mut out = Array3::<f32>::zeros((batch, len, dim));
     group.bench_function("cpu/8x1024x1024", |b| {
         b.iter(|| {
@@ -83,7 +83,7 @@ fn bench_encode_bf16_chunked(c: &mut Criterion) {
             None
         }
     };
-    let encoder = cpu::Encoder::new(spec);
+    let encoder = cpu::Encoder::new(spec.clone());
 
     let mut group = c.benchmark_group("encode_bf16_chunked");
     group.sample_size(10);

@@ -772,7 +772,7 @@ fn run_on(
     let mut results = Vec::new();
 
     // The CPU output is computed whatever the devices, for the agreement check.
-    let encoder = cpu::Encoder::new(*spec);
+    let encoder = cpu::Encoder::new(spec.clone());
     let mut cpu_out = CpuOut::new(config);
     cpu_out.encode(&encoder, &inputs, &options)?;
 

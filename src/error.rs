@@ -288,14 +288,36 @@ pub enum Error {
     },
     /// No tensor of a multi-tensor file could be chosen: the one named is missing, or none
     /// was named and the choice is not unique.
-    #[error("{}: {problem}; 2-D tensors in the file: {}", path.display(), names_or_none(available))]
+    #[error(
+        "{}: {problem}; {rank}-D tensors in the file: {}",
+        path.display(),
+        names_or_none(available)
+    )]
     Tensor {
         /// The file.
         path: PathBuf,
         /// Why no tensor was chosen.
         problem: String,
-        /// The names of the file's 2-D tensors, sorted.
+        /// The rank of the tensors the operation reads (2 for tables, 1 for frequencies).
+        rank: usize,
+        /// The names of the file's tensors of that rank, sorted.
         available: Vec<String>,
+    },
+    /// An input array holds another number of values than the operation needs (a model's
+    /// `inv_freq`: one per frequency). Refused from the file's header, before its data is
+    /// read.
+    #[error("{}: {what} holds {actual} values, but {expected} are needed ({reason})", path.display())]
+    Count {
+        /// The file.
+        path: PathBuf,
+        /// The array's role (`inv_freq`).
+        what: &'static str,
+        /// The number of values needed.
+        expected: usize,
+        /// The number the file holds.
+        actual: usize,
+        /// Why that many, in words.
+        reason: &'static str,
     },
 }
 
@@ -351,7 +373,8 @@ impl Error {
             | Error::Format { .. }
             | Error::Dtype { .. }
             | Error::Rank { .. }
-            | Error::Tensor { .. } => ErrorKind::Input,
+            | Error::Tensor { .. }
+            | Error::Count { .. } => ErrorKind::Input,
             Error::Shape { .. } => ErrorKind::Shape,
             Error::Limit { .. } => ErrorKind::Limit,
             Error::NoAdapter { .. }
@@ -464,7 +487,14 @@ mod tests {
                 Error::Rank { path: path(), what: "", expected: vec![], actual: vec![] },
                 ErrorKind::Input,
             ),
-            (Error::Tensor { path: path(), problem: text(), available: vec![] }, ErrorKind::Input),
+            (
+                Error::Tensor { path: path(), problem: text(), rank: 2, available: vec![] },
+                ErrorKind::Input,
+            ),
+            (
+                Error::Count { path: path(), what: "", expected: 1, actual: 0, reason: "" },
+                ErrorKind::Input,
+            ),
             (Error::Shape { op: "", what: "", expected: text(), actual: text() }, ErrorKind::Shape),
             (
                 Error::Limit { op: "", what: "", requested: 0, limit_name: "", limit: 0 },

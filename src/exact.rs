@@ -28,8 +28,12 @@ fn big(x: f64) -> BigFloat {
 
 /// The angular frequencies `w_i` of a spec's published formula, in radians per position, at
 /// [`PREC`] bits. Each is `w_0 r^i`; every product adds at most one rounding of 2^-256
-/// relative, so even 32768 of them stay below 2^-240.
+/// relative, so even 32768 of them stay below 2^-240. A spec's own frequencies
+/// ([`PeSpec::with_inv_freq`]) are taken as they are (every f64 is exact at [`PREC`] bits).
 pub(crate) fn angular_frequencies(spec: &PeSpec) -> Vec<BigFloat> {
+    if let Some(inv_freq) = spec.inv_freq() {
+        return inv_freq.iter().map(|&w| big(w)).collect();
+    }
     let mut cc = consts();
     let n = spec.n_freqs();
     let ln = |x: f64, cc: &mut Consts| big(x).ln(PREC, RM, cc);
@@ -102,8 +106,13 @@ pub(crate) fn nearest_f64(x: &BigFloat) -> f64 {
 }
 
 /// The frequencies of [`Frequencies::F32`]: each variant's float32 recipe, with every
-/// elementary operation rounded to nearest f32 (ARCHITECTURE.md, "float32 frequencies").
+/// elementary operation rounded to nearest f32 (ARCHITECTURE.md, "float32 frequencies"); a
+/// spec's own frequencies each rounded to the nearest f32 (exact for a float32 buffer; a
+/// normal f32, as the spec's range guarantees).
 pub(crate) fn f32_frequencies(spec: &PeSpec) -> Vec<f32> {
+    if let Some(inv_freq) = spec.inv_freq() {
+        return inv_freq.iter().map(|&w| w as f32).collect();
+    }
     let mut cc = consts();
     let n = spec.n_freqs();
     let exp_f32 = |v: f32, cc: &mut Consts| nearest_f32(&big(f64::from(v)).exp(PREC, RM, cc));
@@ -137,8 +146,10 @@ pub(crate) fn f32_frequencies(spec: &PeSpec) -> Vec<f32> {
 }
 
 /// Exponent bias of the turn steps of [`Frequencies::F32`]: entry `k` holds the step of
-/// `2^(k - F32_STEP_BIAS)` radians. Angles `m 2^e` (m of 24 bits) of every valid spec have
-/// `e` in `[-114, 41]`, well inside `[-160, 95]`.
+/// `2^(k - F32_STEP_BIAS)` radians. Angles `m 2^e` (m of 24 bits) of every formula have
+/// `e` in `[-114, 41]`, and those of frequencies given in `[2^-126, 2^64]`
+/// ([`PeSpec::with_inv_freq`]) `e` in `[-149, 73]` (positions `[1, 2^33)`), inside
+/// `[-160, 95]`.
 pub const F32_STEP_BIAS: i32 = 160;
 /// Entries in the table of turn steps of powers of two.
 pub const F32_STEPS: usize = 256;
@@ -209,7 +220,7 @@ impl WordsCache {
 /// The part of a spec the kernel words depend on: the start index and padding position
 /// only move or blank rows, so specs differing only there share one cache entry.
 fn kernel_words_key(spec: &PeSpec) -> PeSpec {
-    spec.with_start_index(0).with_padding_idx(None)
+    spec.clone().with_start_index(0).with_padding_idx(None)
 }
 
 /// What the table kernels read per spec, as flat u32 words. Exact frequencies: each

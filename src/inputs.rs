@@ -34,11 +34,12 @@
 //! ```
 
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, BufReader, Cursor, Read, Seek, SeekFrom};
 use std::path::Path;
 
 use half::{bf16, f16};
 use ndarray::{Array2, Array4, ArrayD, Ix2, Ix4};
+use safetensors::tensor::Dtype as StDtype;
 
 use crate::encode::ids_to_u32;
 use crate::error::{Error, Result};
@@ -409,19 +410,150 @@ pub fn read_rope_scaling(source: Source<'_>) -> Result<Scaling> {
     Scaling::from_hf_json(&read_json(source)?)
 }
 
-/// Reads a model's own RoPE frequencies (`inv_freq`, radians per position) from a 1-D
-/// float32 `.npy`, as a framework's buffer dumps them (`np.save(path,
-/// rotary.inv_freq.cpu().numpy())`), for [`Scaling::Explicit`]. Each value is taken exactly.
+/// Reads a model's own frequencies (`inv_freq`, radians per position, one per frequency),
+/// each value taken exactly: float32 widened to float64 (exact), float64 as stored. For
+/// [`Scaling::Explicit`] (RoPE, `count = rotary_dim / 2`) and
+/// [`PeSpec::with_inv_freq`](crate::PeSpec::with_inv_freq) (tables, `count = n_freqs`).
+///
+/// The format is recognised by content, as [`weights::load`] does: a `.npy` (by its magic
+/// string) of dtype `'<f4'` or `'<f8'`, rank 1, as a framework's buffer dumps it
+/// (`np.save(path, rotary.inv_freq.cpu().numpy())`); anything else is read as
+/// `.safetensors`, whose tensor `tensor` (or, unnamed, the file's only 1-D tensor) must be
+/// `F32` or `F64` of rank 1 (`safetensors.torch.save_file({"inv_freq": rotary.inv_freq},
+/// path)`). The number of values is checked against `count` from the header, before the
+/// data is allocated or read; whether each value is one the spec accepts (finite, > 0, not
+/// too large for an exact phase) is the spec's check.
+///
+/// ```
+/// use std::path::Path;
+/// use posenc::inputs::{self, Source};
+///
+/// let mut npy = Vec::new();
+/// posenc::npy::write(&mut npy, ndarray::array![1.0f32, 0.1, 0.01].view()).unwrap();
+/// let source = Source::Bytes { name: Path::new("inv_freq.npy"), bytes: &npy };
+/// assert_eq!(inputs::read_inv_freq(source, None, 3)?, [1.0, f64::from(0.1f32), f64::from(0.01f32)]);
+/// let err = inputs::read_inv_freq(source, None, 4).unwrap_err();
+/// assert!(matches!(err, posenc::Error::Count { expected: 4, actual: 3, .. }), "{err}");
+/// # Ok::<(), posenc::Error>(())
+/// ```
 ///
 /// # Errors
-/// As the other `.npy` readers (dtype, rank, size, a short file);
-/// [`Scaling::Explicit`]'s checks (finite and > 0, one per frequency) are the spec's.
-pub fn read_inv_freq(source: Source<'_>) -> Result<Vec<f64>> {
-    let expected = Expected { what: "inv_freq", dtypes: &[NpyDtype::F32], ranks: &[1] };
-    match read_npy(source, &expected)? {
-        NpyArray::F32(a) => Ok(a.iter().map(|&v| f64::from(v)).collect()),
-        other => Err(unexpected_dtype(source, "inv_freq", &other)),
+/// All naming the file: as the `.npy` reader and [`weights::load`] (format, a short file,
+/// [`Error::Tensor`] for a missing or ambiguous tensor); [`Error::Dtype`] for another dtype
+/// (`BF16` and `F16` included: their values are not a framework's float32 buffer);
+/// [`Error::Rank`] for a rank other than 1; [`Error::Count`] for a length other than `count`
+/// (an empty array included); [`Error::InvalidParameter`] naming `inv_freq_tensor` if a
+/// tensor is named for a `.npy` file.
+pub fn read_inv_freq(source: Source<'_>, tensor: Option<&str>, count: usize) -> Result<Vec<f64>> {
+    match source {
+        Source::File(path) => {
+            let (file, len) = open_file(path)?;
+            inv_freq_from(BufReader::new(file), len, path, tensor, count)
+        }
+        Source::Bytes { name, bytes } => {
+            inv_freq_from(Cursor::new(bytes), bytes.len() as u64, name, tensor, count)
+        }
     }
+}
+
+/// How errors name a model's frequencies.
+const INV_FREQ: &str = "inv_freq";
+
+/// [`read_inv_freq`] from a seekable reader of exactly `len` bytes, named `path`.
+fn inv_freq_from<R: Read + Seek>(
+    mut reader: R,
+    len: u64,
+    path: &Path,
+    tensor: Option<&str>,
+    count: usize,
+) -> Result<Vec<f64>> {
+    let io_error = |source| Error::Io { path: path.to_path_buf(), source };
+    let wrong_count = |actual: usize| Error::Count {
+        path: path.to_path_buf(),
+        what: INV_FREQ,
+        expected: count,
+        actual,
+        reason: "one per frequency",
+    };
+    let mut magic = [0u8; npy::MAGIC.len()];
+    let is_npy = match reader.read_exact(&mut magic) {
+        Ok(()) => &magic == npy::MAGIC,
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => false,
+        Err(e) => return Err(io_error(e)),
+    };
+    reader.rewind().map_err(io_error)?;
+    if is_npy {
+        if let Some(name) = tensor {
+            return Err(Error::InvalidParameter {
+                field: "inv_freq_tensor",
+                value: name.to_string(),
+                allowed: "a tensor name only for a .safetensors file (a .npy holds one array)",
+            });
+        }
+        let expected =
+            Expected { what: INV_FREQ, dtypes: &[NpyDtype::F32, NpyDtype::F64], ranks: &[1] };
+        let check = |shape: &[usize]| match *shape {
+            [n] if n != count => Err(wrong_count(n)),
+            _ => Ok(()),
+        };
+        return match npy::read_checked(reader, len, path, &expected, check)? {
+            NpyArray::F32(a) => Ok(a.iter().map(|&v| f64::from(v)).collect()),
+            NpyArray::F64(a) => Ok(a.into_iter().collect()),
+            other => Err(Error::Dtype {
+                path: path.to_path_buf(),
+                what: INV_FREQ,
+                dtype: format!("'{}'", other.dtype().descr()),
+                allowed: "'<f4' or '<f8'".into(),
+            }),
+        };
+    }
+    let header = weights::read_safetensors_header(&mut reader, len, path)?;
+    let (name, info) =
+        weights::choose(&header.metadata, path, tensor, 1, "--inv-freq-tensor NAME")?;
+    let size = match info.dtype {
+        StDtype::F32 => 4,
+        StDtype::F64 => 8,
+        other => {
+            return Err(Error::Dtype {
+                path: path.to_path_buf(),
+                what: INV_FREQ,
+                dtype: format!("{other:?} (tensor {name:?})"),
+                allowed: "F32 or F64: the frequencies as the model holds them, not rounded to \
+                          16 bits"
+                    .into(),
+            });
+        }
+    };
+    if info.shape.len() != 1 {
+        return Err(Error::Rank {
+            path: path.to_path_buf(),
+            what: INV_FREQ,
+            expected: vec![1],
+            actual: info.shape.clone(),
+        });
+    }
+    if info.shape[0] != count {
+        return Err(wrong_count(info.shape[0]));
+    }
+    // The metadata ties the byte range to the dtype and shape, and the header check the
+    // range to the file; `count` values of `size` bytes are what the file holds.
+    let offset = header.data_start + info.data_offsets.0 as u64;
+    reader.seek(SeekFrom::Start(offset)).map_err(io_error)?;
+    let mut bytes = vec![0u8; count * size];
+    reader
+        .read_exact(&mut bytes)
+        .map_err(|e| crate::error::read_error(path, ".safetensors", len, e))?;
+    Ok(if size == 4 {
+        bytes
+            .chunks_exact(4)
+            .map(|b| f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+            .collect()
+    } else {
+        bytes
+            .chunks_exact(8)
+            .map(|b| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+            .collect()
+    })
 }
 
 /// Reads a Hugging Face model's `config.json` into the RoPE it defines
@@ -735,6 +867,105 @@ mod tests {
             Err(Error::Io { path, .. }) => assert_eq!(path, name),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A safetensors file of `(name, dtype, shape, little-endian bytes)`.
+    fn safetensors_bytes(tensors: &[(&str, StDtype, Vec<usize>, Vec<u8>)]) -> Vec<u8> {
+        let views = tensors.iter().map(|(name, dtype, shape, data)| {
+            (*name, safetensors::tensor::TensorView::new(*dtype, shape.clone(), data).unwrap())
+        });
+        safetensors::serialize(views, None).unwrap()
+    }
+
+    fn le32(values: &[f32]) -> Vec<u8> {
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    fn le64(values: &[f64]) -> Vec<u8> {
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn inv_freq_is_read_exactly_from_npy_and_safetensors_of_f32_and_f64() {
+        let stored = [1.0f32, 0.1, 1.0e-4, f32::MIN_POSITIVE];
+        let widened: Vec<f64> = stored.iter().map(|&v| f64::from(v)).collect();
+        let wide = [1.0f64, 0.1, 1.0e-4 + 1.0e-20, 1.0 / 3.0];
+        let read = |bytes: &[u8], tensor| {
+            read_inv_freq(Source::Bytes { name: Path::new("f"), bytes }, tensor, 4)
+        };
+        assert_eq!(read(&bytes(&ndarray::Array1::from(stored.to_vec())), None).unwrap(), widened);
+        assert_eq!(read(&bytes(&ndarray::Array1::from(wide.to_vec())), None).unwrap(), wide);
+        let one = safetensors_bytes(&[("inv_freq", StDtype::F32, vec![4], le32(&stored))]);
+        assert_eq!(read(&one, None).unwrap(), widened);
+        assert_eq!(read(&one, Some("inv_freq")).unwrap(), widened);
+        // Several tensors: the only 1-D one is taken unnamed; a named one is found among 1-D
+        // tensors of every dtype.
+        let many = safetensors_bytes(&[
+            ("table", StDtype::F32, vec![2, 2], le32(&[0.0; 4])),
+            ("model.rotary.inv_freq", StDtype::F64, vec![4], le64(&wide)),
+        ]);
+        assert_eq!(read(&many, None).unwrap(), wide);
+        let two = safetensors_bytes(&[
+            ("a", StDtype::F64, vec![4], le64(&wide)),
+            ("b", StDtype::F32, vec![4], le32(&stored)),
+        ]);
+        assert_eq!(read(&two, Some("a")).unwrap(), wide);
+        assert_eq!(read(&two, Some("b")).unwrap(), widened);
+        match read(&two, None) {
+            Err(e @ Error::Tensor { rank: 1, .. }) => assert_eq!(
+                e.to_string(),
+                "f: 2 1-D tensors and none named (--inv-freq-tensor NAME); 1-D tensors in the \
+                 file: \"a\", \"b\""
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(read(&two, Some("c")), Err(Error::Tensor { .. })));
+        assert!(matches!(read(&many, Some("table")), Err(Error::Rank { actual, .. })
+            if actual == [2, 2]));
+        let npy = bytes(&ndarray::Array1::from(stored.to_vec()));
+        assert!(matches!(
+            read(&npy, Some("x")),
+            Err(Error::InvalidParameter { field: "inv_freq_tensor", .. })
+        ));
+    }
+
+    #[test]
+    fn inv_freq_of_another_dtype_rank_or_length_is_refused_naming_it() {
+        let read = |bytes: &[u8], count| {
+            read_inv_freq(Source::Bytes { name: Path::new("f"), bytes }, None, count)
+        };
+        for dtype in [StDtype::BF16, StDtype::F16] {
+            let file = safetensors_bytes(&[("inv_freq", dtype, vec![2], vec![0; 4])]);
+            match read(&file, 2) {
+                Err(Error::Dtype { dtype: named, allowed, .. }) => {
+                    assert!(named.starts_with(&format!("{dtype:?}")), "{named}");
+                    assert!(allowed.starts_with("F32 or F64"), "{allowed}");
+                }
+                other => panic!("{dtype:?}: {other:?}"),
+            }
+        }
+        let halves = bytes(&ndarray::Array1::from(vec![f16::ONE; 2]));
+        let err = read(&halves, 2).unwrap_err();
+        assert!(err.to_string().ends_with("inv_freq has dtype '<f2'; allowed: '<f4' or '<f8'"));
+        let matrix = bytes(&ndarray::Array2::<f32>::ones((2, 2)));
+        assert!(matches!(read(&matrix, 2), Err(Error::Rank { .. })));
+        // The count is checked from the header (tests/it/cpu/bad_input.rs shows that nothing
+        // of the declared size is allocated).
+        let long = safetensors_bytes(&[("w", StDtype::F64, vec![5], vec![0; 40])]);
+        let npy_long = bytes(&ndarray::Array1::<f64>::zeros(5));
+        for file in [&long, &npy_long] {
+            match read(file, 4) {
+                Err(e @ Error::Count { expected: 4, actual: 5, .. }) => assert_eq!(
+                    e.to_string(),
+                    "f: inv_freq holds 5 values, but 4 are needed (one per frequency)"
+                ),
+                other => panic!("{other:?}"),
+            }
+        }
+        let empty = bytes(&ndarray::Array1::<f32>::zeros(0));
+        assert!(matches!(read(&empty, 4), Err(Error::Count { actual: 0, .. })));
+        let empty = safetensors_bytes(&[("w", StDtype::F32, vec![0], vec![])]);
+        assert!(matches!(read(&empty, 4), Err(Error::Count { actual: 0, .. })));
     }
 
     #[test]

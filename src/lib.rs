@@ -76,8 +76,8 @@ pub use error::{Error, ErrorKind, Result};
 /// "Numerics"); this is the bound the tests check and the docs quote.
 pub const ACCURACY_BOUND: f64 = 6e-8;
 pub use spec::{
-    DEFAULT_BASE, Frequencies, Layout, MAX_BASE, MAX_DIM, MAX_TIMESCALE, MIN_TIMESCALE, PeSpec,
-    Variant,
+    DEFAULT_BASE, Frequencies, Layout, MAX_BASE, MAX_DIM, MAX_INV_FREQ, MAX_TIMESCALE,
+    MIN_INV_FREQ, MIN_TIMESCALE, PeSpec, Variant,
 };
 
 /// The Rust blocks of the README and of every page under `docs/` are doctests: they

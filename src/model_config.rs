@@ -33,7 +33,7 @@ pub const LEARNED_OFFSET_MODEL_TYPES: [&str; 2] = ["bart", "mbart"];
 const BART_OFFSET: u32 = 2;
 
 /// Where a model's position rows come from.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum ModelPositions {
     /// A sinusoid posenc computes.
@@ -192,13 +192,13 @@ impl ModelConfig {
 
     /// Where the position rows come from.
     pub fn positions(&self) -> ModelPositions {
-        self.positions
+        self.positions.clone()
     }
 
     /// The sinusoid's spec, or `None` for a learned table.
     pub fn spec(&self) -> Option<PeSpec> {
-        match self.positions {
-            ModelPositions::Sinusoid(spec) => Some(spec),
+        match &self.positions {
+            ModelPositions::Sinusoid(spec) => Some(spec.clone()),
             ModelPositions::Learned { .. } => None,
         }
     }

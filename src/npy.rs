@@ -43,6 +43,9 @@ pub trait Element: bytemuck::Pod {
 impl Element for f32 {
     const DESCR: &'static str = "<f4";
 }
+impl Element for f64 {
+    const DESCR: &'static str = "<f8";
+}
 impl Element for f16 {
     const DESCR: &'static str = "<f2";
 }
@@ -150,6 +153,8 @@ pub fn write_data<W: Write + ?Sized, T: Element>(w: &mut W, values: &[T]) -> io:
 pub enum NpyDtype {
     /// `'<f4'`, float32.
     F32,
+    /// `'<f8'`, float64.
+    F64,
     /// `'<f2'`, float16.
     F16,
     /// `'<i4'`, int32.
@@ -163,13 +168,21 @@ pub enum NpyDtype {
 }
 
 impl NpyDtype {
-    const ALL: [NpyDtype; 6] =
-        [NpyDtype::F32, NpyDtype::F16, NpyDtype::I32, NpyDtype::I64, NpyDtype::U32, NpyDtype::U16];
+    const ALL: [NpyDtype; 7] = [
+        NpyDtype::F32,
+        NpyDtype::F64,
+        NpyDtype::F16,
+        NpyDtype::I32,
+        NpyDtype::I64,
+        NpyDtype::U32,
+        NpyDtype::U16,
+    ];
 
     /// The little-endian descr NumPy writes, e.g. `<f4`.
     pub fn descr(self) -> &'static str {
         match self {
             NpyDtype::F32 => "<f4",
+            NpyDtype::F64 => "<f8",
             NpyDtype::F16 => "<f2",
             NpyDtype::I32 => "<i4",
             NpyDtype::I64 => "<i8",
@@ -183,7 +196,7 @@ impl NpyDtype {
         match self {
             NpyDtype::F16 | NpyDtype::U16 => 2,
             NpyDtype::F32 | NpyDtype::I32 | NpyDtype::U32 => 4,
-            NpyDtype::I64 => 8,
+            NpyDtype::F64 | NpyDtype::I64 => 8,
         }
     }
 
@@ -212,6 +225,8 @@ pub struct Expected<'a> {
 pub enum NpyArray {
     /// `'<f4'` data.
     F32(ArrayD<f32>),
+    /// `'<f8'` data.
+    F64(ArrayD<f64>),
     /// `'<f2'` data.
     F16(ArrayD<f16>),
     /// `'<i4'` data.
@@ -229,6 +244,7 @@ impl NpyArray {
     pub fn shape(&self) -> &[usize] {
         match self {
             NpyArray::F32(a) => a.shape(),
+            NpyArray::F64(a) => a.shape(),
             NpyArray::F16(a) => a.shape(),
             NpyArray::I32(a) => a.shape(),
             NpyArray::I64(a) => a.shape(),
@@ -241,6 +257,7 @@ impl NpyArray {
     pub fn dtype(&self) -> NpyDtype {
         match self {
             NpyArray::F32(_) => NpyDtype::F32,
+            NpyArray::F64(_) => NpyDtype::F64,
             NpyArray::F16(_) => NpyDtype::F16,
             NpyArray::I32(_) => NpyDtype::I32,
             NpyArray::I64(_) => NpyDtype::I64,
@@ -286,10 +303,23 @@ pub fn read(path: impl AsRef<Path>, expected: &Expected<'_>) -> Result<NpyArray>
 /// # Errors
 /// As [`read`].
 pub fn read_from<R: Read>(
+    reader: R,
+    len: u64,
+    path: &Path,
+    expected: &Expected<'_>,
+) -> Result<NpyArray> {
+    read_checked(reader, len, path, expected, |_| Ok(()))
+}
+
+/// [`read_from`] with one more check of the header's shape, `check`, run once the dtype,
+/// rank and data length are known good and before the data is allocated or read: a caller
+/// that knows how many values it wants refuses any other count at no cost.
+pub(crate) fn read_checked<R: Read>(
     mut reader: R,
     len: u64,
     path: &Path,
     expected: &Expected<'_>,
+    check: impl FnOnce(&[usize]) -> Result<()>,
 ) -> Result<NpyArray> {
     let format_error =
         |reason: String| Error::Format { path: path.to_path_buf(), format: FORMAT, reason };
@@ -339,10 +369,12 @@ pub fn read_from<R: Read>(
             shape_tuple(&header.shape)
         )));
     }
+    check(&header.shape)?;
     let shape = &header.shape;
     let fortran = header.fortran_order;
     Ok(match dtype {
         NpyDtype::F32 => NpyArray::F32(read_data(&mut reader, shape, fortran).map_err(io_error)?),
+        NpyDtype::F64 => NpyArray::F64(read_data(&mut reader, shape, fortran).map_err(io_error)?),
         NpyDtype::F16 => NpyArray::F16(read_data(&mut reader, shape, fortran).map_err(io_error)?),
         NpyDtype::I32 => NpyArray::I32(read_data(&mut reader, shape, fortran).map_err(io_error)?),
         NpyDtype::I64 => NpyArray::I64(read_data(&mut reader, shape, fortran).map_err(io_error)?),
@@ -693,6 +725,8 @@ mod tests {
         }
         let f = array![[1.5f32, -0.0], [f32::INFINITY, 7.0]];
         assert_eq!(round_trip(f.clone()), NpyArray::F32(f.into_dyn()));
+        let d = array![[0.1f64, -f64::MIN_POSITIVE], [f64::MAX, 1.0 / 3.0]];
+        assert_eq!(round_trip(d.clone()), NpyArray::F64(d.into_dyn()));
         let h = array![[f16::from_f32(0.5), f16::NEG_INFINITY]];
         assert_eq!(round_trip(h.clone()), NpyArray::F16(h.into_dyn()));
         // bfloat16 goes out as '<u2' and comes back as its raw bits.

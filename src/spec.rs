@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use crate::error::{Error, Result, float};
 
@@ -16,6 +17,18 @@ pub const DEFAULT_BASE: f64 = 10000.0;
 pub const MAX_TIMESCALE: f64 = 1e9;
 /// The smallest `min_timescale` tensor2tensor's variant accepts.
 pub const MIN_TIMESCALE: f64 = 1e-9;
+/// The largest frequency posenc takes as given ([`PeSpec::with_inv_freq`], RoPE's
+/// `Scaling::Explicit`), 2^64 radians per position: its fraction of a turn per position is
+/// then computed from at least 190 bits after the binary point of the 256-bit quotient
+/// `w / 2pi`, far more than the 64 the phase keeps. (Past about 2^186 not one bit would be
+/// right.) Every frequency a model uses is far below it (its largest is 1).
+pub const MAX_INV_FREQ: f64 = 18_446_744_073_709_551_616.0;
+/// The smallest frequency a table takes as given ([`PeSpec::with_inv_freq`]), 2^-126
+/// radians per position, the smallest normal float32: [`Frequencies::F32`] rounds each
+/// given value to float32 and multiplies in float32, which the integer code does for
+/// normal operands. (Any smaller frequency turns less than 2^-94 radians by position
+/// 2^32: its sin is 0 and its cos 1 to float32's precision.)
+pub const MIN_INV_FREQ: f64 = 1.1754943508222875e-38;
 
 /// A published sinusoidal convention. Every variant runs on the same exact-phase engine;
 /// only the frequencies, the column layout and the position numbering differ.
@@ -173,10 +186,13 @@ pub(crate) struct Columns {
 /// assert_eq!(fairseq.padding_idx(), Some(1));
 /// # Ok::<(), posenc::Error>(())
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PeSpec {
     dim: u32,
     variant: Variant,
+    /// A model's own frequencies ([`PeSpec::with_inv_freq`]), in place of the formula's;
+    /// shared, so a clone costs no copy of them.
+    inv_freq: Option<Arc<[f64]>>,
     /// The frequency base; tensor2tensor's `max_timescale`.
     base: f64,
     min_timescale: f64,
@@ -211,6 +227,7 @@ impl PeSpec {
         Ok(Self {
             dim,
             variant,
+            inv_freq: None,
             base: DEFAULT_BASE,
             min_timescale: 1.0,
             frequencies: Frequencies::Exact,
@@ -226,7 +243,8 @@ impl PeSpec {
     /// (tensor2tensor: see [`PeSpec::with_timescales`]).
     pub fn with_base(self, base: f64) -> Result<Self> {
         if self.variant == Variant::Tensor2Tensor {
-            return self.with_timescales(self.min_timescale, base);
+            let min = self.min_timescale;
+            return self.with_timescales(min, base);
         }
         if !(base.is_finite() && base > 1.0 && base <= MAX_BASE) {
             return Err(Error::InvalidParameter {
@@ -269,9 +287,74 @@ impl PeSpec {
         Ok(Self { min_timescale: min, base: max, ..self })
     }
 
-    /// The same spec with frequencies computed at full precision or rounded to f32.
+    /// The same spec with frequencies computed at full precision or rounded to f32. With
+    /// frequencies given by [`PeSpec::with_inv_freq`], `F32` rounds each given value to
+    /// the nearest float32 (exact for a float32 buffer) and the angle to float32, as a
+    /// framework holding that buffer computes it.
     pub fn with_frequencies(self, frequencies: Frequencies) -> Self {
         Self { frequencies, ..self }
+    }
+
+    /// The same spec with a model's own frequencies in place of the variant's formula:
+    /// `w_i = inv_freq[i]` radians per position, each taken exactly as given (a float32
+    /// buffer widened to float64 is exact), one per frequency ([`PeSpec::n_freqs`]). The
+    /// variant still decides the column layout, the position numbering and the zero row;
+    /// the base and timescales no longer enter. With [`Frequencies::Exact`] (the default)
+    /// the phase `p w_i` is reduced exactly, so the table is within
+    /// [`ACCURACY_BOUND`](crate::ACCURACY_BOUND) of sin and cos of these very values at
+    /// every u32 position, with the same bits on the CPU and every GPU.
+    ///
+    /// This is how to reproduce a framework whose float32 frequencies are not the correctly
+    /// rounded formula: dump its buffer (`posenc::inputs::read_inv_freq` reads `.npy` and
+    /// `.safetensors`) and pass the values.
+    ///
+    /// ```
+    /// use posenc::PeSpec;
+    ///
+    /// // fairseq's float32 frequencies at d = 8, as torch computes them.
+    /// let stored = [1.0f32, 0.046415888, 0.0021544346];
+    /// let w: Vec<f64> = stored.iter().map(|&v| f64::from(v)).collect();
+    /// let spec = PeSpec::for_variant(posenc::Variant::Fairseq, 6)?.with_inv_freq(&w)?;
+    /// assert_eq!(spec.inv_freq(), Some(&w[..]));
+    /// let t = posenc::reference::table(&spec, &[1000]);
+    /// assert!((t[[0, 1]] - (1000.0 * w[1]).sin()).abs() < 1e-12);
+    /// assert!(PeSpec::new(8)?.with_inv_freq(&w).is_err(), "vaswani at d = 8 has 4 frequencies");
+    /// # Ok::<(), posenc::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] naming `inv_freq` if there are not [`PeSpec::n_freqs`]
+    /// values, or for the first value that is not finite and in
+    /// [[`MIN_INV_FREQ`], [`MAX_INV_FREQ`]].
+    pub fn with_inv_freq(self, inv_freq: &[f64]) -> Result<Self> {
+        let n = self.n_freqs() as usize;
+        if inv_freq.len() != n {
+            return Err(Error::InvalidParameter {
+                field: "inv_freq",
+                value: format!(
+                    "{} values for the {n} frequencies of {} at dim {}",
+                    inv_freq.len(),
+                    self.variant,
+                    self.dim
+                ),
+                allowed: "one value per frequency: ceil(dim / 2) for vaswani, distilbert and \
+                          marian, floor(dim / 2) for the others",
+            });
+        }
+        let in_range = |v: f64| (MIN_INV_FREQ..=MAX_INV_FREQ).contains(&v);
+        if let Some((k, &v)) = inv_freq.iter().enumerate().find(|(_, v)| !in_range(**v)) {
+            return Err(Error::InvalidParameter {
+                field: "inv_freq",
+                value: format!("{} at index {k}", float(v)),
+                allowed: "finite numbers in [2^-126, 2^64] radians per position",
+            });
+        }
+        Ok(Self { inv_freq: Some(inv_freq.into()), ..self })
+    }
+
+    /// The frequencies given by [`PeSpec::with_inv_freq`], if any.
+    pub fn inv_freq(&self) -> Option<&[f64]> {
+        self.inv_freq.as_deref()
     }
 
     /// Numbers positions from `start`: the row of position `p` is the encoding of
@@ -424,11 +507,11 @@ mod tests {
     #[test]
     fn timescales_only_for_tensor2tensor() {
         let t2t = PeSpec::for_variant(Variant::Tensor2Tensor, 8).unwrap();
-        let s = t2t.with_timescales(2.0, 5000.0).unwrap();
+        let s = t2t.clone().with_timescales(2.0, 5000.0).unwrap();
         assert_eq!((s.min_timescale(), s.base()), (2.0, 5000.0));
-        assert!(t2t.with_timescales(5.0, 4.0).is_err());
-        assert!(t2t.with_timescales(0.0, 4.0).is_err());
-        assert!(t2t.with_timescales(1.0, f64::NAN).is_err());
+        assert!(t2t.clone().with_timescales(5.0, 4.0).is_err());
+        assert!(t2t.clone().with_timescales(0.0, 4.0).is_err());
+        assert!(t2t.clone().with_timescales(1.0, f64::NAN).is_err());
         assert!(t2t.with_base(0.5).is_err(), "max below min");
         assert!(PeSpec::new(8).unwrap().with_timescales(1.0, 2.0).is_err());
     }
@@ -437,10 +520,10 @@ mod tests {
     fn base_must_be_finite_and_in_range() {
         let spec = PeSpec::new(8).unwrap();
         for bad in [1.0, 0.5, -3.0, 0.0, f64::NAN, f64::INFINITY, 1e7 * 1.0001] {
-            let err = spec.with_base(bad).unwrap_err();
+            let err = spec.clone().with_base(bad).unwrap_err();
             assert!(matches!(err, Error::InvalidParameter { field: "base", .. }), "{bad}: {err}");
         }
-        assert_eq!(spec.with_base(1e7).unwrap().base(), 1e7);
+        assert_eq!(spec.clone().with_base(1e7).unwrap().base(), 1e7);
         assert_eq!(spec.with_base(1.000001).unwrap().base(), 1.000001);
     }
 }

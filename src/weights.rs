@@ -271,13 +271,28 @@ fn load_npy(reader: impl Read, len: u64, path: &Path, what: &'static str) -> Res
     })
 }
 
-fn load_safetensors<R: Read + Seek>(
-    mut file: R,
+/// A `.safetensors` header, parsed and checked against the file's length: every tensor's
+/// byte range is within the data, and the data ends where the file does.
+pub(crate) struct SafetensorsHeader {
+    /// The tensors' names, dtypes, shapes and byte ranges.
+    pub(crate) metadata: Metadata,
+    /// Where the data starts in the file: tensor offsets count from here.
+    pub(crate) data_start: u64,
+}
+
+/// Reads and checks the header of a `.safetensors` file of `len` bytes from `file`'s
+/// start; nothing is allocated beyond the header, whose size is bounded by the file's and
+/// by [`MAX_SAFETENSORS_HEADER`].
+///
+/// # Errors
+/// [`Error::Format`] naming `path` for a short file, an oversized or truncated header, a
+/// header that is not valid safetensors metadata, or data that does not fill the file;
+/// [`Error::Io`] if reading fails.
+pub(crate) fn read_safetensors_header(
+    file: &mut impl Read,
     len: u64,
     path: &Path,
-    tensor: Option<&str>,
-    what: &'static str,
-) -> Result<Table> {
+) -> Result<SafetensorsHeader> {
     let format_error =
         |reason: String| Error::Format { path: path.to_path_buf(), format: ".safetensors", reason };
     let io_error = |source: io::Error| crate::error::read_error(path, ".safetensors", len, source);
@@ -314,8 +329,22 @@ fn load_safetensors<R: Read + Seek>(
             len - data_start
         )));
     }
+    Ok(SafetensorsHeader { metadata, data_start })
+}
 
-    let (name, info) = choose(&metadata, path, tensor)?;
+fn load_safetensors<R: Read + Seek>(
+    mut file: R,
+    len: u64,
+    path: &Path,
+    tensor: Option<&str>,
+    what: &'static str,
+) -> Result<Table> {
+    let format_error =
+        |reason: String| Error::Format { path: path.to_path_buf(), format: ".safetensors", reason };
+    let io_error = |source: io::Error| crate::error::read_error(path, ".safetensors", len, source);
+    let SafetensorsHeader { metadata, data_start } = read_safetensors_header(&mut file, len, path)?;
+
+    let (name, info) = choose(&metadata, path, tensor, 2, "--tensor NAME")?;
     if info.shape.len() != 2 {
         return Err(Error::Rank {
             path: path.to_path_buf(),
@@ -353,30 +382,40 @@ fn load_safetensors<R: Read + Seek>(
     })
 }
 
-/// The tensor to load: the one named, or the file's only 2-D tensor.
-fn choose<'m>(
+/// The tensor to load: the one named, or the file's only tensor of rank `rank`; `flag` is
+/// how a user names one (`--tensor NAME`), for the error when several qualify.
+///
+/// # Errors
+/// [`Error::Tensor`] naming `path` and listing the tensors of rank `rank`: the named tensor
+/// is missing, or none was named and the file does not hold exactly one of that rank.
+pub(crate) fn choose<'m>(
     metadata: &'m Metadata,
     path: &Path,
     tensor: Option<&str>,
+    rank: usize,
+    flag: &str,
 ) -> Result<(String, &'m safetensors::tensor::TensorInfo)> {
     let mut available: Vec<String> = metadata
         .tensors()
         .into_iter()
-        .filter(|(_, info)| info.shape.len() == 2)
+        .filter(|(_, info)| info.shape.len() == rank)
         .map(|(name, _)| name)
         .collect();
     available.sort();
     let fail = |problem: String, available: Vec<String>| Error::Tensor {
         path: path.to_path_buf(),
         problem,
+        rank,
         available,
     };
     let name = match (tensor, available.as_slice()) {
         (Some(name), _) => name.to_string(),
         (None, [only]) => only.clone(),
-        (None, []) => return Err(fail("no tensor was named and none is 2-D".into(), available)),
+        (None, []) => {
+            return Err(fail(format!("no tensor was named and none is {rank}-D"), available));
+        }
         (None, several) => {
-            let problem = format!("{} 2-D tensors and none named (--tensor NAME)", several.len());
+            let problem = format!("{} {rank}-D tensors and none named ({flag})", several.len());
             return Err(fail(problem, available));
         }
     };

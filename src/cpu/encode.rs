@@ -70,7 +70,7 @@ pub fn encode(
     positions: ArrayView2<'_, u32>,
     options: &EncodeOptions,
 ) -> Result<Encoded> {
-    Encoder::new(*spec).encode(table, ids, positions, options)
+    Encoder::new(spec.clone()).encode(table, ids, positions, options)
 }
 
 /// A CPU encoder for one spec that keeps the PE rows of positions `0..n` between calls

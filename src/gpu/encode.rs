@@ -758,7 +758,7 @@ impl Context {
         }
         self.record_table(spec, &buffers, &positions, &mut encoder);
         self.queue.submit([encoder.finish()]);
-        let cache = PeCache { spec: *spec, rows, buffer: buffers.out.clone() };
+        let cache = PeCache { spec: spec.clone(), rows, buffer: buffers.out.clone() };
         *slot = Some(cache.clone());
         Some(cache)
     }

@@ -11,6 +11,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 use serde_json::{Map, Number, Value};
 
 use crate::error::{Error, Result, float};
+use crate::spec::MAX_INV_FREQ;
 
 /// The `rope_type` values posenc knows, as Hugging Face spells them.
 pub const ROPE_TYPES: [&str; 6] = ["default", "linear", "dynamic", "yarn", "longrope", "llama3"];
@@ -71,7 +72,9 @@ pub enum Scaling {
     /// correctly rounded formula: dump its buffer and pass the values; posenc reduces
     /// `p * inv_freq[i]` exactly for those very values.
     Explicit {
-        /// `w_i`, one per frequency (`r / 2` of them), each finite and > 0.
+        /// `w_i`, one per frequency (`r / 2` of them), each finite, > 0 and at most
+        /// [`MAX_INV_FREQ`](crate::MAX_INV_FREQ) (past it 256-bit arithmetic no longer
+        /// holds the fraction of a turn a position advances).
         inv_freq: Vec<f64>,
         /// Multiplies cos and sin; finite and >= 0.
         attention_factor: f64,
@@ -199,6 +202,7 @@ const POSITIVE: &str = "a finite number > 0";
 const WHOLE: &str = "a whole number in 1..=9007199254740992";
 const ATTENTION: &str = "a finite number >= 0 that float32 can hold";
 const FACTORS: &str = "an array of finite numbers > 0, one per frequency (rotary_dim / 2)";
+const INV_FREQ_RANGE: &str = "a finite number in (0, 2^64] radians per position";
 
 fn check_positive(field: &str, v: f64) -> Result<()> {
     if v.is_finite() && v > 0.0 { Ok(()) } else { Err(invalid(field, float(v), POSITIVE)) }
@@ -340,7 +344,13 @@ impl Scaling {
                 )?;
             }
             Scaling::PerFrequency { factors, .. } => check_factors("factors", factors)?,
-            Scaling::Explicit { inv_freq, .. } => check_factors("inv_freq", inv_freq)?,
+            Scaling::Explicit { inv_freq, .. } => {
+                check_factors("inv_freq", inv_freq)?;
+                if let Some((k, &v)) = inv_freq.iter().enumerate().find(|(_, v)| **v > MAX_INV_FREQ)
+                {
+                    return Err(invalid(format!("inv_freq[{k}]"), float(v), INV_FREQ_RANGE));
+                }
+            }
         }
         let a = self.attention_factor();
         if !(a.is_finite() && a >= 0.0 && (a as f32).is_finite()) {

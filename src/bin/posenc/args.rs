@@ -12,7 +12,8 @@ use posenc::{DEFAULT_BASE, Error, Frequencies, PeSpec, Variant};
 
 use crate::failure::Failure;
 
-/// The sinusoid's convention, shared by `table` and `encode`.
+/// The sinusoid's convention, shared by `table` and `encode`: variant, frequencies (the
+/// formula's, or a model's own from `--inv-freq`) and position numbering.
 #[derive(Debug, Args)]
 pub(crate) struct PeArgs {
     /// A Hugging Face model's config.json (marian, pegasus, m2m_100/NLLB, fsmt,
@@ -29,6 +30,18 @@ pub(crate) struct PeArgs {
     /// exact sin/cos of that angle, to match checkpoints trained that way.
     #[arg(long, value_enum, default_value_t = FrequenciesArg::Exact)]
     frequencies: FrequenciesArg,
+    /// A model's own frequencies in place of the variant's formula (radians per position,
+    /// one per frequency: ceil(D/2) for vaswani, distilbert and marian, floor(D/2) for the
+    /// others): a 1-D .npy of float32 or float64, or a .safetensors tensor of F32 or F64
+    /// (--inv-freq-tensor, or the file's only 1-D tensor). Each value is taken exactly, in
+    /// [2^-126, 2^64]; the variant still sets the columns and the position numbering.
+    #[arg(long, value_name = "PATH",
+          conflicts_with_all = ["base", "min_timescale", "max_timescale"])]
+    inv_freq: Option<PathBuf>,
+    /// With --inv-freq: the tensor of the .safetensors file to read [default: its only
+    /// 1-D tensor].
+    #[arg(long, value_name = "NAME", requires = "inv_freq")]
+    inv_freq_tensor: Option<String>,
     /// Frequency base, in (1, 1e7] [default: 10000]; tensor2tensor: max_timescale.
     #[arg(long, value_name = "B", allow_hyphen_values = true)]
     base: Option<f64>,
@@ -94,6 +107,12 @@ impl PeArgs {
                 });
             }
             spec = spec.with_padding_idx(padding_idx);
+        }
+        if let Some(path) = &self.inv_freq {
+            let tensor = self.inv_freq_tensor.as_deref();
+            let count = spec.n_freqs() as usize;
+            spec =
+                spec.with_inv_freq(&inputs::read_inv_freq(Source::File(path), tensor, count)?)?;
         }
         let frequencies = match self.frequencies {
             FrequenciesArg::Exact => Frequencies::Exact,

@@ -298,6 +298,28 @@ fn good_safetensors() -> Vec<u8> {
     safetensors::serialize(views, None).unwrap()
 }
 
+/// A model's `inv_freq` whose file holds far more values than the frequencies asked for
+/// (a checkpoint's tensor of the wrong layer, a table) is refused from its header: nothing of
+/// the file's size is allocated.
+#[test]
+fn inv_freq_of_the_wrong_length_is_refused_before_its_data_is_read() {
+    let n = 1 << 20;
+    let npy = npy_bytes(&ndarray::Array1::<f64>::zeros(n));
+    let view_bytes = vec![0u8; 4 * n];
+    let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![n], &view_bytes)
+        .unwrap();
+    let st = safetensors::serialize([("inv_freq", view)], None).unwrap();
+    for bytes in [&npy, &st] {
+        let source = Source::Bytes { name: Path::new("inv_freq"), bytes };
+        let (result, largest) = largest_allocation(|| inputs::read_inv_freq(source, None, 64));
+        match result {
+            Err(Error::Count { expected: 64, actual, .. }) => assert_eq!(actual, n),
+            other => panic!("{other:?}"),
+        }
+        assert!(largest < 64 << 10, "an allocation of {largest} bytes");
+    }
+}
+
 /// A header entry whose fields are drawn from values near the edges.
 fn header_entry() -> impl Strategy<Value = String> {
     let dtype = prop::sample::select(vec!["F32", "F16", "BF16", "I64", "F64", "U8", "Q4", ""]);
@@ -331,6 +353,61 @@ proptest! {
         if let Ok(table) = result {
             let (v, d) = table.dim();
             prop_assert!(v * d * 2 <= bytes.len());
+        }
+        prop_assert!(largest < 64 << 10, "an allocation of {} bytes", largest);
+    }
+
+    /// Headers of random tensors with edge-case shapes and offsets, over a little data, read
+    /// as a model's `inv_freq`: a typed error or exactly the count asked for, and never an
+    /// allocation of the claimed size.
+    #[test]
+    fn random_inv_freq_headers_never_panic(
+        entries in prop::collection::vec(header_entry(), 0..3),
+        data in 0usize..128,
+        tensor in prop::option::of(Just("t0")),
+        count in 1usize..8,
+    ) {
+        let body: Vec<String> =
+            entries.iter().enumerate().map(|(k, e)| format!(r#""t{k}":{e}"#)).collect();
+        let header = format!("{{{}}}", body.join(","));
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header.as_bytes());
+        bytes.extend(std::iter::repeat_n(0x3c, data));
+        let source = Source::Bytes { name: Path::new("inv_freq.safetensors"), bytes: &bytes };
+        let (result, largest) = largest_allocation(|| inputs::read_inv_freq(source, tensor, count));
+        if let Ok(values) = result {
+            prop_assert_eq!(values.len(), count);
+        }
+        prop_assert!(largest < 64 << 10, "an allocation of {} bytes", largest);
+    }
+
+    /// A valid `.npy` or `.safetensors` file of frequencies, damaged and cut: a typed error
+    /// or the count asked for, with small allocations.
+    #[test]
+    fn damaged_inv_freq_files_never_panic(
+        edits in prop::collection::vec((0usize..300, any::<u8>()), 0..6),
+        cut in 0usize..300,
+        safetensors in any::<bool>(),
+    ) {
+        let values = [1.0f64, 0.1, 0.01, 0.001];
+        let mut bytes = if safetensors {
+            let le: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F64, vec![4], &le)
+                .unwrap();
+            safetensors::serialize([("inv_freq", view)], None).unwrap()
+        } else {
+            npy_bytes(&ndarray::Array1::from(values.to_vec()))
+        };
+        for (at, byte) in edits {
+            if let Some(b) = bytes.get_mut(at) {
+                *b = byte;
+            }
+        }
+        bytes.truncate(cut);
+        let source = Source::Bytes { name: Path::new("inv_freq"), bytes: &bytes };
+        let (result, largest) = largest_allocation(|| inputs::read_inv_freq(source, None, 4));
+        if let Ok(read) = result {
+            prop_assert_eq!(read.len(), 4);
         }
         prop_assert!(largest < 64 << 10, "an allocation of {} bytes", largest);
     }

@@ -119,7 +119,7 @@ fn reference(
 /// `cpu::encode`, a reused `Encoder` (its cached PE rows) and, for f32, `encode_into`.
 fn check_shape(what: &str, dim: u32, vocab: usize, ids: Array2<u32>, positions: Array2<u32>) {
     let spec = PeSpec::new(dim).unwrap();
-    let encoder = cpu::Encoder::new(spec);
+    let encoder = cpu::Encoder::new(spec.clone());
     let mut rng = Rng::new(u64::from(dim) * 31 + ids.len() as u64);
     let (batch, len) = ids.dim();
     for table_dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {

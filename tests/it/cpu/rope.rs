@@ -933,7 +933,18 @@ fn explicit_inv_freq_is_taken_exactly_and_its_cos_sin_are_exact() {
         .with_scaling(Scaling::Explicit { inv_freq: vec![1.0, 0.01], attention_factor: 0.5 })
         .unwrap();
     assert_eq!(scaled.frequencies(0).attention_factor(), 0.5);
-    for (bad, field) in [(vec![1.0, 0.0], "inv_freq[1]"), (vec![1.0], "inv_freq")] {
+    // Up to 2^64 radians per position the 256-bit quotient still holds every bit of the
+    // turn fraction the phase keeps; past it posenc would no longer be exact, so it refuses.
+    let edge =
+        Scaling::Explicit { inv_freq: vec![posenc::MAX_INV_FREQ, 1.0], attention_factor: 1.0 };
+    assert!(RopeSpec::new(4).unwrap().with_scaling(edge).is_ok());
+    let past = posenc::MAX_INV_FREQ * (1.0 + f64::EPSILON);
+    for (bad, field) in [
+        (vec![1.0, 0.0], "inv_freq[1]"),
+        (vec![1.0], "inv_freq"),
+        (vec![past, 1.0], "inv_freq[0]: 18446744073709556000"),
+        (vec![1.0, f64::INFINITY], "inv_freq[1]"),
+    ] {
         let e = RopeSpec::new(4)
             .unwrap()
             .with_scaling(Scaling::Explicit { inv_freq: bad, attention_factor: 1.0 })

@@ -132,7 +132,7 @@ fn specs() -> Vec<PeSpec> {
         }
     }
     let t2t = PeSpec::for_variant(Variant::Tensor2Tensor, 33).unwrap();
-    out.push(t2t.with_timescales(0.5, 2e5).unwrap().with_start_index(5));
+    out.push(t2t.clone().with_timescales(0.5, 2e5).unwrap().with_start_index(5));
     out.push(t2t.with_start_index(u32::MAX - 2));
     out.push(PeSpec::for_variant(Variant::Fairseq, 16).unwrap().with_padding_idx(None));
     out.push(PeSpec::for_variant(Variant::Fairseq, 15).unwrap().with_padding_idx(Some(1 << 31)));
@@ -257,7 +257,7 @@ fn f32_frequencies_reproduce_the_naive_error_at_large_positions() {
     // The point of the mode: near 2^24 the float32 angle is far from the true one, and the
     // table follows the float32 angle, not the true phase.
     let exact = PeSpec::new(64).unwrap();
-    let f32s = exact.with_frequencies(Frequencies::F32);
+    let f32s = exact.clone().with_frequencies(Frequencies::F32);
     let positions = [(1u32 << 24) + 1, 3 << 24, u32::MAX];
     let a = cpu::table(&exact, &positions);
     let b = cpu::table(&f32s, &positions);
@@ -269,7 +269,7 @@ fn f32_frequencies_reproduce_the_naive_error_at_large_positions() {
 fn start_index_past_u32_max_stays_exact() {
     // Position p with start s is the encoding of p + s, even when the sum passes 2^32.
     let base = PeSpec::for_variant(Variant::Tensor2Tensor, 16).unwrap();
-    let shifted = base.with_start_index(10);
+    let shifted = base.clone().with_start_index(10);
     let a = cpu::table(&shifted, &[u32::MAX - 3]);
     let b = reference::table(&base.with_start_index(0), &[]);
     assert_eq!(b.nrows(), 0);
@@ -278,4 +278,110 @@ fn start_index_past_u32_max_stays_exact() {
     let want = oracle.row(&shifted, &w, u32::MAX - 3);
     let (err, _) = max_abs_diff(a.row(0).iter().map(|&v| f64::from(v)), want);
     assert!(err <= ACCURACY_BOUND, "{err:e}");
+}
+
+/// A model's own frequencies ([`PeSpec::with_inv_freq`]): what a float32 framework holds
+/// (each variant's float32 recipe, widened exactly) gives the table of sin and cos of those
+/// very values, within the bound of the oracle at every hard position and in every
+/// variant's columns, and is not the formula's table.
+#[test]
+fn given_frequencies_are_taken_exactly_in_every_variant() {
+    let mut oracle = Oracle::new();
+    let mut rng = Rng::new(53);
+    let mut differs = 0;
+    for spec in specs() {
+        let stored: Vec<f64> = f32_recipe(&spec).iter().map(|&v| f64::from(v)).collect();
+        let given = spec.clone().with_inv_freq(&stored).unwrap();
+        assert_eq!(given.inv_freq(), Some(&stored[..]));
+        let w: Vec<BigFloat> = stored.iter().map(|&v| oracle.f(v)).collect();
+        let positions = positions(&given, &mut rng);
+        let fast = cpu::table(&given, &positions);
+        let exact = reference::table(&given, &positions);
+        for (k, &p) in positions.iter().enumerate() {
+            let want = oracle.row(&given, &w, p);
+            let (err, col) =
+                max_abs_diff(fast.row(k).iter().map(|&v| f64::from(v)), want.iter().copied());
+            assert!(err <= ACCURACY_BOUND, "{given:?} position {p} column {col}: error {err:e}");
+            let (err, col) = max_abs_diff(exact.row(k).iter().copied(), want.iter().copied());
+            assert!(err <= 1e-12, "reference {given:?} position {p} column {col}: {err:e}");
+        }
+        let formula = cpu::table(&spec, &positions);
+        let (diff, _) =
+            max_abs_diff(fast.iter().map(|&v| f64::from(v)), formula.iter().map(|&v| f64::from(v)));
+        differs += usize::from(diff > 1e-3);
+    }
+    assert!(differs > specs().len() / 2, "float32 frequencies move most tables: {differs}");
+}
+
+/// The range's edges and float64 values no float32 holds, exact to the oracle in both
+/// frequency modes: exact phases of the values themselves, and with `Frequencies::F32`
+/// the exact sin and cos of the float32 angle `f32(p) * f32(w)`.
+#[test]
+fn given_frequencies_at_the_edges_of_their_range_stay_exact_in_both_modes() {
+    use posenc::{MAX_INV_FREQ, MIN_INV_FREQ};
+    let mut oracle = Oracle::new();
+    let mut rng = Rng::new(54);
+    let values = [MAX_INV_FREQ, MIN_INV_FREQ, 1e10, 3.0, 0.1, 1.0 / 3.0, 2e-30, 7.5e-5];
+    for (variant, d) in [(Variant::Vaswani, 16), (Variant::Marian, 15), (Variant::Fairseq, 17)] {
+        let spec = PeSpec::for_variant(variant, d).unwrap();
+        let w64: Vec<f64> = values[..spec.n_freqs() as usize].to_vec();
+        let given = spec.with_start_index(3).with_inv_freq(&w64).unwrap();
+        let w: Vec<BigFloat> = w64.iter().map(|&v| oracle.f(v)).collect();
+        let positions = positions(&given, &mut rng);
+        let fast = cpu::table(&given, &positions);
+        let f32s = given.clone().with_frequencies(Frequencies::F32);
+        let fast32 = cpu::table(&f32s, &positions);
+        // The float32 angle's sin and cos, placed by the oracle's row builder: its angles
+        // at position 1 of a spec numbering from 0 with no zero row.
+        let plain = f32s.clone().with_start_index(0).with_padding_idx(None);
+        for (k, &p) in positions.iter().enumerate() {
+            if given.padding_idx() == Some(p) {
+                assert!(fast.row(k).iter().chain(fast32.row(k)).all(|&v| v.to_bits() == 0));
+                continue;
+            }
+            let want = oracle.row(&given, &w, p);
+            let (err, col) =
+                max_abs_diff(fast.row(k).iter().map(|&v| f64::from(v)), want.iter().copied());
+            assert!(err <= ACCURACY_BOUND, "{given:?} position {p} column {col}: {err:e}");
+            let pos = (u64::from(p) + 3) as f32;
+            let angles: Vec<BigFloat> =
+                w64.iter().map(|&v| oracle.f(f64::from(pos * v as f32))).collect();
+            let want = oracle.row(&plain, &angles, 1);
+            let (err, col) =
+                max_abs_diff(fast32.row(k).iter().map(|&v| f64::from(v)), want.iter().copied());
+            assert!(err <= ACCURACY_BOUND, "f32 {given:?} position {p} column {col}: {err:e}");
+        }
+    }
+}
+
+#[test]
+fn given_frequencies_are_refused_naming_the_count_or_the_value() {
+    let spec = PeSpec::for_variant(Variant::Marian, 7).unwrap();
+    assert_eq!(spec.n_freqs(), 4);
+    let err = spec.clone().with_inv_freq(&[1.0; 3]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid inv_freq: 3 values for the 4 frequencies of marian at dim 7 (allowed: one \
+         value per frequency: ceil(dim / 2) for vaswani, distilbert and marian, floor(dim / 2) \
+         for the others)"
+    );
+    let past = posenc::MAX_INV_FREQ * (1.0 + f64::EPSILON);
+    let below = posenc::MIN_INV_FREQ * (1.0 - f64::EPSILON);
+    for (bad, value) in [
+        (0.0, "0 at index 2"),
+        (-1.0, "-1 at index 2"),
+        (f64::NAN, "NaN at index 2"),
+        (f64::INFINITY, "inf at index 2"),
+        (past, "18446744073709556000 at index 2"),
+        (below, "1.1754943508222872e-38 at index 2"),
+    ] {
+        match spec.clone().with_inv_freq(&[1.0, 0.5, bad, 0.25]) {
+            Err(posenc::Error::InvalidParameter { field: "inv_freq", value: v, .. }) => {
+                assert_eq!(v, value)
+            }
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+    let empty = PeSpec::new(2).unwrap().with_inv_freq(&[]).unwrap_err();
+    assert!(empty.to_string().contains("0 values for the 1 frequencies"), "{empty}");
 }

@@ -670,3 +670,48 @@ fn coalesced_groups_of_several_tokens_keep_the_cpu_bits() {
         }
     }
 }
+
+/// A model's own frequencies (`PeSpec::with_inv_freq`) through the encode, cached PE rows
+/// and cold positions, the vec4 and the general kernel, both frequency modes: the CPU's
+/// bits. The formula's spec of the same variant and dim encodes first, so rows it cached
+/// would show if the cache did not tell the two apart.
+#[test]
+fn given_frequencies_encode_bit_identically_and_do_not_share_cached_rows() {
+    use posenc::{Frequencies, Variant};
+    let Some(ctx) = gpu() else { return };
+    let ctx = ctx.with_max_binding_size(u64::MAX); // a private cache for this test
+    let mut rng = Rng::new(37);
+    let vocab = 29;
+    for (variant, dim) in [(Variant::Vaswani, 64usize), (Variant::Marian, 7)] {
+        let formula = PeSpec::for_variant(variant, dim as u32).unwrap();
+        // What torch computes for the formula, in float32 (not its correctly rounded value).
+        let stored: Vec<f64> = (0..formula.n_freqs())
+            .map(|i| f64::from(1.0 / 10000f32.powf((2 * i) as f32 / dim as f32)))
+            .collect();
+        let given = formula.clone().with_inv_freq(&stored).unwrap();
+        let table = Table::new(&mut rng, vocab, dim);
+        let uploaded = ctx.upload_table(table.view(Dtype::F32)).unwrap();
+        let options = EncodeOptions::default();
+        let ids = random_ids(&mut rng, 2, 9, vocab);
+        // Cached rows (below the cache's reach) and cold ones, with the largest positions.
+        let pos = Array2::from_shape_fn((2, 9), |(b, t)| {
+            if b == 0 { t as u32 + 3 } else { u32::MAX - 2 * t as u32 }
+        });
+        for spec in [
+            formula.clone(),
+            given.clone(),
+            formula.with_frequencies(Frequencies::F32),
+            given.with_frequencies(Frequencies::F32),
+        ] {
+            let g = ctx.encode(&spec, &uploaded, ids.view(), pos.view(), &options).unwrap();
+            let c = cpu::encode(&spec, table.view(Dtype::F32), ids.view(), pos.view(), &options)
+                .unwrap();
+            let what = format!(
+                "{variant} d={dim} {:?} given={}",
+                spec.frequencies(),
+                spec.inv_freq().is_some()
+            );
+            assert_same_bits(&what, &g, &c);
+        }
+    }
+}

@@ -82,6 +82,7 @@ fn losing_the_device_under_eight_busy_threads_gives_results_or_device_lost() {
         let workers: Vec<_> = (0..8)
             .map(|k| {
                 let (ctx, t, uploaded) = (Arc::clone(&ctx), Arc::clone(&t), Arc::clone(&uploaded));
+                let spec = spec.clone();
                 std::thread::spawn(move || {
                     let options = EncodeOptions::default();
                     let mut rng = Rng::new(100 + k);

@@ -198,15 +198,23 @@ fn recorded_encode_equals_cpu_bit_for_bit() {
 }
 
 #[test]
-fn float32_frequencies_and_start_index_are_recorded_exactly() {
+fn float32_and_given_frequencies_and_start_index_are_recorded_exactly() {
     let Some(ctx) = gpu() else { return };
     let mut rng = Rng::new(5);
+    let given: Vec<f64> = (0..8).map(|i| 0.9f64.powi(3 * i) / 3.0).collect();
     let specs = [
         PeSpec::new(32).unwrap().with_frequencies(posenc::Frequencies::F32),
         PeSpec::for_variant(Variant::Fairseq, 33).unwrap(),
         PeSpec::for_variant(Variant::Tensor2Tensor, 31).unwrap(),
         PeSpec::for_variant(Variant::Whisper, 24).unwrap(),
         PeSpec::new(16).unwrap().with_start_index(u32::MAX - 3),
+        // A model's own frequencies, as given (float64, none a float32) and in float32.
+        PeSpec::new(16).unwrap().with_inv_freq(&given).unwrap(),
+        PeSpec::for_variant(Variant::Marian, 15)
+            .unwrap()
+            .with_inv_freq(&given)
+            .unwrap()
+            .with_frequencies(posenc::Frequencies::F32),
     ];
     for spec in specs {
         let dim = spec.dim() as usize;
@@ -770,7 +778,7 @@ fn threads_record_one_pass_into_their_own_encoders() {
     let pass = ctx.encode_pass(&spec, &table, &desc).unwrap();
     std::thread::scope(|s| {
         for worker in 0..4u64 {
-            let (pass, tables, options) = (&pass, &tables, &options);
+            let (pass, tables, options, spec) = (&pass, &tables, &options, &spec);
             s.spawn(move || {
                 let mut rng = Rng::new(100 + worker);
                 for step in 0..5 {
@@ -780,7 +788,7 @@ fn threads_record_one_pass_into_their_own_encoders() {
                     let ids = Array2::from_shape_vec((4, 1), ids).unwrap();
                     let positions = Array2::from_shape_vec((4, 1), starts).unwrap();
                     let want = cpu::encode(
-                        &spec,
+                        spec,
                         tables.view(Dtype::F16),
                         ids.view(),
                         positions.view(),

@@ -103,9 +103,9 @@ fn every_variant_and_frequency_mode_is_bit_identical_to_the_cpu() {
         for d in [1, 2, 3, 5, 8, 33, 64, 515] {
             let Ok(spec) = PeSpec::for_variant(variant, d) else { continue };
             let specs = [
-                spec,
-                spec.with_frequencies(Frequencies::F32),
-                spec.with_start_index(u32::MAX - 7).with_padding_idx(Some(3)),
+                spec.clone(),
+                spec.clone().with_frequencies(Frequencies::F32),
+                spec.clone().with_start_index(u32::MAX - 7).with_padding_idx(Some(3)),
                 spec.with_start_index(12).with_frequencies(Frequencies::F32),
             ];
             for spec in specs {
@@ -113,6 +113,47 @@ fn every_variant_and_frequency_mode_is_bit_identical_to_the_cpu() {
                 let c = cpu::table(&spec, &positions);
                 assert_bits_eq(
                     &format!("{spec:?}"),
+                    g.as_slice().unwrap(),
+                    c.as_slice().unwrap(),
+                    d as usize,
+                );
+            }
+        }
+    }
+}
+
+/// A model's own frequencies (`PeSpec::with_inv_freq`) in every variant's columns, both
+/// frequency modes, a start index past u32 and the range's edges: the CPU's bits.
+#[test]
+fn given_frequencies_are_bit_identical_to_the_cpu() {
+    use posenc::{Frequencies, MAX_INV_FREQ, MIN_INV_FREQ, Variant};
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(14);
+    let positions = hard_positions(&mut rng, 200);
+    for variant in Variant::ALL {
+        for d in [1, 5, 8, 33, 515] {
+            let Ok(spec) = PeSpec::for_variant(variant, d) else { continue };
+            let n = spec.n_freqs() as usize;
+            // float64 values across the range, edges included, in no particular order.
+            let w: Vec<f64> = (0..n)
+                .map(|i| match i % 5 {
+                    0 => MAX_INV_FREQ,
+                    1 => MIN_INV_FREQ,
+                    _ => (rng.next_u64() >> 11) as f64 * 2f64.powi(-40 - (i % 3) as i32 * 7),
+                })
+                .map(|v| v.clamp(MIN_INV_FREQ, MAX_INV_FREQ))
+                .collect();
+            let given = spec.with_inv_freq(&w).unwrap();
+            for spec in [
+                given.clone(),
+                given.clone().with_frequencies(Frequencies::F32),
+                given.clone().with_start_index(u32::MAX - 7),
+                given.with_start_index(12).with_frequencies(Frequencies::F32),
+            ] {
+                let g = ctx.table(&spec, &positions).unwrap();
+                let c = cpu::table(&spec, &positions);
+                assert_bits_eq(
+                    &format!("{variant} d={d} {:?}", spec.frequencies()),
                     g.as_slice().unwrap(),
                     c.as_slice().unwrap(),
                     d as usize,

@@ -117,6 +117,19 @@ pub fn raw_npy(descr: &str, shape: &str, data: &[u8]) -> Vec<u8> {
     raw_npy_dict(&dict, data)
 }
 
+/// A `.safetensors` file of `(name, dtype, shape, little-endian bytes)` tensors.
+pub fn safetensors_of(tensors: &[(&str, safetensors::Dtype, Vec<usize>, Vec<u8>)]) -> Vec<u8> {
+    let views = tensors.iter().map(|(name, dtype, shape, data)| {
+        (*name, safetensors::tensor::TensorView::new(*dtype, shape.clone(), data).unwrap())
+    });
+    safetensors::serialize(views, None).unwrap()
+}
+
+/// The little-endian bytes of `values`.
+pub fn le_bytes<T: bytemuck::Pod>(values: &[T]) -> Vec<u8> {
+    values.iter().flat_map(|v| bytemuck::bytes_of(v).to_vec()).collect()
+}
+
 /// The bits of each value, for comparisons that must not treat -0.0 as 0.0 or NaN as
 /// unequal to itself.
 pub fn bits<V: std::borrow::Borrow<f32>>(values: impl IntoIterator<Item = V>) -> Vec<u32> {

@@ -75,7 +75,7 @@ pub(crate) struct EncodeArgs {
     /// be below max_positions.
     #[arg(long, value_name = "PATH",
           conflicts_with_all = ["variant", "frequencies", "base", "min_timescale",
-                                "max_timescale", "start_index", "padding_idx"])]
+                                "max_timescale", "start_index", "padding_idx", "inv_freq"])]
     position_table: Option<PathBuf>,
     /// The .safetensors tensor of --position-table; may be left out when the file holds
     /// exactly one 2-D tensor.
@@ -419,7 +419,7 @@ impl EncodeInput {
 
         // The output's shape is checked as the ids are read, before anything is built from it.
         let ids = inputs::read_ids(Source::File(&args.ids), table.dim(), pad_id)?;
-        let fairseq_padding = spec.and_then(|s| s.padding_idx());
+        let fairseq_padding = spec.as_ref().and_then(PeSpec::padding_idx);
         let how = match (&args.positions, &args.offsets) {
             (Some(path), _) => EncodePositions::File(Source::File(path)),
             (None, Some(path)) => EncodePositions::Offsets(Source::File(path)),

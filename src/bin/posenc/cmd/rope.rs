@@ -81,11 +81,16 @@ pub(crate) struct RopeParams {
     #[arg(long, value_name = "JSON")]
     scaling: Option<String>,
     /// A model's own frequencies (its inv_freq buffer: radians per position, one per
-    /// rotated pair), a 1-D float32 .npy, each value taken exactly: reproduces a framework
-    /// whose float32 inv_freq is not the correctly rounded formula. Replaces --scaling and
-    /// the base.
-    #[arg(long, value_name = "INV_FREQ.npy", conflicts_with = "scaling")]
+    /// rotated pair, rotary_dim / 2 of them): a 1-D .npy of float32 or float64, or a
+    /// .safetensors tensor of F32 or F64 (--inv-freq-tensor, or the file's only 1-D
+    /// tensor). Each value is taken exactly: reproduces a framework whose float32 inv_freq
+    /// is not the correctly rounded formula. Replaces --scaling and the base.
+    #[arg(long, value_name = "PATH", conflicts_with = "scaling")]
     inv_freq: Option<PathBuf>,
+    /// With --inv-freq: the tensor of the .safetensors file to read [default: its only
+    /// 1-D tensor].
+    #[arg(long, value_name = "NAME", requires = "inv_freq")]
+    inv_freq_tensor: Option<String>,
     /// With --inv-freq: the factor cos and sin are multiplied by (transformers'
     /// attention_scaling), finite and >= 0 [default: 1].
     #[arg(long, value_name = "F", requires = "inv_freq", allow_hyphen_values = true)]
@@ -98,13 +103,9 @@ pub(crate) struct RopeParams {
 }
 
 impl RopeParams {
-    /// The `--scaling` object, read and checked; `None` without the flag.
+    /// The `--scaling` object, read and checked; `None` without the flag. (`--inv-freq` is
+    /// read by [`RopeParams::spec`], which knows how many frequencies it must hold.)
     pub(crate) fn scaling(&self) -> Result<Option<Scaling>, Error> {
-        if let Some(path) = &self.inv_freq {
-            let inv_freq = inputs::read_inv_freq(Source::File(path))?;
-            let attention_factor = self.attention_factor.unwrap_or(1.0);
-            return Ok(Some(Scaling::Explicit { inv_freq, attention_factor }));
-        }
         Ok(match &self.scaling {
             None => None,
             Some(text) => Some(match text.strip_prefix('@') {
@@ -122,8 +123,10 @@ impl RopeParams {
     }
 
     /// The spec for heads of `head_dim`: the flags, else `config`'s values, else the
-    /// defaults, with `scaling` (the `--scaling` flag's) over the config's; `origin`
-    /// rewords an error about the head or rotary dim to say where the head dim came from.
+    /// defaults, with `--inv-freq`'s frequencies or `scaling` (the `--scaling` flag's) over
+    /// the config's; `origin` rewords an error about the head or rotary dim to say where
+    /// the head dim came from. The `--inv-freq` file is read once the rotary dim is known
+    /// good, and must hold rotary_dim / 2 values.
     pub(crate) fn spec(
         &self,
         head_dim: u32,
@@ -140,15 +143,22 @@ impl RopeParams {
             Some(PairingArg::Gptj) => rp::Pairing::Gptj,
             None => config.map_or(rp::Pairing::Neox, RopeSpec::pairing),
         };
-        let scaling = match scaling {
-            Some(s) => s,
-            None => config.map_or(Scaling::None, |c| c.scaling().clone()),
-        };
         let spec = RopeSpec::partial(head_dim, rotary_dim)
             .map_err(|e| origin(e, head_dim, rotary_dim))?
             .with_base(self.base.or(config.map(RopeSpec::base)).unwrap_or(rp::DEFAULT_BASE))?
-            .with_pairing(pairing)
-            .with_scaling(scaling)?;
+            .with_pairing(pairing);
+        let scaling = match (&self.inv_freq, scaling) {
+            (Some(path), _) => {
+                let tensor = self.inv_freq_tensor.as_deref();
+                let count = (spec.rotary_dim() / 2) as usize;
+                let inv_freq = inputs::read_inv_freq(Source::File(path), tensor, count)?;
+                let attention_factor = self.attention_factor.unwrap_or(1.0);
+                Scaling::Explicit { inv_freq, attention_factor }
+            }
+            (None, Some(s)) => s,
+            (None, None) => config.map_or(Scaling::None, |c| c.scaling().clone()),
+        };
+        let spec = spec.with_scaling(scaling)?;
         match self.seq_len {
             Some(n) => spec.with_seq_len(n),
             None => Ok(spec),

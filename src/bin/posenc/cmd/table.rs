@@ -105,7 +105,7 @@ pub(crate) fn run(args: &TableArgs) -> Result<(), Failure> {
             }
         },
     };
-    let dim = args.dim.or(from_config.map(|s| s.dim())).unwrap_or(DEFAULT_DIM);
+    let dim = args.dim.or(from_config.as_ref().map(posenc::PeSpec::dim)).unwrap_or(DEFAULT_DIM);
     let spec = args.pe.spec(dim, from_config.as_ref()).map_err(Failure::usage)?;
     let positions = match &args.positions {
         Some(text) => positions::parse_spec(text).map_err(Failure::usage)?,

@@ -576,16 +576,16 @@ fn variants_and_their_options_reach_the_table() {
                 "--start-index",
                 "4294967290",
             ],
-            t2t.with_timescales(2.0, 5e4).unwrap().with_start_index(u32::MAX - 5),
+            t2t.clone().with_timescales(2.0, 5e4).unwrap().with_start_index(u32::MAX - 5),
         ),
         (
             vec!["--variant", "tensor2tensor", "--dim", "9", "--base", "300"],
             t2t.with_base(300.0).unwrap(),
         ),
-        (vec!["--variant", "fairseq", "--dim", "7"], fairseq),
+        (vec!["--variant", "fairseq", "--dim", "7"], fairseq.clone()),
         (
             vec!["--variant", "fairseq", "--dim", "7", "--padding-idx", "none"],
-            fairseq.with_padding_idx(None),
+            fairseq.clone().with_padding_idx(None),
         ),
         (
             vec!["--variant", "fairseq", "--dim", "7", "--padding-idx", "3"],
@@ -608,5 +608,106 @@ fn variants_and_their_options_reach_the_table() {
         assert_ok(&out, &format!("{args:?}"));
         let expected = cpu::table(&spec, &positions);
         assert_eq!(csv_bits(&stdout(&out)), bits(expected.iter().copied()), "{args:?}");
+    }
+}
+
+/// `table --inv-freq`: a model's own frequencies from a .npy (float32, as torch holds them)
+/// or a .safetensors tensor (float64, named), in each variant's columns and both frequency
+/// modes, give the library's table on the CPU, the GPU (the same bits) and the reference
+/// path; files of the wrong length or range, and --base beside them, are refused with one
+/// line.
+#[test]
+fn inv_freq_reaches_the_table_on_every_device() {
+    use crate::support::{le_bytes, npy_bytes, safetensors_of};
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, bytes: &[u8]| {
+        let path = dir.path().join(name);
+        fs::write(&path, bytes).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    // torch's float32 inv_freq for d = 8: 1 / 10000 ** (arange(0, 8, 2) / 8).
+    let torch: Vec<f32> = (0..4).map(|i| 1.0 / 10000f32.powf((2 * i) as f32 / 8.0)).collect();
+    let wide: Vec<f64> = vec![1.0 / 3.0, 0.01 + 1e-15, 2e-4, 7e-7];
+    let npy = write("inv.npy", &npy_bytes(&ndarray::Array1::from(torch.clone())));
+    let st = write(
+        "model.safetensors",
+        &safetensors_of(&[
+            ("a.inv_freq", safetensors::Dtype::F64, vec![4], le_bytes(&wide)),
+            ("b.inv_freq", safetensors::Dtype::F32, vec![4], le_bytes(&torch)),
+        ]),
+    );
+    let torch64: Vec<f64> = torch.iter().map(|&v| f64::from(v)).collect();
+    let cases: Vec<(Vec<&str>, PeSpec)> = vec![
+        (
+            vec!["--dim", "8", "--inv-freq", &npy],
+            PeSpec::new(8).unwrap().with_inv_freq(&torch64).unwrap(),
+        ),
+        (
+            vec![
+                "--variant",
+                "fairseq",
+                "--dim",
+                "9",
+                "--inv-freq",
+                &st,
+                "--inv-freq-tensor",
+                "a.inv_freq",
+            ],
+            PeSpec::for_variant(Variant::Fairseq, 9).unwrap().with_inv_freq(&wide).unwrap(),
+        ),
+        (
+            vec![
+                "--variant",
+                "marian",
+                "--dim",
+                "7",
+                "--inv-freq",
+                &st,
+                "--inv-freq-tensor",
+                "b.inv_freq",
+                "--frequencies",
+                "f32",
+                "--start-index",
+                "4294967290",
+            ],
+            PeSpec::for_variant(Variant::Marian, 7)
+                .unwrap()
+                .with_inv_freq(&torch64)
+                .unwrap()
+                .with_frequencies(Frequencies::F32)
+                .with_start_index(u32::MAX - 5),
+        ),
+    ];
+    let positions = [0u32, 1, 2, 3, 1 << 24, u32::MAX];
+    let gpu = gpu_available("inv_freq_reaches_the_table_on_every_device");
+    for (args, spec) in &cases {
+        let want = cpu::table(spec, &positions);
+        let reference = reference::table_f32(spec, &positions);
+        for device in ["cpu", "gpu", "reference"] {
+            if device == "gpu" && !gpu {
+                continue;
+            }
+            let out = dir.path().join(format!("{device}.npy")).to_str().unwrap().to_string();
+            let mut full =
+                vec!["table", "--device", device, "--positions", "0..4,16777216,4294967295"];
+            full.extend_from_slice(args);
+            full.extend(["--format", "npy", "-o", &out]);
+            let run = posenc(&full);
+            assert_ok(&run, &format!("{args:?} on {device}"));
+            let expected = if device == "reference" { &reference } else { &want };
+            assert_eq!(fs::read(&out).unwrap(), npy_bytes(expected), "{args:?} on {device}");
+        }
+    }
+    let short = write("short.npy", &npy_bytes(&ndarray::Array1::from(vec![1.0f32; 3])));
+    let zero = write("zero.npy", &npy_bytes(&ndarray::Array1::from(vec![1.0f64, 0.0, 0.5, 0.25])));
+    for (args, needle) in [
+        (vec!["--dim", "8", "--inv-freq", &short], "inv_freq holds 3 values, but 4 are needed"),
+        (vec!["--dim", "8", "--inv-freq", &zero], "invalid inv_freq: 0 at index 1"),
+        (vec!["--dim", "8", "--inv-freq", &st], "2 1-D tensors and none named"),
+        (vec!["--dim", "8", "--inv-freq", &npy, "--base", "500"], "cannot be used with"),
+        (vec!["--dim", "8", "--inv-freq-tensor", "x"], "--inv-freq"),
+    ] {
+        let run = posenc(&[&["table", "--device", "cpu"][..], &args].concat());
+        assert_rejected(&run, &args, needle);
     }
 }

@@ -863,3 +863,35 @@ fn learned_position_tables_replace_the_sinusoid() {
         &["--position-table"],
     );
 }
+
+/// `encode --inv-freq`: a model's own frequencies (here float64, from a .safetensors
+/// tensor) in the sinusoid's place, as the library computes them; refused beside a learned
+/// position table, which has no frequencies.
+#[test]
+fn inv_freq_reaches_the_encoding() {
+    let dir = Dir::new();
+    let table = Table::new(Dtype::F32, VOCAB, 16);
+    let weights = dir.table("w.safetensors", &table);
+    let ids = array![[1u32, 2, 3, 10]];
+    let ids_path = dir.npy("ids.npy", &ids);
+    let offsets = dir.npy("offsets.npy", &array![4_000_000_000u32]);
+    let w: Vec<f64> = (0..8).map(|i| 0.8f64.powi(i) / 7.0).collect();
+    let le: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let inv = dir.safetensors("inv.safetensors", &[("inv_freq", StDtype::F64, vec![8], le)]);
+    let out = s(&dir.path("out.npy"));
+    let args = ["encode", "--device", "cpu", "--weights", &weights, "--ids", &ids_path];
+    let run =
+        posenc(&[&args[..], &["--inv-freq", &inv, "--offsets", &offsets, "-o", &out]].concat());
+    assert_ok(&run, "--inv-freq");
+    let spec = PeSpec::new(16).unwrap().with_inv_freq(&w).unwrap();
+    let positions = positions::from_offsets(&[4_000_000_000], 4).unwrap();
+    let options = EncodeOptions::default();
+    let want =
+        cpu::encode(&spec, table.embeddings(), ids.view(), positions.view(), &options).unwrap();
+    assert_eq!(read_out(&out).bits, want.bits());
+    let run = posenc(
+        &[&args[..], &["--inv-freq", &inv, "--position-table", &weights, "-o", &out]].concat(),
+    );
+    assert_eq!(run.status.code(), Some(2), "{}", stderr(&run));
+    assert!(stderr(&run).contains("cannot be used with"), "{}", stderr(&run));
+}

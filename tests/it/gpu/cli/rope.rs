@@ -9,11 +9,12 @@ use crate::support::cli::{
     Dir, assert_ok, gpu_available, posenc, posenc_env, posenc_lines, s, stderr,
 };
 use crate::support::rope::tensor;
-use crate::support::{npy_bytes, raw_npy};
+use crate::support::{le_bytes, npy_bytes, raw_npy, safetensors_of};
 use half::{bf16, f16};
 use ndarray::{Array2, Array4, array};
 use posenc::rope::{Element, Layout, Pairing, RopeSpec, Scaling};
 use posenc::{cpu, npy, positions};
+use safetensors::Dtype as StDtype;
 
 const LLAMA3: &str = r#"{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}"#;
 
@@ -618,58 +619,107 @@ fn config_refusals_exit_2_with_one_line() {
     assert!(stderr(&run).contains("--head-dim"), "{}", stderr(&run));
 }
 
-/// `--inv-freq`: a float32 .npy of a model's frequencies, taken exactly, on `rope` and
-/// `rope-cache`, equal to the library with `Scaling::Explicit`; refused with one line when
-/// it is malformed or combined with --scaling.
+/// `--inv-freq`: a model's frequencies from a .npy of float32 or float64 or a .safetensors
+/// tensor of F32 or F64, each value taken exactly, on `rope` and `rope-cache`, equal to the
+/// library with `Scaling::Explicit`; refused with one line when it is malformed, of a
+/// 16-bit type, of the wrong length, or combined with --scaling.
 #[test]
 fn inv_freq_files_give_the_librarys_explicit_frequencies() {
     let dir = Dir::new();
     let stored: Vec<f32> = (0..8).map(|i| 1.0 / 10000f32.powf((2 * i) as f32 / 16.0)).collect();
+    let widened: Vec<f64> = stored.iter().map(|&v| f64::from(v)).collect();
+    // float64 values no float32 holds: taken as they are, not rounded.
+    let wide: Vec<f64> = (0..8).map(|i| 10000f64.powf(-(i as f64) / 8.0) * (1.0 + 1e-12)).collect();
+    assert!(wide.iter().any(|&v| f64::from(v as f32) != v));
     let inv = dir.npy("inv_freq.npy", &ndarray::Array1::from(stored.clone()));
-    let explicit = Scaling::Explicit {
-        inv_freq: stored.iter().map(|&v| f64::from(v)).collect(),
-        attention_factor: 0.75,
-    };
-    let spec = RopeSpec::new(16).unwrap().with_scaling(explicit).unwrap();
+    let inv64 = dir.npy("inv_freq64.npy", &ndarray::Array1::from(wide.clone()));
+    // A checkpoint-like file: a 2-D weight beside the 1-D frequencies.
+    let st32 = dir.bytes(
+        "rotary.safetensors",
+        &safetensors_of(&[
+            ("inv_freq", StDtype::F32, vec![8], le_bytes(&stored)),
+            ("weight", StDtype::F32, vec![2, 2], le_bytes(&[0f32; 4])),
+        ]),
+    );
+    let st64 = dir.bytes(
+        "two.safetensors",
+        &safetensors_of(&[
+            ("layers.0.inv_freq", StDtype::F64, vec![8], le_bytes(&wide)),
+            ("layers.1.inv_freq", StDtype::F32, vec![8], le_bytes(&stored)),
+        ]),
+    );
     let x = tensor::<f32>([1, 5, 2, 16], 13);
     let p = positions::from_offsets(&[1_000_000], 5).unwrap();
-    let args = ["--inv-freq", &inv, "--attention-factor", "0.75", "--offset", "1000000"];
-    check_cpu(&dir, "inv_freq", &x, Layout::Blhd, &spec, &p, &args);
-    // rope-cache: the same frequencies.
-    let out = dir.out("cache.npy");
-    let run = posenc(&[
-        "rope-cache",
-        "--head-dim",
-        "16",
-        "--inv-freq",
-        &inv,
-        "--attention-factor",
-        "0.75",
-        "--positions",
-        "1000000..1000005",
-        "--format",
-        "npy",
-        "--device",
-        "cpu",
-        "-o",
-        &out,
-    ]);
-    assert_ok(&run, "rope-cache --inv-freq");
+    let explicit = |inv_freq: &[f64]| {
+        let scaling = Scaling::Explicit { inv_freq: inv_freq.to_vec(), attention_factor: 0.75 };
+        RopeSpec::new(16).unwrap().with_scaling(scaling).unwrap()
+    };
+    let common = ["--attention-factor", "0.75", "--offset", "1000000"];
+    for (name, file, tensor, values) in [
+        ("npy f32", &inv, None, &widened),
+        ("npy f64", &inv64, None, &wide),
+        ("safetensors F32, the only 1-D tensor", &st32, None, &widened),
+        ("safetensors F64, named", &st64, Some("layers.0.inv_freq"), &wide),
+        ("safetensors F32, named", &st64, Some("layers.1.inv_freq"), &widened),
+    ] {
+        let mut args = vec!["--inv-freq", file.as_str()];
+        if let Some(t) = tensor {
+            args.extend(["--inv-freq-tensor", t]);
+        }
+        args.extend(common);
+        check_cpu(&dir, name, &x, Layout::Blhd, &explicit(values), &p, &args);
+    }
+    // rope-cache: the same frequencies, from either format.
+    let spec = explicit(&widened);
     let cache = cpu::rope_cache(&spec, &(1_000_000..1_000_005).collect::<Vec<u32>>()).unwrap();
     let stacked = ndarray::stack(ndarray::Axis(0), &[cache.cos.view(), cache.sin.view()]).unwrap();
-    assert_eq!(fs::read(&out).unwrap(), npy_bytes(&stacked));
+    for file in [&inv, &st32] {
+        let out = dir.out("cache.npy");
+        let run = posenc(&[
+            "rope-cache",
+            "--head-dim",
+            "16",
+            "--inv-freq",
+            file,
+            "--attention-factor",
+            "0.75",
+            "--positions",
+            "1000000..1000005",
+            "--format",
+            "npy",
+            "--device",
+            "cpu",
+            "-o",
+            &out,
+        ]);
+        assert_ok(&run, "rope-cache --inv-freq");
+        assert_eq!(fs::read(&out).unwrap(), npy_bytes(&stacked), "{file}");
+    }
     // Refusals.
     let input = dir.npy("x.npy", &x);
-    let f64_file = dir.npy("f64.npy", &ndarray::Array1::from(vec![1i64, 2]));
+    let int_file = dir.npy("i64.npy", &ndarray::Array1::from(vec![1i64, 2]));
     let short = dir.npy("short.npy", &ndarray::Array1::from(vec![1.0f32, 0.5]));
     let zero = dir.npy("zero.npy", &ndarray::Array1::from(vec![0.0f32; 8]));
+    let mut past = widened.clone();
+    past[3] = 1e20;
+    let huge = dir.npy("huge.npy", &ndarray::Array1::from(past));
+    let bf16_file = dir.bytes(
+        "bf16.safetensors",
+        &safetensors_of(&[("inv_freq", StDtype::BF16, vec![8], vec![0x80; 16])]),
+    );
     let bad = dir.out("bad.npy");
     for (extra, needle) in [
-        (vec!["--inv-freq", &f64_file], "inv_freq has dtype '<i8'"),
-        (vec!["--inv-freq", &short], "invalid inv_freq: 2 numbers"),
+        (vec!["--inv-freq", &int_file], "inv_freq has dtype '<i8'; allowed: '<f4' or '<f8'"),
+        (vec!["--inv-freq", &short], "inv_freq holds 2 values, but 8 are needed"),
         (vec!["--inv-freq", &zero], "invalid inv_freq[0]: 0"),
+        (vec!["--inv-freq", &huge], "invalid inv_freq[3]: 1e20"),
+        (vec!["--inv-freq", &bf16_file], "inv_freq has dtype BF16"),
+        (vec!["--inv-freq", &st64], "2 1-D tensors and none named (--inv-freq-tensor NAME)"),
+        (vec!["--inv-freq", &st64, "--inv-freq-tensor", "x"], "no tensor named \"x\""),
+        (vec!["--inv-freq", &inv, "--inv-freq-tensor", "x"], "invalid inv_freq_tensor: x"),
         (vec!["--inv-freq", &inv, "--scaling", "null"], "cannot be used with"),
         (vec!["--attention-factor", "2"], "--inv-freq"),
+        (vec!["--inv-freq-tensor", "x"], "--inv-freq"),
     ] {
         let run = posenc(
             &[
