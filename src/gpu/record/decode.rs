@@ -38,6 +38,9 @@ fn advance(@builtin(global_invocation_id) g: vec3<u32>) {
 }
 ";
 
+/// The least time the untimed warm-up loops of [`Context::time_decode`] take.
+const WARM_UP: std::time::Duration = std::time::Duration::from_millis(300);
+
 impl Context {
     /// Times `steps` decode steps of `pass` (prepared with [`Positions::PerSequence`]): the
     /// ids of every step already on the device (random, below the vocabulary), each
@@ -50,7 +53,8 @@ impl Context {
     /// device. Sequence `b` starts at position `64 b` in every loop (below the 4096 PE rows
     /// a pass caches by default, for B <= 32 and up to 2000 steps). Then the floor: the same
     /// stand-in, then as many one-workgroup dispatches of a 16-byte copy as the pass
-    /// records, recorded and submitted the same way. One untimed warm-up loop of each
+    /// records, recorded and submitted the same way. Untimed warm-up loops of each (at least
+    /// one, for at least 0.3 s)
     /// first; `repeats` timed loops of each, interleaved.
     ///
     /// # Errors
@@ -175,8 +179,16 @@ impl Context {
             Ok(start.elapsed().as_secs_f64() / steps as f64)
         };
         self.scoped("time_decode", || {
-            run_steps(false)?;
-            run_steps(true)?;
+            // Untimed warm-up for at least WARM_UP: a GPU raises its clocks over tens of
+            // milliseconds, longer than one loop of a thousand 30 µs steps.
+            let warm = Instant::now();
+            loop {
+                run_steps(false)?;
+                run_steps(true)?;
+                if warm.elapsed() >= WARM_UP {
+                    break;
+                }
+            }
             let (mut step, mut floor) = (Vec::new(), Vec::new());
             for _ in 0..repeats {
                 step.push(run_steps(false)?);
