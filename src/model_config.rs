@@ -97,9 +97,20 @@ fn scale(config: &Object) -> Result<Scale> {
 
 /// Why a `model_type` outside the served families is refused.
 fn unserved(config: &Object, model_type: &str) -> Error {
-    let rotary = ["rope_theta", "rope_scaling", "rope_parameters", "rotary_emb_base"]
-        .iter()
-        .any(|k| get(config, k).is_some());
+    // Keys only rotary configs carry, at the top level or under a multimodal model's
+    // `text_config` (Gemma 3).
+    const ROTARY_KEYS: [&str; 7] = [
+        "rope_theta",
+        "rope_scaling",
+        "rope_parameters",
+        "rotary_emb_base",
+        "rotary_dim",
+        "rotary_pct",
+        "partial_rotary_factor",
+    ];
+    let has_rotary = |c: &Object| ROTARY_KEYS.iter().any(|k| get(c, k).is_some());
+    let rotary = has_rotary(config)
+        || matches!(config.get("text_config"), Some(Value::Object(text)) if has_rotary(text));
     let reason = if rotary {
         "rotary positions (RoPE): `posenc rope --config` reads this config".to_string()
     } else {

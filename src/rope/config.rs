@@ -14,6 +14,37 @@ pub const INTERLEAVED_MODEL_TYPES: [&str; 4] = ["gptj", "codegen", "cohere", "co
 /// Scaling types that read the model's `max_position_embeddings`.
 const READS_MAX: [&str; 3] = ["dynamic", "yarn", "longrope"];
 
+/// `model_type`s of families without rotary positions, which `RopeSpec::from_hf_config`
+/// refuses by name: absolute sinusoids, learned position tables, relative biases, ALiBi.
+pub const NON_ROTARY_MODEL_TYPES: [&str; 26] = [
+    "albert",
+    "bart",
+    "bert",
+    "blenderbot",
+    "bloom",
+    "deberta",
+    "deberta-v2",
+    "distilbert",
+    "electra",
+    "fsmt",
+    "gpt2",
+    "gpt_neo",
+    "m2m_100",
+    "marian",
+    "mbart",
+    "mpt",
+    "mt5",
+    "opt",
+    "pegasus",
+    "roberta",
+    "speech_to_text",
+    "t5",
+    "whisper",
+    "xglm",
+    "xlm",
+    "xlm-roberta",
+];
+
 type Object = Map<String, Value>;
 
 fn get<'a>(map: &'a Object, key: &str) -> Option<&'a Value> {
@@ -329,6 +360,18 @@ impl RopeSpec {
         let Value::Object(mut config) = value else {
             return Err(invalid("(json)", excerpt(&value), "a JSON object (a config.json)"));
         };
+        // Families whose positions are absolute (sinusoids, learned tables) or a bias:
+        // reading a default RoPE out of their head dims would be a silent wrong answer.
+        if let Some(Value::String(model_type)) = config.get("model_type")
+            && NON_ROTARY_MODEL_TYPES.contains(&model_type.as_str())
+        {
+            return Err(Error::ModelFamily {
+                model_type: model_type.chars().take(64).collect(),
+                reason: "its positions are not rotary (RoPE): absolute sinusoids and learned \
+                         tables take `posenc table/encode --config`, ALiBi `posenc alibi`"
+                    .into(),
+            });
+        }
         let has_head = ["head_dim", "num_attention_heads", "n_head", "qk_rope_head_dim"]
             .iter()
             .any(|k| get(&config, k).is_some());

@@ -606,7 +606,7 @@ pub(crate) fn parse_json(text: &str) -> Result<Value> {
         .and_then(|value| reader.end().map(|()| value))
         .map_err(|e| match duplicate.take() {
             Some(key) => invalid(key, "given twice", "each key at most once per object"),
-            None => invalid("(json)", format!("not valid JSON ({e})"), "a JSON object or null"),
+            None => invalid("(json)", format!("not valid JSON ({e})"), "valid JSON"),
         })?;
     Ok(value)
 }

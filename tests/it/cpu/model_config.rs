@@ -167,6 +167,12 @@ fn families_posenc_does_not_serve_are_refused_by_model_type() {
     refused_family(&llama, "llama", "posenc rope --config");
     let neox = fs::read_to_string(config_path("gpt-neox-20b.json")).unwrap();
     refused_family(&neox, "gpt_neox", "posenc rope --config");
+    // Rotary configs known by their rotary dim (GPT-J) or by the language model under
+    // text_config (Gemma 3) point to `rope` too.
+    let gptj = fs::read_to_string(config_path("gpt-j-6b.json")).unwrap();
+    refused_family(&gptj, "gptj", "posenc rope --config");
+    let gemma = fs::read_to_string(config_path("gemma-3-4b-it.json")).unwrap();
+    refused_family(&gemma, "gemma3", "posenc rope --config");
     for (model_type, extra) in [
         ("bert", r#""hidden_size": 768, "max_position_embeddings": 512"#),
         ("gpt2", r#""n_embd": 768, "n_positions": 1024"#),

@@ -284,3 +284,37 @@ fn cut_and_mutated_configs_never_panic() {
         }
     }
 }
+
+/// Families whose positions are not rotary are refused by `model_type`, whatever head
+/// dimensions their configs carry: a default RoPE read out of them would be a silent wrong
+/// answer. The corpus's absolute-position configs are among them.
+#[test]
+fn configs_of_families_without_rope_are_refused_by_model_type() {
+    for name in [
+        "opus-mt-en-de.json",
+        "nllb-200-distilled-600m.json",
+        "whisper-tiny.json",
+        "bart-base.json",
+    ] {
+        match RopeSpec::from_hf_config(&read(name), None) {
+            Err(Error::ModelFamily { model_type, reason }) => {
+                assert!(reason.contains("not rotary"), "{name}: {reason}");
+                assert!(!model_type.is_empty(), "{name}");
+            }
+            other => panic!("{name}: expected ModelFamily, got {other:?}"),
+        }
+    }
+    for model_type in posenc::rope::NON_ROTARY_MODEL_TYPES {
+        let json = format!(
+            r#"{{"model_type": "{model_type}", "hidden_size": 768, "num_attention_heads": 12}}"#
+        );
+        let e = RopeSpec::from_hf_config(&json, None).unwrap_err();
+        assert!(
+            matches!(&e, Error::ModelFamily { model_type: m, .. } if m == model_type),
+            "{model_type}: {e:?}"
+        );
+    }
+    // A rotary family's config without rope keys still reads (the default base).
+    let llama = r#"{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32}"#;
+    assert_eq!(RopeSpec::from_hf_config(llama, None).unwrap().head_dim(), 128);
+}

@@ -84,15 +84,16 @@ pub(crate) struct RopeParams {
     /// rotated pair, rotary_dim / 2 of them): a 1-D .npy of float32 or float64, or a
     /// .safetensors tensor of F32 or F64 (--inv-freq-tensor, or the file's only 1-D
     /// tensor). Each value is taken exactly: reproduces a framework whose float32 inv_freq
-    /// is not the correctly rounded formula. Replaces --scaling and the base.
-    #[arg(long, value_name = "PATH", conflicts_with = "scaling")]
+    /// is not the correctly rounded formula. Replaces --scaling, the base and --seq-len.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["scaling", "base", "seq_len"])]
     inv_freq: Option<PathBuf>,
     /// With --inv-freq: the tensor of the .safetensors file to read [default: its only
     /// 1-D tensor].
     #[arg(long, value_name = "NAME", requires = "inv_freq")]
     inv_freq_tensor: Option<String>,
     /// With --inv-freq: the factor cos and sin are multiplied by (transformers'
-    /// attention_scaling), finite and >= 0 [default: 1].
+    /// attention_scaling), finite and >= 0 [default: the --config's scaling's (yarn,
+    /// longrope), else 1].
     #[arg(long, value_name = "F", requires = "inv_freq", allow_hyphen_values = true)]
     attention_factor: Option<f64>,
     /// The sequence length dynamic and longrope scaling see, 1..=2^32 [default: the largest
@@ -152,7 +153,11 @@ impl RopeParams {
                 let tensor = self.inv_freq_tensor.as_deref();
                 let count = (spec.rotary_dim() / 2) as usize;
                 let inv_freq = inputs::read_inv_freq(Source::File(path), tensor, count)?;
-                let attention_factor = self.attention_factor.unwrap_or(1.0);
+                // The config's scaling's factor (yarn, longrope) unless given: frequencies
+                // dumped from such a model still need it.
+                let attention_factor = self
+                    .attention_factor
+                    .unwrap_or_else(|| config.map_or(1.0, |c| c.scaling().attention_factor()));
                 Scaling::Explicit { inv_freq, attention_factor }
             }
             (None, Some(s)) => s,

@@ -718,6 +718,9 @@ fn inv_freq_files_give_the_librarys_explicit_frequencies() {
         (vec!["--inv-freq", &st64, "--inv-freq-tensor", "x"], "no tensor named \"x\""),
         (vec!["--inv-freq", &inv, "--inv-freq-tensor", "x"], "invalid inv_freq_tensor: x"),
         (vec!["--inv-freq", &inv, "--scaling", "null"], "cannot be used with"),
+        // Flags the given frequencies make meaningless are refused, not ignored.
+        (vec!["--inv-freq", &inv, "--base", "500000"], "cannot be used with"),
+        (vec!["--inv-freq", &inv, "--seq-len", "5"], "cannot be used with"),
         (vec!["--attention-factor", "2"], "--inv-freq"),
         (vec!["--inv-freq-tensor", "x"], "--inv-freq"),
     ] {
@@ -734,4 +737,52 @@ fn inv_freq_files_give_the_librarys_explicit_frequencies() {
         assert!(err.lines().count() == 1 && err.contains(needle), "{extra:?}: {err}");
         assert!(!dir.path("bad.npy").exists());
     }
+}
+
+/// `rope-cache --config` with `--inv-freq`: a yarn config's attention factor still applies
+/// to the given frequencies (unless `--attention-factor` says otherwise), so a model's dumped
+/// frequencies with its config give its scaled cos and sin; and `--config` of a family
+/// without RoPE is refused by `model_type`.
+#[test]
+fn inv_freq_with_a_config_keeps_the_configs_attention_factor() {
+    let dir = Dir::new();
+    let configs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/configs");
+    let config = configs.join("qwen2.5-7b-instruct.yarn.json");
+    let config = config.to_str().unwrap();
+    let spec = RopeSpec::from_hf_config(&fs::read_to_string(config).unwrap(), None).unwrap();
+    let af = spec.scaling().attention_factor();
+    assert!(af > 1.1, "{af}");
+    let freqs: Vec<f64> =
+        (0..spec.n_freqs()).map(|i| 10000f64.powf(-f64::from(i) / 64.0)).collect();
+    let inv = dir.npy("inv_freq.npy", &ndarray::Array1::from(freqs));
+    let cache = |name: &str, extra: &[&str]| {
+        let out = dir.path(name);
+        let base = ["rope-cache", "--device", "cpu", "--config", config, "--inv-freq", &inv];
+        let tail = ["--len", "3", "--format", "npy", "-o", &s(&out)];
+        assert_ok(&posenc(&[&base[..], extra, &tail[..]].concat()), name);
+        fs::read(&out).unwrap()
+    };
+    let implied = cache("implied.npy", &[]);
+    let explicit = cache("explicit.npy", &["--attention-factor", &format!("{af:?}")]);
+    let unit = cache("unit.npy", &["--attention-factor", "1"]);
+    assert_eq!(implied, explicit, "the config's attention factor applies");
+    assert_ne!(implied, unit);
+    // A family without rotary positions.
+    let marian = configs.join("opus-mt-en-de.json");
+    let bad = dir.path("m.safetensors");
+    let run = posenc(&[
+        "rope-cache",
+        "--device",
+        "cpu",
+        "--config",
+        marian.to_str().unwrap(),
+        "--len",
+        "3",
+        "-o",
+        &s(&bad),
+    ]);
+    let err = stderr(&run);
+    assert_eq!(run.status.code(), Some(2), "{err}");
+    assert!(err.lines().count() == 1 && err.contains("\"marian\"") && err.contains("not rotary"));
+    assert!(!bad.exists());
 }
