@@ -121,7 +121,12 @@ fn unserved(config: &Object, model_type: &str) -> Error {
             LEARNED_OFFSET_MODEL_TYPES.join(", ")
         )
     };
-    Error::ModelFamily { model_type: model_type.to_string(), reason }
+    // A hostile model_type is not echoed whole.
+    let mut shown: String = model_type.chars().take(64).collect();
+    if shown.len() < model_type.len() {
+        shown.push_str("...");
+    }
+    Error::ModelFamily { model_type: shown, reason }
 }
 
 impl ModelConfig {

@@ -173,6 +173,14 @@ fn families_posenc_does_not_serve_are_refused_by_model_type() {
     refused_family(&gptj, "gptj", "posenc rope --config");
     let gemma = fs::read_to_string(config_path("gemma-3-4b-it.json")).unwrap();
     refused_family(&gemma, "gemma3", "posenc rope --config");
+    // A hostile model_type is named by its first 64 characters, not echoed whole.
+    let long = "x".repeat(100_000);
+    match ModelConfig::from_hf_config(&format!(r#"{{"model_type": "{long}"}}"#)) {
+        Err(Error::ModelFamily { model_type, .. }) => {
+            assert_eq!(model_type, format!("{}...", "x".repeat(64)));
+        }
+        other => panic!("expected ModelFamily, got {other:?}"),
+    }
     for (model_type, extra) in [
         ("bert", r#""hidden_size": 768, "max_position_embeddings": 512"#),
         ("gpt2", r#""n_embd": 768, "n_positions": 1024"#),
