@@ -139,7 +139,19 @@ fn rope(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
         (params, "rope_parameters".to_string())
     };
     let theta = match number(params, "rope_theta").map_err(under(&key))? {
-        Some(t) => Some(t),
+        Some(nested) => {
+            // Two different bases: which one the model uses is a guess.
+            if let Some(top) = number(config, "rope_theta")?
+                && top != nested
+            {
+                return Err(invalid(
+                    "rope_theta",
+                    format!("{top} (and {nested} in {key})"),
+                    format!("given once, or the same in {key}"),
+                ));
+            }
+            Some(nested)
+        }
         None => number(config, "rope_theta")?,
     };
     let partial_rotary_factor = number(params, "partial_rotary_factor").map_err(under(&key))?;

@@ -187,6 +187,12 @@ fn configs_posenc_cannot_honour_are_refused_naming_the_key() {
     let twice = r#"{"head_dim": 64, "partial_rotary_factor": 0.5,
         "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.25}}"#;
     refused(twice, None, "partial_rotary_factor");
+    let bases = r#"{"head_dim": 64, "rope_theta": 500000,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000}}"#;
+    refused(bases, None, "rope_theta");
+    // The same base in both places reads.
+    let same = bases.replace("500000", "10000");
+    assert_eq!(RopeSpec::from_hf_config(&same, None).unwrap().base(), 10000.0);
     // Phi-3's 48 factors against a rotary dim of 48 (24 frequencies).
     let phi3 = read("phi-3-mini-128k-instruct.json");
     let half = phi3.replacen("\"rope_theta\"", "\"partial_rotary_factor\": 0.5, \"rope_theta\"", 1);
