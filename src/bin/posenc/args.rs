@@ -56,7 +56,8 @@ pub(crate) struct PeArgs {
     start_index: Option<u32>,
     /// fairseq's padding_idx: the position whose row is zeros, and in encode the number
     /// that positions count from (pad tokens get it, others padding_idx + 1, ...); `none`:
-    /// no zero row, positions from 0 [default: the config's pad_token_id, else 1].
+    /// no zero row, positions from 0 [default: a fairseq-family config's pad_token_id, else
+    /// 1].
     #[arg(long, value_name = "N|none", value_parser = parse_padding_idx,
           allow_hyphen_values = true)]
     padding_idx: Option<PaddingIdx>,
