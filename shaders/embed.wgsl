@@ -37,39 +37,26 @@ fn table_bits(slot: u32, i: u32) -> u32 {
 fn element(e: u32) -> vec2<u32> {
     let t = e / params.dim;
     let c = e - t * params.dim;
-    let id = ids[params.ids_base + params.token_base + t];
+    let k = token(t);
     let first = (params.flags & FLAG_FIRST_WINDOW) != 0u;
-    let pad = (params.flags & FLAG_PAD_ID) != 0u && id == params.pad_id;
-    let p = position(params.token_base + t);
-    let cached = p < params.cached_rows;
-    // A learned table's position without a row.
-    let bad_id = !pad && id >= params.vocab;
-    let bad_position = !pad && !bad_id && !cached && (params.flags & FLAG_LEARNED) != 0u;
-    if pad || bad_id || bad_position {
+    if k.zero {
         if first && c == 0u {
-            if bad_id {
-                atomicAdd(&state.faults[0], 1u);
-                atomicMax(&state.faults[1], id);
-            } else if bad_position {
-                position_fault(p);
-            }
+            count_fault(k);
         }
         return vec2<u32>(0u, u32(first));
     }
-    let chunk = id / params.rows_per_chunk;
-    let slot = chunk - params.first_chunk;
-    if chunk < params.first_chunk || slot >= params.n_slots {
+    if !k.in_window {
         return vec2<u32>(0u, 0u);
     }
-    var v = bitcast<f32>(table_bits(slot, (id - chunk * params.rows_per_chunk) * params.dim + c));
+    var v = bitcast<f32>(table_bits(k.slot, k.row * params.dim + c));
     if (params.flags & FLAG_SCALE) != 0u {
         v = v * bitcast<f32>(params.scale_bits);
     }
     var pe: u32;
-    if cached {
-        pe = cache[p * params.dim + c];
+    if k.cached {
+        pe = cache[k.position * params.dim + c];
     } else {
-        pe = pe_bits(p, c);
+        pe = pe_bits(k.position, c);
     }
     return vec2<u32>(bitcast<u32>(v + bitcast<f32>(pe)), 1u);
 }

@@ -51,8 +51,8 @@ fn embed_x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_inde
         if t >= cache[0].w {
             return;
         }
-        let k = 4u + t;
-        t = cache[k >> 2u][k & 3u];
+        let word = 4u + t;
+        t = cache[word >> 2u][word & 3u];
     }
     if t >= params.n_tokens {
         return;
@@ -60,27 +60,17 @@ fn embed_x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_inde
     let n = params.row_units;
     let x0 = wg.x * X4_UNITS * X4_WORKGROUP + li;
     let at = params.out_base + t * n;
-    let id = ids[params.ids_base + params.token_base + t];
+    let k = token(t);
     let first = (params.flags & FLAG_FIRST_WINDOW) != 0u;
-    let pad = (params.flags & FLAG_PAD_ID) != 0u && id == params.pad_id;
-    let p = position(params.token_base + t);
-    let cached = p < params.cached_rows;
-    // A learned table's position without a row (never listed for a late stage).
-    let bad_id = !pad && id >= params.vocab;
-    let bad_position = !pad && !bad_id && !cached && (params.flags & FLAG_LEARNED) != 0u;
-    if pad || bad_id || bad_position {
-        // Zero rows and faults, written by the first stage's first window.
+    if k.zero {
+        // Zero rows and faults, written by the first stage's first window (a learned
+        // table's position without a row is never listed for a late stage).
         if first && STAGE != 2u {
             if wg.x == 0u && li == 0u {
-                if bad_id {
-                    atomicAdd(&state.faults[0], 1u);
-                    atomicMax(&state.faults[1], id);
-                } else if bad_position {
-                    position_fault(p);
-                }
+                count_fault(k);
             }
-            for (var k = 0u; k < X4_UNITS; k++) {
-                let x = x0 + k * X4_WORKGROUP;
+            for (var j = 0u; j < X4_UNITS; j++) {
+                let x = x0 + j * X4_WORKGROUP;
                 if x < n {
                     out[at + x] = OutWord();
                 }
@@ -88,25 +78,24 @@ fn embed_x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_inde
         }
         return;
     }
-    let chunk = id / params.rows_per_chunk;
-    let slot = chunk - params.first_chunk;
-    if chunk < params.first_chunk || slot >= params.n_slots {
+    if !k.in_window {
         return;
     }
-    let row = (id - chunk * params.rows_per_chunk) * n;
     // The late stage serves these.
-    if STAGE == 1u && !cached {
+    if STAGE == 1u && !k.cached {
         return;
     }
+    let row = k.row * n;
     // e * 1.0 + pe has the bits of e + pe, fused or not.
     var s = 1.0;
     if (params.flags & FLAG_SCALE) != 0u {
         s = bitcast<f32>(params.scale_bits);
     }
-    for (var k = 0u; k < X4_UNITS; k++) {
-        let x = x0 + k * X4_WORKGROUP;
+    for (var j = 0u; j < X4_UNITS; j++) {
+        let x = x0 + j * X4_WORKGROUP;
         if x < n {
-            out[at + x] = narrow(widen(table_word(slot, row + x)) * s + pe_unit(p, cached, x));
+            let e = widen(table_word(k.slot, row + x));
+            out[at + x] = narrow(e * s + pe_unit(k.position, k.cached, x));
         }
     }
 }

@@ -61,3 +61,50 @@ fn position_fault(p: u32) {
     atomicAdd(&state.faults[2], 1u);
     atomicMax(&state.faults[3], p);
 }
+
+// What a token's id and position say about it in this dispatch, the same for both
+// kernels.
+struct Token {
+    id: u32,
+    position: u32,
+    // Its PE row is in `cache` (or, with FLAG_LEARNED, in the position table).
+    cached: bool,
+    // Written as a zero row: a pad token, an id outside the vocabulary, or (FLAG_LEARNED)
+    // a position without a row. The last two are faults.
+    zero: bool,
+    bad_id: bool,
+    bad_position: bool,
+    // Whether this dispatch's window binds its table chunk, the chunk's slot, and its row in
+    // the chunk.
+    in_window: bool,
+    slot: u32,
+    row: u32,
+}
+
+// Token t of this dispatch's part of the batch.
+fn token(t: u32) -> Token {
+    var k: Token;
+    k.id = ids[params.ids_base + params.token_base + t];
+    k.position = position(params.token_base + t);
+    k.cached = k.position < params.cached_rows;
+    let pad = (params.flags & FLAG_PAD_ID) != 0u && k.id == params.pad_id;
+    k.bad_id = !pad && k.id >= params.vocab;
+    k.bad_position = !pad && !k.bad_id && !k.cached && (params.flags & FLAG_LEARNED) != 0u;
+    k.zero = pad || k.bad_id || k.bad_position;
+    let chunk = k.id / params.rows_per_chunk;
+    k.slot = chunk - params.first_chunk;
+    k.in_window = chunk >= params.first_chunk && k.slot < params.n_slots;
+    k.row = k.id - chunk * params.rows_per_chunk;
+    return k;
+}
+
+// Counts a zero token's fault, if it is one (once per token: the caller picks one
+// invocation of the first window).
+fn count_fault(k: Token) {
+    if k.bad_id {
+        atomicAdd(&state.faults[0], 1u);
+        atomicMax(&state.faults[1], k.id);
+    } else if k.bad_position {
+        position_fault(k.position);
+    }
+}
