@@ -139,7 +139,8 @@ pub struct EncodePass {
     ctx: Context,
     desc: EncodePassDescriptor,
     dim: usize,
-    /// Fixed parameters; the per-buffer ones (`*_base`) and the window's are set per bind.
+    /// Fixed parameters; the per-buffer ones (`*_base`), the part's (`n_words`, `n_tokens`,
+    /// `token_base`, `groups_x`) and the window's are set per bind.
     params: EmbedParams,
     /// Per dispatch: the first table chunk and how many are bound.
     windows: Vec<(u32, u32)>,
@@ -456,11 +457,8 @@ impl Context {
         if desc.positions == Positions::PerSequence {
             flags |= FLAG_OFFSETS;
         }
-        // The kernels' shapes are those of one part (the whole batch when it fits one
-        // binding); a shorter last part has its own token count.
-        let part_elements = u64::from(part_tokens) * dim as u64;
-        let n_words =
-            if out_dtype == Dtype::F32 { part_elements } else { part_elements / 2 } as u32;
+        // The unit kernel's grid is one part's (the whole batch when it fits one binding);
+        // the counts of each part, and the general kernel's grid, are set when bound.
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
         let n_tokens = part_tokens;
         let row_units = (dim / 4) as u32;
@@ -497,7 +495,6 @@ impl Context {
             }
             (v, grid)
         });
-        let groups_x = fold_dispatch(n_words.div_ceil(WORKGROUP_SIZE), max_groups).0;
         let (steps, cache, learned) = match pe {
             PassPe::Spec(spec) => {
                 let cache = match desc.cached_positions {
@@ -555,7 +552,6 @@ impl Context {
             ),
         };
         let params = EmbedParams {
-            n_words,
             dim: dim as u32,
             vocab: table.vocab as u32,
             rows_per_chunk: table.rows_per_chunk,
@@ -570,7 +566,6 @@ impl Context {
             flags,
             in_dtype: table.dtype.code(),
             out_dtype: out_dtype.code(),
-            groups_x,
             spec_flags,
             n_freqs: columns.n_freqs,
             stride: columns.stride,
@@ -578,7 +573,6 @@ impl Context {
             zero_col: columns.zero_col.unwrap_or(0),
             start,
             padding_idx,
-            n_tokens,
             row_units,
             groups_y: x4.map_or(0, |(_, grid)| grid.1),
             ..EmbedParams::default()
@@ -690,7 +684,7 @@ impl EncodePass {
                 actual: format!("{} bytes", out.size()),
             });
         }
-        if self.params.n_words == 0 {
+        if total == 0 {
             return Ok(());
         }
         // One output range per part of the step (one unless the output exceeds a binding).
