@@ -327,9 +327,9 @@ fn recorded_encode_with_a_scale_is_within_one_ulp_of_the_operands() {
             .into_f32()
             .unwrap();
             let s = scale.factor(dim).unwrap().unwrap();
-            for (k, b) in got.chunks_exact(4).enumerate() {
+            let got: Vec<f32> = bytemuck::pod_collect_to_vec(&got);
+            for (k, &gv) in got.iter().enumerate() {
                 let (t, col) = (k / dim, k % dim);
-                let gv = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
                 let cv = want[[t, 0, col]];
                 let pe = cpu::table(&spec, &[starts[t]])[[0, col]];
                 let operand =
@@ -372,8 +372,7 @@ fn ids_outside_the_vocabulary(ctx: &Context) {
     // Cached positions and computed ones (the split's late stage), bad ids at both.
     let positions = [0u32, 9000, 2, 100_000, 4, 70_000];
     let got = run_step(ctx, &pass, &ids, &positions, [0, 0, 0]);
-    let got: Vec<f32> =
-        got.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    let got: Vec<f32> = bytemuck::pod_collect_to_vec(&got);
     for (t, &id) in ids.iter().enumerate() {
         let row = &got[t * dim..(t + 1) * dim];
         if id as usize >= vocab {
@@ -898,8 +897,7 @@ fn learned_positions_without_a_row_give_zero_rows_and_count_as_faults() {
             let ids = [3u32, 35, 7, 99, 12, 35];
             let positions = [2u32, 10, 50, 60, u32::MAX, 9];
             let got = run_step(&ctx, &pass, &ids, &positions, [0, 0, 0]);
-            let got: Vec<f32> =
-                got.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            let got: Vec<f32> = bytemuck::pod_collect_to_vec(&got);
             for (t, (&id, &p)) in ids.iter().zip(&positions).enumerate() {
                 let row = &got[t * dim..(t + 1) * dim];
                 if id == 7 || id as usize >= vocab || p as usize >= max_positions {
