@@ -40,7 +40,7 @@ pub enum Scaling {
     None,
     /// Position interpolation: `w_i = base^(-2i/r) / factor` (HF `"linear"`).
     Linear {
-        /// The interpolation factor, > 0.
+        /// The interpolation factor, finite and >= 2^-64 (it divides the frequencies).
         factor: f64,
     },
     /// Dynamic NTK: the base grows with the sequence length `s`:
@@ -61,7 +61,7 @@ pub enum Scaling {
     /// Any per-frequency divisor: `w_i = base^(-2i/r) / factors[i]`, and cos and sin
     /// multiplied by `attention_factor`.
     PerFrequency {
-        /// One divisor per frequency (`r / 2` of them), each finite and > 0.
+        /// One divisor per frequency (`r / 2` of them), each finite and >= 2^-64.
         factors: Vec<f64>,
         /// Multiplies cos and sin; finite and >= 0.
         attention_factor: f64,
@@ -88,7 +88,7 @@ pub enum Scaling {
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct Yarn {
-    /// The context extension factor, > 0.
+    /// The context extension factor, finite and >= 2^-64 (it divides the frequencies).
     pub factor: f64,
     /// The context length the model was trained with.
     pub original_max_position_embeddings: u64,
@@ -129,9 +129,10 @@ impl Yarn {
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct LongRope {
-    /// Divisors for sequences up to the original length, one per frequency.
+    /// Divisors for sequences up to the original length, one per frequency, each finite
+    /// and >= 2^-64.
     pub short_factor: Vec<f64>,
-    /// Divisors for longer sequences, one per frequency.
+    /// Divisors for longer sequences, one per frequency, each finite and >= 2^-64.
     pub long_factor: Vec<f64>,
     /// The context extension factor; sets the default attention factor.
     pub factor: Option<f64>,
@@ -167,7 +168,7 @@ impl LongRope {
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct Llama3 {
-    /// The divisor of low frequencies, > 0.
+    /// The divisor of low frequencies, finite and >= 2^-64.
     pub factor: f64,
     /// > 0.
     pub low_freq_factor: f64,
@@ -203,9 +204,22 @@ const WHOLE: &str = "a whole number in 1..=9007199254740992";
 const ATTENTION: &str = "a finite number >= 0 that float32 can hold";
 const FACTORS: &str = "an array of finite numbers > 0, one per frequency (rotary_dim / 2)";
 const INV_FREQ_RANGE: &str = "a finite number in (0, 2^64] radians per position";
+/// A factor that divides a frequency: the largest frequency is 1 radian per position, and
+/// the quotient must stay within [`MAX_INV_FREQ`].
+const DIVISOR: &str = "a finite number >= 2^-64 (it divides frequencies of up to 1 radian \
+                       per position, which must stay <= 2^64)";
 
 fn check_positive(field: &str, v: f64) -> Result<()> {
     if v.is_finite() && v > 0.0 { Ok(()) } else { Err(invalid(field, float(v), POSITIVE)) }
+}
+
+/// Checks a factor the frequencies are divided by (see [`DIVISOR`]).
+fn check_divisor(field: &str, v: f64) -> Result<()> {
+    if v.is_finite() && v >= 1.0 / MAX_INV_FREQ {
+        Ok(())
+    } else {
+        Err(invalid(field, float(v), DIVISOR))
+    }
 }
 
 fn check_whole(field: &str, v: u64) -> Result<()> {
@@ -213,6 +227,15 @@ fn check_whole(field: &str, v: u64) -> Result<()> {
 }
 
 fn check_factors(field: &str, factors: &[f64]) -> Result<()> {
+    check_vector(field, factors, |v| v.is_finite() && v > 0.0, POSITIVE)
+}
+
+/// Checks factors the frequencies are divided by, one per frequency (see [`DIVISOR`]).
+fn check_divisors(field: &str, factors: &[f64]) -> Result<()> {
+    check_vector(field, factors, |v| v.is_finite() && v >= 1.0 / MAX_INV_FREQ, DIVISOR)
+}
+
+fn check_vector(field: &str, factors: &[f64], ok: impl Fn(f64) -> bool, range: &str) -> Result<()> {
     if factors.len() > MAX_FACTORS {
         return Err(invalid(
             field,
@@ -221,8 +244,8 @@ fn check_factors(field: &str, factors: &[f64]) -> Result<()> {
         ));
     }
     for (k, &v) in factors.iter().enumerate() {
-        if !(v.is_finite() && v > 0.0) {
-            return Err(invalid(format!("{field}[{k}]"), float(v), POSITIVE));
+        if !ok(v) {
+            return Err(invalid(format!("{field}[{k}]"), float(v), range));
         }
     }
     Ok(())
@@ -289,13 +312,13 @@ impl Scaling {
     pub fn validate(&self) -> Result<()> {
         match self {
             Scaling::None => {}
-            Scaling::Linear { factor } => check_positive("factor", *factor)?,
+            Scaling::Linear { factor } => check_divisor("factor", *factor)?,
             Scaling::Dynamic { factor, max_position_embeddings } => {
                 check_positive("factor", *factor)?;
                 check_whole("max_position_embeddings", *max_position_embeddings)?;
             }
             Scaling::Yarn(y) => {
-                check_positive("factor", y.factor)?;
+                check_divisor("factor", y.factor)?;
                 check_whole(
                     "original_max_position_embeddings",
                     y.original_max_position_embeddings,
@@ -309,8 +332,8 @@ impl Scaling {
                 }
             }
             Scaling::LongRope(l) => {
-                check_factors("short_factor", &l.short_factor)?;
-                check_factors("long_factor", &l.long_factor)?;
+                check_divisors("short_factor", &l.short_factor)?;
+                check_divisors("long_factor", &l.long_factor)?;
                 if let Some(f) = l.factor {
                     check_positive("factor", f)?;
                 }
@@ -329,7 +352,7 @@ impl Scaling {
                 }
             }
             Scaling::Llama3(l) => {
-                check_positive("factor", l.factor)?;
+                check_divisor("factor", l.factor)?;
                 check_positive("low_freq_factor", l.low_freq_factor)?;
                 if !(l.high_freq_factor.is_finite() && l.high_freq_factor > l.low_freq_factor) {
                     return Err(invalid(
@@ -343,7 +366,7 @@ impl Scaling {
                     l.original_max_position_embeddings,
                 )?;
             }
-            Scaling::PerFrequency { factors, .. } => check_factors("factors", factors)?,
+            Scaling::PerFrequency { factors, .. } => check_divisors("factors", factors)?,
             Scaling::Explicit { inv_freq, .. } => {
                 check_factors("inv_freq", inv_freq)?;
                 if let Some((k, &v)) = inv_freq.iter().enumerate().find(|(_, v)| **v > MAX_INV_FREQ)
@@ -900,6 +923,46 @@ mod tests {
         ] {
             assert_eq!(field_of(text), field, "{text}");
         }
+    }
+
+    /// A factor that divides the frequencies is refused below 2^-64: past that the first
+    /// frequency (1 radian per position) would exceed `MAX_INV_FREQ`, and a subnormal one
+    /// overflowed to an infinite frequency (found by the proptest in tests/it/cpu/rope.rs).
+    #[test]
+    fn divisors_below_2_to_the_minus_64_are_refused() {
+        let min = 1.0 / MAX_INV_FREQ;
+        let below = min * (1.0 - f64::EPSILON);
+        type Make = fn(f64) -> Scaling;
+        let cases: [(&str, Make); 5] = [
+            ("factor", |f| Scaling::Linear { factor: f }),
+            ("factor", |f| Scaling::Yarn(Yarn::new(f, 4096))),
+            ("factor", |f| Scaling::Llama3(Llama3::new(f, 1.0, 4.0, 8192))),
+            ("factors[1]", |f| Scaling::PerFrequency {
+                factors: vec![1.0, f],
+                attention_factor: 1.0,
+            }),
+            ("long_factor[0]", |f| {
+                Scaling::LongRope(LongRope::new(vec![1.0, 1.0], vec![f, 1.0], Some(2.0), 4096))
+            }),
+        ];
+        for (field, make) in cases {
+            make(min).validate().unwrap();
+            for bad in [below, 3.672438977910733e-309, 0.0, -min, f64::NAN] {
+                match make(bad).validate() {
+                    Err(Error::RopeScaling { field: f, allowed, .. }) => {
+                        assert_eq!(f, field, "{bad:e}");
+                        assert!(allowed.contains(">= 2^-64"), "{allowed}");
+                    }
+                    other => panic!("{field} = {bad:e}: {other:?}"),
+                }
+            }
+        }
+        let err =
+            Scaling::from_hf_json(r#"{"rope_type":"linear","factor":3.672438977910733e-309}"#);
+        assert!(
+            matches!(err, Err(Error::RopeScaling { ref field, .. }) if field == "factor"),
+            "{err:?}"
+        );
     }
 
     #[test]
