@@ -253,6 +253,37 @@ fn scaling(config: &Object, mut map: Object, key: &str, per_layer: bool) -> Resu
     Scaling::from_hf_value(&Value::Object(map)).map_err(under(key))
 }
 
+/// The `rope_type` (or legacy `type`) of a scaling object, if it is a string.
+fn type_of(map: &Object) -> Option<&str> {
+    get(map, "rope_type").or_else(|| get(map, "type")).and_then(Value::as_str)
+}
+
+/// Proportional RoPE's `partial_rotary_factor` goes into its scaling (it sets how many
+/// frequencies are not zero) instead of narrowing the rotary dim: Hugging Face's
+/// proportional rotary module covers the whole head. A top-level value counts as in
+/// [`rope`]; two different values are refused.
+fn proportional_factor(
+    config: &Object,
+    map: &mut Object,
+    key: &str,
+    nested: Option<f64>,
+) -> Result<()> {
+    let top = number(config, "partial_rotary_factor")?;
+    let inner = number(map, "partial_rotary_factor").map_err(under(key))?;
+    let given = [nested, inner, top].into_iter().flatten().collect::<Vec<_>>();
+    if let Some(&first) = given.first() {
+        if let Some(&other) = given.iter().find(|&&v| v != first) {
+            return Err(invalid(
+                "partial_rotary_factor",
+                format!("{other} (and {first} in {key})"),
+                format!("given once, or the same in {key}"),
+            ));
+        }
+        map.insert("partial_rotary_factor".into(), Value::from(first));
+    }
+    Ok(())
+}
+
 /// The head dimension the rotary module sees, and whether it comes from DeepSeek's
 /// `qk_rope_head_dim`.
 fn head_dim(config: &Object) -> Result<(u64, bool)> {
@@ -343,6 +374,10 @@ impl RopeSpec {
     ///   `qk_rope_head_dim` (the rotated part of each query and key head) when given.
     /// - rotary dim: `int(head_dim * partial_rotary_factor)` (or `rotary_pct`), or
     ///   `rotary_dim`; all of the head otherwise.
+    /// - `rope_type` `"proportional"` (Gemma 4's full-attention layers): the rotary dim is
+    ///   the whole head, read from `global_head_dim` when the config has it (transformers
+    ///   passes `head_dim_key="global_head_dim"`), and `partial_rotary_factor` sets how
+    ///   many of its frequencies are not zero ([`Scaling::Proportional`]).
     /// - pairing: gptj (interleaved) for the `model_type`s in [`INTERLEAVED_MODEL_TYPES`]
     ///   and for DeepSeek (`qk_rope_head_dim`, unless `rope_interleave` is false); neox
     ///   otherwise. (transformers' `DeepseekV3` regroups each head as (even, odd)
@@ -391,14 +426,26 @@ impl RopeSpec {
             config = text.clone();
         }
         let rope = rope(&config, layer_type)?;
-        let (head_dim, deepseek) = head_dim(&config)?;
-        let rotary = if deepseek {
+        let proportional =
+            rope.scaling.as_ref().is_some_and(|(map, _)| type_of(map) == Some("proportional"));
+        let (mut head_dim, deepseek) = head_dim(&config)?;
+        // Gemma 4's rotary module reads its proportional layers' head dim from
+        // `global_head_dim` (transformers' `head_dim_key`), the width of those layers' heads.
+        if proportional && let Some(global) = whole(&config, "global_head_dim")? {
+            head_dim = global;
+        }
+        let rotary = if deepseek || proportional {
             head_dim
         } else {
             rotary_dim(&config, head_dim, rope.partial_rotary_factor)?
         };
         let (scaling, scaling_key) = match rope.scaling {
-            Some((map, key)) => (scaling(&config, map, &key, rope.per_layer)?, key),
+            Some((mut map, key)) => {
+                if proportional {
+                    proportional_factor(&config, &mut map, &key, rope.partial_rotary_factor)?;
+                }
+                (scaling(&config, map, &key, rope.per_layer)?, key)
+            }
             None => (Scaling::None, "rope_scaling".to_string()),
         };
         let model_type = get(&config, "model_type").and_then(Value::as_str).unwrap_or("");

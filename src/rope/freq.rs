@@ -180,6 +180,16 @@ fn angular(big: &mut Big, spec: &RopeSpec, seq_len: u64) -> Vec<BigFloat> {
                 })
                 .collect()
         }
+        Scaling::Proportional(p) => {
+            let k = p.rope_angles(r) as usize;
+            let factor = big.f(p.factor);
+            let zero = big.u(0);
+            default_freqs(big, &ln_base, r)
+                .iter()
+                .enumerate()
+                .map(|(i, w)| if i < k { div(w, &factor) } else { zero.clone() })
+                .collect()
+        }
         // Exactly the given values: from_f64 is exact.
         Scaling::Explicit { inv_freq, .. } => inv_freq.iter().map(|&w| big.f(w)).collect(),
         Scaling::PerFrequency { factors, .. } => default_freqs(big, &ln_base, r)

@@ -45,8 +45,8 @@ pub use cache::RopeCache;
 pub(crate) use cache::{cache_frequencies, check_cache_size};
 pub use config::{INTERLEAVED_MODEL_TYPES, NON_ROTARY_MODEL_TYPES};
 pub use scaling::{
-    Llama3, LongRope, MAX_FACTORS, MAX_JSON_BYTES, ROPE_TYPES, Scaling, YARN_BETA_FAST,
-    YARN_BETA_SLOW, Yarn,
+    Llama3, LongRope, MAX_FACTORS, MAX_JSON_BYTES, Proportional, ROPE_TYPES, Scaling,
+    YARN_BETA_FAST, YARN_BETA_SLOW, Yarn,
 };
 pub(crate) use scaling::{excerpt, parse_json};
 

@@ -14,7 +14,8 @@ use crate::error::{Error, Result, float};
 use crate::spec::MAX_INV_FREQ;
 
 /// The `rope_type` values posenc knows, as Hugging Face spells them.
-pub const ROPE_TYPES: [&str; 6] = ["default", "linear", "dynamic", "yarn", "longrope", "llama3"];
+pub const ROPE_TYPES: [&str; 7] =
+    ["default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional"];
 
 /// Largest `rope_scaling` JSON text accepted, in bytes. A longrope object for the largest
 /// rotary dimension (two vectors of 32768 numbers) is well under it.
@@ -58,6 +59,10 @@ pub enum Scaling {
     LongRope(LongRope),
     /// Llama 3.1's piecewise scaling by wavelength (HF `"llama3"`).
     Llama3(Llama3),
+    /// Gemma 4's proportional RoPE (HF `"proportional"`): the first
+    /// `int(partial_rotary_factor * r // 2)` frequencies are the default ones over the whole
+    /// rotary width `r`, divided by `factor`; the rest are 0, so their pairs pass through.
+    Proportional(Proportional),
     /// Any per-frequency divisor: `w_i = base^(-2i/r) / factors[i]`, and cos and sin
     /// multiplied by `attention_factor`.
     PerFrequency {
@@ -190,6 +195,39 @@ impl Llama3 {
     }
 }
 
+/// Proportional RoPE's parameters (Gemma 4's full-attention layers). With rotary width `r`
+/// (the whole head in Hugging Face's rotary module) and `k = int(partial_rotary_factor * r
+/// // 2)`: `w_i = base^(-2i/r) / factor` for `i < k`, and `w_i = 0` for `k <= i < r/2`.
+///
+/// Unlike a partial rotary RoPE (`default` with `partial_rotary_factor`), whose `k`
+/// frequencies are taken over the rotated width (`base^(-2i/(2k))`), the exponent here keeps
+/// the whole width `r`: same rotated pairs, slower angles.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Proportional {
+    /// Divides every frequency (HF's default 1); finite and >= 2^-64.
+    pub factor: f64,
+    /// The share of the pairs that rotate, in [0, 1] (HF's default 1).
+    pub partial_rotary_factor: f64,
+}
+
+impl Proportional {
+    /// Proportional RoPE rotating `partial_rotary_factor` of the pairs, frequencies
+    /// divided by `factor`.
+    pub fn new(factor: f64, partial_rotary_factor: f64) -> Self {
+        Self { factor, partial_rotary_factor }
+    }
+
+    /// How many of the `rotary_dim / 2` frequencies are not zero:
+    /// `int(partial_rotary_factor * rotary_dim // 2)`, as Python computes it in float64.
+    pub fn rope_angles(&self, rotary_dim: u32) -> u32 {
+        // The product is exact or rounded once in float64, as in Python; halving is exact.
+        let k = (self.partial_rotary_factor * f64::from(rotary_dim) / 2.0).floor();
+        // In range for a valid factor (<= 1); clamped so an unvalidated one cannot overflow.
+        k.clamp(0.0, f64::from(rotary_dim / 2)) as u32
+    }
+}
+
 /// A typed error about one field of a `rope_scaling` object.
 pub(super) fn invalid(
     field: impl Into<String>,
@@ -206,8 +244,8 @@ const FACTORS: &str = "an array of finite numbers > 0, one per frequency (rotary
 const INV_FREQ_RANGE: &str = "a finite number in (0, 2^64] radians per position";
 /// A factor that divides a frequency: the largest frequency is 1 radian per position, and
 /// the quotient must stay within [`MAX_INV_FREQ`].
-const DIVISOR: &str = "a finite number >= 2^-64 (it divides frequencies of up to 1 radian \
-                       per position, which must stay <= 2^64)";
+const DIVISOR: &str = "a finite number >= 2^-64 (it divides frequencies of up to 1 rad per \
+                       position)";
 
 fn check_positive(field: &str, v: f64) -> Result<()> {
     if v.is_finite() && v > 0.0 { Ok(()) } else { Err(invalid(field, float(v), POSITIVE)) }
@@ -268,7 +306,8 @@ impl Scaling {
             Scaling::None
             | Scaling::Linear { .. }
             | Scaling::Dynamic { .. }
-            | Scaling::Llama3(_) => 1.0,
+            | Scaling::Llama3(_)
+            | Scaling::Proportional(_) => 1.0,
             Scaling::Yarn(y) => match (y.attention_factor, y.mscale, y.mscale_all_dim) {
                 (Some(a), _, _) => a,
                 // HF tests both for truthiness: absent and 0 mean "not given".
@@ -298,6 +337,7 @@ impl Scaling {
             Scaling::Yarn(_) => "yarn",
             Scaling::LongRope(_) => "longrope",
             Scaling::Llama3(_) => "llama3",
+            Scaling::Proportional(_) => "proportional",
             Scaling::PerFrequency { .. } => "per_frequency",
             Scaling::Explicit { .. } => "explicit",
         }
@@ -365,6 +405,13 @@ impl Scaling {
                     "original_max_position_embeddings",
                     l.original_max_position_embeddings,
                 )?;
+            }
+            Scaling::Proportional(p) => {
+                check_divisor("factor", p.factor)?;
+                let f = p.partial_rotary_factor;
+                if !(0.0..=1.0).contains(&f) {
+                    return Err(invalid("partial_rotary_factor", float(f), "a number in [0, 1]"));
+                }
             }
             Scaling::PerFrequency { factors, .. } => check_divisors("factors", factors)?,
             Scaling::Explicit { inv_freq, .. } => {
@@ -602,6 +649,14 @@ impl Scaling {
                     original_max_position_embeddings: fields
                         .whole("original_max_position_embeddings")?
                         .ok_or_else(|| missing_original("llama3"))?,
+                })
+            }
+            "proportional" => {
+                fields.only("proportional", &["factor", "partial_rotary_factor"])?;
+                Scaling::Proportional(Proportional {
+                    // HF: rope_parameters.get("factor", 1.0), get("partial_rotary_factor", 1.0).
+                    factor: fields.number("factor")?.unwrap_or(1.0),
+                    partial_rotary_factor: fields.number("partial_rotary_factor")?.unwrap_or(1.0),
                 })
             }
             other => {
@@ -925,6 +980,38 @@ mod tests {
         }
     }
 
+    #[test]
+    fn proportional_reads_hugging_faces_defaults_and_refuses_a_share_past_one() {
+        let p = Scaling::from_hf_json(r#"{"rope_type": "proportional"}"#).unwrap();
+        assert_eq!(p, Scaling::Proportional(Proportional::new(1.0, 1.0)));
+        assert_eq!((p.rope_type(), p.attention_factor()), ("proportional", 1.0));
+        let p = Scaling::from_hf_json(
+            r#"{"rope_type": "proportional", "factor": 2, "partial_rotary_factor": 0.25}"#,
+        )
+        .unwrap();
+        assert_eq!(p, Scaling::Proportional(Proportional::new(2.0, 0.25)));
+        // Python's int(f * r // 2).
+        let angles = |f: f64, r: u32| Proportional::new(1.0, f).rope_angles(r);
+        assert_eq!(
+            [angles(0.25, 512), angles(0.45, 14), angles(0.0, 8), angles(1.0, 6)],
+            [64, 3, 0, 3]
+        );
+        for (text, field) in [
+            (
+                r#"{"rope_type": "proportional", "partial_rotary_factor": 1.01}"#,
+                "partial_rotary_factor",
+            ),
+            (
+                r#"{"rope_type": "proportional", "partial_rotary_factor": -0.5}"#,
+                "partial_rotary_factor",
+            ),
+            (r#"{"rope_type": "proportional", "factor": 0}"#, "factor"),
+            (r#"{"rope_type": "proportional", "beta_fast": 2}"#, "beta_fast"),
+        ] {
+            assert_eq!(field_of(text), field, "{text}");
+        }
+    }
+
     /// A factor that divides the frequencies is refused below 2^-64: past that the first
     /// frequency (1 radian per position) would exceed `MAX_INV_FREQ`, and a subnormal one
     /// overflowed to an infinite frequency (found by the proptest in tests/it/cpu/rope.rs).
@@ -1012,7 +1099,8 @@ mod tests {
         let err = Scaling::from_hf_json(r#"{"rope_type":"linear","factor":-1e300}"#).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "rope_scaling: invalid factor: -1e300 (allowed: a finite number > 0)"
+            "rope_scaling: invalid factor: -1e300 (allowed: a finite number >= 2^-64 (it divides \
+             frequencies of up to 1 rad per position))"
         );
     }
 

@@ -7,7 +7,7 @@ use std::fs;
 use std::path::PathBuf;
 
 use posenc::Error;
-use posenc::rope::{Llama3, LongRope, Pairing, RopeSpec, Scaling, Yarn};
+use posenc::rope::{Llama3, LongRope, Pairing, Proportional, RopeSpec, Scaling, Yarn};
 
 pub fn config_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/configs").join(name)
@@ -157,6 +157,59 @@ fn gemma_3_per_layer_type_in_both_forms() {
     refused(&read("gemma-3-4b-it.transformers5.json"), None, "layer_type");
 }
 
+/// Gemma 4: the full-attention layers' proportional RoPE covers `global_head_dim` (512), with
+/// `int(0.25 * 512 // 2)` = 64 frequencies `1e6^(-2i/512)` and 192 zero ones, as
+/// transformers' `_compute_proportional_rope_parameters` builds them; the sliding layers'
+/// is a default RoPE over `head_dim` (256).
+#[test]
+fn gemma_4_proportional_rope_covers_the_global_head() {
+    let name = "gemma-4-e2b-it.json";
+    let full = from(name, Some("full_attention"));
+    let want = RopeSpec::new(512)
+        .unwrap()
+        .with_base(1e6)
+        .unwrap()
+        .with_scaling(Scaling::Proportional(Proportional::new(1.0, 0.25)))
+        .unwrap();
+    same(name, &full, &want);
+    same(name, &from(name, Some("sliding_attention")), &RopeSpec::new(256).unwrap());
+    let f = full.frequencies(16);
+    assert_eq!(f.inv_freq().len(), 256);
+    for (i, &w) in f.inv_freq().iter().enumerate() {
+        if i < 64 {
+            let reference = 1e6f64.powf(-(2.0 * i as f64) / 512.0);
+            assert!((w - reference).abs() <= 4.0 * f64::EPSILON * reference, "{i}: {w}");
+        } else {
+            assert_eq!(w, 0.0, "{i}");
+        }
+    }
+    assert_eq!(f.attention_factor(), 1.0);
+    // Not the partial rotary RoPE of the same share, whose exponent is over 128.
+    let partial = RopeSpec::partial(512, 128).unwrap().with_base(1e6).unwrap();
+    assert_ne!(partial.frequencies(16).inv_freq()[1], f.inv_freq()[1]);
+    // A factor divides the non-zero frequencies; a second partial_rotary_factor (top level)
+    // that disagrees is refused; without global_head_dim the head_dim is the width.
+    let text = read(name);
+    let scaled = text.replace(
+        "\"rope_type\": \"proportional\"",
+        "\"rope_type\": \"proportional\", \"factor\": 4.0",
+    );
+    assert_ne!(scaled, text);
+    let g = RopeSpec::from_hf_config(&scaled, Some("full_attention")).unwrap().frequencies(16);
+    assert_eq!(g.inv_freq()[3], f.inv_freq()[3] / 4.0);
+    assert_eq!(g.inv_freq()[64], 0.0);
+    let twice =
+        text.replace("\"head_dim\": 256,", "\"head_dim\": 256, \"partial_rotary_factor\": 0.5,");
+    assert_ne!(twice, text);
+    refused(&twice, Some("full_attention"), "partial_rotary_factor");
+    let narrow = text.replace("\"global_head_dim\": 512,", "");
+    let spec = RopeSpec::from_hf_config(&narrow, Some("full_attention")).unwrap();
+    assert_eq!((spec.head_dim(), spec.rotary_dim()), (256, 256));
+    assert_eq!(spec.frequencies(16).inv_freq().iter().filter(|w| **w != 0.0).count(), 32);
+    let wide = text.replace("\"partial_rotary_factor\": 0.25", "\"partial_rotary_factor\": 1.5");
+    refused(&wide, Some("full_attention"), "rope_parameters.full_attention.partial_rotary_factor");
+}
+
 /// The error, which must be a typed `RopeConfig` naming `field`.
 fn refused(text: &str, layer_type: Option<&str>, field: &str) -> String {
     let e = RopeSpec::from_hf_config(text, layer_type).unwrap_err();
@@ -172,9 +225,8 @@ fn refused(text: &str, layer_type: Option<&str>, field: &str) -> String {
 #[test]
 fn configs_posenc_cannot_honour_are_refused_naming_the_key() {
     let llama = read("llama-3.1-8b.json");
-    let msg =
-        refused(&llama.replace("\"llama3\"", "\"proportional\""), None, "rope_scaling.rope_type");
-    assert!(msg.contains("proportional") && msg.contains("llama3"), "{msg}");
+    let msg = refused(&llama.replace("\"llama3\"", "\"xpos\""), None, "rope_scaling.rope_type");
+    assert!(msg.contains("xpos") && msg.contains("llama3"), "{msg}");
     let mrope = r#"{"hidden_size": 3584, "num_attention_heads": 28,
         "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}"#;
     refused(mrope, None, "rope_scaling.mrope_section");

@@ -11,7 +11,9 @@ use crate::support::{Rng, gpu};
 use half::{bf16, f16};
 use ndarray::{Array2, Array4};
 use posenc::gpu::Context;
-use posenc::rope::{Dtype, Element, Layout, Llama3, LongRope, Pairing, RopeSpec, Scaling, Yarn};
+use posenc::rope::{
+    Dtype, Element, Layout, Llama3, LongRope, Pairing, Proportional, RopeSpec, Scaling, Yarn,
+};
 use posenc::{Error, cpu, positions};
 
 /// Specs covering every scheme, pairing, partial rotary and odd head dims.
@@ -76,6 +78,23 @@ fn specs() -> Vec<(&'static str, RopeSpec)> {
         ),
         ("general even 16/8", RopeSpec::partial(16, 8).unwrap()),
         ("longrope 12", RopeSpec::new(12).unwrap().with_scaling(Scaling::LongRope(long)).unwrap()),
+        (
+            "x4 proportional 64 of 128, factor 2",
+            RopeSpec::new(128)
+                .unwrap()
+                .with_base(1e6)
+                .unwrap()
+                .with_scaling(Scaling::Proportional(Proportional::new(2.0, 0.5)))
+                .unwrap(),
+        ),
+        (
+            "gptj proportional 3 of 7 pairs in head 18",
+            RopeSpec::partial(18, 14)
+                .unwrap()
+                .with_pairing(Pairing::Gptj)
+                .with_scaling(Scaling::Proportional(Proportional::new(1.0, 0.45)))
+                .unwrap(),
+        ),
     ]
 }
 

@@ -474,6 +474,18 @@ fn config_cases(dir: &Dir) -> Vec<(&'static str, Option<&'static str>, usize, Ve
             strings(&["--base", "1000000", "--scaling", linear8]),
         ),
         ("gemma-3-4b-it.json", Some("sliding_attention"), 256, vec![]),
+        (
+            "gemma-4-e2b-it.json",
+            Some("full_attention"),
+            512,
+            strings(&[
+                "--base",
+                "1000000",
+                "--scaling",
+                r#"{"rope_type": "proportional", "partial_rotary_factor": 0.25}"#,
+            ]),
+        ),
+        ("gemma-4-e2b-it.json", Some("sliding_attention"), 256, vec![]),
     ]
 }
 
@@ -578,7 +590,7 @@ fn config_refusals_exit_2_with_one_line() {
     let x = dir.npy("x.npy", &tensor::<f32>([1, 2, 1, 64], 1));
     let llama = fs::read_to_string(config("llama-3.1-8b.json")).unwrap();
     let file = |name: &str, text: &str| dir.bytes(name, text.as_bytes());
-    let unknown = file("unknown.json", &llama.replace("\"llama3\"", "\"proportional\""));
+    let unknown = file("unknown.json", &llama.replace("\"llama3\"", "\"xpos\""));
     let nonintegral = file("nonint.json", r#"{"hidden_size": 100, "num_attention_heads": 3}"#);
     let odd = file("odd.json", r#"{"head_dim": 90, "partial_rotary_factor": 0.1}"#);
     let malformed = file("malformed.json", &llama[..llama.len() / 2]);
