@@ -782,7 +782,8 @@ proptest::proptest! {
     #[test]
     fn arbitrary_rope_scaling_objects_never_panic(
         rope_type in proptest::sample::select(vec![
-            "default", "linear", "dynamic", "yarn", "longrope", "llama3", "ntk", "", "LLAMA3",
+            "default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional", "ntk",
+            "", "LLAMA3",
         ]),
         legacy in proptest::bool::ANY,
         fields in proptest::collection::vec(
@@ -791,7 +792,7 @@ proptest::proptest! {
                     "factor", "max_position_embeddings", "original_max_position_embeddings",
                     "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor",
                     "truncate", "short_factor", "long_factor", "low_freq_factor",
-                    "high_freq_factor", "rope_theta", "type",
+                    "high_freq_factor", "rope_theta", "type", "partial_rotary_factor",
                 ]),
                 proptest::prop_oneof![
                     proptest::num::f64::ANY.prop_map(|v| {
