@@ -1,7 +1,7 @@
 //! [`AlibiPass`]: the ALiBi bias recorded into the caller's command encoder, written into
 //! the caller's buffer.
 
-use super::{BindCache, Need, Span, uniform_blocks};
+use super::{BindCache, Need, Span, gcd, uniform_blocks};
 use crate::alibi::{AlibiSpec, Form};
 use crate::error::{Error, Result};
 use crate::gpu::alibi::{AlibiKernel, AlibiParams, MAX_GROUPS_X};
@@ -16,7 +16,9 @@ pub struct AlibiPass {
     spec: AlibiSpec,
     kernel: AlibiKernel,
     params: AlibiParams,
-    grid: (u32, u32, u32),
+    /// Rows (head, query) per part: all of them, unless the output exceeds one storage
+    /// binding; then each part binds its own range of rows ([`AlibiPass::parts`]).
+    part_rows: u64,
     slopes: DeviceBuffer,
     bound: BindCache<Bound>,
 }
@@ -28,6 +30,11 @@ impl std::fmt::Debug for AlibiPass {
 }
 
 struct Bound {
+    parts: Vec<PartBound>,
+}
+
+struct PartBound {
+    grid: (u32, u32, u32),
     group: wgpu::BindGroup,
     _params: wgpu::Buffer,
 }
@@ -37,37 +44,43 @@ impl Context {
     /// recorded with [`AlibiPass::record`] into a buffer and command encoder the caller
     /// owns.
     ///
+    /// An output larger than one storage binding (or than 2^31 - 1 values) is written in
+    /// parts of whole rows, each binding its own range of the caller's buffer
+    /// ([`AlibiPass::parts`]).
+    ///
     /// # Errors
-    /// [`Error::Limit`] if the tensor exceeds one storage binding or 2^31 - 1 values (a
-    /// recorded pass is one dispatch); [`Error::DeviceLost`], [`Error::OutOfMemory`],
-    /// [`Error::Gpu`].
+    /// [`Error::Limit`] if a storage-alignment's worth of rows (one row where a row is a
+    /// multiple of 256 bytes) does not fit one binding, or the tensor has 2^32 rows (head,
+    /// query) or more; [`Error::DeviceLost`], [`Error::OutOfMemory`], [`Error::Gpu`].
     pub fn alibi_pass(&self, spec: &AlibiSpec) -> Result<AlibiPass> {
         const OP: &str = "alibi_pass";
-        let values = spec.n_values();
-        let cap = (self.max_binding / 4).min((1 << 31) - 1);
-        if values > u128::from(cap) {
-            return Err(Error::Limit {
-                op: OP,
-                what: "bias values of one recorded pass",
-                requested: u64::try_from(values).unwrap_or(u64::MAX),
-                limit_name: "one storage binding of f32 values, below 2^31",
-                limit: cap,
-            });
-        }
         let heads = spec.heads();
         let rows = u64::from(heads) * spec.len();
+        let kv_len = spec.kv_len();
+        if rows > u64::from(u32::MAX) || kv_len > u64::from(u32::MAX) {
+            return Err(Error::Limit {
+                op: OP,
+                what: if kv_len > u64::from(u32::MAX) {
+                    "keys per row of one recorded pass"
+                } else {
+                    "rows (head, query) of one recorded pass"
+                },
+                requested: rows.max(kv_len),
+                limit_name: "u32 indices",
+                limit: u64::from(u32::MAX),
+            });
+        }
+        let part_rows = self.alibi_part_rows(OP, rows, kv_len)?;
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
-        let groups_x = (spec.kv_len().div_ceil(u64::from(WORKGROUP_SIZE)) as u32)
+        let groups_x = (kv_len.div_ceil(u64::from(WORKGROUP_SIZE)) as u32)
             .clamp(1, MAX_GROUPS_X.min(max_groups));
-        let (groups_y, groups_z) = fold_dispatch(rows as u32, max_groups);
         let params = AlibiParams {
             n_rows: rows as u32,
-            n_cols: spec.kv_len() as u32,
+            n_cols: kv_len as u32,
             len: spec.len() as u32,
             offset: spec.offset(),
             causal: u32::from(spec.form() == Form::Causal),
             groups_x,
-            groups_y,
             ..AlibiParams::default()
         };
         let kernel = self.alibi.get_or_init(|| AlibiKernel::new(&self.device)).clone();
@@ -88,10 +101,38 @@ impl Context {
             spec: spec.clone(),
             kernel,
             params,
-            grid: (groups_x, groups_y, groups_z),
+            part_rows,
             slopes,
             bound: BindCache::default(),
         })
+    }
+}
+
+impl Context {
+    /// Rows per part of a recorded ALiBi bias of `rows` rows of `kv_len` f32 values: all
+    /// of them when they fit one storage binding and stay below 2^31 values, else the most
+    /// that do from any offset, in a multiple that keeps every part a whole number of
+    /// storage-alignment units from the first.
+    fn alibi_part_rows(&self, op: &'static str, rows: u64, kv_len: u64) -> Result<u64> {
+        let row_bytes = kv_len * 4;
+        let max_values = (1u64 << 31) - 1;
+        if rows * row_bytes <= self.max_binding && rows * kv_len <= max_values {
+            return Ok(rows.max(1));
+        }
+        let align = u64::from(self.device.limits().min_storage_buffer_offset_alignment).max(4);
+        let step = align / gcd(align, row_bytes);
+        let fit = (self.max_binding.saturating_sub(align) / row_bytes).min(max_values / kv_len);
+        let part = fit / step * step;
+        if part == 0 {
+            return Err(Error::Limit {
+                op,
+                what: "bias rows of one part of a recorded pass (one binding from any offset)",
+                requested: step * row_bytes + align,
+                limit_name: "max storage binding size",
+                limit: self.max_binding,
+            });
+        }
+        Ok(part)
     }
 }
 
@@ -106,9 +147,16 @@ impl AlibiPass {
         u64::from(self.params.n_rows) * u64::from(self.params.n_cols) * 4
     }
 
+    /// Parts a step is recorded in: one, unless the output exceeds one storage binding (or
+    /// 2^31 - 1 values); then each part writes its own range of rows, bound on its own.
+    pub fn parts(&self) -> usize {
+        u64::from(self.params.n_rows).div_ceil(self.part_rows).max(1) as usize
+    }
+
     /// Records the bias into `out` (from the slice's start, row-major `[heads, len,
     /// kv_len]` f32), bit for bit [`crate::alibi::bias_cpu`]. `out` needs `STORAGE` usage
-    /// and an offset that is a multiple of 4; nothing is submitted or waited for.
+    /// and an offset that is a multiple of 4; nothing is submitted or waited for. An output
+    /// larger than one binding is written in [`AlibiPass::parts`], one dispatch each.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for a missing usage or a misaligned offset,
@@ -120,45 +168,88 @@ impl AlibiPass {
         out: wgpu::BufferSlice<'_>,
     ) -> Result<()> {
         const OP: &str = "alibi_pass.record";
-        let need = Need {
-            name: "out",
-            bytes: self.output_bytes(),
-            usage: wgpu::BufferUsages::STORAGE,
-            usage_text: "STORAGE",
-        };
-        let out = self.ctx.span(OP, out, &need)?;
-        if self.output_bytes() == 0 {
+        let total = self.output_bytes();
+        let storage = wgpu::BufferUsages::STORAGE;
+        let need = |bytes| Need { name: "out", bytes, usage: storage, usage_text: "STORAGE" };
+        if total == 0 {
+            self.ctx.span(OP, out, &need(0))?;
             return Ok(());
         }
-        let bound = self.bound.get_or_make(vec![out], |spans| self.bind(spans))?;
+        if out.size() < total {
+            return Err(Error::Shape {
+                op: OP,
+                what: "out",
+                expected: format!("a slice of at least {total} bytes"),
+                actual: format!("{} bytes", out.size()),
+            });
+        }
+        // One output range per part (one unless the output exceeds a binding).
+        let part_bytes = self.part_rows * u64::from(self.params.n_cols) * 4;
+        let mut spans = Vec::with_capacity(self.parts());
+        let mut at = 0;
+        while at < total {
+            let bytes = part_bytes.min(total - at);
+            let start = out.offset() + at;
+            spans.push(self.ctx.span(
+                OP,
+                out.buffer().slice(start..start + bytes),
+                &need(bytes),
+            )?);
+            at += bytes;
+        }
+        let bound = self.bound.get_or_make(spans, |spans| self.bind(spans))?;
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some("posenc.alibi_pass.pass"),
             timestamp_writes: None,
         });
         pass.set_pipeline(&self.kernel.pipeline);
-        pass.set_bind_group(0, &bound.group, &[]);
-        pass.dispatch_workgroups(self.grid.0, self.grid.1, self.grid.2);
+        for part in &bound.parts {
+            pass.set_bind_group(0, &part.group, &[]);
+            pass.dispatch_workgroups(part.grid.0, part.grid.1, part.grid.2);
+        }
         Ok(())
     }
 
+    /// The parameters and bind group of each part, writing the output ranges `spans`.
     fn bind(&self, spans: &[Span]) -> Result<Bound> {
-        let [out] = spans else { unreachable!("one span") };
-        let params = AlibiParams { out_base: out.base, ..self.params };
         let ctx = &self.ctx;
+        let max_groups = ctx.device.limits().max_compute_workgroups_per_dimension;
+        let all = u64::from(self.params.n_rows);
         ctx.validated("alibi_pass.record", || -> Result<Bound> {
-            let (buffer, _) =
-                uniform_blocks(ctx, "posenc.alibi_pass.params", &[bytemuck::bytes_of(&params)])?;
-            let entry = |binding: u32, resource| wgpu::BindGroupEntry { binding, resource };
-            let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some("posenc.alibi_pass.bind_group"),
-                layout: &self.kernel.layout,
-                entries: &[
-                    entry(0, buffer.as_entire_binding()),
-                    entry(1, self.slopes.as_entire_binding()),
-                    entry(2, out.binding()),
-                ],
-            });
-            Ok(Bound { group, _params: buffer })
+            let parts = spans
+                .iter()
+                .enumerate()
+                .map(|(k, out)| {
+                    let row0 = k as u64 * self.part_rows;
+                    let rows = self.part_rows.min(all - row0) as u32;
+                    let (groups_y, groups_z) = fold_dispatch(rows, max_groups);
+                    let params = AlibiParams {
+                        n_rows: rows,
+                        row0: row0 as u32,
+                        groups_y,
+                        out_base: out.base,
+                        ..self.params
+                    };
+                    let (buffer, _) = uniform_blocks(
+                        ctx,
+                        "posenc.alibi_pass.params",
+                        &[bytemuck::bytes_of(&params)],
+                    )?;
+                    let entry = |binding: u32, resource| wgpu::BindGroupEntry { binding, resource };
+                    let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: Some("posenc.alibi_pass.bind_group"),
+                        layout: &self.kernel.layout,
+                        entries: &[
+                            entry(0, buffer.as_entire_binding()),
+                            entry(1, self.slopes.as_entire_binding()),
+                            entry(2, out.binding()),
+                        ],
+                    });
+                    let grid = (self.params.groups_x, groups_y, groups_z);
+                    Ok(PartBound { grid, group, _params: buffer })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok(Bound { parts })
         })?
     }
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{BindCache, Need, Positions, Span, uniform_blocks};
+use super::{BindCache, Need, Positions, Span, gcd, uniform_blocks};
 use crate::encode::{Dtype, EncodeOptions};
 use crate::error::{Error, Result};
 use crate::gpu::encode::{GpuPositionTable, GpuTable, Kernel, PeCache};
@@ -195,10 +195,6 @@ struct SplitBound {
     scan_group: wgpu::BindGroup,
     late: Arc<Kernel>,
     late_groups: Vec<wgpu::BindGroup>,
-}
-
-fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 /// Where a pass's PE values come from.

@@ -48,6 +48,11 @@ impl Positions {
     }
 }
 
+/// The greatest common divisor of `a` and `b`.
+pub(super) fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
 /// A caller's buffer range as a pass binds it: from its offset rounded down to the
 /// device's storage-offset alignment, with `base` the range's first 32-bit word within the
 /// binding.

@@ -1,11 +1,11 @@
 //! [`RopePass`]: RoPE recorded into the caller's command encoder, in place on a q or k
 //! tensor in the caller's buffer, with positions read from a device buffer.
 
-use super::{BindCache, Need, Positions, Span, uniform_blocks};
+use super::{BindCache, Need, Positions, Span, gcd, uniform_blocks};
 use crate::encode::Dtype;
 use crate::error::{Error, Result};
 use crate::gpu::memory::DeviceBuffer;
-use crate::gpu::rope::{Kernel, PARAMS_WORDS, Plan, RopeCsParams, RopeParams, RopeX4Params};
+use crate::gpu::rope::{Kernel, Plan, RopeCsParams, RopeParams, RopeX4Params};
 use crate::gpu::{Context, fold_dispatch};
 use crate::rope::{Frequencies, Geometry, Layout, RopeSpec};
 use crate::shaders::{FLAG_OFFSETS, FLAG_SCALE, WORKGROUP_SIZE};
@@ -30,19 +30,21 @@ pub struct RopePass {
     desc: RopePassDescriptor,
     geometry: Geometry,
     freqs: Frequencies,
+    spec: RopeSpec,
+    plan: Plan,
     kernel: Kernel,
     /// Bytes of the tensor, rounded up to whole words.
     bytes: u64,
-    /// The rotation's grid and parameters (the tensor's offset in its binding is set per
-    /// set of buffers).
-    grid: (u32, u32),
-    params: [u32; PARAMS_WORDS],
-    /// Per head row, its token (`b * L + l`): its slot in `cs`.
+    /// Head rows per part: all of them, unless the tensor exceeds one storage binding;
+    /// then each part binds its own range of the tensor (see [`RopePass::parts`]).
+    part_rows: usize,
+    /// Per head row, its token (`b * L + l`): its slot in `cs`. A part binds its rows'
+    /// range (part sizes keep those ranges at the storage-offset alignment).
     row_slot: DeviceBuffer,
     steps: DeviceBuffer,
     /// cos/sin per token and frequency, written by each step's first dispatch.
     cs: DeviceBuffer,
-    /// The general kernel's source copy.
+    /// The general kernel's source copy of one part.
     src: Option<DeviceBuffer>,
     bound: BindCache<Bound>,
 }
@@ -55,8 +57,16 @@ impl std::fmt::Debug for RopePass {
 
 struct Bound {
     cs_group: wgpu::BindGroup,
-    rope_group: wgpu::BindGroup,
+    parts: Vec<PartBound>,
     _cs_params: wgpu::Buffer,
+}
+
+/// One part's rotation: its grid, bind group and parameters, and (general kernel) the
+/// range of the caller's buffer copied to the source before it.
+struct PartBound {
+    grid: (u32, u32),
+    group: wgpu::BindGroup,
+    copy: Option<(u64, u64)>,
     _params: wgpu::Buffer,
 }
 
@@ -70,9 +80,14 @@ impl Context {
     /// # Errors
     /// [`Error::Shape`] if the last axis is not the spec's head dim;
     /// [`Error::InvalidParameter`] for a sequence-length-dependent scaling without a fixed
-    /// length; [`Error::Limit`] if the tensor, its cos/sin rows or its row slots exceed one
-    /// storage binding (a recorded pass is one chunk), or its element count 2^30;
-    /// [`Error::DeviceLost`], [`Error::OutOfMemory`], [`Error::Gpu`].
+    /// length; [`Error::Limit`] if the cos/sin rows of all its tokens or its row slots
+    /// exceed one storage binding, or one part's worth of head rows (a storage-alignment's
+    /// worth, 64 rows on most devices) does not fit one binding; [`Error::DeviceLost`],
+    /// [`Error::OutOfMemory`], [`Error::Gpu`].
+    ///
+    /// A tensor larger than one storage binding is rotated in parts, each binding its own
+    /// range of the caller's buffer ([`RopePass::parts`]): a long prefill's q or k on
+    /// WebGPU's default 128 MiB binding, for one.
     pub fn rope_pass(&self, spec: &RopeSpec, desc: &RopePassDescriptor) -> Result<RopePass> {
         const OP: &str = "rope_pass";
         let (batch, len, ..) = desc.layout.dims(desc.shape);
@@ -95,18 +110,22 @@ impl Context {
         let rows = geometry.rows();
         let tokens = batch * len;
         let cs_bytes = tokens as u64 * u64::from(spec.n_freqs()) * 8;
-        if plan.rows_per_chunk < rows || cs_bytes > self.max_binding {
+        let slot_bytes = rows as u64 * 4;
+        if cs_bytes.max(slot_bytes) > self.max_binding {
             return Err(Error::Limit {
                 op: OP,
-                what: "the tensor of one recorded step (and its cos/sin rows)",
-                requested: (geometry.elements() as u64 * desc.dtype.size() as u64).max(cs_bytes),
+                what: if cs_bytes >= slot_bytes {
+                    "the cos/sin rows of one recorded step's tokens"
+                } else {
+                    "the row slots of one recorded step"
+                },
+                requested: cs_bytes.max(slot_bytes),
                 limit_name: "max storage binding size",
                 limit: self.max_binding,
             });
         }
         let bytes = (geometry.elements() as u64 * desc.dtype.size() as u64).next_multiple_of(4);
-        let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
-        let (gx, gy, words) = plan.params(spec, desc.dtype, rows, max_groups);
+        let part_rows = self.rope_part_rows(OP, &plan, &geometry, desc.dtype, bytes)?;
         let slots: Vec<u32> =
             (0..rows).map(|row| geometry.token_of_row(desc.layout, row) as u32).collect();
         let steps: Vec<u32> = freqs.steps().iter().flatten().copied().collect();
@@ -120,10 +139,14 @@ impl Context {
                 make("posenc.rope_pass.steps", steps.len() as u64 * 4, U::STORAGE | U::COPY_DST)?;
             self.queue.write_buffer(&steps_buf, 0, bytemuck::cast_slice(&steps));
             let cs = make("posenc.rope_pass.cs", cs_bytes, U::STORAGE)?;
+            let src_bytes =
+                (part_rows as u64 * geometry.head_dim as u64 * desc.dtype.size() as u64)
+                    .next_multiple_of(4)
+                    .min(bytes);
             let src = match plan.kernel {
                 Kernel::X4 { .. } => None,
                 Kernel::General { .. } => {
-                    Some(make("posenc.rope_pass.src", bytes, U::STORAGE | U::COPY_DST)?)
+                    Some(make("posenc.rope_pass.src", src_bytes, U::STORAGE | U::COPY_DST)?)
                 }
             };
             self.queue.submit([]);
@@ -135,16 +158,60 @@ impl Context {
             desc: desc.clone(),
             geometry,
             freqs,
+            spec: spec.clone(),
             kernel: plan.kernel,
+            plan,
             bytes,
-            grid: (gx, gy),
-            params: words,
+            part_rows,
             row_slot,
             steps,
             cs,
             src,
             bound: BindCache::default(),
         })
+    }
+}
+
+impl Context {
+    /// Head rows per part of a recorded RoPE of `geometry` (`bytes` in all): all of them
+    /// when the tensor fits one storage binding, else the most that fit one binding from
+    /// any offset, in a multiple that keeps every part's range of the tensor and of the row
+    /// slots a whole number of storage-alignment units apart (so every part sits at the
+    /// first part's offset within its binding, and 16-bit parts stay whole words), with at
+    /// most 2^30 elements a part.
+    fn rope_part_rows(
+        &self,
+        op: &'static str,
+        plan: &Plan,
+        geometry: &Geometry,
+        dtype: Dtype,
+        bytes: u64,
+    ) -> Result<usize> {
+        let rows = geometry.rows();
+        let head_dim = geometry.head_dim as u64;
+        if bytes <= self.max_binding && rows as u64 * head_dim <= 1 << 30 {
+            return Ok(rows);
+        }
+        let align = u64::from(self.device.limits().min_storage_buffer_offset_alignment).max(4);
+        let row_bytes = head_dim * dtype.size() as u64;
+        let unit = match plan.kernel {
+            Kernel::X4 { .. } => 1,
+            Kernel::General { rows_per_group } => rows_per_group as u64,
+        };
+        let lcm = |a: u64, b: u64| a / gcd(a, b) * b;
+        let step = lcm(lcm(align / gcd(align, row_bytes), align / 4), unit);
+        let fit = (self.max_binding.saturating_sub(align) / row_bytes).min((1 << 30) / head_dim);
+        let part = fit / step * step;
+        if part == 0 {
+            return Err(Error::Limit {
+                op,
+                what: "head rows of one part of a recorded RoPE (one binding from any offset)",
+                requested: step * row_bytes + align,
+                limit_name: "max storage binding size",
+                limit: self.max_binding,
+            });
+        }
+        Ok(part as usize)
     }
 }
 
@@ -164,6 +231,12 @@ impl RopePass {
         self.desc.positions.values(self.geometry.batch, self.geometry.len) as u64 * 4
     }
 
+    /// Parts a step is recorded in: one, unless the tensor is larger than one storage
+    /// binding; then each part rotates its own range of head rows, bound on its own.
+    pub fn parts(&self) -> usize {
+        self.geometry.rows().div_ceil(self.part_rows.max(1)).max(1)
+    }
+
     /// Records one step into `encoder`: rotates the tensor at the start of `data` in place,
     /// bit for bit what [`crate::cpu::rope()`] gives except where the backend contracts
     /// `x * c - y * s` into a fused multiply-add (see [`Context::rope`]); the cos/sin
@@ -174,7 +247,8 @@ impl RopePass {
     /// multiple of 16 bytes for the vec4 kernel (head dim a multiple of 8 and rotary dim of
     /// 16), of 4 bytes for the general one (see [`RopePass::data_alignment`]); `positions`
     /// needs `STORAGE` and an offset that is a multiple of 4. Nothing is submitted or
-    /// waited for.
+    /// waited for. A tensor larger than one binding is rotated in [`RopePass::parts`], each
+    /// in its own compute pass (after its copy, for the general kernel).
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for a missing usage or a misaligned offset,
@@ -194,14 +268,33 @@ impl RopePass {
             wgpu::BufferUsages::STORAGE
         };
         let usage_text = if general { "STORAGE | COPY_SRC" } else { "STORAGE" };
-        let data_need = Need { name: "data", bytes: self.bytes, usage, usage_text };
-        let data = self.ctx.span(OP, data, &data_need)?;
-        if !general && !data.base.is_multiple_of(4) {
-            return Err(Error::InvalidParameter {
-                field: "data",
-                value: format!("a slice at byte offset {}", data.offset + u64::from(data.base) * 4),
-                allowed: "slices starting at a multiple of 16 bytes (the vec4 kernel's words)",
+        if data.size() < self.bytes {
+            return Err(Error::Shape {
+                op: OP,
+                what: "data",
+                expected: format!("a slice of at least {} bytes", self.bytes),
+                actual: format!("{} bytes", data.size()),
             });
+        }
+        // One range of the tensor per part (one unless the tensor exceeds a binding).
+        let part_bytes = self.part_rows as u64 * self.row_bytes();
+        let mut parts = Vec::with_capacity(self.parts());
+        let mut at = 0;
+        while at < self.bytes {
+            let bytes = part_bytes.min(self.bytes - at);
+            let start = data.offset() + at;
+            let slice = data.buffer().slice(start..start + bytes);
+            let span =
+                self.ctx.span(OP, slice, &Need { name: "data", bytes, usage, usage_text })?;
+            if !general && !span.base.is_multiple_of(4) {
+                return Err(Error::InvalidParameter {
+                    field: "data",
+                    value: format!("a slice at byte offset {}", data.offset()),
+                    allowed: "slices starting at a multiple of 16 bytes (the vec4 kernel's words)",
+                });
+            }
+            parts.push(span);
+            at += bytes;
         }
         let pos_need = Need {
             name: "positions",
@@ -213,35 +306,46 @@ impl RopePass {
         if self.geometry.elements() == 0 {
             return Ok(());
         }
-        let bound =
-            self.bound.get_or_make(vec![data.clone(), positions], |spans| self.bind(spans))?;
-        if let Some(src) = &self.src {
-            let at = data.offset + u64::from(data.base) * 4;
-            encoder.copy_buffer_to_buffer(&data.buffer, at, src, 0, self.bytes);
-        }
+        let mut spans = vec![positions];
+        spans.extend(parts);
+        let bound = self.bound.get_or_make(spans, |spans| self.bind(spans))?;
         let tokens = (self.geometry.batch * self.geometry.len) as u32;
         let n_pairs = tokens * self.freqs.len() as u32;
         let max_groups = self.ctx.device.limits().max_compute_workgroups_per_dimension;
         let (cx, cy) = fold_dispatch(n_pairs.div_ceil(WORKGROUP_SIZE), max_groups);
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some("posenc.rope_pass.pass"),
-            timestamp_writes: None,
-        });
-        pass.set_pipeline(&self.ctx.rope.cs_pipeline);
-        pass.set_bind_group(0, &bound.cs_group, &[]);
-        pass.dispatch_workgroups(cx, cy, 1);
-        pass.set_pipeline(match self.kernel {
+        let rotation = match self.kernel {
             Kernel::X4 { .. } => &self.ctx.rope.x4_pipeline,
             Kernel::General { .. } => &self.ctx.rope.pipeline,
-        });
-        pass.set_bind_group(0, &bound.rope_group, &[]);
-        pass.dispatch_workgroups(self.grid.0, self.grid.1, 1);
+        };
+        for (k, part) in bound.parts.iter().enumerate() {
+            if let (Some(src), Some((at, bytes))) = (&self.src, part.copy) {
+                encoder.copy_buffer_to_buffer(data.buffer(), at, src, 0, bytes);
+            }
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("posenc.rope_pass.pass"),
+                timestamp_writes: None,
+            });
+            if k == 0 {
+                pass.set_pipeline(&self.ctx.rope.cs_pipeline);
+                pass.set_bind_group(0, &bound.cs_group, &[]);
+                pass.dispatch_workgroups(cx, cy, 1);
+            }
+            pass.set_pipeline(rotation);
+            pass.set_bind_group(0, &part.group, &[]);
+            pass.dispatch_workgroups(part.grid.0, part.grid.1, 1);
+        }
         Ok(())
     }
 
-    /// Dispatches one [`RopePass::record`] records (the cos/sin rows, then the rotation).
+    /// Bytes of one head row of the tensor.
+    fn row_bytes(&self) -> u64 {
+        (self.geometry.head_dim * self.desc.dtype.size()) as u64
+    }
+
+    /// Dispatches one [`RopePass::record`] records: the cos/sin rows, then the rotation of
+    /// each part.
     pub fn dispatches(&self) -> usize {
-        2
+        1 + self.parts()
     }
 
     /// Bytes `data`'s offset must be a multiple of: 16 for the vec4 kernel (head dim a
@@ -253,10 +357,10 @@ impl RopePass {
         }
     }
 
-    /// The cos/sin parameters and both bind groups of one pair of buffers (data,
-    /// positions).
+    /// The cos/sin parameters and bind group, and each part's rotation, of one set of
+    /// buffers: `spans` is the positions, then each part's range of the tensor.
     fn bind(&self, spans: &[Span]) -> Result<Bound> {
-        let [data, positions] = spans else { unreachable!("two spans") };
+        let [positions, parts @ ..] = spans else { unreachable!("at least two spans") };
         let tokens = (self.geometry.batch * self.geometry.len) as u32;
         let n_freqs = self.freqs.len() as u32;
         let max_groups = self.ctx.device.limits().max_compute_workgroups_per_dimension;
@@ -276,17 +380,6 @@ impl RopePass {
             seq_len: self.geometry.len.max(1) as u32,
             _pad: 0,
         };
-        // The rotation's parameters with the tensor's offset in its binding: in vec4s for
-        // the vec4 kernel (`record` checked it is whole), in words for the general one.
-        let mut rotation = self.params;
-        match self.kernel {
-            Kernel::X4 { .. } => {
-                rotation[std::mem::offset_of!(RopeX4Params, data_base) / 4] = data.base / 4;
-            }
-            Kernel::General { .. } => {
-                rotation[std::mem::offset_of!(RopeParams, data_base) / 4] = data.base;
-            }
-        }
         let ctx = &self.ctx;
         ctx.validated("rope_pass.record", || -> Result<Bound> {
             let (params, _) = uniform_blocks(
@@ -294,8 +387,6 @@ impl RopePass {
                 "posenc.rope_pass.cs_params",
                 &[bytemuck::bytes_of(&cs_params)],
             )?;
-            let (rotation, _) =
-                uniform_blocks(ctx, "posenc.rope_pass.params", &[bytemuck::cast_slice(&rotation)])?;
             let entry = |binding: u32, resource| wgpu::BindGroupEntry { binding, resource };
             let cs_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: Some("posenc.rope_pass.cs_bind_group"),
@@ -307,30 +398,79 @@ impl RopePass {
                     entry(3, self.cs.as_entire_binding()),
                 ],
             });
-            let rope_group = match &self.src {
-                None => ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            let parts = parts
+                .iter()
+                .enumerate()
+                .map(|(k, data)| self.bind_part(k, data))
+                .collect::<Result<Vec<_>>>()?;
+            Ok(Bound { cs_group, parts, _cs_params: params })
+        })?
+    }
+
+    /// Part `k`'s rotation, rotating the rows bound at `data`.
+    fn bind_part(&self, k: usize, data: &Span) -> Result<PartBound> {
+        let ctx = &self.ctx;
+        let all = self.geometry.rows();
+        let lo = k * self.part_rows;
+        let rows = self.part_rows.min(all - lo);
+        let max_groups = ctx.device.limits().max_compute_workgroups_per_dimension;
+        let (gx, gy, mut words) = self.plan.params(&self.spec, self.desc.dtype, rows, max_groups);
+        // The tensor's offset in the part's binding: in vec4s for the vec4 kernel (`record`
+        // checked it is whole), in words for the general one.
+        match self.kernel {
+            Kernel::X4 { .. } => {
+                words[std::mem::offset_of!(RopeX4Params, data_base) / 4] = data.base / 4;
+            }
+            Kernel::General { .. } => {
+                words[std::mem::offset_of!(RopeParams, data_base) / 4] = data.base;
+            }
+        }
+        let (params, _) =
+            uniform_blocks(ctx, "posenc.rope_pass.params", &[bytemuck::cast_slice(&words)])?;
+        // This part's row slots: part sizes keep `lo * 4` at the storage alignment.
+        let slots = wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+            buffer: &self.row_slot,
+            offset: lo as u64 * 4,
+            size: std::num::NonZeroU64::new(rows as u64 * 4),
+        });
+        let entry = |binding: u32, resource| wgpu::BindGroupEntry { binding, resource };
+        let (group, copy) = match &self.src {
+            None => {
+                let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
                     label: Some("posenc.rope_pass.x4_bind_group"),
                     layout: &ctx.rope.x4_layout,
                     entries: &[
-                        entry(0, rotation.as_entire_binding()),
-                        entry(1, self.row_slot.as_entire_binding()),
+                        entry(0, params.as_entire_binding()),
+                        entry(1, slots),
                         entry(2, self.cs.as_entire_binding()),
                         entry(3, data.binding()),
                     ],
-                }),
-                Some(src) => ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                });
+                (group, None)
+            }
+            Some(src) => {
+                let bytes = (rows as u64 * self.row_bytes()).next_multiple_of(4);
+                let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
                     label: Some("posenc.rope_pass.bind_group"),
                     layout: &ctx.rope.layout,
                     entries: &[
-                        entry(0, rotation.as_entire_binding()),
-                        entry(1, self.row_slot.as_entire_binding()),
+                        entry(0, params.as_entire_binding()),
+                        entry(1, slots),
                         entry(2, self.cs.as_entire_binding()),
-                        entry(3, src.as_entire_binding()),
+                        entry(
+                            3,
+                            wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                                buffer: src,
+                                offset: 0,
+                                size: std::num::NonZeroU64::new(bytes),
+                            }),
+                        ),
                         entry(4, data.binding()),
                     ],
-                }),
-            };
-            Ok(Bound { cs_group, rope_group, _cs_params: params, _params: rotation })
-        })?
+                });
+                (group, Some((data.offset + u64::from(data.base) * 4, bytes)))
+            }
+        };
+        Ok(PartBound { grid: (gx, gy), group, copy, _params: params })
     }
 }

@@ -604,6 +604,67 @@ fn recorded_rope_equals_the_other_paths() {
     }
 }
 
+/// A tensor larger than one storage binding is rotated in parts, each bound at its own
+/// range: the vec4 kernel, the general one and the general one's two-row groups (16-bit
+/// rows of odd length), both layouts, with a cap of a third of the tensor.
+#[test]
+fn recorded_rope_larger_than_a_binding_is_rotated_in_parts() {
+    use posenc::rope::{Layout, RopeSpec};
+    let Some(ctx) = gpu() else { return };
+    let specs = [
+        ("vec4 64", RopeSpec::new(64).unwrap()),
+        ("general 10/6", RopeSpec::partial(10, 6).unwrap()),
+        ("odd 9/8", RopeSpec::partial(9, 8).unwrap()),
+    ];
+    let starts = [70_000u32, u32::MAX - 2];
+    for (k, (what, spec)) in specs.iter().enumerate() {
+        let dh = spec.head_dim() as usize;
+        for (j, layout) in [Layout::Blhd, Layout::Bhld].into_iter().enumerate() {
+            let shape = match layout {
+                Layout::Blhd => [2, 4, 64, dh],
+                Layout::Bhld => [2, 64, 4, dh],
+            };
+            for (size, dtype) in [(4, Dtype::F32), (2, Dtype::F16), (2, Dtype::Bf16)] {
+                let total = (512 * dh * size) as u64;
+                let capped = ctx.with_max_binding_size(total / 3 + 256);
+                let desc = posenc::gpu::RopePassDescriptor {
+                    shape,
+                    layout,
+                    dtype,
+                    positions: Positions::PerSequence,
+                };
+                let pass = capped.rope_pass(spec, &desc).unwrap();
+                // 4 at a 256-byte storage alignment; more where it is finer.
+                assert!(pass.parts() >= 3, "{what} {layout:?} {dtype:?}: {}", pass.parts());
+                assert_eq!(pass.dispatches(), 1 + pass.parts());
+                let what = format!("{what} {layout:?} in parts");
+                let seed = (10 * k + j) as u64;
+                match dtype {
+                    Dtype::F32 => check_rope_pass::<f32>(
+                        &capped, &what, spec, layout, shape, &starts, true, seed,
+                    ),
+                    Dtype::F16 => check_rope_pass::<f16>(
+                        &capped, &what, spec, layout, shape, &starts, true, seed,
+                    ),
+                    _ => check_rope_pass::<bf16>(
+                        &capped, &what, spec, layout, shape, &starts, true, seed,
+                    ),
+                }
+            }
+        }
+    }
+    // The cos/sin rows of all tokens must still fit one binding.
+    let spec = RopeSpec::new(64).unwrap();
+    let desc = posenc::gpu::RopePassDescriptor {
+        shape: [1, 64, 1, 64],
+        layout: Layout::Blhd,
+        dtype: Dtype::F32,
+        positions: Positions::PerToken,
+    };
+    let e = ctx.with_max_binding_size(64 * 32 * 8 - 4).rope_pass(&spec, &desc).unwrap_err();
+    assert!(matches!(e, Error::Limit { what, .. } if what.contains("cos/sin")), "{e}");
+}
+
 #[test]
 fn rope_passes_refuse_what_they_cannot_record() {
     use posenc::rope::{Layout, RopeSpec, Scaling};
@@ -668,6 +729,40 @@ fn recorded_alibi_equals_the_cpu_bit_for_bit() {
             bias_cpu(spec).unwrap().iter().flat_map(|v| v.to_bits().to_le_bytes()).collect();
         assert_same(&format!("{spec:?}"), &all[at as usize..end], &want);
     }
+}
+
+/// An ALiBi output larger than one storage binding is written in parts of whole rows, each
+/// bound at its own range of the caller's buffer, at offsets on and off the storage
+/// alignment; a cap below one part's rows is refused before anything is recorded.
+#[test]
+fn recorded_alibi_larger_than_a_binding_is_written_in_parts() {
+    use posenc::alibi::{AlibiSpec, Form, bias_cpu};
+    let Some(ctx) = gpu() else { return };
+    let specs = [
+        AlibiSpec::new(5, 40).unwrap().with_kv_len(37).unwrap().with_offset(3).unwrap(),
+        AlibiSpec::new(4, 64).unwrap().with_form(Form::Symmetric).with_kv_len(64).unwrap(),
+    ];
+    for spec in &specs {
+        let total = 4 * spec.n_values() as u64;
+        let capped = ctx.with_max_binding_size(total / 3 + 256);
+        let pass = capped.alibi_pass(spec).unwrap();
+        assert!(pass.parts() >= 3, "{spec:?}: {} parts", pass.parts());
+        let want: Vec<u8> =
+            bias_cpu(spec).unwrap().iter().flat_map(|v| v.to_bits().to_le_bytes()).collect();
+        for at in [256u64, 256 + 12] {
+            let out = out_buffer(&capped, at + pass.output_bytes() + 8);
+            let mut encoder = capped.device().create_command_encoder(&Default::default());
+            pass.record(&mut encoder, out.slice(at..)).unwrap();
+            capped.queue().submit([encoder.finish()]);
+            let all = capped.read_buffer(&out).unwrap();
+            let end = (at + pass.output_bytes()) as usize;
+            let what = format!("{spec:?} at {at}");
+            assert!(all[..at as usize].iter().chain(&all[end..]).all(|&b| b == 0xAB), "{what}");
+            assert_same(&what, &all[at as usize..end], &want);
+        }
+    }
+    let e = ctx.with_max_binding_size(64).alibi_pass(&specs[0]).unwrap_err();
+    assert!(matches!(e, Error::Limit { .. }), "{e}");
 }
 
 /// A device the test opens itself, as an engine would.
