@@ -561,9 +561,11 @@ fn inv_freq_from<R: Read + Seek>(
 /// `rope_parameters`. At most [`MAX_JSON_BYTES`] (+1, for the size error) are read.
 ///
 /// # Errors
-/// [`Error::Io`] if it cannot be read; otherwise as [`RopeSpec::from_hf_config`].
+/// [`Error::Io`] if it cannot be read; otherwise as [`RopeSpec::from_hf_config`], the
+/// config errors naming the source ([`Error::in_config_file`]).
 pub fn read_rope_config(source: Source<'_>, layer_type: Option<&str>) -> Result<RopeSpec> {
     RopeSpec::from_hf_config(&read_json(source)?, layer_type)
+        .map_err(|e| e.in_config_file(source.name()))
 }
 
 /// Reads a Hugging Face model's `config.json` into its absolute positions
@@ -571,9 +573,10 @@ pub fn read_rope_config(source: Source<'_>, layer_type: Option<&str>) -> Result<
 /// are read.
 ///
 /// # Errors
-/// [`Error::Io`] if it cannot be read; otherwise as [`ModelConfig::from_hf_config`].
+/// [`Error::Io`] if it cannot be read; otherwise as [`ModelConfig::from_hf_config`], the
+/// config errors naming the source ([`Error::in_config_file`]).
 pub fn read_model_config(source: Source<'_>) -> Result<ModelConfig> {
-    ModelConfig::from_hf_config(&read_json(source)?)
+    ModelConfig::from_hf_config(&read_json(source)?).map_err(|e| e.in_config_file(source.name()))
 }
 
 /// The text of a JSON file, at most [`MAX_JSON_BYTES`] + 1 bytes of it.

@@ -60,7 +60,12 @@ pub struct ModelConfig {
 type Object = Map<String, Value>;
 
 fn invalid(field: &str, value: impl Into<String>, allowed: impl Into<String>) -> Error {
-    Error::PeConfig { field: field.to_string(), value: value.into(), allowed: allowed.into() }
+    Error::PeConfig {
+        path: None,
+        field: field.to_string(),
+        value: value.into(),
+        allowed: allowed.into(),
+    }
 }
 
 fn get<'a>(config: &'a Object, key: &str) -> Option<&'a Value> {
@@ -126,7 +131,7 @@ fn unserved(config: &Object, model_type: &str) -> Error {
     if shown.len() < model_type.len() {
         shown.push_str("...");
     }
-    Error::ModelFamily { model_type: shown, reason }
+    Error::ModelFamily { path: None, model_type: shown, reason }
 }
 
 impl ModelConfig {
@@ -149,7 +154,7 @@ impl ModelConfig {
     pub fn from_hf_config(json: &str) -> Result<ModelConfig> {
         let value = parse_json(json).map_err(|e| match e {
             Error::RopeScaling { field, value, allowed } => {
-                Error::PeConfig { field, value, allowed }
+                Error::PeConfig { path: None, field, value, allowed }
             }
             other => other,
         })?;

@@ -2,7 +2,7 @@
 //! dtype (encode, bench), the GPU memory budget (table, encode), and a plain spec from
 //! `--dim` and `--base` (accuracy, plot).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use posenc::encode as enc;
@@ -64,12 +64,10 @@ pub(crate) struct PeArgs {
 }
 
 impl PeArgs {
-    /// The `--config` file, read and checked; `None` without the flag.
-    pub(crate) fn config(&self) -> Result<Option<ModelConfig>, Error> {
-        match &self.config {
-            Some(path) => inputs::read_model_config(Source::File(path)).map(Some),
-            None => Ok(None),
-        }
+    /// The `--config` file, read and checked, and its path; `None` without the flag.
+    pub(crate) fn config(&self) -> Result<Option<(ModelConfig, &Path)>, Error> {
+        let Some(path) = &self.config else { return Ok(None) };
+        Ok(Some((inputs::read_model_config(Source::File(path))?, path)))
     }
 
     /// The variant: `--variant`, else the config's sinusoid's, else vaswani.

@@ -152,7 +152,7 @@ fn bart_and_mbart_are_learned_tables_read_two_rows_on() {
 fn refused_family(json: &str, model_type: &str, reason: &str) {
     match ModelConfig::from_hf_config(json) {
         Err(e @ Error::ModelFamily { .. }) => {
-            let Error::ModelFamily { model_type: t, reason: r } = &e else { unreachable!() };
+            let Error::ModelFamily { model_type: t, reason: r, .. } = &e else { unreachable!() };
             assert_eq!(t, model_type, "{e}");
             assert!(r.contains(reason), "{e}");
             assert!(e.to_string().contains(&format!("{model_type:?}")), "{e}");
@@ -259,4 +259,37 @@ fn read_model_config_bounds_what_it_reads() {
     let fine = br#"{"model_type": "marian", "d_model": 512, "scale_embedding": true}"#;
     let c = inputs::read_model_config(Source::Bytes { name, bytes: fine }).unwrap();
     assert_eq!(c, published("opus-mt-en-de.json"));
+}
+
+#[test]
+fn config_errors_name_the_file_they_were_read_from() {
+    let no_pad = br#"{"model_type": "m2m_100", "d_model": 1024, "scale_embedding": true}"#;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("my-cfg.json");
+    fs::write(&path, no_pad).unwrap();
+    let e = inputs::read_model_config(Source::File(&path)).unwrap_err();
+    assert!(
+        matches!(&e, Error::PeConfig { path: Some(p), field, .. } if *p == path && field == "pad_token_id"),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{}: invalid pad_token_id: missing (allowed: a whole number in 0..=4294967295)",
+            path.display()
+        )
+    );
+    // A source in memory is named as its caller names it; families are refused naming it too.
+    let name = Path::new("models/llama/cfg.json");
+    let llama = fs::read(config_path("llama-3.1-8b.json")).unwrap();
+    let e = inputs::read_model_config(Source::Bytes { name, bytes: &llama }).unwrap_err();
+    assert!(matches!(&e, Error::ModelFamily { path: Some(p), .. } if p == name), "{e:?}");
+    assert!(e.to_string().starts_with("models/llama/cfg.json: model_type \"llama\": "), "{e}");
+    // The text alone cannot know its file: `config.json`, until the caller names it.
+    let e = ModelConfig::from_hf_config(std::str::from_utf8(no_pad).unwrap()).unwrap_err();
+    assert!(matches!(&e, Error::PeConfig { path: None, .. }), "{e:?}");
+    assert!(e.to_string().starts_with("config.json: invalid pad_token_id"), "{e}");
+    let e = e.in_config_file("elsewhere.json");
+    assert!(e.to_string().starts_with("elsewhere.json: invalid pad_token_id"), "{e}");
+    assert_eq!(e.kind(), posenc::ErrorKind::Usage);
 }

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::io::{self, IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -361,12 +361,13 @@ impl EncodeInput {
 
     fn load(args: &EncodeArgs) -> Result<Self, Error> {
         let config = args.pe.config()?;
-        if let Some(c) = &config {
-            check_config(c, args)?;
+        if let Some((c, path)) = &config {
+            check_config(c, path, args)?;
         }
+        let config = config.as_ref().map(|(c, _)| c);
         let table = inputs::read_table(Source::File(&args.weights), args.tensor.as_deref())?;
         let width = table.dim().1;
-        if let Some(c) = config.as_ref().filter(|c| c.dim() as usize != width) {
+        if let Some(c) = config.filter(|c| c.dim() as usize != width) {
             return Err(Error::Shape {
                 op: "encode",
                 what: "config d_model vs embedding width",
@@ -374,13 +375,13 @@ impl EncodeInput {
                 actual: width.to_string(),
             });
         }
-        let config_spec = config.as_ref().and_then(ModelConfig::spec);
-        let offset = match config.as_ref().map(ModelConfig::positions) {
+        let config_spec = config.and_then(ModelConfig::spec);
+        let offset = match config.map(ModelConfig::positions) {
             Some(ModelPositions::Learned { offset }) => offset,
             _ => 0,
         };
-        let scale = args.scale.or(config.as_ref().map(ModelConfig::scale)).unwrap_or_default();
-        let pad_id = args.pad_id.or(config.as_ref().and_then(ModelConfig::pad_id));
+        let scale = args.scale.or(config.map(ModelConfig::scale)).unwrap_or_default();
+        let pad_id = args.pad_id.or(config.and_then(ModelConfig::pad_id));
         let learned = match &args.position_table {
             Some(path) => Some(inputs::read_position_table(
                 Source::File(path),
@@ -431,7 +432,7 @@ impl EncodeInput {
         };
         let mut positions = inputs::encode_positions(&ids, how)?;
         if offset > 0 {
-            add_offset(&mut positions, offset, config.as_ref().map_or("", |c| c.model_type()))?;
+            add_offset(&mut positions, offset, config.map_or("", |c| c.model_type()))?;
         }
         let pe = match (spec, learned) {
             (Some(spec), _) => PeInput::Spec(spec),
@@ -448,9 +449,10 @@ impl EncodeInput {
 
 /// Refuses a `--config` whose positions `encode` cannot add as asked: Whisper's (they meet
 /// audio features), a learned family's without its table, a sinusoid family's with one.
-fn check_config(config: &ModelConfig, args: &EncodeArgs) -> Result<(), Error> {
+fn check_config(config: &ModelConfig, path: &Path, args: &EncodeArgs) -> Result<(), Error> {
     let refuse = |reason: &str| {
         Err(Error::ModelFamily {
+            path: Some(path.to_path_buf()),
             model_type: config.model_type().to_string(),
             reason: reason.to_string(),
         })

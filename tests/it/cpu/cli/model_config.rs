@@ -4,7 +4,7 @@
 
 use std::fs;
 
-use ndarray::{Array1, Array2, array};
+use ndarray::{Array1, Array2, Array4, array};
 
 use crate::cpu::rope_config::config_path;
 use crate::support::cli::{Dir, assert_ok, assert_rejected, posenc, s};
@@ -219,4 +219,50 @@ fn uses_posenc_does_not_serve_are_refused_naming_the_family() {
         assert_rejected(&posenc(&args), &args, needle);
     }
     assert!(dir.files().iter().all(|f| f != "o.npy"), "no output for a refused request");
+}
+
+/// A refused `--config` names the file as the user gave it, whatever its name, for the
+/// errors the library finds in the text and those the command finds in what it read.
+#[test]
+fn config_errors_name_the_path_given() {
+    let dir = Dir::new();
+    fs::create_dir(dir.path("my")).unwrap();
+    let no_pad = dir.bytes(
+        "my/cfg.json",
+        br#"{"model_type": "m2m_100", "d_model": 1024, "scale_embedding": true}"#,
+    );
+    let bad_rope = dir.bytes(
+        "my/rope.json",
+        br#"{"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+             "rope_scaling": {"rope_type": "linear", "factor": -1}}"#,
+    );
+    let w = weights(&dir, 4, 384);
+    let ids = dir.npy("ids.npy", &array![[0u32, 1]]);
+    let x = dir.npy("x.npy", &Array4::<f32>::zeros((1, 2, 1, 16)));
+    let out = dir.out("o.npy");
+    let (bart, whisper) = (config("bart-base.json"), config("whisper-tiny.json"));
+    let cases: Vec<(Vec<&str>, String)> = vec![
+        (vec!["table", "--config", &no_pad], format!("{no_pad}: invalid pad_token_id: missing")),
+        (vec!["table", "--config", &bart], format!("{bart}: model_type \"bart\": learned")),
+        (
+            vec!["encode", "--weights", &w, "--ids", &ids, "-o", &out, "--config", &whisper],
+            format!("{whisper}: model_type \"whisper\""),
+        ),
+        (
+            vec!["rope", "--input", &x, "--layout", "blhd", "-o", &out, "--config", &bad_rope],
+            format!("{bad_rope}: invalid rope_scaling.factor: -1"),
+        ),
+        (
+            vec!["rope-cache", "--len", "4", "-o", &out, "--config", &no_pad],
+            format!("{no_pad}: model_type \"m2m_100\""),
+        ),
+    ];
+    for (args, start) in &cases {
+        let mut args = args.clone();
+        args.extend(["--device", "cpu"]);
+        let run = posenc(&args);
+        assert_rejected(&run, &args, start);
+        let line = String::from_utf8_lossy(&run.stderr);
+        assert!(line.starts_with(&format!("posenc: {start}")), "{args:?}: {line}");
+    }
 }
