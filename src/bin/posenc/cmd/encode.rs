@@ -56,8 +56,9 @@ pub(crate) struct EncodeArgs {
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pad_id: Option<u32>,
     /// Embedding scale: none, sqrt (sqrt(D), the Transformer's) or a finite number. With a
-    /// scale, cpu and gpu may differ by one rounding of the product [default: sqrt when the
-    /// config's scale_embedding is true, else none].
+    /// scale, cpu and gpu may differ by one rounding of the product [default: with --config,
+    /// sqrt when its scale_embedding is true and none when false (a config without it is
+    /// refused); else none].
     #[arg(long, value_name = "S", value_parser = parse_scale, allow_hyphen_values = true)]
     scale: Option<Scale>,
     /// Where to compute. `auto` uses the GPU when one opens, else the CPU with a note on
@@ -364,6 +365,13 @@ impl EncodeInput {
         if let Some((c, path)) = &config {
             check_config(c, path, args)?;
         }
+        // A config must state the scale unless --scale does: transformers' default differs
+        // between families.
+        let scale = match (&config, args.scale) {
+            (_, Some(scale)) => scale,
+            (Some((c, path)), None) => c.required_scale().map_err(|e| e.in_config_file(path))?,
+            (None, None) => Scale::default(),
+        };
         let config = config.as_ref().map(|(c, _)| c);
         let table = inputs::read_table(Source::File(&args.weights), args.tensor.as_deref())?;
         let width = table.dim().1;
@@ -380,7 +388,6 @@ impl EncodeInput {
             Some(ModelPositions::Learned { offset }) => offset,
             _ => 0,
         };
-        let scale = args.scale.or(config.map(ModelConfig::scale)).unwrap_or_default();
         let pad_id = args.pad_id.or(config.and_then(ModelConfig::pad_id));
         let learned = match &args.position_table {
             Some(path) => Some(inputs::read_position_table(

@@ -266,3 +266,50 @@ fn config_errors_name_the_path_given() {
         assert!(line.starts_with(&format!("posenc: {start}")), "{args:?}: {line}");
     }
 }
+
+/// `table --config` needs no `scale_embedding`, which only `encode` applies; `encode
+/// --config` refuses a config without it, naming the key and the file, unless `--scale`
+/// is given.
+#[test]
+fn only_encode_needs_scale_embedding() {
+    let dir = Dir::new();
+    let unscaled = dir.bytes("unscaled.json", br#"{"model_type": "marian", "d_model": 512}"#);
+    let from_config = table(&dir, "a.npy", &["--config", &unscaled]);
+    let from_flags = table(&dir, "b.npy", &["--variant", "marian", "--dim", "512"]);
+    assert!(from_config == from_flags, "table --config without scale_embedding");
+
+    let w = dir.npy("w.npy", &Array2::from_shape_fn((4, 512), |(r, c)| (r + c % 3) as f32));
+    let ids = dir.npy("ids.npy", &array![[3u32, 2, 0]]);
+    let out = dir.out("o.npy");
+    let args = [
+        "encode",
+        "--device",
+        "cpu",
+        "--weights",
+        &w,
+        "--ids",
+        &ids,
+        "-o",
+        &out,
+        "--config",
+        &unscaled,
+    ];
+    assert_rejected(
+        &posenc(&args),
+        &args,
+        &format!("{unscaled}: invalid scale_embedding: missing"),
+    );
+    assert!(dir.files().iter().all(|f| f != "o.npy"), "no output for a refused request");
+    // --scale states it.
+    let a = encode(
+        &dir,
+        "c.npy",
+        &["--weights", &w, "--ids", &ids, "--config", &unscaled, "--scale", "sqrt"],
+    );
+    let b = encode(
+        &dir,
+        "d.npy",
+        &["--weights", &w, "--ids", &ids, "--variant", "marian", "--scale", "sqrt"],
+    );
+    assert!(a == b, "encode --config without scale_embedding, with --scale");
+}
