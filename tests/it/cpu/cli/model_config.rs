@@ -313,3 +313,58 @@ fn only_encode_needs_scale_embedding() {
     );
     assert!(a == b, "encode --config without scale_embedding, with --scale");
 }
+
+/// `posenc ARGS` with `input` written to its stdin (from a thread: the command may stop
+/// reading before the end).
+fn posenc_with_stdin(args: &[&str], input: Vec<u8>) -> std::process::Output {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_posenc"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // A broken pipe is the command having read what it wanted.
+    let writer = std::thread::spawn(move || drop(stdin.write_all(&input)));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    out
+}
+
+/// An oversized JSON input is refused with its size when a file's metadata gives it, and as
+/// `more than` the limit from a pipe, whose size is unknown.
+#[test]
+fn an_oversized_json_input_is_refused_with_its_real_size() {
+    let limit = posenc::rope::MAX_JSON_BYTES;
+    let dir = Dir::new();
+    let mut text = br#"{"model_type": "marian", "d_model": 512}"#.to_vec();
+    text.resize(limit + 10, b' ');
+    let file = dir.bytes("big.json", &text);
+    let args = ["table", "--config", &file];
+    let want =
+        format!("posenc: {file}: invalid (json): {} bytes (allowed: at most {limit}", limit + 10);
+    let run = posenc(&args);
+    assert_rejected(&run, &args, &want);
+    assert!(String::from_utf8_lossy(&run.stderr).starts_with(&want));
+
+    let more = format!("invalid (json): more than {limit} bytes (allowed: at most {limit} bytes)");
+    let cases: [&[&str]; 2] = [
+        &["table", "--config", "/dev/stdin"],
+        &["rope-cache", "--head-dim", "8", "--len", "4", "--scaling", "@/dev/stdin", "-o", "-"],
+    ];
+    for args in cases {
+        let run = posenc_with_stdin(args, text.clone());
+        assert_rejected(&run, args, &more);
+    }
+    // At the limit, a pipe is read whole.
+    text.truncate(limit);
+    let run = posenc_with_stdin(
+        &["table", "--config", "/dev/stdin", "--dim", "4", "--device", "cpu"],
+        text,
+    );
+    assert_ok(&run, "table --config /dev/stdin at the limit");
+}
