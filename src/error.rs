@@ -255,8 +255,11 @@ pub enum Error {
     },
     /// A model's `config.json` ([`crate::rope::RopeSpec::from_hf_config`]) cannot be read
     /// as a RoPE posenc computes exactly.
-    #[error("config.json: invalid {field}: {value} (allowed: {allowed})")]
+    #[error("{}: invalid {field}: {value} (allowed: {allowed})", config_name(path))]
     RopeConfig {
+        /// The file the config was read from; `None` for text parsed without one, which the
+        /// message calls `config.json` ([`Error::in_config_file`] names the file).
+        path: Option<PathBuf>,
         /// The offending key as the config spells it (`head_dim`, `layer_type`,
         /// `rope_scaling.factor`, ...), or `(json)` when the text is not a JSON object.
         field: String,
@@ -267,8 +270,11 @@ pub enum Error {
     },
     /// A model's `config.json` ([`crate::model_config::ModelConfig::from_hf_config`]) has a
     /// key posenc cannot read as that model's absolute positions.
-    #[error("config.json: invalid {field}: {value} (allowed: {allowed})")]
+    #[error("{}: invalid {field}: {value} (allowed: {allowed})", config_name(path))]
     PeConfig {
+        /// The file the config was read from; `None` for text parsed without one, which the
+        /// message calls `config.json` ([`Error::in_config_file`] names the file).
+        path: Option<PathBuf>,
         /// The offending key as the config spells it (`d_model`, `pad_token_id`, ...), or
         /// `(json)` when the text is not a JSON object.
         field: String,
@@ -279,8 +285,11 @@ pub enum Error {
     },
     /// A model's `config.json` names a family (`model_type`) whose absolute positions posenc
     /// does not compute from a config, or not for this command.
-    #[error("config.json: model_type {model_type:?}: {reason}")]
+    #[error("{}: model_type {model_type:?}: {reason}", config_name(path))]
     ModelFamily {
+        /// The file the config was read from; `None` for text parsed without one, which the
+        /// message calls `config.json` ([`Error::in_config_file`] names the file).
+        path: Option<PathBuf>,
         /// The config's `model_type`.
         model_type: String,
         /// Why it is refused, and what to use instead.
@@ -385,6 +394,42 @@ impl Error {
             Error::Io { .. } | Error::Alloc { .. } => ErrorKind::System,
         }
     }
+
+    /// This error as met in the config file `path`. A config error ([`Error::RopeConfig`],
+    /// [`Error::PeConfig`], [`Error::ModelFamily`]) made from the text alone
+    /// ([`crate::rope::RopeSpec::from_hf_config`],
+    /// [`crate::model_config::ModelConfig::from_hf_config`]) cannot know the file and says
+    /// `config.json`; this names `path` instead. Other errors are returned as they are.
+    /// ([`crate::inputs::read_rope_config`] and [`crate::inputs::read_model_config`] name
+    /// their source themselves.)
+    ///
+    /// ```
+    /// use posenc::model_config::ModelConfig;
+    ///
+    /// let err = ModelConfig::from_hf_config(r#"{"d_model": 512}"#).unwrap_err();
+    /// assert!(err.to_string().starts_with("config.json: invalid model_type: missing"));
+    /// let err = err.in_config_file("opus-mt/cfg.json");
+    /// assert!(err.to_string().starts_with("opus-mt/cfg.json: invalid model_type: missing"));
+    /// ```
+    pub fn in_config_file(self, path: impl Into<PathBuf>) -> Error {
+        match self {
+            Error::RopeConfig { field, value, allowed, .. } => {
+                Error::RopeConfig { path: Some(path.into()), field, value, allowed }
+            }
+            Error::PeConfig { field, value, allowed, .. } => {
+                Error::PeConfig { path: Some(path.into()), field, value, allowed }
+            }
+            Error::ModelFamily { model_type, reason, .. } => {
+                Error::ModelFamily { path: Some(path.into()), model_type, reason }
+            }
+            other => other,
+        }
+    }
+}
+
+/// How a config error names its file: the path, else `config.json`.
+fn config_name(path: &Option<PathBuf>) -> std::path::Display<'_> {
+    path.as_deref().unwrap_or(std::path::Path::new("config.json")).display()
 }
 
 /// `1`, `1 or 2`, `1, 2 or 3`.
@@ -464,9 +509,18 @@ mod tests {
                 Error::RopeScaling { field: text(), value: text(), allowed: text() },
                 ErrorKind::Usage,
             ),
-            (Error::RopeConfig { field: text(), value: text(), allowed: text() }, ErrorKind::Usage),
-            (Error::PeConfig { field: text(), value: text(), allowed: text() }, ErrorKind::Usage),
-            (Error::ModelFamily { model_type: text(), reason: text() }, ErrorKind::Usage),
+            (
+                Error::RopeConfig { path: None, field: text(), value: text(), allowed: text() },
+                ErrorKind::Usage,
+            ),
+            (
+                Error::PeConfig { path: None, field: text(), value: text(), allowed: text() },
+                ErrorKind::Usage,
+            ),
+            (
+                Error::ModelFamily { path: None, model_type: text(), reason: text() },
+                ErrorKind::Usage,
+            ),
             (Error::OutputPath { path: path(), what: text(), allowed: "" }, ErrorKind::Usage),
             (
                 Error::TooLarge { op: "", what: "", shape: vec![], limit_name: "", limit: 0 },

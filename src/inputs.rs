@@ -398,16 +398,19 @@ pub fn read_rope_input(source: Source<'_>) -> Result<RopeTensor> {
     })
 }
 
-/// `posenc rope --scaling @FILE`: a Hugging Face `rope_scaling` object as JSON text, read
-/// no further than one byte past [`MAX_JSON_BYTES`], so an oversized file is refused as
-/// such without being read whole. Unlike the arrays it may come from a pipe or a
-/// descriptor (`@/dev/stdin`): the parser's limit, not a header, bounds what is read.
+/// `posenc rope --scaling @FILE`: a Hugging Face `rope_scaling` object as JSON text of at
+/// most [`MAX_JSON_BYTES`]. A larger regular file is refused from its size, before it is
+/// read. Unlike the arrays it may come from a pipe or a descriptor (`@/dev/stdin`), whose
+/// size is not known: it is read no further than one byte past the limit, and refused as
+/// `more than` it. No more than the limit is ever held in memory.
 ///
 /// # Errors
-/// [`Error::Io`] naming the input if it cannot be read or is not UTF-8; as
-/// [`Scaling::from_hf_json`].
+/// [`Error::Io`] naming the input if it cannot be read or is not UTF-8;
+/// [`Error::RopeScaling`] naming `(json)` and the input's size (`N bytes`, or `more than N
+/// bytes` for a pipe) if it is over the limit; as [`Scaling::from_hf_json`].
 pub fn read_rope_scaling(source: Source<'_>) -> Result<Scaling> {
-    Scaling::from_hf_json(&read_json(source)?)
+    let too_large = |field, value, allowed| Error::RopeScaling { field, value, allowed };
+    Scaling::from_hf_json(&read_json(source, too_large)?)
 }
 
 /// Reads a model's own frequencies (`inv_freq`, radians per position, one per frequency),
@@ -558,37 +561,97 @@ fn inv_freq_from<R: Read + Seek>(
 
 /// Reads a Hugging Face model's `config.json` into the RoPE it defines
 /// ([`RopeSpec::from_hf_config`]), `layer_type` selecting one of per-layer-type
-/// `rope_parameters`. At most [`MAX_JSON_BYTES`] (+1, for the size error) are read.
+/// `rope_parameters`. At most [`MAX_JSON_BYTES`] are read, as [`read_rope_scaling`] reads.
 ///
 /// # Errors
-/// [`Error::Io`] if it cannot be read; otherwise as [`RopeSpec::from_hf_config`].
+/// [`Error::Io`] if it cannot be read; [`Error::RopeConfig`] naming `(json)` and the
+/// size if it is over the limit; otherwise as [`RopeSpec::from_hf_config`]. The config
+/// errors name the source ([`Error::in_config_file`]).
 pub fn read_rope_config(source: Source<'_>, layer_type: Option<&str>) -> Result<RopeSpec> {
-    RopeSpec::from_hf_config(&read_json(source)?, layer_type)
+    let too_large = |field, value, allowed| Error::RopeConfig { path: None, field, value, allowed };
+    read_json(source, too_large)
+        .and_then(|text| RopeSpec::from_hf_config(&text, layer_type))
+        .map_err(|e| e.in_config_file(source.name()))
 }
 
 /// Reads a Hugging Face model's `config.json` into its absolute positions
-/// ([`ModelConfig::from_hf_config`]). At most [`MAX_JSON_BYTES`] (+1, for the size error)
-/// are read.
+/// ([`ModelConfig::from_hf_config`]). At most [`MAX_JSON_BYTES`] are read, as
+/// [`read_rope_scaling`] reads.
 ///
 /// # Errors
-/// [`Error::Io`] if it cannot be read; otherwise as [`ModelConfig::from_hf_config`].
+/// [`Error::Io`] if it cannot be read; [`Error::PeConfig`] naming `(json)` and the size if
+/// it is over the limit; otherwise as [`ModelConfig::from_hf_config`]. The config errors
+/// name the source ([`Error::in_config_file`]).
 pub fn read_model_config(source: Source<'_>) -> Result<ModelConfig> {
-    ModelConfig::from_hf_config(&read_json(source)?)
+    let too_large = |field, value, allowed| Error::PeConfig { path: None, field, value, allowed };
+    read_json(source, too_large)
+        .and_then(|text| ModelConfig::from_hf_config(&text))
+        .map_err(|e| e.in_config_file(source.name()))
 }
 
-/// The text of a JSON file, at most [`MAX_JSON_BYTES`] + 1 bytes of it.
-fn read_json(source: Source<'_>) -> Result<String> {
+/// The text of a JSON input of at most [`MAX_JSON_BYTES`]. A larger one is refused with
+/// `too_large(field, value, allowed)`, in the parsers' words for text over the limit
+/// (`(json)`, its size). A regular file's size and a slice's are known before anything is
+/// read; a pipe's is not, so it is read up to one byte past the limit and said to be `more
+/// than` it.
+fn read_json(
+    source: Source<'_>,
+    too_large: impl FnOnce(String, String, String) -> Error,
+) -> Result<String> {
     let io_error = |e| Error::Io { path: source.name().to_path_buf(), source: e };
-    let limit = MAX_JSON_BYTES as u64 + 1;
-    let mut text = String::new();
-    match source {
-        Source::File(path) => {
-            File::open(path).map_err(io_error)?.take(limit).read_to_string(&mut text)
+    let refuse =
+        |size: String| too_large("(json)".into(), size, format!("at most {MAX_JSON_BYTES} bytes"));
+    let bytes = match source {
+        Source::Bytes { bytes, .. } if bytes.len() > MAX_JSON_BYTES => {
+            return Err(refuse(format!("{} bytes", bytes.len())));
         }
-        Source::Bytes { bytes, .. } => bytes.take(limit).read_to_string(&mut text),
+        Source::Bytes { bytes, .. } => bytes.to_vec(),
+        Source::File(path) => {
+            let mut file = File::open(path).map_err(io_error)?;
+            let metadata = file.metadata().map_err(io_error)?;
+            // A pipe's or a character device's length says nothing of what it will give.
+            let len = metadata.is_file().then_some(metadata.len());
+            if let Some(len) = len.filter(|&len| len > MAX_JSON_BYTES as u64) {
+                return Err(refuse(format!("{len} bytes")));
+            }
+            let hint = len.map_or(0, |len| len as usize);
+            match read_at_most(&mut file, MAX_JSON_BYTES, hint).map_err(io_error)? {
+                Some(bytes) => bytes,
+                // A pipe, or a file that grew since its size was read.
+                None => return Err(refuse(format!("more than {MAX_JSON_BYTES} bytes"))),
+            }
+        }
+    };
+    String::from_utf8(bytes).map_err(|_| {
+        io_error(io::Error::new(io::ErrorKind::InvalidData, "stream did not contain valid UTF-8"))
+    })
+}
+
+/// All of `reader` if it holds at most `cap` bytes, `None` if it holds more. It reads at
+/// most `cap + 1` bytes and never holds more than `cap`, whatever the reader's length:
+/// the buffer grows by doubling, from `hint` (a length known beforehand), up to `cap`.
+fn read_at_most(mut reader: impl Read, cap: usize, hint: usize) -> io::Result<Option<Vec<u8>>> {
+    let mut buf = Vec::with_capacity(hint.min(cap));
+    let mut chunk = [0u8; 8192];
+    loop {
+        // At the cap, one more byte tells a reader of exactly `cap` bytes from a longer one.
+        let want = (cap - buf.len()).clamp(1, chunk.len());
+        let n = match reader.read(&mut chunk[..want]) {
+            Ok(0) => return Ok(Some(buf)),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        let len = buf.len() + n;
+        if len > cap {
+            return Ok(None);
+        }
+        if len > buf.capacity() {
+            let capacity = (buf.capacity() * 2).clamp(len, cap);
+            buf.reserve_exact(capacity - buf.len());
+        }
+        buf.extend_from_slice(&chunk[..n]);
     }
-    .map_err(io_error)?;
-    Ok(text)
 }
 
 /// `a` as rank 4, which the reader was asked for.
@@ -862,11 +925,87 @@ mod tests {
             Scaling::from_hf_json(std::str::from_utf8(json).unwrap()).unwrap()
         );
         let huge = vec![b' '; MAX_JSON_BYTES + 2];
-        assert!(matches!(read(&huge), Err(Error::RopeScaling { .. })));
+        match read(&huge) {
+            Err(Error::RopeScaling { field, value, .. }) => {
+                assert_eq!((field.as_str(), value.as_str()), ("(json)", "4194306 bytes"));
+            }
+            other => panic!("{other:?}"),
+        }
         match read(b"{\xff}") {
             Err(Error::Io { path, .. }) => assert_eq!(path, name),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn an_oversized_json_file_is_refused_from_its_size_before_it_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("huge.json");
+        // A sparse terabyte: reading it, even up to the limit, is not what refuses it.
+        File::create(&path).unwrap().set_len(1 << 40).unwrap();
+        let too_large = |field, value, allowed| Error::RopeScaling { field, value, allowed };
+        match read_json(Source::File(&path), too_large) {
+            Err(e @ Error::RopeScaling { .. }) => assert_eq!(
+                e.to_string(),
+                "rope_scaling: invalid (json): 1099511627776 bytes (allowed: at most 4194304 bytes)"
+            ),
+            other => panic!("{other:?}"),
+        }
+        // The config readers word it as config errors naming the file.
+        match read_model_config(Source::File(&path)) {
+            Err(Error::PeConfig { path: Some(p), field, value, .. }) => {
+                assert_eq!(
+                    (p, field.as_str(), value.as_str()),
+                    (path.clone(), "(json)", "1099511627776 bytes")
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        match read_rope_config(Source::File(&path), None) {
+            Err(Error::RopeConfig { path: Some(p), value, .. }) => {
+                assert_eq!((p, value.as_str()), (path.clone(), "1099511627776 bytes"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // At the limit, read.
+        let at_limit = dir.path().join("spaces.json");
+        let mut text = b"{}".to_vec();
+        text.resize(MAX_JSON_BYTES, b' ');
+        std::fs::write(&at_limit, &text).unwrap();
+        assert_eq!(read_json(Source::File(&at_limit), too_large).unwrap().len(), MAX_JSON_BYTES);
+    }
+
+    /// A reader that gives its bytes a few at a time, as a pipe may.
+    struct Trickle(std::iter::RepeatN<u8>);
+
+    impl Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let mut n = 0;
+            for (slot, byte) in buf.iter_mut().take(1000).zip(&mut self.0) {
+                *slot = byte;
+                n += 1;
+            }
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_reader_of_unknown_length_is_read_up_to_one_byte_past_the_cap_and_never_held_past_it() {
+        let cap = 10_000;
+        let trickle = |len| Trickle(std::iter::repeat_n(b'x', len));
+        for len in [0, 1, 8192, 8193, cap - 1, cap] {
+            let bytes = read_at_most(trickle(len), cap, 0).unwrap().expect("within the cap");
+            assert_eq!(bytes.len(), len);
+            assert!(bytes.capacity() <= cap, "{len}: capacity {}", bytes.capacity());
+        }
+        for len in [cap + 1, cap + 2, 1 << 20] {
+            let mut reader = trickle(len);
+            assert_eq!(read_at_most(&mut reader, cap, 0).unwrap(), None, "{len}");
+            assert_eq!(reader.0.count(), len - cap - 1, "{len}: read one byte past the cap");
+        }
+        // A hint sizes the first allocation, never past the cap.
+        let bytes = read_at_most(trickle(cap), cap, 1 << 30).unwrap().unwrap();
+        assert_eq!((bytes.len(), bytes.capacity()), (cap, cap));
     }
 
     /// A safetensors file of `(name, dtype, shape, little-endian bytes)`.

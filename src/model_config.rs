@@ -12,7 +12,8 @@
 //! | `bart`, `mbart` | a learned table looked up at position + 2 | [`ModelPositions::Learned`] |
 //!
 //! The width is `d_model`; the embedding scale is `sqrt(d_model)` when `scale_embedding`
-//! is true. Any other `model_type` is refused, naming it.
+//! is true, and unknown when the config does not state it (only `encode` needs it:
+//! [`ModelConfig::required_scale`]). Any other `model_type` is refused, naming it.
 
 use serde_json::{Map, Value};
 
@@ -52,7 +53,7 @@ pub struct ModelConfig {
     model_type: String,
     dim: u32,
     positions: ModelPositions,
-    scale: Scale,
+    scale: Option<Scale>,
     pad_id: Option<u32>,
     token_inputs: bool,
 }
@@ -60,7 +61,12 @@ pub struct ModelConfig {
 type Object = Map<String, Value>;
 
 fn invalid(field: &str, value: impl Into<String>, allowed: impl Into<String>) -> Error {
-    Error::PeConfig { field: field.to_string(), value: value.into(), allowed: allowed.into() }
+    Error::PeConfig {
+        path: None,
+        field: field.to_string(),
+        value: value.into(),
+        allowed: allowed.into(),
+    }
 }
 
 fn get<'a>(config: &'a Object, key: &str) -> Option<&'a Value> {
@@ -80,17 +86,13 @@ fn whole(config: &Object, key: &str, min: u32) -> Result<u32> {
     }
 }
 
-/// `scale_embedding`, required: transformers' default differs between families, and a
-/// published config always states it.
-fn scale(config: &Object) -> Result<Scale> {
+/// `scale_embedding`, if the config states it. Its absence is no error here: only the
+/// scale's users need it ([`ModelConfig::required_scale`]).
+fn scale(config: &Object) -> Result<Option<Scale>> {
     match get(config, "scale_embedding") {
-        Some(Value::Bool(true)) => Ok(Scale::SqrtDim),
-        Some(Value::Bool(false)) => Ok(Scale::None),
-        None => Err(invalid(
-            "scale_embedding",
-            "missing",
-            "true or false (the family's default is not guessed)",
-        )),
+        Some(Value::Bool(true)) => Ok(Some(Scale::SqrtDim)),
+        Some(Value::Bool(false)) => Ok(Some(Scale::None)),
+        None => Ok(None),
         Some(other) => Err(invalid("scale_embedding", excerpt(other), "true or false")),
     }
 }
@@ -126,7 +128,7 @@ fn unserved(config: &Object, model_type: &str) -> Error {
     if shown.len() < model_type.len() {
         shown.push_str("...");
     }
-    Error::ModelFamily { model_type: shown, reason }
+    Error::ModelFamily { path: None, model_type: shown, reason }
 }
 
 impl ModelConfig {
@@ -134,8 +136,10 @@ impl ModelConfig {
     /// [`SINUSOID_MODEL_TYPES`] and [`LEARNED_OFFSET_MODEL_TYPES`] (module docs):
     ///
     /// - `model_type` picks the family, `d_model` is the width;
-    /// - `scale_embedding` (required, except for whisper) gives [`Scale::SqrtDim`] or
-    ///   [`Scale::None`], as transformers' `embed_scale`;
+    /// - `scale_embedding`, when given, gives [`Scale::SqrtDim`] or [`Scale::None`], as
+    ///   transformers' `embed_scale` (whisper's is [`Scale::None`] whatever it says: no
+    ///   token embedding meets its sinusoid). It may be absent, since a table does not use
+    ///   it; [`ModelConfig::required_scale`] refuses its absence where the scale is used;
     /// - for the fairseq families `pad_token_id` (required) is the padding index: the
     ///   table's zero row, the number positions count from, and the pad token, whose
     ///   output rows are zeros. Marian, Pegasus and BART add positions to pad tokens like
@@ -144,12 +148,12 @@ impl ModelConfig {
     /// # Errors
     /// [`Error::ModelFamily`] naming `model_type` for any other family;
     /// [`Error::PeConfig`] naming the key for malformed JSON (`(json)`), a key given
-    /// twice, a missing `model_type`, `d_model`, `scale_embedding` or `pad_token_id`, a
-    /// value of the wrong type, or a `d_model` the family's variant does not allow.
+    /// twice, a missing `model_type`, `d_model` or `pad_token_id`, a value of the wrong type
+    /// (`scale_embedding` included), or a `d_model` the family's variant does not allow.
     pub fn from_hf_config(json: &str) -> Result<ModelConfig> {
         let value = parse_json(json).map_err(|e| match e {
             Error::RopeScaling { field, value, allowed } => {
-                Error::PeConfig { field, value, allowed }
+                Error::PeConfig { path: None, field, value, allowed }
             }
             other => other,
         })?;
@@ -192,7 +196,7 @@ impl ModelConfig {
         };
         // Whisper's sinusoid meets audio features, never token embeddings: no scale applies.
         let token_inputs = t != "whisper";
-        let scale = if token_inputs { scale(&config)? } else { Scale::None };
+        let scale = if token_inputs { scale(&config)? } else { Some(Scale::None) };
         Ok(ModelConfig { model_type, dim, positions, scale, pad_id, token_inputs })
     }
 
@@ -219,9 +223,36 @@ impl ModelConfig {
         }
     }
 
-    /// The embedding scale (`scale_embedding`).
-    pub fn scale(&self) -> Scale {
+    /// The embedding scale (`scale_embedding`), or `None` when the config does not state it.
+    pub fn scale(&self) -> Option<Scale> {
         self.scale
+    }
+
+    /// The embedding scale, for a use that applies it (`posenc encode`): a config that does
+    /// not state `scale_embedding` is refused rather than given a default, since
+    /// transformers' default differs between families.
+    ///
+    /// ```
+    /// use posenc::encode::Scale;
+    /// use posenc::model_config::ModelConfig;
+    ///
+    /// let marian = ModelConfig::from_hf_config(r#"{"model_type": "marian", "d_model": 512}"#)?;
+    /// assert_eq!(marian.scale(), None);
+    /// let err = marian.required_scale().unwrap_err();
+    /// assert!(err.to_string().starts_with("config.json: invalid scale_embedding: missing"));
+    /// # Ok::<(), posenc::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::PeConfig`] naming `scale_embedding` when the config does not state it.
+    pub fn required_scale(&self) -> Result<Scale> {
+        self.scale.ok_or_else(|| {
+            invalid(
+                "scale_embedding",
+                "missing",
+                "true or false (the family's default is not guessed)",
+            )
+        })
     }
 
     /// The pad token whose output rows are zeros (the fairseq families' `pad_token_id`),

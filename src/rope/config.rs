@@ -396,7 +396,7 @@ impl RopeSpec {
     pub fn from_hf_config(json: &str, layer_type: Option<&str>) -> Result<RopeSpec> {
         Self::read_hf_config(json, layer_type).map_err(|e| match e {
             Error::RopeScaling { field, value, allowed } => {
-                Error::RopeConfig { field, value, allowed }
+                Error::RopeConfig { path: None, field, value, allowed }
             }
             other => other,
         })
@@ -413,6 +413,7 @@ impl RopeSpec {
             && NON_ROTARY_MODEL_TYPES.contains(&model_type.as_str())
         {
             return Err(Error::ModelFamily {
+                path: None,
                 model_type: model_type.chars().take(64).collect(),
                 reason: "its positions are not rotary (RoPE): absolute sinusoids and learned \
                          tables take `posenc table/encode --config`, ALiBi `posenc alibi`"

@@ -2,7 +2,7 @@
 //! dtype (encode, bench), the GPU memory budget (table, encode), and a plain spec from
 //! `--dim` and `--base` (accuracy, plot).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use posenc::encode as enc;
@@ -64,12 +64,10 @@ pub(crate) struct PeArgs {
 }
 
 impl PeArgs {
-    /// The `--config` file, read and checked; `None` without the flag.
-    pub(crate) fn config(&self) -> Result<Option<ModelConfig>, Error> {
-        match &self.config {
-            Some(path) => inputs::read_model_config(Source::File(path)).map(Some),
-            None => Ok(None),
-        }
+    /// The `--config` file, read and checked, and its path; `None` without the flag.
+    pub(crate) fn config(&self) -> Result<Option<(ModelConfig, &Path)>, Error> {
+        let Some(path) = &self.config else { return Ok(None) };
+        Ok(Some((inputs::read_model_config(Source::File(path))?, path)))
     }
 
     /// The variant: `--variant`, else the config's sinusoid's, else vaswani.
@@ -112,8 +110,7 @@ impl PeArgs {
         if let Some(path) = &self.inv_freq {
             let tensor = self.inv_freq_tensor.as_deref();
             let count = spec.n_freqs() as usize;
-            spec =
-                spec.with_inv_freq(&inputs::read_inv_freq(Source::File(path), tensor, count)?)?;
+            spec = spec.with_inv_freq(&read_inv_freq(path, tensor, count)?)?;
         }
         let frequencies = match self.frequencies {
             FrequenciesArg::Exact => Frequencies::Exact,
@@ -121,6 +118,27 @@ impl PeArgs {
         };
         Ok(spec.with_frequencies(frequencies).with_start_index(self.start_index.unwrap_or(0)))
     }
+}
+
+/// `--inv-freq PATH` and `--inv-freq-tensor NAME`: a model's `count` frequencies, as
+/// [`inputs::read_inv_freq`] reads them. A tensor named for a `.npy` file is refused in
+/// the flags' words: the library says what its parameter allows.
+pub(crate) fn read_inv_freq(
+    path: &Path,
+    tensor: Option<&str>,
+    count: usize,
+) -> Result<Vec<f64>, Error> {
+    inputs::read_inv_freq(Source::File(path), tensor, count).map_err(|e| match e {
+        Error::InvalidParameter { field: "inv_freq_tensor", value, .. } => {
+            Error::InvalidParameter {
+                field: "inv_freq_tensor",
+                value,
+                allowed: "--inv-freq-tensor only with a .safetensors --inv-freq (a .npy holds \
+                          one array)",
+            }
+        }
+        other => other,
+    })
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

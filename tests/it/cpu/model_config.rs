@@ -93,7 +93,7 @@ const POSITIONS: [u32; 9] = [0, 1, 2, 3, 7, 100, 511, 1025, 65535];
 fn marian_and_pegasus_are_the_float64_half_split_sinusoid() {
     let opus = published("opus-mt-en-de.json");
     assert_eq!(opus.model_type(), "marian");
-    assert_eq!((opus.dim(), opus.scale(), opus.pad_id()), (512, Scale::SqrtDim, None));
+    assert_eq!((opus.dim(), opus.scale(), opus.pad_id()), (512, Some(Scale::SqrtDim), None));
     assert!(opus.token_inputs());
     assert_eq!(opus.spec().unwrap().variant(), Variant::Marian);
     check_table("opus-mt-en-de", &opus, &POSITIONS, |p| marian_row(512, p));
@@ -102,14 +102,14 @@ fn marian_and_pegasus_are_the_float64_half_split_sinusoid() {
     let pegasus = parse(
         r#"{"model_type": "pegasus", "d_model": 9, "pad_token_id": 0, "scale_embedding": false}"#,
     );
-    assert_eq!((pegasus.scale(), pegasus.pad_id()), (Scale::None, None));
+    assert_eq!((pegasus.scale(), pegasus.pad_id()), (Some(Scale::None), None));
     check_table("pegasus d=9", &pegasus, &POSITIONS, |p| marian_row(9, p));
 }
 
 #[test]
 fn m2m_100_fsmt_and_speech_to_text_are_fairseq_with_the_pad_row_zero() {
     let nllb = published("nllb-200-distilled-600m.json");
-    assert_eq!((nllb.dim(), nllb.scale(), nllb.pad_id()), (1024, Scale::SqrtDim, Some(1)));
+    assert_eq!((nllb.dim(), nllb.scale(), nllb.pad_id()), (1024, Some(Scale::SqrtDim), Some(1)));
     let spec = nllb.spec().unwrap();
     assert_eq!((spec.variant(), spec.padding_idx()), (Variant::Fairseq, Some(1)));
     check_table("nllb", &nllb, &POSITIONS, |p| fairseq_row(1024, 1, p));
@@ -130,7 +130,7 @@ fn m2m_100_fsmt_and_speech_to_text_are_fairseq_with_the_pad_row_zero() {
 #[test]
 fn whisper_is_the_encoder_sinusoid_and_takes_no_tokens() {
     let tiny = published("whisper-tiny.json");
-    assert_eq!((tiny.dim(), tiny.scale(), tiny.pad_id()), (384, Scale::None, None));
+    assert_eq!((tiny.dim(), tiny.scale(), tiny.pad_id()), (384, Some(Scale::None), None));
     assert!(!tiny.token_inputs(), "its sinusoid meets audio features");
     assert_eq!(tiny.spec().unwrap().variant(), Variant::Whisper);
     check_table("whisper-tiny", &tiny, &[0, 1, 2, 750, 1499, 65535], |p| whisper_row(384, p));
@@ -142,17 +142,17 @@ fn bart_and_mbart_are_learned_tables_read_two_rows_on() {
     assert_eq!(bart.positions(), ModelPositions::Learned { offset: 2 });
     assert_eq!(
         (bart.dim(), bart.scale(), bart.pad_id(), bart.spec()),
-        (768, Scale::None, None, None)
+        (768, Some(Scale::None), None, None)
     );
     let mbart = parse(r#"{"model_type": "mbart", "d_model": 1024, "scale_embedding": true}"#);
     assert_eq!(mbart.positions(), ModelPositions::Learned { offset: 2 });
-    assert_eq!(mbart.scale(), Scale::SqrtDim);
+    assert_eq!(mbart.scale(), Some(Scale::SqrtDim));
 }
 
 fn refused_family(json: &str, model_type: &str, reason: &str) {
     match ModelConfig::from_hf_config(json) {
         Err(e @ Error::ModelFamily { .. }) => {
-            let Error::ModelFamily { model_type: t, reason: r } = &e else { unreachable!() };
+            let Error::ModelFamily { model_type: t, reason: r, .. } = &e else { unreachable!() };
             assert_eq!(t, model_type, "{e}");
             assert!(r.contains(reason), "{e}");
             assert!(e.to_string().contains(&format!("{model_type:?}")), "{e}");
@@ -226,9 +226,7 @@ fn malformed_configs_are_refused_naming_the_key() {
         (m2m(r#""d_model": 1024, "scale_embedding": true"#), "pad_token_id"),
         (m2m(r#""d_model": 1024, "pad_token_id": -1, "scale_embedding": true"#), "pad_token_id"),
         (m2m(r#""d_model": 1024, "pad_token_id": "1", "scale_embedding": true"#), "pad_token_id"),
-        (m2m(r#""d_model": 1024, "pad_token_id": 1"#), "scale_embedding"),
         (m2m(r#""d_model": 1024, "pad_token_id": 1, "scale_embedding": 1"#), "scale_embedding"),
-        (r#"{"model_type": "marian", "d_model": 512}"#.into(), "scale_embedding"),
         (
             r#"{"model_type": "bart", "d_model": 768, "scale_embedding": "no"}"#.into(),
             "scale_embedding",
@@ -259,4 +257,64 @@ fn read_model_config_bounds_what_it_reads() {
     let fine = br#"{"model_type": "marian", "d_model": 512, "scale_embedding": true}"#;
     let c = inputs::read_model_config(Source::Bytes { name, bytes: fine }).unwrap();
     assert_eq!(c, published("opus-mt-en-de.json"));
+}
+
+#[test]
+fn config_errors_name_the_file_they_were_read_from() {
+    let no_pad = br#"{"model_type": "m2m_100", "d_model": 1024, "scale_embedding": true}"#;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("my-cfg.json");
+    fs::write(&path, no_pad).unwrap();
+    let e = inputs::read_model_config(Source::File(&path)).unwrap_err();
+    assert!(
+        matches!(&e, Error::PeConfig { path: Some(p), field, .. } if *p == path && field == "pad_token_id"),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{}: invalid pad_token_id: missing (allowed: a whole number in 0..=4294967295)",
+            path.display()
+        )
+    );
+    // A source in memory is named as its caller names it; families are refused naming it too.
+    let name = Path::new("models/llama/cfg.json");
+    let llama = fs::read(config_path("llama-3.1-8b.json")).unwrap();
+    let e = inputs::read_model_config(Source::Bytes { name, bytes: &llama }).unwrap_err();
+    assert!(matches!(&e, Error::ModelFamily { path: Some(p), .. } if p == name), "{e:?}");
+    assert!(e.to_string().starts_with("models/llama/cfg.json: model_type \"llama\": "), "{e}");
+    // The text alone cannot know its file: `config.json`, until the caller names it.
+    let e = ModelConfig::from_hf_config(std::str::from_utf8(no_pad).unwrap()).unwrap_err();
+    assert!(matches!(&e, Error::PeConfig { path: None, .. }), "{e:?}");
+    assert!(e.to_string().starts_with("config.json: invalid pad_token_id"), "{e}");
+    let e = e.in_config_file("elsewhere.json");
+    assert!(e.to_string().starts_with("elsewhere.json: invalid pad_token_id"), "{e}");
+    assert_eq!(e.kind(), posenc::ErrorKind::Usage);
+}
+
+/// `scale_embedding` may be left out (a table does not use it); what uses the scale asks for
+/// it and is refused, naming the key, when it is absent.
+#[test]
+fn scale_embedding_is_asked_for_only_where_the_scale_is_used() {
+    let marian = parse(r#"{"model_type": "marian", "d_model": 512}"#);
+    assert_eq!(marian.scale(), None);
+    assert_eq!(marian.spec(), published("opus-mt-en-de.json").spec());
+    match marian.required_scale() {
+        Err(e @ Error::PeConfig { .. }) => assert_eq!(
+            e.to_string(),
+            "config.json: invalid scale_embedding: missing (allowed: true or false (the \
+             family's default is not guessed))"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let m2m = parse(r#"{"model_type": "m2m_100", "d_model": 1024, "pad_token_id": 1}"#);
+    assert_eq!((m2m.scale(), m2m.pad_id()), (None, Some(1)));
+    assert!(
+        matches!(m2m.required_scale(), Err(Error::PeConfig { field, .. }) if field == "scale_embedding")
+    );
+    assert_eq!(published("opus-mt-en-de.json").required_scale().unwrap(), Scale::SqrtDim);
+    assert_eq!(published("bart-base.json").required_scale().unwrap(), Scale::None);
+    // Whisper's sinusoid meets no token embedding: no scale, whatever the config says.
+    let whisper = parse(r#"{"model_type": "whisper", "d_model": 384}"#);
+    assert_eq!(whisper.required_scale().unwrap(), Scale::None);
 }

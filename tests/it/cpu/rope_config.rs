@@ -355,7 +355,7 @@ fn configs_of_families_without_rope_are_refused_by_model_type() {
         "bart-base.json",
     ] {
         match RopeSpec::from_hf_config(&read(name), None) {
-            Err(Error::ModelFamily { model_type, reason }) => {
+            Err(Error::ModelFamily { model_type, reason, .. }) => {
                 assert!(reason.contains("not rotary"), "{name}: {reason}");
                 assert!(!model_type.is_empty(), "{name}");
             }
@@ -375,4 +375,30 @@ fn configs_of_families_without_rope_are_refused_by_model_type() {
     // A rotary family's config without rope keys still reads (the default base).
     let llama = r#"{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32}"#;
     assert_eq!(RopeSpec::from_hf_config(llama, None).unwrap().head_dim(), 128);
+}
+
+#[test]
+fn config_errors_name_the_file_they_were_read_from() {
+    use posenc::inputs::{self, Source};
+    use std::path::Path;
+
+    let name = Path::new("models/llama/cfg.json");
+    let bad = br#"{"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+                   "rope_scaling": {"rope_type": "linear", "factor": -1}}"#;
+    let e = inputs::read_rope_config(Source::Bytes { name, bytes: bad }, None).unwrap_err();
+    match &e {
+        Error::RopeConfig { path: Some(p), field, .. } => {
+            assert_eq!((p.as_path(), field.as_str()), (name, "rope_scaling.factor"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(e.to_string().starts_with("models/llama/cfg.json: invalid rope_scaling.factor"), "{e}");
+    let opus = fs::read(config_path("opus-mt-en-de.json")).unwrap();
+    let e = inputs::read_rope_config(Source::Bytes { name, bytes: &opus }, None).unwrap_err();
+    assert!(matches!(&e, Error::ModelFamily { path: Some(p), .. } if p == name), "{e:?}");
+    assert!(e.to_string().starts_with("models/llama/cfg.json: model_type \"marian\""), "{e}");
+    // The text alone cannot know its file.
+    let e = RopeSpec::from_hf_config(std::str::from_utf8(bad).unwrap(), None).unwrap_err();
+    assert!(matches!(&e, Error::RopeConfig { path: None, .. }), "{e:?}");
+    assert!(e.to_string().starts_with("config.json: invalid rope_scaling.factor"), "{e}");
 }

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::io::{self, IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -56,8 +56,9 @@ pub(crate) struct EncodeArgs {
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pad_id: Option<u32>,
     /// Embedding scale: none, sqrt (sqrt(D), the Transformer's) or a finite number. With a
-    /// scale, cpu and gpu may differ by one rounding of the product [default: sqrt when the
-    /// config's scale_embedding is true, else none].
+    /// scale, cpu and gpu may differ by one rounding of the product [default: with --config,
+    /// sqrt when its scale_embedding is true and none when false (a config without it is
+    /// refused); else none].
     #[arg(long, value_name = "S", value_parser = parse_scale, allow_hyphen_values = true)]
     scale: Option<Scale>,
     /// Where to compute. `auto` uses the GPU when one opens, else the CPU with a note on
@@ -361,12 +362,20 @@ impl EncodeInput {
 
     fn load(args: &EncodeArgs) -> Result<Self, Error> {
         let config = args.pe.config()?;
-        if let Some(c) = &config {
-            check_config(c, args)?;
+        if let Some((c, path)) = &config {
+            check_config(c, path, args)?;
         }
+        // A config must state the scale unless --scale does: transformers' default differs
+        // between families.
+        let scale = match (&config, args.scale) {
+            (_, Some(scale)) => scale,
+            (Some((c, path)), None) => c.required_scale().map_err(|e| e.in_config_file(path))?,
+            (None, None) => Scale::default(),
+        };
+        let config = config.as_ref().map(|(c, _)| c);
         let table = inputs::read_table(Source::File(&args.weights), args.tensor.as_deref())?;
         let width = table.dim().1;
-        if let Some(c) = config.as_ref().filter(|c| c.dim() as usize != width) {
+        if let Some(c) = config.filter(|c| c.dim() as usize != width) {
             return Err(Error::Shape {
                 op: "encode",
                 what: "config d_model vs embedding width",
@@ -374,13 +383,12 @@ impl EncodeInput {
                 actual: width.to_string(),
             });
         }
-        let config_spec = config.as_ref().and_then(ModelConfig::spec);
-        let offset = match config.as_ref().map(ModelConfig::positions) {
+        let config_spec = config.and_then(ModelConfig::spec);
+        let offset = match config.map(ModelConfig::positions) {
             Some(ModelPositions::Learned { offset }) => offset,
             _ => 0,
         };
-        let scale = args.scale.or(config.as_ref().map(ModelConfig::scale)).unwrap_or_default();
-        let pad_id = args.pad_id.or(config.as_ref().and_then(ModelConfig::pad_id));
+        let pad_id = args.pad_id.or(config.and_then(ModelConfig::pad_id));
         let learned = match &args.position_table {
             Some(path) => Some(inputs::read_position_table(
                 Source::File(path),
@@ -431,7 +439,7 @@ impl EncodeInput {
         };
         let mut positions = inputs::encode_positions(&ids, how)?;
         if offset > 0 {
-            add_offset(&mut positions, offset, config.as_ref().map_or("", |c| c.model_type()))?;
+            add_offset(&mut positions, offset, config.map_or("", |c| c.model_type()))?;
         }
         let pe = match (spec, learned) {
             (Some(spec), _) => PeInput::Spec(spec),
@@ -448,9 +456,10 @@ impl EncodeInput {
 
 /// Refuses a `--config` whose positions `encode` cannot add as asked: Whisper's (they meet
 /// audio features), a learned family's without its table, a sinusoid family's with one.
-fn check_config(config: &ModelConfig, args: &EncodeArgs) -> Result<(), Error> {
+fn check_config(config: &ModelConfig, path: &Path, args: &EncodeArgs) -> Result<(), Error> {
     let refuse = |reason: &str| {
         Err(Error::ModelFamily {
+            path: Some(path.to_path_buf()),
             model_type: config.model_type().to_string(),
             reason: reason.to_string(),
         })

@@ -152,7 +152,7 @@ impl RopeParams {
             (Some(path), _) => {
                 let tensor = self.inv_freq_tensor.as_deref();
                 let count = (spec.rotary_dim() / 2) as usize;
-                let inv_freq = inputs::read_inv_freq(Source::File(path), tensor, count)?;
+                let inv_freq = crate::args::read_inv_freq(path, tensor, count)?;
                 // The config's scaling's factor (yarn, longrope) unless given: frequencies
                 // dumped from such a model still need it.
                 let attention_factor = self

@@ -93,10 +93,11 @@ pub(crate) fn run(args: &TableArgs) -> Result<(), Failure> {
     let config = args.pe.config().map_err(Failure::usage)?;
     let from_config = match &config {
         None => None,
-        Some(c) => match c.spec() {
+        Some((c, path)) => match c.spec() {
             Some(spec) => Some(spec),
             None => {
                 return Err(Failure::usage(Error::ModelFamily {
+                    path: Some(path.to_path_buf()),
                     model_type: c.model_type().to_string(),
                     reason: "learned positions: not a table posenc computes (encode adds the \
                              checkpoint's with --config and --position-table)"

@@ -4,7 +4,7 @@
 
 use std::fs;
 
-use ndarray::{Array1, Array2, array};
+use ndarray::{Array1, Array2, Array4, array};
 
 use crate::cpu::rope_config::config_path;
 use crate::support::cli::{Dir, assert_ok, assert_rejected, posenc, s};
@@ -219,4 +219,152 @@ fn uses_posenc_does_not_serve_are_refused_naming_the_family() {
         assert_rejected(&posenc(&args), &args, needle);
     }
     assert!(dir.files().iter().all(|f| f != "o.npy"), "no output for a refused request");
+}
+
+/// A refused `--config` names the file as the user gave it, whatever its name, for the
+/// errors the library finds in the text and those the command finds in what it read.
+#[test]
+fn config_errors_name_the_path_given() {
+    let dir = Dir::new();
+    fs::create_dir(dir.path("my")).unwrap();
+    let no_pad = dir.bytes(
+        "my/cfg.json",
+        br#"{"model_type": "m2m_100", "d_model": 1024, "scale_embedding": true}"#,
+    );
+    let bad_rope = dir.bytes(
+        "my/rope.json",
+        br#"{"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+             "rope_scaling": {"rope_type": "linear", "factor": -1}}"#,
+    );
+    let w = weights(&dir, 4, 384);
+    let ids = dir.npy("ids.npy", &array![[0u32, 1]]);
+    let x = dir.npy("x.npy", &Array4::<f32>::zeros((1, 2, 1, 16)));
+    let out = dir.out("o.npy");
+    let (bart, whisper) = (config("bart-base.json"), config("whisper-tiny.json"));
+    let cases: Vec<(Vec<&str>, String)> = vec![
+        (vec!["table", "--config", &no_pad], format!("{no_pad}: invalid pad_token_id: missing")),
+        (vec!["table", "--config", &bart], format!("{bart}: model_type \"bart\": learned")),
+        (
+            vec!["encode", "--weights", &w, "--ids", &ids, "-o", &out, "--config", &whisper],
+            format!("{whisper}: model_type \"whisper\""),
+        ),
+        (
+            vec!["rope", "--input", &x, "--layout", "blhd", "-o", &out, "--config", &bad_rope],
+            format!("{bad_rope}: invalid rope_scaling.factor: -1"),
+        ),
+        (
+            vec!["rope-cache", "--len", "4", "-o", &out, "--config", &no_pad],
+            format!("{no_pad}: model_type \"m2m_100\""),
+        ),
+    ];
+    for (args, start) in &cases {
+        let mut args = args.clone();
+        args.extend(["--device", "cpu"]);
+        let run = posenc(&args);
+        assert_rejected(&run, &args, start);
+        let line = String::from_utf8_lossy(&run.stderr);
+        assert!(line.starts_with(&format!("posenc: {start}")), "{args:?}: {line}");
+    }
+}
+
+/// `table --config` needs no `scale_embedding`, which only `encode` applies; `encode
+/// --config` refuses a config without it, naming the key and the file, unless `--scale`
+/// is given.
+#[test]
+fn only_encode_needs_scale_embedding() {
+    let dir = Dir::new();
+    let unscaled = dir.bytes("unscaled.json", br#"{"model_type": "marian", "d_model": 512}"#);
+    let from_config = table(&dir, "a.npy", &["--config", &unscaled]);
+    let from_flags = table(&dir, "b.npy", &["--variant", "marian", "--dim", "512"]);
+    assert!(from_config == from_flags, "table --config without scale_embedding");
+
+    let w = dir.npy("w.npy", &Array2::from_shape_fn((4, 512), |(r, c)| (r + c % 3) as f32));
+    let ids = dir.npy("ids.npy", &array![[3u32, 2, 0]]);
+    let out = dir.out("o.npy");
+    let args = [
+        "encode",
+        "--device",
+        "cpu",
+        "--weights",
+        &w,
+        "--ids",
+        &ids,
+        "-o",
+        &out,
+        "--config",
+        &unscaled,
+    ];
+    assert_rejected(
+        &posenc(&args),
+        &args,
+        &format!("{unscaled}: invalid scale_embedding: missing"),
+    );
+    assert!(dir.files().iter().all(|f| f != "o.npy"), "no output for a refused request");
+    // --scale states it.
+    let a = encode(
+        &dir,
+        "c.npy",
+        &["--weights", &w, "--ids", &ids, "--config", &unscaled, "--scale", "sqrt"],
+    );
+    let b = encode(
+        &dir,
+        "d.npy",
+        &["--weights", &w, "--ids", &ids, "--variant", "marian", "--scale", "sqrt"],
+    );
+    assert!(a == b, "encode --config without scale_embedding, with --scale");
+}
+
+/// `posenc ARGS` with `input` written to its stdin (from a thread: the command may stop
+/// reading before the end).
+fn posenc_with_stdin(args: &[&str], input: Vec<u8>) -> std::process::Output {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_posenc"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // A broken pipe is the command having read what it wanted.
+    let writer = std::thread::spawn(move || drop(stdin.write_all(&input)));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    out
+}
+
+/// An oversized JSON input is refused with its size when a file's metadata gives it, and as
+/// `more than` the limit from a pipe, whose size is unknown.
+#[test]
+fn an_oversized_json_input_is_refused_with_its_real_size() {
+    let limit = posenc::rope::MAX_JSON_BYTES;
+    let dir = Dir::new();
+    let mut text = br#"{"model_type": "marian", "d_model": 512}"#.to_vec();
+    text.resize(limit + 10, b' ');
+    let file = dir.bytes("big.json", &text);
+    let args = ["table", "--config", &file];
+    let want =
+        format!("posenc: {file}: invalid (json): {} bytes (allowed: at most {limit}", limit + 10);
+    let run = posenc(&args);
+    assert_rejected(&run, &args, &want);
+    assert!(String::from_utf8_lossy(&run.stderr).starts_with(&want));
+
+    let more = format!("invalid (json): more than {limit} bytes (allowed: at most {limit} bytes)");
+    let cases: [&[&str]; 2] = [
+        &["table", "--config", "/dev/stdin"],
+        &["rope-cache", "--head-dim", "8", "--len", "4", "--scaling", "@/dev/stdin", "-o", "-"],
+    ];
+    for args in cases {
+        let run = posenc_with_stdin(args, text.clone());
+        assert_rejected(&run, args, &more);
+    }
+    // At the limit, a pipe is read whole.
+    text.truncate(limit);
+    let run = posenc_with_stdin(
+        &["table", "--config", "/dev/stdin", "--dim", "4", "--device", "cpu"],
+        text,
+    );
+    assert_ok(&run, "table --config /dev/stdin at the limit");
 }

@@ -706,6 +706,11 @@ fn inv_freq_reaches_the_table_on_every_device() {
         (vec!["--dim", "8", "--inv-freq", &st], "2 1-D tensors and none named"),
         (vec!["--dim", "8", "--inv-freq", &npy, "--base", "500"], "cannot be used with"),
         (vec!["--dim", "8", "--inv-freq-tensor", "x"], "--inv-freq"),
+        (
+            vec!["--dim", "8", "--inv-freq", &npy, "--inv-freq-tensor", "x"],
+            "invalid inv_freq_tensor: x (allowed: --inv-freq-tensor only with a .safetensors \
+             --inv-freq (a .npy holds one array))",
+        ),
     ] {
         let run = posenc(&[&["table", "--device", "cpu"][..], &args].concat());
         assert_rejected(&run, &args, needle);

@@ -728,7 +728,11 @@ fn inv_freq_files_give_the_librarys_explicit_frequencies() {
         (vec!["--inv-freq", &bf16_file], "inv_freq has dtype BF16"),
         (vec!["--inv-freq", &st64], "2 1-D tensors and none named (--inv-freq-tensor NAME)"),
         (vec!["--inv-freq", &st64, "--inv-freq-tensor", "x"], "no tensor named \"x\""),
-        (vec!["--inv-freq", &inv, "--inv-freq-tensor", "x"], "invalid inv_freq_tensor: x"),
+        (
+            vec!["--inv-freq", &inv, "--inv-freq-tensor", "x"],
+            "invalid inv_freq_tensor: x (allowed: --inv-freq-tensor only with a .safetensors \
+             --inv-freq (a .npy holds one array))",
+        ),
         (vec!["--inv-freq", &inv, "--scaling", "null"], "cannot be used with"),
         // Flags the given frequencies make meaningless are refused, not ignored.
         (vec!["--inv-freq", &inv, "--base", "500000"], "cannot be used with"),
