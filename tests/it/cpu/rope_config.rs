@@ -210,6 +210,37 @@ fn gemma_4_proportional_rope_covers_the_global_head() {
     refused(&wide, Some("full_attention"), "rope_parameters.full_attention.partial_rotary_factor");
 }
 
+/// JSON numbers are read as the nearest float64, as Python's `json` and Rust's `parse` read
+/// them: serde_json's default fast path is off by an ulp on some 17-digit decimals, which
+/// moved a base (and the cache at large positions) or the count of proportional RoPE's
+/// non-zero frequencies.
+#[test]
+fn json_numbers_are_the_nearest_float64() {
+    // Values where the fast path was found off (a stranger's random 17-digit bases).
+    for text in ["500480.73622102157", "0.0039062499999999996", "9.999999999999999e-5"] {
+        let want: f64 = text.parse().unwrap();
+        let config = format!(
+            r#"{{"head_dim": 512, "rope_theta": 1e6,
+            "rope_scaling": {{"rope_type": "linear", "factor": {text}}}}}"#
+        );
+        let spec = RopeSpec::from_hf_config(&config, None).unwrap();
+        assert_eq!(spec.scaling(), &Scaling::Linear { factor: want }, "{text}");
+        let config = format!(r#"{{"head_dim": 64, "rope_theta": {text}1}}"#);
+        let want: f64 = format!("{text}1").parse().unwrap();
+        if want > 1.0 {
+            let spec = RopeSpec::from_hf_config(&config, None).unwrap();
+            assert_eq!(spec.base().to_bits(), want.to_bits(), "{text}1");
+        }
+    }
+    // Python: int(0.0039062499999999996 * 512 // 2) == 0.
+    let p = Proportional::new(1.0, "0.0039062499999999996".parse().unwrap());
+    assert_eq!(p.rope_angles(512), 0);
+    let text = r#"{"head_dim": 512, "rope_parameters": {"rope_type": "proportional",
+        "partial_rotary_factor": 0.0039062499999999996}}"#;
+    let spec = RopeSpec::from_hf_config(text, None).unwrap();
+    assert!(spec.frequencies(1).inv_freq().iter().all(|w| *w == 0.0));
+}
+
 /// The error, which must be a typed `RopeConfig` naming `field`.
 fn refused(text: &str, layer_type: Option<&str>, field: &str) -> String {
     let e = RopeSpec::from_hf_config(text, layer_type).unwrap_err();
