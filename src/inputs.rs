@@ -424,8 +424,8 @@ pub fn read_rope_scaling(source: Source<'_>) -> Result<Scaling> {
 /// `.safetensors`, whose tensor `tensor` (or, unnamed, the file's only 1-D tensor) must be
 /// `F32` or `F64` of rank 1 (`safetensors.torch.save_file({"inv_freq": rotary.inv_freq},
 /// path)`). The number of values is checked against `count` from the header, before the
-/// data is allocated or read; whether each value is one the spec accepts (finite, > 0, not
-/// too large for an exact phase) is the spec's check.
+/// data is allocated or read; whether each value is one the spec accepts (finite, not
+/// negative, not too large for an exact phase) is the spec's check.
 ///
 /// ```
 /// use std::path::Path;

@@ -391,8 +391,9 @@ impl RopeSpec {
     /// `hidden_size`, ...), its value and what is allowed: malformed JSON, a value that is
     /// not a config object, a missing or unknown layer type (listing the known ones), an
     /// unknown `rope_type` or a field it does not use, mrope, a non-integral head dim, a
-    /// partial rotary factor giving an odd rotary dim; [`Error::InvalidParameter`] from
-    /// the builders (head dim, base out of range).
+    /// partial rotary factor giving an odd rotary dim, a base out of range (named as
+    /// `rope_theta` or `rotary_emb_base`); [`Error::InvalidParameter`] from the builders
+    /// (head dim out of range).
     pub fn from_hf_config(json: &str, layer_type: Option<&str>) -> Result<RopeSpec> {
         Self::read_hf_config(json, layer_type).map_err(|e| match e {
             Error::RopeScaling { field, value, allowed } => {
@@ -433,6 +434,16 @@ impl RopeSpec {
         // Gemma 4's rotary module reads its proportional layers' head dim from
         // `global_head_dim` (transformers' `head_dim_key`), the width of those layers' heads.
         if proportional && let Some(global) = whole(&config, "global_head_dim")? {
+            if !(2..=u64::from(super::MAX_HEAD_DIM)).contains(&global) || global % 2 != 0 {
+                return Err(invalid(
+                    "global_head_dim",
+                    global.to_string(),
+                    format!(
+                        "an even number in 2..={} (the head dim of the proportional layers)",
+                        super::MAX_HEAD_DIM
+                    ),
+                ));
+            }
             head_dim = global;
         }
         let rotary = if deepseek || proportional {
@@ -461,8 +472,19 @@ impl RopeSpec {
             Pairing::Neox
         };
         let to_u32 = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+        // A base out of range is named by the key it was read from.
+        let neox_base = rope.theta.is_some()
+            && number(&config, "rope_theta")?.is_none()
+            && get(&config, "rotary_emb_base").is_some();
+        let base_key = if neox_base { "rotary_emb_base" } else { "rope_theta" };
         RopeSpec::partial(to_u32(head_dim), to_u32(rotary))?
-            .with_base(rope.theta.unwrap_or(DEFAULT_BASE))?
+            .with_base(rope.theta.unwrap_or(DEFAULT_BASE))
+            .map_err(|e| match e {
+                Error::InvalidParameter { field: "base", value, allowed } => {
+                    invalid(base_key, value, allowed)
+                }
+                other => other,
+            })?
             .with_pairing(pairing)
             .with_scaling(scaling)
             .map_err(under(&scaling_key))

@@ -191,7 +191,10 @@ fn angular(big: &mut Big, spec: &RopeSpec, seq_len: u64) -> Vec<BigFloat> {
                 .collect()
         }
         // Exactly the given values: from_f64 is exact.
-        Scaling::Explicit { inv_freq, .. } => inv_freq.iter().map(|&w| big.f(w)).collect(),
+        // (-0 is 0.)
+        Scaling::Explicit { inv_freq, .. } => {
+            inv_freq.iter().map(|&w| if w == 0.0 { big.u(0) } else { big.f(w) }).collect()
+        }
         Scaling::PerFrequency { factors, .. } => default_freqs(big, &ln_base, r)
             .iter()
             .zip(factors)

@@ -61,7 +61,8 @@ pub enum Scaling {
     Llama3(Llama3),
     /// Gemma 4's proportional RoPE (HF `"proportional"`): the first
     /// `int(partial_rotary_factor * r // 2)` frequencies are the default ones over the whole
-    /// rotary width `r`, divided by `factor`; the rest are 0, so their pairs pass through.
+    /// rotary width `r`, divided by `factor`; the rest are 0: their pairs are rotated by
+    /// angle 0 (cos 1, sin 0), which leaves finite values as they are.
     Proportional(Proportional),
     /// Any per-frequency divisor: `w_i = base^(-2i/r) / factors[i]`, and cos and sin
     /// multiplied by `attention_factor`.
@@ -77,7 +78,8 @@ pub enum Scaling {
     /// correctly rounded formula: dump its buffer and pass the values; posenc reduces
     /// `p * inv_freq[i]` exactly for those very values.
     Explicit {
-        /// `w_i`, one per frequency (`r / 2` of them), each finite, > 0 and at most
+        /// `w_i`, one per frequency (`r / 2` of them), each finite, >= 0 (0: the pair is
+        /// rotated by angle 0, as proportional RoPE's last pairs are) and at most
         /// [`MAX_INV_FREQ`](crate::MAX_INV_FREQ) (past it 256-bit arithmetic no longer
         /// holds the fraction of a turn a position advances).
         inv_freq: Vec<f64>,
@@ -241,7 +243,7 @@ const POSITIVE: &str = "a finite number > 0";
 const WHOLE: &str = "a whole number in 1..=9007199254740992";
 const ATTENTION: &str = "a finite number >= 0 that float32 can hold";
 const FACTORS: &str = "an array of finite numbers > 0, one per frequency (rotary_dim / 2)";
-const INV_FREQ_RANGE: &str = "a finite number in (0, 2^64] radians per position";
+const INV_FREQ_RANGE: &str = "a finite number in [0, 2^64] radians per position";
 /// A factor that divides a frequency: the largest frequency is 1 radian per position, and
 /// the quotient must stay within [`MAX_INV_FREQ`].
 const DIVISOR: &str = "a finite number >= 2^-64 (it divides frequencies of up to 1 rad per \
@@ -262,10 +264,6 @@ fn check_divisor(field: &str, v: f64) -> Result<()> {
 
 fn check_whole(field: &str, v: u64) -> Result<()> {
     if (1..=1 << 53).contains(&v) { Ok(()) } else { Err(invalid(field, v.to_string(), WHOLE)) }
-}
-
-fn check_factors(field: &str, factors: &[f64]) -> Result<()> {
-    check_vector(field, factors, |v| v.is_finite() && v > 0.0, POSITIVE)
 }
 
 /// Checks factors the frequencies are divided by, one per frequency (see [`DIVISOR`]).
@@ -414,13 +412,14 @@ impl Scaling {
                 }
             }
             Scaling::PerFrequency { factors, .. } => check_divisors("factors", factors)?,
-            Scaling::Explicit { inv_freq, .. } => {
-                check_factors("inv_freq", inv_freq)?;
-                if let Some((k, &v)) = inv_freq.iter().enumerate().find(|(_, v)| **v > MAX_INV_FREQ)
-                {
-                    return Err(invalid(format!("inv_freq[{k}]"), float(v), INV_FREQ_RANGE));
-                }
-            }
+            // 0 is a frequency too: proportional RoPE's pairs past its share (Gemma 4's own
+            // inv_freq buffer holds them).
+            Scaling::Explicit { inv_freq, .. } => check_vector(
+                "inv_freq",
+                inv_freq,
+                |v| (0.0..=MAX_INV_FREQ).contains(&v),
+                INV_FREQ_RANGE,
+            )?,
         }
         let a = self.attention_factor();
         if !(a.is_finite() && a >= 0.0 && (a as f32).is_finite()) {

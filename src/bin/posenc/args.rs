@@ -78,6 +78,13 @@ impl PeArgs {
     /// The spec these arguments describe at dimension `dim`, over `config`'s sinusoid (its
     /// variant, and its padding index while the variant is its own) where a flag is absent.
     pub(crate) fn spec(&self, dim: u32, config: Option<&PeSpec>) -> Result<PeSpec, Error> {
+        refuse_without(
+            self.inv_freq_tensor.is_some(),
+            "inv_freq_tensor",
+            "--inv-freq-tensor",
+            self.inv_freq.is_some(),
+            "--inv-freq",
+        )?;
         let variant = self.variant(config);
         let mut spec = PeSpec::for_variant(variant, dim)?;
         if let Some(c) = config.filter(|c| c.variant() == variant) {
@@ -118,6 +125,27 @@ impl PeArgs {
         };
         Ok(spec.with_frequencies(frequencies).with_start_index(self.start_index.unwrap_or(0)))
     }
+}
+
+/// Refuses `flag` given without `needs`. clap declares it (`requires`), but skips that
+/// check when a flag that conflicts with `needs` is given (`--base` beside
+/// `--attention-factor` passed, and the factor was silently unused), so the commands check
+/// again. `field` and the flags are named as the other usage errors name them.
+pub(crate) fn refuse_without(
+    given: bool,
+    field: &'static str,
+    flag: &str,
+    needs: bool,
+    needed: &'static str,
+) -> Result<(), Error> {
+    if given && !needs {
+        return Err(Error::InvalidParameter {
+            field,
+            value: format!("{flag} given without {needed}"),
+            allowed: "only with that flag",
+        });
+    }
+    Ok(())
 }
 
 /// `--inv-freq PATH` and `--inv-freq-tensor NAME`: a model's `count` frequencies, as

@@ -940,8 +940,24 @@ fn explicit_inv_freq_is_taken_exactly_and_its_cos_sin_are_exact() {
         Scaling::Explicit { inv_freq: vec![posenc::MAX_INV_FREQ, 1.0], attention_factor: 1.0 };
     assert!(RopeSpec::new(4).unwrap().with_scaling(edge).is_ok());
     let past = posenc::MAX_INV_FREQ * (1.0 + f64::EPSILON);
+    // A zero frequency is a pair rotated by angle 0 (Gemma 4's proportional buffer holds
+    // them): cos 1 and sin 0 at every position, -0 read as 0.
+    let zeros = RopeSpec::new(4)
+        .unwrap()
+        .with_scaling(Scaling::Explicit { inv_freq: vec![0.5, -0.0], attention_factor: 1.0 })
+        .unwrap();
+    assert_eq!(zeros.frequencies(0).inv_freq()[1].to_bits(), 0);
+    let ps = [0u32, 1, 77_777, u32::MAX];
+    let table = cpu::rope_cos_sin(&zeros.frequencies(0), &ps);
+    for (k, &p) in ps.iter().enumerate() {
+        let (c, s) = exact_cos_sin(p, &Big::of(0.5));
+        assert!((f64::from(table[[k, 0, 0]]) - c).abs() <= E_CS, "p={p}");
+        assert!((f64::from(table[[k, 0, 1]]) - s).abs() <= E_CS, "p={p}");
+        assert_eq!((table[[k, 1, 0]], table[[k, 1, 1]].to_bits()), (1.0, 0), "p={p}");
+    }
     for (bad, field) in [
-        (vec![1.0, 0.0], "inv_freq[1]"),
+        (vec![1.0, -1.0], "inv_freq[1]"),
+        (vec![f64::NAN, 1.0], "inv_freq[0]"),
         (vec![1.0], "inv_freq"),
         (vec![past, 1.0], "inv_freq[0]: 18446744073709556000"),
         (vec![1.0, f64::INFINITY], "inv_freq[1]"),

@@ -206,6 +206,13 @@ fn gemma_4_proportional_rope_covers_the_global_head() {
     let spec = RopeSpec::from_hf_config(&narrow, Some("full_attention")).unwrap();
     assert_eq!((spec.head_dim(), spec.rotary_dim()), (256, 256));
     assert_eq!(spec.frequencies(16).inv_freq().iter().filter(|w| **w != 0.0).count(), 32);
+    for bad in ["511", "0", "70000", "4294967296"] {
+        let odd = text.replace("\"global_head_dim\": 512", &format!("\"global_head_dim\": {bad}"));
+        let msg = refused(&odd, Some("full_attention"), "global_head_dim");
+        assert!(msg.contains(&format!("global_head_dim: {bad}")) || bad == "0", "{msg}");
+    }
+    let zero = text.replace("\"rope_theta\": 1000000.0", "\"rope_theta\": 0");
+    refused(&zero, Some("full_attention"), "rope_theta");
     let wide = text.replace("\"partial_rotary_factor\": 0.25", "\"partial_rotary_factor\": 1.5");
     refused(&wide, Some("full_attention"), "rope_parameters.full_attention.partial_rotary_factor");
 }
@@ -312,9 +319,9 @@ fn defaults_without_rope_fields() {
     let spec = RopeSpec::from_hf_config(r#"{"hidden_size": 512, "num_attention_heads": 8}"#, None)
         .unwrap();
     assert_eq!(spec, RopeSpec::new(64).unwrap());
-    // A bad base is the builder's typed error.
-    let e = RopeSpec::from_hf_config(r#"{"head_dim": 64, "rope_theta": 0.5}"#, None).unwrap_err();
-    assert!(matches!(e, Error::InvalidParameter { field: "base", .. }), "{e:?}");
+    // A bad base is refused naming the key it was read from.
+    refused(r#"{"head_dim": 64, "rope_theta": 0.5}"#, None, "rope_theta");
+    refused(r#"{"head_dim": 64, "rotary_emb_base": 1}"#, None, "rotary_emb_base");
 }
 
 /// Every prefix of every config, and every number in them replaced by hostile values, gives

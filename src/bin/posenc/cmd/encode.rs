@@ -389,6 +389,13 @@ impl EncodeInput {
             _ => 0,
         };
         let pad_id = args.pad_id.or(config.and_then(ModelConfig::pad_id));
+        crate::args::refuse_without(
+            args.position_tensor.is_some(),
+            "position_tensor",
+            "--position-tensor",
+            args.position_table.is_some(),
+            "--position-table",
+        )?;
         let learned = match &args.position_table {
             Some(path) => Some(inputs::read_position_table(
                 Source::File(path),

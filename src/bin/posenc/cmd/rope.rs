@@ -10,6 +10,7 @@ use posenc::npy;
 use posenc::rope::{self as rp, Element, RopeSpec, Scaling};
 use posenc::{Error, cpu};
 
+use crate::args::refuse_without;
 use crate::device::{Compute, FastDevice, on_device};
 use crate::failure::Failure;
 use crate::output::{emit, output_help, refuse_binary_on_terminal, target};
@@ -135,6 +136,11 @@ impl RopeParams {
         scaling: Option<Scaling>,
         origin: impl FnOnce(Error, u32, u32) -> Error,
     ) -> Result<RopeSpec, Error> {
+        let inv_freq = self.inv_freq.is_some();
+        let tensor = self.inv_freq_tensor.is_some();
+        refuse_without(tensor, "inv_freq_tensor", "--inv-freq-tensor", inv_freq, "--inv-freq")?;
+        let factor = self.attention_factor.is_some();
+        refuse_without(factor, "attention_factor", "--attention-factor", inv_freq, "--inv-freq")?;
         // A config's partial rotary dim; a fully rotary config follows the head dim.
         let config_rotary =
             config.filter(|c| c.rotary_dim() != c.head_dim()).map(RopeSpec::rotary_dim);

@@ -711,7 +711,7 @@ fn inv_freq_files_give_the_librarys_explicit_frequencies() {
     let input = dir.npy("x.npy", &x);
     let int_file = dir.npy("i64.npy", &ndarray::Array1::from(vec![1i64, 2]));
     let short = dir.npy("short.npy", &ndarray::Array1::from(vec![1.0f32, 0.5]));
-    let zero = dir.npy("zero.npy", &ndarray::Array1::from(vec![0.0f32; 8]));
+    let negative = dir.npy("negative.npy", &ndarray::Array1::from(vec![-1.0f32; 8]));
     let mut past = widened.clone();
     past[3] = 1e20;
     let huge = dir.npy("huge.npy", &ndarray::Array1::from(past));
@@ -723,7 +723,7 @@ fn inv_freq_files_give_the_librarys_explicit_frequencies() {
     for (extra, needle) in [
         (vec!["--inv-freq", &int_file], "inv_freq has dtype '<i8'; allowed: '<f4' or '<f8'"),
         (vec!["--inv-freq", &short], "inv_freq holds 2 values, but 8 are needed"),
-        (vec!["--inv-freq", &zero], "invalid inv_freq[0]: 0"),
+        (vec!["--inv-freq", &negative], "invalid inv_freq[0]: -1"),
         (vec!["--inv-freq", &huge], "invalid inv_freq[3]: 1e20"),
         (vec!["--inv-freq", &bf16_file], "inv_freq has dtype BF16"),
         (vec!["--inv-freq", &st64], "2 1-D tensors and none named (--inv-freq-tensor NAME)"),
@@ -801,4 +801,43 @@ fn inv_freq_with_a_config_keeps_the_configs_attention_factor() {
     assert_eq!(run.status.code(), Some(2), "{err}");
     assert!(err.lines().count() == 1 && err.contains("\"marian\"") && err.contains("not rotary"));
     assert!(!bad.exists());
+}
+
+/// Flags that only mean something beside another are refused without it, even when a flag
+/// that conflicts with the other is given (clap skips its own `requires` check then, and
+/// `--base 500000 --attention-factor 2` used to run with the factor silently unused).
+#[test]
+fn flags_that_need_another_are_refused_without_it() {
+    let dir = Dir::new();
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["rope-cache", "--base", "500000", "--head-dim", "64", "--attention-factor", "2"],
+            "--attention-factor given without --inv-freq",
+        ),
+        (
+            &["rope-cache", "--scaling", LLAMA3, "--head-dim", "64", "--attention-factor", "2"],
+            "--attention-factor given without --inv-freq",
+        ),
+        (
+            &["rope-cache", "--base", "500000", "--head-dim", "64", "--inv-freq-tensor", "w"],
+            "--inv-freq-tensor given without --inv-freq",
+        ),
+        (
+            &["table", "--dim", "8", "--base", "500", "--inv-freq-tensor", "w"],
+            "--inv-freq-tensor given without --inv-freq",
+        ),
+        (
+            &["table", "--dim", "8", "--min-timescale", "2", "--inv-freq-tensor", "w"],
+            "--inv-freq-tensor given without --inv-freq",
+        ),
+    ];
+    for (k, (args, needle)) in cases.into_iter().enumerate() {
+        let out = dir.out(&format!("{k}.out"));
+        let extra = ["--len", "2", "--device", "cpu", "-o", &out];
+        let run = posenc(&[args, &extra[..]].concat());
+        let err = stderr(&run);
+        assert_eq!(run.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.lines().count() == 1 && err.contains(needle), "{args:?}: {err}");
+        assert!(!std::path::Path::new(&out).exists(), "{args:?}");
+    }
 }
