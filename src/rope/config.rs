@@ -112,9 +112,11 @@ fn rope(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
         ));
     }
     let is_params_key = |k: &String| matches!(k.as_str(), "rope_type" | "type" | "rope_theta");
+    // One object per layer type; a null entry is one of them, refused by name if chosen.
     let per_layer = !params.is_empty()
         && !params.keys().any(is_params_key)
-        && params.values().all(Value::is_object);
+        && params.values().all(|v| v.is_object() || v.is_null())
+        && params.values().any(Value::is_object);
     let (params, key) = if per_layer {
         let known = layer_types(params);
         let Some(t) = layer_type else {
@@ -126,7 +128,16 @@ fn rope(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
         };
         match params.get(t) {
             Some(Value::Object(p)) => (p, format!("rope_parameters.{t}")),
-            _ => return Err(invalid("layer_type", format!("{t:?}"), format!("one of {known}"))),
+            Some(other) => {
+                return Err(invalid(
+                    format!("rope_parameters.{t}"),
+                    excerpt(other),
+                    "a JSON object (this layer type's RoPE)",
+                ));
+            }
+            None => {
+                return Err(invalid("layer_type", format!("{t:?}"), format!("one of {known}")));
+            }
         }
     } else {
         if let Some(t) = layer_type {

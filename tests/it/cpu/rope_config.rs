@@ -213,6 +213,14 @@ fn gemma_4_proportional_rope_covers_the_global_head() {
     }
     let zero = text.replace("\"rope_theta\": 1000000.0", "\"rope_theta\": 0");
     refused(&zero, Some("full_attention"), "rope_theta");
+    // A layer type whose entry is null is named as such, chosen or not.
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut nulled = v.clone();
+    nulled["text_config"]["rope_parameters"]["full_attention"] = serde_json::Value::Null;
+    let nulled = nulled.to_string();
+    refused(&nulled, Some("full_attention"), "rope_parameters.full_attention");
+    RopeSpec::from_hf_config(&nulled, Some("sliding_attention")).unwrap();
+    refused(&nulled, None, "layer_type");
     let wide = text.replace("\"partial_rotary_factor\": 0.25", "\"partial_rotary_factor\": 1.5");
     refused(&wide, Some("full_attention"), "rope_parameters.full_attention.partial_rotary_factor");
 }
