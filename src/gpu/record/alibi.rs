@@ -1,7 +1,7 @@
 //! [`AlibiPass`]: the ALiBi bias recorded into the caller's command encoder, written into
 //! the caller's buffer.
 
-use super::{BindCache, Need, Span, gcd, uniform_blocks};
+use super::{BindCache, Need, PartShape, Span, uniform_blocks};
 use crate::alibi::{AlibiSpec, Form};
 use crate::error::{Error, Result};
 use crate::gpu::alibi::{AlibiKernel, AlibiParams, MAX_GROUPS_X};
@@ -119,20 +119,13 @@ impl Context {
         if rows * row_bytes <= self.max_binding && rows * kv_len <= max_values {
             return Ok(rows.max(1));
         }
-        let align = u64::from(self.device.limits().min_storage_buffer_offset_alignment).max(4);
-        let step = align / gcd(align, row_bytes);
-        let fit = (self.max_binding.saturating_sub(align) / row_bytes).min(max_values / kv_len);
-        let part = fit / step * step;
-        if part == 0 {
-            return Err(Error::Limit {
-                op,
-                what: "bias rows of one part of a recorded pass (one binding from any offset)",
-                requested: step * row_bytes + align,
-                limit_name: "max storage binding size",
-                limit: self.max_binding,
-            });
-        }
-        Ok(part)
+        let shape = PartShape {
+            row_bytes,
+            multiple: 1,
+            max_rows: max_values / kv_len,
+            what: "bias rows of one part of a recorded pass (one binding from any offset)",
+        };
+        self.part_rows(op, &shape)
     }
 }
 
@@ -175,28 +168,9 @@ impl AlibiPass {
             self.ctx.span(OP, out, &need(0))?;
             return Ok(());
         }
-        if out.size() < total {
-            return Err(Error::Shape {
-                op: OP,
-                what: "out",
-                expected: format!("a slice of at least {total} bytes"),
-                actual: format!("{} bytes", out.size()),
-            });
-        }
         // One output range per part (one unless the output exceeds a binding).
         let part_bytes = self.part_rows * u64::from(self.params.n_cols) * 4;
-        let mut spans = Vec::with_capacity(self.parts());
-        let mut at = 0;
-        while at < total {
-            let bytes = part_bytes.min(total - at);
-            let start = out.offset() + at;
-            spans.push(self.ctx.span(
-                OP,
-                out.buffer().slice(start..start + bytes),
-                &need(bytes),
-            )?);
-            at += bytes;
-        }
+        let spans = self.ctx.part_spans(OP, out, &need(total), part_bytes)?;
         let bound = self.bound.get_or_make(spans, |spans| self.bind(spans))?;
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some("posenc.alibi_pass.pass"),

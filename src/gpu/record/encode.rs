@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{BindCache, Need, Positions, Span, gcd, uniform_blocks};
+use super::{BindCache, Need, PartShape, Positions, Span, uniform_blocks};
 use crate::encode::{Dtype, EncodeOptions};
 use crate::error::{Error, Result};
 use crate::gpu::encode::{GpuPositionTable, GpuTable, Kernel, PeCache};
@@ -332,21 +332,13 @@ impl Context {
         if out_bytes <= self.max_binding {
             return Ok(n_tokens as u32);
         }
-        let align = u64::from(self.device.limits().min_storage_buffer_offset_alignment).max(4);
-        let row_bytes = (dim * out_dtype.size()) as u64;
-        let step = align / gcd(align, row_bytes);
-        let fit = self.max_binding.saturating_sub(align) / row_bytes;
-        let part = fit / step * step;
-        if part == 0 {
-            return Err(Error::Limit {
-                op,
-                what: "output rows of one part of a step (one binding from any offset)",
-                requested: step * row_bytes + align,
-                limit_name: "max storage binding size",
-                limit: self.max_binding,
-            });
-        }
-        Ok(part.min(n_tokens) as u32)
+        let shape = PartShape {
+            row_bytes: (dim * out_dtype.size()) as u64,
+            multiple: 1,
+            max_rows: u64::MAX,
+            what: "output rows of one part of a step (one binding from any offset)",
+        };
+        Ok(self.part_rows(op, &shape)?.min(n_tokens) as u32)
     }
 
     fn prepare_pass(
@@ -671,29 +663,14 @@ impl EncodePass {
         let need = |name, bytes| Need { name, bytes, usage: storage, usage_text: "STORAGE" };
         let ids = self.ctx.span(OP, ids, &need("ids", self.ids_bytes()))?;
         let positions = self.ctx.span(OP, positions, &need("positions", self.positions_bytes()))?;
-        let total = self.output_bytes();
-        if out.size() < total {
-            return Err(Error::Shape {
-                op: OP,
-                what: "out",
-                expected: format!("a slice of at least {total} bytes"),
-                actual: format!("{} bytes", out.size()),
-            });
-        }
-        if total == 0 {
-            return Ok(());
-        }
         // One output range per part of the step (one unless the output exceeds a binding).
         let part_bytes = u64::from(self.part_tokens) * self.row_bytes();
-        let mut spans = vec![ids, positions];
-        let mut at = 0;
-        while at < total {
-            let bytes = part_bytes.min(total - at);
-            let start = out.offset() + at;
-            let part = out.buffer().slice(start..start + bytes);
-            spans.push(self.ctx.span(OP, part, &need("out", bytes))?);
-            at += bytes;
+        let outs = self.ctx.part_spans(OP, out, &need("out", self.output_bytes()), part_bytes)?;
+        if outs.is_empty() {
+            return Ok(());
         }
+        let mut spans = vec![ids, positions];
+        spans.extend(outs);
         let bound = self.bound.get_or_make(spans, |spans| self.bind(spans))?;
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some("posenc.embed.pass"),

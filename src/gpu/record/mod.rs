@@ -49,8 +49,46 @@ impl Positions {
 }
 
 /// The greatest common divisor of `a` and `b`.
-pub(super) fn gcd(a: u64, b: u64) -> u64 {
+fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 { a } else { gcd(b, a % b) }
+}
+
+/// What one part of a pass whose output exceeds one storage binding holds: rows of
+/// `row_bytes` bytes, in a multiple of `multiple` rows (the kernel's row groups, the row
+/// slots' alignment), at most `max_rows` of them (an element-count limit).
+pub(super) struct PartShape {
+    pub(super) row_bytes: u64,
+    pub(super) multiple: u64,
+    pub(super) max_rows: u64,
+    /// What an [`Error::Limit`] names when not even one multiple fits.
+    pub(super) what: &'static str,
+}
+
+impl Context {
+    /// Rows per part of an output larger than one storage binding: the most that fit one
+    /// binding from any offset, in a multiple that keeps every part a whole number of
+    /// storage-alignment units from the first (so each sits at the first part's offset
+    /// within its binding, and 16-bit parts stay whole words) and of `shape.multiple`.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] naming `shape.what` when not even one such multiple fits.
+    pub(super) fn part_rows(&self, op: &'static str, shape: &PartShape) -> Result<u64> {
+        let align = u64::from(self.device.limits().min_storage_buffer_offset_alignment).max(4);
+        let lcm = |a: u64, b: u64| a / gcd(a, b) * b;
+        let step = lcm(align / gcd(align, shape.row_bytes), shape.multiple.max(1));
+        let fit = (self.max_binding.saturating_sub(align) / shape.row_bytes).min(shape.max_rows);
+        let part = fit / step * step;
+        if part == 0 {
+            return Err(Error::Limit {
+                op,
+                what: shape.what,
+                requested: step * shape.row_bytes + align,
+                limit_name: "max storage binding size",
+                limit: self.max_binding,
+            });
+        }
+        Ok(part)
+    }
 }
 
 /// A caller's buffer range as a pass binds it: from its offset rounded down to the
@@ -141,6 +179,37 @@ impl Context {
             size,
             base: ((offset - start) / 4) as u32,
         })
+    }
+
+    /// The ranges to bind of an output of `need.bytes` in `slice`, in parts of at most
+    /// `part_bytes` each: [`Error::Shape`] for a slice too small, and each part checked as
+    /// [`Context::span`] checks a range (usage, alignment, one binding).
+    pub(super) fn part_spans(
+        &self,
+        op: &'static str,
+        slice: wgpu::BufferSlice<'_>,
+        need: &Need,
+        part_bytes: u64,
+    ) -> Result<Vec<Span>> {
+        let total = need.bytes;
+        if slice.size() < total {
+            return Err(Error::Shape {
+                op,
+                what: need.name,
+                expected: format!("a slice of at least {total} bytes"),
+                actual: format!("{} bytes", slice.size()),
+            });
+        }
+        let mut spans = Vec::with_capacity(total.div_ceil(part_bytes.max(1)) as usize);
+        let mut at = 0;
+        while at < total {
+            let bytes = part_bytes.min(total - at);
+            let start = slice.offset() + at;
+            let part = slice.buffer().slice(start..start + bytes);
+            spans.push(self.span(op, part, &Need { bytes, ..*need })?);
+            at += bytes;
+        }
+        Ok(spans)
     }
 
     /// Runs `f`, which creates bind groups and buffers from the caller's handles, inside a

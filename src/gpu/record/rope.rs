@@ -1,7 +1,7 @@
 //! [`RopePass`]: RoPE recorded into the caller's command encoder, in place on a q or k
 //! tensor in the caller's buffer, with positions read from a device buffer.
 
-use super::{BindCache, Need, Positions, Span, gcd, uniform_blocks};
+use super::{BindCache, Need, PartShape, Positions, Span, uniform_blocks};
 use crate::encode::Dtype;
 use crate::error::{Error, Result};
 use crate::gpu::memory::DeviceBuffer;
@@ -192,26 +192,21 @@ impl Context {
         if bytes <= self.max_binding && rows as u64 * head_dim <= 1 << 30 {
             return Ok(rows);
         }
-        let align = u64::from(self.device.limits().min_storage_buffer_offset_alignment).max(4);
-        let row_bytes = head_dim * dtype.size() as u64;
         let unit = match plan.kernel {
             Kernel::X4 { .. } => 1,
             Kernel::General { rows_per_group } => rows_per_group as u64,
         };
-        let lcm = |a: u64, b: u64| a / gcd(a, b) * b;
-        let step = lcm(lcm(align / gcd(align, row_bytes), align / 4), unit);
-        let fit = (self.max_binding.saturating_sub(align) / row_bytes).min((1 << 30) / head_dim);
-        let part = fit / step * step;
-        if part == 0 {
-            return Err(Error::Limit {
-                op,
-                what: "head rows of one part of a recorded RoPE (one binding from any offset)",
-                requested: step * row_bytes + align,
-                limit_name: "max storage binding size",
-                limit: self.max_binding,
-            });
-        }
-        Ok(part as usize)
+        // Row slots are bound per part too: 4 bytes a row, each part's at the storage
+        // alignment.
+        let align = u64::from(self.device.limits().min_storage_buffer_offset_alignment).max(4);
+        let shape = PartShape {
+            row_bytes: head_dim * dtype.size() as u64,
+            // Both powers of two: their least common multiple is the larger.
+            multiple: (align / 4).max(unit),
+            max_rows: (1 << 30) / head_dim,
+            what: "head rows of one part of a recorded RoPE (one binding from any offset)",
+        };
+        Ok(self.part_rows(op, &shape)? as usize)
     }
 }
 
@@ -268,33 +263,16 @@ impl RopePass {
             wgpu::BufferUsages::STORAGE
         };
         let usage_text = if general { "STORAGE | COPY_SRC" } else { "STORAGE" };
-        if data.size() < self.bytes {
-            return Err(Error::Shape {
-                op: OP,
-                what: "data",
-                expected: format!("a slice of at least {} bytes", self.bytes),
-                actual: format!("{} bytes", data.size()),
-            });
-        }
         // One range of the tensor per part (one unless the tensor exceeds a binding).
         let part_bytes = self.part_rows as u64 * self.row_bytes();
-        let mut parts = Vec::with_capacity(self.parts());
-        let mut at = 0;
-        while at < self.bytes {
-            let bytes = part_bytes.min(self.bytes - at);
-            let start = data.offset() + at;
-            let slice = data.buffer().slice(start..start + bytes);
-            let span =
-                self.ctx.span(OP, slice, &Need { name: "data", bytes, usage, usage_text })?;
-            if !general && !span.base.is_multiple_of(4) {
-                return Err(Error::InvalidParameter {
-                    field: "data",
-                    value: format!("a slice at byte offset {}", data.offset()),
-                    allowed: "slices starting at a multiple of 16 bytes (the vec4 kernel's words)",
-                });
-            }
-            parts.push(span);
-            at += bytes;
+        let data_need = Need { name: "data", bytes: self.bytes, usage, usage_text };
+        let parts = self.ctx.part_spans(OP, data, &data_need, part_bytes)?;
+        if !general && parts.iter().any(|span| !span.base.is_multiple_of(4)) {
+            return Err(Error::InvalidParameter {
+                field: "data",
+                value: format!("a slice at byte offset {}", data.offset()),
+                allowed: "slices starting at a multiple of 16 bytes (the vec4 kernel's words)",
+            });
         }
         let pos_need = Need {
             name: "positions",
