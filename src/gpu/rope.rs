@@ -552,7 +552,10 @@ impl Plan {
             .min(ctx.max_binding / 4)
             .min((1 << 30) / head_dim as u64)
             .min(geometry.rows() as u64) as usize;
-        let rows_per_chunk = rows / unit * unit;
+        // Whole groups of `unit` rows, unless one chunk takes every row (an odd count of
+        // 16-bit rows of odd length ends in a group of one, as a last chunk may).
+        let whole = |rows: usize| if rows >= geometry.rows() { rows } else { rows / unit * unit };
+        let rows_per_chunk = whole(rows);
         if rows_per_chunk == 0 {
             let what = if unit == 2 { "two head rows" } else { "one head row" };
             let need = (row_bytes * unit as u64).max(cs_row_bytes);
@@ -569,7 +572,7 @@ impl Plan {
         let per_row = copies * row_bytes + cs_row_bytes + 8;
         let fixed = u64::from(spec.n_freqs()) * 8 + 32 + 48 + 16;
         let fit = (left.saturating_sub(fixed) / per_row).min(rows_per_chunk as u64) as usize;
-        let rows_per_chunk = fit / unit * unit;
+        let rows_per_chunk = whole(fit);
         if rows_per_chunk == 0 {
             return Err(Error::Limit {
                 op: "rope",

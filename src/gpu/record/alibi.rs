@@ -116,7 +116,7 @@ impl Context {
     fn alibi_part_rows(&self, op: &'static str, rows: u64, kv_len: u64) -> Result<u64> {
         let row_bytes = kv_len * 4;
         let max_values = (1u64 << 31) - 1;
-        if rows * row_bytes <= self.max_binding && rows * kv_len <= max_values {
+        if self.fits_one_binding(rows * row_bytes) && rows * kv_len <= max_values {
             return Ok(rows.max(1));
         }
         let shape = PartShape {

@@ -317,7 +317,8 @@ impl Context {
     }
 
     /// Tokens per part of a step of `n_tokens` rows of `dim` elements of `out_dtype`
-    /// (`out_bytes` in all): all of them when the output fits one storage binding, else the
+    /// (`out_bytes` in all): all of them when the output fits one storage binding from any
+    /// offset ([`Context::fits_one_binding`]), else the
     /// most that fit one binding from any offset, in a multiple that keeps every part at the
     /// first part's offset within its binding (a whole number of storage-alignment units
     /// apart), which also keeps 16-bit parts whole words.
@@ -329,7 +330,7 @@ impl Context {
         out_dtype: Dtype,
         out_bytes: u64,
     ) -> Result<u32> {
-        if out_bytes <= self.max_binding {
+        if self.fits_one_binding(out_bytes) {
             return Ok(n_tokens as u32);
         }
         let shape = PartShape {

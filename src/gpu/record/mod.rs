@@ -65,6 +65,14 @@ pub(super) struct PartShape {
 }
 
 impl Context {
+    /// Whether `bytes` fit one storage binding from any 4-byte-aligned offset: the binding
+    /// starts at the offset rounded down to the storage alignment, up to `align - 4` bytes
+    /// before the data.
+    pub(super) fn fits_one_binding(&self, bytes: u64) -> bool {
+        let align = u64::from(self.device.limits().min_storage_buffer_offset_alignment).max(4);
+        bytes.next_multiple_of(4) + (align - 4) <= self.max_binding
+    }
+
     /// Rows per part of an output larger than one storage binding: the most that fit one
     /// binding from any offset, in a multiple that keeps every part a whole number of
     /// storage-alignment units from the first (so each sits at the first part's offset

@@ -189,7 +189,7 @@ impl Context {
     ) -> Result<usize> {
         let rows = geometry.rows();
         let head_dim = geometry.head_dim as u64;
-        if bytes <= self.max_binding && rows as u64 * head_dim <= 1 << 30 {
+        if self.fits_one_binding(bytes) && rows as u64 * head_dim <= 1 << 30 {
             return Ok(rows);
         }
         let unit = match plan.kernel {
@@ -264,7 +264,8 @@ impl RopePass {
         };
         let usage_text = if general { "STORAGE | COPY_SRC" } else { "STORAGE" };
         // One range of the tensor per part (one unless the tensor exceeds a binding).
-        let part_bytes = self.part_rows as u64 * self.row_bytes();
+        // Whole words: a last (or only) part of 16-bit elements ends with the pad half.
+        let part_bytes = (self.part_rows as u64 * self.row_bytes()).next_multiple_of(4);
         let data_need = Need { name: "data", bytes: self.bytes, usage, usage_text };
         let parts = self.ctx.part_spans(OP, data, &data_need, part_bytes)?;
         if !general && parts.iter().any(|span| !span.base.is_multiple_of(4)) {

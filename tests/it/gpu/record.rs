@@ -653,6 +653,28 @@ fn recorded_rope_larger_than_a_binding_is_rotated_in_parts() {
             }
         }
     }
+    // 16-bit rows of odd length in an odd count (one part ends in a pad half; a single
+    // row is a group of one), and a tensor exactly one binding large at offsets off the
+    // storage alignment (its binding would start before it: it goes in parts).
+    let odd = RopeSpec::partial(9, 8).unwrap();
+    for shape in [[1, 1, 3, 9], [1, 1, 1, 9], [3, 1, 1, 9]] {
+        let what = format!("odd rows {shape:?}");
+        check_rope_pass::<f16>(ctx, &what, &odd, Layout::Blhd, shape, &starts[..1], false, 7);
+        check_rope_pass::<bf16>(ctx, &what, &odd, Layout::Blhd, shape, &starts[..1], false, 7);
+    }
+    let spec = RopeSpec::new(64).unwrap();
+    let exact = ctx.with_max_binding_size(4 * 8 * 64 * 4);
+    let shape = [1, 4, 8, 64];
+    check_rope_pass::<f32>(
+        &exact,
+        "one binding exactly",
+        &spec,
+        Layout::Blhd,
+        shape,
+        &starts[..1],
+        true,
+        8,
+    );
     // The cos/sin rows of all tokens must still fit one binding.
     let spec = RopeSpec::new(64).unwrap();
     let desc = posenc::gpu::RopePassDescriptor {
@@ -761,6 +783,18 @@ fn recorded_alibi_larger_than_a_binding_is_written_in_parts() {
             assert_same(&what, &all[at as usize..end], &want);
         }
     }
+    // A bias of exactly one binding, at an offset off the storage alignment.
+    let spec = AlibiSpec::new(8, 16).unwrap();
+    let exact = ctx.with_max_binding_size(4 * spec.n_values() as u64);
+    let pass = exact.alibi_pass(&spec).unwrap();
+    let out = out_buffer(&exact, 4 + pass.output_bytes() + 8);
+    let mut encoder = exact.device().create_command_encoder(&Default::default());
+    pass.record(&mut encoder, out.slice(4..)).unwrap();
+    exact.queue().submit([encoder.finish()]);
+    let all = exact.read_buffer(&out).unwrap();
+    let want: Vec<u8> =
+        bias_cpu(&spec).unwrap().iter().flat_map(|v| v.to_bits().to_le_bytes()).collect();
+    assert_same("one binding exactly", &all[4..4 + want.len()], &want);
     let e = ctx.with_max_binding_size(64).alibi_pass(&specs[0]).unwrap_err();
     assert!(matches!(e, Error::Limit { .. }), "{e}");
 }
