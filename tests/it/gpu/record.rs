@@ -1097,6 +1097,12 @@ fn outputs_larger_than_one_binding_are_recorded_in_parts() {
             let ids_words: Vec<u32> = ids.iter().copied().collect();
             let got = run_step(&ctx, &pass, &ids_words, &starts, [case, 1, 4 + case]);
             assert_same(&what, &got, &cpu_bytes(&want));
+            // An output exactly one binding large, at an offset off the storage alignment:
+            // its binding would start before it, so it goes in parts too.
+            let exact = patterned.with_max_binding_size(pass.output_bytes().max(256));
+            let pass = exact.encode_pass(&spec, &table, &desc).unwrap();
+            let got = run_step(&exact, &pass, &ids_words, &starts, [case, 1, 5]);
+            assert_same(&format!("{what} exactly one binding"), &got, &cpu_bytes(&want));
         }
     }
 }
