@@ -402,9 +402,8 @@ impl RopeSpec {
     /// `hidden_size`, ...), its value and what is allowed: malformed JSON, a value that is
     /// not a config object, a missing or unknown layer type (listing the known ones), an
     /// unknown `rope_type` or a field it does not use, mrope, a non-integral head dim, a
-    /// partial rotary factor giving an odd rotary dim, a base out of range (named as
-    /// `rope_theta` or `rotary_emb_base`); [`Error::InvalidParameter`] from the builders
-    /// (head dim out of range).
+    /// partial rotary factor giving an odd rotary dim, a head dim out of range, a base out
+    /// of range (named as `rope_theta` or `rotary_emb_base`).
     pub fn from_hf_config(json: &str, layer_type: Option<&str>) -> Result<RopeSpec> {
         Self::read_hf_config(json, layer_type).map_err(|e| match e {
             Error::RopeScaling { field, value, allowed } => {
@@ -488,7 +487,14 @@ impl RopeSpec {
             && number(&config, "rope_theta")?.is_none()
             && get(&config, "rotary_emb_base").is_some();
         let base_key = if neox_base { "rotary_emb_base" } else { "rope_theta" };
-        RopeSpec::partial(to_u32(head_dim), to_u32(rotary))?
+        // The builders' range errors, as the config's own: typed `RopeConfig`, so a caller
+        // (the CLI) can name the file.
+        let as_config = |e: Error| match e {
+            Error::InvalidParameter { field, value, allowed } => invalid(field, value, allowed),
+            other => other,
+        };
+        RopeSpec::partial(to_u32(head_dim), to_u32(rotary))
+            .map_err(as_config)?
             .with_base(rope.theta.unwrap_or(DEFAULT_BASE))
             .map_err(|e| match e {
                 Error::InvalidParameter { field: "base", value, allowed } => {

@@ -319,6 +319,11 @@ fn configs_posenc_cannot_honour_are_refused_naming_the_key() {
     refused(&llama[..llama.len() / 2], None, "(json)");
     refused("[1, 2]", None, "(json)");
     refused(r#"{"head_dim": 64, "head_dim": 128}"#, None, "head_dim");
+    // The builders' range errors are the config's too (so a file can be named).
+    refused(r#"{"head_dim": 70000}"#, None, "head_dim");
+    let e = RopeSpec::from_hf_config(r#"{"head_dim": 70000}"#, None).unwrap_err();
+    let e = e.in_config_file("models/x/config.json");
+    assert!(e.to_string().starts_with("models/x/config.json: invalid head_dim: 70000"), "{e}");
 }
 
 #[test]
