@@ -222,12 +222,16 @@ impl EmbedX4 {
     /// EMBED_X4_MAX_WORKGROUP` units (`units` 1 for the coalesced access pattern, 4 for
     /// the adjacent one), and a workgroup gets just enough whole warps of 32 threads for
     /// one block.
+    ///
+    /// On lavapipe a Llama-3 row (1024 units) in one block of 256 threads, one workgroup
+    /// per token, ran a decode step of 8 tokens in 0.27 - 0.34 ms against 0.63 ms in four
+    /// blocks of 64 threads (32 workgroups); serving several tokens per workgroup was
+    /// slower again (docs/performance.md, 2026-11-23).
     pub fn shape(row_units: u32, coalesced: bool) -> (u32, u32) {
         let units = if coalesced { 1 } else { 4 };
-        let max_threads = if coalesced { EMBED_X4_MAX_WORKGROUP } else { 64 };
-        let blocks = row_units.div_ceil(units * max_threads).max(1);
+        let blocks = row_units.div_ceil(units * EMBED_X4_MAX_WORKGROUP).max(1);
         let threads = row_units.div_ceil(blocks).div_ceil(units);
-        (units, threads.next_multiple_of(32).clamp(32, max_threads))
+        (units, threads.next_multiple_of(32).clamp(32, EMBED_X4_MAX_WORKGROUP))
     }
 
     /// Representative specialisations for tests that translate each: every table and
@@ -244,8 +248,8 @@ impl EmbedX4 {
                         (1, 32, 0),
                         (1, EMBED_X4_MAX_WORKGROUP, 0),
                         (4, 64, 0),
-                        (4, 64, 1),
-                        (4, 64, 2),
+                        (4, EMBED_X4_MAX_WORKGROUP, 1),
+                        (4, EMBED_X4_MAX_WORKGROUP, 2),
                     ] {
                         all.push(Self { table, out, slots, units, workgroup, stage });
                     }
