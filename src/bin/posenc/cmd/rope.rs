@@ -111,7 +111,23 @@ impl RopeParams {
         Ok(match &self.scaling {
             None => None,
             Some(text) => Some(match text.strip_prefix('@') {
-                Some(path) => inputs::read_rope_scaling(Source::File(Path::new(path)))?,
+                // A bad field of the file is named with the file, as a config's is.
+                Some(path) => inputs::read_rope_scaling(Source::File(Path::new(path))).map_err(
+                    |e| match e {
+                        Error::RopeScaling { field, value, allowed } => Error::RopeConfig {
+                            path: Some(path.into()),
+                            // `(json)` names the text as a whole.
+                            field: if field.starts_with('(') {
+                                field
+                            } else {
+                                format!("rope_scaling.{field}")
+                            },
+                            value,
+                            allowed,
+                        },
+                        other => other,
+                    },
+                )?,
                 None => Scaling::from_hf_json(text)?,
             }),
         })

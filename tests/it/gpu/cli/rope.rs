@@ -841,3 +841,23 @@ fn flags_that_need_another_are_refused_without_it() {
         assert!(!std::path::Path::new(&out).exists(), "{args:?}");
     }
 }
+
+/// A bad field of a `--scaling @FILE` is named with the file, as a `--config`'s is.
+#[test]
+fn scaling_file_errors_name_the_file() {
+    let dir = Dir::new();
+    let file = dir.bytes("my-scaling.json", br#"{"rope_type": "linear", "factor": -1}"#);
+    let out = dir.out("o.safetensors");
+    let scaling = format!("@{file}");
+    let args = ["rope-cache", "--head-dim", "8", "--len", "2", "--scaling", &scaling, "-o", &out];
+    let run = posenc(&args);
+    let err = stderr(&run);
+    assert_eq!(run.status.code(), Some(2), "{err}");
+    let want = format!("{file}: invalid rope_scaling.factor: -1");
+    assert!(err.lines().count() == 1 && err.contains(&want), "{err}");
+    assert!(!std::path::Path::new(&out).exists());
+    // Inline JSON has no file to name.
+    let inline = ["rope-cache", "--head-dim", "8", "--len", "2", "-o", &out, "--scaling"];
+    let run = posenc(&[&inline[..], &[r#"{"rope_type": "linear", "factor": -1}"#]].concat());
+    assert!(stderr(&run).contains("rope_scaling: invalid factor: -1"), "{}", stderr(&run));
+}
