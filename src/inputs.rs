@@ -478,13 +478,7 @@ fn inv_freq_from<R: Read + Seek>(
         actual,
         reason: "one per frequency",
     };
-    let mut magic = [0u8; npy::MAGIC.len()];
-    let is_npy = match reader.read_exact(&mut magic) {
-        Ok(()) => &magic == npy::MAGIC,
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => false,
-        Err(e) => return Err(io_error(e)),
-    };
-    reader.rewind().map_err(io_error)?;
+    let is_npy = npy::starts_with_magic(&mut reader).map_err(io_error)?;
     if is_npy {
         if let Some(name) = tensor {
             return Err(Error::InvalidParameter {

@@ -17,6 +17,19 @@ use crate::error::{Error, Result, shape_tuple};
 /// The magic string that opens every `.npy` file.
 pub const MAGIC: &[u8; 6] = b"\x93NUMPY";
 
+/// Whether `reader` starts with [`MAGIC`] (a file shorter than it does not), then rewinds
+/// it: formats are recognised by content, not by name.
+pub(crate) fn starts_with_magic<R: Read + io::Seek>(reader: &mut R) -> io::Result<bool> {
+    let mut magic = [0u8; MAGIC.len()];
+    let is_npy = match reader.read_exact(&mut magic) {
+        Ok(()) => &magic == MAGIC,
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => false,
+        Err(e) => return Err(e),
+    };
+    reader.rewind()?;
+    Ok(is_npy)
+}
+
 /// NumPy aligns the data to 64 bytes: the preamble and the header dict together fill a
 /// whole number of 64-byte blocks.
 pub const HEADER_ALIGN: usize = 64;

@@ -131,16 +131,11 @@ pub struct EncodeX4 {
 impl EncodeX4 {
     /// Every specialisation posenc may build, for tests that translate each of them.
     pub fn all() -> Vec<Self> {
-        let dtypes = [Dtype::F32, Dtype::F16, Dtype::Bf16];
         let mut all = Vec::new();
-        for table in dtypes {
-            for out in dtypes {
-                for slots in 1..=MAX_TABLE_SLOTS {
-                    for coalesced in [false, true] {
-                        for workgroup in (32..=PAIR_WORKGROUP_SIZE).step_by(32) {
-                            all.push(Self { table, out, slots, coalesced, workgroup });
-                        }
-                    }
+        for (table, out, slots) in unit_types() {
+            for coalesced in [false, true] {
+                for workgroup in (32..=PAIR_WORKGROUP_SIZE).step_by(32) {
+                    all.push(Self { table, out, slots, coalesced, workgroup });
                 }
             }
         }
@@ -160,6 +155,17 @@ impl EncodeX4 {
         expand(ENCODE_X4, &mut imported, &mut s);
         s
     }
+}
+
+/// Every table type, output type and number of table bindings the unit kernels are
+/// specialised for, as the tests' `all()` lists walk them.
+fn unit_types() -> impl Iterator<Item = (Dtype, Dtype, u32)> {
+    let dtypes = [Dtype::F32, Dtype::F16, Dtype::Bf16];
+    dtypes.into_iter().flat_map(move |table| {
+        dtypes
+            .into_iter()
+            .flat_map(move |out| (1..=MAX_TABLE_SLOTS).map(move |slots| (table, out, slots)))
+    })
 }
 
 /// The specialisation both unit kernels (`encode_x4`, `embed_x4`) share: the storage words
@@ -239,21 +245,16 @@ impl EmbedX4 {
     /// smallest and largest workgroups, and the split stages as CPU adapters build them
     /// (the rest differ only in those constants).
     pub fn all() -> Vec<Self> {
-        let dtypes = [Dtype::F32, Dtype::F16, Dtype::Bf16];
         let mut all = Vec::new();
-        for table in dtypes {
-            for out in dtypes {
-                for slots in 1..=MAX_TABLE_SLOTS {
-                    for (units, workgroup, stage) in [
-                        (1, 32, 0),
-                        (1, EMBED_X4_MAX_WORKGROUP, 0),
-                        (4, 64, 0),
-                        (4, EMBED_X4_MAX_WORKGROUP, 1),
-                        (4, EMBED_X4_MAX_WORKGROUP, 2),
-                    ] {
-                        all.push(Self { table, out, slots, units, workgroup, stage });
-                    }
-                }
+        for (table, out, slots) in unit_types() {
+            for (units, workgroup, stage) in [
+                (1, 32, 0),
+                (1, EMBED_X4_MAX_WORKGROUP, 0),
+                (4, 64, 0),
+                (4, EMBED_X4_MAX_WORKGROUP, 1),
+                (4, EMBED_X4_MAX_WORKGROUP, 2),
+            ] {
+                all.push(Self { table, out, slots, units, workgroup, stage });
             }
         }
         all

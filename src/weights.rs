@@ -141,13 +141,7 @@ fn load_from<R: Read + Seek>(
     what: &'static str,
 ) -> Result<Table> {
     let io_error = |source| Error::Io { path: path.to_path_buf(), source };
-    let mut magic = [0u8; npy::MAGIC.len()];
-    let is_npy = match reader.read_exact(&mut magic) {
-        Ok(()) => &magic == npy::MAGIC,
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => false,
-        Err(e) => return Err(io_error(e)),
-    };
-    reader.rewind().map_err(io_error)?;
+    let is_npy = npy::starts_with_magic(&mut reader).map_err(io_error)?;
     let table = if is_npy {
         if let Some(name) = tensor {
             return Err(Error::InvalidParameter {

@@ -65,11 +65,16 @@ pub(super) struct PartShape {
 }
 
 impl Context {
+    /// Bytes a storage binding's offset must be a multiple of (at least 4).
+    pub(super) fn storage_align(&self) -> u64 {
+        u64::from(self.device.limits().min_storage_buffer_offset_alignment).max(4)
+    }
+
     /// Whether `bytes` fit one storage binding from any 4-byte-aligned offset: the binding
     /// starts at the offset rounded down to the storage alignment, up to `align - 4` bytes
     /// before the data.
     pub(super) fn fits_one_binding(&self, bytes: u64) -> bool {
-        let align = u64::from(self.device.limits().min_storage_buffer_offset_alignment).max(4);
+        let align = self.storage_align();
         bytes.next_multiple_of(4) + (align - 4) <= self.max_binding
     }
 
@@ -81,7 +86,7 @@ impl Context {
     /// # Errors
     /// [`Error::Limit`] naming `shape.what` when not even one such multiple fits.
     pub(super) fn part_rows(&self, op: &'static str, shape: &PartShape) -> Result<u64> {
-        let align = u64::from(self.device.limits().min_storage_buffer_offset_alignment).max(4);
+        let align = self.storage_align();
         let lcm = |a: u64, b: u64| a / gcd(a, b) * b;
         let step = lcm(align / gcd(align, shape.row_bytes), shape.multiple.max(1));
         let fit = (self.max_binding.saturating_sub(align) / shape.row_bytes).min(shape.max_rows);
@@ -169,7 +174,7 @@ impl Context {
                 actual: format!("{} bytes", slice.size()),
             });
         }
-        let align = u64::from(self.device.limits().min_storage_buffer_offset_alignment).max(4);
+        let align = self.storage_align();
         let start = offset - offset % align;
         let size = (offset - start + need.bytes).next_multiple_of(4).max(4);
         if size > self.max_binding {

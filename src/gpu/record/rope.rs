@@ -32,7 +32,6 @@ pub struct RopePass {
     freqs: Frequencies,
     spec: RopeSpec,
     plan: Plan,
-    kernel: Kernel,
     /// Bytes of the tensor, rounded up to whole words.
     bytes: u64,
     /// Head rows per part: all of them, unless the tensor exceeds one storage binding;
@@ -51,7 +50,10 @@ pub struct RopePass {
 
 impl std::fmt::Debug for RopePass {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RopePass").field("desc", &self.desc).field("kernel", &self.kernel).finish()
+        f.debug_struct("RopePass")
+            .field("desc", &self.desc)
+            .field("kernel", &self.plan.kernel)
+            .finish()
     }
 }
 
@@ -159,7 +161,6 @@ impl Context {
             geometry,
             freqs,
             spec: spec.clone(),
-            kernel: plan.kernel,
             plan,
             bytes,
             part_rows,
@@ -198,7 +199,7 @@ impl Context {
         };
         // Row slots are bound per part too: 4 bytes a row, each part's at the storage
         // alignment.
-        let align = u64::from(self.device.limits().min_storage_buffer_offset_alignment).max(4);
+        let align = self.storage_align();
         let shape = PartShape {
             row_bytes: head_dim * dtype.size() as u64,
             // Both powers of two: their least common multiple is the larger.
@@ -256,7 +257,7 @@ impl RopePass {
         positions: wgpu::BufferSlice<'_>,
     ) -> Result<()> {
         const OP: &str = "rope_pass.record";
-        let general = matches!(self.kernel, Kernel::General { .. });
+        let general = matches!(self.plan.kernel, Kernel::General { .. });
         let usage = if general {
             wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC
         } else {
@@ -292,7 +293,7 @@ impl RopePass {
         let n_pairs = tokens * self.freqs.len() as u32;
         let max_groups = self.ctx.device.limits().max_compute_workgroups_per_dimension;
         let (cx, cy) = fold_dispatch(n_pairs.div_ceil(WORKGROUP_SIZE), max_groups);
-        let rotation = match self.kernel {
+        let rotation = match self.plan.kernel {
             Kernel::X4 { .. } => &self.ctx.rope.x4_pipeline,
             Kernel::General { .. } => &self.ctx.rope.pipeline,
         };
@@ -330,7 +331,7 @@ impl RopePass {
     /// Bytes `data`'s offset must be a multiple of: 16 for the vec4 kernel (head dim a
     /// multiple of 8, rotary dim of 16), else 4.
     pub fn data_alignment(&self) -> u64 {
-        match self.kernel {
+        match self.plan.kernel {
             Kernel::X4 { .. } => 16,
             Kernel::General { .. } => 4,
         }
@@ -396,7 +397,7 @@ impl RopePass {
         let (gx, gy, mut words) = self.plan.params(&self.spec, self.desc.dtype, rows, max_groups);
         // The tensor's offset in the part's binding: in vec4s for the vec4 kernel (`record`
         // checked it is whole), in words for the general one.
-        match self.kernel {
+        match self.plan.kernel {
             Kernel::X4 { .. } => {
                 words[std::mem::offset_of!(RopeX4Params, data_base) / 4] = data.base / 4;
             }

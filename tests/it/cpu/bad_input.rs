@@ -320,6 +320,18 @@ fn inv_freq_of_the_wrong_length_is_refused_before_its_data_is_read() {
     }
 }
 
+/// A .safetensors file of tensors `t0`, `t1`, ... with the given header entries, then
+/// `data` bytes.
+fn safetensors_with_entries(entries: &[String], data: usize) -> Vec<u8> {
+    let body: Vec<String> =
+        entries.iter().enumerate().map(|(k, e)| format!(r#""t{k}":{e}"#)).collect();
+    let header = format!("{{{}}}", body.join(","));
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend(std::iter::repeat_n(0x3c, data));
+    bytes
+}
+
 /// A header entry whose fields are drawn from values near the edges.
 fn header_entry() -> impl Strategy<Value = String> {
     let dtype = prop::sample::select(vec!["F32", "F16", "BF16", "I64", "F64", "U8", "Q4", ""]);
@@ -367,12 +379,7 @@ proptest! {
         tensor in prop::option::of(Just("t0")),
         count in 1usize..8,
     ) {
-        let body: Vec<String> =
-            entries.iter().enumerate().map(|(k, e)| format!(r#""t{k}":{e}"#)).collect();
-        let header = format!("{{{}}}", body.join(","));
-        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
-        bytes.extend_from_slice(header.as_bytes());
-        bytes.extend(std::iter::repeat_n(0x3c, data));
+        let bytes = safetensors_with_entries(&entries, data);
         let source = Source::Bytes { name: Path::new("inv_freq.safetensors"), bytes: &bytes };
         let (result, largest) = largest_allocation(|| inputs::read_inv_freq(source, tensor, count));
         if let Ok(values) = result {
@@ -419,12 +426,7 @@ proptest! {
         data in 0usize..128,
         tensor in prop::option::of(Just("t0")),
     ) {
-        let body: Vec<String> =
-            entries.iter().enumerate().map(|(k, e)| format!(r#""t{k}":{e}"#)).collect();
-        let header = format!("{{{}}}", body.join(","));
-        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
-        bytes.extend_from_slice(header.as_bytes());
-        bytes.extend(std::iter::repeat_n(0x3c, data));
+        let bytes = safetensors_with_entries(&entries, data);
         let (result, largest) = largest_allocation(|| weights::from_bytes(&bytes, tensor));
         if let Ok(table) = result {
             let (v, d) = table.dim();
