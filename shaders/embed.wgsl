@@ -19,12 +19,10 @@
 // outside the vocabulary, is written as zeros by the first window's dispatch; an id
 // outside the vocabulary also counts in `state.faults` (never read out of bounds).
 //
-// The host prepends TABLE_SLOTS, the table bindings (6 onwards) and `table_word(slot, i)`.
+// The host prepends TABLE_SLOTS, the buffers (`cache`: f32 bits, row-major [cached_rows,
+// dim], one word when nothing is cached; `out`: u32 words; see `embed_io` in
+// src/shaders.rs), the table bindings and `table_word(slot, i)`.
 #import embed_common
-
-// f32 bits, row-major [cached_rows, dim] (one word when nothing is cached).
-@group(0) @binding(3) var<storage, read> cache: array<u32>;
-@group(0) @binding(5) var<storage, read_write> out: array<u32>;
 
 fn table_bits(slot: u32, i: u32) -> u32 {
     if params.in_dtype == DTYPE_F32 {

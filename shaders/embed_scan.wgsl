@@ -10,6 +10,13 @@
 // [0], [1], [2]: the late stage's dispatch (x, y, z); [3]: tokens listed; [4 + k]: the
 // k-th listed token (its index in this dispatch's part of the batch), in no particular order.
 @group(0) @binding(1) var<storage, read_write> work: array<atomic<u32>>;
+// The positions: the caller's, or (on devices of fewer than 6 storage buffers per stage)
+// the pass's state buffer, which holds a copy of them.
+@group(0) @binding(2) var<storage, read> positions: array<u32>;
+
+fn position_word(i: u32) -> u32 {
+    return positions[i];
+}
 
 @compute @workgroup_size(ROW_WORKGROUP_SIZE)
 fn embed_scan(@builtin(local_invocation_index) li: u32) {

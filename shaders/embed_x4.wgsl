@@ -24,15 +24,12 @@
 // reads that list through binding 3 in place of the cache.
 //
 // The host prepends the specialisation (src/shaders.rs, `EmbedX4::source`): TableWord,
-// OutWord, `widen`/`narrow`, TABLE_SLOTS table bindings (6 onwards) with
+// OutWord, `widen`/`narrow`, the buffers (`embed_io`: `cache`, f32 units, row-major
+// [cached_rows, dim / 4], one unit when nothing is cached, and in STAGE 2 the scan's list,
+// four words to a unit; `out`, of OutWord), TABLE_SLOTS table bindings with
 // `table_word(slot, i)`, X4_UNITS, X4_WORKGROUP and STAGE.
 #import embed_common
 #import convert4
-
-// f32 units, row-major [cached_rows, dim / 4] (one unit when nothing is cached); in
-// STAGE 2, the scan's list, four words to a unit.
-@group(0) @binding(3) var<storage, read> cache: array<vec4<u32>>;
-@group(0) @binding(5) var<storage, read_write> out: array<OutWord>;
 
 // The PE unit x (columns 4x .. 4x + 3) of position p: cached, or computed with the table
 // kernel's phase (one sin/cos pair per two columns when the layout interleaves them).

@@ -210,7 +210,8 @@ pub struct EmbedX4 {
     pub table: Dtype,
     /// Output storage type.
     pub out: Dtype,
-    /// Table bindings (1 to [`MAX_TABLE_SLOTS`]), at bindings 6 onwards.
+    /// Table bindings (1 to [`MAX_TABLE_SLOTS`]), at bindings 6 onwards (4 in the compact
+    /// layout).
     pub slots: u32,
     /// Units of four elements each invocation moves (1 on GPUs; more on adapters that run
     /// shaders on CPU cores, where each invocation has a fixed cost).
@@ -220,6 +221,9 @@ pub struct EmbedX4 {
     /// 0: every token; 1: the tokens whose positions are cached, with no PE computation
     /// compiled in; 2: the tokens `embed_scan` listed (see `shaders/embed_x4.wgsl`).
     pub stage: u32,
+    /// The buffer layout of devices with fewer than 6 storage buffers per shader stage
+    /// (see [`embed_bindings`](crate::gpu::layout::embed_bindings)).
+    pub compact: bool,
 }
 
 impl EmbedX4 {
@@ -244,6 +248,8 @@ impl EmbedX4 {
     /// output type and number of slots, at both access patterns' unit counts and the
     /// smallest and largest workgroups, and the split stages as CPU adapters build them
     /// (the rest differ only in those constants).
+    /// The compact layout's, with its one or two table slots (the most a device of 4 or 5
+    /// storage buffers binds).
     pub fn all() -> Vec<Self> {
         let mut all = Vec::new();
         for (table, out, slots) in unit_types() {
@@ -254,7 +260,10 @@ impl EmbedX4 {
                 (4, EMBED_X4_MAX_WORKGROUP, 1),
                 (4, EMBED_X4_MAX_WORKGROUP, 2),
             ] {
-                all.push(Self { table, out, slots, units, workgroup, stage });
+                all.push(Self { table, out, slots, units, workgroup, stage, compact: false });
+                if slots <= 2 && workgroup == EMBED_X4_MAX_WORKGROUP {
+                    all.push(Self { table, out, slots, units, workgroup, stage, compact: true });
+                }
             }
         }
         all
@@ -266,7 +275,8 @@ impl EmbedX4 {
         s += &format!("const X4_UNITS: u32 = {}u;\n", self.units);
         s += &format!("const X4_WORKGROUP: u32 = {}u;\n", self.workgroup);
         s += &format!("const STAGE: u32 = {}u;\n", self.stage);
-        unit_header(self.table, self.out, self.slots, 6, &mut s);
+        let tables = embed_io(self.compact, "vec4<u32>", "OutWord", &mut s);
+        unit_header(self.table, self.out, self.slots, tables, &mut s);
         let mut imported = Vec::new();
         expand(EMBED_X4, &mut imported, &mut s);
         s
@@ -276,13 +286,18 @@ impl EmbedX4 {
 /// The recorded encode kernel, `shaders/embed.wgsl`, before its specialisation.
 const EMBED: &str = include_str!("../shaders/embed.wgsl");
 
-/// The complete WGSL of `shaders/embed.wgsl` (entry point `embed`) with `slots` table bindings (1 to
-/// [`MAX_TABLE_SLOTS`]), at bindings 6 onwards, each an `array<u32>` of one table chunk.
-pub fn embed_source(slots: u32) -> String {
+/// The complete WGSL of `shaders/embed.wgsl` (entry point `embed`) with `slots` table
+/// bindings (1 to [`MAX_TABLE_SLOTS`]), each an `array<u32>` of one table chunk, in the
+/// full or the `compact` buffer layout (see [`embed_io`]).
+pub fn embed_source(slots: u32, compact: bool) -> String {
     let mut s = prelude();
     s += &format!("const TABLE_SLOTS: u32 = {slots}u;\n");
+    let tables = embed_io(compact, "u32", "u32", &mut s);
     for k in 0..slots {
-        s += &format!("@group(0) @binding({}) var<storage, read> table{k}: array<u32>;\n", 6 + k);
+        s += &format!(
+            "@group(0) @binding({}) var<storage, read> table{k}: array<u32>;\n",
+            tables + k
+        );
     }
     s += "fn table_word(slot: u32, i: u32) -> u32 {\n    ";
     slot_tree(0, slots, &mut s);
@@ -290,6 +305,54 @@ pub fn embed_source(slots: u32) -> String {
     let mut imported = Vec::new();
     expand(EMBED, &mut imported, &mut s);
     s
+}
+
+/// The buffers of the recorded encode's kernels (`embed`, `embed_x4`) and how they reach
+/// ids, positions and frequency steps, in one of two layouts (the host binds to match:
+/// `crate::gpu::layout::embed_bindings`); returns the first table binding.
+///
+/// - Full: ids (1), positions (2), `cache` (3), `state` (4: the fault counters, then the
+///   frequency steps) and `out` (5), table slots from 6: 5 storage buffers and the slots.
+/// - Compact, for devices of fewer than 6 storage buffers per shader stage (WebGPU's
+///   downlevel limits allow 4): `state` (1) also holds a copy of the step's ids and
+///   positions, which the pass records a buffer copy into before its dispatches; `cache`
+///   (2), `out` (3), table slots from 4: 3 storage buffers and the slots. Word indices
+///   into ids and positions count from the buffer's start in both layouts.
+fn embed_io(compact: bool, cache_word: &str, out_word: &str, s: &mut String) -> u32 {
+    let state = |steps: &str| {
+        format!(
+            "struct State {{\n    // [0]: tokens whose id was outside the vocabulary; [1]: the \
+             largest such id; [2]:\n    // tokens of a learned table whose position had no \
+             row; [3]: the largest such position.\n    faults: array<atomic<u32>, 4>,\n    \
+             {steps}\n}}\n"
+        )
+    };
+    let binding = |k: u32, access: &str, name: &str, ty: &str| {
+        format!("@group(0) @binding({k}) var<storage, {access}> {name}: {ty};\n")
+    };
+    if compact {
+        *s += &state("words: array<u32>,");
+        *s += &binding(1, "read_write", "state", "State");
+        *s += &binding(2, "read", "cache", &format!("array<{cache_word}>"));
+        *s += &binding(3, "read_write", "out", &format!("array<{out_word}>"));
+        // `words` starts after the 4 fault counters.
+        *s += "fn id_word(i: u32) -> u32 { return state.words[i - 4u]; }\n";
+        *s += "fn position_word(i: u32) -> u32 { return state.words[i - 4u]; }\n";
+        *s += "fn freq_step(k: u32) -> vec2<u32> {\n    \
+               return vec2<u32>(state.words[2u * k], state.words[2u * k + 1u]);\n}\n";
+        4
+    } else {
+        *s += &state("steps: array<vec2<u32>>,");
+        *s += &binding(1, "read", "ids", "array<u32>");
+        *s += &binding(2, "read", "positions", "array<u32>");
+        *s += &binding(3, "read", "cache", &format!("array<{cache_word}>"));
+        *s += &binding(4, "read_write", "state", "State");
+        *s += &binding(5, "read_write", "out", &format!("array<{out_word}>"));
+        *s += "fn id_word(i: u32) -> u32 { return ids[i]; }\n";
+        *s += "fn position_word(i: u32) -> u32 { return positions[i]; }\n";
+        *s += "fn freq_step(k: u32) -> vec2<u32> { return state.steps[k]; }\n";
+        6
+    }
 }
 
 /// The complete WGSL of `shaders/embed_scan.wgsl`, the first dispatch of a split recorded
@@ -375,7 +438,11 @@ pub fn all_sources() -> Vec<(String, &'static str, String)> {
         all.push((format!("{v:?}"), "encode_x4", v.source()));
     }
     for slots in 1..=MAX_TABLE_SLOTS {
-        all.push((format!("embed(slots: {slots})"), "embed", embed_source(slots)));
+        all.push((format!("embed(slots: {slots})"), "embed", embed_source(slots, false)));
+    }
+    for slots in 1..=2 {
+        let name = format!("embed(slots: {slots}, compact)");
+        all.push((name, "embed", embed_source(slots, true)));
     }
     for v in EmbedX4::all() {
         all.push((format!("{v:?}"), "embed_x4", v.source()));

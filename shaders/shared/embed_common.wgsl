@@ -1,25 +1,13 @@
 // What the recorded encode kernels share (src/gpu/record/encode.rs): the token ids and
 // fault counters, and PE values computed with the table kernel's exact phase for
-// positions outside the PE cache. The importing kernel declares `cache` (binding 3) and
-// `out` (binding 5) with its own word types.
+// positions outside the PE cache. The host declares the buffers (src/shaders.rs,
+// `embed_io`): `state` (its `faults`, then the spec's frequency words), `cache` and `out`
+// with the importing kernel's word types, and the table slots; and `id_word(i)`,
+// `position_word(i)` and `freq_step(k)`, which read word i of the bound ids or positions
+// and the k-th frequency step (see pe_phase) wherever the layout keeps them.
 #import embed_params
 #import pe_phase
 #import convert
-
-// Fault counters, then the spec's frequency words (see pe_phase).
-struct State {
-    // [0]: tokens whose id was outside the vocabulary; [1]: the largest such id; [2]:
-    // tokens of a learned table whose position had no row; [3]: the largest such position.
-    faults: array<atomic<u32>, 4>,
-    steps: array<vec2<u32>>,
-}
-
-@group(0) @binding(1) var<storage, read> ids: array<u32>;
-@group(0) @binding(4) var<storage, read_write> state: State;
-
-fn freq_step(k: u32) -> vec2<u32> {
-    return state.steps[k];
-}
 
 // f32 bits of column c of the PE row of position p, as the table kernel writes it.
 fn pe_bits(p: u32, c: u32) -> u32 {
@@ -84,7 +72,7 @@ struct Token {
 // Token t of this dispatch's part of the batch.
 fn token(t: u32) -> Token {
     var k: Token;
-    k.id = ids[params.ids_base + params.token_base + t];
+    k.id = id_word(params.ids_base + params.token_base + t);
     k.position = position(params.token_base + t);
     k.cached = k.position < params.cached_rows;
     let pad = (params.flags & FLAG_PAD_ID) != 0u && k.id == params.pad_id;

@@ -1,5 +1,6 @@
 // The parameters of the recorded encode's kernels (src/gpu/record/encode.rs, mirror
-// `EmbedParams`), the positions buffer, and each token's position.
+// `EmbedParams`) and each token's position. The importing kernel (or the host's header)
+// provides `position_word(i)`, word i of the bound positions.
 struct Params {
     // Output words of the batch.
     n_words: u32,
@@ -47,14 +48,13 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(2) var<storage, read> positions: array<u32>;
 
 // The position of token t of the whole batch.
 fn position(t: u32) -> u32 {
     if (params.flags & FLAG_OFFSETS) != 0u {
         let b = t / params.seq_len;
         // Wraps past 2^32 - 1, as documented.
-        return positions[params.pos_base + b] + (t - b * params.seq_len);
+        return position_word(params.pos_base + b) + (t - b * params.seq_len);
     }
-    return positions[params.pos_base + t];
+    return position_word(params.pos_base + t);
 }

@@ -246,20 +246,26 @@ pub fn encode_x4_bindings(slots: u32) -> Vec<BufferBindingType> {
     bindings
 }
 
-/// The bind group layout of `embed` with `slots` table bindings: the uniform `Params`, the
-/// ids, positions and cached PE rows (read-only), the fault counters and frequency words
-/// (read-write), the output, then the table slots (read-only).
-pub fn embed_bindings(slots: u32) -> Vec<BufferBindingType> {
+/// The bind group layout of `embed` and `embed_x4` with `slots` table bindings: the
+/// uniform `Params`, the ids, positions and cached PE rows (read-only), the fault counters
+/// and frequency words (read-write), the output, then the table slots (read-only); or, in
+/// the `compact` layout of devices with fewer than 6 storage buffers per shader stage, the
+/// uniform, the state (fault counters, frequency words and a copy of the step's ids and
+/// positions), the cached PE rows, the output and the table slots (see
+/// `crate::shaders::embed_io`).
+pub fn embed_bindings(slots: u32, compact: bool) -> Vec<BufferBindingType> {
     use BufferBindingType as B;
-    let mut bindings = vec![
-        B::Uniform,
-        B::Storage { read_only: true },
-        B::Storage { read_only: true },
-        B::Storage { read_only: true },
-        B::Storage { read_only: false },
-        B::Storage { read_only: false },
-    ];
-    bindings.extend((0..slots).map(|_| B::Storage { read_only: true }));
+    let read = B::Storage { read_only: true };
+    let write = B::Storage { read_only: false };
+    let mut bindings = if compact {
+        // The uniform Params, the state (fault counters, frequency steps, and the copied ids
+        // and positions), the cache, the output.
+        vec![B::Uniform, write, read, write]
+    } else {
+        // The uniform Params, ids, positions, the cache, the state, the output.
+        vec![B::Uniform, read, read, read, write, write]
+    };
+    bindings.extend((0..slots).map(|_| read));
     bindings
 }
 
@@ -290,13 +296,18 @@ pub fn all() -> Vec<Kernel> {
         params: params("encode_x4"),
         bindings: encode_x4_bindings(v.slots),
     }));
-    for slots in 1..=MAX_TABLE_SLOTS {
+    let compact_slots = (1..=2).map(|slots| (slots, true));
+    for (slots, compact) in (1..=MAX_TABLE_SLOTS).map(|slots| (slots, false)).chain(compact_slots) {
         all.push(Kernel {
-            name: format!("embed(slots: {slots})"),
+            name: if compact {
+                format!("embed(slots: {slots}, compact)")
+            } else {
+                format!("embed(slots: {slots})")
+            },
             entry: "embed",
-            source: crate::shaders::embed_source(slots),
+            source: crate::shaders::embed_source(slots, compact),
             params: params("embed"),
-            bindings: embed_bindings(slots),
+            bindings: embed_bindings(slots, compact),
         });
     }
     all.extend(EmbedX4::all().into_iter().map(|v| Kernel {
@@ -304,7 +315,7 @@ pub fn all() -> Vec<Kernel> {
         entry: "embed_x4",
         source: v.source(),
         params: params("embed_x4"),
-        bindings: embed_bindings(v.slots),
+        bindings: embed_bindings(v.slots, v.compact),
     }));
     all.push(Kernel {
         name: "embed_scan".to_string(),

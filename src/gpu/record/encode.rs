@@ -159,7 +159,18 @@ pub struct EncodePass {
     state: DeviceBuffer,
     /// The split's work buffer (see `shaders/embed_scan.wgsl`), when the pass is split.
     work: Option<DeviceBuffer>,
+    /// Where the compact layout keeps its copy of a step's ids and positions in `state`,
+    /// on devices of fewer than 6 storage buffers per shader stage.
+    compact: Option<CompactIo>,
     bound: BindCache<Bound>,
+}
+
+/// The byte offsets in the state buffer of the copies of a step's ids and positions (the
+/// compact layout, `crate::shaders::embed_io`).
+#[derive(Clone, Copy, Debug)]
+struct CompactIo {
+    ids_at: u64,
+    positions_at: u64,
 }
 
 impl std::fmt::Debug for EncodePass {
@@ -217,7 +228,8 @@ pub(in crate::gpu) struct EmbedKernels {
 /// specialisation of `embed_x4`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum EmbedKey {
-    Embed(u32),
+    /// `embed` with its table slots, in the compact layout or not.
+    Embed(u32, bool),
     X4(EmbedX4),
     Scan,
 }
@@ -228,10 +240,12 @@ impl Context {
         let kernel = kernels.entry(key).or_insert_with(|| {
             use crate::gpu::layout::{embed_bindings, embed_scan_bindings};
             let (entry, source, bindings) = match key {
-                EmbedKey::Embed(slots) => {
-                    ("embed", crate::shaders::embed_source(slots), embed_bindings(slots))
-                }
-                EmbedKey::X4(v) => ("embed_x4", v.source(), embed_bindings(v.slots)),
+                EmbedKey::Embed(slots, compact) => (
+                    "embed",
+                    crate::shaders::embed_source(slots, compact),
+                    embed_bindings(slots, compact),
+                ),
+                EmbedKey::X4(v) => ("embed_x4", v.source(), embed_bindings(v.slots, v.compact)),
                 EmbedKey::Scan => {
                     ("embed_scan", crate::shaders::embed_scan_source(), embed_scan_bindings())
                 }
@@ -271,7 +285,9 @@ impl Context {
     /// one step's output has more than 2^32 - 1 elements or one output row with the
     /// storage alignment does not fit one storage binding (a larger output is recorded in
     /// parts, [`EncodePass::parts`]), if
-    /// the device binds fewer than 6 storage buffers per shader stage, or for a 16-bit
+    /// the device binds fewer than 4 storage buffers per shader stage, if on a device of 4
+    /// or 5 (the compact layout, see [`EncodePass::record`]) the state buffer with a copy of
+    /// one step's ids and positions would not fit one storage binding, or for a 16-bit
     /// output of an odd number of elements per step (its last word would be shared with
     /// whatever follows it) or of an odd dim over a table of more chunks than one
     /// dispatch binds; [`Error::DeviceLost`], [`Error::OutOfMemory`], [`Error::Gpu`].
@@ -396,17 +412,21 @@ impl Context {
                 limit: elements - 1,
             });
         }
+        // Devices of fewer than 6 storage buffers per stage (WebGPU's downlevel limits allow
+        // 4) take the compact layout: the ids and positions are copied into the state buffer
+        // and bound with it.
         let storage = self.device.limits().max_storage_buffers_per_shader_stage;
-        if storage < 6 {
+        if storage < 4 {
             return Err(Error::Limit {
                 op,
-                what: "storage buffers per shader stage (5 and one table chunk)",
-                requested: 6,
+                what: "storage buffers per shader stage (3 and one table chunk)",
+                requested: 4,
                 limit_name: "the device's max_storage_buffers_per_shader_stage",
                 limit: u64::from(storage),
             });
         }
-        let slots = (storage - 5).min(MAX_TABLE_SLOTS);
+        let compact = storage < 6;
+        let slots = (storage - if compact { 3 } else { 5 }).min(MAX_TABLE_SLOTS);
         let n_chunks = table.chunks.len() as u32;
         let windows: Vec<(u32, u32)> = (0..n_chunks)
             .step_by(slots as usize)
@@ -474,6 +494,7 @@ impl Context {
                 units,
                 workgroup,
                 stage,
+                compact,
             };
             let (groups_y, groups_z) = fold_dispatch(n_tokens, max_groups);
             let grid = (row_units.div_ceil(units * workgroup), groups_y, groups_z);
@@ -494,12 +515,33 @@ impl Context {
             }
             PassPe::Learned(p) => (Vec::new(), None, Some((p.buffer.clone(), p.dim().0 as u32))),
         };
+        // At least one frequency word pair: the kernels' smallest binding.
+        let steps_end = FAULT_BYTES + steps.len().max(2) as u64 * 4;
+        let (compact_io, state_bytes) = if compact {
+            let ids_bytes = (desc.batch * desc.len) as u64 * 4;
+            let positions_bytes = desc.positions.values(desc.batch, desc.len) as u64 * 4;
+            let io = CompactIo { ids_at: steps_end, positions_at: steps_end + ids_bytes };
+            let bytes = io.positions_at + positions_bytes;
+            if bytes > self.max_binding {
+                return Err(Error::Limit {
+                    op,
+                    what: "bytes of the state buffer (fault counters, frequency words and a \
+                           copy of a step's ids and positions) on a device of fewer than 6 \
+                           storage buffers per stage",
+                    requested: bytes,
+                    limit_name: "max storage binding size",
+                    limit: self.max_binding,
+                });
+            }
+            (Some(io), bytes)
+        } else {
+            (None, steps_end)
+        };
         let (state, no_cache, work) = self.scoped(op, || {
             use wgpu::BufferUsages as U;
             let state = self.create_buffer(
                 "posenc.embed.state",
-                // At least one frequency word pair: the kernels' smallest binding.
-                FAULT_BYTES + steps.len().max(2) as u64 * 4,
+                state_bytes,
                 U::STORAGE | U::COPY_SRC | U::COPY_DST,
             )?;
             self.queue.write_buffer(&state, 0, &[0u8; FAULT_BYTES as usize]);
@@ -580,6 +622,7 @@ impl Context {
             no_cache,
             state,
             work,
+            compact: compact_io,
             bound: BindCache::default(),
         })
     }
@@ -642,6 +685,12 @@ impl EncodePass {
     /// offsets that are multiples of 4 bytes; the bytes of `out` past the step's output are
     /// not touched.
     ///
+    /// On a device of fewer than 6 storage buffers per shader stage (WebGPU's downlevel
+    /// limits allow 4) the pass takes its compact layout: before its dispatches it records
+    /// a copy of the step's ids and positions into its own state buffer, so `ids` and
+    /// `positions` need `COPY_SRC` usage there instead, and one dispatch binds one or two
+    /// table chunks. The bits are the same.
+    ///
     /// Nothing is submitted or waited for: the work runs when the caller submits
     /// `encoder`, in order with the caller's own commands. An id at or above the
     /// vocabulary size (and not the pad id) gives a zero row and counts in
@@ -662,17 +711,49 @@ impl EncodePass {
         const OP: &str = "encode_pass.record";
         let storage = wgpu::BufferUsages::STORAGE;
         let need = |name, bytes| Need { name, bytes, usage: storage, usage_text: "STORAGE" };
-        let ids = self.ctx.span(OP, ids, &need("ids", self.ids_bytes()))?;
-        let positions = self.ctx.span(OP, positions, &need("positions", self.positions_bytes()))?;
+        // The compact layout copies ids and positions into its state buffer.
+        let input = |name, bytes| match self.compact {
+            Some(_) => Need {
+                name,
+                bytes,
+                usage: wgpu::BufferUsages::COPY_SRC,
+                usage_text: "COPY_SRC (on a device of fewer than 6 storage buffers per stage)",
+            },
+            None => need(name, bytes),
+        };
+        let ids = self.ctx.span(OP, ids, &input("ids", self.ids_bytes()))?;
+        let positions =
+            self.ctx.span(OP, positions, &input("positions", self.positions_bytes()))?;
         // One output range per part of the step (one unless the output exceeds a binding).
         let part_bytes = u64::from(self.part_tokens) * self.row_bytes();
         let outs = self.ctx.part_spans(OP, out, &need("out", self.output_bytes()), part_bytes)?;
         if outs.is_empty() {
             return Ok(());
         }
-        let mut spans = vec![ids, positions];
+        let mut spans = match self.compact {
+            Some(io) => {
+                // The kernels read the copies, at fixed places in the state buffer.
+                let state = |at: u64| Span {
+                    buffer: (*self.state).clone(),
+                    offset: 0,
+                    size: self.state.size(),
+                    base: (at / 4) as u32,
+                };
+                vec![state(io.ids_at), state(io.positions_at)]
+            }
+            None => vec![ids.clone(), positions.clone()],
+        };
         spans.extend(outs);
         let bound = self.bound.get_or_make(spans, |spans| self.bind(spans))?;
+        if let Some(io) = self.compact {
+            for (from, to, bytes) in [
+                (&ids, io.ids_at, self.ids_bytes()),
+                (&positions, io.positions_at, self.positions_bytes()),
+            ] {
+                let at = from.offset + u64::from(from.base) * 4;
+                encoder.copy_buffer_to_buffer(&from.buffer, at, &self.state, to, bytes);
+            }
+        }
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some("posenc.embed.pass"),
             timestamp_writes: None,
@@ -745,7 +826,8 @@ impl EncodePass {
                 let slots = self.kernel_slots();
                 let max_groups = self.ctx.device.limits().max_compute_workgroups_per_dimension;
                 let (x, y) = fold_dispatch(n_words.div_ceil(WORKGROUP_SIZE), max_groups);
-                (self.ctx.embed_kernel(EmbedKey::Embed(slots)), (x, y, 1), out.base)
+                let key = EmbedKey::Embed(slots, self.compact.is_some());
+                (self.ctx.embed_kernel(key), (x, y, 1), out.base)
             }
         };
         let blocks: Vec<EmbedParams> = self
@@ -794,21 +876,32 @@ impl EncodePass {
                     .iter()
                     .enumerate()
                     .map(|(w, &(first, n))| {
-                        let mut entries = vec![
-                            entry(0, params_block(w)),
-                            entry(1, ids.binding()),
-                            entry(2, positions.binding()),
-                            entry(3, list.unwrap_or(cache).as_entire_binding()),
-                            entry(4, self.state.as_entire_binding()),
-                            entry(5, out.binding()),
-                        ];
+                        let cache = list.unwrap_or(cache).as_entire_binding();
+                        let mut entries = match self.compact {
+                            // The state holds the ids and positions (`Span`s into it).
+                            Some(_) => vec![
+                                entry(0, params_block(w)),
+                                entry(1, self.state.as_entire_binding()),
+                                entry(2, cache),
+                                entry(3, out.binding()),
+                            ],
+                            None => vec![
+                                entry(0, params_block(w)),
+                                entry(1, ids.binding()),
+                                entry(2, positions.binding()),
+                                entry(3, cache),
+                                entry(4, self.state.as_entire_binding()),
+                                entry(5, out.binding()),
+                            ],
+                        };
+                        let first_table = entries.len() as u32;
                         // The kernel declares as many slots as the widest window; a narrower
                         // last window repeats its first chunk in the slots it does not use.
                         let declared = self.kernel_slots();
                         for k in 0..declared {
                             let chunk = first + k.min(n - 1);
                             entries.push(entry(
-                                6 + k,
+                                first_table + k,
                                 self.chunks[chunk as usize].as_entire_binding(),
                             ));
                         }

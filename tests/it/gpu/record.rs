@@ -9,7 +9,7 @@ use posenc::gpu::{Context, EncodePass, EncodePassDescriptor, Positions};
 use posenc::{Error, PeSpec, Variant, cpu};
 use wgpu::util::DeviceExt;
 
-use crate::support::{Rng, gpu, random_table};
+use crate::support::{Rng, downlevel_gpu, gpu, random_table};
 
 const DTYPES: [Dtype; 3] = [Dtype::F32, Dtype::F16, Dtype::Bf16];
 
@@ -119,15 +119,26 @@ fn both_patterns(ctx: &Context) -> [Context; 2] {
 #[test]
 fn recorded_encode_equals_cpu_bit_for_bit() {
     let Some(base) = gpu() else { return };
+    recorded_encodes_equal_the_cpu(base, 71, 48);
+}
+
+/// `cases` random recorded encodes on `base` in both access patterns against the CPU, bit
+/// for bit: variants, dims on and off whole units, every table and output type, per-token
+/// and per-sequence positions near 0, past the cache and at the top of u32, pad ids, three
+/// cache sizes and random offsets.
+fn recorded_encodes_equal_the_cpu(base: &Context, seed: u64, cases: usize) {
     let contexts = both_patterns(base);
-    let mut rng = Rng::new(71);
+    let mut rng = Rng::new(seed);
     let variants = [Variant::Vaswani, Variant::DistilBert, Variant::Marian, Variant::Fairseq];
-    for case in 0..48 {
+    for case in 0..cases {
         let ctx = &contexts[(case / 2) % 2];
         let variant = variants[case % variants.len()];
         let mut dim = 1 + rng.below(40) as u32;
         if matches!(variant, Variant::Vaswani) {
             dim += dim % 2;
+        }
+        if matches!(variant, Variant::Fairseq) {
+            dim = dim.max(4);
         }
         // Half the cases have rows of whole units of four (the unit kernel).
         if (case / 4) % 2 == 0 {
@@ -252,6 +263,13 @@ fn float32_and_given_frequencies_and_start_index_are_recorded_exactly() {
 #[test]
 fn chunked_tables_take_one_dispatch_per_window_and_the_same_bits() {
     let Some(base) = gpu() else { return };
+    chunked_tables_keep_the_bits(base, false);
+}
+
+/// A table in 10-row chunks, recorded by a pass of the same capped context (so its output
+/// goes in parts too), or with `uncapped_pass` of the uncapped one (for a device whose
+/// storage alignment leaves no room for an output row in so small a binding).
+fn chunked_tables_keep_the_bits(base: &Context, uncapped_pass: bool) {
     let mut rng = Rng::new(9);
     let (vocab, dim) = (997usize, 24usize);
     let tables = Tables::new(&mut rng, vocab, dim);
@@ -272,6 +290,7 @@ fn chunked_tables_take_one_dispatch_per_window_and_the_same_bits() {
             ..Default::default()
         };
         let spec = PeSpec::new(dim as u32).unwrap();
+        let ctx = if uncapped_pass { patterned } else { ctx };
         let pass = ctx.encode_pass(&spec, &table, &desc).unwrap();
         assert!(pass.dispatches() > 1, "{dtype:?}: {} dispatches", pass.dispatches());
         let ids_words: Vec<u32> = ids.iter().copied().collect();
@@ -936,8 +955,14 @@ fn threads_record_one_pass_into_their_own_encoders() {
 #[test]
 fn recorded_learned_encode_equals_cpu_bit_for_bit() {
     let Some(base) = gpu() else { return };
+    recorded_learned_encodes_equal_the_cpu(base, 24, false);
+}
+
+/// As [`chunked_tables_keep_the_bits`], `uncapped_pass` records a chunked table with a
+/// pass of the uncapped context.
+fn recorded_learned_encodes_equal_the_cpu(base: &Context, cases: usize, uncapped_pass: bool) {
     let mut rng = Rng::new(29);
-    for case in 0..24 {
+    for case in 0..cases {
         let patterned = &both_patterns(base)[case % 2];
         let dim = [8usize, 12, 7, 20][(case / 2) % 4];
         let vocab = 60usize;
@@ -977,6 +1002,7 @@ fn recorded_learned_encode_equals_cpu_bit_for_bit() {
             options,
             ..Default::default()
         };
+        let ctx = if uncapped_pass { patterned } else { &ctx };
         let pass = ctx.encode_learned_pass(&position_table, &table, &desc).unwrap();
         let pos_words: Vec<u32> =
             if per_sequence { starts.clone() } else { positions.iter().copied().collect() };
@@ -990,7 +1016,7 @@ fn recorded_learned_encode_equals_cpu_bit_for_bit() {
         )
         .unwrap();
         for offsets in [[0, 1, 4], [3, 0, 3]] {
-            let got = run_step(&ctx, &pass, &ids_words, &pos_words, offsets);
+            let got = run_step(ctx, &pass, &ids_words, &pos_words, offsets);
             let what = format!(
                 "case {case}: d={dim} {in_dtype:?}+{pe_dtype:?}->{out_dtype:?} [{batch}, {len}] \
                  per_sequence={per_sequence} chunks={} {:?} offsets={offsets:?}",
@@ -1064,14 +1090,22 @@ fn learned_positions_without_a_row_give_zero_rows_and_count_as_faults() {
 #[test]
 fn outputs_larger_than_one_binding_are_recorded_in_parts() {
     let Some(base) = gpu() else { return };
+    outputs_in_parts_keep_the_bits(base, 10);
+}
+
+/// Steps of 5 sequences of `len` tokens in parts of a few rows: enough tokens for more than
+/// two parts at the device's storage alignment.
+fn outputs_in_parts_keep_the_bits(base: &Context, len: usize) {
     let mut rng = Rng::new(41);
     let align = u64::from(base.device().limits().min_storage_buffer_offset_alignment).max(4);
     for (case, patterned) in both_patterns(base).iter().enumerate() {
         for (dim, out_dtype) in [(8usize, Dtype::F32), (12, Dtype::Bf16), (7, Dtype::F16)] {
-            let (vocab, batch, len) = (50usize, 5usize, 10usize);
+            let (vocab, batch) = (50usize, 5usize);
             let row = (dim * out_dtype.size()) as u64;
-            // Room for a few rows per binding past the alignment slack: several parts.
-            let cap = align + 4 * row.max(align);
+            // Room for a few rows per binding past the alignment slack (and at least the
+            // rows of one alignment unit): several parts.
+            let unit = align / gcd(align, row) * row;
+            let cap = align + (4 * row.max(align)).max(unit);
             let ctx = patterned.with_max_binding_size(cap.max(256));
             let tables = Tables::new(&mut rng, vocab, dim);
             // The table fits the uncapped context's binding (same device).
@@ -1105,4 +1139,70 @@ fn outputs_larger_than_one_binding_are_recorded_in_parts() {
             assert_same(&format!("{what} exactly one binding"), &got, &cpu_bytes(&want));
         }
     }
+}
+
+/// A device of 4 storage buffers per shader stage (WebGPU's downlevel limits, where the
+/// recorded encode's usual layout needs 6) takes the compact layout: each record copies the
+/// step's ids and positions into the pass's state buffer, and a dispatch binds one table
+/// chunk. Every path keeps the CPU's bits: random encodes, chunked tables (a dispatch per
+/// chunk), learned tables, ids outside the vocabulary, outputs in parts; RoPE and ALiBi
+/// passes fit the limit as they are. The caller's ids and positions need `COPY_SRC` there.
+#[test]
+fn a_device_of_four_storage_buffers_records_every_path_with_the_same_bits() {
+    let Some(ctx) = downlevel_gpu() else { return };
+    recorded_encodes_equal_the_cpu(ctx, 72, 24);
+    chunked_tables_keep_the_bits(ctx, true);
+    recorded_learned_encodes_equal_the_cpu(ctx, 12, true);
+    for patterned in &both_patterns(ctx) {
+        ids_outside_the_vocabulary(patterned);
+    }
+    outputs_in_parts_keep_the_bits(ctx, 56);
+    let spec = posenc::rope::RopeSpec::new(32).unwrap();
+    let layout = posenc::rope::Layout::Blhd;
+    let starts = [0u32, 9, u32::MAX - 3];
+    check_rope_pass::<bf16>(ctx, "downlevel", &spec, layout, [3, 4, 2, 32], &starts, true, 5);
+    let alibi = posenc::alibi::AlibiSpec::new(6, 9).unwrap();
+    let pass = ctx.alibi_pass(&alibi).unwrap();
+    let out = out_buffer(ctx, pass.output_bytes());
+    let mut encoder = ctx.device().create_command_encoder(&Default::default());
+    pass.record(&mut encoder, out.slice(..)).unwrap();
+    ctx.queue().submit([encoder.finish()]);
+    let want: Vec<u8> = posenc::alibi::bias_cpu(&alibi)
+        .unwrap()
+        .iter()
+        .flat_map(|v| v.to_bits().to_le_bytes())
+        .collect();
+    assert_same("downlevel alibi", &ctx.read_buffer(&out).unwrap(), &want);
+
+    // ids and positions without COPY_SRC are refused, naming the usage, before recording.
+    let table =
+        ctx.upload_table(Embeddings::F32(ArrayView2::from_shape((4, 8), &[0.5; 32]).unwrap()));
+    let pass = ctx
+        .encode_pass(&PeSpec::new(8).unwrap(), &table.unwrap(), &EncodePassDescriptor::default())
+        .unwrap();
+    let storage_only = ctx.device().create_buffer(&wgpu::BufferDescriptor {
+        label: None,
+        size: 64,
+        usage: wgpu::BufferUsages::STORAGE,
+        mapped_at_creation: false,
+    });
+    let good = words_buffer(ctx, 0, &[1]);
+    let out = out_buffer(ctx, 64);
+    let mut encoder = ctx.device().create_command_encoder(&Default::default());
+    for (ids, positions, field) in
+        [(&storage_only, &good, "ids"), (&good, &storage_only, "positions")]
+    {
+        let e = pass
+            .record(&mut encoder, ids.slice(..), positions.slice(..), out.slice(..))
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::InvalidParameter { field: f, allowed, .. } if *f == field && allowed.contains("COPY_SRC")),
+            "{e}"
+        );
+    }
+    ctx.queue().submit([encoder.finish()]);
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
 }

@@ -32,6 +32,22 @@ pub fn gpu() -> Option<&'static Context> {
     .as_ref()
 }
 
+/// One context per test binary on a device opened with WebGPU's downlevel default limits
+/// (4 storage buffers per shader stage, 128 MiB bindings), under the same rule as [`gpu`].
+pub fn downlevel_gpu() -> Option<&'static Context> {
+    static CTX: OnceLock<Option<Context>> = OnceLock::new();
+    CTX.get_or_init(|| {
+        let limits = wgpu::Limits::downlevel_defaults();
+        let ctx = fresh_gpu(&posenc::gpu::Options::default().limits(Some(limits.clone())))?;
+        assert_eq!(
+            ctx.device().limits().max_storage_buffers_per_shader_stage,
+            limits.max_storage_buffers_per_shader_stage
+        );
+        Some(ctx)
+    })
+    .as_ref()
+}
+
 /// A context of its own (for tests that change or break it), under the same rule as
 /// [`gpu`]: `None` skips visibly, except under `CI=true`.
 pub fn fresh_gpu(options: &posenc::gpu::Options) -> Option<Context> {
