@@ -89,7 +89,9 @@ impl DecodeConfig {
     /// Checks the sizes before anything is allocated.
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] naming the field out of range.
+    /// [`Error::InvalidParameter`] naming the field out of range; [`Error::Limit`] for a
+    /// table whose float32 values (built on the host before the upload, whatever `dtype`)
+    /// exceed [`super::MAX_TABLE_BYTES`].
     pub fn check(&self) -> Result<PeSpec> {
         let range = |field: &'static str, v: usize, lo: usize, hi: usize, allowed| {
             if v < lo || v > hi {
@@ -102,7 +104,19 @@ impl DecodeConfig {
         range("batch", self.batch, 1, 4096, "1..=4096 sequences for --decode")?;
         range("vocab", self.vocab, 1, 1 << 20, "1..=1048576 rows for --decode")?;
         range("repeats", self.repeats, 1, 10_000, "1..=10000")?;
-        PeSpec::new(u32::try_from(self.dim).unwrap_or(u32::MAX))
+        let spec = PeSpec::new(u32::try_from(self.dim).unwrap_or(u32::MAX))?;
+        // `run_decode` builds the table as float32 values first: bound those bytes.
+        let table = (self.vocab as u64).saturating_mul(self.dim as u64).saturating_mul(4);
+        if table > super::MAX_TABLE_BYTES {
+            return Err(Error::Limit {
+                op: "bench --decode",
+                what: "the embedding table, built in float32, in bytes (vocab x dim x 4)",
+                requested: table,
+                limit_name: "bench::MAX_TABLE_BYTES",
+                limit: super::MAX_TABLE_BYTES,
+            });
+        }
+        Ok(spec)
     }
 }
 

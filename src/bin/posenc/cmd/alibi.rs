@@ -25,7 +25,7 @@ pub(crate) struct AlibiArgs {
     heads: u32,
     /// Print the heads' slopes, one per line (the shortest decimals that read back to the
     /// same float32), instead of computing a bias tensor.
-    #[arg(long, conflicts_with_all = ["len", "kv_len", "form", "offset", "output"])]
+    #[arg(long, conflicts_with_all = ["len", "kv_len", "form", "offset", "device", "output"])]
     slopes: bool,
     /// Queries per head, at positions offset..offset+L.
     #[arg(

@@ -100,6 +100,7 @@ pub(crate) struct RopeParams {
     /// The sequence length dynamic and longrope scaling see, 1..=2^32 [default: the largest
     /// position + 1]: pass a framework module's cached length (transformers'
     /// max_seq_len_cached) to reproduce frequencies it grew in an earlier, longer call.
+    /// Refused beside any other scheme, which does not read it.
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     seq_len: Option<u64>,
 }
@@ -186,10 +187,18 @@ impl RopeParams {
             (None, None) => config.map_or(Scaling::None, |c| c.scaling().clone()),
         };
         let spec = spec.with_scaling(scaling)?;
-        match self.seq_len {
-            Some(n) => spec.with_seq_len(n),
-            None => Ok(spec),
+        let Some(n) = self.seq_len else { return Ok(spec) };
+        let spec = spec.with_seq_len(n)?;
+        // Only these schemes read it: beside any other it would be silently unused.
+        if !matches!(spec.scaling(), Scaling::Dynamic { .. } | Scaling::LongRope(_)) {
+            return Err(Error::InvalidParameter {
+                field: "seq_len",
+                value: format!("{n} (rope_type {})", spec.scaling().rope_type()),
+                allowed: "--seq-len only with dynamic or longrope scaling, whose frequencies \
+                          depend on the sequence length",
+            });
         }
+        Ok(spec)
     }
 }
 

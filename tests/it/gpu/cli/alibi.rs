@@ -165,6 +165,8 @@ const BAD_ALIBI_ARGS: &[(&[&str], &str)] = &[
     (&["--heads", "8", "--slopes", "--kv-len", "4"], "cannot be used with"),
     (&["--heads", "8", "--slopes", "--offset", "4"], "cannot be used with"),
     (&["--heads", "8", "--slopes", "--form", "causal"], "cannot be used with"),
+    // The slopes are computed on the host: a device asked for would be silently unused.
+    (&["--heads", "8", "--slopes", "--device", "gpu"], "cannot be used with"),
 ];
 
 #[test]

@@ -220,3 +220,34 @@ fn sizes_and_repeats_past_the_caps_are_one_line_and_exit_2() {
         assert!(start.elapsed().as_secs_f64() < 5.0, "{args:?}");
     }
 }
+
+/// `--decode` builds its table in float32 on the host before uploading it: a table past
+/// `bench::MAX_TABLE_BYTES` there is refused in one line before anything is allocated,
+/// not an abort on a 256 GiB request (the run is held to 8 GB of address space, so a
+/// regression fails here rather than paging the machine out).
+#[test]
+fn a_decode_table_past_the_cap_is_one_line_and_exit_2() {
+    let cases: [(&[&str], &str); 2] = [
+        (&["--vocab", "1048576", "--dim", "65536"], "274877906944"),
+        (&["--vocab", "1048576", "--dim", "2048", "--dtype", "bf16"], "8589934592"),
+    ];
+    for (args, bytes) in cases {
+        let start = std::time::Instant::now();
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(r#"ulimit -v 8000000 && exec "$0" "$@""#)
+            .arg(env!("CARGO_BIN_EXE_posenc"))
+            .args([&["bench", "--decode", "1", "--repeats", "1"][..], args].concat())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {:?} {stderr}", out.status);
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: {stderr}");
+        for word in [bytes, "MAX_TABLE_BYTES", "4294967296"] {
+            assert!(lines[0].contains(word), "{args:?}: {word} not in {}", lines[0]);
+        }
+        assert!(out.stdout.is_empty(), "{args:?}");
+        assert!(start.elapsed().as_secs_f64() < 5.0, "{args:?}");
+    }
+}

@@ -325,6 +325,36 @@ fn seq_len_fixes_the_length_dynamic_scaling_sees() {
     }
 }
 
+/// `--seq-len` changes only what `dynamic` and `longrope` compute: beside any other scheme
+/// (none, linear, llama3, yarn, a config's) it would be silently unused, so `rope` and
+/// `rope-cache` refuse it in one line naming the scheme, as `--inv-freq` refuses it.
+#[test]
+fn seq_len_beside_a_scheme_that_ignores_it_is_refused() {
+    let dir = Dir::new();
+    let input = dir.npy("x.npy", &tensor::<f32>([1, 5, 2, 16], 12));
+    let linear = r#"{"rope_type": "linear", "factor": 2.0}"#;
+    let llama3 = r#"{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}"#;
+    for (scaling, rope_type) in
+        [(None, "default"), (Some(linear), "linear"), (Some(llama3), "llama3")]
+    {
+        let scaling: Vec<&str> = scaling.map(|s| vec!["--scaling", s]).unwrap_or_default();
+        let rope = [&["rope", "--input", &input, "--layout", "blhd", "--device", "cpu"][..]];
+        let cache = [&["rope-cache", "--head-dim", "16", "--len", "5", "--device", "cpu"][..]];
+        for (command, out) in [(rope, dir.out("r.npy")), (cache, dir.out("c.safetensors"))] {
+            let args = [command[0], &scaling, &["--seq-len", "400", "-o", &out]].concat();
+            let run = posenc(&args);
+            let err = stderr(&run);
+            assert_eq!(run.status.code(), Some(2), "{args:?}: {err}");
+            assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+            for needle in ["invalid seq_len: 400", rope_type, "dynamic or longrope"] {
+                assert!(err.contains(needle), "{args:?}: {needle} not in {err}");
+            }
+            assert_eq!(dir.files(), ["x.npy"], "{args:?}: nothing written");
+        }
+    }
+}
+
 /// `posenc rope-cache`: safetensors with cos, sin and inv_freq as the library computes them
 /// (in every dtype, converted round-to-nearest-even from f32), the same bytes on the CPU and
 /// the GPU, `.npy` as [2, positions, rotary_dim], and bad requests refused with one line.
