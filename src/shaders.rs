@@ -288,7 +288,7 @@ const EMBED: &str = include_str!("../shaders/embed.wgsl");
 
 /// The complete WGSL of `shaders/embed.wgsl` (entry point `embed`) with `slots` table
 /// bindings (1 to [`MAX_TABLE_SLOTS`]), each an `array<u32>` of one table chunk, in the
-/// full or the `compact` buffer layout (see [`embed_io`]).
+/// full or the `compact` buffer layout (see `embed_io` in this module's source).
 pub fn embed_source(slots: u32, compact: bool) -> String {
     let mut s = prelude();
     s += &format!("const TABLE_SLOTS: u32 = {slots}u;\n");
