@@ -730,19 +730,7 @@ impl EncodePass {
         if outs.is_empty() {
             return Ok(());
         }
-        let mut spans = match self.compact {
-            Some(io) => {
-                // The kernels read the copies, at fixed places in the state buffer.
-                let state = |at: u64| Span {
-                    buffer: (*self.state).clone(),
-                    offset: 0,
-                    size: self.state.size(),
-                    base: (at / 4) as u32,
-                };
-                vec![state(io.ids_at), state(io.positions_at)]
-            }
-            None => vec![ids.clone(), positions.clone()],
-        };
+        let mut spans = vec![ids.clone(), positions.clone()];
         spans.extend(outs);
         let bound = self.bound.get_or_make(spans, |spans| self.bind(spans))?;
         if let Some(io) = self.compact {
@@ -788,6 +776,34 @@ impl EncodePass {
     /// output range of each part of the step.
     fn bind(&self, spans: &[Span]) -> Result<Bound> {
         let [ids, positions, outs @ ..] = spans else { unreachable!("at least three spans") };
+        // The compact layout's kernels read copies of the ids and positions at fixed places in
+        // the state buffer. The copies are commands in the caller's encoder, whose errors
+        // wgpu reports only when it finishes; a probe copy finished here, never submitted,
+        // refuses a buffer wgpu would refuse (destroyed, of another device) as bind groups
+        // with it would, with `Error::Gpu`.
+        let state_spans;
+        let (ids, positions) = match self.compact {
+            Some(io) => {
+                self.ctx.validated("encode_pass.record", || {
+                    let device = &self.ctx.device;
+                    let mut probe = device.create_command_encoder(&Default::default());
+                    for (from, to) in [(ids, io.ids_at), (positions, io.positions_at)] {
+                        let at = from.offset + u64::from(from.base) * 4;
+                        probe.copy_buffer_to_buffer(&from.buffer, at, &self.state, to, 4);
+                    }
+                    drop(probe.finish());
+                })?;
+                let state = |at: u64| Span {
+                    buffer: (*self.state).clone(),
+                    offset: 0,
+                    size: self.state.size(),
+                    base: (at / 4) as u32,
+                };
+                state_spans = [state(io.ids_at), state(io.positions_at)];
+                (&state_spans[0], &state_spans[1])
+            }
+            None => (ids, positions),
+        };
         let all = (self.desc.batch * self.desc.len) as u32;
         let parts = outs
             .iter()

@@ -1200,7 +1200,49 @@ fn a_device_of_four_storage_buffers_records_every_path_with_the_same_bits() {
             "{e}"
         );
     }
+    // Nothing was recorded: the encoder still finishes cleanly, and a good step works.
+    run_step(ctx, &pass, &[3], &[7], [0, 0, 0]);
     ctx.queue().submit([encoder.finish()]);
+    ctx.wait_idle().unwrap();
+}
+
+/// In the compact layout the caller's ids and positions are copied, not bound: a buffer of
+/// another device of the same instance is still refused as `Error::Gpu` when recorded (as
+/// the full layout's bind groups refuse it), not left for the caller's encoder to fail
+/// when it finishes.
+#[test]
+fn a_compact_pass_refuses_ids_of_another_device_when_recording() {
+    let Some(base) = downlevel_gpu() else { return };
+    let instance =
+        wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+    let adapter = pollster::block_on(instance.request_adapter(&Default::default())).unwrap();
+    let desc =
+        wgpu::DeviceDescriptor { required_limits: base.device().limits(), ..Default::default() };
+    let (ours, queue) = pollster::block_on(adapter.request_device(&desc)).unwrap();
+    let (theirs, _their_queue) = pollster::block_on(adapter.request_device(&desc)).unwrap();
+    let ctx = Context::from_device_with(adapter, ours, queue, &Default::default()).unwrap();
+    let table = ctx
+        .upload_table(Embeddings::F32(ArrayView2::from_shape((4, 8), &[0.5; 32]).unwrap()))
+        .unwrap();
+    let pass = ctx
+        .encode_pass(&PeSpec::new(8).unwrap(), &table, &EncodePassDescriptor::default())
+        .unwrap();
+    let buffer = |device: &wgpu::Device| {
+        device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: None,
+            contents: &[0u8; 64],
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+        })
+    };
+    let (good, foreign) = (buffer(ctx.device()), buffer(&theirs));
+    let mut encoder = ctx.device().create_command_encoder(&Default::default());
+    let e = pass.record(&mut encoder, foreign.slice(..), good.slice(..), good.slice(..));
+    assert!(matches!(e, Err(Error::Gpu { .. })), "{e:?}");
+    let e = pass.record(&mut encoder, good.slice(..), foreign.slice(..), good.slice(..));
+    assert!(matches!(e, Err(Error::Gpu { .. })), "{e:?}");
+    pass.record(&mut encoder, good.slice(..), good.slice(..), good.slice(32..)).unwrap();
+    ctx.queue().submit([encoder.finish()]);
+    ctx.wait_idle().unwrap();
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
