@@ -11,6 +11,25 @@ use crate::error::{Error, Result};
 /// The `model_type`s whose rotary module rotates interleaved pairs (2i, 2i + 1).
 pub const INTERLEAVED_MODEL_TYPES: [&str; 4] = ["gptj", "codegen", "cohere", "cohere2"];
 
+/// The `model_type`s (read after any `text_config` swap) whose rotary module computes a
+/// `"default"` RoPE with its own `compute_default_rope_parameters`, over the whole
+/// `head_dim`: `partial_rotary_factor`, top-level or per layer type, is ignored there
+/// (transformers 5). Their other rope types read it as every model does.
+pub const FULL_HEAD_DEFAULT_MODEL_TYPES: [&str; 9] = [
+    "gemma3_text",
+    "gemma3n_text",
+    "gemma4_text",
+    "t5gemma2",
+    "embedding_gemma2",
+    "olmo3",
+    "modernbert",
+    "modernbert-decoder",
+    "lfm3",
+];
+
+/// Gemma 4's `global_head_dim` when the config omits it (transformers' class default).
+const GEMMA4_GLOBAL_HEAD_DIM: u64 = 512;
+
 /// Scaling types that read the model's `max_position_embeddings`.
 const READS_MAX: [&str; 3] = ["dynamic", "yarn", "longrope"];
 
@@ -166,7 +185,9 @@ fn rope(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
         None => number(config, "rope_theta")?,
     };
     let partial_rotary_factor = number(params, "partial_rotary_factor").map_err(under(&key))?;
-    // transformers 5 writes a top-level value over the nested one: which was meant is a guess.
+    // transformers 5.17+ fills a missing nested value from the top level (setdefault), so the
+    // nested one wins; earlier 5.x wrote the top-level one over it. Two different values
+    // read differently across versions: which was meant is a guess.
     if let (Some(nested), Some(top)) =
         (partial_rotary_factor, number(config, "partial_rotary_factor")?)
         && nested != top
@@ -384,11 +405,17 @@ impl RopeSpec {
     ///   `n_embd / n_head`); DeepSeek's
     ///   `qk_rope_head_dim` (the rotated part of each query and key head) when given.
     /// - rotary dim: `int(head_dim * partial_rotary_factor)` (or `rotary_pct`), or
-    ///   `rotary_dim`; all of the head otherwise.
+    ///   `rotary_dim`; all of the head otherwise. A `partial_rotary_factor` in a layer
+    ///   type's object wins over the top-level one, which fills it when absent (two
+    ///   different values are refused). A `"default"` RoPE of the families in
+    ///   [`FULL_HEAD_DEFAULT_MODEL_TYPES`] (Gemma 3, Gemma 4, ...) spans the whole head:
+    ///   their own default ignores `partial_rotary_factor`.
     /// - `rope_type` `"proportional"` (Gemma 4's full-attention layers): the rotary dim is
-    ///   the whole head, read from `global_head_dim` when the config has it (transformers
-    ///   passes `head_dim_key="global_head_dim"`), and `partial_rotary_factor` sets how
-    ///   many of its frequencies are not zero ([`Scaling::Proportional`]).
+    ///   the whole head, and `partial_rotary_factor` sets how many of its frequencies are
+    ///   not zero ([`Scaling::Proportional`]).
+    /// - Gemma 4 (`model_type` `gemma4*`): the `full_attention` layers' head dim is
+    ///   `global_head_dim` (512 when absent, transformers' default); their `rope_type`
+    ///   must be `"proportional"` (transformers versions disagree on other types' width).
     /// - pairing: gptj (interleaved) for the `model_type`s in [`INTERLEAVED_MODEL_TYPES`]
     ///   and for DeepSeek (`qk_rope_head_dim`, unless `rope_interleave` is false); neox
     ///   otherwise. (transformers' `DeepseekV3` regroups each head as (even, odd)
@@ -403,7 +430,9 @@ impl RopeSpec {
     /// not a config object, a missing or unknown layer type (listing the known ones), an
     /// unknown `rope_type` or a field it does not use, mrope, a non-integral head dim, a
     /// partial rotary factor giving an odd rotary dim, a head dim out of range, a base out
-    /// of range (named as `rope_theta` or `rotary_emb_base`).
+    /// of range (named as `rope_theta` or `rotary_emb_base`), a Gemma 4 `full_attention`
+    /// layer whose `rope_type` is not `"proportional"` (naming
+    /// `rope_parameters.full_attention.rope_type`).
     pub fn from_hf_config(json: &str, layer_type: Option<&str>) -> Result<RopeSpec> {
         Self::read_hf_config(json, layer_type).map_err(|e| match e {
             Error::RopeScaling { field, value, allowed } => {
@@ -438,25 +467,56 @@ impl RopeSpec {
             config = text.clone();
         }
         let rope = rope(&config, layer_type)?;
-        let proportional =
-            rope.scaling.as_ref().is_some_and(|(map, _)| type_of(map) == Some("proportional"));
+        let model_type = get(&config, "model_type").and_then(Value::as_str).unwrap_or("");
+        // No scaling object (the legacy form without rope_scaling) is a default RoPE.
+        let rope_type = match &rope.scaling {
+            Some((map, _)) => type_of(map),
+            None => Some("default"),
+        };
+        let proportional = rope_type == Some("proportional");
         let (mut head_dim, deepseek) = head_dim(&config)?;
-        // Gemma 4's rotary module reads its proportional layers' head dim from
-        // `global_head_dim` (transformers' `head_dim_key`), the width of those layers' heads.
-        if proportional && let Some(global) = whole(&config, "global_head_dim")? {
+        // Gemma 4: every full_attention layer's heads are `global_head_dim` wide (512 when
+        // absent, the class default), and transformers 5.23 builds their RoPE over it,
+        // whatever the rope type. Before that only a proportional one was (`head_dim_key`),
+        // so another type is refused rather than read as one version does.
+        if model_type.starts_with("gemma4") && layer_type == Some("full_attention") {
+            if !proportional {
+                let (field, value) = match &rope.scaling {
+                    Some((map, key)) => {
+                        let type_key =
+                            if get(map, "rope_type").is_some() { "rope_type" } else { "type" };
+                        (
+                            format!("{key}.{type_key}"),
+                            get(map, type_key).map_or_else(|| "missing".into(), excerpt),
+                        )
+                    }
+                    None => ("rope_scaling".to_string(), "missing".to_string()),
+                };
+                return Err(invalid(
+                    field,
+                    value,
+                    "\"proportional\" for Gemma 4's full_attention layers (the head dim other \
+                     types are built over differs between transformers versions: head_dim in \
+                     5.5-5.12, global_head_dim in 5.23)",
+                ));
+            }
+            let global = whole(&config, "global_head_dim")?.unwrap_or(GEMMA4_GLOBAL_HEAD_DIM);
             if !(2..=u64::from(super::MAX_HEAD_DIM)).contains(&global) || global % 2 != 0 {
                 return Err(invalid(
                     "global_head_dim",
                     global.to_string(),
                     format!(
-                        "an even number in 2..={} (the head dim of the proportional layers)",
+                        "an even number in 2..={} (the head dim of the full_attention layers)",
                         super::MAX_HEAD_DIM
                     ),
                 ));
             }
             head_dim = global;
         }
-        let rotary = if deepseek || proportional {
+        // These families' own default RoPE spans the whole head (FULL_HEAD_DEFAULT_MODEL_TYPES).
+        let full_head_default =
+            rope_type == Some("default") && FULL_HEAD_DEFAULT_MODEL_TYPES.contains(&model_type);
+        let rotary = if deepseek || proportional || full_head_default {
             head_dim
         } else {
             rotary_dim(&config, head_dim, rope.partial_rotary_factor)?
@@ -470,7 +530,6 @@ impl RopeSpec {
             }
             None => (Scaling::None, "rope_scaling".to_string()),
         };
-        let model_type = get(&config, "model_type").and_then(Value::as_str).unwrap_or("");
         let interleave = match get(&config, "rope_interleave") {
             Some(Value::Bool(b)) => *b,
             None => deepseek,

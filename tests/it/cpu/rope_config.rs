@@ -188,7 +188,7 @@ fn gemma_4_proportional_rope_covers_the_global_head() {
     let partial = RopeSpec::partial(512, 128).unwrap().with_base(1e6).unwrap();
     assert_ne!(partial.frequencies(16).inv_freq()[1], f.inv_freq()[1]);
     // A factor divides the non-zero frequencies; a second partial_rotary_factor (top level)
-    // that disagrees is refused; without global_head_dim the head_dim is the width.
+    // that disagrees is refused; without global_head_dim the width is transformers' 512.
     let text = read(name);
     let scaled = text.replace(
         "\"rope_type\": \"proportional\"",
@@ -203,9 +203,9 @@ fn gemma_4_proportional_rope_covers_the_global_head() {
     assert_ne!(twice, text);
     refused(&twice, Some("full_attention"), "partial_rotary_factor");
     let narrow = text.replace("\"global_head_dim\": 512,", "");
+    assert_ne!(narrow, text);
     let spec = RopeSpec::from_hf_config(&narrow, Some("full_attention")).unwrap();
-    assert_eq!((spec.head_dim(), spec.rotary_dim()), (256, 256));
-    assert_eq!(spec.frequencies(16).inv_freq().iter().filter(|w| **w != 0.0).count(), 32);
+    same(name, &spec, &want);
     for bad in ["511", "0", "70000", "4294967296"] {
         let odd = text.replace("\"global_head_dim\": 512", &format!("\"global_head_dim\": {bad}"));
         let msg = refused(&odd, Some("full_attention"), "global_head_dim");
@@ -223,6 +223,166 @@ fn gemma_4_proportional_rope_covers_the_global_head() {
     refused(&nulled, None, "layer_type");
     let wide = text.replace("\"partial_rotary_factor\": 0.25", "\"partial_rotary_factor\": 1.5");
     refused(&wide, Some("full_attention"), "rope_parameters.full_attention.partial_rotary_factor");
+}
+
+/// `w` within 4 ulps of the float64 `reference`.
+fn near(w: f64, reference: f64, what: &str) {
+    assert!((w - reference).abs() <= 4.0 * f64::EPSILON * reference, "{what}: {w} vs {reference}");
+}
+
+/// Config A (a Gemma 3 text config with a `partial_rotary_factor`): transformers' Gemma 3
+/// builds its `"default"` sliding-attention RoPE with its own
+/// `compute_default_rope_parameters`, over the whole `head_dim` (256: 128 frequencies
+/// `1e4^(-2i/256)`), ignoring the factor wherever it is given; its linear full-attention
+/// RoPE reads it: `int(256 * 0.5)` = 128, 64 frequencies `1e6^(-2i/128) / 8`.
+#[test]
+fn gemma_default_rope_ignores_partial_rotary_factor() {
+    let top = r#"{"model_type": "gemma3_text", "head_dim": 256, "hidden_size": 2560,
+        "num_attention_heads": 8, "max_position_embeddings": 131072,
+        "partial_rotary_factor": 0.5,
+        "rope_parameters": {
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}}}"#;
+    let nested = top.replace("\"partial_rotary_factor\": 0.5,", "").replace(
+        "\"rope_type\": \"default\",",
+        "\"rope_type\": \"default\", \"partial_rotary_factor\": 0.5,",
+    );
+    assert_eq!(nested.matches("0.5").count(), 1, "{nested}");
+    let full_want = RopeSpec::partial(256, 128)
+        .unwrap()
+        .with_base(1e6)
+        .unwrap()
+        .with_scaling(Scaling::Linear { factor: 8.0 })
+        .unwrap();
+    for (what, text) in [("top level", top), ("nested in sliding_attention", &nested)] {
+        let sliding = RopeSpec::from_hf_config(text, Some("sliding_attention")).unwrap();
+        same(what, &sliding, &RopeSpec::new(256).unwrap());
+        let f = sliding.frequencies(16);
+        assert_eq!(f.inv_freq().len(), 128, "{what}");
+        for (i, &w) in f.inv_freq().iter().enumerate() {
+            near(w, 1e4f64.powf(-(2.0 * i as f64) / 256.0), what);
+        }
+        near(f.inv_freq()[1], 0.930572040929699, what);
+        near(f.inv_freq()[127], 0.00010746078283213175, what);
+    }
+    // The linear layers read the top-level factor (the nested variant has none for them).
+    let full = RopeSpec::from_hf_config(top, Some("full_attention")).unwrap();
+    same("full_attention", &full, &full_want);
+    let f = full.frequencies(16);
+    assert_eq!(f.inv_freq().len(), 64);
+    assert_eq!(f.inv_freq()[0], 0.125);
+    near(f.inv_freq()[1], 0.10073027347018523, "full_attention");
+    let whole = RopeSpec::from_hf_config(&nested, Some("full_attention")).unwrap();
+    assert_eq!(whole.rotary_dim(), 256);
+    // A factor in full_attention's own object is read there alone.
+    let own = top.replace("\"partial_rotary_factor\": 0.5,", "").replace(
+        "\"rope_type\": \"linear\",",
+        "\"rope_type\": \"linear\", \"partial_rotary_factor\": 0.5,",
+    );
+    same("own", &RopeSpec::from_hf_config(&own, Some("full_attention")).unwrap(), &full_want);
+    let sliding = RopeSpec::from_hf_config(&own, Some("sliding_attention")).unwrap();
+    same("own", &sliding, &RopeSpec::new(256).unwrap());
+    // The legacy Gemma 3 form, as transformers 5 reads it: its sliding layers' default
+    // RoPE is the model's own too.
+    let legacy = read("gemma-3-4b-it.json").replacen(
+        "\"head_dim\"",
+        "\"partial_rotary_factor\": 0.5, \"head_dim\"",
+        1,
+    );
+    assert!(legacy.contains("\"partial_rotary_factor\": 0.5"));
+    let sliding = RopeSpec::from_hf_config(&legacy, Some("sliding_attention")).unwrap();
+    assert_eq!(sliding.rotary_dim(), 256);
+}
+
+/// A per-layer-type config of a family outside `FULL_HEAD_DEFAULT_MODEL_TYPES` (Laguna,
+/// whose default RoPE reads the layer type's `partial_rotary_factor`, filled from the top
+/// level): the factor narrows its default layers too.
+#[test]
+fn other_per_layer_families_apply_partial_rotary_factor_to_default_layers() {
+    let text = r#"{"model_type": "laguna", "head_dim": 128, "hidden_size": 2048,
+        "num_attention_heads": 16, "max_position_embeddings": 131072,
+        "partial_rotary_factor": 0.5,
+        "rope_parameters": {
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 500000.0}}}"#;
+    let sliding = RopeSpec::from_hf_config(text, Some("sliding_attention")).unwrap();
+    same("laguna sliding", &sliding, &RopeSpec::partial(128, 64).unwrap());
+    near(sliding.frequencies(1).inv_freq()[1], 1e4f64.powf(-2.0 / 64.0), "laguna sliding");
+    let full = RopeSpec::from_hf_config(text, Some("full_attention")).unwrap();
+    let want = RopeSpec::partial(128, 64)
+        .unwrap()
+        .with_base(500000.0)
+        .unwrap()
+        .with_scaling(Scaling::Linear { factor: 4.0 })
+        .unwrap();
+    same("laguna full", &full, &want);
+    // Given in the sliding layers' own object only, it narrows them alone.
+    let nested = text.replace("\"partial_rotary_factor\": 0.5,", "").replace(
+        "\"rope_type\": \"default\",",
+        "\"rope_type\": \"default\", \"partial_rotary_factor\": 0.25,",
+    );
+    let sliding = RopeSpec::from_hf_config(&nested, Some("sliding_attention")).unwrap();
+    assert_eq!(sliding.rotary_dim(), 32);
+    assert_eq!(
+        RopeSpec::from_hf_config(&nested, Some("full_attention")).unwrap().rotary_dim(),
+        128
+    );
+}
+
+/// Config B (Gemma 4 E2B's config, changed): every `full_attention` layer is
+/// `global_head_dim` wide, 512 when the config omits it; the sliding layers' default RoPE
+/// ignores a top-level `partial_rotary_factor`; a full_attention `rope_type` other than
+/// proportional (whose width transformers versions disagree on) is refused.
+#[test]
+fn gemma_4_head_dims_and_partial_rotary_factor() {
+    let name = "gemma-4-e2b-it.json";
+    let text = read(name);
+    // (i) No global_head_dim: 256 frequencies, 64 of them 1e6^(-2i/512), the rest zero.
+    let narrow = text.replace("\"global_head_dim\": 512,", "");
+    assert_ne!(narrow, text);
+    let full = RopeSpec::from_hf_config(&narrow, Some("full_attention")).unwrap();
+    assert_eq!((full.head_dim(), full.rotary_dim()), (512, 512));
+    let f = full.frequencies(16);
+    assert_eq!(f.inv_freq().len(), 256);
+    assert_eq!(f.inv_freq().iter().filter(|w| **w != 0.0).count(), 64);
+    near(f.inv_freq()[1], 0.9474635256553754, "gemma 4 full");
+    // The sliding layers keep head_dim.
+    let sliding = RopeSpec::from_hf_config(&narrow, Some("sliding_attention")).unwrap();
+    same(name, &sliding, &RopeSpec::new(256).unwrap());
+    // (ii) A top-level partial_rotary_factor (the same as full_attention's): the sliding
+    // layers' default RoPE still spans head_dim.
+    let top =
+        text.replace("\"head_dim\": 256,", "\"head_dim\": 256, \"partial_rotary_factor\": 0.25,");
+    assert_ne!(top, text);
+    let sliding = RopeSpec::from_hf_config(&top, Some("sliding_attention")).unwrap();
+    same(name, &sliding, &RopeSpec::new(256).unwrap());
+    let f = sliding.frequencies(16);
+    assert_eq!(f.inv_freq().len(), 128);
+    near(f.inv_freq()[1], 0.930572040929699, "gemma 4 sliding");
+    let full = RopeSpec::from_hf_config(&top, Some("full_attention")).unwrap();
+    same(name, &full, &from(name, Some("full_attention")));
+    // A full_attention layer of another rope type is refused, naming the key.
+    for other in [r#""default""#, r#""linear", "factor": 2.0"#] {
+        let changed =
+            text.replace("\"rope_type\": \"proportional\"", &format!("\"rope_type\": {other}"));
+        assert_ne!(changed, text);
+        let msg =
+            refused(&changed, Some("full_attention"), "rope_parameters.full_attention.rope_type");
+        assert!(msg.contains("proportional") && msg.contains("global_head_dim"), "{msg}");
+        RopeSpec::from_hf_config(&changed, Some("sliding_attention")).unwrap();
+    }
+    // A proportional sliding layer is head_dim wide (only full_attention reads
+    // global_head_dim), as is a proportional RoPE of another family.
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut prop = v.clone();
+    prop["text_config"]["rope_parameters"]["sliding_attention"]["rope_type"] =
+        "proportional".into();
+    let spec = RopeSpec::from_hf_config(&prop.to_string(), Some("sliding_attention")).unwrap();
+    assert_eq!((spec.head_dim(), spec.rotary_dim()), (256, 256));
+    let other = r#"{"model_type": "llama", "head_dim": 128, "global_head_dim": 512,
+        "rope_parameters": {"rope_type": "proportional", "partial_rotary_factor": 0.5}}"#;
+    let spec = RopeSpec::from_hf_config(other, None).unwrap();
+    assert_eq!((spec.head_dim(), spec.rotary_dim()), (128, 128));
 }
 
 /// JSON numbers are read as the nearest float64, as Python's `json` and Rust's `parse` read
