@@ -150,6 +150,26 @@ pub(crate) fn refuse_without(
     Ok(())
 }
 
+/// Refuses a GPU-only `flag`, given, beside `--device {device}`, which opens no GPU: the
+/// flag would go unused without a word. clap has no rule for a flag that conflicts with one
+/// value of another, so the commands check, before any work. `field` and the flags are
+/// named as the other usage errors name them.
+pub(crate) fn refuse_off_gpu(
+    given: bool,
+    flag: &str,
+    device: impl clap::ValueEnum,
+) -> Result<(), Error> {
+    let Some(name) = device.to_possible_value() else { return Ok(()) };
+    if given && !["gpu", "auto"].contains(&name.get_name()) {
+        return Err(Error::InvalidParameter {
+            field: "device",
+            value: format!("{} (with {flag})", name.get_name()),
+            allowed: "gpu or auto with a flag for the GPU; the others open none",
+        });
+    }
+    Ok(())
+}
+
 /// `--inv-freq PATH` and `--inv-freq-tensor NAME`: a model's `count` frequencies, as
 /// [`inputs::read_inv_freq`] reads them. A tensor named for a `.npy` file is refused in
 /// the flags' words: the library says what its parameter allows.

@@ -15,7 +15,7 @@ use posenc::model_config::{ModelConfig, ModelPositions};
 use posenc::output::Target;
 use posenc::{Error, PeSpec, cpu, npy, weights};
 
-use crate::args::{OutDtype, PeArgs, parse_budget, whole, whole_at_least};
+use crate::args::{OutDtype, PeArgs, parse_budget, refuse_off_gpu, whole, whole_at_least};
 use crate::device::{Compute, FastDevice, on_device};
 use crate::failure::Failure;
 use crate::output::{emit, output_help, refuse_binary_on_terminal, target};
@@ -115,6 +115,12 @@ fn parse_scale(text: &str) -> Result<Scale, String> {
 }
 
 pub(crate) fn run(args: &EncodeArgs) -> Result<(), Failure> {
+    for (given, flag) in [
+        (args.gpu_memory_budget.is_some(), "--gpu-memory-budget"),
+        (args.stream_batch.is_some(), "--stream-batch"),
+    ] {
+        refuse_off_gpu(given, flag, args.device).map_err(Failure::usage)?;
+    }
     let out = target(Some(&args.output))?;
     refuse_binary_on_terminal(&out, "output", "-", "a .npy needs -o PATH or a redirected stdout")?;
     let input = EncodeInput::load(args).map_err(Failure::usage)?;

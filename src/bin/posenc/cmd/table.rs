@@ -8,7 +8,7 @@ use ndarray::{Array2, Axis};
 use posenc::inputs::{self, MAX_OUTPUT_VALUES};
 use posenc::{Error, npy, positions, reference};
 
-use crate::args::{PeArgs, parse_budget, whole};
+use crate::args::{PeArgs, parse_budget, refuse_off_gpu, whole};
 use crate::device::{FastDevice, on_device};
 use crate::failure::Failure;
 use crate::output::{emit, output_help, refuse_binary_on_terminal, reserve_table, target};
@@ -96,6 +96,8 @@ enum Format {
 }
 
 pub(crate) fn run(args: &TableArgs) -> Result<(), Failure> {
+    let budget = args.gpu_memory_budget.is_some();
+    refuse_off_gpu(budget, "--gpu-memory-budget", args.device).map_err(Failure::usage)?;
     let config = args.pe.config().map_err(Failure::usage)?;
     let from_config = match &config {
         None => None,

@@ -236,6 +236,46 @@ fn integer_options_name_their_own_range_for_any_value_that_is_not_one() {
     }
 }
 
+/// A flag for the GPU beside a `--device` that opens none was silently unused: refused
+/// instead, in one line naming the device and the flag, before any input is read.
+#[test]
+fn gpu_only_flags_are_refused_beside_a_device_that_opens_no_gpu() {
+    let dir = Dir::new();
+    let w = weights(&dir);
+    let ids = dir.npy("ids.npy", &ndarray::array![[1u32, 2]]);
+    let inputs = ["ids.npy", "w.npy"];
+    for device in ["cpu", "reference"] {
+        let out = dir.out("t.csv");
+        let args = ["table", "--dim", "8", "--device", device, "--gpu-memory-budget", "4096"];
+        let run = posenc(&[&args[..], &["-o", &out]].concat());
+        assert_refused(
+            &run,
+            &dir,
+            &inputs,
+            &[&format!("invalid device: {device} (with --gpu-memory-budget)"), "gpu or auto"],
+        );
+    }
+    for flag in [["--gpu-memory-budget", "4096"], ["--stream-batch", "1"]] {
+        let out = dir.out("out.npy");
+        let args = ["encode", "--device", "cpu", "--weights", &w, "--ids", &ids, "-o", &out];
+        let run = posenc(&[&args[..], &flag].concat());
+        assert_refused(
+            &run,
+            &dir,
+            &inputs,
+            &[&format!("invalid device: cpu (with {})", flag[0]), "gpu or auto"],
+        );
+        // Not even a missing input is looked at first.
+        let args = ["encode", "--device", "cpu", "--weights", "none", "--ids", "none", "-o", &out];
+        let run = posenc(&[&args[..], &flag].concat());
+        assert_refused(&run, &dir, &inputs, &[&format!("invalid device: cpu (with {})", flag[0])]);
+    }
+    // auto may open a GPU: the budget is taken (and the CPU, without one, gives the table).
+    let out = dir.out("t.csv");
+    let run = posenc(&["table", "--dim", "8", "--gpu-memory-budget", "1048576", "-o", &out]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+}
+
 /// Zero means the same on the command line as in POSENC_GPU_MEMORY_BUDGET: refused.
 #[test]
 fn a_zero_memory_budget_is_refused_wherever_it_is_given() {
