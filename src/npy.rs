@@ -493,13 +493,6 @@ struct Fields {
     shape: Vec<usize>,
 }
 
-/// A value in the header dict.
-enum Value {
-    Str(String),
-    Bool(bool),
-    Tuple(Vec<usize>),
-}
-
 /// A parser for the one Python literal a `.npy` header holds: a dict with exactly the keys
 /// `descr` (a string), `fortran_order` (a bool) and `shape` (a tuple of ints), in any
 /// order, with Python's optional whitespace and trailing commas.
@@ -552,12 +545,10 @@ impl<'a> DictParser<'a> {
                 return Err(format!("header dict: unexpected key {key:?}"));
             }
             self.expect(b':')?;
-            let value = self.value()?;
-            let duplicate = match (key.as_str(), value) {
-                ("descr", Value::Str(s)) => descr.replace(s).is_some(),
-                ("fortran_order", Value::Bool(b)) => fortran_order.replace(b).is_some(),
-                ("shape", Value::Tuple(t)) => shape.replace(t).is_some(),
-                _ => return Err(format!("header dict: {key:?} has a value of the wrong type")),
+            let duplicate = match key.as_str() {
+                "descr" => descr.replace(self.descr()?).is_some(),
+                "fortran_order" => fortran_order.replace(self.bool(&key)?).is_some(),
+                _ => shape.replace(self.shape()?).is_some(),
             };
             if duplicate {
                 return Err(format!("header dict: key {key:?} appears twice"));
@@ -598,23 +589,82 @@ impl<'a> DictParser<'a> {
         Ok(String::from_utf8_lossy(body).into_owned())
     }
 
-    fn value(&mut self) -> std::result::Result<Value, String> {
+    /// `descr`'s value: a dtype string. A list is a structured dtype, named as such.
+    fn descr(&mut self) -> std::result::Result<String, String> {
         self.skip_space();
-        let rest = &self.text[self.at..];
-        if rest.starts_with(b"True") {
-            self.at += 4;
-            return Ok(Value::Bool(true));
+        match self.text.get(self.at) {
+            Some(b'\'' | b'"') => self.string(),
+            Some(b'[') => Err(format!(
+                "header dict: \"descr\" is {}, a structured dtype: structured dtypes are not \
+                 supported",
+                self.shown_value()
+            )),
+            _ => self.wrong_value("descr", "a string such as '<f4'"),
         }
-        if rest.starts_with(b"False") {
-            self.at += 5;
-            return Ok(Value::Bool(false));
+    }
+
+    /// `fortran_order`'s value: `True` or `False`.
+    fn bool(&mut self, key: &str) -> std::result::Result<bool, String> {
+        self.skip_space();
+        for (word, value) in [(&b"True"[..], true), (b"False", false)] {
+            let end = self.at + word.len();
+            let rest = self.text.get(end).copied().unwrap_or(b' ');
+            if self.text[self.at..].starts_with(word) && !rest.is_ascii_alphanumeric() {
+                self.at = end;
+                return Ok(value);
+            }
         }
-        match rest.first() {
-            Some(b'\'' | b'"') => self.string().map(Value::Str),
-            Some(b'(') => self.tuple().map(Value::Tuple),
-            Some(b'[') => Err("header dict: structured dtypes are not supported".into()),
-            _ => self.fail("a string, True, False or a tuple"),
+        self.wrong_value(key, "True or False")
+    }
+
+    /// `shape`'s value: a tuple of dimensions (a list, as some writers put, is named).
+    fn shape(&mut self) -> std::result::Result<Vec<usize>, String> {
+        self.skip_space();
+        if self.text.get(self.at) == Some(&b'(') {
+            return self.tuple();
         }
+        self.wrong_value("shape", "a tuple of dimensions such as (2, 5)")
+    }
+
+    /// The error for `key`'s value, which is not `what`, showing that value.
+    fn wrong_value<T>(&self, key: &str, what: &str) -> std::result::Result<T, String> {
+        Err(format!("header dict: {key:?} must be {what}, found {}", self.shown_value()))
+    }
+
+    /// The value that starts here, as it is written, up to the `,` or `}` that ends it
+    /// outside brackets and quotes; at most 40 bytes shown, others than printable ASCII
+    /// escaped.
+    fn shown_value(&self) -> String {
+        const SHOWN: usize = 40;
+        let (mut depth, mut quote, mut end) = (0usize, None, self.at);
+        while let Some(&b) = self.text.get(end) {
+            match (quote, b) {
+                (Some(q), _) if b == q => quote = None,
+                (Some(_), _) => {}
+                (None, b'\'' | b'"') => quote = Some(b),
+                (None, b'(' | b'[' | b'{') => depth += 1,
+                (None, b')' | b']' | b'}') if depth == 0 => break,
+                (None, b')' | b']' | b'}') => depth -= 1,
+                (None, b',') if depth == 0 => break,
+                _ => {}
+            }
+            end += 1;
+        }
+        let raw = self.text[self.at..end].trim_ascii_end();
+        if raw.is_empty() {
+            return "nothing".into();
+        }
+        let mut shown: String = raw[..raw.len().min(SHOWN)]
+            .iter()
+            .map(|&b| match b {
+                b' ' | b'!'..=b'~' => char::from(b).to_string(),
+                _ => format!("\\x{b:02x}"),
+            })
+            .collect();
+        if raw.len() > SHOWN {
+            shown.push_str("...");
+        }
+        shown
     }
 
     fn tuple(&mut self) -> std::result::Result<Vec<usize>, String> {
@@ -842,14 +892,37 @@ mod tests {
             ("{'descr': '<f4', 'shape': (1,), }", "\"fortran_order\" is missing"),
             ("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'x': 1}", "unexpected key"),
             ("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (1,)}", "twice"),
-            ("{'descr': 4, 'fortran_order': False, 'shape': (1,)}", "expected a string"),
-            ("{'descr': '<f4', 'fortran_order': 'no', 'shape': (1,)}", "wrong type"),
+            ("{'descr': 4, 'fortran_order': False, 'shape': (1,)}", "\"descr\" must be a string"),
+            ("{'descr': '<f4', 'fortran_order': 'no', 'shape': (1,)}", "True or False, found 'no'"),
+            ("{'descr': '<f4', 'fortran_order': 0, 'shape': (1,)}", "True or False, found 0"),
+            ("{'descr': '<f4', 'fortran_order': Falsey, 'shape': (1,)}", "found Falsey"),
+            (
+                "{'descr': '<f4', 'fortran_order': False, 'shape': [2, 5]}",
+                "\"shape\" must be a tuple of dimensions such as (2, 5), found [2, 5]",
+            ),
+            ("{'descr': '<f4', 'fortran_order': False, 'shape': [2, 5], }", "found [2, 5]"),
+            (
+                "{'descr': '<f4', 'fortran_order': False, 'shape': 10}",
+                "a tuple of dimensions such as (2, 5), found 10",
+            ),
+            (
+                "{'descr': '<f4', 'fortran_order': False, 'shape': }",
+                "a tuple of dimensions such as (2, 5), found nothing",
+            ),
+            ("{'descr': '<f4', 'fortran_order': False, 'shape': {'a': (1,)}}", "found {'a': (1,)}"),
+            (
+                "{'shape': (1,), 'fortran_order': False, 'descr': None}",
+                "\"descr\" must be a string such as '<f4', found None",
+            ),
             ("{'descr': '<f4', 'fortran_order': False, 'shape': (-1,)}", "non-negative"),
             ("{'descr': '<f4', 'fortran_order': False, 'shape': (1,)} x", "only whitespace"),
             ("{'descr': '<f4', 'fortran_order': False, 'shape': (1,)", "expected '}'"),
             ("{'descr': '<f4, 'fortran_order': False, 'shape': (1,)}", "expected '}' at byte 17"),
             ("{'descr' '<f4', 'fortran_order': False, 'shape': (1,)}", "expected ':'"),
-            ("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,)}", "structured"),
+            (
+                "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,)}",
+                "[('a', '<f4')], a structured dtype: structured dtypes are not supported",
+            ),
             ("{'descr': '<f\\4', 'fortran_order': False, 'shape': (1,)}", "escapes"),
             ("{'descr': '<f4', 'fortran_order': False, 'shape': (1 }", "expected ')'"),
             ("{'descr\x00': '<f4'}", "escapes or non-ASCII"),

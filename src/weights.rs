@@ -280,7 +280,8 @@ pub(crate) struct SafetensorsHeader {
 ///
 /// # Errors
 /// [`Error::Format`] naming `path` for a short file, an oversized or truncated header, a
-/// header that is not valid safetensors metadata, or data that does not fill the file;
+/// header that is not valid safetensors metadata or gives a key twice (a tensor's name, a
+/// `__metadata__` key: naming it), or data that does not fill the file;
 /// [`Error::Io`] if reading fails.
 pub(crate) fn read_safetensors_header(
     file: &mut impl Read,
@@ -313,6 +314,13 @@ pub(crate) fn read_safetensors_header(
     }
     let mut header = vec![0u8; header_len as usize];
     file.read_exact(&mut header).map_err(io_error)?;
+    // serde keeps the last of a key given twice (a tensor's name, a `__metadata__` key)
+    // silently; a config.json's key given twice is refused, and so is a header's.
+    if let Ok(Some(key)) = crate::rope::duplicate_key(&header) {
+        return Err(format_error(format!(
+            "the header gives the key {key:?} twice (allowed: each key at most once per object)"
+        )));
+    }
     let metadata: Metadata = serde_json::from_slice(&header)
         .map_err(|e| format_error(format!("the header is not valid: {e}")))?;
     let data_start = 8 + header_len;
@@ -572,6 +580,51 @@ mod tests {
                 assert_eq!(reason, "the header length field says 1000 bytes but only 2 follow it")
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// serde keeps the last of a key given twice; the header is refused instead, naming the
+    /// key and the file, as a config.json's key given twice is.
+    #[test]
+    fn header_keys_given_twice_are_refused_naming_the_key_and_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let w =
+            |offsets: &str| format!(r#"{{"dtype":"F32","shape":[1,1],"data_offsets":{offsets}}}"#);
+        let (first, second) = (w("[0,4]"), w("[4,8]"));
+        for (header, key) in [
+            (format!(r#"{{"w":{first},"w":{second}}}"#), "w"),
+            (format!(r#"{{"w":{first},"v":{second},"w":{first}}}"#), "w"),
+            (
+                format!(r#"{{"__metadata__":{{"format":"pt","format":"np"}},"w":{first}}}"#),
+                "format",
+            ),
+            (format!(r#"{{"__metadata__":{{}},"w":{first},"__metadata__":{{}}}}"#), "__metadata__"),
+            (
+                r#"{"w":{"dtype":"F32","dtype":"F32","shape":[1,1],"data_offsets":[0,4]}}"#
+                    .to_string(),
+                "dtype",
+            ),
+        ] {
+            let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+            bytes.extend_from_slice(header.as_bytes());
+            bytes.extend_from_slice(&[0; 8]);
+            let path = write(&dir, "twice.safetensors", &bytes);
+            let err = load(&path, None).unwrap_err();
+            match &err {
+                Error::Format { path: p, format: ".safetensors", reason } => {
+                    assert_eq!(p, &path);
+                    assert_eq!(
+                        reason,
+                        &format!(
+                            "the header gives the key {key:?} twice (allowed: each key at most \
+                             once per object)"
+                        ),
+                        "{header}"
+                    );
+                }
+                other => panic!("{header}: {other:?}"),
+            }
+            assert!(err.to_string().contains("twice.safetensors"), "{err}");
         }
     }
 

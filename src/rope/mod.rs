@@ -48,7 +48,7 @@ pub use scaling::{
     Llama3, LongRope, MAX_FACTORS, MAX_JSON_BYTES, Proportional, ROPE_TYPES, Scaling,
     YARN_BETA_FAST, YARN_BETA_SLOW, Yarn,
 };
-pub(crate) use scaling::{excerpt, parse_json};
+pub(crate) use scaling::{duplicate_key, excerpt, parse_json};
 
 /// The largest head dimension posenc accepts.
 pub const MAX_HEAD_DIM: u32 = 65536;

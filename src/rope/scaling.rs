@@ -678,7 +678,7 @@ pub(crate) fn parse_json(text: &str) -> Result<Value> {
     }
     let duplicate = RefCell::new(None);
     let mut reader = serde_json::Deserializer::from_str(text);
-    let value = Unique { duplicate: &duplicate }
+    let value = Unique { duplicate: &duplicate, keep: true }
         .deserialize(&mut reader)
         .and_then(|value| reader.end().map(|()| value))
         .map_err(|e| match duplicate.take() {
@@ -686,6 +686,22 @@ pub(crate) fn parse_json(text: &str) -> Result<Value> {
             None => invalid("(json)", format!("not valid JSON ({e})"), "valid JSON"),
         })?;
     Ok(value)
+}
+
+/// The first key given twice in one object of JSON `text` (a safetensors header, a
+/// config.json), at any depth, the check [`parse_json`] makes, without building the values:
+/// `Ok(None)` when each key is given once, `Err` for text that is not valid JSON.
+pub(crate) fn duplicate_key(text: &[u8]) -> std::result::Result<Option<String>, serde_json::Error> {
+    let duplicate = RefCell::new(None);
+    let mut reader = serde_json::Deserializer::from_slice(text);
+    let checked = Unique { duplicate: &duplicate, keep: false }
+        .deserialize(&mut reader)
+        .and_then(|_| reader.end());
+    match (checked, duplicate.take()) {
+        (_, Some(key)) => Ok(Some(key)),
+        (Ok(()), None) => Ok(None),
+        (Err(e), None) => Err(e),
+    }
 }
 
 fn missing_original(rope_type: &str) -> Error {
@@ -700,9 +716,12 @@ fn missing_original(rope_type: &str) -> Error {
 }
 
 /// Reads a JSON value as `serde_json::Value` does, but refuses an object that repeats a key,
-/// leaving the key in `duplicate`: `Value` keeps the last of the two silently.
+/// leaving the key in `duplicate`: `Value` keeps the last of the two silently. Without
+/// `keep`, only the keys are checked: every value comes back as `Null`.
+#[derive(Clone, Copy)]
 struct Unique<'a> {
     duplicate: &'a RefCell<Option<String>>,
+    keep: bool,
 }
 
 impl<'de> DeserializeSeed<'de> for Unique<'_> {
@@ -742,25 +761,27 @@ impl<'de> Visitor<'de> for Unique<'_> {
     }
 
     fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_owned()))
+        Ok(if self.keep { Value::String(v.to_owned()) } else { Value::Null })
     }
 
     fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
+        Ok(if self.keep { Value::String(v) } else { Value::Null })
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut items = Vec::new();
-        while let Some(item) = seq.next_element_seed(Unique { duplicate: self.duplicate })? {
-            items.push(item);
+        while let Some(item) = seq.next_element_seed(self)? {
+            if self.keep {
+                items.push(item);
+            }
         }
-        Ok(Value::Array(items))
+        Ok(if self.keep { Value::Array(items) } else { Value::Null })
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut entries: A) -> Result<Value, A::Error> {
         let mut map = Map::new();
         while let Some(key) = entries.next_key::<String>()? {
-            let value = entries.next_value_seed(Unique { duplicate: self.duplicate })?;
+            let value = entries.next_value_seed(self)?;
             if map.contains_key(&key) {
                 let message = format!("the key {key:?} is given twice");
                 *self.duplicate.borrow_mut() = Some(key);
@@ -768,7 +789,7 @@ impl<'de> Visitor<'de> for Unique<'_> {
             }
             map.insert(key, value);
         }
-        Ok(Value::Object(map))
+        Ok(if self.keep { Value::Object(map) } else { Value::Null })
     }
 }
 

@@ -3,6 +3,7 @@
 //! `--dim` and `--base` (accuracy, plot).
 
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
 use clap::{Args, ValueEnum};
 use posenc::encode as enc;
@@ -52,7 +53,8 @@ pub(crate) struct PeArgs {
     #[arg(long, value_name = "T", conflicts_with = "base", allow_hyphen_values = true)]
     max_timescale: Option<f64>,
     /// Added to every position (tensor2tensor's start_index) [default: 0].
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", allow_negative_numbers = true,
+          value_parser = whole::<u32>("a whole number in 0..=4294967295"))]
     start_index: Option<u32>,
     /// fairseq's padding_idx: the position whose row is zeros, and in encode the number
     /// that positions count from (pad tokens get it, others padding_idx + 1, ...); `none`:
@@ -148,6 +150,26 @@ pub(crate) fn refuse_without(
     Ok(())
 }
 
+/// Refuses a GPU-only `flag`, given, beside `--device {device}`, which opens no GPU: the
+/// flag would go unused without a word. clap has no rule for a flag that conflicts with one
+/// value of another, so the commands check, before any work. `field` and the flags are
+/// named as the other usage errors name them.
+pub(crate) fn refuse_off_gpu(
+    given: bool,
+    flag: &str,
+    device: impl clap::ValueEnum,
+) -> Result<(), Error> {
+    let Some(name) = device.to_possible_value() else { return Ok(()) };
+    if given && !["gpu", "auto"].contains(&name.get_name()) {
+        return Err(Error::InvalidParameter {
+            field: "device",
+            value: format!("{} (with {flag})", name.get_name()),
+            allowed: "gpu or auto with a flag for the GPU; the others open none",
+        });
+    }
+    Ok(())
+}
+
 /// `--inv-freq PATH` and `--inv-freq-tensor NAME`: a model's `count` frequencies, as
 /// [`inputs::read_inv_freq`] reads them. A tensor named for a `.npy` file is refused in
 /// the flags' words: the library says what its parameter allows.
@@ -167,6 +189,38 @@ pub(crate) fn read_inv_freq(
         }
         other => other,
     })
+}
+
+/// The value parser of every integer option: a value that is not a whole number of the
+/// option's type (negative, not a number, too large) is refused naming `allowed`, the
+/// option's own range, in the words its range check uses, as a float option's negative
+/// value reaches its range check. clap's own parsers name the type's range instead
+/// ("-5 is not in 0..=4294967295" for a dim of 2..=65536) or none ("invalid digit found in
+/// string"). A value of the type goes on to the option's range check.
+pub(crate) fn whole<T: Whole>(allowed: &'static str) -> impl WholeParser<T> {
+    whole_at_least(None, allowed)
+}
+
+/// The integer types of the options.
+pub(crate) trait Whole: FromStr + PartialOrd + Clone + Send + Sync + 'static {}
+impl<T: FromStr + PartialOrd + Clone + Send + Sync + 'static> Whole for T {}
+
+/// What [`whole`] returns: a clap value parser.
+pub(crate) trait WholeParser<T>:
+    Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
+{
+}
+impl<T, F: Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static> WholeParser<T> for F {}
+
+/// [`whole`], refusing as well a value below `min` (for an option no later check covers).
+pub(crate) fn whole_at_least<T: Whole>(
+    min: Option<T>,
+    allowed: &'static str,
+) -> impl WholeParser<T> {
+    move |text: &str| match text.parse::<T>() {
+        Ok(v) if min.as_ref().is_none_or(|min| v >= *min) => Ok(v),
+        _ => Err(format!("expected {allowed}")),
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

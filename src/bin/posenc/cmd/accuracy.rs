@@ -5,7 +5,7 @@ use clap::Args;
 use ndarray::Array2;
 use posenc::{DEFAULT_BASE, naive, reference};
 
-use crate::args::spec_of;
+use crate::args::{spec_of, whole};
 use crate::device::{FastDevice, on_device};
 use crate::failure::Failure;
 use crate::output::to_stdout;
@@ -25,7 +25,8 @@ const ACCURACY_STARTS: [(&str, u32); 6] = [
 #[derive(Debug, Args)]
 pub(crate) struct AccuracyArgs {
     /// Model dimension, an even number in 2..=65536.
-    #[arg(long, value_name = "D", default_value_t = 512, allow_negative_numbers = true)]
+    #[arg(long, value_name = "D", default_value_t = 512, allow_negative_numbers = true,
+          value_parser = whole::<u32>("an even number in 2..=65536"))]
     dim: u32,
     /// Frequency base, in (1, 1e7].
     #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_hyphen_values = true)]

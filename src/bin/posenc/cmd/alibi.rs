@@ -7,6 +7,7 @@ use posenc::alibi::{self, AlibiSpec};
 use posenc::alloc::check_allocation;
 use posenc::npy;
 
+use crate::args::whole;
 use crate::device::{Compute, FastDevice, on_device};
 use crate::failure::Failure;
 use crate::output::{emit, output_help, refuse_binary_on_terminal, target, to_stdout};
@@ -21,7 +22,8 @@ Everything is checked before any GPU work and before OUT is opened.";
 #[derive(Debug, Args)]
 pub(crate) struct AlibiArgs {
     /// Attention heads, 1..=65536.
-    #[arg(long, value_name = "H", allow_negative_numbers = true)]
+    #[arg(long, value_name = "H", allow_negative_numbers = true,
+          value_parser = whole::<u32>("a whole number in 1..=65536"))]
     heads: u32,
     /// Print the heads' slopes, one per line (the shortest decimals that read back to the
     /// same float32), instead of computing a bias tensor.
@@ -32,18 +34,21 @@ pub(crate) struct AlibiArgs {
         long,
         value_name = "L",
         required_unless_present = "slopes",
-        allow_negative_numbers = true
+        allow_negative_numbers = true,
+        value_parser = whole::<u64>("a whole number in 0..=4294967296 (positions are u32)")
     )]
     len: Option<u64>,
     /// Keys, at positions 0..LK [default: offset + L].
-    #[arg(long, value_name = "LK", allow_negative_numbers = true)]
+    #[arg(long, value_name = "LK", allow_negative_numbers = true,
+          value_parser = whole::<u64>("a whole number in 0..=4294967296 (positions are u32)"))]
     kv_len: Option<u64>,
     /// symmetric: -m |q - k|. causal: -m (q - k) for k <= q, 0 for k > q.
     #[arg(long, value_enum, default_value_t = AlibiForm::Symmetric)]
     form: AlibiForm,
     /// Position of the first query: a decoding step with N cached tokens is
     /// --len 1 --offset N.
-    #[arg(long, value_name = "N", default_value_t = 0, allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", default_value_t = 0, allow_negative_numbers = true,
+          value_parser = whole::<u32>("a whole number in 0..=4294967295 (offset + len <= 4294967296)"))]
     offset: u32,
     /// Where to compute. `auto` uses the GPU when one opens, else the CPU with a note on
     /// stderr; `gpu` fails without one. cpu and gpu give the same bits.

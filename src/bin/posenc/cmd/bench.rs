@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 use posenc::Error;
 use posenc::bench::{self, Config, PRESETS, SUITE_REPEATS};
 
-use crate::args::OutDtype;
+use crate::args::{OutDtype, whole};
 use crate::failure::Failure;
 use crate::output::{emit, target, to_stdout};
 
@@ -26,16 +26,20 @@ pub(crate) struct BenchArgs {
     #[arg(long, conflicts_with = "model")]
     suite: bool,
     /// Sequences per batch [default: 8].
-    #[arg(long, value_name = "B", allow_negative_numbers = true)]
+    #[arg(long, value_name = "B", allow_negative_numbers = true,
+          value_parser = whole::<usize>("a whole number, at least 1"))]
     batch: Option<usize>,
     /// Tokens per sequence (positions 0..L) [default: 1024].
-    #[arg(long, value_name = "L", allow_negative_numbers = true)]
+    #[arg(long, value_name = "L", allow_negative_numbers = true,
+          value_parser = whole::<usize>("a whole number, at least 1"))]
     len: Option<usize>,
     /// Model dimension, even [default: 1024].
-    #[arg(long, value_name = "D", allow_negative_numbers = true)]
+    #[arg(long, value_name = "D", allow_negative_numbers = true,
+          value_parser = whole::<usize>("an even number in 2..=65536"))]
     dim: Option<usize>,
     /// Vocabulary rows [default: 32000].
-    #[arg(long, value_name = "V", allow_negative_numbers = true)]
+    #[arg(long, value_name = "V", allow_negative_numbers = true,
+          value_parser = whole::<usize>("a whole number in 1..=4294967295 (token ids are u32)"))]
     vocab: Option<usize>,
     /// Embedding table storage type [default: f32].
     #[arg(long, value_enum)]
@@ -52,7 +56,8 @@ pub(crate) struct BenchArgs {
     device: BenchDevice,
     /// Timed runs per item, after one warm-up; at most 10000 [default: 10, or 5 per preset
     /// with --suite].
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", allow_negative_numbers = true,
+          value_parser = whole::<usize>("a whole number in 1..=10000 (bench::MAX_REPEATS)"))]
     repeats: Option<usize>,
     /// Also time loading the table from a one-tensor .safetensors file (written to a
     /// temporary directory and deleted afterwards) against reading the file, both from a
@@ -76,7 +81,9 @@ pub(crate) struct BenchArgs {
     /// (gpu_dispatch_floor). Shape defaults to Llama 3 8B's embedding (D = 4096, V =
     /// 128256, bf16 table and output); --model, --dim, --vocab, --dtype and --out-dtype
     /// change it. GPU only.
-    #[arg(long, value_name = "STEPS", conflicts_with_all = ["suite", "plot", "load", "len"])]
+    #[arg(long, value_name = "STEPS", conflicts_with_all = ["suite", "plot", "load", "len"],
+          allow_negative_numbers = true,
+          value_parser = whole::<usize>("a whole number in 1..=100000 steps"))]
     decode: Option<usize>,
     /// Print JSON instead of the table.
     #[arg(long)]

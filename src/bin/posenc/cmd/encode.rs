@@ -15,7 +15,7 @@ use posenc::model_config::{ModelConfig, ModelPositions};
 use posenc::output::Target;
 use posenc::{Error, PeSpec, cpu, npy, weights};
 
-use crate::args::{OutDtype, PeArgs, parse_budget};
+use crate::args::{OutDtype, PeArgs, parse_budget, refuse_off_gpu, whole, whole_at_least};
 use crate::device::{Compute, FastDevice, on_device};
 use crate::failure::Failure;
 use crate::output::{emit, output_help, refuse_binary_on_terminal, target};
@@ -53,7 +53,8 @@ pub(crate) struct EncodeArgs {
     /// Padding token id: its output rows are zeros and it need not be below V. Without
     /// --positions or --offsets it also makes the batch left-padded (see below) [default:
     /// the config's pad_token_id for m2m_100, fsmt and speech_to_text, else none].
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", allow_negative_numbers = true,
+          value_parser = whole::<u32>("a whole number in 0..=4294967295 (token ids are u32)"))]
     pad_id: Option<u32>,
     /// Embedding scale: none, sqrt (sqrt(D), the Transformer's) or a finite number. With a
     /// scale, cpu and gpu may differ by one rounding of the product [default: with --config,
@@ -95,7 +96,8 @@ pub(crate) struct EncodeArgs {
     /// Tokens per batch when the GPU streams the output (default: about 32 MiB of output
     /// per batch, fewer when one storage binding or the memory budget holds less; the CPU
     /// computes the whole output at once). Outputs of at most one batch are not streamed.
-    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u64).range(1..),
+    #[arg(long, value_name = "TOKENS",
+          value_parser = whole_at_least::<u64>(Some(1), "a whole number of tokens, at least 1"),
           allow_hyphen_values = true)]
     stream_batch: Option<u64>,
 }
@@ -113,6 +115,12 @@ fn parse_scale(text: &str) -> Result<Scale, String> {
 }
 
 pub(crate) fn run(args: &EncodeArgs) -> Result<(), Failure> {
+    for (given, flag) in [
+        (args.gpu_memory_budget.is_some(), "--gpu-memory-budget"),
+        (args.stream_batch.is_some(), "--stream-batch"),
+    ] {
+        refuse_off_gpu(given, flag, args.device).map_err(Failure::usage)?;
+    }
     let out = target(Some(&args.output))?;
     refuse_binary_on_terminal(&out, "output", "-", "a .npy needs -o PATH or a redirected stdout")?;
     let input = EncodeInput::load(args).map_err(Failure::usage)?;

@@ -8,7 +8,7 @@ use posenc::alloc::check_allocation;
 use posenc::output::Target;
 use posenc::{DEFAULT_BASE, Error, PeSpec, Variant, plot};
 
-use crate::args::{VariantArg, spec_of};
+use crate::args::{VariantArg, spec_of, whole};
 use crate::failure::{EXIT_STATUS_HELP, Failure};
 use crate::output::{cpu_table, emit, output_help, refuse_binary_on_terminal, target};
 
@@ -31,10 +31,12 @@ pub(crate) enum PlotCommand {
 #[derive(Debug, Args)]
 pub(crate) struct HeatmapArgs {
     /// Model dimension: the columns of the picture, in 1..=4096 as the variant allows.
-    #[arg(long, value_name = "D", default_value_t = 512, allow_negative_numbers = true)]
+    #[arg(long, value_name = "D", default_value_t = 512, allow_negative_numbers = true,
+          value_parser = whole::<u32>("an even number in 2..=65536"))]
     dim: u32,
     /// Positions 0..N: the rows of the picture, 1..=4096.
-    #[arg(long, value_name = "N", default_value_t = 50, allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", default_value_t = 50, allow_negative_numbers = true,
+          value_parser = whole::<u64>("a whole number in 1..=4096 (plot::MAX_CELLS)"))]
     len: u64,
     /// Frequency base, in (1, 1e7].
     #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_hyphen_values = true)]
@@ -51,10 +53,12 @@ pub(crate) struct HeatmapArgs {
 #[derive(Debug, Args)]
 pub(crate) struct SimilarityArgs {
     /// Model dimension, an even number in 2..=65536.
-    #[arg(long, value_name = "D", default_value_t = 64, allow_negative_numbers = true)]
+    #[arg(long, value_name = "D", default_value_t = 64, allow_negative_numbers = true,
+          value_parser = whole::<u32>("an even number in 2..=65536"))]
     dim: u32,
     /// Positions 0..N, 1..=4096 (and N x N x D at most 2^32).
-    #[arg(long, value_name = "N", default_value_t = 32, allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", default_value_t = 32, allow_negative_numbers = true,
+          value_parser = whole::<u64>("a whole number in 1..=4096 (plot::MAX_CELLS)"))]
     len: u64,
     /// Frequency base, in (1, 1e7].
     #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_hyphen_values = true)]
@@ -72,7 +76,8 @@ pub(crate) struct SimilarityArgs {
 #[derive(Debug, Args)]
 pub(crate) struct ErrorPlotArgs {
     /// Model dimension, an even number in 2..=65536 (65536 takes a few seconds).
-    #[arg(long, value_name = "D", default_value_t = 512, allow_negative_numbers = true)]
+    #[arg(long, value_name = "D", default_value_t = 512, allow_negative_numbers = true,
+          value_parser = whole::<u32>("an even number in 2..=65536"))]
     dim: u32,
     /// Frequency base, in (1, 1e7].
     #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_hyphen_values = true)]

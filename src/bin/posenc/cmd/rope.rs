@@ -10,7 +10,7 @@ use posenc::npy;
 use posenc::rope::{self as rp, Element, RopeSpec, Scaling};
 use posenc::{Error, cpu};
 
-use crate::args::refuse_without;
+use crate::args::{refuse_without, whole};
 use crate::device::{Compute, FastDevice, on_device};
 use crate::failure::Failure;
 use crate::output::{emit, output_help, refuse_binary_on_terminal, target};
@@ -42,7 +42,8 @@ pub(crate) struct RopeArgs {
     #[arg(long, value_name = "PATH", conflicts_with = "offset")]
     positions: Option<PathBuf>,
     /// Every sequence's first position: token l of each sequence is at N + l.
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", allow_negative_numbers = true,
+          value_parser = whole::<u32>("a whole number in 0..=4294967295 (offset + len - 1 <= 4294967295)"))]
     offset: Option<u32>,
     /// Where to compute. `auto` uses the GPU when one opens, else the CPU with a note on
     /// stderr; `gpu` fails without one.
@@ -72,7 +73,8 @@ pub(crate) struct RopeParams {
     pairing: Option<PairingArg>,
     /// Rotated dimensions per head, even, 2..=head_dim [default: the config's, else
     /// head_dim].
-    #[arg(long, value_name = "R", allow_negative_numbers = true)]
+    #[arg(long, value_name = "R", allow_negative_numbers = true,
+          value_parser = whole::<u32>("an even number in 2..=head_dim"))]
     rotary_dim: Option<u32>,
     /// Frequency base (rope_theta), finite and > 1 [default: the config's, else 10000].
     #[arg(long, value_name = "B", allow_hyphen_values = true)]
@@ -101,7 +103,8 @@ pub(crate) struct RopeParams {
     /// position + 1]: pass a framework module's cached length (transformers'
     /// max_seq_len_cached) to reproduce frequencies it grew in an earlier, longer call.
     /// Refused beside any other scheme, which does not read it.
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", allow_negative_numbers = true,
+          value_parser = whole::<u64>("a whole number in 1..=4294967296 (one more than the largest u32 position)"))]
     seq_len: Option<u64>,
 }
 

@@ -12,6 +12,7 @@ use posenc::rope::{RopeCache, RopeSpec};
 use posenc::{Error, cpu, npy, positions};
 
 use super::rope::RopeParams;
+use crate::args::whole;
 use crate::device::{Compute, FastDevice, on_device};
 use crate::failure::Failure;
 use crate::output::{emit, output_help, refuse_binary_on_terminal, target};
@@ -32,13 +33,15 @@ pub(crate) struct RopeCacheArgs {
         long,
         value_name = "D",
         allow_negative_numbers = true,
-        required_unless_present = "config"
+        required_unless_present = "config",
+        value_parser = whole::<u32>("a whole number in 2..=65536")
     )]
     head_dim: Option<u32>,
     #[command(flatten)]
     params: RopeParams,
     /// Positions 0..N.
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", allow_negative_numbers = true,
+          value_parser = whole::<u64>("a whole number in 0..=4294967296 (positions are u32)"))]
     len: Option<u64>,
     /// Comma-separated positions and half-open ranges, e.g. `0..4096,1000000`.
     #[arg(long, value_name = "SPEC")]

@@ -8,7 +8,7 @@ use ndarray::{Array2, Axis};
 use posenc::inputs::{self, MAX_OUTPUT_VALUES};
 use posenc::{Error, npy, positions, reference};
 
-use crate::args::{PeArgs, parse_budget};
+use crate::args::{PeArgs, parse_budget, refuse_off_gpu, whole};
 use crate::device::{FastDevice, on_device};
 use crate::failure::Failure;
 use crate::output::{emit, output_help, refuse_binary_on_terminal, reserve_table, target};
@@ -19,15 +19,21 @@ const DEFAULT_DIM: u32 = 512;
 /// `--len` when neither `--len` nor `--positions` is given.
 const DEFAULT_LEN: u64 = 8;
 
+/// `--dim`'s range over every variant, as a value that is no u32 is refused.
+const DIM_RANGE: &str = "a whole number in 1..=65536 as the variant allows (vaswani: an even \
+                         number in 2..=65536)";
+
 #[derive(Debug, Args)]
 pub(crate) struct TableArgs {
     /// Model dimension: the values per row, in 1..=65536 (even for vaswani and whisper; at
     /// least 2 for tensor2tensor and 4 for fairseq and whisper); with --config, the config's
     /// d_model [default: 512].
-    #[arg(long, value_name = "D", allow_negative_numbers = true)]
+    #[arg(long, value_name = "D", allow_negative_numbers = true,
+          value_parser = whole::<u32>(DIM_RANGE))]
     dim: Option<u32>,
     /// Positions 0..N [default: 8 when --positions is not given].
-    #[arg(long, value_name = "N", conflicts_with = "positions", allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", conflicts_with = "positions", allow_negative_numbers = true,
+          value_parser = whole::<u64>("a whole number in 0..=4294967296 (positions are u32)"))]
     len: Option<u64>,
     /// Comma-separated positions and half-open ranges, e.g. `0..4,1000000,4294967295`.
     #[arg(long, value_name = "SPEC")]
@@ -90,6 +96,8 @@ enum Format {
 }
 
 pub(crate) fn run(args: &TableArgs) -> Result<(), Failure> {
+    let budget = args.gpu_memory_budget.is_some();
+    refuse_off_gpu(budget, "--gpu-memory-budget", args.device).map_err(Failure::usage)?;
     let config = args.pe.config().map_err(Failure::usage)?;
     let from_config = match &config {
         None => None,

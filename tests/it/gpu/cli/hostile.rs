@@ -177,6 +177,105 @@ fn numbers_print_short_and_negative_ones_reach_their_range_check() {
     assert!(!stderr(&out).contains("unexpected argument"), "{}", stderr(&out));
 }
 
+/// Every integer option refuses a negative, non-numeric or too large value naming its own
+/// range, as the float options do, not its type's (`-5 is not in 0..=4294967295` for a dim
+/// of 2..=65536) or none (`invalid digit found in string`). Refused while parsing, so the
+/// files named need not exist.
+#[test]
+fn integer_options_name_their_own_range_for_any_value_that_is_not_one() {
+    const POSITIONS: &str = "0..=4294967296 (positions are u32)";
+    let dir = Dir::new();
+    let o = dir.out("o.npy");
+    let table = |flag: &'static str| vec!["table", "--dim", "8", flag];
+    let encode = |flag| vec!["encode", "--weights", "w", "--ids", "i", "-o", &o, flag];
+    let alibi = |flag| vec!["alibi", "--heads", "2", "--len", "3", "-o", &o, flag];
+    let rope = |flag| vec!["rope", "--input", "x", "--layout", "blhd", "-o", &o, flag];
+    let cache = |flag| vec!["rope-cache", "--head-dim", "8", "--len", "3", "-o", &o, flag];
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["table", "--dim"],
+            "in 1..=65536 as the variant allows (vaswani: an even number in 2..=65536)",
+        ),
+        (table("--len"), POSITIONS),
+        (table("--start-index"), "in 0..=4294967295"),
+        (encode("--start-index"), "in 0..=4294967295"),
+        (encode("--pad-id"), "in 0..=4294967295 (token ids are u32)"),
+        (encode("--stream-batch"), "a whole number of tokens, at least 1"),
+        (vec!["accuracy", "--dim"], "an even number in 2..=65536"),
+        (vec!["alibi", "--len", "3", "-o", &o, "--heads"], "in 1..=65536"),
+        (vec!["alibi", "--heads", "2", "-o", &o, "--len"], POSITIONS),
+        (alibi("--kv-len"), POSITIONS),
+        (alibi("--offset"), "in 0..=4294967295 (offset + len <= 4294967296)"),
+        (vec!["bench", "--batch"], "a whole number, at least 1"),
+        (vec!["bench", "--len"], "a whole number, at least 1"),
+        (vec!["bench", "--dim"], "an even number in 2..=65536"),
+        (vec!["bench", "--vocab"], "in 1..=4294967295 (token ids are u32)"),
+        (vec!["bench", "--repeats"], "in 1..=10000"),
+        (vec!["bench", "--decode"], "in 1..=100000 steps"),
+        (vec!["plot", "heatmap", "--dim"], "an even number in 2..=65536"),
+        (vec!["plot", "heatmap", "--len"], "in 1..=4096"),
+        (vec!["plot", "similarity", "--dim"], "an even number in 2..=65536"),
+        (vec!["plot", "similarity", "--len"], "in 1..=4096"),
+        (vec!["plot", "error", "--dim"], "an even number in 2..=65536"),
+        (rope("--offset"), "in 0..=4294967295 (offset + len - 1 <= 4294967295)"),
+        (rope("--rotary-dim"), "an even number in 2..=head_dim"),
+        (rope("--seq-len"), "in 1..=4294967296"),
+        (vec!["rope-cache", "--len", "3", "-o", &o, "--head-dim"], "in 2..=65536"),
+        (vec!["rope-cache", "--head-dim", "8", "-o", &o, "--len"], POSITIONS),
+        (cache("--rotary-dim"), "an even number in 2..=head_dim"),
+        (cache("--seq-len"), "in 1..=4294967296"),
+    ];
+    for (args, range) in cases {
+        let flag = *args.last().unwrap();
+        for value in ["-5", "x", "99999999999999999999999"] {
+            let mut full = args.clone();
+            full.push(value);
+            let needle = format!("'{value}' for '{flag} <");
+            assert_refused(&posenc(&full), &dir, &[], &[&needle, "expected ", range]);
+        }
+    }
+}
+
+/// A flag for the GPU beside a `--device` that opens none was silently unused: refused
+/// instead, in one line naming the device and the flag, before any input is read.
+#[test]
+fn gpu_only_flags_are_refused_beside_a_device_that_opens_no_gpu() {
+    let dir = Dir::new();
+    let w = weights(&dir);
+    let ids = dir.npy("ids.npy", &ndarray::array![[1u32, 2]]);
+    let inputs = ["ids.npy", "w.npy"];
+    for device in ["cpu", "reference"] {
+        let out = dir.out("t.csv");
+        let args = ["table", "--dim", "8", "--device", device, "--gpu-memory-budget", "4096"];
+        let run = posenc(&[&args[..], &["-o", &out]].concat());
+        assert_refused(
+            &run,
+            &dir,
+            &inputs,
+            &[&format!("invalid device: {device} (with --gpu-memory-budget)"), "gpu or auto"],
+        );
+    }
+    for flag in [["--gpu-memory-budget", "4096"], ["--stream-batch", "1"]] {
+        let out = dir.out("out.npy");
+        let args = ["encode", "--device", "cpu", "--weights", &w, "--ids", &ids, "-o", &out];
+        let run = posenc(&[&args[..], &flag].concat());
+        assert_refused(
+            &run,
+            &dir,
+            &inputs,
+            &[&format!("invalid device: cpu (with {})", flag[0]), "gpu or auto"],
+        );
+        // Not even a missing input is looked at first.
+        let args = ["encode", "--device", "cpu", "--weights", "none", "--ids", "none", "-o", &out];
+        let run = posenc(&[&args[..], &flag].concat());
+        assert_refused(&run, &dir, &inputs, &[&format!("invalid device: cpu (with {})", flag[0])]);
+    }
+    // auto may open a GPU: the budget is taken (and the CPU, without one, gives the table).
+    let out = dir.out("t.csv");
+    let run = posenc(&["table", "--dim", "8", "--gpu-memory-budget", "1048576", "-o", &out]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+}
+
 /// Zero means the same on the command line as in POSENC_GPU_MEMORY_BUDGET: refused.
 #[test]
 fn a_zero_memory_budget_is_refused_wherever_it_is_given() {
