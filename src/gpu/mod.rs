@@ -376,8 +376,9 @@ impl Context {
         if let Some(cap) = options.binding_cap() {
             max_binding = max_binding.min(cap);
         }
-        // Bindings are sized in whole 4-byte words.
-        max_binding &= !3;
+        // Bindings are sized in whole 4-byte words, at least one (a cap below that would
+        // leave chunk plans dividing by zero).
+        max_binding = (max_binding & !3).max(4);
         let table = table::TableKernel::new(&device);
         let encode = encode::EncodeKernels::new(&device);
         let coalesced =
@@ -427,12 +428,14 @@ impl Context {
     }
 
     /// A context on the same device whose bindings are capped at `bytes` (rounded down to
-    /// whole words, never above the current cap): what `POSENC_MAX_BINDING_SIZE` does, per
-    /// context. Large tables and outputs are then processed in more, smaller chunks.
+    /// whole words, at least one word, never above the current cap): what
+    /// `POSENC_MAX_BINDING_SIZE` does, per context. Large tables and outputs are then
+    /// processed in more, smaller chunks; what does not fit even one chunk is refused with
+    /// [`Error::Limit`].
     #[must_use]
     pub fn with_max_binding_size(&self, bytes: u64) -> Self {
         let mut capped = self.clone();
-        capped.max_binding = self.max_binding.min(bytes) & !3;
+        capped.max_binding = (self.max_binding.min(bytes) & !3).max(4);
         // Cached PE rows were sized for the old cap; the capped context builds its own.
         capped.pe_cache = Arc::new(Mutex::new(None));
         capped

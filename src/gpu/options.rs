@@ -129,7 +129,8 @@ impl Options {
         self
     }
 
-    /// Caps the storage bindings posenc uses at `bytes` (as `POSENC_MAX_BINDING_SIZE`).
+    /// Caps the storage bindings posenc uses at `bytes` (as `POSENC_MAX_BINDING_SIZE`),
+    /// rounded down to whole 4-byte words, at least one.
     #[must_use]
     pub fn max_binding_size(mut self, bytes: Option<u64>) -> Self {
         self.max_binding_size = bytes;

@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 
 use super::scaling::{excerpt, invalid, parse_json};
 use super::{DEFAULT_BASE, Pairing, RopeSpec, Scaling};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, float};
 
 /// The `model_type`s whose rotary module rotates interleaved pairs (2i, 2i + 1).
 pub const INTERLEAVED_MODEL_TYPES: [&str; 4] = ["gptj", "codegen", "cohere", "cohere2"];
@@ -307,7 +307,7 @@ fn proportional_factor(
         if let Some(&other) = given.iter().find(|&&v| v != first) {
             return Err(invalid(
                 "partial_rotary_factor",
-                format!("{other} (and {first} in {key})"),
+                format!("{} (and {} in {key})", float(other), float(first)),
                 format!("given once, or the same in {key}"),
             ));
         }
@@ -362,7 +362,7 @@ fn rotary_dim(config: &Object, head_dim: u64, factor: Option<f64>) -> Result<u64
     let (key, rotary) = match factor {
         Some((key, f)) => {
             if !(f > 0.0 && f <= 1.0) {
-                return Err(invalid(key, f.to_string(), "a number in (0, 1]"));
+                return Err(invalid(key, float(f), "a number in (0, 1]"));
             }
             // Python's int() of the float64 product: truncated.
             (key, (head_dim as f64 * f).trunc() as u64)
@@ -377,7 +377,7 @@ fn rotary_dim(config: &Object, head_dim: u64, factor: Option<f64>) -> Result<u64
             "rotary_dim" => rotary.to_string(),
             _ => format!(
                 "{} (rotary dim {rotary} of head_dim {head_dim})",
-                number(config, key)?.map_or_else(String::new, |f| f.to_string())
+                number(config, key)?.map_or_else(String::new, float)
             ),
         };
         return Err(invalid(key, value, "a rotary dim that is even and in 2..=head_dim"));
@@ -540,7 +540,11 @@ impl RopeSpec {
         } else {
             Pairing::Neox
         };
-        let to_u32 = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+        // Past u32 the builder could only see a saturated value: named here as given.
+        let (Ok(head_dim), Ok(rotary)) = (u32::try_from(head_dim), u32::try_from(rotary)) else {
+            let key = if deepseek { "qk_rope_head_dim" } else { "head_dim" };
+            return Err(invalid(key, head_dim.to_string(), "a number in 2..=65536"));
+        };
         // A base out of range is named by the key it was read from.
         let neox_base = rope.theta.is_some()
             && number(&config, "rope_theta")?.is_none()
@@ -552,7 +556,7 @@ impl RopeSpec {
             Error::InvalidParameter { field, value, allowed } => invalid(field, value, allowed),
             other => other,
         };
-        RopeSpec::partial(to_u32(head_dim), to_u32(rotary))
+        RopeSpec::partial(head_dim, rotary)
             .map_err(as_config)?
             .with_base(rope.theta.unwrap_or(DEFAULT_BASE))
             .map_err(|e| match e {

@@ -82,13 +82,15 @@ fn angular(big: &mut Big, spec: &RopeSpec, seq_len: u64) -> Vec<BigFloat> {
             // base' = base * g^(r / (r - 2)), g = factor * s / m - (factor - 1), s = max(s, m);
             // ln base' = ln base + r / (r - 2) ln g. For r = 2 the only frequency is
             // base'^0 = 1 whatever base' is (HF's exponent r / (r - 2) divides by zero there).
+            // g is taken as 1 + factor (s - m) / m, the same number without the cancellation
+            // that loses the 1 (and gives ln 0) for a factor past the working precision.
             if r == 2 {
                 return vec![big.u(1)];
             }
             let m = big.u(*max_position_embeddings);
             let s = big.u(seq_len.max(*max_position_embeddings));
             let f = big.f(*factor);
-            let g = sub(&div(&mul(&f, &s), &m), &sub(&f, &big.u(1)));
+            let g = add(&big.u(1), &div(&mul(&f, &sub(&s, &m)), &m));
             let ln_g = big.ln(&g);
             let exponent = div(&big.u(u64::from(r)), &big.u(u64::from(r - 2)));
             let ln_scaled = add(&ln_base, &mul(&exponent, &ln_g));
@@ -351,6 +353,31 @@ mod tests {
     fn dynamic_rotary_dim_2_has_frequency_1() {
         let s = Scaling::Dynamic { factor: 4.0, max_position_embeddings: 16 };
         assert_eq!(spec(2, 10000.0, s).frequencies(1000).inv_freq(), [1.0]);
+    }
+
+    /// A dynamic factor far past the working precision (accepted: it is finite and
+    /// positive) keeps the default frequencies up to max_position_embeddings, where g is
+    /// exactly 1, and past it gives a base far larger, not ln 0 (a panic before).
+    #[test]
+    fn dynamic_with_a_huge_factor_keeps_g_at_least_one() {
+        let d = spec(16, 10000.0, Scaling::None).frequencies(0);
+        for factor in [1e300, f64::MAX, 1e16] {
+            let s = Scaling::Dynamic { factor, max_position_embeddings: 4096 };
+            let spec = spec(16, 10000.0, s);
+            assert_eq!(spec.frequencies(1).inv_freq(), d.inv_freq(), "{factor}");
+            assert_eq!(spec.frequencies(4096).inv_freq(), d.inv_freq(), "{factor}");
+            let past = spec.frequencies(4097);
+            assert_eq!(past.inv_freq()[0], 1.0, "{factor}");
+            for (k, (&w, &w0)) in past.inv_freq().iter().zip(d.inv_freq()).enumerate().skip(1) {
+                assert!(w.is_finite() && w >= 0.0 && w < w0, "{factor} {k}: {w} against {w0}");
+            }
+        }
+        // A modest factor: g = 1 + f (s - m) / m exactly as HF's f s / m - (f - 1).
+        let s = Scaling::Dynamic { factor: 2.0, max_position_embeddings: 100 };
+        let got = spec(8, 10000.0, s).frequencies(300).inv_freq()[1];
+        let base = 10000.0 * (2.0f64 * 300.0 / 100.0 - 1.0).powf(8.0 / 6.0);
+        let want = base.powf(-2.0 / 8.0);
+        assert!((got - want).abs() <= 4.0 * f64::EPSILON * want, "{got} {want}");
     }
 
     #[test]

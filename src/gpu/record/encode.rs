@@ -388,10 +388,23 @@ impl Context {
             });
         }
         let out_dtype = desc.options.out_dtype;
-        let elements =
-            (desc.batch as u64).saturating_mul(desc.len as u64).saturating_mul(dim as u64);
+        // Sequences and tokens are u32 in the kernels (and every size below fits a u64).
+        let n_tokens_all = (desc.batch as u64).saturating_mul(desc.len as u64);
+        for (what, requested) in
+            [("sequences per step", desc.batch as u64), ("tokens per step", n_tokens_all)]
+        {
+            if requested > u64::from(u32::MAX) {
+                return Err(Error::Limit {
+                    op,
+                    what,
+                    requested,
+                    limit_name: "u32 indices",
+                    limit: u64::from(u32::MAX),
+                });
+            }
+        }
+        let elements = n_tokens_all.saturating_mul(dim as u64);
         let out_bytes = elements.saturating_mul(out_dtype.size() as u64);
-        let n_tokens_all = (desc.batch * desc.len) as u64;
         let part_tokens = self.part_tokens(op, n_tokens_all, dim, out_dtype, out_bytes)?;
         // Element indices stay below 2^32 in the kernel.
         if elements > u64::from(u32::MAX) {
@@ -682,14 +695,20 @@ impl EncodePass {
     /// word, the first in the low half), bit for bit what [`crate::cpu::encode()`] gives.
     /// `ids` holds `batch * len` u32 token ids; `positions` one u32 per token or per
     /// sequence as prepared ([`Positions`]). All three slices need `STORAGE` usage and
-    /// offsets that are multiples of 4 bytes; the bytes of `out` past the step's output are
-    /// not touched.
+    /// offsets that are multiples of 4 bytes, and `out` must not be in the buffer of `ids`
+    /// or `positions` (wgpu does not let one dispatch bind a buffer both read-only and
+    /// read-write); the bytes of `out` past the step's output are not touched.
     ///
     /// On a device of fewer than 6 storage buffers per shader stage (WebGPU's downlevel
     /// limits allow 4) the pass takes its compact layout: before its dispatches it records
     /// a copy of the step's ids and positions into its own state buffer, so `ids` and
-    /// `positions` need `COPY_SRC` usage there instead, and one dispatch binds one or two
-    /// table chunks. The bits are the same.
+    /// `positions` need `COPY_SRC` usage there instead (and may share `out`'s buffer), and
+    /// one dispatch binds one or two table chunks. The bits are the same.
+    ///
+    /// `encoder` must be of the pass's device, and the buffers must stay alive until the
+    /// work has run: bind groups are kept per set of buffers, so a buffer destroyed after a
+    /// record that used it is reported by wgpu when a later record's commands are
+    /// submitted, not by that record.
     ///
     /// Nothing is submitted or waited for: the work runs when the caller submits
     /// `encoder`, in order with the caller's own commands. An id at or above the
@@ -697,10 +716,12 @@ impl EncodePass {
     /// [`EncodePass::read_faults`]; nothing is read out of bounds.
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] for a missing usage or a misaligned offset,
-    /// [`Error::Shape`] for a slice smaller than the step needs, [`Error::Limit`] for a
-    /// range larger than one storage binding, [`Error::DeviceLost`] once the device is
-    /// lost, [`Error::Gpu`] if wgpu refuses a buffer (destroyed, or of another device).
+    /// [`Error::InvalidParameter`] for a missing usage, a misaligned offset, or `out` in
+    /// the buffer of `ids` or `positions` (outside the compact layout); [`Error::Shape`]
+    /// for a slice smaller than the step needs; [`Error::Limit`] for a range larger than
+    /// one storage binding; [`Error::DeviceLost`] once the device is lost; [`Error::Gpu`]
+    /// if wgpu refuses a buffer of a set not recorded before (one destroyed, or of another
+    /// device).
     pub fn record(
         &self,
         encoder: &mut wgpu::CommandEncoder,
@@ -729,6 +750,21 @@ impl EncodePass {
         let outs = self.ctx.part_spans(OP, out, &need("out", self.output_bytes()), part_bytes)?;
         if outs.is_empty() {
             return Ok(());
+        }
+        // The kernels bind ids and positions read-only beside the output read-write, which
+        // wgpu refuses within one buffer (at the encoder's finish, with a panic in its
+        // default error handler); the compact layout copies them, so there they may share it.
+        if self.compact.is_none() {
+            for (input, name) in [(&ids, "ids"), (&positions, "positions")] {
+                if input.buffer == outs[0].buffer {
+                    return Err(Error::InvalidParameter {
+                        field: "out",
+                        value: format!("a slice of the buffer that holds the {name}"),
+                        allowed: "a buffer other than the ids' and the positions' (wgpu does not \
+                                  let one dispatch bind a buffer both read-only and read-write)",
+                    });
+                }
+            }
         }
         let mut spans = vec![ids.clone(), positions.clone()];
         spans.extend(outs);

@@ -80,7 +80,7 @@ impl Context {
     /// [`RopeSpec::with_seq_len`].
     ///
     /// # Errors
-    /// [`Error::Shape`] if the last axis is not the spec's head dim;
+    /// [`Error::Shape`] if the last axis is not the spec's head dim, or an axis is 0;
     /// [`Error::InvalidParameter`] for a sequence-length-dependent scaling without a fixed
     /// length; [`Error::Limit`] if the cos/sin rows of all its tokens or its row slots
     /// exceed one storage binding, or one part's worth of head rows (a storage-alignment's
@@ -94,6 +94,14 @@ impl Context {
         const OP: &str = "rope_pass";
         let (batch, len, ..) = desc.layout.dims(desc.shape);
         let geometry = Geometry::check(spec, desc.shape, desc.layout, (batch, len))?;
+        if geometry.elements() == 0 {
+            return Err(Error::Shape {
+                op: OP,
+                what: "q/k tensor",
+                expected: "every axis at least 1 (a pass records work)".into(),
+                actual: format!("{:?}", desc.shape),
+            });
+        }
         let freqs = match spec.seq_len() {
             Some(n) => spec.frequencies(n),
             None => {

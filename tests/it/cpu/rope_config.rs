@@ -484,6 +484,14 @@ fn configs_posenc_cannot_honour_are_refused_naming_the_key() {
     let e = RopeSpec::from_hf_config(r#"{"head_dim": 70000}"#, None).unwrap_err();
     let e = e.in_config_file("models/x/config.json");
     assert!(e.to_string().starts_with("models/x/config.json: invalid head_dim: 70000"), "{e}");
+    // Values past u32 are named as given, not saturated; numbers print short.
+    let msg = refused(r#"{"head_dim": 4294967296}"#, None, "head_dim");
+    assert!(msg.contains("invalid head_dim: 4294967296 "), "{msg}");
+    let msg = refused(r#"{"qk_rope_head_dim": 8589934592}"#, None, "qk_rope_head_dim");
+    assert!(msg.contains("8589934592"), "{msg}");
+    let tiny = r#"{"head_dim": 64, "partial_rotary_factor": 1e-300}"#;
+    let msg = refused(tiny, None, "partial_rotary_factor");
+    assert!(msg.contains("invalid partial_rotary_factor: 1e-300 (rotary dim 0"), "{msg}");
 }
 
 #[test]

@@ -124,3 +124,22 @@ fn gpu_empty_and_oversized_requests_do_no_work() {
     let err = ctx.alibi_bias(&big).unwrap_err();
     assert!(matches!(err, posenc::Error::Limit { requested: 4_294_967_296, .. }), "{err}");
 }
+
+/// A binding cap below one 4-byte word is one word: a bias is computed one value per chunk
+/// (it divided by zero before), and an encode whose rows do not fit is refused, not a
+/// panic.
+#[test]
+fn a_binding_cap_below_one_word_is_one_word() {
+    let Some(base) = gpu() else { return };
+    for cap in [0, 1, 3, 4] {
+        let ctx = base.with_max_binding_size(cap);
+        assert_eq!(ctx.max_binding_size(), 4, "cap {cap}");
+        check(&ctx, &spec(2, 3, None, 0, Form::Causal));
+        let spec = posenc::PeSpec::new(4).unwrap();
+        let t = ndarray::Array2::<f32>::zeros((3, 4));
+        let table = ctx.upload_table(posenc::encode::Embeddings::F32(t.view()));
+        assert!(matches!(table, Err(posenc::Error::Limit { .. })), "cap {cap}: {table:?}");
+        let e = ctx.table(&spec, &[0, 1]).map(drop);
+        assert!(matches!(e, Err(posenc::Error::Limit { .. })), "cap {cap}: {e:?}");
+    }
+}

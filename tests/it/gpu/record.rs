@@ -489,6 +489,19 @@ fn bad_arguments_are_refused_before_anything_is_recorded() {
     assert!(ctx.encode_pass(&spec7, &table, &desc(2, 1, Dtype::Bf16)).is_ok());
     let huge = ctx.encode_pass(&spec7, &table, &desc(1 << 40, 1, Dtype::F32)).unwrap_err();
     assert!(matches!(huge, Error::Limit { .. }), "{huge}");
+    // Sizes whose product overflows, and sequences past u32 in an empty step.
+    for (batch, len, what) in [
+        (usize::MAX, 2, "sequences per step"),
+        (2, usize::MAX, "tokens per step"),
+        (usize::MAX, 0, "sequences per step"),
+    ] {
+        let sequences = EncodePassDescriptor {
+            positions: Positions::PerSequence,
+            ..desc(batch, len, Dtype::F32)
+        };
+        let e = ctx.encode_pass(&spec7, &table, &sequences).unwrap_err();
+        assert!(matches!(e, Error::Limit { what: w, .. } if w == what), "{batch} x {len}: {e}");
+    }
 
     let pass = ctx.encode_pass(&spec7, &table, &desc(2, 3, Dtype::F32)).unwrap();
     let good = words_buffer(ctx, 0, &[0; 6]);
@@ -510,6 +523,15 @@ fn bad_arguments_are_refused_before_anything_is_recorded() {
     assert!(matches!(e, Error::Shape { what: "ids", .. }), "{e}");
     let e = pass.record(&mut encoder, good.slice(..), good.slice(..), out.slice(4..)).unwrap_err();
     assert!(matches!(e, Error::Shape { what: "out", .. }), "{e}");
+    // ids or positions in the output's buffer: wgpu would refuse the dispatch at finish.
+    let arena = out_buffer(ctx, 256 + pass.output_bytes());
+    for (ids, positions) in
+        [(arena.slice(..24), good.slice(..)), (good.slice(..), arena.slice(..24))]
+    {
+        let e = pass.record(&mut encoder, ids, positions, arena.slice(256..)).unwrap_err();
+        assert!(matches!(e, Error::InvalidParameter { field: "out", .. }), "{e}");
+        assert!(e.to_string().contains("read-only and read-write"), "{e}");
+    }
     // Nothing was recorded: the encoder still finishes cleanly.
     ctx.queue().submit([encoder.finish()]);
     ctx.wait_idle().unwrap();
@@ -725,6 +747,13 @@ fn rope_passes_refuse_what_they_cannot_record() {
     assert!(ctx.rope_pass(&dynamic.clone().with_seq_len(100).unwrap(), &desc).is_ok());
     let wrong = posenc::gpu::RopePassDescriptor { shape: [1, 1, 2, 8], ..desc.clone() };
     assert!(matches!(ctx.rope_pass(&RopeSpec::new(16).unwrap(), &wrong), Err(Error::Shape { .. })));
+    // An empty tensor is named as such (it was a limit of "one head row" before).
+    for shape in [[0, 1, 2, 16], [1, 0, 2, 16], [1, 1, 0, 16]] {
+        let empty = posenc::gpu::RopePassDescriptor { shape, ..desc.clone() };
+        let e = ctx.rope_pass(&RopeSpec::new(16).unwrap(), &empty).unwrap_err();
+        assert!(matches!(&e, Error::Shape { what: "q/k tensor", .. }), "{shape:?}: {e}");
+        assert!(e.to_string().contains("at least 1"), "{e}");
+    }
     let pass = ctx.rope_pass(&RopeSpec::new(16).unwrap(), &desc).unwrap();
     let data = words_buffer(ctx, 0, &[0; 200]);
     let pos = words_buffer(ctx, 0, &[0]);
@@ -1200,6 +1229,31 @@ fn a_device_of_four_storage_buffers_records_every_path_with_the_same_bits() {
             "{e}"
         );
     }
+    // The compact layout copies ids and positions, so they may share the output's buffer.
+    let mut words = vec![0u32; 64 + 8];
+    words[0] = 2; // the id
+    words[32] = 70_000; // the position
+    let arena = ctx.device().create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: Some("test.arena"),
+        contents: bytemuck::cast_slice(&words),
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+    });
+    pass.record(&mut encoder, arena.slice(..4), arena.slice(128..132), arena.slice(256..)).unwrap();
+    ctx.queue().submit([std::mem::replace(
+        &mut encoder,
+        ctx.device().create_command_encoder(&Default::default()),
+    )
+    .finish()]);
+    let got = ctx.read_buffer(&arena).unwrap()[256..288].to_vec();
+    let want = cpu::encode(
+        &PeSpec::new(8).unwrap(),
+        Embeddings::F32(ArrayView2::from_shape((4, 8), &[0.5; 32]).unwrap()),
+        ArrayView2::from_shape((1, 1), &[2u32]).unwrap(),
+        ArrayView2::from_shape((1, 1), &[70_000u32]).unwrap(),
+        &EncodeOptions::default(),
+    )
+    .unwrap();
+    assert_same("compact, one arena buffer", &got, &cpu_bytes(&want));
     // Nothing was recorded: the encoder still finishes cleanly, and a good step works.
     run_step(ctx, &pass, &[3], &[7], [0, 0, 0]);
     ctx.queue().submit([encoder.finish()]);
