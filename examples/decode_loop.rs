@@ -105,6 +105,18 @@ fn read_back(device: &wgpu::Device, buffer: &wgpu::Buffer) -> Vec<u8> {
     bytes
 }
 
+/// The program's embedding table, `[VOCAB, DIM]`.
+fn table() -> Array2<f32> {
+    Array2::from_shape_fn((VOCAB, DIM), |(i, j)| {
+        ((i * 7919 + j * 104_729) % 2000) as f32 / 1000.0 - 1.0
+    })
+}
+
+/// The line printed for sequence `b` and its generated tokens.
+fn seq_line(b: usize, tokens: &[u32]) -> String {
+    format!("seq {b} (id {:>2} at position {:>10}): {tokens:?}", FIRST_IDS[b], STARTS[b])
+}
+
 /// The loop on the host: `STEPS` tokens per sequence, as `[step][sequence]`.
 fn host_loop(spec: &PeSpec, table: &Array2<f32>, options: &EncodeOptions) -> Vec<[u32; BATCH]> {
     let (mut ids, mut starts) = (FIRST_IDS, STARTS);
@@ -140,9 +152,7 @@ fn main() {
     println!("device: {} ({})", summary.name, summary.backend);
 
     let spec = PeSpec::new(DIM as u32).expect("an even dim");
-    let table = Array2::from_shape_fn((VOCAB, DIM), |(i, j)| {
-        ((i * 7919 + j * 104_729) % 2000) as f32 / 1000.0 - 1.0
-    });
+    let table = table();
     let uploaded = gpu.upload_table(Embeddings::F32(table.view())).expect("table upload");
     // No scale: with one, WGSL lets a GPU fuse `scale * e + pe` into an fma (one ulp; the
     // H100's Vulkan driver does here), and the hash below would follow that ulp down
@@ -236,10 +246,10 @@ fn main() {
     let got: Vec<u32> = bytemuck::pod_collect_to_vec(&bytes);
 
     let want = host_loop(&spec, &table, &options);
-    for (b, first) in FIRST_IDS.iter().enumerate() {
+    for b in 0..BATCH {
         let device_seq: Vec<u32> = (0..STEPS).map(|s| got[s * BATCH + b]).collect();
         let host_seq: Vec<u32> = want.iter().map(|ids| ids[b]).collect();
-        println!("seq {b} (id {first:>2} at position {:>10}): {device_seq:?}", STARTS[b]);
+        println!("{}", seq_line(b, &device_seq));
         assert_eq!(
             device_seq, host_seq,
             "sequence {b}: the device's tokens differ from the host's"
@@ -258,5 +268,20 @@ mod tests {
     #[test]
     fn device_loop_equals_host_loop() {
         super::main();
+    }
+
+    /// docs/examples.md shows this program's output: its token lines are the host loop's
+    /// (which the device's must equal), so they go stale when the loop changes.
+    #[test]
+    fn the_docs_show_the_tokens_this_program_prints() {
+        use super::*;
+        let docs = include_str!("../docs/examples.md");
+        let spec = PeSpec::new(DIM as u32).expect("an even dim");
+        let want = host_loop(&spec, &table(), &EncodeOptions::default());
+        for b in 0..BATCH {
+            let tokens: Vec<u32> = want.iter().map(|ids| ids[b]).collect();
+            let line = seq_line(b, &tokens);
+            assert!(docs.contains(&line), "docs/examples.md lacks `{line}`");
+        }
     }
 }

@@ -473,18 +473,25 @@ pub struct Item {
     pub ratio: f64,
 }
 
+/// The median of `times` as every table of the bench reports it: the middle run, or for an
+/// even count the mean of the two middle runs; NaN for no runs.
+pub(crate) fn median(times: &[f64]) -> f64 {
+    let mut sorted = times.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    match n {
+        0 => f64::NAN,
+        _ if n.is_multiple_of(2) => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+        _ => sorted[n / 2],
+    }
+}
+
 impl Item {
     /// Statistics of `times` over `bytes` per run, as its own ceiling.
     fn new(name: &str, mut times: Vec<f64>, bytes: u64) -> Self {
         times.sort_by(f64::total_cmp);
         let at = |i: usize| times.get(i).copied().unwrap_or(f64::NAN);
-        // For an even count, the mean of the two middle runs.
-        let n = times.len();
-        let median_s = if n.is_multiple_of(2) && n > 0 {
-            (at(n / 2 - 1) + at(n / 2)) / 2.0
-        } else {
-            at(n / 2)
-        };
+        let median_s = median(&times);
         let gbps = bytes as f64 / median_s / 1e9;
         Item {
             name: name.to_string(),

@@ -75,7 +75,12 @@ fn get<'a>(config: &'a Object, key: &str) -> Option<&'a Value> {
 
 /// A required whole number that fits a u32 and is at least `min`.
 fn whole(config: &Object, key: &str, min: u32) -> Result<u32> {
-    let allowed = || format!("a whole number in {min}..=4294967295");
+    whole_in(config, key, min, &format!("a whole number in {min}..=4294967295"))
+}
+
+/// [`whole`], naming `allowed` (a range within `min..=u32::MAX`) when it refuses.
+fn whole_in(config: &Object, key: &str, min: u32, allowed: &str) -> Result<u32> {
+    let allowed = || allowed.to_string();
     match get(config, key) {
         None => Err(invalid(key, "missing", allowed())),
         Some(Value::Number(n)) => match n.as_u64().and_then(|v| u32::try_from(v).ok()) {
@@ -170,12 +175,16 @@ impl ModelConfig {
         if !sinusoid && !LEARNED_OFFSET_MODEL_TYPES.contains(&t) {
             return Err(unserved(&config, t));
         }
-        let dim = whole(&config, "d_model", 1)?;
         let variant = match t {
             "marian" | "pegasus" => Some(Variant::Marian),
             "m2m_100" | "fsmt" | "speech_to_text" => Some(Variant::Fairseq),
             "whisper" => Some(Variant::Whisper),
             _ => None,
+        };
+        // A sinusoid's width is refused naming the variant's own range, whatever the fault.
+        let dim = match variant {
+            Some(variant) => whole_in(&config, "d_model", 1, variant.allowed_dims())?,
+            None => whole(&config, "d_model", 1)?,
         };
         let (positions, pad_id) = match variant {
             Some(variant) => {

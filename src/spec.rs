@@ -81,7 +81,7 @@ impl Variant {
     }
 
     /// The dims this variant is defined for, as text for error messages.
-    fn allowed_dims(self) -> &'static str {
+    pub(crate) fn allowed_dims(self) -> &'static str {
         match self {
             Variant::Vaswani => "an even number in 2..=65536",
             Variant::DistilBert | Variant::Marian => "a number in 1..=65536",

@@ -9,6 +9,8 @@ use crate::error::{Error, Result};
 use crate::gpu::{self, EncodePassDescriptor, Positions};
 use crate::spec::PeSpec;
 
+use super::median;
+
 /// Most steps one decode bench times.
 pub const MAX_DECODE_STEPS: usize = 100_000;
 
@@ -67,7 +69,8 @@ pub struct DecodeReport {
     pub repeats: usize,
     /// Dispatches each step records.
     pub dispatches_per_step: usize,
-    /// Median wall-clock seconds per decode step (recorded, submitted without waiting).
+    /// Median wall-clock seconds per decode step (recorded, submitted without waiting), as
+    /// every bench table reports it: the mean of the middle two runs for an even count.
     pub gpu_decode_step: f64,
     /// Median wall-clock seconds per step of as many trivial dispatches.
     pub gpu_dispatch_floor: f64,
@@ -77,12 +80,6 @@ pub struct DecodeReport {
     pub decode_runs: Vec<f64>,
     /// As `decode_runs`, for the floor.
     pub floor_runs: Vec<f64>,
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    s[s.len() / 2]
 }
 
 impl DecodeConfig {

@@ -244,6 +244,41 @@ fn malformed_configs_are_refused_naming_the_key() {
     );
 }
 
+/// A refused `d_model` of a sinusoid family names the width that family allows, whatever
+/// the value's fault: 0, a negative, a fraction, text or a number past u32 had been told
+/// "a whole number in 1..=4294967295", a limit no family has (the widths stop at 65536,
+/// fairseq's and Whisper's start at 4).
+#[test]
+fn a_refused_d_model_names_the_familys_own_range() {
+    let families = [
+        ("marian", "a number in 1..=65536"),
+        ("m2m_100", "a number in 4..=65536"),
+        ("whisper", "an even number in 4..=65536"),
+    ];
+    let values = ["0", "-4", "10.5", "\"512\"", "4294967296", "99999999999999999999999", "70000"];
+    for (model_type, allowed) in families {
+        for value in values {
+            let json = format!(
+                r#"{{"model_type": "{model_type}", "d_model": {value}, "pad_token_id": 1,
+                    "scale_embedding": true}}"#
+            );
+            match ModelConfig::from_hf_config(&json) {
+                Err(Error::PeConfig { field, allowed: a, .. }) => {
+                    assert_eq!((field.as_str(), a.as_str()), ("d_model", allowed), "{json}");
+                }
+                other => panic!("{json}: expected PeConfig naming d_model, got {other:?}"),
+            }
+        }
+        let json = format!(r#"{{"model_type": "{model_type}", "pad_token_id": 1}}"#);
+        let e = ModelConfig::from_hf_config(&json).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("config.json: invalid d_model: missing (allowed: {allowed})"),
+            "{json}"
+        );
+    }
+}
+
 #[test]
 fn read_model_config_bounds_what_it_reads() {
     let name = Path::new("huge.json");

@@ -380,17 +380,19 @@ impl EncodeInput {
             (Some((c, path)), None) => c.required_scale().map_err(|e| e.in_config_file(path))?,
             (None, None) => Scale::default(),
         };
-        let config = config.as_ref().map(|(c, _)| c);
         let table = inputs::read_table(Source::File(&args.weights), args.tensor.as_deref())?;
         let width = table.dim().1;
-        if let Some(c) = config.filter(|c| c.dim() as usize != width) {
-            return Err(Error::Shape {
-                op: "encode",
-                what: "config d_model vs embedding width",
-                expected: c.dim().to_string(),
-                actual: width.to_string(),
-            });
+        // Named as the config's other errors are: its file and key, then what was expected.
+        if let Some((c, path)) = config.as_ref().filter(|(c, _)| c.dim() as usize != width) {
+            let e = Error::PeConfig {
+                path: None,
+                field: "d_model".into(),
+                value: c.dim().to_string(),
+                allowed: format!("{width}, the width of the table in {}", args.weights.display()),
+            };
+            return Err(e.in_config_file(path));
         }
+        let config = config.as_ref().map(|(c, _)| c);
         let config_spec = config.and_then(ModelConfig::spec);
         let offset = match config.map(ModelConfig::positions) {
             Some(ModelPositions::Learned { offset }) => offset,

@@ -241,7 +241,13 @@ fn config_errors_name_the_path_given() {
     let x = dir.npy("x.npy", &Array4::<f32>::zeros((1, 2, 1, 16)));
     let out = dir.out("o.npy");
     let (bart, whisper) = (config("bart-base.json"), config("whisper-tiny.json"));
+    let opus = config("opus-mt-en-de.json");
     let cases: Vec<(Vec<&str>, String)> = vec![
+        // d_model 512 beside a table 384 wide: the config's key, and the table's width.
+        (
+            vec!["encode", "--weights", &w, "--ids", &ids, "-o", &out, "--config", &opus],
+            format!("{opus}: invalid d_model: 512 (allowed: 384, the width of the table in {w}"),
+        ),
         (vec!["table", "--config", &no_pad], format!("{no_pad}: invalid pad_token_id: missing")),
         (vec!["table", "--config", &bart], format!("{bart}: model_type \"bart\": learned")),
         (

@@ -251,3 +251,35 @@ fn a_decode_table_past_the_cap_is_one_line_and_exit_2() {
         assert!(start.elapsed().as_secs_f64() < 5.0, "{args:?}");
     }
 }
+
+/// The decode loop's JSON reports the median of the runs it lists, by the definition the
+/// other items use (the mean of the middle two for an even count, docs/performance.md),
+/// and its ratio is the two medians' quotient. With an even `--repeats` the upper middle
+/// run had been reported instead: a `gpu_decode_step` that is not the median of its own
+/// `decode_runs`.
+#[test]
+fn decode_json_reports_the_median_of_its_own_runs() {
+    if !gpu_available("decode_json_reports_the_median_of_its_own_runs") {
+        return;
+    }
+    let median = |runs: &Value| {
+        let mut v: Vec<f64> =
+            runs.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if n.is_multiple_of(2) { (v[n / 2 - 1] + v[n / 2]) / 2.0 } else { v[n / 2] }
+    };
+    for repeats in ["2", "3", "4"] {
+        let shape = ["--dim", "64", "--vocab", "16", "--batch", "1", "--dtype", "f32"];
+        let args = [&["bench", "--decode", "3", "--repeats", repeats, "--json"][..], &shape];
+        let out = posenc(&args.concat());
+        assert_ok(&out, "bench --decode --json");
+        let report = json(&out);
+        let (step, floor) = (&report["gpu_decode_step"], &report["gpu_dispatch_floor"]);
+        let (step, floor) = (step.as_f64().unwrap(), floor.as_f64().unwrap());
+        assert_eq!(report["decode_runs"].as_array().unwrap().len().to_string(), repeats);
+        assert_eq!(step, median(&report["decode_runs"]), "--repeats {repeats}: {report}");
+        assert_eq!(floor, median(&report["floor_runs"]), "--repeats {repeats}: {report}");
+        assert_eq!(report["ratio_to_floor"].as_f64().unwrap(), step / floor, "{report}");
+    }
+}
