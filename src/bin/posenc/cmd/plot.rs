@@ -32,7 +32,7 @@ pub(crate) enum PlotCommand {
 pub(crate) struct HeatmapArgs {
     /// Model dimension: the columns of the picture, in 1..=4096 as the variant allows.
     #[arg(long, value_name = "D", default_value_t = 512, allow_negative_numbers = true,
-          value_parser = whole::<u32>("an even number in 2..=65536"))]
+          value_parser = whole::<u32>("a whole number in 1..=4096 (plot::MAX_CELLS) as the variant allows"))]
     dim: u32,
     /// Positions 0..N: the rows of the picture, 1..=4096.
     #[arg(long, value_name = "N", default_value_t = 50, allow_negative_numbers = true,
@@ -147,10 +147,12 @@ fn refuse_png_on_terminal(out: &Target) -> Result<(), Failure> {
 fn heatmap(args: &HeatmapArgs) -> Result<(), Failure> {
     const OP: &str = "plot heatmap";
     let variant = Variant::from(args.variant);
+    // The picture's limit first: past it, the variant's own range (up to 65536) is not
+    // the one that matters.
+    plot_cells(OP, "dim", "dim (columns of the picture)", args.dim.into())?;
     let spec = PeSpec::for_variant(variant, args.dim)
         .and_then(|s| s.with_base(args.base))
         .map_err(Failure::usage)?;
-    plot_cells(OP, "dim", "dim (columns of the picture)", args.dim.into())?;
     let rows = plot_cells(OP, "len", "len (rows of the picture)", args.len)?;
     let out = target(args.output.as_deref())?;
     refuse_png_on_terminal(&out)?;

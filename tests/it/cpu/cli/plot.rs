@@ -180,6 +180,7 @@ const BAD_PLOT_ARGS: &[(&[&str], &str)] = &[
     (&["heatmap", "--dim", "8192"], "columns of the picture"),
     (&["heatmap", "--len", "0"], "invalid len: 0"),
     (&["heatmap", "--len", "4097"], "plot::MAX_CELLS is 4096"),
+    (&["heatmap", "--dim", "4097"], "plot::MAX_CELLS is 4096"),
     (&["heatmap", "--len", "99999999999999999999"], "99999999999999999999"),
     (&["heatmap", "--len", "-1"], "-1"),
     (&["heatmap", "--base", "1"], "invalid base: 1"),

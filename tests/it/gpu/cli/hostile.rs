@@ -212,7 +212,7 @@ fn integer_options_name_their_own_range_for_any_value_that_is_not_one() {
         (vec!["bench", "--vocab"], "in 1..=4294967295 (token ids are u32)"),
         (vec!["bench", "--repeats"], "in 1..=10000"),
         (vec!["bench", "--decode"], "in 1..=100000 steps"),
-        (vec!["plot", "heatmap", "--dim"], "an even number in 2..=65536"),
+        (vec!["plot", "heatmap", "--dim"], "in 1..=4096 (plot::MAX_CELLS)"),
         (vec!["plot", "heatmap", "--len"], "in 1..=4096"),
         (vec!["plot", "similarity", "--dim"], "an even number in 2..=65536"),
         (vec!["plot", "similarity", "--len"], "in 1..=4096"),
