@@ -392,6 +392,7 @@ impl EncodeInput {
             };
             return Err(e.in_config_file(path));
         }
+        let config_path = config.as_ref().map(|(_, path)| path.to_path_buf());
         let config = config.as_ref().map(|(c, _)| c);
         let config_spec = config.and_then(ModelConfig::spec);
         let offset = match config.map(ModelConfig::positions) {
@@ -454,7 +455,26 @@ impl EncodeInput {
                 (None, None) => EncodePositions::Contiguous,
             },
         };
-        let mut positions = inputs::encode_positions(&ids, how)?;
+        // fairseq positions count from the padding index: one the config gave is named as
+        // the config's key, in its file.
+        let config_padding = config_spec.as_ref().and_then(PeSpec::padding_idx);
+        let mut positions = inputs::encode_positions(&ids, how).map_err(|e| match e {
+            Error::InvalidParameter { field: "padding_idx", value, allowed }
+                if config_padding.is_some() && config_padding == fairseq_padding =>
+            {
+                let e = Error::PeConfig {
+                    path: None,
+                    field: "pad_token_id".into(),
+                    value,
+                    allowed: allowed.replace("padding_idx", "pad_token_id"),
+                };
+                match &config_path {
+                    Some(path) => e.in_config_file(path),
+                    None => e,
+                }
+            }
+            other => other,
+        })?;
         if offset > 0 {
             add_offset(&mut positions, offset, config.map_or("", |c| c.model_type()))?;
         }

@@ -236,6 +236,11 @@ fn config_errors_name_the_path_given() {
         br#"{"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
              "rope_scaling": {"rope_type": "linear", "factor": -1}}"#,
     );
+    let top_pad = dir.bytes(
+        "my/pad.json",
+        br#"{"model_type": "m2m_100", "d_model": 384, "scale_embedding": true,
+             "pad_token_id": 4294967295}"#,
+    );
     let w = weights(&dir, 4, 384);
     let ids = dir.npy("ids.npy", &array![[0u32, 1]]);
     let x = dir.npy("x.npy", &Array4::<f32>::zeros((1, 2, 1, 16)));
@@ -249,6 +254,12 @@ fn config_errors_name_the_path_given() {
             format!("{opus}: invalid d_model: 512 (allowed: 384, the width of the table in {w}"),
         ),
         (vec!["table", "--config", &no_pad], format!("{no_pad}: invalid pad_token_id: missing")),
+        // fairseq positions from a pad_token_id past u32 - len: the config's key, not the
+        // library's padding_idx.
+        (
+            vec!["encode", "--weights", &w, "--ids", &ids, "-o", &out, "--config", &top_pad],
+            format!("{top_pad}: invalid pad_token_id: 4294967295 with 2 tokens per row"),
+        ),
         (vec!["table", "--config", &bart], format!("{bart}: model_type \"bart\": learned")),
         (
             vec!["encode", "--weights", &w, "--ids", &ids, "-o", &out, "--config", &whisper],
