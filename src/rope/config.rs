@@ -84,7 +84,13 @@ fn number(map: &Object, key: &str) -> Result<Option<f64>> {
 fn whole(map: &Object, key: &str) -> Result<Option<u64>> {
     match get(map, key) {
         None => Ok(None),
-        Some(Value::Number(n)) => match n.as_u64() {
+        // A whole number written as a float (128.0) is one, as Python takes it and as the
+        // scaling's whole-number fields read it.
+        Some(Value::Number(n)) => match n.as_u64().or_else(|| {
+            n.as_f64()
+                .filter(|v| v.fract() == 0.0 && (1.0..=9_007_199_254_740_992.0).contains(v))
+                .map(|v| v as u64)
+        }) {
             Some(v) if v >= 1 => Ok(Some(v)),
             _ => Err(invalid(key, n.to_string(), "a whole number >= 1")),
         },

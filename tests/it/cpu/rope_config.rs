@@ -489,6 +489,11 @@ fn configs_posenc_cannot_honour_are_refused_naming_the_key() {
     assert!(msg.contains("invalid head_dim: 4294967296 "), "{msg}");
     let msg = refused(r#"{"qk_rope_head_dim": 8589934592}"#, None, "qk_rope_head_dim");
     assert!(msg.contains("8589934592"), "{msg}");
+    // Whole numbers written as floats read as Python reads them; fractions are refused.
+    let floats = r#"{"hidden_size": 4096.0, "num_attention_heads": 32.0, "head_dim": 128.0}"#;
+    assert_eq!(RopeSpec::from_hf_config(floats, None).unwrap(), RopeSpec::new(128).unwrap());
+    refused(r#"{"head_dim": 128.5}"#, None, "head_dim");
+    refused(r#"{"head_dim": 0.0}"#, None, "head_dim");
     let tiny = r#"{"head_dim": 64, "partial_rotary_factor": 1e-300}"#;
     let msg = refused(tiny, None, "partial_rotary_factor");
     assert!(msg.contains("invalid partial_rotary_factor: 1e-300 (rotary dim 0"), "{msg}");
