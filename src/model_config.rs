@@ -54,6 +54,9 @@ pub struct ModelConfig {
     dim: u32,
     positions: ModelPositions,
     scale: Option<Scale>,
+    /// `scale_embedding` was given as null (which transformers' modules read as false):
+    /// refused by [`ModelConfig::required_scale`] as null, not as missing.
+    scale_null: bool,
     pad_id: Option<u32>,
     token_inputs: bool,
 }
@@ -206,7 +209,8 @@ impl ModelConfig {
         // Whisper's sinusoid meets audio features, never token embeddings: no scale applies.
         let token_inputs = t != "whisper";
         let scale = if token_inputs { scale(&config)? } else { Some(Scale::None) };
-        Ok(ModelConfig { model_type, dim, positions, scale, pad_id, token_inputs })
+        let scale_null = matches!(config.get("scale_embedding"), Some(Value::Null));
+        Ok(ModelConfig { model_type, dim, positions, scale, scale_null, pad_id, token_inputs })
     }
 
     /// The config's `model_type`.
@@ -249,6 +253,9 @@ impl ModelConfig {
     /// assert_eq!(marian.scale(), None);
     /// let err = marian.required_scale().unwrap_err();
     /// assert!(err.to_string().starts_with("config.json: invalid scale_embedding: missing"));
+    /// let null = r#"{"model_type": "marian", "d_model": 512, "scale_embedding": null}"#;
+    /// let err = ModelConfig::from_hf_config(null)?.required_scale().unwrap_err();
+    /// assert!(err.to_string().starts_with("config.json: invalid scale_embedding: null"));
     /// # Ok::<(), posenc::Error>(())
     /// ```
     ///
@@ -258,7 +265,7 @@ impl ModelConfig {
         self.scale.ok_or_else(|| {
             invalid(
                 "scale_embedding",
-                "missing",
+                if self.scale_null { "null" } else { "missing" },
                 "true or false (the family's default is not guessed)",
             )
         })
