@@ -159,9 +159,12 @@ pub struct EncodePass {
     state: DeviceBuffer,
     /// The split's work buffer (see `shaders/embed_scan.wgsl`), when the pass is split.
     work: Option<DeviceBuffer>,
-    /// Where the compact layout keeps its copy of a step's ids and positions in `state`,
-    /// on devices of fewer than 6 storage buffers per shader stage.
-    compact: Option<CompactIo>,
+    /// Where the state buffer has room for a copy of a step's ids and positions: always on
+    /// devices of fewer than 6 storage buffers per shader stage (`compact_device`), whose
+    /// records always copy them; elsewhere when it takes at most [`ARENA_COPY_BYTES`], for
+    /// records whose output shares the ids' or positions' buffer.
+    copies: Option<CompactIo>,
+    compact_device: bool,
     bound: BindCache<Bound>,
 }
 
@@ -217,6 +220,10 @@ enum PassPe<'a> {
 
 /// Bytes of the fault counters at the start of the state buffer.
 const FAULT_BYTES: u64 = 16;
+
+/// The most bytes of ids and positions a pass on a device of 6 or more storage buffers
+/// keeps room to copy, for records whose output shares their buffer (an engine's arena).
+pub const ARENA_COPY_BYTES: u64 = 16 << 20;
 
 /// The recorded encode's kernels, compiled on first use.
 #[derive(Clone, Default)]
@@ -530,11 +537,12 @@ impl Context {
         };
         // At least one frequency word pair: the kernels' smallest binding.
         let steps_end = FAULT_BYTES + steps.len().max(2) as u64 * 4;
-        let (compact_io, state_bytes) = if compact {
-            let ids_bytes = (desc.batch * desc.len) as u64 * 4;
-            let positions_bytes = desc.positions.values(desc.batch, desc.len) as u64 * 4;
-            let io = CompactIo { ids_at: steps_end, positions_at: steps_end + ids_bytes };
-            let bytes = io.positions_at + positions_bytes;
+        let ids_bytes = (desc.batch * desc.len) as u64 * 4;
+        let positions_bytes = desc.positions.values(desc.batch, desc.len) as u64 * 4;
+        let io = CompactIo { ids_at: steps_end, positions_at: steps_end + ids_bytes };
+        let copy_bytes = io.positions_at + positions_bytes;
+        let (copies, state_bytes) = if compact {
+            let bytes = copy_bytes;
             if bytes > self.max_binding {
                 return Err(Error::Limit {
                     op,
@@ -547,6 +555,9 @@ impl Context {
                 });
             }
             (Some(io), bytes)
+        } else if ids_bytes + positions_bytes <= ARENA_COPY_BYTES && copy_bytes <= self.max_binding
+        {
+            (Some(io), copy_bytes)
         } else {
             (None, steps_end)
         };
@@ -635,7 +646,8 @@ impl Context {
             no_cache,
             state,
             work,
-            compact: compact_io,
+            copies,
+            compact_device: compact,
             bound: BindCache::default(),
         })
     }
@@ -695,9 +707,12 @@ impl EncodePass {
     /// word, the first in the low half), bit for bit what [`crate::cpu::encode()`] gives.
     /// `ids` holds `batch * len` u32 token ids; `positions` one u32 per token or per
     /// sequence as prepared ([`Positions`]). All three slices need `STORAGE` usage and
-    /// offsets that are multiples of 4 bytes, and `out` must not be in the buffer of `ids`
-    /// or `positions` (wgpu does not let one dispatch bind a buffer both read-only and
-    /// read-write); the bytes of `out` past the step's output are not touched.
+    /// offsets that are multiples of 4 bytes; the bytes of `out` past the step's output are
+    /// not touched. When `out` shares the buffer of `ids` or `positions` (an engine's
+    /// arena), wgpu does not let one dispatch bind it both read-only and read-write, so the
+    /// record first copies the ids and positions into the pass's state buffer, as the
+    /// compact layout below does: that buffer then needs `COPY_SRC` too, and a step's ids
+    /// and positions at most [`ARENA_COPY_BYTES`].
     ///
     /// On a device of fewer than 6 storage buffers per shader stage (WebGPU's downlevel
     /// limits allow 4) the pass takes its compact layout: before its dispatches it records
@@ -717,7 +732,7 @@ impl EncodePass {
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for a missing usage, a misaligned offset, or `out` in
-    /// the buffer of `ids` or `positions` (outside the compact layout); [`Error::Shape`]
+    /// the buffer of ids and positions past [`ARENA_COPY_BYTES`]; [`Error::Shape`]
     /// for a slice smaller than the step needs; [`Error::Limit`] for a range larger than
     /// one storage binding; [`Error::DeviceLost`] once the device is lost; [`Error::Gpu`]
     /// if wgpu refuses a buffer of a set not recorded before (one destroyed, or of another
@@ -733,14 +748,14 @@ impl EncodePass {
         let storage = wgpu::BufferUsages::STORAGE;
         let need = |name, bytes| Need { name, bytes, usage: storage, usage_text: "STORAGE" };
         // The compact layout copies ids and positions into its state buffer.
-        let input = |name, bytes| match self.compact {
-            Some(_) => Need {
+        let input = |name, bytes| match self.compact_device {
+            true => Need {
                 name,
                 bytes,
                 usage: wgpu::BufferUsages::COPY_SRC,
                 usage_text: "COPY_SRC (on a device of fewer than 6 storage buffers per stage)",
             },
-            None => need(name, bytes),
+            false => need(name, bytes),
         };
         let ids = self.ctx.span(OP, ids, &input("ids", self.ids_bytes()))?;
         let positions =
@@ -751,25 +766,38 @@ impl EncodePass {
         if outs.is_empty() {
             return Ok(());
         }
-        // The kernels bind ids and positions read-only beside the output read-write, which
-        // wgpu refuses within one buffer (at the encoder's finish, with a panic in its
-        // default error handler); the compact layout copies them, so there they may share it.
-        if self.compact.is_none() {
+        // The full layout binds ids and positions read-only beside the output read-write,
+        // which wgpu refuses within one buffer (at the encoder's finish, with a panic in its
+        // default error handler). An output sharing their buffer (an engine's arena) takes
+        // the compact layout's path for the record: the ids and positions are copied first.
+        let aliased = !self.compact_device
+            && [&ids, &positions].iter().any(|input| input.buffer == outs[0].buffer);
+        if aliased {
+            if self.copies.is_none() {
+                return Err(Error::InvalidParameter {
+                    field: "out",
+                    value: "a slice of the buffer that holds the ids or positions".into(),
+                    allowed: "a buffer of its own when a step's ids and positions take more than \
+                              ARENA_COPY_BYTES (16 MiB), the most a pass keeps room to copy",
+                });
+            }
             for (input, name) in [(&ids, "ids"), (&positions, "positions")] {
-                if input.buffer == outs[0].buffer {
+                let usage = input.buffer.usage();
+                if !usage.contains(wgpu::BufferUsages::COPY_SRC) {
                     return Err(Error::InvalidParameter {
-                        field: "out",
-                        value: format!("a slice of the buffer that holds the {name}"),
-                        allowed: "a buffer other than the ids' and the positions' (wgpu does not \
-                                  let one dispatch bind a buffer both read-only and read-write)",
+                        field: name,
+                        value: format!("a buffer with usage {usage:?}"),
+                        allowed: "COPY_SRC as well as STORAGE when out shares the buffer of the \
+                                  ids or positions (the pass copies them first)",
                     });
                 }
             }
         }
+        let copy = if self.compact_device || aliased { self.copies } else { None };
         let mut spans = vec![ids.clone(), positions.clone()];
         spans.extend(outs);
-        let bound = self.bound.get_or_make(spans, |spans| self.bind(spans))?;
-        if let Some(io) = self.compact {
+        let bound = self.bound.get_or_make(spans, |spans| self.bind(spans, copy))?;
+        if let Some(io) = copy {
             for (from, to, bytes) in [
                 (&ids, io.ids_at, self.ids_bytes()),
                 (&positions, io.positions_at, self.positions_bytes()),
@@ -810,7 +838,7 @@ impl EncodePass {
     /// The parameter blocks and bind groups of one set of buffers (ids, positions, out).
     /// The bind groups of one set of buffers: `spans` is the ids, the positions, then the
     /// output range of each part of the step.
-    fn bind(&self, spans: &[Span]) -> Result<Bound> {
+    fn bind(&self, spans: &[Span], copy: Option<CompactIo>) -> Result<Bound> {
         let [ids, positions, outs @ ..] = spans else { unreachable!("at least three spans") };
         // The compact layout's kernels read copies of the ids and positions at fixed places in
         // the state buffer. The copies are commands in the caller's encoder, whose errors
@@ -818,7 +846,7 @@ impl EncodePass {
         // refuses a buffer wgpu would refuse (destroyed, of another device) as bind groups
         // with it would, with `Error::Gpu`.
         let state_spans;
-        let (ids, positions) = match self.compact {
+        let (ids, positions) = match copy {
             Some(io) => {
                 self.ctx.validated("encode_pass.record", || {
                     let device = &self.ctx.device;
@@ -847,14 +875,15 @@ impl EncodePass {
             .map(|(k, out)| {
                 let token_base = k as u32 * self.part_tokens;
                 let tokens = self.part_tokens.min(all - token_base);
-                self.bind_part(ids, positions, out, token_base, tokens)
+                self.bind_part(ids, positions, out, token_base, tokens, copy.is_some())
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Bound { parts })
     }
 
     /// The kernel, grid, parameters and bind groups of the part of `tokens` tokens from
-    /// `token_base`, writing `out`.
+    /// `token_base`, writing `out`; in the compact layout (`ids` and `positions` then span
+    /// the copies in the state buffer) when `compact`.
     fn bind_part(
         &self,
         ids: &Span,
@@ -862,6 +891,7 @@ impl EncodePass {
         out: &Span,
         token_base: u32,
         tokens: u32,
+        compact: bool,
     ) -> Result<PartBound> {
         let elements = u64::from(tokens) * self.dim as u64;
         let n_words =
@@ -869,7 +899,10 @@ impl EncodePass {
         // The unit kernel addresses the output in its words: the caller's offset must be a
         // whole number of them from the binding's start.
         let out_unit_words = if self.desc.options.out_dtype == Dtype::F32 { 4 } else { 2 };
-        let unit = self.x4.filter(|_| out.base.is_multiple_of(out_unit_words));
+        let unit = self
+            .x4
+            .filter(|_| out.base.is_multiple_of(out_unit_words))
+            .map(|(v, grid)| (EmbedX4 { compact, ..v }, grid));
         let (kernel, grid, out_base) = match unit {
             Some((v, grid)) => {
                 (self.ctx.embed_kernel(EmbedKey::X4(v)), grid, out.base / out_unit_words)
@@ -878,7 +911,7 @@ impl EncodePass {
                 let slots = self.kernel_slots();
                 let max_groups = self.ctx.device.limits().max_compute_workgroups_per_dimension;
                 let (x, y) = fold_dispatch(n_words.div_ceil(WORKGROUP_SIZE), max_groups);
-                let key = EmbedKey::Embed(slots, self.compact.is_some());
+                let key = EmbedKey::Embed(slots, compact);
                 (self.ctx.embed_kernel(key), (x, y, 1), out.base)
             }
         };
@@ -929,15 +962,15 @@ impl EncodePass {
                     .enumerate()
                     .map(|(w, &(first, n))| {
                         let cache = list.unwrap_or(cache).as_entire_binding();
-                        let mut entries = match self.compact {
+                        let mut entries = match compact {
                             // The state holds the ids and positions (`Span`s into it).
-                            Some(_) => vec![
+                            true => vec![
                                 entry(0, params_block(w)),
                                 entry(1, self.state.as_entire_binding()),
                                 entry(2, cache),
                                 entry(3, out.binding()),
                             ],
-                            None => vec![
+                            false => vec![
                                 entry(0, params_block(w)),
                                 entry(1, ids.binding()),
                                 entry(2, positions.binding()),

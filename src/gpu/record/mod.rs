@@ -21,7 +21,10 @@ use std::sync::{Arc, Mutex};
 pub use alibi::AlibiPass;
 pub use decode::DecodeTiming;
 pub(super) use encode::EmbedKernels;
-pub use encode::{DEFAULT_CACHED_POSITIONS, EmbedParams, EncodePass, EncodePassDescriptor, Faults};
+pub use encode::{
+    ARENA_COPY_BYTES, DEFAULT_CACHED_POSITIONS, EmbedParams, EncodePass, EncodePassDescriptor,
+    Faults,
+};
 pub use rope::{RopePass, RopePassDescriptor};
 
 use super::Context;
