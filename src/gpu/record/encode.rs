@@ -542,19 +542,18 @@ impl Context {
         let io = CompactIo { ids_at: steps_end, positions_at: steps_end + ids_bytes };
         let copy_bytes = io.positions_at + positions_bytes;
         let (copies, state_bytes) = if compact {
-            let bytes = copy_bytes;
-            if bytes > self.max_binding {
+            if copy_bytes > self.max_binding {
                 return Err(Error::Limit {
                     op,
                     what: "bytes of the state buffer (fault counters, frequency words and a \
                            copy of a step's ids and positions) on a device of fewer than 6 \
                            storage buffers per stage",
-                    requested: bytes,
+                    requested: copy_bytes,
                     limit_name: "max storage binding size",
                     limit: self.max_binding,
                 });
             }
-            (Some(io), bytes)
+            (Some(io), copy_bytes)
         } else if ids_bytes + positions_bytes <= ARENA_COPY_BYTES && copy_bytes <= self.max_binding
         {
             (Some(io), copy_bytes)
@@ -745,17 +744,43 @@ impl EncodePass {
         out: wgpu::BufferSlice<'_>,
     ) -> Result<()> {
         const OP: &str = "encode_pass.record";
-        let storage = wgpu::BufferUsages::STORAGE;
-        let need = |name, bytes| Need { name, bytes, usage: storage, usage_text: "STORAGE" };
-        // The compact layout copies ids and positions into its state buffer.
-        let input = |name, bytes| match self.compact_device {
-            true => Need {
-                name,
-                bytes,
-                usage: wgpu::BufferUsages::COPY_SRC,
-                usage_text: "COPY_SRC (on a device of fewer than 6 storage buffers per stage)",
-            },
-            false => need(name, bytes),
+        use wgpu::BufferUsages as U;
+        let need = |name, bytes| Need { name, bytes, usage: U::STORAGE, usage_text: "STORAGE" };
+        // The full layout binds ids and positions read-only beside the output read-write,
+        // which wgpu refuses within one buffer (at the encoder's finish, with a panic in its
+        // default error handler). An output sharing their buffer (an engine's arena) takes
+        // the compact layout's path for the record: the ids and positions are copied first.
+        let aliased =
+            !self.compact_device && [ids.buffer(), positions.buffer()].contains(&out.buffer());
+        if aliased && self.copies.is_none() {
+            return Err(Error::InvalidParameter {
+                field: "out",
+                value: "a slice of the buffer that holds the ids or positions".into(),
+                allowed: "a buffer of its own when a step's ids and positions take more than \
+                          ARENA_COPY_BYTES (16 MiB), the most a pass keeps room to copy",
+            });
+        }
+        // Copied ids and positions need COPY_SRC: in place of STORAGE on a compact device,
+        // beside it for an arena.
+        let input = |name, bytes| {
+            if self.compact_device {
+                Need {
+                    name,
+                    bytes,
+                    usage: U::COPY_SRC,
+                    usage_text: "COPY_SRC (on a device of fewer than 6 storage buffers per stage)",
+                }
+            } else if aliased {
+                Need {
+                    name,
+                    bytes,
+                    usage: U::STORAGE | U::COPY_SRC,
+                    usage_text: "COPY_SRC as well as STORAGE when out shares the buffer of the \
+                                 ids or positions (the pass copies them first)",
+                }
+            } else {
+                need(name, bytes)
+            }
         };
         let ids = self.ctx.span(OP, ids, &input("ids", self.ids_bytes()))?;
         let positions =
@@ -766,33 +791,6 @@ impl EncodePass {
         if outs.is_empty() {
             return Ok(());
         }
-        // The full layout binds ids and positions read-only beside the output read-write,
-        // which wgpu refuses within one buffer (at the encoder's finish, with a panic in its
-        // default error handler). An output sharing their buffer (an engine's arena) takes
-        // the compact layout's path for the record: the ids and positions are copied first.
-        let aliased = !self.compact_device
-            && [&ids, &positions].iter().any(|input| input.buffer == outs[0].buffer);
-        if aliased {
-            if self.copies.is_none() {
-                return Err(Error::InvalidParameter {
-                    field: "out",
-                    value: "a slice of the buffer that holds the ids or positions".into(),
-                    allowed: "a buffer of its own when a step's ids and positions take more than \
-                              ARENA_COPY_BYTES (16 MiB), the most a pass keeps room to copy",
-                });
-            }
-            for (input, name) in [(&ids, "ids"), (&positions, "positions")] {
-                let usage = input.buffer.usage();
-                if !usage.contains(wgpu::BufferUsages::COPY_SRC) {
-                    return Err(Error::InvalidParameter {
-                        field: name,
-                        value: format!("a buffer with usage {usage:?}"),
-                        allowed: "COPY_SRC as well as STORAGE when out shares the buffer of the \
-                                  ids or positions (the pass copies them first)",
-                    });
-                }
-            }
-        }
         let copy = if self.compact_device || aliased { self.copies } else { None };
         let mut spans = vec![ids.clone(), positions.clone()];
         spans.extend(outs);
@@ -802,8 +800,7 @@ impl EncodePass {
                 (&ids, io.ids_at, self.ids_bytes()),
                 (&positions, io.positions_at, self.positions_bytes()),
             ] {
-                let at = from.offset + u64::from(from.base) * 4;
-                encoder.copy_buffer_to_buffer(&from.buffer, at, &self.state, to, bytes);
+                encoder.copy_buffer_to_buffer(&from.buffer, from.start(), &self.state, to, bytes);
             }
         }
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
@@ -852,8 +849,7 @@ impl EncodePass {
                     let device = &self.ctx.device;
                     let mut probe = device.create_command_encoder(&Default::default());
                     for (from, to) in [(ids, io.ids_at), (positions, io.positions_at)] {
-                        let at = from.offset + u64::from(from.base) * 4;
-                        probe.copy_buffer_to_buffer(&from.buffer, at, &self.state, to, 4);
+                        probe.copy_buffer_to_buffer(&from.buffer, from.start(), &self.state, to, 4);
                     }
                     drop(probe.finish());
                 })?;
@@ -962,22 +958,24 @@ impl EncodePass {
                     .enumerate()
                     .map(|(w, &(first, n))| {
                         let cache = list.unwrap_or(cache).as_entire_binding();
-                        let mut entries = match compact {
-                            // The state holds the ids and positions (`Span`s into it).
-                            true => vec![
+                        // In the compact layout the state holds the ids and positions (`Span`s
+                        // into it).
+                        let mut entries = if compact {
+                            vec![
                                 entry(0, params_block(w)),
                                 entry(1, self.state.as_entire_binding()),
                                 entry(2, cache),
                                 entry(3, out.binding()),
-                            ],
-                            false => vec![
+                            ]
+                        } else {
+                            vec![
                                 entry(0, params_block(w)),
                                 entry(1, ids.binding()),
                                 entry(2, positions.binding()),
                                 entry(3, cache),
                                 entry(4, self.state.as_entire_binding()),
                                 entry(5, out.binding()),
-                            ],
+                            ]
                         };
                         let first_table = entries.len() as u32;
                         // The kernel declares as many slots as the widest window; a narrower

@@ -122,6 +122,11 @@ pub(super) struct Span {
 }
 
 impl Span {
+    /// The caller's offset in the buffer, in bytes.
+    pub(super) fn start(&self) -> u64 {
+        self.offset + u64::from(self.base) * 4
+    }
+
     pub(super) fn binding(&self) -> wgpu::BindingResource<'_> {
         wgpu::BindingResource::Buffer(wgpu::BufferBinding {
             buffer: &self.buffer,

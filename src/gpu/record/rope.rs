@@ -456,7 +456,7 @@ impl RopePass {
                         entry(4, data.binding()),
                     ],
                 });
-                (group, Some((data.offset + u64::from(data.base) * 4, bytes)))
+                (group, Some((data.start(), bytes)))
             }
         };
         Ok(PartBound { grid: (gx, gy), group, copy, _params: params })
