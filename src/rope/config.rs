@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use super::scaling::{excerpt, invalid, parse_json};
+use super::scaling::{excerpt, invalid, parse_json, whole_number};
 use super::{DEFAULT_BASE, Pairing, RopeSpec, Scaling};
 use crate::error::{Error, Result, float};
 
@@ -86,11 +86,7 @@ fn whole(map: &Object, key: &str) -> Result<Option<u64>> {
         None => Ok(None),
         // A whole number written as a float (128.0) is one, as Python takes it and as the
         // scaling's whole-number fields read it.
-        Some(Value::Number(n)) => match n.as_u64().or_else(|| {
-            n.as_f64()
-                .filter(|v| v.fract() == 0.0 && (1.0..=9_007_199_254_740_992.0).contains(v))
-                .map(|v| v as u64)
-        }) {
+        Some(Value::Number(n)) => match n.as_u64().or_else(|| n.as_f64().and_then(whole_number)) {
             Some(v) if v >= 1 => Ok(Some(v)),
             _ => Err(invalid(key, n.to_string(), "a whole number >= 1")),
         },

@@ -239,6 +239,12 @@ pub(super) fn invalid(
     Error::RopeScaling { field: field.into(), value: value.into(), allowed: allowed.into() }
 }
 
+/// `v` as a whole number in 1..=2^53 (a JSON number written as an integer or as a float,
+/// 8192 or 8192.0, as Python takes either), if it is one.
+pub(super) fn whole_number(v: f64) -> Option<u64> {
+    (v.fract() == 0.0 && (1.0..=9_007_199_254_740_992.0).contains(&v)).then_some(v as u64)
+}
+
 const POSITIVE: &str = "a finite number > 0";
 const WHOLE: &str = "a whole number in 1..=9007199254740992";
 const ATTENTION: &str = "a finite number >= 0 that float32 can hold";
@@ -855,11 +861,7 @@ impl Fields<'_> {
     /// A positive whole number (written as an integer or as a float with no fraction).
     fn whole(&self, key: &str) -> Result<Option<u64>> {
         let Some(v) = self.number(key)? else { return Ok(None) };
-        if v.fract() == 0.0 && (1.0..=9_007_199_254_740_992.0).contains(&v) {
-            Ok(Some(v as u64))
-        } else {
-            Err(invalid(key, float(v), WHOLE))
-        }
+        whole_number(v).map(Some).ok_or_else(|| invalid(key, float(v), WHOLE))
     }
 
     fn boolean(&self, key: &str) -> Result<Option<bool>> {

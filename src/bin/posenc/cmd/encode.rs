@@ -462,15 +462,11 @@ impl EncodeInput {
             Error::InvalidParameter { field: "padding_idx", value, allowed }
                 if config_padding.is_some() && config_padding == fairseq_padding =>
             {
-                let e = Error::PeConfig {
-                    path: None,
+                Error::PeConfig {
+                    path: config_path,
                     field: "pad_token_id".into(),
                     value,
                     allowed: allowed.replace("padding_idx", "pad_token_id"),
-                };
-                match &config_path {
-                    Some(path) => e.in_config_file(path),
-                    None => e,
                 }
             }
             other => other,
