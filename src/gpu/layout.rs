@@ -296,7 +296,7 @@ pub fn all() -> Vec<Kernel> {
         params: params("encode_x4"),
         bindings: encode_x4_bindings(v.slots),
     }));
-    let compact_slots = (1..=2).map(|slots| (slots, true));
+    let compact_slots = (1..=MAX_TABLE_SLOTS).map(|slots| (slots, true));
     for (slots, compact) in (1..=MAX_TABLE_SLOTS).map(|slots| (slots, false)).chain(compact_slots) {
         all.push(Kernel {
             name: if compact {
