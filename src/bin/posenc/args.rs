@@ -19,7 +19,8 @@ use crate::failure::Failure;
 pub(crate) struct PeArgs {
     /// A Hugging Face model's config.json (marian, pegasus, m2m_100/NLLB, fsmt,
     /// speech_to_text, whisper; encode also bart and mbart with --position-table): variant,
-    /// width, padding index and scale come from it; the flags override them.
+    /// width, padding index and scale come from it; the flags override them, save that a
+    /// --variant other than the config's is refused.
     #[arg(long, value_name = "PATH")]
     pub(crate) config: Option<PathBuf>,
     /// The published convention to reproduce (docs/variants.md): column layout, frequency
@@ -67,9 +68,27 @@ pub(crate) struct PeArgs {
 
 impl PeArgs {
     /// The `--config` file, read and checked, and its path; `None` without the flag.
+    ///
+    /// A `--variant` other than the config's sinusoid is refused, naming both: the config's
+    /// padding index, pad id and scale belong to its own convention, and another variant's
+    /// columns and position numbering beside them would match no model.
     pub(crate) fn config(&self) -> Result<Option<(ModelConfig, &Path)>, Error> {
         let Some(path) = &self.config else { return Ok(None) };
-        Ok(Some((inputs::read_model_config(Source::File(path))?, path)))
+        let config = inputs::read_model_config(Source::File(path))?;
+        let own = config.spec().map(|spec| spec.variant());
+        if let (Some(given), Some(own)) = (self.variant.map(Variant::from), own)
+            && given != own
+        {
+            return Err(Error::ModelFamily {
+                path: Some(path.clone()),
+                model_type: config.model_type().to_string(),
+                reason: format!(
+                    "its positions are variant {own}; --variant {given} contradicts it: leave \
+                     out --variant, or --config"
+                ),
+            });
+        }
+        Ok(Some((config, path)))
     }
 
     /// The variant: `--variant`, else the config's sinusoid's, else vaswani.

@@ -1,6 +1,7 @@
 //! `posenc table --config` and `posenc encode --config` on the CPU: a published config
-//! gives, byte for byte, what the explicit flags it stands for give; flags override it;
-//! families and uses posenc does not serve are refused with one line naming `model_type`.
+//! gives, byte for byte, what the explicit flags it stands for give; flags override it,
+//! save a `--variant` that contradicts it; families and uses posenc does not serve are
+//! refused with one line naming `model_type`.
 
 use std::fs;
 
@@ -59,7 +60,10 @@ fn table_flags_override_the_config() {
             &["--dim", "16", "--padding-idx", "none"],
             &["--variant", "fairseq", "--dim", "16", "--padding-idx", "none"],
         ),
-        (&["--variant", "vaswani", "--dim", "8"], &["--variant", "vaswani", "--dim", "8"]),
+        (
+            &["--base", "500", "--dim", "8"],
+            &["--variant", "fairseq", "--base", "500", "--dim", "8"],
+        ),
         (
             &["--frequencies", "f32"],
             &["--variant", "fairseq", "--dim", "1024", "--frequencies", "f32"],
@@ -71,6 +75,50 @@ fn table_flags_override_the_config() {
         let b = table(&dir, &format!("{k}b.npy"), flags);
         assert!(a == b, "{over:?}");
     }
+}
+
+/// A `--variant` other than the config's would mix two conventions (NLLB's padding index,
+/// pad id and scale with Marian's columns and position numbering, which matches no model),
+/// so it is refused, naming the file, `model_type` and both variants, before any output;
+/// the config's own variant given again changes nothing.
+#[test]
+fn a_variant_contradicting_the_config_is_refused_naming_both() {
+    let dir = Dir::new();
+    let w = weights(&dir, 12, 1024);
+    let ids = dir.npy("ids.npy", &array![[1u32, 1, 5, 7, 2]]);
+    let out = dir.out("o.npy");
+    let (nllb, opus) = (config("nllb-200-distilled-600m.json"), config("opus-mt-en-de.json"));
+    let whisper = config("whisper-tiny.json");
+    let encode_args = ["encode", "--weights", &w, "--ids", &ids, "-o", &out];
+    let cases: [(Vec<&str>, &str, &str, &str, &str); 4] = [
+        (vec!["table", "-o", &out], &nllb, "m2m_100", "fairseq", "marian"),
+        (encode_args.to_vec(), &nllb, "m2m_100", "fairseq", "marian"),
+        (encode_args.to_vec(), &opus, "marian", "marian", "fairseq"),
+        (vec!["table", "-o", &out], &whisper, "whisper", "whisper", "vaswani"),
+    ];
+    for (command, file, model_type, own, given) in cases {
+        let args =
+            [&command[..], &["--config", file, "--variant", given, "--device", "cpu"]].concat();
+        let want = format!(
+            "posenc: {file}: model_type \"{model_type}\": its positions are variant {own}; \
+             --variant {given} contradicts it: leave out --variant, or --config"
+        );
+        let run = posenc(&args);
+        assert_rejected(&run, &args, &want);
+        assert_eq!(String::from_utf8_lossy(&run.stderr).trim_end(), want, "{args:?}");
+    }
+    assert!(dir.files().iter().all(|f| f != "o.npy"), "no output for a refused request");
+
+    let alone = encode(&dir, "a.npy", &["--weights", &w, "--ids", &ids, "--config", &nllb]);
+    let again = encode(
+        &dir,
+        "b.npy",
+        &["--weights", &w, "--ids", &ids, "--config", &nllb, "--variant", "fairseq"],
+    );
+    assert!(alone == again, "--variant fairseq beside NLLB's config");
+    let alone = table(&dir, "c.npy", &["--config", &whisper]);
+    let again = table(&dir, "d.npy", &["--config", &whisper, "--variant", "whisper"]);
+    assert!(alone == again, "--variant whisper beside Whisper's config");
 }
 
 /// An embedding table of `vocab` rows of `dim`, distinct values.
