@@ -14,6 +14,14 @@ use super::median;
 /// Most steps one decode bench times.
 pub const MAX_DECODE_STEPS: usize = 100_000;
 
+/// Most steps one decode bench runs of each of its two loops (the pass and the dispatch
+/// floor), counting the timed loops and the one warm-up loop: `steps x (repeats + 1)` at
+/// most 2^18. Further warm-up loops run only within the first 0.3 s. At the cap a run takes
+/// about two minutes on lavapipe at B = 8 (0.3 ms a step and 0.2 ms of floor) and seconds
+/// on a GPU, where 100000 steps x 10000 repeats, each within its own range, would take
+/// weeks. 100000 steps with one timed loop stay within it.
+pub const MAX_DECODE_TOTAL_STEPS: u64 = 1 << 18;
+
 /// The shape of a decode bench: `batch` sequences, one new token each per step.
 #[derive(Clone, Debug)]
 pub struct DecodeConfig {
@@ -86,9 +94,10 @@ impl DecodeConfig {
     /// Checks the sizes before anything is allocated.
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] naming the field out of range; [`Error::Limit`] for a
-    /// table whose float32 values (built on the host before the upload, whatever `dtype`)
-    /// exceed [`super::MAX_TABLE_BYTES`].
+    /// [`Error::InvalidParameter`] naming the field out of range; [`Error::Limit`] for more
+    /// steps than [`MAX_DECODE_TOTAL_STEPS`] (`steps x (repeats + 1)`) or a table whose
+    /// float32 values (built on the host before the upload, whatever `dtype`) exceed
+    /// [`super::MAX_TABLE_BYTES`].
     pub fn check(&self) -> Result<PeSpec> {
         let range = |field: &'static str, v: usize, lo: usize, hi: usize, allowed| {
             if v < lo || v > hi {
@@ -101,6 +110,16 @@ impl DecodeConfig {
         range("batch", self.batch, 1, 4096, "1..=4096 sequences for --decode")?;
         range("vocab", self.vocab, 1, 1 << 20, "1..=1048576 rows for --decode")?;
         range("repeats", self.repeats, 1, 10_000, "1..=10000")?;
+        let total = (self.steps as u64).saturating_mul(self.repeats as u64 + 1);
+        if total > MAX_DECODE_TOTAL_STEPS {
+            return Err(Error::Limit {
+                op: "bench --decode",
+                what: "a run of STEPS x (repeats + 1) steps (the timed loops and one warm-up)",
+                requested: total,
+                limit_name: "bench::decode::MAX_DECODE_TOTAL_STEPS",
+                limit: MAX_DECODE_TOTAL_STEPS,
+            });
+        }
         let spec = PeSpec::new(u32::try_from(self.dim).unwrap_or(u32::MAX))?;
         // `run_decode` builds the table as float32 values first: bound those bytes.
         let table = (self.vocab as u64).saturating_mul(self.dim as u64).saturating_mul(4);
@@ -185,5 +204,27 @@ impl DecodeReport {
             self.gpu_dispatch_floor * 1e6,
             self.ratio_to_floor,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_past_the_cap_are_refused_naming_the_count_and_the_limit() {
+        let config = |steps, repeats| DecodeConfig { steps, repeats, ..Default::default() };
+        match config(MAX_DECODE_STEPS, 10_000).check() {
+            Err(Error::Limit { requested, limit_name, limit, .. }) => {
+                assert_eq!(requested, 100_000 * 10_001);
+                assert_eq!((limit_name, limit), ("bench::decode::MAX_DECODE_TOTAL_STEPS", 1 << 18));
+            }
+            other => panic!("{other:?}"),
+        }
+        // At the cap exactly, nothing is refused; one step more is.
+        config(1 << 16, 3).check().unwrap();
+        config(MAX_DECODE_STEPS, 1).check().unwrap();
+        assert!(config((1 << 16) + 1, 3).check().is_err());
+        DecodeConfig::default().check().unwrap();
     }
 }

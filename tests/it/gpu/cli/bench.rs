@@ -252,6 +252,49 @@ fn a_decode_table_past_the_cap_is_one_line_and_exit_2() {
     }
 }
 
+/// `--decode STEPS` runs STEPS x (repeats + 1) steps of each of its two loops (the timed
+/// loops and one warm-up): past `bench::decode::MAX_DECODE_TOTAL_STEPS` (2^18) it is
+/// refused in one line naming that count and the limit, exit 2, before a GPU opens, rather
+/// than running for hours (100000 steps x 10000 repeats would take weeks on lavapipe).
+#[test]
+fn decode_steps_past_the_cap_are_one_line_and_exit_2() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    let cases: [(&[&str], &str); 4] = [
+        (&["--decode", "100000", "--repeats", "10000"], "1000100000"),
+        (&["--decode", "100000", "--repeats", "2"], "300000"),
+        (&["--decode", "65537", "--repeats", "3"], "262148"),
+        // The default 5 repeats count too.
+        (&["--decode", "50000"], "300000"),
+    ];
+    for (args, steps) in cases {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_posenc"))
+            .arg("bench")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Refused at once; a run that started anyway is stopped, not left to go on.
+        let start = Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if start.elapsed() > Duration::from_secs(10) {
+                child.kill().unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {:?}", out.status);
+        let lines = posenc_lines(&out);
+        assert_eq!(lines.len(), 1, "{args:?}: {lines:?}");
+        for word in [steps, "bench::decode::MAX_DECODE_TOTAL_STEPS", "262144"] {
+            assert!(lines[0].contains(word), "{args:?}: {word} not in {}", lines[0]);
+        }
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
+
 /// The decode loop's JSON reports the median of the runs it lists, by the definition the
 /// other items use (the mean of the middle two for an even count, docs/performance.md),
 /// and its ratio is the two medians' quotient. With an even `--repeats` the upper middle
