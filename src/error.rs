@@ -451,6 +451,17 @@ pub(crate) fn float(v: f64) -> String {
     if plain.len() <= 20 { plain } else { format!("{v:e}") }
 }
 
+/// A JSON number for a message, as it was most likely written: an integer as itself, a
+/// float in the shortest form that reads back, whole ones with their `.0` (`512.0`, which a
+/// whole-number key may refuse, is not `512`) and scientific from 1e16 on (`1e23`, which
+/// serde_json's own `Display` writes `1e+23`).
+pub(crate) fn json_number(n: &serde_json::Number) -> String {
+    match n.as_f64() {
+        Some(v) if n.is_f64() => format!("{v:?}"),
+        _ => n.to_string(),
+    }
+}
+
 /// A shape as Python prints a tuple: `(3, 4)`, `(5,)`, `()`.
 pub(crate) fn shape_tuple(shape: &[usize]) -> String {
     match shape {

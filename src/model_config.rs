@@ -18,7 +18,7 @@
 use serde_json::{Map, Value};
 
 use crate::encode::Scale;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, json_number};
 use crate::rope::{excerpt, parse_json};
 use crate::spec::{PeSpec, Variant};
 
@@ -88,7 +88,7 @@ fn whole_in(config: &Object, key: &str, min: u32, allowed: &str) -> Result<u32> 
         None => Err(invalid(key, "missing", allowed())),
         Some(Value::Number(n)) => match n.as_u64().and_then(|v| u32::try_from(v).ok()) {
             Some(v) if v >= min => Ok(v),
-            _ => Err(invalid(key, n.to_string(), allowed())),
+            _ => Err(invalid(key, json_number(n), allowed())),
         },
         Some(other) => Err(invalid(key, excerpt(other), allowed())),
     }

@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 
 use super::scaling::{excerpt, invalid, parse_json, whole_number};
 use super::{DEFAULT_BASE, Pairing, RopeSpec, Scaling};
-use crate::error::{Error, Result, float};
+use crate::error::{Error, Result, float, json_number};
 
 /// The `model_type`s whose rotary module rotates interleaved pairs (2i, 2i + 1).
 pub const INTERLEAVED_MODEL_TYPES: [&str; 4] = ["gptj", "codegen", "cohere", "cohere2"];
@@ -75,7 +75,7 @@ fn number(map: &Object, key: &str) -> Result<Option<f64>> {
         None => Ok(None),
         Some(Value::Number(n)) => match n.as_f64() {
             Some(v) if v.is_finite() => Ok(Some(v)),
-            _ => Err(invalid(key, n.to_string(), "a finite number")),
+            _ => Err(invalid(key, json_number(n), "a finite number")),
         },
         Some(other) => Err(invalid(key, excerpt(other), "a number")),
     }
@@ -88,7 +88,7 @@ fn whole(map: &Object, key: &str) -> Result<Option<u64>> {
         // scaling's whole-number fields read it.
         Some(Value::Number(n)) => match n.as_u64().or_else(|| n.as_f64().and_then(whole_number)) {
             Some(v) if v >= 1 => Ok(Some(v)),
-            _ => Err(invalid(key, n.to_string(), "a whole number >= 1")),
+            _ => Err(invalid(key, json_number(n), "a whole number >= 1")),
         },
         Some(other) => Err(invalid(key, excerpt(other), "a whole number >= 1")),
     }

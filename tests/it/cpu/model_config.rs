@@ -279,6 +279,35 @@ fn a_refused_d_model_names_the_familys_own_range() {
     }
 }
 
+/// A refused number is named as it was written: serde_json prints a float of 1e23 as
+/// `1e+23`, and a whole number written as a float is refused as `512.0`, not `512` (which
+/// would look allowed).
+#[test]
+fn refused_numbers_are_named_as_written() {
+    let cases = [
+        (r#""d_model": 1e23, "pad_token_id": 1"#, "d_model: 1e23", "a number in 4..=65536"),
+        (r#""d_model": 1e300, "pad_token_id": 1"#, "d_model: 1e300", "a number in 4..=65536"),
+        (r#""d_model": 2.5e-7, "pad_token_id": 1"#, "d_model: 2.5e-7", "a number in 4..=65536"),
+        (r#""d_model": 512.0, "pad_token_id": 1"#, "d_model: 512.0", "a number in 4..=65536"),
+        (r#""d_model": -3, "pad_token_id": 1"#, "d_model: -3", "a number in 4..=65536"),
+        (
+            r#""d_model": 512, "pad_token_id": 1e23"#,
+            "pad_token_id: 1e23",
+            "a whole number in 0..=4294967295",
+        ),
+        (
+            r#""d_model": 512, "pad_token_id": 4294967296"#,
+            "pad_token_id: 4294967296",
+            "a whole number in 0..=4294967295",
+        ),
+    ];
+    for (fields, named, allowed) in cases {
+        let json = format!(r#"{{"model_type": "m2m_100", {fields}, "scale_embedding": true}}"#);
+        let e = ModelConfig::from_hf_config(&json).unwrap_err();
+        assert_eq!(e.to_string(), format!("config.json: invalid {named} (allowed: {allowed})"));
+    }
+}
+
 #[test]
 fn read_model_config_bounds_what_it_reads() {
     let name = Path::new("huge.json");

@@ -489,6 +489,11 @@ fn configs_posenc_cannot_honour_are_refused_naming_the_key() {
     assert!(msg.contains("invalid head_dim: 4294967296 "), "{msg}");
     let msg = refused(r#"{"qk_rope_head_dim": 8589934592}"#, None, "qk_rope_head_dim");
     assert!(msg.contains("8589934592"), "{msg}");
+    // As written: serde_json prints a float of 1e23 as 1e+23.
+    let msg = refused(r#"{"head_dim": 1e23}"#, None, "head_dim");
+    assert!(msg.contains("invalid head_dim: 1e23 "), "{msg}");
+    let msg = refused(r#"{"hidden_size": 1e23, "num_attention_heads": 8}"#, None, "hidden_size");
+    assert!(msg.contains("invalid hidden_size: 1e23 "), "{msg}");
     // Whole numbers written as floats read as Python reads them; fractions are refused.
     let floats = r#"{"hidden_size": 4096.0, "num_attention_heads": 32.0, "head_dim": 128.0}"#;
     assert_eq!(RopeSpec::from_hf_config(floats, None).unwrap(), RopeSpec::new(128).unwrap());
