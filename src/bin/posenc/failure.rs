@@ -57,7 +57,7 @@ impl From<Error> for Failure {
 
 /// The failure's line on stderr, and its exit status.
 pub(crate) fn report(Failure { code, error, .. }: Failure) -> ExitCode {
-    eprintln!("posenc: {}", one_line(&error.to_string()));
+    to_stderr(format_args!("posenc: {}\n", one_line(&error.to_string())));
     ExitCode::from(code)
 }
 
@@ -83,7 +83,7 @@ pub(crate) fn clap_exit(e: &clap::Error) -> ExitCode {
         .collect();
     let message =
         if paragraph.is_empty() { "invalid arguments".into() } else { paragraph.join(" ") };
-    eprintln!("posenc: {}", message.strip_prefix("error: ").unwrap_or(&message));
+    to_stderr(format_args!("posenc: {}\n", message.strip_prefix("error: ").unwrap_or(&message)));
     ExitCode::from(EXIT_USAGE)
 }
 
@@ -94,5 +94,12 @@ fn one_line(message: &str) -> String {
 
 /// A `posenc: note:` line on stderr: something the run did that the user did not ask for.
 pub(crate) fn note(message: &str) {
-    eprintln!("posenc: note: {}", one_line(message));
+    to_stderr(format_args!("posenc: note: {}\n", one_line(message)));
+}
+
+/// Writes to stderr, as `eprint!` does but without its panic when stderr is gone (`2>&-`,
+/// a closed pipe): the exit status still tells the caller, and nothing else can be done.
+pub(crate) fn to_stderr(text: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_fmt(text);
 }

@@ -156,7 +156,7 @@ pub(crate) fn run(args: &BenchArgs) -> Result<(), Failure> {
     let mut shown = false;
     let progress = |step: &str| {
         if interactive && start.elapsed().as_secs_f64() > 1.0 {
-            eprint!("\r\x1b[Kposenc bench: {step} ...");
+            crate::failure::to_stderr(format_args!("\r\x1b[Kposenc bench: {step} ..."));
             shown = true;
         }
     };
@@ -166,7 +166,7 @@ pub(crate) fn run(args: &BenchArgs) -> Result<(), Failure> {
         bench::run(&configs[0], progress).map(|r| vec![r])
     };
     if shown {
-        eprint!("\r\x1b[K");
+        crate::failure::to_stderr(format_args!("\r\x1b[K"));
     }
     // bench measures what it was asked for and never falls back; say how to measure the CPU.
     let reports = reports.map_err(|e| match e {

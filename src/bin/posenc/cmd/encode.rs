@@ -278,13 +278,16 @@ impl Progress {
         self.last = Some(Instant::now());
         self.shown = true;
         let percent = 100 * done as u64 / self.total.max(1) as u64;
-        eprint!("\rposenc: encoding: {done} of {} tokens ({percent}%)", self.total);
+        crate::failure::to_stderr(format_args!(
+            "\rposenc: encoding: {done} of {} tokens ({percent}%)",
+            self.total
+        ));
     }
 
     /// Erases the line, so that what follows on stderr starts clean.
     fn clear(&mut self) {
         if std::mem::take(&mut self.shown) {
-            eprint!("\r\x1b[2K");
+            crate::failure::to_stderr(format_args!("\r\x1b[2K"));
         }
     }
 }

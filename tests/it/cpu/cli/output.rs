@@ -316,6 +316,67 @@ fn a_reader_that_stops_early_ends_the_run_quietly() {
     assert!(stderr(&run).is_empty(), "{}", stderr(&run));
 }
 
+/// `posenc ... | head -1` for every command that can pour out a lot: standard output is a
+/// pipe whose reader has gone. Each output is larger than a pipe holds, so the command
+/// meets the closed pipe whenever it starts writing; it ends quietly with status 0.
+#[test]
+fn a_closed_stdout_ends_every_command_quietly() {
+    let dir = Dir::new();
+    let weights =
+        dir.npy("w.npy", &Array2::from_shape_fn((64, 256), |(r, c)| (r * 256 + c) as f32));
+    let ids = dir.npy("ids.npy", &Array2::from_shape_fn((4, 256), |(b, t)| (b + t) as u32 % 64));
+    let x = dir
+        .npy("x.npy", &Array4::from_shape_fn((1, 256, 4, 64), |(_, l, h, d)| (l + h + d) as f32));
+    let table = ["table", "--dim", "256", "--len", "1000", "--device", "cpu"];
+    let cases: [(&str, &[&str]); 11] = [
+        ("table csv", &table),
+        ("table json", &[&table[..], &["--format", "json"]].concat()),
+        ("table npy", &[&table[..], &["--format", "npy"]].concat()),
+        ("rope-cache", &["rope-cache", "--head-dim", "128", "--len", "4096", "-o", "-"]),
+        (
+            "rope-cache npy",
+            &["rope-cache", "--head-dim", "128", "--len", "4096", "--format", "npy", "-o", "-"],
+        ),
+        ("alibi", &["alibi", "--heads", "4", "--len", "256", "--device", "cpu", "-o", "-"]),
+        ("alibi --slopes", &["alibi", "--heads", "65536", "--slopes"]),
+        ("encode", &["encode", "--device", "cpu", "--weights", &weights, "--ids", &ids, "-o", "-"]),
+        ("rope", &["rope", "--input", &x, "--layout", "blhd", "--device", "cpu", "-o", "-"]),
+        ("plot heatmap", &["plot", "heatmap", "--dim", "512", "--len", "512"]),
+        (
+            "plot similarity text",
+            &["plot", "similarity", "--dim", "16", "--len", "512", "--format", "text"],
+        ),
+    ];
+    for (name, args) in cases {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the posenc binary runs");
+        drop(child.stdout.take());
+        let run = child.wait_with_output().unwrap();
+        assert_ok(&run, &format!("{name} with its stdout closed"));
+        assert!(stderr(&run).is_empty(), "{name}: {}", stderr(&run));
+    }
+}
+
+/// A failure whose stderr is a pipe with no reader (`posenc ... 2>&1 | head -0`): its line
+/// cannot be written, and the exit status still says what happened (2 for bad input), not a
+/// panic's 101.
+#[test]
+fn a_failure_with_its_stderr_closed_keeps_its_exit_status() {
+    let mut child = Command::new(BIN)
+        .args(["table", "--dim", "7", "--len", "4", "--device", "cpu"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the posenc binary runs");
+    drop(child.stderr.take());
+    let run = child.wait_with_output().unwrap();
+    assert_eq!(run.status.code(), Some(2), "{:?}", run.status);
+}
+
 #[test]
 fn help_says_where_each_output_goes() {
     let commands: [&[&str]; 8] = [
