@@ -8,8 +8,54 @@ use super::scaling::{excerpt, invalid, parse_json, whole_number};
 use super::{DEFAULT_BASE, Pairing, RopeSpec, Scaling};
 use crate::error::{Error, Result, float};
 
-/// The `model_type`s whose rotary module rotates interleaved pairs (2i, 2i + 1).
-pub const INTERLEAVED_MODEL_TYPES: [&str; 4] = ["gptj", "codegen", "cohere", "cohere2"];
+/// The `model_type`s (read after any `text_config` swap) whose attention rotates adjacent
+/// pairs (2i, 2i + 1) in transformers 5.23: `rotate_half` over `x[..., 0::2]`/`x[..., 1::2]`
+/// with cos/sin repeated per pair, GPT-J's `rotate_every_two`, Llama 4's and DeepSeek V2's
+/// `view_as_complex` over `reshape(..., -1, 2)`, RoFormer's stacked sinusoids; found by
+/// rotating a query with every model's own rotary module and apply function. The MLA families
+/// listed (DeepSeek V2, V3.2, ...) interleave whatever their config's `rope_interleave` says
+/// (their modeling code has no switch); DeepSeek V3 and the others that read the switch are
+/// not listed (`rope_interleave`, default true beside `qk_rope_head_dim`).
+pub const INTERLEAVED_MODEL_TYPES: [&str; 30] = [
+    "gptj",
+    "codegen",
+    "cohere",
+    "cohere2",
+    "cohere2_moe",
+    "glm",
+    "glm4",
+    "glm_ocr_text",
+    "glm4v_text",
+    "helium",
+    "ernie4_5",
+    "ernie4_5_moe",
+    "llama4",
+    "llama4_text",
+    "moonshine",
+    "moonshine_streaming",
+    "openai_privacy_filter",
+    "roformer",
+    "blt_global_transformer",
+    "blt_local_decoder",
+    "blt_local_encoder",
+    "blt_patcher",
+    "deepseek_v2",
+    "deepseek_v32",
+    "bailing_hybrid",
+    "dots3_note_text",
+    "glm_moe_dsa",
+    "longcat_flash",
+    "mistral_large4_text",
+    "axk2",
+];
+
+/// `model_type`s whose rotation posenc does not compute, each with the reason: refused by
+/// name (field `model_type`) rather than read as a RoPE the model never applied.
+const UNSUPPORTED_ROTATION_MODEL_TYPES: [(&str, &str); 1] = [(
+    "nanochat",
+    "NanoChat's rotate_half returns (x2, -x1): each pair turns by -p * w, which neither \
+     pairing (neox, gptj) computes",
+)];
 
 /// The `model_type`s (read after any `text_config` swap) whose rotary module computes a
 /// `"default"` RoPE with its own `compute_default_rope_parameters`, over the whole
@@ -419,8 +465,10 @@ impl RopeSpec {
     ///   `global_head_dim` (512 when absent, transformers' default); their `rope_type`
     ///   must be `"proportional"` (transformers versions disagree on other types' width).
     /// - pairing: gptj (interleaved) for the `model_type`s in [`INTERLEAVED_MODEL_TYPES`]
-    ///   and for DeepSeek (`qk_rope_head_dim`, unless `rope_interleave` is false); neox
-    ///   otherwise. (transformers' `DeepseekV3` regroups each head as (even, odd)
+    ///   (every family whose attention rotates adjacent pairs in transformers 5.23: GPT-J,
+    ///   Cohere, GLM, Llama 4, ERNIE 4.5, Helium, ...) and for DeepSeek (`qk_rope_head_dim`,
+    ///   unless `rope_interleave` is false); neox otherwise. NanoChat, whose `rotate_half`
+    ///   turns pairs by `-p * w`, is refused (`model_type`). (transformers' `DeepseekV3` regroups each head as (even, odd)
     ///   dimensions before a neox rotation: its output is the gptj one in that order.)
     ///
     /// A multimodal config whose language model sits under `text_config` is read from
@@ -467,6 +515,16 @@ impl RopeSpec {
             .any(|k| get(&config, k).is_some());
         if !has_head && let Some(Value::Object(text)) = config.get("text_config") {
             config = text.clone();
+        }
+        if let Some(Value::String(model_type)) = config.get("model_type")
+            && let Some((_, why)) =
+                UNSUPPORTED_ROTATION_MODEL_TYPES.iter().find(|(m, _)| m == model_type)
+        {
+            return Err(invalid(
+                "model_type",
+                format!("{model_type:?}"),
+                format!("another family: {why}"),
+            ));
         }
         let rope = rope(&config, layer_type)?;
         let model_type = get(&config, "model_type").and_then(Value::as_str).unwrap_or("");
