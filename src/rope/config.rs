@@ -166,8 +166,24 @@ fn layer_types(per_layer: &Object) -> String {
 }
 
 /// Reads `rope_parameters` (transformers 5) or the legacy fields.
-fn rope(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
-    let Some(params) = get(config, "rope_parameters") else { return legacy(config, layer_type) };
+fn rope(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result<Rope> {
+    let modernbert = MODERNBERT_MODEL_TYPES.contains(&model_type);
+    if modernbert && let Some(top) = get(config, "rope_theta") {
+        return Err(invalid(
+            "rope_theta",
+            excerpt(top),
+            "absent for ModernBERT: its layers read global_rope_theta (full_attention) and \
+             local_rope_theta (sliding_attention); transformers ignores rope_theta, so which base \
+             was meant is a guess",
+        ));
+    }
+    let Some(params) = get(config, "rope_parameters") else {
+        return if modernbert {
+            modernbert_legacy(config, layer_type)
+        } else {
+            legacy(config, layer_type)
+        };
+    };
     let Value::Object(params) = params else {
         return Err(invalid("rope_parameters", excerpt(params), "a JSON object"));
     };
@@ -230,6 +246,7 @@ fn rope(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
             }
             Some(nested)
         }
+        None if modernbert && per_layer => Some(modernbert_theta(config, layer_type)?),
         None => number(config, "rope_theta")?,
     };
     let partial_rotary_factor = number(params, "partial_rotary_factor").map_err(under(&key))?;
@@ -296,6 +313,44 @@ fn legacy(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
              rope_parameters, no rope_local_base_freq)",
         )),
     }
+}
+
+/// ModernBERT's `model_type`s: two RoPEs, one per layer type, whose bases are
+/// `global_rope_theta` and `local_rope_theta` (transformers' `ModernBertConfig`).
+const MODERNBERT_MODEL_TYPES: [&str; 2] = ["modernbert", "modernbert-decoder"];
+
+/// ModernBERT's base for a layer type: `global_rope_theta` (full_attention, 160000 when
+/// absent) or `local_rope_theta` (sliding_attention, 10000), as transformers 5.23's
+/// `convert_rope_params_to_dict` fills a layer type's `rope_theta`.
+fn modernbert_theta(config: &Object, layer_type: Option<&str>) -> Result<f64> {
+    let (key, default) = match layer_type {
+        Some("full_attention") => ("global_rope_theta", 160_000.0),
+        Some("sliding_attention") => ("local_rope_theta", 10_000.0),
+        other => {
+            return Err(invalid(
+                "layer_type",
+                other.map_or_else(|| "missing".to_string(), |t| format!("{t:?}")),
+                "full_attention or sliding_attention: ModernBERT has two RoPEs \
+                 (global_rope_theta, local_rope_theta)",
+            ));
+        }
+    };
+    Ok(number(config, key)?.unwrap_or(default))
+}
+
+/// ModernBERT's published form: no `rope_parameters`, `global_rope_theta` and
+/// `local_rope_theta` (or their defaults) for the two layer types, and `rope_scaling`, when
+/// given, applied to both (transformers 5.23 updates both layer types' parameters with it).
+fn modernbert_legacy(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
+    let theta = modernbert_theta(config, layer_type)?;
+    let scaling = match get(config, "rope_scaling") {
+        None => None,
+        Some(Value::Object(s)) => Some((s.clone(), "rope_scaling".to_string())),
+        Some(other) => {
+            return Err(invalid("rope_scaling", excerpt(other), "a JSON object or null"));
+        }
+    };
+    Ok(Rope { theta: Some(theta), scaling, partial_rotary_factor: None, per_layer: true })
 }
 
 /// The scaling object with the model-level fields merged in where transformers reads
@@ -444,6 +499,11 @@ impl RopeSpec {
     ///   `rope_parameters` (`{"full_attention": {...}, "sliding_attention": {...}}`, Gemma
     ///   3) need `layer_type`; a legacy Gemma 3 config's `rope_local_base_freq` is the
     ///   unscaled base of `layer_type` `"sliding_attention"`.
+    /// - ModernBERT (`modernbert`, `modernbert-decoder`): two RoPEs, so `layer_type` is
+    ///   required; `full_attention` reads `global_rope_theta` (160000 when absent) and
+    ///   `sliding_attention` `local_rope_theta` (10000), in the published form and for a
+    ///   per-layer-type entry without `rope_theta`; `rope_scaling` applies to both; a
+    ///   top-level `rope_theta` (which transformers ignores there) is refused.
     /// - `max_position_embeddings` is passed to dynamic, yarn and longrope; a top-level
     ///   `original_max_position_embeddings` (Phi-3) is the original length of llama3, yarn
     ///   and longrope, over the scaling object's, as transformers 5 reads it (not for
@@ -526,8 +586,8 @@ impl RopeSpec {
                 format!("another family: {why}"),
             ));
         }
-        let rope = rope(&config, layer_type)?;
         let model_type = get(&config, "model_type").and_then(Value::as_str).unwrap_or("");
+        let rope = rope(&config, layer_type, model_type)?;
         // No scaling object (the legacy form without rope_scaling) is a default RoPE.
         let rope_type = match &rope.scaling {
             Some((map, _)) => type_of(map),

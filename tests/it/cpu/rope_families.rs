@@ -277,3 +277,62 @@ fn nanochat_rotation_is_refused() {
     let msg = refused(&small("nanochat", ""), None, "model_type");
     assert!(msg.contains("nanochat") && msg.contains("-p"), "{msg}");
 }
+
+/// `w` within 4 ulps of the float64 `reference`.
+fn near(w: f64, reference: f64, what: &str) {
+    assert!((w - reference).abs() <= 4.0 * f64::EPSILON * reference, "{what}: {w} vs {reference}");
+}
+
+/// ModernBERT's published configs (answerdotai/ModernBERT-base) give `global_rope_theta` and
+/// `local_rope_theta` and no `rope_theta`: transformers 5.23 builds the full-attention layers'
+/// RoPE over 160000 and the sliding ones' over 10000 (its defaults when absent), head 64;
+/// `rope_scaling` applies to both. A layer type is required.
+#[test]
+fn modernbert_reads_global_and_local_rope_theta() {
+    let hub = r#"{"model_type": "modernbert", "hidden_size": 768, "num_attention_heads": 12,
+        "num_hidden_layers": 22, "global_attn_every_n_layers": 3, "max_position_embeddings": 8192,
+        "global_rope_theta": 160000.0, "local_rope_theta": 10000.0}"#;
+    for text in [hub.to_string(), hub.replace("\"modernbert\"", "\"modernbert-decoder\"")] {
+        let full = spec(&text, Some("full_attention"));
+        assert_eq!(full, RopeSpec::new(64).unwrap().with_base(160000.0).unwrap());
+        // transformers 5.23: full_attention_inv_freq[1] = 0.687656044960022 (float32).
+        near(full.frequencies(1).inv_freq()[1], 0.6876560219336321, "full");
+        let sliding = spec(&text, Some("sliding_attention"));
+        assert_eq!(sliding, RopeSpec::new(64).unwrap());
+        near(sliding.frequencies(1).inv_freq()[1], 0.7498942093324559, "sliding");
+        let msg = refused(&text, None, "layer_type");
+        assert!(msg.contains("full_attention") && msg.contains("global_rope_theta"), "{msg}");
+        refused(&text, Some("global"), "layer_type");
+    }
+    // Without them, transformers' defaults; rope_scaling scales both layer types
+    // (transformers: 0.343828022480011 and 0.37494710087776184).
+    let bare = hub.replace(
+        r#""global_rope_theta": 160000.0, "local_rope_theta": 10000.0"#,
+        r#""vocab_size": 50368"#,
+    );
+    assert_ne!(bare, hub);
+    assert_eq!(spec(&bare, Some("full_attention")).base(), 160000.0);
+    assert_eq!(spec(&bare, Some("sliding_attention")).base(), 10000.0);
+    let linear = hub.replace(
+        r#""local_rope_theta": 10000.0"#,
+        r#""local_rope_theta": 10000.0, "rope_scaling": {"rope_type": "linear", "factor": 2.0}"#,
+    );
+    for (layer_type, w1) in [
+        ("full_attention", 0.6876560219336321 / 2.0),
+        ("sliding_attention", 0.7498942093324559 / 2.0),
+    ] {
+        near(spec(&linear, Some(layer_type)).frequencies(1).inv_freq()[1], w1, layer_type);
+    }
+    // A per-layer entry without rope_theta takes global_rope_theta / local_rope_theta
+    // (transformers: full 80000, 0.7027137279510498).
+    let nested = r#"{"model_type": "modernbert", "hidden_size": 768, "num_attention_heads": 12,
+        "global_rope_theta": 80000.0,
+        "rope_parameters": {"full_attention": {"rope_type": "default"},
+                            "sliding_attention": {"rope_type": "default"}}}"#;
+    assert_eq!(spec(nested, Some("full_attention")).base(), 80000.0);
+    assert_eq!(spec(nested, Some("sliding_attention")).base(), 10000.0);
+    // transformers ignores a top-level rope_theta here: which base was meant is a guess.
+    let stray = hub.replace(r#""local_rope_theta": 10000.0"#, r#""rope_theta": 500000.0"#);
+    let msg = refused(&stray, Some("full_attention"), "rope_theta");
+    assert!(msg.contains("global_rope_theta"), "{msg}");
+}
