@@ -73,6 +73,60 @@ pub const FULL_HEAD_DEFAULT_MODEL_TYPES: [&str; 9] = [
     "lfm3",
 ];
 
+/// The `model_type`s (read after any `text_config` swap) whose rotary module's own
+/// `compute_default_rope_parameters` reads `partial_rotary_factor` in transformers 5.23 (found
+/// in each modeling file, and checked by building the module with factors 1 and 0.5), each
+/// with the factor its config class gives when the config has none: in the legacy form (no
+/// `rope_parameters`), and beside given `rope_parameters`. Their `"default"` RoPE rotates
+/// `int(head_dim * factor)` dims, as every family's other rope types do.
+pub const PARTIAL_DEFAULT_MODEL_TYPES: [(&str, f64, f64); 45] = [
+    ("bamba", 0.5, 0.5),
+    ("deepseek_v4", 0.125, 1.0),
+    ("diffusion_gemma_text", 1.0, 1.0),
+    ("dots3_note_text", 0.25, 0.25),
+    ("glm", 0.5, 0.5),
+    ("glm4", 0.5, 0.5),
+    ("glm4_moe", 0.5, 0.5),
+    ("glm4_moe_lite", 1.0, 1.0),
+    ("glm4v_moe_text", 0.5, 0.5),
+    ("glm4v_text", 1.0, 1.0),
+    ("glm_image_text", 1.0, 1.0),
+    ("glm_ocr_text", 1.0, 1.0),
+    ("glmasr_encoder", 0.5, 0.5),
+    ("gpt_neox", 0.25, 0.25),
+    ("gpt_neox_japanese", 1.0, 1.0),
+    ("laguna", 1.0, 1.0),
+    ("mellum", 1.0, 1.0),
+    ("mimo_v2_flash", 0.334, 0.334),
+    ("minimax_m2", 1.0, 1.0),
+    ("minimax_m3_vl_text", 1.0, 1.0),
+    ("moonshine", 0.9, 0.9),
+    ("moonshine_streaming", 0.8, 1.0),
+    ("moonshine_streaming_encoder", 0.8, 1.0),
+    ("nemotron", 0.5, 0.5),
+    ("nemotron3_5_transcribe_asr_audio", 0.5, 1.0),
+    ("nemotron3_5_transcribe_word_timestamp", 0.5, 1.0),
+    ("nemotron3_diarization_audio", 1.0, 1.0),
+    ("neomme", 1.0, 1.0),
+    ("persimmon", 0.5, 0.5),
+    ("phi", 0.5, 0.5),
+    ("phi3", 1.0, 1.0),
+    ("phi4_multimodal", 1.0, 1.0),
+    ("qwen3_5_moe_text", 0.25, 0.25),
+    ("qwen3_5_text", 0.25, 0.25),
+    ("qwen3_next", 0.25, 0.25),
+    ("qwen4_exp_text", 1.0, 1.0),
+    ("recurrent_gemma", 0.5, 0.5),
+    ("solar_open", 1.0, 1.0),
+    ("stablelm", 0.25, 0.25),
+    ("step3p5", 1.0, 1.0),
+    ("zaya", 1.0, 1.0),
+    ("dots3_note_audio_encoder", 1.0, 1.0),
+    ("nemotron3_5_transcribe_audio", 1.0, 1.0),
+    ("nemotron3_diarization", 1.0, 1.0),
+    ("efficientloftr", 1.0, 1.0),
+];
+
 /// Gemma 4's `global_head_dim` when the config omits it (transformers' class default).
 const GEMMA4_GLOBAL_HEAD_DIM: u64 = 512;
 
@@ -159,6 +213,8 @@ struct Rope {
     partial_rotary_factor: Option<f64>,
     /// Read from one of per-layer-type `rope_parameters`.
     per_layer: bool,
+    /// No `rope_parameters`: a config class fills in its own defaults.
+    legacy: bool,
 }
 
 fn layer_types(per_layer: &Object) -> String {
@@ -269,7 +325,13 @@ fn rope(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result<R
     if get(&scaling, "rope_type").is_none() && get(&scaling, "type").is_none() {
         scaling.insert("rope_type".into(), "default".into());
     }
-    Ok(Rope { theta, scaling: Some((scaling, key)), partial_rotary_factor, per_layer })
+    Ok(Rope {
+        theta,
+        scaling: Some((scaling, key)),
+        partial_rotary_factor,
+        per_layer,
+        legacy: false,
+    })
 }
 
 /// The legacy form: `rope_theta` (or `rotary_emb_base`) and `rope_scaling`; Gemma 3's
@@ -287,7 +349,7 @@ fn legacy(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
         }
     };
     let local = number(config, "rope_local_base_freq")?;
-    let rope = Rope { theta, scaling, partial_rotary_factor: None, per_layer: false };
+    let rope = Rope { theta, scaling, partial_rotary_factor: None, per_layer: false, legacy: true };
     match (layer_type, local) {
         (None, None) | (Some("full_attention"), Some(_)) => Ok(rope),
         // Two RoPEs, as in the per-layer-type form: which one is the caller's to say.
@@ -350,7 +412,13 @@ fn modernbert_legacy(config: &Object, layer_type: Option<&str>) -> Result<Rope> 
             return Err(invalid("rope_scaling", excerpt(other), "a JSON object or null"));
         }
     };
-    Ok(Rope { theta: Some(theta), scaling, partial_rotary_factor: None, per_layer: true })
+    Ok(Rope {
+        theta: Some(theta),
+        scaling,
+        partial_rotary_factor: None,
+        per_layer: true,
+        legacy: true,
+    })
 }
 
 /// The scaling object with the model-level fields merged in where transformers reads
@@ -452,27 +520,91 @@ fn head_dim(config: &Object) -> Result<(u64, bool)> {
     }
 }
 
-/// The rotated dimensions: `int(head_dim * partial_rotary_factor)` as transformers
-/// computes it, GPT-NeoX's `rotary_pct` the same way, or GPT-J's `rotary_dim`.
-fn rotary_dim(config: &Object, head_dim: u64, factor: Option<f64>) -> Result<u64> {
-    let factor = match factor {
-        Some(f) => Some(("partial_rotary_factor", f)),
-        None => match number(config, "partial_rotary_factor")? {
-            Some(f) => Some(("partial_rotary_factor", f)),
-            None => number(config, "rotary_pct")?.map(|f| ("rotary_pct", f)),
-        },
+/// The rotated dimensions of a RoPE that is not spread over the whole head by its type
+/// (proportional, DeepSeek's slice) or its family (`FULL_HEAD_DEFAULT_MODEL_TYPES`):
+/// `int(head_dim * factor)` as transformers computes it, the factor read as transformers 5.23
+/// reads it for `model_type`.
+///
+/// - the layer type's or `rope_parameters`' own `partial_rotary_factor`, else the top-level
+///   one (Bamba's config class replaces that by 0.5), else GPT-NeoX's `rotary_pct`, else
+///   GPT-J's (or MiniMax-M2's) `rotary_dim`, else the family's class default
+///   ([`PARTIAL_DEFAULT_MODEL_TYPES`]; 1 elsewhere).
+/// - a `"default"` RoPE (`default_type`) of a family outside `PARTIAL_DEFAULT_MODEL_TYPES`
+///   spans the whole head in transformers 5, but `int(head_dim * factor)` dims in 4.x's
+///   generic default: a factor other than 1 is refused there.
+/// - `rotary_pct` outside GPT-NeoX and `rotary_dim` outside GPT-J, CodeGen and MiniMax-M2
+///   are not read by transformers: refused unless they say the whole head.
+fn rotary_dim(
+    config: &Object,
+    head_dim: u64,
+    model_type: &str,
+    rope: &Rope,
+    default_type: bool,
+) -> Result<u64> {
+    let family = PARTIAL_DEFAULT_MODEL_TYPES.iter().find(|(m, ..)| *m == model_type);
+    let top = match model_type {
+        "bamba" => None,
+        _ => number(config, "partial_rotary_factor")?,
     };
+    let neox = ["gpt_neox", "gpt_neox_japanese"].contains(&model_type);
+    let pct = number(config, "rotary_pct")?;
+    let factor = match (rope.partial_rotary_factor, top) {
+        (Some(f), _) | (None, Some(f)) => Some(("partial_rotary_factor", f)),
+        (None, None) => pct.filter(|_| neox).map(|f| ("rotary_pct", f)),
+    };
+    let named = |m: &str| if m.is_empty() { "missing".to_string() } else { format!("{m:?}") };
+    if !neox
+        && let Some(f) = pct
+        && f != 1.0
+    {
+        return Err(invalid(
+            "rotary_pct",
+            format!("{} (model_type {})", float(f), named(model_type)),
+            "1 or absent: only GPT-NeoX's configs read rotary_pct (transformers rotates the \
+             whole head elsewhere); give --rotary-dim to choose",
+        ));
+    }
     let (key, rotary) = match factor {
         Some((key, f)) => {
             if !(f > 0.0 && f <= 1.0) {
                 return Err(invalid(key, float(f), "a number in (0, 1]"));
             }
+            if default_type && family.is_none() && f != 1.0 {
+                let whole = head_dim;
+                let part = (head_dim as f64 * f).trunc() as u64;
+                return Err(invalid(
+                    key,
+                    format!("{} (model_type {}, a default RoPE)", float(f), named(model_type)),
+                    format!(
+                        "1 or absent: transformers 5 builds this family's default RoPE over the \
+                         whole head ({whole} dims), 4.x's generic default over {part}; choose \
+                         with --rotary-dim {whole} or --rotary-dim {part}"
+                    ),
+                ));
+            }
             // Python's int() of the float64 product: truncated.
             (key, (head_dim as f64 * f).trunc() as u64)
         }
         None => match whole(config, "rotary_dim")? {
-            Some(r) => ("rotary_dim", r),
-            None => return Ok(head_dim),
+            Some(r) if ["gptj", "codegen", "minimax_m2"].contains(&model_type) => ("rotary_dim", r),
+            Some(r) if r != head_dim => {
+                return Err(invalid(
+                    "rotary_dim",
+                    format!("{r} (model_type {})", named(model_type)),
+                    format!(
+                        "{head_dim} (the head) or absent: only GPT-J, CodeGen and MiniMax-M2 read \
+                         rotary_dim (transformers rotates the whole head elsewhere); give \
+                         --rotary-dim to choose"
+                    ),
+                ));
+            }
+            _ => match family {
+                Some(&(_, legacy, given)) => {
+                    let f = if rope.legacy { legacy } else { given };
+                    ("partial_rotary_factor", (head_dim as f64 * f).trunc() as u64)
+                }
+                None => return Ok(head_dim),
+            },
         },
     };
     if rotary < 2 || rotary % 2 != 0 || rotary > head_dim {
@@ -480,7 +612,7 @@ fn rotary_dim(config: &Object, head_dim: u64, factor: Option<f64>) -> Result<u64
             "rotary_dim" => rotary.to_string(),
             _ => format!(
                 "{} (rotary dim {rotary} of head_dim {head_dim})",
-                number(config, key)?.map_or_else(String::new, float)
+                factor.map_or_else(String::new, |(_, f)| float(f))
             ),
         };
         return Err(invalid(key, value, "a rotary dim that is even and in 2..=head_dim"));
@@ -512,12 +644,24 @@ impl RopeSpec {
     /// - head dim: `head_dim`, else `hidden_size / num_attention_heads` (GPT-J's
     ///   `n_embd / n_head`); DeepSeek's
     ///   `qk_rope_head_dim` (the rotated part of each query and key head) when given.
-    /// - rotary dim: `int(head_dim * partial_rotary_factor)` (or `rotary_pct`), or
-    ///   `rotary_dim`; all of the head otherwise. A `partial_rotary_factor` in a layer
-    ///   type's object wins over the top-level one, which fills it when absent (two
-    ///   different values are refused). A `"default"` RoPE of the families in
-    ///   [`FULL_HEAD_DEFAULT_MODEL_TYPES`] (Gemma 3, Gemma 4, ...) spans the whole head:
-    ///   their own default ignores `partial_rotary_factor`.
+    /// - rotary dim: `int(head_dim * partial_rotary_factor)`, as transformers 5.23 reads the
+    ///   factor for the family (`model_type`, after any `text_config` swap). A layer type's
+    ///   (or `rope_parameters`') own factor wins over the top-level one, which fills it when
+    ///   absent (two different values are refused). GPT-NeoX's `rotary_pct` and GPT-J's,
+    ///   CodeGen's and MiniMax-M2's `rotary_dim` are read in those families only; elsewhere
+    ///   transformers ignores them, and a value other than the whole head is refused.
+    ///   By family, for a `"default"` RoPE:
+    ///   - [`PARTIAL_DEFAULT_MODEL_TYPES`] (Phi, GLM, GPT-NeoX, StableLM, Qwen3-Next, ...):
+    ///     their own default reads the factor; without one, their config class's default
+    ///     (GLM and Phi 0.5, GPT-NeoX and Qwen3-Next 0.25, Moonshine 0.9, ...), which every
+    ///     rope type of theirs reads too. Bamba's class replaces a top-level factor by 0.5.
+    ///   - [`FULL_HEAD_DEFAULT_MODEL_TYPES`] (Gemma 3, Gemma 4, OLMo 3, ...): the whole head.
+    ///   - every other family, unknown or missing `model_type` included: transformers 5's
+    ///     default spans the whole head, 4.x's generic one `int(head_dim * factor)` dims, so
+    ///     a factor other than 1 is refused, naming the key and the `model_type` (the CLI's
+    ///     `--rotary-dim` chooses either).
+    ///
+    ///   Other rope types read the factor in every family.
     /// - `rope_type` `"proportional"` (Gemma 4's full-attention layers): the rotary dim is
     ///   the whole head, and `partial_rotary_factor` sets how many of its frequencies are
     ///   not zero ([`Scaling::Proportional`]).
@@ -639,7 +783,7 @@ impl RopeSpec {
         let rotary = if deepseek || proportional || full_head_default {
             head_dim
         } else {
-            rotary_dim(&config, head_dim, rope.partial_rotary_factor)?
+            rotary_dim(&config, head_dim, model_type, &rope, rope_type == Some("default"))?
         };
         let (scaling, scaling_key) = match rope.scaling {
             Some((mut map, key)) => {

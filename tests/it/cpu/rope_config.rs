@@ -468,8 +468,8 @@ fn configs_posenc_cannot_honour_are_refused_naming_the_key() {
     let msg = refused(r#"{"hidden_size": 100, "num_attention_heads": 3}"#, None, "hidden_size");
     assert!(msg.contains("100") && msg.contains('3'), "{msg}");
     refused(r#"{"model_type": "llama"}"#, None, "head_dim");
-    // int(90 * 0.1) = 9: odd.
-    let odd = r#"{"head_dim": 90, "partial_rotary_factor": 0.1}"#;
+    // int(90 * 0.1) = 9: odd (Phi's default RoPE reads the factor).
+    let odd = r#"{"model_type": "phi", "head_dim": 90, "partial_rotary_factor": 0.1}"#;
     let msg = refused(odd, None, "partial_rotary_factor");
     assert!(msg.contains("rotary dim 9"), "{msg}");
     refused(r#"{"head_dim": 64, "rotary_dim": 33}"#, None, "rotary_dim");
@@ -494,7 +494,7 @@ fn configs_posenc_cannot_honour_are_refused_naming_the_key() {
     assert_eq!(RopeSpec::from_hf_config(floats, None).unwrap(), RopeSpec::new(128).unwrap());
     refused(r#"{"head_dim": 128.5}"#, None, "head_dim");
     refused(r#"{"head_dim": 0.0}"#, None, "head_dim");
-    let tiny = r#"{"head_dim": 64, "partial_rotary_factor": 1e-300}"#;
+    let tiny = r#"{"model_type": "phi", "head_dim": 64, "partial_rotary_factor": 1e-300}"#;
     let msg = refused(tiny, None, "partial_rotary_factor");
     assert!(msg.contains("invalid partial_rotary_factor: 1e-300 (rotary dim 0"), "{msg}");
 }

@@ -336,3 +336,104 @@ fn modernbert_reads_global_and_local_rope_theta() {
     let msg = refused(&stray, Some("full_attention"), "rope_theta");
     assert!(msg.contains("global_rope_theta"), "{msg}");
 }
+
+/// A config of `model_type` with head 128, base 1e4 (legacy form), and `extra` fields.
+fn head128(model_type: &str, extra: &str) -> String {
+    format!(
+        r#"{{"model_type": "{model_type}", "hidden_size": 512, "num_attention_heads": 4,
+            "head_dim": 128, "max_position_embeddings": 4096, "rope_theta": 10000.0{extra}}}"#
+    )
+}
+
+/// The number of frequencies and the second one, as transformers' `inv_freq` gives them.
+fn freqs(text: &str, layer_type: Option<&str>) -> (usize, f64) {
+    let f = spec(text, layer_type).frequencies(1);
+    (f.inv_freq().len(), f.inv_freq()[1])
+}
+
+/// The families whose own default RoPE reads `partial_rotary_factor` (transformers 5.23's
+/// `compute_default_rope_parameters` of their rotary module), with their config class's default
+/// when the config gives none: values of transformers' `inv_freq` for head 128, base 1e4.
+#[test]
+fn families_whose_default_rope_reads_partial_rotary_factor() {
+    // (config, frequencies, inv_freq[1]); 1e4^(-2/r) for r = 64, 32, 128, 102.
+    let cases = [
+        (head128("phi", r#", "partial_rotary_factor": 0.5"#), 32, 0.7498942093324559),
+        (head128("glm", ""), 32, 0.7498942093324559),
+        (
+            head128("glm", "").replace(
+                r#""rope_theta": 10000.0"#,
+                r#""rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}"#,
+            ),
+            32,
+            0.7498942093324559,
+        ),
+        (head128("qwen3_next", ""), 16, 0.5623413251903491),
+        (head128("stablelm", ""), 16, 0.5623413251903491),
+        (head128("gpt_neox", ""), 16, 0.5623413251903491),
+        (head128("gpt_neox_japanese", ""), 64, 0.8659643233600653),
+        // The class's own rope_parameters (legacy form) hold 0.8; given ones without a
+        // factor read 1.0.
+        (head128("moonshine_streaming", ""), 51, 0.8347734492114156),
+        (
+            head128("moonshine_streaming", "").replace(
+                r#""rope_theta": 10000.0"#,
+                r#""rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}"#,
+            ),
+            64,
+            0.8659643233600653,
+        ),
+        // Bamba's config class replaces a top-level factor by 0.5; a nested one wins.
+        (head128("bamba", r#", "partial_rotary_factor": 0.25"#), 32, 0.7498942093324559),
+        // MiniMax-M2's rotary_dim is its factor (rotary_dim / head_dim).
+        (head128("minimax_m2", r#", "rotary_dim": 64"#), 32, 0.7498942093324559),
+    ];
+    for (text, n, w1) in cases {
+        let (got_n, got_w1) = freqs(&text, None);
+        assert_eq!(got_n, n, "{text}");
+        near(got_w1, w1, &text);
+    }
+    // The family default goes into every rope type's parameters (phi, linear: 0.37494710).
+    let linear = head128("phi", r#", "rope_scaling": {"rope_type": "linear", "factor": 2.0}"#);
+    assert_eq!(freqs(&linear, None), (32, 0.7498942093324559 / 2.0));
+}
+
+/// Every other family: transformers 5.23 builds a `"default"` RoPE over the whole head whatever
+/// `partial_rotary_factor` says (its own `compute_default_rope_parameters`), where 4.x's
+/// generic default rotated `int(head_dim * factor)` dims. A factor other than 1 there (or an
+/// unknown or missing `model_type`) is refused, naming the key and the model_type; other rope
+/// types read it in every family, as both versions do.
+#[test]
+fn other_families_refuse_partial_rotary_factor_with_a_default_rope() {
+    for model_type in ["llama", "mistral", "qwen2", "qwen3", "cohere2", "gpt_oss", "someday"] {
+        let text = head128(model_type, r#", "partial_rotary_factor": 0.5"#);
+        let msg = refused(&text, None, "partial_rotary_factor");
+        assert!(msg.contains(model_type) && msg.contains("--rotary-dim"), "{msg}");
+        let nested = head128(model_type, "").replace(
+            r#""rope_theta": 10000.0"#,
+            r#""rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                   "partial_rotary_factor": 0.5}"#,
+        );
+        refused(&nested, None, "partial_rotary_factor");
+        // A factor of 1 is the whole head either way (transformers: 64 frequencies).
+        let one = head128(model_type, r#", "partial_rotary_factor": 1.0"#);
+        assert_eq!(freqs(&one, None), (64, 0.8659643233600653));
+    }
+    let missing = r#"{"head_dim": 128, "partial_rotary_factor": 0.5}"#;
+    let msg = refused(missing, None, "partial_rotary_factor");
+    assert!(msg.contains("model_type"), "{msg}");
+    // transformers 5.23, llama with linear scaling: 32 frequencies 1e4^(-2i/64) / 2.
+    let linear = head128(
+        "llama",
+        r#", "partial_rotary_factor": 0.5, "rope_scaling": {"rope_type": "linear", "factor": 2.0}"#,
+    );
+    assert_eq!(freqs(&linear, None), (32, 0.7498942093324559 / 2.0));
+    // GPT-NeoX's rotary_pct and GPT-J's rotary_dim belong to their families: elsewhere
+    // transformers ignores them (qwen2 with rotary_pct 0.5 and llama with rotary_dim 64
+    // rotate the whole head; MiniMax-M3's rotary_dim is not read either).
+    refused(&head128("qwen2", r#", "rotary_pct": 0.5"#), None, "rotary_pct");
+    refused(&head128("llama", r#", "rotary_dim": 64"#), None, "rotary_dim");
+    refused(&head128("minimax_m3_vl_text", r#", "rotary_dim": 64"#), None, "rotary_dim");
+    assert_eq!(freqs(&head128("llama", r#", "rotary_dim": 128"#), None).0, 64);
+    assert_eq!(spec(&head128("gptj", r#", "rotary_dim": 64"#), None).rotary_dim(), 64);
+}
