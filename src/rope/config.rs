@@ -61,12 +61,14 @@ const UNSUPPORTED_ROTATION_MODEL_TYPES: [(&str, &str); 1] = [(
 /// `"default"` RoPE with its own `compute_default_rope_parameters`, over the whole
 /// `head_dim`: `partial_rotary_factor`, top-level or per layer type, is ignored there
 /// (transformers 5). Their other rope types read it as every model does.
-pub const FULL_HEAD_DEFAULT_MODEL_TYPES: [&str; 9] = [
+pub const FULL_HEAD_DEFAULT_MODEL_TYPES: [&str; 11] = [
     "gemma3_text",
     "gemma3n_text",
     "gemma4_text",
-    "t5gemma2",
-    "embedding_gemma2",
+    "gemma4_unified_text",
+    "t5gemma2_text",
+    "t5gemma2_decoder",
+    "embedding_gemma2_text",
     "olmo3",
     "modernbert",
     "modernbert-decoder",

@@ -437,3 +437,21 @@ fn other_families_refuse_partial_rotary_factor_with_a_default_rope() {
     assert_eq!(freqs(&head128("llama", r#", "rotary_dim": 128"#), None).0, 64);
     assert_eq!(spec(&head128("gptj", r#", "rotary_dim": 64"#), None).rotary_dim(), 64);
 }
+
+/// `FULL_HEAD_DEFAULT_MODEL_TYPES` names the `model_type`s a config carries after the
+/// `text_config` swap: EmbeddingGemma 2's and T5Gemma 2's text configs, Gemma 4 unified's.
+/// Their default RoPE spans the head whatever the factor (transformers 5.23: 64 frequencies
+/// for head 128).
+#[test]
+fn full_head_families_are_named_by_their_text_model_type() {
+    for model_type in
+        ["embedding_gemma2_text", "t5gemma2_text", "t5gemma2_decoder", "gemma4_unified_text"]
+    {
+        assert!(posenc::rope::FULL_HEAD_DEFAULT_MODEL_TYPES.contains(&model_type), "{model_type}");
+        let text = head128(model_type, r#", "partial_rotary_factor": 0.5"#);
+        assert_eq!(freqs(&text, None), (64, 0.8659643233600653), "{model_type}");
+    }
+    for gone in ["embedding_gemma2", "t5gemma2"] {
+        assert!(!posenc::rope::FULL_HEAD_DEFAULT_MODEL_TYPES.contains(&gone), "{gone}");
+    }
+}
