@@ -99,7 +99,7 @@ pub const PARTIAL_DEFAULT_MODEL_TYPES: [(&str, f64, f64); 45] = [
     ("gpt_neox_japanese", 1.0, 1.0),
     ("laguna", 1.0, 1.0),
     ("mellum", 1.0, 1.0),
-    ("mimo_v2_flash", 0.334, 0.334),
+    ("mimo_v2_flash", 1.0, 1.0),
     ("minimax_m2", 1.0, 1.0),
     ("minimax_m3_vl_text", 1.0, 1.0),
     ("moonshine", 0.9, 0.9),
@@ -128,6 +128,23 @@ pub const PARTIAL_DEFAULT_MODEL_TYPES: [(&str, f64, f64); 45] = [
     ("nemotron3_diarization", 1.0, 1.0),
     ("efficientloftr", 1.0, 1.0),
 ];
+
+/// Per-layer-type families whose config class copies no top-level `rope_theta` or
+/// `partial_rotary_factor` into the layer types' parameters (transformers 5.23's
+/// `convert_rope_params_to_dict` returns its arguments): a top-level factor reaches a
+/// default layer only when another layer's non-default type makes transformers standardize
+/// every layer type's parameters, in sorted order. Their default layers read their own
+/// entry's factor, else the family's default ([`no_copy_default_factor`]).
+const NO_COPY_PER_LAYER_MODEL_TYPES: [&str; 1] = ["mimo_v2_flash"];
+
+/// The factor a default layer of a [`NO_COPY_PER_LAYER_MODEL_TYPES`] family reads when its
+/// entry has none: MiMo-V2-Flash's modeling code defaults it to 0.334.
+fn no_copy_default_factor(model_type: &str) -> f64 {
+    match model_type {
+        "mimo_v2_flash" => 0.334,
+        _ => 1.0,
+    }
+}
 
 /// Gemma 4's `global_head_dim` when the config omits it (transformers' class default).
 const GEMMA4_GLOBAL_HEAD_DIM: u64 = 512;
@@ -235,6 +252,18 @@ fn rope(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result<R
              was meant is a guess",
         ));
     }
+    if NO_COPY_PER_LAYER_MODEL_TYPES.contains(&model_type)
+        && get(config, "rope_parameters").is_none()
+    {
+        return Err(invalid(
+            "rope_parameters",
+            "missing",
+            format!(
+                "one object per layer type: without them {model_type}'s config class uses its own \
+                 (ignoring a top-level rope_theta or rope_scaling)"
+            ),
+        ));
+    }
     let Some(params) = get(config, "rope_parameters") else {
         return if modernbert {
             modernbert_legacy(config, layer_type)
@@ -290,6 +319,7 @@ fn rope(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result<R
         }
         (params, "rope_parameters".to_string())
     };
+    let no_copy = per_layer && NO_COPY_PER_LAYER_MODEL_TYPES.contains(&model_type);
     let theta = match number(params, "rope_theta").map_err(under(&key))? {
         Some(nested) => {
             // Two different bases: which one the model uses is a guess.
@@ -305,6 +335,16 @@ fn rope(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result<R
             Some(nested)
         }
         None if modernbert && per_layer => Some(modernbert_theta(config, layer_type)?),
+        None if no_copy => {
+            return Err(invalid(
+                format!("{key}.rope_theta"),
+                "missing",
+                format!(
+                    "a number: {model_type}'s config class copies no top-level rope_theta into \
+                     a layer type's parameters (transformers raises KeyError)"
+                ),
+            ));
+        }
         None => number(config, "rope_theta")?,
     };
     let partial_rotary_factor = number(params, "partial_rotary_factor").map_err(under(&key))?;
@@ -549,6 +589,28 @@ fn rotary_dim(
         _ => number(config, "partial_rotary_factor")?,
     };
     let neox = ["gpt_neox", "gpt_neox_japanese"].contains(&model_type);
+    let no_copy = rope.per_layer && NO_COPY_PER_LAYER_MODEL_TYPES.contains(&model_type);
+    if no_copy && default_type && rope.partial_rotary_factor.is_none() {
+        if let Some(f) = top {
+            return Err(invalid(
+                "partial_rotary_factor",
+                format!("{} (top level, model_type {model_type:?})", float(f)),
+                "absent, or in each default layer type's rope_parameters: this family's config \
+                 class copies no top-level factor into them, and transformers applies it to a \
+                 default layer only as a side effect of another layer's non-default type",
+            ));
+        }
+        let f = no_copy_default_factor(model_type);
+        let rotary = (head_dim as f64 * f).trunc() as u64;
+        if rotary < 2 || rotary % 2 != 0 {
+            return Err(invalid(
+                "head_dim",
+                format!("{head_dim} ({model_type}'s default factor {f}: rotary dim {rotary})"),
+                "a head whose default rotary dim is even and at least 2",
+            ));
+        }
+        return Ok(rotary);
+    }
     let pct = number(config, "rotary_pct")?;
     let factor = match (rope.partial_rotary_factor, top) {
         (Some(f), _) | (None, Some(f)) => Some(("partial_rotary_factor", f)),
@@ -664,6 +726,11 @@ impl RopeSpec {
     ///     `--rotary-dim` chooses either).
     ///
     ///   Other rope types read the factor in every family.
+    /// - MiMo-V2-Flash (`mimo_v2_flash`): per-layer-type `rope_parameters` are required, each
+    ///   with its `rope_theta` (transformers copies no top-level value in); a default layer
+    ///   rotates `int(head_dim * factor)` dims with its entry's factor, else 0.334; a top-level
+    ///   factor beside a default layer without one is refused (transformers applies it only as
+    ///   a side effect of another layer's non-default type).
     /// - `rope_type` `"proportional"` (Gemma 4's full-attention layers): the rotary dim is
     ///   the whole head, and `partial_rotary_factor` sets how many of its frequencies are
     ///   not zero ([`Scaling::Proportional`]).

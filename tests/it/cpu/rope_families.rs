@@ -455,3 +455,52 @@ fn full_head_families_are_named_by_their_text_model_type() {
         assert!(!posenc::rope::FULL_HEAD_DEFAULT_MODEL_TYPES.contains(&gone), "{gone}");
     }
 }
+
+/// MiMo-V2-Flash (config A of the research notes): its default RoPE reads the layer type's
+/// `partial_rotary_factor`, 0.334 when absent (`int(192 * 0.334)` = 64 dims), and its config
+/// class copies nothing from the top level into the layer types' parameters. transformers
+/// 5.23: full_attention 32 frequencies, `inv_freq[1]` = 0.6175287365913391, sliding
+/// 0.7498942017555237; a yarn full_attention layer without a factor spans the head (96).
+#[test]
+fn mimo_v2_flash_default_layers_rotate_a_third_of_the_head() {
+    let text = r#"{"model_type": "mimo_v2_flash", "hidden_size": 4096, "num_attention_heads": 64,
+        "head_dim": 192, "num_hidden_layers": 6, "max_position_embeddings": 262144,
+        "layer_types": ["full_attention", "sliding_attention", "sliding_attention",
+                        "sliding_attention", "sliding_attention", "full_attention"],
+        "rope_parameters": {
+            "full_attention": {"rope_type": "default", "rope_theta": 5000000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}"#;
+    assert_eq!(freqs(text, Some("full_attention")).0, 32);
+    near(freqs(text, Some("full_attention")).1, 0.6175287581263234, "full");
+    near(freqs(text, Some("sliding_attention")).1, 0.7498942093324559, "sliding");
+    // A layer type's own factor is read.
+    let own = text.replace(
+        r#""rope_theta": 10000.0}"#,
+        r#""rope_theta": 10000.0, "partial_rotary_factor": 0.5}"#,
+    );
+    assert_eq!(freqs(&own, Some("sliding_attention")).0, 48);
+    // A yarn layer without a factor spans the head (the 0.334 is the default RoPE's).
+    let yarn = text.replace(
+        r#""full_attention": {"rope_type": "default", "rope_theta": 5000000.0}"#,
+        r#""full_attention": {"rope_type": "yarn", "factor": 2.0, "rope_theta": 5000000.0,
+                              "original_max_position_embeddings": 131072}"#,
+    );
+    assert_eq!(freqs(&yarn, Some("full_attention")).0, 96);
+    assert_eq!(freqs(&yarn, Some("sliding_attention")).0, 32);
+    // A top-level factor reaches a default layer only when a non-default layer makes
+    // transformers standardize every layer type's parameters (with yarn above: sliding 48,
+    // without: 32): an accident, refused for the default layers.
+    for t in [text.to_string(), yarn.clone()] {
+        let top =
+            t.replace(r#""head_dim": 192,"#, r#""head_dim": 192, "partial_rotary_factor": 0.5,"#);
+        let msg = refused(&top, Some("sliding_attention"), "partial_rotary_factor");
+        assert!(msg.contains("mimo_v2_flash"), "{msg}");
+    }
+    // An entry without rope_theta: transformers raises KeyError.
+    let no_theta = text
+        .replace(r#""rope_type": "default", "rope_theta": 5000000.0"#, r#""rope_type": "default""#);
+    refused(&no_theta, Some("full_attention"), "rope_parameters.full_attention.rope_theta");
+    // Without rope_parameters its config class uses its own, whatever rope_theta says.
+    let legacy = r#"{"model_type": "mimo_v2_flash", "head_dim": 192, "rope_theta": 10000.0}"#;
+    refused(legacy, Some("full_attention"), "rope_parameters");
+}
