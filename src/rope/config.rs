@@ -135,14 +135,45 @@ pub const PARTIAL_DEFAULT_MODEL_TYPES: [(&str, f64, f64); 45] = [
 /// default layer only when another layer's non-default type makes transformers standardize
 /// every layer type's parameters, in sorted order. Their default layers read their own
 /// entry's factor, else the family's default ([`no_copy_default_factor`]).
-const NO_COPY_PER_LAYER_MODEL_TYPES: [&str; 1] = ["mimo_v2_flash"];
+const NO_COPY_PER_LAYER_MODEL_TYPES: [&str; 5] =
+    ["mimo_v2_flash", "laguna", "mellum", "zaya", "neomme"];
 
-/// The factor a default layer of a [`NO_COPY_PER_LAYER_MODEL_TYPES`] family reads when its
-/// entry has none: MiMo-V2-Flash's modeling code defaults it to 0.334.
-fn no_copy_default_factor(model_type: &str) -> f64 {
-    match model_type {
-        "mimo_v2_flash" => 0.334,
+/// The factor a layer of a [`NO_COPY_PER_LAYER_MODEL_TYPES`] family reads when its entry has
+/// none: MiMo-V2-Flash's modeling code defaults it to 0.334, NeoMME's config class fills 0.25
+/// (full_attention) and 1 (sliding_attention) in; 1 otherwise. NeoMME's other layer types get
+/// none (transformers fails on them).
+fn no_copy_default_factor(model_type: &str, layer_type: Option<&str>) -> Result<f64> {
+    Ok(match (model_type, layer_type) {
+        ("mimo_v2_flash", _) => 0.334,
+        ("neomme", Some("full_attention")) => 0.25,
+        ("neomme", Some("sliding_attention")) => 1.0,
+        ("neomme", other) => {
+            return Err(invalid(
+                "layer_type",
+                other.map_or_else(|| "missing".to_string(), |t| format!("{t:?}")),
+                "full_attention or sliding_attention (NeoMME's config class has no default \
+                 partial_rotary_factor for another)",
+            ));
+        }
         _ => 1.0,
+    })
+}
+
+/// NeoMME's base for a layer type whose entry has none: the top-level `rope_theta`, else 1e6
+/// (full_attention) or 1e4 (sliding_attention), as its config class fills them in.
+fn neomme_theta(config: &Object, layer_type: Option<&str>, key: &str) -> Result<f64> {
+    if let Some(top) = number(config, "rope_theta")? {
+        return Ok(top);
+    }
+    match layer_type {
+        Some("full_attention") => Ok(1e6),
+        Some("sliding_attention") => Ok(1e4),
+        _ => Err(invalid(
+            format!("{key}.rope_theta"),
+            "missing",
+            "a number (NeoMME's config class has a default base for full_attention and \
+             sliding_attention only)",
+        )),
     }
 }
 
@@ -335,6 +366,7 @@ fn rope(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result<R
             Some(nested)
         }
         None if modernbert && per_layer => Some(modernbert_theta(config, layer_type)?),
+        None if no_copy && model_type == "neomme" => Some(neomme_theta(config, layer_type, &key)?),
         None if no_copy => {
             return Err(invalid(
                 format!("{key}.rope_theta"),
@@ -580,6 +612,7 @@ fn rotary_dim(
     config: &Object,
     head_dim: u64,
     model_type: &str,
+    layer_type: Option<&str>,
     rope: &Rope,
     default_type: bool,
 ) -> Result<u64> {
@@ -590,7 +623,9 @@ fn rotary_dim(
     };
     let neox = ["gpt_neox", "gpt_neox_japanese"].contains(&model_type);
     let no_copy = rope.per_layer && NO_COPY_PER_LAYER_MODEL_TYPES.contains(&model_type);
-    if no_copy && default_type && rope.partial_rotary_factor.is_none() {
+    // NeoMME's config class fills its default factor into every layer type's parameters
+    // before transformers standardizes them: a top-level one never reaches any layer there.
+    if no_copy && (default_type || model_type == "neomme") && rope.partial_rotary_factor.is_none() {
         if let Some(f) = top {
             return Err(invalid(
                 "partial_rotary_factor",
@@ -600,7 +635,7 @@ fn rotary_dim(
                  default layer only as a side effect of another layer's non-default type",
             ));
         }
-        let f = no_copy_default_factor(model_type);
+        let f = no_copy_default_factor(model_type, layer_type)?;
         let rotary = (head_dim as f64 * f).trunc() as u64;
         if rotary < 2 || rotary % 2 != 0 {
             return Err(invalid(
@@ -726,11 +761,14 @@ impl RopeSpec {
     ///     `--rotary-dim` chooses either).
     ///
     ///   Other rope types read the factor in every family.
-    /// - MiMo-V2-Flash (`mimo_v2_flash`): per-layer-type `rope_parameters` are required, each
-    ///   with its `rope_theta` (transformers copies no top-level value in); a default layer
-    ///   rotates `int(head_dim * factor)` dims with its entry's factor, else 0.334; a top-level
-    ///   factor beside a default layer without one is refused (transformers applies it only as
-    ///   a side effect of another layer's non-default type).
+    /// - MiMo-V2-Flash, Laguna, Mellum, Zaya, NeoMME (`mimo_v2_flash`, `laguna`, `mellum`,
+    ///   `zaya`, `neomme`): their config classes copy no top-level value into the layer types'
+    ///   parameters. Per-layer-type `rope_parameters` are required, each with its `rope_theta`
+    ///   (NeoMME: else the top-level one, else 1e6 full / 1e4 sliding); a default layer (any
+    ///   layer for NeoMME) rotates `int(head_dim * factor)` dims with its entry's factor, else
+    ///   the family's: MiMo 0.334, NeoMME 0.25 full / 1 sliding, 1 otherwise. A top-level
+    ///   factor beside such a layer without one is refused: transformers applies it only as a
+    ///   side effect of another layer's non-default type (in sorted order), or never.
     /// - `rope_type` `"proportional"` (Gemma 4's full-attention layers): the rotary dim is
     ///   the whole head, and `partial_rotary_factor` sets how many of its frequencies are
     ///   not zero ([`Scaling::Proportional`]).
@@ -852,7 +890,14 @@ impl RopeSpec {
         let rotary = if deepseek || proportional || full_head_default {
             head_dim
         } else {
-            rotary_dim(&config, head_dim, model_type, &rope, rope_type == Some("default"))?
+            rotary_dim(
+                &config,
+                head_dim,
+                model_type,
+                layer_type,
+                &rope,
+                rope_type == Some("default"),
+            )?
         };
         let (scaling, scaling_key) = match rope.scaling {
             Some((mut map, key)) => {

@@ -504,3 +504,78 @@ fn mimo_v2_flash_default_layers_rotate_a_third_of_the_head() {
     let legacy = r#"{"model_type": "mimo_v2_flash", "head_dim": 192, "rope_theta": 10000.0}"#;
     refused(legacy, Some("full_attention"), "rope_parameters");
 }
+
+/// Laguna, Mellum, Zaya and NeoMME build each layer type's RoPE from its own entry: their
+/// config classes copy no top-level value in. transformers 5.23 (config B of the research
+/// notes, Laguna, head 128): both default layers span the head whatever a top-level factor
+/// says, full `inv_freq[1]` = 0.8146172165870667, sliding 0.8659643530845642 (float32); a
+/// top-level factor reaches a default layer only through another layer's non-default type
+/// (sorted order), so beside a default layer without its own factor it is refused.
+#[test]
+fn per_layer_families_without_top_level_copy() {
+    let laguna = r#"{"model_type": "laguna", "head_dim": 128, "hidden_size": 2048,
+        "num_attention_heads": 16, "num_hidden_layers": 4, "max_position_embeddings": 131072,
+        "layer_types": ["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+        "rope_parameters": {
+            "full_attention": {"rope_type": "default", "rope_theta": 500000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}"#;
+    for model_type in ["laguna", "mellum"] {
+        let text = laguna.replace("\"laguna\"", &format!("{model_type:?}"));
+        assert_eq!(freqs(&text, Some("full_attention")).0, 64, "{model_type}");
+        near(freqs(&text, Some("full_attention")).1, 0.8146172338565447, model_type);
+        near(freqs(&text, Some("sliding_attention")).1, 0.8659643233600653, model_type);
+        let top = text
+            .replace(r#""head_dim": 128,"#, r#""head_dim": 128, "partial_rotary_factor": 0.5,"#);
+        for layer_type in ["full_attention", "sliding_attention"] {
+            let msg = refused(&top, Some(layer_type), "partial_rotary_factor");
+            assert!(msg.contains(model_type) && msg.contains("side effect"), "{msg}");
+        }
+        // An entry without rope_theta: KeyError in transformers unless another layer's type
+        // makes it standardize.
+        let no_theta = text.replace(r#", "rope_theta": 10000.0"#, "");
+        refused(
+            &no_theta,
+            Some("sliding_attention"),
+            "rope_parameters.sliding_attention.rope_theta",
+        );
+    }
+    // A non-default layer reads the top-level factor as every family's (transformers: sliding
+    // linear, 32 frequencies 1e4^(-2i/64) / 2); the default layer beside it is refused.
+    let linear = laguna
+        .replace(r#""head_dim": 128,"#, r#""head_dim": 128, "partial_rotary_factor": 0.5,"#)
+        .replace(
+            r#""sliding_attention": {"rope_type": "default","#,
+            r#""sliding_attention": {"rope_type": "linear", "factor": 2.0,"#,
+        );
+    assert_eq!(freqs(&linear, Some("sliding_attention")), (32, 0.7498942093324559 / 2.0));
+    refused(&linear, Some("full_attention"), "partial_rotary_factor");
+    // Zaya's layer types.
+    let zaya = laguna
+        .replace("\"laguna\"", "\"zaya\"")
+        .replace("\"full_attention\"", "\"hybrid\"")
+        .replace("\"sliding_attention\"", "\"hybrid_sliding\"");
+    assert_eq!(freqs(&zaya, Some("hybrid")).0, 64);
+    let top =
+        zaya.replace(r#""head_dim": 128,"#, r#""head_dim": 128, "partial_rotary_factor": 0.5,"#);
+    refused(&top, Some("hybrid_sliding"), "partial_rotary_factor");
+
+    // NeoMME: full 0.25 / sliding 1 and bases 1e6 / 1e4 by default, or the top-level
+    // rope_theta (transformers: full 8 frequencies, inv_freq[1] 0.17782793939113617 and with
+    // rope_theta 5e5 0.193922758102417; sliding 32).
+    let neomme = r#"{"model_type": "neomme", "hidden_size": 512, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 64, "num_hidden_layers": 4,
+        "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
+        "rope_parameters": {"full_attention": {"rope_type": "default"},
+                            "sliding_attention": {"rope_type": "default"}}}"#;
+    let full = spec(neomme, Some("full_attention"));
+    assert_eq!((full.rotary_dim(), full.base()), (16, 1e6));
+    near(full.frequencies(1).inv_freq()[1], 0.1778279410038923, "neomme full");
+    let sliding = spec(neomme, Some("sliding_attention"));
+    assert_eq!((sliding.rotary_dim(), sliding.base()), (64, 1e4));
+    let based = neomme.replace(r#""head_dim": 64,"#, r#""head_dim": 64, "rope_theta": 500000.0,"#);
+    near(freqs(&based, Some("full_attention")).1, 5e5f64.powf(-2.0 / 16.0), "neomme 5e5");
+    assert_eq!(spec(&based, Some("sliding_attention")).base(), 5e5);
+    let top =
+        neomme.replace(r#""head_dim": 64,"#, r#""head_dim": 64, "partial_rotary_factor": 0.5,"#);
+    refused(&top, Some("full_attention"), "partial_rotary_factor");
+}
