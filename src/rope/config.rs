@@ -637,7 +637,7 @@ fn rotary_dim(
         }
         let f = no_copy_default_factor(model_type, layer_type)?;
         let rotary = (head_dim as f64 * f).trunc() as u64;
-        if rotary < 2 || rotary % 2 != 0 {
+        if rotary < 2 || !rotary.is_multiple_of(2) {
             return Err(invalid(
                 "head_dim",
                 format!("{head_dim} ({model_type}'s default factor {f}: rotary dim {rotary})"),
