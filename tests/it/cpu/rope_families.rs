@@ -388,6 +388,12 @@ fn families_whose_default_rope_reads_partial_rotary_factor() {
         // MiniMax-M2's rotary_dim is its factor (rotary_dim / head_dim).
         (head128("minimax_m2", r#", "rotary_dim": 64"#), 32, 0.7498942093324559),
     ];
+    for model_type in ["phi", "glm", "gpt_neox", "qwen3_next", "laguna", "mimo_v2_flash"] {
+        assert!(
+            posenc::rope::PARTIAL_DEFAULT_MODEL_TYPES.iter().any(|(m, ..)| *m == model_type),
+            "{model_type}"
+        );
+    }
     for (text, n, w1) in cases {
         let (got_n, got_w1) = freqs(&text, None);
         assert_eq!(got_n, n, "{text}");
