@@ -8,24 +8,174 @@ use super::scaling::{excerpt, invalid, parse_json, whole_number};
 use super::{DEFAULT_BASE, Pairing, RopeSpec, Scaling};
 use crate::error::{Error, Result, float, json_number};
 
-/// The `model_type`s whose rotary module rotates interleaved pairs (2i, 2i + 1).
-pub const INTERLEAVED_MODEL_TYPES: [&str; 4] = ["gptj", "codegen", "cohere", "cohere2"];
+/// The `model_type`s (read after any `text_config` swap) whose attention rotates adjacent
+/// pairs (2i, 2i + 1) in transformers 5.23: `rotate_half` over `x[..., 0::2]`/`x[..., 1::2]`
+/// with cos/sin repeated per pair, GPT-J's `rotate_every_two`, Llama 4's and DeepSeek V2's
+/// `view_as_complex` over `reshape(..., -1, 2)`, RoFormer's stacked sinusoids; found by
+/// rotating a query with every model's own rotary module and apply function. The MLA families
+/// listed (DeepSeek V2, V3.2, ...) interleave whatever their config's `rope_interleave` says
+/// (their modeling code has no switch); DeepSeek V3 and the others that read the switch are
+/// not listed (`rope_interleave`, default true beside `qk_rope_head_dim`).
+pub const INTERLEAVED_MODEL_TYPES: [&str; 30] = [
+    "gptj",
+    "codegen",
+    "cohere",
+    "cohere2",
+    "cohere2_moe",
+    "glm",
+    "glm4",
+    "glm_ocr_text",
+    "glm4v_text",
+    "helium",
+    "ernie4_5",
+    "ernie4_5_moe",
+    "llama4",
+    "llama4_text",
+    "moonshine",
+    "moonshine_streaming",
+    "openai_privacy_filter",
+    "roformer",
+    "blt_global_transformer",
+    "blt_local_decoder",
+    "blt_local_encoder",
+    "blt_patcher",
+    "deepseek_v2",
+    "deepseek_v32",
+    "bailing_hybrid",
+    "dots3_note_text",
+    "glm_moe_dsa",
+    "longcat_flash",
+    "mistral_large4_text",
+    "axk2",
+];
+
+/// `model_type`s whose rotation posenc does not compute, each with the reason: refused by
+/// name (field `model_type`) rather than read as a RoPE the model never applied.
+const UNSUPPORTED_ROTATION_MODEL_TYPES: [(&str, &str); 1] = [(
+    "nanochat",
+    "NanoChat's rotate_half returns (x2, -x1): each pair turns by -p * w, which neither \
+     pairing (neox, gptj) computes",
+)];
 
 /// The `model_type`s (read after any `text_config` swap) whose rotary module computes a
 /// `"default"` RoPE with its own `compute_default_rope_parameters`, over the whole
 /// `head_dim`: `partial_rotary_factor`, top-level or per layer type, is ignored there
 /// (transformers 5). Their other rope types read it as every model does.
-pub const FULL_HEAD_DEFAULT_MODEL_TYPES: [&str; 9] = [
+pub const FULL_HEAD_DEFAULT_MODEL_TYPES: [&str; 11] = [
     "gemma3_text",
     "gemma3n_text",
     "gemma4_text",
-    "t5gemma2",
-    "embedding_gemma2",
+    "gemma4_unified_text",
+    "t5gemma2_text",
+    "t5gemma2_decoder",
+    "embedding_gemma2_text",
     "olmo3",
     "modernbert",
     "modernbert-decoder",
     "lfm3",
 ];
+
+/// The `model_type`s (read after any `text_config` swap) whose rotary module's own
+/// `compute_default_rope_parameters` reads `partial_rotary_factor` in transformers 5.23 (found
+/// in each modeling file, and checked by building the module with factors 1 and 0.5), each
+/// with the factor its config class gives when the config has none: in the legacy form (no
+/// `rope_parameters`), and beside given `rope_parameters`. Their `"default"` RoPE rotates
+/// `int(head_dim * factor)` dims, as every family's other rope types do.
+pub const PARTIAL_DEFAULT_MODEL_TYPES: [(&str, f64, f64); 45] = [
+    ("bamba", 0.5, 0.5),
+    ("deepseek_v4", 0.125, 1.0),
+    ("diffusion_gemma_text", 1.0, 1.0),
+    ("dots3_note_text", 0.25, 0.25),
+    ("glm", 0.5, 0.5),
+    ("glm4", 0.5, 0.5),
+    ("glm4_moe", 0.5, 0.5),
+    ("glm4_moe_lite", 1.0, 1.0),
+    ("glm4v_moe_text", 0.5, 0.5),
+    ("glm4v_text", 1.0, 1.0),
+    ("glm_image_text", 1.0, 1.0),
+    ("glm_ocr_text", 1.0, 1.0),
+    ("glmasr_encoder", 0.5, 0.5),
+    ("gpt_neox", 0.25, 0.25),
+    ("gpt_neox_japanese", 1.0, 1.0),
+    ("laguna", 1.0, 1.0),
+    ("mellum", 1.0, 1.0),
+    ("mimo_v2_flash", 1.0, 1.0),
+    ("minimax_m2", 1.0, 1.0),
+    ("minimax_m3_vl_text", 1.0, 1.0),
+    ("moonshine", 0.9, 0.9),
+    ("moonshine_streaming", 0.8, 1.0),
+    ("moonshine_streaming_encoder", 0.8, 1.0),
+    ("nemotron", 0.5, 0.5),
+    ("nemotron3_5_transcribe_asr_audio", 0.5, 1.0),
+    ("nemotron3_5_transcribe_word_timestamp", 0.5, 1.0),
+    ("nemotron3_diarization_audio", 1.0, 1.0),
+    ("neomme", 1.0, 1.0),
+    ("persimmon", 0.5, 0.5),
+    ("phi", 0.5, 0.5),
+    ("phi3", 1.0, 1.0),
+    ("phi4_multimodal", 1.0, 1.0),
+    ("qwen3_5_moe_text", 0.25, 0.25),
+    ("qwen3_5_text", 0.25, 0.25),
+    ("qwen3_next", 0.25, 0.25),
+    ("qwen4_exp_text", 1.0, 1.0),
+    ("recurrent_gemma", 0.5, 0.5),
+    ("solar_open", 1.0, 1.0),
+    ("stablelm", 0.25, 0.25),
+    ("step3p5", 1.0, 1.0),
+    ("zaya", 1.0, 1.0),
+    ("dots3_note_audio_encoder", 1.0, 1.0),
+    ("nemotron3_5_transcribe_audio", 1.0, 1.0),
+    ("nemotron3_diarization", 1.0, 1.0),
+    ("efficientloftr", 1.0, 1.0),
+];
+
+/// Per-layer-type families whose config class copies no top-level `rope_theta` or
+/// `partial_rotary_factor` into the layer types' parameters (transformers 5.23's
+/// `convert_rope_params_to_dict` returns its arguments): a top-level factor reaches a
+/// default layer only when another layer's non-default type makes transformers standardize
+/// every layer type's parameters, in sorted order. Their default layers read their own
+/// entry's factor, else the family's default ([`no_copy_default_factor`]).
+const NO_COPY_PER_LAYER_MODEL_TYPES: [&str; 5] =
+    ["mimo_v2_flash", "laguna", "mellum", "zaya", "neomme"];
+
+/// The factor a layer of a [`NO_COPY_PER_LAYER_MODEL_TYPES`] family reads when its entry has
+/// none: MiMo-V2-Flash's modeling code defaults it to 0.334, NeoMME's config class fills 0.25
+/// (full_attention) and 1 (sliding_attention) in; 1 otherwise. NeoMME's other layer types get
+/// none (transformers fails on them).
+fn no_copy_default_factor(model_type: &str, layer_type: Option<&str>) -> Result<f64> {
+    Ok(match (model_type, layer_type) {
+        ("mimo_v2_flash", _) => 0.334,
+        ("neomme", Some("full_attention")) => 0.25,
+        ("neomme", Some("sliding_attention")) => 1.0,
+        ("neomme", other) => {
+            return Err(invalid(
+                "layer_type",
+                other.map_or_else(|| "missing".to_string(), |t| format!("{t:?}")),
+                "full_attention or sliding_attention (NeoMME's config class has no default \
+                 partial_rotary_factor for another)",
+            ));
+        }
+        _ => 1.0,
+    })
+}
+
+/// NeoMME's base for a layer type whose entry has none: the top-level `rope_theta`, else 1e6
+/// (full_attention) or 1e4 (sliding_attention), as its config class fills them in.
+fn neomme_theta(config: &Object, layer_type: Option<&str>, key: &str) -> Result<f64> {
+    if let Some(top) = number(config, "rope_theta")? {
+        return Ok(top);
+    }
+    match layer_type {
+        Some("full_attention") => Ok(1e6),
+        Some("sliding_attention") => Ok(1e4),
+        _ => Err(invalid(
+            format!("{key}.rope_theta"),
+            "missing",
+            "a number (NeoMME's config class has a default base for full_attention and \
+             sliding_attention only)",
+        )),
+    }
+}
 
 /// Gemma 4's `global_head_dim` when the config omits it (transformers' class default).
 const GEMMA4_GLOBAL_HEAD_DIM: u64 = 512;
@@ -113,6 +263,8 @@ struct Rope {
     partial_rotary_factor: Option<f64>,
     /// Read from one of per-layer-type `rope_parameters`.
     per_layer: bool,
+    /// No `rope_parameters`: a config class fills in its own defaults.
+    legacy: bool,
 }
 
 fn layer_types(per_layer: &Object) -> String {
@@ -120,8 +272,36 @@ fn layer_types(per_layer: &Object) -> String {
 }
 
 /// Reads `rope_parameters` (transformers 5) or the legacy fields.
-fn rope(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
-    let Some(params) = get(config, "rope_parameters") else { return legacy(config, layer_type) };
+fn rope(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result<Rope> {
+    let modernbert = MODERNBERT_MODEL_TYPES.contains(&model_type);
+    if modernbert && let Some(top) = get(config, "rope_theta") {
+        return Err(invalid(
+            "rope_theta",
+            excerpt(top),
+            "absent for ModernBERT: its layers read global_rope_theta (full_attention) and \
+             local_rope_theta (sliding_attention); transformers ignores rope_theta, so which base \
+             was meant is a guess",
+        ));
+    }
+    if NO_COPY_PER_LAYER_MODEL_TYPES.contains(&model_type)
+        && get(config, "rope_parameters").is_none()
+    {
+        return Err(invalid(
+            "rope_parameters",
+            "missing",
+            format!(
+                "one object per layer type: without them {model_type}'s config class uses its own \
+                 (ignoring a top-level rope_theta or rope_scaling)"
+            ),
+        ));
+    }
+    let Some(params) = get(config, "rope_parameters") else {
+        return if modernbert {
+            modernbert_legacy(config, layer_type)
+        } else {
+            legacy(config, layer_type)
+        };
+    };
     let Value::Object(params) = params else {
         return Err(invalid("rope_parameters", excerpt(params), "a JSON object"));
     };
@@ -170,6 +350,7 @@ fn rope(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
         }
         (params, "rope_parameters".to_string())
     };
+    let no_copy = per_layer && NO_COPY_PER_LAYER_MODEL_TYPES.contains(&model_type);
     let theta = match number(params, "rope_theta").map_err(under(&key))? {
         Some(nested) => {
             // Two different bases: which one the model uses is a guess.
@@ -183,6 +364,18 @@ fn rope(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
                 ));
             }
             Some(nested)
+        }
+        None if modernbert && per_layer => Some(modernbert_theta(config, layer_type)?),
+        None if no_copy && model_type == "neomme" => Some(neomme_theta(config, layer_type, &key)?),
+        None if no_copy => {
+            return Err(invalid(
+                format!("{key}.rope_theta"),
+                "missing",
+                format!(
+                    "a number: {model_type}'s config class copies no top-level rope_theta into \
+                     a layer type's parameters (transformers raises KeyError)"
+                ),
+            ));
         }
         None => number(config, "rope_theta")?,
     };
@@ -206,7 +399,13 @@ fn rope(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
     if get(&scaling, "rope_type").is_none() && get(&scaling, "type").is_none() {
         scaling.insert("rope_type".into(), "default".into());
     }
-    Ok(Rope { theta, scaling: Some((scaling, key)), partial_rotary_factor, per_layer })
+    Ok(Rope {
+        theta,
+        scaling: Some((scaling, key)),
+        partial_rotary_factor,
+        per_layer,
+        legacy: false,
+    })
 }
 
 /// The legacy form: `rope_theta` (or `rotary_emb_base`) and `rope_scaling`; Gemma 3's
@@ -224,7 +423,7 @@ fn legacy(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
         }
     };
     let local = number(config, "rope_local_base_freq")?;
-    let rope = Rope { theta, scaling, partial_rotary_factor: None, per_layer: false };
+    let rope = Rope { theta, scaling, partial_rotary_factor: None, per_layer: false, legacy: true };
     match (layer_type, local) {
         (None, None) | (Some("full_attention"), Some(_)) => Ok(rope),
         // Two RoPEs, as in the per-layer-type form: which one is the caller's to say.
@@ -250,6 +449,50 @@ fn legacy(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
              rope_parameters, no rope_local_base_freq)",
         )),
     }
+}
+
+/// ModernBERT's `model_type`s: two RoPEs, one per layer type, whose bases are
+/// `global_rope_theta` and `local_rope_theta` (transformers' `ModernBertConfig`).
+const MODERNBERT_MODEL_TYPES: [&str; 2] = ["modernbert", "modernbert-decoder"];
+
+/// ModernBERT's base for a layer type: `global_rope_theta` (full_attention, 160000 when
+/// absent) or `local_rope_theta` (sliding_attention, 10000), as transformers 5.23's
+/// `convert_rope_params_to_dict` fills a layer type's `rope_theta`.
+fn modernbert_theta(config: &Object, layer_type: Option<&str>) -> Result<f64> {
+    let (key, default) = match layer_type {
+        Some("full_attention") => ("global_rope_theta", 160_000.0),
+        Some("sliding_attention") => ("local_rope_theta", 10_000.0),
+        other => {
+            return Err(invalid(
+                "layer_type",
+                other.map_or_else(|| "missing".to_string(), |t| format!("{t:?}")),
+                "full_attention or sliding_attention: ModernBERT has two RoPEs \
+                 (global_rope_theta, local_rope_theta)",
+            ));
+        }
+    };
+    Ok(number(config, key)?.unwrap_or(default))
+}
+
+/// ModernBERT's published form: no `rope_parameters`, `global_rope_theta` and
+/// `local_rope_theta` (or their defaults) for the two layer types, and `rope_scaling`, when
+/// given, applied to both (transformers 5.23 updates both layer types' parameters with it).
+fn modernbert_legacy(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
+    let theta = modernbert_theta(config, layer_type)?;
+    let scaling = match get(config, "rope_scaling") {
+        None => None,
+        Some(Value::Object(s)) => Some((s.clone(), "rope_scaling".to_string())),
+        Some(other) => {
+            return Err(invalid("rope_scaling", excerpt(other), "a JSON object or null"));
+        }
+    };
+    Ok(Rope {
+        theta: Some(theta),
+        scaling,
+        partial_rotary_factor: None,
+        per_layer: true,
+        legacy: true,
+    })
 }
 
 /// The scaling object with the model-level fields merged in where transformers reads
@@ -351,27 +594,116 @@ fn head_dim(config: &Object) -> Result<(u64, bool)> {
     }
 }
 
-/// The rotated dimensions: `int(head_dim * partial_rotary_factor)` as transformers
-/// computes it, GPT-NeoX's `rotary_pct` the same way, or GPT-J's `rotary_dim`.
-fn rotary_dim(config: &Object, head_dim: u64, factor: Option<f64>) -> Result<u64> {
-    let factor = match factor {
-        Some(f) => Some(("partial_rotary_factor", f)),
-        None => match number(config, "partial_rotary_factor")? {
-            Some(f) => Some(("partial_rotary_factor", f)),
-            None => number(config, "rotary_pct")?.map(|f| ("rotary_pct", f)),
-        },
+/// The rotated dimensions of a RoPE that is not spread over the whole head by its type
+/// (proportional, DeepSeek's slice) or its family (`FULL_HEAD_DEFAULT_MODEL_TYPES`):
+/// `int(head_dim * factor)` as transformers computes it, the factor read as transformers 5.23
+/// reads it for `model_type`.
+///
+/// - the layer type's or `rope_parameters`' own `partial_rotary_factor`, else the top-level
+///   one (Bamba's config class replaces that by 0.5), else GPT-NeoX's `rotary_pct`, else
+///   GPT-J's (or MiniMax-M2's) `rotary_dim`, else the family's class default
+///   ([`PARTIAL_DEFAULT_MODEL_TYPES`]; 1 elsewhere).
+/// - a `"default"` RoPE (`default_type`) of a family outside `PARTIAL_DEFAULT_MODEL_TYPES`
+///   spans the whole head in transformers 5, but `int(head_dim * factor)` dims in 4.x's
+///   generic default: a factor other than 1 is refused there.
+/// - `rotary_pct` outside GPT-NeoX and `rotary_dim` outside GPT-J, CodeGen and MiniMax-M2
+///   are not read by transformers: refused unless they say the whole head.
+fn rotary_dim(
+    config: &Object,
+    head_dim: u64,
+    model_type: &str,
+    layer_type: Option<&str>,
+    rope: &Rope,
+    default_type: bool,
+) -> Result<u64> {
+    let family = PARTIAL_DEFAULT_MODEL_TYPES.iter().find(|(m, ..)| *m == model_type);
+    let top = match model_type {
+        "bamba" => None,
+        _ => number(config, "partial_rotary_factor")?,
     };
+    let neox = ["gpt_neox", "gpt_neox_japanese"].contains(&model_type);
+    let no_copy = rope.per_layer && NO_COPY_PER_LAYER_MODEL_TYPES.contains(&model_type);
+    // NeoMME's config class fills its default factor into every layer type's parameters
+    // before transformers standardizes them: a top-level one never reaches any layer there.
+    if no_copy && (default_type || model_type == "neomme") && rope.partial_rotary_factor.is_none() {
+        if let Some(f) = top {
+            return Err(invalid(
+                "partial_rotary_factor",
+                format!("{} (top level, model_type {model_type:?})", float(f)),
+                "absent, or in each default layer type's rope_parameters: this family's config \
+                 class copies no top-level factor into them, and transformers applies it to a \
+                 default layer only as a side effect of another layer's non-default type",
+            ));
+        }
+        let f = no_copy_default_factor(model_type, layer_type)?;
+        let rotary = (head_dim as f64 * f).trunc() as u64;
+        if rotary < 2 || !rotary.is_multiple_of(2) {
+            return Err(invalid(
+                "head_dim",
+                format!("{head_dim} ({model_type}'s default factor {f}: rotary dim {rotary})"),
+                "a head whose default rotary dim is even and at least 2",
+            ));
+        }
+        return Ok(rotary);
+    }
+    let pct = number(config, "rotary_pct")?;
+    let factor = match (rope.partial_rotary_factor, top) {
+        (Some(f), _) | (None, Some(f)) => Some(("partial_rotary_factor", f)),
+        (None, None) => pct.filter(|_| neox).map(|f| ("rotary_pct", f)),
+    };
+    let named = |m: &str| if m.is_empty() { "missing".to_string() } else { format!("{m:?}") };
+    if !neox
+        && let Some(f) = pct
+        && f != 1.0
+    {
+        return Err(invalid(
+            "rotary_pct",
+            format!("{} (model_type {})", float(f), named(model_type)),
+            "1 or absent: only GPT-NeoX's configs read rotary_pct (transformers rotates the \
+             whole head elsewhere); give --rotary-dim to choose",
+        ));
+    }
     let (key, rotary) = match factor {
         Some((key, f)) => {
             if !(f > 0.0 && f <= 1.0) {
                 return Err(invalid(key, float(f), "a number in (0, 1]"));
             }
+            if default_type && family.is_none() && f != 1.0 {
+                let whole = head_dim;
+                let part = (head_dim as f64 * f).trunc() as u64;
+                return Err(invalid(
+                    key,
+                    format!("{} (model_type {}, a default RoPE)", float(f), named(model_type)),
+                    format!(
+                        "1 or absent: transformers 5 builds this family's default RoPE over the \
+                         whole head ({whole} dims), 4.x's generic default over {part}; choose \
+                         with --rotary-dim {whole} or --rotary-dim {part}"
+                    ),
+                ));
+            }
             // Python's int() of the float64 product: truncated.
             (key, (head_dim as f64 * f).trunc() as u64)
         }
         None => match whole(config, "rotary_dim")? {
-            Some(r) => ("rotary_dim", r),
-            None => return Ok(head_dim),
+            Some(r) if ["gptj", "codegen", "minimax_m2"].contains(&model_type) => ("rotary_dim", r),
+            Some(r) if r != head_dim => {
+                return Err(invalid(
+                    "rotary_dim",
+                    format!("{r} (model_type {})", named(model_type)),
+                    format!(
+                        "{head_dim} (the head) or absent: only GPT-J, CodeGen and MiniMax-M2 read \
+                         rotary_dim (transformers rotates the whole head elsewhere); give \
+                         --rotary-dim to choose"
+                    ),
+                ));
+            }
+            _ => match family {
+                Some(&(_, legacy, given)) => {
+                    let f = if rope.legacy { legacy } else { given };
+                    ("partial_rotary_factor", (head_dim as f64 * f).trunc() as u64)
+                }
+                None => return Ok(head_dim),
+            },
         },
     };
     if rotary < 2 || rotary % 2 != 0 || rotary > head_dim {
@@ -379,7 +711,7 @@ fn rotary_dim(config: &Object, head_dim: u64, factor: Option<f64>) -> Result<u64
             "rotary_dim" => rotary.to_string(),
             _ => format!(
                 "{} (rotary dim {rotary} of head_dim {head_dim})",
-                number(config, key)?.map_or_else(String::new, float)
+                factor.map_or_else(String::new, |(_, f)| float(f))
             ),
         };
         return Err(invalid(key, value, "a rotary dim that is even and in 2..=head_dim"));
@@ -398,6 +730,11 @@ impl RopeSpec {
     ///   `rope_parameters` (`{"full_attention": {...}, "sliding_attention": {...}}`, Gemma
     ///   3) need `layer_type`; a legacy Gemma 3 config's `rope_local_base_freq` is the
     ///   unscaled base of `layer_type` `"sliding_attention"`.
+    /// - ModernBERT (`modernbert`, `modernbert-decoder`): two RoPEs, so `layer_type` is
+    ///   required; `full_attention` reads `global_rope_theta` (160000 when absent) and
+    ///   `sliding_attention` `local_rope_theta` (10000), in the published form and for a
+    ///   per-layer-type entry without `rope_theta`; `rope_scaling` applies to both; a
+    ///   top-level `rope_theta` (which transformers ignores there) is refused.
     /// - `max_position_embeddings` is passed to dynamic, yarn and longrope; a top-level
     ///   `original_max_position_embeddings` (Phi-3) is the original length of llama3, yarn
     ///   and longrope, over the scaling object's, as transformers 5 reads it (not for
@@ -406,12 +743,32 @@ impl RopeSpec {
     /// - head dim: `head_dim`, else `hidden_size / num_attention_heads` (GPT-J's
     ///   `n_embd / n_head`); DeepSeek's
     ///   `qk_rope_head_dim` (the rotated part of each query and key head) when given.
-    /// - rotary dim: `int(head_dim * partial_rotary_factor)` (or `rotary_pct`), or
-    ///   `rotary_dim`; all of the head otherwise. A `partial_rotary_factor` in a layer
-    ///   type's object wins over the top-level one, which fills it when absent (two
-    ///   different values are refused). A `"default"` RoPE of the families in
-    ///   [`FULL_HEAD_DEFAULT_MODEL_TYPES`] (Gemma 3, Gemma 4, ...) spans the whole head:
-    ///   their own default ignores `partial_rotary_factor`.
+    /// - rotary dim: `int(head_dim * partial_rotary_factor)`, as transformers 5.23 reads the
+    ///   factor for the family (`model_type`, after any `text_config` swap). A layer type's
+    ///   (or `rope_parameters`') own factor wins over the top-level one, which fills it when
+    ///   absent (two different values are refused). GPT-NeoX's `rotary_pct` and GPT-J's,
+    ///   CodeGen's and MiniMax-M2's `rotary_dim` are read in those families only; elsewhere
+    ///   transformers ignores them, and a value other than the whole head is refused.
+    ///   By family, for a `"default"` RoPE:
+    ///   - [`PARTIAL_DEFAULT_MODEL_TYPES`] (Phi, GLM, GPT-NeoX, StableLM, Qwen3-Next, ...):
+    ///     their own default reads the factor; without one, their config class's default
+    ///     (GLM and Phi 0.5, GPT-NeoX and Qwen3-Next 0.25, Moonshine 0.9, ...), which every
+    ///     rope type of theirs reads too. Bamba's class replaces a top-level factor by 0.5.
+    ///   - [`FULL_HEAD_DEFAULT_MODEL_TYPES`] (Gemma 3, Gemma 4, OLMo 3, ...): the whole head.
+    ///   - every other family, unknown or missing `model_type` included: transformers 5's
+    ///     default spans the whole head, 4.x's generic one `int(head_dim * factor)` dims, so
+    ///     a factor other than 1 is refused, naming the key and the `model_type` (the CLI's
+    ///     `--rotary-dim` chooses either).
+    ///
+    ///   Other rope types read the factor in every family.
+    /// - MiMo-V2-Flash, Laguna, Mellum, Zaya, NeoMME (`mimo_v2_flash`, `laguna`, `mellum`,
+    ///   `zaya`, `neomme`): their config classes copy no top-level value into the layer types'
+    ///   parameters. Per-layer-type `rope_parameters` are required, each with its `rope_theta`
+    ///   (NeoMME: else the top-level one, else 1e6 full / 1e4 sliding); a default layer (any
+    ///   layer for NeoMME) rotates `int(head_dim * factor)` dims with its entry's factor, else
+    ///   the family's: MiMo 0.334, NeoMME 0.25 full / 1 sliding, 1 otherwise. A top-level
+    ///   factor beside such a layer without one is refused: transformers applies it only as a
+    ///   side effect of another layer's non-default type (in sorted order), or never.
     /// - `rope_type` `"proportional"` (Gemma 4's full-attention layers): the rotary dim is
     ///   the whole head, and `partial_rotary_factor` sets how many of its frequencies are
     ///   not zero ([`Scaling::Proportional`]).
@@ -419,8 +776,10 @@ impl RopeSpec {
     ///   `global_head_dim` (512 when absent, transformers' default); their `rope_type`
     ///   must be `"proportional"` (transformers versions disagree on other types' width).
     /// - pairing: gptj (interleaved) for the `model_type`s in [`INTERLEAVED_MODEL_TYPES`]
-    ///   and for DeepSeek (`qk_rope_head_dim`, unless `rope_interleave` is false); neox
-    ///   otherwise. (transformers' `DeepseekV3` regroups each head as (even, odd)
+    ///   (every family whose attention rotates adjacent pairs in transformers 5.23: GPT-J,
+    ///   Cohere, GLM, Llama 4, ERNIE 4.5, Helium, ...) and for DeepSeek (`qk_rope_head_dim`,
+    ///   unless `rope_interleave` is false); neox otherwise. NanoChat, whose `rotate_half`
+    ///   turns pairs by `-p * w`, is refused (`model_type`). (transformers' `DeepseekV3` regroups each head as (even, odd)
     ///   dimensions before a neox rotation: its output is the gptj one in that order.)
     ///
     /// A multimodal config whose language model sits under `text_config` is read from
@@ -468,8 +827,18 @@ impl RopeSpec {
         if !has_head && let Some(Value::Object(text)) = config.get("text_config") {
             config = text.clone();
         }
-        let rope = rope(&config, layer_type)?;
+        if let Some(Value::String(model_type)) = config.get("model_type")
+            && let Some((_, why)) =
+                UNSUPPORTED_ROTATION_MODEL_TYPES.iter().find(|(m, _)| m == model_type)
+        {
+            return Err(invalid(
+                "model_type",
+                format!("{model_type:?}"),
+                format!("another family: {why}"),
+            ));
+        }
         let model_type = get(&config, "model_type").and_then(Value::as_str).unwrap_or("");
+        let rope = rope(&config, layer_type, model_type)?;
         // No scaling object (the legacy form without rope_scaling) is a default RoPE.
         let rope_type = match &rope.scaling {
             Some((map, _)) => type_of(map),
@@ -521,7 +890,14 @@ impl RopeSpec {
         let rotary = if deepseek || proportional || full_head_default {
             head_dim
         } else {
-            rotary_dim(&config, head_dim, rope.partial_rotary_factor)?
+            rotary_dim(
+                &config,
+                head_dim,
+                model_type,
+                layer_type,
+                &rope,
+                rope_type == Some("default"),
+            )?
         };
         let (scaling, scaling_key) = match rope.scaling {
             Some((mut map, key)) => {

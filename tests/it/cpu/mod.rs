@@ -10,5 +10,6 @@ mod model_config;
 mod plot;
 mod rope;
 mod rope_config;
+mod rope_families;
 mod table;
 mod variants;

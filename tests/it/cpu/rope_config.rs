@@ -294,20 +294,22 @@ fn gemma_default_rope_ignores_partial_rotary_factor() {
     assert_eq!(sliding.rotary_dim(), 256);
 }
 
-/// A per-layer-type config of a family outside `FULL_HEAD_DEFAULT_MODEL_TYPES` (Laguna,
-/// whose default RoPE reads the layer type's `partial_rotary_factor`, filled from the top
-/// level): the factor narrows its default layers too.
+/// A per-layer-type config of Laguna, whose config class copies no top-level value into the
+/// layer types' parameters (transformers 5.23): its default layers read their own entry's
+/// `partial_rotary_factor`, else 1. A top-level factor reaches them only when another layer's
+/// non-default type makes transformers standardize every layer type's parameters (here the
+/// linear `full_attention`, built first in sorted order), so beside a default layer without
+/// its own factor it is refused; the linear layer reads it, as every family's non-default
+/// types do.
 #[test]
-fn other_per_layer_families_apply_partial_rotary_factor_to_default_layers() {
+fn per_layer_families_read_partial_rotary_factor_from_the_layer_entry() {
     let text = r#"{"model_type": "laguna", "head_dim": 128, "hidden_size": 2048,
         "num_attention_heads": 16, "max_position_embeddings": 131072,
         "partial_rotary_factor": 0.5,
         "rope_parameters": {
             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
             "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 500000.0}}}"#;
-    let sliding = RopeSpec::from_hf_config(text, Some("sliding_attention")).unwrap();
-    same("laguna sliding", &sliding, &RopeSpec::partial(128, 64).unwrap());
-    near(sliding.frequencies(1).inv_freq()[1], 1e4f64.powf(-2.0 / 64.0), "laguna sliding");
+    refused(text, Some("sliding_attention"), "partial_rotary_factor");
     let full = RopeSpec::from_hf_config(text, Some("full_attention")).unwrap();
     let want = RopeSpec::partial(128, 64)
         .unwrap()
@@ -323,6 +325,7 @@ fn other_per_layer_families_apply_partial_rotary_factor_to_default_layers() {
     );
     let sliding = RopeSpec::from_hf_config(&nested, Some("sliding_attention")).unwrap();
     assert_eq!(sliding.rotary_dim(), 32);
+    near(sliding.frequencies(1).inv_freq()[1], 1e4f64.powf(-2.0 / 32.0), "laguna sliding");
     assert_eq!(
         RopeSpec::from_hf_config(&nested, Some("full_attention")).unwrap().rotary_dim(),
         128
@@ -468,8 +471,8 @@ fn configs_posenc_cannot_honour_are_refused_naming_the_key() {
     let msg = refused(r#"{"hidden_size": 100, "num_attention_heads": 3}"#, None, "hidden_size");
     assert!(msg.contains("100") && msg.contains('3'), "{msg}");
     refused(r#"{"model_type": "llama"}"#, None, "head_dim");
-    // int(90 * 0.1) = 9: odd.
-    let odd = r#"{"head_dim": 90, "partial_rotary_factor": 0.1}"#;
+    // int(90 * 0.1) = 9: odd (Phi's default RoPE reads the factor).
+    let odd = r#"{"model_type": "phi", "head_dim": 90, "partial_rotary_factor": 0.1}"#;
     let msg = refused(odd, None, "partial_rotary_factor");
     assert!(msg.contains("rotary dim 9"), "{msg}");
     refused(r#"{"head_dim": 64, "rotary_dim": 33}"#, None, "rotary_dim");
@@ -499,7 +502,7 @@ fn configs_posenc_cannot_honour_are_refused_naming_the_key() {
     assert_eq!(RopeSpec::from_hf_config(floats, None).unwrap(), RopeSpec::new(128).unwrap());
     refused(r#"{"head_dim": 128.5}"#, None, "head_dim");
     refused(r#"{"head_dim": 0.0}"#, None, "head_dim");
-    let tiny = r#"{"head_dim": 64, "partial_rotary_factor": 1e-300}"#;
+    let tiny = r#"{"model_type": "phi", "head_dim": 64, "partial_rotary_factor": 1e-300}"#;
     let msg = refused(tiny, None, "partial_rotary_factor");
     assert!(msg.contains("invalid partial_rotary_factor: 1e-300 (rotary dim 0"), "{msg}");
 }

@@ -1,0 +1,587 @@
+//! `RopeSpec::from_hf_config` family by family, against transformers 5.23's own rotary modules:
+//! each expected value was computed by building that model's rotary module from the config
+//! shown (transformers 5.23.0, torch on the CPU) and, for the pairing, by rotating a query
+//! vector with the model's own `apply_rotary_pos_emb` (or Llama 4's complex
+//! `apply_rotary_emb`). Configs transformers reads differently across versions, or only by
+//! accident, must be refused naming the key.
+
+use posenc::Error;
+use posenc::rope::{Layout, Pairing, RopeSpec};
+
+/// transformers computes `inv_freq`, the angle and cos/sin in float32: its rotated values are
+/// within a few float32 ulps of the exact ones posenc computes.
+const FLOAT32_MODULE: f64 = 2e-6;
+
+fn spec(text: &str, layer_type: Option<&str>) -> RopeSpec {
+    RopeSpec::from_hf_config(text, layer_type).unwrap_or_else(|e| panic!("{text}: {e}"))
+}
+
+/// The error, which must be a typed `RopeConfig` naming `field`, on one line.
+fn refused(text: &str, layer_type: Option<&str>, field: &str) -> String {
+    let e = RopeSpec::from_hf_config(text, layer_type).unwrap_err();
+    match &e {
+        Error::RopeConfig { field: f, .. } => assert_eq!(f, field, "{e}"),
+        other => panic!("{other:?}"),
+    }
+    let msg = e.to_string();
+    assert!(!msg.contains('\n'), "{msg}");
+    msg
+}
+
+/// A minimal config of `model_type` with a default RoPE (base 1e4) over a head of 16.
+fn small(model_type: &str, extra: &str) -> String {
+    format!(
+        r#"{{"model_type": "{model_type}", "hidden_size": 64, "num_attention_heads": 4,
+            "head_dim": 16, "num_key_value_heads": 4{extra},
+            "rope_parameters": {{"rope_type": "default", "rope_theta": 10000.0}}}}"#
+    )
+}
+
+/// Every `model_type` whose text attention rotates adjacent pairs (2i, 2i + 1) in transformers
+/// 5.23 (found by rotating a query with each model's own module): gptj pairing.
+#[test]
+fn interleaved_families_rotate_adjacent_pairs() {
+    let interleaved = [
+        "gptj",
+        "codegen",
+        "cohere",
+        "cohere2",
+        "cohere2_moe",
+        "glm",
+        "glm4",
+        "glm_ocr_text",
+        "glm4v_text",
+        "helium",
+        "ernie4_5",
+        "ernie4_5_moe",
+        "llama4",
+        "llama4_text",
+        "moonshine",
+        "moonshine_streaming",
+        "openai_privacy_filter",
+        "roformer",
+        "blt_global_transformer",
+        "blt_local_decoder",
+        "blt_local_encoder",
+        "blt_patcher",
+        "deepseek_v2",
+        "deepseek_v32",
+        "bailing_hybrid",
+        "dots3_note_text",
+        "glm_moe_dsa",
+        "longcat_flash",
+        "mistral_large4_text",
+        "axk2",
+    ];
+    for model_type in interleaved {
+        assert!(posenc::rope::INTERLEAVED_MODEL_TYPES.contains(&model_type), "{model_type}");
+        let got = spec(&small(model_type, ""), None);
+        assert_eq!(got.pairing(), Pairing::Gptj, "{model_type}");
+    }
+    // Families whose MLA attention always interleaves (no rope_interleave switch in their
+    // modeling code): a rope_interleave false there is not read by transformers.
+    let always =
+        r#"{"model_type": "deepseek_v2", "qk_rope_head_dim": 64, "rope_interleave": false}"#;
+    assert_eq!(spec(always, None).pairing(), Pairing::Gptj);
+    let switch =
+        r#"{"model_type": "deepseek_v3", "qk_rope_head_dim": 64, "rope_interleave": false}"#;
+    assert_eq!(spec(switch, None).pairing(), Pairing::Neox);
+    for model_type in ["llama", "qwen2", "glm4v_moe_text", "glm_image_text", "gpt_oss", "neomme"] {
+        assert_eq!(spec(&small(model_type, ""), None).pairing(), Pairing::Neox, "{model_type}");
+    }
+}
+
+/// A query vector `q_k = k / 8 - 0.9` (head 16) at position 7, rotated by each family's own
+/// rotary module and apply function in transformers 5.23, against posenc's rotation of the same
+/// vector with the config's spec: the layout, not only the frequencies, must match.
+#[test]
+fn interleaved_families_rotate_a_query_as_transformers_does() {
+    let cases: [(&str, &str, [f64; 16]); 7] = [
+        (
+            "llama4_text",
+            "",
+            [
+                -0.16934746503829956,
+                -1.1755621433258057,
+                0.8098556995391846,
+                -0.20556938648223877,
+                -0.12877704203128815,
+                -0.46801868081092834,
+                -0.14085108041763306,
+                -0.05732341483235359,
+                0.08401796221733093,
+                0.23144325613975525,
+                0.3394005298614502,
+                0.48263058066368103,
+                0.5949103236198425,
+                0.729182243347168,
+                0.8478397130966187,
+                0.9768791794776917,
+            ],
+        ),
+        (
+            "glm4",
+            r#", "partial_rotary_factor": 0.5"#,
+            [
+                -0.16934742033481598,
+                -1.175562183558941,
+                -0.15893316119909284,
+                -0.8202836468815804,
+                -0.3797861266881228,
+                -0.30230367034673694,
+                -0.14982132680015642,
+                -0.02604937900323423,
+                0.1,
+                0.225,
+                0.35,
+                0.475,
+                0.6,
+                0.725,
+                0.85,
+                0.975,
+            ],
+        ),
+        (
+            "ernie4_5",
+            "",
+            [
+                -0.16934741802416653,
+                -1.1755621499207294,
+                0.8098556631837113,
+                -0.20556935784854602,
+                -0.12877702635898913,
+                -0.46801868473923136,
+                -0.14085108577834146,
+                -0.057323415014333134,
+                0.08401796374816062,
+                0.23144325923880749,
+                0.3394005380973465,
+                0.4826305784843018,
+                0.5949103665376774,
+                0.7291822290779757,
+                0.8478396937421239,
+                0.9768791949437982,
+            ],
+        ),
+        (
+            "helium",
+            "",
+            [
+                -0.16934742033481598,
+                -1.175562183558941,
+                0.8098556965589523,
+                -0.2055693626403809,
+                -0.12877702564001084,
+                -0.46801867634058003,
+                -0.14085108004510405,
+                -0.0573234133422375,
+                0.08401796184480188,
+                0.23144326508045193,
+                0.33940054392442104,
+                0.48263058457523583,
+                0.5949103428632952,
+                0.7291822050698101,
+                0.8478396699531003,
+                0.9768791710492224,
+            ],
+        ),
+        (
+            "cohere2_moe",
+            "",
+            [
+                -0.16934741802416653,
+                -1.1755621499207294,
+                0.8098556631837113,
+                -0.20556935784854602,
+                -0.12877702635898913,
+                -0.46801868473923136,
+                -0.14085108577834146,
+                -0.057323415014333134,
+                0.08401796374816062,
+                0.23144325923880749,
+                0.3394005380973465,
+                0.4826305784843018,
+                0.5949103665376774,
+                0.7291822290779757,
+                0.8478396937421239,
+                0.9768791949437982,
+            ],
+        ),
+        (
+            "openai_privacy_filter",
+            "",
+            [
+                -0.16934742033481598,
+                -1.175562183558941,
+                0.8098556965589523,
+                -0.2055693626403809,
+                -0.12877702564001084,
+                -0.46801867634058003,
+                -0.14085108004510405,
+                -0.0573234133422375,
+                0.08401796184480188,
+                0.23144326508045193,
+                0.33940054392442104,
+                0.48263058457523583,
+                0.5949103428632952,
+                0.7291822050698101,
+                0.8478396699531003,
+                0.9768791710492224,
+            ],
+        ),
+        // RoFormer's sinusoidal table and apply_rotary_position_embeddings (no rope keys).
+        (
+            "roformer",
+            "",
+            [
+                -0.16934742033481598,
+                -1.175562183558941,
+                0.8098556891083718,
+                -0.2055694326758385,
+                -0.12877702564001084,
+                -0.46801867634058003,
+                -0.14085108041763308,
+                -0.05732341110706332,
+                0.08401796184480188,
+                0.23144326508045193,
+                0.33940054392442104,
+                0.48263058457523583,
+                0.5949103428632952,
+                0.7291822050698101,
+                0.8478396699531003,
+                0.9768791710492224,
+            ],
+        ),
+    ];
+    let q = ndarray::Array4::from_shape_fn((1, 1, 1, 16), |(_, _, _, k)| k as f32 / 8.0 - 0.9);
+    let pos = posenc::positions::from_offsets(&[7], 1).unwrap();
+    for (model_type, extra, want) in cases {
+        let text = if model_type == "roformer" {
+            r#"{"model_type": "roformer", "hidden_size": 64, "num_attention_heads": 4}"#.to_string()
+        } else {
+            small(model_type, extra)
+        };
+        let got =
+            posenc::cpu::rope(&spec(&text, None), q.view(), pos.view(), Layout::Blhd).unwrap();
+        for (k, (&g, &w)) in got.iter().zip(&want).enumerate() {
+            let g = f64::from(g);
+            assert!((g - w).abs() <= FLOAT32_MODULE, "{model_type} [{k}]: {g} vs {w}");
+        }
+    }
+}
+
+/// NanoChat's `rotate_half` returns `(x2, -x1)`: it turns each pair by `-p * w`, a rotation
+/// posenc's pairings do not express. Refused naming the model_type.
+#[test]
+fn nanochat_rotation_is_refused() {
+    let msg = refused(&small("nanochat", ""), None, "model_type");
+    assert!(msg.contains("nanochat") && msg.contains("-p"), "{msg}");
+}
+
+/// `w` within 4 ulps of the float64 `reference`.
+fn near(w: f64, reference: f64, what: &str) {
+    assert!((w - reference).abs() <= 4.0 * f64::EPSILON * reference, "{what}: {w} vs {reference}");
+}
+
+/// ModernBERT's published configs (answerdotai/ModernBERT-base) give `global_rope_theta` and
+/// `local_rope_theta` and no `rope_theta`: transformers 5.23 builds the full-attention layers'
+/// RoPE over 160000 and the sliding ones' over 10000 (its defaults when absent), head 64;
+/// `rope_scaling` applies to both. A layer type is required.
+#[test]
+fn modernbert_reads_global_and_local_rope_theta() {
+    let hub = r#"{"model_type": "modernbert", "hidden_size": 768, "num_attention_heads": 12,
+        "num_hidden_layers": 22, "global_attn_every_n_layers": 3, "max_position_embeddings": 8192,
+        "global_rope_theta": 160000.0, "local_rope_theta": 10000.0}"#;
+    for text in [hub.to_string(), hub.replace("\"modernbert\"", "\"modernbert-decoder\"")] {
+        let full = spec(&text, Some("full_attention"));
+        assert_eq!(full, RopeSpec::new(64).unwrap().with_base(160000.0).unwrap());
+        // transformers 5.23: full_attention_inv_freq[1] = 0.687656044960022 (float32).
+        near(full.frequencies(1).inv_freq()[1], 0.6876560219336321, "full");
+        let sliding = spec(&text, Some("sliding_attention"));
+        assert_eq!(sliding, RopeSpec::new(64).unwrap());
+        near(sliding.frequencies(1).inv_freq()[1], 0.7498942093324559, "sliding");
+        let msg = refused(&text, None, "layer_type");
+        assert!(msg.contains("full_attention") && msg.contains("global_rope_theta"), "{msg}");
+        refused(&text, Some("global"), "layer_type");
+    }
+    // Without them, transformers' defaults; rope_scaling scales both layer types
+    // (transformers: 0.343828022480011 and 0.37494710087776184).
+    let bare = hub.replace(
+        r#""global_rope_theta": 160000.0, "local_rope_theta": 10000.0"#,
+        r#""vocab_size": 50368"#,
+    );
+    assert_ne!(bare, hub);
+    assert_eq!(spec(&bare, Some("full_attention")).base(), 160000.0);
+    assert_eq!(spec(&bare, Some("sliding_attention")).base(), 10000.0);
+    let linear = hub.replace(
+        r#""local_rope_theta": 10000.0"#,
+        r#""local_rope_theta": 10000.0, "rope_scaling": {"rope_type": "linear", "factor": 2.0}"#,
+    );
+    for (layer_type, w1) in [
+        ("full_attention", 0.6876560219336321 / 2.0),
+        ("sliding_attention", 0.7498942093324559 / 2.0),
+    ] {
+        near(spec(&linear, Some(layer_type)).frequencies(1).inv_freq()[1], w1, layer_type);
+    }
+    // A per-layer entry without rope_theta takes global_rope_theta / local_rope_theta
+    // (transformers: full 80000, 0.7027137279510498).
+    let nested = r#"{"model_type": "modernbert", "hidden_size": 768, "num_attention_heads": 12,
+        "global_rope_theta": 80000.0,
+        "rope_parameters": {"full_attention": {"rope_type": "default"},
+                            "sliding_attention": {"rope_type": "default"}}}"#;
+    assert_eq!(spec(nested, Some("full_attention")).base(), 80000.0);
+    assert_eq!(spec(nested, Some("sliding_attention")).base(), 10000.0);
+    // transformers ignores a top-level rope_theta here: which base was meant is a guess.
+    let stray = hub.replace(r#""local_rope_theta": 10000.0"#, r#""rope_theta": 500000.0"#);
+    let msg = refused(&stray, Some("full_attention"), "rope_theta");
+    assert!(msg.contains("global_rope_theta"), "{msg}");
+}
+
+/// A config of `model_type` with head 128, base 1e4 (legacy form), and `extra` fields.
+fn head128(model_type: &str, extra: &str) -> String {
+    format!(
+        r#"{{"model_type": "{model_type}", "hidden_size": 512, "num_attention_heads": 4,
+            "head_dim": 128, "max_position_embeddings": 4096, "rope_theta": 10000.0{extra}}}"#
+    )
+}
+
+/// The number of frequencies and the second one, as transformers' `inv_freq` gives them.
+fn freqs(text: &str, layer_type: Option<&str>) -> (usize, f64) {
+    let f = spec(text, layer_type).frequencies(1);
+    (f.inv_freq().len(), f.inv_freq()[1])
+}
+
+/// The families whose own default RoPE reads `partial_rotary_factor` (transformers 5.23's
+/// `compute_default_rope_parameters` of their rotary module), with their config class's default
+/// when the config gives none: values of transformers' `inv_freq` for head 128, base 1e4.
+#[test]
+fn families_whose_default_rope_reads_partial_rotary_factor() {
+    // (config, frequencies, inv_freq[1]); 1e4^(-2/r) for r = 64, 32, 128, 102.
+    let cases = [
+        (head128("phi", r#", "partial_rotary_factor": 0.5"#), 32, 0.7498942093324559),
+        (head128("glm", ""), 32, 0.7498942093324559),
+        (
+            head128("glm", "").replace(
+                r#""rope_theta": 10000.0"#,
+                r#""rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}"#,
+            ),
+            32,
+            0.7498942093324559,
+        ),
+        (head128("qwen3_next", ""), 16, 0.5623413251903491),
+        (head128("stablelm", ""), 16, 0.5623413251903491),
+        (head128("gpt_neox", ""), 16, 0.5623413251903491),
+        (head128("gpt_neox_japanese", ""), 64, 0.8659643233600653),
+        // The class's own rope_parameters (legacy form) hold 0.8; given ones without a
+        // factor read 1.0.
+        (head128("moonshine_streaming", ""), 51, 0.8347734492114156),
+        (
+            head128("moonshine_streaming", "").replace(
+                r#""rope_theta": 10000.0"#,
+                r#""rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}"#,
+            ),
+            64,
+            0.8659643233600653,
+        ),
+        // Bamba's config class replaces a top-level factor by 0.5; a nested one wins.
+        (head128("bamba", r#", "partial_rotary_factor": 0.25"#), 32, 0.7498942093324559),
+        // MiniMax-M2's rotary_dim is its factor (rotary_dim / head_dim).
+        (head128("minimax_m2", r#", "rotary_dim": 64"#), 32, 0.7498942093324559),
+    ];
+    for model_type in ["phi", "glm", "gpt_neox", "qwen3_next", "laguna", "mimo_v2_flash"] {
+        assert!(
+            posenc::rope::PARTIAL_DEFAULT_MODEL_TYPES.iter().any(|(m, ..)| *m == model_type),
+            "{model_type}"
+        );
+    }
+    for (text, n, w1) in cases {
+        let (got_n, got_w1) = freqs(&text, None);
+        assert_eq!(got_n, n, "{text}");
+        near(got_w1, w1, &text);
+    }
+    // The family default goes into every rope type's parameters (phi, linear: 0.37494710).
+    let linear = head128("phi", r#", "rope_scaling": {"rope_type": "linear", "factor": 2.0}"#);
+    assert_eq!(freqs(&linear, None), (32, 0.7498942093324559 / 2.0));
+}
+
+/// Every other family: transformers 5.23 builds a `"default"` RoPE over the whole head whatever
+/// `partial_rotary_factor` says (its own `compute_default_rope_parameters`), where 4.x's
+/// generic default rotated `int(head_dim * factor)` dims. A factor other than 1 there (or an
+/// unknown or missing `model_type`) is refused, naming the key and the model_type; other rope
+/// types read it in every family, as both versions do.
+#[test]
+fn other_families_refuse_partial_rotary_factor_with_a_default_rope() {
+    for model_type in ["llama", "mistral", "qwen2", "qwen3", "cohere2", "gpt_oss", "someday"] {
+        let text = head128(model_type, r#", "partial_rotary_factor": 0.5"#);
+        let msg = refused(&text, None, "partial_rotary_factor");
+        assert!(msg.contains(model_type) && msg.contains("--rotary-dim"), "{msg}");
+        let nested = head128(model_type, "").replace(
+            r#""rope_theta": 10000.0"#,
+            r#""rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                   "partial_rotary_factor": 0.5}"#,
+        );
+        refused(&nested, None, "partial_rotary_factor");
+        // A factor of 1 is the whole head either way (transformers: 64 frequencies).
+        let one = head128(model_type, r#", "partial_rotary_factor": 1.0"#);
+        assert_eq!(freqs(&one, None), (64, 0.8659643233600653));
+    }
+    let missing = r#"{"head_dim": 128, "partial_rotary_factor": 0.5}"#;
+    let msg = refused(missing, None, "partial_rotary_factor");
+    assert!(msg.contains("model_type"), "{msg}");
+    // transformers 5.23, llama with linear scaling: 32 frequencies 1e4^(-2i/64) / 2.
+    let linear = head128(
+        "llama",
+        r#", "partial_rotary_factor": 0.5, "rope_scaling": {"rope_type": "linear", "factor": 2.0}"#,
+    );
+    assert_eq!(freqs(&linear, None), (32, 0.7498942093324559 / 2.0));
+    // GPT-NeoX's rotary_pct and GPT-J's rotary_dim belong to their families: elsewhere
+    // transformers ignores them (qwen2 with rotary_pct 0.5 and llama with rotary_dim 64
+    // rotate the whole head; MiniMax-M3's rotary_dim is not read either).
+    refused(&head128("qwen2", r#", "rotary_pct": 0.5"#), None, "rotary_pct");
+    refused(&head128("llama", r#", "rotary_dim": 64"#), None, "rotary_dim");
+    refused(&head128("minimax_m3_vl_text", r#", "rotary_dim": 64"#), None, "rotary_dim");
+    assert_eq!(freqs(&head128("llama", r#", "rotary_dim": 128"#), None).0, 64);
+    assert_eq!(spec(&head128("gptj", r#", "rotary_dim": 64"#), None).rotary_dim(), 64);
+}
+
+/// `FULL_HEAD_DEFAULT_MODEL_TYPES` names the `model_type`s a config carries after the
+/// `text_config` swap: EmbeddingGemma 2's and T5Gemma 2's text configs, Gemma 4 unified's.
+/// Their default RoPE spans the head whatever the factor (transformers 5.23: 64 frequencies
+/// for head 128).
+#[test]
+fn full_head_families_are_named_by_their_text_model_type() {
+    for model_type in
+        ["embedding_gemma2_text", "t5gemma2_text", "t5gemma2_decoder", "gemma4_unified_text"]
+    {
+        assert!(posenc::rope::FULL_HEAD_DEFAULT_MODEL_TYPES.contains(&model_type), "{model_type}");
+        let text = head128(model_type, r#", "partial_rotary_factor": 0.5"#);
+        assert_eq!(freqs(&text, None), (64, 0.8659643233600653), "{model_type}");
+    }
+    for gone in ["embedding_gemma2", "t5gemma2"] {
+        assert!(!posenc::rope::FULL_HEAD_DEFAULT_MODEL_TYPES.contains(&gone), "{gone}");
+    }
+}
+
+/// MiMo-V2-Flash (config A of the research notes): its default RoPE reads the layer type's
+/// `partial_rotary_factor`, 0.334 when absent (`int(192 * 0.334)` = 64 dims), and its config
+/// class copies nothing from the top level into the layer types' parameters. transformers
+/// 5.23: full_attention 32 frequencies, `inv_freq[1]` = 0.6175287365913391, sliding
+/// 0.7498942017555237; a yarn full_attention layer without a factor spans the head (96).
+#[test]
+fn mimo_v2_flash_default_layers_rotate_a_third_of_the_head() {
+    let text = r#"{"model_type": "mimo_v2_flash", "hidden_size": 4096, "num_attention_heads": 64,
+        "head_dim": 192, "num_hidden_layers": 6, "max_position_embeddings": 262144,
+        "layer_types": ["full_attention", "sliding_attention", "sliding_attention",
+                        "sliding_attention", "sliding_attention", "full_attention"],
+        "rope_parameters": {
+            "full_attention": {"rope_type": "default", "rope_theta": 5000000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}"#;
+    assert_eq!(freqs(text, Some("full_attention")).0, 32);
+    near(freqs(text, Some("full_attention")).1, 0.6175287581263234, "full");
+    near(freqs(text, Some("sliding_attention")).1, 0.7498942093324559, "sliding");
+    // A layer type's own factor is read.
+    let own = text.replace(
+        r#""rope_theta": 10000.0}"#,
+        r#""rope_theta": 10000.0, "partial_rotary_factor": 0.5}"#,
+    );
+    assert_eq!(freqs(&own, Some("sliding_attention")).0, 48);
+    // A yarn layer without a factor spans the head (the 0.334 is the default RoPE's).
+    let yarn = text.replace(
+        r#""full_attention": {"rope_type": "default", "rope_theta": 5000000.0}"#,
+        r#""full_attention": {"rope_type": "yarn", "factor": 2.0, "rope_theta": 5000000.0,
+                              "original_max_position_embeddings": 131072}"#,
+    );
+    assert_eq!(freqs(&yarn, Some("full_attention")).0, 96);
+    assert_eq!(freqs(&yarn, Some("sliding_attention")).0, 32);
+    // A top-level factor reaches a default layer only when a non-default layer makes
+    // transformers standardize every layer type's parameters (with yarn above: sliding 48,
+    // without: 32): an accident, refused for the default layers.
+    for t in [text.to_string(), yarn.clone()] {
+        let top =
+            t.replace(r#""head_dim": 192,"#, r#""head_dim": 192, "partial_rotary_factor": 0.5,"#);
+        let msg = refused(&top, Some("sliding_attention"), "partial_rotary_factor");
+        assert!(msg.contains("mimo_v2_flash"), "{msg}");
+    }
+    // An entry without rope_theta: transformers raises KeyError.
+    let no_theta = text
+        .replace(r#""rope_type": "default", "rope_theta": 5000000.0"#, r#""rope_type": "default""#);
+    refused(&no_theta, Some("full_attention"), "rope_parameters.full_attention.rope_theta");
+    // Without rope_parameters its config class uses its own, whatever rope_theta says.
+    let legacy = r#"{"model_type": "mimo_v2_flash", "head_dim": 192, "rope_theta": 10000.0}"#;
+    refused(legacy, Some("full_attention"), "rope_parameters");
+}
+
+/// Laguna, Mellum, Zaya and NeoMME build each layer type's RoPE from its own entry: their
+/// config classes copy no top-level value in. transformers 5.23 (config B of the research
+/// notes, Laguna, head 128): both default layers span the head whatever a top-level factor
+/// says, full `inv_freq[1]` = 0.8146172165870667, sliding 0.8659643530845642 (float32); a
+/// top-level factor reaches a default layer only through another layer's non-default type
+/// (sorted order), so beside a default layer without its own factor it is refused.
+#[test]
+fn per_layer_families_without_top_level_copy() {
+    let laguna = r#"{"model_type": "laguna", "head_dim": 128, "hidden_size": 2048,
+        "num_attention_heads": 16, "num_hidden_layers": 4, "max_position_embeddings": 131072,
+        "layer_types": ["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+        "rope_parameters": {
+            "full_attention": {"rope_type": "default", "rope_theta": 500000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}"#;
+    for model_type in ["laguna", "mellum"] {
+        let text = laguna.replace("\"laguna\"", &format!("{model_type:?}"));
+        assert_eq!(freqs(&text, Some("full_attention")).0, 64, "{model_type}");
+        near(freqs(&text, Some("full_attention")).1, 0.8146172338565447, model_type);
+        near(freqs(&text, Some("sliding_attention")).1, 0.8659643233600653, model_type);
+        let top = text
+            .replace(r#""head_dim": 128,"#, r#""head_dim": 128, "partial_rotary_factor": 0.5,"#);
+        for layer_type in ["full_attention", "sliding_attention"] {
+            let msg = refused(&top, Some(layer_type), "partial_rotary_factor");
+            assert!(msg.contains(model_type) && msg.contains("side effect"), "{msg}");
+        }
+        // An entry without rope_theta: KeyError in transformers unless another layer's type
+        // makes it standardize.
+        let no_theta = text.replace(r#", "rope_theta": 10000.0"#, "");
+        refused(
+            &no_theta,
+            Some("sliding_attention"),
+            "rope_parameters.sliding_attention.rope_theta",
+        );
+    }
+    // A non-default layer reads the top-level factor as every family's (transformers: sliding
+    // linear, 32 frequencies 1e4^(-2i/64) / 2); the default layer beside it is refused.
+    let linear = laguna
+        .replace(r#""head_dim": 128,"#, r#""head_dim": 128, "partial_rotary_factor": 0.5,"#)
+        .replace(
+            r#""sliding_attention": {"rope_type": "default","#,
+            r#""sliding_attention": {"rope_type": "linear", "factor": 2.0,"#,
+        );
+    assert_eq!(freqs(&linear, Some("sliding_attention")), (32, 0.7498942093324559 / 2.0));
+    refused(&linear, Some("full_attention"), "partial_rotary_factor");
+    // Zaya's layer types.
+    let zaya = laguna
+        .replace("\"laguna\"", "\"zaya\"")
+        .replace("\"full_attention\"", "\"hybrid\"")
+        .replace("\"sliding_attention\"", "\"hybrid_sliding\"");
+    assert_eq!(freqs(&zaya, Some("hybrid")).0, 64);
+    let top =
+        zaya.replace(r#""head_dim": 128,"#, r#""head_dim": 128, "partial_rotary_factor": 0.5,"#);
+    refused(&top, Some("hybrid_sliding"), "partial_rotary_factor");
+
+    // NeoMME: full 0.25 / sliding 1 and bases 1e6 / 1e4 by default, or the top-level
+    // rope_theta (transformers: full 8 frequencies, inv_freq[1] 0.17782793939113617 and with
+    // rope_theta 5e5 0.193922758102417; sliding 32).
+    let neomme = r#"{"model_type": "neomme", "hidden_size": 512, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 64, "num_hidden_layers": 4,
+        "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
+        "rope_parameters": {"full_attention": {"rope_type": "default"},
+                            "sliding_attention": {"rope_type": "default"}}}"#;
+    let full = spec(neomme, Some("full_attention"));
+    assert_eq!((full.rotary_dim(), full.base()), (16, 1e6));
+    near(full.frequencies(1).inv_freq()[1], 0.1778279410038923, "neomme full");
+    let sliding = spec(neomme, Some("sliding_attention"));
+    assert_eq!((sliding.rotary_dim(), sliding.base()), (64, 1e4));
+    let based = neomme.replace(r#""head_dim": 64,"#, r#""head_dim": 64, "rope_theta": 500000.0,"#);
+    near(freqs(&based, Some("full_attention")).1, 5e5f64.powf(-2.0 / 16.0), "neomme 5e5");
+    assert_eq!(spec(&based, Some("sliding_attention")).base(), 5e5);
+    let top =
+        neomme.replace(r#""head_dim": 64,"#, r#""head_dim": 64, "partial_rotary_factor": 0.5,"#);
+    refused(&top, Some("full_attention"), "partial_rotary_factor");
+}
