@@ -49,13 +49,52 @@ pub const INTERLEAVED_MODEL_TYPES: [&str; 30] = [
     "axk2",
 ];
 
-/// `model_type`s whose rotation posenc does not compute, each with the reason: refused by
-/// name (field `model_type`) rather than read as a RoPE the model never applied.
-const UNSUPPORTED_ROTATION_MODEL_TYPES: [(&str, &str); 1] = [(
-    "nanochat",
-    "NanoChat's rotate_half returns (x2, -x1): each pair turns by -p * w, which neither \
-     pairing (neox, gptj) computes",
-)];
+/// `model_type`s (read after any `text_config` swap) whose attention applies no RoPE, or a
+/// rotation posenc does not compute, each with the reason: refused by name (field
+/// `model_type`) rather than read as a RoPE the model never applied. Found by reading every
+/// `rotate_half`-like function, every apply function and every text attention without a
+/// rotary module in transformers 5.23's modeling files.
+const UNSUPPORTED_ROTATION_MODEL_TYPES: [(&str, &str); 7] = [
+    (
+        "nanochat",
+        "NanoChat's rotate_half returns (x2, -x1): each pair turns by -p * w, which neither \
+         pairing (neox, gptj) computes",
+    ),
+    (
+        "kimi_linear",
+        "Kimi Linear applies no RoPE: its MLA layers build no rotary module (NoPE; \
+         qk_rope_head_dim only sizes the shared key slice) and its other layers are linear \
+         attention",
+    ),
+    (
+        "glm5_next_text",
+        "GLM-5 Next's DSA attention applies no RoPE (NoPE: its config class requires \
+         qk_rope_head_dim 0)",
+    ),
+    (
+        "inkling2_text",
+        "Inkling 2's text attention applies no RoPE: positions enter as a learned relative \
+         position bias",
+    ),
+    (
+        "deepseek_v4",
+        "DeepSeek V4 rotates the trailing slice of each head (interleaved), with \
+         rope_parameters keyed main/compress rather than by layer type, and turns the \
+         attention output back by -p; posenc rotates the leading rotary dims",
+    ),
+    (
+        "ernie4_5_vl_moe_text",
+        "ERNIE 4.5 VL's text RoPE is a 3-axis M-RoPE (mrope_section, [22, 22, 20] when the \
+         config has none, as refused where given) with its inv_freq stored reordered; only \
+         for text positions is it an interleaved RoPE",
+    ),
+    (
+        "musicflamingo",
+        "MusicFlamingo's top-level head_dim and rope_parameters are its audio encoder's rotary \
+         time embedding (angles scaled by timestamps); its language model's RoPE is the \
+         text_config's, to be read on its own",
+    ),
+];
 
 /// The `model_type`s (read after any `text_config` swap) whose rotary module computes a
 /// `"default"` RoPE with its own `compute_default_rope_parameters`, over the whole
@@ -81,9 +120,8 @@ pub const FULL_HEAD_DEFAULT_MODEL_TYPES: [&str; 11] = [
 /// with the factor its config class gives when the config has none: in the legacy form (no
 /// `rope_parameters`), and beside given `rope_parameters`. Their `"default"` RoPE rotates
 /// `int(head_dim * factor)` dims, as every family's other rope types do.
-pub const PARTIAL_DEFAULT_MODEL_TYPES: [(&str, f64, f64); 45] = [
+pub const PARTIAL_DEFAULT_MODEL_TYPES: [(&str, f64, f64); 44] = [
     ("bamba", 0.5, 0.5),
-    ("deepseek_v4", 0.125, 1.0),
     ("diffusion_gemma_text", 1.0, 1.0),
     ("dots3_note_text", 0.25, 0.25),
     ("glm", 0.5, 0.5),
@@ -781,6 +819,11 @@ impl RopeSpec {
     ///   unless `rope_interleave` is false); neox otherwise. NanoChat, whose `rotate_half`
     ///   turns pairs by `-p * w`, is refused (`model_type`). (transformers' `DeepseekV3` regroups each head as (even, odd)
     ///   dimensions before a neox rotation: its output is the gptj one in that order.)
+    /// - refused by `model_type` (after the `text_config` swap), as applying no RoPE or one
+    ///   posenc does not compute: `kimi_linear`, `glm5_next_text` (NoPE), `inkling2_text` (a
+    ///   relative position bias), `deepseek_v4` (the trailing slice of each head),
+    ///   `ernie4_5_vl_moe_text` (a 3-axis M-RoPE, `mrope_section` implied), `musicflamingo`
+    ///   (an audio rotary time embedding at the top level), `nanochat`.
     ///
     /// A multimodal config whose language model sits under `text_config` is read from
     /// there when the top level has no head dimension.

@@ -278,6 +278,72 @@ fn nanochat_rotation_is_refused() {
     assert!(msg.contains("nanochat") && msg.contains("-p"), "{msg}");
 }
 
+/// Families whose attention applies no RoPE, or one posenc's rotation of the leading rotary dims
+/// cannot express, found in transformers 5.23's modeling files: refused by their `model_type`
+/// (after the `text_config` swap) rather than read as a default RoPE over their head dims.
+/// Configs as their config classes serialize (`to_dict()`), cut to the fields that matter.
+#[test]
+fn families_posenc_cannot_rotate_are_refused_by_model_type() {
+    let cases = [
+        // NoPE MLA: no rotary module in modeling_kimi_linear.py.
+        (
+            r#"{"model_type": "kimi_linear", "hidden_size": 2304, "num_attention_heads": 32,
+                "head_dim": 64, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+                "rope_theta": 10000.0}"#,
+            "no RoPE",
+        ),
+        // NoPE DSA: the config class requires qk_rope_head_dim 0.
+        (
+            r#"{"model_type": "glm5_next", "text_config": {"model_type": "glm5_next_text",
+                "hidden_size": 4096, "num_attention_heads": 64, "head_dim": 64,
+                "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}}"#,
+            "no RoPE",
+        ),
+        // A learned relative position bias.
+        (
+            r#"{"model_type": "inkling2", "text_config": {"model_type": "inkling2_text",
+                "hidden_size": 6144, "num_attention_heads": 48, "head_dim": 128}}"#,
+            "no RoPE",
+        ),
+        // The trailing slice of each head, interleaved, rope_parameters keyed main/compress.
+        (
+            r#"{"model_type": "deepseek_v4", "hidden_size": 4096, "num_attention_heads": 64,
+                "head_dim": 512, "qk_rope_head_dim": 64, "rope_theta": 10000.0,
+                "partial_rotary_factor": 0.125,
+                "rope_parameters": {"main": {"rope_type": "default", "rope_theta": 10000.0,
+                                             "partial_rotary_factor": 0.125},
+                                    "compress": {"rope_type": "default", "rope_theta": 160000.0,
+                                                 "partial_rotary_factor": 0.125}}}"#,
+            "trailing",
+        ),
+        // A 3-axis M-RoPE whose mrope_section ([22, 22, 20]) the config need not carry.
+        (
+            r#"{"model_type": "ernie4_5_vl_moe", "text_config": {
+                "model_type": "ernie4_5_vl_moe_text", "hidden_size": 2560,
+                "num_attention_heads": 20,
+                "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}}}"#,
+            "mrope_section",
+        ),
+        // The top level's head_dim and rope_parameters are the audio encoder's rotary time
+        // embedding (angles scaled by timestamps); the language model is under text_config.
+        (
+            r#"{"model_type": "musicflamingo", "head_dim": 1280,
+                "rope_parameters": {"rope_type": "default", "rope_theta": 1200.0,
+                                    "partial_rotary_factor": 0.2},
+                "text_config": {"model_type": "qwen2", "hidden_size": 3584,
+                                "num_attention_heads": 28}}"#,
+            "text_config",
+        ),
+    ];
+    for (text, why) in cases {
+        for layer_type in [None, Some("full_attention"), Some("main")] {
+            let msg = refused(text, layer_type, "model_type");
+            assert!(msg.contains(why), "{msg}");
+        }
+    }
+    assert!(!posenc::rope::PARTIAL_DEFAULT_MODEL_TYPES.iter().any(|(m, ..)| *m == "deepseek_v4"));
+}
+
 /// `w` within 4 ulps of the float64 `reference`.
 fn near(w: f64, reference: f64, what: &str) {
     assert!((w - reference).abs() <= 4.0 * f64::EPSILON * reference, "{what}: {w} vs {reference}");
