@@ -215,8 +215,148 @@ fn neomme_theta(config: &Object, layer_type: Option<&str>, key: &str) -> Result<
     }
 }
 
-/// Gemma 4's `global_head_dim` when the config omits it (transformers' class default).
-const GEMMA4_GLOBAL_HEAD_DIM: u64 = 512;
+/// `global_head_dim` when the config omits it (these families' class default).
+const GLOBAL_HEAD_DIM: u64 = 512;
+
+/// The `model_type`s (read after any `text_config` swap) whose layers take their head dim
+/// from transformers 5.23's heterogeneous `per_layer_config` (keys are layer indices; every
+/// layer of a type must carry the same overrides), and whose config classes, when the config
+/// has no `per_layer_config`, give every full_attention layer `global_head_dim` (512 when
+/// absent). Their rotary module builds each layer type's RoPE over that head dim.
+const PER_LAYER_HEAD_MODEL_TYPES: [&str; 4] =
+    ["gemma4_text", "gemma4_unified_text", "embedding_gemma2_text", "diffusion_gemma_text"];
+
+/// Gemma 4's (`gemma4_text`, `gemma4_unified_text`) full_attention layers: transformers
+/// 5.5-5.12 built a RoPE other than proportional over `head_dim`, 5.23 over the layer's.
+const GEMMA4_MODEL_TYPES: [&str; 2] = ["gemma4_text", "gemma4_unified_text"];
+
+/// The head dim a [`PER_LAYER_HEAD_MODEL_TYPES`] layer of `layer_type` has: its overrides'
+/// `head_dim` in `per_layer_config`, else `head_dim`; without `per_layer_config`,
+/// `global_head_dim` (512) for full_attention and `head_dim` otherwise. What transformers
+/// fails on (an index past the layers, layers of one type with different overrides, no
+/// `layer_types` to place the indices) and what versions read differently (a
+/// `global_head_dim` beside `per_layer_config` that disagrees with it; `per_layer_config`
+/// null, which 5.23 reads as no overrides, not as absent) is refused.
+fn per_layer_head_dim(config: &Object, layer_type: &str, head_dim: u64) -> Result<u64> {
+    let global = whole(config, "global_head_dim")?;
+    let (dim, key) = match config.get("per_layer_config") {
+        None => match layer_type {
+            "full_attention" => (global.unwrap_or(GLOBAL_HEAD_DIM), "global_head_dim".to_string()),
+            _ => return Ok(head_dim),
+        },
+        Some(Value::Object(overrides)) => {
+            let dim = layer_override_head_dim(config, overrides, layer_type)?;
+            let given = dim.as_ref().map_or(head_dim, |(d, _)| *d);
+            if layer_type == "full_attention"
+                && let Some(g) = global
+                && g != given
+            {
+                return Err(invalid(
+                    "global_head_dim",
+                    format!("{g} (per_layer_config gives full_attention {given})"),
+                    "absent beside per_layer_config, or the same: transformers 5.23 ignores it \
+                     there, earlier 5.x read it",
+                ));
+            }
+            match dim {
+                Some((d, key)) => (d, key),
+                None => return Ok(head_dim),
+            }
+        }
+        Some(other) => {
+            return Err(invalid(
+                "per_layer_config",
+                excerpt(other),
+                "a JSON object of layer indices, or absent (transformers 5.23 reads null as no \
+                 overrides, so the full layers would drop global_head_dim)",
+            ));
+        }
+    };
+    if !(2..=u64::from(super::MAX_HEAD_DIM)).contains(&dim) || dim % 2 != 0 {
+        return Err(invalid(
+            key,
+            dim.to_string(),
+            format!(
+                "an even number in 2..={} (the head dim of the {layer_type} layers)",
+                super::MAX_HEAD_DIM
+            ),
+        ));
+    }
+    Ok(dim)
+}
+
+/// The `head_dim` `per_layer_config` gives the layers of `layer_type`, with the key it was
+/// read under, if it gives one.
+fn layer_override_head_dim(
+    config: &Object,
+    overrides: &Object,
+    layer_type: &str,
+) -> Result<Option<(u64, String)>> {
+    let types = match get(config, "layer_types") {
+        Some(Value::Array(types)) if types.iter().all(Value::is_string) => types,
+        other => {
+            return Err(invalid(
+                "layer_types",
+                other.map_or_else(|| "missing".to_string(), excerpt),
+                "a list of layer types: per_layer_config's keys are layer indices",
+            ));
+        }
+    };
+    let mut by_layer = vec![None; types.len()];
+    for (key, value) in overrides {
+        let index = key
+            .parse::<usize>()
+            .ok()
+            .filter(|&i| i < types.len() && key.bytes().all(|b| b.is_ascii_digit()));
+        let (Some(i), Value::Object(o)) = (index, value) else {
+            return Err(invalid(
+                "per_layer_config",
+                format!("{key:?}: {}", excerpt(value)),
+                format!("layer indices in 0..{} mapped to JSON objects", types.len()),
+            ));
+        };
+        if let Some(k) = ["rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor"]
+            .iter()
+            .find(|k| o.contains_key(**k))
+        {
+            return Err(invalid(
+                format!("per_layer_config.{key}.{k}"),
+                excerpt(&o[*k]),
+                "absent: posenc reads RoPE parameters per layer type, not per layer",
+            ));
+        }
+        by_layer[i] = Some((key.as_str(), o));
+    }
+    // transformers builds every layer type's RoPE at once and raises when the layers of a
+    // type carry different overrides.
+    let empty = Object::new();
+    let mut wanted = None;
+    for (i, t) in types.iter().enumerate() {
+        let t = t.as_str().unwrap_or_default();
+        let first = types.iter().position(|u| u.as_str() == Some(t)).unwrap_or(i);
+        let of = |j: usize| by_layer[j].map_or(&empty, |(_, o)| o);
+        if of(i) != of(first) {
+            return Err(invalid(
+                "per_layer_config",
+                format!("layer {i} ({t}) differs from layer {first}"),
+                format!("the same overrides for every {t} layer (transformers raises otherwise)"),
+            ));
+        }
+        if t == layer_type && wanted.is_none() {
+            wanted = Some(i);
+        }
+    }
+    let Some(i) = wanted else {
+        return Err(invalid(
+            "layer_type",
+            format!("{layer_type:?}"),
+            "a type in layer_types (per_layer_config is read by layer index)",
+        ));
+    };
+    let Some((key, o)) = by_layer[i] else { return Ok(None) };
+    let field = format!("per_layer_config.{key}");
+    Ok(whole(o, "head_dim").map_err(under(&field))?.map(|d| (d, format!("{field}.head_dim"))))
+}
 
 /// Scaling types that read the model's `max_position_embeddings`.
 const READS_MAX: [&str; 3] = ["dynamic", "yarn", "longrope"];
@@ -810,9 +950,14 @@ impl RopeSpec {
     /// - `rope_type` `"proportional"` (Gemma 4's full-attention layers): the rotary dim is
     ///   the whole head, and `partial_rotary_factor` sets how many of its frequencies are
     ///   not zero ([`Scaling::Proportional`]).
-    /// - Gemma 4 (`model_type` `gemma4*`): the `full_attention` layers' head dim is
-    ///   `global_head_dim` (512 when absent, transformers' default); their `rope_type`
-    ///   must be `"proportional"` (transformers versions disagree on other types' width).
+    /// - Gemma-family head dims (`gemma4_text`,
+    ///   `gemma4_unified_text`, `embedding_gemma2_text`, `diffusion_gemma_text`): a layer
+    ///   type's head dim is its layers' `head_dim` override in `per_layer_config` (layer
+    ///   indices into `layer_types`; the layers of a type must agree), else `head_dim`;
+    ///   without `per_layer_config`, `full_attention` takes `global_head_dim` (512 when
+    ///   absent). A `global_head_dim` beside `per_layer_config` that disagrees with it, and a
+    ///   null one, are refused. Gemma 4's `full_attention` `rope_type` must be
+    ///   `"proportional"` (transformers versions disagree on other types' width).
     /// - pairing: gptj (interleaved) for the `model_type`s in [`INTERLEAVED_MODEL_TYPES`]
     ///   (every family whose attention rotates adjacent pairs in transformers 5.23: GPT-J,
     ///   Cohere, GLM, Llama 4, ERNIE 4.5, Helium, ...) and for DeepSeek (`qk_rope_head_dim`,
@@ -889,12 +1034,12 @@ impl RopeSpec {
         };
         let proportional = rope_type == Some("proportional");
         let (mut head_dim, deepseek) = head_dim(&config)?;
-        // Gemma 4: every full_attention layer's heads are `global_head_dim` wide (512 when
-        // absent, the class default), and transformers 5.23 builds their RoPE over it,
-        // whatever the rope type. Before that only a proportional one was (`head_dim_key`),
-        // so another type is refused rather than read as one version does.
-        if model_type.starts_with("gemma4") && layer_type == Some("full_attention") {
-            if !proportional {
+        if PER_LAYER_HEAD_MODEL_TYPES.contains(&model_type)
+            && let Some(t) = layer_type
+        {
+            // Gemma 4's full layers: another type than proportional was built over head_dim
+            // before transformers 5.23, over the layer's head dim since; refused.
+            if GEMMA4_MODEL_TYPES.contains(&model_type) && t == "full_attention" && !proportional {
                 let (field, value) = match &rope.scaling {
                     Some((map, key)) => {
                         let type_key =
@@ -914,18 +1059,7 @@ impl RopeSpec {
                      5.5-5.12, global_head_dim in 5.23)",
                 ));
             }
-            let global = whole(&config, "global_head_dim")?.unwrap_or(GEMMA4_GLOBAL_HEAD_DIM);
-            if !(2..=u64::from(super::MAX_HEAD_DIM)).contains(&global) || global % 2 != 0 {
-                return Err(invalid(
-                    "global_head_dim",
-                    global.to_string(),
-                    format!(
-                        "an even number in 2..={} (the head dim of the full_attention layers)",
-                        super::MAX_HEAD_DIM
-                    ),
-                ));
-            }
-            head_dim = global;
+            head_dim = per_layer_head_dim(&config, t, head_dim)?;
         }
         // These families' own default RoPE spans the whole head (FULL_HEAD_DEFAULT_MODEL_TYPES).
         let full_head_default =

@@ -651,3 +651,155 @@ fn per_layer_families_without_top_level_copy() {
         neomme.replace(r#""head_dim": 64,"#, r#""head_dim": 64, "partial_rotary_factor": 0.5,"#);
     refused(&top, Some("full_attention"), "partial_rotary_factor");
 }
+
+/// A Gemma-family text config (head 256, layers 0-4 sliding, 5 full) with `extra` fields and
+/// the full_attention `rope_type` given.
+fn gemma_text(model_type: &str, full: &str, extra: &str) -> String {
+    format!(
+        r#"{{"model_type": "{model_type}", "hidden_size": 512, "num_attention_heads": 4,
+            "num_key_value_heads": 1, "head_dim": 256, "num_hidden_layers": 6,
+            "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention",
+                            "sliding_attention", "sliding_attention", "full_attention"],
+            "max_position_embeddings": 32768{extra},
+            "rope_parameters": {{"sliding_attention": {{"rope_type": "default", "rope_theta": 10000.0}},
+                                "full_attention": {{{full}, "rope_theta": 1000000.0}}}}}}"#
+    )
+}
+
+const PROPORTIONAL: &str = r#""rope_type": "proportional", "partial_rotary_factor": 0.25"#;
+
+/// The number of frequencies, how many are not zero, and the second one.
+fn counted(text: &str, layer_type: &str) -> (usize, usize, f64) {
+    let f = spec(text, Some(layer_type)).frequencies(1);
+    let w = f.inv_freq();
+    (w.len(), w.iter().filter(|w| **w != 0.0).count(), w[1])
+}
+
+/// Gemma 4 (`gemma4_text`, `gemma4_unified_text`), EmbeddingGemma 2 and DiffusionGemma build
+/// each layer type's RoPE over that type's `per_layer_config` (transformers 5.23's
+/// heterogeneous configs: keys are layer indices, every layer of a type must carry the same
+/// overrides), a `head_dim` there overriding the top-level one; without `per_layer_config`
+/// their config classes give every full_attention layer `global_head_dim` (512 when absent).
+/// Values of transformers 5.23's rotary modules built from these configs.
+#[test]
+fn gemma_family_head_dims_follow_per_layer_config() {
+    // 1e6^(-2/d) for d = 512, 256, 128; 1e4^(-2/d) for d = 256, 128.
+    let (f512, f256, f128) = (0.9474635256553754, 0.8976871324473142, 0.8058421877614819);
+    let (s256, s128) = (0.930572040929699, 0.8659643233600653);
+    for model_type in ["gemma4_text", "gemma4_unified_text", "diffusion_gemma_text"] {
+        let bare = gemma_text(model_type, PROPORTIONAL, "");
+        // transformers: 256 frequencies, 64 not zero, inv_freq[1] = 0.9474635124206543.
+        near_all(counted(&bare, "full_attention"), (256, 64, f512), model_type);
+        near_all(counted(&bare, "sliding_attention"), (128, 128, s256), model_type);
+        // The full layer's override, keys as transformers writes them (zero-padded) or not:
+        // 64 frequencies, 16 not zero (transformers: 0.8058422207832336).
+        for key in ["5", "05"] {
+            let text = gemma_text(
+                model_type,
+                PROPORTIONAL,
+                &format!(r#", "per_layer_config": {{"{key}": {{"head_dim": 128}}}}"#),
+            );
+            near_all(counted(&text, "full_attention"), (64, 16, f128), model_type);
+            near_all(counted(&text, "sliding_attention"), (128, 128, s256), model_type);
+        }
+        // Overrides of every sliding layer; the full layer then has none: head_dim.
+        let sliding = gemma_text(
+            model_type,
+            PROPORTIONAL,
+            r#", "per_layer_config": {"0": {"head_dim": 128}, "1": {"head_dim": 128},
+                "2": {"head_dim": 128}, "3": {"head_dim": 128}, "4": {"head_dim": 128}}"#,
+        );
+        near_all(counted(&sliding, "sliding_attention"), (64, 64, s128), model_type);
+        near_all(counted(&sliding, "full_attention"), (128, 32, f256), model_type);
+        // An override of other keys only leaves head_dim.
+        let kv = gemma_text(
+            model_type,
+            PROPORTIONAL,
+            r#", "per_layer_config": {"5": {"num_key_value_heads": 2}}"#,
+        );
+        near_all(counted(&kv, "full_attention"), (128, 32, f256), model_type);
+        // Layers of one type with different overrides: transformers raises ("not
+        // homogeneous"), for every layer type it builds.
+        let mixed = gemma_text(
+            model_type,
+            PROPORTIONAL,
+            r#", "per_layer_config": {"0": {"head_dim": 128}}"#,
+        );
+        for layer_type in ["sliding_attention", "full_attention"] {
+            let msg = refused(&mixed, Some(layer_type), "per_layer_config");
+            assert!(msg.contains("sliding_attention"), "{msg}");
+        }
+        // A global_head_dim beside per_layer_config that disagrees with it: transformers 5.23
+        // ignores global_head_dim there, earlier 5.x read it.
+        let both = gemma_text(
+            model_type,
+            PROPORTIONAL,
+            r#", "global_head_dim": 512, "per_layer_config": {"05": {"head_dim": 128}}"#,
+        );
+        refused(&both, Some("full_attention"), "global_head_dim");
+        let agree = both.replace("512", "128");
+        near_all(counted(&agree, "full_attention"), (64, 16, f128), model_type);
+        // per_layer_config without layer_types (its keys are layer indices), null, an index
+        // past the layers, a head_dim that is odd.
+        let no_types = gemma_text(
+            model_type,
+            PROPORTIONAL,
+            r#", "per_layer_config": {"5": {"head_dim": 128}}"#,
+        )
+        .replace(r#""layer_types""#, r#""other_types""#);
+        refused(&no_types, Some("full_attention"), "layer_types");
+        refused(
+            &gemma_text(model_type, PROPORTIONAL, r#", "per_layer_config": null"#),
+            Some("full_attention"),
+            "per_layer_config",
+        );
+        refused(
+            &gemma_text(model_type, PROPORTIONAL, r#", "per_layer_config": {"6": {}}"#),
+            Some("full_attention"),
+            "per_layer_config",
+        );
+        refused(
+            &gemma_text(
+                model_type,
+                PROPORTIONAL,
+                r#", "per_layer_config": {"5": {"head_dim": 127}}"#,
+            ),
+            Some("full_attention"),
+            "per_layer_config.5.head_dim",
+        );
+    }
+    // EmbeddingGemma 2's full layers are default RoPEs over global_head_dim (transformers:
+    // 256 frequencies, 0.9474635124206543; 384: 192; linear 2: 0.47373175621032715), and
+    // DiffusionGemma's may be too: their classes are 5.23's only.
+    let default = r#""rope_type": "default""#;
+    for model_type in ["embedding_gemma2_text", "diffusion_gemma_text"] {
+        let eg = gemma_text(model_type, default, "");
+        near_all(counted(&eg, "full_attention"), (256, 256, f512), model_type);
+        near_all(counted(&eg, "sliding_attention"), (128, 128, s256), model_type);
+        let g384 = gemma_text(model_type, default, r#", "global_head_dim": 384"#);
+        near_all(counted(&g384, "full_attention"), (192, 192, s256), model_type);
+        let plc =
+            gemma_text(model_type, default, r#", "per_layer_config": {"5": {"head_dim": 128}}"#);
+        near_all(counted(&plc, "full_attention"), (64, 64, f128), model_type);
+        let linear = gemma_text(model_type, r#""rope_type": "linear", "factor": 2.0"#, "");
+        near_all(counted(&linear, "full_attention"), (256, 256, f512 / 2.0), model_type);
+    }
+    // The published EmbeddingGemma 2 form: its text config under text_config.
+    let wrapped = format!(
+        r#"{{"model_type": "embedding_gemma2", "text_config": {}}}"#,
+        gemma_text("embedding_gemma2_text", default, "")
+    );
+    near_all(counted(&wrapped, "full_attention"), (256, 256, f512), "embedding_gemma2");
+    // Gemma 4's full layers of another rope type stay refused (transformers 5.5-5.12 built them
+    // over head_dim).
+    refused(
+        &gemma_text("gemma4_text", default, ""),
+        Some("full_attention"),
+        "rope_parameters.full_attention.rope_type",
+    );
+}
+
+fn near_all(got: (usize, usize, f64), want: (usize, usize, f64), what: &str) {
+    assert_eq!((got.0, got.1), (want.0, want.1), "{what}");
+    near(got.2, want.2, what);
+}
