@@ -461,7 +461,7 @@ fn rope(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result<R
              was meant is a guess",
         ));
     }
-    if NO_COPY_PER_LAYER_MODEL_TYPES.contains(&model_type)
+    if (NO_COPY_PER_LAYER_MODEL_TYPES.contains(&model_type) || model_type == "lfm3")
         && get(config, "rope_parameters").is_none()
     {
         return Err(invalid(
@@ -477,7 +477,7 @@ fn rope(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result<R
         return if modernbert {
             modernbert_legacy(config, layer_type)
         } else {
-            legacy(config, layer_type)
+            legacy(config, layer_type, model_type)
         };
     };
     let Value::Object(params) = params else {
@@ -555,6 +555,7 @@ fn rope(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result<R
                 ),
             ));
         }
+        None if per_layer => layer_default_theta(config, model_type, layer_type)?,
         None => number(config, "rope_theta")?,
     };
     let partial_rotary_factor = number(params, "partial_rotary_factor").map_err(under(&key))?;
@@ -586,11 +587,56 @@ fn rope(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result<R
     })
 }
 
+/// Gemma 3's family (the text `model_type`s its configs carry): two RoPEs, full_attention's
+/// base `rope_theta` (1e6 when absent) and sliding_attention's `rope_local_base_freq` (1e4
+/// when absent, in transformers 4.x and 5.23 alike), never the other's.
+const GEMMA3_MODEL_TYPES: [&str; 4] =
+    ["gemma3_text", "gemma3n_text", "t5gemma2_text", "t5gemma2_decoder"];
+
+/// The base of a per-layer-type entry without `rope_theta`, as the family's config class fills
+/// it in (transformers 5.23's `convert_rope_params_to_dict`): Gemma 3's family gives
+/// sliding_attention `rope_local_base_freq`, else 1e4, and full_attention the top-level
+/// `rope_theta`, else 1e6; OLMo 3 gives full_attention the top-level `rope_theta`, else 5e5,
+/// and sliding_attention 5e5 (it pops `rope_theta` twice: a top-level one of another value is
+/// refused beside such a layer); LFM3 the top-level `rope_theta`, else 1e6; other families the
+/// top-level `rope_theta` (10000 when absent, as before).
+fn layer_default_theta(
+    config: &Object,
+    model_type: &str,
+    layer_type: Option<&str>,
+) -> Result<Option<f64>> {
+    let top = number(config, "rope_theta")?;
+    Ok(match (model_type, layer_type) {
+        (m, Some("sliding_attention")) if GEMMA3_MODEL_TYPES.contains(&m) => {
+            Some(number(config, "rope_local_base_freq")?.unwrap_or(1e4))
+        }
+        (m, Some("full_attention")) if GEMMA3_MODEL_TYPES.contains(&m) => Some(top.unwrap_or(1e6)),
+        ("olmo3", Some("sliding_attention")) => match top {
+            Some(t) if t != 5e5 => {
+                return Err(invalid(
+                    "rope_theta",
+                    format!("{} (top level, model_type \"olmo3\")", float(t)),
+                    "absent or 500000 beside a sliding_attention layer without its own: OLMo 3's \
+                     config class gives it to full_attention and 500000 to sliding_attention \
+                     (transformers 5.23 pops rope_theta twice), 4.x gave both rope_theta",
+                ));
+            }
+            _ => Some(5e5),
+        },
+        ("olmo3", _) => Some(top.unwrap_or(5e5)),
+        ("lfm3", _) => Some(top.unwrap_or(1e6)),
+        _ => top,
+    })
+}
+
 /// The legacy form: `rope_theta` (or `rotary_emb_base`) and `rope_scaling`; Gemma 3's
-/// `rope_local_base_freq` for its sliding-window layers.
-fn legacy(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
+/// `rope_local_base_freq` (1e4 when absent in Gemma 3's family) for its sliding-window layers,
+/// and its full layers' `rope_theta` 1e6 when absent.
+fn legacy(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result<Rope> {
+    let gemma3 = GEMMA3_MODEL_TYPES.contains(&model_type);
     let theta = match number(config, "rope_theta")? {
         Some(t) => Some(t),
+        None if gemma3 => Some(1e6),
         None => number(config, "rotary_emb_base")?,
     };
     let scaling = match get(config, "rope_scaling") {
@@ -600,7 +646,10 @@ fn legacy(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
             return Err(invalid("rope_scaling", excerpt(other), "a JSON object or null"));
         }
     };
-    let local = number(config, "rope_local_base_freq")?;
+    let local = match number(config, "rope_local_base_freq")? {
+        None if gemma3 => Some(1e4),
+        local => local,
+    };
     let rope = Rope { theta, scaling, partial_rotary_factor: None, per_layer: false, legacy: true };
     match (layer_type, local) {
         (None, None) | (Some("full_attention"), Some(_)) => Ok(rope),
@@ -609,7 +658,7 @@ fn legacy(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
             "layer_type",
             "missing".to_string(),
             "full_attention or sliding_attention: this config has two RoPEs \
-             (rope_local_base_freq)",
+             (rope_local_base_freq, or Gemma 3's family)",
         )),
         // Gemma 3 (transformers 4): sliding-window layers use the local base, unscaled.
         (Some("sliding_attention"), Some(local)) => {
@@ -913,6 +962,13 @@ impl RopeSpec {
     ///   `sliding_attention` `local_rope_theta` (10000), in the published form and for a
     ///   per-layer-type entry without `rope_theta`; `rope_scaling` applies to both; a
     ///   top-level `rope_theta` (which transformers ignores there) is refused.
+    /// - a per-layer-type entry without `rope_theta`: Gemma 3's family (`gemma3_text`,
+    ///   `gemma3n_text`, `t5gemma2_text`, `t5gemma2_decoder`) gives sliding_attention
+    ///   `rope_local_base_freq` (1e4 when absent; also in the legacy form, which then needs
+    ///   `layer_type`) and full_attention `rope_theta` (1e6); OLMo 3 full_attention
+    ///   `rope_theta` (5e5) and sliding_attention 5e5 (another top-level value is refused
+    ///   there); LFM3 `rope_theta` (1e6), its legacy form refused; other families the
+    ///   top-level `rope_theta`.
     /// - `max_position_embeddings` is passed to dynamic, yarn and longrope; a top-level
     ///   `original_max_position_embeddings` (Phi-3) is the original length of llama3, yarn
     ///   and longrope, over the scaling object's, as transformers 5 reads it (not for

@@ -521,7 +521,9 @@ fn full_head_families_are_named_by_their_text_model_type() {
     {
         assert!(posenc::rope::FULL_HEAD_DEFAULT_MODEL_TYPES.contains(&model_type), "{model_type}");
         let text = head128(model_type, r#", "partial_rotary_factor": 0.5"#);
-        assert_eq!(freqs(&text, None), (64, 0.8659643233600653), "{model_type}");
+        // T5Gemma 2's legacy form has two RoPEs (Gemma 3's): its sliding layers' base is 1e4.
+        let layer_type = model_type.starts_with("t5gemma2").then_some("sliding_attention");
+        assert_eq!(freqs(&text, layer_type), (64, 0.8659643233600653), "{model_type}");
     }
     for gone in ["embedding_gemma2", "t5gemma2"] {
         assert!(!posenc::rope::FULL_HEAD_DEFAULT_MODEL_TYPES.contains(&gone), "{gone}");
@@ -802,4 +804,77 @@ fn gemma_family_head_dims_follow_per_layer_config() {
 fn near_all(got: (usize, usize, f64), want: (usize, usize, f64), what: &str) {
     assert_eq!((got.0, got.1), (want.0, want.1), "{what}");
     near(got.2, want.2, what);
+}
+
+/// A per-layer-type config of `model_type` (head 128) whose entries carry no `rope_theta`,
+/// with `extra` top-level fields.
+fn per_layer_no_theta(model_type: &str, extra: &str) -> String {
+    format!(
+        r#"{{"model_type": "{model_type}", "hidden_size": 512, "num_attention_heads": 4,
+            "head_dim": 128, "num_hidden_layers": 2,
+            "layer_types": ["sliding_attention", "full_attention"]{extra},
+            "rope_parameters": {{"sliding_attention": {{"rope_type": "default"}},
+                                "full_attention": {{"rope_type": "default"}}}}}}"#
+    )
+}
+
+/// Per-layer-type entries without `rope_theta` take what each config class fills in
+/// (transformers 5.23's `convert_rope_params_to_dict`): Gemma 3's family gives sliding layers
+/// `rope_local_base_freq` (never the top-level `rope_theta`), else 1e4, and full layers the
+/// top-level `rope_theta`, else 1e6; OLMo 3 the top-level `rope_theta` to full layers, else
+/// 5e5, and 5e5 to sliding ones (it pops `rope_theta` twice); LFM3 the top-level `rope_theta`,
+/// else 1e6, to both. Values of transformers' rotary modules built from these configs.
+#[test]
+fn per_layer_entries_without_rope_theta_take_the_class_defaults() {
+    // base^(-2/128) for base 1e4, 1e6, 5e5, 2e4.
+    let (b1e4, b1e6, b5e5) = (0.8659643233600653, 0.8058421877614819, 0.8146172338565447);
+    let b2e4 = 20000f64.powf(-1.0 / 64.0);
+    for model_type in ["gemma3_text", "gemma3n_text", "t5gemma2_text", "t5gemma2_decoder"] {
+        let bare = per_layer_no_theta(model_type, "");
+        assert_eq!(freqs(&bare, Some("sliding_attention")), (64, b1e4), "{model_type}");
+        assert_eq!(freqs(&bare, Some("full_attention")), (64, b1e6), "{model_type}");
+        // transformers: sliding 0.8659643530845642 with a top-level rope_theta 5e5.
+        let top = per_layer_no_theta(model_type, r#", "rope_theta": 500000.0"#);
+        assert_eq!(freqs(&top, Some("sliding_attention")), (64, b1e4), "{model_type}");
+        assert_eq!(freqs(&top, Some("full_attention")), (64, b5e5), "{model_type}");
+        let local = per_layer_no_theta(model_type, r#", "rope_local_base_freq": 20000.0"#);
+        assert_eq!(freqs(&local, Some("sliding_attention")), (64, b2e4), "{model_type}");
+        assert_eq!(freqs(&local, Some("full_attention")), (64, b1e6), "{model_type}");
+    }
+    let olmo3 = per_layer_no_theta("olmo3", "");
+    assert_eq!(freqs(&olmo3, Some("sliding_attention")), (64, b5e5));
+    assert_eq!(freqs(&olmo3, Some("full_attention")), (64, b5e5));
+    // A top-level rope_theta reaches the full layers only (transformers: full 1e6, sliding
+    // 5e5, by popping rope_theta twice): refused beside a sliding layer without its own.
+    let top = per_layer_no_theta("olmo3", r#", "rope_theta": 1000000.0"#);
+    assert_eq!(freqs(&top, Some("full_attention")), (64, b1e6));
+    let msg = refused(&top, Some("sliding_attention"), "rope_theta");
+    assert!(msg.contains("500000") || msg.contains("5e5"), "{msg}");
+    let lfm3 = per_layer_no_theta("lfm3", "");
+    assert_eq!(freqs(&lfm3, Some("sliding_attention")), (64, b1e6));
+    assert_eq!(freqs(&lfm3, Some("full_attention")), (64, b1e6));
+    let top = per_layer_no_theta("lfm3", r#", "rope_theta": 500000.0"#);
+    assert_eq!(freqs(&top, Some("sliding_attention")), (64, b5e5));
+    // Without rope_parameters LFM3's class uses its own (ignoring rope_theta): refused.
+    refused(&head128("lfm3", ""), None, "rope_parameters");
+    // Another family's entry without rope_theta keeps the top-level one, else 10000.
+    let other = per_layer_no_theta("someday", r#", "rope_theta": 500000.0"#);
+    assert_eq!(freqs(&other, Some("sliding_attention")), (64, b5e5));
+}
+
+/// A transformers 4 Gemma 3 config (no `rope_parameters`) without `rope_local_base_freq` still
+/// has two RoPEs: its class's local base 10000 (4.x and 5.23 alike) for the sliding layers,
+/// unscaled, and `rope_theta` (1e6 when absent) with `rope_scaling` for the full ones.
+#[test]
+fn legacy_gemma3_without_local_base_has_two_ropes() {
+    let text = r#"{"model_type": "gemma3_text", "hidden_size": 512, "num_attention_heads": 4,
+        "head_dim": 128, "rope_theta": 500000.0,
+        "rope_scaling": {"rope_type": "linear", "factor": 8.0}}"#;
+    assert_eq!(freqs(text, Some("sliding_attention")), (64, 0.8659643233600653));
+    assert_eq!(freqs(text, Some("full_attention")), (64, 0.8146172338565447 / 8.0));
+    refused(text, None, "layer_type");
+    let bare = r#"{"model_type": "gemma3_text", "hidden_size": 512, "num_attention_heads": 4,
+        "head_dim": 128}"#;
+    assert_eq!(freqs(bare, Some("full_attention")), (64, 0.8058421877614819));
+    assert_eq!(freqs(bare, Some("sliding_attention")), (64, 0.8659643233600653));
 }
