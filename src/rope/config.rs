@@ -49,13 +49,52 @@ pub const INTERLEAVED_MODEL_TYPES: [&str; 30] = [
     "axk2",
 ];
 
-/// `model_type`s whose rotation posenc does not compute, each with the reason: refused by
-/// name (field `model_type`) rather than read as a RoPE the model never applied.
-const UNSUPPORTED_ROTATION_MODEL_TYPES: [(&str, &str); 1] = [(
-    "nanochat",
-    "NanoChat's rotate_half returns (x2, -x1): each pair turns by -p * w, which neither \
-     pairing (neox, gptj) computes",
-)];
+/// `model_type`s (read after any `text_config` swap) whose attention applies no RoPE, or a
+/// rotation posenc does not compute, each with the reason: refused by name (field
+/// `model_type`) rather than read as a RoPE the model never applied. Found by reading every
+/// `rotate_half`-like function, every apply function and every text attention without a
+/// rotary module in transformers 5.23's modeling files.
+const UNSUPPORTED_ROTATION_MODEL_TYPES: [(&str, &str); 7] = [
+    (
+        "nanochat",
+        "NanoChat's rotate_half returns (x2, -x1): each pair turns by -p * w, which neither \
+         pairing (neox, gptj) computes",
+    ),
+    (
+        "kimi_linear",
+        "Kimi Linear applies no RoPE: its MLA layers build no rotary module (NoPE; \
+         qk_rope_head_dim only sizes the shared key slice) and its other layers are linear \
+         attention",
+    ),
+    (
+        "glm5_next_text",
+        "GLM-5 Next's DSA attention applies no RoPE (NoPE: its config class requires \
+         qk_rope_head_dim 0)",
+    ),
+    (
+        "inkling2_text",
+        "Inkling 2's text attention applies no RoPE: positions enter as a learned relative \
+         position bias",
+    ),
+    (
+        "deepseek_v4",
+        "DeepSeek V4 rotates the trailing slice of each head (interleaved), with \
+         rope_parameters keyed main/compress rather than by layer type, and turns the \
+         attention output back by -p; posenc rotates the leading rotary dims",
+    ),
+    (
+        "ernie4_5_vl_moe_text",
+        "ERNIE 4.5 VL's text RoPE is a 3-axis M-RoPE (mrope_section, [22, 22, 20] when the \
+         config has none, as refused where given) with its inv_freq stored reordered; only \
+         for text positions is it an interleaved RoPE",
+    ),
+    (
+        "musicflamingo",
+        "MusicFlamingo's top-level head_dim and rope_parameters are its audio encoder's rotary \
+         time embedding (angles scaled by timestamps); its language model's RoPE is the \
+         text_config's, to be read on its own",
+    ),
+];
 
 /// The `model_type`s (read after any `text_config` swap) whose rotary module computes a
 /// `"default"` RoPE with its own `compute_default_rope_parameters`, over the whole
@@ -81,9 +120,8 @@ pub const FULL_HEAD_DEFAULT_MODEL_TYPES: [&str; 11] = [
 /// with the factor its config class gives when the config has none: in the legacy form (no
 /// `rope_parameters`), and beside given `rope_parameters`. Their `"default"` RoPE rotates
 /// `int(head_dim * factor)` dims, as every family's other rope types do.
-pub const PARTIAL_DEFAULT_MODEL_TYPES: [(&str, f64, f64); 45] = [
+pub const PARTIAL_DEFAULT_MODEL_TYPES: [(&str, f64, f64); 44] = [
     ("bamba", 0.5, 0.5),
-    ("deepseek_v4", 0.125, 1.0),
     ("diffusion_gemma_text", 1.0, 1.0),
     ("dots3_note_text", 0.25, 0.25),
     ("glm", 0.5, 0.5),
@@ -177,8 +215,148 @@ fn neomme_theta(config: &Object, layer_type: Option<&str>, key: &str) -> Result<
     }
 }
 
-/// Gemma 4's `global_head_dim` when the config omits it (transformers' class default).
-const GEMMA4_GLOBAL_HEAD_DIM: u64 = 512;
+/// `global_head_dim` when the config omits it (these families' class default).
+const GLOBAL_HEAD_DIM: u64 = 512;
+
+/// The `model_type`s (read after any `text_config` swap) whose layers take their head dim
+/// from transformers 5.23's heterogeneous `per_layer_config` (keys are layer indices; every
+/// layer of a type must carry the same overrides), and whose config classes, when the config
+/// has no `per_layer_config`, give every full_attention layer `global_head_dim` (512 when
+/// absent). Their rotary module builds each layer type's RoPE over that head dim.
+const PER_LAYER_HEAD_MODEL_TYPES: [&str; 4] =
+    ["gemma4_text", "gemma4_unified_text", "embedding_gemma2_text", "diffusion_gemma_text"];
+
+/// Gemma 4's (`gemma4_text`, `gemma4_unified_text`) full_attention layers: transformers
+/// 5.5-5.12 built a RoPE other than proportional over `head_dim`, 5.23 over the layer's.
+const GEMMA4_MODEL_TYPES: [&str; 2] = ["gemma4_text", "gemma4_unified_text"];
+
+/// The head dim a [`PER_LAYER_HEAD_MODEL_TYPES`] layer of `layer_type` has: its overrides'
+/// `head_dim` in `per_layer_config`, else `head_dim`; without `per_layer_config`,
+/// `global_head_dim` (512) for full_attention and `head_dim` otherwise. What transformers
+/// fails on (an index past the layers, layers of one type with different overrides, no
+/// `layer_types` to place the indices) and what versions read differently (a
+/// `global_head_dim` beside `per_layer_config` that disagrees with it; `per_layer_config`
+/// null, which 5.23 reads as no overrides, not as absent) is refused.
+fn per_layer_head_dim(config: &Object, layer_type: &str, head_dim: u64) -> Result<u64> {
+    let global = whole(config, "global_head_dim")?;
+    let (dim, key) = match config.get("per_layer_config") {
+        None => match layer_type {
+            "full_attention" => (global.unwrap_or(GLOBAL_HEAD_DIM), "global_head_dim".to_string()),
+            _ => return Ok(head_dim),
+        },
+        Some(Value::Object(overrides)) => {
+            let dim = layer_override_head_dim(config, overrides, layer_type)?;
+            let given = dim.as_ref().map_or(head_dim, |(d, _)| *d);
+            if layer_type == "full_attention"
+                && let Some(g) = global
+                && g != given
+            {
+                return Err(invalid(
+                    "global_head_dim",
+                    format!("{g} (per_layer_config gives full_attention {given})"),
+                    "absent beside per_layer_config, or the same: transformers 5.23 ignores it \
+                     there, earlier 5.x read it",
+                ));
+            }
+            match dim {
+                Some((d, key)) => (d, key),
+                None => return Ok(head_dim),
+            }
+        }
+        Some(other) => {
+            return Err(invalid(
+                "per_layer_config",
+                excerpt(other),
+                "a JSON object of layer indices, or absent (transformers 5.23 reads null as no \
+                 overrides, so the full layers would drop global_head_dim)",
+            ));
+        }
+    };
+    if !(2..=u64::from(super::MAX_HEAD_DIM)).contains(&dim) || dim % 2 != 0 {
+        return Err(invalid(
+            key,
+            dim.to_string(),
+            format!(
+                "an even number in 2..={} (the head dim of the {layer_type} layers)",
+                super::MAX_HEAD_DIM
+            ),
+        ));
+    }
+    Ok(dim)
+}
+
+/// The `head_dim` `per_layer_config` gives the layers of `layer_type`, with the key it was
+/// read under, if it gives one.
+fn layer_override_head_dim(
+    config: &Object,
+    overrides: &Object,
+    layer_type: &str,
+) -> Result<Option<(u64, String)>> {
+    let types = match get(config, "layer_types") {
+        Some(Value::Array(types)) if types.iter().all(Value::is_string) => types,
+        other => {
+            return Err(invalid(
+                "layer_types",
+                other.map_or_else(|| "missing".to_string(), excerpt),
+                "a list of layer types: per_layer_config's keys are layer indices",
+            ));
+        }
+    };
+    let mut by_layer = vec![None; types.len()];
+    for (key, value) in overrides {
+        let index = key
+            .parse::<usize>()
+            .ok()
+            .filter(|&i| i < types.len() && key.bytes().all(|b| b.is_ascii_digit()));
+        let (Some(i), Value::Object(o)) = (index, value) else {
+            return Err(invalid(
+                "per_layer_config",
+                format!("{key:?}: {}", excerpt(value)),
+                format!("layer indices in 0..{} mapped to JSON objects", types.len()),
+            ));
+        };
+        if let Some(k) = ["rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor"]
+            .iter()
+            .find(|k| o.contains_key(**k))
+        {
+            return Err(invalid(
+                format!("per_layer_config.{key}.{k}"),
+                excerpt(&o[*k]),
+                "absent: posenc reads RoPE parameters per layer type, not per layer",
+            ));
+        }
+        by_layer[i] = Some((key.as_str(), o));
+    }
+    // transformers builds every layer type's RoPE at once and raises when the layers of a
+    // type carry different overrides.
+    let empty = Object::new();
+    let mut wanted = None;
+    for (i, t) in types.iter().enumerate() {
+        let t = t.as_str().unwrap_or_default();
+        let first = types.iter().position(|u| u.as_str() == Some(t)).unwrap_or(i);
+        let of = |j: usize| by_layer[j].map_or(&empty, |(_, o)| o);
+        if of(i) != of(first) {
+            return Err(invalid(
+                "per_layer_config",
+                format!("layer {i} ({t}) differs from layer {first}"),
+                format!("the same overrides for every {t} layer (transformers raises otherwise)"),
+            ));
+        }
+        if t == layer_type && wanted.is_none() {
+            wanted = Some(i);
+        }
+    }
+    let Some(i) = wanted else {
+        return Err(invalid(
+            "layer_type",
+            format!("{layer_type:?}"),
+            "a type in layer_types (per_layer_config is read by layer index)",
+        ));
+    };
+    let Some((key, o)) = by_layer[i] else { return Ok(None) };
+    let field = format!("per_layer_config.{key}");
+    Ok(whole(o, "head_dim").map_err(under(&field))?.map(|d| (d, format!("{field}.head_dim"))))
+}
 
 /// Scaling types that read the model's `max_position_embeddings`.
 const READS_MAX: [&str; 3] = ["dynamic", "yarn", "longrope"];
@@ -283,7 +461,7 @@ fn rope(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result<R
              was meant is a guess",
         ));
     }
-    if NO_COPY_PER_LAYER_MODEL_TYPES.contains(&model_type)
+    if (NO_COPY_PER_LAYER_MODEL_TYPES.contains(&model_type) || model_type == "lfm3")
         && get(config, "rope_parameters").is_none()
     {
         return Err(invalid(
@@ -299,7 +477,7 @@ fn rope(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result<R
         return if modernbert {
             modernbert_legacy(config, layer_type)
         } else {
-            legacy(config, layer_type)
+            legacy(config, layer_type, model_type)
         };
     };
     let Value::Object(params) = params else {
@@ -377,6 +555,7 @@ fn rope(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result<R
                 ),
             ));
         }
+        None if per_layer => layer_default_theta(config, model_type, layer_type)?,
         None => number(config, "rope_theta")?,
     };
     let partial_rotary_factor = number(params, "partial_rotary_factor").map_err(under(&key))?;
@@ -408,11 +587,56 @@ fn rope(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result<R
     })
 }
 
+/// Gemma 3's family (the text `model_type`s its configs carry): two RoPEs, full_attention's
+/// base `rope_theta` (1e6 when absent) and sliding_attention's `rope_local_base_freq` (1e4
+/// when absent, in transformers 4.x and 5.23 alike), never the other's.
+const GEMMA3_MODEL_TYPES: [&str; 4] =
+    ["gemma3_text", "gemma3n_text", "t5gemma2_text", "t5gemma2_decoder"];
+
+/// The base of a per-layer-type entry without `rope_theta`, as the family's config class fills
+/// it in (transformers 5.23's `convert_rope_params_to_dict`): Gemma 3's family gives
+/// sliding_attention `rope_local_base_freq`, else 1e4, and full_attention the top-level
+/// `rope_theta`, else 1e6; OLMo 3 gives full_attention the top-level `rope_theta`, else 5e5,
+/// and sliding_attention 5e5 (it pops `rope_theta` twice: a top-level one of another value is
+/// refused beside such a layer); LFM3 the top-level `rope_theta`, else 1e6; other families the
+/// top-level `rope_theta` (10000 when absent, as before).
+fn layer_default_theta(
+    config: &Object,
+    model_type: &str,
+    layer_type: Option<&str>,
+) -> Result<Option<f64>> {
+    let top = number(config, "rope_theta")?;
+    Ok(match (model_type, layer_type) {
+        (m, Some("sliding_attention")) if GEMMA3_MODEL_TYPES.contains(&m) => {
+            Some(number(config, "rope_local_base_freq")?.unwrap_or(1e4))
+        }
+        (m, Some("full_attention")) if GEMMA3_MODEL_TYPES.contains(&m) => Some(top.unwrap_or(1e6)),
+        ("olmo3", Some("sliding_attention")) => match top {
+            Some(t) if t != 5e5 => {
+                return Err(invalid(
+                    "rope_theta",
+                    format!("{} (top level, model_type \"olmo3\")", float(t)),
+                    "absent or 500000 beside a sliding_attention layer without its own: OLMo 3's \
+                     config class gives it to full_attention and 500000 to sliding_attention \
+                     (transformers 5.23 pops rope_theta twice), 4.x gave both rope_theta",
+                ));
+            }
+            _ => Some(5e5),
+        },
+        ("olmo3", _) => Some(top.unwrap_or(5e5)),
+        ("lfm3", _) => Some(top.unwrap_or(1e6)),
+        _ => top,
+    })
+}
+
 /// The legacy form: `rope_theta` (or `rotary_emb_base`) and `rope_scaling`; Gemma 3's
-/// `rope_local_base_freq` for its sliding-window layers.
-fn legacy(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
+/// `rope_local_base_freq` (1e4 when absent in Gemma 3's family) for its sliding-window layers,
+/// and its full layers' `rope_theta` 1e6 when absent.
+fn legacy(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result<Rope> {
+    let gemma3 = GEMMA3_MODEL_TYPES.contains(&model_type);
     let theta = match number(config, "rope_theta")? {
         Some(t) => Some(t),
+        None if gemma3 => Some(1e6),
         None => number(config, "rotary_emb_base")?,
     };
     let scaling = match get(config, "rope_scaling") {
@@ -422,7 +646,10 @@ fn legacy(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
             return Err(invalid("rope_scaling", excerpt(other), "a JSON object or null"));
         }
     };
-    let local = number(config, "rope_local_base_freq")?;
+    let local = match number(config, "rope_local_base_freq")? {
+        None if gemma3 => Some(1e4),
+        local => local,
+    };
     let rope = Rope { theta, scaling, partial_rotary_factor: None, per_layer: false, legacy: true };
     match (layer_type, local) {
         (None, None) | (Some("full_attention"), Some(_)) => Ok(rope),
@@ -431,7 +658,7 @@ fn legacy(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
             "layer_type",
             "missing".to_string(),
             "full_attention or sliding_attention: this config has two RoPEs \
-             (rope_local_base_freq)",
+             (rope_local_base_freq, or Gemma 3's family)",
         )),
         // Gemma 3 (transformers 4): sliding-window layers use the local base, unscaled.
         (Some("sliding_attention"), Some(local)) => {
@@ -735,6 +962,13 @@ impl RopeSpec {
     ///   `sliding_attention` `local_rope_theta` (10000), in the published form and for a
     ///   per-layer-type entry without `rope_theta`; `rope_scaling` applies to both; a
     ///   top-level `rope_theta` (which transformers ignores there) is refused.
+    /// - a per-layer-type entry without `rope_theta`: Gemma 3's family (`gemma3_text`,
+    ///   `gemma3n_text`, `t5gemma2_text`, `t5gemma2_decoder`) gives sliding_attention
+    ///   `rope_local_base_freq` (1e4 when absent; also in the legacy form, which then needs
+    ///   `layer_type`) and full_attention `rope_theta` (1e6); OLMo 3 full_attention
+    ///   `rope_theta` (5e5) and sliding_attention 5e5 (another top-level value is refused
+    ///   there); LFM3 `rope_theta` (1e6), its legacy form refused; other families the
+    ///   top-level `rope_theta`.
     /// - `max_position_embeddings` is passed to dynamic, yarn and longrope; a top-level
     ///   `original_max_position_embeddings` (Phi-3) is the original length of llama3, yarn
     ///   and longrope, over the scaling object's, as transformers 5 reads it (not for
@@ -772,15 +1006,25 @@ impl RopeSpec {
     /// - `rope_type` `"proportional"` (Gemma 4's full-attention layers): the rotary dim is
     ///   the whole head, and `partial_rotary_factor` sets how many of its frequencies are
     ///   not zero ([`Scaling::Proportional`]).
-    /// - Gemma 4 (`model_type` `gemma4*`): the `full_attention` layers' head dim is
-    ///   `global_head_dim` (512 when absent, transformers' default); their `rope_type`
-    ///   must be `"proportional"` (transformers versions disagree on other types' width).
+    /// - Gemma-family head dims (`gemma4_text`,
+    ///   `gemma4_unified_text`, `embedding_gemma2_text`, `diffusion_gemma_text`): a layer
+    ///   type's head dim is its layers' `head_dim` override in `per_layer_config` (layer
+    ///   indices into `layer_types`; the layers of a type must agree), else `head_dim`;
+    ///   without `per_layer_config`, `full_attention` takes `global_head_dim` (512 when
+    ///   absent). A `global_head_dim` beside `per_layer_config` that disagrees with it, and a
+    ///   null one, are refused. Gemma 4's `full_attention` `rope_type` must be
+    ///   `"proportional"` (transformers versions disagree on other types' width).
     /// - pairing: gptj (interleaved) for the `model_type`s in [`INTERLEAVED_MODEL_TYPES`]
     ///   (every family whose attention rotates adjacent pairs in transformers 5.23: GPT-J,
     ///   Cohere, GLM, Llama 4, ERNIE 4.5, Helium, ...) and for DeepSeek (`qk_rope_head_dim`,
     ///   unless `rope_interleave` is false); neox otherwise. NanoChat, whose `rotate_half`
     ///   turns pairs by `-p * w`, is refused (`model_type`). (transformers' `DeepseekV3` regroups each head as (even, odd)
     ///   dimensions before a neox rotation: its output is the gptj one in that order.)
+    /// - refused by `model_type` (after the `text_config` swap), as applying no RoPE or one
+    ///   posenc does not compute: `kimi_linear`, `glm5_next_text` (NoPE), `inkling2_text` (a
+    ///   relative position bias), `deepseek_v4` (the trailing slice of each head),
+    ///   `ernie4_5_vl_moe_text` (a 3-axis M-RoPE, `mrope_section` implied), `musicflamingo`
+    ///   (an audio rotary time embedding at the top level), `nanochat`.
     ///
     /// A multimodal config whose language model sits under `text_config` is read from
     /// there when the top level has no head dimension.
@@ -846,12 +1090,12 @@ impl RopeSpec {
         };
         let proportional = rope_type == Some("proportional");
         let (mut head_dim, deepseek) = head_dim(&config)?;
-        // Gemma 4: every full_attention layer's heads are `global_head_dim` wide (512 when
-        // absent, the class default), and transformers 5.23 builds their RoPE over it,
-        // whatever the rope type. Before that only a proportional one was (`head_dim_key`),
-        // so another type is refused rather than read as one version does.
-        if model_type.starts_with("gemma4") && layer_type == Some("full_attention") {
-            if !proportional {
+        if PER_LAYER_HEAD_MODEL_TYPES.contains(&model_type)
+            && let Some(t) = layer_type
+        {
+            // Gemma 4's full layers: another type than proportional was built over head_dim
+            // before transformers 5.23, over the layer's head dim since; refused.
+            if GEMMA4_MODEL_TYPES.contains(&model_type) && t == "full_attention" && !proportional {
                 let (field, value) = match &rope.scaling {
                     Some((map, key)) => {
                         let type_key =
@@ -871,18 +1115,7 @@ impl RopeSpec {
                      5.5-5.12, global_head_dim in 5.23)",
                 ));
             }
-            let global = whole(&config, "global_head_dim")?.unwrap_or(GEMMA4_GLOBAL_HEAD_DIM);
-            if !(2..=u64::from(super::MAX_HEAD_DIM)).contains(&global) || global % 2 != 0 {
-                return Err(invalid(
-                    "global_head_dim",
-                    global.to_string(),
-                    format!(
-                        "an even number in 2..={} (the head dim of the full_attention layers)",
-                        super::MAX_HEAD_DIM
-                    ),
-                ));
-            }
-            head_dim = global;
+            head_dim = per_layer_head_dim(&config, t, head_dim)?;
         }
         // These families' own default RoPE spans the whole head (FULL_HEAD_DEFAULT_MODEL_TYPES).
         let full_head_default =

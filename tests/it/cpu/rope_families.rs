@@ -278,6 +278,72 @@ fn nanochat_rotation_is_refused() {
     assert!(msg.contains("nanochat") && msg.contains("-p"), "{msg}");
 }
 
+/// Families whose attention applies no RoPE, or one posenc's rotation of the leading rotary dims
+/// cannot express, found in transformers 5.23's modeling files: refused by their `model_type`
+/// (after the `text_config` swap) rather than read as a default RoPE over their head dims.
+/// Configs as their config classes serialize (`to_dict()`), cut to the fields that matter.
+#[test]
+fn families_posenc_cannot_rotate_are_refused_by_model_type() {
+    let cases = [
+        // NoPE MLA: no rotary module in modeling_kimi_linear.py.
+        (
+            r#"{"model_type": "kimi_linear", "hidden_size": 2304, "num_attention_heads": 32,
+                "head_dim": 64, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+                "rope_theta": 10000.0}"#,
+            "no RoPE",
+        ),
+        // NoPE DSA: the config class requires qk_rope_head_dim 0.
+        (
+            r#"{"model_type": "glm5_next", "text_config": {"model_type": "glm5_next_text",
+                "hidden_size": 4096, "num_attention_heads": 64, "head_dim": 64,
+                "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}}"#,
+            "no RoPE",
+        ),
+        // A learned relative position bias.
+        (
+            r#"{"model_type": "inkling2", "text_config": {"model_type": "inkling2_text",
+                "hidden_size": 6144, "num_attention_heads": 48, "head_dim": 128}}"#,
+            "no RoPE",
+        ),
+        // The trailing slice of each head, interleaved, rope_parameters keyed main/compress.
+        (
+            r#"{"model_type": "deepseek_v4", "hidden_size": 4096, "num_attention_heads": 64,
+                "head_dim": 512, "qk_rope_head_dim": 64, "rope_theta": 10000.0,
+                "partial_rotary_factor": 0.125,
+                "rope_parameters": {"main": {"rope_type": "default", "rope_theta": 10000.0,
+                                             "partial_rotary_factor": 0.125},
+                                    "compress": {"rope_type": "default", "rope_theta": 160000.0,
+                                                 "partial_rotary_factor": 0.125}}}"#,
+            "trailing",
+        ),
+        // A 3-axis M-RoPE whose mrope_section ([22, 22, 20]) the config need not carry.
+        (
+            r#"{"model_type": "ernie4_5_vl_moe", "text_config": {
+                "model_type": "ernie4_5_vl_moe_text", "hidden_size": 2560,
+                "num_attention_heads": 20,
+                "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}}}"#,
+            "mrope_section",
+        ),
+        // The top level's head_dim and rope_parameters are the audio encoder's rotary time
+        // embedding (angles scaled by timestamps); the language model is under text_config.
+        (
+            r#"{"model_type": "musicflamingo", "head_dim": 1280,
+                "rope_parameters": {"rope_type": "default", "rope_theta": 1200.0,
+                                    "partial_rotary_factor": 0.2},
+                "text_config": {"model_type": "qwen2", "hidden_size": 3584,
+                                "num_attention_heads": 28}}"#,
+            "text_config",
+        ),
+    ];
+    for (text, why) in cases {
+        for layer_type in [None, Some("full_attention"), Some("main")] {
+            let msg = refused(text, layer_type, "model_type");
+            assert!(msg.contains(why), "{msg}");
+        }
+    }
+    assert!(!posenc::rope::PARTIAL_DEFAULT_MODEL_TYPES.iter().any(|(m, ..)| *m == "deepseek_v4"));
+}
+
 /// `w` within 4 ulps of the float64 `reference`.
 fn near(w: f64, reference: f64, what: &str) {
     assert!((w - reference).abs() <= 4.0 * f64::EPSILON * reference, "{what}: {w} vs {reference}");
@@ -455,7 +521,9 @@ fn full_head_families_are_named_by_their_text_model_type() {
     {
         assert!(posenc::rope::FULL_HEAD_DEFAULT_MODEL_TYPES.contains(&model_type), "{model_type}");
         let text = head128(model_type, r#", "partial_rotary_factor": 0.5"#);
-        assert_eq!(freqs(&text, None), (64, 0.8659643233600653), "{model_type}");
+        // T5Gemma 2's legacy form has two RoPEs (Gemma 3's): its sliding layers' base is 1e4.
+        let layer_type = model_type.starts_with("t5gemma2").then_some("sliding_attention");
+        assert_eq!(freqs(&text, layer_type), (64, 0.8659643233600653), "{model_type}");
     }
     for gone in ["embedding_gemma2", "t5gemma2"] {
         assert!(!posenc::rope::FULL_HEAD_DEFAULT_MODEL_TYPES.contains(&gone), "{gone}");
@@ -584,4 +652,229 @@ fn per_layer_families_without_top_level_copy() {
     let top =
         neomme.replace(r#""head_dim": 64,"#, r#""head_dim": 64, "partial_rotary_factor": 0.5,"#);
     refused(&top, Some("full_attention"), "partial_rotary_factor");
+}
+
+/// A Gemma-family text config (head 256, layers 0-4 sliding, 5 full) with `extra` fields and
+/// the full_attention `rope_type` given.
+fn gemma_text(model_type: &str, full: &str, extra: &str) -> String {
+    format!(
+        r#"{{"model_type": "{model_type}", "hidden_size": 512, "num_attention_heads": 4,
+            "num_key_value_heads": 1, "head_dim": 256, "num_hidden_layers": 6,
+            "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention",
+                            "sliding_attention", "sliding_attention", "full_attention"],
+            "max_position_embeddings": 32768{extra},
+            "rope_parameters": {{"sliding_attention": {{"rope_type": "default", "rope_theta": 10000.0}},
+                                "full_attention": {{{full}, "rope_theta": 1000000.0}}}}}}"#
+    )
+}
+
+const PROPORTIONAL: &str = r#""rope_type": "proportional", "partial_rotary_factor": 0.25"#;
+
+/// The number of frequencies, how many are not zero, and the second one.
+fn counted(text: &str, layer_type: &str) -> (usize, usize, f64) {
+    let f = spec(text, Some(layer_type)).frequencies(1);
+    let w = f.inv_freq();
+    (w.len(), w.iter().filter(|w| **w != 0.0).count(), w[1])
+}
+
+/// Gemma 4 (`gemma4_text`, `gemma4_unified_text`), EmbeddingGemma 2 and DiffusionGemma build
+/// each layer type's RoPE over that type's `per_layer_config` (transformers 5.23's
+/// heterogeneous configs: keys are layer indices, every layer of a type must carry the same
+/// overrides), a `head_dim` there overriding the top-level one; without `per_layer_config`
+/// their config classes give every full_attention layer `global_head_dim` (512 when absent).
+/// Values of transformers 5.23's rotary modules built from these configs.
+#[test]
+fn gemma_family_head_dims_follow_per_layer_config() {
+    // 1e6^(-2/d) for d = 512, 256, 128; 1e4^(-2/d) for d = 256, 128.
+    let (f512, f256, f128) = (0.9474635256553754, 0.8976871324473142, 0.8058421877614819);
+    let (s256, s128) = (0.930572040929699, 0.8659643233600653);
+    for model_type in ["gemma4_text", "gemma4_unified_text", "diffusion_gemma_text"] {
+        let bare = gemma_text(model_type, PROPORTIONAL, "");
+        // transformers: 256 frequencies, 64 not zero, inv_freq[1] = 0.9474635124206543.
+        near_all(counted(&bare, "full_attention"), (256, 64, f512), model_type);
+        near_all(counted(&bare, "sliding_attention"), (128, 128, s256), model_type);
+        // The full layer's override, keys as transformers writes them (zero-padded) or not:
+        // 64 frequencies, 16 not zero (transformers: 0.8058422207832336).
+        for key in ["5", "05"] {
+            let text = gemma_text(
+                model_type,
+                PROPORTIONAL,
+                &format!(r#", "per_layer_config": {{"{key}": {{"head_dim": 128}}}}"#),
+            );
+            near_all(counted(&text, "full_attention"), (64, 16, f128), model_type);
+            near_all(counted(&text, "sliding_attention"), (128, 128, s256), model_type);
+        }
+        // Overrides of every sliding layer; the full layer then has none: head_dim.
+        let sliding = gemma_text(
+            model_type,
+            PROPORTIONAL,
+            r#", "per_layer_config": {"0": {"head_dim": 128}, "1": {"head_dim": 128},
+                "2": {"head_dim": 128}, "3": {"head_dim": 128}, "4": {"head_dim": 128}}"#,
+        );
+        near_all(counted(&sliding, "sliding_attention"), (64, 64, s128), model_type);
+        near_all(counted(&sliding, "full_attention"), (128, 32, f256), model_type);
+        // An override of other keys only leaves head_dim.
+        let kv = gemma_text(
+            model_type,
+            PROPORTIONAL,
+            r#", "per_layer_config": {"5": {"num_key_value_heads": 2}}"#,
+        );
+        near_all(counted(&kv, "full_attention"), (128, 32, f256), model_type);
+        // Layers of one type with different overrides: transformers raises ("not
+        // homogeneous"), for every layer type it builds.
+        let mixed = gemma_text(
+            model_type,
+            PROPORTIONAL,
+            r#", "per_layer_config": {"0": {"head_dim": 128}}"#,
+        );
+        for layer_type in ["sliding_attention", "full_attention"] {
+            let msg = refused(&mixed, Some(layer_type), "per_layer_config");
+            assert!(msg.contains("sliding_attention"), "{msg}");
+        }
+        // A global_head_dim beside per_layer_config that disagrees with it: transformers 5.23
+        // ignores global_head_dim there, earlier 5.x read it.
+        let both = gemma_text(
+            model_type,
+            PROPORTIONAL,
+            r#", "global_head_dim": 512, "per_layer_config": {"05": {"head_dim": 128}}"#,
+        );
+        refused(&both, Some("full_attention"), "global_head_dim");
+        let agree = both.replace("512", "128");
+        near_all(counted(&agree, "full_attention"), (64, 16, f128), model_type);
+        // per_layer_config without layer_types (its keys are layer indices), null, an index
+        // past the layers, a head_dim that is odd.
+        let no_types = gemma_text(
+            model_type,
+            PROPORTIONAL,
+            r#", "per_layer_config": {"5": {"head_dim": 128}}"#,
+        )
+        .replace(r#""layer_types""#, r#""other_types""#);
+        refused(&no_types, Some("full_attention"), "layer_types");
+        refused(
+            &gemma_text(model_type, PROPORTIONAL, r#", "per_layer_config": null"#),
+            Some("full_attention"),
+            "per_layer_config",
+        );
+        refused(
+            &gemma_text(model_type, PROPORTIONAL, r#", "per_layer_config": {"6": {}}"#),
+            Some("full_attention"),
+            "per_layer_config",
+        );
+        refused(
+            &gemma_text(
+                model_type,
+                PROPORTIONAL,
+                r#", "per_layer_config": {"5": {"head_dim": 127}}"#,
+            ),
+            Some("full_attention"),
+            "per_layer_config.5.head_dim",
+        );
+    }
+    // EmbeddingGemma 2's full layers are default RoPEs over global_head_dim (transformers:
+    // 256 frequencies, 0.9474635124206543; 384: 192; linear 2: 0.47373175621032715), and
+    // DiffusionGemma's may be too: their classes are 5.23's only.
+    let default = r#""rope_type": "default""#;
+    for model_type in ["embedding_gemma2_text", "diffusion_gemma_text"] {
+        let eg = gemma_text(model_type, default, "");
+        near_all(counted(&eg, "full_attention"), (256, 256, f512), model_type);
+        near_all(counted(&eg, "sliding_attention"), (128, 128, s256), model_type);
+        let g384 = gemma_text(model_type, default, r#", "global_head_dim": 384"#);
+        near_all(counted(&g384, "full_attention"), (192, 192, s256), model_type);
+        let plc =
+            gemma_text(model_type, default, r#", "per_layer_config": {"5": {"head_dim": 128}}"#);
+        near_all(counted(&plc, "full_attention"), (64, 64, f128), model_type);
+        let linear = gemma_text(model_type, r#""rope_type": "linear", "factor": 2.0"#, "");
+        near_all(counted(&linear, "full_attention"), (256, 256, f512 / 2.0), model_type);
+    }
+    // The published EmbeddingGemma 2 form: its text config under text_config.
+    let wrapped = format!(
+        r#"{{"model_type": "embedding_gemma2", "text_config": {}}}"#,
+        gemma_text("embedding_gemma2_text", default, "")
+    );
+    near_all(counted(&wrapped, "full_attention"), (256, 256, f512), "embedding_gemma2");
+    // Gemma 4's full layers of another rope type stay refused (transformers 5.5-5.12 built them
+    // over head_dim).
+    refused(
+        &gemma_text("gemma4_text", default, ""),
+        Some("full_attention"),
+        "rope_parameters.full_attention.rope_type",
+    );
+}
+
+fn near_all(got: (usize, usize, f64), want: (usize, usize, f64), what: &str) {
+    assert_eq!((got.0, got.1), (want.0, want.1), "{what}");
+    near(got.2, want.2, what);
+}
+
+/// A per-layer-type config of `model_type` (head 128) whose entries carry no `rope_theta`,
+/// with `extra` top-level fields.
+fn per_layer_no_theta(model_type: &str, extra: &str) -> String {
+    format!(
+        r#"{{"model_type": "{model_type}", "hidden_size": 512, "num_attention_heads": 4,
+            "head_dim": 128, "num_hidden_layers": 2,
+            "layer_types": ["sliding_attention", "full_attention"]{extra},
+            "rope_parameters": {{"sliding_attention": {{"rope_type": "default"}},
+                                "full_attention": {{"rope_type": "default"}}}}}}"#
+    )
+}
+
+/// Per-layer-type entries without `rope_theta` take what each config class fills in
+/// (transformers 5.23's `convert_rope_params_to_dict`): Gemma 3's family gives sliding layers
+/// `rope_local_base_freq` (never the top-level `rope_theta`), else 1e4, and full layers the
+/// top-level `rope_theta`, else 1e6; OLMo 3 the top-level `rope_theta` to full layers, else
+/// 5e5, and 5e5 to sliding ones (it pops `rope_theta` twice); LFM3 the top-level `rope_theta`,
+/// else 1e6, to both. Values of transformers' rotary modules built from these configs.
+#[test]
+fn per_layer_entries_without_rope_theta_take_the_class_defaults() {
+    // base^(-2/128) for base 1e4, 1e6, 5e5, 2e4.
+    let (b1e4, b1e6, b5e5) = (0.8659643233600653, 0.8058421877614819, 0.8146172338565447);
+    let b2e4 = 20000f64.powf(-1.0 / 64.0);
+    for model_type in ["gemma3_text", "gemma3n_text", "t5gemma2_text", "t5gemma2_decoder"] {
+        let bare = per_layer_no_theta(model_type, "");
+        assert_eq!(freqs(&bare, Some("sliding_attention")), (64, b1e4), "{model_type}");
+        assert_eq!(freqs(&bare, Some("full_attention")), (64, b1e6), "{model_type}");
+        // transformers: sliding 0.8659643530845642 with a top-level rope_theta 5e5.
+        let top = per_layer_no_theta(model_type, r#", "rope_theta": 500000.0"#);
+        assert_eq!(freqs(&top, Some("sliding_attention")), (64, b1e4), "{model_type}");
+        assert_eq!(freqs(&top, Some("full_attention")), (64, b5e5), "{model_type}");
+        let local = per_layer_no_theta(model_type, r#", "rope_local_base_freq": 20000.0"#);
+        assert_eq!(freqs(&local, Some("sliding_attention")), (64, b2e4), "{model_type}");
+        assert_eq!(freqs(&local, Some("full_attention")), (64, b1e6), "{model_type}");
+    }
+    let olmo3 = per_layer_no_theta("olmo3", "");
+    assert_eq!(freqs(&olmo3, Some("sliding_attention")), (64, b5e5));
+    assert_eq!(freqs(&olmo3, Some("full_attention")), (64, b5e5));
+    // A top-level rope_theta reaches the full layers only (transformers: full 1e6, sliding
+    // 5e5, by popping rope_theta twice): refused beside a sliding layer without its own.
+    let top = per_layer_no_theta("olmo3", r#", "rope_theta": 1000000.0"#);
+    assert_eq!(freqs(&top, Some("full_attention")), (64, b1e6));
+    let msg = refused(&top, Some("sliding_attention"), "rope_theta");
+    assert!(msg.contains("500000") || msg.contains("5e5"), "{msg}");
+    let lfm3 = per_layer_no_theta("lfm3", "");
+    assert_eq!(freqs(&lfm3, Some("sliding_attention")), (64, b1e6));
+    assert_eq!(freqs(&lfm3, Some("full_attention")), (64, b1e6));
+    let top = per_layer_no_theta("lfm3", r#", "rope_theta": 500000.0"#);
+    assert_eq!(freqs(&top, Some("sliding_attention")), (64, b5e5));
+    // Without rope_parameters LFM3's class uses its own (ignoring rope_theta): refused.
+    refused(&head128("lfm3", ""), None, "rope_parameters");
+    // Another family's entry without rope_theta keeps the top-level one, else 10000.
+    let other = per_layer_no_theta("someday", r#", "rope_theta": 500000.0"#);
+    assert_eq!(freqs(&other, Some("sliding_attention")), (64, b5e5));
+}
+
+/// A transformers 4 Gemma 3 config (no `rope_parameters`) without `rope_local_base_freq` still
+/// has two RoPEs: its class's local base 10000 (4.x and 5.23 alike) for the sliding layers,
+/// unscaled, and `rope_theta` (1e6 when absent) with `rope_scaling` for the full ones.
+#[test]
+fn legacy_gemma3_without_local_base_has_two_ropes() {
+    let text = r#"{"model_type": "gemma3_text", "hidden_size": 512, "num_attention_heads": 4,
+        "head_dim": 128, "rope_theta": 500000.0,
+        "rope_scaling": {"rope_type": "linear", "factor": 8.0}}"#;
+    assert_eq!(freqs(text, Some("sliding_attention")), (64, 0.8659643233600653));
+    assert_eq!(freqs(text, Some("full_attention")), (64, 0.8146172338565447 / 8.0));
+    refused(text, None, "layer_type");
+    let bare = r#"{"model_type": "gemma3_text", "hidden_size": 512, "num_attention_heads": 4,
+        "head_dim": 128}"#;
+    assert_eq!(freqs(bare, Some("full_attention")), (64, 0.8058421877614819));
+    assert_eq!(freqs(bare, Some("sliding_attention")), (64, 0.8659643233600653));
 }
