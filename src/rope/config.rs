@@ -215,6 +215,91 @@ fn neomme_theta(config: &Object, layer_type: Option<&str>, key: &str) -> Result<
     }
 }
 
+/// The `model_type`s whose config class gives `rope_theta` a default other than 10000 in
+/// transformers 5.23 (found by instantiating each class without it, with and without
+/// `rope_parameters`), with what it gives. A config of these families without `rope_theta` is
+/// refused: a saved config always carries it, class defaults have changed between versions,
+/// and reading 10000 would be a silent wrong answer. Other families take 10000 when it is
+/// absent, the default of transformers' generic RoPE.
+pub const CLASS_DEFAULT_BASES: [(&str, &str); 52] = [
+    (
+        "apertus",
+        "base 12000000 beside rope_parameters, else llama3 scaling (factor 8) over base 12000000",
+    ),
+    ("bailing_hybrid", "base 6000000"),
+    ("bitnet", "base 500000"),
+    ("blt", "base 500000"),
+    ("blt_global_transformer", "base 500000"),
+    ("blt_local_decoder", "base 500000"),
+    ("blt_local_encoder", "base 500000"),
+    ("cohere", "base 500000"),
+    ("csm", "base 500000"),
+    ("csm_depth_decoder_model", "base 500000"),
+    (
+        "cwm",
+        "base 1000000 beside rope_parameters, else llama3 scaling (factor 16) over base 1000000",
+    ),
+    ("emu3_text_model", "base 1000000"),
+    ("eomt_dinov3", "base 100"),
+    ("ernie4_5", "base 500000"),
+    ("ernie4_5_moe", "base 500000"),
+    ("evolla", "base 500000"),
+    ("flex_olmo", "base 500000"),
+    (
+        "gpt_oss",
+        "base 150000 beside rope_parameters, else yarn scaling (factor 32) over base 150000",
+    ),
+    ("gte", "base 160000"),
+    ("helium", "base 100000"),
+    (
+        "higgs_audio_v2",
+        "base 10000 beside rope_parameters, else llama3 scaling (factor 32) over base 500000",
+    ),
+    ("hy_v3", "base 11158840"),
+    ("jina_embeddings_v3", "base 20000"),
+    ("lfm2", "base 1000000"),
+    ("lfm2_moe", "base 1000000"),
+    ("llama4_text", "base 500000"),
+    ("longcat_flash", "base 10000000"),
+    ("minimax", "base 1000000"),
+    ("minimax_m2", "base 5000000"),
+    ("minimax_m3_vl_text", "base 5000000"),
+    (
+        "ministral3",
+        "base 10000 beside rope_parameters, else yarn scaling (factor 16) over base 1000000",
+    ),
+    (
+        "mistral4",
+        "base 10000 beside rope_parameters, else yarn scaling (factor 128) over base 10000",
+    ),
+    (
+        "mistral_large4_text",
+        "base 10000 beside rope_parameters, else yarn scaling (factor 2048) over base 10000",
+    ),
+    ("mixtral", "base 1000000"),
+    ("mllama_text_model", "base 500000"),
+    ("muse_glimmer_assistant", "base 500000"),
+    ("nomic_bert", "base 1000"),
+    (
+        "openai_privacy_filter",
+        "base 150000 beside rope_parameters, else yarn scaling (factor 32) over base 150000",
+    ),
+    ("paddleocr_vl_text", "base 500000"),
+    ("pe_audio_encoder", "base 20000"),
+    ("pe_audio_video_encoder", "base 20000"),
+    ("pe_video_encoder", "base 20000"),
+    ("phimoe", "base 1000000"),
+    ("qwen2_5_omni_talker", "base 1000000"),
+    ("qwen2_5_omni_text", "base 1000000"),
+    ("qwen2_5_vl_text", "base 1000000"),
+    ("qwen2_vl_text", "base 1000000"),
+    ("qwen3_omni_moe_text", "base 1000000"),
+    ("qwen3_vl_moe_text", "base 500000"),
+    ("qwen3_vl_text", "base 500000"),
+    ("smollm3", "base 2000000"),
+    ("solar_open", "base 1000000"),
+];
+
 /// `global_head_dim` when the config omits it (these families' class default).
 const GLOBAL_HEAD_DIM: u64 = 512;
 
@@ -950,7 +1035,9 @@ impl RopeSpec {
     /// The RoPE a Hugging Face model's `config.json` defines, as transformers builds its
     /// rotary module from it.
     ///
-    /// - base: `rope_theta` (or GPT-NeoX's `rotary_emb_base`), 10000 when absent.
+    /// - base: `rope_theta` (or GPT-NeoX's `rotary_emb_base`), 10000 when absent; absent in a
+    ///   family whose config class defaults it otherwise ([`CLASS_DEFAULT_BASES`]: Mixtral,
+    ///   Llama 4, GPT-OSS, ...), it is refused.
     /// - scaling: the legacy `rope_scaling` object (`type` read for `rope_type`; Phi-3's
     ///   `"su"` is longrope), or transformers 5's `rope_parameters`, which also holds
     ///   `rope_theta` and may hold `partial_rotary_factor`. Per-layer-type
@@ -1156,6 +1243,23 @@ impl RopeSpec {
             let key = if deepseek { "qk_rope_head_dim" } else { "head_dim" };
             return Err(invalid(key, head_dim.to_string(), "a number in 2..=65536"));
         };
+        let theta = match rope.theta {
+            Some(t) => t,
+            None => match CLASS_DEFAULT_BASES.iter().find(|(m, _)| *m == model_type) {
+                Some((_, given)) => {
+                    return Err(invalid(
+                        "rope_theta",
+                        "missing",
+                        format!(
+                            "given: model_type \"{model_type}\" is not at 10000 when it is absent \
+                             (transformers 5.23's config class: {given}; class defaults differ \
+                             between versions)"
+                        ),
+                    ));
+                }
+                None => DEFAULT_BASE,
+            },
+        };
         // A base out of range is named by the key it was read from.
         let neox_base = rope.theta.is_some()
             && number(&config, "rope_theta")?.is_none()
@@ -1169,7 +1273,7 @@ impl RopeSpec {
         };
         RopeSpec::partial(head_dim, rotary)
             .map_err(as_config)?
-            .with_base(rope.theta.unwrap_or(DEFAULT_BASE))
+            .with_base(theta)
             .map_err(|e| match e {
                 Error::InvalidParameter { field: "base", value, allowed } => {
                     invalid(base_key, value, allowed)

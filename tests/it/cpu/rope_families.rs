@@ -878,3 +878,33 @@ fn legacy_gemma3_without_local_base_has_two_ropes() {
     assert_eq!(freqs(bare, Some("full_attention")), (64, 0.8058421877614819));
     assert_eq!(freqs(bare, Some("sliding_attention")), (64, 0.8659643233600653));
 }
+
+/// A config without `rope_theta` of a family whose config class does not default it to 10000
+/// (transformers 5.23: Mixtral 1e6, Llama 4 5e5, GPT-OSS 150000 with a default yarn, ...) is
+/// refused naming `rope_theta` and what the class gives; with the base given it is read, and
+/// a family at 10000 (Llama) still takes 10000 when it is absent.
+#[test]
+fn a_missing_rope_theta_is_refused_where_the_class_default_is_not_10000() {
+    let bare = |model_type: &str, extra: &str| {
+        format!(
+            r#"{{"model_type": "{model_type}", "hidden_size": 512, "num_attention_heads": 4,
+                "head_dim": 128{extra}}}"#
+        )
+    };
+    for (model_type, given) in [
+        ("mixtral", "base 1000000"),
+        ("llama4_text", "base 500000"),
+        ("smollm3", "base 2000000"),
+        ("gpt_oss", "else yarn scaling (factor 32) over base 150000"),
+    ] {
+        let msg = refused(&bare(model_type, ""), None, "rope_theta");
+        assert!(msg.contains(given) && msg.contains(model_type), "{msg}");
+        // rope_parameters without rope_theta: the same.
+        let params = r#", "rope_parameters": {"rope_type": "default"}"#;
+        refused(&bare(model_type, params), None, "rope_theta");
+        let given = spec(&bare(model_type, r#", "rope_theta": 1000000.0"#), None);
+        assert_eq!(given.base(), 1e6, "{model_type}");
+    }
+    assert_eq!(spec(&bare("llama", ""), None).base(), 10000.0);
+    assert_eq!(spec(&bare("mistral", ""), None).base(), 10000.0);
+}
