@@ -731,6 +731,9 @@ fn legacy(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result
             return Err(invalid("rope_scaling", excerpt(other), "a JSON object or null"));
         }
     };
+    if model_type == "olmo3" {
+        return olmo3_legacy(config, layer_type, theta, scaling);
+    }
     let local = match number(config, "rope_local_base_freq")? {
         None if gemma3 => Some(1e4),
         local => local,
@@ -759,6 +762,54 @@ fn legacy(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result
             format!("{t:?}"),
             "absent: this config has one RoPE for every layer (no per-layer-type \
              rope_parameters, no rope_local_base_freq)",
+        )),
+    }
+}
+
+/// OLMo 3's legacy form (`rope_theta`, `rope_scaling`): its config class gives the
+/// full_attention layers `rope_theta` (5e5 when absent) and `rope_scaling`, and the
+/// sliding_attention layers 5e5, unscaled (transformers 5.23 pops `rope_theta` twice; 4.x gave
+/// them `rope_theta`, unscaled, so another value is refused for them). Without a layer type
+/// the two must be the same RoPE.
+fn olmo3_legacy(
+    config: &Object,
+    layer_type: Option<&str>,
+    theta: Option<f64>,
+    scaling: Option<(Object, String)>,
+) -> Result<Rope> {
+    const SLIDING: f64 = 5e5;
+    let full_theta = theta.unwrap_or(SLIDING);
+    let one = scaling.is_none() && full_theta == SLIDING;
+    let rope = |theta, scaling| Rope {
+        theta: Some(theta),
+        scaling,
+        partial_rotary_factor: None,
+        per_layer: false,
+        legacy: true,
+    };
+    match layer_type {
+        Some("full_attention") => Ok(rope(full_theta, scaling)),
+        None if one => Ok(rope(full_theta, scaling)),
+        Some("sliding_attention") => match number(config, "rope_theta")? {
+            Some(t) if t != SLIDING => Err(invalid(
+                "rope_theta",
+                format!("{} (model_type \"olmo3\", layer_type sliding_attention)", float(t)),
+                "absent or 500000 for OLMo 3's sliding_attention layers: transformers 5.23 gives \
+                 them 500000, 4.x gave them rope_theta",
+            )),
+            _ => Ok(rope(SLIDING, None)),
+        },
+        None => Err(invalid(
+            "layer_type",
+            "missing",
+            "full_attention or sliding_attention: this OLMo 3 config has two RoPEs \
+             (rope_theta and rope_scaling for full_attention, 500000 unscaled for \
+             sliding_attention)",
+        )),
+        Some(t) => Err(invalid(
+            "layer_type",
+            format!("{t:?}"),
+            "full_attention or sliding_attention (OLMo 3)",
         )),
     }
 }

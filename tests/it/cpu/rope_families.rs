@@ -908,3 +908,45 @@ fn a_missing_rope_theta_is_refused_where_the_class_default_is_not_10000() {
     assert_eq!(spec(&bare("llama", ""), None).base(), 10000.0);
     assert_eq!(spec(&bare("mistral", ""), None).base(), 10000.0);
 }
+
+/// OLMo 3's legacy form (`rope_theta`, `rope_scaling`), as transformers 5.23's config class
+/// reads it: full_attention layers take `rope_theta` and the scaling, sliding_attention layers
+/// 500000 unscaled. Without a layer type the two must agree; a sliding layer beside another
+/// `rope_theta` is refused (4.x gave it `rope_theta`).
+#[test]
+fn olmo3_legacy_configs_have_two_ropes_when_they_differ() {
+    let olmo3 = |extra: &str| {
+        format!(
+            r#"{{"model_type": "olmo3", "hidden_size": 512, "num_attention_heads": 4,
+                "head_dim": 128, "max_position_embeddings": 65536,
+                "layer_types": ["sliding_attention", "full_attention"]{extra}}}"#
+        )
+    };
+    let b5e5 = 500_000f64.powf(-2.0 / 128.0);
+    // Plain: one RoPE for both layer types.
+    let plain = olmo3(r#", "rope_theta": 500000.0"#);
+    for layer_type in [None, Some("full_attention"), Some("sliding_attention")] {
+        let (n, w1) = freqs(&plain, layer_type);
+        assert_eq!(n, 64);
+        near(w1, b5e5, "plain olmo3");
+    }
+    // YaRN on the full layers only (OLMo 3 32B's long-context form).
+    let yarn = olmo3(
+        r#", "rope_theta": 500000.0, "rope_scaling": {"rope_type": "yarn", "factor": 8.0,
+            "original_max_position_embeddings": 8192, "attention_factor": 1.2079441541679836,
+            "beta_fast": 32, "beta_slow": 1}"#,
+    );
+    let msg = refused(&yarn, None, "layer_type");
+    assert!(msg.contains("500000 unscaled"), "{msg}");
+    let full = spec(&yarn, Some("full_attention"));
+    assert!(!matches!(full.scaling(), posenc::rope::Scaling::None), "{full:?}");
+    let sliding = spec(&yarn, Some("sliding_attention"));
+    assert!(matches!(sliding.scaling(), posenc::rope::Scaling::None), "{sliding:?}");
+    assert_eq!(sliding.base(), 5e5);
+    // Another base: the full layers take it; the sliding ones are refused.
+    let other = olmo3(r#", "rope_theta": 1000000.0"#);
+    assert_eq!(spec(&other, Some("full_attention")).base(), 1e6);
+    refused(&other, Some("sliding_attention"), "rope_theta");
+    refused(&other, None, "layer_type");
+    refused(&plain, Some("chunked_attention"), "layer_type");
+}
