@@ -6,11 +6,12 @@
 // storage word of a unit of the table (`TableWord`: vec4<u32> for f32, vec2<u32> for
 // 16-bit) and of the output (`OutWord`), `widen`/`narrow` between them and vec4<f32>, the
 // number of table bindings `TABLE_SLOTS` with `table_word(slot, i)` choosing among them,
-// the access pattern `COALESCED` and the threads per workgroup `X4_WORKGROUP`.
+// the access pattern `COALESCED` with its `UNITS_PER_INVOCATION` (2 coalesced, 4 adjacent)
+// and the threads per workgroup `X4_WORKGROUP`.
 //
 // The host sorts the tokens by PE row and cuts them into groups of at most
 // MAX_GROUP_TOKENS tokens sharing one. A workgroup owns one group and one block of
-// 2 * X4_WORKGROUP units of the row: it reads the PE values of its units once and
+// UNITS_PER_INVOCATION * X4_WORKGROUP units of the row: it reads the PE values of its units once and
 // adds them to every token of the group. A vocabulary larger than one binding is held in
 // row chunks; one dispatch binds up to TABLE_SLOTS of them (a window) and each token's
 // record names its chunk's slot, so tokens sharing a PE row share a group whichever chunk
@@ -20,9 +21,10 @@
 //
 // Two access patterns, the same results:
 // - adjacent (COALESCED false), for adapters that run shaders on CPU cores (lavapipe,
-//   llvmpipe): each invocation moves two adjacent units per token, so a token's record is
-//   loaded once per two units (their cost is per buffer access, and adjacent units share
-//   cache lines), and the first invocations prefetch the rows of the group two ahead.
+//   llvmpipe): each invocation moves UNITS_PER_INVOCATION (4) adjacent units per token, so
+//   a token's record is loaded once per four units (their cost is per buffer access, and
+//   adjacent units share cache lines), and the first invocations prefetch the rows of the
+//   group two ahead.
 // - coalesced (COALESCED true), for GPUs: invocation li moves units li and
 //   li + X4_WORKGROUP of the block, so each load and store instruction of a warp
 //   touches one contiguous span; each token's loads are issued before the previous
@@ -73,21 +75,21 @@ fn value(t: vec2<u32>, x: u32, p: vec4<f32>, s: f32) -> OutWord {
 fn encode_x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
     let local = wg.z * params.groups_y + wg.y;
     let n = params.row_units;
-    let block = wg.x * 2u * X4_WORKGROUP;
+    let block = wg.x * UNITS_PER_INVOCATION * X4_WORKGROUP;
     var x0: u32;
     var x1: u32;
     if COALESCED {
         x0 = block + li;
         x1 = x0 + X4_WORKGROUP;
     } else {
-        x0 = block + 2u * li;
+        x0 = block + UNITS_PER_INVOCATION * li;
         x1 = x0 + 1u;
     }
     if local >= params.n_groups || x0 >= n {
         return;
     }
-    // Past the row's end the invocation moves x0 twice (the same value to the same place),
-    // which costs less than a branch around the second unit.
+    // Past the row's end the invocation moves its last unit again (the same value to the
+    // same place), which costs less than a branch around the others.
     x1 = select(x1, x0, x1 >= n);
     let group = params.group_base + local;
     let head = tokens[params.groups_at + group];
@@ -133,11 +135,26 @@ fn encode_x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_ind
             }
         }
     }
-    for (var j = head.x; j < end; j++) {
-        let t = tokens[j];
-        let dst = t.y * n;
-        out[dst + x0] = value(t, x0, p0, s);
-        out[dst + x1] = value(t, x1, p1, s);
+    if UNITS_PER_INVOCATION == 4u {
+        let x2 = min(x0 + 2u, n - 1u);
+        let x3 = min(x0 + 3u, n - 1u);
+        let p2 = pe[head.y * n + x2];
+        let p3 = pe[head.y * n + x3];
+        for (var j = head.x; j < end; j++) {
+            let t = tokens[j];
+            let dst = t.y * n;
+            out[dst + x0] = value(t, x0, p0, s);
+            out[dst + x1] = value(t, x1, p1, s);
+            out[dst + x2] = value(t, x2, p2, s);
+            out[dst + x3] = value(t, x3, p3, s);
+        }
+    } else {
+        for (var j = head.x; j < end; j++) {
+            let t = tokens[j];
+            let dst = t.y * n;
+            out[dst + x0] = value(t, x0, p0, s);
+            out[dst + x1] = value(t, x1, p1, s);
+        }
     }
     // Never taken (the host passes 0); it keeps the prefetch loads from being removed.
     if params.keep != 0u {

@@ -81,19 +81,32 @@ pub const KERNELS: &[(&str, &str)] = &[
 /// Threads per workgroup of kernels that give each workgroup one row and loop along it.
 pub const ROW_WORKGROUP_SIZE: u32 = 64;
 
-/// Most threads per workgroup of `encode_x4`, each moving two units of four elements: a
-/// workgroup covers at most 256 units (1024 columns) of a row. See [`x4_workgroup`].
+/// Most threads per workgroup of `encode_x4`: a workgroup covers at most
+/// `x4_units(..) * 128` units of a row. See [`x4_workgroup`].
 pub const PAIR_WORKGROUP_SIZE: u32 = 128;
 
-/// Threads per workgroup of `encode_x4` for rows of `row_units` units: the row is cut into
-/// the fewest blocks of at most `2 * PAIR_WORKGROUP_SIZE` units, and a workgroup gets just
-/// enough threads for one block, in whole warps of 32 (a width-768 row is one block of 96
-/// threads rather than 128 with a quarter idle: 2 - 3 points of the copy ceiling on
-/// lavapipe at the D = 768 presets).
-pub fn x4_workgroup(row_units: u32) -> u32 {
-    let per_block_max = 2 * PAIR_WORKGROUP_SIZE;
+/// Units of four elements each invocation of `encode_x4` moves per token: two in the
+/// coalesced pattern (GPUs: units `li` and `li + X4_WORKGROUP`), four adjacent ones in the
+/// pattern for adapters that run shaders on CPU cores, whose cost is per buffer access: a
+/// token's record is loaded once per four units, and a one-token group (every token of a
+/// single sequence) pays its group and token records over twice the work. On lavapipe, four
+/// against two: llama3-8b 29.5 - 30.5 % -> 33.6 - 36.2 % of the copy ceiling in four
+/// interleaved pairs, the D = 768 presets and the default shape within the noise
+/// (docs/performance.md).
+pub fn x4_units(coalesced: bool) -> u32 {
+    if coalesced { 2 } else { 4 }
+}
+
+/// Threads per workgroup of `encode_x4` for rows of `row_units` units, each thread moving
+/// `units` of them ([`x4_units`]): the row is cut into the fewest blocks of at most `units *
+/// PAIR_WORKGROUP_SIZE` units, and a workgroup gets just enough threads for one block, in
+/// whole warps of 32 (a width-768 row is one block of 96 two-unit threads rather than 128
+/// with a quarter idle: 2 - 3 points of the copy ceiling on lavapipe at the D = 768
+/// presets).
+pub fn x4_workgroup(row_units: u32, units: u32) -> u32 {
+    let per_block_max = units * PAIR_WORKGROUP_SIZE;
     let blocks = row_units.div_ceil(per_block_max).max(1);
-    let threads = row_units.div_ceil(blocks).div_ceil(2);
+    let threads = row_units.div_ceil(blocks).div_ceil(units);
     threads.next_multiple_of(32).clamp(32, PAIR_WORKGROUP_SIZE)
 }
 
@@ -123,7 +136,7 @@ pub struct EncodeX4 {
     /// [`x4_workgroup`]).
     pub workgroup: u32,
     /// The GPU access pattern (each warp instruction touches one contiguous span) rather
-    /// than the one for adapters that run shaders on CPU cores (two adjacent units per
+    /// than the one for adapters that run shaders on CPU cores (four adjacent units per
     /// invocation, software prefetch).
     pub coalesced: bool,
 }
@@ -148,6 +161,7 @@ impl EncodeX4 {
         let mut s = prelude();
         s += &format!("const COALESCED: bool = {};\n", self.coalesced);
         s += &format!("const X4_WORKGROUP: u32 = {}u;\n", self.workgroup);
+        s += &format!("const UNITS_PER_INVOCATION: u32 = {}u;\n", x4_units(self.coalesced));
         // Table units per 64-byte cache line, for the prefetch.
         s += &format!("const UNITS_PER_LINE: u32 = {}u;\n", 64 / (4 * self.table.size()));
         unit_header(self.table, self.out, self.slots, 4, &mut s);
@@ -500,16 +514,20 @@ mod tests {
 
     #[test]
     fn x4_workgroups_fit_the_row_in_whole_warps() {
-        assert_eq!(x4_workgroup(192), 96); // D = 768
-        assert_eq!(x4_workgroup(256), 128); // D = 1024
-        assert_eq!(x4_workgroup(1024), 128); // D = 4096: four blocks
-        assert_eq!(x4_workgroup(384), 96); // D = 1536: two blocks of 192
-        assert_eq!(x4_workgroup(2), 32);
+        assert_eq!(x4_workgroup(192, 2), 96); // D = 768
+        assert_eq!(x4_workgroup(256, 2), 128); // D = 1024
+        assert_eq!(x4_workgroup(1024, 2), 128); // D = 4096: four blocks
+        assert_eq!(x4_workgroup(384, 2), 96); // D = 1536: two blocks of 192
+        assert_eq!(x4_workgroup(2, 2), 32);
+        assert_eq!(x4_workgroup(192, 4), 64); // D = 768, four units a thread: one block
+        assert_eq!(x4_workgroup(1024, 4), 128); // D = 4096: two blocks
         for units in 1..3000 {
-            let w = x4_workgroup(units);
-            assert!(w.is_multiple_of(32) && w <= PAIR_WORKGROUP_SIZE, "{units}");
-            // The blocks cover the row, two units per thread.
-            assert!(units.div_ceil(2 * w) * 2 * w >= units);
+            for per in [x4_units(true), x4_units(false)] {
+                let w = x4_workgroup(units, per);
+                assert!(w.is_multiple_of(32) && w <= PAIR_WORKGROUP_SIZE, "{units}");
+                // The blocks cover the row, `per` units per thread.
+                assert!(units.div_ceil(per * w) * per * w >= units);
+            }
         }
     }
 }

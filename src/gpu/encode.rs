@@ -16,7 +16,7 @@ use super::{Context, fold_dispatch};
 use crate::encode::{self, Dtype, Embeddings, EncodeOptions, Encoded};
 use crate::error::{Error, Result};
 use crate::shaders::{
-    EncodeX4, FLAG_SCALE, MAX_TABLE_SLOTS, PAD, SLOT_SHIFT, WORKGROUP_SIZE, x4_workgroup,
+    EncodeX4, FLAG_SCALE, MAX_TABLE_SLOTS, PAD, SLOT_SHIFT, WORKGROUP_SIZE, x4_units, x4_workgroup,
 };
 use crate::spec::PeSpec;
 
@@ -199,7 +199,8 @@ const MULTI_SLOT_TOKENS: usize = 64;
 /// unless that leaves fewer than [`MIN_WORKGROUPS`] workgroups, then fewer, down to one.
 fn group_cap(n: usize, dim: usize) -> usize {
     let units = (dim / 4) as u32;
-    let blocks = units.div_ceil(2 * x4_workgroup(units)).max(1) as usize;
+    let per = crate::shaders::x4_units(true);
+    let blocks = units.div_ceil(per * x4_workgroup(units, per)).max(1) as usize;
     (n * blocks / MIN_WORKGROUPS).clamp(1, MAX_GROUP_TOKENS)
 }
 
@@ -871,7 +872,7 @@ impl Context {
                     out: out_dtype,
                     slots: slots as u32,
                     coalesced: self.coalesced,
-                    workgroup: x4_workgroup(dim as u32 / 4),
+                    workgroup: x4_workgroup(dim as u32 / 4, x4_units(self.coalesced)),
                 })
             } else {
                 Arc::clone(&self.encode.general)
@@ -1004,7 +1005,9 @@ impl Context {
                             _pad: 0,
                         };
                         params[at..at + params_size].copy_from_slice(bytemuck::bytes_of(&p));
-                        let gx = (dim as u32 / 4).div_ceil(2 * x4_workgroup(dim as u32 / 4));
+                        let units = x4_units(self.coalesced);
+                        let gx =
+                            (dim as u32 / 4).div_ceil(units * x4_workgroup(dim as u32 / 4, units));
                         busy.push((w, gx, gy, gz));
                     } else {
                         let row_words = if out_size == 4 || odd16 { dim } else { dim / 2 } as u32;

@@ -60,7 +60,7 @@ pub enum AccessPattern {
     /// load and store of a warp touches one contiguous span.
     Coalesced,
     /// For adapters that emulate a GPU on CPU cores, whose cost is per buffer access: each
-    /// invocation moves two adjacent units (one token record load per two units), and the
+    /// invocation moves four adjacent units (one token record load per four units), and the
     /// rows of the group two ahead are prefetched.
     Adjacent,
 }
