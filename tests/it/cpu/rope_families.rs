@@ -950,3 +950,43 @@ fn olmo3_legacy_configs_have_two_ropes_when_they_differ() {
     refused(&other, None, "layer_type");
     refused(&plain, Some("chunked_attention"), "layer_type");
 }
+
+/// Llama 4 Scout's and Maverick's published text config: llama3 scaling with
+/// `high_freq_factor` equal to `low_freq_factor` (1). transformers 5.23 only warns; the middle
+/// band is empty, so frequencies with a wavelength under 8192 are kept and the others divided
+/// by 16. Expected: transformers' `Llama4TextRotaryEmbedding.inv_freq` (float32); the pairing
+/// is Llama 4's complex (adjacent) one.
+#[test]
+fn llama4_llama3_scaling_with_equal_freq_factors() {
+    let scout = r#"{"model_type": "llama4", "text_config": {"model_type": "llama4_text",
+        "attention_chunk_size": 8192, "head_dim": 128, "hidden_size": 5120,
+        "max_position_embeddings": 10485760, "num_attention_heads": 40,
+        "num_hidden_layers": 48, "num_key_value_heads": 8,
+        "rope_scaling": {"factor": 16.0, "high_freq_factor": 1.0, "low_freq_factor": 1.0,
+            "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+        "rope_theta": 500000.0, "use_qk_norm": true}}"#;
+    let got = spec(scout, None);
+    assert_eq!(got.pairing(), Pairing::Gptj);
+    let f = got.frequencies(1);
+    let inv = f.inv_freq();
+    assert_eq!(inv.len(), 64);
+    // (index, transformers' inv_freq): 34 is the last wavelength under 8192 (6695), 35 the
+    // first over it (8217 before scaling).
+    for (i, want) in [
+        (1, 0.8146172165870667),
+        (34, 0.0009384738514199853),
+        (35, 4.778106085723266e-05),
+        (36, 3.8923277315916494e-05),
+        (63, 1.5344629389346665e-07),
+    ] {
+        assert!(
+            (inv[i] - want).abs() <= FLOAT32_MODULE * want,
+            "inv_freq[{i}]: {} vs {want}",
+            inv[i]
+        );
+    }
+    // A high_freq_factor under low_freq_factor stays refused (transformers' bands overlap).
+    let below = scout.replace(r#""high_freq_factor": 1.0"#, r#""high_freq_factor": 0.5"#);
+    let msg = refused(&below, None, "rope_scaling.high_freq_factor");
+    assert!(msg.contains(">= low_freq_factor"), "{msg}");
+}
