@@ -49,6 +49,15 @@ pub const INTERLEAVED_MODEL_TYPES: [&str; 30] = [
     "axk2",
 ];
 
+/// `model_type`s (read after any `text_config` swap) with DeepSeek's `qk_rope_head_dim` whose
+/// attention rotates that slice with plain `rotate_half` halves in transformers 5.23: no
+/// (even, odd) regrouping and no `rope_interleave` switch in their modeling code (MiniCPM3's
+/// attention says so in a comment; HunYuan V4's main and indexer attention alike). Neox
+/// pairing, whatever `rope_interleave` says. The other families with `qk_rope_head_dim`
+/// interleave always ([`INTERLEAVED_MODEL_TYPES`]) or as `rope_interleave` says (DeepSeek V3,
+/// GLM-4.7-Flash, Mistral 4, Youtu, A.X K1: default true).
+pub const HALVES_MLA_MODEL_TYPES: [&str; 2] = ["minicpm3", "hy_v4"];
+
 /// `model_type`s (read after any `text_config` swap) whose attention applies no RoPE, or a
 /// rotation posenc does not compute, each with the reason: refused by name (field
 /// `model_type`) rather than read as a RoPE the model never applied. Found by reading every
@@ -1155,7 +1164,9 @@ impl RopeSpec {
     /// - pairing: gptj (interleaved) for the `model_type`s in [`INTERLEAVED_MODEL_TYPES`]
     ///   (every family whose attention rotates adjacent pairs in transformers 5.23: GPT-J,
     ///   Cohere, GLM, Llama 4, ERNIE 4.5, Helium, ...) and for DeepSeek (`qk_rope_head_dim`,
-    ///   unless `rope_interleave` is false); neox otherwise. NanoChat, whose `rotate_half`
+    ///   unless `rope_interleave` is false); neox otherwise, and for MiniCPM3 and HunYuan V4
+    ///   ([`HALVES_MLA_MODEL_TYPES`]: `qk_rope_head_dim` rotated by halves, `rope_interleave`
+    ///   not read). NanoChat, whose `rotate_half`
     ///   turns pairs by `-p * w`, is refused (`model_type`). (transformers' `DeepseekV3` regroups each head as (even, odd)
     ///   dimensions before a neox rotation: its output is the gptj one in that order.)
     /// - refused by `model_type` (after the `text_config` swap), as applying no RoPE or one
@@ -1284,7 +1295,9 @@ impl RopeSpec {
             None => deepseek,
             Some(other) => return Err(invalid("rope_interleave", excerpt(other), "true or false")),
         };
-        let pairing = if interleave || INTERLEAVED_MODEL_TYPES.contains(&model_type) {
+        let pairing = if HALVES_MLA_MODEL_TYPES.contains(&model_type) {
+            Pairing::Neox
+        } else if interleave || INTERLEAVED_MODEL_TYPES.contains(&model_type) {
             Pairing::Gptj
         } else {
             Pairing::Neox

@@ -990,3 +990,47 @@ fn llama4_llama3_scaling_with_equal_freq_factors() {
     let msg = refused(&below, None, "rope_scaling.high_freq_factor");
     assert!(msg.contains(">= low_freq_factor"), "{msg}");
 }
+
+/// MiniCPM3 and HunYuan V4 (`hy_v4`) have DeepSeek's `qk_rope_head_dim` but rotate its slice with
+/// plain `rotate_half` halves (no (even, odd) regrouping, no `rope_interleave` switch in
+/// transformers 5.23): neox pairing, whatever `rope_interleave` says. Expected: each family's
+/// rotary module and `apply_rotary_pos_emb` on `q_k = k / 8 - 0.9` (slice 16) at position 7.
+#[test]
+fn mla_families_with_plain_rotate_half_pair_halves() {
+    let want = [
+        -0.7442107200622559,
+        0.2844691276550293,
+        -0.7226235866546631,
+        -0.6164790987968445,
+        -0.44098609685897827,
+        -0.29097986221313477,
+        -0.1559462547302246,
+        -0.027158167213201523,
+        -0.5158976912498474,
+        -0.7552001476287842,
+        -0.15104666352272034,
+        0.3481430113315582,
+        0.5705535411834717,
+        0.7187355160713196,
+        0.848929226398468,
+        0.9749423265457153,
+    ];
+    let q = ndarray::Array4::from_shape_fn((1, 1, 1, 16), |(_, _, _, k)| k as f32 / 8.0 - 0.9);
+    let pos = posenc::positions::from_offsets(&[7], 1).unwrap();
+    for model_type in ["minicpm3", "hy_v4"] {
+        for interleave in ["", r#", "rope_interleave": true"#, r#", "rope_interleave": false"#] {
+            let text = format!(
+                r#"{{"model_type": "{model_type}", "hidden_size": 64, "num_attention_heads": 4,
+                    "qk_rope_head_dim": 16, "qk_nope_head_dim": 16,
+                    "rope_theta": 10000.0{interleave}}}"#
+            );
+            let got = spec(&text, None);
+            assert_eq!(got.pairing(), Pairing::Neox, "{text}");
+            let rotated = posenc::cpu::rope(&got, q.view(), pos.view(), Layout::Blhd).unwrap();
+            for (k, (&g, &w)) in rotated.iter().zip(&want).enumerate() {
+                let g = f64::from(g);
+                assert!((g - w).abs() <= FLOAT32_MODULE, "{model_type} [{k}]: {g} vs {w}");
+            }
+        }
+    }
+}
