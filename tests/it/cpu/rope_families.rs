@@ -1034,3 +1034,59 @@ fn mla_families_with_plain_rotate_half_pair_halves() {
         }
     }
 }
+
+/// Gemma 3 12B's and 4B's published text configs give no `head_dim` (4B no
+/// `num_attention_heads` either): transformers 5.23 takes the config class's 256 (the same
+/// default in 4.57 and since), not hidden / heads (240 for 12B). Expected: transformers'
+/// `Gemma3RotaryEmbedding` `inv_freq` per layer type (linear x8 on the full layers).
+#[test]
+fn settled_class_default_head_dims_are_read() {
+    let g12 = r#"{"model_type": "gemma3", "text_config": {"hidden_size": 3840,
+        "model_type": "gemma3_text", "num_attention_heads": 16, "num_hidden_layers": 48,
+        "num_key_value_heads": 8, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+        "sliding_window": 1024}}"#;
+    let g4 = r#"{"model_type": "gemma3", "text_config": {"hidden_size": 2560,
+        "model_type": "gemma3_text", "num_hidden_layers": 34,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024}}"#;
+    for text in [g12, g4] {
+        for (layer_type, want) in
+            [("full_attention", 0.11221089214086533), ("sliding_attention", 0.9305720329284668)]
+        {
+            let got = spec(text, Some(layer_type));
+            assert_eq!((got.head_dim(), got.rotary_dim()), (256, 256), "{text}");
+            let (n, w1) = freqs(text, Some(layer_type));
+            assert_eq!(n, 128);
+            assert!((w1 - want).abs() <= FLOAT32_MODULE * want, "{layer_type}: {w1} vs {want}");
+        }
+    }
+    for (model_type, head) in [("qwen3", 128), ("gpt_oss", 64), ("glm4", 128), ("ernie4_5", 128)] {
+        assert!(posenc::rope::CLASS_DEFAULT_HEAD_DIMS.contains(&(model_type, head)));
+        let text = format!(
+            r#"{{"model_type": "{model_type}", "hidden_size": 3840, "num_attention_heads": 16,
+                "rope_theta": 10000.0}}"#
+        );
+        assert_eq!(u64::from(spec(&text, None).head_dim()), head, "{model_type}");
+    }
+}
+
+/// A class default head dim that differs between transformers versions (absent, computed, or
+/// the class new): refused naming `head_dim`, the 5.23 default and how to pass one; the head
+/// dim passed stands in for it, and for a config with no head dim at all (DBRX's `d_model`,
+/// `n_heads`), but never over one the config gives.
+#[test]
+fn unsettled_class_default_head_dims_are_refused_unless_passed() {
+    let step = r#"{"model_type": "step3p5", "hidden_size": 3840, "num_attention_heads": 16,
+        "rope_theta": 10000.0}"#;
+    let msg = refused(step, None, "head_dim");
+    assert!(msg.contains("128") && msg.contains("--head-dim"), "{msg}");
+    let got = RopeSpec::from_hf_config_with_head_dim(step, None, 128).unwrap();
+    assert_eq!((got.head_dim(), got.rotary_dim()), (128, 128));
+    let dbrx = r#"{"model_type": "dbrx", "d_model": 6144, "n_heads": 48,
+        "attn_config": {"kv_n_heads": 8, "rope_theta": 500000}}"#;
+    let msg = refused(dbrx, None, "head_dim");
+    assert!(msg.contains("--head-dim"), "{msg}");
+    let got = RopeSpec::from_hf_config_with_head_dim(dbrx, None, 128).unwrap();
+    assert_eq!(got.head_dim(), 128);
+    let given = small("llama", "");
+    assert_eq!(RopeSpec::from_hf_config_with_head_dim(&given, None, 128).unwrap().head_dim(), 16);
+}
