@@ -562,9 +562,25 @@ fn inv_freq_from<R: Read + Seek>(
 /// size if it is over the limit; otherwise as [`RopeSpec::from_hf_config`]. The config
 /// errors name the source ([`Error::in_config_file`]).
 pub fn read_rope_config(source: Source<'_>, layer_type: Option<&str>) -> Result<RopeSpec> {
+    read_rope_config_with_head_dim(source, layer_type, None)
+}
+
+/// [`read_rope_config`], with `head_dim`, when given, standing in for a head dim the config
+/// does not give ([`RopeSpec::from_hf_config_with_head_dim`]).
+///
+/// # Errors
+/// As [`read_rope_config`].
+pub fn read_rope_config_with_head_dim(
+    source: Source<'_>,
+    layer_type: Option<&str>,
+    head_dim: Option<u32>,
+) -> Result<RopeSpec> {
     let too_large = |field, value, allowed| Error::RopeConfig { path: None, field, value, allowed };
     read_json(source, too_large)
-        .and_then(|text| RopeSpec::from_hf_config(&text, layer_type))
+        .and_then(|text| match head_dim {
+            Some(d) => RopeSpec::from_hf_config_with_head_dim(&text, layer_type, d),
+            None => RopeSpec::from_hf_config(&text, layer_type),
+        })
         .map_err(|e| e.in_config_file(source.name()))
 }
 

@@ -49,6 +49,15 @@ pub const INTERLEAVED_MODEL_TYPES: [&str; 30] = [
     "axk2",
 ];
 
+/// `model_type`s (read after any `text_config` swap) with DeepSeek's `qk_rope_head_dim` whose
+/// attention rotates that slice with plain `rotate_half` halves in transformers 5.23: no
+/// (even, odd) regrouping and no `rope_interleave` switch in their modeling code (MiniCPM3's
+/// attention says so in a comment; HunYuan V4's main and indexer attention alike). Neox
+/// pairing, whatever `rope_interleave` says. The other families with `qk_rope_head_dim`
+/// interleave always ([`INTERLEAVED_MODEL_TYPES`]) or as `rope_interleave` says (DeepSeek V3,
+/// GLM-4.7-Flash, Mistral 4, Youtu, A.X K1: default true).
+pub const HALVES_MLA_MODEL_TYPES: [&str; 2] = ["minicpm3", "hy_v4"];
+
 /// `model_type`s (read after any `text_config` swap) whose attention applies no RoPE, or a
 /// rotation posenc does not compute, each with the reason: refused by name (field
 /// `model_type`) rather than read as a RoPE the model never applied. Found by reading every
@@ -298,6 +307,117 @@ pub const CLASS_DEFAULT_BASES: [(&str, &str); 52] = [
     ("qwen3_vl_text", "base 500000"),
     ("smollm3", "base 2000000"),
     ("solar_open", "base 1000000"),
+];
+
+/// The `model_type`s (read after any `text_config` swap) whose config class gives `head_dim`
+/// a default of its own, not `hidden_size / num_attention_heads`, the same in transformers
+/// 4.57, 5.0, 5.12 and 5.23 wherever the class exists (found by instantiating each 5.23 class
+/// without it and reading each version's class source): a config without `head_dim` takes it,
+/// as transformers' rotary modules do (Gemma 3's published text configs give none: 256).
+pub const CLASS_DEFAULT_HEAD_DIMS: [(&str, u64); 52] = [
+    ("afmoe", 128),
+    ("cohere2_moe", 128),
+    ("cwm", 128),
+    ("deepseek_v32", 64),
+    ("deepseek_v4", 512),
+    ("dia_decoder", 128),
+    ("dia_encoder", 128),
+    ("ernie4_5", 128),
+    ("gemma", 256),
+    ("gemma2", 256),
+    ("gemma3_text", 256),
+    ("gemma3n_text", 256),
+    ("gemma4_vision", 64),
+    ("glm", 128),
+    ("glm4", 128),
+    ("glm_moe_dsa", 64),
+    ("gpt_oss", 64),
+    ("helium", 128),
+    ("higgs_audio_v2", 128),
+    ("hrm_text", 128),
+    ("hy_v3", 128),
+    ("kosmos_2_5_vision_model", 64),
+    ("laguna", 128),
+    ("llama4_text", 128),
+    ("longcat_flash", 64),
+    ("mellum", 128),
+    ("minimax_m2", 128),
+    ("minimax_m3_vl_text", 128),
+    ("ministral3", 128),
+    ("nemotron_h", 128),
+    ("openai_privacy_filter", 64),
+    ("paddleocr_vl_text", 128),
+    ("pe_audio_encoder", 128),
+    ("pe_audio_video_encoder", 128),
+    ("pe_video_encoder", 128),
+    ("qwen2_5_omni_dit", 64),
+    ("qwen2_5_omni_talker", 128),
+    ("qwen3", 128),
+    ("qwen3_5_moe_text", 256),
+    ("qwen3_5_text", 256),
+    ("qwen3_next", 256),
+    ("qwen3_omni_moe_talker_code_predictor", 128),
+    ("qwen3_vl_text", 128),
+    ("seed_oss", 128),
+    ("solar_open", 128),
+    ("t5_gemma_module", 256),
+    ("t5gemma2_decoder", 256),
+    ("t5gemma2_text", 256),
+    ("timesfm", 80),
+    ("timesfm2_5", 80),
+    ("vaultgemma", 256),
+    ("voxtral_realtime_encoder", 64),
+];
+
+/// The `model_type`s whose config class gives `head_dim` a default other than `hidden_size /
+/// num_attention_heads` in transformers 5.23 (with what it gives), where it is not the same in
+/// the other versions compared (4.57, 5.0, 5.12: absent, computed, or the class new in 5.23):
+/// a config of theirs without `head_dim` (or DeepSeek's `qk_rope_head_dim`) is refused, naming
+/// the 5.23 default.
+pub const UNSETTLED_HEAD_DIMS: [(&str, &str); 43] = [
+    ("axk1", "64"),
+    ("axk2", "32"),
+    ("bailing_hybrid", "64"),
+    ("beam", "128"),
+    ("canary_decoder", "128"),
+    ("cosmos3_edge_text", "128"),
+    ("deepseek_v2", "64"),
+    ("deepseek_v3", "64"),
+    ("flint", "128"),
+    ("glm4_moe_lite", "64"),
+    ("hy_v4", "64"),
+    ("inkling2_text", "128"),
+    ("inkling_text", "128"),
+    ("internlm3", "128"),
+    ("iquestcoder", "128"),
+    ("jetmoe", "128"),
+    ("kimi_linear", "64"),
+    ("kolibri1", "128"),
+    ("lfm3", "128"),
+    ("longt5", "64"),
+    ("mimo_v2_flash", "192"),
+    ("minicpm3", "32"),
+    ("mistral4", "128"),
+    ("mistral_large4_text", "64"),
+    ("molmo2_adapter", "72"),
+    ("molmo2_text", "128"),
+    ("molmo2_vision", "72"),
+    ("mt5", "64"),
+    ("muse_glimmer_assistant", "128"),
+    ("muse_glimmer_text", "128"),
+    ("muse_spark_text", "64"),
+    ("musicflamingo", "1280"),
+    ("neomme", "64"),
+    ("neucodec", "64"),
+    ("qwen4_exp_text", "256"),
+    ("step3p5", "128"),
+    ("t5", "64"),
+    ("umt5", "64"),
+    ("xcodec2", "64"),
+    ("youtu", "64"),
+    ("zamba", "2 * hidden_size / num_attention_heads"),
+    ("zamba2", "2 * hidden_size / num_attention_heads"),
+    ("zaya", "128"),
 ];
 
 /// `global_head_dim` when the config omits it (these families' class default).
@@ -925,13 +1045,34 @@ fn proportional_factor(
 }
 
 /// The head dimension the rotary module sees, and whether it comes from DeepSeek's
-/// `qk_rope_head_dim`.
-fn head_dim(config: &Object) -> Result<(u64, bool)> {
+/// `qk_rope_head_dim`: that key, else `head_dim`, else the class default of `model_type`
+/// ([`CLASS_DEFAULT_HEAD_DIMS`]), else `hidden_size / num_attention_heads`; `stand_in` (the
+/// caller's head dim) where none of them is given, and for a class default that differs
+/// between versions ([`UNSETTLED_HEAD_DIMS`], refused without it).
+fn head_dim(config: &Object, model_type: &str, stand_in: Option<u64>) -> Result<(u64, bool)> {
     if let Some(d) = whole(config, "qk_rope_head_dim")? {
         return Ok((d, true));
     }
     if let Some(d) = whole(config, "head_dim")? {
         return Ok((d, false));
+    }
+    if let Some((_, d)) = CLASS_DEFAULT_HEAD_DIMS.iter().find(|(m, _)| *m == model_type) {
+        return Ok((*d, false));
+    }
+    if let Some((_, d)) = UNSETTLED_HEAD_DIMS.iter().find(|(m, _)| *m == model_type) {
+        if let Some(d) = stand_in {
+            return Ok((d, false));
+        }
+        return Err(invalid(
+            "head_dim",
+            "missing",
+            format!(
+                "given: model_type \"{model_type}\" is not at hidden_size / \
+                 num_attention_heads when it is absent (transformers 5.23's config class: \
+                 {d}; class defaults differ between versions); or the head dim passed \
+                 (posenc --head-dim D)"
+            ),
+        ));
     }
     // GPT-J and GPT-2 style configs spell them n_embd and n_head.
     let hidden = match whole(config, "hidden_size")? {
@@ -949,11 +1090,14 @@ fn head_dim(config: &Object) -> Result<(u64, bool)> {
             format!("{h} (num_attention_heads {n})"),
             "a multiple of num_attention_heads (or a head_dim key)",
         )),
-        _ => Err(invalid(
-            "head_dim",
-            "missing",
-            "a whole number, or hidden_size and num_attention_heads",
-        )),
+        _ => stand_in.map(|d| (d, false)).ok_or_else(|| {
+            invalid(
+                "head_dim",
+                "missing",
+                "a whole number, or hidden_size and num_attention_heads (no class default is \
+                 read for this model_type), or the head dim passed (posenc --head-dim D)",
+            )
+        }),
     }
 }
 
@@ -1112,8 +1256,10 @@ impl RopeSpec {
     ///   and longrope, over the scaling object's, as transformers 5 reads it (not for
     ///   per-layer-type parameters); a longrope or yarn without `factor` takes
     ///   `max_position_embeddings / original`.
-    /// - head dim: `head_dim`, else `hidden_size / num_attention_heads` (GPT-J's
-    ///   `n_embd / n_head`); DeepSeek's
+    /// - head dim: `head_dim`, else the config class's default where transformers 4.57 to
+    ///   5.23 agree on one other than hidden / heads ([`CLASS_DEFAULT_HEAD_DIMS`]: Gemma 3's
+    ///   256, Qwen3's 128, ...; refused where they differ, [`UNSETTLED_HEAD_DIMS`]), else
+    ///   `hidden_size / num_attention_heads` (GPT-J's `n_embd / n_head`); DeepSeek's
     ///   `qk_rope_head_dim` (the rotated part of each query and key head) when given.
     /// - rotary dim: `int(head_dim * partial_rotary_factor)`, as transformers 5.23 reads the
     ///   factor for the family (`model_type`, after any `text_config` swap). A layer type's
@@ -1155,7 +1301,9 @@ impl RopeSpec {
     /// - pairing: gptj (interleaved) for the `model_type`s in [`INTERLEAVED_MODEL_TYPES`]
     ///   (every family whose attention rotates adjacent pairs in transformers 5.23: GPT-J,
     ///   Cohere, GLM, Llama 4, ERNIE 4.5, Helium, ...) and for DeepSeek (`qk_rope_head_dim`,
-    ///   unless `rope_interleave` is false); neox otherwise. NanoChat, whose `rotate_half`
+    ///   unless `rope_interleave` is false); neox otherwise, and for MiniCPM3 and HunYuan V4
+    ///   ([`HALVES_MLA_MODEL_TYPES`]: `qk_rope_head_dim` rotated by halves, `rope_interleave`
+    ///   not read). NanoChat, whose `rotate_half`
     ///   turns pairs by `-p * w`, is refused (`model_type`). (transformers' `DeepseekV3` regroups each head as (even, odd)
     ///   dimensions before a neox rotation: its output is the gptj one in that order.)
     /// - refused by `model_type` (after the `text_config` swap), as applying no RoPE or one
@@ -1177,7 +1325,31 @@ impl RopeSpec {
     /// layer whose `rope_type` is not `"proportional"` (naming
     /// `rope_parameters.full_attention.rope_type`).
     pub fn from_hf_config(json: &str, layer_type: Option<&str>) -> Result<RopeSpec> {
-        Self::read_hf_config(json, layer_type).map_err(|e| match e {
+        Self::read_hf_config(json, layer_type, None)
+    }
+
+    /// [`RopeSpec::from_hf_config`], with `head_dim` standing in for the config's head dim
+    /// where posenc cannot read one: absent with no `hidden_size` and `num_attention_heads`,
+    /// or a class default that differs between transformers versions
+    /// ([`UNSETTLED_HEAD_DIMS`]). A head dim the config gives (or its family's settled class
+    /// default) is read as before; the rotary dim follows from the head dim used.
+    ///
+    /// # Errors
+    /// As [`RopeSpec::from_hf_config`], less the missing head dim.
+    pub fn from_hf_config_with_head_dim(
+        json: &str,
+        layer_type: Option<&str>,
+        head_dim: u32,
+    ) -> Result<RopeSpec> {
+        Self::read_hf_config(json, layer_type, Some(head_dim))
+    }
+
+    fn read_hf_config(
+        json: &str,
+        layer_type: Option<&str>,
+        stand_in: Option<u32>,
+    ) -> Result<RopeSpec> {
+        Self::read(json, layer_type, stand_in).map_err(|e| match e {
             Error::RopeScaling { field, value, allowed } => {
                 Error::RopeConfig { path: None, field, value, allowed }
             }
@@ -1185,7 +1357,7 @@ impl RopeSpec {
         })
     }
 
-    fn read_hf_config(json: &str, layer_type: Option<&str>) -> Result<RopeSpec> {
+    fn read(json: &str, layer_type: Option<&str>, stand_in: Option<u32>) -> Result<RopeSpec> {
         let value = parse_json(json)?;
         let Value::Object(mut config) = value else {
             return Err(invalid("(json)", excerpt(&value), "a JSON object (a config.json)"));
@@ -1227,7 +1399,7 @@ impl RopeSpec {
             None => Some("default"),
         };
         let proportional = rope_type == Some("proportional");
-        let (mut head_dim, deepseek) = head_dim(&config)?;
+        let (mut head_dim, deepseek) = head_dim(&config, model_type, stand_in.map(u64::from))?;
         if PER_LAYER_HEAD_MODEL_TYPES.contains(&model_type)
             && let Some(t) = layer_type
         {
@@ -1284,7 +1456,9 @@ impl RopeSpec {
             None => deepseek,
             Some(other) => return Err(invalid("rope_interleave", excerpt(other), "true or false")),
         };
-        let pairing = if interleave || INTERLEAVED_MODEL_TYPES.contains(&model_type) {
+        let pairing = if HALVES_MLA_MODEL_TYPES.contains(&model_type) {
+            Pairing::Neox
+        } else if interleave || INTERLEAVED_MODEL_TYPES.contains(&model_type) {
             Pairing::Gptj
         } else {
             Pairing::Neox

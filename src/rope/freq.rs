@@ -172,7 +172,10 @@ fn angular(big: &mut Big, spec: &RopeSpec, seq_len: u64) -> Vec<BigFloat> {
                     let wavelen = div(&two_pi, w);
                     if wavelen < high_wavelen {
                         w.clone()
-                    } else if wavelen > low_wavelen {
+                    } else if wavelen > low_wavelen || lff == hff {
+                        // Equal factors: the band is the single wavelength L / low, which a
+                        // transcendental 2 pi base^(2i/r) never is; only a 256-bit tie gets
+                        // here, divided rather than a 0 / 0 (transformers' NaN).
                         div(w, &factor)
                     } else {
                         let smooth = div(&sub(&div(&original, &wavelen), &lff), &sub(&hff, &lff));

@@ -171,7 +171,9 @@ impl LongRope {
 /// Llama 3.1's parameters. With wavelength `l_i = 2 pi / w_i`, `L = original`:
 /// `l_i < L / high_freq_factor` keeps `w_i`; `l_i > L / low_freq_factor` divides it by
 /// `factor`; in between `w_i ((1 - k) / factor + k)` with
-/// `k = (L / l_i - low_freq_factor) / (high_freq_factor - low_freq_factor)`.
+/// `k = (L / l_i - low_freq_factor) / (high_freq_factor - low_freq_factor)`. With equal
+/// factors (Llama 4) that band is the one wavelength `L / low_freq_factor`, which no frequency
+/// has: `2 pi base^(2i/r)` is never rational.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct Llama3 {
@@ -179,7 +181,7 @@ pub struct Llama3 {
     pub factor: f64,
     /// > 0.
     pub low_freq_factor: f64,
-    /// > `low_freq_factor`.
+    /// >= `low_freq_factor`.
     pub high_freq_factor: f64,
     /// The context length the model was trained with.
     pub original_max_position_embeddings: u64,
@@ -398,11 +400,17 @@ impl Scaling {
             Scaling::Llama3(l) => {
                 check_divisor("factor", l.factor)?;
                 check_positive("low_freq_factor", l.low_freq_factor)?;
-                if !(l.high_freq_factor.is_finite() && l.high_freq_factor > l.low_freq_factor) {
+                // Equal factors (Llama 4) leave the middle band empty: transformers warns and
+                // computes. Under low_freq_factor its bands overlap: refused.
+                if !(l.high_freq_factor.is_finite() && l.high_freq_factor >= l.low_freq_factor) {
                     return Err(invalid(
                         "high_freq_factor",
                         float(l.high_freq_factor),
-                        format!("a finite number > low_freq_factor ({})", float(l.low_freq_factor)),
+                        format!(
+                            "a finite number >= low_freq_factor ({}); set it to at least \
+                             low_freq_factor",
+                            float(l.low_freq_factor)
+                        ),
                     ));
                 }
                 check_whole(
@@ -983,7 +991,7 @@ mod tests {
                 "attention_factor",
             ),
             (
-                r#"{"rope_type":"llama3","factor":8,"low_freq_factor":4,"high_freq_factor":4,
+                r#"{"rope_type":"llama3","factor":8,"low_freq_factor":4,"high_freq_factor":3,
                     "original_max_position_embeddings":8192}"#,
                 "high_freq_factor",
             ),

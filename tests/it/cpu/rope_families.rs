@@ -950,3 +950,143 @@ fn olmo3_legacy_configs_have_two_ropes_when_they_differ() {
     refused(&other, None, "layer_type");
     refused(&plain, Some("chunked_attention"), "layer_type");
 }
+
+/// Llama 4 Scout's and Maverick's published text config: llama3 scaling with
+/// `high_freq_factor` equal to `low_freq_factor` (1). transformers 5.23 only warns; the middle
+/// band is empty, so frequencies with a wavelength under 8192 are kept and the others divided
+/// by 16. Expected: transformers' `Llama4TextRotaryEmbedding.inv_freq` (float32); the pairing
+/// is Llama 4's complex (adjacent) one.
+#[test]
+fn llama4_llama3_scaling_with_equal_freq_factors() {
+    let scout = r#"{"model_type": "llama4", "text_config": {"model_type": "llama4_text",
+        "attention_chunk_size": 8192, "head_dim": 128, "hidden_size": 5120,
+        "max_position_embeddings": 10485760, "num_attention_heads": 40,
+        "num_hidden_layers": 48, "num_key_value_heads": 8,
+        "rope_scaling": {"factor": 16.0, "high_freq_factor": 1.0, "low_freq_factor": 1.0,
+            "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+        "rope_theta": 500000.0, "use_qk_norm": true}}"#;
+    let got = spec(scout, None);
+    assert_eq!(got.pairing(), Pairing::Gptj);
+    let f = got.frequencies(1);
+    let inv = f.inv_freq();
+    assert_eq!(inv.len(), 64);
+    // (index, transformers' inv_freq): 34 is the last wavelength under 8192 (6695), 35 the
+    // first over it (8217 before scaling).
+    for (i, want) in [
+        (1, 0.8146172165870667),
+        (34, 0.0009384738514199853),
+        (35, 4.778106085723266e-05),
+        (36, 3.8923277315916494e-05),
+        (63, 1.5344629389346665e-07),
+    ] {
+        assert!(
+            (inv[i] - want).abs() <= FLOAT32_MODULE * want,
+            "inv_freq[{i}]: {} vs {want}",
+            inv[i]
+        );
+    }
+    // A high_freq_factor under low_freq_factor stays refused (transformers' bands overlap).
+    let below = scout.replace(r#""high_freq_factor": 1.0"#, r#""high_freq_factor": 0.5"#);
+    let msg = refused(&below, None, "rope_scaling.high_freq_factor");
+    assert!(msg.contains(">= low_freq_factor"), "{msg}");
+}
+
+/// MiniCPM3 and HunYuan V4 (`hy_v4`) have DeepSeek's `qk_rope_head_dim` but rotate its slice with
+/// plain `rotate_half` halves (no (even, odd) regrouping, no `rope_interleave` switch in
+/// transformers 5.23): neox pairing, whatever `rope_interleave` says. Expected: each family's
+/// rotary module and `apply_rotary_pos_emb` on `q_k = k / 8 - 0.9` (slice 16) at position 7.
+#[test]
+fn mla_families_with_plain_rotate_half_pair_halves() {
+    let want = [
+        -0.7442107200622559,
+        0.2844691276550293,
+        -0.7226235866546631,
+        -0.6164790987968445,
+        -0.44098609685897827,
+        -0.29097986221313477,
+        -0.1559462547302246,
+        -0.027158167213201523,
+        -0.5158976912498474,
+        -0.7552001476287842,
+        -0.15104666352272034,
+        0.3481430113315582,
+        0.5705535411834717,
+        0.7187355160713196,
+        0.848929226398468,
+        0.9749423265457153,
+    ];
+    let q = ndarray::Array4::from_shape_fn((1, 1, 1, 16), |(_, _, _, k)| k as f32 / 8.0 - 0.9);
+    let pos = posenc::positions::from_offsets(&[7], 1).unwrap();
+    for model_type in ["minicpm3", "hy_v4"] {
+        for interleave in ["", r#", "rope_interleave": true"#, r#", "rope_interleave": false"#] {
+            let text = format!(
+                r#"{{"model_type": "{model_type}", "hidden_size": 64, "num_attention_heads": 4,
+                    "qk_rope_head_dim": 16, "qk_nope_head_dim": 16,
+                    "rope_theta": 10000.0{interleave}}}"#
+            );
+            let got = spec(&text, None);
+            assert_eq!(got.pairing(), Pairing::Neox, "{text}");
+            let rotated = posenc::cpu::rope(&got, q.view(), pos.view(), Layout::Blhd).unwrap();
+            for (k, (&g, &w)) in rotated.iter().zip(&want).enumerate() {
+                let g = f64::from(g);
+                assert!((g - w).abs() <= FLOAT32_MODULE, "{model_type} [{k}]: {g} vs {w}");
+            }
+        }
+    }
+}
+
+/// Gemma 3 12B's and 4B's published text configs give no `head_dim` (4B no
+/// `num_attention_heads` either): transformers 5.23 takes the config class's 256 (the same
+/// default in 4.57 and since), not hidden / heads (240 for 12B). Expected: transformers'
+/// `Gemma3RotaryEmbedding` `inv_freq` per layer type (linear x8 on the full layers).
+#[test]
+fn settled_class_default_head_dims_are_read() {
+    let g12 = r#"{"model_type": "gemma3", "text_config": {"hidden_size": 3840,
+        "model_type": "gemma3_text", "num_attention_heads": 16, "num_hidden_layers": 48,
+        "num_key_value_heads": 8, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+        "sliding_window": 1024}}"#;
+    let g4 = r#"{"model_type": "gemma3", "text_config": {"hidden_size": 2560,
+        "model_type": "gemma3_text", "num_hidden_layers": 34,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024}}"#;
+    for text in [g12, g4] {
+        for (layer_type, want) in
+            [("full_attention", 0.11221089214086533), ("sliding_attention", 0.9305720329284668)]
+        {
+            let got = spec(text, Some(layer_type));
+            assert_eq!((got.head_dim(), got.rotary_dim()), (256, 256), "{text}");
+            let (n, w1) = freqs(text, Some(layer_type));
+            assert_eq!(n, 128);
+            assert!((w1 - want).abs() <= FLOAT32_MODULE * want, "{layer_type}: {w1} vs {want}");
+        }
+    }
+    for (model_type, head) in [("qwen3", 128), ("gpt_oss", 64), ("glm4", 128), ("ernie4_5", 128)] {
+        assert!(posenc::rope::CLASS_DEFAULT_HEAD_DIMS.contains(&(model_type, head)));
+        let text = format!(
+            r#"{{"model_type": "{model_type}", "hidden_size": 3840, "num_attention_heads": 16,
+                "rope_theta": 10000.0}}"#
+        );
+        assert_eq!(u64::from(spec(&text, None).head_dim()), head, "{model_type}");
+    }
+}
+
+/// A class default head dim that differs between transformers versions (absent, computed, or
+/// the class new): refused naming `head_dim`, the 5.23 default and how to pass one; the head
+/// dim passed stands in for it, and for a config with no head dim at all (DBRX's `d_model`,
+/// `n_heads`), but never over one the config gives.
+#[test]
+fn unsettled_class_default_head_dims_are_refused_unless_passed() {
+    let step = r#"{"model_type": "step3p5", "hidden_size": 3840, "num_attention_heads": 16,
+        "rope_theta": 10000.0}"#;
+    let msg = refused(step, None, "head_dim");
+    assert!(msg.contains("128") && msg.contains("--head-dim"), "{msg}");
+    let got = RopeSpec::from_hf_config_with_head_dim(step, None, 128).unwrap();
+    assert_eq!((got.head_dim(), got.rotary_dim()), (128, 128));
+    let dbrx = r#"{"model_type": "dbrx", "d_model": 6144, "n_heads": 48,
+        "attn_config": {"kv_n_heads": 8, "rope_theta": 500000}}"#;
+    let msg = refused(dbrx, None, "head_dim");
+    assert!(msg.contains("--head-dim"), "{msg}");
+    let got = RopeSpec::from_hf_config_with_head_dim(dbrx, None, 128).unwrap();
+    assert_eq!(got.head_dim(), 128);
+    let given = small("llama", "");
+    assert_eq!(RopeSpec::from_hf_config_with_head_dim(&given, None, 128).unwrap().head_dim(), 16);
+}

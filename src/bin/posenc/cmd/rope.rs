@@ -137,10 +137,13 @@ impl RopeParams {
         })
     }
 
-    /// The `--config` file's spec, read and checked; `None` without the flag.
-    pub(crate) fn config(&self) -> Result<Option<(RopeSpec, &Path)>, Error> {
+    /// The `--config` file's spec, read and checked; `None` without the flag. `head_dim`
+    /// (the caller's) stands in for a head dim the config does not give.
+    pub(crate) fn config(&self, head_dim: Option<u32>) -> Result<Option<(RopeSpec, &Path)>, Error> {
         let Some(path) = &self.config else { return Ok(None) };
-        let spec = inputs::read_rope_config(Source::File(path), self.layer_type.as_deref())?;
+        let layer_type = self.layer_type.as_deref();
+        let spec =
+            inputs::read_rope_config_with_head_dim(Source::File(path), layer_type, head_dim)?;
         Ok(Some((spec, path)))
     }
 
@@ -290,11 +293,12 @@ impl RopeInput {
             LayoutArg::Bhld => rp::Layout::Bhld,
         };
         let scaling = args.params.scaling()?;
-        let config = args.params.config()?;
         // Its shape, the output's, is checked against the size limit as it is read.
         let tensor = inputs::read_rope_input(Source::File(&args.input))?;
         let (batch, len, _, head_dim) = layout.dims(tensor.shape());
         let head_dim = u32::try_from(head_dim).unwrap_or(u32::MAX);
+        // The tensor's head stands in for a head dim the config does not give.
+        let config = args.params.config(Some(head_dim))?;
         if let Some((c, path)) = &config
             && c.head_dim() != head_dim
         {

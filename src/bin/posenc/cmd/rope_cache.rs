@@ -116,7 +116,7 @@ pub(crate) fn run(args: &RopeCacheArgs) -> Result<(), Failure> {
 /// The spec and the positions, every size checked before the positions exist.
 fn load(args: &RopeCacheArgs) -> Result<(RopeSpec, Vec<u32>), Error> {
     let scaling = args.params.scaling()?;
-    let config = args.params.config()?;
+    let config = args.params.config(args.head_dim)?;
     let config = config.as_ref().map(|(c, _)| c);
     // clap requires --head-dim without --config.
     let Some(head_dim) = args.head_dim.or(config.map(RopeSpec::head_dim)) else {

@@ -612,6 +612,53 @@ fn flags_override_the_config() {
     assert_eq!(a, b);
 }
 
+/// A config whose head dim posenc cannot read (DBRX's d_model / n_heads; a class default that
+/// differs between transformers versions) is refused naming head_dim and --head-dim;
+/// rope-cache's --head-dim and rope's tensor head stand in for it, the rest read from the
+/// config as before.
+#[test]
+fn head_dim_flag_gets_past_a_config_without_one() {
+    let dir = Dir::new();
+    let dbrx = dir.bytes(
+        "dbrx.json",
+        br#"{"model_type": "dbrx", "d_model": 6144, "n_heads": 48,
+            "attn_config": {"kv_n_heads": 8, "rope_theta": 500000}}"#,
+    );
+    let step = dir.bytes(
+        "step.json",
+        br#"{"model_type": "step3p5", "hidden_size": 4096, "num_attention_heads": 64,
+            "rope_theta": 500000.0}"#,
+    );
+    let cache = |name: &str, extra: &[&str]| {
+        let out = dir.out(name);
+        let run = posenc(
+            &[&["rope-cache", "--len", "4", "--device", "cpu"][..], extra, &["-o", &out]].concat(),
+        );
+        (run, out)
+    };
+    for config in [&dbrx, &step] {
+        let (run, _) = cache("refused.safetensors", &["--config", config]);
+        let err = stderr(&run);
+        assert_eq!(run.status.code(), Some(2), "{err}");
+        assert!(err.contains("head_dim") && err.contains("--head-dim"), "{err}");
+    }
+    // DBRX's attn_config.rope_theta is another question (transformers 5.23 builds 10000).
+    let config = &step;
+    let (run, a) = cache("a.safetensors", &["--config", config, "--head-dim", "128"]);
+    assert_ok(&run, "with --head-dim");
+    let (run, b) = cache("b.safetensors", &["--head-dim", "128", "--base", "500000"]);
+    assert_ok(&run, "explicit");
+    assert_eq!(fs::read(a).unwrap(), fs::read(b).unwrap());
+    let x = dir.npy("x.npy", &tensor::<f32>([1, 3, 2, 128], 9));
+    let rope = |name: &str, extra: &[&str]| {
+        let out = dir.out(name);
+        let args = ["rope", "--input", &x, "--layout", "blhd", "--device", "cpu"];
+        assert_ok(&posenc(&[&args[..], extra, &["-o", &out]].concat()), name);
+        fs::read(&out).unwrap()
+    };
+    assert_eq!(rope("c.npy", &["--config", &step]), rope("d.npy", &["--base", "500000"]));
+}
+
 /// Configs posenc cannot honour, and a tensor that is not the config's head: exit 2, one
 /// line naming the key, no output touched.
 #[test]
