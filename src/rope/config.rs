@@ -854,6 +854,9 @@ fn legacy(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result
     if model_type == "olmo3" {
         return olmo3_legacy(config, layer_type, theta, scaling);
     }
+    if model_type == "step3p5" {
+        return step3p5_legacy(config, layer_type, theta, scaling);
+    }
     let local = match number(config, "rope_local_base_freq")? {
         None if gemma3 => Some(1e4),
         local => local,
@@ -930,6 +933,55 @@ fn olmo3_legacy(
             "layer_type",
             format!("{t:?}"),
             "full_attention or sliding_attention (OLMo 3)",
+        )),
+    }
+}
+
+/// Step 3.5's legacy form (`Step3p7TextConfig`, `model_type` `step3p5`, transformers 5.23):
+/// every layer type's RoPE is a default one over `rope_theta` (10000 when absent), and
+/// `rope_scaling` updates the full_attention layers' only. Per-layer lists (`rope_theta` as a
+/// list, `partial_rotary_factors`) are not read: a `rope_theta` list is refused as not a
+/// number, and `partial_rotary_factors` other than all 1 are refused. Without a layer type
+/// the layer types must share one RoPE.
+fn step3p5_legacy(
+    config: &Object,
+    layer_type: Option<&str>,
+    theta: Option<f64>,
+    scaling: Option<(Object, String)>,
+) -> Result<Rope> {
+    if let Some(factors) = get(config, "partial_rotary_factors") {
+        let all_one =
+            matches!(factors, Value::Array(a) if a.iter().all(|v| v.as_f64() == Some(1.0)));
+        if !all_one {
+            return Err(invalid(
+                "partial_rotary_factors",
+                excerpt(factors),
+                "absent or all 1: Step 3.5's per-layer factors are not read by posenc (give the \
+                 layer's rotary dim with --rotary-dim and its base with --base instead)",
+            ));
+        }
+    }
+    let rope = |scaling| Rope {
+        theta: Some(theta.unwrap_or(DEFAULT_BASE)),
+        scaling,
+        partial_rotary_factor: None,
+        per_layer: false,
+        legacy: true,
+    };
+    match layer_type {
+        Some("full_attention") => Ok(rope(scaling)),
+        None if scaling.is_none() => Ok(rope(None)),
+        Some("sliding_attention") => Ok(rope(None)),
+        None => Err(invalid(
+            "layer_type",
+            "missing",
+            "full_attention or sliding_attention: this Step 3.5 config has two RoPEs \
+             (rope_scaling applies to full_attention only)",
+        )),
+        Some(t) => Err(invalid(
+            "layer_type",
+            format!("{t:?}"),
+            "full_attention or sliding_attention (Step 3.5)",
         )),
     }
 }
@@ -1392,6 +1444,22 @@ impl RopeSpec {
             ));
         }
         let model_type = get(&config, "model_type").and_then(Value::as_str).unwrap_or("");
+        // DBRX keeps its base in attn_config.rope_theta: transformers 4.x read it, 5.23 builds
+        // base 10000 whatever it says, so a base there that is not 10000 is a guess.
+        if model_type == "dbrx"
+            && get(&config, "rope_theta").is_none()
+            && let Some(Value::Object(attn)) = config.get("attn_config")
+            && let Some(nested) = number(attn, "rope_theta")?
+            && nested != DEFAULT_BASE
+        {
+            return Err(invalid(
+                "attn_config.rope_theta",
+                float(nested),
+                "10000, or a top-level rope_theta: transformers 4.x used this base, 5.23 \
+                 ignores it (base 10000); give the one your model runs with as rope_theta \
+                 (or --base)",
+            ));
+        }
         let rope = rope(&config, layer_type, model_type)?;
         // No scaling object (the legacy form without rope_scaling) is a default RoPE.
         let rope_type = match &rope.scaling {

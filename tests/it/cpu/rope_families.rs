@@ -1082,11 +1082,57 @@ fn unsettled_class_default_head_dims_are_refused_unless_passed() {
     let got = RopeSpec::from_hf_config_with_head_dim(step, None, 128).unwrap();
     assert_eq!((got.head_dim(), got.rotary_dim()), (128, 128));
     let dbrx = r#"{"model_type": "dbrx", "d_model": 6144, "n_heads": 48,
-        "attn_config": {"kv_n_heads": 8, "rope_theta": 500000}}"#;
+        "attn_config": {"kv_n_heads": 8}}"#;
     let msg = refused(dbrx, None, "head_dim");
     assert!(msg.contains("--head-dim"), "{msg}");
     let got = RopeSpec::from_hf_config_with_head_dim(dbrx, None, 128).unwrap();
     assert_eq!(got.head_dim(), 128);
     let given = small("llama", "");
     assert_eq!(RopeSpec::from_hf_config_with_head_dim(&given, None, 128).unwrap().head_dim(), 16);
+}
+
+/// Step 3.5's legacy form (transformers 5.23's `Step3p7TextConfig`): `rope_scaling` updates the
+/// full_attention layers only, the sliding ones keep `rope_theta` unscaled; per-layer
+/// `partial_rotary_factors` other than all 1 are refused rather than ignored.
+#[test]
+fn step3p5_legacy_scaling_applies_to_full_attention_only() {
+    let step = |extra: &str| {
+        format!(
+            r#"{{"model_type": "step3p5", "hidden_size": 512, "num_attention_heads": 4,
+                "head_dim": 128, "max_position_embeddings": 65536, "rope_theta": 5000000.0,
+                "layer_types": ["full_attention", "sliding_attention"]{extra}}}"#
+        )
+    };
+    let yarn = step(
+        r#", "rope_scaling": {"rope_type": "yarn", "factor": 2.0,
+            "original_max_position_embeddings": 32768}"#,
+    );
+    refused(&yarn, None, "layer_type");
+    let full = spec(&yarn, Some("full_attention"));
+    assert!(!matches!(full.scaling(), posenc::rope::Scaling::None), "{full:?}");
+    let sliding = spec(&yarn, Some("sliding_attention"));
+    assert!(matches!(sliding.scaling(), posenc::rope::Scaling::None), "{sliding:?}");
+    assert_eq!(sliding.base(), 5e6);
+    // Without scaling, one RoPE.
+    assert_eq!(spec(&step(""), None).base(), 5e6);
+    let factors = step(r#", "partial_rotary_factors": [0.5, 1.0]"#);
+    refused(&factors, Some("full_attention"), "partial_rotary_factors");
+    spec(&step(r#", "partial_rotary_factors": [1.0, 1.0]"#), Some("sliding_attention"));
+}
+
+/// DBRX keeps its base in `attn_config.rope_theta`, which transformers 4.x read and 5.23
+/// ignores (base 10000): a value other than 10000 there is refused by name.
+#[test]
+fn dbrx_attn_config_base_is_refused_where_versions_differ() {
+    let dbrx = |attn: &str, extra: &str| {
+        format!(
+            r#"{{"model_type": "dbrx", "hidden_size": 6144, "num_attention_heads": 48,
+                "head_dim": 128, "attn_config": {{{attn}}}{extra}}}"#
+        )
+    };
+    let msg = refused(&dbrx(r#""rope_theta": 500000"#, ""), None, "attn_config.rope_theta");
+    assert!(msg.contains("500000"), "{msg}");
+    assert_eq!(spec(&dbrx(r#""rope_theta": 10000"#, ""), None).base(), 1e4);
+    let top = dbrx(r#""rope_theta": 500000"#, r#", "rope_theta": 500000.0"#);
+    assert_eq!(spec(&top, None).base(), 5e5);
 }
