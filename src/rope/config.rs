@@ -889,6 +889,44 @@ fn legacy(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result
     }
 }
 
+/// A legacy config (`rope_theta`, `rope_scaling`) whose full_attention layers take `theta`
+/// and the scaling and whose sliding_attention layers take `sliding`, unscaled (OLMo 3, Step
+/// 3.5). Without a layer type the two must be one RoPE; `family` names the model in the
+/// errors, `two` says what differs.
+fn full_and_sliding(
+    layer_type: Option<&str>,
+    theta: f64,
+    scaling: Option<(Object, String)>,
+    sliding: f64,
+    family: &str,
+    two: &str,
+) -> Result<Rope> {
+    let rope = |theta, scaling| Rope {
+        theta: Some(theta),
+        scaling,
+        partial_rotary_factor: None,
+        per_layer: false,
+        legacy: true,
+    };
+    match layer_type {
+        Some("full_attention") => Ok(rope(theta, scaling)),
+        None if scaling.is_none() && theta == sliding => Ok(rope(theta, None)),
+        Some("sliding_attention") => Ok(rope(sliding, None)),
+        None => Err(invalid(
+            "layer_type",
+            "missing",
+            format!(
+                "full_attention or sliding_attention: this {family} config has two RoPEs ({two})"
+            ),
+        )),
+        Some(t) => Err(invalid(
+            "layer_type",
+            format!("{t:?}"),
+            format!("full_attention or sliding_attention ({family})"),
+        )),
+    }
+}
+
 /// OLMo 3's legacy form (`rope_theta`, `rope_scaling`): its config class gives the
 /// full_attention layers `rope_theta` (5e5 when absent) and `rope_scaling`, and the
 /// sliding_attention layers 5e5, unscaled (transformers 5.23 pops `rope_theta` twice; 4.x gave
@@ -901,40 +939,25 @@ fn olmo3_legacy(
     scaling: Option<(Object, String)>,
 ) -> Result<Rope> {
     const SLIDING: f64 = 5e5;
-    let full_theta = theta.unwrap_or(SLIDING);
-    let one = scaling.is_none() && full_theta == SLIDING;
-    let rope = |theta, scaling| Rope {
-        theta: Some(theta),
-        scaling,
-        partial_rotary_factor: None,
-        per_layer: false,
-        legacy: true,
-    };
-    match layer_type {
-        Some("full_attention") => Ok(rope(full_theta, scaling)),
-        None if one => Ok(rope(full_theta, scaling)),
-        Some("sliding_attention") => match number(config, "rope_theta")? {
-            Some(t) if t != SLIDING => Err(invalid(
-                "rope_theta",
-                format!("{} (model_type \"olmo3\", layer_type sliding_attention)", float(t)),
-                "absent or 500000 for OLMo 3's sliding_attention layers: transformers 5.23 gives \
-                 them 500000, 4.x gave them rope_theta",
-            )),
-            _ => Ok(rope(SLIDING, None)),
-        },
-        None => Err(invalid(
-            "layer_type",
-            "missing",
-            "full_attention or sliding_attention: this OLMo 3 config has two RoPEs \
-             (rope_theta and rope_scaling for full_attention, 500000 unscaled for \
-             sliding_attention)",
-        )),
-        Some(t) => Err(invalid(
-            "layer_type",
-            format!("{t:?}"),
-            "full_attention or sliding_attention (OLMo 3)",
-        )),
+    if layer_type == Some("sliding_attention")
+        && let Some(t) = number(config, "rope_theta")?
+        && t != SLIDING
+    {
+        return Err(invalid(
+            "rope_theta",
+            format!("{} (model_type \"olmo3\", layer_type sliding_attention)", float(t)),
+            "absent or 500000 for OLMo 3's sliding_attention layers: transformers 5.23 gives \
+             them 500000, 4.x gave them rope_theta",
+        ));
     }
+    full_and_sliding(
+        layer_type,
+        theta.unwrap_or(SLIDING),
+        scaling,
+        SLIDING,
+        "OLMo 3",
+        "rope_theta and rope_scaling for full_attention, 500000 unscaled for sliding_attention",
+    )
 }
 
 /// Step 3.5's legacy form (`Step3p7TextConfig`, `model_type` `step3p5`, transformers 5.23):
@@ -961,29 +984,15 @@ fn step3p5_legacy(
             ));
         }
     }
-    let rope = |scaling| Rope {
-        theta: Some(theta.unwrap_or(DEFAULT_BASE)),
+    let theta = theta.unwrap_or(DEFAULT_BASE);
+    full_and_sliding(
+        layer_type,
+        theta,
         scaling,
-        partial_rotary_factor: None,
-        per_layer: false,
-        legacy: true,
-    };
-    match layer_type {
-        Some("full_attention") => Ok(rope(scaling)),
-        None if scaling.is_none() => Ok(rope(None)),
-        Some("sliding_attention") => Ok(rope(None)),
-        None => Err(invalid(
-            "layer_type",
-            "missing",
-            "full_attention or sliding_attention: this Step 3.5 config has two RoPEs \
-             (rope_scaling applies to full_attention only)",
-        )),
-        Some(t) => Err(invalid(
-            "layer_type",
-            format!("{t:?}"),
-            "full_attention or sliding_attention (Step 3.5)",
-        )),
-    }
+        theta,
+        "Step 3.5",
+        "rope_scaling applies to full_attention only",
+    )
 }
 
 /// ModernBERT's `model_type`s: two RoPEs, one per layer type, whose bases are
