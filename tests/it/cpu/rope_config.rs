@@ -419,8 +419,8 @@ fn json_numbers_are_the_nearest_float64() {
     assert!(spec.frequencies(1).inv_freq().iter().all(|w| *w == 0.0));
 }
 
-/// The error, which must be a typed `RopeConfig` naming `field`.
-fn refused(text: &str, layer_type: Option<&str>, field: &str) -> String {
+/// The error, which must be a typed `RopeConfig` naming `field`, on one line.
+pub(super) fn refused(text: &str, layer_type: Option<&str>, field: &str) -> String {
     let e = RopeSpec::from_hf_config(text, layer_type).unwrap_err();
     match &e {
         Error::RopeConfig { field: f, .. } => assert_eq!(f, field, "{e}"),

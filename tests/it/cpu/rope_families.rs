@@ -5,8 +5,9 @@
 //! `apply_rotary_emb`). Configs transformers reads differently across versions, or only by
 //! accident, must be refused naming the key.
 
-use posenc::Error;
 use posenc::rope::{Layout, Pairing, RopeSpec};
+
+use super::rope_config::refused;
 
 /// transformers computes `inv_freq`, the angle and cos/sin in float32: its rotated values are
 /// within a few float32 ulps of the exact ones posenc computes.
@@ -14,18 +15,6 @@ const FLOAT32_MODULE: f64 = 2e-6;
 
 fn spec(text: &str, layer_type: Option<&str>) -> RopeSpec {
     RopeSpec::from_hf_config(text, layer_type).unwrap_or_else(|e| panic!("{text}: {e}"))
-}
-
-/// The error, which must be a typed `RopeConfig` naming `field`, on one line.
-fn refused(text: &str, layer_type: Option<&str>, field: &str) -> String {
-    let e = RopeSpec::from_hf_config(text, layer_type).unwrap_err();
-    match &e {
-        Error::RopeConfig { field: f, .. } => assert_eq!(f, field, "{e}"),
-        other => panic!("{other:?}"),
-    }
-    let msg = e.to_string();
-    assert!(!msg.contains('\n'), "{msg}");
-    msg
 }
 
 /// A minimal config of `model_type` with a default RoPE (base 1e4) over a head of 16.
