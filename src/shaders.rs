@@ -61,6 +61,7 @@ const MODULES: &[(&str, &str)] = &[
     ("pe_phase", include_str!("../shaders/shared/pe_phase.wgsl")),
     ("embed_params", include_str!("../shaders/shared/embed_params.wgsl")),
     ("embed_common", include_str!("../shaders/shared/embed_common.wgsl")),
+    ("rope_unit", include_str!("../shaders/shared/rope_unit.wgsl")),
 ];
 
 /// The kernels, by entry-point name: each is `shaders/<name>.wgsl`, but for `copy_x4`. The
@@ -75,7 +76,6 @@ pub const KERNELS: &[(&str, &str)] = &[
     ("alibi", include_str!("../shaders/alibi.wgsl")),
     ("rope_cs", include_str!("../shaders/rope_cs.wgsl")),
     ("rope", include_str!("../shaders/rope.wgsl")),
-    ("rope_x4", include_str!("../shaders/rope_x4.wgsl")),
 ];
 
 /// Threads per workgroup of kernels that give each workgroup one row and loop along it.
@@ -207,6 +207,104 @@ fn unit_header(table: Dtype, out: Dtype, slots: u32, first_binding: u32, s: &mut
     *s += "fn table_word(slot: u32, i: u32) -> TableWord {\n    ";
     slot_tree(0, slots, s);
     *s += "\n}\n";
+}
+
+/// The host-array RoPE kernel for whole units, `shaders/rope_x4.wgsl`, before its
+/// specialisation.
+const ROPE_X4: &str = include_str!("../shaders/rope_x4.wgsl");
+
+/// The recorded RoPE step, `shaders/rope_pass.wgsl`, before its specialisation.
+const ROPE_PASS: &str = include_str!("../shaders/rope_pass.wgsl");
+
+/// Threads per workgroup of `rope_pass`: one workgroup per token, its invocations walking
+/// the token's units in q and k.
+pub const ROPE_PASS_WORKGROUP: u32 = 128;
+
+/// Most vec4s of cos (and of sin) a `rope_pass` workgroup holds: 1024 frequencies, 8 KiB
+/// of workgroup memory in all, within WebGPU's default 16 KiB. Larger rotary dims take the
+/// two-dispatch path.
+pub const ROPE_PASS_MAX_FREQ_VECS: u32 = 256;
+
+/// What the RoPE unit kernels (`rope_x4`, `rope_pass`; `shaders/shared/rope_unit.wgsl`) are
+/// specialised for: the storage type and the pairing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RopeUnitKind {
+    /// Element type of the tensor.
+    pub dtype: Dtype,
+    /// Neox pairing (frequency `i` rotates dimensions `i` and `i + r/2`); else gptj.
+    pub neox: bool,
+}
+
+impl RopeUnitKind {
+    /// Every storage type and pairing.
+    pub fn all() -> Vec<Self> {
+        [Dtype::F32, Dtype::F16, Dtype::Bf16]
+            .into_iter()
+            .flat_map(|dtype| [true, false].map(|neox| Self { dtype, neox }))
+            .collect()
+    }
+
+    /// Frequencies one unit rotates: 8 for a neox unit of 16-bit elements (a vec4 of each
+    /// half), else 4.
+    pub fn unit_freqs(self) -> u32 {
+        if self.neox && self.dtype != Dtype::F32 { 8 } else { 4 }
+    }
+
+    fn header(self, s: &mut String) {
+        *s += &format!("const ROPE_DTYPE: u32 = {}u;\n", self.dtype.code());
+        *s += &format!("const ROPE_F32: bool = {};\n", self.dtype == Dtype::F32);
+        *s += &format!("const ROPE_NEOX: bool = {};\n", self.neox);
+        *s += &format!("const ROPE_UNIT_FREQS: u32 = {}u;\n", self.unit_freqs());
+    }
+
+    /// The complete WGSL of `shaders/rope_x4.wgsl` for this kind.
+    pub fn x4_source(self) -> String {
+        let mut s = prelude();
+        self.header(&mut s);
+        let mut imported = Vec::new();
+        expand(ROPE_X4, &mut imported, &mut s);
+        s
+    }
+}
+
+/// One specialisation of `shaders/rope_pass.wgsl`: the unit kind and the room for cos/sin in
+/// workgroup memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RopePassKernel {
+    /// Storage type and pairing.
+    pub unit: RopeUnitKind,
+    /// vec4s of cos (and of sin) a workgroup holds: a power of two, at least a quarter of
+    /// the frequencies, at most [`ROPE_PASS_MAX_FREQ_VECS`].
+    pub freq_vecs: u32,
+}
+
+impl RopePassKernel {
+    /// The specialisation for `n_freqs` frequencies (a multiple of 4), or `None` when they
+    /// exceed [`ROPE_PASS_MAX_FREQ_VECS`] vec4s.
+    pub fn new(unit: RopeUnitKind, n_freqs: u32) -> Option<Self> {
+        let freq_vecs = (n_freqs / 4).next_power_of_two().max(2);
+        (freq_vecs <= ROPE_PASS_MAX_FREQ_VECS).then_some(Self { unit, freq_vecs })
+    }
+
+    /// Representative specialisations for tests that translate each: every unit kind with
+    /// the least and the most room.
+    pub fn all() -> Vec<Self> {
+        RopeUnitKind::all()
+            .into_iter()
+            .flat_map(|unit| [2, ROPE_PASS_MAX_FREQ_VECS].map(|freq_vecs| Self { unit, freq_vecs }))
+            .collect()
+    }
+
+    /// The complete WGSL of this specialisation.
+    pub fn source(self) -> String {
+        let mut s = prelude();
+        self.unit.header(&mut s);
+        s += &format!("const RP_WORKGROUP: u32 = {ROPE_PASS_WORKGROUP}u;\n");
+        s += &format!("const RP_FREQ_VECS: u32 = {}u;\n", self.freq_vecs);
+        let mut imported = Vec::new();
+        expand(ROPE_PASS, &mut imported, &mut s);
+        s
+    }
 }
 
 /// The recorded encode's unit kernel, `shaders/embed_x4.wgsl`, before its specialisation.
@@ -463,6 +561,12 @@ pub fn all_sources() -> Vec<(String, &'static str, String)> {
         all.push((format!("{v:?}"), "embed_x4", v.source()));
     }
     all.push(("embed_scan".to_string(), "embed_scan", embed_scan_source()));
+    for kind in RopeUnitKind::all() {
+        all.push((format!("rope_x4({kind:?})"), "rope_x4", kind.x4_source()));
+    }
+    for v in RopePassKernel::all() {
+        all.push((format!("{v:?}"), "rope_pass", v.source()));
+    }
     all
 }
 

@@ -10,9 +10,9 @@ use wgpu::BufferBindingType;
 
 use super::{
     AlibiParams, CopyParams, EmbedParams, EncodeParams, EncodeX4Params, NarrowParams, RopeCsParams,
-    RopeParams, RopeX4Params, TableParams,
+    RopeParams, RopePassParams, RopeX4Params, TableParams,
 };
-use crate::shaders::{EmbedX4, EncodeX4, KERNELS, MAX_TABLE_SLOTS};
+use crate::shaders::{EmbedX4, EncodeX4, KERNELS, MAX_TABLE_SLOTS, RopePassKernel, RopeUnitKind};
 
 /// One field of a parameter struct.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -191,16 +191,38 @@ pub fn params(entry: &str) -> Params {
             row_vecs,
             half_vecs,
             n_freqs,
-            pairing,
-            dtype,
             groups_x,
             data_base,
+            _pad,
+        }),
+        "rope_pass" => params!(RopePassParams {
+            n_tokens,
+            seq_len,
+            n_freqs,
+            flags,
+            scale_bits,
+            pos_base,
+            groups_x,
+            units_per_row,
+            half_vecs,
+            q_heads,
+            k_heads,
+            q_base,
+            q_seq,
+            q_tok,
+            q_head,
+            k_base,
+            k_seq,
+            k_tok,
+            k_head,
+            _pad,
         }),
         _ => panic!("no kernel named {entry}"),
     }
 }
 
-/// Storage buffers of each kernel of [`KERNELS`]: the last is the read-write output, those
+/// Storage buffers of each kernel of [`KERNELS`] (and `rope_x4`, specialised per
+/// [`RopeUnitKind`]): the last is the read-write output, those
 /// before it are read-only inputs.
 const STORAGE_BUFFERS: &[(&str, u32)] = &[
     ("table", 3),
@@ -269,6 +291,14 @@ pub fn embed_bindings(slots: u32, compact: bool) -> Vec<BufferBindingType> {
     bindings
 }
 
+/// The bind group layout of `rope_pass`: the uniform `Params`, the positions and the
+/// frequencies' steps (read-only), then q and k (read-write).
+pub fn rope_pass_bindings() -> Vec<BufferBindingType> {
+    use BufferBindingType as B;
+    let (read, write) = (B::Storage { read_only: true }, B::Storage { read_only: false });
+    vec![B::Uniform, read, read, write, write]
+}
+
 /// The bind group layout of `embed_scan`: the uniform `Params`, its work buffer (the late
 /// stage's dispatch and token list, read-write) and the positions (read-only).
 pub fn embed_scan_bindings() -> Vec<BufferBindingType> {
@@ -324,5 +354,19 @@ pub fn all() -> Vec<Kernel> {
         params: params("embed_scan"),
         bindings: embed_scan_bindings(),
     });
+    all.extend(RopeUnitKind::all().into_iter().map(|kind| Kernel {
+        name: format!("rope_x4({kind:?})"),
+        entry: "rope_x4",
+        source: kind.x4_source(),
+        params: params("rope_x4"),
+        bindings: bindings("rope_x4"),
+    }));
+    all.extend(RopePassKernel::all().into_iter().map(|v| Kernel {
+        name: format!("{v:?}"),
+        entry: "rope_pass",
+        source: v.source(),
+        params: params("rope_pass"),
+        bindings: rope_pass_bindings(),
+    }));
     all
 }

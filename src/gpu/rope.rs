@@ -2,6 +2,7 @@
 //! `shaders/rope.wgsl` (the rotation), for tensors on the host and in device buffers.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use bytemuck::{Pod, Zeroable};
 use ndarray::{Array3, Array4, ArrayView2, ArrayView4};
@@ -11,7 +12,9 @@ use super::{Context, PooledBuffer, fold_dispatch};
 use crate::encode::Dtype;
 use crate::error::{Error, Result};
 use crate::rope::{Element, Frequencies, Geometry, Layout, Pairing, RopeSpec};
-use crate::shaders::{FLAG_SCALE, PAIRING_GPTJ, PAIRING_NEOX, WORKGROUP_SIZE};
+use crate::shaders::{
+    FLAG_SCALE, PAIRING_GPTJ, PAIRING_NEOX, RopePassKernel, RopeUnitKind, WORKGROUP_SIZE,
+};
 
 /// Mirror of `Params` in `shaders/rope_cs.wgsl`.
 #[repr(C)]
@@ -72,7 +75,7 @@ pub struct RopeParams {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
 pub struct RopeX4Params {
-    /// Units (a vec4, and its neox partner) in this chunk.
+    /// Units (four or eight frequencies of a head row) in this chunk.
     pub n_units: u32,
     /// Units per head row.
     pub units_per_row: u32,
@@ -82,14 +85,12 @@ pub struct RopeX4Params {
     pub half_vecs: u32,
     /// `r / 2`.
     pub n_freqs: u32,
-    /// [`PAIRING_NEOX`] or [`PAIRING_GPTJ`].
-    pub pairing: u32,
-    /// Storage type code (`DTYPE_*` of [`crate::shaders`]).
-    pub dtype: u32,
     /// Workgroups along x of a dispatch folded into 2-D.
     pub groups_x: u32,
     /// The tensor's first vec4 in the bound data (a recorded pass's offset; else 0).
     pub data_base: u32,
+    /// Padding to a multiple of 16 bytes.
+    pub _pad: u32,
 }
 
 /// Bytes of the `rope_cs` parameters.
@@ -108,22 +109,62 @@ pub(super) const PARAMS_WORDS: usize = {
 /// Output words a rotation workgroup writes, roughly (whole row groups).
 const WORDS_PER_WORKGROUP: u32 = 2048;
 
+/// A compiled RoPE kernel: its bind group layout and pipeline.
+pub(crate) struct RopeKernel {
+    pub(crate) layout: wgpu::BindGroupLayout,
+    pub(crate) pipeline: wgpu::ComputePipeline,
+}
+
+/// The RoPE kernels: the cos/sin table and the general rotation, compiled with the context;
+/// the specialisations of the unit kernels (`rope_x4` per storage type and pairing,
+/// `rope_pass` also per room for cos/sin), compiled on first use.
 #[derive(Clone)]
 pub(super) struct RopeKernels {
     pub(super) cs_layout: wgpu::BindGroupLayout,
     pub(super) cs_pipeline: wgpu::ComputePipeline,
     pub(super) layout: wgpu::BindGroupLayout,
     pub(super) pipeline: wgpu::ComputePipeline,
-    pub(super) x4_layout: wgpu::BindGroupLayout,
-    pub(super) x4_pipeline: wgpu::ComputePipeline,
+    x4: Arc<Mutex<HashMap<RopeUnitKind, Arc<RopeKernel>>>>,
+    fused: Arc<Mutex<HashMap<RopePassKernel, Arc<RopeKernel>>>>,
 }
 
 impl RopeKernels {
     pub(super) fn new(device: &wgpu::Device) -> Self {
         let (cs_layout, cs_pipeline) = super::build_kernel(device, "rope_cs");
         let (layout, pipeline) = super::build_kernel(device, "rope");
-        let (x4_layout, x4_pipeline) = super::build_kernel(device, "rope_x4");
-        Self { cs_layout, cs_pipeline, layout, pipeline, x4_layout, x4_pipeline }
+        Self { cs_layout, cs_pipeline, layout, pipeline, x4: Arc::default(), fused: Arc::default() }
+    }
+}
+
+impl Context {
+    /// The `rope_x4` specialisation for `kind`, compiled on first use.
+    pub(super) fn rope_x4_kernel(&self, kind: RopeUnitKind) -> Arc<RopeKernel> {
+        let mut kernels = self.rope.x4.lock().unwrap_or_else(|e| e.into_inner());
+        let kernel = kernels.entry(kind).or_insert_with(|| {
+            let (layout, pipeline) = super::build_pipeline(
+                &self.device,
+                "rope_x4",
+                &kind.x4_source(),
+                &super::layout::bindings("rope_x4"),
+            );
+            Arc::new(RopeKernel { layout, pipeline })
+        });
+        Arc::clone(kernel)
+    }
+
+    /// The `rope_pass` specialisation `v`, compiled on first use.
+    pub(crate) fn rope_pass_kernel(&self, v: RopePassKernel) -> Arc<RopeKernel> {
+        let mut kernels = self.rope.fused.lock().unwrap_or_else(|e| e.into_inner());
+        let kernel = kernels.entry(v).or_insert_with(|| {
+            let (layout, pipeline) = super::build_pipeline(
+                &self.device,
+                "rope_pass",
+                &v.source(),
+                &super::layout::rope_pass_bindings(),
+            );
+            Arc::new(RopeKernel { layout, pipeline })
+        });
+        Arc::clone(kernel)
     }
 }
 
@@ -407,35 +448,37 @@ impl Context {
             // caller's buffer itself when one chunk covers it and it may be bound); the
             // general kernel reads a source copy that nobody writes.
             let mut output = Output::new(self, &ROPE, sink, total, chunk_bytes, None)?;
-            let src = match plan.kernel {
-                Kernel::X4 { .. } => None,
-                Kernel::General { .. } => {
-                    Some(take("posenc.rope.src", chunk_bytes, U::STORAGE | U::COPY_DST)?)
-                }
-            };
             let entry = |binding: u32, resource| wgpu::BindGroupEntry { binding, resource };
-            let rope_group = match &src {
-                None => self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: Some("posenc.rope_x4.bind_group"),
-                    layout: &self.rope.x4_layout,
-                    entries: &[
-                        entry(0, params_buf.as_entire_binding()),
-                        entry(1, slots_buf.as_entire_binding()),
-                        entry(2, cs.as_entire_binding()),
-                        entry(3, output.binding()),
-                    ],
-                }),
-                Some(src) => self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: Some("posenc.rope.bind_group"),
-                    layout: &self.rope.layout,
-                    entries: &[
-                        entry(0, params_buf.as_entire_binding()),
-                        entry(1, slots_buf.as_entire_binding()),
-                        entry(2, cs.as_entire_binding()),
-                        entry(3, src.as_entire_binding()),
-                        entry(4, output.binding()),
-                    ],
-                }),
+            let (src, rotation, rope_group) = match plan.kernel {
+                Kernel::X4 { kind, .. } => {
+                    let x4 = self.rope_x4_kernel(kind);
+                    let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: Some("posenc.rope_x4.bind_group"),
+                        layout: &x4.layout,
+                        entries: &[
+                            entry(0, params_buf.as_entire_binding()),
+                            entry(1, slots_buf.as_entire_binding()),
+                            entry(2, cs.as_entire_binding()),
+                            entry(3, output.binding()),
+                        ],
+                    });
+                    (None, x4.pipeline.clone(), group)
+                }
+                Kernel::General { .. } => {
+                    let src = take("posenc.rope.src", chunk_bytes, U::STORAGE | U::COPY_DST)?;
+                    let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: Some("posenc.rope.bind_group"),
+                        layout: &self.rope.layout,
+                        entries: &[
+                            entry(0, params_buf.as_entire_binding()),
+                            entry(1, slots_buf.as_entire_binding()),
+                            entry(2, cs.as_entire_binding()),
+                            entry(3, src.as_entire_binding()),
+                            entry(4, output.binding()),
+                        ],
+                    });
+                    (Some(src), self.rope.pipeline.clone(), group)
+                }
             };
 
             let mut slots = Slots::new(positions.len());
@@ -488,10 +531,7 @@ impl Context {
                         label: Some("posenc.rope.pass"),
                         timestamp_writes: None,
                     });
-                    pass.set_pipeline(match plan.kernel {
-                        Kernel::X4 { .. } => &self.rope.x4_pipeline,
-                        Kernel::General { .. } => &self.rope.pipeline,
-                    });
+                    pass.set_pipeline(&rotation);
                     pass.set_bind_group(0, &rope_group, &[]);
                     pass.dispatch_workgroups(gx, gy, 1);
                 }
@@ -505,8 +545,9 @@ impl Context {
 /// Which rotation kernel a call uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Kernel {
-    /// `rope_x4.wgsl`: in place, a vec4 of words per step; `per_vec` elements per vec4.
-    X4 { per_vec: usize },
+    /// `rope_x4.wgsl`: in place, a unit of four or eight frequencies per step; `per_vec`
+    /// elements per vec4.
+    X4 { per_vec: usize, kind: RopeUnitKind },
     /// `rope.wgsl`: one output word per step from a separate source; `rows_per_group` head
     /// rows per group (2 when 16-bit rows of odd length straddle words).
     General { rows_per_group: usize },
@@ -533,7 +574,8 @@ impl Plan {
         let head_dim = geometry.head_dim;
         let rotary_dim = spec.rotary_dim() as usize;
         let kernel = if head_dim.is_multiple_of(8) && rotary_dim.is_multiple_of(16) {
-            Kernel::X4 { per_vec: 16 / size }
+            let kind = RopeUnitKind { dtype, neox: spec.pairing() == Pairing::Neox };
+            Kernel::X4 { per_vec: 16 / size, kind }
         } else {
             Kernel::General {
                 rows_per_group: if size == 2 && !head_dim.is_multiple_of(2) { 2 } else { 1 },
@@ -604,11 +646,8 @@ impl Plan {
             Pairing::Gptj => PAIRING_GPTJ,
         };
         match self.kernel {
-            Kernel::X4 { per_vec } => {
-                let units_per_row = match spec.pairing() {
-                    Pairing::Neox => n_freqs as usize / per_vec,
-                    Pairing::Gptj => spec.rotary_dim() as usize / per_vec,
-                };
+            Kernel::X4 { per_vec, kind } => {
+                let units_per_row = (n_freqs / kind.unit_freqs()) as usize;
                 let n_units = (rows * units_per_row) as u32;
                 let (gx, gy) = fold_dispatch(n_units.div_ceil(WORKGROUP_SIZE), max_groups);
                 let p = RopeX4Params {
@@ -617,10 +656,9 @@ impl Plan {
                     row_vecs: (self.head_dim / per_vec) as u32,
                     half_vecs: n_freqs / per_vec as u32,
                     n_freqs,
-                    pairing,
-                    dtype: dtype.code(),
                     groups_x: gx,
                     data_base: 0,
+                    _pad: 0,
                 };
                 let mut words = [0u32; PARAMS_WORDS];
                 let x4_words = size_of::<RopeX4Params>() / 4;

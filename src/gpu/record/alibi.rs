@@ -1,6 +1,8 @@
 //! [`AlibiPass`]: the ALiBi bias recorded into the caller's command encoder, written into
 //! the caller's buffer.
 
+use std::sync::Arc;
+
 use super::{BindCache, Need, PartShape, Span, uniform_blocks};
 use crate::alibi::{AlibiSpec, Form};
 use crate::error::{Error, Result};
@@ -160,28 +162,55 @@ impl AlibiPass {
         encoder: &mut wgpu::CommandEncoder,
         out: wgpu::BufferSlice<'_>,
     ) -> Result<()> {
+        let bound = self.prepare_record(out)?;
+        if let Some(bound) = bound {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("posenc.alibi_pass.pass"),
+                timestamp_writes: None,
+            });
+            self.dispatch(&mut pass, &bound);
+        }
+        Ok(())
+    }
+
+    /// [`AlibiPass::record`] into a compute pass the caller has open, beside the caller's
+    /// other dispatches (one per part).
+    ///
+    /// # Errors
+    /// As [`AlibiPass::record`].
+    pub fn record_in(
+        &self,
+        pass: &mut wgpu::ComputePass<'_>,
+        out: wgpu::BufferSlice<'_>,
+    ) -> Result<()> {
+        if let Some(bound) = self.prepare_record(out)? {
+            self.dispatch(pass, &bound);
+        }
+        Ok(())
+    }
+
+    fn dispatch(&self, pass: &mut wgpu::ComputePass<'_>, bound: &Bound) {
+        pass.set_pipeline(&self.kernel.pipeline);
+        for part in &bound.parts {
+            pass.set_bind_group(0, &part.group, &[]);
+            pass.dispatch_workgroups(part.grid.0, part.grid.1, part.grid.2);
+        }
+    }
+
+    /// Checks `out` and returns the bind groups of its parts; `None` for an empty tensor.
+    fn prepare_record(&self, out: wgpu::BufferSlice<'_>) -> Result<Option<Arc<Bound>>> {
         const OP: &str = "alibi_pass.record";
         let total = self.output_bytes();
         let storage = wgpu::BufferUsages::STORAGE;
         let need = |bytes| Need { name: "out", bytes, usage: storage, usage_text: "STORAGE" };
         if total == 0 {
             self.ctx.span(OP, out, &need(0))?;
-            return Ok(());
+            return Ok(None);
         }
         // One output range per part (one unless the output exceeds a binding).
         let part_bytes = self.part_rows * u64::from(self.params.n_cols) * 4;
         let spans = self.ctx.part_spans(OP, out, &need(total), part_bytes)?;
-        let bound = self.bound.get_or_make(spans, |spans| self.bind(spans))?;
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some("posenc.alibi_pass.pass"),
-            timestamp_writes: None,
-        });
-        pass.set_pipeline(&self.kernel.pipeline);
-        for part in &bound.parts {
-            pass.set_bind_group(0, &part.group, &[]);
-            pass.dispatch_workgroups(part.grid.0, part.grid.1, part.grid.2);
-        }
-        Ok(())
+        Ok(Some(self.bound.get_or_make(spans, |spans| self.bind(spans))?))
     }
 
     /// The parameters and bind group of each part, writing the output ranges `spans`.

@@ -743,6 +743,88 @@ impl EncodePass {
         positions: wgpu::BufferSlice<'_>,
         out: wgpu::BufferSlice<'_>,
     ) -> Result<()> {
+        let Some((bound, copy)) = self.prepare_record(ids, positions, out)? else {
+            return Ok(());
+        };
+        if let Some(copies) = copy {
+            for (from, at, to, bytes) in copies {
+                encoder.copy_buffer_to_buffer(&from, at, &self.state, to, bytes);
+            }
+        }
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("posenc.embed.pass"),
+            timestamp_writes: None,
+        });
+        self.dispatch(&mut pass, &bound);
+        Ok(())
+    }
+
+    /// [`EncodePass::record`] into a compute pass the caller has open, beside the caller's
+    /// other dispatches: the pass's dispatches and nothing else.
+    ///
+    /// # Errors
+    /// As [`EncodePass::record`]; [`Error::InvalidParameter`] naming `pass` where the record
+    /// must first copy the step's ids and positions (a copy command, which no compute pass
+    /// may hold): on a device of fewer than 6 storage buffers per shader stage (the compact
+    /// layout), and when `out` shares the buffer of the ids or positions. Those take
+    /// [`EncodePass::record`].
+    pub fn record_in(
+        &self,
+        pass: &mut wgpu::ComputePass<'_>,
+        ids: wgpu::BufferSlice<'_>,
+        positions: wgpu::BufferSlice<'_>,
+        out: wgpu::BufferSlice<'_>,
+    ) -> Result<()> {
+        let aliased = [ids.buffer(), positions.buffer()].contains(&out.buffer());
+        if self.compact_device || aliased {
+            return Err(Error::InvalidParameter {
+                field: "pass",
+                value: "a compute pass the caller has open".into(),
+                allowed: "a command encoder (EncodePass::record) where the step's ids and \
+                          positions are copied first: on a device of fewer than 6 storage \
+                          buffers per stage, or with out in the buffer of the ids or positions",
+            });
+        }
+        if let Some((bound, _)) = self.prepare_record(ids, positions, out)? {
+            self.dispatch(pass, &bound);
+        }
+        Ok(())
+    }
+
+    /// Records the dispatches of a step bound as `bound`.
+    fn dispatch(&self, pass: &mut wgpu::ComputePass<'_>, bound: &Bound) {
+        for part in &bound.parts {
+            if let Some(split) = &part.split {
+                pass.set_pipeline(&split.scan.pipeline);
+                pass.set_bind_group(0, &split.scan_group, &[]);
+                pass.dispatch_workgroups(1, 1, 1);
+            }
+            pass.set_pipeline(&part.kernel.pipeline);
+            let (x, y, z) = part.grid;
+            for group in &part.groups {
+                pass.set_bind_group(0, group, &[]);
+                pass.dispatch_workgroups(x, y, z);
+            }
+            if let (Some(split), Some(work)) = (&part.split, &self.work) {
+                pass.set_pipeline(&split.late.pipeline);
+                for group in &split.late_groups {
+                    pass.set_bind_group(0, group, &[]);
+                    pass.dispatch_workgroups_indirect(work, 0);
+                }
+            }
+        }
+    }
+
+    /// Checks a step's buffers and returns its bind groups and, where the record copies
+    /// the ids and positions first, those copies (source buffer and offset, offset in the
+    /// state buffer, bytes); `None` for an empty step.
+    #[allow(clippy::type_complexity)]
+    fn prepare_record(
+        &self,
+        ids: wgpu::BufferSlice<'_>,
+        positions: wgpu::BufferSlice<'_>,
+        out: wgpu::BufferSlice<'_>,
+    ) -> Result<Option<(Arc<Bound>, Option<[(wgpu::Buffer, u64, u64, u64); 2]>)>> {
         const OP: &str = "encode_pass.record";
         use wgpu::BufferUsages as U;
         let need = |name, bytes| Need { name, bytes, usage: U::STORAGE, usage_text: "STORAGE" };
@@ -789,45 +871,24 @@ impl EncodePass {
         let part_bytes = u64::from(self.part_tokens) * self.row_bytes();
         let outs = self.ctx.part_spans(OP, out, &need("out", self.output_bytes()), part_bytes)?;
         if outs.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let copy = if self.compact_device || aliased { self.copies } else { None };
         let mut spans = vec![ids.clone(), positions.clone()];
         spans.extend(outs);
         let bound = self.bound.get_or_make(spans, |spans| self.bind(spans, copy))?;
-        if let Some(io) = copy {
-            for (from, to, bytes) in [
-                (&ids, io.ids_at, self.ids_bytes()),
-                (&positions, io.positions_at, self.positions_bytes()),
-            ] {
-                encoder.copy_buffer_to_buffer(&from.buffer, from.start(), &self.state, to, bytes);
-            }
-        }
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some("posenc.embed.pass"),
-            timestamp_writes: None,
+        let copies = copy.map(|io| {
+            [
+                (ids.buffer.clone(), ids.start(), io.ids_at, self.ids_bytes()),
+                (
+                    positions.buffer.clone(),
+                    positions.start(),
+                    io.positions_at,
+                    self.positions_bytes(),
+                ),
+            ]
         });
-        for part in &bound.parts {
-            if let Some(split) = &part.split {
-                pass.set_pipeline(&split.scan.pipeline);
-                pass.set_bind_group(0, &split.scan_group, &[]);
-                pass.dispatch_workgroups(1, 1, 1);
-            }
-            pass.set_pipeline(&part.kernel.pipeline);
-            let (x, y, z) = part.grid;
-            for group in &part.groups {
-                pass.set_bind_group(0, group, &[]);
-                pass.dispatch_workgroups(x, y, z);
-            }
-            if let (Some(split), Some(work)) = (&part.split, &self.work) {
-                pass.set_pipeline(&split.late.pipeline);
-                for group in &split.late_groups {
-                    pass.set_bind_group(0, group, &[]);
-                    pass.dispatch_workgroups_indirect(work, 0);
-                }
-            }
-        }
-        Ok(())
+        Ok(Some((bound, copies)))
     }
 }
 

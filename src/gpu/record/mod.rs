@@ -25,7 +25,7 @@ pub use encode::{
     ARENA_COPY_BYTES, DEFAULT_CACHED_POSITIONS, EmbedParams, EncodePass, EncodePassDescriptor,
     Faults,
 };
-pub use rope::{RopePass, RopePassDescriptor};
+pub use rope::{RopePass, RopePassDescriptor, RopePassParams};
 
 use super::Context;
 use crate::error::{Error, Result};

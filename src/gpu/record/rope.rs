@@ -1,83 +1,183 @@
-//! [`RopePass`]: RoPE recorded into the caller's command encoder, in place on a q or k
-//! tensor in the caller's buffer, with positions read from a device buffer.
+//! [`RopePass`]: RoPE recorded into the caller's command encoder or compute pass, in place on
+//! a q tensor (and a k tensor beside it) in the caller's buffers, with positions read from a
+//! device buffer.
+//!
+//! Two routes give the same bits. The one-dispatch route (`shaders/rope_pass.wgsl`) rotates q
+//! and k together, one workgroup per token computing the token's cos/sin once, in workgroup
+//! memory, for all its heads. The split route computes cos/sin per token into a buffer
+//! (`rope_cs`), then rotates each tensor (`rope_x4`, or `rope` when the head dim is not a
+//! multiple of 8 or the rotary dim of 16), in parts when a tensor exceeds one storage
+//! binding. A pass takes the first route wherever it can (see [`RopePass::dispatches`]).
+
+use std::sync::Arc;
+
+use bytemuck::{Pod, Zeroable};
 
 use super::{BindCache, Need, PartShape, Positions, Span, uniform_blocks};
 use crate::encode::Dtype;
 use crate::error::{Error, Result};
 use crate::gpu::memory::DeviceBuffer;
-use crate::gpu::rope::{Kernel, Plan, RopeCsParams, RopeParams, RopeX4Params};
+use crate::gpu::rope::{Kernel, Plan, RopeCsParams, RopeKernel, RopeParams, RopeX4Params};
 use crate::gpu::{Context, fold_dispatch};
 use crate::rope::{Frequencies, Geometry, Layout, RopeSpec};
-use crate::shaders::{FLAG_OFFSETS, FLAG_SCALE, WORKGROUP_SIZE};
+use crate::shaders::{FLAG_OFFSETS, FLAG_SCALE, RopePassKernel, WORKGROUP_SIZE};
 
-/// The shape of a [`RopePass`]'s tensor and where its positions come from.
+/// The shape of a [`RopePass`]'s tensors and where its positions come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RopePassDescriptor {
-    /// `[B, L, H, Dh]` or `[B, H, L, Dh]`, as `layout` says.
+    /// q's shape: `[B, L, H, Dh]` or `[B, H, L, Dh]`, as `layout` says.
     pub shape: [usize; 4],
-    /// The tensor's axis order.
+    /// The tensors' axis order.
     pub layout: Layout,
-    /// The element type in the buffer.
+    /// The element type in the buffers.
     pub dtype: Dtype,
     /// One position per token (`[B, L]`) or per sequence (`[B]`, token `l` at start + l).
     pub positions: Positions,
+    /// Heads of a k tensor rotated with q by [`RopePass::record_qk`] (same batch, length,
+    /// head dim, layout and element type as q, at the same positions, as every Hugging Face
+    /// model applies them); 0 when the pass rotates one tensor.
+    pub k_heads: usize,
+}
+
+/// Mirror of `Params` in `shaders/rope_pass.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct RopePassParams {
+    /// Tokens of the step (`B * L`): one workgroup each.
+    pub n_tokens: u32,
+    /// Tokens per sequence.
+    pub seq_len: u32,
+    /// Frequencies, `r / 2`.
+    pub n_freqs: u32,
+    /// [`FLAG_SCALE`] when the attention factor is not 1; [`FLAG_OFFSETS`] for one first
+    /// position per sequence.
+    pub flags: u32,
+    /// f32 bits of the attention factor.
+    pub scale_bits: u32,
+    /// Index of the first position in the bound positions.
+    pub pos_base: u32,
+    /// Workgroups along x of a dispatch folded into 2-D.
+    pub groups_x: u32,
+    /// Units (four or eight frequencies) per head row.
+    pub units_per_row: u32,
+    /// `r / 2` elements in vec4s: the neox partner offset.
+    pub half_vecs: u32,
+    /// Heads of q.
+    pub q_heads: u32,
+    /// Heads of k (0: none).
+    pub k_heads: u32,
+    /// q's first vec4 in its binding.
+    pub q_base: u32,
+    /// q's stride between sequences, in vec4s.
+    pub q_seq: u32,
+    /// q's stride between tokens of a sequence, in vec4s.
+    pub q_tok: u32,
+    /// q's stride between heads, in vec4s.
+    pub q_head: u32,
+    /// k's first vec4 in its binding.
+    pub k_base: u32,
+    /// k's stride between sequences, in vec4s.
+    pub k_seq: u32,
+    /// k's stride between tokens of a sequence, in vec4s.
+    pub k_tok: u32,
+    /// k's stride between heads, in vec4s.
+    pub k_head: u32,
+    /// Padding to a multiple of 16 bytes.
+    pub _pad: u32,
 }
 
 /// RoPE prepared once for a spec and a tensor shape, then recorded into the caller's
-/// command encoders: see [`Context::rope_pass`].
+/// command encoders or compute passes: see [`Context::rope_pass`].
 pub struct RopePass {
     ctx: Context,
     desc: RopePassDescriptor,
-    geometry: Geometry,
-    freqs: Frequencies,
     spec: RopeSpec,
-    plan: Plan,
-    /// Bytes of the tensor, rounded up to whole words.
-    bytes: u64,
-    /// Head rows per part: all of them, unless the tensor exceeds one storage binding;
-    /// then each part binds its own range of the tensor (see [`RopePass::parts`]).
-    part_rows: usize,
-    /// Per head row, its token (`b * L + l`): its slot in `cs`. A part binds its rows'
-    /// range (part sizes keep those ranges at the storage-offset alignment).
-    row_slot: DeviceBuffer,
+    freqs: Frequencies,
+    /// The frequencies' turn steps.
     steps: DeviceBuffer,
-    /// cos/sin per token and frequency, written by each step's first dispatch.
+    /// The split route's cos/sin per token and frequency, written by a step's first
+    /// dispatch.
     cs: DeviceBuffer,
-    /// The general kernel's source copy of one part.
-    src: Option<DeviceBuffer>,
-    bound: BindCache<Bound>,
+    /// The one-dispatch route, where the shapes allow it.
+    fused: Option<Fused>,
+    /// The split route of q, and of k when the pass has one.
+    q: Split,
+    k: Option<Split>,
+    fused_bound: BindCache<FusedBound>,
+    split_bound: BindCache<SplitBound>,
 }
 
 impl std::fmt::Debug for RopePass {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RopePass")
             .field("desc", &self.desc)
-            .field("kernel", &self.plan.kernel)
+            .field("kernel", &self.q.plan.kernel)
+            .field("one_dispatch", &self.fused.is_some())
             .finish()
     }
 }
 
-struct Bound {
+/// The one-dispatch route: its kernel, grid and parameters less the bound offsets.
+struct Fused {
+    kernel: Arc<RopeKernel>,
+    grid: (u32, u32),
+    params: RopePassParams,
+}
+
+struct FusedBound {
+    group: wgpu::BindGroup,
+    _params: wgpu::Buffer,
+}
+
+/// The split route of one tensor: its shape, rotation kernel, parts, and buffers.
+struct Split {
+    geometry: Geometry,
+    plan: Plan,
+    /// Bytes of the tensor, rounded up to whole words.
+    bytes: u64,
+    /// Head rows per part: all of them, unless the tensor exceeds one storage binding;
+    /// then each part binds its own range of the tensor.
+    part_rows: usize,
+    /// Per head row, its token (`b * L + l`): its slot in `cs`. A part binds its rows'
+    /// range (part sizes keep those ranges at the storage-offset alignment).
+    row_slot: DeviceBuffer,
+    /// The general kernel's source copy of one part.
+    src: Option<DeviceBuffer>,
+}
+
+struct SplitBound {
     cs_group: wgpu::BindGroup,
+    /// q's parts, then k's.
     parts: Vec<PartBound>,
     _cs_params: wgpu::Buffer,
 }
 
 /// One part's rotation: its grid, bind group and parameters, and (general kernel) the
-/// range of the caller's buffer copied to the source before it.
+/// copy of the caller's range to the source before it.
 struct PartBound {
     grid: (u32, u32),
     group: wgpu::BindGroup,
-    copy: Option<(u64, u64)>,
+    pipeline: wgpu::ComputePipeline,
+    copy: Option<PartCopy>,
     _params: wgpu::Buffer,
 }
 
+/// A copy of `bytes` from `at` in the caller's buffer to the start of `to`.
+struct PartCopy {
+    from: wgpu::Buffer,
+    at: u64,
+    to: wgpu::Buffer,
+    bytes: u64,
+}
+
 impl Context {
-    /// Prepares RoPE of `spec` for tensors of `desc.shape` in a device buffer, to be
-    /// recorded with [`RopePass::record`] into command encoders the caller owns, with the
-    /// positions in a device buffer. The frequencies are resolved here: a scaling that
-    /// depends on the sequence length (`dynamic`, `longrope`) needs it fixed with
-    /// [`RopeSpec::with_seq_len`].
+    /// Prepares RoPE of `spec` for tensors of `desc.shape` (and a k tensor of
+    /// `desc.k_heads` heads) in device buffers, to be recorded with [`RopePass::record`]
+    /// or [`RopePass::record_qk`] into command encoders the caller owns, or with
+    /// [`RopePass::record_in`] / [`RopePass::record_qk_in`] into a compute pass the caller
+    /// has open, with the positions in a device buffer. The frequencies are resolved here:
+    /// a scaling that depends on the sequence length (`dynamic`, `longrope`) needs it
+    /// fixed with [`RopeSpec::with_seq_len`].
     ///
     /// # Errors
     /// [`Error::Shape`] if the last axis is not the spec's head dim, or an axis is 0;
@@ -102,6 +202,16 @@ impl Context {
                 actual: format!("{:?}", desc.shape),
             });
         }
+        let k_geometry = match desc.k_heads {
+            0 => None,
+            heads => {
+                let shape = match desc.layout {
+                    Layout::Blhd => [batch, len, heads, geometry.head_dim],
+                    Layout::Bhld => [batch, heads, len, geometry.head_dim],
+                };
+                Some(Geometry::check(spec, shape, desc.layout, (batch, len))?)
+            }
+        };
         let freqs = match spec.seq_len() {
             Some(n) => spec.frequencies(n),
             None => {
@@ -116,68 +226,162 @@ impl Context {
                 short
             }
         };
-        let plan = Plan::new(self, spec, &geometry, desc.dtype, false)?;
-        let rows = geometry.rows();
         let tokens = batch * len;
         let cs_bytes = tokens as u64 * u64::from(spec.n_freqs()) * 8;
-        let slot_bytes = rows as u64 * 4;
-        if cs_bytes.max(slot_bytes) > self.max_binding {
+        if cs_bytes > self.max_binding {
             return Err(Error::Limit {
                 op: OP,
-                what: if cs_bytes >= slot_bytes {
-                    "the cos/sin rows of one recorded step's tokens"
-                } else {
-                    "the row slots of one recorded step"
-                },
-                requested: cs_bytes.max(slot_bytes),
+                what: "the cos/sin rows of one recorded step's tokens",
+                requested: cs_bytes,
                 limit_name: "max storage binding size",
                 limit: self.max_binding,
             });
         }
-        let bytes = (geometry.elements() as u64 * desc.dtype.size() as u64).next_multiple_of(4);
-        let part_rows = self.rope_part_rows(OP, &plan, &geometry, desc.dtype, bytes)?;
-        let slots: Vec<u32> =
-            (0..rows).map(|row| geometry.token_of_row(desc.layout, row) as u32).collect();
         let steps: Vec<u32> = freqs.steps().iter().flatten().copied().collect();
-        let buffers = self.scoped(OP, || {
+        let (steps, cs, q, k) = self.scoped(OP, || {
             use wgpu::BufferUsages as U;
-            let make = |label, size: u64, usage| self.create_buffer(label, size.max(4), usage);
-            let row_slot =
-                make("posenc.rope_pass.row_slot", rows as u64 * 4, U::STORAGE | U::COPY_DST)?;
-            self.queue.write_buffer(&row_slot, 0, bytemuck::cast_slice(&slots));
-            let steps_buf =
-                make("posenc.rope_pass.steps", steps.len() as u64 * 4, U::STORAGE | U::COPY_DST)?;
+            let steps_buf = self.create_buffer(
+                "posenc.rope_pass.steps",
+                (steps.len() as u64 * 4).max(4),
+                U::STORAGE | U::COPY_DST,
+            )?;
             self.queue.write_buffer(&steps_buf, 0, bytemuck::cast_slice(&steps));
-            let cs = make("posenc.rope_pass.cs", cs_bytes, U::STORAGE)?;
-            let src_bytes =
-                (part_rows as u64 * geometry.head_dim as u64 * desc.dtype.size() as u64)
-                    .next_multiple_of(4)
-                    .min(bytes);
-            let src = match plan.kernel {
-                Kernel::X4 { .. } => None,
-                Kernel::General { .. } => {
-                    Some(make("posenc.rope_pass.src", src_bytes, U::STORAGE | U::COPY_DST)?)
-                }
-            };
+            let cs = self.create_buffer("posenc.rope_pass.cs", cs_bytes.max(4), U::STORAGE)?;
+            let q = Split::new(self, spec, &geometry, desc)?;
+            let k = k_geometry.as_ref().map(|g| Split::new(self, spec, g, desc)).transpose()?;
             self.queue.submit([]);
-            Ok((row_slot, steps_buf, cs, src))
+            Ok((steps_buf, cs, q, k))
         })?;
-        let (row_slot, steps, cs, src) = buffers;
+        let fused = self.fused_rope(spec, &freqs, desc, &q, k.as_ref());
         Ok(RopePass {
             ctx: self.clone(),
             desc: desc.clone(),
-            geometry,
-            freqs,
             spec: spec.clone(),
-            plan,
-            bytes,
-            part_rows,
-            row_slot,
+            freqs,
             steps,
             cs,
-            src,
-            bound: BindCache::default(),
+            fused,
+            q,
+            k,
+            fused_bound: BindCache::default(),
+            split_bound: BindCache::default(),
         })
+    }
+
+    /// The one-dispatch route for these tensors, if they take the vec4 kernel, each fits
+    /// one storage binding, and their cos/sin fit a workgroup's memory.
+    fn fused_rope(
+        &self,
+        spec: &RopeSpec,
+        freqs: &Frequencies,
+        desc: &RopePassDescriptor,
+        q: &Split,
+        k: Option<&Split>,
+    ) -> Option<Fused> {
+        let Kernel::X4 { per_vec, kind } = q.plan.kernel else { return None };
+        let whole = |s: &Split| s.part_rows == s.geometry.rows();
+        if !whole(q) || !k.is_none_or(whole) {
+            return None;
+        }
+        let n_freqs = spec.n_freqs();
+        let kernel = RopePassKernel::new(kind, n_freqs)?;
+        let g = &q.geometry;
+        let tokens = u32::try_from(g.batch * g.len).ok()?;
+        let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
+        let grid = fold_dispatch(tokens, max_groups);
+        let af = freqs.attention_factor();
+        let mut flags = if af == 1.0 { 0 } else { FLAG_SCALE };
+        if desc.positions == Positions::PerSequence {
+            flags |= FLAG_OFFSETS;
+        }
+        let row_vecs = (g.head_dim / per_vec) as u32;
+        let (len, k_heads) = (g.len as u32, desc.k_heads as u32);
+        // Strides in vec4s between sequences, tokens and heads of a tensor of `heads` heads.
+        let strides = |heads: u32| match desc.layout {
+            Layout::Blhd => (len * heads * row_vecs, heads * row_vecs, row_vecs),
+            Layout::Bhld => (heads * len * row_vecs, row_vecs, len * row_vecs),
+        };
+        let (q_seq, q_tok, q_head) = strides(g.heads as u32);
+        let (k_seq, k_tok, k_head) = strides(k_heads);
+        let params = RopePassParams {
+            n_tokens: tokens,
+            seq_len: len.max(1),
+            n_freqs,
+            flags,
+            scale_bits: af.to_bits(),
+            pos_base: 0,
+            groups_x: grid.0,
+            units_per_row: n_freqs / kind.unit_freqs(),
+            half_vecs: n_freqs / per_vec as u32,
+            q_heads: g.heads as u32,
+            k_heads,
+            q_base: 0,
+            q_seq,
+            q_tok,
+            q_head,
+            k_base: 0,
+            k_seq,
+            k_tok,
+            k_head,
+            _pad: 0,
+        };
+        Some(Fused { kernel: self.rope_pass_kernel(kernel), grid, params })
+    }
+}
+
+impl Split {
+    /// The split route's buffers for one tensor of `geometry`.
+    fn new(
+        ctx: &Context,
+        spec: &RopeSpec,
+        geometry: &Geometry,
+        desc: &RopePassDescriptor,
+    ) -> Result<Self> {
+        const OP: &str = "rope_pass";
+        let plan = Plan::new(ctx, spec, geometry, desc.dtype, false)?;
+        let rows = geometry.rows();
+        let slot_bytes = rows as u64 * 4;
+        if slot_bytes > ctx.max_binding {
+            return Err(Error::Limit {
+                op: OP,
+                what: "the row slots of one recorded step",
+                requested: slot_bytes,
+                limit_name: "max storage binding size",
+                limit: ctx.max_binding,
+            });
+        }
+        let bytes = (geometry.elements() as u64 * desc.dtype.size() as u64).next_multiple_of(4);
+        let part_rows = ctx.rope_part_rows(OP, &plan, geometry, desc.dtype, bytes)?;
+        let slots: Vec<u32> =
+            (0..rows).map(|row| geometry.token_of_row(desc.layout, row) as u32).collect();
+        use wgpu::BufferUsages as U;
+        let make = |label, size: u64, usage| ctx.create_buffer(label, size.max(4), usage);
+        let row_slot = make("posenc.rope_pass.row_slot", slot_bytes, U::STORAGE | U::COPY_DST)?;
+        ctx.queue.write_buffer(&row_slot, 0, bytemuck::cast_slice(&slots));
+        let src_bytes = (part_rows as u64 * geometry.head_dim as u64 * desc.dtype.size() as u64)
+            .next_multiple_of(4)
+            .min(bytes);
+        let src = match plan.kernel {
+            Kernel::X4 { .. } => None,
+            Kernel::General { .. } => {
+                Some(make("posenc.rope_pass.src", src_bytes, U::STORAGE | U::COPY_DST)?)
+            }
+        };
+        Ok(Self { geometry: *geometry, plan, bytes, part_rows, row_slot, src })
+    }
+
+    /// Parts a step of this tensor is rotated in.
+    fn parts(&self) -> usize {
+        self.geometry.rows().div_ceil(self.part_rows.max(1)).max(1)
+    }
+
+    fn general(&self) -> bool {
+        matches!(self.plan.kernel, Kernel::General { .. })
+    }
+
+    /// Bytes of one head row.
+    fn row_bytes(&self, dtype: Dtype) -> u64 {
+        (self.geometry.head_dim * dtype.size()) as u64
     }
 }
 
@@ -219,40 +423,78 @@ impl Context {
     }
 }
 
+/// Where a record's commands go: the caller's encoder (the pass opens its own compute pass)
+/// or a compute pass the caller has open.
+enum Target<'a, 'p> {
+    Encoder(&'a mut wgpu::CommandEncoder),
+    Pass(&'a mut wgpu::ComputePass<'p>),
+}
+
 impl RopePass {
     /// What the pass was prepared for.
     pub fn descriptor(&self) -> &RopePassDescriptor {
         &self.desc
     }
 
-    /// Bytes of the tensor a step rotates, rounded up to whole words.
+    /// Bytes of q a step rotates, rounded up to whole words.
     pub fn tensor_bytes(&self) -> u64 {
-        self.bytes
+        self.q.bytes
+    }
+
+    /// Bytes of k a step rotates, rounded up to whole words (0 without a k tensor).
+    pub fn k_bytes(&self) -> u64 {
+        self.k.as_ref().map_or(0, |k| k.bytes)
     }
 
     /// Bytes of `positions` a step reads.
     pub fn positions_bytes(&self) -> u64 {
-        self.desc.positions.values(self.geometry.batch, self.geometry.len) as u64 * 4
+        let g = &self.q.geometry;
+        self.desc.positions.values(g.batch, g.len) as u64 * 4
     }
 
-    /// Parts a step is recorded in: one, unless the tensor is larger than one storage
-    /// binding; then each part rotates its own range of head rows, bound on its own.
+    /// Parts q is rotated in: one, unless it is larger than one storage binding; then each
+    /// part rotates its own range of head rows, bound on its own.
     pub fn parts(&self) -> usize {
-        self.geometry.rows().div_ceil(self.part_rows.max(1)).max(1)
+        self.q.parts()
     }
 
-    /// Records one step into `encoder`: rotates the tensor at the start of `data` in place,
-    /// bit for bit what [`crate::cpu::rope()`] gives except where the backend contracts
-    /// `x * c - y * s` into a fused multiply-add (see [`Context::rope`]); the cos/sin
-    /// values are exact. `positions` holds one u32 per token or per sequence as prepared.
+    /// Dispatches one [`RopePass::record_qk`] records (one [`RopePass::record`]: the same
+    /// less k's parts): 1 on the one-dispatch route, taken when the head dim is a multiple
+    /// of 8 and the rotary dim of 16, each tensor fits one storage binding, and the rotary
+    /// dim is at most 2048; else the cos/sin rows, then each part of q and of k.
+    pub fn dispatches(&self) -> usize {
+        match self.fused {
+            Some(_) => 1,
+            None => 1 + self.q.parts() + self.k.as_ref().map_or(0, Split::parts),
+        }
+    }
+
+    /// Whether a step records one dispatch for q and k (see [`RopePass::dispatches`]).
+    pub fn is_one_dispatch(&self) -> bool {
+        self.fused.is_some()
+    }
+
+    /// Bytes `data`'s offset must be a multiple of: 16 for the vec4 kernel (head dim a
+    /// multiple of 8, rotary dim of 16), else 4.
+    pub fn data_alignment(&self) -> u64 {
+        match self.q.plan.kernel {
+            Kernel::X4 { .. } => 16,
+            Kernel::General { .. } => 4,
+        }
+    }
+
+    /// Records one step into `encoder`: rotates the q tensor at the start of `data` in
+    /// place, bit for bit what [`crate::cpu::rope()`] gives except where the backend
+    /// contracts `x * c - y * s` into a fused multiply-add (see [`Context::rope`]); the
+    /// cos/sin values are exact. `positions` holds one u32 per token or per sequence as
+    /// prepared.
     ///
     /// `data` needs `STORAGE` usage (and `COPY_SRC` when the head dim is not a multiple of
     /// 8 or the rotary dim of 16: the general kernel reads a copy) and an offset that is a
     /// multiple of 16 bytes for the vec4 kernel (head dim a multiple of 8 and rotary dim of
     /// 16), of 4 bytes for the general one (see [`RopePass::data_alignment`]); `positions`
-    /// needs `STORAGE` and an offset that is a multiple of 4. Nothing is submitted or
-    /// waited for. A tensor larger than one binding is rotated in [`RopePass::parts`], each
-    /// in its own compute pass (after its copy, for the general kernel).
+    /// needs `STORAGE` and an offset that is a multiple of 4, and may share `data`'s
+    /// buffer. Nothing is submitted or waited for.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for a missing usage or a misaligned offset,
@@ -264,8 +506,139 @@ impl RopePass {
         data: wgpu::BufferSlice<'_>,
         positions: wgpu::BufferSlice<'_>,
     ) -> Result<()> {
+        self.record_to(Target::Encoder(encoder), data, None, positions)
+    }
+
+    /// Records one step rotating q (at the start of `q`) and k (at the start of `k`) at the
+    /// same positions, as [`RopePass::record`] rotates q: in one dispatch where the pass
+    /// takes the one-dispatch route ([`RopePass::dispatches`]). q and k may be slices of
+    /// one buffer (an engine's fused qkv projection), and `positions` may share it.
+    ///
+    /// # Errors
+    /// As [`RopePass::record`], for either tensor; [`Error::InvalidParameter`] on a pass
+    /// prepared without a k tensor (`k_heads` 0).
+    pub fn record_qk(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        q: wgpu::BufferSlice<'_>,
+        k: wgpu::BufferSlice<'_>,
+        positions: wgpu::BufferSlice<'_>,
+    ) -> Result<()> {
+        self.record_to(Target::Encoder(encoder), q, Some(k), positions)
+    }
+
+    /// [`RopePass::record`] into a compute pass the caller has open, with the caller's
+    /// other dispatches: no pass of its own, no copy.
+    ///
+    /// # Errors
+    /// As [`RopePass::record`]; [`Error::InvalidParameter`] when the pass takes the general
+    /// kernel (head dim not a multiple of 8, or rotary dim not of 16), which reads a copy of
+    /// each part made by a copy command before it: those need [`RopePass::record`].
+    pub fn record_in(
+        &self,
+        pass: &mut wgpu::ComputePass<'_>,
+        data: wgpu::BufferSlice<'_>,
+        positions: wgpu::BufferSlice<'_>,
+    ) -> Result<()> {
+        self.record_to(Target::Pass(pass), data, None, positions)
+    }
+
+    /// [`RopePass::record_qk`] into a compute pass the caller has open.
+    ///
+    /// # Errors
+    /// As [`RopePass::record_qk`] and [`RopePass::record_in`].
+    pub fn record_qk_in(
+        &self,
+        pass: &mut wgpu::ComputePass<'_>,
+        q: wgpu::BufferSlice<'_>,
+        k: wgpu::BufferSlice<'_>,
+        positions: wgpu::BufferSlice<'_>,
+    ) -> Result<()> {
+        self.record_to(Target::Pass(pass), q, Some(k), positions)
+    }
+
+    fn record_to(
+        &self,
+        target: Target<'_, '_>,
+        q: wgpu::BufferSlice<'_>,
+        k: Option<wgpu::BufferSlice<'_>>,
+        positions: wgpu::BufferSlice<'_>,
+    ) -> Result<()> {
         const OP: &str = "rope_pass.record";
-        let general = matches!(self.plan.kernel, Kernel::General { .. });
+        let k = match (k, &self.k) {
+            (None, _) => None,
+            (Some(slice), Some(split)) => Some((slice, split)),
+            (Some(_), None) => {
+                return Err(Error::InvalidParameter {
+                    field: "k",
+                    value: "a k tensor".into(),
+                    allowed: "record_qk on a pass prepared with k_heads > 0",
+                });
+            }
+        };
+        if matches!(target, Target::Pass(_)) && self.q.general() {
+            return Err(Error::InvalidParameter {
+                field: "pass",
+                value: "a compute pass the caller has open".into(),
+                allowed: "a command encoder (RopePass::record): the general kernel (head dim \
+                          not a multiple of 8, or rotary dim not of 16) reads a copy of each \
+                          part, made by a copy command outside any compute pass",
+            });
+        }
+        // One tensor is `data`, as `record` names it; with k beside it, `q`.
+        let q_name = if k.is_some() { "q" } else { "data" };
+        let q_parts = self.parts_of(OP, q_name, q, &self.q)?;
+        let k_parts = match k {
+            Some((slice, split)) => Some(self.parts_of(OP, "k", slice, split)?),
+            None => None,
+        };
+        let pos_need = Need {
+            name: "positions",
+            bytes: self.positions_bytes(),
+            usage: wgpu::BufferUsages::STORAGE,
+            usage_text: "STORAGE",
+        };
+        let positions = self.ctx.span(OP, positions, &pos_need)?;
+        // One dispatch binds the positions read-only beside q and k read-write, which wgpu
+        // refuses within one buffer: positions sharing a tensor's buffer take the split
+        // route, whose dispatches bind them apart.
+        let shares = |parts: &[Span]| parts.iter().any(|p| p.buffer == positions.buffer);
+        let aliased = shares(&q_parts) || k_parts.as_deref().is_some_and(shares);
+        match &self.fused {
+            Some(fused) if !aliased => {
+                let key = [vec![positions], q_parts, k_parts.unwrap_or_default()].concat();
+                let bound =
+                    self.fused_bound.get_or_make(key, |spans| self.bind_fused(fused, spans))?;
+                let dispatch = |pass: &mut wgpu::ComputePass<'_>| {
+                    pass.set_pipeline(&fused.kernel.pipeline);
+                    pass.set_bind_group(0, &bound.group, &[]);
+                    pass.dispatch_workgroups(fused.grid.0, fused.grid.1, 1);
+                };
+                match target {
+                    Target::Pass(pass) => dispatch(pass),
+                    Target::Encoder(encoder) => dispatch(&mut begin(encoder)),
+                }
+            }
+            _ => {
+                let q_count = q_parts.len();
+                let key = [vec![positions], q_parts, k_parts.unwrap_or_default()].concat();
+                let bound =
+                    self.split_bound.get_or_make(key, |spans| self.bind_split(spans, q_count))?;
+                self.record_split(target, &bound);
+            }
+        }
+        Ok(())
+    }
+
+    /// The ranges of `slice` one step of `split`'s tensor binds, checked.
+    fn parts_of(
+        &self,
+        op: &'static str,
+        name: &'static str,
+        slice: wgpu::BufferSlice<'_>,
+        split: &Split,
+    ) -> Result<Vec<Span>> {
+        let general = split.general();
         let usage = if general {
             wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC
         } else {
@@ -274,82 +647,109 @@ impl RopePass {
         let usage_text = if general { "STORAGE | COPY_SRC" } else { "STORAGE" };
         // One range of the tensor per part (one unless the tensor exceeds a binding).
         // Whole words: a last (or only) part of 16-bit elements ends with the pad half.
-        let part_bytes = (self.part_rows as u64 * self.row_bytes()).next_multiple_of(4);
-        let data_need = Need { name: "data", bytes: self.bytes, usage, usage_text };
-        let parts = self.ctx.part_spans(OP, data, &data_need, part_bytes)?;
+        let part_bytes =
+            (split.part_rows as u64 * split.row_bytes(self.desc.dtype)).next_multiple_of(4);
+        let need = Need { name, bytes: split.bytes, usage, usage_text };
+        let parts = self.ctx.part_spans(op, slice, &need, part_bytes)?;
         if !general && parts.iter().any(|span| !span.base.is_multiple_of(4)) {
             return Err(Error::InvalidParameter {
-                field: "data",
-                value: format!("a slice at byte offset {}", data.offset()),
+                field: name,
+                value: format!("a slice at byte offset {}", slice.offset()),
                 allowed: "slices starting at a multiple of 16 bytes (the vec4 kernel's words)",
             });
         }
-        let pos_need = Need {
-            name: "positions",
-            bytes: self.positions_bytes(),
-            usage: wgpu::BufferUsages::STORAGE,
-            usage_text: "STORAGE",
+        Ok(parts)
+    }
+
+    /// The one-dispatch route's parameters and bind group for `spans`: the positions, q,
+    /// and k when the step has one.
+    fn bind_fused(&self, fused: &Fused, spans: &[Span]) -> Result<FusedBound> {
+        let [positions, q, rest @ ..] = spans else { unreachable!("positions and q") };
+        let k = rest.first();
+        let params = RopePassParams {
+            pos_base: positions.base,
+            q_base: q.base / 4,
+            k_base: k.map_or(0, |k| k.base / 4),
+            k_heads: if k.is_some() { fused.params.k_heads } else { 0 },
+            ..fused.params
         };
-        let positions = self.ctx.span(OP, positions, &pos_need)?;
-        if self.geometry.elements() == 0 {
-            return Ok(());
-        }
-        let mut spans = vec![positions];
-        spans.extend(parts);
-        let bound = self.bound.get_or_make(spans, |spans| self.bind(spans))?;
-        let tokens = (self.geometry.batch * self.geometry.len) as u32;
+        let ctx = &self.ctx;
+        ctx.validated("rope_pass.record", || -> Result<FusedBound> {
+            let (buffer, _) =
+                uniform_blocks(ctx, "posenc.rope_pass.params", &[bytemuck::bytes_of(&params)])?;
+            let entry = |binding: u32, resource| wgpu::BindGroupEntry { binding, resource };
+            // Without a k tensor, q is bound in its place and never read there.
+            let k = k.unwrap_or(q);
+            let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some("posenc.rope_pass.bind_group"),
+                layout: &fused.kernel.layout,
+                entries: &[
+                    entry(0, buffer.as_entire_binding()),
+                    entry(1, positions.binding()),
+                    entry(2, self.steps.as_entire_binding()),
+                    entry(3, q.binding()),
+                    entry(4, k.binding()),
+                ],
+            });
+            Ok(FusedBound { group, _params: buffer })
+        })?
+    }
+
+    /// Records the split route: the cos/sin rows of the step's tokens, then each part of q
+    /// and of k, after its copy for the general kernel.
+    fn record_split(&self, target: Target<'_, '_>, bound: &SplitBound) {
+        let g = &self.q.geometry;
+        let tokens = (g.batch * g.len) as u32;
         let n_pairs = tokens * self.freqs.len() as u32;
         let max_groups = self.ctx.device.limits().max_compute_workgroups_per_dimension;
         let (cx, cy) = fold_dispatch(n_pairs.div_ceil(WORKGROUP_SIZE), max_groups);
-        let rotation = match self.plan.kernel {
-            Kernel::X4 { .. } => &self.ctx.rope.x4_pipeline,
-            Kernel::General { .. } => &self.ctx.rope.pipeline,
+        let cs = |pass: &mut wgpu::ComputePass<'_>| {
+            pass.set_pipeline(&self.ctx.rope.cs_pipeline);
+            pass.set_bind_group(0, &bound.cs_group, &[]);
+            pass.dispatch_workgroups(cx, cy, 1);
         };
-        for (k, part) in bound.parts.iter().enumerate() {
-            if let (Some(src), Some((at, bytes))) = (&self.src, part.copy) {
-                encoder.copy_buffer_to_buffer(data.buffer(), at, src, 0, bytes);
-            }
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("posenc.rope_pass.pass"),
-                timestamp_writes: None,
-            });
-            if k == 0 {
-                pass.set_pipeline(&self.ctx.rope.cs_pipeline);
-                pass.set_bind_group(0, &bound.cs_group, &[]);
-                pass.dispatch_workgroups(cx, cy, 1);
-            }
-            pass.set_pipeline(rotation);
+        let rotate = |pass: &mut wgpu::ComputePass<'_>, part: &PartBound| {
+            pass.set_pipeline(&part.pipeline);
             pass.set_bind_group(0, &part.group, &[]);
             pass.dispatch_workgroups(part.grid.0, part.grid.1, 1);
+        };
+        match target {
+            Target::Pass(pass) => {
+                cs(pass);
+                for part in &bound.parts {
+                    rotate(pass, part);
+                }
+            }
+            Target::Encoder(encoder) if bound.parts.iter().all(|p| p.copy.is_none()) => {
+                let mut pass = begin(encoder);
+                cs(&mut pass);
+                for part in &bound.parts {
+                    rotate(&mut pass, part);
+                }
+            }
+            Target::Encoder(encoder) => {
+                // The general kernel: each part's copy comes before its own pass.
+                for (n, part) in bound.parts.iter().enumerate() {
+                    if let Some(c) = &part.copy {
+                        encoder.copy_buffer_to_buffer(&c.from, c.at, &c.to, 0, c.bytes);
+                    }
+                    let mut pass = begin(encoder);
+                    if n == 0 {
+                        cs(&mut pass);
+                    }
+                    rotate(&mut pass, part);
+                }
+            }
         }
-        Ok(())
     }
 
-    /// Bytes of one head row of the tensor.
-    fn row_bytes(&self) -> u64 {
-        (self.geometry.head_dim * self.desc.dtype.size()) as u64
-    }
-
-    /// Dispatches one [`RopePass::record`] records: the cos/sin rows, then the rotation of
-    /// each part.
-    pub fn dispatches(&self) -> usize {
-        1 + self.parts()
-    }
-
-    /// Bytes `data`'s offset must be a multiple of: 16 for the vec4 kernel (head dim a
-    /// multiple of 8, rotary dim of 16), else 4.
-    pub fn data_alignment(&self) -> u64 {
-        match self.plan.kernel {
-            Kernel::X4 { .. } => 16,
-            Kernel::General { .. } => 4,
-        }
-    }
-
-    /// The cos/sin parameters and bind group, and each part's rotation, of one set of
-    /// buffers: `spans` is the positions, then each part's range of the tensor.
-    fn bind(&self, spans: &[Span]) -> Result<Bound> {
+    /// The split route's cos/sin parameters and bind group, and each part's rotation, of
+    /// one set of buffers: `spans` is the positions, then q's parts (`q_parts` of them),
+    /// then k's.
+    fn bind_split(&self, spans: &[Span], q_parts: usize) -> Result<SplitBound> {
         let [positions, parts @ ..] = spans else { unreachable!("at least two spans") };
-        let tokens = (self.geometry.batch * self.geometry.len) as u32;
+        let g = &self.q.geometry;
+        let tokens = (g.batch * g.len) as u32;
         let n_freqs = self.freqs.len() as u32;
         let max_groups = self.ctx.device.limits().max_compute_workgroups_per_dimension;
         let (cx, _) = fold_dispatch((tokens * n_freqs).div_ceil(WORKGROUP_SIZE), max_groups);
@@ -365,11 +765,11 @@ impl RopePass {
             flags,
             scale_bits: af.to_bits(),
             pos_base: positions.base,
-            seq_len: self.geometry.len.max(1) as u32,
+            seq_len: g.len.max(1) as u32,
             _pad: 0,
         };
         let ctx = &self.ctx;
-        ctx.validated("rope_pass.record", || -> Result<Bound> {
+        ctx.validated("rope_pass.record", || -> Result<SplitBound> {
             let (params, _) = uniform_blocks(
                 ctx,
                 "posenc.rope_pass.cs_params",
@@ -386,26 +786,28 @@ impl RopePass {
                     entry(3, self.cs.as_entire_binding()),
                 ],
             });
-            let parts = parts
-                .iter()
-                .enumerate()
-                .map(|(k, data)| self.bind_part(k, data))
-                .collect::<Result<Vec<_>>>()?;
-            Ok(Bound { cs_group, parts, _cs_params: params })
+            let (q, k) = parts.split_at(q_parts);
+            let mut bound = Vec::with_capacity(parts.len());
+            for (split, spans) in [(&self.q, q), (self.k.as_ref().unwrap_or(&self.q), k)] {
+                for (n, data) in spans.iter().enumerate() {
+                    bound.push(self.bind_part(split, n, data)?);
+                }
+            }
+            Ok(SplitBound { cs_group, parts: bound, _cs_params: params })
         })?
     }
 
-    /// Part `k`'s rotation, rotating the rows bound at `data`.
-    fn bind_part(&self, k: usize, data: &Span) -> Result<PartBound> {
+    /// Part `n` of `split`'s rotation, rotating the rows bound at `data`.
+    fn bind_part(&self, split: &Split, n: usize, data: &Span) -> Result<PartBound> {
         let ctx = &self.ctx;
-        let all = self.geometry.rows();
-        let lo = k * self.part_rows;
-        let rows = self.part_rows.min(all - lo);
+        let all = split.geometry.rows();
+        let lo = n * split.part_rows;
+        let rows = split.part_rows.min(all - lo);
         let max_groups = ctx.device.limits().max_compute_workgroups_per_dimension;
-        let (gx, gy, mut words) = self.plan.params(&self.spec, self.desc.dtype, rows, max_groups);
+        let (gx, gy, mut words) = split.plan.params(&self.spec, self.desc.dtype, rows, max_groups);
         // The tensor's offset in the part's binding: in vec4s for the vec4 kernel (`record`
         // checked it is whole), in words for the general one.
-        match self.plan.kernel {
+        match split.plan.kernel {
             Kernel::X4 { .. } => {
                 words[std::mem::offset_of!(RopeX4Params, data_base) / 4] = data.base / 4;
             }
@@ -417,16 +819,17 @@ impl RopePass {
             uniform_blocks(ctx, "posenc.rope_pass.params", &[bytemuck::cast_slice(&words)])?;
         // This part's row slots: part sizes keep `lo * 4` at the storage alignment.
         let slots = wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-            buffer: &self.row_slot,
+            buffer: &split.row_slot,
             offset: lo as u64 * 4,
             size: std::num::NonZeroU64::new(rows as u64 * 4),
         });
         let entry = |binding: u32, resource| wgpu::BindGroupEntry { binding, resource };
-        let (group, copy) = match &self.src {
-            None => {
+        let part = match (&split.src, split.plan.kernel) {
+            (None, Kernel::X4 { kind, .. }) => {
+                let x4 = ctx.rope_x4_kernel(kind);
                 let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
                     label: Some("posenc.rope_pass.x4_bind_group"),
-                    layout: &ctx.rope.x4_layout,
+                    layout: &x4.layout,
                     entries: &[
                         entry(0, params.as_entire_binding()),
                         entry(1, slots),
@@ -434,10 +837,17 @@ impl RopePass {
                         entry(3, data.binding()),
                     ],
                 });
-                (group, None)
+                PartBound {
+                    grid: (gx, gy),
+                    group,
+                    pipeline: x4.pipeline.clone(),
+                    copy: None,
+                    _params: params,
+                }
             }
-            Some(src) => {
-                let bytes = (rows as u64 * self.row_bytes()).next_multiple_of(4);
+            (src, _) => {
+                let src = src.as_ref().expect("the general kernel has a source copy");
+                let bytes = (rows as u64 * split.row_bytes(self.desc.dtype)).next_multiple_of(4);
                 let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
                     label: Some("posenc.rope_pass.bind_group"),
                     layout: &ctx.rope.layout,
@@ -456,9 +866,29 @@ impl RopePass {
                         entry(4, data.binding()),
                     ],
                 });
-                (group, Some((data.start(), bytes)))
+                let copy = PartCopy {
+                    from: data.buffer.clone(),
+                    at: data.start(),
+                    to: (**src).clone(),
+                    bytes,
+                };
+                PartBound {
+                    grid: (gx, gy),
+                    group,
+                    pipeline: ctx.rope.pipeline.clone(),
+                    copy: Some(copy),
+                    _params: params,
+                }
             }
         };
-        Ok(PartBound { grid: (gx, gy), group, copy, _params: params })
+        Ok(part)
     }
+}
+
+/// A compute pass of the record's own in `encoder`.
+fn begin<'e>(encoder: &'e mut wgpu::CommandEncoder) -> wgpu::ComputePass<'e> {
+    encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+        label: Some("posenc.rope_pass.pass"),
+        timestamp_writes: None,
+    })
 }

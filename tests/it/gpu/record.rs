@@ -570,6 +570,7 @@ fn check_rope_pass<T: posenc::rope::Element>(
         layout,
         dtype: T::DTYPE,
         positions: if per_sequence { Positions::PerSequence } else { Positions::PerToken },
+        k_heads: 0,
     };
     let pass = ctx.rope_pass(spec, &desc).unwrap();
     // At the storage alignment, and 3 units of the pass's data alignment past it (16 bytes
@@ -679,6 +680,7 @@ fn recorded_rope_larger_than_a_binding_is_rotated_in_parts() {
                     layout,
                     dtype,
                     positions: Positions::PerSequence,
+                    k_heads: 0,
                 };
                 let pass = capped.rope_pass(spec, &desc).unwrap();
                 // 4 at a 256-byte storage alignment; more where it is finer.
@@ -729,6 +731,7 @@ fn recorded_rope_larger_than_a_binding_is_rotated_in_parts() {
         layout: Layout::Blhd,
         dtype: Dtype::F32,
         positions: Positions::PerToken,
+        k_heads: 0,
     };
     let e = ctx.with_max_binding_size(64 * 32 * 8 - 4).rope_pass(&spec, &desc).unwrap_err();
     assert!(matches!(e, Error::Limit { what, .. } if what.contains("cos/sin")), "{e}");
@@ -747,6 +750,7 @@ fn rope_passes_refuse_what_they_cannot_record() {
         layout: Layout::Blhd,
         dtype: Dtype::F32,
         positions: Positions::PerToken,
+        k_heads: 0,
     };
     let e = ctx.rope_pass(&dynamic, &desc).unwrap_err();
     assert!(matches!(e, Error::InvalidParameter { field: "rope spec", .. }), "{e}");

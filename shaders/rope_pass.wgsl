@@ -1,0 +1,148 @@
+// The recorded RoPE step: q and k of one batch rotated in place in one dispatch, one
+// workgroup per token. The workgroup first computes its token's cos/sin with the exact phase
+// (rope_cs.wgsl's arithmetic, so the same bits) into workgroup memory, once for all of the
+// token's heads in q and k; then its invocations walk the token's units (rope_unit.wgsl) in
+// q, then in k, each reading its unit, rotating it and writing it back. Units are disjoint,
+// so in place is race-free; pass-through dimensions are never touched.
+//
+// A warp's units are consecutive units of consecutive head rows, so each load and store
+// instruction touches whole spans of rows in both layouts ([B, L, H, Dh]: a token's rows are
+// adjacent; [B, H, L, Dh]: they are L rows apart, each row still contiguous).
+//
+// The host specialises the kernel (src/shaders.rs, `RopePassKernel`): ROPE_DTYPE,
+// ROPE_F32, ROPE_NEOX, ROPE_UNIT_FREQS, RP_WORKGROUP and RP_FREQ_VECS (vec4s of cos, and of
+// sin, a token holds: at least n_freqs / 4). Host: src/gpu/record/rope.rs (RopePassParams
+// mirrors Params).
+#import rope_unit
+#import sincos
+
+struct Params {
+    n_tokens: u32,
+    // Tokens per sequence: token t is (t / seq_len, t % seq_len).
+    seq_len: u32,
+    n_freqs: u32,
+    // FLAG_SCALE: multiply cos and sin by the f32 in scale_bits; FLAG_OFFSETS: positions[b]
+    // is sequence b's first position, and its token l is at that position plus l (wrapping).
+    flags: u32,
+    scale_bits: u32,
+    // The index of the first position in `positions`.
+    pos_base: u32,
+    // Workgroups along x of a dispatch folded into 2-D.
+    groups_x: u32,
+    units_per_row: u32,
+    // The neox partner offset (r/2 elements) in vec4s.
+    half_vecs: u32,
+    q_heads: u32,
+    k_heads: u32,
+    // Each tensor's first vec4 in its binding, and its strides in vec4s between sequences,
+    // tokens of a sequence, and heads.
+    q_base: u32,
+    q_seq: u32,
+    q_tok: u32,
+    q_head: u32,
+    k_base: u32,
+    k_seq: u32,
+    k_tok: u32,
+    k_head: u32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> positions: array<u32>;
+// The frequencies' turn steps (see sincos.wgsl's phase_turns).
+@group(0) @binding(2) var<storage, read> steps: array<vec2<u32>>;
+@group(0) @binding(3) var<storage, read_write> q: array<vec4<u32>>;
+// k's own binding; when a step rotates q alone it is bound to q too and never touched.
+@group(0) @binding(4) var<storage, read_write> k: array<vec4<u32>>;
+
+var<workgroup> cos_w: array<vec4<f32>, RP_FREQ_VECS>;
+var<workgroup> sin_w: array<vec4<f32>, RP_FREQ_VECS>;
+
+@compute @workgroup_size(RP_WORKGROUP)
+fn rope_pass(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let t = wg.y * params.groups_x + wg.x;
+    if t >= params.n_tokens {
+        return;
+    }
+    let b = t / params.seq_len;
+    let l = t - b * params.seq_len;
+    var p: u32;
+    if (params.flags & FLAG_OFFSETS) != 0u {
+        p = positions[params.pos_base + b] + l;
+    } else {
+        p = positions[params.pos_base + t];
+    }
+    let scaled = (params.flags & FLAG_SCALE) != 0u;
+    let af = bitcast<f32>(params.scale_bits);
+    for (var v = li; v < params.n_freqs / 4u; v += RP_WORKGROUP) {
+        var c: vec4<f32>;
+        var s: vec4<f32>;
+        for (var j = 0u; j < 4u; j++) {
+            let sc = sincos_bits(phase_turns(p, steps[4u * v + j]));
+            c[j] = bitcast<f32>(sc.y);
+            s[j] = bitcast<f32>(sc.x);
+        }
+        if scaled {
+            // One correctly rounded f32 multiply each, as on the CPU.
+            c = c * af;
+            s = s * af;
+        }
+        cos_w[v] = c;
+        sin_w[v] = s;
+    }
+    workgroupBarrier();
+    let per_row = params.units_per_row;
+    let q_units = params.q_heads * per_row;
+    let units = q_units + params.k_heads * per_row;
+    let q_row = params.q_base + b * params.q_seq + l * params.q_tok;
+    let k_row = params.k_base + b * params.k_seq + l * params.k_tok;
+    for (var u = li; u < units; u += RP_WORKGROUP) {
+        let in_k = u >= q_units;
+        let w = select(u, u - q_units, in_k);
+        let h = w / per_row;
+        let x = w - h * per_row;
+        var ia = select(q_row + h * params.q_head, k_row + h * params.k_head, in_k);
+        ia += rope_unit_word(x);
+        var ib = ia + 1u;
+        if ROPE_NEOX {
+            ib = ia + params.half_vecs;
+        }
+        let f = x * (ROPE_UNIT_FREQS / 4u);
+        let c0 = cos_w[f];
+        let s0 = sin_w[f];
+        var c1 = c0;
+        var s1 = s0;
+        if ROPE_UNIT_FREQS == 8u {
+            c1 = cos_w[f + 1u];
+            s1 = sin_w[f + 1u];
+        }
+        let two = ROPE_NEOX || ROPE_F32;
+        var a: vec4<u32>;
+        var bw: vec4<u32>;
+        if in_k {
+            a = k[ia];
+            bw = a;
+            if two {
+                bw = k[ib];
+            }
+        } else {
+            a = q[ia];
+            bw = a;
+            if two {
+                bw = q[ib];
+            }
+        }
+        let r = rope_unit(a, bw, c0, s0, c1, s1);
+        if in_k {
+            k[ia] = r.a;
+            if two {
+                k[ib] = r.b;
+            }
+        } else {
+            q[ia] = r.a;
+            if two {
+                q[ib] = r.b;
+            }
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! The recorded RoPE step's routes: q and k in one dispatch (`shaders/rope_pass.wgsl`),
+//! recorded into a caller's encoder or into a compute pass the caller has open, against the
+//! CPU path (within WGSL's multiply-add contraction) and the host-array GPU path (bit for
+//! bit: both compile `shaders/shared/rope_unit.wgsl`).
+
+use half::{bf16, f16};
+use ndarray::{Array2, Array4};
+use posenc::encode::Dtype;
+use posenc::gpu::{Context, Positions, RopePass, RopePassDescriptor};
+use posenc::rope::{Element, Layout, Llama3, Pairing, RopeSpec, Scaling, Yarn};
+use posenc::{Error, cpu};
+use wgpu::util::DeviceExt;
+
+use crate::support::rope::{assert_rope_close, hard_batch, tensor};
+use crate::support::{Rng, gpu};
+
+/// Where the tensors and positions sit in their buffers.
+#[derive(Clone, Copy, Debug)]
+enum Arrangement {
+    /// q at 256, k right after it (16-byte aligned), positions in a buffer of their own.
+    Apart,
+    /// q and k as above, and the positions after k in the same buffer: the split route.
+    SharedWithPositions,
+}
+
+/// How the step is recorded.
+#[derive(Clone, Copy, Debug)]
+enum Recording {
+    /// `record_qk` into an encoder.
+    Encoder,
+    /// `record_qk_in` twice into one compute pass the test opened: the second rotation
+    /// must see the first.
+    TwiceInOnePass,
+}
+
+fn bytes_of<T: Element>(a: &Array4<T>) -> &[u8] {
+    bytemuck::cast_slice(a.as_slice().unwrap())
+}
+
+/// The q and k tensors after a recorded step, and after Context::rope of each.
+struct Rotated<T> {
+    q: Array4<T>,
+    k: Array4<T>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run<T: Element>(
+    ctx: &Context,
+    pass: &RopePass,
+    q: &Array4<T>,
+    k: &Array4<T>,
+    starts: &[u32],
+    arrangement: Arrangement,
+    recording: Recording,
+) -> Rotated<T> {
+    let (qb, kb) = (bytes_of(q), bytes_of(k));
+    let q_at = 256usize;
+    let k_at = (q_at + qb.len()).next_multiple_of(16);
+    let end = (k_at + kb.len()).next_multiple_of(16);
+    let pos_bytes: &[u8] = bytemuck::cast_slice(starts);
+    let mut contents = vec![0xCDu8; end];
+    contents[q_at..q_at + qb.len()].copy_from_slice(qb);
+    contents[k_at..k_at + kb.len()].copy_from_slice(kb);
+    let shared = matches!(arrangement, Arrangement::SharedWithPositions);
+    if shared {
+        contents.extend_from_slice(pos_bytes);
+    }
+    contents.resize(contents.len() + 16, 0xCD);
+    let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC;
+    let data = ctx.device().create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: Some("test.qk"),
+        contents: &contents,
+        usage,
+    });
+    let own = ctx.device().create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: Some("test.positions"),
+        contents: pos_bytes,
+        usage,
+    });
+    let positions = if shared { data.slice(end as u64..) } else { own.slice(..) };
+    let (qs, ks) = (data.slice(q_at as u64..), data.slice(k_at as u64..));
+    let mut encoder = ctx.device().create_command_encoder(&Default::default());
+    match recording {
+        Recording::Encoder => pass.record_qk(&mut encoder, qs, ks, positions).unwrap(),
+        Recording::TwiceInOnePass => {
+            let mut cpass = encoder.begin_compute_pass(&Default::default());
+            pass.record_qk_in(&mut cpass, qs, ks, positions).unwrap();
+            pass.record_qk_in(&mut cpass, qs, ks, positions).unwrap();
+        }
+    }
+    ctx.queue().submit([encoder.finish()]);
+    let all = ctx.read_buffer(&data).unwrap();
+    assert!(all[..q_at].iter().all(|&b| b == 0xCD), "bytes before q");
+    assert!(all[q_at + qb.len()..k_at].iter().all(|&b| b == 0xCD), "bytes between q and k");
+    let after = if shared { end + pos_bytes.len() } else { end };
+    assert!(all[k_at + kb.len()..end].iter().all(|&b| b == 0xCD), "bytes after k");
+    assert!(all[after..].iter().all(|&b| b == 0xCD), "bytes at the end");
+    let back = |at: usize, like: &Array4<T>| {
+        let n = bytes_of(like).len();
+        let v: Vec<T> = bytemuck::pod_collect_to_vec(&all[at..at + n]);
+        Array4::from_shape_vec(like.raw_dim(), v).unwrap()
+    };
+    Rotated { q: back(q_at, q), k: back(k_at, k) }
+}
+
+fn same_bits<T: Element>(a: &Array4<T>, b: &Array4<T>) -> bool {
+    a.iter().zip(b.iter()).all(|(x, y)| bytemuck::bytes_of(x) == bytemuck::bytes_of(y))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check<T: Element>(
+    ctx: &Context,
+    what: &str,
+    spec: &RopeSpec,
+    layout: Layout,
+    (batch, len): (usize, usize),
+    heads: (usize, usize),
+    per_sequence: bool,
+    seed: u64,
+) {
+    let dh = spec.head_dim() as usize;
+    let shape = |h: usize| match layout {
+        Layout::Blhd => [batch, len, h, dh],
+        Layout::Bhld => [batch, h, len, dh],
+    };
+    let (q, k) = (tensor::<T>(shape(heads.0), seed), tensor::<T>(shape(heads.1), seed + 1));
+    let mut rng = Rng::new(seed);
+    let (positions, starts): (Array2<u32>, Vec<u32>) = if per_sequence {
+        let starts: Vec<u32> = (0..batch).map(|b| [7, 70_000, u32::MAX - 1][b % 3]).collect();
+        let p = Array2::from_shape_fn((batch, len), |(b, l)| starts[b].wrapping_add(l as u32));
+        (p, starts)
+    } else {
+        let p = hard_batch(&mut rng, batch, len);
+        let flat = p.iter().copied().collect();
+        (p, flat)
+    };
+    let desc = RopePassDescriptor {
+        shape: shape(heads.0),
+        layout,
+        dtype: T::DTYPE,
+        positions: if per_sequence { Positions::PerSequence } else { Positions::PerToken },
+        k_heads: heads.1,
+    };
+    let pass = ctx.rope_pass(spec, &desc).unwrap();
+    assert!(pass.is_one_dispatch(), "{what}: one dispatch");
+    assert_eq!(pass.dispatches(), 1, "{what}");
+    let freqs = spec.frequencies_for(positions.view());
+    let host = |x: &Array4<T>| ctx.rope(spec, x.view(), positions.view(), layout).unwrap();
+    let cpu = |x: &Array4<T>| cpu::rope(spec, x.view(), positions.view(), layout).unwrap();
+    let (q_host, k_host) = (host(&q), host(&k));
+    let (q_cpu, k_cpu) = (cpu(&q), cpu(&k));
+    let mut fused = None;
+    for arrangement in [Arrangement::Apart, Arrangement::SharedWithPositions] {
+        let what = format!("{what} {arrangement:?}");
+        let got = run(ctx, &pass, &q, &k, &starts, arrangement, Recording::Encoder);
+        for (name, x, g, h, c) in
+            [("q", &q, &got.q, &q_host, &q_cpu), ("k", &k, &got.k, &k_host, &k_cpu)]
+        {
+            let what = format!("{what} {name}");
+            assert!(same_bits(g, h), "{what}: the recorded step differs from Context::rope");
+            let (xv, pv) = (x.view(), positions.view());
+            assert_rope_close(&what, spec, &freqs, xv, pv, layout, g.view(), c.view());
+        }
+        // The split route (positions in the tensors' buffer) gives the one dispatch's bits.
+        match &fused {
+            None => fused = Some(got),
+            Some(f) => {
+                let f: &Rotated<T> = f;
+                assert!(same_bits(&f.q, &got.q) && same_bits(&f.k, &got.k), "{what}: routes");
+            }
+        }
+    }
+    // Twice in one caller's pass: the second dispatch sees the first's writes.
+    let twice = run(ctx, &pass, &q, &k, &starts, Arrangement::Apart, Recording::TwiceInOnePass);
+    for (name, g, h) in [("q", &twice.q, &q_host), ("k", &twice.k, &k_host)] {
+        let again = ctx.rope(spec, h.view(), positions.view(), layout).unwrap();
+        assert!(same_bits(g, &again), "{what} {name}: twice in one pass");
+    }
+}
+
+#[test]
+fn q_and_k_rotate_in_one_dispatch_with_the_other_paths_bits() {
+    let Some(ctx) = gpu() else { return };
+    let llama3 = RopeSpec::new(128)
+        .unwrap()
+        .with_base(500_000.0)
+        .unwrap()
+        .with_scaling(Scaling::Llama3(Llama3::new(8.0, 1.0, 4.0, 8192)))
+        .unwrap();
+    let yarn = RopeSpec::new(64)
+        .unwrap()
+        .with_scaling(Scaling::Yarn(Yarn::new(4.0, 4096)))
+        .unwrap()
+        .with_seq_len(100)
+        .unwrap();
+    let specs = [
+        ("llama3 128", llama3),
+        ("yarn 64 (attention factor)", yarn),
+        ("gptj 32", RopeSpec::new(32).unwrap().with_pairing(Pairing::Gptj)),
+        ("phi-2 partial 80/32", RopeSpec::partial(80, 32).unwrap()),
+        ("gptj partial 48/16", RopeSpec::partial(48, 16).unwrap().with_pairing(Pairing::Gptj)),
+    ];
+    for (n, (what, spec)) in specs.iter().enumerate() {
+        for (j, layout) in [Layout::Blhd, Layout::Bhld].into_iter().enumerate() {
+            let per_sequence = (n + j) % 2 == 1;
+            let what = format!("{what} {layout:?} per_sequence={per_sequence}");
+            let seed = (10 * n + j) as u64;
+            let shape = (3, 5);
+            check::<f32>(ctx, &what, spec, layout, shape, (4, 2), per_sequence, seed);
+            check::<bf16>(ctx, &what, spec, layout, shape, (4, 2), per_sequence, seed);
+            check::<f16>(ctx, &what, spec, layout, shape, (3, 1), per_sequence, seed);
+        }
+    }
+}
+
+/// What a pass cannot record is refused by name, before anything is recorded.
+#[test]
+fn rope_pass_routes_refuse_what_they_cannot_record() {
+    let Some(ctx) = gpu() else { return };
+    let desc = RopePassDescriptor {
+        shape: [1, 2, 2, 64],
+        layout: Layout::Blhd,
+        dtype: Dtype::F32,
+        positions: Positions::PerToken,
+        k_heads: 0,
+    };
+    let q_only = ctx.rope_pass(&RopeSpec::new(64).unwrap(), &desc).unwrap();
+    let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC;
+    let buffer = ctx.device().create_buffer(&wgpu::BufferDescriptor {
+        label: Some("test.qk"),
+        size: 4096,
+        usage,
+        mapped_at_creation: false,
+    });
+    let mut encoder = ctx.device().create_command_encoder(&Default::default());
+    let (q, k, p) = (buffer.slice(..1024), buffer.slice(1024..2048), buffer.slice(2048..));
+    let e = q_only.record_qk(&mut encoder, q, k, p).unwrap_err();
+    assert!(matches!(e, Error::InvalidParameter { field: "k", .. }), "{e}");
+    // k's offset must be a multiple of 16 bytes too, and its slice large enough.
+    let with_k = ctx
+        .rope_pass(&RopeSpec::new(64).unwrap(), &RopePassDescriptor { k_heads: 1, ..desc.clone() })
+        .unwrap();
+    let e = with_k.record_qk(&mut encoder, q, buffer.slice(1028..2048), p).unwrap_err();
+    assert!(matches!(e, Error::InvalidParameter { field: "k", .. }), "{e}");
+    let e = with_k.record_qk(&mut encoder, q, buffer.slice(1024..1056), p).unwrap_err();
+    assert!(matches!(e, Error::Shape { what: "k", .. }), "{e}");
+    // The general kernel reads copies: not in a caller's pass.
+    let general = RopeSpec::partial(10, 6).unwrap();
+    let desc10 = RopePassDescriptor { shape: [1, 2, 2, 10], ..desc };
+    let pass = ctx.rope_pass(&general, &desc10).unwrap();
+    assert!(!pass.is_one_dispatch());
+    {
+        let mut cpass = encoder.begin_compute_pass(&Default::default());
+        let e = pass.record_in(&mut cpass, q, p).unwrap_err();
+        assert!(matches!(e, Error::InvalidParameter { field: "pass", .. }), "{e}");
+        assert!(e.to_string().contains("RopePass::record"), "{e}");
+    }
+    ctx.queue().submit([encoder.finish()]);
+    ctx.wait_idle().unwrap();
+}
