@@ -38,6 +38,11 @@ fn neg_scaled_bits(slope_bits: u32, d: u32) -> u32 {
     if d == 0u {
         return 0u;
     }
+    // Below 2^24 the distance is an exact f32, and WGSL's f32 multiply is correctly
+    // rounded: the product's bits are the integer route's, for a fraction of the work.
+    if d < 0x1000000u {
+        return bitcast<u32>(bitcast<f32>(slope_bits) * f32(d)) | 0x80000000u;
+    }
     let biased_exp = slope_bits >> 23u;
     let m = (slope_bits & 0x7fffffu) | 0x800000u;
     let lz = countLeadingZeros(d);

@@ -88,11 +88,21 @@ fn embed_x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_inde
     if (params.flags & FLAG_SCALE) != 0u {
         s = bitcast<f32>(params.scale_bits);
     }
+    // Every unit's loads before any store: the loops have constant bounds, so the driver
+    // unrolls them and keeps the arrays in registers.
+    var e: array<vec4<f32>, X4_UNITS>;
+    var p: array<vec4<f32>, X4_UNITS>;
     for (var j = 0u; j < X4_UNITS; j++) {
         let x = x0 + j * X4_WORKGROUP;
         if x < n {
-            let e = widen(table_word(k.slot, row + x));
-            out[at + x] = narrow(e * s + pe_unit(k.position, k.cached, x));
+            e[j] = widen(table_word(k.slot, row + x));
+            p[j] = pe_unit(k.position, k.cached, x);
+        }
+    }
+    for (var j = 0u; j < X4_UNITS; j++) {
+        let x = x0 + j * X4_WORKGROUP;
+        if x < n {
+            out[at + x] = narrow(e[j] * s + p[j]);
         }
     }
 }

@@ -25,12 +25,10 @@
 //   a token's record is loaded once per four units (their cost is per buffer access, and
 //   adjacent units share cache lines), and the first invocations prefetch the rows of the
 //   group two ahead.
-// - coalesced (COALESCED true), for GPUs: invocation li moves units li and
-//   li + X4_WORKGROUP of the block, so each load and store instruction of a warp
-//   touches one contiguous span; each token's loads are issued before the previous
-//   token's stores, in registers. (Buffering a whole group's values in private arrays
-//   first measured far slower on an H100: the dynamically indexed arrays go to local
-//   memory. See docs/performance.md.)
+// - coalesced (COALESCED true), for GPUs: invocation li moves units li + k * X4_WORKGROUP
+//   of the block for k < UNITS_PER_INVOCATION, so each load and store instruction of a
+//   warp touches one contiguous span; each token's loads are issued before the previous
+//   token's stores, in registers.
 
 struct Params {
     // Groups in this dispatch, from group_base.
@@ -94,29 +92,46 @@ fn encode_x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_ind
     let group = params.group_base + local;
     let head = tokens[params.groups_at + group];
     let end = tokens[params.groups_at + group + 1u].x;
-    let p0 = pe[head.y * n + x0];
-    let p1 = pe[head.y * n + x1];
     let s = bitcast<f32>(params.scale_bits);
     if COALESCED {
+        // Invocation li moves units li + k * X4_WORKGROUP of the block; past the row's end,
+        // its first unit again (the same value to the same place, by the same invocation).
+        var xs: array<u32, UNITS_PER_INVOCATION>;
+        var ps: array<vec4<f32>, UNITS_PER_INVOCATION>;
+        for (var k = 0u; k < UNITS_PER_INVOCATION; k++) {
+            let x = x0 + k * X4_WORKGROUP;
+            xs[k] = select(x, x0, x >= n);
+            ps[k] = pe[head.y * n + xs[k]];
+        }
         // One token ahead: the next token's loads are issued before this one's stores
-        // (the compiler may not move loads past stores to `out`), in registers only.
+        // (the compiler may not move loads past stores to `out`), in registers only: the
+        // loops have constant bounds, so the driver unrolls them and keeps the arrays in
+        // registers (posenc compiles without naga's loop bounding, which would hide the
+        // bound; see docs/performance.md).
         var t = tokens[head.x];
-        var v0 = value(t, x0, p0, s);
-        var v1 = value(t, x1, p1, s);
+        var v: array<OutWord, UNITS_PER_INVOCATION>;
+        for (var k = 0u; k < UNITS_PER_INVOCATION; k++) {
+            v[k] = value(t, xs[k], ps[k], s);
+        }
         for (var j = head.x + 1u; j < end; j++) {
             let u = tokens[j];
-            let w0 = value(u, x0, p0, s);
-            let w1 = value(u, x1, p1, s);
-            out[t.y * n + x0] = v0;
-            out[t.y * n + x1] = v1;
+            var w: array<OutWord, UNITS_PER_INVOCATION>;
+            for (var k = 0u; k < UNITS_PER_INVOCATION; k++) {
+                w[k] = value(u, xs[k], ps[k], s);
+            }
+            for (var k = 0u; k < UNITS_PER_INVOCATION; k++) {
+                out[t.y * n + xs[k]] = v[k];
+            }
             t = u;
-            v0 = w0;
-            v1 = w1;
+            v = w;
         }
-        out[t.y * n + x0] = v0;
-        out[t.y * n + x1] = v1;
+        for (var k = 0u; k < UNITS_PER_INVOCATION; k++) {
+            out[t.y * n + xs[k]] = v[k];
+        }
         return;
     }
+    let p0 = pe[head.y * n + x0];
+    let p1 = pe[head.y * n + x1];
     // Software prefetch: the first eight invocations each read the first four 64-byte
     // lines of this block in the table row of one token of the group two ahead, so its page
     // walk and first misses overlap this group's work instead of stalling the next one. On

@@ -1,18 +1,22 @@
-// The recorded RoPE step: q and k of one batch rotated in place in one dispatch, one
-// workgroup per token. The workgroup first computes its token's cos/sin with the exact phase
-// (rope_cs.wgsl's arithmetic, so the same bits) into workgroup memory, once for all of the
-// token's heads in q and k; then its invocations walk the token's units (rope_unit.wgsl) in
-// q, then in k, each reading its unit, rotating it and writing it back. Units are disjoint,
-// so in place is race-free; pass-through dimensions are never touched.
+// The recorded RoPE step: q and k of one batch rotated in place in one dispatch. A token's
+// units (rope_unit.wgsl: q's heads, then k's) are cut into blocks of RP_UNITS *
+// RP_WORKGROUP, one workgroup per (block, token), RP_UNITS units per invocation (1 on GPUs;
+// more on adapters that run shaders on CPU cores, where each workgroup costs a task). The workgroup first computes its
+// token's cos/sin with the exact phase (rope_cs.wgsl's arithmetic, so the same bits) into
+// workgroup memory, one frequency per invocation, once for all the heads of its block;
+// then each invocation reads its unit, rotates it and writes it back. Units are disjoint,
+// so in place is race-free; pass-through dimensions are never touched. (One workgroup per
+// token walking all its units measured 17 us per Llama-2-13B decode step on an H100,
+// 2026-11-26: eight workgroups of serial units.)
 //
 // A warp's units are consecutive units of consecutive head rows, so each load and store
 // instruction touches whole spans of rows in both layouts ([B, L, H, Dh]: a token's rows are
 // adjacent; [B, H, L, Dh]: they are L rows apart, each row still contiguous).
 //
 // The host specialises the kernel (src/shaders.rs, `RopePassKernel`): ROPE_DTYPE,
-// ROPE_F32, ROPE_NEOX, ROPE_UNIT_FREQS, RP_WORKGROUP and RP_FREQ_VECS (vec4s of cos, and of
-// sin, a token holds: at least n_freqs / 4). Host: src/gpu/record/rope.rs (RopePassParams
-// mirrors Params).
+// ROPE_F32, ROPE_NEOX, ROPE_UNIT_FREQS, RP_WORKGROUP, RP_UNITS and RP_FREQ_VECS (a quarter of the
+// room for cos, and for sin, a workgroup holds: at least n_freqs / 4). Host:
+// src/gpu/record/rope.rs (RopePassParams mirrors Params).
 #import rope_unit
 #import sincos
 
@@ -27,8 +31,8 @@ struct Params {
     scale_bits: u32,
     // The index of the first position in `positions`.
     pos_base: u32,
-    // Workgroups along x of a dispatch folded into 2-D.
-    groups_x: u32,
+    // Workgroups along y: tokens beyond fold into z.
+    groups_y: u32,
     units_per_row: u32,
     // The neox partner offset (r/2 elements) in vec4s.
     half_vecs: u32,
@@ -44,7 +48,8 @@ struct Params {
     k_seq: u32,
     k_tok: u32,
     k_head: u32,
-    _pad: u32,
+    // Blocks of RP_UNITS * RP_WORKGROUP units per token: workgroups along x.
+    blocks: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -55,12 +60,20 @@ struct Params {
 // k's own binding; when a step rotates q alone it is bound to q too and never touched.
 @group(0) @binding(4) var<storage, read_write> k: array<vec4<u32>>;
 
-var<workgroup> cos_w: array<vec4<f32>, RP_FREQ_VECS>;
-var<workgroup> sin_w: array<vec4<f32>, RP_FREQ_VECS>;
+var<workgroup> cos_w: array<f32, 4u * RP_FREQ_VECS>;
+var<workgroup> sin_w: array<f32, 4u * RP_FREQ_VECS>;
+
+fn cos4(f: u32) -> vec4<f32> {
+    return vec4<f32>(cos_w[f], cos_w[f + 1u], cos_w[f + 2u], cos_w[f + 3u]);
+}
+
+fn sin4(f: u32) -> vec4<f32> {
+    return vec4<f32>(sin_w[f], sin_w[f + 1u], sin_w[f + 2u], sin_w[f + 3u]);
+}
 
 @compute @workgroup_size(RP_WORKGROUP)
 fn rope_pass(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
-    let t = wg.y * params.groups_x + wg.x;
+    let t = wg.z * params.groups_y + wg.y;
     if t >= params.n_tokens {
         return;
     }
@@ -74,75 +87,83 @@ fn rope_pass(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_ind
     }
     let scaled = (params.flags & FLAG_SCALE) != 0u;
     let af = bitcast<f32>(params.scale_bits);
-    for (var v = li; v < params.n_freqs / 4u; v += RP_WORKGROUP) {
-        var c: vec4<f32>;
-        var s: vec4<f32>;
-        for (var j = 0u; j < 4u; j++) {
-            let sc = sincos_bits(phase_turns(p, steps[4u * v + j]));
-            c[j] = bitcast<f32>(sc.y);
-            s[j] = bitcast<f32>(sc.x);
-        }
+    for (var f = li; f < params.n_freqs; f += RP_WORKGROUP) {
+        let sc = sincos_bits(phase_turns(p, steps[f]));
+        var c = bitcast<f32>(sc.y);
+        var s = bitcast<f32>(sc.x);
         if scaled {
             // One correctly rounded f32 multiply each, as on the CPU.
             c = c * af;
             s = s * af;
         }
-        cos_w[v] = c;
-        sin_w[v] = s;
+        cos_w[f] = c;
+        sin_w[f] = s;
     }
     workgroupBarrier();
+    let units = (params.q_heads + params.k_heads) * params.units_per_row;
+    for (var k = 0u; k < RP_UNITS; k++) {
+        let u = (wg.x * RP_UNITS + k) * RP_WORKGROUP + li;
+        if u >= units {
+            break;
+        }
+        rotate(u, b, l);
+    }
+}
+
+// Rotates unit u of token (b, l): q's units first, then k's.
+fn rotate(u: u32, b: u32, l: u32) {
     let per_row = params.units_per_row;
     let q_units = params.q_heads * per_row;
-    let units = q_units + params.k_heads * per_row;
-    let q_row = params.q_base + b * params.q_seq + l * params.q_tok;
-    let k_row = params.k_base + b * params.k_seq + l * params.k_tok;
-    for (var u = li; u < units; u += RP_WORKGROUP) {
-        let in_k = u >= q_units;
-        let w = select(u, u - q_units, in_k);
-        let h = w / per_row;
-        let x = w - h * per_row;
-        var ia = select(q_row + h * params.q_head, k_row + h * params.k_head, in_k);
-        ia += rope_unit_word(x);
-        var ib = ia + 1u;
-        if ROPE_NEOX {
-            ib = ia + params.half_vecs;
+    let in_k = u >= q_units;
+    let w = select(u, u - q_units, in_k);
+    let h = w / per_row;
+    let x = w - h * per_row;
+    var ia: u32;
+    if in_k {
+        ia = params.k_base + b * params.k_seq + l * params.k_tok + h * params.k_head;
+    } else {
+        ia = params.q_base + b * params.q_seq + l * params.q_tok + h * params.q_head;
+    }
+    ia += rope_unit_word(x);
+    var ib = ia + 1u;
+    if ROPE_NEOX {
+        ib = ia + params.half_vecs;
+    }
+    let f = x * ROPE_UNIT_FREQS;
+    let c0 = cos4(f);
+    let s0 = sin4(f);
+    var c1 = c0;
+    var s1 = s0;
+    if ROPE_UNIT_FREQS == 8u {
+        c1 = cos4(f + 4u);
+        s1 = sin4(f + 4u);
+    }
+    let two = ROPE_NEOX || ROPE_F32;
+    var a: vec4<u32>;
+    var bw: vec4<u32>;
+    if in_k {
+        a = k[ia];
+        bw = a;
+        if two {
+            bw = k[ib];
         }
-        let f = x * (ROPE_UNIT_FREQS / 4u);
-        let c0 = cos_w[f];
-        let s0 = sin_w[f];
-        var c1 = c0;
-        var s1 = s0;
-        if ROPE_UNIT_FREQS == 8u {
-            c1 = cos_w[f + 1u];
-            s1 = sin_w[f + 1u];
+    } else {
+        a = q[ia];
+        bw = a;
+        if two {
+            bw = q[ib];
         }
-        let two = ROPE_NEOX || ROPE_F32;
-        var a: vec4<u32>;
-        var bw: vec4<u32>;
-        if in_k {
-            a = k[ia];
-            bw = a;
-            if two {
-                bw = k[ib];
-            }
-        } else {
-            a = q[ia];
-            bw = a;
-            if two {
-                bw = q[ib];
-            }
+    }
+    let r = rope_unit(a, bw, c0, s0, c1, s1);
+    if in_k {
+        k[ia] = r.a;
+        if two {
+            k[ib] = r.b;
         }
-        let r = rope_unit(a, bw, c0, s0, c1, s1);
-        if in_k {
-            k[ia] = r.a;
-            if two {
-                k[ib] = r.b;
-            }
-        } else {
-            q[ia] = r.a;
-            if two {
-                q[ib] = r.b;
-            }
+    } else {
+        q[ia] = r.a;
+        if two {
+            q[ib] = r.b;
         }
     }
 }

@@ -20,6 +20,8 @@
 //! (other load, clock frequency) moves an item and its ceiling together.
 
 pub mod decode;
+pub mod ops;
+pub mod steps;
 
 use std::borrow::Cow;
 use std::path::Path;
@@ -187,8 +189,11 @@ pub const PRESETS: &[Preset] = &[
 
 /// The names of [`PRESETS`], for the error that lists them (a unit test keeps the two in
 /// step).
-const PRESET_NAMES: &str =
-    "bert-base, gpt2, llama3-8b, llama3-8b-decode, mistral-7b-decode, whisper-small";
+const PRESET_NAMES: &str = "bert-base, gpt2, llama3-8b, llama3-8b-decode, mistral-7b-decode, \
+                            whisper-small; and the operations' llama3-8b-rope, \
+                            llama3-8b-rope-decode, phi-2-rope, bloom-7b1-alibi, \
+                            bloom-7b1-alibi-decode, gemma-7b-step, llama3-8b-step, \
+                            llama2-13b-step, starcoder2-15b-step, llama3-70b-step";
 
 impl Preset {
     /// The preset by name.
@@ -246,6 +251,8 @@ pub struct Config {
     /// Whether to time loading the table from a `.safetensors` checkpoint (`cpu_load`,
     /// against `cpu_read_ceiling`), whatever `devices` says.
     pub load: bool,
+    /// Steps per steps-mode measurement ([`steps::steps_for`] when `None`).
+    pub steps: Option<usize>,
 }
 
 impl Default for Config {
@@ -263,6 +270,7 @@ impl Default for Config {
             devices: Devices::Both,
             repeats: DEFAULT_REPEATS,
             load: false,
+            steps: None,
         }
     }
 }
@@ -471,6 +479,13 @@ pub struct Item {
     /// `gbps / ceiling_gbps`: for an item and its ceiling over the same bytes, the ceiling's
     /// time over the item's.
     pub ratio: f64,
+    /// Steps recorded into one command buffer (steps mode): the times are per step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps: Option<usize>,
+    /// The median over the same run's `gpu_dispatch_floor` (steps mode): how many trivial
+    /// dispatches a step costs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_floor: Option<f64>,
 }
 
 /// The median of `times` as every table of the bench reports it: the middle run, or for an
@@ -502,7 +517,19 @@ impl Item {
             gbps,
             ceiling_gbps: gbps,
             ratio: 1.0,
+            steps: None,
+            per_floor: None,
         }
+    }
+
+    /// The item, timed as `steps` steps recorded into one command buffer.
+    fn with_steps(self, steps: usize) -> Self {
+        Item { steps: Some(steps), ..self }
+    }
+
+    /// The item with its median over `floor`'s.
+    fn over_floor(self, floor: &Item) -> Self {
+        Item { per_floor: Some(self.median_s / floor.median_s), ..self }
     }
 
     /// The item measured against `ceiling`.
@@ -526,9 +553,16 @@ pub struct Report {
     pub adapter: Option<AdapterInfo>,
     /// The sizes.
     pub sizes: Sizes,
-    /// Whether the CPU and GPU encodes agree bit for bit in the output type (`None`
-    /// without a GPU).
+    /// Whether the CPU and GPU encodes (host-array and recorded) agree bit for bit in the
+    /// output type (`None` without a GPU).
     pub agree: Option<bool>,
+    /// The copy method of `gpu_copy_ceiling`, `gpu_copy_ceiling_call` and
+    /// `gpu_copy_steps`: the fastest in [`Report::copy_methods`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ceiling_method: Option<String>,
+    /// Every copy method over the ceiling's bytes, fastest first (empty without a GPU).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub copy_methods: Vec<steps::CopyFigure>,
     /// The items, in a fixed order.
     pub results: Vec<Item>,
 }
@@ -536,8 +570,14 @@ pub struct Report {
 /// Several runs, one per preset: what `posenc bench --suite --json` prints.
 #[derive(Clone, Debug, Serialize)]
 pub struct Suite {
-    /// One report per preset, in the order run.
+    /// One report per encode preset, in the order run.
     pub suite: Vec<Report>,
+    /// One report per operation preset (RoPE, ALiBi, decode steps), in the order run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ops: Vec<ops::OpReport>,
+    /// The device's large copy and dispatch costs, when a GPU ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<steps::DeviceReport>,
 }
 
 fn timed(f: impl FnOnce() -> Result<()>) -> Result<f64> {
@@ -729,8 +769,16 @@ pub fn run(config: &Config, mut progress: impl FnMut(&str)) -> Result<Report> {
 ///
 /// # Errors
 /// As [`run`], for the first configuration that fails.
-pub fn run_suite(configs: &[Config], mut progress: impl FnMut(&str)) -> Result<Suite> {
+pub fn run_suite(
+    configs: &[Config],
+    op_presets: &[ops::OpPreset],
+    mut progress: impl FnMut(&str),
+) -> Result<Suite> {
     let specs = configs.iter().map(Config::check).collect::<Result<Vec<_>>>()?;
+    let first = configs.first().copied().unwrap_or_default();
+    if let Some(steps) = first.steps {
+        check_steps(steps)?;
+    }
     let wants_gpu = configs.iter().find(|c| c.devices != Devices::Cpu);
     let ctx = match wants_gpu {
         Some(c) => open_gpu(c.devices, &mut progress)?,
@@ -748,7 +796,57 @@ pub fn run_suite(configs: &[Config], mut progress: impl FnMut(&str)) -> Result<S
             ctx.clear_pe_cache();
         }
     }
-    Ok(Suite { suite })
+    let op_config =
+        ops::OpConfig { devices: first.devices, repeats: first.repeats, steps: first.steps };
+    let mut op_reports = Vec::with_capacity(op_presets.len());
+    for &preset in op_presets {
+        let name = preset.name();
+        op_reports.push(ops::run_op(preset, &op_config, ctx.as_ref(), &mut |step: &str| {
+            progress(&format!("{name}: {step}"))
+        })?);
+        if let Some(ctx) = &ctx {
+            ctx.clear_pe_cache();
+        }
+    }
+    let device = match &ctx {
+        Some(ctx) if first.devices != Devices::Cpu => {
+            progress("the device's copies and dispatches");
+            Some(steps::device_report(ctx, first.repeats)?)
+        }
+        _ => None,
+    };
+    Ok(Suite { suite, ops: op_reports, device })
+}
+
+/// Refuses a steps count outside `1..=`[`MAX_REPEATS`].
+fn check_steps(steps: usize) -> Result<()> {
+    if steps == 0 || steps > MAX_REPEATS {
+        return Err(Error::InvalidParameter {
+            field: "steps",
+            value: steps.to_string(),
+            allowed: "1..=10000",
+        });
+    }
+    Ok(())
+}
+
+/// Runs the operation preset `preset` (RoPE, ALiBi or a decode step) with the devices,
+/// rounds and steps of `config` (its shape is the preset's).
+///
+/// # Errors
+/// As [`run`].
+pub fn run_op(
+    preset: ops::OpPreset,
+    config: &Config,
+    mut progress: impl FnMut(&str),
+) -> Result<ops::OpReport> {
+    if let Some(steps) = config.steps {
+        check_steps(steps)?;
+    }
+    let ctx = open_gpu(config.devices, &mut progress)?;
+    let op_config =
+        ops::OpConfig { devices: config.devices, repeats: config.repeats, steps: config.steps };
+    ops::run_op(preset, &op_config, ctx.as_ref(), &mut progress)
 }
 
 /// [`run`] of a checked configuration, on `ctx` if given.
@@ -823,6 +921,8 @@ fn run_on(
 
     let mut adapter = None;
     let mut agree = None;
+    let mut ceiling_method = None;
+    let mut copy_methods = Vec::new();
     if let Some(ctx) = ctx {
         let info = ctx.adapter_info();
         adapter = Some(AdapterInfo {
@@ -881,14 +981,27 @@ fn run_on(
                     cpu_out.agrees(&bytes)
                 })
         });
-        let mut t = [(); 9].map(|()| Vec::with_capacity(repeats));
+        progress("warming the GPU up");
+        ctx.warm_up(steps::WARM_UP)?;
+        progress("searching for the fastest copy");
+        let search = steps::search_copy(ctx, copy_bytes, steps::SEARCH_REPEATS)?;
+        let best = steps::best_shader(&search);
+        ceiling_method = Some(best.name());
+        copy_methods = search.into_iter().map(|(_, f)| f).collect();
+        let mut t = [(); 11].map(|()| Vec::with_capacity(repeats));
         for round in 0..repeats {
             progress(&format!("gpu round {}/{repeats}", round + 1));
-            t[0].extend(ctx.time_copy(copy_bytes, 1)?);
-            t[1].extend(ctx.time_copy_call(copy_bytes, 1)?);
+            steps::warm(ctx)?;
+            t[0].extend(ctx.time_copy_method(best, copy_bytes, 1)?);
+            t[9].extend(ctx.time_copy_method(gpu::CopyMethod::Driver, copy_bytes, 1)?);
+            t[1].extend(ctx.time_copy_call(best, copy_bytes, 1)?);
             t[2].push(time_encode(false)?);
             t[3].push(time_encode(true)?);
             t[4].push(timed(call)?);
+            // The host's part of the call alone: it returns once the work is submitted.
+            t[10]
+                .push(timed(|| ctx.encode_into_buffer(spec, &uploaded, ids, pos, &options, &out))?);
+            wait_for_device(ctx)?;
             if table_fits {
                 t[5].extend(ctx.time_table(spec, &table_positions, 1)?);
             }
@@ -896,20 +1009,57 @@ fn run_on(
             t[7].push(timed_value(host_call)?.0);
             t[8].push(timed(|| stream(&mut streamed))?);
         }
-        let [copy, copy_call, warm, cold, calls, tables, readback, host, streams] = t;
+        let [copy, copy_call, warm, cold, calls, tables, readback, host, streams, driver, submits] =
+            t;
         let ceiling = Item::new("gpu_copy_ceiling", copy, 2 * copy_bytes);
         let call_ceiling = Item::new("gpu_copy_ceiling_call", copy_call, 2 * copy_bytes);
         results.push(Item::new("gpu_encode", warm, encode_bytes).against(&ceiling));
         results.push(Item::new("gpu_encode_cold", cold, encode_bytes).against(&ceiling));
         results.push(Item::new("gpu_encode_call", calls, encode_bytes).against(&call_ceiling));
+        results.push(Item::new("gpu_encode_submit", submits, encode_bytes).against(&call_ceiling));
         results.push(Item::new("gpu_encode_host", host, encode_bytes).against(&call_ceiling));
         results.push(Item::new("gpu_encode_stream", streams, encode_bytes).against(&call_ceiling));
         if table_fits {
             results.push(Item::new("gpu_table", tables, table_bytes).against(&ceiling));
         }
         results.push(Item::new("gpu_readback", readback, out_bytes).against(&ceiling));
+        results.push(Item::new("gpu_copy_driver", driver, 2 * copy_bytes).against(&ceiling));
         results.push(ceiling);
         results.push(call_ceiling);
+
+        // The recorded pass, as an engine runs it: K steps in one compute pass.
+        progress("steps: the recorded encode");
+        let desc = gpu::EncodePassDescriptor {
+            batch,
+            len,
+            options,
+            ..gpu::EncodePassDescriptor::default()
+        };
+        let pass = ctx.encode_pass(spec, &uploaded, &desc)?;
+        let words = |label, a: &Array2<u32>| {
+            use wgpu::util::DeviceExt;
+            ctx.device().create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents: bytemuck::cast_slice(a.as_slice().expect("a new array")),
+                usage: wgpu::BufferUsages::STORAGE,
+            })
+        };
+        let (ids_buf, pos_buf) =
+            (words("posenc.bench.ids", &inputs.ids), words("posenc.bench.pos", &inputs.pos));
+        let k = steps::steps_for(encode_bytes, config.steps);
+        let mut step_items = steps::steps_items(
+            ctx,
+            "gpu_encode_steps",
+            encode_bytes,
+            copy_bytes,
+            best,
+            k,
+            repeats,
+            |p| pass.record_in(p, ids_buf.slice(..), pos_buf.slice(..), out.slice(..)),
+        )?;
+        let recorded = ctx.read_buffer(&out)?;
+        agree = agree.map(|a| a && cpu_out.agrees(&recorded[..out_bytes as usize]));
+        results.append(&mut step_items);
     }
     results.extend(load_items);
     Ok(Report {
@@ -928,6 +1078,8 @@ fn run_on(
             checkpoint_bytes,
         },
         agree,
+        ceiling_method,
+        copy_methods,
         results,
     })
 }
@@ -1074,24 +1226,7 @@ impl Report {
                 timing_name(a.timing)
             );
         }
-        out += &format!(
-            "{:<21} {:>10} {:>10} {:>10} {:>9} {:>9}  {}\n",
-            "item", "median ms", "min ms", "max ms", "GB/s", "% ceiling", "ceiling"
-        );
-        for i in &self.results {
-            let ceiling = if i.ceiling == i.name { "" } else { &i.ceiling };
-            let line = format!(
-                "{:<21} {:>10} {:>10} {:>10} {:>9.2} {:>8.1}%  {ceiling}",
-                i.name,
-                millis(i.median_s),
-                millis(i.min_s),
-                millis(i.max_s),
-                i.gbps,
-                100.0 * i.ratio
-            );
-            out += line.trim_end();
-            out += "\n";
-        }
+        out += &items_table(&self.results, self.ceiling_method.as_deref());
         for (what, g, c) in
             [("encode", "gpu_encode", "cpu_encode"), ("table", "gpu_table", "cpu_table")]
         {
@@ -1139,6 +1274,40 @@ impl Report {
             ],
         }
     }
+}
+
+/// The items' lines, under a header: times, GB/s and % of the ceiling, and for steps-mode
+/// items the steps and the multiple of the dispatch floor; then the copy method of the GPU
+/// ceilings, if any.
+fn items_table(items: &[Item], ceiling_method: Option<&str>) -> String {
+    let mut out = format!(
+        "{:<22} {:>10} {:>10} {:>10} {:>9} {:>9} {:>8}  {}\n",
+        "item", "median ms", "min ms", "max ms", "GB/s", "% ceiling", "x floor", "ceiling"
+    );
+    for i in items {
+        let ceiling = if i.ceiling == i.name { "" } else { &i.ceiling };
+        let floor = i.per_floor.map_or(String::new(), |f| format!("{f:.2}"));
+        let steps = i.steps.map_or(String::new(), |k| format!(" ({k} steps in one pass)"));
+        let line = format!(
+            "{:<22} {:>10} {:>10} {:>10} {:>9.2} {:>8.1}% {:>8}  {ceiling}{steps}",
+            i.name,
+            millis(i.median_s),
+            millis(i.min_s),
+            millis(i.max_s),
+            i.gbps,
+            100.0 * i.ratio,
+            floor
+        );
+        out += line.trim_end();
+        out += "\n";
+    }
+    if let Some(method) = ceiling_method {
+        out += &format!(
+            "GPU copy ceilings: {method}, the fastest WGSL copy of every form tried \
+             (gpu_copy_driver: the driver's copy_buffer_to_buffer of the same bytes)\n"
+        );
+    }
+    out
 }
 
 /// `x` with three significant digits (at least two decimals), so that small ratios such as
@@ -1222,6 +1391,69 @@ impl Suite {
                 None => "  -\n",
             };
         }
+        out += &self.steps_table();
+        out
+    }
+
+    /// The steps-mode lines: each encode preset's recorded encode and each operation
+    /// preset's step, as median µs per step, % of the same run's copies recorded the same
+    /// way and the multiple of the dispatch floor; one-submission figures beside them.
+    fn steps_table(&self) -> String {
+        let mut out = String::new();
+        // Per row: model, operation, then its steps, one-submission and CPU items.
+        type Row<'a> = (String, String, Option<&'a Item>, Option<&'a Item>, Option<&'a Item>);
+        let mut rows: Vec<Row<'_>> = Vec::new();
+        for r in &self.suite {
+            let model = r.model.clone().unwrap_or_else(|| r.shape());
+            rows.push((
+                model,
+                "encode".into(),
+                r.item("gpu_encode_steps"),
+                r.item("gpu_encode"),
+                r.item("cpu_encode"),
+            ));
+        }
+        for o in &self.ops {
+            let (steps, one, cpu) =
+                (format!("gpu_{}_steps", o.op), format!("gpu_{}", o.op), format!("cpu_{}", o.op));
+            rows.push((
+                o.model.to_string(),
+                o.op.to_string(),
+                o.item(&steps),
+                o.item(&one),
+                o.item(&cpu),
+            ));
+        }
+        if rows.iter().all(|r| r.2.is_none() && r.4.is_none()) {
+            return out;
+        }
+        out += "\nsteps mode: K steps recorded into one compute pass, submitted once; us per step, % of as many \n\
+                copies of the same bytes recorded the same way, and x the one-workgroup dispatch floor; \n\
+                one submission (gpu) and the CPU beside it, % of their own ceilings\n";
+        out += &format!(
+            "{:<24} {:<12} {:>10} {:>7} {:>8} {:>5}  {:>10} {:>7}  {:>10} {:>7}\n",
+            "model", "op", "step us", "%", "x floor", "K", "gpu us", "%", "cpu us", "%"
+        );
+        let us = |i: Option<&Item>| i.map_or("-".to_string(), |i| significant(i.median_s * 1e6));
+        let pct =
+            |i: Option<&Item>| i.map_or("-".to_string(), |i| format!("{:.1}%", 100.0 * i.ratio));
+        for (model, op, step, one, cpu) in rows {
+            let floor =
+                step.and_then(|i| i.per_floor).map_or("-".to_string(), |f| format!("{f:.2}"));
+            let k = step.and_then(|i| i.steps).map_or("-".to_string(), |k| k.to_string());
+            out += &format!(
+                "{model:<24} {op:<12} {:>10} {:>7} {floor:>8} {k:>5}  {:>10} {:>7}  {:>10} {:>7}\n",
+                us(step),
+                pct(step),
+                us(one),
+                pct(one),
+                us(cpu),
+                pct(cpu)
+            );
+        }
+        if let Some(d) = &self.device {
+            out += &d.to_table();
+        }
         out
     }
 }
@@ -1268,7 +1500,9 @@ mod tests {
     #[test]
     fn the_listed_names_are_the_presets() {
         let names: Vec<&str> = PRESETS.iter().map(|p| p.name).collect();
-        assert_eq!(PRESET_NAMES, names.join(", "));
+        let ops: Vec<&str> = ops::OpPreset::all().iter().map(ops::OpPreset::name).collect();
+        let listed = format!("{}; and the operations' {}", names.join(", "), ops.join(", "));
+        assert_eq!(PRESET_NAMES, listed);
     }
 
     #[test]

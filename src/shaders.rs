@@ -70,9 +70,6 @@ pub const KERNELS: &[(&str, &str)] = &[
     ("table", include_str!("../shaders/table.wgsl")),
     ("encode", include_str!("../shaders/encode.wgsl")),
     ("narrow", include_str!("../shaders/narrow.wgsl")),
-    ("copy", include_str!("../shaders/copy.wgsl")),
-    // The ceiling's second form, an entry point of the same file.
-    ("copy_x4", include_str!("../shaders/copy.wgsl")),
     ("alibi", include_str!("../shaders/alibi.wgsl")),
     ("rope_cs", include_str!("../shaders/rope_cs.wgsl")),
     ("rope", include_str!("../shaders/rope.wgsl")),
@@ -95,6 +92,13 @@ pub const PAIR_WORKGROUP_SIZE: u32 = 128;
 /// (docs/performance.md).
 pub fn x4_units(coalesced: bool) -> u32 {
     if coalesced { 2 } else { 4 }
+}
+
+/// Units per invocation of the encode kernels in the coalesced pattern: `chosen`
+/// ([`Options::units`](crate::gpu::Options::units)) when given, else 2 for the host-array
+/// kernel ([`x4_units`]) and 1 for the recorded one ([`EmbedX4::shape`]).
+pub fn coalesced_units(chosen: Option<u32>, recorded: bool) -> u32 {
+    chosen.unwrap_or(if recorded { 1 } else { x4_units(true) })
 }
 
 /// Threads per workgroup of `encode_x4` for rows of `row_units` units, each thread moving
@@ -139,6 +143,9 @@ pub struct EncodeX4 {
     /// than the one for adapters that run shaders on CPU cores (four adjacent units per
     /// invocation, software prefetch).
     pub coalesced: bool,
+    /// Units each invocation moves per token: [`x4_units`] for the adjacent pattern, 1, 2,
+    /// 4 or 8 for the coalesced one ([`coalesced_units`]).
+    pub units: u32,
 }
 
 impl EncodeX4 {
@@ -148,8 +155,13 @@ impl EncodeX4 {
         for (table, out, slots) in unit_types() {
             for coalesced in [false, true] {
                 for workgroup in (32..=PAIR_WORKGROUP_SIZE).step_by(32) {
-                    all.push(Self { table, out, slots, coalesced, workgroup });
+                    let units = x4_units(coalesced);
+                    all.push(Self { table, out, slots, coalesced, workgroup, units });
                 }
+            }
+            for units in [1, 4, 8] {
+                let workgroup = PAIR_WORKGROUP_SIZE;
+                all.push(Self { table, out, slots, coalesced: true, workgroup, units });
             }
         }
         all
@@ -161,7 +173,7 @@ impl EncodeX4 {
         let mut s = prelude();
         s += &format!("const COALESCED: bool = {};\n", self.coalesced);
         s += &format!("const X4_WORKGROUP: u32 = {}u;\n", self.workgroup);
-        s += &format!("const UNITS_PER_INVOCATION: u32 = {}u;\n", x4_units(self.coalesced));
+        s += &format!("const UNITS_PER_INVOCATION: u32 = {}u;\n", self.units);
         // Table units per 64-byte cache line, for the prefetch.
         s += &format!("const UNITS_PER_LINE: u32 = {}u;\n", 64 / (4 * self.table.size()));
         unit_header(self.table, self.out, self.slots, 4, &mut s);
@@ -207,6 +219,92 @@ fn unit_header(table: Dtype, out: Dtype, slots: u32, first_binding: u32, s: &mut
     *s += "fn table_word(slot: u32, i: u32) -> TableWord {\n    ";
     slot_tree(0, slots, s);
     *s += "\n}\n";
+}
+
+/// The copy ceiling's kernel, `shaders/copy.wgsl`, before its specialisation.
+const COPY: &str = include_str!("../shaders/copy.wgsl");
+
+/// Workgroups of a grid-stride [`CopyForm`]: enough to fill a large GPU several times over
+/// (an H100 holds 1056 workgroups of 256 threads at once), few enough that each walks many
+/// blocks.
+pub const COPY_GRID_GROUPS: u32 = 2048;
+
+/// One form of the copy ceiling, `shaders/copy.wgsl` specialised.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct CopyForm {
+    /// vec4s each invocation moves.
+    pub vecs: u32,
+    /// Threads per workgroup.
+    pub workgroup: u32,
+    /// Invocation `li` moves vec4s `li + k * workgroup` of its block (else `vecs` adjacent
+    /// vec4s).
+    pub coalesced: bool,
+    /// [`COPY_GRID_GROUPS`] workgroups walk the blocks (else one workgroup per block).
+    pub grid_stride: bool,
+}
+
+impl CopyForm {
+    /// The trivial dispatch of the dispatch floor, and the classic one-vec4 copy.
+    pub const ONE: CopyForm =
+        CopyForm { vecs: 1, workgroup: 256, coalesced: true, grid_stride: false };
+
+    /// Every form the bench tries: 1, 2, 4 or 8 vec4s per invocation, 64 or 256 threads,
+    /// coalesced or adjacent, and two grid-stride forms.
+    pub fn all() -> Vec<Self> {
+        let mut all = Vec::new();
+        for vecs in [1, 2, 4, 8] {
+            for workgroup in [64, 256] {
+                for coalesced in [true, false] {
+                    if vecs == 1 && !coalesced {
+                        continue;
+                    }
+                    all.push(Self { vecs, workgroup, coalesced, grid_stride: false });
+                }
+            }
+        }
+        for vecs in [1, 4] {
+            all.push(Self { vecs, workgroup: 256, coalesced: true, grid_stride: true });
+        }
+        all
+    }
+
+    /// vec4s one workgroup moves per block.
+    pub fn block(self) -> u32 {
+        self.vecs * self.workgroup
+    }
+
+    /// A short name: `v4x256c` (4 vec4s, 256 threads, coalesced; `a` adjacent; `g` for a
+    /// grid stride).
+    pub fn name(self) -> String {
+        let pattern = if self.coalesced { "c" } else { "a" };
+        let grid = if self.grid_stride { "g" } else { "" };
+        format!("v{}x{}{pattern}{grid}", self.vecs, self.workgroup)
+    }
+
+    /// The complete WGSL of this form.
+    pub fn source(self) -> String {
+        let mut s = prelude();
+        s += &format!("const COPY_WG: u32 = {}u;\n", self.workgroup);
+        s += &format!("const COPY_VECS: u32 = {}u;\n", self.vecs);
+        s += &format!("const COPY_COALESCED: bool = {};\n", self.coalesced);
+        s += &format!("const COPY_GRID_STRIDE: bool = {};\n", self.grid_stride);
+        s += "fn copy_block(base: u32, li: u32) {\n";
+        s += "    if base + COPY_WG * COPY_VECS > params.n_vecs {\n";
+        s += "        copy_tail(base, li);\n        return;\n    }\n";
+        for k in 0..self.vecs {
+            s += &format!("    let i{k} = at(base, li, {k}u);\n");
+        }
+        for k in 0..self.vecs {
+            s += &format!("    let v{k} = src[i{k}];\n");
+        }
+        for k in 0..self.vecs {
+            s += &format!("    dst[i{k}] = v{k};\n");
+        }
+        s += "}\n";
+        let mut imported = Vec::new();
+        expand(COPY, &mut imported, &mut s);
+        s
+    }
 }
 
 /// The host-array RoPE kernel for whole units, `shaders/rope_x4.wgsl`, before its
@@ -276,14 +374,17 @@ pub struct RopePassKernel {
     /// vec4s of cos (and of sin) a workgroup holds: a power of two, at least a quarter of
     /// the frequencies, at most [`ROPE_PASS_MAX_FREQ_VECS`].
     pub freq_vecs: u32,
+    /// Units each invocation rotates: 1 on GPUs (the most workgroups), 4 on adapters that
+    /// run shaders on CPU cores (fewer workgroups, each a task of their thread pool).
+    pub units: u32,
 }
 
 impl RopePassKernel {
     /// The specialisation for `n_freqs` frequencies (a multiple of 4), or `None` when they
     /// exceed [`ROPE_PASS_MAX_FREQ_VECS`] vec4s.
-    pub fn new(unit: RopeUnitKind, n_freqs: u32) -> Option<Self> {
+    pub fn new(unit: RopeUnitKind, n_freqs: u32, units: u32) -> Option<Self> {
         let freq_vecs = (n_freqs / 4).next_power_of_two().max(2);
-        (freq_vecs <= ROPE_PASS_MAX_FREQ_VECS).then_some(Self { unit, freq_vecs })
+        (freq_vecs <= ROPE_PASS_MAX_FREQ_VECS).then_some(Self { unit, freq_vecs, units })
     }
 
     /// Representative specialisations for tests that translate each: every unit kind with
@@ -291,7 +392,13 @@ impl RopePassKernel {
     pub fn all() -> Vec<Self> {
         RopeUnitKind::all()
             .into_iter()
-            .flat_map(|unit| [2, ROPE_PASS_MAX_FREQ_VECS].map(|freq_vecs| Self { unit, freq_vecs }))
+            .flat_map(|unit| {
+                [(2, 1), (ROPE_PASS_MAX_FREQ_VECS, 4)].map(|(freq_vecs, units)| Self {
+                    unit,
+                    freq_vecs,
+                    units,
+                })
+            })
             .collect()
     }
 
@@ -301,6 +408,7 @@ impl RopePassKernel {
         self.unit.header(&mut s);
         s += &format!("const RP_WORKGROUP: u32 = {ROPE_PASS_WORKGROUP}u;\n");
         s += &format!("const RP_FREQ_VECS: u32 = {}u;\n", self.freq_vecs);
+        s += &format!("const RP_UNITS: u32 = {}u;\n", self.units);
         let mut imported = Vec::new();
         expand(ROPE_PASS, &mut imported, &mut s);
         s
@@ -349,8 +457,8 @@ impl EmbedX4 {
     /// per token, ran a decode step of 8 tokens in 0.27 - 0.34 ms against 0.63 ms in four
     /// blocks of 64 threads (32 workgroups); serving several tokens per workgroup was
     /// slower again (docs/performance.md, 2026-11-23).
-    pub fn shape(row_units: u32, coalesced: bool) -> (u32, u32) {
-        let units = if coalesced { 1 } else { 4 };
+    pub fn shape(row_units: u32, coalesced: bool, chosen: Option<u32>) -> (u32, u32) {
+        let units = if coalesced { coalesced_units(chosen, true) } else { 4 };
         let blocks = row_units.div_ceil(units * EMBED_X4_MAX_WORKGROUP).max(1);
         let threads = row_units.div_ceil(blocks).div_ceil(units);
         (units, threads.next_multiple_of(32).clamp(32, EMBED_X4_MAX_WORKGROUP))
@@ -369,6 +477,8 @@ impl EmbedX4 {
             for (units, workgroup, stage) in [
                 (1, 32, 0),
                 (1, EMBED_X4_MAX_WORKGROUP, 0),
+                (2, EMBED_X4_MAX_WORKGROUP, 0),
+                (8, 128, 0),
                 (4, 64, 0),
                 (4, EMBED_X4_MAX_WORKGROUP, 1),
                 (4, EMBED_X4_MAX_WORKGROUP, 2),
@@ -561,6 +671,9 @@ pub fn all_sources() -> Vec<(String, &'static str, String)> {
         all.push((format!("{v:?}"), "embed_x4", v.source()));
     }
     all.push(("embed_scan".to_string(), "embed_scan", embed_scan_source()));
+    for form in CopyForm::all() {
+        all.push((format!("copy({})", form.name()), "copy", form.source()));
+    }
     for kind in RopeUnitKind::all() {
         all.push((format!("rope_x4({kind:?})"), "rope_x4", kind.x4_source()));
     }
@@ -612,8 +725,12 @@ mod tests {
     /// docs/guarantees.md says how many sources the platforms' validators check.
     #[test]
     fn the_documented_number_of_kernel_sources() {
-        assert_eq!(all_sources().len(), 9 + 576 + 2 * 8 + 9 * 8 * 8 + 1);
-        assert_eq!(all_sources().len(), 1178);
+        let (types, copy, rope_x4, rope_pass) = (9 * 8, 16, 6, 12);
+        assert_eq!(
+            all_sources().len(),
+            6 + types * (2 * 4 + 3) + 2 * 8 + types * 11 + 1 + copy + rope_x4 + rope_pass
+        );
+        assert_eq!(all_sources().len(), 1641);
     }
 
     #[test]

@@ -16,7 +16,8 @@ use super::{Context, fold_dispatch};
 use crate::encode::{self, Dtype, Embeddings, EncodeOptions, Encoded};
 use crate::error::{Error, Result};
 use crate::shaders::{
-    EncodeX4, FLAG_SCALE, MAX_TABLE_SLOTS, PAD, SLOT_SHIFT, WORKGROUP_SIZE, x4_units, x4_workgroup,
+    EncodeX4, FLAG_SCALE, MAX_TABLE_SLOTS, PAD, SLOT_SHIFT, WORKGROUP_SIZE, coalesced_units,
+    x4_units, x4_workgroup,
 };
 use crate::spec::PeSpec;
 
@@ -197,9 +198,8 @@ const MULTI_SLOT_TOKENS: usize = 64;
 
 /// Tokens per group for `n` tokens of dim `dim`: [`MAX_GROUP_TOKENS`] (fewest PE reads)
 /// unless that leaves fewer than [`MIN_WORKGROUPS`] workgroups, then fewer, down to one.
-fn group_cap(n: usize, dim: usize) -> usize {
+fn group_cap(n: usize, dim: usize, per: u32) -> usize {
     let units = (dim / 4) as u32;
-    let per = crate::shaders::x4_units(true);
     let blocks = units.div_ceil(per * x4_workgroup(units, per)).max(1) as usize;
     (n * blocks / MIN_WORKGROUPS).clamp(1, MAX_GROUP_TOKENS)
 }
@@ -243,6 +243,12 @@ impl Context {
             Arc::new(Kernel { layout, pipeline })
         });
         Arc::clone(kernel)
+    }
+
+    /// Units per invocation of this context's `encode_x4`: [`x4_units`] for the adjacent
+    /// pattern, [`coalesced_units`] for the coalesced one.
+    fn x4_units(&self) -> u32 {
+        if self.coalesced { coalesced_units(self.units, false) } else { x4_units(false) }
     }
 
     /// Table bindings one `encode_x4` dispatch may choose among on this device: the storage
@@ -872,7 +878,8 @@ impl Context {
                     out: out_dtype,
                     slots: slots as u32,
                     coalesced: self.coalesced,
-                    workgroup: x4_workgroup(dim as u32 / 4, x4_units(self.coalesced)),
+                    workgroup: x4_workgroup(dim as u32 / 4, self.x4_units()),
+                    units: self.x4_units(),
                 })
             } else {
                 Arc::clone(&self.encode.general)
@@ -961,7 +968,11 @@ impl Context {
                 let chunk_ids = &ids[start..end];
                 let records = if x4 {
                     let rows = table.rows_per_chunk;
-                    let cap = if self.coalesced { group_cap(n, dim) } else { MAX_GROUP_TOKENS };
+                    let cap = if self.coalesced {
+                        group_cap(n, dim, self.x4_units())
+                    } else {
+                        MAX_GROUP_TOKENS
+                    };
                     group_records(
                         chunk_ids,
                         &slots_of_tokens,
@@ -1005,7 +1016,7 @@ impl Context {
                             _pad: 0,
                         };
                         params[at..at + params_size].copy_from_slice(bytemuck::bytes_of(&p));
-                        let units = x4_units(self.coalesced);
+                        let units = self.x4_units();
                         let gx =
                             (dim as u32 / 4).div_ceil(units * x4_workgroup(dim as u32 / 4, units));
                         busy.push((w, gx, gy, gz));
@@ -1268,14 +1279,14 @@ mod tests {
     #[test]
     fn small_dispatches_get_smaller_groups() {
         // A decode step of 8 tokens at D = 4096 (4 blocks of 1024 columns): one token each.
-        assert_eq!(group_cap(8, 4096), 1);
-        assert_eq!(group_cap(1, 4096), 1);
-        assert_eq!(group_cap(32, 4096), 1);
+        assert_eq!(group_cap(8, 4096, 2), 1);
+        assert_eq!(group_cap(1, 4096, 2), 1);
+        assert_eq!(group_cap(32, 4096, 2), 1);
         // 1024 tokens x 4 blocks = twice the workgroups wanted: groups of two.
-        assert_eq!(group_cap(1024, 4096), 2);
+        assert_eq!(group_cap(1024, 4096, 2), 2);
         // The default bench shape, 8192 tokens of one block each: groups of four.
-        assert_eq!(group_cap(8192, 1024), 4);
+        assert_eq!(group_cap(8192, 1024, 2), 4);
         // A long prefill: full groups.
-        assert_eq!(group_cap(65536, 1024), MAX_GROUP_TOKENS);
+        assert_eq!(group_cap(65536, 1024, 2), MAX_GROUP_TOKENS);
     }
 }

@@ -12,7 +12,9 @@ use super::{
     AlibiParams, CopyParams, EmbedParams, EncodeParams, EncodeX4Params, NarrowParams, RopeCsParams,
     RopeParams, RopePassParams, RopeX4Params, TableParams,
 };
-use crate::shaders::{EmbedX4, EncodeX4, KERNELS, MAX_TABLE_SLOTS, RopePassKernel, RopeUnitKind};
+use crate::shaders::{
+    CopyForm, EmbedX4, EncodeX4, KERNELS, MAX_TABLE_SLOTS, RopePassKernel, RopeUnitKind,
+};
 
 /// One field of a parameter struct.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -145,7 +147,7 @@ pub fn params(entry: &str) -> Params {
             token_base,
         }),
         "narrow" => params!(NarrowParams { n_elems, out_dtype, groups_x, _pad }),
-        "copy" | "copy_x4" => params!(CopyParams { n_vecs, groups_x, _pad }),
+        "copy" => params!(CopyParams { n_vecs, groups_x, n_groups, _pad }),
         "alibi" => params!(AlibiParams {
             n_rows,
             row0,
@@ -202,7 +204,7 @@ pub fn params(entry: &str) -> Params {
             flags,
             scale_bits,
             pos_base,
-            groups_x,
+            groups_y,
             units_per_row,
             half_vecs,
             q_heads,
@@ -215,21 +217,20 @@ pub fn params(entry: &str) -> Params {
             k_seq,
             k_tok,
             k_head,
-            _pad,
+            blocks,
         }),
         _ => panic!("no kernel named {entry}"),
     }
 }
 
-/// Storage buffers of each kernel of [`KERNELS`] (and `rope_x4`, specialised per
-/// [`RopeUnitKind`]): the last is the read-write output, those
+/// Storage buffers of each kernel of [`KERNELS`] (and `copy` and `rope_x4`, specialised per
+/// [`CopyForm`] and [`RopeUnitKind`]): the last is the read-write output, those
 /// before it are read-only inputs.
 const STORAGE_BUFFERS: &[(&str, u32)] = &[
     ("table", 3),
     ("encode", 4),
     ("narrow", 2),
     ("copy", 2),
-    ("copy_x4", 2),
     ("alibi", 2),
     ("rope_cs", 3),
     ("rope", 4),
@@ -354,6 +355,13 @@ pub fn all() -> Vec<Kernel> {
         params: params("embed_scan"),
         bindings: embed_scan_bindings(),
     });
+    all.extend(CopyForm::all().into_iter().map(|form| Kernel {
+        name: format!("copy({})", form.name()),
+        entry: "copy",
+        source: form.source(),
+        params: params("copy"),
+        bindings: bindings("copy"),
+    }));
     all.extend(RopeUnitKind::all().into_iter().map(|kind| Kernel {
         name: format!("rope_x4({kind:?})"),
         entry: "rope_x4",

@@ -24,7 +24,9 @@ pub use encode::{
     PE_CACHE_BUDGET,
 };
 pub use faults::{FAULT_INJECT_ENV, SUBMISSION_TIMEOUT};
-pub use options::{ACCESS_PATTERN_ENV, AccessPattern, MEMORY_BUDGET_ENV, Options, TIMESTAMPS_ENV};
+pub use options::{
+    ACCESS_PATTERN_ENV, AccessPattern, MEMORY_BUDGET_ENV, Options, TIMESTAMPS_ENV, UNITS_ENV,
+};
 pub use pending::PendingEncode;
 pub use record::{
     ARENA_COPY_BYTES, AlibiPass, DEFAULT_CACHED_POSITIONS, DecodeTiming, EmbedParams, EncodePass,
@@ -32,7 +34,7 @@ pub use record::{
 };
 pub use rope::{RopeCsParams, RopeParams, RopeX4Params};
 pub use table::TableParams;
-pub use timing::{CopyParams, TimingSource};
+pub use timing::{CopyMethod, CopyParams, TimingSource};
 
 use memory::{DeviceBuffer, Memory};
 
@@ -194,10 +196,14 @@ pub struct Context {
     encode: encode::EncodeKernels,
     /// The vec4 encode kernel's access pattern is the coalesced one (see [`AccessPattern`]).
     coalesced: bool,
+    /// Units per invocation of the encode kernels in the coalesced pattern, when chosen
+    /// ([`Options::units`]).
+    units: Option<u32>,
     rope: rope::RopeKernels,
     pe_cache: Arc<Mutex<Option<encode::PeCache>>>,
     pool: Arc<BufferPool>,
-    copy: timing::CopyKernel,
+    /// The copy ceiling's forms, compiled on first use.
+    copy: timing::CopyKernels,
     /// Built on first use, so contexts that never compute ALiBi never compile it.
     alibi: Arc<std::sync::OnceLock<alibi::AlibiKernel>>,
     /// The recorded encode's kernels, built on first use.
@@ -384,7 +390,6 @@ impl Context {
         let coalesced =
             options.access().resolve(adapter.get_info().device_type) == AccessPattern::Coalesced;
         let rope = rope::RopeKernels::new(&device);
-        let copy = timing::CopyKernel::new(&device);
         Self {
             adapter,
             device,
@@ -396,10 +401,11 @@ impl Context {
             table,
             encode,
             coalesced,
+            units: options.chosen_units(),
             rope,
             pe_cache: Arc::new(Mutex::new(None)),
             pool: Arc::new(BufferPool::default()),
-            copy,
+            copy: timing::CopyKernels::default(),
             alibi: Arc::default(),
             record: record::EmbedKernels::default(),
             device_token: Arc::new(()),
@@ -684,11 +690,24 @@ impl Context {
         {
             let view =
                 slice.get_mapped_range().map_err(|e| Error::Gpu { op, message: e.to_string() })?;
-            dst.copy_from_slice(&view);
+            copy_out(dst, &view);
         }
         staging.unmap();
         Ok(())
     }
+}
+
+/// Copies a mapped staging range into host memory, on several threads when it is large:
+/// one core copies out of a mapping at about 10 GB/s (an H100 host, 2026-11-26), below what
+/// the bus delivers, and a fresh host array pays its page faults in the same loop.
+pub(crate) fn copy_out(dst: &mut [u8], src: &[u8]) {
+    use rayon::prelude::*;
+    const PIECE: usize = 1 << 20;
+    if dst.len() < 4 * PIECE {
+        dst.copy_from_slice(src);
+        return;
+    }
+    dst.par_chunks_mut(PIECE).zip(src.par_chunks(PIECE)).for_each(|(d, s)| d.copy_from_slice(s));
 }
 
 /// Scratch buffers kept between calls, so repeated calls neither allocate nor pay wgpu's

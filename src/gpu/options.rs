@@ -15,6 +15,11 @@ pub const TIMESTAMPS_ENV: &str = "POSENC_GPU_TIMESTAMPS";
 /// with `posenc bench` on a given adapter.
 pub const ACCESS_PATTERN_ENV: &str = "POSENC_GPU_ACCESS";
 
+/// Environment variable setting the units of four elements each invocation of the encode
+/// kernels moves per token in the coalesced access pattern (GPUs): 1, 2, 4 or 8 (see
+/// [`Options::units`]), for measuring one against another with `posenc bench`.
+pub const UNITS_ENV: &str = "POSENC_GPU_UNITS";
+
 /// Options of [`Context::with_options`](super::Context::with_options). The default uses
 /// every optional feature the adapter offers, no budget and no binding cap.
 ///
@@ -29,6 +34,7 @@ pub struct Options {
     timestamps: bool,
     limits: Option<wgpu::Limits>,
     access: AccessPattern,
+    units: Option<u32>,
     /// Set from the environment only: a testing knob, not an option of the API.
     fault: Option<Fault>,
 }
@@ -41,6 +47,7 @@ impl Default for Options {
             timestamps: true,
             limits: None,
             access: AccessPattern::Auto,
+            units: None,
             fault: None,
         }
     }
@@ -79,7 +86,8 @@ impl AccessPattern {
 impl Options {
     /// The defaults, changed by `POSENC_MAX_BINDING_SIZE` and `POSENC_GPU_MEMORY_BUDGET`
     /// (whole numbers of bytes), `POSENC_GPU_TIMESTAMPS` (`on` or `off`) and
-    /// `POSENC_GPU_ACCESS` (`auto`, `coalesced` or `adjacent`) when set;
+    /// `POSENC_GPU_ACCESS` (`auto`, `coalesced` or `adjacent`) and `POSENC_GPU_UNITS` (1, 2,
+    /// 4 or 8) when set;
     /// `POSENC_FAULT_INJECT=device-lost` makes the context lose its device as soon as it
     /// opens (see [`FAULT_INJECT_ENV`](super::FAULT_INJECT_ENV)).
     ///
@@ -109,9 +117,23 @@ impl Options {
                 });
             }
         };
+        let units = match std::env::var(UNITS_ENV) {
+            Err(_) => None,
+            Ok(text) => match text.trim().parse::<u32>() {
+                Ok(n @ (1 | 2 | 4 | 8)) => Some(n),
+                _ => {
+                    return Err(Error::InvalidParameter {
+                        field: UNITS_ENV,
+                        value: text,
+                        allowed: "1, 2, 4 or 8",
+                    });
+                }
+            },
+        };
         Ok(Self {
             memory_budget: bytes_from_env(MEMORY_BUDGET_ENV, 1)?,
             access,
+            units,
             max_binding_size: super::binding_cap_from_env()?,
             timestamps,
             fault: fault_from_env()?,
@@ -167,6 +189,21 @@ impl Options {
 
     pub(crate) fn access(&self) -> AccessPattern {
         self.access
+    }
+
+    /// Units of four elements each invocation of the encode kernels (host-array and
+    /// recorded) moves per token in the coalesced access pattern: 1, 2, 4 or 8; `None`
+    /// keeps posenc's choice ([`crate::shaders::coalesced_units`]). More units per
+    /// invocation put more loads in flight per thread and pay each token's record loads
+    /// once per more units; fewer give more threads. Other values are ignored.
+    #[must_use]
+    pub fn units(mut self, units: Option<u32>) -> Self {
+        self.units = units.filter(|n| matches!(n, 1 | 2 | 4 | 8));
+        self
+    }
+
+    pub(crate) fn chosen_units(&self) -> Option<u32> {
+        self.units
     }
 
     pub(crate) fn required_limits(&self, adapter: &wgpu::Adapter) -> wgpu::Limits {

@@ -93,7 +93,7 @@ impl Readback {
             let slice = staging.slice(..self.padded);
             let view =
                 slice.get_mapped_range().map_err(|e| Error::Gpu { op, message: e.to_string() })?;
-            host[self.at..self.at + self.bytes].copy_from_slice(&view[..self.bytes]);
+            super::copy_out(&mut host[self.at..self.at + self.bytes], &view[..self.bytes]);
         }
         staging.unmap();
         Ok(())

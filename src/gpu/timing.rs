@@ -5,17 +5,20 @@
 //! wall time from submission to completion of work whose inputs are already on the device.
 
 use std::cell::Cell;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use ndarray::ArrayView2;
 
 use bytemuck::{Pod, Zeroable};
 
+use super::encode::Kernel;
 use super::table::{TableBuffers, flat_steps};
 use super::{Context, fold_dispatch};
 use crate::encode::EncodeOptions;
 use crate::error::{Error, Result};
-use crate::shaders::WORKGROUP_SIZE;
+use crate::shaders::{COPY_GRID_GROUPS, CopyForm};
 use crate::spec::PeSpec;
 
 use super::GpuTable;
@@ -92,25 +95,6 @@ impl SpanTimer {
     }
 }
 
-/// One form of the copy ceiling, ready to record.
-struct CopyForm<'a> {
-    pipeline: &'a wgpu::ComputePipeline,
-    group: &'a wgpu::BindGroup,
-    grid: (u32, u32),
-}
-
-impl CopyForm<'_> {
-    fn record(&self, encoder: &mut wgpu::CommandEncoder) {
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some("posenc.copy.pass"),
-            timestamp_writes: None,
-        });
-        pass.set_pipeline(self.pipeline);
-        pass.set_bind_group(0, self.group, &[]);
-        pass.dispatch_workgroups(self.grid.0, self.grid.1, 1);
-    }
-}
-
 /// Marked vec4s per copy-ceiling check.
 const COPY_PROBES: u64 = 64;
 
@@ -122,25 +106,88 @@ pub struct CopyParams {
     pub n_vecs: u32,
     /// Workgroups along x of a dispatch folded into 2-D.
     pub groups_x: u32,
+    /// Workgroups of a grid-stride form's grid.
+    pub n_groups: u32,
     /// Padding to 16 bytes.
-    pub _pad: [u32; 2],
+    pub _pad: u32,
 }
 
-/// The two forms of the copy ceiling: one vec4 per invocation (`copy`), four adjacent
-/// vec4s per invocation (`copy_x4`). Which is faster depends on the adapter.
-#[derive(Clone)]
-pub(super) struct CopyKernel {
-    pub(super) layout: wgpu::BindGroupLayout,
-    pub(super) pipeline: wgpu::ComputePipeline,
-    x4_layout: wgpu::BindGroupLayout,
-    x4_pipeline: wgpu::ComputePipeline,
+/// How a copy ceiling copies: a WGSL kernel in one of its forms, or the driver's copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CopyMethod {
+    /// `shaders/copy.wgsl` specialised, in a compute pass: at most one storage binding.
+    Shader(CopyForm),
+    /// `copy_buffer_to_buffer`, the driver's own copy (a copy engine or a kernel of its
+    /// own), outside any compute pass.
+    Driver,
 }
 
-impl CopyKernel {
-    pub(super) fn new(device: &wgpu::Device) -> Self {
-        let (layout, pipeline) = super::build_kernel(device, "copy");
-        let (x4_layout, x4_pipeline) = super::build_kernel(device, "copy_x4");
-        Self { layout, pipeline, x4_layout, x4_pipeline }
+impl CopyMethod {
+    /// Every method the bench tries: the WGSL forms ([`CopyForm::all`]), then the driver's.
+    pub fn all() -> Vec<Self> {
+        let mut all: Vec<Self> = CopyForm::all().into_iter().map(Self::Shader).collect();
+        all.push(Self::Driver);
+        all
+    }
+
+    /// The form's name, or `driver`.
+    pub fn name(&self) -> String {
+        match self {
+            Self::Shader(form) => form.name(),
+            Self::Driver => "driver".to_string(),
+        }
+    }
+}
+
+/// The copy kernels, one per form, compiled on first use.
+#[derive(Clone, Default)]
+pub(super) struct CopyKernels {
+    forms: Arc<Mutex<HashMap<CopyForm, Arc<Kernel>>>>,
+}
+
+/// Buffers for copies of `n_vecs` vec4s: a source with marked vec4s, a destination.
+struct CopyRig {
+    src: super::PooledBuffer,
+    dst: super::PooledBuffer,
+    n_vecs: u32,
+}
+
+/// A copy ready to record.
+enum ReadyCopy {
+    Shader { kernel: Arc<Kernel>, group: wgpu::BindGroup, grid: (u32, u32), _params: wgpu::Buffer },
+    Driver { bytes: u64 },
+}
+
+impl ReadyCopy {
+    /// Records the copy into a compute pass (a shader form) or, for the driver's copy,
+    /// nothing: see [`ReadyCopy::record`].
+    fn dispatch(&self, pass: &mut wgpu::ComputePass<'_>) {
+        if let ReadyCopy::Shader { kernel, group, grid, .. } = self {
+            pass.set_pipeline(&kernel.pipeline);
+            pass.set_bind_group(0, group, &[]);
+            pass.dispatch_workgroups(grid.0, grid.1, 1);
+        }
+    }
+
+    /// Records `steps` copies into `encoder`: a shader form's in one compute pass, the
+    /// driver's as copy commands.
+    fn record(&self, rig: &CopyRig, encoder: &mut wgpu::CommandEncoder, steps: usize) {
+        match self {
+            ReadyCopy::Shader { .. } => {
+                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some("posenc.copy.pass"),
+                    timestamp_writes: None,
+                });
+                for _ in 0..steps {
+                    self.dispatch(&mut pass);
+                }
+            }
+            ReadyCopy::Driver { bytes } => {
+                for _ in 0..steps {
+                    encoder.copy_buffer_to_buffer(&rig.src, 0, &rig.dst, 0, *bytes);
+                }
+            }
+        }
     }
 }
 
@@ -194,123 +241,217 @@ impl Context {
         Ok(times)
     }
 
-    /// Seconds per run of the fastest vec4 copy of `bytes` (rounded down to 16; at most one
-    /// binding), one figure per repeat: each repeat times both forms of the copy (one vec4,
-    /// or four adjacent vec4s, per invocation) and keeps the faster, after one warm-up run
-    /// of each.
+    /// The copy kernel of `form`, compiled on first use.
+    pub(super) fn copy_kernel(&self, form: CopyForm) -> Arc<Kernel> {
+        let mut kernels = self.copy.forms.lock().unwrap_or_else(|e| e.into_inner());
+        let kernel = kernels.entry(form).or_insert_with(|| {
+            let (layout, pipeline) = super::build_pipeline(
+                &self.device,
+                "copy",
+                &form.source(),
+                &super::layout::bindings("copy"),
+            );
+            Arc::new(Kernel { layout, pipeline })
+        });
+        Arc::clone(kernel)
+    }
+
+    /// Source and destination of `bytes` (rounded down to 16, at least 16), the source's
+    /// probe vec4s marked with `mark`.
+    fn copy_rig(&self, bytes: u64, mark: &impl Fn(u64) -> [u32; 4]) -> Result<CopyRig> {
+        let bytes = (bytes & !15).max(16);
+        use wgpu::BufferUsages as U;
+        let usage = U::STORAGE | U::COPY_DST | U::COPY_SRC;
+        let src = self.pooled("posenc.copy.src", bytes, usage)?;
+        let dst = self.pooled("posenc.copy.dst", bytes, usage)?;
+        let n_vecs = u32::try_from(bytes / 16).map_err(|_| Error::Limit {
+            op: "copy",
+            what: "vec4s of one copy",
+            requested: bytes / 16,
+            limit_name: "u32::MAX",
+            limit: u64::from(u32::MAX),
+        })?;
+        for v in probes(n_vecs) {
+            self.queue.write_buffer(&src, 16 * v, bytemuck::cast_slice(&mark(v)));
+        }
+        Ok(CopyRig { src, dst, n_vecs })
+    }
+
+    /// `method` over `rig`, ready to record, with the destination cleared.
+    fn ready_copy(&self, rig: &CopyRig, method: CopyMethod) -> Result<ReadyCopy> {
+        let mut clear = self.device.create_command_encoder(&Default::default());
+        clear.clear_buffer(&rig.dst, 0, None);
+        self.queue.submit([clear.finish()]);
+        let form = match method {
+            CopyMethod::Driver => {
+                return Ok(ReadyCopy::Driver { bytes: u64::from(rig.n_vecs) * 16 });
+            }
+            CopyMethod::Shader(form) => form,
+        };
+        if u64::from(rig.n_vecs) * 16 > self.max_binding {
+            return Err(Error::Limit {
+                op: "copy",
+                what: "the bytes of a WGSL copy (one binding)",
+                requested: u64::from(rig.n_vecs) * 16,
+                limit_name: "max storage binding size",
+                limit: self.max_binding,
+            });
+        }
+        let kernel = self.copy_kernel(form);
+        let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
+        let blocks = rig.n_vecs.div_ceil(form.block());
+        let groups = if form.grid_stride { blocks.min(COPY_GRID_GROUPS) } else { blocks };
+        let (gx, gy) = fold_dispatch(groups, max_groups);
+        let params =
+            CopyParams { n_vecs: rig.n_vecs, groups_x: gx, n_groups: groups.max(1), _pad: 0 };
+        let (params, _) = super::record::uniform_blocks(
+            self,
+            "posenc.copy.params",
+            &[bytemuck::bytes_of(&params)],
+        )?;
+        let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("posenc.copy.bind_group"),
+            layout: &kernel.layout,
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: params.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: rig.src.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 2, resource: rig.dst.as_entire_binding() },
+            ],
+        });
+        Ok(ReadyCopy::Shader { kernel, group, grid: (gx, gy), _params: params })
+    }
+
+    /// Checks that `method` really copied over `rig`: its marked vec4s must be in the
+    /// destination.
+    fn check_copy(
+        &self,
+        op: &'static str,
+        rig: &CopyRig,
+        method: CopyMethod,
+        mark: &impl Fn(u64) -> [u32; 4],
+    ) -> Result<()> {
+        use wgpu::BufferUsages as U;
+        let staging =
+            self.pooled("posenc.copy.probes", 16 * COPY_PROBES, U::MAP_READ | U::COPY_DST)?;
+        let mut encoder = self.device.create_command_encoder(&Default::default());
+        let probes = probes(rig.n_vecs);
+        for (k, &v) in probes.iter().enumerate() {
+            encoder.copy_buffer_to_buffer(&rig.dst, 16 * v, &staging, 16 * k as u64, 16);
+        }
+        let mut got = vec![0u8; 16 * probes.len()];
+        self.finish_and_read(op, encoder, &staging, &mut got)?;
+        for (k, &v) in probes.iter().enumerate() {
+            if got[16 * k..16 * k + 16] != *bytemuck::cast_slice::<u32, u8>(&mark(v)) {
+                return Err(Error::Gpu {
+                    op,
+                    message: format!(
+                        "the copy ceiling ({}) left vec4 {v} of {} wrong",
+                        method.name(),
+                        rig.n_vecs
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `time` with `method` ready over `bytes`, then checks the copy.
+    fn with_copy<T>(
+        &self,
+        op: &'static str,
+        method: CopyMethod,
+        bytes: u64,
+        time: impl FnOnce(&CopyRig, &ReadyCopy) -> Result<T>,
+    ) -> Result<T> {
+        let mark = |v: u64| [v as u32, !(v as u32), 0x5EED_0000 ^ v as u32, 0xC0FF_EE00];
+        self.scoped(op, || {
+            let rig = self.copy_rig(bytes, &mark)?;
+            let ready = self.ready_copy(&rig, method)?;
+            // The marks, the clear and the parameters go ahead of the timed runs.
+            self.wait(op, self.queue.submit([]))?;
+            let value = time(&rig, &ready)?;
+            self.check_copy(op, &rig, method, &mark)?;
+            Ok(value)
+        })
+    }
+
+    /// Seconds per run of `method` copying `bytes` (rounded down to 16; a shader form at
+    /// most one binding), one submission a run, device time (see [`TimingSource`]), after
+    /// one warm-up run; the copy is checked afterwards (marked vec4s must be in the
+    /// destination).
+    ///
+    /// # Errors
+    /// [`Error::Limit`] for a shader form over one binding; [`Error::Gpu`] if wgpu reports
+    /// an error or the copy left a marked vec4 wrong.
+    pub fn time_copy_method(
+        &self,
+        method: CopyMethod,
+        bytes: u64,
+        repeats: usize,
+    ) -> Result<Vec<f64>> {
+        self.time_copy_steps(method, bytes, 1, repeats)
+    }
+
+    /// Seconds per copy of `steps` copies of `bytes` by `method` recorded into one command
+    /// buffer and submitted once (a shader form's in one compute pass), device time: the
+    /// ceiling of work recorded the way an engine records its steps. Checked as
+    /// [`Context::time_copy_method`].
+    ///
+    /// # Errors
+    /// As [`Context::time_copy_method`].
+    pub fn time_copy_steps(
+        &self,
+        method: CopyMethod,
+        bytes: u64,
+        steps: usize,
+        repeats: usize,
+    ) -> Result<Vec<f64>> {
+        let steps = steps.max(1);
+        self.with_copy("copy", method, bytes, |rig, ready| {
+            let times = self.time_recorded(repeats, |encoder| {
+                ready.record(rig, encoder, steps);
+                Ok(())
+            })?;
+            Ok(times.into_iter().map(|t| t / steps as f64).collect())
+        })
+    }
+
+    /// Seconds per run of the fastest copy of `bytes` (rounded down to 16; at most one
+    /// binding) among the WGSL forms and the driver's copy, one figure per repeat.
     ///
     /// # Errors
     /// [`Error::Gpu`] if wgpu reports an error.
     pub fn time_copy(&self, bytes: u64, repeats: usize) -> Result<Vec<f64>> {
-        let mark = |v: u64| [v as u32, !(v as u32), 0x5EED_0000 ^ v as u32, 0xC0FF_EE00];
-        let runs = self.copy_forms("copy", bytes, mark, |form| {
-            self.time_submissions("posenc.copy.encoder", repeats, |encoder| form.record(encoder))
-        })?;
-        Ok(runs[0].iter().zip(&runs[1]).map(|(a, b)| a.min(*b)).collect())
+        let bytes = bytes.min(self.max_binding);
+        let mut best = vec![f64::INFINITY; repeats];
+        for method in CopyMethod::all() {
+            let times = self.time_copy_method(method, bytes, repeats)?;
+            for (b, t) in best.iter_mut().zip(times) {
+                *b = b.min(t);
+            }
+        }
+        Ok(best)
     }
 
-    /// Runs `time` once for each form of the copy ceiling over `bytes` (rounded down to 16;
-    /// at most one binding), with the form's pipeline and bind group ready and its
-    /// destination cleared, then checks that the form really copied: vec4s of the source
-    /// marked with `mark` must be in the destination. Returns what each `time` returned.
-    fn copy_forms(
-        &self,
-        op: &'static str,
-        bytes: u64,
-        mark: impl Fn(u64) -> [u32; 4],
-        mut time: impl FnMut(&CopyForm<'_>) -> Result<Vec<f64>>,
-    ) -> Result<[Vec<f64>; 2]> {
-        let bytes = (bytes.min(self.max_binding) & !15).max(16);
-        self.scoped(op, || {
-            use wgpu::BufferUsages as U;
-            let usage = U::STORAGE | U::COPY_DST | U::COPY_SRC;
-            let src = self.pooled("posenc.copy.src", bytes, usage)?;
-            let dst = self.pooled("posenc.copy.dst", bytes, usage)?;
-            let n_vecs = (bytes / 16) as u32;
-            // A ceiling must really copy: marked vec4s spread over the buffer are checked
-            // in the destination after each form's runs (cleared before them).
-            let probes: Vec<u64> =
-                (0..COPY_PROBES).map(|k| (u64::from(n_vecs) - 1) * k / (COPY_PROBES - 1)).collect();
-            for &v in &probes {
-                self.queue.write_buffer(&src, 16 * v, bytemuck::cast_slice(&mark(v)));
-            }
-            let staging =
-                self.pooled("posenc.copy.probes", 16 * COPY_PROBES, U::MAP_READ | U::COPY_DST)?;
-            let params_buf = self.pooled(
-                "posenc.copy.params",
-                size_of::<CopyParams>() as u64,
-                U::UNIFORM | U::COPY_DST,
-            )?;
-            let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
-            let forms = [
-                (&self.copy.layout, &self.copy.pipeline, 1),
-                (&self.copy.x4_layout, &self.copy.x4_pipeline, 4),
-            ];
-            let mut runs = [Vec::new(), Vec::new()];
-            for (k, (layout, pipeline, per_invocation)) in forms.into_iter().enumerate() {
-                let mut clear = self.device.create_command_encoder(&Default::default());
-                clear.clear_buffer(&dst, 0, None);
-                self.queue.submit([clear.finish()]);
-                let invocations = n_vecs.div_ceil(per_invocation);
-                let (gx, gy) = fold_dispatch(invocations.div_ceil(WORKGROUP_SIZE), max_groups);
-                let params = CopyParams { n_vecs, groups_x: gx, _pad: [0; 2] };
-                self.queue.write_buffer(&params_buf, 0, bytemuck::bytes_of(&params));
-                let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: Some("posenc.copy.bind_group"),
-                    layout,
-                    entries: &[
-                        wgpu::BindGroupEntry {
-                            binding: 0,
-                            resource: params_buf.as_entire_binding(),
-                        },
-                        wgpu::BindGroupEntry { binding: 1, resource: src.as_entire_binding() },
-                        wgpu::BindGroupEntry { binding: 2, resource: dst.as_entire_binding() },
-                    ],
-                });
-                // The clear and the parameters go ahead of the timed runs.
-                self.wait(op, self.queue.submit([]))?;
-                runs[k] = time(&CopyForm { pipeline, group: &group, grid: (gx, gy) })?;
-                let mut encoder = self.device.create_command_encoder(&Default::default());
-                for (k, &v) in probes.iter().enumerate() {
-                    encoder.copy_buffer_to_buffer(&dst, 16 * v, &staging, 16 * k as u64, 16);
-                }
-                let mut got = vec![0u8; 16 * COPY_PROBES as usize];
-                self.finish_and_read(op, encoder, &staging, &mut got)?;
-                for (k, &v) in probes.iter().enumerate() {
-                    if got[16 * k..16 * k + 16] != *bytemuck::cast_slice::<u32, u8>(&mark(v)) {
-                        return Err(Error::Gpu {
-                            op,
-                            message: format!(
-                                "the copy ceiling ({per_invocation} vec4 per invocation) left \
-                                 vec4 {v} of {n_vecs} wrong"
-                            ),
-                        });
-                    }
-                }
-            }
-            Ok(runs)
-        })
-    }
-
-    /// Seconds per call of the fastest vec4 copy of `bytes` (the copy of
-    /// [`Context::time_copy`], same bytes, same two forms) as a caller sees a one-dispatch
-    /// operation, by the wall clock: creating the command encoder, recording the dispatch,
+    /// Seconds per call of `method` copying `bytes` as a caller sees a one-dispatch
+    /// operation, by the wall clock: creating the command encoder, recording the copy,
     /// submitting it and waiting for the device to finish. This is the ceiling of a whole
     /// call such as [`Context::encode_into_buffer`] followed by a wait, which pays the same
     /// submission and wait on top of its work. Pipelines, buffers and the bind group are
-    /// made beforehand, as a context keeps its own. One figure per repeat, the faster of the
-    /// two forms, after one warm-up call of each; as for `time_copy`, marked vec4s are
-    /// checked in the destination, so each form must really have copied.
+    /// made beforehand, as a context keeps its own. One figure per repeat after one warm-up
+    /// call; checked as [`Context::time_copy_method`].
     ///
     /// # Errors
-    /// [`Error::Gpu`] if wgpu reports an error or a form left a marked vec4 uncopied;
-    /// [`Error::DeviceLost`] if a call does not complete within
-    /// [`SUBMISSION_TIMEOUT`](super::SUBMISSION_TIMEOUT).
-    pub fn time_copy_call(&self, bytes: u64, repeats: usize) -> Result<Vec<f64>> {
+    /// As [`Context::time_copy_method`]; [`Error::DeviceLost`] if a call does not complete
+    /// within [`SUBMISSION_TIMEOUT`](super::SUBMISSION_TIMEOUT).
+    pub fn time_copy_call(
+        &self,
+        method: CopyMethod,
+        bytes: u64,
+        repeats: usize,
+    ) -> Result<Vec<f64>> {
         const OP: &str = "copy_call";
-        // Marks unlike time_copy's, so a destination left over from it cannot pass.
-        let mark = |v: u64| [!(v as u32), v as u32, 0xCA11_0000 ^ v as u32, 0x0C0F_FEE0];
-        let runs = self.copy_forms(OP, bytes, mark, |form| {
+        self.with_copy(OP, method, bytes, |rig, ready| {
             let mut times = Vec::with_capacity(repeats);
             for run in 0..=repeats {
                 let start = Instant::now();
@@ -318,7 +459,7 @@ impl Context {
                     self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
                         label: Some("posenc.copy_call.encoder"),
                     });
-                form.record(&mut encoder);
+                ready.record(rig, &mut encoder, 1);
                 let index = self.queue.submit([encoder.finish()]);
                 self.wait(OP, index)?;
                 if run > 0 {
@@ -326,8 +467,83 @@ impl Context {
                 }
             }
             Ok(times)
+        })
+    }
+
+    /// Seconds per dispatch of `steps` dispatches of one workgroup copying one vec4 (the
+    /// least work a dispatch can do), recorded into one command buffer and submitted once:
+    /// all in one compute pass, or with `own_pass` each in a compute pass of its own. The
+    /// floor under any operation recorded the same way.
+    ///
+    /// # Errors
+    /// [`Error::Gpu`] if wgpu reports an error.
+    pub fn time_dispatch_floor(
+        &self,
+        steps: usize,
+        repeats: usize,
+        own_pass: bool,
+    ) -> Result<Vec<f64>> {
+        let steps = steps.max(1);
+        self.with_copy("dispatch_floor", CopyMethod::Shader(CopyForm::ONE), 16, |_, ready| {
+            let times = self.time_recorded(repeats, |encoder| {
+                if own_pass {
+                    for _ in 0..steps {
+                        let mut pass = encoder.begin_compute_pass(&Default::default());
+                        ready.dispatch(&mut pass);
+                    }
+                } else {
+                    let mut pass = encoder.begin_compute_pass(&Default::default());
+                    for _ in 0..steps {
+                        ready.dispatch(&mut pass);
+                    }
+                }
+                Ok(())
+            })?;
+            Ok(times.into_iter().map(|t| t / steps as f64).collect())
+        })
+    }
+
+    /// Keeps the device busy with copies for `duration`, so that a GPU has raised its
+    /// clocks before the first timed item (they rise over tens of milliseconds of load).
+    ///
+    /// # Errors
+    /// [`Error::Gpu`] if wgpu reports an error.
+    pub fn warm_up(&self, duration: std::time::Duration) -> Result<()> {
+        let bytes = (64 << 20).min(self.max_binding);
+        let form = CopyMethod::Shader(CopyForm::ONE);
+        self.with_copy("warm_up", form, bytes, |rig, ready| {
+            let start = Instant::now();
+            while start.elapsed() < duration {
+                let mut encoder = self.device.create_command_encoder(&Default::default());
+                ready.record(rig, &mut encoder, 8);
+                let index = self.queue.submit([encoder.finish()]);
+                self.wait("warm_up", index)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Seconds the device spends on what `record` records into one command encoder, one
+    /// submission per repeat after one untimed warm-up submission (see [`TimingSource`]):
+    /// how the bench times steps recorded as an engine records them.
+    ///
+    /// # Errors
+    /// What `record` returns; [`Error::Gpu`] if wgpu reports an error.
+    pub fn time_recorded(
+        &self,
+        repeats: usize,
+        mut record: impl FnMut(&mut wgpu::CommandEncoder) -> Result<()>,
+    ) -> Result<Vec<f64>> {
+        let mut failed = None;
+        let times = self.time_submissions("posenc.steps.encoder", repeats, |encoder| {
+            if failed.is_none() {
+                failed = record(encoder).err();
+            }
         })?;
-        Ok(runs[0].iter().zip(&runs[1]).map(|(a, b)| a.min(*b)).collect())
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(times),
+        }
     }
 
     /// Seconds the device spends on one [`Context::encode_into_buffer`] (see
@@ -428,4 +644,13 @@ impl Context {
         })?;
         Ok(bytes)
     }
+}
+
+/// The vec4 indices a copy check reads: [`COPY_PROBES`] spread over `n_vecs`.
+fn probes(n_vecs: u32) -> Vec<u64> {
+    let n = u64::from(n_vecs);
+    if n <= COPY_PROBES {
+        return (0..n).collect();
+    }
+    (0..COPY_PROBES).map(|k| (n - 1) * k / (COPY_PROBES - 1)).collect()
 }

@@ -130,7 +130,8 @@ impl Context {
         });
         let dispatches = pass.dispatches();
         // The floor's trivial dispatch: a one-workgroup copy of one vec4.
-        let params = CopyParams { n_vecs: 1, groups_x: 1, _pad: [0; 2] };
+        let params = CopyParams { n_vecs: 1, groups_x: 1, n_groups: 1, _pad: 0 };
+        let floor_kernel = self.copy_kernel(crate::shaders::CopyForm::ONE);
         let params = init(
             "posenc.decode.floor_params",
             bytemuck::cast_slice(bytemuck::bytes_of(&params)),
@@ -140,7 +141,7 @@ impl Context {
         let dst = init("posenc.decode.floor_dst", &[0; 4], U::STORAGE);
         let floor_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("posenc.decode.floor"),
-            layout: &self.copy.layout,
+            layout: &floor_kernel.layout,
             entries: &[
                 wgpu::BindGroupEntry { binding: 0, resource: params.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 1, resource: src.as_entire_binding() },
@@ -164,7 +165,7 @@ impl Context {
                 }
                 if floor {
                     let mut cpass = encoder.begin_compute_pass(&Default::default());
-                    cpass.set_pipeline(&self.copy.pipeline);
+                    cpass.set_pipeline(&floor_kernel.pipeline);
                     cpass.set_bind_group(0, &floor_group, &[]);
                     for _ in 0..dispatches {
                         cpass.dispatch_workgroups(1, 1, 1);

@@ -504,7 +504,7 @@ impl Context {
                 .flags
                 .contains(wgpu::DownlevelFlags::INDIRECT_EXECUTION);
         let x4 = dim.is_multiple_of(4).then(|| {
-            let (units, workgroup) = EmbedX4::shape(row_units, self.coalesced);
+            let (units, workgroup) = EmbedX4::shape(row_units, self.coalesced, self.units);
             // A learned table has no PE to compute: the cached tokens' stage alone.
             let stage = if split || matches!(pe, PassPe::Learned(_)) { 1 } else { 0 };
             let v = EmbedX4 {

@@ -20,7 +20,9 @@ use crate::gpu::memory::DeviceBuffer;
 use crate::gpu::rope::{Kernel, Plan, RopeCsParams, RopeKernel, RopeParams, RopeX4Params};
 use crate::gpu::{Context, fold_dispatch};
 use crate::rope::{Frequencies, Geometry, Layout, RopeSpec};
-use crate::shaders::{FLAG_OFFSETS, FLAG_SCALE, RopePassKernel, WORKGROUP_SIZE};
+use crate::shaders::{
+    FLAG_OFFSETS, FLAG_SCALE, ROPE_PASS_WORKGROUP, RopePassKernel, WORKGROUP_SIZE,
+};
 
 /// The shape of a [`RopePass`]'s tensors and where its positions come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,8 +58,8 @@ pub struct RopePassParams {
     pub scale_bits: u32,
     /// Index of the first position in the bound positions.
     pub pos_base: u32,
-    /// Workgroups along x of a dispatch folded into 2-D.
-    pub groups_x: u32,
+    /// Workgroups along y (tokens beyond fold into z).
+    pub groups_y: u32,
     /// Units (four or eight frequencies) per head row.
     pub units_per_row: u32,
     /// `r / 2` elements in vec4s: the neox partner offset.
@@ -82,8 +84,8 @@ pub struct RopePassParams {
     pub k_tok: u32,
     /// k's stride between heads, in vec4s.
     pub k_head: u32,
-    /// Padding to a multiple of 16 bytes.
-    pub _pad: u32,
+    /// Blocks of [`ROPE_PASS_WORKGROUP`] units per token: workgroups along x.
+    pub blocks: u32,
 }
 
 /// RoPE prepared once for a spec and a tensor shape, then recorded into the caller's
@@ -117,15 +119,17 @@ impl std::fmt::Debug for RopePass {
     }
 }
 
-/// The one-dispatch route: its kernel, grid and parameters less the bound offsets.
+/// The one-dispatch route: its kernel and parameters less the bound offsets and blocks.
 struct Fused {
     kernel: Arc<RopeKernel>,
-    grid: (u32, u32),
+    /// Units per block: the kernel's units per invocation times its workgroup.
+    block: u32,
     params: RopePassParams,
 }
 
 struct FusedBound {
     group: wgpu::BindGroup,
+    grid: (u32, u32, u32),
     _params: wgpu::Buffer,
 }
 
@@ -284,11 +288,15 @@ impl Context {
             return None;
         }
         let n_freqs = spec.n_freqs();
-        let kernel = RopePassKernel::new(kind, n_freqs)?;
+        let kernel = RopePassKernel::new(kind, n_freqs, if self.coalesced { 1 } else { 4 })?;
         let g = &q.geometry;
         let tokens = u32::try_from(g.batch * g.len).ok()?;
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
-        let grid = fold_dispatch(tokens, max_groups);
+        let units = (g.heads + desc.k_heads) as u64 * u64::from(n_freqs / kind.unit_freqs());
+        if units.div_ceil(u64::from(ROPE_PASS_WORKGROUP * kernel.units)) > u64::from(max_groups) {
+            return None;
+        }
+        let (groups_y, _) = fold_dispatch(tokens, max_groups);
         let af = freqs.attention_factor();
         let mut flags = if af == 1.0 { 0 } else { FLAG_SCALE };
         if desc.positions == Positions::PerSequence {
@@ -310,7 +318,7 @@ impl Context {
             flags,
             scale_bits: af.to_bits(),
             pos_base: 0,
-            groups_x: grid.0,
+            groups_y,
             units_per_row: n_freqs / kind.unit_freqs(),
             half_vecs: n_freqs / per_vec as u32,
             q_heads: g.heads as u32,
@@ -323,9 +331,10 @@ impl Context {
             k_seq,
             k_tok,
             k_head,
-            _pad: 0,
+            blocks: 0,
         };
-        Some(Fused { kernel: self.rope_pass_kernel(kernel), grid, params })
+        let block = ROPE_PASS_WORKGROUP * kernel.units;
+        Some(Fused { kernel: self.rope_pass_kernel(kernel), block, params })
     }
 }
 
@@ -612,7 +621,8 @@ impl RopePass {
                 let dispatch = |pass: &mut wgpu::ComputePass<'_>| {
                     pass.set_pipeline(&fused.kernel.pipeline);
                     pass.set_bind_group(0, &bound.group, &[]);
-                    pass.dispatch_workgroups(fused.grid.0, fused.grid.1, 1);
+                    let (x, y, z) = bound.grid;
+                    pass.dispatch_workgroups(x, y, z);
                 };
                 match target {
                     Target::Pass(pass) => dispatch(pass),
@@ -666,11 +676,19 @@ impl RopePass {
     fn bind_fused(&self, fused: &Fused, spans: &[Span]) -> Result<FusedBound> {
         let [positions, q, rest @ ..] = spans else { unreachable!("positions and q") };
         let k = rest.first();
+        let k_heads = if k.is_some() { fused.params.k_heads } else { 0 };
+        let units = (fused.params.q_heads + k_heads) * fused.params.units_per_row;
+        let blocks = units.div_ceil(fused.block);
+        let g = &self.q.geometry;
+        let max_groups = self.ctx.device.limits().max_compute_workgroups_per_dimension;
+        let (groups_y, groups_z) = fold_dispatch((g.batch * g.len) as u32, max_groups);
         let params = RopePassParams {
             pos_base: positions.base,
             q_base: q.base / 4,
             k_base: k.map_or(0, |k| k.base / 4),
-            k_heads: if k.is_some() { fused.params.k_heads } else { 0 },
+            k_heads,
+            blocks,
+            groups_y,
             ..fused.params
         };
         let ctx = &self.ctx;
@@ -691,7 +709,7 @@ impl RopePass {
                     entry(4, k.binding()),
                 ],
             });
-            Ok(FusedBound { group, _params: buffer })
+            Ok(FusedBound { group, grid: (blocks, groups_y, groups_z), _params: buffer })
         })?
     }
 

@@ -671,6 +671,79 @@ fn coalesced_groups_of_several_tokens_keep_the_cpu_bits() {
     }
 }
 
+/// Every number of units per invocation of the coalesced pattern (`Options::units`): the
+/// host-array kernel (groups of one and of several tokens, rows ending inside a block) and
+/// the recorded pass (rows of one and of several blocks) give the CPU's bits.
+#[test]
+fn every_units_per_invocation_keeps_the_cpu_bits() {
+    use posenc::gpu::{AccessPattern, EncodePassDescriptor, Options, Positions};
+    use wgpu::util::DeviceExt;
+    let mut rng = Rng::new(93);
+    for units in [1, 2, 4, 8] {
+        let options =
+            Options::default().access_pattern(AccessPattern::Coalesced).units(Some(units));
+        let Some(ctx) = crate::support::fresh_gpu(&options) else { return };
+        for (dim, batch, len) in [(260, 40, 250), (1028, 3, 5), (4096, 2, 3)] {
+            let vocab = 53;
+            let spec = PeSpec::new(dim as u32).unwrap();
+            let table = Table::new(&mut rng, vocab, dim);
+            let mut ids = random_ids(&mut rng, batch, len, vocab);
+            ids[[0, 0]] = 5;
+            let pos = positions::contiguous_batch(batch, len);
+            for (dtype, out_dtype) in [(Dtype::F32, Dtype::F32), (Dtype::Bf16, Dtype::F16)] {
+                let what =
+                    format!("units {units} D={dim} B={batch} L={len} {dtype:?}->{out_dtype:?}");
+                let uploaded = ctx.upload_table(table.view(dtype)).unwrap();
+                let options = EncodeOptions { pad_id: Some(5), out_dtype, ..Default::default() };
+                let c = cpu::encode(&spec, table.view(dtype), ids.view(), pos.view(), &options)
+                    .unwrap();
+                let g = ctx.encode(&spec, &uploaded, ids.view(), pos.view(), &options).unwrap();
+                assert_same_bits(&what, &g, &c);
+                // The recorded pass.
+                let desc = EncodePassDescriptor {
+                    batch,
+                    len,
+                    positions: Positions::PerToken,
+                    options,
+                    ..EncodePassDescriptor::default()
+                };
+                let pass = ctx.encode_pass(&spec, &uploaded, &desc).unwrap();
+                let words = |a: &Array2<u32>| {
+                    ctx.device().create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                        label: Some("test.words"),
+                        contents: bytemuck::cast_slice(a.as_slice().unwrap()),
+                        usage: wgpu::BufferUsages::STORAGE,
+                    })
+                };
+                let (ids_buf, pos_buf) = (words(&ids), words(&pos));
+                let out = ctx.device().create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("test.out"),
+                    size: pass.output_bytes().next_multiple_of(4),
+                    usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+                    mapped_at_creation: false,
+                });
+                let mut encoder = ctx.device().create_command_encoder(&Default::default());
+                pass.record(&mut encoder, ids_buf.slice(..), pos_buf.slice(..), out.slice(..))
+                    .unwrap();
+                ctx.queue().submit([encoder.finish()]);
+                let got = ctx.read_buffer(&out).unwrap();
+                let want: Vec<u8> = c
+                    .bits()
+                    .iter()
+                    .flat_map(|b| {
+                        let bytes = b.to_le_bytes();
+                        bytes[..out_dtype.size()].to_vec()
+                    })
+                    .collect();
+                assert!(
+                    got[..want.len()] == want[..],
+                    "{what}: the recorded pass differs from the CPU"
+                );
+            }
+        }
+    }
+}
+
 /// A model's own frequencies (`PeSpec::with_inv_freq`) through the encode, cached PE rows
 /// and cold positions, the vec4 and the general kernel, both frequency modes: the CPU's
 /// bits. The formula's spec of the same variant and dim encodes first, so rows it cached

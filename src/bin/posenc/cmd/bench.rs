@@ -18,13 +18,24 @@ pub(crate) struct BenchArgs {
     /// llama3-8b-decode, mistral-7b-decode or whisper-small: its width, vocabulary and
     /// table storage type (the output is f32 unless --out-dtype says otherwise), and the
     /// checkpoint load is timed. Shape and type flags given with it override the preset's.
+    /// Or an operation's: llama3-8b-rope, llama3-8b-rope-decode, phi-2-rope (RoPE of q and
+    /// k), bloom-7b1-alibi, bloom-7b1-alibi-decode (the ALiBi bias), gemma-7b-step,
+    /// llama3-8b-step, llama2-13b-step, starcoder2-15b-step, llama3-70b-step (a decode step:
+    /// the encode and RoPE of q and k in one compute pass), whose shapes are fixed.
     #[arg(long, value_name = "NAME")]
     model: Option<String>,
     /// Run every preset of --model in turn and print one table (with --json, {"suite":
-    /// [...]}, one bench object per preset). Shape and type flags given with it override
-    /// every preset's.
+    /// [...], "ops": [...], "device": {...}}: one bench object per encode preset, one per
+    /// operation preset, and the device's large copy and dispatch costs). Shape and type
+    /// flags given with it override every encode preset's.
     #[arg(long, conflicts_with = "model")]
     suite: bool,
+    /// Steps per steps-mode measurement: K steps of an operation recorded into one compute
+    /// pass and submitted once, against K copies of the same bytes and K trivial dispatches
+    /// recorded the same way [default: about 256 MiB of traffic, 4 to 200 steps].
+    #[arg(long, value_name = "K", conflicts_with = "decode", allow_negative_numbers = true,
+          value_parser = whole::<usize>("a whole number in 1..=10000"))]
+    steps: Option<usize>,
     /// Sequences per batch [default: 8].
     #[arg(long, value_name = "B", allow_negative_numbers = true,
           value_parser = whole::<usize>("a whole number, at least 1"))]
@@ -108,6 +119,7 @@ impl BenchArgs {
             },
             repeats: self.repeats.unwrap_or(base.repeats),
             load: self.load.unwrap_or(base.load),
+            steps: self.steps.or(base.steps),
             ..base
         }
     }
@@ -126,6 +138,9 @@ enum BenchDevice {
 pub(crate) fn run(args: &BenchArgs) -> Result<(), Failure> {
     if let Some(steps) = args.decode {
         return run_decode(args, steps);
+    }
+    if let Some(preset) = args.model.as_deref().and_then(bench::ops::OpPreset::find) {
+        return run_op(args, preset);
     }
     let configs: Vec<Config> = if args.suite {
         let suite = |p: &bench::Preset| Config { repeats: SUITE_REPEATS, ..p.config() };
@@ -160,16 +175,44 @@ pub(crate) fn run(args: &BenchArgs) -> Result<(), Failure> {
             shown = true;
         }
     };
-    let reports = if args.suite {
-        bench::run_suite(&configs, progress).map(|s| s.suite)
+    let suite = if args.suite {
+        let ops = bench::ops::OpPreset::all();
+        bench::run_suite(&configs, &ops, progress)
     } else {
-        bench::run(&configs[0], progress).map(|r| vec![r])
+        bench::run(&configs[0], progress).map(|r| bench::Suite {
+            suite: vec![r],
+            ops: Vec::new(),
+            device: None,
+        })
     };
     if shown {
         crate::failure::to_stderr(format_args!("\r\x1b[K"));
     }
-    // bench measures what it was asked for and never falls back; say how to measure the CPU.
-    let reports = reports.map_err(|e| match e {
+    let suite = suite.map_err(no_fallback)?;
+    if let Some(file) = plot_file {
+        let image = bench::chart(&suite.suite)?;
+        emit(&file, |w| image.write_png(w))?;
+    }
+    if args.json {
+        to_stdout(|w| {
+            if args.suite {
+                serde_json::to_writer_pretty(&mut *w, &suite)?;
+            } else {
+                serde_json::to_writer_pretty(&mut *w, &suite.suite[0])?;
+            }
+            w.write_all(b"\n")
+        })
+    } else if args.suite {
+        let table = suite.to_table();
+        to_stdout(|w| w.write_all(table.as_bytes()))
+    } else {
+        to_stdout(|w| w.write_all(suite.suite[0].to_table().as_bytes()))
+    }
+}
+
+/// bench measures what it was asked for and never falls back: say how to measure the CPU.
+fn no_fallback(e: Error) -> Error {
+    match e {
         Error::NoAdapter { detail, .. } => Error::NoAdapter {
             detail,
             hint: "`posenc bench --device cpu` measures the CPU alone; for the GPU items, \
@@ -177,26 +220,38 @@ pub(crate) fn run(args: &BenchArgs) -> Result<(), Failure> {
                    (`apt-get install mesa-vulkan-drivers`)",
         },
         e => e,
-    })?;
-    if let Some(file) = plot_file {
-        let image = bench::chart(&reports)?;
-        emit(&file, |w| image.write_png(w))?;
     }
+}
+
+/// `posenc bench --model OP`: an operation preset, whose shape is fixed.
+fn run_op(args: &BenchArgs, preset: bench::ops::OpPreset) -> Result<(), Failure> {
+    let fixed = [
+        ("batch", args.batch.is_some()),
+        ("len", args.len.is_some()),
+        ("dim", args.dim.is_some()),
+        ("vocab", args.vocab.is_some()),
+        ("dtype", args.dtype.is_some()),
+        ("out-dtype", args.out_dtype.is_some()),
+        ("load", args.load.is_some()),
+        ("plot", args.plot.is_some()),
+    ];
+    if let Some((flag, _)) = fixed.iter().find(|(_, given)| *given) {
+        return Err(Failure::usage(Error::InvalidParameter {
+            field: "model",
+            value: format!("{} with --{flag}", preset.name()),
+            allowed: "an operation preset on its own shape: only --device, --repeats, --steps \
+                      and --json apply",
+        }));
+    }
+    let config = args.apply(bench::Config::default());
+    let report = bench::run_op(preset, &config, |_| {}).map_err(no_fallback)?;
     if args.json {
         to_stdout(|w| {
-            if args.suite {
-                let suite = bench::Suite { suite: reports };
-                serde_json::to_writer_pretty(&mut *w, &suite)?;
-            } else {
-                serde_json::to_writer_pretty(&mut *w, &reports[0])?;
-            }
+            serde_json::to_writer_pretty(&mut *w, &report)?;
             w.write_all(b"\n")
         })
-    } else if args.suite {
-        let table = bench::Suite { suite: reports }.to_table();
-        to_stdout(|w| w.write_all(table.as_bytes()))
     } else {
-        to_stdout(|w| w.write_all(reports[0].to_table().as_bytes()))
+        to_stdout(|w| w.write_all(report.to_table().as_bytes()))
     }
 }
 

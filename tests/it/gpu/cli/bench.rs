@@ -45,7 +45,14 @@ fn check_ceilings(report: &Value) {
         let want = match name {
             "cpu_encode" | "cpu_encode_cold" | "cpu_table" => "cpu_copy_ceiling",
             "gpu_encode" | "gpu_encode_cold" | "gpu_table" | "gpu_readback" => "gpu_copy_ceiling",
-            "gpu_encode_call" | "gpu_encode_host" | "gpu_encode_stream" => "gpu_copy_ceiling_call",
+            "gpu_encode_call" | "gpu_encode_host" | "gpu_encode_stream" | "gpu_encode_submit" => {
+                "gpu_copy_ceiling_call"
+            }
+            "gpu_copy_driver" | "gpu_rope" | "gpu_alibi" | "gpu_decode_step" => "gpu_copy_ceiling",
+            "gpu_encode_steps" | "gpu_rope_steps" | "gpu_alibi_steps" | "gpu_decode_step_steps" => {
+                "gpu_copy_steps"
+            }
+            "cpu_rope" | "cpu_alibi" => "cpu_copy_ceiling",
             "cpu_load" => "cpu_read_ceiling",
             ceiling => ceiling,
         };
@@ -54,6 +61,13 @@ fn check_ceilings(report: &Value) {
         assert_eq!(r["ceiling_gbps"], ceiling["gbps"], "{r}");
         for key in ["median_s", "gbps", "ceiling_gbps", "ratio"] {
             assert!(r[key].as_f64().unwrap() > 0.0, "{r}");
+        }
+        // Steps-mode items say how many steps, and how many floors a step costs.
+        if name.ends_with("_steps") || name == "gpu_dispatch_floor" {
+            assert!(r["steps"].as_u64().unwrap() >= 1, "{r}");
+        }
+        if name.ends_with("_steps") {
+            assert!(r["per_floor"].as_f64().unwrap() > 0.0, "{r}");
         }
     }
 }
@@ -122,7 +136,16 @@ fn the_suite_prints_one_bench_object_per_preset() {
     let out = posenc(&[&["bench", "--suite", "--device", "cpu", "--json"][..], &TINY].concat());
     assert_ok(&out, "bench --suite --json");
     let suite = json(&out);
-    assert_eq!(keys(&suite), ["suite"]);
+    // Without a GPU: the encode presets and the operations' CPU items, no device report.
+    assert_eq!(keys(&suite), ["ops", "suite"]);
+    for op in suite["ops"].as_array().unwrap() {
+        assert!(op["adapter"].is_null(), "{op}");
+        check_ceilings(op);
+        if op["op"] != "decode_step" {
+            let cpu = format!("cpu_{}", op["op"].as_str().unwrap());
+            assert_eq!(item(op, &cpu)["ceiling"], "cpu_copy_ceiling");
+        }
+    }
     let reports = suite["suite"].as_array().unwrap();
     assert_eq!(reports.len(), PRESETS.len());
     // Exactly the single bench's object plus the model's name.
@@ -160,16 +183,35 @@ fn on_a_gpu_every_preset_agrees_and_the_call_is_measured_against_the_copy_call()
     {
         return;
     }
-    let out = posenc(&[&["bench", "--suite", "--load=false", "--json"][..], &TINY].concat());
+    let args = ["bench", "--suite", "--load=false", "--json", "--steps", "2"];
+    let out = posenc(&[&args[..], &TINY].concat());
     assert_ok(&out, "bench --suite on the GPU");
     let suite = json(&out);
+    assert_eq!(keys(&suite), ["device", "ops", "suite"]);
     for report in suite["suite"].as_array().unwrap() {
         assert_eq!(report["agree"], true, "{}", report["model"]);
         assert_eq!(item(report, "gpu_encode_call")["ceiling"], "gpu_copy_ceiling_call");
         assert_eq!(item(report, "gpu_encode_stream")["ceiling"], "gpu_copy_ceiling_call");
         assert_eq!(item(report, "gpu_encode")["ceiling"], "gpu_copy_ceiling");
+        assert_eq!(item(report, "gpu_encode_steps")["steps"], 2);
         check_ceilings(report);
     }
+    // RoPE, ALiBi and decode steps: checked against the CPU (bit for bit but where a GPU
+    // contracts RoPE's multiply-adds, which software adapters do not), then timed.
+    let software = suite["suite"][0]["adapter"]["device_type"] == "Cpu";
+    let ops = suite["ops"].as_array().unwrap();
+    assert_eq!(ops.len(), posenc::bench::ops::OpPreset::all().len());
+    for op in ops {
+        let name = op["op"].as_str().unwrap();
+        assert!(op["agree"] == true || (name != "alibi" && !software), "{op}");
+        for item_name in [format!("gpu_{name}"), format!("gpu_{name}_steps")] {
+            assert!(item(op, &item_name)["median_s"].as_f64().unwrap() > 0.0, "{op}");
+        }
+        check_ceilings(op);
+    }
+    let device = &suite["device"];
+    assert!(device["dispatch_in_pass_s"].as_f64().unwrap() > 0.0, "{device}");
+    assert!(device["large_copy"].as_array().unwrap().iter().any(|c| c["method"] == "driver"));
     // A 16-bit output of an f32 table, and an odd number of 16-bit values.
     for out_dtype in ["f16", "bf16"] {
         let args = ["bench", "--dim", "6", "--out-dtype", out_dtype, "--json"];
