@@ -988,7 +988,7 @@ fn run_on(
         let best = steps::best_shader(&search);
         ceiling_method = Some(best.name());
         copy_methods = search.into_iter().map(|(_, f)| f).collect();
-        let mut t = [(); 11].map(|()| Vec::with_capacity(repeats));
+        let mut t = [(); 12].map(|()| Vec::with_capacity(repeats));
         for round in 0..repeats {
             progress(&format!("gpu round {}/{repeats}", round + 1));
             steps::warm(ctx)?;
@@ -1007,10 +1007,32 @@ fn run_on(
             }
             t[6].push(timed_value(|| ctx.read_buffer(&out))?.0);
             t[7].push(timed_value(host_call)?.0);
+            // The result left mapped, as burn hands it over: a few values read in place.
+            t[11].push(
+                timed_value(|| {
+                    let mapped =
+                        ctx.encode_submit(spec, &uploaded, ids, pos, &options)?.wait_mapped()?;
+                    let bytes = mapped.bytes();
+                    Ok(u32::from(bytes[0]) + u32::from(bytes[bytes.len() - 1]))
+                })?
+                .0,
+            );
             t[8].push(timed(|| stream(&mut streamed))?);
         }
-        let [copy, copy_call, warm, cold, calls, tables, readback, host, streams, driver, submits] =
-            t;
+        let [
+            copy,
+            copy_call,
+            warm,
+            cold,
+            calls,
+            tables,
+            readback,
+            host,
+            streams,
+            driver,
+            submits,
+            mapped,
+        ] = t;
         let ceiling = Item::new("gpu_copy_ceiling", copy, 2 * copy_bytes);
         let call_ceiling = Item::new("gpu_copy_ceiling_call", copy_call, 2 * copy_bytes);
         results.push(Item::new("gpu_encode", warm, encode_bytes).against(&ceiling));
@@ -1018,6 +1040,7 @@ fn run_on(
         results.push(Item::new("gpu_encode_call", calls, encode_bytes).against(&call_ceiling));
         results.push(Item::new("gpu_encode_submit", submits, encode_bytes).against(&call_ceiling));
         results.push(Item::new("gpu_encode_host", host, encode_bytes).against(&call_ceiling));
+        results.push(Item::new("gpu_encode_mapped", mapped, encode_bytes).against(&call_ceiling));
         results.push(Item::new("gpu_encode_stream", streams, encode_bytes).against(&call_ceiling));
         if table_fits {
             results.push(Item::new("gpu_table", tables, table_bytes).against(&ceiling));

@@ -27,7 +27,7 @@ pub use faults::{FAULT_INJECT_ENV, SUBMISSION_TIMEOUT};
 pub use options::{
     ACCESS_PATTERN_ENV, AccessPattern, MEMORY_BUDGET_ENV, Options, TIMESTAMPS_ENV, UNITS_ENV,
 };
-pub use pending::PendingEncode;
+pub use pending::{MappedEncode, PendingEncode};
 pub use record::{
     ARENA_COPY_BYTES, AlibiPass, DEFAULT_CACHED_POSITIONS, DecodeTiming, EmbedParams, EncodePass,
     EncodePassDescriptor, Faults, Positions, RopePass, RopePassDescriptor, RopePassParams,

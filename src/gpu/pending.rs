@@ -69,6 +69,21 @@ impl Readback {
     /// Waits for the chunk (at most [`super::SUBMISSION_TIMEOUT`]) and copies it into
     /// `host`, then hands the staging buffer back to the pool.
     fn finish(mut self, ctx: &Context, op: &'static str, host: &mut [u8]) -> Result<()> {
+        self.mapped(ctx, op)?;
+        let staging = self.staging.take().expect("present until finished or dropped");
+        {
+            let slice = staging.slice(..self.padded);
+            let view =
+                slice.get_mapped_range().map_err(|e| Error::Gpu { op, message: e.to_string() })?;
+            super::copy_out(&mut host[self.at..self.at + self.bytes], &view[..self.bytes]);
+        }
+        staging.unmap();
+        Ok(())
+    }
+
+    /// Waits until the chunk's staging buffer is mapped (at most
+    /// [`super::SUBMISSION_TIMEOUT`]).
+    fn mapped(&self, ctx: &Context, op: &'static str) -> Result<()> {
         ctx.wait(op, self.index.clone())?;
         // The submission is done, but when another thread's poll collected the mapping's
         // callback it may not have run it yet: give it until the submission timeout.
@@ -84,19 +99,10 @@ impl Readback {
             std::thread::sleep(std::time::Duration::from_micros(50));
         };
         match mapped {
-            Some(Ok(())) => {}
-            Some(Err(e)) => return Err(Error::Gpu { op, message: e.to_string() }),
-            None => return Err(Error::Gpu { op, message: "readback never completed".into() }),
+            Some(Ok(())) => Ok(()),
+            Some(Err(e)) => Err(Error::Gpu { op, message: e.to_string() }),
+            None => Err(Error::Gpu { op, message: "readback never completed".into() }),
         }
-        let staging = self.staging.take().expect("present until finished or dropped");
-        {
-            let slice = staging.slice(..self.padded);
-            let view =
-                slice.get_mapped_range().map_err(|e| Error::Gpu { op, message: e.to_string() })?;
-            super::copy_out(&mut host[self.at..self.at + self.bytes], &view[..self.bytes]);
-        }
-        staging.unmap();
-        Ok(())
     }
 }
 
@@ -141,6 +147,15 @@ pub(crate) enum HostResult {
 }
 
 impl HostResult {
+    /// The element type.
+    fn dtype(&self) -> Dtype {
+        match self {
+            Self::F32(_) => Dtype::F32,
+            Self::F16(_) => Dtype::F16,
+            Self::Bf16(_) => Dtype::Bf16,
+        }
+    }
+
     /// `n` zeros of `dtype`.
     pub(crate) fn zeros(dtype: Dtype, n: usize) -> Self {
         match dtype {
@@ -227,5 +242,114 @@ impl PendingEncode {
             ctx.scoped(op, || readback.finish(&ctx, op, host.bytes_mut()))?;
         }
         Ok(host.into_encoded(shape))
+    }
+
+    /// Waits for the result as [`PendingEncode::wait`] does, but hands it over where the
+    /// readback left it: the mapped staging memory, read in place, with no copy into host
+    /// memory (what a caller that writes the bytes on, or reads a few of them, needs; on an
+    /// H100 host one core copies out of a mapping at about 10 GB/s). That holds when the
+    /// result came back in one readback, the usual case (a result larger than one binding
+    /// or the memory budget comes back in several); otherwise the chunks are copied into
+    /// host memory first and [`MappedEncode::is_mapped`] says so. The staging buffer stays
+    /// on loan from the context's pool, counted against its memory, until the
+    /// [`MappedEncode`] is dropped.
+    ///
+    /// # Errors
+    /// As [`PendingEncode::wait`].
+    pub fn wait_mapped(self) -> Result<MappedEncode> {
+        let Self { ctx, op, mut host, shape, readback } = self;
+        let dtype = host.dtype();
+        let total = host.bytes_mut().len();
+        let whole = readback.as_ref().is_some_and(|r| r.at == 0 && r.bytes == total);
+        match readback {
+            Some(mut readback) if whole => {
+                ctx.scoped(op, || readback.mapped(&ctx, op))?;
+                let staging = readback.staging.take().expect("present until finished or dropped");
+                let view = staging
+                    .slice(..readback.padded)
+                    .get_mapped_range()
+                    .map_err(|e| Error::Gpu { op, message: e.to_string() })?;
+                Ok(MappedEncode {
+                    view: Some(view),
+                    staging: Some(staging),
+                    owned: Vec::new(),
+                    bytes: total,
+                    shape,
+                    dtype,
+                })
+            }
+            readback => {
+                if let Some(readback) = readback {
+                    ctx.scoped(op, || readback.finish(&ctx, op, host.bytes_mut()))?;
+                }
+                let owned = host.bytes_mut().to_vec();
+                Ok(MappedEncode { view: None, staging: None, owned, bytes: total, shape, dtype })
+            }
+        }
+    }
+}
+
+/// An encode's host result where the readback left it: see [`PendingEncode::wait_mapped`].
+pub struct MappedEncode {
+    view: Option<wgpu::BufferView>,
+    staging: Option<PooledBuffer>,
+    /// The result's bytes when it came back in several chunks.
+    owned: Vec<u8>,
+    bytes: usize,
+    shape: (usize, usize, usize),
+    dtype: Dtype,
+}
+
+impl std::fmt::Debug for MappedEncode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MappedEncode")
+            .field("shape", &self.shape)
+            .field("dtype", &self.dtype)
+            .field("mapped", &self.is_mapped())
+            .finish()
+    }
+}
+
+impl MappedEncode {
+    /// The values, `[batch, len, dim]` in C order, as little-endian bytes of
+    /// [`MappedEncode::dtype`]: the bits [`PendingEncode::wait`] gives.
+    pub fn bytes(&self) -> &[u8] {
+        match &self.view {
+            Some(view) => &view[..self.bytes],
+            None => &self.owned,
+        }
+    }
+
+    /// `(batch, len, dim)`.
+    pub fn dim(&self) -> (usize, usize, usize) {
+        self.shape
+    }
+
+    /// The output type.
+    pub fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+
+    /// Whether [`MappedEncode::bytes`] are the device's mapped staging memory (one
+    /// readback) rather than a copy in host memory (several).
+    pub fn is_mapped(&self) -> bool {
+        self.view.is_some()
+    }
+
+    /// The values as an array, copied out.
+    pub fn to_encoded(&self) -> Encoded {
+        let mut host = HostResult::zeros(self.dtype, self.shape.0 * self.shape.1 * self.shape.2);
+        super::copy_out(host.bytes_mut(), self.bytes());
+        host.into_encoded(self.shape)
+    }
+}
+
+impl Drop for MappedEncode {
+    /// Unmaps the staging buffer and hands it back to the context's pool.
+    fn drop(&mut self) {
+        drop(self.view.take());
+        if let Some(staging) = self.staging.take() {
+            staging.unmap();
+        }
     }
 }

@@ -329,3 +329,39 @@ fn empty_batches_are_ready_at_once() {
     assert!(p.is_ready());
     assert_eq!(p.wait().unwrap().dim(), (0, 5, 8));
 }
+
+/// `wait_mapped` hands the result over in the mapped staging memory when it came back in
+/// one readback, and as a copy when it came back in several; either way its bytes are the
+/// blocking call's, and dropping it gives the staging buffer back (a later call reuses it).
+#[test]
+fn a_mapped_result_has_the_blocking_calls_bits() {
+    let Some(base) = gpu() else { return };
+    let mut rng = Rng::new(12);
+    let (vocab, dim) = (40, 12);
+    let table = Table::new(&mut rng, vocab, dim);
+    let spec = PeSpec::new(dim as u32).unwrap();
+    let ids = random_ids(&mut rng, 3, 50, vocab);
+    let pos = positions::contiguous_batch(3, 50);
+    // The whole output, then a cap of a third of it: several readbacks.
+    let whole = 3 * 50 * dim as u64 * 4;
+    for (ctx, mapped) in [(base.clone(), true), (base.with_max_binding_size(whole / 3), false)] {
+        for dtype in DTYPES {
+            let uploaded = ctx.upload_table(table.view(dtype)).unwrap();
+            let options = EncodeOptions { out_dtype: dtype, ..Default::default() };
+            let want = ctx.encode(&spec, &uploaded, ids.view(), pos.view(), &options).unwrap();
+            for _ in 0..2 {
+                let pending = ctx.encode_submit(&spec, &uploaded, ids.view(), pos.view(), &options);
+                let got = pending.unwrap().wait_mapped().unwrap();
+                assert_eq!(got.is_mapped(), mapped, "{dtype:?}");
+                assert_eq!((got.dim(), got.dtype()), ((3, 50, dim), dtype));
+                let bits: Vec<u8> = want
+                    .bits()
+                    .iter()
+                    .flat_map(|b| b.to_le_bytes()[..dtype.size()].to_vec())
+                    .collect();
+                assert_eq!(got.bytes(), &bits[..], "{dtype:?} mapped={mapped}");
+                assert_eq!(got.to_encoded().bits(), want.bits());
+            }
+        }
+    }
+}

@@ -45,9 +45,8 @@ fn check_ceilings(report: &Value) {
         let want = match name {
             "cpu_encode" | "cpu_encode_cold" | "cpu_table" => "cpu_copy_ceiling",
             "gpu_encode" | "gpu_encode_cold" | "gpu_table" | "gpu_readback" => "gpu_copy_ceiling",
-            "gpu_encode_call" | "gpu_encode_host" | "gpu_encode_stream" | "gpu_encode_submit" => {
-                "gpu_copy_ceiling_call"
-            }
+            "gpu_encode_call" | "gpu_encode_host" | "gpu_encode_stream" | "gpu_encode_submit"
+            | "gpu_encode_mapped" => "gpu_copy_ceiling_call",
             "gpu_copy_driver" | "gpu_rope" | "gpu_alibi" | "gpu_decode_step" => "gpu_copy_ceiling",
             "gpu_encode_steps" | "gpu_rope_steps" | "gpu_alibi_steps" | "gpu_decode_step_steps" => {
                 "gpu_copy_steps"
