@@ -103,27 +103,39 @@ pub(super) struct Records {
 }
 
 /// Each token's dispatch window and id record (its row in its table chunk, the chunk's slot
-/// in the window above [`SLOT_SHIFT`]; `PAD` for a pad token, in window 0), and the order of
-/// the tokens sorted by (window, PE slot), ties in token order.
+/// in the window above [`SLOT_SHIFT`]; `PAD` for a pad token, in window 0), the order of
+/// the tokens sorted by (window, PE slot), ties in token order, and their sort keys in that
+/// order (`window << 32 | slot`).
 fn sorted_tokens(
     ids: &[u32],
     slots: &[u32],
     rows_per_chunk: u32,
     table_slots: u32,
     pad_id: Option<u32>,
-) -> (Vec<u32>, Vec<[u32; 2]>) {
+) -> (Vec<u32>, Vec<[u32; 2]>, Vec<u64>) {
+    // A table of one chunk (the usual case) needs no division per token.
+    let one_chunk = ids.iter().all(|&id| id < rows_per_chunk || pad_id == Some(id));
     let placed: Vec<[u32; 2]> = ids
         .iter()
         .map(|&id| {
             if pad_id == Some(id) {
                 return [0, PAD];
             }
+            if one_chunk {
+                return [0, id];
+            }
             let chunk = id / rows_per_chunk;
             [chunk / table_slots, (id % rows_per_chunk) | ((chunk % table_slots) << SLOT_SHIFT)]
         })
         .collect();
-    let keys = placed.iter().zip(slots).map(|(p, &slot)| (u64::from(p[0]) << 32) | u64::from(slot));
-    (stable_order(keys.collect()), placed)
+    let keys: Vec<u64> = placed
+        .iter()
+        .zip(slots)
+        .map(|(p, &slot)| (u64::from(p[0]) << 32) | u64::from(slot))
+        .collect();
+    let order = stable_order(&keys);
+    let sorted = order.iter().map(|&g| keys[g as usize]).collect();
+    (order, placed, sorted)
 }
 
 /// The indices of `keys` in the order of their keys, ties in index order. A counting sort
@@ -132,7 +144,7 @@ fn sorted_tokens(
 /// distinct position), else a sort of packed (key, index) words: a comparison sort that
 /// fetched both halves of each key through the index cost 200 us of a 290 us bert-base call
 /// on an H100's host (4096 tokens, 2026-11-26).
-fn stable_order(keys: Vec<u64>) -> Vec<u32> {
+fn stable_order(keys: &[u64]) -> Vec<u32> {
     let n = keys.len();
     let (Some(&lo), Some(&hi)) = (keys.iter().min(), keys.iter().max()) else {
         return Vec::new();
@@ -144,7 +156,7 @@ fn stable_order(keys: Vec<u64>) -> Vec<u32> {
     if span <= (4 * n as u64).max(1024) {
         let rank = |k: u64| (((k >> 32) - (lo >> 32)) * max_slot + (k & 0xffff_ffff)) as usize;
         let mut starts = vec![0u32; span as usize + 1];
-        for &k in &keys {
+        for &k in keys {
             starts[rank(k) + 1] += 1;
         }
         for i in 1..starts.len() {
@@ -158,7 +170,7 @@ fn stable_order(keys: Vec<u64>) -> Vec<u32> {
         }
         return order;
     }
-    let mut packed: Vec<(u64, u32)> = keys.into_iter().zip(0..n as u32).collect();
+    let mut packed: Vec<(u64, u32)> = keys.iter().copied().zip(0..n as u32).collect();
     packed.sort_unstable();
     packed.into_iter().map(|(_, g)| g).collect()
 }
@@ -176,23 +188,26 @@ pub(super) fn group_records(
     pad_id: Option<u32>,
 ) -> Records {
     let n = ids.len();
-    let (order, placed) = sorted_tokens(ids, slots, rows_per_chunk, table_slots, pad_id);
+    let (order, placed, sorted) = sorted_tokens(ids, slots, rows_per_chunk, table_slots, pad_id);
     let mut words: Vec<u32> = Vec::with_capacity(4 * n + 2);
-    words.extend(order.iter().flat_map(|&g| [placed[g as usize][1], g]));
+    for &g in &order {
+        words.push(placed[g as usize][1]);
+        words.push(g);
+    }
     let mut starts = Vec::with_capacity(windows + 1);
     let mut groups = 0u32;
     let mut start = 0;
-    let key = |k: usize| (placed[order[k] as usize][0], slots[order[k] as usize]);
     while start < n {
-        let (window, slot) = key(start);
-        while starts.len() <= window as usize {
+        let key = sorted[start];
+        let window = (key >> 32) as usize;
+        while starts.len() <= window {
             starts.push(groups);
         }
         let mut end = start + 1;
-        while end < n && end - start < group_cap && key(end) == (window, slot) {
+        while end < n && end - start < group_cap && sorted[end] == key {
             end += 1;
         }
-        words.extend([start as u32, slot]);
+        words.extend([start as u32, key as u32]);
         groups += 1;
         start = end;
     }
@@ -210,7 +225,7 @@ pub(super) fn token_records(
     n_chunks: usize,
     pad_id: Option<u32>,
 ) -> Records {
-    let (order, placed) = sorted_tokens(ids, slots, rows_per_chunk, 1, pad_id);
+    let (order, placed, _) = sorted_tokens(ids, slots, rows_per_chunk, 1, pad_id);
     let words = order.iter().flat_map(|&g| [placed[g as usize][1], slots[g as usize], g]).collect();
     let starts = (0..=n_chunks as u32)
         .map(|c| order.partition_point(|&g| placed[g as usize][0] < c) as u32)
@@ -1330,7 +1345,7 @@ mod tests {
                 (0..n).map(|_| ((next() % windows) << 32) | (next() % slots)).collect();
             let mut want: Vec<u32> = (0..n as u32).collect();
             want.sort_by_key(|&g| keys[g as usize]);
-            assert_eq!(stable_order(keys.clone()), want, "{n} keys, {windows} x {slots}");
+            assert_eq!(stable_order(&keys), want, "{n} keys, {windows} x {slots}");
         }
     }
 

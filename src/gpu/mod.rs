@@ -720,7 +720,11 @@ pub(crate) struct BufferPool {
 }
 
 impl BufferPool {
-    const KEEP: usize = 16;
+    /// Spare buffers kept. A streamed encode keeps three batches in flight, each with its
+    /// records, scratch output and staging buffer, beside a blocking call's own and the
+    /// copy ceilings': with 16, every round of `posenc bench` evicted its output-sized
+    /// staging buffers and made new ones.
+    const KEEP: usize = 32;
 
     fn free(&self) -> std::sync::MutexGuard<'_, Vec<DeviceBuffer>> {
         self.free.lock().unwrap_or_else(|e| e.into_inner())
