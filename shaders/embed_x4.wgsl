@@ -88,7 +88,7 @@ fn embed_x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_inde
     if (params.flags & FLAG_SCALE) != 0u {
         s = bitcast<f32>(params.scale_bits);
     }
-    // Every unit's loads before any store: the loops have constant bounds, so the driver
+    // Every unit's loads before any store: the loops have constant bounds, so a driver
     // unrolls them and keeps the arrays in registers.
     var e: array<vec4<f32>, X4_UNITS>;
     var p: array<vec4<f32>, X4_UNITS>;

@@ -104,10 +104,8 @@ fn encode_x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_ind
             ps[k] = pe[head.y * n + xs[k]];
         }
         // One token ahead: the next token's loads are issued before this one's stores
-        // (the compiler may not move loads past stores to `out`), in registers only: the
-        // loops have constant bounds, so the driver unrolls them and keeps the arrays in
-        // registers (posenc compiles without naga's loop bounding, which would hide the
-        // bound; see docs/performance.md).
+        // (the compiler may not move loads past stores to `out`), in registers: the loops
+        // have constant bounds, so a driver unrolls them and keeps the arrays in registers.
         var t = tokens[head.x];
         var v: array<OutWord, UNITS_PER_INVOCATION>;
         for (var k = 0u; k < UNITS_PER_INVOCATION; k++) {

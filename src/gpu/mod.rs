@@ -794,15 +794,10 @@ pub(crate) fn build_pipeline(
     bindings: &[wgpu::BufferBindingType],
 ) -> (wgpu::BindGroupLayout, wgpu::ComputePipeline) {
     let label = |role: &str| format!("posenc.{name}.{role}");
-    let descriptor = wgpu::ShaderModuleDescriptor {
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some(&label("shader")),
         source: wgpu::ShaderSource::Wgsl(source.into()),
-    };
-    // SAFETY: the one check left out is naga's loop bounding, whose only purpose is to
-    // keep an infinite loop from being undefined behaviour. Every loop in posenc's kernels
-    // counts up to a bound taken from parameters the host checked, by a non-zero step, and
-    // none wraps, so none is infinite. Bounds checks stay as wgpu sets them.
-    let module = unsafe { device.create_shader_module_trusted(descriptor, runtime_checks()) };
+    });
     let entries: Vec<wgpu::BindGroupLayoutEntry> = bindings
         .iter()
         .enumerate()
@@ -831,33 +826,6 @@ pub(crate) fn build_pipeline(
         cache: None,
     });
     (layout, pipeline)
-}
-
-/// Environment variable: `full` compiles posenc's kernels with every runtime check wgpu
-/// adds, loop bounding included, for comparing speed or chasing a miscompilation; unset (or
-/// `default`), loop bounding is left out. Read once per process.
-pub const SHADER_CHECKS_ENV: &str = "POSENC_SHADER_CHECKS";
-
-/// The runtime checks posenc compiles its kernels with: wgpu's own, less loop bounding.
-///
-/// naga puts a 64-bit counter into every loop when bounding loops, so that a backend
-/// compiler may not assume the loop ends. That hides a loop's trip count from the driver's
-/// compiler, which then neither unrolls a loop of constant bound nor keeps the private
-/// arrays and vectors it indexes in registers: they go to local memory (measured on an
-/// H100 in docs/performance.md).
-fn runtime_checks() -> wgpu::ShaderRuntimeChecks {
-    static FULL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let full = *FULL.get_or_init(|| {
-        std::env::var(SHADER_CHECKS_ENV).is_ok_and(|v| v.trim().eq_ignore_ascii_case("full"))
-    });
-    if full {
-        wgpu::ShaderRuntimeChecks::checked()
-    } else {
-        wgpu::ShaderRuntimeChecks {
-            force_loop_bounding: false,
-            ..wgpu::ShaderRuntimeChecks::checked()
-        }
-    }
 }
 
 /// Splits `groups` workgroups into a 2-D grid `(x, y)` within `max_per_dim` per dimension.
