@@ -779,16 +779,22 @@ impl Context {
 
     /// The cached PE rows covering positions `0..needed`, built (or grown) if the budget
     /// allows; `None` sends the caller to per-call rows.
+    /// The most PE rows of `spec` the cache holds: [`PE_CACHE_BUDGET`] bytes, one binding,
+    /// a quarter of a memory budget.
+    pub(super) fn pe_cache_cap(&self, spec: &PeSpec) -> u64 {
+        let row_bytes = u64::from(spec.dim()) * 4;
+        // Under a memory budget the cache takes at most a quarter of it.
+        let budget_share = self.memory_budget().map_or(u64::MAX, |b| b / 4);
+        self.max_binding.min(PE_CACHE_BUDGET).min(budget_share) / row_bytes
+    }
+
     pub(super) fn cached_pe_rows(
         &self,
         spec: &PeSpec,
         needed: u64,
         timer: Option<&SpanTimer>,
     ) -> Option<PeCache> {
-        let row_bytes = u64::from(spec.dim()) * 4;
-        // Under a memory budget the cache takes at most a quarter of it.
-        let budget_share = self.memory_budget().map_or(u64::MAX, |b| b / 4);
-        let cap_rows = self.max_binding.min(PE_CACHE_BUDGET).min(budget_share) / row_bytes;
+        let cap_rows = self.pe_cache_cap(spec);
         if needed == 0 || needed > cap_rows {
             return None;
         }

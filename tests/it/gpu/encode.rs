@@ -683,7 +683,7 @@ fn every_units_per_invocation_keeps_the_cpu_bits() {
         let options =
             Options::default().access_pattern(AccessPattern::Coalesced).units(Some(units));
         let Some(ctx) = crate::support::fresh_gpu(&options) else { return };
-        for (dim, batch, len) in [(260, 40, 250), (1028, 3, 5), (4096, 2, 3)] {
+        for (dim, batch, len) in [(260, 40, 250), (1028, 3, 5), (4096, 2, 3), (4608, 2, 2)] {
             let vocab = 53;
             let spec = PeSpec::new(dim as u32).unwrap();
             let table = Table::new(&mut rng, vocab, dim);
