@@ -382,6 +382,23 @@ fn storage_init(ctx: &gpu::Context, label: &'static str, bytes: &[u8]) -> wgpu::
     })
 }
 
+/// q and k in one buffer, k at the first vec4 after q; and that offset.
+fn qk_buffer<T: Element>(
+    ctx: &gpu::Context,
+    q: &Array4<T>,
+    k: &Array4<T>,
+) -> (wgpu::Buffer, usize) {
+    let (qb, kb): (&[u8], &[u8]) = (
+        bytemuck::cast_slice(q.as_slice().expect("a new array")),
+        bytemuck::cast_slice(k.as_slice().expect("a new array")),
+    );
+    let k_at = vec4s(qb.len());
+    let mut contents = vec![0u8; k_at + vec4s(kb.len())];
+    contents[..qb.len()].copy_from_slice(qb);
+    contents[k_at..k_at + kb.len()].copy_from_slice(kb);
+    (storage_init(ctx, "posenc.bench.qk", &contents), k_at)
+}
+
 /// `bytes` rounded up to whole vec4s.
 fn vec4s(bytes: usize) -> usize {
     bytes.next_multiple_of(16)
@@ -536,12 +553,7 @@ fn run_rope<T: Element>(
         k_heads: p.k_heads,
     };
     let pass = ctx.rope_pass(&spec, &desc)?;
-    let k_at = vec4s(q_bytes);
-    let mut contents = vec![0u8; k_at + vec4s(k_bytes)];
-    contents[..q_bytes].copy_from_slice(bytemuck::cast_slice(q.as_slice().expect("new")));
-    contents[k_at..k_at + k_bytes]
-        .copy_from_slice(bytemuck::cast_slice(k.as_slice().expect("new")));
-    let qk = storage_init(ctx, "posenc.bench.qk", &contents);
+    let (qk, k_at) = qk_buffer(ctx, &q, &k);
     let flat: Vec<u32> = positions.iter().copied().collect();
     let pos = storage_init(ctx, "posenc.bench.positions", bytemuck::cast_slice(&flat));
     let (qs, ks, ps) = (qk.slice(..k_at as u64), qk.slice(k_at as u64..), pos.slice(..));
@@ -712,12 +724,7 @@ fn run_step<T: Element>(
     let ids_buf = storage_init(ctx, "posenc.bench.ids", bytemuck::cast_slice(&ids_vec));
     let starts_buf = storage_init(ctx, "posenc.bench.starts", bytemuck::cast_slice(&starts));
     let out = storage_init(ctx, "posenc.bench.out", &vec![0u8; vec4s(out_bytes)]);
-    let k_at = vec4s(q_bytes);
-    let mut contents = vec![0u8; k_at + vec4s(k_bytes)];
-    contents[..q_bytes].copy_from_slice(bytemuck::cast_slice(q.as_slice().expect("new")));
-    contents[k_at..k_at + k_bytes]
-        .copy_from_slice(bytemuck::cast_slice(k.as_slice().expect("new")));
-    let qk = storage_init(ctx, "posenc.bench.qk", &contents);
+    let (qk, k_at) = qk_buffer(ctx, &q, &k);
     let (qs, ks) = (qk.slice(..k_at as u64), qk.slice(k_at as u64..));
     let (ids_s, starts_s, out_s) = (ids_buf.slice(..), starts_buf.slice(..), out.slice(..));
     let record_in = |cpass: &mut wgpu::ComputePass<'_>| {

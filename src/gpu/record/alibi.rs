@@ -164,11 +164,7 @@ impl AlibiPass {
     ) -> Result<()> {
         let bound = self.prepare_record(out)?;
         if let Some(bound) = bound {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("posenc.alibi_pass.pass"),
-                timestamp_writes: None,
-            });
-            self.dispatch(&mut pass, &bound);
+            self.dispatch(&mut super::begin(encoder, "posenc.alibi_pass.pass"), &bound);
         }
         Ok(())
     }

@@ -756,11 +756,7 @@ impl EncodePass {
                 encoder.copy_buffer_to_buffer(&from, at, &self.state, to, bytes);
             }
         }
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some("posenc.embed.pass"),
-            timestamp_writes: None,
-        });
-        self.dispatch(&mut pass, &bound);
+        self.dispatch(&mut super::begin(encoder, "posenc.embed.pass"), &bound);
         Ok(())
     }
 

@@ -250,6 +250,17 @@ impl Context {
     }
 }
 
+/// A compute pass of a record's own in `encoder`, labelled `label`.
+pub(super) fn begin<'e>(
+    encoder: &'e mut wgpu::CommandEncoder,
+    label: &'static str,
+) -> wgpu::ComputePass<'e> {
+    encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+        label: Some(label),
+        timestamp_writes: None,
+    })
+}
+
 /// The bind groups (and their uniform buffers) a pass made for recent sets of buffers, so
 /// a decode loop that records into the same buffers every step makes them once. Holding
 /// them keeps the caller's buffers alive until the entry is evicted or the pass dropped.

@@ -904,9 +904,6 @@ impl RopePass {
 }
 
 /// A compute pass of the record's own in `encoder`.
-fn begin<'e>(encoder: &'e mut wgpu::CommandEncoder) -> wgpu::ComputePass<'e> {
-    encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-        label: Some("posenc.rope_pass.pass"),
-        timestamp_writes: None,
-    })
+fn begin(encoder: &mut wgpu::CommandEncoder) -> wgpu::ComputePass<'_> {
+    super::begin(encoder, "posenc.rope_pass.pass")
 }

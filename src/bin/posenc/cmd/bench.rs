@@ -245,13 +245,23 @@ fn run_op(args: &BenchArgs, preset: bench::ops::OpPreset) -> Result<(), Failure>
     }
     let config = args.apply(bench::Config::default());
     let report = bench::run_op(preset, &config, |_| {}).map_err(no_fallback)?;
-    if args.json {
+    print_report(args.json, &report, || report.to_table())
+}
+
+/// `report` as pretty JSON with `--json`, else as its table.
+fn print_report(
+    json: bool,
+    report: &impl serde::Serialize,
+    table: impl FnOnce() -> String,
+) -> Result<(), Failure> {
+    if json {
         to_stdout(|w| {
-            serde_json::to_writer_pretty(&mut *w, &report)?;
+            serde_json::to_writer_pretty(&mut *w, report)?;
             w.write_all(b"\n")
         })
     } else {
-        to_stdout(|w| w.write_all(report.to_table().as_bytes()))
+        let table = table();
+        to_stdout(|w| w.write_all(table.as_bytes()))
     }
 }
 
@@ -280,12 +290,5 @@ fn run_decode(args: &BenchArgs, steps: usize) -> Result<(), Failure> {
     config.check().map_err(Failure::usage)?;
     let ctx = posenc::gpu::Context::new()?;
     let report = bench::decode::run_decode(&ctx, &config)?;
-    if args.json {
-        to_stdout(|w| {
-            serde_json::to_writer_pretty(&mut *w, &report)?;
-            w.write_all(b"\n")
-        })
-    } else {
-        to_stdout(|w| w.write_all(report.to_table().as_bytes()))
-    }
+    print_report(args.json, &report, || report.to_table())
 }
