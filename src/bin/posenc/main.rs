@@ -71,6 +71,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Before anything opens a file: `-o /dev/fd/N` may name only these.
+    posenc::output::note_inherited_descriptors();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return clap_exit(&e),

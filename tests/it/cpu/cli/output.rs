@@ -15,7 +15,10 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::cli::{Dir, assert_ok, files_in, posenc, posenc_lines, s, stderr};
+use crate::support::cli::{
+    Dir, WATCHDOG, assert_ok, files_in, posenc, posenc_lines, s, spawn_in_shell, stderr,
+    wait_or_kill,
+};
 use ndarray::{Array2, Array4, array};
 
 const BIN: &str = env!("CARGO_BIN_EXE_posenc");
@@ -183,6 +186,108 @@ fn a_directory_or_a_socket_is_refused_with_exit_2_before_any_work() {
     }
     let got = posenc(&["bench", "--device", "cpu", "--plot", "-"]);
     assert_eq!(got.status.code(), Some(2), "bench --plot -: {}", stderr(&got));
+}
+
+/// Exit status 2 and one line on stderr holding `needle`, nothing on stdout.
+fn assert_refused_with(got: &Output, case: &str, needle: &str) {
+    let err = stderr(got);
+    assert_eq!(got.status.code(), Some(2), "{case}: {err}");
+    assert_eq!(err.lines().count(), 1, "{case}: {err:?}");
+    assert!(err.starts_with("posenc: ") && err.contains(needle), "{case}: {needle:?} not in {err}");
+    assert!(got.stdout.is_empty(), "{case}: {} bytes on stdout", got.stdout.len());
+}
+
+/// Descriptors posenc opens itself (the signal handler's socket pair first, then whatever
+/// the drivers open) take the lowest free numbers. With 3 to 9 closed by the caller, `-o
+/// /dev/fd/4` named posenc's own socket: the output vanished into it and the run exited 0,
+/// or hung once the socket's buffer was full. A descriptor is an output only if the caller
+/// gave it (it was open when posenc started); any other is refused before any work, exit 2.
+#[test]
+fn a_descriptor_posenc_opened_itself_is_never_an_output() {
+    let dir = Dir::new();
+    let closed = r#"exec 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-; exec "$0" "$@""#;
+    for (name, args) in commands(&dir) {
+        for (out, fd) in [
+            ("/dev/fd/3", 3),
+            ("/dev/fd/4", 4),
+            ("/dev/fd/04", 4),
+            ("/proc/self/fd/3", 3),
+            ("/proc/self/fd/4", 4),
+            ("/proc/thread-self/fd/4", 4),
+            ("/dev/fd/5", 5),
+            ("/dev/fd/9", 9),
+        ] {
+            let all: Vec<&str> = args.iter().map(String::as_str).chain(["-o", out]).collect();
+            let case = format!("{name} -o {out}");
+            let got = wait_or_kill(spawn_in_shell(closed, &all), WATCHDOG, &case);
+            let needle = format!("descriptor {fd}, which was not open when posenc started");
+            assert_refused_with(&got, &case, &needle);
+        }
+    }
+    assert_eq!(dir.files(), ["ids.npy", "w.npy", "x.npy"]);
+}
+
+/// `posenc ARGS` through `sh -c SCRIPT` under `ulimit -v` of about 2 GB, so that a run that
+/// starts its work on an 8 GiB table fails allocating it: a refusal that names the output
+/// came before the work.
+fn refused_before_an_8gib_table(script: &str, out: &str) -> Output {
+    let args = ["table", "--dim", "65536", "--len", "32768", "--device", "cpu", "-o", out];
+    let script = format!(r#"ulimit -v 2000000 && {script} exec "$0" "$@""#);
+    wait_or_kill(spawn_in_shell(&script, &args), WATCHDOG, out)
+}
+
+/// What can be judged about an output before the work is judged then: a descriptor number
+/// no process can have (2^31 and up used to fall through to a path in /dev/fd, found only
+/// after the whole table was computed), a name in a descriptor directory that is no number,
+/// a descriptor open only for reading, and a directory nothing can be created in.
+#[test]
+fn an_output_that_cannot_be_written_is_refused_before_the_work() {
+    let dir = Dir::new();
+    for (out, needle) in [
+        ("/dev/fd/2147483648", "descriptor 2147483648, which was not open when posenc started"),
+        ("/proc/self/fd/4294967296", "descriptor 4294967296, which was not open"),
+        ("/dev/fd/99999999999999999999999", "descriptor 99999999999999999999999, which was"),
+        ("/dev/fd/foo", "a name in a descriptor directory that is not a descriptor number"),
+        ("/dev/fd/-1", "a name in a descriptor directory that is not a descriptor number"),
+    ] {
+        let got = refused_before_an_8gib_table("", out);
+        assert_refused_with(&got, out, needle);
+    }
+    let input = dir.bytes("input", b"read only");
+    let got = refused_before_an_8gib_table(
+        r#"exec 3<"$IN";"#.replace("$IN", &input).as_str(),
+        "/dev/fd/3",
+    );
+    assert_refused_with(&got, "3<file", "descriptor 3, which is open only for reading");
+    // Standard output open only for reading: its bytes would be dropped without an error.
+    let script = r#"exec "$0" "$@" 1<"$IN""#.replace("$IN", &input);
+    for args in
+        [&["table", "--dim", "8", "--device", "cpu"][..], &["table", "--dim", "8", "-o", "-"]]
+    {
+        let got = wait_or_kill(spawn_in_shell(&script, args), WATCHDOG, "1<file");
+        assert_refused_with(&got, "1<file", "standard output, which is open only for reading");
+    }
+    assert_eq!(fs::read(&input).unwrap(), b"read only");
+
+    // Nothing can be created in /proc, not even by root; a directory without write
+    // permission refuses everyone else.
+    let mut unwritable = vec![("/proc".to_string(), "/proc/posenc-out.csv".to_string())];
+    let locked = dir.path("locked");
+    fs::create_dir(&locked).unwrap();
+    fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0o555)).unwrap();
+    // SAFETY: geteuid reads the process's effective user id; no memory is involved.
+    if unsafe { libc::geteuid() } != 0 {
+        unwritable.push((s(&locked), s(&locked.join("out.csv"))));
+    }
+    for (parent, out) in unwritable {
+        let got = refused_before_an_8gib_table("", &out);
+        let err = stderr(&got);
+        assert_eq!(got.status.code(), Some(1), "{out}: {err}");
+        assert_eq!(err.lines().count(), 1, "{out}: {err:?}");
+        assert!(err.contains(&format!("cannot create a file in {parent}")), "{out}: {err}");
+        assert!(!err.contains("could not allocate"), "{out}: the work came first: {err}");
+    }
+    assert_eq!(files_in(&locked), Vec::<String>::new());
 }
 
 /// The directory entries whose names start with `.posenc-` and that hold at least one byte.

@@ -7,10 +7,9 @@
 //! adapter.
 
 use std::io::Write;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
 
-use crate::support::cli::{Dir, posenc, posenc_env, stderr};
+use crate::support::cli::{Dir, WATCHDOG, posenc, posenc_env, spawn, stderr, wait_or_kill};
 use posenc::npy;
 
 /// A valid `.npy` header of `T` declaring `shape`, and no data: 128 bytes.
@@ -40,33 +39,6 @@ fn assert_refused(out: &Output, dir: &Dir, inputs: &[&str], needles: &[&str]) {
     expected.sort();
     assert_eq!(dir.files(), expected, "{err}");
 }
-
-/// Waits for `child`, killing it if it runs past `limit`: how a hang fails here. The limit
-/// is a watchdog hundreds of times what the run takes, not a speed requirement.
-fn wait_or_kill(mut child: Child, limit: Duration, what: &str) -> Output {
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > limit {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            panic!("{what} was still running after {limit:?}: a hang");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
-}
-
-fn spawn(args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_posenc"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-const WATCHDOG: Duration = Duration::from_secs(120);
 
 #[test]
 fn empty_ids_with_an_axis_no_output_could_have_are_refused_on_cpu_and_gpu() {
