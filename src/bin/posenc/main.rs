@@ -77,8 +77,8 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return clap_exit(&e),
     };
-    // Before anything opens an adapter (and before any thread starts); removed on return.
-    let _runtime_dir = runtime_dir::RuntimeDir::ensure();
+    // Before anything opens an adapter (and before any thread starts).
+    runtime_dir::quiet_the_drivers();
     // Without it, Ctrl-C while an output is written would leave its temporary file.
     if let Err(e) = posenc::output::remove_temporaries_on_signals() {
         note(&format!("temporary files will not be removed on a signal: {e}"));
