@@ -1166,19 +1166,17 @@ fn wait_for_device(ctx: &gpu::Context) -> Result<()> {
 /// (`cpu_read_ceiling`) in the same rounds, both from a warm page cache. Both are credited
 /// with the file's bytes read and written once, so the ratio is the read's time over the
 /// load's. The directory is deleted on return, whatever happens. Returns the items and
-/// the file's size. While it runs, a signal the CLI catches removes the file too.
+/// the file's size. While it runs, a signal the CLI catches removes the directory too.
 fn time_load(
     table: &TableData,
     repeats: usize,
     progress: &mut dyn FnMut(&str),
 ) -> Result<(Vec<Item>, u64)> {
     progress("writing the checkpoint");
-    let dir =
-        tempfile::tempdir().map_err(|source| Error::Io { path: std::env::temp_dir(), source })?;
+    // A Ctrl-C must not leave a checkpoint of up to a few GiB behind, nor its directory (the
+    // CLI installs the cleanup).
+    let dir = crate::output::ScratchDir::new()?;
     let path = dir.path().join("bench.safetensors");
-    // A Ctrl-C must not leave a checkpoint of up to a few GiB behind (the CLI installs the
-    // cleanup; for other callers the guard does nothing).
-    let _on_signal = crate::output::remove_on_signal(&path);
     let io = |source| Error::Io { path: path.clone(), source };
     table.write_checkpoint(&path)?;
     // Warm the page cache, and check once that the load gives back the table written.

@@ -441,18 +441,38 @@ impl Drop for Live {
     }
 }
 
-/// A scratch file the signal cleanup removes while this guard lives (see
-/// [`remove_temporaries_on_signals`]), for scratch files other than an [`AtomicFile`]'s:
-/// the bench's temporary checkpoint, say. Dropping the guard takes the path off the list;
-/// it does not remove the file.
+/// A directory for scratch files (the bench's temporary checkpoint), under the system's
+/// temporary directory: removed with everything in it when dropped, and by the signal
+/// cleanup ([`remove_temporaries_on_signals`]) while it lives. It is made and listed for the
+/// cleanup under one lock, so a signal never finds it made but not listed (a checkpoint's
+/// directory used to be left behind, empty, by Ctrl-C). Its hidden name (`.posenc-...`)
+/// says what it is, should SIGKILL leave it.
 #[derive(Debug)]
-pub struct RemovedOnSignal {
+pub struct ScratchDir {
+    // Declared before `live`, so that the directory is removed before it leaves the list.
+    dir: tempfile::TempDir,
     _live: Live,
 }
 
-/// Lists `path` for the signal cleanup until the returned guard is dropped.
-pub fn remove_on_signal(path: &Path) -> RemovedOnSignal {
-    RemovedOnSignal { _live: Live::new(path, &mut live_files()) }
+impl ScratchDir {
+    /// A fresh directory (mode 0700) in [`std::env::temp_dir`].
+    ///
+    /// # Errors
+    /// [`Error::Io`] naming the temporary directory if nothing can be made there.
+    pub fn new() -> Result<Self> {
+        let parent = std::env::temp_dir();
+        let mut registry = live_files();
+        let dir = tempfile::Builder::new().prefix(".posenc-").tempdir_in(&parent).map_err(|e| {
+            Error::Io { path: parent.clone(), source: cannot_create_in(&parent, e) }
+        })?;
+        let live = Live::new(dir.path(), &mut registry);
+        Ok(Self { dir, _live: live })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
 }
 
 /// The temporary files this process is writing now.
@@ -461,8 +481,8 @@ fn live_temporaries() -> Vec<PathBuf> {
     live_files().clone()
 }
 
-/// On SIGINT, SIGTERM or SIGHUP, removes the temporary files of every live [`AtomicFile`],
-/// then dies of the same signal as if it were not handled (a shell reports 130, 143 or
+/// On SIGINT, SIGTERM or SIGHUP, removes the temporary files of every live [`AtomicFile`]
+/// and every live [`ScratchDir`], then dies of the same signal as if it were not handled (a shell reports 130, 143 or
 /// 129). For programs: it installs process-wide handlers, once (later calls do nothing).
 /// SIGKILL cannot be caught: its temporary file stays behind under its hidden name.
 ///
@@ -502,7 +522,10 @@ fn install_signal_thread() -> io::Result<()> {
             let registry = live_files();
             for path in registry.iter() {
                 // Already gone is fine: the file was being dropped as the signal came.
-                let _ = fs::remove_file(path);
+                if fs::remove_file(path).is_err() {
+                    // A scratch directory, with what is in it.
+                    let _ = fs::remove_dir_all(path);
+                }
             }
             // Resets the default action and raises the signal again: the parent sees the
             // process die of it, as it would have without posenc's handler.
@@ -790,6 +813,17 @@ mod tests {
         let ours: Vec<PathBuf> =
             live_temporaries().into_iter().filter(|p| p.starts_with(dir.path())).collect();
         assert!(ours.is_empty(), "{ours:?}");
+    }
+
+    #[test]
+    fn a_scratch_directory_is_listed_while_it_lives_and_removed_with_its_files() {
+        let dir = ScratchDir::new().unwrap();
+        let path = dir.path().to_path_buf();
+        fs::write(path.join("checkpoint"), b"x").unwrap();
+        assert!(live_temporaries().contains(&path));
+        drop(dir);
+        assert!(!path.exists());
+        assert!(!live_temporaries().contains(&path));
     }
 
     #[cfg(unix)]
