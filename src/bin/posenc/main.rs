@@ -83,6 +83,10 @@ fn main() -> ExitCode {
     if let Err(e) = posenc::output::remove_temporaries_on_signals() {
         note(&format!("temporary files will not be removed on a signal: {e}"));
     }
+    // Before any CPU work: rayon's own start panics where its worker threads cannot start.
+    if let Some(line) = posenc::cpu::threads::start_threads().note() {
+        note(&line);
+    }
     let result = match &cli.command {
         Command::Table(args) => table::run(args),
         Command::Encode(args) => encode::run(args),

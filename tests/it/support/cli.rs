@@ -1,6 +1,7 @@
 //! Running the `posenc` binary from the CLI tests.
 
 use std::fs;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -52,18 +53,32 @@ pub fn spawn_in_shell(script: &str, args: &[&str]) -> Child {
         .unwrap()
 }
 
-/// Waits for `child`, killing it if it runs past `limit`: how a hang fails here.
+/// Waits for `child`, killing it if it runs past `limit`: how a hang fails here. Its piped
+/// stdout and stderr are read as it runs, so a full pipe never stalls it.
 pub fn wait_or_kill(mut child: Child, limit: Duration, what: &str) -> Output {
+    fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                pipe.read_to_end(&mut bytes).unwrap();
+            }
+            bytes
+        })
+    }
+    let (stdout, stderr) = (drain(child.stdout.take()), drain(child.stderr.take()));
     let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
         if start.elapsed() > limit {
             child.kill().unwrap();
             child.wait().unwrap();
             panic!("{what} was still running after {limit:?}: a hang");
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
+    };
+    Output { status, stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap() }
 }
 
 pub fn stderr(out: &Output) -> String {
