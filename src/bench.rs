@@ -363,6 +363,35 @@ impl Config {
         Ok(spec)
     }
 
+    /// The most bytes of host memory a run holds at once, by what [`run`] allocates: the
+    /// table, ids and positions, and the CPU output throughout; then one of the CPU rounds
+    /// (the memcpy ceiling's source and destination, the PE table), the checkpoint load (one
+    /// more table) or the GPU rounds (the streamed output, a readback and a host encode with
+    /// its bytes). Device buffers are the device's. Saturating: a size past `u64` is refused
+    /// as one.
+    pub fn host_bytes(&self) -> u64 {
+        let tokens = (self.batch as u64).saturating_mul(self.len as u64);
+        let table = (self.vocab as u64)
+            .saturating_mul(self.dim as u64)
+            .saturating_mul(self.dtype.size() as u64);
+        let output =
+            tokens.saturating_mul(self.dim as u64).saturating_mul(self.out_dtype.size() as u64);
+        let pe_table = (self.len as u64).saturating_mul(self.dim as u64).saturating_mul(4);
+        let cpu_rounds = match self.devices {
+            Devices::Gpu => 0,
+            _ => output.saturating_mul(2).saturating_add(pe_table),
+        };
+        let load = if self.load { table } else { 0 };
+        let gpu_rounds = match self.devices {
+            Devices::Cpu => 0,
+            _ => output.saturating_mul(4),
+        };
+        table
+            .saturating_add(tokens.saturating_mul(8))
+            .saturating_add(output)
+            .saturating_add(cpu_rounds.max(load).max(gpu_rounds))
+    }
+
     /// `BxLxD`, then the vocabulary and the types (`f32`, or `f32->bf16` when the output
     /// type differs).
     fn shape(&self) -> String {
@@ -864,6 +893,8 @@ fn run_on(
     let table_positions: Vec<u32> = (0..len as u32).collect();
     let table_bytes = len as u64 * 4 + len as u64 * dim as u64 * 4;
     let repeats = config.repeats;
+    // Where the memory is not there, one error rather than an abort while building.
+    crate::alloc::check_allocation("the bench's host arrays", config.host_bytes())?;
 
     progress("building inputs");
     let inputs = Inputs {

@@ -520,13 +520,7 @@ fn install_signal_thread() -> io::Result<()> {
         if let Some(signal) = signals.forever().next() {
             // Held until the process is gone, so no commit can start after the cleanup.
             let registry = live_files();
-            for path in registry.iter() {
-                // Already gone is fine: the file was being dropped as the signal came.
-                if fs::remove_file(path).is_err() {
-                    // A scratch directory, with what is in it.
-                    let _ = fs::remove_dir_all(path);
-                }
-            }
+            remove_listed(&registry);
             // Resets the default action and raises the signal again: the parent sees the
             // process die of it, as it would have without posenc's handler.
             let _ = signal_hook::low_level::emulate_default_handler(signal);
@@ -535,6 +529,32 @@ fn install_signal_thread() -> io::Result<()> {
         }
     })?;
     Ok(())
+}
+
+/// Removes the listed temporary files and scratch directories.
+fn remove_listed(registry: &[PathBuf]) {
+    for path in registry {
+        // Already gone is fine: the file was being dropped as the signal came.
+        if fs::remove_file(path).is_err() {
+            // A scratch directory, with what is in it.
+            let _ = fs::remove_dir_all(path);
+        }
+    }
+}
+
+/// Removes the temporary files of every live [`AtomicFile`] and every live [`ScratchDir`]
+/// now, for a program about to end without unwinding (the `posenc` binary's allocator, when
+/// memory runs out). The list stays locked for good afterwards, so no commit starts after
+/// it. Does nothing while the list is locked (a commit or a creation in progress, on this
+/// thread or another).
+pub fn remove_temporaries_now() {
+    let registry = match LIVE_FILES.try_lock() {
+        Ok(registry) => registry,
+        Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return,
+    };
+    remove_listed(&registry);
+    std::mem::forget(registry);
 }
 
 /// The directory holding `path`: its parent, or `.` for a bare name.

@@ -31,8 +31,12 @@ pub(crate) struct Failure {
 }
 
 impl Failure {
-    /// An error found while checking the request, whatever its kind.
+    /// An error found while checking the request, whatever its kind, except memory refused
+    /// while reading an input: the request is valid, the machine could not hold it.
     pub(crate) fn usage(error: Error) -> Self {
+        if matches!(error, Error::Alloc { .. }) {
+            return error.into();
+        }
         Self { code: EXIT_USAGE, error, delivered: false }
     }
 

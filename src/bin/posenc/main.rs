@@ -14,6 +14,8 @@ mod args;
 mod cmd;
 mod device;
 mod failure;
+#[cfg(unix)]
+mod memory;
 mod output;
 mod runtime_dir;
 
@@ -23,6 +25,10 @@ use clap::{Parser, Subcommand};
 
 use cmd::{accuracy, alibi, bench, devices, encode, plot, rope, rope_cache, table};
 use failure::{EXIT_STATUS_HELP, clap_exit, note, report, with_exit_status};
+
+#[cfg(unix)]
+#[global_allocator]
+static ALLOCATOR: memory::Allocator = memory::Allocator;
 
 /// Exact sinusoidal positional encodings on the GPU (wgpu) or CPU, bit-identical on both.
 #[derive(Debug, Parser)]
@@ -73,6 +79,8 @@ enum Command {
 fn main() -> ExitCode {
     // Before anything opens a file: `-o /dev/fd/N` may name only these.
     posenc::output::note_inherited_descriptors();
+    #[cfg(unix)]
+    memory::share_one_arena_under_an_address_space_limit();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return clap_exit(&e),
