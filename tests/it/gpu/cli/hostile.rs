@@ -399,3 +399,62 @@ fn rope_scaling_with_a_key_twice_or_contradicting_types_is_refused() {
         assert_refused(&run, &dir, &["x.npy"], &[needle]);
     }
 }
+
+/// A FIFO given where JSON is read (`--config`, `--scaling @FILE`) with no process holding
+/// it open for writing: nothing would ever come, and opening it to read used to block for
+/// ever. Refused at once, one line; with a writer, its text is read as a file's would be.
+#[cfg(unix)]
+#[test]
+fn a_fifo_without_a_writer_as_json_is_refused_and_one_with_a_writer_is_read() {
+    let dir = Dir::new();
+    let fifo = dir.out("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    if !made.is_ok_and(|s| s.success()) {
+        eprintln!("SKIP: mkfifo is not available");
+        return;
+    }
+    let x = dir.npy("x.npy", &ndarray::Array4::<f32>::zeros((1, 2, 1, 8)));
+    let w = weights(&dir);
+    let ids = dir.npy("ids.npy", &ndarray::array![[1u32, 2]]);
+    let o = dir.out("o.npy");
+    let scaling = format!("@{fifo}");
+    let cases: [&[&str]; 5] = [
+        &["rope", "--device", "cpu", "--input", &x, "--layout", "blhd", "--scaling", &scaling],
+        &["rope", "--device", "cpu", "--input", &x, "--layout", "blhd", "--config", &fifo],
+        &["rope-cache", "--len", "3", "--config", &fifo],
+        &["table", "--device", "cpu", "--len", "3", "--config", &fifo],
+        &["encode", "--device", "cpu", "--weights", &w, "--ids", &ids, "--config", &fifo],
+    ];
+    let inputs = ["fifo", "ids.npy", "w.npy", "x.npy"];
+    for args in cases {
+        let all = [args, &["-o", &o]].concat();
+        let run = wait_or_kill(spawn(&all), WATCHDOG, &all.join(" "));
+        assert_refused(&run, &dir, &inputs, &["fifo: a FIFO that no process has open for writing"]);
+    }
+    // A writer that opens the FIFO (waiting for a reader, as `echo > fifo` does) and writes;
+    // again if a refused run's open and close broke its pipe.
+    let json = r#"{"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4}"#;
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            while let Err(e) = std::fs::write(&fifo, json) {
+                assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "{e}");
+            }
+        })
+    };
+    let from_fifo = ["rope-cache", "--len", "3", "--config", &fifo, "-o", &o];
+    let run = loop {
+        let run = wait_or_kill(spawn(&from_fifo), WATCHDOG, "a FIFO with a writer");
+        // Until the writer's thread has reached its open.
+        if !stderr(&run).contains("no process has open") {
+            break run;
+        }
+    };
+    writer.join().unwrap();
+    assert!(run.status.success(), "{}", stderr(&run));
+    let config = dir.bytes("config.json", json.as_bytes());
+    let want = dir.out("want.npy");
+    let run = posenc(&["rope-cache", "--len", "3", "--config", &config, "-o", &want]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert_eq!(std::fs::read(&o).unwrap(), std::fs::read(&want).unwrap());
+}
