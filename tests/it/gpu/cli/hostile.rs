@@ -458,3 +458,91 @@ fn a_fifo_without_a_writer_as_json_is_refused_and_one_with_a_writer_is_read() {
     assert!(run.status.success(), "{}", stderr(&run));
     assert_eq!(std::fs::read(&o).unwrap(), std::fs::read(&want).unwrap());
 }
+
+/// The bounds on a failure's line: a value from the user (a key, a value, a name, a path,
+/// a spec) is cut in the middle to at most 256 characters, the prose that quotes one to
+/// 1024, and the message after `posenc: ` to 4096; control characters are escaped. A JSON key with CR
+/// and ESC in it reached the terminal raw, and a 1.5 MB key, a 2 MB rope_type, 20,000 layer
+/// types or a 10 MB tensor name came back whole.
+#[test]
+fn user_strings_in_an_error_line_are_cut_and_escaped() {
+    const MAX_LINE: usize = 4096;
+    let dir = Dir::new();
+    let x = dir.npy("x.npy", &ndarray::Array4::<f32>::zeros((1, 2, 1, 8)));
+    let ids = dir.npy("ids.npy", &ndarray::array![[1u32, 2]]);
+    let key = "k".repeat(1_500_000);
+    let dup = dir.bytes(
+        "dup.json",
+        format!(r#"{{"rope_type":"linear","factor":2,"{key}":1,"{key}":2}}"#).as_bytes(),
+    );
+    let long_type = format!(r#"{{"rope_type":"{}","factor":2}}"#, "r".repeat(2_000_000));
+    let rope_type = dir.bytes("rope_type.json", long_type.as_bytes());
+    let escape = dir.bytes(
+        "escape.json",
+        br#"{"rope_type":"linear","factor":2,"x\ry\u001b[31mRED":1,"x\ry\u001b[31mRED":2}"#,
+    );
+    let per_type: Vec<String> =
+        (0..20_000).map(|i| format!(r#""type{i}": {{"rope_type": "default"}}"#)).collect();
+    let layer_types = dir.bytes(
+        "layer_types.json",
+        format!(
+            r#"{{"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+                "rope_parameters": {{{}}}}}"#,
+            per_type.join(", ")
+        )
+        .as_bytes(),
+    );
+    let name = "n".repeat(10_000_000);
+    let header = format!(r#"{{"{name}":{{"dtype":"F32","shape":[16,8],"data_offsets":[0,512]}}}}"#);
+    let mut st = (header.len() as u64).to_le_bytes().to_vec();
+    st.extend(header.as_bytes());
+    st.extend([0u8; 512]);
+    let named = dir.bytes("named.safetensors", &st);
+    let long_path = format!("{}/{}", dir.out(""), "p".repeat(100_000));
+    let spec = format!("0,1,\x1b[31m{}", "9".repeat(100_000));
+    let flag = format!("\x1b[31m{}", "1".repeat(100_000));
+    let rope = ["rope", "--device", "cpu", "--input", &x, "--layout", "blhd", "-o"];
+    let o = dir.out("o.npy");
+    let (dup, rope_type, escape) =
+        (format!("@{dup}"), format!("@{rope_type}"), format!("@{escape}"));
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        ([&rope[..], &[&o, "--scaling", &dup]].concat(), "given twice"),
+        ([&rope[..], &[&o, "--scaling", &rope_type]].concat(), "rope_type"),
+        ([&rope[..], &[&o, "--scaling", &escape]].concat(), "x\\ry\\u{1b}[31mRED"),
+        ([&rope[..], &[&o, "--config", &layer_types]].concat(), "layer_type"),
+        (
+            vec![
+                "encode",
+                "--device",
+                "cpu",
+                "--weights",
+                &named,
+                "--ids",
+                &ids,
+                "--tensor",
+                "t",
+                "-o",
+                &o,
+            ],
+            "no tensor named",
+        ),
+        (vec!["table", "--device", "cpu", "--dim", "8", "--len", "3", "-o", &long_path], "ppp"),
+        (vec!["table", "--device", "cpu", "--dim", "8", "--positions", &spec], "position spec"),
+        (vec!["table", "--device", "cpu", "--dim", &flag], "--dim"),
+    ];
+    for (args, needle) in cases {
+        let run = posenc(&args);
+        let case = &args[..args.len().min(4)];
+        let err = &run.stderr;
+        assert!(matches!(run.status.code(), Some(1 | 2)), "{case:?}: {:?}", run.status);
+        let text = String::from_utf8_lossy(err);
+        let message = text.trim_end().strip_prefix("posenc: ").unwrap_or_default();
+        let chars = message.chars().count();
+        assert!(chars <= MAX_LINE, "{case:?}: a message of {chars} characters");
+        assert_eq!(text.lines().count(), 1, "{case:?}: {text}");
+        assert!(text.starts_with("posenc: ") && text.ends_with('\n'), "{case:?}: {text}");
+        let raw = text.trim_end().chars().find(|c| c.is_control());
+        assert_eq!(raw, None, "{case:?}: a raw control character in {text:?}");
+        assert!(text.contains(needle), "{case:?}: {needle:?} not in {text}");
+    }
+}
