@@ -1,10 +1,42 @@
-//! Fallible allocation of output buffers: where the allocator refuses (an address-space
-//! limit such as `ulimit -v`, or no memory left), [`Error::Alloc`] naming the buffer and
-//! its bytes instead of the abort an infallible allocation would be.
+//! Fallible allocation of the buffers a request sizes (outputs, input arrays): where the
+//! allocator refuses (an address-space limit such as `ulimit -v`, or no memory left),
+//! [`Error::Alloc`] naming the buffer and its bytes instead of the abort an infallible
+//! allocation would be.
+//!
+//! A program may also make every other refusal end it cleanly, with a global allocator that
+//! exits when the system allocator returns null (the `posenc` binary's does, in one line);
+//! such an allocator must let the refusals of this module's functions through, which
+//! [`in_fallible_allocation`] tells it.
+
+use std::cell::Cell;
 
 use ndarray::{Array, Dimension, IntoDimension};
 
 use crate::error::{Error, Result};
+
+thread_local! {
+    /// Set while one of this module's allocations runs: its refusal is an error to return.
+    static FALLIBLE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the calling thread is inside one of this module's fallible allocations, whose
+/// refusal must reach the caller as [`Error::Alloc`]: for a program's global allocator that
+/// ends the process on any other refusal.
+///
+/// ```
+/// assert!(!posenc::alloc::in_fallible_allocation());
+/// ```
+pub fn in_fallible_allocation() -> bool {
+    FALLIBLE.try_with(Cell::get).unwrap_or(false)
+}
+
+/// Runs `allocate` marked as fallible ([`in_fallible_allocation`]).
+fn fallibly<T>(allocate: impl FnOnce() -> T) -> T {
+    let outer = FALLIBLE.replace(true);
+    let result = allocate();
+    FALLIBLE.set(outer);
+    result
+}
 
 /// A vector of `len` zeroed values, or [`Error::Alloc`] naming `what` and the bytes if the
 /// allocator refuses (an address-space limit such as `ulimit -v`, or no memory left), where
@@ -25,10 +57,10 @@ pub fn try_zeroed_vec<T: bytemuck::Zeroable + Clone>(
     len: usize,
 ) -> Result<Vec<T>> {
     let bytes = (len as u64).saturating_mul(size_of::<T>() as u64);
-    let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| Error::Alloc { what, bytes })?;
-    v.resize(len, T::zeroed());
-    Ok(v)
+    // A zeroed allocation: the kernel maps its pages lazily, where a reserve and a fill
+    // would write every page once before the caller does.
+    fallibly(|| bytemuck::allocation::try_zeroed_vec(len))
+        .map_err(|()| Error::Alloc { what, bytes })
 }
 
 /// An array of `shape` filled with zeros, allocated as [`try_zeroed_vec`] does.
@@ -59,7 +91,7 @@ pub fn try_zeros<T: bytemuck::Zeroable + Clone, D: Dimension>(
 /// [`Error::Alloc`] naming `what` and `bytes` if the memory cannot be had.
 pub fn check_allocation(what: &'static str, bytes: u64) -> Result<()> {
     let len = usize::try_from(bytes).map_err(|_| Error::Alloc { what, bytes })?;
-    Vec::<u8>::new().try_reserve_exact(len).map_err(|_| Error::Alloc { what, bytes })
+    fallibly(|| Vec::<u8>::new().try_reserve_exact(len)).map_err(|_| Error::Alloc { what, bytes })
 }
 
 #[cfg(test)]

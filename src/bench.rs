@@ -363,6 +363,35 @@ impl Config {
         Ok(spec)
     }
 
+    /// The most bytes of host memory a run holds at once, by what [`run`] allocates: the
+    /// table, ids and positions, and the CPU output throughout; then one of the CPU rounds
+    /// (the memcpy ceiling's source and destination, the PE table), the checkpoint load (one
+    /// more table) or the GPU rounds (the streamed output, a readback and a host encode with
+    /// its bytes). Device buffers are the device's. Saturating: a size past `u64` is refused
+    /// as one.
+    pub fn host_bytes(&self) -> u64 {
+        let tokens = (self.batch as u64).saturating_mul(self.len as u64);
+        let table = (self.vocab as u64)
+            .saturating_mul(self.dim as u64)
+            .saturating_mul(self.dtype.size() as u64);
+        let output =
+            tokens.saturating_mul(self.dim as u64).saturating_mul(self.out_dtype.size() as u64);
+        let pe_table = (self.len as u64).saturating_mul(self.dim as u64).saturating_mul(4);
+        let cpu_rounds = match self.devices {
+            Devices::Gpu => 0,
+            _ => output.saturating_mul(2).saturating_add(pe_table),
+        };
+        let load = if self.load { table } else { 0 };
+        let gpu_rounds = match self.devices {
+            Devices::Cpu => 0,
+            _ => output.saturating_mul(4),
+        };
+        table
+            .saturating_add(tokens.saturating_mul(8))
+            .saturating_add(output)
+            .saturating_add(cpu_rounds.max(load).max(gpu_rounds))
+    }
+
     /// `BxLxD`, then the vocabulary and the types (`f32`, or `f32->bf16` when the output
     /// type differs).
     fn shape(&self) -> String {
@@ -864,6 +893,8 @@ fn run_on(
     let table_positions: Vec<u32> = (0..len as u32).collect();
     let table_bytes = len as u64 * 4 + len as u64 * dim as u64 * 4;
     let repeats = config.repeats;
+    // Where the memory is not there, one error rather than an abort while building.
+    crate::alloc::check_allocation("the bench's host arrays", config.host_bytes())?;
 
     progress("building inputs");
     let inputs = Inputs {
@@ -1166,19 +1197,17 @@ fn wait_for_device(ctx: &gpu::Context) -> Result<()> {
 /// (`cpu_read_ceiling`) in the same rounds, both from a warm page cache. Both are credited
 /// with the file's bytes read and written once, so the ratio is the read's time over the
 /// load's. The directory is deleted on return, whatever happens. Returns the items and
-/// the file's size. While it runs, a signal the CLI catches removes the file too.
+/// the file's size. While it runs, a signal the CLI catches removes the directory too.
 fn time_load(
     table: &TableData,
     repeats: usize,
     progress: &mut dyn FnMut(&str),
 ) -> Result<(Vec<Item>, u64)> {
     progress("writing the checkpoint");
-    let dir =
-        tempfile::tempdir().map_err(|source| Error::Io { path: std::env::temp_dir(), source })?;
+    // A Ctrl-C must not leave a checkpoint of up to a few GiB behind, nor its directory (the
+    // CLI installs the cleanup).
+    let dir = crate::output::ScratchDir::new()?;
     let path = dir.path().join("bench.safetensors");
-    // A Ctrl-C must not leave a checkpoint of up to a few GiB behind (the CLI installs the
-    // cleanup; for other callers the guard does nothing).
-    let _on_signal = crate::output::remove_on_signal(&path);
     let io = |source| Error::Io { path: path.clone(), source };
     table.write_checkpoint(&path)?;
     // Warm the page cache, and check once that the load gives back the table written.

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum Error {
     /// A parameter is outside the range posenc supports.
-    #[error("invalid {field}: {value} (allowed: {allowed})")]
+    #[error("invalid {field}: {} (allowed: {allowed})", shown(value))]
     InvalidParameter {
         /// Name of the parameter, as the CLI spells it (`dim`, `base`, ...).
         field: &'static str,
@@ -20,7 +20,7 @@ pub enum Error {
         allowed: &'static str,
     },
     /// A position list (`--positions SPEC`) could not be parsed.
-    #[error("invalid position spec {spec:?} at item {item}: {reason}")]
+    #[error("invalid position spec {} at item {item}: {}", quoted(spec), prose(reason))]
     PositionSpec {
         /// The whole spec as given.
         spec: String,
@@ -59,7 +59,7 @@ pub enum Error {
     /// non-finite row would turn every output that gathers it into NaN.
     #[error(
         "{}: {what} holds the non-finite value {value} at row {row}, column {col}",
-        path.display()
+        shown_path(path)
     )]
     NonFinite {
         /// The file.
@@ -123,7 +123,7 @@ pub enum Error {
         limit: u64,
     },
     /// No GPU adapter matched the request.
-    #[error("no GPU adapter found{detail}; {hint}")]
+    #[error("no GPU adapter found{}; {hint}", prose(detail))]
     NoAdapter {
         /// What was asked for (backend, name), possibly empty.
         detail: String,
@@ -131,7 +131,7 @@ pub enum Error {
         hint: &'static str,
     },
     /// The adapter refused to create a device.
-    #[error("the adapter {adapter:?} could not open a device: {source}")]
+    #[error("the adapter {} could not open a device: {source}", quoted(adapter))]
     RequestDevice {
         /// The adapter's name.
         adapter: String,
@@ -174,7 +174,7 @@ pub enum Error {
         message: String,
     },
     /// Reading or writing a file failed.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {}", shown_path(path), prose(&source.to_string()))]
     Io {
         /// The file.
         path: PathBuf,
@@ -184,7 +184,7 @@ pub enum Error {
     },
     /// An output path names something posenc does not write to (a directory, a socket, a
     /// block device, a descriptor that is not open), checked before any work.
-    #[error("{}: cannot write the output to {what}; {allowed}", path.display())]
+    #[error("{}: cannot write the output to {}; {allowed}", shown_path(path), prose(what))]
     OutputPath {
         /// The path as given.
         path: PathBuf,
@@ -204,7 +204,7 @@ pub enum Error {
         bytes: u64,
     },
     /// An input file is not a well-formed file of its format.
-    #[error("{}: not a valid {format} file: {reason}", path.display())]
+    #[error("{}: not a valid {format} file: {}", shown_path(path), prose(reason))]
     Format {
         /// The file.
         path: PathBuf,
@@ -214,7 +214,7 @@ pub enum Error {
         reason: String,
     },
     /// An input array's element type is not one the operation accepts.
-    #[error("{}: {what} has dtype {dtype}; allowed: {allowed}", path.display())]
+    #[error("{}: {what} has dtype {}; allowed: {}", shown_path(path), shown(dtype), prose(allowed))]
     Dtype {
         /// The file.
         path: PathBuf,
@@ -228,7 +228,7 @@ pub enum Error {
     /// An input array's rank is not one the operation accepts.
     #[error(
         "{}: {what} must have rank {}, got shape {}",
-        path.display(),
+        shown_path(path),
         or_list(expected),
         shape_tuple(actual)
     )]
@@ -243,7 +243,12 @@ pub enum Error {
         actual: Vec<usize>,
     },
     /// A RoPE scaling (a Hugging Face `rope_scaling` object) is malformed or out of range.
-    #[error("rope_scaling: invalid {field}: {value} (allowed: {allowed})")]
+    #[error(
+        "rope_scaling: invalid {}: {} (allowed: {})",
+        shown(field),
+        shown(value),
+        prose(allowed)
+    )]
     RopeScaling {
         /// The offending key as the JSON spells it (`factor`, `long_factor[3]`, ...), or
         /// `(json)` when the text is not JSON at all.
@@ -255,7 +260,13 @@ pub enum Error {
     },
     /// A model's `config.json` ([`crate::rope::RopeSpec::from_hf_config`]) cannot be read
     /// as a RoPE posenc computes exactly.
-    #[error("{}: invalid {field}: {value} (allowed: {allowed})", config_name(path))]
+    #[error(
+        "{}: invalid {}: {} (allowed: {})",
+        config_name(path),
+        shown(field),
+        shown(value),
+        prose(allowed)
+    )]
     RopeConfig {
         /// The file the config was read from; `None` for text parsed without one, which the
         /// message calls `config.json` ([`Error::in_config_file`] names the file).
@@ -270,7 +281,13 @@ pub enum Error {
     },
     /// A model's `config.json` ([`crate::model_config::ModelConfig::from_hf_config`]) has a
     /// key posenc cannot read as that model's absolute positions.
-    #[error("{}: invalid {field}: {value} (allowed: {allowed})", config_name(path))]
+    #[error(
+        "{}: invalid {}: {} (allowed: {})",
+        config_name(path),
+        shown(field),
+        shown(value),
+        prose(allowed)
+    )]
     PeConfig {
         /// The file the config was read from; `None` for text parsed without one, which the
         /// message calls `config.json` ([`Error::in_config_file`] names the file).
@@ -285,7 +302,7 @@ pub enum Error {
     },
     /// A model's `config.json` names a family (`model_type`) whose absolute positions posenc
     /// does not compute from a config, or not for this command.
-    #[error("{}: model_type {model_type:?}: {reason}", config_name(path))]
+    #[error("{}: model_type {}: {}", config_name(path), quoted(model_type), prose(reason))]
     ModelFamily {
         /// The file the config was read from; `None` for text parsed without one, which the
         /// message calls `config.json` ([`Error::in_config_file`] names the file).
@@ -298,8 +315,9 @@ pub enum Error {
     /// No tensor of a multi-tensor file could be chosen: the one named is missing, or none
     /// was named and the choice is not unique.
     #[error(
-        "{}: {problem}; {rank}-D tensors in the file: {}",
-        path.display(),
+        "{}: {}; {rank}-D tensors in the file: {}",
+        shown_path(path),
+        prose(problem),
         names_or_none(available)
     )]
     Tensor {
@@ -315,7 +333,10 @@ pub enum Error {
     /// An input array holds another number of values than the operation needs (a model's
     /// `inv_freq`: one per frequency). Refused from the file's header, before its data is
     /// read.
-    #[error("{}: {what} holds {actual} values, but {expected} are needed ({reason})", path.display())]
+    #[error(
+        "{}: {what} holds {actual} values, but {expected} are needed ({reason})",
+        shown_path(path)
+    )]
     Count {
         /// The file.
         path: PathBuf,
@@ -428,8 +449,102 @@ impl Error {
 }
 
 /// How a config error names its file: the path, else `config.json`.
-fn config_name(path: &Option<PathBuf>) -> std::path::Display<'_> {
-    path.as_deref().unwrap_or(std::path::Path::new("config.json")).display()
+fn config_name(path: &Option<PathBuf>) -> String {
+    shown_path(path.as_deref().unwrap_or(std::path::Path::new("config.json")))
+}
+
+/// The most characters of one value from the user that an error message shows (a key, a
+/// value, a name, a type, a path): a longer one is cut in the middle, keeping its start and
+/// its end.
+pub const MAX_SHOWN_CHARS: usize = 256;
+
+/// The most characters of one explanation an error message shows (what is allowed, why
+/// something is refused, the system's reason), which may quote values from the user.
+pub const MAX_PROSE_CHARS: usize = 1024;
+
+/// `text` as an error message shows it: control characters and invisible formatting
+/// characters (bidirectional overrides, zero-width ones) escaped as Rust writes them (`\\r`,
+/// `\\u{1b}`), so that nothing from the user can move the terminal's cursor, recolour it or
+/// reorder the line; then, if longer than `max_chars` characters, cut in the middle to that
+/// many, a count of the characters left out in their place (keeping the start and the end,
+/// a path's file name). Every user string in an [`Error`]'s message goes through it.
+///
+/// ```
+/// assert_eq!(posenc::message_text("x\ry\u{1b}[31mRED", 80), "x\\ry\\u{1b}[31mRED");
+/// let long = "k".repeat(1000);
+/// let shown = posenc::message_text(&long, 40);
+/// assert_eq!(shown, "kkkkkkkk[... 985 characters ...]kkkkkkk");
+/// assert!(shown.chars().count() <= 40);
+/// ```
+pub fn message_text(text: &str, max_chars: usize) -> String {
+    cut(&escape(text), max_chars).into_owned()
+}
+
+/// A value from the user, quoted and escaped as Rust's `Debug` writes a string, cut to
+/// [`MAX_SHOWN_CHARS`].
+fn quoted(text: &str) -> String {
+    cut(&format!("{text:?}"), MAX_SHOWN_CHARS).into_owned()
+}
+
+/// `text` cut in the middle to at most `max_chars` characters, as [`message_text`] cuts.
+fn cut(text: &str, max_chars: usize) -> std::borrow::Cow<'_, str> {
+    let count = text.chars().count();
+    if count <= max_chars {
+        return text.into();
+    }
+    // The count left out has at most as many digits as the whole.
+    let marker = "[...  characters ...]".len() + count.to_string().len();
+    let keep = max_chars.saturating_sub(marker);
+    let (head, tail) = (keep.div_ceil(2), keep / 2);
+    let start: String = text.chars().take(head).collect();
+    let end_at = text.char_indices().nth(count - tail).map_or(text.len(), |(i, _)| i);
+    format!("{start}[... {} characters ...]{}", count - head - tail, &text[end_at..]).into()
+}
+
+/// `text` with control and invisible formatting characters escaped.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() || invisible(c) {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Formatting characters that change how a line reads without showing themselves: the
+/// Arabic letter mark, zero-width characters and marks, the line and paragraph separators,
+/// bidirectional embeddings, overrides and isolates, invisible operators, the byte order
+/// mark, interlinear annotation.
+fn invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061c}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206f}'
+            | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}'
+    )
+}
+
+/// A value from the user, for a message: [`message_text`] at [`MAX_SHOWN_CHARS`].
+fn shown(text: &str) -> String {
+    message_text(text, MAX_SHOWN_CHARS)
+}
+
+/// An explanation, for a message: [`message_text`] at [`MAX_PROSE_CHARS`].
+fn prose(text: &str) -> String {
+    message_text(text, MAX_PROSE_CHARS)
+}
+
+/// A path, for a message: [`message_text`] at [`MAX_SHOWN_CHARS`] (a cut keeps the file's
+/// name, at the end).
+fn shown_path(path: &std::path::Path) -> String {
+    shown(&path.to_string_lossy())
 }
 
 /// `1`, `1 or 2`, `1, 2 or 3`.
@@ -473,12 +588,21 @@ pub(crate) fn shape_tuple(shape: &[usize]) -> String {
     }
 }
 
+/// The names of a file's tensors, quoted: at most [`MAX_NAMES`], each cut to
+/// [`MAX_SHOWN_CHARS`].
 fn names_or_none(names: &[String]) -> String {
     if names.is_empty() {
         return "none".into();
     }
-    names.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ")
+    let mut shown: Vec<String> = names.iter().take(MAX_NAMES).map(|n| quoted(n)).collect();
+    if names.len() > MAX_NAMES {
+        shown.push(format!("and {} more", names.len() - MAX_NAMES));
+    }
+    shown.join(", ")
 }
+
+/// The most tensor names an [`Error::Tensor`] lists.
+const MAX_NAMES: usize = 16;
 
 /// posenc's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -591,6 +715,59 @@ mod tests {
         for (error, kind) in cases {
             assert_eq!(error.kind(), kind, "{error:?}");
         }
+    }
+
+    #[test]
+    fn user_strings_are_cut_and_escaped_in_every_message() {
+        let long = format!("\u{1b}[31m{}\u{202e}\r\n", "x".repeat(100_000));
+        let path = || PathBuf::from(&long);
+        let errors = [
+            Error::InvalidParameter { field: "dim", value: long.clone(), allowed: "" },
+            Error::PositionSpec { spec: long.clone(), item: 1, reason: long.clone() },
+            Error::NonFinite { path: path(), what: "", row: 0, col: 0, value: "NaN".into() },
+            Error::NoAdapter { detail: long.clone(), hint: "" },
+            Error::Io { path: path(), source: std::io::Error::other(long.clone()) },
+            Error::OutputPath { path: path(), what: long.clone(), allowed: "" },
+            Error::Format { path: path(), format: "", reason: long.clone() },
+            Error::Dtype { path: path(), what: "", dtype: long.clone(), allowed: long.clone() },
+            Error::Rank { path: path(), what: "", expected: vec![2], actual: vec![] },
+            Error::RopeScaling { field: long.clone(), value: long.clone(), allowed: long.clone() },
+            Error::RopeConfig {
+                path: Some(path()),
+                field: long.clone(),
+                value: long.clone(),
+                allowed: long.clone(),
+            },
+            Error::PeConfig {
+                path: None,
+                field: long.clone(),
+                value: long.clone(),
+                allowed: long.clone(),
+            },
+            Error::ModelFamily {
+                path: Some(path()),
+                model_type: long.clone(),
+                reason: long.clone(),
+            },
+            Error::Tensor {
+                path: path(),
+                problem: long.clone(),
+                rank: 2,
+                available: vec![long.clone(); 20_000],
+            },
+            Error::Count { path: path(), what: "", expected: 1, actual: 2, reason: "" },
+        ];
+        for error in errors {
+            let text = error.to_string();
+            assert!(text.chars().count() < 6 * MAX_PROSE_CHARS, "{} characters", text.len());
+            assert!(!text.chars().any(|c| c.is_control() || invisible(c)), "{text:?}");
+            assert!(text.contains("[... "), "{text}");
+        }
+        assert_eq!(cut("abc", 3), "abc");
+        assert_eq!(message_text("a\u{2066}b\u{feff}", 40), "a\\u{2066}b\\u{feff}");
+        let shown = message_text(&"é".repeat(5000), MAX_SHOWN_CHARS);
+        assert_eq!(shown.chars().count(), MAX_SHOWN_CHARS);
+        assert!(shown.starts_with("éé") && shown.ends_with("éé") && shown.contains("characters"));
     }
 
     #[test]

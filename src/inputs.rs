@@ -402,10 +402,12 @@ pub fn read_rope_input(source: Source<'_>) -> Result<RopeTensor> {
 /// most [`MAX_JSON_BYTES`]. A larger regular file is refused from its size, before it is
 /// read. Unlike the arrays it may come from a pipe or a descriptor (`@/dev/stdin`), whose
 /// size is not known: it is read no further than one byte past the limit, and refused as
-/// `more than` it. No more than the limit is ever held in memory.
+/// `more than` it. No more than the limit is ever held in memory. A FIFO that no process
+/// holds open for writing is refused at once: reading it would wait for ever.
 ///
 /// # Errors
-/// [`Error::Io`] naming the input if it cannot be read or is not UTF-8;
+/// [`Error::Io`] naming the input if it cannot be read, is a FIFO without a writer, or is
+/// not UTF-8;
 /// [`Error::RopeScaling`] naming `(json)` and the input's size (`N bytes`, or `more than N
 /// bytes` for a pipe) if it is over the limit; as [`Scaling::from_hf_json`].
 pub fn read_rope_scaling(source: Source<'_>) -> Result<Scaling> {
@@ -617,7 +619,7 @@ fn read_json(
         }
         Source::Bytes { bytes, .. } => bytes.to_vec(),
         Source::File(path) => {
-            let mut file = File::open(path).map_err(io_error)?;
+            let (file, first) = open_readable(path).map_err(io_error)?;
             let metadata = file.metadata().map_err(io_error)?;
             // A pipe's or a character device's length says nothing of what it will give.
             let len = metadata.is_file().then_some(metadata.len());
@@ -625,7 +627,8 @@ fn read_json(
                 return Err(refuse(format!("{len} bytes")));
             }
             let hint = len.map_or(0, |len| len as usize);
-            match read_at_most(&mut file, MAX_JSON_BYTES, hint).map_err(io_error)? {
+            let reader = io::Cursor::new(first).chain(file);
+            match read_at_most(reader, MAX_JSON_BYTES, hint).map_err(io_error)? {
                 Some(bytes) => bytes,
                 // A pipe, or a file that grew since its size was read.
                 None => return Err(refuse(format!("more than {MAX_JSON_BYTES} bytes"))),
@@ -635,6 +638,56 @@ fn read_json(
     String::from_utf8(bytes).map_err(|_| {
         io_error(io::Error::new(io::ErrorKind::InvalidData, "stream did not contain valid UTF-8"))
     })
+}
+
+/// Opens a text input for reading, and the bytes already read from it (only a FIFO's). A
+/// FIFO (a named pipe, or a pipe named as `/dev/stdin` or `/dev/fd/N`) is opened without
+/// waiting for a writer, then read once without waiting: nothing and no writer means
+/// nothing would ever come, and opening it the usual way would have waited for ever, so it
+/// is refused; otherwise it is read as usual, from what that first read gave.
+///
+/// # Errors
+/// What the system reports; `a FIFO that no process has open for writing`.
+fn open_readable(path: &Path) -> io::Result<(File, Vec<u8>)> {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+        if std::fs::metadata(path)?.file_type().is_fifo() {
+            let file =
+                std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
+            let mut first = vec![0u8; 4096];
+            let n = loop {
+                match (&file).read(&mut first) {
+                    // Linux and the BSDs give end of file at once when no writer holds it.
+                    Ok(0) => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            "a FIFO that no process has open for writing: nothing would ever be \
+                             read from it",
+                        ));
+                    }
+                    Ok(n) => break n,
+                    // A writer holds it and has written nothing yet.
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break 0,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                }
+            };
+            first.truncate(n);
+            let fd = file.as_raw_fd();
+            // SAFETY: F_GETFL and F_SETFL read and set the open file's status flags; `fd`
+            // belongs to `file`, open for the whole block.
+            unsafe {
+                let flags = libc::fcntl(fd, libc::F_GETFL);
+                if flags == -1 || libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) == -1 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            return Ok((file, first));
+        }
+    }
+    Ok((File::open(path)?, Vec::new()))
 }
 
 /// All of `reader` if it holds at most `cap` bytes, `None` if it holds more. It reads at
@@ -1138,5 +1191,45 @@ mod tests {
         assert!(ids.to_string().ends_with("is a directory"), "{ids}");
         let table = read_position_table(Source::File(dir.path()), None).unwrap_err();
         assert!(table.to_string().ends_with("is a directory"), "{table}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_fifo_is_read_as_json_only_while_a_process_holds_it_for_writing() {
+        use std::ffi::CString;
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c_path = CString::new(fifo.as_os_str().as_bytes()).unwrap();
+        // SAFETY: mkfifo reads the NUL-terminated path, which outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0, "mkfifo");
+        let err = read_rope_scaling(Source::File(&fifo)).unwrap_err();
+        assert!(err.to_string().contains("a FIFO that no process has open for writing"), "{err}");
+        // A writer waiting in its open (as `echo > fifo` does) counts: its text is read. A
+        // reader that came and went (a refusal before the writer's open) breaks its pipe, and
+        // it writes again.
+        let writer = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || {
+                while let Err(e) = std::fs::write(&fifo, r#"{"rope_type": "linear", "factor": 2}"#)
+                {
+                    assert_eq!(e.kind(), io::ErrorKind::BrokenPipe, "{e}");
+                }
+            })
+        };
+        loop {
+            match read_rope_scaling(Source::File(&fifo)) {
+                Ok(scaling) => {
+                    assert_eq!(scaling, Scaling::Linear { factor: 2.0 });
+                    break;
+                }
+                // The writer's thread has not reached its open yet.
+                Err(e) if e.to_string().contains("no process has open") => {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        writer.join().unwrap();
     }
 }

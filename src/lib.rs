@@ -68,7 +68,7 @@ pub mod shaders;
 mod spec;
 pub mod weights;
 
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorKind, MAX_PROSE_CHARS, MAX_SHOWN_CHARS, Result, message_text};
 
 /// The most an exact-mode value (sinusoid table, encode's PE term, RoPE cos/sin) differs
 /// from the true value, at every u32 position: one f32 ulp at magnitudes 0.5 to 1. The

@@ -386,13 +386,13 @@ pub(crate) fn read_checked<R: Read>(
     let shape = &header.shape;
     let fortran = header.fortran_order;
     Ok(match dtype {
-        NpyDtype::F32 => NpyArray::F32(read_data(&mut reader, shape, fortran).map_err(io_error)?),
-        NpyDtype::F64 => NpyArray::F64(read_data(&mut reader, shape, fortran).map_err(io_error)?),
-        NpyDtype::F16 => NpyArray::F16(read_data(&mut reader, shape, fortran).map_err(io_error)?),
-        NpyDtype::I32 => NpyArray::I32(read_data(&mut reader, shape, fortran).map_err(io_error)?),
-        NpyDtype::I64 => NpyArray::I64(read_data(&mut reader, shape, fortran).map_err(io_error)?),
-        NpyDtype::U32 => NpyArray::U32(read_data(&mut reader, shape, fortran).map_err(io_error)?),
-        NpyDtype::U16 => NpyArray::U16(read_data(&mut reader, shape, fortran).map_err(io_error)?),
+        NpyDtype::F32 => NpyArray::F32(read_data(&mut reader, shape, fortran, io_error)?),
+        NpyDtype::F64 => NpyArray::F64(read_data(&mut reader, shape, fortran, io_error)?),
+        NpyDtype::F16 => NpyArray::F16(read_data(&mut reader, shape, fortran, io_error)?),
+        NpyDtype::I32 => NpyArray::I32(read_data(&mut reader, shape, fortran, io_error)?),
+        NpyDtype::I64 => NpyArray::I64(read_data(&mut reader, shape, fortran, io_error)?),
+        NpyDtype::U32 => NpyArray::U32(read_data(&mut reader, shape, fortran, io_error)?),
+        NpyDtype::U16 => NpyArray::U16(read_data(&mut reader, shape, fortran, io_error)?),
     })
 }
 
@@ -462,15 +462,17 @@ fn read_header<R: Read>(reader: &mut R, len: u64) -> std::result::Result<Header,
     })
 }
 
-/// Reads `shape`'s elements, whose byte count the caller has checked against the file.
+/// Reads `shape`'s elements, whose byte count the caller has checked against the file, into
+/// a buffer allocated fallibly; `io_error` names the file for a failed read.
 fn read_data<T: bytemuck::Pod, R: Read>(
     reader: &mut R,
     shape: &[usize],
     fortran_order: bool,
-) -> io::Result<ArrayD<T>> {
+    io_error: impl FnOnce(io::Error) -> Error,
+) -> Result<ArrayD<T>> {
     let count: usize = shape.iter().product();
-    let mut data = vec![T::zeroed(); count];
-    reader.read_exact(bytemuck::cast_slice_mut(&mut data))?;
+    let mut data = crate::alloc::try_zeroed_vec::<T>("an input array", count)?;
+    reader.read_exact(bytemuck::cast_slice_mut(&mut data)).map_err(io_error)?;
     if cfg!(target_endian = "big") {
         for element in bytemuck::cast_slice_mut::<T, u8>(&mut data).chunks_exact_mut(size_of::<T>())
         {

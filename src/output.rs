@@ -19,11 +19,16 @@
 //! | a character device, a FIFO | opened for writing and written directly |
 //! | `/dev/stdout`, `/dev/fd/N`, `/proc/self/fd/N` | descriptor N duplicated and written |
 //! | a directory, a socket, a block device | refused with [`Error::OutputPath`] |
+//!
+//! A descriptor is an output only if the process was given it, open for writing: one it
+//! opened itself (a signal handler's socket, a driver's file, which take the lowest free
+//! numbers, so `/dev/fd/4` names one when the caller closed 3 and 4) would swallow the
+//! result. [`note_inherited_descriptors`] records which those are.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
 use tempfile::NamedTempFile;
 
@@ -37,8 +42,8 @@ const MAX_LINKS: usize = 40;
 
 /// What an output path may name, for [`Error::OutputPath`].
 const ALLOWED: &str = "an output goes to a regular file or a new path in an existing \
-directory (replaced atomically), a character device, a FIFO, an open descriptor \
-(/dev/stdout, /dev/fd/N) or standard output (-o -)";
+directory (replaced atomically), a character device, a FIFO, a descriptor posenc was given \
+open for writing (/dev/stdout, /dev/fd/N) or standard output (-o -)";
 
 /// Where an output goes, decided from what is at its path before any work is done.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,7 +79,10 @@ pub enum Target {
 
 impl Target {
     /// Decides where an output for `path` goes, from what is there now (see the
-    /// [module documentation](self)). Nothing is created or opened.
+    /// [module documentation](self)), and checks what can be checked before the work: that
+    /// a file can be created in the directory of a file to replace (one is created and
+    /// removed at once), that a device or FIFO may be opened for writing, that a descriptor
+    /// was given to the process open for writing. Nothing is opened.
     ///
     /// ```
     /// use posenc::output::Target;
@@ -93,9 +101,12 @@ impl Target {
     ///
     /// # Errors
     /// [`Error::OutputPath`] for a directory, a socket, a block device, an empty path, a
-    /// descriptor this process does not hold, or more than 40 symbolic links in a row;
-    /// [`Error::Io`] naming the path when it cannot be examined, or when nothing is there and
-    /// its directory does not exist.
+    /// descriptor the process was not given or may not write (see
+    /// [`note_inherited_descriptors`]), a name in a descriptor directory that is no
+    /// descriptor number, or more than 40 symbolic links in a row;
+    /// [`Error::Io`] naming the path when it cannot be examined, when nothing is there and
+    /// its directory does not exist, when no file can be created in its directory (`cannot
+    /// create a file in DIR`), or when a device or FIFO may not be written.
     pub fn resolve(path: impl AsRef<Path>) -> Result<Self> {
         let given = path.as_ref().to_path_buf();
         let refuse =
@@ -106,16 +117,26 @@ impl Target {
         let io_error = |source| Error::Io { path: given.clone(), source };
         let mut path = given.clone();
         for _ in 0..=MAX_LINKS {
-            if let Some(fd) = descriptor(&path) {
-                if !is_open(fd) {
-                    return Err(refuse(format!("descriptor {fd}, which is not open")));
+            match descriptor(&path) {
+                Some(Descriptor::Number(fd)) => {
+                    writable_descriptor(fd).map_err(refuse)?;
+                    return Ok(Self::Descriptor { given, fd });
                 }
-                return Ok(Self::Descriptor { given, fd });
+                Some(Descriptor::Unheld(digits)) => {
+                    return Err(refuse(format!("descriptor {digits}, {NOT_GIVEN}")));
+                }
+                Some(Descriptor::NotANumber) => {
+                    return Err(refuse(
+                        "a name in a descriptor directory that is not a descriptor number".into(),
+                    ));
+                }
+                None => {}
             }
             let meta = match fs::symlink_metadata(&path) {
                 Ok(meta) => meta,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     check_directory(&path).map_err(io_error)?;
+                    AtomicFile::create_at(&given, &path)?;
                     return Ok(Self::Replace { given, path });
                 }
                 Err(e) => return Err(io_error(e)),
@@ -129,14 +150,37 @@ impl Target {
                 continue;
             }
             if kind.is_file() {
+                // Made and removed at once: a directory nothing can be created in is found
+                // now, not once the result is ready.
+                AtomicFile::create_at(&given, &path)?;
                 return Ok(Self::Replace { given, path });
             }
             return match special_kind(&meta) {
-                Special::Stream => Ok(Self::Stream { path }),
+                Special::Stream => {
+                    check_write_access(&path).map_err(io_error)?;
+                    Ok(Self::Stream { path })
+                }
                 Special::Refused(what) => Err(refuse(what.into())),
             };
         }
         Err(refuse(format!("a chain of more than {MAX_LINKS} symbolic links")))
+    }
+
+    /// Standard output as the target, once it is known to be writable: a descriptor 1 open
+    /// only for reading (`posenc ... 1<file`) would drop every byte without an error.
+    ///
+    /// # Errors
+    /// [`Error::OutputPath`] naming `<stdout>` if descriptor 1 is open only for reading.
+    pub fn stdout() -> Result<Self> {
+        #[cfg(unix)]
+        if let Some(mode) = access_mode(1) {
+            writable_mode(mode).map_err(|what| Error::OutputPath {
+                path: PathBuf::from("<stdout>"),
+                what: format!("standard output, {what}"),
+                allowed: ALLOWED,
+            })?;
+        }
+        Ok(Self::Stdout)
     }
 
     /// Whether the output goes to standard output.
@@ -290,6 +334,7 @@ impl AtomicFile {
     /// symbolic links have been followed; errors name `given`.
     fn create_at(given: &Path, target: &Path) -> Result<Self> {
         let io_error = |source| Error::Io { path: given.to_path_buf(), source };
+        let dir = directory_of(target);
         let mut builder = tempfile::Builder::new();
         builder.prefix(".posenc-").suffix(".tmp");
         #[cfg(unix)]
@@ -303,7 +348,7 @@ impl AtomicFile {
         // made but not yet listed.
         let (temp, live) = {
             let mut registry = live_files();
-            let temp = builder.tempfile_in(directory_of(target)).map_err(io_error)?;
+            let temp = builder.tempfile_in(dir).map_err(|e| io_error(cannot_create_in(dir, e)))?;
             let live = Live::new(temp.path(), &mut registry);
             (temp, live)
         };
@@ -396,18 +441,38 @@ impl Drop for Live {
     }
 }
 
-/// A scratch file the signal cleanup removes while this guard lives (see
-/// [`remove_temporaries_on_signals`]), for scratch files other than an [`AtomicFile`]'s:
-/// the bench's temporary checkpoint, say. Dropping the guard takes the path off the list;
-/// it does not remove the file.
+/// A directory for scratch files (the bench's temporary checkpoint), under the system's
+/// temporary directory: removed with everything in it when dropped, and by the signal
+/// cleanup ([`remove_temporaries_on_signals`]) while it lives. It is made and listed for the
+/// cleanup under one lock, so a signal never finds it made but not listed (a checkpoint's
+/// directory used to be left behind, empty, by Ctrl-C). Its hidden name (`.posenc-...`)
+/// says what it is, should SIGKILL leave it.
 #[derive(Debug)]
-pub struct RemovedOnSignal {
+pub struct ScratchDir {
+    // Declared before `live`, so that the directory is removed before it leaves the list.
+    dir: tempfile::TempDir,
     _live: Live,
 }
 
-/// Lists `path` for the signal cleanup until the returned guard is dropped.
-pub fn remove_on_signal(path: &Path) -> RemovedOnSignal {
-    RemovedOnSignal { _live: Live::new(path, &mut live_files()) }
+impl ScratchDir {
+    /// A fresh directory (mode 0700) in [`std::env::temp_dir`].
+    ///
+    /// # Errors
+    /// [`Error::Io`] naming the temporary directory if nothing can be made there.
+    pub fn new() -> Result<Self> {
+        let parent = std::env::temp_dir();
+        let mut registry = live_files();
+        let dir = tempfile::Builder::new().prefix(".posenc-").tempdir_in(&parent).map_err(|e| {
+            Error::Io { path: parent.clone(), source: cannot_create_in(&parent, e) }
+        })?;
+        let live = Live::new(dir.path(), &mut registry);
+        Ok(Self { dir, _live: live })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
 }
 
 /// The temporary files this process is writing now.
@@ -416,8 +481,8 @@ fn live_temporaries() -> Vec<PathBuf> {
     live_files().clone()
 }
 
-/// On SIGINT, SIGTERM or SIGHUP, removes the temporary files of every live [`AtomicFile`],
-/// then dies of the same signal as if it were not handled (a shell reports 130, 143 or
+/// On SIGINT, SIGTERM or SIGHUP, removes the temporary files of every live [`AtomicFile`]
+/// and every live [`ScratchDir`], then dies of the same signal as if it were not handled (a shell reports 130, 143 or
 /// 129). For programs: it installs process-wide handlers, once (later calls do nothing).
 /// SIGKILL cannot be caught: its temporary file stays behind under its hidden name.
 ///
@@ -455,10 +520,7 @@ fn install_signal_thread() -> io::Result<()> {
         if let Some(signal) = signals.forever().next() {
             // Held until the process is gone, so no commit can start after the cleanup.
             let registry = live_files();
-            for path in registry.iter() {
-                // Already gone is fine: the file was being dropped as the signal came.
-                let _ = fs::remove_file(path);
-            }
+            remove_listed(&registry);
             // Resets the default action and raises the signal again: the parent sees the
             // process die of it, as it would have without posenc's handler.
             let _ = signal_hook::low_level::emulate_default_handler(signal);
@@ -467,6 +529,32 @@ fn install_signal_thread() -> io::Result<()> {
         }
     })?;
     Ok(())
+}
+
+/// Removes the listed temporary files and scratch directories.
+fn remove_listed(registry: &[PathBuf]) {
+    for path in registry {
+        // Already gone is fine: the file was being dropped as the signal came.
+        if fs::remove_file(path).is_err() {
+            // A scratch directory, with what is in it.
+            let _ = fs::remove_dir_all(path);
+        }
+    }
+}
+
+/// Removes the temporary files of every live [`AtomicFile`] and every live [`ScratchDir`]
+/// now, for a program about to end without unwinding (the `posenc` binary's allocator, when
+/// memory runs out). The list stays locked for good afterwards, so no commit starts after
+/// it. Does nothing while the list is locked (a commit or a creation in progress, on this
+/// thread or another).
+pub fn remove_temporaries_now() {
+    let registry = match LIVE_FILES.try_lock() {
+        Ok(registry) => registry,
+        Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return,
+    };
+    remove_listed(&registry);
+    std::mem::forget(registry);
 }
 
 /// The directory holding `path`: its parent, or `.` for a bare name.
@@ -488,6 +576,33 @@ fn check_directory(path: &Path) -> io::Result<()> {
             format!("{} is not a directory", dir.display()),
         ))
     }
+}
+
+/// The error of creating a temporary file in `dir`, naming the directory: tempfile's own
+/// ends in ` at path "..."`, the random name it tried, which the user never gave.
+fn cannot_create_in(dir: &Path, e: io::Error) -> io::Error {
+    let text = e.to_string();
+    let reason = text.split_once(" at path ").map_or(text.as_str(), |(reason, _)| reason);
+    io::Error::new(e.kind(), format!("cannot create a file in {}: {reason}", dir.display()))
+}
+
+/// Fails unless this process may open `path` for writing, by its effective ids (what the
+/// open will be judged by).
+#[cfg(unix)]
+fn check_write_access(path: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `c_path` is a valid NUL-terminated string that outlives the call; faccessat
+    // only reads it.
+    let rc =
+        unsafe { libc::faccessat(libc::AT_FDCWD, c_path.as_ptr(), libc::W_OK, libc::AT_EACCESS) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+#[cfg(not(unix))]
+fn check_write_access(_: &Path) -> io::Result<()> {
+    Ok(())
 }
 
 /// What to do with a path that is neither a regular file, a directory nor a link.
@@ -523,15 +638,26 @@ fn special_kind(meta: &fs::Metadata) -> Special {
     }
 }
 
-/// The descriptor `path` names, if it is `N` in this process's descriptor directory
-/// (`/proc/self/fd`, `/proc/<pid>/fd`, `/proc/thread-self/fd`, `/dev/fd`).
+/// What a path in one of this process's descriptor directories names.
+#[cfg_attr(not(unix), allow(dead_code))]
+enum Descriptor {
+    /// Descriptor N.
+    Number(i32),
+    /// Digits past any descriptor number (2^31 and more): no process holds such a
+    /// descriptor.
+    Unheld(String),
+    /// Something other than digits.
+    NotANumber,
+}
+
+/// How a refused descriptor is described: one the process was not given.
+const NOT_GIVEN: &str = "which was not open when posenc started";
+
+/// What `path` names if it is in this process's descriptor directory (`/proc/self/fd`,
+/// `/proc/<pid>/fd`, `/proc/thread-self/fd`, `/dev/fd`); `None` for any other path.
 #[cfg(unix)]
-fn descriptor(path: &Path) -> Option<i32> {
-    let name = path.file_name()?.to_str()?;
-    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let fd = name.parse().ok()?;
+fn descriptor(path: &Path) -> Option<Descriptor> {
+    let name = path.file_name()?;
     // On Linux /dev/fd and /proc/self lead to /proc/<pid>; on the BSDs and macOS /dev/fd is
     // a directory of its own.
     let dir = fs::canonicalize(directory_of(path)).ok()?;
@@ -542,24 +668,106 @@ fn descriptor(path: &Path) -> Option<i32> {
         ["/", "proc", p, "fd"] | ["/", "proc", p, "task", _, "fd"] => *p == pid,
         _ => false,
     };
-    ours.then_some(fd)
+    if !ours {
+        return None;
+    }
+    let digits = name.to_str().filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    Some(match digits {
+        None => Descriptor::NotANumber,
+        Some(digits) => match digits.parse() {
+            Ok(fd) => Descriptor::Number(fd),
+            Err(_) => Descriptor::Unheld(digits.trim_start_matches('0').to_string()),
+        },
+    })
 }
 
 #[cfg(not(unix))]
-fn descriptor(_: &Path) -> Option<i32> {
+fn descriptor(_: &Path) -> Option<Descriptor> {
     None
 }
 
+/// The descriptors open when [`note_inherited_descriptors`] was called, sorted.
+static INHERITED: OnceLock<Vec<i32>> = OnceLock::new();
+
+/// Records the descriptors open now as the ones the process was given, so that
+/// [`Target::resolve`] accepts `/dev/fd/N` for those only. A program calls it first thing in
+/// `main`, before anything opens a file (the `posenc` binary does).
+///
+/// Without the record a descriptor counts as given when it is open without close-on-exec:
+/// descriptors that survive an `exec` have none, while those Rust, signal-hook and the GPU
+/// drivers open carry it. The record is exact where a library opens one without it. Where
+/// the open descriptors cannot be listed (no `/proc/self/fd` or `/dev/fd`) nothing is
+/// recorded. Does nothing on non-Unix systems, or when called a second time.
+pub fn note_inherited_descriptors() {
+    #[cfg(unix)]
+    if let Some(open) = open_descriptors() {
+        let _ = INHERITED.set(open);
+    }
+}
+
+/// The descriptors open now, sorted, or `None` if they cannot be listed.
 #[cfg(unix)]
-fn is_open(fd: i32) -> bool {
-    // SAFETY: F_GETFD reads the descriptor's flags and touches no memory; a descriptor that
-    // is not open gives -1 (EBADF).
-    unsafe { libc::fcntl(fd, libc::F_GETFD) != -1 }
+fn open_descriptors() -> Option<Vec<i32>> {
+    let listed: Vec<i32> = ["/proc/self/fd", "/dev/fd"].iter().find_map(|dir| {
+        let entries = fs::read_dir(dir).ok()?;
+        Some(entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+    })?;
+    // The listing held a descriptor of its own while it was read: closed now, it drops out.
+    let mut open: Vec<i32> =
+        listed.into_iter().filter(|&fd| descriptor_flags(fd).is_some()).collect();
+    open.sort_unstable();
+    Some(open)
+}
+
+/// Whether the process was given descriptor `fd` and may write to it; otherwise what the
+/// descriptor is, for [`Error::OutputPath`].
+#[cfg(unix)]
+fn writable_descriptor(fd: i32) -> std::result::Result<(), String> {
+    let given = match (INHERITED.get(), descriptor_flags(fd)) {
+        (_, None) => false,
+        (Some(inherited), Some(_)) => inherited.binary_search(&fd).is_ok(),
+        (None, Some(flags)) => flags & libc::FD_CLOEXEC == 0,
+    };
+    if !given {
+        return Err(format!("descriptor {fd}, {NOT_GIVEN}"));
+    }
+    match access_mode(fd) {
+        Some(mode) => writable_mode(mode).map_err(|what| format!("descriptor {fd}, {what}")),
+        None => Err(format!("descriptor {fd}, {NOT_GIVEN}")),
+    }
 }
 
 #[cfg(not(unix))]
-fn is_open(_: i32) -> bool {
-    false
+fn writable_descriptor(fd: i32) -> std::result::Result<(), String> {
+    Err(format!("descriptor {fd}, {NOT_GIVEN}"))
+}
+
+/// Refuses an access mode (`O_ACCMODE` of the status flags) that cannot write.
+#[cfg(unix)]
+fn writable_mode(mode: libc::c_int) -> std::result::Result<(), &'static str> {
+    if mode == libc::O_WRONLY || mode == libc::O_RDWR {
+        Ok(())
+    } else {
+        Err("which is open only for reading")
+    }
+}
+
+/// The descriptor flags of `fd` (`FD_CLOEXEC`), or `None` if it is not open.
+#[cfg(unix)]
+fn descriptor_flags(fd: i32) -> Option<libc::c_int> {
+    // SAFETY: F_GETFD reads the descriptor's flags and touches no memory; a descriptor that
+    // is not open gives -1 (EBADF).
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    (flags != -1).then_some(flags)
+}
+
+/// The access mode of `fd` (`O_RDONLY`, `O_WRONLY`, `O_RDWR`), or `None` if it is not open.
+#[cfg(unix)]
+fn access_mode(fd: i32) -> Option<libc::c_int> {
+    // SAFETY: F_GETFL reads the open file's status flags and touches no memory; a descriptor
+    // that is not open gives -1 (EBADF).
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    (flags != -1).then_some(flags & libc::O_ACCMODE)
 }
 
 /// A new descriptor (close-on-exec) for the open file `fd` refers to, as a `File`.
@@ -627,6 +835,17 @@ mod tests {
         assert!(ours.is_empty(), "{ours:?}");
     }
 
+    #[test]
+    fn a_scratch_directory_is_listed_while_it_lives_and_removed_with_its_files() {
+        let dir = ScratchDir::new().unwrap();
+        let path = dir.path().to_path_buf();
+        fs::write(path.join("checkpoint"), b"x").unwrap();
+        assert!(live_temporaries().contains(&path));
+        drop(dir);
+        assert!(!path.exists());
+        assert!(!live_temporaries().contains(&path));
+    }
+
     #[cfg(unix)]
     #[test]
     fn a_symlink_is_followed_and_stays_a_link() {
@@ -670,7 +889,25 @@ mod tests {
         std::os::unix::fs::symlink(&b, &a).unwrap();
         std::os::unix::fs::symlink(&a, &b).unwrap();
         refused(&a, "a chain of more than 40 symbolic links");
-        refused(Path::new("/dev/fd/987654"), "descriptor 987654, which is not open");
+        refused(
+            Path::new("/dev/fd/987654"),
+            "descriptor 987654, which was not open when posenc started",
+        );
+        refused(
+            Path::new("/dev/fd/2147483648"),
+            "descriptor 2147483648, which was not open when posenc started",
+        );
+        refused(
+            Path::new("/proc/self/fd/x"),
+            "a name in a descriptor directory that is not a descriptor number",
+        );
+        // A descriptor this process opened itself (close-on-exec, as Rust opens every file).
+        let own = fs::File::open("/dev/null").unwrap();
+        let own = std::os::fd::AsRawFd::as_raw_fd(&own);
+        refused(
+            Path::new(&format!("/dev/fd/{own}")),
+            &format!("descriptor {own}, which was not open when posenc started"),
+        );
 
         assert_eq!(
             Target::resolve("/dev/null").unwrap(),

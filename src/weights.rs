@@ -364,15 +364,13 @@ fn load_safetensors<R: Read + Seek>(
     file.seek(SeekFrom::Start(offset)).map_err(io_error)?;
     let mut reader = BufReader::new(file);
     Ok(match info.dtype {
-        StDtype::F32 => {
-            Table::F32(read_rows(&mut reader, shape, |v: Vec<f32>| v).map_err(io_error)?)
+        StDtype::F32 => Table::F32(read_rows(&mut reader, shape, |v: Vec<f32>| v, io_error)?),
+        StDtype::F16 => {
+            Table::F16(read_rows(&mut reader, shape, Vec::<u16>::reinterpret_into, io_error)?)
         }
-        StDtype::F16 => Table::F16(
-            read_rows(&mut reader, shape, Vec::<u16>::reinterpret_into).map_err(io_error)?,
-        ),
-        StDtype::BF16 => Table::Bf16(
-            read_rows(&mut reader, shape, Vec::<u16>::reinterpret_into).map_err(io_error)?,
-        ),
+        StDtype::BF16 => {
+            Table::Bf16(read_rows(&mut reader, shape, Vec::<u16>::reinterpret_into, io_error)?)
+        }
         other => {
             return Err(Error::Dtype {
                 path: path.to_path_buf(),
@@ -429,16 +427,17 @@ pub(crate) fn choose<'m>(
 
 /// Reads `shape`'s little-endian elements into an aligned array: the file's bytes may sit
 /// at any offset, so they are copied, never reinterpreted in place. They are read straight
-/// into the array's buffer, a `W` (u16 or f32) buffer because for those `vec![0; n]` is a
-/// zeroed allocation the kernel maps lazily, where a `vec!` of `f16` would be written
-/// with zeros first (a second pass over every page); `into` then retypes it in place.
+/// into the array's buffer, a `W` (u16 or f32) buffer allocated fallibly and zeroed by the
+/// allocator (the kernel maps the pages lazily, where a fill with `f16` zeros would be a
+/// second pass over every page); `into` then retypes it in place.
 fn read_rows<W: bytemuck::Pod, T>(
     reader: &mut impl Read,
     shape: (usize, usize),
     into: impl FnOnce(Vec<W>) -> Vec<T>,
-) -> io::Result<Array2<T>> {
-    let mut data = vec![W::zeroed(); shape.0 * shape.1];
-    reader.read_exact(bytemuck::cast_slice_mut(&mut data))?;
+    io_error: impl FnOnce(io::Error) -> Error,
+) -> Result<Array2<T>> {
+    let mut data = crate::alloc::try_zeroed_vec::<W>("the embedding table", shape.0 * shape.1)?;
+    reader.read_exact(bytemuck::cast_slice_mut(&mut data)).map_err(io_error)?;
     if cfg!(target_endian = "big") {
         for element in bytemuck::cast_slice_mut::<W, u8>(&mut data).chunks_exact_mut(size_of::<W>())
         {

@@ -5,6 +5,7 @@ pub mod encode;
 pub mod rope;
 pub mod sincos;
 pub mod table;
+pub mod threads;
 
 pub use encode::{Encoder, encode, encode_learned};
 pub use rope::{rope, rope_cache, rope_cos_sin, rope_in_place};

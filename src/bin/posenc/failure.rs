@@ -31,8 +31,12 @@ pub(crate) struct Failure {
 }
 
 impl Failure {
-    /// An error found while checking the request, whatever its kind.
+    /// An error found while checking the request, whatever its kind, except memory refused
+    /// while reading an input: the request is valid, the machine could not hold it.
     pub(crate) fn usage(error: Error) -> Self {
+        if matches!(error, Error::Alloc { .. }) {
+            return error.into();
+        }
         Self { code: EXIT_USAGE, error, delivered: false }
     }
 
@@ -83,13 +87,23 @@ pub(crate) fn clap_exit(e: &clap::Error) -> ExitCode {
         .collect();
     let message =
         if paragraph.is_empty() { "invalid arguments".into() } else { paragraph.join(" ") };
-    to_stderr(format_args!("posenc: {}\n", message.strip_prefix("error: ").unwrap_or(&message)));
+    // clap quotes the value given, whatever its length and bytes.
+    let message = one_line(message.strip_prefix("error: ").unwrap_or(&message));
+    to_stderr(format_args!("posenc: {message}\n"));
     ExitCode::from(EXIT_USAGE)
 }
 
-/// Joins a message's lines: wgpu's errors can span several, and the contract is one.
+/// The most characters of a line on stderr: the values from the user in it are cut far
+/// shorter already ([`posenc::MAX_SHOWN_CHARS`]); this bounds text from elsewhere (a driver's
+/// message, clap's).
+const MAX_LINE_CHARS: usize = 4096;
+
+/// Joins a message's lines (wgpu's errors can span several, and the contract is one), cut
+/// and with control characters escaped, as every line of posenc's is.
 fn one_line(message: &str) -> String {
-    message.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+    let joined =
+        message.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
+    posenc::message_text(&joined, MAX_LINE_CHARS)
 }
 
 /// A `posenc: note:` line on stderr: something the run did that the user did not ask for.

@@ -14,6 +14,8 @@ mod args;
 mod cmd;
 mod device;
 mod failure;
+#[cfg(unix)]
+mod memory;
 mod output;
 mod runtime_dir;
 
@@ -23,6 +25,10 @@ use clap::{Parser, Subcommand};
 
 use cmd::{accuracy, alibi, bench, devices, encode, plot, rope, rope_cache, table};
 use failure::{EXIT_STATUS_HELP, clap_exit, note, report, with_exit_status};
+
+#[cfg(unix)]
+#[global_allocator]
+static ALLOCATOR: memory::Allocator = memory::Allocator;
 
 /// Exact sinusoidal positional encodings on the GPU (wgpu) or CPU, bit-identical on both.
 #[derive(Debug, Parser)]
@@ -71,15 +77,23 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Before anything opens a file: `-o /dev/fd/N` may name only these.
+    posenc::output::note_inherited_descriptors();
+    #[cfg(unix)]
+    memory::share_one_arena_under_an_address_space_limit();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return clap_exit(&e),
     };
-    // Before anything opens an adapter (and before any thread starts); removed on return.
-    let _runtime_dir = runtime_dir::RuntimeDir::ensure();
+    // Before anything opens an adapter (and before any thread starts).
+    runtime_dir::quiet_the_drivers();
     // Without it, Ctrl-C while an output is written would leave its temporary file.
     if let Err(e) = posenc::output::remove_temporaries_on_signals() {
         note(&format!("temporary files will not be removed on a signal: {e}"));
+    }
+    // Before any CPU work: rayon's own start panics where its worker threads cannot start.
+    if let Some(line) = posenc::cpu::threads::start_threads().note() {
+        note(&line);
     }
     let result = match &cli.command {
         Command::Table(args) => table::run(args),

@@ -36,8 +36,8 @@ pub(crate) use output_help;
 /// default, mean standard output.
 pub(crate) fn target(path: Option<&Path>) -> Result<Target, Failure> {
     match path {
-        None => Ok(Target::Stdout),
-        Some(p) if p.as_os_str() == "-" => Ok(Target::Stdout),
+        None => Ok(Target::stdout()?),
+        Some(p) if p.as_os_str() == "-" => Ok(Target::stdout()?),
         Some(p) => Ok(Target::resolve(p)?),
     }
 }

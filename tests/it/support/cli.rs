@@ -1,8 +1,10 @@
 //! Running the `posenc` binary from the CLI tests.
 
 use std::fs;
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use ndarray::{Array, Dimension};
 use posenc::npy;
@@ -18,6 +20,65 @@ pub fn posenc_env(args: &[&str], env: &[(&str, &str)]) -> Output {
         cmd.env(k, v);
     }
     cmd.output().expect("the posenc binary runs")
+}
+
+/// A watchdog for runs that must end: hundreds of times what they take, not a speed
+/// requirement.
+pub const WATCHDOG: Duration = Duration::from_secs(120);
+
+/// Starts `posenc ARGS` with stdin from /dev/null and stdout and stderr captured.
+pub fn spawn(args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_posenc"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Starts `posenc ARGS` through `sh -c SCRIPT` (`$0` is the binary, `"$@"` the arguments),
+/// so that the script can set descriptors and limits first and `exec "$0" "$@"`; stdin from
+/// /dev/null, stdout and stderr captured.
+pub fn spawn_in_shell(script: &str, args: &[&str]) -> Child {
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_posenc"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for `child`, killing it if it runs past `limit`: how a hang fails here. Its piped
+/// stdout and stderr are read as it runs, so a full pipe never stalls it.
+pub fn wait_or_kill(mut child: Child, limit: Duration, what: &str) -> Output {
+    fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                pipe.read_to_end(&mut bytes).unwrap();
+            }
+            bytes
+        })
+    }
+    let (stdout, stderr) = (drain(child.stdout.take()), drain(child.stderr.take()));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > limit {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("{what} was still running after {limit:?}: a hang");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output { status, stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap() }
 }
 
 pub fn stderr(out: &Output) -> String {

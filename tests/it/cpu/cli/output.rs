@@ -15,7 +15,10 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::cli::{Dir, assert_ok, files_in, posenc, posenc_lines, s, stderr};
+use crate::support::cli::{
+    Dir, WATCHDOG, assert_ok, files_in, posenc, posenc_lines, s, spawn_in_shell, stderr,
+    wait_or_kill,
+};
 use ndarray::{Array2, Array4, array};
 
 const BIN: &str = env!("CARGO_BIN_EXE_posenc");
@@ -185,6 +188,108 @@ fn a_directory_or_a_socket_is_refused_with_exit_2_before_any_work() {
     assert_eq!(got.status.code(), Some(2), "bench --plot -: {}", stderr(&got));
 }
 
+/// Exit status 2 and one line on stderr holding `needle`, nothing on stdout.
+fn assert_refused_with(got: &Output, case: &str, needle: &str) {
+    let err = stderr(got);
+    assert_eq!(got.status.code(), Some(2), "{case}: {err}");
+    assert_eq!(err.lines().count(), 1, "{case}: {err:?}");
+    assert!(err.starts_with("posenc: ") && err.contains(needle), "{case}: {needle:?} not in {err}");
+    assert!(got.stdout.is_empty(), "{case}: {} bytes on stdout", got.stdout.len());
+}
+
+/// Descriptors posenc opens itself (the signal handler's socket pair first, then whatever
+/// the drivers open) take the lowest free numbers. With 3 to 9 closed by the caller, `-o
+/// /dev/fd/4` named posenc's own socket: the output vanished into it and the run exited 0,
+/// or hung once the socket's buffer was full. A descriptor is an output only if the caller
+/// gave it (it was open when posenc started); any other is refused before any work, exit 2.
+#[test]
+fn a_descriptor_posenc_opened_itself_is_never_an_output() {
+    let dir = Dir::new();
+    let closed = r#"exec 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-; exec "$0" "$@""#;
+    for (name, args) in commands(&dir) {
+        for (out, fd) in [
+            ("/dev/fd/3", 3),
+            ("/dev/fd/4", 4),
+            ("/dev/fd/04", 4),
+            ("/proc/self/fd/3", 3),
+            ("/proc/self/fd/4", 4),
+            ("/proc/thread-self/fd/4", 4),
+            ("/dev/fd/5", 5),
+            ("/dev/fd/9", 9),
+        ] {
+            let all: Vec<&str> = args.iter().map(String::as_str).chain(["-o", out]).collect();
+            let case = format!("{name} -o {out}");
+            let got = wait_or_kill(spawn_in_shell(closed, &all), WATCHDOG, &case);
+            let needle = format!("descriptor {fd}, which was not open when posenc started");
+            assert_refused_with(&got, &case, &needle);
+        }
+    }
+    assert_eq!(dir.files(), ["ids.npy", "w.npy", "x.npy"]);
+}
+
+/// `posenc ARGS` through `sh -c SCRIPT` under `ulimit -v` of about 2 GB, so that a run that
+/// starts its work on an 8 GiB table fails allocating it: a refusal that names the output
+/// came before the work.
+fn refused_before_an_8gib_table(script: &str, out: &str) -> Output {
+    let args = ["table", "--dim", "65536", "--len", "32768", "--device", "cpu", "-o", out];
+    let script = format!(r#"ulimit -v 2000000 && {script} exec "$0" "$@""#);
+    wait_or_kill(spawn_in_shell(&script, &args), WATCHDOG, out)
+}
+
+/// What can be judged about an output before the work is judged then: a descriptor number
+/// no process can have (2^31 and up used to fall through to a path in /dev/fd, found only
+/// after the whole table was computed), a name in a descriptor directory that is no number,
+/// a descriptor open only for reading, and a directory nothing can be created in.
+#[test]
+fn an_output_that_cannot_be_written_is_refused_before_the_work() {
+    let dir = Dir::new();
+    for (out, needle) in [
+        ("/dev/fd/2147483648", "descriptor 2147483648, which was not open when posenc started"),
+        ("/proc/self/fd/4294967296", "descriptor 4294967296, which was not open"),
+        ("/dev/fd/99999999999999999999999", "descriptor 99999999999999999999999, which was"),
+        ("/dev/fd/foo", "a name in a descriptor directory that is not a descriptor number"),
+        ("/dev/fd/-1", "a name in a descriptor directory that is not a descriptor number"),
+    ] {
+        let got = refused_before_an_8gib_table("", out);
+        assert_refused_with(&got, out, needle);
+    }
+    let input = dir.bytes("input", b"read only");
+    let got = refused_before_an_8gib_table(
+        r#"exec 3<"$IN";"#.replace("$IN", &input).as_str(),
+        "/dev/fd/3",
+    );
+    assert_refused_with(&got, "3<file", "descriptor 3, which is open only for reading");
+    // Standard output open only for reading: its bytes would be dropped without an error.
+    let script = r#"exec "$0" "$@" 1<"$IN""#.replace("$IN", &input);
+    for args in
+        [&["table", "--dim", "8", "--device", "cpu"][..], &["table", "--dim", "8", "-o", "-"]]
+    {
+        let got = wait_or_kill(spawn_in_shell(&script, args), WATCHDOG, "1<file");
+        assert_refused_with(&got, "1<file", "standard output, which is open only for reading");
+    }
+    assert_eq!(fs::read(&input).unwrap(), b"read only");
+
+    // Nothing can be created in /proc, not even by root; a directory without write
+    // permission refuses everyone else.
+    let mut unwritable = vec![("/proc".to_string(), "/proc/posenc-out.csv".to_string())];
+    let locked = dir.path("locked");
+    fs::create_dir(&locked).unwrap();
+    fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0o555)).unwrap();
+    // SAFETY: geteuid reads the process's effective user id; no memory is involved.
+    if unsafe { libc::geteuid() } != 0 {
+        unwritable.push((s(&locked), s(&locked.join("out.csv"))));
+    }
+    for (parent, out) in unwritable {
+        let got = refused_before_an_8gib_table("", &out);
+        let err = stderr(&got);
+        assert_eq!(got.status.code(), Some(1), "{out}: {err}");
+        assert_eq!(err.lines().count(), 1, "{out}: {err:?}");
+        assert!(err.contains(&format!("cannot create a file in {parent}")), "{out}: {err}");
+        assert!(!err.contains("could not allocate"), "{out}: the work came first: {err}");
+    }
+    assert_eq!(files_in(&locked), Vec::<String>::new());
+}
+
 /// The directory entries whose names start with `.posenc-` and that hold at least one byte.
 fn writing(dir: &Path) -> bool {
     fs::read_dir(dir).unwrap().filter_map(Result::ok).any(|e| {
@@ -200,6 +305,8 @@ fn signal_mid_write(dir: &Path, signal: i32) -> Option<std::process::ExitStatus>
     let mut child = Command::new(BIN)
         .args(["table", "--dim", "512", "--len", "100000", "--device", "cpu", "-o"])
         .arg(dir.join("big.csv"))
+        .env("TMPDIR", dir.join("tmp"))
+        .env_remove("XDG_RUNTIME_DIR")
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
@@ -234,6 +341,8 @@ fn sigint_sigterm_and_sighup_mid_write_remove_the_temporary_file() {
     let dir = tempfile::tempdir().unwrap();
     let old = b"the previous, complete output\n";
     let big = dir.path().join("big.csv");
+    // posenc's TMPDIR: nothing may be left there either.
+    fs::create_dir(dir.path().join("tmp")).unwrap();
     for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         fs::write(&big, old).unwrap();
         let status = (0..3)
@@ -251,6 +360,39 @@ fn sigint_sigterm_and_sighup_mid_write_remove_the_temporary_file() {
         assert_eq!(status.signal(), Some(signal), "{status:?}");
         assert_eq!(temporaries(dir.path()), Vec::<String>::new(), "signal {signal}");
         assert_eq!(fs::read(&big).unwrap(), old, "signal {signal}: the old file is intact");
+        assert_eq!(files_in(&dir.path().join("tmp")), Vec::<String>::new(), "signal {signal}");
+    }
+}
+
+/// `posenc bench --load` writes its checkpoint into a directory of its own under TMPDIR. A
+/// signal while it existed removed the checkpoint but left the directory (3 of 3 tries in
+/// the issue). Each signal is sent as soon as the directory appears, the earliest moment
+/// there is anything to leave; the run dies of it and TMPDIR is empty.
+#[test]
+fn a_signal_during_bench_load_leaves_nothing_in_tmpdir() {
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut child = Command::new(BIN)
+            .args(["bench", "--device", "cpu", "--load", "--batch", "1", "--len", "16"])
+            .args(["--dim", "1024", "--vocab", "100000", "--repeats", "50"])
+            .env("TMPDIR", tmp.path())
+            .env_remove("XDG_RUNTIME_DIR")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + WATCHDOG;
+        while files_in(tmp.path()).is_empty() {
+            assert!(child.try_wait().unwrap().is_none(), "the bench ended before its checkpoint");
+            assert!(Instant::now() < deadline, "no checkpoint directory appeared");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let pid = i32::try_from(child.id()).unwrap();
+        // SAFETY: kill(2) on our own child, not yet waited for; no memory is involved.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0, "kill");
+        let status = wait_or_kill(child, WATCHDOG, "bench --load after a signal").status;
+        assert_eq!(status.signal(), Some(signal), "{status:?}");
+        assert_eq!(files_in(tmp.path()), Vec::<String>::new(), "signal {signal}");
     }
 }
 

@@ -7,10 +7,9 @@
 //! adapter.
 
 use std::io::Write;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
 
-use crate::support::cli::{Dir, posenc, posenc_env, stderr};
+use crate::support::cli::{Dir, WATCHDOG, posenc, posenc_env, spawn, stderr, wait_or_kill};
 use posenc::npy;
 
 /// A valid `.npy` header of `T` declaring `shape`, and no data: 128 bytes.
@@ -40,33 +39,6 @@ fn assert_refused(out: &Output, dir: &Dir, inputs: &[&str], needles: &[&str]) {
     expected.sort();
     assert_eq!(dir.files(), expected, "{err}");
 }
-
-/// Waits for `child`, killing it if it runs past `limit`: how a hang fails here. The limit
-/// is a watchdog hundreds of times what the run takes, not a speed requirement.
-fn wait_or_kill(mut child: Child, limit: Duration, what: &str) -> Output {
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > limit {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            panic!("{what} was still running after {limit:?}: a hang");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
-}
-
-fn spawn(args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_posenc"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-const WATCHDOG: Duration = Duration::from_secs(120);
 
 #[test]
 fn empty_ids_with_an_axis_no_output_could_have_are_refused_on_cpu_and_gpu() {
@@ -425,5 +397,152 @@ fn rope_scaling_with_a_key_twice_or_contradicting_types_is_refused() {
             &dir.out("o.npy"),
         ]);
         assert_refused(&run, &dir, &["x.npy"], &[needle]);
+    }
+}
+
+/// A FIFO given where JSON is read (`--config`, `--scaling @FILE`) with no process holding
+/// it open for writing: nothing would ever come, and opening it to read used to block for
+/// ever. Refused at once, one line; with a writer, its text is read as a file's would be.
+#[cfg(unix)]
+#[test]
+fn a_fifo_without_a_writer_as_json_is_refused_and_one_with_a_writer_is_read() {
+    let dir = Dir::new();
+    let fifo = dir.out("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    if !made.is_ok_and(|s| s.success()) {
+        eprintln!("SKIP: mkfifo is not available");
+        return;
+    }
+    let x = dir.npy("x.npy", &ndarray::Array4::<f32>::zeros((1, 2, 1, 8)));
+    let w = weights(&dir);
+    let ids = dir.npy("ids.npy", &ndarray::array![[1u32, 2]]);
+    let o = dir.out("o.npy");
+    let scaling = format!("@{fifo}");
+    let cases: [&[&str]; 5] = [
+        &["rope", "--device", "cpu", "--input", &x, "--layout", "blhd", "--scaling", &scaling],
+        &["rope", "--device", "cpu", "--input", &x, "--layout", "blhd", "--config", &fifo],
+        &["rope-cache", "--len", "3", "--config", &fifo],
+        &["table", "--device", "cpu", "--len", "3", "--config", &fifo],
+        &["encode", "--device", "cpu", "--weights", &w, "--ids", &ids, "--config", &fifo],
+    ];
+    let inputs = ["fifo", "ids.npy", "w.npy", "x.npy"];
+    for args in cases {
+        let all = [args, &["-o", &o]].concat();
+        let run = wait_or_kill(spawn(&all), WATCHDOG, &all.join(" "));
+        assert_refused(&run, &dir, &inputs, &["fifo: a FIFO that no process has open for writing"]);
+    }
+    // A writer that opens the FIFO (waiting for a reader, as `echo > fifo` does) and writes;
+    // again if a refused run's open and close broke its pipe.
+    let json = r#"{"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4}"#;
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            while let Err(e) = std::fs::write(&fifo, json) {
+                assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "{e}");
+            }
+        })
+    };
+    let from_fifo = ["rope-cache", "--len", "3", "--config", &fifo, "-o", &o];
+    let run = loop {
+        let run = wait_or_kill(spawn(&from_fifo), WATCHDOG, "a FIFO with a writer");
+        // Until the writer's thread has reached its open.
+        if !stderr(&run).contains("no process has open") {
+            break run;
+        }
+    };
+    writer.join().unwrap();
+    assert!(run.status.success(), "{}", stderr(&run));
+    let config = dir.bytes("config.json", json.as_bytes());
+    let want = dir.out("want.npy");
+    let run = posenc(&["rope-cache", "--len", "3", "--config", &config, "-o", &want]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert_eq!(std::fs::read(&o).unwrap(), std::fs::read(&want).unwrap());
+}
+
+/// The bounds on a failure's line: a value from the user (a key, a value, a name, a path,
+/// a spec) is cut in the middle to at most 256 characters, the prose that quotes one to
+/// 1024, and the message after `posenc: ` to 4096; control characters are escaped. A JSON key with CR
+/// and ESC in it reached the terminal raw, and a 1.5 MB key, a 2 MB rope_type, 20,000 layer
+/// types or a 10 MB tensor name came back whole.
+#[test]
+fn user_strings_in_an_error_line_are_cut_and_escaped() {
+    const MAX_LINE: usize = 4096;
+    let dir = Dir::new();
+    let x = dir.npy("x.npy", &ndarray::Array4::<f32>::zeros((1, 2, 1, 8)));
+    let ids = dir.npy("ids.npy", &ndarray::array![[1u32, 2]]);
+    let key = "k".repeat(1_500_000);
+    let dup = dir.bytes(
+        "dup.json",
+        format!(r#"{{"rope_type":"linear","factor":2,"{key}":1,"{key}":2}}"#).as_bytes(),
+    );
+    let long_type = format!(r#"{{"rope_type":"{}","factor":2}}"#, "r".repeat(2_000_000));
+    let rope_type = dir.bytes("rope_type.json", long_type.as_bytes());
+    let escape = dir.bytes(
+        "escape.json",
+        br#"{"rope_type":"linear","factor":2,"x\ry\u001b[31mRED":1,"x\ry\u001b[31mRED":2}"#,
+    );
+    let per_type: Vec<String> =
+        (0..20_000).map(|i| format!(r#""type{i}": {{"rope_type": "default"}}"#)).collect();
+    let layer_types = dir.bytes(
+        "layer_types.json",
+        format!(
+            r#"{{"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+                "rope_parameters": {{{}}}}}"#,
+            per_type.join(", ")
+        )
+        .as_bytes(),
+    );
+    let name = "n".repeat(10_000_000);
+    let header = format!(r#"{{"{name}":{{"dtype":"F32","shape":[16,8],"data_offsets":[0,512]}}}}"#);
+    let mut st = (header.len() as u64).to_le_bytes().to_vec();
+    st.extend(header.as_bytes());
+    st.extend([0u8; 512]);
+    let named = dir.bytes("named.safetensors", &st);
+    let long_path = format!("{}/{}", dir.out(""), "p".repeat(100_000));
+    let spec = format!("0,1,\x1b[31m{}", "9".repeat(100_000));
+    let flag = format!("\x1b[31m{}", "1".repeat(100_000));
+    let rope = ["rope", "--device", "cpu", "--input", &x, "--layout", "blhd", "-o"];
+    let o = dir.out("o.npy");
+    let (dup, rope_type, escape) =
+        (format!("@{dup}"), format!("@{rope_type}"), format!("@{escape}"));
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        ([&rope[..], &[&o, "--scaling", &dup]].concat(), "given twice"),
+        ([&rope[..], &[&o, "--scaling", &rope_type]].concat(), "rope_type"),
+        ([&rope[..], &[&o, "--scaling", &escape]].concat(), "x\\ry\\u{1b}[31mRED"),
+        ([&rope[..], &[&o, "--config", &layer_types]].concat(), "layer_type"),
+        (
+            vec![
+                "encode",
+                "--device",
+                "cpu",
+                "--weights",
+                &named,
+                "--ids",
+                &ids,
+                "--tensor",
+                "t",
+                "-o",
+                &o,
+            ],
+            "no tensor named",
+        ),
+        (vec!["table", "--device", "cpu", "--dim", "8", "--len", "3", "-o", &long_path], "ppp"),
+        (vec!["table", "--device", "cpu", "--dim", "8", "--positions", &spec], "position spec"),
+        (vec!["table", "--device", "cpu", "--dim", &flag], "--dim"),
+    ];
+    for (args, needle) in cases {
+        let run = posenc(&args);
+        let case = &args[..args.len().min(4)];
+        let err = &run.stderr;
+        assert!(matches!(run.status.code(), Some(1 | 2)), "{case:?}: {:?}", run.status);
+        let text = String::from_utf8_lossy(err);
+        let message = text.trim_end().strip_prefix("posenc: ").unwrap_or_default();
+        let chars = message.chars().count();
+        assert!(chars <= MAX_LINE, "{case:?}: a message of {chars} characters");
+        assert_eq!(text.lines().count(), 1, "{case:?}: {text}");
+        assert!(text.starts_with("posenc: ") && text.ends_with('\n'), "{case:?}: {text}");
+        let raw = text.trim_end().chars().find(|c| c.is_control());
+        assert_eq!(raw, None, "{case:?}: a raw control character in {text:?}");
+        assert!(text.contains(needle), "{case:?}: {needle:?} not in {text}");
     }
 }

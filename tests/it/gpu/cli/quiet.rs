@@ -9,8 +9,7 @@ use std::process::{Command, Output};
 
 use crate::support::cli::{assert_ok, files_in, gpu_available, stderr};
 
-/// Runs posenc with `XDG_RUNTIME_DIR` unset and `TMPDIR` at `tmp`, where posenc makes its
-/// private runtime directory.
+/// Runs posenc with `XDG_RUNTIME_DIR` unset and `TMPDIR` at `tmp`.
 fn without_runtime_dir(args: &[&str], tmp: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_posenc"))
         .args(args)
@@ -36,9 +35,31 @@ fn successful_gpu_runs_write_nothing_to_stderr_without_a_runtime_dir() {
         let out = without_runtime_dir(args, tmp.path());
         assert_ok(&out, &args.join(" "));
         assert_eq!(stderr(&out), "", "posenc {}", args.join(" "));
-        // The private runtime directory is gone once the run ends.
+        // Nothing is left in the temporary directory.
         assert_eq!(files_in(tmp.path()), Vec::<String>::new(), "posenc {}", args.join(" "));
     }
+}
+
+/// Where no directory can be made (TMPDIR missing, or a file), the drivers used to print
+/// `error: XDG_RUNTIME_DIR is invalid or not set in the environment.` twice, even on
+/// success: posenc's own runtime directory could not be created. It needs none.
+#[test]
+fn successful_gpu_runs_are_quiet_where_no_directory_can_be_made() {
+    if !gpu_available("quiet stderr without a temporary directory") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, b"not a directory").unwrap();
+    for tmpdir in [tmp.path().join("missing"), file] {
+        for args in [&["devices"][..], &["table", "--device", "gpu", "--dim", "8", "--len", "3"]] {
+            let out = without_runtime_dir(args, &tmpdir);
+            let case = format!("posenc {} with TMPDIR={}", args.join(" "), tmpdir.display());
+            assert_ok(&out, &case);
+            assert_eq!(stderr(&out), "", "{case}");
+        }
+    }
+    assert_eq!(files_in(tmp.path()), ["a-file"]);
 }
 
 #[test]
