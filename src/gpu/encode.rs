@@ -534,7 +534,7 @@ impl Context {
     ) -> Result<PendingEncode> {
         let (batch, len) = ids.dim();
         let dim = table.dim;
-        let mut host = HostResult::zeros(options.out_dtype, batch * len * dim);
+        let mut host = HostResult::zeros(options.out_dtype, batch * len * dim)?;
         let bytes = host.bytes_mut();
         let readback = if bytes.is_empty() {
             None

@@ -102,12 +102,46 @@ impl AdapterSummary {
     }
 }
 
+/// The least address space (`ulimit -v`, `RLIMIT_AS`) posenc asks for before it lets GPU
+/// drivers start: 1 GiB. Below about 330 MB, Mesa's llvmpipe crashed while setting up EGL
+/// (a segmentation fault posenc cannot catch) and wgpu's Vulkan backend panicked, and
+/// drivers for real GPUs reserve far more address space than that.
+pub const MIN_DRIVER_ADDRESS_SPACE: u64 = 1 << 30;
+
+/// Refuses to start GPU drivers under an address-space limit below
+/// [`MIN_DRIVER_ADDRESS_SPACE`], before they are loaded.
+///
+/// # Errors
+/// [`Error::Limit`] naming `RLIMIT_AS` and its value.
+pub fn check_driver_address_space() -> Result<()> {
+    #[cfg(unix)]
+    {
+        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit writes the one struct it is given, which lives on this stack.
+        let rc = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) };
+        // rlim_t is u64 on the targets posenc is built for, not on every one.
+        #[allow(clippy::unnecessary_cast)]
+        let current = limit.rlim_cur as u64;
+        if rc == 0 && limit.rlim_cur != libc::RLIM_INFINITY && current < MIN_DRIVER_ADDRESS_SPACE {
+            return Err(Error::Limit {
+                op: "opening a GPU",
+                what: "address space for the GPU drivers to start in (ulimit -v)",
+                requested: MIN_DRIVER_ADDRESS_SPACE,
+                limit_name: "RLIMIT_AS",
+                limit: current,
+            });
+        }
+    }
+    Ok(())
+}
+
 fn instance() -> wgpu::Instance {
     // with_env honours WGPU_BACKEND (and wgpu's other instance variables).
     wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env())
 }
 
-/// Every adapter wgpu can see under the current `WGPU_BACKEND`.
+/// Every adapter wgpu can see under the current `WGPU_BACKEND`. This starts every driver
+/// wgpu finds: under a tight address-space limit call [`check_driver_address_space`] first.
 pub fn adapters() -> Vec<AdapterSummary> {
     let instance = instance();
     pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()))
@@ -249,6 +283,7 @@ impl Context {
     /// # Errors
     /// As [`Context::new`].
     pub fn with_options(options: &Options) -> Result<Self> {
+        check_driver_address_space()?;
         let adapter = {
             let _one_at_a_time = opening();
             select_adapter(&instance())?

@@ -156,13 +156,17 @@ impl HostResult {
         }
     }
 
-    /// `n` zeros of `dtype`.
-    pub(crate) fn zeros(dtype: Dtype, n: usize) -> Self {
-        match dtype {
-            Dtype::F32 => Self::F32(vec![0.0; n]),
-            Dtype::F16 => Self::F16(vec![f16::ZERO; n]),
-            Dtype::Bf16 => Self::Bf16(vec![bf16::ZERO; n]),
-        }
+    /// `n` zeros of `dtype`, allocated fallibly.
+    ///
+    /// # Errors
+    /// [`Error::Alloc`] if the memory cannot be had.
+    pub(crate) fn zeros(dtype: Dtype, n: usize) -> Result<Self> {
+        const WHAT: &str = "an encode's host result";
+        Ok(match dtype {
+            Dtype::F32 => Self::F32(crate::alloc::try_zeroed_vec(WHAT, n)?),
+            Dtype::F16 => Self::F16(crate::alloc::try_zeroed_vec(WHAT, n)?),
+            Dtype::Bf16 => Self::Bf16(crate::alloc::try_zeroed_vec(WHAT, n)?),
+        })
     }
 
     /// The elements' bytes, which the device's little-endian words are copied into.
@@ -282,7 +286,8 @@ impl PendingEncode {
                 if let Some(readback) = readback {
                     ctx.scoped(op, || readback.finish(&ctx, op, host.bytes_mut()))?;
                 }
-                let owned = host.bytes_mut().to_vec();
+                let mut owned = crate::alloc::try_zeroed_vec("an encode's host result", total)?;
+                owned.copy_from_slice(host.bytes_mut());
                 Ok(MappedEncode { view: None, staging: None, owned, bytes: total, shape, dtype })
             }
         }
@@ -337,10 +342,14 @@ impl MappedEncode {
     }
 
     /// The values as an array, copied out.
-    pub fn to_encoded(&self) -> Encoded {
-        let mut host = HostResult::zeros(self.dtype, self.shape.0 * self.shape.1 * self.shape.2);
+    ///
+    /// # Errors
+    /// [`Error::Alloc`] if the array's memory cannot be had.
+    pub fn to_encoded(&self) -> Result<Encoded> {
+        let n = self.shape.0 * self.shape.1 * self.shape.2;
+        let mut host = HostResult::zeros(self.dtype, n)?;
         super::copy_out(host.bytes_mut(), self.bytes());
-        host.into_encoded(self.shape)
+        Ok(host.into_encoded(self.shape))
     }
 }
 

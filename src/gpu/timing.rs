@@ -629,7 +629,7 @@ impl Context {
         offset: u64,
         size: u64,
     ) -> Result<Vec<u8>> {
-        let mut bytes = vec![0u8; size as usize];
+        let mut bytes = crate::alloc::try_zeroed_vec("a buffer read back", size as usize)?;
         self.scoped("read_buffer", || {
             let staging = self.pooled(
                 "posenc.read.staging",

@@ -88,7 +88,11 @@ pub(crate) fn on_device<T>(
                 }
                 done => return done,
             },
-            Err(e @ (Error::NoAdapter { .. } | Error::RequestDevice { .. })) => {
+            // No adapter, or none could open, or drivers not to be started under the
+            // process's address-space limit (`gpu::check_driver_address_space`).
+            Err(
+                e @ (Error::NoAdapter { .. } | Error::RequestDevice { .. } | Error::Limit { .. }),
+            ) => {
                 format!("computing on the CPU: {e}")
             }
             Err(e) => return Err(e.into()),

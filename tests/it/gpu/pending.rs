@@ -360,7 +360,7 @@ fn a_mapped_result_has_the_blocking_calls_bits() {
                     .flat_map(|b| b.to_le_bytes()[..dtype.size()].to_vec())
                     .collect();
                 assert_eq!(got.bytes(), &bits[..], "{dtype:?} mapped={mapped}");
-                assert_eq!(got.to_encoded().bits(), want.bits());
+                assert_eq!(got.to_encoded().unwrap().bits(), want.bits());
             }
         }
     }

@@ -180,6 +180,29 @@ fn no_run_panics_or_aborts_under_an_address_space_limit() {
     }
 }
 
+/// GPU drivers crashed while starting under an address-space limit of about 250 - 330 MB
+/// (Mesa's llvmpipe in EGL set-up, wgpu's Vulkan backend in an `unwrap`): posenc does not
+/// start them below 1 GiB. `--device gpu` and `devices` then fail with one line naming
+/// the limit, `--device auto` computes on the CPU and says why.
+#[test]
+fn gpu_drivers_are_not_started_under_a_tight_address_space_limit() {
+    let dir = Dir::new();
+    let o = dir.out("o.npy");
+    for kb in [250_000, 300_000, 330_000, 600_000] {
+        let table = |device| ["table", "--device", device, "--dim", "8", "--len", "2", "-o", &o];
+        let got = under_address_space(kb, &table("gpu"));
+        let err = stderr(&got);
+        assert_eq!(got.status.code(), Some(1), "gpu under ulimit -v {kb}: {err}");
+        assert!(err.contains("RLIMIT_AS") && err.lines().count() == 1, "{err}");
+        let got = under_address_space(kb, &table("auto"));
+        let err = stderr(&got);
+        assert_eq!(got.status.code(), Some(0), "auto under ulimit -v {kb}: {err}");
+        assert!(err.starts_with("posenc: note: ") && err.contains("RLIMIT_AS"), "{err}");
+        let got = under_address_space(kb, &["devices"]);
+        assert_eq!(got.status.code(), Some(1), "devices under ulimit -v {kb}");
+    }
+}
+
 /// `bench` built its table with an infallible allocation: under `ulimit -v 2000000` a 4 GB
 /// table (within its own limits) aborted the run (exit 134, a backtrace). It now reserves
 /// what a run holds before building anything, and a refusal is one line, exit 1.
