@@ -2,7 +2,7 @@
 // half, zero past the end), rounded to nearest even by the shared integer code. The encode
 // uses it for 16-bit output of an odd dim, whose rows straddle words: it writes f32 rows
 // first (each token once) and narrows the whole chunk here. CPU twin: the rounding in
-// src/cpu/convert.rs. Host: src/gpu/encode.rs.
+// src/convert.rs. Host: src/gpu/encode.rs.
 #import convert
 
 struct Params {

@@ -4,40 +4,9 @@
 use half::{bf16, f16};
 use ndarray::{Array3, ArrayView2};
 
+pub use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
 use crate::spec::PeSpec;
-
-/// Storage type of an embedding table or of an encode output.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub enum Dtype {
-    /// IEEE binary32.
-    #[default]
-    F32,
-    /// IEEE binary16.
-    F16,
-    /// bfloat16: the top half of a binary32.
-    Bf16,
-}
-
-impl Dtype {
-    /// Bytes per element.
-    pub fn size(self) -> usize {
-        match self {
-            Dtype::F32 => 4,
-            Dtype::F16 | Dtype::Bf16 => 2,
-        }
-    }
-
-    /// The code the shaders use (`DTYPE_F32`, `DTYPE_F16`, `DTYPE_BF16`).
-    pub(crate) fn code(self) -> u32 {
-        use crate::shaders::{DTYPE_BF16, DTYPE_F16, DTYPE_F32};
-        match self {
-            Dtype::F32 => DTYPE_F32,
-            Dtype::F16 => DTYPE_F16,
-            Dtype::Bf16 => DTYPE_BF16,
-        }
-    }
-}
 
 /// A borrowed embedding table `[vocab, dim]` in one of the supported storage types.
 #[derive(Clone, Copy, Debug)]
@@ -85,7 +54,7 @@ impl Embeddings<'_> {
     /// The rows widened to f32, exactly (every f16 and bf16 value is an f32), by the same
     /// integer conversions the shaders use.
     pub fn to_f32(&self) -> ndarray::Array2<f32> {
-        use crate::cpu::convert::{bf16_to_f32_bits, f16_to_f32_bits};
+        use crate::convert::{bf16_to_f32_bits, f16_to_f32_bits};
         match self {
             Embeddings::F32(a) => a.to_owned(),
             Embeddings::F16(a) => {
@@ -309,7 +278,7 @@ fn check_dims(
     // an error rather than a panic where the output is allocated.
     let (batch, len) = ids.dim();
     let limit = isize::MAX as u64 / options.out_dtype.size() as u64;
-    crate::inputs::check_shape(
+    crate::source::check_shape(
         "encode",
         "the output",
         &[batch, len, dim],
@@ -336,59 +305,4 @@ pub(crate) fn unique_positions(positions: ArrayView2<'_, u32>) -> (Vec<u32>, Vec
         .map(|p| unique.binary_search(p).expect("every position is in the list") as u32)
         .collect();
     (unique, slots)
-}
-
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for f32 {}
-    impl Sealed for half::f16 {}
-    impl Sealed for half::bf16 {}
-}
-
-/// A tensor element type: f32, f16 or bf16, what the encode writes and RoPE rotates. 16-bit values are widened to f32
-/// exactly and the results rounded to nearest even, in integer code shared with the shaders
-/// (`src/cpu/convert.rs`), so every path rounds alike.
-pub trait Element: bytemuck::Pod + Send + Sync + std::fmt::Debug + sealed::Sealed {
-    /// The storage type.
-    const DTYPE: Dtype;
-    /// The value as f32, exactly.
-    fn to_f32(self) -> f32;
-    /// `v` rounded to nearest even.
-    fn from_f32(v: f32) -> Self;
-}
-
-impl Element for f32 {
-    const DTYPE: Dtype = Dtype::F32;
-    #[inline(always)]
-    fn to_f32(self) -> f32 {
-        self
-    }
-    #[inline(always)]
-    fn from_f32(v: f32) -> Self {
-        v
-    }
-}
-
-impl Element for f16 {
-    const DTYPE: Dtype = Dtype::F16;
-    #[inline(always)]
-    fn to_f32(self) -> f32 {
-        f32::from_bits(crate::cpu::convert::f16_to_f32_bits(u32::from(self.to_bits())))
-    }
-    #[inline(always)]
-    fn from_f32(v: f32) -> Self {
-        f16::from_bits(crate::cpu::convert::f32_to_f16_bits(v.to_bits()) as u16)
-    }
-}
-
-impl Element for bf16 {
-    const DTYPE: Dtype = Dtype::Bf16;
-    #[inline(always)]
-    fn to_f32(self) -> f32 {
-        f32::from_bits(crate::cpu::convert::bf16_to_f32_bits(u32::from(self.to_bits())))
-    }
-    #[inline(always)]
-    fn from_f32(v: f32) -> Self {
-        bf16::from_bits(crate::cpu::convert::f32_to_bf16_bits(v.to_bits()) as u16)
-    }
 }

@@ -48,7 +48,9 @@ pub mod alibi;
 pub mod alloc;
 #[cfg(feature = "cli")]
 pub mod bench;
+pub mod convert;
 pub mod cpu;
+pub mod dtype;
 pub mod encode;
 mod error;
 mod exact;
@@ -65,6 +67,7 @@ pub mod positions;
 pub mod reference;
 pub mod rope;
 pub mod shaders;
+pub mod source;
 mod spec;
 pub mod weights;
 

@@ -307,7 +307,7 @@ impl NpyArray {
 /// `expected.ranks`.
 pub fn read(path: impl AsRef<Path>, expected: &Expected<'_>) -> Result<NpyArray> {
     let path = path.as_ref();
-    let (file, len) = crate::inputs::open_file(path)?;
+    let (file, len) = crate::source::open_file(path)?;
     read_from(BufReader::new(file), len, path, expected)
 }
 

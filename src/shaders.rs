@@ -5,17 +5,12 @@
 //! prelude, so none is written twice.
 
 use crate::cpu::sincos::{COS_COEFFS, SIN_COEFFS};
-use crate::encode::Dtype;
+use crate::dtype::Dtype;
 
 /// Threads per workgroup of every kernel: within WebGPU's default limits (256).
 pub const WORKGROUP_SIZE: u32 = 256;
 
-/// Storage type code of f32 ([`Dtype::F32`]) in `Params` fields such as `dtype`.
-pub const DTYPE_F32: u32 = 0;
-/// Storage type code of f16.
-pub const DTYPE_F16: u32 = 1;
-/// Storage type code of bf16.
-pub const DTYPE_BF16: u32 = 2;
+pub use crate::dtype::{DTYPE_BF16, DTYPE_F16, DTYPE_F32};
 
 /// `flags` bit of `encode` and `rope_cs`: multiply by the f32 in `scale_bits`.
 pub const FLAG_SCALE: u32 = 1;

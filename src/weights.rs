@@ -22,8 +22,8 @@ use safetensors::tensor::{Dtype as StDtype, Metadata};
 
 use crate::encode::Embeddings;
 use crate::error::{Error, Result};
-use crate::inputs::{self, Source};
 use crate::npy::{self, Expected, NpyArray, NpyDtype};
+use crate::source::{self, Source};
 
 /// The largest `.safetensors` header accepted, the limit the safetensors crate itself sets.
 pub const MAX_SAFETENSORS_HEADER: u64 = 100_000_000;
@@ -104,7 +104,7 @@ pub(crate) fn load_as(
 ) -> Result<Table> {
     match source {
         Source::File(path) => {
-            let (file, len) = inputs::open_file(path)?;
+            let (file, len) = source::open_file(path)?;
             load_from(file, len, path, tensor, what)
         }
         Source::Bytes { name, bytes } => {

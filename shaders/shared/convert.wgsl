@@ -1,5 +1,5 @@
 // Half-precision unpacking and rounding in integer code, so every backend converts the
-// same way and no SHADER_F16 is needed. CPU twin: src/cpu/convert.rs. 16-bit elements are
+// same way and no SHADER_F16 is needed. CPU twin: src/convert.rs. 16-bit elements are
 // stored two to a word, element 2w in the low half of word w; storage types are the
 // host's DTYPE_* codes (src/shaders.rs).
 

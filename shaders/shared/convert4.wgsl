@@ -1,7 +1,7 @@
 // Units of four consecutive elements between their storage words and f32 values: f32 as a
 // vec4 of words, f16/bf16 as two words of two halves each (the first element in the low
 // half). The vec4 encode kernel picks one widen and one narrow per table and output type.
-// CPU twin: the element-by-element conversions of src/cpu/convert.rs, which give the same
+// CPU twin: the element-by-element conversions of src/convert.rs, which give the same
 // bits.
 #import convert
 

@@ -739,7 +739,7 @@ fn prefetch<T>(row: &[T]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::convert::f16_to_f32_bits;
+    use crate::convert::f16_to_f32_bits;
 
     /// The reference: one element at a time, the shader's operations spelled out.
     fn reference<T: TableElem, O: OutElem>(job: &Job<'_>, table: &[T]) -> Vec<O> {

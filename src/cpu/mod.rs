@@ -1,6 +1,8 @@
 //! The fast CPU path: multi-threaded twins of the shaders, bit-identical to them.
 
-pub mod convert;
+/// The half-precision conversions, at the bottom of the layers since [`crate::dtype`]
+/// uses them: `crate::convert`, here under its earlier path.
+pub use crate::convert;
 pub mod encode;
 pub mod rope;
 pub mod sincos;

@@ -182,7 +182,7 @@ impl Context {
     /// [`Error::TooLarge`] as there, before any GPU work; then as
     /// [`Context::rope_cos_sin`].
     pub fn rope_cache(&self, spec: &RopeSpec, positions: &[u32]) -> Result<crate::rope::RopeCache> {
-        crate::rope::check_cache_size(spec, positions.len(), crate::inputs::MAX_OUTPUT_VALUES)?;
+        crate::rope::check_cache_size(spec, positions.len(), crate::source::MAX_OUTPUT_VALUES)?;
         let freqs = crate::rope::cache_frequencies(spec, positions);
         let cs = self.rope_cos_sin(&freqs, positions)?;
         Ok(crate::rope::RopeCache::from_cos_sin(spec, &freqs, cs.view()))

@@ -71,7 +71,7 @@ pub(crate) fn cache_frequencies(spec: &RopeSpec, positions: &[u32]) -> Frequenci
 
 /// Refuses a cache over `limit` values before it is computed.
 pub(crate) fn check_cache_size(spec: &RopeSpec, positions: usize, limit: u64) -> crate::Result<()> {
-    crate::inputs::check_shape(
+    crate::source::check_shape(
         "rope_cache",
         "the cos and sin caches",
         &[2, positions, spec.rotary_dim() as usize],

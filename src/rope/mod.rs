@@ -39,7 +39,7 @@ mod scaling;
 
 use ndarray::ArrayView2;
 
-pub use crate::encode::Dtype;
+pub use crate::dtype::Dtype;
 use crate::error::{Error, Result, float};
 pub use cache::RopeCache;
 pub(crate) use cache::{cache_frequencies, check_cache_size};
@@ -334,7 +334,7 @@ impl Frequencies {
     }
 }
 
-pub use crate::encode::Element;
+pub use crate::dtype::Element;
 
 /// The sizes of one RoPE call, checked against the spec and the positions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

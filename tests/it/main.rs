@@ -11,10 +11,13 @@
 //! - `cargo test --test it -- shaders::` every kernel through naga and the platforms'
 //!   validators, and its `Params` and bindings against the host's.
 //!
+//! `layers` checks that the library's modules use only lower layers (no cycle).
+//!
 //! `support` holds the helpers they share (the GPU context, running the binary, scratch
 //! directories, seeded random data).
 
 mod cpu;
 mod gpu;
+mod layers;
 mod shaders;
 mod support;

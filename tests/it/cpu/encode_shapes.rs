@@ -7,7 +7,7 @@
 use crate::support::{Rng, random_ids};
 use half::{bf16, f16};
 use ndarray::{Array2, Array3};
-use posenc::cpu::convert::{bf16_to_f32_bits, f16_to_f32_bits, f32_to_bf16_bits, f32_to_f16_bits};
+use posenc::convert::{bf16_to_f32_bits, f16_to_f32_bits, f32_to_bf16_bits, f32_to_f16_bits};
 use posenc::encode::{Dtype, Embeddings, EncodeOptions, Scale};
 use posenc::{PeSpec, cpu, positions};
 
