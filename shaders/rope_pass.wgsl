@@ -16,7 +16,7 @@
 // The host specialises the kernel (src/shaders.rs, `RopePassKernel`): ROPE_DTYPE,
 // ROPE_F32, ROPE_NEOX, ROPE_UNIT_FREQS, RP_WORKGROUP, RP_UNITS and RP_FREQ_VECS (a quarter of the
 // room for cos, and for sin, a workgroup holds: at least n_freqs / 4). Host:
-// src/gpu/record/rope.rs (RopePassParams mirrors Params).
+// src/gpu/rope/pass.rs (RopePassParams mirrors Params).
 #import rope_unit
 #import sincos
 

@@ -14,18 +14,18 @@ pub use crate::dtype::{DTYPE_BF16, DTYPE_F16, DTYPE_F32};
 
 /// `flags` bit of `encode` and `rope_cs`: multiply by the f32 in `scale_bits`.
 pub const FLAG_SCALE: u32 = 1;
-/// `flags` bit of `embed`: tokens whose id is `pad_id` are padding (zero rows).
+/// `flags` bit of `encode_pass`: tokens whose id is `pad_id` are padding (zero rows).
 pub const FLAG_PAD_ID: u32 = 2;
-/// `flags` bit of `embed`: `positions` holds one first position per sequence, and token `t`
+/// `flags` bit of `encode_pass`: `positions` holds one first position per sequence, and token `t`
 /// of a sequence is at that position plus `t`.
 pub const FLAG_OFFSETS: u32 = 4;
-/// `flags` bit of `embed`: this dispatch binds the first window of table chunks, and also
+/// `flags` bit of `encode_pass`: this dispatch binds the first window of table chunks, and also
 /// writes pad tokens and ids outside the vocabulary.
 pub const FLAG_FIRST_WINDOW: u32 = 8;
-/// `flags` bit of `embed` and `embed_x4`: the rows in `cache` are a learned position table
+/// `flags` bit of `encode_pass` and `encode_pass_x4`: the rows in `cache` are a learned position table
 /// of `cached_rows` rows, and a position without a row is a fault (a zero row, counted).
 pub const FLAG_LEARNED: u32 = 16;
-/// `flags` bit of `table` (and `spec_flags` of `embed`): float32 frequencies (the steps of powers of two follow them).
+/// `flags` bit of `table` (and `spec_flags` of `encode_pass`): float32 frequencies (the steps of powers of two follow them).
 pub const FLAG_F32: u32 = 1;
 /// `flags` bit of `table`: the row of position `padding_idx` is all zeros.
 pub const FLAG_PADDING: u32 = 2;
@@ -54,8 +54,8 @@ const MODULES: &[(&str, &str)] = &[
     ("convert", include_str!("../shaders/shared/convert.wgsl")),
     ("convert4", include_str!("../shaders/shared/convert4.wgsl")),
     ("pe_phase", include_str!("../shaders/shared/pe_phase.wgsl")),
-    ("embed_params", include_str!("../shaders/shared/embed_params.wgsl")),
-    ("embed_common", include_str!("../shaders/shared/embed_common.wgsl")),
+    ("encode_pass_params", include_str!("../shaders/shared/encode_pass_params.wgsl")),
+    ("encode_pass_common", include_str!("../shaders/shared/encode_pass_common.wgsl")),
     ("rope_unit", include_str!("../shaders/shared/rope_unit.wgsl")),
 ];
 
@@ -91,7 +91,7 @@ pub fn x4_units(coalesced: bool) -> u32 {
 
 /// Units per invocation of the encode kernels in the coalesced pattern: `chosen`
 /// ([`Options::units`](crate::gpu::Options::units)) when given, else 2 for the host-array
-/// kernel ([`x4_units`]) and 1 for the recorded one ([`EmbedX4::shape`]).
+/// kernel ([`x4_units`]) and 1 for the recorded one ([`EncodePassX4::shape`]).
 pub fn coalesced_units(chosen: Option<u32>, recorded: bool) -> u32 {
     chosen.unwrap_or(if recorded { 1 } else { x4_units(true) })
 }
@@ -189,7 +189,7 @@ fn unit_types() -> impl Iterator<Item = (Dtype, Dtype, u32)> {
     })
 }
 
-/// The specialisation both unit kernels (`encode_x4`, `embed_x4`) share: the storage words
+/// The specialisation both unit kernels (`encode_x4`, `encode_pass_x4`) share: the storage words
 /// of a unit of four elements of the table (`TableWord`) and of the output (`OutWord`),
 /// `widen`/`narrow` between them and vec4<f32>, `slots` table bindings from binding
 /// `first_binding` on, and `table_word(slot, i)` choosing among them.
@@ -410,17 +410,17 @@ impl RopePassKernel {
     }
 }
 
-/// The recorded encode's unit kernel, `shaders/embed_x4.wgsl`, before its specialisation.
-const EMBED_X4: &str = include_str!("../shaders/embed_x4.wgsl");
+/// The recorded encode's unit kernel, `shaders/encode_pass_x4.wgsl`, before its specialisation.
+const ENCODE_PASS_X4: &str = include_str!("../shaders/encode_pass_x4.wgsl");
 
-/// Most threads per workgroup of `embed_x4`.
-pub const EMBED_X4_MAX_WORKGROUP: u32 = 256;
+/// Most threads per workgroup of `encode_pass_x4`.
+pub const ENCODE_PASS_X4_MAX_WORKGROUP: u32 = 256;
 
-/// One specialisation of `shaders/embed_x4.wgsl`, the recorded encode for rows of whole
+/// One specialisation of `shaders/encode_pass_x4.wgsl`, the recorded encode for rows of whole
 /// units of four elements: table and output storage types, table bindings, units per
 /// invocation and threads per workgroup.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct EmbedX4 {
+pub struct EncodePassX4 {
     /// Table storage type.
     pub table: Dtype,
     /// Output storage type.
@@ -431,20 +431,20 @@ pub struct EmbedX4 {
     /// Units of four elements each invocation moves (1 on GPUs; more on adapters that run
     /// shaders on CPU cores, where each invocation has a fixed cost).
     pub units: u32,
-    /// Threads per workgroup: a multiple of 32 up to [`EMBED_X4_MAX_WORKGROUP`].
+    /// Threads per workgroup: a multiple of 32 up to [`ENCODE_PASS_X4_MAX_WORKGROUP`].
     pub workgroup: u32,
     /// 0: every token; 1: the tokens whose positions are cached, with no PE computation
-    /// compiled in; 2: the tokens `embed_scan` listed (see `shaders/embed_x4.wgsl`).
+    /// compiled in; 2: the tokens `encode_pass_scan` listed (see `shaders/encode_pass_x4.wgsl`).
     pub stage: u32,
     /// The buffer layout of devices with fewer than 6 storage buffers per shader stage
-    /// (see [`embed_bindings`](crate::gpu::layout::embed_bindings)).
+    /// (see [`encode_pass_bindings`](crate::gpu::layout::encode_pass_bindings)).
     pub compact: bool,
 }
 
-impl EmbedX4 {
+impl EncodePassX4 {
     /// The units per invocation and threads per workgroup for rows of `row_units` units:
     /// the row is cut into the fewest blocks of at most `units *
-    /// EMBED_X4_MAX_WORKGROUP` units (`units` 1 for the coalesced access pattern, 4 for
+    /// ENCODE_PASS_X4_MAX_WORKGROUP` units (`units` 1 for the coalesced access pattern, 4 for
     /// the adjacent one), and a workgroup gets just enough whole warps of 32 threads for
     /// one block.
     ///
@@ -454,9 +454,9 @@ impl EmbedX4 {
     /// slower again (docs/performance.md, 2026-11-23).
     pub fn shape(row_units: u32, coalesced: bool, chosen: Option<u32>) -> (u32, u32) {
         let units = if coalesced { coalesced_units(chosen, true) } else { 4 };
-        let blocks = row_units.div_ceil(units * EMBED_X4_MAX_WORKGROUP).max(1);
+        let blocks = row_units.div_ceil(units * ENCODE_PASS_X4_MAX_WORKGROUP).max(1);
         let threads = row_units.div_ceil(blocks).div_ceil(units);
-        (units, threads.next_multiple_of(32).clamp(32, EMBED_X4_MAX_WORKGROUP))
+        (units, threads.next_multiple_of(32).clamp(32, ENCODE_PASS_X4_MAX_WORKGROUP))
     }
 
     /// Representative specialisations for tests that translate each: every table and
@@ -471,15 +471,15 @@ impl EmbedX4 {
         for (table, out, slots) in unit_types() {
             for (units, workgroup, stage) in [
                 (1, 32, 0),
-                (1, EMBED_X4_MAX_WORKGROUP, 0),
-                (2, EMBED_X4_MAX_WORKGROUP, 0),
+                (1, ENCODE_PASS_X4_MAX_WORKGROUP, 0),
+                (2, ENCODE_PASS_X4_MAX_WORKGROUP, 0),
                 (8, 128, 0),
                 (4, 64, 0),
-                (4, EMBED_X4_MAX_WORKGROUP, 1),
-                (4, EMBED_X4_MAX_WORKGROUP, 2),
+                (4, ENCODE_PASS_X4_MAX_WORKGROUP, 1),
+                (4, ENCODE_PASS_X4_MAX_WORKGROUP, 2),
             ] {
                 all.push(Self { table, out, slots, units, workgroup, stage, compact: false });
-                if workgroup == EMBED_X4_MAX_WORKGROUP {
+                if workgroup == ENCODE_PASS_X4_MAX_WORKGROUP {
                     all.push(Self { table, out, slots, units, workgroup, stage, compact: true });
                 }
             }
@@ -493,24 +493,24 @@ impl EmbedX4 {
         s += &format!("const X4_UNITS: u32 = {}u;\n", self.units);
         s += &format!("const X4_WORKGROUP: u32 = {}u;\n", self.workgroup);
         s += &format!("const STAGE: u32 = {}u;\n", self.stage);
-        let tables = embed_io(self.compact, "vec4<u32>", "OutWord", &mut s);
+        let tables = encode_pass_io(self.compact, "vec4<u32>", "OutWord", &mut s);
         unit_header(self.table, self.out, self.slots, tables, &mut s);
         let mut imported = Vec::new();
-        expand(EMBED_X4, &mut imported, &mut s);
+        expand(ENCODE_PASS_X4, &mut imported, &mut s);
         s
     }
 }
 
-/// The recorded encode kernel, `shaders/embed.wgsl`, before its specialisation.
-const EMBED: &str = include_str!("../shaders/embed.wgsl");
+/// The recorded encode kernel, `shaders/encode_pass.wgsl`, before its specialisation.
+const ENCODE_PASS: &str = include_str!("../shaders/encode_pass.wgsl");
 
-/// The complete WGSL of `shaders/embed.wgsl` (entry point `embed`) with `slots` table
+/// The complete WGSL of `shaders/encode_pass.wgsl` (entry point `encode_pass`) with `slots` table
 /// bindings (1 to [`MAX_TABLE_SLOTS`]), each an `array<u32>` of one table chunk, in the
-/// full or the `compact` buffer layout (see `embed_io` in this module's source).
-pub fn embed_source(slots: u32, compact: bool) -> String {
+/// full or the `compact` buffer layout (see `encode_pass_io` in this module's source).
+pub fn encode_pass_source(slots: u32, compact: bool) -> String {
     let mut s = prelude();
     s += &format!("const TABLE_SLOTS: u32 = {slots}u;\n");
-    let tables = embed_io(compact, "u32", "u32", &mut s);
+    let tables = encode_pass_io(compact, "u32", "u32", &mut s);
     for k in 0..slots {
         s += &format!(
             "@group(0) @binding({}) var<storage, read> table{k}: array<u32>;\n",
@@ -521,13 +521,13 @@ pub fn embed_source(slots: u32, compact: bool) -> String {
     slot_tree(0, slots, &mut s);
     s += "\n}\n";
     let mut imported = Vec::new();
-    expand(EMBED, &mut imported, &mut s);
+    expand(ENCODE_PASS, &mut imported, &mut s);
     s
 }
 
-/// The buffers of the recorded encode's kernels (`embed`, `embed_x4`) and how they reach
+/// The buffers of the recorded encode's kernels (`encode_pass`, `encode_pass_x4`) and how they reach
 /// ids, positions and frequency steps, in one of two layouts (the host binds to match:
-/// `crate::gpu::layout::embed_bindings`); returns the first table binding.
+/// `crate::gpu::layout::encode_pass_bindings`); returns the first table binding.
 ///
 /// - Full: ids (1), positions (2), `cache` (3), `state` (4: the fault counters, then the
 ///   frequency steps) and `out` (5), table slots from 6: 5 storage buffers and the slots.
@@ -536,7 +536,7 @@ pub fn embed_source(slots: u32, compact: bool) -> String {
 ///   positions, which the pass records a buffer copy into before its dispatches; `cache`
 ///   (2), `out` (3), table slots from 4: 3 storage buffers and the slots. Word indices
 ///   into ids and positions count from the buffer's start in both layouts.
-fn embed_io(compact: bool, cache_word: &str, out_word: &str, s: &mut String) -> u32 {
+fn encode_pass_io(compact: bool, cache_word: &str, out_word: &str, s: &mut String) -> u32 {
     let state = |steps: &str| {
         format!(
             "struct State {{\n    // [0]: tokens whose id was outside the vocabulary; [1]: the \
@@ -573,12 +573,12 @@ fn embed_io(compact: bool, cache_word: &str, out_word: &str, s: &mut String) -> 
     }
 }
 
-/// The complete WGSL of `shaders/embed_scan.wgsl`, the first dispatch of a split recorded
+/// The complete WGSL of `shaders/encode_pass_scan.wgsl`, the first dispatch of a split recorded
 /// encode.
-pub fn embed_scan_source() -> String {
+pub fn encode_pass_scan_source() -> String {
     let mut s = prelude();
     let mut imported = Vec::new();
-    expand(include_str!("../shaders/embed_scan.wgsl"), &mut imported, &mut s);
+    expand(include_str!("../shaders/encode_pass_scan.wgsl"), &mut imported, &mut s);
     s
 }
 
@@ -647,7 +647,7 @@ fn prelude() -> String {
 }
 
 /// Every kernel source posenc may compile, as `(name, entry point, WGSL)`: each of
-/// [`KERNELS`], then every [`EncodeX4`] specialisation (named by its fields), then `embed`
+/// [`KERNELS`], then every [`EncodeX4`] specialisation (named by its fields), then `encode_pass`
 /// with each number of table slots.
 pub fn all_sources() -> Vec<(String, &'static str, String)> {
     let mut all: Vec<_> =
@@ -656,16 +656,20 @@ pub fn all_sources() -> Vec<(String, &'static str, String)> {
         all.push((format!("{v:?}"), "encode_x4", v.source()));
     }
     for slots in 1..=MAX_TABLE_SLOTS {
-        all.push((format!("embed(slots: {slots})"), "embed", embed_source(slots, false)));
+        all.push((
+            format!("encode_pass(slots: {slots})"),
+            "encode_pass",
+            encode_pass_source(slots, false),
+        ));
     }
     for slots in 1..=MAX_TABLE_SLOTS {
-        let name = format!("embed(slots: {slots}, compact)");
-        all.push((name, "embed", embed_source(slots, true)));
+        let name = format!("encode_pass(slots: {slots}, compact)");
+        all.push((name, "encode_pass", encode_pass_source(slots, true)));
     }
-    for v in EmbedX4::all() {
-        all.push((format!("{v:?}"), "embed_x4", v.source()));
+    for v in EncodePassX4::all() {
+        all.push((format!("{v:?}"), "encode_pass_x4", v.source()));
     }
-    all.push(("embed_scan".to_string(), "embed_scan", embed_scan_source()));
+    all.push(("encode_pass_scan".to_string(), "encode_pass_scan", encode_pass_scan_source()));
     for form in CopyForm::all() {
         all.push((format!("copy({})", form.name()), "copy", form.source()));
     }

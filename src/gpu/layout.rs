@@ -9,11 +9,11 @@ use bytemuck::Zeroable;
 use wgpu::BufferBindingType;
 
 use super::{
-    AlibiParams, CopyParams, EmbedParams, EncodeParams, EncodeX4Params, NarrowParams, RopeCsParams,
-    RopeParams, RopePassParams, RopeX4Params, TableParams,
+    AlibiParams, CopyParams, EncodeParams, EncodePassParams, EncodeX4Params, NarrowParams,
+    RopeCsParams, RopeParams, RopePassParams, RopeX4Params, TableParams,
 };
 use crate::shaders::{
-    CopyForm, EmbedX4, EncodeX4, KERNELS, MAX_TABLE_SLOTS, RopePassKernel, RopeUnitKind,
+    CopyForm, EncodePassX4, EncodeX4, KERNELS, MAX_TABLE_SLOTS, RopePassKernel, RopeUnitKind,
 };
 
 /// One field of a parameter struct.
@@ -116,7 +116,7 @@ pub fn params(entry: &str) -> Params {
             keep,
             _pad,
         }),
-        "embed" | "embed_x4" | "embed_scan" => params!(EmbedParams {
+        "encode_pass" | "encode_pass_x4" | "encode_pass_scan" => params!(EncodePassParams {
             n_words,
             dim,
             vocab,
@@ -269,14 +269,14 @@ pub fn encode_x4_bindings(slots: u32) -> Vec<BufferBindingType> {
     bindings
 }
 
-/// The bind group layout of `embed` and `embed_x4` with `slots` table bindings: the
+/// The bind group layout of `encode_pass` and `encode_pass_x4` with `slots` table bindings: the
 /// uniform `Params`, the ids, positions and cached PE rows (read-only), the fault counters
 /// and frequency words (read-write), the output, then the table slots (read-only); or, in
 /// the `compact` layout of devices with fewer than 6 storage buffers per shader stage, the
 /// uniform, the state (fault counters, frequency words and a copy of the step's ids and
 /// positions), the cached PE rows, the output and the table slots (see
-/// `crate::shaders::embed_io`).
-pub fn embed_bindings(slots: u32, compact: bool) -> Vec<BufferBindingType> {
+/// `crate::shaders::encode_pass_io`).
+pub fn encode_pass_bindings(slots: u32, compact: bool) -> Vec<BufferBindingType> {
     use BufferBindingType as B;
     let read = B::Storage { read_only: true };
     let write = B::Storage { read_only: false };
@@ -300,9 +300,9 @@ pub fn rope_pass_bindings() -> Vec<BufferBindingType> {
     vec![B::Uniform, read, read, write, write]
 }
 
-/// The bind group layout of `embed_scan`: the uniform `Params`, its work buffer (the late
+/// The bind group layout of `encode_pass_scan`: the uniform `Params`, its work buffer (the late
 /// stage's dispatch and token list, read-write) and the positions (read-only).
-pub fn embed_scan_bindings() -> Vec<BufferBindingType> {
+pub fn encode_pass_scan_bindings() -> Vec<BufferBindingType> {
     use BufferBindingType as B;
     vec![B::Uniform, B::Storage { read_only: false }, B::Storage { read_only: true }]
 }
@@ -331,29 +331,29 @@ pub fn all() -> Vec<Kernel> {
     for (slots, compact) in (1..=MAX_TABLE_SLOTS).map(|slots| (slots, false)).chain(compact_slots) {
         all.push(Kernel {
             name: if compact {
-                format!("embed(slots: {slots}, compact)")
+                format!("encode_pass(slots: {slots}, compact)")
             } else {
-                format!("embed(slots: {slots})")
+                format!("encode_pass(slots: {slots})")
             },
-            entry: "embed",
-            source: crate::shaders::embed_source(slots, compact),
-            params: params("embed"),
-            bindings: embed_bindings(slots, compact),
+            entry: "encode_pass",
+            source: crate::shaders::encode_pass_source(slots, compact),
+            params: params("encode_pass"),
+            bindings: encode_pass_bindings(slots, compact),
         });
     }
-    all.extend(EmbedX4::all().into_iter().map(|v| Kernel {
+    all.extend(EncodePassX4::all().into_iter().map(|v| Kernel {
         name: format!("{v:?}"),
-        entry: "embed_x4",
+        entry: "encode_pass_x4",
         source: v.source(),
-        params: params("embed_x4"),
-        bindings: embed_bindings(v.slots, v.compact),
+        params: params("encode_pass_x4"),
+        bindings: encode_pass_bindings(v.slots, v.compact),
     }));
     all.push(Kernel {
-        name: "embed_scan".to_string(),
-        entry: "embed_scan",
-        source: crate::shaders::embed_scan_source(),
-        params: params("embed_scan"),
-        bindings: embed_scan_bindings(),
+        name: "encode_pass_scan".to_string(),
+        entry: "encode_pass_scan",
+        source: crate::shaders::encode_pass_scan_source(),
+        params: params("encode_pass_scan"),
+        bindings: encode_pass_scan_bindings(),
     });
     all.extend(CopyForm::all().into_iter().map(|form| Kernel {
         name: format!("copy({})", form.name()),

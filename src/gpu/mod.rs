@@ -9,8 +9,8 @@ mod faults;
 pub mod layout;
 mod memory;
 mod options;
+mod pass;
 mod pending;
-mod record;
 mod rope;
 mod runner;
 mod table;
@@ -19,6 +19,12 @@ mod timing;
 use std::sync::{Arc, Mutex};
 
 pub use alibi::AlibiParams;
+pub use alibi::AlibiPass;
+pub use encode::decode::DecodeTiming;
+pub use encode::pass::{
+    ARENA_COPY_BYTES, DEFAULT_CACHED_POSITIONS, EncodePass, EncodePassDescriptor, EncodePassParams,
+    Faults,
+};
 pub use encode::{
     EncodeParams, EncodeX4Params, GpuPositionTable, GpuTable, MAX_GROUP_TOKENS, NarrowParams,
     PE_CACHE_BUDGET,
@@ -27,11 +33,9 @@ pub use faults::{FAULT_INJECT_ENV, SUBMISSION_TIMEOUT};
 pub use options::{
     ACCESS_PATTERN_ENV, AccessPattern, MEMORY_BUDGET_ENV, Options, TIMESTAMPS_ENV, UNITS_ENV,
 };
+pub use pass::Positions;
 pub use pending::{MappedEncode, PendingEncode};
-pub use record::{
-    ARENA_COPY_BYTES, AlibiPass, DEFAULT_CACHED_POSITIONS, DecodeTiming, EmbedParams, EncodePass,
-    EncodePassDescriptor, Faults, Positions, RopePass, RopePassDescriptor, RopePassParams,
-};
+pub use rope::pass::{RopePass, RopePassDescriptor, RopePassParams};
 pub use rope::{RopeCsParams, RopeParams, RopeX4Params};
 pub use table::TableParams;
 pub use timing::{CopyMethod, CopyParams, TimingSource};
@@ -241,7 +245,7 @@ pub struct Context {
     /// Built on first use, so contexts that never compute ALiBi never compile it.
     alibi: Arc<std::sync::OnceLock<alibi::AlibiKernel>>,
     /// The recorded encode's kernels, built on first use.
-    record: record::EmbedKernels,
+    record: encode::pass::EncodePassKernels,
     /// One per device opened, shared by the contexts derived from this one: what tables
     /// remember of the device they live on. (`wgpu::Device`'s own equality compares ids,
     /// which repeat across instances, so two contexts' devices can compare equal.)
@@ -442,7 +446,7 @@ impl Context {
             pool: Arc::new(BufferPool::default()),
             copy: timing::CopyKernels::default(),
             alibi: Arc::default(),
-            record: record::EmbedKernels::default(),
+            record: encode::pass::EncodePassKernels::default(),
             device_token: Arc::new(()),
         }
     }

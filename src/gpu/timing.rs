@@ -304,7 +304,7 @@ impl Context {
         let (gx, gy) = fold_dispatch(groups, max_groups);
         let params =
             CopyParams { n_vecs: rig.n_vecs, groups_x: gx, n_groups: groups.max(1), _pad: 0 };
-        let (params, _) = super::record::uniform_blocks(
+        let (params, _) = super::pass::uniform_blocks(
             self,
             "posenc.copy.params",
             &[bytemuck::bytes_of(&params)],

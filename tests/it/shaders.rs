@@ -120,12 +120,13 @@ fn kernels_fit_webgpu_downlevel_default_limits() {
             .find_map(|l| l.strip_prefix("const TABLE_SLOTS: u32 = "))
             .map_or(0, |k| k.trim_end_matches("u;").parse::<u32>().unwrap() - 1);
         let storage = storage - extra_slots;
-        // The recorded encode (embed) binds the caller's ids and positions, the PE cache,
+        // The recorded encode (encode_pass) binds the caller's ids and positions, the PE cache,
         // its state and the output besides one table chunk: 6, past the downlevel limit of
         // 4. Devices with fewer get its compact layout (the ids and positions copied into
         // the state), which fits; every other kernel fits the downlevel limit.
         let compact = name.contains("compact: true") || name.ends_with(", compact)");
-        let full_embed = !compact && (name.starts_with("embed(") || name.starts_with("EmbedX4"));
+        let full_embed =
+            !compact && (name.starts_with("encode_pass(") || name.starts_with("EncodePassX4"));
         let allowed = if full_embed { 6 } else { limits.max_storage_buffers_per_shader_stage };
         assert!(storage <= allowed, "{name}: {storage} storage buffers, the limit is {allowed}");
         assert!(uniform <= limits.max_uniform_buffers_per_shader_stage, "{name}");

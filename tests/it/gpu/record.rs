@@ -107,7 +107,7 @@ fn assert_same(what: &str, got: &[u8], want: &[u8]) {
 
 /// The context in both access patterns: the coalesced one records the unit kernel whole,
 /// the adjacent one (a CPU adapter's default) splits it into a scan, the cached tokens and
-/// an indirect dispatch for the rest (see `shaders/embed_x4.wgsl`).
+/// an indirect dispatch for the rest (see `shaders/encode_pass_x4.wgsl`).
 fn both_patterns(ctx: &Context) -> [Context; 2] {
     use posenc::gpu::AccessPattern;
     [

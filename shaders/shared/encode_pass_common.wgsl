@@ -1,11 +1,11 @@
-// What the recorded encode kernels share (src/gpu/record/encode.rs): the token ids and
+// What the recorded encode kernels share (src/gpu/encode/pass.rs): the token ids and
 // fault counters, and PE values computed with the table kernel's exact phase for
 // positions outside the PE cache. The host declares the buffers (src/shaders.rs,
-// `embed_io`): `state` (its `faults`, then the spec's frequency words), `cache` and `out`
+// `encode_pass_io`): `state` (its `faults`, then the spec's frequency words), `cache` and `out`
 // with the importing kernel's word types, and the table slots; and `id_word(i)`,
 // `position_word(i)` and `freq_step(k)`, which read word i of the bound ids or positions
 // and the k-th frequency step (see pe_phase) wherever the layout keeps them.
-#import embed_params
+#import encode_pass_params
 #import pe_phase
 #import convert
 

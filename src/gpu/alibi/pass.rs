@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use super::{BindCache, Need, PartShape, Span, uniform_blocks};
 use crate::alibi::{AlibiSpec, Form};
 use crate::error::{Error, Result};
 use crate::gpu::alibi::{AlibiKernel, AlibiParams, MAX_GROUPS_X};
 use crate::gpu::memory::DeviceBuffer;
+use crate::gpu::pass::{BindCache, Need, PartShape, Span, uniform_blocks};
 use crate::gpu::{Context, fold_dispatch};
 use crate::shaders::WORKGROUP_SIZE;
 
@@ -164,7 +164,7 @@ impl AlibiPass {
     ) -> Result<()> {
         let bound = self.prepare_record(out)?;
         if let Some(bound) = bound {
-            self.dispatch(&mut super::begin(encoder, "posenc.alibi_pass.pass"), &bound);
+            self.dispatch(&mut crate::gpu::pass::begin(encoder, "posenc.alibi_pass.pass"), &bound);
         }
         Ok(())
     }

@@ -1,6 +1,9 @@
 //! Host wrapper of `shaders/encode.wgsl`: embedding tables resident on the device, and the
 //! fused gather + positional-encoding add in token chunks.
 
+pub(super) mod decode;
+pub(super) mod pass;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 

@@ -1,6 +1,8 @@
-//! Recording posenc's work into command encoders the caller owns: prepared passes
-//! ([`EncodePass`], [`RopePass`], [`AlibiPass`]) built once per shape, then recorded each
-//! step with the step's buffers. Recording checks what the host can know (sizes, usages,
+//! What the recorded passes share (each operation's pass lives beside its host-array path:
+//! `encode/pass.rs`, `rope/pass.rs`, `alibi/pass.rs`): prepared passes
+//! ([`EncodePass`](super::EncodePass), [`RopePass`](super::RopePass),
+//! [`AlibiPass`](super::AlibiPass)) built once per shape, then recorded each step with the
+//! step's buffers into the caller's command encoders or compute passes. Recording checks what the host can know (sizes, usages,
 //! alignment) and records commands; it never submits, waits or reads the device.
 //!
 //! A pass binds the caller's buffers as they are. Their offsets need only be multiples of
@@ -10,22 +12,8 @@
 //! whose writes land at the next submission and would race with other recordings), and
 //! kept with their bind groups for the next step that uses the same buffers.
 
-mod alibi;
-mod decode;
-mod encode;
-mod rope;
-
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-
-pub use alibi::AlibiPass;
-pub use decode::DecodeTiming;
-pub(super) use encode::EmbedKernels;
-pub use encode::{
-    ARENA_COPY_BYTES, DEFAULT_CACHED_POSITIONS, EmbedParams, EncodePass, EncodePassDescriptor,
-    Faults,
-};
-pub use rope::{RopePass, RopePassDescriptor, RopePassParams};
 
 use super::Context;
 use crate::error::{Error, Result};

@@ -1,5 +1,5 @@
-// The parameters of the recorded encode's kernels (src/gpu/record/encode.rs, mirror
-// `EmbedParams`) and each token's position. The importing kernel (or the host's header)
+// The parameters of the recorded encode's kernels (src/gpu/encode/pass.rs, mirror
+// `EncodePassParams`) and each token's position. The importing kernel (or the host's header)
 // provides `position_word(i)`, word i of the bound positions.
 struct Params {
     // Output words of the batch.
@@ -12,7 +12,7 @@ struct Params {
     first_chunk: u32,
     n_slots: u32,
     // Indices of the batch's first id and position (u32 elements) and output word (the
-    // kernel's output word: u32 for `embed`, OutWord for `embed_x4`) in the bound buffers.
+    // kernel's output word: u32 for `encode_pass`, OutWord for `encode_pass_x4`) in the bound buffers.
     ids_base: u32,
     pos_base: u32,
     out_base: u32,
@@ -26,7 +26,7 @@ struct Params {
     flags: u32,
     in_dtype: u32,
     out_dtype: u32,
-    // `embed`: workgroups along x of a dispatch folded into 2-D.
+    // `encode_pass`: workgroups along x of a dispatch folded into 2-D.
     groups_x: u32,
     // The spec, as the table kernel takes it: FLAG_F32, FLAG_PADDING, FLAG_ZERO_COL.
     spec_flags: u32,
@@ -36,7 +36,7 @@ struct Params {
     zero_col: u32,
     start: u32,
     padding_idx: u32,
-    // `embed_x4`: tokens of the batch, units of four elements per row, and workgroups
+    // `encode_pass_x4`: tokens of the batch, units of four elements per row, and workgroups
     // along y (tokens beyond fold into z).
     n_tokens: u32,
     row_units: u32,

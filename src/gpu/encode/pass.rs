@@ -1,28 +1,28 @@
 //! [`EncodePass`]: the fused gather + PE recorded into the caller's command encoder, with
-//! token ids and positions read from device buffers (`shaders/embed.wgsl`).
+//! token ids and positions read from device buffers (`shaders/encode_pass.wgsl`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{BindCache, Need, PartShape, Positions, Span, uniform_blocks};
 use crate::encode::{Dtype, EncodeOptions};
 use crate::error::{Error, Result};
 use crate::gpu::encode::{GpuPositionTable, GpuTable, Kernel, PeCache};
 use crate::gpu::memory::DeviceBuffer;
+use crate::gpu::pass::{BindCache, Need, PartShape, Positions, Span, uniform_blocks};
 use crate::gpu::table::flat_steps;
 use crate::gpu::{Context, fold_dispatch};
 use crate::shaders::{
-    EmbedX4, FLAG_F32, FLAG_FIRST_WINDOW, FLAG_LEARNED, FLAG_OFFSETS, FLAG_PAD_ID, FLAG_PADDING,
-    FLAG_SCALE, FLAG_ZERO_COL, MAX_TABLE_SLOTS, WORKGROUP_SIZE,
+    EncodePassX4, FLAG_F32, FLAG_FIRST_WINDOW, FLAG_LEARNED, FLAG_OFFSETS, FLAG_PAD_ID,
+    FLAG_PADDING, FLAG_SCALE, FLAG_ZERO_COL, MAX_TABLE_SLOTS, WORKGROUP_SIZE,
 };
 use crate::spec::{Frequencies, PeSpec};
 
-/// Mirror of `Params` in `shaders/embed.wgsl`.
+/// Mirror of `Params` in `shaders/encode_pass.wgsl`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
-pub struct EmbedParams {
+pub struct EncodePassParams {
     /// Output words of the batch.
     pub n_words: u32,
     /// Model dimension.
@@ -71,11 +71,11 @@ pub struct EmbedParams {
     pub start: u32,
     /// The position whose row is zeros (with [`FLAG_PADDING`]).
     pub padding_idx: u32,
-    /// Tokens of the batch (`embed_x4`).
+    /// Tokens of the batch (`encode_pass_x4`).
     pub n_tokens: u32,
-    /// Units of four elements per row (`embed_x4`).
+    /// Units of four elements per row (`encode_pass_x4`).
     pub row_units: u32,
-    /// Workgroups along y, tokens beyond folded into z (`embed_x4`).
+    /// Workgroups along y, tokens beyond folded into z (`encode_pass_x4`).
     pub groups_y: u32,
     /// The first token (in the whole batch) of this dispatch's part of the batch.
     pub token_base: u32,
@@ -141,12 +141,12 @@ pub struct EncodePass {
     dim: usize,
     /// Fixed parameters; the per-buffer ones (`*_base`), the part's (`n_words`, `n_tokens`,
     /// `token_base`, `groups_x`) and the window's are set per bind.
-    params: EmbedParams,
+    params: EncodePassParams,
     /// Per dispatch: the first table chunk and how many are bound.
     windows: Vec<(u32, u32)>,
     chunks: Vec<DeviceBuffer>,
     /// The unit kernel's specialisation and grid, for rows of whole units.
-    x4: Option<(EmbedX4, (u32, u32, u32))>,
+    x4: Option<(EncodePassX4, (u32, u32, u32))>,
     /// Tokens per part of a step (every part but the last): a step whose output exceeds one
     /// storage binding is served in parts, each bound at its own output range.
     part_tokens: u32,
@@ -157,7 +157,7 @@ pub struct EncodePass {
     no_cache: Option<DeviceBuffer>,
     /// Fault counters (16 bytes), then the spec's frequency words.
     state: DeviceBuffer,
-    /// The split's work buffer (see `shaders/embed_scan.wgsl`), when the pass is split.
+    /// The split's work buffer (see `shaders/encode_pass_scan.wgsl`), when the pass is split.
     work: Option<DeviceBuffer>,
     /// Where the state buffer has room for a copy of a step's ids and positions: always on
     /// devices of fewer than 6 storage buffers per shader stage (`compact_device`), whose
@@ -169,7 +169,7 @@ pub struct EncodePass {
 }
 
 /// The byte offsets in the state buffer of the copies of a step's ids and positions (the
-/// compact layout, `crate::shaders::embed_io`).
+/// compact layout, `crate::shaders::encode_pass_io`).
 #[derive(Clone, Copy, Debug)]
 struct CompactIo {
     ids_at: u64,
@@ -227,35 +227,39 @@ pub const ARENA_COPY_BYTES: u64 = 16 << 20;
 
 /// The recorded encode's kernels, compiled on first use.
 #[derive(Clone, Default)]
-pub(in crate::gpu) struct EmbedKernels {
-    by_key: Arc<Mutex<HashMap<EmbedKey, Arc<Kernel>>>>,
+pub(in crate::gpu) struct EncodePassKernels {
+    by_key: Arc<Mutex<HashMap<EncodePassKey, Arc<Kernel>>>>,
 }
 
-/// A compiled kernel of the recorded encode: `embed` with its table slots, or a
-/// specialisation of `embed_x4`.
+/// A compiled kernel of the recorded encode: `encode_pass` with its table slots, or a
+/// specialisation of `encode_pass_x4`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum EmbedKey {
-    /// `embed` with its table slots, in the compact layout or not.
-    Embed(u32, bool),
-    X4(EmbedX4),
+enum EncodePassKey {
+    /// `encode_pass` with its table slots, in the compact layout or not.
+    General(u32, bool),
+    X4(EncodePassX4),
     Scan,
 }
 
 impl Context {
-    fn embed_kernel(&self, key: EmbedKey) -> Arc<Kernel> {
+    fn encode_pass_kernel(&self, key: EncodePassKey) -> Arc<Kernel> {
         let mut kernels = self.record.by_key.lock().unwrap_or_else(|e| e.into_inner());
         let kernel = kernels.entry(key).or_insert_with(|| {
-            use crate::gpu::layout::{embed_bindings, embed_scan_bindings};
+            use crate::gpu::layout::{encode_pass_bindings, encode_pass_scan_bindings};
             let (entry, source, bindings) = match key {
-                EmbedKey::Embed(slots, compact) => (
-                    "embed",
-                    crate::shaders::embed_source(slots, compact),
-                    embed_bindings(slots, compact),
+                EncodePassKey::General(slots, compact) => (
+                    "encode_pass",
+                    crate::shaders::encode_pass_source(slots, compact),
+                    encode_pass_bindings(slots, compact),
                 ),
-                EmbedKey::X4(v) => ("embed_x4", v.source(), embed_bindings(v.slots, v.compact)),
-                EmbedKey::Scan => {
-                    ("embed_scan", crate::shaders::embed_scan_source(), embed_scan_bindings())
+                EncodePassKey::X4(v) => {
+                    ("encode_pass_x4", v.source(), encode_pass_bindings(v.slots, v.compact))
                 }
+                EncodePassKey::Scan => (
+                    "encode_pass_scan",
+                    crate::shaders::encode_pass_scan_source(),
+                    encode_pass_scan_bindings(),
+                ),
             };
             let (layout, pipeline) =
                 crate::gpu::build_pipeline(&self.device, entry, &source, &bindings);
@@ -495,7 +499,7 @@ impl Context {
         // Rows of whole units take the unit kernel (compiled here); others, and outputs
         // not aligned to its words, the general one (compiled when first bound).
         // Adapters that run shaders on CPU cores split the unit kernel in two stages (see
-        // shaders/embed_x4.wgsl), which takes indirect dispatches.
+        // shaders/encode_pass_x4.wgsl), which takes indirect dispatches.
         let split = matches!(pe, PassPe::Spec(_))
             && !self.coalesced
             && self
@@ -504,10 +508,10 @@ impl Context {
                 .flags
                 .contains(wgpu::DownlevelFlags::INDIRECT_EXECUTION);
         let x4 = dim.is_multiple_of(4).then(|| {
-            let (units, workgroup) = EmbedX4::shape(row_units, self.coalesced, self.units);
+            let (units, workgroup) = EncodePassX4::shape(row_units, self.coalesced, self.units);
             // A learned table has no PE to compute: the cached tokens' stage alone.
             let stage = if split || matches!(pe, PassPe::Learned(_)) { 1 } else { 0 };
-            let v = EmbedX4 {
+            let v = EncodePassX4 {
                 table: table.dtype,
                 out: out_dtype,
                 slots: kernel_slots,
@@ -518,10 +522,10 @@ impl Context {
             };
             let (groups_y, groups_z) = fold_dispatch(n_tokens, max_groups);
             let grid = (row_units.div_ceil(units * workgroup), groups_y, groups_z);
-            self.embed_kernel(EmbedKey::X4(v));
+            self.encode_pass_kernel(EncodePassKey::X4(v));
             if split {
-                self.embed_kernel(EmbedKey::X4(EmbedX4 { stage: 2, ..v }));
-                self.embed_kernel(EmbedKey::Scan);
+                self.encode_pass_kernel(EncodePassKey::X4(EncodePassX4 { stage: 2, ..v }));
+                self.encode_pass_kernel(EncodePassKey::Scan);
             }
             (v, grid)
         });
@@ -568,7 +572,7 @@ impl Context {
         let (state, no_cache, work) = self.scoped(op, || {
             use wgpu::BufferUsages as U;
             let state = self.create_buffer(
-                "posenc.embed.state",
+                "posenc.encode_pass.state",
                 state_bytes,
                 U::STORAGE | U::COPY_SRC | U::COPY_DST,
             )?;
@@ -578,13 +582,13 @@ impl Context {
                 (Some(_), _) | (_, Some(_)) => None,
                 // One unit, the smallest binding either kernel takes.
                 (None, None) => {
-                    Some(self.create_buffer("posenc.embed.no_cache", 16, U::STORAGE)?)
+                    Some(self.create_buffer("posenc.encode_pass.no_cache", 16, U::STORAGE)?)
                 }
             };
             // The split's list: the late stage's dispatch, the count, one word per token.
             let work = match x4 {
                 Some(_) if split => Some(self.create_buffer(
-                    "posenc.embed.work",
+                    "posenc.encode_pass.work",
                     ((4 + u64::from(n_tokens)) * 4).next_multiple_of(16),
                     U::STORAGE | U::INDIRECT,
                 )?),
@@ -610,7 +614,7 @@ impl Context {
                 0,
             ),
         };
-        let params = EmbedParams {
+        let params = EncodePassParams {
             dim: dim as u32,
             vocab: table.vocab as u32,
             rows_per_chunk: table.rows_per_chunk,
@@ -634,7 +638,7 @@ impl Context {
             padding_idx,
             row_units,
             groups_y: x4.map_or(0, |(_, grid)| grid.1),
-            ..EmbedParams::default()
+            ..EncodePassParams::default()
         };
         Ok(EncodePass {
             ctx: self.clone(),
@@ -694,7 +698,7 @@ impl EncodePass {
     /// Compute dispatches one [`EncodePass::record`] records: one per window of table
     /// chunks a dispatch binds (one unless the table is larger than several bindings);
     /// where the pass is split in two stages (adapters that run shaders on CPU cores, see
-    /// `shaders/embed_x4.wgsl`), a scan, then two per window, the second indirect (and of
+    /// `shaders/encode_pass_x4.wgsl`), a scan, then two per window, the second indirect (and of
     /// no workgroups when every position is cached). A record whose output slice is not
     /// aligned to the unit kernel's words takes the general kernel: one per window. All of
     /// it once per part ([`EncodePass::parts`]).
@@ -756,7 +760,7 @@ impl EncodePass {
                 encoder.copy_buffer_to_buffer(&from, at, &self.state, to, bytes);
             }
         }
-        self.dispatch(&mut super::begin(encoder, "posenc.embed.pass"), &bound);
+        self.dispatch(&mut crate::gpu::pass::begin(encoder, "posenc.encode_pass.pass"), &bound);
         Ok(())
     }
 
@@ -960,24 +964,24 @@ impl EncodePass {
         let unit = self
             .x4
             .filter(|_| out.base.is_multiple_of(out_unit_words))
-            .map(|(v, grid)| (EmbedX4 { compact, ..v }, grid));
+            .map(|(v, grid)| (EncodePassX4 { compact, ..v }, grid));
         let (kernel, grid, out_base) = match unit {
             Some((v, grid)) => {
-                (self.ctx.embed_kernel(EmbedKey::X4(v)), grid, out.base / out_unit_words)
+                (self.ctx.encode_pass_kernel(EncodePassKey::X4(v)), grid, out.base / out_unit_words)
             }
             None => {
                 let slots = self.kernel_slots();
                 let max_groups = self.ctx.device.limits().max_compute_workgroups_per_dimension;
                 let (x, y) = fold_dispatch(n_words.div_ceil(WORKGROUP_SIZE), max_groups);
-                let key = EmbedKey::Embed(slots, compact);
-                (self.ctx.embed_kernel(key), (x, y, 1), out.base)
+                let key = EncodePassKey::General(slots, compact);
+                (self.ctx.encode_pass_kernel(key), (x, y, 1), out.base)
             }
         };
-        let blocks: Vec<EmbedParams> = self
+        let blocks: Vec<EncodePassParams> = self
             .windows
             .iter()
             .enumerate()
-            .map(|(w, &(first_chunk, n_slots))| EmbedParams {
+            .map(|(w, &(first_chunk, n_slots))| EncodePassParams {
                 first_chunk,
                 n_slots,
                 ids_base: ids.base,
@@ -994,7 +998,7 @@ impl EncodePass {
         let bytes: Vec<&[u8]> = blocks.iter().map(bytemuck::bytes_of).collect();
         let ctx = &self.ctx;
         ctx.validated("encode_pass.record", || -> Result<PartBound> {
-            let (params, stride) = uniform_blocks(ctx, "posenc.embed.params", &bytes)?;
+            let (params, stride) = uniform_blocks(ctx, "posenc.encode_pass.params", &bytes)?;
             let cache: &wgpu::Buffer = match (&self.cache, &self.learned, &self.no_cache) {
                 (Some(c), _, _) => &c.buffer,
                 (None, Some(b), _) | (None, None, Some(b)) => b,
@@ -1010,7 +1014,7 @@ impl EncodePass {
                 wgpu::BindingResource::Buffer(wgpu::BufferBinding {
                     buffer: &params,
                     offset: w as u64 * stride,
-                    size: std::num::NonZeroU64::new(size_of::<EmbedParams>() as u64),
+                    size: std::num::NonZeroU64::new(size_of::<EncodePassParams>() as u64),
                 })
             };
             // Per window, with `list` bound in place of the cache (the late stage).
@@ -1051,7 +1055,7 @@ impl EncodePass {
                             ));
                         }
                         ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                            label: Some("posenc.embed.bind_group"),
+                            label: Some("posenc.encode_pass.bind_group"),
                             layout: &kernel.layout,
                             entries: &entries,
                         })
@@ -1061,9 +1065,9 @@ impl EncodePass {
             let groups = window_groups(&kernel, None);
             let split = match (unit, &self.work) {
                 (Some((v, _)), Some(work)) => {
-                    let scan = ctx.embed_kernel(EmbedKey::Scan);
+                    let scan = ctx.encode_pass_kernel(EncodePassKey::Scan);
                     let scan_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                        label: Some("posenc.embed.scan_bind_group"),
+                        label: Some("posenc.encode_pass.scan_bind_group"),
                         layout: &scan.layout,
                         entries: &[
                             entry(0, params_block(0)),
@@ -1071,7 +1075,8 @@ impl EncodePass {
                             entry(2, positions.binding()),
                         ],
                     });
-                    let late = ctx.embed_kernel(EmbedKey::X4(EmbedX4 { stage: 2, ..v }));
+                    let late =
+                        ctx.encode_pass_kernel(EncodePassKey::X4(EncodePassX4 { stage: 2, ..v }));
                     let late_groups = window_groups(&late, Some(work));
                     Some(SplitBound { scan, scan_group, late, late_groups })
                 }

@@ -1,8 +1,8 @@
-// The recorded encode (src/gpu/record/encode.rs): out = scale * E[id] + PE(position) for a
+// The recorded encode (src/gpu/encode/pass.rs): out = scale * E[id] + PE(position) for a
 // batch whose token ids and positions live in the caller's device buffers, so the host
 // can neither sort nor check them. This is the general form, for rows that are not whole
 // units of four elements or an output slice not aligned to its kernel's words (the usual
-// case is embed_x4.wgsl): one invocation writes one output word (one f32 element, or two
+// case is encode_pass_x4.wgsl): one invocation writes one output word (one f32 element, or two
 // f16/bf16 elements), reading its token's id and position itself; 16-bit output of an odd
 // dim lets a word's halves belong to two tokens, which works the same. Same arithmetic,
 // same bits as encode.wgsl and the CPU twin (src/cpu/encode.rs).
@@ -20,9 +20,9 @@
 // outside the vocabulary also counts in `state.faults` (never read out of bounds).
 //
 // The host prepends TABLE_SLOTS, the buffers (`cache`: f32 bits, row-major [cached_rows,
-// dim], one word when nothing is cached; `out`: u32 words; see `embed_io` in
+// dim], one word when nothing is cached; `out`: u32 words; see `encode_pass_io` in
 // src/shaders.rs), the table bindings and `table_word(slot, i)`.
-#import embed_common
+#import encode_pass_common
 
 fn table_bits(slot: u32, i: u32) -> u32 {
     if params.in_dtype == DTYPE_F32 {
@@ -60,7 +60,7 @@ fn element(e: u32) -> vec2<u32> {
 }
 
 @compute @workgroup_size(WORKGROUP_SIZE)
-fn embed(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+fn encode_pass(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
     let w = (wg.y * params.groups_x + wg.x) * WORKGROUP_SIZE + li;
     if w >= params.n_words {
         return;

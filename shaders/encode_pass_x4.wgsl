@@ -1,5 +1,5 @@
 // The recorded encode for rows of whole units of four elements (dim % 4 == 0): the same
-// job, arithmetic and bits as embed.wgsl (and the CPU twin, src/cpu/encode.rs), each
+// job, arithmetic and bits as encode_pass.wgsl (and the CPU twin, src/cpu/encode.rs), each
 // invocation moving whole units: one table word (TableWord: vec4<u32> of f32, vec2<u32> of
 // 16-bit pairs), one cached PE unit and one output word (OutWord) at a time.
 //
@@ -18,17 +18,17 @@
 //
 // STAGE 0 serves every token. On adapters that run shaders on CPU cores, where a branch
 // not taken by any invocation still runs under a mask, the job is split (see
-// embed_scan.wgsl): STAGE 1 serves the tokens whose positions are cached (and writes the
+// encode_pass_scan.wgsl): STAGE 1 serves the tokens whose positions are cached (and writes the
 // pad and faulty tokens' zero rows), with no PE computation compiled in; STAGE 2, an
 // indirect dispatch, serves the tokens the scan listed, computing their PE values, and
 // reads that list through binding 3 in place of the cache.
 //
-// The host prepends the specialisation (src/shaders.rs, `EmbedX4::source`): TableWord,
-// OutWord, `widen`/`narrow`, the buffers (`embed_io`: `cache`, f32 units, row-major
+// The host prepends the specialisation (src/shaders.rs, `EncodePassX4::source`): TableWord,
+// OutWord, `widen`/`narrow`, the buffers (`encode_pass_io`: `cache`, f32 units, row-major
 // [cached_rows, dim / 4], one unit when nothing is cached, and in STAGE 2 the scan's list,
 // four words to a unit; `out`, of OutWord), TABLE_SLOTS table bindings with
 // `table_word(slot, i)`, X4_UNITS, X4_WORKGROUP and STAGE.
-#import embed_common
+#import encode_pass_common
 #import convert4
 
 // The PE unit x (columns 4x .. 4x + 3) of position p: cached, or computed with the table
@@ -42,7 +42,7 @@ fn pe_unit(p: u32, cached: bool, x: u32) -> vec4<f32> {
 }
 
 @compute @workgroup_size(X4_WORKGROUP)
-fn embed_x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+fn encode_pass_x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
     var t = wg.z * params.groups_y + wg.y;
     if STAGE == 2u {
         if t >= cache[0].w {

@@ -4,9 +4,10 @@
 
 use std::time::Instant;
 
-use super::{EncodePass, Positions};
+use super::pass::EncodePass;
 use crate::error::{Error, Result};
 use crate::gpu::Context;
+use crate::gpu::pass::Positions;
 use crate::gpu::timing::CopyParams;
 
 /// Wall-clock seconds per step of a decode loop and of its dispatch floor, one figure per

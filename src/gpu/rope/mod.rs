@@ -1,6 +1,8 @@
 //! Host wrapper of `shaders/rope_cs.wgsl` (cos/sin per distinct position and frequency) and
 //! `shaders/rope.wgsl` (the rotation), for tensors on the host and in device buffers.
 
+pub(super) mod pass;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 

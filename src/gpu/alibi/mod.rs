@@ -1,6 +1,9 @@
 //! Host wrapper of `shaders/alibi.wgsl`: the ALiBi bias tensor on the GPU, bit-identical to
 //! [`crate::alibi::bias_cpu`].
 
+mod pass;
+pub use pass::AlibiPass;
+
 use bytemuck::{Pod, Zeroable};
 use ndarray::Array3;
 

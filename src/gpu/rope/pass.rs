@@ -13,10 +13,10 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{BindCache, Need, PartShape, Positions, Span, uniform_blocks};
 use crate::encode::Dtype;
 use crate::error::{Error, Result};
 use crate::gpu::memory::DeviceBuffer;
+use crate::gpu::pass::{BindCache, Need, PartShape, Positions, Span, uniform_blocks};
 use crate::gpu::rope::{Kernel, Plan, RopeCsParams, RopeKernel, RopeParams, RopeX4Params};
 use crate::gpu::{Context, fold_dispatch};
 use crate::rope::{Frequencies, Geometry, Layout, RopeSpec};
@@ -905,5 +905,5 @@ impl RopePass {
 
 /// A compute pass of the record's own in `encoder`.
 fn begin(encoder: &mut wgpu::CommandEncoder) -> wgpu::ComputePass<'_> {
-    super::begin(encoder, "posenc.rope_pass.pass")
+    crate::gpu::pass::begin(encoder, "posenc.rope_pass.pass")
 }

@@ -1,11 +1,11 @@
-// The first dispatch of a recorded encode split in two stages (src/gpu/record/encode.rs;
+// The first dispatch of a recorded encode split in two stages (src/gpu/encode/pass.rs;
 // on adapters that run shaders on CPU cores, where every branch of a kernel runs for
 // every invocation, under a mask, so the exact PE computation for positions outside the
 // PE cache would cost every token as much as computing its row). One workgroup lists the
 // tokens whose positions lie outside the cache and writes the indirect dispatch of the
-// late stage (embed_x4 with STAGE 2), which computes their PE values: one workgroup per
+// late stage (encode_pass_x4 with STAGE 2), which computes their PE values: one workgroup per
 // listed token and block of its row, none when every position is cached.
-#import embed_params
+#import encode_pass_params
 
 // [0], [1], [2]: the late stage's dispatch (x, y, z); [3]: tokens listed; [4 + k]: the
 // k-th listed token (its index in this dispatch's part of the batch), in no particular order.
@@ -19,7 +19,7 @@ fn position_word(i: u32) -> u32 {
 }
 
 @compute @workgroup_size(ROW_WORKGROUP_SIZE)
-fn embed_scan(@builtin(local_invocation_index) li: u32) {
+fn encode_pass_scan(@builtin(local_invocation_index) li: u32) {
     if li == 0u {
         atomicStore(&work[3], 0u);
     }
