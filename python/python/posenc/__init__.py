@@ -1,0 +1,744 @@
+"""Exact transformer positional encodings, numpy in and out.
+
+posenc computes sinusoid tables, the fused embedding + positional-encoding gather, RoPE
+(with Hugging Face's ``rope_scaling`` schemes and ``config.json`` reading) and ALiBi biases
+in exact fixed-point turns: within 6e-8 of the true value at every u32 position, the same
+bits on the CPU and on any GPU wgpu reaches (Vulkan, Metal, DX12, GL).
+
+Each function mirrors one command of the ``posenc`` binary and takes its options as
+keyword arguments (``--rotary-dim`` is ``rotary_dim=``), arrays in place of files:
+
+=================  ===================================================================
+``table``          a positional-encoding table ``[positions, dim]``, float32
+``encode``         ``scale * E[ids] + PE(positions)``, ``[B, L, D]``
+``rope``           RoPE on a query or key tensor ``[B, L, H, Dh]`` or ``[B, H, L, Dh]``
+``rope_cache``     ``(cos, sin)`` of a RoPE configuration, as a model's rotary module
+                   returns them
+``alibi_slopes``   the float32 ALiBi slopes of H heads
+``alibi_bias``     the ALiBi bias ``[heads, len, kv_len]``
+``devices``        the GPU adapters wgpu can see
+=================  ===================================================================
+
+``device="auto"`` (the default) computes on the GPU when one opens, else on the CPU,
+issuing a :class:`DeviceWarning`; ``"cpu"`` and ``"gpu"`` insist. Errors are
+``ValueError`` (bad input), ``OSError`` (files) or :class:`GpuError` (the device), with the
+command line's one-line message. bfloat16 values travel as ``uint16`` arrays of raw bits
+(what the command line writes to ``.npy``) or as ``ml_dtypes.bfloat16`` arrays; see
+:func:`as_bfloat16`. ``posenc.hf`` puts exact RoPE into a transformers model.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import tempfile
+import threading
+import warnings
+from typing import Any, Optional, Union
+
+import numpy as np
+
+from . import _posenc
+from ._posenc import ACCURACY_BOUND, GpuError, RopeSpec as _RustRopeSpec
+
+__all__ = [
+    "ACCURACY_BOUND",
+    "DeviceWarning",
+    "GpuError",
+    "RopeCache",
+    "RopeSpec",
+    "alibi_bias",
+    "alibi_slopes",
+    "as_bfloat16",
+    "bf16_to_f32",
+    "devices",
+    "encode",
+    "rope",
+    "rope_cache",
+    "table",
+]
+
+__version__ = "0.1.0"
+
+
+class DeviceWarning(RuntimeWarning):
+    """``device="auto"`` computed on the CPU: no GPU opened, or it failed (lost, out of
+    memory, past a limit). The CPU gives the same bits; the message says why."""
+
+
+def _noted(result):
+    value, note = result
+    if note:
+        warnings.warn(f"posenc: note: {note}", DeviceWarning, stacklevel=3)
+    return value
+
+
+# Mesa's Vulkan device-select layer looks for a Wayland display while wgpu enumerates
+# adapters, and libwayland complains on stderr without XDG_RUNTIME_DIR. As the command line
+# does, point it at a private empty directory when it is unset, before the first GPU use.
+_runtime_lock = threading.Lock()
+_runtime_checked = False
+
+
+def _ensure_runtime_dir(device: str) -> None:
+    global _runtime_checked
+    if device == "cpu" or _runtime_checked:
+        return
+    with _runtime_lock:
+        if _runtime_checked:
+            return
+        _runtime_checked = True
+        if os.path.isabs(os.environ.get("XDG_RUNTIME_DIR", "")):
+            return
+        try:
+            path = tempfile.mkdtemp(prefix="posenc-runtime-")
+        except OSError:
+            return
+        os.environ["XDG_RUNTIME_DIR"] = path
+        atexit.register(shutil.rmtree, path, True)
+
+
+# ---- argument normalisation -------------------------------------------------------------
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _is_bfloat16(dtype: np.dtype) -> bool:
+    return dtype.name == "bfloat16" and dtype.itemsize == 2
+
+
+def as_bfloat16(bits: np.ndarray) -> np.ndarray:
+    """View a uint16 array of bfloat16 bits as ``ml_dtypes.bfloat16`` (no copy).
+
+    posenc returns bfloat16 results as uint16 bits, whatever is installed, so that a
+    result's type never depends on the environment; this needs ``ml_dtypes``
+    (``pip install ml_dtypes``)."""
+    import ml_dtypes
+
+    bits = np.asarray(bits)
+    if bits.dtype != np.uint16:
+        raise ValueError(f"as_bfloat16 takes uint16 bits, got dtype {bits.dtype}")
+    return bits.view(ml_dtypes.bfloat16)
+
+
+def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 values (uint16 bits or ``ml_dtypes.bfloat16``) widened exactly to float32."""
+    bits = np.asarray(bits)
+    if _is_bfloat16(bits.dtype):
+        bits = bits.view(np.uint16)
+    if bits.dtype != np.uint16:
+        raise ValueError(f"bf16_to_f32 takes uint16 bits or bfloat16, got dtype {bits.dtype}")
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def _config(config: Any) -> tuple[Optional[str], Optional[str]]:
+    """A config as ``(path, json_text)``: a path, JSON text, a dict, or a transformers
+    ``PretrainedConfig``."""
+    if config is None:
+        return None, None
+    if isinstance(config, dict):
+        return None, json.dumps(config)
+    if isinstance(config, os.PathLike):
+        return os.fspath(config), None
+    if isinstance(config, bytes):
+        config = config.decode()
+    if isinstance(config, str):
+        if config.lstrip().startswith("{"):
+            return None, config
+        return config, None
+    to_json = getattr(config, "to_json_string", None)
+    if callable(to_json):
+        return None, to_json(use_diff=False)
+    raise ValueError(
+        f"config must be a path, JSON text, a dict or a transformers config, not "
+        f"{type(config).__name__}"
+    )
+
+
+def _scaling(scaling: Any) -> tuple[Optional[str], Optional[str]]:
+    """A ``rope_scaling`` object as ``(json_text, path)``: a dict, JSON text, ``"@FILE"``
+    (as ``--scaling @FILE``) or a path object."""
+    if scaling is None:
+        return None, None
+    if isinstance(scaling, dict):
+        return json.dumps(scaling), None
+    if isinstance(scaling, os.PathLike):
+        return None, os.fspath(scaling)
+    if isinstance(scaling, str):
+        if scaling.startswith("@"):
+            return None, scaling[1:]
+        return scaling, None
+    raise ValueError(
+        f"scaling must be a dict, JSON text or '@FILE', not {type(scaling).__name__}"
+    )
+
+
+def _inv_freq(inv_freq: Any) -> tuple[Optional[np.ndarray], Optional[str]]:
+    """A model's frequencies as ``(float64 values, path)``; float32 widens exactly."""
+    if inv_freq is None:
+        return None, None
+    if isinstance(inv_freq, (str, os.PathLike)):
+        return None, os.fspath(inv_freq)
+    a = np.asarray(inv_freq)
+    if a.ndim != 1:
+        raise ValueError(f"inv_freq must be 1-D, got shape {a.shape}")
+    if a.dtype.kind not in "fiu":
+        raise ValueError(f"inv_freq must hold numbers, got dtype {a.dtype}")
+    return np.ascontiguousarray(a, dtype=np.float64), None
+
+
+def _int_array(value: Any, what: str, ndim: tuple[int, ...]) -> np.ndarray:
+    """Integers as int64 (no copy when they are already), of one of the ranks ``ndim``."""
+    a = np.asarray(value)
+    if a.dtype.kind not in "iu" and not (a.size == 0 and a.dtype.kind == "f"):
+        raise ValueError(f"{what} must be integers, got dtype {a.dtype}")
+    if a.ndim not in ndim:
+        ranks = " or ".join(str(n) for n in ndim)
+        raise ValueError(f"{what} must have rank {ranks}, got shape {a.shape}")
+    if a.dtype == np.uint64 and a.size and a.max() > np.iinfo(np.int64).max:
+        raise ValueError(
+            f"invalid {what}: {int(a.max())} (allowed: 0..=4294967295)"
+        )
+    return a.astype(np.int64, copy=False)
+
+
+def _table_array(value: Any, what: str):
+    """An embedding or position table: an array (float32, float16, bfloat16) or a path."""
+    if isinstance(value, (str, os.PathLike)):
+        return None, os.fspath(value)
+    a = np.asarray(value)
+    if _is_bfloat16(a.dtype):
+        a = a.view(np.uint16)
+    if a.dtype not in (np.float32, np.float16, np.uint16):
+        raise ValueError(
+            f"{what} has dtype {a.dtype}; allowed: float32, float16, bfloat16 "
+            f"(ml_dtypes.bfloat16, or uint16 holding its bits)"
+        )
+    if a.ndim != 2:
+        raise ValueError(f"{what} must have rank 2, got shape {a.shape}")
+    return a, None
+
+
+def _device(device: str) -> str:
+    if not isinstance(device, str):
+        raise ValueError(f"invalid device: {device!r} (allowed: \"auto\", \"cpu\", \"gpu\")")
+    _ensure_runtime_dir(device)
+    return device
+
+
+def _padding_idx(padding_idx: Any) -> Any:
+    # None: not given; "none": no padding row; an int otherwise.
+    return padding_idx
+
+
+# ---- the commands -----------------------------------------------------------------------
+
+
+def table(
+    dim: Optional[int] = None,
+    len: Optional[int] = None,
+    positions: Any = None,
+    *,
+    config: Any = None,
+    variant: Optional[str] = None,
+    frequencies: str = "exact",
+    inv_freq: Any = None,
+    inv_freq_tensor: Optional[str] = None,
+    base: Optional[float] = None,
+    min_timescale: Optional[float] = None,
+    max_timescale: Optional[float] = None,
+    start_index: Optional[int] = None,
+    padding_idx: Union[int, str, None] = None,
+    device: str = "auto",
+    gpu_memory_budget: Optional[int] = None,
+) -> np.ndarray:
+    """A positional-encoding table: one row per position, ``dim`` values per row, float32.
+
+    As ``posenc table``. ``positions`` is a spec string (``"0..4,1000000,4294967295"``)
+    or an array-like of u32 positions; without it, ``len`` gives positions ``0..len``
+    (default 8). ``dim`` defaults to the config's ``d_model``, else 512.
+
+    ``config``: a Hugging Face ``config.json`` (path, JSON text or dict) of Marian,
+    Pegasus, M2M100/NLLB, FSMT, Speech2Text or Whisper: its variant, width and padding
+    index. ``variant``: vaswani (default), distilbert, marian, tensor2tensor, fairseq,
+    whisper. ``frequencies``: ``"exact"`` or ``"f32"`` (the float32 recipe correctly
+    rounded). ``inv_freq``: a model's own frequencies (an array, or a ``.npy`` /
+    ``.safetensors`` path with ``inv_freq_tensor``). ``base`` in (1, 1e7];
+    tensor2tensor's ``min_timescale`` / ``max_timescale``; ``start_index`` added to every
+    position; fairseq's ``padding_idx`` (an int, or ``"none"``).
+
+    ``device``: ``"auto"``, ``"cpu"``, ``"gpu"``, or ``"reference"`` (the slow
+    high-precision path, rounded to float32). cpu and gpu give the same bits.
+
+    Raises ValueError for bad options (the command line's message), OSError for a file
+    that cannot be read, GpuError when ``device="gpu"`` has no GPU or it fails.
+    """
+    spec, pos = (positions, None) if isinstance(positions, str) else (None, positions)
+    if pos is not None:
+        pos = _int_array(pos, "positions", (1,))
+    config_path, config_json = _config(config)
+    values, path = _inv_freq(inv_freq)
+    return _noted(
+        _posenc.table(
+            dim=dim,
+            len=len,
+            positions_spec=spec,
+            positions=pos,
+            config_path=config_path,
+            config_json=config_json,
+            variant=variant,
+            frequencies=frequencies,
+            inv_freq=values,
+            inv_freq_path=path,
+            inv_freq_tensor=inv_freq_tensor,
+            base=base,
+            min_timescale=min_timescale,
+            max_timescale=max_timescale,
+            start_index=start_index,
+            padding_idx=_padding_idx(padding_idx),
+            device=device if device == "reference" else _device(device),
+            gpu_memory_budget=gpu_memory_budget,
+        )
+    )
+
+
+def encode(
+    weights: Any,
+    ids: Any,
+    *,
+    tensor: Optional[str] = None,
+    positions: Any = None,
+    offsets: Any = None,
+    pad_id: Optional[int] = None,
+    scale: Union[str, float, None] = None,
+    config: Any = None,
+    variant: Optional[str] = None,
+    frequencies: str = "exact",
+    inv_freq: Any = None,
+    inv_freq_tensor: Optional[str] = None,
+    base: Optional[float] = None,
+    min_timescale: Optional[float] = None,
+    max_timescale: Optional[float] = None,
+    start_index: Optional[int] = None,
+    padding_idx: Union[int, str, None] = None,
+    position_table: Any = None,
+    position_tensor: Optional[str] = None,
+    out_dtype: str = "f32",
+    device: str = "auto",
+    gpu_memory_budget: Optional[int] = None,
+) -> np.ndarray:
+    """``out[b, t] = scale * weights[ids[b, t]] + PE(positions[b, t])``, in one pass.
+
+    As ``posenc encode``. ``weights``: the embedding table ``[V, D]`` (float32, float16
+    or bfloat16), or a ``.safetensors`` / ``.npy`` path (``tensor`` names the tensor).
+    ``ids``: int32, int64 or uint32, ``[B, L]``, or ``[L]`` for one sequence (the output
+    is then ``[L, D]``); each below V, save ``pad_id``.
+
+    Positions: ``positions`` gives each token's (u32, the ids' shape); ``offsets`` each
+    row's first (``[B]``: row b at ``offsets[b], offsets[b] + 1, ...``, as when decoding
+    with a KV cache); with neither, rows count from 0, except for fairseq (tokens equal to
+    ``padding_idx`` get it, the others count from ``padding_idx + 1``) and with ``pad_id``
+    (a left-padded batch: each row counts its non-pad tokens from 0). Pad tokens' rows are
+    zeros.
+
+    ``scale``: ``"none"``, ``"sqrt"`` (sqrt(D)) or a number; with a config, its
+    ``scale_embedding``. ``position_table``: a learned table ``[max_positions, D]`` (array
+    or path, ``position_tensor``) added instead of a sinusoid. The sinusoid's options are
+    :func:`table`'s. ``out_dtype``: ``"f32"``, ``"f16"`` or ``"bf16"`` (uint16 bits; see
+    :func:`as_bfloat16`). With a scale, cpu and gpu may differ by one rounding of the
+    product; without one they give the same bits.
+    """
+    w, weights_path = _table_array(weights, "weights")
+    p_table, p_path = (None, None)
+    if position_table is not None:
+        p_table, p_path = _table_array(position_table, "position_table")
+    ids_in = np.asarray(ids)
+    if ids_in.dtype not in (np.int32, np.int64, np.uint32):
+        if ids_in.dtype.kind in "iu":
+            ids_in = ids_in.astype(np.int64)
+        else:
+            raise ValueError(
+                f"ids has dtype {ids_in.dtype}; allowed: int32, int64 or uint32"
+            )
+    if ids_in.ndim not in (1, 2):
+        raise ValueError(f"ids must have rank 1 or 2, got shape {ids_in.shape}")
+    one_sequence = ids_in.ndim == 1
+    if one_sequence:
+        ids_in = ids_in[None, :]
+    pos = None
+    if positions is not None:
+        pos = _int_array(positions, "positions", (1,) if one_sequence else (2,))
+        if one_sequence:
+            pos = pos[None, :]
+    off = None
+    if offsets is not None:
+        if np.ndim(offsets) == 0:
+            offsets = [offsets]
+        off = _int_array(offsets, "offsets", (1,))
+    config_path, config_json = _config(config)
+    values, path = _inv_freq(inv_freq)
+    return _noted(
+        _posenc.encode(
+            weights=w,
+            weights_path=weights_path,
+            tensor=tensor,
+            ids=ids_in,
+            one_sequence=one_sequence,
+            positions=pos,
+            offsets=off,
+            pad_id=pad_id,
+            scale=scale,
+            config_path=config_path,
+            config_json=config_json,
+            variant=variant,
+            frequencies=frequencies,
+            inv_freq=values,
+            inv_freq_path=path,
+            inv_freq_tensor=inv_freq_tensor,
+            base=base,
+            min_timescale=min_timescale,
+            max_timescale=max_timescale,
+            start_index=start_index,
+            padding_idx=_padding_idx(padding_idx),
+            position_table=p_table,
+            position_table_path=p_path,
+            position_tensor=position_tensor,
+            out_dtype=out_dtype,
+            device=_device(device),
+            gpu_memory_budget=gpu_memory_budget,
+        )
+    )
+
+
+def _rope_options(
+    config, layer_type, pairing, rotary_dim, base, scaling, inv_freq, inv_freq_tensor,
+    attention_factor, seq_len,
+) -> dict:
+    config_path, config_json = _config(config)
+    scaling_json, scaling_path = _scaling(scaling)
+    values, path = _inv_freq(inv_freq)
+    return dict(
+        config_path=config_path,
+        config_json=config_json,
+        layer_type=layer_type,
+        pairing=pairing,
+        rotary_dim=rotary_dim,
+        base=base,
+        scaling_json=scaling_json,
+        scaling_path=scaling_path,
+        inv_freq=values,
+        inv_freq_path=path,
+        inv_freq_tensor=inv_freq_tensor,
+        attention_factor=attention_factor,
+        seq_len=seq_len,
+    )
+
+
+def rope(
+    x: Any,
+    *,
+    layout: str,
+    positions: Any = None,
+    offset: Optional[int] = None,
+    config: Any = None,
+    layer_type: Optional[str] = None,
+    pairing: Optional[str] = None,
+    rotary_dim: Optional[int] = None,
+    base: Optional[float] = None,
+    scaling: Any = None,
+    inv_freq: Any = None,
+    inv_freq_tensor: Optional[str] = None,
+    attention_factor: Optional[float] = None,
+    seq_len: Optional[int] = None,
+    device: str = "auto",
+) -> np.ndarray:
+    """Rotary position embedding of a query or key tensor; returns a new array of the
+    same shape and dtype.
+
+    As ``posenc rope``. ``x``: rank 4, float32, float16 or bfloat16 (``ml_dtypes`` or
+    uint16 bits; the result has the same type). ``layout``: ``"blhd"`` =
+    ``[batch, len, heads, head_dim]`` or ``"bhld"`` = ``[batch, heads, len, head_dim]``.
+    ``positions``: each token's, ``[B, L]`` of u32; or ``offset``: every sequence counts
+    from it (default 0).
+
+    ``config``: a Hugging Face ``config.json`` (path, JSON text, dict, or a transformers
+    config): base, scaling, rotary dim and pairing as transformers reads them; the
+    options below override it and ``layer_type`` picks one of per-layer-type RoPEs.
+    ``pairing``: ``"neox"`` (i, i + r/2) or ``"gptj"`` (2i, 2i + 1). ``rotary_dim``: the
+    rotated dims per head. ``base``: rope_theta. ``scaling``: a ``rope_scaling`` object
+    (dict, JSON text, or ``"@FILE"``). ``inv_freq``: a model's own frequencies (array or
+    file), with ``attention_factor``. ``seq_len``: the sequence length dynamic and
+    longrope scaling see (default: the largest position + 1).
+    """
+    a = np.asarray(x)
+    ml = _is_bfloat16(a.dtype)
+    if ml:
+        a = a.view(np.uint16)
+    pos = None if positions is None else _int_array(positions, "positions", (2,))
+    out = _noted(
+        _posenc.rope(
+            x=a,
+            layout=layout,
+            positions=pos,
+            offset=offset,
+            device=_device(device),
+            **_rope_options(
+                config, layer_type, pairing, rotary_dim, base, scaling, inv_freq,
+                inv_freq_tensor, attention_factor, seq_len,
+            ),
+        )
+    )
+    return out.view(x.dtype) if ml else out
+
+
+# model_types (after a text_config swap) whose rotary module returns cos and sin with each
+# frequency repeated per pair, `freqs.repeat_interleave(2, dim=-1)`: the gptj layout. Every
+# other family's module returns `cat(freqs, freqs)`, the neox layout, whatever pairing its
+# attention rotates (docs/rope.md, "Exact cos/sin caches for your framework").
+GPTJ_LAYOUT_MODEL_TYPES = frozenset({
+    "cohere", "cohere2", "cohere2_moe",
+    "blt", "blt_global_transformer", "blt_local_decoder", "blt_local_encoder", "blt_patcher",
+})
+
+# model_types whose rotary module returns something else than cos and sin of shape
+# [positions, rotary_dim]: the reason, for the error.
+NO_DROP_IN_MODEL_TYPES = {
+    "llama4": "complex freqs_cis",
+    "llama4_text": "complex freqs_cis",
+    "deepseek_v2": "complex freqs_cis",
+    "gpt_oss": "cos and sin of half the rotary width",
+    "openai_privacy_filter": "cos and sin of half the rotary width",
+    "gptj": "no rotary module (a sinusoid table inside the attention)",
+    "codegen": "no rotary module (a sinusoid table inside the attention)",
+}
+
+
+def _model_types(config_path: Optional[str], config_json: Optional[str]) -> list[str]:
+    """The config's model_type and its text_config's, for the layout tables; [] when the
+    config cannot be read here (posenc then reports why)."""
+    try:
+        if config_json is None:
+            with open(config_path, encoding="utf-8") as f:
+                config_json = f.read()
+        config = json.loads(config_json)
+    except (OSError, ValueError, TypeError):
+        return []
+    if not isinstance(config, dict):
+        return []
+    found = []
+    text = config.get("text_config")
+    if isinstance(text, dict) and isinstance(text.get("model_type"), str):
+        found.append(text["model_type"])
+    if isinstance(config.get("model_type"), str):
+        found.append(config["model_type"])
+    return found
+
+
+def module_pairing(config: Any) -> str:
+    """The layout of cos and sin that the rotary module of ``config``'s family returns:
+    ``"neox"`` (``cat(freqs, freqs)``) or ``"gptj"`` (each frequency repeated per pair).
+
+    Raises ValueError naming the family whose module returns another shape (complex
+    ``freqs_cis``, half-width tables, no module)."""
+    for model_type in _model_types(*_config(config)):
+        if model_type in NO_DROP_IN_MODEL_TYPES:
+            raise ValueError(
+                f"model_type {model_type!r}: its rotary module returns "
+                f"{NO_DROP_IN_MODEL_TYPES[model_type]}, not cos and sin of shape "
+                f"[positions, rotary_dim]; pass pairing=\"neox\" or \"gptj\" for a cache "
+                f"in either layout"
+            )
+        if model_type in GPTJ_LAYOUT_MODEL_TYPES:
+            return "gptj"
+    return "neox"
+
+
+class RopeCache(tuple):
+    """``(cos, sin)``, each ``[positions, rotary_dim]``, with what produced them:
+    ``inv_freq`` (the exact frequencies rounded to float32, ``[rotary_dim / 2]``),
+    ``attention_factor`` (already in cos and sin) and ``pairing`` (the layout)."""
+
+    inv_freq: np.ndarray
+    attention_factor: float
+    pairing: str
+
+    def __new__(cls, cos, sin, inv_freq, attention_factor, pairing):
+        self = super().__new__(cls, (cos, sin))
+        self.inv_freq = inv_freq
+        self.attention_factor = attention_factor
+        self.pairing = pairing
+        return self
+
+    @property
+    def cos(self) -> np.ndarray:
+        return self[0]
+
+    @property
+    def sin(self) -> np.ndarray:
+        return self[1]
+
+
+def rope_cache(
+    config: Any = None,
+    *,
+    seq_len: Optional[int] = None,
+    positions: Any = None,
+    layer_type: Optional[str] = None,
+    head_dim: Optional[int] = None,
+    dtype: str = "f32",
+    pairing: Optional[str] = None,
+    rotary_dim: Optional[int] = None,
+    base: Optional[float] = None,
+    scaling: Any = None,
+    inv_freq: Any = None,
+    inv_freq_tensor: Optional[str] = None,
+    attention_factor: Optional[float] = None,
+    device: str = "auto",
+) -> RopeCache:
+    """The exact cos/sin cache of a RoPE configuration, as a model's rotary module returns
+    it: ``cos, sin = posenc.rope_cache("config.json", seq_len=4096)``.
+
+    As ``posenc rope-cache``. ``config``: a Hugging Face ``config.json`` (path, JSON text,
+    dict, or a transformers config); ``layer_type`` picks one of per-layer-type RoPEs
+    (Gemma 3's ``"full_attention"``, ...); ``head_dim`` stands in where the config gives
+    none (required without a config).
+
+    Rows: ``seq_len=N`` gives positions ``0..N`` (dynamic and longrope scaling see N);
+    ``positions`` gives any (a spec string such as ``"0..4096,1000000"``, or an array of
+    u32), and ``seq_len`` beside it fixes the length dynamic and longrope see (the command
+    line's ``--seq-len``). Row ``k`` is ``positions[k]``.
+
+    Layout: with a config and no ``pairing``, the layout of the family's own rotary module
+    (:func:`module_pairing`: ``cat(freqs, freqs)`` for Llama, Qwen, GLM, ...; per pair
+    for Cohere), refused for families whose module returns another shape; otherwise
+    ``pairing`` (default ``"neox"``). ``dtype``: ``"f32"``, ``"f16"`` or ``"bf16"``
+    (uint16 bits). The attention factor is in the values. Returns a :class:`RopeCache`,
+    which unpacks as ``(cos, sin)``.
+    """
+    if pairing is None and config is not None:
+        pairing = module_pairing(config)
+    spec = None
+    pos = None
+    length = None
+    if positions is None:
+        length = seq_len
+        seq_len = None
+        if length is None:
+            raise ValueError("rope_cache needs seq_len=N (positions 0..N) or positions=")
+    elif isinstance(positions, str):
+        spec = positions
+    else:
+        pos = _int_array(positions, "positions", (1,))
+    cos, sin, inv, factor, pairing_used, note = _posenc.rope_cache(
+        head_dim=head_dim,
+        len=length,
+        positions_spec=spec,
+        positions=pos,
+        dtype=dtype,
+        device=_device(device),
+        **_rope_options(
+            config, layer_type, pairing, rotary_dim, base, scaling, inv_freq,
+            inv_freq_tensor, attention_factor, seq_len,
+        ),
+    )
+    _noted((None, note))
+    return RopeCache(cos, sin, inv, factor, pairing_used)
+
+
+class RopeSpec:
+    """A RoPE configuration read once, whose cache is then computed for any positions on
+    the CPU (what :mod:`posenc.hf` calls on every forward). Takes :func:`rope_cache`'s
+    configuration options; ``pairing`` defaults as there.
+
+    ``spec.cache(positions)`` returns ``(cos, sin)``, ``[n, rotary_dim]`` float32."""
+
+    def __init__(
+        self,
+        config: Any = None,
+        *,
+        layer_type: Optional[str] = None,
+        head_dim: Optional[int] = None,
+        pairing: Optional[str] = None,
+        rotary_dim: Optional[int] = None,
+        base: Optional[float] = None,
+        scaling: Any = None,
+        inv_freq: Any = None,
+        inv_freq_tensor: Optional[str] = None,
+        attention_factor: Optional[float] = None,
+        seq_len: Optional[int] = None,
+    ) -> None:
+        if pairing is None and config is not None:
+            pairing = module_pairing(config)
+        self._spec = _RustRopeSpec(
+            head_dim=head_dim,
+            **_rope_options(
+                config, layer_type, pairing, rotary_dim, base, scaling, inv_freq,
+                inv_freq_tensor, attention_factor, seq_len,
+            ),
+        )
+
+    head_dim = property(lambda self: self._spec.head_dim, doc="Dimensions per head.")
+    rotary_dim = property(lambda self: self._spec.rotary_dim, doc="Rotated dims per head.")
+    pairing = property(lambda self: self._spec.pairing, doc="'neox' or 'gptj'.")
+    base = property(lambda self: self._spec.base, doc="The frequency base (rope_theta).")
+    rope_type = property(lambda self: self._spec.rope_type, doc="The scaling's rope_type.")
+    depends_on_length = property(
+        lambda self: self._spec.depends_on_length,
+        doc="Whether the frequencies depend on the largest position (dynamic, longrope).",
+    )
+
+    def frequencies(self, seq_len: int) -> tuple[np.ndarray, float]:
+        """The frequencies (float64 radians per position) and attention factor at
+        sequence length ``seq_len``."""
+        return self._spec.frequencies(seq_len)
+
+    def with_pairing(self, pairing: str) -> "RopeSpec":
+        """This configuration with its cache in the other layout (``"neox"``/``"gptj"``)."""
+        new = object.__new__(RopeSpec)
+        new._spec = self._spec.with_pairing(pairing)
+        return new
+
+    def cache(self, positions: Any) -> tuple[np.ndarray, np.ndarray]:
+        """``(cos, sin)`` at ``positions`` (1-D, u32), ``[n, rotary_dim]`` float32."""
+        return self._spec.cache(_int_array(positions, "positions", (1,)))
+
+    def __repr__(self) -> str:
+        return repr(self._spec)
+
+
+def alibi_slopes(heads: int) -> np.ndarray:
+    """The float32 ALiBi slopes of ``heads`` heads (``posenc alibi --slopes``): for a
+    power of two, ``2^(-8k/H)``; otherwise the paper's interleaving. Each the float32
+    nearest its exact value."""
+    return _posenc.alibi_slopes(heads)
+
+
+def alibi_bias(
+    heads: int,
+    len: int,
+    *,
+    kv_len: Optional[int] = None,
+    form: str = "symmetric",
+    offset: int = 0,
+    device: str = "auto",
+) -> np.ndarray:
+    """The ALiBi bias ``[heads, len, kv_len]`` float32 (``posenc alibi``): queries at
+    ``offset..offset+len``, keys at ``0..kv_len`` (default ``offset + len``).
+    ``form="symmetric"``: ``-m |q - k|``; ``"causal"``: ``-m (q - k)`` for ``k <= q``, 0
+    above the diagonal (no mask). Correctly rounded, the same bits on CPU and GPU."""
+    return _noted(
+        _posenc.alibi_bias(
+            heads=heads, len=len, kv_len=kv_len, form=form, offset=offset,
+            device=_device(device),
+        )
+    )
+
+
+def devices() -> list[dict]:
+    """Every GPU adapter wgpu can see (``WGPU_BACKEND`` narrows the search), as
+    ``posenc devices --json`` lists them: name, backend, device_type, driver,
+    max_storage_binding, max_buffer_size, shader_f16, timestamp_query."""
+    _ensure_runtime_dir("gpu")
+    return json.loads(_posenc.devices_json())

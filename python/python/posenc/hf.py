@@ -1,0 +1,332 @@
+"""Exact RoPE in a Hugging Face transformers model, in two lines::
+
+    import posenc.hf
+    posenc.hf.exact_rotary(model)
+
+:func:`exact_rotary` replaces each rotary embedding module of ``model`` (the modules whose
+class name ends in ``RotaryEmbedding``: ``model.model.rotary_emb`` in transformers 5) by
+one that returns posenc's exact cos and sin for the positions it is given, in the layout
+and dtype the original returns, with the same attention factor. Hugging Face computes the
+angle ``p * inv_freq`` in float32, off by up to 1e-2 rad near position 1e5 and by whole
+turns past 2^24; posenc's values are within 6e-8 of the true ones at every u32 position.
+
+Before replacing anything, each module is asked for its own cos and sin at positions
+0..63, and posenc's must agree within float32's angle error there: a family whose rotary
+module returns another shape or other values (complex ``freqs_cis``, half-width tables,
+a RoPE posenc reads differently) is refused by name, and the model is left as it was.
+
+Needs torch and transformers (``pip install torch transformers``); nothing else in
+posenc imports them.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Optional
+
+import numpy as np
+
+import posenc
+
+__all__ = ["ExactRotary", "Patch", "exact_rotary", "undo"]
+
+# Rows of each precomputed table when max_positions is not given: the config's
+# max_position_embeddings, at most this many (32768 x 128 x 2 float32 = 32 MiB per RoPE).
+DEFAULT_MAX_TABLE = 32768
+
+# The probe: positions 0..PROBE of the original module against posenc. Float32's angle
+# error there is at most PROBE * 2^-24 rad plus a few ulps of inv_freq: 1e-5 covers it
+# with room, and a wrong layout, base or scaling is off by far more.
+PROBE = 64
+PROBE_TOLERANCE = 1e-5
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as e:  # pragma: no cover - the tests skip without torch
+        raise ImportError("posenc.hf needs torch: pip install torch transformers") from e
+    return torch
+
+
+def _config_json(config: Any) -> str:
+    return config.to_json_string(use_diff=False)
+
+
+def _model_type(config: Any) -> str:
+    return str(getattr(config, "model_type", "") or "")
+
+
+def _takes_layer_type(module: Any) -> bool:
+    try:
+        return "layer_type" in inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class ExactRotary(_torch().nn.Module):
+    """A rotary embedding module returning posenc's exact ``(cos, sin)`` for
+    ``position_ids``, as the module it replaces did: ``[batch, len, rotary_dim]`` in
+    ``x``'s dtype and on its device.
+
+    Positions below ``max_positions`` are gathered from tables computed once (buffers,
+    moved by ``model.to``); others, and every call of a RoPE whose frequencies depend on
+    the sequence length (dynamic, longrope), are computed for that call's positions on the
+    CPU. Attributes the model reads from its rotary module (``attention_scaling``,
+    ``rope_type``, ...) are the original's."""
+
+    def __init__(self, original: Any, specs: dict, max_positions: int) -> None:
+        torch = _torch()
+        super().__init__()
+        # Not a submodule: the model's state dict stays as it was.
+        object.__setattr__(self, "_posenc_original", original)
+        self.specs = specs
+        self.max_positions = max_positions
+        self._tables = {}
+        for k, (key, spec) in enumerate(specs.items()):
+            if max_positions > 0 and not spec.depends_on_length:
+                cos, sin = spec.cache(np.arange(max_positions, dtype=np.int64))
+                self.register_buffer(f"cos_{k}", torch.from_numpy(cos), persistent=False)
+                self.register_buffer(f"sin_{k}", torch.from_numpy(sin), persistent=False)
+                self._tables[key] = k
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(object.__getattribute__(self, "_posenc_original"), name)
+
+    @property
+    def original(self) -> Any:
+        """The module this one replaced."""
+        return object.__getattribute__(self, "_posenc_original")
+
+    def forward(self, x: Any, position_ids: Any = None, layer_type: Optional[str] = None, **_: Any):
+        torch = _torch()
+        if position_ids is None:
+            raise ValueError("posenc.hf: the rotary module needs position_ids")
+        spec = self.specs.get(layer_type)
+        if spec is None:
+            known = ", ".join(repr(k) for k in self.specs)
+            raise ValueError(f"posenc.hf: layer_type {layer_type!r} (known: {known})")
+        pos = position_ids
+        if pos.dim() == 1:
+            pos = pos[None, :]
+        k = self._tables.get(layer_type)
+        if k is not None and (pos.numel() == 0 or int(pos.max()) < self.max_positions) and int(pos.min() if pos.numel() else 0) >= 0:
+            cos = getattr(self, f"cos_{k}")[pos]
+            sin = getattr(self, f"sin_{k}")[pos]
+        else:
+            flat = pos.detach().to("cpu").reshape(-1).numpy().astype(np.int64)
+            unique, inverse = np.unique(flat, return_inverse=True)
+            c, s = spec.cache(unique)
+            index = torch.from_numpy(inverse.reshape(-1).astype(np.int64))
+            shape = (*pos.shape, c.shape[1])
+            cos = torch.from_numpy(c)[index].reshape(shape)
+            sin = torch.from_numpy(s)[index].reshape(shape)
+        return (
+            cos.to(device=x.device, dtype=x.dtype),
+            sin.to(device=x.device, dtype=x.dtype),
+        )
+
+
+class Patch:
+    """What :func:`exact_rotary` replaced; :meth:`undo` puts the originals back. Also a
+    context manager: ``with posenc.hf.exact_rotary(model): ...``."""
+
+    def __init__(self, model: Any, replaced: list) -> None:
+        self.model = model
+        self.replaced = replaced
+
+    @property
+    def modules(self) -> list:
+        """The :class:`ExactRotary` modules now in the model."""
+        return [new for _, _, _, new in self.replaced]
+
+    def undo(self) -> None:
+        """Restores the model's own rotary modules."""
+        for parent, name, original, _ in reversed(self.replaced):
+            setattr(parent, name, original)
+        self.replaced = []
+        if getattr(self.model, "_posenc_patch", None) is self:
+            del self.model._posenc_patch
+
+    def __enter__(self) -> "Patch":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.undo()
+
+
+def _rotary_modules(model: Any) -> list:
+    """``(parent, attribute, module)`` of every rotary embedding module, outermost first."""
+    found = []
+    seen = set()
+    for name, module in model.named_modules():
+        if not type(module).__name__.endswith("RotaryEmbedding") or isinstance(module, ExactRotary):
+            continue
+        if any(name.startswith(s + ".") for s in seen):
+            continue
+        seen.add(name)
+        parent_name, _, attr = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        found.append((parent, attr, module, name))
+    return found
+
+
+def _refuse(model_type: str, name: str, why: str) -> ValueError:
+    return ValueError(f"posenc.hf: model_type {model_type!r} ({name}): {why}")
+
+
+def _specs_for(module: Any, config: Any, name: str) -> dict:
+    """One posenc spec per layer type the module serves (``{None: spec}`` for one RoPE),
+    in the layout its family's module returns."""
+    model_type = _model_type(config)
+    text = _config_json(config)
+    try:
+        pairing = posenc.module_pairing(text)
+    except ValueError as e:
+        raise _refuse(model_type, name, str(e)) from None
+    layer_types = [None]
+    if _takes_layer_type(module):
+        declared = getattr(config, "layer_types", None)
+        if declared:
+            layer_types = sorted(set(declared))
+    specs = {}
+    for layer_type in layer_types:
+        try:
+            specs[layer_type] = posenc.RopeSpec(text, layer_type=layer_type, pairing=pairing)
+        except ValueError as e:
+            raise _refuse(model_type, name, f"posenc cannot read its RoPE: {e}") from None
+    return specs
+
+
+def _float32_twin(module: Any, config: Any) -> Any:
+    """The module to probe: itself while its buffers are float32 or wider; else a fresh
+    float32 module of the same class and config, what the family computes
+    (``model.to(torch.bfloat16)`` rounds ``inv_freq`` to bfloat16, which is transformers'
+    error, not the family's RoPE), or the module itself when its class cannot be built
+    from the config alone."""
+    torch = _torch()
+    if all(b.dtype in (torch.float32, torch.float64) for b in module.buffers() if b.is_floating_point()):
+        return module
+    try:
+        with torch.device("cpu"):
+            twin = type(module)(config=config)
+        return twin.float().eval()
+    except Exception:  # noqa: BLE001 - any other constructor: probe the module itself
+        return module
+
+
+def _probe(module: Any, specs: dict, model_type: str, name: str) -> dict:
+    """Checks posenc's cache against the module's own at positions 0..PROBE, trying the
+    other layout if the family's is not it; returns the specs that agree, or refuses."""
+    torch = _torch()
+    checked = {}
+    for layer_type, spec in specs.items():
+        positions = torch.arange(PROBE)[None, :]
+        x = torch.zeros(1, PROBE, spec.head_dim, dtype=torch.float32)
+        kwargs = {} if layer_type is None else {"layer_type": layer_type}
+        with torch.no_grad():
+            try:
+                out = module(x, positions, **kwargs)
+            except Exception as e:  # noqa: BLE001 - any failure means no drop-in
+                raise _refuse(
+                    model_type, name,
+                    f"its rotary module cannot be called as (x, position_ids): {e}",
+                ) from None
+        shape = (1, PROBE, spec.rotary_dim)
+        if not (isinstance(out, (tuple, list)) and len(out) == 2
+                and all(hasattr(t, "shape") and tuple(t.shape) == shape for t in out)
+                and not any(t.is_complex() for t in out)):
+            what = (
+                f"{type(out).__name__} of shapes {[tuple(t.shape) for t in out]}"
+                if isinstance(out, (tuple, list)) and all(hasattr(t, "shape") for t in out)
+                else type(out).__name__
+            )
+            raise _refuse(
+                model_type, name,
+                f"its rotary module returns {what}, not (cos, sin) of shape {shape}: no "
+                f"drop-in cache of posenc's shape",
+            )
+        theirs = [t.detach().to("cpu", torch.float64).numpy()[0] for t in out]
+        best = None
+        for candidate in (spec, spec.with_pairing("gptj" if spec.pairing == "neox" else "neox")):
+            ours = candidate.cache(np.arange(PROBE, dtype=np.int64))
+            err = max(float(np.max(np.abs(o - t))) for o, t in zip(ours, theirs))
+            if best is None or err < best[0]:
+                best = (err, candidate)
+        err, candidate = best
+        scale = max(1.0, float(np.max(np.abs(theirs[0]))))
+        if err > PROBE_TOLERANCE * scale:
+            label = "" if layer_type is None else f" (layer type {layer_type!r})"
+            raise _refuse(
+                model_type, name,
+                f"posenc's cos/sin{label} differ from its rotary module's by {err:.3g} at "
+                f"positions 0..{PROBE} (float32's own error there is under "
+                f"{PROBE_TOLERANCE:g}): the module computes another RoPE than posenc reads "
+                f"from its config",
+            )
+        checked[layer_type] = candidate
+    return checked
+
+
+def exact_rotary(model: Any, max_positions: Optional[int] = None, *, check: bool = True) -> Patch:
+    """Replaces the rotary embedding of ``model`` (a transformers ``PreTrainedModel``) by
+    posenc's exact one; returns a :class:`Patch` whose ``undo()`` restores it.
+
+    ``max_positions``: rows of the precomputed cos/sin tables (positions at or past it,
+    and every call of dynamic or longrope scaling, are computed per call, just as
+    exactly); default the config's ``max_position_embeddings``, at most
+    :data:`DEFAULT_MAX_TABLE`. ``check`` (default True): compare with the module's own
+    values at positions 0..63 first, and refuse on disagreement.
+
+    Raises ValueError naming the family (``model_type``) when posenc cannot serve it: no
+    rotary module, a config posenc refuses, a module that returns another shape, or
+    values that disagree. Nothing is replaced then.
+    """
+    _torch()
+    if getattr(model, "_posenc_patch", None) is not None:
+        raise ValueError("posenc.hf: this model's rotary embedding is already posenc's "
+                         "(call .undo() on the patch, or posenc.hf.undo(model), first)")
+    found = _rotary_modules(model)
+    model_config = getattr(model, "config", None)
+    if not found:
+        raise _refuse(
+            _model_type(model_config), type(model).__name__,
+            "no rotary embedding module (a module whose class name ends in RotaryEmbedding)",
+        )
+    planned = []
+    for parent, attr, module, name in found:
+        config = getattr(module, "config", None) or model_config
+        model_type = _model_type(config)
+        specs = _specs_for(module, config, name)
+        if check:
+            specs = _probe(_float32_twin(module, config), specs, model_type, name)
+        rows = max_positions
+        if rows is None:
+            rows = min(int(getattr(config, "max_position_embeddings", 0) or 0), DEFAULT_MAX_TABLE)
+        planned.append((parent, attr, module, specs, rows))
+    replaced = []
+    for parent, attr, module, specs, rows in planned:
+        new = ExactRotary(module, specs, rows)
+        try:
+            device = next(module.buffers()).device
+        except StopIteration:
+            device = None
+        if device is not None:
+            new = new.to(device)
+        setattr(parent, attr, new)
+        replaced.append((parent, attr, module, new))
+    patch = Patch(model, replaced)
+    model._posenc_patch = patch
+    return patch
+
+
+def undo(model: Any) -> None:
+    """Restores the rotary modules :func:`exact_rotary` replaced in ``model``."""
+    patch = getattr(model, "_posenc_patch", None)
+    if patch is None:
+        raise ValueError("posenc.hf: this model's rotary embedding is its own")
+    patch.undo()
+

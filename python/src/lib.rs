@@ -1,0 +1,203 @@
+//! `posenc._posenc`: the Rust half of the Python package. Each function mirrors one command
+//! of the `posenc` binary, taking its options as keyword arguments and numpy arrays in
+//! place of files; `python/posenc/__init__.py` normalises the arguments (array-likes,
+//! dicts, bfloat16) and turns the device notes into warnings.
+//!
+//! Three rules hold at this boundary:
+//! - every computation runs with the GIL released ([`compute`]);
+//! - no panic crosses it: a panic becomes a `RuntimeError` naming it as posenc's bug;
+//! - every `posenc::Error` becomes one Python exception carrying the CLI's one-line
+//!   message ([`to_py`]): `ValueError` for bad input, `OSError` for files and the system,
+//!   `posenc.GpuError` for the device.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Mutex};
+
+use posenc::{Error, ErrorKind, gpu};
+use pyo3::create_exception;
+use pyo3::exceptions::{
+    PyFileNotFoundError, PyMemoryError, PyOSError, PyPermissionError, PyRuntimeError, PyValueError,
+};
+use pyo3::prelude::*;
+
+mod alibi;
+mod pe;
+mod rope;
+
+create_exception!(
+    posenc,
+    GpuError,
+    PyRuntimeError,
+    "The GPU could not be had or failed: no adapter (device=\"gpu\"), a wgpu error, a lost \
+     device, device memory exhausted, or a request past a limit of the GPU path."
+);
+
+/// Joins a message's lines, as the CLI's one-line report does.
+fn one_line(message: &str) -> String {
+    message.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+}
+
+/// A failure and where it happened: a `Limit` met on the GPU is the device's, one met while
+/// checking the request (ALiBi's value count) is the caller's.
+pub(crate) struct Failure {
+    error: Error,
+    on_gpu: bool,
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Self {
+        Self { error, on_gpu: false }
+    }
+}
+
+/// The Python exception of a posenc error, with the CLI's message.
+pub(crate) fn to_py(failure: impl Into<Failure>) -> PyErr {
+    let Failure { error, on_gpu } = failure.into();
+    let message = one_line(&error.to_string());
+    match (&error, error.kind()) {
+        (Error::Io { source, .. }, _) => match source.kind() {
+            std::io::ErrorKind::NotFound => PyFileNotFoundError::new_err(message),
+            std::io::ErrorKind::PermissionDenied => PyPermissionError::new_err(message),
+            _ => PyOSError::new_err(message),
+        },
+        (Error::Alloc { .. }, _) => PyMemoryError::new_err(message),
+        (_, ErrorKind::Device) => GpuError::new_err(message),
+        (_, ErrorKind::Limit) if on_gpu => GpuError::new_err(message),
+        _ => PyValueError::new_err(message),
+    }
+}
+
+/// Runs `work` with the GIL released, turning a panic into a `RuntimeError`.
+pub(crate) fn compute<T: Send>(
+    py: Python<'_>,
+    work: impl FnOnce() -> Result<T, Failure> + Send,
+) -> PyResult<T> {
+    match py.detach(|| catch_unwind(AssertUnwindSafe(work))) {
+        Ok(result) => result.map_err(to_py),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            Err(PyRuntimeError::new_err(format!(
+                "posenc: internal error (a bug; please report it): {}",
+                one_line(&what)
+            )))
+        }
+    }
+}
+
+/// `device=`: where the fast paths run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Device {
+    Cpu,
+    Gpu,
+    Auto,
+}
+
+impl Device {
+    pub(crate) fn parse(text: &str) -> PyResult<Self> {
+        match text {
+            "cpu" => Ok(Device::Cpu),
+            "gpu" => Ok(Device::Gpu),
+            "auto" => Ok(Device::Auto),
+            other => Err(PyValueError::new_err(format!(
+                "invalid device: {other:?} (allowed: \"auto\", \"cpu\", \"gpu\")"
+            ))),
+        }
+    }
+}
+
+/// The process's GPU context, opened on first use and shared by every call (opening one
+/// compiles nothing but costs an adapter and device request). A lost device is dropped and
+/// the next call opens a new one.
+static CONTEXT: Mutex<Option<Arc<gpu::Context>>> = Mutex::new(None);
+
+fn open_gpu(budget: Option<u64>) -> Result<Arc<gpu::Context>, Error> {
+    let mut held = CONTEXT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let ctx = match held.as_ref().filter(|c| c.lost_reason().is_none()) {
+        Some(ctx) => ctx.clone(),
+        None => {
+            let ctx = Arc::new(gpu::Context::new()?);
+            *held = Some(ctx.clone());
+            ctx
+        }
+    };
+    Ok(match budget {
+        Some(bytes) => Arc::new(ctx.with_memory_budget(bytes)),
+        None => ctx,
+    })
+}
+
+/// The result of a computation and, when `device="auto"` computed on the CPU after all, the
+/// note the CLI prints in that case (the Python side issues it as a `posenc.DeviceWarning`).
+pub(crate) type Noted<T> = (T, Option<String>);
+
+/// Runs `work` where `device` says, as the CLI's `on_device`: `auto` takes the GPU unless
+/// none opens or the work meets a device fault there (lost, out of memory, past a limit of
+/// the GPU path), then computes on the CPU, which gives the same bits.
+pub(crate) fn on_device<T>(
+    device: Device,
+    budget: Option<u64>,
+    work: impl Fn(Option<&gpu::Context>) -> Result<T, Error>,
+) -> Result<Noted<T>, Failure> {
+    let on_gpu = |error| Failure { error, on_gpu: true };
+    let note = match device {
+        Device::Cpu => return Ok((work(None)?, None)),
+        Device::Gpu => {
+            let ctx = open_gpu(budget).map_err(on_gpu)?;
+            return work(Some(&ctx)).map(|v| (v, None)).map_err(on_gpu);
+        }
+        Device::Auto => match open_gpu(budget) {
+            Ok(ctx) => match work(Some(&ctx)) {
+                Err(
+                    e
+                    @ (Error::DeviceLost { .. } | Error::OutOfMemory { .. } | Error::Limit { .. }),
+                ) => format!("the GPU failed, computing on the CPU instead: {e}"),
+                Err(e) => return Err(on_gpu(e)),
+                Ok(v) => return Ok((v, None)),
+            },
+            Err(e @ (Error::NoAdapter { .. } | Error::RequestDevice { .. })) => {
+                format!("computing on the CPU: {e}")
+            }
+            Err(e) => return Err(on_gpu(e)),
+        },
+    };
+    Ok((work(None)?, Some(one_line(&note))))
+}
+
+/// Every GPU adapter wgpu can see, as the JSON `posenc devices --json` prints.
+#[pyfunction]
+fn devices_json(py: Python<'_>) -> PyResult<String> {
+    compute(py, || {
+        serde_json::to_string(&gpu::adapters())
+            .map_err(|e| Failure::from(Error::Gpu { op: "devices", message: format!("JSON: {e}") }))
+    })
+}
+
+/// The hint the CLI prints when no adapter is found.
+#[pyfunction]
+fn no_adapter_hint() -> &'static str {
+    gpu::NO_ADAPTER_HINT
+}
+
+/// Panics, for the test that no panic crosses into Python.
+#[pyfunction]
+fn _panic_for_test(py: Python<'_>) -> PyResult<()> {
+    compute(py, || -> Result<(), Failure> { panic!("deliberate panic from posenc's test") })
+}
+
+#[pymodule]
+fn _posenc(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("GpuError", m.py().get_type::<GpuError>())?;
+    m.add("ACCURACY_BOUND", posenc::ACCURACY_BOUND)?;
+    m.add("MAX_OUTPUT_VALUES", posenc::inputs::MAX_OUTPUT_VALUES)?;
+    m.add_function(wrap_pyfunction!(devices_json, m)?)?;
+    m.add_function(wrap_pyfunction!(no_adapter_hint, m)?)?;
+    m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
+    pe::register(m)?;
+    rope::register(m)?;
+    alibi::register(m)?;
+    Ok(())
+}

@@ -1,0 +1,867 @@
+//! `table` and `encode`: the sinusoid's convention as `posenc table` and `posenc encode`
+//! read it from their flags (`src/bin/posenc/args.rs`, `PeArgs`), and the fused encode.
+//! The tests compare every path with the binary, so the two readings cannot drift apart
+//! unseen.
+
+use std::path::{Path, PathBuf};
+
+use half::{bf16, f16};
+use ndarray::{Array2, ArrayView2, CowArray, Ix2};
+use numpy::{PyArray2, PyReadonlyArray1, PyReadonlyArray2};
+use posenc::encode::{Dtype, Embeddings, EncodeOptions, Encoded, Scale};
+use posenc::inputs::{self, EncodePositions, Ids, MAX_OUTPUT_VALUES, Source};
+use posenc::model_config::{ModelConfig, ModelPositions};
+use posenc::{DEFAULT_BASE, Error, Frequencies, PeSpec, Variant, cpu, positions, reference};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::{Device, Failure, Noted, compute, on_device};
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(table, m)?)?;
+    m.add_function(wrap_pyfunction!(encode, m)?)?;
+    Ok(())
+}
+
+/// A config given as a file or as JSON text.
+pub(crate) enum ConfigSource<'a> {
+    File(&'a Path),
+    Text(&'a str),
+}
+
+impl<'a> ConfigSource<'a> {
+    pub(crate) fn of(path: &'a Option<PathBuf>, text: &'a Option<String>) -> Option<Self> {
+        match (path, text) {
+            (Some(p), _) => Some(Self::File(p)),
+            (None, Some(t)) => Some(Self::Text(t)),
+            (None, None) => None,
+        }
+    }
+
+    /// The file the errors name; `None` for text, which they call `config.json`.
+    pub(crate) fn path(&self) -> Option<PathBuf> {
+        match self {
+            Self::File(p) => Some(p.to_path_buf()),
+            Self::Text(_) => None,
+        }
+    }
+}
+
+/// The sinusoid's options, as `PeArgs` holds them.
+struct PeOptions<'a> {
+    config: Option<ConfigSource<'a>>,
+    variant: Option<Variant>,
+    frequencies: Frequencies,
+    inv_freq: Option<InvFreq<'a>>,
+    base: Option<f64>,
+    min_timescale: Option<f64>,
+    max_timescale: Option<f64>,
+    start_index: Option<u32>,
+    /// `None`: not given; `Some(None)`: `"none"`.
+    padding_idx: Option<Option<u32>>,
+}
+
+/// A model's own frequencies: values, or a file (and its tensor) as `--inv-freq` reads it.
+pub(crate) enum InvFreq<'a> {
+    Values(Vec<f64>),
+    File(&'a Path, Option<&'a str>),
+}
+
+impl InvFreq<'_> {
+    /// The `count` frequencies, read as `--inv-freq` reads them (the CLI's rewording of a
+    /// tensor named for a `.npy` file included).
+    pub(crate) fn read(&self, count: usize) -> Result<Vec<f64>, Error> {
+        match self {
+            InvFreq::Values(v) => Ok(v.clone()),
+            InvFreq::File(path, tensor) => {
+                inputs::read_inv_freq(Source::File(path), *tensor, count).map_err(|e| match e {
+                    Error::InvalidParameter { field: "inv_freq_tensor", value, .. } => {
+                        Error::InvalidParameter {
+                            field: "inv_freq_tensor",
+                            value,
+                            allowed: "--inv-freq-tensor only with a .safetensors --inv-freq (a \
+                                      .npy holds one array)",
+                        }
+                    }
+                    other => other,
+                })
+            }
+        }
+    }
+}
+
+pub(crate) fn inv_freq_of<'a>(
+    values: Option<PyReadonlyArray1<'a, f64>>,
+    path: &'a Option<PathBuf>,
+    tensor: &'a Option<String>,
+) -> Option<InvFreq<'a>> {
+    match (values, path) {
+        (Some(v), _) => Some(InvFreq::Values(v.as_array().to_vec())),
+        (None, Some(p)) => Some(InvFreq::File(p, tensor.as_deref())),
+        (None, None) => None,
+    }
+}
+
+impl PeOptions<'_> {
+    /// The config, read and checked against `--variant`, as `PeArgs::config`.
+    fn config(&self) -> Result<Option<ModelConfig>, Error> {
+        let Some(source) = &self.config else { return Ok(None) };
+        let config = match source {
+            ConfigSource::File(path) => inputs::read_model_config(Source::File(path))?,
+            ConfigSource::Text(text) => ModelConfig::from_hf_config(text)?,
+        };
+        let own = config.spec().map(|spec| spec.variant());
+        if let (Some(given), Some(own)) = (self.variant, own)
+            && given != own
+        {
+            return Err(Error::ModelFamily {
+                path: source.path(),
+                model_type: config.model_type().to_string(),
+                reason: format!(
+                    "its positions are variant {own}; --variant {given} contradicts it: leave \
+                     out --variant, or --config"
+                ),
+            });
+        }
+        Ok(Some(config))
+    }
+
+    fn variant(&self, config: Option<&PeSpec>) -> Variant {
+        self.variant.or(config.map(PeSpec::variant)).unwrap_or_default()
+    }
+
+    /// The spec at `dim`, as `PeArgs::spec`.
+    fn spec(&self, dim: u32, config: Option<&PeSpec>) -> Result<PeSpec, Error> {
+        let variant = self.variant(config);
+        let mut spec = PeSpec::for_variant(variant, dim)?;
+        if let Some(c) = config.filter(|c| c.variant() == variant) {
+            spec = spec.with_padding_idx(c.padding_idx());
+        }
+        let t2t = variant == Variant::Tensor2Tensor;
+        if !t2t && (self.min_timescale.is_some() || self.max_timescale.is_some()) {
+            return Err(Error::InvalidParameter {
+                field: "variant",
+                value: format!("{variant} (with --min-timescale or --max-timescale)"),
+                allowed: "tensor2tensor for timescales; --base sets the others' base",
+            });
+        }
+        if t2t {
+            let max = self.max_timescale.or(self.base).unwrap_or(DEFAULT_BASE);
+            spec = spec.with_timescales(self.min_timescale.unwrap_or(1.0), max)?;
+        } else if let Some(base) = self.base {
+            spec = spec.with_base(base)?;
+        }
+        if let Some(padding_idx) = self.padding_idx {
+            if variant != Variant::Fairseq {
+                return Err(Error::InvalidParameter {
+                    field: "variant",
+                    value: format!("{variant} (with --padding-idx)"),
+                    allowed: "fairseq for --padding-idx",
+                });
+            }
+            spec = spec.with_padding_idx(padding_idx);
+        }
+        if let Some(inv_freq) = &self.inv_freq {
+            let count = spec.n_freqs() as usize;
+            spec = spec.with_inv_freq(&inv_freq.read(count)?)?;
+        }
+        Ok(spec.with_frequencies(self.frequencies).with_start_index(self.start_index.unwrap_or(0)))
+    }
+}
+
+fn parse_variant(text: Option<&str>) -> PyResult<Option<Variant>> {
+    text.map(|t| t.parse::<Variant>().map_err(crate::to_py)).transpose()
+}
+
+fn parse_frequencies(text: &str) -> PyResult<Frequencies> {
+    match text {
+        "exact" => Ok(Frequencies::Exact),
+        "f32" => Ok(Frequencies::F32),
+        other => Err(PyValueError::new_err(format!(
+            "invalid frequencies: {other:?} (allowed: \"exact\", \"f32\")"
+        ))),
+    }
+}
+
+/// `padding_idx=`: an int, or `"none"`.
+fn parse_padding_idx(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Option<u32>>> {
+    let Some(value) = value else { return Ok(None) };
+    if let Ok(text) = value.extract::<String>() {
+        if text == "none" {
+            return Ok(Some(None));
+        }
+    } else if let Ok(n) = value.extract::<u32>() {
+        return Ok(Some(Some(n)));
+    }
+    Err(PyValueError::new_err(format!(
+        "invalid padding_idx: {} (allowed: \"none\" or an integer in 0..=4294967295)",
+        value.repr()?
+    )))
+}
+
+/// Positions as int64 (what the Python side hands over), each checked to be a u32.
+pub(crate) fn u32_positions(
+    values: impl IntoIterator<Item = i64>,
+    field: &'static str,
+) -> Result<Vec<u32>, Error> {
+    values
+        .into_iter()
+        .enumerate()
+        .map(|(k, v)| {
+            u32::try_from(v).map_err(|_| Error::InvalidParameter {
+                field,
+                value: format!("{v} at index {k}"),
+                allowed: "0..=4294967295",
+            })
+        })
+        .collect()
+}
+
+/// The table's output size check, as `posenc table` makes it.
+fn check_table_size(rows: u64, dim: u32) -> Result<(), Error> {
+    let rows = usize::try_from(rows).unwrap_or(usize::MAX);
+    inputs::check_shape(
+        "table",
+        "the output",
+        &[rows, dim as usize],
+        MAX_OUTPUT_VALUES,
+        "MAX_OUTPUT_VALUES",
+    )
+}
+
+/// `posenc table`, numpy out: `[positions, dim]` float32.
+#[pyfunction]
+#[pyo3(signature = (*, dim, len, positions_spec, positions, config_path, config_json, variant,
+    frequencies, inv_freq, inv_freq_path, inv_freq_tensor, base, min_timescale, max_timescale,
+    start_index, padding_idx, device, gpu_memory_budget))]
+#[allow(clippy::too_many_arguments)]
+fn table<'py>(
+    py: Python<'py>,
+    dim: Option<u32>,
+    len: Option<u64>,
+    positions_spec: Option<String>,
+    positions: Option<PyReadonlyArray1<'py, i64>>,
+    config_path: Option<PathBuf>,
+    config_json: Option<String>,
+    variant: Option<String>,
+    frequencies: &str,
+    inv_freq: Option<PyReadonlyArray1<'py, f64>>,
+    inv_freq_path: Option<PathBuf>,
+    inv_freq_tensor: Option<String>,
+    base: Option<f64>,
+    min_timescale: Option<f64>,
+    max_timescale: Option<f64>,
+    start_index: Option<u32>,
+    padding_idx: Option<&Bound<'py, PyAny>>,
+    device: &str,
+    gpu_memory_budget: Option<u64>,
+) -> PyResult<(Bound<'py, PyArray2<f32>>, Option<String>)> {
+    let reference_path = device == "reference";
+    let device = if reference_path { Device::Cpu } else { Device::parse(device)? };
+    let options = PeOptions {
+        config: ConfigSource::of(&config_path, &config_json),
+        variant: parse_variant(variant.as_deref())?,
+        frequencies: parse_frequencies(frequencies)?,
+        inv_freq: inv_freq_of(inv_freq, &inv_freq_path, &inv_freq_tensor),
+        base,
+        min_timescale,
+        max_timescale,
+        start_index,
+        padding_idx: parse_padding_idx(padding_idx)?,
+    };
+    let given = positions.as_ref().map(|p| p.as_array());
+    let (table, note) = compute(py, || -> Result<Noted<Array2<f32>>, Failure> {
+        if gpu_memory_budget.is_some() && (device == Device::Cpu) {
+            return Err(off_gpu(
+                "gpu_memory_budget",
+                if reference_path { "reference" } else { "cpu" },
+            )
+            .into());
+        }
+        let config = options.config()?;
+        let from_config = match &config {
+            None => None,
+            Some(c) => match c.spec() {
+                Some(spec) => Some(spec),
+                None => {
+                    return Err(Error::ModelFamily {
+                        path: options.config.as_ref().and_then(ConfigSource::path),
+                        model_type: c.model_type().to_string(),
+                        reason: "learned positions: not a table posenc computes (encode adds \
+                                 the checkpoint's with --config and --position-table)"
+                            .into(),
+                    }
+                    .into());
+                }
+            },
+        };
+        let dim = dim.or(from_config.as_ref().map(PeSpec::dim)).unwrap_or(512);
+        let spec = options.spec(dim, from_config.as_ref())?;
+        let positions = match (&positions_spec, given) {
+            (Some(text), _) => positions::parse_spec(text)?,
+            (None, Some(p)) => u32_positions(p.iter().copied(), "positions")?,
+            (None, None) => {
+                let len = len.unwrap_or(8);
+                check_table_size(len, spec.dim())?;
+                positions::contiguous(len)?
+            }
+        };
+        check_table_size(positions.len() as u64, spec.dim())?;
+        if reference_path {
+            let bytes = positions.len() as u64 * u64::from(spec.dim()) * 4;
+            posenc::alloc::check_allocation("the table", bytes)?;
+            return Ok((reference::table_f32(&spec, &positions), None));
+        }
+        on_device(device, gpu_memory_budget, |ctx| match ctx {
+            None => {
+                let bytes = positions.len() as u64 * u64::from(spec.dim()) * 4;
+                posenc::alloc::check_allocation("the table", bytes)?;
+                Ok(cpu::table(&spec, &positions))
+            }
+            Some(ctx) => ctx.table(&spec, &positions),
+        })
+    })?;
+    Ok((PyArray2::from_owned_array(py, table), note))
+}
+
+/// A GPU-only option beside a device that opens none, refused as the CLI refuses it.
+pub(crate) fn off_gpu(flag: &str, device: &str) -> Error {
+    Error::InvalidParameter {
+        field: "device",
+        value: format!("{device} (with --{})", flag.replace('_', "-")),
+        allowed: "gpu or auto with a flag for the GPU; the others open none",
+    }
+}
+
+/// An embedding or position table handed over from Python: float32, float16, or uint16
+/// holding bfloat16 bits.
+enum TableArray<'py> {
+    F32(PyReadonlyArray2<'py, f32>),
+    F16(PyReadonlyArray2<'py, f16>),
+    Bf16(PyReadonlyArray2<'py, u16>),
+}
+
+impl<'py> TableArray<'py> {
+    fn extract(value: &Bound<'py, PyAny>, what: &str) -> PyResult<Self> {
+        if let Ok(a) = value.extract::<PyReadonlyArray2<'py, f32>>() {
+            return Ok(Self::F32(a));
+        }
+        if let Ok(a) = value.extract::<PyReadonlyArray2<'py, f16>>() {
+            return Ok(Self::F16(a));
+        }
+        if let Ok(a) = value.extract::<PyReadonlyArray2<'py, u16>>() {
+            return Ok(Self::Bf16(a));
+        }
+        Err(PyValueError::new_err(format!(
+            "{what} must be a 2-D array of float32, float16 or bfloat16 (ml_dtypes.bfloat16, \
+             or uint16 holding its bits)"
+        )))
+    }
+
+    fn view(&self) -> TableView<'_> {
+        match self {
+            Self::F32(a) => TableView::F32(a.as_array()),
+            Self::F16(a) => TableView::F16(a.as_array()),
+            Self::Bf16(a) => TableView::Bf16(bf16_view(a.as_array())),
+        }
+    }
+}
+
+/// A table's rows as the encode takes them, bfloat16 reinterpreted from uint16 in place
+/// when the array is in standard layout.
+enum TableView<'a> {
+    F32(ArrayView2<'a, f32>),
+    F16(ArrayView2<'a, f16>),
+    Bf16(CowArray<'a, bf16, Ix2>),
+}
+
+impl TableView<'_> {
+    fn reborrow(&self) -> TableView<'_> {
+        match self {
+            Self::F32(a) => TableView::F32(a.view()),
+            Self::F16(a) => TableView::F16(a.view()),
+            Self::Bf16(a) => TableView::Bf16(a.view().into()),
+        }
+    }
+
+    fn embeddings(&self) -> Embeddings<'_> {
+        match self {
+            Self::F32(a) => Embeddings::F32(a.view()),
+            Self::F16(a) => Embeddings::F16(a.view()),
+            Self::Bf16(a) => Embeddings::Bf16(a.view()),
+        }
+    }
+}
+
+/// uint16 bits as bfloat16, without a copy when the array is in standard layout.
+pub(crate) fn bf16_view<'a, D: ndarray::Dimension>(
+    a: ndarray::ArrayView<'a, u16, D>,
+) -> CowArray<'a, bf16, D> {
+    match a.to_slice() {
+        Some(bits) => {
+            let values: &[bf16] = bytemuck::cast_slice(bits);
+            ndarray::ArrayView::from_shape(a.raw_dim(), values)
+                .expect("the same shape over the same number of values")
+                .into()
+        }
+        None => a.mapv(bf16::from_bits).into(),
+    }
+}
+
+/// Where the table comes from: an array, or a file read as `--weights` (`--tensor`) is.
+enum TableSource<'py> {
+    Array(TableArray<'py>),
+    File(PathBuf, Option<String>),
+}
+
+impl TableSource<'_> {
+    fn view(&self) -> TableSourceView<'_> {
+        match self {
+            Self::Array(a) => TableSourceView::Array(a.view()),
+            Self::File(p, t) => TableSourceView::File(p, t.as_deref()),
+        }
+    }
+}
+
+/// [`TableSource`] as views, which may leave the GIL.
+enum TableSourceView<'a> {
+    Array(TableView<'a>),
+    File(&'a Path, Option<&'a str>),
+}
+
+/// The output as numpy: float32, float16, or uint16 bfloat16 bits (moved, not copied).
+pub(crate) enum Out {
+    F32(ndarray::ArrayD<f32>),
+    F16(ndarray::ArrayD<f16>),
+    Bf16(ndarray::ArrayD<u16>),
+}
+
+impl Out {
+    fn of(encoded: Encoded, one_sequence: bool) -> Self {
+        fn shaped<T>(a: ndarray::Array3<T>, one_sequence: bool) -> ndarray::ArrayD<T> {
+            let a = a.into_dyn();
+            if one_sequence { a.index_axis_move(ndarray::Axis(0), 0) } else { a }
+        }
+        match encoded {
+            Encoded::F32(a) => Out::F32(shaped(a, one_sequence)),
+            Encoded::F16(a) => Out::F16(shaped(a, one_sequence)),
+            Encoded::Bf16(a) => Out::Bf16(shaped(bits_of(a), one_sequence)),
+        }
+    }
+
+    pub(crate) fn into_py(self, py: Python<'_>) -> Bound<'_, PyAny> {
+        match self {
+            Out::F32(a) => numpy::PyArrayDyn::from_owned_array(py, a).into_any(),
+            Out::F16(a) => numpy::PyArrayDyn::from_owned_array(py, a).into_any(),
+            Out::Bf16(a) => numpy::PyArrayDyn::from_owned_array(py, a).into_any(),
+        }
+    }
+}
+
+/// bfloat16 values as their bits, reusing the allocation.
+pub(crate) fn bits_of<D: ndarray::Dimension>(a: ndarray::Array<bf16, D>) -> ndarray::Array<u16, D> {
+    let a = if a.is_standard_layout() { a } else { a.as_standard_layout().into_owned() };
+    let dim = a.raw_dim();
+    let (values, offset) = a.into_raw_vec_and_offset();
+    debug_assert!(offset.unwrap_or(0) == 0);
+    let bits: Vec<u16> = bytemuck::allocation::cast_vec(values);
+    ndarray::Array::from_shape_vec(dim, bits).expect("the same shape over the same values")
+}
+
+fn parse_dtype(text: &str) -> PyResult<Dtype> {
+    match text {
+        "f32" => Ok(Dtype::F32),
+        "f16" => Ok(Dtype::F16),
+        "bf16" => Ok(Dtype::Bf16),
+        other => Err(PyValueError::new_err(format!(
+            "invalid out_dtype: {other:?} (allowed: \"f32\", \"f16\", \"bf16\")"
+        ))),
+    }
+}
+
+/// `scale=`: None (not given), "none", "sqrt" or a finite number.
+fn parse_scale(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Scale>> {
+    let Some(value) = value else { return Ok(None) };
+    if let Ok(text) = value.extract::<String>() {
+        return match text.as_str() {
+            "none" => Ok(Some(Scale::None)),
+            "sqrt" => Ok(Some(Scale::SqrtDim)),
+            _ => Err(PyValueError::new_err(format!(
+                "invalid scale: {text:?} (allowed: \"none\", \"sqrt\" or a finite number)"
+            ))),
+        };
+    }
+    match value.extract::<f64>() {
+        Ok(v) if v.is_finite() && (v as f32).is_finite() => Ok(Some(Scale::Value(v as f32))),
+        _ => Err(PyValueError::new_err(format!(
+            "invalid scale: {} (allowed: \"none\", \"sqrt\" or a finite number)",
+            value.repr()?
+        ))),
+    }
+}
+
+/// Token ids handed over from Python, `[B, L]`.
+enum IdsArray<'py> {
+    I32(PyReadonlyArray2<'py, i32>),
+    I64(PyReadonlyArray2<'py, i64>),
+    U32(PyReadonlyArray2<'py, u32>),
+}
+
+/// Their view, which may leave the GIL.
+enum IdsView<'a> {
+    I32(ArrayView2<'a, i32>),
+    I64(ArrayView2<'a, i64>),
+    U32(ArrayView2<'a, u32>),
+}
+
+impl<'py> IdsArray<'py> {
+    fn extract(value: &Bound<'py, PyAny>) -> PyResult<Self> {
+        if let Ok(a) = value.extract::<PyReadonlyArray2<'py, i64>>() {
+            return Ok(Self::I64(a));
+        }
+        if let Ok(a) = value.extract::<PyReadonlyArray2<'py, i32>>() {
+            return Ok(Self::I32(a));
+        }
+        if let Ok(a) = value.extract::<PyReadonlyArray2<'py, u32>>() {
+            return Ok(Self::U32(a));
+        }
+        Err(PyValueError::new_err("ids must be int32, int64 or uint32"))
+    }
+
+    fn view(&self) -> IdsView<'_> {
+        match self {
+            Self::I32(a) => IdsView::I32(a.as_array()),
+            Self::I64(a) => IdsView::I64(a.as_array()),
+            Self::U32(a) => IdsView::U32(a.as_array()),
+        }
+    }
+}
+
+impl IdsView<'_> {
+    fn dim(&self) -> (usize, usize) {
+        match self {
+            Self::I32(a) => a.dim(),
+            Self::I64(a) => a.dim(),
+            Self::U32(a) => a.dim(),
+        }
+    }
+
+    fn to_u32(&self, vocab: usize, pad_id: Option<u32>) -> Result<Array2<u32>, Error> {
+        use posenc::encode::ids_to_u32;
+        match self {
+            Self::I32(a) => ids_to_u32(a.view(), vocab, pad_id),
+            Self::I64(a) => ids_to_u32(a.view(), vocab, pad_id),
+            Self::U32(a) => ids_to_u32(a.view(), vocab, pad_id),
+        }
+    }
+}
+
+/// `posenc encode`, numpy in and out.
+#[pyfunction]
+#[pyo3(signature = (*, weights, weights_path, tensor, ids, one_sequence, positions, offsets,
+    pad_id, scale, config_path, config_json, variant, frequencies, inv_freq, inv_freq_path,
+    inv_freq_tensor, base, min_timescale, max_timescale, start_index, padding_idx,
+    position_table, position_table_path, position_tensor, out_dtype, device,
+    gpu_memory_budget))]
+#[allow(clippy::too_many_arguments)]
+fn encode<'py>(
+    py: Python<'py>,
+    weights: Option<&Bound<'py, PyAny>>,
+    weights_path: Option<PathBuf>,
+    tensor: Option<String>,
+    ids: &Bound<'py, PyAny>,
+    one_sequence: bool,
+    positions: Option<PyReadonlyArray2<'py, i64>>,
+    offsets: Option<PyReadonlyArray1<'py, i64>>,
+    pad_id: Option<u32>,
+    scale: Option<&Bound<'py, PyAny>>,
+    config_path: Option<PathBuf>,
+    config_json: Option<String>,
+    variant: Option<String>,
+    frequencies: &str,
+    inv_freq: Option<PyReadonlyArray1<'py, f64>>,
+    inv_freq_path: Option<PathBuf>,
+    inv_freq_tensor: Option<String>,
+    base: Option<f64>,
+    min_timescale: Option<f64>,
+    max_timescale: Option<f64>,
+    start_index: Option<u32>,
+    padding_idx: Option<&Bound<'py, PyAny>>,
+    position_table: Option<&Bound<'py, PyAny>>,
+    position_table_path: Option<PathBuf>,
+    position_tensor: Option<String>,
+    out_dtype: &str,
+    device: &str,
+    gpu_memory_budget: Option<u64>,
+) -> PyResult<(Bound<'py, PyAny>, Option<String>)> {
+    let device = Device::parse(device)?;
+    let out_dtype = parse_dtype(out_dtype)?;
+    let scale = parse_scale(scale)?;
+    let table_source = match (weights, weights_path) {
+        (Some(w), _) => TableSource::Array(TableArray::extract(w, "weights")?),
+        (None, Some(p)) => TableSource::File(p, tensor),
+        (None, None) => return Err(PyValueError::new_err("weights is required")),
+    };
+    let learned_source = match (position_table, position_table_path) {
+        (Some(t), _) => Some(TableSource::Array(TableArray::extract(t, "position_table")?)),
+        (None, Some(p)) => Some(TableSource::File(p, position_tensor.clone())),
+        (None, None) => None,
+    };
+    let position_tensor_given = position_tensor.is_some();
+    let sinusoid_flags = variant.is_some()
+        || frequencies != "exact"
+        || base.is_some()
+        || min_timescale.is_some()
+        || max_timescale.is_some()
+        || start_index.is_some()
+        || padding_idx.is_some()
+        || inv_freq.is_some()
+        || inv_freq_path.is_some();
+    let options = PeOptions {
+        config: ConfigSource::of(&config_path, &config_json),
+        variant: parse_variant(variant.as_deref())?,
+        frequencies: parse_frequencies(frequencies)?,
+        inv_freq: inv_freq_of(inv_freq, &inv_freq_path, &inv_freq_tensor),
+        base,
+        min_timescale,
+        max_timescale,
+        start_index,
+        padding_idx: parse_padding_idx(padding_idx)?,
+    };
+    let ids_array = IdsArray::extract(ids)?;
+    let ids = ids_array.view();
+    let table_source = table_source.view();
+    let learned_source = learned_source.as_ref().map(TableSource::view);
+    let given_positions = positions.as_ref().map(|p| p.as_array());
+    let given_offsets = offsets.as_ref().map(|o| o.as_array());
+    let (encoded, note) = compute(py, || -> Result<Noted<Encoded>, Failure> {
+        if gpu_memory_budget.is_some() && device == Device::Cpu {
+            return Err(off_gpu("gpu_memory_budget", "cpu").into());
+        }
+        if learned_source.is_some() && sinusoid_flags {
+            return Err(Error::InvalidParameter {
+                field: "position_table",
+                value: "given beside the sinusoid's options".into(),
+                allowed: "position_table alone: a learned table replaces the sinusoid (variant, \
+                          frequencies, base, timescales, start_index, padding_idx, inv_freq)",
+            }
+            .into());
+        }
+        if position_tensor_given && learned_source.is_none() {
+            return Err(Error::InvalidParameter {
+                field: "position_tensor",
+                value: "--position-tensor given without --position-table".into(),
+                allowed: "only with that flag",
+            }
+            .into());
+        }
+        let config = options.config()?;
+        let config_path = options.config.as_ref().and_then(ConfigSource::path);
+        if let Some(c) = &config {
+            check_config(c, config_path.clone(), learned_source.is_some())?;
+        }
+        let scale = match (&config, scale) {
+            (_, Some(scale)) => scale,
+            (Some(c), None) => c.required_scale().map_err(|e| match &config_path {
+                Some(p) => e.in_config_file(p),
+                None => e,
+            })?,
+            (None, None) => Scale::default(),
+        };
+        let loaded;
+        let (table_name, table): (String, TableView<'_>) = match &table_source {
+            TableSourceView::Array(a) => ("weights".into(), a.reborrow()),
+            TableSourceView::File(path, tensor) => {
+                loaded = inputs::read_table(Source::File(path), *tensor)?;
+                (path.display().to_string(), loaded_view(&loaded))
+            }
+        };
+        let width = table.embeddings().dim().1;
+        if let Some(c) = config.as_ref().filter(|c| c.dim() as usize != width) {
+            let e = Error::PeConfig {
+                path: None,
+                field: "d_model".into(),
+                value: c.dim().to_string(),
+                allowed: format!("{width}, the width of the table in {table_name}"),
+            };
+            return Err(match &config_path {
+                Some(p) => e.in_config_file(p),
+                None => e,
+            }
+            .into());
+        }
+        let config_spec = config.as_ref().and_then(ModelConfig::spec);
+        let offset = match config.as_ref().map(ModelConfig::positions) {
+            Some(ModelPositions::Learned { offset }) => offset,
+            _ => 0,
+        };
+        let pad_id = pad_id.or(config.as_ref().and_then(ModelConfig::pad_id));
+        let learned_loaded;
+        let learned: Option<TableView<'_>> = match &learned_source {
+            Some(TableSourceView::Array(a)) => Some(a.reborrow()),
+            Some(TableSourceView::File(path, tensor)) => {
+                learned_loaded = inputs::read_position_table(Source::File(path), *tensor)?;
+                Some(loaded_view(&learned_loaded))
+            }
+            None => None,
+        };
+        let dim = u32::try_from(width).unwrap_or(u32::MAX);
+        let spec = match &learned {
+            Some(p) if p.embeddings().dim().1 != width => {
+                return Err(Error::Shape {
+                    op: "encode",
+                    what: "position table width vs embedding width",
+                    expected: width.to_string(),
+                    actual: p.embeddings().dim().1.to_string(),
+                }
+                .into());
+            }
+            Some(_) => None,
+            None => Some(options.spec(dim, config_spec.as_ref()).map_err(|e| match e {
+                Error::InvalidParameter { field: "dim", allowed, .. } => Error::InvalidParameter {
+                    field: "dim",
+                    value: format!(
+                        "{width} (the width of the table in {table_name}, variant {})",
+                        options.variant(config_spec.as_ref())
+                    ),
+                    allowed,
+                },
+                other => other,
+            })?),
+        };
+        let options = EncodeOptions { scale, pad_id, out_dtype };
+        options.scale.factor(width)?;
+
+        let (batch, len) = ids.dim();
+        inputs::check_shape(
+            "encode",
+            "the output [batch, len, dim]",
+            &[batch, len, width],
+            MAX_OUTPUT_VALUES,
+            "MAX_OUTPUT_VALUES",
+        )?;
+        let vocab = table.embeddings().dim().0;
+        let shape = if one_sequence { vec![len] } else { vec![batch, len] };
+        let ids = Ids { ids: ids.to_u32(vocab, pad_id)?, shape: shape.clone() };
+        let fairseq_padding = spec.as_ref().and_then(PeSpec::padding_idx);
+        let mut positions = match (given_positions, given_offsets) {
+            (Some(p), _) => {
+                if p.dim() != (batch, len) {
+                    let actual = if one_sequence { vec![p.len()] } else { p.shape().to_vec() };
+                    return Err(Error::Shape {
+                        op: "encode",
+                        what: "positions (must match ids)",
+                        expected: format!("{shape:?}"),
+                        actual: format!("{actual:?}"),
+                    }
+                    .into());
+                }
+                let flat = u32_positions(p.iter().copied(), "positions")?;
+                Array2::from_shape_vec((batch, len), flat).expect("the ids' shape")
+            }
+            (None, Some(o)) => {
+                if o.len() != batch {
+                    return Err(Error::Shape {
+                        op: "encode",
+                        what: "offsets (one per row of ids)",
+                        expected: format!("{:?}", [batch]),
+                        actual: format!("{:?}", o.shape()),
+                    }
+                    .into());
+                }
+                posenc::positions::from_offsets(&u32_positions(o.iter().copied(), "offsets")?, len)?
+            }
+            (None, None) => {
+                let how = match (fairseq_padding, pad_id) {
+                    (Some(padding_idx), _) => EncodePositions::Fairseq { padding_idx },
+                    (None, Some(pad_id)) => EncodePositions::LeftPadded { pad_id },
+                    (None, None) => EncodePositions::Contiguous,
+                };
+                let config_padding = config_spec.as_ref().and_then(PeSpec::padding_idx);
+                inputs::encode_positions(&ids, how).map_err(|e| match e {
+                    Error::InvalidParameter { field: "padding_idx", value, allowed }
+                        if config_padding.is_some() && config_padding == fairseq_padding =>
+                    {
+                        Error::PeConfig {
+                            path: config_path.clone(),
+                            field: "pad_token_id".into(),
+                            value,
+                            allowed: allowed.replace("padding_idx", "pad_token_id"),
+                        }
+                    }
+                    other => other,
+                })?
+            }
+        };
+        if offset > 0 {
+            let model_type = config.as_ref().map_or("", |c| c.model_type());
+            for p in positions.iter_mut() {
+                *p = p.checked_add(offset).ok_or_else(|| Error::InvalidParameter {
+                    field: "positions",
+                    value: format!("{p} + {offset} (model_type {model_type})"),
+                    allowed: "positions that stay at most 4294967295 after the config's offset",
+                })?;
+            }
+        }
+        if let Some(p) = &learned {
+            posenc::encode::check_positions(positions.view(), p.embeddings().dim().0)?;
+        }
+        let bytes = (batch * len * width) as u64 * out_dtype.size() as u64;
+        posenc::alloc::check_allocation("the encode output", bytes)?;
+        let (ids, positions, embeddings) = (ids.ids.view(), positions.view(), table.embeddings());
+        on_device(device, gpu_memory_budget, |ctx| match (ctx, &spec, &learned) {
+            (None, Some(spec), _) => cpu::encode(spec, embeddings, ids, positions, &options),
+            (None, None, Some(p)) => {
+                cpu::encode_learned(p.embeddings(), embeddings, ids, positions, &options)
+            }
+            (Some(ctx), Some(spec), _) => {
+                let table = ctx.upload_table(embeddings)?;
+                ctx.encode(spec, &table, ids, positions, &options)
+            }
+            (Some(ctx), None, Some(p)) => {
+                let p = ctx.upload_position_table(p.embeddings())?;
+                let table = ctx.upload_table(embeddings)?;
+                ctx.encode_learned(&p, &table, ids, positions, &options)
+            }
+            (_, None, None) => unreachable!("a spec unless a position table was given"),
+        })
+    })?;
+    Ok((Out::of(encoded, one_sequence).into_py(py), note))
+}
+
+fn loaded_view(table: &posenc::weights::Table) -> TableView<'_> {
+    match table.embeddings() {
+        Embeddings::F32(a) => TableView::F32(a),
+        Embeddings::F16(a) => TableView::F16(a),
+        Embeddings::Bf16(a) => TableView::Bf16(a.into()),
+    }
+}
+
+/// Refuses a config whose positions `encode` cannot add as asked, as the CLI does.
+fn check_config(config: &ModelConfig, path: Option<PathBuf>, learned: bool) -> Result<(), Error> {
+    let refuse = |reason: &str| {
+        Err(Error::ModelFamily {
+            path: path.clone(),
+            model_type: config.model_type().to_string(),
+            reason: reason.to_string(),
+        })
+    };
+    if !config.token_inputs() {
+        return refuse(
+            "its sinusoid is added to the audio encoder's features, not to token embeddings, \
+             and its decoder's positions are learned (give that table with --position-table, \
+             without --config)",
+        );
+    }
+    match (config.positions(), learned) {
+        (ModelPositions::Learned { offset }, false) => refuse(&format!(
+            "learned positions, looked up at position + {offset}: give the checkpoint's table \
+             with --position-table"
+        )),
+        (ModelPositions::Sinusoid(_), true) => refuse(
+            "sinusoidal positions, which posenc computes: leave out --position-table, or \
+             --config",
+        ),
+        _ => Ok(()),
+    }
+}

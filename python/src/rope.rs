@@ -1,0 +1,696 @@
+//! `rope`, `rope_cache` and `RopeSpec`: RoPE as `posenc rope` and `posenc rope-cache` read
+//! their flags (`src/bin/posenc/cmd/rope.rs`, `RopeParams`), on numpy arrays.
+
+use std::path::{Path, PathBuf};
+
+use half::{bf16, f16};
+use ndarray::{Array2, Array4, ArrayView2, ArrayView4, CowArray, Ix4};
+use numpy::{PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArray4};
+use posenc::inputs::{self, MAX_OUTPUT_VALUES, Source};
+use posenc::rope::{self as rp, Element, RopeCache, RopeSpec, Scaling};
+use posenc::{Error, cpu, positions};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::pe::{ConfigSource, InvFreq, bf16_view, bits_of, inv_freq_of, u32_positions};
+use crate::{Device, Failure, Noted, compute, on_device};
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(rope, m)?)?;
+    m.add_function(wrap_pyfunction!(rope_cache, m)?)?;
+    m.add_class::<PyRopeSpec>()?;
+    Ok(())
+}
+
+/// The RoPE configuration's options, as `RopeParams` holds them.
+struct RopeOptions<'a> {
+    config: Option<ConfigSource<'a>>,
+    layer_type: Option<&'a str>,
+    pairing: Option<rp::Pairing>,
+    rotary_dim: Option<u32>,
+    base: Option<f64>,
+    scaling_json: Option<&'a str>,
+    scaling_path: Option<&'a Path>,
+    inv_freq: Option<InvFreq<'a>>,
+    attention_factor: Option<f64>,
+    seq_len: Option<u64>,
+}
+
+fn parse_pairing(text: Option<&str>) -> PyResult<Option<rp::Pairing>> {
+    match text {
+        None => Ok(None),
+        Some("neox") => Ok(Some(rp::Pairing::Neox)),
+        Some("gptj") => Ok(Some(rp::Pairing::Gptj)),
+        Some(other) => Err(PyValueError::new_err(format!(
+            "invalid pairing: {other:?} (allowed: \"neox\", \"gptj\")"
+        ))),
+    }
+}
+
+fn pairing_name(p: rp::Pairing) -> &'static str {
+    match p {
+        rp::Pairing::Neox => "neox",
+        rp::Pairing::Gptj => "gptj",
+    }
+}
+
+fn refuse_without(
+    given: bool,
+    field: &'static str,
+    flag: &str,
+    needs: bool,
+    needed: &str,
+) -> Result<(), Error> {
+    if given && !needs {
+        return Err(Error::InvalidParameter {
+            field,
+            value: format!("{flag} given without {needed}"),
+            allowed: "only with that flag",
+        });
+    }
+    Ok(())
+}
+
+impl RopeOptions<'_> {
+    /// `--scaling`, as `RopeParams::scaling` reads it.
+    fn scaling(&self) -> Result<Option<Scaling>, Error> {
+        if let Some(path) = self.scaling_path {
+            return inputs::read_rope_scaling(Source::File(path)).map(Some).map_err(|e| match e {
+                Error::RopeScaling { field, value, allowed } => Error::RopeConfig {
+                    path: Some(path.into()),
+                    field: if field.starts_with('(') {
+                        field
+                    } else {
+                        format!("rope_scaling.{field}")
+                    },
+                    value,
+                    allowed,
+                },
+                other => other,
+            });
+        }
+        self.scaling_json.map(Scaling::from_hf_json).transpose()
+    }
+
+    /// The config's spec; `head_dim` stands in for a head dim the config does not give.
+    fn config(&self, head_dim: Option<u32>) -> Result<Option<RopeSpec>, Error> {
+        if self.layer_type.is_some() && self.config.is_none() {
+            return Err(Error::InvalidParameter {
+                field: "layer_type",
+                value: "--layer-type given without --config".into(),
+                allowed: "only with that flag",
+            });
+        }
+        let Some(source) = &self.config else { return Ok(None) };
+        Ok(Some(match source {
+            ConfigSource::File(path) => inputs::read_rope_config_with_head_dim(
+                Source::File(path),
+                self.layer_type,
+                head_dim,
+            )?,
+            ConfigSource::Text(text) => match head_dim {
+                Some(d) => RopeSpec::from_hf_config_with_head_dim(text, self.layer_type, d)?,
+                None => RopeSpec::from_hf_config(text, self.layer_type)?,
+            },
+        }))
+    }
+
+    /// The spec for heads of `head_dim`, as `RopeParams::spec`.
+    fn spec(
+        &self,
+        head_dim: u32,
+        config: Option<&RopeSpec>,
+        scaling: Option<Scaling>,
+        origin: impl FnOnce(Error, u32, u32) -> Error,
+    ) -> Result<RopeSpec, Error> {
+        let inv_freq = self.inv_freq.is_some();
+        if inv_freq
+            && (self.scaling_json.is_some()
+                || self.scaling_path.is_some()
+                || self.base.is_some()
+                || self.seq_len.is_some())
+        {
+            return Err(Error::InvalidParameter {
+                field: "inv_freq",
+                value: "given beside scaling, base or seq_len".into(),
+                allowed: "inv_freq alone: a model's own frequencies replace the scaling, the base \
+                          and seq_len",
+            });
+        }
+        refuse_without(
+            self.attention_factor.is_some(),
+            "attention_factor",
+            "--attention-factor",
+            inv_freq,
+            "--inv-freq",
+        )?;
+        let config_rotary =
+            config.filter(|c| c.rotary_dim() != c.head_dim()).map(RopeSpec::rotary_dim);
+        let rotary_dim = self.rotary_dim.or(config_rotary).unwrap_or(head_dim);
+        let pairing =
+            self.pairing.unwrap_or_else(|| config.map_or(rp::Pairing::Neox, RopeSpec::pairing));
+        let spec = RopeSpec::partial(head_dim, rotary_dim)
+            .map_err(|e| origin(e, head_dim, rotary_dim))?
+            .with_base(self.base.or(config.map(RopeSpec::base)).unwrap_or(rp::DEFAULT_BASE))?
+            .with_pairing(pairing);
+        let scaling = match (&self.inv_freq, scaling) {
+            (Some(inv_freq), _) => {
+                let inv_freq = inv_freq.read((spec.rotary_dim() / 2) as usize)?;
+                let attention_factor = self
+                    .attention_factor
+                    .unwrap_or_else(|| config.map_or(1.0, |c| c.scaling().attention_factor()));
+                Scaling::Explicit { inv_freq, attention_factor }
+            }
+            (None, Some(s)) => s,
+            (None, None) => config.map_or(Scaling::None, |c| c.scaling().clone()),
+        };
+        let spec = spec.with_scaling(scaling)?;
+        let Some(n) = self.seq_len else { return Ok(spec) };
+        let spec = spec.with_seq_len(n)?;
+        if !matches!(spec.scaling(), Scaling::Dynamic { .. } | Scaling::LongRope(_)) {
+            return Err(Error::InvalidParameter {
+                field: "seq_len",
+                value: format!("{n} (rope_type {})", spec.scaling().rope_type()),
+                allowed: "--seq-len only with dynamic or longrope scaling, whose frequencies \
+                          depend on the sequence length",
+            });
+        }
+        Ok(spec)
+    }
+}
+
+/// A spec error about the head or rotary dim, with where the head dim came from.
+fn with_origin(e: Error, origin: &str, head_dim: u32, rotary_dim: u32) -> Error {
+    match e {
+        Error::InvalidParameter { field: "rotary_dim", allowed, .. } => Error::InvalidParameter {
+            field: "rotary_dim",
+            value: format!("{rotary_dim} (head_dim {head_dim}, {origin})"),
+            allowed,
+        },
+        Error::InvalidParameter { field, allowed, .. } => {
+            Error::InvalidParameter { field, value: format!("{head_dim} ({origin})"), allowed }
+        }
+        other => other,
+    }
+}
+
+/// A query or key tensor from Python.
+enum TensorArray<'py> {
+    F32(PyReadonlyArray4<'py, f32>),
+    F16(PyReadonlyArray4<'py, f16>),
+    Bf16(PyReadonlyArray4<'py, u16>),
+}
+
+enum TensorView<'a> {
+    F32(ArrayView4<'a, f32>),
+    F16(ArrayView4<'a, f16>),
+    Bf16(CowArray<'a, bf16, Ix4>),
+}
+
+impl TensorView<'_> {
+    fn shape(&self) -> [usize; 4] {
+        let s = match self {
+            Self::F32(a) => a.shape(),
+            Self::F16(a) => a.shape(),
+            Self::Bf16(a) => a.shape(),
+        };
+        [s[0], s[1], s[2], s[3]]
+    }
+}
+
+fn parse_layout(text: &str) -> PyResult<rp::Layout> {
+    match text {
+        "blhd" => Ok(rp::Layout::Blhd),
+        "bhld" => Ok(rp::Layout::Bhld),
+        other => Err(PyValueError::new_err(format!(
+            "invalid layout: {other:?} (allowed: \"blhd\" = [batch, len, heads, head_dim], \
+             \"bhld\" = [batch, heads, len, head_dim])"
+        ))),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn options<'a>(
+    config_path: &'a Option<PathBuf>,
+    config_json: &'a Option<String>,
+    layer_type: &'a Option<String>,
+    pairing: Option<rp::Pairing>,
+    rotary_dim: Option<u32>,
+    base: Option<f64>,
+    scaling_json: &'a Option<String>,
+    scaling_path: &'a Option<PathBuf>,
+    inv_freq: Option<InvFreq<'a>>,
+    attention_factor: Option<f64>,
+    seq_len: Option<u64>,
+) -> RopeOptions<'a> {
+    RopeOptions {
+        config: ConfigSource::of(config_path, config_json),
+        layer_type: layer_type.as_deref(),
+        pairing,
+        rotary_dim,
+        base,
+        scaling_json: scaling_json.as_deref(),
+        scaling_path: scaling_path.as_deref(),
+        inv_freq,
+        attention_factor,
+        seq_len,
+    }
+}
+
+/// `posenc rope`, numpy in and out: the tensor rotated, in its own dtype.
+#[pyfunction]
+#[pyo3(signature = (*, x, layout, positions, offset, config_path, config_json, layer_type,
+    pairing, rotary_dim, base, scaling_json, scaling_path, inv_freq, inv_freq_path,
+    inv_freq_tensor, attention_factor, seq_len, device))]
+#[allow(clippy::too_many_arguments)]
+fn rope<'py>(
+    py: Python<'py>,
+    x: &Bound<'py, PyAny>,
+    layout: &str,
+    positions: Option<PyReadonlyArray2<'py, i64>>,
+    offset: Option<u32>,
+    config_path: Option<PathBuf>,
+    config_json: Option<String>,
+    layer_type: Option<String>,
+    pairing: Option<String>,
+    rotary_dim: Option<u32>,
+    base: Option<f64>,
+    scaling_json: Option<String>,
+    scaling_path: Option<PathBuf>,
+    inv_freq: Option<PyReadonlyArray1<'py, f64>>,
+    inv_freq_path: Option<PathBuf>,
+    inv_freq_tensor: Option<String>,
+    attention_factor: Option<f64>,
+    seq_len: Option<u64>,
+    device: &str,
+) -> PyResult<(Bound<'py, PyAny>, Option<String>)> {
+    let device = Device::parse(device)?;
+    let layout = parse_layout(layout)?;
+    let array = if let Ok(a) = x.extract::<PyReadonlyArray4<'py, f32>>() {
+        TensorArray::F32(a)
+    } else if let Ok(a) = x.extract::<PyReadonlyArray4<'py, f16>>() {
+        TensorArray::F16(a)
+    } else if let Ok(a) = x.extract::<PyReadonlyArray4<'py, u16>>() {
+        TensorArray::Bf16(a)
+    } else {
+        return Err(PyValueError::new_err(
+            "x must be a 4-D array of float32, float16 or bfloat16 (ml_dtypes.bfloat16, or \
+             uint16 holding its bits)",
+        ));
+    };
+    let view = match &array {
+        TensorArray::F32(a) => TensorView::F32(a.as_array()),
+        TensorArray::F16(a) => TensorView::F16(a.as_array()),
+        TensorArray::Bf16(a) => TensorView::Bf16(bf16_view(a.as_array())),
+    };
+    let options = options(
+        &config_path,
+        &config_json,
+        &layer_type,
+        parse_pairing(pairing.as_deref())?,
+        rotary_dim,
+        base,
+        &scaling_json,
+        &scaling_path,
+        inv_freq_of(inv_freq, &inv_freq_path, &inv_freq_tensor),
+        attention_factor,
+        seq_len,
+    );
+    let given = positions.as_ref().map(|p| p.as_array());
+    let (out, note) = compute(py, || -> Result<Noted<crate::pe::Out>, Failure> {
+        if given.is_some() && offset.is_some() {
+            return Err(Error::InvalidParameter {
+                field: "offset",
+                value: "given beside positions".into(),
+                allowed: "positions or offset, not both",
+            }
+            .into());
+        }
+        let scaling = options.scaling()?;
+        let shape = view.shape();
+        let (batch, len, _, head_dim) = layout.dims(shape);
+        let head_dim = u32::try_from(head_dim).unwrap_or(u32::MAX);
+        let config = options.config(Some(head_dim))?;
+        if let Some(c) = &config
+            && c.head_dim() != head_dim
+        {
+            let name = match &options.config {
+                Some(ConfigSource::File(p)) => p.display().to_string(),
+                _ => "config.json".into(),
+            };
+            return Err(Error::InvalidParameter {
+                field: "head_dim",
+                value: format!("{head_dim} (the last axis of x), but {} in {name}", c.head_dim()),
+                allowed: "the config's head dim: the tensor's last axis is the head",
+            }
+            .into());
+        }
+        let spec = options.spec(head_dim, config.as_ref(), scaling, |e, h, r| {
+            with_origin(e, "the last axis of x", h, r)
+        })?;
+        let positions = match given {
+            Some(p) => {
+                if p.dim() != (batch, len) {
+                    return Err(Error::Shape {
+                        op: "rope",
+                        what: "positions ([batch, len] of the input)",
+                        expected: format!("{:?}", [batch, len]),
+                        actual: format!("{:?}", p.shape()),
+                    }
+                    .into());
+                }
+                let flat = u32_positions(p.iter().copied(), "positions")?;
+                Array2::from_shape_vec((batch, len), flat).expect("[batch, len]")
+            }
+            None => inputs::rope_positions(None, offset, batch, len)?.to_array(),
+        };
+        let p = positions.view();
+        Ok(match &view {
+            TensorView::F32(x) => {
+                let (a, note) =
+                    on_device(device, None, |ctx| rotate(ctx, &spec, x.view(), p, layout))?;
+                (crate::pe::Out::F32(a.into_dyn()), note)
+            }
+            TensorView::F16(x) => {
+                let (a, note) =
+                    on_device(device, None, |ctx| rotate(ctx, &spec, x.view(), p, layout))?;
+                (crate::pe::Out::F16(a.into_dyn()), note)
+            }
+            TensorView::Bf16(x) => {
+                let (a, note) =
+                    on_device(device, None, |ctx| rotate(ctx, &spec, x.view(), p, layout))?;
+                (crate::pe::Out::Bf16(bits_of(a).into_dyn()), note)
+            }
+        })
+    })?;
+    Ok((out.into_py(py), note))
+}
+
+fn rotate<T: Element>(
+    ctx: Option<&posenc::gpu::Context>,
+    spec: &RopeSpec,
+    x: ArrayView4<'_, T>,
+    positions: ArrayView2<'_, u32>,
+    layout: rp::Layout,
+) -> Result<Array4<T>, Error> {
+    const WHAT: &str = "the rope output";
+    if x.is_empty() {
+        return Ok(x.to_owned());
+    }
+    posenc::alloc::check_allocation(WHAT, (x.len() as u64).saturating_mul(size_of::<T>() as u64))?;
+    match ctx {
+        None => {
+            let mut out = x.as_standard_layout().into_owned();
+            cpu::rope_in_place(spec, out.view_mut(), positions, layout)?;
+            Ok(out)
+        }
+        Some(ctx) => ctx.rope(spec, x, positions, layout),
+    }
+}
+
+/// The spec and positions of `rope-cache`, checked as the CLI checks them.
+fn cache_request(
+    options: &RopeOptions<'_>,
+    head_dim: Option<u32>,
+    len: Option<u64>,
+    positions_spec: Option<&str>,
+    positions: Option<ndarray::ArrayView1<'_, i64>>,
+) -> Result<(RopeSpec, Vec<u32>), Error> {
+    let scaling = options.scaling()?;
+    let given_head_dim = head_dim;
+    let config = options.config(head_dim)?;
+    let Some(head_dim) = head_dim.or(config.as_ref().map(RopeSpec::head_dim)) else {
+        return Err(Error::InvalidParameter {
+            field: "head_dim",
+            value: "missing".into(),
+            allowed: "--head-dim D, or --config giving the model's head dim",
+        });
+    };
+    let flag = if given_head_dim.is_some() { "--head-dim" } else { "--config" };
+    let spec =
+        options.spec(head_dim, config.as_ref(), scaling, |e, h, r| with_origin(e, flag, h, r))?;
+    let check = |n: u64| {
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        let shape = [2, n, spec.rotary_dim() as usize];
+        inputs::check_shape(
+            "rope-cache",
+            "cos and sin",
+            &shape,
+            MAX_OUTPUT_VALUES,
+            "MAX_OUTPUT_VALUES",
+        )
+    };
+    let positions = match (positions_spec, positions) {
+        (Some(text), _) => positions::parse_spec(text)?,
+        (None, Some(p)) => u32_positions(p.iter().copied(), "positions")?,
+        (None, None) => {
+            let len = len.unwrap_or(0);
+            check(len)?;
+            positions::contiguous(len)?
+        }
+    };
+    check(positions.len() as u64)?;
+    Ok((spec, positions))
+}
+
+fn parse_cache_dtype(text: &str) -> PyResult<rp::Dtype> {
+    match text {
+        "f32" => Ok(rp::Dtype::F32),
+        "f16" => Ok(rp::Dtype::F16),
+        "bf16" => Ok(rp::Dtype::Bf16),
+        other => Err(PyValueError::new_err(format!(
+            "invalid dtype: {other:?} (allowed: \"f32\", \"f16\", \"bf16\")"
+        ))),
+    }
+}
+
+/// cos or sin in the cache's dtype, as numpy (bf16 as uint16 bits).
+fn cache_array(py: Python<'_>, a: Array2<f32>, dtype: rp::Dtype) -> Bound<'_, PyAny> {
+    match dtype {
+        rp::Dtype::F32 => PyArray2::from_owned_array(py, a).into_any(),
+        rp::Dtype::F16 => PyArray2::from_owned_array(py, a.mapv(f16::from_f32)).into_any(),
+        rp::Dtype::Bf16 => {
+            PyArray2::from_owned_array(py, bits_of(a.mapv(bf16::from_f32))).into_any()
+        }
+    }
+}
+
+/// `(cos, sin)` as numpy float32.
+type CosSin<'py> = (Bound<'py, PyArray2<f32>>, Bound<'py, PyArray2<f32>>);
+
+type CacheResult<'py> = (
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+    Bound<'py, PyArray1<f32>>,
+    f32,
+    &'static str,
+    Option<String>,
+);
+
+fn cache_to_py(
+    py: Python<'_>,
+    cache: RopeCache,
+    dtype: rp::Dtype,
+    pairing: rp::Pairing,
+    note: Option<String>,
+) -> CacheResult<'_> {
+    let RopeCache { cos, sin, inv_freq, attention_factor } = cache;
+    (
+        cache_array(py, cos, dtype),
+        cache_array(py, sin, dtype),
+        PyArray1::from_vec(py, inv_freq),
+        attention_factor,
+        pairing_name(pairing),
+        note,
+    )
+}
+
+/// `posenc rope-cache`, numpy out: `(cos, sin, inv_freq, attention_factor, pairing, note)`.
+#[pyfunction]
+#[pyo3(signature = (*, head_dim, config_path, config_json, layer_type, pairing, rotary_dim,
+    base, scaling_json, scaling_path, inv_freq, inv_freq_path, inv_freq_tensor,
+    attention_factor, seq_len, len, positions_spec, positions, dtype, device))]
+#[allow(clippy::too_many_arguments)]
+fn rope_cache<'py>(
+    py: Python<'py>,
+    head_dim: Option<u32>,
+    config_path: Option<PathBuf>,
+    config_json: Option<String>,
+    layer_type: Option<String>,
+    pairing: Option<String>,
+    rotary_dim: Option<u32>,
+    base: Option<f64>,
+    scaling_json: Option<String>,
+    scaling_path: Option<PathBuf>,
+    inv_freq: Option<PyReadonlyArray1<'py, f64>>,
+    inv_freq_path: Option<PathBuf>,
+    inv_freq_tensor: Option<String>,
+    attention_factor: Option<f64>,
+    seq_len: Option<u64>,
+    len: Option<u64>,
+    positions_spec: Option<String>,
+    positions: Option<PyReadonlyArray1<'py, i64>>,
+    dtype: &str,
+    device: &str,
+) -> PyResult<CacheResult<'py>> {
+    let device = Device::parse(device)?;
+    let dtype = parse_cache_dtype(dtype)?;
+    let options = options(
+        &config_path,
+        &config_json,
+        &layer_type,
+        parse_pairing(pairing.as_deref())?,
+        rotary_dim,
+        base,
+        &scaling_json,
+        &scaling_path,
+        inv_freq_of(inv_freq, &inv_freq_path, &inv_freq_tensor),
+        attention_factor,
+        seq_len,
+    );
+    let given = positions.as_ref().map(|p| p.as_array());
+    let ((cache, note), pairing) =
+        compute(py, || -> Result<(Noted<RopeCache>, rp::Pairing), Failure> {
+            let (spec, positions) =
+                cache_request(&options, head_dim, len, positions_spec.as_deref(), given)?;
+            let values = 2 * positions.len() as u64 * u64::from(spec.rotary_dim());
+            posenc::alloc::check_allocation("the rope cache", values.saturating_mul(8))?;
+            let done = on_device(device, None, |ctx| match ctx {
+                None => cpu::rope_cache(&spec, &positions),
+                Some(ctx) => ctx.rope_cache(&spec, &positions),
+            })?;
+            Ok((done, spec.pairing()))
+        })?;
+    Ok(cache_to_py(py, cache, dtype, pairing, note))
+}
+
+/// A RoPE configuration read once (from a config, or from options), whose cache is then
+/// computed for any positions: what `posenc.hf` calls on every forward.
+#[pyclass(name = "RopeSpec", module = "posenc", frozen)]
+struct PyRopeSpec {
+    spec: RopeSpec,
+}
+
+#[pymethods]
+impl PyRopeSpec {
+    #[new]
+    #[pyo3(signature = (*, head_dim, config_path, config_json, layer_type, pairing, rotary_dim,
+        base, scaling_json, scaling_path, inv_freq, inv_freq_path, inv_freq_tensor,
+        attention_factor, seq_len))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        head_dim: Option<u32>,
+        config_path: Option<PathBuf>,
+        config_json: Option<String>,
+        layer_type: Option<String>,
+        pairing: Option<String>,
+        rotary_dim: Option<u32>,
+        base: Option<f64>,
+        scaling_json: Option<String>,
+        scaling_path: Option<PathBuf>,
+        inv_freq: Option<PyReadonlyArray1<'_, f64>>,
+        inv_freq_path: Option<PathBuf>,
+        inv_freq_tensor: Option<String>,
+        attention_factor: Option<f64>,
+        seq_len: Option<u64>,
+    ) -> PyResult<Self> {
+        let options = options(
+            &config_path,
+            &config_json,
+            &layer_type,
+            parse_pairing(pairing.as_deref())?,
+            rotary_dim,
+            base,
+            &scaling_json,
+            &scaling_path,
+            inv_freq_of(inv_freq, &inv_freq_path, &inv_freq_tensor),
+            attention_factor,
+            seq_len,
+        );
+        let spec = compute(py, || {
+            cache_request(&options, head_dim, None, None, None)
+                .map(|(s, _)| s)
+                .map_err(Failure::from)
+        })?;
+        Ok(Self { spec })
+    }
+
+    /// Dimensions per head.
+    #[getter]
+    fn head_dim(&self) -> u32 {
+        self.spec.head_dim()
+    }
+
+    /// Rotated dimensions per head.
+    #[getter]
+    fn rotary_dim(&self) -> u32 {
+        self.spec.rotary_dim()
+    }
+
+    /// `"neox"` or `"gptj"`.
+    #[getter]
+    fn pairing(&self) -> &'static str {
+        pairing_name(self.spec.pairing())
+    }
+
+    /// The frequency base (rope_theta).
+    #[getter]
+    fn base(&self) -> f64 {
+        self.spec.base()
+    }
+
+    /// The scaling's `rope_type` (`default` without one).
+    #[getter]
+    fn rope_type(&self) -> &'static str {
+        self.spec.scaling().rope_type()
+    }
+
+    /// Whether the frequencies depend on the sequence length (dynamic, longrope): a cache
+    /// for some positions is then valid only for calls of the same largest position.
+    #[getter]
+    fn depends_on_length(&self) -> bool {
+        matches!(self.spec.scaling(), Scaling::Dynamic { .. } | Scaling::LongRope(_))
+            && self.spec.seq_len().is_none()
+    }
+
+    /// The frequencies (float64, radians per position) and attention factor at sequence
+    /// length `seq_len`.
+    fn frequencies<'py>(&self, py: Python<'py>, seq_len: u64) -> (Bound<'py, PyArray1<f64>>, f32) {
+        let f = self.spec.frequencies(seq_len);
+        (PyArray1::from_slice(py, f.inv_freq()), f.attention_factor())
+    }
+
+    /// This spec with another pairing (the layout of its cache).
+    fn with_pairing(&self, pairing: &str) -> PyResult<Self> {
+        let pairing = parse_pairing(Some(pairing))?.expect("given");
+        Ok(Self { spec: self.spec.clone().with_pairing(pairing) })
+    }
+
+    /// `(cos, sin)` at `positions` (a 1-D int64 array), `[n, rotary_dim]` float32, the
+    /// attention factor applied, laid out as the pairing says; on the CPU.
+    fn cache<'py>(
+        &self,
+        py: Python<'py>,
+        positions: PyReadonlyArray1<'py, i64>,
+    ) -> PyResult<CosSin<'py>> {
+        let given = positions.as_array();
+        let spec = &self.spec;
+        let cache = compute(py, || {
+            let positions = u32_positions(given.iter().copied(), "positions")?;
+            Ok(cpu::rope_cache(spec, &positions)?)
+        })?;
+        Ok((PyArray2::from_owned_array(py, cache.cos), PyArray2::from_owned_array(py, cache.sin)))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "posenc.RopeSpec(head_dim={}, rotary_dim={}, pairing={:?}, base={}, rope_type={:?})",
+            self.spec.head_dim(),
+            self.spec.rotary_dim(),
+            pairing_name(self.spec.pairing()),
+            self.spec.base(),
+            self.spec.scaling().rope_type()
+        )
+    }
+}

@@ -1,0 +1,137 @@
+"""Bad input raises the right exception, carrying the command line's one-line message; no
+panic crosses into Python; a missing GPU is posenc.GpuError."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import posenc
+from conftest import CONFIGS
+
+LLAMA = CONFIGS / "llama-3.1-8b.json"
+GEMMA3 = CONFIGS / "gemma-3-4b-it.json"
+BART = CONFIGS / "bart-base.json"
+
+# (what Python is called with, the command line, the exception)
+CASES = [
+    (lambda: posenc.table(3, device="cpu"), ["table", "--dim", 3], ValueError),
+    (lambda: posenc.table(8, base=0.5, device="cpu"), ["table", "--dim", 8, "--base", 0.5], ValueError),
+    (lambda: posenc.table(8, positions="5..2", device="cpu"), ["table", "--dim", 8, "--positions", "5..2"], ValueError),
+    (lambda: posenc.table(8, padding_idx=1, device="cpu"), ["table", "--dim", 8, "--padding-idx", 1], ValueError),
+    (lambda: posenc.table(8, variant="fairseq", min_timescale=2.0, device="cpu"),
+     ["table", "--dim", 8, "--variant", "fairseq", "--min-timescale", 2.0], ValueError),
+    (lambda: posenc.table(config=BART, device="cpu"), ["table", "--config", BART], ValueError),
+    (lambda: posenc.table(65538, len=2**20, device="cpu"), ["table", "--dim", 65538, "--len", 2**20], ValueError),
+    (lambda: posenc.table(8, len=2**31, device="cpu"), ["table", "--dim", 8, "--len", 2**31], ValueError),
+    (lambda: posenc.rope_cache(head_dim=64, scaling='{"rope_type": "yarn", "factr": 2}', seq_len=4, device="cpu"),
+     ["rope-cache", "--head-dim", 64, "--scaling", '{"rope_type": "yarn", "factr": 2}', "--len", 4], ValueError),
+    (lambda: posenc.rope_cache(head_dim=64, scaling="{not json", seq_len=4, device="cpu"),
+     ["rope-cache", "--head-dim", 64, "--scaling", "{not json", "--len", 4], ValueError),
+    (lambda: posenc.rope_cache(head_dim=64, rotary_dim=7, seq_len=4, device="cpu"),
+     ["rope-cache", "--head-dim", 64, "--rotary-dim", 7, "--len", 4], ValueError),
+    (lambda: posenc.rope_cache("/nonexistent/config.json", seq_len=4, device="cpu"),
+     ["rope-cache", "--config", "/nonexistent/config.json", "--len", 4], FileNotFoundError),
+    (lambda: posenc.rope_cache(BART, seq_len=4, device="cpu"), ["rope-cache", "--config", BART, "--len", 4], ValueError),
+    (lambda: posenc.rope_cache(GEMMA3, seq_len=4, device="cpu"), ["rope-cache", "--config", GEMMA3, "--len", 4], ValueError),
+    (lambda: posenc.rope_cache(GEMMA3, seq_len=4, layer_type="global", device="cpu"),
+     ["rope-cache", "--config", GEMMA3, "--layer-type", "global", "--len", 4], ValueError),
+    (lambda: posenc.rope_cache(LLAMA, positions=[1, 2], seq_len=8, device="cpu"),
+     ["rope-cache", "--config", LLAMA, "--positions", "1..3", "--seq-len", 8], ValueError),
+    (lambda: posenc.rope(np.zeros((1, 2, 1, 8), np.float32), layout="blhd", offset=2**32 - 1, device="cpu"),
+     ["rope", "--layout", "blhd", "--offset", 2**32 - 1], ValueError),
+    (lambda: posenc.alibi_bias(0, 4, device="cpu"), ["alibi", "--heads", 0, "--len", 4], ValueError),
+    (lambda: posenc.alibi_bias(2, 2**32, kv_len=2**32, device="cpu"),
+     ["alibi", "--heads", 2, "--len", 2**32, "--kv-len", 2**32], ValueError),
+    (lambda: posenc.alibi_slopes(70000), ["alibi", "--heads", 70000, "--slopes"], ValueError),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_message_is_the_clis(cli, case):
+    call, args, exception = CASES[case]
+    args = list(args)
+    if args[0] == "rope":
+        args += ["--input", cli.save("x.npy", np.zeros((1, 2, 1, 8), np.float32))]
+    if args[0] in ("rope", "rope-cache") or (args[0] == "alibi" and "--slopes" not in args):
+        args += ["-o", cli.tmp / "out"]
+    expected = cli.error(*args)
+    with pytest.raises(exception) as e:
+        call()
+    assert str(e.value) == expected
+
+
+def test_encode_ids_messages(cli):
+    w = np.zeros((10, 8), np.float32)
+    wp = cli.save("w.npy", w)
+    for ids in (np.array([[1, 99]], np.int64), np.array([[-1, 2]], np.int32)):
+        ip = cli.save("ids.npy", ids)
+        expected = cli.error("encode", "--weights", wp, "--ids", ip, "-o", cli.tmp / "o.npy")
+        with pytest.raises(ValueError) as e:
+            posenc.encode(w, ids, device="cpu")
+        assert str(e.value) == expected
+
+
+def test_encode_weights_file_errors(cli, tmp_path):
+    missing = tmp_path / "missing.safetensors"
+    ids = np.array([[0]])
+    ip = cli.save("ids.npy", ids)
+    expected = cli.error("encode", "--weights", missing, "--ids", ip, "-o", tmp_path / "o.npy")
+    with pytest.raises(FileNotFoundError) as e:
+        posenc.encode(missing, ids, device="cpu")
+    assert str(e.value) == expected
+    garbage = tmp_path / "garbage.npy"
+    garbage.write_bytes(b"not an array")
+    expected = cli.error("encode", "--weights", garbage, "--ids", ip, "-o", tmp_path / "o.npy")
+    with pytest.raises(ValueError) as e:
+        posenc.encode(garbage, ids, device="cpu")
+    assert str(e.value) == expected
+
+
+def test_python_side_checks():
+    with pytest.raises(ValueError, match="invalid device"):
+        posenc.table(8, device="tpu")
+    with pytest.raises(ValueError, match="ids has dtype float64"):
+        posenc.encode(np.zeros((4, 8), np.float32), np.zeros((1, 2)))
+    with pytest.raises(ValueError, match="must have rank 4|4-D"):
+        posenc.rope(np.zeros((2, 8), np.float32), layout="blhd")
+    with pytest.raises(ValueError, match="invalid layout"):
+        posenc.rope(np.zeros((1, 1, 1, 8), np.float32), layout="lbhd")
+    with pytest.raises(ValueError, match="positions must be integers"):
+        posenc.table(8, positions=[0.5, 1.5])
+
+
+def test_no_panic_crosses():
+    with pytest.raises(RuntimeError, match="internal error.*deliberate panic"):
+        posenc._posenc._panic_for_test()
+    # The interpreter and the library are still there.
+    assert posenc.table(4, len=1, device="cpu").shape == (1, 4)
+
+
+def test_gpu_error_carries_the_clis_message(cli):
+    """No adapter for the backend asked for: GpuError with the command line's line, and
+    device="auto" falls back to the CPU with a DeviceWarning saying why."""
+    env = {"WGPU_BACKEND": "webgpu"}
+    expected = cli.error("table", "--dim", 8, "--device", "gpu", env=env)
+    code = (
+        "import posenc, warnings, sys\n"
+        "try:\n"
+        "    posenc.table(8, device='gpu')\n"
+        "except posenc.GpuError as e:\n"
+        "    print(e)\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    t = posenc.table(8, device='auto')\n"
+        "    print(t.shape, w[0].category.__name__, w[0].message)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, **env}, cwd="/", timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == expected
+    assert lines[1].startswith("(8, 8) DeviceWarning posenc: note: computing on the CPU: no GPU adapter")
+    assert issubclass(posenc.GpuError, RuntimeError)

@@ -1,0 +1,186 @@
+"""posenc.hf on real transformers modules built from configs with random weights (no hub
+download), on CPU torch: logits equal to the original's within float32 rounding at small
+positions, closer to a float64 reference past 2^20, generate() with the KV cache, families
+refused by name, and undo."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import posenc  # noqa: E402
+import posenc.hf  # noqa: E402
+
+TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=256, max_position_embeddings=4096,
+            pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def _model(config_class: str, **kwargs):
+    torch.manual_seed(0)
+    config = getattr(transformers, config_class)(**{**TINY, **kwargs})
+    config._attn_implementation = "eager"
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    model.eval()
+    return model
+
+
+FAMILIES = {
+    "llama3": lambda: _model("LlamaConfig", rope_parameters={
+        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 1024}),
+    "qwen2-yarn": lambda: _model("Qwen2Config", rope_parameters={
+        "rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0, "original_max_position_embeddings": 1024}),
+    "mistral": lambda: _model("MistralConfig", rope_parameters={"rope_type": "default", "rope_theta": 1e6}),
+    "phi-partial": lambda: _model("PhiConfig", partial_rotary_factor=0.5, num_key_value_heads=4,
+                                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+    "gemma3-layer-types": lambda: _model(
+        "Gemma3TextConfig", head_dim=16, sliding_window=32,
+        layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}),
+    "cohere-interleaved": lambda: _model("CohereConfig", rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+    "glm4-neox-cache": lambda: _model("Glm4Config", head_dim=16, partial_rotary_factor=0.5,
+                                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+}
+
+
+def _logits(model, ids, positions=None):
+    with torch.no_grad():
+        return model(input_ids=ids, position_ids=positions).logits.double()
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_logits_match_at_small_positions(family):
+    model = FAMILIES[family]()
+    ids = torch.randint(0, TINY["vocab_size"], (2, 24), generator=torch.Generator().manual_seed(1))
+    before = _logits(model, ids)
+    original = [m for _, m in model.named_modules() if type(m).__name__.endswith("RotaryEmbedding")]
+    patch = posenc.hf.exact_rotary(model)
+    assert all(isinstance(m, posenc.hf.ExactRotary) for m in patch.modules)
+    after = _logits(model, ids)
+    # Float32 rounding: HF's float32 angles at positions < 24 are within 24 * 2^-24 rad of
+    # posenc's exact ones; through two layers that moves logits of magnitude ~1 by < 1e-4.
+    scale = float(before.abs().max())
+    assert float((after - before).abs().max()) <= 1e-4 * max(scale, 1.0)
+    patch.undo()
+    now = [m for _, m in model.named_modules() if type(m).__name__.endswith("RotaryEmbedding")]
+    assert [id(m) for m in now] == [id(m) for m in original]
+    assert torch.equal(_logits(model, ids), before)
+
+
+class Float64Rotary(torch.nn.Module):
+    """The reference: cos and sin of Llama's default RoPE in float64 (the angle p * w
+    has a relative error of 2^-53, 1e-10 rad at position 2^21)."""
+
+    def __init__(self, head_dim, base):
+        super().__init__()
+        self.inv_freq64 = base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+
+    def forward(self, x, position_ids):
+        p = position_ids.double().numpy()[..., None]
+        freqs = p * self.inv_freq64
+        emb = np.concatenate([freqs, freqs], axis=-1)
+        return (torch.from_numpy(np.cos(emb)).to(x.dtype), torch.from_numpy(np.sin(emb)).to(x.dtype))
+
+
+def test_closer_to_float64_past_2_20():
+    base = 10000.0
+    model = _model("LlamaConfig", max_position_embeddings=1 << 22,
+                   rope_parameters={"rope_type": "default", "rope_theta": base})
+    ids = torch.randint(0, TINY["vocab_size"], (1, 16), generator=torch.Generator().manual_seed(2))
+    positions = (torch.arange(16) + (1 << 20) + 12345)[None, :]
+
+    reference_model = _model("LlamaConfig", max_position_embeddings=1 << 22,
+                             rope_parameters={"rope_type": "default", "rope_theta": base}).double()
+    reference_model.model.rotary_emb = Float64Rotary(16, base)
+    reference = _logits(reference_model, ids, positions)
+
+    hf = _logits(model, ids, positions)
+    posenc.hf.exact_rotary(model, max_positions=0)  # every position computed per call
+    exact = _logits(model, ids, positions)
+    err_hf = float((hf - reference).abs().max())
+    err_exact = float((exact - reference).abs().max())
+    print(f"max |logits - float64 reference| past 2^20: transformers {err_hf:.3g}, posenc {err_exact:.3g}")
+    assert err_exact * 10 < err_hf
+    # posenc's error is float32 arithmetic in the layers, not the angles.
+    assert err_exact < 1e-4
+
+
+def test_table_and_per_call_paths_agree():
+    model = FAMILIES["llama3"]()
+    ids = torch.randint(0, TINY["vocab_size"], (1, 8), generator=torch.Generator().manual_seed(3))
+    positions = torch.tensor([[0, 1, 2, 500, 4094, 4095, 4096, 100000]])
+    with posenc.hf.exact_rotary(model):  # table of 4096 rows; the last two per call
+        a = _logits(model, ids, positions)
+    with posenc.hf.exact_rotary(model, max_positions=0):
+        b = _logits(model, ids, positions)
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("family", ["llama3", "gemma3-layer-types"])
+def test_generate_with_kv_cache(family):
+    model = FAMILIES[family]()
+    ids = torch.randint(0, TINY["vocab_size"], (2, 7), generator=torch.Generator().manual_seed(4))
+    settings = dict(max_new_tokens=12, do_sample=False, use_cache=True, pad_token_id=0)
+    with torch.no_grad():
+        theirs = model.generate(ids, **settings)
+        posenc.hf.exact_rotary(model)
+        ours = model.generate(ids, **settings)
+        posenc.hf.undo(model)
+    assert ours.shape == (2, 19)
+    # At these positions the two rotaries agree within float32 rounding, far below the
+    # random model's logit gaps: greedy decoding picks the same tokens.
+    assert torch.equal(ours, theirs)
+
+
+def test_refused_by_name():
+    model = _model("GptOssConfig", head_dim=16, num_local_experts=2, num_experts_per_tok=1,
+                   layer_types=["full_attention", "full_attention"])
+    with pytest.raises(ValueError, match=r"model_type 'gpt_oss'.*half the rotary width"):
+        posenc.hf.exact_rotary(model)
+    # Nothing was replaced.
+    assert not any(isinstance(m, posenc.hf.ExactRotary) for m in model.modules())
+
+
+def test_refused_when_the_module_disagrees():
+    model = FAMILIES["mistral"]()
+    # A module whose values are not what its config says: the probe catches it.
+    model.model.rotary_emb.inv_freq.mul_(1.01)
+    with pytest.raises(ValueError, match="differ from its rotary module's"):
+        posenc.hf.exact_rotary(model)
+
+
+def test_no_rotary_module():
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=64, n_positions=64)
+    model = transformers.GPT2LMHeadModel(config)
+    with pytest.raises(ValueError, match="no rotary embedding module"):
+        posenc.hf.exact_rotary(model)
+
+
+def test_twice_is_refused_and_undo_is_idempotent():
+    model = FAMILIES["mistral"]()
+    patch = posenc.hf.exact_rotary(model)
+    with pytest.raises(ValueError, match="already posenc's"):
+        posenc.hf.exact_rotary(model)
+    patch.undo()
+    patch.undo()
+    with pytest.raises(ValueError, match="its own"):
+        posenc.hf.undo(model)
+
+
+def test_bf16_model():
+    model = FAMILIES["llama3"]().to(torch.bfloat16)
+    ids = torch.randint(0, TINY["vocab_size"], (1, 10), generator=torch.Generator().manual_seed(5))
+    posenc.hf.exact_rotary(model)
+    rotary = model.model.rotary_emb
+    x = torch.zeros(1, 10, 16, dtype=torch.bfloat16)
+    cos, sin = rotary(x, torch.arange(10)[None])
+    assert cos.dtype == torch.bfloat16 and cos.shape == (1, 10, 16)
+    assert math.isfinite(float(model(input_ids=ids).logits.float().abs().max()))
