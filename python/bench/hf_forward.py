@@ -1,7 +1,8 @@
 """A model forward with transformers' own rotary embedding against posenc.hf's, on CPU
 torch (docs/python.md, "Speed"): a Llama of 4 layers, hidden 1024, 16 heads of 64, random
 weights; prefill of 1 x 2048 tokens and a decode step of 8 x 1 at position 2047. Median
-of 9 forwards after 2 warm-up ones, the three variants interleaved.
+of 9 forwards (51 calls of the rotary module alone) after 2 warm-up rounds, the three
+variants interleaved round by round.
 
     python python/bench/hf_forward.py
 """
@@ -28,14 +29,6 @@ prefill = dict(input_ids=torch.randint(0, 32000, (1, 2048)))
 decode = dict(input_ids=torch.randint(0, 32000, (8, 1)), position_ids=torch.full((8, 1), 2047))
 
 
-def rotary_only(inputs):
-    x = torch.zeros(1, 1, 64)
-    ids = inputs.get("position_ids")
-    if ids is None:
-        ids = torch.arange(inputs["input_ids"].shape[1])[None]
-    return lambda: model.model.rotary_emb(x, ids)
-
-
 variants = {
     "transformers": lambda: None,
     "posenc table": lambda: posenc.hf.exact_rotary(model),
@@ -43,28 +36,50 @@ variants = {
 }
 
 
-def timed(f, n=9):
-    with torch.no_grad():
-        for _ in range(2):
-            f()
-        times = []
-        for _ in range(n):
-            t = time.perf_counter()
-            f()
-            times.append((time.perf_counter() - t) * 1e3)
-    return sorted(times)[len(times) // 2]
+def once(f):
+    t = time.perf_counter()
+    f()
+    return (time.perf_counter() - t) * 1e3
 
 
-results = {}
+# Rounds interleave the variants (installed and undone each round), so that a machine
+# whose load changes during the run weighs on all of them alike.
+samples = {}
+rounds = 9
+with torch.no_grad():
+    for r in range(rounds + 2):
+        for name, install in variants.items():
+            patch = install()
+            for label, inputs in [("prefill 1 x 2048", prefill), ("decode 8 x 1", decode)]:
+                ms = once(lambda: model(**inputs, use_cache=False))
+                if r >= 2:  # two warm-up rounds
+                    samples.setdefault((name, label, "forward"), []).append(ms)
+            if patch is not None:
+                patch.undo()
+
+# The rotary modules alone, each kept (a module stays usable after its patch is undone),
+# called in turn.
+modules = {}
 for name, install in variants.items():
     patch = install()
-    for label, inputs in [("prefill 1 x 2048", prefill), ("decode 8 x 1", decode)]:
-        results[(name, label, "forward")] = timed(lambda: model(**inputs, use_cache=False))
-        results[(name, label, "rotary")] = timed(rotary_only(inputs), n=51)
+    modules[name] = model.model.rotary_emb
     if patch is not None:
         patch.undo()
+calls = 51
+with torch.no_grad():
+    for r in range(calls + 2):
+        for name, module in modules.items():
+            for label, inputs in [("prefill 1 x 2048", prefill), ("decode 8 x 1", decode)]:
+                ids = inputs.get("position_ids")
+                if ids is None:
+                    ids = torch.arange(inputs["input_ids"].shape[1])[None]
+                x = torch.zeros(1, 1, 64)
+                ms = once(lambda: module(x, ids))
+                if r >= 2:
+                    samples.setdefault((name, label, "rotary"), []).append(ms)
 
 print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
-      f"{torch.get_num_threads()} threads")
-for (name, label, what), ms in results.items():
-    print(f"{name:16s} {label:17s} {what:8s} {ms:9.3f} ms")
+      f"{torch.get_num_threads()} threads; median of {rounds} forwards, {calls} rotary calls")
+for (name, label, what), times in samples.items():
+    times.sort()
+    print(f"{name:16s} {label:17s} {what:8s} {times[len(times) // 2]:9.3f} ms")

@@ -184,3 +184,46 @@ def test_bf16_model():
     cos, sin = rotary(x, torch.arange(10)[None])
     assert cos.dtype == torch.bfloat16 and cos.shape == (1, 10, 16)
     assert math.isfinite(float(model(input_ids=ids).logits.float().abs().max()))
+
+
+def _causal_lm_types():
+    try:
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    except ImportError:
+        return []
+    return sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+
+
+@pytest.mark.parametrize("model_type", _causal_lm_types())
+def test_every_causal_lm_family_served_or_refused_by_name(model_type):
+    """Every causal LM family of the installed transformers that builds small from its
+    config class with TINY's sizes and has a rotary module: posenc.hf either serves it
+    (logits within float32 rounding of the original's) or refuses it with a ValueError
+    naming its model_type. Never another exception, never a silent difference."""
+    try:
+        config = transformers.AutoConfig.for_model(model_type, **TINY)
+        config._attn_implementation = "eager"
+        with torch.device("meta"):
+            meta = transformers.AutoModelForCausalLM.from_config(config)
+        if sum(p.numel() for p in meta.parameters()) > 20e6:
+            pytest.skip("not small with these sizes")
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    except Exception as e:  # noqa: BLE001 - a config class that needs more than TINY
+        pytest.skip(f"does not build from TINY: {type(e).__name__}")
+    if not any(type(m).__name__.endswith("RotaryEmbedding") for m in model.modules()):
+        pytest.skip("no rotary module")
+    ids = torch.randint(3, TINY["vocab_size"], (1, 12), generator=torch.Generator().manual_seed(6))
+    try:
+        before = _logits(model, ids)
+    except Exception as e:  # noqa: BLE001 - the family's own forward fails with TINY
+        pytest.skip(f"its own forward fails with TINY: {type(e).__name__}")
+    try:
+        patch = posenc.hf.exact_rotary(model)
+    except ValueError as e:
+        assert f"model_type {model_type!r}" in str(e) or f"model_type '{config.get_text_config().model_type}'" in str(e), str(e)
+        return
+    after = _logits(model, ids)
+    patch.undo()
+    scale = float(before.abs().max())
+    assert float((after - before).abs().max()) <= 1e-4 * max(scale, 1.0)
