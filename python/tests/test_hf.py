@@ -184,6 +184,15 @@ def test_bf16_model():
     cos, sin = rotary(x, torch.arange(10)[None])
     assert cos.dtype == torch.bfloat16 and cos.shape == (1, 10, 16)
     assert math.isfinite(float(model(input_ids=ids).logits.float().abs().max()))
+    # Cast after the patch, back and forth: the tables stay float32, cos and sin are
+    # rounded once per call, to that call's dtype.
+    model.to(torch.float32)
+    model.to(torch.bfloat16)
+    model.to(torch.float32)
+    x32 = torch.zeros(1, 10, 16)
+    cos32, _ = rotary(x32, torch.arange(10)[None])
+    fresh = posenc.rope_cache(model.config, positions=range(10), device="cpu").cos
+    assert torch.equal(cos32[0], torch.from_numpy(fresh))
 
 
 def _causal_lm_types():

@@ -69,8 +69,8 @@ class ExactRotary(_torch().nn.Module):
     ``position_ids``, as the module it replaces did: ``[batch, len, rotary_dim]`` in
     ``x``'s dtype and on its device.
 
-    Positions below ``max_positions`` are gathered from tables computed once (buffers,
-    moved by ``model.to``); others, and every call of a RoPE whose frequencies depend on
+    Positions below ``max_positions`` are gathered from float32 tables computed once
+    (copied to the device of the first call there; never cast); others, and every call of a RoPE whose frequencies depend on
     the sequence length (dynamic, longrope), are computed for that call's positions on the
     CPU. Attributes the model reads from its rotary module (``attention_scaling``,
     ``rope_type``, ...) are the original's."""
@@ -82,13 +82,21 @@ class ExactRotary(_torch().nn.Module):
         object.__setattr__(self, "_posenc_original", original)
         self.specs = specs
         self.max_positions = max_positions
+        # Plain attributes, not buffers: `model.to(torch.bfloat16)` must not round them
+        # (cos and sin are rounded once, to the dtype of each call's x). They follow the
+        # device of the calls that use them, copied there once.
         self._tables = {}
-        for k, (key, spec) in enumerate(specs.items()):
+        for key, spec in specs.items():
             if max_positions > 0 and not spec.depends_on_length:
                 cos, sin = spec.cache(np.arange(max_positions, dtype=np.int64))
-                self.register_buffer(f"cos_{k}", torch.from_numpy(cos), persistent=False)
-                self.register_buffer(f"sin_{k}", torch.from_numpy(sin), persistent=False)
-                self._tables[key] = k
+                self._tables[key] = (torch.from_numpy(cos), torch.from_numpy(sin))
+
+    def _table(self, key: Any, device: Any):
+        cos, sin = self._tables[key]
+        if cos.device != device:
+            cos, sin = cos.to(device), sin.to(device)
+            self._tables[key] = (cos, sin)
+        return cos, sin
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -112,10 +120,12 @@ class ExactRotary(_torch().nn.Module):
         pos = position_ids
         if pos.dim() == 1:
             pos = pos[None, :]
-        k = self._tables.get(layer_type)
-        if k is not None and (pos.numel() == 0 or int(pos.max()) < self.max_positions) and int(pos.min() if pos.numel() else 0) >= 0:
-            cos = getattr(self, f"cos_{k}")[pos]
-            sin = getattr(self, f"sin_{k}")[pos]
+        in_table = layer_type in self._tables and (
+            pos.numel() == 0 or (int(pos.min()) >= 0 and int(pos.max()) < self.max_positions)
+        )
+        if in_table:
+            cos_table, sin_table = self._table(layer_type, pos.device)
+            cos, sin = cos_table[pos], sin_table[pos]
         else:
             flat = pos.detach().to("cpu").reshape(-1).numpy().astype(np.int64)
             unique, inverse = np.unique(flat, return_inverse=True)
@@ -310,12 +320,6 @@ def exact_rotary(model: Any, max_positions: Optional[int] = None, *, check: bool
     replaced = []
     for parent, attr, module, specs, rows in planned:
         new = ExactRotary(module, specs, rows)
-        try:
-            device = next(module.buffers()).device
-        except StopIteration:
-            device = None
-        if device is not None:
-            new = new.to(device)
         setattr(parent, attr, new)
         replaced.append((parent, attr, module, new))
     patch = Patch(model, replaced)
