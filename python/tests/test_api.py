@@ -77,3 +77,23 @@ def test_rope_spec():
     inv, factor = spec.frequencies(8192)
     assert inv.dtype == np.float64 and inv.shape == (64,) and factor == 1.0
     assert "llama3" in repr(spec)
+
+
+def test_quiet_without_runtime_dir():
+    """With XDG_RUNTIME_DIR unset, opening the GPU prints nothing (Mesa's Wayland probe
+    would), and the variable then names no directory that exists."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import HAVE_GPU
+
+    if not HAVE_GPU:
+        pytest.skip("SKIP: no GPU adapter")
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    code = "import os, posenc; posenc.table(8, device='gpu'); print(os.environ['XDG_RUNTIME_DIR'])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          cwd="/", timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.strip() == posenc.NO_RUNTIME_DIR
+    assert not os.path.exists(posenc.NO_RUNTIME_DIR)

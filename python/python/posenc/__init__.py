@@ -29,11 +29,8 @@ command line's one-line message. bfloat16 values travel as ``uint16`` arrays of 
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
-import shutil
-import tempfile
 import threading
 import warnings
 from typing import Any, Optional, Union
@@ -76,8 +73,10 @@ def _noted(result):
 
 
 # Mesa's Vulkan device-select layer looks for a Wayland display while wgpu enumerates
-# adapters, and libwayland complains on stderr without XDG_RUNTIME_DIR. As the command line
-# does, point it at a private empty directory when it is unset, before the first GPU use.
+# adapters, and libwayland complains on stderr when XDG_RUNTIME_DIR is unset or not absolute.
+# Any absolute path quiets it where no socket is; as the command line does, posenc points it
+# at a path under /dev/null, which no one can create, before it first opens the GPU.
+NO_RUNTIME_DIR = "/dev/null/posenc-no-runtime-dir"
 _runtime_lock = threading.Lock()
 _runtime_checked = False
 
@@ -87,17 +86,9 @@ def _ensure_runtime_dir(device: str) -> None:
     if device == "cpu" or _runtime_checked:
         return
     with _runtime_lock:
-        if _runtime_checked:
-            return
+        if not _runtime_checked and not os.path.isabs(os.environ.get("XDG_RUNTIME_DIR", "")):
+            os.environ["XDG_RUNTIME_DIR"] = NO_RUNTIME_DIR
         _runtime_checked = True
-        if os.path.isabs(os.environ.get("XDG_RUNTIME_DIR", "")):
-            return
-        try:
-            path = tempfile.mkdtemp(prefix="posenc-runtime-")
-        except OSError:
-            return
-        os.environ["XDG_RUNTIME_DIR"] = path
-        atexit.register(shutil.rmtree, path, True)
 
 
 # ---- argument normalisation -------------------------------------------------------------
