@@ -32,9 +32,15 @@ create_exception!(
      device, device memory exhausted, or a request past a limit of the GPU path."
 );
 
-/// Joins a message's lines, as the CLI's one-line report does.
+/// The most characters of a message, as the CLI cuts its line on stderr.
+const MAX_LINE_CHARS: usize = 4096;
+
+/// Joins a message's lines, cut and with control characters escaped, as the CLI's one-line
+/// report does.
 fn one_line(message: &str) -> String {
-    message.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+    let joined =
+        message.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
+    posenc::message_text(&joined, MAX_LINE_CHARS)
 }
 
 /// A failure and where it happened: a `Limit` met on the GPU is the device's, one met while
@@ -191,6 +197,9 @@ fn _panic_for_test(py: Python<'_>) -> PyResult<()> {
 #[pymodule]
 fn _posenc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("GpuError", m.py().get_type::<GpuError>())?;
+    // rayon's global pool, started with the threads that can start (rayon's own start
+    // panics where they cannot); the note, if any, becomes a warning on import.
+    m.add("THREADS_NOTE", posenc::cpu::threads::start_threads().note())?;
     m.add("ACCURACY_BOUND", posenc::ACCURACY_BOUND)?;
     m.add("MAX_OUTPUT_VALUES", posenc::inputs::MAX_OUTPUT_VALUES)?;
     m.add_function(wrap_pyfunction!(devices_json, m)?)?;

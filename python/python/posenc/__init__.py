@@ -65,6 +65,10 @@ class DeviceWarning(RuntimeWarning):
     memory, past a limit). The CPU gives the same bits; the message says why."""
 
 
+if _posenc.THREADS_NOTE:
+    warnings.warn(f"posenc: note: {_posenc.THREADS_NOTE}", RuntimeWarning, stacklevel=2)
+
+
 def _noted(result):
     value, note = result
     if note:

@@ -8,6 +8,7 @@ import numpy.typing as npt
 
 ACCURACY_BOUND: float
 MAX_OUTPUT_VALUES: int
+THREADS_NOTE: Optional[str]
 
 class GpuError(RuntimeError):
     """The GPU could not be had or failed: no adapter (device="gpu"), a wgpu error, a lost
