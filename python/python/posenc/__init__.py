@@ -52,6 +52,7 @@ __all__ = [
     "bf16_to_f32",
     "devices",
     "encode",
+    "module_pairing",
     "rope",
     "rope_cache",
     "table",
@@ -223,11 +224,6 @@ def _device(device: str) -> str:
     return device
 
 
-def _padding_idx(padding_idx: Any) -> Any:
-    # None: not given; "none": no padding row; an int otherwise.
-    return padding_idx
-
-
 # ---- the commands -----------------------------------------------------------------------
 
 
@@ -292,7 +288,7 @@ def table(
             min_timescale=min_timescale,
             max_timescale=max_timescale,
             start_index=start_index,
-            padding_idx=_padding_idx(padding_idx),
+            padding_idx=padding_idx,
             device=device if device == "reference" else _device(device),
             gpu_memory_budget=gpu_memory_budget,
         )
@@ -396,7 +392,7 @@ def encode(
             min_timescale=min_timescale,
             max_timescale=max_timescale,
             start_index=start_index,
-            padding_idx=_padding_idx(padding_idx),
+            padding_idx=padding_idx,
             position_table=p_table,
             position_table_path=p_path,
             position_tensor=position_tensor,
