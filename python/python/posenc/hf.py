@@ -70,9 +70,9 @@ class ExactRotary(_torch().nn.Module):
     ``x``'s dtype and on its device.
 
     Positions below ``max_positions`` are gathered from float32 tables computed once
-    (copied to the device of the first call there; never cast); others, and every call of a RoPE whose frequencies depend on
-    the sequence length (dynamic, longrope), are computed for that call's positions on the
-    CPU. Attributes the model reads from its rotary module (``attention_scaling``,
+    (copied to the device of the first call there; never cast); others, and every call of
+    a RoPE whose frequencies depend on the sequence length (dynamic, longrope), are
+    computed for that call's positions on the CPU. Attributes the model reads from its rotary module (``attention_scaling``,
     ``rope_type``, ...) are the original's."""
 
     def __init__(self, original: Any, specs: dict, max_positions: int) -> None:
