@@ -15,7 +15,7 @@ use super::pending::{HostResult, PendingEncode, Readback};
 use super::runner::{ENCODE, Output, Sink};
 use super::table::{TableBuffers, flat_steps};
 use super::timing::SpanTimer;
-use super::{Context, fold_dispatch};
+use super::{Context, PooledBuffer, fold_dispatch};
 use crate::encode::{self, Dtype, Embeddings, EncodeOptions, Encoded};
 use crate::error::{Error, Result};
 use crate::shaders::{
@@ -898,119 +898,11 @@ impl Context {
                 plan.token_bytes(per_chunk as u64),
                 U::STORAGE | U::COPY_DST,
             )?;
-            // Dispatch windows: the table chunks one dispatch binds. A GPU picks a token's
-            // chunk by a branch uniform across the workgroup, at no cost; an adapter that
-            // runs shaders on CPU cores executes every branch under a lane mask, so each
-            // table read costs once per slot, and there only calls small enough for
-            // dispatch overheads to dominate (decode steps) bind several chunks.
-            let n_chunks = table.chunks.len();
-            let multi = self.coalesced || per_chunk <= MULTI_SLOT_TOKENS;
-            let slots = if x4 && multi { n_chunks.min(self.max_table_slots() as usize) } else { 1 };
-            let windows = n_chunks.div_ceil(slots);
-            let align = u64::from(self.device.limits().min_uniform_buffer_offset_alignment);
-            let params_size =
-                if x4 { size_of::<EncodeX4Params>() } else { size_of::<EncodeParams>() };
-            let stride = (params_size as u64).next_multiple_of(align);
-            let params_buf = self.pooled(
-                "posenc.encode.params",
-                stride * windows as u64,
-                U::UNIFORM | U::COPY_DST,
-            )?;
+            let call = EncodeCall::new(self, table, options, scale, per_chunk);
             let total = (n_tokens * dim * out_size) as u64;
             let chunk_bytes = (per_chunk * dim * out_size) as u64;
             let mut output = Output::new(self, &ENCODE, sink, total, chunk_bytes, timer)?;
-            // The general kernel's f32 rows before the narrow pass.
-            let wide = if odd16 {
-                let bytes = (per_chunk * dim * 4) as u64;
-                Some(self.pooled("posenc.encode.wide", bytes, U::STORAGE | U::COPY_SRC)?)
-            } else {
-                None
-            };
-            let narrow_params = if odd16 {
-                let bytes = size_of::<NarrowParams>() as u64;
-                Some(self.pooled("posenc.narrow.params", bytes, U::UNIFORM | U::COPY_DST)?)
-            } else {
-                None
-            };
-            let kernel = if x4 {
-                self.x4_kernel(EncodeX4 {
-                    table: table.dtype,
-                    out: out_dtype,
-                    slots: slots as u32,
-                    coalesced: self.coalesced,
-                    workgroup: x4_workgroup(dim as u32 / 4, self.x4_units()),
-                    units: self.x4_units(),
-                })
-            } else {
-                Arc::clone(&self.encode.general)
-            };
-            let bind_groups: Vec<wgpu::BindGroup> = (0..windows)
-                .map(|w| {
-                    let mut entries = vec![
-                        wgpu::BindGroupEntry {
-                            binding: 0,
-                            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                                buffer: &params_buf,
-                                offset: w as u64 * stride,
-                                size: wgpu::BufferSize::new(params_size as u64),
-                            }),
-                        },
-                        wgpu::BindGroupEntry {
-                            binding: 1,
-                            resource: tokens_buf.as_entire_binding(),
-                        },
-                        wgpu::BindGroupEntry {
-                            binding: 2,
-                            resource: pe_buffer.as_entire_binding(),
-                        },
-                    ];
-                    let out = match &wide {
-                        Some(wide) => wide.as_entire_binding(),
-                        None => output.binding(),
-                    };
-                    if x4 {
-                        entries.push(wgpu::BindGroupEntry { binding: 3, resource: out });
-                        // Slots past the last chunk bind the window's first chunk again.
-                        entries.extend((0..slots).map(|k| {
-                            let chunk =
-                                table.chunks.get(w * slots + k).unwrap_or(&table.chunks[w * slots]);
-                            wgpu::BindGroupEntry {
-                                binding: 4 + k as u32,
-                                resource: chunk.buffer.as_entire_binding(),
-                            }
-                        }));
-                    } else {
-                        entries.push(wgpu::BindGroupEntry {
-                            binding: 3,
-                            resource: table.chunks[w].buffer.as_entire_binding(),
-                        });
-                        entries.push(wgpu::BindGroupEntry { binding: 4, resource: out });
-                    }
-                    self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                        label: Some("posenc.encode.bind_group"),
-                        layout: &kernel.layout,
-                        entries: &entries,
-                    })
-                })
-                .collect();
-            let narrow_group = match (&wide, &narrow_params) {
-                (Some(wide), Some(params)) => {
-                    Some(self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                        label: Some("posenc.narrow.bind_group"),
-                        layout: &self.encode.narrow.layout,
-                        entries: &[
-                            wgpu::BindGroupEntry {
-                                binding: 0,
-                                resource: params.as_entire_binding(),
-                            },
-                            wgpu::BindGroupEntry { binding: 1, resource: wide.as_entire_binding() },
-                            wgpu::BindGroupEntry { binding: 2, resource: output.binding() },
-                        ],
-                    }))
-                }
-                _ => None,
-            };
-            let scale_bits = scale.unwrap_or(1.0).to_bits();
+            let windows = self.encode_windows(&call, per_chunk, &tokens_buf, pe_buffer, &output)?;
             for start in (0..n_tokens).step_by(per_chunk) {
                 let end = (start + per_chunk).min(n_tokens);
                 let n = end - start;
@@ -1025,114 +917,299 @@ impl Context {
                         slots
                     }
                 };
-                let chunk_ids = &ids[start..end];
-                let records = if x4 {
-                    let rows = table.rows_per_chunk;
-                    let cap = if self.coalesced {
-                        group_cap(n, dim, self.x4_units())
-                    } else {
-                        MAX_GROUP_TOKENS
-                    };
-                    group_records(
-                        chunk_ids,
-                        &slots_of_tokens,
-                        rows,
-                        slots as u32,
-                        windows,
-                        cap,
-                        options.pad_id,
-                    )
-                } else {
-                    token_records(
-                        chunk_ids,
-                        &slots_of_tokens,
-                        table.rows_per_chunk,
-                        n_chunks,
-                        options.pad_id,
-                    )
-                };
+                let records = call.records(self, &ids[start..end], &slots_of_tokens);
                 self.queue.write_buffer(&tokens_buf, 0, bytemuck::cast_slice(&records.words));
-                // Each window's parameters, and the windows that have work.
-                let mut params = vec![0u8; (stride * windows as u64) as usize];
-                let mut busy = Vec::with_capacity(windows);
-                for w in 0..windows {
-                    let (lo, hi) = (records.starts[w], records.starts[w + 1]);
-                    if hi == lo {
-                        continue;
-                    }
-                    let items = hi - lo;
-                    let gy = items.min(max_groups);
-                    let gz = items.div_ceil(gy);
-                    let at = (w as u64 * stride) as usize;
-                    if x4 {
-                        let p = EncodeX4Params {
-                            n_groups: items,
-                            group_base: lo,
-                            row_units: dim as u32 / 4,
-                            scale_bits,
-                            groups_y: gy,
-                            groups_at: n as u32,
-                            keep: 0,
-                            _pad: 0,
-                        };
-                        params[at..at + params_size].copy_from_slice(bytemuck::bytes_of(&p));
-                        let units = self.x4_units();
-                        let gx =
-                            (dim as u32 / 4).div_ceil(units * x4_workgroup(dim as u32 / 4, units));
-                        busy.push((w, gx, gy, gz));
-                    } else {
-                        let row_words = if out_size == 4 || odd16 { dim } else { dim / 2 } as u32;
-                        let p = EncodeParams {
-                            n_tokens: items,
-                            token_base: lo,
-                            row_words,
-                            dim: dim as u32,
-                            scale_bits,
-                            flags: if scale.is_some() { FLAG_SCALE } else { 0 },
-                            in_dtype: table.dtype.code(),
-                            out_dtype: if odd16 { Dtype::F32 } else { out_dtype }.code(),
-                            groups_y: gy,
-                            _pad: [0; 3],
-                        };
-                        params[at..at + params_size].copy_from_slice(bytemuck::bytes_of(&p));
-                        busy.push((w, row_words.div_ceil(WORKGROUP_SIZE), gy, gz));
-                    }
-                }
-                self.queue.write_buffer(&params_buf, 0, &params);
+                let (params, busy) = call.window_params(&windows, &records, n);
+                self.queue.write_buffer(&windows.params, 0, &params);
                 {
                     let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                         label: Some("posenc.encode.pass"),
                         timestamp_writes: None,
                     });
-                    pass.set_pipeline(&kernel.pipeline);
+                    pass.set_pipeline(&windows.kernel.pipeline);
                     for &(w, gx, gy, gz) in &busy {
-                        pass.set_bind_group(0, &bind_groups[w], &[]);
+                        pass.set_bind_group(0, &windows.groups[w], &[]);
                         pass.dispatch_workgroups(gx, gy, gz);
                     }
                 }
-                if let (Some(group), Some(params)) = (&narrow_group, &narrow_params) {
-                    let n_elems = (n * dim) as u32;
-                    let (gx, gy) =
-                        fold_dispatch(n_elems.div_ceil(2).div_ceil(WORKGROUP_SIZE), max_groups);
-                    let p = NarrowParams {
-                        n_elems,
-                        out_dtype: out_dtype.code(),
-                        groups_x: gx,
-                        _pad: 0,
-                    };
-                    self.queue.write_buffer(params, 0, bytemuck::bytes_of(&p));
-                    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                        label: Some("posenc.narrow.pass"),
-                        timestamp_writes: None,
-                    });
-                    pass.set_pipeline(&self.encode.narrow.pipeline);
-                    pass.set_bind_group(0, group, &[]);
-                    pass.dispatch_workgroups(gx, gy, 1);
+                if let Some(narrow) = &windows.narrow {
+                    self.record_narrow(narrow, (n * dim) as u32, call.out_dtype, &mut encoder);
                 }
                 output.deliver(encoder, (n * dim * out_size) as u64)?;
             }
             Ok(output.into_readback())
         })
+    }
+}
+
+/// A window with work in a token chunk: `(window, workgroups along x, y, z)`.
+type Busy = (usize, u32, u32, u32);
+
+/// What one host-array encode call is, for the pieces of its dispatches.
+struct EncodeCall<'a> {
+    table: &'a GpuTable,
+    dim: usize,
+    out_dtype: Dtype,
+    /// `encode_x4` (dims a multiple of 4), else the general kernel.
+    x4: bool,
+    /// 16-bit output of an odd dim: f32 rows, then the narrow pass.
+    odd16: bool,
+    scale: Option<f32>,
+    pad_id: Option<u32>,
+    /// Table chunks one dispatch binds.
+    slots: usize,
+    /// Dispatches per token chunk at most: one per window of `slots` table chunks.
+    windows: usize,
+    max_groups: u32,
+    units: u32,
+}
+
+/// The dispatch windows of a call: its kernel, one bind group per window, their
+/// parameters' buffer (one block per window, `stride` apart), and the narrow pass.
+struct Windows {
+    kernel: Arc<Kernel>,
+    groups: Vec<wgpu::BindGroup>,
+    params: PooledBuffer,
+    stride: u64,
+    params_size: usize,
+    narrow: Option<Narrow>,
+}
+
+/// The narrow pass of 16-bit output of an odd dim: its parameters and bind group, and the
+/// f32 rows it reads (held for the whole call: back in the pool, another call could take
+/// them while this one's commands still use them).
+struct Narrow {
+    params: PooledBuffer,
+    group: wgpu::BindGroup,
+    _wide: PooledBuffer,
+}
+
+impl<'a> EncodeCall<'a> {
+    fn new(
+        ctx: &Context,
+        table: &'a GpuTable,
+        options: &EncodeOptions,
+        scale: Option<f32>,
+        per_chunk: usize,
+    ) -> Self {
+        let dim = table.dim;
+        let x4 = dim.is_multiple_of(4);
+        // Dispatch windows: the table chunks one dispatch binds. A GPU picks a token's
+        // chunk by a branch uniform across the workgroup, at no cost; an adapter that runs
+        // shaders on CPU cores executes every branch under a lane mask, so each table read
+        // costs once per slot, and there only calls small enough for dispatch overheads to
+        // dominate (decode steps) bind several chunks.
+        let n_chunks = table.chunks.len();
+        let multi = ctx.coalesced || per_chunk <= MULTI_SLOT_TOKENS;
+        let slots = if x4 && multi { n_chunks.min(ctx.max_table_slots() as usize) } else { 1 };
+        Self {
+            table,
+            dim,
+            out_dtype: options.out_dtype,
+            x4,
+            odd16: options.out_dtype.size() == 2 && dim % 2 == 1,
+            scale,
+            pad_id: options.pad_id,
+            slots,
+            windows: n_chunks.div_ceil(slots),
+            max_groups: ctx.device.limits().max_compute_workgroups_per_dimension,
+            units: ctx.x4_units(),
+        }
+    }
+
+    /// The records of a chunk of tokens with PE slots `slots_of_tokens`.
+    fn records(&self, ctx: &Context, ids: &[u32], slots_of_tokens: &[u32]) -> Records {
+        if self.x4 {
+            let cap = if ctx.coalesced {
+                group_cap(ids.len(), self.dim, self.units)
+            } else {
+                MAX_GROUP_TOKENS
+            };
+            let rows = self.table.rows_per_chunk;
+            let slots = self.slots as u32;
+            group_records(ids, slots_of_tokens, rows, slots, self.windows, cap, self.pad_id)
+        } else {
+            let n_chunks = self.table.chunks.len();
+            token_records(ids, slots_of_tokens, self.table.rows_per_chunk, n_chunks, self.pad_id)
+        }
+    }
+
+    /// Each window's parameters for a chunk of `n` tokens, as the bytes of the parameters'
+    /// buffer, and the windows that have work: `(window, workgroups x, y, z)`.
+    fn window_params(
+        &self,
+        windows: &Windows,
+        records: &Records,
+        n: usize,
+    ) -> (Vec<u8>, Vec<Busy>) {
+        let (dim, stride, size) = (self.dim, windows.stride, windows.params_size);
+        let scale_bits = self.scale.unwrap_or(1.0).to_bits();
+        let mut params = vec![0u8; (stride * self.windows as u64) as usize];
+        let mut busy = Vec::with_capacity(self.windows);
+        for w in 0..self.windows {
+            let (lo, hi) = (records.starts[w], records.starts[w + 1]);
+            if hi == lo {
+                continue;
+            }
+            let items = hi - lo;
+            let gy = items.min(self.max_groups);
+            let gz = items.div_ceil(gy);
+            let at = (w as u64 * stride) as usize;
+            if self.x4 {
+                let p = EncodeX4Params {
+                    n_groups: items,
+                    group_base: lo,
+                    row_units: dim as u32 / 4,
+                    scale_bits,
+                    groups_y: gy,
+                    groups_at: n as u32,
+                    keep: 0,
+                    _pad: 0,
+                };
+                params[at..at + size].copy_from_slice(bytemuck::bytes_of(&p));
+                let row_units = dim as u32 / 4;
+                let gx = row_units.div_ceil(self.units * x4_workgroup(row_units, self.units));
+                busy.push((w, gx, gy, gz));
+            } else {
+                let out_size = self.out_dtype.size();
+                let row_words = if out_size == 4 || self.odd16 { dim } else { dim / 2 } as u32;
+                let p = EncodeParams {
+                    n_tokens: items,
+                    token_base: lo,
+                    row_words,
+                    dim: dim as u32,
+                    scale_bits,
+                    flags: if self.scale.is_some() { FLAG_SCALE } else { 0 },
+                    in_dtype: self.table.dtype.code(),
+                    out_dtype: if self.odd16 { Dtype::F32 } else { self.out_dtype }.code(),
+                    groups_y: gy,
+                    _pad: [0; 3],
+                };
+                params[at..at + size].copy_from_slice(bytemuck::bytes_of(&p));
+                busy.push((w, row_words.div_ceil(WORKGROUP_SIZE), gy, gz));
+            }
+        }
+        (params, busy)
+    }
+}
+
+impl Context {
+    /// The kernel, parameters' buffer and bind groups of `call`'s dispatch windows over
+    /// chunks of `per_chunk` tokens, and its narrow pass.
+    fn encode_windows(
+        &self,
+        call: &EncodeCall<'_>,
+        per_chunk: usize,
+        tokens: &wgpu::Buffer,
+        pe: &wgpu::Buffer,
+        output: &Output<'_>,
+    ) -> Result<Windows> {
+        use wgpu::BufferUsages as U;
+        let (dim, slots, table) = (call.dim, call.slots, call.table);
+        let align = u64::from(self.device.limits().min_uniform_buffer_offset_alignment);
+        let params_size =
+            if call.x4 { size_of::<EncodeX4Params>() } else { size_of::<EncodeParams>() };
+        let stride = (params_size as u64).next_multiple_of(align);
+        let params = self.pooled(
+            "posenc.encode.params",
+            stride * call.windows as u64,
+            U::UNIFORM | U::COPY_DST,
+        )?;
+        // The general kernel's f32 rows before the narrow pass.
+        let wide = if call.odd16 {
+            let bytes = (per_chunk * dim * 4) as u64;
+            Some(self.pooled("posenc.encode.wide", bytes, U::STORAGE | U::COPY_SRC)?)
+        } else {
+            None
+        };
+        let kernel = if call.x4 {
+            self.x4_kernel(EncodeX4 {
+                table: table.dtype,
+                out: call.out_dtype,
+                slots: slots as u32,
+                coalesced: self.coalesced,
+                workgroup: x4_workgroup(dim as u32 / 4, call.units),
+                units: call.units,
+            })
+        } else {
+            Arc::clone(&self.encode.general)
+        };
+        let entry = |binding: u32, resource| wgpu::BindGroupEntry { binding, resource };
+        let groups: Vec<wgpu::BindGroup> = (0..call.windows)
+            .map(|w| {
+                let params = wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: &params,
+                    offset: w as u64 * stride,
+                    size: wgpu::BufferSize::new(params_size as u64),
+                });
+                let mut entries = vec![
+                    entry(0, params),
+                    entry(1, tokens.as_entire_binding()),
+                    entry(2, pe.as_entire_binding()),
+                ];
+                let out = match &wide {
+                    Some(wide) => wide.as_entire_binding(),
+                    None => output.binding(),
+                };
+                if call.x4 {
+                    entries.push(entry(3, out));
+                    // Slots past the last chunk bind the window's first chunk again.
+                    entries.extend((0..slots).map(|k| {
+                        let chunk =
+                            table.chunks.get(w * slots + k).unwrap_or(&table.chunks[w * slots]);
+                        entry(4 + k as u32, chunk.buffer.as_entire_binding())
+                    }));
+                } else {
+                    entries.push(entry(3, table.chunks[w].buffer.as_entire_binding()));
+                    entries.push(entry(4, out));
+                }
+                self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some("posenc.encode.bind_group"),
+                    layout: &kernel.layout,
+                    entries: &entries,
+                })
+            })
+            .collect();
+        let narrow = match wide {
+            Some(wide) => {
+                let bytes = size_of::<NarrowParams>() as u64;
+                let params =
+                    self.pooled("posenc.narrow.params", bytes, U::UNIFORM | U::COPY_DST)?;
+                let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some("posenc.narrow.bind_group"),
+                    layout: &self.encode.narrow.layout,
+                    entries: &[
+                        wgpu::BindGroupEntry { binding: 0, resource: params.as_entire_binding() },
+                        wgpu::BindGroupEntry { binding: 1, resource: wide.as_entire_binding() },
+                        wgpu::BindGroupEntry { binding: 2, resource: output.binding() },
+                    ],
+                });
+                Some(Narrow { params, group, _wide: wide })
+            }
+            None => None,
+        };
+        Ok(Windows { kernel, groups, params, stride, params_size, narrow })
+    }
+
+    /// Records the narrow pass of `n_elems` f32 values into `out_dtype`.
+    fn record_narrow(
+        &self,
+        narrow: &Narrow,
+        n_elems: u32,
+        out_dtype: Dtype,
+        encoder: &mut wgpu::CommandEncoder,
+    ) {
+        let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
+        let (gx, gy) = fold_dispatch(n_elems.div_ceil(2).div_ceil(WORKGROUP_SIZE), max_groups);
+        let p = NarrowParams { n_elems, out_dtype: out_dtype.code(), groups_x: gx, _pad: 0 };
+        self.queue.write_buffer(&narrow.params, 0, bytemuck::bytes_of(&p));
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("posenc.narrow.pass"),
+            timestamp_writes: None,
+        });
+        pass.set_pipeline(&self.encode.narrow.pipeline);
+        pass.set_bind_group(0, &narrow.group, &[]);
+        pass.dispatch_workgroups(gx, gy, 1);
     }
 }
 
