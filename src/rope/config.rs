@@ -4,197 +4,29 @@
 
 use serde_json::{Map, Value};
 
+use super::families::{self, BaseDefault, Family, HeadDimDefault, LayerRule, PairingRule};
+use super::families::{PartialDefault, Refusal, RotaryKey};
 use super::scaling::{excerpt, invalid, parse_json, whole_number};
 use super::{DEFAULT_BASE, Pairing, RopeSpec, Scaling};
 use crate::error::{Error, Result, float, json_number};
 
-/// The `model_type`s (read after any `text_config` swap) whose attention rotates adjacent
-/// pairs (2i, 2i + 1) in transformers 5.23: `rotate_half` over `x[..., 0::2]`/`x[..., 1::2]`
-/// with cos/sin repeated per pair, GPT-J's `rotate_every_two`, Llama 4's and DeepSeek V2's
-/// `view_as_complex` over `reshape(..., -1, 2)`, RoFormer's stacked sinusoids; found by
-/// rotating a query with every model's own rotary module and apply function. The MLA families
-/// listed (DeepSeek V2, V3.2, ...) interleave whatever their config's `rope_interleave` says
-/// (their modeling code has no switch); DeepSeek V3 and the others that read the switch are
-/// not listed (`rope_interleave`, default true beside `qk_rope_head_dim`).
-pub const INTERLEAVED_MODEL_TYPES: [&str; 30] = [
-    "gptj",
-    "codegen",
-    "cohere",
-    "cohere2",
-    "cohere2_moe",
-    "glm",
-    "glm4",
-    "glm_ocr_text",
-    "glm4v_text",
-    "helium",
-    "ernie4_5",
-    "ernie4_5_moe",
-    "llama4",
-    "llama4_text",
-    "moonshine",
-    "moonshine_streaming",
-    "openai_privacy_filter",
-    "roformer",
-    "blt_global_transformer",
-    "blt_local_decoder",
-    "blt_local_encoder",
-    "blt_patcher",
-    "deepseek_v2",
-    "deepseek_v32",
-    "bailing_hybrid",
-    "dots3_note_text",
-    "glm_moe_dsa",
-    "longcat_flash",
-    "mistral_large4_text",
-    "axk2",
-];
+/// Whether a family's config class copies no top-level value into the layer types'
+/// parameters ([`LayerRule::NoCopy`], [`LayerRule::NeoMme`]).
+fn copies_nothing(family: &Family) -> bool {
+    matches!(family.layers, LayerRule::NoCopy(_) | LayerRule::NeoMme)
+}
 
-/// `model_type`s (read after any `text_config` swap) with DeepSeek's `qk_rope_head_dim` whose
-/// attention rotates that slice with plain `rotate_half` halves in transformers 5.23: no
-/// (even, odd) regrouping and no `rope_interleave` switch in their modeling code (MiniCPM3's
-/// attention says so in a comment; HunYuan V4's main and indexer attention alike). Neox
-/// pairing, whatever `rope_interleave` says. The other families with `qk_rope_head_dim`
-/// interleave always ([`INTERLEAVED_MODEL_TYPES`]) or as `rope_interleave` says (DeepSeek V3,
-/// GLM-4.7-Flash, Mistral 4, Youtu, A.X K1: default true).
-pub const HALVES_MLA_MODEL_TYPES: [&str; 2] = ["minicpm3", "hy_v4"];
-
-/// `model_type`s (read after any `text_config` swap) whose attention applies no RoPE, or a
-/// rotation posenc does not compute, each with the reason: refused by name (field
-/// `model_type`) rather than read as a RoPE the model never applied. Found by reading every
-/// `rotate_half`-like function, every apply function and every text attention without a
-/// rotary module in transformers 5.23's modeling files.
-const UNSUPPORTED_ROTATION_MODEL_TYPES: [(&str, &str); 7] = [
-    (
-        "nanochat",
-        "NanoChat's rotate_half returns (x2, -x1): each pair turns by -p * w, which neither \
-         pairing (neox, gptj) computes",
-    ),
-    (
-        "kimi_linear",
-        "Kimi Linear applies no RoPE: its MLA layers build no rotary module (NoPE; \
-         qk_rope_head_dim only sizes the shared key slice) and its other layers are linear \
-         attention",
-    ),
-    (
-        "glm5_next_text",
-        "GLM-5 Next's DSA attention applies no RoPE (NoPE: its config class requires \
-         qk_rope_head_dim 0)",
-    ),
-    (
-        "inkling2_text",
-        "Inkling 2's text attention applies no RoPE: positions enter as a learned relative \
-         position bias",
-    ),
-    (
-        "deepseek_v4",
-        "DeepSeek V4 rotates the trailing slice of each head (interleaved), with \
-         rope_parameters keyed main/compress rather than by layer type, and turns the \
-         attention output back by -p; posenc rotates the leading rotary dims",
-    ),
-    (
-        "ernie4_5_vl_moe_text",
-        "ERNIE 4.5 VL's text RoPE is a 3-axis M-RoPE (mrope_section, [22, 22, 20] when the \
-         config has none, as refused where given) with its inv_freq stored reordered; only \
-         for text positions is it an interleaved RoPE",
-    ),
-    (
-        "musicflamingo",
-        "MusicFlamingo's top-level head_dim and rope_parameters are its audio encoder's rotary \
-         time embedding (angles scaled by timestamps); its language model's RoPE is the \
-         text_config's, to be read on its own",
-    ),
-];
-
-/// The `model_type`s (read after any `text_config` swap) whose rotary module computes a
-/// `"default"` RoPE with its own `compute_default_rope_parameters`, over the whole
-/// `head_dim`: `partial_rotary_factor`, top-level or per layer type, is ignored there
-/// (transformers 5). Their other rope types read it as every model does.
-pub const FULL_HEAD_DEFAULT_MODEL_TYPES: [&str; 11] = [
-    "gemma3_text",
-    "gemma3n_text",
-    "gemma4_text",
-    "gemma4_unified_text",
-    "t5gemma2_text",
-    "t5gemma2_decoder",
-    "embedding_gemma2_text",
-    "olmo3",
-    "modernbert",
-    "modernbert-decoder",
-    "lfm3",
-];
-
-/// The `model_type`s (read after any `text_config` swap) whose rotary module's own
-/// `compute_default_rope_parameters` reads `partial_rotary_factor` in transformers 5.23 (found
-/// in each modeling file, and checked by building the module with factors 1 and 0.5), each
-/// with the factor its config class gives when the config has none: in the legacy form (no
-/// `rope_parameters`), and beside given `rope_parameters`. Their `"default"` RoPE rotates
-/// `int(head_dim * factor)` dims, as every family's other rope types do.
-pub const PARTIAL_DEFAULT_MODEL_TYPES: [(&str, f64, f64); 44] = [
-    ("bamba", 0.5, 0.5),
-    ("diffusion_gemma_text", 1.0, 1.0),
-    ("dots3_note_text", 0.25, 0.25),
-    ("glm", 0.5, 0.5),
-    ("glm4", 0.5, 0.5),
-    ("glm4_moe", 0.5, 0.5),
-    ("glm4_moe_lite", 1.0, 1.0),
-    ("glm4v_moe_text", 0.5, 0.5),
-    ("glm4v_text", 1.0, 1.0),
-    ("glm_image_text", 1.0, 1.0),
-    ("glm_ocr_text", 1.0, 1.0),
-    ("glmasr_encoder", 0.5, 0.5),
-    ("gpt_neox", 0.25, 0.25),
-    ("gpt_neox_japanese", 1.0, 1.0),
-    ("laguna", 1.0, 1.0),
-    ("mellum", 1.0, 1.0),
-    ("mimo_v2_flash", 1.0, 1.0),
-    ("minimax_m2", 1.0, 1.0),
-    ("minimax_m3_vl_text", 1.0, 1.0),
-    ("moonshine", 0.9, 0.9),
-    ("moonshine_streaming", 0.8, 1.0),
-    ("moonshine_streaming_encoder", 0.8, 1.0),
-    ("nemotron", 0.5, 0.5),
-    ("nemotron3_5_transcribe_asr_audio", 0.5, 1.0),
-    ("nemotron3_5_transcribe_word_timestamp", 0.5, 1.0),
-    ("nemotron3_diarization_audio", 1.0, 1.0),
-    ("neomme", 1.0, 1.0),
-    ("persimmon", 0.5, 0.5),
-    ("phi", 0.5, 0.5),
-    ("phi3", 1.0, 1.0),
-    ("phi4_multimodal", 1.0, 1.0),
-    ("qwen3_5_moe_text", 0.25, 0.25),
-    ("qwen3_5_text", 0.25, 0.25),
-    ("qwen3_next", 0.25, 0.25),
-    ("qwen4_exp_text", 1.0, 1.0),
-    ("recurrent_gemma", 0.5, 0.5),
-    ("solar_open", 1.0, 1.0),
-    ("stablelm", 0.25, 0.25),
-    ("step3p5", 1.0, 1.0),
-    ("zaya", 1.0, 1.0),
-    ("dots3_note_audio_encoder", 1.0, 1.0),
-    ("nemotron3_5_transcribe_audio", 1.0, 1.0),
-    ("nemotron3_diarization", 1.0, 1.0),
-    ("efficientloftr", 1.0, 1.0),
-];
-
-/// Per-layer-type families whose config class copies no top-level `rope_theta` or
-/// `partial_rotary_factor` into the layer types' parameters (transformers 5.23's
-/// `convert_rope_params_to_dict` returns its arguments): a top-level factor reaches a
-/// default layer only when another layer's non-default type makes transformers standardize
-/// every layer type's parameters, in sorted order. Their default layers read their own
-/// entry's factor, else the family's default ([`no_copy_default_factor`]).
-const NO_COPY_PER_LAYER_MODEL_TYPES: [&str; 5] =
-    ["mimo_v2_flash", "laguna", "mellum", "zaya", "neomme"];
-
-/// The factor a layer of a [`NO_COPY_PER_LAYER_MODEL_TYPES`] family reads when its entry has
-/// none: MiMo-V2-Flash's modeling code defaults it to 0.334, NeoMME's config class fills 0.25
-/// (full_attention) and 1 (sliding_attention) in; 1 otherwise. NeoMME's other layer types get
-/// none (transformers fails on them).
-fn no_copy_default_factor(model_type: &str, layer_type: Option<&str>) -> Result<f64> {
-    Ok(match (model_type, layer_type) {
-        ("mimo_v2_flash", _) => 0.334,
-        ("neomme", Some("full_attention")) => 0.25,
-        ("neomme", Some("sliding_attention")) => 1.0,
-        ("neomme", other) => {
+/// The factor a layer of a family whose config class copies nothing into the layer types
+/// reads when its entry has none: the row's ([`LayerRule::NoCopy`]: MiMo-V2-Flash's
+/// modeling code defaults it to 0.334), or NeoMME's, whose config class fills 0.25
+/// (full_attention) and 1 (sliding_attention) in; its other layer types get none
+/// (transformers fails on them).
+fn no_copy_default_factor(family: &Family, layer_type: Option<&str>) -> Result<f64> {
+    Ok(match (family.layers, layer_type) {
+        (LayerRule::NoCopy(f), _) => f,
+        (LayerRule::NeoMme, Some("full_attention")) => 0.25,
+        (LayerRule::NeoMme, Some("sliding_attention")) => 1.0,
+        (LayerRule::NeoMme, other) => {
             return Err(invalid(
                 "layer_type",
                 other.map_or_else(|| "missing".to_string(), |t| format!("{t:?}")),
@@ -224,218 +56,10 @@ fn neomme_theta(config: &Object, layer_type: Option<&str>, key: &str) -> Result<
     }
 }
 
-/// The `model_type`s whose config class gives `rope_theta` a default other than 10000 in
-/// transformers 5.23 (found by instantiating each class without it, with and without
-/// `rope_parameters`), with what it gives. A config of these families without `rope_theta` is
-/// refused: a saved config always carries it, class defaults have changed between versions,
-/// and reading 10000 would be a silent wrong answer. Other families take 10000 when it is
-/// absent, the default of transformers' generic RoPE.
-pub const CLASS_DEFAULT_BASES: [(&str, &str); 52] = [
-    (
-        "apertus",
-        "base 12000000 beside rope_parameters, else llama3 scaling (factor 8) over base 12000000",
-    ),
-    ("bailing_hybrid", "base 6000000"),
-    ("bitnet", "base 500000"),
-    ("blt", "base 500000"),
-    ("blt_global_transformer", "base 500000"),
-    ("blt_local_decoder", "base 500000"),
-    ("blt_local_encoder", "base 500000"),
-    ("cohere", "base 500000"),
-    ("csm", "base 500000"),
-    ("csm_depth_decoder_model", "base 500000"),
-    (
-        "cwm",
-        "base 1000000 beside rope_parameters, else llama3 scaling (factor 16) over base 1000000",
-    ),
-    ("emu3_text_model", "base 1000000"),
-    ("eomt_dinov3", "base 100"),
-    ("ernie4_5", "base 500000"),
-    ("ernie4_5_moe", "base 500000"),
-    ("evolla", "base 500000"),
-    ("flex_olmo", "base 500000"),
-    (
-        "gpt_oss",
-        "base 150000 beside rope_parameters, else yarn scaling (factor 32) over base 150000",
-    ),
-    ("gte", "base 160000"),
-    ("helium", "base 100000"),
-    (
-        "higgs_audio_v2",
-        "base 10000 beside rope_parameters, else llama3 scaling (factor 32) over base 500000",
-    ),
-    ("hy_v3", "base 11158840"),
-    ("jina_embeddings_v3", "base 20000"),
-    ("lfm2", "base 1000000"),
-    ("lfm2_moe", "base 1000000"),
-    ("llama4_text", "base 500000"),
-    ("longcat_flash", "base 10000000"),
-    ("minimax", "base 1000000"),
-    ("minimax_m2", "base 5000000"),
-    ("minimax_m3_vl_text", "base 5000000"),
-    (
-        "ministral3",
-        "base 10000 beside rope_parameters, else yarn scaling (factor 16) over base 1000000",
-    ),
-    (
-        "mistral4",
-        "base 10000 beside rope_parameters, else yarn scaling (factor 128) over base 10000",
-    ),
-    (
-        "mistral_large4_text",
-        "base 10000 beside rope_parameters, else yarn scaling (factor 2048) over base 10000",
-    ),
-    ("mixtral", "base 1000000"),
-    ("mllama_text_model", "base 500000"),
-    ("muse_glimmer_assistant", "base 500000"),
-    ("nomic_bert", "base 1000"),
-    (
-        "openai_privacy_filter",
-        "base 150000 beside rope_parameters, else yarn scaling (factor 32) over base 150000",
-    ),
-    ("paddleocr_vl_text", "base 500000"),
-    ("pe_audio_encoder", "base 20000"),
-    ("pe_audio_video_encoder", "base 20000"),
-    ("pe_video_encoder", "base 20000"),
-    ("phimoe", "base 1000000"),
-    ("qwen2_5_omni_talker", "base 1000000"),
-    ("qwen2_5_omni_text", "base 1000000"),
-    ("qwen2_5_vl_text", "base 1000000"),
-    ("qwen2_vl_text", "base 1000000"),
-    ("qwen3_omni_moe_text", "base 1000000"),
-    ("qwen3_vl_moe_text", "base 500000"),
-    ("qwen3_vl_text", "base 500000"),
-    ("smollm3", "base 2000000"),
-    ("solar_open", "base 1000000"),
-];
-
-/// The `model_type`s (read after any `text_config` swap) whose config class gives `head_dim`
-/// a default of its own, not `hidden_size / num_attention_heads`, the same in transformers
-/// 4.57, 5.0, 5.12 and 5.23 wherever the class exists (found by instantiating each 5.23 class
-/// without it and reading each version's class source): a config without `head_dim` takes it,
-/// as transformers' rotary modules do (Gemma 3's published text configs give none: 256).
-pub const CLASS_DEFAULT_HEAD_DIMS: [(&str, u64); 52] = [
-    ("afmoe", 128),
-    ("cohere2_moe", 128),
-    ("cwm", 128),
-    ("deepseek_v32", 64),
-    ("deepseek_v4", 512),
-    ("dia_decoder", 128),
-    ("dia_encoder", 128),
-    ("ernie4_5", 128),
-    ("gemma", 256),
-    ("gemma2", 256),
-    ("gemma3_text", 256),
-    ("gemma3n_text", 256),
-    ("gemma4_vision", 64),
-    ("glm", 128),
-    ("glm4", 128),
-    ("glm_moe_dsa", 64),
-    ("gpt_oss", 64),
-    ("helium", 128),
-    ("higgs_audio_v2", 128),
-    ("hrm_text", 128),
-    ("hy_v3", 128),
-    ("kosmos_2_5_vision_model", 64),
-    ("laguna", 128),
-    ("llama4_text", 128),
-    ("longcat_flash", 64),
-    ("mellum", 128),
-    ("minimax_m2", 128),
-    ("minimax_m3_vl_text", 128),
-    ("ministral3", 128),
-    ("nemotron_h", 128),
-    ("openai_privacy_filter", 64),
-    ("paddleocr_vl_text", 128),
-    ("pe_audio_encoder", 128),
-    ("pe_audio_video_encoder", 128),
-    ("pe_video_encoder", 128),
-    ("qwen2_5_omni_dit", 64),
-    ("qwen2_5_omni_talker", 128),
-    ("qwen3", 128),
-    ("qwen3_5_moe_text", 256),
-    ("qwen3_5_text", 256),
-    ("qwen3_next", 256),
-    ("qwen3_omni_moe_talker_code_predictor", 128),
-    ("qwen3_vl_text", 128),
-    ("seed_oss", 128),
-    ("solar_open", 128),
-    ("t5_gemma_module", 256),
-    ("t5gemma2_decoder", 256),
-    ("t5gemma2_text", 256),
-    ("timesfm", 80),
-    ("timesfm2_5", 80),
-    ("vaultgemma", 256),
-    ("voxtral_realtime_encoder", 64),
-];
-
-/// The `model_type`s whose config class gives `head_dim` a default other than `hidden_size /
-/// num_attention_heads` in transformers 5.23 (with what it gives), where it is not the same in
-/// the other versions compared (4.57, 5.0, 5.12: absent, computed, or the class new in 5.23):
-/// a config of theirs without `head_dim` (or DeepSeek's `qk_rope_head_dim`) is refused, naming
-/// the 5.23 default.
-pub const UNSETTLED_HEAD_DIMS: [(&str, &str); 43] = [
-    ("axk1", "64"),
-    ("axk2", "32"),
-    ("bailing_hybrid", "64"),
-    ("beam", "128"),
-    ("canary_decoder", "128"),
-    ("cosmos3_edge_text", "128"),
-    ("deepseek_v2", "64"),
-    ("deepseek_v3", "64"),
-    ("flint", "128"),
-    ("glm4_moe_lite", "64"),
-    ("hy_v4", "64"),
-    ("inkling2_text", "128"),
-    ("inkling_text", "128"),
-    ("internlm3", "128"),
-    ("iquestcoder", "128"),
-    ("jetmoe", "128"),
-    ("kimi_linear", "64"),
-    ("kolibri1", "128"),
-    ("lfm3", "128"),
-    ("longt5", "64"),
-    ("mimo_v2_flash", "192"),
-    ("minicpm3", "32"),
-    ("mistral4", "128"),
-    ("mistral_large4_text", "64"),
-    ("molmo2_adapter", "72"),
-    ("molmo2_text", "128"),
-    ("molmo2_vision", "72"),
-    ("mt5", "64"),
-    ("muse_glimmer_assistant", "128"),
-    ("muse_glimmer_text", "128"),
-    ("muse_spark_text", "64"),
-    ("musicflamingo", "1280"),
-    ("neomme", "64"),
-    ("neucodec", "64"),
-    ("qwen4_exp_text", "256"),
-    ("step3p5", "128"),
-    ("t5", "64"),
-    ("umt5", "64"),
-    ("xcodec2", "64"),
-    ("youtu", "64"),
-    ("zamba", "2 * hidden_size / num_attention_heads"),
-    ("zamba2", "2 * hidden_size / num_attention_heads"),
-    ("zaya", "128"),
-];
-
 /// `global_head_dim` when the config omits it (these families' class default).
 const GLOBAL_HEAD_DIM: u64 = 512;
 
-/// The `model_type`s (read after any `text_config` swap) whose layers take their head dim
-/// from transformers 5.23's heterogeneous `per_layer_config` (keys are layer indices; every
-/// layer of a type must carry the same overrides), and whose config classes, when the config
-/// has no `per_layer_config`, give every full_attention layer `global_head_dim` (512 when
-/// absent). Their rotary module builds each layer type's RoPE over that head dim.
-const PER_LAYER_HEAD_MODEL_TYPES: [&str; 4] =
-    ["gemma4_text", "gemma4_unified_text", "embedding_gemma2_text", "diffusion_gemma_text"];
-
-/// Gemma 4's (`gemma4_text`, `gemma4_unified_text`) full_attention layers: transformers
-/// 5.5-5.12 built a RoPE other than proportional over `head_dim`, 5.23 over the layer's.
-const GEMMA4_MODEL_TYPES: [&str; 2] = ["gemma4_text", "gemma4_unified_text"];
-
-/// The head dim a [`PER_LAYER_HEAD_MODEL_TYPES`] layer of `layer_type` has: its overrides'
+/// The head dim a [`LayerRule::PerLayerHead`] layer of `layer_type` has: its overrides'
 /// `head_dim` in `per_layer_config`, else `head_dim`; without `per_layer_config`,
 /// `global_head_dim` (512) for full_attention and `head_dim` otherwise. What transformers
 /// fails on (an index past the layers, layers of one type with different overrides, no
@@ -566,37 +190,6 @@ fn layer_override_head_dim(
 /// Scaling types that read the model's `max_position_embeddings`.
 const READS_MAX: [&str; 3] = ["dynamic", "yarn", "longrope"];
 
-/// `model_type`s of families without rotary positions, which `RopeSpec::from_hf_config`
-/// refuses by name: absolute sinusoids, learned position tables, relative biases, ALiBi.
-pub const NON_ROTARY_MODEL_TYPES: [&str; 26] = [
-    "albert",
-    "bart",
-    "bert",
-    "blenderbot",
-    "bloom",
-    "deberta",
-    "deberta-v2",
-    "distilbert",
-    "electra",
-    "fsmt",
-    "gpt2",
-    "gpt_neo",
-    "m2m_100",
-    "marian",
-    "mbart",
-    "mpt",
-    "mt5",
-    "opt",
-    "pegasus",
-    "roberta",
-    "speech_to_text",
-    "t5",
-    "whisper",
-    "xglm",
-    "xlm",
-    "xlm-roberta",
-];
-
 type Object = Map<String, Value>;
 
 fn get<'a>(map: &'a Object, key: &str) -> Option<&'a Value> {
@@ -655,8 +248,13 @@ fn layer_types(per_layer: &Object) -> String {
 }
 
 /// Reads `rope_parameters` (transformers 5) or the legacy fields.
-fn rope(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result<Rope> {
-    let modernbert = MODERNBERT_MODEL_TYPES.contains(&model_type);
+fn rope(
+    config: &Object,
+    layer_type: Option<&str>,
+    model_type: &str,
+    family: &Family,
+) -> Result<Rope> {
+    let modernbert = family.layers == LayerRule::ModernBert;
     if modernbert && let Some(top) = get(config, "rope_theta") {
         return Err(invalid(
             "rope_theta",
@@ -666,7 +264,7 @@ fn rope(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result<R
              was meant is a guess",
         ));
     }
-    if (NO_COPY_PER_LAYER_MODEL_TYPES.contains(&model_type) || model_type == "lfm3")
+    if (copies_nothing(family) || family.layers == LayerRule::Lfm3)
         && get(config, "rope_parameters").is_none()
     {
         return Err(invalid(
@@ -682,7 +280,7 @@ fn rope(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result<R
         return if modernbert {
             modernbert_legacy(config, layer_type)
         } else {
-            legacy(config, layer_type, model_type)
+            legacy(config, layer_type, family)
         };
     };
     let Value::Object(params) = params else {
@@ -733,7 +331,7 @@ fn rope(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result<R
         }
         (params, "rope_parameters".to_string())
     };
-    let no_copy = per_layer && NO_COPY_PER_LAYER_MODEL_TYPES.contains(&model_type);
+    let no_copy = per_layer && copies_nothing(family);
     let theta = match number(params, "rope_theta").map_err(under(&key))? {
         Some(nested) => {
             // Two different bases: which one the model uses is a guess.
@@ -749,7 +347,9 @@ fn rope(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result<R
             Some(nested)
         }
         None if modernbert && per_layer => Some(modernbert_theta(config, layer_type)?),
-        None if no_copy && model_type == "neomme" => Some(neomme_theta(config, layer_type, &key)?),
+        None if no_copy && family.layers == LayerRule::NeoMme => {
+            Some(neomme_theta(config, layer_type, &key)?)
+        }
         None if no_copy => {
             return Err(invalid(
                 format!("{key}.rope_theta"),
@@ -760,7 +360,7 @@ fn rope(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result<R
                 ),
             ));
         }
-        None if per_layer => layer_default_theta(config, model_type, layer_type)?,
+        None if per_layer => layer_default_theta(config, family, layer_type)?,
         None => number(config, "rope_theta")?,
     };
     let partial_rotary_factor = number(params, "partial_rotary_factor").map_err(under(&key))?;
@@ -792,12 +392,6 @@ fn rope(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result<R
     })
 }
 
-/// Gemma 3's family (the text `model_type`s its configs carry): two RoPEs, full_attention's
-/// base `rope_theta` (1e6 when absent) and sliding_attention's `rope_local_base_freq` (1e4
-/// when absent, in transformers 4.x and 5.23 alike), never the other's.
-const GEMMA3_MODEL_TYPES: [&str; 4] =
-    ["gemma3_text", "gemma3n_text", "t5gemma2_text", "t5gemma2_decoder"];
-
 /// The base of a per-layer-type entry without `rope_theta`, as the family's config class fills
 /// it in (transformers 5.23's `convert_rope_params_to_dict`): Gemma 3's family gives
 /// sliding_attention `rope_local_base_freq`, else 1e4, and full_attention the top-level
@@ -807,16 +401,16 @@ const GEMMA3_MODEL_TYPES: [&str; 4] =
 /// top-level `rope_theta` (10000 when absent, as before).
 fn layer_default_theta(
     config: &Object,
-    model_type: &str,
+    family: &Family,
     layer_type: Option<&str>,
 ) -> Result<Option<f64>> {
     let top = number(config, "rope_theta")?;
-    Ok(match (model_type, layer_type) {
-        (m, Some("sliding_attention")) if GEMMA3_MODEL_TYPES.contains(&m) => {
+    Ok(match (family.layers, layer_type) {
+        (LayerRule::Gemma3, Some("sliding_attention")) => {
             Some(number(config, "rope_local_base_freq")?.unwrap_or(1e4))
         }
-        (m, Some("full_attention")) if GEMMA3_MODEL_TYPES.contains(&m) => Some(top.unwrap_or(1e6)),
-        ("olmo3", Some("sliding_attention")) => match top {
+        (LayerRule::Gemma3, Some("full_attention")) => Some(top.unwrap_or(1e6)),
+        (LayerRule::Olmo3, Some("sliding_attention")) => match top {
             Some(t) if t != 5e5 => {
                 return Err(invalid(
                     "rope_theta",
@@ -828,8 +422,8 @@ fn layer_default_theta(
             }
             _ => Some(5e5),
         },
-        ("olmo3", _) => Some(top.unwrap_or(5e5)),
-        ("lfm3", _) => Some(top.unwrap_or(1e6)),
+        (LayerRule::Olmo3, _) => Some(top.unwrap_or(5e5)),
+        (LayerRule::Lfm3, _) => Some(top.unwrap_or(1e6)),
         _ => top,
     })
 }
@@ -837,8 +431,8 @@ fn layer_default_theta(
 /// The legacy form: `rope_theta` (or `rotary_emb_base`) and `rope_scaling`; Gemma 3's
 /// `rope_local_base_freq` (1e4 when absent in Gemma 3's family) for its sliding-window layers,
 /// and its full layers' `rope_theta` 1e6 when absent.
-fn legacy(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result<Rope> {
-    let gemma3 = GEMMA3_MODEL_TYPES.contains(&model_type);
+fn legacy(config: &Object, layer_type: Option<&str>, family: &Family) -> Result<Rope> {
+    let gemma3 = family.layers == LayerRule::Gemma3;
     let theta = match number(config, "rope_theta")? {
         Some(t) => Some(t),
         None if gemma3 => Some(1e6),
@@ -851,11 +445,10 @@ fn legacy(config: &Object, layer_type: Option<&str>, model_type: &str) -> Result
             return Err(invalid("rope_scaling", excerpt(other), "a JSON object or null"));
         }
     };
-    if model_type == "olmo3" {
-        return olmo3_legacy(config, layer_type, theta, scaling);
-    }
-    if model_type == "step3p5" {
-        return step3p5_legacy(config, layer_type, theta, scaling);
+    match family.layers {
+        LayerRule::Olmo3 => return olmo3_legacy(config, layer_type, theta, scaling),
+        LayerRule::Step3p5 => return step3p5_legacy(config, layer_type, theta, scaling),
+        _ => {}
     }
     let local = match number(config, "rope_local_base_freq")? {
         None if gemma3 => Some(1e4),
@@ -995,10 +588,6 @@ fn step3p5_legacy(
     )
 }
 
-/// ModernBERT's `model_type`s: two RoPEs, one per layer type, whose bases are
-/// `global_rope_theta` and `local_rope_theta` (transformers' `ModernBertConfig`).
-const MODERNBERT_MODEL_TYPES: [&str; 2] = ["modernbert", "modernbert-decoder"];
-
 /// ModernBERT's base for a layer type: `global_rope_theta` (full_attention, 160000 when
 /// absent) or `local_rope_theta` (sliding_attention, 10000), as transformers 5.23's
 /// `convert_rope_params_to_dict` fills a layer type's `rope_theta`.
@@ -1107,20 +696,26 @@ fn proportional_factor(
 
 /// The head dimension the rotary module sees, and whether it comes from DeepSeek's
 /// `qk_rope_head_dim`: that key, else `head_dim`, else the class default of `model_type`
-/// ([`CLASS_DEFAULT_HEAD_DIMS`]), else `hidden_size / num_attention_heads`; `stand_in` (the
+/// ([`HeadDimDefault::Settled`]), else `hidden_size / num_attention_heads`; `stand_in` (the
 /// caller's head dim) where none of them is given, and for a class default that differs
-/// between versions ([`UNSETTLED_HEAD_DIMS`], refused without it).
-fn head_dim(config: &Object, model_type: &str, stand_in: Option<u64>) -> Result<(u64, bool)> {
+/// between versions ([`HeadDimDefault::Unsettled`], refused without it).
+fn head_dim(
+    config: &Object,
+    model_type: &str,
+    family: &Family,
+    stand_in: Option<u64>,
+) -> Result<(u64, bool)> {
     if let Some(d) = whole(config, "qk_rope_head_dim")? {
         return Ok((d, true));
     }
     if let Some(d) = whole(config, "head_dim")? {
         return Ok((d, false));
     }
-    if let Some((_, d)) = CLASS_DEFAULT_HEAD_DIMS.iter().find(|(m, _)| *m == model_type) {
-        return Ok((*d, false));
+    let d = family.head_dim;
+    if let HeadDimDefault::Settled(d) = d {
+        return Ok((u64::from(d), false));
     }
-    if let Some((_, d)) = UNSETTLED_HEAD_DIMS.iter().find(|(m, _)| *m == model_type) {
+    if matches!(d, HeadDimDefault::Unsettled(_) | HeadDimDefault::UnsettledDoubled) {
         if let Some(d) = stand_in {
             return Ok((d, false));
         }
@@ -1163,15 +758,15 @@ fn head_dim(config: &Object, model_type: &str, stand_in: Option<u64>) -> Result<
 }
 
 /// The rotated dimensions of a RoPE that is not spread over the whole head by its type
-/// (proportional, DeepSeek's slice) or its family (`FULL_HEAD_DEFAULT_MODEL_TYPES`):
+/// (proportional, DeepSeek's slice) or its family ([`PartialDefault::FullHead`]):
 /// `int(head_dim * factor)` as transformers computes it, the factor read as transformers 5.23
-/// reads it for `model_type`.
+/// reads it for the family.
 ///
 /// - the layer type's or `rope_parameters`' own `partial_rotary_factor`, else the top-level
 ///   one (Bamba's config class replaces that by 0.5), else GPT-NeoX's `rotary_pct`, else
-///   GPT-J's (or MiniMax-M2's) `rotary_dim`, else the family's class default
-///   ([`PARTIAL_DEFAULT_MODEL_TYPES`]; 1 elsewhere).
-/// - a `"default"` RoPE (`default_type`) of a family outside `PARTIAL_DEFAULT_MODEL_TYPES`
+///   GPT-J's (or MiniMax-M2's) `rotary_dim` ([`RotaryKey`]), else the family's class default
+///   ([`PartialDefault::Reads`]; 1 elsewhere).
+/// - a `"default"` RoPE (`default_type`) of a family whose default does not read the factor
 ///   spans the whole head in transformers 5, but `int(head_dim * factor)` dims in 4.x's
 ///   generic default: a factor other than 1 is refused there.
 /// - `rotary_pct` outside GPT-NeoX and `rotary_dim` outside GPT-J, CodeGen and MiniMax-M2
@@ -1179,21 +774,25 @@ fn head_dim(config: &Object, model_type: &str, stand_in: Option<u64>) -> Result<
 fn rotary_dim(
     config: &Object,
     head_dim: u64,
-    model_type: &str,
+    (model_type, family): (&str, &Family),
     layer_type: Option<&str>,
     rope: &Rope,
     default_type: bool,
 ) -> Result<u64> {
-    let family = PARTIAL_DEFAULT_MODEL_TYPES.iter().find(|(m, ..)| *m == model_type);
-    let top = match model_type {
-        "bamba" => None,
+    let reads = match family.partial {
+        PartialDefault::Reads { legacy, given, .. } => Some((legacy, given)),
+        _ => None,
+    };
+    let top = match family.partial {
+        PartialDefault::Reads { top_level: false, .. } => None,
         _ => number(config, "partial_rotary_factor")?,
     };
-    let neox = ["gpt_neox", "gpt_neox_japanese"].contains(&model_type);
-    let no_copy = rope.per_layer && NO_COPY_PER_LAYER_MODEL_TYPES.contains(&model_type);
+    let neox = family.rotary_key == Some(RotaryKey::RotaryPct);
+    let no_copy = rope.per_layer && copies_nothing(family);
     // NeoMME's config class fills its default factor into every layer type's parameters
     // before transformers standardizes them: a top-level one never reaches any layer there.
-    if no_copy && (default_type || model_type == "neomme") && rope.partial_rotary_factor.is_none() {
+    let every_layer = family.layers == LayerRule::NeoMme;
+    if no_copy && (default_type || every_layer) && rope.partial_rotary_factor.is_none() {
         if let Some(f) = top {
             return Err(invalid(
                 "partial_rotary_factor",
@@ -1203,7 +802,7 @@ fn rotary_dim(
                  default layer only as a side effect of another layer's non-default type",
             ));
         }
-        let f = no_copy_default_factor(model_type, layer_type)?;
+        let f = no_copy_default_factor(family, layer_type)?;
         let rotary = (head_dim as f64 * f).trunc() as u64;
         if rotary < 2 || !rotary.is_multiple_of(2) {
             return Err(invalid(
@@ -1236,7 +835,7 @@ fn rotary_dim(
             if !(f > 0.0 && f <= 1.0) {
                 return Err(invalid(key, float(f), "a number in (0, 1]"));
             }
-            if default_type && family.is_none() && f != 1.0 {
+            if default_type && reads.is_none() && f != 1.0 {
                 let whole = head_dim;
                 let part = (head_dim as f64 * f).trunc() as u64;
                 return Err(invalid(
@@ -1253,7 +852,7 @@ fn rotary_dim(
             (key, (head_dim as f64 * f).trunc() as u64)
         }
         None => match whole(config, "rotary_dim")? {
-            Some(r) if ["gptj", "codegen", "minimax_m2"].contains(&model_type) => ("rotary_dim", r),
+            Some(r) if family.rotary_key == Some(RotaryKey::RotaryDim) => ("rotary_dim", r),
             Some(r) if r != head_dim => {
                 return Err(invalid(
                     "rotary_dim",
@@ -1265,8 +864,8 @@ fn rotary_dim(
                     ),
                 ));
             }
-            _ => match family {
-                Some(&(_, legacy, given)) => {
+            _ => match reads {
+                Some((legacy, given)) => {
                     let f = if rope.legacy { legacy } else { given };
                     ("partial_rotary_factor", (head_dim as f64 * f).trunc() as u64)
                 }
@@ -1292,7 +891,7 @@ impl RopeSpec {
     /// rotary module from it.
     ///
     /// - base: `rope_theta` (or GPT-NeoX's `rotary_emb_base`), 10000 when absent; absent in a
-    ///   family whose config class defaults it otherwise ([`CLASS_DEFAULT_BASES`]: Mixtral,
+    ///   family whose config class defaults it otherwise ([`BaseDefault::Class`]: Mixtral,
     ///   Llama 4, GPT-OSS, ...), it is refused.
     /// - scaling: the legacy `rope_scaling` object (`type` read for `rope_type`; Phi-3's
     ///   `"su"` is longrope), or transformers 5's `rope_parameters`, which also holds
@@ -1318,8 +917,8 @@ impl RopeSpec {
     ///   per-layer-type parameters); a longrope or yarn without `factor` takes
     ///   `max_position_embeddings / original`.
     /// - head dim: `head_dim`, else the config class's default where transformers 4.57 to
-    ///   5.23 agree on one other than hidden / heads ([`CLASS_DEFAULT_HEAD_DIMS`]: Gemma 3's
-    ///   256, Qwen3's 128, ...; refused where they differ, [`UNSETTLED_HEAD_DIMS`]), else
+    ///   5.23 agree on one other than hidden / heads ([`HeadDimDefault::Settled`]: Gemma 3's
+    ///   256, Qwen3's 128, ...; refused where they differ, [`HeadDimDefault::Unsettled`]), else
     ///   `hidden_size / num_attention_heads` (GPT-J's `n_embd / n_head`); DeepSeek's
     ///   `qk_rope_head_dim` (the rotated part of each query and key head) when given.
     /// - rotary dim: `int(head_dim * partial_rotary_factor)`, as transformers 5.23 reads the
@@ -1329,11 +928,11 @@ impl RopeSpec {
     ///   CodeGen's and MiniMax-M2's `rotary_dim` are read in those families only; elsewhere
     ///   transformers ignores them, and a value other than the whole head is refused.
     ///   By family, for a `"default"` RoPE:
-    ///   - [`PARTIAL_DEFAULT_MODEL_TYPES`] (Phi, GLM, GPT-NeoX, StableLM, Qwen3-Next, ...):
+    ///   - [`PartialDefault::Reads`] (Phi, GLM, GPT-NeoX, StableLM, Qwen3-Next, ...):
     ///     their own default reads the factor; without one, their config class's default
     ///     (GLM and Phi 0.5, GPT-NeoX and Qwen3-Next 0.25, Moonshine 0.9, ...), which every
     ///     rope type of theirs reads too. Bamba's class replaces a top-level factor by 0.5.
-    ///   - [`FULL_HEAD_DEFAULT_MODEL_TYPES`] (Gemma 3, Gemma 4, OLMo 3, ...): the whole head.
+    ///   - [`PartialDefault::FullHead`] (Gemma 3, Gemma 4, OLMo 3, ...): the whole head.
     ///   - every other family, unknown or missing `model_type` included: transformers 5's
     ///     default spans the whole head, 4.x's generic one `int(head_dim * factor)` dims, so
     ///     a factor other than 1 is refused, naming the key and the `model_type` (the CLI's
@@ -1359,11 +958,11 @@ impl RopeSpec {
     ///   absent). A `global_head_dim` beside `per_layer_config` that disagrees with it, and a
     ///   null one, are refused. Gemma 4's `full_attention` `rope_type` must be
     ///   `"proportional"` (transformers versions disagree on other types' width).
-    /// - pairing: gptj (interleaved) for the `model_type`s in [`INTERLEAVED_MODEL_TYPES`]
+    /// - pairing: gptj (interleaved) for the families of [`PairingRule::Always`] `Gptj`
     ///   (every family whose attention rotates adjacent pairs in transformers 5.23: GPT-J,
     ///   Cohere, GLM, Llama 4, ERNIE 4.5, Helium, ...) and for DeepSeek (`qk_rope_head_dim`,
     ///   unless `rope_interleave` is false); neox otherwise, and for MiniCPM3 and HunYuan V4
-    ///   ([`HALVES_MLA_MODEL_TYPES`]: `qk_rope_head_dim` rotated by halves, `rope_interleave`
+    ///   ([`PairingRule::Always`] `Neox`: `qk_rope_head_dim` rotated by halves, `rope_interleave`
     ///   not read). NanoChat, whose `rotate_half`
     ///   turns pairs by `-p * w`, is refused (`model_type`). (transformers' `DeepseekV3` regroups each head as (even, odd)
     ///   dimensions before a neox rotation: its output is the gptj one in that order.)
@@ -1392,7 +991,7 @@ impl RopeSpec {
     /// [`RopeSpec::from_hf_config`], with `head_dim` standing in for the config's head dim
     /// where posenc cannot read one: absent with no `hidden_size` and `num_attention_heads`,
     /// or a class default that differs between transformers versions
-    /// ([`UNSETTLED_HEAD_DIMS`]). A head dim the config gives (or its family's settled class
+    /// ([`HeadDimDefault::Unsettled`]). A head dim the config gives (or its family's settled class
     /// default) is read as before; the rotary dim follows from the head dim used.
     ///
     /// # Errors
@@ -1426,7 +1025,7 @@ impl RopeSpec {
         // Families whose positions are absolute (sinusoids, learned tables) or a bias:
         // reading a default RoPE out of their head dims would be a silent wrong answer.
         if let Some(Value::String(model_type)) = config.get("model_type")
-            && NON_ROTARY_MODEL_TYPES.contains(&model_type.as_str())
+            && families::of(model_type).refusal == Some(Refusal::NotRotary)
         {
             return Err(Error::ModelFamily {
                 path: None,
@@ -1443,8 +1042,7 @@ impl RopeSpec {
             config = text.clone();
         }
         if let Some(Value::String(model_type)) = config.get("model_type")
-            && let Some((_, why)) =
-                UNSUPPORTED_ROTATION_MODEL_TYPES.iter().find(|(m, _)| m == model_type)
+            && let Some(Refusal::Rotation(why)) = families::of(model_type).refusal
         {
             return Err(invalid(
                 "model_type",
@@ -1453,9 +1051,10 @@ impl RopeSpec {
             ));
         }
         let model_type = get(&config, "model_type").and_then(Value::as_str).unwrap_or("");
+        let family = families::of(model_type);
         // DBRX keeps its base in attn_config.rope_theta: transformers 4.x read it, 5.23 builds
         // base 10000 whatever it says, so a base there that is not 10000 is a guess.
-        if model_type == "dbrx"
+        if family.base == BaseDefault::AttnConfig
             && get(&config, "rope_theta").is_none()
             && let Some(Value::Object(attn)) = config.get("attn_config")
             && let Some(nested) = number(attn, "rope_theta")?
@@ -1469,20 +1068,21 @@ impl RopeSpec {
                  (or --base)",
             ));
         }
-        let rope = rope(&config, layer_type, model_type)?;
+        let rope = rope(&config, layer_type, model_type, family)?;
         // No scaling object (the legacy form without rope_scaling) is a default RoPE.
         let rope_type = match &rope.scaling {
             Some((map, _)) => type_of(map),
             None => Some("default"),
         };
         let proportional = rope_type == Some("proportional");
-        let (mut head_dim, deepseek) = head_dim(&config, model_type, stand_in.map(u64::from))?;
-        if PER_LAYER_HEAD_MODEL_TYPES.contains(&model_type)
+        let (mut head_dim, deepseek) =
+            head_dim(&config, model_type, family, stand_in.map(u64::from))?;
+        if let LayerRule::PerLayerHead { gemma4 } = family.layers
             && let Some(t) = layer_type
         {
             // Gemma 4's full layers: another type than proportional was built over head_dim
             // before transformers 5.23, over the layer's head dim since; refused.
-            if GEMMA4_MODEL_TYPES.contains(&model_type) && t == "full_attention" && !proportional {
+            if gemma4 && t == "full_attention" && !proportional {
                 let (field, value) = match &rope.scaling {
                     Some((map, key)) => {
                         let type_key =
@@ -1504,16 +1104,16 @@ impl RopeSpec {
             }
             head_dim = per_layer_head_dim(&config, t, head_dim)?;
         }
-        // These families' own default RoPE spans the whole head (FULL_HEAD_DEFAULT_MODEL_TYPES).
+        // These families' own default RoPE spans the whole head.
         let full_head_default =
-            rope_type == Some("default") && FULL_HEAD_DEFAULT_MODEL_TYPES.contains(&model_type);
+            rope_type == Some("default") && family.partial == PartialDefault::FullHead;
         let rotary = if deepseek || proportional || full_head_default {
             head_dim
         } else {
             rotary_dim(
                 &config,
                 head_dim,
-                model_type,
+                (model_type, family),
                 layer_type,
                 &rope,
                 rope_type == Some("default"),
@@ -1533,12 +1133,10 @@ impl RopeSpec {
             None => deepseek,
             Some(other) => return Err(invalid("rope_interleave", excerpt(other), "true or false")),
         };
-        let pairing = if HALVES_MLA_MODEL_TYPES.contains(&model_type) {
-            Pairing::Neox
-        } else if interleave || INTERLEAVED_MODEL_TYPES.contains(&model_type) {
-            Pairing::Gptj
-        } else {
-            Pairing::Neox
+        let pairing = match family.pairing {
+            PairingRule::Always(pairing) => pairing,
+            PairingRule::Config if interleave => Pairing::Gptj,
+            PairingRule::Config => Pairing::Neox,
         };
         // Past u32 the builder could only see a saturated value: named here as given.
         let (Ok(head_dim), Ok(rotary)) = (u32::try_from(head_dim), u32::try_from(rotary)) else {
@@ -1547,8 +1145,8 @@ impl RopeSpec {
         };
         let theta = match rope.theta {
             Some(t) => t,
-            None => match CLASS_DEFAULT_BASES.iter().find(|(m, _)| *m == model_type) {
-                Some((_, given)) => {
+            None => match family.base {
+                BaseDefault::Class(given) => {
                     return Err(invalid(
                         "rope_theta",
                         "missing",
@@ -1559,7 +1157,7 @@ impl RopeSpec {
                         ),
                     ));
                 }
-                None => DEFAULT_BASE,
+                BaseDefault::Generic | BaseDefault::AttnConfig => DEFAULT_BASE,
             },
         };
         // A base out of range is named by the key it was read from.

@@ -34,6 +34,7 @@
 
 mod cache;
 mod config;
+pub mod families;
 mod freq;
 mod scaling;
 
@@ -43,11 +44,6 @@ pub use crate::dtype::Dtype;
 use crate::error::{Error, Result, float};
 pub use cache::RopeCache;
 pub(crate) use cache::{cache_frequencies, check_cache_size};
-pub use config::{
-    CLASS_DEFAULT_BASES, CLASS_DEFAULT_HEAD_DIMS, FULL_HEAD_DEFAULT_MODEL_TYPES,
-    HALVES_MLA_MODEL_TYPES, INTERLEAVED_MODEL_TYPES, NON_ROTARY_MODEL_TYPES,
-    PARTIAL_DEFAULT_MODEL_TYPES, UNSETTLED_HEAD_DIMS,
-};
 pub use scaling::{
     Llama3, LongRope, MAX_FACTORS, MAX_JSON_BYTES, Proportional, ROPE_TYPES, Scaling,
     YARN_BETA_FAST, YARN_BETA_SLOW, Yarn,

@@ -594,7 +594,10 @@ fn configs_of_families_without_rope_are_refused_by_model_type() {
             other => panic!("{name}: expected ModelFamily, got {other:?}"),
         }
     }
-    for model_type in posenc::rope::NON_ROTARY_MODEL_TYPES {
+    let not_rotary = posenc::rope::families::all()
+        .iter()
+        .filter(|f| f.refusal == Some(posenc::rope::families::Refusal::NotRotary));
+    for model_type in not_rotary.map(|f| f.model_type) {
         let json = format!(
             r#"{{"model_type": "{model_type}", "hidden_size": 768, "num_attention_heads": 12}}"#
         );

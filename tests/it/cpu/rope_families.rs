@@ -5,9 +5,20 @@
 //! `apply_rotary_emb`). Configs transformers reads differently across versions, or only by
 //! accident, must be refused naming the key.
 
+use posenc::rope::families::{self, HeadDimDefault, PairingRule, PartialDefault};
 use posenc::rope::{Layout, Pairing, RopeSpec};
 
 use super::rope_config::refused;
+
+/// Whether the family table says `model_type`'s default RoPE reads `partial_rotary_factor`.
+fn reads_partial(model_type: &str) -> bool {
+    families::lookup(model_type).is_some_and(|f| matches!(f.partial, PartialDefault::Reads { .. }))
+}
+
+/// Whether the family table says `model_type`'s default RoPE spans the whole head.
+fn full_head(model_type: &str) -> bool {
+    families::lookup(model_type).is_some_and(|f| f.partial == PartialDefault::FullHead)
+}
 
 /// transformers computes `inv_freq`, the angle and cos/sin in float32: its rotated values are
 /// within a few float32 ulps of the exact ones posenc computes.
@@ -63,7 +74,8 @@ fn interleaved_families_rotate_adjacent_pairs() {
         "axk2",
     ];
     for model_type in interleaved {
-        assert!(posenc::rope::INTERLEAVED_MODEL_TYPES.contains(&model_type), "{model_type}");
+        let row = families::lookup(model_type).map(|f| f.pairing);
+        assert_eq!(row, Some(PairingRule::Always(Pairing::Gptj)), "{model_type}");
         let got = spec(&small(model_type, ""), None);
         assert_eq!(got.pairing(), Pairing::Gptj, "{model_type}");
     }
@@ -330,7 +342,7 @@ fn families_posenc_cannot_rotate_are_refused_by_model_type() {
             assert!(msg.contains(why), "{msg}");
         }
     }
-    assert!(!posenc::rope::PARTIAL_DEFAULT_MODEL_TYPES.iter().any(|(m, ..)| *m == "deepseek_v4"));
+    assert!(!reads_partial("deepseek_v4"));
 }
 
 /// `w` within 4 ulps of the float64 `reference`.
@@ -444,10 +456,7 @@ fn families_whose_default_rope_reads_partial_rotary_factor() {
         (head128("minimax_m2", r#", "rotary_dim": 64"#), 32, 0.7498942093324559),
     ];
     for model_type in ["phi", "glm", "gpt_neox", "qwen3_next", "laguna", "mimo_v2_flash"] {
-        assert!(
-            posenc::rope::PARTIAL_DEFAULT_MODEL_TYPES.iter().any(|(m, ..)| *m == model_type),
-            "{model_type}"
-        );
+        assert!(reads_partial(model_type), "{model_type}");
     }
     for (text, n, w1) in cases {
         let (got_n, got_w1) = freqs(&text, None);
@@ -499,7 +508,7 @@ fn other_families_refuse_partial_rotary_factor_with_a_default_rope() {
     assert_eq!(spec(&head128("gptj", r#", "rotary_dim": 64"#), None).rotary_dim(), 64);
 }
 
-/// `FULL_HEAD_DEFAULT_MODEL_TYPES` names the `model_type`s a config carries after the
+/// The family table's `FullHead` rows name the `model_type`s a config carries after the
 /// `text_config` swap: EmbeddingGemma 2's and T5Gemma 2's text configs, Gemma 4 unified's.
 /// Their default RoPE spans the head whatever the factor (transformers 5.23: 64 frequencies
 /// for head 128).
@@ -508,14 +517,14 @@ fn full_head_families_are_named_by_their_text_model_type() {
     for model_type in
         ["embedding_gemma2_text", "t5gemma2_text", "t5gemma2_decoder", "gemma4_unified_text"]
     {
-        assert!(posenc::rope::FULL_HEAD_DEFAULT_MODEL_TYPES.contains(&model_type), "{model_type}");
+        assert!(full_head(model_type), "{model_type}");
         let text = head128(model_type, r#", "partial_rotary_factor": 0.5"#);
         // T5Gemma 2's legacy form has two RoPEs (Gemma 3's): its sliding layers' base is 1e4.
         let layer_type = model_type.starts_with("t5gemma2").then_some("sliding_attention");
         assert_eq!(freqs(&text, layer_type), (64, 0.8659643233600653), "{model_type}");
     }
     for gone in ["embedding_gemma2", "t5gemma2"] {
-        assert!(!posenc::rope::FULL_HEAD_DEFAULT_MODEL_TYPES.contains(&gone), "{gone}");
+        assert!(!full_head(gone), "{gone}");
     }
 }
 
@@ -1049,7 +1058,12 @@ fn settled_class_default_head_dims_are_read() {
         }
     }
     for (model_type, head) in [("qwen3", 128), ("gpt_oss", 64), ("glm4", 128), ("ernie4_5", 128)] {
-        assert!(posenc::rope::CLASS_DEFAULT_HEAD_DIMS.contains(&(model_type, head)));
+        let row = families::lookup(model_type).map(|f| f.head_dim);
+        assert_eq!(
+            row,
+            Some(HeadDimDefault::Settled(u32::try_from(head).unwrap())),
+            "{model_type}"
+        );
         let text = format!(
             r#"{{"model_type": "{model_type}", "hidden_size": 3840, "num_attention_heads": 16,
                 "rope_theta": 10000.0}}"#

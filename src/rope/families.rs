@@ -1,0 +1,561 @@
+//! What posenc knows of each Hugging Face `model_type`, one row per family: how its attention
+//! pairs dimensions, what its config class fills in when a config leaves a RoPE field out (and
+//! whether transformers versions agree on it), how its default RoPE reads
+//! `partial_rotary_factor`, its per-layer-type rule, and why posenc refuses it, if it does.
+//!
+//! [`RopeSpec::from_hf_config`](super::RopeSpec::from_hf_config) reads every config through
+//! [`lookup`]; a `model_type` without a row (or a config without one) reads as transformers'
+//! generic RoPE ([`Family::GENERIC`]). The rows were found by reading transformers 5.23's
+//! configuration and modeling files and by building each family's rotary module; the columns
+//! a script can re-derive from an installed transformers (class defaults) are re-derived by
+//! `scripts/families.py` (see the README's "The family table").
+//!
+//! `model_type` is the one a config carries after any `text_config` swap (a multimodal
+//! config's language model), except for [`Refusal::NotRotary`], which is read before it too.
+
+use std::fmt;
+
+use super::Pairing;
+
+/// One `model_type`'s row.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Family {
+    /// The `model_type`, as transformers spells it.
+    pub model_type: &'static str,
+    /// How the family's attention pairs the rotated dimensions.
+    pub pairing: PairingRule,
+    /// The base when the config has no `rope_theta`.
+    pub base: BaseDefault,
+    /// The head dim when the config has no `head_dim`.
+    pub head_dim: HeadDimDefault,
+    /// How a `"default"` RoPE reads `partial_rotary_factor`, and the factor when absent.
+    pub partial: PartialDefault,
+    /// A family-specific key for the rotary width (GPT-NeoX's `rotary_pct`, GPT-J's
+    /// `rotary_dim`), read in this family only.
+    pub rotary_key: Option<RotaryKey>,
+    /// How per-layer-type RoPEs and their bases are filled in.
+    pub layers: LayerRule,
+    /// Why posenc refuses the family, if it does.
+    pub refusal: Option<Refusal>,
+}
+
+/// How a family's attention pairs the rotated dimensions, in transformers 5.23 (found by
+/// rotating a query with every model's own rotary module and apply function).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PairingRule {
+    /// As the config says: [`Pairing::Gptj`] when `rope_interleave` is true (its default is
+    /// true beside DeepSeek's `qk_rope_head_dim`: DeepSeek V3, GLM-4.7-Flash, Mistral 4, ...),
+    /// [`Pairing::Neox`] otherwise.
+    Config,
+    /// This pairing whatever `rope_interleave` says: `Gptj` for the families whose attention
+    /// rotates adjacent pairs (`rotate_half` over `x[..., 0::2]`/`x[..., 1::2]` with cos/sin
+    /// repeated per pair, GPT-J's `rotate_every_two`, Llama 4's and DeepSeek V2's
+    /// `view_as_complex`, RoFormer's stacked sinusoids, MLA families without a switch);
+    /// `Neox` for the MLA families that rotate their `qk_rope_head_dim` slice by plain
+    /// `rotate_half` halves (MiniCPM3, HunYuan V4).
+    Always(Pairing),
+}
+
+/// The base when a config has no `rope_theta`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum BaseDefault {
+    /// 10000, the default of transformers' generic RoPE.
+    Generic,
+    /// The config class gives another (found by instantiating each 5.23 class without it,
+    /// with and without `rope_parameters`). A config without `rope_theta` is refused: a saved
+    /// config always carries it, class defaults have changed between versions, and reading
+    /// 10000 would be a silent wrong answer.
+    Class(ClassBase),
+    /// DBRX: the base sits in `attn_config.rope_theta`, which transformers 4.x read and 5.23
+    /// ignores (10000): a value other than 10000 there is refused unless a top-level
+    /// `rope_theta` says which base the model runs with.
+    AttnConfig,
+}
+
+/// What a config class gives a config without `rope_theta`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ClassBase {
+    /// The base, beside given `rope_parameters` (and in the legacy form when `legacy` is
+    /// `None`).
+    pub base: f64,
+    /// The RoPE the class builds in the legacy form (no `rope_parameters`), where it is not
+    /// a default one over `base`.
+    pub legacy: Option<LegacyRope>,
+}
+
+/// A scaled RoPE a config class builds for a config without `rope_parameters`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LegacyRope {
+    /// Its `rope_type` (a [`ROPE_TYPES`](super::ROPE_TYPES) value).
+    pub rope_type: &'static str,
+    /// Its `factor`.
+    pub factor: f64,
+    /// Its base.
+    pub base: f64,
+}
+
+/// The head dim when a config has no `head_dim` (nor DeepSeek's `qk_rope_head_dim`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadDimDefault {
+    /// `hidden_size / num_attention_heads` (GPT-J's `n_embd / n_head`), refused unless whole.
+    Computed,
+    /// The config class's own default, the same in transformers 4.57, 5.0, 5.12 and 5.23
+    /// wherever the class exists (Gemma 3's published text configs give none: 256).
+    Settled(u32),
+    /// The config class's default in 5.23, which differs in the other versions compared
+    /// (absent, computed, or the class new in 5.23): refused, naming it, unless the caller
+    /// passes the head dim.
+    Unsettled(u32),
+    /// As `Unsettled`, with 5.23's default `2 * hidden_size / num_attention_heads` (Zamba).
+    UnsettledDoubled,
+}
+
+/// How a family's `"default"` RoPE reads `partial_rotary_factor` (transformers 5 gives each
+/// family its own `compute_default_rope_parameters`; 4.x had one generic one that read it).
+/// Other rope types read the factor in every family.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum PartialDefault {
+    /// Transformers 5 builds the default RoPE over the whole head, 4.x's generic default over
+    /// `int(head_dim * factor)` dims: a factor other than 1 is refused.
+    Generic,
+    /// The family's own default reads the factor (found in each modeling file, and checked
+    /// by building the module with factors 1 and 0.5) and rotates `int(head_dim * factor)`
+    /// dims; when the config has none, its config class's: `legacy` in the legacy form (no
+    /// `rope_parameters`), `given` beside given `rope_parameters`. Every rope type of the
+    /// family reads that default.
+    Reads {
+        /// The class default in the legacy form.
+        legacy: f64,
+        /// The class default beside given `rope_parameters`.
+        given: f64,
+        /// Whether a top-level factor is read (Bamba's class replaces it by its default).
+        top_level: bool,
+    },
+    /// The family's default RoPE spans the whole head: the factor, top-level or per layer
+    /// type, is ignored there.
+    FullHead,
+}
+
+/// A family-specific key for the rotary width, read when no `partial_rotary_factor` is
+/// given; elsewhere transformers ignores it, and a value other than the whole head is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RotaryKey {
+    /// GPT-NeoX's `rotary_pct`, a factor.
+    RotaryPct,
+    /// GPT-J's, CodeGen's and MiniMax-M2's `rotary_dim`, a count of dims.
+    RotaryDim,
+}
+
+/// How a family fills in per-layer-type RoPEs and their bases (transformers 5.23's
+/// `convert_rope_params_to_dict` and the legacy forms' readers).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LayerRule {
+    /// A per-layer-type entry without `rope_theta` takes the top-level one (10000 when
+    /// absent, refused where the class defaults it otherwise, as for a single RoPE).
+    Generic,
+    /// Gemma 3's family: `sliding_attention` takes `rope_local_base_freq`, else 1e4 (never
+    /// the top-level `rope_theta`), `full_attention` the top-level `rope_theta`, else 1e6; a
+    /// legacy config has two RoPEs too (sliding 1e4, unscaled), so a layer type is required.
+    Gemma3,
+    /// OLMo 3: `full_attention` the top-level `rope_theta`, else 5e5, and `rope_scaling`;
+    /// `sliding_attention` 5e5, unscaled (its class pops `rope_theta` twice; 4.x gave both
+    /// `rope_theta`, so another top-level value is refused beside such a layer).
+    Olmo3,
+    /// LFM3: the top-level `rope_theta`, else 1e6; the legacy form (where its class uses its
+    /// own parameters and ignores `rope_theta`) is refused.
+    Lfm3,
+    /// ModernBERT: `global_rope_theta` (full_attention, 160000 when absent) and
+    /// `local_rope_theta` (sliding_attention, 10000); a layer type is required, and
+    /// `rope_scaling` applies to both; a top-level `rope_theta` (ignored by transformers) is
+    /// refused.
+    ModernBert,
+    /// The config class copies no top-level `rope_theta` or `partial_rotary_factor` into the
+    /// layer types' parameters, which are required, each with its `rope_theta`; a default
+    /// layer rotates `int(head_dim * factor)` dims with its entry's factor, else this one
+    /// (MiMo-V2-Flash 0.334, Laguna, Mellum, Zaya 1).
+    NoCopy(f64),
+    /// NeoMME: as [`LayerRule::NoCopy`], but its class fills 0.25 (full_attention) and 1
+    /// (sliding_attention) into every layer type whatever its rope type, and a missing
+    /// `rope_theta` from the top-level one, else 1e6 / 1e4.
+    NeoMme,
+    /// Step 3.5's legacy form: every layer type is a default RoPE over `rope_theta`, and
+    /// `rope_scaling` applies to the full_attention layers only; per-layer lists are not
+    /// read (a `rope_theta` list, and `partial_rotary_factors` other than all 1, are refused).
+    Step3p5,
+    /// A layer type's head dim is its layers' `head_dim` override in transformers 5.23's
+    /// `per_layer_config`, else `head_dim`; without `per_layer_config`, full_attention takes
+    /// `global_head_dim` (512 when absent). With `gemma4`, a full_attention layer's
+    /// `rope_type` must be `"proportional"` (transformers 5.5-5.12 built other types over
+    /// `head_dim`, 5.23 over the layer's).
+    PerLayerHead {
+        /// Gemma 4's full_attention rule.
+        gemma4: bool,
+    },
+}
+
+/// Why posenc refuses a family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Its positions are not rotary (absolute sinusoids, learned position tables, relative
+    /// biases, ALiBi): reading a default RoPE out of its head dims would be a silent wrong
+    /// answer ([`Error::ModelFamily`](crate::Error::ModelFamily)).
+    NotRotary,
+    /// Its attention applies no RoPE, or a rotation posenc does not compute (found by reading
+    /// every `rotate_half`-like function, apply function and text attention without a rotary
+    /// module in transformers 5.23's modeling files), with the reason
+    /// ([`Error::RopeConfig`](crate::Error::RopeConfig) naming `model_type`).
+    Rotation(&'static str),
+}
+
+impl Family {
+    /// The row of a `model_type` posenc knows nothing particular of: transformers' generic
+    /// RoPE.
+    pub const GENERIC: Family = row("");
+}
+
+/// Every row, sorted by `model_type`.
+pub fn all() -> &'static [Family] {
+    FAMILIES
+}
+
+/// The row of `model_type`, if posenc has one.
+///
+/// ```
+/// use posenc::rope::Pairing;
+/// use posenc::rope::families::{self, PairingRule};
+///
+/// assert_eq!(families::lookup("glm4").unwrap().pairing, PairingRule::Always(Pairing::Gptj));
+/// assert!(families::lookup("llama").is_none()); // the generic RoPE
+/// ```
+pub fn lookup(model_type: &str) -> Option<&'static Family> {
+    FAMILIES.binary_search_by(|f| f.model_type.cmp(model_type)).ok().map(|i| &FAMILIES[i])
+}
+
+/// The row of `model_type`, or [`Family::GENERIC`].
+pub(crate) fn of(model_type: &str) -> &'static Family {
+    lookup(model_type).unwrap_or(&Family::GENERIC)
+}
+
+impl fmt::Display for ClassBase {
+    /// As the errors name it: `base 500000`, or `base 10000 beside rope_parameters, else yarn
+    /// scaling (factor 16) over base 1000000`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "base {}", self.base)?;
+        if let Some(l) = self.legacy {
+            write!(
+                f,
+                " beside rope_parameters, else {} scaling (factor {}) over base {}",
+                l.rope_type, l.factor, l.base
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for HeadDimDefault {
+    /// The default as the errors name it: `128`, `2 * hidden_size / num_attention_heads`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HeadDimDefault::Computed => f.write_str("hidden_size / num_attention_heads"),
+            HeadDimDefault::Settled(d) | HeadDimDefault::Unsettled(d) => write!(f, "{d}"),
+            HeadDimDefault::UnsettledDoubled => {
+                f.write_str("2 * hidden_size / num_attention_heads")
+            }
+        }
+    }
+}
+
+// The rows are written with these builders, one line each.
+
+const fn row(model_type: &'static str) -> Family {
+    Family {
+        model_type,
+        pairing: PairingRule::Config,
+        base: BaseDefault::Generic,
+        head_dim: HeadDimDefault::Computed,
+        partial: PartialDefault::Generic,
+        rotary_key: None,
+        layers: LayerRule::Generic,
+        refusal: None,
+    }
+}
+
+impl Family {
+    const fn gptj(self) -> Self {
+        Family { pairing: PairingRule::Always(Pairing::Gptj), ..self }
+    }
+    const fn neox(self) -> Self {
+        Family { pairing: PairingRule::Always(Pairing::Neox), ..self }
+    }
+    const fn base(self, base: f64) -> Self {
+        Family { base: BaseDefault::Class(ClassBase { base, legacy: None }), ..self }
+    }
+    const fn base_legacy(self, base: f64, rope_type: &'static str, factor: f64, of: f64) -> Self {
+        let legacy = Some(LegacyRope { rope_type, factor, base: of });
+        Family { base: BaseDefault::Class(ClassBase { base, legacy }), ..self }
+    }
+    const fn attn_config_base(self) -> Self {
+        Family { base: BaseDefault::AttnConfig, ..self }
+    }
+    const fn head(self, dim: u32) -> Self {
+        Family { head_dim: HeadDimDefault::Settled(dim), ..self }
+    }
+    const fn unsettled(self, dim: u32) -> Self {
+        Family { head_dim: HeadDimDefault::Unsettled(dim), ..self }
+    }
+    const fn unsettled_doubled(self) -> Self {
+        Family { head_dim: HeadDimDefault::UnsettledDoubled, ..self }
+    }
+    const fn partial(self, legacy: f64, given: f64) -> Self {
+        Family { partial: PartialDefault::Reads { legacy, given, top_level: true }, ..self }
+    }
+    const fn no_top_level_factor(self) -> Self {
+        let partial = match self.partial {
+            PartialDefault::Reads { legacy, given, .. } => {
+                PartialDefault::Reads { legacy, given, top_level: false }
+            }
+            _ => panic!("no_top_level_factor without a partial default"),
+        };
+        Family { partial, ..self }
+    }
+    const fn full_head(self) -> Self {
+        Family { partial: PartialDefault::FullHead, ..self }
+    }
+    const fn reads(self, key: RotaryKey) -> Self {
+        Family { rotary_key: Some(key), ..self }
+    }
+    const fn layers(self, layers: LayerRule) -> Self {
+        Family { layers, ..self }
+    }
+    const fn not_rotary(self) -> Self {
+        Family { refusal: Some(Refusal::NotRotary), ..self }
+    }
+    const fn refused(self, why: &'static str) -> Self {
+        Family { refusal: Some(Refusal::Rotation(why)), ..self }
+    }
+}
+
+const NANOCHAT: &str = "NanoChat's rotate_half returns (x2, -x1): each pair turns by -p * w, which neither \
+     pairing (neox, gptj) computes";
+
+const KIMI_LINEAR: &str = "Kimi Linear applies no RoPE: its MLA layers build no rotary module (NoPE; \
+     qk_rope_head_dim only sizes the shared key slice) and its other layers are linear \
+     attention";
+
+const GLM5_NEXT_TEXT: &str = "GLM-5 Next's DSA attention applies no RoPE (NoPE: its config class requires \
+     qk_rope_head_dim 0)";
+
+const INKLING2_TEXT: &str = "Inkling 2's text attention applies no RoPE: positions enter as a learned relative \
+     position bias";
+
+const DEEPSEEK_V4: &str = "DeepSeek V4 rotates the trailing slice of each head (interleaved), with \
+     rope_parameters keyed main/compress rather than by layer type, and turns the \
+     attention output back by -p; posenc rotates the leading rotary dims";
+
+const ERNIE4_5_VL_MOE_TEXT: &str = "ERNIE 4.5 VL's text RoPE is a 3-axis M-RoPE (mrope_section, [22, 22, 20] when the \
+     config has none, as refused where given) with its inv_freq stored reordered; only \
+     for text positions is it an interleaved RoPE";
+
+const MUSICFLAMINGO: &str = "MusicFlamingo's top-level head_dim and rope_parameters are its audio encoder's rotary \
+     time embedding (angles scaled by timestamps); its language model's RoPE is the \
+     text_config's, to be read on its own";
+
+use LayerRule::{Gemma3, Lfm3, ModernBert, NeoMme, NoCopy, Olmo3, PerLayerHead, Step3p5};
+use RotaryKey::{RotaryDim, RotaryPct};
+
+/// The table, sorted by `model_type` (a test checks it, and the rows against each other).
+static FAMILIES: &[Family] = &[
+    row("afmoe").head(128),
+    row("albert").not_rotary(),
+    row("apertus").base_legacy(12e6, "llama3", 8.0, 12e6),
+    row("axk1").unsettled(64),
+    row("axk2").gptj().unsettled(32),
+    row("bailing_hybrid").gptj().base(6e6).unsettled(64),
+    row("bamba").partial(0.5, 0.5).no_top_level_factor(),
+    row("bart").not_rotary(),
+    row("beam").unsettled(128),
+    row("bert").not_rotary(),
+    row("bitnet").base(5e5),
+    row("blenderbot").not_rotary(),
+    row("bloom").not_rotary(),
+    row("blt").base(5e5),
+    row("blt_global_transformer").gptj().base(5e5),
+    row("blt_local_decoder").gptj().base(5e5),
+    row("blt_local_encoder").gptj().base(5e5),
+    row("blt_patcher").gptj(),
+    row("canary_decoder").unsettled(128),
+    row("codegen").gptj().reads(RotaryDim),
+    row("cohere").gptj().base(5e5),
+    row("cohere2").gptj(),
+    row("cohere2_moe").gptj().head(128),
+    row("cosmos3_edge_text").unsettled(128),
+    row("csm").base(5e5),
+    row("csm_depth_decoder_model").base(5e5),
+    row("cwm").base_legacy(1e6, "llama3", 16.0, 1e6).head(128),
+    row("dbrx").attn_config_base(),
+    row("deberta").not_rotary(),
+    row("deberta-v2").not_rotary(),
+    row("deepseek_v2").gptj().unsettled(64),
+    row("deepseek_v3").unsettled(64),
+    row("deepseek_v32").gptj().head(64),
+    row("deepseek_v4").head(512).refused(DEEPSEEK_V4),
+    row("dia_decoder").head(128),
+    row("dia_encoder").head(128),
+    row("diffusion_gemma_text").partial(1.0, 1.0).layers(PerLayerHead { gemma4: false }),
+    row("distilbert").not_rotary(),
+    row("dots3_note_audio_encoder").partial(1.0, 1.0),
+    row("dots3_note_text").gptj().partial(0.25, 0.25),
+    row("efficientloftr").partial(1.0, 1.0),
+    row("electra").not_rotary(),
+    row("embedding_gemma2_text").full_head().layers(PerLayerHead { gemma4: false }),
+    row("emu3_text_model").base(1e6),
+    row("eomt_dinov3").base(100.0),
+    row("ernie4_5").gptj().base(5e5).head(128),
+    row("ernie4_5_moe").gptj().base(5e5),
+    row("ernie4_5_vl_moe_text").refused(ERNIE4_5_VL_MOE_TEXT),
+    row("evolla").base(5e5),
+    row("flex_olmo").base(5e5),
+    row("flint").unsettled(128),
+    row("fsmt").not_rotary(),
+    row("gemma").head(256),
+    row("gemma2").head(256),
+    row("gemma3_text").head(256).full_head().layers(Gemma3),
+    row("gemma3n_text").head(256).full_head().layers(Gemma3),
+    row("gemma4_text").full_head().layers(PerLayerHead { gemma4: true }),
+    row("gemma4_unified_text").full_head().layers(PerLayerHead { gemma4: true }),
+    row("gemma4_vision").head(64),
+    row("glm").gptj().head(128).partial(0.5, 0.5),
+    row("glm4").gptj().head(128).partial(0.5, 0.5),
+    row("glm4_moe").partial(0.5, 0.5),
+    row("glm4_moe_lite").unsettled(64).partial(1.0, 1.0),
+    row("glm4v_moe_text").partial(0.5, 0.5),
+    row("glm4v_text").gptj().partial(1.0, 1.0),
+    row("glm5_next_text").refused(GLM5_NEXT_TEXT),
+    row("glm_image_text").partial(1.0, 1.0),
+    row("glm_moe_dsa").gptj().head(64),
+    row("glm_ocr_text").gptj().partial(1.0, 1.0),
+    row("glmasr_encoder").partial(0.5, 0.5),
+    row("gpt2").not_rotary(),
+    row("gpt_neo").not_rotary(),
+    row("gpt_neox").partial(0.25, 0.25).reads(RotaryPct),
+    row("gpt_neox_japanese").partial(1.0, 1.0).reads(RotaryPct),
+    row("gpt_oss").base_legacy(15e4, "yarn", 32.0, 15e4).head(64),
+    row("gptj").gptj().reads(RotaryDim),
+    row("gte").base(16e4),
+    row("helium").gptj().base(1e5).head(128),
+    row("higgs_audio_v2").base_legacy(1e4, "llama3", 32.0, 5e5).head(128),
+    row("hrm_text").head(128),
+    row("hy_v3").base(11_158_840.0).head(128),
+    row("hy_v4").neox().unsettled(64),
+    row("inkling2_text").unsettled(128).refused(INKLING2_TEXT),
+    row("inkling_text").unsettled(128),
+    row("internlm3").unsettled(128),
+    row("iquestcoder").unsettled(128),
+    row("jetmoe").unsettled(128),
+    row("jina_embeddings_v3").base(2e4),
+    row("kimi_linear").unsettled(64).refused(KIMI_LINEAR),
+    row("kolibri1").unsettled(128),
+    row("kosmos_2_5_vision_model").head(64),
+    row("laguna").head(128).partial(1.0, 1.0).layers(NoCopy(1.0)),
+    row("lfm2").base(1e6),
+    row("lfm2_moe").base(1e6),
+    row("lfm3").unsettled(128).full_head().layers(Lfm3),
+    row("llama4").gptj(),
+    row("llama4_text").gptj().base(5e5).head(128),
+    row("longcat_flash").gptj().base(1e7).head(64),
+    row("longt5").unsettled(64),
+    row("m2m_100").not_rotary(),
+    row("marian").not_rotary(),
+    row("mbart").not_rotary(),
+    row("mellum").head(128).partial(1.0, 1.0).layers(NoCopy(1.0)),
+    row("mimo_v2_flash").unsettled(192).partial(1.0, 1.0).layers(NoCopy(0.334)),
+    row("minicpm3").neox().unsettled(32),
+    row("minimax").base(1e6),
+    row("minimax_m2").base(5e6).head(128).partial(1.0, 1.0).reads(RotaryDim),
+    row("minimax_m3_vl_text").base(5e6).head(128).partial(1.0, 1.0),
+    row("ministral3").base_legacy(1e4, "yarn", 16.0, 1e6).head(128),
+    row("mistral4").base_legacy(1e4, "yarn", 128.0, 1e4).unsettled(128),
+    row("mistral_large4_text").gptj().base_legacy(1e4, "yarn", 2048.0, 1e4).unsettled(64),
+    row("mixtral").base(1e6),
+    row("mllama_text_model").base(5e5),
+    row("modernbert").full_head().layers(ModernBert),
+    row("modernbert-decoder").full_head().layers(ModernBert),
+    row("molmo2_adapter").unsettled(72),
+    row("molmo2_text").unsettled(128),
+    row("molmo2_vision").unsettled(72),
+    row("moonshine").gptj().partial(0.9, 0.9),
+    row("moonshine_streaming").gptj().partial(0.8, 1.0),
+    row("moonshine_streaming_encoder").partial(0.8, 1.0),
+    row("mpt").not_rotary(),
+    row("mt5").unsettled(64).not_rotary(),
+    row("muse_glimmer_assistant").base(5e5).unsettled(128),
+    row("muse_glimmer_text").unsettled(128),
+    row("muse_spark_text").unsettled(64),
+    row("musicflamingo").unsettled(1280).refused(MUSICFLAMINGO),
+    row("nanochat").refused(NANOCHAT),
+    row("nemotron").partial(0.5, 0.5),
+    row("nemotron3_5_transcribe_asr_audio").partial(0.5, 1.0),
+    row("nemotron3_5_transcribe_audio").partial(1.0, 1.0),
+    row("nemotron3_5_transcribe_word_timestamp").partial(0.5, 1.0),
+    row("nemotron3_diarization").partial(1.0, 1.0),
+    row("nemotron3_diarization_audio").partial(1.0, 1.0),
+    row("nemotron_h").head(128),
+    row("neomme").unsettled(64).partial(1.0, 1.0).layers(NeoMme),
+    row("neucodec").unsettled(64),
+    row("nomic_bert").base(1000.0),
+    row("olmo3").full_head().layers(Olmo3),
+    row("openai_privacy_filter").gptj().base_legacy(15e4, "yarn", 32.0, 15e4).head(64),
+    row("opt").not_rotary(),
+    row("paddleocr_vl_text").base(5e5).head(128),
+    row("pe_audio_encoder").base(2e4).head(128),
+    row("pe_audio_video_encoder").base(2e4).head(128),
+    row("pe_video_encoder").base(2e4).head(128),
+    row("pegasus").not_rotary(),
+    row("persimmon").partial(0.5, 0.5),
+    row("phi").partial(0.5, 0.5),
+    row("phi3").partial(1.0, 1.0),
+    row("phi4_multimodal").partial(1.0, 1.0),
+    row("phimoe").base(1e6),
+    row("qwen2_5_omni_dit").head(64),
+    row("qwen2_5_omni_talker").base(1e6).head(128),
+    row("qwen2_5_omni_text").base(1e6),
+    row("qwen2_5_vl_text").base(1e6),
+    row("qwen2_vl_text").base(1e6),
+    row("qwen3").head(128),
+    row("qwen3_5_moe_text").head(256).partial(0.25, 0.25),
+    row("qwen3_5_text").head(256).partial(0.25, 0.25),
+    row("qwen3_next").head(256).partial(0.25, 0.25),
+    row("qwen3_omni_moe_talker_code_predictor").head(128),
+    row("qwen3_omni_moe_text").base(1e6),
+    row("qwen3_vl_moe_text").base(5e5),
+    row("qwen3_vl_text").base(5e5).head(128),
+    row("qwen4_exp_text").unsettled(256).partial(1.0, 1.0),
+    row("recurrent_gemma").partial(0.5, 0.5),
+    row("roberta").not_rotary(),
+    row("roformer").gptj(),
+    row("seed_oss").head(128),
+    row("smollm3").base(2e6),
+    row("solar_open").base(1e6).head(128).partial(1.0, 1.0),
+    row("speech_to_text").not_rotary(),
+    row("stablelm").partial(0.25, 0.25),
+    row("step3p5").unsettled(128).partial(1.0, 1.0).layers(Step3p5),
+    row("t5").unsettled(64).not_rotary(),
+    row("t5_gemma_module").head(256),
+    row("t5gemma2_decoder").head(256).full_head().layers(Gemma3),
+    row("t5gemma2_text").head(256).full_head().layers(Gemma3),
+    row("timesfm").head(80),
+    row("timesfm2_5").head(80),
+    row("umt5").unsettled(64),
+    row("vaultgemma").head(256),
+    row("voxtral_realtime_encoder").head(64),
+    row("whisper").not_rotary(),
+    row("xcodec2").unsettled(64),
+    row("xglm").not_rotary(),
+    row("xlm").not_rotary(),
+    row("xlm-roberta").not_rotary(),
+    row("youtu").unsettled(64),
+    row("zamba").unsettled_doubled(),
+    row("zamba2").unsettled_doubled(),
+    row("zaya").unsettled(128).partial(1.0, 1.0).layers(NoCopy(1.0)),
+];
