@@ -962,10 +962,10 @@ impl RopeSpec {
     ///   (every family whose attention rotates adjacent pairs in transformers 5.23: GPT-J,
     ///   Cohere, GLM, Llama 4, ERNIE 4.5, Helium, ...) and for DeepSeek (`qk_rope_head_dim`,
     ///   unless `rope_interleave` is false); neox otherwise, and for MiniCPM3 and HunYuan V4
-    ///   ([`PairingRule::Always`] `Neox`: `qk_rope_head_dim` rotated by halves, `rope_interleave`
-    ///   not read). NanoChat, whose `rotate_half`
-    ///   turns pairs by `-p * w`, is refused (`model_type`). (transformers' `DeepseekV3` regroups each head as (even, odd)
-    ///   dimensions before a neox rotation: its output is the gptj one in that order.)
+    ///   ([`PairingRule::Always`] `Neox`: `qk_rope_head_dim` rotated by halves,
+    ///   `rope_interleave` not read). NanoChat, whose `rotate_half` turns pairs by `-p * w`,
+    ///   is refused (`model_type`). (transformers' `DeepseekV3` regroups each head as (even,
+    ///   odd) dimensions before a neox rotation: its output is the gptj one in that order.)
     /// - refused by `model_type` (after the `text_config` swap), as applying no RoPE or one
     ///   posenc does not compute: `kimi_linear`, `glm5_next_text` (NoPE), `inkling2_text` (a
     ///   relative position bias), `deepseek_v4` (the trailing slice of each head),

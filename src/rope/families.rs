@@ -336,30 +336,32 @@ impl Family {
     }
 }
 
-const NANOCHAT: &str = "NanoChat's rotate_half returns (x2, -x1): each pair turns by -p * w, which neither \
-     pairing (neox, gptj) computes";
+// Why each family refused for its rotation is refused (`Refusal::Rotation`), as the errors say.
 
-const KIMI_LINEAR: &str = "Kimi Linear applies no RoPE: its MLA layers build no rotary module (NoPE; \
-     qk_rope_head_dim only sizes the shared key slice) and its other layers are linear \
-     attention";
+const NANOCHAT: &str = "NanoChat's rotate_half returns (x2, -x1): each pair turns by -p * w, which \
+    neither pairing (neox, gptj) computes";
 
-const GLM5_NEXT_TEXT: &str = "GLM-5 Next's DSA attention applies no RoPE (NoPE: its config class requires \
-     qk_rope_head_dim 0)";
+const KIMI_LINEAR: &str = "Kimi Linear applies no RoPE: its MLA layers build no rotary module \
+    (NoPE; qk_rope_head_dim only sizes the shared key slice) and its other layers are linear \
+    attention";
 
-const INKLING2_TEXT: &str = "Inkling 2's text attention applies no RoPE: positions enter as a learned relative \
-     position bias";
+const GLM5_NEXT_TEXT: &str = "GLM-5 Next's DSA attention applies no RoPE (NoPE: its config class \
+    requires qk_rope_head_dim 0)";
+
+const INKLING2_TEXT: &str = "Inkling 2's text attention applies no RoPE: positions enter as a \
+    learned relative position bias";
 
 const DEEPSEEK_V4: &str = "DeepSeek V4 rotates the trailing slice of each head (interleaved), with \
-     rope_parameters keyed main/compress rather than by layer type, and turns the \
-     attention output back by -p; posenc rotates the leading rotary dims";
+    rope_parameters keyed main/compress rather than by layer type, and turns the attention output \
+    back by -p; posenc rotates the leading rotary dims";
 
-const ERNIE4_5_VL_MOE_TEXT: &str = "ERNIE 4.5 VL's text RoPE is a 3-axis M-RoPE (mrope_section, [22, 22, 20] when the \
-     config has none, as refused where given) with its inv_freq stored reordered; only \
-     for text positions is it an interleaved RoPE";
+const ERNIE4_5_VL_MOE_TEXT: &str = "ERNIE 4.5 VL's text RoPE is a 3-axis M-RoPE (mrope_section, \
+    [22, 22, 20] when the config has none, as refused where given) with its inv_freq stored \
+    reordered; only for text positions is it an interleaved RoPE";
 
-const MUSICFLAMINGO: &str = "MusicFlamingo's top-level head_dim and rope_parameters are its audio encoder's rotary \
-     time embedding (angles scaled by timestamps); its language model's RoPE is the \
-     text_config's, to be read on its own";
+const MUSICFLAMINGO: &str = "MusicFlamingo's top-level head_dim and rope_parameters are its audio \
+    encoder's rotary time embedding (angles scaled by timestamps); its language model's RoPE is \
+    the text_config's, to be read on its own";
 
 use LayerRule::{Gemma3, Lfm3, ModernBert, NeoMme, NoCopy, Olmo3, PerLayerHead, Step3p5};
 use RotaryKey::{RotaryDim, RotaryPct};
