@@ -628,6 +628,26 @@ fn modernbert_legacy(config: &Object, layer_type: Option<&str>) -> Result<Rope> 
     })
 }
 
+/// Refuses a config of a family whose positions are absolute (sinusoids, learned tables) or a
+/// bias ([`Refusal::NotRotary`]): reading a default RoPE out of its head dims would be a
+/// silent wrong answer.
+fn not_rotary(config: &Object) -> Result<()> {
+    match config.get("model_type") {
+        Some(Value::String(model_type))
+            if families::of(model_type).refusal == Some(Refusal::NotRotary) =>
+        {
+            Err(Error::ModelFamily {
+                path: None,
+                model_type: model_type.chars().take(64).collect(),
+                reason: "its positions are not rotary (RoPE): absolute sinusoids and learned \
+                         tables take `posenc table/encode --config`, ALiBi `posenc alibi`"
+                    .into(),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The scaling object with the model-level fields merged in where transformers reads
 /// them from the config, then read.
 fn scaling(config: &Object, mut map: Object, key: &str, per_layer: bool) -> Result<Scaling> {
@@ -1022,24 +1042,14 @@ impl RopeSpec {
         let Value::Object(mut config) = value else {
             return Err(invalid("(json)", excerpt(&value), "a JSON object (a config.json)"));
         };
-        // Families whose positions are absolute (sinusoids, learned tables) or a bias:
-        // reading a default RoPE out of their head dims would be a silent wrong answer.
-        if let Some(Value::String(model_type)) = config.get("model_type")
-            && families::of(model_type).refusal == Some(Refusal::NotRotary)
-        {
-            return Err(Error::ModelFamily {
-                path: None,
-                model_type: model_type.chars().take(64).collect(),
-                reason: "its positions are not rotary (RoPE): absolute sinusoids and learned \
-                         tables take `posenc table/encode --config`, ALiBi `posenc alibi`"
-                    .into(),
-            });
-        }
+        not_rotary(&config)?;
         let has_head = ["head_dim", "num_attention_heads", "n_head", "qk_rope_head_dim"]
             .iter()
             .any(|k| get(&config, k).is_some());
         if !has_head && let Some(Value::Object(text)) = config.get("text_config") {
             config = text.clone();
+            // A multimodal model's language model may be one without RoPE (BLIP-2's OPT).
+            not_rotary(&config)?;
         }
         if let Some(Value::String(model_type)) = config.get("model_type")
             && let Some(Refusal::Rotation(why)) = families::of(model_type).refusal

@@ -11,5 +11,6 @@ mod plot;
 mod rope;
 mod rope_config;
 mod rope_families;
+mod rope_family_table;
 mod table;
 mod variants;
