@@ -23,12 +23,12 @@ use crate::rope::{excerpt, parse_json};
 use crate::spec::{PeSpec, Variant};
 
 /// The `model_type`s whose positions are a sinusoid posenc computes from the config.
-pub const SINUSOID_MODEL_TYPES: [&str; 6] =
-    ["marian", "pegasus", "m2m_100", "fsmt", "speech_to_text", "whisper"];
+pub const SINUSOID_MODEL_TYPES: &[&str] =
+    &["marian", "pegasus", "m2m_100", "fsmt", "speech_to_text", "whisper"];
 
 /// The `model_type`s whose positions are a learned table read at position + 2 (BART's
 /// `LearnedPositionalEmbedding` offset): posenc serves them with the checkpoint's table.
-pub const LEARNED_OFFSET_MODEL_TYPES: [&str; 2] = ["bart", "mbart"];
+pub const LEARNED_OFFSET_MODEL_TYPES: &[&str] = &["bart", "mbart"];
 
 /// BART's offset: its learned table's row of position `p` is `p + 2`.
 const BART_OFFSET: u32 = 2;

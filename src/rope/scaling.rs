@@ -14,8 +14,8 @@ use crate::error::{Error, Result, float};
 use crate::spec::MAX_INV_FREQ;
 
 /// The `rope_type` values posenc knows, as Hugging Face spells them.
-pub const ROPE_TYPES: [&str; 7] =
-    ["default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional"];
+pub const ROPE_TYPES: &[&str] =
+    &["default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional"];
 
 /// Largest `rope_scaling` JSON text accepted, in bytes. A longrope object for the largest
 /// rotary dimension (two vectors of 32768 numbers) is well under it.

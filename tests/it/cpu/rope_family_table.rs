@@ -140,7 +140,7 @@ fn the_families_the_messages_name_are_the_tables() {
 #[test]
 fn absolute_position_families_are_not_rotary() {
     let absolute =
-        model_config::SINUSOID_MODEL_TYPES.iter().chain(&model_config::LEARNED_OFFSET_MODEL_TYPES);
+        model_config::SINUSOID_MODEL_TYPES.iter().chain(model_config::LEARNED_OFFSET_MODEL_TYPES);
     for m in absolute {
         let row = families::lookup(m).map(|f| f.refusal);
         assert_eq!(row, Some(Some(Refusal::NotRotary)), "{m}");
