@@ -97,6 +97,8 @@ mod doc_pages {
     struct Commands;
     #[doc = include_str!("../docs/examples.md")]
     struct Examples;
+    #[doc = include_str!("../docs/families.md")]
+    struct Families;
     #[doc = include_str!("../docs/guarantees.md")]
     struct Guarantees;
     #[doc = include_str!("../docs/library.md")]

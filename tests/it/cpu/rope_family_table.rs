@@ -159,3 +159,370 @@ fn a_language_model_without_rope_under_text_config_is_refused() {
         other => panic!("{other:?}"),
     }
 }
+
+// The docs: docs/families.md is the table, rendered; docs/rope.md's lists of families are
+// rendered into its marked regions, and it states no count of its own.
+
+const BLESS: &str = "POSENC_BLESS";
+
+fn doc_path(page: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs").join(page)
+}
+
+/// Compares a page with what the table renders, or rewrites it under `POSENC_BLESS=1`.
+fn check_page(page: &str, want: &str) {
+    let path = doc_path(page);
+    let got = std::fs::read_to_string(&path).unwrap_or_default();
+    if got == want {
+        return;
+    }
+    if std::env::var(BLESS).is_ok_and(|v| v == "1") {
+        std::fs::write(&path, want).unwrap();
+        return;
+    }
+    let line = got.lines().zip(want.lines()).position(|(g, w)| g != w);
+    panic!(
+        "docs/{page} is not what the family table renders (first differing line {}); after \
+         changing the table run `{BLESS}=1 cargo test --test it -- rope_family_table` and \
+         commit the page",
+        line.map_or_else(|| "past the end".to_string(), |l| (l + 1).to_string())
+    );
+}
+
+fn number(v: f64) -> String {
+    format!("{v}")
+}
+
+fn pairing_cell(f: &Family) -> String {
+    match f.pairing {
+        PairingRule::Config => String::new(),
+        PairingRule::Always(posenc::rope::Pairing::Gptj) => "`gptj`".into(),
+        PairingRule::Always(posenc::rope::Pairing::Neox) => "`neox` (MLA halves)".into(),
+    }
+}
+
+fn base_cell(f: &Family) -> String {
+    match f.base {
+        BaseDefault::Generic => String::new(),
+        BaseDefault::Class(c) => match c.legacy {
+            None => number(c.base),
+            Some(l) => format!(
+                "{}; legacy form: {} (factor {}) over {}",
+                number(c.base),
+                l.rope_type,
+                number(l.factor),
+                number(l.base)
+            ),
+        },
+        BaseDefault::AttnConfig => "10000; `attn_config.rope_theta` (4.x) only if 10000".into(),
+    }
+}
+
+fn head_cell(f: &Family) -> String {
+    match f.head_dim {
+        HeadDimDefault::Computed => String::new(),
+        HeadDimDefault::Settled(d) => d.to_string(),
+        HeadDimDefault::Unsettled(d) => format!("unsettled ({d} in 5.23)"),
+        HeadDimDefault::UnsettledDoubled => "unsettled (2 × hidden / heads in 5.23)".into(),
+    }
+}
+
+fn partial_cell(f: &Family) -> String {
+    let mut cell = match f.partial {
+        PartialDefault::Generic => String::new(),
+        PartialDefault::FullHead => "ignored (whole head)".into(),
+        PartialDefault::Reads { legacy, given, top_level } => {
+            let mut c = if legacy == given {
+                format!("read, else {}", number(legacy))
+            } else {
+                format!("read, else {} (legacy form) or {}", number(legacy), number(given))
+            };
+            if !top_level {
+                c.push_str("; top-level ignored");
+            }
+            c
+        }
+    };
+    if let Some(key) = f.rotary_key {
+        let key = match key {
+            RotaryKey::RotaryPct => "`rotary_pct`",
+            RotaryKey::RotaryDim => "`rotary_dim`",
+        };
+        cell = if cell.is_empty() { key.to_string() } else { format!("{cell}; {key}") };
+    }
+    cell
+}
+
+fn layers_cell(f: &Family) -> String {
+    match f.layers {
+        LayerRule::Generic => String::new(),
+        LayerRule::Gemma3 => "Gemma 3: sliding `rope_local_base_freq` (1e4), full 1e6".into(),
+        LayerRule::Olmo3 => "OLMo 3: full 5e5 + scaling, sliding 5e5".into(),
+        LayerRule::Lfm3 => "LFM3: 1e6; `rope_parameters` required".into(),
+        LayerRule::ModernBert => "ModernBERT: `global_rope_theta`, `local_rope_theta`".into(),
+        LayerRule::NoCopy(f) => {
+            format!("nothing copied in; default layers' factor {}", number(f))
+        }
+        LayerRule::NeoMme => "nothing copied in; factor 0.25 full, 1 sliding".into(),
+        LayerRule::Step3p5 => "Step 3.5: scaling on full layers only".into(),
+        LayerRule::PerLayerHead { gemma4: false } => "head dim per layer type".into(),
+        LayerRule::PerLayerHead { gemma4: true } => {
+            "head dim per layer type; full layers `proportional`".into()
+        }
+    }
+}
+
+fn refusal_cell(f: &Family) -> String {
+    match f.refusal {
+        None => String::new(),
+        Some(Refusal::NotRotary) => "not rotary".into(),
+        Some(Refusal::Rotation(why)) => why.to_string(),
+    }
+}
+
+fn count(keep: impl Fn(&Family) -> bool) -> usize {
+    families::all().iter().filter(|f| keep(f)).count()
+}
+
+/// docs/families.md: the counts and one table row per family.
+fn families_page() -> String {
+    use posenc::rope::Pairing::{Gptj, Neox};
+    let words = |text: &str| text.split(' ').map(String::from).collect::<Vec<_>>();
+    let mut page = String::from(
+        "# Model families\n\n[posenc](../README.md) › [RoPE](rope.md) › Model families\n\n",
+    );
+    page.push_str(&wrap(
+        "",
+        "",
+        &words(
+            "<!-- Generated from posenc::rope::families by tests/it/cpu/rope_family_table.rs: \
+             after changing the table, run POSENC_BLESS=1 cargo test --test it -- \
+             rope_family_table. -->",
+        ),
+        92,
+    ));
+    page.push('\n');
+    let intro = "What `RopeSpec::from_hf_config` knows of each Hugging Face `model_type` (the one a \
+         config carries after any `text_config` swap), one row per family, as transformers \
+         5.23 builds it (`posenc::rope::families`; [RoPE, family by \
+         family](rope.md#family-by-family) says what each column means). A `model_type` not \
+         listed, and an empty cell, read as transformers' generic RoPE: `neox` pairing unless \
+         `rope_interleave` says `gptj`, base 10000 when `rope_theta` is absent, head dim \
+         `hidden_size / num_attention_heads`, and a `partial_rotary_factor` other than 1 \
+         refused beside a `default` RoPE. `scripts/families.py` re-derives the class \
+         defaults from an installed transformers (see the README's \"The family table\").";
+    page.push_str(&wrap("", "", &words(intro), 92));
+    page.push('\n');
+    let lines = [
+        format!("{} rows.", families::all().len()),
+        format!(
+            "Pairing: {} always `gptj`, {} always `neox`.",
+            count(|f| f.pairing == PairingRule::Always(Gptj)),
+            count(|f| f.pairing == PairingRule::Always(Neox))
+        ),
+        format!(
+            "Base: {} families whose config class defaults it otherwise (refused when \
+             absent), {} read from `attn_config`.",
+            count(|f| matches!(f.base, BaseDefault::Class(_))),
+            count(|f| f.base == BaseDefault::AttnConfig)
+        ),
+        format!(
+            "Head dim: {} class defaults the same in transformers 4.57 to 5.23, {} that \
+             differ between them (refused unless the head dim is passed).",
+            count(|f| matches!(f.head_dim, HeadDimDefault::Settled(_))),
+            count(|f| {
+                matches!(
+                    f.head_dim,
+                    HeadDimDefault::Unsettled(_) | HeadDimDefault::UnsettledDoubled
+                )
+            })
+        ),
+        format!(
+            "`partial_rotary_factor` and a `default` RoPE: {} families whose default reads \
+             it, {} whose default spans the whole head; {} with a width key of their own.",
+            count(|f| matches!(f.partial, PartialDefault::Reads { .. })),
+            count(|f| f.partial == PartialDefault::FullHead),
+            count(|f| f.rotary_key.is_some())
+        ),
+        format!(
+            "Layer types: {} families with a rule of their own.",
+            count(|f| f.layers != LayerRule::Generic)
+        ),
+        format!(
+            "Refused: {} whose positions are not rotary, {} whose rotation posenc does not \
+             compute.",
+            count(|f| f.refusal == Some(Refusal::NotRotary)),
+            count(|f| matches!(f.refusal, Some(Refusal::Rotation(_))))
+        ),
+    ];
+    for line in lines {
+        page.push_str(&wrap("- ", "  ", &words(&line), 92));
+    }
+    page.push_str(
+        "\n| `model_type` | pairing | base when absent | head dim when absent | \
+         `partial_rotary_factor` | layer types | refused |\n|---|---|---|---|---|---|---|\n",
+    );
+    for f in families::all() {
+        let cells = [
+            format!("`{}`", f.model_type),
+            pairing_cell(f),
+            base_cell(f),
+            head_cell(f),
+            partial_cell(f),
+            layers_cell(f),
+            refusal_cell(f),
+        ];
+        page.push_str(&format!("| {} |\n", cells.join(" | ")));
+    }
+    page
+}
+
+#[test]
+fn docs_families_page_is_the_table() {
+    check_page("families.md", &families_page());
+}
+
+/// `words` joined by spaces into lines of at most `width` characters, the first starting with
+/// `first`, the others with `rest`.
+fn wrap(first: &str, rest: &str, words: &[String], width: usize) -> String {
+    let mut out = String::new();
+    let mut line = first.to_string();
+    let mut empty = true;
+    for w in words {
+        if !empty && line.len() + 1 + w.len() > width {
+            out.push_str(&line);
+            out.push('\n');
+            line = rest.to_string();
+            empty = true;
+        }
+        if !empty {
+            line.push(' ');
+        }
+        line.push_str(w);
+        empty = false;
+    }
+    out.push_str(&line);
+    out.push('\n');
+    out
+}
+
+/// `names` as a sentence's list: "`a`, `b` and `c`".
+fn listed(names: &[&str]) -> Vec<String> {
+    let mut words: Vec<String> = names.iter().map(|n| format!("`{n}`,")).collect();
+    if let Some(last) = words.last_mut() {
+        last.pop();
+    }
+    if words.len() > 1 {
+        let n = words.len();
+        words[n - 2].pop();
+        words.insert(n - 1, "and".into());
+    }
+    words
+}
+
+/// The body of docs/rope.md's region `name`, rendered from the table.
+fn rope_region(name: &str) -> String {
+    const WIDTH: usize = 92;
+    match name {
+        "partial-reads" => {
+            let mut groups: Vec<((f64, f64, bool), Vec<&str>)> = Vec::new();
+            for f in families::all() {
+                if let PartialDefault::Reads { legacy, given, top_level } = f.partial {
+                    let key = (legacy, given, top_level);
+                    match groups.iter_mut().find(|(k, _)| *k == key) {
+                        Some((_, names)) => names.push(f.model_type),
+                        None => groups.push((key, vec![f.model_type])),
+                    }
+                }
+            }
+            groups.sort_by(|a, b| {
+                (a.0.0, a.0.1, !a.0.2).partial_cmp(&(b.0.0, b.0.1, !b.0.2)).unwrap()
+            });
+            let mut out = String::new();
+            for ((legacy, given, top_level), names) in groups {
+                let mut label = if legacy == given {
+                    number(legacy)
+                } else {
+                    format!(
+                        "{} in the legacy form (the class's own `rope_parameters`), {} beside given ones",
+                        number(legacy),
+                        number(given)
+                    )
+                };
+                if !top_level {
+                    label.push_str(", a top-level factor ignored");
+                }
+                let mut words: Vec<String> = label.split(' ').map(String::from).collect();
+                if let Some(last) = words.last_mut() {
+                    last.push(':');
+                }
+                words.extend(listed(&names));
+                out.push_str(&wrap("    - ", "      ", &words, WIDTH));
+            }
+            out
+        }
+        "full-head" => {
+            let names = rows_where(|f| f.partial == PartialDefault::FullHead);
+            let mut words = listed(&names);
+            if let Some(last) = words.last_mut() {
+                last.push('.');
+            }
+            wrap("    ", "    ", &words, WIDTH)
+        }
+        other => panic!("docs/rope.md names a region {other:?} the test does not render"),
+    }
+}
+
+/// docs/rope.md with each `<!-- families:NAME -->` ... `<!-- /families -->` region rendered.
+fn rope_page(text: &str) -> String {
+    let mut out = String::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        out.push_str(line);
+        out.push('\n');
+        let Some(name) = line.trim().strip_prefix("<!-- families:") else { continue };
+        let name = name.strip_suffix(" -->").expect("a region marker ends with ' -->'");
+        out.push_str(&rope_region(name));
+        let end = lines.by_ref().find(|l| l.trim() == "<!-- /families -->");
+        let end = end.unwrap_or_else(|| panic!("region {name} has no end marker"));
+        out.push_str(end);
+        out.push('\n');
+    }
+    out
+}
+
+#[test]
+fn docs_rope_lists_are_rendered_from_the_table() {
+    let text = std::fs::read_to_string(doc_path("rope.md")).unwrap();
+    let rendered = rope_page(&text);
+    assert!(rendered.contains("<!-- families:partial-reads -->"));
+    check_page("rope.md", &rendered);
+}
+
+/// docs/rope.md states no count of families of its own (docs/families.md has them), and its
+/// list of the families refused by `model_type` is the table's.
+#[test]
+fn docs_rope_counts_nothing_and_names_the_refused_families() {
+    let text = std::fs::read_to_string(doc_path("rope.md")).unwrap();
+    let words: Vec<&str> = text.split_whitespace().collect();
+    for w in words.windows(2) {
+        let counted = ["families", "`model_type`s", "families,", "model_types"];
+        assert!(
+            !(w[0].bytes().all(|b| b.is_ascii_digit()) && counted.contains(&w[1])),
+            "docs/rope.md counts \"{} {}\" by hand: say it in docs/families.md's counts",
+            w[0],
+            w[1]
+        );
+    }
+    let start = text.find("- **Refused by `model_type`**").expect("the refused families' bullet");
+    let end = start + text[start..].find("\n- ").unwrap();
+    let named: std::collections::BTreeSet<&str> = text[start..end]
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|t| families::lookup(t).is_some())
+        .collect();
+    let refused: std::collections::BTreeSet<&str> =
+        rows_where(|f| matches!(f.refusal, Some(Refusal::Rotation(_)))).into_iter().collect();
+    assert_eq!(named, refused);
+}
