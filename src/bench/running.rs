@@ -1,0 +1,672 @@
+//! Running `posenc bench`: the inputs built once per run, every item and its ceiling timed
+//! in each round ([`run`], [`run_suite`], [`run_op`]), the checkpoint load, the streamed
+//! encode.
+
+use std::borrow::Cow;
+use std::path::Path;
+use std::time::Instant;
+
+use half::{bf16, f16};
+use ndarray::{Array2, Array3};
+use rayon::prelude::*;
+
+use crate::encode::{Dtype, Embeddings, EncodeOptions};
+use crate::error::{Error, Result};
+use crate::spec::PeSpec;
+use crate::{cpu, gpu, positions, weights};
+
+use super::{
+    AdapterInfo, Config, Devices, Item, MAX_REPEATS, Report, STREAM_BATCH_BYTES, STREAM_IN_FLIGHT,
+    Sizes, Suite, dtype_name, ops, steps,
+};
+
+/// The name of the tensor in a bench checkpoint.
+const CHECKPOINT_TENSOR: &str = "embed_tokens.weight";
+
+pub(super) fn timed(f: impl FnOnce() -> Result<()>) -> Result<f64> {
+    timed_value(f).map(|(s, ())| s)
+}
+
+/// Times `f` and returns its value too, so that dropping a large result stays out of the
+/// timing.
+fn timed_value<T>(f: impl FnOnce() -> Result<T>) -> Result<(f64, T)> {
+    let start = Instant::now();
+    let value = f()?;
+    Ok((start.elapsed().as_secs_f64(), value))
+}
+
+/// A deterministic table of `dtype` with values in [-1, 1), built in parallel (a Llama
+/// table has half a billion values).
+pub(super) fn make_table(config: &Config) -> TableData {
+    fn build<T: Copy + Send + Sync>(
+        (vocab, dim): (usize, usize),
+        zero: T,
+        convert: impl Fn(f32) -> T + Sync,
+    ) -> Array2<T> {
+        let mut values = vec![zero; vocab * dim];
+        values.par_chunks_mut(dim).enumerate().for_each(|(i, row)| {
+            for (j, v) in row.iter_mut().enumerate() {
+                let k = (i.wrapping_mul(7919) ^ j.wrapping_mul(104_729)) % 2000;
+                *v = convert(k as f32 / 1000.0 - 1.0);
+            }
+        });
+        Array2::from_shape_vec((vocab, dim), values).expect("vocab x dim values")
+    }
+    let shape = (config.vocab, config.dim);
+    match config.dtype {
+        Dtype::F32 => TableData::F32(build(shape, 0.0, |v| v)),
+        Dtype::F16 => TableData::F16(build(shape, f16::ZERO, f16::from_f32)),
+        Dtype::Bf16 => TableData::Bf16(build(shape, bf16::ZERO, bf16::from_f32)),
+    }
+}
+
+pub(super) enum TableData {
+    F32(Array2<f32>),
+    F16(Array2<f16>),
+    Bf16(Array2<bf16>),
+}
+
+impl TableData {
+    pub(super) fn view(&self) -> Embeddings<'_> {
+        match self {
+            TableData::F32(a) => Embeddings::F32(a.view()),
+            TableData::F16(a) => Embeddings::F16(a.view()),
+            TableData::Bf16(a) => Embeddings::Bf16(a.view()),
+        }
+    }
+
+    /// The values as `.safetensors` stores them: little-endian, row-major.
+    fn le_bytes(&self) -> Cow<'_, [u8]> {
+        fn bytes<T: bytemuck::Pod>(a: &Array2<T>, le: impl Fn(&T) -> Vec<u8>) -> Cow<'_, [u8]> {
+            match a.as_slice() {
+                Some(s) if cfg!(target_endian = "little") => Cow::Borrowed(bytemuck::cast_slice(s)),
+                _ => Cow::Owned(a.iter().flat_map(le).collect()),
+            }
+        }
+        match self {
+            TableData::F32(a) => bytes(a, |v| v.to_le_bytes().to_vec()),
+            TableData::F16(a) => bytes(a, |v| v.to_le_bytes().to_vec()),
+            TableData::Bf16(a) => bytes(a, |v| v.to_le_bytes().to_vec()),
+        }
+    }
+
+    /// Whether `loaded` holds exactly these values.
+    fn same_as(&self, loaded: &weights::Table) -> bool {
+        fn same<T: bytemuck::Pod + PartialEq>(a: &Array2<T>, b: &Array2<T>) -> bool {
+            match (a.as_slice(), b.as_slice()) {
+                (Some(x), Some(y)) => {
+                    bytemuck::cast_slice::<T, u8>(x) == bytemuck::cast_slice::<T, u8>(y)
+                }
+                _ => a.dim() == b.dim() && a.iter().zip(b).all(|(x, y)| x == y),
+            }
+        }
+        match (self, loaded) {
+            (TableData::F32(a), weights::Table::F32(b)) => same(a, b),
+            (TableData::F16(a), weights::Table::F16(b)) => same(a, b),
+            (TableData::Bf16(a), weights::Table::Bf16(b)) => same(a, b),
+            _ => false,
+        }
+    }
+
+    /// Writes the table as the one tensor of a `.safetensors` file.
+    fn write_checkpoint(&self, path: &Path) -> Result<()> {
+        use safetensors::tensor::{Dtype as St, TensorView};
+        let (vocab, dim, dtype) = match self {
+            TableData::F32(a) => (a.nrows(), a.ncols(), St::F32),
+            TableData::F16(a) => (a.nrows(), a.ncols(), St::F16),
+            TableData::Bf16(a) => (a.nrows(), a.ncols(), St::BF16),
+        };
+        let io = |e: safetensors::SafeTensorError| Error::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(e.to_string()),
+        };
+        let bytes = self.le_bytes();
+        let view = TensorView::new(dtype, vec![vocab, dim], &bytes).map_err(io)?;
+        safetensors::tensor::serialize_to_file([(CHECKPOINT_TENSOR, view)], None, path).map_err(io)
+    }
+}
+
+/// Multi-threaded memcpy of `src` into `dst`: the CPU ceiling.
+pub(super) fn parallel_copy(dst: &mut [u8], src: &[u8]) {
+    const CHUNK: usize = 1 << 20;
+    dst.par_chunks_mut(CHUNK).zip(src.par_chunks(CHUNK)).for_each(|(d, s)| d.copy_from_slice(s));
+}
+
+/// The CPU encode's result, kept for the agreement check: one preallocated array of the
+/// output type, written by `encode_into` each run.
+enum CpuOut {
+    F32(Array3<f32>),
+    F16(Array3<f16>),
+    Bf16(Array3<bf16>),
+}
+
+impl CpuOut {
+    fn new(config: &Config) -> Self {
+        let shape = (config.batch, config.len, config.dim);
+        match config.out_dtype {
+            Dtype::F32 => CpuOut::F32(Array3::zeros(shape)),
+            Dtype::F16 => CpuOut::F16(Array3::from_elem(shape, f16::ZERO)),
+            Dtype::Bf16 => CpuOut::Bf16(Array3::from_elem(shape, bf16::ZERO)),
+        }
+    }
+
+    fn encode(
+        &mut self,
+        encoder: &cpu::Encoder,
+        inputs: &Inputs,
+        options: &EncodeOptions,
+    ) -> Result<()> {
+        let (table, ids, pos) = (inputs.table.view(), inputs.ids.view(), inputs.pos.view());
+        match self {
+            CpuOut::F32(out) => encoder.encode_into(table, ids, pos, options, out.view_mut()),
+            CpuOut::F16(out) => encoder.encode_into(table, ids, pos, options, out.view_mut()),
+            CpuOut::Bf16(out) => encoder.encode_into(table, ids, pos, options, out.view_mut()),
+        }
+    }
+
+    /// Whether `gpu`, the GPU's output buffer (16-bit elements two to a word, low half
+    /// first, padded to whole words), holds the same bits.
+    fn agrees(&self, gpu: &[u8]) -> bool {
+        let words = gpu.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        let halves = || gpu.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]]));
+        let fits = |n: usize, size: usize| n.checked_mul(size).is_some_and(|b| b <= gpu.len());
+        match self {
+            CpuOut::F32(a) => fits(a.len(), 4) && words.zip(a).all(|(g, c)| g == c.to_bits()),
+            CpuOut::F16(a) => fits(a.len(), 2) && halves().zip(a).all(|(g, c)| g == c.to_bits()),
+            CpuOut::Bf16(a) => fits(a.len(), 2) && halves().zip(a).all(|(g, c)| g == c.to_bits()),
+        }
+    }
+}
+
+/// The arrays every path encodes.
+struct Inputs {
+    table: TableData,
+    ids: Array2<u32>,
+    pos: Array2<u32>,
+}
+
+/// Opens the GPU unless only the CPU is wanted.
+fn open_gpu(devices: Devices, progress: &mut impl FnMut(&str)) -> Result<Option<gpu::Context>> {
+    if devices == Devices::Cpu {
+        return Ok(None);
+    }
+    progress("opening the GPU");
+    gpu::Context::new().map(Some)
+}
+
+/// Runs the bench. `progress` hears the name of each step before it starts.
+///
+/// # Errors
+/// Before anything is allocated, what [`Config::check`] refuses; [`Error::NoAdapter`] when
+/// the GPU is asked for and none opens; GPU errors; [`Error::Io`] if the checkpoint cannot
+/// be written or read; [`Error::Format`] if it loads as another table than was written.
+pub fn run(config: &Config, mut progress: impl FnMut(&str)) -> Result<Report> {
+    let spec = config.check()?;
+    let ctx = open_gpu(config.devices, &mut progress)?;
+    run_on(config, &spec, ctx.as_ref(), &mut progress)
+}
+
+/// Runs each configuration in turn (usually [`PRESETS`](super::PRESETS) through [`Preset::config`](super::Preset::config)), all on
+/// one GPU context. Every configuration is checked before any runs. `progress` hears each
+/// step, prefixed with the model's name.
+///
+/// # Errors
+/// As [`run`], for the first configuration that fails.
+pub fn run_suite(
+    configs: &[Config],
+    op_presets: &[ops::OpPreset],
+    mut progress: impl FnMut(&str),
+) -> Result<Suite> {
+    let specs = configs.iter().map(Config::check).collect::<Result<Vec<_>>>()?;
+    let first = configs.first().copied().unwrap_or_default();
+    if let Some(steps) = first.steps {
+        check_steps(steps)?;
+    }
+    let wants_gpu = configs.iter().find(|c| c.devices != Devices::Cpu);
+    let ctx = match wants_gpu {
+        Some(c) => open_gpu(c.devices, &mut progress)?,
+        None => None,
+    };
+    let mut suite = Vec::with_capacity(configs.len());
+    for (config, spec) in configs.iter().zip(&specs) {
+        let name = config.model.map_or_else(|| config.shape(), str::to_string);
+        let ctx = ctx.as_ref().filter(|_| config.devices != Devices::Cpu);
+        suite.push(run_on(config, spec, ctx, &mut |step: &str| {
+            progress(&format!("{name}: {step}"))
+        })?);
+        if let Some(ctx) = ctx {
+            // The next preset has another dim; its cold figure must not find these rows.
+            ctx.clear_pe_cache();
+        }
+    }
+    let op_config =
+        ops::OpConfig { devices: first.devices, repeats: first.repeats, steps: first.steps };
+    let mut op_reports = Vec::with_capacity(op_presets.len());
+    for &preset in op_presets {
+        let name = preset.name();
+        op_reports.push(ops::run_op(preset, &op_config, ctx.as_ref(), &mut |step: &str| {
+            progress(&format!("{name}: {step}"))
+        })?);
+        if let Some(ctx) = &ctx {
+            ctx.clear_pe_cache();
+        }
+    }
+    let device = match &ctx {
+        Some(ctx) if first.devices != Devices::Cpu => {
+            progress("the device's copies and dispatches");
+            Some(steps::device_report(ctx, first.repeats)?)
+        }
+        _ => None,
+    };
+    Ok(Suite { suite, ops: op_reports, device })
+}
+
+/// Refuses a steps count outside `1..=`[`MAX_REPEATS`].
+fn check_steps(steps: usize) -> Result<()> {
+    if steps == 0 || steps > MAX_REPEATS {
+        return Err(Error::InvalidParameter {
+            field: "steps",
+            value: steps.to_string(),
+            allowed: "1..=10000",
+        });
+    }
+    Ok(())
+}
+
+/// Runs the operation preset `preset` (RoPE, ALiBi or a decode step) with the devices,
+/// rounds and steps of `config` (its shape is the preset's).
+///
+/// # Errors
+/// As [`run`].
+pub fn run_op(
+    preset: ops::OpPreset,
+    config: &Config,
+    mut progress: impl FnMut(&str),
+) -> Result<ops::OpReport> {
+    if let Some(steps) = config.steps {
+        check_steps(steps)?;
+    }
+    let ctx = open_gpu(config.devices, &mut progress)?;
+    let op_config =
+        ops::OpConfig { devices: config.devices, repeats: config.repeats, steps: config.steps };
+    ops::run_op(preset, &op_config, ctx.as_ref(), &mut progress)
+}
+
+/// [`run`] of a checked configuration, on `ctx` if given.
+fn run_on(
+    config: &Config,
+    spec: &PeSpec,
+    ctx: Option<&gpu::Context>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Report> {
+    let (batch, len, dim) = (config.batch, config.len, config.dim);
+    let tokens = (batch * len) as u64;
+    let values = tokens * dim as u64;
+    let out_bytes = values * config.out_dtype.size() as u64;
+    let encode_bytes = tokens * 4 + values * config.dtype.size() as u64 + out_bytes;
+    let table_positions: Vec<u32> = (0..len as u32).collect();
+    let table_bytes = len as u64 * 4 + len as u64 * dim as u64 * 4;
+    let repeats = config.repeats;
+    // Where the memory is not there, one error rather than an abort while building.
+    crate::alloc::check_allocation("the bench's host arrays", config.host_bytes())?;
+
+    progress("building inputs");
+    let inputs = Inputs {
+        table: make_table(config),
+        ids: Array2::from_shape_fn((batch, len), |(b, t)| {
+            ((b * 7919 + t * 104_729) % config.vocab) as u32
+        }),
+        pos: positions::contiguous_batch(batch, len),
+    };
+    let options = EncodeOptions { out_dtype: config.out_dtype, ..EncodeOptions::default() };
+    let mut results = Vec::new();
+
+    // The CPU output is computed whatever the devices, for the agreement check.
+    let encoder = cpu::Encoder::new(spec.clone());
+    let mut cpu_out = CpuOut::new(config);
+    cpu_out.encode(&encoder, &inputs, &options)?;
+
+    if config.devices != Devices::Gpu {
+        let src = vec![1u8; out_bytes as usize];
+        let mut dst = vec![0u8; out_bytes as usize];
+        let mut t = [(); 4].map(|()| Vec::with_capacity(repeats));
+        // Tables are written into one preallocated array, as the GPU writes one buffer.
+        let mut pe_table = Array2::<f32>::zeros((len, dim));
+        // Warm-up (the encode was warmed by the agreement run above).
+        progress("cpu warm-up");
+        parallel_copy(&mut dst, &src);
+        cpu::table_into(spec, &table_positions, pe_table.view_mut())?;
+        for round in 0..repeats {
+            progress(&format!("cpu round {}/{repeats}", round + 1));
+            t[0].push(timed(|| {
+                parallel_copy(&mut dst, &src);
+                Ok(())
+            })?);
+            t[1].push(timed(|| cpu_out.encode(&encoder, &inputs, &options))?);
+            encoder.clear_cache();
+            t[2].push(timed(|| cpu_out.encode(&encoder, &inputs, &options))?);
+            t[3].push(timed(|| cpu::table_into(spec, &table_positions, pe_table.view_mut()))?);
+        }
+        let [copy, warm, cold, tables] = t;
+        // Ceilings are GB/s of a copy moving (read + write) the bytes in question.
+        let ceiling = Item::new("cpu_copy_ceiling", copy, 2 * out_bytes);
+        results.push(Item::new("cpu_encode", warm, encode_bytes).against(&ceiling));
+        results.push(Item::new("cpu_encode_cold", cold, encode_bytes).against(&ceiling));
+        results.push(Item::new("cpu_table", tables, table_bytes).against(&ceiling));
+        results.push(ceiling);
+    }
+
+    // Before the GPU's copy of the table exists, so the run never holds everything at once.
+    let (load_items, checkpoint_bytes) = if config.load {
+        let (items, bytes) = time_load(&inputs.table, repeats, progress)?;
+        (items, Some(bytes))
+    } else {
+        (Vec::new(), None)
+    };
+
+    let mut adapter = None;
+    let mut agree = None;
+    let mut ceiling_method = None;
+    let mut copy_methods = Vec::new();
+    if let Some(ctx) = ctx {
+        let info = ctx.adapter_info();
+        adapter = Some(AdapterInfo {
+            name: info.name.clone(),
+            backend: format!("{:?}", info.backend),
+            device_type: format!("{:?}", info.device_type),
+            timing: ctx.timing_source(),
+            access: format!("{:?}", ctx.access_pattern()).to_lowercase(),
+        });
+        progress("uploading the table");
+        let uploaded = ctx.upload_table(inputs.table.view())?;
+        let out = ctx.device().create_buffer(&wgpu::BufferDescriptor {
+            label: Some("posenc.bench.out"),
+            size: out_bytes.next_multiple_of(4).max(4),
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let (ids, pos) = (inputs.ids.view(), inputs.pos.view());
+        // The whole call as a caller sees it: checks, sorting, submission, and the wait for
+        // the device, which the call itself need not do before returning.
+        let call = || {
+            ctx.encode_into_buffer(spec, &uploaded, ids, pos, &options, &out)?;
+            wait_for_device(ctx)
+        };
+        progress("gpu warm-up");
+        call()?;
+        agree = Some(cpu_out.agrees(&ctx.read_buffer(&out)?));
+        let time_encode = |cold| ctx.time_encode(spec, &uploaded, ids, pos, &options, &out, cold);
+        // The copy ceilings copy the output's bytes, as much as fits one binding.
+        let copy_bytes = (out_bytes.min(ctx.max_binding_size()) & !15).max(16);
+        let table_fits = len as u64 * dim as u64 * 4 <= ctx.max_binding_size();
+        // The streamed encode's batches, and the host array they are copied into.
+        let row_bytes = (dim * config.out_dtype.size()) as u64;
+        let stream_batch = (STREAM_BATCH_BYTES / row_bytes).max(1) as usize;
+        let mut streamed = vec![0u8; out_bytes as usize];
+        let stream = |host: &mut [u8]| {
+            let (ids, pos) = (inputs.ids.as_slice(), inputs.pos.as_slice());
+            let (ids, pos) = (ids.expect("a new array"), pos.expect("a new array"));
+            let mut at = 0;
+            stream_encode(ctx, spec, &uploaded, ids, pos, &options, stream_batch, |batch| {
+                let mut rest = &mut host[at..];
+                let room = rest.len();
+                write_encoded(&mut rest, batch);
+                at += room - rest.len();
+            })
+        };
+        let host_call = || ctx.encode(spec, &uploaded, ids, pos, &options);
+        stream(&mut streamed)?;
+        agree = agree.map(|a| {
+            a && cpu_out.agrees(&streamed)
+                && host_call().is_ok_and(|e| {
+                    let mut bytes = Vec::new();
+                    write_encoded(&mut bytes, &e);
+                    cpu_out.agrees(&bytes)
+                })
+        });
+        progress("warming the GPU up");
+        ctx.warm_up(steps::WARM_UP)?;
+        progress("searching for the fastest copy");
+        let search = steps::search_copy(ctx, copy_bytes, steps::SEARCH_REPEATS)?;
+        let best = steps::best_shader(&search);
+        ceiling_method = Some(best.name());
+        copy_methods = search.into_iter().map(|(_, f)| f).collect();
+        let mut t = [(); 12].map(|()| Vec::with_capacity(repeats));
+        for round in 0..repeats {
+            progress(&format!("gpu round {}/{repeats}", round + 1));
+            steps::warm(ctx)?;
+            t[0].extend(ctx.time_copy_method(best, copy_bytes, 1)?);
+            t[9].extend(ctx.time_copy_method(gpu::CopyMethod::Driver, copy_bytes, 1)?);
+            t[1].extend(ctx.time_copy_call(best, copy_bytes, 1)?);
+            t[2].push(time_encode(false)?);
+            t[3].push(time_encode(true)?);
+            t[4].push(timed(call)?);
+            // The host's part of the call alone: it returns once the work is submitted.
+            t[10]
+                .push(timed(|| ctx.encode_into_buffer(spec, &uploaded, ids, pos, &options, &out))?);
+            wait_for_device(ctx)?;
+            if table_fits {
+                t[5].extend(ctx.time_table(spec, &table_positions, 1)?);
+            }
+            t[6].push(timed_value(|| ctx.read_buffer(&out))?.0);
+            t[7].push(timed_value(host_call)?.0);
+            // The result left mapped, as burn hands it over: a few values read in place.
+            t[11].push(
+                timed_value(|| {
+                    let mapped =
+                        ctx.encode_submit(spec, &uploaded, ids, pos, &options)?.wait_mapped()?;
+                    let bytes = mapped.bytes();
+                    Ok(u32::from(bytes[0]) + u32::from(bytes[bytes.len() - 1]))
+                })?
+                .0,
+            );
+            t[8].push(timed(|| stream(&mut streamed))?);
+        }
+        let [
+            copy,
+            copy_call,
+            warm,
+            cold,
+            calls,
+            tables,
+            readback,
+            host,
+            streams,
+            driver,
+            submits,
+            mapped,
+        ] = t;
+        let ceiling = Item::new("gpu_copy_ceiling", copy, 2 * copy_bytes);
+        let call_ceiling = Item::new("gpu_copy_ceiling_call", copy_call, 2 * copy_bytes);
+        results.push(Item::new("gpu_encode", warm, encode_bytes).against(&ceiling));
+        results.push(Item::new("gpu_encode_cold", cold, encode_bytes).against(&ceiling));
+        results.push(Item::new("gpu_encode_call", calls, encode_bytes).against(&call_ceiling));
+        results.push(Item::new("gpu_encode_submit", submits, encode_bytes).against(&call_ceiling));
+        results.push(Item::new("gpu_encode_host", host, encode_bytes).against(&call_ceiling));
+        results.push(Item::new("gpu_encode_mapped", mapped, encode_bytes).against(&call_ceiling));
+        results.push(Item::new("gpu_encode_stream", streams, encode_bytes).against(&call_ceiling));
+        if table_fits {
+            results.push(Item::new("gpu_table", tables, table_bytes).against(&ceiling));
+        }
+        results.push(Item::new("gpu_readback", readback, out_bytes).against(&ceiling));
+        results.push(Item::new("gpu_copy_driver", driver, 2 * copy_bytes).against(&ceiling));
+        results.push(ceiling);
+        results.push(call_ceiling);
+
+        // The recorded pass, as an engine runs it: K steps in one compute pass.
+        progress("steps: the recorded encode");
+        let desc = gpu::EncodePassDescriptor {
+            batch,
+            len,
+            options,
+            ..gpu::EncodePassDescriptor::default()
+        };
+        let pass = ctx.encode_pass(spec, &uploaded, &desc)?;
+        let words = |label, a: &Array2<u32>| {
+            use wgpu::util::DeviceExt;
+            ctx.device().create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents: bytemuck::cast_slice(a.as_slice().expect("a new array")),
+                usage: wgpu::BufferUsages::STORAGE,
+            })
+        };
+        let (ids_buf, pos_buf) =
+            (words("posenc.bench.ids", &inputs.ids), words("posenc.bench.pos", &inputs.pos));
+        let k = steps::steps_for(encode_bytes, config.steps);
+        let mut step_items = steps::steps_items(
+            ctx,
+            "gpu_encode_steps",
+            encode_bytes,
+            copy_bytes,
+            best,
+            k,
+            repeats,
+            |p| pass.record_in(p, ids_buf.slice(..), pos_buf.slice(..), out.slice(..)),
+        )?;
+        let recorded = ctx.read_buffer(&out)?;
+        agree = agree.map(|a| a && cpu_out.agrees(&recorded[..out_bytes as usize]));
+        results.append(&mut step_items);
+    }
+    results.extend(load_items);
+    Ok(Report {
+        model: config.model.map(str::to_string),
+        adapter,
+        sizes: Sizes {
+            batch,
+            len,
+            dim,
+            vocab: config.vocab,
+            dtype: dtype_name(config.dtype).to_string(),
+            out_dtype: dtype_name(config.out_dtype).to_string(),
+            repeats,
+            encode_bytes,
+            table_bytes,
+            checkpoint_bytes,
+        },
+        agree,
+        ceiling_method,
+        copy_methods,
+        results,
+    })
+}
+
+/// `ids` at `pos` encoded on the GPU as `posenc encode` streams them: batches of `batch`
+/// tokens through [`gpu::Context::encode_submit`], [`STREAM_IN_FLIGHT`] in flight, each
+/// result handed to `each`, in order, as it comes back.
+#[allow(clippy::too_many_arguments)]
+fn stream_encode(
+    ctx: &gpu::Context,
+    spec: &PeSpec,
+    table: &gpu::GpuTable,
+    ids: &[u32],
+    pos: &[u32],
+    options: &EncodeOptions,
+    batch: usize,
+    mut each: impl FnMut(&crate::encode::Encoded),
+) -> Result<()> {
+    let mut in_flight = std::collections::VecDeque::with_capacity(STREAM_IN_FLIGHT);
+    let mut next = 0;
+    loop {
+        while in_flight.len() < STREAM_IN_FLIGHT && next < ids.len() {
+            let end = (next + batch).min(ids.len());
+            let row = |v| ndarray::ArrayView2::from_shape((1, end - next), v).expect("one row");
+            let (ids, pos) = (row(&ids[next..end]), row(&pos[next..end]));
+            in_flight.push_back(ctx.encode_submit(spec, table, ids, pos, options)?);
+            next = end;
+        }
+        match in_flight.pop_front() {
+            Some(pending) => each(&pending.wait()?),
+            None => return Ok(()),
+        }
+    }
+}
+
+/// Writes an encode's values to `w` as little-endian bytes, as the GPU's buffer holds
+/// them. `w` must take them all (a `Vec`, or a slice with room: the bench sizes both).
+fn write_encoded(w: &mut impl std::io::Write, encoded: &crate::encode::Encoded) {
+    use crate::encode::Encoded;
+    let written = match encoded {
+        Encoded::F32(a) => crate::npy::write_data(w, a.as_slice().expect("C order")),
+        Encoded::F16(a) => crate::npy::write_data(w, a.as_slice().expect("C order")),
+        Encoded::Bf16(a) => crate::npy::write_data(w, a.as_slice().expect("C order")),
+    };
+    written.expect("room for every value");
+}
+
+/// Waits until the device has finished everything submitted, for at most
+/// [`gpu::SUBMISSION_TIMEOUT`].
+fn wait_for_device(ctx: &gpu::Context) -> Result<()> {
+    let wait =
+        wgpu::PollType::Wait { submission_index: None, timeout: Some(gpu::SUBMISSION_TIMEOUT) };
+    match ctx.device().poll(wait) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(Error::Gpu { op: "bench", message: format!("waiting for the encode: {e}") }),
+    }
+}
+
+/// Writes `table` as a one-tensor `.safetensors` file in a fresh temporary directory, then
+/// times [`weights::load`] of it (`cpu_load`) against [`std::fs::read`] of it
+/// (`cpu_read_ceiling`) in the same rounds, both from a warm page cache. Both are credited
+/// with the file's bytes read and written once, so the ratio is the read's time over the
+/// load's. The directory is deleted on return, whatever happens. Returns the items and
+/// the file's size. While it runs, a signal the CLI catches removes the directory too.
+fn time_load(
+    table: &TableData,
+    repeats: usize,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(Vec<Item>, u64)> {
+    progress("writing the checkpoint");
+    // A Ctrl-C must not leave a checkpoint of up to a few GiB behind, nor its directory (the
+    // CLI installs the cleanup).
+    let dir = crate::output::ScratchDir::new()?;
+    let path = dir.path().join("bench.safetensors");
+    let io = |source| Error::Io { path: path.clone(), source };
+    table.write_checkpoint(&path)?;
+    // Warm the page cache, and check once that the load gives back the table written.
+    progress("checkpoint warm-up");
+    let bytes = std::fs::read(&path).map_err(io)?.len() as u64;
+    if !table.same_as(&weights::load(&path, None)?) {
+        return Err(Error::Format {
+            path: path.clone(),
+            format: ".safetensors",
+            reason: "weights::load gave back another table than the bench wrote".into(),
+        });
+    }
+    let mut t = [(); 2].map(|()| Vec::with_capacity(repeats));
+    for round in 0..repeats {
+        progress(&format!("load round {}/{repeats}", round + 1));
+        t[0].push(timed_value(|| std::fs::read(&path).map_err(io))?.0);
+        t[1].push(timed_value(|| weights::load(&path, None))?.0);
+    }
+    let [read, load] = t;
+    let ceiling = Item::new("cpu_read_ceiling", read, 2 * bytes);
+    let load = Item::new("cpu_load", load, 2 * bytes).against(&ceiling);
+    Ok((vec![load, ceiling], bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cpu_result_is_compared_in_its_own_type() {
+        let a = ndarray::array![[[1.0f32, -2.0, 3.5]]];
+        let mut bytes: Vec<u8> = a.iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert!(CpuOut::F32(a.clone()).agrees(&bytes));
+        bytes[4] ^= 1;
+        assert!(!CpuOut::F32(a.clone()).agrees(&bytes));
+        assert!(!CpuOut::F32(a.clone()).agrees(&bytes[..8]));
+
+        let h = a.mapv(bf16::from_f32);
+        // Three halves padded to two words.
+        let mut bytes: Vec<u8> = h.iter().flat_map(|v| v.to_le_bytes()).collect();
+        bytes.extend([0, 0]);
+        let out = CpuOut::Bf16(h.clone());
+        assert!(out.agrees(&bytes));
+        assert!(!CpuOut::Bf16(h).agrees(&bytes[..4]));
+        bytes[2] ^= 0x80;
+        assert!(!out.agrees(&bytes));
+    }
+}
