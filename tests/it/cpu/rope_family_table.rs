@@ -425,7 +425,9 @@ fn rope_region(name: &str) -> String {
     const WIDTH: usize = 92;
     match name {
         "partial-reads" => {
-            let mut groups: Vec<((f64, f64, bool), Vec<&str>)> = Vec::new();
+            // (legacy, given, top_level) and the families with those defaults.
+            type Group = ((f64, f64, bool), Vec<&'static str>);
+            let mut groups: Vec<Group> = Vec::new();
             for f in families::all() {
                 if let PartialDefault::Reads { legacy, given, top_level } = f.partial {
                     let key = (legacy, given, top_level);
