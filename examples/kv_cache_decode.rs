@@ -3,10 +3,10 @@
 //! what encoding the whole sequence at once gives, bit for bit, or a model would see other
 //! inputs when it generates than when it reads.
 //!
-//! Two sequences with prompts of different lengths decode together in one batch, each at its
-//! own offset. The PE rows the device caches are dropped before every step, so no row is
-//! merely a copy of the full encode's. Runs on the GPU when an adapter opens, else on the CPU; the run fails if any
-//! row differs.
+//! Two sequences with prompts of different lengths decode together in one batch, each at its own
+//! offset. The PE rows the device caches are dropped before every step, so no row is merely a copy
+//! of the full encode's. Runs on the GPU when an adapter opens, else on the CPU; the run fails if
+//! any row differs.
 //!
 //! ```sh
 //! cargo run --release --example kv_cache_decode

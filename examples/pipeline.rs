@@ -239,7 +239,8 @@ fn main() {
     }
     println!(
         "checked: {TOKENS} tokens x {DIM} encoded values equal posenc::cpu::encode bit for bit; \
-         {same_bits}/{TOKENS} dot products (engine kernel, same encoder, one submission) equal the host's bit for bit"
+         {same_bits}/{TOKENS} dot products (engine kernel, same encoder, one submission) equal the \
+         host's bit for bit"
     );
 }
 

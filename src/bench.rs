@@ -20,10 +20,10 @@
 //! (other load, clock frequency) moves an item and its ceiling together.
 
 //!
-//! The code is in three parts: what to measure (`presets`: [`Preset`], [`Config`]), running
-//! it (`running`: [`run`], [`run_suite`], [`run_op`]) and reporting it (`reporting`:
-//! [`Report`], [`Suite`], [`chart`]); the operations' presets and runs are in [`ops`], steps mode in
-//! [`steps`], the decode loop in [`decode`].
+//! The code is in three parts: what to measure (`presets`: [`Preset`], [`Config`]), running it
+//! (`running`: [`run`], [`run_suite`], [`run_op`]) and reporting it (`reporting`: [`Report`],
+//! [`Suite`], [`chart`]); the operations' presets and runs are in [`ops`], steps mode in [`steps`],
+//! the decode loop in [`decode`].
 
 pub mod decode;
 pub mod ops;

@@ -75,7 +75,8 @@ pub enum Error {
     },
     /// A position has no row in a learned position table.
     #[error(
-        "position {position} at row {row}, column {col} is out of range: the position table has {max_positions} rows"
+        "position {position} at row {row}, column {col} is out of range: the position table has \
+            {max_positions} rows"
     )]
     Position {
         /// Batch row of the first offender.
@@ -107,7 +108,8 @@ pub enum Error {
     /// indexed in memory nor loaded back from the `.npy` it would be written to, and the
     /// work sized by its other axes (a loop over 2^63 empty rows) would never end.
     #[error(
-        "{op}: {what} would have shape {}, more than {limit} values with its zero axes set aside (the limit {limit_name})",
+        "{op}: {what} would have shape {}, more than {limit} values with its zero axes set aside \
+            (the limit {limit_name})",
         shape_tuple(shape)
     )]
     TooLarge {

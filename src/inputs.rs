@@ -349,7 +349,8 @@ pub fn read_rope_scaling(source: Source<'_>) -> Result<Scaling> {
 /// let mut npy = Vec::new();
 /// posenc::npy::write(&mut npy, ndarray::array![1.0f32, 0.1, 0.01].view()).unwrap();
 /// let source = Source::Bytes { name: Path::new("inv_freq.npy"), bytes: &npy };
-/// assert_eq!(inputs::read_inv_freq(source, None, 3)?, [1.0, f64::from(0.1f32), f64::from(0.01f32)]);
+/// let read = inputs::read_inv_freq(source, None, 3)?;
+/// assert_eq!(read, [1.0, f64::from(0.1f32), f64::from(0.01f32)]);
 /// let err = inputs::read_inv_freq(source, None, 4).unwrap_err();
 /// assert!(matches!(err, posenc::Error::Count { expected: 4, actual: 3, .. }), "{err}");
 /// # Ok::<(), posenc::Error>(())

@@ -4,12 +4,13 @@
 //!
 //! The families and what each reads (transformers' `modeling_<family>.py`):
 //!
-//! | `model_type` | positions | posenc |
-//! | --- | --- | --- |
-//! | `marian`, `pegasus` | `MarianSinusoidalPositionalEmbedding` (Pegasus copies it): `[sin \| cos]` at `10000^(-2i/d)`, built in float64, positions from 0 | [`Variant::Marian`] |
-//! | `m2m_100` (NLLB), `fsmt`, `speech_to_text` | fairseq's sinusoid, `padding_idx = pad_token_id`, positions by fairseq's `make_positions` | [`Variant::Fairseq`] |
-//! | `whisper` | the encoder's `sinusoids` (added to audio features; the decoder's positions are learned) | [`Variant::Whisper`], table only |
-//! | `bart`, `mbart` | a learned table looked up at position + 2 | [`ModelPositions::Learned`] |
+//! - `marian`, `pegasus`: `MarianSinusoidalPositionalEmbedding` (Pegasus copies it), `[sin |
+//!   cos]` at `10000^(-2i/d)`, built in float64, positions from 0; [`Variant::Marian`].
+//! - `m2m_100` (NLLB), `fsmt`, `speech_to_text`: fairseq's sinusoid, `padding_idx =
+//!   pad_token_id`, positions by fairseq's `make_positions`; [`Variant::Fairseq`].
+//! - `whisper`: the encoder's `sinusoids` (added to audio features; the decoder's positions are
+//!   learned); [`Variant::Whisper`], table only.
+//! - `bart`, `mbart`: a learned table looked up at position + 2; [`ModelPositions::Learned`].
 //!
 //! The width is `d_model`; the embedding scale is `sqrt(d_model)` when `scale_embedding`
 //! is true, and unknown when the config does not state it (only `encode` needs it:

@@ -481,10 +481,10 @@ fn live_temporaries() -> Vec<PathBuf> {
     live_files().clone()
 }
 
-/// On SIGINT, SIGTERM or SIGHUP, removes the temporary files of every live [`AtomicFile`]
-/// and every live [`ScratchDir`], then dies of the same signal as if it were not handled (a shell reports 130, 143 or
-/// 129). For programs: it installs process-wide handlers, once (later calls do nothing).
-/// SIGKILL cannot be caught: its temporary file stays behind under its hidden name.
+/// On SIGINT, SIGTERM or SIGHUP, removes the temporary files of every live [`AtomicFile`] and every
+/// live [`ScratchDir`], then dies of the same signal as if it were not handled (a shell reports
+/// 130, 143 or 129). For programs: it installs process-wide handlers, once (later calls do
+/// nothing). SIGKILL cannot be caught: its temporary file stays behind under its hidden name.
 ///
 /// The handlers only wake a thread (signal-hook's iterator); the files are removed there,
 /// outside signal context, so the registry can be an ordinary mutex. A commit holds the

@@ -86,11 +86,11 @@ impl Table {
 /// ```
 ///
 /// # Errors
-/// All naming the file: [`Error::Io`] if it cannot be read or is not a regular file (a
-/// directory, a pipe); [`Error::Format`] if it is neither format or is malformed; [`Error::Tensor`] if the named tensor is missing, or none
-/// was named and the file does not hold exactly one 2-D tensor; [`Error::Dtype`] for a
-/// dtype other than F32/F16/BF16 (`'<f4'`/`'<f2'` in `.npy`); [`Error::Rank`] if the array
-/// is not 2-D; [`Error::NonFinite`] for a NaN or infinite weight;
+/// All naming the file: [`Error::Io`] if it cannot be read or is not a regular file (a directory, a
+/// pipe); [`Error::Format`] if it is neither format or is malformed; [`Error::Tensor`] if the named
+/// tensor is missing, or none was named and the file does not hold exactly one 2-D tensor;
+/// [`Error::Dtype`] for a dtype other than F32/F16/BF16 (`'<f4'`/`'<f2'` in `.npy`);
+/// [`Error::Rank`] if the array is not 2-D; [`Error::NonFinite`] for a NaN or infinite weight;
 /// [`Error::InvalidParameter`] naming `tensor` if one is named for a `.npy` file.
 pub fn load(path: impl AsRef<Path>, tensor: Option<&str>) -> Result<Table> {
     load_as(Source::File(path.as_ref()), tensor, WHAT)

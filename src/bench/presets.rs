@@ -70,7 +70,8 @@ pub const PRESETS: &[Preset] = &[
         dim: 768,
         vocab: 30522,
         dtype: Dtype::F32,
-        source: "bert-base-uncased config.json: hidden_size 768, vocab_size 30522; float32 checkpoint",
+        source: "bert-base-uncased config.json: hidden_size 768, vocab_size 30522; float32 \
+            checkpoint",
     },
     Preset {
         name: "gpt2",
@@ -79,7 +80,8 @@ pub const PRESETS: &[Preset] = &[
         dim: 768,
         vocab: 50257,
         dtype: Dtype::F32,
-        source: "gpt2 config.json: n_embd 768, vocab_size 50257, n_positions 1024; float32 checkpoint",
+        source: "gpt2 config.json: n_embd 768, vocab_size 50257, n_positions 1024; float32 \
+            checkpoint",
     },
     Preset {
         name: "llama3-8b",
@@ -187,7 +189,8 @@ pub struct Config {
     /// Whether to time loading the table from a `.safetensors` checkpoint (`cpu_load`,
     /// against `cpu_read_ceiling`), whatever `devices` says.
     pub load: bool,
-    /// Steps per steps-mode measurement ([`steps::steps_for`](super::steps::steps_for) when `None`).
+    /// Steps per steps-mode measurement ([`steps::steps_for`](super::steps::steps_for) when
+    /// `None`).
     pub steps: Option<usize>,
 }
 
@@ -232,8 +235,8 @@ impl Config {
         Preset::find(name).map(Preset::config)
     }
 
-    /// Checks everything [`run`](super::run) would refuse, before anything is allocated, and returns the
-    /// spec to encode with.
+    /// Checks everything [`run`](super::run) would refuse, before anything is allocated, and
+    /// returns the spec to encode with.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for a dim the spec refuses (odd, 0, above 65536), a zero
@@ -299,12 +302,11 @@ impl Config {
         Ok(spec)
     }
 
-    /// The most bytes of host memory a run holds at once, by what [`run`](super::run) allocates: the
-    /// table, ids and positions, and the CPU output throughout; then one of the CPU rounds
-    /// (the memcpy ceiling's source and destination, the PE table), the checkpoint load (one
-    /// more table) or the GPU rounds (the streamed output, a readback and a host encode with
-    /// its bytes). Device buffers are the device's. Saturating: a size past `u64` is refused
-    /// as one.
+    /// The most bytes of host memory a run holds at once, by what [`run`](super::run) allocates:
+    /// the table, ids and positions, and the CPU output throughout; then one of the CPU rounds (the
+    /// memcpy ceiling's source and destination, the PE table), the checkpoint load (one more table)
+    /// or the GPU rounds (the streamed output, a readback and a host encode with its bytes). Device
+    /// buffers are the device's. Saturating: a size past `u64` is refused as one.
     pub fn host_bytes(&self) -> u64 {
         let tokens = (self.batch as u64).saturating_mul(self.len as u64);
         let table = (self.vocab as u64)

@@ -64,7 +64,7 @@ pub struct Sizes {
 /// | --- | --- |
 /// | `cpu_encode`, `cpu_encode_cold`, `cpu_table` | `cpu_copy_ceiling` (memcpy) |
 /// | `gpu_encode`, `gpu_encode_cold`, `gpu_table`, `gpu_readback` | `gpu_copy_ceiling` |
-/// | `gpu_encode_call`, `gpu_encode_host`, `gpu_encode_stream` | `gpu_copy_ceiling_call` (wall clock) |
+/// | `gpu_encode_call`, `gpu_encode_host`, `gpu_encode_stream` | `gpu_copy_ceiling_call` (wall) |
 /// | `cpu_load` | `cpu_read_ceiling` (`std::fs::read`) |
 ///
 /// A ceiling is its own ceiling (ratio 1).
@@ -75,16 +75,17 @@ pub struct Item {
     /// `gpu_readback`, `cpu_load`, or a ceiling: `cpu_copy_ceiling`, `gpu_copy_ceiling`,
     /// `gpu_copy_ceiling_call`, `cpu_read_ceiling`.
     ///
-    /// `gpu_encode` is the device time of an encode (see [`gpu::TimingSource`]);
-    /// `gpu_encode_call` the wall time of a whole `encode_into_buffer` call followed by
-    /// waiting for the device, as a caller sees it; `gpu_encode_host` the wall time of one
-    /// blocking `Context::encode` (result in host memory); `gpu_encode_stream` the wall
-    /// time of the same tokens encoded into host memory as `posenc encode` streams them, in
-    /// batches of [`STREAM_BATCH_BYTES`](super::STREAM_BATCH_BYTES) of output through `Context::encode_submit`,
-    /// [`STREAM_IN_FLIGHT`](super::STREAM_IN_FLIGHT) in flight, each copied into one host array as it arrives;
-    /// `gpu_readback` the wall time of reading the output back. `gpu_table` is left out when the table of `len` rows does not fit
-    /// one storage binding. `cpu_load` is `weights::load` of a one-tensor `.safetensors`
-    /// file holding the table, from a warm page cache.
+    /// `gpu_encode` is the device time of an encode (see [`gpu::TimingSource`]); `gpu_encode_call`
+    /// the wall time of a whole `encode_into_buffer` call followed by waiting for the device, as a
+    /// caller sees it; `gpu_encode_host` the wall time of one blocking `Context::encode` (result in
+    /// host memory); `gpu_encode_stream` the wall time of the same tokens encoded into host memory
+    /// as `posenc encode` streams them, in batches of
+    /// [`STREAM_BATCH_BYTES`](super::STREAM_BATCH_BYTES) of output through
+    /// `Context::encode_submit`, [`STREAM_IN_FLIGHT`](super::STREAM_IN_FLIGHT) in flight, each
+    /// copied into one host array as it arrives; `gpu_readback` the wall time of reading the output
+    /// back. `gpu_table` is left out when the table of `len` rows does not fit one storage binding.
+    /// `cpu_load` is `weights::load` of a one-tensor `.safetensors` file holding the table, from a
+    /// warm page cache.
     pub name: String,
     /// The ceiling this item is measured against, by name (see the [module](super) docs);
     /// a ceiling names itself.
@@ -226,7 +227,8 @@ impl Report {
         let s = &self.sizes;
         let model = self.model.as_ref().map_or_else(String::new, |m| format!("{m}, "));
         let mut out = format!(
-            "posenc bench: {model}B={} L={} D={} V={} {} -> {}, {} runs each; encode moves {}, table {}\n",
+            "posenc bench: {model}B={} L={} D={} V={} {} -> {}, {} runs each; encode moves {}, \
+                table {}\n",
             s.batch,
             s.len,
             s.dim,
@@ -380,9 +382,12 @@ impl Suite {
     pub fn to_table(&self) -> String {
         let repeats = self.suite.first().map_or(0, |r| r.sizes.repeats);
         let mut out = format!(
-            "posenc bench --suite, {repeats} runs each: median ms and % of the ceiling measured in the same rounds\n\
-             (cpu_encode: cpu_copy_ceiling; gpu_encode: gpu_copy_ceiling; gpu_encode_call, a whole call and the\n\
-             wait by the wall clock: gpu_copy_ceiling_call; cpu_load, from a warm page cache: cpu_read_ceiling)\n"
+            "posenc bench --suite, {repeats} runs each: median ms and % of the ceiling measured in \
+                the same rounds\n\
+             (cpu_encode: cpu_copy_ceiling; gpu_encode: gpu_copy_ceiling; gpu_encode_call, a whole \
+             call and the\n\
+             wait by the wall clock: gpu_copy_ceiling_call; cpu_load, from a warm page cache: \
+             cpu_read_ceiling)\n"
         );
         if let Some(a) = self.suite.iter().find_map(|r| r.adapter.as_ref()) {
             out +=
@@ -450,8 +455,10 @@ impl Suite {
         if rows.iter().all(|r| r.2.is_none() && r.4.is_none()) {
             return out;
         }
-        out += "\nsteps mode: K steps recorded into one compute pass, submitted once; us per step, % of as many \n\
-                copies of the same bytes recorded the same way, and x the one-workgroup dispatch floor; \n\
+        out += "\nsteps mode: K steps recorded into one compute pass, submitted once; us per step, \
+            % of as many \n\
+                copies of the same bytes recorded the same way, and x the one-workgroup dispatch \
+                floor; \n\
                 one submission (gpu) and the CPU beside it, % of their own ceilings\n";
         out += &format!(
             "{:<24} {:<12} {:>10} {:>7} {:>8} {:>5}  {:>10} {:>7}  {:>10} {:>7}\n",
@@ -486,8 +493,8 @@ impl Suite {
 /// report did not measure has no bar.
 ///
 /// # Errors
-/// As [`plot::bench_chart`]: [`Error::Shape`](crate::Error::Shape) for no reports, [`Error::Limit`](crate::Error::Limit) for more
-/// than [`plot::MAX_BENCH_GROUPS`].
+/// As [`plot::bench_chart`]: [`Error::Shape`](crate::Error::Shape) for no reports,
+/// [`Error::Limit`](crate::Error::Limit) for more than [`plot::MAX_BENCH_GROUPS`].
 pub fn chart(reports: &[Report]) -> Result<plot::Image> {
     let groups: Vec<plot::BenchGroup> = reports.iter().map(Report::bars).collect();
     let mut title = "posenc bench: encode throughput and copy ceilings".to_string();

@@ -206,9 +206,9 @@ pub fn run(config: &Config, mut progress: impl FnMut(&str)) -> Result<Report> {
     run_on(config, &spec, ctx.as_ref(), &mut progress)
 }
 
-/// Runs each configuration in turn (usually [`PRESETS`](super::PRESETS) through [`Preset::config`](super::Preset::config)), all on
-/// one GPU context. Every configuration is checked before any runs. `progress` hears each
-/// step, prefixed with the model's name.
+/// Runs each configuration in turn (usually [`PRESETS`](super::PRESETS) through
+/// [`Preset::config`](super::Preset::config)), all on one GPU context. Every configuration is
+/// checked before any runs. `progress` hears each step, prefixed with the model's name.
 ///
 /// # Errors
 /// As [`run`], for the first configuration that fails.

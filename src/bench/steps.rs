@@ -179,7 +179,8 @@ impl DeviceReport {
     /// A few lines: the large copy's best methods and the dispatch costs.
     pub fn to_table(&self) -> String {
         let mut out = format!(
-            "device: a one-workgroup dispatch costs {} us inside a pass, {} us in a pass of its own\n",
+            "device: a one-workgroup dispatch costs {} us inside a pass, {} us in a pass of its \
+                own\n",
             super::significant(self.dispatch_in_pass_s * 1e6),
             super::significant(self.dispatch_own_pass_s * 1e6)
         );

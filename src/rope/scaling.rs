@@ -982,7 +982,10 @@ mod tests {
                 "original_max_position_embeddings",
             ),
             (
-                r#"{"rope_type":"yarn","factor":2,"original_max_position_embeddings":4,"truncate":1}"#,
+                concat!(
+                    r#"{"rope_type":"yarn","factor":2,"#,
+                    r#""original_max_position_embeddings":4,"truncate":1}"#
+                ),
                 "truncate",
             ),
             (

@@ -264,6 +264,9 @@ fn refused(bin: &str, args: &[&str], files: &[Translated]) -> Vec<String> {
     }
 }
 
+/// A kernel's translations: each file's extension and bytes.
+type KernelFiles = Vec<(&'static str, Vec<u8>)>;
+
 /// Translates every kernel with `translate` into files (named by extension), on every
 /// core, and runs `bin` with `args` on them, `per_call` files to a call; panics listing
 /// every kernel it refuses, with the validator's message.
@@ -271,8 +274,7 @@ fn validate_all(
     bin: &str,
     args: &[&str],
     per_call: usize,
-    translate: impl Fn(&naga::Module, &naga::valid::ModuleInfo, &str) -> Vec<(&'static str, Vec<u8>)>
-    + Sync,
+    translate: impl Fn(&naga::Module, &naga::valid::ModuleInfo, &str) -> KernelFiles + Sync,
 ) {
     let sources = posenc::shaders::all_sources();
     let dir = tempfile::tempdir().unwrap();

@@ -437,7 +437,9 @@ proptest! {
 
     /// Position specs built from the characters that matter: a list or a typed error.
     #[test]
-    fn position_specs_parse_or_fail_cleanly(spec in "[0-9.,x \\-+]{0,40}|[0-9]{1,12}\\.\\.[0-9]{1,12}") {
+    fn position_specs_parse_or_fail_cleanly(
+        spec in concat!("[0-9.,x \\-+]{0,40}", "|[0-9]{1,12}\\.\\.[0-9]{1,12}")
+    ) {
         match positions::parse_spec(&spec) {
             Ok(list) => prop_assert!(list.len() as u64 <= positions::MAX_SPEC_POSITIONS),
             Err(e) => prop_assert!(matches!(e, Error::PositionSpec { .. }), "{e}"),

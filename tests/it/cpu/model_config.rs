@@ -331,7 +331,8 @@ fn config_errors_name_the_file_they_were_read_from() {
     fs::write(&path, no_pad).unwrap();
     let e = inputs::read_model_config(Source::File(&path)).unwrap_err();
     assert!(
-        matches!(&e, Error::PeConfig { path: Some(p), field, .. } if *p == path && field == "pad_token_id"),
+        matches!(&e, Error::PeConfig { path: Some(p), field, .. }
+            if *p == path && field == "pad_token_id"),
         "{e:?}"
     );
     assert_eq!(
@@ -373,9 +374,8 @@ fn scale_embedding_is_asked_for_only_where_the_scale_is_used() {
     }
     let m2m = parse(r#"{"model_type": "m2m_100", "d_model": 1024, "pad_token_id": 1}"#);
     assert_eq!((m2m.scale(), m2m.pad_id()), (None, Some(1)));
-    assert!(
-        matches!(m2m.required_scale(), Err(Error::PeConfig { field, .. }) if field == "scale_embedding")
-    );
+    assert!(matches!(m2m.required_scale(),
+            Err(Error::PeConfig { field, .. }) if field == "scale_embedding"));
     assert_eq!(published("opus-mt-en-de.json").required_scale().unwrap(), Scale::SqrtDim);
     assert_eq!(published("bart-base.json").required_scale().unwrap(), Scale::None);
     // Whisper's sinusoid meets no token embedding: no scale, whatever the config says.

@@ -587,7 +587,8 @@ fn mimo_v2_flash_default_layers_rotate_a_third_of_the_head() {
 fn per_layer_families_without_top_level_copy() {
     let laguna = r#"{"model_type": "laguna", "head_dim": 128, "hidden_size": 2048,
         "num_attention_heads": 16, "num_hidden_layers": 4, "max_position_embeddings": 131072,
-        "layer_types": ["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+        "layer_types": ["full_attention", "sliding_attention", "sliding_attention",
+                        "full_attention"],
         "rope_parameters": {
             "full_attention": {"rope_type": "default", "rope_theta": 500000.0},
             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}"#;
@@ -636,7 +637,8 @@ fn per_layer_families_without_top_level_copy() {
     // rope_theta 5e5 0.193922758102417; sliding 32).
     let neomme = r#"{"model_type": "neomme", "hidden_size": 512, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 64, "num_hidden_layers": 4,
-        "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
+        "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention",
+                        "full_attention"],
         "rope_parameters": {"full_attention": {"rope_type": "default"},
                             "sliding_attention": {"rope_type": "default"}}}"#;
     let full = spec(neomme, Some("full_attention"));
@@ -661,8 +663,9 @@ fn gemma_text(model_type: &str, full: &str, extra: &str) -> String {
             "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention",
                             "sliding_attention", "sliding_attention", "full_attention"],
             "max_position_embeddings": 32768{extra},
-            "rope_parameters": {{"sliding_attention": {{"rope_type": "default", "rope_theta": 10000.0}},
-                                "full_attention": {{{full}, "rope_theta": 1000000.0}}}}}}"#
+            "rope_parameters": {{
+                "sliding_attention": {{"rope_type": "default", "rope_theta": 10000.0}},
+                "full_attention": {{{full}, "rope_theta": 1000000.0}}}}}}"#
     )
 }
 

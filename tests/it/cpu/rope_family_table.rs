@@ -302,7 +302,8 @@ fn families_page() -> String {
         92,
     ));
     page.push('\n');
-    let intro = "What `RopeSpec::from_hf_config` knows of each Hugging Face `model_type` (the one a \
+    let intro = "What `RopeSpec::from_hf_config` knows of each Hugging Face `model_type` (the one \
+        a \
          config carries after any `text_config` swap), one row per family, as transformers \
          5.23 builds it (`posenc::rope::families`; [RoPE, family by \
          family](rope.md#family-by-family) says what each column means). A `model_type` not \
@@ -446,7 +447,8 @@ fn rope_region(name: &str) -> String {
                     number(legacy)
                 } else {
                     format!(
-                        "{} in the legacy form (the class's own `rope_parameters`), {} beside given ones",
+                        "{} in the legacy form (the class's own `rope_parameters`), {} beside \
+                            given ones",
                         number(legacy),
                         number(given)
                     )

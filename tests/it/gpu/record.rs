@@ -1235,7 +1235,8 @@ fn a_device_of_four_storage_buffers_records_every_path_with_the_same_bits() {
             .record(&mut encoder, ids.slice(..), positions.slice(..), out.slice(..))
             .unwrap_err();
         assert!(
-            matches!(&e, Error::InvalidParameter { field: f, allowed, .. } if *f == field && allowed.contains("COPY_SRC")),
+            matches!(&e, Error::InvalidParameter { field: f, allowed, .. }
+                if *f == field && allowed.contains("COPY_SRC")),
             "{e}"
         );
     }

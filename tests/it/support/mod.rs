@@ -196,7 +196,8 @@ pub fn assert_bits_eq(what: &str, got: &[f32], want: &[f32], dim: usize) {
     assert_eq!(got.len(), want.len(), "{what}: lengths differ");
     if let Some(i) = got.iter().zip(want).position(|(g, w)| g.to_bits() != w.to_bits()) {
         panic!(
-            "{what}: first differing value at row {}, column {}: got {:e} ({:#010x}), want {:e} ({:#010x})",
+            "{what}: first differing value at row {}, column {}: got {:e} ({:#010x}), want {:e} \
+                ({:#010x})",
             i / dim,
             i % dim,
             got[i],

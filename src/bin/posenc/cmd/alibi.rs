@@ -13,9 +13,14 @@ use crate::failure::Failure;
 use crate::output::{emit, output_help, refuse_binary_on_terminal, target, to_stdout};
 
 /// `posenc alibi --help` after the options, before the exit statuses.
-pub(crate) const HELP: &str = "Slopes of H heads: for H a power of two, m_k = 2^(-8k/H) for k = 1..H; otherwise the c = 2^floor(log2 H) slopes of c heads, then 2^(-8(2j-1)/(2c)) for j = 1..H-c. Each is the float32 nearest to its exact value.
+pub(crate) const HELP: &str = "Slopes of H heads: for H a power of two, m_k = 2^(-8k/H) for k = \
+    1..H; otherwise the c = 2^floor(log2 H) slopes of c heads, then 2^(-8(2j-1)/(2c)) for j = \
+    1..H-c. Each is the float32 nearest to its exact value.
 
-Bias of head h, query i (at position offset + i) and key j (at position j): symmetric, -m_h |offset + i - j|; causal, -m_h (offset + i - j) for j <= offset + i and 0 above the diagonal (no mask: apply your own there). Each value is the correctly rounded float32 of m_h times the exact distance, bit for bit the same on the CPU and the GPU. Zeros are +0.0.
+Bias of head h, query i (at position offset + i) and key j (at position j): symmetric, -m_h \
+    |offset + i - j|; causal, -m_h (offset + i - j) for j <= offset + i and 0 above the diagonal \
+    (no mask: apply your own there). Each value is the correctly rounded float32 of m_h times the \
+    exact distance, bit for bit the same on the CPU and the GPU. Zeros are +0.0.
 
 Everything is checked before any GPU work and before OUT is opened.";
 
@@ -48,7 +53,8 @@ pub(crate) struct AlibiArgs {
     /// Position of the first query: a decoding step with N cached tokens is
     /// --len 1 --offset N.
     #[arg(long, value_name = "N", default_value_t = 0, allow_negative_numbers = true,
-          value_parser = whole::<u32>("a whole number in 0..=4294967295 (offset + len <= 4294967296)"))]
+          value_parser = whole::<u32>("a whole number in 0..=4294967295 (offset + len <= \
+              4294967296)"))]
     offset: u32,
     /// Where to compute. `auto` uses the GPU when one opens, else the CPU with a note on
     /// stderr; `gpu` fails without one. cpu and gpu give the same bits.

@@ -21,19 +21,29 @@ use crate::failure::Failure;
 use crate::output::{emit, output_help, refuse_binary_on_terminal, target};
 
 /// `posenc encode --help` after the options, before the exit statuses.
-pub(crate) const HELP: &str = "Positions: --positions gives each token's; --offsets gives each row's first (row b holds positions offsets[b], offsets[b]+1, ..., as when decoding with a KV cache); with neither, every row counts from 0, except that with --variant fairseq positions follow fairseq's make_positions (tokens equal to --padding-idx get padding_idx, the others padding_idx + 1, padding_idx + 2, ...), and otherwise with --pad-id the batch is taken as left-padded and each row counts only its non-pad tokens from 0 (pad tokens get position 0). Pad tokens' (--pad-id) output rows are zeros whatever their position.
+pub(crate) const HELP: &str = "Positions: --positions gives each token's; --offsets gives each \
+    row's first (row b holds positions offsets[b], offsets[b]+1, ..., as when decoding with a KV \
+    cache); with neither, every row counts from 0, except that with --variant fairseq positions \
+    follow fairseq's make_positions (tokens equal to --padding-idx get padding_idx, the others \
+    padding_idx + 1, padding_idx + 2, ...), and otherwise with --pad-id the batch is taken as \
+    left-padded and each row counts only its non-pad tokens from 0 (pad tokens get position 0). \
+    Pad tokens' (--pad-id) output rows are zeros whatever their position.
 
 With --position-table, a learned table P replaces the sinusoid: out = scale * E[id] + P[position].
 
-Everything (files, dtypes, shapes, ids against the vocabulary, the scale) is checked before any GPU work and before OUT is opened.
+Everything (files, dtypes, shapes, ids against the vocabulary, the scale) is checked before any \
+    GPU work and before OUT is opened.
 
-On the GPU, an output larger than one batch (about 32 MiB, or --stream-batch tokens) is streamed: the tokens go to the GPU in batches, three in flight at once, and each batch is written to OUT as it comes back; a file still appears only when complete. On a terminal, stderr shows the progress.";
+On the GPU, an output larger than one batch (about 32 MiB, or --stream-batch tokens) is streamed: \
+    the tokens go to the GPU in batches, three in flight at once, and each batch is written to OUT \
+    as it comes back; a file still appears only when complete. On a terminal, stderr shows the \
+    progress.";
 
 #[derive(Debug, Args)]
 pub(crate) struct EncodeArgs {
-    /// Embedding table [V, D] (D as the variant allows): one tensor of a .safetensors file (F32, F16 or BF16),
-    /// or a .npy array ('<f4' or '<f2'; NumPy has no bfloat16, so bf16 tables come from
-    /// .safetensors only).
+    /// Embedding table [V, D] (D as the variant allows): one tensor of a .safetensors file (F32,
+    /// F16 or BF16), or a .npy array ('<f4' or '<f2'; NumPy has no bfloat16, so bf16 tables come
+    /// from .safetensors only).
     #[arg(long, value_name = "PATH")]
     weights: PathBuf,
     /// The .safetensors tensor to use; may be left out when the file holds exactly one 2-D
@@ -85,7 +95,8 @@ pub(crate) struct EncodeArgs {
     position_tensor: Option<String>,
     #[arg(short, long, value_name = "OUT.npy",
         help = "The output .npy, shape [B, L, D] ([L, D] for [L] ids), C order.",
-        long_help = output_help!("The output .npy, shape [B, L, D] ([L, D] for [L] ids), C order."))]
+        long_help = output_help!("The output .npy, shape [B, L, D] ([L, D] for [L] ids), C \
+            order."))]
     output: PathBuf,
     /// At most this many bytes of GPU memory in posenc's buffers at once, at least 1: the
     /// batch is streamed through in chunks that fit (default: the POSENC_GPU_MEMORY_BUDGET

@@ -32,7 +32,8 @@ pub(crate) enum PlotCommand {
 pub(crate) struct HeatmapArgs {
     /// Model dimension: the columns of the picture, in 1..=4096 as the variant allows.
     #[arg(long, value_name = "D", default_value_t = 512, allow_negative_numbers = true,
-          value_parser = whole::<u32>("a whole number in 1..=4096 (plot::MAX_CELLS) as the variant allows"))]
+          value_parser = whole::<u32>("a whole number in 1..=4096 (plot::MAX_CELLS) as the variant \
+              allows"))]
     dim: u32,
     /// Positions 0..N: the rows of the picture, 1..=4096.
     #[arg(long, value_name = "N", default_value_t = 50, allow_negative_numbers = true,
@@ -45,8 +46,10 @@ pub(crate) struct HeatmapArgs {
     #[arg(long, value_name = "NAME", value_enum, default_value_t = VariantArg::Vaswani)]
     variant: VariantArg,
     #[arg(short, long, value_name = "PATH",
-        help = "The PNG to write; without it (or with -) the PNG goes to stdout, if stdout is not a terminal.",
-        long_help = output_help!("The PNG to write; without it (or with -) the PNG goes to stdout, if stdout is not a terminal."))]
+        help = "The PNG to write; without it (or with -) the PNG goes to stdout, if stdout is not \
+            a terminal.",
+        long_help = output_help!("The PNG to write; without it (or with -) the PNG goes to stdout, \
+            if stdout is not a terminal."))]
     output: Option<PathBuf>,
 }
 
@@ -68,8 +71,10 @@ pub(crate) struct SimilarityArgs {
     #[arg(long, value_enum, default_value_t = PlotFormat::Png)]
     format: PlotFormat,
     #[arg(short, long, value_name = "PATH",
-        help = "Write to PATH instead of stdout (a PNG goes to stdout only if it is not a terminal).",
-        long_help = output_help!("Write to PATH instead of stdout (a PNG goes to stdout only if it is not a terminal)."))]
+        help = "Write to PATH instead of stdout (a PNG goes to stdout only if it is not a \
+            terminal).",
+        long_help = output_help!("Write to PATH instead of stdout (a PNG goes to stdout only if it \
+            is not a terminal)."))]
     output: Option<PathBuf>,
 }
 
@@ -83,8 +88,10 @@ pub(crate) struct ErrorPlotArgs {
     #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_hyphen_values = true)]
     base: f64,
     #[arg(short, long, value_name = "PATH",
-        help = "The PNG to write; without it (or with -) the PNG goes to stdout, if stdout is not a terminal.",
-        long_help = output_help!("The PNG to write; without it (or with -) the PNG goes to stdout, if stdout is not a terminal."))]
+        help = "The PNG to write; without it (or with -) the PNG goes to stdout, if stdout is not \
+            a terminal.",
+        long_help = output_help!("The PNG to write; without it (or with -) the PNG goes to stdout, \
+            if stdout is not a terminal."))]
     output: Option<PathBuf>,
 }
 

@@ -16,15 +16,32 @@ use crate::failure::Failure;
 use crate::output::{emit, output_help, refuse_binary_on_terminal, target};
 
 /// `posenc rope --help` after the options, before the exit statuses.
-pub(crate) const HELP: &str = "For frequency i < r/2 (r = --rotary-dim) and the dimensions (a, b) it rotates, (i, i + r/2) with --pairing neox or (2i, 2i + 1) with gptj: out_a = x_a cos(p w_i) - x_b sin(p w_i), out_b = x_b cos(p w_i) + x_a sin(p w_i), w_i = base^(-2i/r) as --scaling changes it, cos and sin times its attention factor. Dimensions from r on pass through. The angle p w_i is reduced exactly for every u32 position.
+pub(crate) const HELP: &str = "For frequency i < r/2 (r = --rotary-dim) and the dimensions (a, b) \
+    it rotates, (i, i + r/2) with --pairing neox or (2i, 2i + 1) with gptj: out_a = x_a cos(p w_i) \
+    - x_b sin(p w_i), out_b = x_b cos(p w_i) + x_a sin(p w_i), w_i = base^(-2i/r) as --scaling \
+    changes it, cos and sin times its attention factor. Dimensions from r on pass through. The \
+    angle p w_i is reduced exactly for every u32 position.
 
---scaling takes a Hugging Face rope_scaling object, as JSON text or @FILE, e.g. '{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}'. rope_type (or the legacy type) is one of default, linear, dynamic, yarn, longrope, llama3, proportional (Gemma 4: \"partial_rotary_factor\" inside it sets how many frequencies are not zero, over the whole --rotary-dim); max_position_embeddings may be given inside it where the scheme reads the model config's (dynamic needs it). dynamic and longrope use the sequence length max(position) + 1 of this call, or --seq-len N: a Hugging Face module that grew its frequencies for an earlier, longer call keeps them (max_seq_len_cached), and --seq-len with that length reproduces it.
+--scaling takes a Hugging Face rope_scaling object, as JSON text or @FILE, e.g. '{\"rope_type\": \
+    \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \
+    \"original_max_position_embeddings\": 8192}'. rope_type (or the legacy type) is one of \
+    default, linear, dynamic, yarn, longrope, llama3, proportional (Gemma 4: \
+    \"partial_rotary_factor\" inside it sets how many frequencies are not zero, over the whole \
+    --rotary-dim); max_position_embeddings may be given inside it where the scheme reads the model \
+    config's (dynamic needs it). dynamic and longrope use the sequence length max(position) + 1 of \
+    this call, or --seq-len N: a Hugging Face module that grew its frequencies for an earlier, \
+    longer call keeps them (max_seq_len_cached), and --seq-len with that length reproduces it.
 
---config takes a Hugging Face model's config.json: its base, scaling (rope_scaling or rope_parameters), rotary dim and pairing become the defaults, the flags override them, and --layer-type picks one of per-layer-type rope_parameters (Gemma 3). The tensor's last axis must be the config's head dim.
+--config takes a Hugging Face model's config.json: its base, scaling (rope_scaling or \
+    rope_parameters), rotary dim and pairing become the defaults, the flags override them, and \
+    --layer-type picks one of per-layer-type rope_parameters (Gemma 3). The tensor's last axis \
+    must be the config's head dim.
 
-Positions: --positions gives each token's (.npy [B, L] of uint32, int32 or int64); --offset N makes every sequence count from N (decoding with a KV cache); the default is --offset 0.
+Positions: --positions gives each token's (.npy [B, L] of uint32, int32 or int64); --offset N \
+    makes every sequence count from N (decoding with a KV cache); the default is --offset 0.
 
-Everything (files, dtypes, shapes, positions, the scaling) is checked before any GPU work and before OUT is opened.";
+Everything (files, dtypes, shapes, positions, the scaling) is checked before any GPU work and \
+    before OUT is opened.";
 
 #[derive(Debug, Args)]
 pub(crate) struct RopeArgs {
@@ -43,7 +60,8 @@ pub(crate) struct RopeArgs {
     positions: Option<PathBuf>,
     /// Every sequence's first position: token l of each sequence is at N + l.
     #[arg(long, value_name = "N", allow_negative_numbers = true,
-          value_parser = whole::<u32>("a whole number in 0..=4294967295 (offset + len - 1 <= 4294967295)"))]
+          value_parser = whole::<u32>("a whole number in 0..=4294967295 (offset + len - 1 <= \
+              4294967295)"))]
     offset: Option<u32>,
     /// Where to compute. `auto` uses the GPU when one opens, else the CPU with a note on
     /// stderr; `gpu` fails without one.
@@ -104,7 +122,8 @@ pub(crate) struct RopeParams {
     /// max_seq_len_cached) to reproduce frequencies it grew in an earlier, longer call.
     /// Refused beside any other scheme, which does not read it.
     #[arg(long, value_name = "N", allow_negative_numbers = true,
-          value_parser = whole::<u64>("a whole number in 1..=4294967296 (one more than the largest u32 position)"))]
+          value_parser = whole::<u64>("a whole number in 1..=4294967296 (one more than the largest \
+              u32 position)"))]
     seq_len: Option<u64>,
 }
 

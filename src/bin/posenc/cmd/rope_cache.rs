@@ -18,11 +18,19 @@ use crate::failure::Failure;
 use crate::output::{emit, output_help, refuse_binary_on_terminal, target};
 
 /// `posenc rope-cache --help` after the options, before the exit statuses.
-pub(crate) const HELP: &str = "Writes cos and sin of shape [positions, rotary_dim] as a Hugging Face rotary module returns them: the attention factor applied, each frequency's column repeated as the pairing needs it (neox: cat(freqs, freqs); gptj: interleaved). The values are posenc's exact-phase cos and sin (within 6e-8 of the true values at every u32 position, then times the attention factor in f32), the same bits on the CPU and the GPU.
+pub(crate) const HELP: &str = "Writes cos and sin of shape [positions, rotary_dim] as a Hugging \
+    Face rotary module returns them: the attention factor applied, each frequency's column \
+    repeated as the pairing needs it (neox: cat(freqs, freqs); gptj: interleaved). The values are \
+    posenc's exact-phase cos and sin (within 6e-8 of the true values at every u32 position, then \
+    times the attention factor in f32), the same bits on the CPU and the GPU.
 
-safetensors (the default): tensors cos and sin ([positions, rotary_dim], --dtype) and inv_freq ([rotary_dim / 2], f32: the exact frequencies rounded, for a module's buffer), metadata attention_factor, pairing, rotary_dim. npy: one array [2, positions, rotary_dim] holding cos then sin (bf16 as '<u2' raw bits).
+safetensors (the default): tensors cos and sin ([positions, rotary_dim], --dtype) and inv_freq \
+    ([rotary_dim / 2], f32: the exact frequencies rounded, for a module's buffer), metadata \
+    attention_factor, pairing, rotary_dim. npy: one array [2, positions, rotary_dim] holding cos \
+    then sin (bf16 as '<u2' raw bits).
 
-The frequencies are those of a rotation at the same positions: dynamic and longrope see the largest position + 1, or --seq-len N.";
+The frequencies are those of a rotation at the same positions: dynamic and longrope see the \
+    largest position + 1, or --seq-len N.";
 
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("range").required(true).args(["len", "positions"])))]

@@ -459,11 +459,11 @@ fn a_fifo_without_a_writer_as_json_is_refused_and_one_with_a_writer_is_read() {
     assert_eq!(std::fs::read(&o).unwrap(), std::fs::read(&want).unwrap());
 }
 
-/// The bounds on a failure's line: a value from the user (a key, a value, a name, a path,
-/// a spec) is cut in the middle to at most 256 characters, the prose that quotes one to
-/// 1024, and the message after `posenc: ` to 4096; control characters are escaped. A JSON key with CR
-/// and ESC in it reached the terminal raw, and a 1.5 MB key, a 2 MB rope_type, 20,000 layer
-/// types or a 10 MB tensor name came back whole.
+/// The bounds on a failure's line: a value from the user (a key, a value, a name, a path, a spec)
+/// is cut in the middle to at most 256 characters, the prose that quotes one to 1024, and the
+/// message after `posenc: ` to 4096; control characters are escaped. A JSON key with CR and ESC in
+/// it reached the terminal raw, and a 1.5 MB key, a 2 MB rope_type, 20,000 layer types or a 10 MB
+/// tensor name came back whole.
 #[test]
 fn user_strings_in_an_error_line_are_cut_and_escaped() {
     const MAX_LINE: usize = 4096;

@@ -16,7 +16,10 @@ use posenc::rope::{Element, Layout, Pairing, RopeSpec, Scaling};
 use posenc::{cpu, npy, positions};
 use safetensors::Dtype as StDtype;
 
-const LLAMA3: &str = r#"{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}"#;
+const LLAMA3: &str = concat!(
+    r#"{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "#,
+    r#""original_max_position_embeddings": 8192}"#
+);
 
 fn layout_arg(layout: Layout) -> &'static str {
     match layout {
@@ -163,7 +166,10 @@ fn bad_input_exits_2_with_one_line_and_touches_no_output() {
     let p_huge = dir.npy("p_huge.npy", &array![[0i64, 1 << 32]]);
     let p_float = dir.npy("p_float.npy", &Array2::<f32>::zeros((1, 2)));
     let bad_json = dir.bytes("bad.json", b"{\"rope_type\": \"linear\", \"factor\": ");
-    let long = r#"{"rope_type": "longrope", "short_factor": [1, 1, 1], "long_factor": [1, 1, 1], "factor": 4, "original_max_position_embeddings": 64}"#;
+    let long = concat!(
+        r#"{"rope_type": "longrope", "short_factor": [1, 1, 1], "long_factor": [1, 1, 1], "#,
+        r#""factor": 4, "original_max_position_embeddings": 64}"#
+    );
     let missing = s(&dir.path("missing.npy"));
     let at_missing = format!("@{}", s(&dir.path("missing.json")));
     let at_bad = format!("@{bad_json}");
@@ -474,7 +480,10 @@ fn config_cases(dir: &Dir) -> Vec<(&'static str, Option<&'static str>, usize, Ve
     let strings = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let linear8 = r#"{"rope_type": "linear", "factor": 8.0}"#;
     let yarn4 = r#"{"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}"#;
-    let deepseek = r#"{"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "mscale": 1.0, "mscale_all_dim": 1.0}"#;
+    let deepseek = concat!(
+        r#"{"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "#,
+        r#""mscale": 1.0, "mscale_all_dim": 1.0}"#
+    );
     vec![
         ("llama-3.1-8b.json", None, 128, llama3.clone()),
         ("llama-3.1-8b.transformers5.json", None, 128, llama3),
