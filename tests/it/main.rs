@@ -6,7 +6,8 @@
 //! - `cargo test --test it -- gpu::` everything that opens a GPU adapter: the library's
 //!   kernels against their CPU twins, faults and limits, and the binary's commands on
 //!   `--device gpu`/`auto` (`gpu::cli::`). CI runs this part twice, on Vulkan and on GL;
-//!   without an adapter these tests skip visibly (fail under `CI=true`);
+//!   without an adapter these tests skip, and a `SKIPPED:` line after libtest's summary counts
+//!   them (`support::skip`); under `CI=true` they fail instead;
 //! - `cargo test --test it -- cli::` every test of the `posenc` binary, CPU and GPU;
 //! - `cargo test --test it -- shaders::` every kernel through naga and the platforms'
 //!   validators, and its `Params` and bindings against the host's.

@@ -227,15 +227,15 @@ fn glsl_as_wgpu_writes(
 }
 
 /// Whether the validator `bin` (from Debian's `package`) can be run. Without it the test
-/// says SKIP and passes, except under `CI=true`, which promises to run it.
+/// skips and is counted (`support::skip`), except under `CI=true`, which promises to run it.
 fn have_validator(bin: &str, package: &str) -> bool {
     match std::process::Command::new(bin).arg("--version").output() {
         Ok(out) if out.status.success() => true,
-        _ if std::env::var("CI").as_deref() == Ok("true") => {
+        _ if crate::support::in_ci() => {
             panic!("CI=true requires {bin} (apt-get install {package})")
         }
         _ => {
-            eprintln!("SKIP: {bin} not found; apt-get install {package} to run this test");
+            crate::support::skip(bin, format!("apt-get install {package} to run this test"));
             false
         }
     }

@@ -116,16 +116,16 @@ pub fn assert_rejected(out: &Output, case: &[&str], needle: &str) {
     );
 }
 
-/// Whether GPU tests can run here. Without an adapter they are skipped with a visible
-/// line, except under CI=true, where a missing adapter is a failure.
+/// Whether GPU tests can run here. Without an adapter they are skipped and counted
+/// ([`super::skip`]), except under CI=true, where a missing adapter is a failure.
 pub fn gpu_available(test: &str) -> bool {
     match posenc::gpu::Context::new() {
         Ok(_) => true,
-        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
+        Err(e) if super::in_ci() => {
             panic!("{test}: CI=true requires a GPU adapter (lavapipe will do): {e}")
         }
         Err(e) => {
-            eprintln!("SKIP {test}: no GPU adapter: {e}");
+            super::skip("a GPU adapter", e);
             false
         }
     }

@@ -4,32 +4,77 @@ pub mod cli;
 pub mod recording;
 pub mod rope;
 
-use std::sync::OnceLock;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::sync::{Mutex, OnceLock};
 
 use ndarray::{Array, Array2, Dimension};
 use posenc::gpu::Context;
 use posenc::npy;
 
+/// What a skipping test lacked ("a GPU adapter", "spirv-val", ...) and the tests that
+/// skipped for it.
+static SKIPPED: Mutex<BTreeMap<String, BTreeSet<String>>> = Mutex::new(BTreeMap::new());
+
+/// Records that the running test skips for lack of `what`, and says so on its own (captured)
+/// stderr. A test that skips passes, so libtest's summary cannot tell it from one that ran:
+/// when the test binary exits, after that summary, one line counts the skipped tests by what
+/// they lacked. `CI=true` makes the GPU's and the validators' absence a failure instead.
+pub fn skip(what: &str, detail: impl std::fmt::Display) {
+    let test = std::thread::current().name().unwrap_or("main").to_string();
+    eprintln!("SKIP {test}: no {what}: {detail}");
+    let mut skipped = SKIPPED.lock().unwrap_or_else(|e| e.into_inner());
+    if skipped.is_empty() {
+        extern "C" fn report() {
+            let skipped = SKIPPED.lock().unwrap_or_else(|e| e.into_inner());
+            let counts: Vec<String> = skipped
+                .iter()
+                .map(|(what, tests)| format!("{} for lack of {what}", tests.len()))
+                .collect();
+            let total: usize = skipped.values().map(BTreeSet::len).sum();
+            let _ = writeln!(
+                std::io::stderr(),
+                "\nSKIPPED: {total} of these tests passed without running ({}); CI=true makes \
+                 a missing GPU adapter or validator fail",
+                counts.join(", ")
+            );
+        }
+        unsafe extern "C" {
+            fn atexit(f: extern "C" fn()) -> std::ffi::c_int;
+        }
+        // SAFETY: registers a function for the C runtime to call at exit; `report` only
+        // reads a static and writes to stderr, and takes no arguments.
+        unsafe { atexit(report) };
+    }
+    skipped.entry(what.to_string()).or_default().insert(test);
+}
+
+/// Whether the test runs under `CI=true`, which promises to run every GPU and validator test.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
 /// One GPU context per test binary (pipelines compile once). `None` means no adapter:
-/// the caller skips visibly. Under `CI=true` a missing adapter fails instead, because CI
-/// promises to run every GPU test.
+/// the caller skips, and the skip is counted ([`skip`]). Under `CI=true` a missing adapter
+/// fails instead, because CI promises to run every GPU test.
 pub fn gpu() -> Option<&'static Context> {
-    static CTX: OnceLock<Option<Context>> = OnceLock::new();
-    CTX.get_or_init(|| match Context::new() {
+    static CTX: OnceLock<Result<Context, String>> = OnceLock::new();
+    let ctx = CTX.get_or_init(|| match Context::new() {
         Ok(ctx) => {
             let s = ctx.summary();
             eprintln!("GPU tests run on {} ({}, {})", s.name, s.backend, s.device_type);
-            Some(ctx)
+            Ok(ctx)
         }
-        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("CI=true but no GPU adapter: {e}")
-        }
+        Err(e) if in_ci() => panic!("CI=true but no GPU adapter: {e}"),
+        Err(e) => Err(e.to_string()),
+    });
+    match ctx {
+        Ok(ctx) => Some(ctx),
         Err(e) => {
-            eprintln!("SKIP: GPU tests skipped, no adapter: {e}");
+            skip("a GPU adapter", e);
             None
         }
-    })
-    .as_ref()
+    }
 }
 
 /// One context per test binary on a device opened with WebGPU's downlevel default limits
@@ -53,11 +98,9 @@ pub fn downlevel_gpu() -> Option<&'static Context> {
 pub fn fresh_gpu(options: &posenc::gpu::Options) -> Option<Context> {
     match Context::with_options(options) {
         Ok(ctx) => Some(ctx),
-        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("CI=true but no GPU adapter: {e}")
-        }
+        Err(e) if in_ci() => panic!("CI=true but no GPU adapter: {e}"),
         Err(e) => {
-            eprintln!("SKIP: no adapter: {e}");
+            skip("a GPU adapter", e);
             None
         }
     }

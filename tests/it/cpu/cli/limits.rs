@@ -82,7 +82,7 @@ fn worker_threads_that_cannot_start_are_fewer_or_none_and_said_once() {
     // SAFETY: geteuid reads the effective user id; no memory is involved.
     let root = unsafe { libc::geteuid() } == 0;
     if let Err(e) = under_nproc(64, &["--version"]) {
-        eprintln!("SKIP: the binary cannot be run as a limited user here: {e}");
+        crate::support::skip("a way to run the binary as a limited user", e);
         return;
     }
     // 1: not one thread besides the main one. 3 (as nobody only): the signal thread and one

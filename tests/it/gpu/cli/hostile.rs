@@ -319,7 +319,7 @@ fn a_fifo_without_a_writer_is_refused_not_waited_on() {
     let fifo = dir.out("fifo");
     let made = Command::new("mkfifo").arg(&fifo).status();
     if !made.is_ok_and(|s| s.success()) {
-        eprintln!("SKIP: mkfifo is not available");
+        crate::support::skip("mkfifo", "not available");
         return;
     }
     let out = dir.out("out.npy");
@@ -410,7 +410,7 @@ fn a_fifo_without_a_writer_as_json_is_refused_and_one_with_a_writer_is_read() {
     let fifo = dir.out("fifo");
     let made = Command::new("mkfifo").arg(&fifo).status();
     if !made.is_ok_and(|s| s.success()) {
-        eprintln!("SKIP: mkfifo is not available");
+        crate::support::skip("mkfifo", "not available");
         return;
     }
     let x = dir.npy("x.npy", &ndarray::Array4::<f32>::zeros((1, 2, 1, 8)));
