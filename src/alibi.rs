@@ -140,9 +140,8 @@ fn nearest_f32_if_decided(y: &BigFloat, prec: usize) -> Option<f32> {
     let (words, _, _, exp, _) = y.as_raw_parts().expect("exp of a finite number is finite");
     // y = 0.m * 2^exp, with m's leading bit at the top of the last word. Gather m's top 128
     // bits: 24 for the float, 104 below them.
-    let top = words.len();
-    let word = |k: usize| if k < top { u128::from(words[top - 1 - k]) } else { 0 };
-    let m = (word(0) << 64) | word(1);
+    let words = crate::exact::significand(words);
+    let m = (u128::from(words.word(0)) << 64) | u128::from(words.word(1));
     let kept = (m >> 104) as u32;
     let below = m & ((1 << 104) - 1);
     let half = 1u128 << 103;

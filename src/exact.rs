@@ -13,6 +13,45 @@ use crate::spec::{Frequencies, PeSpec, Variant};
 pub(crate) const PREC: usize = 256;
 const RM: RoundingMode = RoundingMode::ToEven;
 
+/// A big float's significand (astro-float's words, least significant first) read as 64-bit
+/// words from the top: `word(0)` holds its leading 64 bits, `word(1)` the next 64, and so on,
+/// zero past the end. astro-float's word is 64 bits on 64-bit targets and 32 on wasm32; code
+/// that indexed the words directly would take 32 bits for 64 there and give other bits.
+pub(crate) struct Significand<'a, W> {
+    words: &'a [W],
+    /// Words of `W` per 64 bits: 1 or 2.
+    per: usize,
+}
+
+impl<'a, W: Copy + Into<u64>> Significand<'a, W> {
+    /// The words of [`BigFloat::as_raw_parts`], `bits_per_word` (64 or 32) bits each.
+    pub(crate) fn new(words: &'a [W], bits_per_word: usize) -> Self {
+        debug_assert!(bits_per_word == 64 || bits_per_word == 32);
+        Significand { words, per: 64 / bits_per_word }
+    }
+
+    /// The `k`-th 64 bits from the top.
+    pub(crate) fn word(&self, k: usize) -> u64 {
+        let n = self.words.len();
+        (0..self.per).fold(0u64, |v, j| {
+            let i = k * self.per + j;
+            let w: u64 = if i < n { self.words[n - 1 - i].into() } else { 0 };
+            v.checked_shl((64 / self.per) as u32).unwrap_or(0) | w
+        })
+    }
+
+    /// Whether any bit below the top `k` 64-bit words is set.
+    pub(crate) fn any_below(&self, k: usize) -> bool {
+        let n = self.words.len();
+        self.words[..n.saturating_sub(k * self.per)].iter().any(|&w| w.into() != 0)
+    }
+}
+
+/// [`Significand`] of this target's astro-float words.
+pub(crate) fn significand(words: &[astro_float::Word]) -> Significand<'_, astro_float::Word> {
+    Significand::new(words, astro_float::WORD_BIT_SIZE)
+}
+
 fn consts() -> Consts {
     // Consts::new only fails when the allocator does; there is nothing to recover then.
     Consts::new().expect("astro-float constant cache allocation")
@@ -82,9 +121,10 @@ pub(crate) fn round_to_bits(x: &BigFloat, bits: u32) -> f64 {
     if x.is_zero() {
         return 0.0;
     }
-    // x = 0.m * 2^exp with m's leading bit at the top of the last word.
-    let top = words[words.len() - 1];
-    let sticky_below = words[..words.len() - 1].iter().any(|&w| w != 0);
+    // x = 0.m * 2^exp with m's leading bit at the top of the last (most significant) word.
+    let m = significand(words);
+    let top = m.word(0);
+    let sticky_below = m.any_below(1);
     let drop = 64 - bits;
     let kept = top >> drop;
     let rest = top & ((1u64 << drop) - 1);
@@ -268,10 +308,9 @@ pub(crate) fn frac_fixed128(x: &BigFloat) -> u128 {
     }
     // The value is 0.m * 2^exp with m's leading bit at the top of the last word; exp <= 0
     // because f < 1. Gather the top 256 bits of m, shift right by -exp, round to 128 bits.
-    let top = words.len();
-    let word = |k: usize| if k < top { words[top - 1 - k] } else { 0 };
-    let hi = (u128::from(word(0)) << 64) | u128::from(word(1));
-    let lo = (u128::from(word(2)) << 64) | u128::from(word(3));
+    let m = significand(words);
+    let hi = (u128::from(m.word(0)) << 64) | u128::from(m.word(1));
+    let lo = (u128::from(m.word(2)) << 64) | u128::from(m.word(3));
     let shift = (-exp) as u32;
     if shift >= 128 {
         // Below 2^-128: rounds to 0 unless it is at least 2^-129.
@@ -332,6 +371,36 @@ pub(crate) fn phase_steps(spec: &PeSpec) -> Vec<[u32; 2]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    /// wasm32's 32-bit words give the same 64-bit words as 64-bit targets' words.
+    #[test]
+    fn significand_reads_the_same_bits_from_32_and_64_bit_words() {
+        let x = inv_two_pi();
+        let (words, ..) = x.as_raw_parts().unwrap();
+        let wide: Vec<u64> = words.iter().map(|&w| w as u64).collect();
+        let narrow: Vec<u32> = if astro_float::WORD_BIT_SIZE == 64 {
+            wide.iter().flat_map(|&w| [w as u32, (w >> 32) as u32]).collect()
+        } else {
+            wide.iter().map(|&w| w as u32).collect()
+        };
+        let a = Significand::new(&narrow, 32);
+        if astro_float::WORD_BIT_SIZE == 64 {
+            let b = Significand::new(&wide, 64);
+            for k in 0..6 {
+                assert_eq!(a.word(k), b.word(k), "word {k}");
+                assert_eq!(a.any_below(k), b.any_below(k), "below {k}");
+            }
+        }
+        // 1/2pi = (2/pi) / 4 has 2/pi's significand, the well-known bits of Payne-Hanek
+        // argument reduction: a2f9836e 4e441529 fc2757d1 f534ddc0 db629599 ...
+        assert_eq!(a.word(0), 0xa2f9_836e_4e44_1529, "the leading 64 bits of 1/2pi");
+        assert_eq!(a.word(1), 0xfc27_57d1_f534_ddc0);
+        assert!(a.any_below(2) && !Significand::new(&[0u32, 0, 1], 32).any_below(1));
+        assert_eq!(
+            Significand::new(&[0x89ab_cdefu32, 0x0123_4567], 32).word(0),
+            0x0123_4567_89ab_cdef
+        );
+        assert_eq!(Significand::new(&[5u32], 32).word(0), 5 << 32);
+    }
 
     #[test]
     fn fixed_point_fractions_round_to_nearest() {

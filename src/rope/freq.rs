@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use astro_float::{BigFloat, Consts, RoundingMode, Sign};
 
 use super::{Frequencies, RopeSpec, Scaling};
-use crate::exact::{PREC, frac_fixed64};
+use crate::exact::{PREC, frac_fixed64, significand};
 
 const RM: RoundingMode = RoundingMode::ToEven;
 
@@ -275,9 +275,9 @@ fn to_f64(x: &BigFloat) -> f64 {
     };
     debug_assert!(sign == Sign::Pos);
     // x = 0.m * 2^exp with m's top bit at the top of the last word.
-    let top = words.len();
-    let hi = words[top - 1];
-    let sticky = words[..top - 1].iter().any(|&w| w != 0);
+    let m = significand(words);
+    let hi = m.word(0);
+    let sticky = m.any_below(1);
     // Keep 53 bits of hi; the 11 below and the rest decide the rounding.
     let kept = hi >> 11;
     let rest = hi & 0x7ff;
