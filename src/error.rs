@@ -149,6 +149,16 @@ pub enum Error {
         /// wgpu's message.
         message: String,
     },
+    /// A call that waits for the GPU was made where the calling thread must not block: a
+    /// web page's thread (wasm32), where every wait is an `.await`. Nothing was submitted;
+    /// the call's `_async` twin (named here) does the same work.
+    #[error("{op}: waits for the GPU, which a browser's thread cannot do (use {instead})")]
+    Blocking {
+        /// The operation called.
+        op: &'static str,
+        /// What does the work without blocking: its `_async` twin, awaited.
+        instead: &'static str,
+    },
     /// The GPU device was lost (driver reset, removal, `Device::destroy`, or an
     /// out-of-memory condition the driver could not recover from). The context is unusable
     /// from then on: every later call returns this error at once. Open a new context, or
@@ -398,6 +408,7 @@ impl Error {
             | Error::PeConfig { .. }
             | Error::ModelFamily { .. }
             | Error::OutputPath { .. }
+            | Error::Blocking { .. }
             | Error::TooLarge { .. } => ErrorKind::Usage,
             Error::TokenId { .. }
             | Error::NonFinite { .. }

@@ -189,14 +189,15 @@ impl Encoder {
     /// distinct positions.
     fn pe_rows<'p>(&self, positions: ArrayView2<'p, u32>) -> (Arc<Array2<f32>>, Cow<'p, [u32]>) {
         let dim = self.spec.dim() as usize;
-        let needed = positions.iter().copied().max().map_or(0, |p| p as usize + 1);
-        let cap_rows = PE_CACHE_BUDGET / (dim * 4);
+        // In u64: position 2^32 - 1 needs 2^32 rows, past a 32-bit usize (wasm32).
+        let needed = positions.iter().copied().max().map_or(0, |p| u64::from(p) + 1);
+        let cap_rows = (PE_CACHE_BUDGET / (dim * 4)) as u64;
         if needed > 0
             && needed <= cap_rows
             && let Ok(mut slot) = self.cache.lock()
         {
             let rows = match slot.as_ref() {
-                Some(rows) if rows.nrows() >= needed => Arc::clone(rows),
+                Some(rows) if rows.nrows() as u64 >= needed => Arc::clone(rows),
                 _ => {
                     let n = needed.next_power_of_two().min(cap_rows) as u32;
                     let rows = Arc::new(super::table(&self.spec, &(0..n).collect::<Vec<_>>()));

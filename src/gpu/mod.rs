@@ -15,6 +15,7 @@ mod rope;
 mod runner;
 mod table;
 mod timing;
+mod wait;
 
 use std::sync::{Arc, Mutex};
 
@@ -154,7 +155,7 @@ pub fn adapters() -> Vec<AdapterSummary> {
         .collect()
 }
 
-fn select_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter> {
+async fn select_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter> {
     let backend = std::env::var("WGPU_BACKEND").ok();
     let backend_note = match backend.as_deref() {
         None => String::new(),
@@ -166,7 +167,7 @@ fn select_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter> {
         Some(b) => format!(" for WGPU_BACKEND={b}"),
     };
     if let Ok(wanted) = std::env::var("WGPU_ADAPTER_NAME") {
-        let all = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+        let all = instance.enumerate_adapters(wgpu::Backends::all()).await;
         let names: Vec<String> = all.iter().map(|a| a.get_info().name).collect();
         let lower = wanted.to_lowercase();
         return all
@@ -184,7 +185,7 @@ fn select_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter> {
         power_preference: wgpu::PowerPreference::from_env().unwrap_or_default(),
         ..Default::default()
     };
-    pollster::block_on(instance.request_adapter(&options)).map_err(|e| Error::NoAdapter {
+    instance.request_adapter(&options).await.map_err(|e| Error::NoAdapter {
         detail: format!("{backend_note} ({e})"),
         hint: NO_ADAPTER_HINT,
     })
@@ -285,14 +286,34 @@ impl Context {
     /// applies; its posenc variables do not).
     ///
     /// # Errors
-    /// As [`Context::new`].
+    /// As [`Context::new`]; on the web [`Error::Blocking`] (use [`Context::open`]).
     pub fn with_options(options: &Options) -> Result<Self> {
+        wait::blocking("Context::with_options", "Context::open", Self::open(options))
+    }
+
+    /// [`Context::with_options`] without blocking the calling thread: how a web page opens
+    /// its GPU (the browser's WebGPU adapter; natively the adapter [`Context::new`] would
+    /// choose).
+    ///
+    /// ```no_run
+    /// # async fn page() -> posenc::Result<()> {
+    /// let gpu = posenc::gpu::Context::open(&posenc::gpu::Options::default()).await?;
+    /// let spec = posenc::PeSpec::new(64)?;
+    /// let pe = gpu.table_async(&spec, &[0, 1, 2, 4_000_000_000]).await?;
+    /// assert_eq!(pe.dim(), (4, 64));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Context::new`], less [`Error::Blocking`].
+    pub async fn open(options: &Options) -> Result<Self> {
         check_driver_address_space()?;
         let adapter = {
             let _one_at_a_time = opening();
-            select_adapter(&instance())?
+            select_adapter(&instance()).await?
         };
-        Self::from_adapter_with(adapter, options)
+        Self::from_adapter_async(adapter, options).await
     }
 
     /// Opens a device on a given adapter, with [`Options::from_env`].
@@ -310,8 +331,18 @@ impl Context {
     /// to time work on the device; without them timings fall back to the wall clock.
     ///
     /// # Errors
-    /// As [`Context::from_adapter`].
+    /// As [`Context::from_adapter`]; on the web [`Error::Blocking`] (use
+    /// [`Context::from_adapter_async`]).
     pub fn from_adapter_with(adapter: wgpu::Adapter, options: &Options) -> Result<Self> {
+        let open = Self::from_adapter_async(adapter, options);
+        wait::blocking("Context::from_adapter_with", "Context::from_adapter_async", open)
+    }
+
+    /// [`Context::from_adapter_with`] without blocking the calling thread.
+    ///
+    /// # Errors
+    /// As [`Context::from_adapter`], less [`Error::Blocking`].
+    pub async fn from_adapter_async(adapter: wgpu::Adapter, options: &Options) -> Result<Self> {
         let name = adapter.get_info().name;
         let timestamp_features =
             wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS;
@@ -328,7 +359,9 @@ impl Context {
             ..Default::default()
         };
         let _one_at_a_time = opening();
-        let (device, queue) = pollster::block_on(adapter.request_device(&descriptor))
+        let (device, queue) = adapter
+            .request_device(&descriptor)
+            .await
             .map_err(|source| Error::RequestDevice { adapter: name, source })?;
         let health = faults::Health::watch(&device);
         let context = Self::assemble(adapter, device, queue, health, timestamps, options);
@@ -555,26 +588,60 @@ impl Context {
     /// Runs `f` inside validation and out-of-memory error scopes and turns whatever wgpu
     /// reports into posenc's errors: [`Error::DeviceLost`] once the device is lost (checked
     /// before `f` runs too), [`Error::OutOfMemory`], else [`Error::Gpu`].
+    ///
+    /// On the web, where a scope's answer needs an `.await`, `f` runs without scopes: what
+    /// the browser refuses goes to the device's uncaptured-error handler (posenc's own,
+    /// which the next call reports, on a device posenc opened). The `_async` calls scope
+    /// their work there too ([`Context::scoped_async`]).
+    #[cfg(not(target_arch = "wasm32"))]
     fn scoped<T>(&self, op: &'static str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        pollster::block_on(self.scoped_async(op, async || f()))
+    }
+
+    #[cfg(target_arch = "wasm32")]
+    fn scoped<T>(&self, op: &'static str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        if let Some(reason) = self.health.lost() {
+            return Err(Error::DeviceLost { op, reason });
+        }
+        let result = f();
+        if let Some(message) = self.health.take_uncaptured() {
+            return Err(Error::Gpu { op, message });
+        }
+        result
+    }
+
+    /// [`Context::scoped`] for work that itself waits: the scopes' answers are awaited.
+    pub(super) async fn scoped_async<T>(
+        &self,
+        op: &'static str,
+        f: impl AsyncFnOnce() -> Result<T>,
+    ) -> Result<T> {
         if let Some(reason) = self.health.lost() {
             return Err(Error::DeviceLost { op, reason });
         }
         Memory::start_scope();
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let result = f();
-        let validation = pollster::block_on(validation.pop());
-        let oom = pollster::block_on(oom.pop());
+        let result = f().await;
+        let validation = validation.pop().await;
+        let oom = oom.pop().await;
         let uncaptured = self.health.take_uncaptured();
         let failed = result.is_err() || validation.is_some() || oom.is_some();
         if failed || uncaptured.is_some() {
             // A destroyed device reports its loss once its queue has drained (other threads
             // may have work in flight); let it, so the error names the cause rather than
-            // its symptoms.
-            let drain =
-                wgpu::PollType::Wait { submission_index: None, timeout: Some(SUBMISSION_TIMEOUT) };
-            let _ = self.device.poll(drain);
-            if let Some(reason) = faults::confirm_loss(&self.device, &self.health) {
+            // its symptoms. On the web only what the browser has already said is known.
+            let lost = if wait::CAN_BLOCK {
+                let drain = wgpu::PollType::Wait {
+                    submission_index: None,
+                    timeout: Some(SUBMISSION_TIMEOUT),
+                };
+                let _ = self.device.poll(drain);
+                faults::confirm_loss(&self.device, &self.health)
+            } else {
+                self.health.lost()
+            };
+            if let Some(reason) = lost {
                 return Err(Error::DeviceLost { op, reason });
             }
         }
@@ -598,11 +665,36 @@ impl Context {
     /// [`Error::DeviceLost`] if the device is lost or the work outlives
     /// [`SUBMISSION_TIMEOUT`]; [`Error::Gpu`] for another failure of the wait.
     pub fn wait_idle(&self) -> Result<()> {
+        if !wait::CAN_BLOCK {
+            return Err(Error::Blocking { op: "wait_idle", instead: "wait_idle_async" });
+        }
         if let Some(reason) = self.health.lost() {
             return Err(Error::DeviceLost { op: "wait_idle", reason });
         }
         let index = self.queue.submit([]);
         self.wait("wait_idle", index)?;
+        match self.health.lost() {
+            Some(reason) => Err(Error::DeviceLost { op: "wait_idle", reason }),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Context::wait_idle`] without blocking the calling thread: resolves once every
+    /// submission so far has completed (no timeout).
+    ///
+    /// # Errors
+    /// [`Error::DeviceLost`] if the device is lost.
+    pub async fn wait_idle_async(&self) -> Result<()> {
+        if wait::CAN_BLOCK {
+            return self.wait_idle();
+        }
+        if let Some(reason) = self.health.lost() {
+            return Err(Error::DeviceLost { op: "wait_idle", reason });
+        }
+        let (tx, rx) = wait::oneshot();
+        self.queue.on_submitted_work_done(move || tx.send(()));
+        self.queue.submit([]);
+        let _ = rx.await;
         match self.health.lost() {
             Some(reason) => Err(Error::DeviceLost { op: "wait_idle", reason }),
             None => Ok(()),
@@ -705,7 +797,7 @@ impl Context {
     }
 
     /// Submits `encoder`, then copies `staging[..len]` into `dst` once the GPU is done.
-    fn finish_and_read(
+    async fn finish_and_read(
         &self,
         op: &'static str,
         encoder: wgpu::CommandEncoder,
@@ -715,16 +807,15 @@ impl Context {
         let index = self.queue.submit([encoder.finish()]);
         let len = dst.len() as u64;
         let slice = staging.slice(..len);
-        let (tx, rx) = std::sync::mpsc::channel();
-        slice.map_async(wgpu::MapMode::Read, move |r| {
-            // The receiver outlives the poll below; a failed send only means it is gone.
-            let _ = tx.send(r);
-        });
-        self.wait(op, index)?;
-        match rx.recv() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(Error::Gpu { op, message: e.to_string() }),
-            Err(_) => return Err(Error::Gpu { op, message: "readback never completed".into() }),
+        let (tx, rx) = wait::oneshot();
+        slice.map_async(wgpu::MapMode::Read, move |r| tx.send(r));
+        if wait::CAN_BLOCK {
+            self.wait(op, index)?;
+        }
+        match rx.await {
+            Some(Ok(())) => {}
+            Some(Err(e)) => return Err(Error::Gpu { op, message: e.to_string() }),
+            None => return Err(Error::Gpu { op, message: "readback never completed".into() }),
         }
         {
             let view =

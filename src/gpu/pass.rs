@@ -229,6 +229,11 @@ impl Context {
         if let Some(reason) = self.health.lost() {
             return Err(Error::DeviceLost { op, reason });
         }
+        if !super::wait::CAN_BLOCK {
+            // On the web a scope's answer needs an `.await`: what the browser refuses goes
+            // to the device's uncaptured-error handler, as for the caller's own passes.
+            return Ok(f());
+        }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let value = f();
         match pollster::block_on(scope.pop()) {

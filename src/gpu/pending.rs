@@ -179,7 +179,7 @@ impl HostResult {
     }
 
     /// The array of `shape`, once every byte is in.
-    fn into_encoded(self, shape: (usize, usize, usize)) -> Encoded {
+    pub(crate) fn into_encoded(self, shape: (usize, usize, usize)) -> Encoded {
         fn shaped<T>(shape: (usize, usize, usize), mut v: Vec<T>, swap: fn(T) -> T) -> Array3<T> {
             // The device wrote little-endian values.
             if cfg!(target_endian = "big") {

@@ -156,7 +156,11 @@ impl<'a> Output<'a> {
     /// # Errors
     /// [`crate::Error::DeviceLost`] if a readback outlives the submission timeout;
     /// [`crate::Error::Gpu`] if mapping fails.
-    pub(crate) fn deliver(&mut self, mut encoder: wgpu::CommandEncoder, bytes: u64) -> Result<()> {
+    pub(crate) async fn deliver(
+        &mut self,
+        mut encoder: wgpu::CommandEncoder,
+        bytes: u64,
+    ) -> Result<()> {
         let padded = bytes.next_multiple_of(4);
         let at = self.done;
         self.done += bytes;
@@ -181,10 +185,10 @@ impl<'a> Output<'a> {
                 encoder.copy_buffer_to_buffer(written, written_at, staging, 0, padded);
                 let dst = &mut dst[at as usize..(at + bytes) as usize];
                 if padded == bytes {
-                    self.ctx.finish_and_read(self.op.name, encoder, staging, dst)?;
+                    self.ctx.finish_and_read(self.op.name, encoder, staging, dst).await?;
                 } else {
                     let mut words = vec![0u8; padded as usize];
-                    self.ctx.finish_and_read(self.op.name, encoder, staging, &mut words)?;
+                    self.ctx.finish_and_read(self.op.name, encoder, staging, &mut words).await?;
                     dst.copy_from_slice(&words[..bytes as usize]);
                 }
             }

@@ -92,8 +92,16 @@ impl Context {
     ///
     /// # Errors
     /// [`Error::Limit`] if one row does not fit the binding cap; [`Error::Gpu`] if wgpu
-    /// reports an error.
+    /// reports an error; on the web [`Error::Blocking`] (use [`Context::table_async`]).
     pub fn table(&self, spec: &PeSpec, positions: &[u32]) -> Result<Array2<f32>> {
+        super::wait::blocking("table", "table_async", self.table_async(spec, positions))
+    }
+
+    /// [`Context::table`] without blocking the calling thread: the form a web page uses.
+    ///
+    /// # Errors
+    /// As [`Context::table`], less [`Error::Blocking`].
+    pub async fn table_async(&self, spec: &PeSpec, positions: &[u32]) -> Result<Array2<f32>> {
         let dim = spec.dim() as usize;
         let mut out = Array2::<f32>::zeros((positions.len(), dim));
         if positions.is_empty() {
@@ -135,19 +143,20 @@ impl Context {
             rows_per_chunk = rows_per_chunk.min(usize::try_from(fit).unwrap_or(usize::MAX));
         }
         let flat = out.as_slice_mut().expect("a new array is contiguous");
-        self.scoped("table", || {
+        self.scoped_async("table", async || {
             let buffers = TableBuffers::new(self, rows_per_chunk, dim, &steps, true)?;
             for (rows, ps) in
                 flat.chunks_mut(rows_per_chunk * dim).zip(positions.chunks(rows_per_chunk))
             {
-                self.table_chunk(spec, &buffers, ps, bytemuck::cast_slice_mut(rows))?;
+                self.table_chunk(spec, &buffers, ps, bytemuck::cast_slice_mut(rows)).await?;
             }
             Ok(())
-        })?;
+        })
+        .await?;
         Ok(out)
     }
 
-    fn table_chunk(
+    async fn table_chunk(
         &self,
         spec: &PeSpec,
         buffers: &TableBuffers,
@@ -160,7 +169,7 @@ impl Context {
         self.record_table(spec, buffers, positions, &mut encoder);
         let staging = buffers.staging.as_ref().expect("table buffers made for readback");
         encoder.copy_buffer_to_buffer(&buffers.out, 0, staging, 0, dst.len() as u64);
-        self.finish_and_read("table", encoder, staging, dst)
+        self.finish_and_read("table", encoder, staging, dst).await
     }
 
     /// Uploads `positions` and records the table pass that fills `buffers.out` with their

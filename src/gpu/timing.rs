@@ -9,6 +9,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use super::wait;
+
 use ndarray::ArrayView2;
 
 use bytemuck::{Pod, Zeroable};
@@ -65,7 +67,8 @@ impl Stamps {
         });
         encoder.copy_buffer_to_buffer(&self.resolve, 0, &self.staging, 0, 16);
         let mut bytes = [0u8; 16];
-        ctx.finish_and_read(op, encoder, &self.staging, &mut bytes)?;
+        let read = ctx.finish_and_read(op, encoder, &self.staging, &mut bytes);
+        wait::blocking(op, "a native build (timings are not taken on the web)", read)?;
         let [t0, t1] =
             [0, 8].map(|i| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes")));
         Ok((t1 > t0).then(|| (t1 - t0) as f64 * self.period * 1e-9))
@@ -339,7 +342,8 @@ impl Context {
             encoder.copy_buffer_to_buffer(&rig.dst, 16 * v, &staging, 16 * k as u64, 16);
         }
         let mut got = vec![0u8; 16 * probes.len()];
-        self.finish_and_read(op, encoder, &staging, &mut got)?;
+        let read = self.finish_and_read(op, encoder, &staging, &mut got);
+        wait::blocking(op, "a native build (timings are not taken on the web)", read)?;
         for (k, &v) in probes.iter().enumerate() {
             if got[16 * k..16 * k + 16] != *bytemuck::cast_slice::<u32, u8>(&mark(v)) {
                 return Err(Error::Gpu {
@@ -613,12 +617,23 @@ impl Context {
         })
     }
 
-    /// Copies a whole buffer (usage must include `COPY_SRC`) back to host memory.
+    /// Copies a whole buffer (usage must include `COPY_SRC`) back to host memory, once
+    /// every submission so far has completed.
     ///
     /// # Errors
-    /// [`Error::Gpu`] if wgpu reports an error.
+    /// [`Error::Gpu`] if wgpu reports an error; on the web [`Error::Blocking`] (use
+    /// [`Context::read_buffer_async`]).
     pub fn read_buffer(&self, buffer: &wgpu::Buffer) -> Result<Vec<u8>> {
         self.read_buffer_range(buffer, 0, buffer.size())
+    }
+
+    /// [`Context::read_buffer`] without blocking: the way to read a recorded pass's output
+    /// on the web.
+    ///
+    /// # Errors
+    /// As [`Context::read_buffer`], less [`Error::Blocking`].
+    pub async fn read_buffer_async(&self, buffer: &wgpu::Buffer) -> Result<Vec<u8>> {
+        self.read_buffer_range_async(buffer, 0, buffer.size()).await
     }
 
     /// Copies `size` bytes of `buffer` from `offset` (both multiples of 4; usage must
@@ -629,8 +644,18 @@ impl Context {
         offset: u64,
         size: u64,
     ) -> Result<Vec<u8>> {
+        let read = self.read_buffer_range_async(buffer, offset, size);
+        wait::blocking("read_buffer", "read_buffer_async", read)
+    }
+
+    pub(crate) async fn read_buffer_range_async(
+        &self,
+        buffer: &wgpu::Buffer,
+        offset: u64,
+        size: u64,
+    ) -> Result<Vec<u8>> {
         let mut bytes = crate::alloc::try_zeroed_vec("a buffer read back", size as usize)?;
-        self.scoped("read_buffer", || {
+        self.scoped_async("read_buffer", async || {
             let staging = self.pooled(
                 "posenc.read.staging",
                 size,
@@ -640,8 +665,9 @@ impl Context {
                 label: Some("posenc.read.encoder"),
             });
             encoder.copy_buffer_to_buffer(buffer, offset, &staging, 0, size);
-            self.finish_and_read("read_buffer", encoder, &staging, &mut bytes)
-        })?;
+            self.finish_and_read("read_buffer", encoder, &staging, &mut bytes).await
+        })
+        .await?;
         Ok(bytes)
     }
 }

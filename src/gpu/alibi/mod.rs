@@ -8,7 +8,7 @@ use bytemuck::{Pod, Zeroable};
 use ndarray::Array3;
 
 use super::runner::{ALIBI, Output, Sink};
-use super::{Context, fold_dispatch};
+use super::{Context, fold_dispatch, wait};
 use crate::alibi::{AlibiSpec, Form, MAX_VALUES};
 use crate::error::{Error, Result};
 use crate::shaders::WORKGROUP_SIZE;
@@ -127,13 +127,22 @@ impl Context {
     ///
     /// # Errors
     /// [`Error::Limit`] if the tensor has more than [`MAX_VALUES`] values (before any GPU
-    /// work); [`Error::Gpu`] if wgpu reports an error.
+    /// work); [`Error::Gpu`] if wgpu reports an error; on the web [`Error::Blocking`] (use
+    /// [`Context::alibi_bias_async`]).
     pub fn alibi_bias(&self, spec: &AlibiSpec) -> Result<Array3<f32>> {
+        wait::blocking("alibi_bias", "alibi_bias_async", self.alibi_bias_async(spec))
+    }
+
+    /// [`Context::alibi_bias`] without blocking the calling thread.
+    ///
+    /// # Errors
+    /// As [`Context::alibi_bias`], less [`Error::Blocking`].
+    pub async fn alibi_bias_async(&self, spec: &AlibiSpec) -> Result<Array3<f32>> {
         spec.check_size()?;
         let mut out = Array3::<f32>::zeros(spec.shape());
         if !out.is_empty() {
             let flat = out.as_slice_mut().expect("a new array is contiguous");
-            self.run_alibi(spec, Sink::Host(bytemuck::cast_slice_mut(flat)), true)?;
+            self.run_alibi(spec, Sink::Host(bytemuck::cast_slice_mut(flat)), true).await?;
         }
         Ok(out)
     }
@@ -145,8 +154,19 @@ impl Context {
     ///
     /// # Errors
     /// As [`Context::alibi_bias`]; [`Error::Limit`] if the tensor exceeds the device's
-    /// largest buffer.
+    /// largest buffer; on the web [`Error::Blocking`] (use
+    /// [`Context::alibi_bias_to_buffer_async`]).
     pub fn alibi_bias_to_buffer(&self, spec: &AlibiSpec) -> Result<wgpu::Buffer> {
+        let run = self.alibi_bias_to_buffer_async(spec);
+        wait::blocking("alibi_bias_to_buffer", "alibi_bias_to_buffer_async", run)
+    }
+
+    /// [`Context::alibi_bias_to_buffer`] without blocking the calling thread (it waits only
+    /// for the device's answer to its error scopes, never for the work).
+    ///
+    /// # Errors
+    /// As [`Context::alibi_bias_to_buffer`], less [`Error::Blocking`].
+    pub async fn alibi_bias_to_buffer_async(&self, spec: &AlibiSpec) -> Result<wgpu::Buffer> {
         spec.check_size()?;
         let bytes = spec.n_values() as u64 * 4;
         let max = self.device.limits().max_buffer_size;
@@ -169,14 +189,14 @@ impl Context {
             )
         })?;
         if bytes > 0 {
-            self.run_alibi(spec, Sink::Device { buffer: &out, offset: 0 }, false)?;
+            self.run_alibi(spec, Sink::Device { buffer: &out, offset: 0 }, false).await?;
         }
         // The caller's from here: it leaves posenc's accounting when this handle drops.
         Ok(wgpu::Buffer::clone(&out))
     }
 
     /// `host`: the sink is host memory (a staging buffer per chunk).
-    fn run_alibi(&self, spec: &AlibiSpec, sink: Sink<'_>, host: bool) -> Result<()> {
+    async fn run_alibi(&self, spec: &AlibiSpec, sink: Sink<'_>, host: bool) -> Result<()> {
         let (heads, len, kv_len) = (u64::from(spec.heads()), spec.len(), spec.kv_len());
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
         let _exclusive = self.memory.exclusive();
@@ -201,7 +221,7 @@ impl Context {
         }
         let plan = Plan::new(heads * len, kv_len, cap, u64::from(max_groups).pow(2));
         let slope_bits: Vec<u32> = spec.slopes().iter().map(|s| s.to_bits()).collect();
-        self.scoped("alibi", || {
+        self.scoped_async("alibi", async || {
             let kernel = self.alibi.get_or_init(|| AlibiKernel::new(&self.device));
             use wgpu::BufferUsages as U;
             let take = |label, size: u64, usage| self.pooled(label, size, usage);
@@ -267,10 +287,11 @@ impl Context {
                     pass.set_bind_group(0, &bind_group, &[]);
                     pass.dispatch_workgroups(groups_x, groups_y, groups_z);
                 }
-                output.deliver(encoder, chunk.n_rows * chunk.n_cols * 4)?;
+                output.deliver(encoder, chunk.n_rows * chunk.n_cols * 4).await?;
             }
             Ok(())
         })
+        .await
     }
 }
 

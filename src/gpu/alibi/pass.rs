@@ -55,6 +55,19 @@ impl Context {
     /// multiple of 256 bytes) does not fit one binding, or the tensor has 2^32 rows (head,
     /// query) or more; [`Error::DeviceLost`], [`Error::OutOfMemory`], [`Error::Gpu`].
     pub fn alibi_pass(&self, spec: &AlibiSpec) -> Result<AlibiPass> {
+        self.prepare_alibi_pass(spec)
+    }
+
+    /// [`Context::alibi_pass`], its error scopes awaited rather than blocked on, as
+    /// [`Context::encode_pass_async`].
+    ///
+    /// # Errors
+    /// As [`Context::alibi_pass`].
+    pub async fn alibi_pass_async(&self, spec: &AlibiSpec) -> Result<AlibiPass> {
+        self.scoped_async("alibi_pass", async || self.prepare_alibi_pass(spec)).await
+    }
+
+    fn prepare_alibi_pass(&self, spec: &AlibiSpec) -> Result<AlibiPass> {
         const OP: &str = "alibi_pass";
         let heads = spec.heads();
         let rows = u64::from(heads) * spec.len();

@@ -15,7 +15,7 @@ use super::pending::{HostResult, PendingEncode, Readback};
 use super::runner::{ENCODE, Output, Sink};
 use super::table::{TableBuffers, flat_steps};
 use super::timing::SpanTimer;
-use super::{Context, PooledBuffer, fold_dispatch};
+use super::{Context, PooledBuffer, fold_dispatch, wait};
 use crate::encode::{self, Dtype, Embeddings, EncodeOptions, Encoded};
 use crate::error::{Error, Result};
 use crate::shaders::{
@@ -453,7 +453,8 @@ impl Context {
     /// # Errors
     /// As [`crate::cpu::encode()`], all checked before any GPU work; [`Error::Limit`] if
     /// the memory budget cannot hold one token's scratch; [`Error::DeviceLost`],
-    /// [`Error::OutOfMemory`], or [`Error::Gpu`] for any other error wgpu reports.
+    /// [`Error::OutOfMemory`], or [`Error::Gpu`] for any other error wgpu reports; on the
+    /// web [`Error::Blocking`] (use [`Context::encode_async`]).
     pub fn encode(
         &self,
         spec: &PeSpec,
@@ -463,6 +464,65 @@ impl Context {
         options: &EncodeOptions,
     ) -> Result<Encoded> {
         self.encode_submit(spec, table, ids, positions, options)?.wait()
+    }
+
+    /// [`Context::encode`] without blocking the calling thread: the form a web page uses.
+    /// The same bits.
+    ///
+    /// # Errors
+    /// As [`Context::encode`], less [`Error::Blocking`].
+    pub async fn encode_async(
+        &self,
+        spec: &PeSpec,
+        table: &GpuTable,
+        ids: ArrayView2<'_, u32>,
+        positions: ArrayView2<'_, u32>,
+        options: &EncodeOptions,
+    ) -> Result<Encoded> {
+        let scale = encode::check(spec, table.dim(), ids, positions, options)?;
+        self.check_same_device(table.device_key, "table")?;
+        self.encode_host_async(PeSource::Spec(spec), table, ids, positions, options, scale).await
+    }
+
+    /// [`Context::encode_learned`] without blocking the calling thread.
+    ///
+    /// # Errors
+    /// As [`Context::encode_learned`], less [`Error::Blocking`].
+    pub async fn encode_learned_async(
+        &self,
+        position_table: &GpuPositionTable,
+        table: &GpuTable,
+        ids: ArrayView2<'_, u32>,
+        positions: ArrayView2<'_, u32>,
+        options: &EncodeOptions,
+    ) -> Result<Encoded> {
+        let scale =
+            encode::check_learned(position_table.dim(), table.dim(), ids, positions, options)?;
+        self.check_same_device(table.device_key, "table")?;
+        self.check_same_device(position_table.device_key, "position_table")?;
+        let pe = PeSource::Learned(position_table);
+        self.encode_host_async(pe, table, ids, positions, options, scale).await
+    }
+
+    /// The encode of checked arguments, every chunk read back as it completes.
+    async fn encode_host_async(
+        &self,
+        pe: PeSource<'_>,
+        table: &GpuTable,
+        ids: ArrayView2<'_, u32>,
+        positions: ArrayView2<'_, u32>,
+        options: &EncodeOptions,
+        scale: Option<f32>,
+    ) -> Result<Encoded> {
+        let (batch, len) = ids.dim();
+        let dim = table.dim;
+        let mut host = HostResult::zeros(options.out_dtype, batch * len * dim)?;
+        let bytes = host.bytes_mut();
+        if !bytes.is_empty() {
+            let sink = Sink::Host(bytes);
+            self.run_encode(pe, table, ids, positions, options, scale, sink, None).await?;
+        }
+        Ok(host.into_encoded((batch, len, dim)))
     }
 
     /// Uploads a learned position table `P` `[max_positions, dim]` (BERT and GPT-2 style),
@@ -543,7 +603,8 @@ impl Context {
             None
         } else {
             let sink = Sink::HostDeferred(bytes);
-            self.run_encode(pe, table, ids, positions, options, scale, sink, None)?
+            let run = self.run_encode(pe, table, ids, positions, options, scale, sink, None);
+            wait::blocking("encode_submit", "encode_async", run)?
         };
         Ok(PendingEncode::new(self, "encode", host, (batch, len, dim), readback))
     }
@@ -638,8 +699,26 @@ impl Context {
     ///
     /// # Errors
     /// As [`Context::encode`]; [`Error::Limit`] if the output exceeds the device's largest
-    /// buffer or the memory budget, before anything is allocated.
+    /// buffer or the memory budget, before anything is allocated; on the web
+    /// [`Error::Blocking`] (use [`Context::encode_to_buffer_async`]).
     pub fn encode_to_buffer(
+        &self,
+        spec: &PeSpec,
+        table: &GpuTable,
+        ids: ArrayView2<'_, u32>,
+        positions: ArrayView2<'_, u32>,
+        options: &EncodeOptions,
+    ) -> Result<wgpu::Buffer> {
+        let run = self.encode_to_buffer_async(spec, table, ids, positions, options);
+        wait::blocking("encode_to_buffer", "encode_to_buffer_async", run)
+    }
+
+    /// [`Context::encode_to_buffer`] without blocking the calling thread (it waits only for
+    /// the device's answer to its error scopes, never for the work).
+    ///
+    /// # Errors
+    /// As [`Context::encode_to_buffer`], less [`Error::Blocking`].
+    pub async fn encode_to_buffer_async(
         &self,
         spec: &PeSpec,
         table: &GpuTable,
@@ -679,7 +758,8 @@ impl Context {
                 scale,
                 Sink::Device { buffer: &out, offset: 0 },
                 None,
-            )?;
+            )
+            .await?;
         }
         Ok(wgpu::Buffer::clone(&out))
     }
@@ -697,7 +777,8 @@ impl Context {
     /// As [`Context::encode`], all checked before any GPU work;
     /// [`Error::InvalidParameter`] (field `buffer usage`) if `out` would need the copy
     /// and lacks `COPY_DST`, or (field `table`) if `table` was uploaded on another device;
-    /// [`Error::Shape`] if `out` is too small.
+    /// [`Error::Shape`] if `out` is too small; on the web [`Error::Blocking`] (use
+    /// [`Context::encode_into_buffer_async`], or record an [`EncodePass`](super::EncodePass)).
     pub fn encode_into_buffer(
         &self,
         spec: &PeSpec,
@@ -710,9 +791,41 @@ impl Context {
         self.encode_into_buffer_timed(spec, table, ids, positions, options, out, None)
     }
 
+    /// [`Context::encode_into_buffer`] without blocking the calling thread (it waits only
+    /// for the device's answer to its error scopes, never for the work).
+    ///
+    /// # Errors
+    /// As [`Context::encode_into_buffer`], less [`Error::Blocking`].
+    pub async fn encode_into_buffer_async(
+        &self,
+        spec: &PeSpec,
+        table: &GpuTable,
+        ids: ArrayView2<'_, u32>,
+        positions: ArrayView2<'_, u32>,
+        options: &EncodeOptions,
+        out: &wgpu::Buffer,
+    ) -> Result<()> {
+        self.encode_into_buffer_core(spec, table, ids, positions, options, out, None).await
+    }
+
     /// [`Context::encode_into_buffer`], with `timer` bracketing every submission it makes.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn encode_into_buffer_timed(
+        &self,
+        spec: &PeSpec,
+        table: &GpuTable,
+        ids: ArrayView2<'_, u32>,
+        positions: ArrayView2<'_, u32>,
+        options: &EncodeOptions,
+        out: &wgpu::Buffer,
+        timer: Option<&SpanTimer>,
+    ) -> Result<()> {
+        let run = self.encode_into_buffer_core(spec, table, ids, positions, options, out, timer);
+        wait::blocking("encode_into_buffer", "encode_into_buffer_async", run)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn encode_into_buffer_core(
         &self,
         spec: &PeSpec,
         table: &GpuTable,
@@ -743,7 +856,8 @@ impl Context {
                 scale,
                 Sink::Device { buffer: out, offset: 0 },
                 timer,
-            )?;
+            )
+            .await?;
         }
         Ok(())
     }
@@ -831,7 +945,7 @@ impl Context {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn run_encode(
+    async fn run_encode(
         &self,
         pe: PeSource<'_>,
         table: &GpuTable,
@@ -856,7 +970,7 @@ impl Context {
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
         let max_position = positions.iter().copied().max().map_or(0, |p| u64::from(p) + 1);
         let _exclusive = self.memory.exclusive();
-        self.scoped("encode", || {
+        self.scoped_async("encode", async || {
             // PE rows: a learned table as it is; a sinusoid from the cache of rows 0..n, or
             // else computed per chunk for the chunk's distinct positions.
             let (spec, learned) = match pe {
@@ -935,10 +1049,11 @@ impl Context {
                 if let Some(narrow) = &windows.narrow {
                     self.record_narrow(narrow, (n * dim) as u32, call.out_dtype, &mut encoder);
                 }
-                output.deliver(encoder, (n * dim * out_size) as u64)?;
+                output.deliver(encoder, (n * dim * out_size) as u64).await?;
             }
             Ok(output.into_readback())
         })
+        .await
     }
 }
 

@@ -311,6 +311,37 @@ impl Context {
         self.prepare_pass("encode_pass", PassPe::Spec(spec), table, desc)
     }
 
+    /// [`Context::encode_pass`], its error scopes awaited rather than blocked on: on the
+    /// web, where the blocking form cannot wait for their answer and leaves what the
+    /// browser refuses to the device's uncaptured-error handler, this one returns it as
+    /// [`Error::OutOfMemory`] or [`Error::Gpu`]. Natively the two are the same.
+    ///
+    /// # Errors
+    /// As [`Context::encode_pass`].
+    pub async fn encode_pass_async(
+        &self,
+        spec: &PeSpec,
+        table: &GpuTable,
+        desc: &EncodePassDescriptor,
+    ) -> Result<EncodePass> {
+        self.scoped_async("encode_pass", async || self.encode_pass(spec, table, desc)).await
+    }
+
+    /// [`Context::encode_learned_pass`] with its error scopes awaited, as
+    /// [`Context::encode_pass_async`].
+    ///
+    /// # Errors
+    /// As [`Context::encode_learned_pass`].
+    pub async fn encode_learned_pass_async(
+        &self,
+        position_table: &GpuPositionTable,
+        table: &GpuTable,
+        desc: &EncodePassDescriptor,
+    ) -> Result<EncodePass> {
+        let prepare = async || self.encode_learned_pass(position_table, table, desc);
+        self.scoped_async("encode_learned_pass", prepare).await
+    }
+
     /// [`Context::encode_pass`] with a learned position table (BERT and GPT-2 style,
     /// uploaded with [`Context::upload_position_table`]) in place of the sinusoid: `out[b,
     /// t, :] = scale * E[ids[b, t], :] + P[position, :]`, bit for bit what
@@ -1110,7 +1141,15 @@ impl EncodePass {
     /// # Errors
     /// As [`Context::read_buffer`].
     pub fn read_faults(&self) -> Result<Faults> {
-        let words = self.ctx.read_buffer_range(&self.state, 0, FAULT_BYTES)?;
+        super::super::wait::blocking("read_faults", "read_faults_async", self.read_faults_async())
+    }
+
+    /// [`EncodePass::read_faults`] without blocking the calling thread.
+    ///
+    /// # Errors
+    /// As [`Context::read_buffer_async`].
+    pub async fn read_faults_async(&self) -> Result<Faults> {
+        let words = self.ctx.read_buffer_range_async(&self.state, 0, FAULT_BYTES).await?;
         let word = |k: usize| {
             u32::from_le_bytes([words[4 * k], words[4 * k + 1], words[4 * k + 2], words[4 * k + 3]])
         };

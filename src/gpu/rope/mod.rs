@@ -10,7 +10,7 @@ use bytemuck::{Pod, Zeroable};
 use ndarray::{Array3, Array4, ArrayView2, ArrayView4};
 
 use super::runner::{Output, ROPE, Sink};
-use super::{Context, PooledBuffer, fold_dispatch};
+use super::{Context, PooledBuffer, fold_dispatch, wait};
 use crate::encode::Dtype;
 use crate::error::{Error, Result};
 use crate::rope::{Element, Frequencies, Geometry, Layout, Pairing, RopeSpec};
@@ -184,9 +184,21 @@ impl Context {
     /// [`Error::TooLarge`] as there, before any GPU work; then as
     /// [`Context::rope_cos_sin`].
     pub fn rope_cache(&self, spec: &RopeSpec, positions: &[u32]) -> Result<crate::rope::RopeCache> {
+        wait::blocking("rope_cache", "rope_cache_async", self.rope_cache_async(spec, positions))
+    }
+
+    /// [`Context::rope_cache`] without blocking the calling thread.
+    ///
+    /// # Errors
+    /// As [`Context::rope_cache`], less [`Error::Blocking`].
+    pub async fn rope_cache_async(
+        &self,
+        spec: &RopeSpec,
+        positions: &[u32],
+    ) -> Result<crate::rope::RopeCache> {
         crate::rope::check_cache_size(spec, positions.len(), crate::source::MAX_OUTPUT_VALUES)?;
         let freqs = crate::rope::cache_frequencies(spec, positions);
-        let cs = self.rope_cos_sin(&freqs, positions)?;
+        let cs = self.rope_cos_sin_async(&freqs, positions).await?;
         Ok(crate::rope::RopeCache::from_cos_sin(spec, &freqs, cs.view()))
     }
 
@@ -196,8 +208,22 @@ impl Context {
     ///
     /// # Errors
     /// [`Error::Limit`] if one position's row does not fit the binding cap; [`Error::Gpu`]
-    /// if wgpu reports an error.
+    /// if wgpu reports an error; on the web [`Error::Blocking`] (use
+    /// [`Context::rope_cos_sin_async`]).
     pub fn rope_cos_sin(&self, freqs: &Frequencies, positions: &[u32]) -> Result<Array3<f32>> {
+        let run = self.rope_cos_sin_async(freqs, positions);
+        wait::blocking("rope_cos_sin", "rope_cos_sin_async", run)
+    }
+
+    /// [`Context::rope_cos_sin`] without blocking the calling thread.
+    ///
+    /// # Errors
+    /// As [`Context::rope_cos_sin`], less [`Error::Blocking`].
+    pub async fn rope_cos_sin_async(
+        &self,
+        freqs: &Frequencies,
+        positions: &[u32],
+    ) -> Result<Array3<f32>> {
         let n = freqs.len();
         let mut out = Array3::<f32>::zeros((positions.len(), n, 2));
         if positions.is_empty() || n == 0 {
@@ -209,7 +235,7 @@ impl Context {
         }
         let per_chunk = (self.max_binding / row_bytes).min(positions.len() as u64) as usize;
         let flat = out.as_slice_mut().expect("a new array is contiguous");
-        self.scoped("rope", || {
+        self.scoped_async("rope", async || {
             let steps = self.rope_steps(freqs)?;
             use wgpu::BufferUsages as U;
             let take = |label, size: u64, usage| self.pooled(label, size, usage);
@@ -231,10 +257,11 @@ impl Context {
                 let mut encoder = output.encoder();
                 self.queue.write_buffer(&pos_buf, 0, bytemuck::cast_slice(ps));
                 self.record_rope_cs(freqs, ps.len(), &params, &bind_group, &mut encoder);
-                output.deliver(encoder, ps.len() as u64 * row_bytes)?;
+                output.deliver(encoder, ps.len() as u64 * row_bytes).await?;
             }
             Ok(())
-        })?;
+        })
+        .await?;
         Ok(out)
     }
 
@@ -252,8 +279,23 @@ impl Context {
     /// # Errors
     /// [`Error::Shape`] if the last axis is not the spec's head dim or `positions` is not
     /// `[B, L]`; [`Error::Limit`] if one head row (two for 16-bit tensors with an odd head
-    /// dim) does not fit the binding cap; [`Error::Gpu`] if wgpu reports an error.
+    /// dim) does not fit the binding cap; [`Error::Gpu`] if wgpu reports an error; on the
+    /// web [`Error::Blocking`] (use [`Context::rope_async`]).
     pub fn rope<T: Element>(
+        &self,
+        spec: &RopeSpec,
+        x: ArrayView4<'_, T>,
+        positions: ArrayView2<'_, u32>,
+        layout: Layout,
+    ) -> Result<Array4<T>> {
+        wait::blocking("rope", "rope_async", self.rope_async(spec, x, positions, layout))
+    }
+
+    /// [`Context::rope`] without blocking the calling thread.
+    ///
+    /// # Errors
+    /// As [`Context::rope`], less [`Error::Blocking`].
+    pub async fn rope_async<T: Element>(
         &self,
         spec: &RopeSpec,
         x: ArrayView4<'_, T>,
@@ -273,7 +315,7 @@ impl Context {
             input: bytemuck::cast_slice(input),
             output: bytemuck::cast_slice_mut(output),
         };
-        self.run_rope(spec, &geometry, layout, T::DTYPE, positions, io)?;
+        self.run_rope(spec, &geometry, layout, T::DTYPE, positions, io).await?;
         Ok(out)
     }
 
@@ -295,8 +337,27 @@ impl Context {
     /// [`Error::InvalidParameter`] naming `buffer usage` if a usage is missing;
     /// [`Error::Limit`] if the buffer is smaller than the tensor or one head row does not
     /// fit the binding cap; [`Error::Shape`] as [`Context::rope`]; [`Error::Gpu`] if wgpu
-    /// reports an error.
+    /// reports an error; on the web [`Error::Blocking`] (use
+    /// [`Context::rope_in_place_async`], or record a [`RopePass`](super::RopePass)).
     pub fn rope_in_place(
+        &self,
+        spec: &RopeSpec,
+        buffer: &wgpu::Buffer,
+        shape: [usize; 4],
+        layout: Layout,
+        dtype: Dtype,
+        positions: ArrayView2<'_, u32>,
+    ) -> Result<()> {
+        let run = self.rope_in_place_async(spec, buffer, shape, layout, dtype, positions);
+        wait::blocking("rope_in_place", "rope_in_place_async", run)
+    }
+
+    /// [`Context::rope_in_place`] without blocking the calling thread (it waits only for
+    /// the device's answer to its error scopes, never for the work).
+    ///
+    /// # Errors
+    /// As [`Context::rope_in_place`], less [`Error::Blocking`].
+    pub async fn rope_in_place_async(
         &self,
         spec: &RopeSpec,
         buffer: &wgpu::Buffer,
@@ -327,7 +388,7 @@ impl Context {
         if geometry.elements() == 0 {
             return Ok(());
         }
-        self.run_rope(spec, &geometry, layout, dtype, positions, Io::Device(buffer))
+        self.run_rope(spec, &geometry, layout, dtype, positions, Io::Device(buffer)).await
     }
 
     fn binding_limit(&self, what: &'static str, requested: u64) -> Error {
@@ -404,7 +465,7 @@ impl Context {
         pass.dispatch_workgroups(gx, gy, 1);
     }
 
-    fn run_rope(
+    async fn run_rope(
         &self,
         spec: &RopeSpec,
         geometry: &Geometry,
@@ -424,7 +485,7 @@ impl Context {
         let slot_cap = plan.rows_per_chunk.min(geometry.batch * geometry.len);
         let chunk_bytes = (plan.rows_per_chunk as u64 * plan.row_bytes).next_multiple_of(4);
 
-        self.scoped("rope", || {
+        self.scoped_async("rope", async || {
             use wgpu::BufferUsages as U;
             let take = |label, size: u64, usage| self.pooled(label, size, usage);
             let steps = self.rope_steps(&freqs)?;
@@ -537,10 +598,11 @@ impl Context {
                     pass.set_bind_group(0, &rope_group, &[]);
                     pass.dispatch_workgroups(gx, gy, 1);
                 }
-                output.deliver(encoder, bytes)?;
+                output.deliver(encoder, bytes).await?;
             }
             Ok(())
         })
+        .await
     }
 }
 

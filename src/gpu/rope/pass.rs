@@ -195,6 +195,23 @@ impl Context {
     /// range of the caller's buffer ([`RopePass::parts`]): a long prefill's q or k on
     /// WebGPU's default 128 MiB binding, for one.
     pub fn rope_pass(&self, spec: &RopeSpec, desc: &RopePassDescriptor) -> Result<RopePass> {
+        self.prepare_rope_pass(spec, desc)
+    }
+
+    /// [`Context::rope_pass`], its error scopes awaited rather than blocked on, as
+    /// [`Context::encode_pass_async`].
+    ///
+    /// # Errors
+    /// As [`Context::rope_pass`].
+    pub async fn rope_pass_async(
+        &self,
+        spec: &RopeSpec,
+        desc: &RopePassDescriptor,
+    ) -> Result<RopePass> {
+        self.scoped_async("rope_pass", async || self.prepare_rope_pass(spec, desc)).await
+    }
+
+    fn prepare_rope_pass(&self, spec: &RopeSpec, desc: &RopePassDescriptor) -> Result<RopePass> {
         const OP: &str = "rope_pass";
         let (batch, len, ..) = desc.layout.dims(desc.shape);
         let geometry = Geometry::check(spec, desc.shape, desc.layout, (batch, len))?;
@@ -696,8 +713,22 @@ impl RopePass {
             let (buffer, _) =
                 uniform_blocks(ctx, "posenc.rope_pass.params", &[bytemuck::bytes_of(&params)])?;
             let entry = |binding: u32, resource| wgpu::BindGroupEntry { binding, resource };
-            // Without a k tensor, q is bound in its place and never read there.
-            let k = k.unwrap_or(q);
+            // Without a k tensor the kernel never touches binding 4, but it must hold a
+            // buffer: a stand-in of one vec4, not q (WebGPU refuses two writable bindings
+            // of overlapping ranges of one buffer in a dispatch, wgpu natively does not).
+            let stand_in;
+            let k = match k {
+                Some(k) => k.binding(),
+                None => {
+                    stand_in = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("posenc.rope_pass.no_k"),
+                        size: 16,
+                        usage: wgpu::BufferUsages::STORAGE,
+                        mapped_at_creation: false,
+                    });
+                    stand_in.as_entire_binding()
+                }
+            };
             let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: Some("posenc.rope_pass.bind_group"),
                 layout: &fused.kernel.layout,
@@ -706,7 +737,7 @@ impl RopePass {
                     entry(1, positions.binding()),
                     entry(2, self.steps.as_entire_binding()),
                     entry(3, q.binding()),
-                    entry(4, k.binding()),
+                    entry(4, k),
                 ],
             });
             Ok(FusedBound { group, grid: (blocks, groups_y, groups_z), _params: buffer })

@@ -1,0 +1,372 @@
+//! posenc in the browser: the async API on wgpu's WebGPU backend, in headless Chromium
+//! (`cargo test --target wasm32-unknown-unknown --no-default-features --test web`; the
+//! runner and the browser's flags are in `.cargo/config.toml`, see docs/browser.md). Natively
+//! the same checks run on whatever adapter wgpu picks, each future driven by pollster, so
+//! the async API is tested on every platform.
+//!
+//! Every result is compared with the CPU path's: bit for bit for the sinusoid table, the
+//! fused encode, the RoPE cos/sin cache and ALiBi; RoPE rotations within the rounding of the
+//! fused multiply-add WGSL allows (docs/numerics.md). Positions include the neighbourhoods
+//! of 2^16, 2^24, 2^31 and 2^32 - 1, where a builtin `sin(p * w)` has no accuracy left.
+
+#[cfg(target_arch = "wasm32")]
+wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
+
+#[allow(dead_code)]
+#[path = "it/support/rope.rs"]
+mod rope_support;
+
+use half::bf16;
+use ndarray::{Array2, Array4};
+use posenc::alibi::{AlibiSpec, bias_cpu};
+use posenc::encode::{Dtype, Embeddings, EncodeOptions};
+use posenc::gpu::{Context, EncodePassDescriptor, Options, Positions, RopePassDescriptor};
+use posenc::rope::{Layout, Pairing, RopeSpec};
+use posenc::{Error, PeSpec, cpu, positions};
+
+/// The tests' deterministic generator (xorshift), as in tests/it.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    pub fn next_u32(&mut self) -> u32 {
+        (self.next_u64() >> 32) as u32
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+/// Positions around the phase's hard cases (2^16 ... 2^32 - 1), then `random` random u32s.
+pub fn hard_positions(rng: &mut Rng, random: usize) -> Vec<u32> {
+    let mut p = vec![0, 1, 2, 3];
+    for centre in [1u64 << 16, 1 << 20, 1 << 24, 1 << 27, 1 << 31, (1 << 32) - 1] {
+        for delta in -3i64..=3 {
+            let v = centre as i64 + delta;
+            if (0..=i64::from(u32::MAX)).contains(&v) {
+                p.push(v as u32);
+            }
+        }
+    }
+    p.extend((0..random).map(|_| rng.next_u32()));
+    p
+}
+
+/// Each check as a browser test (wasm32) and as a native test driven by pollster.
+macro_rules! both {
+    ($($name:ident),* $(,)?) => {
+        #[cfg(target_arch = "wasm32")]
+        mod browser {
+            $(
+                #[wasm_bindgen_test::wasm_bindgen_test]
+                async fn $name() {
+                    super::$name().await
+                }
+            )*
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        mod native {
+            $(
+                #[test]
+                fn $name() {
+                    pollster::block_on(super::$name())
+                }
+            )*
+        }
+    };
+}
+
+both!(
+    sinusoid_table_has_the_cpu_bits,
+    fused_encode_has_the_cpu_bits,
+    rope_has_the_cpu_bits,
+    alibi_has_the_cpu_bits,
+    recorded_decode_step_on_the_callers_device,
+    blocking_calls_are_refused_on_the_web,
+);
+
+/// The context the checks run on, or `None` (the test then passes as skipped) where there
+/// is no adapter natively and CI did not ask for one. In the browser an adapter is required.
+async fn context() -> Option<Context> {
+    match Context::open(&Options::default()).await {
+        Ok(gpu) => Some(gpu),
+        Err(e) if cfg!(not(target_arch = "wasm32")) && std::env::var_os("CI").is_none() => {
+            eprintln!("SKIPPED: no GPU adapter ({e})");
+            None
+        }
+        Err(e) => panic!("no GPU adapter: {e}"),
+    }
+}
+
+fn same_bits(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(g.to_bits(), w.to_bits(), "{what}: element {i}: {g:e} against the CPU's {w:e}");
+    }
+}
+
+async fn sinusoid_table_has_the_cpu_bits() {
+    let Some(gpu) = context().await else { return };
+    let positions = hard_positions(&mut Rng::new(1), 200);
+    for spec in [PeSpec::new(64).unwrap(), PeSpec::new(6).unwrap(), PeSpec::new(768).unwrap()] {
+        let want = cpu::table(&spec, &positions);
+        let got = gpu.table_async(&spec, &positions).await.unwrap();
+        same_bits(
+            &format!("table dim {}", spec.dim()),
+            got.as_slice().unwrap(),
+            want.as_slice().unwrap(),
+        );
+    }
+    // Chunked: a binding of 1 KiB holds one row of 256 floats at a time.
+    let spec = PeSpec::new(256).unwrap();
+    let small = gpu.with_max_binding_size(1024);
+    let got = small.table_async(&spec, &positions).await.unwrap();
+    same_bits(
+        "chunked table",
+        got.as_slice().unwrap(),
+        cpu::table(&spec, &positions).as_slice().unwrap(),
+    );
+}
+
+async fn fused_encode_has_the_cpu_bits() {
+    let Some(gpu) = context().await else { return };
+    let mut rng = Rng::new(2);
+    let (vocab, dim, batch, len) = (500, 64, 3, 40);
+    let table =
+        Array2::from_shape_fn((vocab, dim), |_| rng.next_u32() as f32 / 2f32.powi(31) - 1.0);
+    let table16 = table.mapv(bf16::from_f32);
+    let ids = Array2::from_shape_fn((batch, len), |_| rng.below(vocab as u64) as u32);
+    let pool = hard_positions(&mut rng, 16);
+    let positions =
+        Array2::from_shape_fn((batch, len), |_| pool[rng.below(pool.len() as u64) as usize]);
+    let spec = PeSpec::new(dim as u32).unwrap();
+    let tables =
+        [("f32", Embeddings::F32(table.view())), ("bf16", Embeddings::Bf16(table16.view()))];
+    for (name, rows) in tables {
+        for out_dtype in [Dtype::F32, Dtype::Bf16] {
+            for (chunked, ctx) in [(false, gpu.clone()), (true, gpu.with_max_binding_size(1024))] {
+                let options = EncodeOptions { out_dtype, ..Default::default() };
+                let uploaded = ctx.upload_table(rows.clone()).unwrap();
+                let got = ctx
+                    .encode_async(&spec, &uploaded, ids.view(), positions.view(), &options)
+                    .await
+                    .unwrap();
+                let want = cpu::encode(&spec, rows.clone(), ids.view(), positions.view(), &options)
+                    .unwrap();
+                assert_eq!(
+                    got.bits(),
+                    want.bits(),
+                    "encode of a {name} table to {out_dtype:?} (chunked: {chunked})"
+                );
+            }
+        }
+    }
+}
+
+async fn rope_has_the_cpu_bits() {
+    let Some(gpu) = context().await else { return };
+    let llama3 = r#"{"model_type": "llama", "hidden_size": 512, "num_attention_heads": 4,
+        "rope_theta": 500000.0, "max_position_embeddings": 131072,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}"#;
+    let specs = [
+        ("neox 64", RopeSpec::new(64).unwrap()),
+        ("gptj partial 32 of 48", RopeSpec::partial(48, 32).unwrap().with_pairing(Pairing::Gptj)),
+        ("llama3 config", RopeSpec::from_hf_config(llama3, None).unwrap()),
+    ];
+    let mut rng = Rng::new(3);
+    let pool = hard_positions(&mut rng, 8);
+    for (name, spec) in specs {
+        let flat: Vec<u32> = pool.clone();
+        let got = gpu.rope_cache_async(&spec, &flat).await.unwrap();
+        let want = cpu::rope_cache(&spec, &flat).unwrap();
+        same_bits(
+            &format!("{name}: cos"),
+            got.cos.as_slice().unwrap(),
+            want.cos.as_slice().unwrap(),
+        );
+        same_bits(
+            &format!("{name}: sin"),
+            got.sin.as_slice().unwrap(),
+            want.sin.as_slice().unwrap(),
+        );
+
+        let (batch, len, heads) = (2, 5, 3);
+        let dh = spec.head_dim() as usize;
+        let x: Array4<f32> = rope_support::tensor([batch, len, heads, dh], 4);
+        let positions =
+            Array2::from_shape_fn((batch, len), |_| pool[rng.below(pool.len() as u64) as usize]);
+        let got = gpu.rope_async(&spec, x.view(), positions.view(), Layout::Blhd).await.unwrap();
+        let want = cpu::rope(&spec, x.view(), positions.view(), Layout::Blhd).unwrap();
+        let freqs = spec.frequencies_for(positions.view());
+        rope_support::assert_rope_close(
+            name,
+            &spec,
+            &freqs,
+            x.view(),
+            positions.view(),
+            Layout::Blhd,
+            got.view(),
+            want.view(),
+        );
+    }
+}
+
+async fn alibi_has_the_cpu_bits() {
+    let Some(gpu) = context().await else { return };
+    for (heads, len) in [(12, 64), (6, 33)] {
+        let spec = AlibiSpec::new(heads, len).unwrap();
+        let got = gpu.alibi_bias_async(&spec).await.unwrap();
+        let want = bias_cpu(&spec).unwrap();
+        same_bits(
+            &format!("alibi {heads} heads"),
+            got.as_slice().unwrap(),
+            want.as_slice().unwrap(),
+        );
+    }
+}
+
+/// A decode step as an engine in the page records it: the test opens the device itself,
+/// hands it to posenc, and records the fused encode and the RoPE of q into its own
+/// encoder, one submission, then reads its own buffers back.
+async fn recorded_decode_step_on_the_callers_device() {
+    let Some(_) = context().await else { return };
+    let instance = wgpu::Instance::default();
+    let adapter = instance.request_adapter(&Default::default()).await.unwrap();
+    let (device, queue) = adapter
+        .request_device(&wgpu::DeviceDescriptor {
+            required_limits: adapter.limits(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let gpu =
+        Context::from_device_with(adapter, device.clone(), queue.clone(), &Options::default())
+            .unwrap();
+
+    let mut rng = Rng::new(5);
+    let (vocab, dim, batch, heads, dh) = (300, 128, 4, 2, 64);
+    let table =
+        Array2::from_shape_fn((vocab, dim), |_| rng.next_u32() as f32 / 2f32.powi(31) - 1.0);
+    let uploaded = gpu.upload_table(Embeddings::F32(table.view())).unwrap();
+    let spec = PeSpec::new(dim as u32).unwrap();
+    let options = EncodeOptions::default();
+    let desc = EncodePassDescriptor {
+        batch,
+        len: 1,
+        positions: Positions::PerSequence,
+        options: options.clone(),
+        ..Default::default()
+    };
+    let encode = gpu.encode_pass_async(&spec, &uploaded, &desc).await.unwrap();
+    let rope_spec = RopeSpec::new(dh as u32).unwrap();
+    let rope_desc = RopePassDescriptor {
+        shape: [batch, 1, heads, dh],
+        layout: Layout::Blhd,
+        dtype: Dtype::F32,
+        positions: Positions::PerSequence,
+        k_heads: 0,
+    };
+    let rope = gpu.rope_pass_async(&rope_spec, &rope_desc).await.unwrap();
+
+    let ids: Vec<u32> = (0..batch).map(|_| rng.below(vocab as u64) as u32).collect();
+    let starts: Vec<u32> = vec![0, 4096, (1 << 31) - 1, u32::MAX];
+    let q: Array4<f32> = rope_support::tensor([batch, 1, heads, dh], 6);
+    use wgpu::BufferUsages as U;
+    let buffer = |label, contents: &[u8], usage| {
+        let b = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: contents.len() as u64,
+            usage,
+            mapped_at_creation: false,
+        });
+        queue.write_buffer(&b, 0, contents);
+        b
+    };
+    let ids_buf = buffer("ids", bytemuck::cast_slice(&ids), U::STORAGE | U::COPY_DST);
+    let starts_buf = buffer("starts", bytemuck::cast_slice(&starts), U::STORAGE | U::COPY_DST);
+    let q_buf = buffer(
+        "q",
+        bytemuck::cast_slice(q.as_slice().unwrap()),
+        U::STORAGE | U::COPY_DST | U::COPY_SRC,
+    );
+    let out_buf =
+        buffer("out", &vec![0u8; batch * dim * 4], U::STORAGE | U::COPY_SRC | U::COPY_DST);
+
+    // On the web what the browser refuses in a record goes to the device's error handler,
+    // the caller's: the caller's scope catches it here.
+    let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let mut encoder = device.create_command_encoder(&Default::default());
+    encode
+        .record(&mut encoder, ids_buf.slice(..), starts_buf.slice(..), out_buf.slice(..))
+        .unwrap();
+    rope.record(&mut encoder, q_buf.slice(..), starts_buf.slice(..)).unwrap();
+    queue.submit([encoder.finish()]);
+    if let Some(e) = scope.pop().await {
+        panic!("the recorded step: {e}");
+    }
+
+    let out = gpu.read_buffer_async(&out_buf).await.unwrap();
+    let got: Vec<f32> = bytemuck::pod_collect_to_vec(&out);
+    let id_rows = Array2::from_shape_vec((batch, 1), ids).unwrap();
+    let position_rows = positions::from_offsets(&starts, 1).unwrap();
+    let want = cpu::encode(
+        &spec,
+        Embeddings::F32(table.view()),
+        id_rows.view(),
+        position_rows.view(),
+        &options,
+    )
+    .unwrap()
+    .into_f32()
+    .unwrap();
+    same_bits("recorded encode", &got, want.as_slice().unwrap());
+    let faults = encode.read_faults_async().await.unwrap();
+    assert_eq!(faults.bad_ids + faults.bad_positions, 0, "{faults:?}");
+
+    let rotated = gpu.read_buffer_async(&q_buf).await.unwrap();
+    let rotated =
+        Array4::from_shape_vec([batch, 1, heads, dh], bytemuck::pod_collect_to_vec(&rotated))
+            .unwrap();
+    let want = cpu::rope(&rope_spec, q.view(), position_rows.view(), Layout::Blhd).unwrap();
+    let freqs = rope_spec.frequencies_for(position_rows.view());
+    rope_support::assert_rope_close(
+        "recorded rope",
+        &rope_spec,
+        &freqs,
+        q.view(),
+        position_rows.view(),
+        Layout::Blhd,
+        rotated.view(),
+        want.view(),
+    );
+}
+
+/// On the web the blocking calls refuse at once, naming the call to await instead; natively
+/// they are the same calls as ever.
+async fn blocking_calls_are_refused_on_the_web() {
+    let Some(gpu) = context().await else { return };
+    let spec = PeSpec::new(8).unwrap();
+    let blocking = gpu.table(&spec, &[1, 2]);
+    if cfg!(target_arch = "wasm32") {
+        let err = blocking.unwrap_err();
+        assert!(matches!(err, Error::Blocking { op: "table", instead: "table_async" }), "{err}");
+        assert_eq!(err.kind(), posenc::ErrorKind::Usage);
+        let open = Context::with_options(&Options::default()).unwrap_err();
+        assert!(open.to_string().contains("Context::open"), "{open}");
+    } else {
+        same_bits(
+            "blocking table",
+            blocking.unwrap().as_slice().unwrap(),
+            cpu::table(&spec, &[1, 2]).as_slice().unwrap(),
+        );
+    }
+}
