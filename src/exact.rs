@@ -376,6 +376,7 @@ mod tests {
     fn significand_reads_the_same_bits_from_32_and_64_bit_words() {
         let x = inv_two_pi();
         let (words, ..) = x.as_raw_parts().unwrap();
+        #[allow(clippy::unnecessary_cast)] // u32 on wasm32
         let wide: Vec<u64> = words.iter().map(|&w| w as u64).collect();
         let narrow: Vec<u32> = if astro_float::WORD_BIT_SIZE == 64 {
             wide.iter().flat_map(|&w| [w as u32, (w >> 32) as u32]).collect()

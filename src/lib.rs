@@ -43,6 +43,9 @@
 #![warn(missing_docs)]
 // Without `cli` the crate docs still name `plot`, `bench` and `output`, which are not built.
 #![cfg_attr(not(feature = "cli"), allow(rustdoc::broken_intra_doc_links))]
+// On the web (wasm32) wgpu's handles are neither Send nor Sync (one thread), so the Arcs
+// that share them natively between threads are single-threaded there.
+#![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
 
 pub mod alibi;
 pub mod alloc;

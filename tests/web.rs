@@ -154,13 +154,13 @@ async fn fused_encode_has_the_cpu_bits() {
         for out_dtype in [Dtype::F32, Dtype::Bf16] {
             for (chunked, ctx) in [(false, gpu.clone()), (true, gpu.with_max_binding_size(1024))] {
                 let options = EncodeOptions { out_dtype, ..Default::default() };
-                let uploaded = ctx.upload_table(rows.clone()).unwrap();
+                let uploaded = ctx.upload_table(rows).unwrap();
                 let got = ctx
                     .encode_async(&spec, &uploaded, ids.view(), positions.view(), &options)
                     .await
                     .unwrap();
-                let want = cpu::encode(&spec, rows.clone(), ids.view(), positions.view(), &options)
-                    .unwrap();
+                let want =
+                    cpu::encode(&spec, rows, ids.view(), positions.view(), &options).unwrap();
                 assert_eq!(
                     got.bits(),
                     want.bits(),
@@ -263,7 +263,7 @@ async fn recorded_decode_step_on_the_callers_device() {
         batch,
         len: 1,
         positions: Positions::PerSequence,
-        options: options.clone(),
+        options,
         ..Default::default()
     };
     let encode = gpu.encode_pass_async(&spec, &uploaded, &desc).await.unwrap();

@@ -54,9 +54,20 @@ pub const NO_ADAPTER_HINT: &str = "install a GPU driver, or Mesa's software Vulk
 /// a context at once hung for minutes, where opening them one after another takes a
 /// fraction of a second each; a context is opened rarely, so the lock costs nothing that
 /// matters.
-fn opening() -> std::sync::MutexGuard<'static, ()> {
+///
+/// Held across the `.await`s of [`Context::open`]: natively wgpu answers those futures at
+/// once (the guard never waits on another future), and a blocking driver start is what it
+/// serialises. On the web there is one thread and the browser opens devices itself, and
+/// two pages' `open` futures may interleave on it, so there is no lock.
+#[cfg(not(target_arch = "wasm32"))]
+fn opening() -> Option<std::sync::MutexGuard<'static, ()>> {
     static OPENING: Mutex<()> = Mutex::new(());
-    OPENING.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    Some(OPENING.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+}
+
+#[cfg(target_arch = "wasm32")]
+fn opening() -> Option<std::sync::MutexGuard<'static, ()>> {
+    None
 }
 
 /// Environment variable capping the storage-binding size posenc uses, in bytes.
@@ -307,6 +318,7 @@ impl Context {
     ///
     /// # Errors
     /// As [`Context::new`], less [`Error::Blocking`].
+    #[allow(clippy::await_holding_lock)] // see `opening`
     pub async fn open(options: &Options) -> Result<Self> {
         check_driver_address_space()?;
         let adapter = {
@@ -342,6 +354,7 @@ impl Context {
     ///
     /// # Errors
     /// As [`Context::from_adapter`], less [`Error::Blocking`].
+    #[allow(clippy::await_holding_lock)] // see `opening`
     pub async fn from_adapter_async(adapter: wgpu::Adapter, options: &Options) -> Result<Self> {
         let name = adapter.get_info().name;
         let timestamp_features =
