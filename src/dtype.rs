@@ -49,9 +49,9 @@ mod sealed {
     impl Sealed for half::bf16 {}
 }
 
-/// A tensor element type: f32, f16 or bf16, what the encode writes and RoPE rotates. 16-bit values are widened to f32
-/// exactly and the results rounded to nearest even, in integer code shared with the shaders
-/// (`src/convert.rs`), so every path rounds alike.
+/// A tensor element type: f32, f16 or bf16, what the encode writes and RoPE rotates. 16-bit values
+/// are widened to f32 exactly and the results rounded to nearest even, in integer code shared with
+/// the shaders (`src/convert.rs`), so every path rounds alike.
 pub trait Element: bytemuck::Pod + Send + Sync + std::fmt::Debug + sealed::Sealed {
     /// The storage type.
     const DTYPE: Dtype;

@@ -22,10 +22,11 @@ pub const FLAG_OFFSETS: u32 = 4;
 /// `flags` bit of `encode_pass`: this dispatch binds the first window of table chunks, and also
 /// writes pad tokens and ids outside the vocabulary.
 pub const FLAG_FIRST_WINDOW: u32 = 8;
-/// `flags` bit of `encode_pass` and `encode_pass_x4`: the rows in `cache` are a learned position table
-/// of `cached_rows` rows, and a position without a row is a fault (a zero row, counted).
+/// `flags` bit of `encode_pass` and `encode_pass_x4`: the rows in `cache` are a learned position
+/// table of `cached_rows` rows, and a position without a row is a fault (a zero row, counted).
 pub const FLAG_LEARNED: u32 = 16;
-/// `flags` bit of `table` (and `spec_flags` of `encode_pass`): float32 frequencies (the steps of powers of two follow them).
+/// `flags` bit of `table` (and `spec_flags` of `encode_pass`): float32 frequencies (the steps
+/// of powers of two follow them).
 pub const FLAG_F32: u32 = 1;
 /// `flags` bit of `table`: the row of position `padding_idx` is all zeros.
 pub const FLAG_PADDING: u32 = 2;
@@ -525,8 +526,8 @@ pub fn encode_pass_source(slots: u32, compact: bool) -> String {
     s
 }
 
-/// The buffers of the recorded encode's kernels (`encode_pass`, `encode_pass_x4`) and how they reach
-/// ids, positions and frequency steps, in one of two layouts (the host binds to match:
+/// The buffers of the recorded encode's kernels (`encode_pass`, `encode_pass_x4`) and how they
+/// reach ids, positions and frequency steps, in one of two layouts (the host binds to match:
 /// `crate::gpu::layout::encode_pass_bindings`); returns the first table binding.
 ///
 /// - Full: ids (1), positions (2), `cache` (3), `state` (4: the fault counters, then the

@@ -186,7 +186,8 @@ async fn select_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter> {
             .find(|a| a.get_info().name.to_lowercase().contains(&lower))
             .ok_or_else(|| Error::NoAdapter {
                 detail: format!(
-                    "{backend_note} whose name contains WGPU_ADAPTER_NAME={wanted:?} (adapters: {})",
+                    "{backend_note} whose name contains WGPU_ADAPTER_NAME={wanted:?} \
+                     (adapters: {})",
                     if names.is_empty() { "none".to_string() } else { names.join(", ") }
                 ),
                 hint: NO_ADAPTER_HINT,

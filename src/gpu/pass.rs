@@ -1,9 +1,10 @@
 //! What the recorded passes share (each operation's pass lives beside its host-array path:
 //! `encode/pass.rs`, `rope/pass.rs`, `alibi/pass.rs`): prepared passes
 //! ([`EncodePass`](super::EncodePass), [`RopePass`](super::RopePass),
-//! [`AlibiPass`](super::AlibiPass)) built once per shape, then recorded each step with the
-//! step's buffers into the caller's command encoders or compute passes. Recording checks what the host can know (sizes, usages,
-//! alignment) and records commands; it never submits, waits or reads the device.
+//! [`AlibiPass`](super::AlibiPass)) built once per shape, then recorded each step with the step's
+//! buffers into the caller's command encoders or compute passes. Recording checks what the host can
+//! know (sizes, usages, alignment) and records commands; it never submits, waits or reads the
+//! device.
 //!
 //! A pass binds the caller's buffers as they are. Their offsets need only be multiples of
 //! 4: the binding starts at the offset rounded down to the device's storage alignment and

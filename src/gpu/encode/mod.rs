@@ -871,7 +871,8 @@ impl Context {
         Err(Error::InvalidParameter {
             field,
             value: "uploaded through a context on another device".into(),
-            allowed: "a table uploaded through this context or one derived from it (with_max_binding_size, with_memory_budget, with_access_pattern)",
+            allowed: "a table uploaded through this context or one derived from it \
+                      (with_max_binding_size, with_memory_budget, with_access_pattern)",
         })
     }
 

@@ -283,8 +283,13 @@ impl Context {
     /// let gpu = Context::new()?;
     /// let spec = PeSpec::new(64)?;
     /// let weights = vec![0.5f32; 1000 * 64];
-    /// let table = gpu.upload_table(Embeddings::F32(ndarray::ArrayView2::from_shape((1000, 64), &weights).unwrap()))?;
-    /// let desc = EncodePassDescriptor { batch: 8, positions: Positions::PerSequence, ..Default::default() };
+    /// let rows = ndarray::ArrayView2::from_shape((1000, 64), &weights).unwrap();
+    /// let table = gpu.upload_table(Embeddings::F32(rows))?;
+    /// let desc = EncodePassDescriptor {
+    ///     batch: 8,
+    ///     positions: Positions::PerSequence,
+    ///     ..Default::default()
+    /// };
     /// let pass = gpu.encode_pass(&spec, &table, &desc)?;
     /// # let _ = pass;
     /// # Ok::<(), posenc::Error>(())
@@ -1123,8 +1128,8 @@ impl EncodePass {
     }
 
     /// The fault counters' buffer: 16 bytes at offset 0, `[bad_ids, largest_bad_id,
-    /// bad_positions, largest_bad_position]` as u32 (usages include `COPY_SRC`), for a caller that copies them into its own
-    /// readback. The counters accumulate over steps until
+    /// bad_positions, largest_bad_position]` as u32 (usages include `COPY_SRC`), for a caller
+    /// that copies them into its own readback. The counters accumulate over steps until
     /// [`EncodePass::record_reset_faults`].
     pub fn faults_buffer(&self) -> &wgpu::Buffer {
         &self.state
