@@ -146,7 +146,7 @@ pub struct EncodePass {
     windows: Vec<(u32, u32)>,
     chunks: Vec<DeviceBuffer>,
     /// The unit kernel's specialisation and grid, for rows of whole units.
-    x4: Option<(EncodePassX4, (u32, u32, u32))>,
+    x4: Option<UnitKernel>,
     /// Tokens per part of a step (every part but the last): a step whose output exceeds one
     /// storage binding is served in parts, each bound at its own output range.
     part_tokens: u32,
@@ -412,6 +412,44 @@ impl Context {
         table: &GpuTable,
         desc: &EncodePassDescriptor,
     ) -> Result<EncodePass> {
+        let shape = self.pass_shape(op, pe, table, desc)?;
+        let scale = desc.options.scale.factor(shape.dim)?;
+        let (flags, spec_flags) = pass_flags(pe, desc, scale);
+        let (split, x4) = self.pass_unit_kernel(pe, table, &shape);
+        let state = self.pass_state(op, pe, desc, &shape)?;
+        let (state_buffer, no_cache, work) =
+            self.pass_buffers(op, &state, split, x4.is_some(), shape.part_tokens)?;
+        let params = pass_params(pe, table, desc, &shape, &state, scale, (flags, spec_flags), x4);
+        let PassState { cache, learned, copies, .. } = state;
+        Ok(EncodePass {
+            ctx: self.clone(),
+            desc: desc.clone(),
+            dim: shape.dim,
+            params,
+            windows: shape.windows,
+            chunks: table.chunks.iter().map(|c| c.buffer.clone()).collect(),
+            x4,
+            part_tokens: shape.part_tokens,
+            cache,
+            learned: learned.map(|(buffer, _)| buffer),
+            no_cache,
+            state: state_buffer,
+            work,
+            copies,
+            compact_device: shape.compact,
+            bound: BindCache::default(),
+        })
+    }
+
+    /// The checks of a pass's shape against the spec, the table and the device, before
+    /// anything is made: its dim, parts, layout and table windows.
+    fn pass_shape(
+        &self,
+        op: &'static str,
+        pe: PassPe<'_>,
+        table: &GpuTable,
+        desc: &EncodePassDescriptor,
+    ) -> Result<PassShape> {
         self.check_same_device(table.device_key, "table")?;
         let dim = table.dim;
         let pe_dim = match pe {
@@ -501,31 +539,19 @@ impl Context {
                 limit: u64::from(slots),
             });
         }
-        let scale = desc.options.scale.factor(dim)?;
-        let mut spec_flags = 0;
-        let mut flags = 0;
-        if let PassPe::Spec(spec) = pe {
-            if spec.frequencies() == Frequencies::F32 {
-                spec_flags |= FLAG_F32;
-            }
-            if spec.padding_idx().is_some() {
-                spec_flags |= FLAG_PADDING;
-            }
-            if spec.columns().zero_col.is_some() {
-                spec_flags |= FLAG_ZERO_COL;
-            }
-        } else {
-            flags |= FLAG_LEARNED;
-        }
-        if scale.is_some() {
-            flags |= FLAG_SCALE;
-        }
-        if desc.options.pad_id.is_some() {
-            flags |= FLAG_PAD_ID;
-        }
-        if desc.positions == Positions::PerSequence {
-            flags |= FLAG_OFFSETS;
-        }
+        Ok(PassShape { dim, out_dtype, part_tokens, compact, slots, windows, n_chunks })
+    }
+
+    /// The unit kernel (rows of whole vec4 units), compiled here, and whether it runs in
+    /// the two stages of CPU adapters; `None` for the general kernel, compiled when first
+    /// bound.
+    fn pass_unit_kernel(
+        &self,
+        pe: PassPe<'_>,
+        table: &GpuTable,
+        shape: &PassShape,
+    ) -> (bool, Option<UnitKernel>) {
+        let PassShape { dim, out_dtype, part_tokens, slots, n_chunks, compact, .. } = *shape;
         // The unit kernel's grid is one part's (the whole batch when it fits one binding);
         // the counts of each part, and the general kernel's grid, are set when bound.
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
@@ -565,6 +591,20 @@ impl Context {
             }
             (v, grid)
         });
+        (split, x4)
+    }
+
+    /// What the state buffer holds (fault counters, frequency words and, in the compact
+    /// layout or for an arena's record, room for a step's ids and positions) and the PE
+    /// rows the kernels read.
+    fn pass_state(
+        &self,
+        op: &'static str,
+        pe: PassPe<'_>,
+        desc: &EncodePassDescriptor,
+        shape: &PassShape,
+    ) -> Result<PassState> {
+        let compact = shape.compact;
         let (steps, cache, learned) = match pe {
             PassPe::Spec(spec) => {
                 // As many of the positions asked for as the cache holds: past 4096 wide
@@ -605,7 +645,22 @@ impl Context {
         } else {
             (None, steps_end)
         };
-        let (state, no_cache, work) = self.scoped(op, || {
+        Ok(PassState { steps, cache, learned, copies, state_bytes })
+    }
+
+    /// The pass's own buffers: the state (counters cleared, frequency words written), a
+    /// stand-in for a missing PE cache, and the two-stage kernel's work list.
+    fn pass_buffers(
+        &self,
+        op: &'static str,
+        state: &PassState,
+        split: bool,
+        unit: bool,
+        n_tokens: u32,
+    ) -> Result<(DeviceBuffer, Option<DeviceBuffer>, Option<DeviceBuffer>)> {
+        let PassState { steps, cache, learned, state_bytes, .. } = state;
+        let state_bytes = *state_bytes;
+        self.scoped(op, || {
             use wgpu::BufferUsages as U;
             let state = self.create_buffer(
                 "posenc.encode_pass.state",
@@ -613,7 +668,7 @@ impl Context {
                 U::STORAGE | U::COPY_SRC | U::COPY_DST,
             )?;
             self.queue.write_buffer(&state, 0, &[0u8; FAULT_BYTES as usize]);
-            self.queue.write_buffer(&state, FAULT_BYTES, bytemuck::cast_slice(&steps));
+            self.queue.write_buffer(&state, FAULT_BYTES, bytemuck::cast_slice(steps));
             let no_cache = match (&cache, &learned) {
                 (Some(_), _) | (_, Some(_)) => None,
                 // One unit, the smallest binding either kernel takes.
@@ -622,8 +677,8 @@ impl Context {
                 }
             };
             // The split's list: the late stage's dispatch, the count, one word per token.
-            let work = match x4 {
-                Some(_) if split => Some(self.create_buffer(
+            let work = match unit {
+                true if split => Some(self.create_buffer(
                     "posenc.encode_pass.work",
                     ((4 + u64::from(n_tokens)) * 4).next_multiple_of(16),
                     U::STORAGE | U::INDIRECT,
@@ -632,68 +687,118 @@ impl Context {
             };
             self.queue.submit([]);
             Ok((state, no_cache, work))
-        })?;
-        let (columns, start, padding_idx) = match pe {
-            PassPe::Spec(spec) => {
-                (spec.columns(), spec.start_index(), spec.padding_idx().unwrap_or(0))
-            }
-            // Unused with FLAG_LEARNED.
-            PassPe::Learned(_) => (
-                crate::spec::Columns {
-                    n_freqs: 0,
-                    n_cos: 0,
-                    stride: 1,
-                    cos_offset: 0,
-                    zero_col: None,
-                },
-                0,
-                0,
-            ),
-        };
-        let params = EncodePassParams {
-            dim: dim as u32,
-            vocab: table.vocab as u32,
-            rows_per_chunk: table.rows_per_chunk,
-            seq_len: desc.len.max(1) as u32,
-            cached_rows: match (&cache, &learned) {
-                (Some(c), _) => c.rows,
-                (None, Some((_, rows))) => *rows,
-                (None, None) => 0,
-            },
-            pad_id: desc.options.pad_id.unwrap_or(0),
-            scale_bits: scale.unwrap_or(1.0).to_bits(),
-            flags,
-            in_dtype: table.dtype.code(),
-            out_dtype: out_dtype.code(),
-            spec_flags,
-            n_freqs: columns.n_freqs,
-            stride: columns.stride,
-            cos_offset: columns.cos_offset,
-            zero_col: columns.zero_col.unwrap_or(0),
-            start,
-            padding_idx,
-            row_units,
-            groups_y: x4.map_or(0, |(_, grid)| grid.1),
-            ..EncodePassParams::default()
-        };
-        Ok(EncodePass {
-            ctx: self.clone(),
-            desc: desc.clone(),
-            dim,
-            params,
-            windows,
-            chunks: table.chunks.iter().map(|c| c.buffer.clone()).collect(),
-            x4,
-            part_tokens,
-            cache,
-            learned: learned.map(|(buffer, _)| buffer),
-            no_cache,
-            state,
-            work,
-            copies,
-            compact_device: compact,
-            bound: BindCache::default(),
         })
+    }
+}
+
+/// The unit kernel a pass records and its grid for one part.
+type UnitKernel = (EncodePassX4, (u32, u32, u32));
+
+/// A pass's shape, checked ([`Context::pass_shape`]).
+#[derive(Clone, Debug)]
+struct PassShape {
+    dim: usize,
+    out_dtype: Dtype,
+    /// Tokens of one part of a step (all of them when the output fits one binding).
+    part_tokens: u32,
+    /// The compact layout: fewer than 6 storage buffers per stage.
+    compact: bool,
+    /// Table chunks one dispatch binds.
+    slots: u32,
+    /// (first chunk, chunks) of each dispatch's table window.
+    windows: Vec<(u32, u32)>,
+    n_chunks: u32,
+}
+
+/// What a pass's state buffer holds and the PE rows its kernels read
+/// ([`Context::pass_state`]).
+struct PassState {
+    steps: Vec<u32>,
+    cache: Option<PeCache>,
+    learned: Option<(DeviceBuffer, u32)>,
+    copies: Option<CompactIo>,
+    state_bytes: u64,
+}
+
+/// The `flags` and `spec_flags` words of a pass's parameters.
+fn pass_flags(pe: PassPe<'_>, desc: &EncodePassDescriptor, scale: Option<f32>) -> (u32, u32) {
+    let mut spec_flags = 0;
+    let mut flags = 0;
+    if let PassPe::Spec(spec) = pe {
+        if spec.frequencies() == Frequencies::F32 {
+            spec_flags |= FLAG_F32;
+        }
+        if spec.padding_idx().is_some() {
+            spec_flags |= FLAG_PADDING;
+        }
+        if spec.columns().zero_col.is_some() {
+            spec_flags |= FLAG_ZERO_COL;
+        }
+    } else {
+        flags |= FLAG_LEARNED;
+    }
+    if scale.is_some() {
+        flags |= FLAG_SCALE;
+    }
+    if desc.options.pad_id.is_some() {
+        flags |= FLAG_PAD_ID;
+    }
+    if desc.positions == Positions::PerSequence {
+        flags |= FLAG_OFFSETS;
+    }
+    (flags, spec_flags)
+}
+
+/// A pass's parameters, less each part's counts and the general kernel's grid (set when
+/// bound).
+#[allow(clippy::too_many_arguments)]
+fn pass_params(
+    pe: PassPe<'_>,
+    table: &GpuTable,
+    desc: &EncodePassDescriptor,
+    shape: &PassShape,
+    state: &PassState,
+    scale: Option<f32>,
+    (flags, spec_flags): (u32, u32),
+    x4: Option<UnitKernel>,
+) -> EncodePassParams {
+    let (dim, out_dtype) = (shape.dim, shape.out_dtype);
+    let row_units = (dim / 4) as u32;
+    let (cache, learned) = (&state.cache, &state.learned);
+    let (columns, start, padding_idx) = match pe {
+        PassPe::Spec(spec) => (spec.columns(), spec.start_index(), spec.padding_idx().unwrap_or(0)),
+        // Unused with FLAG_LEARNED.
+        PassPe::Learned(_) => (
+            crate::spec::Columns { n_freqs: 0, n_cos: 0, stride: 1, cos_offset: 0, zero_col: None },
+            0,
+            0,
+        ),
+    };
+    EncodePassParams {
+        dim: dim as u32,
+        vocab: table.vocab as u32,
+        rows_per_chunk: table.rows_per_chunk,
+        seq_len: desc.len.max(1) as u32,
+        cached_rows: match (cache, learned) {
+            (Some(c), _) => c.rows,
+            (None, Some((_, rows))) => *rows,
+            (None, None) => 0,
+        },
+        pad_id: desc.options.pad_id.unwrap_or(0),
+        scale_bits: scale.unwrap_or(1.0).to_bits(),
+        flags,
+        in_dtype: table.dtype.code(),
+        out_dtype: out_dtype.code(),
+        spec_flags,
+        n_freqs: columns.n_freqs,
+        stride: columns.stride,
+        cos_offset: columns.cos_offset,
+        zero_col: columns.zero_col.unwrap_or(0),
+        start,
+        padding_idx,
+        row_units,
+        groups_y: x4.map_or(0, |(_, grid)| grid.1),
+        ..EncodePassParams::default()
     }
 }
 
