@@ -229,6 +229,14 @@ pub(crate) const ENCODE: Op = Op {
     encoder: "posenc.encode.encoder",
 };
 
+/// Sinusoid tables.
+pub(crate) const TABLE: Op = Op {
+    name: "table",
+    out: "posenc.table.out",
+    staging: "posenc.table.staging",
+    encoder: "posenc.table.encoder",
+};
+
 /// Rotary embeddings.
 pub(crate) const ROPE: Op = Op {
     name: "rope",

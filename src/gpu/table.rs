@@ -4,6 +4,7 @@ use bytemuck::{Pod, Zeroable};
 use ndarray::Array2;
 
 use super::memory::DeviceBuffer;
+use super::runner::{Output, Sink, TABLE};
 use super::{Context, fold_dispatch};
 use crate::error::{Error, Result};
 use crate::exact;
@@ -144,32 +145,21 @@ impl Context {
         }
         let flat = out.as_slice_mut().expect("a new array is contiguous");
         self.scoped_async("table", async || {
-            let buffers = TableBuffers::new(self, rows_per_chunk, dim, &steps, true)?;
-            for (rows, ps) in
-                flat.chunks_mut(rows_per_chunk * dim).zip(positions.chunks(rows_per_chunk))
-            {
-                self.table_chunk(spec, &buffers, ps, bytemuck::cast_slice_mut(rows)).await?;
+            let bytes: &mut [u8] = bytemuck::cast_slice_mut(flat);
+            let total = bytes.len() as u64;
+            let chunk_bytes = rows_per_chunk as u64 * row_bytes;
+            let mut output =
+                Output::new(self, &TABLE, Sink::Host(bytes), total, chunk_bytes, None)?;
+            let buffers = TableBuffers::writing(self, rows_per_chunk, &steps, output.binding())?;
+            for ps in positions.chunks(rows_per_chunk) {
+                let mut encoder = output.encoder();
+                self.record_table(spec, &buffers, ps, &mut encoder);
+                output.deliver(encoder, ps.len() as u64 * row_bytes).await?;
             }
             Ok(())
         })
         .await?;
         Ok(out)
-    }
-
-    async fn table_chunk(
-        &self,
-        spec: &PeSpec,
-        buffers: &TableBuffers,
-        positions: &[u32],
-        dst: &mut [u8],
-    ) -> Result<()> {
-        let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-            label: Some("posenc.table.encoder"),
-        });
-        self.record_table(spec, buffers, positions, &mut encoder);
-        let staging = buffers.staging.as_ref().expect("table buffers made for readback");
-        encoder.copy_buffer_to_buffer(&buffers.out, 0, staging, 0, dst.len() as u64);
-        self.finish_and_read("table", encoder, staging, dst).await
     }
 
     /// Uploads `positions` and records the table pass that fills `buffers.out` with their
@@ -203,25 +193,36 @@ pub(super) fn flat_steps(spec: &PeSpec) -> Vec<u32> {
     exact::kernel_words(spec).to_vec()
 }
 
-/// Buffers for one table call, sized for its largest chunk and reused by every chunk.
-/// `staging` exists only when the rows are read back to the host.
+/// Buffers for one table call, sized for its largest chunk and reused by every chunk: the
+/// kernel's inputs, and the rows it writes (`out`) unless they go to a buffer the caller
+/// binds ([`TableBuffers::writing`]).
 pub(super) struct TableBuffers {
     params: DeviceBuffer,
     positions: DeviceBuffer,
-    pub(super) out: DeviceBuffer,
-    staging: Option<DeviceBuffer>,
+    out: Option<DeviceBuffer>,
     bind_group: wgpu::BindGroup,
     /// Bound in `bind_group`; kept so its bytes stay counted while it is.
     _steps: DeviceBuffer,
 }
 
 impl TableBuffers {
-    pub(super) fn new(
+    /// Buffers for chunks of `rows` rows of `dim` floats, written into an `out` buffer of
+    /// their own (the PE rows an encode reads).
+    pub(super) fn new(ctx: &Context, rows: usize, dim: usize, steps: &[u32]) -> Result<Self> {
+        use wgpu::BufferUsages as U;
+        let out_bytes = (rows * dim * 4) as u64;
+        let out = ctx.create_buffer("posenc.table.out", out_bytes, U::STORAGE | U::COPY_SRC)?;
+        let mut buffers = Self::writing(ctx, rows, steps, out.as_entire_binding())?;
+        buffers.out = Some(out);
+        Ok(buffers)
+    }
+
+    /// Buffers for chunks of `rows` rows, written to `out` (the runner's output).
+    pub(super) fn writing(
         ctx: &Context,
         rows: usize,
-        dim: usize,
         steps: &[u32],
-        readback: bool,
+        out: wgpu::BindingResource<'_>,
     ) -> Result<Self> {
         let buffer = |label, size: u64, usage| ctx.create_buffer(label, size, usage);
         use wgpu::BufferUsages as U;
@@ -235,12 +236,6 @@ impl TableBuffers {
         let steps_buf =
             buffer("posenc.table.steps", steps.len() as u64 * 4, U::STORAGE | U::COPY_DST)?;
         ctx.queue.write_buffer(&steps_buf, 0, bytemuck::cast_slice(steps));
-        let out_bytes = (rows * dim * 4) as u64;
-        let out = buffer("posenc.table.out", out_bytes, U::STORAGE | U::COPY_SRC)?;
-        let staging = match readback {
-            true => Some(buffer("posenc.table.staging", out_bytes, U::MAP_READ | U::COPY_DST)?),
-            false => None,
-        };
         let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("posenc.table.bind_group"),
             layout: &ctx.table.layout,
@@ -248,9 +243,14 @@ impl TableBuffers {
                 wgpu::BindGroupEntry { binding: 0, resource: params.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 1, resource: positions.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 2, resource: steps_buf.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 3, resource: out.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 3, resource: out },
             ],
         });
-        Ok(Self { params, positions, out, staging, bind_group, _steps: steps_buf })
+        Ok(Self { params, positions, out: None, bind_group, _steps: steps_buf })
+    }
+
+    /// The rows' own buffer (made by [`TableBuffers::new`]).
+    pub(super) fn out(&self) -> &DeviceBuffer {
+        self.out.as_ref().expect("table buffers made with their own output")
     }
 }

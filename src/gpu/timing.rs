@@ -604,13 +604,8 @@ impl Context {
             });
         }
         self.scoped("table", || {
-            let buffers = TableBuffers::new(
-                self,
-                positions.len(),
-                spec.dim() as usize,
-                &flat_steps(spec),
-                false,
-            )?;
+            let buffers =
+                TableBuffers::new(self, positions.len(), spec.dim() as usize, &flat_steps(spec))?;
             self.time_submissions("posenc.table.encoder", repeats, |encoder| {
                 self.record_table(spec, &buffers, positions, encoder)
             })

@@ -930,8 +930,7 @@ impl Context {
         let positions: Vec<u32> = (0..rows).collect();
         // A budget too tight for the cache sends the caller to per-call rows.
         let buffers =
-            TableBuffers::new(self, rows as usize, spec.dim() as usize, &flat_steps(spec), false)
-                .ok()?;
+            TableBuffers::new(self, rows as usize, spec.dim() as usize, &flat_steps(spec)).ok()?;
         let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
             label: Some("posenc.encode.pe_cache"),
         });
@@ -940,7 +939,7 @@ impl Context {
         }
         self.record_table(spec, &buffers, &positions, &mut encoder);
         self.queue.submit([encoder.finish()]);
-        let cache = PeCache { spec: spec.clone(), rows, buffer: buffers.out.clone() };
+        let cache = PeCache { spec: spec.clone(), rows, buffer: buffers.out().clone() };
         *slot = Some(cache.clone());
         Some(cache)
     }
@@ -997,14 +996,14 @@ impl Context {
             let per_chunk = plan.tokens(self.max_binding, max_groups, budget_left, n_tokens)?;
             let per_call_pe = match &steps {
                 Some((spec, words)) => {
-                    Some((*spec, TableBuffers::new(self, per_chunk, dim, words, false)?))
+                    Some((*spec, TableBuffers::new(self, per_chunk, dim, words)?))
                 }
                 None => None,
             };
             let pe_buffer = match (learned, &cache, &per_call_pe) {
                 (Some(t), _, _) => &t.buffer,
                 (None, Some(c), _) => &c.buffer,
-                (None, None, Some((_, p))) => &p.out,
+                (None, None, Some((_, p))) => p.out(),
                 (None, None, None) => unreachable!("one of the three exists"),
             };
             use wgpu::BufferUsages as U;
