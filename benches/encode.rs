@@ -44,7 +44,7 @@ fn bench_encode(c: &mut Criterion) {
                 .unwrap()
         })
     });
-    match gpu::Context::new() {
+    match gpu::Options::from_env().and_then(|o| gpu::Context::new(&o)) {
         Ok(ctx) => {
             let uploaded = ctx.upload_table(Embeddings::F32(table.view())).unwrap();
             group.bench_function("gpu/8x1024x1024", |b| {
@@ -71,7 +71,7 @@ fn bench_encode_bf16_chunked(c: &mut Criterion) {
         bf16::from_f32(((i * 31 + j * 7) % 1000) as f32 * 1e-3 - 0.5)
     });
     let options = EncodeOptions { out_dtype: Dtype::Bf16, ..EncodeOptions::default() };
-    let gpu = match gpu::Context::new() {
+    let gpu = match gpu::Options::from_env().and_then(|o| gpu::Context::new(&o)) {
         Ok(ctx) => {
             let ctx = ctx.with_max_binding_size(CHUNK_BYTES);
             let uploaded = ctx.upload_table(Embeddings::Bf16(table.view())).unwrap();

@@ -11,8 +11,10 @@ use posenc::rope::{Dtype, Layout, RopeSpec, Scaling};
 use posenc::{cpu, gpu, positions};
 
 fn bench_rope(c: &mut Criterion) {
-    let ctx =
-        gpu::Context::new().map_err(|e| eprintln!("rope bench: GPU skipped, no adapter: {e}")).ok();
+    let ctx = gpu::Options::from_env()
+        .and_then(|o| gpu::Context::new(&o))
+        .map_err(|e| eprintln!("rope bench: GPU skipped, no adapter: {e}"))
+        .ok();
     let mut group = c.benchmark_group("rope");
     group.sample_size(10);
     let scaling = Scaling::from_hf_json(

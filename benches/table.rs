@@ -8,7 +8,8 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use posenc::{PeSpec, cpu, gpu};
 
 fn bench_table(c: &mut Criterion) {
-    let ctx = gpu::Context::new()
+    let ctx = gpu::Options::from_env()
+        .and_then(|o| gpu::Context::new(&o))
         .map_err(|e| eprintln!("table bench: GPU skipped, no adapter: {e}"))
         .ok();
     let mut group = c.benchmark_group("table");

@@ -145,9 +145,8 @@ fn host_loop(spec: &PeSpec, table: &Array2<f32>, options: &EncodeOptions) -> Vec
 
 fn main() {
     let Some((adapter, device, queue)) = open() else { return };
-    let gpu =
-        Context::from_device_with(adapter, device.clone(), queue.clone(), &Options::default())
-            .expect("posenc on the program's device");
+    let gpu = Context::from_device(adapter, device.clone(), queue.clone(), &Options::default())
+        .expect("posenc on the program's device");
     let summary = gpu.summary();
     println!("device: {} ({})", summary.name, summary.backend);
 

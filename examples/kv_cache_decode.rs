@@ -68,7 +68,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let table = Array2::from_shape_fn((VOCAB, DIM), |(i, j)| {
         ((i * 7919 + j * 104_729) % 2000) as f32 / 1000.0 - 1.0
     });
-    let device = match gpu::Context::new() {
+    let device = match gpu::Options::from_env().and_then(|o| gpu::Context::new(&o)) {
         Ok(ctx) => {
             let uploaded = ctx.upload_table(Embeddings::F32(table.view()))?;
             println!("device: GPU ({})", ctx.summary().name);

@@ -1,5 +1,5 @@
 //! posenc inside an engine's own GPU pipeline. The program opens the wgpu device itself,
-//! hands it to posenc (`Context::from_device_with`), and records into ONE command encoder
+//! hands it to posenc (`Context::from_device`), and records into ONE command encoder
 //! posenc's fused gather + PE followed by its own compute kernel (WGSL below), which reads
 //! posenc's output on the device: the dot product of every token's row with a query
 //! vector. One submission, one readback; nothing goes through the host in between.
@@ -100,9 +100,8 @@ fn dot(row: &[f32], query: &[f32]) -> f32 {
 fn main() {
     let Some((adapter, device, queue)) = open() else { return };
     // The engine keeps `device` and `queue`; posenc shares them.
-    let gpu =
-        Context::from_device_with(adapter, device.clone(), queue.clone(), &Options::default())
-            .expect("posenc on the engine's device");
+    let gpu = Context::from_device(adapter, device.clone(), queue.clone(), &Options::default())
+        .expect("posenc on the engine's device");
     let summary = gpu.summary();
     println!("device: {} ({})", summary.name, summary.backend);
 

@@ -44,7 +44,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let options = EncodeOptions { scale: Scale::SqrtDim, ..Default::default() };
     let on_cpu = cpu::encode(&spec, loaded.embeddings(), ids.view(), pos.view(), &options)?;
     println!("wrote {} and {}", weights_path.display(), ids_path.display());
-    match gpu::Context::new() {
+    match gpu::Options::from_env().and_then(|o| gpu::Context::new(&o)) {
         Ok(ctx) => {
             let uploaded = ctx.upload_table(loaded.embeddings())?;
             let on_gpu = ctx.encode(&spec, &uploaded, ids.view(), pos.view(), &options)?;

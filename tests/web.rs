@@ -249,8 +249,7 @@ async fn recorded_decode_step_on_the_callers_device() {
         .await
         .unwrap();
     let gpu =
-        Context::from_device_with(adapter, device.clone(), queue.clone(), &Options::default())
-            .unwrap();
+        Context::from_device(adapter, device.clone(), queue.clone(), &Options::default()).unwrap();
 
     let mut rng = Rng::new(5);
     let (vocab, dim, batch, heads, dh) = (300, 128, 4, 2, 64);
@@ -360,7 +359,7 @@ async fn blocking_calls_are_refused_on_the_web() {
         let err = blocking.unwrap_err();
         assert!(matches!(err, Error::Blocking { op: "table", instead: "table_async" }), "{err}");
         assert_eq!(err.kind(), posenc::ErrorKind::Usage);
-        let open = Context::with_options(&Options::default()).unwrap_err();
+        let open = Context::new(&Options::default()).unwrap_err();
         assert!(open.to_string().contains("Context::open"), "{open}");
     } else {
         same_bits(

@@ -125,7 +125,7 @@ fn open_gpu(budget: Option<u64>) -> Result<Arc<gpu::Context>, Error> {
     let ctx = match held.as_ref().filter(|c| c.lost_reason().is_none()) {
         Some(ctx) => ctx.clone(),
         None => {
-            let ctx = Arc::new(gpu::Context::new()?);
+            let ctx = Arc::new(gpu::Options::from_env().and_then(|o| gpu::Context::new(&o))?);
             *held = Some(ctx.clone());
             ctx
         }

@@ -821,7 +821,7 @@ fn encode<'py>(
             (Some(ctx), None, Some(p)) => {
                 let p = ctx.upload_position_table(p.embeddings())?;
                 let table = ctx.upload_table(embeddings)?;
-                ctx.encode_learned(&p, &table, ids, positions, &options)
+                ctx.encode(&p, &table, ids, positions, &options)
             }
             (_, None, None) => unreachable!("a spec unless a position table was given"),
         })

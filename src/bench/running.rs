@@ -191,7 +191,7 @@ fn open_gpu(devices: Devices, progress: &mut impl FnMut(&str)) -> Result<Option<
         return Ok(None);
     }
     progress("opening the GPU");
-    gpu::Context::new().map(Some)
+    gpu::Options::from_env().and_then(|o| gpu::Context::new(&o)).map(Some)
 }
 
 /// Runs the bench. `progress` hears the name of each step before it starts.

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 
 pub use alibi::AlibiParams;
 pub use alibi::AlibiPass;
+#[cfg(feature = "timing")]
 pub use encode::decode::DecodeTiming;
 pub use encode::pass::{
     ARENA_COPY_BYTES, DEFAULT_CACHED_POSITIONS, EncodePass, EncodePassDescriptor, EncodePassParams,
@@ -28,7 +29,7 @@ pub use encode::pass::{
 };
 pub use encode::{
     EncodeParams, EncodeX4Params, GpuPositionTable, GpuTable, MAX_GROUP_TOKENS, NarrowParams,
-    PE_CACHE_BUDGET,
+    PE_CACHE_BUDGET, PositionSource,
 };
 pub use faults::{FAULT_INJECT_ENV, SUBMISSION_TIMEOUT};
 pub use options::{
@@ -39,7 +40,9 @@ pub use pending::{MappedEncode, PendingEncode};
 pub use rope::pass::{RopePass, RopePassDescriptor, RopePassParams};
 pub use rope::{RopeCsParams, RopeParams, RopeX4Params};
 pub use table::TableParams;
-pub use timing::{CopyMethod, CopyParams, TimingSource};
+pub use timing::CopyParams;
+#[cfg(feature = "timing")]
+pub use timing::{CopyMethod, TimingSource};
 
 use memory::{DeviceBuffer, Memory};
 
@@ -228,7 +231,7 @@ fn binding_cap_from_env() -> Result<Option<u64>> {
 /// buffers never hold more than the budget at once.
 ///
 /// ```no_run
-/// let gpu = posenc::gpu::Context::new()?;
+/// let gpu = posenc::gpu::Options::from_env().and_then(|o| posenc::gpu::Context::new(&o))?;
 /// let spec = posenc::PeSpec::new(512)?;
 /// let table = gpu.table(&spec, &[0, 1, 2, 4294967295])?;
 /// assert_eq!(table.dim(), (4, 512));
@@ -277,33 +280,30 @@ impl std::fmt::Debug for Context {
 }
 
 impl Context {
-    /// Opens the adapter chosen by wgpu's conventions: `WGPU_BACKEND` (vulkan, gl, metal,
+    /// Opens the adapter chosen by wgpu's conventions, `WGPU_BACKEND` (vulkan, gl, metal,
     /// dx12), `WGPU_ADAPTER_NAME` (a case-insensitive substring of the name) and
-    /// `WGPU_POWER_PREF` (low, high).
+    /// `WGPU_POWER_PREF` (low, high), with `options`. posenc's own environment variables
+    /// (`POSENC_MAX_BINDING_SIZE`, `POSENC_GPU_MEMORY_BUDGET`, `POSENC_GPU_TIMESTAMPS` and
+    /// the testing knob `POSENC_FAULT_INJECT`) apply through [`Options::from_env`]:
     ///
-    /// The environment also sets [`Options::from_env`]: `POSENC_MAX_BINDING_SIZE`,
-    /// `POSENC_GPU_MEMORY_BUDGET`, `POSENC_GPU_TIMESTAMPS` and the testing knob
-    /// `POSENC_FAULT_INJECT`.
+    /// ```no_run
+    /// use posenc::gpu::{Context, Options};
+    ///
+    /// let gpu = Context::new(&Options::from_env()?)?;
+    /// let pinned = Context::new(&Options::default().memory_budget(Some(1 << 30)))?;
+    /// # let _ = (gpu, pinned);
+    /// # Ok::<(), posenc::Error>(())
+    /// ```
     ///
     /// # Errors
     /// [`Error::NoAdapter`] with a hint when nothing matches, [`Error::RequestDevice`] when
-    /// the adapter refuses a device, [`Error::InvalidParameter`] for a malformed
-    /// `POSENC_MAX_BINDING_SIZE`, `POSENC_GPU_MEMORY_BUDGET`, `POSENC_GPU_TIMESTAMPS` or
-    /// `POSENC_FAULT_INJECT`.
-    pub fn new() -> Result<Self> {
-        Self::with_options(&Options::from_env()?)
+    /// the adapter refuses a device; on the web [`Error::Blocking`] (use
+    /// [`Context::open`]).
+    pub fn new(options: &Options) -> Result<Self> {
+        wait::blocking("Context::new", "Context::open", Self::open(options))
     }
 
-    /// [`Context::new`] with explicit options (the environment's adapter choice still
-    /// applies; its posenc variables do not).
-    ///
-    /// # Errors
-    /// As [`Context::new`]; on the web [`Error::Blocking`] (use [`Context::open`]).
-    pub fn with_options(options: &Options) -> Result<Self> {
-        wait::blocking("Context::with_options", "Context::open", Self::open(options))
-    }
-
-    /// [`Context::with_options`] without blocking the calling thread: how a web page opens
+    /// [`Context::new`] without blocking the calling thread: how a web page opens
     /// its GPU (the browser's WebGPU adapter; natively the adapter [`Context::new`] would
     /// choose).
     ///
@@ -329,29 +329,20 @@ impl Context {
         Self::from_adapter_async(adapter, options).await
     }
 
-    /// Opens a device on a given adapter, with [`Options::from_env`].
-    ///
-    /// # Errors
-    /// As [`Context::new`], less the adapter search.
-    pub fn from_adapter(adapter: wgpu::Adapter) -> Result<Self> {
-        Self::from_adapter_with(adapter, &Options::from_env()?)
-    }
-
-    /// Opens a device on a given adapter with explicit options.
+    /// Opens a device on a given adapter.
     ///
     /// posenc needs no optional device feature. It asks for `TIMESTAMP_QUERY` and
     /// `TIMESTAMP_QUERY_INSIDE_ENCODERS` when the adapter has both and the options allow,
     /// to time work on the device; without them timings fall back to the wall clock.
     ///
     /// # Errors
-    /// As [`Context::from_adapter`]; on the web [`Error::Blocking`] (use
-    /// [`Context::from_adapter_async`]).
-    pub fn from_adapter_with(adapter: wgpu::Adapter, options: &Options) -> Result<Self> {
+    /// As [`Context::new`], less the adapter search.
+    pub fn from_adapter(adapter: wgpu::Adapter, options: &Options) -> Result<Self> {
         let open = Self::from_adapter_async(adapter, options);
-        wait::blocking("Context::from_adapter_with", "Context::from_adapter_async", open)
+        wait::blocking("Context::from_adapter", "Context::from_adapter_async", open)
     }
 
-    /// [`Context::from_adapter_with`] without blocking the calling thread.
+    /// [`Context::from_adapter`] without blocking the calling thread.
     ///
     /// # Errors
     /// As [`Context::from_adapter`], less [`Error::Blocking`].
@@ -387,19 +378,6 @@ impl Context {
         Ok(context)
     }
 
-    /// Uses a device the caller opened, with [`Options::from_env`]: see
-    /// [`Context::from_device_with`].
-    ///
-    /// # Errors
-    /// As [`Context::from_device_with`].
-    pub fn from_device(
-        adapter: wgpu::Adapter,
-        device: wgpu::Device,
-        queue: wgpu::Queue,
-    ) -> Result<Self> {
-        Self::from_device_with(adapter, device, queue, &Options::from_env()?)
-    }
-
     /// Uses a device the caller opened (`adapter` must be the one it was requested from):
     /// posenc creates its pipelines and buffers on it, submits to `queue`, and records into
     /// the caller's encoders ([`Context::encode_pass`], [`Context::rope_pass`],
@@ -425,7 +403,7 @@ impl Context {
     /// let adapter = pollster::block_on(instance.request_adapter(&Default::default()))?;
     /// let (device, queue) = pollster::block_on(adapter.request_device(&Default::default()))?;
     /// // The engine keeps using `device` and `queue`; posenc shares them.
-    /// let gpu = posenc::gpu::Context::from_device_with(
+    /// let gpu = posenc::gpu::Context::from_device(
     ///     adapter,
     ///     device.clone(),
     ///     queue.clone(),
@@ -437,8 +415,8 @@ impl Context {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] as [`Options::from_env`] (for [`Context::from_device`]).
-    pub fn from_device_with(
+    /// None today; the `Result` leaves room for checks of the device.
+    pub fn from_device(
         adapter: wgpu::Adapter,
         device: wgpu::Device,
         queue: wgpu::Queue,

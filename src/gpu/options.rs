@@ -20,7 +20,8 @@ pub const ACCESS_PATTERN_ENV: &str = "POSENC_GPU_ACCESS";
 /// [`Options::units`]), for measuring one against another with `posenc bench`.
 pub const UNITS_ENV: &str = "POSENC_GPU_UNITS";
 
-/// Options of [`Context::with_options`](super::Context::with_options). The default uses
+/// Options of a [`Context`](super::Context), which every constructor takes
+/// ([`Options::from_env`] reads posenc's environment variables). The default uses
 /// every optional feature the adapter offers, no budget and no binding cap.
 ///
 /// ```

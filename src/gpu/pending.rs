@@ -117,8 +117,7 @@ impl Drop for Readback {
     }
 }
 
-/// An encode submitted by [`Context::encode_submit`] (or
-/// [`Context::encode_learned_submit`]) whose result is still being computed or read
+/// An encode submitted by [`Context::encode_submit`] whose result is still being computed or read
 /// back. [`PendingEncode::wait`] gives the [`Encoded`] result, the same bits
 /// [`Context::encode`] gives; [`PendingEncode::is_ready`] says, without blocking, whether
 /// `wait` would return at once.

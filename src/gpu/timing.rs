@@ -4,6 +4,9 @@
 //! device has them (`TIMESTAMP_QUERY` and `TIMESTAMP_QUERY_INSIDE_ENCODERS`), else as the
 //! wall time from submission to completion of work whose inputs are already on the device.
 
+// Without the `timing` feature the helpers the public timing calls are built on go unused.
+#![cfg_attr(not(feature = "timing"), allow(dead_code, unused_imports))]
+
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -198,6 +201,7 @@ impl Context {
     /// How this context's timings are taken: device timestamps when the device offers them
     /// and [`Options::timestamps`](super::Options::timestamps) allowed them, else the wall
     /// clock.
+    #[cfg(feature = "timing")]
     pub fn timing_source(&self) -> TimingSource {
         match self.timestamp_period {
             Some(_) => TimingSource::DeviceTimestamps,
@@ -387,6 +391,7 @@ impl Context {
     /// # Errors
     /// [`Error::Limit`] for a shader form over one binding; [`Error::Gpu`] if wgpu reports
     /// an error or the copy left a marked vec4 wrong.
+    #[cfg(feature = "timing")]
     pub fn time_copy_method(
         &self,
         method: CopyMethod,
@@ -403,6 +408,7 @@ impl Context {
     ///
     /// # Errors
     /// As [`Context::time_copy_method`].
+    #[cfg(feature = "timing")]
     pub fn time_copy_steps(
         &self,
         method: CopyMethod,
@@ -425,6 +431,7 @@ impl Context {
     ///
     /// # Errors
     /// [`Error::Gpu`] if wgpu reports an error.
+    #[cfg(feature = "timing")]
     pub fn time_copy(&self, bytes: u64, repeats: usize) -> Result<Vec<f64>> {
         let bytes = bytes.min(self.max_binding);
         let mut best = vec![f64::INFINITY; repeats];
@@ -448,6 +455,7 @@ impl Context {
     /// # Errors
     /// As [`Context::time_copy_method`]; [`Error::DeviceLost`] if a call does not complete
     /// within [`SUBMISSION_TIMEOUT`](super::SUBMISSION_TIMEOUT).
+    #[cfg(feature = "timing")]
     pub fn time_copy_call(
         &self,
         method: CopyMethod,
@@ -481,6 +489,7 @@ impl Context {
     ///
     /// # Errors
     /// [`Error::Gpu`] if wgpu reports an error.
+    #[cfg(feature = "timing")]
     pub fn time_dispatch_floor(
         &self,
         steps: usize,
@@ -512,6 +521,7 @@ impl Context {
     ///
     /// # Errors
     /// [`Error::Gpu`] if wgpu reports an error.
+    #[cfg(feature = "timing")]
     pub fn warm_up(&self, duration: std::time::Duration) -> Result<()> {
         let bytes = (64 << 20).min(self.max_binding);
         let form = CopyMethod::Shader(CopyForm::ONE);
@@ -533,6 +543,7 @@ impl Context {
     ///
     /// # Errors
     /// What `record` returns; [`Error::Gpu`] if wgpu reports an error.
+    #[cfg(feature = "timing")]
     pub fn time_recorded(
         &self,
         repeats: usize,
@@ -559,6 +570,7 @@ impl Context {
     /// # Errors
     /// As [`Context::encode_into_buffer`].
     #[allow(clippy::too_many_arguments)]
+    #[cfg(feature = "timing")]
     pub fn time_encode(
         &self,
         spec: &PeSpec,
@@ -578,7 +590,15 @@ impl Context {
             .transpose()?
             .map(|stamps| SpanTimer { stamps, started: Cell::new(false) });
         let start = Instant::now();
-        self.encode_into_buffer_timed(spec, table, ids, positions, options, out, timer.as_ref())?;
+        self.encode_into_buffer_timed(
+            spec.into(),
+            table,
+            ids,
+            positions,
+            options,
+            out,
+            timer.as_ref(),
+        )?;
         let wall = start.elapsed().as_secs_f64();
         let device = match &timer {
             Some(t) if t.started.get() => t.stamps.read(self, "encode")?,
@@ -592,6 +612,7 @@ impl Context {
     ///
     /// # Errors
     /// [`Error::Limit`] if they do not; [`Error::Gpu`] if wgpu reports an error.
+    #[cfg(feature = "timing")]
     pub fn time_table(&self, spec: &PeSpec, positions: &[u32], repeats: usize) -> Result<Vec<f64>> {
         let bytes = positions.len() as u64 * u64::from(spec.dim()) * 4;
         if bytes > self.max_binding || positions.is_empty() {

@@ -29,7 +29,7 @@ impl Compute {
     /// The GPU wgpu's conventions choose; `budget` overrides POSENC_GPU_MEMORY_BUDGET.
     /// POSENC_FAULT_INJECT, read here as every posenc variable is, may lose it at once.
     fn open_gpu(budget: Option<u64>) -> Result<Self, Error> {
-        let ctx = gpu::Context::new()?;
+        let ctx = gpu::Options::from_env().and_then(|o| gpu::Context::new(&o))?;
         let ctx = match budget {
             Some(bytes) => ctx.with_memory_budget(bytes),
             None => ctx,

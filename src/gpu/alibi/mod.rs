@@ -118,7 +118,7 @@ impl Context {
     /// rows, or of pieces of a row.
     ///
     /// ```no_run
-    /// let gpu = posenc::gpu::Context::new()?;
+    /// let gpu = posenc::gpu::Options::from_env().and_then(|o| posenc::gpu::Context::new(&o))?;
     /// let spec = posenc::alibi::AlibiSpec::new(12, 1024)?;
     /// let bias = gpu.alibi_bias(&spec)?;
     /// assert_eq!(bias.dim(), (12, 1024, 1024));

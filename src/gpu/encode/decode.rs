@@ -2,6 +2,9 @@
 //! recorded back to back, one command buffer each, submitted without waiting between
 //! steps, against the same number of trivial dispatches recorded and submitted the same way.
 
+// Without the `timing` feature the helpers the public timing calls are built on go unused.
+#![cfg_attr(not(feature = "timing"), allow(dead_code, unused_imports))]
+
 use std::time::Instant;
 
 use super::pass::EncodePass;
@@ -61,6 +64,7 @@ impl Context {
     /// # Errors
     /// [`Error::InvalidParameter`] if the pass does not take per-sequence positions or has
     /// `len` other than 1, or `steps` is 0; errors of recording and waiting.
+    #[cfg(feature = "timing")]
     pub fn time_decode(
         &self,
         pass: &EncodePass,

@@ -455,15 +455,15 @@ impl Context {
     /// the memory budget cannot hold one token's scratch; [`Error::DeviceLost`],
     /// [`Error::OutOfMemory`], or [`Error::Gpu`] for any other error wgpu reports; on the
     /// web [`Error::Blocking`] (use [`Context::encode_async`]).
-    pub fn encode(
+    pub fn encode<'a>(
         &self,
-        spec: &PeSpec,
+        pe: impl Into<PositionSource<'a>>,
         table: &GpuTable,
         ids: ArrayView2<'_, u32>,
         positions: ArrayView2<'_, u32>,
         options: &EncodeOptions,
     ) -> Result<Encoded> {
-        self.encode_submit(spec, table, ids, positions, options)?.wait()
+        self.encode_submit(pe, table, ids, positions, options)?.wait()
     }
 
     /// [`Context::encode`] without blocking the calling thread: the form a web page uses.
@@ -471,43 +471,48 @@ impl Context {
     ///
     /// # Errors
     /// As [`Context::encode`], less [`Error::Blocking`].
-    pub async fn encode_async(
+    pub async fn encode_async<'a>(
         &self,
-        spec: &PeSpec,
+        pe: impl Into<PositionSource<'a>>,
         table: &GpuTable,
         ids: ArrayView2<'_, u32>,
         positions: ArrayView2<'_, u32>,
         options: &EncodeOptions,
     ) -> Result<Encoded> {
-        let scale = encode::check(spec, table.dim(), ids, positions, options)?;
-        self.check_same_device(table.device_key, "table")?;
-        self.encode_host_async(PeSource::Spec(spec), table, ids, positions, options, scale).await
+        let pe = pe.into();
+        let scale = self.check_request(pe, table, ids, positions, options)?;
+        self.encode_host_async(pe, table, ids, positions, options, scale).await
     }
 
-    /// [`Context::encode_learned`] without blocking the calling thread.
-    ///
-    /// # Errors
-    /// As [`Context::encode_learned`], less [`Error::Blocking`].
-    pub async fn encode_learned_async(
+    /// Every check of an encode's request, before any GPU work: the arrays against the
+    /// spec or position table and the table, and both tables' device. Returns the scale.
+    fn check_request(
         &self,
-        position_table: &GpuPositionTable,
+        pe: PositionSource<'_>,
         table: &GpuTable,
         ids: ArrayView2<'_, u32>,
         positions: ArrayView2<'_, u32>,
         options: &EncodeOptions,
-    ) -> Result<Encoded> {
-        let scale =
-            encode::check_learned(position_table.dim(), table.dim(), ids, positions, options)?;
+    ) -> Result<Option<f32>> {
+        let scale = match pe {
+            PositionSource::Sinusoid(spec) => {
+                encode::check(spec, table.dim(), ids, positions, options)?
+            }
+            PositionSource::Learned(p) => {
+                encode::check_learned(p.dim(), table.dim(), ids, positions, options)?
+            }
+        };
         self.check_same_device(table.device_key, "table")?;
-        self.check_same_device(position_table.device_key, "position_table")?;
-        let pe = PeSource::Learned(position_table);
-        self.encode_host_async(pe, table, ids, positions, options, scale).await
+        if let PositionSource::Learned(p) = pe {
+            self.check_same_device(p.device_key, "position_table")?;
+        }
+        Ok(scale)
     }
 
     /// The encode of checked arguments, every chunk read back as it completes.
     async fn encode_host_async(
         &self,
-        pe: PeSource<'_>,
+        pe: PositionSource<'_>,
         table: &GpuTable,
         ids: ArrayView2<'_, u32>,
         positions: ArrayView2<'_, u32>,
@@ -566,29 +571,11 @@ impl Context {
         })
     }
 
-    /// `out[b, t, :] = scale * E[ids[b, t], :] + P[positions[b, t], :]` with a learned
-    /// position table, read back to the host. Bit-identical to [`crate::cpu::encode_learned`]
-    /// when the scale is [`encode::Scale::None`].
-    ///
-    /// # Errors
-    /// As [`Context::encode`], and [`Error::Position`] for the first position without a row
-    /// in `position_table`, all before any GPU work.
-    pub fn encode_learned(
-        &self,
-        position_table: &GpuPositionTable,
-        table: &GpuTable,
-        ids: ArrayView2<'_, u32>,
-        positions: ArrayView2<'_, u32>,
-        options: &EncodeOptions,
-    ) -> Result<Encoded> {
-        self.encode_learned_submit(position_table, table, ids, positions, options)?.wait()
-    }
-
     /// The encode of checked arguments, submitted with its last chunk's readback left in
     /// flight.
     fn submit_host(
         &self,
-        pe: PeSource<'_>,
+        pe: PositionSource<'_>,
         table: &GpuTable,
         ids: ArrayView2<'_, u32>,
         positions: ArrayView2<'_, u32>,
@@ -631,7 +618,7 @@ impl Context {
     /// use ndarray::Array2;
     /// use posenc::encode::{Embeddings, EncodeOptions};
     ///
-    /// let gpu = posenc::gpu::Context::new()?;
+    /// let gpu = posenc::gpu::Options::from_env().and_then(|o| posenc::gpu::Context::new(&o))?;
     /// let spec = posenc::PeSpec::new(64)?;
     /// let table = gpu.upload_table(Embeddings::F32(Array2::zeros((100, 64)).view()))?;
     /// let ids = Array2::<u32>::from_elem((8, 128), 7);
@@ -650,38 +637,16 @@ impl Context {
     /// [`Error::Limit`] if the memory budget cannot hold one token's scratch;
     /// [`Error::DeviceLost`], [`Error::OutOfMemory`], [`Error::Gpu`] for what wgpu reports
     /// while submitting. Faults met while the work runs come from [`PendingEncode::wait`].
-    pub fn encode_submit(
+    pub fn encode_submit<'a>(
         &self,
-        spec: &PeSpec,
+        pe: impl Into<PositionSource<'a>>,
         table: &GpuTable,
         ids: ArrayView2<'_, u32>,
         positions: ArrayView2<'_, u32>,
         options: &EncodeOptions,
     ) -> Result<PendingEncode> {
-        let scale = encode::check(spec, table.dim(), ids, positions, options)?;
-        self.check_same_device(table.device_key, "table")?;
-        self.submit_host(PeSource::Spec(spec), table, ids, positions, options, scale)
-    }
-
-    /// [`Context::encode_learned`] without the wait, as [`Context::encode_submit`] is
-    /// [`Context::encode`] without it.
-    ///
-    /// # Errors
-    /// As [`Context::encode_learned`] for the request, all before any GPU work; as
-    /// [`Context::encode_submit`] for the submission.
-    pub fn encode_learned_submit(
-        &self,
-        position_table: &GpuPositionTable,
-        table: &GpuTable,
-        ids: ArrayView2<'_, u32>,
-        positions: ArrayView2<'_, u32>,
-        options: &EncodeOptions,
-    ) -> Result<PendingEncode> {
-        let scale =
-            encode::check_learned(position_table.dim(), table.dim(), ids, positions, options)?;
-        self.check_same_device(table.device_key, "table")?;
-        self.check_same_device(position_table.device_key, "position_table")?;
-        let pe = PeSource::Learned(position_table);
+        let pe = pe.into();
+        let scale = self.check_request(pe, table, ids, positions, options)?;
         self.submit_host(pe, table, ids, positions, options, scale)
     }
 
@@ -701,15 +666,15 @@ impl Context {
     /// As [`Context::encode`]; [`Error::Limit`] if the output exceeds the device's largest
     /// buffer or the memory budget, before anything is allocated; on the web
     /// [`Error::Blocking`] (use [`Context::encode_to_buffer_async`]).
-    pub fn encode_to_buffer(
+    pub fn encode_to_buffer<'a>(
         &self,
-        spec: &PeSpec,
+        pe: impl Into<PositionSource<'a>>,
         table: &GpuTable,
         ids: ArrayView2<'_, u32>,
         positions: ArrayView2<'_, u32>,
         options: &EncodeOptions,
     ) -> Result<wgpu::Buffer> {
-        let run = self.encode_to_buffer_async(spec, table, ids, positions, options);
+        let run = self.encode_to_buffer_async(pe, table, ids, positions, options);
         wait::blocking("encode_to_buffer", "encode_to_buffer_async", run)
     }
 
@@ -718,16 +683,16 @@ impl Context {
     ///
     /// # Errors
     /// As [`Context::encode_to_buffer`], less [`Error::Blocking`].
-    pub async fn encode_to_buffer_async(
+    pub async fn encode_to_buffer_async<'a>(
         &self,
-        spec: &PeSpec,
+        pe: impl Into<PositionSource<'a>>,
         table: &GpuTable,
         ids: ArrayView2<'_, u32>,
         positions: ArrayView2<'_, u32>,
         options: &EncodeOptions,
     ) -> Result<wgpu::Buffer> {
-        let scale = encode::check(spec, table.dim(), ids, positions, options)?;
-        self.check_same_device(table.device_key, "table")?;
+        let pe = pe.into();
+        let scale = self.check_request(pe, table, ids, positions, options)?;
         let bytes = (ids.len() * table.dim * options.out_dtype.size()).next_multiple_of(4) as u64;
         let max = self.device.limits().max_buffer_size;
         if bytes > max {
@@ -750,7 +715,7 @@ impl Context {
         })?;
         if bytes > 0 {
             self.run_encode(
-                PeSource::Spec(spec),
+                pe,
                 table,
                 ids,
                 positions,
@@ -779,16 +744,16 @@ impl Context {
     /// and lacks `COPY_DST`, or (field `table`) if `table` was uploaded on another device;
     /// [`Error::Shape`] if `out` is too small; on the web [`Error::Blocking`] (use
     /// [`Context::encode_into_buffer_async`], or record an [`EncodePass`](super::EncodePass)).
-    pub fn encode_into_buffer(
+    pub fn encode_into_buffer<'a>(
         &self,
-        spec: &PeSpec,
+        pe: impl Into<PositionSource<'a>>,
         table: &GpuTable,
         ids: ArrayView2<'_, u32>,
         positions: ArrayView2<'_, u32>,
         options: &EncodeOptions,
         out: &wgpu::Buffer,
     ) -> Result<()> {
-        self.encode_into_buffer_timed(spec, table, ids, positions, options, out, None)
+        self.encode_into_buffer_timed(pe.into(), table, ids, positions, options, out, None)
     }
 
     /// [`Context::encode_into_buffer`] without blocking the calling thread (it waits only
@@ -796,23 +761,23 @@ impl Context {
     ///
     /// # Errors
     /// As [`Context::encode_into_buffer`], less [`Error::Blocking`].
-    pub async fn encode_into_buffer_async(
+    pub async fn encode_into_buffer_async<'a>(
         &self,
-        spec: &PeSpec,
+        pe: impl Into<PositionSource<'a>>,
         table: &GpuTable,
         ids: ArrayView2<'_, u32>,
         positions: ArrayView2<'_, u32>,
         options: &EncodeOptions,
         out: &wgpu::Buffer,
     ) -> Result<()> {
-        self.encode_into_buffer_core(spec, table, ids, positions, options, out, None).await
+        self.encode_into_buffer_core(pe.into(), table, ids, positions, options, out, None).await
     }
 
     /// [`Context::encode_into_buffer`], with `timer` bracketing every submission it makes.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn encode_into_buffer_timed(
         &self,
-        spec: &PeSpec,
+        pe: PositionSource<'_>,
         table: &GpuTable,
         ids: ArrayView2<'_, u32>,
         positions: ArrayView2<'_, u32>,
@@ -820,14 +785,14 @@ impl Context {
         out: &wgpu::Buffer,
         timer: Option<&SpanTimer>,
     ) -> Result<()> {
-        let run = self.encode_into_buffer_core(spec, table, ids, positions, options, out, timer);
+        let run = self.encode_into_buffer_core(pe, table, ids, positions, options, out, timer);
         wait::blocking("encode_into_buffer", "encode_into_buffer_async", run)
     }
 
     #[allow(clippy::too_many_arguments)]
     async fn encode_into_buffer_core(
         &self,
-        spec: &PeSpec,
+        pe: PositionSource<'_>,
         table: &GpuTable,
         ids: ArrayView2<'_, u32>,
         positions: ArrayView2<'_, u32>,
@@ -835,8 +800,7 @@ impl Context {
         out: &wgpu::Buffer,
         timer: Option<&SpanTimer>,
     ) -> Result<()> {
-        let scale = encode::check(spec, table.dim(), ids, positions, options)?;
-        self.check_same_device(table.device_key, "table")?;
+        let scale = self.check_request(pe, table, ids, positions, options)?;
         let bytes = (ids.len() * table.dim * options.out_dtype.size()).next_multiple_of(4) as u64;
         if out.size() < bytes {
             return Err(Error::Shape {
@@ -848,7 +812,7 @@ impl Context {
         }
         if bytes > 0 {
             self.run_encode(
-                PeSource::Spec(spec),
+                pe,
                 table,
                 ids,
                 positions,
@@ -947,7 +911,7 @@ impl Context {
     #[allow(clippy::too_many_arguments)]
     async fn run_encode(
         &self,
-        pe: PeSource<'_>,
+        pe: PositionSource<'_>,
         table: &GpuTable,
         ids: ArrayView2<'_, u32>,
         positions: ArrayView2<'_, u32>,
@@ -974,8 +938,8 @@ impl Context {
             // PE rows: a learned table as it is; a sinusoid from the cache of rows 0..n, or
             // else computed per chunk for the chunk's distinct positions.
             let (spec, learned) = match pe {
-                PeSource::Spec(spec) => (Some(spec), None),
-                PeSource::Learned(t) => (None, Some(t)),
+                PositionSource::Sinusoid(spec) => (Some(spec), None),
+                PositionSource::Learned(t) => (None, Some(t)),
             };
             let cache = spec.and_then(|spec| self.cached_pe_rows(spec, max_position, timer));
             // What the table kernel reads, when PE rows are computed per chunk.
@@ -1415,11 +1379,29 @@ impl ChunkPlan {
     }
 }
 
-/// Where an encode's PE rows come from.
-#[derive(Clone, Copy)]
-enum PeSource<'a> {
-    Spec(&'a PeSpec),
+/// Where an encode's position rows come from: a sinusoid (computed exactly, or read from
+/// the context's cache of its rows), or a learned table uploaded with
+/// [`Context::upload_position_table`] (BERT and GPT-2 style). The encode calls take
+/// either, as `&spec` or `&position_table`.
+#[derive(Clone, Copy, Debug)]
+pub enum PositionSource<'a> {
+    /// `PE(p, :)` of a sinusoid spec.
+    Sinusoid(&'a PeSpec),
+    /// Row `p` of a learned position table; a position without a row is refused
+    /// ([`Error::Position`]) or, in a recorded pass, a fault.
     Learned(&'a GpuPositionTable),
+}
+
+impl<'a> From<&'a PeSpec> for PositionSource<'a> {
+    fn from(spec: &'a PeSpec) -> Self {
+        PositionSource::Sinusoid(spec)
+    }
+}
+
+impl<'a> From<&'a GpuPositionTable> for PositionSource<'a> {
+    fn from(table: &'a GpuPositionTable) -> Self {
+        PositionSource::Learned(table)
+    }
 }
 
 /// A learned position table on the device, as f32 rows: see

@@ -8,7 +8,7 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::encode::{Dtype, EncodeOptions};
 use crate::error::{Error, Result};
-use crate::gpu::encode::{GpuPositionTable, GpuTable, Kernel, PeCache};
+use crate::gpu::encode::{GpuTable, Kernel, PeCache, PositionSource};
 use crate::gpu::memory::DeviceBuffer;
 use crate::gpu::pass::{BindCache, Need, PartShape, Positions, Span, uniform_blocks};
 use crate::gpu::table::flat_steps;
@@ -17,7 +17,7 @@ use crate::shaders::{
     EncodePassX4, FLAG_F32, FLAG_FIRST_WINDOW, FLAG_LEARNED, FLAG_OFFSETS, FLAG_PAD_ID,
     FLAG_PADDING, FLAG_SCALE, FLAG_ZERO_COL, MAX_TABLE_SLOTS, WORKGROUP_SIZE,
 };
-use crate::spec::{Frequencies, PeSpec};
+use crate::spec::Frequencies;
 
 /// Mirror of `Params` in `shaders/encode_pass.wgsl`.
 #[repr(C)]
@@ -125,8 +125,8 @@ pub struct Faults {
     pub bad_ids: u32,
     /// The largest such id, when there was one.
     pub largest_bad_id: Option<u32>,
-    /// Tokens of a learned pass ([`Context::encode_learned_pass`]) whose position had no
-    /// row in the position table (pad tokens and bad ids excepted); wraps past `u32::MAX`.
+    /// Tokens of a pass over a learned position table whose position had no row in it
+    /// (pad tokens and bad ids excepted); wraps past `u32::MAX`.
     pub bad_positions: u32,
     /// The largest such position, when there was one.
     pub largest_bad_position: Option<u32>,
@@ -211,13 +211,6 @@ struct SplitBound {
     late_groups: Vec<wgpu::BindGroup>,
 }
 
-/// Where a pass's PE values come from.
-#[derive(Clone, Copy)]
-enum PassPe<'a> {
-    Spec(&'a PeSpec),
-    Learned(&'a GpuPositionTable),
-}
-
 /// Bytes of the fault counters at the start of the state buffer.
 const FAULT_BYTES: u64 = 16;
 
@@ -276,11 +269,11 @@ impl Context {
     /// for) unless the context already holds them.
     ///
     /// ```no_run
-    /// use posenc::gpu::{Context, EncodePassDescriptor, Positions};
+    /// use posenc::gpu::{Context, EncodePassDescriptor, Options, Positions};
     /// use posenc::PeSpec;
     /// use posenc::encode::Embeddings;
     ///
-    /// let gpu = Context::new()?;
+    /// let gpu = Options::from_env().and_then(|o| Context::new(&o))?;
     /// let spec = PeSpec::new(64)?;
     /// let weights = vec![0.5f32; 1000 * 64];
     /// let rows = ndarray::ArrayView2::from_shape((1000, 64), &weights).unwrap();
@@ -295,9 +288,20 @@ impl Context {
     /// # Ok::<(), posenc::Error>(())
     /// ```
     ///
+    /// With a learned position table (`&position_table`, uploaded with
+    /// [`Context::upload_position_table`]; BERT and GPT-2 style) in place of the sinusoid:
+    /// `out[b, t, :] = scale * E[ids[b, t], :] + P[position, :]`, bit for bit what
+    /// [`crate::cpu::encode_learned`] gives (without a scale; with one a GPU may fuse the
+    /// multiply-add, one ulp). `desc.cached_positions` is not used then: the table is the
+    /// cache. A position without a row in the table cannot be refused on the host when
+    /// positions live on the device: such a token gives a zero row and counts in
+    /// [`Faults::bad_positions`], as an id outside the vocabulary does in
+    /// [`Faults::bad_ids`]; nothing is read out of bounds.
+    ///
     /// # Errors
-    /// [`Error::Shape`] if the table's dim is not the spec's; [`Error::InvalidParameter`]
-    /// for a table of another device or a scale that is not finite; [`Error::Limit`] if
+    /// [`Error::Shape`] if the table's dim is not the spec's (or the position table's), or
+    /// a position table has no rows; [`Error::InvalidParameter`] for a table or position
+    /// table of another device or a scale that is not finite; [`Error::Limit`] if
     /// one step's output has more than 2^32 - 1 elements or one output row with the
     /// storage alignment does not fit one storage binding (a larger output is recorded in
     /// parts, [`EncodePass::parts`]), if
@@ -307,13 +311,25 @@ impl Context {
     /// output of an odd number of elements per step (its last word would be shared with
     /// whatever follows it) or of an odd dim over a table of more chunks than one
     /// dispatch binds; [`Error::DeviceLost`], [`Error::OutOfMemory`], [`Error::Gpu`].
-    pub fn encode_pass(
+    pub fn encode_pass<'a>(
         &self,
-        spec: &PeSpec,
+        pe: impl Into<PositionSource<'a>>,
         table: &GpuTable,
         desc: &EncodePassDescriptor,
     ) -> Result<EncodePass> {
-        self.prepare_pass("encode_pass", PassPe::Spec(spec), table, desc)
+        let pe = pe.into();
+        if let PositionSource::Learned(position_table) = pe {
+            self.check_same_device(position_table.device_key, "position table")?;
+            if position_table.dim().0 == 0 {
+                return Err(Error::Shape {
+                    op: "encode_pass",
+                    what: "position table rows",
+                    expected: "at least 1".into(),
+                    actual: "0".into(),
+                });
+            }
+        }
+        self.prepare_pass("encode_pass", pe, table, desc)
     }
 
     /// [`Context::encode_pass`], its error scopes awaited rather than blocked on: on the
@@ -323,60 +339,14 @@ impl Context {
     ///
     /// # Errors
     /// As [`Context::encode_pass`].
-    pub async fn encode_pass_async(
+    pub async fn encode_pass_async<'a>(
         &self,
-        spec: &PeSpec,
+        pe: impl Into<PositionSource<'a>>,
         table: &GpuTable,
         desc: &EncodePassDescriptor,
     ) -> Result<EncodePass> {
-        self.scoped_async("encode_pass", async || self.encode_pass(spec, table, desc)).await
-    }
-
-    /// [`Context::encode_learned_pass`] with its error scopes awaited, as
-    /// [`Context::encode_pass_async`].
-    ///
-    /// # Errors
-    /// As [`Context::encode_learned_pass`].
-    pub async fn encode_learned_pass_async(
-        &self,
-        position_table: &GpuPositionTable,
-        table: &GpuTable,
-        desc: &EncodePassDescriptor,
-    ) -> Result<EncodePass> {
-        let prepare = async || self.encode_learned_pass(position_table, table, desc);
-        self.scoped_async("encode_learned_pass", prepare).await
-    }
-
-    /// [`Context::encode_pass`] with a learned position table (BERT and GPT-2 style,
-    /// uploaded with [`Context::upload_position_table`]) in place of the sinusoid: `out[b,
-    /// t, :] = scale * E[ids[b, t], :] + P[position, :]`, bit for bit what
-    /// [`crate::cpu::encode_learned`] gives (without a scale; with one a GPU may fuse the
-    /// multiply-add, one ulp). `desc.cached_positions` is not used: the table is the cache.
-    /// A position without a row in the table cannot be refused on the host when positions
-    /// live on the device: such a token gives a zero row and counts in
-    /// [`Faults::bad_positions`], as an id outside the vocabulary does in
-    /// [`Faults::bad_ids`]; nothing is read out of bounds.
-    ///
-    /// # Errors
-    /// As [`Context::encode_pass`], and [`Error::Shape`] if the position table's dim is not
-    /// the embedding table's, [`Error::InvalidParameter`] for a position table of another
-    /// device.
-    pub fn encode_learned_pass(
-        &self,
-        position_table: &GpuPositionTable,
-        table: &GpuTable,
-        desc: &EncodePassDescriptor,
-    ) -> Result<EncodePass> {
-        self.check_same_device(position_table.device_key, "position table")?;
-        if position_table.dim().0 == 0 {
-            return Err(Error::Shape {
-                op: "encode_learned_pass",
-                what: "position table rows",
-                expected: "at least 1".into(),
-                actual: "0".into(),
-            });
-        }
-        self.prepare_pass("encode_learned_pass", PassPe::Learned(position_table), table, desc)
+        let pe = pe.into();
+        self.scoped_async("encode_pass", async || self.encode_pass(pe, table, desc)).await
     }
 
     /// Tokens per part of a step of `n_tokens` rows of `dim` elements of `out_dtype`
@@ -408,7 +378,7 @@ impl Context {
     fn prepare_pass(
         &self,
         op: &'static str,
-        pe: PassPe<'_>,
+        pe: PositionSource<'_>,
         table: &GpuTable,
         desc: &EncodePassDescriptor,
     ) -> Result<EncodePass> {
@@ -446,15 +416,15 @@ impl Context {
     fn pass_shape(
         &self,
         op: &'static str,
-        pe: PassPe<'_>,
+        pe: PositionSource<'_>,
         table: &GpuTable,
         desc: &EncodePassDescriptor,
     ) -> Result<PassShape> {
         self.check_same_device(table.device_key, "table")?;
         let dim = table.dim;
         let pe_dim = match pe {
-            PassPe::Spec(spec) => spec.dim() as usize,
-            PassPe::Learned(p) => p.dim().1,
+            PositionSource::Sinusoid(spec) => spec.dim() as usize,
+            PositionSource::Learned(p) => p.dim().1,
         };
         if table.chunks.is_empty() {
             return Err(Error::Shape {
@@ -547,7 +517,7 @@ impl Context {
     /// bound.
     fn pass_unit_kernel(
         &self,
-        pe: PassPe<'_>,
+        pe: PositionSource<'_>,
         table: &GpuTable,
         shape: &PassShape,
     ) -> (bool, Option<UnitKernel>) {
@@ -562,7 +532,7 @@ impl Context {
         // not aligned to its words, the general one (compiled when first bound).
         // Adapters that run shaders on CPU cores split the unit kernel in two stages (see
         // shaders/encode_pass_x4.wgsl), which takes indirect dispatches.
-        let split = matches!(pe, PassPe::Spec(_))
+        let split = matches!(pe, PositionSource::Sinusoid(_))
             && !self.coalesced
             && self
                 .adapter
@@ -572,7 +542,7 @@ impl Context {
         let x4 = dim.is_multiple_of(4).then(|| {
             let (units, workgroup) = EncodePassX4::shape(row_units, self.coalesced, self.units);
             // A learned table has no PE to compute: the cached tokens' stage alone.
-            let stage = if split || matches!(pe, PassPe::Learned(_)) { 1 } else { 0 };
+            let stage = if split || matches!(pe, PositionSource::Learned(_)) { 1 } else { 0 };
             let v = EncodePassX4 {
                 table: table.dtype,
                 out: out_dtype,
@@ -600,13 +570,13 @@ impl Context {
     fn pass_state(
         &self,
         op: &'static str,
-        pe: PassPe<'_>,
+        pe: PositionSource<'_>,
         desc: &EncodePassDescriptor,
         shape: &PassShape,
     ) -> Result<PassState> {
         let compact = shape.compact;
         let (steps, cache, learned) = match pe {
-            PassPe::Spec(spec) => {
+            PositionSource::Sinusoid(spec) => {
                 // As many of the positions asked for as the cache holds: past 4096 wide
                 // the default 4096 rows exceed it, and asking for all of them left every
                 // position uncached, each step computing every PE row (a B = 8 step on
@@ -618,7 +588,9 @@ impl Context {
                 };
                 (flat_steps(spec), cache, None)
             }
-            PassPe::Learned(p) => (Vec::new(), None, Some((p.buffer.clone(), p.dim().0 as u32))),
+            PositionSource::Learned(p) => {
+                (Vec::new(), None, Some((p.buffer.clone(), p.dim().0 as u32)))
+            }
         };
         // At least one frequency word pair: the kernels' smallest binding.
         let steps_end = FAULT_BYTES + steps.len().max(2) as u64 * 4;
@@ -721,10 +693,14 @@ struct PassState {
 }
 
 /// The `flags` and `spec_flags` words of a pass's parameters.
-fn pass_flags(pe: PassPe<'_>, desc: &EncodePassDescriptor, scale: Option<f32>) -> (u32, u32) {
+fn pass_flags(
+    pe: PositionSource<'_>,
+    desc: &EncodePassDescriptor,
+    scale: Option<f32>,
+) -> (u32, u32) {
     let mut spec_flags = 0;
     let mut flags = 0;
-    if let PassPe::Spec(spec) = pe {
+    if let PositionSource::Sinusoid(spec) = pe {
         if spec.frequencies() == Frequencies::F32 {
             spec_flags |= FLAG_F32;
         }
@@ -753,7 +729,7 @@ fn pass_flags(pe: PassPe<'_>, desc: &EncodePassDescriptor, scale: Option<f32>) -
 /// bound).
 #[allow(clippy::too_many_arguments)]
 fn pass_params(
-    pe: PassPe<'_>,
+    pe: PositionSource<'_>,
     table: &GpuTable,
     desc: &EncodePassDescriptor,
     shape: &PassShape,
@@ -766,9 +742,11 @@ fn pass_params(
     let row_units = (dim / 4) as u32;
     let (cache, learned) = (&state.cache, &state.learned);
     let (columns, start, padding_idx) = match pe {
-        PassPe::Spec(spec) => (spec.columns(), spec.start_index(), spec.padding_idx().unwrap_or(0)),
+        PositionSource::Sinusoid(spec) => {
+            (spec.columns(), spec.start_index(), spec.padding_idx().unwrap_or(0))
+        }
         // Unused with FLAG_LEARNED.
-        PassPe::Learned(_) => (
+        PositionSource::Learned(_) => (
             crate::spec::Columns { n_freqs: 0, n_cos: 0, stride: 1, cos_offset: 0, zero_col: None },
             0,
             0,

@@ -409,7 +409,7 @@ fn learned_position_tables_encode_bit_identically() {
         assert_eq!(gpu_p.dim(), (max_positions, dim));
         for out_dtype in DTYPES {
             let options = EncodeOptions { out_dtype, ..Default::default() };
-            let g = ctx.encode_learned(&gpu_p, &uploaded, ids.view(), pos.view(), &options);
+            let g = ctx.encode(&gpu_p, &uploaded, ids.view(), pos.view(), &options);
             let c = cpu::encode_learned(
                 learned.view(p_dtype),
                 table.view(Dtype::F32),
@@ -429,7 +429,7 @@ fn learned_position_tables_encode_bit_identically() {
     bad[[1, 4]] = max_positions as u32;
     let gpu_p = ctx.upload_position_table(learned.view(Dtype::F32)).unwrap();
     let err = ctx
-        .encode_learned(&gpu_p, &uploaded, ids.view(), bad.view(), &EncodeOptions::default())
+        .encode(&gpu_p, &uploaded, ids.view(), bad.view(), &EncodeOptions::default())
         .unwrap_err();
     let text = err.to_string();
     assert!(text.contains("64") && text.contains("row 1, column 4"), "{text}");

@@ -272,7 +272,7 @@ fn a_learned_position_table_streams_under_the_budget_too() {
     let pos = Array2::from_shape_fn((8, 2100), |_| rng.below(max_positions as u64) as u32);
     let options = EncodeOptions::default();
     ctx.reset_peak_allocated_bytes();
-    let got = ctx.encode_learned(&learned, &uploaded, ids.view(), pos.view(), &options).unwrap();
+    let got = ctx.encode(&learned, &uploaded, ids.view(), pos.view(), &options).unwrap();
     let peak = ctx.peak_allocated_bytes();
     assert!(peak <= budget, "peak {peak} over the budget {budget}");
     let want = cpu::encode_learned(
@@ -353,7 +353,7 @@ fn a_table_from_another_devices_context_is_refused_by_every_encode() {
         "table",
     );
     refused(
-        ours.encode_learned(&foreign_positions, &local, ids.view(), pos.view(), &options).map(drop),
+        ours.encode(&foreign_positions, &local, ids.view(), pos.view(), &options).map(drop),
         "position_table",
     );
     // A context derived from `ours` is on the same device: its tables are accepted.

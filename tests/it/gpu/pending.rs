@@ -1,4 +1,4 @@
-//! Non-blocking encodes (`Context::encode_submit`, `encode_learned_submit`): several in
+//! Non-blocking encodes (`Context::encode_submit`, with a spec or a learned table): several in
 //! flight at once give the bits of the blocking call and of the CPU, in every storage type,
 //! through chunked tables and chunked outputs; an unwaited handle can be dropped; bad
 //! requests are refused before anything is submitted; faults come back typed.
@@ -129,9 +129,7 @@ fn learned_position_tables_submit_too() {
     let pos = positions::from_offsets(&[0, 10, 44], 20).unwrap();
     let options = EncodeOptions { scale: Scale::None, ..Default::default() };
     let pending: Vec<_> = (0..3)
-        .map(|_| {
-            ctx.encode_learned_submit(&p, &uploaded, ids.view(), pos.view(), &options).unwrap()
-        })
+        .map(|_| ctx.encode_submit(&p, &uploaded, ids.view(), pos.view(), &options).unwrap())
         .collect();
     let want = cpu::encode_learned(
         learned.view(Dtype::F32),
@@ -146,7 +144,7 @@ fn learned_position_tables_submit_too() {
     }
     let beyond = positions::from_offsets(&[0, 10, 45], 20).unwrap();
     assert!(matches!(
-        ctx.encode_learned_submit(&p, &uploaded, ids.view(), beyond.view(), &options),
+        ctx.encode_submit(&p, &uploaded, ids.view(), beyond.view(), &options),
         Err(Error::Position { .. })
     ));
 }

@@ -889,9 +889,8 @@ fn a_callers_device_keeps_its_callbacks_and_hosts_two_contexts() {
         });
     }
     let opts = posenc::gpu::Options::default();
-    let a =
-        Context::from_device_with(adapter.clone(), device.clone(), queue.clone(), &opts).unwrap();
-    let b = Context::from_device_with(adapter, device.clone(), queue.clone(), &opts).unwrap();
+    let a = Context::from_device(adapter.clone(), device.clone(), queue.clone(), &opts).unwrap();
+    let b = Context::from_device(adapter, device.clone(), queue.clone(), &opts).unwrap();
     assert_eq!(a.timing_source(), posenc::gpu::TimingSource::WallClock);
 
     // Both contexts work side by side on the one device, each with its own table.
@@ -988,7 +987,7 @@ fn threads_record_one_pass_into_their_own_encoders() {
     });
 }
 
-/// The learned-table pass (`encode_learned_pass`) against `cpu::encode_learned`, bit for
+/// The learned-table pass (`encode_pass` over a learned table) against `cpu::encode_learned`, bit for
 /// bit: every table, position-table and output type, both access patterns, dims with and
 /// without whole units, output offsets that take either kernel, a chunked table.
 #[test]
@@ -1042,7 +1041,7 @@ fn recorded_learned_encodes_equal_the_cpu(base: &Context, cases: usize, uncapped
             ..Default::default()
         };
         let ctx = if uncapped_pass { patterned } else { &ctx };
-        let pass = ctx.encode_learned_pass(&position_table, &table, &desc).unwrap();
+        let pass = ctx.encode_pass(&position_table, &table, &desc).unwrap();
         let pos_words: Vec<u32> =
             if per_sequence { starts.clone() } else { positions.iter().copied().collect() };
         let ids_words: Vec<u32> = ids.iter().copied().collect();
@@ -1087,7 +1086,7 @@ fn learned_positions_without_a_row_give_zero_rows_and_count_as_faults() {
                 patterned.upload_position_table(positions_table.view(Dtype::F32)).unwrap();
             let options = EncodeOptions { pad_id: Some(7), ..Default::default() };
             let desc = EncodePassDescriptor { batch: 1, len: 6, options, ..Default::default() };
-            let pass = ctx.encode_learned_pass(&position_table, &table, &desc).unwrap();
+            let pass = ctx.encode_pass(&position_table, &table, &desc).unwrap();
             let ids = [3u32, 35, 7, 99, 12, 35];
             let positions = [2u32, 10, 50, 60, u32::MAX, 9];
             let got = run_step(&ctx, &pass, &ids, &positions, [0, 0, 0]);
@@ -1262,7 +1261,7 @@ fn a_compact_pass_refuses_ids_of_another_device_when_recording() {
         wgpu::DeviceDescriptor { required_limits: base.device().limits(), ..Default::default() };
     let (ours, queue) = pollster::block_on(adapter.request_device(&desc)).unwrap();
     let (theirs, _their_queue) = pollster::block_on(adapter.request_device(&desc)).unwrap();
-    let ctx = Context::from_device_with(adapter, ours, queue, &Default::default()).unwrap();
+    let ctx = Context::from_device(adapter, ours, queue, &Default::default()).unwrap();
     let table = ctx
         .upload_table(Embeddings::F32(ArrayView2::from_shape((4, 8), &[0.5; 32]).unwrap()))
         .unwrap();

@@ -119,7 +119,7 @@ pub fn assert_rejected(out: &Output, case: &[&str], needle: &str) {
 /// Whether GPU tests can run here. Without an adapter they are skipped and counted
 /// ([`super::skip`]), except under CI=true, where a missing adapter is a failure.
 pub fn gpu_available(test: &str) -> bool {
-    match posenc::gpu::Context::new() {
+    match posenc::gpu::Options::from_env().and_then(|o| posenc::gpu::Context::new(&o)) {
         Ok(_) => true,
         Err(e) if super::in_ci() => {
             panic!("{test}: CI=true requires a GPU adapter (lavapipe will do): {e}")

@@ -9,7 +9,7 @@ use std::io::Write;
 use std::sync::{Mutex, OnceLock};
 
 use ndarray::{Array, Array2, Dimension};
-use posenc::gpu::Context;
+use posenc::gpu::{Context, Options};
 use posenc::npy;
 
 /// What a skipping test lacked ("a GPU adapter", "spirv-val", ...) and the tests that
@@ -59,7 +59,7 @@ pub fn in_ci() -> bool {
 /// fails instead, because CI promises to run every GPU test.
 pub fn gpu() -> Option<&'static Context> {
     static CTX: OnceLock<Result<Context, String>> = OnceLock::new();
-    let ctx = CTX.get_or_init(|| match Context::new() {
+    let ctx = CTX.get_or_init(|| match Options::from_env().and_then(|o| Context::new(&o)) {
         Ok(ctx) => {
             let s = ctx.summary();
             eprintln!("GPU tests run on {} ({}, {})", s.name, s.backend, s.device_type);
@@ -96,7 +96,7 @@ pub fn downlevel_gpu() -> Option<&'static Context> {
 /// A context of its own (for tests that change or break it), under the same rule as
 /// [`gpu`]: `None` skips visibly, except under `CI=true`.
 pub fn fresh_gpu(options: &posenc::gpu::Options) -> Option<Context> {
-    match Context::with_options(options) {
+    match Context::new(options) {
         Ok(ctx) => Some(ctx),
         Err(e) if in_ci() => panic!("CI=true but no GPU adapter: {e}"),
         Err(e) => {

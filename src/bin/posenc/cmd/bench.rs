@@ -288,7 +288,7 @@ fn run_decode(args: &BenchArgs, steps: usize) -> Result<(), Failure> {
         }));
     }
     config.check().map_err(Failure::usage)?;
-    let ctx = posenc::gpu::Context::new()?;
+    let ctx = posenc::gpu::Options::from_env().and_then(|o| posenc::gpu::Context::new(&o))?;
     let report = bench::decode::run_decode(&ctx, &config)?;
     print_report(args.json, &report, || report.to_table())
 }

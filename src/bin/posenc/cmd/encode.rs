@@ -211,7 +211,7 @@ fn stream(
         let positions = ArrayView2::from_shape((1, n), &positions[range]).expect("one row");
         let options = &input.options;
         match (&input.pe, &learned) {
-            (_, Some(p)) => ctx.encode_learned_submit(p, &table, ids, positions, options),
+            (_, Some(p)) => ctx.encode_submit(p, &table, ids, positions, options),
             (PeInput::Spec(spec), None) => ctx.encode_submit(spec, &table, ids, positions, options),
             (PeInput::Learned(_), None) => unreachable!("uploaded above"),
         }
@@ -353,7 +353,7 @@ fn encode(compute: &Compute, input: &EncodeInput) -> Result<Encoded, Failure> {
         (Compute::Gpu(ctx), PeInput::Learned(p)) => {
             let p = ctx.upload_position_table(p.embeddings())?;
             let table = ctx.upload_table(table)?;
-            ctx.encode_learned(&p, &table, ids, positions, options)?
+            ctx.encode(&p, &table, ids, positions, options)?
         }
     })
 }

@@ -139,7 +139,7 @@ fn gpu_and_auto_devices_write_what_the_library_computes() {
     let input = dir.npy("x.npy", &x);
     let spec = RopeSpec::new(8).unwrap();
     let p = positions::from_offsets(&[12345], 5).unwrap();
-    let ctx = posenc::gpu::Context::new().unwrap();
+    let ctx = posenc::gpu::Options::from_env().and_then(|o| posenc::gpu::Context::new(&o)).unwrap();
     let want = npy_bytes(&ctx.rope(&spec, x.view(), p.view(), Layout::Blhd).unwrap());
     for device in ["gpu", "auto"] {
         let out = dir.out(&format!("{device}.npy"));
