@@ -53,12 +53,16 @@ def free_port():
         return s.getsockname()[1]
 
 
+# Straight to 127.0.0.1, whatever proxy the environment names.
+OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def request(method, url, body=None, timeout=10):
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(
         url, data=data, method=method, headers={"Content-Type": "application/json"}
     )
-    with urllib.request.urlopen(req, timeout=timeout) as r:
+    with OPENER.open(req, timeout=timeout) as r:
         return r.read()
 
 
@@ -150,34 +154,47 @@ def run(args):
         wait_until("chromedriver", deadline, lambda: request("GET", base + "/status", timeout=2))
 
         def call(method, path, body=None):
-            left = max(1.0, deadline - time.monotonic())
-            return json.loads(request(method, base + path, body, timeout=left))["value"]
+            left = deadline - time.monotonic()
+            try:
+                if left <= 0:
+                    raise TimeoutError("no time left")
+                return json.loads(request(method, base + path, body, timeout=left))["value"]
+            except urllib.error.HTTPError as e:
+                text = e.read()[:2000]
+                raise Failure(f"chromedriver refused {method} {path}: {text!r}") from None
+            except OSError as e:
+                if time.monotonic() >= deadline - 0.1:
+                    raise Failure(f"timed out after {args.timeout:g} s ({method} {path})") from None
+                raise Failure(f"chromedriver: {method} {path}: {e}") from None
 
         options = {
             "binary": os.environ.get("CHROMIUM", "/usr/bin/chromium"),
             "args": CHROMIUM_ARGS,
         }
         caps = {"capabilities": {"alwaysMatch": {"goog:chromeOptions": options}}}
-        try:
-            session = call("POST", "/session", caps)["sessionId"]
-        except urllib.error.HTTPError as e:
-            raise Failure(f"chromedriver could not start Chromium: {e.read()[:2000]!r}") from None
+        session = call("POST", "/session", caps)["sessionId"]
         call("POST", f"/session/{session}/url", {"url": page})
         script = (
             "const e = document.getElementById('out');"
             "return e ? [e.dataset.done || null, e.textContent, e.dataset.summary || null]"
             " : [null, null, null];"
         )
+        text = None
         while True:
-            done, text, summary = call(
-                "POST", f"/session/{session}/execute/sync", {"script": script, "args": []}
-            )
+            try:
+                done, text, summary = call(
+                    "POST", f"/session/{session}/execute/sync", {"script": script, "args": []}
+                )
+            except Failure:
+                done = None
+                if time.monotonic() < deadline:
+                    raise
             if done:
                 break
-            if time.monotonic() > deadline:
+            if time.monotonic() >= deadline:
                 print(text or "")
                 raise Failure(
-                    f"timed out after {args.timeout:.0f} s: the page did not finish "
+                    f"timed out after {args.timeout:g} s: the page did not finish "
                     "(#out has no data-done)"
                 )
             time.sleep(0.2)
