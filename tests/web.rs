@@ -235,8 +235,8 @@ async fn alibi_has_the_cpu_bits() {
 }
 
 /// A decode step as an engine in the page records it: the test opens the device itself,
-/// hands it to posenc, and records the fused encode and the RoPE of q into its own
-/// encoder, one submission, then reads its own buffers back.
+/// hands it to posenc, and records the fused encode, the RoPE of q and an ALiBi bias into
+/// its own encoder, one submission, then reads its own buffers back.
 async fn recorded_decode_step_on_the_callers_device() {
     let Some(_) = context().await else { return };
     let instance = wgpu::Instance::default();
@@ -275,6 +275,8 @@ async fn recorded_decode_step_on_the_callers_device() {
         k_heads: 0,
     };
     let rope = gpu.rope_pass_async(&rope_spec, &rope_desc).await.unwrap();
+    let alibi_spec = AlibiSpec::new(heads as u32, 24).unwrap();
+    let alibi = gpu.alibi_pass_async(&alibi_spec).await.unwrap();
 
     let ids: Vec<u32> = (0..batch).map(|_| rng.below(vocab as u64) as u32).collect();
     let starts: Vec<u32> = vec![0, 4096, (1 << 31) - 1, u32::MAX];
@@ -299,6 +301,11 @@ async fn recorded_decode_step_on_the_callers_device() {
     );
     let out_buf =
         buffer("out", &vec![0u8; batch * dim * 4], U::STORAGE | U::COPY_SRC | U::COPY_DST);
+    let bias_buf = buffer(
+        "bias",
+        &vec![0u8; alibi.output_bytes() as usize],
+        U::STORAGE | U::COPY_SRC | U::COPY_DST,
+    );
 
     // On the web what the browser refuses in a record goes to the device's error handler,
     // the caller's: the caller's scope catches it here.
@@ -308,6 +315,7 @@ async fn recorded_decode_step_on_the_callers_device() {
         .record(&mut encoder, ids_buf.slice(..), starts_buf.slice(..), out_buf.slice(..))
         .unwrap();
     rope.record(&mut encoder, q_buf.slice(..), starts_buf.slice(..)).unwrap();
+    alibi.record(&mut encoder, bias_buf.slice(..)).unwrap();
     queue.submit([encoder.finish()]);
     if let Some(e) = scope.pop().await {
         panic!("the recorded step: {e}");
@@ -330,6 +338,14 @@ async fn recorded_decode_step_on_the_callers_device() {
     same_bits("recorded encode", &got, want.as_slice().unwrap());
     let faults = encode.read_faults_async().await.unwrap();
     assert_eq!(faults.bad_ids + faults.bad_positions, 0, "{faults:?}");
+
+    let bias = gpu.read_buffer_async(&bias_buf).await.unwrap();
+    let want = bias_cpu(&alibi_spec).unwrap();
+    same_bits(
+        "recorded alibi",
+        &bytemuck::pod_collect_to_vec::<u8, f32>(&bias),
+        want.as_slice().unwrap(),
+    );
 
     let rotated = gpu.read_buffer_async(&q_buf).await.unwrap();
     let rotated =
