@@ -58,6 +58,10 @@ pub mod encode;
 mod error;
 mod exact;
 pub mod gpu;
+// Reading the command line's inputs from paths, FIFOs and standard input: there are none
+// in a browser, where configs, tables and arrays arrive as bytes
+// (`RopeSpec::from_hf_config`, `npy::read`, `weights::from_bytes`).
+#[cfg(not(target_arch = "wasm32"))]
 pub mod inputs;
 pub mod model_config;
 pub mod naive;
