@@ -230,9 +230,9 @@ impl Encoder {
     }
 }
 
-/// `out[b, t, :] = scale * E[ids[b, t], :] + P[positions[b, t], :]` with a learned position
-/// table `P` `[max_positions, dim]` (BERT and GPT-2 style) instead of a sinusoid. `P` is
-/// widened to f32 exactly; bit-identical to [`crate::gpu::Context::encode`] (given the position table) when the
+/// `out[b, t, :] = scale * E[ids[b, t], :] + P[positions[b, t], :]` with a learned position table
+/// `P` `[max_positions, dim]` (BERT and GPT-2 style) instead of a sinusoid. `P` is widened to f32
+/// exactly; bit-identical to [`crate::gpu::Context::encode`] (given the position table) when the
 /// scale is [`encode::Scale::None`].
 ///
 /// ```

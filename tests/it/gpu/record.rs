@@ -987,8 +987,8 @@ fn threads_record_one_pass_into_their_own_encoders() {
     });
 }
 
-/// The learned-table pass (`encode_pass` over a learned table) against `cpu::encode_learned`, bit for
-/// bit: every table, position-table and output type, both access patterns, dims with and
+/// The learned-table pass (`encode_pass` over a learned table) against `cpu::encode_learned`, bit
+/// for bit: every table, position-table and output type, both access patterns, dims with and
 /// without whole units, output offsets that take either kernel, a chunked table.
 #[test]
 fn recorded_learned_encode_equals_cpu_bit_for_bit() {
