@@ -550,27 +550,30 @@ impl<'a> OnGpu<'a> {
         Ok(u32::from(bytes[0]) + u32::from(bytes[bytes.len() - 1]))
     }
 
-    /// The streamed encode, its batches copied into `host` in order.
+    /// The encode as `posenc encode` streams it: batches of `stream_batch` tokens through
+    /// [`gpu::Context::encode_submit`], [`STREAM_IN_FLIGHT`] in flight, each result copied
+    /// into `host`, in order, as it comes back.
     fn stream(&self, host: &mut [u8]) -> Result<()> {
-        let (ids, pos) = (self.bench.inputs.ids.as_slice(), self.bench.inputs.pos.as_slice());
-        let (ids, pos) = (ids.expect("a new array"), pos.expect("a new array"));
         let (bench, table) = (self.bench, &self.table);
-        let mut at = 0;
-        stream_encode(
-            self.ctx,
-            bench.spec,
-            table,
-            ids,
-            pos,
-            &bench.options,
-            self.stream_batch,
-            |batch| {
-                let mut rest = &mut host[at..];
-                let room = rest.len();
-                write_encoded(&mut rest, batch);
-                at += room - rest.len();
-            },
-        )
+        let (ids, pos) = (bench.inputs.ids.as_slice(), bench.inputs.pos.as_slice());
+        let (ids, pos) = (ids.expect("a new array"), pos.expect("a new array"));
+        let mut in_flight = std::collections::VecDeque::with_capacity(STREAM_IN_FLIGHT);
+        let (mut next, mut at) = (0, 0);
+        loop {
+            while in_flight.len() < STREAM_IN_FLIGHT && next < ids.len() {
+                let end = (next + self.stream_batch).min(ids.len());
+                let row = |v| ArrayView2::from_shape((1, end - next), v).expect("one row");
+                let (ids, pos) = (row(&ids[next..end]), row(&pos[next..end]));
+                let submitted = self.ctx.encode_submit(bench.spec, table, ids, pos, &bench.options);
+                in_flight.push_back(submitted?);
+                next = end;
+            }
+            let Some(pending) = in_flight.pop_front() else { return Ok(()) };
+            let mut rest = &mut host[at..];
+            let room = rest.len();
+            write_encoded(&mut rest, &pending.wait()?);
+            at += room - rest.len();
+        }
     }
 
     /// The first encodes, untimed: the call (the warm-up), the streamed encode and the
@@ -705,37 +708,6 @@ impl<'a> OnGpu<'a> {
             bench.config.repeats,
             |p| pass.record_in(p, ids_buf.slice(..), pos_buf.slice(..), self.out.slice(..)),
         )
-    }
-}
-
-/// `ids` at `pos` encoded on the GPU as `posenc encode` streams them: batches of `batch`
-/// tokens through [`gpu::Context::encode_submit`], [`STREAM_IN_FLIGHT`] in flight, each
-/// result handed to `each`, in order, as it comes back.
-#[allow(clippy::too_many_arguments)]
-fn stream_encode(
-    ctx: &gpu::Context,
-    spec: &PeSpec,
-    table: &gpu::GpuTable,
-    ids: &[u32],
-    pos: &[u32],
-    options: &EncodeOptions,
-    batch: usize,
-    mut each: impl FnMut(&crate::encode::Encoded),
-) -> Result<()> {
-    let mut in_flight = std::collections::VecDeque::with_capacity(STREAM_IN_FLIGHT);
-    let mut next = 0;
-    loop {
-        while in_flight.len() < STREAM_IN_FLIGHT && next < ids.len() {
-            let end = (next + batch).min(ids.len());
-            let row = |v| ndarray::ArrayView2::from_shape((1, end - next), v).expect("one row");
-            let (ids, pos) = (row(&ids[next..end]), row(&pos[next..end]));
-            in_flight.push_back(ctx.encode_submit(spec, table, ids, pos, options)?);
-            next = end;
-        }
-        match in_flight.pop_front() {
-            Some(pending) => each(&pending.wait()?),
-            None => return Ok(()),
-        }
     }
 }
 
