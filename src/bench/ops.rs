@@ -361,7 +361,8 @@ fn values<T: Element>(shape: [usize; 4], seed: u64) -> Array4<T> {
     })
 }
 
-fn adapter_of(ctx: &gpu::Context) -> AdapterInfo {
+/// The adapter `ctx` runs on, as a report names it.
+pub(super) fn adapter_of(ctx: &gpu::Context) -> AdapterInfo {
     let info = ctx.adapter_info();
     AdapterInfo {
         name: info.name.clone(),

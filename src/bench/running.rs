@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use half::{bf16, f16};
-use ndarray::{Array2, Array3};
+use ndarray::{Array2, Array3, ArrayView2};
 use rayon::prelude::*;
 
 use crate::encode::{Dtype, Embeddings, EncodeOptions};
@@ -299,140 +299,319 @@ fn run_on(
     ctx: Option<&gpu::Context>,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Report> {
-    let (batch, len, dim) = (config.batch, config.len, config.dim);
-    let tokens = (batch * len) as u64;
-    let values = tokens * dim as u64;
-    let out_bytes = values * config.out_dtype.size() as u64;
-    let encode_bytes = tokens * 4 + values * config.dtype.size() as u64 + out_bytes;
-    let table_positions: Vec<u32> = (0..len as u32).collect();
-    let table_bytes = len as u64 * 4 + len as u64 * dim as u64 * 4;
-    let repeats = config.repeats;
-    // Where the memory is not there, one error rather than an abort while building.
-    crate::alloc::check_allocation("the bench's host arrays", config.host_bytes())?;
-
-    progress("building inputs");
-    let inputs = Inputs {
-        table: make_table(config),
-        ids: Array2::from_shape_fn((batch, len), |(b, t)| {
-            ((b * 7919 + t * 104_729) % config.vocab) as u32
-        }),
-        pos: positions::contiguous_batch(batch, len),
-    };
-    let options = EncodeOptions { out_dtype: config.out_dtype, ..EncodeOptions::default() };
+    let mut bench = Bench::new(config, spec, progress)?;
     let mut results = Vec::new();
-
-    // The CPU output is computed whatever the devices, for the agreement check.
-    let encoder = cpu::Encoder::new(spec.clone());
-    let mut cpu_out = CpuOut::new(config);
-    cpu_out.encode(&encoder, &inputs, &options)?;
-
     if config.devices != Devices::Gpu {
-        let src = vec![1u8; out_bytes as usize];
-        let mut dst = vec![0u8; out_bytes as usize];
+        results.extend(bench.cpu_items(progress)?);
+    }
+    // Before the GPU's copy of the table exists, so the run never holds everything at once.
+    let (load_items, checkpoint_bytes) = if config.load {
+        let (items, bytes) = time_load(&bench.inputs.table, config.repeats, progress)?;
+        (items, Some(bytes))
+    } else {
+        (Vec::new(), None)
+    };
+    let (adapter, agree, ceiling_method, copy_methods) = match ctx {
+        Some(ctx) => {
+            let found = bench.gpu_findings(ctx, progress)?;
+            results.extend(found.items);
+            (Some(found.adapter), Some(found.agree), Some(found.ceiling_method), found.copy_methods)
+        }
+        None => (None, None, None, Vec::new()),
+    };
+    results.extend(load_items);
+    Ok(Report {
+        model: config.model.map(str::to_string),
+        adapter,
+        sizes: Sizes {
+            batch: config.batch,
+            len: config.len,
+            dim: config.dim,
+            vocab: config.vocab,
+            dtype: dtype_name(config.dtype).to_string(),
+            out_dtype: dtype_name(config.out_dtype).to_string(),
+            repeats: config.repeats,
+            encode_bytes: bench.encode_bytes,
+            table_bytes: bench.table_bytes,
+            checkpoint_bytes,
+        },
+        agree,
+        ceiling_method,
+        copy_methods,
+        results,
+    })
+}
+
+/// One configuration's run: its inputs, built once, the CPU's result every GPU encode is
+/// checked against, and the bytes its items are credited with.
+struct Bench<'a> {
+    config: &'a Config,
+    spec: &'a PeSpec,
+    inputs: Inputs,
+    options: EncodeOptions,
+    encoder: cpu::Encoder,
+    /// The CPU's encode, computed whatever the devices, for the agreement check.
+    cpu_out: CpuOut,
+    /// The positions of the tables timed: `0..len`.
+    table_positions: Vec<u32>,
+    /// Bytes of the encode's output.
+    out_bytes: u64,
+    /// Bytes an encode reads and writes: its ids, the table's rows and the output.
+    encode_bytes: u64,
+    /// Bytes a table reads and writes: its positions and its float32 values.
+    table_bytes: u64,
+}
+
+impl<'a> Bench<'a> {
+    /// Builds the inputs and the CPU's encode of them, once the host is known to have the
+    /// memory of the whole run.
+    fn new(config: &'a Config, spec: &'a PeSpec, progress: &mut dyn FnMut(&str)) -> Result<Self> {
+        let (batch, len, dim) = (config.batch, config.len, config.dim);
+        let tokens = (batch * len) as u64;
+        let values = tokens * dim as u64;
+        let out_bytes = values * config.out_dtype.size() as u64;
+        let encode_bytes = tokens * 4 + values * config.dtype.size() as u64 + out_bytes;
+        let table_positions: Vec<u32> = (0..len as u32).collect();
+        let table_bytes = len as u64 * 4 + len as u64 * dim as u64 * 4;
+        // Where the memory is not there, one error rather than an abort while building.
+        crate::alloc::check_allocation("the bench's host arrays", config.host_bytes())?;
+
+        progress("building inputs");
+        let inputs = Inputs {
+            table: make_table(config),
+            ids: Array2::from_shape_fn((batch, len), |(b, t)| {
+                ((b * 7919 + t * 104_729) % config.vocab) as u32
+            }),
+            pos: positions::contiguous_batch(batch, len),
+        };
+        let options = EncodeOptions { out_dtype: config.out_dtype, ..EncodeOptions::default() };
+        let encoder = cpu::Encoder::new(spec.clone());
+        let mut cpu_out = CpuOut::new(config);
+        cpu_out.encode(&encoder, &inputs, &options)?;
+        Ok(Bench {
+            config,
+            spec,
+            inputs,
+            options,
+            encoder,
+            cpu_out,
+            table_positions,
+            out_bytes,
+            encode_bytes,
+            table_bytes,
+        })
+    }
+
+    /// The CPU's items: the encode (`cpu_encode`, and `cpu_encode_cold` with the encoder's
+    /// cache cleared first) and the table (`cpu_table`), against `cpu_copy_ceiling`, a
+    /// multi-threaded memcpy of the output's bytes timed in the same rounds.
+    fn cpu_items(&mut self, progress: &mut dyn FnMut(&str)) -> Result<Vec<Item>> {
+        let (spec, repeats) = (self.spec, self.config.repeats);
+        let src = vec![1u8; self.out_bytes as usize];
+        let mut dst = vec![0u8; self.out_bytes as usize];
         let mut t = [(); 4].map(|()| Vec::with_capacity(repeats));
         // Tables are written into one preallocated array, as the GPU writes one buffer.
-        let mut pe_table = Array2::<f32>::zeros((len, dim));
-        // Warm-up (the encode was warmed by the agreement run above).
+        let mut pe_table = Array2::<f32>::zeros((self.config.len, self.config.dim));
+        // Warm-up (the encode was warmed by the agreement run in `Bench::new`).
         progress("cpu warm-up");
         parallel_copy(&mut dst, &src);
-        cpu::table_into(spec, &table_positions, pe_table.view_mut())?;
+        cpu::table_into(spec, &self.table_positions, pe_table.view_mut())?;
         for round in 0..repeats {
             progress(&format!("cpu round {}/{repeats}", round + 1));
             t[0].push(timed(|| {
                 parallel_copy(&mut dst, &src);
                 Ok(())
             })?);
-            t[1].push(timed(|| cpu_out.encode(&encoder, &inputs, &options))?);
-            encoder.clear_cache();
-            t[2].push(timed(|| cpu_out.encode(&encoder, &inputs, &options))?);
-            t[3].push(timed(|| cpu::table_into(spec, &table_positions, pe_table.view_mut()))?);
+            t[1].push(timed(|| self.cpu_out.encode(&self.encoder, &self.inputs, &self.options))?);
+            self.encoder.clear_cache();
+            t[2].push(timed(|| self.cpu_out.encode(&self.encoder, &self.inputs, &self.options))?);
+            t[3].push(timed(|| cpu::table_into(spec, &self.table_positions, pe_table.view_mut()))?);
         }
         let [copy, warm, cold, tables] = t;
         // Ceilings are GB/s of a copy moving (read + write) the bytes in question.
-        let ceiling = Item::new("cpu_copy_ceiling", copy, 2 * out_bytes);
-        results.push(Item::new("cpu_encode", warm, encode_bytes).against(&ceiling));
-        results.push(Item::new("cpu_encode_cold", cold, encode_bytes).against(&ceiling));
-        results.push(Item::new("cpu_table", tables, table_bytes).against(&ceiling));
-        results.push(ceiling);
+        let ceiling = Item::new("cpu_copy_ceiling", copy, 2 * self.out_bytes);
+        Ok(vec![
+            Item::new("cpu_encode", warm, self.encode_bytes).against(&ceiling),
+            Item::new("cpu_encode_cold", cold, self.encode_bytes).against(&ceiling),
+            Item::new("cpu_table", tables, self.table_bytes).against(&ceiling),
+            ceiling,
+        ])
     }
 
-    // Before the GPU's copy of the table exists, so the run never holds everything at once.
-    let (load_items, checkpoint_bytes) = if config.load {
-        let (items, bytes) = time_load(&inputs.table, repeats, progress)?;
-        (items, Some(bytes))
-    } else {
-        (Vec::new(), None)
-    };
+    /// The GPU's part of the run on `ctx`: the first encodes checked against the CPU's bits,
+    /// the search for the fastest copy, the timed rounds, then the recorded pass, whose
+    /// result is checked too.
+    fn gpu_findings(
+        &self,
+        ctx: &gpu::Context,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<GpuFindings> {
+        let adapter = ops::adapter_of(ctx);
+        let on_gpu = OnGpu::new(self, ctx, progress)?;
+        let (agree, mut streamed) = on_gpu.first_encodes(progress)?;
+        progress("warming the GPU up");
+        ctx.warm_up(steps::WARM_UP)?;
+        progress("searching for the fastest copy");
+        // The copy ceilings copy the output's bytes, as much as fits one binding.
+        let copy_bytes = (self.out_bytes.min(ctx.max_binding_size()) & !15).max(16);
+        let search = steps::search_copy(ctx, copy_bytes, steps::SEARCH_REPEATS)?;
+        let best = steps::best_shader(&search);
+        let mut items = on_gpu.round_items(best, copy_bytes, &mut streamed, progress)?;
+        items.extend(on_gpu.recorded_items(best, copy_bytes, progress)?);
+        let recorded = ctx.read_buffer(&on_gpu.out)?;
+        let agree = agree && self.cpu_out.agrees(&recorded[..self.out_bytes as usize]);
+        Ok(GpuFindings {
+            adapter,
+            agree,
+            ceiling_method: best.name(),
+            copy_methods: search.into_iter().map(|(_, f)| f).collect(),
+            items,
+        })
+    }
+}
 
-    let mut adapter = None;
-    let mut agree = None;
-    let mut ceiling_method = None;
-    let mut copy_methods = Vec::new();
-    if let Some(ctx) = ctx {
-        let info = ctx.adapter_info();
-        adapter = Some(AdapterInfo {
-            name: info.name.clone(),
-            backend: format!("{:?}", info.backend),
-            device_type: format!("{:?}", info.device_type),
-            timing: ctx.timing_source(),
-            access: format!("{:?}", ctx.access_pattern()).to_lowercase(),
-        });
+/// What the GPU adds to a [`Report`].
+struct GpuFindings {
+    adapter: AdapterInfo,
+    /// Whether every GPU encode had the CPU's bits.
+    agree: bool,
+    /// The fastest copy method: the ceilings'.
+    ceiling_method: String,
+    /// Every copy method, fastest first.
+    copy_methods: Vec<steps::CopyFigure>,
+    items: Vec<Item>,
+}
+
+/// A configuration on the GPU: its table, uploaded once, and the buffer the encodes into a
+/// buffer write.
+struct OnGpu<'a> {
+    bench: &'a Bench<'a>,
+    ctx: &'a gpu::Context,
+    table: gpu::GpuTable,
+    out: wgpu::Buffer,
+    ids: ArrayView2<'a, u32>,
+    pos: ArrayView2<'a, u32>,
+    /// Tokens per batch of the streamed encode.
+    stream_batch: usize,
+}
+
+impl<'a> OnGpu<'a> {
+    fn new(
+        bench: &'a Bench<'a>,
+        ctx: &'a gpu::Context,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<Self> {
         progress("uploading the table");
-        let uploaded = ctx.upload_table(inputs.table.view())?;
+        let table = ctx.upload_table(bench.inputs.table.view())?;
         let out = ctx.device().create_buffer(&wgpu::BufferDescriptor {
             label: Some("posenc.bench.out"),
-            size: out_bytes.next_multiple_of(4).max(4),
+            size: bench.out_bytes.next_multiple_of(4).max(4),
             usage: wgpu::BufferUsages::STORAGE
                 | wgpu::BufferUsages::COPY_SRC
                 | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        let (ids, pos) = (inputs.ids.view(), inputs.pos.view());
-        // The whole call as a caller sees it: checks, sorting, submission, and the wait for
-        // the device, which the call itself need not do before returning.
-        let call = || {
-            ctx.encode_into_buffer(spec, &uploaded, ids, pos, &options, &out)?;
-            wait_for_device(ctx)
-        };
-        progress("gpu warm-up");
-        call()?;
-        agree = Some(cpu_out.agrees(&ctx.read_buffer(&out)?));
-        let time_encode = |cold| ctx.time_encode(spec, &uploaded, ids, pos, &options, &out, cold);
-        // The copy ceilings copy the output's bytes, as much as fits one binding.
-        let copy_bytes = (out_bytes.min(ctx.max_binding_size()) & !15).max(16);
-        let table_fits = len as u64 * dim as u64 * 4 <= ctx.max_binding_size();
-        // The streamed encode's batches, and the host array they are copied into.
-        let row_bytes = (dim * config.out_dtype.size()) as u64;
+        let (ids, pos) = (bench.inputs.ids.view(), bench.inputs.pos.view());
+        let row_bytes = (bench.config.dim * bench.config.out_dtype.size()) as u64;
         let stream_batch = (STREAM_BATCH_BYTES / row_bytes).max(1) as usize;
-        let mut streamed = vec![0u8; out_bytes as usize];
-        let stream = |host: &mut [u8]| {
-            let (ids, pos) = (inputs.ids.as_slice(), inputs.pos.as_slice());
-            let (ids, pos) = (ids.expect("a new array"), pos.expect("a new array"));
-            let mut at = 0;
-            stream_encode(ctx, spec, &uploaded, ids, pos, &options, stream_batch, |batch| {
-                let mut rest = &mut host[at..];
-                let room = rest.len();
-                write_encoded(&mut rest, batch);
-                at += room - rest.len();
-            })
-        };
-        let host_call = || ctx.encode(spec, &uploaded, ids, pos, &options);
-        stream(&mut streamed)?;
-        agree = agree.map(|a| {
-            a && cpu_out.agrees(&streamed)
-                && host_call().is_ok_and(|e| {
-                    let mut bytes = Vec::new();
-                    write_encoded(&mut bytes, &e);
-                    cpu_out.agrees(&bytes)
-                })
-        });
-        progress("warming the GPU up");
-        ctx.warm_up(steps::WARM_UP)?;
-        progress("searching for the fastest copy");
-        let search = steps::search_copy(ctx, copy_bytes, steps::SEARCH_REPEATS)?;
-        let best = steps::best_shader(&search);
-        ceiling_method = Some(best.name());
-        copy_methods = search.into_iter().map(|(_, f)| f).collect();
+        Ok(OnGpu { bench, ctx, table, out, ids, pos, stream_batch })
+    }
+
+    /// The host's part of the call alone: it returns once the work is submitted.
+    fn submit(&self) -> Result<()> {
+        let (bench, table, out) = (self.bench, &self.table, &self.out);
+        self.ctx.encode_into_buffer(bench.spec, table, self.ids, self.pos, &bench.options, out)
+    }
+
+    /// The whole call as a caller sees it: checks, sorting, submission, and the wait for the
+    /// device, which the call itself need not do before returning.
+    fn call(&self) -> Result<()> {
+        self.submit()?;
+        wait_for_device(self.ctx)
+    }
+
+    /// The encode into `out` timed on the device, `cold` with the PE cache cleared first.
+    fn time_encode(&self, cold: bool) -> Result<f64> {
+        let (bench, table, out) = (self.bench, &self.table, &self.out);
+        self.ctx.time_encode(bench.spec, table, self.ids, self.pos, &bench.options, out, cold)
+    }
+
+    /// The encode into a host array.
+    fn host_call(&self) -> Result<crate::encode::Encoded> {
+        self.ctx.encode(self.bench.spec, &self.table, self.ids, self.pos, &self.bench.options)
+    }
+
+    /// The result left mapped, as burn hands it over: a few values read in place.
+    fn mapped(&self) -> Result<u32> {
+        let (bench, table) = (self.bench, &self.table);
+        let pending = self.ctx.encode_submit(bench.spec, table, self.ids, self.pos, &bench.options);
+        let mapped = pending?.wait_mapped()?;
+        let bytes = mapped.bytes();
+        Ok(u32::from(bytes[0]) + u32::from(bytes[bytes.len() - 1]))
+    }
+
+    /// The encode as `posenc encode` streams it: batches of `stream_batch` tokens through
+    /// [`gpu::Context::encode_submit`], [`STREAM_IN_FLIGHT`] in flight, each result copied
+    /// into `host`, in order, as it comes back.
+    fn stream(&self, host: &mut [u8]) -> Result<()> {
+        let (bench, table) = (self.bench, &self.table);
+        let (ids, pos) = (bench.inputs.ids.as_slice(), bench.inputs.pos.as_slice());
+        let (ids, pos) = (ids.expect("a new array"), pos.expect("a new array"));
+        let mut in_flight = std::collections::VecDeque::with_capacity(STREAM_IN_FLIGHT);
+        let (mut next, mut at) = (0, 0);
+        loop {
+            while in_flight.len() < STREAM_IN_FLIGHT && next < ids.len() {
+                let end = (next + self.stream_batch).min(ids.len());
+                let row = |v| ArrayView2::from_shape((1, end - next), v).expect("one row");
+                let (ids, pos) = (row(&ids[next..end]), row(&pos[next..end]));
+                let submitted = self.ctx.encode_submit(bench.spec, table, ids, pos, &bench.options);
+                in_flight.push_back(submitted?);
+                next = end;
+            }
+            let Some(pending) = in_flight.pop_front() else { return Ok(()) };
+            let mut rest = &mut host[at..];
+            let room = rest.len();
+            write_encoded(&mut rest, &pending.wait()?);
+            at += room - rest.len();
+        }
+    }
+
+    /// The first encodes, untimed: the call (the warm-up), the streamed encode and the
+    /// encode into a host array, each compared with the CPU's bits while all before it
+    /// agree. Returns whether they all do, and the host array the streamed encode wrote.
+    fn first_encodes(&self, progress: &mut dyn FnMut(&str)) -> Result<(bool, Vec<u8>)> {
+        let cpu_out = &self.bench.cpu_out;
+        progress("gpu warm-up");
+        self.call()?;
+        let agree = cpu_out.agrees(&self.ctx.read_buffer(&self.out)?);
+        let mut streamed = vec![0u8; self.bench.out_bytes as usize];
+        self.stream(&mut streamed)?;
+        let agree = agree
+            && cpu_out.agrees(&streamed)
+            && self.host_call().is_ok_and(|e| {
+                let mut bytes = Vec::new();
+                write_encoded(&mut bytes, &e);
+                cpu_out.agrees(&bytes)
+            });
+        Ok((agree, streamed))
+    }
+
+    /// The timed rounds and their items: the encode as the device runs it (`gpu_encode`,
+    /// and `gpu_encode_cold` with the PE cache cleared first) and the table (`gpu_table`,
+    /// where it fits one binding) against `gpu_copy_ceiling`, `best`'s copy of `copy_bytes`
+    /// on the device; the encode as callers see it (the call, its host part, the encode into
+    /// a host array, mapped, streamed) against `gpu_copy_ceiling_call`, the same copy timed
+    /// as a call; the readback and the driver's copy. `streamed` takes the streamed encode.
+    fn round_items(
+        &self,
+        best: gpu::CopyMethod,
+        copy_bytes: u64,
+        streamed: &mut [u8],
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<Vec<Item>> {
+        let (ctx, bench) = (self.ctx, self.bench);
+        let (len, dim, repeats) = (bench.config.len, bench.config.dim, bench.config.repeats);
+        let table_fits = len as u64 * dim as u64 * 4 <= ctx.max_binding_size();
         let mut t = [(); 12].map(|()| Vec::with_capacity(repeats));
         for round in 0..repeats {
             progress(&format!("gpu round {}/{repeats}", round + 1));
@@ -440,29 +619,18 @@ fn run_on(
             t[0].extend(ctx.time_copy_method(best, copy_bytes, 1)?);
             t[9].extend(ctx.time_copy_method(gpu::CopyMethod::Driver, copy_bytes, 1)?);
             t[1].extend(ctx.time_copy_call(best, copy_bytes, 1)?);
-            t[2].push(time_encode(false)?);
-            t[3].push(time_encode(true)?);
-            t[4].push(timed(call)?);
-            // The host's part of the call alone: it returns once the work is submitted.
-            t[10]
-                .push(timed(|| ctx.encode_into_buffer(spec, &uploaded, ids, pos, &options, &out))?);
+            t[2].push(self.time_encode(false)?);
+            t[3].push(self.time_encode(true)?);
+            t[4].push(timed(|| self.call())?);
+            t[10].push(timed(|| self.submit())?);
             wait_for_device(ctx)?;
             if table_fits {
-                t[5].extend(ctx.time_table(spec, &table_positions, 1)?);
+                t[5].extend(ctx.time_table(bench.spec, &bench.table_positions, 1)?);
             }
-            t[6].push(timed_value(|| ctx.read_buffer(&out))?.0);
-            t[7].push(timed_value(host_call)?.0);
-            // The result left mapped, as burn hands it over: a few values read in place.
-            t[11].push(
-                timed_value(|| {
-                    let mapped =
-                        ctx.encode_submit(spec, &uploaded, ids, pos, &options)?.wait_mapped()?;
-                    let bytes = mapped.bytes();
-                    Ok(u32::from(bytes[0]) + u32::from(bytes[bytes.len() - 1]))
-                })?
-                .0,
-            );
-            t[8].push(timed(|| stream(&mut streamed))?);
+            t[6].push(timed_value(|| ctx.read_buffer(&self.out))?.0);
+            t[7].push(timed_value(|| self.host_call())?.0);
+            t[11].push(timed_value(|| self.mapped())?.0);
+            t[8].push(timed(|| self.stream(streamed))?);
         }
         let [
             copy,
@@ -478,32 +646,47 @@ fn run_on(
             submits,
             mapped,
         ] = t;
+        let encode_bytes = bench.encode_bytes;
         let ceiling = Item::new("gpu_copy_ceiling", copy, 2 * copy_bytes);
         let call_ceiling = Item::new("gpu_copy_ceiling_call", copy_call, 2 * copy_bytes);
-        results.push(Item::new("gpu_encode", warm, encode_bytes).against(&ceiling));
-        results.push(Item::new("gpu_encode_cold", cold, encode_bytes).against(&ceiling));
-        results.push(Item::new("gpu_encode_call", calls, encode_bytes).against(&call_ceiling));
-        results.push(Item::new("gpu_encode_submit", submits, encode_bytes).against(&call_ceiling));
-        results.push(Item::new("gpu_encode_host", host, encode_bytes).against(&call_ceiling));
-        results.push(Item::new("gpu_encode_mapped", mapped, encode_bytes).against(&call_ceiling));
-        results.push(Item::new("gpu_encode_stream", streams, encode_bytes).against(&call_ceiling));
+        let mut items = vec![
+            Item::new("gpu_encode", warm, encode_bytes).against(&ceiling),
+            Item::new("gpu_encode_cold", cold, encode_bytes).against(&ceiling),
+            Item::new("gpu_encode_call", calls, encode_bytes).against(&call_ceiling),
+            Item::new("gpu_encode_submit", submits, encode_bytes).against(&call_ceiling),
+            Item::new("gpu_encode_host", host, encode_bytes).against(&call_ceiling),
+            Item::new("gpu_encode_mapped", mapped, encode_bytes).against(&call_ceiling),
+            Item::new("gpu_encode_stream", streams, encode_bytes).against(&call_ceiling),
+        ];
         if table_fits {
-            results.push(Item::new("gpu_table", tables, table_bytes).against(&ceiling));
+            items.push(Item::new("gpu_table", tables, bench.table_bytes).against(&ceiling));
         }
-        results.push(Item::new("gpu_readback", readback, out_bytes).against(&ceiling));
-        results.push(Item::new("gpu_copy_driver", driver, 2 * copy_bytes).against(&ceiling));
-        results.push(ceiling);
-        results.push(call_ceiling);
+        items.push(Item::new("gpu_readback", readback, bench.out_bytes).against(&ceiling));
+        items.push(Item::new("gpu_copy_driver", driver, 2 * copy_bytes).against(&ceiling));
+        items.push(ceiling);
+        items.push(call_ceiling);
+        Ok(items)
+    }
 
-        // The recorded pass, as an engine runs it: K steps in one compute pass.
+    /// The recorded pass, as an engine runs it: K steps in one compute pass
+    /// (`gpu_encode_steps`), against as many of `best`'s copies of `copy_bytes`
+    /// (`gpu_copy_steps`) and trivial dispatches (`gpu_dispatch_floor`) recorded the same
+    /// way. Its result is left in `out`.
+    fn recorded_items(
+        &self,
+        best: gpu::CopyMethod,
+        copy_bytes: u64,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<Vec<Item>> {
+        let (ctx, bench) = (self.ctx, self.bench);
         progress("steps: the recorded encode");
         let desc = gpu::EncodePassDescriptor {
-            batch,
-            len,
-            options,
+            batch: bench.config.batch,
+            len: bench.config.len,
+            options: bench.options,
             ..gpu::EncodePassDescriptor::default()
         };
-        let pass = ctx.encode_pass(spec, &uploaded, &desc)?;
+        let pass = ctx.encode_pass(bench.spec, &self.table, &desc)?;
         let words = |label, a: &Array2<u32>| {
             use wgpu::util::DeviceExt;
             ctx.device().create_buffer_init(&wgpu::util::BufferInitDescriptor {
@@ -512,74 +695,19 @@ fn run_on(
                 usage: wgpu::BufferUsages::STORAGE,
             })
         };
-        let (ids_buf, pos_buf) =
-            (words("posenc.bench.ids", &inputs.ids), words("posenc.bench.pos", &inputs.pos));
-        let k = steps::steps_for(encode_bytes, config.steps);
-        let mut step_items = steps::steps_items(
+        let (ids, pos) = (&bench.inputs.ids, &bench.inputs.pos);
+        let (ids_buf, pos_buf) = (words("posenc.bench.ids", ids), words("posenc.bench.pos", pos));
+        let k = steps::steps_for(bench.encode_bytes, bench.config.steps);
+        steps::steps_items(
             ctx,
             "gpu_encode_steps",
-            encode_bytes,
+            bench.encode_bytes,
             copy_bytes,
             best,
             k,
-            repeats,
-            |p| pass.record_in(p, ids_buf.slice(..), pos_buf.slice(..), out.slice(..)),
-        )?;
-        let recorded = ctx.read_buffer(&out)?;
-        agree = agree.map(|a| a && cpu_out.agrees(&recorded[..out_bytes as usize]));
-        results.append(&mut step_items);
-    }
-    results.extend(load_items);
-    Ok(Report {
-        model: config.model.map(str::to_string),
-        adapter,
-        sizes: Sizes {
-            batch,
-            len,
-            dim,
-            vocab: config.vocab,
-            dtype: dtype_name(config.dtype).to_string(),
-            out_dtype: dtype_name(config.out_dtype).to_string(),
-            repeats,
-            encode_bytes,
-            table_bytes,
-            checkpoint_bytes,
-        },
-        agree,
-        ceiling_method,
-        copy_methods,
-        results,
-    })
-}
-
-/// `ids` at `pos` encoded on the GPU as `posenc encode` streams them: batches of `batch`
-/// tokens through [`gpu::Context::encode_submit`], [`STREAM_IN_FLIGHT`] in flight, each
-/// result handed to `each`, in order, as it comes back.
-#[allow(clippy::too_many_arguments)]
-fn stream_encode(
-    ctx: &gpu::Context,
-    spec: &PeSpec,
-    table: &gpu::GpuTable,
-    ids: &[u32],
-    pos: &[u32],
-    options: &EncodeOptions,
-    batch: usize,
-    mut each: impl FnMut(&crate::encode::Encoded),
-) -> Result<()> {
-    let mut in_flight = std::collections::VecDeque::with_capacity(STREAM_IN_FLIGHT);
-    let mut next = 0;
-    loop {
-        while in_flight.len() < STREAM_IN_FLIGHT && next < ids.len() {
-            let end = (next + batch).min(ids.len());
-            let row = |v| ndarray::ArrayView2::from_shape((1, end - next), v).expect("one row");
-            let (ids, pos) = (row(&ids[next..end]), row(&pos[next..end]));
-            in_flight.push_back(ctx.encode_submit(spec, table, ids, pos, options)?);
-            next = end;
-        }
-        match in_flight.pop_front() {
-            Some(pending) => each(&pending.wait()?),
-            None => return Ok(()),
-        }
+            bench.config.repeats,
+            |p| pass.record_in(p, ids_buf.slice(..), pos_buf.slice(..), self.out.slice(..)),
+        )
     }
 }
 

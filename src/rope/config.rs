@@ -906,6 +906,134 @@ fn rotary_dim(
     Ok(rotary)
 }
 
+/// The config object of the language model: the top level, or its `text_config` where the
+/// top level has no head dimension (a multimodal config). JSON that is not an object and a
+/// family whose positions are not rotary ([`not_rotary`], at either level) are refused.
+fn language_model(json: &str) -> Result<Object> {
+    let value = parse_json(json)?;
+    let Value::Object(mut config) = value else {
+        return Err(invalid("(json)", excerpt(&value), "a JSON object (a config.json)"));
+    };
+    not_rotary(&config)?;
+    let has_head = ["head_dim", "num_attention_heads", "n_head", "qk_rope_head_dim"]
+        .iter()
+        .any(|k| get(&config, k).is_some());
+    if !has_head && let Some(Value::Object(text)) = config.get("text_config") {
+        config = text.clone();
+        // A multimodal model's language model may be one without RoPE (BLIP-2's OPT).
+        not_rotary(&config)?;
+    }
+    Ok(config)
+}
+
+/// Refuses a config of a family whose rotation is not one posenc computes
+/// ([`Refusal::Rotation`]), naming `model_type`.
+fn other_rotation(config: &Object) -> Result<()> {
+    if let Some(Value::String(model_type)) = config.get("model_type")
+        && let Some(Refusal::Rotation(why)) = families::of(model_type).refusal
+    {
+        return Err(invalid(
+            "model_type",
+            format!("{model_type:?}"),
+            format!("another family: {why}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a base other than 10000 in `attn_config.rope_theta`, where DBRX keeps it
+/// ([`BaseDefault::AttnConfig`]), unless a top-level `rope_theta` is given: transformers 4.x
+/// read it, 5.23 builds base 10000 whatever it says, so such a base is a guess.
+fn nested_base(config: &Object, family: &Family) -> Result<()> {
+    if family.base == BaseDefault::AttnConfig
+        && get(config, "rope_theta").is_none()
+        && let Some(Value::Object(attn)) = config.get("attn_config")
+        && let Some(nested) = number(attn, "rope_theta")?
+        && nested != DEFAULT_BASE
+    {
+        return Err(invalid(
+            "attn_config.rope_theta",
+            float(nested),
+            "10000, or a top-level rope_theta: transformers 4.x used this base, 5.23 \
+             ignores it (base 10000); give the one your model runs with as rope_theta \
+             (or --base)",
+        ));
+    }
+    Ok(())
+}
+
+/// The refusal of a Gemma 4 `full_attention` layer whose `rope_type` is not proportional,
+/// naming the type's key (`rope_type`, else `type`) under the scaling object's, or
+/// `rope_scaling` where there is none.
+fn gemma4_full_not_proportional(rope: &Rope) -> Error {
+    let (field, value) = match &rope.scaling {
+        Some((map, key)) => {
+            let type_key = if get(map, "rope_type").is_some() { "rope_type" } else { "type" };
+            (
+                format!("{key}.{type_key}"),
+                get(map, type_key).map_or_else(|| "missing".into(), excerpt),
+            )
+        }
+        None => ("rope_scaling".to_string(), "missing".to_string()),
+    };
+    invalid(
+        field,
+        value,
+        "\"proportional\" for Gemma 4's full_attention layers (the head dim other \
+         types are built over differs between transformers versions: head_dim in \
+         5.5-5.12, global_head_dim in 5.23)",
+    )
+}
+
+/// How the rotated dimensions pair: as the family always does ([`PairingRule::Always`]),
+/// else gptj where `rope_interleave` is true (when absent, for DeepSeek's
+/// `qk_rope_head_dim` only), neox otherwise. `rope_interleave` is checked in every family.
+fn pairing(config: &Object, family: &Family, deepseek: bool) -> Result<Pairing> {
+    let interleave = match get(config, "rope_interleave") {
+        Some(Value::Bool(b)) => *b,
+        None => deepseek,
+        Some(other) => return Err(invalid("rope_interleave", excerpt(other), "true or false")),
+    };
+    Ok(match family.pairing {
+        PairingRule::Always(pairing) => pairing,
+        PairingRule::Config if interleave => Pairing::Gptj,
+        PairingRule::Config => Pairing::Neox,
+    })
+}
+
+/// The frequency base (`theta`, the [`Rope`]'s, where given), and the key a base out of
+/// range is named by: the one it was read from (`rope_theta`, or GPT-NeoX's
+/// `rotary_emb_base`). Without one, 10000, unless the family's config class has another
+/// default ([`BaseDefault::Class`]): refused, as class defaults differ between versions.
+fn base(
+    config: &Object,
+    theta: Option<f64>,
+    model_type: &str,
+    family: &Family,
+) -> Result<(f64, &'static str)> {
+    let value = match theta {
+        Some(t) => t,
+        None => match family.base {
+            BaseDefault::Class(given) => {
+                return Err(invalid(
+                    "rope_theta",
+                    "missing",
+                    format!(
+                        "given: model_type \"{model_type}\" is not at 10000 when it is absent \
+                         (transformers 5.23's config class: {given}; class defaults differ \
+                         between versions)"
+                    ),
+                ));
+            }
+            BaseDefault::Generic | BaseDefault::AttnConfig => DEFAULT_BASE,
+        },
+    };
+    let neox_base = theta.is_some()
+        && number(config, "rope_theta")?.is_none()
+        && get(config, "rotary_emb_base").is_some();
+    Ok((value, if neox_base { "rotary_emb_base" } else { "rope_theta" }))
+}
+
 impl RopeSpec {
     /// The RoPE a Hugging Face model's `config.json` defines, as transformers builds its
     /// rotary module from it.
@@ -1037,47 +1165,13 @@ impl RopeSpec {
         })
     }
 
+    /// [`RopeSpec::read_hf_config`] before its errors are named as the config's.
     fn read(json: &str, layer_type: Option<&str>, stand_in: Option<u32>) -> Result<RopeSpec> {
-        let value = parse_json(json)?;
-        let Value::Object(mut config) = value else {
-            return Err(invalid("(json)", excerpt(&value), "a JSON object (a config.json)"));
-        };
-        not_rotary(&config)?;
-        let has_head = ["head_dim", "num_attention_heads", "n_head", "qk_rope_head_dim"]
-            .iter()
-            .any(|k| get(&config, k).is_some());
-        if !has_head && let Some(Value::Object(text)) = config.get("text_config") {
-            config = text.clone();
-            // A multimodal model's language model may be one without RoPE (BLIP-2's OPT).
-            not_rotary(&config)?;
-        }
-        if let Some(Value::String(model_type)) = config.get("model_type")
-            && let Some(Refusal::Rotation(why)) = families::of(model_type).refusal
-        {
-            return Err(invalid(
-                "model_type",
-                format!("{model_type:?}"),
-                format!("another family: {why}"),
-            ));
-        }
+        let config = language_model(json)?;
+        other_rotation(&config)?;
         let model_type = get(&config, "model_type").and_then(Value::as_str).unwrap_or("");
         let family = families::of(model_type);
-        // DBRX keeps its base in attn_config.rope_theta: transformers 4.x read it, 5.23 builds
-        // base 10000 whatever it says, so a base there that is not 10000 is a guess.
-        if family.base == BaseDefault::AttnConfig
-            && get(&config, "rope_theta").is_none()
-            && let Some(Value::Object(attn)) = config.get("attn_config")
-            && let Some(nested) = number(attn, "rope_theta")?
-            && nested != DEFAULT_BASE
-        {
-            return Err(invalid(
-                "attn_config.rope_theta",
-                float(nested),
-                "10000, or a top-level rope_theta: transformers 4.x used this base, 5.23 \
-                 ignores it (base 10000); give the one your model runs with as rope_theta \
-                 (or --base)",
-            ));
-        }
+        nested_base(&config, family)?;
         let rope = rope(&config, layer_type, model_type, family)?;
         // No scaling object (the legacy form without rope_scaling) is a default RoPE.
         let rope_type = match &rope.scaling {
@@ -1093,24 +1187,7 @@ impl RopeSpec {
             // Gemma 4's full layers: another type than proportional was built over head_dim
             // before transformers 5.23, over the layer's head dim since; refused.
             if gemma4 && t == "full_attention" && !proportional {
-                let (field, value) = match &rope.scaling {
-                    Some((map, key)) => {
-                        let type_key =
-                            if get(map, "rope_type").is_some() { "rope_type" } else { "type" };
-                        (
-                            format!("{key}.{type_key}"),
-                            get(map, type_key).map_or_else(|| "missing".into(), excerpt),
-                        )
-                    }
-                    None => ("rope_scaling".to_string(), "missing".to_string()),
-                };
-                return Err(invalid(
-                    field,
-                    value,
-                    "\"proportional\" for Gemma 4's full_attention layers (the head dim other \
-                     types are built over differs between transformers versions: head_dim in \
-                     5.5-5.12, global_head_dim in 5.23)",
-                ));
+                return Err(gemma4_full_not_proportional(&rope));
             }
             head_dim = per_layer_head_dim(&config, t, head_dim)?;
         }
@@ -1138,43 +1215,13 @@ impl RopeSpec {
             }
             None => (Scaling::None, "rope_scaling".to_string()),
         };
-        let interleave = match get(&config, "rope_interleave") {
-            Some(Value::Bool(b)) => *b,
-            None => deepseek,
-            Some(other) => return Err(invalid("rope_interleave", excerpt(other), "true or false")),
-        };
-        let pairing = match family.pairing {
-            PairingRule::Always(pairing) => pairing,
-            PairingRule::Config if interleave => Pairing::Gptj,
-            PairingRule::Config => Pairing::Neox,
-        };
+        let pairing = pairing(&config, family, deepseek)?;
         // Past u32 the builder could only see a saturated value: named here as given.
         let (Ok(head_dim), Ok(rotary)) = (u32::try_from(head_dim), u32::try_from(rotary)) else {
             let key = if deepseek { "qk_rope_head_dim" } else { "head_dim" };
             return Err(invalid(key, head_dim.to_string(), "a number in 2..=65536"));
         };
-        let theta = match rope.theta {
-            Some(t) => t,
-            None => match family.base {
-                BaseDefault::Class(given) => {
-                    return Err(invalid(
-                        "rope_theta",
-                        "missing",
-                        format!(
-                            "given: model_type \"{model_type}\" is not at 10000 when it is absent \
-                             (transformers 5.23's config class: {given}; class defaults differ \
-                             between versions)"
-                        ),
-                    ));
-                }
-                BaseDefault::Generic | BaseDefault::AttnConfig => DEFAULT_BASE,
-            },
-        };
-        // A base out of range is named by the key it was read from.
-        let neox_base = rope.theta.is_some()
-            && number(&config, "rope_theta")?.is_none()
-            && get(&config, "rotary_emb_base").is_some();
-        let base_key = if neox_base { "rotary_emb_base" } else { "rope_theta" };
+        let (theta, base_key) = base(&config, rope.theta, model_type, family)?;
         // The builders' range errors, as the config's own: typed `RopeConfig`, so a caller
         // (the CLI) can name the file.
         let as_config = |e: Error| match e {

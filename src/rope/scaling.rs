@@ -517,28 +517,7 @@ impl Scaling {
                 return Err(invalid("rope_scaling", excerpt(other), "a JSON object or null"));
             }
         };
-        let given = |key| map.get(key).filter(|v: &&Value| !v.is_null());
-        if let (Some(rope_type), Some(legacy)) = (given("rope_type"), given("type")) {
-            // Taking either would resolve a contradictory config silently.
-            if rope_type != legacy {
-                return Err(invalid(
-                    "type",
-                    excerpt(legacy),
-                    format!("absent, or the same as rope_type ({})", excerpt(rope_type)),
-                ));
-            }
-        }
-        let type_key = if given("rope_type").is_some() { "rope_type" } else { "type" };
-        let known = ROPE_TYPES.join(", ");
-        let rope_type = match map.get(type_key) {
-            None | Some(Value::Null) => {
-                return Err(invalid("rope_type", "missing", format!("one of {known}")));
-            }
-            Some(Value::String(s)) => s.as_str(),
-            Some(other) => {
-                return Err(invalid(type_key, excerpt(other), format!("a string, one of {known}")));
-            }
-        };
+        let (type_key, rope_type) = hf_rope_type(map)?;
         let fields = Fields { map };
         let scaling = match rope_type {
             "default" => {
@@ -549,135 +528,41 @@ impl Scaling {
                 fields.only("linear", &["factor"])?;
                 Scaling::Linear { factor: fields.required_number("factor")? }
             }
-            "dynamic" => {
-                fields.only(
-                    "dynamic",
-                    &["factor", "max_position_embeddings", "original_max_position_embeddings"],
-                )?;
-                let factor = fields.required_number("factor")?;
-                let max = match fields.whole("max_position_embeddings")? {
-                    Some(m) => m,
-                    None => fields.whole("original_max_position_embeddings")?.ok_or_else(|| {
-                        invalid(
-                            "max_position_embeddings",
-                            "missing",
-                            format!(
-                                "{WHOLE} (the model's max_position_embeddings; \
-                                     original_max_position_embeddings is read in its place)"
-                            ),
-                        )
-                    })?,
-                };
-                Scaling::Dynamic { factor, max_position_embeddings: max }
-            }
-            "yarn" => {
-                fields.only(
-                    "yarn",
-                    &[
-                        "factor",
-                        "original_max_position_embeddings",
-                        "max_position_embeddings",
-                        "beta_fast",
-                        "beta_slow",
-                        "mscale",
-                        "mscale_all_dim",
-                        "attention_factor",
-                        "truncate",
-                    ],
-                )?;
-                let max = fields.whole("max_position_embeddings")?;
-                let original = match (fields.whole("original_max_position_embeddings")?, max) {
-                    (Some(o), _) | (None, Some(o)) => o,
-                    (None, None) => return Err(missing_original("yarn")),
-                };
-                let factor = match (fields.number("factor")?, max) {
-                    (Some(f), _) => f,
-                    (None, Some(m)) => m as f64 / original as f64,
-                    (None, None) => {
-                        return Err(invalid(
-                            "factor",
-                            "missing",
-                            format!(
-                                "{POSITIVE} (or max_position_embeddings, giving \
-                                     factor = max_position_embeddings / original)"
-                            ),
-                        ));
-                    }
-                };
-                Scaling::Yarn(Yarn {
-                    factor,
-                    original_max_position_embeddings: original,
-                    beta_fast: fields.falsy_default("beta_fast", YARN_BETA_FAST)?,
-                    beta_slow: fields.falsy_default("beta_slow", YARN_BETA_SLOW)?,
-                    mscale: fields.number("mscale")?,
-                    mscale_all_dim: fields.number("mscale_all_dim")?,
-                    attention_factor: fields.number("attention_factor")?,
-                    truncate: fields.boolean("truncate")?.unwrap_or(true),
-                })
-            }
-            "longrope" => {
-                fields.only(
-                    "longrope",
-                    &[
-                        "short_factor",
-                        "long_factor",
-                        "factor",
-                        "attention_factor",
-                        "original_max_position_embeddings",
-                        "max_position_embeddings",
-                    ],
-                )?;
-                let max = fields.whole("max_position_embeddings")?;
-                let original = match (fields.whole("original_max_position_embeddings")?, max) {
-                    (Some(o), _) | (None, Some(o)) => o,
-                    (None, None) => return Err(missing_original("longrope")),
-                };
-                let factor = match (fields.number("factor")?, max) {
-                    (Some(f), _) => Some(f),
-                    (None, Some(m)) => Some(m as f64 / original as f64),
-                    (None, None) => None,
-                };
-                Scaling::LongRope(LongRope {
-                    short_factor: fields.vector("short_factor")?,
-                    long_factor: fields.vector("long_factor")?,
-                    factor,
-                    attention_factor: fields.number("attention_factor")?,
-                    original_max_position_embeddings: original,
-                })
-            }
-            "llama3" => {
-                fields.only(
-                    "llama3",
-                    &[
-                        "factor",
-                        "low_freq_factor",
-                        "high_freq_factor",
-                        "original_max_position_embeddings",
-                    ],
-                )?;
-                Scaling::Llama3(Llama3 {
-                    factor: fields.required_number("factor")?,
-                    low_freq_factor: fields.required_number("low_freq_factor")?,
-                    high_freq_factor: fields.required_number("high_freq_factor")?,
-                    original_max_position_embeddings: fields
-                        .whole("original_max_position_embeddings")?
-                        .ok_or_else(|| missing_original("llama3"))?,
-                })
-            }
-            "proportional" => {
-                fields.only("proportional", &["factor", "partial_rotary_factor"])?;
-                Scaling::Proportional(Proportional {
-                    // HF: rope_parameters.get("factor", 1.0), get("partial_rotary_factor", 1.0).
-                    factor: fields.number("factor")?.unwrap_or(1.0),
-                    partial_rotary_factor: fields.number("partial_rotary_factor")?.unwrap_or(1.0),
-                })
-            }
+            "dynamic" => fields.dynamic()?,
+            "yarn" => fields.yarn()?,
+            "longrope" => fields.longrope()?,
+            "llama3" => fields.llama3()?,
+            "proportional" => fields.proportional()?,
             other => {
+                let known = ROPE_TYPES.join(", ");
                 return Err(invalid(type_key, format!("{other:?}"), format!("one of {known}")));
             }
         };
         scaling.validate()?;
         Ok(scaling)
+    }
+}
+
+/// The key a `rope_scaling` object names its type under (`rope_type`, else the legacy
+/// `type`), and the type it names. Both keys given must agree; the type must be a string.
+fn hf_rope_type(map: &Map<String, Value>) -> Result<(&'static str, &str)> {
+    let given = |key| map.get(key).filter(|v: &&Value| !v.is_null());
+    if let (Some(rope_type), Some(legacy)) = (given("rope_type"), given("type")) {
+        // Taking either would resolve a contradictory config silently.
+        if rope_type != legacy {
+            return Err(invalid(
+                "type",
+                excerpt(legacy),
+                format!("absent, or the same as rope_type ({})", excerpt(rope_type)),
+            ));
+        }
+    }
+    let type_key = if given("rope_type").is_some() { "rope_type" } else { "type" };
+    let known = ROPE_TYPES.join(", ");
+    match map.get(type_key) {
+        None | Some(Value::Null) => Err(invalid("rope_type", "missing", format!("one of {known}"))),
+        Some(Value::String(s)) => Ok((type_key, s.as_str())),
+        Some(other) => Err(invalid(type_key, excerpt(other), format!("a string, one of {known}"))),
     }
 }
 
@@ -903,6 +788,145 @@ impl Fields<'_> {
                     .collect()
             }
             Some(other) => Err(invalid(key, excerpt(other), FACTORS)),
+        }
+    }
+}
+
+/// The readers of the longer scaling types (`default` and `linear` are read in place), each
+/// refusing the keys its type does not use before reading any.
+impl Fields<'_> {
+    /// `dynamic`: `factor`, and the model's `max_position_embeddings` (else
+    /// `original_max_position_embeddings`).
+    fn dynamic(&self) -> Result<Scaling> {
+        self.only(
+            "dynamic",
+            &["factor", "max_position_embeddings", "original_max_position_embeddings"],
+        )?;
+        let factor = self.required_number("factor")?;
+        let max = match self.whole("max_position_embeddings")? {
+            Some(m) => m,
+            None => self.whole("original_max_position_embeddings")?.ok_or_else(|| {
+                invalid(
+                    "max_position_embeddings",
+                    "missing",
+                    format!(
+                        "{WHOLE} (the model's max_position_embeddings; \
+                             original_max_position_embeddings is read in its place)"
+                    ),
+                )
+            })?,
+        };
+        Ok(Scaling::Dynamic { factor, max_position_embeddings: max })
+    }
+
+    /// `yarn`: a missing `factor` is `max_position_embeddings` over the original length,
+    /// the betas take Hugging Face's defaults when absent, null or 0, and `truncate` is true
+    /// unless given.
+    fn yarn(&self) -> Result<Scaling> {
+        self.only(
+            "yarn",
+            &[
+                "factor",
+                "original_max_position_embeddings",
+                "max_position_embeddings",
+                "beta_fast",
+                "beta_slow",
+                "mscale",
+                "mscale_all_dim",
+                "attention_factor",
+                "truncate",
+            ],
+        )?;
+        let (max, original) = self.max_and_original("yarn")?;
+        let factor = match (self.number("factor")?, max) {
+            (Some(f), _) => f,
+            (None, Some(m)) => m as f64 / original as f64,
+            (None, None) => {
+                return Err(invalid(
+                    "factor",
+                    "missing",
+                    format!(
+                        "{POSITIVE} (or max_position_embeddings, giving \
+                             factor = max_position_embeddings / original)"
+                    ),
+                ));
+            }
+        };
+        Ok(Scaling::Yarn(Yarn {
+            factor,
+            original_max_position_embeddings: original,
+            beta_fast: self.falsy_default("beta_fast", YARN_BETA_FAST)?,
+            beta_slow: self.falsy_default("beta_slow", YARN_BETA_SLOW)?,
+            mscale: self.number("mscale")?,
+            mscale_all_dim: self.number("mscale_all_dim")?,
+            attention_factor: self.number("attention_factor")?,
+            truncate: self.boolean("truncate")?.unwrap_or(true),
+        }))
+    }
+
+    /// `longrope`: the two factor vectors; a missing `factor` is `max_position_embeddings`
+    /// over the original length, or none without it.
+    fn longrope(&self) -> Result<Scaling> {
+        self.only(
+            "longrope",
+            &[
+                "short_factor",
+                "long_factor",
+                "factor",
+                "attention_factor",
+                "original_max_position_embeddings",
+                "max_position_embeddings",
+            ],
+        )?;
+        let (max, original) = self.max_and_original("longrope")?;
+        let factor = match (self.number("factor")?, max) {
+            (Some(f), _) => Some(f),
+            (None, Some(m)) => Some(m as f64 / original as f64),
+            (None, None) => None,
+        };
+        Ok(Scaling::LongRope(LongRope {
+            short_factor: self.vector("short_factor")?,
+            long_factor: self.vector("long_factor")?,
+            factor,
+            attention_factor: self.number("attention_factor")?,
+            original_max_position_embeddings: original,
+        }))
+    }
+
+    /// `llama3`: every field required.
+    fn llama3(&self) -> Result<Scaling> {
+        self.only(
+            "llama3",
+            &["factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"],
+        )?;
+        Ok(Scaling::Llama3(Llama3 {
+            factor: self.required_number("factor")?,
+            low_freq_factor: self.required_number("low_freq_factor")?,
+            high_freq_factor: self.required_number("high_freq_factor")?,
+            original_max_position_embeddings: self
+                .whole("original_max_position_embeddings")?
+                .ok_or_else(|| missing_original("llama3"))?,
+        }))
+    }
+
+    /// `proportional`: both fields 1 when absent.
+    fn proportional(&self) -> Result<Scaling> {
+        self.only("proportional", &["factor", "partial_rotary_factor"])?;
+        Ok(Scaling::Proportional(Proportional {
+            // HF: rope_parameters.get("factor", 1.0), get("partial_rotary_factor", 1.0).
+            factor: self.number("factor")?.unwrap_or(1.0),
+            partial_rotary_factor: self.number("partial_rotary_factor")?.unwrap_or(1.0),
+        }))
+    }
+
+    /// The model's `max_position_embeddings` if given, and the original (pretrained) length:
+    /// `original_max_position_embeddings`, else `max_position_embeddings`, as `yarn` and
+    /// `longrope` read them.
+    fn max_and_original(&self, rope_type: &str) -> Result<(Option<u64>, u64)> {
+        let max = self.whole("max_position_embeddings")?;
+        match (self.whole("original_max_position_embeddings")?, max) {
+            (Some(o), _) | (None, Some(o)) => Ok((max, o)),
+            (None, None) => Err(missing_original(rope_type)),
         }
     }
 }
