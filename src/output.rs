@@ -536,8 +536,23 @@ fn remove_listed(registry: &[PathBuf]) {
     for path in registry {
         // Already gone is fine: the file was being dropped as the signal came.
         if fs::remove_file(path).is_err() {
-            // A scratch directory, with what is in it.
-            let _ = fs::remove_dir_all(path);
+            remove_scratch_dir(path);
+        }
+    }
+}
+
+/// Removes a scratch directory with what is in it. The program keeps running while the
+/// signal thread does this, and may create a file in the directory between
+/// `remove_dir_all`'s listing and its final `rmdir` (the bench's checkpoint, created as the
+/// signal came: the directory was left behind, once in a loaded test run); so it tries
+/// again while the directory is still there, a bounded number of times.
+fn remove_scratch_dir(path: &Path) {
+    for _ in 0..100 {
+        match fs::remove_dir_all(path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound && path.exists() => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            _ => return,
         }
     }
 }
