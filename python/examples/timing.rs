@@ -29,7 +29,8 @@ fn median(mut f: impl FnMut()) -> f64 {
 
 fn main() -> posenc::Result<()> {
     let device = std::env::args().nth(1).unwrap_or_else(|| "cpu".into());
-    let ctx = if device == "gpu" { Some(gpu::Options::from_env().and_then(|o| gpu::Context::new(&o))?) } else { None };
+    let ctx =
+        if device == "gpu" { Some(gpu::Context::new(&gpu::Options::from_env()?)?) } else { None };
 
     let spec = RopeSpec::new(128)?;
     let ms = median(|| {
