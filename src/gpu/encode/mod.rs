@@ -531,8 +531,8 @@ impl Context {
     }
 
     /// Uploads a learned position table `P` `[max_positions, dim]` (BERT and GPT-2 style),
-    /// widened to f32 exactly, for [`Context::encode_learned`]. It must fit one storage
-    /// binding.
+    /// widened to f32 exactly, for [`Context::encode`] and [`Context::encode_pass`] (given
+    /// in the spec's place). It must fit one storage binding.
     ///
     /// # Errors
     /// [`Error::Limit`] if it does not fit one binding; [`Error::Gpu`] if the device
