@@ -16,6 +16,10 @@ wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 #[path = "it/support/rope.rs"]
 mod rope_support;
 
+#[path = "it/support/random.rs"]
+mod random;
+use random::{Rng, hard_positions};
+
 use half::bf16;
 use ndarray::{Array2, Array4};
 use posenc::alibi::{AlibiSpec, bias_cpu};
@@ -23,42 +27,6 @@ use posenc::encode::{Dtype, Embeddings, EncodeOptions};
 use posenc::gpu::{Context, EncodePassDescriptor, Options, Positions, RopePassDescriptor};
 use posenc::rope::{Layout, Pairing, RopeSpec};
 use posenc::{Error, PeSpec, cpu, positions};
-
-/// The tests' deterministic generator (xorshift), as in tests/it.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Self(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    pub fn next_u32(&mut self) -> u32 {
-        (self.next_u64() >> 32) as u32
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-}
-
-/// Positions around the phase's hard cases (2^16 ... 2^32 - 1), then `random` random u32s.
-pub fn hard_positions(rng: &mut Rng, random: usize) -> Vec<u32> {
-    let mut p = vec![0, 1, 2, 3];
-    for centre in [1u64 << 16, 1 << 20, 1 << 24, 1 << 27, 1 << 31, (1 << 32) - 1] {
-        for delta in -3i64..=3 {
-            let v = centre as i64 + delta;
-            if (0..=i64::from(u32::MAX)).contains(&v) {
-                p.push(v as u32);
-            }
-        }
-    }
-    p.extend((0..random).map(|_| rng.next_u32()));
-    p
-}
 
 /// Each check as a browser test (wasm32) and as a native test driven by pollster.
 macro_rules! both {

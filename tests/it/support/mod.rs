@@ -1,8 +1,11 @@
 //! Helpers shared by the integration tests.
 
 pub mod cli;
+pub mod random;
 pub mod recording;
 pub mod rope;
+
+pub use random::{Rng, hard_positions};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -124,27 +127,6 @@ pub fn within<T: Send + 'static>(
     }
 }
 
-/// A small deterministic generator (xorshift64*), so failures reproduce from the seed.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Self(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    pub fn next_u32(&mut self) -> u32 {
-        (self.next_u64() >> 32) as u32
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-}
-
 /// A `[vocab, dim]` float32 table of values in [-1, 1).
 pub fn random_table(rng: &mut Rng, vocab: usize, dim: usize) -> Array2<f32> {
     Array2::from_shape_fn((vocab, dim), |_| rng.next_u32() as f32 / 2f32.powi(31) - 1.0)
@@ -200,22 +182,6 @@ pub fn npy_bytes<T: npy::Element, D: Dimension>(a: &Array<T, D>) -> Vec<u8> {
     let mut bytes = Vec::new();
     npy::write(&mut bytes, a.view()).unwrap();
     bytes
-}
-
-/// Positions that stress the phase: around 2^16, 2^24, 2^31, 2^32 - 1, plus random ones
-/// over the whole u32 range.
-pub fn hard_positions(rng: &mut Rng, random: usize) -> Vec<u32> {
-    let mut p = vec![0, 1, 2, 3];
-    for centre in [1u64 << 16, 1 << 20, 1 << 24, 1 << 27, 1 << 31, (1 << 32) - 1] {
-        for delta in -3i64..=3 {
-            let v = centre as i64 + delta;
-            if (0..=i64::from(u32::MAX)).contains(&v) {
-                p.push(v as u32);
-            }
-        }
-    }
-    p.extend((0..random).map(|_| rng.next_u32()));
-    p
 }
 
 /// Largest |a - b| over two equally long slices, with its index.
