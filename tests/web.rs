@@ -59,6 +59,7 @@ both!(
     alibi_has_the_cpu_bits,
     recorded_decode_step_on_the_callers_device,
     blocking_calls_are_refused_on_the_web,
+    dropped_and_overlapping_calls_leave_the_context_working,
 );
 
 /// The context the checks run on, or `None` (the test then passes as skipped) where there
@@ -352,4 +353,57 @@ async fn blocking_calls_are_refused_on_the_web() {
             cpu::table(&spec, &[1, 2]).as_slice().unwrap(),
         );
     }
+}
+
+/// Polls `future` once, as a page does that starts a call and then drops it (a `select!`
+/// whose other branch won, a closed tab's task).
+fn poll_once<F: std::future::Future>(future: std::pin::Pin<&mut F>) -> std::task::Poll<F::Output> {
+    future.poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+}
+
+/// A call dropped with its readback in flight leaves no mapped buffer in the pool; two
+/// calls in flight at once on a budgeted context both finish (on the web the budget's lock
+/// used to be taken twice by the page's one thread, a trap); a table too large for any
+/// array is refused before anything is allocated.
+async fn dropped_and_overlapping_calls_leave_the_context_working() {
+    let Some(gpu) = context().await else { return };
+    let spec = PeSpec::new(64).unwrap();
+    let positions = hard_positions(&mut Rng::new(7), 5000);
+    let want = cpu::table(&spec, &positions);
+    {
+        let mut dropped = std::pin::pin!(gpu.table_async(&spec, &positions));
+        let _ = poll_once(dropped.as_mut());
+    }
+    gpu.wait_idle_async().await.unwrap();
+    for round in 0..2 {
+        let got = gpu.table_async(&spec, &positions).await.unwrap();
+        same_bits(
+            &format!("table after a dropped call, round {round}"),
+            got.as_slice().unwrap(),
+            want.as_slice().unwrap(),
+        );
+    }
+
+    let budgeted = gpu.with_memory_budget(64 << 20);
+    let mut a = std::pin::pin!(budgeted.table_async(&spec, &positions));
+    let mut b = std::pin::pin!(budgeted.table_async(&spec, &positions));
+    // Natively the first poll finishes a call; on the web both are left in flight.
+    let (first, second) = (poll_once(a.as_mut()), poll_once(b.as_mut()));
+    let first = match first {
+        std::task::Poll::Ready(done) => done,
+        std::task::Poll::Pending => a.as_mut().await,
+    };
+    let second = match second {
+        std::task::Poll::Ready(done) => done,
+        std::task::Poll::Pending => b.as_mut().await,
+    };
+    for (name, got) in [("first", first), ("second", second)] {
+        let got = got.unwrap();
+        let what = format!("{name} of two budgeted tables in flight");
+        same_bits(&what, got.as_slice().unwrap(), want.as_slice().unwrap());
+    }
+
+    let wide = PeSpec::new(65536).unwrap();
+    let err = gpu.table_async(&wide, &vec![7u32; (1 << 15) + 1]).await.unwrap_err();
+    assert!(matches!(err, Error::TooLarge { op: "table", .. }), "{err}");
 }

@@ -82,8 +82,18 @@ impl Memory {
 
     /// A lock a budgeted operation holds from planning to its last allocation; `None`
     /// without a budget, where operations need not wait for each other.
+    ///
+    /// On the web there is none: the page's one thread runs every operation, which hold
+    /// this across their `.await`s, so a second one would find it taken and could not wait
+    /// for it (the single-threaded mutex panics). Two budgeted operations in flight at once
+    /// there plan against the same bytes left; each allocation is still checked against the
+    /// budget, so the later one may get [`crate::Error::Limit`] where natively it would have
+    /// waited.
     pub(crate) fn exclusive(&self) -> Option<MutexGuard<'_, ()>> {
         self.budget?;
+        if cfg!(target_arch = "wasm32") {
+            return None;
+        }
         Some(self.exclusive.lock().unwrap_or_else(|e| e.into_inner()))
     }
 

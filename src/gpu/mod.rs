@@ -611,6 +611,13 @@ impl Context {
         if let Some(reason) = self.health.lost() {
             return Err(Error::DeviceLost { op, reason });
         }
+        // On the web, one operation's scopes at a time (see `wait::AsyncLock`). Natively
+        // every await here is ready at once, so operations never interleave on a thread,
+        // and wgpu's scopes belong to the thread that pushed them.
+        let _scopes = match wait::CAN_BLOCK {
+            true => None,
+            false => Some(wait::SCOPES.lock().await),
+        };
         Memory::start_scope();
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -801,6 +808,10 @@ impl Context {
         let slice = staging.slice(..len);
         let (tx, rx) = wait::oneshot();
         slice.map_async(wgpu::MapMode::Read, move |r| tx.send(r));
+        // A future dropped before the mapping is read (on the web, where it waits at the
+        // `.await` below) unmaps the staging buffer, cancelling a pending map, so the pool
+        // never lends a buffer that is mapped or about to be.
+        let mut unmap = wait::UnmapOnDrop::new(staging);
         if wait::CAN_BLOCK {
             self.wait(op, index)?;
         }
@@ -814,7 +825,7 @@ impl Context {
                 slice.get_mapped_range().map_err(|e| Error::Gpu { op, message: e.to_string() })?;
             copy_out(dst, &view);
         }
-        staging.unmap();
+        unmap.now();
         Ok(())
     }
 }

@@ -104,12 +104,11 @@ impl Context {
     /// As [`Context::table`], less [`Error::Blocking`].
     pub async fn table_async(&self, spec: &PeSpec, positions: &[u32]) -> Result<Array2<f32>> {
         let dim = spec.dim() as usize;
-        let mut out = Array2::<f32>::zeros((positions.len(), dim));
-        if positions.is_empty() {
-            return Ok(out);
-        }
+        let shape = [positions.len(), dim];
+        let limit = crate::source::MAX_OUTPUT_VALUES;
+        crate::source::check_shape("table", "the table", &shape, limit, "MAX_OUTPUT_VALUES")?;
         let row_bytes = dim as u64 * 4;
-        if row_bytes > self.max_binding {
+        if row_bytes > self.max_binding && !positions.is_empty() {
             return Err(Error::Limit {
                 op: "table",
                 what: "one output row",
@@ -117,6 +116,12 @@ impl Context {
                 limit_name: "max storage binding size",
                 limit: self.max_binding,
             });
+        }
+        let values = crate::alloc::try_zeroed_vec("the table", positions.len() * dim)?;
+        let mut out = Array2::from_shape_vec((positions.len(), dim), values)
+            .expect("the values fill the shape");
+        if positions.is_empty() {
+            return Ok(out);
         }
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
         // Rows per chunk: what one binding holds, and few enough pairs that the 2-D grid

@@ -38,6 +38,76 @@ pub(crate) fn blocking<T>(
 /// Whether this target may block a thread on the device (everywhere but the web).
 pub(crate) const CAN_BLOCK: bool = cfg!(not(target_arch = "wasm32"));
 
+/// A lock a future waits for by `.await`: on the web it keeps a device's error scopes in
+/// the order WebGPU needs (popped in reverse order of their pushes), which two operations
+/// in flight at once on the page's one thread would otherwise interleave (wgpu panics on a
+/// pop out of order). Whoever unlocks wakes every waiter, each of which tries again, so a
+/// waiter whose future was dropped holds up no one.
+pub(crate) struct AsyncLock {
+    state: Mutex<(bool, Vec<Waker>)>,
+}
+
+/// The page's one lock for posenc's error scopes: one, not one per context, since a page's
+/// contexts may share a device (two made by `Context::from_device` on the page's device).
+pub(crate) static SCOPES: AsyncLock = AsyncLock { state: Mutex::new((false, Vec::new())) };
+
+/// Held while an operation's error scopes are pushed: see [`AsyncLock`].
+pub(crate) struct AsyncGuard<'a>(&'a AsyncLock);
+
+impl AsyncLock {
+    /// Waits for the lock.
+    pub(crate) fn lock(&self) -> impl Future<Output = AsyncGuard<'_>> {
+        std::future::poll_fn(move |cx| {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            if state.0 {
+                state.1.push(cx.waker().clone());
+                Poll::Pending
+            } else {
+                state.0 = true;
+                Poll::Ready(AsyncGuard(self))
+            }
+        })
+    }
+}
+
+impl Drop for AsyncGuard<'_> {
+    fn drop(&mut self) {
+        let waiters = {
+            let mut state = self.0.state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.0 = false;
+            std::mem::take(&mut state.1)
+        };
+        for waker in waiters {
+            waker.wake();
+        }
+    }
+}
+
+/// Unmaps a staging buffer when dropped, unless [`UnmapOnDrop::now`] already did: what a
+/// readback leaves behind when its future is dropped with a map pending or done.
+pub(crate) struct UnmapOnDrop<'a> {
+    buffer: Option<&'a wgpu::Buffer>,
+}
+
+impl<'a> UnmapOnDrop<'a> {
+    pub(crate) fn new(buffer: &'a wgpu::Buffer) -> Self {
+        Self { buffer: Some(buffer) }
+    }
+
+    /// Unmaps the buffer now, once the mapping has been read.
+    pub(crate) fn now(&mut self) {
+        if let Some(buffer) = self.buffer.take() {
+            buffer.unmap();
+        }
+    }
+}
+
+impl Drop for UnmapOnDrop<'_> {
+    fn drop(&mut self) {
+        self.now();
+    }
+}
+
 struct Slot<T> {
     value: Option<T>,
     waker: Option<Waker>,
