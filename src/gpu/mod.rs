@@ -718,6 +718,36 @@ impl Context {
         }
     }
 
+    /// The buffer of a result left on the device (`STORAGE | COPY_SRC | COPY_DST`, `bytes`
+    /// rounded up to one word), for `op`: refused before anything is allocated if it
+    /// exceeds the device's largest buffer or the memory budget.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] naming the limit; what [`Context::scoped`] reports of the
+    /// allocation.
+    pub(crate) fn result_buffer(
+        &self,
+        op: &'static str,
+        label: &'static str,
+        bytes: u64,
+    ) -> Result<DeviceBuffer> {
+        let max = self.device.limits().max_buffer_size;
+        if bytes > max {
+            return Err(Error::Limit {
+                op,
+                what: "the output buffer",
+                requested: bytes,
+                limit_name: "max buffer size",
+                limit: max,
+            });
+        }
+        self.check_fits_budget(op, "the output buffer", bytes)?;
+        self.scoped(op, || {
+            use wgpu::BufferUsages as U;
+            self.create_buffer(label, bytes.max(4), U::STORAGE | U::COPY_SRC | U::COPY_DST)
+        })
+    }
+
     /// A buffer counted against this context's memory. With a budget, spare pooled
     /// buffers are freed to make room first.
     ///

@@ -14,6 +14,9 @@ use std::time::Instant;
 
 use super::wait;
 
+/// What the timings' readbacks name in [`crate::Error::Blocking`]: there is no async twin.
+const NATIVE_ONLY: &str = "a native build (timings are not taken on the web)";
+
 use ndarray::ArrayView2;
 
 use bytemuck::{Pod, Zeroable};
@@ -71,7 +74,7 @@ impl Stamps {
         encoder.copy_buffer_to_buffer(&self.resolve, 0, &self.staging, 0, 16);
         let mut bytes = [0u8; 16];
         let read = ctx.finish_and_read(op, encoder, &self.staging, &mut bytes);
-        wait::blocking(op, "a native build (timings are not taken on the web)", read)?;
+        wait::blocking(op, NATIVE_ONLY, read)?;
         let [t0, t1] =
             [0, 8].map(|i| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes")));
         Ok((t1 > t0).then(|| (t1 - t0) as f64 * self.period * 1e-9))
@@ -347,7 +350,7 @@ impl Context {
         }
         let mut got = vec![0u8; 16 * probes.len()];
         let read = self.finish_and_read(op, encoder, &staging, &mut got);
-        wait::blocking(op, "a native build (timings are not taken on the web)", read)?;
+        wait::blocking(op, NATIVE_ONLY, read)?;
         for (k, &v) in probes.iter().enumerate() {
             if got[16 * k..16 * k + 16] != *bytemuck::cast_slice::<u32, u8>(&mark(v)) {
                 return Err(Error::Gpu {
@@ -640,7 +643,7 @@ impl Context {
     /// [`Error::Gpu`] if wgpu reports an error; on the web [`Error::Blocking`] (use
     /// [`Context::read_buffer_async`]).
     pub fn read_buffer(&self, buffer: &wgpu::Buffer) -> Result<Vec<u8>> {
-        self.read_buffer_range(buffer, 0, buffer.size())
+        wait::blocking("read_buffer", "read_buffer_async", self.read_buffer_async(buffer))
     }
 
     /// [`Context::read_buffer`] without blocking: the way to read a recorded pass's output
@@ -654,16 +657,6 @@ impl Context {
 
     /// Copies `size` bytes of `buffer` from `offset` (both multiples of 4; usage must
     /// include `COPY_SRC`) back to host memory, once every submission so far has completed.
-    pub(crate) fn read_buffer_range(
-        &self,
-        buffer: &wgpu::Buffer,
-        offset: u64,
-        size: u64,
-    ) -> Result<Vec<u8>> {
-        let read = self.read_buffer_range_async(buffer, offset, size);
-        wait::blocking("read_buffer", "read_buffer_async", read)
-    }
-
     pub(crate) async fn read_buffer_range_async(
         &self,
         buffer: &wgpu::Buffer,

@@ -169,25 +169,7 @@ impl Context {
     pub async fn alibi_bias_to_buffer_async(&self, spec: &AlibiSpec) -> Result<wgpu::Buffer> {
         spec.check_size()?;
         let bytes = spec.n_values() as u64 * 4;
-        let max = self.device.limits().max_buffer_size;
-        if bytes > max {
-            return Err(Error::Limit {
-                op: "alibi_bias_to_buffer",
-                what: "the output buffer",
-                requested: bytes,
-                limit_name: "max buffer size",
-                limit: max,
-            });
-        }
-        self.check_fits_budget("alibi_bias_to_buffer", "the output buffer", bytes)?;
-        let out = self.scoped("alibi_bias_to_buffer", || {
-            use wgpu::BufferUsages as U;
-            self.create_buffer(
-                "posenc.alibi.result",
-                bytes.max(4),
-                U::STORAGE | U::COPY_SRC | U::COPY_DST,
-            )
-        })?;
+        let out = self.result_buffer("alibi_bias_to_buffer", "posenc.alibi.result", bytes)?;
         if bytes > 0 {
             self.run_alibi(spec, Sink::Device { buffer: &out, offset: 0 }, false).await?;
         }

@@ -481,7 +481,8 @@ impl Context {
     ) -> Result<Encoded> {
         let pe = pe.into();
         let scale = self.check_request(pe, table, ids, positions, options)?;
-        self.encode_host_async(pe, table, ids, positions, options, scale).await
+        let (host, _) = self.run_host(pe, table, ids, positions, options, scale, false).await?;
+        Ok(host.into_encoded((ids.nrows(), ids.ncols(), table.dim)))
     }
 
     /// Every check of an encode's request, before any GPU work: the arrays against the
@@ -507,27 +508,6 @@ impl Context {
             self.check_same_device(p.device_key, "position_table")?;
         }
         Ok(scale)
-    }
-
-    /// The encode of checked arguments, every chunk read back as it completes.
-    async fn encode_host_async(
-        &self,
-        pe: PositionSource<'_>,
-        table: &GpuTable,
-        ids: ArrayView2<'_, u32>,
-        positions: ArrayView2<'_, u32>,
-        options: &EncodeOptions,
-        scale: Option<f32>,
-    ) -> Result<Encoded> {
-        let (batch, len) = ids.dim();
-        let dim = table.dim;
-        let mut host = HostResult::zeros(options.out_dtype, batch * len * dim)?;
-        let bytes = host.bytes_mut();
-        if !bytes.is_empty() {
-            let sink = Sink::Host(bytes);
-            self.run_encode(pe, table, ids, positions, options, scale, sink, None).await?;
-        }
-        Ok(host.into_encoded((batch, len, dim)))
     }
 
     /// Uploads a learned position table `P` `[max_positions, dim]` (BERT and GPT-2 style),
@@ -582,18 +562,34 @@ impl Context {
         options: &EncodeOptions,
         scale: Option<f32>,
     ) -> Result<PendingEncode> {
-        let (batch, len) = ids.dim();
-        let dim = table.dim;
-        let mut host = HostResult::zeros(options.out_dtype, batch * len * dim)?;
+        let run = self.run_host(pe, table, ids, positions, options, scale, true);
+        let (host, readback) = wait::blocking("encode_submit", "encode_async", run)?;
+        let shape = (ids.nrows(), ids.ncols(), table.dim);
+        Ok(PendingEncode::new(self, "encode", host, shape, readback))
+    }
+
+    /// The encode of checked arguments into host memory, every chunk read back as it
+    /// completes, or with `deferred` the last chunk's readback left in flight (returned).
+    #[allow(clippy::too_many_arguments)]
+    async fn run_host(
+        &self,
+        pe: PositionSource<'_>,
+        table: &GpuTable,
+        ids: ArrayView2<'_, u32>,
+        positions: ArrayView2<'_, u32>,
+        options: &EncodeOptions,
+        scale: Option<f32>,
+        deferred: bool,
+    ) -> Result<(HostResult, Option<Readback>)> {
+        let mut host = HostResult::zeros(options.out_dtype, ids.len() * table.dim)?;
         let bytes = host.bytes_mut();
         let readback = if bytes.is_empty() {
             None
         } else {
-            let sink = Sink::HostDeferred(bytes);
-            let run = self.run_encode(pe, table, ids, positions, options, scale, sink, None);
-            wait::blocking("encode_submit", "encode_async", run)?
+            let sink = if deferred { Sink::HostDeferred(bytes) } else { Sink::Host(bytes) };
+            self.run_encode(pe, table, ids, positions, options, scale, sink, None).await?
         };
-        Ok(PendingEncode::new(self, "encode", host, (batch, len, dim), readback))
+        Ok((host, readback))
     }
 
     /// [`Context::encode`] without the wait: checks the request, uploads it, records and
@@ -694,25 +690,7 @@ impl Context {
         let pe = pe.into();
         let scale = self.check_request(pe, table, ids, positions, options)?;
         let bytes = (ids.len() * table.dim * options.out_dtype.size()).next_multiple_of(4) as u64;
-        let max = self.device.limits().max_buffer_size;
-        if bytes > max {
-            return Err(Error::Limit {
-                op: "encode_to_buffer",
-                what: "the output buffer",
-                requested: bytes,
-                limit_name: "max buffer size",
-                limit: max,
-            });
-        }
-        self.check_fits_budget("encode_to_buffer", "the output buffer", bytes)?;
-        let out = self.scoped("encode_to_buffer", || {
-            use wgpu::BufferUsages as U;
-            self.create_buffer(
-                "posenc.encode.result",
-                bytes.max(4),
-                U::STORAGE | U::COPY_SRC | U::COPY_DST,
-            )
-        })?;
+        let out = self.result_buffer("encode_to_buffer", "posenc.encode.result", bytes)?;
         if bytes > 0 {
             self.run_encode(
                 pe,
