@@ -1,22 +1,31 @@
-// The recorded RoPE step: q and k of one batch rotated in place in one dispatch. A token's
-// units (rope_unit.wgsl: q's heads, then k's) are cut into blocks of RP_UNITS *
-// RP_WORKGROUP, one workgroup per (block, token), RP_UNITS units per invocation (1 on GPUs;
-// more on adapters that run shaders on CPU cores, where each workgroup costs a task). The workgroup first computes its
-// token's cos/sin with the exact phase (rope_cs.wgsl's arithmetic, so the same bits) into
-// workgroup memory, one frequency per invocation, once for all the heads of its block;
-// then each invocation reads its unit, rotates it and writes it back. Units are disjoint,
-// so in place is race-free; pass-through dimensions are never touched. (One workgroup per
-// token walking all its units measured 17 us per Llama-2-13B decode step on an H100,
-// 2026-11-26: eight workgroups of serial units.)
+// The recorded RoPE step: q and k of one batch rotated in place in one dispatch, in one of
+// two forms; the host picks one (src/gpu/rope/pass.rs) and both give the same bits.
 //
+// `rope_pass`, for GPUs: a token's units (rope_unit.wgsl: q's heads, then k's) are cut into
+// blocks of RP_UNITS * RP_WORKGROUP, one workgroup per (block, token), RP_UNITS units per
+// invocation. The workgroup first computes its token's cos/sin with the exact phase
+// (rope_cs.wgsl's arithmetic, so the same bits) into workgroup memory, one frequency per
+// invocation, once for all the heads of its block; then each invocation reads its unit,
+// rotates it and writes it back. (One workgroup per token walking all its units measured 17
+// us per Llama-2-13B decode step on an H100, 2026-11-26: eight workgroups of serial units.)
 // A warp's units are consecutive units of consecutive head rows, so each load and store
 // instruction touches whole spans of rows in both layouts ([B, L, H, Dh]: a token's rows are
 // adjacent; [B, H, L, Dh]: they are L rows apart, each row still contiguous).
 //
+// `rope_pass_heads`, for adapters that run shaders on CPU cores (lavapipe, llvmpipe,
+// SwiftShader, WARP): invocation g takes unit x = g % RP_ROW_UNITS of token g / RP_ROW_UNITS,
+// computes that unit's cos/sin once, and rotates unit x of every head row of the token, q's
+// heads then k's. No workgroup memory and no barrier, which such adapters run as
+// coroutines, and no division per unit; the consecutive invocations of one SIMD batch touch
+// consecutive words of each row. On lavapipe (2026-11-26) this took Llama-3-8B's prefill
+// RoPE from 20 ms to the figure in docs/performance.md; on a GPU it leaves too few threads.
+//
+// Units are disjoint, so in place is race-free; pass-through dimensions are never touched.
+//
 // The host specialises the kernel (src/shaders.rs, `RopePassKernel`): ROPE_DTYPE,
-// ROPE_F32, ROPE_NEOX, ROPE_UNIT_FREQS, RP_WORKGROUP, RP_UNITS and RP_FREQ_VECS (a quarter of the
-// room for cos, and for sin, a workgroup holds: at least n_freqs / 4). Host:
-// src/gpu/rope/pass.rs (RopePassParams mirrors Params).
+// ROPE_F32, ROPE_NEOX, ROPE_UNIT_FREQS, RP_WORKGROUP, RP_UNITS, RP_ROW_UNITS (units per head
+// row) and RP_FREQ_VECS (a quarter of the room for cos, and for sin, a workgroup holds: at
+// least n_freqs / 4). Host: src/gpu/rope/pass.rs (RopePassParams mirrors Params).
 #import rope_unit
 #import sincos
 
@@ -31,7 +40,8 @@ struct Params {
     scale_bits: u32,
     // The index of the first position in `positions`.
     pos_base: u32,
-    // Workgroups along y: tokens beyond fold into z.
+    // Workgroups along y: tokens (rope_pass) or workgroups (rope_pass_heads) beyond fold
+    // into z.
     groups_y: u32,
     units_per_row: u32,
     // The neox partner offset (r/2 elements) in vec4s.
@@ -165,5 +175,87 @@ fn rotate(u: u32, b: u32, l: u32) {
         if two {
             q[ib] = r.b;
         }
+    }
+}
+
+// One unit's (cos, sin) of frequency f at position p: the same expressions as the
+// workgroup's loop in rope_pass.
+fn cos_sin(p: u32, f: u32) -> vec2<f32> {
+    let sc = sincos_bits(phase_turns(p, steps[f]));
+    var c = bitcast<f32>(sc.y);
+    var s = bitcast<f32>(sc.x);
+    if (params.flags & FLAG_SCALE) != 0u {
+        let af = bitcast<f32>(params.scale_bits);
+        c = c * af;
+        s = s * af;
+    }
+    return vec2<f32>(c, s);
+}
+
+@compute @workgroup_size(RP_WORKGROUP)
+fn rope_pass_heads(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let g = (wg.z * params.groups_y + wg.y) * RP_WORKGROUP + li;
+    let t = g / RP_ROW_UNITS;
+    if t >= params.n_tokens {
+        return;
+    }
+    let x = g - t * RP_ROW_UNITS;
+    let b = t / params.seq_len;
+    let l = t - b * params.seq_len;
+    var p: u32;
+    if (params.flags & FLAG_OFFSETS) != 0u {
+        p = positions[params.pos_base + b] + l;
+    } else {
+        p = positions[params.pos_base + t];
+    }
+    let f = x * ROPE_UNIT_FREQS;
+    let e0 = cos_sin(p, f);
+    let e1 = cos_sin(p, f + 1u);
+    let e2 = cos_sin(p, f + 2u);
+    let e3 = cos_sin(p, f + 3u);
+    let c0 = vec4<f32>(e0.x, e1.x, e2.x, e3.x);
+    let s0 = vec4<f32>(e0.y, e1.y, e2.y, e3.y);
+    var c1 = c0;
+    var s1 = s0;
+    if ROPE_UNIT_FREQS == 8u {
+        let e4 = cos_sin(p, f + 4u);
+        let e5 = cos_sin(p, f + 5u);
+        let e6 = cos_sin(p, f + 6u);
+        let e7 = cos_sin(p, f + 7u);
+        c1 = vec4<f32>(e4.x, e5.x, e6.x, e7.x);
+        s1 = vec4<f32>(e4.y, e5.y, e6.y, e7.y);
+    }
+    let two = ROPE_NEOX || ROPE_F32;
+    var partner = 1u;
+    if ROPE_NEOX {
+        partner = params.half_vecs;
+    }
+    var ia = params.q_base + b * params.q_seq + l * params.q_tok + rope_unit_word(x);
+    for (var h = 0u; h < params.q_heads; h++) {
+        let a = q[ia];
+        var bw = a;
+        if two {
+            bw = q[ia + partner];
+        }
+        let r = rope_unit(a, bw, c0, s0, c1, s1);
+        q[ia] = r.a;
+        if two {
+            q[ia + partner] = r.b;
+        }
+        ia += params.q_head;
+    }
+    ia = params.k_base + b * params.k_seq + l * params.k_tok + rope_unit_word(x);
+    for (var h = 0u; h < params.k_heads; h++) {
+        let a = k[ia];
+        var bw = a;
+        if two {
+            bw = k[ia + partner];
+        }
+        let r = rope_unit(a, bw, c0, s0, c1, s1);
+        k[ia] = r.a;
+        if two {
+            k[ia + partner] = r.b;
+        }
+        ia += params.k_head;
     }
 }

@@ -310,8 +310,8 @@ const ROPE_X4: &str = include_str!("../shaders/rope_x4.wgsl");
 /// The recorded RoPE step, `shaders/rope_pass.wgsl`, before its specialisation.
 const ROPE_PASS: &str = include_str!("../shaders/rope_pass.wgsl");
 
-/// Threads per workgroup of `rope_pass`: one workgroup per token, its invocations walking
-/// the token's units in q and k.
+/// Threads per workgroup of `rope_pass` (one workgroup per block of a token's units) and of
+/// `rope_pass_heads`.
 pub const ROPE_PASS_WORKGROUP: u32 = 128;
 
 /// Most vec4s of cos (and of sin) a `rope_pass` workgroup holds: 1024 frequencies, 8 KiB
@@ -361,8 +361,8 @@ impl RopeUnitKind {
     }
 }
 
-/// One specialisation of `shaders/rope_pass.wgsl`: the unit kind and the room for cos/sin in
-/// workgroup memory.
+/// One specialisation of `shaders/rope_pass.wgsl`: the unit kind, the room for cos/sin in
+/// workgroup memory, and the form.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RopePassKernel {
     /// Storage type and pairing.
@@ -370,41 +370,75 @@ pub struct RopePassKernel {
     /// vec4s of cos (and of sin) a workgroup holds: a power of two, at least a quarter of
     /// the frequencies, at most [`ROPE_PASS_MAX_FREQ_VECS`].
     pub freq_vecs: u32,
-    /// Units each invocation rotates: 1 on GPUs (the most workgroups), 4 on adapters that
-    /// run shaders on CPU cores (fewer workgroups, each a task of their thread pool).
-    pub units: u32,
+    /// How the step's work is cut among invocations.
+    pub form: RopePassForm,
+}
+
+/// The two forms of the recorded RoPE step (`shaders/rope_pass.wgsl` says why each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RopePassForm {
+    /// `rope_pass`, for GPUs: one workgroup per block of a token's units, cos/sin shared
+    /// through workgroup memory; `units` per invocation.
+    Blocks {
+        /// Units each invocation rotates.
+        units: u32,
+    },
+    /// `rope_pass_heads`, for adapters that run shaders on CPU cores: one invocation per
+    /// unit of a token's head row, walking every head of q and k.
+    Heads {
+        /// Units per head row (the frequencies over [`RopeUnitKind::unit_freqs`]).
+        row_units: u32,
+    },
 }
 
 impl RopePassKernel {
     /// The specialisation for `n_freqs` frequencies (a multiple of 4), or `None` when they
     /// exceed [`ROPE_PASS_MAX_FREQ_VECS`] vec4s.
-    pub fn new(unit: RopeUnitKind, n_freqs: u32, units: u32) -> Option<Self> {
-        let freq_vecs = (n_freqs / 4).next_power_of_two().max(2);
-        (freq_vecs <= ROPE_PASS_MAX_FREQ_VECS).then_some(Self { unit, freq_vecs, units })
+    pub fn new(unit: RopeUnitKind, n_freqs: u32, form: RopePassForm) -> Option<Self> {
+        let freq_vecs = match form {
+            RopePassForm::Blocks { .. } => (n_freqs / 4).next_power_of_two().max(2),
+            // The heads form keeps cos/sin in registers.
+            RopePassForm::Heads { .. } => 2,
+        };
+        (freq_vecs <= ROPE_PASS_MAX_FREQ_VECS).then_some(Self { unit, freq_vecs, form })
     }
 
     /// Representative specialisations for tests that translate each: every unit kind with
-    /// the least and the most room.
+    /// the least and the most room, and in the heads form.
     pub fn all() -> Vec<Self> {
         RopeUnitKind::all()
             .into_iter()
             .flat_map(|unit| {
-                [(2, 1), (ROPE_PASS_MAX_FREQ_VECS, 4)].map(|(freq_vecs, units)| Self {
-                    unit,
-                    freq_vecs,
-                    units,
-                })
+                [
+                    (2, RopePassForm::Blocks { units: 1 }),
+                    (ROPE_PASS_MAX_FREQ_VECS, RopePassForm::Blocks { units: 4 }),
+                    (2, RopePassForm::Heads { row_units: 8 }),
+                ]
+                .map(|(freq_vecs, form)| Self { unit, freq_vecs, form })
             })
             .collect()
     }
 
+    /// The entry point of this form.
+    pub fn entry(self) -> &'static str {
+        match self.form {
+            RopePassForm::Blocks { .. } => "rope_pass",
+            RopePassForm::Heads { .. } => "rope_pass_heads",
+        }
+    }
+
     /// The complete WGSL of this specialisation.
     pub fn source(self) -> String {
+        let (units, row_units) = match self.form {
+            RopePassForm::Blocks { units } => (units, 1),
+            RopePassForm::Heads { row_units } => (1, row_units),
+        };
         let mut s = prelude();
         self.unit.header(&mut s);
         s += &format!("const RP_WORKGROUP: u32 = {ROPE_PASS_WORKGROUP}u;\n");
         s += &format!("const RP_FREQ_VECS: u32 = {}u;\n", self.freq_vecs);
-        s += &format!("const RP_UNITS: u32 = {}u;\n", self.units);
+        s += &format!("const RP_UNITS: u32 = {units}u;\n");
+        s += &format!("const RP_ROW_UNITS: u32 = {row_units}u;\n");
         let mut imported = Vec::new();
         expand(ROPE_PASS, &mut imported, &mut s);
         s
@@ -678,7 +712,7 @@ pub fn all_sources() -> Vec<(String, &'static str, String)> {
         all.push((format!("rope_x4({kind:?})"), "rope_x4", kind.x4_source()));
     }
     for v in RopePassKernel::all() {
-        all.push((format!("{v:?}"), "rope_pass", v.source()));
+        all.push((format!("{v:?}"), v.entry(), v.source()));
     }
     all
 }

@@ -371,7 +371,7 @@ pub fn all() -> Vec<Kernel> {
     }));
     all.extend(RopePassKernel::all().into_iter().map(|v| Kernel {
         name: format!("{v:?}"),
-        entry: "rope_pass",
+        entry: v.entry(),
         source: v.source(),
         params: params("rope_pass"),
         bindings: rope_pass_bindings(),

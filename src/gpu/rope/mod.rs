@@ -160,7 +160,7 @@ impl Context {
         let kernel = kernels.entry(v).or_insert_with(|| {
             let (layout, pipeline) = super::build_pipeline(
                 &self.device,
-                "rope_pass",
+                v.entry(),
                 &v.source(),
                 &super::layout::rope_pass_bindings(),
             );

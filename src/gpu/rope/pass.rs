@@ -21,7 +21,7 @@ use crate::gpu::rope::{Kernel, Plan, RopeCsParams, RopeKernel, RopeParams, RopeX
 use crate::gpu::{Context, fold_dispatch};
 use crate::rope::{Frequencies, Geometry, Layout, RopeSpec};
 use crate::shaders::{
-    FLAG_OFFSETS, FLAG_SCALE, ROPE_PASS_WORKGROUP, RopePassKernel, WORKGROUP_SIZE,
+    FLAG_OFFSETS, FLAG_SCALE, ROPE_PASS_WORKGROUP, RopePassForm, RopePassKernel, WORKGROUP_SIZE,
 };
 
 /// The shape of a [`RopePass`]'s tensors and where its positions come from.
@@ -122,9 +122,29 @@ impl std::fmt::Debug for RopePass {
 /// The one-dispatch route: its kernel and parameters less the bound offsets and blocks.
 struct Fused {
     kernel: Arc<RopeKernel>,
-    /// Units per block: the kernel's units per invocation times its workgroup.
-    block: u32,
+    form: RopePassForm,
     params: RopePassParams,
+}
+
+impl Fused {
+    /// The dispatch grid for `tokens` tokens of `units` units each (q's and k's heads):
+    /// `(blocks, groups_y, groups_z)`. Blocks: one workgroup per block of a token's units,
+    /// tokens folded into y and z; heads: one invocation per unit of a head row, its
+    /// workgroups folded into y and z.
+    fn grid(&self, tokens: u32, units: u32, max_groups: u32) -> (u32, u32, u32) {
+        match self.form {
+            RopePassForm::Blocks { units: per } => {
+                let (y, z) = fold_dispatch(tokens, max_groups);
+                (units.div_ceil(ROPE_PASS_WORKGROUP * per), y, z)
+            }
+            RopePassForm::Heads { row_units } => {
+                // Fits a u32: checked when the route was chosen.
+                let groups = (tokens * row_units).div_ceil(ROPE_PASS_WORKGROUP);
+                let (y, z) = fold_dispatch(groups, max_groups);
+                (1, y, z)
+            }
+        }
+    }
 }
 
 struct FusedBound {
@@ -305,15 +325,33 @@ impl Context {
             return None;
         }
         let n_freqs = spec.n_freqs();
-        let kernel = RopePassKernel::new(kind, n_freqs, if self.coalesced { 1 } else { 4 })?;
+        let row_units = n_freqs / kind.unit_freqs();
+        let form = if self.coalesced {
+            RopePassForm::Blocks { units: 1 }
+        } else {
+            RopePassForm::Heads { row_units }
+        };
+        let kernel = RopePassKernel::new(kind, n_freqs, form)?;
         let g = &q.geometry;
         let tokens = u32::try_from(g.batch * g.len).ok()?;
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
-        let units = (g.heads + desc.k_heads) as u64 * u64::from(n_freqs / kind.unit_freqs());
-        if units.div_ceil(u64::from(ROPE_PASS_WORKGROUP * kernel.units)) > u64::from(max_groups) {
-            return None;
+        let units = (g.heads + desc.k_heads) as u64 * u64::from(row_units);
+        let wg = u64::from(ROPE_PASS_WORKGROUP);
+        match form {
+            RopePassForm::Blocks { units: per }
+                if units.div_ceil(wg * u64::from(per)) > u64::from(max_groups) =>
+            {
+                return None;
+            }
+            // The grid folds workgroups of invocations (token, unit) into y and z.
+            RopePassForm::Heads { .. }
+                if u32::try_from(tokens as u64 * u64::from(row_units)).is_err() =>
+            {
+                return None;
+            }
+            _ => {}
         }
-        let (groups_y, _) = fold_dispatch(tokens, max_groups);
+        let groups_y = 0; // set per step (`Fused::grid`)
         let af = freqs.attention_factor();
         let mut flags = if af == 1.0 { 0 } else { FLAG_SCALE };
         if desc.positions == Positions::PerSequence {
@@ -350,8 +388,7 @@ impl Context {
             k_head,
             blocks: 0,
         };
-        let block = ROPE_PASS_WORKGROUP * kernel.units;
-        Some(Fused { kernel: self.rope_pass_kernel(kernel), block, params })
+        Some(Fused { kernel: self.rope_pass_kernel(kernel), form, params })
     }
 }
 
@@ -695,10 +732,9 @@ impl RopePass {
         let k = rest.first();
         let k_heads = if k.is_some() { fused.params.k_heads } else { 0 };
         let units = (fused.params.q_heads + k_heads) * fused.params.units_per_row;
-        let blocks = units.div_ceil(fused.block);
         let g = &self.q.geometry;
         let max_groups = self.ctx.device.limits().max_compute_workgroups_per_dimension;
-        let (groups_y, groups_z) = fold_dispatch((g.batch * g.len) as u32, max_groups);
+        let (blocks, groups_y, groups_z) = fused.grid((g.batch * g.len) as u32, units, max_groups);
         let params = RopePassParams {
             pos_base: positions.base,
             q_base: q.base / 4,

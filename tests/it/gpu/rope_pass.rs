@@ -200,15 +200,21 @@ fn q_and_k_rotate_in_one_dispatch_with_the_other_paths_bits() {
         ("phi-2 partial 80/32", RopeSpec::partial(80, 32).unwrap()),
         ("gptj partial 48/16", RopeSpec::partial(48, 16).unwrap().with_pairing(Pairing::Gptj)),
     ];
-    for (n, (what, spec)) in specs.iter().enumerate() {
-        for (j, layout) in [Layout::Blhd, Layout::Bhld].into_iter().enumerate() {
-            let per_sequence = (n + j) % 2 == 1;
-            let what = format!("{what} {layout:?} per_sequence={per_sequence}");
-            let seed = (10 * n + j) as u64;
-            let shape = (3, 5);
-            check::<f32>(ctx, &what, spec, layout, shape, (4, 2), per_sequence, seed);
-            check::<bf16>(ctx, &what, spec, layout, shape, (4, 2), per_sequence, seed);
-            check::<f16>(ctx, &what, spec, layout, shape, (3, 1), per_sequence, seed);
+    // Both forms of the one dispatch: workgroup blocks (GPUs) and an invocation per unit
+    // walking the heads (CPU adapters); each adapter runs its own by default.
+    use posenc::gpu::AccessPattern;
+    for access in [AccessPattern::Coalesced, AccessPattern::Adjacent] {
+        let ctx = &ctx.with_access_pattern(access);
+        for (n, (what, spec)) in specs.iter().enumerate() {
+            for (j, layout) in [Layout::Blhd, Layout::Bhld].into_iter().enumerate() {
+                let per_sequence = (n + j) % 2 == 1;
+                let what = format!("{access:?} {what} {layout:?} per_sequence={per_sequence}");
+                let seed = (10 * n + j) as u64;
+                let shape = (3, 5);
+                check::<f32>(ctx, &what, spec, layout, shape, (4, 2), per_sequence, seed);
+                check::<bf16>(ctx, &what, spec, layout, shape, (4, 2), per_sequence, seed);
+                check::<f16>(ctx, &what, spec, layout, shape, (3, 1), per_sequence, seed);
+            }
         }
     }
 }
