@@ -68,6 +68,7 @@ pub mod naive;
 pub mod npy;
 #[cfg(feature = "cli")]
 pub mod output;
+pub mod placement;
 #[cfg(feature = "cli")]
 pub mod plot;
 pub mod positions;

@@ -7,6 +7,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::{Device, Failure, compute, on_device};
+use posenc::placement::HostJob;
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(alibi_slopes, m)?)?;
@@ -52,7 +53,8 @@ fn alibi_bias<'py>(
             })
             .map(|s| s.with_form(form))
             .and_then(|s| s.check_size().map(|()| s))?;
-        on_device(device, None, |ctx| match ctx {
+        let job = HostJob::Alibi { values: u64::try_from(spec.n_values()).unwrap_or(u64::MAX) };
+        on_device(device, None, job, |ctx| match ctx {
             None => alibi::bias_cpu(&spec),
             Some(ctx) => {
                 check_allocation("the ALiBi bias", spec.n_values() as u64 * 4)?;

@@ -13,6 +13,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex};
 
+use posenc::placement::{AutoPolicy, HostJob, cpu_threads};
 use posenc::{Error, ErrorKind, gpu};
 use pyo3::create_exception;
 use pyo3::exceptions::{
@@ -140,15 +141,30 @@ fn open_gpu(budget: Option<u64>) -> Result<Arc<gpu::Context>, Error> {
 /// note the CLI prints in that case (the Python side issues it as a `posenc.DeviceWarning`).
 pub(crate) type Noted<T> = (T, Option<String>);
 
-/// Runs `work` where `device` says, as the CLI's `on_device`: `auto` takes the GPU unless
-/// none opens or the work meets a device fault there (lost, out of memory, past a limit of
-/// the GPU path), then computes on the CPU, which gives the same bits.
+/// Whether the process's GPU context is open (the cost model then leaves out an open).
+fn gpu_is_open() -> bool {
+    let held = CONTEXT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    held.as_ref().is_some_and(|c| c.lost_reason().is_none())
+}
+
+/// Runs `work`, whose result is `job`, where `device` says, as the CLI's `on_device`. Every
+/// result goes to a NumPy array, so `auto` by default (`POSENC_AUTO` unset or `cost`) takes
+/// the CPU unless the cost model expects the GPU to deliver `job` sooner and the adapter
+/// that opens is a hardware one (`posenc::placement`); with `POSENC_AUTO=gpu`, the GPU
+/// whenever one opens. On the GPU, `auto` computes on the CPU after all when none opens or
+/// the work meets a device fault there (lost, out of memory, past a limit of the GPU
+/// path); the CPU gives the same bits.
 pub(crate) fn on_device<T>(
     device: Device,
     budget: Option<u64>,
+    job: HostJob,
     work: impl Fn(Option<&gpu::Context>) -> Result<T, Error>,
 ) -> Result<Noted<T>, Failure> {
     let on_gpu = |error| Failure { error, on_gpu: true };
+    let cost = device == Device::Auto && AutoPolicy::from_env()? == AutoPolicy::Cost;
+    if cost && !job.prefers_gpu(cpu_threads(), gpu_is_open()) {
+        return Ok((work(None)?, None));
+    }
     let note = match device {
         Device::Cpu => return Ok((work(None)?, None)),
         Device::Gpu => {
@@ -156,6 +172,9 @@ pub(crate) fn on_device<T>(
             return work(Some(&ctx)).map(|v| (v, None)).map_err(on_gpu);
         }
         Device::Auto => match open_gpu(budget) {
+            // A software adapter runs the kernels on these same cores, slower than the CPU
+            // path.
+            Ok(ctx) if cost && ctx.is_software() => return Ok((work(None)?, None)),
             Ok(ctx) => match work(Some(&ctx)) {
                 Err(
                     e

@@ -16,6 +16,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::{Device, Failure, Noted, compute, on_device};
+use posenc::placement::HostJob;
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(table, m)?)?;
@@ -312,7 +313,8 @@ fn table<'py>(
             posenc::alloc::check_allocation("the table", bytes)?;
             return Ok((reference::table_f32(&spec, &positions), None));
         }
-        on_device(device, gpu_memory_budget, |ctx| match ctx {
+        let job = HostJob::Table { values: positions.len() as u64 * u64::from(spec.dim()) };
+        on_device(device, gpu_memory_budget, job, |ctx| match ctx {
             None => {
                 let bytes = positions.len() as u64 * u64::from(spec.dim()) * 4;
                 posenc::alloc::check_allocation("the table", bytes)?;
@@ -809,7 +811,8 @@ fn encode<'py>(
         let bytes = (batch * len * width) as u64 * out_dtype.size() as u64;
         posenc::alloc::check_allocation("the encode output", bytes)?;
         let (ids, positions, embeddings) = (ids.ids.view(), positions.view(), table.embeddings());
-        on_device(device, gpu_memory_budget, |ctx| match (ctx, &spec, &learned) {
+        let job = HostJob::encode(positions, width as u64, bytes, spec.is_some());
+        on_device(device, gpu_memory_budget, job, |ctx| match (ctx, &spec, &learned) {
             (None, Some(spec), _) => cpu::encode(spec, embeddings, ids, positions, &options),
             (None, None, Some(p)) => {
                 cpu::encode_learned(p.embeddings(), embeddings, ids, positions, &options)

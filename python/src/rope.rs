@@ -14,6 +14,7 @@ use pyo3::prelude::*;
 
 use crate::pe::{ConfigSource, InvFreq, bf16_view, bits_of, inv_freq_of, u32_positions};
 use crate::{Device, Failure, Noted, compute, on_device};
+use posenc::placement::HostJob;
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(rope, m)?)?;
@@ -367,23 +368,32 @@ fn rope<'py>(
         let p = positions.view();
         Ok(match &view {
             TensorView::F32(x) => {
-                let (a, note) =
-                    on_device(device, None, |ctx| rotate(ctx, &spec, x.view(), p, layout))?;
+                let (a, note) = on_device(device, None, rope_job::<f32>(x.len()), |ctx| {
+                    rotate(ctx, &spec, x.view(), p, layout)
+                })?;
                 (crate::pe::Out::F32(a.into_dyn()), note)
             }
             TensorView::F16(x) => {
-                let (a, note) =
-                    on_device(device, None, |ctx| rotate(ctx, &spec, x.view(), p, layout))?;
+                let (a, note) = on_device(device, None, rope_job::<f16>(x.len()), |ctx| {
+                    rotate(ctx, &spec, x.view(), p, layout)
+                })?;
                 (crate::pe::Out::F16(a.into_dyn()), note)
             }
             TensorView::Bf16(x) => {
-                let (a, note) =
-                    on_device(device, None, |ctx| rotate(ctx, &spec, x.view(), p, layout))?;
+                let (a, note) = on_device(device, None, rope_job::<bf16>(x.len()), |ctx| {
+                    rotate(ctx, &spec, x.view(), p, layout)
+                })?;
                 (crate::pe::Out::Bf16(bits_of(a).into_dyn()), note)
             }
         })
     })?;
     Ok((out.into_py(py), note))
+}
+
+/// RoPE of `elements` elements of `T`, for `auto`'s cost model.
+fn rope_job<T: Element>(elements: usize) -> HostJob {
+    let elements = elements as u64;
+    HostJob::Rope { elements, bytes: elements * size_of::<T>() as u64 }
 }
 
 fn rotate<T: Element>(
@@ -555,7 +565,7 @@ fn rope_cache<'py>(
                 cache_request(&options, head_dim, len, positions_spec.as_deref(), given)?;
             let values = 2 * positions.len() as u64 * u64::from(spec.rotary_dim());
             posenc::alloc::check_allocation("the rope cache", values.saturating_mul(8))?;
-            let done = on_device(device, None, |ctx| match ctx {
+            let done = on_device(device, None, HostJob::Table { values }, |ctx| match ctx {
                 None => cpu::rope_cache(&spec, &positions),
                 Some(ctx) => ctx.rope_cache(&spec, &positions),
             })?;

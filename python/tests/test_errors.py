@@ -114,8 +114,9 @@ def test_no_panic_crosses():
 
 def test_gpu_error_carries_the_clis_message(cli):
     """No adapter for the backend asked for: GpuError with the command line's line, and
-    device="auto" falls back to the CPU with a DeviceWarning saying why."""
-    env = {"WGPU_BACKEND": "webgpu"}
+    device="auto" in its GPU-first form (POSENC_AUTO=gpu) falls back to the CPU with a
+    DeviceWarning saying why."""
+    env = {"WGPU_BACKEND": "webgpu", "POSENC_AUTO": "gpu"}
     expected = cli.error("table", "--dim", 8, "--device", "gpu", env=env)
     code = (
         "import posenc, warnings, sys\n"
@@ -135,3 +136,27 @@ def test_gpu_error_carries_the_clis_message(cli):
     assert lines[0] == expected
     assert lines[1].startswith("(8, 8) DeviceWarning posenc: note: computing on the CPU: no GPU adapter")
     assert issubclass(posenc.GpuError, RuntimeError)
+
+
+def test_auto_computes_small_host_results_on_the_cpu_without_a_gpu(cli):
+    """device="auto" by its cost model: a small table goes to the CPU at once, with no
+    warning even where no adapter would open; a malformed POSENC_AUTO is refused by name."""
+    code = (
+        "import posenc, warnings\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    t = posenc.table(8, device='auto')\n"
+        "    print(t.shape, len(w))\n"
+        "print((t == posenc.table(8, device='cpu')).all())\n"
+    )
+    env = {**os.environ, "WGPU_BACKEND": "webgpu"}
+    env.pop("POSENC_AUTO", None)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, cwd="/", timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["(8, 8) 0", "True"]
+    bad = subprocess.run([sys.executable, "-c", "import posenc; posenc.table(8)"],
+                         capture_output=True, text=True, env={**env, "POSENC_AUTO": "fast"},
+                         cwd="/", timeout=120)
+    assert bad.returncode != 0
+    assert "POSENC_AUTO" in bad.stderr and "cost or gpu" in bad.stderr, bad.stderr

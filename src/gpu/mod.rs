@@ -486,6 +486,12 @@ impl Context {
         &self.adapter
     }
 
+    /// Whether the adapter runs shaders on the CPU's cores (`DeviceType::Cpu`: lavapipe,
+    /// llvmpipe, WARP, SwiftShader).
+    pub fn is_software(&self) -> bool {
+        self.adapter.get_info().device_type == wgpu::DeviceType::Cpu
+    }
+
     /// [`AdapterSummary`] of this context's adapter.
     pub fn summary(&self) -> AdapterSummary {
         AdapterSummary::of(&self.adapter)

@@ -3,6 +3,7 @@
 
 use clap::ValueEnum;
 use ndarray::Array2;
+use posenc::placement::{AutoPolicy, HostJob};
 use posenc::{Error, PeSpec, gpu};
 
 use crate::failure::{Failure, note};
@@ -15,7 +16,8 @@ pub(crate) enum FastDevice {
     Cpu,
     /// The GPU, through wgpu.
     Gpu,
-    /// The GPU if one opens, else the CPU.
+    /// The faster of the two for a host result (a cost model; `POSENC_AUTO=gpu`: the GPU
+    /// if one opens), the CPU when the GPU fails.
     Auto,
 }
 
@@ -60,14 +62,18 @@ impl Compute {
     }
 }
 
-/// Runs `work` where `device` says and returns what it computed.
+/// Runs `work`, whose result is `job`, where `device` says and returns what it computed.
 ///
 /// - `cpu`: on the CPU; no GPU is opened.
 /// - `gpu`: on the GPU; any failure stands (exit 1, one line), save a malformed posenc
 ///   variable met while opening it (exit 2).
-/// - `auto`: on the GPU, unless none opens or the work meets a device fault there (see
-///   [`is_device_fault`]): then one `posenc: note:` line says why and `work` runs again on
-///   the CPU, which gives the same bits. The context is dropped before the CPU starts.
+/// - `auto`: every command's result goes to the host, so by default
+///   ([`AutoPolicy::Cost`]) on the CPU unless the cost model expects the GPU to deliver
+///   `job` sooner ([`HostJob::prefers_gpu`]) and the adapter that opens is a hardware one;
+///   with `POSENC_AUTO=gpu`, on the GPU whenever one opens. On the GPU, unless none opens
+///   or the work meets a device fault there (see [`is_device_fault`]): then one `posenc:
+///   note:` line says why and `work` runs again on the CPU, which gives the same bits. The
+///   context is dropped before the CPU starts.
 ///
 /// `work` must leave no trace when it fails, so that running it twice is safe: it computes
 /// into memory and the caller writes the output once it has it, or it writes a file that
@@ -76,12 +82,27 @@ impl Compute {
 pub(crate) fn on_device<T>(
     device: FastDevice,
     budget: Option<u64>,
+    job: HostJob,
     work: impl Fn(&Compute) -> Result<T, Failure>,
 ) -> Result<T, Failure> {
+    let policy = match device {
+        FastDevice::Auto => AutoPolicy::from_env()?,
+        _ => AutoPolicy::Gpu,
+    };
+    let cost = policy == AutoPolicy::Cost;
+    if cost && !job.prefers_gpu(posenc::placement::cpu_threads(), false) {
+        return work(&Compute::Cpu);
+    }
     let why = match device {
         FastDevice::Cpu => return work(&Compute::Cpu),
         FastDevice::Gpu => return work(&Compute::open_gpu(budget)?),
         FastDevice::Auto => match Compute::open_gpu(budget) {
+            // A software adapter runs the kernels on these same cores, slower than the
+            // CPU path (docs/performance.md).
+            Ok(Compute::Gpu(ctx)) if cost && ctx.is_software() => {
+                drop(ctx);
+                return work(&Compute::Cpu);
+            }
             Ok(gpu) => match work(&gpu) {
                 Err(Failure { error, delivered: false, .. }) if is_device_fault(&error) => {
                     format!("the GPU failed, computing on the CPU instead: {error}")

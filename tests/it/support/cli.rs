@@ -8,14 +8,20 @@ use std::time::{Duration, Instant};
 
 use ndarray::{Array, Dimension};
 use posenc::npy;
+pub use posenc::placement::AUTO_ENV;
 
 pub fn posenc(args: &[&str]) -> Output {
     posenc_env(args, &[])
 }
 
+/// Runs `posenc ARGS` under `env`. Unless `env` sets `POSENC_AUTO`, `--device auto` runs
+/// in its GPU-first form (`POSENC_AUTO=gpu`): the CLI tests of `auto` test its fallbacks
+/// from a GPU to the CPU, which the default cost model would skip by choosing the CPU for
+/// their small results; `gpu/cli/auto.rs` tests the cost model.
 pub fn posenc_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_posenc"));
     cmd.args(args);
+    cmd.env(AUTO_ENV, "gpu");
     for (k, v) in env {
         cmd.env(k, v);
     }

@@ -9,6 +9,7 @@ use crate::args::{spec_of, whole};
 use crate::device::{FastDevice, on_device};
 use crate::failure::Failure;
 use crate::output::to_stdout;
+use posenc::placement::HostJob;
 
 /// Positions per starting point in the accuracy report.
 const ACCURACY_RUN: u32 = 64;
@@ -47,8 +48,9 @@ pub(crate) fn run(args: &AccuracyArgs) -> Result<(), Failure> {
         })
         .collect();
 
+    let job = HostJob::Table { values: positions.len() as u64 * spec.dim() as u64 };
     let (fast, engine) =
-        on_device(args.device, None, |c| Ok((c.table(&spec, &positions)?, c.describe())))?;
+        on_device(args.device, None, job, |c| Ok((c.table(&spec, &positions)?, c.describe())))?;
     let exact = reference::table(&spec, &positions);
     let naive = naive::table(&spec, &positions);
 

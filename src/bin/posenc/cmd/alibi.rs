@@ -11,6 +11,7 @@ use crate::args::whole;
 use crate::device::{Compute, FastDevice, on_device};
 use crate::failure::Failure;
 use crate::output::{emit, output_help, refuse_binary_on_terminal, target, to_stdout};
+use posenc::placement::HostJob;
 
 /// `posenc alibi --help` after the options, before the exit statuses.
 pub(crate) const HELP: &str = "Slopes of H heads: for H a power of two, m_k = 2^(-8k/H) for k = \
@@ -105,7 +106,8 @@ pub(crate) fn run(args: &AlibiArgs) -> Result<(), Failure> {
         .map_err(Failure::usage)?;
 
     // The request is valid: from here on failures are the run's (exit 1).
-    let bias = on_device(args.device, None, |c| match c {
+    let job = HostJob::Alibi { values: u64::try_from(spec.n_values()).unwrap_or(u64::MAX) };
+    let bias = on_device(args.device, None, job, |c| match c {
         Compute::Cpu => Ok(alibi::bias_cpu(&spec)?),
         Compute::Gpu(ctx) => {
             check_allocation("the ALiBi bias", spec.n_values() as u64 * 4)?;

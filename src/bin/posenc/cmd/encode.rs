@@ -19,6 +19,7 @@ use crate::args::{OutDtype, PeArgs, parse_budget, refuse_off_gpu, whole, whole_a
 use crate::device::{Compute, FastDevice, on_device};
 use crate::failure::Failure;
 use crate::output::{emit, output_help, refuse_binary_on_terminal, target};
+use posenc::placement::HostJob;
 
 /// `posenc encode --help` after the options, before the exit statuses.
 pub(crate) const HELP: &str = "Positions: --positions gives each token's; --offsets gives each \
@@ -140,7 +141,8 @@ pub(crate) fn run(args: &EncodeArgs) -> Result<(), Failure> {
     let values = input.ids.len() as u64 * input.table.dim().1 as u64;
     let bytes = values * input.options.out_dtype.size() as u64;
     posenc::alloc::check_allocation("the encode output", bytes)?;
-    let done = on_device(args.device, args.gpu_memory_budget, |c| match c {
+    let job = input.host_job(bytes);
+    let done = on_device(args.device, args.gpu_memory_budget, job, |c| match c {
         Compute::Gpu(ctx) => {
             let batch = stream_batch(ctx, &input, args.stream_batch);
             if input.ids.len() > batch {
@@ -376,6 +378,12 @@ struct EncodeInput {
 }
 
 impl EncodeInput {
+    /// The work for `--device auto`'s cost model: `bytes` of output.
+    fn host_job(&self, bytes: u64) -> HostJob {
+        let sinusoid = matches!(self.pe, PeInput::Spec(_));
+        HostJob::encode(&self.positions, self.table.dim().1 as u64, bytes, sinusoid)
+    }
+
     /// `(batch, len, dim)` of the output.
     fn shape(&self) -> (usize, usize, usize) {
         let (batch, len) = self.ids.dim();

@@ -14,6 +14,7 @@ use crate::args::{refuse_without, whole};
 use crate::device::{Compute, FastDevice, on_device};
 use crate::failure::Failure;
 use crate::output::{emit, output_help, refuse_binary_on_terminal, target};
+use posenc::placement::HostJob;
 
 /// `posenc rope --help` after the options, before the exit statuses.
 pub(crate) const HELP: &str = "For frequency i < r/2 (r = --rotary-dim) and the dimensions (a, b) \
@@ -260,7 +261,13 @@ pub(crate) fn run(args: &RopeArgs) -> Result<(), Failure> {
     let (spec, layout) = (&input.spec, input.layout);
     let positions = input.positions.for_tensor(&input.tensor);
     let p = positions.as_ref().map(|p| p.view());
-    let rotated = on_device(args.device, None, |c| {
+    let (elements, size) = match &input.tensor {
+        RopeTensor::F32(x) => (x.len(), 4),
+        RopeTensor::F16(x) => (x.len(), 2),
+        RopeTensor::Bf16(x) => (x.len(), 2),
+    };
+    let job = HostJob::Rope { elements: elements as u64, bytes: elements as u64 * size };
+    let rotated = on_device(args.device, None, job, |c| {
         Ok(match &input.tensor {
             RopeTensor::F32(x) => RopeTensor::F32(rotate(c, spec, x, p, layout)?),
             RopeTensor::F16(x) => RopeTensor::F16(rotate(c, spec, x, p, layout)?),

@@ -16,6 +16,7 @@ use crate::args::whole;
 use crate::device::{Compute, FastDevice, on_device};
 use crate::failure::Failure;
 use crate::output::{emit, output_help, refuse_binary_on_terminal, target};
+use posenc::placement::HostJob;
 
 /// `posenc rope-cache --help` after the options, before the exit statuses.
 pub(crate) const HELP: &str = "Writes cos and sin of shape [positions, rotary_dim] as a Hugging \
@@ -98,7 +99,7 @@ pub(crate) fn run(args: &RopeCacheArgs) -> Result<(), Failure> {
     let values = 2 * positions.len() as u64 * u64::from(spec.rotary_dim());
     // The [positions, r/2, 2] table and the two laid-out tables, in f32.
     check_allocation("the rope cache", values.saturating_mul(8))?;
-    let cache = on_device(args.device, None, |c| {
+    let cache = on_device(args.device, None, HostJob::Table { values }, |c| {
         Ok(match c {
             Compute::Cpu => cpu::rope_cache(&spec, &positions)?,
             Compute::Gpu(ctx) => ctx.rope_cache(&spec, &positions)?,

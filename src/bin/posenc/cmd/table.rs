@@ -12,6 +12,7 @@ use crate::args::{PeArgs, parse_budget, refuse_off_gpu, whole};
 use crate::device::{FastDevice, on_device};
 use crate::failure::Failure;
 use crate::output::{emit, output_help, refuse_binary_on_terminal, reserve_table, target};
+use posenc::placement::HostJob;
 
 /// `--dim` when neither `--dim` nor `--config` is given.
 const DEFAULT_DIM: u32 = 512;
@@ -134,7 +135,10 @@ pub(crate) fn run(args: &TableArgs) -> Result<(), Failure> {
     // The request is valid: from here on failures are the run's (exit 1), save a malformed
     // environment variable met when the GPU opens.
     let table = match args.device.fast() {
-        Some(fast) => on_device(fast, args.gpu_memory_budget, |c| c.table(&spec, &positions))?,
+        Some(fast) => {
+            let job = HostJob::Table { values: positions.len() as u64 * spec.dim() as u64 };
+            on_device(fast, args.gpu_memory_budget, job, |c| c.table(&spec, &positions))?
+        }
         None => {
             reserve_table(&spec, &positions)?;
             reference::table_f32(&spec, &positions)

@@ -14,7 +14,7 @@ use std::process::{Command, Output, Stdio};
 
 use ndarray::{Array2, Array4};
 
-use crate::support::cli::{Dir, WATCHDOG, posenc_lines, stderr, wait_or_kill};
+use crate::support::cli::{AUTO_ENV, Dir, WATCHDOG, posenc_lines, stderr, wait_or_kill};
 
 const BIN: &str = env!("CARGO_BIN_EXE_posenc");
 
@@ -116,6 +116,9 @@ fn under_address_space(kb: u64, args: &[&str]) -> Output {
         .arg(format!(r#"ulimit -v {kb} && exec "$0" "$@""#))
         .arg(BIN)
         .args(args)
+        // `auto` in its GPU-first form: the limit must stop the drivers (the cost model
+        // would not open them for these small results).
+        .env(AUTO_ENV, "gpu")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
