@@ -10,7 +10,7 @@ use std::path::Path;
 /// uses.
 const LAYERS: &[&[&str]] = &[
     &["error", "convert"],
-    &["spec", "alloc", "positions", "dtype", "source"],
+    &["spec", "alloc", "positions", "dtype", "source", "placement"],
     &["exact", "naive", "npy", "output"],
     &["reference", "rope", "encode"],
     &["model_config", "weights", "cpu"],
