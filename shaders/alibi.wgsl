@@ -17,12 +17,15 @@ struct Params {
     causal: u32,
     // The head of slopes[0] (the host binds only this chunk's slopes).
     head0: u32,
-    // Workgroups along x (the stride of the column loop) and along y (rows fold into z).
+    // Workgroups along x (the stride of the column loop) and along y (row blocks fold into
+    // z).
     groups_x: u32,
     groups_y: u32,
     // The index in `out` of the chunk's first value.
     out_base: u32,
-    _pad: u32,
+    // Rows each workgroup serves, one after another: 1 on GPUs; more on adapters that run
+    // shaders on CPU cores, where each workgroup costs a task of their thread pool.
+    rows_per_group: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -66,21 +69,25 @@ fn bias_bits(slope_bits: u32, q: u32, k: u32, causal: bool) -> u32 {
     return neg_scaled_bits(slope_bits, d);
 }
 
-// One row per workgroup row (y, folded into z); the workgroups along x stride over its keys.
+// A block of rows_per_group rows per workgroup row (y, folded into z); the workgroups along
+// x stride over each row's keys.
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn alibi(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
-    let r = wg.z * params.groups_y + wg.y;
-    if r >= params.n_rows {
-        return;
-    }
-    let row = params.row0 + r;
-    let head = row / params.len;
-    let q = params.offset + (row - head * params.len);
-    let slope = slopes[head - params.head0];
+    let block = wg.z * params.groups_y + wg.y;
     let causal = params.causal != 0u;
-    let base = params.out_base + r * params.n_cols;
     let stride = params.groups_x * WORKGROUP_SIZE;
-    for (var c = wg.x * WORKGROUP_SIZE + li; c < params.n_cols; c += stride) {
-        out[base + c] = bias_bits(slope, q, params.col0 + c, causal);
+    for (var i = 0u; i < params.rows_per_group; i++) {
+        let r = block * params.rows_per_group + i;
+        if r >= params.n_rows {
+            return;
+        }
+        let row = params.row0 + r;
+        let head = row / params.len;
+        let q = params.offset + (row - head * params.len);
+        let slope = slopes[head - params.head0];
+        let base = params.out_base + r * params.n_cols;
+        for (var c = wg.x * WORKGROUP_SIZE + li; c < params.n_cols; c += stride) {
+            out[base + c] = bias_bits(slope, q, params.col0 + c, causal);
+        }
     }
 }

@@ -160,7 +160,7 @@ pub fn params(entry: &str) -> Params {
             groups_x,
             groups_y,
             out_base,
-            _pad,
+            rows_per_group,
         }),
         "rope_cs" => params!(RopeCsParams {
             n_pairs,

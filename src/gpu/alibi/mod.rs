@@ -39,14 +39,49 @@ pub struct AlibiParams {
     pub groups_y: u32,
     /// Index in the bound output of the dispatch's first value.
     pub out_base: u32,
-    /// Padding to a multiple of 16 bytes, as uniform buffers want.
-    pub _pad: u32,
+    /// Rows each workgroup serves ([`AlibiShape`]).
+    pub rows_per_group: u32,
 }
 
 /// Most workgroups along x. A longer chunk row is covered by the kernel's loop, so a long
 /// decoding row keeps each thread busy with several keys instead of launching millions of
 /// workgroups.
 pub(super) const MAX_GROUPS_X: u32 = 1024;
+
+/// How a dispatch of `rows` rows of `cols` keys is cut: on GPUs one row per workgroup row
+/// and a thread per key (the most workgroups); on adapters that run shaders on CPU cores,
+/// where each workgroup costs a task of their thread pool, blocks of
+/// [`CPU_ROWS_PER_GROUP`] rows and up to [`CPU_KEYS_PER_THREAD`] keys per thread. On
+/// lavapipe (2026-11-26) bloom-7b1's 32 x 512 x 512 bias took 45.6 ms with a thread per key
+/// and a workgroup per row, 27.8 ms with 4 keys per thread, 25.1 ms with blocks of 16 rows
+/// as well; its decode step's 32 x 2048, 0.40 and 0.18 ms a step. (A loop of the short
+/// product route alone over the keys within 2^24 of the query, beside loops of the full
+/// route, measured slower there: 62 against 45.6 ms.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct AlibiShape {
+    pub(super) groups_x: u32,
+    pub(super) rows_per_group: u32,
+}
+
+/// Rows per workgroup on adapters that run shaders on CPU cores.
+const CPU_ROWS_PER_GROUP: u32 = 16;
+
+/// Keys per thread on adapters that run shaders on CPU cores.
+const CPU_KEYS_PER_THREAD: u64 = 4;
+
+impl AlibiShape {
+    pub(super) fn new(cols: u64, coalesced: bool, max_groups: u32) -> Self {
+        let keys = if coalesced { 1 } else { CPU_KEYS_PER_THREAD };
+        let groups_x = (cols.div_ceil(u64::from(WORKGROUP_SIZE) * keys) as u32)
+            .clamp(1, MAX_GROUPS_X.min(max_groups));
+        Self { groups_x, rows_per_group: if coalesced { 1 } else { CPU_ROWS_PER_GROUP } }
+    }
+
+    /// Workgroups along y and z for `rows` rows.
+    pub(super) fn fold(self, rows: u32, max_groups: u32) -> (u32, u32) {
+        fold_dispatch(rows.div_ceil(self.rows_per_group), max_groups)
+    }
+}
 
 #[derive(Clone)]
 pub(super) struct AlibiKernel {
@@ -241,10 +276,9 @@ impl Context {
                     0,
                     bytemuck::cast_slice(&slope_bits[head0 as usize..head_end as usize]),
                 );
-                let groups_x = (chunk.n_cols.div_ceil(u64::from(WORKGROUP_SIZE)) as u32)
-                    .min(MAX_GROUPS_X)
-                    .min(max_groups);
-                let (groups_y, groups_z) = fold_dispatch(chunk.n_rows as u32, max_groups);
+                let shape = AlibiShape::new(chunk.n_cols, self.coalesced, max_groups);
+                let (groups_x, rows_per_group) = (shape.groups_x, shape.rows_per_group);
+                let (groups_y, groups_z) = shape.fold(chunk.n_rows as u32, max_groups);
                 let params = AlibiParams {
                     n_rows: chunk.n_rows as u32,
                     row0: chunk.row0 as u32,
@@ -256,6 +290,7 @@ impl Context {
                     head0: head0 as u32,
                     groups_x,
                     groups_y,
+                    rows_per_group,
                     ..AlibiParams::default()
                 };
                 self.queue.write_buffer(&params_buf, 0, bytemuck::bytes_of(&params));

@@ -5,11 +5,10 @@ use std::sync::Arc;
 
 use crate::alibi::{AlibiSpec, Form};
 use crate::error::{Error, Result};
-use crate::gpu::alibi::{AlibiKernel, AlibiParams, MAX_GROUPS_X};
+use crate::gpu::Context;
+use crate::gpu::alibi::{AlibiKernel, AlibiParams, AlibiShape};
 use crate::gpu::memory::DeviceBuffer;
 use crate::gpu::pass::{BindCache, Need, PartShape, Span, uniform_blocks};
-use crate::gpu::{Context, fold_dispatch};
-use crate::shaders::WORKGROUP_SIZE;
 
 /// The ALiBi bias of one spec, prepared once and recorded into the caller's command
 /// encoders: see [`Context::alibi_pass`].
@@ -87,8 +86,8 @@ impl Context {
         }
         let part_rows = self.alibi_part_rows(OP, rows, kv_len)?;
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
-        let groups_x = (kv_len.div_ceil(u64::from(WORKGROUP_SIZE)) as u32)
-            .clamp(1, MAX_GROUPS_X.min(max_groups));
+        let shape = AlibiShape::new(kv_len, self.coalesced, max_groups);
+        let (groups_x, rows_per_group) = (shape.groups_x, shape.rows_per_group);
         let params = AlibiParams {
             n_rows: rows as u32,
             n_cols: kv_len as u32,
@@ -96,6 +95,7 @@ impl Context {
             offset: spec.offset(),
             causal: u32::from(spec.form() == Form::Causal),
             groups_x,
+            rows_per_group,
             ..AlibiParams::default()
         };
         let kernel = self.alibi.get_or_init(|| AlibiKernel::new(&self.device)).clone();
@@ -234,7 +234,9 @@ impl AlibiPass {
                 .map(|(k, out)| {
                     let row0 = k as u64 * self.part_rows;
                     let rows = self.part_rows.min(all - row0) as u32;
-                    let (groups_y, groups_z) = fold_dispatch(rows, max_groups);
+                    let shape =
+                        AlibiShape { groups_x: 0, rows_per_group: self.params.rows_per_group };
+                    let (groups_y, groups_z) = shape.fold(rows, max_groups);
                     let params = AlibiParams {
                         n_rows: rows,
                         row0: row0 as u32,

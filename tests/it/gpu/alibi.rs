@@ -12,7 +12,16 @@ fn spec(heads: u32, len: u64, kv_len: Option<u64>, offset: u32, form: Form) -> A
     }
 }
 
+/// The bias of `spec` on `ctx` in both access patterns (GPUs' one row per workgroup row;
+/// CPU adapters' blocks of rows and several keys per thread) against the CPU, bit for bit.
 fn check(ctx: &posenc::gpu::Context, spec: &AlibiSpec) {
+    use posenc::gpu::AccessPattern;
+    for access in [AccessPattern::Coalesced, AccessPattern::Adjacent] {
+        check_one(&ctx.with_access_pattern(access), spec);
+    }
+}
+
+fn check_one(ctx: &posenc::gpu::Context, spec: &AlibiSpec) {
     let g = ctx.alibi_bias(spec).unwrap();
     let c = alibi::bias_cpu(spec).unwrap();
     assert_eq!(g.dim(), spec.shape());
@@ -74,6 +83,24 @@ fn gpu_chunks_tensors_larger_than_the_binding_cap() {
     check(&tiny, &spec(3, 4, Some(1000), u32::MAX - 3, Form::Symmetric));
     // More heads than one binding's worth of slopes: each chunk binds only its own.
     check(&tiny, &spec(200, 2, Some(3), 7, Form::Causal));
+    // Keys 2^24 from the query and nearer, the boundary between the kernel's two routes
+    // (product and integer) inside a chunk of 64 keys (keys 448 - 511). 12 heads: slopes
+    // that are not powers of two, for which the two routes differ past 2^24.
+    for form in [Form::Symmetric, Form::Causal] {
+        check(&tiny, &spec(12, 3, Some(1000), (1 << 24) + 500, form));
+    }
+}
+
+/// Keys more than 2^24 - 1 above the query (symmetric; the causal form's zeros there too),
+/// a row longer than one workgroup row's loop covers in one pass. One head's slope, 2^-8,
+/// gives the same bits by either route, so this checks the columns; the boundary test above
+/// checks the routes.
+#[test]
+fn gpu_equals_cpu_for_keys_far_above_the_query() {
+    let Some(ctx) = gpu() else { return };
+    for form in [Form::Symmetric, Form::Causal] {
+        check(ctx, &spec(1, 2, Some((1 << 24) + 40), 0, form));
+    }
 }
 
 #[test]
