@@ -35,14 +35,20 @@ impl AutoPolicy {
     /// The policy [`AUTO_ENV`] names, [`AutoPolicy::Cost`] when unset.
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] for any other value.
+    /// [`Error::InvalidParameter`] for any other value, one that is not UTF-8 included.
     pub fn from_env() -> Result<Self> {
-        match std::env::var(AUTO_ENV).as_deref() {
-            Err(_) | Ok("cost") => Ok(Self::Cost),
-            Ok("gpu") => Ok(Self::Gpu),
+        match std::env::var(AUTO_ENV) {
+            Err(std::env::VarError::NotPresent) => Ok(Self::Cost),
+            Ok(value) if value == "cost" => Ok(Self::Cost),
+            Ok(value) if value == "gpu" => Ok(Self::Gpu),
             Ok(other) => Err(Error::InvalidParameter {
                 field: AUTO_ENV,
-                value: other.to_string(),
+                value: other,
+                allowed: "cost or gpu",
+            }),
+            Err(std::env::VarError::NotUnicode(raw)) => Err(Error::InvalidParameter {
+                field: AUTO_ENV,
+                value: raw.to_string_lossy().into_owned(),
                 allowed: "cost or gpu",
             }),
         }
@@ -213,6 +219,15 @@ mod tests {
         unsafe { std::env::set_var(AUTO_ENV, "cpu") };
         let err = AutoPolicy::from_env().unwrap_err().to_string();
         assert!(err.contains("POSENC_AUTO") && err.contains("cost or gpu"), "{err}");
+        // Not UTF-8: refused too, not read as unset.
+        #[cfg(unix)]
+        {
+            use std::os::unix::ffi::OsStrExt;
+            let raw = std::ffi::OsStr::from_bytes(b"g\xffpu");
+            unsafe { std::env::set_var(AUTO_ENV, raw) };
+            let err = AutoPolicy::from_env().unwrap_err().to_string();
+            assert!(err.contains("POSENC_AUTO") && err.contains("cost or gpu"), "{err}");
+        }
         unsafe { std::env::remove_var(AUTO_ENV) };
         assert_eq!(AutoPolicy::from_env().unwrap(), AutoPolicy::Cost);
     }

@@ -161,7 +161,9 @@ pub(crate) fn on_device<T>(
     work: impl Fn(Option<&gpu::Context>) -> Result<T, Error>,
 ) -> Result<Noted<T>, Failure> {
     let on_gpu = |error| Failure { error, on_gpu: true };
-    let cost = device == Device::Auto && AutoPolicy::from_env()? == AutoPolicy::Cost;
+    // posenc's GPU variables are checked whichever device the model picks, as the CLI does.
+    let cost = device == Device::Auto
+        && gpu::Options::from_env().and(AutoPolicy::from_env())? == AutoPolicy::Cost;
     if cost && !job.prefers_gpu(cpu_threads(), gpu_is_open()) {
         return Ok((work(None)?, None));
     }

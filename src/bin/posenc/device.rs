@@ -86,7 +86,9 @@ pub(crate) fn on_device<T>(
     work: impl Fn(&Compute) -> Result<T, Failure>,
 ) -> Result<T, Failure> {
     let policy = match device {
-        FastDevice::Auto => AutoPolicy::from_env()?,
+        // posenc's GPU variables are checked whichever device the model picks, so a
+        // malformed one is refused the same way at every job size.
+        FastDevice::Auto => gpu::Options::from_env().and(AutoPolicy::from_env())?,
         _ => AutoPolicy::Gpu,
     };
     let cost = policy == AutoPolicy::Cost;

@@ -57,8 +57,10 @@ pub(crate) struct AlibiArgs {
           value_parser = whole::<u32>("a whole number in 0..=4294967295 (offset + len <= \
               4294967296)"))]
     offset: u32,
-    /// Where to compute. `auto` uses the GPU when one opens, else the CPU with a note on
-    /// stderr; `gpu` fails without one. cpu and gpu give the same bits.
+    /// Where to compute. `auto` computes where the result reaches the host sooner (the CPU
+    /// unless a large job meets a hardware GPU; POSENC_AUTO=gpu: the GPU when one opens),
+    /// and on the CPU with a note when the GPU fails; `gpu` fails without one. cpu and gpu
+    /// give the same bits.
     #[arg(long, value_enum, default_value_t = FastDevice::Auto)]
     device: FastDevice,
     #[arg(short, long, value_name = "OUT.npy", required_unless_present = "slopes",

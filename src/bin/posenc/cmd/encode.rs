@@ -73,8 +73,9 @@ pub(crate) struct EncodeArgs {
     /// refused); else none].
     #[arg(long, value_name = "S", value_parser = parse_scale, allow_hyphen_values = true)]
     scale: Option<Scale>,
-    /// Where to compute. `auto` uses the GPU when one opens, else the CPU with a note on
-    /// stderr; `gpu` fails without one.
+    /// Where to compute. `auto` computes where the result reaches the host sooner (the CPU
+    /// unless a large job meets a hardware GPU; POSENC_AUTO=gpu: the GPU when one opens),
+    /// and on the CPU with a note when the GPU fails; `gpu` fails without one.
     #[arg(long, value_enum, default_value_t = FastDevice::Auto)]
     device: FastDevice,
     /// Output dtype: f32 ('<f4'), f16 ('<f2') or bf16, stored as '<u2' holding the raw

@@ -62,8 +62,10 @@ pub(crate) struct RopeCacheArgs {
     /// safetensors: cos, sin and inv_freq with metadata. npy: [2, positions, rotary_dim].
     #[arg(long, value_enum, default_value_t = CacheFormat::Safetensors)]
     format: CacheFormat,
-    /// Where to compute. `auto` uses the GPU when one opens, else the CPU with a note on
-    /// stderr; `gpu` fails without one. cpu and gpu give the same bits.
+    /// Where to compute. `auto` computes where the result reaches the host sooner (the CPU
+    /// unless a large job meets a hardware GPU; POSENC_AUTO=gpu: the GPU when one opens),
+    /// and on the CPU with a note when the GPU fails; `gpu` fails without one. cpu and gpu
+    /// give the same bits.
     #[arg(long, value_enum, default_value_t = FastDevice::Auto)]
     device: FastDevice,
     #[arg(short, long, value_name = "OUT",

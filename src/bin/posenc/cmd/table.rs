@@ -41,8 +41,10 @@ pub(crate) struct TableArgs {
     positions: Option<String>,
     #[command(flatten)]
     pe: PeArgs,
-    /// Where to compute. `auto` uses the GPU when one opens, else the CPU with a note on
-    /// stderr; `gpu` fails without one. cpu and gpu give the same bits.
+    /// Where to compute. `auto` computes where the result reaches the host sooner (the CPU
+    /// unless a large job meets a hardware GPU; POSENC_AUTO=gpu: the GPU when one opens),
+    /// and on the CPU with a note when the GPU fails; `gpu` fails without one. cpu and gpu
+    /// give the same bits.
     #[arg(long, value_enum, default_value_t = Device::Auto)]
     device: Device,
     /// csv: no header, shortest round-trip decimals. npy: '<f4', C order, shape
@@ -70,7 +72,8 @@ enum Device {
     Gpu,
     /// The slow high-precision path, rounded to float32.
     Reference,
-    /// The GPU if one opens, else the CPU.
+    /// The faster of the two for this result (a cost model; POSENC_AUTO=gpu: the GPU if
+    /// one opens), the CPU when the GPU fails.
     Auto,
 }
 

@@ -74,4 +74,27 @@ fn a_malformed_posenc_auto_is_refused_in_one_line() {
     // `cpu` and `gpu` do not read it.
     let out = run(&["table", "--dim", "8", "--device", "cpu"], Some("fastest"));
     assert_ok(&out, "--device cpu beside a malformed POSENC_AUTO");
+    // Bytes that are not UTF-8 are refused too, not read as unset.
+    use std::os::unix::ffi::OsStrExt;
+    let raw = std::ffi::OsStr::from_bytes(b"g\xffpu");
+    let out = Command::new(BIN).args(["table", "--dim", "8"]).env(AUTO_ENV, raw).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("POSENC_AUTO"), "{}", stderr(&out));
+}
+
+/// posenc's GPU variables are checked under `auto` whichever device the model picks, so a
+/// malformed one is refused at every job size, not only when a GPU opens.
+#[test]
+fn auto_checks_the_gpu_variables_even_when_it_computes_on_the_cpu() {
+    for (var, value) in [("POSENC_GPU_ACCESS", "bogus"), ("POSENC_FAULT_INJECT", "meteor")] {
+        let out = Command::new(BIN)
+            .args(["table", "--dim", "8", "--len", "2"])
+            .env_remove(AUTO_ENV)
+            .env(var, value)
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{var}={value}: {err}");
+        assert!(err.contains(var) && err.lines().count() == 1, "{err}");
+    }
 }
