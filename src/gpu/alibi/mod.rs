@@ -39,7 +39,7 @@ pub struct AlibiParams {
     pub groups_y: u32,
     /// Index in the bound output of the dispatch's first value.
     pub out_base: u32,
-    /// Rows each workgroup serves ([`AlibiShape`]).
+    /// Rows each workgroup serves: 1 on GPUs, more on adapters that run shaders on CPU cores.
     pub rows_per_group: u32,
 }
 
