@@ -43,14 +43,6 @@ fn rope_cs(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index
     } else {
         p = positions[params.pos_base + slot];
     }
-    let sc = sincos_bits(phase_turns(p, steps[i]));
-    var c = bitcast<f32>(sc.y);
-    var s = bitcast<f32>(sc.x);
-    if (params.flags & FLAG_SCALE) != 0u {
-        // One correctly rounded f32 multiply each, as on the CPU.
-        let af = bitcast<f32>(params.scale_bits);
-        c = c * af;
-        s = s * af;
-    }
-    out[idx] = vec2<u32>(bitcast<u32>(c), bitcast<u32>(s));
+    let cs = rope_cos_sin(p, steps[i], (params.flags & FLAG_SCALE) != 0u, params.scale_bits);
+    out[idx] = bitcast<vec2<u32>>(cs);
 }

@@ -89,25 +89,11 @@ fn rope_pass(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_ind
     }
     let b = t / params.seq_len;
     let l = t - b * params.seq_len;
-    var p: u32;
-    if (params.flags & FLAG_OFFSETS) != 0u {
-        p = positions[params.pos_base + b] + l;
-    } else {
-        p = positions[params.pos_base + t];
-    }
-    let scaled = (params.flags & FLAG_SCALE) != 0u;
-    let af = bitcast<f32>(params.scale_bits);
+    let p = token_position(t, b, l);
     for (var f = li; f < params.n_freqs; f += RP_WORKGROUP) {
-        let sc = sincos_bits(phase_turns(p, steps[f]));
-        var c = bitcast<f32>(sc.y);
-        var s = bitcast<f32>(sc.x);
-        if scaled {
-            // One correctly rounded f32 multiply each, as on the CPU.
-            c = c * af;
-            s = s * af;
-        }
-        cos_w[f] = c;
-        sin_w[f] = s;
+        let cs = freq_cos_sin(p, f);
+        cos_w[f] = cs.x;
+        sin_w[f] = cs.y;
     }
     workgroupBarrier();
     let units = (params.q_heads + params.k_heads) * params.units_per_row;
@@ -120,33 +106,25 @@ fn rope_pass(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_ind
     }
 }
 
-// Rotates unit u of token (b, l): q's units first, then k's.
-fn rotate(u: u32, b: u32, l: u32) {
-    let per_row = params.units_per_row;
-    let q_units = params.q_heads * per_row;
-    let in_k = u >= q_units;
-    let w = select(u, u - q_units, in_k);
-    let h = w / per_row;
-    let x = w - h * per_row;
-    var ia: u32;
-    if in_k {
-        ia = params.k_base + b * params.k_seq + l * params.k_tok + h * params.k_head;
-    } else {
-        ia = params.q_base + b * params.q_seq + l * params.q_tok + h * params.q_head;
+// The position of token t, sequence b's token l.
+fn token_position(t: u32, b: u32, l: u32) -> u32 {
+    if (params.flags & FLAG_OFFSETS) != 0u {
+        return positions[params.pos_base + b] + l;
     }
-    ia += rope_unit_word(x);
+    return positions[params.pos_base + t];
+}
+
+// (cos, sin) of frequency f at position p, as rope_cs.wgsl computes them (the same bits).
+fn freq_cos_sin(p: u32, f: u32) -> vec2<f32> {
+    return rope_cos_sin(p, steps[f], (params.flags & FLAG_SCALE) != 0u, params.scale_bits);
+}
+
+// Rotates in place the unit whose first word is word `ia` of k (`in_k`) or of q; its
+// partner word follows `half_vecs` on (neox) or next to it (gptj f32).
+fn rotate_at(in_k: bool, ia: u32, c0: vec4<f32>, s0: vec4<f32>, c1: vec4<f32>, s1: vec4<f32>) {
     var ib = ia + 1u;
     if ROPE_NEOX {
         ib = ia + params.half_vecs;
-    }
-    let f = x * ROPE_UNIT_FREQS;
-    let c0 = cos4(f);
-    let s0 = sin4(f);
-    var c1 = c0;
-    var s1 = s0;
-    if ROPE_UNIT_FREQS == 8u {
-        c1 = cos4(f + 4u);
-        s1 = sin4(f + 4u);
     }
     let two = ROPE_NEOX || ROPE_F32;
     var a: vec4<u32>;
@@ -178,18 +156,31 @@ fn rotate(u: u32, b: u32, l: u32) {
     }
 }
 
-// One unit's (cos, sin) of frequency f at position p: the same expressions as the
-// workgroup's loop in rope_pass.
-fn cos_sin(p: u32, f: u32) -> vec2<f32> {
-    let sc = sincos_bits(phase_turns(p, steps[f]));
-    var c = bitcast<f32>(sc.y);
-    var s = bitcast<f32>(sc.x);
-    if (params.flags & FLAG_SCALE) != 0u {
-        let af = bitcast<f32>(params.scale_bits);
-        c = c * af;
-        s = s * af;
+// Rotates unit u of token (b, l): q's units first, then k's.
+fn rotate(u: u32, b: u32, l: u32) {
+    let per_row = params.units_per_row;
+    let q_units = params.q_heads * per_row;
+    let in_k = u >= q_units;
+    let w = select(u, u - q_units, in_k);
+    let h = w / per_row;
+    let x = w - h * per_row;
+    var ia: u32;
+    if in_k {
+        ia = params.k_base + b * params.k_seq + l * params.k_tok + h * params.k_head;
+    } else {
+        ia = params.q_base + b * params.q_seq + l * params.q_tok + h * params.q_head;
     }
-    return vec2<f32>(c, s);
+    ia += rope_unit_word(x);
+    let f = x * ROPE_UNIT_FREQS;
+    let c0 = cos4(f);
+    let s0 = sin4(f);
+    var c1 = c0;
+    var s1 = s0;
+    if ROPE_UNIT_FREQS == 8u {
+        c1 = cos4(f + 4u);
+        s1 = sin4(f + 4u);
+    }
+    rotate_at(in_k, ia, c0, s0, c1, s1);
 }
 
 @compute @workgroup_size(RP_WORKGROUP)
@@ -202,60 +193,31 @@ fn rope_pass_heads(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocati
     let x = g - t * RP_ROW_UNITS;
     let b = t / params.seq_len;
     let l = t - b * params.seq_len;
-    var p: u32;
-    if (params.flags & FLAG_OFFSETS) != 0u {
-        p = positions[params.pos_base + b] + l;
-    } else {
-        p = positions[params.pos_base + t];
-    }
+    let p = token_position(t, b, l);
     let f = x * ROPE_UNIT_FREQS;
-    let e0 = cos_sin(p, f);
-    let e1 = cos_sin(p, f + 1u);
-    let e2 = cos_sin(p, f + 2u);
-    let e3 = cos_sin(p, f + 3u);
+    let e0 = freq_cos_sin(p, f);
+    let e1 = freq_cos_sin(p, f + 1u);
+    let e2 = freq_cos_sin(p, f + 2u);
+    let e3 = freq_cos_sin(p, f + 3u);
     let c0 = vec4<f32>(e0.x, e1.x, e2.x, e3.x);
     let s0 = vec4<f32>(e0.y, e1.y, e2.y, e3.y);
     var c1 = c0;
     var s1 = s0;
     if ROPE_UNIT_FREQS == 8u {
-        let e4 = cos_sin(p, f + 4u);
-        let e5 = cos_sin(p, f + 5u);
-        let e6 = cos_sin(p, f + 6u);
-        let e7 = cos_sin(p, f + 7u);
+        let e4 = freq_cos_sin(p, f + 4u);
+        let e5 = freq_cos_sin(p, f + 5u);
+        let e6 = freq_cos_sin(p, f + 6u);
+        let e7 = freq_cos_sin(p, f + 7u);
         c1 = vec4<f32>(e4.x, e5.x, e6.x, e7.x);
         s1 = vec4<f32>(e4.y, e5.y, e6.y, e7.y);
     }
-    let two = ROPE_NEOX || ROPE_F32;
-    var partner = 1u;
-    if ROPE_NEOX {
-        partner = params.half_vecs;
-    }
-    var ia = params.q_base + b * params.q_seq + l * params.q_tok + rope_unit_word(x);
+    let word = rope_unit_word(x);
+    let q_at = params.q_base + b * params.q_seq + l * params.q_tok + word;
     for (var h = 0u; h < params.q_heads; h++) {
-        let a = q[ia];
-        var bw = a;
-        if two {
-            bw = q[ia + partner];
-        }
-        let r = rope_unit(a, bw, c0, s0, c1, s1);
-        q[ia] = r.a;
-        if two {
-            q[ia + partner] = r.b;
-        }
-        ia += params.q_head;
+        rotate_at(false, q_at + h * params.q_head, c0, s0, c1, s1);
     }
-    ia = params.k_base + b * params.k_seq + l * params.k_tok + rope_unit_word(x);
+    let k_at = params.k_base + b * params.k_seq + l * params.k_tok + word;
     for (var h = 0u; h < params.k_heads; h++) {
-        let a = k[ia];
-        var bw = a;
-        if two {
-            bw = k[ia + partner];
-        }
-        let r = rope_unit(a, bw, c0, s0, c1, s1);
-        k[ia] = r.a;
-        if two {
-            k[ia + partner] = r.b;
-        }
-        ia += params.k_head;
+        rotate_at(true, k_at + h * params.k_head, c0, s0, c1, s1);
     }
 }

@@ -48,6 +48,21 @@ fn sincos_bits(t: u32) -> vec2<u32> {
     return vec2<u32>(q131_to_f32_bits(sin_m, sin_neg), q131_to_f32_bits(cos_m, cos_neg));
 }
 
+// RoPE's (cos, sin) of position p for the frequency of turn step `step`, each multiplied by
+// the f32 whose bits are `scale_bits` when `scaled` (the attention factor): one correctly
+// rounded f32 multiply each, as on the CPU (src/cpu/rope.rs).
+fn rope_cos_sin(p: u32, step: vec2<u32>, scaled: bool, scale_bits: u32) -> vec2<f32> {
+    let sc = sincos_bits(phase_turns(p, step));
+    var c = bitcast<f32>(sc.y);
+    var s = bitcast<f32>(sc.x);
+    if scaled {
+        let af = bitcast<f32>(scale_bits);
+        c = c * af;
+        s = s * af;
+    }
+    return vec2<f32>(c, s);
+}
+
 // The phase of position p + start, given as r = p + start mod 2^32 and its carry: exact,
 // because 2^32 * step mod 2^64 has top half step.x and bottom half zero.
 fn phase_turns_u33(r: u32, carry: bool, step: vec2<u32>) -> u32 {

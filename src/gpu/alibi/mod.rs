@@ -76,11 +76,11 @@ impl AlibiShape {
             .clamp(1, MAX_GROUPS_X.min(max_groups));
         Self { groups_x, rows_per_group: if coalesced { 1 } else { CPU_ROWS_PER_GROUP } }
     }
+}
 
-    /// Workgroups along y and z for `rows` rows.
-    pub(super) fn fold(self, rows: u32, max_groups: u32) -> (u32, u32) {
-        fold_dispatch(rows.div_ceil(self.rows_per_group), max_groups)
-    }
+/// Workgroups along y and z for `rows` rows served `rows_per_group` to a workgroup.
+pub(super) fn fold_rows(rows: u32, rows_per_group: u32, max_groups: u32) -> (u32, u32) {
+    fold_dispatch(rows.div_ceil(rows_per_group), max_groups)
 }
 
 #[derive(Clone)]
@@ -278,7 +278,8 @@ impl Context {
                 );
                 let shape = AlibiShape::new(chunk.n_cols, self.coalesced, max_groups);
                 let (groups_x, rows_per_group) = (shape.groups_x, shape.rows_per_group);
-                let (groups_y, groups_z) = shape.fold(chunk.n_rows as u32, max_groups);
+                let (groups_y, groups_z) =
+                    fold_rows(chunk.n_rows as u32, rows_per_group, max_groups);
                 let params = AlibiParams {
                     n_rows: chunk.n_rows as u32,
                     row0: chunk.row0 as u32,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::alibi::{AlibiSpec, Form};
 use crate::error::{Error, Result};
 use crate::gpu::Context;
-use crate::gpu::alibi::{AlibiKernel, AlibiParams, AlibiShape};
+use crate::gpu::alibi::{AlibiKernel, AlibiParams, AlibiShape, fold_rows};
 use crate::gpu::memory::DeviceBuffer;
 use crate::gpu::pass::{BindCache, Need, PartShape, Span, uniform_blocks};
 
@@ -234,9 +234,8 @@ impl AlibiPass {
                 .map(|(k, out)| {
                     let row0 = k as u64 * self.part_rows;
                     let rows = self.part_rows.min(all - row0) as u32;
-                    let shape =
-                        AlibiShape { groups_x: 0, rows_per_group: self.params.rows_per_group };
-                    let (groups_y, groups_z) = shape.fold(rows, max_groups);
+                    let per = self.params.rows_per_group;
+                    let (groups_y, groups_z) = fold_rows(rows, per, max_groups);
                     let params = AlibiParams {
                         n_rows: rows,
                         row0: row0 as u32,

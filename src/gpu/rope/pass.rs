@@ -351,7 +351,6 @@ impl Context {
             }
             _ => {}
         }
-        let groups_y = 0; // set per step (`Fused::grid`)
         let af = freqs.attention_factor();
         let mut flags = if af == 1.0 { 0 } else { FLAG_SCALE };
         if desc.positions == Positions::PerSequence {
@@ -373,7 +372,8 @@ impl Context {
             flags,
             scale_bits: af.to_bits(),
             pos_base: 0,
-            groups_y,
+            // Set per step (`Fused::grid`).
+            groups_y: 0,
             units_per_row: n_freqs / kind.unit_freqs(),
             half_vecs: n_freqs / per_vec as u32,
             q_heads: g.heads as u32,
