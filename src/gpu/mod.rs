@@ -839,8 +839,21 @@ impl Context {
         staging: &wgpu::Buffer,
         dst: &mut [u8],
     ) -> Result<()> {
-        let index = self.queue.submit([encoder.finish()]);
         let len = dst.len() as u64;
+        self.finish_and_read_with(op, encoder, staging, len, |view| copy_out(dst, view)).await
+    }
+
+    /// Submits `encoder`, then hands `staging[..len]`, mapped, to `read` once the GPU is
+    /// done, and unmaps it; `read` is not called if the readback fails.
+    async fn finish_and_read_with(
+        &self,
+        op: &'static str,
+        encoder: wgpu::CommandEncoder,
+        staging: &wgpu::Buffer,
+        len: u64,
+        read: impl FnOnce(&[u8]),
+    ) -> Result<()> {
+        let index = self.queue.submit([encoder.finish()]);
         let slice = staging.slice(..len);
         let (tx, rx) = wait::oneshot();
         slice.map_async(wgpu::MapMode::Read, move |r| tx.send(r));
@@ -859,7 +872,7 @@ impl Context {
         {
             let view =
                 slice.get_mapped_range().map_err(|e| Error::Gpu { op, message: e.to_string() })?;
-            copy_out(dst, &view);
+            read(&view);
         }
         unmap.now();
         Ok(())
@@ -877,6 +890,25 @@ pub(crate) fn copy_out(dst: &mut [u8], src: &[u8]) {
         return;
     }
     dst.par_chunks_mut(PIECE).zip(src.par_chunks(PIECE)).for_each(|(d, s)| d.copy_from_slice(s));
+}
+
+/// [`copy_out`] into memory not yet initialised, every byte of which it writes (`dst` and
+/// `src` have the same length).
+pub(crate) fn copy_out_uninit(dst: &mut [std::mem::MaybeUninit<u8>], src: &[u8]) {
+    use rayon::prelude::*;
+    const PIECE: usize = 1 << 20;
+    assert_eq!(dst.len(), src.len(), "a readback fills its destination exactly");
+    let copy = |d: &mut [std::mem::MaybeUninit<u8>], s: &[u8]| {
+        // SAFETY: d and s have the same length (chunked alike from slices of the same
+        // length), d is writable and the two do not overlap (one is host memory, the other
+        // a mapping); MaybeUninit<u8> has u8's layout.
+        unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), d.as_mut_ptr().cast::<u8>(), s.len()) }
+    };
+    if dst.len() < 4 * PIECE {
+        copy(dst, src);
+        return;
+    }
+    dst.par_chunks_mut(PIECE).zip(src.par_chunks(PIECE)).for_each(|(d, s)| copy(d, s));
 }
 
 /// Scratch buffers kept between calls, so repeated calls neither allocate nor pay wgpu's

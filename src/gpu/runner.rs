@@ -12,7 +12,7 @@
 //! orders a queue's operations, so the next chunk's uploads, a later read of the result
 //! and a caller's own submissions all see the chunk complete without posenc waiting for it.
 
-use super::pending::Readback;
+use super::pending::{HostResult, Readback};
 use super::timing::SpanTimer;
 use super::{Context, PooledBuffer};
 use crate::error::Result;
@@ -24,7 +24,9 @@ pub(crate) enum Sink<'a> {
     /// Host memory, as [`Sink::Host`], except that the last chunk's readback is only
     /// started: [`Output::into_readback`] hands it over, to be waited on later. Every
     /// chunk before the last is read back at once.
-    HostDeferred(&'a mut [u8]),
+    /// The result starts unallocated ([`HostResult::deferred`]) and is allocated only when
+    /// a chunk before the last is copied into it.
+    HostDeferred(&'a mut HostResult),
     /// A device buffer, from byte `offset` (a multiple of 4) on, the result rounded up to
     /// whole words.
     Device { buffer: &'a wgpu::Buffer, offset: u64 },
@@ -181,8 +183,13 @@ impl<'a> Output<'a> {
             return Ok(());
         }
         match (&mut self.sink, &self.staging) {
-            (Sink::Host(dst) | Sink::HostDeferred(dst), Some(staging)) => {
+            (sink @ (Sink::Host(_) | Sink::HostDeferred(_)), Some(staging)) => {
                 encoder.copy_buffer_to_buffer(written, written_at, staging, 0, padded);
+                let dst = match sink {
+                    Sink::Host(dst) => &mut **dst,
+                    Sink::HostDeferred(host) => host.bytes_mut()?,
+                    Sink::Device { .. } => unreachable!("a host sink"),
+                };
                 let dst = &mut dst[at as usize..(at + bytes) as usize];
                 if padded == bytes {
                     self.ctx.finish_and_read(self.op.name, encoder, staging, dst).await?;

@@ -663,7 +663,13 @@ impl Context {
         offset: u64,
         size: u64,
     ) -> Result<Vec<u8>> {
-        let mut bytes = crate::alloc::try_zeroed_vec("a buffer read back", size as usize)?;
+        // Filled straight from the mapping, never zeroed first: one pass over its pages.
+        let n = size as usize;
+        let mut bytes: Vec<u8> = Vec::new();
+        if bytes.try_reserve_exact(n).is_err() {
+            return Err(Error::Alloc { what: "a buffer read back", bytes: size });
+        }
+        let mut filled = false;
         self.scoped_async("read_buffer", async || {
             let staging = self.pooled(
                 "posenc.read.staging",
@@ -674,9 +680,18 @@ impl Context {
                 label: Some("posenc.read.encoder"),
             });
             encoder.copy_buffer_to_buffer(buffer, offset, &staging, 0, size);
-            self.finish_and_read("read_buffer", encoder, &staging, &mut bytes).await
+            let dst = &mut bytes.spare_capacity_mut()[..n];
+            self.finish_and_read_with("read_buffer", encoder, &staging, size, |view| {
+                super::copy_out_uninit(dst, view);
+                filled = true;
+            })
+            .await
         })
         .await?;
+        if filled {
+            // SAFETY: copy_out_uninit wrote all n bytes of the spare capacity.
+            unsafe { bytes.set_len(n) };
+        }
         Ok(bytes)
     }
 }

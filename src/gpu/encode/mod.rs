@@ -670,12 +670,20 @@ impl Context {
         scale: Option<f32>,
         deferred: bool,
     ) -> Result<(HostResult, Option<Readback>)> {
-        let mut host = HostResult::zeros(options.out_dtype, ids.len() * table.dim)?;
-        let bytes = host.bytes_mut();
-        let readback = if bytes.is_empty() {
+        let n = ids.len() * table.dim;
+        let mut host = if deferred {
+            HostResult::deferred(options.out_dtype, n)
+        } else {
+            HostResult::zeros(options.out_dtype, n)?
+        };
+        let readback = if n == 0 {
             None
         } else {
-            let sink = if deferred { Sink::HostDeferred(bytes) } else { Sink::Host(bytes) };
+            let sink = if deferred {
+                Sink::HostDeferred(&mut host)
+            } else {
+                Sink::Host(host.bytes_mut()?)
+            };
             self.run_encode(pe, table, ids, positions, options, scale, sink, None).await?
         };
         Ok((host, readback))
