@@ -101,8 +101,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         println!(
-            "{{\"mib\": {mib}, \"copy_wait_us\": {:.1}, \"map_us\": {:.1}, \"copy_and_map_us\": {:.1}, \
-             \"memcpy_touched_us\": {:.1}, \"memcpy_fresh_us\": {:.1}, \"posenc_read_buffer_us\": {:.1}}}",
+            "{{\"mib\": {mib}, \"copy_wait_us\": {:.1}, \"map_us\": {:.1}, \
+             \"copy_and_map_us\": {:.1}, \"memcpy_touched_us\": {:.1}, \
+             \"memcpy_fresh_us\": {:.1}, \"posenc_read_buffer_us\": {:.1}}}",
             median(copy),
             median(map),
             median(both),
