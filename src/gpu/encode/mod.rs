@@ -178,33 +178,36 @@ fn stable_order(keys: &[u64]) -> Vec<u32> {
     packed.into_iter().map(|(_, g)| g).collect()
 }
 
+/// How one token chunk's tokens are grouped for `encode_x4`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Grouping {
+    /// Rows per table chunk.
+    pub(super) rows_per_chunk: u32,
+    /// Table chunks one dispatch binds (a window).
+    pub(super) table_slots: u32,
+    /// Windows: dispatches the table needs.
+    pub(super) windows: usize,
+    /// Most tokens per group (at most [`MAX_GROUP_TOKENS`]).
+    pub(super) cap: usize,
+    pub(super) pad_id: Option<u32>,
+}
+
 /// The `encode_x4` records of one token chunk: sorted tokens as `(id record, output row)`,
-/// then one `(first token, PE slot)` record per group of at most `group_cap` (at most
+/// then one `(first token, PE slot)` record per group of at most `g.cap` (at most
 /// [`MAX_GROUP_TOKENS`]) tokens sharing a window and a PE slot, then `(n, 0)`.
 ///
 /// `row_len`: tokens per sequence when the chunk is whole sequences, else 0. When every
 /// sequence of the chunk has the same PE slots (the usual batch: each row at positions
 /// `0..len`) and one dispatch binds the whole table, the groups are the columns (token `l`
-/// of every sequence), cut at `group_cap`, and the records are written in one pass with no
+/// of every sequence), cut at `g.cap`, and the records are written in one pass with no
 /// sort: at 8192 tokens the sort took 100 - 180 us of a 270 us call on the host, the
 /// largest part of it (2026-11-27).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn group_records(
-    ids: &[u32],
-    slots: &[u32],
-    rows_per_chunk: u32,
-    table_slots: u32,
-    windows: usize,
-    group_cap: usize,
-    pad_id: Option<u32>,
-    row_len: usize,
-) -> Records {
+pub(super) fn group_records(ids: &[u32], slots: &[u32], g: &Grouping, row_len: usize) -> Records {
     let n = ids.len();
-    if let Some(records) =
-        column_records(ids, slots, rows_per_chunk, table_slots, windows, group_cap, pad_id, row_len)
-    {
+    if let Some(records) = column_records(ids, slots, g, row_len) {
         return records;
     }
+    let Grouping { rows_per_chunk, table_slots, windows, cap, pad_id } = *g;
     let (order, placed, sorted) = sorted_tokens(ids, slots, rows_per_chunk, table_slots, pad_id);
     let mut words: Vec<u32> = Vec::with_capacity(4 * n + 2);
     for &g in &order {
@@ -221,7 +224,7 @@ pub(super) fn group_records(
             starts.push(groups);
         }
         let mut end = start + 1;
-        while end < n && end - start < group_cap && sorted[end] == key {
+        while end < n && end - start < cap && sorted[end] == key {
             end += 1;
         }
         words.extend([start as u32, key as u32]);
@@ -235,18 +238,9 @@ pub(super) fn group_records(
 
 /// [`group_records`] for a chunk of whole sequences that all have the same PE slots: the
 /// groups are the columns (token `l` of every sequence) within each window, cut at
-/// `group_cap`, found in one pass over the tokens. `None` where that does not hold.
-#[allow(clippy::too_many_arguments)]
-fn column_records(
-    ids: &[u32],
-    slots: &[u32],
-    rows_per_chunk: u32,
-    table_slots: u32,
-    windows: usize,
-    group_cap: usize,
-    pad_id: Option<u32>,
-    row_len: usize,
-) -> Option<Records> {
+/// `g.cap`, found in one pass over the tokens. `None` where that does not hold.
+fn column_records(ids: &[u32], slots: &[u32], g: &Grouping, row_len: usize) -> Option<Records> {
+    let Grouping { rows_per_chunk, table_slots, windows, cap, pad_id } = *g;
     let n = ids.len();
     if row_len == 0 || n == 0 || !n.is_multiple_of(row_len) || windows == 0 {
         return None;
@@ -256,7 +250,7 @@ fn column_records(
         return None;
     }
     let rows = n / row_len;
-    let cap = group_cap.max(1);
+    let cap = cap.max(1);
     // Each window's tokens in column-major order as (id record, output row), and where
     // each column's run in it begins.
     let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); windows];
@@ -1199,18 +1193,14 @@ impl<'a> EncodeCall<'a> {
             } else {
                 MAX_GROUP_TOKENS
             };
-            let rows = self.table.rows_per_chunk;
-            let slots = self.slots as u32;
-            group_records(
-                ids,
-                slots_of_tokens,
-                rows,
-                slots,
-                self.windows,
+            let grouping = Grouping {
+                rows_per_chunk: self.table.rows_per_chunk,
+                table_slots: self.slots as u32,
+                windows: self.windows,
                 cap,
-                self.pad_id,
-                row_len,
-            )
+                pad_id: self.pad_id,
+            };
+            group_records(ids, slots_of_tokens, &grouping, row_len)
         } else {
             let n_chunks = self.table.chunks.len();
             token_records(ids, slots_of_tokens, self.table.rows_per_chunk, n_chunks, self.pad_id)
@@ -1578,7 +1568,7 @@ mod tests {
         let ids = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21];
         // Slot 7 is shared by ten tokens: a full group of MAX_GROUP_TOKENS, then the rest.
         let slots = [7, 2, 7, 7, 7, 7, 7, 2, 7, 7, 7, 7];
-        let records = group_records(&ids, &slots, 100, 1, 1, MAX_GROUP_TOKENS, None, 0);
+        let records = group_records(&ids, &slots, &grouping(100, 1, 1, MAX_GROUP_TOKENS, None), 0);
         assert_eq!(MAX_GROUP_TOKENS, 8);
         let n = ids.len();
         let tokens: Vec<u32> = [1u32, 7, 0, 2, 3, 4, 5, 6, 8, 9, 10, 11]
@@ -1588,8 +1578,18 @@ mod tests {
         assert_eq!(records.words[..2 * n], tokens[..]);
         assert_eq!(records.words[2 * n..], [0, 2, 2, 7, 10, 7, 12, 0]);
         assert_eq!(records.starts, [0, 3]);
-        let empty = group_records(&[], &[], 1, 1, 1, MAX_GROUP_TOKENS, None, 0);
+        let empty = group_records(&[], &[], &grouping(1, 1, 1, MAX_GROUP_TOKENS, None), 0);
         assert_eq!(empty, Records { words: vec![0, 0], starts: vec![0, 0] });
+    }
+
+    fn grouping(
+        rows_per_chunk: u32,
+        table_slots: u32,
+        windows: usize,
+        cap: usize,
+        pad_id: Option<u32>,
+    ) -> Grouping {
+        Grouping { rows_per_chunk, table_slots, windows, cap, pad_id }
     }
 
     /// The groups `words` describes, each as (PE slot, its tokens' (id record, output row)),
@@ -1618,7 +1618,8 @@ mod tests {
                 _ => (0, id),
             };
             for cap in [1, 2, 5, MAX_GROUP_TOKENS] {
-                let r = group_records(&ids, &slots, 10, table_slots, windows, cap, Some(99), 4);
+                let g = grouping(10, table_slots, windows, cap, Some(99));
+                let r = group_records(&ids, &slots, &g, 4);
                 let groups = groups_of(&r.words, ids.len());
                 assert_eq!(r.starts.len(), windows + 1);
                 assert_eq!(r.starts[windows] as usize, groups.len());
@@ -1647,7 +1648,8 @@ mod tests {
         let mut other = slots.clone();
         other[17] = 4;
         for (slots, row_len) in [(&other, 4), (&slots, 0)] {
-            let r = group_records(&ids, slots, 10, 2, 1, MAX_GROUP_TOKENS, Some(99), row_len);
+            let g = grouping(10, 2, 1, MAX_GROUP_TOKENS, Some(99));
+            let r = group_records(&ids, slots, &g, row_len);
             let firsts: Vec<u32> = groups_of(&r.words, ids.len()).iter().map(|g| g.0).collect();
             let mut sorted = firsts.clone();
             sorted.sort_unstable();
@@ -1661,7 +1663,7 @@ mod tests {
         // 1), 25 is in window 1 (slot 0), 35 in window 1 (slot 1); 99 is the pad id.
         let ids = [25, 5, 99, 15, 35, 5];
         let slots = [3, 3, 3, 3, 3, 1];
-        let r = group_records(&ids, &slots, 10, 2, 3, MAX_GROUP_TOKENS, Some(99), 0);
+        let r = group_records(&ids, &slots, &grouping(10, 2, 3, MAX_GROUP_TOKENS, Some(99)), 0);
         let slot = |s: u32| s << SLOT_SHIFT;
         // Window 0 sorted by PE slot: token 5 (slot 1), then 1, 2 (pad), 3 (slot 3);
         // window 1: tokens 0 and 4.
