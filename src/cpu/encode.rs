@@ -321,10 +321,7 @@ fn fill(
     out: OutSlice<'_>,
 ) {
     let dim = table.dim().1;
-    let ids: Cow<'_, [u32]> = match ids.to_slice() {
-        Some(s) => Cow::Borrowed(s),
-        None => Cow::Owned(ids.iter().copied().collect()),
-    };
+    let ids = row_major(&ids);
     if dim == 0 || ids.is_empty() {
         return;
     }
@@ -349,7 +346,8 @@ fn flat_mut<T>(a: &mut Array3<T>) -> &mut [T] {
     a.as_slice_mut().expect("a new array is contiguous")
 }
 
-fn row_major<'a, T: Clone>(a: &ArrayView2<'a, T>) -> Cow<'a, [T]> {
+/// The elements of `a` in row-major order: borrowed when it is in standard order.
+pub(crate) fn row_major<'a, T: Clone>(a: &ArrayView2<'a, T>) -> Cow<'a, [T]> {
     match a.to_slice() {
         Some(s) => Cow::Borrowed(s),
         None => Cow::Owned(a.iter().cloned().collect()),
