@@ -883,25 +883,22 @@ impl Context {
 /// one core copies out of a mapping at about 10 GB/s (an H100 host, 2026-11-26), below what
 /// the bus delivers, and a fresh host array pays its page faults in the same loop.
 pub(crate) fn copy_out(dst: &mut [u8], src: &[u8]) {
-    use rayon::prelude::*;
-    const PIECE: usize = 1 << 20;
-    if dst.len() < 4 * PIECE {
-        dst.copy_from_slice(src);
-        return;
-    }
-    dst.par_chunks_mut(PIECE).zip(src.par_chunks(PIECE)).for_each(|(d, s)| d.copy_from_slice(s));
+    // SAFETY: MaybeUninit<u8> has u8's layout, and copy_out_uninit writes only initialised
+    // bytes through it, so `dst` stays initialised.
+    let dst = unsafe { &mut *(std::ptr::from_mut(dst) as *mut [std::mem::MaybeUninit<u8>]) };
+    copy_out_uninit(dst, src);
 }
 
 /// [`copy_out`] into memory not yet initialised, every byte of which it writes (`dst` and
-/// `src` have the same length).
+/// `src` have the same length; a readback's lengths always match).
 pub(crate) fn copy_out_uninit(dst: &mut [std::mem::MaybeUninit<u8>], src: &[u8]) {
     use rayon::prelude::*;
     const PIECE: usize = 1 << 20;
     assert_eq!(dst.len(), src.len(), "a readback fills its destination exactly");
     let copy = |d: &mut [std::mem::MaybeUninit<u8>], s: &[u8]| {
         // SAFETY: d and s have the same length (chunked alike from slices of the same
-        // length), d is writable and the two do not overlap (one is host memory, the other
-        // a mapping); MaybeUninit<u8> has u8's layout.
+        // length), d is writable and the two do not overlap (every caller copies out of a
+        // mapping or another allocation); MaybeUninit<u8> has u8's layout.
         unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), d.as_mut_ptr().cast::<u8>(), s.len()) }
     };
     if dst.len() < 4 * PIECE {

@@ -68,26 +68,19 @@ impl Readback {
 
     /// Waits for the chunk (at most [`super::SUBMISSION_TIMEOUT`]) and copies it into
     /// `host`, then hands the staging buffer back to the pool.
-    fn finish(mut self, ctx: &Context, op: &'static str, host: &mut [u8]) -> Result<()> {
-        self.mapped(ctx, op)?;
-        let staging = self.staging.take().expect("present until finished or dropped");
-        {
-            let slice = staging.slice(..self.padded);
-            let view =
-                slice.get_mapped_range().map_err(|e| Error::Gpu { op, message: e.to_string() })?;
-            super::copy_out(&mut host[self.at..self.at + self.bytes], &view[..self.bytes]);
-        }
-        staging.unmap();
-        Ok(())
+    fn finish(self, ctx: &Context, op: &'static str, host: &mut [u8]) -> Result<()> {
+        let dst = &mut host[self.at..self.at + self.bytes];
+        self.finish_with(ctx, op, |view| super::copy_out(dst, view))
     }
 
-    /// [`Readback::finish`] into memory not yet initialised, every byte of which it writes:
-    /// `dst` is the whole result's memory (the chunk must be all of it).
-    fn finish_uninit(
+    /// Waits for the chunk as [`Readback::finish`] does and hands its bytes, mapped, to
+    /// `read`, then hands the staging buffer back to the pool; `read` is not called if the
+    /// readback fails.
+    fn finish_with(
         mut self,
         ctx: &Context,
         op: &'static str,
-        dst: &mut [std::mem::MaybeUninit<u8>],
+        read: impl FnOnce(&[u8]),
     ) -> Result<()> {
         self.mapped(ctx, op)?;
         let staging = self.staging.take().expect("present until finished or dropped");
@@ -95,7 +88,7 @@ impl Readback {
             let slice = staging.slice(..self.padded);
             let view =
                 slice.get_mapped_range().map_err(|e| Error::Gpu { op, message: e.to_string() })?;
-            super::copy_out_uninit(dst, &view[..self.bytes]);
+            read(&view[..self.bytes]);
         }
         staging.unmap();
         Ok(())
@@ -282,16 +275,8 @@ impl HostResult {
             }
             Array3::from_shape_vec(shape, v).expect("the shape matches")
         }
-        let host = match self {
-            // Only an empty result reaches here unallocated (a deferred one is allocated by
-            // the wait that reads it back).
-            Self::Unallocated(dtype, n) => {
-                Self::zeros(dtype, n).unwrap_or(Self::Unallocated(dtype, 0))
-            }
-            host => host,
-        };
-        match host {
-            Self::Unallocated(..) => unreachable!("allocated above"),
+        match self {
+            Self::Unallocated(..) => unreachable!("a wait allocates a result before reading it"),
             Self::F32(v) => {
                 Encoded::F32(shaped(shape, v, |x| f32::from_bits(x.to_bits().swap_bytes())))
             }
@@ -352,13 +337,16 @@ impl PendingEncode {
                 if readback.at == 0 && readback.bytes == dtype.size() * n =>
             {
                 let host = HostResult::filled(dtype, n, |dst| {
-                    ctx.scoped(op, || readback.finish_uninit(&ctx, op, dst))
+                    ctx.scoped(op, || {
+                        readback.finish_with(&ctx, op, |view| super::copy_out_uninit(dst, view))
+                    })
                 })?;
                 Ok(host.into_encoded(shape))
             }
             (readback, mut host) => {
+                // Allocated even with nothing to read back (an empty result).
+                let bytes = host.bytes_mut()?;
                 if let Some(readback) = readback {
-                    let bytes = host.bytes_mut()?;
                     ctx.scoped(op, || readback.finish(&ctx, op, bytes))?;
                 }
                 Ok(host.into_encoded(shape))
