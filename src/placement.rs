@@ -37,18 +37,13 @@ impl AutoPolicy {
     /// # Errors
     /// [`Error::InvalidParameter`] for any other value, one that is not UTF-8 included.
     pub fn from_env() -> Result<Self> {
-        match std::env::var(AUTO_ENV) {
-            Err(std::env::VarError::NotPresent) => Ok(Self::Cost),
-            Ok(value) if value == "cost" => Ok(Self::Cost),
-            Ok(value) if value == "gpu" => Ok(Self::Gpu),
-            Ok(other) => Err(Error::InvalidParameter {
+        let Some(value) = std::env::var_os(AUTO_ENV) else { return Ok(Self::Cost) };
+        match value.to_str() {
+            Some("cost") => Ok(Self::Cost),
+            Some("gpu") => Ok(Self::Gpu),
+            _ => Err(Error::InvalidParameter {
                 field: AUTO_ENV,
-                value: other,
-                allowed: "cost or gpu",
-            }),
-            Err(std::env::VarError::NotUnicode(raw)) => Err(Error::InvalidParameter {
-                field: AUTO_ENV,
-                value: raw.to_string_lossy().into_owned(),
+                value: value.to_string_lossy().into_owned(),
                 allowed: "cost or gpu",
             }),
         }
