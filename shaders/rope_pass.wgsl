@@ -3,10 +3,10 @@
 //
 // `rope_pass`, for GPUs: a token's units (rope_unit.wgsl: q's heads, then k's) are cut into
 // blocks of RP_UNITS * RP_WORKGROUP, one workgroup per (block, token), RP_UNITS units per
-// invocation. The workgroup first computes its token's cos/sin with the exact phase
-// (rope_cs.wgsl's arithmetic, so the same bits) into workgroup memory, one frequency per
-// invocation, once for all the heads of its block; then each invocation reads its unit,
-// rotates it and writes it back. (One workgroup per token walking all its units measured 17
+// invocation. Each invocation first loads its units' words; the workgroup then computes its
+// token's cos/sin with the exact phase (rope_cs.wgsl's arithmetic, so the same bits) into
+// workgroup memory, one frequency per invocation, once for all the heads of its block, while
+// those loads are in flight; then each invocation rotates its units and writes them back. (One workgroup per token walking all its units measured 17
 // us per Llama-2-13B decode step on an H100, 2026-11-26: eight workgroups of serial units.)
 // A warp's units are consecutive units of consecutive head rows, so each load and store
 // instruction touches whole spans of rows in both layouts ([B, L, H, Dh]: a token's rows are
@@ -90,19 +90,41 @@ fn rope_pass(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_ind
     let b = t / params.seq_len;
     let l = t - b * params.seq_len;
     let p = token_position(t, b, l);
+    // Each invocation's words are loaded before the token's cos/sin are computed, so the
+    // memory's latency overlaps that arithmetic (a decode step waits for both in turn
+    // otherwise); the loops have constant bounds, so the words stay in registers.
+    let units = (params.q_heads + params.k_heads) * params.units_per_row;
+    var at: array<UnitAt, RP_UNITS>;
+    var words: array<RopeUnit, RP_UNITS>;
+    for (var k = 0u; k < RP_UNITS; k++) {
+        let u = (wg.x * RP_UNITS + k) * RP_WORKGROUP + li;
+        if u < units {
+            at[k] = unit_at(u, b, l);
+            words[k] = load_unit(at[k]);
+        }
+    }
     for (var f = li; f < params.n_freqs; f += RP_WORKGROUP) {
         let cs = freq_cos_sin(p, f);
         cos_w[f] = cs.x;
         sin_w[f] = cs.y;
     }
     workgroupBarrier();
-    let units = (params.q_heads + params.k_heads) * params.units_per_row;
     for (var k = 0u; k < RP_UNITS; k++) {
         let u = (wg.x * RP_UNITS + k) * RP_WORKGROUP + li;
         if u >= units {
             break;
         }
-        rotate(u, b, l);
+        let f = at[k].freq;
+        let c0 = cos4(f);
+        let s0 = sin4(f);
+        var c1 = c0;
+        var s1 = s0;
+        if ROPE_UNIT_FREQS == 8u {
+            c1 = cos4(f + 4u);
+            s1 = sin4(f + 4u);
+        }
+        let w = words[k];
+        store_unit(at[k], rope_unit(w.a, w.b, c0, s0, c1, s1));
     }
 }
 
@@ -119,45 +141,16 @@ fn freq_cos_sin(p: u32, f: u32) -> vec2<f32> {
     return rope_cos_sin(p, steps[f], (params.flags & FLAG_SCALE) != 0u, params.scale_bits);
 }
 
-// Rotates in place the unit whose first word is word `ia` of k (`in_k`) or of q; its
-// partner word follows `half_vecs` on (neox) or next to it (gptj f32).
-fn rotate_at(in_k: bool, ia: u32, c0: vec4<f32>, s0: vec4<f32>, c1: vec4<f32>, s1: vec4<f32>) {
-    var ib = ia + 1u;
-    if ROPE_NEOX {
-        ib = ia + params.half_vecs;
-    }
-    let two = ROPE_NEOX || ROPE_F32;
-    var a: vec4<u32>;
-    var bw: vec4<u32>;
-    if in_k {
-        a = k[ia];
-        bw = a;
-        if two {
-            bw = k[ib];
-        }
-    } else {
-        a = q[ia];
-        bw = a;
-        if two {
-            bw = q[ib];
-        }
-    }
-    let r = rope_unit(a, bw, c0, s0, c1, s1);
-    if in_k {
-        k[ia] = r.a;
-        if two {
-            k[ib] = r.b;
-        }
-    } else {
-        q[ia] = r.a;
-        if two {
-            q[ib] = r.b;
-        }
-    }
+// Where a unit lives: its first word `ia` in k (`in_k`) or q, and its first frequency.
+// Its partner word follows `half_vecs` on (neox) or next to it (gptj f32).
+struct UnitAt {
+    in_k: bool,
+    ia: u32,
+    freq: u32,
 }
 
-// Rotates unit u of token (b, l): q's units first, then k's.
-fn rotate(u: u32, b: u32, l: u32) {
+// Unit u of token (b, l): q's units first, then k's.
+fn unit_at(u: u32, b: u32, l: u32) -> UnitAt {
     let per_row = params.units_per_row;
     let q_units = params.q_heads * per_row;
     let in_k = u >= q_units;
@@ -170,17 +163,60 @@ fn rotate(u: u32, b: u32, l: u32) {
     } else {
         ia = params.q_base + b * params.q_seq + l * params.q_tok + h * params.q_head;
     }
-    ia += rope_unit_word(x);
-    let f = x * ROPE_UNIT_FREQS;
-    let c0 = cos4(f);
-    let s0 = sin4(f);
-    var c1 = c0;
-    var s1 = s0;
-    if ROPE_UNIT_FREQS == 8u {
-        c1 = cos4(f + 4u);
-        s1 = sin4(f + 4u);
+    return UnitAt(in_k, ia + rope_unit_word(x), x * ROPE_UNIT_FREQS);
+}
+
+// Whether a unit has a partner word (neox, or gptj f32).
+const TWO_WORDS: bool = ROPE_NEOX || ROPE_F32;
+
+fn partner(ia: u32) -> u32 {
+    if ROPE_NEOX {
+        return ia + params.half_vecs;
     }
-    rotate_at(in_k, ia, c0, s0, c1, s1);
+    return ia + 1u;
+}
+
+// The words of a unit (b is a copy of a when it has no partner).
+fn load_unit(at: UnitAt) -> RopeUnit {
+    var r: RopeUnit;
+    let ib = partner(at.ia);
+    if at.in_k {
+        r.a = k[at.ia];
+        r.b = r.a;
+        if TWO_WORDS {
+            r.b = k[ib];
+        }
+    } else {
+        r.a = q[at.ia];
+        r.b = r.a;
+        if TWO_WORDS {
+            r.b = q[ib];
+        }
+    }
+    return r;
+}
+
+// Writes a unit's rotated words back in place.
+fn store_unit(at: UnitAt, r: RopeUnit) {
+    let ib = partner(at.ia);
+    if at.in_k {
+        k[at.ia] = r.a;
+        if TWO_WORDS {
+            k[ib] = r.b;
+        }
+    } else {
+        q[at.ia] = r.a;
+        if TWO_WORDS {
+            q[ib] = r.b;
+        }
+    }
+}
+
+// Rotates in place the unit whose first word is word `ia` of k (`in_k`) or of q.
+fn rotate_at(in_k: bool, ia: u32, c0: vec4<f32>, s0: vec4<f32>, c1: vec4<f32>, s1: vec4<f32>) {
+    let at = UnitAt(in_k, ia, 0u);
+    let w = load_unit(at);
+    store_unit(at, rope_unit(w.a, w.b, c0, s0, c1, s1));
 }
 
 @compute @workgroup_size(RP_WORKGROUP)

@@ -370,6 +370,7 @@ pub(super) fn adapter_of(ctx: &gpu::Context) -> AdapterInfo {
         device_type: format!("{:?}", info.device_type),
         timing: ctx.timing_source(),
         access: format!("{:?}", ctx.access_pattern()).to_lowercase(),
+        units: ctx.chosen_units(),
     }
 }
 

@@ -23,12 +23,22 @@ pub struct AdapterInfo {
     /// The vec4 encode kernel's access pattern (`coalesced` or `adjacent`; see
     /// [`gpu::AccessPattern`], chosen by the adapter's type or `POSENC_GPU_ACCESS`).
     pub access: String,
+    /// Units per invocation of the encode and recorded RoPE kernels in the coalesced
+    /// pattern, when `POSENC_GPU_UNITS` chose them (else posenc's choice; see
+    /// [`gpu::Options::units`]).
+    pub units: Option<u32>,
 }
 
 impl AdapterInfo {
     /// `name (backend, device type, access pattern access)`, as the tables print it.
     pub fn describe(&self) -> String {
-        format!("{} ({}, {}, {} access)", self.name, self.backend, self.device_type, self.access)
+        let units = self.units.map_or(String::new(), |n| match n {
+            1 => ", 1 unit".to_string(),
+            n => format!(", {n} units"),
+        });
+        let (name, backend, kind, access) =
+            (&self.name, &self.backend, &self.device_type, &self.access);
+        format!("{name} ({backend}, {kind}, {access} access{units})")
     }
 }
 

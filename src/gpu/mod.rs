@@ -528,6 +528,12 @@ impl Context {
         other
     }
 
+    /// The units per invocation [`Options::units`] chose for the coalesced pattern's
+    /// kernels, if it chose any (`None`: posenc's choice).
+    pub fn chosen_units(&self) -> Option<u32> {
+        self.units
+    }
+
     /// The access pattern of this context's vec4 encode kernel: never
     /// [`AccessPattern::Auto`].
     pub fn access_pattern(&self) -> AccessPattern {

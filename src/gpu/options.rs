@@ -15,9 +15,9 @@ pub const TIMESTAMPS_ENV: &str = "POSENC_GPU_TIMESTAMPS";
 /// with `posenc bench` on a given adapter.
 pub const ACCESS_PATTERN_ENV: &str = "POSENC_GPU_ACCESS";
 
-/// Environment variable setting the units of four elements each invocation of the encode
-/// kernels moves per token in the coalesced access pattern (GPUs): 1, 2, 4 or 8 (see
-/// [`Options::units`]), for measuring one against another with `posenc bench`.
+/// Environment variable setting the units each invocation of the encode kernels and of the
+/// recorded RoPE kernel moves per token in the coalesced access pattern (GPUs): 1, 2, 4 or
+/// 8 (see [`Options::units`]), for measuring one against another with `posenc bench`.
 pub const UNITS_ENV: &str = "POSENC_GPU_UNITS";
 
 /// Options of a [`Context`](super::Context), which every constructor takes
@@ -197,6 +197,12 @@ impl Options {
     /// keeps posenc's choice ([`crate::shaders::coalesced_units`]). More units per
     /// invocation put more loads in flight per thread and pay each token's record loads
     /// once per more units; fewer give more threads. Other values are ignored.
+    ///
+    /// It also sets the units (four frequencies of a head row each, eight for 16-bit neox
+    /// rows) each invocation of the recorded RoPE kernel rotates in its GPU form
+    /// ([`crate::gpu::RopePass`]; `None`: one). More units per invocation compute a token's
+    /// cos/sin for more of its heads at once (once per workgroup) and put more loads in
+    /// flight per thread.
     #[must_use]
     pub fn units(mut self, units: Option<u32>) -> Self {
         self.units = units.filter(|n| matches!(n, 1 | 2 | 4 | 8));

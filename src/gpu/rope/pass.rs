@@ -327,7 +327,7 @@ impl Context {
         let n_freqs = spec.n_freqs();
         let row_units = n_freqs / kind.unit_freqs();
         let form = if self.coalesced {
-            RopePassForm::Blocks { units: 1 }
+            RopePassForm::Blocks { units: self.units.unwrap_or(1) }
         } else {
             RopePassForm::Heads { row_units }
         };

@@ -264,3 +264,34 @@ fn rope_pass_routes_refuse_what_they_cannot_record() {
     ctx.queue().submit([encoder.finish()]);
     ctx.wait_idle().unwrap();
 }
+
+/// Every number of units per invocation of the GPU form (`Options::units`), with a token's
+/// units spread over several workgroups and the last one partly idle, gives the bits of
+/// the other paths.
+#[test]
+fn every_units_per_invocation_of_the_one_dispatch_keeps_the_bits() {
+    use posenc::gpu::{AccessPattern, Options};
+    let llama3 = RopeSpec::new(128)
+        .unwrap()
+        .with_base(500_000.0)
+        .unwrap()
+        .with_scaling(Scaling::Llama3(Llama3::new(8.0, 1.0, 4.0, 8192)))
+        .unwrap();
+    let gptj = RopeSpec::partial(80, 32).unwrap().with_pairing(Pairing::Gptj);
+    for units in [1, 2, 4, 8] {
+        let options =
+            Options::default().access_pattern(AccessPattern::Coalesced).units(Some(units));
+        let Some(ctx) = crate::support::fresh_gpu(&options) else { return };
+        for (n, (what, spec)) in
+            [("llama3 128", &llama3), ("gptj partial 80/32", &gptj)].into_iter().enumerate()
+        {
+            let what = format!("units {units} {what}");
+            let seed = 500 + n as u64;
+            // 33 heads: 264 - 1056 units per token, several blocks, the last partly idle.
+            let heads = (24, 9);
+            check::<f32>(&ctx, &what, spec, Layout::Blhd, (2, 3), heads, false, seed);
+            check::<bf16>(&ctx, &what, spec, Layout::Bhld, (2, 3), heads, true, seed);
+            check::<f16>(&ctx, &what, spec, Layout::Blhd, (1, 2), heads, false, seed);
+        }
+    }
+}
