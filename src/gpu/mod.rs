@@ -33,7 +33,8 @@ pub use encode::{
 };
 pub use faults::{FAULT_INJECT_ENV, SUBMISSION_TIMEOUT};
 pub use options::{
-    ACCESS_PATTERN_ENV, AccessPattern, MEMORY_BUDGET_ENV, Options, TIMESTAMPS_ENV, UNITS_ENV,
+    ACCESS_PATTERN_ENV, AccessPattern, MEMORY_BUDGET_ENV, Options, PE_CACHE_ENV, TIMESTAMPS_ENV,
+    UNITS_ENV,
 };
 pub use pass::Positions;
 pub use pending::{MappedEncode, PendingEncode};
@@ -254,6 +255,8 @@ pub struct Context {
     /// ([`Options::units`]).
     units: Option<u32>,
     rope: rope::RopeKernels,
+    /// Most bytes of cached PE rows ([`Options::pe_cache_budget`]).
+    pe_cache_budget: u64,
     pe_cache: Arc<Mutex<Option<encode::PeCache>>>,
     pool: Arc<BufferPool>,
     /// The copy ceiling's forms, compiled on first use.
@@ -466,6 +469,7 @@ impl Context {
             encode,
             coalesced,
             units: options.chosen_units(),
+            pe_cache_budget: options.chosen_pe_cache_budget(),
             rope,
             pe_cache: Arc::new(Mutex::new(None)),
             pool: Arc::new(BufferPool::default()),

@@ -20,6 +20,10 @@ pub const ACCESS_PATTERN_ENV: &str = "POSENC_GPU_ACCESS";
 /// 8 (see [`Options::units`]), for measuring one against another with `posenc bench`.
 pub const UNITS_ENV: &str = "POSENC_GPU_UNITS";
 
+/// Environment variable setting the most bytes of PE rows a context caches on the device
+/// (see [`Options::pe_cache_budget`]): a whole number of bytes, 0 for no cache.
+pub const PE_CACHE_ENV: &str = "POSENC_GPU_PE_CACHE";
+
 /// Options of a [`Context`](super::Context), which every constructor takes
 /// ([`Options::from_env`] reads posenc's environment variables). The default uses
 /// every optional feature the adapter offers, no budget and no binding cap.
@@ -36,6 +40,7 @@ pub struct Options {
     limits: Option<wgpu::Limits>,
     access: AccessPattern,
     units: Option<u32>,
+    pe_cache_budget: u64,
     /// Set from the environment only: a testing knob, not an option of the API.
     fault: Option<Fault>,
 }
@@ -49,6 +54,7 @@ impl Default for Options {
             limits: None,
             access: AccessPattern::Auto,
             units: None,
+            pe_cache_budget: super::PE_CACHE_BUDGET,
             fault: None,
         }
     }
@@ -87,8 +93,8 @@ impl AccessPattern {
 impl Options {
     /// The defaults, changed by `POSENC_MAX_BINDING_SIZE` and `POSENC_GPU_MEMORY_BUDGET`
     /// (whole numbers of bytes), `POSENC_GPU_TIMESTAMPS` (`on` or `off`) and
-    /// `POSENC_GPU_ACCESS` (`auto`, `coalesced` or `adjacent`) and `POSENC_GPU_UNITS` (1, 2,
-    /// 4 or 8) when set;
+    /// `POSENC_GPU_ACCESS` (`auto`, `coalesced` or `adjacent`), `POSENC_GPU_UNITS` (1, 2,
+    /// 4 or 8) and `POSENC_GPU_PE_CACHE` (a whole number of bytes, 0 for none) when set;
     /// `POSENC_FAULT_INJECT=device-lost` makes the context lose its device as soon as it
     /// opens (see [`FAULT_INJECT_ENV`](super::FAULT_INJECT_ENV)).
     ///
@@ -135,6 +141,7 @@ impl Options {
             memory_budget: bytes_from_env(MEMORY_BUDGET_ENV, 1)?,
             access,
             units,
+            pe_cache_budget: bytes_from_env(PE_CACHE_ENV, 0)?.unwrap_or(super::PE_CACHE_BUDGET),
             max_binding_size: super::binding_cap_from_env()?,
             timestamps,
             fault: fault_from_env()?,
@@ -213,6 +220,26 @@ impl Options {
         self.units
     }
 
+    /// The most bytes of PE rows of positions `0..n` the context keeps on the device for
+    /// the sinusoid encodes and recorded passes (default
+    /// [`PE_CACHE_BUDGET`](super::PE_CACHE_BUDGET), 256 MiB: 16384 positions at width
+    /// 4096, 8192 at 8192). A call whose positions reach beyond what fits computes its rows
+    /// per call, with the same bits but slower (lavapipe, 2026-11-27: a 1 x 8192 x 4096
+    /// prefill 375 ms against 67 ms from the cache); 0 keeps no cache. The cache also
+    /// stays within one storage binding and, under a [memory
+    /// budget](Options::memory_budget), a quarter of it. It grows in powers of two up to
+    /// the largest position a call needs, and is freed by
+    /// [`Context::clear_pe_cache`](super::Context::clear_pe_cache).
+    #[must_use]
+    pub fn pe_cache_budget(mut self, bytes: u64) -> Self {
+        self.pe_cache_budget = bytes;
+        self
+    }
+
+    pub(crate) fn chosen_pe_cache_budget(&self) -> u64 {
+        self.pe_cache_budget
+    }
+
     pub(crate) fn required_limits(&self, adapter: &wgpu::Adapter) -> wgpu::Limits {
         self.limits.clone().unwrap_or_else(|| adapter.limits())
     }
@@ -235,7 +262,7 @@ impl Options {
     }
 }
 
-/// A whole number of bytes, at least `min`, from `var`; `None` when unset.
+/// A whole number of bytes, at least `min` (0 or 1), from `var`; `None` when unset.
 fn bytes_from_env(var: &'static str, min: u64) -> Result<Option<u64>> {
     match std::env::var(var) {
         Err(_) => Ok(None),
@@ -244,7 +271,11 @@ fn bytes_from_env(var: &'static str, min: u64) -> Result<Option<u64>> {
             _ => Err(Error::InvalidParameter {
                 field: var,
                 value: text,
-                allowed: "a whole number of bytes, at least 1",
+                allowed: if min == 0 {
+                    "a whole number of bytes (0 for none)"
+                } else {
+                    "a whole number of bytes, at least 1"
+                },
             }),
         },
     }

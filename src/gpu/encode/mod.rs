@@ -343,8 +343,9 @@ fn group_cap(n: usize, dim: usize, per: u32) -> usize {
     (n * blocks / MIN_WORKGROUPS).clamp(1, MAX_GROUP_TOKENS)
 }
 
-/// Most bytes the cache of PE rows for positions `0..n` may hold per context.
-pub const PE_CACHE_BUDGET: u64 = 64 << 20;
+/// Most bytes the cache of PE rows for positions `0..n` may hold per context, unless
+/// [`Options::pe_cache_budget`](crate::gpu::Options::pe_cache_budget) says otherwise.
+pub const PE_CACHE_BUDGET: u64 = 256 << 20;
 
 /// A compiled kernel: its bind group layout and pipeline.
 pub(super) struct Kernel {
@@ -932,13 +933,14 @@ impl Context {
 
     /// The cached PE rows covering positions `0..needed`, built (or grown) if the budget
     /// allows; `None` sends the caller to per-call rows.
-    /// The most PE rows of `spec` the cache holds: [`PE_CACHE_BUDGET`] bytes, one binding,
-    /// a quarter of a memory budget.
+    /// The most PE rows of `spec` the cache holds: the context's cache budget
+    /// ([`Options::pe_cache_budget`](crate::gpu::Options::pe_cache_budget)), one binding, a
+    /// quarter of a memory budget.
     pub(super) fn pe_cache_cap(&self, spec: &PeSpec) -> u64 {
         let row_bytes = u64::from(spec.dim()) * 4;
         // Under a memory budget the cache takes at most a quarter of it.
         let budget_share = self.memory_budget().map_or(u64::MAX, |b| b / 4);
-        self.max_binding.min(PE_CACHE_BUDGET).min(budget_share) / row_bytes
+        self.max_binding.min(self.pe_cache_budget).min(budget_share) / row_bytes
     }
 
     pub(super) fn cached_pe_rows(

@@ -346,6 +346,39 @@ fn cached_pe_rows_are_invisible() {
     }
 }
 
+/// The PE cache budget (`Options::pe_cache_budget`) bounds the cache: positions beyond it
+/// are computed per call, those within it are read from the cache, with the CPU's bits
+/// either way, and the cache holds what the budget allows and no more.
+#[test]
+fn the_pe_cache_budget_bounds_the_cache_and_keeps_the_bits() {
+    use posenc::gpu::Options;
+    let mut rng = Rng::new(37);
+    let (vocab, dim) = (29, 64);
+    let row_bytes = dim as u64 * 4;
+    let spec = PeSpec::new(dim as u32).unwrap();
+    let table = Table::new(&mut rng, vocab, dim);
+    let ids = random_ids(&mut rng, 2, 40, vocab);
+    let options = EncodeOptions::default();
+    // Positions 0..40 need 64 cached rows (the cache grows in powers of two).
+    for (budget, cached) in [(0, 0), (16 * row_bytes, 0), (64 * row_bytes, 64 * row_bytes)] {
+        let Some(ctx) = crate::support::fresh_gpu(&Options::default().pe_cache_budget(budget))
+        else {
+            return;
+        };
+        for dtype in [Dtype::F32, Dtype::Bf16] {
+            let what = format!("budget {budget} {dtype:?}");
+            let uploaded = ctx.upload_table(table.view(dtype)).unwrap();
+            let pos = positions::contiguous_batch(2, 40);
+            let g = ctx.encode(&spec, &uploaded, ids.view(), pos.view(), &options).unwrap();
+            let c = cpu::encode(&spec, table.view(dtype), ids.view(), pos.view(), &options);
+            assert_same_bits(&what, &g, &c.unwrap());
+            let held = ctx.allocated_bytes();
+            ctx.clear_pe_cache();
+            assert_eq!(held - ctx.allocated_bytes(), cached, "{what}: bytes of cached rows");
+        }
+    }
+}
+
 #[test]
 fn every_variant_and_odd_dims_encode_bit_identically() {
     use posenc::{Frequencies, Variant};

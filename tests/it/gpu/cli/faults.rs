@@ -108,6 +108,8 @@ fn auto_retries_on_the_cpu_after_a_device_loss_and_says_so_once() {
         ("POSENC_GPU_MEMORY_BUDGET", "lots"),
         ("POSENC_GPU_TIMESTAMPS", "maybe"),
         ("POSENC_GPU_ACCESS", "sideways"),
+        ("POSENC_GPU_PE_CACHE", "lots"),
+        ("POSENC_GPU_PE_CACHE", "-1"),
     ] {
         let bad = inputs.encode("auto", "x.npy", &[], &[(var, value)]);
         assert_eq!(bad.status.code(), Some(2), "{var}: {}", stderr(&bad));
