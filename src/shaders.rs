@@ -58,6 +58,7 @@ const MODULES: &[(&str, &str)] = &[
     ("encode_pass_params", include_str!("../shaders/shared/encode_pass_params.wgsl")),
     ("encode_pass_common", include_str!("../shaders/shared/encode_pass_common.wgsl")),
     ("rope_unit", include_str!("../shaders/shared/rope_unit.wgsl")),
+    ("alibi_common", include_str!("../shaders/shared/alibi_common.wgsl")),
 ];
 
 /// The kernels, by entry-point name: each is `shaders/<name>.wgsl`, but for `copy_x4`. The
@@ -67,9 +68,17 @@ pub const KERNELS: &[(&str, &str)] = &[
     ("encode", include_str!("../shaders/encode.wgsl")),
     ("narrow", include_str!("../shaders/narrow.wgsl")),
     ("alibi", include_str!("../shaders/alibi.wgsl")),
+    ("alibi_x4", include_str!("../shaders/alibi_x4.wgsl")),
     ("rope_cs", include_str!("../shaders/rope_cs.wgsl")),
     ("rope", include_str!("../shaders/rope.wgsl")),
 ];
+
+/// Threads per workgroup of `alibi_x4`, each writing four keys of each of its workgroup's
+/// [`ALIBI_X4_ROWS`] rows.
+pub const ALIBI_X4_WORKGROUP: u32 = 64;
+
+/// Rows (head, query) each workgroup of `alibi_x4` serves.
+pub const ALIBI_X4_ROWS: u32 = 4;
 
 /// Threads per workgroup of kernels that give each workgroup one row and loop along it.
 pub const ROW_WORKGROUP_SIZE: u32 = 64;
@@ -645,6 +654,8 @@ macro_rules! named {
 const PRELUDE_U32: &[(&str, u32)] = named![
     WORKGROUP_SIZE,
     ROW_WORKGROUP_SIZE,
+    ALIBI_X4_WORKGROUP,
+    ALIBI_X4_ROWS,
     MAX_GROUP_TOKENS,
     DTYPE_F32,
     DTYPE_F16,
@@ -762,9 +773,9 @@ mod tests {
         let (types, copy, rope_x4, rope_pass) = (9 * 8, 16, 6, 18);
         assert_eq!(
             all_sources().len(),
-            6 + types * (2 * 4 + 3) + 2 * 8 + types * 11 + 1 + copy + rope_x4 + rope_pass
+            7 + types * (2 * 4 + 3) + 2 * 8 + types * 11 + 1 + copy + rope_x4 + rope_pass
         );
-        assert_eq!(all_sources().len(), 1647);
+        assert_eq!(all_sources().len(), 1648);
     }
 
     #[test]

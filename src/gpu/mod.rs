@@ -263,6 +263,8 @@ pub struct Context {
     copy: timing::CopyKernels,
     /// Built on first use, so contexts that never compute ALiBi never compile it.
     alibi: Arc<std::sync::OnceLock<alibi::AlibiKernel>>,
+    /// The four-key ALiBi form for GPUs, built on first use.
+    alibi_x4: Arc<std::sync::OnceLock<alibi::AlibiKernel>>,
     /// The recorded encode's kernels, built on first use.
     record: encode::pass::EncodePassKernels,
     /// One per device opened, shared by the contexts derived from this one: what tables
@@ -475,6 +477,7 @@ impl Context {
             pool: Arc::new(BufferPool::default()),
             copy: timing::CopyKernels::default(),
             alibi: Arc::default(),
+            alibi_x4: Arc::default(),
             record: encode::pass::EncodePassKernels::default(),
             device_token: Arc::new(()),
         }

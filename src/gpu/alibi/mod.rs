@@ -11,7 +11,7 @@ use super::runner::{ALIBI, Output, Sink};
 use super::{Context, fold_dispatch, wait};
 use crate::alibi::{AlibiSpec, Form, MAX_VALUES};
 use crate::error::{Error, Result};
-use crate::shaders::WORKGROUP_SIZE;
+use crate::shaders::{ALIBI_X4_ROWS, ALIBI_X4_WORKGROUP, WORKGROUP_SIZE};
 
 /// Mirror of `Params` in `shaders/alibi.wgsl`.
 #[repr(C)]
@@ -48,8 +48,17 @@ pub struct AlibiParams {
 /// workgroups.
 pub(super) const MAX_GROUPS_X: u32 = 1024;
 
-/// How a dispatch of `rows` rows of `cols` keys is cut: on GPUs one row per workgroup row
-/// and a thread per key (the most workgroups); on adapters that run shaders on CPU cores,
+/// How a dispatch of `rows` rows of `cols` keys is cut. Where the keys are whole vec4s
+/// (`aligned`: the keys, the first key and the first value's index all multiples of 4),
+/// `alibi_x4` on every adapter: blocks of [`ALIBI_X4_ROWS`] rows, four keys per thread and
+/// row, one 16-byte store each. On an H100 (2026-11-27) the one-value form wrote BLOOM's
+/// 32 x 512 x 512 bias in 29.3 us, 0.27 of a copy, where torch.compile took 10.5 us: 32768
+/// workgroups, each thread one 4-byte store after a dependent load of its row's slope (the
+/// four-key form is not measured there yet). On lavapipe (2026-11-27, two interleaved
+/// pairs of runs) it took that bias from 43.3 / 32.6 ms to 26.7 / 20.3 ms, and the decode
+/// step's 32 x 2048 from 0.25 / 0.33 to 0.24 / 0.33 ms. Otherwise, on GPUs, one row per
+/// workgroup row and a thread per key (the most workgroups); on adapters that run shaders
+/// on CPU cores,
 /// where each workgroup costs a task of their thread pool, blocks of
 /// [`CPU_ROWS_PER_GROUP`] rows and up to [`CPU_KEYS_PER_THREAD`] keys per thread. On
 /// lavapipe (2026-11-26) bloom-7b1's 32 x 512 x 512 bias took 45.6 ms with a thread per key
@@ -61,6 +70,8 @@ pub(super) const MAX_GROUPS_X: u32 = 1024;
 pub(super) struct AlibiShape {
     pub(super) groups_x: u32,
     pub(super) rows_per_group: u32,
+    /// The four-key form, `alibi_x4`.
+    pub(super) x4: bool,
 }
 
 /// Rows per workgroup on adapters that run shaders on CPU cores.
@@ -70,11 +81,17 @@ const CPU_ROWS_PER_GROUP: u32 = 16;
 const CPU_KEYS_PER_THREAD: u64 = 4;
 
 impl AlibiShape {
-    pub(super) fn new(cols: u64, coalesced: bool, max_groups: u32) -> Self {
+    pub(super) fn new(cols: u64, coalesced: bool, aligned: bool, max_groups: u32) -> Self {
+        let max_x = MAX_GROUPS_X.min(max_groups);
+        if aligned {
+            let groups_x =
+                ((cols / 4).div_ceil(u64::from(ALIBI_X4_WORKGROUP)) as u32).clamp(1, max_x);
+            return Self { groups_x, rows_per_group: ALIBI_X4_ROWS, x4: true };
+        }
         let keys = if coalesced { 1 } else { CPU_KEYS_PER_THREAD };
-        let groups_x = (cols.div_ceil(u64::from(WORKGROUP_SIZE) * keys) as u32)
-            .clamp(1, MAX_GROUPS_X.min(max_groups));
-        Self { groups_x, rows_per_group: if coalesced { 1 } else { CPU_ROWS_PER_GROUP } }
+        let groups_x = (cols.div_ceil(u64::from(WORKGROUP_SIZE) * keys) as u32).clamp(1, max_x);
+        let rows_per_group = if coalesced { 1 } else { CPU_ROWS_PER_GROUP };
+        Self { groups_x, rows_per_group, x4: false }
     }
 }
 
@@ -90,9 +107,18 @@ pub(super) struct AlibiKernel {
 }
 
 impl AlibiKernel {
-    pub(super) fn new(device: &wgpu::Device) -> Self {
-        let (layout, pipeline) = super::build_kernel(device, "alibi");
+    /// `x4`: the four-key form, `alibi_x4`; else `alibi`.
+    pub(super) fn new(device: &wgpu::Device, x4: bool) -> Self {
+        let (layout, pipeline) = super::build_kernel(device, if x4 { "alibi_x4" } else { "alibi" });
         Self { layout, pipeline }
+    }
+}
+
+impl Context {
+    /// The ALiBi kernel of one form (`x4`: the four-key one), compiled on first use.
+    pub(super) fn alibi_kernel(&self, x4: bool) -> &AlibiKernel {
+        let slot = if x4 { &self.alibi_x4 } else { &self.alibi };
+        slot.get_or_init(|| AlibiKernel::new(&self.device, x4))
     }
 }
 
@@ -239,7 +265,6 @@ impl Context {
         let plan = Plan::new(heads * len, kv_len, cap, u64::from(max_groups).pow(2));
         let slope_bits: Vec<u32> = spec.slopes().iter().map(|s| s.to_bits()).collect();
         self.scoped_async("alibi", async || {
-            let kernel = self.alibi.get_or_init(|| AlibiKernel::new(&self.device));
             use wgpu::BufferUsages as U;
             let take = |label, size: u64, usage| self.pooled(label, size, usage);
             let params_buf = take(
@@ -255,15 +280,8 @@ impl Context {
             )?;
             let total = plan.rows * plan.cols * 4;
             let mut output = Output::new(self, &ALIBI, sink, total, plan.max_values() * 4, None)?;
-            let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some("posenc.alibi.bind_group"),
-                layout: &kernel.layout,
-                entries: &[
-                    wgpu::BindGroupEntry { binding: 0, resource: params_buf.as_entire_binding() },
-                    wgpu::BindGroupEntry { binding: 1, resource: slopes_buf.as_entire_binding() },
-                    wgpu::BindGroupEntry { binding: 2, resource: output.binding() },
-                ],
-            });
+            // Each form's kernel and bind group, made when a chunk first takes it.
+            let mut bound: [Option<(&AlibiKernel, wgpu::BindGroup)>; 2] = [None, None];
             // Chunks are row-major runs of the result, in order: each lands where the last
             // ended.
             for chunk in plan.chunks() {
@@ -276,8 +294,29 @@ impl Context {
                     0,
                     bytemuck::cast_slice(&slope_bits[head0 as usize..head_end as usize]),
                 );
-                let shape = AlibiShape::new(chunk.n_cols, self.coalesced, max_groups);
+                // The output binding starts at the chunk's first value.
+                let aligned = chunk.n_cols.is_multiple_of(4) && chunk.col0.is_multiple_of(4);
+                let shape = AlibiShape::new(chunk.n_cols, self.coalesced, aligned, max_groups);
                 let (groups_x, rows_per_group) = (shape.groups_x, shape.rows_per_group);
+                let (kernel, bind_group) = bound[usize::from(shape.x4)].get_or_insert_with(|| {
+                    let kernel = self.alibi_kernel(shape.x4);
+                    let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: Some("posenc.alibi.bind_group"),
+                        layout: &kernel.layout,
+                        entries: &[
+                            wgpu::BindGroupEntry {
+                                binding: 0,
+                                resource: params_buf.as_entire_binding(),
+                            },
+                            wgpu::BindGroupEntry {
+                                binding: 1,
+                                resource: slopes_buf.as_entire_binding(),
+                            },
+                            wgpu::BindGroupEntry { binding: 2, resource: output.binding() },
+                        ],
+                    });
+                    (kernel, group)
+                });
                 let (groups_y, groups_z) =
                     fold_rows(chunk.n_rows as u32, rows_per_group, max_groups);
                 let params = AlibiParams {
@@ -302,7 +341,7 @@ impl Context {
                         timestamp_writes: None,
                     });
                     pass.set_pipeline(&kernel.pipeline);
-                    pass.set_bind_group(0, &bind_group, &[]);
+                    pass.set_bind_group(0, &*bind_group, &[]);
                     pass.dispatch_workgroups(groups_x, groups_y, groups_z);
                 }
                 output.deliver(encoder, chunk.n_rows * chunk.n_cols * 4).await?;

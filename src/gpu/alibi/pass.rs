@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::alibi::{AlibiSpec, Form};
 use crate::error::{Error, Result};
 use crate::gpu::Context;
-use crate::gpu::alibi::{AlibiKernel, AlibiParams, AlibiShape, fold_rows};
+use crate::gpu::alibi::{AlibiParams, AlibiShape, fold_rows};
 use crate::gpu::memory::DeviceBuffer;
 use crate::gpu::pass::{BindCache, Need, PartShape, Span, uniform_blocks};
 
@@ -15,7 +15,7 @@ use crate::gpu::pass::{BindCache, Need, PartShape, Span, uniform_blocks};
 pub struct AlibiPass {
     ctx: Context,
     spec: AlibiSpec,
-    kernel: AlibiKernel,
+    /// The parameters common to every part; each part's own are set when it is bound.
     params: AlibiParams,
     /// Rows (head, query) per part: all of them, unless the output exceeds one storage
     /// binding; then each part binds its own range of rows ([`AlibiPass::parts`]).
@@ -35,6 +35,8 @@ struct Bound {
 }
 
 struct PartBound {
+    /// The part's form: four keys per thread where its keys are whole vec4s on a GPU.
+    pipeline: wgpu::ComputePipeline,
     grid: (u32, u32, u32),
     group: wgpu::BindGroup,
     _params: wgpu::Buffer,
@@ -85,20 +87,14 @@ impl Context {
             });
         }
         let part_rows = self.alibi_part_rows(OP, rows, kv_len)?;
-        let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
-        let shape = AlibiShape::new(kv_len, self.coalesced, max_groups);
-        let (groups_x, rows_per_group) = (shape.groups_x, shape.rows_per_group);
         let params = AlibiParams {
             n_rows: rows as u32,
             n_cols: kv_len as u32,
             len: spec.len() as u32,
             offset: spec.offset(),
             causal: u32::from(spec.form() == Form::Causal),
-            groups_x,
-            rows_per_group,
             ..AlibiParams::default()
         };
-        let kernel = self.alibi.get_or_init(|| AlibiKernel::new(&self.device)).clone();
         let slope_bits: Vec<u32> = spec.slopes().iter().map(|s| s.to_bits()).collect();
         let slopes = self.scoped(OP, || {
             use wgpu::BufferUsages as U;
@@ -114,7 +110,6 @@ impl Context {
         Ok(AlibiPass {
             ctx: self.clone(),
             spec: spec.clone(),
-            kernel,
             params,
             part_rows,
             slopes,
@@ -199,8 +194,8 @@ impl AlibiPass {
     }
 
     fn dispatch(&self, pass: &mut wgpu::ComputePass<'_>, bound: &Bound) {
-        pass.set_pipeline(&self.kernel.pipeline);
         for part in &bound.parts {
+            pass.set_pipeline(&part.pipeline);
             pass.set_bind_group(0, &part.group, &[]);
             pass.dispatch_workgroups(part.grid.0, part.grid.1, part.grid.2);
         }
@@ -234,15 +229,20 @@ impl AlibiPass {
                 .map(|(k, out)| {
                     let row0 = k as u64 * self.part_rows;
                     let rows = self.part_rows.min(all - row0) as u32;
-                    let per = self.params.rows_per_group;
-                    let (groups_y, groups_z) = fold_rows(rows, per, max_groups);
+                    let n_cols = self.params.n_cols;
+                    let aligned = n_cols.is_multiple_of(4) && out.base.is_multiple_of(4);
+                    let shape = AlibiShape::new(n_cols.into(), ctx.coalesced, aligned, max_groups);
+                    let (groups_y, groups_z) = fold_rows(rows, shape.rows_per_group, max_groups);
                     let params = AlibiParams {
                         n_rows: rows,
                         row0: row0 as u32,
+                        groups_x: shape.groups_x,
                         groups_y,
                         out_base: out.base,
+                        rows_per_group: shape.rows_per_group,
                         ..self.params
                     };
+                    let kernel = ctx.alibi_kernel(shape.x4);
                     let (buffer, _) = uniform_blocks(
                         ctx,
                         "posenc.alibi_pass.params",
@@ -251,15 +251,20 @@ impl AlibiPass {
                     let entry = |binding: u32, resource| wgpu::BindGroupEntry { binding, resource };
                     let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
                         label: Some("posenc.alibi_pass.bind_group"),
-                        layout: &self.kernel.layout,
+                        layout: &kernel.layout,
                         entries: &[
                             entry(0, buffer.as_entire_binding()),
                             entry(1, self.slopes.as_entire_binding()),
                             entry(2, out.binding()),
                         ],
                     });
-                    let grid = (self.params.groups_x, groups_y, groups_z);
-                    Ok(PartBound { grid, group, _params: buffer })
+                    let grid = (shape.groups_x, groups_y, groups_z);
+                    Ok(PartBound {
+                        pipeline: kernel.pipeline.clone(),
+                        grid,
+                        group,
+                        _params: buffer,
+                    })
                 })
                 .collect::<Result<Vec<_>>>()?;
             Ok(Bound { parts })

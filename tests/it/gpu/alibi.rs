@@ -12,8 +12,9 @@ fn spec(heads: u32, len: u64, kv_len: Option<u64>, offset: u32, form: Form) -> A
     }
 }
 
-/// The bias of `spec` on `ctx` in both access patterns (GPUs' one row per workgroup row;
-/// CPU adapters' blocks of rows and several keys per thread) against the CPU, bit for bit.
+/// The bias of `spec` on `ctx` in both access patterns against the CPU, bit for bit: rows of
+/// whole vec4s take the four-key kernel in both, other rows the one-value kernel (GPUs' one
+/// row per workgroup row; CPU adapters' blocks of rows and several keys per thread).
 fn check(ctx: &posenc::gpu::Context, spec: &AlibiSpec) {
     use posenc::gpu::AccessPattern;
     for access in [AccessPattern::Coalesced, AccessPattern::Adjacent] {
@@ -81,6 +82,10 @@ fn gpu_chunks_tensors_larger_than_the_binding_cap() {
     // 256-byte bindings hold 64 values: each row of 1000 keys in 16 pieces.
     let tiny = ctx.with_max_binding_size(256);
     check(&tiny, &spec(3, 4, Some(1000), u32::MAX - 3, Form::Symmetric));
+    // 65-value bindings: pieces of 65 keys take the one-value kernel, and each row's last
+    // piece (keys 1040 - 1051, whole vec4s) the four-key one, both in one call.
+    let odd = ctx.with_max_binding_size(4 * 65);
+    check(&odd, &spec(3, 2, Some(1052), 17, Form::Causal));
     // More heads than one binding's worth of slopes: each chunk binds only its own.
     check(&tiny, &spec(200, 2, Some(3), 7, Form::Causal));
     // Keys 2^24 from the query and nearer, the boundary between the kernel's two routes

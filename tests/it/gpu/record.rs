@@ -795,19 +795,29 @@ fn recorded_alibi_equals_the_cpu_bit_for_bit() {
             .with_kv_len(40)
             .unwrap(),
     ];
-    for (k, spec) in specs.iter().enumerate() {
-        let pass = ctx.alibi_pass(spec).unwrap();
-        let at = 4 * (k as u64 * 7 + 1);
-        let out = out_buffer(ctx, at + pass.output_bytes() + 8);
-        let mut encoder = ctx.device().create_command_encoder(&Default::default());
-        pass.record(&mut encoder, out.slice(at..)).unwrap();
-        ctx.queue().submit([encoder.finish()]);
-        let all = ctx.read_buffer(&out).unwrap();
-        let end = (at + pass.output_bytes()) as usize;
-        assert!(all[..at as usize].iter().chain(&all[end..]).all(|&b| b == 0xAB), "{spec:?}");
-        let want: Vec<u8> =
-            bias_cpu(spec).unwrap().iter().flat_map(|v| v.to_bits().to_le_bytes()).collect();
-        assert_same(&format!("{spec:?}"), &all[at as usize..end], &want);
+    // Both access patterns: rows of whole vec4s at a 16-byte offset take the four-key
+    // kernel, the rest the one-value kernel of the pattern.
+    for ctx in &both_patterns(ctx) {
+        for (k, spec) in specs.iter().enumerate() {
+            let pass = ctx.alibi_pass(spec).unwrap();
+            for at in [4 * (k as u64 * 7 + 1), 16 * (k as u64 + 1)] {
+                let out = out_buffer(ctx, at + pass.output_bytes() + 8);
+                let mut encoder = ctx.device().create_command_encoder(&Default::default());
+                pass.record(&mut encoder, out.slice(at..)).unwrap();
+                ctx.queue().submit([encoder.finish()]);
+                let all = ctx.read_buffer(&out).unwrap();
+                let end = (at + pass.output_bytes()) as usize;
+                let what = format!("{spec:?} at {at} {:?}", ctx.access_pattern());
+                let outside = all[..at as usize].iter().chain(&all[end..]);
+                assert!(outside.into_iter().all(|&b| b == 0xAB), "{what}");
+                let want: Vec<u8> = bias_cpu(spec)
+                    .unwrap()
+                    .iter()
+                    .flat_map(|v| v.to_bits().to_le_bytes())
+                    .collect();
+                assert_same(&what, &all[at as usize..end], &want);
+            }
+        }
     }
 }
 
@@ -822,7 +832,7 @@ fn recorded_alibi_larger_than_a_binding_is_written_in_parts() {
         AlibiSpec::new(5, 40).unwrap().with_kv_len(37).unwrap().with_offset(3).unwrap(),
         AlibiSpec::new(4, 64).unwrap().with_form(Form::Symmetric).with_kv_len(64).unwrap(),
     ];
-    for spec in &specs {
+    for (spec, ctx) in specs.iter().flat_map(|s| both_patterns(ctx).map(|c| (s, c))) {
         let total = 4 * spec.n_values() as u64;
         let capped = ctx.with_max_binding_size(total / 3 + 256);
         let pass = capped.alibi_pass(spec).unwrap();
