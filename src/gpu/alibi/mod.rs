@@ -54,12 +54,12 @@ pub(super) const MAX_GROUPS_X: u32 = 1024;
 /// row, one 16-byte store each. On an H100 (2026-11-27) the one-value form wrote BLOOM's
 /// 32 x 512 x 512 bias in 29.3 us, 0.27 of a copy, where torch.compile took 10.5 us: 32768
 /// workgroups, each thread one 4-byte store after a dependent load of its row's slope (the
-/// four-key form is not measured there yet). On lavapipe (2026-11-27, two interleaved
-/// pairs of runs) it took that bias from 43.3 / 32.6 ms to 26.7 / 20.3 ms, and the decode
-/// step's 32 x 2048 from 0.25 / 0.33 to 0.24 / 0.33 ms. Otherwise, on GPUs, one row per
-/// workgroup row and a thread per key (the most workgroups); on adapters that run shaders
-/// on CPU cores,
-/// where each workgroup costs a task of their thread pool, blocks of
+/// four-key form is not measured there yet). On lavapipe (2026-11-27, interleaved runs,
+/// docs/measurements/lavapipe-2026-11-27-ops) it took that bias in steps from 0.18 - 0.19
+/// to 0.23 of the same run's copy; the decode step's 32 x 2048 moved within noise.
+/// Otherwise, on GPUs, one row per workgroup row and a thread per key (the most
+/// workgroups); on adapters that run shaders on CPU cores, where each workgroup costs a
+/// task of their thread pool, blocks of
 /// [`CPU_ROWS_PER_GROUP`] rows and up to [`CPU_KEYS_PER_THREAD`] keys per thread. On
 /// lavapipe (2026-11-26) bloom-7b1's 32 x 512 x 512 bias took 45.6 ms with a thread per key
 /// and a workgroup per row, 27.8 ms with 4 keys per thread, 25.1 ms with blocks of 16 rows
