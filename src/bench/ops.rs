@@ -370,7 +370,8 @@ pub(super) fn adapter_of(ctx: &gpu::Context) -> AdapterInfo {
         device_type: format!("{:?}", info.device_type),
         timing: ctx.timing_source(),
         access: format!("{:?}", ctx.access_pattern()).to_lowercase(),
-        units: ctx.chosen_units(),
+        // Units apply to the coalesced pattern's kernels only.
+        units: ctx.chosen_units().filter(|_| ctx.access_pattern() == gpu::AccessPattern::Coalesced),
     }
 }
 

@@ -23,9 +23,9 @@ pub struct AdapterInfo {
     /// The vec4 encode kernel's access pattern (`coalesced` or `adjacent`; see
     /// [`gpu::AccessPattern`], chosen by the adapter's type or `POSENC_GPU_ACCESS`).
     pub access: String,
-    /// Units per invocation of the encode and recorded RoPE kernels in the coalesced
-    /// pattern, when `POSENC_GPU_UNITS` chose them (else posenc's choice; see
-    /// [`gpu::Options::units`]).
+    /// Units per invocation of the encode and recorded RoPE kernels, when
+    /// `POSENC_GPU_UNITS` chose them and the access pattern is the coalesced one, the only
+    /// one they apply to (else posenc's choice; see [`gpu::Options::units`]).
     pub units: Option<u32>,
 }
 

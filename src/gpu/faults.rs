@@ -35,14 +35,11 @@ pub(crate) enum Fault {
 /// [`Error::InvalidParameter`] naming the variable for any other value: a misspelt knob
 /// must not pass for a run without faults.
 pub(crate) fn fault_from_env() -> Result<Option<Fault>, Error> {
-    match std::env::var(FAULT_INJECT_ENV).as_deref() {
-        Err(_) => Ok(None),
-        Ok("device-lost") => Ok(Some(Fault::DeviceLost)),
-        Ok(other) => Err(Error::InvalidParameter {
-            field: FAULT_INJECT_ENV,
-            value: other.to_string(),
-            allowed: "device-lost",
-        }),
+    const ALLOWED: &str = "device-lost";
+    match super::options::env_text(FAULT_INJECT_ENV, ALLOWED)?.as_deref() {
+        None => Ok(None),
+        Some("device-lost") => Ok(Some(Fault::DeviceLost)),
+        Some(other) => Err(super::options::invalid(FAULT_INJECT_ENV, other, ALLOWED)),
     }
 }
 

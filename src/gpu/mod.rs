@@ -209,17 +209,7 @@ async fn select_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter> {
 
 /// The binding-size cap from [`MAX_BINDING_ENV`], if set.
 fn binding_cap_from_env() -> Result<Option<u64>> {
-    match std::env::var(MAX_BINDING_ENV) {
-        Err(_) => Ok(None),
-        Ok(text) => match text.trim().parse::<u64>() {
-            Ok(v) if v >= 256 => Ok(Some(v)),
-            _ => Err(Error::InvalidParameter {
-                field: MAX_BINDING_ENV,
-                value: text,
-                allowed: "a whole number of bytes, at least 256",
-            }),
-        },
-    }
+    options::bytes_from_env(MAX_BINDING_ENV, 256, "a whole number of bytes, at least 256")
 }
 
 /// An adapter, its device and queue, and the compiled kernels. Build one and reuse it:
@@ -263,7 +253,7 @@ pub struct Context {
     copy: timing::CopyKernels,
     /// Built on first use, so contexts that never compute ALiBi never compile it.
     alibi: Arc<std::sync::OnceLock<alibi::AlibiKernel>>,
-    /// The four-key ALiBi form for GPUs, built on first use.
+    /// The four-key ALiBi form (rows of whole vec4s, every adapter), built on first use.
     alibi_x4: Arc<std::sync::OnceLock<alibi::AlibiKernel>>,
     /// The recorded encode's kernels, built on first use.
     record: encode::pass::EncodePassKernels,

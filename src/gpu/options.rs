@@ -101,47 +101,49 @@ impl Options {
     /// # Errors
     /// [`Error::InvalidParameter`] naming the variable if its value is malformed.
     pub fn from_env() -> Result<Self> {
-        let timestamps = match std::env::var(TIMESTAMPS_ENV).as_deref() {
-            Err(_) | Ok("on") => true,
-            Ok("off") => false,
-            Ok(other) => {
-                return Err(Error::InvalidParameter {
-                    field: TIMESTAMPS_ENV,
-                    value: other.to_string(),
-                    allowed: "on or off",
-                });
+        // Each value is checked whole: one that is not UTF-8 is refused like any other
+        // malformed one, never taken for unset.
+        let timestamps = {
+            const ALLOWED: &str = "on or off";
+            match env_text(TIMESTAMPS_ENV, ALLOWED)?.as_deref() {
+                None | Some("on") => true,
+                Some("off") => false,
+                Some(other) => return Err(invalid(TIMESTAMPS_ENV, other, ALLOWED)),
             }
         };
-        let access = match std::env::var(ACCESS_PATTERN_ENV).as_deref() {
-            Err(_) | Ok("auto") => AccessPattern::Auto,
-            Ok("coalesced") => AccessPattern::Coalesced,
-            Ok("adjacent") => AccessPattern::Adjacent,
-            Ok(other) => {
-                return Err(Error::InvalidParameter {
-                    field: ACCESS_PATTERN_ENV,
-                    value: other.to_string(),
-                    allowed: "auto, coalesced or adjacent",
-                });
+        let access = {
+            const ALLOWED: &str = "auto, coalesced or adjacent";
+            match env_text(ACCESS_PATTERN_ENV, ALLOWED)?.as_deref() {
+                None | Some("auto") => AccessPattern::Auto,
+                Some("coalesced") => AccessPattern::Coalesced,
+                Some("adjacent") => AccessPattern::Adjacent,
+                Some(other) => return Err(invalid(ACCESS_PATTERN_ENV, other, ALLOWED)),
             }
         };
-        let units = match std::env::var(UNITS_ENV) {
-            Err(_) => None,
-            Ok(text) => match text.trim().parse::<u32>() {
-                Ok(n @ (1 | 2 | 4 | 8)) => Some(n),
-                _ => {
-                    return Err(Error::InvalidParameter {
-                        field: UNITS_ENV,
-                        value: text,
-                        allowed: "1, 2, 4 or 8",
-                    });
-                }
-            },
+        let units = {
+            const ALLOWED: &str = "1, 2, 4 or 8";
+            match env_text(UNITS_ENV, ALLOWED)? {
+                None => None,
+                Some(text) => match text.trim().parse::<u32>() {
+                    Ok(n @ (1 | 2 | 4 | 8)) => Some(n),
+                    _ => return Err(invalid(UNITS_ENV, &text, ALLOWED)),
+                },
+            }
         };
         Ok(Self {
-            memory_budget: bytes_from_env(MEMORY_BUDGET_ENV, 1)?,
+            memory_budget: bytes_from_env(
+                MEMORY_BUDGET_ENV,
+                1,
+                "a whole number of bytes, at least 1",
+            )?,
             access,
             units,
-            pe_cache_budget: bytes_from_env(PE_CACHE_ENV, 0)?.unwrap_or(super::PE_CACHE_BUDGET),
+            pe_cache_budget: bytes_from_env(
+                PE_CACHE_ENV,
+                0,
+                "a whole number of bytes (0 for none)",
+            )?
+            .unwrap_or(super::PE_CACHE_BUDGET),
             max_binding_size: super::binding_cap_from_env()?,
             timestamps,
             fault: fault_from_env()?,
@@ -226,11 +228,16 @@ impl Options {
     /// 4096, 8192 at 8192). A call whose positions reach beyond what fits computes its rows
     /// per call, with the same bits but slower (lavapipe, 2026-11-27: a 1 x 8192 x 4096
     /// prefill 424 - 434 ms, 0.07 - 0.12 of a copy, against 99 - 100 ms, 0.49 - 0.55, from
-    /// the cache); 0 keeps no cache. The cache also
-    /// stays within one storage binding and, under a [memory
-    /// budget](Options::memory_budget), a quarter of it. It grows in powers of two up to
-    /// the largest position a call needs, and is freed by
-    /// [`Context::clear_pe_cache`](super::Context::clear_pe_cache).
+    /// the cache); 0 keeps no cache. The cache also stays within one storage binding and,
+    /// under a [memory budget](Options::memory_budget), a quarter of it. It grows in powers
+    /// of two up to the largest position a call needs, and
+    /// [`Context::clear_pe_cache`](super::Context::clear_pe_cache) drops it.
+    ///
+    /// The budget bounds each cache, not their sum: a new spec, or a cache grown for a
+    /// larger position, replaces the context's cache, and each
+    /// [`EncodePass`](super::EncodePass) keeps the rows it was prepared with (and reads)
+    /// until it is dropped, so passes of several specs hold a cache each. All of them count
+    /// against a memory budget.
     #[must_use]
     pub fn pe_cache_budget(mut self, bytes: u64) -> Self {
         self.pe_cache_budget = bytes;
@@ -263,21 +270,34 @@ impl Options {
     }
 }
 
-/// A whole number of bytes, at least `min` (0 or 1), from `var`; `None` when unset.
-fn bytes_from_env(var: &'static str, min: u64) -> Result<Option<u64>> {
-    match std::env::var(var) {
-        Err(_) => Ok(None),
-        Ok(text) => match text.trim().parse::<u64>() {
+/// The value of `var`, `None` when unset; a value that is not UTF-8 is refused naming what
+/// is `allowed`, as a malformed one is.
+pub(crate) fn env_text(var: &'static str, allowed: &'static str) -> Result<Option<String>> {
+    match std::env::var_os(var) {
+        None => Ok(None),
+        Some(value) => value
+            .into_string()
+            .map(Some)
+            .map_err(|value| invalid(var, &value.to_string_lossy(), allowed)),
+    }
+}
+
+/// The refusal of `value` of variable `var`.
+pub(crate) fn invalid(var: &'static str, value: &str, allowed: &'static str) -> Error {
+    Error::InvalidParameter { field: var, value: value.to_string(), allowed }
+}
+
+/// A whole number of bytes, at least `min`, from `var`; `None` when unset.
+pub(crate) fn bytes_from_env(
+    var: &'static str,
+    min: u64,
+    allowed: &'static str,
+) -> Result<Option<u64>> {
+    match env_text(var, allowed)? {
+        None => Ok(None),
+        Some(text) => match text.trim().parse::<u64>() {
             Ok(v) if v >= min => Ok(Some(v)),
-            _ => Err(Error::InvalidParameter {
-                field: var,
-                value: text,
-                allowed: if min == 0 {
-                    "a whole number of bytes (0 for none)"
-                } else {
-                    "a whole number of bytes, at least 1"
-                },
-            }),
+            _ => Err(invalid(var, &text, allowed)),
         },
     }
 }

@@ -35,7 +35,7 @@ struct Bound {
 }
 
 struct PartBound {
-    /// The part's form: four keys per thread where its keys are whole vec4s on a GPU.
+    /// The part's form: four keys per thread where its keys are whole vec4s.
     pipeline: wgpu::ComputePipeline,
     grid: (u32, u32, u32),
     group: wgpu::BindGroup,

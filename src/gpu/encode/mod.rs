@@ -923,16 +923,15 @@ impl Context {
         if table.accounted_by == self.memory_id() { 0 } else { table.buffer.size() }
     }
 
-    /// Drops the cached PE rows (the next encode computes them again): for cold timings,
-    /// or to give the memory back.
+    /// Drops the context's cached PE rows (the next encode computes them again): for cold
+    /// timings, or to give the memory back. An [`EncodePass`](crate::gpu::EncodePass) keeps
+    /// the rows it was prepared with until it is dropped, so their memory returns then.
     pub fn clear_pe_cache(&self) {
         if let Ok(mut slot) = self.pe_cache.lock() {
             *slot = None;
         }
     }
 
-    /// The cached PE rows covering positions `0..needed`, built (or grown) if the budget
-    /// allows; `None` sends the caller to per-call rows.
     /// The most PE rows of `spec` the cache holds: the context's cache budget
     /// ([`Options::pe_cache_budget`](crate::gpu::Options::pe_cache_budget)), one binding, a
     /// quarter of a memory budget.
@@ -943,6 +942,8 @@ impl Context {
         self.max_binding.min(self.pe_cache_budget).min(budget_share) / row_bytes
     }
 
+    /// The cached PE rows covering positions `0..needed`, built (or grown) if the budget
+    /// allows; `None` sends the caller to per-call rows.
     pub(super) fn cached_pe_rows(
         &self,
         spec: &PeSpec,

@@ -97,9 +97,10 @@ pub struct EncodePassDescriptor {
     /// Scale, pad id and output storage type, as for [`Context::encode`].
     pub options: EncodeOptions,
     /// PE rows of positions `0..cached_positions` are computed once, kept on the device
-    /// (shared by the context's passes and encodes of the same spec, within the context's
-    /// [PE cache budget](crate::gpu::Options::pe_cache_budget)) and read; other positions'
-    /// rows are computed in the kernel, bit for bit the same. 0 computes every row.
+    /// (shared by the context's passes and encodes of the same spec, at most the context's
+    /// [PE cache budget](crate::gpu::Options::pe_cache_budget), and held by the pass until
+    /// it is dropped) and read; other positions' rows are computed in the kernel, bit for
+    /// bit the same. 0 computes every row.
     pub cached_positions: u32,
 }
 

@@ -82,6 +82,32 @@ fn a_malformed_posenc_auto_is_refused_in_one_line() {
     assert!(stderr(&out).contains("POSENC_AUTO"), "{}", stderr(&out));
 }
 
+/// Every posenc variable refuses a value that is not UTF-8, in one line naming it, rather
+/// than reading it as unset.
+#[test]
+fn every_variable_refuses_a_value_that_is_not_utf8() {
+    use std::os::unix::ffi::OsStrExt;
+    let raw = std::ffi::OsStr::from_bytes(b"1\xff");
+    for var in [
+        "POSENC_GPU_PE_CACHE",
+        "POSENC_GPU_MEMORY_BUDGET",
+        "POSENC_GPU_UNITS",
+        "POSENC_GPU_ACCESS",
+        "POSENC_GPU_TIMESTAMPS",
+        "POSENC_MAX_BINDING_SIZE",
+        "POSENC_FAULT_INJECT",
+    ] {
+        let out = Command::new(BIN)
+            .args(["table", "--dim", "8", "--len", "2", "--device", "gpu"])
+            .env(var, raw)
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{var}: {err}");
+        assert!(err.contains(var) && err.lines().count() == 1, "{var}: {err}");
+    }
+}
+
 /// posenc's GPU variables are checked under `auto` whichever device the model picks, so a
 /// malformed one is refused at every job size, not only when a GPU opens.
 #[test]
