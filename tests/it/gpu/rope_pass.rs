@@ -178,15 +178,20 @@ fn check<T: Element>(
     }
 }
 
-#[test]
-fn q_and_k_rotate_in_one_dispatch_with_the_other_paths_bits() {
-    let Some(ctx) = gpu() else { return };
-    let llama3 = RopeSpec::new(128)
+/// Llama 3's RoPE: head dim 128, base 500000, its frequency scaling.
+fn llama3_128() -> RopeSpec {
+    RopeSpec::new(128)
         .unwrap()
         .with_base(500_000.0)
         .unwrap()
         .with_scaling(Scaling::Llama3(Llama3::new(8.0, 1.0, 4.0, 8192)))
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn q_and_k_rotate_in_one_dispatch_with_the_other_paths_bits() {
+    let Some(ctx) = gpu() else { return };
+    let llama3 = llama3_128();
     let yarn = RopeSpec::new(64)
         .unwrap()
         .with_scaling(Scaling::Yarn(Yarn::new(4.0, 4096)))
@@ -271,12 +276,7 @@ fn rope_pass_routes_refuse_what_they_cannot_record() {
 #[test]
 fn every_units_per_invocation_of_the_one_dispatch_keeps_the_bits() {
     use posenc::gpu::{AccessPattern, Options};
-    let llama3 = RopeSpec::new(128)
-        .unwrap()
-        .with_base(500_000.0)
-        .unwrap()
-        .with_scaling(Scaling::Llama3(Llama3::new(8.0, 1.0, 4.0, 8192)))
-        .unwrap();
+    let llama3 = llama3_128();
     let gptj = RopeSpec::partial(80, 32).unwrap().with_pairing(Pairing::Gptj);
     for units in [1, 2, 4, 8] {
         let options =
