@@ -8,7 +8,7 @@ mod faults;
 #[doc(hidden)]
 pub mod layout;
 mod memory;
-mod options;
+pub(crate) mod options;
 mod pass;
 mod pending;
 mod rope;
