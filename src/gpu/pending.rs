@@ -454,8 +454,10 @@ impl MappedEncode {
     /// [`Error::Alloc`] if the array's memory cannot be had.
     pub fn to_encoded(&self) -> Result<Encoded> {
         let n = self.shape.0 * self.shape.1 * self.shape.2;
-        let mut host = HostResult::zeros(self.dtype, n)?;
-        super::copy_out(host.bytes_mut()?, self.bytes());
+        let host = HostResult::filled(self.dtype, n, |dst| {
+            super::copy_out_uninit(dst, self.bytes());
+            Ok(())
+        })?;
         Ok(host.into_encoded(self.shape))
     }
 }
