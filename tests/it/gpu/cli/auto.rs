@@ -102,10 +102,15 @@ fn every_variable_refuses_a_value_that_is_not_utf8() {
             .env(var, raw)
             .output()
             .unwrap();
-        let err = stderr(&out);
-        assert_eq!(out.status.code(), Some(2), "{var}: {err}");
-        assert!(err.contains(var) && err.lines().count() == 1, "{var}: {err}");
+        assert_refused_naming(&out, var);
     }
+}
+
+/// `out` exited 2 with one line naming variable `var`.
+fn assert_refused_naming(out: &std::process::Output, var: &str) {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(2), "{var}: {err}");
+    assert!(err.contains(var) && err.lines().count() == 1, "{var}: {err}");
 }
 
 /// posenc's GPU variables are checked under `auto` whichever device the model picks, so a
@@ -119,8 +124,6 @@ fn auto_checks_the_gpu_variables_even_when_it_computes_on_the_cpu() {
             .env(var, value)
             .output()
             .unwrap();
-        let err = stderr(&out);
-        assert_eq!(out.status.code(), Some(2), "{var}={value}: {err}");
-        assert!(err.contains(var) && err.lines().count() == 1, "{err}");
+        assert_refused_naming(&out, var);
     }
 }
