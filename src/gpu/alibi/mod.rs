@@ -51,12 +51,15 @@ pub(super) const MAX_GROUPS_X: u32 = 1024;
 /// How a dispatch of `rows` rows of `cols` keys is cut. Where the keys are whole vec4s
 /// (`aligned`: the keys, the first key and the first value's index all multiples of 4),
 /// `alibi_x4` on every adapter: blocks of [`ALIBI_X4_ROWS`] rows, four keys per thread and
-/// row, one 16-byte store each. On an H100 (2026-11-27) the one-value form wrote BLOOM's
+/// row, one 16-byte store each, and on adapters that run shaders on CPU cores up to
+/// [`CPU_KEYS_PER_THREAD`] such vec4s per thread and row (fewer workgroups, each a task of
+/// their thread pool). On an H100 (2026-11-27) the one-value form wrote BLOOM's
 /// 32 x 512 x 512 bias in 29.3 us, 0.27 of a copy, where torch.compile took 10.5 us: 32768
 /// workgroups, each thread one 4-byte store after a dependent load of its row's slope (the
 /// four-key form is not measured there yet). On lavapipe (2026-11-27, interleaved runs,
-/// docs/measurements/lavapipe-2026-11-27-ops) it took that bias in steps from 0.18 - 0.19
-/// to 0.23 of the same run's copy; the decode step's 32 x 2048 moved within noise.
+/// docs/measurements/lavapipe-2026-11-27-suite) it took that bias in steps from 0.15 - 0.19
+/// to 0.26 of the same run's copy, and the decode step's 32 x 2048 from 0.42 to 0.50 -
+/// 0.65 (with one vec4 per thread there: 0.19 and 0.39 - 0.44, the decode a loss).
 /// Otherwise, on GPUs, one row per workgroup row and a thread per key (the most
 /// workgroups); on adapters that run shaders on CPU cores, where each workgroup costs a
 /// task of their thread pool, blocks of
@@ -83,12 +86,12 @@ const CPU_KEYS_PER_THREAD: u64 = 4;
 impl AlibiShape {
     pub(super) fn new(cols: u64, coalesced: bool, aligned: bool, max_groups: u32) -> Self {
         let max_x = MAX_GROUPS_X.min(max_groups);
+        let keys = if coalesced { 1 } else { CPU_KEYS_PER_THREAD };
         if aligned {
             let groups_x =
-                ((cols / 4).div_ceil(u64::from(ALIBI_X4_WORKGROUP)) as u32).clamp(1, max_x);
+                ((cols / 4).div_ceil(u64::from(ALIBI_X4_WORKGROUP) * keys) as u32).clamp(1, max_x);
             return Self { groups_x, rows_per_group: ALIBI_X4_ROWS, x4: true };
         }
-        let keys = if coalesced { 1 } else { CPU_KEYS_PER_THREAD };
         let groups_x = (cols.div_ceil(u64::from(WORKGROUP_SIZE) * keys) as u32).clamp(1, max_x);
         let rows_per_group = if coalesced { 1 } else { CPU_ROWS_PER_GROUP };
         Self { groups_x, rows_per_group, x4: false }
