@@ -8,7 +8,7 @@ mod faults;
 #[doc(hidden)]
 pub mod layout;
 mod memory;
-pub(crate) mod options;
+mod options;
 mod pass;
 mod pending;
 mod rope;
