@@ -6,6 +6,7 @@
 
 use crate::cpu::sincos::{COS_COEFFS, SIN_COEFFS};
 use crate::dtype::Dtype;
+use crate::error::{Error, Result};
 
 /// Threads per workgroup of every kernel: within WebGPU's default limits (256).
 pub const WORKGROUP_SIZE: u32 = 256;
@@ -739,28 +740,58 @@ pub fn source(name: &str) -> String {
         .find(|(n, _)| *n == name)
         .unwrap_or_else(|| panic!("no kernel named {name}"));
     let mut out = prelude();
-    let mut imported = Vec::new();
-    expand(kernel, &mut imported, &mut out);
+    expand(kernel, &mut Vec::new(), &mut out);
     out
 }
 
+/// `src` as a complete WGSL source: the prelude every kernel starts with (the constants it
+/// shares with the host and the CPU twins), then `src` with each `#import NAME` line replaced
+/// by the shared module `shaders/shared/NAME.wgsl` (once, with its own imports). A caller's
+/// own kernel can so use posenc's exact conversions (`#import convert4`: the functions of
+/// [`crate::convert`], with the same bits) or its sine and cosine.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] (field `import`) naming a module posenc does not have; the
+/// modules are `convert`, `convert4`, `intmath`, `sincos`, `f32_angle`, `pe_phase`,
+/// `rope_unit`, `alibi_common`, `encode_pass_params` and `encode_pass_common`.
+pub fn compose(src: &str) -> Result<String> {
+    let mut out = prelude();
+    let mut imported = Vec::new();
+    try_expand(src, &mut imported, &mut out)?;
+    Ok(out)
+}
+
+/// [`try_expand`] of one of posenc's own sources, which import only its modules (the shader
+/// tests compile every one).
 fn expand(src: &str, imported: &mut Vec<&'static str>, out: &mut String) {
+    try_expand(src, imported, out).expect("posenc's kernels import only its own modules");
+}
+
+/// Appends `src` to `out` with its imports expanded, each module once (`imported` lists
+/// those already in `out`).
+fn try_expand(src: &str, imported: &mut Vec<&'static str>, out: &mut String) -> Result<()> {
     for line in src.lines() {
         if let Some(name) = line.trim().strip_prefix("#import ") {
             let name = name.trim();
-            let (module_name, module) = MODULES
-                .iter()
-                .find(|(n, _)| *n == name)
-                .unwrap_or_else(|| panic!("unknown WGSL module {name}"));
+            let Some((module_name, module)) = MODULES.iter().find(|(n, _)| *n == name) else {
+                return Err(Error::InvalidParameter {
+                    field: "import",
+                    value: name.to_string(),
+                    allowed: "a shared module of posenc's: convert, convert4, intmath, sincos, \
+                              f32_angle, pe_phase, rope_unit, alibi_common, \
+                              encode_pass_params, encode_pass_common",
+                });
+            };
             if !imported.contains(module_name) {
                 imported.push(module_name);
-                expand(module, imported, out);
+                try_expand(module, imported, out)?;
             }
         } else {
             out.push_str(line);
             out.push('\n');
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -280,6 +280,9 @@ pub struct OpConfig {
     pub repeats: usize,
     /// Steps per steps-mode measurement ([`steps::steps_for`] when `None`).
     pub steps: Option<usize>,
+    /// The storage type of q and k (and of a decode step's table and output) in the
+    /// preset's place, to compare types at one shape; ALiBi's bias, always f32, takes none.
+    pub dtype: Option<Dtype>,
 }
 
 /// One operation preset measured.
@@ -327,6 +330,35 @@ pub fn run_op(
     ctx: Option<&gpu::Context>,
     progress: &mut dyn FnMut(&str),
 ) -> Result<OpReport> {
+    check(preset, config)?;
+    let ctx = ctx.filter(|_| config.devices != Devices::Cpu);
+    match preset {
+        OpPreset::Rope(p) => {
+            let p = &RopePreset { dtype: config.dtype.unwrap_or(p.dtype), ..*p };
+            match p.dtype {
+                Dtype::F32 => run_rope::<f32>(p, config, ctx, progress),
+                Dtype::F16 => run_rope::<f16>(p, config, ctx, progress),
+                Dtype::Bf16 => run_rope::<bf16>(p, config, ctx, progress),
+            }
+        }
+        OpPreset::Alibi(p) => run_alibi(p, config, ctx, progress),
+        OpPreset::Step(p) => {
+            let p = &StepPreset { dtype: config.dtype.unwrap_or(p.dtype), ..*p };
+            match p.dtype {
+                Dtype::F32 => run_step::<f32>(p, config, ctx, progress),
+                Dtype::F16 => run_step::<f16>(p, config, ctx, progress),
+                Dtype::Bf16 => run_step::<bf16>(p, config, ctx, progress),
+            }
+        }
+    }
+}
+
+/// Refuses what `config` cannot run `preset` with: repeats outside `1..=`
+/// [`MAX_REPEATS`](super::MAX_REPEATS), and a type for an ALiBi preset.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] naming the field.
+pub fn check(preset: OpPreset, config: &OpConfig) -> Result<()> {
     if config.repeats == 0 || config.repeats > super::MAX_REPEATS {
         return Err(Error::InvalidParameter {
             field: "repeats",
@@ -334,20 +366,14 @@ pub fn run_op(
             allowed: "1..=10000 (bench::MAX_REPEATS)",
         });
     }
-    let ctx = ctx.filter(|_| config.devices != Devices::Cpu);
-    match preset {
-        OpPreset::Rope(p) => match p.dtype {
-            Dtype::F32 => run_rope::<f32>(p, config, ctx, progress),
-            Dtype::F16 => run_rope::<f16>(p, config, ctx, progress),
-            Dtype::Bf16 => run_rope::<bf16>(p, config, ctx, progress),
-        },
-        OpPreset::Alibi(p) => run_alibi(p, config, ctx, progress),
-        OpPreset::Step(p) => match p.dtype {
-            Dtype::F32 => run_step::<f32>(p, config, ctx, progress),
-            Dtype::F16 => run_step::<f16>(p, config, ctx, progress),
-            Dtype::Bf16 => run_step::<bf16>(p, config, ctx, progress),
-        },
+    if let (OpPreset::Alibi(p), Some(dtype)) = (preset, config.dtype) {
+        return Err(Error::InvalidParameter {
+            field: "dtype",
+            value: format!("{} for {}", super::dtype_name(dtype), p.name),
+            allowed: "none for an ALiBi preset: its bias is f32",
+        });
     }
+    Ok(())
 }
 
 /// A deterministic tensor of values in [-1, 1).
@@ -497,7 +523,7 @@ fn differing<T: Element>(got: &[u8], want: &Array4<T>) -> u64 {
 }
 
 fn run_rope<T: Element>(
-    p: &'static RopePreset,
+    p: &RopePreset,
     config: &OpConfig,
     ctx: Option<&gpu::Context>,
     progress: &mut dyn FnMut(&str),
@@ -642,7 +668,7 @@ fn run_alibi(
 }
 
 fn run_step<T: Element>(
-    p: &'static StepPreset,
+    p: &StepPreset,
     config: &OpConfig,
     ctx: Option<&gpu::Context>,
     progress: &mut dyn FnMut(&str),
@@ -775,8 +801,25 @@ fn run_step<T: Element>(
         },
         record_in,
     )?;
-    let ceiling = items.iter().find(|i| i.name == "gpu_copy_ceiling").cloned().expect("a ceiling");
+    let named = |name: &str| items.iter().find(|i| i.name == name).cloned().expect(name);
+    let (ceiling, copy, floor) =
+        (named("gpu_copy_ceiling"), named("gpu_copy_steps"), named("gpu_dispatch_floor"));
+    let k = copy.steps.expect("a steps item");
+    // The step's two parts alone, so that what a step costs over its copy has an owner.
+    progress("the step's parts");
+    let part = |name, bytes, record: &mut dyn FnMut(&mut wgpu::ComputePass<'_>) -> Result<()>| {
+        steps::part_item(ctx, name, bytes, k, config.repeats, &copy, &floor, record)
+    };
+    let encode_part = part("gpu_step_encode_steps", encode_bytes, &mut |cpass| {
+        encode.record_in(cpass, ids_s, starts_s, out_s)
+    })?;
+    let rope_bytes = 2 * (q_bytes + k_bytes) as u64;
+    let rope_part = part("gpu_step_rope_steps", rope_bytes, &mut |cpass| {
+        rope.record_qk_in(cpass, qs, ks, starts_s)
+    })?;
     items.insert(0, Item::new("gpu_encode", host, encode_bytes).against(&ceiling));
+    let at = items.iter().position(|i| i.name == "gpu_copy_steps").expect("a copy");
+    items.splice(at..at, [encode_part, rope_part]);
     report.results.extend(items);
     report.ceiling_method = Some(best.name());
     report.copy_methods = figures;

@@ -239,8 +239,12 @@ pub fn run_suite(
             ctx.clear_pe_cache();
         }
     }
-    let op_config =
-        ops::OpConfig { devices: first.devices, repeats: first.repeats, steps: first.steps };
+    let op_config = ops::OpConfig {
+        devices: first.devices,
+        repeats: first.repeats,
+        steps: first.steps,
+        dtype: None,
+    };
     let mut op_reports = Vec::with_capacity(op_presets.len());
     for &preset in op_presets {
         let name = preset.name();
@@ -273,23 +277,22 @@ fn check_steps(steps: usize) -> Result<()> {
     Ok(())
 }
 
-/// Runs the operation preset `preset` (RoPE, ALiBi or a decode step) with the devices,
-/// rounds and steps of `config` (its shape is the preset's).
+/// Runs the operation preset `preset` (RoPE, ALiBi or a decode step) as `config` says
+/// (its shape is the preset's).
 ///
 /// # Errors
-/// As [`run`].
+/// As [`run`]; what [`ops::check`] refuses, before a GPU is opened.
 pub fn run_op(
     preset: ops::OpPreset,
-    config: &Config,
+    config: &ops::OpConfig,
     mut progress: impl FnMut(&str),
 ) -> Result<ops::OpReport> {
     if let Some(steps) = config.steps {
         check_steps(steps)?;
     }
+    ops::check(preset, config)?;
     let ctx = open_gpu(config.devices, &mut progress)?;
-    let op_config =
-        ops::OpConfig { devices: config.devices, repeats: config.repeats, steps: config.steps };
-    ops::run_op(preset, &op_config, ctx.as_ref(), &mut progress)
+    ops::run_op(preset, config, ctx.as_ref(), &mut progress)
 }
 
 /// [`run`] of a checked configuration, on `ctx` if given.

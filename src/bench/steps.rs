@@ -130,6 +130,43 @@ pub fn steps_items(
     Ok(vec![op, copy, floor])
 }
 
+/// A part of a steps-mode operation timed alone: `name`, K = `steps` of `record` in one
+/// compute pass per round as [`steps_items`] records a whole step, `repeats` rounds, with
+/// `part_bytes` read and written a step, against the whole step's `copy` and over its
+/// `floor` (items [`steps_items`] returned). A decode step's encode and RoPE timed so
+/// show which of them costs the floors a step pays over its copy.
+///
+/// # Errors
+/// What `record` returns, and GPU errors.
+#[allow(clippy::too_many_arguments)]
+pub fn part_item(
+    ctx: &gpu::Context,
+    name: &str,
+    part_bytes: u64,
+    steps: usize,
+    repeats: usize,
+    copy: &Item,
+    floor: &Item,
+    mut record: impl FnMut(&mut wgpu::ComputePass<'_>) -> Result<()>,
+) -> Result<Item> {
+    let mut times = Vec::new();
+    for _ in 0..repeats {
+        warm(ctx)?;
+        let t = ctx.time_recorded(1, |encoder| {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("posenc.bench.part_steps"),
+                timestamp_writes: None,
+            });
+            for _ in 0..steps {
+                record(&mut pass)?;
+            }
+            Ok(())
+        })?;
+        times.extend(t.into_iter().map(|t| t / steps as f64));
+    }
+    Ok(Item::new(name, times, part_bytes).against(copy).with_steps(steps).over_floor(floor))
+}
+
 /// What the device itself does, measured once per run: the large copy of every method, and
 /// a trivial dispatch inside a pass and in a pass of its own.
 #[derive(Clone, Debug, Serialize)]

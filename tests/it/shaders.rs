@@ -345,3 +345,13 @@ fn every_kernel_passes_glslang_as_gles_310_and_glsl_450() {
         ]
     });
 }
+
+#[test]
+fn compose_refuses_a_module_posenc_lacks_naming_it_and_the_modules() {
+    let err = posenc::shaders::compose("#import convert4\n#import nosuch\n").unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("nosuch") && text.contains("convert4"), "{text}");
+    // What it composes parses and validates, the prelude's constants included.
+    let src = posenc::shaders::compose("#import convert4\n#import sincos\n").unwrap();
+    validated("compose", &src);
+}

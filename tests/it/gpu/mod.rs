@@ -4,6 +4,7 @@
 mod alibi;
 mod cli;
 mod concurrency;
+mod convert;
 mod encode;
 mod faults;
 mod features;

@@ -21,7 +21,8 @@ pub(crate) struct BenchArgs {
     /// Or an operation's: llama3-8b-rope, llama3-8b-rope-decode, phi-2-rope (RoPE of q and
     /// k), bloom-7b1-alibi, bloom-7b1-alibi-decode (the ALiBi bias), gemma-7b-step,
     /// llama3-8b-step, llama2-13b-step, starcoder2-15b-step, llama3-70b-step (a decode step:
-    /// the encode and RoPE of q and k in one compute pass), whose shapes are fixed.
+    /// the encode and RoPE of q and k in one compute pass), whose shapes are fixed; --dtype
+    /// sets the type of a RoPE or decode-step preset's tensors.
     #[arg(long, value_name = "NAME")]
     model: Option<String>,
     /// Run every preset of --model in turn and print one table (with --json, {"suite":
@@ -52,7 +53,8 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_name = "V", allow_negative_numbers = true,
           value_parser = whole::<usize>("a whole number in 1..=4294967295 (token ids are u32)"))]
     vocab: Option<usize>,
-    /// Embedding table storage type [default: f32].
+    /// Embedding table storage type [default: f32]. With a RoPE or decode-step preset: the
+    /// type of q and k (and of the step's table and output), in the checkpoint's place.
     #[arg(long, value_enum)]
     dtype: Option<OutDtype>,
     /// Encode output type [default: f32].
@@ -230,7 +232,6 @@ fn run_op(args: &BenchArgs, preset: bench::ops::OpPreset) -> Result<(), Failure>
         ("len", args.len.is_some()),
         ("dim", args.dim.is_some()),
         ("vocab", args.vocab.is_some()),
-        ("dtype", args.dtype.is_some()),
         ("out-dtype", args.out_dtype.is_some()),
         ("load", args.load.is_some()),
         ("plot", args.plot.is_some()),
@@ -239,11 +240,18 @@ fn run_op(args: &BenchArgs, preset: bench::ops::OpPreset) -> Result<(), Failure>
         return Err(Failure::usage(Error::InvalidParameter {
             field: "model",
             value: format!("{} with --{flag}", preset.name()),
-            allowed: "an operation preset on its own shape: only --device, --repeats, --steps \
-                      and --json apply",
+            allowed: "an operation preset on its own shape: only --device, --repeats, --steps, \
+                      --dtype (not for ALiBi) and --json apply",
         }));
     }
     let config = args.apply(bench::Config::default());
+    let config = bench::ops::OpConfig {
+        devices: config.devices,
+        repeats: config.repeats,
+        steps: config.steps,
+        dtype: args.dtype.map(Into::into),
+    };
+    bench::ops::check(preset, &config).map_err(Failure::usage)?;
     let report = bench::run_op(preset, &config, |_| {}).map_err(no_fallback)?;
     print_report(args.json, &report, || report.to_table())
 }

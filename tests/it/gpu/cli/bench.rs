@@ -48,9 +48,12 @@ fn check_ceilings(report: &Value) {
             "gpu_encode_call" | "gpu_encode_host" | "gpu_encode_stream" | "gpu_encode_submit"
             | "gpu_encode_mapped" => "gpu_copy_ceiling_call",
             "gpu_copy_driver" | "gpu_rope" | "gpu_alibi" | "gpu_decode_step" => "gpu_copy_ceiling",
-            "gpu_encode_steps" | "gpu_rope_steps" | "gpu_alibi_steps" | "gpu_decode_step_steps" => {
-                "gpu_copy_steps"
-            }
+            "gpu_encode_steps"
+            | "gpu_rope_steps"
+            | "gpu_alibi_steps"
+            | "gpu_decode_step_steps"
+            | "gpu_step_encode_steps"
+            | "gpu_step_rope_steps" => "gpu_copy_steps",
             "cpu_rope" | "cpu_alibi" => "cpu_copy_ceiling",
             "cpu_load" => "cpu_read_ceiling",
             ceiling => ceiling,
@@ -128,6 +131,36 @@ fn explicit_shapes_load_only_when_asked_and_carry_no_model() {
     );
     assert_eq!(item(&report, "cpu_load")["ceiling"], "cpu_read_ceiling");
     check_ceilings(&report);
+}
+
+/// An operation preset's shape is fixed, but its tensors' type may be set: RoPE and decode
+/// steps take --dtype, ALiBi (an f32 bias) and every shape flag are refused in one line.
+#[test]
+fn an_operation_preset_takes_a_type_and_refuses_shape_flags() {
+    for (model, dtype) in [("llama2-13b-step", "bf16"), ("llama3-8b-rope-decode", "f32")] {
+        let args = ["bench", "--model", model, "--dtype", dtype, "--device", "cpu", "--json"];
+        let out = posenc(&[&args[..], &["--repeats", "1"]].concat());
+        assert_ok(&out, model);
+        let report = json(&out);
+        let shape = report["shape"].as_str().unwrap();
+        assert!(shape.ends_with(dtype), "{model}: {shape}");
+        check_ceilings(&report);
+    }
+    let cases: [(&[&str], &[&str]); 3] = [
+        (&["--model", "bloom-7b1-alibi", "--dtype", "f16"], &["bloom-7b1-alibi", "f16", "f32"]),
+        (&["--model", "llama3-8b-step", "--dim", "64"], &["llama3-8b-step", "--dim"]),
+        (&["--model", "phi-2-rope", "--out-dtype", "f16"], &["phi-2-rope", "--out-dtype"]),
+    ];
+    for (args, words) in cases {
+        let out = posenc(&[&["bench"][..], args].concat());
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let lines = posenc_lines(&out);
+        assert_eq!(lines.len(), 1, "{args:?}: {lines:?}");
+        for word in words {
+            assert!(lines[0].contains(word), "{args:?}: {word} not in {}", lines[0]);
+        }
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
 }
 
 #[test]
