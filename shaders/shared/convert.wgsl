@@ -3,63 +3,47 @@
 // stored two to a word, element 2w in the low half of word w; storage types are the
 // host's DTYPE_* codes (src/shaders.rs).
 
-// f16 bits to f32 bits, exactly.
+// f16 bits to f32 bits, exactly, without branches: a kernel's lanes take one path
+// whatever their values, which software adapters (which run both sides of a branch under a
+// mask) and GPUs (where a warp's lanes may diverge) both want. As the CPU twin's
+// f16_to_f32_bits_branchless, a subnormal m 2^-24 is (1 + m/1024) 2^-14 - 2^-14: a
+// difference of normal floats that is representable, so exact on every backend (no
+// subnormal f32 is involved, which a backend may flush).
 fn f16_to_f32_bits(h: u32) -> u32 {
-    let sign = (h & 0x8000u) << 16u;
-    let e = (h >> 10u) & 0x1fu;
-    let mant = h & 0x3ffu;
-    if e == 0x1fu {
-        return sign | 0x7f800000u | (mant << 13u);
-    }
-    if e != 0u {
-        return sign | ((e + 112u) << 23u) | (mant << 13u);
-    }
-    if mant == 0u {
-        return sign;
-    }
-    let msb = 31u - countLeadingZeros(mant);
-    return sign | ((msb + 103u) << 23u) | ((mant << (23u - msb)) & 0x7fffffu);
+    let em = h & 0x7fffu;
+    // Normal: the exponent rebased by 112; infinity and NaN (payload kept) by 224, to 255.
+    let normal = (em << 13u) + select(0x38000000u, 0x70000000u, em >= 0x7c00u);
+    let sub = bitcast<u32>(bitcast<f32>(normal + 0x800000u) - 6.103515625e-5);
+    return ((h & 0x8000u) << 16u) | select(normal, sub, em < 0x400u);
 }
 
 fn bf16_to_f32_bits(h: u32) -> u32 {
     return h << 16u;
 }
 
-// f32 bits to bf16 bits, rounded to nearest even; NaN stays a quiet NaN.
+// f32 bits to bf16 bits, rounded to nearest even; NaN stays a quiet NaN. Without a
+// branch, as f16_to_f32_bits.
 fn f32_to_bf16_bits(x: u32) -> u32 {
-    if (x & 0x7fffffffu) > 0x7f800000u {
-        return (x >> 16u) | 0x40u;
-    }
-    return (x + 0x7fffu + ((x >> 16u) & 1u)) >> 16u;
+    let rounded = (x + 0x7fffu + ((x >> 16u) & 1u)) >> 16u;
+    return select(rounded, (x >> 16u) | 0x40u, (x & 0x7fffffffu) > 0x7f800000u);
 }
 
-// f32 bits to f16 bits, rounded to nearest even, overflowing to infinity.
+// f32 bits to f16 bits, rounded to nearest even, overflowing to infinity; NaN stays a
+// quiet NaN with the top of its payload. Without branches, as f16_to_f32_bits.
 fn f32_to_f16_bits(x: u32) -> u32 {
-    let sign = (x >> 16u) & 0x8000u;
     let a = x & 0x7fffffffu;
-    if a > 0x7f800000u {
-        return sign | 0x7e00u | ((a >> 13u) & 0x3ffu);
-    }
-    if a >= 0x477ff000u {
-        return sign | 0x7c00u;
-    }
-    if a >= 0x38800000u {
-        let rebased = a - (112u << 23u);
-        return sign | ((rebased + 0xfffu + ((rebased >> 13u) & 1u)) >> 13u);
-    }
-    let e = a >> 23u;
-    if e < 102u {
-        return sign;
-    }
-    let mant = (a & 0x7fffffu) | 0x800000u;
-    let shift = 126u - e;
-    let half = 1u << (shift - 1u);
-    let rest = mant & ((1u << shift) - 1u);
-    var q = mant >> shift;
-    if rest > half || (rest == half && (q & 1u) == 1u) {
-        q = q + 1u;
-    }
-    return sign | q;
+    // Normal results: the exponent rebased by -112, the 13 dropped bits rounded to nearest
+    // even.
+    let rebased = a - 0x38000000u;
+    let normal = (rebased + 0xfffu + ((rebased >> 13u) & 1u)) >> 13u;
+    // Subnormal results and zeros (|x| < 2^-14): |x| 2^24 rounded to an integer, ties to
+    // even, which WGSL's round() is. The product is exact (a power of two, and normal
+    // wherever the result is not zero: a flushed subnormal |x| rounds to zero either way).
+    let sub = u32(round(bitcast<f32>(a) * 16777216.0));
+    var r = select(sub, normal, a >= 0x38800000u);
+    r = select(r, 0x7c00u, a >= 0x477ff000u);
+    r = select(r, 0x7e00u | ((a >> 13u) & 0x3ffu), a > 0x7f800000u);
+    return ((x >> 16u) & 0x8000u) | r;
 }
 
 // The 16-bit element e of a buffer of packed halves, from its word.
