@@ -2,7 +2,9 @@
 // vec4 of words, f16/bf16 as two words of two halves each (the first element in the low
 // half). The vec4 encode kernel picks one widen and one narrow per table and output type.
 // CPU twin: the element-by-element conversions of src/convert.rs, which give the same
-// bits.
+// bits. The f16 forms take a short path when all four values (or results) are normal
+// f16, the case of nearly every weight and activation, so that a warp (or a software
+// adapter's batch of lanes) skips the general form none of its lanes needs.
 #import convert
 
 fn widen4_f32(w: vec4<u32>) -> vec4<f32> {
@@ -10,6 +12,13 @@ fn widen4_f32(w: vec4<u32>) -> vec4<f32> {
 }
 
 fn widen4_f16(w: vec2<u32>) -> vec4<f32> {
+    let h = vec4<u32>(w.x & 0xffffu, w.x >> 16u, w.y & 0xffffu, w.y >> 16u);
+    let em = h & vec4<u32>(0x7fffu);
+    // All four normal, as nearly every weight and activation is: the exponent rebased.
+    if all((em >= vec4<u32>(0x400u)) & (em < vec4<u32>(0x7c00u))) {
+        let sign = (h & vec4<u32>(0x8000u)) << vec4<u32>(16u);
+        return bitcast<vec4<f32>>(((em << vec4<u32>(13u)) + vec4<u32>(0x38000000u)) | sign);
+    }
     return bitcast<vec4<f32>>(vec4<u32>(
         f16_to_f32_bits(w.x & 0xffffu),
         f16_to_f32_bits(w.x >> 16u),
@@ -29,6 +38,16 @@ fn narrow4_f32(v: vec4<f32>) -> vec4<u32> {
 
 fn narrow4_f16(v: vec4<f32>) -> vec2<u32> {
     let b = bitcast<vec4<u32>>(v);
+    let a = b & vec4<u32>(0x7fffffffu);
+    // All four results normal (2^-14 <= |v| < 65520): one rounding each, as
+    // f32_to_f16_bits's normal case.
+    if all((a >= vec4<u32>(0x38800000u)) & (a < vec4<u32>(0x477ff000u))) {
+        let rebased = a - vec4<u32>(0x38000000u);
+        let lsb = (rebased >> vec4<u32>(13u)) & vec4<u32>(1u);
+        let sign = (b >> vec4<u32>(16u)) & vec4<u32>(0x8000u);
+        let h = ((rebased + vec4<u32>(0xfffu) + lsb) >> vec4<u32>(13u)) | sign;
+        return vec2<u32>(h.x | (h.y << 16u), h.z | (h.w << 16u));
+    }
     return vec2<u32>(
         f32_to_f16_bits(b.x) | (f32_to_f16_bits(b.y) << 16u),
         f32_to_f16_bits(b.z) | (f32_to_f16_bits(b.w) << 16u),
