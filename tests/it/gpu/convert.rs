@@ -136,7 +136,7 @@ fn f32_probes() -> Vec<u32> {
             out.extend(mantissas.iter().map(|m| sign | (exp << 23) | m));
         }
     }
-    out.extend((0..1 << 16).map(|_| rng.next_u32()));
+    out.extend((0..1 << 20).map(|_| rng.next_u32()));
     out.resize(out.len().next_multiple_of(4), 0);
     out
 }
