@@ -4,8 +4,8 @@
 //! the same checks run on whatever adapter wgpu picks, each future driven by pollster, so
 //! the async API is tested on every platform.
 //!
-//! Every result is compared with the CPU path's: bit for bit for the sinusoid table, the
-//! fused encode, the RoPE cos/sin cache and ALiBi; RoPE rotations within the rounding of the
+//! Every result is compared with the CPU path's: bit for bit for the half-precision
+//! conversions, the sinusoid table, the fused encode, the RoPE cos/sin cache and ALiBi; RoPE rotations within the rounding of the
 //! fused multiply-add WGSL allows (docs/numerics.md). Positions include the neighbourhoods
 //! of 2^16, 2^24, 2^31 and 2^32 - 1, where a builtin `sin(p * w)` has no accuracy left.
 
@@ -18,6 +18,9 @@ mod rope_support;
 
 #[path = "it/support/random.rs"]
 mod random;
+
+#[path = "it/support/convert_probe.rs"]
+mod convert_probe;
 use random::{Rng, hard_positions};
 
 use half::bf16;
@@ -53,6 +56,7 @@ macro_rules! both {
 }
 
 both!(
+    half_conversions_have_the_cpu_bits,
     sinusoid_table_has_the_cpu_bits,
     fused_encode_has_the_cpu_bits,
     rope_has_the_cpu_bits,
@@ -79,6 +83,18 @@ fn same_bits(what: &str, got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len(), "{what}: lengths");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         assert_eq!(g.to_bits(), w.to_bits(), "{what}: element {i}: {g:e} against the CPU's {w:e}");
+    }
+}
+
+/// The kernels' f16 and bf16 conversions, every half and f32 values around every tie
+/// (`it/support/convert_probe.rs`), through the browser's own shader compiler.
+async fn half_conversions_have_the_cpu_bits() {
+    let Some(gpu) = context().await else { return };
+    for (entry, twin, widens) in convert_probe::CONVERSIONS {
+        let (input, out_words) = convert_probe::inputs(widens);
+        let output = convert_probe::submit(&gpu, entry, &input, out_words);
+        let got = gpu.read_buffer_async(&output).await.unwrap();
+        convert_probe::check(entry, twin, widens, &input, &got);
     }
 }
 

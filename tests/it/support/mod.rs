@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 
 pub mod cli;
+pub mod convert_probe;
 pub mod random;
 pub mod recording;
 pub mod rope;

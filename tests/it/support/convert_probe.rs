@@ -1,0 +1,186 @@
+//! The probe of the kernels' half-precision conversions (`shaders/shared/convert.wgsl`,
+//! through `convert4.wgsl`'s vec4 forms that the encode and RoPE kernels call), shared by
+//! the native test (`tests/it/gpu/convert.rs`) and the browser's (`tests/web.rs`): a WGSL
+//! kernel per conversion, the inputs, and the comparison with the CPU twins in
+//! `posenc::convert`.
+
+use posenc::convert;
+use posenc::gpu::Context;
+use wgpu::util::DeviceExt;
+
+use super::random::Rng;
+
+/// Each invocation converts one unit: four halves (two words) widened to four f32 words,
+/// or four f32 words narrowed to two words of halves.
+const PROBE: &str = "
+#import convert4
+
+@group(0) @binding(0) var<storage, read> input: array<u32>;
+@group(0) @binding(1) var<storage, read_write> output: array<u32>;
+
+@compute @workgroup_size(64)
+fn widen_f16(@builtin(global_invocation_id) g: vec3<u32>) {
+    let i = g.x + g.y * 65535u * 64u;
+    if 2u * i >= arrayLength(&input) { return; }
+    let v = bitcast<vec4<u32>>(widen4_f16(vec2<u32>(input[2u * i], input[2u * i + 1u])));
+    for (var k = 0u; k < 4u; k++) { output[4u * i + k] = v[k]; }
+}
+
+@compute @workgroup_size(64)
+fn widen_bf16(@builtin(global_invocation_id) g: vec3<u32>) {
+    let i = g.x + g.y * 65535u * 64u;
+    if 2u * i >= arrayLength(&input) { return; }
+    let v = bitcast<vec4<u32>>(widen4_bf16(vec2<u32>(input[2u * i], input[2u * i + 1u])));
+    for (var k = 0u; k < 4u; k++) { output[4u * i + k] = v[k]; }
+}
+
+@compute @workgroup_size(64)
+fn narrow_f16(@builtin(global_invocation_id) g: vec3<u32>) {
+    let i = g.x + g.y * 65535u * 64u;
+    if 4u * i >= arrayLength(&input) { return; }
+    let x = vec4<u32>(input[4u * i], input[4u * i + 1u], input[4u * i + 2u], input[4u * i + 3u]);
+    let h = narrow4_f16(bitcast<vec4<f32>>(x));
+    output[2u * i] = h.x;
+    output[2u * i + 1u] = h.y;
+}
+
+@compute @workgroup_size(64)
+fn narrow_bf16(@builtin(global_invocation_id) g: vec3<u32>) {
+    let i = g.x + g.y * 65535u * 64u;
+    if 4u * i >= arrayLength(&input) { return; }
+    let x = vec4<u32>(input[4u * i], input[4u * i + 1u], input[4u * i + 2u], input[4u * i + 3u]);
+    let h = narrow4_bf16(bitcast<vec4<f32>>(x));
+    output[2u * i] = h.x;
+    output[2u * i + 1u] = h.y;
+}
+";
+
+/// A conversion of the probe: its entry point, its CPU twin, and whether it widens (16 to
+/// 32 bits).
+pub type Conversion = (&'static str, fn(u32) -> u32, bool);
+
+/// The probe's conversions.
+pub const CONVERSIONS: [Conversion; 4] = [
+    ("widen_f16", convert::f16_to_f32_bits, true),
+    ("widen_bf16", convert::bf16_to_f32_bits, true),
+    ("narrow_f16", convert::f32_to_f16_bits, false),
+    ("narrow_bf16", convert::f32_to_bf16_bits, false),
+];
+
+/// Submits entry point `entry` of [`PROBE`] over `input` (whole units) and returns the
+/// buffer of its `out_words` words, to read back once the queue has run.
+pub fn submit(ctx: &Context, entry: &str, input: &[u32], out_words: usize) -> wgpu::Buffer {
+    let device = ctx.device();
+    let source = posenc::shaders::compose(PROBE).unwrap();
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("convert probe"),
+        source: wgpu::ShaderSource::Wgsl(source.into()),
+    });
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some(entry),
+        layout: None,
+        module: &module,
+        entry_point: Some(entry),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let input_buf = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: Some("convert probe input"),
+        contents: bytemuck::cast_slice(input),
+        usage: wgpu::BufferUsages::STORAGE,
+    });
+    let output = device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("convert probe output"),
+        size: (out_words * 4) as u64,
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    });
+    let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &[
+            wgpu::BindGroupEntry { binding: 0, resource: input_buf.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 1, resource: output.as_entire_binding() },
+        ],
+    });
+    // Four values in or out per invocation, 64 invocations per workgroup.
+    let groups = (out_words.max(input.len()) as u32).div_ceil(4 * 64);
+    let (x, y) = (groups.min(65535), groups.div_ceil(65535));
+    let mut encoder = device.create_command_encoder(&Default::default());
+    {
+        let mut pass = encoder.begin_compute_pass(&Default::default());
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &group, &[]);
+        pass.dispatch_workgroups(x, y, 1);
+    }
+    ctx.queue().submit([encoder.finish()]);
+    output
+}
+
+/// The input words of a conversion, and how many words it writes.
+pub fn inputs(widens: bool) -> (Vec<u32>, usize) {
+    if widens {
+        (every_half(), 0x1_0000)
+    } else {
+        let values = f32_probes();
+        let n = values.len() / 2;
+        (values, n)
+    }
+}
+
+/// Checks the words `got` that `entry` wrote for `input` against `twin`, naming the first
+/// few that differ.
+pub fn check(entry: &str, twin: fn(u32) -> u32, widens: bool, input: &[u32], got: &[u8]) {
+    let words: &[u32] = bytemuck::cast_slice(got);
+    let (values, got): (Vec<u32>, Vec<u32>) = if widens {
+        ((0..0x1_0000).collect(), words.to_vec())
+    } else {
+        (input.to_vec(), words.iter().flat_map(|w| [w & 0xffff, w >> 16]).collect())
+    };
+    let want: Vec<u32> = values.iter().map(|&v| twin(v)).collect();
+    assert_eq!(got.len(), want.len(), "{entry}: lengths");
+    let bad: Vec<String> = values
+        .iter()
+        .zip(got.iter().zip(&want))
+        .filter(|(_, (g, w))| g != w)
+        .take(8)
+        .map(|(v, (g, w))| format!("{v:#010x}: got {g:#010x}, want {w:#010x}"))
+        .collect();
+    let n = got.iter().zip(&want).filter(|(g, w)| g != w).count();
+    assert!(bad.is_empty(), "{entry}: {n} of {} differ, first {bad:#?}", want.len());
+}
+
+/// Every 16-bit pattern, two to a word, low half first.
+pub fn every_half() -> Vec<u32> {
+    (0..0x8000u32).map(|w| (2 * w) | ((2 * w + 1) << 16)).collect()
+}
+
+/// f32 bit patterns where rounding to f16 or bf16 turns, for every exponent and both
+/// signs, and random ones; a multiple of four.
+pub fn f32_probes() -> Vec<u32> {
+    let mut mantissas: Vec<u32> =
+        vec![0, 1, 2, 0x3f_ffff, 0x40_0000, 0x40_0001, 0x7f_fffe, 0x7f_ffff];
+    // Around each tie of a right shift by 13 - 24 bits of the mantissa with its implicit bit
+    // (f16's normal and subnormal results) and by 16 (bf16), with an even and an odd kept
+    // part.
+    for shift in 13..=24u32 {
+        let half = 1u32 << (shift - 1);
+        for kept in [0u32, 1, 2, 3, 0x3ff, 0x7ff] {
+            let base = (kept << shift) & 0x7f_ffff;
+            for m in [base + half - 1, base + half, base + half + 1, base | ((1 << shift) - 1)] {
+                mantissas.push(m & 0x7f_ffff);
+            }
+        }
+    }
+    let mut rng = Rng::new(0xf16);
+    mantissas.extend((0..256).map(|_| rng.next_u32() & 0x7f_ffff));
+    let mut out = Vec::new();
+    for sign in [0u32, 1 << 31] {
+        for exp in 0..256u32 {
+            out.extend(mantissas.iter().map(|m| sign | (exp << 23) | m));
+        }
+    }
+    out.extend((0..1 << 20).map(|_| rng.next_u32()));
+    out.resize(out.len().next_multiple_of(4), 0);
+    out
+}
