@@ -748,7 +748,12 @@ pub fn source(name: &str) -> String {
 /// shares with the host and the CPU twins), then `src` with each `#import NAME` line replaced
 /// by the shared module `shaders/shared/NAME.wgsl` (once, with its own imports). A caller's
 /// own kernel can so use posenc's exact conversions (`#import convert4`: the functions of
-/// [`crate::convert`], with the same bits) or its sine and cosine.
+/// [`crate::convert`], with the same bits) or its sine and cosine. A line is an import when,
+/// trimmed, it begins with `#import `, wherever it is (comments are not parsed).
+///
+/// The modules' functions and the prelude's constants are posenc's internals, not part of
+/// its stable API: their names and signatures may change in any release. Pin posenc's
+/// version where a kernel of yours calls them.
 ///
 /// # Errors
 /// [`Error::InvalidParameter`] (field `import`) naming a module posenc does not have; the
@@ -807,6 +812,15 @@ mod tests {
             7 + types * (2 * 4 + 3) + 2 * 8 + types * 11 + 1 + copy + rope_x4 + rope_pass
         );
         assert_eq!(all_sources().len(), 1648);
+    }
+
+    /// The refusal of an unknown import lists every module there is.
+    #[test]
+    fn an_unknown_import_names_every_module() {
+        let text = compose("#import nosuch").unwrap_err().to_string();
+        for (name, _) in MODULES {
+            assert!(text.contains(name), "{name} not in {text}");
+        }
     }
 
     #[test]

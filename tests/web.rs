@@ -5,9 +5,10 @@
 //! the async API is tested on every platform.
 //!
 //! Every result is compared with the CPU path's: bit for bit for the half-precision
-//! conversions, the sinusoid table, the fused encode, the RoPE cos/sin cache and ALiBi; RoPE rotations within the rounding of the
-//! fused multiply-add WGSL allows (docs/numerics.md). Positions include the neighbourhoods
-//! of 2^16, 2^24, 2^31 and 2^32 - 1, where a builtin `sin(p * w)` has no accuracy left.
+//! conversions, the sinusoid table, the fused encode, the RoPE cos/sin cache and ALiBi;
+//! RoPE rotations within the rounding of the fused multiply-add WGSL allows
+//! (docs/numerics.md). Positions include the neighbourhoods of 2^16, 2^24, 2^31 and
+//! 2^32 - 1, where a builtin `sin(p * w)` has no accuracy left.
 
 #[cfg(target_arch = "wasm32")]
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);

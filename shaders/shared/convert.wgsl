@@ -13,7 +13,8 @@ fn f16_to_f32_bits(h: u32) -> u32 {
     let em = h & 0x7fffu;
     // Normal: the exponent rebased by 112; infinity and NaN (payload kept) by 224, to 255.
     let normal = (em << 13u) + select(0x38000000u, 0x70000000u, em >= 0x7c00u);
-    let sub = bitcast<u32>(bitcast<f32>(normal + 0x800000u) - 6.103515625e-5);
+    // (The mask keeps m = 0 at +0 where a compiler assumes no signed zeros.)
+    let sub = bitcast<u32>(bitcast<f32>(normal + 0x800000u) - 6.103515625e-5) & 0x7fffffffu;
     return ((h & 0x8000u) << 16u) | select(normal, sub, em < 0x400u);
 }
 
@@ -38,8 +39,10 @@ fn f32_to_f16_bits(x: u32) -> u32 {
     let normal = (rebased + 0xfffu + ((rebased >> 13u) & 1u)) >> 13u;
     // Subnormal results and zeros (|x| < 2^-14): |x| 2^24 rounded to an integer, ties to
     // even, which WGSL's round() is. The product is exact (a power of two, and normal
-    // wherever the result is not zero: a flushed subnormal |x| rounds to zero either way).
-    let sub = u32(round(bitcast<f32>(a) * 16777216.0));
+    // wherever the result is not zero: a flushed subnormal |x| rounds to zero either way);
+    // the min keeps lanes that take another case within [0, 1024], so no conversion of a
+    // NaN or an out-of-range float is ever made.
+    let sub = u32(round(bitcast<f32>(min(a, 0x38800000u)) * 16777216.0));
     var r = select(sub, normal, a >= 0x38800000u);
     r = select(r, 0x7c00u, a >= 0x477ff000u);
     r = select(r, 0x7e00u | ((a >> 13u) & 0x3ffu), a > 0x7f800000u);

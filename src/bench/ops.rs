@@ -271,8 +271,11 @@ impl OpPreset {
     }
 }
 
-/// How to run an operation preset.
+/// How to run an operation preset: `OpConfig::default()` (both paths, 10 rounds, the
+/// default steps, the preset's own type), then set the fields that differ. New fields may
+/// come, with defaults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct OpConfig {
     /// Which paths.
     pub devices: Devices,
@@ -281,8 +284,16 @@ pub struct OpConfig {
     /// Steps per steps-mode measurement ([`steps::steps_for`] when `None`).
     pub steps: Option<usize>,
     /// The storage type of q and k (and of a decode step's table and output) in the
-    /// preset's place, to compare types at one shape; ALiBi's bias, always f32, takes none.
+    /// preset's place, to compare types at one shape; ALiBi's bias is f32 whatever it says
+    /// and refuses a 16-bit type.
     pub dtype: Option<Dtype>,
+}
+
+impl Default for OpConfig {
+    fn default() -> Self {
+        let config = Config::default();
+        OpConfig { devices: config.devices, repeats: config.repeats, steps: None, dtype: None }
+    }
 }
 
 /// One operation preset measured.
@@ -354,7 +365,7 @@ pub fn run_op(
 }
 
 /// Refuses what `config` cannot run `preset` with: repeats outside `1..=`
-/// [`MAX_REPEATS`](super::MAX_REPEATS), and a type for an ALiBi preset.
+/// [`MAX_REPEATS`](super::MAX_REPEATS), and a 16-bit type for an ALiBi preset.
 ///
 /// # Errors
 /// [`Error::InvalidParameter`] naming the field.
@@ -366,11 +377,11 @@ pub fn check(preset: OpPreset, config: &OpConfig) -> Result<()> {
             allowed: "1..=10000 (bench::MAX_REPEATS)",
         });
     }
-    if let (OpPreset::Alibi(p), Some(dtype)) = (preset, config.dtype) {
+    if let (OpPreset::Alibi(p), Some(dtype @ (Dtype::F16 | Dtype::Bf16))) = (preset, config.dtype) {
         return Err(Error::InvalidParameter {
             field: "dtype",
             value: format!("{} for {}", super::dtype_name(dtype), p.name),
-            allowed: "none for an ALiBi preset: its bias is f32",
+            allowed: "f32 for an ALiBi preset, whose bias is f32",
         });
     }
     Ok(())
@@ -435,7 +446,7 @@ fn vec4s(bytes: usize) -> usize {
 
 /// The GPU items every operation shares: the warm-up, the copy search over half of
 /// `op_bytes`, `gpu_<op>` (one submission of `record_one` per round) against
-/// `gpu_copy_ceiling`, then the steps items of `record_in`.
+/// `gpu_copy_ceiling`, then the steps items of `record_in` and of its `parts`.
 #[allow(clippy::too_many_arguments)]
 fn gpu_items(
     ctx: &gpu::Context,
@@ -444,7 +455,8 @@ fn gpu_items(
     config: &OpConfig,
     progress: &mut dyn FnMut(&str),
     mut record_one: impl FnMut(&mut wgpu::CommandEncoder) -> Result<()>,
-    record_in: impl FnMut(&mut wgpu::ComputePass<'_>) -> Result<()>,
+    mut record_in: impl FnMut(&mut wgpu::ComputePass<'_>) -> Result<()>,
+    parts: &mut [steps::Part<'_>],
 ) -> Result<(Vec<Item>, CopyMethod, Vec<CopyFigure>)> {
     progress("warming the GPU up");
     ctx.warm_up(steps::WARM_UP)?;
@@ -477,7 +489,8 @@ fn gpu_items(
         best,
         k,
         config.repeats,
-        record_in,
+        &mut record_in,
+        parts,
     )?);
     Ok((items, best, search.into_iter().map(|(_, f)| f).collect()))
 }
@@ -602,6 +615,7 @@ fn run_rope<T: Element>(
         progress,
         |encoder| pass.record_qk(encoder, qs, ks, ps),
         |cpass| pass.record_qk_in(cpass, qs, ks, ps),
+        &mut [],
     )?;
     report.results.extend(items);
     report.ceiling_method = Some(best.name());
@@ -660,6 +674,7 @@ fn run_alibi(
         progress,
         |encoder| pass.record(encoder, out.slice(..)),
         |cpass| pass.record_in(cpass, out.slice(..)),
+        &mut [],
     )?;
     report.results.extend(items);
     report.ceiling_method = Some(best.name());
@@ -789,6 +804,20 @@ fn run_step<T: Element>(
             false,
         )?);
     }
+    // The step's two parts alone too, so that what a step costs over its copy has an owner.
+    let rope_bytes = 2 * (q_bytes + k_bytes) as u64;
+    let mut encode_alone =
+        |cpass: &mut wgpu::ComputePass<'_>| encode.record_in(cpass, ids_s, starts_s, out_s);
+    let mut rope_alone =
+        |cpass: &mut wgpu::ComputePass<'_>| rope.record_qk_in(cpass, qs, ks, starts_s);
+    let mut parts = [
+        steps::Part {
+            name: "gpu_step_encode_steps",
+            bytes: encode_bytes,
+            record: &mut encode_alone,
+        },
+        steps::Part { name: "gpu_step_rope_steps", bytes: rope_bytes, record: &mut rope_alone },
+    ];
     let (mut items, best, figures) = gpu_items(
         ctx,
         "decode_step",
@@ -800,26 +829,10 @@ fn run_step<T: Element>(
             record_in(&mut cpass)
         },
         record_in,
+        &mut parts,
     )?;
-    let named = |name: &str| items.iter().find(|i| i.name == name).cloned().expect(name);
-    let (ceiling, copy, floor) =
-        (named("gpu_copy_ceiling"), named("gpu_copy_steps"), named("gpu_dispatch_floor"));
-    let k = copy.steps.expect("a steps item");
-    // The step's two parts alone, so that what a step costs over its copy has an owner.
-    progress("the step's parts");
-    let part = |name, bytes, record: &mut dyn FnMut(&mut wgpu::ComputePass<'_>) -> Result<()>| {
-        steps::part_item(ctx, name, bytes, k, config.repeats, &copy, &floor, record)
-    };
-    let encode_part = part("gpu_step_encode_steps", encode_bytes, &mut |cpass| {
-        encode.record_in(cpass, ids_s, starts_s, out_s)
-    })?;
-    let rope_bytes = 2 * (q_bytes + k_bytes) as u64;
-    let rope_part = part("gpu_step_rope_steps", rope_bytes, &mut |cpass| {
-        rope.record_qk_in(cpass, qs, ks, starts_s)
-    })?;
+    let ceiling = items.iter().find(|i| i.name == "gpu_copy_ceiling").cloned().expect("a ceiling");
     items.insert(0, Item::new("gpu_encode", host, encode_bytes).against(&ceiling));
-    let at = items.iter().position(|i| i.name == "gpu_copy_steps").expect("a copy");
-    items.splice(at..at, [encode_part, rope_part]);
     report.results.extend(items);
     report.ceiling_method = Some(best.name());
     report.copy_methods = figures;

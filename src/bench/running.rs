@@ -239,6 +239,8 @@ pub fn run_suite(
             ctx.clear_pe_cache();
         }
     }
+    // The operation presets keep their checkpoints' types: a suite's --dtype is the
+    // encode presets' table type.
     let op_config = ops::OpConfig {
         devices: first.devices,
         repeats: first.repeats,
@@ -709,7 +711,8 @@ impl<'a> OnGpu<'a> {
             best,
             k,
             bench.config.repeats,
-            |p| pass.record_in(p, ids_buf.slice(..), pos_buf.slice(..), self.out.slice(..)),
+            &mut |p| pass.record_in(p, ids_buf.slice(..), pos_buf.slice(..), self.out.slice(..)),
+            &mut [],
         )
     }
 }

@@ -86,11 +86,27 @@ pub fn best_shader(figures: &[(CopyMethod, CopyFigure)]) -> CopyMethod {
         .map_or(CopyMethod::Shader(CopyForm::ONE), |f| f.0)
 }
 
-/// The three steps-mode items of one operation: `name` (K steps of `record`, one step's
+/// Recording `steps` steps of a part into a compute pass.
+pub type RecordStep<'a> = dyn FnMut(&mut wgpu::ComputePass<'_>) -> Result<()> + 'a;
+
+/// A part of an operation's step timed alone beside it: its item's name, the bytes it reads
+/// and writes a step, and how to record one step of it.
+pub struct Part<'a> {
+    /// The item's name.
+    pub name: &'a str,
+    /// Bytes the part reads plus writes a step.
+    pub bytes: u64,
+    /// Records one step of the part.
+    pub record: &'a mut RecordStep<'a>,
+}
+
+/// The steps-mode items of one operation: `name` (K steps of `record`, one step's
 /// dispatches each, in one compute pass) against `gpu_copy_steps` (K copies of
 /// `copy_bytes` by `method`, recorded the same way) and `gpu_dispatch_floor`, one round
-/// of each at a time. `op_bytes` is what a step reads and writes; the copy moves twice
-/// `copy_bytes`.
+/// of each at a time; before the copy, each of `parts` timed alone the same way, in the same
+/// rounds, against the same copy and floor (a decode step's encode and RoPE: which of them
+/// costs the floors a step pays over its copy). `op_bytes` is what a step reads and
+/// writes; the copy moves twice `copy_bytes`.
 ///
 /// # Errors
 /// What `record` returns, and GPU errors.
@@ -103,11 +119,10 @@ pub fn steps_items(
     method: CopyMethod,
     steps: usize,
     repeats: usize,
-    mut record: impl FnMut(&mut wgpu::ComputePass<'_>) -> Result<()>,
+    record: &mut RecordStep<'_>,
+    parts: &mut [Part<'_>],
 ) -> Result<Vec<Item>> {
-    let (mut op, mut copy, mut floor) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..repeats {
-        warm(ctx)?;
+    let time_steps = |record: &mut RecordStep<'_>| -> Result<Vec<f64>> {
         let t = ctx.time_recorded(1, |encoder| {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some("posenc.bench.steps"),
@@ -118,53 +133,30 @@ pub fn steps_items(
             }
             Ok(())
         })?;
-        op.extend(t.into_iter().map(|t| t / steps as f64));
+        Ok(t.into_iter().map(|t| t / steps as f64).collect())
+    };
+    let (mut op, mut copy, mut floor) = (Vec::new(), Vec::new(), Vec::new());
+    let mut part_times = vec![Vec::new(); parts.len()];
+    for _ in 0..repeats {
+        warm(ctx)?;
+        op.extend(time_steps(record)?);
+        for (part, times) in parts.iter_mut().zip(&mut part_times) {
+            times.extend(time_steps(part.record)?);
+        }
         copy.extend(ctx.time_copy_steps(method, copy_bytes, steps, 1)?);
         floor.extend(ctx.time_dispatch_floor(steps, 1, false)?);
     }
     let copy = Item::new("gpu_copy_steps", copy, 2 * copy_bytes).with_steps(steps);
     // The trivial dispatch copies one vec4: 32 bytes read and written.
     let floor = Item::new("gpu_dispatch_floor", floor, 32).with_steps(steps);
-    let op = Item::new(name, op, op_bytes).against(&copy).with_steps(steps).over_floor(&floor);
+    let item = |name: &str, times, bytes| {
+        Item::new(name, times, bytes).against(&copy).with_steps(steps).over_floor(&floor)
+    };
+    let mut items = vec![item(name, op, op_bytes)];
+    items.extend(parts.iter().zip(part_times).map(|(p, times)| item(p.name, times, p.bytes)));
     let copy = copy.over_floor(&floor);
-    Ok(vec![op, copy, floor])
-}
-
-/// A part of a steps-mode operation timed alone: `name`, K = `steps` of `record` in one
-/// compute pass per round as [`steps_items`] records a whole step, `repeats` rounds, with
-/// `part_bytes` read and written a step, against the whole step's `copy` and over its
-/// `floor` (items [`steps_items`] returned). A decode step's encode and RoPE timed so
-/// show which of them costs the floors a step pays over its copy.
-///
-/// # Errors
-/// What `record` returns, and GPU errors.
-#[allow(clippy::too_many_arguments)]
-pub fn part_item(
-    ctx: &gpu::Context,
-    name: &str,
-    part_bytes: u64,
-    steps: usize,
-    repeats: usize,
-    copy: &Item,
-    floor: &Item,
-    mut record: impl FnMut(&mut wgpu::ComputePass<'_>) -> Result<()>,
-) -> Result<Item> {
-    let mut times = Vec::new();
-    for _ in 0..repeats {
-        warm(ctx)?;
-        let t = ctx.time_recorded(1, |encoder| {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("posenc.bench.part_steps"),
-                timestamp_writes: None,
-            });
-            for _ in 0..steps {
-                record(&mut pass)?;
-            }
-            Ok(())
-        })?;
-        times.extend(t.into_iter().map(|t| t / steps as f64));
-    }
-    Ok(Item::new(name, times, part_bytes).against(copy).with_steps(steps).over_floor(floor))
+    items.extend([copy, floor]);
+    Ok(items)
 }
 
 /// What the device itself does, measured once per run: the large copy of every method, and

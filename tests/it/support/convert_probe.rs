@@ -120,7 +120,9 @@ pub fn submit(ctx: &Context, entry: &str, input: &[u32], out_words: usize) -> wg
 /// The input words of a conversion, and how many words it writes.
 pub fn inputs(widens: bool) -> (Vec<u32>, usize) {
     if widens {
-        (every_half(), 0x1_0000)
+        let words = every_half();
+        let n = 2 * words.len();
+        (words, n)
     } else {
         let values = f32_probes();
         let n = values.len() / 2;
@@ -128,15 +130,17 @@ pub fn inputs(widens: bool) -> (Vec<u32>, usize) {
     }
 }
 
+/// The halves a widening input holds, in its order.
+fn halves(words: &[u32]) -> Vec<u32> {
+    words.iter().flat_map(|w| [w & 0xffff, w >> 16]).collect()
+}
+
 /// Checks the words `got` that `entry` wrote for `input` against `twin`, naming the first
 /// few that differ.
 pub fn check(entry: &str, twin: fn(u32) -> u32, widens: bool, input: &[u32], got: &[u8]) {
     let words: &[u32] = bytemuck::cast_slice(got);
-    let (values, got): (Vec<u32>, Vec<u32>) = if widens {
-        ((0..0x1_0000).collect(), words.to_vec())
-    } else {
-        (input.to_vec(), words.iter().flat_map(|w| [w & 0xffff, w >> 16]).collect())
-    };
+    let (values, got): (Vec<u32>, Vec<u32>) =
+        if widens { (halves(input), words.to_vec()) } else { (input.to_vec(), halves(words)) };
     let want: Vec<u32> = values.iter().map(|&v| twin(v)).collect();
     assert_eq!(got.len(), want.len(), "{entry}: lengths");
     let bad: Vec<String> = values
@@ -150,9 +154,12 @@ pub fn check(entry: &str, twin: fn(u32) -> u32, widens: bool, input: &[u32], got
     assert!(bad.is_empty(), "{entry}: {n} of {} differ, first {bad:#?}", want.len());
 }
 
-/// Every 16-bit pattern, two to a word, low half first.
+/// Every 16-bit pattern, two to a word, low half first: in order (a unit of four mixes
+/// neighbours), then each one four times (a unit of one value, so each value on either side
+/// of the vec4 form's test for normal values takes the path that test picks for it).
 pub fn every_half() -> Vec<u32> {
-    (0..0x8000u32).map(|w| (2 * w) | ((2 * w + 1) << 16)).collect()
+    let pairs = (0..0x8000u32).map(|w| (2 * w) | ((2 * w + 1) << 16));
+    pairs.chain((0..0x1_0000u32).flat_map(|h| [h | (h << 16); 2])).collect()
 }
 
 /// f32 bit patterns where rounding to f16 or bf16 turns, for every exponent and both
@@ -178,7 +185,15 @@ pub fn f32_probes() -> Vec<u32> {
     for sign in [0u32, 1 << 31] {
         for exp in 0..256u32 {
             out.extend(mantissas.iter().map(|m| sign | (exp << 23) | m));
+            // Each of the fixed mantissas four times: a unit of one value, as every_half's
+            // second part.
+            out.extend(mantissas[..8].iter().flat_map(|m| [sign | (exp << 23) | m; 4]));
         }
+    }
+    // The vec4 form's bounds for normal results, and one below each, a unit each.
+    for x in [0x3880_0000u32, 0x387f_ffff, 0x477f_f000, 0x477f_efff, 0x7f80_0000, 0x7f80_0001] {
+        out.extend([x; 4]);
+        out.extend([x | (1 << 31); 4]);
     }
     out.extend((0..1 << 20).map(|_| rng.next_u32()));
     out.resize(out.len().next_multiple_of(4), 0);

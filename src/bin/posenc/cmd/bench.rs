@@ -28,7 +28,8 @@ pub(crate) struct BenchArgs {
     /// Run every preset of --model in turn and print one table (with --json, {"suite":
     /// [...], "ops": [...], "device": {...}}: one bench object per encode preset, one per
     /// operation preset, and the device's large copy and dispatch costs). Shape and type
-    /// flags given with it override every encode preset's.
+    /// flags given with it override every encode preset's; the operation presets keep
+    /// their own shapes and checkpoints' types.
     #[arg(long, conflicts_with = "model")]
     suite: bool,
     /// Steps per steps-mode measurement: K steps of an operation recorded into one compute
@@ -241,16 +242,15 @@ fn run_op(args: &BenchArgs, preset: bench::ops::OpPreset) -> Result<(), Failure>
             field: "model",
             value: format!("{} with --{flag}", preset.name()),
             allowed: "an operation preset on its own shape: only --device, --repeats, --steps, \
-                      --dtype (not for ALiBi) and --json apply",
+                      --dtype (f32 for ALiBi) and --json apply",
         }));
     }
-    let config = args.apply(bench::Config::default());
-    let config = bench::ops::OpConfig {
-        devices: config.devices,
-        repeats: config.repeats,
-        steps: config.steps,
-        dtype: args.dtype.map(Into::into),
-    };
+    let applied = args.apply(bench::Config::default());
+    let mut config = bench::ops::OpConfig::default();
+    config.devices = applied.devices;
+    config.repeats = applied.repeats;
+    config.steps = applied.steps;
+    config.dtype = args.dtype.map(Into::into);
     bench::ops::check(preset, &config).map_err(Failure::usage)?;
     let report = bench::run_op(preset, &config, |_| {}).map_err(no_fallback)?;
     print_report(args.json, &report, || report.to_table())

@@ -134,16 +134,31 @@ fn explicit_shapes_load_only_when_asked_and_carry_no_model() {
 }
 
 /// An operation preset's shape is fixed, but its tensors' type may be set: RoPE and decode
-/// steps take --dtype, ALiBi (an f32 bias) and every shape flag are refused in one line.
+/// steps take --dtype (ALiBi, an f32 bias, only f32); a 16-bit ALiBi and every shape flag
+/// are refused in one line. On a GPU a step in another type agrees with the CPU, and its
+/// encode and RoPE are timed alone beside it.
 #[test]
 fn an_operation_preset_takes_a_type_and_refuses_shape_flags() {
-    for (model, dtype) in [("llama2-13b-step", "bf16"), ("llama3-8b-rope-decode", "f32")] {
+    let typed =
+        [("llama2-13b-step", "bf16"), ("llama3-8b-rope-decode", "f32"), ("bloom-7b1-alibi", "f32")];
+    for (model, dtype) in typed {
         let args = ["bench", "--model", model, "--dtype", dtype, "--device", "cpu", "--json"];
         let out = posenc(&[&args[..], &["--repeats", "1"]].concat());
         assert_ok(&out, model);
         let report = json(&out);
         let shape = report["shape"].as_str().unwrap();
         assert!(shape.ends_with(dtype), "{model}: {shape}");
+        check_ceilings(&report);
+    }
+    if gpu_available("an_operation_preset_takes_a_type_and_refuses_shape_flags") {
+        let args = ["bench", "--model", "llama2-13b-step", "--dtype", "bf16", "--device", "gpu"];
+        let out = posenc(&[&args[..], &["--repeats", "1", "--steps", "2", "--json"]].concat());
+        assert_ok(&out, "a bf16 llama2-13b-step");
+        let report = json(&out);
+        assert_eq!(report["agree"], true, "{report}");
+        for part in ["gpu_step_encode_steps", "gpu_step_rope_steps"] {
+            assert_eq!(item(&report, part)["steps"], 2, "{report}");
+        }
         check_ceilings(&report);
     }
     let cases: [(&[&str], &[&str]); 3] = [
