@@ -77,11 +77,11 @@ impl Element for f16 {
     const DTYPE: Dtype = Dtype::F16;
     #[inline(always)]
     fn to_f32(self) -> f32 {
-        f32::from_bits(crate::convert::f16_to_f32_bits(u32::from(self.to_bits())))
+        f32::from_bits(crate::convert::f16_to_f32_bits_branchless(u32::from(self.to_bits())))
     }
     #[inline(always)]
     fn from_f32(v: f32) -> Self {
-        f16::from_bits(crate::convert::f32_to_f16_bits(v.to_bits()) as u16)
+        f16::from_bits(crate::convert::f32_to_f16_bits_branchless(v.to_bits()) as u16)
     }
 }
 

@@ -580,9 +580,14 @@ fn run_rope<T: Element>(
     let rope_cpu = |x: &Array4<T>| cpu::rope(&spec, x.view(), positions.view(), Layout::Blhd);
     let (q_cpu, k_cpu) = (rope_cpu(&q)?, rope_cpu(&k)?);
     if config.devices != Devices::Gpu {
+        // In place, as the GPU rotates and as an engine calls it: `cpu::rope`'s copy would
+        // time the allocation and first touch of a fresh tensor too. (Rotating the same
+        // copies round after round keeps their values bounded: a rotation keeps norms.)
+        let (mut q_work, mut k_work) = (q.clone(), k.clone());
         report.results = cpu_items("rope", op_bytes, config.repeats, || {
-            rope_cpu(&q)?;
-            rope_cpu(&k).map(drop)
+            let pos = positions.view();
+            cpu::rope_in_place(&spec, q_work.view_mut(), pos, Layout::Blhd)?;
+            cpu::rope_in_place(&spec, k_work.view_mut(), pos, Layout::Blhd)
         })?;
     }
     let Some(ctx) = ctx else { return Ok(report) };
