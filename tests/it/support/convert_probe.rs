@@ -10,50 +10,41 @@ use wgpu::util::DeviceExt;
 
 use super::random::Rng;
 
-/// Each invocation converts one unit: four halves (two words) widened to four f32 words,
-/// or four f32 words narrowed to two words of halves.
-const PROBE: &str = "
-#import convert4
-
+/// The probe's kernel: for each 16-bit type T (`f16`, `bf16`), entry points `widen_T` and
+/// `narrow_T`; each invocation converts one unit, four halves (two words) widened to four
+/// f32 words, or four f32 words narrowed to two words of halves.
+fn probe_source() -> String {
+    let mut src = String::from(
+        "#import convert4
 @group(0) @binding(0) var<storage, read> input: array<u32>;
 @group(0) @binding(1) var<storage, read_write> output: array<u32>;
+",
+    );
+    for t in ["f16", "bf16"] {
+        src += &format!(
+            "
+@compute @workgroup_size(64)
+fn widen_{t}(@builtin(global_invocation_id) g: vec3<u32>) {{
+    let i = g.x + g.y * 65535u * 64u;
+    if 2u * i >= arrayLength(&input) {{ return; }}
+    let v = bitcast<vec4<u32>>(widen4_{t}(vec2<u32>(input[2u * i], input[2u * i + 1u])));
+    for (var k = 0u; k < 4u; k++) {{ output[4u * i + k] = v[k]; }}
+}}
 
 @compute @workgroup_size(64)
-fn widen_f16(@builtin(global_invocation_id) g: vec3<u32>) {
+fn narrow_{t}(@builtin(global_invocation_id) g: vec3<u32>) {{
     let i = g.x + g.y * 65535u * 64u;
-    if 2u * i >= arrayLength(&input) { return; }
-    let v = bitcast<vec4<u32>>(widen4_f16(vec2<u32>(input[2u * i], input[2u * i + 1u])));
-    for (var k = 0u; k < 4u; k++) { output[4u * i + k] = v[k]; }
-}
-
-@compute @workgroup_size(64)
-fn widen_bf16(@builtin(global_invocation_id) g: vec3<u32>) {
-    let i = g.x + g.y * 65535u * 64u;
-    if 2u * i >= arrayLength(&input) { return; }
-    let v = bitcast<vec4<u32>>(widen4_bf16(vec2<u32>(input[2u * i], input[2u * i + 1u])));
-    for (var k = 0u; k < 4u; k++) { output[4u * i + k] = v[k]; }
-}
-
-@compute @workgroup_size(64)
-fn narrow_f16(@builtin(global_invocation_id) g: vec3<u32>) {
-    let i = g.x + g.y * 65535u * 64u;
-    if 4u * i >= arrayLength(&input) { return; }
+    if 4u * i >= arrayLength(&input) {{ return; }}
     let x = vec4<u32>(input[4u * i], input[4u * i + 1u], input[4u * i + 2u], input[4u * i + 3u]);
-    let h = narrow4_f16(bitcast<vec4<f32>>(x));
+    let h = narrow4_{t}(bitcast<vec4<f32>>(x));
     output[2u * i] = h.x;
     output[2u * i + 1u] = h.y;
+}}
+"
+        );
+    }
+    src
 }
-
-@compute @workgroup_size(64)
-fn narrow_bf16(@builtin(global_invocation_id) g: vec3<u32>) {
-    let i = g.x + g.y * 65535u * 64u;
-    if 4u * i >= arrayLength(&input) { return; }
-    let x = vec4<u32>(input[4u * i], input[4u * i + 1u], input[4u * i + 2u], input[4u * i + 3u]);
-    let h = narrow4_bf16(bitcast<vec4<f32>>(x));
-    output[2u * i] = h.x;
-    output[2u * i + 1u] = h.y;
-}
-";
 
 /// A conversion of the probe: its entry point, its CPU twin, and whether it widens (16 to
 /// 32 bits).
@@ -67,11 +58,11 @@ pub const CONVERSIONS: [Conversion; 4] = [
     ("narrow_bf16", convert::f32_to_bf16_bits, false),
 ];
 
-/// Submits entry point `entry` of [`PROBE`] over `input` (whole units) and returns the
+/// Submits entry point `entry` of the probe's kernel over `input` (whole units) and returns the
 /// buffer of its `out_words` words, to read back once the queue has run.
 pub fn submit(ctx: &Context, entry: &str, input: &[u32], out_words: usize) -> wgpu::Buffer {
     let device = ctx.device();
-    let source = posenc::shaders::compose(PROBE).unwrap();
+    let source = posenc::shaders::compose(&probe_source()).unwrap();
     let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some("convert probe"),
         source: wgpu::ShaderSource::Wgsl(source.into()),
