@@ -544,6 +544,24 @@ fn invisible(c: char) -> bool {
     )
 }
 
+/// The value of environment variable `var`, `None` when unset; a value that is not UTF-8
+/// is refused naming what is `allowed`, as a malformed one is. Every posenc variable
+/// (`POSENC_AUTO`, `POSENC_GPU_*`, ...) is read through it.
+pub(crate) fn env_text(var: &'static str, allowed: &'static str) -> Result<Option<String>> {
+    match std::env::var_os(var) {
+        None => Ok(None),
+        Some(value) => value
+            .into_string()
+            .map(Some)
+            .map_err(|value| invalid_env(var, &value.to_string_lossy(), allowed)),
+    }
+}
+
+/// The refusal of `value` of environment variable `var`.
+pub(crate) fn invalid_env(var: &'static str, value: &str, allowed: &'static str) -> Error {
+    Error::InvalidParameter { field: var, value: value.to_string(), allowed }
+}
+
 /// A value from the user, for a message: [`message_text`] at [`MAX_SHOWN_CHARS`].
 fn shown(text: &str) -> String {
     message_text(text, MAX_SHOWN_CHARS)

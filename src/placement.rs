@@ -16,7 +16,7 @@
 //! GPU's kernel time is left out: at a GPU's bandwidth it is a small part of the
 //! transfers, so the model leans towards the GPU, never away from it.
 
-use crate::{Error, Result};
+use crate::Result;
 
 /// The environment variable that sets [`AutoPolicy`]: `cost` (the default) or `gpu`.
 pub const AUTO_ENV: &str = "POSENC_AUTO";
@@ -35,17 +35,14 @@ impl AutoPolicy {
     /// The policy [`AUTO_ENV`] names, [`AutoPolicy::Cost`] when unset.
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] for any other value, one that is not UTF-8 included.
+    /// [`Error::InvalidParameter`](crate::Error::InvalidParameter) for any other value, one
+    /// that is not UTF-8 included.
     pub fn from_env() -> Result<Self> {
-        let Some(value) = std::env::var_os(AUTO_ENV) else { return Ok(Self::Cost) };
-        match value.to_str() {
-            Some("cost") => Ok(Self::Cost),
+        const ALLOWED: &str = "cost or gpu";
+        match crate::error::env_text(AUTO_ENV, ALLOWED)?.as_deref() {
+            None | Some("cost") => Ok(Self::Cost),
             Some("gpu") => Ok(Self::Gpu),
-            _ => Err(Error::InvalidParameter {
-                field: AUTO_ENV,
-                value: value.to_string_lossy().into_owned(),
-                allowed: "cost or gpu",
-            }),
+            Some(other) => Err(crate::error::invalid_env(AUTO_ENV, other, ALLOWED)),
         }
     }
 }

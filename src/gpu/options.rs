@@ -2,7 +2,7 @@
 //! the optional device features it may use, from code or from the environment.
 
 use super::faults::{Fault, fault_from_env};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Environment variable setting the device-memory budget of a context, in bytes.
 pub const MEMORY_BUDGET_ENV: &str = "POSENC_GPU_MEMORY_BUDGET";
@@ -99,7 +99,8 @@ impl Options {
     /// opens (see [`FAULT_INJECT_ENV`](super::FAULT_INJECT_ENV)).
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] naming the variable if its value is malformed.
+    /// [`Error::InvalidParameter`](crate::Error::InvalidParameter) naming the variable if
+    /// its value is malformed.
     pub fn from_env() -> Result<Self> {
         // Each value is checked whole: one that is not UTF-8 is refused like any other
         // malformed one, never taken for unset.
@@ -153,8 +154,8 @@ impl Options {
 
     /// At most `bytes` of device memory in posenc's buffers at once (tables, cached PE
     /// rows, scratch, staging): encodes and tables are streamed in chunks that fit, and
-    /// what cannot fit is refused with [`Error::Limit`] naming the budget. `None`: no
-    /// budget beyond the adapter's limits.
+    /// what cannot fit is refused with [`Error::Limit`](crate::Error::Limit) naming the
+    /// budget. `None`: no budget beyond the adapter's limits.
     #[must_use]
     pub fn memory_budget(mut self, bytes: Option<u64>) -> Self {
         self.memory_budget = bytes;
@@ -181,7 +182,7 @@ impl Options {
     /// Opens the device with `limits` instead of everything the adapter offers, e.g.
     /// `wgpu::Limits::downlevel_defaults()` to run exactly as on the most limited WebGPU
     /// device; posenc then sizes its chunks by these limits. They must be within the
-    /// adapter's, or opening fails with [`Error::RequestDevice`].
+    /// adapter's, or opening fails with [`Error::RequestDevice`](crate::Error::RequestDevice).
     #[must_use]
     pub fn limits(mut self, limits: Option<wgpu::Limits>) -> Self {
         self.limits = limits;
@@ -270,22 +271,7 @@ impl Options {
     }
 }
 
-/// The value of `var`, `None` when unset; a value that is not UTF-8 is refused naming what
-/// is `allowed`, as a malformed one is.
-pub(crate) fn env_text(var: &'static str, allowed: &'static str) -> Result<Option<String>> {
-    match std::env::var_os(var) {
-        None => Ok(None),
-        Some(value) => value
-            .into_string()
-            .map(Some)
-            .map_err(|value| invalid(var, &value.to_string_lossy(), allowed)),
-    }
-}
-
-/// The refusal of `value` of variable `var`.
-pub(crate) fn invalid(var: &'static str, value: &str, allowed: &'static str) -> Error {
-    Error::InvalidParameter { field: var, value: value.to_string(), allowed }
-}
+pub(crate) use crate::error::{env_text, invalid_env as invalid};
 
 /// A whole number of bytes, at least `min`, from `var`; `None` when unset.
 pub(crate) fn bytes_from_env(
