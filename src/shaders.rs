@@ -739,9 +739,7 @@ pub fn source(name: &str) -> String {
         .iter()
         .find(|(n, _)| *n == name)
         .unwrap_or_else(|| panic!("no kernel named {name}"));
-    let mut out = prelude();
-    expand(kernel, &mut Vec::new(), &mut out);
-    out
+    compose(kernel).expect("posenc's kernels import only its own modules")
 }
 
 /// `src` as a complete WGSL source: the prelude every kernel starts with (the constants it

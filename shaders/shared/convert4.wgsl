@@ -20,10 +20,10 @@ fn widen4_f16(w: vec2<u32>) -> vec4<f32> {
         return bitcast<vec4<f32>>(((em << vec4<u32>(13u)) + vec4<u32>(0x38000000u)) | sign);
     }
     return bitcast<vec4<f32>>(vec4<u32>(
-        f16_to_f32_bits(w.x & 0xffffu),
-        f16_to_f32_bits(w.x >> 16u),
-        f16_to_f32_bits(w.y & 0xffffu),
-        f16_to_f32_bits(w.y >> 16u),
+        f16_to_f32_bits(h.x),
+        f16_to_f32_bits(h.y),
+        f16_to_f32_bits(h.z),
+        f16_to_f32_bits(h.w),
     ));
 }
 

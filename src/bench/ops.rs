@@ -364,7 +364,7 @@ pub fn run_op(
     }
 }
 
-/// Refuses what `config` cannot run `preset` with: repeats outside `1..=`
+/// Refuses what `config` cannot run `preset` with: repeats or steps outside `1..=`
 /// [`MAX_REPEATS`](super::MAX_REPEATS), and a 16-bit type for an ALiBi preset.
 ///
 /// # Errors
@@ -377,6 +377,7 @@ pub fn check(preset: OpPreset, config: &OpConfig) -> Result<()> {
             allowed: "1..=10000 (bench::MAX_REPEATS)",
         });
     }
+    steps::check_steps(config.steps)?;
     if let (OpPreset::Alibi(p), Some(dtype @ (Dtype::F16 | Dtype::Bf16))) = (preset, config.dtype) {
         return Err(Error::InvalidParameter {
             field: "dtype",

@@ -16,8 +16,8 @@ use crate::spec::PeSpec;
 use crate::{cpu, gpu, positions, weights};
 
 use super::{
-    AdapterInfo, Config, Devices, Item, MAX_REPEATS, Report, STREAM_BATCH_BYTES, STREAM_IN_FLIGHT,
-    Sizes, Suite, dtype_name, ops, steps,
+    AdapterInfo, Config, Devices, Item, Report, STREAM_BATCH_BYTES, STREAM_IN_FLIGHT, Sizes, Suite,
+    dtype_name, ops, steps,
 };
 
 /// The name of the tensor in a bench checkpoint.
@@ -219,9 +219,7 @@ pub fn run_suite(
 ) -> Result<Suite> {
     let specs = configs.iter().map(Config::check).collect::<Result<Vec<_>>>()?;
     let first = configs.first().copied().unwrap_or_default();
-    if let Some(steps) = first.steps {
-        check_steps(steps)?;
-    }
+    steps::check_steps(first.steps)?;
     let wants_gpu = configs.iter().find(|c| c.devices != Devices::Cpu);
     let ctx = match wants_gpu {
         Some(c) => open_gpu(c.devices, &mut progress)?,
@@ -267,18 +265,6 @@ pub fn run_suite(
     Ok(Suite { suite, ops: op_reports, device })
 }
 
-/// Refuses a steps count outside `1..=`[`MAX_REPEATS`].
-fn check_steps(steps: usize) -> Result<()> {
-    if steps == 0 || steps > MAX_REPEATS {
-        return Err(Error::InvalidParameter {
-            field: "steps",
-            value: steps.to_string(),
-            allowed: "1..=10000",
-        });
-    }
-    Ok(())
-}
-
 /// Runs the operation preset `preset` (RoPE, ALiBi or a decode step) as `config` says
 /// (its shape is the preset's).
 ///
@@ -289,9 +275,6 @@ pub fn run_op(
     config: &ops::OpConfig,
     mut progress: impl FnMut(&str),
 ) -> Result<ops::OpReport> {
-    if let Some(steps) = config.steps {
-        check_steps(steps)?;
-    }
     ops::check(preset, config)?;
     let ctx = open_gpu(config.devices, &mut progress)?;
     ops::run_op(preset, config, ctx.as_ref(), &mut progress)

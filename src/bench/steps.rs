@@ -40,6 +40,24 @@ pub fn steps_for(bytes: u64, wanted: Option<usize>) -> usize {
     })
 }
 
+/// Refuses a steps count outside `1..=`[`MAX_REPEATS`](super::MAX_REPEATS); `None` (the
+/// default count) passes.
+///
+/// # Errors
+/// [`crate::Error::InvalidParameter`] (field `steps`).
+pub(super) fn check_steps(steps: Option<usize>) -> Result<()> {
+    match steps {
+        Some(steps) if steps == 0 || steps > super::MAX_REPEATS => {
+            Err(crate::Error::InvalidParameter {
+                field: "steps",
+                value: steps.to_string(),
+                allowed: "1..=10000",
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
 /// One copy method's figure in a search.
 #[derive(Clone, Debug, Serialize)]
 pub struct CopyFigure {

@@ -36,10 +36,10 @@ pub(crate) enum Fault {
 /// must not pass for a run without faults.
 pub(crate) fn fault_from_env() -> Result<Option<Fault>, Error> {
     const ALLOWED: &str = "device-lost";
-    match super::options::env_text(FAULT_INJECT_ENV, ALLOWED)?.as_deref() {
+    match crate::error::env_text(FAULT_INJECT_ENV, ALLOWED)?.as_deref() {
         None => Ok(None),
         Some("device-lost") => Ok(Some(Fault::DeviceLost)),
-        Some(other) => Err(super::options::invalid(FAULT_INJECT_ENV, other, ALLOWED)),
+        Some(other) => Err(crate::error::invalid_env(FAULT_INJECT_ENV, other, ALLOWED)),
     }
 }
 

@@ -2,7 +2,7 @@
 //! the optional device features it may use, from code or from the environment.
 
 use super::faults::{Fault, fault_from_env};
-use crate::error::Result;
+use crate::error::{Result, env_text, invalid_env};
 
 /// Environment variable setting the device-memory budget of a context, in bytes.
 pub const MEMORY_BUDGET_ENV: &str = "POSENC_GPU_MEMORY_BUDGET";
@@ -109,7 +109,7 @@ impl Options {
             match env_text(TIMESTAMPS_ENV, ALLOWED)?.as_deref() {
                 None | Some("on") => true,
                 Some("off") => false,
-                Some(other) => return Err(invalid(TIMESTAMPS_ENV, other, ALLOWED)),
+                Some(other) => return Err(invalid_env(TIMESTAMPS_ENV, other, ALLOWED)),
             }
         };
         let access = {
@@ -118,7 +118,7 @@ impl Options {
                 None | Some("auto") => AccessPattern::Auto,
                 Some("coalesced") => AccessPattern::Coalesced,
                 Some("adjacent") => AccessPattern::Adjacent,
-                Some(other) => return Err(invalid(ACCESS_PATTERN_ENV, other, ALLOWED)),
+                Some(other) => return Err(invalid_env(ACCESS_PATTERN_ENV, other, ALLOWED)),
             }
         };
         let units = {
@@ -127,7 +127,7 @@ impl Options {
                 None => None,
                 Some(text) => match text.trim().parse::<u32>() {
                     Ok(n @ (1 | 2 | 4 | 8)) => Some(n),
-                    _ => return Err(invalid(UNITS_ENV, &text, ALLOWED)),
+                    _ => return Err(invalid_env(UNITS_ENV, &text, ALLOWED)),
                 },
             }
         };
@@ -271,8 +271,6 @@ impl Options {
     }
 }
 
-pub(crate) use crate::error::{env_text, invalid_env as invalid};
-
 /// A whole number of bytes, at least `min`, from `var`; `None` when unset.
 pub(crate) fn bytes_from_env(
     var: &'static str,
@@ -283,7 +281,7 @@ pub(crate) fn bytes_from_env(
         None => Ok(None),
         Some(text) => match text.trim().parse::<u64>() {
             Ok(v) if v >= min => Ok(Some(v)),
-            _ => Err(invalid(var, &text, allowed)),
+            _ => Err(invalid_env(var, &text, allowed)),
         },
     }
 }
