@@ -3,6 +3,12 @@
 //! memory already touched and into fresh memory) beside posenc's `Context::read_buffer` of
 //! the same bytes. One JSON line per size, medians in microseconds.
 //!
+//! First, the round trip of a small readback (a copy into a staging buffer, its map and the
+//! wait, 4 KiB and 64 KiB, a decode step's result) waited for two ways, interleaved: by
+//! wgpu's blocking poll (`PollType::Wait`, what posenc does), and by polling without
+//! blocking (`PollType::Poll`) until the map's callback has run. Where the second is much
+//! the faster, the blocking wait's wake-up is what a small call pays.
+//!
 //! ```text
 //! cargo run --release --example readback_probe [MiB ...]     # default: 12 25 32 64
 //! ```
@@ -20,6 +26,82 @@ fn wait(device: &wgpu::Device, index: Option<wgpu::SubmissionIndex>) {
     device.poll(poll).expect("the device answers");
 }
 
+/// One small readback of `src` into `staging`, waited for by blocking or by spinning on
+/// non-blocking polls; its wall time in microseconds and the polls it took.
+fn round_trip(
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    src: &wgpu::Buffer,
+    staging: &wgpu::Buffer,
+    spin: bool,
+) -> (f64, u32) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let t = Instant::now();
+    let mut encoder = device.create_command_encoder(&Default::default());
+    encoder.copy_buffer_to_buffer(src, 0, staging, 0, src.size());
+    let index = queue.submit([encoder.finish()]);
+    let mapped = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&mapped);
+    staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+        r.expect("mapped");
+        flag.store(true, Ordering::Release);
+    });
+    let mut polls = 0;
+    if spin {
+        while !mapped.load(Ordering::Acquire) {
+            device.poll(wgpu::PollType::Poll).expect("the device answers");
+            polls += 1;
+        }
+    } else {
+        wait(device, Some(index));
+        polls = 1;
+    }
+    assert!(mapped.load(Ordering::Acquire), "mapped once the submission is done");
+    let first = staging.slice(..4).get_mapped_range().expect("mapped")[0];
+    let elapsed = t.elapsed().as_secs_f64() * 1e6;
+    assert_eq!(first, 1, "the copy's first byte");
+    staging.unmap();
+    (elapsed, polls)
+}
+
+/// The round trips of small readbacks, blocking and spinning, one JSON line per size.
+fn round_trips(device: &wgpu::Device, queue: &wgpu::Queue) {
+    const REPS: usize = 60;
+    for kib in [4u64, 64] {
+        use wgpu::BufferUsages as U;
+        let n = kib << 10;
+        let buffer = |label, usage| {
+            device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: n,
+                usage,
+                mapped_at_creation: false,
+            })
+        };
+        let src = buffer("probe.trip.src", U::STORAGE | U::COPY_SRC | U::COPY_DST);
+        queue.write_buffer(&src, 0, &vec![1u8; n as usize]);
+        let staging = buffer("probe.trip.staging", U::MAP_READ | U::COPY_DST);
+        let (mut block, mut spin, mut polls) = (vec![], vec![], vec![]);
+        for rep in 0..=REPS {
+            let b = round_trip(device, queue, &src, &staging, false);
+            let s = round_trip(device, queue, &src, &staging, true);
+            if rep > 0 {
+                block.push(b.0);
+                spin.push(s.0);
+                polls.push(f64::from(s.1));
+            }
+        }
+        println!(
+            "{{\"round_trip_kib\": {kib}, \"block_us\": {:.1}, \"spin_us\": {:.1}, \
+             \"spin_polls\": {:.0}}}",
+            median(block),
+            median(spin),
+            median(polls),
+        );
+    }
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let sizes: Vec<u64> = std::env::args().skip(1).map(|a| a.parse()).collect::<Result<_, _>>()?;
     let sizes = if sizes.is_empty() { vec![12, 25, 32, 64] } else { sizes };
@@ -27,6 +109,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (device, queue) = (ctx.device(), ctx.queue());
     let info = ctx.adapter_info();
     eprintln!("{} ({:?})", info.name, info.backend);
+    round_trips(device, queue);
     const REPS: usize = 9;
     for mib in sizes {
         let n = mib << 20;
