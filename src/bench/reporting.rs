@@ -27,18 +27,29 @@ pub struct AdapterInfo {
     /// `POSENC_GPU_UNITS` chose them and the access pattern is the coalesced one, the only
     /// one they apply to (else posenc's choice; see [`gpu::Options::units`]).
     pub units: Option<u32>,
+    /// How long, in microseconds, a blocking wait polled the device before sleeping
+    /// ([`gpu::Options::spin_wait`], `POSENC_GPU_SPIN_US`): it bears on every wall-clock
+    /// item of a call (`gpu_encode_call`, `_host`, `_mapped`, `_stream`, `gpu_readback`
+    /// and their ceilings), not on times the device measured.
+    pub spin_wait_us: u64,
 }
 
 impl AdapterInfo {
-    /// `name (backend, device type, access pattern access)`, as the tables print it.
+    /// `name (backend, device type, access pattern access)`, as the tables print it, with
+    /// the units and the wait's polling where they are not posenc's defaults.
     pub fn describe(&self) -> String {
         let units = self.units.map_or(String::new(), |n| match n {
             1 => ", 1 unit".to_string(),
             n => format!(", {n} units"),
         });
+        let spin = if self.spin_wait_us == gpu::SPIN_WAIT.as_micros() as u64 {
+            String::new()
+        } else {
+            format!(", waits poll {} us", self.spin_wait_us)
+        };
         let (name, backend, kind, access) =
             (&self.name, &self.backend, &self.device_type, &self.access);
-        format!("{name} ({backend}, {kind}, {access} access{units})")
+        format!("{name} ({backend}, {kind}, {access} access{units}{spin})")
     }
 }
 

@@ -33,8 +33,8 @@ pub use encode::{
 };
 pub use faults::{FAULT_INJECT_ENV, SUBMISSION_TIMEOUT};
 pub use options::{
-    ACCESS_PATTERN_ENV, AccessPattern, MEMORY_BUDGET_ENV, Options, PE_CACHE_ENV, TIMESTAMPS_ENV,
-    UNITS_ENV,
+    ACCESS_PATTERN_ENV, AccessPattern, MEMORY_BUDGET_ENV, Options, PE_CACHE_ENV, SPIN_WAIT,
+    SPIN_WAIT_ENV, TIMESTAMPS_ENV, UNITS_ENV,
 };
 pub use pass::Positions;
 pub use pending::{MappedEncode, PendingEncode};
@@ -247,6 +247,8 @@ pub struct Context {
     rope: rope::RopeKernels,
     /// Most bytes of cached PE rows ([`Options::pe_cache_budget`]).
     pe_cache_budget: u64,
+    /// How long a blocking wait polls before it sleeps ([`Options::spin_wait`]).
+    spin_wait: std::time::Duration,
     pe_cache: Arc<Mutex<Option<encode::PeCache>>>,
     pool: Arc<BufferPool>,
     /// The copy ceiling's forms, compiled on first use.
@@ -462,6 +464,7 @@ impl Context {
             coalesced,
             units: options.chosen_units(),
             pe_cache_budget: options.chosen_pe_cache_budget(),
+            spin_wait: options.chosen_spin_wait(),
             rope,
             pe_cache: Arc::new(Mutex::new(None)),
             pool: Arc::new(BufferPool::default()),
@@ -529,6 +532,12 @@ impl Context {
     /// kernels, if it chose any (`None`: posenc's choice).
     pub fn chosen_units(&self) -> Option<u32> {
         self.units
+    }
+
+    /// How long a blocking wait polls the device before it sleeps
+    /// ([`Options::spin_wait`]).
+    pub fn spin_wait(&self) -> std::time::Duration {
+        self.spin_wait
     }
 
     /// The access pattern of this context's vec4 encode kernel: never
@@ -710,8 +719,32 @@ impl Context {
     }
 
     /// Blocks until submission `index` has completed, for at most [`SUBMISSION_TIMEOUT`];
-    /// past that the device counts as lost.
+    /// past that the device counts as lost. For the first [`Options::spin_wait`] it polls
+    /// the device without sleeping, yielding the core between polls, until the queue's
+    /// work up to now is done; then it sleeps in wgpu's wait.
     fn wait(&self, op: &'static str, index: wgpu::SubmissionIndex) -> Result<()> {
+        // Never on the web, which cannot block (nor read `Instant`).
+        if wait::CAN_BLOCK && !self.spin_wait.is_zero() {
+            use std::sync::atomic::{AtomicBool, Ordering};
+            // Done once every submission made so far, `index` among them, has completed.
+            // (Not a wait for `index` with a zero timeout: wgpu-core 30 asserts, and
+            // panics, when another thread's poll retires the submission between the wait
+            // and its own reading of the fence.)
+            let done = Arc::new(AtomicBool::new(false));
+            let flag = Arc::clone(&done);
+            self.queue.on_submitted_work_done(move || flag.store(true, Ordering::Release));
+            let start = std::time::Instant::now();
+            while start.elapsed() < self.spin_wait {
+                // An error here is the device's, which the wait below reports.
+                if self.device.poll(wgpu::PollType::Poll).is_err() {
+                    break;
+                }
+                if done.load(Ordering::Acquire) {
+                    return Ok(());
+                }
+                std::thread::yield_now();
+            }
+        }
         let timeout = Some(SUBMISSION_TIMEOUT);
         match self.device.poll(wgpu::PollType::Wait { submission_index: Some(index), timeout }) {
             Ok(_) => Ok(()),

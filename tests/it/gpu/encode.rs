@@ -379,6 +379,44 @@ fn the_pe_cache_budget_bounds_the_cache_and_keeps_the_bits() {
     }
 }
 
+/// Whether a blocking wait polls first ([`posenc::gpu::Options::spin_wait`]) or sleeps at
+/// once, every way of waiting returns the finished work: several encodes in flight waited
+/// for in order, a readback, and a wait for the whole queue.
+#[test]
+fn waits_that_poll_first_and_waits_that_sleep_finish_the_same_work() {
+    use posenc::gpu::Options;
+    use std::time::Duration;
+    let mut rng = Rng::new(38);
+    let (vocab, dim) = (50, 96);
+    let spec = PeSpec::new(dim as u32).unwrap();
+    let table = Table::new(&mut rng, vocab, dim);
+    let options = EncodeOptions::default();
+    for spin in [Duration::ZERO, Duration::from_micros(1), Duration::from_secs(1)] {
+        let Some(ctx) = crate::support::fresh_gpu(&Options::default().spin_wait(spin)) else {
+            return;
+        };
+        let uploaded = ctx.upload_table(table.view(Dtype::F32)).unwrap();
+        let batches: Vec<_> = (0..3).map(|_| random_ids(&mut rng, 4, 33, vocab)).collect();
+        let pos = positions::contiguous_batch(4, 33);
+        let pending: Vec<_> = batches
+            .iter()
+            .map(|ids| ctx.encode_submit(&spec, &uploaded, ids.view(), pos.view(), &options))
+            .collect::<Result<_, _>>()
+            .unwrap();
+        for (ids, pending) in batches.iter().zip(pending) {
+            let c = cpu::encode(&spec, table.view(Dtype::F32), ids.view(), pos.view(), &options);
+            assert_same_bits(&format!("spin {spin:?}"), &pending.wait().unwrap(), &c.unwrap());
+        }
+        let on_device =
+            ctx.encode_to_buffer(&spec, &uploaded, batches[0].view(), pos.view(), &options);
+        let on_device = on_device.unwrap();
+        ctx.wait_idle().unwrap();
+        let c = cpu::encode(&spec, table.view(Dtype::F32), batches[0].view(), pos.view(), &options);
+        let bytes: Vec<u8> = c.unwrap().bits().iter().flat_map(|b| b.to_le_bytes()).collect();
+        assert_eq!(ctx.read_buffer(&on_device).unwrap(), bytes, "spin {spin:?}: read_buffer");
+    }
+}
+
 #[test]
 fn every_variant_and_odd_dims_encode_bit_identically() {
     use posenc::{Frequencies, Variant};

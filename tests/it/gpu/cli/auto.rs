@@ -94,6 +94,7 @@ fn every_variable_refuses_a_value_that_is_not_utf8() {
         "POSENC_GPU_UNITS",
         "POSENC_GPU_ACCESS",
         "POSENC_GPU_TIMESTAMPS",
+        "POSENC_GPU_SPIN_US",
         "POSENC_MAX_BINDING_SIZE",
         "POSENC_FAULT_INJECT",
     ] {

@@ -110,6 +110,8 @@ fn auto_retries_on_the_cpu_after_a_device_loss_and_says_so_once() {
         ("POSENC_GPU_ACCESS", "sideways"),
         ("POSENC_GPU_PE_CACHE", "lots"),
         ("POSENC_GPU_PE_CACHE", "-1"),
+        ("POSENC_GPU_SPIN_US", "soon"),
+        ("POSENC_GPU_SPIN_US", "1000001"),
     ] {
         let bad = inputs.encode("auto", "x.npy", &[], &[(var, value)]);
         assert_eq!(bad.status.code(), Some(2), "{var}: {}", stderr(&bad));
