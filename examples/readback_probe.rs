@@ -5,9 +5,10 @@
 //!
 //! First, the round trip of a small readback (a copy into a staging buffer, its map and the
 //! wait, 4 KiB and 64 KiB, a decode step's result) waited for two ways, interleaved: by
-//! wgpu's blocking poll (`PollType::Wait`, what posenc does), and by polling without
-//! blocking (`PollType::Poll`) until the map's callback has run. Where the second is much
-//! the faster, the blocking wait's wake-up is what a small call pays.
+//! wgpu's blocking poll (`PollType::Wait`, what posenc did before), and by polling without
+//! blocking (`PollType::Poll`, yielding the core between polls) until the map's callback
+//! has run, as posenc's waits now do first (`gpu::Options::spin_wait`). Where the second is
+//! much the faster, the blocking wait's wake-up is what a small call pays.
 //!
 //! ```text
 //! cargo run --release --example readback_probe [MiB ...]     # default: 12 25 32 64
@@ -52,6 +53,7 @@ fn round_trip(
         while !mapped.load(Ordering::Acquire) {
             device.poll(wgpu::PollType::Poll).expect("the device answers");
             polls += 1;
+            std::thread::yield_now();
         }
     } else {
         wait(device, Some(index));

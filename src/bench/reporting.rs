@@ -11,6 +11,7 @@ use super::{ops, steps};
 
 /// The adapter a report was measured on.
 #[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
 pub struct AdapterInfo {
     /// Adapter name.
     pub name: String,

@@ -464,7 +464,12 @@ impl Context {
             coalesced,
             units: options.chosen_units(),
             pe_cache_budget: options.chosen_pe_cache_budget(),
-            spin_wait: options.chosen_spin_wait(),
+            // Nothing blocks on the web, so nothing polls there.
+            spin_wait: if wait::CAN_BLOCK {
+                options.chosen_spin_wait()
+            } else {
+                std::time::Duration::ZERO
+            },
             rope,
             pe_cache: Arc::new(Mutex::new(None)),
             pool: Arc::new(BufferPool::default()),
@@ -535,7 +540,7 @@ impl Context {
     }
 
     /// How long a blocking wait polls the device before it sleeps
-    /// ([`Options::spin_wait`]).
+    /// ([`Options::spin_wait`]); zero on the web, where nothing blocks.
     pub fn spin_wait(&self) -> std::time::Duration {
         self.spin_wait
     }
@@ -720,26 +725,44 @@ impl Context {
 
     /// Blocks until submission `index` has completed, for at most [`SUBMISSION_TIMEOUT`];
     /// past that the device counts as lost. For the first [`Options::spin_wait`] it polls
-    /// the device without sleeping, yielding the core between polls, until the queue's
-    /// work up to now is done; then it sleeps in wgpu's wait.
+    /// the device without sleeping, yielding the core between polls, until a work-done
+    /// callback says the queue's work so far is done (`index` is the newest submission in
+    /// every caller but the readbacks, which use [`Context::wait_until`] with their own
+    /// map callback); past the budget it sleeps in wgpu's wait.
     fn wait(&self, op: &'static str, index: wgpu::SubmissionIndex) -> Result<()> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        if !wait::CAN_BLOCK || self.spin_wait.is_zero() {
+            return self.wait_until(op, index, || false);
+        }
+        let done = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&done);
+        self.queue.on_submitted_work_done(move || flag.store(true, Ordering::Release));
+        self.wait_until(op, index, || done.load(Ordering::Acquire))
+    }
+
+    /// Blocks until submission `index` has completed, as [`Context::wait`], polling first
+    /// until `ready` says it has. `ready` must become true once `index` is done and one
+    /// poll has run since (a map callback of that submission's buffer, or a work-done
+    /// callback registered after it was submitted); a signal of later work only delays
+    /// the return, by at most the budget.
+    ///
+    /// (Not a wait for `index` with a zero timeout: wgpu-core 30 asserts, and panics,
+    /// when another thread's poll retires the submission between that wait and its own
+    /// reading of the fence.)
+    fn wait_until(
+        &self,
+        op: &'static str,
+        index: wgpu::SubmissionIndex,
+        ready: impl Fn() -> bool,
+    ) -> Result<()> {
         // Never on the web, which cannot block (nor read `Instant`).
         if wait::CAN_BLOCK && !self.spin_wait.is_zero() {
-            use std::sync::atomic::{AtomicBool, Ordering};
-            // Done once every submission made so far, `index` among them, has completed.
-            // (Not a wait for `index` with a zero timeout: wgpu-core 30 asserts, and
-            // panics, when another thread's poll retires the submission between the wait
-            // and its own reading of the fence.)
-            let done = Arc::new(AtomicBool::new(false));
-            let flag = Arc::clone(&done);
-            self.queue.on_submitted_work_done(move || flag.store(true, Ordering::Release));
             let start = std::time::Instant::now();
-            while start.elapsed() < self.spin_wait {
-                // An error here is the device's, which the wait below reports.
-                if self.device.poll(wgpu::PollType::Poll).is_err() {
-                    break;
-                }
-                if done.load(Ordering::Acquire) {
+            // A lost device is left to the wait below, which reports it.
+            while start.elapsed() < self.spin_wait && self.health.lost().is_none() {
+                // wgpu answers a plain poll with `Ok` (a device error is fatal there).
+                let _ = self.device.poll(wgpu::PollType::Poll);
+                if ready() {
                     return Ok(());
                 }
                 std::thread::yield_now();
@@ -892,13 +915,19 @@ impl Context {
         let index = self.queue.submit([encoder.finish()]);
         let slice = staging.slice(..len);
         let (tx, rx) = wait::oneshot();
-        slice.map_async(wgpu::MapMode::Read, move |r| tx.send(r));
+        let mapped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = Arc::clone(&mapped);
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            flag.store(true, std::sync::atomic::Ordering::Release);
+            tx.send(r);
+        });
         // A future dropped before the mapping is read (on the web, where it waits at the
         // `.await` below) unmaps the staging buffer, cancelling a pending map, so the pool
         // never lends a buffer that is mapped or about to be.
         let mut unmap = wait::UnmapOnDrop::new(staging);
         if wait::CAN_BLOCK {
-            self.wait(op, index)?;
+            let ready = || mapped.load(std::sync::atomic::Ordering::Acquire);
+            self.wait_until(op, index, ready)?;
         }
         match rx.await {
             Some(Ok(())) => {}

@@ -279,14 +279,15 @@ impl Options {
     /// How long a blocking wait for the device (a result read back, a timing, a
     /// [`PendingEncode::wait`](super::PendingEncode::wait)) asks the device whether the
     /// work is done, without sleeping, before it sleeps until it is (default [`SPIN_WAIT`],
-    /// 300 us; at most a second is kept; zero: sleep at once). The wait returns as soon as
-    /// the work is done either way; polling spends up to this much of one core's time per
+    /// 300 us; at most a second is kept; zero: sleep at once). A wait for a result polls on
+    /// that result's own readback and returns once it is done, whatever is queued behind
+    /// it; polling spends up to this much of one core's time per
     /// wait to be woken sooner than the driver wakes a sleeping thread; between polls it
     /// yields the core to any thread that needs it (a software adapter's workers). On
     /// lavapipe (2026-11-27) it took Mistral-7B's one-token encode into a host array from
-    /// 199 - 250 to 105 - 176 us, Llama-3-8B's eight-token one from 235 - 329 to 220 - 245
-    /// us and readbacks of 16 and 128 KiB from 76 - 121 to 39 - 67 us; bert-base's
-    /// milliseconds measured the same.
+    /// 191 - 237 to 112 - 137 us, Llama-3-8B's eight-token one from 237 - 320 to 204 - 261
+    /// us and readbacks of 16 and 128 KiB from 83 - 114 to 42 - 68 us; bert-base's
+    /// milliseconds moved within the machine's noise.
     /// On the web, where nothing blocks, it does nothing.
     #[must_use]
     pub fn spin_wait(mut self, budget: std::time::Duration) -> Self {

@@ -97,7 +97,9 @@ impl Readback {
     /// Waits until the chunk's staging buffer is mapped (at most
     /// [`super::SUBMISSION_TIMEOUT`]).
     fn mapped(&self, ctx: &Context, op: &'static str) -> Result<()> {
-        ctx.wait(op, self.index.clone())?;
+        // Polls first on this chunk's own map callback, which comes with its submission,
+        // not with later ones (several encodes may be in flight).
+        ctx.wait_until(op, self.index.clone(), || lock(&self.mapped).is_some())?;
         // The submission is done, but when another thread's poll collected the mapping's
         // callback it may not have run it yet: give it until the submission timeout.
         let deadline = std::time::Instant::now() + super::SUBMISSION_TIMEOUT;

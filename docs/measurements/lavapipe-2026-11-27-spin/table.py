@@ -3,7 +3,7 @@ import collections, json, os, sys
 
 NAMES = ('gpu_encode_call', 'gpu_encode_host', 'gpu_encode_mapped', 'gpu_encode_stream',
          'gpu_readback', 'gpu_copy_ceiling_call', 'gpu_encode')
-for form in ('spin', 'yield', 'final'):
+for form in ('spin', 'yield', 'workdone', 'final'):
     print(f'## {form}')
     for m in ('llama3-8b-decode', 'mistral-7b-decode', 'bert-base'):
         for s in (0, 300):

@@ -363,3 +363,59 @@ fn a_mapped_result_has_the_blocking_calls_bits() {
         }
     }
 }
+
+/// A wait that polls before it sleeps ([`Options::spin_wait`]) polls on its own encode's
+/// readback, not on the queue's newest work: with a longer encode submitted behind it, the
+/// first encode's `wait` returns while the second still runs, though it may poll for a
+/// second. (A wait that polled for the whole queue would return only once the second was
+/// done.)
+#[test]
+fn a_polling_wait_returns_with_its_own_encode_not_with_later_ones() {
+    let options = Options::default().spin_wait(Duration::from_secs(1)).pe_cache_budget(0);
+    let Some(ctx) = fresh_gpu(&options) else { return };
+    let mut rng = Rng::new(91);
+    let (vocab, dim) = (64, 1024);
+    let spec = PeSpec::new(dim as u32).unwrap();
+    let table = Table::new(&mut rng, vocab, dim);
+    let uploaded = ctx.upload_table(table.view(Dtype::F32)).unwrap();
+    let small = (random_ids(&mut rng, 1, 4, vocab), positions::contiguous_batch(1, 4));
+    let want = cpu::encode(
+        &spec,
+        table.view(Dtype::F32),
+        small.0.view(),
+        small.1.view(),
+        &EncodeOptions::default(),
+    )
+    .unwrap()
+    .bits();
+    // 8192 tokens at random positions, whose PE rows (no cache) are computed per call.
+    let long = (
+        random_ids(&mut rng, 4, 2048, vocab),
+        Array2::from_shape_fn((4, 2048), |_| rng.next_u32()),
+    );
+    within("a polling wait behind a longer encode", WATCHDOG, move || {
+        let options = EncodeOptions::default();
+        let submit = |(ids, pos): &Batch| {
+            ctx.encode_submit(&spec, &uploaded, ids.view(), pos.view(), &options).unwrap()
+        };
+        let t = Instant::now();
+        submit(&long).wait().unwrap();
+        let alone = t.elapsed();
+        if alone < Duration::from_millis(20) {
+            eprintln!("skipped: the long encode took {alone:?}, too short to see it running");
+            return;
+        }
+        let first = submit(&small);
+        let second = submit(&long);
+        if second.is_ready() {
+            // GL runs a submission's commands as they are submitted; llvmpipe finishes
+            // them there.
+            eprintln!("skipped: the long encode was done when its submission returned");
+            assert_eq!(first.wait().unwrap().bits(), want);
+            return;
+        }
+        assert_eq!(first.wait().unwrap().bits(), want);
+        assert!(!second.is_ready(), "the first wait outlasted the second encode ({alone:?})");
+        second.wait().unwrap();
+    });
+}
