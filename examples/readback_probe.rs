@@ -1,7 +1,8 @@
 //! Where the time of a readback goes on this machine's GPU: wgpu's own steps (a copy into a
 //! `MAP_READ` staging buffer and its wait, the map, the copy out of the mapping into host
 //! memory already touched and into fresh memory) beside posenc's `Context::read_buffer` of
-//! the same bytes. One JSON line per size, medians in microseconds.
+//! the same bytes. One JSON line per size on stdout (the adapter's name on stderr), medians
+//! in microseconds.
 //!
 //! First, the round trip of a small readback (a copy into a staging buffer, its map and the
 //! wait, 4 KiB and 64 KiB, a decode step's result) waited for two ways, interleaved: by

@@ -146,7 +146,7 @@ impl Options {
             }
         };
         let spin_wait = {
-            const ALLOWED: &str = "a whole number of microseconds, at most 1000000 (0: no polling)";
+            const ALLOWED: &str = "whole microseconds from 0 to 1000000; 0: no polling";
             match env_text(SPIN_WAIT_ENV, ALLOWED)? {
                 None => SPIN_WAIT,
                 Some(text) => match text.trim().parse::<u64>() {
