@@ -730,14 +730,13 @@ impl Context {
     /// every caller but the readbacks, which use [`Context::wait_until`] with their own
     /// map callback); past the budget it sleeps in wgpu's wait.
     fn wait(&self, op: &'static str, index: wgpu::SubmissionIndex) -> Result<()> {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        if !wait::CAN_BLOCK || self.spin_wait.is_zero() {
+        // Zero on the web (see `Context::new`), where nothing polls.
+        if self.spin_wait.is_zero() {
             return self.wait_until(op, index, || false);
         }
-        let done = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&done);
-        self.queue.on_submitted_work_done(move || flag.store(true, Ordering::Release));
-        self.wait_until(op, index, || done.load(Ordering::Acquire))
+        let (tx, done) = wait::oneshot();
+        self.queue.on_submitted_work_done(move || tx.send(()));
+        self.wait_until(op, index, || done.has_value())
     }
 
     /// Blocks until submission `index` has completed, as [`Context::wait`], polling first
@@ -915,19 +914,13 @@ impl Context {
         let index = self.queue.submit([encoder.finish()]);
         let slice = staging.slice(..len);
         let (tx, rx) = wait::oneshot();
-        let mapped = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = Arc::clone(&mapped);
-        slice.map_async(wgpu::MapMode::Read, move |r| {
-            flag.store(true, std::sync::atomic::Ordering::Release);
-            tx.send(r);
-        });
+        slice.map_async(wgpu::MapMode::Read, move |r| tx.send(r));
         // A future dropped before the mapping is read (on the web, where it waits at the
         // `.await` below) unmaps the staging buffer, cancelling a pending map, so the pool
         // never lends a buffer that is mapped or about to be.
         let mut unmap = wait::UnmapOnDrop::new(staging);
         if wait::CAN_BLOCK {
-            let ready = || mapped.load(std::sync::atomic::Ordering::Acquire);
-            self.wait_until(op, index, ready)?;
+            self.wait_until(op, index, || rx.has_value())?;
         }
         match rx.await {
             Some(Ok(())) => {}

@@ -145,18 +145,12 @@ impl Options {
                 },
             }
         };
-        let spin_wait = {
-            const ALLOWED: &str = "whole microseconds from 0 to 1000000; 0: no polling";
-            match env_text(SPIN_WAIT_ENV, ALLOWED)? {
-                None => SPIN_WAIT,
-                Some(text) => match text.trim().parse::<u64>() {
-                    Ok(us) if us <= MAX_SPIN_WAIT.as_micros() as u64 => {
-                        std::time::Duration::from_micros(us)
-                    }
-                    _ => return Err(invalid_env(SPIN_WAIT_ENV, &text, ALLOWED)),
-                },
-            }
-        };
+        let spin_wait = whole_from_env(
+            SPIN_WAIT_ENV,
+            0..=MAX_SPIN_WAIT.as_micros() as u64,
+            "whole microseconds from 0 to 1000000; 0: no polling",
+        )?
+        .map_or(SPIN_WAIT, std::time::Duration::from_micros);
         Ok(Self {
             memory_budget: bytes_from_env(
                 MEMORY_BUDGET_ENV,
@@ -281,14 +275,13 @@ impl Options {
     /// work is done, without sleeping, before it sleeps until it is (default [`SPIN_WAIT`],
     /// 300 us; at most a second is kept; zero: sleep at once). A wait for a result polls on
     /// that result's own readback and returns once it is done, whatever is queued behind
-    /// it; polling spends up to this much of one core's time per
-    /// wait to be woken sooner than the driver wakes a sleeping thread; between polls it
-    /// yields the core to any thread that needs it (a software adapter's workers). On
-    /// lavapipe (2026-11-27) it took Mistral-7B's one-token encode into a host array from
-    /// 191 - 237 to 112 - 137 us, Llama-3-8B's eight-token one from 237 - 320 to 204 - 261
-    /// us and readbacks of 16 and 128 KiB from 83 - 114 to 42 - 68 us; bert-base's
-    /// milliseconds moved within the machine's noise.
-    /// On the web, where nothing blocks, it does nothing.
+    /// it; polling spends up to this much of one core's time per wait to be woken sooner
+    /// than the driver wakes a sleeping thread; between polls it yields the core to any
+    /// thread that needs it (a software adapter's workers). On lavapipe (2026-11-27) it took
+    /// Mistral-7B's one-token encode into a host array from 191 - 237 to 112 - 137 us,
+    /// Llama-3-8B's eight-token one from 237 - 320 to 204 - 261 us and readbacks of 16 and
+    /// 128 KiB from 83 - 114 to 42 - 68 us; bert-base's milliseconds moved within the
+    /// machine's noise. On the web, where nothing blocks, it does nothing.
     #[must_use]
     pub fn spin_wait(mut self, budget: std::time::Duration) -> Self {
         self.spin_wait = budget.min(MAX_SPIN_WAIT);
@@ -327,10 +320,19 @@ pub(crate) fn bytes_from_env(
     min: u64,
     allowed: &'static str,
 ) -> Result<Option<u64>> {
+    whole_from_env(var, min..=u64::MAX, allowed)
+}
+
+/// A whole number within `range` from `var`; `None` when unset.
+fn whole_from_env(
+    var: &'static str,
+    range: std::ops::RangeInclusive<u64>,
+    allowed: &'static str,
+) -> Result<Option<u64>> {
     match env_text(var, allowed)? {
         None => Ok(None),
         Some(text) => match text.trim().parse::<u64>() {
-            Ok(v) if v >= min => Ok(Some(v)),
+            Ok(v) if range.contains(&v) => Ok(Some(v)),
             _ => Err(invalid_env(var, &text, allowed)),
         },
     }

@@ -136,6 +136,14 @@ impl<T> Sender<T> {
     }
 }
 
+impl<T> Receiver<T> {
+    /// Whether a value has been sent and not yet received: what a caller polling the
+    /// device (rather than awaiting) checks.
+    pub(crate) fn has_value(&self) -> bool {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).value.is_some()
+    }
+}
+
 impl<T> Drop for Sender<T> {
     fn drop(&mut self) {
         let waker = {
@@ -177,6 +185,12 @@ mod tests {
         t.join().unwrap();
         let (tx, rx) = oneshot::<u32>();
         drop(tx);
+        assert!(!rx.has_value(), "a dropped sender sent nothing");
         assert_eq!(pollster::block_on(rx), None);
+        let (tx, rx) = oneshot();
+        assert!(!rx.has_value());
+        tx.send(3u8);
+        assert!(rx.has_value());
+        assert_eq!(pollster::block_on(rx), Some(3));
     }
 }
