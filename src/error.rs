@@ -557,9 +557,10 @@ pub(crate) fn env_text(var: &'static str, allowed: &'static str) -> Result<Optio
     }
 }
 
-/// The refusal of `value` of environment variable `var`.
+/// The refusal of `value` of environment variable `var`, the value quoted: an empty or
+/// blank setting reads `""` or `" "` rather than nothing before the parenthesis.
 pub(crate) fn invalid_env(var: &'static str, value: &str, allowed: &'static str) -> Error {
-    Error::InvalidParameter { field: var, value: value.to_string(), allowed }
+    Error::InvalidParameter { field: var, value: format!("{value:?}"), allowed }
 }
 
 /// A value from the user, for a message: [`message_text`] at [`MAX_SHOWN_CHARS`].

@@ -112,11 +112,15 @@ fn auto_retries_on_the_cpu_after_a_device_loss_and_says_so_once() {
         ("POSENC_GPU_PE_CACHE", "-1"),
         ("POSENC_GPU_SPIN_US", "soon"),
         ("POSENC_GPU_SPIN_US", "1000001"),
+        ("POSENC_GPU_SPIN_US", ""),
+        ("POSENC_GPU_UNITS", " "),
     ] {
         let bad = inputs.encode("auto", "x.npy", &[], &[(var, value)]);
         assert_eq!(bad.status.code(), Some(2), "{var}: {}", stderr(&bad));
         let lines = posenc_lines(&bad);
-        assert!(lines.len() == 1 && lines[0].contains(var), "{lines:?}");
+        // The value is quoted, so an empty or blank one is visible too.
+        let named = format!("{var}: {value:?} (allowed: ");
+        assert!(lines.len() == 1 && lines[0].contains(&named), "{lines:?}");
         assert!(!inputs.out("x.npy").exists());
     }
 }
