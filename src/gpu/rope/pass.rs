@@ -557,7 +557,9 @@ impl RopePass {
     /// multiple of 16 bytes for the vec4 kernel (head dim a multiple of 8 and rotary dim of
     /// 16), of 4 bytes for the general one (see [`RopePass::data_alignment`]); `positions`
     /// needs `STORAGE` and an offset that is a multiple of 4, and may share `data`'s
-    /// buffer. Nothing is submitted or waited for.
+    /// buffer. A 16-bit tensor of an odd element count is bound as whole 4-byte words:
+    /// `data` must hold the last word whole (its pad half is written back unchanged).
+    /// Nothing is submitted or waited for.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for a missing usage or a misaligned offset,
@@ -575,11 +577,13 @@ impl RopePass {
     /// Records one step rotating q (at the start of `q`) and k (at the start of `k`) at the
     /// same positions, as [`RopePass::record`] rotates q: in one dispatch where the pass
     /// takes the one-dispatch route ([`RopePass::dispatches`]). q and k may be slices of
-    /// one buffer (an engine's fused qkv projection), and `positions` may share it.
+    /// one buffer (an engine's fused qkv projection), in ranges that do not overlap, and
+    /// `positions` may share it.
     ///
     /// # Errors
     /// As [`RopePass::record`], for either tensor; [`Error::InvalidParameter`] on a pass
-    /// prepared without a k tensor (`k_heads` 0).
+    /// prepared without a k tensor (`k_heads` 0), and for a k whose bytes overlap q's in
+    /// one buffer (a shared element would be rotated twice).
     pub fn record_qk(
         &self,
         encoder: &mut wgpu::CommandEncoder,
@@ -652,7 +656,11 @@ impl RopePass {
         let q_name = if k.is_some() { "q" } else { "data" };
         let q_parts = self.parts_of(OP, q_name, q, &self.q)?;
         let k_parts = match k {
-            Some((slice, split)) => Some(self.parts_of(OP, "k", slice, split)?),
+            Some((slice, split)) => {
+                let parts = self.parts_of(OP, "k", slice, split)?;
+                check_apart(q, self.q.bytes, slice, split.bytes)?;
+                Some(parts)
+            }
             None => None,
         };
         let pos_need = Need {
@@ -713,6 +721,21 @@ impl RopePass {
         // Whole words: a last (or only) part of 16-bit elements ends with the pad half.
         let part_bytes =
             (split.part_rows as u64 * split.row_bytes(self.desc.dtype)).next_multiple_of(4);
+        // A 16-bit tensor of an odd element count ends inside a word: the kernels bind (and
+        // write back) the whole word, so the slice must hold it.
+        let exact = split.geometry.elements() as u64 * self.desc.dtype.size() as u64;
+        if exact != split.bytes && slice.size() < split.bytes {
+            return Err(Error::Shape {
+                op,
+                what: name,
+                expected: format!(
+                    "a slice of at least {} bytes: the tensor's {exact}, rounded up to whole \
+                     4-byte words (the pad half is read and written back unchanged)",
+                    split.bytes
+                ),
+                actual: format!("{} bytes", slice.size()),
+            });
+        }
         let need = Need { name, bytes: split.bytes, usage, usage_text };
         let parts = self.ctx.part_spans(op, slice, &need, part_bytes)?;
         if !general && parts.iter().any(|span| !span.base.is_multiple_of(4)) {
@@ -973,4 +996,28 @@ impl RopePass {
 /// A compute pass of the record's own in `encoder`.
 fn begin(encoder: &mut wgpu::CommandEncoder) -> wgpu::ComputePass<'_> {
     crate::gpu::pass::begin(encoder, "posenc.rope_pass.pass")
+}
+
+/// Refuses a k tensor whose bytes (`k_bytes` from `k`'s start) overlap q's (`q_bytes`
+/// from `q`'s start) in one buffer: each is rotated in place, so a shared element would be
+/// rotated twice (in one dispatch, or by two), and WebGPU refuses two writable bindings of
+/// overlapping ranges. The sizes are the tensors' whole words, as the kernels bind them.
+fn check_apart(
+    q: wgpu::BufferSlice<'_>,
+    q_bytes: u64,
+    k: wgpu::BufferSlice<'_>,
+    k_bytes: u64,
+) -> Result<()> {
+    let (q_start, k_start) = (q.offset(), k.offset());
+    let (q_end, k_end) = (q_start + q_bytes, k_start + k_bytes);
+    if q.buffer() == k.buffer() && q_start < k_end && k_start < q_end {
+        return Err(Error::InvalidParameter {
+            field: "k",
+            value: format!(
+                "bytes {k_start}..{k_end} of q's buffer, where q takes bytes {q_start}..{q_end}"
+            ),
+            allowed: "q and k in ranges that do not overlap (each is rotated once, in place)",
+        });
+    }
+    Ok(())
 }

@@ -255,6 +255,29 @@ fn rope_pass_routes_refuse_what_they_cannot_record() {
     assert!(matches!(e, Error::InvalidParameter { field: "k", .. }), "{e}");
     let e = with_k.record_qk(&mut encoder, q, buffer.slice(1024..1056), p).unwrap_err();
     assert!(matches!(e, Error::Shape { what: "k", .. }), "{e}");
+    // q and k overlapping in one buffer: a shared element would be rotated twice. q takes
+    // bytes 0..1024 (2 tokens of 2 heads of 64 f32), k 512 from its start.
+    for (k_at, what) in [(0, "k is q"), (512, "k starts inside q"), (1008, "k takes q's end")] {
+        let k = buffer.slice(k_at..k_at + 512);
+        let e = with_k.record_qk(&mut encoder, q, k, p).unwrap_err();
+        assert!(matches!(e, Error::InvalidParameter { field: "k", .. }), "{what}: {e}");
+        assert!(e.to_string().contains("q takes bytes 0..1024"), "{what}: {e}");
+        let mut cpass = encoder.begin_compute_pass(&Default::default());
+        let e = with_k.record_qk_in(&mut cpass, q, k, p).unwrap_err();
+        assert!(matches!(e, Error::InvalidParameter { field: "k", .. }), "{what}: {e}");
+    }
+    // k before q, overlapping its start, is refused too; k right after q is not.
+    let e = with_k.record_qk(&mut encoder, buffer.slice(512..1536), buffer.slice(256..768), p);
+    assert!(matches!(e, Err(Error::InvalidParameter { field: "k", .. })), "{e:?}");
+    with_k.record_qk(&mut encoder, q, buffer.slice(1024..1536), p).unwrap();
+    // A 16-bit tensor of 7 elements (rotary dim 6 of head dim 7) is bound as 4 words: a
+    // slice of its 14 bytes is refused, saying why; one of 16 is taken.
+    let desc7 = RopePassDescriptor { shape: [1, 1, 1, 7], dtype: Dtype::F16, ..desc.clone() };
+    let odd = ctx.rope_pass(&RopeSpec::partial(7, 6).unwrap(), &desc7).unwrap();
+    let e = odd.record(&mut encoder, buffer.slice(..14), p).unwrap_err();
+    assert!(matches!(e, Error::Shape { what: "data", .. }), "{e}");
+    assert!(e.to_string().contains("the tensor's 14, rounded up to whole 4-byte words"), "{e}");
+    odd.record(&mut encoder, buffer.slice(..16), p).unwrap();
     // The general kernel reads copies: not in a caller's pass.
     let general = RopeSpec::partial(10, 6).unwrap();
     let desc10 = RopePassDescriptor { shape: [1, 2, 2, 10], ..desc };
