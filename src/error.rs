@@ -557,6 +557,27 @@ pub(crate) fn env_text(var: &'static str, allowed: &'static str) -> Result<Optio
     }
 }
 
+/// The value of environment variable `var` among `choices` (words, compared after
+/// trimming white space, as the numeric variables' values are trimmed), `unset` when it is
+/// not set.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] naming `var` and its value as set, for any other value, one
+/// that is not UTF-8 included.
+pub(crate) fn env_choice<T: Copy>(
+    var: &'static str,
+    allowed: &'static str,
+    unset: T,
+    choices: &[(&str, T)],
+) -> Result<T> {
+    let Some(text) = env_text(var, allowed)? else { return Ok(unset) };
+    let word = text.trim();
+    match choices.iter().find(|(name, _)| *name == word) {
+        Some(&(_, value)) => Ok(value),
+        None => Err(invalid_env(var, &text, allowed)),
+    }
+}
+
 /// The refusal of `value` of environment variable `var`, the value quoted: an empty or
 /// blank setting reads `""` or `" "` rather than nothing before the parenthesis.
 pub(crate) fn invalid_env(var: &'static str, value: &str, allowed: &'static str) -> Error {

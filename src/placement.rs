@@ -38,12 +38,8 @@ impl AutoPolicy {
     /// [`Error::InvalidParameter`](crate::Error::InvalidParameter) for any other value, one
     /// that is not UTF-8 included.
     pub fn from_env() -> Result<Self> {
-        const ALLOWED: &str = "cost or gpu";
-        match crate::error::env_text(AUTO_ENV, ALLOWED)?.as_deref() {
-            None | Some("cost") => Ok(Self::Cost),
-            Some("gpu") => Ok(Self::Gpu),
-            Some(other) => Err(crate::error::invalid_env(AUTO_ENV, other, ALLOWED)),
-        }
+        let choices = [("cost", Self::Cost), ("gpu", Self::Gpu)];
+        crate::error::env_choice(AUTO_ENV, "cost or gpu", Self::Cost, &choices)
     }
 }
 

@@ -35,12 +35,8 @@ pub(crate) enum Fault {
 /// [`Error::InvalidParameter`] naming the variable for any other value: a misspelt knob
 /// must not pass for a run without faults.
 pub(crate) fn fault_from_env() -> Result<Option<Fault>, Error> {
-    const ALLOWED: &str = "device-lost";
-    match crate::error::env_text(FAULT_INJECT_ENV, ALLOWED)?.as_deref() {
-        None => Ok(None),
-        Some("device-lost") => Ok(Some(Fault::DeviceLost)),
-        Some(other) => Err(crate::error::invalid_env(FAULT_INJECT_ENV, other, ALLOWED)),
-    }
+    let choices = [("device-lost", Some(Fault::DeviceLost))];
+    crate::error::env_choice(FAULT_INJECT_ENV, "device-lost", None, &choices)
 }
 
 /// What went wrong with a device, as its callbacks reported it.

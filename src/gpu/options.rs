@@ -2,7 +2,7 @@
 //! the optional device features it may use, from code or from the environment.
 
 use super::faults::{Fault, fault_from_env};
-use crate::error::{Result, env_text, invalid_env};
+use crate::error::{Result, env_choice, env_text, invalid_env};
 
 /// Environment variable setting the device-memory budget of a context, in bytes.
 pub const MEMORY_BUDGET_ENV: &str = "POSENC_GPU_MEMORY_BUDGET";
@@ -118,23 +118,18 @@ impl Options {
     pub fn from_env() -> Result<Self> {
         // Each value is checked whole: one that is not UTF-8 is refused like any other
         // malformed one, never taken for unset.
-        let timestamps = {
-            const ALLOWED: &str = "on or off";
-            match env_text(TIMESTAMPS_ENV, ALLOWED)?.as_deref() {
-                None | Some("on") => true,
-                Some("off") => false,
-                Some(other) => return Err(invalid_env(TIMESTAMPS_ENV, other, ALLOWED)),
-            }
-        };
-        let access = {
-            const ALLOWED: &str = "auto, coalesced or adjacent";
-            match env_text(ACCESS_PATTERN_ENV, ALLOWED)?.as_deref() {
-                None | Some("auto") => AccessPattern::Auto,
-                Some("coalesced") => AccessPattern::Coalesced,
-                Some("adjacent") => AccessPattern::Adjacent,
-                Some(other) => return Err(invalid_env(ACCESS_PATTERN_ENV, other, ALLOWED)),
-            }
-        };
+        let timestamps =
+            env_choice(TIMESTAMPS_ENV, "on or off", true, &[("on", true), ("off", false)])?;
+        let access = env_choice(
+            ACCESS_PATTERN_ENV,
+            "auto, coalesced or adjacent",
+            AccessPattern::Auto,
+            &[
+                ("auto", AccessPattern::Auto),
+                ("coalesced", AccessPattern::Coalesced),
+                ("adjacent", AccessPattern::Adjacent),
+            ],
+        )?;
         let units = {
             const ALLOWED: &str = "1, 2, 4 or 8";
             match env_text(UNITS_ENV, ALLOWED)? {

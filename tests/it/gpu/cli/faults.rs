@@ -123,6 +123,20 @@ fn auto_retries_on_the_cpu_after_a_device_loss_and_says_so_once() {
         assert!(lines.len() == 1 && lines[0].contains(&named), "{lines:?}");
         assert!(!inputs.out("x.npy").exists());
     }
+    // White space around a word is trimmed, as around a number (`" 300 "` is 300 us).
+    for (var, value) in [
+        ("POSENC_GPU_TIMESTAMPS", " off "),
+        ("POSENC_GPU_ACCESS", "coalesced\n"),
+        ("POSENC_AUTO", "gpu "),
+        ("POSENC_GPU_SPIN_US", " 300 "),
+    ] {
+        let padded = inputs.encode("auto", "padded.npy", &[], &[(var, value)]);
+        assert_ok(&padded, &format!("{var}={value:?}"));
+        assert_eq!(
+            fs::read(inputs.out("padded.npy")).unwrap(),
+            fs::read(inputs.out("cpu.npy")).unwrap()
+        );
+    }
 }
 
 #[test]
