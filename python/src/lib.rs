@@ -11,7 +11,7 @@
 //!   `posenc.GpuError` for the device.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use posenc::placement::{AutoPolicy, HostJob, cpu_threads};
 use posenc::{Error, ErrorKind, gpu};
@@ -74,12 +74,59 @@ pub(crate) fn to_py(failure: impl Into<Failure>) -> PyErr {
     }
 }
 
-/// Runs `work` with the GIL released, turning a panic into a `RuntimeError`.
+/// The process that imported the module and started rayon's global pool.
+static IMPORTED_IN: OnceLock<u32> = OnceLock::new();
+
+/// Whether this process is a child forked after the import (`os.fork`, `multiprocessing`'s
+/// `fork` start method, a DataLoader's workers).
+fn forked() -> bool {
+    IMPORTED_IN.get().is_some_and(|&pid| pid != std::process::id())
+}
+
+/// The CPU path's pool in a forked child: the child has none of its parent's threads, so
+/// a parallel call into rayon's global pool (whose registry the child inherited) would
+/// wait for ever. Each forked process builds its own pool on its first call and runs every
+/// computation inside it. A grandchild forked from a child builds its own again.
+static FORKED_POOL: Mutex<Option<(u32, Arc<rayon::ThreadPool>)>> = Mutex::new(None);
+
+fn forked_pool() -> PyResult<Arc<rayon::ThreadPool>> {
+    let pid = std::process::id();
+    let mut held = FORKED_POOL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some((owner, pool)) = held.as_ref()
+        && *owner == pid
+    {
+        return Ok(pool.clone());
+    }
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let build = |n: usize| rayon::ThreadPoolBuilder::new().num_threads(n).build();
+    let pool = match build(threads).or_else(|_| build(1)) {
+        Ok(pool) => Arc::new(pool),
+        Err(e) => {
+            return Err(PyRuntimeError::new_err(format!(
+                "posenc: no thread could start in this forked process: {e}"
+            )));
+        }
+    };
+    // The parent's pool, if this process inherited one from a forked parent, is left as it
+    // is: dropping it would wait for threads this process does not have.
+    if let Some(old) = held.replace((pid, pool.clone())) {
+        std::mem::forget(old);
+    }
+    Ok(pool)
+}
+
+/// Runs `work` with the GIL released, turning a panic into a `RuntimeError`; in a forked
+/// child, inside that process's own pool ([`forked_pool`]).
 pub(crate) fn compute<T: Send>(
     py: Python<'_>,
     work: impl FnOnce() -> Result<T, Failure> + Send,
 ) -> PyResult<T> {
-    match py.detach(|| catch_unwind(AssertUnwindSafe(work))) {
+    let pool = if forked() { Some(forked_pool()?) } else { None };
+    let run = || match &pool {
+        Some(pool) => pool.install(|| catch_unwind(AssertUnwindSafe(work))),
+        None => catch_unwind(AssertUnwindSafe(work)),
+    };
+    match py.detach(run) {
         Ok(result) => result.map_err(to_py),
         Err(panic) => {
             let what = panic
@@ -117,17 +164,28 @@ impl Device {
 }
 
 /// The process's GPU context, opened on first use and shared by every call (opening one
-/// compiles nothing but costs an adapter and device request). A lost device is dropped and
-/// the next call opens a new one.
-static CONTEXT: Mutex<Option<Arc<gpu::Context>>> = Mutex::new(None);
+/// compiles nothing but costs an adapter and device request), with the process that opened
+/// it. A lost device is dropped and the next call opens a new one; a forked child does not
+/// use its parent's (a driver's state does not survive a fork) and opens its own.
+static CONTEXT: Mutex<Option<(u32, Arc<gpu::Context>)>> = Mutex::new(None);
+
+/// The held context if this process opened it and its device is not lost. One inherited
+/// from a parent process is forgotten, not dropped: its destruction would call into a
+/// driver whose threads this process does not have.
+fn held_context(held: &mut Option<(u32, Arc<gpu::Context>)>) -> Option<Arc<gpu::Context>> {
+    if held.as_ref().is_some_and(|(pid, _)| *pid != std::process::id()) {
+        std::mem::forget(held.take());
+    }
+    held.as_ref().map(|(_, ctx)| ctx).filter(|c| c.lost_reason().is_none()).cloned()
+}
 
 fn open_gpu(budget: Option<u64>) -> Result<Arc<gpu::Context>, Error> {
     let mut held = CONTEXT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let ctx = match held.as_ref().filter(|c| c.lost_reason().is_none()) {
-        Some(ctx) => ctx.clone(),
+    let ctx = match held_context(&mut held) {
+        Some(ctx) => ctx,
         None => {
             let ctx = Arc::new(gpu::Options::from_env().and_then(|o| gpu::Context::new(&o))?);
-            *held = Some(ctx.clone());
+            *held = Some((std::process::id(), ctx.clone()));
             ctx
         }
     };
@@ -143,8 +201,8 @@ pub(crate) type Noted<T> = (T, Option<String>);
 
 /// Whether the process's GPU context is open (the cost model then leaves out an open).
 fn gpu_is_open() -> bool {
-    let held = CONTEXT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    held.as_ref().is_some_and(|c| c.lost_reason().is_none())
+    let mut held = CONTEXT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    held_context(&mut held).is_some()
 }
 
 /// Runs `work`, whose result is `job`, where `device` says, as the CLI's `on_device`. Every
@@ -221,6 +279,7 @@ fn _posenc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // rayon's global pool, started with the threads that can start (rayon's own start
     // panics where they cannot); the note, if any, becomes a warning on import.
     m.add("THREADS_NOTE", posenc::cpu::threads::start_threads().note())?;
+    IMPORTED_IN.get_or_init(std::process::id);
     m.add("ACCURACY_BOUND", posenc::ACCURACY_BOUND)?;
     m.add("MAX_OUTPUT_VALUES", posenc::inputs::MAX_OUTPUT_VALUES)?;
     m.add_function(wrap_pyfunction!(devices_json, m)?)?;

@@ -3,10 +3,14 @@ posenc computes."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import pytest
 
 import posenc
 from conftest import CONFIGS, same_bits
@@ -55,3 +59,48 @@ def test_gil_is_released():
     worker.join()
     # With the GIL held through each call this loop would run only between calls.
     assert ticks > 10000, ticks
+
+
+def _forked_jobs(k):
+    """Large enough that the CPU path goes parallel (rayon's pool), in a forked child."""
+    table = posenc.table(512, 4096 + k, device="cpu")
+    cos, _ = posenc.rope_cache(CONFIGS / "llama-3.1-8b.json", seq_len=8192 + k, device="cpu")
+    return float(table.sum()) + float(cos.sum())
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_forked_children_compute_and_agree():
+    """A child forked after the import (multiprocessing's fork start method, a DataLoader's
+    workers) has none of its parent's threads: posenc gives it a pool of its own, where a
+    parallel call into the inherited one waited for ever."""
+    want = [_forked_jobs(k) for k in range(4)]
+    ctx = multiprocessing.get_context("fork")
+    with warnings.catch_warnings():
+        # Python 3.12+ warns that forking a multi-threaded process may deadlock: the case
+        # under test.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with ctx.Pool(2) as pool:
+            got = pool.map_async(_forked_jobs, range(4)).get(timeout=120)
+        # A grandchild, forked from a child that has built its own pool, builds one again.
+        with ctx.Pool(1) as pool:
+            got2 = pool.apply_async(_grandchild).get(timeout=120)
+    assert got == want
+    assert got2 == want[:2]
+
+
+def _grandchild():
+    """In a pool's worker: the job here, then in a child forked from here (by hand: a
+    pool's workers may not start pools of their own)."""
+    first = _forked_jobs(0)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.write(write, repr(_forked_jobs(1)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        second = float(pipe.read())
+    os.waitpid(pid, 0)
+    return [first, second]
