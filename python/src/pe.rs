@@ -300,7 +300,12 @@ fn table<'py>(
         let spec = options.spec(dim, from_config.as_ref())?;
         let positions = match (&positions_spec, given) {
             (Some(text), _) => positions::parse_spec(text)?,
-            (None, Some(p)) => u32_positions(p.iter().copied(), "positions")?,
+            (None, Some(p)) => {
+                // The output's size first: a broadcast array of billions of positions is
+                // refused before its u32 copy is made.
+                check_table_size(p.len() as u64, spec.dim())?;
+                u32_positions(p.iter().copied(), "positions")?
+            }
             (None, None) => {
                 let len = len.unwrap_or(8);
                 check_table_size(len, spec.dim())?;

@@ -327,8 +327,17 @@ fn rope<'py>(
             }
             .into());
         }
-        let scaling = options.scaling()?;
         let shape = view.shape();
+        // The output (the input's shape, as `posenc rope` checks it) and the positions
+        // before anything is made: x may be a broadcast view of any size.
+        inputs::check_shape(
+            "rope",
+            "the output (the input's shape)",
+            &shape,
+            MAX_OUTPUT_VALUES,
+            "MAX_OUTPUT_VALUES",
+        )?;
+        let scaling = options.scaling()?;
         let (batch, len, _, head_dim) = layout.dims(shape);
         let head_dim = u32::try_from(head_dim).unwrap_or(u32::MAX);
         let config = options.config(Some(head_dim))?;
@@ -349,6 +358,11 @@ fn rope<'py>(
         let spec = options.spec(head_dim, config.as_ref(), scaling, |e, h, r| {
             with_origin(e, "the last axis of x", h, r)
         })?;
+        // The output and the positions must both be had before either is made.
+        let elements = shape.iter().product::<usize>() as u64;
+        let element_bytes = if matches!(view, TensorView::F32(_)) { 4 } else { 2 };
+        posenc::alloc::check_allocation("the rope output", elements * element_bytes)?;
+        posenc::alloc::check_allocation("the rope positions", (batch * len) as u64 * 4)?;
         let positions = match given {
             Some(p) => {
                 if p.dim() != (batch, len) {
@@ -452,7 +466,12 @@ fn cache_request(
     };
     let positions = match (positions_spec, positions) {
         (Some(text), _) => positions::parse_spec(text)?,
-        (None, Some(p)) => u32_positions(p.iter().copied(), "positions")?,
+        (None, Some(p)) => {
+            // The output's size first: a broadcast array of billions of positions is
+            // refused before its u32 copy is made.
+            check(p.len() as u64)?;
+            u32_positions(p.iter().copied(), "positions")?
+        }
         (None, None) => {
             let len = len.unwrap_or(0);
             check(len)?;
@@ -687,6 +706,15 @@ impl PyRopeSpec {
         let given = positions.as_array();
         let spec = &self.spec;
         let cache = compute(py, || {
+            // The caches' size first, before the positions' u32 copy is made.
+            let shape = [2, given.len(), spec.rotary_dim() as usize];
+            inputs::check_shape(
+                "rope_cache",
+                "cos and sin",
+                &shape,
+                MAX_OUTPUT_VALUES,
+                "MAX_OUTPUT_VALUES",
+            )?;
             let positions = u32_positions(given.iter().copied(), "positions")?;
             Ok(cpu::rope_cache(spec, &positions)?)
         })?;

@@ -103,6 +103,89 @@ def test_python_side_checks():
         posenc.rope(np.zeros((1, 1, 1, 8), np.float32), layout="lbhd")
     with pytest.raises(ValueError, match="positions must be integers"):
         posenc.table(8, positions=[0.5, 1.5])
+    # The received type is named.
+    with pytest.raises(ValueError, match="got dtype <f8 and shape \\(1, 2, 2, 8\\)"):
+        posenc.rope(np.ones((1, 2, 2, 8)), layout="blhd")
+    with pytest.raises(ValueError, match="got dtype >f4"):
+        posenc.rope(np.ones((1, 2, 2, 8), ">f4"), layout="blhd")
+
+
+def test_options_the_command_line_refuses_together_are_refused():
+    """Where the command line refuses two flags together (one would be ignored), the
+    keyword arguments are refused too, by name."""
+    w = np.ones((10, 8), np.float32)
+    with pytest.raises(ValueError, match="invalid len: given beside positions"):
+        posenc.table(8, 4, positions="0..2")
+    with pytest.raises(ValueError, match="invalid offsets: given beside positions"):
+        posenc.encode(w, [[1, 2]], offsets=[5], positions=[[0, 1]])
+    with pytest.raises(ValueError, match="invalid inv_freq_tensor: given without inv_freq"):
+        posenc.table(8, inv_freq_tensor="x")
+    with pytest.raises(ValueError, match="invalid inv_freq_tensor: given without inv_freq"):
+        posenc.rope_cache(head_dim=8, seq_len=4, inv_freq_tensor="x")
+    with pytest.raises(ValueError, match="invalid inv_freq_tensor: given with an array"):
+        posenc.table(8, inv_freq=[1.0, 0.1, 0.01, 0.001], inv_freq_tensor="x")
+    with pytest.raises(ValueError, match="invalid tensor: given with an array"):
+        posenc.encode(w, [[1, 2]], tensor="nope")
+    with pytest.raises(ValueError, match="invalid position_tensor: given with an array"):
+        posenc.encode(w, [[1, 2]], position_table=np.ones((4, 8), np.float32), position_tensor="p")
+
+
+def test_integers_past_their_type_are_value_errors_naming_them():
+    """A value the binding's integer type cannot hold is refused by name and range (it was
+    an OverflowError naming neither, on Python 3.9 not even the argument)."""
+    x = np.ones((1, 2, 2, 8), np.float32)
+    for call, name, value in [
+        (lambda: posenc.table(-1), "dim", -1),
+        (lambda: posenc.table(8, len=2**64), "len", 2**64),
+        (lambda: posenc.table(8, gpu_memory_budget=-1), "gpu_memory_budget", -1),
+        (lambda: posenc.rope(x, layout="blhd", offset=2**32), "offset", 2**32),
+        (lambda: posenc.rope_cache(head_dim=8, seq_len=-1), "seq_len", -1),
+        (lambda: posenc.alibi_bias(8, 4, offset=-1), "offset", -1),
+        (lambda: posenc.alibi_slopes(2**40), "heads", 2**40),
+        (lambda: posenc.encode(np.ones((10, 8), np.float32), [[1]], pad_id=-2), "pad_id", -2),
+    ]:
+        with pytest.raises(ValueError, match=f"invalid {name}: {value} \\(allowed: 0\\.\\.="):
+            call()
+    with pytest.raises(ValueError, match="invalid heads: True"):
+        posenc.alibi_slopes(True)
+
+
+def test_out_of_range_uint64_ids_are_shown_as_given():
+    w = np.ones((10, 8), np.float32)
+    with pytest.raises(ValueError, match="token id 18446744073709551615 at row 0, column 1"):
+        posenc.encode(w, np.array([3, 2**64 - 1], np.uint64))
+    with pytest.raises(ValueError, match="token id 9223372036854775809 at row 1, column 0"):
+        posenc.encode(w, np.array([[3], [2**63 + 1]], np.uint64))
+
+
+def test_non_finite_numbers_in_dicts_are_named():
+    """JSON has no NaN: a dict's non-finite number is refused by its key, not as text the
+    parser cannot read."""
+    x = np.ones((1, 2, 2, 8), np.float32)
+    with pytest.raises(ValueError, match="invalid rope_scaling.factor: nan"):
+        posenc.rope(x, layout="blhd", scaling={"rope_type": "linear", "factor": float("nan")})
+    config = {"model_type": "llama", "head_dim": 8, "rope_theta": float("inf")}
+    with pytest.raises(ValueError, match="invalid config.rope_theta: inf"):
+        posenc.rope(x, layout="blhd", config=config)
+
+
+def test_sizes_are_refused_before_the_inputs_are_copied():
+    """Broadcast views make arrays of any logical size at no cost: the output's size is
+    checked (against MAX_OUTPUT_VALUES, as the command line checks it) before the inputs are
+    converted or anything is allocated, where the rope aborted the interpreter and the
+    positions of table and rope_cache were copied until memory ran out."""
+    assert posenc.MAX_OUTPUT_VALUES == 2**31
+    huge = np.broadcast_to(np.float32(1), (2**20, 2**20, 2, 2))
+    for device in ("cpu", "auto"):
+        with pytest.raises(ValueError, match="MAX_OUTPUT_VALUES"):
+            posenc.rope(huge, layout="blhd", device=device)
+    many = np.broadcast_to(np.int64(1), (2**33,))
+    with pytest.raises(ValueError, match="MAX_OUTPUT_VALUES"):
+        posenc.table(8, positions=many, device="cpu")
+    with pytest.raises(ValueError, match="MAX_OUTPUT_VALUES"):
+        posenc.rope_cache(head_dim=8, positions=many, device="cpu")
+    with pytest.raises(ValueError, match="MAX_OUTPUT_VALUES"):
+        posenc.RopeSpec(head_dim=8).cache(np.broadcast_to(np.int64(1), (2**31,)))
 
 
 def test_no_panic_crosses():

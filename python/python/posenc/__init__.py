@@ -19,8 +19,10 @@ keyword arguments (``--rotary-dim`` is ``rotary_dim=``), arrays in place of file
 ``devices``        the GPU adapters wgpu can see
 =================  ===================================================================
 
-``device="auto"`` (the default) computes on the GPU when one opens, else on the CPU,
-issuing a :class:`DeviceWarning`; ``"cpu"`` and ``"gpu"`` insist. Errors are
+``device="auto"`` (the default) computes where the result reaches numpy sooner: on the CPU,
+without opening a GPU, unless a cost model expects a hardware GPU to deliver it sooner
+(``POSENC_AUTO=gpu``: the GPU whenever one opens); a GPU that fails sends the work to the
+CPU with a :class:`DeviceWarning`. ``"cpu"`` and ``"gpu"`` insist. Errors are
 ``ValueError`` (bad input), ``OSError`` (files) or :class:`GpuError` (the device), with the
 command line's one-line message. bfloat16 values travel as ``uint16`` arrays of raw bits
 (what the command line writes to ``.npy``) or as ``ml_dtypes.bfloat16`` arrays; see
@@ -38,10 +40,11 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from . import _posenc
-from ._posenc import ACCURACY_BOUND, GpuError, RopeSpec as _RustRopeSpec
+from ._posenc import ACCURACY_BOUND, MAX_OUTPUT_VALUES, GpuError, RopeSpec as _RustRopeSpec
 
 __all__ = [
     "ACCURACY_BOUND",
+    "MAX_OUTPUT_VALUES",
     "DeviceWarning",
     "GpuError",
     "RopeCache",
@@ -129,13 +132,56 @@ def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
+_U32 = 2**32 - 1
+_U64 = 2**64 - 1
+
+
+def _whole(value: Any, name: str, largest: int) -> Any:
+    """An integer option within its type (``0..=largest``), as an int; ``None`` and other
+    types pass through (their conversion names them). Past the type the conversion would
+    raise an ``OverflowError`` that names neither the value nor the range."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"invalid {name}: {value} (allowed: a whole number, not a bool)")
+    if isinstance(value, (int, np.integer)):
+        if not 0 <= value <= largest:
+            raise ValueError(f"invalid {name}: {value} (allowed: 0..={largest})")
+        return int(value)
+    return value
+
+
+def _not_both(a_name: str, a: Any, b_name: str, b: Any) -> None:
+    """Refuses two options the command line refuses together (one would be ignored)."""
+    if a is not None and b is not None:
+        raise ValueError(f"invalid {b_name}: given beside {a_name} (allowed: one of the two)")
+
+
+def _json_of(value: Any, what: str) -> str:
+    """``json.dumps`` of a dict, refusing non-finite numbers by their key (JSON has none:
+    ``json.dumps`` would write ``NaN``, which the parser then refuses as text)."""
+
+    def check(v: Any, at: str) -> None:
+        if isinstance(v, float) and not np.isfinite(v):
+            raise ValueError(f"invalid {at}: {v} (allowed: a finite number)")
+        if isinstance(v, dict):
+            for k, item in v.items():
+                check(item, f"{at}.{k}")
+        elif isinstance(v, (list, tuple)):
+            for k, item in enumerate(v):
+                check(item, f"{at}[{k}]")
+
+    check(value, what)
+    return json.dumps(value)
+
+
 def _config(config: Any) -> tuple[Optional[str], Optional[str]]:
     """A config as ``(path, json_text)``: a path, JSON text, a dict, or a transformers
     ``PretrainedConfig``."""
     if config is None:
         return None, None
     if isinstance(config, dict):
-        return None, json.dumps(config)
+        return None, _json_of(config, "config")
     if isinstance(config, os.PathLike):
         return os.fspath(config), None
     if isinstance(config, bytes):
@@ -159,7 +205,7 @@ def _scaling(scaling: Any) -> tuple[Optional[str], Optional[str]]:
     if scaling is None:
         return None, None
     if isinstance(scaling, dict):
-        return json.dumps(scaling), None
+        return _json_of(scaling, "rope_scaling"), None
     if isinstance(scaling, os.PathLike):
         return None, os.fspath(scaling)
     if isinstance(scaling, str):
@@ -171,12 +217,25 @@ def _scaling(scaling: Any) -> tuple[Optional[str], Optional[str]]:
     )
 
 
-def _inv_freq(inv_freq: Any) -> tuple[Optional[np.ndarray], Optional[str]]:
-    """A model's frequencies as ``(float64 values, path)``; float32 widens exactly."""
+def _inv_freq(
+    inv_freq: Any, tensor: Optional[str]
+) -> tuple[Optional[np.ndarray], Optional[str]]:
+    """A model's frequencies as ``(float64 values, path)``; float32 widens exactly.
+    ``tensor`` names a tensor of a file, so it needs a path."""
     if inv_freq is None:
+        if tensor is not None:
+            raise ValueError(
+                "invalid inv_freq_tensor: given without inv_freq (allowed: with inv_freq, "
+                "a .safetensors path)"
+            )
         return None, None
     if isinstance(inv_freq, (str, os.PathLike)):
         return None, os.fspath(inv_freq)
+    if tensor is not None:
+        raise ValueError(
+            "invalid inv_freq_tensor: given with an array (allowed: with inv_freq, a "
+            ".safetensors path)"
+        )
     a = np.asarray(inv_freq)
     if a.ndim != 1:
         raise ValueError(f"inv_freq must be 1-D, got shape {a.shape}")
@@ -266,15 +325,16 @@ def table(
     Raises ValueError for bad options (the command line's message), OSError for a file
     that cannot be read, GpuError when ``device="gpu"`` has no GPU or it fails.
     """
+    _not_both("positions", positions, "len", len)
     spec, pos = (positions, None) if isinstance(positions, str) else (None, positions)
     if pos is not None:
         pos = _int_array(pos, "positions", (1,))
     config_path, config_json = _config(config)
-    values, path = _inv_freq(inv_freq)
+    values, path = _inv_freq(inv_freq, inv_freq_tensor)
     return _noted(
         _posenc.table(
-            dim=dim,
-            len=len,
+            dim=_whole(dim, "dim", _U32),
+            len=_whole(len, "len", _U64),
             positions_spec=spec,
             positions=pos,
             config_path=config_path,
@@ -287,10 +347,10 @@ def table(
             base=base,
             min_timescale=min_timescale,
             max_timescale=max_timescale,
-            start_index=start_index,
+            start_index=_whole(start_index, "start_index", _U32),
             padding_idx=padding_idx,
             device=device if device == "reference" else _device(device),
-            gpu_memory_budget=gpu_memory_budget,
+            gpu_memory_budget=_whole(gpu_memory_budget, "gpu_memory_budget", _U64),
         )
     )
 
@@ -342,11 +402,30 @@ def encode(
     product; without one they give the same bits.
     """
     w, weights_path = _table_array(weights, "weights")
+    if tensor is not None and weights_path is None:
+        raise ValueError(
+            "invalid tensor: given with an array of weights (allowed: with a .safetensors "
+            "or .npy path)"
+        )
     p_table, p_path = (None, None)
     if position_table is not None:
         p_table, p_path = _table_array(position_table, "position_table")
+        if position_tensor is not None and p_path is None:
+            raise ValueError(
+                "invalid position_tensor: given with an array (allowed: with a "
+                "position_table path)"
+            )
+    _not_both("positions", positions, "offsets", offsets)
     ids_in = np.asarray(ids)
     if ids_in.dtype not in (np.int32, np.int64, np.uint32):
+        if ids_in.dtype.kind == "u" and ids_in.size and ids_in.max() > _U32:
+            # Past u32 no id is valid; int64 would show the largest uint64s negative.
+            at = np.unravel_index(int(np.argmax(ids_in > _U32)), ids_in.shape)
+            row, col = (0, at[0]) if ids_in.ndim == 1 else at[:2]
+            raise ValueError(
+                f"token id {int(ids_in[at])} at row {row}, column {col} is out of range: "
+                f"ids are u32 (allowed: 0..={_U32})"
+            )
         if ids_in.dtype.kind in "iu":
             ids_in = ids_in.astype(np.int64)
         else:
@@ -369,7 +448,7 @@ def encode(
             offsets = [offsets]
         off = _int_array(offsets, "offsets", (1,))
     config_path, config_json = _config(config)
-    values, path = _inv_freq(inv_freq)
+    values, path = _inv_freq(inv_freq, inv_freq_tensor)
     return _noted(
         _posenc.encode(
             weights=w,
@@ -379,7 +458,7 @@ def encode(
             one_sequence=one_sequence,
             positions=pos,
             offsets=off,
-            pad_id=pad_id,
+            pad_id=_whole(pad_id, "pad_id", _U32),
             scale=scale,
             config_path=config_path,
             config_json=config_json,
@@ -391,14 +470,14 @@ def encode(
             base=base,
             min_timescale=min_timescale,
             max_timescale=max_timescale,
-            start_index=start_index,
+            start_index=_whole(start_index, "start_index", _U32),
             padding_idx=padding_idx,
             position_table=p_table,
             position_table_path=p_path,
             position_tensor=position_tensor,
             out_dtype=out_dtype,
             device=_device(device),
-            gpu_memory_budget=gpu_memory_budget,
+            gpu_memory_budget=_whole(gpu_memory_budget, "gpu_memory_budget", _U64),
         )
     )
 
@@ -409,13 +488,13 @@ def _rope_options(
 ) -> dict:
     config_path, config_json = _config(config)
     scaling_json, scaling_path = _scaling(scaling)
-    values, path = _inv_freq(inv_freq)
+    values, path = _inv_freq(inv_freq, inv_freq_tensor)
     return dict(
         config_path=config_path,
         config_json=config_json,
         layer_type=layer_type,
         pairing=pairing,
-        rotary_dim=rotary_dim,
+        rotary_dim=_whole(rotary_dim, "rotary_dim", _U32),
         base=base,
         scaling_json=scaling_json,
         scaling_path=scaling_path,
@@ -423,7 +502,7 @@ def _rope_options(
         inv_freq_path=path,
         inv_freq_tensor=inv_freq_tensor,
         attention_factor=attention_factor,
-        seq_len=seq_len,
+        seq_len=_whole(seq_len, "seq_len", _U64),
     )
 
 
@@ -467,13 +546,19 @@ def rope(
     ml = _is_bfloat16(a.dtype)
     if ml:
         a = a.view(np.uint16)
+    if a.ndim != 4 or a.dtype not in (np.float32, np.float16, np.uint16):
+        raise ValueError(
+            f"x must be a 4-D array of float32, float16 or bfloat16 (ml_dtypes.bfloat16, or "
+            f"uint16 holding its bits), in native byte order; got dtype {a.dtype.str} and "
+            f"shape {a.shape}"
+        )
     pos = None if positions is None else _int_array(positions, "positions", (2,))
     out = _noted(
         _posenc.rope(
             x=a,
             layout=layout,
             positions=pos,
-            offset=offset,
+            offset=_whole(offset, "offset", _U32),
             device=_device(device),
             **_rope_options(
                 config, layer_type, pairing, rotary_dim, base, scaling, inv_freq,
@@ -623,8 +708,8 @@ def rope_cache(
     else:
         pos = _int_array(positions, "positions", (1,))
     cos, sin, inv, factor, pairing_used, note = _posenc.rope_cache(
-        head_dim=head_dim,
-        len=length,
+        head_dim=_whole(head_dim, "head_dim", _U32),
+        len=_whole(length, "seq_len", _U64),
         positions_spec=spec,
         positions=pos,
         dtype=dtype,
@@ -663,7 +748,7 @@ class RopeSpec:
         if pairing is None and config is not None:
             pairing = module_pairing(config)
         self._spec = _RustRopeSpec(
-            head_dim=head_dim,
+            head_dim=_whole(head_dim, "head_dim", _U32),
             **_rope_options(
                 config, layer_type, pairing, rotary_dim, base, scaling, inv_freq,
                 inv_freq_tensor, attention_factor, seq_len,
@@ -683,7 +768,7 @@ class RopeSpec:
     def frequencies(self, seq_len: int) -> tuple[np.ndarray, float]:
         """The frequencies (float64 radians per position) and attention factor at
         sequence length ``seq_len``."""
-        return self._spec.frequencies(seq_len)
+        return self._spec.frequencies(_whole(seq_len, "seq_len", _U64))
 
     def with_pairing(self, pairing: str) -> "RopeSpec":
         """This configuration with its cache in the other layout (``"neox"``/``"gptj"``)."""
@@ -703,7 +788,7 @@ def alibi_slopes(heads: int) -> np.ndarray:
     """The float32 ALiBi slopes of ``heads`` heads (``posenc alibi --slopes``): for a
     power of two, ``2^(-8k/H)``; otherwise the paper's interleaving. Each the float32
     nearest its exact value."""
-    return _posenc.alibi_slopes(heads)
+    return _posenc.alibi_slopes(_whole(heads, "heads", _U32))
 
 
 def alibi_bias(
@@ -721,7 +806,11 @@ def alibi_bias(
     above the diagonal (no mask). Correctly rounded, the same bits on CPU and GPU."""
     return _noted(
         _posenc.alibi_bias(
-            heads=heads, len=len, kv_len=kv_len, form=form, offset=offset,
+            heads=_whole(heads, "heads", _U32),
+            len=_whole(len, "len", _U64),
+            kv_len=_whole(kv_len, "kv_len", _U64),
+            form=form,
+            offset=_whole(offset, "offset", _U32),
             device=_device(device),
         )
     )
