@@ -140,9 +140,9 @@ impl Context {
             if fit == 0 {
                 return Err(Error::Limit {
                     op: "table",
-                    what: "the buffers of one row",
+                    what: "one row's buffer space",
                     requested: fixed + 2 * row_bytes + 4,
-                    limit_name: "GPU memory budget left",
+                    limit_name: "GPU memory budget left (bytes)",
                     limit: left,
                 });
             }

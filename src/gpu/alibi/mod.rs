@@ -259,7 +259,7 @@ impl Context {
                     op: "alibi",
                     what: "the scratch of one bias value",
                     requested: fixed + per_value + 4,
-                    limit_name: "GPU memory budget left",
+                    limit_name: "GPU memory budget left (bytes)",
                     limit: left,
                 });
             }

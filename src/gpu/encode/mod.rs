@@ -1449,9 +1449,9 @@ impl ChunkPlan {
             let budget_fit = left.saturating_sub(fixed) / per_token;
             if budget_fit < fit {
                 fit = budget_fit;
-                what = "the scratch buffers of one token";
+                what = "one token's scratch";
                 requested = fixed + per_token;
-                limit_name = "GPU memory budget left after tables and cached PE rows";
+                limit_name = "GPU memory budget left after tables and cached PE rows (bytes)";
                 limit = left;
             }
         }

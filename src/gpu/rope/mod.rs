@@ -688,7 +688,7 @@ impl Plan {
                     "the scratch of one head row"
                 },
                 requested: fixed + per_row * unit as u64,
-                limit_name: "GPU memory budget left",
+                limit_name: "GPU memory budget left (bytes)",
                 limit: left,
             });
         }
