@@ -597,6 +597,10 @@ fn prose(text: &str) -> String {
 /// A path, for a message: [`message_text`] at [`MAX_SHOWN_CHARS`] (a cut keeps the file's
 /// name, at the end).
 fn shown_path(path: &std::path::Path) -> String {
+    if path.as_os_str().is_empty() {
+        // An empty path (`--config ""`) would read as nothing before the colon.
+        return "\"\"".into();
+    }
     shown(&path.to_string_lossy())
 }
 

@@ -563,6 +563,11 @@ fn read_json(
 /// # Errors
 /// What the system reports; `a FIFO that no process has open for writing`.
 fn open_readable(path: &Path) -> io::Result<(File, Vec<u8>)> {
+    // As `open_file` says it: the OS's own error for reading a directory varies by system
+    // and names its code.
+    if std::fs::metadata(path)?.is_dir() {
+        return Err(io::Error::new(io::ErrorKind::IsADirectory, "is a directory"));
+    }
     #[cfg(unix)]
     {
         use std::os::fd::AsRawFd;
@@ -1105,6 +1110,12 @@ mod tests {
         assert!(ids.to_string().ends_with("is a directory"), "{ids}");
         let table = read_position_table(Source::File(dir.path()), None).unwrap_err();
         assert!(table.to_string().ends_with("is a directory"), "{table}");
+        // So do the JSON readers (configs, scaling files), in the same words.
+        let json = read_rope_scaling(Source::File(dir.path())).unwrap_err();
+        assert_eq!(json.to_string(), format!("{}: is a directory", dir.path().display()));
+        // An empty path is shown quoted, not as nothing before the colon.
+        let empty = read_rope_scaling(Source::File(Path::new(""))).unwrap_err();
+        assert!(empty.to_string().starts_with("\"\": "), "{empty}");
     }
 
     #[cfg(unix)]

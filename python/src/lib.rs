@@ -17,7 +17,8 @@ use posenc::placement::{AutoPolicy, HostJob, cpu_threads};
 use posenc::{Error, ErrorKind, gpu};
 use pyo3::create_exception;
 use pyo3::exceptions::{
-    PyFileNotFoundError, PyMemoryError, PyOSError, PyPermissionError, PyRuntimeError, PyValueError,
+    PyFileNotFoundError, PyIsADirectoryError, PyMemoryError, PyOSError, PyPermissionError,
+    PyRuntimeError, PyValueError,
 };
 use pyo3::prelude::*;
 
@@ -65,6 +66,7 @@ pub(crate) fn to_py(failure: impl Into<Failure>) -> PyErr {
         (Error::Io { source, .. }, _) => match source.kind() {
             std::io::ErrorKind::NotFound => PyFileNotFoundError::new_err(message),
             std::io::ErrorKind::PermissionDenied => PyPermissionError::new_err(message),
+            std::io::ErrorKind::IsADirectory => PyIsADirectoryError::new_err(message),
             _ => PyOSError::new_err(message),
         },
         (Error::Alloc { .. }, _) => PyMemoryError::new_err(message),

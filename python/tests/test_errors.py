@@ -150,6 +150,17 @@ def test_integers_past_their_type_are_value_errors_naming_them():
         posenc.alibi_slopes(True)
 
 
+def test_a_directory_is_an_is_a_directory_error_in_the_same_words(tmp_path):
+    for call in [
+        lambda: posenc.rope_cache(tmp_path, seq_len=4),
+        lambda: posenc.rope_cache(head_dim=8, seq_len=4, scaling=tmp_path),
+        lambda: posenc.table(8, inv_freq=tmp_path),
+        lambda: posenc.encode(tmp_path, [[1]]),
+    ]:
+        with pytest.raises(IsADirectoryError, match=f"^{tmp_path}: is a directory$"):
+            call()
+
+
 def test_out_of_range_uint64_ids_are_shown_as_given():
     w = np.ones((10, 8), np.float32)
     with pytest.raises(ValueError, match="token id 18446744073709551615 at row 0, column 1"):
