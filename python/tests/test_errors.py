@@ -148,6 +148,8 @@ def test_integers_past_their_type_are_value_errors_naming_them():
             call()
     with pytest.raises(ValueError, match="invalid heads: True"):
         posenc.alibi_slopes(True)
+    with pytest.raises(ValueError, match="invalid scale: True"):
+        posenc.encode(np.ones((10, 8), np.float32), [[1]], scale=True)
 
 
 def test_a_directory_is_an_is_a_directory_error_in_the_same_words(tmp_path):

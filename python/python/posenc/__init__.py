@@ -416,6 +416,10 @@ def encode(
                 "position_table path)"
             )
     _not_both("positions", positions, "offsets", offsets)
+    if isinstance(scale, bool):
+        raise ValueError(
+            f"invalid scale: {scale} (allowed: \"none\", \"sqrt\" or a finite number)"
+        )
     ids_in = np.asarray(ids)
     if ids_in.dtype not in (np.int32, np.int64, np.uint32):
         if ids_in.dtype.kind == "u" and ids_in.size and ids_in.max() > _U32:
