@@ -8,7 +8,9 @@
 //! where the host part of a one-token call was 30 - 60 us of 110 - 165 (NVIDIA H100,
 //! 2026-11-27). Beside them, posenc's own call of the same size (`encode_into_buffer` of
 //! that many tokens at Llama-3-8B's width, bf16, then the wait), interleaved with the two
-//! forms: its `submit_us` is the whole host part, to set against the sum of the steps.
+//! forms: its `submit_us` is the whole host part, to set against the sum of the steps on
+//! a GPU (a software adapter may run a kernel inside `submit`, and posenc's moves far more
+//! than the probe's, so there the difference is not posenc's own share).
 //! One JSON line per form on stdout (the adapter's name on stderr), medians in
 //! microseconds.
 //!

@@ -88,20 +88,25 @@ fn forked() -> bool {
 /// The CPU path's pool in a forked child: the child has none of its parent's threads, so
 /// a parallel call into rayon's global pool (whose registry the child inherited) would
 /// wait for ever. Each forked process builds its own pool on its first call and runs every
-/// computation inside it. A grandchild forked from a child builds its own again.
+/// computation inside it. A grandchild forked from a child builds its own again. The lock
+/// is never held while threads start, so a fork from another thread meanwhile does not
+/// leave the child a lock nobody releases.
 static FORKED_POOL: Mutex<Option<(u32, Arc<rayon::ThreadPool>)>> = Mutex::new(None);
 
 fn forked_pool() -> PyResult<Arc<rayon::ThreadPool>> {
     let pid = std::process::id();
-    let mut held = FORKED_POOL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some((owner, pool)) = held.as_ref()
+    let lock = || FORKED_POOL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some((owner, pool)) = lock().as_ref()
         && *owner == pid
     {
         return Ok(pool.clone());
     }
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let build = |n: usize| rayon::ThreadPoolBuilder::new().num_threads(n).build();
-    let pool = match build(threads).or_else(|_| build(1)) {
+    // rayon's own count (RAYON_NUM_THREADS, else the cores), as the parent's pool has;
+    // else one thread.
+    let pool = match rayon::ThreadPoolBuilder::new()
+        .build()
+        .or_else(|_| rayon::ThreadPoolBuilder::new().num_threads(1).build())
+    {
         Ok(pool) => Arc::new(pool),
         Err(e) => {
             return Err(PyRuntimeError::new_err(format!(
@@ -109,21 +114,31 @@ fn forked_pool() -> PyResult<Arc<rayon::ThreadPool>> {
             )));
         }
     };
-    // The parent's pool, if this process inherited one from a forked parent, is left as it
-    // is: dropping it would wait for threads this process does not have.
-    if let Some(old) = held.replace((pid, pool.clone())) {
-        std::mem::forget(old);
+    let mut held = lock();
+    match held.as_ref() {
+        // Another thread of this process built one first: use it (this one is dropped).
+        Some((owner, kept)) if *owner == pid => Ok(kept.clone()),
+        _ => {
+            // The parent's pool, if this process inherited one from a forked parent, is
+            // left as it is: dropping it would wait for threads this process does not have.
+            if let Some(old) = held.replace((pid, pool.clone())) {
+                std::mem::forget(old);
+            }
+            Ok(pool)
+        }
     }
-    Ok(pool)
 }
 
 /// Runs `work` with the GIL released, turning a panic into a `RuntimeError`; in a forked
-/// child, inside that process's own pool ([`forked_pool`]).
+/// child, inside that process's own pool ([`forked_pool`]), unless the calling thread is a
+/// worker of a pool already (the parent's calling thread, when no worker thread could start
+/// there, is the only worker of a pool of its own, and still is in the child).
 pub(crate) fn compute<T: Send>(
     py: Python<'_>,
     work: impl FnOnce() -> Result<T, Failure> + Send,
 ) -> PyResult<T> {
-    let pool = if forked() { Some(forked_pool()?) } else { None };
+    let in_a_pool = rayon::current_thread_index().is_some();
+    let pool = if forked() && !in_a_pool { Some(forked_pool()?) } else { None };
     let run = || match &pool {
         Some(pool) => pool.install(|| catch_unwind(AssertUnwindSafe(work))),
         None => catch_unwind(AssertUnwindSafe(work)),
@@ -182,13 +197,23 @@ fn held_context(held: &mut Option<(u32, Arc<gpu::Context>)>) -> Option<Arc<gpu::
 }
 
 fn open_gpu(budget: Option<u64>) -> Result<Arc<gpu::Context>, Error> {
-    let mut held = CONTEXT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let ctx = match held_context(&mut held) {
+    let lock = || CONTEXT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let held = held_context(&mut lock());
+    let ctx = match held {
         Some(ctx) => ctx,
         None => {
-            let ctx = Arc::new(gpu::Options::from_env().and_then(|o| gpu::Context::new(&o))?);
-            *held = Some((std::process::id(), ctx.clone()));
-            ctx
+            // Opened without the lock (opening takes a while, and a process forked from
+            // another thread meanwhile would inherit the lock held); two threads opening at
+            // once keep the first one stored.
+            let opened = Arc::new(gpu::Options::from_env().and_then(|o| gpu::Context::new(&o))?);
+            let mut held = lock();
+            match held_context(&mut held) {
+                Some(ctx) => ctx,
+                None => {
+                    *held = Some((std::process::id(), opened.clone()));
+                    opened
+                }
+            }
         }
     };
     Ok(match budget {
@@ -203,8 +228,14 @@ pub(crate) type Noted<T> = (T, Option<String>);
 
 /// Whether the process's GPU context is open (the cost model then leaves out an open).
 fn gpu_is_open() -> bool {
-    let mut held = CONTEXT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    held_context(&mut held).is_some()
+    // Only the cost model asks: a lock another thread holds (or held at a fork) answers no.
+    match CONTEXT.try_lock() {
+        Ok(mut held) => held_context(&mut held).is_some(),
+        Err(std::sync::TryLockError::Poisoned(poisoned)) => {
+            held_context(&mut poisoned.into_inner()).is_some()
+        }
+        Err(std::sync::TryLockError::WouldBlock) => false,
+    }
 }
 
 /// Runs `work`, whose result is `job`, where `device` says, as the CLI's `on_device`. Every

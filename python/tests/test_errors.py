@@ -169,6 +169,10 @@ def test_out_of_range_uint64_ids_are_shown_as_given():
         posenc.encode(w, np.array([3, 2**64 - 1], np.uint64))
     with pytest.raises(ValueError, match="token id 9223372036854775809 at row 1, column 0"):
         posenc.encode(w, np.array([[3], [2**63 + 1]], np.uint64))
+    # The rank is checked first.
+    for ids in [np.array(2**40, np.uint64), np.full((1, 1, 1), 2**40, np.uint64)]:
+        with pytest.raises(ValueError, match="ids must have rank 1 or 2"):
+            posenc.encode(w, ids)
 
 
 def test_non_finite_numbers_in_dicts_are_named():

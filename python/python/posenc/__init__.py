@@ -421,11 +421,13 @@ def encode(
             f"invalid scale: {scale} (allowed: \"none\", \"sqrt\" or a finite number)"
         )
     ids_in = np.asarray(ids)
+    if ids_in.ndim not in (1, 2):
+        raise ValueError(f"ids must have rank 1 or 2, got shape {ids_in.shape}")
     if ids_in.dtype not in (np.int32, np.int64, np.uint32):
         if ids_in.dtype.kind == "u" and ids_in.size and ids_in.max() > _U32:
             # Past u32 no id is valid; int64 would show the largest uint64s negative.
             at = np.unravel_index(int(np.argmax(ids_in > _U32)), ids_in.shape)
-            row, col = (0, at[0]) if ids_in.ndim == 1 else at[:2]
+            row, col = (0, at[0]) if ids_in.ndim == 1 else at
             raise ValueError(
                 f"token id {int(ids_in[at])} at row {row}, column {col} is out of range: "
                 f"ids are u32 (allowed: 0..={_U32})"
@@ -436,8 +438,6 @@ def encode(
             raise ValueError(
                 f"ids has dtype {ids_in.dtype}; allowed: int32, int64 or uint32"
             )
-    if ids_in.ndim not in (1, 2):
-        raise ValueError(f"ids must have rank 1 or 2, got shape {ids_in.shape}")
     one_sequence = ids_in.ndim == 1
     if one_sequence:
         ids_in = ids_in[None, :]
