@@ -563,16 +563,17 @@ fn read_json(
 /// # Errors
 /// What the system reports; `a FIFO that no process has open for writing`.
 fn open_readable(path: &Path) -> io::Result<(File, Vec<u8>)> {
+    let metadata = std::fs::metadata(path)?;
     // As `open_file` says it: the OS's own error for reading a directory varies by system
     // and names its code.
-    if std::fs::metadata(path)?.is_dir() {
-        return Err(io::Error::new(io::ErrorKind::IsADirectory, "is a directory"));
+    if metadata.is_dir() {
+        return Err(crate::source::is_a_directory());
     }
     #[cfg(unix)]
     {
         use std::os::fd::AsRawFd;
         use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-        if std::fs::metadata(path)?.file_type().is_fifo() {
+        if metadata.file_type().is_fifo() {
             let file =
                 std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
             let mut first = vec![0u8; 4096];

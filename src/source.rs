@@ -51,7 +51,7 @@ pub(crate) fn open_file(path: &Path) -> Result<(File, u64)> {
     let io_error = |source| Error::Io { path: path.to_path_buf(), source };
     let regular = |metadata: std::fs::Metadata| -> Result<u64> {
         if metadata.is_dir() {
-            return Err(io_error(io::Error::new(io::ErrorKind::IsADirectory, "is a directory")));
+            return Err(io_error(is_a_directory()));
         }
         if !metadata.is_file() {
             return Err(io_error(io::Error::new(
@@ -66,6 +66,11 @@ pub(crate) fn open_file(path: &Path) -> Result<(File, u64)> {
     let file = File::open(path).map_err(io_error)?;
     let len = regular(file.metadata().map_err(io_error)?)?;
     Ok((file, len))
+}
+
+/// The refusal of a directory where a file is read, in the words every reader uses.
+pub(crate) fn is_a_directory() -> io::Error {
+    io::Error::new(io::ErrorKind::IsADirectory, "is a directory")
 }
 
 /// Refuses an array of `shape` whose values, its zero axes set aside, number more than

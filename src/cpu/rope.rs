@@ -54,7 +54,7 @@ pub fn rope_cos_sin(freqs: &Frequencies, positions: &[u32]) -> Array3<f32> {
 /// [`crate::Error::TooLarge`] if the two tables would hold more than
 /// [`crate::source::MAX_OUTPUT_VALUES`] values, before anything is computed.
 pub fn rope_cache(spec: &RopeSpec, positions: &[u32]) -> Result<RopeCache> {
-    crate::rope::check_cache_size(spec, positions.len(), crate::source::MAX_OUTPUT_VALUES)?;
+    crate::rope::check_cache_size(spec, positions.len())?;
     let freqs = crate::rope::cache_frequencies(spec, positions);
     let cs = rope_cos_sin(&freqs, positions);
     Ok(RopeCache::from_cos_sin(spec, &freqs, cs.view()))

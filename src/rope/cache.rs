@@ -69,13 +69,19 @@ pub(crate) fn cache_frequencies(spec: &RopeSpec, positions: &[u32]) -> Frequenci
     spec.frequencies_for(view)
 }
 
-/// Refuses a cache over `limit` values before it is computed.
-pub(crate) fn check_cache_size(spec: &RopeSpec, positions: usize, limit: u64) -> crate::Result<()> {
+/// Refuses a cache of `spec` at `positions` positions that would hold more than
+/// [`MAX_OUTPUT_VALUES`](crate::source::MAX_OUTPUT_VALUES) values, before anything is
+/// computed: the check [`crate::cpu::rope_cache`] and `gpu::Context::rope_cache` make,
+/// for a caller that must make it before it converts or allocates the positions.
+///
+/// # Errors
+/// [`crate::Error::TooLarge`] naming the caches' shape and the limit.
+pub fn check_cache_size(spec: &RopeSpec, positions: usize) -> crate::Result<()> {
     crate::source::check_shape(
         "rope_cache",
         "the cos and sin caches",
         &[2, positions, spec.rotary_dim() as usize],
-        limit,
+        crate::source::MAX_OUTPUT_VALUES,
         "MAX_OUTPUT_VALUES",
     )
 }

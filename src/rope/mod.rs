@@ -43,7 +43,8 @@ use ndarray::ArrayView2;
 pub use crate::dtype::Dtype;
 use crate::error::{Error, Result, float};
 pub use cache::RopeCache;
-pub(crate) use cache::{cache_frequencies, check_cache_size};
+pub(crate) use cache::cache_frequencies;
+pub use cache::check_cache_size;
 pub use scaling::{
     Llama3, LongRope, MAX_FACTORS, MAX_JSON_BYTES, Proportional, ROPE_TYPES, Scaling,
     YARN_BETA_FAST, YARN_BETA_SLOW, Yarn,

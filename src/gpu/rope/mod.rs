@@ -196,7 +196,7 @@ impl Context {
         spec: &RopeSpec,
         positions: &[u32],
     ) -> Result<crate::rope::RopeCache> {
-        crate::rope::check_cache_size(spec, positions.len(), crate::source::MAX_OUTPUT_VALUES)?;
+        crate::rope::check_cache_size(spec, positions.len())?;
         let freqs = crate::rope::cache_frequencies(spec, positions);
         let cs = self.rope_cos_sin_async(&freqs, positions).await?;
         Ok(crate::rope::RopeCache::from_cos_sin(spec, &freqs, cs.view()))
