@@ -229,13 +229,12 @@ pub(crate) type Noted<T> = (T, Option<String>);
 /// Whether the process's GPU context is open (the cost model then leaves out an open).
 fn gpu_is_open() -> bool {
     // Only the cost model asks: a lock another thread holds (or held at a fork) answers no.
-    match CONTEXT.try_lock() {
-        Ok(mut held) => held_context(&mut held).is_some(),
-        Err(std::sync::TryLockError::Poisoned(poisoned)) => {
-            held_context(&mut poisoned.into_inner()).is_some()
-        }
-        Err(std::sync::TryLockError::WouldBlock) => false,
-    }
+    let mut held = match CONTEXT.try_lock() {
+        Ok(held) => held,
+        Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return false,
+    };
+    held_context(&mut held).is_some()
 }
 
 /// Runs `work`, whose result is `job`, where `device` says, as the CLI's `on_device`. Every

@@ -417,11 +417,10 @@ fn rotate<T: Element>(
     positions: ArrayView2<'_, u32>,
     layout: rp::Layout,
 ) -> Result<Array4<T>, Error> {
-    const WHAT: &str = "the rope output";
+    // The caller checked that the output can be allocated, before the positions were.
     if x.is_empty() {
         return Ok(x.to_owned());
     }
-    posenc::alloc::check_allocation(WHAT, (x.len() as u64).saturating_mul(size_of::<T>() as u64))?;
     match ctx {
         None => {
             let mut out = x.as_standard_layout().into_owned();
@@ -706,15 +705,9 @@ impl PyRopeSpec {
         let given = positions.as_array();
         let spec = &self.spec;
         let cache = compute(py, || {
-            // The caches' size first, before the positions' u32 copy is made.
-            let shape = [2, given.len(), spec.rotary_dim() as usize];
-            inputs::check_shape(
-                "rope_cache",
-                "cos and sin",
-                &shape,
-                MAX_OUTPUT_VALUES,
-                "MAX_OUTPUT_VALUES",
-            )?;
+            // The caches' size first (cpu::rope_cache's own check), before the positions'
+            // u32 copy is made.
+            rp::check_cache_size(spec, given.len())?;
             let positions = u32_positions(given.iter().copied(), "positions")?;
             Ok(cpu::rope_cache(spec, &positions)?)
         })?;
