@@ -432,7 +432,8 @@ def encode(
                 f"token id {int(ids_in[at])} at row {row}, column {col} is out of range: "
                 f"ids are u32 (allowed: 0..={_U32})"
             )
-        if ids_in.dtype.kind in "iu":
+        # An empty list is numpy's float64: no ids, as `positions=[]` is no positions.
+        if ids_in.dtype.kind in "iu" or (ids_in.size == 0 and ids_in.dtype.kind == "f"):
             ids_in = ids_in.astype(np.int64)
         else:
             raise ValueError(
