@@ -51,6 +51,10 @@ pub mod alibi;
 pub mod alloc;
 #[cfg(feature = "cli")]
 pub mod bench;
+// The options of the commands, resolved once for the command line and the Python package;
+// a config or a model's frequencies may be a path, so not for the web either.
+#[cfg(not(target_arch = "wasm32"))]
+pub mod commands;
 pub mod convert;
 pub mod cpu;
 pub mod dtype;

@@ -1,17 +1,17 @@
-//! `table` and `encode`: the sinusoid's convention as `posenc table` and `posenc encode`
-//! read it from their flags (`src/bin/posenc/args.rs`, `PeArgs`), and the fused encode.
-//! The tests compare every path with the binary, so the two readings cannot drift apart
-//! unseen.
+//! `table` and `encode`: the sinusoid's convention read from keyword arguments by
+//! `posenc::commands`, as `posenc table` and `posenc encode` read it from their flags, and
+//! the fused encode. The tests compare every path with the binary.
 
 use std::path::{Path, PathBuf};
 
 use half::{bf16, f16};
 use ndarray::{Array2, ArrayView2, CowArray, Ix2};
 use numpy::{PyArray2, PyReadonlyArray1, PyReadonlyArray2};
+use posenc::commands::{self, ConfigSource, InvFreq, PeOptions};
 use posenc::encode::{Dtype, Embeddings, EncodeOptions, Encoded, Scale};
 use posenc::inputs::{self, EncodePositions, Ids, MAX_OUTPUT_VALUES, Source};
 use posenc::model_config::{ModelConfig, ModelPositions};
-use posenc::{DEFAULT_BASE, Error, Frequencies, PeSpec, Variant, cpu, positions, reference};
+use posenc::{Error, Frequencies, PeSpec, Variant, cpu, positions, reference};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -24,70 +24,15 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-/// A config given as a file or as JSON text.
-pub(crate) enum ConfigSource<'a> {
-    File(&'a Path),
-    Text(&'a str),
-}
-
-impl<'a> ConfigSource<'a> {
-    pub(crate) fn of(path: &'a Option<PathBuf>, text: &'a Option<String>) -> Option<Self> {
-        match (path, text) {
-            (Some(p), _) => Some(Self::File(p)),
-            (None, Some(t)) => Some(Self::Text(t)),
-            (None, None) => None,
-        }
-    }
-
-    /// The file the errors name; `None` for text, which they call `config.json`.
-    pub(crate) fn path(&self) -> Option<PathBuf> {
-        match self {
-            Self::File(p) => Some(p.to_path_buf()),
-            Self::Text(_) => None,
-        }
-    }
-}
-
-/// The sinusoid's options, as `PeArgs` holds them.
-struct PeOptions<'a> {
-    config: Option<ConfigSource<'a>>,
-    variant: Option<Variant>,
-    frequencies: Frequencies,
-    inv_freq: Option<InvFreq<'a>>,
-    base: Option<f64>,
-    min_timescale: Option<f64>,
-    max_timescale: Option<f64>,
-    start_index: Option<u32>,
-    /// `None`: not given; `Some(None)`: `"none"`.
-    padding_idx: Option<Option<u32>>,
-}
-
-/// A model's own frequencies: values, or a file (and its tensor) as `--inv-freq` reads it.
-pub(crate) enum InvFreq<'a> {
-    Values(Vec<f64>),
-    File(&'a Path, Option<&'a str>),
-}
-
-impl InvFreq<'_> {
-    /// The `count` frequencies, read as `--inv-freq` reads them (the CLI's rewording of a
-    /// tensor named for a `.npy` file included).
-    pub(crate) fn read(&self, count: usize) -> Result<Vec<f64>, Error> {
-        match self {
-            InvFreq::Values(v) => Ok(v.clone()),
-            InvFreq::File(path, tensor) => {
-                inputs::read_inv_freq(Source::File(path), *tensor, count).map_err(|e| match e {
-                    Error::InvalidParameter { field: "inv_freq_tensor", value, .. } => {
-                        Error::InvalidParameter {
-                            field: "inv_freq_tensor",
-                            value,
-                            allowed: "--inv-freq-tensor only with a .safetensors --inv-freq (a \
-                                      .npy holds one array)",
-                        }
-                    }
-                    other => other,
-                })
-            }
-        }
+/// A config given as a file or as JSON text (the Python side passes one of them).
+pub(crate) fn config_source<'a>(
+    path: &'a Option<PathBuf>,
+    text: &'a Option<String>,
+) -> Option<ConfigSource<'a>> {
+    match (path, text) {
+        (Some(p), _) => Some(ConfigSource::File(p)),
+        (None, Some(t)) => Some(ConfigSource::Text(t)),
+        (None, None) => None,
     }
 }
 
@@ -100,73 +45,6 @@ pub(crate) fn inv_freq_of<'a>(
         (Some(v), _) => Some(InvFreq::Values(v.as_array().to_vec())),
         (None, Some(p)) => Some(InvFreq::File(p, tensor.as_deref())),
         (None, None) => None,
-    }
-}
-
-impl PeOptions<'_> {
-    /// The config, read and checked against `--variant`, as `PeArgs::config`.
-    fn config(&self) -> Result<Option<ModelConfig>, Error> {
-        let Some(source) = &self.config else { return Ok(None) };
-        let config = match source {
-            ConfigSource::File(path) => inputs::read_model_config(Source::File(path))?,
-            ConfigSource::Text(text) => ModelConfig::from_hf_config(text)?,
-        };
-        let own = config.spec().map(|spec| spec.variant());
-        if let (Some(given), Some(own)) = (self.variant, own)
-            && given != own
-        {
-            return Err(Error::ModelFamily {
-                path: source.path(),
-                model_type: config.model_type().to_string(),
-                reason: format!(
-                    "its positions are variant {own}; --variant {given} contradicts it: leave \
-                     out --variant, or --config"
-                ),
-            });
-        }
-        Ok(Some(config))
-    }
-
-    fn variant(&self, config: Option<&PeSpec>) -> Variant {
-        self.variant.or(config.map(PeSpec::variant)).unwrap_or_default()
-    }
-
-    /// The spec at `dim`, as `PeArgs::spec`.
-    fn spec(&self, dim: u32, config: Option<&PeSpec>) -> Result<PeSpec, Error> {
-        let variant = self.variant(config);
-        let mut spec = PeSpec::for_variant(variant, dim)?;
-        if let Some(c) = config.filter(|c| c.variant() == variant) {
-            spec = spec.with_padding_idx(c.padding_idx());
-        }
-        let t2t = variant == Variant::Tensor2Tensor;
-        if !t2t && (self.min_timescale.is_some() || self.max_timescale.is_some()) {
-            return Err(Error::InvalidParameter {
-                field: "variant",
-                value: format!("{variant} (with --min-timescale or --max-timescale)"),
-                allowed: "tensor2tensor for timescales; --base sets the others' base",
-            });
-        }
-        if t2t {
-            let max = self.max_timescale.or(self.base).unwrap_or(DEFAULT_BASE);
-            spec = spec.with_timescales(self.min_timescale.unwrap_or(1.0), max)?;
-        } else if let Some(base) = self.base {
-            spec = spec.with_base(base)?;
-        }
-        if let Some(padding_idx) = self.padding_idx {
-            if variant != Variant::Fairseq {
-                return Err(Error::InvalidParameter {
-                    field: "variant",
-                    value: format!("{variant} (with --padding-idx)"),
-                    allowed: "fairseq for --padding-idx",
-                });
-            }
-            spec = spec.with_padding_idx(padding_idx);
-        }
-        if let Some(inv_freq) = &self.inv_freq {
-            let count = spec.n_freqs() as usize;
-            spec = spec.with_inv_freq(&inv_freq.read(count)?)?;
-        }
-        Ok(spec.with_frequencies(self.frequencies).with_start_index(self.start_index.unwrap_or(0)))
     }
 }
 
@@ -259,8 +137,8 @@ fn table<'py>(
 ) -> PyResult<(Bound<'py, PyArray2<f32>>, Option<String>)> {
     let reference_path = device == "reference";
     let device = if reference_path { Device::Cpu } else { Device::parse(device)? };
+    let source = config_source(&config_path, &config_json);
     let options = PeOptions {
-        config: ConfigSource::of(&config_path, &config_json),
         variant: parse_variant(variant.as_deref())?,
         frequencies: parse_frequencies(frequencies)?,
         inv_freq: inv_freq_of(inv_freq, &inv_freq_path, &inv_freq_tensor),
@@ -279,23 +157,9 @@ fn table<'py>(
             )
             .into());
         }
-        let config = options.config()?;
-        let from_config = match &config {
-            None => None,
-            Some(c) => match c.spec() {
-                Some(spec) => Some(spec),
-                None => {
-                    return Err(Error::ModelFamily {
-                        path: options.config.as_ref().and_then(ConfigSource::path),
-                        model_type: c.model_type().to_string(),
-                        reason: "learned positions: not a table posenc computes (encode adds \
-                                 the checkpoint's with --config and --position-table)"
-                            .into(),
-                    }
-                    .into());
-                }
-            },
-        };
+        let config = source.map(|s| options.config(s)).transpose()?;
+        let path = source.as_ref().and_then(ConfigSource::path);
+        let from_config = config.map(|c| commands::table_spec(&c, path)).transpose()?;
         let dim = dim.or(from_config.as_ref().map(PeSpec::dim)).unwrap_or(512);
         let spec = options.spec(dim, from_config.as_ref())?;
         let positions = match (&positions_spec, given) {
@@ -624,8 +488,8 @@ fn encode<'py>(
         || padding_idx.is_some()
         || inv_freq.is_some()
         || inv_freq_path.is_some();
+    let source = config_source(&config_path, &config_json);
     let options = PeOptions {
-        config: ConfigSource::of(&config_path, &config_json),
         variant: parse_variant(variant.as_deref())?,
         frequencies: parse_frequencies(frequencies)?,
         inv_freq: inv_freq_of(inv_freq, &inv_freq_path, &inv_freq_tensor),
@@ -654,18 +518,17 @@ fn encode<'py>(
             }
             .into());
         }
-        if position_tensor_given && learned_source.is_none() {
-            return Err(Error::InvalidParameter {
-                field: "position_tensor",
-                value: "--position-tensor given without --position-table".into(),
-                allowed: "only with that flag",
-            }
-            .into());
-        }
-        let config = options.config()?;
-        let config_path = options.config.as_ref().and_then(ConfigSource::path);
+        commands::refuse_without(
+            position_tensor_given,
+            "position_tensor",
+            "--position-tensor",
+            learned_source.is_some(),
+            "--position-table",
+        )?;
+        let config = source.map(|s| options.config(s)).transpose()?;
+        let config_path = source.as_ref().and_then(ConfigSource::path);
         if let Some(c) = &config {
-            check_config(c, config_path.clone(), learned_source.is_some())?;
+            commands::check_encode_config(c, config_path.as_deref(), learned_source.is_some())?;
         }
         let scale = match (&config, scale) {
             (_, Some(scale)) => scale,
@@ -842,34 +705,5 @@ fn loaded_view(table: &posenc::weights::Table) -> TableView<'_> {
         Embeddings::F32(a) => TableView::F32(a),
         Embeddings::F16(a) => TableView::F16(a),
         Embeddings::Bf16(a) => TableView::Bf16(a.into()),
-    }
-}
-
-/// Refuses a config whose positions `encode` cannot add as asked, as the CLI does.
-fn check_config(config: &ModelConfig, path: Option<PathBuf>, learned: bool) -> Result<(), Error> {
-    let refuse = |reason: &str| {
-        Err(Error::ModelFamily {
-            path: path.clone(),
-            model_type: config.model_type().to_string(),
-            reason: reason.to_string(),
-        })
-    };
-    if !config.token_inputs() {
-        return refuse(
-            "its sinusoid is added to the audio encoder's features, not to token embeddings, \
-             and its decoder's positions are learned (give that table with --position-table, \
-             without --config)",
-        );
-    }
-    match (config.positions(), learned) {
-        (ModelPositions::Learned { offset }, false) => refuse(&format!(
-            "learned positions, looked up at position + {offset}: give the checkpoint's table \
-             with --position-table"
-        )),
-        (ModelPositions::Sinusoid(_), true) => refuse(
-            "sinusoidal positions, which posenc computes: leave out --position-table, or \
-             --config",
-        ),
-        _ => Ok(()),
     }
 }

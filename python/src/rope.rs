@@ -1,18 +1,19 @@
-//! `rope`, `rope_cache` and `RopeSpec`: RoPE as `posenc rope` and `posenc rope-cache` read
-//! their flags (`src/bin/posenc/cmd/rope.rs`, `RopeParams`), on numpy arrays.
+//! `rope`, `rope_cache` and `RopeSpec`: RoPE options resolved by `posenc::commands`, as
+//! `posenc rope` and `posenc rope-cache` resolve their flags, on numpy arrays.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use half::{bf16, f16};
 use ndarray::{Array2, Array4, ArrayView2, ArrayView4, CowArray, Ix4};
 use numpy::{PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArray4};
-use posenc::inputs::{self, MAX_OUTPUT_VALUES, Source};
+use posenc::commands::{ConfigSource, InvFreq, RopeOptions, ScalingSource, with_origin};
+use posenc::inputs::{self, MAX_OUTPUT_VALUES};
 use posenc::rope::{self as rp, Element, RopeCache, RopeSpec, Scaling};
 use posenc::{Error, cpu, positions};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::pe::{ConfigSource, InvFreq, bf16_view, bits_of, inv_freq_of, u32_positions};
+use crate::pe::{bf16_view, bits_of, config_source, inv_freq_of, u32_positions};
 use crate::{Device, Failure, Noted, compute, on_device};
 use posenc::placement::HostJob;
 
@@ -21,20 +22,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(rope_cache, m)?)?;
     m.add_class::<PyRopeSpec>()?;
     Ok(())
-}
-
-/// The RoPE configuration's options, as `RopeParams` holds them.
-struct RopeOptions<'a> {
-    config: Option<ConfigSource<'a>>,
-    layer_type: Option<&'a str>,
-    pairing: Option<rp::Pairing>,
-    rotary_dim: Option<u32>,
-    base: Option<f64>,
-    scaling_json: Option<&'a str>,
-    scaling_path: Option<&'a Path>,
-    inv_freq: Option<InvFreq<'a>>,
-    attention_factor: Option<f64>,
-    seq_len: Option<u64>,
 }
 
 fn parse_pairing(text: Option<&str>) -> PyResult<Option<rp::Pairing>> {
@@ -52,146 +39,6 @@ fn pairing_name(p: rp::Pairing) -> &'static str {
     match p {
         rp::Pairing::Neox => "neox",
         rp::Pairing::Gptj => "gptj",
-    }
-}
-
-fn refuse_without(
-    given: bool,
-    field: &'static str,
-    flag: &str,
-    needs: bool,
-    needed: &str,
-) -> Result<(), Error> {
-    if given && !needs {
-        return Err(Error::InvalidParameter {
-            field,
-            value: format!("{flag} given without {needed}"),
-            allowed: "only with that flag",
-        });
-    }
-    Ok(())
-}
-
-impl RopeOptions<'_> {
-    /// `--scaling`, as `RopeParams::scaling` reads it.
-    fn scaling(&self) -> Result<Option<Scaling>, Error> {
-        if let Some(path) = self.scaling_path {
-            return inputs::read_rope_scaling(Source::File(path)).map(Some).map_err(|e| match e {
-                Error::RopeScaling { field, value, allowed } => Error::RopeConfig {
-                    path: Some(path.into()),
-                    field: if field.starts_with('(') {
-                        field
-                    } else {
-                        format!("rope_scaling.{field}")
-                    },
-                    value,
-                    allowed,
-                },
-                other => other,
-            });
-        }
-        self.scaling_json.map(Scaling::from_hf_json).transpose()
-    }
-
-    /// The config's spec; `head_dim` stands in for a head dim the config does not give.
-    fn config(&self, head_dim: Option<u32>) -> Result<Option<RopeSpec>, Error> {
-        if self.layer_type.is_some() && self.config.is_none() {
-            return Err(Error::InvalidParameter {
-                field: "layer_type",
-                value: "--layer-type given without --config".into(),
-                allowed: "only with that flag",
-            });
-        }
-        let Some(source) = &self.config else { return Ok(None) };
-        Ok(Some(match source {
-            ConfigSource::File(path) => inputs::read_rope_config_with_head_dim(
-                Source::File(path),
-                self.layer_type,
-                head_dim,
-            )?,
-            ConfigSource::Text(text) => match head_dim {
-                Some(d) => RopeSpec::from_hf_config_with_head_dim(text, self.layer_type, d)?,
-                None => RopeSpec::from_hf_config(text, self.layer_type)?,
-            },
-        }))
-    }
-
-    /// The spec for heads of `head_dim`, as `RopeParams::spec`.
-    fn spec(
-        &self,
-        head_dim: u32,
-        config: Option<&RopeSpec>,
-        scaling: Option<Scaling>,
-        origin: impl FnOnce(Error, u32, u32) -> Error,
-    ) -> Result<RopeSpec, Error> {
-        let inv_freq = self.inv_freq.is_some();
-        if inv_freq
-            && (self.scaling_json.is_some()
-                || self.scaling_path.is_some()
-                || self.base.is_some()
-                || self.seq_len.is_some())
-        {
-            return Err(Error::InvalidParameter {
-                field: "inv_freq",
-                value: "given beside scaling, base or seq_len".into(),
-                allowed: "inv_freq alone: a model's own frequencies replace the scaling, the base \
-                          and seq_len",
-            });
-        }
-        refuse_without(
-            self.attention_factor.is_some(),
-            "attention_factor",
-            "--attention-factor",
-            inv_freq,
-            "--inv-freq",
-        )?;
-        let config_rotary =
-            config.filter(|c| c.rotary_dim() != c.head_dim()).map(RopeSpec::rotary_dim);
-        let rotary_dim = self.rotary_dim.or(config_rotary).unwrap_or(head_dim);
-        let pairing =
-            self.pairing.unwrap_or_else(|| config.map_or(rp::Pairing::Neox, RopeSpec::pairing));
-        let spec = RopeSpec::partial(head_dim, rotary_dim)
-            .map_err(|e| origin(e, head_dim, rotary_dim))?
-            .with_base(self.base.or(config.map(RopeSpec::base)).unwrap_or(rp::DEFAULT_BASE))?
-            .with_pairing(pairing);
-        let scaling = match (&self.inv_freq, scaling) {
-            (Some(inv_freq), _) => {
-                let inv_freq = inv_freq.read((spec.rotary_dim() / 2) as usize)?;
-                let attention_factor = self
-                    .attention_factor
-                    .unwrap_or_else(|| config.map_or(1.0, |c| c.scaling().attention_factor()));
-                Scaling::Explicit { inv_freq, attention_factor }
-            }
-            (None, Some(s)) => s,
-            (None, None) => config.map_or(Scaling::None, |c| c.scaling().clone()),
-        };
-        let spec = spec.with_scaling(scaling)?;
-        let Some(n) = self.seq_len else { return Ok(spec) };
-        let spec = spec.with_seq_len(n)?;
-        if !matches!(spec.scaling(), Scaling::Dynamic { .. } | Scaling::LongRope(_)) {
-            return Err(Error::InvalidParameter {
-                field: "seq_len",
-                value: format!("{n} (rope_type {})", spec.scaling().rope_type()),
-                allowed: "--seq-len only with dynamic or longrope scaling, whose frequencies \
-                          depend on the sequence length",
-            });
-        }
-        Ok(spec)
-    }
-}
-
-/// A spec error about the head or rotary dim, with where the head dim came from.
-fn with_origin(e: Error, origin: &str, head_dim: u32, rotary_dim: u32) -> Error {
-    match e {
-        Error::InvalidParameter { field: "rotary_dim", allowed, .. } => Error::InvalidParameter {
-            field: "rotary_dim",
-            value: format!("{rotary_dim} (head_dim {head_dim}, {origin})"),
-            allowed,
-        },
-        Error::InvalidParameter { field, allowed, .. } => {
-            Error::InvalidParameter { field, value: format!("{head_dim} ({origin})"), allowed }
-        }
-        other => other,
     }
 }
 
@@ -244,14 +91,19 @@ fn options<'a>(
     attention_factor: Option<f64>,
     seq_len: Option<u64>,
 ) -> RopeOptions<'a> {
+    // The Python side passes at most one of each pair.
+    let scaling = match (scaling_path, scaling_json) {
+        (Some(path), _) => Some(ScalingSource::File(path)),
+        (None, Some(text)) => Some(ScalingSource::Json(text)),
+        (None, None) => None,
+    };
     RopeOptions {
-        config: ConfigSource::of(config_path, config_json),
+        config: config_source(config_path, config_json),
         layer_type: layer_type.as_deref(),
         pairing,
         rotary_dim,
         base,
-        scaling_json: scaling_json.as_deref(),
-        scaling_path: scaling_path.as_deref(),
+        scaling,
         inv_freq,
         attention_factor,
         seq_len,
@@ -439,19 +291,7 @@ fn cache_request(
     positions_spec: Option<&str>,
     positions: Option<ndarray::ArrayView1<'_, i64>>,
 ) -> Result<(RopeSpec, Vec<u32>), Error> {
-    let scaling = options.scaling()?;
-    let given_head_dim = head_dim;
-    let config = options.config(head_dim)?;
-    let Some(head_dim) = head_dim.or(config.as_ref().map(RopeSpec::head_dim)) else {
-        return Err(Error::InvalidParameter {
-            field: "head_dim",
-            value: "missing".into(),
-            allowed: "--head-dim D, or --config giving the model's head dim",
-        });
-    };
-    let flag = if given_head_dim.is_some() { "--head-dim" } else { "--config" };
-    let spec =
-        options.spec(head_dim, config.as_ref(), scaling, |e, h, r| with_origin(e, flag, h, r))?;
+    let spec = options.cache_spec(head_dim)?;
     let check = |n: u64| {
         let n = usize::try_from(n).unwrap_or(usize::MAX);
         let shape = [2, n, spec.rotary_dim() as usize];

@@ -15,7 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &["reference", "rope", "encode"],
     &["model_config", "weights", "cpu"],
     &["shaders", "alibi", "plot", "inputs"],
-    &["gpu"],
+    &["gpu", "commands"],
     &["bench"],
 ];
 

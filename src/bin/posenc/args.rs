@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use clap::{Args, ValueEnum};
+use posenc::commands::{ConfigSource, InvFreq, PeOptions};
 use posenc::encode as enc;
-use posenc::inputs::{self, Source};
 use posenc::model_config::ModelConfig;
-use posenc::{DEFAULT_BASE, Error, Frequencies, PeSpec, Variant};
+use posenc::{Error, Frequencies, PeSpec, Variant};
 
 use crate::failure::Failure;
 
@@ -67,37 +67,40 @@ pub(crate) struct PeArgs {
 }
 
 impl PeArgs {
-    /// The `--config` file, read and checked, and its path; `None` without the flag.
-    ///
-    /// A `--variant` other than the config's sinusoid is refused, naming both: the config's
-    /// padding index, pad id and scale belong to its own convention, and another variant's
-    /// columns and position numbering beside them would match no model.
+    /// The options as [`posenc::commands`] resolves them.
+    fn options(&self) -> PeOptions<'_> {
+        PeOptions {
+            variant: self.variant.map(Variant::from),
+            frequencies: match self.frequencies {
+                FrequenciesArg::Exact => Frequencies::Exact,
+                FrequenciesArg::F32 => Frequencies::F32,
+            },
+            inv_freq: self
+                .inv_freq
+                .as_deref()
+                .map(|p| InvFreq::File(p, self.inv_freq_tensor.as_deref())),
+            base: self.base,
+            min_timescale: self.min_timescale,
+            max_timescale: self.max_timescale,
+            start_index: self.start_index,
+            padding_idx: self.padding_idx.map(|PaddingIdx(p)| p),
+        }
+    }
+
+    /// The `--config` file, read and checked against `--variant` ([`PeOptions::config`]),
+    /// and its path; `None` without the flag.
     pub(crate) fn config(&self) -> Result<Option<(ModelConfig, &Path)>, Error> {
         let Some(path) = &self.config else { return Ok(None) };
-        let config = inputs::read_model_config(Source::File(path))?;
-        let own = config.spec().map(|spec| spec.variant());
-        if let (Some(given), Some(own)) = (self.variant.map(Variant::from), own)
-            && given != own
-        {
-            return Err(Error::ModelFamily {
-                path: Some(path.clone()),
-                model_type: config.model_type().to_string(),
-                reason: format!(
-                    "its positions are variant {own}; --variant {given} contradicts it: leave \
-                     out --variant, or --config"
-                ),
-            });
-        }
-        Ok(Some((config, path)))
+        Ok(Some((self.options().config(ConfigSource::File(path))?, path)))
     }
 
     /// The variant: `--variant`, else the config's sinusoid's, else vaswani.
     pub(crate) fn variant(&self, config: Option<&PeSpec>) -> Variant {
-        self.variant.map(Variant::from).or(config.map(PeSpec::variant)).unwrap_or_default()
+        self.options().variant(config)
     }
 
-    /// The spec these arguments describe at dimension `dim`, over `config`'s sinusoid (its
-    /// variant, and its padding index while the variant is its own) where a flag is absent.
+    /// The spec these arguments describe at dimension `dim`, over `config`'s sinusoid
+    /// ([`PeOptions::spec`]).
     pub(crate) fn spec(&self, dim: u32, config: Option<&PeSpec>) -> Result<PeSpec, Error> {
         refuse_without(
             self.inv_freq_tensor.is_some(),
@@ -106,68 +109,15 @@ impl PeArgs {
             self.inv_freq.is_some(),
             "--inv-freq",
         )?;
-        let variant = self.variant(config);
-        let mut spec = PeSpec::for_variant(variant, dim)?;
-        if let Some(c) = config.filter(|c| c.variant() == variant) {
-            spec = spec.with_padding_idx(c.padding_idx());
-        }
-        let t2t = variant == Variant::Tensor2Tensor;
-        if !t2t && (self.min_timescale.is_some() || self.max_timescale.is_some()) {
-            return Err(Error::InvalidParameter {
-                field: "variant",
-                value: format!("{variant} (with --min-timescale or --max-timescale)"),
-                allowed: "tensor2tensor for timescales; --base sets the others' base",
-            });
-        }
-        if t2t {
-            let max = self.max_timescale.or(self.base).unwrap_or(DEFAULT_BASE);
-            spec = spec.with_timescales(self.min_timescale.unwrap_or(1.0), max)?;
-        } else if let Some(base) = self.base {
-            spec = spec.with_base(base)?;
-        }
-        if let Some(PaddingIdx(padding_idx)) = self.padding_idx {
-            if variant != Variant::Fairseq {
-                return Err(Error::InvalidParameter {
-                    field: "variant",
-                    value: format!("{variant} (with --padding-idx)"),
-                    allowed: "fairseq for --padding-idx",
-                });
-            }
-            spec = spec.with_padding_idx(padding_idx);
-        }
-        if let Some(path) = &self.inv_freq {
-            let tensor = self.inv_freq_tensor.as_deref();
-            let count = spec.n_freqs() as usize;
-            spec = spec.with_inv_freq(&read_inv_freq(path, tensor, count)?)?;
-        }
-        let frequencies = match self.frequencies {
-            FrequenciesArg::Exact => Frequencies::Exact,
-            FrequenciesArg::F32 => Frequencies::F32,
-        };
-        Ok(spec.with_frequencies(frequencies).with_start_index(self.start_index.unwrap_or(0)))
+        self.options().spec(dim, config)
     }
 }
 
 /// Refuses `flag` given without `needs`. clap declares it (`requires`), but skips that
 /// check when a flag that conflicts with `needs` is given (`--base` beside
 /// `--attention-factor` passed, and the factor was silently unused), so the commands check
-/// again. `field` and the flags are named as the other usage errors name them.
-pub(crate) fn refuse_without(
-    given: bool,
-    field: &'static str,
-    flag: &str,
-    needs: bool,
-    needed: &'static str,
-) -> Result<(), Error> {
-    if given && !needs {
-        return Err(Error::InvalidParameter {
-            field,
-            value: format!("{flag} given without {needed}"),
-            allowed: "only with that flag",
-        });
-    }
-    Ok(())
-}
+/// again ([`posenc::commands::refuse_without`]).
+pub(crate) use posenc::commands::refuse_without;
 
 /// Refuses a GPU-only `flag`, given, beside `--device {device}`, which opens no GPU: the
 /// flag would go unused without a word. clap has no rule for a flag that conflicts with one
@@ -187,27 +137,6 @@ pub(crate) fn refuse_off_gpu(
         });
     }
     Ok(())
-}
-
-/// `--inv-freq PATH` and `--inv-freq-tensor NAME`: a model's `count` frequencies, as
-/// [`inputs::read_inv_freq`] reads them. A tensor named for a `.npy` file is refused in
-/// the flags' words: the library says what its parameter allows.
-pub(crate) fn read_inv_freq(
-    path: &Path,
-    tensor: Option<&str>,
-    count: usize,
-) -> Result<Vec<f64>, Error> {
-    inputs::read_inv_freq(Source::File(path), tensor, count).map_err(|e| match e {
-        Error::InvalidParameter { field: "inv_freq_tensor", value, .. } => {
-            Error::InvalidParameter {
-                field: "inv_freq_tensor",
-                value,
-                allowed: "--inv-freq-tensor only with a .safetensors --inv-freq (a .npy holds \
-                          one array)",
-            }
-        }
-        other => other,
-    })
 }
 
 /// The value parser of every integer option: a value that is not a whole number of the

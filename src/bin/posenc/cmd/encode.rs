@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::io::{self, IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -394,7 +394,7 @@ impl EncodeInput {
     fn load(args: &EncodeArgs) -> Result<Self, Error> {
         let config = args.pe.config()?;
         if let Some((c, path)) = &config {
-            check_config(c, path, args)?;
+            posenc::commands::check_encode_config(c, Some(path), args.position_table.is_some())?;
         }
         // A config must state the scale unless --scale does: transformers' default differs
         // between families.
@@ -507,36 +507,6 @@ impl EncodeInput {
         };
         let one_sequence = ids.one_sequence();
         Ok(Self { pe, table, ids: ids.ids, positions, options, one_sequence })
-    }
-}
-
-/// Refuses a `--config` whose positions `encode` cannot add as asked: Whisper's (they meet
-/// audio features), a learned family's without its table, a sinusoid family's with one.
-fn check_config(config: &ModelConfig, path: &Path, args: &EncodeArgs) -> Result<(), Error> {
-    let refuse = |reason: &str| {
-        Err(Error::ModelFamily {
-            path: Some(path.to_path_buf()),
-            model_type: config.model_type().to_string(),
-            reason: reason.to_string(),
-        })
-    };
-    if !config.token_inputs() {
-        return refuse(
-            "its sinusoid is added to the audio encoder's features, not to token embeddings, \
-             and its decoder's positions are learned (give that table with --position-table, \
-             without --config)",
-        );
-    }
-    match (config.positions(), &args.position_table) {
-        (ModelPositions::Learned { offset }, None) => refuse(&format!(
-            "learned positions, looked up at position + {offset}: give the checkpoint's table \
-             with --position-table"
-        )),
-        (ModelPositions::Sinusoid(_), Some(_)) => refuse(
-            "sinusoidal positions, which posenc computes: leave out --position-table, or \
-             --config",
-        ),
-        _ => Ok(()),
     }
 }
 

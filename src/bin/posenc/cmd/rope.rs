@@ -5,9 +5,10 @@ use std::path::{Path, PathBuf};
 use clap::{Args, ValueEnum};
 use ndarray::{Array4, ArrayView2};
 use posenc::alloc::{check_allocation, try_zeros};
+use posenc::commands::{ConfigSource, InvFreq, RopeOptions, ScalingSource, with_origin};
 use posenc::inputs::{self, RopePositions, RopeTensor, Source};
 use posenc::npy;
-use posenc::rope::{self as rp, Element, RopeSpec, Scaling};
+use posenc::rope::{self as rp, Element, RopeSpec};
 use posenc::{Error, cpu};
 
 use crate::args::{refuse_without, whole};
@@ -130,102 +131,36 @@ pub(crate) struct RopeParams {
 }
 
 impl RopeParams {
-    /// The `--scaling` object, read and checked; `None` without the flag. (`--inv-freq` is
-    /// read by [`RopeParams::spec`], which knows how many frequencies it must hold.)
-    pub(crate) fn scaling(&self) -> Result<Option<Scaling>, Error> {
-        Ok(match &self.scaling {
-            None => None,
-            Some(text) => Some(match text.strip_prefix('@') {
-                // A bad field of the file is named with the file, as a config's is.
-                Some(path) => inputs::read_rope_scaling(Source::File(Path::new(path))).map_err(
-                    |e| match e {
-                        Error::RopeScaling { field, value, allowed } => Error::RopeConfig {
-                            path: Some(path.into()),
-                            // `(json)` names the text as a whole.
-                            field: if field.starts_with('(') {
-                                field
-                            } else {
-                                format!("rope_scaling.{field}")
-                            },
-                            value,
-                            allowed,
-                        },
-                        other => other,
-                    },
-                )?,
-                None => Scaling::from_hf_json(text)?,
+    /// The options as [`posenc::commands`] resolves them.
+    pub(crate) fn options(&self) -> RopeOptions<'_> {
+        RopeOptions {
+            config: self.config.as_deref().map(ConfigSource::File),
+            layer_type: self.layer_type.as_deref(),
+            pairing: self.pairing.map(|p| match p {
+                PairingArg::Neox => rp::Pairing::Neox,
+                PairingArg::Gptj => rp::Pairing::Gptj,
             }),
-        })
+            rotary_dim: self.rotary_dim,
+            base: self.base,
+            scaling: self.scaling.as_deref().map(|text| match text.strip_prefix('@') {
+                Some(path) => ScalingSource::File(Path::new(path)),
+                None => ScalingSource::Json(text),
+            }),
+            inv_freq: self
+                .inv_freq
+                .as_deref()
+                .map(|path| InvFreq::File(path, self.inv_freq_tensor.as_deref())),
+            attention_factor: self.attention_factor,
+            seq_len: self.seq_len,
+        }
     }
 
-    /// The `--config` file's spec, read and checked; `None` without the flag. `head_dim`
-    /// (the caller's) stands in for a head dim the config does not give.
-    pub(crate) fn config(&self, head_dim: Option<u32>) -> Result<Option<(RopeSpec, &Path)>, Error> {
-        let Some(path) = &self.config else { return Ok(None) };
-        let layer_type = self.layer_type.as_deref();
-        let spec =
-            inputs::read_rope_config_with_head_dim(Source::File(path), layer_type, head_dim)?;
-        Ok(Some((spec, path)))
-    }
-
-    /// The spec for heads of `head_dim`: the flags, else `config`'s values, else the
-    /// defaults, with `--inv-freq`'s frequencies or `scaling` (the `--scaling` flag's) over
-    /// the config's; `origin` rewords an error about the head or rotary dim to say where
-    /// the head dim came from. The `--inv-freq` file is read once the rotary dim is known
-    /// good, and must hold rotary_dim / 2 values.
-    pub(crate) fn spec(
-        &self,
-        head_dim: u32,
-        config: Option<&RopeSpec>,
-        scaling: Option<Scaling>,
-        origin: impl FnOnce(Error, u32, u32) -> Error,
-    ) -> Result<RopeSpec, Error> {
+    /// The check clap's `requires` skips beside a conflicting flag
+    /// ([`crate::args::refuse_without`]); [`RopeOptions::spec`] makes the others.
+    pub(crate) fn check(&self) -> Result<(), Error> {
         let inv_freq = self.inv_freq.is_some();
         let tensor = self.inv_freq_tensor.is_some();
-        refuse_without(tensor, "inv_freq_tensor", "--inv-freq-tensor", inv_freq, "--inv-freq")?;
-        let factor = self.attention_factor.is_some();
-        refuse_without(factor, "attention_factor", "--attention-factor", inv_freq, "--inv-freq")?;
-        // A config's partial rotary dim; a fully rotary config follows the head dim.
-        let config_rotary =
-            config.filter(|c| c.rotary_dim() != c.head_dim()).map(RopeSpec::rotary_dim);
-        let rotary_dim = self.rotary_dim.or(config_rotary).unwrap_or(head_dim);
-        let pairing = match self.pairing {
-            Some(PairingArg::Neox) => rp::Pairing::Neox,
-            Some(PairingArg::Gptj) => rp::Pairing::Gptj,
-            None => config.map_or(rp::Pairing::Neox, RopeSpec::pairing),
-        };
-        let spec = RopeSpec::partial(head_dim, rotary_dim)
-            .map_err(|e| origin(e, head_dim, rotary_dim))?
-            .with_base(self.base.or(config.map(RopeSpec::base)).unwrap_or(rp::DEFAULT_BASE))?
-            .with_pairing(pairing);
-        let scaling = match (&self.inv_freq, scaling) {
-            (Some(path), _) => {
-                let tensor = self.inv_freq_tensor.as_deref();
-                let count = (spec.rotary_dim() / 2) as usize;
-                let inv_freq = crate::args::read_inv_freq(path, tensor, count)?;
-                // The config's scaling's factor (yarn, longrope) unless given: frequencies
-                // dumped from such a model still need it.
-                let attention_factor = self
-                    .attention_factor
-                    .unwrap_or_else(|| config.map_or(1.0, |c| c.scaling().attention_factor()));
-                Scaling::Explicit { inv_freq, attention_factor }
-            }
-            (None, Some(s)) => s,
-            (None, None) => config.map_or(Scaling::None, |c| c.scaling().clone()),
-        };
-        let spec = spec.with_scaling(scaling)?;
-        let Some(n) = self.seq_len else { return Ok(spec) };
-        let spec = spec.with_seq_len(n)?;
-        // Only these schemes read it: beside any other it would be silently unused.
-        if !matches!(spec.scaling(), Scaling::Dynamic { .. } | Scaling::LongRope(_)) {
-            return Err(Error::InvalidParameter {
-                field: "seq_len",
-                value: format!("{n} (rope_type {})", spec.scaling().rope_type()),
-                allowed: "--seq-len only with dynamic or longrope scaling, whose frequencies \
-                          depend on the sequence length",
-            });
-        }
-        Ok(spec)
+        refuse_without(tensor, "inv_freq_tensor", "--inv-freq-tensor", inv_freq, "--inv-freq")
     }
 }
 
@@ -319,14 +254,16 @@ impl RopeInput {
             LayoutArg::Blhd => rp::Layout::Blhd,
             LayoutArg::Bhld => rp::Layout::Bhld,
         };
-        let scaling = args.params.scaling()?;
+        args.params.check()?;
+        let options = args.params.options();
+        let scaling = options.scaling()?;
         // Its shape, the output's, is checked against the size limit as it is read.
         let tensor = inputs::read_rope_input(Source::File(&args.input))?;
         let (batch, len, _, head_dim) = layout.dims(tensor.shape());
         let head_dim = u32::try_from(head_dim).unwrap_or(u32::MAX);
         // The tensor's head stands in for a head dim the config does not give.
-        let config = args.params.config(Some(head_dim))?;
-        if let Some((c, path)) = &config
+        let config = options.config(Some(head_dim))?;
+        if let (Some(c), Some(path)) = (&config, &args.params.config)
             && c.head_dim() != head_dim
         {
             return Err(Error::InvalidParameter {
@@ -340,33 +277,13 @@ impl RopeInput {
                 allowed: "the config's head dim: the tensor's last axis is the head",
             });
         }
-        let config = config.as_ref().map(|(c, _)| c);
-        let spec = args.params.spec(head_dim, config, scaling, |e, head_dim, rotary_dim| {
-            from_input(e, &args.input, head_dim, rotary_dim)
-        })?;
+        let origin = format!("the last axis of {}", args.input.display());
+        let spec =
+            options.spec(head_dim, config.as_ref(), scaling, |e, head_dim, rotary_dim| {
+                with_origin(e, &origin, head_dim, rotary_dim)
+            })?;
         let positions_file = args.positions.as_deref().map(Source::File);
         let positions = inputs::rope_positions(positions_file, args.offset, batch, len)?;
         Ok(Self { spec, tensor, positions, layout })
-    }
-}
-
-/// A spec error about the head dim or rotary dim, saying where the head dim came from.
-fn from_input(e: Error, path: &Path, head_dim: u32, rotary_dim: u32) -> Error {
-    with_origin(e, &format!("the last axis of {}", path.display()), head_dim, rotary_dim)
-}
-
-/// A spec error about the head dim or rotary dim, with `origin` (where the head dim came
-/// from) beside the value.
-pub(crate) fn with_origin(e: Error, origin: &str, head_dim: u32, rotary_dim: u32) -> Error {
-    match e {
-        Error::InvalidParameter { field: "rotary_dim", allowed, .. } => Error::InvalidParameter {
-            field: "rotary_dim",
-            value: format!("{rotary_dim} (head_dim {head_dim}, {origin})"),
-            allowed,
-        },
-        Error::InvalidParameter { field, allowed, .. } => {
-            Error::InvalidParameter { field, value: format!("{head_dim} ({origin})"), allowed }
-        }
-        other => other,
     }
 }

@@ -126,21 +126,9 @@ pub(crate) fn run(args: &RopeCacheArgs) -> Result<(), Failure> {
 
 /// The spec and the positions, every size checked before the positions exist.
 fn load(args: &RopeCacheArgs) -> Result<(RopeSpec, Vec<u32>), Error> {
-    let scaling = args.params.scaling()?;
-    let config = args.params.config(args.head_dim)?;
-    let config = config.as_ref().map(|(c, _)| c);
+    args.params.check()?;
     // clap requires --head-dim without --config.
-    let Some(head_dim) = args.head_dim.or(config.map(RopeSpec::head_dim)) else {
-        return Err(Error::InvalidParameter {
-            field: "head_dim",
-            value: "missing".into(),
-            allowed: "--head-dim D, or --config giving the model's head dim",
-        });
-    };
-    let flag = if args.head_dim.is_some() { "--head-dim" } else { "--config" };
-    let spec = args.params.spec(head_dim, config, scaling, |e, head_dim, rotary_dim| {
-        super::rope::with_origin(e, flag, head_dim, rotary_dim)
-    })?;
+    let spec = args.params.options().cache_spec(args.head_dim)?;
     let check = |n: u64| {
         let n = usize::try_from(n).unwrap_or(usize::MAX);
         let shape = [2, n, spec.rotary_dim() as usize];

@@ -103,21 +103,10 @@ pub(crate) fn run(args: &TableArgs) -> Result<(), Failure> {
     let budget = args.gpu_memory_budget.is_some();
     refuse_off_gpu(budget, "--gpu-memory-budget", args.device).map_err(Failure::usage)?;
     let config = args.pe.config().map_err(Failure::usage)?;
-    let from_config = match &config {
-        None => None,
-        Some((c, path)) => match c.spec() {
-            Some(spec) => Some(spec),
-            None => {
-                return Err(Failure::usage(Error::ModelFamily {
-                    path: Some(path.to_path_buf()),
-                    model_type: c.model_type().to_string(),
-                    reason: "learned positions: not a table posenc computes (encode adds the \
-                             checkpoint's with --config and --position-table)"
-                        .into(),
-                }));
-            }
-        },
-    };
+    let from_config = config
+        .map(|(c, path)| posenc::commands::table_spec(&c, Some(path.to_path_buf())))
+        .transpose()
+        .map_err(Failure::usage)?;
     let dim = args.dim.or(from_config.as_ref().map(posenc::PeSpec::dim)).unwrap_or(DEFAULT_DIM);
     let spec = args.pe.spec(dim, from_config.as_ref()).map_err(Failure::usage)?;
     let positions = match &args.positions {

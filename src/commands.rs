@@ -1,0 +1,434 @@
+//! The options of posenc's commands, resolved into specs as the command line resolves them.
+//!
+//! `posenc table`, `encode`, `rope` and `rope-cache` take a model's convention as options: a
+//! `config.json`, a variant, a base, a `rope_scaling` object, a model's own frequencies, and
+//! more, each with a default from the config and rules for which may go together. This
+//! module is that reading, written once: the `posenc` binary fills [`PeOptions`] and
+//! [`RopeOptions`] from its flags and the Python package from its keyword arguments, so the
+//! same options give the same spec in both, and the same mistakes the same message. The
+//! messages name the options as the command line spells them (`--seq-len`); the Python
+//! package's keywords are the flags' names.
+//!
+//! A program that builds its spec in code does not need this module: [`PeSpec`] and
+//! [`RopeSpec`] take the same settings one by one, and [`RopeSpec::from_hf_config`] reads a
+//! config. Not built for wasm32, where a config or a model's frequencies cannot be a path.
+//!
+//! ```
+//! use posenc::commands::{ConfigSource, RopeOptions};
+//!
+//! let config = r#"{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+//!     "rope_theta": 500000.0}"#;
+//! let options = RopeOptions { config: Some(ConfigSource::Text(config)), ..Default::default() };
+//! let spec = options.cache_spec(None)?;
+//! assert_eq!((spec.head_dim(), spec.base()), (128, 500000.0));
+//!
+//! // The command line's rule: a sequence length only where the scaling reads one.
+//! let options = RopeOptions { seq_len: Some(8192), ..options };
+//! assert!(options.cache_spec(None).unwrap_err().to_string().contains("--seq-len only with"));
+//! # Ok::<(), posenc::Error>(())
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use crate::inputs::{self, Source};
+use crate::model_config::{ModelConfig, ModelPositions};
+use crate::rope::{self, Pairing, RopeSpec, Scaling};
+use crate::{DEFAULT_BASE, Error, Frequencies, PeSpec, Result, Variant};
+
+/// A Hugging Face `config.json`: a file, or its text.
+#[derive(Clone, Copy, Debug)]
+pub enum ConfigSource<'a> {
+    /// A file, read as `--config PATH` reads it.
+    File(&'a Path),
+    /// The JSON text itself; errors call it `config.json`.
+    Text(&'a str),
+}
+
+impl ConfigSource<'_> {
+    /// The file errors name; `None` for text.
+    pub fn path(&self) -> Option<PathBuf> {
+        match self {
+            Self::File(p) => Some(p.to_path_buf()),
+            Self::Text(_) => None,
+        }
+    }
+}
+
+/// A model's own frequencies (its `inv_freq` buffer): values, or a file as `--inv-freq`
+/// reads it.
+#[derive(Clone, Debug)]
+pub enum InvFreq<'a> {
+    /// The values themselves, taken exactly.
+    Values(Vec<f64>),
+    /// A 1-D `.npy`, or a `.safetensors` file and the tensor to read (`--inv-freq-tensor`;
+    /// `None`: its only 1-D tensor).
+    File(&'a Path, Option<&'a str>),
+}
+
+impl InvFreq<'_> {
+    /// The `count` frequencies; a file must hold exactly that many
+    /// ([`inputs::read_inv_freq`]). A tensor named for a `.npy` file is refused in the
+    /// flags' words.
+    pub fn read(&self, count: usize) -> Result<Vec<f64>> {
+        match self {
+            Self::Values(v) => Ok(v.clone()),
+            Self::File(path, tensor) => inputs::read_inv_freq(Source::File(path), *tensor, count)
+                .map_err(|e| match e {
+                    Error::InvalidParameter { field: "inv_freq_tensor", value, .. } => {
+                        Error::InvalidParameter {
+                            field: "inv_freq_tensor",
+                            value,
+                            allowed: "--inv-freq-tensor only with a .safetensors --inv-freq (a \
+                                      .npy holds one array)",
+                        }
+                    }
+                    other => other,
+                }),
+        }
+    }
+}
+
+/// A Hugging Face `rope_scaling` object: JSON text, or a file holding it (`--scaling @FILE`).
+#[derive(Clone, Copy, Debug)]
+pub enum ScalingSource<'a> {
+    /// The JSON text.
+    Json(&'a str),
+    /// A file; a bad field is named with the file, as a config's is.
+    File(&'a Path),
+}
+
+impl ScalingSource<'_> {
+    /// The scaling, read and checked.
+    pub fn read(&self) -> Result<Scaling> {
+        match self {
+            Self::Json(text) => Scaling::from_hf_json(text),
+            Self::File(path) => {
+                inputs::read_rope_scaling(Source::File(path)).map_err(|e| match e {
+                    Error::RopeScaling { field, value, allowed } => Error::RopeConfig {
+                        path: Some(path.to_path_buf()),
+                        // `(json)` names the text as a whole.
+                        field: if field.starts_with('(') {
+                            field
+                        } else {
+                            format!("rope_scaling.{field}")
+                        },
+                        value,
+                        allowed,
+                    },
+                    other => other,
+                })
+            }
+        }
+    }
+}
+
+/// Refuses an option `flag`, given, without the option `needed`, which it only qualifies
+/// (`--attention-factor` without `--inv-freq`): it would go unused without a word. `field`
+/// and the flags are named as the other usage errors name them.
+pub fn refuse_without(
+    given: bool,
+    field: &'static str,
+    flag: &str,
+    needs: bool,
+    needed: &str,
+) -> Result<()> {
+    if given && !needs {
+        return Err(Error::InvalidParameter {
+            field,
+            value: format!("{flag} given without {needed}"),
+            allowed: "only with that flag",
+        });
+    }
+    Ok(())
+}
+
+/// The sinusoid's options of `table` and `encode`: each `None` takes the config's value,
+/// else the default.
+#[derive(Clone, Debug, Default)]
+pub struct PeOptions<'a> {
+    /// The published convention (`--variant`) [default: the config's, else vaswani].
+    pub variant: Option<Variant>,
+    /// Exact frequencies, or float32 ones as the frameworks compute them (`--frequencies`).
+    pub frequencies: Frequencies,
+    /// A model's own frequencies in place of the variant's formula (`--inv-freq`).
+    pub inv_freq: Option<InvFreq<'a>>,
+    /// The frequency base (`--base`); tensor2tensor's maximum timescale when that is not
+    /// given.
+    pub base: Option<f64>,
+    /// tensor2tensor's timescales (`--min-timescale`, `--max-timescale`).
+    pub min_timescale: Option<f64>,
+    /// See `min_timescale`.
+    pub max_timescale: Option<f64>,
+    /// The first position's number (`--start-index`) [default: 0].
+    pub start_index: Option<u32>,
+    /// fairseq's padding index (`--padding-idx`): `Some(None)` is `none`, no zero row.
+    pub padding_idx: Option<Option<u32>>,
+}
+
+impl PeOptions<'_> {
+    /// The config, read and checked. A variant other than the config's sinusoid is refused,
+    /// naming both: the config's padding index, pad id and scale belong to its own
+    /// convention, and another variant's columns and position numbering beside them would
+    /// match no model.
+    pub fn config(&self, source: ConfigSource<'_>) -> Result<ModelConfig> {
+        let config = match source {
+            ConfigSource::File(path) => inputs::read_model_config(Source::File(path))?,
+            ConfigSource::Text(text) => ModelConfig::from_hf_config(text)?,
+        };
+        let own = config.spec().map(|spec| spec.variant());
+        if let (Some(given), Some(own)) = (self.variant, own)
+            && given != own
+        {
+            return Err(Error::ModelFamily {
+                path: source.path(),
+                model_type: config.model_type().to_string(),
+                reason: format!(
+                    "its positions are variant {own}; --variant {given} contradicts it: leave \
+                     out --variant, or --config"
+                ),
+            });
+        }
+        Ok(config)
+    }
+
+    /// The variant: the option's, else the config's sinusoid's, else vaswani.
+    pub fn variant(&self, config: Option<&PeSpec>) -> Variant {
+        self.variant.or(config.map(PeSpec::variant)).unwrap_or_default()
+    }
+
+    /// The spec at dimension `dim`, over `config`'s sinusoid (its variant, and its padding
+    /// index while the variant is its own) where an option is absent. A model's frequencies
+    /// from a file are read once the count is known.
+    pub fn spec(&self, dim: u32, config: Option<&PeSpec>) -> Result<PeSpec> {
+        let variant = self.variant(config);
+        let mut spec = PeSpec::for_variant(variant, dim)?;
+        if let Some(c) = config.filter(|c| c.variant() == variant) {
+            spec = spec.with_padding_idx(c.padding_idx());
+        }
+        let t2t = variant == Variant::Tensor2Tensor;
+        if !t2t && (self.min_timescale.is_some() || self.max_timescale.is_some()) {
+            return Err(Error::InvalidParameter {
+                field: "variant",
+                value: format!("{variant} (with --min-timescale or --max-timescale)"),
+                allowed: "tensor2tensor for timescales; --base sets the others' base",
+            });
+        }
+        if t2t {
+            let max = self.max_timescale.or(self.base).unwrap_or(DEFAULT_BASE);
+            spec = spec.with_timescales(self.min_timescale.unwrap_or(1.0), max)?;
+        } else if let Some(base) = self.base {
+            spec = spec.with_base(base)?;
+        }
+        if let Some(padding_idx) = self.padding_idx {
+            if variant != Variant::Fairseq {
+                return Err(Error::InvalidParameter {
+                    field: "variant",
+                    value: format!("{variant} (with --padding-idx)"),
+                    allowed: "fairseq for --padding-idx",
+                });
+            }
+            spec = spec.with_padding_idx(padding_idx);
+        }
+        if let Some(inv_freq) = &self.inv_freq {
+            let count = spec.n_freqs() as usize;
+            spec = spec.with_inv_freq(&inv_freq.read(count)?)?;
+        }
+        Ok(spec.with_frequencies(self.frequencies).with_start_index(self.start_index.unwrap_or(0)))
+    }
+}
+
+/// The sinusoid of `config` for `table`: a family whose positions are learned has none to
+/// compute, and is refused naming its `model_type` (and `path`, the config's file).
+pub fn table_spec(config: &ModelConfig, path: Option<PathBuf>) -> Result<PeSpec> {
+    config.spec().ok_or_else(|| Error::ModelFamily {
+        path,
+        model_type: config.model_type().to_string(),
+        reason: "learned positions: not a table posenc computes (encode adds the checkpoint's \
+                 with --config and --position-table)"
+            .into(),
+    })
+}
+
+/// Refuses a config whose positions `encode` cannot add as asked: Whisper's (they meet
+/// audio features), a learned family's without its position table (`learned`), a sinusoid
+/// family's with one.
+pub fn check_encode_config(config: &ModelConfig, path: Option<&Path>, learned: bool) -> Result<()> {
+    let refuse = |reason: &str| {
+        Err(Error::ModelFamily {
+            path: path.map(Path::to_path_buf),
+            model_type: config.model_type().to_string(),
+            reason: reason.to_string(),
+        })
+    };
+    if !config.token_inputs() {
+        return refuse(
+            "its sinusoid is added to the audio encoder's features, not to token embeddings, \
+             and its decoder's positions are learned (give that table with --position-table, \
+             without --config)",
+        );
+    }
+    match (config.positions(), learned) {
+        (ModelPositions::Learned { offset }, false) => refuse(&format!(
+            "learned positions, looked up at position + {offset}: give the checkpoint's table \
+             with --position-table"
+        )),
+        (ModelPositions::Sinusoid(_), true) => refuse(
+            "sinusoidal positions, which posenc computes: leave out --position-table, or \
+             --config",
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// The RoPE options of `rope` and `rope-cache`: each `None` takes the config's value, else
+/// the default.
+#[derive(Clone, Debug, Default)]
+pub struct RopeOptions<'a> {
+    /// A Hugging Face model's `config.json` (`--config`): base, scaling, rotary dim, pairing
+    /// and head dim as transformers reads them.
+    pub config: Option<ConfigSource<'a>>,
+    /// Which of a config's per-layer-type `rope_parameters` (`--layer-type`).
+    pub layer_type: Option<&'a str>,
+    /// Which dimensions rotate together (`--pairing`) [default: the config's, else neox].
+    pub pairing: Option<Pairing>,
+    /// Rotated dimensions per head (`--rotary-dim`) [default: the config's, else the head].
+    pub rotary_dim: Option<u32>,
+    /// The frequency base, `rope_theta` (`--base`) [default: the config's, else 10000].
+    pub base: Option<f64>,
+    /// A `rope_scaling` object (`--scaling`) [default: the config's, else none].
+    pub scaling: Option<ScalingSource<'a>>,
+    /// A model's own frequencies (`--inv-freq`), in place of the base, the scaling and the
+    /// sequence length.
+    pub inv_freq: Option<InvFreq<'a>>,
+    /// With `inv_freq`: the factor cos and sin are multiplied by (`--attention-factor`)
+    /// [default: the config's scaling's, else 1].
+    pub attention_factor: Option<f64>,
+    /// The sequence length dynamic and longrope scaling see (`--seq-len`).
+    pub seq_len: Option<u64>,
+}
+
+impl RopeOptions<'_> {
+    /// The `scaling` option, read and checked; `None` without it. (`inv_freq` is read by
+    /// [`RopeOptions::spec`], which knows how many frequencies it must hold.)
+    pub fn scaling(&self) -> Result<Option<Scaling>> {
+        self.scaling.as_ref().map(ScalingSource::read).transpose()
+    }
+
+    /// The config's spec, read and checked; `None` without a config. `head_dim` (the
+    /// caller's) stands in for a head dim the config does not give.
+    pub fn config(&self, head_dim: Option<u32>) -> Result<Option<RopeSpec>> {
+        if self.layer_type.is_some() && self.config.is_none() {
+            return Err(Error::InvalidParameter {
+                field: "layer_type",
+                value: "--layer-type given without --config".into(),
+                allowed: "only with that flag",
+            });
+        }
+        let Some(source) = &self.config else { return Ok(None) };
+        Ok(Some(match source {
+            ConfigSource::File(path) => inputs::read_rope_config_with_head_dim(
+                Source::File(path),
+                self.layer_type,
+                head_dim,
+            )?,
+            ConfigSource::Text(text) => match head_dim {
+                Some(d) => RopeSpec::from_hf_config_with_head_dim(text, self.layer_type, d)?,
+                None => RopeSpec::from_hf_config(text, self.layer_type)?,
+            },
+        }))
+    }
+
+    /// The spec for heads of `head_dim`: the options, else `config`'s values, else the
+    /// defaults, with `inv_freq`'s frequencies or `scaling` (the option's, read by
+    /// [`RopeOptions::scaling`]) over the config's. `origin` rewords an error about the head
+    /// or rotary dim to say where the head dim came from ([`with_origin`]). A frequencies
+    /// file is read once the rotary dim is known good, and must hold rotary_dim / 2 values.
+    pub fn spec(
+        &self,
+        head_dim: u32,
+        config: Option<&RopeSpec>,
+        scaling: Option<Scaling>,
+        origin: impl FnOnce(Error, u32, u32) -> Error,
+    ) -> Result<RopeSpec> {
+        let inv_freq = self.inv_freq.is_some();
+        if inv_freq && (self.scaling.is_some() || self.base.is_some() || self.seq_len.is_some()) {
+            return Err(Error::InvalidParameter {
+                field: "inv_freq",
+                value: "given beside scaling, base or seq_len".into(),
+                allowed: "inv_freq alone: a model's own frequencies replace the scaling, the base \
+                          and seq_len",
+            });
+        }
+        let factor = self.attention_factor.is_some();
+        refuse_without(factor, "attention_factor", "--attention-factor", inv_freq, "--inv-freq")?;
+        // A config's partial rotary dim; a fully rotary config follows the head dim.
+        let config_rotary =
+            config.filter(|c| c.rotary_dim() != c.head_dim()).map(RopeSpec::rotary_dim);
+        let rotary_dim = self.rotary_dim.or(config_rotary).unwrap_or(head_dim);
+        let pairing =
+            self.pairing.unwrap_or_else(|| config.map_or(Pairing::Neox, RopeSpec::pairing));
+        let spec = RopeSpec::partial(head_dim, rotary_dim)
+            .map_err(|e| origin(e, head_dim, rotary_dim))?
+            .with_base(self.base.or(config.map(RopeSpec::base)).unwrap_or(rope::DEFAULT_BASE))?
+            .with_pairing(pairing);
+        let scaling = match (&self.inv_freq, scaling) {
+            (Some(inv_freq), _) => {
+                let inv_freq = inv_freq.read((spec.rotary_dim() / 2) as usize)?;
+                // The config's scaling's factor (yarn, longrope) unless given: frequencies
+                // dumped from such a model still need it.
+                let attention_factor = self
+                    .attention_factor
+                    .unwrap_or_else(|| config.map_or(1.0, |c| c.scaling().attention_factor()));
+                Scaling::Explicit { inv_freq, attention_factor }
+            }
+            (None, Some(s)) => s,
+            (None, None) => config.map_or(Scaling::None, |c| c.scaling().clone()),
+        };
+        let spec = spec.with_scaling(scaling)?;
+        let Some(n) = self.seq_len else { return Ok(spec) };
+        let spec = spec.with_seq_len(n)?;
+        // Only these schemes read it: beside any other it would be silently unused.
+        if !matches!(spec.scaling(), Scaling::Dynamic { .. } | Scaling::LongRope(_)) {
+            return Err(Error::InvalidParameter {
+                field: "seq_len",
+                value: format!("{n} (rope_type {})", spec.scaling().rope_type()),
+                allowed: "--seq-len only with dynamic or longrope scaling, whose frequencies \
+                          depend on the sequence length",
+            });
+        }
+        Ok(spec)
+    }
+
+    /// `rope-cache`'s spec: heads of `head_dim` (`--head-dim`), else the config's; one of
+    /// the two must give it. Errors about the head or rotary dim name the option it came
+    /// from.
+    pub fn cache_spec(&self, head_dim: Option<u32>) -> Result<RopeSpec> {
+        let scaling = self.scaling()?;
+        let config = self.config(head_dim)?;
+        let Some(dim) = head_dim.or(config.as_ref().map(RopeSpec::head_dim)) else {
+            return Err(Error::InvalidParameter {
+                field: "head_dim",
+                value: "missing".into(),
+                allowed: "--head-dim D, or --config giving the model's head dim",
+            });
+        };
+        let flag = if head_dim.is_some() { "--head-dim" } else { "--config" };
+        self.spec(dim, config.as_ref(), scaling, |e, h, r| with_origin(e, flag, h, r))
+    }
+}
+
+/// A spec error about the head dim or rotary dim, with `origin` (where the head dim came
+/// from) beside the value.
+pub fn with_origin(e: Error, origin: &str, head_dim: u32, rotary_dim: u32) -> Error {
+    match e {
+        Error::InvalidParameter { field: "rotary_dim", allowed, .. } => Error::InvalidParameter {
+            field: "rotary_dim",
+            value: format!("{rotary_dim} (head_dim {head_dim}, {origin})"),
+            allowed,
+        },
+        Error::InvalidParameter { field, allowed, .. } => {
+            Error::InvalidParameter { field, value: format!("{head_dim} ({origin})"), allowed }
+        }
+        other => other,
+    }
+}
