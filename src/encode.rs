@@ -257,6 +257,16 @@ fn check_dims(
     options: &EncodeOptions,
 ) -> Result<Option<f32>> {
     let (vocab, dim) = table;
+    // No model has an empty vocabulary; refused on every path as the recorded pass refuses
+    // it (a batch of pad ids would have been zeros on the CPU and a panic on the GPU).
+    if vocab == 0 {
+        return Err(Error::Shape {
+            op: "encode",
+            what: "embedding table rows",
+            expected: "at least 1".into(),
+            actual: "0".into(),
+        });
+    }
     if dim != pe_dim {
         return Err(Error::Shape {
             op: "encode",

@@ -65,6 +65,7 @@ both!(
     recorded_decode_step_on_the_callers_device,
     blocking_calls_are_refused_on_the_web,
     dropped_and_overlapping_calls_leave_the_context_working,
+    a_pages_own_error_scopes_interleave_with_calls_in_flight,
 );
 
 /// The context the checks run on, or `None` (the test then passes as skipped) where there
@@ -361,6 +362,11 @@ async fn blocking_calls_are_refused_on_the_web() {
         let err = blocking.unwrap_err();
         assert!(matches!(err, Error::Blocking { op: "table", instead: "table_async" }), "{err}");
         assert_eq!(err.kind(), posenc::ErrorKind::Usage);
+        let table = gpu.upload_table(Embeddings::F32(ndarray::Array2::zeros((4, 8)).view()));
+        let ids = Array2::<u32>::zeros((1, 2));
+        let options = EncodeOptions::default();
+        let err = gpu.encode(&spec, &table.unwrap(), ids.view(), ids.view(), &options).unwrap_err();
+        assert!(matches!(err, Error::Blocking { op: "encode", instead: "encode_async" }), "{err}");
         let open = Context::new(&Options::default()).unwrap_err();
         assert!(open.to_string().contains("Context::open"), "{open}");
     } else {
@@ -423,4 +429,63 @@ async fn dropped_and_overlapping_calls_leave_the_context_working() {
     let wide = PeSpec::new(65536).unwrap();
     let err = gpu.table_async(&wide, &vec![7u32; (1 << 15) + 1]).await.unwrap_err();
     assert!(matches!(err, Error::TooLarge { op: "table", .. }), "{err}");
+}
+
+/// A page that wraps its own step in an error scope (docs/browser.md) while a posenc call
+/// is in flight: a scope pushed while posenc waits and popped after it finished, and one
+/// pushed before posenc's call began and popped while it waits. posenc's scopes are popped
+/// across its waits for the GPU, so neither is popped out of order (wgpu panicked: "error
+/// scopes must be popped in reverse order"), and what goes wrong inside the page's scope
+/// is the page's.
+async fn a_pages_own_error_scopes_interleave_with_calls_in_flight() {
+    let Some(gpu) = context().await else { return };
+    let device = gpu.device().clone();
+    let spec = PeSpec::new(64).unwrap();
+    let positions = hard_positions(&mut Rng::new(11), 3000);
+    let want = cpu::table(&spec, &positions);
+
+    let mut call = std::pin::pin!(gpu.table_async(&spec, &positions));
+    let first = poll_once(call.as_mut());
+    let page = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    // The page's step goes wrong inside its own scope, while posenc's call is in flight.
+    let bad = device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("the page's own mistake"),
+        size: 6,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::STORAGE,
+        mapped_at_creation: false,
+    });
+    let got = finish(call.as_mut(), first).await.expect("posenc's call finishes, its scopes clean");
+    same_bits("a table around the page's scope", got.as_slice().unwrap(), want.as_slice().unwrap());
+    assert!(page.pop().await.is_some(), "the page's scope has the page's error");
+    drop(bad);
+
+    let page = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let mut call = std::pin::pin!(gpu.table_async(&spec, &positions));
+    let first = poll_once(call.as_mut());
+    assert!(page.pop().await.is_none(), "nothing of posenc's in the page's scope");
+    let got = finish(call.as_mut(), first).await.unwrap();
+    same_bits("a table under the page's scope", got.as_slice().unwrap(), want.as_slice().unwrap());
+
+    // posenc's own error, met before it waits, is still posenc's: its scopes caught it.
+    let page = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let no_copy = device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("a buffer posenc cannot copy from"),
+        size: 64,
+        usage: wgpu::BufferUsages::STORAGE,
+        mapped_at_creation: false,
+    });
+    let err = gpu.read_buffer_async(&no_copy).await.unwrap_err();
+    assert!(matches!(err, Error::Gpu { .. }), "{err}");
+    assert!(page.pop().await.is_none(), "posenc's error stayed out of the page's scope");
+}
+
+/// A call polled once ([`poll_once`]) and then driven to its end.
+async fn finish<F: std::future::Future>(
+    call: std::pin::Pin<&mut F>,
+    first: std::task::Poll<F::Output>,
+) -> F::Output {
+    match first {
+        std::task::Poll::Ready(done) => done,
+        std::task::Poll::Pending => call.await,
+    }
 }

@@ -642,11 +642,9 @@ impl Context {
             false => Some(wait::SCOPES.lock().await),
         };
         Memory::start_scope();
-        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let scopes = wait::Scopes::enter(&self.device);
         let result = f().await;
-        let validation = validation.pop().await;
-        let oom = oom.pop().await;
+        let (validation, oom) = scopes.finish().await;
         let uncaptured = self.health.take_uncaptured();
         let failed = result.is_err() || validation.is_some() || oom.is_some();
         if failed || uncaptured.is_some() {

@@ -573,7 +573,8 @@ fn step3p5_legacy(
                 "partial_rotary_factors",
                 excerpt(factors),
                 "absent or all 1: Step 3.5's per-layer factors are not read by posenc (give the \
-                 layer's rotary dim with --rotary-dim and its base with --base instead)",
+                 layer's rotary dim and base instead: --rotary-dim and --base, or \
+                 RopeSpec::partial and with_base in code)",
             ));
         }
     }
@@ -746,7 +747,7 @@ fn head_dim(
                 "given: model_type \"{model_type}\" is not at hidden_size / \
                  num_attention_heads when it is absent (transformers 5.23's config class: \
                  {d}; class defaults differ between versions); or the head dim passed \
-                 (posenc --head-dim D)"
+                 (--head-dim D, or RopeSpec::from_hf_config_with_head_dim)"
             ),
         ));
     }
@@ -771,7 +772,8 @@ fn head_dim(
                 "head_dim",
                 "missing",
                 "a whole number, or hidden_size and num_attention_heads (no class default is \
-                 read for this model_type), or the head dim passed (posenc --head-dim D)",
+                 read for this model_type), or the head dim passed (--head-dim D, or \
+                 RopeSpec::from_hf_config_with_head_dim)",
             )
         }),
     }
@@ -847,7 +849,8 @@ fn rotary_dim(
             "rotary_pct",
             format!("{} (model_type {})", float(f), named(model_type)),
             "1 or absent: only GPT-NeoX's configs read rotary_pct (transformers rotates the \
-             whole head elsewhere); give --rotary-dim to choose",
+             whole head elsewhere); choose the rotary dim yourself (--rotary-dim, or \
+             RopeSpec::partial in code)",
         ));
     }
     let (key, rotary) = match factor {
@@ -858,13 +861,19 @@ fn rotary_dim(
             if default_type && reads.is_none() && f != 1.0 {
                 let whole = head_dim;
                 let part = (head_dim as f64 * f).trunc() as u64;
+                // 4.x's product rounded down to a rotary dim posenc takes (even, at least
+                // 2), if it has one.
+                let choose = match part & !1 {
+                    0 => format!("--rotary-dim {whole}"),
+                    even => format!("--rotary-dim {whole} or --rotary-dim {even}"),
+                };
                 return Err(invalid(
                     key,
                     format!("{} (model_type {}, a default RoPE)", float(f), named(model_type)),
                     format!(
                         "1 or absent: transformers 5 builds this family's default RoPE over the \
                          whole head ({whole} dims), 4.x's generic default over {part}; choose \
-                         with --rotary-dim {whole} or --rotary-dim {part}"
+                         with {choose} (RopeSpec::partial in code)"
                     ),
                 ));
             }
@@ -879,8 +888,8 @@ fn rotary_dim(
                     format!("{r} (model_type {})", named(model_type)),
                     format!(
                         "{head_dim} (the head) or absent: only GPT-J, CodeGen and MiniMax-M2 read \
-                         rotary_dim (transformers rotates the whole head elsewhere); give \
-                         --rotary-dim to choose"
+                         rotary_dim (transformers rotates the whole head elsewhere); choose \
+                         the rotary dim yourself (--rotary-dim, or RopeSpec::partial in code)"
                     ),
                 ));
             }
@@ -956,7 +965,7 @@ fn nested_base(config: &Object, family: &Family) -> Result<()> {
             float(nested),
             "10000, or a top-level rope_theta: transformers 4.x used this base, 5.23 \
              ignores it (base 10000); give the one your model runs with as rope_theta \
-             (or --base)",
+             (or --base, or RopeSpec::with_base in code)",
         ));
     }
     Ok(())

@@ -163,8 +163,9 @@ impl AlibiPass {
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for a missing usage or a misaligned offset,
-    /// [`Error::Shape`] for a slice smaller than the tensor, [`Error::DeviceLost`],
-    /// [`Error::Gpu`] if wgpu refuses the buffer.
+    /// [`Error::Shape`] for a slice smaller than the tensor, [`Error::DeviceLost`];
+    /// natively [`Error::Gpu`] if wgpu refuses the buffer (on the web that goes to the
+    /// page's error scope, docs/browser.md).
     pub fn record(
         &self,
         encoder: &mut wgpu::CommandEncoder,

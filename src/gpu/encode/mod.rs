@@ -549,6 +549,10 @@ impl Context {
         positions: ArrayView2<'_, u32>,
         options: &EncodeOptions,
     ) -> Result<Encoded> {
+        if !wait::CAN_BLOCK {
+            // Named as called, not as the `encode_submit` it is made of.
+            return Err(Error::Blocking { op: "encode", instead: "encode_async" });
+        }
         self.encode_submit(pe, table, ids, positions, options)?.wait()
     }
 
@@ -1419,14 +1423,22 @@ impl ChunkPlan {
     ) -> Result<usize> {
         let out_row = self.dim * self.out_size;
         // Each chunk's output, f32 rows (PE rows per call, the narrow pass's input) and
-        // token records fit one binding, and its grid's y and z dimensions cover it.
-        let mut fit = max_binding / out_row.max(1);
+        // token records fit one binding, and its grid's y and z dimensions cover it; the
+        // error names whichever of them leaves no room for one token.
+        let record = self.token_bytes(1) - self.token_bytes(0);
+        let mut needs = vec![
+            (max_binding / out_row.max(1), "one row of output", out_row),
+            (max_binding.saturating_sub(self.token_bytes(0)) / record, "one token's records", {
+                self.token_bytes(1)
+            }),
+        ];
         if self.per_call_pe || self.odd16 {
-            fit = fit.min(max_binding / (self.dim * 4).max(1));
+            let what = if self.per_call_pe { "one row of PE" } else { "one f32 row" };
+            needs.push((max_binding / (self.dim * 4).max(1), what, self.dim * 4));
         }
-        fit = fit.min((max_binding - 8) / self.token_bytes(1)).min(u64::from(max_groups).pow(2));
-        let mut what = "one row of PE";
-        let mut requested = self.dim * 4;
+        let (fit, mut what, mut requested) =
+            needs.into_iter().min_by_key(|&(fit, ..)| fit).expect("three needs at most");
+        let mut fit = fit.min(u64::from(max_groups).pow(2));
         let mut limit_name = "max storage binding size";
         let mut limit = max_binding;
         if let Some(left) = budget_left {

@@ -862,9 +862,10 @@ impl EncodePass {
     /// [`Error::InvalidParameter`] for a missing usage, a misaligned offset, or `out` in
     /// the buffer of ids and positions past [`ARENA_COPY_BYTES`]; [`Error::Shape`]
     /// for a slice smaller than the step needs; [`Error::Limit`] for a range larger than
-    /// one storage binding; [`Error::DeviceLost`] once the device is lost; [`Error::Gpu`]
-    /// if wgpu refuses a buffer of a set not recorded before (one destroyed, or of another
-    /// device).
+    /// one storage binding; [`Error::DeviceLost`] once the device is lost; natively
+    /// [`Error::Gpu`] if wgpu refuses a buffer of a set not recorded before (one destroyed,
+    /// or of another device): on the web that goes to the page's error scope or the
+    /// device's uncaptured-error handler (docs/browser.md).
     pub fn record(
         &self,
         encoder: &mut wgpu::CommandEncoder,

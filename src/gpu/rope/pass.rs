@@ -563,8 +563,9 @@ impl RopePass {
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for a missing usage or a misaligned offset,
-    /// [`Error::Shape`] for a slice smaller than the step needs, [`Error::DeviceLost`],
-    /// [`Error::Gpu`] if wgpu refuses a buffer.
+    /// [`Error::Shape`] for a slice smaller than the step needs, [`Error::DeviceLost`];
+    /// natively [`Error::Gpu`] if wgpu refuses a buffer (on the web that goes to the page's
+    /// error scope, docs/browser.md).
     pub fn record(
         &self,
         encoder: &mut wgpu::CommandEncoder,

@@ -478,7 +478,11 @@ fn other_families_refuse_partial_rotary_factor_with_a_default_rope() {
     for model_type in ["llama", "mistral", "qwen2", "qwen3", "cohere2", "gpt_oss", "someday"] {
         let text = head128(model_type, r#", "partial_rotary_factor": 0.5"#);
         let msg = refused(&text, None, "partial_rotary_factor");
-        assert!(msg.contains(model_type) && msg.contains("--rotary-dim"), "{msg}");
+        assert!(msg.contains(model_type) && msg.contains("--rotary-dim 64"), "{msg}");
+        // No rotary dim posenc takes is suggested: 4.x's product here is 0 dims.
+        let tiny = head128(model_type, r#", "partial_rotary_factor": 1e-300"#);
+        let msg = refused(&tiny, None, "partial_rotary_factor");
+        assert!(msg.contains("--rotary-dim 128 (") && !msg.contains("--rotary-dim 0"), "{msg}");
         let nested = head128(model_type, "").replace(
             r#""rope_theta": 10000.0"#,
             r#""rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,

@@ -237,6 +237,37 @@ fn gpu_chunks_tables_and_outputs_beyond_the_binding_cap() {
             assert_same_bits(&format!("chunked {in_dtype:?}->{out_dtype:?}"), &g, &c);
         }
     }
+
+    // Caps too small for one token: refused naming what does not fit (a cap under 8
+    // bytes underflowed, a panic in a debug build; the message named the PE row whatever
+    // bound the chunk). f16 rows of dim 2 are one word, so the table fits every cap.
+    let spec = PeSpec::new(2).unwrap();
+    let table = Array2::from_elem((3, 2), f16::from_f32(0.5));
+    let ids = ndarray::array![[0u32, 2, 1]];
+    let pos = positions::contiguous_batch(1, 3);
+    let half = EncodeOptions { out_dtype: Dtype::F16, ..Default::default() };
+    let f32_out = EncodeOptions::default();
+    for (cap, options, want) in [
+        (4, &half, ("one token's records", 12)),
+        (8, &half, ("one token's records", 12)),
+        (4, &f32_out, ("one row of output", 8)),
+    ] {
+        let small = ctx.with_max_binding_size(cap);
+        let uploaded = small.upload_table(Embeddings::F16(table.view())).unwrap();
+        let err = small.encode(&spec, &uploaded, ids.view(), pos.view(), options).unwrap_err();
+        match err {
+            posenc::Error::Limit { what, requested, limit, .. }
+                if (what, requested) == want && limit == cap => {}
+            other => panic!("cap {cap}, {:?}: {other}", options.out_dtype),
+        }
+    }
+    // 12 bytes hold one token's records (the general kernel's, dim 2 being no whole
+    // vec4): chunks of one token, the CPU's bits.
+    let small = ctx.with_max_binding_size(12);
+    let uploaded = small.upload_table(Embeddings::F16(table.view())).unwrap();
+    let g = small.encode(&spec, &uploaded, ids.view(), pos.view(), &half).unwrap();
+    let c = cpu::encode(&spec, Embeddings::F16(table.view()), ids.view(), pos.view(), &half);
+    assert_same_bits("a cap of one token's records", &g, &c.unwrap());
 }
 
 #[test]
@@ -275,6 +306,27 @@ fn gpu_rejects_bad_input_before_any_work() {
         .encode(&spec, &uploaded, empty.view(), empty.view(), &EncodeOptions::default())
         .unwrap();
     assert_eq!(out.dim(), (0, 3, 4));
+
+    // A table of no rows, every id a pad: refused on both paths, as the recorded pass
+    // refuses it (the GPU's host paths divided by zero).
+    let none = Array2::<f32>::zeros((0, 4));
+    let no_rows = ctx.upload_table(Embeddings::F32(none.view())).unwrap();
+    let pads = ndarray::array![[0u32, 0]];
+    let pad = EncodeOptions { pad_id: Some(0), ..Default::default() };
+    let pos = positions::contiguous_batch(1, 2);
+    let refused = |e: posenc::Error| {
+        assert!(matches!(e, posenc::Error::Shape { what: "embedding table rows", .. }), "{e}");
+    };
+    refused(
+        cpu::encode(&spec, Embeddings::F32(none.view()), pads.view(), pos.view(), &pad)
+            .unwrap_err(),
+    );
+    refused(ctx.encode(&spec, &no_rows, pads.view(), pos.view(), &pad).unwrap_err());
+    refused(ctx.encode_to_buffer(&spec, &no_rows, pads.view(), pos.view(), &pad).unwrap_err());
+    let out = ctx.encode_to_buffer(&spec, &uploaded, pads.view(), pos.view(), &pad).unwrap();
+    refused(
+        ctx.encode_into_buffer(&spec, &no_rows, pads.view(), pos.view(), &pad, &out).unwrap_err(),
+    );
 }
 
 #[test]
