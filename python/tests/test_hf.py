@@ -195,6 +195,35 @@ def test_bf16_model():
     assert torch.equal(cos32[0], torch.from_numpy(fresh))
 
 
+def _tiny(config_class: str, **kwargs):
+    if not hasattr(transformers, config_class):
+        pytest.skip(f"transformers {transformers.__version__} has no {config_class}")
+    return _model(config_class, **kwargs)
+
+
+def test_mrope_module_refused_by_name():
+    # Qwen3.5's text RoPE is a multimodal one (mrope_section [11, 11, 10] when the config
+    # has none), called with [3, batch, len] position_ids: posenc's (cos, sin) of
+    # [batch, len, dim] served it broke the model's forward with a RuntimeError.
+    model = _tiny("Qwen3_5TextConfig", head_dim=16, linear_key_head_dim=16, linear_value_head_dim=16,
+                  layer_types=["linear_attention", "full_attention"])
+    with pytest.raises(ValueError, match=r"model_type 'qwen3_5_text'.*multimodal RoPE \(mrope_section"):
+        posenc.hf.exact_rotary(model)
+    assert not any(isinstance(m, posenc.hf.ExactRotary) for m in model.modules())
+
+
+def test_layer_types_without_rope():
+    # LFM3's conv layers have no RoPE, and its rotary module serves only the attention
+    # layer types: the others are not asked of posenc (which refused "conv").
+    model = _tiny("Lfm3Config", head_dim=16, layer_types=["conv", "full_attention"])
+    ids = torch.randint(3, TINY["vocab_size"], (1, 12), generator=torch.Generator().manual_seed(7))
+    before = _logits(model, ids)
+    with posenc.hf.exact_rotary(model) as patch:
+        assert list(patch.modules[0].specs) == ["full_attention"]
+        after = _logits(model, ids)
+    assert float((after - before).abs().max()) <= 1e-4 * max(float(before.abs().max()), 1.0)
+
+
 def _causal_lm_types():
     try:
         from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
