@@ -195,6 +195,35 @@ def test_bf16_model():
     assert torch.equal(cos32[0], torch.from_numpy(fresh))
 
 
+def _tiny(config_class: str, **kwargs):
+    if not hasattr(transformers, config_class):
+        pytest.skip(f"transformers {transformers.__version__} has no {config_class}")
+    return _model(config_class, **kwargs)
+
+
+def test_mrope_module_refused_by_name():
+    # Qwen3.5's text RoPE is a multimodal one (mrope_section [11, 11, 10] when the config
+    # has none), called with [3, batch, len] position_ids: posenc's (cos, sin) of
+    # [batch, len, dim] served it broke the model's forward with a RuntimeError.
+    model = _tiny("Qwen3_5TextConfig", head_dim=16, linear_key_head_dim=16, linear_value_head_dim=16,
+                  layer_types=["linear_attention", "full_attention"])
+    with pytest.raises(ValueError, match=r"model_type 'qwen3_5_text'.*multimodal RoPE \(mrope_section"):
+        posenc.hf.exact_rotary(model)
+    assert not any(isinstance(m, posenc.hf.ExactRotary) for m in model.modules())
+
+
+def test_layer_types_without_rope():
+    # LFM3's conv layers have no RoPE, and its rotary module serves only the attention
+    # layer types: the others are not asked of posenc (which refused "conv").
+    model = _tiny("Lfm3Config", head_dim=16, layer_types=["conv", "full_attention"])
+    ids = torch.randint(3, TINY["vocab_size"], (1, 12), generator=torch.Generator().manual_seed(7))
+    before = _logits(model, ids)
+    with posenc.hf.exact_rotary(model) as patch:
+        assert list(patch.modules[0].specs) == ["full_attention"]
+        after = _logits(model, ids)
+    assert float((after - before).abs().max()) <= 1e-4 * max(float(before.abs().max()), 1.0)
+
+
 def _causal_lm_types():
     try:
         from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
@@ -203,14 +232,132 @@ def _causal_lm_types():
     return sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
 
 
+# What a rotary family needs beside TINY to build small and run its own forward: fewer
+# experts, a head_dim that fits hidden_size, MLA ranks (DeepSeek-style attention, with as many
+# KV heads as heads), layer lists of two layers, small vision/audio towers. A type that is not
+# in the installed transformers is never looked up.
+_MLA = dict(num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8,
+            qk_nope_head_dim=8, v_head_dim=16, head_dim=8)
+_ROUTED = dict(n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, n_group=1,
+               topk_group=1)
+_EXPERTS = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                shared_expert_intermediate_size=32)
+_LOCAL = dict(num_local_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
+_INDEX = dict(index_head_dim=16, index_n_heads=2, index_topk=8)
+_LINEAR = dict(head_dim=16, linear_key_head_dim=16, linear_value_head_dim=16,
+               layer_types=["linear_attention", "full_attention"])
+_SLIDING = dict(head_dim=16, sliding_window=32, layer_types=["sliding_attention", "full_attention"])
+_GEMMA4 = dict(_SLIDING, global_head_dim=32, vocab_size_per_layer_input=256,
+               hidden_size_per_layer_input=8)
+_VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+               image_size=32, patch_size=8)
+_QWEN_VISION = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
+                    out_hidden_size=64, patch_size=8)
+_QWEN4_INDEX = dict(indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16, indexer_budget=8,
+                    indexer_compress_ratio=4)
+_BLT = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+_DOTS3 = dict(_MLA, **_ROUTED, **_INDEX, head_dim=16, per_layer_config={},
+              shared_experts_intermediate_size=32)
+OVERRIDES = {
+    "axk1": dict(_MLA, **_ROUTED),
+    "axk2": dict(_MLA, **_ROUTED, **_INDEX),
+    "bailing_hybrid": dict(_MLA, num_experts=4, num_experts_per_token=2, moe_intermediate_size=32,
+                           num_expert_group=1, topk_group=1, linear_head_dim=16,
+                           layer_types=["linear_attention", "full_attention"],
+                           mlp_layer_types=["dense", "sparse"]),
+    "bamba": dict(attn_layer_indices=[1], mamba_n_heads=4, mamba_d_state=8),
+    "blt": dict(patcher_config=_BLT, encoder_config=dict(_BLT, hidden_size_global=64),
+                decoder_config=dict(_BLT, hidden_size_global=64), encoder_hash_byte_group_vocab=64,
+                global_config=dict(_BLT, hidden_size=64, intermediate_size=128, num_attention_heads=4)),
+    "codegen": dict(rotary_dim=8),
+    "cohere_compass_text": dict(layer_types=["full_attention"] * 2, rope_parameters={
+        "full_attention": {"rope_type": "default", "rope_theta": 10000.0}}),
+    "dbrx": dict(d_model=64, n_heads=4, n_layers=2,
+                 attn_config=dict(kv_n_heads=2, rope_theta=10000.0, clip_qkv=8.0),
+                 ffn_config=dict(ffn_hidden_size=32, moe_num_experts=2, moe_top_k=1)),
+    "deepseek_v2": dict(_MLA, **_ROUTED),
+    "deepseek_v3": dict(_MLA, **_ROUTED),
+    "deepseek_v32": dict(_MLA, **_ROUTED, **_INDEX),
+    "deepseek_v4": dict(_ROUTED, **_INDEX, head_dim=16, q_lora_rank=32, o_lora_rank=32,
+                        qk_rope_head_dim=8),
+    "dory": dict(head_dim=16, layer_types=["sliding_attention", "full_attention"],
+                 n_input_layers=1, n_output_layers=1),
+    "dots1": dict(_ROUTED, n_shared_experts=1),
+    "dots3_note": dict(text_config={**TINY, **_DOTS3}, vision_config=dict(
+        _BLT, mlp_layer_types=["dense"], per_layer_config={}, moe_intermediate_size=32,
+        num_local_experts=2, adapter_in_dim=32, adapter_out_dim=64), audio_config=dict(
+        _BLT, downsample_hidden_size=32, adapter_input_size=32, adapter_output_size=64)),
+    "dots3_note_text": _DOTS3,
+    "emu3": dict(text_config=TINY, vq_config=dict(embed_dim=8, codebook_size=16, base_channels=8,
+                                                  channel_multiplier=[1], num_res_blocks=1,
+                                                  attn_resolutions=[])),
+    "gemma3": dict(text_config={**TINY, **_SLIDING}, vision_config=_VISION, mm_tokens_per_image=16),
+    "gemma3n_text": dict(_SLIDING, num_kv_shared_layers=0, vocab_size_per_layer_input=256,
+                         hidden_size_per_layer_input=8, laurel_rank=4),
+    "gemma4": dict(text_config={**TINY, **_GEMMA4}, vision_config=None, audio_config=None),
+    "gemma4_text": _GEMMA4,
+    "gemma4_unified": dict(text_config={**TINY, **_GEMMA4}),
+    "glm4_moe": dict(_ROUTED, head_dim=16),
+    "glm4_moe_lite": dict(_MLA, **_ROUTED),
+    "glm_moe_dsa": dict(_MLA, **_ROUTED, **_INDEX),
+    "gptj": dict(rotary_dim=8),
+    "granitemoehybrid": dict(position_embedding_type="rope", layer_types=["mamba", "attention"]),
+    "helium": dict(head_dim=16),
+    "hunyuan_v1_dense": dict(head_dim=16),
+    "hunyuan_v1_moe": dict(head_dim=16, num_experts=4, moe_topk=2),
+    "hy_v3": dict(_EXPERTS, head_dim=16),
+    "hy_v4": dict(_MLA, **_ROUTED, **_INDEX),
+    "kolibri1": dict(_LOCAL, head_dim=16, shared_expert_intermediate_size=32),
+    "laguna": dict(_EXPERTS, head_dim=16),
+    "lara_mini": dict(_EXPERTS, **_LINEAR),
+    "lfm2_moe": dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                     num_dense_layers=1, layer_types=["conv", "full_attention"]),
+    "lfm3": dict(head_dim=16, layer_types=["conv", "full_attention"]),
+    "llama4": dict(text_config=dict(TINY, head_dim=16, num_local_experts=2, intermediate_size_mlp=128,
+                                    interleave_moe_layer_step=1, no_rope_layers=[1, 1]),
+                   vision_config=dict(_VISION, vision_output_dim=64, projector_input_dim=64,
+                                      projector_output_dim=64)),
+    "longcat_flash": dict(_MLA, n_routed_experts=4, moe_topk=2, zero_expert_num=2,
+                          expert_ffn_hidden_size=32),
+    "mellum": dict(_LOCAL, head_dim=16),
+    "mimo_v2_flash": dict(_ROUTED, head_dim=48, v_head_dim=16),  # rotary 0.334 * 48: 16
+    "minicpm3": _MLA,
+    "ministral": dict(head_dim=16),
+    "mllama": dict(text_config=dict(TINY, cross_attention_layers=[1]), vision_config=dict(
+        _VISION, num_global_layers=1, intermediate_layers_indices=[0], vision_output_dim=64)),
+    "phi4_multimodal": dict(vision_config=dict(_VISION, crop_size=32), audio_config=dict(
+        _BLT, num_blocks=1, ext_pw_out_channel=32, depthwise_separable_out_channel=32,
+        nemo_conv_channels=32)),
+    "qwen2_moe": _EXPERTS,
+    # Two layers of the default pattern are both recurrent (no attention, no RoPE).
+    "recurrent_gemma": dict(block_types=["recurrent", "attention"], lru_width=64,
+                            attention_window_size=32),
+    "qwen3_5": dict(text_config={**TINY, **_LINEAR}, vision_config=_QWEN_VISION),
+    "qwen3_5_moe": dict(text_config={**TINY, **_LINEAR, **_EXPERTS}, vision_config=_QWEN_VISION),
+    "qwen3_5_moe_text": dict(_EXPERTS, **_LINEAR),
+    "qwen3_5_text": _LINEAR,
+    "qwen3_moe": _LOCAL,
+    "qwen3_next": dict(_EXPERTS, **_LINEAR),
+    "qwen4_exp": dict(text_config={**TINY, **_LINEAR, **_EXPERTS, **_QWEN4_INDEX},
+                      vision_config=_QWEN_VISION),
+    "qwen4_exp_text": dict(_EXPERTS, **_LINEAR, **_QWEN4_INDEX),
+    "sarvam_mla": dict(_MLA, **_ROUTED),
+    "sarvam_moe": _ROUTED,
+    "solar_open": dict(_ROUTED, head_dim=16),
+    "youtu": _MLA,
+    "zamba2": dict(layers_block_type=["hybrid", "mamba"], use_mem_rope=True, attention_head_dim=16,
+                   mamba_d_state=8),
+}
+
+
 @pytest.mark.parametrize("model_type", _causal_lm_types())
 def test_every_causal_lm_family_served_or_refused_by_name(model_type):
     """Every causal LM family of the installed transformers that builds small from its
-    config class with TINY's sizes and has a rotary module: posenc.hf either serves it
-    (logits within float32 rounding of the original's) or refuses it with a ValueError
-    naming its model_type. Never another exception, never a silent difference."""
+    config class with TINY's sizes (and its OVERRIDES) and has a rotary module: posenc.hf
+    either serves it (logits within float32 rounding of the original's) or refuses it with
+    a ValueError naming its model_type. Never another exception, never a silent difference."""
     try:
-        config = transformers.AutoConfig.for_model(model_type, **TINY)
+        config = transformers.AutoConfig.for_model(model_type, **{**TINY, **OVERRIDES.get(model_type, {})})
         config._attn_implementation = "eager"
         with torch.device("meta"):
             meta = transformers.AutoModelForCausalLM.from_config(config)

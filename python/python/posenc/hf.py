@@ -120,6 +120,8 @@ class ExactRotary(_torch().nn.Module):
         pos = position_ids
         if pos.dim() == 1:
             pos = pos[None, :]
+        if pos.dim() != 2:
+            raise ValueError(f"posenc.hf: position_ids of shape {tuple(pos.shape)}, not [batch, len]")
         in_table = layer_type in self._tables and (
             pos.numel() == 0 or (int(pos.min()) >= 0 and int(pos.max()) < self.max_positions)
         )
@@ -197,11 +199,26 @@ def _specs_for(module: Any, config: Any, name: str) -> dict:
         pairing = posenc.module_pairing(text)
     except ValueError as e:
         raise _refuse(model_type, name, str(e)) from None
+    section = getattr(module, "mrope_section", None)
+    if section:
+        # The model calls it with per-axis position_ids ([3, batch, len]: temporal, height,
+        # width), whose sections it interleaves; posenc's (cos, sin) is one RoPE of one
+        # position per token. mrope_section in a config is refused as well.
+        raise _refuse(
+            model_type, name,
+            f"its rotary module is a multimodal RoPE (mrope_section {section}), called with "
+            f"per-axis position_ids: not a rotation posenc computes",
+        )
     layer_types = [None]
     if _takes_layer_type(module):
         declared = getattr(config, "layer_types", None)
         if declared:
-            layer_types = sorted(set(declared))
+            layer_types = set(declared)
+            # Layer types without a RoPE (LFM3's conv layers) are not the module's.
+            served = getattr(module, "layer_types", None)
+            if isinstance(served, (list, tuple)) and layer_types & set(served):
+                layer_types &= set(served)
+            layer_types = sorted(layer_types)
     specs = {}
     for layer_type in layer_types:
         try:
