@@ -794,7 +794,24 @@ fn run_step<T: Element>(
     let want_out = encoded_bytes(&want);
     let n =
         differing(&got_qk[..q_bytes], &q_cpu) + differing(&got_qk[k_at..k_at + k_bytes], &k_cpu);
-    report.agree = Some(got_out[..out_bytes] == *want_out && n == 0);
+    // The same encode prepared as an engine that knows its context length prepares it
+    // (`max_positions`): every PE row from the cache, no PE code, one dispatch per window.
+    let bounded_desc = EncodePassDescriptor {
+        max_positions: Some(gpu::DEFAULT_CACHED_POSITIONS),
+        ..encode_desc.clone()
+    };
+    let bounded = ctx.encode_pass(&pe_spec, &uploaded, &bounded_desc)?;
+    let bounded_out = storage_init(ctx, "posenc.bench.bounded_out", &vec![0u8; vec4s(out_bytes)]);
+    let bounded_s = bounded_out.slice(..);
+    let mut encoder = ctx.device().create_command_encoder(&Default::default());
+    {
+        let mut cpass = encoder.begin_compute_pass(&Default::default());
+        bounded.record_in(&mut cpass, ids_s, starts_s, bounded_s)?;
+    }
+    ctx.queue().submit([encoder.finish()]);
+    let got_bounded = ctx.read_buffer(&bounded_out)?;
+    report.agree =
+        Some(got_out[..out_bytes] == *want_out && got_bounded[..out_bytes] == *want_out && n == 0);
     report.differing = Some(n);
     // The host-array encode of the same tokens beside the recorded step (one submission,
     // device time), against the same run's copy ceiling.
@@ -817,6 +834,12 @@ fn run_step<T: Element>(
         |cpass: &mut wgpu::ComputePass<'_>| encode.record_in(cpass, ids_s, starts_s, out_s);
     let mut rope_alone =
         |cpass: &mut wgpu::ComputePass<'_>| rope.record_qk_in(cpass, qs, ks, starts_s);
+    let mut bounded_alone =
+        |cpass: &mut wgpu::ComputePass<'_>| bounded.record_in(cpass, ids_s, starts_s, bounded_s);
+    let mut bounded_step = |cpass: &mut wgpu::ComputePass<'_>| {
+        bounded.record_in(cpass, ids_s, starts_s, bounded_s)?;
+        rope.record_qk_in(cpass, qs, ks, starts_s)
+    };
     let mut parts = [
         steps::Part {
             name: "gpu_step_encode_steps",
@@ -824,6 +847,16 @@ fn run_step<T: Element>(
             record: &mut encode_alone,
         },
         steps::Part { name: "gpu_step_rope_steps", bytes: rope_bytes, record: &mut rope_alone },
+        steps::Part {
+            name: "gpu_step_encode_bounded_steps",
+            bytes: encode_bytes,
+            record: &mut bounded_alone,
+        },
+        steps::Part {
+            name: "gpu_decode_step_bounded_steps",
+            bytes: op_bytes,
+            record: &mut bounded_step,
+        },
     ];
     let (mut items, best, figures) = gpu_items(
         ctx,

@@ -327,8 +327,10 @@ impl Report {
 /// items the steps and the multiple of the dispatch floor; then the copy method of the GPU
 /// ceilings, if any.
 pub(super) fn items_table(items: &[Item], ceiling_method: Option<&str>) -> String {
+    // As wide as the longest name (the decode step's bounded parts run past 22).
+    let w = items.iter().map(|i| i.name.len()).max().unwrap_or(0).max(22);
     let mut out = format!(
-        "{:<22} {:>10} {:>10} {:>10} {:>9} {:>9} {:>8}  {}\n",
+        "{:<w$} {:>10} {:>10} {:>10} {:>9} {:>9} {:>8}  {}\n",
         "item", "median ms", "min ms", "max ms", "GB/s", "% ceiling", "x floor", "ceiling"
     );
     for i in items {
@@ -336,7 +338,7 @@ pub(super) fn items_table(items: &[Item], ceiling_method: Option<&str>) -> Strin
         let floor = i.per_floor.map_or(String::new(), |f| format!("{f:.2}"));
         let steps = i.steps.map_or(String::new(), |k| format!(" ({k} steps in one pass)"));
         let line = format!(
-            "{:<22} {:>10} {:>10} {:>10} {:>9.2} {:>8.1}% {:>8}  {ceiling}{steps}",
+            "{:<w$} {:>10} {:>10} {:>10} {:>9.2} {:>8.1}% {:>8}  {ceiling}{steps}",
             i.name,
             millis(i.median_s),
             millis(i.min_s),

@@ -445,9 +445,13 @@ impl<'a> Bench<'a> {
         let search = steps::search_copy(ctx, copy_bytes, steps::SEARCH_REPEATS)?;
         let best = steps::best_shader(&search);
         let mut items = on_gpu.round_items(best, copy_bytes, &mut streamed, progress)?;
-        items.extend(on_gpu.recorded_items(best, copy_bytes, progress)?);
-        let recorded = ctx.read_buffer(&on_gpu.out)?;
-        let agree = agree && self.cpu_out.agrees(&recorded[..self.out_bytes as usize]);
+        let (recorded_items, bounded_out) = on_gpu.recorded_items(best, copy_bytes, progress)?;
+        items.extend(recorded_items);
+        let mut agree = agree;
+        for out in std::iter::once(&on_gpu.out).chain(&bounded_out) {
+            let recorded = ctx.read_buffer(out)?;
+            agree = agree && self.cpu_out.agrees(&recorded[..self.out_bytes as usize]);
+        }
         Ok(GpuFindings {
             adapter,
             agree,
@@ -659,13 +663,16 @@ impl<'a> OnGpu<'a> {
     /// The recorded pass, as an engine runs it: K steps in one compute pass
     /// (`gpu_encode_steps`), against as many of `best`'s copies of `copy_bytes`
     /// (`gpu_copy_steps`) and trivial dispatches (`gpu_dispatch_floor`) recorded the same
-    /// way. Its result is left in `out`.
+    /// way. Its result is left in `out`. Beside it the same pass bounded by the batch's
+    /// positions (`max_positions`: every PE row from the cache, no PE code), where the
+    /// cache holds them (`gpu_encode_bounded_steps`), its result left in the buffer
+    /// returned.
     fn recorded_items(
         &self,
         best: gpu::CopyMethod,
         copy_bytes: u64,
         progress: &mut dyn FnMut(&str),
-    ) -> Result<Vec<Item>> {
+    ) -> Result<(Vec<Item>, Option<wgpu::Buffer>)> {
         let (ctx, bench) = (self.ctx, self.bench);
         progress("steps: the recorded encode");
         let desc = gpu::EncodePassDescriptor {
@@ -685,8 +692,35 @@ impl<'a> OnGpu<'a> {
         };
         let (ids, pos) = (&bench.inputs.ids, &bench.inputs.pos);
         let (ids_buf, pos_buf) = (words("posenc.bench.ids", ids), words("posenc.bench.pos", pos));
+        // A bound the PE cache cannot hold leaves the bounded item out.
+        let bound = pos.iter().max().map_or(1, |&p| p.saturating_add(1));
+        let bounded_desc = gpu::EncodePassDescriptor { max_positions: Some(bound), ..desc };
+        let bounded = match ctx.encode_pass(bench.spec, &self.table, &bounded_desc) {
+            Ok(pass) => Some(pass),
+            Err(Error::Limit { .. }) => None,
+            Err(e) => return Err(e),
+        };
+        let bounded_out = bounded.as_ref().map(|_| {
+            ctx.device().create_buffer(&wgpu::BufferDescriptor {
+                label: Some("posenc.bench.bounded_out"),
+                size: self.out.size(),
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            })
+        });
+        let mut record_bounded = |p: &mut wgpu::ComputePass<'_>| match (&bounded, &bounded_out) {
+            (Some(pass), Some(out)) => {
+                pass.record_in(p, ids_buf.slice(..), pos_buf.slice(..), out.slice(..))
+            }
+            _ => Ok(()),
+        };
+        let mut parts = [steps::Part {
+            name: "gpu_encode_bounded_steps",
+            bytes: bench.encode_bytes,
+            record: &mut record_bounded,
+        }];
         let k = steps::steps_for(bench.encode_bytes, bench.config.steps);
-        steps::steps_items(
+        let items = steps::steps_items(
             ctx,
             "gpu_encode_steps",
             bench.encode_bytes,
@@ -695,8 +729,9 @@ impl<'a> OnGpu<'a> {
             k,
             bench.config.repeats,
             &mut |p| pass.record_in(p, ids_buf.slice(..), pos_buf.slice(..), self.out.slice(..)),
-            &mut [],
-        )
+            if bounded.is_some() { &mut parts } else { &mut [] },
+        )?;
+        Ok((items, bounded_out))
     }
 }
 

@@ -861,11 +861,14 @@ fn rotary_dim(
             if default_type && reads.is_none() && f != 1.0 {
                 let whole = head_dim;
                 let part = (head_dim as f64 * f).trunc() as u64;
-                // 4.x's product rounded down to a rotary dim posenc takes (even, at least
-                // 2), if it has one.
-                let choose = match part & !1 {
-                    0 => format!("--rotary-dim {whole}"),
-                    even => format!("--rotary-dim {whole} or --rotary-dim {even}"),
+                // 4.x's product, if it is a rotary dim posenc takes (even, at least 2): an
+                // odd one built its frequencies over an odd width, which no even rotary dim
+                // reproduces.
+                let choose = match part {
+                    p if p >= 2 && p % 2 == 0 => {
+                        format!("--rotary-dim {whole} or --rotary-dim {p}")
+                    }
+                    _ => format!("--rotary-dim {whole} (4.x's {part} is no even rotary dim)"),
                 };
                 return Err(invalid(
                     key,

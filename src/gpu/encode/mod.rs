@@ -1425,18 +1425,18 @@ impl ChunkPlan {
         // Each chunk's output, f32 rows (PE rows per call, the narrow pass's input) and
         // token records fit one binding, and its grid's y and z dimensions cover it; the
         // error names whichever of them leaves no room for one token.
+        // Each need: (tokens that fit, what, bytes fixed, bytes per token).
         let record = self.token_bytes(1) - self.token_bytes(0);
+        let records_fit = max_binding.saturating_sub(self.token_bytes(0)) / record;
         let mut needs = vec![
-            (max_binding / out_row.max(1), "one row of output", out_row),
-            (max_binding.saturating_sub(self.token_bytes(0)) / record, "one token's records", {
-                self.token_bytes(1)
-            }),
+            (max_binding / out_row.max(1), "one row of output", 0, out_row),
+            (records_fit, "one token's records", self.token_bytes(0), record),
         ];
         if self.per_call_pe || self.odd16 {
             let what = if self.per_call_pe { "one row of PE" } else { "one f32 row" };
-            needs.push((max_binding / (self.dim * 4).max(1), what, self.dim * 4));
+            needs.push((max_binding / (self.dim * 4).max(1), what, 0, self.dim * 4));
         }
-        let (fit, mut what, mut requested) =
+        let (fit, mut what, mut fixed_bytes, mut token_bytes) =
             needs.into_iter().min_by_key(|&(fit, ..)| fit).expect("three needs at most");
         let mut fit = fit.min(u64::from(max_groups).pow(2));
         let mut limit_name = "max storage binding size";
@@ -1462,17 +1462,18 @@ impl ChunkPlan {
             if budget_fit < fit {
                 fit = budget_fit;
                 what = "one token's scratch";
-                requested = fixed + per_token;
+                (fixed_bytes, token_bytes) = (fixed, per_token);
                 limit_name = "GPU memory budget left after tables and cached PE rows (bytes)";
                 limit = left;
             }
         }
         let mut fit = usize::try_from(fit).unwrap_or(usize::MAX).min(n_tokens);
+        let mut requested = fixed_bytes + token_bytes;
         if self.odd16 && fit < n_tokens {
             fit &= !1;
             if fit == 0 {
                 what = "two tokens' buffers (16-bit output of an odd dim is chunked in pairs)";
-                requested *= 2;
+                requested = fixed_bytes + 2 * token_bytes;
             }
         }
         if fit == 0 {

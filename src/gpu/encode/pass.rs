@@ -17,7 +17,7 @@ use crate::shaders::{
     EncodePassX4, FLAG_F32, FLAG_FIRST_WINDOW, FLAG_LEARNED, FLAG_OFFSETS, FLAG_PAD_ID,
     FLAG_PADDING, FLAG_SCALE, FLAG_ZERO_COL, MAX_TABLE_SLOTS, WORKGROUP_SIZE,
 };
-use crate::spec::Frequencies;
+use crate::spec::{Frequencies, PeSpec};
 
 /// Mirror of `Params` in `shaders/encode_pass.wgsl`.
 #[repr(C)]
@@ -102,6 +102,17 @@ pub struct EncodePassDescriptor {
     /// it is dropped) and read; other positions' rows are computed in the kernel, bit for
     /// bit the same. 0 computes every row.
     pub cached_positions: u32,
+    /// `Some(n)`: every position is below `n` (the model's context length), so the PE rows
+    /// of `0..n` are cached and the kernels carry no PE computation of their own: one
+    /// dispatch per step (per window of table chunks) where adapters that run shaders on
+    /// CPU cores take three, and a kernel without the exact phase's arithmetic on GPUs. A
+    /// position at or above `n` is written as a zero row and counted in
+    /// [`Faults::bad_positions`], as a learned table's position without a row is; pad
+    /// tokens are zero rows anyway. `cached_positions` is then unused; with a learned
+    /// position table, its rows past `n` are not read either. `None` (the default) serves
+    /// every u32 position ([`Error::InvalidParameter`] for `Some(0)`, [`Error::Limit`] if
+    /// `n` rows do not fit the context's PE cache).
+    pub max_positions: Option<u32>,
 }
 
 impl Default for EncodePassDescriptor {
@@ -112,6 +123,7 @@ impl Default for EncodePassDescriptor {
             positions: Positions::PerToken,
             options: EncodeOptions::default(),
             cached_positions: DEFAULT_CACHED_POSITIONS,
+            max_positions: None,
         }
     }
 }
@@ -383,10 +395,18 @@ impl Context {
         table: &GpuTable,
         desc: &EncodePassDescriptor,
     ) -> Result<EncodePass> {
+        if desc.max_positions == Some(0) {
+            return Err(Error::InvalidParameter {
+                field: "max_positions",
+                value: "0".into(),
+                allowed: "at least 1: positions 0..max_positions have PE rows (None serves \
+                          every position)",
+            });
+        }
         let shape = self.pass_shape(op, pe, table, desc)?;
         let scale = desc.options.scale.factor(shape.dim)?;
         let (flags, spec_flags) = pass_flags(pe, desc, scale);
-        let (split, x4) = self.pass_unit_kernel(pe, table, &shape);
+        let (split, x4) = self.pass_unit_kernel(pe, table, desc, &shape);
         let state = self.pass_state(op, pe, desc, &shape)?;
         let (state_buffer, no_cache, work) =
             self.pass_buffers(op, &state, split, x4.is_some(), shape.part_tokens)?;
@@ -520,6 +540,7 @@ impl Context {
         &self,
         pe: PositionSource<'_>,
         table: &GpuTable,
+        desc: &EncodePassDescriptor,
         shape: &PassShape,
     ) -> (bool, Option<UnitKernel>) {
         let PassShape { dim, out_dtype, part_tokens, slots, n_chunks, compact, .. } = *shape;
@@ -533,7 +554,10 @@ impl Context {
         // not aligned to its words, the general one (compiled when first bound).
         // Adapters that run shaders on CPU cores split the unit kernel in two stages (see
         // shaders/encode_pass_x4.wgsl), which takes indirect dispatches.
-        let split = matches!(pe, PositionSource::Sinusoid(_))
+        // A pass bounded by `max_positions` reads every PE row from the cache, as a learned
+        // table's does: one stage, no PE code.
+        let cached_only = matches!(pe, PositionSource::Learned(_)) || desc.max_positions.is_some();
+        let split = !cached_only
             && !self.coalesced
             && self
                 .adapter
@@ -542,8 +566,8 @@ impl Context {
                 .contains(wgpu::DownlevelFlags::INDIRECT_EXECUTION);
         let x4 = dim.is_multiple_of(4).then(|| {
             let (units, workgroup) = EncodePassX4::shape(row_units, self.coalesced, self.units);
-            // A learned table has no PE to compute: the cached tokens' stage alone.
-            let stage = if split || matches!(pe, PositionSource::Learned(_)) { 1 } else { 0 };
+            // Rows all cached have no PE to compute: the cached tokens' stage alone.
+            let stage = if split || cached_only { 1 } else { 0 };
             let v = EncodePassX4 {
                 table: table.dtype,
                 out: out_dtype,
@@ -565,6 +589,22 @@ impl Context {
         (split, x4)
     }
 
+    /// The cached PE rows of positions `0..n` a pass bounded by `max_positions: Some(n)`
+    /// reads, all of them: refused if the cache cannot hold them.
+    fn bounded_pe_rows(&self, op: &'static str, spec: &PeSpec, n: u32) -> Result<PeCache> {
+        let row_bytes = u64::from(spec.dim()) * 4;
+        let limit = self.pe_cache_cap(spec) * row_bytes;
+        let refused = || Error::Limit {
+            op,
+            what: "bytes of the PE rows of positions 0..max_positions",
+            requested: u64::from(n) * row_bytes,
+            limit_name: "the PE cache's room (pe_cache_budget, one storage binding, a quarter \
+                         of a memory budget), less what the budget holds",
+            limit,
+        };
+        self.cached_pe_rows(spec, u64::from(n), None).ok_or_else(refused)
+    }
+
     /// What the state buffer holds (fault counters, frequency words and, in the compact
     /// layout or for an arena's record, room for a step's ids and positions) and the PE
     /// rows the kernels read.
@@ -583,9 +623,12 @@ impl Context {
                 // position uncached, each step computing every PE row (a B = 8 step on
                 // lavapipe, 2026-11-26: 1.09 ms at D = 4608 against 0.21 at 4096; 0.24
                 // with this).
-                let cache = match desc.cached_positions {
-                    0 => None,
-                    n => self.cached_pe_rows(spec, u64::from(n).min(self.pe_cache_cap(spec)), None),
+                let cache = match (desc.max_positions, desc.cached_positions) {
+                    (Some(n), _) => Some(self.bounded_pe_rows(op, spec, n)?),
+                    (None, 0) => None,
+                    (None, n) => {
+                        self.cached_pe_rows(spec, u64::from(n).min(self.pe_cache_cap(spec)), None)
+                    }
                 };
                 (flat_steps(spec), cache, None)
             }
@@ -711,7 +754,10 @@ fn pass_flags(
         if spec.columns().zero_col.is_some() {
             spec_flags |= FLAG_ZERO_COL;
         }
-    } else {
+    }
+    // A learned table, or PE rows bounded by `max_positions`: a position without a row is
+    // a fault, never computed.
+    if matches!(pe, PositionSource::Learned(_)) || desc.max_positions.is_some() {
         flags |= FLAG_LEARNED;
     }
     if scale.is_some() {
@@ -759,8 +805,9 @@ fn pass_params(
         rows_per_chunk: table.rows_per_chunk,
         seq_len: desc.len.max(1) as u32,
         cached_rows: match (cache, learned) {
-            (Some(c), _) => c.rows,
-            (None, Some((_, rows))) => *rows,
+            // The cache may hold more rows than the bound; positions past it are faults.
+            (Some(c), _) => desc.max_positions.map_or(c.rows, |n| n.min(c.rows)),
+            (None, Some((_, rows))) => desc.max_positions.map_or(*rows, |n| n.min(*rows)),
             (None, None) => 0,
         },
         pad_id: desc.options.pad_id.unwrap_or(0),

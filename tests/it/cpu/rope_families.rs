@@ -483,6 +483,10 @@ fn other_families_refuse_partial_rotary_factor_with_a_default_rope() {
         let tiny = head128(model_type, r#", "partial_rotary_factor": 1e-300"#);
         let msg = refused(&tiny, None, "partial_rotary_factor");
         assert!(msg.contains("--rotary-dim 128 (") && !msg.contains("--rotary-dim 0"), "{msg}");
+        // Nor for an odd product (4.x: 39 dims, frequencies over an odd width).
+        let odd = head128(model_type, r#", "partial_rotary_factor": 0.3046875"#);
+        let msg = refused(&odd, None, "partial_rotary_factor");
+        assert!(msg.contains("4.x's 39 is no even") && !msg.contains("dim 38"), "{msg}");
         let nested = head128(model_type, "").replace(
             r#""rope_theta": 10000.0"#,
             r#""rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,

@@ -187,6 +187,7 @@ fn recorded_encodes_equal_the_cpu(base: &Context, seed: u64, cases: usize) {
             positions: if per_sequence { Positions::PerSequence } else { Positions::PerToken },
             options,
             cached_positions,
+            max_positions: None,
         };
         let pass = ctx.encode_pass(&spec, &table, &desc).unwrap();
         let pos_words: Vec<u32> =
@@ -1129,6 +1130,105 @@ fn learned_positions_without_a_row_give_zero_rows_and_count_as_faults() {
             assert_eq!(faults.largest_bad_position, Some(u32::MAX), "{what}");
         }
     }
+}
+
+/// A pass bounded by `max_positions` reads every PE row from the cache: the CPU's bits
+/// below the bound, in both access patterns, whole units and odd dims, f32 and 16-bit
+/// outputs, per-token and per-sequence positions, over a chunked table; a position at or
+/// above it a zero row counted as a fault (pad tokens aside); one dispatch per step where
+/// the adjacent pattern records three; the bound's own refusals.
+#[test]
+fn passes_bounded_by_max_positions_read_cached_rows_and_fault_past_them() {
+    let Some(base) = gpu() else { return };
+    let mut rng = Rng::new(9);
+    let vocab = 40usize;
+    for dim in [16usize, 10] {
+        let spec = PeSpec::new(dim as u32).unwrap();
+        let tables = Tables::new(&mut rng, vocab, dim);
+        for patterned in &both_patterns(base) {
+            let chunked = patterned.with_max_binding_size((10 * dim * 4) as u64);
+            // The chunked context's PE cache is one 640-byte binding too: 10 rows.
+            for (ctx, out_dtype, n) in [(patterned, Dtype::F32, 100), (&chunked, Dtype::Bf16, 8)] {
+                let table = ctx.upload_table(tables.view(Dtype::F32)).unwrap();
+                let options = EncodeOptions { pad_id: Some(7), out_dtype, ..Default::default() };
+                let bounded = |positions| EncodePassDescriptor {
+                    batch: 2,
+                    len: 3,
+                    positions,
+                    options,
+                    max_positions: Some(n),
+                    ..Default::default()
+                };
+                let what = format!("dim {dim} {:?} {out_dtype:?}", ctx.access_pattern());
+                let pass = ctx.encode_pass(&spec, &table, &bounded(Positions::PerToken)).unwrap();
+                if dim % 4 == 0 {
+                    // One per window, where a split pass records a scan and two per window.
+                    let unbounded = EncodePassDescriptor {
+                        max_positions: None,
+                        ..bounded(Positions::PerToken)
+                    };
+                    let (w, u) = (
+                        pass.dispatches(),
+                        ctx.encode_pass(&spec, &table, &unbounded).unwrap().dispatches(),
+                    );
+                    assert!(u == w || u == 1 + 2 * w, "{what}: {w} and {u} dispatches");
+                }
+                let ids = [3u32, 35, 7, 12, 7, 0];
+                let positions = [0u32, n - 1, n, n, u32::MAX, 5];
+                let got = run_step(ctx, &pass, &ids, &positions, [1, 2, 3]);
+                // The CPU's bits with the faulty positions moved inside the bound, then
+                // their rows zeroed.
+                let inside: Vec<u32> = positions.iter().map(|&p| p.min(n - 1)).collect();
+                let want = cpu::encode(
+                    &spec,
+                    tables.view(Dtype::F32),
+                    ArrayView2::from_shape((2, 3), &ids).unwrap(),
+                    ArrayView2::from_shape((2, 3), &inside).unwrap(),
+                    &options,
+                )
+                .unwrap();
+                let mut want = cpu_bytes(&want);
+                let row = dim * out_dtype.size();
+                for (t, &p) in positions.iter().enumerate() {
+                    if p >= n {
+                        want[t * row..(t + 1) * row].fill(0);
+                    }
+                }
+                assert_same(&what, &got, &want);
+                // Token 2 is a pad past the bound (not counted), 3 a fault at n.
+                let faults = pass.read_faults().unwrap();
+                assert_eq!((faults.bad_ids, faults.bad_positions), (0, 1), "{what}");
+                assert_eq!(faults.largest_bad_position, Some(n), "{what}");
+
+                // Per sequence: starts n - 2 and 1, so sequence 0 runs to n.
+                let pass =
+                    ctx.encode_pass(&spec, &table, &bounded(Positions::PerSequence)).unwrap();
+                let got = run_step(ctx, &pass, &[1, 2, 3, 4, 5, 6], &[n - 2, 1], [0, 0, 0]);
+                let starts = expand(&[n - 2, 1], 3).mapv(|p| p.min(n - 1));
+                let ids = Array2::from_shape_vec((2, 3), vec![1u32, 2, 3, 4, 5, 6]).unwrap();
+                let want = cpu::encode(
+                    &spec,
+                    tables.view(Dtype::F32),
+                    ids.view(),
+                    starts.view(),
+                    &options,
+                )
+                .unwrap();
+                let mut want = cpu_bytes(&want);
+                want[2 * row..3 * row].fill(0);
+                assert_same(&format!("{what} per sequence"), &got, &want);
+            }
+        }
+    }
+    let table = base.upload_table(Tables::new(&mut rng, 4, 8).view(Dtype::F32)).unwrap();
+    let spec = PeSpec::new(8).unwrap();
+    let desc = |n| EncodePassDescriptor { max_positions: Some(n), ..Default::default() };
+    let zero = base.encode_pass(&spec, &table, &desc(0)).unwrap_err();
+    assert!(matches!(zero, posenc::Error::InvalidParameter { field: "max_positions", .. }));
+    // 2^20 rows of 32 bytes past a cache of one 1 MiB binding.
+    let small = base.with_max_binding_size(1 << 20);
+    let past = small.encode_pass(&spec, &table, &desc(1 << 20)).unwrap_err();
+    assert!(matches!(past, posenc::Error::Limit { requested: 33_554_432, .. }), "{past}");
 }
 
 /// A step whose output is larger than one storage binding is recorded in parts, each bound

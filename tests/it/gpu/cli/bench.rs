@@ -49,11 +49,14 @@ fn check_ceilings(report: &Value) {
             | "gpu_encode_mapped" => "gpu_copy_ceiling_call",
             "gpu_copy_driver" | "gpu_rope" | "gpu_alibi" | "gpu_decode_step" => "gpu_copy_ceiling",
             "gpu_encode_steps"
+            | "gpu_encode_bounded_steps"
             | "gpu_rope_steps"
             | "gpu_alibi_steps"
             | "gpu_decode_step_steps"
             | "gpu_step_encode_steps"
-            | "gpu_step_rope_steps" => "gpu_copy_steps",
+            | "gpu_step_rope_steps"
+            | "gpu_step_encode_bounded_steps"
+            | "gpu_decode_step_bounded_steps" => "gpu_copy_steps",
             "cpu_rope" | "cpu_alibi" => "cpu_copy_ceiling",
             "cpu_load" => "cpu_read_ceiling",
             ceiling => ceiling,
@@ -156,7 +159,12 @@ fn an_operation_preset_takes_a_type_and_refuses_shape_flags() {
         assert_ok(&out, "a bf16 llama2-13b-step");
         let report = json(&out);
         assert_eq!(report["agree"], true, "{report}");
-        for part in ["gpu_step_encode_steps", "gpu_step_rope_steps"] {
+        for part in [
+            "gpu_step_encode_steps",
+            "gpu_step_rope_steps",
+            "gpu_step_encode_bounded_steps",
+            "gpu_decode_step_bounded_steps",
+        ] {
             assert_eq!(item(&report, part)["steps"], 2, "{report}");
         }
         check_ceilings(&report);
