@@ -200,6 +200,24 @@ impl PeOptions<'_> {
     /// index while the variant is its own) where an option is absent. A model's frequencies
     /// from a file are read once the count is known.
     pub fn spec(&self, dim: u32, config: Option<&PeSpec>) -> Result<PeSpec> {
+        // What the command line's flags refuse together (clap's conflicts), refused here
+        // for the callers without clap: one of each pair would go unused without a word.
+        let timescales = self.min_timescale.is_some() || self.max_timescale.is_some();
+        if self.inv_freq.is_some() && (self.base.is_some() || timescales) {
+            return Err(Error::InvalidParameter {
+                field: "inv_freq",
+                value: "given beside base, min_timescale or max_timescale".into(),
+                allowed: "inv_freq alone: a model's own frequencies replace the base and the \
+                          timescales",
+            });
+        }
+        if self.base.is_some() && self.max_timescale.is_some() {
+            return Err(Error::InvalidParameter {
+                field: "max_timescale",
+                value: "given beside base".into(),
+                allowed: "one of them: tensor2tensor's max_timescale is its base",
+            });
+        }
         let variant = self.variant(config);
         let mut spec = PeSpec::for_variant(variant, dim)?;
         if let Some(c) = config.filter(|c| c.variant() == variant) {
@@ -426,9 +444,11 @@ pub fn with_origin(e: Error, origin: &str, head_dim: u32, rotary_dim: u32) -> Er
             value: format!("{rotary_dim} (head_dim {head_dim}, {origin})"),
             allowed,
         },
-        Error::InvalidParameter { field, allowed, .. } => {
-            Error::InvalidParameter { field, value: format!("{head_dim} ({origin})"), allowed }
-        }
+        Error::InvalidParameter { field: "head_dim", allowed, .. } => Error::InvalidParameter {
+            field: "head_dim",
+            value: format!("{head_dim} ({origin})"),
+            allowed,
+        },
         other => other,
     }
 }

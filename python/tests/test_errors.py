@@ -260,3 +260,14 @@ def test_auto_computes_small_host_results_on_the_cpu_without_a_gpu(cli):
                          cwd="/", timeout=120)
     assert bad.returncode != 0
     assert "POSENC_AUTO" in bad.stderr and "cost or gpu" in bad.stderr, bad.stderr
+
+
+def test_options_the_flags_refuse_together():
+    # The command line refuses these pairs in its flags' parser; the package, which has no
+    # such parser, refuses them too rather than leave one of each silently unused.
+    inv_freq = np.array([1.0, 0.1, 0.01, 0.001])
+    with pytest.raises(ValueError, match="beside base"):
+        posenc.table(8, inv_freq=inv_freq, base=100.0, device="cpu")
+    with pytest.raises(ValueError, match="max_timescale: given beside base"):
+        posenc.table(8, variant="tensor2tensor", base=100.0, max_timescale=5000.0, device="cpu")
+    assert posenc.table(8, inv_freq=inv_freq, device="cpu").shape == (8, 8)

@@ -969,10 +969,61 @@ impl Context {
         // rows go first, so old and new never count against a budget together.
         *slot = None;
         let rows = needed.next_power_of_two().min(cap_rows) as u32;
-        let positions: Vec<u32> = (0..rows).collect();
         // A budget too tight for the cache sends the caller to per-call rows.
+        let cache = self.fill_pe_cache(spec, rows, timer).ok()?;
+        *slot = Some(cache.clone());
+        Some(cache)
+    }
+
+    /// The cached PE rows of exactly positions `0..rows` (the cache's own, if it holds
+    /// them), for a pass that reads no others: not rounded up as [`Context::cached_pe_rows`]
+    /// grows, and what keeps them from being made is returned.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] for rows past the cache's room, or a memory budget's; what wgpu
+    /// reports.
+    pub(super) fn exact_pe_rows(
+        &self,
+        op: &'static str,
+        spec: &PeSpec,
+        rows: u32,
+    ) -> Result<PeCache> {
+        let row_bytes = u64::from(spec.dim()) * 4;
+        let cap_rows = self.pe_cache_cap(spec);
+        if u64::from(rows) > cap_rows {
+            return Err(Error::Limit {
+                op,
+                what: "bytes of the PE rows of positions 0..max_positions",
+                requested: u64::from(rows) * row_bytes,
+                limit_name: "the PE cache's room (pe_cache_budget, one storage binding, a \
+                             quarter of a memory budget)",
+                limit: cap_rows * row_bytes,
+            });
+        }
+        let mut slot = self.pe_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(cache) = slot.as_ref()
+            && cache.spec == *spec
+            && cache.rows >= rows
+        {
+            return Ok(cache.clone());
+        }
+        *slot = None;
+        let cache = self.fill_pe_cache(spec, rows, None)?;
+        *slot = Some(cache.clone());
+        Ok(cache)
+    }
+
+    /// Computes PE rows `0..rows` of `spec` into a new cache buffer (submitted, not
+    /// waited for).
+    fn fill_pe_cache(
+        &self,
+        spec: &PeSpec,
+        rows: u32,
+        timer: Option<&SpanTimer>,
+    ) -> Result<PeCache> {
+        let positions: Vec<u32> = (0..rows).collect();
         let buffers =
-            TableBuffers::new(self, rows as usize, spec.dim() as usize, &flat_steps(spec)).ok()?;
+            TableBuffers::new(self, rows as usize, spec.dim() as usize, &flat_steps(spec))?;
         let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
             label: Some("posenc.encode.pe_cache"),
         });
@@ -981,9 +1032,7 @@ impl Context {
         }
         self.record_table(spec, &buffers, &positions, &mut encoder);
         self.queue.submit([encoder.finish()]);
-        let cache = PeCache { spec: spec.clone(), rows, buffer: buffers.out().clone() };
-        *slot = Some(cache.clone());
-        Some(cache)
+        Ok(PeCache { spec: spec.clone(), rows, buffer: buffers.out().clone() })
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -17,7 +17,7 @@ use crate::shaders::{
     EncodePassX4, FLAG_F32, FLAG_FIRST_WINDOW, FLAG_LEARNED, FLAG_OFFSETS, FLAG_PAD_ID,
     FLAG_PADDING, FLAG_SCALE, FLAG_ZERO_COL, MAX_TABLE_SLOTS, WORKGROUP_SIZE,
 };
-use crate::spec::{Frequencies, PeSpec};
+use crate::spec::Frequencies;
 
 /// Mirror of `Params` in `shaders/encode_pass.wgsl`.
 #[repr(C)]
@@ -589,22 +589,6 @@ impl Context {
         (split, x4)
     }
 
-    /// The cached PE rows of positions `0..n` a pass bounded by `max_positions: Some(n)`
-    /// reads, all of them: refused if the cache cannot hold them.
-    fn bounded_pe_rows(&self, op: &'static str, spec: &PeSpec, n: u32) -> Result<PeCache> {
-        let row_bytes = u64::from(spec.dim()) * 4;
-        let limit = self.pe_cache_cap(spec) * row_bytes;
-        let refused = || Error::Limit {
-            op,
-            what: "bytes of the PE rows of positions 0..max_positions",
-            requested: u64::from(n) * row_bytes,
-            limit_name: "the PE cache's room (pe_cache_budget, one storage binding, a quarter \
-                         of a memory budget), less what the budget holds",
-            limit,
-        };
-        self.cached_pe_rows(spec, u64::from(n), None).ok_or_else(refused)
-    }
-
     /// What the state buffer holds (fault counters, frequency words and, in the compact
     /// layout or for an arena's record, room for a step's ids and positions) and the PE
     /// rows the kernels read.
@@ -624,7 +608,8 @@ impl Context {
                 // lavapipe, 2026-11-26: 1.09 ms at D = 4608 against 0.21 at 4096; 0.24
                 // with this).
                 let cache = match (desc.max_positions, desc.cached_positions) {
-                    (Some(n), _) => Some(self.bounded_pe_rows(op, spec, n)?),
+                    // Every row the pass reads, exactly: a bound is not a cache to grow.
+                    (Some(n), _) => Some(self.exact_pe_rows(op, spec, n)?),
                     (None, 0) => None,
                     (None, n) => {
                         self.cached_pe_rows(spec, u64::from(n).min(self.pe_cache_cap(spec)), None)

@@ -3,6 +3,7 @@
 mod alibi;
 mod bad_input;
 mod cli;
+mod commands;
 mod encode;
 mod encode_shapes;
 mod learned;

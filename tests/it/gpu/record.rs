@@ -1225,6 +1225,12 @@ fn passes_bounded_by_max_positions_read_cached_rows_and_fault_past_them() {
     let desc = |n| EncodePassDescriptor { max_positions: Some(n), ..Default::default() };
     let zero = base.encode_pass(&spec, &table, &desc(0)).unwrap_err();
     assert!(matches!(zero, posenc::Error::InvalidParameter { field: "max_positions", .. }));
+    // A bound is cached exactly, not rounded up to a power of two as a growing cache is:
+    // 4097 rows of 32 bytes fit what a 1 MiB budget leaves beside a 768000-byte table,
+    // where 8192 rows would not (they were refused, naming the cache's room).
+    let budgeted = base.with_memory_budget(1 << 20);
+    let big = budgeted.upload_table(Tables::new(&mut rng, 24000, 8).view(Dtype::F32)).unwrap();
+    budgeted.encode_pass(&spec, &big, &desc(4097)).unwrap();
     // 2^20 rows of 32 bytes past a cache of one 1 MiB binding.
     let small = base.with_max_binding_size(1 << 20);
     let past = small.encode_pass(&spec, &table, &desc(1 << 20)).unwrap_err();
