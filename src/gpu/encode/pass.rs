@@ -317,7 +317,8 @@ impl Context {
     /// table of another device or a scale that is not finite; [`Error::Limit`] if
     /// one step's output has more than 2^32 - 1 elements or one output row with the
     /// storage alignment does not fit one storage binding (a larger output is recorded in
-    /// parts, [`EncodePass::parts`]), if
+    /// parts, [`EncodePass::parts`]), if one step's ids or positions do not fit one (they
+    /// are bound whole), if
     /// the device binds fewer than 4 storage buffers per shader stage, if on a device of 4
     /// or 5 (the compact layout, see [`EncodePass::record`]) the state buffer with a copy of
     /// one step's ids and positions would not fit one storage binding, or for a 16-bit
@@ -476,6 +477,25 @@ impl Context {
                     requested,
                     limit_name: "u32 indices",
                     limit: u64::from(u32::MAX),
+                });
+            }
+        }
+        // A step's ids and positions are bound whole (its output goes in parts): if they
+        // cannot fit one binding, no record could bind them.
+        let values = [
+            ("ids", n_tokens_all),
+            ("positions", desc.positions.values(desc.batch, desc.len) as u64),
+        ];
+        for (what, values) in values {
+            let requested = values.saturating_mul(4);
+            if requested > self.max_binding {
+                let limit_name = "max storage binding size";
+                return Err(Error::Limit {
+                    op,
+                    what,
+                    requested,
+                    limit_name,
+                    limit: self.max_binding,
                 });
             }
         }

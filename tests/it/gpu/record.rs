@@ -490,6 +490,15 @@ fn bad_arguments_are_refused_before_anything_is_recorded() {
     assert!(ctx.encode_pass(&spec7, &table, &desc(2, 1, Dtype::Bf16)).is_ok());
     let huge = ctx.encode_pass(&spec7, &table, &desc(1 << 40, 1, Dtype::F32)).unwrap_err();
     assert!(matches!(huge, Error::Limit { .. }), "{huge}");
+    // A step's ids are bound whole (outputs go in parts): 132 ids past a 512-byte binding
+    // are refused here, not at every record.
+    let small = ctx.with_max_binding_size(512);
+    let small_table = small.upload_table(tables.view(Dtype::F32)).unwrap();
+    let e = small.encode_pass(&spec7, &small_table, &desc(4, 33, Dtype::F32)).unwrap_err();
+    assert!(matches!(e, Error::Limit { what: "ids", requested: 528, limit: 512, .. }), "{e}");
+    let per_sequence =
+        EncodePassDescriptor { positions: Positions::PerSequence, ..desc(4, 32, Dtype::F32) };
+    small.encode_pass(&spec7, &small_table, &per_sequence).unwrap();
     // Sizes whose product overflows, and sequences past u32 in an empty step.
     for (batch, len, what) in [
         (usize::MAX, 2, "sequences per step"),
