@@ -764,6 +764,13 @@ fn run_step<T: Element>(
         ..EncodePassDescriptor::default()
     };
     let encode = ctx.encode_pass(&pe_spec, &uploaded, &encode_desc)?;
+    // The same encode prepared as an engine that knows its context length prepares it
+    // (`max_positions`): every PE row from the cache, no PE code, one dispatch per window.
+    let bounded_desc = EncodePassDescriptor {
+        max_positions: Some(gpu::DEFAULT_CACHED_POSITIONS),
+        ..encode_desc.clone()
+    };
+    let bounded = ctx.encode_pass(&pe_spec, &uploaded, &bounded_desc)?;
     let rope_desc = RopePassDescriptor {
         shape: [p.batch, 1, p.q_heads, dh],
         layout: Layout::Blhd,
@@ -777,39 +784,27 @@ fn run_step<T: Element>(
     let out = storage_init(ctx, "posenc.bench.out", &vec![0u8; vec4s(out_bytes)]);
     let (qk, k_at) = qk_buffer(ctx, &q, &k);
     let (qs, ks) = (qk.slice(..k_at as u64), qk.slice(k_at as u64..));
+    let bounded_out = storage_init(ctx, "posenc.bench.bounded_out", &vec![0u8; vec4s(out_bytes)]);
     let (ids_s, starts_s, out_s) = (ids_buf.slice(..), starts_buf.slice(..), out.slice(..));
+    let bounded_s = bounded_out.slice(..);
     let record_in = |cpass: &mut wgpu::ComputePass<'_>| {
         encode.record_in(cpass, ids_s, starts_s, out_s)?;
         rope.record_qk_in(cpass, qs, ks, starts_s)
     };
-    // The check: one step against the CPU.
+    // The check: one step, and the bounded encode beside it, against the CPU.
     let mut encoder = ctx.device().create_command_encoder(&Default::default());
     {
         let mut cpass = encoder.begin_compute_pass(&Default::default());
         record_in(&mut cpass)?;
+        bounded.record_in(&mut cpass, ids_s, starts_s, bounded_s)?;
     }
     ctx.queue().submit([encoder.finish()]);
     let got_out = ctx.read_buffer(&out)?;
+    let got_bounded = ctx.read_buffer(&bounded_out)?;
     let got_qk = ctx.read_buffer(&qk)?;
     let want_out = encoded_bytes(&want);
     let n =
         differing(&got_qk[..q_bytes], &q_cpu) + differing(&got_qk[k_at..k_at + k_bytes], &k_cpu);
-    // The same encode prepared as an engine that knows its context length prepares it
-    // (`max_positions`): every PE row from the cache, no PE code, one dispatch per window.
-    let bounded_desc = EncodePassDescriptor {
-        max_positions: Some(gpu::DEFAULT_CACHED_POSITIONS),
-        ..encode_desc.clone()
-    };
-    let bounded = ctx.encode_pass(&pe_spec, &uploaded, &bounded_desc)?;
-    let bounded_out = storage_init(ctx, "posenc.bench.bounded_out", &vec![0u8; vec4s(out_bytes)]);
-    let bounded_s = bounded_out.slice(..);
-    let mut encoder = ctx.device().create_command_encoder(&Default::default());
-    {
-        let mut cpass = encoder.begin_compute_pass(&Default::default());
-        bounded.record_in(&mut cpass, ids_s, starts_s, bounded_s)?;
-    }
-    ctx.queue().submit([encoder.finish()]);
-    let got_bounded = ctx.read_buffer(&bounded_out)?;
     report.agree =
         Some(got_out[..out_bytes] == *want_out && got_bounded[..out_bytes] == *want_out && n == 0);
     report.differing = Some(n);

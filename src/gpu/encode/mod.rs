@@ -958,21 +958,10 @@ impl Context {
         if needed == 0 || needed > cap_rows {
             return None;
         }
-        let mut slot = self.pe_cache.lock().ok()?;
-        if let Some(cache) = slot.as_ref()
-            && cache.spec == *spec
-            && u64::from(cache.rows) >= needed
-        {
-            return Some(cache.clone());
-        }
-        // Grow in powers of two so a decode loop rebuilds the cache O(log n) times. The old
-        // rows go first, so old and new never count against a budget together.
-        *slot = None;
+        // Grow in powers of two so a decode loop rebuilds the cache O(log n) times. A
+        // budget too tight for the cache sends the caller to per-call rows.
         let rows = needed.next_power_of_two().min(cap_rows) as u32;
-        // A budget too tight for the cache sends the caller to per-call rows.
-        let cache = self.fill_pe_cache(spec, rows, timer).ok()?;
-        *slot = Some(cache.clone());
-        Some(cache)
+        self.pe_rows(spec, needed, rows, timer).ok()
     }
 
     /// The cached PE rows of exactly positions `0..rows` (the cache's own, if it holds
@@ -1000,15 +989,28 @@ impl Context {
                 limit: cap_rows * row_bytes,
             });
         }
+        self.pe_rows(spec, u64::from(rows), rows, None)
+    }
+
+    /// The context's cache if it holds `spec`'s rows `0..needed`, else a new cache of
+    /// `rows` rows in its place. The old rows go first, so old and new never count against
+    /// a budget together.
+    fn pe_rows(
+        &self,
+        spec: &PeSpec,
+        needed: u64,
+        rows: u32,
+        timer: Option<&SpanTimer>,
+    ) -> Result<PeCache> {
         let mut slot = self.pe_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(cache) = slot.as_ref()
             && cache.spec == *spec
-            && cache.rows >= rows
+            && u64::from(cache.rows) >= needed
         {
             return Ok(cache.clone());
         }
         *slot = None;
-        let cache = self.fill_pe_cache(spec, rows, None)?;
+        let cache = self.fill_pe_cache(spec, rows, timer)?;
         *slot = Some(cache.clone());
         Ok(cache)
     }

@@ -576,7 +576,7 @@ impl Context {
         // shaders/encode_pass_x4.wgsl), which takes indirect dispatches.
         // A pass bounded by `max_positions` reads every PE row from the cache, as a learned
         // table's does: one stage, no PE code.
-        let cached_only = matches!(pe, PositionSource::Learned(_)) || desc.max_positions.is_some();
+        let cached_only = rows_all_cached(pe, desc);
         let split = !cached_only
             && !self.coalesced
             && self
@@ -742,6 +742,12 @@ struct PassState {
 }
 
 /// The `flags` and `spec_flags` words of a pass's parameters.
+/// Whether every PE row a pass reads is a row of its cache or learned table: a learned
+/// table's, or PE rows bounded by `max_positions`.
+fn rows_all_cached(pe: PositionSource<'_>, desc: &EncodePassDescriptor) -> bool {
+    matches!(pe, PositionSource::Learned(_)) || desc.max_positions.is_some()
+}
+
 fn pass_flags(
     pe: PositionSource<'_>,
     desc: &EncodePassDescriptor,
@@ -760,9 +766,8 @@ fn pass_flags(
             spec_flags |= FLAG_ZERO_COL;
         }
     }
-    // A learned table, or PE rows bounded by `max_positions`: a position without a row is
-    // a fault, never computed.
-    if matches!(pe, PositionSource::Learned(_)) || desc.max_positions.is_some() {
+    // A position without a row is a fault, never computed.
+    if rows_all_cached(pe, desc) {
         flags |= FLAG_LEARNED;
     }
     if scale.is_some() {
@@ -793,6 +798,13 @@ fn pass_params(
     let (dim, out_dtype) = (shape.dim, shape.out_dtype);
     let row_units = (dim / 4) as u32;
     let (cache, learned) = (&state.cache, &state.learned);
+    let rows = match (cache, learned) {
+        (Some(c), _) => c.rows,
+        (None, Some((_, rows))) => *rows,
+        (None, None) => 0,
+    };
+    // The cache or table may hold more rows than the bound; positions past it are faults.
+    let cached_rows = desc.max_positions.map_or(rows, |n| n.min(rows));
     let (columns, start, padding_idx) = match pe {
         PositionSource::Sinusoid(spec) => {
             (spec.columns(), spec.start_index(), spec.padding_idx().unwrap_or(0))
@@ -809,12 +821,7 @@ fn pass_params(
         vocab: table.vocab as u32,
         rows_per_chunk: table.rows_per_chunk,
         seq_len: desc.len.max(1) as u32,
-        cached_rows: match (cache, learned) {
-            // The cache may hold more rows than the bound; positions past it are faults.
-            (Some(c), _) => desc.max_positions.map_or(c.rows, |n| n.min(c.rows)),
-            (None, Some((_, rows))) => desc.max_positions.map_or(*rows, |n| n.min(*rows)),
-            (None, None) => 0,
-        },
+        cached_rows,
         pad_id: desc.options.pad_id.unwrap_or(0),
         scale_bits: scale.unwrap_or(1.0).to_bits(),
         flags,
