@@ -11,6 +11,7 @@
 // serves the tokens of one chunk, so every token is written once.
 // CPU twin: src/cpu/encode.rs. Host: src/gpu/encode.rs.
 #import convert
+#import rounded
 
 struct Params {
     // Tokens in this dispatch, from token_base.
@@ -26,7 +27,8 @@ struct Params {
     out_dtype: u32,
     // Workgroups along y; the grid folds tokens beyond it into z.
     groups_y: u32,
-    _pad0: u32,
+    // Always 0: the opaque zero of rounded.wgsl.
+    zero: u32,
     _pad1: u32,
     _pad2: u32,
 }
@@ -53,7 +55,7 @@ fn load_table_bits(i: u32) -> u32 {
 fn value_bits(row: u32, pe_row: u32, col: u32) -> u32 {
     var v = bitcast<f32>(load_table_bits(row + col));
     if (params.flags & FLAG_SCALE) != 0u {
-        v = v * bitcast<f32>(params.scale_bits);
+        v = rounded(v * bitcast<f32>(params.scale_bits), params.zero);
     }
     return bitcast<u32>(v + bitcast<f32>(pe[pe_row + col]));
 }

@@ -48,7 +48,7 @@ fn element(e: u32) -> vec2<u32> {
     }
     var v = bitcast<f32>(table_bits(k.slot, k.row * params.dim + c));
     if (params.flags & FLAG_SCALE) != 0u {
-        v = v * bitcast<f32>(params.scale_bits);
+        v = rounded(v * bitcast<f32>(params.scale_bits), params.zero);
     }
     var pe: u32;
     if k.cached {

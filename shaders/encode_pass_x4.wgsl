@@ -83,11 +83,6 @@ fn encode_pass_x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
         return;
     }
     let row = k.row * n;
-    // e * 1.0 + pe has the bits of e + pe, fused or not.
-    var s = 1.0;
-    if (params.flags & FLAG_SCALE) != 0u {
-        s = bitcast<f32>(params.scale_bits);
-    }
     // Every unit's loads before any store: the loops have constant bounds, so a driver
     // unrolls them and keeps the arrays in registers.
     var e: array<vec4<f32>, X4_UNITS>;
@@ -99,10 +94,21 @@ fn encode_pass_x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
             p[j] = pe_unit(k.position, k.cached, x);
         }
     }
+    if (params.flags & FLAG_SCALE) != 0u {
+        // The product rounded before the sum takes it, as on the CPU (rounded.wgsl).
+        let s = bitcast<f32>(params.scale_bits);
+        for (var j = 0u; j < X4_UNITS; j++) {
+            let x = x0 + j * X4_WORKGROUP;
+            if x < n {
+                out[at + x] = narrow(rounded4(e[j] * s, params.zero) + p[j]);
+            }
+        }
+        return;
+    }
     for (var j = 0u; j < X4_UNITS; j++) {
         let x = x0 + j * X4_WORKGROUP;
         if x < n {
-            out[at + x] = narrow(e[j] * s + p[j]);
+            out[at + x] = narrow(e[j] + p[j]);
         }
     }
 }

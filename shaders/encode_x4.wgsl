@@ -36,8 +36,7 @@ struct Params {
     group_base: u32,
     // Units per row: dim / 4.
     row_units: u32,
-    // f32 bits of the scale; 1.0 without one (e * 1.0 + p has the bits of e + p, fused or
-    // not).
+    // f32 bits of the scale; 1.0 without one (e * 1.0 is e).
     scale_bits: u32,
     // Workgroups along y; the grid folds groups beyond it into z.
     groups_y: u32,
@@ -45,7 +44,8 @@ struct Params {
     groups_at: u32,
     // Always 0 (see the end of the kernel).
     keep: u32,
-    _pad: u32,
+    // Always 0: the opaque zero of rounded.wgsl.
+    zero: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -60,13 +60,14 @@ struct Params {
 // Bindings 4.. are the table slots, declared by the host's header.
 
 #import convert4
+#import rounded
 
 fn value(t: vec2<u32>, x: u32, p: vec4<f32>, s: f32) -> OutWord {
     // A pad token reads row 0 of slot 0 in its place and writes zeros.
     let zero = t.x == PAD;
     let id = select(t.x, 0u, zero);
     let w = table_word(id >> SLOT_SHIFT, (id & ROW_MASK) * params.row_units + x);
-    return narrow(select(widen(w) * s + p, vec4<f32>(0.0), zero));
+    return narrow(select(rounded4(widen(w) * s, params.zero) + p, vec4<f32>(0.0), zero));
 }
 
 @compute @workgroup_size(X4_WORKGROUP)

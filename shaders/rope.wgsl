@@ -2,7 +2,8 @@
 // in-place calls go through a copy). For frequency i rotating dimensions (a, b) of a head
 // row -- (i, i + r/2) for neox, (2i, 2i + 1) for gptj --
 //     out_a = x_a * c - x_b * s        out_b = x_b * c + x_a * s
-// with (c, s) from the rope_cs table; dimensions from r on pass through bit for bit.
+// with (c, s) from the rope_cs table, each product rounded before the sum takes it
+// (rounded.wgsl); dimensions from r on pass through bit for bit.
 //
 // One invocation writes one output word at a time: one f32 element, or two f16/bf16
 // elements. It reads whatever partners it needs from src, which nobody writes, so no two
@@ -12,6 +13,7 @@
 // so no invocation divides and a software adapter is not swamped by tiny workgroups.
 // CPU twin: src/cpu/rope.rs. Host: src/gpu/rope.rs (RopeParams mirrors Params).
 #import convert
+#import rounded
 
 struct Params {
     // Elements in this chunk (the last group may hold fewer rows than the others).
@@ -34,6 +36,8 @@ struct Params {
     // The tensor's first word in the bound `dst` (a recorded pass's offset; else 0); `src`
     // is always a copy from the tensor's start.
     data_base: u32,
+    // Always 0: the opaque zero of rounded.wgsl.
+    zero: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -99,12 +103,15 @@ fn element(group: u32, e_in_group: u32) -> u32 {
     let x = widen(e);
     let y = widen(row_base + partner);
     // x is the element itself, y its partner: a - b s for the first of a pair, b + a s for
-    // the second, the same expressions in the same order as on the CPU.
+    // the second, the same expressions in the same order as on the CPU, each product
+    // rounded before the sum takes it (rounded.wgsl).
+    let xc = rounded(x * c, params.zero);
+    let ys = rounded(y * s, params.zero);
     var r: f32;
     if first {
-        r = x * c - y * s;
+        r = xc - ys;
     } else {
-        r = x * c + y * s;
+        r = xc + ys;
     }
     return narrow(r);
 }

@@ -60,6 +60,8 @@ struct Params {
     k_head: u32,
     // Blocks of RP_UNITS * RP_WORKGROUP units per token: workgroups along x.
     blocks: u32,
+    // Always 0: the opaque zero of rounded.wgsl.
+    zero: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -124,7 +126,7 @@ fn rope_pass(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_ind
             s1 = sin4(f + 4u);
         }
         let w = words[k];
-        store_unit(at[k], rope_unit(w.a, w.b, c0, s0, c1, s1));
+        store_unit(at[k], rope_unit(w.a, w.b, c0, s0, c1, s1, params.zero));
     }
 }
 
@@ -216,7 +218,7 @@ fn store_unit(at: UnitAt, r: RopeUnit) {
 fn rotate_at(in_k: bool, ia: u32, c0: vec4<f32>, s0: vec4<f32>, c1: vec4<f32>, s1: vec4<f32>) {
     let at = UnitAt(in_k, ia, 0u);
     let w = load_unit(at);
-    store_unit(at, rope_unit(w.a, w.b, c0, s0, c1, s1));
+    store_unit(at, rope_unit(w.a, w.b, c0, s0, c1, s1, params.zero));
 }
 
 @compute @workgroup_size(RP_WORKGROUP)

@@ -20,7 +20,8 @@ struct Params {
     groups_x: u32,
     // The tensor's first vec4 in the bound `data` (always 0 for a host-array call).
     data_base: u32,
-    _pad: u32,
+    // Always 0: the opaque zero of rounded.wgsl.
+    zero: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -67,7 +68,7 @@ fn rope_x4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index
     if ROPE_NEOX || ROPE_F32 {
         b = data[ib];
     }
-    let r = rope_unit(a, b, lo.c, lo.s, hi.c, hi.s);
+    let r = rope_unit(a, b, lo.c, lo.s, hi.c, hi.s, params.zero);
     data[ia] = r.a;
     if ROPE_NEOX || ROPE_F32 {
         data[ib] = r.b;

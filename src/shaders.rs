@@ -60,6 +60,7 @@ const MODULES: &[(&str, &str)] = &[
     ("encode_pass_common", include_str!("../shaders/shared/encode_pass_common.wgsl")),
     ("rope_unit", include_str!("../shaders/shared/rope_unit.wgsl")),
     ("alibi_common", include_str!("../shaders/shared/alibi_common.wgsl")),
+    ("rounded", include_str!("../shaders/shared/rounded.wgsl")),
 ];
 
 /// The kernels, by entry-point name: each is `shaders/<name>.wgsl`, but for `copy_x4`. The

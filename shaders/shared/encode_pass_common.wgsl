@@ -8,6 +8,7 @@
 #import encode_pass_params
 #import pe_phase
 #import convert
+#import rounded
 
 // f32 bits of column c of the PE row of position p, as the table kernel writes it.
 fn pe_bits(p: u32, c: u32) -> u32 {

@@ -45,6 +45,8 @@ struct Params {
     // one binding is served in parts, each bound at its own output range, and ids and
     // positions are indexed by the token's index in the whole batch.
     token_base: u32,
+    // Always 0: the opaque zero of rounded.wgsl.
+    zero: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;

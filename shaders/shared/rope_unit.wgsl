@@ -1,9 +1,10 @@
 // The rotation of RoPE on one unit of a head row, shared by the recorded pass (rope_pass.wgsl)
-// and the host-array vec4 kernel (rope_x4.wgsl), so both compile the same expressions and
-// give the same bits wherever a backend contracts a multiply-add. For frequency i rotating
-// elements x (dimension a) and y (dimension b):
+// and the host-array vec4 kernel (rope_x4.wgsl), so both compile the same expressions. For
+// frequency i rotating elements x (dimension a) and y (dimension b):
 //     x' = x * c - y * s        y' = y * c + x * s
-// element by element, the expressions of the CPU twin (src/cpu/rope.rs) in the same order.
+// element by element, the expressions of the CPU twin (src/cpu/rope.rs) in the same order,
+// each product rounded before the sum takes it (rounded.wgsl: `z` is the kernel's opaque
+// zero), so no backend contracts them and every one gives the CPU's bits.
 //
 // A unit is four frequencies of a head row (eight for a neox unit of 16-bit elements), as
 // vec4 words of the storage type:
@@ -14,6 +15,7 @@
 // The host's header defines ROPE_DTYPE, ROPE_F32 (f32 storage; else 16-bit), ROPE_NEOX and
 // ROPE_UNIT_FREQS (frequencies per unit).
 #import convert4
+#import rounded
 
 struct RopeUnit {
     a: vec4<u32>,
@@ -34,32 +36,32 @@ fn rope_narrow(v: vec4<f32>) -> vec2<u32> {
     return narrow4_bf16(v);
 }
 
-fn rot_x(x: vec4<f32>, y: vec4<f32>, c: vec4<f32>, s: vec4<f32>) -> vec4<f32> {
-    return x * c - y * s;
+fn rot_x(x: vec4<f32>, y: vec4<f32>, c: vec4<f32>, s: vec4<f32>, z: u32) -> vec4<f32> {
+    return rounded4(x * c, z) - rounded4(y * s, z);
 }
 
-fn rot_y(x: vec4<f32>, y: vec4<f32>, c: vec4<f32>, s: vec4<f32>) -> vec4<f32> {
-    return y * c + x * s;
+fn rot_y(x: vec4<f32>, y: vec4<f32>, c: vec4<f32>, s: vec4<f32>, z: u32) -> vec4<f32> {
+    return rounded4(y * c, z) + rounded4(x * s, z);
 }
 
 // The unit (a, b) rotated: (c0, s0) are cos and sin of its first four frequencies, (c1,
-// s1) of the next four (a neox unit of 16-bit elements only).
-fn rope_unit(a: vec4<u32>, b: vec4<u32>, c0: vec4<f32>, s0: vec4<f32>, c1: vec4<f32>, s1: vec4<f32>) -> RopeUnit {
+// s1) of the next four (a neox unit of 16-bit elements only); z is the opaque zero.
+fn rope_unit(a: vec4<u32>, b: vec4<u32>, c0: vec4<f32>, s0: vec4<f32>, c1: vec4<f32>, s1: vec4<f32>, z: u32) -> RopeUnit {
     var r: RopeUnit;
     if ROPE_NEOX {
         if ROPE_F32 {
             let x = bitcast<vec4<f32>>(a);
             let y = bitcast<vec4<f32>>(b);
-            r.a = bitcast<vec4<u32>>(rot_x(x, y, c0, s0));
-            r.b = bitcast<vec4<u32>>(rot_y(x, y, c0, s0));
+            r.a = bitcast<vec4<u32>>(rot_x(x, y, c0, s0, z));
+            r.b = bitcast<vec4<u32>>(rot_y(x, y, c0, s0, z));
             return r;
         }
         let x0 = rope_widen(a.xy);
         let x1 = rope_widen(a.zw);
         let y0 = rope_widen(b.xy);
         let y1 = rope_widen(b.zw);
-        r.a = vec4<u32>(rope_narrow(rot_x(x0, y0, c0, s0)), rope_narrow(rot_x(x1, y1, c1, s1)));
-        r.b = vec4<u32>(rope_narrow(rot_y(x0, y0, c0, s0)), rope_narrow(rot_y(x1, y1, c1, s1)));
+        r.a = vec4<u32>(rope_narrow(rot_x(x0, y0, c0, s0, z)), rope_narrow(rot_x(x1, y1, c1, s1, z)));
+        r.b = vec4<u32>(rope_narrow(rot_y(x0, y0, c0, s0, z)), rope_narrow(rot_y(x1, y1, c1, s1, z)));
         return r;
     }
     if ROPE_F32 {
@@ -67,8 +69,8 @@ fn rope_unit(a: vec4<u32>, b: vec4<u32>, c0: vec4<f32>, s0: vec4<f32>, c1: vec4<
         let e1 = bitcast<vec4<f32>>(b);
         let x = vec4<f32>(e0.x, e0.z, e1.x, e1.z);
         let y = vec4<f32>(e0.y, e0.w, e1.y, e1.w);
-        let rx = rot_x(x, y, c0, s0);
-        let ry = rot_y(x, y, c0, s0);
+        let rx = rot_x(x, y, c0, s0, z);
+        let ry = rot_y(x, y, c0, s0, z);
         r.a = bitcast<vec4<u32>>(vec4<f32>(rx.x, ry.x, rx.y, ry.y));
         r.b = bitcast<vec4<u32>>(vec4<f32>(rx.z, ry.z, rx.w, ry.w));
         return r;
@@ -77,8 +79,8 @@ fn rope_unit(a: vec4<u32>, b: vec4<u32>, c0: vec4<f32>, s0: vec4<f32>, c1: vec4<
     let e1 = rope_widen(a.zw);
     let x = vec4<f32>(e0.x, e0.z, e1.x, e1.z);
     let y = vec4<f32>(e0.y, e0.w, e1.y, e1.w);
-    let rx = rot_x(x, y, c0, s0);
-    let ry = rot_y(x, y, c0, s0);
+    let rx = rot_x(x, y, c0, s0, z);
+    let ry = rot_y(x, y, c0, s0, z);
     r.a = vec4<u32>(
         rope_narrow(vec4<f32>(rx.x, ry.x, rx.y, ry.y)),
         rope_narrow(vec4<f32>(rx.z, ry.z, rx.w, ry.w)),

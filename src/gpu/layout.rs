@@ -104,6 +104,7 @@ pub fn params(entry: &str) -> Params {
             in_dtype,
             out_dtype,
             groups_y,
+            zero,
             _pad,
         }),
         "encode_x4" => params!(EncodeX4Params {
@@ -114,7 +115,7 @@ pub fn params(entry: &str) -> Params {
             groups_y,
             groups_at,
             keep,
-            _pad,
+            zero,
         }),
         "encode_pass" | "encode_pass_x4" | "encode_pass_scan" => params!(EncodePassParams {
             n_words,
@@ -145,6 +146,7 @@ pub fn params(entry: &str) -> Params {
             row_units,
             groups_y,
             token_base,
+            zero,
         }),
         "narrow" => params!(NarrowParams { n_elems, out_dtype, groups_x, _pad }),
         "copy" => params!(CopyParams { n_vecs, groups_x, n_groups, _pad }),
@@ -186,6 +188,7 @@ pub fn params(entry: &str) -> Params {
             groups_per_wg,
             groups_x,
             data_base,
+            zero,
         }),
         "rope_x4" => params!(RopeX4Params {
             n_units,
@@ -195,7 +198,7 @@ pub fn params(entry: &str) -> Params {
             n_freqs,
             groups_x,
             data_base,
-            _pad,
+            zero,
         }),
         "rope_pass" => params!(RopePassParams {
             n_tokens,
@@ -218,6 +221,7 @@ pub fn params(entry: &str) -> Params {
             k_tok,
             k_head,
             blocks,
+            zero,
         }),
         _ => panic!("no kernel named {entry}"),
     }

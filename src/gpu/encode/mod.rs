@@ -48,8 +48,12 @@ pub struct EncodeParams {
     pub out_dtype: u32,
     /// Workgroups along y; tokens beyond fold into z.
     pub groups_y: u32,
+    /// Always 0: the zero the kernel ORs into each product an add takes, which a compiler
+    /// cannot see through, so it cannot contract the two into a multiply-add
+    /// (`shaders/shared/rounded.wgsl`).
+    pub zero: u32,
     /// Padding to a multiple of 16 bytes.
-    pub _pad: [u32; 3],
+    pub _pad: [u32; 2],
 }
 
 /// Mirror of `Params` in `shaders/encode_x4.wgsl`.
@@ -71,8 +75,10 @@ pub struct EncodeX4Params {
     pub groups_at: u32,
     /// Always 0: a branch on it keeps the kernel's prefetch loads alive.
     pub keep: u32,
-    /// Padding to a multiple of 16 bytes.
-    pub _pad: u32,
+    /// Always 0: the zero the kernel ORs into each product an add takes, which a compiler
+    /// cannot see through, so it cannot contract the two into a multiply-add
+    /// (`shaders/shared/rounded.wgsl`).
+    pub zero: u32,
 }
 
 /// Mirror of `Params` in `shaders/narrow.wgsl`.
@@ -1289,7 +1295,7 @@ impl<'a> EncodeCall<'a> {
                     groups_y: gy,
                     groups_at: n as u32,
                     keep: 0,
-                    _pad: 0,
+                    zero: 0,
                 };
                 params[at..at + size].copy_from_slice(bytemuck::bytes_of(&p));
                 let row_units = dim as u32 / 4;
@@ -1308,7 +1314,8 @@ impl<'a> EncodeCall<'a> {
                     in_dtype: self.table.dtype.code(),
                     out_dtype: if self.odd16 { Dtype::F32 } else { self.out_dtype }.code(),
                     groups_y: gy,
-                    _pad: [0; 3],
+                    zero: 0,
+                    _pad: [0; 2],
                 };
                 params[at..at + size].copy_from_slice(bytemuck::bytes_of(&p));
                 busy.push((w, row_words.div_ceil(WORKGROUP_SIZE), gy, gz));

@@ -79,6 +79,10 @@ pub struct EncodePassParams {
     pub groups_y: u32,
     /// The first token (in the whole batch) of this dispatch's part of the batch.
     pub token_base: u32,
+    /// Always 0: the zero the kernel ORs into each product an add takes, which a compiler
+    /// cannot see through, so it cannot contract the two into a multiply-add
+    /// (`shaders/shared/rounded.wgsl`).
+    pub zero: u32,
 }
 
 /// The positions whose PE rows an [`EncodePass`] reads from the context's cache unless

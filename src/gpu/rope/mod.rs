@@ -71,6 +71,10 @@ pub struct RopeParams {
     pub groups_x: u32,
     /// The tensor's first word in the bound output (a recorded pass's offset; else 0).
     pub data_base: u32,
+    /// Always 0: the zero the kernel ORs into each product an add takes, which a compiler
+    /// cannot see through, so it cannot contract the two into a multiply-add
+    /// (`shaders/shared/rounded.wgsl`).
+    pub zero: u32,
 }
 
 /// Mirror of `Params` in `shaders/rope_x4.wgsl`.
@@ -91,8 +95,10 @@ pub struct RopeX4Params {
     pub groups_x: u32,
     /// The tensor's first vec4 in the bound data (a recorded pass's offset; else 0).
     pub data_base: u32,
-    /// Padding to a multiple of 16 bytes.
-    pub _pad: u32,
+    /// Always 0: the zero the kernel ORs into each product an add takes, which a compiler
+    /// cannot see through, so it cannot contract the two into a multiply-add
+    /// (`shaders/shared/rounded.wgsl`).
+    pub zero: u32,
 }
 
 /// Bytes of the `rope_cs` parameters.
@@ -722,7 +728,7 @@ impl Plan {
                     n_freqs,
                     groups_x: gx,
                     data_base: 0,
-                    _pad: 0,
+                    zero: 0,
                 };
                 let mut words = [0u32; PARAMS_WORDS];
                 let x4_words = size_of::<RopeX4Params>() / 4;
@@ -751,6 +757,7 @@ impl Plan {
                     groups_per_wg,
                     groups_x: gx,
                     data_base: 0,
+                    zero: 0,
                 };
                 (gx, gy, bytemuck::cast(p))
             }

@@ -86,6 +86,10 @@ pub struct RopePassParams {
     pub k_head: u32,
     /// Blocks of [`ROPE_PASS_WORKGROUP`] units per token: workgroups along x.
     pub blocks: u32,
+    /// Always 0: the zero the kernel ORs into each product an add takes, which a compiler
+    /// cannot see through, so it cannot contract the two into a multiply-add
+    /// (`shaders/shared/rounded.wgsl`).
+    pub zero: u32,
 }
 
 /// RoPE prepared once for a spec and a tensor shape, then recorded into the caller's
@@ -387,6 +391,7 @@ impl Context {
             k_tok,
             k_head,
             blocks: 0,
+            zero: 0,
         };
         Some(Fused { kernel: self.rope_pass_kernel(kernel), form, params })
     }

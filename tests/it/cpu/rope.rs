@@ -685,41 +685,33 @@ fn shape_errors_name_what_is_wrong() {
 }
 
 #[test]
-fn the_gpu_comparison_catches_a_wrong_element() {
-    // The tolerance used against the GPU must not wave everything through.
+fn the_gpu_comparison_catches_one_ulp() {
+    // The comparison used against the GPU must not wave anything through.
     let spec = RopeSpec::new(8).unwrap();
     let x = tensor::<f32>([1, 2, 1, 8], 3);
     let p = ndarray::array![[5u32, 1 << 31]];
     let want = cpu::rope(&spec, x.view(), p.view(), Layout::Blhd).unwrap();
-    let freqs = spec.frequencies_for(p.view());
-    let mut one_ulp = want.clone();
-    one_ulp[[0, 1, 0, 2]] = f32::from_bits(one_ulp[[0, 1, 0, 2]].to_bits() + 1);
-    let n = crate::support::rope::assert_rope_close(
-        "one ulp",
-        &spec,
-        &freqs,
-        x.view(),
+    crate::support::rope::assert_rope_same(
+        "same",
         p.view(),
         Layout::Blhd,
-        one_ulp.view(),
+        want.view(),
         want.view(),
     );
-    assert_eq!(n, 1);
-    let mut wrong = want.clone();
-    wrong[[0, 1, 0, 2]] += 1e-3;
+    let mut one_ulp = want.clone();
+    one_ulp[[0, 1, 0, 2]] = f32::from_bits(one_ulp[[0, 1, 0, 2]].to_bits() + 1);
     let caught = std::panic::catch_unwind(|| {
-        crate::support::rope::assert_rope_close(
-            "wrong",
-            &spec,
-            &freqs,
-            x.view(),
+        crate::support::rope::assert_rope_same(
+            "one ulp",
             p.view(),
             Layout::Blhd,
-            wrong.view(),
+            one_ulp.view(),
             want.view(),
         )
     });
-    assert!(caught.is_err());
+    let message = caught.unwrap_err();
+    let message = message.downcast_ref::<String>().unwrap();
+    assert!(message.contains("element [0, 1, 0, 2] at position 2147483648"), "{message}");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 //! Helpers shared by the RoPE tests: deterministic tensors and positions, and the
-//! per-element comparison of two RoPE results with its tolerance.
+//! element-by-element comparison of two RoPE results.
 
 use ndarray::{Array2, Array4, ArrayView2, ArrayView4};
-use posenc::rope::{Dtype, Element, Frequencies, Layout, Pairing, RopeSpec};
+use posenc::rope::{Dtype, Element, Layout, Pairing};
 
 use super::Rng;
 
@@ -65,70 +65,30 @@ pub fn token_major<T>(a: ArrayView4<'_, T>, layout: Layout) -> ArrayView4<'_, T>
     }
 }
 
-/// Asserts that `got` agrees with `want` (both RoPE of `x`) as two backends may: bit for
-/// bit on the pass-through dimensions, and elsewhere within the rounding of one product
-/// (WGSL lets a compiler fuse `x * c - y * s` into one fma, which skips one product's
-/// rounding: at most half an f32 ulp of the larger product) plus one ulp of the result
-/// (the two sums then round to neighbouring floats at worst), plus one ulp of the storage
-/// type for 16-bit tensors (the two f32 results may round to neighbouring halves).
-/// Returns how many elements differ at all.
-#[allow(clippy::too_many_arguments)]
-pub fn assert_rope_close<T: Element>(
+/// Asserts that `got` has `want`'s bits (both RoPE of the same tensor at `positions`),
+/// naming the first element that differs, its position and both values. The GPU rounds each
+/// product before the sum takes it (shaders/shared/rounded.wgsl), so no backend may differ
+/// from the CPU, not even by the multiply-add contraction WGSL would otherwise allow.
+pub fn assert_rope_same<T: Element>(
     what: &str,
-    spec: &RopeSpec,
-    freqs: &Frequencies,
-    x: ArrayView4<'_, T>,
     positions: ArrayView2<'_, u32>,
     layout: Layout,
     got: ArrayView4<'_, T>,
     want: ArrayView4<'_, T>,
-) -> usize {
+) {
     assert_eq!(got.shape(), want.shape(), "{what}: shapes");
-    let (x, got, want) =
-        (token_major(x, layout), token_major(got, layout), token_major(want, layout));
-    let flat: Vec<u32> = positions.iter().copied().collect();
-    let cs = posenc::cpu::rope_cos_sin(freqs, &flat);
-    let (batch, len, heads, dh) = x.dim();
-    let r = spec.rotary_dim() as usize;
-    let bits = |v: T| -> u64 {
-        let b = bytemuck::bytes_of(&v);
-        b.iter().rev().fold(0u64, |acc, &byte| acc << 8 | u64::from(byte))
-    };
-    let mut differing = 0;
-    for b in 0..batch {
-        for l in 0..len {
-            for h in 0..heads {
-                for d in 0..dh {
-                    let (g, w) = (got[[b, l, h, d]], want[[b, l, h, d]]);
-                    if bits(g) == bits(w) {
-                        continue;
-                    }
-                    differing += 1;
-                    assert!(d < r, "{what}: pass-through element [{b}, {l}, {h}, {d}] changed");
-                    let (i, partner, _) = pair_of(spec.pairing(), r, d);
-                    let t = b * len + l;
-                    let (c, s) = (f64::from(cs[[t, i, 0]]), f64::from(cs[[t, i, 1]]));
-                    let xv = f64::from(x[[b, l, h, d]].to_f32());
-                    let yv = f64::from(x[[b, l, h, partner]].to_f32());
-                    let (gv, wv) = (f64::from(g.to_f32()), f64::from(w.to_f32()));
-                    let product = (xv * c).abs().max((yv * s).abs());
-                    let result = gv.abs().max(wv.abs());
-                    let mut tol = ulp_f32(product) / 2.0 + ulp_f32(result);
-                    if T::DTYPE != Dtype::F32 {
-                        tol += ulp_of(T::DTYPE, result);
-                    }
-                    let diff = (gv - wv).abs();
-                    assert!(
-                        diff <= tol,
-                        "{what}: element [{b}, {l}, {h}, {d}] at position {}: got {gv:e}, want \
-                         {wv:e}, differ by {diff:e} > {tol:e}",
-                        positions[[b, l]]
-                    );
-                }
-            }
+    let (got, want) = (token_major(got, layout), token_major(want, layout));
+    for ((at, g), w) in got.indexed_iter().zip(want.iter()) {
+        if bytemuck::bytes_of(g) != bytemuck::bytes_of(w) {
+            let (b, l, h, d) = at;
+            panic!(
+                "{what}: element [{b}, {l}, {h}, {d}] at position {}: got {:e}, want {:e}",
+                positions[[b, l]],
+                g.to_f32(),
+                w.to_f32()
+            );
         }
     }
-    differing
 }
 
 /// Helpers to name dtypes in messages.
