@@ -50,16 +50,22 @@ pub(super) const MAX_GROUPS_X: u32 = 1024;
 
 /// How a dispatch of `rows` rows of `cols` keys is cut. Where the keys are whole vec4s
 /// (`aligned`: the keys, the first key and the first value's index all multiples of 4),
-/// `alibi_x4` on every adapter: blocks of [`ALIBI_X4_ROWS`] rows, four keys per thread and
-/// row, one 16-byte store each, and on adapters that run shaders on CPU cores up to
-/// [`CPU_KEYS_PER_THREAD`] such vec4s per thread and row (fewer workgroups, each a task of
-/// their thread pool). On an H100 (2026-11-27) the one-value form wrote BLOOM's
-/// 32 x 512 x 512 bias in 29.3 us, 0.27 of a copy, where torch.compile took 10.5 us: 32768
-/// workgroups, each thread one 4-byte store after a dependent load of its row's slope (the
-/// four-key form is not measured there yet). On lavapipe (2026-11-27, interleaved runs,
-/// docs/measurements/lavapipe-2026-11-27-suite) it took that bias in steps from 0.15 - 0.19
-/// to 0.26 of the same run's copy, and the decode step's 32 x 2048 from 0.42 to 0.50 -
-/// 0.65 (with one vec4 per thread there: 0.19 and 0.39 - 0.44, the decode a loss).
+/// `alibi_x4`: blocks of [`ALIBI_X4_ROWS`] rows, four keys per thread and row, one 16-byte
+/// store each, and on adapters that run shaders on CPU cores up to [`CPU_KEYS_PER_THREAD`]
+/// such vec4s per thread and row (fewer workgroups, each a task of their thread pool). On
+/// GPUs only for dispatches of at least [`GPU_X4_MIN_ROWS`] rows. On an H100 (2026-11-27)
+/// the one-value form wrote BLOOM's 32 x 512 x 512 bias in 29.3 us, 0.27 of a copy, where
+/// torch.compile took 10.5 us: 32768 workgroups, each thread one 4-byte store after a
+/// dependent load of its row's slope; the four-key form took 20.1 us (0.40; three runs that
+/// evening, docs/measurements/h100-2026-11-27-evening). But its decode step's 32 x 2048
+/// took 3.8 - 3.9 us a step in the four-key form, 8 blocks of 4 rows, where the one-value
+/// form's 256 workgroups took 2.5 us (1.2 dispatch floors) that morning: so a dispatch of
+/// few rows keeps the one-value form on GPUs. (The bound between, 1024 rows, is not tuned:
+/// the two forms were each measured at those two shapes only.) On lavapipe (2026-11-27,
+/// interleaved runs, docs/measurements/lavapipe-2026-11-27-suite) the four-key form took
+/// that bias in steps from 0.15 - 0.19 to 0.26 of the same run's copy, and the decode
+/// step's 32 x 2048 from 0.42 to 0.50 - 0.65 (with one vec4 per thread there: 0.19, and
+/// 0.39 - 0.44 for the decode, a loss).
 /// Otherwise, on GPUs, one row per workgroup row and a thread per key (the most
 /// workgroups); on adapters that run shaders on CPU cores, where each workgroup costs a
 /// task of their thread pool, blocks of
@@ -77,6 +83,10 @@ pub(super) struct AlibiShape {
     pub(super) x4: bool,
 }
 
+/// Fewest rows of a dispatch that GPUs (the coalesced pattern) write in the four-key form
+/// (see [`AlibiShape`]).
+pub(super) const GPU_X4_MIN_ROWS: u64 = 1024;
+
 /// Rows per workgroup on adapters that run shaders on CPU cores.
 const CPU_ROWS_PER_GROUP: u32 = 16;
 
@@ -84,10 +94,16 @@ const CPU_ROWS_PER_GROUP: u32 = 16;
 const CPU_KEYS_PER_THREAD: u64 = 4;
 
 impl AlibiShape {
-    pub(super) fn new(cols: u64, coalesced: bool, aligned: bool, max_groups: u32) -> Self {
+    pub(super) fn new(
+        rows: u64,
+        cols: u64,
+        coalesced: bool,
+        aligned: bool,
+        max_groups: u32,
+    ) -> Self {
         let max_x = MAX_GROUPS_X.min(max_groups);
         let keys = if coalesced { 1 } else { CPU_KEYS_PER_THREAD };
-        if aligned {
+        if aligned && (!coalesced || rows >= GPU_X4_MIN_ROWS) {
             let groups_x =
                 ((cols / 4).div_ceil(u64::from(ALIBI_X4_WORKGROUP) * keys) as u32).clamp(1, max_x);
             return Self { groups_x, rows_per_group: ALIBI_X4_ROWS, x4: true };
@@ -299,7 +315,13 @@ impl Context {
                 );
                 // The output binding starts at the chunk's first value.
                 let aligned = chunk.n_cols.is_multiple_of(4) && chunk.col0.is_multiple_of(4);
-                let shape = AlibiShape::new(chunk.n_cols, self.coalesced, aligned, max_groups);
+                let shape = AlibiShape::new(
+                    chunk.n_rows,
+                    chunk.n_cols,
+                    self.coalesced,
+                    aligned,
+                    max_groups,
+                );
                 let (groups_x, rows_per_group) = (shape.groups_x, shape.rows_per_group);
                 let (kernel, bind_group) = bound[usize::from(shape.x4)].get_or_insert_with(|| {
                     let kernel = self.alibi_kernel(shape.x4);

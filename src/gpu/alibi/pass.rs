@@ -232,7 +232,13 @@ impl AlibiPass {
                     let rows = self.part_rows.min(all - row0) as u32;
                     let n_cols = self.params.n_cols;
                     let aligned = n_cols.is_multiple_of(4) && out.base.is_multiple_of(4);
-                    let shape = AlibiShape::new(n_cols.into(), ctx.coalesced, aligned, max_groups);
+                    let shape = AlibiShape::new(
+                        rows.into(),
+                        n_cols.into(),
+                        ctx.coalesced,
+                        aligned,
+                        max_groups,
+                    );
                     let (groups_y, groups_z) = fold_rows(rows, shape.rows_per_group, max_groups);
                     let params = AlibiParams {
                         n_rows: rows,

@@ -13,8 +13,9 @@ fn spec(heads: u32, len: u64, kv_len: Option<u64>, offset: u32, form: Form) -> A
 }
 
 /// The bias of `spec` on `ctx` in both access patterns against the CPU, bit for bit: rows of
-/// whole vec4s take the four-key kernel in both, other rows the one-value kernel (GPUs' one
-/// row per workgroup row; CPU adapters' blocks of rows and several keys per thread).
+/// whole vec4s take the four-key kernel (on GPUs, the coalesced pattern, only in dispatches
+/// of at least 1024 rows), other rows the one-value kernel (GPUs' one row per workgroup row;
+/// CPU adapters' blocks of rows and several keys per thread).
 fn check(ctx: &posenc::gpu::Context, spec: &AlibiSpec) {
     use posenc::gpu::AccessPattern;
     for access in [AccessPattern::Coalesced, AccessPattern::Adjacent] {
@@ -52,6 +53,24 @@ fn gpu_equals_cpu_bit_for_bit_for_odd_sizes_and_huge_positions() {
             (8, 7, Some(64), (1 << 25) - 3),
             (40, 4, Some(300), (1 << 31) - 2),
             (7, 5, Some(513), u32::MAX - 4),
+        ] {
+            check(ctx, &spec(heads, len, kv_len, offset, form));
+        }
+    }
+}
+
+/// GPUs write dispatches of few rows (a decode step's) in the one-value form and of many
+/// in the four-key one: both sides of the bound, keys in whole vec4s, each form bit for bit.
+#[test]
+fn whole_vec4_rows_take_either_form_by_their_count() {
+    let Some(ctx) = gpu() else { return };
+    for form in [Form::Symmetric, Form::Causal] {
+        // 1023, 1024 and 1088 rows (heads * len) of 64 or 2048 keys; a decode step's 32.
+        for (heads, len, kv_len, offset) in [
+            (31, 33, Some(64), 0),
+            (16, 64, None, 5),
+            (17, 64, Some(128), 1 << 24),
+            (32, 1, Some(2048), 2047),
         ] {
             check(ctx, &spec(heads, len, kv_len, offset, form));
         }
