@@ -9,11 +9,11 @@
 //! The same loop then runs on the host with `posenc::cpu::encode` and the same hash. The
 //! hash reads every bit of every row, so one differing bit would send a sequence down
 //! another path: the tokens must be the same, and the pass's fault counters clean. The
-//! encode has no scale, so its bits are the CPU's on every backend (with a scale a GPU may
-//! fuse the multiply-add: one ulp, see ARCHITECTURE.md). The
-//! three sequences start at position 0, just below the PE rows posenc caches on the device
-//! (4096: later rows are computed in the kernel) and just below `u32::MAX` (positions
-//! wrap). Without an adapter it prints SKIP and exits 0, unless `CI=true`.
+//! encode's bits are the CPU's on every backend (with a scale too: the kernels round the
+//! product before the sum takes it, see ARCHITECTURE.md). The three sequences start at
+//! position 0, just below the PE rows posenc caches on the device (4096: later rows are
+//! computed in the kernel) and just below `u32::MAX` (positions wrap). Without an adapter
+//! it prints SKIP and exits 0, unless `CI=true`.
 //!
 //! ```sh
 //! cargo run --release --example decode_loop
@@ -153,9 +153,8 @@ fn main() {
     let spec = PeSpec::new(DIM as u32).expect("an even dim");
     let table = table();
     let uploaded = gpu.upload_table(Embeddings::F32(table.view())).expect("table upload");
-    // No scale: with one, WGSL lets a GPU fuse `scale * e + pe` into an fma (one ulp; the
-    // H100's Vulkan driver does here), and the hash below would follow that ulp down
-    // another path. Without one every backend gives the CPU's bits.
+    // No scale (one would give the CPU's bits too: the kernels keep WGSL from fusing
+    // `scale * e + pe` into an fma, which the H100's Vulkan driver did before they did).
     let options = EncodeOptions::default();
     let desc = EncodePassDescriptor {
         batch: BATCH,

@@ -313,9 +313,9 @@ pub struct OpReport {
     pub repeats: usize,
     /// Bytes one step reads plus writes (the GB/s of its items count these).
     pub bytes: u64,
-    /// Whether the GPU's result has the CPU's bits (`None` without a GPU). For RoPE a
-    /// backend may contract `x * c - y * s` into a multiply-add; `differing` then counts the
-    /// elements it changed, each within one rounding of a product.
+    /// Whether the GPU's result has the CPU's bits (`None` without a GPU); for RoPE,
+    /// `differing` counts the elements that differ (none on any adapter posenc has met: the
+    /// kernels round each product before a sum takes it, so no backend contracts them).
     pub agree: Option<bool>,
     /// Elements whose bits differ from the CPU's.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -906,7 +906,7 @@ impl OpReport {
         match (self.agree, self.differing) {
             (Some(true), _) => out += "CPU and GPU agree bit for bit.\n",
             (Some(false), Some(n)) if n > 0 => {
-                out += &format!("CPU and GPU differ in {n} elements (multiply-add contraction?).\n")
+                out += &format!("CPU and GPU DIFFER in {n} elements.\n")
             }
             (Some(false), _) => out += "CPU and GPU DIFFER.\n",
             (None, _) => {}

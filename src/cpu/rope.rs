@@ -1,7 +1,8 @@
 //! CPU twin of `shaders/rope_cs.wgsl` and `shaders/rope.wgsl`: rotary position embedding
 //! with the exact-phase cos and sin, multi-threaded. Same integer cos/sin, same f32
-//! operations in the same order as the shaders, so the two paths agree bit for bit except
-//! where a GPU compiler contracts `x * c - y * s` into a fused multiply-add.
+//! operations in the same order as the shaders, so the two paths agree bit for bit (the
+//! shaders round each product before a sum takes it, so no GPU compiler contracts
+//! `x * c - y * s` into a fused multiply-add).
 
 use ndarray::{Array3, Array4, ArrayView2, ArrayView4, ArrayViewMut1, ArrayViewMut4, Axis};
 use rayon::prelude::*;

@@ -308,12 +308,11 @@ impl Context {
     /// With a learned position table (`&position_table`, uploaded with
     /// [`Context::upload_position_table`]; BERT and GPT-2 style) in place of the sinusoid:
     /// `out[b, t, :] = scale * E[ids[b, t], :] + P[position, :]`, bit for bit what
-    /// [`crate::cpu::encode_learned`] gives (without a scale; with one a GPU may fuse the
-    /// multiply-add, one ulp). `desc.cached_positions` is not used then: the table is the
-    /// cache. A position without a row in the table cannot be refused on the host when
-    /// positions live on the device: such a token gives a zero row and counts in
-    /// [`Faults::bad_positions`], as an id outside the vocabulary does in
-    /// [`Faults::bad_ids`]; nothing is read out of bounds.
+    /// [`crate::cpu::encode_learned`] gives, with a scale or without. `desc.cached_positions`
+    /// is not used then: the table is the cache. A position without a row in the table
+    /// cannot be refused on the host when positions live on the device: such a token gives
+    /// a zero row and counts in [`Faults::bad_positions`], as an id outside the vocabulary
+    /// does in [`Faults::bad_ids`]; nothing is read out of bounds.
     ///
     /// # Errors
     /// [`Error::Shape`] if the table's dim is not the spec's (or the position table's), or

@@ -276,11 +276,10 @@ impl Context {
     /// `[B, L]`. Tensors larger than one storage binding are processed in chunks of head
     /// rows.
     ///
-    /// The result equals the CPU path's except where the backend contracts
-    /// `x * c - y * s` into a fused multiply-add, which WGSL allows: then an element can
-    /// differ by the rounding of one product, at most one f32 ulp of the larger product
-    /// (lavapipe and llvmpipe do not contract). The cos/sin table is bit-identical
-    /// everywhere ([`Context::rope_cos_sin`]).
+    /// The result has the CPU path's bits, as the cos/sin table has
+    /// ([`Context::rope_cos_sin`]): the kernels round each product of `x * c - y * s` before
+    /// the sum takes it, so no backend contracts the two into a fused multiply-add (which
+    /// WGSL would allow, and NVIDIA's Vulkan driver did).
     ///
     /// # Errors
     /// [`Error::Shape`] if the last axis is not the spec's head dim or `positions` is not

@@ -552,9 +552,8 @@ impl RopePass {
     }
 
     /// Records one step into `encoder`: rotates the q tensor at the start of `data` in
-    /// place, bit for bit what [`crate::cpu::rope()`] gives except where the backend
-    /// contracts `x * c - y * s` into a fused multiply-add (see [`Context::rope`]); the
-    /// cos/sin values are exact. `positions` holds one u32 per token or per sequence as
+    /// place, bit for bit what [`crate::cpu::rope()`] gives (see [`Context::rope`]).
+    /// `positions` holds one u32 per token or per sequence as
     /// prepared.
     ///
     /// `data` needs `STORAGE` usage (and `COPY_SRC` when the head dim is not a multiple of
