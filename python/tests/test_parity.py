@@ -101,10 +101,10 @@ def test_encode_options(cli, device):
     for kwargs, args in cases:
         ours = posenc.encode(w, ids, device=device, **kwargs)
         same_bits(ours, cli.npy("encode", "--weights", wp, "--ids", ip, *args, "--device", "cpu"))
-    # A scale is one product whose rounding a GPU may fuse: compare on the CPU.
-    ours = posenc.encode(w, ids, scale="sqrt", device="cpu")
+    # A scale too: the kernels round its product before the add, so no GPU fuses them.
+    ours = posenc.encode(w, ids, scale="sqrt", device=device)
     same_bits(ours, cli.npy("encode", "--weights", wp, "--ids", ip, "--scale", "sqrt", "--device", "cpu"))
-    ours = posenc.encode(w, ids, scale=0.5, device="cpu")
+    ours = posenc.encode(w, ids, scale=0.5, device=device)
     same_bits(ours, cli.npy("encode", "--weights", wp, "--ids", ip, "--scale", 0.5, "--device", "cpu"))
 
 

@@ -398,8 +398,7 @@ def encode(
     ``scale_embedding``. ``position_table``: a learned table ``[max_positions, D]`` (array
     or path, ``position_tensor``) added instead of a sinusoid. The sinusoid's options are
     :func:`table`'s. ``out_dtype``: ``"f32"``, ``"f16"`` or ``"bf16"`` (uint16 bits; see
-    :func:`as_bfloat16`). With a scale, cpu and gpu may differ by one rounding of the
-    product; without one they give the same bits.
+    :func:`as_bfloat16`). cpu and gpu give the same bits, with a scale or without.
     """
     w, weights_path = _table_array(weights, "weights")
     if tensor is not None and weights_path is None:

@@ -538,9 +538,8 @@ impl Context {
     }
 
     /// `out[b, t, :] = scale * E[ids[b, t], :] + PE(positions[b, t], :)` on the device, read
-    /// back to the host. Bit-identical to [`crate::cpu::encode()`] when the scale is
-    /// [`encode::Scale::None`]; with a scale, a backend may fuse the multiply and the add,
-    /// which moves a result by at most one rounding of the product.
+    /// back to the host. Bit-identical to [`crate::cpu::encode()`], with a scale or without:
+    /// the kernels round the product before the add takes it, so no backend fuses the two.
     ///
     /// # Errors
     /// As [`crate::cpu::encode()`], all checked before any GPU work; [`Error::Limit`] if

@@ -56,3 +56,31 @@ fn the_origin_rewording_leaves_other_errors_alone() {
     let head = Error::InvalidParameter { field: "head_dim", value: "0".into(), allowed: "x" };
     assert!(with_origin(head, "--head-dim", 0, 0).to_string().contains("0 (--head-dim)"));
 }
+
+/// tensor2tensor's `min_timescale` past the default max is what was given wrong: the error
+/// names it (and how to raise the max), not the max nobody gave.
+#[test]
+fn a_min_timescale_past_the_default_max_is_named() {
+    let t2t = Some(Variant::Tensor2Tensor);
+    let msg = refused(
+        &PeOptions { variant: t2t, min_timescale: Some(20000.0), ..Default::default() },
+        "min_timescale",
+    );
+    assert!(msg.contains("20000 (above max_timescale, 10000 by default)"), "{msg}");
+    assert!(msg.contains("--max-timescale"), "{msg}");
+    // Given both, the max below the min is the one named, as the library does.
+    refused(
+        &PeOptions {
+            variant: t2t,
+            min_timescale: Some(20000.0),
+            max_timescale: Some(100.0),
+            ..Default::default()
+        },
+        "max_timescale",
+    );
+    // Past the range altogether, the library's own message.
+    refused(
+        &PeOptions { variant: t2t, min_timescale: Some(2e9), ..Default::default() },
+        "min_timescale",
+    );
+}

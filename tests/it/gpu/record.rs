@@ -539,7 +539,7 @@ fn bad_arguments_are_refused_before_anything_is_recorded() {
 
 /// Rotates `x` with a recorded [`posenc::gpu::RopePass`] (data at `data_at`, a multiple of
 /// 256 bytes, in a larger buffer) and checks it against the host-array GPU path bit for bit
-/// and against the CPU within WGSL's fma contraction; bytes around the tensor stay.
+/// and against the CPU, bit for bit too; bytes around the tensor stay.
 #[allow(clippy::too_many_arguments)]
 fn check_rope_pass<T: posenc::rope::Element>(
     ctx: &Context,

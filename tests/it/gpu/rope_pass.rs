@@ -1,7 +1,7 @@
 //! The recorded RoPE step's routes: q and k in one dispatch (`shaders/rope_pass.wgsl`),
 //! recorded into a caller's encoder or into a compute pass the caller has open, against the
-//! CPU path (within WGSL's multiply-add contraction) and the host-array GPU path (bit for
-//! bit: both compile `shaders/shared/rope_unit.wgsl`).
+//! CPU path and the host-array GPU path, bit for bit (both compile
+//! `shaders/shared/rope_unit.wgsl`).
 
 use half::{bf16, f16};
 use ndarray::{Array2, Array4};

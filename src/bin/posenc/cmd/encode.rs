@@ -67,10 +67,10 @@ pub(crate) struct EncodeArgs {
     #[arg(long, value_name = "N", allow_negative_numbers = true,
           value_parser = whole::<u32>("a whole number in 0..=4294967295 (token ids are u32)"))]
     pad_id: Option<u32>,
-    /// Embedding scale: none, sqrt (sqrt(D), the Transformer's) or a finite number. With a
-    /// scale, cpu and gpu may differ by one rounding of the product [default: with --config,
-    /// sqrt when its scale_embedding is true and none when false (a config without it is
-    /// refused); else none].
+    /// Embedding scale: none, sqrt (sqrt(D), the Transformer's) or a finite number (cpu and
+    /// gpu give the same bits with one too) [default: with --config, sqrt when its
+    /// scale_embedding is true and none when false (a config without it is refused); else
+    /// none].
     #[arg(long, value_name = "S", value_parser = parse_scale, allow_hyphen_values = true)]
     scale: Option<Scale>,
     /// Where to compute. `auto` computes where the result reaches the host sooner (the CPU

@@ -210,7 +210,7 @@ fn bad_input_exits_2_with_one_line_and_touches_no_output() {
         (vec!["--input", &garbage], "not a valid .npy file"),
         (vec!["--input", &f64_input], "input has dtype '<f8'; allowed: '<f4', '<f2' or '<u2'"),
         (vec!["--input", &rank3], "input must have rank 4, got shape (2, 3, 8)"),
-        (vec!["--input", &odd], "invalid rotary_dim: 5 (head_dim 5, the last axis of"),
+        (vec!["--input", &odd], "invalid head_dim: 5 (the last axis of"),
         (vec!["--input", &x, "--rotary-dim", "10"], "invalid rotary_dim: 10 (head_dim 8"),
         (vec!["--input", &x, "--rotary-dim", "3"], "invalid rotary_dim: 3"),
         (vec!["--input", &x, "--base", "1"], "invalid base: 1"),
@@ -442,7 +442,14 @@ fn rope_cache_writes_the_librarys_cache_in_every_format() {
     // Refused before any work: one line, exit 2, no file.
     let bad = dir.out("bad.safetensors");
     for (args, needle) in [
-        (vec!["--head-dim", "7", "--len", "4"], "invalid rotary_dim: 7 (head_dim 7, --head-dim)"),
+        (
+            vec!["--head-dim", "7", "--len", "4"],
+            "invalid head_dim: 7 (--head-dim) (allowed: an even",
+        ),
+        (
+            vec!["--head-dim", "7", "--rotary-dim", "5", "--len", "4"],
+            "invalid rotary_dim: 5 (head_dim 7",
+        ),
         (vec!["--head-dim", "0", "--len", "4"], "invalid head_dim: 0 (--head-dim)"),
         (vec!["--head-dim", "8"], "--len <N>|--positions <SPEC>"),
         (vec!["--head-dim", "8", "--len", "4", "--positions", "1"], "cannot be used with"),
