@@ -782,7 +782,7 @@ fn try_expand(src: &str, imported: &mut Vec<&'static str>, out: &mut String) -> 
                     field: "import",
                     value: name.to_string(),
                     allowed: "a shared module of posenc's: convert, convert4, intmath, sincos, \
-                              f32_angle, pe_phase, rope_unit, alibi_common, \
+                              f32_angle, pe_phase, rope_unit, alibi_common, rounded, \
                               encode_pass_params, encode_pass_common",
                 });
             };
