@@ -1,6 +1,7 @@
 // ALiBi bias tensor [heads, len, kv_len], the form where a row's keys are whole vec4s
 // (kv_len, the chunk's first key and its place in the output all multiples of 4; on GPUs
-// only for dispatches of at least 1024 rows, see src/gpu/alibi/mod.rs): each invocation writes four adjacent keys with one 16-byte store, for ALIBI_X4_ROWS
+// only for dispatches of at least 1024 rows, see src/gpu/alibi/mod.rs): each invocation
+// writes four adjacent keys with one 16-byte store, for ALIBI_X4_ROWS
 // rows, so a warp's store covers 512 contiguous bytes and each workgroup moves
 // ALIBI_X4_ROWS rows' worth of its columns. The one-value form (alibi.wgsl) gave each
 // invocation one 4-byte store after a dependent load of its row's slope, 32768 workgroups

@@ -235,15 +235,17 @@ impl PeOptions<'_> {
             let given_max = self.max_timescale.or(self.base);
             let max = given_max.unwrap_or(DEFAULT_BASE);
             let min = self.min_timescale.unwrap_or(1.0);
-            // Past the default max the min is what was given wrong, not the max.
-            if given_max.is_none() && min > max && min <= crate::spec::MAX_TIMESCALE {
-                return Err(Error::InvalidParameter {
-                    field: "min_timescale",
-                    value: format!("{min} (above max_timescale, {max} by default)"),
-                    allowed: "at most max_timescale (give --max-timescale to raise it)",
-                });
-            }
-            spec = spec.with_timescales(min, max)?;
+            spec = spec.with_timescales(min, max).map_err(|e| match e {
+                // The default max below a good min: the min is what was given wrong.
+                Error::InvalidParameter { field: "max_timescale", .. } if given_max.is_none() => {
+                    Error::InvalidParameter {
+                        field: "min_timescale",
+                        value: format!("{min} (above max_timescale, {max} by default)"),
+                        allowed: "at most max_timescale (give --max-timescale to raise it)",
+                    }
+                }
+                e => e,
+            })?;
         } else if let Some(base) = self.base {
             spec = spec.with_base(base)?;
         }
@@ -396,24 +398,13 @@ impl RopeOptions<'_> {
         let rotary_dim = given_rotary.unwrap_or(head_dim);
         let pairing =
             self.pairing.unwrap_or_else(|| config.map_or(Pairing::Neox, RopeSpec::pairing));
-        let spec = RopeSpec::partial(head_dim, rotary_dim)
-            .map_err(|e| match e {
-                // An odd head dim rotating whole: the head dim is what to fix.
-                Error::InvalidParameter { field: "rotary_dim", .. } if given_rotary.is_none() => {
-                    origin(
-                        Error::InvalidParameter {
-                            field: "head_dim",
-                            value: head_dim.to_string(),
-                            allowed: "an even number in 2..=65536, or an odd one beside an even \
-                                      rotary dim below it (partial rotary: --rotary-dim, \
-                                      RopeSpec::partial)",
-                        },
-                        head_dim,
-                        rotary_dim,
-                    )
-                }
-                e => origin(e, head_dim, rotary_dim),
-            })?
+        // Rotating whole, an odd head dim is what to fix: `RopeSpec::new` says so.
+        let spec = match given_rotary {
+            Some(r) => RopeSpec::partial(head_dim, r),
+            None => RopeSpec::new(head_dim),
+        };
+        let spec = spec
+            .map_err(|e| origin(e, head_dim, rotary_dim))?
             .with_base(self.base.or(config.map(RopeSpec::base)).unwrap_or(rope::DEFAULT_BASE))?
             .with_pairing(pairing);
         let scaling = match (&self.inv_freq, scaling) {

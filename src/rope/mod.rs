@@ -123,7 +123,8 @@ impl RopeSpec {
             return Err(Error::InvalidParameter {
                 field: "head_dim",
                 value: head_dim.to_string(),
-                allowed: "an even number in 2..=65536 (odd head dims: use RopeSpec::partial)",
+                allowed: "an even number in 2..=65536 (odd head dims: a partial rotary dim, \
+                          RopeSpec::partial or --rotary-dim)",
             });
         }
         Ok(Self {
