@@ -321,9 +321,36 @@ const ROPE_X4: &str = include_str!("../shaders/rope_x4.wgsl");
 /// The recorded RoPE step, `shaders/rope_pass.wgsl`, before its specialisation.
 const ROPE_PASS: &str = include_str!("../shaders/rope_pass.wgsl");
 
-/// Threads per workgroup of `rope_pass` (one workgroup per block of a token's units) and of
-/// `rope_pass_heads`.
+/// Threads per workgroup of `rope_pass_heads`.
 pub const ROPE_PASS_WORKGROUP: u32 = 128;
+
+/// Fewest threads per workgroup of `rope_pass` ([`rope_pass_workgroup`]): smaller ones
+/// would cap a GPU's occupancy by its resident workgroups per core (32 on NVIDIA's) rather
+/// than by its threads.
+pub const ROPE_PASS_MIN_WORKGROUP: u32 = 64;
+
+/// Most threads per workgroup of `rope_pass`: WebGPU's default
+/// `max_compute_invocations_per_workgroup`.
+pub const ROPE_PASS_MAX_WORKGROUP: u32 = 256;
+
+/// Threads per workgroup of `rope_pass` for a token of `units` units (q's and k's heads),
+/// each thread rotating `per` of them: the multiple of 32 from [`ROPE_PASS_MIN_WORKGROUP`]
+/// to [`ROPE_PASS_MAX_WORKGROUP`] whose blocks leave the fewest threads idle, and of those
+/// the one with the fewest blocks (each block computes its token's cos/sin once). A fixed
+/// 128 left a sixth of Llama-3-8B's threads idle (40 heads of 8 units: blocks of 128, 128
+/// and 64), where 160 fits two blocks exactly; Llama-2-13B's 640 units take four blocks of
+/// 160, Llama-3-70B's 576 three of 192.
+pub fn rope_pass_workgroup(units: u64, per: u32) -> u32 {
+    let cost = |threads: u32| {
+        let block = u64::from(threads * per);
+        let blocks = units.div_ceil(block).max(1);
+        (blocks * block - units, blocks)
+    };
+    (ROPE_PASS_MIN_WORKGROUP..=ROPE_PASS_MAX_WORKGROUP)
+        .step_by(32)
+        .min_by_key(|&threads| cost(threads))
+        .unwrap_or(ROPE_PASS_MAX_WORKGROUP)
+}
 
 /// Most vec4s of cos (and of sin) a `rope_pass` workgroup holds: 1024 frequencies, 8 KiB
 /// of workgroup memory in all, within WebGPU's default 16 KiB. Larger rotary dims take the
@@ -393,6 +420,8 @@ pub enum RopePassForm {
     Blocks {
         /// Units each invocation rotates.
         units: u32,
+        /// Threads per workgroup ([`rope_pass_workgroup`]).
+        workgroup: u32,
     },
     /// `rope_pass_heads`, for adapters that run shaders on CPU cores: one invocation per
     /// unit of a token's head row, walking every head of q and k.
@@ -421,8 +450,12 @@ impl RopePassKernel {
             .into_iter()
             .flat_map(|unit| {
                 [
-                    (2, RopePassForm::Blocks { units: 1 }),
-                    (ROPE_PASS_MAX_FREQ_VECS, RopePassForm::Blocks { units: 4 }),
+                    (2, RopePassForm::Blocks { units: 1, workgroup: ROPE_PASS_MIN_WORKGROUP }),
+                    (2, RopePassForm::Blocks { units: 1, workgroup: 160 }),
+                    (
+                        ROPE_PASS_MAX_FREQ_VECS,
+                        RopePassForm::Blocks { units: 4, workgroup: ROPE_PASS_MAX_WORKGROUP },
+                    ),
                     (2, RopePassForm::Heads { row_units: 8 }),
                 ]
                 .map(|(freq_vecs, form)| Self { unit, freq_vecs, form })
@@ -440,13 +473,13 @@ impl RopePassKernel {
 
     /// The complete WGSL of this specialisation.
     pub fn source(self) -> String {
-        let (units, row_units) = match self.form {
-            RopePassForm::Blocks { units } => (units, 1),
-            RopePassForm::Heads { row_units } => (1, row_units),
+        let (units, row_units, workgroup) = match self.form {
+            RopePassForm::Blocks { units, workgroup } => (units, 1, workgroup),
+            RopePassForm::Heads { row_units } => (1, row_units, ROPE_PASS_WORKGROUP),
         };
         let mut s = prelude();
         self.unit.header(&mut s);
-        s += &format!("const RP_WORKGROUP: u32 = {ROPE_PASS_WORKGROUP}u;\n");
+        s += &format!("const RP_WORKGROUP: u32 = {workgroup}u;\n");
         s += &format!("const RP_FREQ_VECS: u32 = {}u;\n", self.freq_vecs);
         s += &format!("const RP_UNITS: u32 = {units}u;\n");
         s += &format!("const RP_ROW_UNITS: u32 = {row_units}u;\n");
@@ -805,12 +838,12 @@ mod tests {
     /// docs/guarantees.md says how many sources the platforms' validators check.
     #[test]
     fn the_documented_number_of_kernel_sources() {
-        let (types, copy, rope_x4, rope_pass) = (9 * 8, 16, 6, 18);
+        let (types, copy, rope_x4, rope_pass) = (9 * 8, 16, 6, 24);
         assert_eq!(
             all_sources().len(),
             7 + types * (2 * 4 + 3) + 2 * 8 + types * 11 + 1 + copy + rope_x4 + rope_pass
         );
-        assert_eq!(all_sources().len(), 1648);
+        assert_eq!(all_sources().len(), 1654);
     }
 
     /// The refusal of an unknown import lists every module there is.
@@ -819,6 +852,28 @@ mod tests {
         let text = compose("#import nosuch").unwrap_err().to_string();
         for (name, _) in MODULES {
             assert!(text.contains(name), "{name} not in {text}");
+        }
+    }
+
+    #[test]
+    fn rope_pass_workgroups_leave_the_fewest_threads_idle() {
+        assert_eq!(rope_pass_workgroup(320, 1), 160); // Llama-3-8B: 32 + 8 heads of 8 units
+        assert_eq!(rope_pass_workgroup(256, 1), 256); // Llama-3-8B's q alone: one block
+        assert_eq!(rope_pass_workgroup(640, 1), 160); // Llama-2-13B: 40 + 40 heads
+        assert_eq!(rope_pass_workgroup(576, 1), 192); // Llama-3-70B: 64 + 8 heads
+        assert_eq!(rope_pass_workgroup(128, 1), 128); // Phi-2: 32 + 32 heads of 2 units
+        assert_eq!(rope_pass_workgroup(416, 1), 224); // StarCoder2-15B: 48 + 4 heads
+        assert_eq!(rope_pass_workgroup(1, 1), ROPE_PASS_MIN_WORKGROUP);
+        assert_eq!(rope_pass_workgroup(320, 4), 96); // one block of 384 unit slots
+        for units in 1..5000u64 {
+            for per in [1, 2, 4] {
+                let w = rope_pass_workgroup(units, per);
+                assert!(w.is_multiple_of(32), "{units}");
+                assert!((ROPE_PASS_MIN_WORKGROUP..=ROPE_PASS_MAX_WORKGROUP).contains(&w));
+                // No other size leaves fewer threads idle.
+                let idle = |w: u32| units.div_ceil(u64::from(w * per)) * u64::from(w * per) - units;
+                assert!((2..=8).all(|k| idle(32 * k) >= idle(w)), "{units} {per}");
+            }
         }
     }
 

@@ -22,6 +22,7 @@ use crate::gpu::{Context, fold_dispatch};
 use crate::rope::{Frequencies, Geometry, Layout, RopeSpec};
 use crate::shaders::{
     FLAG_OFFSETS, FLAG_SCALE, ROPE_PASS_WORKGROUP, RopePassForm, RopePassKernel, WORKGROUP_SIZE,
+    rope_pass_workgroup,
 };
 
 /// The shape of a [`RopePass`]'s tensors and where its positions come from.
@@ -84,7 +85,8 @@ pub struct RopePassParams {
     pub k_tok: u32,
     /// k's stride between heads, in vec4s.
     pub k_head: u32,
-    /// Blocks of [`ROPE_PASS_WORKGROUP`] units per token: workgroups along x.
+    /// Blocks of the kernel's workgroup (times its units per invocation) units per token:
+    /// workgroups along x.
     pub blocks: u32,
     /// Always 0: the zero the kernel ORs into each product an add takes, which a compiler
     /// cannot see through, so it cannot contract the two into a multiply-add
@@ -137,9 +139,9 @@ impl Fused {
     /// workgroups folded into y and z.
     fn grid(&self, tokens: u32, units: u32, max_groups: u32) -> (u32, u32, u32) {
         match self.form {
-            RopePassForm::Blocks { units: per } => {
+            RopePassForm::Blocks { units: per, workgroup } => {
                 let (y, z) = fold_dispatch(tokens, max_groups);
-                (units.div_ceil(ROPE_PASS_WORKGROUP * per), y, z)
+                (units.div_ceil(workgroup * per), y, z)
             }
             RopePassForm::Heads { row_units } => {
                 // Fits a u32: checked when the route was chosen.
@@ -330,20 +332,20 @@ impl Context {
         }
         let n_freqs = spec.n_freqs();
         let row_units = n_freqs / kind.unit_freqs();
+        let g = &q.geometry;
+        let units = (g.heads + desc.k_heads) as u64 * u64::from(row_units);
         let form = if self.coalesced {
-            RopePassForm::Blocks { units: self.units.unwrap_or(1) }
+            let per = self.units.unwrap_or(1);
+            RopePassForm::Blocks { units: per, workgroup: rope_pass_workgroup(units, per) }
         } else {
             RopePassForm::Heads { row_units }
         };
         let kernel = RopePassKernel::new(kind, n_freqs, form)?;
-        let g = &q.geometry;
         let tokens = u32::try_from(g.batch * g.len).ok()?;
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
-        let units = (g.heads + desc.k_heads) as u64 * u64::from(row_units);
-        let wg = u64::from(ROPE_PASS_WORKGROUP);
         match form {
-            RopePassForm::Blocks { units: per }
-                if units.div_ceil(wg * u64::from(per)) > u64::from(max_groups) =>
+            RopePassForm::Blocks { units: per, workgroup }
+                if units.div_ceil(u64::from(workgroup * per)) > u64::from(max_groups) =>
             {
                 return None;
             }
