@@ -321,7 +321,8 @@ const ROPE_X4: &str = include_str!("../shaders/rope_x4.wgsl");
 /// The recorded RoPE step, `shaders/rope_pass.wgsl`, before its specialisation.
 const ROPE_PASS: &str = include_str!("../shaders/rope_pass.wgsl");
 
-/// Threads per workgroup of `rope_pass_heads`.
+/// Threads per workgroup of `rope_pass_heads`, and of `rope_pass` for few tokens
+/// ([`rope_pass_workgroup`]).
 pub const ROPE_PASS_WORKGROUP: u32 = 128;
 
 /// Fewest threads per workgroup of `rope_pass` ([`rope_pass_workgroup`]): smaller ones
@@ -333,14 +334,26 @@ pub const ROPE_PASS_MIN_WORKGROUP: u32 = 64;
 /// `max_compute_invocations_per_workgroup`.
 pub const ROPE_PASS_MAX_WORKGROUP: u32 = 256;
 
-/// Threads per workgroup of `rope_pass` for a token of `units` units (q's and k's heads),
-/// each thread rotating `per` of them: the multiple of 32 from [`ROPE_PASS_MIN_WORKGROUP`]
-/// to [`ROPE_PASS_MAX_WORKGROUP`] whose blocks leave the fewest threads idle, and of those
-/// the one with the fewest blocks (each block computes its token's cos/sin once). A fixed
-/// 128 left a sixth of Llama-3-8B's threads idle (40 heads of 8 units: blocks of 128, 128
-/// and 64), where 160 fits two blocks exactly; Llama-2-13B's 640 units take four blocks of
-/// 160, Llama-3-70B's 576 three of 192.
-pub fn rope_pass_workgroup(units: u64, per: u32) -> u32 {
+/// Fewest tokens a `rope_pass` dispatch takes for [`rope_pass_workgroup`] to fit its
+/// workgroups to the token's units; fewer take [`ROPE_PASS_WORKGROUP`] threads. On an H100
+/// (2026-11-27) the fitted workgroups took Llama-3-8B's prefill RoPE (2048 tokens) from
+/// 18.1 to 16.1 us a step, and made the decode steps' RoPE (8 tokens, one wave of a few
+/// dozen workgroups) 4 - 6 % slower at every preset (docs/performance.md). Measured at those
+/// two token counts only.
+pub const ROPE_PASS_FIT_MIN_TOKENS: u64 = 256;
+
+/// Threads per workgroup of `rope_pass` for `tokens` tokens of `units` units each (q's and
+/// k's heads), each thread rotating `per` of them. From [`ROPE_PASS_FIT_MIN_TOKENS`] tokens
+/// on: the multiple of 32 from [`ROPE_PASS_MIN_WORKGROUP`] to [`ROPE_PASS_MAX_WORKGROUP`]
+/// whose blocks leave the fewest threads idle, and of those the one with the fewest blocks
+/// (each block computes its token's cos/sin once). A fixed 128 left a sixth of Llama-3-8B's
+/// threads idle (40 heads of 8 units: blocks of 128, 128 and 64), where 160 fits two blocks
+/// exactly; Llama-2-13B's 640 units take four blocks of 160, Llama-3-70B's 576 three of
+/// 192. Fewer tokens take [`ROPE_PASS_WORKGROUP`].
+pub fn rope_pass_workgroup(tokens: u64, units: u64, per: u32) -> u32 {
+    if tokens < ROPE_PASS_FIT_MIN_TOKENS {
+        return ROPE_PASS_WORKGROUP;
+    }
     let cost = |threads: u32| {
         let block = u64::from(threads * per);
         let blocks = units.div_ceil(block).max(1);
@@ -857,17 +870,20 @@ mod tests {
 
     #[test]
     fn rope_pass_workgroups_leave_the_fewest_threads_idle() {
-        assert_eq!(rope_pass_workgroup(320, 1), 160); // Llama-3-8B: 32 + 8 heads of 8 units
-        assert_eq!(rope_pass_workgroup(256, 1), 256); // Llama-3-8B's q alone: one block
-        assert_eq!(rope_pass_workgroup(640, 1), 160); // Llama-2-13B: 40 + 40 heads
-        assert_eq!(rope_pass_workgroup(576, 1), 192); // Llama-3-70B: 64 + 8 heads
-        assert_eq!(rope_pass_workgroup(128, 1), 128); // Phi-2: 32 + 32 heads of 2 units
-        assert_eq!(rope_pass_workgroup(416, 1), 224); // StarCoder2-15B: 48 + 4 heads
-        assert_eq!(rope_pass_workgroup(1, 1), ROPE_PASS_MIN_WORKGROUP);
-        assert_eq!(rope_pass_workgroup(320, 4), 96); // one block of 384 unit slots
+        assert_eq!(rope_pass_workgroup(2048, 320, 1), 160); // Llama-3-8B: 32 + 8 heads of 8 units
+        assert_eq!(rope_pass_workgroup(2048, 256, 1), 256); // Llama-3-8B's q alone: one block
+        assert_eq!(rope_pass_workgroup(2048, 640, 1), 160); // Llama-2-13B: 40 + 40 heads
+        assert_eq!(rope_pass_workgroup(2048, 576, 1), 192); // Llama-3-70B: 64 + 8 heads
+        assert_eq!(rope_pass_workgroup(2048, 128, 1), 128); // Phi-2: 32 + 32 heads of 2 units
+        assert_eq!(rope_pass_workgroup(2048, 416, 1), 224); // StarCoder2-15B: 48 + 4 heads
+        assert_eq!(rope_pass_workgroup(2048, 1, 1), ROPE_PASS_MIN_WORKGROUP);
+        assert_eq!(rope_pass_workgroup(2048, 320, 4), 96); // one block of 384 unit slots
+        // A decode step's few tokens keep the fixed workgroup.
+        assert_eq!(rope_pass_workgroup(8, 320, 1), ROPE_PASS_WORKGROUP);
+        assert_eq!(rope_pass_workgroup(ROPE_PASS_FIT_MIN_TOKENS, 320, 1), 160);
         for units in 1..5000u64 {
             for per in [1, 2, 4] {
-                let w = rope_pass_workgroup(units, per);
+                let w = rope_pass_workgroup(2048, units, per);
                 assert!(w.is_multiple_of(32), "{units}");
                 assert!((ROPE_PASS_MIN_WORKGROUP..=ROPE_PASS_MAX_WORKGROUP).contains(&w));
                 // No other size leaves fewer threads idle.

@@ -336,7 +336,8 @@ impl Context {
         let units = (g.heads + desc.k_heads) as u64 * u64::from(row_units);
         let form = if self.coalesced {
             let per = self.units.unwrap_or(1);
-            RopePassForm::Blocks { units: per, workgroup: rope_pass_workgroup(units, per) }
+            let workgroup = rope_pass_workgroup((g.batch * g.len) as u64, units, per);
+            RopePassForm::Blocks { units: per, workgroup }
         } else {
             RopePassForm::Heads { row_units }
         };

@@ -290,8 +290,8 @@ fn rope_pass_routes_refuse_what_they_cannot_record() {
 }
 
 /// Every number of units per invocation of the GPU form (`Options::units`), with a token's
-/// units spread over several workgroups and the last one partly idle, gives the bits of
-/// the other paths.
+/// units spread over several workgroups and the last one partly idle, and a prefill's
+/// token count (workgroups fitted to the token), gives the bits of the other paths.
 #[test]
 fn every_units_per_invocation_of_the_one_dispatch_keeps_the_bits() {
     use posenc::gpu::{AccessPattern, Options};
@@ -312,5 +312,11 @@ fn every_units_per_invocation_of_the_one_dispatch_keeps_the_bits() {
             check::<bf16>(&ctx, &what, spec, Layout::Bhld, (2, 3), heads, true, seed);
             check::<f16>(&ctx, &what, spec, Layout::Blhd, (1, 2), heads, false, seed);
         }
+        // From 256 tokens on the workgroups fit the token's units (shaders.rs,
+        // `rope_pass_workgroup`): 40 heads of 8 bf16 units take two blocks of 160, 33 heads
+        // of 16 f32 units three of 192 (48 idle).
+        let what = format!("units {units} llama3 128, {} tokens", 2 * 130);
+        check::<bf16>(&ctx, &what, &llama3, Layout::Blhd, (2, 130), (32, 8), true, 510);
+        check::<f32>(&ctx, &what, &llama3, Layout::Bhld, (2, 130), (24, 9), false, 511);
     }
 }
