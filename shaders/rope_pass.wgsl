@@ -62,11 +62,18 @@ struct Params {
     blocks: u32,
     // Always 0: the opaque zero of rounded.wgsl.
     zero: u32,
+    // Positions below cached_rows read their cos/sin from the cache that follows the steps
+    // in `steps`: pair f of position p at vec2 cache_base + p * n_freqs + f, as rope_cs.wgsl
+    // wrote it when the pass was prepared (the same arithmetic, so the same bits).
+    cached_rows: u32,
+    cache_base: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> positions: array<u32>;
-// The frequencies' turn steps (see sincos.wgsl's phase_turns).
+// The frequencies' turn steps (see sincos.wgsl's phase_turns), then the cos/sin cache.
 @group(0) @binding(2) var<storage, read> steps: array<vec2<u32>>;
 @group(0) @binding(3) var<storage, read_write> q: array<vec4<u32>>;
 // k's own binding; when a step rotates q alone it is bound to q too and never touched.
@@ -138,8 +145,13 @@ fn token_position(t: u32, b: u32, l: u32) -> u32 {
     return positions[params.pos_base + t];
 }
 
-// (cos, sin) of frequency f at position p, as rope_cs.wgsl computes them (the same bits).
+// (cos, sin) of frequency f at position p, as rope_cs.wgsl computes them (the same bits):
+// read from the cache for a position it holds (p is the same across a workgroup of
+// rope_pass, so the branch is uniform there), computed otherwise.
 fn freq_cos_sin(p: u32, f: u32) -> vec2<f32> {
+    if p < params.cached_rows {
+        return bitcast<vec2<f32>>(steps[params.cache_base + p * params.n_freqs + f]);
+    }
     return rope_cos_sin(p, steps[f], (params.flags & FLAG_SCALE) != 0u, params.scale_bits);
 }
 

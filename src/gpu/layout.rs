@@ -222,6 +222,9 @@ pub fn params(entry: &str) -> Params {
             k_head,
             blocks,
             zero,
+            cached_rows,
+            cache_base,
+            _pad,
         }),
         _ => panic!("no kernel named {entry}"),
     }

@@ -38,7 +38,10 @@ pub use options::{
 };
 pub use pass::Positions;
 pub use pending::{MappedEncode, PendingEncode};
-pub use rope::pass::{RopePass, RopePassDescriptor, RopePassParams};
+pub use rope::pass::{
+    ROPE_PASS_CACHE_MAX_BYTES, ROPE_PASS_CACHED_POSITIONS, RopePass, RopePassDescriptor,
+    RopePassParams,
+};
 pub use rope::{RopeCsParams, RopeParams, RopeX4Params};
 pub use table::TableParams;
 pub use timing::CopyParams;

@@ -113,10 +113,48 @@ fn check<T: Element>(
     what: &str,
     spec: &RopeSpec,
     layout: Layout,
+    shape: (usize, usize),
+    heads: (usize, usize),
+    per_sequence: bool,
+    seed: u64,
+) {
+    check_with::<T>(ctx, what, spec, layout, shape, heads, per_sequence, seed, None, None);
+}
+
+/// [`check`] with given first positions per sequence (`Some`), or per token with the
+/// positions just below and at the cos/sin cache's end first (`None`).
+#[allow(clippy::too_many_arguments)]
+fn check_at<T: Element>(
+    ctx: &Context,
+    what: &str,
+    spec: &RopeSpec,
+    layout: Layout,
+    shape: (usize, usize),
+    heads: (usize, usize),
+    starts: Option<&[u32]>,
+    seed: u64,
+) {
+    let end = posenc::gpu::ROPE_PASS_CACHED_POSITIONS as u32;
+    let around = [end - 1, end, 0, end + 1, end - 2];
+    let (per_sequence, at) = match starts {
+        Some(_) => (true, None),
+        None => (false, Some(&around[..])),
+    };
+    check_with::<T>(ctx, what, spec, layout, shape, heads, per_sequence, seed, starts, at);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_with<T: Element>(
+    ctx: &Context,
+    what: &str,
+    spec: &RopeSpec,
+    layout: Layout,
     (batch, len): (usize, usize),
     heads: (usize, usize),
     per_sequence: bool,
     seed: u64,
+    sequence_starts: Option<&[u32]>,
+    token_positions: Option<&[u32]>,
 ) {
     let dh = spec.head_dim() as usize;
     let shape = |h: usize| match layout {
@@ -130,9 +168,21 @@ fn check<T: Element>(
         let p = Array2::from_shape_fn((batch, len), |(b, l)| starts[b].wrapping_add(l as u32));
         (p, starts)
     } else {
-        let p = hard_batch(&mut rng, batch, len);
+        let mut p = hard_batch(&mut rng, batch, len);
+        if let Some(at) = token_positions {
+            for (slot, &position) in p.iter_mut().zip(at) {
+                *slot = position;
+            }
+        }
         let flat = p.iter().copied().collect();
         (p, flat)
+    };
+    let (positions, starts) = match sequence_starts {
+        Some(given) => {
+            let p = Array2::from_shape_fn((batch, len), |(b, l)| given[b].wrapping_add(l as u32));
+            (p, given[..batch].to_vec())
+        }
+        None => (positions, starts),
     };
     let desc = RopePassDescriptor {
         shape: shape(heads.0),
@@ -217,6 +267,33 @@ fn q_and_k_rotate_in_one_dispatch_with_the_other_paths_bits() {
                 check::<f16>(ctx, &what, spec, layout, shape, (3, 1), per_sequence, seed);
             }
         }
+    }
+}
+
+/// The GPU form reads the cos/sin of positions below
+/// `posenc::gpu::ROPE_PASS_CACHED_POSITIONS` from a cache built when the pass is prepared and
+/// computes the rest: a step whose positions cross the cache's end, with and without an
+/// attention factor, keeps the CPU's bits on both sides.
+#[test]
+fn positions_on_both_sides_of_the_cos_sin_cache_keep_the_bits() {
+    use posenc::gpu::{AccessPattern, ROPE_PASS_CACHED_POSITIONS};
+    let Some(ctx) = gpu() else { return };
+    let ctx = &ctx.with_access_pattern(AccessPattern::Coalesced);
+    let end = ROPE_PASS_CACHED_POSITIONS as u32;
+    let yarn = RopeSpec::new(64)
+        .unwrap()
+        .with_scaling(Scaling::Yarn(Yarn::new(4.0, 4096)))
+        .unwrap()
+        .with_seq_len(100)
+        .unwrap();
+    for (what, spec) in [("llama3 128", llama3_128()), ("yarn 64 (attention factor)", yarn)] {
+        // Sequence 0 runs from end - 5 to end + 6; the per-token batch holds end - 1, end
+        // and others of hard_batch's.
+        let starts = [end - 5, 3, end];
+        let what = format!("{what}, positions around {end}");
+        check_at::<bf16>(ctx, &what, &spec, Layout::Blhd, (3, 11), (4, 2), Some(&starts), 90);
+        check_at::<f32>(ctx, &what, &spec, Layout::Bhld, (3, 11), (4, 2), Some(&starts), 91);
+        check_at::<f16>(ctx, &what, &spec, Layout::Blhd, (2, 11), (3, 1), None, 92);
     }
 }
 
