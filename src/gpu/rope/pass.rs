@@ -3,8 +3,10 @@
 //! device buffer.
 //!
 //! Two routes give the same bits. The one-dispatch route (`shaders/rope_pass.wgsl`) rotates q
-//! and k together, one workgroup per token computing the token's cos/sin once, in workgroup
-//! memory, for all its heads. The split route computes cos/sin per token into a buffer
+//! and k together, each workgroup putting its token's cos/sin once in workgroup memory for
+//! all the heads of its block: read from a cache of exact values built when the pass is
+//! prepared (GPUs, positions below [`ROPE_PASS_CACHED_POSITIONS`]), or computed. The split
+//! route computes cos/sin per token into a buffer
 //! (`rope_cs`), then rotates each tensor (`rope_x4`, or `rope` when the head dim is not a
 //! multiple of 8 or the rotary dim of 16), in parts when a tensor exceeds one storage
 //! binding. A pass takes the first route wherever it can (see [`RopePass::dispatches`]).
@@ -120,7 +122,7 @@ pub struct RopePass {
     desc: RopePassDescriptor,
     spec: RopeSpec,
     freqs: Frequencies,
-    /// The frequencies' turn steps.
+    /// The frequencies' turn steps, then (the GPU form) the cos/sin cache.
     steps: DeviceBuffer,
     /// The split route's cos/sin per token and frequency, written by a step's first
     /// dispatch.
