@@ -38,6 +38,24 @@ impl Embeddings<'_> {
         }
     }
 
+    /// Rows `rows` as the bytes [`Embeddings::rows_to_words`] gives, borrowed rather than
+    /// converted, when the view keeps them contiguous in row-major order (a standard-layout
+    /// table, or rows of one), less the zero padding of a 16-bit chunk of an odd element
+    /// count. `None` for other layouts, and for 16-bit elements on a big-endian host.
+    pub(crate) fn rows_bytes(&self, rows: std::ops::Range<usize>) -> Option<&[u8]> {
+        use ndarray::s;
+        match self {
+            Embeddings::F32(a) => a.slice(s![rows, ..]).to_slice().map(bytemuck::cast_slice),
+            Embeddings::F16(a) if cfg!(target_endian = "little") => {
+                a.slice(s![rows, ..]).to_slice().map(bytemuck::cast_slice)
+            }
+            Embeddings::Bf16(a) if cfg!(target_endian = "little") => {
+                a.slice(s![rows, ..]).to_slice().map(bytemuck::cast_slice)
+            }
+            _ => None,
+        }
+    }
+
     /// Rows `rows` as raw element bits in row-major order: one u32 per f32 element, or
     /// two 16-bit elements per u32 word (low half first, the last word zero-padded).
     pub(crate) fn rows_to_words(&self, rows: std::ops::Range<usize>) -> Vec<u32> {

@@ -514,12 +514,31 @@ impl Context {
             let mut lo = 0usize;
             while lo < vocab {
                 let hi = (lo + rows_per_chunk).min(vocab);
-                // Converted chunk by chunk, so a 1 GiB table never exists twice on the host.
-                let words = table.rows_to_words(lo..hi);
                 let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
                 let buffer =
                     self.create_buffer("posenc.encode.table", chunk_bytes(hi - lo), usage)?;
-                self.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(&words));
+                match table.rows_bytes(lo..hi) {
+                    // The rows' own bytes (a standard-layout table): no copy but the queue's.
+                    // A 16-bit chunk of an odd element count ends in a half word, written
+                    // as a whole one with a zero upper half.
+                    Some(bytes) => {
+                        let whole = bytes.len() / 4 * 4;
+                        if whole > 0 {
+                            self.queue.write_buffer(&buffer, 0, &bytes[..whole]);
+                        }
+                        if whole < bytes.len() {
+                            let mut last = [0u8; 4];
+                            last[..bytes.len() - whole].copy_from_slice(&bytes[whole..]);
+                            self.queue.write_buffer(&buffer, whole as u64, &last);
+                        }
+                    }
+                    // Converted chunk by chunk, so a 1 GiB table never exists twice on the
+                    // host.
+                    None => {
+                        let words = table.rows_to_words(lo..hi);
+                        self.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(&words));
+                    }
+                }
                 self.queue.submit([]);
                 chunks.push(TableChunk { buffer });
                 lo = hi;

@@ -108,7 +108,7 @@ pub struct RopePassParams {
 /// bits), rather than computing them in every workgroup: a prefill and a decode step's
 /// positions up to this context length. Later positions are computed as before. At most
 /// [`ROPE_PASS_CACHE_MAX_BYTES`] of cache: 2 MiB for a head dim of 128, fewer rows for
-/// rotary dims above 256. On an H100 (2026-11-27) Llama-3-8B's prefill RoPE took 15.95
+/// rotary dims above 512. On an H100 (2026-11-27) Llama-3-8B's prefill RoPE took 15.95
 /// us a step computing them and 13.5 us with a cheap stand-in for them, the copy's time.
 pub const ROPE_PASS_CACHED_POSITIONS: u64 = 4096;
 
@@ -325,7 +325,7 @@ impl Context {
         // heads form, for CPU adapters, computes each once per token and unit.
         let steps = match fused.as_mut() {
             Some(f) if matches!(f.form, RopePassForm::Blocks { .. }) => {
-                match self.rope_cos_sin_cache(OP, &freqs, &steps_words)? {
+                match self.rope_cos_sin_cache(OP, &freqs, &steps_words, &steps)? {
                     Some((buffer, rows, base)) => {
                         f.params.cached_rows = rows;
                         f.params.cache_base = base;
@@ -353,13 +353,16 @@ impl Context {
 
     /// The steps binding of a GPU-form RoPE step with its cos/sin cache: `freqs`' steps,
     /// then, from pair `base` (a storage-alignment multiple), the (cos, sin) of every
-    /// frequency of positions `0..rows`, computed here by `rope_cs` as the split route
-    /// computes them per token. `None` when not even one row fits.
+    /// frequency of positions `0..rows`, computed here by `rope_cs` (reading the steps from
+    /// `steps_buf`) as the split route computes them per token. `None` when not even one row
+    /// fits: the binding, [`ROPE_PASS_CACHE_MAX_BYTES`], or a quarter of what the memory
+    /// budget has left (the pass then computes every position's, as without a cache).
     fn rope_cos_sin_cache(
         &self,
         op: &'static str,
         freqs: &Frequencies,
         steps: &[u32],
+        steps_buf: &DeviceBuffer,
     ) -> Result<Option<(DeviceBuffer, u32, u32)>> {
         let n_freqs = freqs.len() as u64;
         let row = n_freqs * 8;
@@ -367,7 +370,9 @@ impl Context {
         let base = (steps.len() as u64 * 4).max(4).next_multiple_of(align.max(8));
         let fit =
             (self.max_binding.saturating_sub(base) / row).min(ROPE_PASS_CACHE_MAX_BYTES / row);
-        let rows = fit.min(ROPE_PASS_CACHED_POSITIONS);
+        let budget =
+            self.budget_left().map_or(u64::MAX, |left| (left / 4).saturating_sub(base) / row);
+        let rows = fit.min(budget).min(ROPE_PASS_CACHED_POSITIONS);
         if rows == 0 {
             return Ok(None);
         }
@@ -387,7 +392,7 @@ impl Context {
             seq_len: rows as u32,
             _pad: 0,
         };
-        let buffer = self.scoped(op, || {
+        let built = self.scoped(op, || {
             use wgpu::BufferUsages as U;
             let buffer = self.create_buffer(
                 "posenc.rope_pass.steps",
@@ -395,36 +400,30 @@ impl Context {
                 U::STORAGE | U::COPY_DST,
             )?;
             self.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(steps));
-            // rope_cs reads the steps from a buffer of their own: one dispatch may not read
-            // a buffer through one binding and write it through another.
-            let init = |label, bytes: &[u8]| -> Result<DeviceBuffer> {
-                let b = self.create_buffer(label, bytes.len() as u64, U::STORAGE | U::COPY_DST)?;
-                self.queue.write_buffer(&b, 0, bytes);
-                Ok(b)
-            };
-            let own_steps = init("posenc.rope_pass.cache_steps", bytemuck::cast_slice(steps))?;
-            let start = init("posenc.rope_pass.cache_start", bytemuck::bytes_of(&0u32))?;
+            let start =
+                self.create_buffer("posenc.rope_pass.cache_start", 4, U::STORAGE | U::COPY_DST)?;
+            self.queue.write_buffer(&start, 0, bytemuck::bytes_of(&0u32));
             let (params_buf, _) = uniform_blocks(
                 self,
                 "posenc.rope_pass.cache_params",
                 &[bytemuck::bytes_of(&params)],
             )?;
             let entry = |binding: u32, resource| wgpu::BindGroupEntry { binding, resource };
+            let cache = wgpu::BufferBinding {
+                buffer: &buffer,
+                offset: base,
+                size: std::num::NonZeroU64::new(rows * row),
+            };
+            // The steps are read from the plain buffer: one dispatch may not read a buffer
+            // through one binding and write it through another.
             let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: Some("posenc.rope_pass.cache_bind_group"),
                 layout: &self.rope.cs_layout,
                 entries: &[
                     entry(0, params_buf.as_entire_binding()),
                     entry(1, start.as_entire_binding()),
-                    entry(2, own_steps.as_entire_binding()),
-                    entry(
-                        3,
-                        wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                            buffer: &buffer,
-                            offset: base,
-                            size: std::num::NonZeroU64::new(rows * row),
-                        }),
-                    ),
+                    entry(2, steps_buf.as_entire_binding()),
+                    entry(3, wgpu::BindingResource::Buffer(cache)),
                 ],
             });
             let mut encoder = self.device.create_command_encoder(&Default::default());
@@ -439,8 +438,13 @@ impl Context {
             }
             self.queue.submit([encoder.finish()]);
             Ok(buffer)
-        })?;
-        Ok(Some((buffer, rows as u32, (base / 8) as u32)))
+        });
+        match built {
+            Ok(buffer) => Ok(Some((buffer, rows as u32, (base / 8) as u32))),
+            // Memory the budget or the device lacks: no cache, every position computed.
+            Err(Error::Limit { .. } | Error::OutOfMemory { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// The one-dispatch route for these tensors, if they take the vec4 kernel, each fits
@@ -675,6 +679,14 @@ impl RopePass {
     /// Whether a step records one dispatch for q and k (see [`RopePass::dispatches`]).
     pub fn is_one_dispatch(&self) -> bool {
         self.fused.is_some()
+    }
+
+    /// Positions `0..n` whose cos/sin a step reads from the cache built when the pass was
+    /// prepared ([`ROPE_PASS_CACHED_POSITIONS`] on GPUs, fewer when the binding, the cache's
+    /// byte cap or the memory budget allow fewer); later positions are computed, with the
+    /// same bits. 0 on adapters that run shaders on CPU cores, and on the split route.
+    pub fn cached_positions(&self) -> u32 {
+        self.fused.as_ref().map_or(0, |f| f.params.cached_rows)
     }
 
     /// Bytes `data`'s offset must be a multiple of: 16 for the vec4 kernel (head dim a

@@ -634,6 +634,44 @@ fn chunked_tables_of_every_type_encode_bit_identically() {
     }
 }
 
+/// `upload_table` writes a standard-layout table's rows from their own bytes and converts
+/// any other view first; both give the same encodes, for 16-bit chunks of an odd element
+/// count (a half word at the end) too.
+#[test]
+fn tables_upload_from_their_bytes_or_converted_with_the_same_bits() {
+    use ndarray::s;
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(37);
+    let (vocab, dim) = (5, 7);
+    let spec = PeSpec::for_variant(posenc::Variant::DistilBert, dim as u32).unwrap();
+    // A table of width 9 whose columns 1..8 are the one encoded: not contiguous.
+    let wide = crate::support::random_table(&mut rng, vocab, dim + 2);
+    let standard = wide.slice(s![.., 1..dim + 1]).to_owned();
+    let (ids, pos) = (random_ids(&mut rng, 3, 4, vocab), positions::contiguous_batch(3, 4));
+    let (h16, b16) = (standard.mapv(f16::from_f32), standard.mapv(bf16::from_f32));
+    let (wide16, wideb16) = (wide.mapv(f16::from_f32), wide.mapv(bf16::from_f32));
+    let cols = s![.., 1..dim + 1];
+    let tables = [
+        ("f32", Embeddings::F32(standard.view()), Embeddings::F32(wide.slice(cols))),
+        ("f16", Embeddings::F16(h16.view()), Embeddings::F16(wide16.slice(cols))),
+        ("bf16", Embeddings::Bf16(b16.view()), Embeddings::Bf16(wideb16.slice(cols))),
+    ];
+    for (what, contiguous, strided) in tables {
+        // Chunks of three rows and of two: 21 and 14 elements (a half word at the end of
+        // the first, in 16 bits).
+        let row = (dim * contiguous.dtype().size()) as u64;
+        let small = ctx.with_max_binding_size((3 * row).next_multiple_of(4));
+        let options = EncodeOptions::default();
+        let want = cpu::encode(&spec, contiguous, ids.view(), pos.view(), &options).unwrap();
+        for (how, table) in [("contiguous", contiguous), ("strided", strided)] {
+            let uploaded = small.upload_table(table).unwrap();
+            assert!(uploaded.n_chunks() == 2, "{what} {how}: {} chunks", uploaded.n_chunks());
+            let got = small.encode(&spec, &uploaded, ids.view(), pos.view(), &options).unwrap();
+            assert_same_bits(&format!("{what} {how}"), &got, &want);
+        }
+    }
+}
+
 /// An encode into a device buffer submits its work and returns without waiting for it
 /// (WebGPU orders later queue work after it): many decode steps recorded back to back, each
 /// copied out by the caller's own submission, all hold their CPU bits when read at the end.

@@ -121,8 +121,8 @@ fn check<T: Element>(
     check_with::<T>(ctx, what, spec, layout, shape, heads, per_sequence, seed, None, None);
 }
 
-/// [`check`] with given first positions per sequence (`Some`), or per token with the
-/// positions just below and at the cos/sin cache's end first (`None`).
+/// [`check`] around the cos/sin cache's `end`, with given first positions per sequence
+/// (`Some`), or per token with the positions just below and at `end` first (`None`).
 #[allow(clippy::too_many_arguments)]
 fn check_at<T: Element>(
     ctx: &Context,
@@ -131,10 +131,9 @@ fn check_at<T: Element>(
     layout: Layout,
     shape: (usize, usize),
     heads: (usize, usize),
-    starts: Option<&[u32]>,
+    (end, starts): (u32, Option<&[u32]>),
     seed: u64,
 ) {
-    let end = posenc::gpu::ROPE_PASS_CACHED_POSITIONS as u32;
     let around = [end - 1, end, 0, end + 1, end - 2];
     let (per_sequence, at) = match starts {
         Some(_) => (true, None),
@@ -270,31 +269,97 @@ fn q_and_k_rotate_in_one_dispatch_with_the_other_paths_bits() {
     }
 }
 
-/// The GPU form reads the cos/sin of positions below
-/// `posenc::gpu::ROPE_PASS_CACHED_POSITIONS` from a cache built when the pass is prepared and
-/// computes the rest: a step whose positions cross the cache's end, with and without an
-/// attention factor, keeps the CPU's bits on both sides.
+/// The GPU form reads the cos/sin of positions below `RopePass::cached_positions` (on a
+/// device whose binding holds them, `posenc::gpu::ROPE_PASS_CACHED_POSITIONS`) from a cache
+/// built when the pass is prepared and computes the rest: a step whose positions cross the
+/// cache's end, with and without an attention factor, keeps the CPU's bits on both sides;
+/// so does a cache cut short by a small binding.
 #[test]
 fn positions_on_both_sides_of_the_cos_sin_cache_keep_the_bits() {
     use posenc::gpu::{AccessPattern, ROPE_PASS_CACHED_POSITIONS};
     let Some(ctx) = gpu() else { return };
-    let ctx = &ctx.with_access_pattern(AccessPattern::Coalesced);
+    let coalesced = &ctx.with_access_pattern(AccessPattern::Coalesced);
     let end = ROPE_PASS_CACHED_POSITIONS as u32;
+    let llama3 = llama3_128();
+    let desc = RopePassDescriptor {
+        shape: [1, 11, 1, 128],
+        layout: Layout::Blhd,
+        dtype: Dtype::F32,
+        positions: Positions::PerToken,
+        k_heads: 1,
+    };
+    // The GPU form caches; the form for adapters that run shaders on CPU cores does not.
+    assert_eq!(coalesced.rope_pass(&llama3, &desc).unwrap().cached_positions(), end);
+    let adjacent = ctx.with_access_pattern(AccessPattern::Adjacent);
+    assert_eq!(adjacent.rope_pass(&llama3, &desc).unwrap().cached_positions(), 0);
     let yarn = RopeSpec::new(64)
         .unwrap()
         .with_scaling(Scaling::Yarn(Yarn::new(4.0, 4096)))
         .unwrap()
         .with_seq_len(100)
         .unwrap();
-    for (what, spec) in [("llama3 128", llama3_128()), ("yarn 64 (attention factor)", yarn)] {
-        // Sequence 0 runs from end - 5 to end + 6; the per-token batch holds end - 1, end
+    for (what, spec) in [("llama3 128", &llama3), ("yarn 64 (attention factor)", &yarn)] {
+        // Sequence 0 runs from end - 5 to end + 5; the per-token batch holds end - 1, end
         // and others of hard_batch's.
-        let starts = [end - 5, 3, end];
+        let starts: &[u32] = &[end - 5, 3, end];
         let what = format!("{what}, positions around {end}");
-        check_at::<bf16>(ctx, &what, &spec, Layout::Blhd, (3, 11), (4, 2), Some(&starts), 90);
-        check_at::<f32>(ctx, &what, &spec, Layout::Bhld, (3, 11), (4, 2), Some(&starts), 91);
-        check_at::<f16>(ctx, &what, &spec, Layout::Blhd, (2, 11), (3, 1), None, 92);
+        check_at::<bf16>(
+            coalesced,
+            &what,
+            spec,
+            Layout::Blhd,
+            (3, 11),
+            (4, 2),
+            (end, Some(starts)),
+            90,
+        );
+        check_at::<f32>(
+            coalesced,
+            &what,
+            spec,
+            Layout::Bhld,
+            (3, 11),
+            (4, 2),
+            (end, Some(starts)),
+            91,
+        );
+        check_at::<f16>(coalesced, &what, spec, Layout::Blhd, (2, 11), (3, 1), (end, None), 92);
     }
+    // A binding of llama3's 64 steps (512 bytes) and 100 cos/sin rows (512 bytes each).
+    let small = &coalesced.with_max_binding_size(512 + 100 * 512);
+    assert_eq!(small.rope_pass(&llama3, &desc).unwrap().cached_positions(), 100);
+    let what = "llama3 128, a cache of 100 positions";
+    check_at::<f32>(
+        small,
+        what,
+        &llama3,
+        Layout::Blhd,
+        (2, 11),
+        (1, 1),
+        (100, Some(&[95, 100])),
+        93,
+    );
+    check_at::<bf16>(small, what, &llama3, Layout::Bhld, (1, 11), (1, 1), (100, None), 94);
+    // A memory budget holds the cache to a quarter of what it has left; the pass is still
+    // prepared, and what the cache lacks is computed.
+    let options = posenc::gpu::Options::default()
+        .access_pattern(AccessPattern::Coalesced)
+        .memory_budget(Some(1 << 20));
+    let Some(budgeted) = crate::support::fresh_gpu(&options) else { return };
+    let cached = budgeted.rope_pass(&llama3, &desc).unwrap().cached_positions();
+    assert!((1..=(1 << 20) / 4 / 512).contains(&cached), "{cached} positions cached");
+    let what = format!("llama3 128, a budget's cache of {cached} positions");
+    let starts: &[u32] = &[cached - 3, 7];
+    check_at::<f32>(
+        &budgeted,
+        &what,
+        &llama3,
+        Layout::Blhd,
+        (2, 8),
+        (2, 1),
+        (cached, Some(starts)),
+        95,
+    );
 }
 
 /// What a pass cannot record is refused by name, before anything is recorded.
