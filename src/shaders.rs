@@ -346,10 +346,10 @@ pub const ROPE_PASS_FIT_MIN_TOKENS: u64 = 256;
 /// k's heads), each thread rotating `per` of them. From [`ROPE_PASS_FIT_MIN_TOKENS`] tokens
 /// on: the multiple of 32 from [`ROPE_PASS_MIN_WORKGROUP`] to [`ROPE_PASS_MAX_WORKGROUP`]
 /// whose blocks leave the fewest threads idle, and of those the one with the fewest blocks
-/// (each block computes its token's cos/sin once). A fixed 128 left a sixth of Llama-3-8B's
-/// threads idle (40 heads of 8 units: blocks of 128, 128 and 64), where 160 fits two blocks
-/// exactly; Llama-2-13B's 640 units take four blocks of 160, Llama-3-70B's 576 three of
-/// 192. Fewer tokens take [`ROPE_PASS_WORKGROUP`].
+/// (each block puts its token's cos/sin in workgroup memory once). A fixed 128 left a sixth
+/// of Llama-3-8B's threads idle (40 heads of 8 units: blocks of 128, 128 and 64), where 160
+/// fits two blocks exactly; Llama-2-13B's 640 units take four blocks of 160, Llama-3-70B's
+/// 576 three of 192. Fewer tokens take [`ROPE_PASS_WORKGROUP`].
 pub fn rope_pass_workgroup(tokens: u64, units: u64, per: u32) -> u32 {
     if tokens < ROPE_PASS_FIT_MIN_TOKENS {
         return ROPE_PASS_WORKGROUP;

@@ -353,8 +353,8 @@ impl Context {
 
     /// The steps binding of a GPU-form RoPE step with its cos/sin cache: `freqs`' steps,
     /// then, from pair `base` (a storage-alignment multiple), the (cos, sin) of every
-    /// frequency of positions `0..rows`, computed here by `rope_cs` (reading the steps from
-    /// `steps_buf`) as the split route computes them per token. `None` when not even one row
+    /// frequency of positions `0..rows`, computed here by the host-array path's cos/sin pass
+    /// (`record_rope_cs`, reading the steps from `steps_buf`). `None` when not even one row
     /// fits: the binding, [`ROPE_PASS_CACHE_MAX_BYTES`], or a quarter of what the memory
     /// budget has left (the pass then computes every position's, as without a cache).
     fn rope_cos_sin_cache(
@@ -376,22 +376,6 @@ impl Context {
         if rows == 0 {
             return Ok(None);
         }
-        let n_pairs = (rows * n_freqs) as u32;
-        let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
-        let (gx, gy) = fold_dispatch(n_pairs.div_ceil(WORKGROUP_SIZE), max_groups);
-        let af = freqs.attention_factor();
-        // One sequence of `rows` tokens from position 0: slot p is position p.
-        let flags = FLAG_OFFSETS | if af == 1.0 { 0 } else { FLAG_SCALE };
-        let params = RopeCsParams {
-            n_pairs,
-            n_freqs: n_freqs as u32,
-            groups_x: gx,
-            flags,
-            scale_bits: af.to_bits(),
-            pos_base: 0,
-            seq_len: rows as u32,
-            _pad: 0,
-        };
         let built = self.scoped(op, || {
             use wgpu::BufferUsages as U;
             let buffer = self.create_buffer(
@@ -400,42 +384,29 @@ impl Context {
                 U::STORAGE | U::COPY_DST,
             )?;
             self.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(steps));
-            let start =
-                self.create_buffer("posenc.rope_pass.cache_start", 4, U::STORAGE | U::COPY_DST)?;
-            self.queue.write_buffer(&start, 0, bytemuck::bytes_of(&0u32));
-            let (params_buf, _) = uniform_blocks(
-                self,
-                "posenc.rope_pass.cache_params",
-                &[bytemuck::bytes_of(&params)],
+            // The host-array path's cos/sin pass, over positions 0..rows, its output the cache
+            // after the steps. It reads the steps from the plain buffer: one dispatch may not
+            // read a buffer through one binding and write it through another.
+            let positions: Vec<u32> = (0..rows as u32).collect();
+            let positions_buf = self.create_buffer(
+                "posenc.rope_pass.cache_positions",
+                rows * 4,
+                U::STORAGE | U::COPY_DST,
             )?;
-            let entry = |binding: u32, resource| wgpu::BindGroupEntry { binding, resource };
-            let cache = wgpu::BufferBinding {
+            self.queue.write_buffer(&positions_buf, 0, bytemuck::cast_slice(&positions));
+            let params = self.create_buffer(
+                "posenc.rope_pass.cache_params",
+                std::mem::size_of::<RopeCsParams>() as u64,
+                U::UNIFORM | U::COPY_DST,
+            )?;
+            let cache = wgpu::BindingResource::Buffer(wgpu::BufferBinding {
                 buffer: &buffer,
                 offset: base,
                 size: std::num::NonZeroU64::new(rows * row),
-            };
-            // The steps are read from the plain buffer: one dispatch may not read a buffer
-            // through one binding and write it through another.
-            let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some("posenc.rope_pass.cache_bind_group"),
-                layout: &self.rope.cs_layout,
-                entries: &[
-                    entry(0, params_buf.as_entire_binding()),
-                    entry(1, start.as_entire_binding()),
-                    entry(2, steps_buf.as_entire_binding()),
-                    entry(3, wgpu::BindingResource::Buffer(cache)),
-                ],
             });
+            let group = self.rope_cs_bind_group(&params, &positions_buf, steps_buf, cache);
             let mut encoder = self.device.create_command_encoder(&Default::default());
-            {
-                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: Some("posenc.rope_pass.cache"),
-                    timestamp_writes: None,
-                });
-                pass.set_pipeline(&self.rope.cs_pipeline);
-                pass.set_bind_group(0, &group, &[]);
-                pass.dispatch_workgroups(gx, gy, 1);
-            }
+            self.record_rope_cs(freqs, rows as usize, &params, &group, &mut encoder);
             self.queue.submit([encoder.finish()]);
             Ok(buffer)
         });
