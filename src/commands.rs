@@ -86,6 +86,23 @@ impl InvFreq<'_> {
                 }),
         }
     }
+
+    /// `e`, a refusal of these frequencies' values met after they were read, naming the
+    /// file they came from: the checks that find it (a table's, a RoPE's) know only the
+    /// values.
+    fn named(&self, e: Error) -> Error {
+        let Self::File(path, _) = self else { return e };
+        let path = Some(path.to_path_buf());
+        match e {
+            Error::InvalidParameter { field: "inv_freq", value, allowed } => {
+                Error::PeConfig { path, field: "inv_freq".into(), value, allowed: allowed.into() }
+            }
+            Error::RopeScaling { field, value, allowed } if field.starts_with("inv_freq") => {
+                Error::RopeConfig { path, field, value, allowed }
+            }
+            other => other,
+        }
+    }
 }
 
 /// A Hugging Face `rope_scaling` object: JSON text, or a file holding it (`--scaling @FILE`).
@@ -261,7 +278,7 @@ impl PeOptions<'_> {
         }
         if let Some(inv_freq) = &self.inv_freq {
             let count = spec.n_freqs() as usize;
-            spec = spec.with_inv_freq(&inv_freq.read(count)?)?;
+            spec = spec.with_inv_freq(&inv_freq.read(count)?).map_err(|e| inv_freq.named(e))?;
         }
         Ok(spec.with_frequencies(self.frequencies).with_start_index(self.start_index.unwrap_or(0)))
     }
@@ -420,7 +437,10 @@ impl RopeOptions<'_> {
             (None, Some(s)) => s,
             (None, None) => config.map_or(Scaling::None, |c| c.scaling().clone()),
         };
-        let spec = spec.with_scaling(scaling)?;
+        let spec = spec.with_scaling(scaling).map_err(|e| match &self.inv_freq {
+            Some(inv_freq) => inv_freq.named(e),
+            None => e,
+        })?;
         let Some(n) = self.seq_len else { return Ok(spec) };
         let spec = spec.with_seq_len(n)?;
         // Only these schemes read it: beside any other it would be silently unused.

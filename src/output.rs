@@ -170,8 +170,16 @@ impl Target {
     /// only for reading (`posenc ... 1<file`) would drop every byte without an error.
     ///
     /// # Errors
-    /// [`Error::OutputPath`] naming `<stdout>` if descriptor 1 is open only for reading.
+    /// [`Error::OutputPath`] naming `<stdout>` if descriptor 1 is open only for reading, or
+    /// was closed when the program started ([`note_closed_standard_descriptors`]).
     pub fn stdout() -> Result<Self> {
+        if closed_at_start(1) {
+            return Err(Error::OutputPath {
+                path: PathBuf::from("<stdout>"),
+                what: format!("standard output, {NOT_GIVEN}"),
+                allowed: ALLOWED,
+            });
+        }
         #[cfg(unix)]
         if let Some(mode) = access_mode(1) {
             writable_mode(mode).map_err(|what| Error::OutputPath {
@@ -253,7 +261,7 @@ impl Output {
             Sink::Stream { path, .. } => path.clone(),
             Sink::Stdout(_) => PathBuf::from("<stdout>"),
         };
-        Error::Io { path, source }
+        Error::Io { path, source: without_temporary_name(source) }
     }
 
     /// Finishes the output: commits a temporary file ([`AtomicFile::commit`]), flushes a
@@ -377,7 +385,7 @@ impl AtomicFile {
 
     /// An [`Error::Io`] naming this file's path as given, for errors met while writing.
     pub fn io_error(&self, source: io::Error) -> Error {
-        Error::Io { path: self.given.clone(), source }
+        Error::Io { path: self.given.clone(), source: without_temporary_name(source) }
     }
 
     /// Flushes, syncs and moves the file into place, replacing whatever was at the path.
@@ -387,7 +395,8 @@ impl AtomicFile {
     /// file is removed and the target left untouched then.
     pub fn commit(self) -> Result<()> {
         let Self { given, target, writer, live } = self;
-        let io_error = |source| Error::Io { path: given.clone(), source };
+        let io_error =
+            |source| Error::Io { path: given.clone(), source: without_temporary_name(source) };
         let temp = writer.into_inner().map_err(|e| io_error(e.into_error()))?;
         // Without the sync, a crash soon after the rename could leave an empty file behind.
         temp.as_file().sync_all().map_err(io_error)?;
@@ -481,10 +490,13 @@ fn live_temporaries() -> Vec<PathBuf> {
     live_files().clone()
 }
 
-/// On SIGINT, SIGTERM or SIGHUP, removes the temporary files of every live [`AtomicFile`] and every
-/// live [`ScratchDir`], then dies of the same signal as if it were not handled (a shell reports
-/// 130, 143 or 129). For programs: it installs process-wide handlers, once (later calls do
-/// nothing). SIGKILL cannot be caught: its temporary file stays behind under its hidden name.
+/// On SIGINT, SIGTERM, SIGHUP or any other signal of [`CLEANUP_SIGNALS`], removes the
+/// temporary files of every live [`AtomicFile`] and every live [`ScratchDir`], then dies of
+/// the same signal as if it were not handled (a shell reports 130, 143, 129, ...). SIGXFSZ
+/// is ignored instead, so a write past a file-size limit fails with an error (EFBIG) that
+/// the writer reports, its temporary file removed as after any failed write. For programs:
+/// it installs process-wide handlers, once (later calls do nothing). SIGKILL cannot be
+/// caught: its temporary file stays behind under its hidden name.
 ///
 /// The handlers only wake a thread (signal-hook's iterator); the files are removed there,
 /// outside signal context, so the registry can be an ordinary mutex. A commit holds the
@@ -511,11 +523,34 @@ pub fn remove_temporaries_on_signals() -> io::Result<()> {
     Ok(())
 }
 
+/// The signals after which [`remove_temporaries_on_signals`] cleans up: every one whose
+/// default action ends the process and that a handler may catch, except SIGPIPE (ignored by
+/// Rust's runtime: a closed reader is a write error) and the faults a program raises itself
+/// (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS, SIGABRT).
+#[cfg(unix)]
+pub const CLEANUP_SIGNALS: [i32; 10] = [
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGTERM,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGALRM,
+    libc::SIGVTALRM,
+    libc::SIGPROF,
+    libc::SIGXCPU,
+];
+
 #[cfg(unix)]
 fn install_signal_thread() -> io::Result<()> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     use signal_hook::iterator::Signals;
-    let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    // A write past a file-size limit (`ulimit -f`) then fails with EFBIG, which the writer
+    // reports and cleans up after, rather than killing the process mid-file.
+    // SAFETY: setting a signal's disposition to SIG_IGN touches no memory of the process.
+    if unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) } == libc::SIG_ERR {
+        return Err(io::Error::last_os_error());
+    }
+    let mut signals = Signals::new(CLEANUP_SIGNALS)?;
     std::thread::Builder::new().name("posenc-signals".into()).spawn(move || {
         if let Some(signal) = signals.forever().next() {
             // Held until the process is gone, so no commit can start after the cleanup.
@@ -596,9 +631,22 @@ fn check_directory(path: &Path) -> io::Result<()> {
 /// The error of creating a temporary file in `dir`, naming the directory: tempfile's own
 /// ends in ` at path "..."`, the random name it tried, which the user never gave.
 fn cannot_create_in(dir: &Path, e: io::Error) -> io::Error {
+    let reason = without_temporary_name(e);
+    io::Error::new(reason.kind(), format!("cannot create a file in {}: {reason}", dir.display()))
+}
+
+/// `e` without the ` at path "..."` that tempfile appends to the errors of its files: the
+/// temporary file's random name, which the user never gave (a write past a file-size limit
+/// read `File too large (os error 27) at path "./.posenc-rAyUrm.tmp"`).
+fn without_temporary_name(e: io::Error) -> io::Error {
+    if e.get_ref().is_none() {
+        return e;
+    }
     let text = e.to_string();
-    let reason = text.split_once(" at path ").map_or(text.as_str(), |(reason, _)| reason);
-    io::Error::new(e.kind(), format!("cannot create a file in {}: {reason}", dir.display()))
+    match text.split_once(" at path ") {
+        Some((reason, _)) => io::Error::new(e.kind(), reason.to_string()),
+        None => e,
+    }
 }
 
 /// Fails unless this process may open `path` for writing, by its effective ids (what the
@@ -704,6 +752,30 @@ fn descriptor(_: &Path) -> Option<Descriptor> {
 /// The descriptors open when [`note_inherited_descriptors`] was called, sorted.
 static INHERITED: OnceLock<Vec<i32>> = OnceLock::new();
 
+/// The standard descriptors closed when the process started, one bit per descriptor
+/// ([`note_closed_standard_descriptors`]).
+static CLOSED_AT_START: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Records that the standard descriptors `fds` (0, 1 or 2; others are ignored) were closed
+/// when the process started. Rust's runtime opens `/dev/null` in place of a closed standard
+/// descriptor before `main` runs, so by then the descriptor looks given, and an output sent to
+/// it (`-o /dev/fd/1`, `-o /dev/stdout`, standard output itself) would vanish without an
+/// error. Once recorded, [`Target::resolve`] and [`Target::stdout`] refuse such a descriptor
+/// as one that was not open when the program started. A program learns which were closed
+/// from code that runs before the runtime starts: the `posenc` binary records them from an
+/// ELF constructor (Linux).
+pub fn note_closed_standard_descriptors(fds: &[i32]) {
+    for &fd in fds.iter().filter(|fd| (0..3).contains(*fd)) {
+        CLOSED_AT_START.fetch_or(1 << fd, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Whether [`note_closed_standard_descriptors`] recorded `fd` as closed at the start.
+fn closed_at_start(fd: i32) -> bool {
+    (0..3).contains(&fd)
+        && CLOSED_AT_START.load(std::sync::atomic::Ordering::Relaxed) & (1 << fd) != 0
+}
+
 /// Records the descriptors open now as the ones the process was given, so that
 /// [`Target::resolve`] accepts `/dev/fd/N` for those only. A program calls it first thing in
 /// `main`, before anything opens a file (the `posenc` binary does).
@@ -738,11 +810,12 @@ fn open_descriptors() -> Option<Vec<i32>> {
 /// descriptor is, for [`Error::OutputPath`].
 #[cfg(unix)]
 fn writable_descriptor(fd: i32) -> std::result::Result<(), String> {
-    let given = match (INHERITED.get(), descriptor_flags(fd)) {
-        (_, None) => false,
-        (Some(inherited), Some(_)) => inherited.binary_search(&fd).is_ok(),
-        (None, Some(flags)) => flags & libc::FD_CLOEXEC == 0,
-    };
+    let given = !closed_at_start(fd)
+        && match (INHERITED.get(), descriptor_flags(fd)) {
+            (_, None) => false,
+            (Some(inherited), Some(_)) => inherited.binary_search(&fd).is_ok(),
+            (None, Some(flags)) => flags & libc::FD_CLOEXEC == 0,
+        };
     if !given {
         return Err(format!("descriptor {fd}, {NOT_GIVEN}"));
     }

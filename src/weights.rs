@@ -321,8 +321,11 @@ pub(crate) fn read_safetensors_header(
             "the header gives the key {key:?} twice (allowed: each key at most once per object)"
         )));
     }
-    let metadata: Metadata = serde_json::from_slice(&header)
-        .map_err(|e| format_error(format!("the header is not valid: {e}")))?;
+    let metadata: Metadata = serde_json::from_slice(&header).map_err(|e| {
+        // safetensors names no tensor when a byte range disagrees with a shape: find it.
+        let which = mismatched_tensor(&header).map_or_else(String::new, |t| format!(" ({t})"));
+        format_error(format!("the header is not valid: {e}{which}"))
+    })?;
     let data_start = 8 + header_len;
     let data_len = metadata.data_len() as u64;
     if data_start.checked_add(data_len) != Some(len) {
@@ -332,6 +335,31 @@ pub(crate) fn read_safetensors_header(
         )));
     }
     Ok(SafetensorsHeader { metadata, data_start })
+}
+
+/// The first tensor of a safetensors header (in the header's order) whose `data_offsets`
+/// span another number of bytes than its shape and dtype need, in words; `None` if every
+/// tensor that can be read agrees.
+fn mismatched_tensor(header: &[u8]) -> Option<String> {
+    let tensors: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(header).ok()?;
+    tensors.iter().filter(|(name, _)| *name != "__metadata__").find_map(|(name, info)| {
+        let dtype: StDtype = serde_json::from_value(info.get("dtype")?.clone()).ok()?;
+        let shape: Vec<usize> = serde_json::from_value(info.get("shape")?.clone()).ok()?;
+        let [start, end]: [usize; 2] =
+            serde_json::from_value(info.get("data_offsets")?.clone()).ok()?;
+        let bits = shape.iter().try_fold(dtype.bitsize(), |n, &d| n.checked_mul(d));
+        let needed =
+            bits.map_or_else(|| "more than usize::MAX".into(), |b| b.div_ceil(8).to_string());
+        let spans = end.checked_sub(start);
+        (bits.map(|b| b.div_ceil(8)) != spans).then(|| {
+            format!(
+                "tensor {name:?}: shape {shape:?} of {dtype:?} needs {needed} bytes, but its \
+                 data_offsets [{start}, {end}] span {}",
+                spans.map_or_else(|| "a negative range".into(), |n| format!("{n}"))
+            )
+        })
+    })
 }
 
 fn load_safetensors<R: Read + Seek>(

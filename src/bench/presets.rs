@@ -240,9 +240,9 @@ impl Config {
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for a dim the spec refuses (odd, 0, above 65536), a zero
-    /// batch, len, vocab or repeats, repeats above [`MAX_REPEATS`], or a vocabulary past u32
-    /// token ids; [`Error::Limit`] for more tokens than [`MAX_TOKENS`], a table larger than
-    /// [`MAX_TABLE_BYTES`] or an output larger than [`MAX_OUTPUT_BYTES`].
+    /// batch, len, vocab, repeats or steps, repeats or steps above [`MAX_REPEATS`], or a
+    /// vocabulary past u32 token ids; [`Error::Limit`] for more tokens than [`MAX_TOKENS`], a
+    /// table larger than [`MAX_TABLE_BYTES`] or an output larger than [`MAX_OUTPUT_BYTES`].
     pub fn check(&self) -> Result<PeSpec> {
         let spec = PeSpec::new(u32::try_from(self.dim).unwrap_or(u32::MAX))?;
         for (field, value) in [
@@ -266,6 +266,7 @@ impl Config {
                 allowed: "1..=10000 (bench::MAX_REPEATS)",
             });
         }
+        super::steps::check_steps(self.steps)?;
         if self.vocab > u32::MAX as usize {
             return Err(Error::InvalidParameter {
                 field: "vocab",

@@ -163,6 +163,39 @@ fn instance() -> wgpu::Instance {
     wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env())
 }
 
+/// What `WGPU_BACKEND` may name: wgpu's names for its backends, comma-separated.
+const WGPU_BACKEND_ALLOWED: &str = "vulkan (or vk), metal (mtl), dx12 (d3d12), gl (gles, \
+                                    opengl), webgpu or noop, comma-separated";
+
+/// Refuses the wgpu environment variables wgpu would misread in silence: a `WGPU_BACKEND`
+/// with a name wgpu does not know (it skips the name, and a value of only such names selects
+/// no adapter at all), or one that is not UTF-8 (wgpu then takes it for unset and tries every
+/// backend); a `WGPU_POWER_PREF` other than `low`, `high` or `none` (wgpu ignores it).
+/// [`Options::from_env`] calls it, so a program reading posenc's variables reads these too.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] naming the variable, its value and what it may be.
+pub fn check_wgpu_env() -> Result<()> {
+    if let Some(text) = crate::error::env_text("WGPU_BACKEND", WGPU_BACKEND_ALLOWED)? {
+        const NAMES: [&str; 11] = [
+            "vulkan", "vk", "dx12", "d3d12", "metal", "mtl", "opengl", "gles", "gl", "webgpu",
+            "noop",
+        ];
+        // As wgpu reads it: case-insensitive, white space around each name trimmed.
+        let lower = text.to_lowercase();
+        if lower.split(',').any(|name| !NAMES.contains(&name.trim())) {
+            return Err(crate::error::invalid_env("WGPU_BACKEND", &text, WGPU_BACKEND_ALLOWED));
+        }
+    }
+    const POWER: &str = "low, high or none";
+    if let Some(text) = crate::error::env_text("WGPU_POWER_PREF", POWER)?
+        && !["low", "high", "none"].contains(&text.to_lowercase().as_str())
+    {
+        return Err(crate::error::invalid_env("WGPU_POWER_PREF", &text, POWER));
+    }
+    Ok(())
+}
+
 /// Every adapter wgpu can see under the current `WGPU_BACKEND`. This starts every driver
 /// wgpu finds: under a tight address-space limit call [`check_driver_address_space`] first.
 pub fn adapters() -> Vec<AdapterSummary> {
@@ -179,8 +212,7 @@ async fn select_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter> {
         None => String::new(),
         // wgpu skips names it does not know; a value of only such names selects nothing.
         Some(b) if wgpu::Backends::from_comma_list(b).is_empty() => format!(
-            " for WGPU_BACKEND={b}, which names no backend (allowed: vulkan, metal, dx12, gl, \
-             webgpu, comma-separated)"
+            " for WGPU_BACKEND={b}, which names no backend (allowed: {WGPU_BACKEND_ALLOWED})"
         ),
         Some(b) => format!(" for WGPU_BACKEND={b}"),
     };

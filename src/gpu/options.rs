@@ -112,10 +112,14 @@ impl Options {
     /// `POSENC_FAULT_INJECT=device-lost` makes the context lose its device as soon as it
     /// opens (see [`FAULT_INJECT_ENV`](super::FAULT_INJECT_ENV)).
     ///
+    /// wgpu's own `WGPU_BACKEND` and `WGPU_POWER_PREF` are checked too
+    /// ([`check_wgpu_env`](super::check_wgpu_env)).
+    ///
     /// # Errors
     /// [`Error::InvalidParameter`](crate::Error::InvalidParameter) naming the variable if
     /// its value is malformed.
     pub fn from_env() -> Result<Self> {
+        super::check_wgpu_env()?;
         // Each value is checked whole: one that is not UTF-8 is refused like any other
         // malformed one, never taken for unset.
         let timestamps =

@@ -207,6 +207,11 @@ fn number(map: &Object, key: &str) -> Result<Option<f64>> {
     }
 }
 
+/// What [`whole`] reads: an integer of u64, or a float with no fraction up to 2^53 (where
+/// float64 stops holding every whole number).
+const WHOLE_U64: &str =
+    "a whole number in 1..=18446744073709551615 (written with a fraction or exponent: 1..=2^53)";
+
 fn whole(map: &Object, key: &str) -> Result<Option<u64>> {
     match get(map, key) {
         None => Ok(None),
@@ -214,9 +219,9 @@ fn whole(map: &Object, key: &str) -> Result<Option<u64>> {
         // scaling's whole-number fields read it.
         Some(Value::Number(n)) => match n.as_u64().or_else(|| n.as_f64().and_then(whole_number)) {
             Some(v) if v >= 1 => Ok(Some(v)),
-            _ => Err(invalid(key, json_number(n), "a whole number >= 1")),
+            _ => Err(invalid(key, json_number(n), WHOLE_U64)),
         },
-        Some(other) => Err(invalid(key, excerpt(other), "a whole number >= 1")),
+        Some(other) => Err(invalid(key, excerpt(other), WHOLE_U64)),
     }
 }
 

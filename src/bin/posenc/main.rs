@@ -77,7 +77,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    // Before anything opens a file: `-o /dev/fd/N` may name only these.
+    // Before anything opens a file: `-o /dev/fd/N` may name only these, and not a standard
+    // descriptor the runtime reopened on /dev/null.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    posenc::output::note_closed_standard_descriptors(&closed_at_start::descriptors());
     posenc::output::note_inherited_descriptors();
     #[cfg(unix)]
     memory::share_one_arena_under_an_address_space_limit();
@@ -107,4 +110,45 @@ fn main() -> ExitCode {
         Command::RopeCache(args) => rope_cache::run(args),
     };
     result.map_or_else(report, |()| ExitCode::SUCCESS)
+}
+
+/// Which standard descriptors were closed when the process started. Rust's runtime opens
+/// `/dev/null` in their place before `main`, so only code that runs before it can tell: an
+/// ELF constructor (`.init_array`), which the C runtime calls before `main` and so before
+/// Rust's start-up.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+mod closed_at_start {
+    use std::sync::atomic::{AtomicU8, Ordering};
+
+    /// One bit per standard descriptor, set if it was closed.
+    static CLOSED: AtomicU8 = AtomicU8::new(0);
+
+    /// The constructor: the C runtime passes it `argc`, `argv` and `envp`, unused here.
+    extern "C" fn record(
+        _argc: libc::c_int,
+        _argv: *const *const libc::c_char,
+        _envp: *const *const libc::c_char,
+    ) {
+        for fd in 0..3 {
+            // SAFETY: F_GETFD reads a descriptor's flags and touches no memory; a closed
+            // descriptor gives -1 (EBADF).
+            if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+                CLOSED.fetch_or(1 << fd, Ordering::Relaxed);
+            }
+        }
+    }
+
+    #[used]
+    #[unsafe(link_section = ".init_array")]
+    static RECORD: extern "C" fn(
+        libc::c_int,
+        *const *const libc::c_char,
+        *const *const libc::c_char,
+    ) = record;
+
+    /// The standard descriptors that were closed when the process started.
+    pub(crate) fn descriptors() -> Vec<i32> {
+        let closed = CLOSED.load(Ordering::Relaxed);
+        (0..3).filter(|fd| closed & (1 << fd) != 0).collect()
+    }
 }

@@ -404,6 +404,15 @@ impl EncodeInput {
             (None, None) => Scale::default(),
         };
         let table = inputs::read_table(Source::File(&args.weights), args.tensor.as_deref())?;
+        // Refused whatever the ids are: with none that needs a row (an empty batch, all pad
+        // ids) the library would find it only once running.
+        if table.dim().0 == 0 {
+            return Err(Error::InvalidParameter {
+                field: "embedding table rows",
+                value: format!("0 (the table in {})", args.weights.display()),
+                allowed: "at least 1 row",
+            });
+        }
         let width = table.dim().1;
         // Named as the config's other errors are: its file and key, then what was expected.
         if let Some((c, path)) = config.as_ref().filter(|(c, _)| c.dim() as usize != width) {

@@ -2,7 +2,7 @@
 //! path is replaced atomically (through a symbolic link, which stays a link), a character
 //! device, a FIFO and an open descriptor (`/dev/stdout`, `/dev/fd/N`) are written in place,
 //! `-o -` is stdout, and a directory or a socket is refused (exit 2) before any work. Then
-//! SIGINT, SIGTERM and SIGHUP in the middle of writing a large table, and an address-space
+//! signals in the middle of writing a large table, a file-size limit, and an address-space
 //! limit near the size cap: no temporary file is left behind, the old file is intact.
 //! Everything runs on the CPU.
 #![cfg(unix)]
@@ -302,14 +302,27 @@ fn writing(dir: &Path) -> bool {
 /// file holds bytes, and sends `signal`. Returns how the run ended, or `None` if it ended
 /// before the signal could be sent.
 fn signal_mid_write(dir: &Path, signal: i32) -> Option<std::process::ExitStatus> {
-    let mut child = Command::new(BIN)
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new(BIN);
+    command
         .args(["table", "--dim", "512", "--len", "100000", "--device", "cpu", "-o"])
         .arg(dir.join("big.csv"))
         .env("TMPDIR", dir.join("tmp"))
         .env_remove("XDG_RUNTIME_DIR")
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::null());
+    // SIGQUIT and SIGXCPU dump core by default: no core file, so none lands anywhere.
+    // SAFETY: setrlimit(2) is async-signal-safe and touches only the child's own limit.
+    unsafe {
+        command.pre_exec(|| {
+            let none = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            if libc::setrlimit(libc::RLIMIT_CORE, &none) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let mut child = command.spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(120);
     while !writing(dir) {
         if child.try_wait().unwrap().is_some() {
@@ -336,14 +349,17 @@ fn signal_mid_write(dir: &Path, signal: i32) -> Option<std::process::ExitStatus>
     }
 }
 
+/// Every signal posenc cleans up after (`output::CLEANUP_SIGNALS`: SIGINT, SIGTERM and
+/// SIGHUP, and since a stranger's probes of 2026-11-28 also SIGQUIT, SIGUSR1, SIGUSR2,
+/// SIGALRM, SIGVTALRM, SIGPROF and SIGXCPU, which used to leave the temporary file).
 #[test]
-fn sigint_sigterm_and_sighup_mid_write_remove_the_temporary_file() {
+fn signals_mid_write_remove_the_temporary_file() {
     let dir = tempfile::tempdir().unwrap();
     let old = b"the previous, complete output\n";
     let big = dir.path().join("big.csv");
     // posenc's TMPDIR: nothing may be left there either.
     fs::create_dir(dir.path().join("tmp")).unwrap();
-    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+    for signal in posenc::output::CLEANUP_SIGNALS {
         fs::write(&big, old).unwrap();
         let status = (0..3)
             .find_map(|_| {
@@ -362,6 +378,65 @@ fn sigint_sigterm_and_sighup_mid_write_remove_the_temporary_file() {
         assert_eq!(fs::read(&big).unwrap(), old, "signal {signal}: the old file is intact");
         assert_eq!(files_in(&dir.path().join("tmp")), Vec::<String>::new(), "signal {signal}");
     }
+}
+
+/// Under a file-size limit (`ulimit -f`) the kernel used to kill posenc with SIGXFSZ as
+/// its temporary file passed the limit: exit 153, nothing said, the temporary file left.
+/// posenc ignores SIGXFSZ, so the write fails (EFBIG): one line naming the output, exit 1,
+/// the temporary file removed and the old file intact.
+#[test]
+fn a_write_past_a_file_size_limit_is_one_line_exit_1_and_no_temporary_file() {
+    let dir = Dir::new();
+    let old = b"the previous, complete output\n";
+    for format in ["csv", "npy"] {
+        let out = dir.path(&format!("big.{format}"));
+        fs::write(&out, old).unwrap();
+        let args = ["table", "--dim", "64", "--len", "2000", "--device", "cpu", "--format", format];
+        let path = s(&out);
+        let args: Vec<&str> = args.into_iter().chain(["-o", &path]).collect();
+        let got = wait_or_kill(
+            spawn_in_shell(r#"ulimit -f 100 && exec "$0" "$@""#, &args),
+            WATCHDOG,
+            format,
+        );
+        let err = stderr(&got);
+        assert_eq!(got.status.code(), Some(1), "{format}: {:?} {err}", got.status);
+        assert_eq!(err.lines().count(), 1, "{format}: {err:?}");
+        assert!(err.contains(&path) && err.contains("os error 27"), "{format}: {err}");
+        // tempfile's errors end in the temporary file's name, which the user never gave.
+        assert!(!err.contains(".posenc-"), "{format}: {err}");
+        assert_eq!(fs::read(&out).unwrap(), old, "{format}: the old file is intact");
+    }
+    assert_eq!(dir.files(), ["big.csv", "big.npy"]);
+}
+
+/// A standard descriptor the caller closed (`>&-`, `<&-`) is reopened on /dev/null by
+/// Rust's runtime before `main`: an output sent to it used to vanish with exit 0. posenc
+/// notes which were closed before the runtime starts and refuses them as it refuses any
+/// descriptor it was not given; one the caller opened on /dev/null is still written.
+#[test]
+fn a_standard_descriptor_closed_at_the_start_is_not_an_output() {
+    let table = ["table", "--dim", "4", "--len", "2", "--device", "cpu"];
+    let closed_out = r#"exec "$0" "$@" >&-"#;
+    let cases: [(&str, Option<&str>, &str); 6] = [
+        (closed_out, Some("/dev/fd/1"), "descriptor 1, which was not open when posenc started"),
+        (closed_out, Some("/dev/stdout"), "descriptor 1, which was not open when posenc started"),
+        (closed_out, Some("/proc/self/fd/1"), "descriptor 1, which was not open"),
+        (closed_out, Some("-"), "standard output, which was not open when posenc started"),
+        (closed_out, None, "standard output, which was not open when posenc started"),
+        (r#"exec "$0" "$@" <&-"#, Some("/dev/fd/0"), "descriptor 0, which was not open"),
+    ];
+    for (script, out, needle) in cases {
+        let args: Vec<&str> =
+            table.iter().copied().chain(out.into_iter().flat_map(|o| ["-o", o])).collect();
+        let case = format!("{script} {out:?}");
+        let got = wait_or_kill(spawn_in_shell(script, &args), WATCHDOG, &case);
+        assert_refused_with(&got, &case, needle);
+    }
+    // Given, open on /dev/null: written there, as asked.
+    let args: Vec<&str> = table.iter().copied().chain(["-o", "/dev/stdout"]).collect();
+    let got = wait_or_kill(spawn_in_shell(r#"exec "$0" "$@" >/dev/null"#, &args), WATCHDOG, "null");
+    assert_ok(&got, "-o /dev/stdout >/dev/null");
 }
 
 /// `posenc bench --load` writes its checkpoint into a directory of its own under TMPDIR. A

@@ -289,7 +289,7 @@ fn plot_writes_a_png_chart() {
 
 #[test]
 fn sizes_and_repeats_past_the_caps_are_one_line_and_exit_2() {
-    let cases: [(&[&str], &[&str]); 6] = [
+    let cases: [(&[&str], &[&str]); 8] = [
         (
             &["--vocab", "16777216", "--dim", "65536"],
             &["4398046511104", "MAX_TABLE_BYTES", "4294967296"],
@@ -302,6 +302,9 @@ fn sizes_and_repeats_past_the_caps_are_one_line_and_exit_2() {
         (&["--repeats", "18446744073709551615"], &["repeats", "18446744073709551615", "10000"]),
         (&["--model", "gpt-5"], &["gpt-5", "bert-base", "whisper-small"]),
         (&["--suite", "--vocab", "4294967296"], &["vocab", "4294967296"]),
+        // The plain encode's steps too, not only the suite's and the operations'.
+        (&["--steps", "0"], &["steps", "0", "1..=10000"]),
+        (&["--steps", "10001"], &["steps", "10001", "1..=10000"]),
     ];
     for (args, words) in cases {
         let start = std::time::Instant::now();

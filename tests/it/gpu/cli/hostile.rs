@@ -546,3 +546,112 @@ fn user_strings_in_an_error_line_are_cut_and_escaped() {
         assert!(text.contains(needle), "{case:?}: {needle:?} not in {text}");
     }
 }
+
+// Round four: a stranger's probes of the binary (2026-11-28).
+
+/// A table of no rows is refused naming its file, exit 2, whatever the ids: with none that
+/// needs a row (an empty batch, every id a pad) it used to reach the library and fail there
+/// as a shape mismatch, exit 1, the file unnamed.
+#[test]
+fn a_table_of_no_rows_is_refused_naming_its_file_whatever_the_ids() {
+    for device in ["cpu", "gpu"] {
+        let dir = Dir::new();
+        let w0 = dir.npy("w0.npy", &ndarray::Array2::<f32>::zeros((0, 8)));
+        let empty = dir.npy("empty.npy", &ndarray::Array2::<i32>::zeros((2, 0)));
+        let pads = dir.npy("pads.npy", &ndarray::Array2::<i32>::from_elem((2, 3), 7));
+        let inputs = ["w0.npy", "empty.npy", "pads.npy"];
+        for extra in [&["--ids", &empty][..], &["--ids", &pads, "--pad-id", "7"]] {
+            let out = dir.out("out.npy");
+            let base = ["encode", "--device", device, "--weights", &w0, "-o", &out];
+            let got = posenc(&[&base[..], extra].concat());
+            let needles = ["embedding table rows", "0 (the table in", "w0.npy", "at least 1 row"];
+            assert_refused(&got, &dir, &inputs, &needles);
+        }
+    }
+}
+
+/// wgpu skips a `WGPU_BACKEND` name it does not know (a value of only such names opens no
+/// adapter) and ignores a bad `WGPU_POWER_PREF`: `devices` printed "no GPU adapters found",
+/// exit 0, and `vulkan,bogus` or `WGPU_POWER_PREF=bogus` passed in silence. Refused now as
+/// posenc's own variables are: one line naming the variable and value, exit 2.
+#[test]
+fn wgpu_variables_wgpu_would_misread_are_refused() {
+    let table = ["table", "--dim", "4", "--len", "1", "--device", "gpu"];
+    let cases: [(&[&str], &str, &str); 5] = [
+        (&["devices"], "WGPU_BACKEND", "bogus"),
+        (&["devices", "--json"], "WGPU_BACKEND", "vulkan,bogus"),
+        (&table, "WGPU_BACKEND", "vulkan,bogus"),
+        (&table, "WGPU_BACKEND", ""),
+        (&table, "WGPU_POWER_PREF", "fastest"),
+    ];
+    for (args, var, value) in cases {
+        let dir = Dir::new();
+        let got = posenc_env(args, &[(var, value)]);
+        let quoted = format!("{value:?}");
+        assert_refused(&got, &dir, &[], &[var, &quoted, "allowed"]);
+        assert!(got.stdout.is_empty(), "{args:?} {var}={value}");
+    }
+    // wgpu's own spellings pass: case, spaces, aliases.
+    for (var, value) in [("WGPU_BACKEND", " VK , Gl"), ("WGPU_POWER_PREF", "HIGH")] {
+        let got = posenc_env(&["devices", "--json"], &[(var, value)]);
+        assert_eq!(got.status.code(), Some(0), "{var}={value}: {}", stderr(&got));
+    }
+}
+
+/// A config integer past u64 was refused with "allowed: a whole number >= 1", which it is.
+#[test]
+fn a_config_integer_past_u64_is_refused_with_the_real_limit() {
+    for key in ["max_position_embeddings", "hidden_size"] {
+        let dir = Dir::new();
+        // Dynamic scaling reads max_position_embeddings.
+        let mut config = serde_json::json!({
+            "model_type": "llama", "hidden_size": 64, "num_attention_heads": 8,
+            "max_position_embeddings": 2048,
+            "rope_scaling": {"rope_type": "dynamic", "factor": 2},
+        })
+        .to_string();
+        config = config.replace(
+            &format!("\"{key}\":{}", if key == "hidden_size" { 64 } else { 2048 }),
+            &format!("\"{key}\":18446744073709551616"),
+        );
+        assert!(config.contains("18446744073709551616"), "{config}");
+        let path = dir.bytes("config.json", config.as_bytes());
+        let got = posenc(&["rope-cache", "--config", &path, "--len", "4", "-o", &dir.out("x.st")]);
+        assert_refused(&got, &dir, &["config.json"], &[key, "1..=18446744073709551615"]);
+    }
+}
+
+/// A bad value in an `--inv-freq` file was blamed on `rope_scaling` (none was given) or on
+/// no file at all; and a safetensors tensor whose byte range disagrees with its shape was
+/// "invalid shape, data type, or offset for tensor", no tensor named.
+#[test]
+fn a_bad_value_names_its_file_and_a_bad_tensor_its_name() {
+    let dir = Dir::new();
+    let inv_freq = dir.npy("if_neg.npy", &ndarray::array![1.0f64, 0.1, 0.01, -1e-3]);
+    let got = posenc(&[
+        "rope-cache",
+        "--head-dim",
+        "8",
+        "--len",
+        "2",
+        "--inv-freq",
+        &inv_freq,
+        "-o",
+        &dir.out("x.st"),
+    ]);
+    assert_refused(&got, &dir, &["if_neg.npy"], &["if_neg.npy: invalid inv_freq[3]: -0.001"]);
+    assert!(!stderr(&got).contains("rope_scaling"), "{}", stderr(&got));
+    let got = posenc(&["table", "--dim", "8", "--len", "2", "--inv-freq", &inv_freq]);
+    assert_refused(&got, &dir, &["if_neg.npy"], &["if_neg.npy: invalid inv_freq", "at index 3"]);
+
+    let header = br#"{"e":{"dtype":"F32","shape":[16,8],"data_offsets":[0,256]}}"#;
+    let mut file = (header.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(header);
+    file.extend_from_slice(&[0; 256]);
+    let st = dir.bytes("short.safetensors", &file);
+    let ids = dir.npy("ids.npy", &ndarray::array![[1i32, 2, 3]]);
+    let out = dir.out("out.npy");
+    let got = posenc(&["encode", "--device", "cpu", "--weights", &st, "--ids", &ids, "-o", &out]);
+    let needles = ["short.safetensors", "tensor \"e\"", "needs 512 bytes", "[0, 256] span 256"];
+    assert_refused(&got, &dir, &["if_neg.npy", "short.safetensors", "ids.npy"], &needles);
+}
