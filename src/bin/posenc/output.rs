@@ -82,6 +82,13 @@ pub(crate) fn emit(
     }
 }
 
+/// Refuses, before any work, a report bound for standard output that could not reach it:
+/// descriptor 1 closed when posenc started (Rust's runtime put /dev/null in its place) or
+/// open only for reading.
+pub(crate) fn check_report_stdout() -> Result<(), Failure> {
+    Ok(Target::stdout().map(drop)?)
+}
+
 /// Writes to stdout through a buffer. A closed pipe (`posenc table | head`) ends the run
 /// quietly and successfully, as it does for other filters.
 pub(crate) fn to_stdout(

@@ -38,6 +38,7 @@ pub(crate) struct AccuracyArgs {
 }
 
 pub(crate) fn run(args: &AccuracyArgs) -> Result<(), Failure> {
+    crate::output::check_report_stdout()?;
     let spec = spec_of(args.dim, args.base)?;
     let run = ACCURACY_RUN as usize;
     let positions: Vec<u32> = ACCURACY_STARTS

@@ -88,6 +88,7 @@ impl From<AlibiForm> for alibi::Form {
 
 pub(crate) fn run(args: &AlibiArgs) -> Result<(), Failure> {
     if args.slopes {
+        crate::output::check_report_stdout()?;
         let slopes = alibi::slopes(args.heads).map_err(Failure::usage)?;
         // Display prints the shortest decimal that reads back to the same f32.
         return to_stdout(|w| slopes.iter().try_for_each(|s| writeln!(w, "{s}")));

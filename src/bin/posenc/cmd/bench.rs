@@ -139,6 +139,7 @@ enum BenchDevice {
 }
 
 pub(crate) fn run(args: &BenchArgs) -> Result<(), Failure> {
+    crate::output::check_report_stdout()?;
     if let Some(steps) = args.decode {
         return run_decode(args, steps);
     }

@@ -14,6 +14,7 @@ pub(crate) struct DevicesArgs {
 }
 
 pub(crate) fn run(&DevicesArgs { json }: &DevicesArgs) -> Result<(), Failure> {
+    crate::output::check_report_stdout()?;
     gpu::check_wgpu_env().map_err(Failure::usage)?;
     gpu::check_driver_address_space()?;
     let adapters = gpu::adapters();

@@ -433,6 +433,18 @@ fn a_standard_descriptor_closed_at_the_start_is_not_an_output() {
         let got = wait_or_kill(spawn_in_shell(script, &args), WATCHDOG, &case);
         assert_refused_with(&got, &case, needle);
     }
+    // The commands whose report goes to standard output, refused before their work.
+    let reports: [&[&str]; 4] = [
+        &["devices"],
+        &["accuracy", "--dim", "8"],
+        &["alibi", "--heads", "4", "--slopes"],
+        &["bench", "--device", "cpu", "--batch", "1", "--len", "4", "--dim", "8", "--vocab", "4"],
+    ];
+    for args in reports {
+        let case = format!("{args:?} >&-");
+        let got = wait_or_kill(spawn_in_shell(closed_out, args), WATCHDOG, &case);
+        assert_refused_with(&got, &case, "standard output, which was not open when posenc");
+    }
     // Given, open on /dev/null: written there, as asked.
     let args: Vec<&str> = table.iter().copied().chain(["-o", "/dev/stdout"]).collect();
     let got = wait_or_kill(spawn_in_shell(r#"exec "$0" "$@" >/dev/null"#, &args), WATCHDOG, "null");
