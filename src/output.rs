@@ -173,20 +173,17 @@ impl Target {
     /// [`Error::OutputPath`] naming `<stdout>` if descriptor 1 is open only for reading, or
     /// was closed when the program started ([`note_closed_standard_descriptors`]).
     pub fn stdout() -> Result<Self> {
+        let refuse = |what: &str| Error::OutputPath {
+            path: PathBuf::from("<stdout>"),
+            what: format!("standard output, {what}"),
+            allowed: ALLOWED,
+        };
         if closed_at_start(1) {
-            return Err(Error::OutputPath {
-                path: PathBuf::from("<stdout>"),
-                what: format!("standard output, {NOT_GIVEN}"),
-                allowed: ALLOWED,
-            });
+            return Err(refuse(NOT_GIVEN));
         }
         #[cfg(unix)]
         if let Some(mode) = access_mode(1) {
-            writable_mode(mode).map_err(|what| Error::OutputPath {
-                path: PathBuf::from("<stdout>"),
-                what: format!("standard output, {what}"),
-                allowed: ALLOWED,
-            })?;
+            writable_mode(mode).map_err(refuse)?;
         }
         Ok(Self::Stdout)
     }
