@@ -1,8 +1,8 @@
 // ALiBi bias tensor [heads, len, kv_len]: -slope * distance as f32 bits, computed in integer
 // arithmetic so every backend gives the bits of the CPU twin (see alibi_common.wgsl). One
-// value per invocation, where the four-key form (alibi_x4.wgsl) does not apply: a row per
-// workgroup row on GPUs, blocks of rows on adapters that run shaders on CPU cores. Host wrapper: src/gpu/alibi
-// (AlibiParams mirrors Params).
+// value per invocation, where the four-key forms (alibi_flat.wgsl, alibi_x4.wgsl) do not
+// apply: a row per workgroup row on GPUs, blocks of rows on adapters that run shaders on
+// CPU cores. Host wrapper: src/gpu/alibi (AlibiParams mirrors Params).
 #import alibi_common
 
 // f32 bits of the chunk's values, row-major [n_rows, n_cols].

@@ -1,13 +1,10 @@
 // ALiBi bias tensor [heads, len, kv_len], the form where a row's keys are whole vec4s
-// (kv_len, the chunk's first key and its place in the output all multiples of 4; on GPUs
-// only for dispatches of at least 1024 rows, see src/gpu/alibi/mod.rs): each invocation
-// writes four adjacent keys with one 16-byte store, for ALIBI_X4_ROWS
-// rows, so a warp's store covers 512 contiguous bytes and each workgroup moves
-// ALIBI_X4_ROWS rows' worth of its columns. The one-value form (alibi.wgsl) gave each
-// invocation one 4-byte store after a dependent load of its row's slope, 32768 workgroups
-// for BLOOM's 32 x 512 x 512 bias, and ran at 0.27 of a copy on an H100 (2026-11-27). The
-// same bits as that form: alibi_common.wgsl's arithmetic per key. Host wrapper:
-// src/gpu/alibi.
+// (kv_len, the chunk's first key and its place in the output all multiples of 4) on
+// adapters that run shaders on CPU cores (GPUs take alibi_flat.wgsl; see
+// src/gpu/alibi/mod.rs): each invocation writes four adjacent keys with one 16-byte
+// store, for ALIBI_X4_ROWS rows and up to four vec4s of each, so each workgroup, a task of
+// the adapter's thread pool, moves ALIBI_X4_ROWS rows' worth of its columns. The same bits
+// as the other forms: alibi_common.wgsl's arithmetic per key. Host wrapper: src/gpu/alibi.
 #import alibi_common
 
 // The chunk's values as vec4s of f32 bits, row-major [n_rows, n_cols / 4].

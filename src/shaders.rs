@@ -71,6 +71,7 @@ pub const KERNELS: &[(&str, &str)] = &[
     ("narrow", include_str!("../shaders/narrow.wgsl")),
     ("alibi", include_str!("../shaders/alibi.wgsl")),
     ("alibi_x4", include_str!("../shaders/alibi_x4.wgsl")),
+    ("alibi_flat", include_str!("../shaders/alibi_flat.wgsl")),
     ("rope_cs", include_str!("../shaders/rope_cs.wgsl")),
     ("rope", include_str!("../shaders/rope.wgsl")),
 ];
@@ -855,9 +856,9 @@ mod tests {
         let (types, copy, rope_x4, rope_pass) = (9 * 8, 16, 6, 30);
         assert_eq!(
             all_sources().len(),
-            7 + types * (2 * 4 + 3) + 2 * 8 + types * 11 + 1 + copy + rope_x4 + rope_pass
+            8 + types * (2 * 4 + 3) + 2 * 8 + types * 11 + 1 + copy + rope_x4 + rope_pass
         );
-        assert_eq!(all_sources().len(), 1660);
+        assert_eq!(all_sources().len(), 1661);
     }
 
     /// The refusal of an unknown import lists every module there is.

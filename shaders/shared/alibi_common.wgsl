@@ -24,9 +24,9 @@ struct Params {
     groups_y: u32,
     // The index in `out` of the chunk's first value.
     out_base: u32,
-    // Rows each workgroup serves, one after another: ALIBI_X4_ROWS in the four-key form; 1
-    // in the one-value form on GPUs; more on adapters that run shaders on CPU cores, where
-    // each workgroup costs a task of their thread pool.
+    // Rows each workgroup serves, one after another: ALIBI_X4_ROWS in alibi_x4; 1 in the
+    // one-value form on GPUs; more on adapters that run shaders on CPU cores, where each
+    // workgroup costs a task of their thread pool. Unused by alibi_flat.
     rows_per_group: u32,
 }
 

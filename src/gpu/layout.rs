@@ -150,7 +150,7 @@ pub fn params(entry: &str) -> Params {
         }),
         "narrow" => params!(NarrowParams { n_elems, out_dtype, groups_x, _pad }),
         "copy" => params!(CopyParams { n_vecs, groups_x, n_groups, _pad }),
-        "alibi" | "alibi_x4" => params!(AlibiParams {
+        "alibi" | "alibi_x4" | "alibi_flat" => params!(AlibiParams {
             n_rows,
             row0,
             n_cols,
@@ -240,6 +240,7 @@ const STORAGE_BUFFERS: &[(&str, u32)] = &[
     ("copy", 2),
     ("alibi", 2),
     ("alibi_x4", 2),
+    ("alibi_flat", 2),
     ("rope_cs", 3),
     ("rope", 4),
     ("rope_x4", 3),

@@ -290,8 +290,11 @@ pub struct Context {
     copy: timing::CopyKernels,
     /// Built on first use, so contexts that never compute ALiBi never compile it.
     alibi: Arc<std::sync::OnceLock<alibi::AlibiKernel>>,
-    /// The four-key ALiBi form (rows of whole vec4s, every adapter), built on first use.
+    /// The four-key ALiBi form of adapters that run shaders on CPU cores (rows of whole
+    /// vec4s), built on first use.
     alibi_x4: Arc<std::sync::OnceLock<alibi::AlibiKernel>>,
+    /// The flat four-key ALiBi form of GPUs (rows of whole vec4s), built on first use.
+    alibi_flat: Arc<std::sync::OnceLock<alibi::AlibiKernel>>,
     /// The recorded encode's kernels, built on first use.
     record: encode::pass::EncodePassKernels,
     /// One per device opened, shared by the contexts derived from this one: what tables
@@ -511,6 +514,7 @@ impl Context {
             copy: timing::CopyKernels::default(),
             alibi: Arc::default(),
             alibi_x4: Arc::default(),
+            alibi_flat: Arc::default(),
             record: encode::pass::EncodePassKernels::default(),
             device_token: Arc::new(()),
         }

@@ -50,22 +50,21 @@ pub(super) const MAX_GROUPS_X: u32 = 1024;
 
 /// How a dispatch of `rows` rows of `cols` keys is cut. Where the keys are whole vec4s
 /// (`aligned`: the keys, the first key and the first value's index all multiples of 4),
-/// `alibi_x4`: blocks of [`ALIBI_X4_ROWS`] rows, four keys per thread and row, one 16-byte
-/// store each, and on adapters that run shaders on CPU cores up to [`CPU_KEYS_PER_THREAD`]
-/// such vec4s per thread and row (fewer workgroups, each a task of their thread pool). On
-/// GPUs only for dispatches of at least [`GPU_X4_MIN_ROWS`] rows. On an H100 (2026-11-27)
-/// the one-value form wrote BLOOM's 32 x 512 x 512 bias in 29.3 us, 0.27 of a copy, where
-/// torch.compile took 10.5 us: 32768 workgroups, each thread one 4-byte store after a
-/// dependent load of its row's slope; the four-key form took 20.1 us (0.40; three runs that
-/// evening, docs/measurements/h100-2026-11-27-evening). But its decode step's 32 x 2048
-/// took 3.8 - 3.9 us a step in the four-key form, 8 blocks of 4 rows, where the one-value
-/// form's 256 workgroups took 2.5 us (1.2 dispatch floors) that morning: so a dispatch of
-/// few rows keeps the one-value form on GPUs. (The bound between, 1024 rows, is not tuned:
-/// the two forms were each measured at those two shapes only.) On lavapipe (2026-11-27,
-/// interleaved runs, docs/measurements/lavapipe-2026-11-27-suite) the four-key form took
-/// that bias in steps from 0.15 - 0.19 to 0.26 of the same run's copy, and the decode
-/// step's 32 x 2048 from 0.42 to 0.50 - 0.65 (with one vec4 per thread there: 0.19, and
-/// 0.39 - 0.44 for the decode, a loss).
+/// four keys per thread with one 16-byte store: on GPUs `alibi_flat`, the dispatch's vec4s
+/// laid end to end, one per thread, in full workgroups of [`WORKGROUP_SIZE`] (the shape of
+/// the fastest copy); on adapters that run shaders on CPU cores `alibi_x4`, blocks of
+/// [`ALIBI_X4_ROWS`] rows and up to [`CPU_KEYS_PER_THREAD`] such vec4s per thread and row
+/// (fewer workgroups, each a task of their thread pool).
+///
+/// On GPUs, BLOOM's 32 x 512 x 512 bias in steps: the one-value form 29.3 us on an H100
+/// (0.27 of a copy; 32768 workgroups, each thread one 4-byte store after a dependent load of
+/// its row's slope), `alibi_x4` 20.1 us there (0.40; docs/measurements/h100-2026-11-27-
+/// evening) and 17.7 us on an H200, `alibi_flat` 11.2 us on that H200 (0.60 - 0.61;
+/// torch.compile 11.5 us in the same run; docs/measurements/h200-2026-11-28). The decode
+/// step's 32 x 2048 took 2.43 - 2.44 us in the flat form and 2.44 - 2.45 in the one-value
+/// form there, where `alibi_x4`'s 8 blocks of 4 rows had taken 3.8 - 3.9 us on the H100:
+/// so GPUs take the flat form at every row count.
+///
 /// Otherwise, on GPUs, one row per workgroup row and a thread per key (the most
 /// workgroups); on adapters that run shaders on CPU cores, where each workgroup costs a
 /// task of their thread pool, blocks of
@@ -74,18 +73,37 @@ pub(super) const MAX_GROUPS_X: u32 = 1024;
 /// and a workgroup per row, 27.8 ms with 4 keys per thread, 25.1 ms with blocks of 16 rows
 /// as well; its decode step's 32 x 2048, 0.40 and 0.18 ms a step. (A loop of the short
 /// product route alone over the keys within 2^24 of the query, beside loops of the full
-/// route, measured slower there: 62 against 45.6 ms.)
+/// route, measured slower there: 62 against 45.6 ms.) `alibi_x4` took that bias in steps
+/// from 0.15 - 0.19 to 0.26 of the same run's copy there, and the decode step's 32 x 2048
+/// from 0.42 to 0.50 - 0.65 (with one vec4 per thread: 0.19, and 0.39 - 0.44 for the
+/// decode, a loss; 2026-11-27, docs/measurements/lavapipe-2026-11-27-suite).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct AlibiShape {
     pub(super) groups_x: u32,
     pub(super) rows_per_group: u32,
-    /// The four-key form, `alibi_x4`.
-    pub(super) x4: bool,
+    pub(super) form: AlibiForm,
 }
 
-/// Fewest rows of a dispatch that GPUs (the coalesced pattern) write in the four-key form
-/// (see [`AlibiShape`]).
-pub(super) const GPU_X4_MIN_ROWS: u64 = 1024;
+/// The ALiBi kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum AlibiForm {
+    /// `alibi`: a value per invocation.
+    One = 0,
+    /// `alibi_x4`: four keys of each row of a block per invocation.
+    X4 = 1,
+    /// `alibi_flat`: four keys per invocation, the vec4s laid end to end (GPUs).
+    Flat = 2,
+}
+
+impl AlibiForm {
+    fn name(self) -> &'static str {
+        match self {
+            AlibiForm::One => "alibi",
+            AlibiForm::X4 => "alibi_x4",
+            AlibiForm::Flat => "alibi_flat",
+        }
+    }
+}
 
 /// Rows per workgroup on adapters that run shaders on CPU cores.
 const CPU_ROWS_PER_GROUP: u32 = 16;
@@ -94,29 +112,32 @@ const CPU_ROWS_PER_GROUP: u32 = 16;
 const CPU_KEYS_PER_THREAD: u64 = 4;
 
 impl AlibiShape {
-    pub(super) fn new(
-        rows: u64,
-        cols: u64,
-        coalesced: bool,
-        aligned: bool,
-        max_groups: u32,
-    ) -> Self {
+    pub(super) fn new(cols: u64, coalesced: bool, aligned: bool, max_groups: u32) -> Self {
         let max_x = MAX_GROUPS_X.min(max_groups);
         let keys = if coalesced { 1 } else { CPU_KEYS_PER_THREAD };
-        if aligned && (!coalesced || rows >= GPU_X4_MIN_ROWS) {
-            let groups_x =
-                ((cols / 4).div_ceil(u64::from(ALIBI_X4_WORKGROUP) * keys) as u32).clamp(1, max_x);
-            return Self { groups_x, rows_per_group: ALIBI_X4_ROWS, x4: true };
+        match (aligned, coalesced) {
+            // The grid is set by `fold`.
+            (true, true) => return Self { groups_x: 1, rows_per_group: 0, form: AlibiForm::Flat },
+            (true, false) => {
+                let groups_x = ((cols / 4).div_ceil(u64::from(ALIBI_X4_WORKGROUP) * keys) as u32)
+                    .clamp(1, max_x);
+                return Self { groups_x, rows_per_group: ALIBI_X4_ROWS, form: AlibiForm::X4 };
+            }
+            _ => {}
         }
         let groups_x = (cols.div_ceil(u64::from(WORKGROUP_SIZE) * keys) as u32).clamp(1, max_x);
         let rows_per_group = if coalesced { 1 } else { CPU_ROWS_PER_GROUP };
-        Self { groups_x, rows_per_group, x4: false }
+        Self { groups_x, rows_per_group, form: AlibiForm::One }
     }
-}
 
-/// Workgroups along y and z for `rows` rows served `rows_per_group` to a workgroup.
-pub(super) fn fold_rows(rows: u32, rows_per_group: u32, max_groups: u32) -> (u32, u32) {
-    fold_dispatch(rows.div_ceil(rows_per_group), max_groups)
+    /// Workgroups along y and z for `rows` rows of `cols` keys.
+    pub(super) fn fold(&self, rows: u32, cols: u32, max_groups: u32) -> (u32, u32) {
+        if self.form == AlibiForm::Flat {
+            // rows * cols < 2^31.
+            return fold_dispatch((rows * (cols / 4)).div_ceil(WORKGROUP_SIZE), max_groups);
+        }
+        fold_dispatch(rows.div_ceil(self.rows_per_group), max_groups)
+    }
 }
 
 #[derive(Clone)]
@@ -126,18 +147,21 @@ pub(super) struct AlibiKernel {
 }
 
 impl AlibiKernel {
-    /// `x4`: the four-key form, `alibi_x4`; else `alibi`.
-    pub(super) fn new(device: &wgpu::Device, x4: bool) -> Self {
-        let (layout, pipeline) = super::build_kernel(device, if x4 { "alibi_x4" } else { "alibi" });
+    pub(super) fn new(device: &wgpu::Device, form: AlibiForm) -> Self {
+        let (layout, pipeline) = super::build_kernel(device, form.name());
         Self { layout, pipeline }
     }
 }
 
 impl Context {
-    /// The ALiBi kernel of one form (`x4`: the four-key one), compiled on first use.
-    pub(super) fn alibi_kernel(&self, x4: bool) -> &AlibiKernel {
-        let slot = if x4 { &self.alibi_x4 } else { &self.alibi };
-        slot.get_or_init(|| AlibiKernel::new(&self.device, x4))
+    /// The ALiBi kernel of one form, compiled on first use.
+    pub(super) fn alibi_kernel(&self, form: AlibiForm) -> &AlibiKernel {
+        let slot = match form {
+            AlibiForm::One => &self.alibi,
+            AlibiForm::X4 => &self.alibi_x4,
+            AlibiForm::Flat => &self.alibi_flat,
+        };
+        slot.get_or_init(|| AlibiKernel::new(&self.device, form))
     }
 }
 
@@ -300,7 +324,7 @@ impl Context {
             let total = plan.rows * plan.cols * 4;
             let mut output = Output::new(self, &ALIBI, sink, total, plan.max_values() * 4, None)?;
             // Each form's kernel and bind group, made when a chunk first takes it.
-            let mut bound: [Option<(&AlibiKernel, wgpu::BindGroup)>; 2] = [None, None];
+            let mut bound: [Option<(&AlibiKernel, wgpu::BindGroup)>; 3] = [None, None, None];
             // Chunks are row-major runs of the result, in order: each lands where the last
             // ended.
             for chunk in plan.chunks() {
@@ -315,16 +339,10 @@ impl Context {
                 );
                 // The output binding starts at the chunk's first value.
                 let aligned = chunk.n_cols.is_multiple_of(4) && chunk.col0.is_multiple_of(4);
-                let shape = AlibiShape::new(
-                    chunk.n_rows,
-                    chunk.n_cols,
-                    self.coalesced,
-                    aligned,
-                    max_groups,
-                );
+                let shape = AlibiShape::new(chunk.n_cols, self.coalesced, aligned, max_groups);
                 let (groups_x, rows_per_group) = (shape.groups_x, shape.rows_per_group);
-                let (kernel, bind_group) = bound[usize::from(shape.x4)].get_or_insert_with(|| {
-                    let kernel = self.alibi_kernel(shape.x4);
+                let (kernel, bind_group) = bound[shape.form as usize].get_or_insert_with(|| {
+                    let kernel = self.alibi_kernel(shape.form);
                     let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
                         label: Some("posenc.alibi.bind_group"),
                         layout: &kernel.layout,
@@ -343,7 +361,7 @@ impl Context {
                     (kernel, group)
                 });
                 let (groups_y, groups_z) =
-                    fold_rows(chunk.n_rows as u32, rows_per_group, max_groups);
+                    shape.fold(chunk.n_rows as u32, chunk.n_cols as u32, max_groups);
                 let params = AlibiParams {
                     n_rows: chunk.n_rows as u32,
                     row0: chunk.row0 as u32,
@@ -405,5 +423,25 @@ mod tests {
         check_plan(3, 1000, 64, 65535);
         check_plan(5, 256, 256, 2);
         assert_eq!(Plan::new(3, 1000, 64, 10).chunks().count(), 3 * 16);
+    }
+
+    /// The GPU form's grid covers every vec4 of a dispatch, folding past the limit along y
+    /// (a bias that large is beyond the test adapters' bindings, so it is checked here).
+    #[test]
+    fn the_flat_grid_covers_every_vec4() {
+        for (rows, cols, max) in
+            [(1, 4, 65535), (1023, 64, 65535), (1 << 20, 2048, 65535), (77, 12, 5)]
+        {
+            let shape = AlibiShape::new(cols.into(), true, true, max);
+            assert_eq!(shape.form, AlibiForm::Flat);
+            let (y, z) = shape.fold(rows, cols, max);
+            let vec4s = u64::from(rows) * u64::from(cols / 4);
+            let groups = u64::from(y) * u64::from(z);
+            assert!(y <= max && z <= max, "{rows} x {cols}: {y} x {z}");
+            assert!(groups * u64::from(WORKGROUP_SIZE) >= vec4s, "{rows} x {cols}: {y} x {z}");
+            assert!((groups - u64::from(y)) * u64::from(WORKGROUP_SIZE) < vec4s, "{rows} x {cols}");
+        }
+        assert_eq!(AlibiShape::new(64, false, true, 65535).form, AlibiForm::X4);
+        assert_eq!(AlibiShape::new(63, true, false, 65535).form, AlibiForm::One);
     }
 }

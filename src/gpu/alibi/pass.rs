@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::alibi::{AlibiSpec, Form};
 use crate::error::{Error, Result};
 use crate::gpu::Context;
-use crate::gpu::alibi::{AlibiParams, AlibiShape, fold_rows};
+use crate::gpu::alibi::{AlibiParams, AlibiShape};
 use crate::gpu::memory::DeviceBuffer;
 use crate::gpu::pass::{BindCache, Need, PartShape, Span, uniform_blocks};
 
@@ -232,14 +232,8 @@ impl AlibiPass {
                     let rows = self.part_rows.min(all - row0) as u32;
                     let n_cols = self.params.n_cols;
                     let aligned = n_cols.is_multiple_of(4) && out.base.is_multiple_of(4);
-                    let shape = AlibiShape::new(
-                        rows.into(),
-                        n_cols.into(),
-                        ctx.coalesced,
-                        aligned,
-                        max_groups,
-                    );
-                    let (groups_y, groups_z) = fold_rows(rows, shape.rows_per_group, max_groups);
+                    let shape = AlibiShape::new(n_cols.into(), ctx.coalesced, aligned, max_groups);
+                    let (groups_y, groups_z) = shape.fold(rows, n_cols, max_groups);
                     let params = AlibiParams {
                         n_rows: rows,
                         row0: row0 as u32,
@@ -249,7 +243,7 @@ impl AlibiPass {
                         rows_per_group: shape.rows_per_group,
                         ..self.params
                     };
-                    let kernel = ctx.alibi_kernel(shape.x4);
+                    let kernel = ctx.alibi_kernel(shape.form);
                     let (buffer, _) = uniform_blocks(
                         ctx,
                         "posenc.alibi_pass.params",

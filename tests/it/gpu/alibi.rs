@@ -13,9 +13,10 @@ fn spec(heads: u32, len: u64, kv_len: Option<u64>, offset: u32, form: Form) -> A
 }
 
 /// The bias of `spec` on `ctx` in both access patterns against the CPU, bit for bit: rows of
-/// whole vec4s take the four-key kernel (on GPUs, the coalesced pattern, only in dispatches
-/// of at least 1024 rows), other rows the one-value kernel (GPUs' one row per workgroup row;
-/// CPU adapters' blocks of rows and several keys per thread).
+/// whole vec4s take a four-key kernel (GPUs, the coalesced pattern: `alibi_flat`, the vec4s
+/// end to end; CPU adapters: `alibi_x4`, blocks of rows), other rows the one-value kernel
+/// (GPUs' one row per workgroup row; CPU adapters' blocks of rows and several keys per
+/// thread).
 fn check(ctx: &posenc::gpu::Context, spec: &AlibiSpec) {
     use posenc::gpu::AccessPattern;
     for access in [AccessPattern::Coalesced, AccessPattern::Adjacent] {
@@ -59,13 +60,15 @@ fn gpu_equals_cpu_bit_for_bit_for_odd_sizes_and_huge_positions() {
     }
 }
 
-/// GPUs write dispatches of few rows (a decode step's) in the one-value form and of many
-/// in the four-key one: both sides of the bound, keys in whole vec4s, each form bit for bit.
+/// Dispatches of whole vec4 rows, few (a decode step's) and many, around the 1024 rows
+/// where GPUs once switched forms and around the flat grid's workgroups of 256 vec4s
+/// (rows of 64 keys: 16 vec4s; of 2048: 512), bit for bit.
 #[test]
-fn whole_vec4_rows_take_either_form_by_their_count() {
+fn whole_vec4_rows_of_every_count_keep_the_bits() {
     let Some(ctx) = gpu() else { return };
     for form in [Form::Symmetric, Form::Causal] {
-        // 1023, 1024 and 1088 rows (heads * len) of 64 or 2048 keys; a decode step's 32.
+        // 1023, 1024 and 1088 rows (heads * len) of 64 or 128 keys; a decode step's 32 of
+        // 2048.
         for (heads, len, kv_len, offset) in [
             (31, 33, Some(64), 0),
             (16, 64, None, 5),
@@ -102,7 +105,7 @@ fn gpu_chunks_tensors_larger_than_the_binding_cap() {
     let tiny = ctx.with_max_binding_size(256);
     check(&tiny, &spec(3, 4, Some(1000), u32::MAX - 3, Form::Symmetric));
     // 65-value bindings: pieces of 65 keys take the one-value kernel, and each row's last
-    // piece (keys 1040 - 1051, whole vec4s) the four-key one, both in one call.
+    // piece (keys 1040 - 1051, whole vec4s) a four-key one, both in one call.
     let odd = ctx.with_max_binding_size(4 * 65);
     check(&odd, &spec(3, 2, Some(1052), 17, Form::Causal));
     // More heads than one binding's worth of slopes: each chunk binds only its own.

@@ -779,8 +779,8 @@ fn recorded_alibi_equals_the_cpu_bit_for_bit() {
             .with_kv_len(40)
             .unwrap(),
     ];
-    // Both access patterns: rows of whole vec4s at a 16-byte offset take the four-key
-    // kernel, the rest the one-value kernel of the pattern.
+    // Both access patterns: rows of whole vec4s at a 16-byte offset take the pattern's
+    // four-key kernel, the rest its one-value kernel.
     for ctx in &both_patterns(ctx) {
         for (k, spec) in specs.iter().enumerate() {
             let pass = ctx.alibi_pass(spec).unwrap();
