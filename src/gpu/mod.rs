@@ -288,13 +288,9 @@ pub struct Context {
     pool: Arc<BufferPool>,
     /// The copy ceiling's forms, compiled on first use.
     copy: timing::CopyKernels,
-    /// Built on first use, so contexts that never compute ALiBi never compile it.
-    alibi: Arc<std::sync::OnceLock<alibi::AlibiKernel>>,
-    /// The four-key ALiBi form of adapters that run shaders on CPU cores (rows of whole
-    /// vec4s), built on first use.
-    alibi_x4: Arc<std::sync::OnceLock<alibi::AlibiKernel>>,
-    /// The flat four-key ALiBi form of GPUs (rows of whole vec4s), built on first use.
-    alibi_flat: Arc<std::sync::OnceLock<alibi::AlibiKernel>>,
+    /// The ALiBi kernels, one per form (indexed by `alibi::AlibiForm`), each built on first
+    /// use, so contexts that never compute ALiBi never compile them.
+    alibi: Arc<[std::sync::OnceLock<alibi::AlibiKernel>; 3]>,
     /// The recorded encode's kernels, built on first use.
     record: encode::pass::EncodePassKernels,
     /// One per device opened, shared by the contexts derived from this one: what tables
@@ -513,8 +509,6 @@ impl Context {
             pool: Arc::new(BufferPool::default()),
             copy: timing::CopyKernels::default(),
             alibi: Arc::default(),
-            alibi_x4: Arc::default(),
-            alibi_flat: Arc::default(),
             record: encode::pass::EncodePassKernels::default(),
             device_token: Arc::new(()),
         }

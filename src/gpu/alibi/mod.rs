@@ -60,7 +60,7 @@ pub(super) const MAX_GROUPS_X: u32 = 1024;
 /// (0.27 of a copy; 32768 workgroups, each thread one 4-byte store after a dependent load of
 /// its row's slope), `alibi_x4` 20.1 us there (0.40; docs/measurements/h100-2026-11-27-
 /// evening) and 17.7 us on an H200, `alibi_flat` 11.2 us on that H200 (0.60 - 0.61;
-/// torch.compile 11.5 us in the same run; docs/measurements/h200-2026-11-28). The decode
+/// torch.compile 9.2 - 11.5 us in the same runs; docs/measurements/h200-2026-11-28). The decode
 /// step's 32 x 2048 took 2.43 - 2.44 us in the flat form and 2.44 - 2.45 in the one-value
 /// form there, where `alibi_x4`'s 8 blocks of 4 rows had taken 3.8 - 3.9 us on the H100:
 /// so GPUs take the flat form at every row count.
@@ -114,20 +114,22 @@ const CPU_KEYS_PER_THREAD: u64 = 4;
 impl AlibiShape {
     pub(super) fn new(cols: u64, coalesced: bool, aligned: bool, max_groups: u32) -> Self {
         let max_x = MAX_GROUPS_X.min(max_groups);
-        let keys = if coalesced { 1 } else { CPU_KEYS_PER_THREAD };
         match (aligned, coalesced) {
-            // The grid is set by `fold`.
-            (true, true) => return Self { groups_x: 1, rows_per_group: 0, form: AlibiForm::Flat },
+            // The grid is all along y and z, set by `fold`.
+            (true, true) => Self { groups_x: 1, rows_per_group: 0, form: AlibiForm::Flat },
             (true, false) => {
-                let groups_x = ((cols / 4).div_ceil(u64::from(ALIBI_X4_WORKGROUP) * keys) as u32)
-                    .clamp(1, max_x);
-                return Self { groups_x, rows_per_group: ALIBI_X4_ROWS, form: AlibiForm::X4 };
+                let per_group = u64::from(ALIBI_X4_WORKGROUP) * CPU_KEYS_PER_THREAD;
+                let groups_x = ((cols / 4).div_ceil(per_group) as u32).clamp(1, max_x);
+                Self { groups_x, rows_per_group: ALIBI_X4_ROWS, form: AlibiForm::X4 }
             }
-            _ => {}
+            (false, _) => {
+                let keys = if coalesced { 1 } else { CPU_KEYS_PER_THREAD };
+                let groups_x =
+                    (cols.div_ceil(u64::from(WORKGROUP_SIZE) * keys) as u32).clamp(1, max_x);
+                let rows_per_group = if coalesced { 1 } else { CPU_ROWS_PER_GROUP };
+                Self { groups_x, rows_per_group, form: AlibiForm::One }
+            }
         }
-        let groups_x = (cols.div_ceil(u64::from(WORKGROUP_SIZE) * keys) as u32).clamp(1, max_x);
-        let rows_per_group = if coalesced { 1 } else { CPU_ROWS_PER_GROUP };
-        Self { groups_x, rows_per_group, form: AlibiForm::One }
     }
 
     /// Workgroups along y and z for `rows` rows of `cols` keys.
@@ -156,12 +158,7 @@ impl AlibiKernel {
 impl Context {
     /// The ALiBi kernel of one form, compiled on first use.
     pub(super) fn alibi_kernel(&self, form: AlibiForm) -> &AlibiKernel {
-        let slot = match form {
-            AlibiForm::One => &self.alibi,
-            AlibiForm::X4 => &self.alibi_x4,
-            AlibiForm::Flat => &self.alibi_flat,
-        };
-        slot.get_or_init(|| AlibiKernel::new(&self.device, form))
+        self.alibi[form as usize].get_or_init(|| AlibiKernel::new(&self.device, form))
     }
 }
 
