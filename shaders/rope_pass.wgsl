@@ -1,31 +1,42 @@
 // The recorded RoPE step: q and k of one batch rotated in place in one dispatch, in one of
-// two forms; the host picks one (src/gpu/rope/pass.rs) and both give the same bits.
+// three forms; the host picks one (src/gpu/rope/pass.rs) and all give the same bits.
 //
 // `rope_pass`, for GPUs: a token's units (rope_unit.wgsl: q's heads, then k's) are cut into
 // blocks of RP_UNITS * RP_WORKGROUP, one workgroup per (block, token), RP_UNITS units per
 // invocation. Each invocation first loads its units' words; the workgroup then computes its
 // token's cos/sin with the exact phase (rope_cs.wgsl's arithmetic, so the same bits) into
 // workgroup memory, one frequency per invocation, once for all the heads of its block, while
-// those loads are in flight; then each invocation rotates its units and writes them back. (One workgroup per token walking all its units measured 17
-// us per Llama-2-13B decode step on an H100, 2026-11-26: eight workgroups of serial units.)
+// those loads are in flight; then each invocation rotates its units and writes them back,
+// reading each four frequencies' cos (and sin) as one vec4 of workgroup memory. (One
+// workgroup per token walking all its units measured 17 us per Llama-2-13B decode step on
+// an H100, 2026-11-26: eight workgroups of serial units.)
 // A warp's units are consecutive units of consecutive head rows, so each load and store
 // instruction touches whole spans of rows in both layouts ([B, L, H, Dh]: a token's rows are
 // adjacent; [B, H, L, Dh]: they are L rows apart, each row still contiguous).
 //
-// `rope_pass_heads`, for adapters that run shaders on CPU cores (lavapipe, llvmpipe,
-// SwiftShader, WARP): invocation g takes unit x = g % RP_ROW_UNITS of token g / RP_ROW_UNITS,
-// computes that unit's cos/sin once, and rotates unit x of every head row of the token, q's
-// heads then k's. No workgroup memory and no barrier, which such adapters run as
-// coroutines, and no division per unit; the consecutive invocations of one SIMD batch touch
-// consecutive words of each row. On lavapipe (2026-11-26) this took Llama-3-8B's prefill
-// RoPE from 20 ms to the figure in docs/performance.md; on a GPU it leaves too few threads.
+// `rope_pass_heads`, in two variants. With RP_HEAD_GROUP = 0, for adapters that run shaders
+// on CPU cores (lavapipe, llvmpipe, SwiftShader, WARP): invocation g takes unit x = g %
+// RP_ROW_UNITS of token g / RP_ROW_UNITS, computes that unit's cos/sin once, and rotates
+// unit x of every head row of the token, q's heads then k's. No workgroup memory and no
+// barrier, which such adapters run as coroutines, and no division per unit; the
+// consecutive invocations of one SIMD batch touch consecutive words of each row. On
+// lavapipe (2026-11-26) this took Llama-3-8B's prefill RoPE from 20 ms to the figure in
+// docs/performance.md; on a GPU it leaves too few threads. With RP_HEAD_GROUP = G > 0 (a
+// GPU form, chosen by POSENC_GPU_ROPE_HEADS): the heads of q and k (q's first) are cut
+// into groups of G, and invocation g takes unit x of group g / RP_ROW_UNITS % head_groups
+// of token g / RP_ROW_UNITS / head_groups. It loads its G units, reads its unit's cos/sin
+// (from the cache, else computed), keeps them in registers for the G rows, and writes the
+// units back: no workgroup memory, no barrier, and the addressing of one unit paid once
+// per G. Eight consecutive invocations cover a whole head row of 128 16-bit elements.
 //
 // Units are disjoint, so in place is race-free; pass-through dimensions are never touched.
 //
 // The host specialises the kernel (src/shaders.rs, `RopePassKernel`): ROPE_DTYPE,
-// ROPE_F32, ROPE_NEOX, ROPE_UNIT_FREQS, RP_WORKGROUP, RP_UNITS, RP_ROW_UNITS (units per head
-// row) and RP_FREQ_VECS (a quarter of the room for cos, and for sin, a workgroup holds: at
-// least n_freqs / 4). Host: src/gpu/rope/pass.rs (RopePassParams mirrors Params).
+// ROPE_F32, ROPE_NEOX, ROPE_UNIT_FREQS, RP_WORKGROUP, RP_UNITS, RP_ROW_UNITS (units per
+// head row, so a unit's head is found by a constant divisor), RP_HEAD_GROUP,
+// RP_GROUP_SLOTS (at least 1: the group's array length) and RP_FREQ_VECS (the vec4s of
+// cos, and of sin, a workgroup holds: at least n_freqs / 4). Host: src/gpu/rope/pass.rs
+// (RopePassParams mirrors Params).
 #import rope_unit
 #import sincos
 
@@ -43,6 +54,7 @@ struct Params {
     // Workgroups along y: tokens (rope_pass) or workgroups (rope_pass_heads) beyond fold
     // into z.
     groups_y: u32,
+    // Units per head row: RP_ROW_UNITS, which the kernels use.
     units_per_row: u32,
     // The neox partner offset (r/2 elements) in vec4s.
     half_vecs: u32,
@@ -67,8 +79,9 @@ struct Params {
     // wrote it when the pass was prepared (the same arithmetic, so the same bits).
     cached_rows: u32,
     cache_base: u32,
-    _pad1: u32,
-    _pad2: u32,
+    // Groups of RP_HEAD_GROUP heads per token (rope_pass_heads with RP_HEAD_GROUP > 0).
+    head_groups: u32,
+    _pad: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -79,16 +92,10 @@ struct Params {
 // k's own binding; when a step rotates q alone it is bound to q too and never touched.
 @group(0) @binding(4) var<storage, read_write> k: array<vec4<u32>>;
 
-var<workgroup> cos_w: array<f32, 4u * RP_FREQ_VECS>;
-var<workgroup> sin_w: array<f32, 4u * RP_FREQ_VECS>;
-
-fn cos4(f: u32) -> vec4<f32> {
-    return vec4<f32>(cos_w[f], cos_w[f + 1u], cos_w[f + 2u], cos_w[f + 3u]);
-}
-
-fn sin4(f: u32) -> vec4<f32> {
-    return vec4<f32>(sin_w[f], sin_w[f + 1u], sin_w[f + 2u], sin_w[f + 3u]);
-}
+// A token's cos and sin, frequency f at component f % 4 of vec4 f / 4: a unit's four
+// frequencies (f a multiple of 4) are one 16-byte load each.
+var<workgroup> cos_w: array<vec4<f32>, RP_FREQ_VECS>;
+var<workgroup> sin_w: array<vec4<f32>, RP_FREQ_VECS>;
 
 @compute @workgroup_size(RP_WORKGROUP)
 fn rope_pass(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
@@ -102,7 +109,7 @@ fn rope_pass(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_ind
     // Each invocation's words are loaded before the token's cos/sin are computed, so the
     // memory's latency overlaps that arithmetic (a decode step waits for both in turn
     // otherwise); the loops have constant bounds, so the words stay in registers.
-    let units = (params.q_heads + params.k_heads) * params.units_per_row;
+    let units = (params.q_heads + params.k_heads) * RP_ROW_UNITS;
     var at: array<UnitAt, RP_UNITS>;
     var words: array<RopeUnit, RP_UNITS>;
     for (var k = 0u; k < RP_UNITS; k++) {
@@ -114,8 +121,8 @@ fn rope_pass(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_ind
     }
     for (var f = li; f < params.n_freqs; f += RP_WORKGROUP) {
         let cs = freq_cos_sin(p, f);
-        cos_w[f] = cs.x;
-        sin_w[f] = cs.y;
+        cos_w[f >> 2u][f & 3u] = cs.x;
+        sin_w[f >> 2u][f & 3u] = cs.y;
     }
     workgroupBarrier();
     for (var k = 0u; k < RP_UNITS; k++) {
@@ -123,14 +130,14 @@ fn rope_pass(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_ind
         if u >= units {
             break;
         }
-        let f = at[k].freq;
-        let c0 = cos4(f);
-        let s0 = sin4(f);
+        let v = at[k].freq >> 2u;
+        let c0 = cos_w[v];
+        let s0 = sin_w[v];
         var c1 = c0;
         var s1 = s0;
         if ROPE_UNIT_FREQS == 8u {
-            c1 = cos4(f + 4u);
-            s1 = sin4(f + 4u);
+            c1 = cos_w[v + 1u];
+            s1 = sin_w[v + 1u];
         }
         let w = words[k];
         store_unit(at[k], rope_unit(w.a, w.b, c0, s0, c1, s1, params.zero));
@@ -165,12 +172,11 @@ struct UnitAt {
 
 // Unit u of token (b, l): q's units first, then k's.
 fn unit_at(u: u32, b: u32, l: u32) -> UnitAt {
-    let per_row = params.units_per_row;
-    let q_units = params.q_heads * per_row;
+    let q_units = params.q_heads * RP_ROW_UNITS;
     let in_k = u >= q_units;
     let w = select(u, u - q_units, in_k);
-    let h = w / per_row;
-    let x = w - h * per_row;
+    let h = w / RP_ROW_UNITS;
+    let x = w - h * RP_ROW_UNITS;
     var ia: u32;
     if in_k {
         ia = params.k_base + b * params.k_seq + l * params.k_tok + h * params.k_head;
@@ -233,18 +239,96 @@ fn rotate_at(in_k: bool, ia: u32, c0: vec4<f32>, s0: vec4<f32>, c1: vec4<f32>, s
     store_unit(at, rope_unit(w.a, w.b, c0, s0, c1, s1, params.zero));
 }
 
+// The cos and sin of a unit's frequencies f..f+3 (c0, s0) and f+4..f+7 (c1, s1; a copy of
+// the first four for units of four frequencies), as freq_cos_sin gives them, with the
+// cache's branch taken once for all of them.
+struct UnitCosSin {
+    c0: vec4<f32>,
+    s0: vec4<f32>,
+    c1: vec4<f32>,
+    s1: vec4<f32>,
+}
+
+fn unit_cos_sin(p: u32, f: u32) -> UnitCosSin {
+    var e: array<vec2<f32>, 8>;
+    let n = ROPE_UNIT_FREQS;
+    if p < params.cached_rows {
+        let at = params.cache_base + p * params.n_freqs + f;
+        for (var i = 0u; i < n; i++) {
+            e[i] = bitcast<vec2<f32>>(steps[at + i]);
+        }
+    } else {
+        let scaled = (params.flags & FLAG_SCALE) != 0u;
+        for (var i = 0u; i < n; i++) {
+            e[i] = rope_cos_sin(p, steps[f + i], scaled, params.scale_bits);
+        }
+    }
+    var r: UnitCosSin;
+    r.c0 = vec4<f32>(e[0].x, e[1].x, e[2].x, e[3].x);
+    r.s0 = vec4<f32>(e[0].y, e[1].y, e[2].y, e[3].y);
+    r.c1 = r.c0;
+    r.s1 = r.s0;
+    if ROPE_UNIT_FREQS == 8u {
+        r.c1 = vec4<f32>(e[4].x, e[5].x, e[6].x, e[7].x);
+        r.s1 = vec4<f32>(e[4].y, e[5].y, e[6].y, e[7].y);
+    }
+    return r;
+}
+
+// Where head h of token (b, l) has its unit of first word `word`: q's heads, then k's.
+fn head_at(h: u32, b: u32, l: u32, word: u32) -> UnitAt {
+    let in_k = h >= params.q_heads;
+    var ia: u32;
+    if in_k {
+        let hk = h - params.q_heads;
+        ia = params.k_base + b * params.k_seq + l * params.k_tok + hk * params.k_head;
+    } else {
+        ia = params.q_base + b * params.q_seq + l * params.q_tok + h * params.q_head;
+    }
+    return UnitAt(in_k, ia + word, 0u);
+}
+
 @compute @workgroup_size(RP_WORKGROUP)
 fn rope_pass_heads(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
     let g = (wg.z * params.groups_y + wg.y) * RP_WORKGROUP + li;
-    let t = g / RP_ROW_UNITS;
+    let r = g / RP_ROW_UNITS;
+    let x = g - r * RP_ROW_UNITS;
+    var t = r;
+    var first = 0u;
+    if RP_HEAD_GROUP != 0u {
+        t = r / params.head_groups;
+        first = (r - t * params.head_groups) * RP_HEAD_GROUP;
+    }
     if t >= params.n_tokens {
         return;
     }
-    let x = g - t * RP_ROW_UNITS;
     let b = t / params.seq_len;
     let l = t - b * params.seq_len;
     let p = token_position(t, b, l);
     let f = x * ROPE_UNIT_FREQS;
+    let word = rope_unit_word(x);
+    if RP_HEAD_GROUP != 0u {
+        // The group's words are loaded before the cos/sin are read, so their latencies
+        // overlap; the loops have constant bounds, so the words stay in registers.
+        let heads = params.q_heads + params.k_heads;
+        var at: array<UnitAt, RP_GROUP_SLOTS>;
+        var words: array<RopeUnit, RP_GROUP_SLOTS>;
+        for (var j = 0u; j < RP_HEAD_GROUP; j++) {
+            if first + j < heads {
+                at[j] = head_at(first + j, b, l, word);
+                words[j] = load_unit(at[j]);
+            }
+        }
+        let cs = unit_cos_sin(p, f);
+        for (var j = 0u; j < RP_HEAD_GROUP; j++) {
+            if first + j >= heads {
+                break;
+            }
+            let w = words[j];
+            store_unit(at[j], rope_unit(w.a, w.b, cs.c0, cs.s0, cs.c1, cs.s1, params.zero));
+        }
+        return;
+    }
     let e0 = freq_cos_sin(p, f);
     let e1 = freq_cos_sin(p, f + 1u);
     let e2 = freq_cos_sin(p, f + 2u);
@@ -261,7 +345,6 @@ fn rope_pass_heads(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocati
         c1 = vec4<f32>(e4.x, e5.x, e6.x, e7.x);
         s1 = vec4<f32>(e4.y, e5.y, e6.y, e7.y);
     }
-    let word = rope_unit_word(x);
     let q_at = params.q_base + b * params.q_seq + l * params.q_tok + word;
     for (var h = 0u; h < params.q_heads; h++) {
         rotate_at(false, q_at + h * params.q_head, c0, s0, c1, s1);

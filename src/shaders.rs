@@ -413,12 +413,16 @@ impl RopeUnitKind {
     }
 }
 
-/// One specialisation of `shaders/rope_pass.wgsl`: the unit kind, the room for cos/sin in
-/// workgroup memory, and the form.
+/// One specialisation of `shaders/rope_pass.wgsl`: the unit kind, the units per head row,
+/// the room for cos/sin in workgroup memory, and the form.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RopePassKernel {
     /// Storage type and pairing.
     pub unit: RopeUnitKind,
+    /// Units per head row (the frequencies over [`RopeUnitKind::unit_freqs`]), a constant
+    /// of the kernel so that finding a unit's head and place in its row divides by a
+    /// constant (a shift for the usual powers of two) rather than by a parameter.
+    pub row_units: u32,
     /// vec4s of cos (and of sin) a workgroup holds: a power of two, at least a quarter of
     /// the frequencies, at most [`ROPE_PASS_MAX_FREQ_VECS`].
     pub freq_vecs: u32,
@@ -437,24 +441,27 @@ pub enum RopePassForm {
         /// Threads per workgroup ([`rope_pass_workgroup`]).
         workgroup: u32,
     },
-    /// `rope_pass_heads`, for adapters that run shaders on CPU cores: one invocation per
-    /// unit of a token's head row, walking every head of q and k.
+    /// `rope_pass_heads`: one invocation per unit of a token's head row, walking every
+    /// head of q and k (`group` 0: for adapters that run shaders on CPU cores), or the heads
+    /// of one group of `group` (a GPU form, [`crate::gpu::Options::rope_heads`]).
     Heads {
-        /// Units per head row (the frequencies over [`RopeUnitKind::unit_freqs`]).
-        row_units: u32,
+        /// Heads each invocation rotates (q's, then k's, cut into groups of this many); 0:
+        /// all of them.
+        group: u32,
     },
 }
 
 impl RopePassKernel {
-    /// The specialisation for `n_freqs` frequencies (a multiple of 4), or `None` when they
-    /// exceed [`ROPE_PASS_MAX_FREQ_VECS`] vec4s.
+    /// The specialisation for `n_freqs` frequencies (a multiple of the unit's), or `None`
+    /// when they exceed [`ROPE_PASS_MAX_FREQ_VECS`] vec4s.
     pub fn new(unit: RopeUnitKind, n_freqs: u32, form: RopePassForm) -> Option<Self> {
         let freq_vecs = match form {
             RopePassForm::Blocks { .. } => (n_freqs / 4).next_power_of_two().max(2),
-            // The heads form keeps cos/sin in registers.
+            // The heads forms keep cos/sin in registers.
             RopePassForm::Heads { .. } => 2,
         };
-        (freq_vecs <= ROPE_PASS_MAX_FREQ_VECS).then_some(Self { unit, freq_vecs, form })
+        let row_units = n_freqs / unit.unit_freqs();
+        (freq_vecs <= ROPE_PASS_MAX_FREQ_VECS).then_some(Self { unit, row_units, freq_vecs, form })
     }
 
     /// Representative specialisations for tests that translate each: every unit kind with
@@ -471,9 +478,17 @@ impl RopePassKernel {
                         ROPE_PASS_MAX_FREQ_VECS,
                         RopePassForm::Blocks { units: 4, workgroup: ROPE_PASS_MAX_WORKGROUP },
                     ),
-                    (2, RopePassForm::Heads { row_units: 8 }),
+                    (2, RopePassForm::Heads { group: 0 }),
+                    (2, RopePassForm::Heads { group: 3 }),
                 ]
-                .map(|(freq_vecs, form)| Self { unit, freq_vecs, form })
+                .map(|(freq_vecs, form)| {
+                    let row_units = match form {
+                        // As many as the room holds.
+                        RopePassForm::Blocks { .. } => 4 * freq_vecs / unit.unit_freqs(),
+                        RopePassForm::Heads { .. } => 8,
+                    };
+                    Self { unit, row_units, freq_vecs, form }
+                })
             })
             .collect()
     }
@@ -488,16 +503,19 @@ impl RopePassKernel {
 
     /// The complete WGSL of this specialisation.
     pub fn source(self) -> String {
-        let (units, row_units, workgroup) = match self.form {
-            RopePassForm::Blocks { units, workgroup } => (units, 1, workgroup),
-            RopePassForm::Heads { row_units } => (1, row_units, ROPE_PASS_WORKGROUP),
+        let (units, workgroup, group) = match self.form {
+            RopePassForm::Blocks { units, workgroup } => (units, workgroup, 0),
+            RopePassForm::Heads { group } => (1, ROPE_PASS_WORKGROUP, group),
         };
+        let row_units = self.row_units;
         let mut s = prelude();
         self.unit.header(&mut s);
         s += &format!("const RP_WORKGROUP: u32 = {workgroup}u;\n");
         s += &format!("const RP_FREQ_VECS: u32 = {}u;\n", self.freq_vecs);
         s += &format!("const RP_UNITS: u32 = {units}u;\n");
         s += &format!("const RP_ROW_UNITS: u32 = {row_units}u;\n");
+        s += &format!("const RP_HEAD_GROUP: u32 = {group}u;\n");
+        s += &format!("const RP_GROUP_SLOTS: u32 = {}u;\n", group.max(1));
         let mut imported = Vec::new();
         expand(ROPE_PASS, &mut imported, &mut s);
         s
@@ -853,12 +871,12 @@ mod tests {
     /// docs/guarantees.md says how many sources the platforms' validators check.
     #[test]
     fn the_documented_number_of_kernel_sources() {
-        let (types, copy, rope_x4, rope_pass) = (9 * 8, 16, 6, 30);
+        let (types, copy, rope_x4, rope_pass) = (9 * 8, 16, 6, 36);
         assert_eq!(
             all_sources().len(),
             8 + types * (2 * 4 + 3) + 2 * 8 + types * 11 + 1 + copy + rope_x4 + rope_pass
         );
-        assert_eq!(all_sources().len(), 1661);
+        assert_eq!(all_sources().len(), 1667);
     }
 
     /// The refusal of an unknown import lists every module there is.

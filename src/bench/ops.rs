@@ -410,6 +410,7 @@ pub(super) fn adapter_of(ctx: &gpu::Context) -> AdapterInfo {
         access: format!("{:?}", ctx.access_pattern()).to_lowercase(),
         // Units apply to the coalesced pattern's kernels only.
         units: ctx.chosen_units().filter(|_| ctx.access_pattern() == gpu::AccessPattern::Coalesced),
+        rope_heads: ctx.chosen_rope_heads(),
         spin_wait_us: ctx.spin_wait().as_micros() as u64,
     }
 }

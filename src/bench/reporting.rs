@@ -28,6 +28,10 @@ pub struct AdapterInfo {
     /// `POSENC_GPU_UNITS` chose them and the access pattern is the coalesced one, the only
     /// one they apply to (else posenc's choice; see [`gpu::Options::units`]).
     pub units: Option<u32>,
+    /// Heads per invocation of the recorded RoPE step's head-group form, when
+    /// `POSENC_GPU_ROPE_HEADS` chose it (else posenc's choice; see
+    /// [`gpu::Options::rope_heads`]).
+    pub rope_heads: Option<u32>,
     /// How long, in microseconds, a blocking wait polled the device before sleeping
     /// ([`gpu::Options::spin_wait`], `POSENC_GPU_SPIN_US`): it bears on every wall-clock
     /// item of a call (`gpu_encode_call`, `_host`, `_mapped`, `_stream`, `gpu_readback`
@@ -37,11 +41,16 @@ pub struct AdapterInfo {
 
 impl AdapterInfo {
     /// `name (backend, device type, access pattern access)`, as the tables print it, with
-    /// the units and the wait's polling where they are not posenc's defaults.
+    /// the units, RoPE's head groups and the wait's polling where they are not posenc's
+    /// defaults.
     pub fn describe(&self) -> String {
         let units = self.units.map_or(String::new(), |n| match n {
             1 => ", 1 unit".to_string(),
             n => format!(", {n} units"),
+        });
+        let rope_heads = self.rope_heads.map_or(String::new(), |n| match n {
+            1 => ", RoPE 1 head per invocation".to_string(),
+            n => format!(", RoPE {n} heads per invocation"),
         });
         let spin = if self.spin_wait_us == gpu::SPIN_WAIT.as_micros() as u64 {
             String::new()
@@ -50,7 +59,7 @@ impl AdapterInfo {
         };
         let (name, backend, kind, access) =
             (&self.name, &self.backend, &self.device_type, &self.access);
-        format!("{name} ({backend}, {kind}, {access} access{units}{spin})")
+        format!("{name} ({backend}, {kind}, {access} access{units}{rope_heads}{spin})")
     }
 }
 

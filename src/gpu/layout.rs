@@ -224,6 +224,7 @@ pub fn params(entry: &str) -> Params {
             zero,
             cached_rows,
             cache_base,
+            head_groups,
             _pad,
         }),
         _ => panic!("no kernel named {entry}"),

@@ -33,8 +33,8 @@ pub use encode::{
 };
 pub use faults::{FAULT_INJECT_ENV, SUBMISSION_TIMEOUT};
 pub use options::{
-    ACCESS_PATTERN_ENV, AccessPattern, MEMORY_BUDGET_ENV, Options, PE_CACHE_ENV, SPIN_WAIT,
-    SPIN_WAIT_ENV, TIMESTAMPS_ENV, UNITS_ENV,
+    ACCESS_PATTERN_ENV, AccessPattern, MAX_ROPE_HEAD_GROUP, MEMORY_BUDGET_ENV, Options,
+    PE_CACHE_ENV, ROPE_HEADS_ENV, SPIN_WAIT, SPIN_WAIT_ENV, TIMESTAMPS_ENV, UNITS_ENV,
 };
 pub use pass::Positions;
 pub use pending::{MappedEncode, PendingEncode};
@@ -279,6 +279,9 @@ pub struct Context {
     /// Units per invocation of the encode kernels in the coalesced pattern, when chosen
     /// ([`Options::units`]).
     units: Option<u32>,
+    /// Heads per invocation of the recorded RoPE step's head-group form, when chosen
+    /// ([`Options::rope_heads`]).
+    rope_heads: Option<u32>,
     rope: rope::RopeKernels,
     /// Most bytes of cached PE rows ([`Options::pe_cache_budget`]).
     pe_cache_budget: u64,
@@ -497,6 +500,7 @@ impl Context {
             encode,
             coalesced,
             units: options.chosen_units(),
+            rope_heads: options.chosen_rope_heads(),
             pe_cache_budget: options.chosen_pe_cache_budget(),
             // Nothing blocks on the web, so nothing polls there.
             spin_wait: if wait::CAN_BLOCK {
@@ -570,6 +574,23 @@ impl Context {
     /// kernels, if it chose any (`None`: posenc's choice).
     pub fn chosen_units(&self) -> Option<u32> {
         self.units
+    }
+
+    /// A context on the same device whose recorded RoPE steps take the head-group form
+    /// with `heads` heads per invocation ([`Options::rope_heads`]; `None`: posenc's
+    /// choice). Every form gives the same bits; this is for measuring them against each
+    /// other and for testing each.
+    #[must_use]
+    pub fn with_rope_heads(&self, heads: Option<u32>) -> Self {
+        let mut other = self.clone();
+        other.rope_heads = heads.filter(|n| (1..=MAX_ROPE_HEAD_GROUP).contains(n));
+        other
+    }
+
+    /// The heads per invocation [`Options::rope_heads`] chose for the recorded RoPE step,
+    /// if it chose any (`None`: posenc's choice).
+    pub fn chosen_rope_heads(&self) -> Option<u32> {
+        self.rope_heads
     }
 
     /// How long a blocking wait polls the device before it sleeps

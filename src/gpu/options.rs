@@ -20,6 +20,15 @@ pub const ACCESS_PATTERN_ENV: &str = "POSENC_GPU_ACCESS";
 /// 8 (see [`Options::units`]), for measuring one against another with `posenc bench`.
 pub const UNITS_ENV: &str = "POSENC_GPU_UNITS";
 
+/// Environment variable choosing the recorded RoPE step's head-group form (see
+/// [`Options::rope_heads`]): the heads each invocation rotates, 1 to
+/// [`MAX_ROPE_HEAD_GROUP`], for measuring it against posenc's choice with `posenc bench`.
+pub const ROPE_HEADS_ENV: &str = "POSENC_GPU_ROPE_HEADS";
+
+/// The most heads one invocation of the recorded RoPE step's head-group form rotates
+/// ([`Options::rope_heads`]): each holds its group's words in registers.
+pub const MAX_ROPE_HEAD_GROUP: u32 = 16;
+
 /// Environment variable setting the most bytes of PE rows a context caches on the device
 /// (see [`Options::pe_cache_budget`]): a whole number of bytes, 0 for no cache.
 pub const PE_CACHE_ENV: &str = "POSENC_GPU_PE_CACHE";
@@ -51,6 +60,7 @@ pub struct Options {
     limits: Option<wgpu::Limits>,
     access: AccessPattern,
     units: Option<u32>,
+    rope_heads: Option<u32>,
     pe_cache_budget: u64,
     spin_wait: std::time::Duration,
     /// Set from the environment only: a testing knob, not an option of the API.
@@ -66,6 +76,7 @@ impl Default for Options {
             limits: None,
             access: AccessPattern::Auto,
             units: None,
+            rope_heads: None,
             pe_cache_budget: super::PE_CACHE_BUDGET,
             spin_wait: SPIN_WAIT,
             fault: None,
@@ -107,7 +118,8 @@ impl Options {
     /// The defaults, changed by `POSENC_MAX_BINDING_SIZE` and `POSENC_GPU_MEMORY_BUDGET`
     /// (whole numbers of bytes), `POSENC_GPU_TIMESTAMPS` (`on` or `off`) and
     /// `POSENC_GPU_ACCESS` (`auto`, `coalesced` or `adjacent`), `POSENC_GPU_UNITS` (1, 2,
-    /// 4 or 8), `POSENC_GPU_PE_CACHE` (a whole number of bytes, 0 for none) and
+    /// 4 or 8), `POSENC_GPU_ROPE_HEADS` (1 to 16), `POSENC_GPU_PE_CACHE` (a whole number
+    /// of bytes, 0 for none) and
     /// `POSENC_GPU_SPIN_US` (whole microseconds, at most 1000000) when set;
     /// `POSENC_FAULT_INJECT=device-lost` makes the context lose its device as soon as it
     /// opens (see [`FAULT_INJECT_ENV`](super::FAULT_INJECT_ENV)).
@@ -144,6 +156,12 @@ impl Options {
                 },
             }
         };
+        let rope_heads = whole_from_env(
+            ROPE_HEADS_ENV,
+            1..=u64::from(MAX_ROPE_HEAD_GROUP),
+            "a whole number of heads from 1 to 16",
+        )?
+        .map(|n| n as u32);
         let spin_wait = whole_from_env(
             SPIN_WAIT_ENV,
             0..=MAX_SPIN_WAIT.as_micros() as u64,
@@ -158,6 +176,7 @@ impl Options {
             )?,
             access,
             units,
+            rope_heads,
             pe_cache_budget: bytes_from_env(
                 PE_CACHE_ENV,
                 0,
@@ -241,6 +260,30 @@ impl Options {
 
     pub(crate) fn chosen_units(&self) -> Option<u32> {
         self.units
+    }
+
+    /// The recorded RoPE step's head-group form, with `heads` heads per invocation (1 to
+    /// [`MAX_ROPE_HEAD_GROUP`]; others are ignored), in place of posenc's choice (`None`):
+    /// on GPUs the blocks form, one workgroup per block of a token's units sharing its
+    /// cos/sin through workgroup memory; on adapters that run shaders on CPU cores one
+    /// invocation per unit of a head row walking all the token's heads.
+    ///
+    /// In the head-group form each invocation rotates one unit (four or eight frequencies)
+    /// of `heads` consecutive head rows of a token (q's heads, then k's): it loads their
+    /// words, reads the unit's cos/sin once (from the pass's cache of exact values, else
+    /// computed) and keeps them in registers for all of them. It has no workgroup memory
+    /// and no barrier, and pays a unit's addressing once per group; more heads put more
+    /// loads in flight per thread, fewer give more threads. The bits are the same in every
+    /// form. Which is fastest depends on the GPU and the shape: measure it with `posenc
+    /// bench` (`POSENC_GPU_ROPE_HEADS`) before choosing it.
+    #[must_use]
+    pub fn rope_heads(mut self, heads: Option<u32>) -> Self {
+        self.rope_heads = heads.filter(|n| (1..=MAX_ROPE_HEAD_GROUP).contains(n));
+        self
+    }
+
+    pub(crate) fn chosen_rope_heads(&self) -> Option<u32> {
+        self.rope_heads
     }
 
     /// The most bytes of PE rows of positions `0..n` the context keeps on the device for

@@ -99,8 +99,11 @@ pub struct RopePassParams {
     pub cached_rows: u32,
     /// Where the cache starts in the steps binding, in (cos, sin) pairs.
     pub cache_base: u32,
+    /// Groups of heads per token in the head-group form (`rope_pass_heads` with a group;
+    /// 1 otherwise): q's and k's heads over the group, rounded up.
+    pub head_groups: u32,
     /// Padding to a multiple of 16 bytes.
-    pub _pad: [u32; 2],
+    pub _pad: u32,
 }
 
 /// Positions whose cos/sin a GPU's recorded RoPE step reads from a cache of exact values
@@ -164,9 +167,10 @@ impl Fused {
                 let (y, z) = fold_dispatch(tokens, max_groups);
                 (units.div_ceil(workgroup * per), y, z)
             }
-            RopePassForm::Heads { row_units } => {
+            RopePassForm::Heads { .. } => {
                 // Fits a u32: checked when the route was chosen.
-                let groups = (tokens * row_units).div_ceil(ROPE_PASS_WORKGROUP);
+                let invocations = tokens * self.params.head_groups * self.params.units_per_row;
+                let groups = invocations.div_ceil(ROPE_PASS_WORKGROUP);
                 let (y, z) = fold_dispatch(groups, max_groups);
                 (1, y, z)
             }
@@ -321,10 +325,10 @@ impl Context {
             Ok((steps_buf, cs, q, k))
         })?;
         let mut fused = self.fused_rope(spec, &freqs, desc, &q, k.as_ref());
-        // The GPU form reads the cos/sin of its positions from a cache after the steps; the
-        // heads form, for CPU adapters, computes each once per token and unit.
+        // The GPU forms read the cos/sin of their positions from a cache after the steps;
+        // the heads form for CPU adapters computes each once per token and unit.
         let steps = match fused.as_mut() {
-            Some(f) if matches!(f.form, RopePassForm::Blocks { .. }) => {
+            Some(f) if !matches!(f.form, RopePassForm::Heads { group: 0, .. }) => {
                 match self.rope_cos_sin_cache(OP, &freqs, &steps_words, &steps)? {
                     Some((buffer, rows, base)) => {
                         f.params.cached_rows = rows;
@@ -437,12 +441,19 @@ impl Context {
         let row_units = n_freqs / kind.unit_freqs();
         let g = &q.geometry;
         let units = (g.heads + desc.k_heads) as u64 * u64::from(row_units);
-        let form = if self.coalesced {
-            let per = self.units.unwrap_or(1);
-            let workgroup = rope_pass_workgroup((g.batch * g.len) as u64, units, per);
-            RopePassForm::Blocks { units: per, workgroup }
-        } else {
-            RopePassForm::Heads { row_units }
+        let heads = (g.heads + desc.k_heads) as u32;
+        let form = match (self.rope_heads, self.coalesced) {
+            (Some(group), _) => RopePassForm::Heads { group: group.min(heads) },
+            (None, true) => {
+                let per = self.units.unwrap_or(1);
+                let workgroup = rope_pass_workgroup((g.batch * g.len) as u64, units, per);
+                RopePassForm::Blocks { units: per, workgroup }
+            }
+            (None, false) => RopePassForm::Heads { group: 0 },
+        };
+        let head_groups = match form {
+            RopePassForm::Heads { group, .. } if group > 0 => heads.div_ceil(group),
+            _ => 1,
         };
         let kernel = RopePassKernel::new(kind, n_freqs, form)?;
         let tokens = u32::try_from(g.batch * g.len).ok()?;
@@ -453,9 +464,13 @@ impl Context {
             {
                 return None;
             }
-            // The grid folds workgroups of invocations (token, unit) into y and z.
+            // The grid folds workgroups of invocations (token, head group, unit) into y and
+            // z.
             RopePassForm::Heads { .. }
-                if u32::try_from(tokens as u64 * u64::from(row_units)).is_err() =>
+                if u32::try_from(
+                    u64::from(tokens) * u64::from(head_groups) * u64::from(row_units),
+                )
+                .is_err() =>
             {
                 return None;
             }
@@ -501,7 +516,8 @@ impl Context {
             // Set when the cache is built (`Context::rope_cos_sin_cache`).
             cached_rows: 0,
             cache_base: 0,
-            _pad: [0; 2],
+            head_groups,
+            _pad: 0,
         };
         Some(Fused { kernel: self.rope_pass_kernel(kernel), form, params })
     }
@@ -655,7 +671,8 @@ impl RopePass {
     /// Positions `0..n` whose cos/sin a step reads from the cache built when the pass was
     /// prepared ([`ROPE_PASS_CACHED_POSITIONS`] on GPUs, fewer when the binding, the cache's
     /// byte cap or the memory budget allow fewer); later positions are computed, with the
-    /// same bits. 0 on adapters that run shaders on CPU cores, and on the split route.
+    /// same bits. 0 on the split route and in the form for adapters that run shaders on
+    /// CPU cores (unless [`crate::gpu::Options::rope_heads`] chose the head-group form).
     pub fn cached_positions(&self) -> u32 {
         self.fused.as_ref().map_or(0, |f| f.params.cached_rows)
     }

@@ -462,3 +462,70 @@ fn every_units_per_invocation_of_the_one_dispatch_keeps_the_bits() {
         check::<f32>(&ctx, &what, &llama3, Layout::Bhld, (2, 130), (24, 9), false, 511);
     }
 }
+
+/// Every head group of the head-group form (`Options::rope_heads`): one head, groups that
+/// do not divide q's and k's heads (the last group partly past k's end, a group holding q's
+/// last heads and k's first), a group larger than all the heads, on both sides of the
+/// cos/sin cache's end, keeps the bits of the other paths.
+#[test]
+fn every_head_group_of_the_one_dispatch_keeps_the_bits() {
+    use posenc::gpu::{MAX_ROPE_HEAD_GROUP, ROPE_PASS_CACHED_POSITIONS};
+    let Some(ctx) = gpu() else { return };
+    let llama3 = llama3_128();
+    let yarn = RopeSpec::new(64)
+        .unwrap()
+        .with_scaling(Scaling::Yarn(Yarn::new(4.0, 4096)))
+        .unwrap()
+        .with_seq_len(100)
+        .unwrap();
+    let gptj = RopeSpec::partial(80, 32).unwrap().with_pairing(Pairing::Gptj);
+    let phi2 = RopeSpec::partial(80, 32).unwrap();
+    let end = ROPE_PASS_CACHED_POSITIONS as u32;
+    for group in [1, 3, 8, MAX_ROPE_HEAD_GROUP] {
+        let ctx = &ctx.with_rope_heads(Some(group));
+        assert_eq!(ctx.chosen_rope_heads(), Some(group));
+        let specs = [
+            ("llama3 128", &llama3),
+            ("yarn 64 (attention factor)", &yarn),
+            ("gptj partial 80/32", &gptj),
+            ("phi-2 partial 80/32", &phi2),
+        ];
+        for (n, (what, spec)) in specs.into_iter().enumerate() {
+            let what = format!("{group} heads per invocation, {what}");
+            let seed = 700 + n as u64;
+            // 5 + 2 heads: groups of 3 hold q's last and k's first heads, and the third
+            // group has one head.
+            let heads = (5, 2);
+            let per_sequence = n % 2 == 1;
+            check::<f32>(ctx, &what, spec, Layout::Blhd, (2, 3), heads, per_sequence, seed);
+            check::<bf16>(ctx, &what, spec, Layout::Bhld, (2, 3), heads, !per_sequence, seed);
+            check::<f16>(ctx, &what, spec, Layout::Blhd, (3, 2), (3, 1), per_sequence, seed);
+        }
+        // The head-group form reads the cache too, and computes the positions past it.
+        let desc = RopePassDescriptor {
+            shape: [1, 11, 1, 128],
+            layout: Layout::Blhd,
+            dtype: Dtype::F32,
+            positions: Positions::PerToken,
+            k_heads: 1,
+        };
+        assert_eq!(ctx.rope_pass(&llama3, &desc).unwrap().cached_positions(), end);
+        let what = format!("{group} heads per invocation, llama3 128, positions around {end}");
+        let starts: &[u32] = &[end - 5, 3, end];
+        check_at::<bf16>(
+            ctx,
+            &what,
+            &llama3,
+            Layout::Blhd,
+            (3, 11),
+            (4, 2),
+            (end, Some(starts)),
+            720,
+        );
+        check_at::<f16>(ctx, &what, &yarn, Layout::Bhld, (2, 11), (3, 1), (end, None), 721);
+    }
+    // Out of range, the choice is ignored.
+    for ignored in [0, MAX_ROPE_HEAD_GROUP + 1] {
+        assert_eq!(ctx.with_rope_heads(Some(ignored)).chosen_rope_heads(), None);
+    }
+}

@@ -114,6 +114,9 @@ fn auto_retries_on_the_cpu_after_a_device_loss_and_says_so_once() {
         ("POSENC_GPU_SPIN_US", "1000001"),
         ("POSENC_GPU_SPIN_US", ""),
         ("POSENC_GPU_UNITS", " "),
+        ("POSENC_GPU_ROPE_HEADS", "0"),
+        ("POSENC_GPU_ROPE_HEADS", "17"),
+        ("POSENC_GPU_ROPE_HEADS", "four"),
     ] {
         let bad = inputs.encode("auto", "x.npy", &[], &[(var, value)]);
         assert_eq!(bad.status.code(), Some(2), "{var}: {}", stderr(&bad));
