@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Builds here, for a run on a lent GPU machine (the `device` tool), everything
+# benches/device/run.sh runs there, compressed into .devrun/ (ignored by git; name it and
+# .gl in the call's `carry`):
+#   posenc.xz    this tree's release binary
+#   it.xz        the integration tests (`it gpu::` runs the GPU tests there)
+#   base.xz      the binary of BASE (a commit, default HEAD~1) for interleaved pairs,
+#                built in a worktree of its own; skipped with BASE=none
+#   burn.xz      the burn peer (benches/peers/burn), when BURN_PEER names a built binary
+#                (its build takes 22 - 40 min on 2 cores: see benches/peers/burn/README.md)
+# The machine there has no Rust toolchain worth building with and no network, and each
+# minute of it counts; so nothing is built there.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+mkdir -p .devrun
+grep -qx '.devrun' .git/info/exclude 2>/dev/null || echo .devrun >> .git/info/exclude
+cargo build --release --bin posenc
+cargo test --release --no-run --test it
+it=$(ls -t target/release/deps/it-* | grep -v '\.d$' | head -1)
+xz -T0 -3 -c target/release/posenc > .devrun/posenc.xz
+xz -T0 -3 -c "$it" > .devrun/it.xz
+base=${BASE:-HEAD~1}
+if [ "$base" != none ]; then
+  dir=${BASE_DIR:-/tmp/posenc-base}
+  rev=$(git rev-parse "$base")
+  rm -rf "$dir"; git worktree prune
+  git worktree add -f --detach "$dir" "$rev" >/dev/null
+  (cd "$dir" && CARGO_TARGET_DIR=${BASE_TARGET:-/tmp/posenc-base-target} cargo build --release --bin posenc)
+  xz -T0 -3 -c "${BASE_TARGET:-/tmp/posenc-base-target}/release/posenc" > .devrun/base.xz
+  echo "$rev" > .devrun/base.rev
+fi
+if [ -n "${BURN_PEER:-}" ]; then
+  strip -o /tmp/posenc-burn-peer.stripped "$BURN_PEER"
+  xz -T0 -6 -c /tmp/posenc-burn-peer.stripped > .devrun/burn.xz
+fi
+git rev-parse HEAD > .devrun/head.rev
+git status --short > .devrun/dirty.txt
+du -ch .devrun/* | tail -1

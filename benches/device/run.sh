@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# One prepared run on a lent GPU machine (the `device` tool), from what
+# benches/device/prepare.sh built here. From this repository's root there:
+#   for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig; bash benches/device/run.sh
+# with `carry` [".gl", ".devrun"]. Writes under $OUT (at most 8 files come back):
+#   log.txt      each step, the adapters, the benches' stderr, the GPU's state at the end
+#   tests.txt    the GPU tests (`it gpu::`: every recorded path at the CPU's bits)
+#   suite.json   `posenc bench --suite --json --load=false --repeats 5`
+#   torch.jsonl  benches/peers/torch_peer.py, when torch and CUDA are there
+#   burn.jsonl   the burn peer, when .devrun/burn.xz was carried
+#   pairs.jsonl  interleaved benches, one JSON object per line tagged preset/variant/repeat
+#   clocks.csv   the GPU's clocks and power every 100 ms, `##` lines marking the steps
+# Set SKIP (words: tests suite torch burn pairs) to leave steps out, PRESETS and VARIANTS
+# to choose the pairs: a variant is `new` (this tree), `base` (.devrun/base.xz), `hN`
+# (this tree with POSENC_GPU_ROPE_HEADS=N) or `uN` (POSENC_GPU_UNITS=N), and REPEATS the
+# rounds of pairs (default 2). benches/peers/compare.py prints the peer tables from $OUT
+# once suite.json is copied to posenc.json.
+set -u
+cd "$(dirname "$0")/../.."
+: "${OUT:?set by the device tool}"
+SKIP=${SKIP:-}
+PRESETS=${PRESETS:-llama3-8b-rope phi-2-rope llama3-8b-rope-decode llama3-8b-step llama2-13b-step llama3-70b-step}
+VARIANTS=${VARIANTS:-new base h1 h2 h4 h8}
+REPEATS=${REPEATS:-2}
+LOG=$OUT/log.txt
+say() { echo "== $(date +%T) $*" | tee -a "$LOG"; }
+skip() { [[ " $SKIP " == *" $1 "* ]]; }
+say start; nvidia-smi -L >>"$LOG" 2>&1; nproc >>"$LOG"; uname -r >>"$LOG"
+cat .devrun/head.rev .devrun/base.rev .devrun/dirty.txt >>"$LOG" 2>/dev/null
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,utilization.gpu,clocks_event_reasons.active \
+  --format=csv,noheader -lms 100 > "$OUT/clocks.csv" 2>&1 &
+mark() { echo "## $(date +%T.%N | cut -c1-12) $*" >>"$OUT/clocks.csv"; say "$*"; }
+mkdir -p /tmp/b target/release
+for v in posenc base burn; do
+  [ -f .devrun/$v.xz ] && xz -dc .devrun/$v.xz > /tmp/b/$v && chmod +x /tmp/b/$v
+done
+[ -f .devrun/it.xz ] && xz -dc .devrun/it.xz > target/release/it && chmod +x target/release/it
+cp /tmp/b/posenc target/release/posenc
+P=target/release/posenc
+export XDG_RUNTIME_DIR=$(mktemp -d)
+if ! $P devices 2>/dev/null | grep -q Vulkan; then
+  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+  export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+  say "VK_DRIVER_FILES set"
+fi
+$P devices >>"$LOG" 2>&1
+if ! $P devices 2>/dev/null | grep -q Vulkan; then say "no Vulkan adapter"; exit 1; fi
+export WGPU_BACKEND=vulkan
+
+if ! skip tests && [ -x target/release/it ]; then
+  mark tests
+  timeout 120 target/release/it gpu:: > "$OUT/tests.txt" 2>&1
+  say "tests rc=$?"; grep -E "test result|FAILED|panicked" "$OUT/tests.txt" | head -20 >>"$LOG"
+fi
+if ! skip suite; then
+  mark suite
+  timeout 90 $P bench --suite --json --load=false --repeats 5 > "$OUT/suite.json" 2>>"$LOG"
+  say "suite rc=$?"
+fi
+if ! skip torch; then
+  mark torch
+  PYTHONUNBUFFERED=1 timeout 90 python3 benches/peers/torch_peer.py > "$OUT/torch.jsonl" 2>>"$LOG"
+  say "torch rc=$?"
+fi
+if ! skip burn && [ -x /tmp/b/burn ]; then
+  mark burn
+  timeout 60 /tmp/b/burn --iters 30 --warmup 5 > "$OUT/burn.jsonl" 2>>"$LOG"; say "burn rc=$?"
+fi
+variant() { case $1 in
+  new) echo /tmp/b/posenc;; base) echo /tmp/b/base;;
+  h*) echo env POSENC_GPU_ROPE_HEADS=${1#h} /tmp/b/posenc;;
+  u*) echo env POSENC_GPU_UNITS=${1#u} /tmp/b/posenc;;
+  *) echo "unknown variant $1" >&2; return 1;; esac; }
+pair() { local tag=$1; shift; echo "### $tag: $*" >>"$LOG"
+  timeout 30 "$@" --json --repeats 5 > /tmp/pair.json 2>>"$LOG"; echo "rc=$?" >>"$LOG"
+  python3 -c "import json; d=json.load(open('/tmp/pair.json')); d['tag']='$tag'; print(json.dumps(d))" \
+    >>"$OUT/pairs.jsonl" 2>>"$LOG"; }
+if ! skip pairs; then
+  mark pairs
+  for rep in $(seq "$REPEATS"); do
+    for m in $PRESETS; do
+      for v in $VARIANTS; do
+        [ "$v" = base ] && [ ! -x /tmp/b/base ] && continue
+        pair "$m/$v/$rep" $(variant "$v") bench --model "$m" --device gpu
+      done
+    done
+  done
+fi
+nvidia-smi -q -d PERFORMANCE,CLOCK >>"$LOG" 2>&1
+kill %1 2>/dev/null
+say done
