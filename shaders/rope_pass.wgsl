@@ -103,8 +103,9 @@ fn rope_pass(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_ind
     if t >= params.n_tokens {
         return;
     }
-    let b = t / params.seq_len;
-    let l = t - b * params.seq_len;
+    let bl = sequence_and_index(t);
+    let b = bl.x;
+    let l = bl.y;
     let p = token_position(t, b, l);
     // Each invocation's words are loaded before the token's cos/sin are computed, so the
     // memory's latency overlaps that arithmetic (a decode step waits for both in turn
@@ -142,6 +143,20 @@ fn rope_pass(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_ind
         let w = words[k];
         store_unit(at[k], rope_unit(w.a, w.b, c0, s0, c1, s1, params.zero));
     }
+}
+
+// Token t's sequence b and index l in it, (t / seq_len, t % seq_len), without a division
+// by a parameter (about twenty instructions on a GPU) in the usual cases: one sequence (a
+// prefill of batch 1, every t below seq_len) and one token per sequence (a decode step).
+fn sequence_and_index(t: u32) -> vec2<u32> {
+    if t < params.seq_len {
+        return vec2<u32>(0u, t);
+    }
+    if params.seq_len == 1u {
+        return vec2<u32>(t, 0u);
+    }
+    let b = t / params.seq_len;
+    return vec2<u32>(b, t - b * params.seq_len);
 }
 
 // The position of token t, sequence b's token l.
@@ -302,8 +317,9 @@ fn rope_pass_heads(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocati
     if t >= params.n_tokens {
         return;
     }
-    let b = t / params.seq_len;
-    let l = t - b * params.seq_len;
+    let bl = sequence_and_index(t);
+    let b = bl.x;
+    let l = bl.y;
     let p = token_position(t, b, l);
     let f = x * ROPE_UNIT_FREQS;
     let word = rope_unit_word(x);

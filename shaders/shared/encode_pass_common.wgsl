@@ -80,7 +80,12 @@ fn token(t: u32) -> Token {
     k.bad_id = !pad && k.id >= params.vocab;
     k.bad_position = !pad && !k.bad_id && !k.cached && (params.flags & FLAG_LEARNED) != 0u;
     k.zero = pad || k.bad_id || k.bad_position;
-    let chunk = k.id / params.rows_per_chunk;
+    // A table of one chunk (or an id in the first) needs no division by a parameter, about
+    // twenty instructions on a GPU between the id's load and the row's.
+    var chunk = 0u;
+    if k.id >= params.rows_per_chunk {
+        chunk = k.id / params.rows_per_chunk;
+    }
     k.slot = chunk - params.first_chunk;
     k.in_window = chunk >= params.first_chunk && k.slot < params.n_slots;
     k.row = k.id - chunk * params.rows_per_chunk;

@@ -264,6 +264,8 @@ fn q_and_k_rotate_in_one_dispatch_with_the_other_paths_bits() {
                 check::<f32>(ctx, &what, spec, layout, shape, (4, 2), per_sequence, seed);
                 check::<bf16>(ctx, &what, spec, layout, shape, (4, 2), per_sequence, seed);
                 check::<f16>(ctx, &what, spec, layout, shape, (3, 1), per_sequence, seed);
+                // A decode step's shape: one token per sequence.
+                check::<bf16>(ctx, &what, spec, layout, (5, 1), (4, 2), per_sequence, seed);
             }
         }
     }
@@ -500,6 +502,7 @@ fn every_head_group_of_the_one_dispatch_keeps_the_bits() {
             check::<f32>(ctx, &what, spec, Layout::Blhd, (2, 3), heads, per_sequence, seed);
             check::<bf16>(ctx, &what, spec, Layout::Bhld, (2, 3), heads, !per_sequence, seed);
             check::<f16>(ctx, &what, spec, Layout::Blhd, (3, 2), (3, 1), per_sequence, seed);
+            check::<bf16>(ctx, &what, spec, Layout::Bhld, (5, 1), heads, per_sequence, seed);
         }
         // The head-group form reads the cache too, and computes the positions past it.
         let desc = RopePassDescriptor {
