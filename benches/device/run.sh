@@ -11,9 +11,10 @@
 #   pairs.jsonl  interleaved benches, one JSON object per line tagged preset/variant/repeat
 #   clocks.csv   the GPU's clocks and power every 100 ms, `##` lines marking the steps
 # Set SKIP (words: tests suite torch burn pairs) to leave steps out, PRESETS and VARIANTS
-# to choose the pairs: a variant is `new` (this tree), `base` (.devrun/base.xz), `hN`
-# (this tree with POSENC_GPU_ROPE_HEADS=N) or `uN` (POSENC_GPU_UNITS=N), and REPEATS the
-# rounds of pairs (default 2). benches/peers/compare.py prints the peer tables from $OUT
+# to choose the pairs (ENCODE_PRESETS and ENCODE_VARIANTS too, for presets whose variants
+# differ): a variant is `new` (this tree), `base` (.devrun/base.xz), `hN` (this tree with
+# POSENC_GPU_ROPE_HEADS=N) or `uN` (POSENC_GPU_UNITS=N), and REPEATS the rounds of pairs
+# (default 2). benches/peers/compare.py prints the peer tables from $OUT
 # once suite.json is copied to posenc.json.
 set -u
 cd "$(dirname "$0")/../.."
@@ -21,6 +22,8 @@ cd "$(dirname "$0")/../.."
 SKIP=${SKIP:-}
 PRESETS=${PRESETS:-llama3-8b-rope phi-2-rope llama3-8b-rope-decode llama3-8b-step llama2-13b-step llama3-70b-step}
 VARIANTS=${VARIANTS:-new base h1 h2 h4 h8}
+ENCODE_PRESETS=${ENCODE_PRESETS:-bert-base gpt2 whisper-small llama3-8b}
+ENCODE_VARIANTS=${ENCODE_VARIANTS:-new base}
 REPEATS=${REPEATS:-2}
 LOG=$OUT/log.txt
 say() { echo "== $(date +%T) $*" | tee -a "$LOG"; }
@@ -77,13 +80,17 @@ pair() { local tag=$1; shift; echo "### $tag: $*" >>"$LOG"
     >>"$OUT/pairs.jsonl" 2>>"$LOG"; }
 if ! skip pairs; then
   mark pairs
-  for rep in $(seq "$REPEATS"); do
-    for m in $PRESETS; do
-      for v in $VARIANTS; do
+  pairs() { local presets=$1 variants=$2; shift 2
+    for m in $presets; do
+      for v in $variants; do
         [ "$v" = base ] && [ ! -x /tmp/b/base ] && continue
-        pair "$m/$v/$rep" $(variant "$v") bench --model "$m" --device gpu
+        pair "$m/$v/$rep" $(variant "$v") bench --model "$m" --device gpu "$@"
       done
-    done
+    done; }
+  for rep in $(seq "$REPEATS"); do
+    pairs "$PRESETS" "$VARIANTS"
+    # The checkpoint's load is a CPU item, and writing the file takes seconds.
+    pairs "$ENCODE_PRESETS" "$ENCODE_VARIANTS" --load=false
   done
 fi
 nvidia-smi -q -d PERFORMANCE,CLOCK >>"$LOG" 2>&1
