@@ -5,7 +5,7 @@
 // blocks of RP_UNITS * RP_WORKGROUP, one workgroup per (block, token), RP_UNITS units per
 // invocation. Each invocation first loads its units' words; the workgroup then computes its
 // token's cos/sin with the exact phase (rope_cs.wgsl's arithmetic, so the same bits) into
-// workgroup memory, one frequency per invocation, once for all the heads of its block, while
+// workgroup memory, four frequencies per invocation, once for all the heads of its block, while
 // those loads are in flight; then each invocation rotates its units and writes them back,
 // reading each four frequencies' cos (and sin) as one vec4 of workgroup memory. (One
 // workgroup per token walking all its units measured 17 us per Llama-2-13B decode step on
@@ -120,10 +120,12 @@ fn rope_pass(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_ind
             words[k] = load_unit(at[k]);
         }
     }
-    for (var f = li; f < params.n_freqs; f += RP_WORKGROUP) {
-        let cs = freq_cos_sin(p, f);
-        cos_w[f >> 2u][f & 3u] = cs.x;
-        sin_w[f >> 2u][f & 3u] = cs.y;
+    // Each invocation writes whole vec4s: WGSL counts a write to one component as an
+    // access to the whole vector, so invocations writing components of one vec4 would race.
+    for (var v = li; v < (params.n_freqs >> 2u); v += RP_WORKGROUP) {
+        let cs = cos_sin4(p, v << 2u);
+        cos_w[v] = cs[0];
+        sin_w[v] = cs[1];
     }
     workgroupBarrier();
     for (var k = 0u; k < RP_UNITS; k++) {
@@ -255,8 +257,7 @@ fn rotate_at(in_k: bool, ia: u32, c0: vec4<f32>, s0: vec4<f32>, c1: vec4<f32>, s
 }
 
 // The cos and sin of a unit's frequencies f..f+3 (c0, s0) and f+4..f+7 (c1, s1; a copy of
-// the first four for units of four frequencies), as freq_cos_sin gives them, with the
-// cache's branch taken once for all of them.
+// the first four for units of four frequencies), as freq_cos_sin gives them.
 struct UnitCosSin {
     c0: vec4<f32>,
     s0: vec4<f32>,
@@ -265,29 +266,35 @@ struct UnitCosSin {
 }
 
 fn unit_cos_sin(p: u32, f: u32) -> UnitCosSin {
-    var e: array<vec2<f32>, 8>;
-    let n = ROPE_UNIT_FREQS;
+    let a = cos_sin4(p, f);
+    var r = UnitCosSin(a[0], a[1], a[0], a[1]);
+    if ROPE_UNIT_FREQS == 8u {
+        let b = cos_sin4(p, f + 4u);
+        r.c1 = b[0];
+        r.s1 = b[1];
+    }
+    return r;
+}
+
+// The cos (first) and sin of frequencies f..f+3 at position p, as freq_cos_sin gives them,
+// with the cache's branch taken once for the four.
+fn cos_sin4(p: u32, f: u32) -> array<vec4<f32>, 2> {
+    var e: array<vec2<f32>, 4>;
     if p < params.cached_rows {
         let at = params.cache_base + p * params.n_freqs + f;
-        for (var i = 0u; i < n; i++) {
+        for (var i = 0u; i < 4u; i++) {
             e[i] = bitcast<vec2<f32>>(steps[at + i]);
         }
     } else {
         let scaled = (params.flags & FLAG_SCALE) != 0u;
-        for (var i = 0u; i < n; i++) {
+        for (var i = 0u; i < 4u; i++) {
             e[i] = rope_cos_sin(p, steps[f + i], scaled, params.scale_bits);
         }
     }
-    var r: UnitCosSin;
-    r.c0 = vec4<f32>(e[0].x, e[1].x, e[2].x, e[3].x);
-    r.s0 = vec4<f32>(e[0].y, e[1].y, e[2].y, e[3].y);
-    r.c1 = r.c0;
-    r.s1 = r.s0;
-    if ROPE_UNIT_FREQS == 8u {
-        r.c1 = vec4<f32>(e[4].x, e[5].x, e[6].x, e[7].x);
-        r.s1 = vec4<f32>(e[4].y, e[5].y, e[6].y, e[7].y);
-    }
-    return r;
+    return array<vec4<f32>, 2>(
+        vec4<f32>(e[0].x, e[1].x, e[2].x, e[3].x),
+        vec4<f32>(e[0].y, e[1].y, e[2].y, e[3].y),
+    );
 }
 
 // Where head h of token (b, l) has its unit of first word `word`: q's heads, then k's.

@@ -15,24 +15,28 @@ def main() -> None:
     markdown = "--markdown" in sys.argv
     if len(args) != 1:
         sys.exit(__doc__)
-    # preset -> variant -> item -> [median us per repeat]
-    cells = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
-    ratios = defaultdict(lambda: defaultdict(list))
+    # preset -> variant -> item -> {repeat: median us}; a repeat whose bench failed is
+    # missing and shown as "-", so the columns stay aligned by repeat.
+    cells = defaultdict(lambda: defaultdict(lambda: defaultdict(dict)))
+    ratios = defaultdict(lambda: defaultdict(dict))
     order = defaultdict(list)
+    repeats = defaultdict(list)
     with open(args[0]) as f:
         for line in f:
             line = line.strip()
             if not line:
                 continue
             d = json.loads(line)
-            preset, variant, _ = d["tag"].split("/")
+            preset, variant, rep = d["tag"].split("/")
             if variant not in order[preset]:
                 order[preset].append(variant)
+            if rep not in repeats[preset]:
+                repeats[preset].append(rep)
             for r in d.get("results", []):
                 if r["name"].endswith("_steps") or r["name"] == "gpu_dispatch_floor":
-                    cells[preset][variant][r["name"]].append(r["median_s"] * 1e6)
+                    cells[preset][variant][r["name"]][rep] = r["median_s"] * 1e6
                     if r["name"] in ("gpu_rope_steps", "gpu_alibi_steps") and r.get("ratio"):
-                        ratios[preset][variant].append(r["ratio"])
+                        ratios[preset][variant][rep] = r["ratio"]
     for preset, variants in cells.items():
         items = []
         for v in order[preset]:
@@ -42,9 +46,14 @@ def main() -> None:
         head = ["variant"] + items + (["of the copy"] if ratios[preset] else [])
         rows = []
         for v in order[preset]:
-            row = [v] + [" / ".join(f"{x:.2f}" for x in variants[v].get(i, [])) for i in items]
+            def cell(values):
+                return " / ".join(
+                    f"{values[r]:.2f}" if r in values else "-" for r in repeats[preset]
+                )
+
+            row = [v] + [cell(variants[v].get(i, {})) for i in items]
             if ratios[preset]:
-                row.append(" / ".join(f"{x:.2f}" for x in ratios[preset][v]))
+                row.append(cell(ratios[preset][v]))
             rows.append(row)
         print(f"\n{preset} (us per step)")
         if markdown:

@@ -4,8 +4,8 @@
 # .gl in the call's `carry`):
 #   posenc.xz    this tree's release binary
 #   it.xz        the integration tests (`it gpu::` runs the GPU tests there)
-#   base.xz      the binary of BASE (a commit, default HEAD~1) for interleaved pairs,
-#                built in a worktree of its own; skipped with BASE=none
+#   base.xz      the binary of BASE (a commit: the code before the changes to measure) for
+#                interleaved pairs, built in a worktree of its own; BASE=none skips it
 #   burn.xz      the burn peer (benches/peers/burn), when BURN_PEER names a built binary
 #                (its build takes 22 - 40 min on 2 cores: see benches/peers/burn/README.md)
 # The machine there has no Rust toolchain worth building with and no network, and each
@@ -14,12 +14,16 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .devrun
 grep -qx '.devrun' .git/info/exclude 2>/dev/null || echo .devrun >> .git/info/exclude
+base=${BASE:?set BASE to the commit to compare against (BASE=none for no pairs against one)}
 cargo build --release --bin posenc
-cargo test --release --no-run --test it
-it=$(ls -t target/release/deps/it-* | grep -v '\.d$' | head -1)
+it=$(cargo test --release --no-run --test it --message-format=json \
+  | python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "it":
+        print(m["executable"])')
 xz -T0 -3 -c target/release/posenc > .devrun/posenc.xz
 xz -T0 -3 -c "$it" > .devrun/it.xz
-base=${BASE:-HEAD~1}
 if [ "$base" != none ]; then
   dir=${BASE_DIR:-/tmp/posenc-base}
   rev=$(git rev-parse "$base")

@@ -71,9 +71,9 @@ if ! skip burn && [ -x /tmp/b/burn ]; then
 fi
 variant() { case $1 in
   new) echo /tmp/b/posenc;; base) echo /tmp/b/base;;
-  h*) echo env POSENC_GPU_ROPE_HEADS=${1#h} /tmp/b/posenc;;
-  u*) echo env POSENC_GPU_UNITS=${1#u} /tmp/b/posenc;;
-  *) echo "unknown variant $1" >&2; return 1;; esac; }
+  h[0-9]*) echo env POSENC_GPU_ROPE_HEADS=${1#h} /tmp/b/posenc;;
+  u[0-9]*) echo env POSENC_GPU_UNITS=${1#u} /tmp/b/posenc;;
+  *) return 1;; esac; }
 pair() { local tag=$1; shift; echo "### $tag: $*" >>"$LOG"
   timeout 30 "$@" --json --repeats 5 > /tmp/pair.json 2>>"$LOG"; echo "rc=$?" >>"$LOG"
   python3 -c "import json; d=json.load(open('/tmp/pair.json')); d['tag']='$tag'; print(json.dumps(d))" \
@@ -84,7 +84,8 @@ if ! skip pairs; then
     for m in $presets; do
       for v in $variants; do
         [ "$v" = base ] && [ ! -x /tmp/b/base ] && continue
-        pair "$m/$v/$rep" $(variant "$v") bench --model "$m" --device gpu "$@"
+        if ! cmd=$(variant "$v"); then say "unknown variant $v: skipped"; continue; fi
+        pair "$m/$v/$rep" $cmd bench --model "$m" --device gpu "$@"
       done
     done; }
   for rep in $(seq "$REPEATS"); do

@@ -3,9 +3,13 @@
 //! device buffer.
 //!
 //! Two routes give the same bits. The one-dispatch route (`shaders/rope_pass.wgsl`) rotates q
-//! and k together, each workgroup putting its token's cos/sin once in workgroup memory for
-//! all the heads of its block: read from a cache of exact values built when the pass is
-//! prepared (GPUs, positions below [`ROPE_PASS_CACHED_POSITIONS`]), or computed. The split
+//! and k together. On GPUs each workgroup puts its token's cos/sin once in workgroup memory
+//! for all the heads of its block (or, in the head-group form of
+//! [`crate::gpu::Options::rope_heads`], each invocation keeps its unit's in registers for
+//! its group of heads): read from a cache of exact values built when the pass is prepared
+//! (positions below [`ROPE_PASS_CACHED_POSITIONS`]), or computed. On adapters that run
+//! shaders on CPU cores an invocation computes its unit's and walks all the token's heads.
+//! The split
 //! route computes cos/sin per token into a buffer
 //! (`rope_cs`), then rotates each tensor (`rope_x4`, or `rope` when the head dim is not a
 //! multiple of 8 or the rotary dim of 16), in parts when a tensor exceeds one storage
@@ -157,11 +161,12 @@ struct Fused {
 }
 
 impl Fused {
-    /// The dispatch grid for `tokens` tokens of `units` units each (q's and k's heads):
-    /// `(blocks, groups_y, groups_z)`. Blocks: one workgroup per block of a token's units,
-    /// tokens folded into y and z; heads: one invocation per unit of a head row, its
+    /// The dispatch grid for `tokens` tokens of `units` units each (q's and k's heads) in
+    /// `head_groups` groups of heads (1 but in the head-group form): `(blocks, groups_y,
+    /// groups_z)`. Blocks: one workgroup per block of a token's units, tokens folded into y
+    /// and z; heads: one invocation per unit of a head row (and group of heads), its
     /// workgroups folded into y and z.
-    fn grid(&self, tokens: u32, units: u32, max_groups: u32) -> (u32, u32, u32) {
+    fn grid(&self, tokens: u32, units: u32, head_groups: u32, max_groups: u32) -> (u32, u32, u32) {
         match self.form {
             RopePassForm::Blocks { units: per, workgroup } => {
                 let (y, z) = fold_dispatch(tokens, max_groups);
@@ -169,7 +174,7 @@ impl Fused {
             }
             RopePassForm::Heads { .. } => {
                 // Fits a u32: checked when the route was chosen.
-                let invocations = tokens * self.params.head_groups * self.params.units_per_row;
+                let invocations = tokens * head_groups * self.params.units_per_row;
                 let groups = invocations.div_ceil(ROPE_PASS_WORKGROUP);
                 let (y, z) = fold_dispatch(groups, max_groups);
                 (1, y, z)
@@ -654,8 +659,9 @@ impl RopePass {
 
     /// Dispatches one [`RopePass::record_qk`] records (one [`RopePass::record`]: the same
     /// less k's parts): 1 on the one-dispatch route, taken when the head dim is a multiple
-    /// of 8 and the rotary dim of 16, each tensor fits one storage binding, and the rotary
-    /// dim is at most 2048; else the cos/sin rows, then each part of q and of k.
+    /// of 8 and the rotary dim of 16, each tensor fits one storage binding, and (in the
+    /// blocks form, GPUs' default, whose workgroup holds a token's cos/sin) the rotary dim
+    /// is at most 2048; else the cos/sin rows, then each part of q and of k.
     pub fn dispatches(&self) -> usize {
         match self.fused {
             Some(_) => 1,
@@ -894,10 +900,18 @@ impl RopePass {
         let [positions, q, rest @ ..] = spans else { unreachable!("positions and q") };
         let k = rest.first();
         let k_heads = if k.is_some() { fused.params.k_heads } else { 0 };
-        let units = (fused.params.q_heads + k_heads) * fused.params.units_per_row;
+        let heads = fused.params.q_heads + k_heads;
+        let units = heads * fused.params.units_per_row;
+        // The head-group form's groups of this step's heads (q's alone when k is not
+        // rotated): no workgroup is dispatched for k's groups then.
+        let head_groups = match fused.form {
+            RopePassForm::Heads { group } if group > 0 => heads.div_ceil(group),
+            _ => 1,
+        };
         let g = &self.q.geometry;
         let max_groups = self.ctx.device.limits().max_compute_workgroups_per_dimension;
-        let (blocks, groups_y, groups_z) = fused.grid((g.batch * g.len) as u32, units, max_groups);
+        let tokens = (g.batch * g.len) as u32;
+        let (blocks, groups_y, groups_z) = fused.grid(tokens, units, head_groups, max_groups);
         let params = RopePassParams {
             pos_base: positions.base,
             q_base: q.base / 4,
@@ -905,6 +919,7 @@ impl RopePass {
             k_heads,
             blocks,
             groups_y,
+            head_groups,
             ..fused.params
         };
         let ctx = &self.ctx;

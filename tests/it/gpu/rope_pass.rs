@@ -527,6 +527,39 @@ fn every_head_group_of_the_one_dispatch_keeps_the_bits() {
         );
         check_at::<f16>(ctx, &what, &yarn, Layout::Bhld, (2, 11), (3, 1), (end, None), 721);
     }
+    // q alone (`record`) on a pass prepared with k: only q's groups are dispatched, and k's
+    // buffer is never bound.
+    for group in [1, 3] {
+        let ctx = &ctx.with_rope_heads(Some(group));
+        let desc = RopePassDescriptor {
+            shape: [2, 3, 5, 128],
+            layout: Layout::Blhd,
+            dtype: Dtype::Bf16,
+            positions: Positions::PerToken,
+            k_heads: 2,
+        };
+        let pass = ctx.rope_pass(&llama3, &desc).unwrap();
+        let q = tensor::<bf16>(desc.shape, 730);
+        let positions = Array2::from_shape_fn((2, 3), |(b, l)| (b * 5000 + l * 7) as u32);
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC;
+        let init = |label, contents: &[u8]| {
+            ctx.device().create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents,
+                usage,
+            })
+        };
+        let data = init("test.q", bytes_of(&q));
+        let pos = init("test.positions", bytemuck::cast_slice(positions.as_slice().unwrap()));
+        let mut encoder = ctx.device().create_command_encoder(&Default::default());
+        pass.record(&mut encoder, data.slice(..), pos.slice(..)).unwrap();
+        ctx.queue().submit([encoder.finish()]);
+        let v: Vec<bf16> = bytemuck::pod_collect_to_vec(&ctx.read_buffer(&data).unwrap());
+        let got = Array4::from_shape_vec(q.raw_dim(), v).unwrap();
+        let want = cpu::rope(&llama3, q.view(), positions.view(), Layout::Blhd).unwrap();
+        let what = format!("{group} heads per invocation, q alone");
+        assert_rope_same(&what, positions.view(), Layout::Blhd, got.view(), want.view());
+    }
     // Out of range, the choice is ignored.
     for ignored in [0, MAX_ROPE_HEAD_GROUP + 1] {
         assert_eq!(ctx.with_rope_heads(Some(ignored)).chosen_rope_heads(), None);
