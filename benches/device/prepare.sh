@@ -27,7 +27,9 @@ xz -T0 -3 -c "$it" > .devrun/it.xz
 if [ "$base" != none ]; then
   dir=${BASE_DIR:-/tmp/posenc-base}
   rev=$(git rev-parse "$base")
-  rm -rf "$dir"; git worktree prune
+  # A worktree this script made before is replaced; anything else there stops it.
+  git worktree remove --force "$dir" 2>/dev/null || true
+  git worktree prune
   git worktree add -f --detach "$dir" "$rev" >/dev/null
   (cd "$dir" && CARGO_TARGET_DIR=${BASE_TARGET:-/tmp/posenc-base-target} cargo build --release --bin posenc)
   xz -T0 -3 -c "${BASE_TARGET:-/tmp/posenc-base-target}/release/posenc" > .devrun/base.xz
