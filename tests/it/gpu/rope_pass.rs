@@ -233,16 +233,21 @@ fn llama3_128() -> RopeSpec {
         .unwrap()
 }
 
-#[test]
-fn q_and_k_rotate_in_one_dispatch_with_the_other_paths_bits() {
-    let Some(ctx) = gpu() else { return };
-    let llama3 = llama3_128();
-    let yarn = RopeSpec::new(64)
+/// YaRN at head dim 64 for a length of 100: an attention factor other than 1.
+fn yarn_64() -> RopeSpec {
+    RopeSpec::new(64)
         .unwrap()
         .with_scaling(Scaling::Yarn(Yarn::new(4.0, 4096)))
         .unwrap()
         .with_seq_len(100)
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn q_and_k_rotate_in_one_dispatch_with_the_other_paths_bits() {
+    let Some(ctx) = gpu() else { return };
+    let llama3 = llama3_128();
+    let yarn = yarn_64();
     let specs = [
         ("llama3 128", llama3),
         ("yarn 64 (attention factor)", yarn),
@@ -294,12 +299,7 @@ fn positions_on_both_sides_of_the_cos_sin_cache_keep_the_bits() {
     assert_eq!(coalesced.rope_pass(&llama3, &desc).unwrap().cached_positions(), end);
     let adjacent = ctx.with_access_pattern(AccessPattern::Adjacent);
     assert_eq!(adjacent.rope_pass(&llama3, &desc).unwrap().cached_positions(), 0);
-    let yarn = RopeSpec::new(64)
-        .unwrap()
-        .with_scaling(Scaling::Yarn(Yarn::new(4.0, 4096)))
-        .unwrap()
-        .with_seq_len(100)
-        .unwrap();
+    let yarn = yarn_64();
     for (what, spec) in [("llama3 128", &llama3), ("yarn 64 (attention factor)", &yarn)] {
         // Sequence 0 runs from end - 5 to end + 5; the per-token batch holds end - 1, end
         // and others of hard_batch's.
@@ -474,12 +474,7 @@ fn every_head_group_of_the_one_dispatch_keeps_the_bits() {
     use posenc::gpu::{MAX_ROPE_HEAD_GROUP, ROPE_PASS_CACHED_POSITIONS};
     let Some(ctx) = gpu() else { return };
     let llama3 = llama3_128();
-    let yarn = RopeSpec::new(64)
-        .unwrap()
-        .with_scaling(Scaling::Yarn(Yarn::new(4.0, 4096)))
-        .unwrap()
-        .with_seq_len(100)
-        .unwrap();
+    let yarn = yarn_64();
     let gptj = RopeSpec::partial(80, 32).unwrap().with_pairing(Pairing::Gptj);
     let phi2 = RopeSpec::partial(80, 32).unwrap();
     let end = ROPE_PASS_CACHED_POSITIONS as u32;
