@@ -169,16 +169,6 @@ fn token_position(t: u32, b: u32, l: u32) -> u32 {
     return positions[params.pos_base + t];
 }
 
-// (cos, sin) of frequency f at position p, as rope_cs.wgsl computes them (the same bits):
-// read from the cache for a position it holds (p is the same across a workgroup of
-// rope_pass, so the branch is uniform there), computed otherwise.
-fn freq_cos_sin(p: u32, f: u32) -> vec2<f32> {
-    if p < params.cached_rows {
-        return bitcast<vec2<f32>>(steps[params.cache_base + p * params.n_freqs + f]);
-    }
-    return rope_cos_sin(p, steps[f], (params.flags & FLAG_SCALE) != 0u, params.scale_bits);
-}
-
 // Where a unit lives: its first word `ia` in k (`in_k`) or q, and its first frequency.
 // Its partner word follows `half_vecs` on (neox) or next to it (gptj f32).
 struct UnitAt {
@@ -257,7 +247,7 @@ fn rotate_at(in_k: bool, ia: u32, c0: vec4<f32>, s0: vec4<f32>, c1: vec4<f32>, s
 }
 
 // The cos and sin of a unit's frequencies f..f+3 (c0, s0) and f+4..f+7 (c1, s1; a copy of
-// the first four for units of four frequencies), as freq_cos_sin gives them.
+// the first four for units of four frequencies), as cos_sin4 gives them.
 struct UnitCosSin {
     c0: vec4<f32>,
     s0: vec4<f32>,
@@ -276,8 +266,10 @@ fn unit_cos_sin(p: u32, f: u32) -> UnitCosSin {
     return r;
 }
 
-// The cos (first) and sin of frequencies f..f+3 at position p, as freq_cos_sin gives them,
-// with the cache's branch taken once for the four.
+// The cos (first) and sin of frequencies f..f+3 at position p, as rope_cs.wgsl computes
+// them (the same bits): read from the cache for a position it holds, computed otherwise,
+// with the cache's branch taken once for the four (p is the same across a workgroup of
+// rope_pass, so the branch is uniform there).
 fn cos_sin4(p: u32, f: u32) -> array<vec4<f32>, 2> {
     var e: array<vec2<f32>, 4>;
     if p < params.cached_rows {
@@ -352,28 +344,13 @@ fn rope_pass_heads(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocati
         }
         return;
     }
-    let e0 = freq_cos_sin(p, f);
-    let e1 = freq_cos_sin(p, f + 1u);
-    let e2 = freq_cos_sin(p, f + 2u);
-    let e3 = freq_cos_sin(p, f + 3u);
-    let c0 = vec4<f32>(e0.x, e1.x, e2.x, e3.x);
-    let s0 = vec4<f32>(e0.y, e1.y, e2.y, e3.y);
-    var c1 = c0;
-    var s1 = s0;
-    if ROPE_UNIT_FREQS == 8u {
-        let e4 = freq_cos_sin(p, f + 4u);
-        let e5 = freq_cos_sin(p, f + 5u);
-        let e6 = freq_cos_sin(p, f + 6u);
-        let e7 = freq_cos_sin(p, f + 7u);
-        c1 = vec4<f32>(e4.x, e5.x, e6.x, e7.x);
-        s1 = vec4<f32>(e4.y, e5.y, e6.y, e7.y);
-    }
+    let cs = unit_cos_sin(p, f);
     let q_at = params.q_base + b * params.q_seq + l * params.q_tok + word;
     for (var h = 0u; h < params.q_heads; h++) {
-        rotate_at(false, q_at + h * params.q_head, c0, s0, c1, s1);
+        rotate_at(false, q_at + h * params.q_head, cs.c0, cs.s0, cs.c1, cs.s1);
     }
     let k_at = params.k_base + b * params.k_seq + l * params.k_tok + word;
     for (var h = 0u; h < params.k_heads; h++) {
-        rotate_at(true, k_at + h * params.k_head, c0, s0, c1, s1);
+        rotate_at(true, k_at + h * params.k_head, cs.c0, cs.s0, cs.c1, cs.s1);
     }
 }

@@ -315,6 +315,24 @@ impl CopyForm {
     }
 }
 
+/// Entry points whose workgroup memory every invocation reads only where the workgroup has
+/// written it before a barrier: their pipelines are built without WebGPU's zero
+/// initialisation of workgroup memory
+/// ([`zero_initializes_workgroup_memory`]). `rope_pass` fills its token's cos/sin for
+/// frequencies `0..n_freqs` (whole vec4s, `n_freqs / 4` of them) and reads vec4 `f / 4` of
+/// a unit's frequencies `f < n_freqs` after the barrier. The initialisation is a loop of
+/// stores and a barrier of its own before the kernel's first load: on RADV (ACO, RDNA 2)
+/// 17 instructions of Llama-3-8B's 718 and a second barrier per workgroup
+/// (`benches/isa`).
+pub const WORKGROUP_MEMORY_WRITTEN_FIRST: &[&str] = &["rope_pass"];
+
+/// Whether posenc asks wgpu to zero `entry`'s workgroup memory before the kernel runs
+/// (`wgpu::PipelineCompilationOptions::zero_initialize_workgroup_memory`): all but
+/// [`WORKGROUP_MEMORY_WRITTEN_FIRST`]. A browser's WebGPU zeroes it whatever is asked.
+pub fn zero_initializes_workgroup_memory(entry: &str) -> bool {
+    !WORKGROUP_MEMORY_WRITTEN_FIRST.contains(&entry)
+}
+
 /// The host-array RoPE kernel for whole units, `shaders/rope_x4.wgsl`, before its
 /// specialisation.
 const ROPE_X4: &str = include_str!("../shaders/rope_x4.wgsl");
@@ -877,6 +895,30 @@ mod tests {
             8 + types * (2 * 4 + 3) + 2 * 8 + types * 11 + 1 + copy + rope_x4 + rope_pass
         );
         assert_eq!(all_sources().len(), 1667);
+    }
+
+    /// A kernel with workgroup memory is built without its zero initialisation only where
+    /// it is listed as writing it first; any other kernel that declares workgroup memory
+    /// keeps WebGPU's default until someone checks it and lists it.
+    #[test]
+    fn workgroup_memory_goes_unzeroed_only_where_it_is_written_first() {
+        for entry in WORKGROUP_MEMORY_WRITTEN_FIRST {
+            assert!(!zero_initializes_workgroup_memory(entry));
+            assert!(
+                all_sources()
+                    .iter()
+                    .any(|(_, e, src)| e == entry && src.contains("var<workgroup>")),
+                "{entry} is listed but declares no workgroup memory"
+            );
+        }
+        let declaring: std::collections::BTreeSet<&str> = all_sources()
+            .iter()
+            .filter(|(_, _, src)| src.contains("var<workgroup>"))
+            .map(|(_, e, _)| *e)
+            .collect();
+        assert_eq!(declaring.into_iter().collect::<Vec<_>>(), ["rope_pass", "rope_pass_heads"]);
+        assert!(zero_initializes_workgroup_memory("rope_pass_heads"));
+        assert!(zero_initializes_workgroup_memory("encode_pass_x4"));
     }
 
     /// The refusal of an unknown import lists every module there is.

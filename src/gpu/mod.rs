@@ -1130,7 +1130,12 @@ pub(crate) fn build_pipeline(
         layout: Some(&pipeline_layout),
         module: &module,
         entry_point: Some(name),
-        compilation_options: Default::default(),
+        compilation_options: wgpu::PipelineCompilationOptions {
+            zero_initialize_workgroup_memory: crate::shaders::zero_initializes_workgroup_memory(
+                name,
+            ),
+            ..Default::default()
+        },
         cache: None,
     });
     (layout, pipeline)
