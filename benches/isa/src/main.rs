@@ -90,8 +90,8 @@ fn presets() -> Vec<Kernel> {
 }
 
 /// SPIR-V for `source`'s `entry`, as wgpu-hal 30's Vulkan backend writes it for a device
-/// with robust buffer access 2 (buffer accesses unchecked, array indices clamped) and
-/// Vulkan 1.3, and the descriptor type of each binding of group 0.
+/// with robust buffer access 2 (buffer accesses left to the driver, array indices clamped)
+/// and Vulkan 1.3, and the descriptor type of each binding of group 0.
 fn spirv(source: &str, entry: &str) -> Result<(Vec<u32>, Vec<vk::DescriptorType>), String> {
     use naga::back::spv;
     let module = naga::front::wgsl::parse_str(source).map_err(|e| e.emit_to_string(source))?;
@@ -178,10 +178,17 @@ impl Radv {
             let queues = [vk::DeviceQueueCreateInfo::default()
                 .queue_family_index(0)
                 .queue_priorities(&priorities)];
-            let extensions = [ash::khr::pipeline_executable_properties::NAME.as_ptr()];
-            let mut f11 =
-                vk::PhysicalDeviceVulkan11Features::default().storage_buffer16_bit_access(true);
-            let mut f12 = vk::PhysicalDeviceVulkan12Features::default().shader_float16(true);
+            // What wgpu-hal 30 enables on a device like this for posenc (which asks for no
+            // SHADER_F16): robust buffer access, and robustBufferAccess2 where the driver
+            // has VK_EXT_robustness2 (RADV does; it changes how RADV may merge loads), and
+            // Vulkan 1.3's zeroing of workgroup memory.
+            let extensions = [
+                ash::khr::pipeline_executable_properties::NAME.as_ptr(),
+                ash::ext::robustness2::NAME.as_ptr(),
+            ];
+            let core = vk::PhysicalDeviceFeatures::default().robust_buffer_access(true);
+            let mut robust2 =
+                vk::PhysicalDeviceRobustness2FeaturesEXT::default().robust_buffer_access2(true);
             let mut f13 = vk::PhysicalDeviceVulkan13Features::default()
                 .shader_zero_initialize_workgroup_memory(true);
             let mut stats = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
@@ -189,8 +196,8 @@ impl Radv {
             let info = vk::DeviceCreateInfo::default()
                 .queue_create_infos(&queues)
                 .enabled_extension_names(&extensions)
-                .push_next(&mut f11)
-                .push_next(&mut f12)
+                .enabled_features(&core)
+                .push_next(&mut robust2)
                 .push_next(&mut f13)
                 .push_next(&mut stats);
             let device = instance
@@ -241,11 +248,12 @@ impl Radv {
                 .stage(vk::ShaderStageFlags::COMPUTE)
                 .module(module)
                 .name(&entry);
+            let mut flags = vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR;
+            if dump {
+                flags |= vk::PipelineCreateFlags::CAPTURE_INTERNAL_REPRESENTATIONS_KHR;
+            }
             let create =
-                [vk::ComputePipelineCreateInfo::default().stage(stage).layout(layout).flags(
-                    vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR
-                        | vk::PipelineCreateFlags::CAPTURE_INTERNAL_REPRESENTATIONS_KHR,
-                )];
+                [vk::ComputePipelineCreateInfo::default().stage(stage).layout(layout).flags(flags)];
             let result = d.create_compute_pipelines(vk::PipelineCache::null(), &create, None);
             let out = match result {
                 Ok(pipelines) => {
@@ -396,9 +404,12 @@ fn main() -> ExitCode {
         if std::env::var_os("RADV_FORCE_FAMILY").is_none() {
             std::env::set_var("RADV_FORCE_FAMILY", "navi21");
         }
-        let icd = "/usr/share/vulkan/icd.d/radeon_icd.x86_64.json";
-        if std::env::var_os("VK_ICD_FILENAMES").is_none() && std::path::Path::new(icd).exists() {
-            std::env::set_var("VK_ICD_FILENAMES", icd);
+        let icd = format!("/usr/share/vulkan/icd.d/radeon_icd.{}.json", std::env::consts::ARCH);
+        let chosen = ["VK_DRIVER_FILES", "VK_ICD_FILENAMES"];
+        if chosen.iter().all(|v| std::env::var_os(v).is_none())
+            && std::path::Path::new(&icd).exists()
+        {
+            std::env::set_var("VK_ICD_FILENAMES", &icd);
         }
     }
     let kernels: Vec<Kernel> = if !files.is_empty() {
