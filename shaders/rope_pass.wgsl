@@ -75,8 +75,9 @@ struct Params {
     // Always 0: the opaque zero of rounded.wgsl.
     zero: u32,
     // Positions below cached_rows read their cos/sin from the cache that follows the steps
-    // in `steps`: pair f of position p at vec2 cache_base + p * n_freqs + f, as rope_cs.wgsl
-    // wrote it when the pass was prepared (the same arithmetic, so the same bits).
+    // in `steps`: pair f of position p at vec2 cache_base + p * n_freqs + f (cache_base
+    // even), as rope_cs.wgsl wrote it when the pass was prepared (the same arithmetic, so
+    // the same bits).
     cached_rows: u32,
     cache_base: u32,
     // Groups of RP_HEAD_GROUP heads per token (rope_pass_heads with RP_HEAD_GROUP > 0).
@@ -86,8 +87,10 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> positions: array<u32>;
-// The frequencies' turn steps (see sincos.wgsl's phase_turns), then the cos/sin cache.
-@group(0) @binding(2) var<storage, read> steps: array<vec2<u32>>;
+// The frequencies' turn steps (see sincos.wgsl's phase_turns; frequency f's at vec2 f),
+// then the cos/sin cache (pair f of position p at vec2 cache_base + p * n_freqs + f), two
+// vec2s to a vec4.
+@group(0) @binding(2) var<storage, read> steps: array<vec4<u32>>;
 @group(0) @binding(3) var<storage, read_write> q: array<vec4<u32>>;
 // k's own binding; when a step rotates q alone it is bound to q too and never touched.
 @group(0) @binding(4) var<storage, read_write> k: array<vec4<u32>>;
@@ -270,17 +273,24 @@ fn unit_cos_sin(p: u32, f: u32) -> UnitCosSin {
 // them (the same bits): read from the cache for a position it holds, computed otherwise,
 // with the cache's branch taken once for the four (p is the same across a workgroup of
 // rope_pass, so the branch is uniform there).
+// f is a multiple of 4 and cache_base even, so the four pairs are two whole vec4s of
+// `steps`: two 16-byte loads (a compiler may not merge four 8-byte ones on its own where
+// out-of-bounds reads must stay safe).
 fn cos_sin4(p: u32, f: u32) -> array<vec4<f32>, 2> {
     var e: array<vec2<f32>, 4>;
     if p < params.cached_rows {
-        let at = params.cache_base + p * params.n_freqs + f;
-        for (var i = 0u; i < 4u; i++) {
-            e[i] = bitcast<vec2<f32>>(steps[at + i]);
-        }
+        let at = (params.cache_base + p * params.n_freqs + f) >> 1u;
+        let w0 = bitcast<vec4<f32>>(steps[at]);
+        let w1 = bitcast<vec4<f32>>(steps[at + 1u]);
+        e = array<vec2<f32>, 4>(w0.xy, w0.zw, w1.xy, w1.zw);
     } else {
         let scaled = (params.flags & FLAG_SCALE) != 0u;
+        let s0 = steps[f >> 1u];
+        let s1 = steps[(f >> 1u) + 1u];
+        let s = array<vec2<u32>, 4>(s0.xy, s0.zw, s1.xy, s1.zw);
+        // A loop, not four calls: the exact phase is long, and one copy of it is enough.
         for (var i = 0u; i < 4u; i++) {
-            e[i] = rope_cos_sin(p, steps[f + i], scaled, params.scale_bits);
+            e[i] = rope_cos_sin(p, s[i], scaled, params.scale_bits);
         }
     }
     return array<vec4<f32>, 2>(

@@ -101,7 +101,8 @@ pub struct RopePassParams {
     /// Positions whose cos/sin the kernel reads from the cache after the steps (0: none);
     /// see [`ROPE_PASS_CACHED_POSITIONS`].
     pub cached_rows: u32,
-    /// Where the cache starts in the steps binding, in (cos, sin) pairs.
+    /// Where the cache starts in the steps binding, in (cos, sin) pairs: even, so that the
+    /// kernel reads two pairs as one vec4.
     pub cache_base: u32,
     /// Groups of heads per token in the head-group form (`rope_pass_heads` with a group;
     /// 1 otherwise): q's and k's heads over the group, rounded up.
@@ -376,7 +377,8 @@ impl Context {
         let n_freqs = freqs.len() as u64;
         let row = n_freqs * 8;
         let align = u64::from(self.device.limits().min_storage_buffer_offset_alignment);
-        let base = (steps.len() as u64 * 4).max(4).next_multiple_of(align.max(8));
+        // 16-byte aligned: the kernel reads the cache as vec4s, two pairs each.
+        let base = (steps.len() as u64 * 4).max(4).next_multiple_of(align.max(16));
         let fit =
             (self.max_binding.saturating_sub(base) / row).min(ROPE_PASS_CACHE_MAX_BYTES / row);
         let budget =
