@@ -335,6 +335,148 @@ pub fn zero_initializes_workgroup_memory(entry: &str) -> bool {
     !WORKGROUP_MEMORY_WRITTEN_FIRST.contains(&entry)
 }
 
+/// Entry points whose every loop has been read to end on its own, whatever the parameters
+/// and buffer contents: their pipelines are built without wgpu's loop bounding
+/// ([`bounds_loops`]). For every other kernel, wgpu (naga, on Vulkan, Metal and DX12) gives
+/// each loop a 64-bit counter that breaks out after 2^64 iterations, so that a driver
+/// cannot treat a loop that never ends as unreachable. That counter is per-lane state and
+/// a test in every loop: on RADV (ACO, RDNA 2; `benches/isa`), the hot path of Llama-3-8B's
+/// `rope_pass` counts 255 vector and 194 scalar instructions and 56 vector registers with
+/// it, 236, 160 and 48 without. Each loop of these kernels (the [`REVIEWED_LOOPS`]) counts
+/// up from a value to a bound fixed before the loop, with no other write to its counter or
+/// bound: by one, or by a positive constant to a bound that cannot wrap (`rope_pass`'s
+/// fill: `v < n_freqs / 4 < 2^30`, by the workgroup size, which WGSL caps far below 2^31).
+/// Keyed by entry point, and checked on each source: a source of one of these entries
+/// with any other loop, or a body that writes a header's names, keeps the counter
+/// ([`bounds_loops_of`]).
+pub const LOOPS_END_BY_CONSTRUCTION: &[&str] =
+    &["encode_pass_x4", "encode_x4", "rope_pass", "rope_pass_heads"];
+
+/// The loop headers (whitespace collapsed) that may run without wgpu's loop bounding, each
+/// read to end: see [`LOOPS_END_BY_CONSTRUCTION`]. `v` and `c` step by constants (the
+/// workgroup size; `UNITS_PER_LINE`, 4 or 8, to at most 32); the rest by one.
+pub const REVIEWED_LOOPS: &[&str] = &[
+    "for (var c = 0u; c < 4u * UNITS_PER_LINE; c += UNITS_PER_LINE)",
+    "for (var h = 0u; h < params.k_heads; h++)",
+    "for (var h = 0u; h < params.q_heads; h++)",
+    "for (var i = 0u; i < 4u; i++)",
+    "for (var j = 0u; j < RP_HEAD_GROUP; j++)",
+    "for (var j = 0u; j < X4_UNITS; j++)",
+    "for (var j = head.x + 1u; j < end; j++)",
+    "for (var j = head.x; j < end; j++)",
+    "for (var k = 0u; k < RP_UNITS; k++)",
+    "for (var k = 0u; k < UNITS_PER_INVOCATION; k++)",
+    "for (var v = li; v < (params.n_freqs >> 2u); v += RP_WORKGROUP)",
+];
+
+/// Whether posenc asks wgpu to bound `entry`'s loops (`wgpu::ShaderRuntimeChecks`'s
+/// `force_loop_bounding`) by its name alone: all but [`LOOPS_END_BY_CONSTRUCTION`].
+/// [`bounds_loops_of`] also reads the source.
+pub fn bounds_loops(entry: &str) -> bool {
+    !LOOPS_END_BY_CONSTRUCTION.contains(&entry)
+}
+
+/// Whether posenc asks wgpu to bound the loops of `source` built for `entry`: unless the
+/// entry is one of [`LOOPS_END_BY_CONSTRUCTION`] and every loop of the source is one of
+/// the [`REVIEWED_LOOPS`] whose body writes none of its header's names. Bounds checks on
+/// memory stay on for every kernel; a browser's WebGPU bounds loops as it chooses. An
+/// internal of posenc's, public for `benches/isa`, like the kernel sources.
+pub fn bounds_loops_of(entry: &str, source: &str) -> bool {
+    bounds_loops(entry)
+        || !for_loops(source).is_some_and(|loops| {
+            loops.iter().all(|(header, body)| {
+                REVIEWED_LOOPS.contains(&header.as_str()) && !writes_header_names(header, body)
+            })
+        })
+}
+
+/// The `for` loops of WGSL `source` (comments dropped), each as its header with whitespace
+/// collapsed (`for (...)`) and its body (between its braces); `None` if the source has a
+/// `loop` or `while`, or a `for` whose parentheses or braces do not close.
+fn for_loops(source: &str) -> Option<Vec<(String, String)>> {
+    let code: String = source
+        .lines()
+        .map(|line| line.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let bytes = code.as_bytes();
+    let mut loops = Vec::new();
+    for (at, word) in words(&code) {
+        match word {
+            "loop" | "while" => return None,
+            "for" => {}
+            _ => continue,
+        }
+        let open = at + 3 + code[at + 3..].find(|c: char| !c.is_whitespace())?;
+        if bytes[open] != b'(' {
+            return None;
+        }
+        let close = matching(bytes, open, b'(', b')')?;
+        let header =
+            format!("for {}", code[open..=close].split_whitespace().collect::<Vec<_>>().join(" "));
+        let brace = close + 1 + code[close + 1..].find(|c: char| !c.is_whitespace())?;
+        if bytes[brace] != b'{' {
+            return None;
+        }
+        let end = matching(bytes, brace, b'{', b'}')?;
+        loops.push((header, code[brace + 1..end].to_string()));
+    }
+    Some(loops)
+}
+
+/// The byte index of the bracket closing the one at `open`.
+fn matching(bytes: &[u8], open: usize, left: u8, right: u8) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, &b) in bytes.iter().enumerate().skip(open) {
+        if b == left {
+            depth += 1;
+        } else if b == right {
+            depth -= 1;
+            if depth == 0 {
+                return Some(i);
+            }
+        }
+    }
+    None
+}
+
+/// The identifiers and keywords of `code` with their byte offsets.
+fn words(code: &str) -> impl Iterator<Item = (usize, &str)> {
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    code.char_indices().filter_map(move |(i, c)| {
+        let starts = is_word(c) && !code[..i].ends_with(is_word);
+        starts.then(|| (i, code[i..].split(|c: char| !is_word(c)).next().unwrap_or("")))
+    })
+}
+
+/// Whether `body` may write a name that `header` reads: an assignment, compound
+/// assignment, increment or decrement of it, its address taken, or a declaration that
+/// shadows it. Field names (after a `.`) are not names.
+fn writes_header_names(header: &str, body: &str) -> bool {
+    let names: Vec<&str> = words(header)
+        .filter(|&(at, w)| {
+            !w.starts_with(|c: char| c.is_ascii_digit())
+                && !matches!(w, "for" | "var")
+                && !header[..at].ends_with('.')
+        })
+        .map(|(_, w)| w)
+        .collect();
+    words(body).any(|(at, w)| {
+        if !names.contains(&w) || body[..at].ends_with('.') {
+            return false;
+        }
+        let before = body[..at].trim_end();
+        let after = body[at + w.len()..].trim_start();
+        let assigns = after.starts_with('=') && !after.starts_with("==");
+        let compound = ["+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>=", "++", "--"]
+            .iter()
+            .any(|op| after.starts_with(op));
+        let declared =
+            before.ends_with("let") || before.ends_with("var") || before.ends_with("const");
+        assigns || compound || before.ends_with('&') || declared
+    })
+}
+
 /// The host-array RoPE kernel for whole units, `shaders/rope_x4.wgsl`, before its
 /// specialisation.
 const ROPE_X4: &str = include_str!("../shaders/rope_x4.wgsl");
@@ -926,6 +1068,63 @@ mod tests {
         );
         assert!(zero_initializes_workgroup_memory("rope_pass_heads"));
         assert!(zero_initializes_workgroup_memory("encode_pass_x4"));
+    }
+
+    /// Every source posenc validates for an entry of [`LOOPS_END_BY_CONSTRUCTION`] passes
+    /// the check of [`bounds_loops_of`], every reviewed header occurs in one, and the kernels
+    /// with loops by a parameter keep the counter. A new or changed loop in those kernels
+    /// brings the counter back (and fails here) until someone has read that it ends and
+    /// added its header to [`REVIEWED_LOOPS`].
+    #[test]
+    fn every_loop_of_an_unbounded_kernel_is_reviewed() {
+        let mut found = std::collections::BTreeSet::new();
+        let mut entries = std::collections::BTreeSet::new();
+        for (name, entry, src) in all_sources() {
+            if bounds_loops(entry) {
+                continue;
+            }
+            entries.insert(entry);
+            assert!(!bounds_loops_of(entry, &src), "{name}: a loop not reviewed");
+            found.extend(for_loops(&src).unwrap().into_iter().map(|(h, _)| h));
+        }
+        assert_eq!(entries.into_iter().collect::<Vec<_>>(), LOOPS_END_BY_CONSTRUCTION);
+        assert_eq!(found.iter().map(String::as_str).collect::<Vec<_>>(), REVIEWED_LOOPS);
+        for (name, entry, src) in all_sources() {
+            if ["copy", "alibi", "alibi_x4", "encode_pass_scan", "rope"].contains(&entry) {
+                assert!(bounds_loops_of(entry, &src), "{name}");
+            }
+        }
+    }
+
+    /// What the check of [`bounds_loops_of`] refuses, on a reviewed kernel's name.
+    #[test]
+    fn a_loop_not_reviewed_keeps_the_counter() {
+        let ok = "fn f() {\n    for (var k = 0u; k < RP_UNITS; k++) { a[k] = k; }\n}";
+        assert!(!bounds_loops_of("rope_pass", ok));
+        assert!(bounds_loops("copy") && bounds_loops_of("copy", ok));
+        // Split over lines and commented, the same loop.
+        let split = "for (var k = 0u; // the unit\n  k < RP_UNITS;\n k++)\n{ x = a[k]; }";
+        assert!(!bounds_loops_of("rope_pass", split));
+        for bad in [
+            "for (var k = 0u; k < RP_UNITS; k++) { k = 0u; }",
+            "for (var k = 0u; k < RP_UNITS; k++) { k -= 1u; }",
+            "for (var k = 0u; k < RP_UNITS; k++) { k--; }",
+            "for (var k = 0u; k < RP_UNITS; k++) { f(&k); }",
+            "for (var k = 0u; k < RP_UNITS; k++) { var k = 1u; }",
+            "for (var j = head.x; j < end; j++) { end = j + 2u; }",
+            "for (var j = head.x; j < end; j++) { head = t; }",
+            "for (var k = 0u; k < RP_UNITS; k += 1u) { }",
+            "for(var k = 1u; k < 2u; k++) { }",
+            "for (var k = 0u; k < RP_UNITS; k++) { loop { } }",
+            "for (var k = 0u; k < RP_UNITS; k++) { while true { } }",
+            "for (var k = 0u; k < RP_UNITS; k++) { ",
+            "for (var k = 0u; k < RP_UNITS; k++",
+        ] {
+            assert!(bounds_loops_of("rope_pass", bad), "{bad}");
+        }
+        // A comparison and a field of the same name are not writes.
+        let reads = "for (var j = head.x; j < end; j++) { if j == end { o.end = 1u; } }";
+        assert!(!bounds_loops_of("encode_x4", reads));
     }
 
     /// The refusal of an unknown import lists every module there is.

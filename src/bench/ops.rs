@@ -411,6 +411,7 @@ pub(super) fn adapter_of(ctx: &gpu::Context) -> AdapterInfo {
         // Units apply to the coalesced pattern's kernels only.
         units: ctx.chosen_units().filter(|_| ctx.access_pattern() == gpu::AccessPattern::Coalesced),
         rope_heads: ctx.chosen_rope_heads(),
+        all_loops_bounded: ctx.bounds_all_loops(),
         spin_wait_us: ctx.spin_wait().as_micros() as u64,
     }
 }

@@ -32,6 +32,9 @@ pub struct AdapterInfo {
     /// `POSENC_GPU_ROPE_HEADS` chose it (else posenc's choice; see
     /// [`gpu::Options::rope_heads`]).
     pub rope_heads: Option<u32>,
+    /// Whether wgpu bounded the loops of every kernel (`POSENC_GPU_LOOP_BOUNDS=all`, see
+    /// [`gpu::Options::bound_all_loops`]), rather than of all but those read to end.
+    pub all_loops_bounded: bool,
     /// How long, in microseconds, a blocking wait polled the device before sleeping
     /// ([`gpu::Options::spin_wait`], `POSENC_GPU_SPIN_US`): it bears on every wall-clock
     /// item of a call (`gpu_encode_call`, `_host`, `_mapped`, `_stream`, `gpu_readback`
@@ -41,8 +44,8 @@ pub struct AdapterInfo {
 
 impl AdapterInfo {
     /// `name (backend, device type, access pattern access)`, as the tables print it, with
-    /// the units, RoPE's head groups and the wait's polling where they are not posenc's
-    /// defaults.
+    /// the units, RoPE's head groups, the loops' bounds and the wait's polling where they
+    /// are not posenc's defaults.
     pub fn describe(&self) -> String {
         let units = self.units.map_or(String::new(), |n| match n {
             1 => ", 1 unit".to_string(),
@@ -52,6 +55,7 @@ impl AdapterInfo {
             1 => ", RoPE 1 head per invocation".to_string(),
             n => format!(", RoPE {n} heads per invocation"),
         });
+        let loops = if self.all_loops_bounded { ", every loop bounded" } else { "" };
         let spin = if self.spin_wait_us == gpu::SPIN_WAIT.as_micros() as u64 {
             String::new()
         } else {
@@ -59,7 +63,7 @@ impl AdapterInfo {
         };
         let (name, backend, kind, access) =
             (&self.name, &self.backend, &self.device_type, &self.access);
-        format!("{name} ({backend}, {kind}, {access} access{units}{rope_heads}{spin})")
+        format!("{name} ({backend}, {kind}, {access} access{units}{rope_heads}{loops}{spin})")
     }
 }
 

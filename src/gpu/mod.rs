@@ -33,8 +33,8 @@ pub use encode::{
 };
 pub use faults::{FAULT_INJECT_ENV, SUBMISSION_TIMEOUT};
 pub use options::{
-    ACCESS_PATTERN_ENV, AccessPattern, MAX_ROPE_HEAD_GROUP, MEMORY_BUDGET_ENV, Options,
-    PE_CACHE_ENV, ROPE_HEADS_ENV, SPIN_WAIT, SPIN_WAIT_ENV, TIMESTAMPS_ENV, UNITS_ENV,
+    ACCESS_PATTERN_ENV, AccessPattern, LOOP_BOUNDS_ENV, MAX_ROPE_HEAD_GROUP, MEMORY_BUDGET_ENV,
+    Options, PE_CACHE_ENV, ROPE_HEADS_ENV, SPIN_WAIT, SPIN_WAIT_ENV, TIMESTAMPS_ENV, UNITS_ENV,
 };
 pub use pass::Positions;
 pub use pending::{MappedEncode, PendingEncode};
@@ -282,6 +282,8 @@ pub struct Context {
     /// Heads per invocation of the recorded RoPE step's head-group form, when chosen
     /// ([`Options::rope_heads`]).
     rope_heads: Option<u32>,
+    /// wgpu bounds the loops of every kernel ([`Options::bound_all_loops`]).
+    bound_all_loops: bool,
     rope: rope::RopeKernels,
     /// Most bytes of cached PE rows ([`Options::pe_cache_budget`]).
     pe_cache_budget: u64,
@@ -501,6 +503,7 @@ impl Context {
             coalesced,
             units: options.chosen_units(),
             rope_heads: options.chosen_rope_heads(),
+            bound_all_loops: options.bounds_all_loops(),
             pe_cache_budget: options.chosen_pe_cache_budget(),
             // Nothing blocks on the web, so nothing polls there.
             spin_wait: if wait::CAN_BLOCK {
@@ -591,6 +594,12 @@ impl Context {
     /// if it chose any (`None`: posenc's choice).
     pub fn chosen_rope_heads(&self) -> Option<u32> {
         self.rope_heads
+    }
+
+    /// Whether wgpu bounds the loops of every kernel this context builds
+    /// ([`Options::bound_all_loops`]).
+    pub fn bounds_all_loops(&self) -> bool {
+        self.bound_all_loops
     }
 
     /// How long a blocking wait polls the device before it sleeps
@@ -1094,18 +1103,43 @@ pub(crate) fn build_kernel(
 }
 
 /// Compiles `source`, whose entry point is `name`, with one buffer binding of each type in
-/// `bindings` at bindings `0..` of group 0.
+/// `bindings` at bindings `0..` of group 0, its loops bounded by wgpu as
+/// [`crate::shaders::bounds_loops_of`] says.
 pub(crate) fn build_pipeline(
     device: &wgpu::Device,
     name: &'static str,
     source: &str,
     bindings: &[wgpu::BufferBindingType],
 ) -> (wgpu::BindGroupLayout, wgpu::ComputePipeline) {
+    build_pipeline_with(device, name, source, bindings, false)
+}
+
+/// [`build_pipeline`], or with every loop bounded when `bound_all_loops`
+/// ([`Options::bound_all_loops`]).
+pub(crate) fn build_pipeline_with(
+    device: &wgpu::Device,
+    name: &'static str,
+    source: &str,
+    bindings: &[wgpu::BufferBindingType],
+    bound_all_loops: bool,
+) -> (wgpu::BindGroupLayout, wgpu::ComputePipeline) {
     let label = |role: &str| format!("posenc.{name}.{role}");
-    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+    let descriptor = wgpu::ShaderModuleDescriptor {
         label: Some(&label("shader")),
         source: wgpu::ShaderSource::Wgsl(source.into()),
-    });
+    };
+    let module = if bound_all_loops || crate::shaders::bounds_loops_of(name, source) {
+        device.create_shader_module(descriptor)
+    } else {
+        let mut checks = wgpu::ShaderRuntimeChecks::checked();
+        checks.force_loop_bounding = false;
+        // SAFETY: `force_loop_bounding` off requires that no loop of the shader runs
+        // forever. Every loop of this source is one of `shaders::REVIEWED_LOOPS`, each read
+        // to end whatever the parameters and buffers hold, and its body writes none of
+        // its header's names (checked just above, on this very source). Every other check,
+        // bounds checks included, stays on.
+        unsafe { device.create_shader_module_trusted(descriptor, checks) }
+    };
     let entries: Vec<wgpu::BindGroupLayoutEntry> = bindings
         .iter()
         .enumerate()

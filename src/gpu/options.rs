@@ -25,6 +25,11 @@ pub const UNITS_ENV: &str = "POSENC_GPU_UNITS";
 /// [`MAX_ROPE_HEAD_GROUP`], for measuring it against posenc's choice with `posenc bench`.
 pub const ROPE_HEADS_ENV: &str = "POSENC_GPU_ROPE_HEADS";
 
+/// Environment variable choosing which kernels wgpu bounds the loops of: `reviewed` (the
+/// default: all but posenc's kernels whose loops were read to end, see
+/// [`Options::bound_all_loops`]) or `all`, for measuring the difference with `posenc bench`.
+pub const LOOP_BOUNDS_ENV: &str = "POSENC_GPU_LOOP_BOUNDS";
+
 /// The most heads one invocation of the recorded RoPE step's head-group form rotates
 /// ([`Options::rope_heads`]): each holds its group's words in registers.
 pub const MAX_ROPE_HEAD_GROUP: u32 = 16;
@@ -63,6 +68,7 @@ pub struct Options {
     rope_heads: Option<u32>,
     pe_cache_budget: u64,
     spin_wait: std::time::Duration,
+    bound_all_loops: bool,
     /// Set from the environment only: a testing knob, not an option of the API.
     fault: Option<Fault>,
 }
@@ -79,6 +85,7 @@ impl Default for Options {
             rope_heads: None,
             pe_cache_budget: super::PE_CACHE_BUDGET,
             spin_wait: SPIN_WAIT,
+            bound_all_loops: false,
             fault: None,
         }
     }
@@ -118,8 +125,8 @@ impl Options {
     /// The defaults, changed by `POSENC_MAX_BINDING_SIZE` and `POSENC_GPU_MEMORY_BUDGET`
     /// (whole numbers of bytes), `POSENC_GPU_TIMESTAMPS` (`on` or `off`) and
     /// `POSENC_GPU_ACCESS` (`auto`, `coalesced` or `adjacent`), `POSENC_GPU_UNITS` (1, 2,
-    /// 4 or 8), `POSENC_GPU_ROPE_HEADS` (1 to 16), `POSENC_GPU_PE_CACHE` (a whole number
-    /// of bytes, 0 for none) and
+    /// 4 or 8), `POSENC_GPU_ROPE_HEADS` (1 to 16), `POSENC_GPU_LOOP_BOUNDS` (`reviewed` or
+    /// `all`), `POSENC_GPU_PE_CACHE` (a whole number of bytes, 0 for none) and
     /// `POSENC_GPU_SPIN_US` (whole microseconds, at most 1000000) when set;
     /// `POSENC_FAULT_INJECT=device-lost` makes the context lose its device as soon as it
     /// opens (see [`FAULT_INJECT_ENV`](super::FAULT_INJECT_ENV)).
@@ -162,6 +169,12 @@ impl Options {
             "a whole number of heads from 1 to 16",
         )?
         .map(|n| n as u32);
+        let bound_all_loops = env_choice(
+            LOOP_BOUNDS_ENV,
+            "reviewed or all",
+            false,
+            &[("reviewed", false), ("all", true)],
+        )?;
         let spin_wait = whole_from_env(
             SPIN_WAIT_ENV,
             0..=MAX_SPIN_WAIT.as_micros() as u64,
@@ -184,6 +197,7 @@ impl Options {
             )?
             .unwrap_or(super::PE_CACHE_BUDGET),
             spin_wait,
+            bound_all_loops,
             max_binding_size: super::binding_cap_from_env()?,
             timestamps,
             fault: fault_from_env()?,
@@ -284,6 +298,28 @@ impl Options {
 
     pub(crate) fn chosen_rope_heads(&self) -> Option<u32> {
         self.rope_heads
+    }
+
+    /// Whether wgpu bounds the loops of every kernel (`true`), or of all but posenc's
+    /// kernels whose every loop was read to end (`false`, the default: the recorded RoPE
+    /// forms and the vec4 encodes, [`crate::shaders::LOOPS_END_BY_CONSTRUCTION`]).
+    ///
+    /// On Vulkan, Metal and DX12, wgpu gives each loop a counter that breaks out after
+    /// 2^64 iterations, so that a driver may not treat a loop that never ends as
+    /// unreachable. It costs instructions and registers in every iteration: in RDNA 2 code,
+    /// 12 % of the instructions of Llama-3-8B's recorded RoPE (`benches/isa`). posenc
+    /// builds the kernels whose loops end by construction without it; every other check,
+    /// bounds checks included, stays on. `true` puts it back everywhere, for measuring the
+    /// difference with `posenc bench` (`POSENC_GPU_LOOP_BOUNDS=all`) or for ruling it out
+    /// when chasing a driver's miscompilation. The bits are the same either way.
+    #[must_use]
+    pub fn bound_all_loops(mut self, all: bool) -> Self {
+        self.bound_all_loops = all;
+        self
+    }
+
+    pub(crate) fn bounds_all_loops(&self) -> bool {
+        self.bound_all_loops
     }
 
     /// The most bytes of PE rows of positions `0..n` the context keeps on the device for

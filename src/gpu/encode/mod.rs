@@ -384,8 +384,13 @@ impl Context {
         let mut kernels = self.encode.x4.lock().unwrap_or_else(|e| e.into_inner());
         let kernel = kernels.entry(variant).or_insert_with(|| {
             let bindings = super::layout::encode_x4_bindings(variant.slots);
-            let (layout, pipeline) =
-                super::build_pipeline(&self.device, "encode_x4", &variant.source(), &bindings);
+            let (layout, pipeline) = super::build_pipeline_with(
+                &self.device,
+                "encode_x4",
+                &variant.source(),
+                &bindings,
+                self.bound_all_loops,
+            );
             Arc::new(Kernel { layout, pipeline })
         });
         Arc::clone(kernel)

@@ -271,8 +271,13 @@ impl Context {
                     encode_pass_scan_bindings(),
                 ),
             };
-            let (layout, pipeline) =
-                crate::gpu::build_pipeline(&self.device, entry, &source, &bindings);
+            let (layout, pipeline) = crate::gpu::build_pipeline_with(
+                &self.device,
+                entry,
+                &source,
+                &bindings,
+                self.bound_all_loops,
+            );
             Arc::new(Kernel { layout, pipeline })
         });
         Arc::clone(kernel)

@@ -164,11 +164,12 @@ impl Context {
     pub(crate) fn rope_pass_kernel(&self, v: RopePassKernel) -> Arc<RopeKernel> {
         let mut kernels = self.rope.fused.lock().unwrap_or_else(|e| e.into_inner());
         let kernel = kernels.entry(v).or_insert_with(|| {
-            let (layout, pipeline) = super::build_pipeline(
+            let (layout, pipeline) = super::build_pipeline_with(
                 &self.device,
                 v.entry(),
                 &v.source(),
                 &super::layout::rope_pass_bindings(),
+                self.bound_all_loops,
             );
             Arc::new(RopeKernel { layout, pipeline })
         });

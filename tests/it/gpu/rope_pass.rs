@@ -560,3 +560,26 @@ fn every_head_group_of_the_one_dispatch_keeps_the_bits() {
         assert_eq!(ctx.with_rope_heads(Some(ignored)).chosen_rope_heads(), None);
     }
 }
+
+/// With wgpu's loop bounding put back in every kernel (`Options::bound_all_loops`), each
+/// form of the one dispatch (blocks, head groups, the CPU adapters' form) keeps the bits;
+/// so does the default build, whose RoPE kernels go without it.
+#[test]
+fn every_form_keeps_the_bits_with_every_loop_bounded() {
+    use posenc::gpu::{AccessPattern, Options};
+    let Some(shared) = gpu() else { return };
+    assert!(!shared.bounds_all_loops() || std::env::var_os("POSENC_GPU_LOOP_BOUNDS").is_some());
+    let options = Options::from_env().unwrap().bound_all_loops(true);
+    let llama3 = llama3_128();
+    let phi2 = RopeSpec::partial(80, 32).unwrap();
+    for access in [AccessPattern::Coalesced, AccessPattern::Adjacent] {
+        let ctx = Context::new(&options.clone().access_pattern(access)).unwrap();
+        assert!(ctx.bounds_all_loops());
+        for heads in [None, Some(3)] {
+            let ctx = &ctx.with_rope_heads(heads);
+            let what = format!("every loop bounded, {access:?}, head groups {heads:?}");
+            check::<bf16>(ctx, &what, &llama3, Layout::Blhd, (2, 5), (5, 2), false, 740);
+            check::<f16>(ctx, &what, &phi2, Layout::Bhld, (3, 2), (3, 1), true, 741);
+        }
+    }
+}

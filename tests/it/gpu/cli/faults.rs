@@ -117,6 +117,7 @@ fn auto_retries_on_the_cpu_after_a_device_loss_and_says_so_once() {
         ("POSENC_GPU_ROPE_HEADS", "0"),
         ("POSENC_GPU_ROPE_HEADS", "17"),
         ("POSENC_GPU_ROPE_HEADS", "four"),
+        ("POSENC_GPU_LOOP_BOUNDS", "none"),
     ] {
         let bad = inputs.encode("auto", "x.npy", &[], &[(var, value)]);
         assert_eq!(bad.status.code(), Some(2), "{var}: {}", stderr(&bad));
@@ -132,6 +133,7 @@ fn auto_retries_on_the_cpu_after_a_device_loss_and_says_so_once() {
         ("POSENC_GPU_ACCESS", "coalesced\n"),
         ("POSENC_AUTO", "gpu "),
         ("POSENC_GPU_SPIN_US", " 300 "),
+        ("POSENC_GPU_LOOP_BOUNDS", " all "),
     ] {
         let padded = inputs.encode("auto", "padded.npy", &[], &[(var, value)]);
         assert_ok(&padded, &format!("{var}={value:?}"));
