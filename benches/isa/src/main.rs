@@ -21,7 +21,8 @@ use posenc::shaders::{
     self, EncodePassX4, RopePassForm, RopePassKernel, RopeUnitKind, rope_pass_workgroup,
 };
 
-const USAGE: &str = "usage: posenc-isa [--dump DIR] [--all | --wgsl FILE:ENTRY...] [FILTER...]
+const USAGE: &str =
+    "usage: posenc-isa [--dump DIR] [--bound-loops] [--all | --wgsl FILE:ENTRY...] [FILTER...]
 
 Compiles posenc's kernels on Mesa RADV's null device (no GPU needed) and prints the
 compiler's statistics, one line per kernel. Without --all: the kernels posenc's GPU paths
@@ -29,7 +30,9 @@ build for the bench's presets; with --all: every kernel source posenc has
 (posenc::shaders::all_sources); with --wgsl: the complete WGSL in FILE, entry point ENTRY
 (a kernel's source from --dump, edited: a diagnostic). FILTERs keep the kernels whose name
 contains any of them. --dump DIR writes each kernel's WGSL to DIR/<name>.wgsl and its NIR,
-ACO IR and assembly to DIR/<name>.txt.
+ACO IR and assembly to DIR/<name>.txt. --bound-loops compiles every kernel with wgpu's loop
+counter, as posenc does with POSENC_GPU_LOOP_BOUNDS=all (by default, as posenc asks wgpu:
+posenc::shaders::bounds_loops_of).
 
 Environment: RADV_FORCE_FAMILY (default navi21, RDNA 2) picks the chip; VK_ICD_FILENAMES
 defaults to Mesa's radeon ICD.";
@@ -91,8 +94,13 @@ fn presets() -> Vec<Kernel> {
 
 /// SPIR-V for `source`'s `entry`, as wgpu-hal 30's Vulkan backend writes it for a device
 /// with robust buffer access 2 (buffer accesses left to the driver, array indices clamped)
-/// and Vulkan 1.3, and the descriptor type of each binding of group 0.
-fn spirv(source: &str, entry: &str) -> Result<(Vec<u32>, Vec<vk::DescriptorType>), String> {
+/// and Vulkan 1.3, its loops bounded or not as posenc asks, and the descriptor type of each
+/// binding of group 0.
+fn spirv(
+    source: &str,
+    entry: &str,
+    bound_all_loops: bool,
+) -> Result<(Vec<u32>, Vec<vk::DescriptorType>), String> {
     use naga::back::spv;
     let module = naga::front::wgsl::parse_str(source).map_err(|e| e.emit_to_string(source))?;
     let info = naga::valid::Validator::new(
@@ -119,7 +127,8 @@ fn spirv(source: &str, entry: &str) -> Result<(Vec<u32>, Vec<vk::DescriptorType>
     } else {
         spv::ZeroInitializeWorkgroupMemoryMode::None
     };
-    options.force_loop_bounding = true;
+    // As posenc asks wgpu (posenc::shaders::bounds_loops_of); division checks stay on.
+    options.force_loop_bounding = bound_all_loops || shaders::bounds_loops_of(entry, source);
     let pipeline = spv::PipelineOptions {
         shader_stage: naga::ShaderStage::Compute,
         entry_point: entry.to_string(),
@@ -211,8 +220,13 @@ impl Radv {
 
     /// The compiler's statistics for `kernel` (name, value), and its internal
     /// representations as text when `dump`.
-    fn compile(&self, kernel: &Kernel, dump: bool) -> Result<(Vec<(String, u64)>, String), String> {
-        let (words, types) = spirv(&kernel.source, kernel.entry)?;
+    fn compile(
+        &self,
+        kernel: &Kernel,
+        dump: bool,
+        bound_all_loops: bool,
+    ) -> Result<(Vec<(String, u64)>, String), String> {
+        let (words, types) = spirv(&kernel.source, kernel.entry, bound_all_loops)?;
         // SAFETY: as in `open`; every object is destroyed before returning.
         unsafe {
             let d = &self.device;
@@ -344,9 +358,10 @@ impl Drop for Radv {
 }
 
 /// The statistics printed, by the driver's names, with their column headings.
-const COLUMNS: [(&str, &str); 7] = [
+const COLUMNS: [(&str, &str); 8] = [
     ("VGPRs", "vgprs"),
     ("SGPRs", "sgprs"),
+    ("Subgroups per SIMD", "waves"),
     ("LDS size", "lds"),
     ("Instructions", "instrs"),
     ("Branches", "branches"),
@@ -357,6 +372,7 @@ const COLUMNS: [(&str, &str); 7] = [
 fn main() -> ExitCode {
     let mut dump: Option<PathBuf> = None;
     let mut every = false;
+    let mut bound_all_loops = false;
     let mut files: Vec<Kernel> = Vec::new();
     let mut filters = Vec::new();
     let mut args = std::env::args().skip(1);
@@ -370,6 +386,7 @@ fn main() -> ExitCode {
                 }
             },
             "--all" => every = true,
+            "--bound-loops" => bound_all_loops = true,
             "--wgsl" => {
                 let Some((file, entry)) = args
                     .next()
@@ -448,7 +465,7 @@ fn main() -> ExitCode {
     println!("kernel\t{}", heads.join("\t"));
     let mut failed = false;
     for kernel in &kernels {
-        match radv.compile(kernel, dump.is_some()) {
+        match radv.compile(kernel, dump.is_some(), bound_all_loops) {
             Ok((stats, text)) => {
                 let values: Vec<String> = COLUMNS
                     .iter()
