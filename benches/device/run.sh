@@ -13,7 +13,7 @@
 # Set SKIP (words: tests suite torch burn pairs) to leave steps out, PRESETS and VARIANTS
 # to choose the pairs (ENCODE_PRESETS and ENCODE_VARIANTS too, for presets whose variants
 # differ): a variant is `new` (this tree), `base` (.devrun/base.xz), `hN` (this tree with
-# POSENC_GPU_ROPE_HEADS=N), `uN` (POSENC_GPU_UNITS=N) or `bounded` (this tree with
+# POSENC_GPU_ROPE_HEADS=N), `uN` (POSENC_GPU_UNITS=N) or `counter` (this tree with
 # POSENC_GPU_LOOP_BOUNDS=all: wgpu's loop counter in every kernel), and REPEATS the rounds of pairs
 # (default 2). benches/peers/compare.py prints the peer tables from $OUT
 # once suite.json is copied to posenc.json.
@@ -22,9 +22,9 @@ cd "$(dirname "$0")/../.."
 : "${OUT:?set by the device tool}"
 SKIP=${SKIP:-}
 PRESETS=${PRESETS:-llama3-8b-rope phi-2-rope llama3-8b-rope-decode llama3-8b-step llama2-13b-step llama3-70b-step}
-VARIANTS=${VARIANTS:-new base bounded h1 h2 h4 h8}
+VARIANTS=${VARIANTS:-new base counter h1 h2 h4 h8}
 ENCODE_PRESETS=${ENCODE_PRESETS:-bert-base gpt2 whisper-small llama3-8b}
-ENCODE_VARIANTS=${ENCODE_VARIANTS:-new base bounded}
+ENCODE_VARIANTS=${ENCODE_VARIANTS:-new base counter}
 REPEATS=${REPEATS:-2}
 LOG=$OUT/log.txt
 say() { echo "== $(date +%T) $*" | tee -a "$LOG"; }
@@ -74,7 +74,7 @@ variant() { case $1 in
   new) echo /tmp/b/posenc;; base) echo /tmp/b/base;;
   h[0-9]*) echo env POSENC_GPU_ROPE_HEADS=${1#h} /tmp/b/posenc;;
   u[0-9]*) echo env POSENC_GPU_UNITS=${1#u} /tmp/b/posenc;;
-  bounded) echo env POSENC_GPU_LOOP_BOUNDS=all /tmp/b/posenc;;
+  counter) echo env POSENC_GPU_LOOP_BOUNDS=all /tmp/b/posenc;;
   *) return 1;; esac; }
 pair() { local tag=$1; shift; echo "### $tag: $*" >>"$LOG"
   timeout 30 "$@" --json --repeats 5 > /tmp/pair.json 2>>"$LOG"; echo "rc=$?" >>"$LOG"

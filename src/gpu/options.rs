@@ -307,11 +307,12 @@ impl Options {
     /// On Vulkan, Metal and DX12, wgpu gives each loop a counter that breaks out after
     /// 2^64 iterations, so that a driver may not treat a loop that never ends as
     /// unreachable. It costs instructions and registers in every iteration: in RDNA 2 code,
-    /// 12 % of the instructions of Llama-3-8B's recorded RoPE (`benches/isa`). posenc
-    /// builds the kernels whose loops end by construction without it; every other check,
-    /// bounds checks included, stays on. `true` puts it back everywhere, for measuring the
-    /// difference with `posenc bench` (`POSENC_GPU_LOOP_BOUNDS=all`) or for ruling it out
-    /// when chasing a driver's miscompilation. The bits are the same either way.
+    /// 12 % of the instructions on the hot path of Llama-3-8B's recorded RoPE
+    /// (`benches/isa`). posenc builds the kernels whose loops end by construction without
+    /// it; every other check, bounds checks included, stays on. `true` puts it back
+    /// everywhere, for measuring the difference with `posenc bench`
+    /// (`POSENC_GPU_LOOP_BOUNDS=all`) or for ruling it out when chasing a driver's
+    /// miscompilation. The bits are the same either way.
     #[must_use]
     pub fn bound_all_loops(mut self, all: bool) -> Self {
         self.bound_all_loops = all;
