@@ -27,7 +27,8 @@
 //! The `cli` feature, on by default, builds the `posenc` binary and the modules only it
 //! needs: [`plot`], [`bench`](mod@bench) (the `posenc bench` measurements) and [`output`]
 //! (where `-o` sends a result), with clap and png. `default-features = false` leaves the
-//! encodings, their inputs and the GPU engine.
+//! encodings, their inputs and the GPU engine. The `diagnostics` feature is for measuring
+//! the kernels on a GPU, never for use ([`shaders::diagnostics`]).
 //!
 //! ```
 //! use posenc::{PeSpec, cpu, reference};

@@ -4,6 +4,8 @@
 //! token records) is defined here or beside its CPU twin and written into each kernel's
 //! prelude, so none is written twice.
 
+pub mod diagnostics;
+
 use crate::cpu::sincos::{COS_COEFFS, SIN_COEFFS};
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};

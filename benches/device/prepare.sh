@@ -6,6 +6,8 @@
 #   it.xz        the integration tests (`it gpu::` runs the GPU tests there)
 #   base.xz      the binary of BASE (a commit: the code before the changes to measure) for
 #                interleaved pairs, built in a worktree of its own; BASE=none skips it
+#   diag.xz      this tree built with the `diagnostics` feature (src/shaders/diagnostics.rs):
+#                run.sh's `d:NAME` variants run it with POSENC_DIAG=NAME
 #   burn.xz      the burn peer (benches/peers/burn), when BURN_PEER names a built binary
 #                (its build takes 22 - 40 min on 2 cores: see benches/peers/burn/README.md)
 # The machine there has no Rust toolchain worth building with and no network, and each
@@ -24,6 +26,11 @@ for line in sys.stdin:
         print(m["executable"])')
 xz -T0 -3 -c target/release/posenc > .devrun/posenc.xz
 xz -T0 -3 -c "$it" > .devrun/it.xz
+# The same target directory: cargo keeps both feature sets' builds, so switching back
+# costs nothing; the last build puts the plain binary back in target/release.
+cargo build --release --bin posenc --features diagnostics
+xz -T0 -3 -c target/release/posenc > .devrun/diag.xz
+cargo build --release --bin posenc
 if [ "$base" != none ]; then
   dir=${BASE_DIR:-/tmp/posenc-base}
   rev=$(git rev-parse "$base")
@@ -34,6 +41,9 @@ if [ "$base" != none ]; then
   (cd "$dir" && CARGO_TARGET_DIR=${BASE_TARGET:-/tmp/posenc-base-target} cargo build --release --bin posenc)
   xz -T0 -3 -c "${BASE_TARGET:-/tmp/posenc-base-target}/release/posenc" > .devrun/base.xz
   echo "$rev" > .devrun/base.rev
+else
+  # A base binary left from an earlier preparation would be carried and timed as `base`.
+  rm -f .devrun/base.xz .devrun/base.rev
 fi
 if [ -n "${BURN_PEER:-}" ]; then
   strip -o /tmp/posenc-burn-peer.stripped "$BURN_PEER"

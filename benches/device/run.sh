@@ -10,12 +10,14 @@
 #   burn.jsonl   the burn peer, when .devrun/burn.xz was carried
 #   pairs.jsonl  interleaved benches, one JSON object per line tagged preset/variant/repeat
 #   clocks.csv   the GPU's clocks and power every 100 ms, `##` lines marking the steps
-# Set SKIP (words: tests suite torch burn pairs) to leave steps out, PRESETS and VARIANTS
+# Set SKIP (words: tests suite torch burn pairs diagnostics) to leave steps out, PRESETS and VARIANTS
 # to choose the pairs (ENCODE_PRESETS and ENCODE_VARIANTS too, for presets whose variants
 # differ): a variant is `new` (this tree), `base` (.devrun/base.xz), `hN` (this tree with
 # POSENC_GPU_ROPE_HEADS=N), `uN` (POSENC_GPU_UNITS=N) or `counter` (this tree with
-# POSENC_GPU_LOOP_BOUNDS=all: wgpu's loop counter in every kernel), and REPEATS the rounds of pairs
-# (default 2). benches/peers/compare.py prints the peer tables from $OUT
+# POSENC_GPU_LOOP_BOUNDS=all: wgpu's loop counter in every kernel) or `d:NAME` (the
+# diagnostics build, .devrun/diag.xz, with POSENC_DIAG=NAME: a kernel with one cost taken
+# out, src/shaders/diagnostics.rs; DIAG_PRESETS and DIAG_VARIANTS, ENCODE_DIAG_PRESETS and
+# ENCODE_DIAG_VARIANTS choose those pairs), and REPEATS the rounds of pairs (default 2). benches/peers/compare.py prints the peer tables from $OUT
 # once suite.json is copied to posenc.json.
 set -u
 cd "$(dirname "$0")/../.."
@@ -25,6 +27,12 @@ PRESETS=${PRESETS:-llama3-8b-rope phi-2-rope llama3-8b-rope-decode llama3-8b-ste
 VARIANTS=${VARIANTS:-new base counter h1 h2 h4 h8}
 ENCODE_PRESETS=${ENCODE_PRESETS:-bert-base gpt2 whisper-small llama3-8b}
 ENCODE_VARIANTS=${ENCODE_VARIANTS:-new base counter}
+# What RoPE's time is made of on the H200 (13.9 us where the copy of its bytes takes 8.5,
+# docs/performance.md) and the f16 step's; then the encode's gap to its copy.
+DIAG_PRESETS=${DIAG_PRESETS:-llama3-8b-rope llama2-13b-step}
+DIAG_VARIANTS=${DIAG_VARIANTS:-new d:rope-copy d:rope-nocs d:rope-nobarrier d:rope-noround d:rope-trunc d:f16-short}
+ENCODE_DIAG_PRESETS=${ENCODE_DIAG_PRESETS:-gpt2 llama3-8b}
+ENCODE_DIAG_VARIANTS=${ENCODE_DIAG_VARIANTS:-new d:enc-noid d:enc-nope d:enc-nocheck}
 REPEATS=${REPEATS:-2}
 LOG=$OUT/log.txt
 say() { echo "== $(date +%T) $*" | tee -a "$LOG"; }
@@ -35,7 +43,7 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,utilization.gpu
   --format=csv,noheader -lms 100 > "$OUT/clocks.csv" 2>&1 &
 mark() { echo "## $(date +%T.%N | cut -c1-12) $*" >>"$OUT/clocks.csv"; say "$*"; }
 mkdir -p /tmp/b target/release
-for v in posenc base burn; do
+for v in posenc base diag burn; do
   [ -f .devrun/$v.xz ] && xz -dc .devrun/$v.xz > /tmp/b/$v && chmod +x /tmp/b/$v
 done
 [ -f .devrun/it.xz ] && xz -dc .devrun/it.xz > target/release/it && chmod +x target/release/it
@@ -75,6 +83,7 @@ variant() { case $1 in
   h[0-9]*) echo env POSENC_GPU_ROPE_HEADS=${1#h} /tmp/b/posenc;;
   u[0-9]*) echo env POSENC_GPU_UNITS=${1#u} /tmp/b/posenc;;
   counter) echo env POSENC_GPU_LOOP_BOUNDS=all /tmp/b/posenc;;
+  d:?*) echo env POSENC_DIAG=${1#d:} /tmp/b/diag;;
   *) return 1;; esac; }
 pair() { local tag=$1; shift; echo "### $tag: $*" >>"$LOG"
   timeout 30 "$@" --json --repeats 5 > /tmp/pair.json 2>>"$LOG"; echo "rc=$?" >>"$LOG"
@@ -86,15 +95,26 @@ if ! skip pairs; then
     for m in $presets; do
       for v in $variants; do
         [ "$v" = base ] && [ ! -x /tmp/b/base ] && continue
+        [[ "$v" == d:* ]] && [ ! -x /tmp/b/diag ] && continue
         if ! cmd=$(variant "$v"); then say "unknown variant $v: skipped"; continue; fi
-        pair "$m/$v/$rep" $cmd bench --model "$m" --device gpu "$@"
+        pair "$m/$v/$round" $cmd bench --model "$m" --device gpu "$@"
       done
     done; }
   for rep in $(seq "$REPEATS"); do
+    round=$rep
     pairs "$PRESETS" "$VARIANTS"
     # The checkpoint's load is a CPU item, and writing the file takes seconds.
     pairs "$ENCODE_PRESETS" "$ENCODE_VARIANTS" --load=false
   done
+  if ! skip diagnostics; then
+    mark diagnostics
+    # Rounds of their own (d1, d2, ...): their `new` is the control of that round.
+    for rep in $(seq "$REPEATS"); do
+      round=d$rep
+      pairs "$DIAG_PRESETS" "$DIAG_VARIANTS"
+      pairs "$ENCODE_DIAG_PRESETS" "$ENCODE_DIAG_VARIANTS" --load=false
+    done
+  fi
 fi
 nvidia-smi -q -d PERFORMANCE,CLOCK >>"$LOG" 2>&1
 kill %1 2>/dev/null

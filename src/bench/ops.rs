@@ -413,6 +413,10 @@ pub(super) fn adapter_of(ctx: &gpu::Context) -> AdapterInfo {
         rope_heads: ctx.chosen_rope_heads(),
         all_loops_bounded: ctx.bounds_all_loops(),
         spin_wait_us: ctx.spin_wait().as_micros() as u64,
+        diagnostics: crate::shaders::diagnostics::active()
+            .iter()
+            .map(|d| d.name.to_string())
+            .collect(),
     }
 }
 

@@ -40,12 +40,16 @@ pub struct AdapterInfo {
     /// item of a call (`gpu_encode_call`, `_host`, `_mapped`, `_stream`, `gpu_readback`
     /// and their ceilings), not on times the device measured.
     pub spin_wait_us: u64,
+    /// The diagnostic kernels this run measured, by name (`POSENC_DIAG` in a build with the
+    /// `diagnostics` feature, see [`crate::shaders::diagnostics`]); empty: posenc's own
+    /// kernels. Most diagnostics give wrong results.
+    pub diagnostics: Vec<String>,
 }
 
 impl AdapterInfo {
     /// `name (backend, device type, access pattern access)`, as the tables print it, with
-    /// the units, RoPE's head groups, the loops' bounds and the wait's polling where they
-    /// are not posenc's defaults.
+    /// the units, RoPE's head groups, the loops' bounds, the wait's polling and diagnostic
+    /// kernels where they are not posenc's defaults.
     pub fn describe(&self) -> String {
         let units = self.units.map_or(String::new(), |n| match n {
             1 => ", 1 unit".to_string(),
@@ -61,9 +65,15 @@ impl AdapterInfo {
         } else {
             format!(", waits poll {} us", self.spin_wait_us)
         };
+        let diagnostics = if self.diagnostics.is_empty() {
+            String::new()
+        } else {
+            format!(", DIAGNOSTIC kernels: {}", self.diagnostics.join(", "))
+        };
         let (name, backend, kind, access) =
             (&self.name, &self.backend, &self.device_type, &self.access);
-        format!("{name} ({backend}, {kind}, {access} access{units}{rope_heads}{loops}{spin})")
+        let choices = format!("{units}{rope_heads}{loops}{spin}{diagnostics}");
+        format!("{name} ({backend}, {kind}, {access} access{choices})")
     }
 }
 

@@ -1124,6 +1124,10 @@ pub(crate) fn build_pipeline_with(
     bound_all_loops: bool,
 ) -> (wgpu::BindGroupLayout, wgpu::ComputePipeline) {
     let label = |role: &str| format!("posenc.{name}.{role}");
+    // Only a build with the `diagnostics` feature has any active.
+    let (source, _) =
+        crate::shaders::diagnostics::apply(crate::shaders::diagnostics::active(), name, source);
+    let source = source.as_ref();
     let descriptor = wgpu::ShaderModuleDescriptor {
         label: Some(&label("shader")),
         source: wgpu::ShaderSource::Wgsl(source.into()),

@@ -139,6 +139,7 @@ impl Options {
     /// its value is malformed.
     pub fn from_env() -> Result<Self> {
         super::check_wgpu_env()?;
+        crate::shaders::diagnostics::check_env()?;
         // Each value is checked whole: one that is not UTF-8 is refused like any other
         // malformed one, never taken for unset.
         let timestamps =

@@ -118,6 +118,10 @@ fn auto_retries_on_the_cpu_after_a_device_loss_and_says_so_once() {
         ("POSENC_GPU_ROPE_HEADS", "17"),
         ("POSENC_GPU_ROPE_HEADS", "four"),
         ("POSENC_GPU_LOOP_BOUNDS", "none"),
+        // A diagnostic's name, which only a build with the `diagnostics` feature honours
+        // (this one has not), and a name that is no diagnostic's.
+        ("POSENC_DIAG", "rope-copy"),
+        ("POSENC_DIAG", "rope_copy"),
     ] {
         let bad = inputs.encode("auto", "x.npy", &[], &[(var, value)]);
         assert_eq!(bad.status.code(), Some(2), "{var}: {}", stderr(&bad));
@@ -134,6 +138,8 @@ fn auto_retries_on_the_cpu_after_a_device_loss_and_says_so_once() {
         ("POSENC_AUTO", "gpu "),
         ("POSENC_GPU_SPIN_US", " 300 "),
         ("POSENC_GPU_LOOP_BOUNDS", " all "),
+        // No name: no diagnostic, which any build takes.
+        ("POSENC_DIAG", " "),
     ] {
         let padded = inputs.encode("auto", "padded.npy", &[], &[(var, value)]);
         assert_ok(&padded, &format!("{var}={value:?}"));

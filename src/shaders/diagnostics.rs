@@ -1,0 +1,351 @@
+//! Diagnostic kernels: rewrites of posenc's kernel text that each take one cost out of a
+//! kernel (its arithmetic, a load, a barrier, a rounding), so that a run on a GPU can
+//! measure what that cost was. A profiler would say it directly, but NVIDIA's (Nsight
+//! Compute) reads CUDA kernels, not the ones wgpu builds through Vulkan, and GPUs are lent
+//! to this project for minutes at a time: one binary built with these, timed against the
+//! kernels as they are, answers several questions in one run
+//! (`benches/device/run.sh`, its `d:NAME` variants).
+//!
+//! **Most give wrong results** ([`Diagnostic::keeps_bits`] says which do not): `posenc
+//! bench` reports them (its `agree` false). They exist only to be measured.
+//!
+//! The table and the rewriting are always compiled, so that the library's tests hold every
+//! diagnostic to the kernels as they are now (each edit must find its text in every
+//! source of the kernels it names). Kernels are rewritten only in a build with the
+//! `diagnostics` feature, when [`DIAGNOSTICS_ENV`] names diagnostics: then every kernel the
+//! process compiles whose entry point a named diagnostic lists is rewritten. A build without
+//! the feature refuses that variable ([`crate::gpu::Options::from_env`]), so a run never
+//! measures the plain kernels while its caller believes otherwise.
+
+use std::borrow::Cow;
+
+use crate::error::{Result, invalid_env};
+
+/// Environment variable naming the diagnostics to apply, comma-separated (`rope-copy`,
+/// `rope-copy,rope-nocs`); empty or unset: none. Honoured only by a build with the
+/// `diagnostics` feature; any other refuses it.
+pub const DIAGNOSTICS_ENV: &str = "POSENC_DIAG";
+
+/// One diagnostic: what it takes out, from which kernels, and the edits that do it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Diagnostic {
+    /// The name [`DIAGNOSTICS_ENV`] takes.
+    pub name: &'static str,
+    /// What the rewritten kernels no longer do, in a sentence.
+    pub removes: &'static str,
+    /// The entry points whose kernels it rewrites.
+    pub entries: &'static [&'static str],
+    /// Whether the results keep the CPU's bits (at the bench's shapes).
+    pub keeps_bits: bool,
+    /// Text replacements, applied in order to a kernel's composed source; each `from` is
+    /// in every source of every entry (the tests check it).
+    edits: &'static [(&'static str, &'static str)],
+}
+
+const ROPE: &[&str] = &["rope_pass", "rope_pass_heads"];
+
+/// Every diagnostic, by name.
+pub const ALL: &[Diagnostic] = &[
+    Diagnostic {
+        name: "rope-copy",
+        removes: "the rotation's arithmetic: each unit's words are stored back as loaded (the \
+                  cos/sin are still read, so their loads and rope_pass's workgroup stage stay)",
+        entries: ROPE,
+        keeps_bits: false,
+        edits: &[(
+            "fn rope_unit(a: vec4<u32>, b: vec4<u32>, c0: vec4<f32>, s0: vec4<f32>, c1: \
+             vec4<f32>, s1: vec4<f32>, z: u32) -> RopeUnit {",
+            "fn rope_unit(a: vec4<u32>, b: vec4<u32>, c0: vec4<f32>, s0: vec4<f32>, c1: \
+             vec4<f32>, s1: vec4<f32>, z: u32) -> RopeUnit {
+    // Diagnostic rope-copy: z is always 0, so the words go back unchanged; the sum keeps
+    // the cos/sin live.
+    let keep = bitcast<vec4<u32>>(c0 + s0 + c1 + s1) & vec4<u32>(z);
+    return RopeUnit(a | keep, b | keep);
+}
+
+fn rope_unit_kept(a: vec4<u32>, b: vec4<u32>, c0: vec4<f32>, s0: vec4<f32>, c1: vec4<f32>, \
+             s1: vec4<f32>, z: u32) -> RopeUnit {",
+        )],
+    },
+    Diagnostic {
+        name: "rope-nocs",
+        removes: "the cos/sin: stand-ins made from the position and frequency, no cache load \
+                  and no exact phase (rope_pass's workgroup stage and barrier stay)",
+        entries: ROPE,
+        keeps_bits: false,
+        edits: &[(
+            "fn cos_sin4(p: u32, f: u32) -> array<vec4<f32>, 2> {",
+            "fn cos_sin4(p: u32, f: u32) -> array<vec4<f32>, 2> {
+    // Diagnostic rope-nocs.
+    let x = f32((p + f) & 255u) * 0.00390625;
+    return array<vec4<f32>, 2>(vec4<f32>(x), vec4<f32>(1.0 - x));
+}
+
+fn cos_sin4_kept(p: u32, f: u32) -> array<vec4<f32>, 2> {",
+        )],
+    },
+    Diagnostic {
+        name: "rope-nobarrier",
+        removes: "rope_pass's workgroup barrier between the cos/sin stage and the rotation \
+                  (the rotation may read cos/sin not yet written)",
+        entries: &["rope_pass"],
+        keeps_bits: false,
+        edits: &[("    workgroupBarrier();\n", "    // Diagnostic rope-nobarrier.\n")],
+    },
+    Diagnostic {
+        name: "rope-noround",
+        removes: "the rounding of each product before a sum takes it (rounded4 returns its \
+                  argument, so a compiler may contract them into multiply-adds)",
+        entries: ROPE,
+        keeps_bits: false,
+        edits: &[(
+            "fn rounded4(v: vec4<f32>, z: u32) -> vec4<f32> {
+    return bitcast<vec4<f32>>(bitcast<vec4<u32>>(v) | vec4<u32>(z));",
+            "fn rounded4(v: vec4<f32>, z: u32) -> vec4<f32> {
+    // Diagnostic rope-noround.
+    return v;",
+        )],
+    },
+    Diagnostic {
+        name: "rope-trunc",
+        removes: "bf16's rounding and NaN test: each result truncated to its top 16 bits",
+        entries: ROPE,
+        keeps_bits: false,
+        edits: &[(
+            "fn narrow4_bf16(v: vec4<f32>) -> vec2<u32> {
+    let b = bitcast<vec4<u32>>(v);
+",
+            "fn narrow4_bf16(v: vec4<f32>) -> vec2<u32> {
+    let b = bitcast<vec4<u32>>(v);
+    // Diagnostic rope-trunc.
+    if true {
+        return vec2<u32>((b.x >> 16u) | (b.y & 0xffff0000u), (b.z >> 16u) | (b.w & 0xffff0000u));
+    }
+",
+        )],
+    },
+    Diagnostic {
+        name: "f16-short",
+        removes: "the general form of the vec4 f16 conversions beside their short path: the \
+                  short path always taken (wrong for subnormal, infinite and NaN halves only)",
+        entries: &["rope_pass", "rope_pass_heads", "encode_pass_x4"],
+        keeps_bits: false,
+        edits: &[
+            (
+                "    if all((em >= vec4<u32>(0x400u)) & (em < vec4<u32>(0x7c00u))) {",
+                "    if true { // Diagnostic f16-short.",
+            ),
+            (
+                "    if all((a >= vec4<u32>(0x38800000u)) & (a < vec4<u32>(0x477ff000u))) {",
+                "    if true { // Diagnostic f16-short.",
+            ),
+        ],
+    },
+    Diagnostic {
+        name: "enc-noid",
+        removes: "the load of each token's id before its row's: the row is a hash of the \
+                  token's index (a multiply and a remainder), spread over the vocabulary as \
+                  ids are",
+        entries: &["encode_pass_x4"],
+        keeps_bits: false,
+        edits: &[(
+            "    k.id = id_word(params.ids_base + params.token_base + t);",
+            "    // Diagnostic enc-noid.
+    k.id = ((params.token_base + t) * 2654435761u) % params.vocab;",
+        )],
+    },
+    Diagnostic {
+        name: "enc-nope",
+        removes: "the PE row's read: PE taken as zero",
+        entries: &["encode_pass_x4"],
+        keeps_bits: false,
+        edits: &[(
+            "fn pe_unit(p: u32, cached: bool, x: u32) -> vec4<f32> {",
+            "fn pe_unit(p: u32, cached: bool, x: u32) -> vec4<f32> {
+    // Diagnostic enc-nope.
+    if true {
+        return vec4<f32>(0.0);
+    }",
+        )],
+    },
+    Diagnostic {
+        name: "enc-nocheck",
+        removes: "each token's bookkeeping after its id and position are loaded (pad, \
+                  vocabulary, cache and table-chunk checks): every token taken as cached, in \
+                  the first chunk, at row id (wrong rows past a table's first chunk)",
+        entries: &["encode_pass_x4"],
+        keeps_bits: false,
+        edits: &[(
+            "    k.cached = k.position < params.cached_rows;\n",
+            "    // Diagnostic enc-nocheck: the bench's tokens are all valid, cached and (but for \
+             a table of several chunks) in the first chunk.
+    if true {
+        k.cached = true;
+        k.in_window = true;
+        k.row = k.id;
+        return k;
+    }
+    k.cached = k.position < params.cached_rows;\n",
+        )],
+    },
+];
+
+/// The diagnostic named `name`.
+pub fn find(name: &str) -> Option<&'static Diagnostic> {
+    ALL.iter().find(|d| d.name == name)
+}
+
+/// The diagnostics a [`DIAGNOSTICS_ENV`] value names: comma-separated names, white space
+/// around each ignored; empty names (an empty value) name none.
+///
+/// # Errors
+/// [`crate::Error::InvalidParameter`] naming the variable and its value, for a name that is
+/// no diagnostic's.
+pub fn parse(text: &str) -> Result<Vec<&'static Diagnostic>> {
+    let mut named = Vec::new();
+    for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        match find(word) {
+            Some(d) if named.iter().any(|n: &&Diagnostic| n.name == d.name) => {}
+            Some(d) => named.push(d),
+            None => return Err(invalid_env(DIAGNOSTICS_ENV, text, NAMES)),
+        }
+    }
+    Ok(named)
+}
+
+/// The names [`parse`] accepts, for its refusal.
+const NAMES: &str = "comma-separated diagnostics among rope-copy, rope-nocs, rope-nobarrier, \
+                     rope-noround, rope-trunc, f16-short, enc-noid, enc-nope and enc-nocheck";
+
+/// `source`, the kernel of entry point `entry`, with the edits of those of `diagnostics`
+/// that name it, and the names of those whose edits found their text (each edit replaces
+/// every occurrence).
+pub fn apply<'a>(
+    diagnostics: &[&'static Diagnostic],
+    entry: &str,
+    source: &'a str,
+) -> (Cow<'a, str>, Vec<&'static str>) {
+    let mut text = Cow::Borrowed(source);
+    let mut applied = Vec::new();
+    for d in diagnostics.iter().filter(|d| d.entries.contains(&entry)) {
+        let mut found = false;
+        for (from, to) in d.edits {
+            if text.contains(from) {
+                found = true;
+                text = Cow::Owned(text.replace(from, to));
+            }
+        }
+        if found {
+            applied.push(d.name);
+        }
+    }
+    (text, applied)
+}
+
+/// What this process applies: the diagnostics [`DIAGNOSTICS_ENV`] names in a build with
+/// the `diagnostics` feature (read once, on first use; a value [`parse`] refuses applies
+/// none, and [`crate::gpu::Options::from_env`] refuses it), none in any other build.
+pub fn active() -> &'static [&'static Diagnostic] {
+    #[cfg(feature = "diagnostics")]
+    {
+        static ACTIVE: std::sync::OnceLock<Vec<&'static Diagnostic>> = std::sync::OnceLock::new();
+        ACTIVE.get_or_init(|| {
+            std::env::var(DIAGNOSTICS_ENV).ok().and_then(|t| parse(&t).ok()).unwrap_or_default()
+        })
+    }
+    #[cfg(not(feature = "diagnostics"))]
+    {
+        &[]
+    }
+}
+
+/// Checks [`DIAGNOSTICS_ENV`] as this build takes it.
+///
+/// # Errors
+/// [`crate::Error::InvalidParameter`] naming the variable: a name that is no diagnostic's,
+/// or, in a build without the `diagnostics` feature, any name at all.
+pub(crate) fn check_env() -> Result<()> {
+    let Some(text) = crate::error::env_text(DIAGNOSTICS_ENV, NAMES)? else { return Ok(()) };
+    let named = parse(&text)?;
+    if !cfg!(feature = "diagnostics") && !named.is_empty() {
+        return Err(invalid_env(
+            DIAGNOSTICS_ENV,
+            &text,
+            "unset: this posenc was built without the `diagnostics` feature",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_edit_finds_its_text_in_every_source_of_its_kernels() {
+        let sources = crate::shaders::all_sources();
+        for d in ALL {
+            for entry in d.entries {
+                let mine: Vec<_> = sources.iter().filter(|(_, e, _)| e == entry).collect();
+                assert!(!mine.is_empty(), "{}: no source of {entry}", d.name);
+                for (label, _, source) in mine {
+                    for (from, _) in d.edits {
+                        assert!(source.contains(from), "{}: {label} lacks {from:?}", d.name);
+                    }
+                    let (text, applied) = apply(&[d], entry, source);
+                    assert_eq!(applied, [d.name]);
+                    assert_ne!(text, *source);
+                }
+            }
+        }
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    #[test]
+    fn every_rewritten_kernel_is_valid_wgsl_and_keeps_its_loops_reviewed() {
+        for d in ALL {
+            for (label, entry, source) in crate::shaders::all_sources() {
+                if !d.entries.contains(&entry) {
+                    continue;
+                }
+                let (text, _) = apply(&[d], entry, &source);
+                let module = naga::front::wgsl::parse_str(&text)
+                    .unwrap_or_else(|e| panic!("{}: {label}: {}", d.name, e.emit_to_string(&text)));
+                naga::valid::Validator::new(
+                    naga::valid::ValidationFlags::all(),
+                    naga::valid::Capabilities::empty(),
+                )
+                .validate(&module)
+                .unwrap_or_else(|e| panic!("{}: {label}: {e:?}", d.name));
+                assert_eq!(
+                    crate::shaders::bounds_loops_of(entry, &text),
+                    crate::shaders::bounds_loops_of(entry, &source),
+                    "{}: {label}",
+                    d.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn names_are_parsed_and_unknown_ones_refused() {
+        assert!(parse("").unwrap().is_empty());
+        assert!(parse(" , ").unwrap().is_empty());
+        let named: Vec<_> =
+            parse(" rope-copy,rope-nocs ,rope-copy").unwrap().iter().map(|d| d.name).collect();
+        assert_eq!(named, ["rope-copy", "rope-nocs"]);
+        let message = parse("rope-copy,ropecopy").unwrap_err().to_string();
+        assert!(message.contains(DIAGNOSTICS_ENV) && message.contains("ropecopy"), "{message}");
+        for d in ALL {
+            assert!(NAMES.contains(d.name), "{} missing from the refusal's list", d.name);
+        }
+    }
+
+    #[test]
+    fn a_kernel_no_diagnostic_names_is_left_as_it_is() {
+        let source = crate::shaders::source("table");
+        let (text, applied) = apply(&ALL.iter().collect::<Vec<_>>(), "table", &source);
+        assert!(matches!(text, Cow::Borrowed(_)) && applied.is_empty());
+    }
+}
