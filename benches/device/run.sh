@@ -12,9 +12,9 @@
 #   clocks.csv   the GPU's clocks and power every 100 ms, `##` lines marking the steps
 # Set SKIP (words: tests suite torch burn pairs diagnostics) to leave steps out, PRESETS
 # and VARIANTS to choose the pairs (ENCODE_PRESETS and ENCODE_VARIANTS too, for presets
-# whose variants differ): a variant is `new` (this tree), `base` (.devrun/base.xz), `hN` (this tree with
-# POSENC_GPU_ROPE_HEADS=N), `uN` (POSENC_GPU_UNITS=N) or `counter` (this tree with
-# POSENC_GPU_LOOP_BOUNDS=all: wgpu's loop counter in every kernel) or `d:NAME` (the
+# whose variants differ): a variant is `new` (this tree), `base` (.devrun/base.xz), `hN`
+# (this tree with POSENC_GPU_ROPE_HEADS=N), `uN` (POSENC_GPU_UNITS=N), `counter` (this tree
+# with POSENC_GPU_LOOP_BOUNDS=all: wgpu's loop counter in every kernel) or `d:NAME` (the
 # diagnostics build, .devrun/diag.xz, with POSENC_DIAG=NAME: a kernel with one cost taken
 # out, src/shaders/diagnostics.rs; DIAG_PRESETS and DIAG_VARIANTS, ENCODE_DIAG_PRESETS and
 # ENCODE_DIAG_VARIANTS choose those pairs), and REPEATS the rounds of pairs (default 2).
