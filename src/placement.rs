@@ -11,12 +11,15 @@
 //! of a table) and the host has few threads: [`HostJob::prefers_gpu`] weighs the two.
 //!
 //! The model's figures are per CPU thread and were measured with `posenc bench` on the
-//! development machine (AMD EPYC Zen 5, 2026-11-26); the transfer rate is the H100
+//! development machine (AMD EPYC Zen 5, 2026-11-26), for the instruction set the CPU's
+//! loops run compiled for there (the table's and RoPE's faster with AVX-512, 2026-11-28);
+//! the transfer rate is the H100
 //! machine's (a 64 MiB map at 45 GB/s, the copy out of the mapped range at 10.8 GB/s). The
 //! GPU's kernel time is left out: at a GPU's bandwidth it is a small part of the
 //! transfers, so the model leans towards the GPU, never away from it.
 
 use crate::Result;
+use crate::cpu::simd::Simd;
 
 /// The environment variable that sets [`AutoPolicy`]: `cost` (the default) or `gpu`.
 pub const AUTO_ENV: &str = "POSENC_AUTO";
@@ -49,14 +52,25 @@ pub fn cpu_threads() -> usize {
 }
 
 /// Nanoseconds one CPU thread takes per value of a sinusoid table or cos/sin cache: an
-/// exact sin or cos each (`cpu_table`, 2048 x 4096: 6.9 ms on 2 threads).
+/// exact sin or cos each (`cpu_table`, 2048 x 4096: 6.9 ms on 2 threads, the loops compiled
+/// for AVX2).
 const TABLE_NS: f64 = 1.65;
+/// [`TABLE_NS`] where the loops run compiled for AVX-512: they took 0.40 - 0.52 of the AVX2
+/// loops' time in interleaved runs (2026-11-28), so about half, rounded up.
+#[cfg(target_arch = "x86_64")]
+const TABLE_NS_AVX512: f64 = 0.85;
 /// Per output value of the fused encode, its PE rows cached (`cpu_encode`, llama3-8b: 2.65
 /// ms on 2 threads for 8.4 M values).
 const ENCODE_NS: f64 = 0.63;
 /// Per element of RoPE, cos and sin included (`cpu_rope`, llama3-8b-rope: 10.4 ms on 2
-/// threads for 21 M elements).
+/// threads for 21 M elements, the target's baseline instructions).
 const ROPE_NS: f64 = 1.0;
+/// [`ROPE_NS`] with the loops compiled for AVX2 and for AVX-512: 0.57 - 0.63 and 0.33 - 0.50
+/// of the baseline loops' time in interleaved runs (2026-11-28), rounded up.
+#[cfg(target_arch = "x86_64")]
+const ROPE_NS_AVX2: f64 = 0.65;
+#[cfg(target_arch = "x86_64")]
+const ROPE_NS_AVX512: f64 = 0.5;
 /// Per value of an ALiBi bias (`cpu_alibi`, 32 x 512 x 512: 1.1 ms on 2 threads).
 const ALIBI_NS: f64 = 0.26;
 /// Nanoseconds per byte brought to or from the GPU through a mapped buffer (8 GB/s: the
@@ -126,14 +140,27 @@ impl HostJob {
         }
     }
 
-    /// The model's estimate of the CPU path on `threads` threads, in nanoseconds.
+    /// The model's estimate of the CPU path on `threads` threads of this CPU, in
+    /// nanoseconds.
     pub fn cpu_ns(&self, threads: usize) -> f64 {
+        self.cpu_ns_with(threads, Simd::detect())
+    }
+
+    /// [`HostJob::cpu_ns`] with the loops compiled for `simd`.
+    fn cpu_ns_with(&self, threads: usize, simd: Simd) -> f64 {
+        let (table_ns, rope_ns) = match simd {
+            Simd::Portable => (TABLE_NS, ROPE_NS),
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2 => (TABLE_NS, ROPE_NS_AVX2),
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx512 => (TABLE_NS_AVX512, ROPE_NS_AVX512),
+        };
         let one_thread = match *self {
-            Self::Table { values } => values as f64 * TABLE_NS,
+            Self::Table { values } => values as f64 * table_ns,
             Self::Encode { out_values, pe_values, .. } => {
-                out_values as f64 * ENCODE_NS + pe_values as f64 * TABLE_NS
+                out_values as f64 * ENCODE_NS + pe_values as f64 * table_ns
             }
-            Self::Rope { elements, .. } => elements as f64 * ROPE_NS,
+            Self::Rope { elements, .. } => elements as f64 * rope_ns,
             Self::Alibi { values } => values as f64 * ALIBI_NS,
         };
         one_thread / threads.max(1) as f64
@@ -154,7 +181,12 @@ impl HostJob {
     /// path on `threads` threads; `open`: a device is already open (the Python module
     /// keeps one).
     pub fn prefers_gpu(&self, threads: usize, open: bool) -> bool {
-        self.cpu_ns(threads) > self.gpu_ns(open)
+        self.prefers_gpu_with(threads, open, Simd::detect())
+    }
+
+    /// [`HostJob::prefers_gpu`] with the CPU's loops compiled for `simd`.
+    fn prefers_gpu_with(&self, threads: usize, open: bool, simd: Simd) -> bool {
+        self.cpu_ns_with(threads, simd) > self.gpu_ns(open)
     }
 }
 
@@ -176,28 +208,50 @@ mod tests {
 
     #[test]
     fn the_cpu_takes_the_presets_host_results_on_16_threads_and_on_2_without_a_device() {
-        for job in presets() {
-            for open in [false, true] {
-                assert!(!job.prefers_gpu(16, open), "{job:?} 16 threads, open {open}");
+        for simd in sets() {
+            for job in presets() {
+                for open in [false, true] {
+                    let gpu = job.prefers_gpu_with(16, open, simd);
+                    assert!(!gpu, "{job:?} 16 threads, open {open}, {simd:?}");
+                }
+                assert!(!job.prefers_gpu_with(2, false, simd), "{job:?} 2 threads, {simd:?}");
             }
-            assert!(!job.prefers_gpu(2, false), "{job:?} 2 threads");
         }
-        // With a device open, 2 threads lose llama3-8b's encode (9.6 ms against 4.4 ms of
-        // readback; lavapipe's own measurement: 22 ms cold on the CPU) and the table.
-        let gpu: Vec<bool> = presets().iter().map(|job| job.prefers_gpu(2, true)).collect();
-        assert_eq!(gpu, [false, true, false, false, true]);
+        // With a device open, 2 threads of the baseline loops lose llama3-8b's encode (9.6
+        // ms against 4.4 ms of readback; lavapipe's own measurement: 22 ms cold on the CPU)
+        // and the table (6.9 ms).
+        let on = |simd| -> Vec<bool> {
+            presets().iter().map(|job| job.prefers_gpu_with(2, true, simd)).collect()
+        };
+        assert_eq!(on(Simd::Portable), [false, true, false, false, true]);
+        // AVX-512's loops keep the table (3.6 ms), not the encode (6.2 ms).
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(on(Simd::Avx512), [false, true, false, false, false]);
     }
 
     #[test]
-    fn a_large_table_on_one_thread_goes_to_the_gpu() {
+    fn a_large_table_on_one_thread_goes_to_the_gpu_unless_avx512_computes_it() {
         // 2^28 values: 443 ms on one thread against 134 ms of transfers and 230 ms to open.
         let job = HostJob::Table { values: 1 << 28 };
-        assert!(job.prefers_gpu(1, false));
-        assert!(!job.prefers_gpu(16, false));
+        assert!(job.prefers_gpu_with(1, false, Simd::Portable));
+        // With AVX-512's loops 228 ms: the CPU.
+        #[cfg(target_arch = "x86_64")]
+        assert!(!job.prefers_gpu_with(1, false, Simd::Avx512));
         // A small one does not pay for the open, but does once a device is open.
         let small = HostJob::Table { values: 1 << 22 };
-        assert!(!small.prefers_gpu(1, false));
-        assert!(small.prefers_gpu(1, true));
+        for simd in sets() {
+            assert!(!job.prefers_gpu_with(16, false, simd));
+            assert!(!small.prefers_gpu_with(1, false, simd));
+            assert!(small.prefers_gpu_with(1, true, simd));
+        }
+    }
+
+    /// Every instruction set the model has figures for.
+    fn sets() -> Vec<Simd> {
+        #[cfg(target_arch = "x86_64")]
+        return vec![Simd::Portable, Simd::Avx2, Simd::Avx512];
+        #[cfg(not(target_arch = "x86_64"))]
+        vec![Simd::Portable]
     }
 
     #[test]

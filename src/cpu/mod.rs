@@ -5,6 +5,7 @@
 pub use crate::convert;
 pub mod encode;
 pub mod rope;
+pub(crate) mod simd;
 pub mod sincos;
 pub mod table;
 pub mod threads;
