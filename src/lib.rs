@@ -80,6 +80,7 @@ pub mod positions;
 pub mod reference;
 pub mod rope;
 pub mod shaders;
+mod simd;
 pub mod source;
 mod spec;
 pub mod weights;

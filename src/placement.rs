@@ -19,7 +19,7 @@
 //! transfers, so the model leans towards the GPU, never away from it.
 
 use crate::Result;
-use crate::cpu::simd::Simd;
+use crate::simd::{Set, Simd};
 
 /// The environment variable that sets [`AutoPolicy`]: `cost` (the default) or `gpu`.
 pub const AUTO_ENV: &str = "POSENC_AUTO";
@@ -143,17 +143,17 @@ impl HostJob {
     /// The model's estimate of the CPU path on `threads` threads of this CPU, in
     /// nanoseconds.
     pub fn cpu_ns(&self, threads: usize) -> f64 {
-        self.cpu_ns_with(threads, Simd::detect())
+        self.cpu_ns_with(threads, Simd::detect().set())
     }
 
-    /// [`HostJob::cpu_ns`] with the loops compiled for `simd`.
-    fn cpu_ns_with(&self, threads: usize, simd: Simd) -> f64 {
-        let (table_ns, rope_ns) = match simd {
-            Simd::Portable => (TABLE_NS, ROPE_NS),
+    /// [`HostJob::cpu_ns`] with the loops compiled for `set`.
+    fn cpu_ns_with(&self, threads: usize, set: Set) -> f64 {
+        let (table_ns, rope_ns) = match set {
+            Set::Portable => (TABLE_NS, ROPE_NS),
             #[cfg(target_arch = "x86_64")]
-            Simd::Avx2 => (TABLE_NS, ROPE_NS_AVX2),
+            Set::Avx2 => (TABLE_NS, ROPE_NS_AVX2),
             #[cfg(target_arch = "x86_64")]
-            Simd::Avx512 => (TABLE_NS_AVX512, ROPE_NS_AVX512),
+            Set::Avx512 => (TABLE_NS_AVX512, ROPE_NS_AVX512),
         };
         let one_thread = match *self {
             Self::Table { values } => values as f64 * table_ns,
@@ -181,12 +181,12 @@ impl HostJob {
     /// path on `threads` threads; `open`: a device is already open (the Python module
     /// keeps one).
     pub fn prefers_gpu(&self, threads: usize, open: bool) -> bool {
-        self.prefers_gpu_with(threads, open, Simd::detect())
+        self.prefers_gpu_with(threads, open, Simd::detect().set())
     }
 
-    /// [`HostJob::prefers_gpu`] with the CPU's loops compiled for `simd`.
-    fn prefers_gpu_with(&self, threads: usize, open: bool, simd: Simd) -> bool {
-        self.cpu_ns_with(threads, simd) > self.gpu_ns(open)
+    /// [`HostJob::prefers_gpu`] with the CPU's loops compiled for `set`.
+    fn prefers_gpu_with(&self, threads: usize, open: bool, set: Set) -> bool {
+        self.cpu_ns_with(threads, set) > self.gpu_ns(open)
     }
 }
 
@@ -223,20 +223,20 @@ mod tests {
         let on = |simd| -> Vec<bool> {
             presets().iter().map(|job| job.prefers_gpu_with(2, true, simd)).collect()
         };
-        assert_eq!(on(Simd::Portable), [false, true, false, false, true]);
+        assert_eq!(on(Set::Portable), [false, true, false, false, true]);
         // AVX-512's loops keep the table (3.6 ms), not the encode (6.2 ms).
         #[cfg(target_arch = "x86_64")]
-        assert_eq!(on(Simd::Avx512), [false, true, false, false, false]);
+        assert_eq!(on(Set::Avx512), [false, true, false, false, false]);
     }
 
     #[test]
     fn a_large_table_on_one_thread_goes_to_the_gpu_unless_avx512_computes_it() {
         // 2^28 values: 443 ms on one thread against 134 ms of transfers and 230 ms to open.
         let job = HostJob::Table { values: 1 << 28 };
-        assert!(job.prefers_gpu_with(1, false, Simd::Portable));
+        assert!(job.prefers_gpu_with(1, false, Set::Portable));
         // With AVX-512's loops 228 ms: the CPU.
         #[cfg(target_arch = "x86_64")]
-        assert!(!job.prefers_gpu_with(1, false, Simd::Avx512));
+        assert!(!job.prefers_gpu_with(1, false, Set::Avx512));
         // A small one does not pay for the open, but does once a device is open.
         let small = HostJob::Table { values: 1 << 22 };
         for simd in sets() {
@@ -247,11 +247,11 @@ mod tests {
     }
 
     /// Every instruction set the model has figures for.
-    fn sets() -> Vec<Simd> {
+    fn sets() -> Vec<Set> {
         #[cfg(target_arch = "x86_64")]
-        return vec![Simd::Portable, Simd::Avx2, Simd::Avx512];
+        return vec![Set::Portable, Set::Avx2, Set::Avx512];
         #[cfg(not(target_arch = "x86_64"))]
-        vec![Simd::Portable]
+        vec![Set::Portable]
     }
 
     #[test]

@@ -14,10 +14,11 @@
 # and VARIANTS to choose the pairs (ENCODE_PRESETS and ENCODE_VARIANTS too, for presets
 # whose variants differ): a variant is `new` (this tree), `base` (.devrun/base.xz), `hN`
 # (this tree with POSENC_GPU_ROPE_HEADS=N), `uN` (POSENC_GPU_UNITS=N), `counter` (this tree
-# with POSENC_GPU_LOOP_BOUNDS=all: wgpu's loop counter in every kernel) or `d:NAME` (the
+# with POSENC_GPU_LOOP_BOUNDS=all: wgpu's loop counter in every kernel), `d:NAME` (the
 # diagnostics build, .devrun/diag.xz, with POSENC_DIAG=NAME: a kernel with one cost taken
-# out, src/shaders/diagnostics.rs; DIAG_PRESETS and DIAG_VARIANTS, ENCODE_DIAG_PRESETS and
-# ENCODE_DIAG_VARIANTS choose those pairs), and REPEATS the rounds of pairs (default 2).
+# out, src/shaders/diagnostics.rs) or `diag` (that build with none: the diagnostics'
+# control, against `new`); DIAG_PRESETS and DIAG_VARIANTS, ENCODE_DIAG_PRESETS and
+# ENCODE_DIAG_VARIANTS choose those pairs, and REPEATS the rounds of pairs (default 2).
 # benches/peers/compare.py prints the peer tables from $OUT once suite.json is copied to
 # posenc.json.
 set -u
@@ -34,9 +35,9 @@ ENCODE_VARIANTS=${ENCODE_VARIANTS:-new base counter}
 # What RoPE's time is made of on the H200 (13.9 us where the copy of its bytes takes 8.5,
 # docs/performance.md) and the f16 step's; then the encode's gap to its copy.
 DIAG_PRESETS=${DIAG_PRESETS:-llama3-8b-rope llama2-13b-step}
-DIAG_VARIANTS=${DIAG_VARIANTS:-new d:rope-copy d:rope-nocs d:rope-nobarrier d:rope-noround d:rope-trunc d:f16-short}
+DIAG_VARIANTS=${DIAG_VARIANTS:-new diag d:rope-copy d:rope-nocs d:rope-nobarrier d:rope-noround d:rope-trunc d:f16-short}
 ENCODE_DIAG_PRESETS=${ENCODE_DIAG_PRESETS:-gpt2 llama3-8b}
-ENCODE_DIAG_VARIANTS=${ENCODE_DIAG_VARIANTS:-new d:enc-noid d:enc-nope d:enc-nocheck}
+ENCODE_DIAG_VARIANTS=${ENCODE_DIAG_VARIANTS:-new diag d:enc-noid d:enc-nope d:enc-nocheck}
 REPEATS=${REPEATS:-2}
 LOG=$OUT/log.txt
 say() { echo "== $(date +%T) $*" | tee -a "$LOG"; }
@@ -87,6 +88,7 @@ variant() { case $1 in
   h[0-9]*) echo env POSENC_GPU_ROPE_HEADS=${1#h} /tmp/b/posenc;;
   u[0-9]*) echo env POSENC_GPU_UNITS=${1#u} /tmp/b/posenc;;
   counter) echo env POSENC_GPU_LOOP_BOUNDS=all /tmp/b/posenc;;
+  diag) echo env POSENC_DIAG= /tmp/b/diag;;
   d:?*) echo env POSENC_DIAG=${1#d:} /tmp/b/diag;;
   *) return 1;; esac; }
 pair() { local tag=$1; shift; echo "### $tag: $*" >>"$LOG"
@@ -99,7 +101,7 @@ if ! skip pairs; then
     for m in $presets; do
       for v in $variants; do
         [ "$v" = base ] && [ ! -x /tmp/b/base ] && continue
-        [[ "$v" == d:* ]] && [ ! -x /tmp/b/diag ] && continue
+        [[ "$v" == d:* || "$v" == diag ]] && [ ! -x /tmp/b/diag ] && continue
         if ! cmd=$(variant "$v"); then say "unknown variant $v: skipped"; continue; fi
         pair "$m/$v/$round" $cmd bench --model "$m" --device gpu "$@"
       done
@@ -112,7 +114,7 @@ if ! skip pairs; then
   done
   if ! skip diagnostics; then
     mark diagnostics
-    # Rounds of their own (d1, d2, ...): their `new` is the control of that round.
+    # Rounds of their own (d1, d2, ...): `diag` (and `new`) are their controls.
     for rep in $(seq "$REPEATS"); do
       round=d$rep
       pairs "$DIAG_PRESETS" "$DIAG_VARIANTS"

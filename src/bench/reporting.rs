@@ -40,9 +40,10 @@ pub struct AdapterInfo {
     /// item of a call (`gpu_encode_call`, `_host`, `_mapped`, `_stream`, `gpu_readback`
     /// and their ceilings), not on times the device measured.
     pub spin_wait_us: u64,
-    /// The diagnostic kernels this run measured, by name (`POSENC_DIAG` in a build with the
-    /// `diagnostics` feature, see [`crate::shaders::diagnostics`]); empty: posenc's own
-    /// kernels. Most diagnostics give wrong results.
+    /// The diagnostics this run asked for, by name (`POSENC_DIAG` in a build with the
+    /// `diagnostics` feature, see [`crate::shaders::diagnostics`]): each rewrites the
+    /// kernels it names, and only those; empty: posenc's own kernels. Diagnostics give
+    /// wrong results.
     pub diagnostics: Vec<String>,
 }
 

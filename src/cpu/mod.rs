@@ -5,7 +5,6 @@
 pub use crate::convert;
 pub mod encode;
 pub mod rope;
-pub(crate) mod simd;
 pub mod sincos;
 pub mod table;
 pub mod threads;

@@ -7,10 +7,10 @@
 use ndarray::{Array3, Array4, ArrayView2, ArrayView4, ArrayViewMut1, ArrayViewMut4, Axis};
 use rayon::prelude::*;
 
-use super::simd::Simd;
 use super::sincos::{phase_turns, sincos_bits};
 use crate::error::Result;
 use crate::rope::{Element, Frequencies, Geometry, Layout, Pairing, RopeCache, RopeSpec};
+use crate::simd::{Set, Simd};
 
 /// Tokens per rayon task: their cos/sin row is computed once and used by every head.
 const TOKENS_PER_TASK: usize = 64;
@@ -192,13 +192,13 @@ fn apply<T: Element>(
 /// [`cos_sin_row`] with the widest instructions `simd` names.
 #[inline]
 fn cos_sin_row_as(simd: Simd, freqs: &Frequencies, p: u32, out: &mut [(f32, f32)]) {
-    match simd {
-        Simd::Portable => cos_sin_row_inline(freqs, p, out),
-        // SAFETY: `simd` comes from `Simd::detect`: the CPU runs these sets.
+    match simd.set() {
+        Set::Portable => cos_sin_row_inline(freqs, p, out),
+        // SAFETY: a `Simd` names a set this CPU runs (see its type).
         #[cfg(target_arch = "x86_64")]
-        Simd::Avx2 => unsafe { cos_sin_row_avx2(freqs, p, out) },
+        Set::Avx2 => unsafe { cos_sin_row_avx2(freqs, p, out) },
         #[cfg(target_arch = "x86_64")]
-        Simd::Avx512 => unsafe { cos_sin_row_avx512(freqs, p, out) },
+        Set::Avx512 => unsafe { cos_sin_row_avx512(freqs, p, out) },
     }
 }
 
@@ -219,13 +219,13 @@ fn cos_sin_row_avx512(freqs: &Frequencies, p: u32, out: &mut [(f32, f32)]) {
 /// [`rotate_row`] with the widest instructions `simd` names.
 #[inline]
 fn rotate_row_as<T: Element>(simd: Simd, row: &mut [T], cs: &[(f32, f32)], pairing: Pairing) {
-    match simd {
-        Simd::Portable => rotate_row_portable(row, cs, pairing),
-        // SAFETY: `simd` comes from `Simd::detect`: the CPU runs these sets.
+    match simd.set() {
+        Set::Portable => rotate_row_portable(row, cs, pairing),
+        // SAFETY: a `Simd` names a set this CPU runs (see its type).
         #[cfg(target_arch = "x86_64")]
-        Simd::Avx2 => unsafe { rotate_row_avx2(row, cs, pairing) },
+        Set::Avx2 => unsafe { rotate_row_avx2(row, cs, pairing) },
         #[cfg(target_arch = "x86_64")]
-        Simd::Avx512 => unsafe { rotate_row_avx512(row, cs, pairing) },
+        Set::Avx512 => unsafe { rotate_row_avx512(row, cs, pairing) },
     }
 }
 
@@ -300,11 +300,11 @@ mod tests {
         }) {
             let n = freqs.len();
             let mut want = vec![(0.0f32, 0.0f32); n];
-            cos_sin_row_as(Simd::Portable, &freqs, p, &mut want);
+            cos_sin_row_as(Simd::PORTABLE, &freqs, p, &mut want);
             for pairing in [Pairing::Neox, Pairing::Gptj] {
                 let row = awkward::<T>(2 * n + 3);
                 let mut base = row.clone();
-                rotate_row_as(Simd::Portable, &mut base, &want, pairing);
+                rotate_row_as(Simd::PORTABLE, &mut base, &want, pairing);
                 for simd in Simd::all_here() {
                     let mut cs = vec![(9.0f32, 9.0f32); n];
                     cos_sin_row_as(simd, &freqs, p, &mut cs);

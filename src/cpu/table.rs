@@ -5,12 +5,12 @@ use std::sync::Arc;
 use ndarray::{Array2, ArrayViewMut2};
 use rayon::prelude::*;
 
-use super::simd::Simd;
 use super::sincos::{
     f32_angle_phase, f32_product_parts, phase_turns_u33, sincos_bits, u33_to_f32_parts,
 };
 use crate::error::{Error, Result};
 use crate::exact;
+use crate::simd::{Set, Simd};
 use crate::spec::{Columns, Frequencies, PeSpec};
 
 /// Rows per rayon task: large enough to amortise scheduling, small enough to balance.
@@ -109,13 +109,13 @@ impl RowKernel {
             row.fill(0.0);
             return;
         }
-        match simd {
-            Simd::Portable => self.fill_row_portable(p, row),
-            // SAFETY: `simd` comes from `Simd::detect`: the CPU runs these sets.
+        match simd.set() {
+            Set::Portable => self.fill_row_portable(p, row),
+            // SAFETY: a `Simd` names a set this CPU runs (see its type).
             #[cfg(target_arch = "x86_64")]
-            Simd::Avx2 => unsafe { self.fill_row_avx2(p, row) },
+            Set::Avx2 => unsafe { self.fill_row_avx2(p, row) },
             #[cfg(target_arch = "x86_64")]
-            Simd::Avx512 => unsafe { self.fill_row_avx512(p, row) },
+            Set::Avx512 => unsafe { self.fill_row_avx512(p, row) },
         }
     }
 
@@ -207,7 +207,7 @@ mod tests {
             let dim = spec.dim() as usize;
             for p in [0u32, 1, 2, 12345, 1 << 24, (1 << 31) + 7, u32::MAX] {
                 let mut want = vec![1f32; dim];
-                rows.fill_row(Simd::Portable, p, &mut want);
+                rows.fill_row(Simd::PORTABLE, p, &mut want);
                 for &simd in &sets {
                     let mut got = vec![2f32; dim];
                     rows.fill_row(simd, p, &mut got);

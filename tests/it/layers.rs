@@ -9,7 +9,7 @@ use std::path::Path;
 /// The layers, bottom first. A new module goes in the lowest layer above everything it
 /// uses.
 const LAYERS: &[&[&str]] = &[
-    &["error", "convert"],
+    &["error", "convert", "simd"],
     &["spec", "alloc", "positions", "dtype", "source", "placement"],
     &["exact", "naive", "npy", "output"],
     &["reference", "rope", "encode"],

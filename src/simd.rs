@@ -3,9 +3,9 @@
 //! instruction sets, chosen at run time. Only the instruction selection differs, never an
 //! operation (Rust does not contract multiplies and adds), so every set gives the same bits.
 
-/// The widest instruction set a loop is compiled for that this CPU runs.
+/// An instruction set the loops are compiled for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Simd {
+pub(crate) enum Set {
     /// The target's baseline.
     Portable,
     /// AVX2: eight 32-bit lanes.
@@ -17,37 +17,46 @@ pub(crate) enum Simd {
     Avx512,
 }
 
+/// A [`Set`] this CPU runs: made only by [`Simd::detect`] and [`Simd::PORTABLE`] (and in
+/// tests by `Simd::all_here`), which is what makes calling the loops compiled for it sound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Simd(Set);
+
 impl Simd {
-    /// The widest this CPU runs (the standard library caches what the CPU reports).
+    /// The baseline, which every CPU of the target runs.
+    pub(crate) const PORTABLE: Simd = Simd(Set::Portable);
+
+    /// The widest set this CPU runs (the standard library caches what the CPU reports).
     #[inline]
     pub(crate) fn detect() -> Self {
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::is_x86_feature_detected as has;
             if has!("avx512f") && has!("avx512cd") && has!("avx512vl") && has!("avx512bw") {
-                return Simd::Avx512;
+                return Simd(Set::Avx512);
             }
             if has!("avx2") {
-                return Simd::Avx2;
+                return Simd(Set::Avx2);
             }
         }
-        Simd::Portable
+        Self::PORTABLE
+    }
+
+    /// Its set.
+    #[inline]
+    pub(crate) fn set(self) -> Set {
+        self.0
     }
 
     /// Every set this CPU runs, the baseline first: for tests that hold each to the
     /// baseline's bits.
     #[cfg(test)]
     pub(crate) fn all_here() -> Vec<Self> {
-        let mut all = vec![Simd::Portable];
+        let widest = Self::detect();
         #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx2") {
-                all.push(Simd::Avx2);
-            }
-            if Simd::detect() == Simd::Avx512 {
-                all.push(Simd::Avx512);
-            }
+        if widest.0 == Set::Avx512 {
+            return vec![Self::PORTABLE, Simd(Set::Avx2), widest];
         }
-        all
+        if widest == Self::PORTABLE { vec![widest] } else { vec![Self::PORTABLE, widest] }
     }
 }
