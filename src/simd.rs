@@ -11,8 +11,9 @@ pub(crate) enum Set {
     /// AVX2: eight 32-bit lanes.
     #[cfg(target_arch = "x86_64")]
     Avx2,
-    /// AVX-512 F, CD, VL and BW: sixteen 32-bit lanes, and leading zeros in one
-    /// instruction (`vplzcntd`), which the exact sin/cos's float assembly needs.
+    /// AVX-512 F, CD, VL and BW, with F16C: sixteen 32-bit lanes, leading zeros in one
+    /// instruction (`vplzcntd`), which the exact sin/cos's float assembly needs, and the
+    /// encode's f16 widening (`vcvtph2ps`). Every AVX-512 CPU has CD and F16C.
     #[cfg(target_arch = "x86_64")]
     Avx512,
 }
@@ -32,7 +33,8 @@ impl Simd {
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::is_x86_feature_detected as has;
-            if has!("avx512f") && has!("avx512cd") && has!("avx512vl") && has!("avx512bw") {
+            let avx512 = has!("avx512f") && has!("avx512cd") && has!("avx512vl");
+            if avx512 && has!("avx512bw") && has!("f16c") {
                 return Simd(Set::Avx512);
             }
             if has!("avx2") {

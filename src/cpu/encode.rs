@@ -15,6 +15,7 @@ use super::convert::{
 };
 use crate::encode::{self, Dtype, Element, Embeddings, EncodeOptions, Encoded};
 use crate::error::{Error, Result};
+use crate::simd::{Set, Simd};
 use crate::spec::PeSpec;
 
 /// Most bytes the cache of PE rows for positions `0..n` may hold per [`Encoder`].
@@ -566,41 +567,11 @@ struct Job<'a> {
     scale: Option<f32>,
 }
 
-/// The vector instructions a row loop is compiled for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Isa {
-    /// The target's baseline (SSE2 on x86_64).
-    Portable,
-    /// AVX2.
-    #[cfg(target_arch = "x86_64")]
-    Avx2,
-    /// AVX-512 F, BW and VL, with F16C.
-    #[cfg(target_arch = "x86_64")]
-    Avx512,
-}
-
-impl Isa {
-    /// The widest this CPU runs.
-    fn detect() -> Self {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::is_x86_feature_detected as has;
-            if has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("f16c") {
-                return Isa::Avx512;
-            }
-            if has!("avx2") {
-                return Isa::Avx2;
-            }
-        }
-        Isa::Portable
-    }
-}
-
 impl Job<'_> {
     /// Fills `out` (one row of `dim` per token): on the calling thread when the call is
     /// small, else in rayon tasks of whole rows.
     fn fill<T: TableElem, O: OutElem>(&self, table: &[T], out: &mut [O]) {
-        let isa = Isa::detect();
+        let isa = Simd::detect();
         if out.len() <= SERIAL_MAX_ELEMENTS {
             self.fill_rows(isa, 0, table, out);
             return;
@@ -616,18 +587,19 @@ impl Job<'_> {
     /// multiply with a scale), never fused; only the instruction selection differs.
     fn fill_rows<T: TableElem, O: OutElem>(
         &self,
-        isa: Isa,
+        isa: Simd,
         first: usize,
         table: &[T],
         rows: &mut [O],
     ) {
-        match isa {
-            Isa::Portable => self.fill_rows_with::<T, O, false>(first, table, rows),
-            // SAFETY: `Isa::detect` returns these only on a CPU with the features.
+        match isa.set() {
+            Set::Portable => self.fill_rows_with::<T, O, false>(first, table, rows),
+            // SAFETY: a `Simd` names a set this CPU runs (see its type); its AVX-512
+            // includes F16C.
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => unsafe { self.fill_rows_avx2(first, table, rows) },
+            Set::Avx2 => unsafe { self.fill_rows_avx2(first, table, rows) },
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => unsafe { self.fill_rows_avx512(first, table, rows) },
+            Set::Avx512 => unsafe { self.fill_rows_avx512(first, table, rows) },
         }
     }
 
@@ -762,19 +734,11 @@ mod tests {
         out
     }
 
-    fn isas() -> Vec<Isa> {
-        let mut isas = vec![Isa::Portable];
+    fn isas() -> Vec<Simd> {
+        let isas = Simd::all_here();
         #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::is_x86_feature_detected as has;
-            if has!("avx2") {
-                isas.push(Isa::Avx2);
-            }
-            if Isa::detect() == Isa::Avx512 {
-                isas.push(Isa::Avx512);
-            } else {
-                eprintln!("SKIP: no AVX-512 here; its row loop is not tested");
-            }
+        if isas.last().map(|s| s.set()) != Some(Set::Avx512) {
+            eprintln!("SKIP: no AVX-512 here; its row loop is not tested");
         }
         isas
     }
@@ -893,7 +857,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_f16_instruction_path_gives_the_integer_bits_for_every_value_it_takes() {
-        if Isa::detect() != Isa::Avx512 {
+        if Simd::detect().set() != Set::Avx512 {
             eprintln!("SKIP: no AVX-512 here");
             return;
         }
