@@ -13,6 +13,7 @@ use rayon::prelude::*;
 use super::convert::{
     bf16_to_f32_bits, f16_to_f32_bits_branchless, f32_to_bf16_bits, f32_to_f16_bits,
 };
+use super::table::RowKernel;
 use crate::encode::{self, Dtype, Element, Embeddings, EncodeOptions, Encoded};
 use crate::error::{Error, Result};
 use crate::simd::{Set, Simd};
@@ -42,7 +43,10 @@ const PREFETCH_AHEAD: usize = 2;
 
 /// `out[b, t, :] = scale * E[ids[b, t], :] + PE(positions[b, t], :)`, multi-threaded.
 /// Bit-identical to the GPU path when `options.scale` is [`encode::Scale::None`]. A one-off
-/// call: an [`Encoder`] keeps PE rows between calls.
+/// call that keeps nothing: it computes the PE rows its tokens need, each token's row
+/// beside its output row where the call has no more tokens than the rows `0..=max
+/// position` (one sequence, a decode step), else those rows once; an [`Encoder`] keeps PE
+/// rows between calls.
 ///
 /// ```
 /// use ndarray::{Array2, array};
@@ -71,7 +75,7 @@ pub fn encode(
     positions: ArrayView2<'_, u32>,
     options: &EncodeOptions,
 ) -> Result<Encoded> {
-    Encoder::new(spec.clone()).encode(table, ids, positions, options)
+    Encoder { one_off: true, ..Encoder::new(spec.clone()) }.encode(table, ids, positions, options)
 }
 
 /// A CPU encoder for one spec that keeps the PE rows of positions `0..n` between calls
@@ -81,12 +85,15 @@ pub fn encode(
 pub struct Encoder {
     spec: PeSpec,
     cache: Mutex<Option<Arc<Array2<f32>>>>,
+    /// The encoder of one call ([`encode()`]): it keeps no rows, so it computes only what
+    /// the call needs, and each token's row in turn where that is no more work.
+    one_off: bool,
 }
 
 impl Encoder {
     /// An encoder with an empty cache.
     pub fn new(spec: PeSpec) -> Self {
-        Self { spec, cache: Mutex::new(None) }
+        Self { spec, cache: Mutex::new(None), one_off: false }
     }
 
     /// The spec this encoder adds.
@@ -114,10 +121,9 @@ impl Encoder {
     ) -> Result<Encoded> {
         let scale = encode::check(&self.spec, table.dim(), ids, positions, options)?;
         let shape = (ids.nrows(), ids.ncols(), self.spec.dim() as usize);
-        let (pe, slots) = self.pe_rows(positions);
-        let pe = pe.as_slice().expect("PE rows are contiguous");
+        let pe = self.pe_rows(positions);
         Ok(allocate_and_fill(shape, options.out_dtype, |out| {
-            fill(table, ids, pe, &slots, options.pad_id, scale, out)
+            fill(table, ids, pe.source(), options.pad_id, scale, out)
         }))
     }
 
@@ -125,8 +131,8 @@ impl Encoder {
     /// layout) of the output type `T` (f32, f16 or bf16, which `options.out_dtype` must
     /// name): no output allocation per call. Positions below the encoder's PE cache
     /// (64 MiB of rows: 4096 at D = 4096) are served from it; a call with a larger
-    /// position computes and allocates the PE rows of its unique positions (at D = 4096,
-    /// about 8 µs per decode step on the development machine rather than 2).
+    /// position computes the PE rows of its distinct positions, each token's row beside
+    /// its output row when no two tokens share a position.
     ///
     /// ```
     /// use half::bf16;
@@ -184,14 +190,30 @@ impl Encoder {
         self.run(table, ids, positions, options.pad_id, scale, out)
     }
 
-    /// PE rows for the positions of a call and each token's row index among them: the
-    /// cached rows `0..n` when every position is below a budgeted `n` (the positions
-    /// themselves are then the indices, borrowed when contiguous), else fresh rows for the
-    /// distinct positions.
-    fn pe_rows<'p>(&self, positions: ArrayView2<'p, u32>) -> (Arc<Array2<f32>>, Cow<'p, [u32]>) {
+    /// The PE values of a call's positions: the cached rows `0..n` when every position is
+    /// below a budgeted `n` (the positions themselves are then the indices, borrowed when
+    /// contiguous), else fresh rows for the distinct positions, or, where that computes
+    /// no more rows, each token's row computed in turn beside its output row.
+    ///
+    /// A row per token costs the same sin/cos work as a table row and no table: at
+    /// llama3-8b's 1 x 2048 x 4096, 33.5 MB neither written, faulted in, nor read back.
+    /// The one-off encoder takes it whenever the call has no more tokens than the rows
+    /// `0..n` a table would hold (one sequence, a decode step: 8 tokens at positions near
+    /// 500 against 512 rows), and rows `0..n` exactly otherwise, since it keeps nothing;
+    /// an [`Encoder`] keeps rows for its next calls and takes a row per token only where
+    /// its cache cannot serve the call and every position is distinct.
+    fn pe_rows<'p>(&self, positions: ArrayView2<'p, u32>) -> PeRows<'p> {
         let dim = self.spec.dim() as usize;
         // In u64: position 2^32 - 1 needs 2^32 rows, past a 32-bit usize (wasm32).
         let needed = positions.iter().copied().max().map_or(0, |p| u64::from(p) + 1);
+        let tokens = positions.len() as u64;
+        let per_token = || PeRows::PerToken {
+            kernel: RowKernel::new(&self.spec),
+            positions: row_major(&positions),
+        };
+        if self.one_off && tokens <= needed {
+            return per_token();
+        }
         let cap_rows = (PE_CACHE_BUDGET / (dim * 4)) as u64;
         if needed > 0
             && needed <= cap_rows
@@ -199,6 +221,9 @@ impl Encoder {
         {
             let rows = match slot.as_ref() {
                 Some(rows) if rows.nrows() as u64 >= needed => Arc::clone(rows),
+                _ if self.one_off => {
+                    Arc::new(super::table(&self.spec, &(0..needed as u32).collect::<Vec<_>>()))
+                }
                 _ => {
                     let n = needed.next_power_of_two().min(cap_rows) as u32;
                     let rows = Arc::new(super::table(&self.spec, &(0..n).collect::<Vec<_>>()));
@@ -206,10 +231,16 @@ impl Encoder {
                     rows
                 }
             };
-            return (rows, row_major(&positions));
+            return PeRows::Table { rows, slots: row_major(&positions) };
         }
         let (unique, slots) = encode::unique_positions(positions);
-        (Arc::new(super::table(&self.spec, &unique)), Cow::Owned(slots))
+        if unique.len() as u64 == tokens {
+            return per_token();
+        }
+        PeRows::Table {
+            rows: Arc::new(super::table(&self.spec, &unique)),
+            slots: Cow::Owned(slots),
+        }
     }
 
     fn run(
@@ -224,9 +255,8 @@ impl Encoder {
         if out.is_empty() {
             return Ok(());
         }
-        let (pe, slots) = self.pe_rows(positions);
-        let pe = pe.as_slice().expect("PE rows are contiguous");
-        fill(table, ids, pe, &slots, pad_id, scale, out);
+        let pe = self.pe_rows(positions);
+        fill(table, ids, pe.source(), pad_id, scale, out);
         Ok(())
     }
 }
@@ -265,8 +295,36 @@ pub fn encode_learned(
     let pe = pe.as_slice().expect("a new array is contiguous");
     let slots: Vec<u32> = positions.iter().copied().collect();
     Ok(allocate_and_fill(shape, options.out_dtype, |out| {
-        fill(table, ids, pe, &slots, options.pad_id, scale, out)
+        fill(table, ids, PeSource::Rows { pe, slots: &slots }, options.pad_id, scale, out)
     }))
+}
+
+/// A call's PE values, owned: rows and each token's row among them, or each token's row
+/// computed as the fill comes to it.
+enum PeRows<'p> {
+    Table { rows: Arc<Array2<f32>>, slots: Cow<'p, [u32]> },
+    PerToken { kernel: RowKernel, positions: Cow<'p, [u32]> },
+}
+
+impl PeRows<'_> {
+    fn source(&self) -> PeSource<'_> {
+        match self {
+            PeRows::Table { rows, slots } => {
+                PeSource::Rows { pe: rows.as_slice().expect("PE rows are contiguous"), slots }
+            }
+            PeRows::PerToken { kernel, positions } => PeSource::PerToken { kernel, positions },
+        }
+    }
+}
+
+/// Where the fill finds each token's PE row.
+#[derive(Clone, Copy)]
+enum PeSource<'a> {
+    /// Row `slots[token]` of `pe` (rows of `dim`).
+    Rows { pe: &'a [f32], slots: &'a [u32] },
+    /// Computed from `positions[token]` into a row of the task's own, just before the
+    /// token's output row is written: the same values as a table row (the same code).
+    PerToken { kernel: &'a RowKernel, positions: &'a [u32] },
 }
 
 /// An output of `shape` in `dtype`, filled by `fill`.
@@ -311,12 +369,11 @@ impl OutSlice<'_> {
     }
 }
 
-/// The fused gather + add over PE rows `pe` (`slots[token]` names each token's row).
+/// The fused gather + add over the PE rows `pe` gives.
 fn fill(
     table: Embeddings<'_>,
     ids: ArrayView2<'_, u32>,
-    pe: &[f32],
-    slots: &[u32],
+    pe: PeSource<'_>,
     pad_id: Option<u32>,
     scale: Option<f32>,
     out: OutSlice<'_>,
@@ -326,7 +383,7 @@ fn fill(
     if dim == 0 || ids.is_empty() {
         return;
     }
-    let job = Job { dim, ids: &ids, slots, pe, pad_id, scale };
+    let job = Job { dim, ids: &ids, pe, pad_id, scale };
     macro_rules! run {
         ($a:expr) => {
             match out {
@@ -557,12 +614,11 @@ impl OutElem for bf16 {
     }
 }
 
-/// One call's gather: `out[token] = scale * table[ids[token]] + pe[slots[token]]`.
+/// One call's gather: `out[token] = scale * table[ids[token]] + PE row of the token`.
 struct Job<'a> {
     dim: usize,
     ids: &'a [u32],
-    slots: &'a [u32],
-    pe: &'a [f32],
+    pe: PeSource<'a>,
     pad_id: Option<u32>,
     scale: Option<f32>,
 }
@@ -593,13 +649,13 @@ impl Job<'_> {
         rows: &mut [O],
     ) {
         match isa.set() {
-            Set::Portable => self.fill_rows_with::<T, O, false>(first, table, rows),
+            Set::Portable => self.fill_rows_with::<T, O, false>(isa, first, table, rows),
             // SAFETY: a `Simd` names a set this CPU runs (see its type); its AVX-512
             // includes F16C.
             #[cfg(target_arch = "x86_64")]
-            Set::Avx2 => unsafe { self.fill_rows_avx2(first, table, rows) },
+            Set::Avx2 => unsafe { self.fill_rows_avx2(isa, first, table, rows) },
             #[cfg(target_arch = "x86_64")]
-            Set::Avx512 => unsafe { self.fill_rows_avx512(first, table, rows) },
+            Set::Avx512 => unsafe { self.fill_rows_avx512(isa, first, table, rows) },
         }
     }
 
@@ -607,29 +663,41 @@ impl Job<'_> {
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
     fn fill_rows_avx512<T: TableElem, O: OutElem>(
         &self,
+        isa: Simd,
         first: usize,
         table: &[T],
         rows: &mut [O],
     ) {
-        self.fill_rows_with::<T, O, true>(first, table, rows);
+        self.fill_rows_with::<T, O, true>(isa, first, table, rows);
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    fn fill_rows_avx2<T: TableElem, O: OutElem>(&self, first: usize, table: &[T], rows: &mut [O]) {
-        self.fill_rows_with::<T, O, false>(first, table, rows);
+    fn fill_rows_avx2<T: TableElem, O: OutElem>(
+        &self,
+        isa: Simd,
+        first: usize,
+        table: &[T],
+        rows: &mut [O],
+    ) {
+        self.fill_rows_with::<T, O, false>(isa, first, table, rows);
     }
 
     /// The row loop. `AVX512` is true only when called from [`Job::fill_rows_avx512`],
-    /// that is on a CPU with AVX-512 F/BW/VL and F16C.
+    /// that is on a CPU with AVX-512 F/BW/VL and F16C; `isa` computes PE rows.
     #[inline(always)]
     fn fill_rows_with<T: TableElem, O: OutElem, const AVX512: bool>(
         &self,
+        isa: Simd,
         first: usize,
         table: &[T],
         rows: &mut [O],
     ) {
         let dim = self.dim;
+        // The task's own PE row, where rows are computed per token: one row of f32, in
+        // the core's L1 or L2 cache between its write and the add that reads it.
+        let mut computed =
+            if matches!(self.pe, PeSource::PerToken { .. }) { vec![0f32; dim] } else { Vec::new() };
         for (k, row) in rows.chunks_exact_mut(dim).enumerate() {
             let token = first + k;
             // A pad id may lie past the table; it has no row to fetch.
@@ -646,7 +714,13 @@ impl Job<'_> {
                 continue;
             }
             let src = &table[id as usize * dim..][..dim];
-            let pe = &self.pe[self.slots[token] as usize * dim..][..dim];
+            let pe = match self.pe {
+                PeSource::Rows { pe, slots } => &pe[slots[token] as usize * dim..][..dim],
+                PeSource::PerToken { kernel, positions } => {
+                    kernel.fill_row(isa, positions[token], &mut computed);
+                    &computed[..]
+                }
+            };
             // SAFETY (both calls): `AVX512` is set only on a CPU with the features, and
             // the second call only for a row the first accepted.
             #[cfg(target_arch = "x86_64")]
@@ -721,9 +795,17 @@ mod tests {
             if job.pad_id == Some(id) {
                 continue;
             }
+            let pe = match job.pe {
+                PeSource::Rows { pe, slots } => pe[slots[token] as usize * dim..][..dim].to_vec(),
+                PeSource::PerToken { kernel, positions } => {
+                    let mut pe = vec![0f32; dim];
+                    kernel.fill_row(Simd::PORTABLE, positions[token], &mut pe);
+                    pe
+                }
+            };
             for (j, o) in row.iter_mut().enumerate() {
                 let e = f32::from_bits(table[id as usize * dim + j].f32_bits());
-                let p = job.pe[job.slots[token] as usize * dim + j];
+                let p = pe[j];
                 let v = match job.scale {
                     None => e + p,
                     Some(s) => e * s + p,
@@ -780,6 +862,13 @@ mod tests {
             let tokens = 37;
             let ids: Vec<u32> = (0..tokens).map(|_| rng.next() % (vocab as u32 + 2)).collect();
             let slots: Vec<u32> = (0..tokens).map(|_| rng.next() % 5).collect();
+            let positions: Vec<u32> = (0..tokens)
+                .map(|k| match k % 4 {
+                    0 => rng.next(),
+                    1 => u32::MAX - k as u32,
+                    _ => rng.next() % 4096,
+                })
+                .collect();
             let pe: Vec<f32> = (0..5 * dim).map(|k| (k as f32 * 0.37).sin() * 1.5 + 1e-3).collect();
             for (pad_id, scale) in [
                 (Some(vocab as u32), None),
@@ -792,39 +881,48 @@ mod tests {
                     .iter()
                     .map(|&id| if id as usize >= vocab { pad_id.unwrap_or(0) } else { id })
                     .collect();
-                let job = Job { dim, ids: &ids, slots: &slots, pe: &pe, pad_id, scale };
-                macro_rules! compare {
-                    ($o:ty) => {
-                        let want: Vec<$o> = reference(&job, table);
-                        for &isa in &isas() {
-                            let mut got = vec![<$o>::default(); want.len()];
-                            job.fill_rows(isa, 0, table, &mut got);
-                            let same =
-                                got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits());
-                            assert!(
-                                same,
-                                "{name} -> {} dim {dim} {isa:?} pad {pad_id:?} scale {scale:?}",
-                                stringify!($o)
-                            );
-                            // The rows of tokens `first..` land where they belong.
-                            let first = 5;
-                            let mut part = vec![<$o>::default(); want.len() - first * dim];
-                            job.fill_rows(isa, first, table, &mut part);
-                            let same = part
-                                .iter()
-                                .zip(&want[first * dim..])
-                                .all(|(g, w)| g.to_bits() == w.to_bits());
-                            assert!(
-                                same,
-                                "{name} -> {} dim {dim} {isa:?} from token {first}",
-                                stringify!($o)
-                            );
-                        }
-                    };
+                // PE rows from a table, and (where the sinusoid has this dim: an even
+                // one) computed per token.
+                let kernel = PeSpec::new(dim as u32).ok().map(|spec| RowKernel::new(&spec));
+                let mut sources = vec![PeSource::Rows { pe: &pe, slots: &slots }];
+                if let Some(kernel) = &kernel {
+                    sources.push(PeSource::PerToken { kernel, positions: &positions });
                 }
-                compare!(f32);
-                compare!(f16);
-                compare!(bf16);
+                for pe in sources {
+                    let job = Job { dim, ids: &ids, pe, pad_id, scale };
+                    macro_rules! compare {
+                        ($o:ty) => {
+                            let want: Vec<$o> = reference(&job, table);
+                            for &isa in &isas() {
+                                let mut got = vec![<$o>::default(); want.len()];
+                                job.fill_rows(isa, 0, table, &mut got);
+                                let same =
+                                    got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits());
+                                assert!(
+                                    same,
+                                    "{name} -> {} dim {dim} {isa:?} pad {pad_id:?} scale {scale:?}",
+                                    stringify!($o)
+                                );
+                                // The rows of tokens `first..` land where they belong.
+                                let first = 5;
+                                let mut part = vec![<$o>::default(); want.len() - first * dim];
+                                job.fill_rows(isa, first, table, &mut part);
+                                let same = part
+                                    .iter()
+                                    .zip(&want[first * dim..])
+                                    .all(|(g, w)| g.to_bits() == w.to_bits());
+                                assert!(
+                                    same,
+                                    "{name} -> {} dim {dim} {isa:?} from token {first}",
+                                    stringify!($o)
+                                );
+                            }
+                        };
+                    }
+                    compare!(f32);
+                    compare!(f16);
+                    compare!(bf16);
+                }
             }
         }
     }
@@ -852,6 +950,54 @@ mod tests {
             .map(|w| bf16::from_bits(w as u16))
             .collect();
         check_every_isa("bf16", &bf16s);
+    }
+
+    /// Every way a call's PE rows are found (the one-off encoder's row per token and exact
+    /// table, an encoder's cache, distinct rows past the cache) gives the same bits.
+    #[test]
+    fn every_source_of_pe_rows_gives_the_same_bits() {
+        use ndarray::Array2;
+        let dim = 36usize;
+        let spec = PeSpec::new(dim as u32).expect("dim 36");
+        let vocab = 50;
+        let table =
+            Array2::from_shape_fn((vocab, dim), |(r, c)| (r as f32 - 7.5) * 0.25 + c as f32);
+        let far = u32::MAX - 3;
+        let cases: Vec<Array2<u32>> = vec![
+            // One sequence: a row per token in the one-off encoder.
+            crate::positions::contiguous_batch(1, 40),
+            // A decode step near position 500: 3 rows per token against 500 in a table.
+            Array2::from_shape_vec((3, 1), vec![497, 500, 499]).unwrap(),
+            // Sequences sharing positions: rows 0..n.
+            crate::positions::contiguous_batch(4, 9),
+            // Past any cache, distinct: a row per token; repeated: distinct rows.
+            Array2::from_shape_vec((2, 2), vec![far, far + 1, 7, 0]).unwrap(),
+            Array2::from_shape_vec((2, 2), vec![far, far, far + 3, far + 3]).unwrap(),
+        ];
+        for positions in &cases {
+            let ids =
+                Array2::from_shape_fn(positions.dim(), |(b, t)| ((b * 13 + t * 7) % vocab) as u32);
+            for (scale, pad_id) in [(None, None), (Some(8.0f32), Some(ids[[0, 0]]))] {
+                for out_dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
+                    let scale = scale.map_or(encode::Scale::None, encode::Scale::Value);
+                    let options = EncodeOptions { out_dtype, pad_id, scale };
+                    let embeddings = Embeddings::F32(table.view());
+                    let once = encode(&spec, embeddings, ids.view(), positions.view(), &options)
+                        .expect("valid input");
+                    let encoder = Encoder::new(spec.clone());
+                    for call in 0..2 {
+                        let kept = encoder
+                            .encode(embeddings, ids.view(), positions.view(), &options)
+                            .expect("valid input");
+                        assert_eq!(
+                            once.bits(),
+                            kept.bits(),
+                            "{positions:?} {options:?} call {call}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[cfg(target_arch = "x86_64")]

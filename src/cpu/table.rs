@@ -69,8 +69,9 @@ fn fill(spec: &PeSpec, positions: &[u32], flat: &mut [f32]) {
     );
 }
 
-/// Everything a row needs from its spec, computed once per table.
-struct RowKernel {
+/// Everything a row needs from its spec, computed once per table (and by the one-off
+/// encode, which computes its tokens' rows one at a time: `super::encode`).
+pub(super) struct RowKernel {
     cols: Columns,
     frequencies: Frequencies,
     /// [`exact::kernel_words`] as pairs, shared with its cache. Exact: the step of each
@@ -82,7 +83,7 @@ struct RowKernel {
 }
 
 impl RowKernel {
-    fn new(spec: &PeSpec) -> Self {
+    pub(super) fn new(spec: &PeSpec) -> Self {
         Self {
             cols: spec.columns(),
             frequencies: spec.frequencies(),
@@ -104,7 +105,8 @@ impl RowKernel {
         &self.pairs()[..self.n_freqs]
     }
 
-    fn fill_row(&self, simd: Simd, p: u32, row: &mut [f32]) {
+    /// PE row `p` into `row` (`dim` values), compiled for `simd`'s set.
+    pub(super) fn fill_row(&self, simd: Simd, p: u32, row: &mut [f32]) {
         if self.padding_idx == Some(p) {
             row.fill(0.0);
             return;
