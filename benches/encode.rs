@@ -21,7 +21,7 @@ fn bench_encode(c: &mut Criterion) {
         Array2::from_shape_fn((vocab, dim), |(i, j)| ((i * 31 + j * 7) % 1000) as f32 * 1e-3);
     let ids =
         Array2::from_shape_fn((batch, len), |(b, t)| ((b * 7919 + t * 104_729) % vocab) as u32);
-    let pos = positions::contiguous_batch(batch, len);
+    let pos = positions::contiguous_batch(batch, len).unwrap();
     let options = EncodeOptions::default();
     let tokens = (batch * len) as u64;
     let bytes = tokens * 4 + 2 * tokens * dim as u64 * 4;
@@ -92,7 +92,7 @@ fn bench_encode_bf16_chunked(c: &mut Criterion) {
     {
         let ids =
             Array2::from_shape_fn((batch, len), |(b, t)| ((b * 7919 + t * 104_729) % vocab) as u32);
-        let pos = positions::contiguous_batch(batch, len);
+        let pos = positions::contiguous_batch(batch, len).unwrap();
         let values = (batch * len * dim) as u64;
         group.throughput(Throughput::Bytes((batch * len) as u64 * 4 + 2 * values * 2));
         group.bench_function(format!("cpu/{name}"), |b| {

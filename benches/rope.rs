@@ -29,7 +29,7 @@ fn bench_rope(c: &mut Criterion) {
     let x = Array4::from_shape_fn((b, l, h, d), |(_, t, k, j)| {
         f16::from_f32(((t * 31 + k * 7 + j) % 97) as f32 / 48.0 - 1.0)
     });
-    let p = positions::contiguous_batch(b, l);
+    let p = positions::contiguous_batch(b, l).unwrap();
     let bytes = (x.len() * 2 * 2) as u64;
     group.throughput(Throughput::Bytes(bytes));
     let label = format!("{b}x{l}x{h}x{d}_f16");

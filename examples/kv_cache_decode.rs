@@ -98,7 +98,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .iter()
         .map(|seq| {
             let ids = Array2::from_shape_vec((1, seq.len()), seq.clone())?;
-            let pos = positions::contiguous_batch(1, seq.len());
+            let pos = positions::contiguous_batch(1, seq.len())?;
             Ok(device.encode(&table, ids.view(), pos.view())?)
         })
         .collect::<Result<_, Box<dyn std::error::Error>>>()?;
@@ -120,7 +120,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (b, prompt) in prompts.iter().enumerate() {
         device.clear_pe_cache();
         let ids = Array2::from_shape_vec((1, prompt.len()), prompt.clone())?;
-        let pos = positions::contiguous_batch(1, prompt.len());
+        let pos = positions::contiguous_batch(1, prompt.len())?;
         let out = device.encode(&table, ids.view(), pos.view())?;
         for (t, id) in prompt.iter().enumerate() {
             check(format!("seq {b}, id {id:>3} at position {t}"), out.slice(s![0, t, ..]), b, t);

@@ -40,7 +40,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Load the table back as the CLI does, then encode both ways.
     let loaded = weights::load(&weights_path, None)?;
     let spec = PeSpec::new(dim as u32)?;
-    let pos = positions::contiguous_batch(2, 6);
+    let pos = positions::contiguous_batch(2, 6)?;
     let options = EncodeOptions { scale: Scale::SqrtDim, ..Default::default() };
     let on_cpu = cpu::encode(&spec, loaded.embeddings(), ids.view(), pos.view(), &options)?;
     println!("wrote {} and {}", weights_path.display(), ids_path.display());

@@ -83,6 +83,21 @@ impl Embeddings<'_> {
             }
         }
     }
+
+    /// [`Embeddings::to_f32`] written into `out`, an array of the same shape (allocated by the
+    /// caller, fallibly).
+    pub(crate) fn widen_into(self, out: &mut ndarray::Array2<f32>) {
+        use crate::convert::{bf16_to_f32_bits, f16_to_f32_bits};
+        match self {
+            Embeddings::F32(a) => out.assign(&a),
+            Embeddings::F16(a) => out.zip_mut_with(&a, |o, v| {
+                *o = f32::from_bits(f16_to_f32_bits(u32::from(v.to_bits())));
+            }),
+            Embeddings::Bf16(a) => out.zip_mut_with(&a, |o, v| {
+                *o = f32::from_bits(bf16_to_f32_bits(u32::from(v.to_bits())));
+            }),
+        }
+    }
 }
 
 fn pack_halves(bits: impl Iterator<Item = u16>) -> Vec<u32> {
@@ -237,7 +252,9 @@ pub(crate) fn check(
     positions: ArrayView2<'_, u32>,
     options: &EncodeOptions,
 ) -> Result<Option<f32>> {
-    check_dims(spec.dim() as usize, table, ids, positions, options)
+    let factor = check_shapes(spec.dim() as usize, table, ids, positions, options)?;
+    check_ids(ids, table.0, options.pad_id)?;
+    Ok(factor)
 }
 
 /// [`check`] for a learned position table of shape `position_table`: also every position
@@ -250,7 +267,8 @@ pub(crate) fn check_learned(
     options: &EncodeOptions,
 ) -> Result<Option<f32>> {
     let (max_positions, pe_dim) = position_table;
-    let factor = check_dims(pe_dim, table, ids, positions, options)?;
+    let factor = check_shapes(pe_dim, table, ids, positions, options)?;
+    check_ids(ids, table.0, options.pad_id)?;
     check_positions(positions, max_positions)?;
     Ok(factor)
 }
@@ -267,7 +285,10 @@ pub fn check_positions(positions: ArrayView2<'_, u32>, max_positions: usize) -> 
     }
 }
 
-fn check_dims(
+/// The checks of [`check`] that read no id: the shapes (the output's included), the
+/// vocabulary and the scale. What they pass, an output can be allocated for; the ids are
+/// checked by [`check_ids`], a loop over every token.
+pub(crate) fn check_shapes(
     pe_dim: usize,
     table: (usize, usize),
     ids: ArrayView2<'_, u32>,
@@ -313,24 +334,34 @@ fn check_dims(
         limit,
         "isize::MAX bytes",
     )?;
-    let factor = options.scale.factor(dim)?;
+    options.scale.factor(dim)
+}
+
+/// Refuses the first (row-major) id `>= vocab` that is not the pad id.
+pub(crate) fn check_ids(ids: ArrayView2<'_, u32>, vocab: usize, pad_id: Option<u32>) -> Result<()> {
     for ((row, col), &id) in ids.indexed_iter() {
-        if options.pad_id != Some(id) && id as usize >= vocab {
+        if pad_id != Some(id) && id as usize >= vocab {
             return Err(Error::TokenId { row, col, id: id.to_string(), vocab });
         }
     }
-    Ok(factor)
+    Ok(())
 }
 
 /// The distinct positions of a batch, sorted, and for each token the index of its position
 /// in that list: PE rows are computed once per distinct position and gathered per token.
-pub(crate) fn unique_positions(positions: ArrayView2<'_, u32>) -> (Vec<u32>, Vec<u32>) {
-    let mut unique: Vec<u32> = positions.iter().copied().collect();
+///
+/// # Errors
+/// [`Error::Alloc`] if the two lists, a u32 per token each, cannot be had.
+pub(crate) fn unique_positions(positions: ArrayView2<'_, u32>) -> Result<(Vec<u32>, Vec<u32>)> {
+    let mut unique: Vec<u32> = crate::alloc::try_zeroed_vec("positions", positions.len())?;
+    for (u, &p) in unique.iter_mut().zip(positions) {
+        *u = p;
+    }
     unique.sort_unstable();
     unique.dedup();
-    let slots = positions
-        .iter()
-        .map(|p| unique.binary_search(p).expect("every position is in the list") as u32)
-        .collect();
-    (unique, slots)
+    let mut slots: Vec<u32> = crate::alloc::try_zeroed_vec("positions", positions.len())?;
+    for (slot, p) in slots.iter_mut().zip(positions) {
+        *slot = unique.binary_search(p).expect("every position is in the list") as u32;
+    }
+    Ok((unique, slots))
 }

@@ -197,10 +197,8 @@ pub fn encode_positions(ids: &Ids, how: EncodePositions<'_>) -> Result<Array2<u3
             positions::from_offsets(&read_offsets(source, batch)?, len)
         }
         EncodePositions::Fairseq { padding_idx } => positions::fairseq(ids.ids.view(), padding_idx),
-        EncodePositions::LeftPadded { pad_id } => {
-            Ok(positions::left_padded(ids.ids.view(), pad_id))
-        }
-        EncodePositions::Contiguous => Ok(positions::contiguous_batch(batch, len)),
+        EncodePositions::LeftPadded { pad_id } => positions::left_padded(ids.ids.view(), pad_id),
+        EncodePositions::Contiguous => positions::contiguous_batch(batch, len),
     }
 }
 

@@ -2,7 +2,9 @@
 
 use ndarray::{Array2, ArrayView2};
 
+use crate::alloc;
 use crate::error::{Error, Result};
+use crate::source::check_shape;
 
 /// Most positions one spec may expand to (2^24, 64 MiB of u32): a guard against specs such as
 /// `0..4294967296` that would ask for tens of gigabytes before any work starts.
@@ -86,16 +88,62 @@ pub fn parse_spec(spec: &str) -> Result<Vec<u32>> {
     Ok(ranges.into_iter().flatten().map(|p| p as u32).collect())
 }
 
+/// Most values an array of positions built here may describe, its zero axes set aside:
+/// ndarray's own bound on a shape. An empty array within it costs nothing; a non-empty one
+/// past what memory can hold fails its allocation ([`Error::Alloc`]).
+const MAX_BATCH_POSITIONS: u64 = isize::MAX as u64;
+
+/// A zeroed `[rows, cols]` array of positions for `op`: its shape checked (its zero axes
+/// set aside), then allocated fallibly.
+fn zeros(op: &'static str, rows: usize, cols: usize) -> Result<Array2<u32>> {
+    check_shape(op, "positions", &[rows, cols], MAX_BATCH_POSITIONS, "isize::MAX")?;
+    alloc::try_zeros("positions", (rows, cols))
+}
+
+/// Refuses rows of more than 2^32 tokens numbered from 0, whose positions would pass u32.
+fn check_row_len(len: usize) -> Result<()> {
+    if len as u64 > 1 << 32 {
+        return Err(Error::InvalidParameter {
+            field: "len",
+            value: len.to_string(),
+            allowed: "at most 4294967296 tokens per row (positions are u32)",
+        });
+    }
+    Ok(())
+}
+
 /// Positions `0..len` for every row of a `[batch, len]` batch.
-pub fn contiguous_batch(batch: usize, len: usize) -> Array2<u32> {
-    Array2::from_shape_fn((batch, len), |(_, t)| t as u32)
+///
+/// ```
+/// let p = posenc::positions::contiguous_batch(2, 3)?;
+/// assert_eq!(p, ndarray::array![[0u32, 1, 2], [0, 1, 2]]);
+/// # Ok::<(), posenc::Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::InvalidParameter`] naming `len` if it exceeds 2^32 (positions are u32);
+/// [`Error::TooLarge`] for a shape no array can hold (its zero axes set aside), and
+/// [`Error::Alloc`] if the memory cannot be had, before anything is written.
+pub fn contiguous_batch(batch: usize, len: usize) -> Result<Array2<u32>> {
+    check_row_len(len)?;
+    let mut out = zeros("contiguous_batch", batch, len)?;
+    if !out.is_empty() {
+        for mut row in out.rows_mut() {
+            for (t, p) in row.iter_mut().enumerate() {
+                *p = t as u32;
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Decoding with a KV cache: row `b` holds `len` new tokens at positions
 /// `offsets[b], offsets[b] + 1, ...` (token n of a sequence is at position n).
 ///
 /// # Errors
-/// [`Error::InvalidParameter`] naming `offsets` if a position would pass 4294967295.
+/// [`Error::InvalidParameter`] naming `offsets` if a position would pass 4294967295;
+/// [`Error::TooLarge`] for a shape no array can hold (its zero axes set aside), and
+/// [`Error::Alloc`] if the memory cannot be had.
 pub fn from_offsets(offsets: &[u32], len: usize) -> Result<Array2<u32>> {
     for (b, &o) in offsets.iter().enumerate() {
         if len > 0 && u64::from(o) + len as u64 - 1 > u64::from(u32::MAX) {
@@ -106,7 +154,15 @@ pub fn from_offsets(offsets: &[u32], len: usize) -> Result<Array2<u32>> {
             });
         }
     }
-    Ok(Array2::from_shape_fn((offsets.len(), len), |(b, t)| offsets[b] + t as u32))
+    let mut out = zeros("from_offsets", offsets.len(), len)?;
+    if !out.is_empty() {
+        for (mut row, &o) in out.rows_mut().into_iter().zip(offsets) {
+            for (t, p) in row.iter_mut().enumerate() {
+                *p = o + t as u32;
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Left-padded batches: positions count only the non-pad tokens of each row, from 0; pad
@@ -114,14 +170,19 @@ pub fn from_offsets(offsets: &[u32], len: usize) -> Result<Array2<u32>> {
 ///
 /// ```
 /// let ids = ndarray::array![[0u32, 0, 5, 6], [7, 8, 9, 10]];
-/// let p = posenc::positions::left_padded(ids.view(), 0);
+/// let p = posenc::positions::left_padded(ids.view(), 0)?;
 /// assert_eq!(p, ndarray::array![[0u32, 0, 0, 1], [0, 1, 2, 3]]);
+/// # Ok::<(), posenc::Error>(())
 /// ```
-pub fn left_padded(ids: ArrayView2<'_, u32>, pad_id: u32) -> Array2<u32> {
-    let mut out = Array2::<u32>::zeros(ids.dim());
+///
+/// # Errors
+/// [`Error::Alloc`] if the memory cannot be had (a broadcast view of ids may describe far
+/// more tokens than it holds).
+pub fn left_padded(ids: ArrayView2<'_, u32>, pad_id: u32) -> Result<Array2<u32>> {
+    let mut out = zeros("left_padded", ids.nrows(), ids.ncols())?;
     if out.is_empty() {
         // An empty batch may still have 2^63 rows: no loop over them.
-        return out;
+        return Ok(out);
     }
     for (ids_row, mut out_row) in ids.rows().into_iter().zip(out.rows_mut()) {
         let mut next = 0u32;
@@ -132,7 +193,7 @@ pub fn left_padded(ids: ArrayView2<'_, u32>, pad_id: u32) -> Array2<u32> {
             }
         }
     }
-    out
+    Ok(out)
 }
 
 /// fairseq's `make_positions`: in each row the non-pad tokens are numbered
@@ -147,7 +208,8 @@ pub fn left_padded(ids: ArrayView2<'_, u32>, pad_id: u32) -> Array2<u32> {
 /// ```
 ///
 /// # Errors
-/// [`Error::InvalidParameter`] naming `padding_idx` when a position would pass 2^32 - 1.
+/// [`Error::InvalidParameter`] naming `padding_idx` when a position would pass 2^32 - 1;
+/// [`Error::Alloc`] if the memory cannot be had.
 pub fn fairseq(ids: ArrayView2<'_, u32>, padding_idx: u32) -> Result<Array2<u32>> {
     let len = ids.ncols() as u64;
     if u64::from(padding_idx) + len > u64::from(u32::MAX) {
@@ -157,7 +219,7 @@ pub fn fairseq(ids: ArrayView2<'_, u32>, padding_idx: u32) -> Result<Array2<u32>
             allowed: "padding_idx + tokens per row <= 4294967295",
         });
     }
-    let mut out = Array2::<u32>::zeros(ids.dim());
+    let mut out = zeros("fairseq", ids.nrows(), ids.ncols())?;
     if out.is_empty() {
         // An empty batch may still have 2^63 rows: no loop over them.
         return Ok(out);
@@ -186,10 +248,12 @@ pub fn fairseq(ids: ArrayView2<'_, u32>, padding_idx: u32) -> Result<Array2<u32>
 /// ```
 ///
 /// # Errors
-/// [`Error::InvalidParameter`] naming `starts` for an index `>= len`.
+/// [`Error::InvalidParameter`] naming `starts` for an index `>= len`, or `len` above 2^32;
+/// [`Error::TooLarge`] for a shape no array can hold (its zero axes set aside), and
+/// [`Error::Alloc`] if the memory cannot be had; all before anything is written.
 pub fn packed(len: usize, starts: &[Vec<usize>]) -> Result<Array2<u32>> {
-    let mut out = Array2::<u32>::zeros((starts.len(), len));
-    for (b, (row_starts, mut row)) in starts.iter().zip(out.rows_mut()).enumerate() {
+    check_row_len(len)?;
+    for (b, row_starts) in starts.iter().enumerate() {
         if let Some(&bad) = row_starts.iter().find(|&&s| s >= len) {
             return Err(Error::InvalidParameter {
                 field: "starts",
@@ -197,13 +261,23 @@ pub fn packed(len: usize, starts: &[Vec<usize>]) -> Result<Array2<u32>> {
                 allowed: "token indices below the sequence length",
             });
         }
+    }
+    let mut out = zeros("packed", starts.len(), len)?;
+    if out.is_empty() {
+        return Ok(out);
+    }
+    for (row_starts, mut row) in starts.iter().zip(out.rows_mut()) {
+        // Each row's starts in order, walked beside its tokens (any order, repeats allowed).
+        let mut row_starts = row_starts.clone();
+        row_starts.sort_unstable();
+        let mut at = row_starts.iter().peekable();
         let mut next = 0u32;
         for (t, p) in row.iter_mut().enumerate() {
-            if row_starts.contains(&t) {
+            while at.next_if(|&&s| s <= t).is_some_and(|&s| s == t) {
                 next = 0;
             }
             *p = next;
-            next += 1;
+            next = next.wrapping_add(1);
         }
     }
     Ok(out)
@@ -247,13 +321,55 @@ mod tests {
 
     #[test]
     fn batch_builders() {
-        assert_eq!(contiguous_batch(2, 3), ndarray::array![[0u32, 1, 2], [0, 1, 2]]);
+        assert_eq!(contiguous_batch(2, 3).unwrap(), ndarray::array![[0u32, 1, 2], [0, 1, 2]]);
         assert_eq!(from_offsets(&[5, 0], 2).unwrap(), ndarray::array![[5u32, 6], [0, 1]]);
         assert_eq!(from_offsets(&[u32::MAX], 1).unwrap(), ndarray::array![[u32::MAX]]);
         assert!(from_offsets(&[u32::MAX], 2).is_err());
         assert_eq!(from_offsets(&[u32::MAX], 0).unwrap().dim(), (1, 0));
         assert!(packed(3, &[vec![3]]).is_err());
         assert_eq!(packed(4, &[vec![0, 1, 3]]).unwrap(), ndarray::array![[0u32, 0, 1, 0]]);
+        // Starts in any order, repeated.
+        assert_eq!(packed(5, &[vec![3, 1, 3]]).unwrap(), ndarray::array![[0u32, 0, 1, 0, 1]]);
+        let l = left_padded(ndarray::array![[0u32, 4], [5, 6]].view(), 0).unwrap();
+        assert_eq!(l, ndarray::array![[0u32, 0], [0, 1]]);
+    }
+
+    /// Shapes no array can hold, rows whose positions would pass u32, and memory that
+    /// cannot be had are errors, never a panic or an abort (round five of the hostile
+    /// probes found `packed` and `from_offsets` panicking in ndarray).
+    #[test]
+    fn impossible_batches_are_errors() {
+        let len = |r: Result<Array2<u32>>| match r {
+            Err(Error::InvalidParameter { field: "len", .. }) => {}
+            other => panic!("{:?}", other.map(|a| a.dim())),
+        };
+        len(packed(usize::MAX, &[vec![]]));
+        len(packed(1 << 62, &[vec![], vec![]]));
+        len(contiguous_batch(0, usize::MAX));
+        len(contiguous_batch(1, (1 << 32) + 1));
+        let too_large = |r: Result<Array2<u32>>| match r {
+            Err(Error::TooLarge { what: "positions", .. }) => {}
+            other => panic!("{:?}", other.map(|a| a.dim())),
+        };
+        too_large(from_offsets(&[], usize::MAX));
+        too_large(contiguous_batch(1 << 40, 1 << 30));
+        too_large(contiguous_batch(usize::MAX, 0));
+        let alloc = |r: Result<Array2<u32>>| match r {
+            Err(Error::Alloc { what: "positions", .. }) => {}
+            other => panic!("{:?}", other.map(|a| a.dim())),
+        };
+        alloc(contiguous_batch(1 << 31, 1 << 31));
+        // A broadcast view describes far more tokens than it holds. (Each of these asks
+        // for 2^64 bytes, which no allocator grants, not a size an overcommitting kernel
+        // might hand out lazily.)
+        let one = [1u32];
+        let wide = ArrayView2::from_shape((1, 1), &one).unwrap();
+        let wide = wide.broadcast((1 << 31, 1 << 31)).unwrap();
+        alloc(left_padded(wide, 0));
+        alloc(fairseq(wide, 1));
+        // The empty ones within ndarray's bound are their own results.
+        assert_eq!(contiguous_batch(1 << 62, 0).unwrap().dim(), (1 << 62, 0));
+        assert_eq!(from_offsets(&[], 1 << 32).unwrap().dim(), (0, 1 << 32));
     }
 
     #[test]
@@ -261,7 +377,7 @@ mod tests {
         // 2^63 - 1 rows of no tokens: a loop over the rows would never end.
         let none: [u32; 0] = [];
         let ids = ArrayView2::from_shape((isize::MAX as usize, 0), &none).unwrap();
-        assert_eq!(left_padded(ids, 0).dim(), (isize::MAX as usize, 0));
+        assert_eq!(left_padded(ids, 0).unwrap().dim(), (isize::MAX as usize, 0));
         assert_eq!(fairseq(ids, 1).unwrap().dim(), (isize::MAX as usize, 0));
     }
 

@@ -50,7 +50,7 @@ fn main() -> posenc::Result<()> {
     let ids = Array2::from_shape_fn((8, 1024), |(b, t)| ((b * 1024 + t) * 7919 % 32000) as u32);
     let options = EncodeOptions::default();
     let ms = median(|| {
-        let p = positions::contiguous_batch(8, 1024);
+        let p = positions::contiguous_batch(8, 1024).unwrap();
         let out = match &ctx {
             None => cpu::encode(&pe, Embeddings::F32(table.view()), ids.view(), p.view(), &options),
             Some(ctx) => ctx

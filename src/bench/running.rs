@@ -370,7 +370,7 @@ impl<'a> Bench<'a> {
             ids: Array2::from_shape_fn((batch, len), |(b, t)| {
                 ((b * 7919 + t * 104_729) % config.vocab) as u32
             }),
-            pos: positions::contiguous_batch(batch, len),
+            pos: positions::contiguous_batch(batch, len)?,
         };
         let options = EncodeOptions { out_dtype: config.out_dtype, ..EncodeOptions::default() };
         let encoder = cpu::Encoder::new(spec.clone());

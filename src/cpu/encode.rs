@@ -14,6 +14,7 @@ use super::convert::{
     bf16_to_f32_bits, f16_to_f32_bits_branchless, f32_to_bf16_bits, f32_to_f16_bits,
 };
 use super::table::RowKernel;
+use crate::alloc;
 use crate::encode::{self, Dtype, Element, Embeddings, EncodeOptions, Encoded};
 use crate::error::{Error, Result};
 use crate::simd::{Set, Simd};
@@ -55,7 +56,7 @@ const PREFETCH_AHEAD: usize = 2;
 /// let spec = PeSpec::new(4)?;
 /// let table = Array2::<f32>::ones((10, 4));
 /// let ids = array![[3u32, 7]];
-/// let positions = posenc::positions::contiguous_batch(1, 2);
+/// let positions = posenc::positions::contiguous_batch(1, 2)?;
 /// let out = cpu::encode(&spec, Embeddings::F32(table.view()), ids.view(), positions.view(),
 ///                       &EncodeOptions::default())?;
 /// let out = out.into_f32().unwrap();
@@ -119,12 +120,14 @@ impl Encoder {
         positions: ArrayView2<'_, u32>,
         options: &EncodeOptions,
     ) -> Result<Encoded> {
-        let scale = encode::check(&self.spec, table.dim(), ids, positions, options)?;
-        let shape = (ids.nrows(), ids.ncols(), self.spec.dim() as usize);
-        let pe = self.pe_rows(positions);
-        Ok(allocate_and_fill(shape, options.out_dtype, |out| {
-            fill(table, ids, pe.source(), options.pad_id, scale, out)
-        }))
+        let dim = self.spec.dim() as usize;
+        let scale = encode::check_shapes(dim, table.dim(), ids, positions, options)?;
+        // The output before the loop over the ids: an output the memory cannot hold is
+        // refused at once, not after a pass over every token.
+        let mut out = allocate((ids.nrows(), ids.ncols(), dim), options.out_dtype)?;
+        encode::check_ids(ids, table.dim().0, options.pad_id)?;
+        self.run(table, ids, positions, options.pad_id, scale, out_slice(&mut out))?;
+        Ok(out)
     }
 
     /// Like [`Encoder::encode`], written into `out` (shape `[batch, len, dim]`, standard
@@ -143,7 +146,7 @@ impl Encoder {
     /// let table = Array2::<bf16>::from_elem((10, 4), bf16::ONE);
     /// let options = EncodeOptions { out_dtype: Dtype::Bf16, ..Default::default() };
     /// let mut out = Array3::<bf16>::from_elem((1, 2, 4), bf16::ZERO);
-    /// let positions = posenc::positions::contiguous_batch(1, 2);
+    /// let positions = posenc::positions::contiguous_batch(1, 2)?;
     /// encoder.encode_into(Embeddings::Bf16(table.view()), array![[3u32, 7]].view(),
     ///                     positions.view(), &options, out.view_mut())?;
     /// assert_eq!(out[[0, 0, 1]], bf16::from_f32(2.0)); // 1 + cos(0)
@@ -202,14 +205,19 @@ impl Encoder {
     /// 500 against 512 rows), and rows `0..n` exactly otherwise, since it keeps nothing;
     /// an [`Encoder`] keeps rows for its next calls and takes a row per token only where
     /// its cache cannot serve the call and every position is distinct.
-    fn pe_rows<'p>(&self, positions: ArrayView2<'p, u32>) -> PeRows<'p> {
+    ///
+    /// Every buffer sized by the call (a copy of the positions, the distinct positions,
+    /// their rows) is allocated fallibly: [`Error::Alloc`] where memory runs out.
+    fn pe_rows<'p>(&self, positions: ArrayView2<'p, u32>) -> Result<PeRows<'p>> {
         let dim = self.spec.dim() as usize;
         // In u64: position 2^32 - 1 needs 2^32 rows, past a 32-bit usize (wasm32).
         let needed = positions.iter().copied().max().map_or(0, |p| u64::from(p) + 1);
         let tokens = positions.len() as u64;
-        let per_token = || PeRows::PerToken {
-            kernel: RowKernel::new(&self.spec),
-            positions: row_major(&positions),
+        let per_token = || {
+            Ok(PeRows::PerToken {
+                kernel: RowKernel::new(&self.spec),
+                positions: row_major(&positions, "positions")?,
+            })
         };
         if self.one_off && tokens <= needed {
             return per_token();
@@ -222,25 +230,25 @@ impl Encoder {
             let rows = match slot.as_ref() {
                 Some(rows) if rows.nrows() as u64 >= needed => Arc::clone(rows),
                 _ if self.one_off => {
-                    Arc::new(super::table(&self.spec, &(0..needed as u32).collect::<Vec<_>>()))
+                    Arc::new(pe_table(&self.spec, &(0..needed as u32).collect::<Vec<_>>())?)
                 }
                 _ => {
                     let n = needed.next_power_of_two().min(cap_rows) as u32;
-                    let rows = Arc::new(super::table(&self.spec, &(0..n).collect::<Vec<_>>()));
+                    let rows = Arc::new(pe_table(&self.spec, &(0..n).collect::<Vec<_>>())?);
                     *slot = Some(Arc::clone(&rows));
                     rows
                 }
             };
-            return PeRows::Table { rows, slots: row_major(&positions) };
+            return Ok(PeRows::Table { rows, slots: row_major(&positions, "positions")? });
         }
-        let (unique, slots) = encode::unique_positions(positions);
+        let (unique, slots) = encode::unique_positions(positions)?;
         if unique.len() as u64 == tokens {
             return per_token();
         }
-        PeRows::Table {
-            rows: Arc::new(super::table(&self.spec, &unique)),
+        Ok(PeRows::Table {
+            rows: Arc::new(pe_table(&self.spec, &unique)?),
             slots: Cow::Owned(slots),
-        }
+        })
     }
 
     fn run(
@@ -255,10 +263,16 @@ impl Encoder {
         if out.is_empty() {
             return Ok(());
         }
-        let pe = self.pe_rows(positions);
-        fill(table, ids, pe.source(), pad_id, scale, out);
-        Ok(())
+        let pe = self.pe_rows(positions)?;
+        fill(table, ids, pe.source(), pad_id, scale, out)
     }
+}
+
+/// The PE rows of `positions`, allocated fallibly.
+fn pe_table(spec: &PeSpec, positions: &[u32]) -> Result<Array2<f32>> {
+    let mut rows = alloc::try_zeros("PE rows", (positions.len(), spec.dim() as usize))?;
+    super::table_into(spec, positions, rows.view_mut())?;
+    Ok(rows)
 }
 
 /// `out[b, t, :] = scale * E[ids[b, t], :] + P[positions[b, t], :]` with a learned position table
@@ -289,14 +303,27 @@ pub fn encode_learned(
     positions: ArrayView2<'_, u32>,
     options: &EncodeOptions,
 ) -> Result<Encoded> {
-    let scale = encode::check_learned(position_table.dim(), table.dim(), ids, positions, options)?;
-    let shape = (ids.nrows(), ids.ncols(), position_table.dim().1);
-    let pe = position_table.to_f32();
+    let (max_positions, dim) = position_table.dim();
+    let scale = encode::check_shapes(dim, table.dim(), ids, positions, options)?;
+    let mut out = allocate((ids.nrows(), ids.ncols(), dim), options.out_dtype)?;
+    encode::check_ids(ids, table.dim().0, options.pad_id)?;
+    encode::check_positions(positions, max_positions)?;
+    if out_slice(&mut out).is_empty() {
+        return Ok(out);
+    }
+    let mut pe = alloc::try_zeros::<f32, _>("the position table in f32", (max_positions, dim))?;
+    position_table.widen_into(&mut pe);
     let pe = pe.as_slice().expect("a new array is contiguous");
-    let slots: Vec<u32> = positions.iter().copied().collect();
-    Ok(allocate_and_fill(shape, options.out_dtype, |out| {
-        fill(table, ids, PeSource::Rows { pe, slots: &slots }, options.pad_id, scale, out)
-    }))
+    let slots = row_major(&positions, "positions")?;
+    fill(
+        table,
+        ids,
+        PeSource::Rows { pe, slots: &slots },
+        options.pad_id,
+        scale,
+        out_slice(&mut out),
+    )?;
+    Ok(out)
 }
 
 /// A call's PE values, owned: rows and each token's row among them, or each token's row
@@ -327,28 +354,22 @@ enum PeSource<'a> {
     PerToken { kernel: &'a RowKernel, positions: &'a [u32] },
 }
 
-/// An output of `shape` in `dtype`, filled by `fill`.
-fn allocate_and_fill(
-    shape: (usize, usize, usize),
-    dtype: Dtype,
-    fill: impl FnOnce(OutSlice<'_>),
-) -> Encoded {
-    match dtype {
-        Dtype::F32 => {
-            let mut out = Array3::<f32>::zeros(shape);
-            fill(OutSlice::F32(flat_mut(&mut out)));
-            Encoded::F32(out)
-        }
-        Dtype::F16 => {
-            let mut out = Array3::<f16>::zeros(shape);
-            fill(OutSlice::F16(flat_mut(&mut out)));
-            Encoded::F16(out)
-        }
-        Dtype::Bf16 => {
-            let mut out = Array3::<bf16>::zeros(shape);
-            fill(OutSlice::Bf16(flat_mut(&mut out)));
-            Encoded::Bf16(out)
-        }
+/// A zeroed output of `shape` in `dtype`, allocated fallibly ([`Error::Alloc`]).
+fn allocate(shape: (usize, usize, usize), dtype: Dtype) -> Result<Encoded> {
+    const WHAT: &str = "the encode's output";
+    Ok(match dtype {
+        Dtype::F32 => Encoded::F32(alloc::try_zeros(WHAT, shape)?),
+        Dtype::F16 => Encoded::F16(alloc::try_zeros(WHAT, shape)?),
+        Dtype::Bf16 => Encoded::Bf16(alloc::try_zeros(WHAT, shape)?),
+    })
+}
+
+/// The elements of a new output.
+fn out_slice(out: &mut Encoded) -> OutSlice<'_> {
+    match out {
+        Encoded::F32(a) => OutSlice::F32(flat_mut(a)),
+        Encoded::F16(a) => OutSlice::F16(flat_mut(a)),
+        Encoded::Bf16(a) => OutSlice::Bf16(flat_mut(a)),
     }
 }
 
@@ -377,39 +398,51 @@ fn fill(
     pad_id: Option<u32>,
     scale: Option<f32>,
     out: OutSlice<'_>,
-) {
+) -> Result<()> {
     let dim = table.dim().1;
-    let ids = row_major(&ids);
     if dim == 0 || ids.is_empty() {
-        return;
+        return Ok(());
     }
+    // Copies (of views not in standard order) before anything is written.
+    let ids = row_major(&ids, "ids")?;
     let job = Job { dim, ids: &ids, pe, pad_id, scale };
     macro_rules! run {
-        ($a:expr) => {
+        ($a:expr) => {{
+            let table = row_major(&$a, "the embedding table")?;
             match out {
-                OutSlice::F32(o) => job.fill(&row_major(&$a), o),
-                OutSlice::F16(o) => job.fill(&row_major(&$a), o),
-                OutSlice::Bf16(o) => job.fill(&row_major(&$a), o),
+                OutSlice::F32(o) => job.fill(&table, o),
+                OutSlice::F16(o) => job.fill(&table, o),
+                OutSlice::Bf16(o) => job.fill(&table, o),
             }
-        };
+        }};
     }
     match table {
         Embeddings::F32(a) => run!(a),
         Embeddings::F16(a) => run!(a),
         Embeddings::Bf16(a) => run!(a),
     }
+    Ok(())
 }
 
 fn flat_mut<T>(a: &mut Array3<T>) -> &mut [T] {
     a.as_slice_mut().expect("a new array is contiguous")
 }
 
-/// The elements of `a` in row-major order: borrowed when it is in standard order.
-pub(crate) fn row_major<'a, T: Clone>(a: &ArrayView2<'a, T>) -> Cow<'a, [T]> {
-    match a.to_slice() {
-        Some(s) => Cow::Borrowed(s),
-        None => Cow::Owned(a.iter().cloned().collect()),
+/// The elements of `a` in row-major order: borrowed when it is in standard order, else
+/// copied into a buffer allocated fallibly ([`Error::Alloc`] naming `what`: a broadcast
+/// view may describe far more elements than it holds).
+pub(crate) fn row_major<'a, T: Clone + bytemuck::Zeroable>(
+    a: &ArrayView2<'a, T>,
+    what: &'static str,
+) -> Result<Cow<'a, [T]>> {
+    if let Some(s) = a.to_slice() {
+        return Ok(Cow::Borrowed(s));
     }
+    let mut copy = alloc::try_zeroed_vec(what, a.len())?;
+    for (c, v) in copy.iter_mut().zip(a) {
+        *c = v.clone();
+    }
+    Ok(Cow::Owned(copy))
 }
 
 /// A table element decoded to f32 bits exactly as the shader decodes it.
@@ -965,11 +998,11 @@ mod tests {
         let far = u32::MAX - 3;
         let cases: Vec<Array2<u32>> = vec![
             // One sequence: a row per token in the one-off encoder.
-            crate::positions::contiguous_batch(1, 40),
+            crate::positions::contiguous_batch(1, 40).unwrap(),
             // A decode step near position 500: 3 rows per token against 500 in a table.
             Array2::from_shape_vec((3, 1), vec![497, 500, 499]).unwrap(),
             // Sequences sharing positions: rows 0..n.
-            crate::positions::contiguous_batch(4, 9),
+            crate::positions::contiguous_batch(4, 9).unwrap(),
             // Past any cache, distinct: a row per token; repeated: distinct rows.
             Array2::from_shape_vec((2, 2), vec![far, far + 1, 7, 0]).unwrap(),
             Array2::from_shape_vec((2, 2), vec![far, far, far + 3, far + 3]).unwrap(),
@@ -998,6 +1031,35 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// An output no memory can hold (16 PiB here, within `isize::MAX` bytes) is
+    /// `Error::Alloc` at once, before the loop over its 2^40 ids (which would take many
+    /// minutes) or any copy of them; round five of the hostile probes found the process
+    /// aborting on such a request.
+    #[test]
+    fn an_output_no_memory_can_hold_is_an_error_before_the_ids_are_read() {
+        let spec = PeSpec::new(4096).expect("dim 4096");
+        let table = ndarray::Array2::<f32>::zeros((3, 4096));
+        let one = [1u32];
+        let one = ArrayView2::from_shape((1, 1), &one).expect("one element");
+        let many = one.broadcast((1 << 20, 1 << 20)).expect("a broadcast");
+        let options = EncodeOptions::default();
+        let refused = |r: Result<Encoded>| match r {
+            Err(Error::Alloc { what: "the encode's output", bytes }) => assert_eq!(bytes, 1 << 54),
+            other => panic!("{:?}", other.map(|o| o.dim())),
+        };
+        refused(encode(&spec, Embeddings::F32(table.view()), many, many, &options));
+        let encoder = Encoder::new(spec.clone());
+        refused(encoder.encode(Embeddings::F32(table.view()), many, many, &options));
+        let learned = ndarray::Array2::<f32>::zeros((2, 4096));
+        refused(encode_learned(
+            Embeddings::F32(learned.view()),
+            Embeddings::F32(table.view()),
+            many,
+            many,
+            &options,
+        ));
     }
 
     #[cfg(target_arch = "x86_64")]

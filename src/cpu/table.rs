@@ -17,7 +17,9 @@ use crate::spec::{Columns, Frequencies, PeSpec};
 const ROWS_PER_TASK: usize = 16;
 
 /// The positional-encoding table for `positions`, shape `[positions.len(), dim]`,
-/// bit-identical to the GPU path.
+/// bit-identical to the GPU path. Its result is allocated as `ndarray` allocates (a refusal
+/// aborts the process, as `Vec`'s does); for a size that comes from untrusted input,
+/// allocate with [`crate::alloc::try_zeros`] and call [`table_into`], as the CLI does.
 ///
 /// ```
 /// let spec = posenc::PeSpec::new(8)?;

@@ -26,7 +26,7 @@
 //! )?;
 //! let spec = RopeSpec::new(64)?.with_base(500000.0)?.with_scaling(scaling)?;
 //! let q = ndarray::Array4::<f32>::ones((1, 3, 2, 64)); // [B, L, H, Dh]
-//! let positions = posenc::positions::contiguous_batch(1, 3);
+//! let positions = posenc::positions::contiguous_batch(1, 3)?;
 //! let rotated = posenc::cpu::rope(&spec, q.view(), positions.view(), Layout::Blhd)?;
 //! assert_eq!(rotated[[0, 0, 1, 5]], 1.0); // position 0 is the identity
 //! # Ok::<(), posenc::Error>(())

@@ -10,8 +10,8 @@ use std::path::Path;
 /// uses.
 const LAYERS: &[&[&str]] = &[
     &["error", "convert", "simd"],
-    &["spec", "alloc", "positions", "dtype", "source", "placement"],
-    &["exact", "naive", "npy", "output"],
+    &["spec", "alloc", "dtype", "source", "placement"],
+    &["exact", "naive", "npy", "output", "positions"],
     &["reference", "rope", "encode"],
     &["model_config", "weights", "cpu"],
     &["shaders", "alibi", "plot", "inputs"],

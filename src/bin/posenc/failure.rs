@@ -70,9 +70,15 @@ pub(crate) fn report(Failure { code, error, .. }: Failure) -> ExitCode {
 /// clap appends would bury what is wrong.
 pub(crate) fn clap_exit(e: &clap::Error) -> ExitCode {
     if !e.use_stderr() {
-        // Nothing useful can be done if stdout is gone.
-        let _ = e.print();
-        return ExitCode::SUCCESS;
+        // Help and version are reports like any other: refused in one line where stdout
+        // was closed at the start or cannot take them (`> /dev/full`), quiet on a closed
+        // pipe (`| head -1`).
+        let written = crate::output::check_report_stdout()
+            .and_then(|()| crate::output::to_stdout(|out| write!(out, "{}", e.render())));
+        return match written {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(failure) => report(failure),
+        };
     }
     if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
         let _ = e.print();

@@ -745,7 +745,7 @@ impl Context {
     /// let spec = posenc::PeSpec::new(64)?;
     /// let table = gpu.upload_table(Embeddings::F32(Array2::zeros((100, 64)).view()))?;
     /// let ids = Array2::<u32>::from_elem((8, 128), 7);
-    /// let positions = posenc::positions::contiguous_batch(8, 128);
+    /// let positions = posenc::positions::contiguous_batch(8, 128)?;
     /// let options = EncodeOptions::default();
     /// // Two batches in flight at once, then their results in order.
     /// let first = gpu.encode_submit(&spec, &table, ids.view(), positions.view(), &options)?;
@@ -1083,7 +1083,7 @@ impl Context {
         let row_len = ids.ncols().max(1);
         // Borrowed when the arrays are in standard order (a copy costs 10 - 20 us of the
         // host's time at 8192 tokens).
-        let (ids, positions) = (row_major(&ids), row_major(&positions));
+        let (ids, positions) = (row_major(&ids, "ids")?, row_major(&positions, "positions")?);
         let n_tokens = ids.len();
         let out_dtype = options.out_dtype;
         let out_size = out_dtype.size();
@@ -1151,7 +1151,7 @@ impl Context {
                     Some((spec, pe)) => {
                         let chunk_pos = ArrayView2::from_shape((1, n), &positions[start..end])
                             .expect("one row");
-                        let (unique, slots) = encode::unique_positions(chunk_pos);
+                        let (unique, slots) = encode::unique_positions(chunk_pos)?;
                         self.record_table(spec, pe, &unique, &mut encoder);
                         slots.into()
                     }

@@ -70,7 +70,7 @@ fn pad_tokens_give_zero_rows_and_do_not_advance_positions() {
     let spec = PeSpec::new(8).unwrap();
     let table = Array2::<f32>::ones((5, 8));
     let ids = ndarray::array![[0u32, 0, 3, 4]];
-    let pos = positions::left_padded(ids.view(), 0);
+    let pos = positions::left_padded(ids.view(), 0).unwrap();
     let options = EncodeOptions { pad_id: Some(0), ..Default::default() };
     let out = cpu::encode(&spec, Embeddings::F32(table.view()), ids.view(), pos.view(), &options)
         .unwrap()

@@ -206,7 +206,13 @@ fn sixteen_token_decode_steps_give_the_reference_bits() {
     let positions = Array2::from_shape_fn((16, 1), |(b, _)| 17 * b as u32 + 3);
     check_shape("16 tokens, dim 2560", 2560, 400, ids, positions);
     let ids = random_ids(&mut rng, 1, 16, 400);
-    check_shape("1 x 16 tokens, dim 1000", 1000, 400, ids, positions::contiguous_batch(1, 16));
+    check_shape(
+        "1 x 16 tokens, dim 1000",
+        1000,
+        400,
+        ids,
+        positions::contiguous_batch(1, 16).unwrap(),
+    );
 }
 
 #[test]
@@ -215,7 +221,13 @@ fn calls_split_into_many_tasks_give_the_reference_bits() {
     // 4 x 600 x 256 = 614400 values, past the 2^19 a call runs on the calling thread:
     // about ten 256 KiB tasks of f32 rows, five of f16.
     let ids = random_ids(&mut rng, 4, 600, 1000);
-    check_shape("4 x 600 tokens, dim 256", 256, 1000, ids, positions::contiguous_batch(4, 600));
+    check_shape(
+        "4 x 600 tokens, dim 256",
+        256,
+        1000,
+        ids,
+        positions::contiguous_batch(4, 600).unwrap(),
+    );
 }
 
 #[test]
@@ -238,7 +250,7 @@ fn encode_into_writes_every_output_type() {
     let encoder = posenc::cpu::Encoder::new(spec);
     let table = Array2::from_shape_fn((9, 12), |(i, j)| bf16::from_f32((i * 12 + j) as f32 / 7.0));
     let ids = Array2::from_shape_fn((2, 5), |(b, t)| ((b * 5 + t) % 9) as u32);
-    let pos = posenc::positions::contiguous_batch(2, 5);
+    let pos = posenc::positions::contiguous_batch(2, 5).unwrap();
     let t = Embeddings::Bf16(table.view());
     let options = |out_dtype| EncodeOptions { out_dtype, pad_id: Some(4), ..Default::default() };
     let mut f = Array3::<f32>::zeros((2, 5, 12));

@@ -669,11 +669,13 @@ fn a_fixed_sequence_length_reproduces_a_module_that_kept_its_grown_frequencies()
 fn shape_errors_name_what_is_wrong() {
     let spec = RopeSpec::new(8).unwrap();
     let x = Array4::<f32>::zeros((2, 3, 4, 8));
-    let err = cpu::rope(&spec, x.view(), positions::contiguous_batch(2, 4).view(), Layout::Blhd)
-        .unwrap_err();
+    let err =
+        cpu::rope(&spec, x.view(), positions::contiguous_batch(2, 4).unwrap().view(), Layout::Blhd)
+            .unwrap_err();
     assert!(matches!(err, Error::Shape { .. }), "{err}");
     // The same tensor read as [B, H, L, Dh] has L = 4.
-    cpu::rope(&spec, x.view(), positions::contiguous_batch(2, 4).view(), Layout::Bhld).unwrap();
+    cpu::rope(&spec, x.view(), positions::contiguous_batch(2, 4).unwrap().view(), Layout::Bhld)
+        .unwrap();
     let err = cpu::rope(
         &spec,
         Array4::<f32>::zeros((1, 1, 1, 6)).view(),

@@ -84,7 +84,7 @@ fn gpu_with_a_scale_equals_the_cpu_bit_for_bit() {
     let mut rng = Rng::new(32);
     let (vocab, batch, len) = (97, 3, 29);
     let ids = random_ids(&mut rng, batch, len, vocab);
-    let pos = positions::contiguous_batch(batch, len);
+    let pos = positions::contiguous_batch(batch, len).unwrap();
     // dim 66 takes the general kernel, 64 the unit kernel.
     for dim in [66, 64] {
         let spec = PeSpec::new(dim as u32).unwrap();
@@ -124,13 +124,13 @@ fn gpu_equals_cpu_for_every_position_builder() {
         }
     }
     let builders = [
-        ("contiguous", positions::contiguous_batch(batch, len), None),
+        ("contiguous", positions::contiguous_batch(batch, len).unwrap(), None),
         (
             "offsets",
             positions::from_offsets(&[0, 1000, u32::MAX - len as u32 + 1], len).unwrap(),
             None,
         ),
-        ("left padded", positions::left_padded(ids.view(), pad), Some(pad)),
+        ("left padded", positions::left_padded(ids.view(), pad).unwrap(), Some(pad)),
         ("packed", positions::packed(len, &[vec![], vec![4], vec![2, 3, 7]]).unwrap(), None),
     ];
     for (name, pos, pad_id) in builders {
@@ -168,7 +168,7 @@ fn gpu_fast_kernel_groups_tokens_sharing_a_position() {
         let uploaded = ctx.upload_table(table.view(Dtype::F32)).unwrap();
         let mut ids = random_ids(&mut rng, batch, len, vocab);
         // Positions repeat across the batch and within rows (a few tokens share position 1).
-        let mut pos = positions::contiguous_batch(batch, len);
+        let mut pos = positions::contiguous_batch(batch, len).unwrap();
         for b in (0..batch).step_by(2) {
             pos[[b, len - 1]] = 1;
         }
@@ -231,7 +231,7 @@ fn gpu_chunks_tables_and_outputs_beyond_the_binding_cap() {
     let spec = PeSpec::new(2).unwrap();
     let table = Array2::from_elem((3, 2), f16::from_f32(0.5));
     let ids = ndarray::array![[0u32, 2, 1]];
-    let pos = positions::contiguous_batch(1, 3);
+    let pos = positions::contiguous_batch(1, 3).unwrap();
     let half = EncodeOptions { out_dtype: Dtype::F16, ..Default::default() };
     let f32_out = EncodeOptions::default();
     for (cap, options, want) in [
@@ -264,7 +264,7 @@ fn gpu_rejects_bad_input_before_any_work() {
     let table = Array2::<f32>::zeros((10, 4));
     let uploaded = ctx.upload_table(Embeddings::F32(table.view())).unwrap();
     let ids = ndarray::array![[1u32, 2, 3], [4, 10, 5]];
-    let pos = positions::contiguous_batch(2, 3);
+    let pos = positions::contiguous_batch(2, 3).unwrap();
     let err = ctx
         .encode(&spec, &uploaded, ids.view(), pos.view(), &EncodeOptions::default())
         .unwrap_err();
@@ -272,7 +272,7 @@ fn gpu_rejects_bad_input_before_any_work() {
         posenc::Error::TokenId { row: 1, col: 1, ref id, vocab: 10 } if id == "10" => {}
         other => panic!("{other}"),
     }
-    let bad_pos = positions::contiguous_batch(2, 2);
+    let bad_pos = positions::contiguous_batch(2, 2).unwrap();
     let ok_ids = ndarray::array![[1u32, 2, 3], [4, 9, 5]];
     assert!(matches!(
         ctx.encode(&spec, &uploaded, ok_ids.view(), bad_pos.view(), &EncodeOptions::default()),
@@ -300,7 +300,7 @@ fn gpu_rejects_bad_input_before_any_work() {
     let no_rows = ctx.upload_table(Embeddings::F32(none.view())).unwrap();
     let pads = ndarray::array![[0u32, 0]];
     let pad = EncodeOptions { pad_id: Some(0), ..Default::default() };
-    let pos = positions::contiguous_batch(1, 2);
+    let pos = positions::contiguous_batch(1, 2).unwrap();
     let refused = |e: posenc::Error| {
         assert!(matches!(e, posenc::Error::Shape { what: "embedding table rows", .. }), "{e}");
     };
@@ -407,7 +407,7 @@ fn the_pe_cache_budget_bounds_the_cache_and_keeps_the_bits() {
         for dtype in [Dtype::F32, Dtype::Bf16] {
             let what = format!("budget {budget} {dtype:?}");
             let uploaded = ctx.upload_table(table.view(dtype)).unwrap();
-            let pos = positions::contiguous_batch(2, 40);
+            let pos = positions::contiguous_batch(2, 40).unwrap();
             let g = ctx.encode(&spec, &uploaded, ids.view(), pos.view(), &options).unwrap();
             let c = cpu::encode(&spec, table.view(dtype), ids.view(), pos.view(), &options);
             assert_same_bits(&what, &g, &c.unwrap());
@@ -436,7 +436,7 @@ fn waits_that_poll_first_and_waits_that_sleep_finish_the_same_work() {
         };
         let uploaded = ctx.upload_table(table.view(Dtype::F32)).unwrap();
         let batches: Vec<_> = (0..3).map(|_| random_ids(&mut rng, 4, 33, vocab)).collect();
-        let pos = positions::contiguous_batch(4, 33);
+        let pos = positions::contiguous_batch(4, 33).unwrap();
         let pending: Vec<_> = batches
             .iter()
             .map(|ids| ctx.encode_submit(&spec, &uploaded, ids.view(), pos.view(), &options))
@@ -573,13 +573,15 @@ fn chunked_tables_of_every_type_encode_bit_identically() {
         let decode = (random_ids(&mut rng, 8, 1, vocab), Array2::from_elem((8, 1), 4000u32));
         let single = (random_ids(&mut rng, 1, 1, vocab), Array2::from_elem((1, 1), u32::MAX));
         // Pad tokens inside the vocabulary, and outside it.
-        let mut prefill = (random_ids(&mut rng, 2, 33, vocab), positions::contiguous_batch(2, 33));
+        let mut prefill =
+            (random_ids(&mut rng, 2, 33, vocab), positions::contiguous_batch(2, 33).unwrap());
         prefill.0[[0, 3]] = 5;
         prefill.0[[1, 0]] = 5;
         let mut outside = prefill.clone();
         outside.0[[1, 7]] = vocab as u32 + 9;
         // Enough tokens for full groups in the coalesced pattern too (16 share each position).
-        let wide = (random_ids(&mut rng, 16, 40, vocab), positions::contiguous_batch(16, 40));
+        let wide =
+            (random_ids(&mut rng, 16, 40, vocab), positions::contiguous_batch(16, 40).unwrap());
         let cases = [
             ("wide", &wide, None),
             ("decode", &decode, None),
@@ -647,7 +649,8 @@ fn tables_upload_from_their_bytes_or_converted_with_the_same_bits() {
     // A table of width 9 whose columns 1..8 are the one encoded: not contiguous.
     let wide = crate::support::random_table(&mut rng, vocab, dim + 2);
     let standard = wide.slice(s![.., 1..dim + 1]).to_owned();
-    let (ids, pos) = (random_ids(&mut rng, 3, 4, vocab), positions::contiguous_batch(3, 4));
+    let (ids, pos) =
+        (random_ids(&mut rng, 3, 4, vocab), positions::contiguous_batch(3, 4).unwrap());
     let (h16, b16) = (standard.mapv(f16::from_f32), standard.mapv(bf16::from_f32));
     let (wide16, wideb16) = (wide.mapv(f16::from_f32), wide.mapv(bf16::from_f32));
     let cols = s![.., 1..dim + 1];
@@ -747,7 +750,7 @@ fn encode_into_buffer_writes_in_place_or_copies_in_with_copy_dst() {
     let uploaded = ctx.upload_table(table.view(Dtype::F32)).unwrap();
     let options = EncodeOptions::default();
     let ids = random_ids(&mut rng, 3, 5, vocab);
-    let pos = positions::contiguous_batch(3, 5);
+    let pos = positions::contiguous_batch(3, 5).unwrap();
     let bytes = 3 * 5 * dim as u64 * 4;
     let buffer = |usage| {
         ctx.device().create_buffer(&wgpu::BufferDescriptor {
@@ -804,7 +807,7 @@ fn coalesced_groups_of_several_tokens_keep_the_cpu_bits() {
         let mut ids = random_ids(&mut rng, batch, len, vocab);
         ids[[3, 7]] = 5;
         ids[[batch - 1, len - 1]] = 5;
-        let pos = positions::contiguous_batch(batch, len);
+        let pos = positions::contiguous_batch(batch, len).unwrap();
         for dtype in [Dtype::F32, Dtype::Bf16] {
             let uploaded = ctx.upload_table(table.view(dtype)).unwrap();
             for out_dtype in [Dtype::F32, Dtype::F16] {
@@ -837,7 +840,7 @@ fn every_units_per_invocation_keeps_the_cpu_bits() {
             let table = Table::new(&mut rng, vocab, dim);
             let mut ids = random_ids(&mut rng, batch, len, vocab);
             ids[[0, 0]] = 5;
-            let pos = positions::contiguous_batch(batch, len);
+            let pos = positions::contiguous_batch(batch, len).unwrap();
             for (dtype, out_dtype) in [(Dtype::F32, Dtype::F32), (Dtype::Bf16, Dtype::F16)] {
                 let what =
                     format!("units {units} D={dim} B={batch} L={len} {dtype:?}->{out_dtype:?}");

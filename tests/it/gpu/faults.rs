@@ -39,7 +39,7 @@ fn a_destroyed_device_gives_device_lost_from_every_call_without_hanging() {
         let t = random_table(&mut rng, 50, 16);
         let uploaded = ctx.upload_table(Embeddings::F32(t.view())).unwrap();
         let ids = Array2::from_shape_fn((2, 9), |(b, i)| (b * 9 + i) as u32);
-        let pos = positions::contiguous_batch(2, 9);
+        let pos = positions::contiguous_batch(2, 9).unwrap();
         let options = EncodeOptions::default();
         let good = ctx.encode(&spec, &uploaded, ids.view(), pos.view(), &options).unwrap();
         assert_eq!(good.bits(), cpu_bits(&spec, &t, &ids, &pos, &options));
@@ -299,7 +299,7 @@ fn rope_and_alibi_stream_under_a_budget() {
     let spec = RopeSpec::new(64).unwrap();
     // 4 x 512 tokens x 4 heads x 64 f32 = 2 MiB: eight budgets.
     let x = ndarray::Array4::from_shape_fn((4, 512, 4, 64), |_| rng.below(4096) as f32 / 512.0);
-    let pos = positions::contiguous_batch(4, 512);
+    let pos = positions::contiguous_batch(4, 512).unwrap();
     let want = base.rope(&spec, x.view(), pos.view(), Layout::Blhd).unwrap();
     ctx.reset_peak_allocated_bytes();
     let got = ctx.rope(&spec, x.view(), pos.view(), Layout::Blhd).unwrap();
@@ -338,7 +338,7 @@ fn a_table_from_another_devices_context_is_refused_by_every_encode() {
     let foreign_positions = theirs.upload_position_table(Embeddings::F32(t.view())).unwrap();
     let local = ours.upload_table(Embeddings::F32(t.view())).unwrap();
     let ids = Array2::from_shape_fn((1, 5), |(_, i)| i as u32);
-    let pos = positions::contiguous_batch(1, 5);
+    let pos = positions::contiguous_batch(1, 5).unwrap();
     let options = EncodeOptions::default();
     let refused = |result: Result<(), Error>, field: &str| match result {
         Err(e @ Error::InvalidParameter { .. }) => {

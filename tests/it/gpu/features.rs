@@ -77,7 +77,7 @@ fn timed_encodes_write_the_cpu_bits(ctx: &Context, what: &str) {
     let spec = PeSpec::new(dim as u32).unwrap();
     let f = random_table(&mut rng, vocab, dim);
     let ids = random_ids(&mut rng, batch, len, vocab);
-    let pos = positions::contiguous_batch(batch, len);
+    let pos = positions::contiguous_batch(batch, len).unwrap();
     let options = EncodeOptions::default();
     let want = cpu::encode(&spec, Embeddings::F32(f.view()), ids.view(), pos.view(), &options)
         .unwrap()

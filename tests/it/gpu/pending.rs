@@ -46,7 +46,7 @@ type Batch = (Array2<u32>, Array2<u32>);
 /// Three batches of different shapes: a prefill from 0, one at offsets past the PE cache,
 /// one with a pad id and random positions.
 fn batches(rng: &mut Rng, vocab: usize) -> Vec<Batch> {
-    let a = (random_ids(rng, 4, 37, vocab), positions::contiguous_batch(4, 37));
+    let a = (random_ids(rng, 4, 37, vocab), positions::contiguous_batch(4, 37).unwrap());
     let b = (
         random_ids(rng, 3, 11, vocab),
         positions::from_offsets(&[1 << 20, 5, u32::MAX - 20], 11).unwrap(),
@@ -172,7 +172,8 @@ fn unwaited_encodes_can_be_dropped_and_their_memory_comes_back() {
     let table = Table::new(&mut rng, vocab, dim);
     let uploaded = ctx.upload_table(table.view(Dtype::F32)).unwrap();
     let options = EncodeOptions::default();
-    let (ids, pos) = (random_ids(&mut rng, 8, 64, vocab), positions::contiguous_batch(8, 64));
+    let (ids, pos) =
+        (random_ids(&mut rng, 8, 64, vocab), positions::contiguous_batch(8, 64).unwrap());
     let want = cpu::encode(&spec, table.view(Dtype::F32), ids.view(), pos.view(), &options)
         .unwrap()
         .bits();
@@ -212,7 +213,8 @@ fn a_budget_bounds_the_encodes_in_flight() {
     let out_bytes = 16 * 16 * dim as u64 * 4;
     let ctx = ctx.with_memory_budget(10 * out_bytes);
     let uploaded = ctx.upload_table(table.view(Dtype::F32)).unwrap();
-    let (ids, pos) = (random_ids(&mut rng, 16, 16, vocab), positions::contiguous_batch(16, 16));
+    let (ids, pos) =
+        (random_ids(&mut rng, 16, 16, vocab), positions::contiguous_batch(16, 16).unwrap());
     let options = EncodeOptions::default();
     let want = cpu::encode(&spec, table.view(Dtype::F32), ids.view(), pos.view(), &options)
         .unwrap()
@@ -248,7 +250,7 @@ fn bad_requests_are_refused_before_anything_is_submitted() {
         // these must be refused by the checks first.
         ctx.device().destroy();
         let ids = ndarray::array![[1u32, 2, 3], [4, 10, 5]];
-        let pos = positions::contiguous_batch(2, 3);
+        let pos = positions::contiguous_batch(2, 3).unwrap();
         let ok_ids = ndarray::array![[1u32, 2, 3], [4, 9, 5]];
         let options = EncodeOptions::default();
         let submit = |spec: &PeSpec,
@@ -262,7 +264,7 @@ fn bad_requests_are_refused_before_anything_is_submitted() {
             Err(Error::TokenId { row: 1, col: 1, ref id, vocab: 10 }) if id == "10" => {}
             other => panic!("{other:?}"),
         }
-        let short = positions::contiguous_batch(2, 2);
+        let short = positions::contiguous_batch(2, 2).unwrap();
         let r = submit(&spec, &uploaded, &ok_ids, &short, &options);
         assert!(matches!(r, Err(Error::Shape { .. })), "{r:?}");
         let nan = EncodeOptions { scale: Scale::Value(f32::NAN), ..Default::default() };
@@ -290,7 +292,8 @@ fn a_device_lost_while_encodes_are_in_flight_gives_device_lost_or_the_bits() {
         let table = Table::new(&mut rng, vocab, dim);
         let uploaded = ctx.upload_table(table.view(Dtype::F32)).unwrap();
         let options = EncodeOptions::default();
-        let (ids, pos) = (random_ids(&mut rng, 8, 256, vocab), positions::contiguous_batch(8, 256));
+        let (ids, pos) =
+            (random_ids(&mut rng, 8, 256, vocab), positions::contiguous_batch(8, 256).unwrap());
         let want = cpu::encode(&spec, table.view(Dtype::F32), ids.view(), pos.view(), &options)
             .unwrap()
             .bits();
@@ -339,7 +342,7 @@ fn a_mapped_result_has_the_blocking_calls_bits() {
     let table = Table::new(&mut rng, vocab, dim);
     let spec = PeSpec::new(dim as u32).unwrap();
     let ids = random_ids(&mut rng, 3, 50, vocab);
-    let pos = positions::contiguous_batch(3, 50);
+    let pos = positions::contiguous_batch(3, 50).unwrap();
     // The whole output, then a cap of a third of it: several readbacks.
     let whole = 3 * 50 * dim as u64 * 4;
     for (ctx, mapped) in [(base.clone(), true), (base.with_max_binding_size(whole / 3), false)] {
@@ -378,7 +381,7 @@ fn a_polling_wait_returns_with_its_own_encode_not_with_later_ones() {
     let spec = PeSpec::new(dim as u32).unwrap();
     let table = Table::new(&mut rng, vocab, dim);
     let uploaded = ctx.upload_table(table.view(Dtype::F32)).unwrap();
-    let small = (random_ids(&mut rng, 1, 4, vocab), positions::contiguous_batch(1, 4));
+    let small = (random_ids(&mut rng, 1, 4, vocab), positions::contiguous_batch(1, 4).unwrap());
     let want = cpu::encode(
         &spec,
         table.view(Dtype::F32),

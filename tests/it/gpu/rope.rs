@@ -177,7 +177,7 @@ fn gpu_decoding_offsets_and_larger_batches() {
         check::<bf16>(ctx, "decode", &spec, shape, layout, &positions, 2);
     }
     // Prefill: every sequence from 0, sharing cos/sin rows.
-    let positions = positions::contiguous_batch(4, 300);
+    let positions = positions::contiguous_batch(4, 300).unwrap();
     for layout in [Layout::Blhd, Layout::Bhld] {
         let shape = shape_of(layout, 4, 300, 3, 128);
         check::<f16>(ctx, "prefill", &spec, shape, layout, &positions, 3);
@@ -211,7 +211,7 @@ fn gpu_chunks_give_the_same_bits_as_one_pass() {
     let x = Array4::<f32>::zeros((1, 1, 1, 256));
     let err = ctx
         .with_max_binding_size(512)
-        .rope(&spec, x.view(), positions::contiguous_batch(1, 1).view(), Layout::Blhd)
+        .rope(&spec, x.view(), positions::contiguous_batch(1, 1).unwrap().view(), Layout::Blhd)
         .unwrap_err();
     assert!(matches!(err, Error::Limit { requested: 1024, limit: 512, .. }), "{err}");
 }
@@ -284,7 +284,7 @@ fn gpu_in_place_refuses_bad_buffers_and_shapes() {
     use wgpu::BufferUsages as U;
     let spec = RopeSpec::new(8).unwrap();
     let x = tensor::<f32>([1, 2, 3, 8], 1);
-    let p = positions::contiguous_batch(1, 2);
+    let p = positions::contiguous_batch(1, 2).unwrap();
     let storage_only = upload(ctx, &x, U::STORAGE | U::COPY_DST, 0);
     let err = ctx
         .rope_in_place(&spec, &storage_only, [1, 2, 3, 8], Layout::Blhd, Dtype::F32, p.view())
@@ -298,7 +298,7 @@ fn gpu_in_place_refuses_bad_buffers_and_shapes() {
             [1, 3, 3, 8],
             Layout::Blhd,
             Dtype::F32,
-            positions::contiguous_batch(1, 3).view(),
+            positions::contiguous_batch(1, 3).unwrap().view(),
         )
         .unwrap_err();
     assert!(matches!(err, Error::Limit { requested: 288, limit: 192, .. }), "{err}");
@@ -309,7 +309,7 @@ fn gpu_in_place_refuses_bad_buffers_and_shapes() {
             [1, 2, 3, 8],
             Layout::Blhd,
             Dtype::F32,
-            positions::contiguous_batch(2, 2).view(),
+            positions::contiguous_batch(2, 2).unwrap().view(),
         )
         .unwrap_err();
     assert!(matches!(err, Error::Shape { .. }), "{err}");

@@ -590,6 +590,39 @@ fn a_closed_stdout_ends_every_command_quietly() {
     }
 }
 
+/// Help and version are reports like the others: where standard output cannot take them
+/// (`> /dev/full`) the run says so in one line with status 1, rather than exiting 0 with
+/// nothing written (round five of the hostile probes); a closed pipe still ends it quietly.
+#[test]
+fn help_and_version_that_cannot_be_written_fail_in_one_line() {
+    let Ok(full) = fs::OpenOptions::new().write(true).open("/dev/full") else {
+        eprintln!("SKIP: no /dev/full here");
+        return;
+    };
+    for args in [&["--help"][..], &["--version"], &["table", "--help"], &["help", "rope"]] {
+        let run = Command::new(BIN)
+            .args(args)
+            .stdout(full.try_clone().unwrap())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("the posenc binary runs");
+        assert_eq!(run.status.code(), Some(1), "{args:?} > /dev/full: {:?}", run.status);
+        let err = stderr(&run);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("posenc: ") && err.contains("No space left"), "{args:?}: {err}");
+        let mut child = Command::new(BIN)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the posenc binary runs");
+        drop(child.stdout.take());
+        let run = child.wait_with_output().unwrap();
+        assert_ok(&run, &format!("{args:?} with its stdout closed"));
+        assert!(stderr(&run).is_empty(), "{args:?}: {}", stderr(&run));
+    }
+}
+
 /// A failure whose stderr is a pipe with no reader (`posenc ... 2>&1 | head -0`): its line
 /// cannot be written, and the exit status still says what happened (2 for bad input), not a
 /// panic's 101.

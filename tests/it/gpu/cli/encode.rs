@@ -146,7 +146,7 @@ fn every_table_and_output_dtype_matches_the_library_bit_for_bit() {
     let ids = array![[0i32, 3, 10, 5], [7, 7, 1, 2]];
     let ids_path = dir.npy("ids.npy", &ids);
     let ids_u32 = ids.mapv(|v| v as u32);
-    let positions = positions::contiguous_batch(2, 4);
+    let positions = positions::contiguous_batch(2, 4).unwrap();
     for table_dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
         let table = Table::new(table_dtype, VOCAB, DIM);
         let weights = dir.table(&format!("{table_dtype:?}.safetensors"), &table);
@@ -183,7 +183,7 @@ fn one_dimensional_ids_of_every_type_give_an_l_by_d_output() {
         DIM,
         &table,
         batch.view(),
-        positions::contiguous_batch(1, 5).view(),
+        positions::contiguous_batch(1, 5).unwrap().view(),
         EncodeOptions::default(),
     );
     for ids_path in &files {
@@ -250,7 +250,7 @@ fn pad_id_gives_zero_rows_and_left_padded_positions() {
     assert_ok(&run, "--pad-id");
     let got = read_out(&out);
     assert!(got.bits[..2 * DIM].iter().all(|&b| b == 0), "pad rows are +0.0");
-    let left = positions::left_padded(ids.view(), pad);
+    let left = positions::left_padded(ids.view(), pad).unwrap();
     assert_eq!(left.row(0).to_vec(), [0, 0, 0, 1]);
     let options = EncodeOptions { pad_id: Some(pad), ..EncodeOptions::default() };
     assert_eq!(got.bits, expected(DIM, &table, ids.view(), left.view(), options).bits());
@@ -275,7 +275,7 @@ fn scales_and_bases_match_the_library() {
     let ids = array![[1u32, 2, 3, 10]];
     let ids_path = dir.npy("ids.npy", &ids);
     let out = s(&dir.path("out.npy"));
-    let positions = positions::contiguous_batch(1, 4);
+    let positions = positions::contiguous_batch(1, 4).unwrap();
     for (arg, scale) in
         [("sqrt", Scale::SqrtDim), ("0.125", Scale::Value(0.125)), ("-3", Scale::Value(-3.0))]
     {
@@ -309,7 +309,7 @@ fn npy_weights_in_f32_and_f16_are_accepted() {
     let dir = Dir::new();
     let ids = array![[2u32, 4]];
     let ids_path = dir.npy("ids.npy", &ids);
-    let positions = positions::contiguous_batch(1, 2);
+    let positions = positions::contiguous_batch(1, 2).unwrap();
     let f32_table = table_f32(VOCAB, DIM);
     let f16_table = f32_table.mapv(f16::from_f32);
     for (weights, table) in [
@@ -359,7 +359,7 @@ fn a_named_tensor_is_chosen_among_several() {
         DIM,
         &embed,
         ids.view(),
-        positions::contiguous_batch(1, 3).view(),
+        positions::contiguous_batch(1, 3).unwrap().view(),
         EncodeOptions::default(),
     );
     assert_eq!(read_out(&out).bits, want.bits());
@@ -796,7 +796,7 @@ fn fairseq_numbers_positions_from_the_padding_idx() {
     let run = posenc(&[&args[..], &["--variant", "fairseq", "--padding-idx", "none"]].concat());
     assert_ok(&run, "fairseq, no padding");
     let spec = spec.with_padding_idx(None);
-    let pos = positions::contiguous_batch(2, 4);
+    let pos = positions::contiguous_batch(2, 4).unwrap();
     let want = cpu::encode(&spec, table.embeddings(), ids.view(), pos.view(), &Default::default());
     assert_eq!(read_out(&out).bits, want.unwrap().bits());
 }
@@ -817,7 +817,7 @@ fn learned_position_tables_replace_the_sinusoid() {
     let ids_path = dir.npy("ids.npy", &ids);
     let out = s(&dir.path("out.npy"));
     let args = ["encode", "--device", "cpu", "--weights", &weights, "--ids", &ids_path, "-o", &out];
-    let pos = positions::contiguous_batch(2, 3);
+    let pos = positions::contiguous_batch(2, 3).unwrap();
     let want = cpu::encode_learned(
         Embeddings::F16(learned.view()),
         table.embeddings(),

@@ -55,7 +55,7 @@ fn every_dtype_and_layout_matches_the_library_bit_for_bit() {
     let scaling = Scaling::from_hf_json(LLAMA3).unwrap();
     let spec =
         RopeSpec::new(16).unwrap().with_base(500000.0).unwrap().with_scaling(scaling).unwrap();
-    let p = positions::contiguous_batch(2, 3);
+    let p = positions::contiguous_batch(2, 3).unwrap();
     let extra = ["--base", "500000", "--scaling", LLAMA3];
     for layout in [Layout::Blhd, Layout::Bhld] {
         let shape = match layout {
@@ -91,7 +91,7 @@ fn pairing_rotary_dim_positions_offsets_and_scaling_files() {
     let args = [&base[..], &["--offset", "4000000000", "--scaling", yarn]].concat();
     check_cpu(&dir, "offset", &x, Layout::Blhd, &spec, &p, &args);
     // The default is --offset 0; the scaling may come from a file.
-    let p0 = positions::contiguous_batch(2, 3);
+    let p0 = positions::contiguous_batch(2, 3).unwrap();
     let args = [&base[..], &["--scaling", &at_file]].concat();
     check_cpu(&dir, "default", &x, Layout::Blhd, &spec, &p0, &args);
     // --positions as uint32, int32 and int64.
@@ -282,7 +282,7 @@ fn runtime_failures_exit_1_and_leave_no_file() {
     let want = cpu::rope(
         &spec,
         tensor::<f16>([1, 2, 1, 4], 7).view(),
-        positions::contiguous_batch(1, 1).view(),
+        positions::contiguous_batch(1, 1).unwrap().view(),
         Layout::Bhld,
     )
     .unwrap();
@@ -296,7 +296,7 @@ fn seq_len_fixes_the_length_dynamic_scaling_sees() {
     let dynamic = r#"{"rope_type": "dynamic", "factor": 4.0, "max_position_embeddings": 100}"#;
     let spec = RopeSpec::new(16).unwrap().with_scaling(Scaling::from_hf_json(dynamic).unwrap());
     let spec = spec.unwrap();
-    let p = positions::contiguous_batch(1, 5);
+    let p = positions::contiguous_batch(1, 5).unwrap();
     // Without --seq-len: this call's largest position plus one; with it: the fixed length.
     check_cpu(&dir, "per_call", &x, Layout::Blhd, &spec, &p, &["--scaling", dynamic]);
     let kept = spec.clone().with_seq_len(400).unwrap();
