@@ -225,13 +225,15 @@ impl TokenId for i64 {
 /// (`pad_id`) are exempt from the vocabulary check.
 ///
 /// # Errors
-/// [`Error::TokenId`] for the first (row-major) id that is negative or `>= vocab`.
+/// [`Error::TokenId`] for the first (row-major) id that is negative or `>= vocab`;
+/// [`Error::Alloc`] if the u32 copy cannot be had (a broadcast view may describe far more
+/// ids than it holds), before any id is read.
 pub fn ids_to_u32<T: TokenId>(
     ids: ArrayView2<'_, T>,
     vocab: usize,
     pad_id: Option<u32>,
 ) -> Result<ndarray::Array2<u32>> {
-    let mut out = ndarray::Array2::<u32>::zeros(ids.dim());
+    let mut out = crate::alloc::try_zeros::<u32, _>("ids", ids.raw_dim())?;
     for (((row, col), &id), slot) in ids.indexed_iter().zip(out.iter_mut()) {
         match id.to_u32() {
             Some(v) if pad_id == Some(v) || (v as usize) < vocab => *slot = v,
@@ -243,8 +245,9 @@ pub fn ids_to_u32<T: TokenId>(
     Ok(out)
 }
 
-/// The checks every encode path runs before any work: shapes, dims, ids, scale. Returns the
-/// scale factor.
+/// The checks every encode path runs before it writes anything: [`check_shapes`] (shapes,
+/// dims, the output's size, the scale), then [`check_ids`]. Returns the scale factor. The
+/// CPU's allocating paths run the two apart, allocating their output between them.
 pub(crate) fn check(
     spec: &PeSpec,
     table: (usize, usize),

@@ -176,9 +176,11 @@ pub fn from_offsets(offsets: &[u32], len: usize) -> Result<Array2<u32>> {
 /// ```
 ///
 /// # Errors
+/// [`Error::InvalidParameter`] naming `len` for rows of more than 2^32 tokens;
 /// [`Error::Alloc`] if the memory cannot be had (a broadcast view of ids may describe far
 /// more tokens than it holds).
 pub fn left_padded(ids: ArrayView2<'_, u32>, pad_id: u32) -> Result<Array2<u32>> {
+    check_row_len(ids.ncols())?;
     let mut out = zeros("left_padded", ids.nrows(), ids.ncols())?;
     if out.is_empty() {
         // An empty batch may still have 2^63 rows: no loop over them.
@@ -189,7 +191,7 @@ pub fn left_padded(ids: ArrayView2<'_, u32>, pad_id: u32) -> Result<Array2<u32>>
         for (&id, p) in ids_row.iter().zip(out_row.iter_mut()) {
             if id != pad_id {
                 *p = next;
-                next += 1;
+                next = next.wrapping_add(1);
             }
         }
     }
@@ -363,9 +365,10 @@ mod tests {
         // for 2^64 bytes, which no allocator grants, not a size an overcommitting kernel
         // might hand out lazily.)
         let one = [1u32];
-        let wide = ArrayView2::from_shape((1, 1), &one).unwrap();
-        let wide = wide.broadcast((1 << 31, 1 << 31)).unwrap();
+        let one = ArrayView2::from_shape((1, 1), &one).unwrap();
+        let wide = one.broadcast((1 << 31, 1 << 31)).unwrap();
         alloc(left_padded(wide, 0));
+        len(left_padded(one.broadcast((1, (1 << 32) + 1)).unwrap(), 0));
         alloc(fairseq(wide, 1));
         // The empty ones within ndarray's bound are their own results.
         assert_eq!(contiguous_batch(1 << 62, 0).unwrap().dim(), (1 << 62, 0));

@@ -46,8 +46,8 @@ const PREFETCH_AHEAD: usize = 2;
 /// Bit-identical to the GPU path when `options.scale` is [`encode::Scale::None`]. A one-off
 /// call that keeps nothing: it computes the PE rows its tokens need, each token's row
 /// beside its output row where the call has no more tokens than the rows `0..=max
-/// position` (one sequence, a decode step), else those rows once; an [`Encoder`] keeps PE
-/// rows between calls.
+/// position` (one sequence, a decode step), else those rows once (past 64 MiB of them, the
+/// rows of its distinct positions); an [`Encoder`] keeps PE rows between calls.
 ///
 /// ```
 /// use ndarray::{Array2, array};
@@ -67,8 +67,11 @@ const PREFETCH_AHEAD: usize = 2;
 /// # Errors
 /// Before any work: [`Error::Shape`] if the table's dim is not the spec's or the
 /// positions' shape is not the ids'; [`Error::TooLarge`] for an output `[batch, len, dim]`
-/// no array can hold; [`Error::TokenId`] for the first id `>= vocab`;
-/// [`Error::InvalidParameter`] for a NaN or infinite scale.
+/// no array can hold; [`Error::InvalidParameter`] for a NaN or infinite scale; then
+/// [`Error::Alloc`] if the output cannot be allocated, at once, before the ids are read;
+/// [`Error::TokenId`] for the first id `>= vocab`; [`Error::Alloc`] if a buffer the call
+/// sizes (a copy of a view not in standard order, the distinct positions, their PE rows)
+/// cannot be had, before the output is written.
 pub fn encode(
     spec: &PeSpec,
     table: Embeddings<'_>,
@@ -200,11 +203,12 @@ impl Encoder {
     ///
     /// A row per token costs the same sin/cos work as a table row and no table: at
     /// llama3-8b's 1 x 2048 x 4096, 33.5 MB neither written, faulted in, nor read back.
-    /// The one-off encoder takes it whenever the call has no more tokens than the rows
-    /// `0..n` a table would hold (one sequence, a decode step: 8 tokens at positions near
-    /// 500 against 512 rows), and rows `0..n` exactly otherwise, since it keeps nothing;
-    /// an [`Encoder`] keeps rows for its next calls and takes a row per token only where
-    /// its cache cannot serve the call and every position is distinct.
+    /// Within the cache's budget the one-off encoder takes it whenever the call has no more
+    /// tokens than the rows `0..n` a table would hold (one sequence, a decode step: 8
+    /// tokens at positions near 500 against 512 rows), and rows `0..n` exactly otherwise,
+    /// since it keeps nothing; past the budget both encoders compute the rows of the
+    /// distinct positions, or a row per token when every position is distinct. An
+    /// [`Encoder`] keeps rows `0..n` for its next calls.
     ///
     /// Every buffer sized by the call (a copy of the positions, the distinct positions,
     /// their rows) is allocated fallibly: [`Error::Alloc`] where memory runs out.
@@ -219,10 +223,10 @@ impl Encoder {
                 positions: row_major(&positions, "positions")?,
             })
         };
-        if self.one_off && tokens <= needed {
+        let cap_rows = (PE_CACHE_BUDGET / (dim * 4)) as u64;
+        if self.one_off && tokens <= needed && needed <= cap_rows {
             return per_token();
         }
-        let cap_rows = (PE_CACHE_BUDGET / (dim * 4)) as u64;
         if needed > 0
             && needed <= cap_rows
             && let Ok(mut slot) = self.cache.lock()
@@ -294,8 +298,8 @@ fn pe_table(spec: &PeSpec, positions: &[u32]) -> Result<Array2<f32>> {
 /// ```
 ///
 /// # Errors
-/// As [`encode()`], and [`Error::Position`] for the first position `>= max_positions`, all
-/// before any work.
+/// As [`encode()`], and [`Error::Position`] for the first position `>= max_positions`
+/// (after the ids' check), all before the output is written.
 pub fn encode_learned(
     position_table: Embeddings<'_>,
     table: Embeddings<'_>,
@@ -986,47 +990,56 @@ mod tests {
     }
 
     /// Every way a call's PE rows are found (the one-off encoder's row per token and exact
-    /// table, an encoder's cache, distinct rows past the cache) gives the same bits.
+    /// table, an encoder's cache, distinct rows past the cache) gives the bits of the
+    /// plain form: a table of every token's own row, gathered.
     #[test]
     fn every_source_of_pe_rows_gives_the_same_bits() {
         use ndarray::Array2;
-        let dim = 36usize;
-        let spec = PeSpec::new(dim as u32).expect("dim 36");
         let vocab = 50;
-        let table =
-            Array2::from_shape_fn((vocab, dim), |(r, c)| (r as f32 - 7.5) * 0.25 + c as f32);
         let far = u32::MAX - 3;
-        let cases: Vec<Array2<u32>> = vec![
+        let cases: Vec<(usize, Array2<u32>)> = vec![
             // One sequence: a row per token in the one-off encoder.
-            crate::positions::contiguous_batch(1, 40).unwrap(),
+            (36, crate::positions::contiguous_batch(1, 40).unwrap()),
+            // The same in rayon's tasks (more than 2^19 output values).
+            (1024, crate::positions::contiguous_batch(1, 600).unwrap()),
             // A decode step near position 500: 3 rows per token against 500 in a table.
-            Array2::from_shape_vec((3, 1), vec![497, 500, 499]).unwrap(),
+            (36, Array2::from_shape_vec((3, 1), vec![497, 500, 499]).unwrap()),
             // Sequences sharing positions: rows 0..n.
-            crate::positions::contiguous_batch(4, 9).unwrap(),
+            (36, crate::positions::contiguous_batch(4, 9).unwrap()),
             // Past any cache, distinct: a row per token; repeated: distinct rows.
-            Array2::from_shape_vec((2, 2), vec![far, far + 1, 7, 0]).unwrap(),
-            Array2::from_shape_vec((2, 2), vec![far, far, far + 3, far + 3]).unwrap(),
+            (36, Array2::from_shape_vec((2, 2), vec![far, far + 1, 7, 0]).unwrap()),
+            (36, Array2::from_shape_vec((2, 2), vec![far, far, far + 3, far + 3]).unwrap()),
         ];
-        for positions in &cases {
+        for (dim, positions) in &cases {
+            let dim = *dim;
+            let spec = PeSpec::new(dim as u32).expect("an even dim");
+            let table =
+                Array2::from_shape_fn((vocab, dim), |(r, c)| (r as f32 - 7.5) * 0.25 + c as f32);
             let ids =
                 Array2::from_shape_fn(positions.dim(), |(b, t)| ((b * 13 + t * 7) % vocab) as u32);
+            let flat: Vec<u32> = positions.iter().copied().collect();
+            let rows = super::super::table(&spec, &flat);
+            let own: Vec<u32> = (0..flat.len() as u32).collect();
             for (scale, pad_id) in [(None, None), (Some(8.0f32), Some(ids[[0, 0]]))] {
                 for out_dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
                     let scale = scale.map_or(encode::Scale::None, encode::Scale::Value);
                     let options = EncodeOptions { out_dtype, pad_id, scale };
+                    let factor = scale.factor(dim).expect("a finite scale");
                     let embeddings = Embeddings::F32(table.view());
+                    let mut plain = allocate((ids.nrows(), ids.ncols(), dim), out_dtype).unwrap();
+                    let pe = PeSource::Rows { pe: rows.as_slice().unwrap(), slots: &own };
+                    fill(embeddings, ids.view(), pe, pad_id, factor, out_slice(&mut plain))
+                        .unwrap();
                     let once = encode(&spec, embeddings, ids.view(), positions.view(), &options)
                         .expect("valid input");
+                    let what = format!("dim {dim} {:?} {options:?}", positions.dim());
+                    assert_eq!(once.bits(), plain.bits(), "one-off, {what}");
                     let encoder = Encoder::new(spec.clone());
                     for call in 0..2 {
                         let kept = encoder
                             .encode(embeddings, ids.view(), positions.view(), &options)
                             .expect("valid input");
-                        assert_eq!(
-                            once.bits(),
-                            kept.bits(),
-                            "{positions:?} {options:?} call {call}"
-                        );
+                        assert_eq!(kept.bits(), plain.bits(), "encoder call {call}, {what}");
                     }
                 }
             }
@@ -1053,6 +1066,14 @@ mod tests {
         let encoder = Encoder::new(spec.clone());
         refused(encoder.encode(Embeddings::F32(table.view()), many, many, &options));
         let learned = ndarray::Array2::<f32>::zeros((2, 4096));
+        // The ids' conversion (Python's ids of any integer type) asks for 2^64 bytes.
+        let one = [1i64];
+        let one = ArrayView2::from_shape((1, 1), &one).expect("one element");
+        let wide = one.broadcast((1 << 31, 1 << 31)).expect("a broadcast");
+        match encode::ids_to_u32(wide, 3, None) {
+            Err(Error::Alloc { what: "ids", .. }) => {}
+            other => panic!("{:?}", other.map(|a| a.dim())),
+        }
         refused(encode_learned(
             Embeddings::F32(learned.view()),
             Embeddings::F32(table.view()),

@@ -141,14 +141,18 @@ pub fn rope_in_place<T: Element>(
 /// [`rope_in_place`] on a copy: returns the rotated tensor in standard layout.
 ///
 /// # Errors
-/// As [`rope_in_place`].
+/// As [`rope_in_place`], before the copy is allocated; [`crate::Error::Alloc`] if it
+/// cannot be had.
 pub fn rope<T: Element>(
     spec: &RopeSpec,
     x: ArrayView4<'_, T>,
     positions: ArrayView2<'_, u32>,
     layout: Layout,
 ) -> Result<Array4<T>> {
-    let mut out = x.as_standard_layout().into_owned();
+    let shape = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
+    Geometry::check(spec, shape, layout, positions.dim())?;
+    let mut out = crate::alloc::try_zeros::<T, _>("the RoPE output", x.raw_dim())?;
+    out.assign(&x);
     rope_in_place(spec, out.view_mut(), positions, layout)?;
     Ok(out)
 }

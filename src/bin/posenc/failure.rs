@@ -73,8 +73,15 @@ pub(crate) fn clap_exit(e: &clap::Error) -> ExitCode {
         // Help and version are reports like any other: refused in one line where stdout
         // was closed at the start or cannot take them (`> /dev/full`), quiet on a closed
         // pipe (`| head -1`).
-        let written = crate::output::check_report_stdout()
-            .and_then(|()| crate::output::to_stdout(|out| write!(out, "{}", e.render())));
+        // Styled on a terminal, as clap prints it (NO_COLOR honoured), plain elsewhere.
+        let styled = std::io::IsTerminal::is_terminal(&std::io::stdout())
+            && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+        let written = crate::output::check_report_stdout().and_then(|()| {
+            crate::output::to_stdout(|out| {
+                let text = e.render();
+                if styled { write!(out, "{}", text.ansi()) } else { write!(out, "{text}") }
+            })
+        });
         return match written {
             Ok(()) => ExitCode::SUCCESS,
             Err(failure) => report(failure),
