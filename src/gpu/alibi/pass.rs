@@ -53,8 +53,9 @@ impl Context {
     ///
     /// # Errors
     /// [`Error::Limit`] if a storage-alignment's worth of rows (one row where a row is a
-    /// multiple of 256 bytes) does not fit one binding, or the tensor has 2^32 rows (head,
-    /// query) or more; [`Error::DeviceLost`], [`Error::OutOfMemory`], [`Error::Gpu`].
+    /// multiple of 256 bytes) does not fit one binding, the tensor has 2^32 rows (head,
+    /// query) or more, or one step's bias is larger than the device's largest buffer;
+    /// [`Error::DeviceLost`], [`Error::OutOfMemory`], [`Error::Gpu`].
     pub fn alibi_pass(&self, spec: &AlibiSpec) -> Result<AlibiPass> {
         self.prepare_alibi_pass(spec)
     }
@@ -84,6 +85,20 @@ impl Context {
                 requested: rows.max(kv_len),
                 limit_name: "u32 indices",
                 limit: u64::from(u32::MAX),
+            });
+        }
+        // One step's bias must fit one buffer: at most 2^32 x 2^32 f32 values would
+        // overflow the byte counts below (u64), and no device holds them.
+        let bytes = u128::from(rows) * u128::from(kv_len) * 4;
+        let max_buffer = self.device.limits().max_buffer_size;
+        if bytes > u128::from(max_buffer) {
+            return Err(Error::Limit {
+                op: OP,
+                what: "bytes of one step's bias (heads x len x kv_len f32), which one buffer \
+                       must hold",
+                requested: u64::try_from(bytes).unwrap_or(u64::MAX),
+                limit_name: "the device's max_buffer_size",
+                limit: max_buffer,
             });
         }
         let part_rows = self.alibi_part_rows(OP, rows, kv_len)?;

@@ -926,13 +926,15 @@ impl EncodePass {
     /// [`EncodePass::read_faults`]; nothing is read out of bounds.
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] for a missing usage, a misaligned offset, or `out` in
+    /// [`Error::InvalidParameter`] for a missing usage, a misaligned offset, a slice of the
+    /// pass's own [`EncodePass::faults_buffer`], or `out` in
     /// the buffer of ids and positions past [`ARENA_COPY_BYTES`]; [`Error::Shape`]
     /// for a slice smaller than the step needs; [`Error::Limit`] for a range larger than
     /// one storage binding; [`Error::DeviceLost`] once the device is lost; natively
     /// [`Error::Gpu`] if wgpu refuses a buffer of a set not recorded before (one destroyed,
-    /// or of another device): on the web that goes to the page's error scope or the
-    /// device's uncaptured-error handler (docs/browser.md).
+    /// or of another device of the same `wgpu::Instance`; a buffer of another instance
+    /// cannot be told apart, as in wgpu itself): on the web that goes to the page's error
+    /// scope or the device's uncaptured-error handler (docs/browser.md).
     pub fn record(
         &self,
         encoder: &mut wgpu::CommandEncoder,
@@ -1020,6 +1022,21 @@ impl EncodePass {
     ) -> Result<Option<(Arc<Bound>, Option<[(wgpu::Buffer, u64, u64, u64); 2]>)>> {
         const OP: &str = "encode_pass.record";
         use wgpu::BufferUsages as U;
+        // The pass's own state buffer ([`EncodePass::faults_buffer`]) is bound read-write by
+        // every dispatch: as a step's ids or positions wgpu would refuse the pair at the
+        // encoder's finish (a panic in its default handler), and as its output it would
+        // overwrite the counters and the spec's words the kernel reads.
+        for (field, slice) in [("ids", &ids), ("positions", &positions), ("out", &out)] {
+            if slice.buffer() == &*self.state {
+                return Err(Error::InvalidParameter {
+                    field,
+                    value: "a slice of the pass's own faults buffer (EncodePass::faults_buffer)"
+                        .into(),
+                    allowed: "a buffer of the caller's; the faults buffer is there to copy the \
+                              counters from",
+                });
+            }
+        }
         let need = |name, bytes| Need { name, bytes, usage: U::STORAGE, usage_text: "STORAGE" };
         // The full layout binds ids and positions read-only beside the output read-write,
         // which wgpu refuses within one buffer (at the encoder's finish, with a panic in its

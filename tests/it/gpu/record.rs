@@ -532,6 +532,19 @@ fn bad_arguments_are_refused_before_anything_is_recorded() {
         assert!(matches!(e, Error::InvalidParameter { field: f, .. } if f == field), "{e}");
         assert!(e.to_string().contains("COPY_SRC"), "{e}");
     }
+    // The pass's own faults buffer, bound read-write by its dispatches, is no step's
+    // input or output: as ids it made wgpu panic at the finish, as out it overwrote the
+    // counters and the spec's words (round five of the hostile probes).
+    let faults = pass.faults_buffer().clone();
+    for (ids, positions, out, field) in [
+        (faults.slice(..4), good.slice(..), out.slice(..), "ids"),
+        (good.slice(..), faults.slice(..4), out.slice(..), "positions"),
+        (good.slice(..), good.slice(..), faults.slice(..), "out"),
+    ] {
+        let e = pass.record(&mut encoder, ids, positions, out).unwrap_err();
+        assert!(matches!(e, Error::InvalidParameter { field: f, .. } if f == field), "{e}");
+        assert!(e.to_string().contains("faults buffer"), "{e}");
+    }
     // Nothing was recorded: the encoder still finishes cleanly.
     ctx.queue().submit([encoder.finish()]);
     ctx.wait_idle().unwrap();
@@ -849,6 +862,18 @@ fn recorded_alibi_larger_than_a_binding_is_written_in_parts() {
     assert_same("one binding exactly", &all[4..4 + want.len()], &want);
     let e = ctx.with_max_binding_size(64).alibi_pass(&specs[0]).unwrap_err();
     assert!(matches!(e, Error::Limit { .. }), "{e}");
+    // A step's bias larger than any buffer, up to 2^32 x 2^32 values whose byte count
+    // overflowed a u64 (a panic with overflow checks; round five of the hostile probes).
+    // Both ask for 2^64 bytes or more.
+    for (heads, len, kv_len) in [(1u32, 1u64 << 31, 1u64 << 31), (2, 1 << 30, u64::from(u32::MAX))]
+    {
+        let spec = AlibiSpec::new(heads, len).unwrap().with_kv_len(kv_len).unwrap();
+        let e = ctx.alibi_pass(&spec).unwrap_err();
+        assert!(
+            matches!(e, Error::Limit { limit_name: "the device's max_buffer_size", .. }),
+            "{heads} x {len} x {kv_len}: {e}"
+        );
+    }
 }
 
 /// A device the test opens itself, as an engine would.
