@@ -239,7 +239,22 @@ impl Context {
         let value = f();
         match pollster::block_on(scope.pop()) {
             None => Ok(value),
-            Some(e) => Err(Error::Gpu { op, message: e.to_string() }),
+            Some(e) => Err(self.lost_or(op, e.to_string())),
+        }
+    }
+
+    /// What a failure of `op` with `message` is: [`Error::DeviceLost`] if the device turns
+    /// out to be lost (a caller's `Device::destroy` makes every later buffer invalid, which
+    /// wgpu reports as a validation error of its own), else [`Error::Gpu`].
+    pub(super) fn lost_or(&self, op: &'static str, message: String) -> Error {
+        let lost = if super::wait::CAN_BLOCK {
+            super::faults::confirm_loss(&self.device, &self.health)
+        } else {
+            self.health.lost()
+        };
+        match lost {
+            Some(reason) => Error::DeviceLost { op, reason },
+            None => Error::Gpu { op, message },
         }
     }
 }
@@ -313,7 +328,7 @@ pub(super) fn uniform_blocks(
     });
     buffer
         .get_mapped_range_mut(..)
-        .map_err(|e| Error::Gpu { op: label, message: e.to_string() })?
+        .map_err(|e| ctx.lost_or(label, e.to_string()))?
         .copy_from_slice(&bytes);
     buffer.unmap();
     Ok((buffer, stride))

@@ -954,8 +954,26 @@ fn a_callers_device_keeps_its_callbacks_and_hosts_two_contexts() {
     });
     assert_eq!(errors.load(Ordering::SeqCst), 1, "the caller's handler was replaced");
 
-    // A loss reaches the caller's callback, and posenc reports it as DeviceLost.
+    // A loss reaches the caller's callback, and posenc reports it as DeviceLost, a record
+    // of a new set of buffers included (it was Error::Gpu naming an invalid buffer; round
+    // five of the hostile probes).
+    let desc = EncodePassDescriptor { batch: 2, len: 3, ..Default::default() };
+    let pass_a = a.encode_pass(&spec, &table_a, &desc).unwrap();
     device.destroy();
+    let storage = |size| {
+        device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        })
+    };
+    let (ids_buf, pos_buf, out_buf) = (storage(256), storage(256), storage(4096));
+    let mut encoder = device.create_command_encoder(&Default::default());
+    let e = pass_a
+        .record(&mut encoder, ids_buf.slice(..24), pos_buf.slice(..24), out_buf.slice(..))
+        .unwrap_err();
+    assert!(matches!(e, Error::DeviceLost { .. }), "{e}");
     let e =
         a.encode(&spec, &table_a, ids.view(), positions.view(), &Default::default()).unwrap_err();
     assert!(matches!(e, Error::DeviceLost { .. }), "{e}");
