@@ -15,13 +15,7 @@ pub const MAX_SPEC_POSITIONS: u64 = 1 << 24;
 /// # Errors
 /// [`Error::InvalidParameter`] naming `len` if it exceeds 2^32 (positions are u32).
 pub fn contiguous(len: u64) -> Result<Vec<u32>> {
-    if len > 1 << 32 {
-        return Err(Error::InvalidParameter {
-            field: "len",
-            value: len.to_string(),
-            allowed: "at most 4294967296 (positions are u32)",
-        });
-    }
+    check_row_len(len)?;
     Ok((0..len).map(|p| p as u32).collect())
 }
 
@@ -101,12 +95,12 @@ fn zeros(op: &'static str, rows: usize, cols: usize) -> Result<Array2<u32>> {
 }
 
 /// Refuses rows of more than 2^32 tokens numbered from 0, whose positions would pass u32.
-fn check_row_len(len: usize) -> Result<()> {
-    if len as u64 > 1 << 32 {
+fn check_row_len(len: u64) -> Result<()> {
+    if len > 1 << 32 {
         return Err(Error::InvalidParameter {
             field: "len",
             value: len.to_string(),
-            allowed: "at most 4294967296 tokens per row (positions are u32)",
+            allowed: "at most 4294967296 (positions are u32)",
         });
     }
     Ok(())
@@ -125,7 +119,7 @@ fn check_row_len(len: usize) -> Result<()> {
 /// [`Error::TooLarge`] for a shape no array can hold (its zero axes set aside), and
 /// [`Error::Alloc`] if the memory cannot be had, before anything is written.
 pub fn contiguous_batch(batch: usize, len: usize) -> Result<Array2<u32>> {
-    check_row_len(len)?;
+    check_row_len(len as u64)?;
     let mut out = zeros("contiguous_batch", batch, len)?;
     if !out.is_empty() {
         for mut row in out.rows_mut() {
@@ -180,7 +174,7 @@ pub fn from_offsets(offsets: &[u32], len: usize) -> Result<Array2<u32>> {
 /// [`Error::Alloc`] if the memory cannot be had (a broadcast view of ids may describe far
 /// more tokens than it holds).
 pub fn left_padded(ids: ArrayView2<'_, u32>, pad_id: u32) -> Result<Array2<u32>> {
-    check_row_len(ids.ncols())?;
+    check_row_len(ids.ncols() as u64)?;
     let mut out = zeros("left_padded", ids.nrows(), ids.ncols())?;
     if out.is_empty() {
         // An empty batch may still have 2^63 rows: no loop over them.
@@ -254,7 +248,7 @@ pub fn fairseq(ids: ArrayView2<'_, u32>, padding_idx: u32) -> Result<Array2<u32>
 /// [`Error::TooLarge`] for a shape no array can hold (its zero axes set aside), and
 /// [`Error::Alloc`] if the memory cannot be had; all before anything is written.
 pub fn packed(len: usize, starts: &[Vec<usize>]) -> Result<Array2<u32>> {
-    check_row_len(len)?;
+    check_row_len(len as u64)?;
     for (b, row_starts) in starts.iter().enumerate() {
         if let Some(&bad) = row_starts.iter().find(|&&s| s >= len) {
             return Err(Error::InvalidParameter {

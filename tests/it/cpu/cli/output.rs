@@ -577,17 +577,23 @@ fn a_closed_stdout_ends_every_command_quietly() {
         ),
     ];
     for (name, args) in cases {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the posenc binary runs");
-        drop(child.stdout.take());
-        let run = child.wait_with_output().unwrap();
-        assert_ok(&run, &format!("{name} with its stdout closed"));
-        assert!(stderr(&run).is_empty(), "{name}: {}", stderr(&run));
+        assert_quiet_with_stdout_closed(name, args);
     }
+}
+
+/// Runs posenc with `args`, its standard output a pipe whose reader has gone, and checks
+/// that it ends quietly with status 0.
+fn assert_quiet_with_stdout_closed(name: &str, args: &[&str]) {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the posenc binary runs");
+    drop(child.stdout.take());
+    let run = child.wait_with_output().unwrap();
+    assert_ok(&run, &format!("{name} with its stdout closed"));
+    assert!(stderr(&run).is_empty(), "{name}: {}", stderr(&run));
 }
 
 /// Help and version are reports like the others: where standard output cannot take them
@@ -610,16 +616,7 @@ fn help_and_version_that_cannot_be_written_fail_in_one_line() {
         let err = stderr(&run);
         assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
         assert!(err.starts_with("posenc: ") && err.contains("No space left"), "{args:?}: {err}");
-        let mut child = Command::new(BIN)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the posenc binary runs");
-        drop(child.stdout.take());
-        let run = child.wait_with_output().unwrap();
-        assert_ok(&run, &format!("{args:?} with its stdout closed"));
-        assert!(stderr(&run).is_empty(), "{args:?}: {}", stderr(&run));
+        assert_quiet_with_stdout_closed(&format!("{args:?}"), args);
     }
 }
 
