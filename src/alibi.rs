@@ -10,9 +10,11 @@
 //! The bias of head `h` between query `i` (at position `offset + i`) and key `j` (at
 //! position `j`) is `-m_h |offset + i - j|` in the symmetric form, and `-m_h (offset + i - j)`
 //! for `j <= offset + i` and `0` above the diagonal in the causal form. Each value is the
-//! correctly rounded float32 of `f32(m_h)` times the exact integer distance, computed in
-//! integer arithmetic (`bias_bits`, twin of `shaders/alibi.wgsl`), so it is exact at every u32
-//! distance where `f32(distance)` would already have rounded, and the same on every device.
+//! correctly rounded float32 of `f32(m_h)` times the exact integer distance, so it is exact at
+//! every u32 distance where `f32(distance)` would already have rounded, and the same on every
+//! device: below 2^24 the distance is exact in float32 and one correctly rounded float32
+//! product is that value; from 2^24 on, integer arithmetic builds and rounds the product
+//! (`neg_scaled_bits`, twin of `shaders/shared/alibi_common.wgsl`).
 //! Zero distances and the masked region are `+0.0`.
 
 use astro_float::{BigFloat, Consts, RoundingMode};
@@ -21,6 +23,7 @@ use rayon::prelude::*;
 
 use crate::cpu::sincos::mul_hi;
 use crate::error::{Error, Result};
+use crate::simd::{Set, Simd};
 
 /// The most heads [`slopes`] and [`AlibiSpec`] accept.
 pub const MAX_HEADS: u32 = 65536;
@@ -31,8 +34,9 @@ pub const MAX_VALUES: u64 = 1 << 31;
 /// Positions are u32, so a sequence covers at most positions `0..2^32`.
 const POSITIONS: u64 = 1 << 32;
 
-/// Working precision of the slopes, in bits. It decides the rounding of every slope of up to
-/// 65536 heads (a unit test checks); [`exp2_neg_nearest_f32`] would double it otherwise.
+/// Working precision of the slopes' big floats, in bits. It decides the rounding of every
+/// slope of up to 65536 heads (a unit test checks); [`exp2_neg_nearest_f32`] would double
+/// it otherwise. (Double precision decides every one first; big floats are its fallback.)
 const SLOPE_PREC: usize = 256;
 const RM: RoundingMode = RoundingMode::ToEven;
 
@@ -70,12 +74,13 @@ pub fn slopes(heads: u32) -> Result<Vec<f32>> {
     let exponents: Vec<u32> =
         (1..=c).map(|k| 8 * k).chain((1..=heads - c).map(|j| 4 * (2 * j - 1))).collect();
     // 2^(-num/c) = 2^-(num / c) * 2^(-(num % c)/c): the fractional parts repeat (at most c/4
-    // distinct ones), so each big-float exponential is computed once, on all cores.
+    // distinct ones), so each is computed once.
     let mut rests: Vec<u32> = exponents.iter().map(|num| num % c).collect();
     rests.sort_unstable();
     rests.dedup();
+    let mut cc = None;
     let fractions: Vec<f32> =
-        rests.par_iter().map_init(consts, |cc, &rest| exp2_neg_nearest_f32(rest, c, cc)).collect();
+        rests.iter().map(|&rest| exp2_neg_nearest_f32(rest, c, &mut cc)).collect();
     Ok(exponents
         .iter()
         .map(|num| {
@@ -103,8 +108,11 @@ fn consts() -> Consts {
     Consts::new().expect("astro-float constant cache allocation")
 }
 
-/// The float32 nearest to `2^(-num/den)`, `den` a power of two, `num/den` in `[0, 126)`.
-fn exp2_neg_nearest_f32(num: u32, den: u32, cc: &mut Consts) -> f32 {
+/// The float32 nearest to `2^(-num/den)`, `den` a power of two up to 2^16, `num/den` in
+/// `[0, 126)`: from double-precision arithmetic where that decides it (for every fraction
+/// `slopes` meets, a unit test checks all 16383), else from big floats (their constants
+/// made in `cc` on first use).
+fn exp2_neg_nearest_f32(num: u32, den: u32, cc: &mut Option<Consts>) -> f32 {
     debug_assert!(den.is_power_of_two());
     let (whole, rest) = (num / den, num % den);
     // 2^-whole, exactly; whole < 126 keeps it a normal float32.
@@ -112,16 +120,56 @@ fn exp2_neg_nearest_f32(num: u32, den: u32, cc: &mut Consts) -> f32 {
     if rest == 0 {
         return scale;
     }
+    // y in [1/2, 1]; scaling by a power of two is exact.
+    if let Some(y) = exp2_neg_frac_nearest_f32_double(rest, den) {
+        return y * scale;
+    }
+    let cc = cc.get_or_insert_with(consts);
     // rest/den is a non-integer dyadic rational, so 2^(-rest/den) is irrational: never a
     // midpoint between two floats, and a precision that decides its rounding always exists.
     let mut prec = SLOPE_PREC;
     loop {
         if let Some(y) = exp2_neg_frac_nearest_f32(rest, den, prec, cc) {
-            // y in [1/2, 1]; scaling by a power of two is exact.
             return y * scale;
         }
         prec *= 2;
     }
+}
+
+/// How close, in float32 ulps, [`exp2_neg_frac_nearest_f32_double`]'s value may come to a
+/// midpoint between two floats before big floats decide: 2^-16, 128 times its error bound.
+const DOUBLE_MARGIN: f64 = 1.0 / 65536.0;
+
+/// The float32 nearest to `2^(-rest/den)` (`0 < rest < den <= 2^16`, `den` a power of two)
+/// from IEEE double arithmetic alone, or `None` when that is too close to a midpoint between
+/// two floats to tell. Only square roots, products and a quotient, each correctly rounded on
+/// every IEEE platform, so no libm and the same answer everywhere:
+/// `2^(rest/den) = prod 2^(1/2^i)` over the bits of `rest`, where `2^(1/2^i)` is `i` square
+/// roots of 2. Each root is within 2^-52 of its value (a square root halves its input's
+/// relative error and adds at most 2^-53), the product of at most 16 of them within
+/// 24 x 2^-52 after its roundings, the reciprocal within 2^-47: below 2^-23 float32 ulp in
+/// `[1/2, 1)`.
+fn exp2_neg_frac_nearest_f32_double(rest: u32, den: u32) -> Option<f32> {
+    debug_assert!(den.is_power_of_two() && den <= 1 << 16 && 0 < rest && rest < den);
+    let k = den.trailing_zeros();
+    let (mut root, mut product) = (2.0f64, 1.0f64);
+    for i in 1..=k {
+        root = root.sqrt();
+        // Bit k - i of rest is worth 2^(k - i) / 2^k = 1 / 2^i.
+        if (rest >> (k - i)) & 1 == 1 {
+            product *= root;
+        }
+    }
+    // y in (1/2, 1): y * 2^24 counts float32 ulps, exactly.
+    let ulps = (1.0 / product) * 16_777_216.0;
+    let below = ulps.floor();
+    let fraction = ulps - below;
+    if (fraction - 0.5).abs() <= DOUBLE_MARGIN {
+        return None;
+    }
+    // At most 2^24, exact in float32; times 2^-24 exactly.
+    let mantissa = below as u32 + u32::from(fraction > 0.5);
+    Some(mantissa as f32 / 16_777_216.0)
 }
 
 /// The float32 nearest to `2^(-rest/den)` (`0 < rest < den`) from a `prec`-bit computation,
@@ -336,7 +384,8 @@ impl AlibiSpec {
 /// The float32 bits of `-(slope * d)`, rounded to nearest even, for the bits of a positive
 /// normal float32 `slope < 1` and an integer distance `d`. `d = 0` gives `+0.0`.
 ///
-/// The shader's twin (`bias_bits` in `shaders/alibi.wgsl`) runs the same integer steps.
+/// The shaders' twin (`neg_scaled_bits` in `shaders/shared/alibi_common.wgsl`) runs the same
+/// integer steps from 2^24 on; below, both take the float product ([`fill_descending`]).
 #[inline(always)]
 pub(crate) fn neg_scaled_bits(slope_bits: u32, d: u32) -> u32 {
     if d == 0 {
@@ -361,9 +410,10 @@ pub(crate) fn neg_scaled_bits(slope_bits: u32, d: u32) -> u32 {
     ((exp_field << 23) + kept + up) | 0x8000_0000
 }
 
-/// The float32 bits of the bias between query position `q` and key position `k`.
-#[inline(always)]
-pub(crate) fn bias_bits(slope_bits: u32, q: u32, k: u32, form: Form) -> u32 {
+/// The float32 bits of the bias between query position `q` and key position `k`: the
+/// shaders' `bias_bits`, value by value (the tests' reference for [`fill`]).
+#[cfg(test)]
+fn bias_bits(slope_bits: u32, q: u32, k: u32, form: Form) -> u32 {
     let d = match form {
         Form::Symmetric => q.abs_diff(k),
         Form::Causal => q.saturating_sub(k),
@@ -373,6 +423,53 @@ pub(crate) fn bias_bits(slope_bits: u32, q: u32, k: u32, form: Form) -> u32 {
 
 /// Values per rayon task: large enough to amortise scheduling, small enough to balance.
 const VALUES_PER_TASK: usize = 1 << 15;
+
+/// Values up to which a bias is filled on the calling thread, about 30 us of one core.
+/// Handing work to rayon from outside the pool wakes a worker and waits for it, which costs
+/// more than that (see `crate::cpu::encode`). Measured on 2 cores (2026-12-02, 32 heads of
+/// one query, medians of 60 calls), one thread against the pool, with calls back to back
+/// and with 3 ms between them (the pool asleep): 2^18 values 31 against 41 us and 50
+/// against 233 us; a decode step's 2^16 8 against 15 and 14 against 96.
+const SERIAL_MAX_VALUES: usize = 1 << 18;
+
+/// Distances below this are exact in float32, and so is a float32 slope's product with
+/// them rounded once: `0.0 - m * d` is then [`neg_scaled_bits`] (the subtraction from
+/// `+0.0` negates without rounding and turns `-0.0` into `+0.0` at `d = 0`), in vector
+/// instructions. Slopes are normal and at least 2^-8, so no product is subnormal.
+const FLOAT_DISTANCES: i64 = 1 << 24;
+
+/// `out[u]` = the bias of one head at the difference `q - k = s_top - u` (every difference
+/// within `(-2^32, 2^32)`): the float form where every distance is below 2^24, else
+/// [`neg_scaled_bits`]; the same bits either way.
+#[inline(always)]
+fn fill_descending(out: &mut [f32], slope_bits: u32, form: Form, s_top: i64) {
+    let s_bottom = s_top + 1 - out.len() as i64;
+    if s_top < FLOAT_DISTANCES && s_bottom > -FLOAT_DISTANCES {
+        // Both ends within (-2^24, 2^24), so every s and u fits i32.
+        let (slope, top) = (f32::from_bits(slope_bits), s_top as i32);
+        match form {
+            Form::Symmetric => {
+                for (u, v) in out.iter_mut().enumerate() {
+                    *v = 0.0 - slope * (top - u as i32).abs() as f32;
+                }
+            }
+            Form::Causal => {
+                for (u, v) in out.iter_mut().enumerate() {
+                    *v = 0.0 - slope * (top - u as i32).max(0) as f32;
+                }
+            }
+        }
+        return;
+    }
+    for (u, v) in out.iter_mut().enumerate() {
+        let s = s_top - u as i64;
+        let d = match form {
+            Form::Symmetric => s.unsigned_abs() as u32,
+            Form::Causal => s.max(0) as u32,
+        };
+        *v = f32::from_bits(neg_scaled_bits(slope_bits, d));
+    }
+}
 
 /// The bias tensor `[heads, len, kv_len]` of `spec`, multi-threaded, bit-identical to the
 /// GPU path ([`crate::gpu::Context::alibi_bias`]).
@@ -419,12 +516,45 @@ pub fn bias_cpu_into(spec: &AlibiSpec, mut out: ArrayViewMut3<'_, f32>) -> Resul
     Ok(())
 }
 
+/// [`fill_descending`] with the widest instructions `simd` names (the same bits in each).
+#[inline]
+fn fill_descending_as(simd: Simd, out: &mut [f32], slope_bits: u32, form: Form, s_top: i64) {
+    match simd.set() {
+        Set::Portable => fill_descending_portable(out, slope_bits, form, s_top),
+        // SAFETY: a `Simd` names a set this CPU runs (see its type).
+        #[cfg(target_arch = "x86_64")]
+        Set::Avx2 => unsafe { fill_descending_avx2(out, slope_bits, form, s_top) },
+        #[cfg(target_arch = "x86_64")]
+        Set::Avx512 => unsafe { fill_descending_avx512(out, slope_bits, form, s_top) },
+    }
+}
+
+#[inline(never)]
+fn fill_descending_portable(out: &mut [f32], slope_bits: u32, form: Form, s_top: i64) {
+    fill_descending(out, slope_bits, form, s_top);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline(never)]
+fn fill_descending_avx2(out: &mut [f32], slope_bits: u32, form: Form, s_top: i64) {
+    fill_descending(out, slope_bits, form, s_top);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512cd,avx512vl,avx512bw")]
+#[inline(never)]
+fn fill_descending_avx512(out: &mut [f32], slope_bits: u32, form: Form, s_top: i64) {
+    fill_descending(out, slope_bits, form, s_top);
+}
+
 /// Fills the flat `[heads * len, kv_len]` row-major tensor.
 ///
 /// A head's bias depends only on the difference `s = q - k`, and the next query shifts it by
 /// one. So a task of whole rows computes each head's values once per difference its rows
-/// span (`rows + kv_len - 1` of them rather than `rows * kv_len`) and copies every row out of
-/// that table, reversed. Rows longer than a task are cut into pieces computed directly.
+/// span (`rows + kv_len - 1` of them rather than `rows * kv_len`), from the largest down,
+/// and copies every row out of that table; a head with one row in the task (a decode step)
+/// is computed in place. Rows longer than a task are cut into pieces computed directly.
 fn fill(spec: &AlibiSpec, flat: &mut [f32]) {
     let (_, len, kv_len) = spec.shape();
     if flat.is_empty() {
@@ -433,58 +563,62 @@ fn fill(spec: &AlibiSpec, flat: &mut [f32]) {
     let slope_bits: Vec<u32> = spec.slopes.iter().map(|s| s.to_bits()).collect();
     let (offset, form) = (spec.offset, spec.form);
     // Validated: offset + len <= 2^32 and kv_len <= 2^32, so positions fit u32.
-    let query = |row: usize| offset + (row % len) as u32;
+    let query = |row: usize| i64::from(offset + (row % len) as u32);
+    let simd = Simd::detect();
+    let serial = flat.len() <= SERIAL_MAX_VALUES;
     if kv_len > VALUES_PER_TASK {
-        flat.par_chunks_mut(VALUES_PER_TASK).enumerate().for_each(|(task, values)| {
+        let task = |(task, values): (usize, &mut [f32])| {
             let start = task * VALUES_PER_TASK;
             let (mut row, mut col) = (start / kv_len, start % kv_len);
             let mut values = values;
             while !values.is_empty() {
                 let (run, rest) = values.split_at_mut((kv_len - col).min(values.len()));
-                let (slope, q) = (slope_bits[row / len], query(row));
-                for (k, v) in (col as u32..).zip(run) {
-                    *v = f32::from_bits(bias_bits(slope, q, k, form));
-                }
+                // Keys col.. of the row's query: differences from q - col down.
+                fill_descending_as(simd, run, slope_bits[row / len], form, query(row) - col as i64);
                 values = rest;
                 row += 1;
                 col = 0;
             }
-        });
+        };
+        if serial {
+            flat.chunks_mut(VALUES_PER_TASK).enumerate().for_each(task);
+        } else {
+            flat.par_chunks_mut(VALUES_PER_TASK).enumerate().for_each(task);
+        }
         return;
     }
     let rows_per_task = VALUES_PER_TASK / kv_len;
-    flat.par_chunks_mut(rows_per_task * kv_len).enumerate().for_each(|(task, values)| {
+    let task = |(task, values): (usize, &mut [f32])| {
         let first_row = task * rows_per_task;
         let n_rows = values.len() / kv_len;
-        let mut table = Vec::with_capacity(n_rows + kv_len - 1);
+        let mut table = Vec::new();
         let mut r = 0;
         while r < n_rows {
-            // The rows of one head in this task, queries q0, q0 + 1, ...: table[t] is the
-            // value at s = q0 - (kv_len - 1) + t.
+            // The rows of one head in this task, queries q0 .. q0 + run.
             let row = first_row + r;
             let head = row / len;
             let run = (n_rows - r).min((head + 1) * len - row);
-            let slope = slope_bits[head];
-            let s_first = i64::from(query(row)) - (kv_len as i64 - 1);
-            table.clear();
-            table.extend((s_first..s_first + (run + kv_len - 1) as i64).map(|s| {
-                // |s| <= max(q, kv_len - 1) < 2^32.
-                let d = match form {
-                    Form::Symmetric => s.unsigned_abs() as u32,
-                    Form::Causal => s.max(0) as u32,
-                };
-                f32::from_bits(neg_scaled_bits(slope, d))
-            }));
-            let rows = values[r * kv_len..(r + run) * kv_len].chunks_exact_mut(kv_len);
-            for (i, out) in rows.enumerate() {
-                // Key k of row i is at t = i + kv_len - 1 - k.
-                for (v, &t) in out.iter_mut().zip(table[i..i + kv_len].iter().rev()) {
-                    *v = t;
+            let (slope, q0) = (slope_bits[head], query(row));
+            let rows = &mut values[r * kv_len..(r + run) * kv_len];
+            if run == 1 {
+                fill_descending_as(simd, rows, slope, form, q0);
+            } else {
+                // table[u] is the value at s = q0 + run - 1 - u; row i (query q0 + i, key
+                // k at s = q0 + i - k) starts at u = run - 1 - i.
+                table.resize(run + kv_len - 1, 0.0);
+                fill_descending_as(simd, &mut table, slope, form, q0 + run as i64 - 1);
+                for (i, out) in rows.chunks_exact_mut(kv_len).enumerate() {
+                    out.copy_from_slice(&table[run - 1 - i..][..kv_len]);
                 }
             }
             r += run;
         }
-    });
+    };
+    if serial {
+        flat.chunks_mut(rows_per_task * kv_len).enumerate().for_each(task);
+    } else {
+        flat.par_chunks_mut(rows_per_task * kv_len).enumerate().for_each(task);
+    }
 }
 
 #[cfg(test)]
@@ -535,8 +669,10 @@ mod tests {
         // all the fractional parts that ever occur: 256 bits decide each one. At 40 bits
         // about one rounding in a hundred is too close to call; each must come back None,
         // and each decided one must agree with 256 bits.
+        // The double-precision path, tried first, must agree wherever it answers, for the
+        // fraction in lowest terms and as `slopes` meets it (over 65536).
         let mut cc = consts();
-        let (mut undecided, den) = (0, 1 << 14);
+        let (mut undecided, mut double_undecided, den) = (0, 0, 1 << 14);
         for rest in 1..den {
             let fine = exp2_neg_frac_nearest_f32(rest, den, SLOPE_PREC, &mut cc)
                 .expect("256 bits decide every slope");
@@ -544,15 +680,27 @@ mod tests {
                 Some(coarse) => assert_eq!(coarse.to_bits(), fine.to_bits(), "{rest}/{den}"),
                 None => undecided += 1,
             }
+            let double = exp2_neg_frac_nearest_f32_double(rest, den);
+            assert_eq!(double, exp2_neg_frac_nearest_f32_double(4 * rest, 4 * den));
+            match double {
+                Some(y) => assert_eq!(y.to_bits(), fine.to_bits(), "double: {rest}/{den}"),
+                None => double_undecided += 1,
+            }
         }
         assert!(undecided > 0, "the refinement path was never taken");
+        assert_eq!(double_undecided, DOUBLE_UNDECIDED, "the slopes big floats decide");
     }
+
+    /// How many of the 16383 fractions [`exp2_neg_frac_nearest_f32_double`] leaves to big
+    /// floats.
+    const DOUBLE_UNDECIDED: usize = 0;
 
     #[test]
     fn exact_powers_of_two_need_no_big_floats() {
-        let mut cc = consts();
+        let mut cc = None;
         assert_eq!(exp2_neg_nearest_f32(8, 1, &mut cc), 1.0 / 256.0);
         assert_eq!(exp2_neg_nearest_f32(12, 4, &mut cc), 0.125);
+        assert!(cc.is_none());
     }
 
     /// The docs' example of what rounding the distance first costs (docs/alibi.md): 12
@@ -572,6 +720,57 @@ mod tests {
         let eighth = 0.125f32;
         assert_eq!(f32::from_bits(neg_scaled_bits(eighth.to_bits(), distance)), -2_097_152.0);
         assert_eq!(-(eighth * distance as f32), -2_097_152.0);
+    }
+
+    /// The float form [`fill_descending`] takes below 2^24 is the integer one: every slope of
+    /// 1 to 64 heads and of 65536 (the smallest, 2^-8, and the most varied mantissas), at
+    /// every distance below 2^16, the 2^16 below 2^24 and 2^16 random ones between.
+    #[test]
+    fn the_float_form_is_the_integer_form_below_2_pow_24() {
+        let mut all: Vec<f32> = (1..=64).flat_map(|h| slopes(h).unwrap()).collect();
+        all.extend(slopes(MAX_HEADS).unwrap().iter().step_by(997));
+        all.push(f32::from_bits(0x3f7f_ffff));
+        all.sort_by(f32::total_cmp);
+        all.dedup();
+        let top = FLOAT_DISTANCES as u32;
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut random = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as u32 % top
+        };
+        let distances: Vec<u32> = (0..1 << 16)
+            .chain(top - (1 << 16)..top)
+            .chain((0..1 << 16).map(|_| random()))
+            .collect();
+        for &m in &all {
+            for &d in &distances {
+                let float = (0.0 - m * d as f32).to_bits();
+                assert_eq!(float, neg_scaled_bits(m.to_bits(), d), "slope {m:e}, distance {d}");
+            }
+        }
+        // And through the fill's own loops compiled for each instruction set, both forms:
+        // `(s_top, values)` within the float range up to both its ends, and past them (the
+        // integer steps), the last reaching -2^24 exactly.
+        let f = FLOAT_DISTANCES;
+        let cases =
+            [(f - 1, 40), (5, 40), (-3, 40), (40 - f, 40), (f + 20, 40), (f, 1), (20, f + 21)];
+        let slope = 0.375f32.to_bits();
+        for simd in Simd::all_here() {
+            for form in [Form::Symmetric, Form::Causal] {
+                for (s_top, n) in cases {
+                    let mut got = vec![9.0f32; n as usize];
+                    fill_descending_as(simd, &mut got, slope, form, s_top);
+                    // Query 2^30 + s against key 2^30.
+                    let k = 1i64 << 30;
+                    let same = (0..n).zip(&got).all(|(u, v)| {
+                        v.to_bits() == bias_bits(slope, (k + s_top - u) as u32, k as u32, form)
+                    });
+                    assert!(same, "{simd:?} {form:?}: {n} values from {s_top}");
+                }
+            }
+        }
     }
 
     #[test]

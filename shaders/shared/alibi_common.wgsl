@@ -1,7 +1,7 @@
 // What the ALiBi kernels share (alibi.wgsl: a value per invocation; alibi_x4.wgsl: four
 // adjacent keys per invocation): the parameters, the slopes, and the bias of one
-// key in integer arithmetic, so every backend gives the bits of the CPU twin (src/alibi.rs:
-// neg_scaled_bits, bias_bits, fill). Each kernel declares its own output, binding 2.
+// key, so every backend gives the bits of the CPU twin (src/alibi.rs: neg_scaled_bits,
+// fill_descending). Each kernel declares its own output, binding 2.
 #import intmath
 
 struct Params {

@@ -4,7 +4,9 @@
 //! shaders round each product before a sum takes it, so no GPU compiler contracts
 //! `x * c - y * s` into a fused multiply-add).
 
-use ndarray::{Array3, Array4, ArrayView2, ArrayView4, ArrayViewMut1, ArrayViewMut4, Axis};
+use ndarray::{
+    Array3, Array4, ArrayView2, ArrayView4, ArrayViewMut1, ArrayViewMut3, ArrayViewMut4, Axis,
+};
 use rayon::prelude::*;
 
 use super::sincos::{phase_turns, sincos_bits};
@@ -14,6 +16,20 @@ use crate::simd::{Set, Simd};
 
 /// Tokens per rayon task: their cos/sin row is computed once and used by every head.
 const TOKENS_PER_TASK: usize = 64;
+
+/// Elements of `x` up to which a rotation runs on the calling thread, about 30 us of one
+/// core. Handing work to rayon from outside the pool wakes a worker and waits for it, which
+/// costs more than that (see `super::encode`). Measured on 2 cores (2026-12-02, bf16, 40
+/// heads of 128, medians of 60 calls), one thread against the pool, with calls back to
+/// back and with 3 ms between them (the pool asleep): 163840 elements 37 against 46 us and
+/// 43 against 153 us; a decode step's q and k (40960) 8 against 14 and 17 against 109.
+const SERIAL_MAX_ELEMENTS: usize = 1 << 17;
+
+/// cos/sin values up to which [`rope_cos_sin`] runs on the calling thread, as
+/// [`SERIAL_MAX_ELEMENTS`], measured the same way: 32768 values 39 against 84 us and 41
+/// against 144; a decode step's 8 positions of 64 frequencies (1024) 1.2 against 33 and 6
+/// against 75.
+const SERIAL_MAX_COS_SIN: usize = 1 << 15;
 
 /// `(cos, sin)` of every frequency at position `p`, each times the attention factor in f32
 /// (when it is not 1): the twin of one row of `shaders/rope_cs.wgsl`.
@@ -44,14 +60,20 @@ pub fn rope_cos_sin(freqs: &Frequencies, positions: &[u32]) -> Array3<f32> {
     }
     let flat = out.as_slice_mut().expect("a new array is contiguous");
     let simd = Simd::detect();
-    flat.par_chunks_mut(2 * n).zip(positions.par_iter()).for_each(|(row, &p)| {
-        let pairs: &mut [(f32, f32)] = &mut vec![(0.0, 0.0); n];
+    let row = |pairs: &mut Vec<(f32, f32)>, (row, &p): (&mut [f32], &u32)| {
         cos_sin_row_as(simd, freqs, p, pairs);
         for (dst, &(c, s)) in row.chunks_exact_mut(2).zip(pairs.iter()) {
             dst[0] = c;
             dst[1] = s;
         }
-    });
+    };
+    let pairs = || vec![(0.0, 0.0); n];
+    if flat.len() <= SERIAL_MAX_COS_SIN {
+        let mut pairs = pairs();
+        flat.chunks_mut(2 * n).zip(positions).for_each(|task| row(&mut pairs, task));
+    } else {
+        flat.par_chunks_mut(2 * n).zip(positions.par_iter()).for_each_init(pairs, row);
+    }
     out
 }
 
@@ -165,6 +187,7 @@ fn apply<T: Element>(
     positions: ArrayView2<'_, u32>,
     layout: Layout,
 ) {
+    let elements = x.len();
     // A token-major view [B, L, H, Dh] whatever the layout.
     let tokens = match layout {
         Layout::Blhd => x.view_mut(),
@@ -178,15 +201,21 @@ fn apply<T: Element>(
     }
     let simd = Simd::detect();
     let n = freqs.len();
-    tasks.into_par_iter().for_each(|(b, l0, block)| {
-        let mut cs = vec![(0.0f32, 0.0f32); n];
+    let task = |cs: &mut Vec<(f32, f32)>, (b, l0, block): (usize, usize, ArrayViewMut3<'_, T>)| {
         for (dl, token) in block.into_outer_iter_mut().enumerate() {
-            cos_sin_row_as(simd, freqs, positions[[b, l0 + dl]], &mut cs);
+            cos_sin_row_as(simd, freqs, positions[[b, l0 + dl]], cs);
             for lane in token.into_outer_iter_mut() {
-                rotate_lane(simd, lane, &cs, pairing);
+                rotate_lane(simd, lane, cs, pairing);
             }
         }
-    });
+    };
+    let cs = || vec![(0.0f32, 0.0f32); n];
+    if elements <= SERIAL_MAX_ELEMENTS {
+        let mut cs = cs();
+        tasks.into_iter().for_each(|t| task(&mut cs, t));
+    } else {
+        tasks.into_par_iter().for_each_init(cs, task);
+    }
 }
 
 // The two loops, compiled once per instruction set (`Simd`). Each is a function of its own,

@@ -16,6 +16,15 @@ use crate::spec::{Columns, Frequencies, PeSpec};
 /// Rows per rayon task: large enough to amortise scheduling, small enough to balance.
 const ROWS_PER_TASK: usize = 16;
 
+/// Values up to which a table is computed on the calling thread, about 35 us of one core.
+/// Handing work to rayon from outside the pool wakes a worker and waits for it, which costs
+/// more than that (see `super::encode`). Measured on 2 cores (2026-12-02, rows of 4096,
+/// medians of 60 calls), one thread against the pool, with calls back to back and with 3
+/// ms between them (the pool asleep): 32768 values 32 against 35 us and 40 against 39 us;
+/// 131072 values 139 against 146 and 152 against 355. A table of one task's rows runs on
+/// the calling thread whatever its size.
+const SERIAL_MAX_VALUES: usize = 1 << 15;
+
 /// The positional-encoding table for `positions`, shape `[positions.len(), dim]`,
 /// bit-identical to the GPU path. Its result is allocated as `ndarray` allocates (a refusal
 /// aborts the process, as `Vec`'s does); for a size that comes from untrusted input,
@@ -62,13 +71,18 @@ fn fill(spec: &PeSpec, positions: &[u32], flat: &mut [f32]) {
     }
     let rows = RowKernel::new(spec);
     let simd = Simd::detect();
-    flat.par_chunks_mut(dim * ROWS_PER_TASK).zip(positions.par_chunks(ROWS_PER_TASK)).for_each(
-        |(chunk, ps)| {
-            for (row, &p) in chunk.chunks_exact_mut(dim).zip(ps) {
-                rows.fill_row(simd, p, row);
-            }
-        },
-    );
+    let task = |(chunk, ps): (&mut [f32], &[u32])| {
+        for (row, &p) in chunk.chunks_exact_mut(dim).zip(ps) {
+            rows.fill_row(simd, p, row);
+        }
+    };
+    if flat.len() <= SERIAL_MAX_VALUES || positions.len() <= ROWS_PER_TASK {
+        flat.chunks_mut(dim * ROWS_PER_TASK).zip(positions.chunks(ROWS_PER_TASK)).for_each(task);
+    } else {
+        flat.par_chunks_mut(dim * ROWS_PER_TASK)
+            .zip(positions.par_chunks(ROWS_PER_TASK))
+            .for_each(task);
+    }
 }
 
 /// Everything a row needs from its spec, computed once per table (and by the one-off

@@ -201,6 +201,42 @@ fn long_rows_and_tasks_that_cut_heads_match_the_formula() {
     }
 }
 
+/// The CPU computes a head's values as float32 products where every distance of a block is
+/// below 2^24 and by integer steps where one reaches it: blocks that end just below, start at
+/// and straddle 2^24, on both sides of the diagonal, in each of the fill's three shapes
+/// (several rows of a head, one row of a head, rows longer than a task).
+#[test]
+fn the_float_and_integer_forms_meet_at_2_pow_24() {
+    const F: u32 = 1 << 24;
+    // (heads, len, kv_len, offset).
+    let cases: [(u32, u64, u64, u32); 8] = [
+        (5, 6, 9, F - 6),      // rows of a head: largest distance 2^24 - 1
+        (5, 6, 9, F - 5),      // ... 2^24
+        (6, 1, 7, F - 1),      // one row a head: 2^24 - 1
+        (6, 1, 7, F),          // ... 2^24
+        (2, 2, 40_000, F - 2), // rows longer than a task: 2^24 - 1
+        (2, 2, 40_000, F - 1), // ... 2^24
+        (3, 4, 5, 1),          // near the diagonal, keys past the queries
+        (2, 3, 40_000, 20_000),
+    ];
+    for form in [Form::Symmetric, Form::Causal] {
+        for (heads, len, kv_len, offset) in cases {
+            let spec = AlibiSpec::new(heads, len).unwrap().with_offset(offset).unwrap();
+            check_against_formula(&spec.with_kv_len(kv_len).unwrap().with_form(form));
+        }
+    }
+    // Keys past a query by 2^24 - 1 and more (the symmetric form's negative differences):
+    // one query at 0 against 2^24 + 2 keys, cut into tasks of which the one that reaches
+    // key 2^24 straddles it.
+    let spec = AlibiSpec::new(1, 1).unwrap().with_kv_len(u64::from(F) + 2).unwrap();
+    let bias = alibi::bias_cpu(&spec).unwrap();
+    let slope = spec.slopes()[0];
+    for k in (0..50).chain(F as usize - 40_000..F as usize + 2) {
+        let want = expected(slope, 0, k as u64, Form::Symmetric);
+        assert_eq!(bias[[0, 0, k]].to_bits(), want.to_bits(), "key {k}");
+    }
+}
+
 #[test]
 fn bias_is_within_2_pow_minus_23_of_the_exact_slope_times_distance() {
     // Against the exact (irrational) slopes rather than their float32 roundings: the slope's
