@@ -209,17 +209,17 @@ impl TokenId for u32 {
     }
 }
 
-impl TokenId for i32 {
-    fn to_u32(self) -> Option<u32> {
-        u32::try_from(self).ok()
-    }
+macro_rules! token_ids_by_try_from {
+    ($($t:ty),*) => {$(
+        impl TokenId for $t {
+            fn to_u32(self) -> Option<u32> {
+                u32::try_from(self).ok()
+            }
+        }
+    )*};
 }
-
-impl TokenId for i64 {
-    fn to_u32(self) -> Option<u32> {
-        u32::try_from(self).ok()
-    }
-}
+// Every integer type NumPy has (Python's ids come in any of them, taken without a copy).
+token_ids_by_try_from!(i8, i16, i32, i64, u8, u16, u64);
 
 /// Converts ids of any accepted type to u32, checking each against `vocab`. Pad tokens
 /// (`pad_id`) are exempt from the vocabulary check.

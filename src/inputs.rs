@@ -498,6 +498,18 @@ pub fn read_rope_config_with_head_dim(
         .map_err(|e| e.in_config_file(source.name()))
 }
 
+/// The text of a Hugging Face model's `config.json`, read as [`read_rope_config`] reads it
+/// (at most [`MAX_JSON_BYTES`], a FIFO without a writer refused at once), for a caller that
+/// reads a config once and parses it more than once (Python's module layout, then the
+/// RoPE; [`Error::in_config_file`] names the file in the second parse's errors).
+///
+/// # Errors
+/// As [`read_rope_config`] before parsing.
+pub fn read_rope_config_text(source: Source<'_>) -> Result<String> {
+    let too_large = |field, value, allowed| Error::RopeConfig { path: None, field, value, allowed };
+    read_json(source, too_large).map_err(|e| e.in_config_file(source.name()))
+}
+
 /// Reads a Hugging Face model's `config.json` into its absolute positions
 /// ([`ModelConfig::from_hf_config`]). At most [`MAX_JSON_BYTES`] are read, as
 /// [`read_rope_scaling`] reads.

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use half::{bf16, f16};
-use ndarray::{Array2, ArrayView2, CowArray, Ix2};
+use ndarray::{Array2, ArrayView2, CowArray, Ix1, Ix2};
 use numpy::{PyArray2, PyReadonlyArray1, PyReadonlyArray2};
 use posenc::commands::{self, ConfigSource, InvFreq, PeOptions};
 use posenc::encode::{Dtype, Embeddings, EncodeOptions, Encoded, Scale};
@@ -15,6 +15,7 @@ use posenc::{Error, Frequencies, PeSpec, Variant, cpu, positions, reference};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+use crate::ints::IntArray;
 use crate::{Device, Failure, Noted, compute, on_device};
 use posenc::placement::HostJob;
 
@@ -78,24 +79,6 @@ fn parse_padding_idx(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Option
     )))
 }
 
-/// Positions as int64 (what the Python side hands over), each checked to be a u32.
-pub(crate) fn u32_positions(
-    values: impl IntoIterator<Item = i64>,
-    field: &'static str,
-) -> Result<Vec<u32>, Error> {
-    values
-        .into_iter()
-        .enumerate()
-        .map(|(k, v)| {
-            u32::try_from(v).map_err(|_| Error::InvalidParameter {
-                field,
-                value: format!("{v} at index {k}"),
-                allowed: "0..=4294967295",
-            })
-        })
-        .collect()
-}
-
 /// The table's output size check, as `posenc table` makes it.
 fn check_table_size(rows: u64, dim: u32) -> Result<(), Error> {
     let rows = usize::try_from(rows).unwrap_or(usize::MAX);
@@ -119,7 +102,7 @@ fn table<'py>(
     dim: Option<u32>,
     len: Option<u64>,
     positions_spec: Option<String>,
-    positions: Option<PyReadonlyArray1<'py, i64>>,
+    positions: Option<&Bound<'py, PyAny>>,
     config_path: Option<PathBuf>,
     config_json: Option<String>,
     variant: Option<String>,
@@ -148,7 +131,8 @@ fn table<'py>(
         start_index,
         padding_idx: parse_padding_idx(padding_idx)?,
     };
-    let given = positions.as_ref().map(|p| p.as_array());
+    let given_array = positions.map(|p| IntArray::<Ix1>::extract(p, "positions")).transpose()?;
+    let given = given_array.as_ref().map(IntArray::view);
     let (table, note) = compute(py, || -> Result<Noted<Array2<f32>>, Failure> {
         if gpu_memory_budget.is_some() && (device == Device::Cpu) {
             return Err(off_gpu(
@@ -168,7 +152,7 @@ fn table<'py>(
                 // The output's size first: a broadcast array of billions of positions is
                 // refused before its u32 copy is made.
                 check_table_size(p.len() as u64, spec.dim())?;
-                u32_positions(p.iter().copied(), "positions")?
+                p.to_u32s("positions")?
             }
             (None, None) => {
                 let len = len.unwrap_or(8);
@@ -371,62 +355,6 @@ fn parse_scale(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Scale>> {
     }
 }
 
-/// Token ids handed over from Python, `[B, L]`.
-enum IdsArray<'py> {
-    I32(PyReadonlyArray2<'py, i32>),
-    I64(PyReadonlyArray2<'py, i64>),
-    U32(PyReadonlyArray2<'py, u32>),
-}
-
-/// Their view, which may leave the GIL.
-enum IdsView<'a> {
-    I32(ArrayView2<'a, i32>),
-    I64(ArrayView2<'a, i64>),
-    U32(ArrayView2<'a, u32>),
-}
-
-impl<'py> IdsArray<'py> {
-    fn extract(value: &Bound<'py, PyAny>) -> PyResult<Self> {
-        if let Ok(a) = value.extract::<PyReadonlyArray2<'py, i64>>() {
-            return Ok(Self::I64(a));
-        }
-        if let Ok(a) = value.extract::<PyReadonlyArray2<'py, i32>>() {
-            return Ok(Self::I32(a));
-        }
-        if let Ok(a) = value.extract::<PyReadonlyArray2<'py, u32>>() {
-            return Ok(Self::U32(a));
-        }
-        Err(PyValueError::new_err("ids must be int32, int64 or uint32"))
-    }
-
-    fn view(&self) -> IdsView<'_> {
-        match self {
-            Self::I32(a) => IdsView::I32(a.as_array()),
-            Self::I64(a) => IdsView::I64(a.as_array()),
-            Self::U32(a) => IdsView::U32(a.as_array()),
-        }
-    }
-}
-
-impl IdsView<'_> {
-    fn dim(&self) -> (usize, usize) {
-        match self {
-            Self::I32(a) => a.dim(),
-            Self::I64(a) => a.dim(),
-            Self::U32(a) => a.dim(),
-        }
-    }
-
-    fn to_u32(&self, vocab: usize, pad_id: Option<u32>) -> Result<Array2<u32>, Error> {
-        use posenc::encode::ids_to_u32;
-        match self {
-            Self::I32(a) => ids_to_u32(a.view(), vocab, pad_id),
-            Self::I64(a) => ids_to_u32(a.view(), vocab, pad_id),
-            Self::U32(a) => ids_to_u32(a.view(), vocab, pad_id),
-        }
-    }
-}
-
 /// `posenc encode`, numpy in and out.
 #[pyfunction]
 #[pyo3(signature = (*, weights, weights_path, tensor, ids, one_sequence, positions, offsets,
@@ -442,8 +370,8 @@ fn encode<'py>(
     tensor: Option<String>,
     ids: &Bound<'py, PyAny>,
     one_sequence: bool,
-    positions: Option<PyReadonlyArray2<'py, i64>>,
-    offsets: Option<PyReadonlyArray1<'py, i64>>,
+    positions: Option<&Bound<'py, PyAny>>,
+    offsets: Option<&Bound<'py, PyAny>>,
     pad_id: Option<u32>,
     scale: Option<&Bound<'py, PyAny>>,
     config_path: Option<PathBuf>,
@@ -499,12 +427,14 @@ fn encode<'py>(
         start_index,
         padding_idx: parse_padding_idx(padding_idx)?,
     };
-    let ids_array = IdsArray::extract(ids)?;
+    let ids_array = IntArray::<Ix2>::extract(ids, "ids")?;
     let ids = ids_array.view();
     let table_source = table_source.view();
     let learned_source = learned_source.as_ref().map(TableSource::view);
-    let given_positions = positions.as_ref().map(|p| p.as_array());
-    let given_offsets = offsets.as_ref().map(|o| o.as_array());
+    let positions = positions.map(|p| IntArray::<Ix2>::extract(p, "positions")).transpose()?;
+    let offsets = offsets.map(|o| IntArray::<Ix1>::extract(o, "offsets")).transpose()?;
+    let given_positions = positions.as_ref().map(IntArray::view);
+    let given_offsets = offsets.as_ref().map(IntArray::view);
     let (encoded, note) = compute(py, || -> Result<Noted<Encoded>, Failure> {
         if gpu_memory_budget.is_some() && device == Device::Cpu {
             return Err(off_gpu("gpu_memory_budget", "cpu").into());
@@ -612,7 +542,7 @@ fn encode<'py>(
         )?;
         let vocab = table.embeddings().dim().0;
         let shape = if one_sequence { vec![len] } else { vec![batch, len] };
-        let ids = Ids { ids: ids.to_u32(vocab, pad_id)?, shape: shape.clone() };
+        let ids = Ids { ids: ids.ids_to_u32(vocab, pad_id)?, shape: shape.clone() };
         let fairseq_padding = spec.as_ref().and_then(PeSpec::padding_idx);
         let mut positions = match (given_positions, given_offsets) {
             (Some(p), _) => {
@@ -626,7 +556,7 @@ fn encode<'py>(
                     }
                     .into());
                 }
-                let flat = u32_positions(p.iter().copied(), "positions")?;
+                let flat = p.to_u32s("positions")?;
                 Array2::from_shape_vec((batch, len), flat).expect("the ids' shape")
             }
             (None, Some(o)) => {
@@ -639,7 +569,7 @@ fn encode<'py>(
                     }
                     .into());
                 }
-                posenc::positions::from_offsets(&u32_positions(o.iter().copied(), "offsets")?, len)?
+                posenc::positions::from_offsets(&o.to_u32s("offsets")?, len)?
             }
             (None, None) => {
                 let how = match (fairseq_padding, pad_id) {

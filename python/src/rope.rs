@@ -4,24 +4,62 @@
 use std::path::PathBuf;
 
 use half::{bf16, f16};
-use ndarray::{Array2, Array4, ArrayView2, ArrayView4, CowArray, Ix4};
-use numpy::{PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArray4};
+use ndarray::{Array2, Array4, ArrayView2, ArrayView4, CowArray, Ix1, Ix2, Ix4};
+use numpy::{PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray4};
 use posenc::commands::{ConfigSource, InvFreq, RopeOptions, ScalingSource, with_origin};
-use posenc::inputs::{self, MAX_OUTPUT_VALUES};
+use posenc::inputs::{self, MAX_OUTPUT_VALUES, Source};
 use posenc::rope::{self as rp, Element, RopeCache, RopeSpec, Scaling};
 use posenc::{Error, cpu, positions};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::pe::{bf16_view, bits_of, config_source, inv_freq_of, u32_positions};
+use crate::ints::{IntArray, IntView};
+use crate::pe::{bf16_view, bits_of, config_source, inv_freq_of};
 use crate::{Device, Failure, Noted, compute, on_device};
 use posenc::placement::HostJob;
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(rope, m)?)?;
     m.add_function(wrap_pyfunction!(rope_cache, m)?)?;
+    m.add_function(wrap_pyfunction!(read_config_text, m)?)?;
+    m.add_function(wrap_pyfunction!(config_model_types, m)?)?;
     m.add_class::<PyRopeSpec>()?;
     Ok(())
+}
+
+/// The text of a `config.json`, read as the RoPE reads a config path (at most 4 MiB, a
+/// FIFO without a writer refused at once), for the Python side to read a config once:
+/// it finds the family's module layout in the text, then hands the text over with the
+/// path as `config_name`.
+#[pyfunction]
+fn read_config_text(py: Python<'_>, path: PathBuf) -> PyResult<String> {
+    compute(py, || inputs::read_rope_config_text(Source::File(&path)).map_err(Failure::from))
+}
+
+/// A config's `text_config.model_type` and `model_type`, those that are strings, in that
+/// order; none where the text is not a JSON object (the RoPE's own parse then says why).
+/// serde_json refuses nesting past 128 levels, where Python's parser would recurse.
+#[pyfunction]
+fn config_model_types(json: &str) -> Vec<String> {
+    let Ok(serde_json::Value::Object(config)) = serde_json::from_str(json) else {
+        return Vec::new();
+    };
+    let model_type = |object: &serde_json::Map<String, serde_json::Value>| {
+        object.get("model_type").and_then(|v| v.as_str()).map(str::to_owned)
+    };
+    let text = match config.get("text_config") {
+        Some(serde_json::Value::Object(text)) => model_type(text),
+        _ => None,
+    };
+    text.into_iter().chain(model_type(&config)).collect()
+}
+
+/// A config's errors naming `name`, the file Python read the config's text from.
+fn in_config(e: Error, name: &Option<PathBuf>) -> Error {
+    match name {
+        Some(name) => e.in_config_file(name),
+        None => e,
+    }
 }
 
 fn parse_pairing(text: Option<&str>) -> PyResult<Option<rp::Pairing>> {
@@ -120,7 +158,7 @@ fn rope<'py>(
     py: Python<'py>,
     x: &Bound<'py, PyAny>,
     layout: &str,
-    positions: Option<PyReadonlyArray2<'py, i64>>,
+    positions: Option<&Bound<'py, PyAny>>,
     offset: Option<u32>,
     config_path: Option<PathBuf>,
     config_json: Option<String>,
@@ -169,7 +207,8 @@ fn rope<'py>(
         attention_factor,
         seq_len,
     );
-    let given = positions.as_ref().map(|p| p.as_array());
+    let given_array = positions.map(|p| IntArray::<Ix2>::extract(p, "positions")).transpose()?;
+    let given = given_array.as_ref().map(IntArray::view);
     let (out, note) = compute(py, || -> Result<Noted<crate::pe::Out>, Failure> {
         if given.is_some() && offset.is_some() {
             return Err(Error::InvalidParameter {
@@ -226,7 +265,7 @@ fn rope<'py>(
                     }
                     .into());
                 }
-                let flat = u32_positions(p.iter().copied(), "positions")?;
+                let flat = p.to_u32s("positions")?;
                 Array2::from_shape_vec((batch, len), flat).expect("[batch, len]")
             }
             None => inputs::rope_positions(None, offset, batch, len)?.to_array(),
@@ -289,7 +328,7 @@ fn cache_request(
     head_dim: Option<u32>,
     len: Option<u64>,
     positions_spec: Option<&str>,
-    positions: Option<ndarray::ArrayView1<'_, i64>>,
+    positions: Option<IntView<'_, Ix1>>,
 ) -> Result<(RopeSpec, Vec<u32>), Error> {
     let spec = options.cache_spec(head_dim)?;
     let check = |n: u64| {
@@ -309,7 +348,7 @@ fn cache_request(
             // The output's size first: a broadcast array of billions of positions is
             // refused before its u32 copy is made.
             check(p.len() as u64)?;
-            u32_positions(p.iter().copied(), "positions")?
+            p.to_u32s("positions")?
         }
         (None, None) => {
             let len = len.unwrap_or(0);
@@ -375,15 +414,16 @@ fn cache_to_py(
 
 /// `posenc rope-cache`, numpy out: `(cos, sin, inv_freq, attention_factor, pairing, note)`.
 #[pyfunction]
-#[pyo3(signature = (*, head_dim, config_path, config_json, layer_type, pairing, rotary_dim,
-    base, scaling_json, scaling_path, inv_freq, inv_freq_path, inv_freq_tensor,
-    attention_factor, seq_len, len, positions_spec, positions, dtype, device))]
+#[pyo3(signature = (*, head_dim, config_path, config_json, config_name = None, layer_type,
+    pairing, rotary_dim, base, scaling_json, scaling_path, inv_freq, inv_freq_path,
+    inv_freq_tensor, attention_factor, seq_len, len, positions_spec, positions, dtype, device))]
 #[allow(clippy::too_many_arguments)]
 fn rope_cache<'py>(
     py: Python<'py>,
     head_dim: Option<u32>,
     config_path: Option<PathBuf>,
     config_json: Option<String>,
+    config_name: Option<PathBuf>,
     layer_type: Option<String>,
     pairing: Option<String>,
     rotary_dim: Option<u32>,
@@ -397,7 +437,7 @@ fn rope_cache<'py>(
     seq_len: Option<u64>,
     len: Option<u64>,
     positions_spec: Option<String>,
-    positions: Option<PyReadonlyArray1<'py, i64>>,
+    positions: Option<&Bound<'py, PyAny>>,
     dtype: &str,
     device: &str,
 ) -> PyResult<CacheResult<'py>> {
@@ -416,11 +456,13 @@ fn rope_cache<'py>(
         attention_factor,
         seq_len,
     );
-    let given = positions.as_ref().map(|p| p.as_array());
+    let given_array = positions.map(|p| IntArray::<Ix1>::extract(p, "positions")).transpose()?;
+    let given = given_array.as_ref().map(IntArray::view);
     let ((cache, note), pairing) =
         compute(py, || -> Result<(Noted<RopeCache>, rp::Pairing), Failure> {
             let (spec, positions) =
-                cache_request(&options, head_dim, len, positions_spec.as_deref(), given)?;
+                cache_request(&options, head_dim, len, positions_spec.as_deref(), given)
+                    .map_err(|e| in_config(e, &config_name))?;
             let values = 2 * positions.len() as u64 * u64::from(spec.rotary_dim());
             posenc::alloc::check_allocation("the rope cache", values.saturating_mul(8))?;
             let done = on_device(device, None, HostJob::Table { values }, |ctx| match ctx {
@@ -442,15 +484,16 @@ struct PyRopeSpec {
 #[pymethods]
 impl PyRopeSpec {
     #[new]
-    #[pyo3(signature = (*, head_dim, config_path, config_json, layer_type, pairing, rotary_dim,
-        base, scaling_json, scaling_path, inv_freq, inv_freq_path, inv_freq_tensor,
-        attention_factor, seq_len))]
+    #[pyo3(signature = (*, head_dim, config_path, config_json, config_name = None, layer_type,
+        pairing, rotary_dim, base, scaling_json, scaling_path, inv_freq, inv_freq_path,
+        inv_freq_tensor, attention_factor, seq_len))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         head_dim: Option<u32>,
         config_path: Option<PathBuf>,
         config_json: Option<String>,
+        config_name: Option<PathBuf>,
         layer_type: Option<String>,
         pairing: Option<String>,
         rotary_dim: Option<u32>,
@@ -479,7 +522,7 @@ impl PyRopeSpec {
         let spec = compute(py, || {
             cache_request(&options, head_dim, None, None, None)
                 .map(|(s, _)| s)
-                .map_err(Failure::from)
+                .map_err(|e| Failure::from(in_config(e, &config_name)))
         })?;
         Ok(Self { spec })
     }
@@ -537,18 +580,15 @@ impl PyRopeSpec {
 
     /// `(cos, sin)` at `positions` (a 1-D int64 array), `[n, rotary_dim]` float32, the
     /// attention factor applied, laid out as the pairing says; on the CPU.
-    fn cache<'py>(
-        &self,
-        py: Python<'py>,
-        positions: PyReadonlyArray1<'py, i64>,
-    ) -> PyResult<CosSin<'py>> {
-        let given = positions.as_array();
+    fn cache<'py>(&self, py: Python<'py>, positions: &Bound<'py, PyAny>) -> PyResult<CosSin<'py>> {
+        let given_array = IntArray::<Ix1>::extract(positions, "positions")?;
+        let given = given_array.view();
         let spec = &self.spec;
         let cache = compute(py, || {
             // The caches' size first (cpu::rope_cache's own check), before the positions'
             // u32 copy is made.
             rp::check_cache_size(spec, given.len())?;
-            let positions = u32_positions(given.iter().copied(), "positions")?;
+            let positions = given.to_u32s("positions")?;
             Ok(cpu::rope_cache(spec, &positions)?)
         })?;
         Ok((PyArray2::from_owned_array(py, cache.cos), PyArray2::from_owned_array(py, cache.sin)))

@@ -35,7 +35,7 @@ def test_array_likes():
     same_bits(posenc.table(8, positions=range(3), device="cpu"), posenc.table(8, len=3, device="cpu"))
     # An empty list is numpy's float64: no ids, like no positions.
     assert posenc.encode(np.asarray(w, np.float32), [], device="cpu").shape == (0, 4)
-    with pytest.raises(ValueError, match="ids has dtype float64"):
+    with pytest.raises(ValueError, match="ids must be integers, got dtype float64"):
         posenc.encode(np.asarray(w, np.float32), [1.0], device="cpu")
 
 

@@ -95,7 +95,7 @@ def test_encode_weights_file_errors(cli, tmp_path):
 def test_python_side_checks():
     with pytest.raises(ValueError, match="invalid device"):
         posenc.table(8, device="tpu")
-    with pytest.raises(ValueError, match="ids has dtype float64"):
+    with pytest.raises(ValueError, match="ids must be integers, got dtype float64"):
         posenc.encode(np.zeros((4, 8), np.float32), np.zeros((1, 2)))
     with pytest.raises(ValueError, match="must have rank 4|4-D"):
         posenc.rope(np.zeros((2, 8), np.float32), layout="blhd")
@@ -271,3 +271,206 @@ def test_options_the_flags_refuse_together():
     with pytest.raises(ValueError, match="max_timescale: given beside base"):
         posenc.table(8, variant="tensor2tensor", base=100.0, max_timescale=5000.0, device="cpu")
     assert posenc.table(8, inv_freq=inv_freq, device="cpu").shape == (8, 8)
+
+
+# ---- round six of the hostile probes (2026-12-02): the package, by a stranger -----------
+
+
+def _in_a_child(code: str, seconds: float = 60) -> subprocess.CompletedProcess:
+    """Runs ``code`` in a fresh interpreter, which a hang cannot take the suite with."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=seconds, cwd="/")
+
+
+def test_a_config_path_is_read_once_by_posenc_s_reader(tmp_path):
+    """Without a pairing, the module layout's lookup read a config path in Python with no
+    limit before the reader that has one: /dev/urandom ate memory until the process was
+    killed, a FIFO without a writer hung, a 300 MB file was parsed before its refusal and
+    a deep nesting was Python's RecursionError. Each now fails at once, as with a
+    pairing."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:
+        f.truncate(300 << 20)  # sparse: no disk, but its size says 300 MB
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100000 + "]" * 100000)
+    code = (
+        "import posenc, sys\n"
+        "for path in sys.argv[1:]:\n"
+        "    for call in (lambda: posenc.rope_cache(path, seq_len=2, device='cpu'),\n"
+        "                 lambda: posenc.RopeSpec(path), lambda: posenc.module_pairing(path)):\n"
+        "        try:\n"
+        "            print('returned', call())\n"
+        "        except (OSError, ValueError) as e:\n"
+        "            print(type(e).__name__, e)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "/dev/zero", "/dev/urandom", str(fifo), str(big), str(deep)],
+        capture_output=True, text=True, timeout=60, cwd="/",
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 15, lines
+    for line in lines[:6]:
+        assert line.startswith("ValueError /dev/") and "more than 4194304 bytes" in line, line
+    for line in lines[6:9]:
+        assert line.startswith("OSError") and "no process has open for writing" in line, line
+    for line in lines[9:12]:
+        assert line.startswith("ValueError") and "314572800 bytes" in line, line
+    for line in lines[12:14]:
+        assert line.startswith(f"ValueError {deep}: invalid (json)"), line
+    # The layout's lookup reads it, finds no model_type (its parser refuses the depth) and
+    # leaves the parse's error to the RoPE.
+    assert lines[14] == "returned neox"
+
+
+def test_a_fifo_config_with_a_writer_is_read_once(tmp_path):
+    """A config from a pipe gives its text once: the layout's lookup and the RoPE must
+    share one read (the second read of a FIFO finds nothing)."""
+    config = {"model_type": "cohere", "hidden_size": 64, "num_attention_heads": 4,
+              "rope_theta": 10000.0}
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    code = (
+        "import posenc, sys\n"
+        "cos, sin = c = posenc.rope_cache(sys.argv[1], seq_len=3, device='cpu')\n"
+        "print(c.pairing, cos.shape)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code, str(fifo)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, cwd="/")
+    with open(fifo, "w") as f:
+        f.write(__import__("json").dumps(config))
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    want = posenc.rope_cache(config, seq_len=3, device="cpu")
+    assert out.split()[0] == "gptj" == want.pairing
+    assert out.strip().endswith(str(want.cos.shape))
+
+
+def test_config_errors_name_the_file_read_once(tmp_path):
+    """The text read once is parsed by the RoPE as the path would have been: its errors
+    name the file."""
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "llama", "head_dim": 8, "rope_theta": -1}')
+    for call in (lambda: posenc.rope_cache(path, seq_len=2), lambda: posenc.RopeSpec(path)):
+        with pytest.raises(ValueError, match=f"^{path}: invalid rope_theta: -1"):
+            call()
+
+
+def test_every_integer_type_is_taken_and_sizes_are_checked_before_any_copy():
+    """ids, positions and offsets of every NumPy integer type give int64's results; a
+    broadcast view of any of them is refused by the output's size at once (the types
+    other than int64 were scanned and copied to int64 first: minutes, then an allocation
+    of terabytes)."""
+    w = np.arange(40, dtype=np.float32).reshape(10, 4)
+    ids = np.array([[1, 2, 3], [4, 5, 9]])
+    pos = np.array([[0, 7, 100], [2, 1, 0]])
+    x = np.ones((2, 3, 1, 4), np.float32)
+    want = posenc.encode(w, ids, positions=pos, device="cpu")
+    want_off = posenc.encode(w, ids, offsets=[3, 100], device="cpu")
+    want_rope = posenc.rope(x, layout="blhd", positions=pos, device="cpu")
+    want_table = posenc.table(4, positions=[0, 7, 100], device="cpu")
+    want_cache = posenc.RopeSpec(head_dim=8).cache(np.array([0, 7, 100]))
+    for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64):
+        got = posenc.encode(w, ids.astype(t), positions=pos.astype(t), device="cpu")
+        assert np.array_equal(got, want), t
+        got = posenc.encode(w, ids.astype(t), offsets=np.array([3, 100], t), device="cpu")
+        assert np.array_equal(got, want_off), t
+        got = posenc.rope(x, layout="blhd", positions=pos.astype(t), device="cpu")
+        assert np.array_equal(got, want_rope), t
+        p = np.array([0, 7, 100], t)
+        assert np.array_equal(posenc.table(4, positions=p, device="cpu"), want_table), t
+        cache = posenc.RopeSpec(head_dim=8).cache(p)
+        assert np.array_equal(cache[0], want_cache[0]), t
+        # Negative values are named as given.
+        if np.dtype(t).kind == "i":
+            with pytest.raises(ValueError, match="invalid positions: -1 at index 1"):
+                posenc.table(4, positions=np.array([0, -1], t), device="cpu")
+            with pytest.raises(ValueError, match="token id -3 at row 0, column 1"):
+                posenc.encode(w, np.array([[0, -3]], t), device="cpu")
+        big = np.broadcast_to(t(1), (10**6, 10**6))
+        for call in (
+            lambda: posenc.encode(w, big, device="cpu"),
+            lambda: posenc.table(8, positions=np.broadcast_to(t(7), (2**29,)), device="cpu"),
+            lambda: posenc.rope_cache(head_dim=8, positions=np.broadcast_to(t(0), (2**40,))),
+        ):
+            with pytest.raises(ValueError, match="MAX_OUTPUT_VALUES"):
+                call()
+    with pytest.raises(ValueError, match="positions must be in native byte order"):
+        posenc.table(4, positions=np.array([1, 2], ">i4"))
+
+
+def test_rope_caches_pickle_and_copy():
+    import copy
+    import pickle
+
+    c = posenc.rope_cache(head_dim=8, seq_len=3, device="cpu")
+    for d in (pickle.loads(pickle.dumps(c)), copy.copy(c), copy.deepcopy(c)):
+        assert isinstance(d, posenc.RopeCache)
+        assert np.array_equal(d.cos, c.cos) and np.array_equal(d.sin, c.sin)
+        assert np.array_equal(d.inv_freq, c.inv_freq)
+        assert (d.attention_factor, d.pairing) == (c.attention_factor, c.pairing)
+
+
+def test_rope_of_a_list_holding_bfloat16_keeps_the_type():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = np.ones((1, 2, 1, 4), ml_dtypes.bfloat16)
+    got = posenc.rope([x[0]], layout="blhd", device="cpu")
+    assert got.dtype == ml_dtypes.bfloat16
+    assert np.array_equal(got.view(np.uint16), posenc.rope(x, layout="blhd").view(np.uint16))
+
+
+def test_options_of_the_wrong_type_are_value_errors_naming_them():
+    """The extension's conversion raised TypeError naming its own parameter (`len` for
+    seq_len) or, in the message, none."""
+    w = np.ones((10, 8), np.float32)
+    for call, name in [
+        (lambda: posenc.rope_cache(head_dim=8, seq_len=4.0), "seq_len"),
+        (lambda: posenc.encode(w, [[1]], pad_id=1.0), "pad_id"),
+        (lambda: posenc.rope(np.ones((1, 1, 1, 8), np.float32), layout="blhd", offset=1.5),
+         "offset"),
+        (lambda: posenc.alibi_slopes(4.0), "heads"),
+        (lambda: posenc.rope_cache(head_dim=8, seq_len=4, dtype=np.float32), "dtype"),
+        (lambda: posenc.rope(np.ones((1, 1, 1, 8), np.float32), layout=1), "layout"),
+        (lambda: posenc.encode(w, [[1]], out_dtype=np.float16), "out_dtype"),
+    ]:
+        with pytest.raises(ValueError, match=f"^invalid {name}: "):
+            call()
+    # Integers of NumPy's types, and 0-d integer arrays, are integers.
+    assert posenc.alibi_slopes(np.int32(4)).shape == (4,)
+    assert posenc.alibi_slopes(np.array(4)).shape == (4,)
+
+
+def test_numpy_scalars_in_dicts_are_numbers():
+    config = {"model_type": "llama", "hidden_size": np.int64(64),
+              "num_attention_heads": np.int32(4), "rope_theta": np.float64(10000.0)}
+    plain = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+             "rope_theta": 10000.0}
+    assert np.array_equal(posenc.rope_cache(config, seq_len=3)[0],
+                          posenc.rope_cache(plain, seq_len=3)[0])
+    scaling = {"rope_type": "linear", "factor": np.float32(2)}
+    assert posenc.rope_cache(head_dim=8, seq_len=3, scaling=scaling)[0].shape == (3, 8)
+    with pytest.raises(ValueError, match="invalid rope_scaling.factor: nan"):
+        posenc.rope_cache(head_dim=8, seq_len=3, scaling={"rope_type": "linear",
+                                                          "factor": np.float32("nan")})
+
+
+def test_an_attention_factor_of_zero_is_refused():
+    """It zeroed every cos and sin: a rotation that erases its input."""
+    yarn = {"rope_type": "yarn", "factor": 4.0, "attention_factor": 0,
+            "original_max_position_embeddings": 4096}
+    with pytest.raises(ValueError, match="rope_scaling: invalid attention_factor: 0 "):
+        posenc.rope_cache(head_dim=8, seq_len=3, scaling=yarn)
+    with pytest.raises(ValueError, match="attention_factor"):
+        posenc.rope_cache(head_dim=8, seq_len=3, inv_freq=[1.0, 0.1, 0.01, 0.001],
+                          attention_factor=0.0)
+
+
+def test_config_arguments_of_every_form():
+    # JSON text opening an array is JSON, refused as such, not a file name.
+    with pytest.raises(ValueError, match="config"):
+        posenc.rope_cache('[{"model_type": "llama"}]', seq_len=2)
+    # A path of bytes that are not UTF-8 is a path.
+    with pytest.raises(FileNotFoundError):
+        posenc.rope_cache(b"/nonexistent/\xff.json", seq_len=2)

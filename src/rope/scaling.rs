@@ -69,7 +69,7 @@ pub enum Scaling {
     PerFrequency {
         /// One divisor per frequency (`r / 2` of them), each finite and >= 2^-64.
         factors: Vec<f64>,
-        /// Multiplies cos and sin; finite and >= 0.
+        /// Multiplies cos and sin; finite and > 0.
         attention_factor: f64,
     },
     /// A model's own frequencies, taken exactly as given: `w_i = inv_freq[i]` radians per
@@ -83,7 +83,7 @@ pub enum Scaling {
         /// [`MAX_INV_FREQ`](crate::MAX_INV_FREQ) (past it 256-bit arithmetic no longer
         /// holds the fraction of a turn a position advances).
         inv_freq: Vec<f64>,
-        /// Multiplies cos and sin; finite and >= 0.
+        /// Multiplies cos and sin; finite and > 0.
         attention_factor: f64,
     },
 }
@@ -249,7 +249,7 @@ pub(super) fn whole_number(v: f64) -> Option<u64> {
 
 const POSITIVE: &str = "a finite number > 0";
 const WHOLE: &str = "a whole number in 1..=9007199254740992";
-const ATTENTION: &str = "a finite number >= 0 that float32 can hold";
+const ATTENTION: &str = "a finite number > 0 that float32 holds as more than 0";
 const FACTORS: &str = "an array of finite numbers > 0, one per frequency (rotary_dim / 2)";
 const INV_FREQ_RANGE: &str = "a finite number in [0, 2^64] radians per position";
 /// A factor that divides a frequency: the largest frequency is 1 radian per position, and
@@ -436,7 +436,8 @@ impl Scaling {
             )?,
         }
         let a = self.attention_factor();
-        if !(a.is_finite() && a >= 0.0 && (a as f32).is_finite()) {
+        // 0 would zero every rotated value: a query and key without their rotated part.
+        if !(a.is_finite() && a > 0.0 && (a as f32).is_finite() && a as f32 > 0.0) {
             return Err(invalid("attention_factor", float(a), ATTENTION));
         }
         Ok(())
@@ -1105,6 +1106,30 @@ mod tests {
             Scaling::from_hf_json(r#"{"rope_type":"linear","factor":3.672438977910733e-309}"#);
         assert!(
             matches!(err, Err(Error::RopeScaling { ref field, .. }) if field == "factor"),
+            "{err:?}"
+        );
+    }
+
+    /// An attention factor multiplies cos and sin: 0 (or a value float32 holds as 0) would
+    /// erase the rotated dims, so only positive ones pass.
+    #[test]
+    fn attention_factors_must_be_positive_in_float32() {
+        let explicit = |a| Scaling::Explicit { inv_freq: vec![1.0, 0.1], attention_factor: a };
+        explicit(1e-30).validate().unwrap();
+        for bad in [0.0, -0.0, 1e-50, -1.0, f64::INFINITY, 1e39, f64::NAN] {
+            match explicit(bad).validate() {
+                Err(Error::RopeScaling { field, allowed, .. }) => {
+                    assert_eq!(field, "attention_factor", "{bad:e}");
+                    assert!(allowed.contains("> 0"), "{allowed}");
+                }
+                other => panic!("{bad:e}: {other:?}"),
+            }
+        }
+        let yarn = r#"{"rope_type": "yarn", "factor": 4.0, "attention_factor": 0,
+            "original_max_position_embeddings": 4096}"#;
+        let err = Scaling::from_hf_json(yarn);
+        assert!(
+            matches!(err, Err(Error::RopeScaling { ref field, .. }) if field == "attention_factor"),
             "{err:?}"
         );
     }

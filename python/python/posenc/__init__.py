@@ -32,6 +32,7 @@ command line's one-line message. bfloat16 values travel as ``uint16`` arrays of 
 from __future__ import annotations
 
 import json
+import operator
 import os
 import threading
 import warnings
@@ -137,18 +138,30 @@ _U64 = 2**64 - 1
 
 
 def _whole(value: Any, name: str, largest: int) -> Any:
-    """An integer option within its type (``0..=largest``), as an int; ``None`` and other
-    types pass through (their conversion names them). Past the type the conversion would
-    raise an ``OverflowError`` that names neither the value nor the range."""
+    """An integer option within its type (``0..=largest``), as an int, ``None`` as it is:
+    anything else is refused here by the option's name (the extension's conversion would
+    name its own parameter, or none, and raise ``TypeError``), and so is an integer past
+    the type (the conversion's ``OverflowError`` names neither the value nor the range)."""
     if value is None:
         return None
-    if isinstance(value, bool):
-        raise ValueError(f"invalid {name}: {value} (allowed: a whole number, not a bool)")
-    if isinstance(value, (int, np.integer)):
-        if not 0 <= value <= largest:
-            raise ValueError(f"invalid {name}: {value} (allowed: 0..={largest})")
-        return int(value)
-    return value
+    allowed = f"a whole number in 0..={largest}"
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"invalid {name}: {value} (allowed: {allowed}, not a bool)")
+    try:
+        whole = operator.index(value)
+    except TypeError:
+        raise ValueError(f"invalid {name}: {value!r} (allowed: {allowed})") from None
+    if not 0 <= whole <= largest:
+        raise ValueError(f"invalid {name}: {whole} (allowed: 0..={largest})")
+    return whole
+
+
+def _text(value: Any, name: str) -> Optional[str]:
+    """A text option, ``None`` as it is: anything else is refused here by the option's
+    name (the extension's conversion would raise ``TypeError`` naming it only in a note)."""
+    if value is None or isinstance(value, str):
+        return value
+    raise ValueError(f"invalid {name}: {value!r} (allowed: a string)")
 
 
 def _not_both(a_name: str, a: Any, b_name: str, b: Any) -> None:
@@ -162,7 +175,7 @@ def _json_of(value: Any, what: str) -> str:
     ``json.dumps`` would write ``NaN``, which the parser then refuses as text)."""
 
     def check(v: Any, at: str) -> None:
-        if isinstance(v, float) and not np.isfinite(v):
+        if isinstance(v, (float, np.floating)) and not np.isfinite(v):
             raise ValueError(f"invalid {at}: {v} (allowed: a finite number)")
         if isinstance(v, dict):
             for k, item in v.items():
@@ -171,8 +184,14 @@ def _json_of(value: Any, what: str) -> str:
             for k, item in enumerate(v):
                 check(item, f"{at}[{k}]")
 
+    def plain(v: Any) -> Any:
+        # NumPy's scalars (a config built from arrays) as the Python numbers they hold.
+        if isinstance(v, np.generic):
+            return v.item()
+        raise ValueError(f"invalid {what}: a {type(v).__name__} is not JSON")
+
     check(value, what)
-    return json.dumps(value)
+    return json.dumps(value, default=plain)
 
 
 def _config(config: Any) -> tuple[Optional[str], Optional[str]]:
@@ -185,11 +204,16 @@ def _config(config: Any) -> tuple[Optional[str], Optional[str]]:
     if isinstance(config, os.PathLike):
         return os.fspath(config), None
     if isinstance(config, bytes):
-        config = config.decode()
+        # A path of any bytes (os.fsdecode keeps those that are not UTF-8), or JSON text.
+        config = os.fsdecode(config)
     if isinstance(config, str):
-        if config.lstrip().startswith("{"):
+        # JSON text opens an object; one that opens an array is JSON too (refused as
+        # such), not a file name.
+        if config.lstrip().startswith(("{", "[")):
             return None, config
         return config, None
+    if isinstance(config, _ReadConfig):
+        return None, config.text
     to_json = getattr(config, "to_json_string", None)
     if callable(to_json):
         return None, to_json(use_diff=False)
@@ -245,18 +269,21 @@ def _inv_freq(
 
 
 def _int_array(value: Any, what: str, ndim: tuple[int, ...]) -> np.ndarray:
-    """Integers as int64 (no copy when they are already), of one of the ranks ``ndim``."""
+    """Integers of any NumPy integer type, of one of the ranks ``ndim``, as they are: the
+    extension checks the sizes they imply, then converts each to u32 (naming the first
+    that is not one), so nothing here scans or copies them (an empty list, numpy's
+    float64, becomes an empty int64 array)."""
     a = np.asarray(value)
-    if a.dtype.kind not in "iu" and not (a.size == 0 and a.dtype.kind == "f"):
+    if a.size == 0 and a.dtype.kind == "f":
+        a = a.astype(np.int64)
+    if a.dtype.kind not in "iu":
         raise ValueError(f"{what} must be integers, got dtype {a.dtype}")
+    if not a.dtype.isnative:
+        raise ValueError(f"{what} must be in native byte order, got dtype {a.dtype.str}")
     if a.ndim not in ndim:
         ranks = " or ".join(str(n) for n in ndim)
         raise ValueError(f"{what} must have rank {ranks}, got shape {a.shape}")
-    if a.dtype == np.uint64 and a.size and a.max() > np.iinfo(np.int64).max:
-        raise ValueError(
-            f"invalid {what}: {int(a.max())} (allowed: 0..=4294967295)"
-        )
-    return a.astype(np.int64, copy=False)
+    return a
 
 
 def _table_array(value: Any, what: str):
@@ -339,11 +366,11 @@ def table(
             positions=pos,
             config_path=config_path,
             config_json=config_json,
-            variant=variant,
-            frequencies=frequencies,
+            variant=_text(variant, "variant"),
+            frequencies=_text(frequencies, "frequencies"),
             inv_freq=values,
             inv_freq_path=path,
-            inv_freq_tensor=inv_freq_tensor,
+            inv_freq_tensor=_text(inv_freq_tensor, "inv_freq_tensor"),
             base=base,
             min_timescale=min_timescale,
             max_timescale=max_timescale,
@@ -419,25 +446,7 @@ def encode(
         raise ValueError(
             f"invalid scale: {scale} (allowed: \"none\", \"sqrt\" or a finite number)"
         )
-    ids_in = np.asarray(ids)
-    if ids_in.ndim not in (1, 2):
-        raise ValueError(f"ids must have rank 1 or 2, got shape {ids_in.shape}")
-    if ids_in.dtype not in (np.int32, np.int64, np.uint32):
-        if ids_in.dtype.kind == "u" and ids_in.size and ids_in.max() > _U32:
-            # Past u32 no id is valid; int64 would show the largest uint64s negative.
-            at = np.unravel_index(int(np.argmax(ids_in > _U32)), ids_in.shape)
-            row, col = (0, at[0]) if ids_in.ndim == 1 else at
-            raise ValueError(
-                f"token id {int(ids_in[at])} at row {row}, column {col} is out of range: "
-                f"ids are u32 (allowed: 0..={_U32})"
-            )
-        # An empty list is numpy's float64: no ids, as `positions=[]` is no positions.
-        if ids_in.dtype.kind in "iu" or (ids_in.size == 0 and ids_in.dtype.kind == "f"):
-            ids_in = ids_in.astype(np.int64)
-        else:
-            raise ValueError(
-                f"ids has dtype {ids_in.dtype}; allowed: int32, int64 or uint32"
-            )
+    ids_in = _int_array(ids, "ids", (1, 2))
     one_sequence = ids_in.ndim == 1
     if one_sequence:
         ids_in = ids_in[None, :]
@@ -457,7 +466,7 @@ def encode(
         _posenc.encode(
             weights=w,
             weights_path=weights_path,
-            tensor=tensor,
+            tensor=_text(tensor, "tensor"),
             ids=ids_in,
             one_sequence=one_sequence,
             positions=pos,
@@ -466,11 +475,11 @@ def encode(
             scale=scale,
             config_path=config_path,
             config_json=config_json,
-            variant=variant,
-            frequencies=frequencies,
+            variant=_text(variant, "variant"),
+            frequencies=_text(frequencies, "frequencies"),
             inv_freq=values,
             inv_freq_path=path,
-            inv_freq_tensor=inv_freq_tensor,
+            inv_freq_tensor=_text(inv_freq_tensor, "inv_freq_tensor"),
             base=base,
             min_timescale=min_timescale,
             max_timescale=max_timescale,
@@ -478,8 +487,8 @@ def encode(
             padding_idx=padding_idx,
             position_table=p_table,
             position_table_path=p_path,
-            position_tensor=position_tensor,
-            out_dtype=out_dtype,
+            position_tensor=_text(position_tensor, "position_tensor"),
+            out_dtype=_text(out_dtype, "out_dtype"),
             device=_device(device),
             gpu_memory_budget=_whole(gpu_memory_budget, "gpu_memory_budget", _U64),
         )
@@ -493,18 +502,22 @@ def _rope_options(
     config_path, config_json = _config(config)
     scaling_json, scaling_path = _scaling(scaling)
     values, path = _inv_freq(inv_freq, inv_freq_tensor)
+    # A config read once (rope_cache and RopeSpec, for the module's layout) still names
+    # its file in errors.
+    named = {"config_name": config.name} if isinstance(config, _ReadConfig) else {}
     return dict(
+        **named,
         config_path=config_path,
         config_json=config_json,
-        layer_type=layer_type,
-        pairing=pairing,
+        layer_type=_text(layer_type, "layer_type"),
+        pairing=_text(pairing, "pairing"),
         rotary_dim=_whole(rotary_dim, "rotary_dim", _U32),
         base=base,
         scaling_json=scaling_json,
         scaling_path=scaling_path,
         inv_freq=values,
         inv_freq_path=path,
-        inv_freq_tensor=inv_freq_tensor,
+        inv_freq_tensor=_text(inv_freq_tensor, "inv_freq_tensor"),
         attention_factor=attention_factor,
         seq_len=_whole(seq_len, "seq_len", _U64),
     )
@@ -547,7 +560,8 @@ def rope(
     longrope scaling see (default: the largest position + 1).
     """
     a = np.asarray(x)
-    ml = _is_bfloat16(a.dtype)
+    dtype = a.dtype
+    ml = _is_bfloat16(dtype)
     if ml:
         a = a.view(np.uint16)
     if a.ndim != 4 or a.dtype not in (np.float32, np.float16, np.uint16):
@@ -560,7 +574,7 @@ def rope(
     out = _noted(
         _posenc.rope(
             x=a,
-            layout=layout,
+            layout=_text(layout, "layout"),
             positions=pos,
             offset=_whole(offset, "offset", _U32),
             device=_device(device),
@@ -570,7 +584,7 @@ def rope(
             ),
         )
     )
-    return out.view(x.dtype) if ml else out
+    return out.view(dtype) if ml else out
 
 
 # model_types (after a text_config swap) whose rotary module returns cos and sin with each
@@ -595,34 +609,28 @@ NO_DROP_IN_MODEL_TYPES = {
 }
 
 
-def _model_types(config_path: Optional[str], config_json: Optional[str]) -> list[str]:
-    """The config's model_type and its text_config's, for the layout tables; [] when the
-    config cannot be read here (posenc then reports why)."""
-    try:
-        if config_json is None:
-            with open(config_path, encoding="utf-8") as f:
-                config_json = f.read()
-        config = json.loads(config_json)
-    except (OSError, ValueError, TypeError):
-        return []
-    if not isinstance(config, dict):
-        return []
-    found = []
-    text = config.get("text_config")
-    if isinstance(text, dict) and isinstance(text.get("model_type"), str):
-        found.append(text["model_type"])
-    if isinstance(config.get("model_type"), str):
-        found.append(config["model_type"])
-    return found
+class _ReadConfig:
+    """A config path's text, read once by posenc's reader (at most 4 MiB; a FIFO without a
+    writer refused at once), and the path its errors name."""
+
+    def __init__(self, text: str, name: Optional[str]) -> None:
+        self.text = text
+        self.name = name
 
 
-def module_pairing(config: Any) -> str:
-    """The layout of cos and sin that the rotary module of ``config``'s family returns:
-    ``"neox"`` (``cat(freqs, freqs)``) or ``"gptj"`` (each frequency repeated per pair).
+def _read_config(config: Any) -> _ReadConfig:
+    """``config`` read once: a path's text through posenc's reader, which raises as the
+    RoPE's own read of it would; text, dicts and transformers configs as they are."""
+    if isinstance(config, _ReadConfig):
+        return config
+    path, text = _config(config)
+    if path is not None:
+        text = _posenc.read_config_text(path)
+    return _ReadConfig(text, path)
 
-    Raises ValueError naming the family whose module returns another shape (complex
-    ``freqs_cis``, half-width tables, no module)."""
-    for model_type in _model_types(*_config(config)):
+
+def _module_pairing_of(config: _ReadConfig) -> str:
+    for model_type in _posenc.config_model_types(config.text):
         if model_type in NO_DROP_IN_MODEL_TYPES:
             raise ValueError(
                 f"model_type {model_type!r}: its rotary module returns "
@@ -633,6 +641,16 @@ def module_pairing(config: Any) -> str:
         if model_type in GPTJ_LAYOUT_MODEL_TYPES:
             return "gptj"
     return "neox"
+
+
+def module_pairing(config: Any) -> str:
+    """The layout of cos and sin that the rotary module of ``config``'s family returns:
+    ``"neox"`` (``cat(freqs, freqs)``) or ``"gptj"`` (each frequency repeated per pair).
+
+    Raises ValueError naming the family whose module returns another shape (complex
+    ``freqs_cis``, half-width tables, no module), and as :func:`rope_cache` where a config
+    path cannot be read (missing, over 4 MiB, a FIFO without a writer)."""
+    return _module_pairing_of(_read_config(config))
 
 
 class RopeCache(tuple):
@@ -650,6 +668,12 @@ class RopeCache(tuple):
         self.attention_factor = attention_factor
         self.pairing = pairing
         return self
+
+    def __reduce__(self):
+        # As a tuple subclass with attributes: pickle, copy and deepcopy rebuild it from
+        # the five values its constructor takes.
+        fields = (self[0], self[1], self.inv_freq, self.attention_factor, self.pairing)
+        return (RopeCache, fields)
 
     @property
     def cos(self) -> np.ndarray:
@@ -698,7 +722,9 @@ def rope_cache(
     which unpacks as ``(cos, sin)``.
     """
     if pairing is None and config is not None:
-        pairing = module_pairing(config)
+        # Read once: a FIFO's text would not be there for a second read.
+        config = _read_config(config)
+        pairing = _module_pairing_of(config)
     spec = None
     pos = None
     length = None
@@ -716,7 +742,7 @@ def rope_cache(
         len=_whole(length, "seq_len", _U64),
         positions_spec=spec,
         positions=pos,
-        dtype=dtype,
+        dtype=_text(dtype, "dtype"),
         device=_device(device),
         **_rope_options(
             config, layer_type, pairing, rotary_dim, base, scaling, inv_freq,
@@ -750,7 +776,8 @@ class RopeSpec:
         seq_len: Optional[int] = None,
     ) -> None:
         if pairing is None and config is not None:
-            pairing = module_pairing(config)
+            config = _read_config(config)
+            pairing = _module_pairing_of(config)
         self._spec = _RustRopeSpec(
             head_dim=_whole(head_dim, "head_dim", _U32),
             **_rope_options(

@@ -6,6 +6,8 @@ from typing import Any, Optional
 import numpy as np
 import numpy.typing as npt
 
+# Ids, positions and offsets: any NumPy integer type, native byte order, not copied.
+
 ACCURACY_BOUND: float
 MAX_OUTPUT_VALUES: int
 THREADS_NOTE: Optional[str]
@@ -21,7 +23,7 @@ def table(
     dim: Optional[int],
     len: Optional[int],
     positions_spec: Optional[str],
-    positions: Optional[npt.NDArray[np.int64]],
+    positions: Optional[npt.NDArray[np.integer]],
     config_path: Optional[str],
     config_json: Optional[str],
     variant: Optional[str],
@@ -44,8 +46,8 @@ def encode(
     tensor: Optional[str],
     ids: np.ndarray,
     one_sequence: bool,
-    positions: Optional[npt.NDArray[np.int64]],
-    offsets: Optional[npt.NDArray[np.int64]],
+    positions: Optional[npt.NDArray[np.integer]],
+    offsets: Optional[npt.NDArray[np.integer]],
     pad_id: Optional[int],
     scale: Any,
     config_path: Optional[str],
@@ -71,7 +73,7 @@ def rope(
     *,
     x: np.ndarray,
     layout: str,
-    positions: Optional[npt.NDArray[np.int64]],
+    positions: Optional[npt.NDArray[np.integer]],
     offset: Optional[int],
     config_path: Optional[str],
     config_json: Optional[str],
@@ -93,6 +95,7 @@ def rope_cache(
     head_dim: Optional[int],
     config_path: Optional[str],
     config_json: Optional[str],
+    config_name: Optional[str] = None,
     layer_type: Optional[str],
     pairing: Optional[str],
     rotary_dim: Optional[int],
@@ -106,7 +109,7 @@ def rope_cache(
     seq_len: Optional[int],
     len: Optional[int],
     positions_spec: Optional[str],
-    positions: Optional[npt.NDArray[np.int64]],
+    positions: Optional[npt.NDArray[np.integer]],
     dtype: str,
     device: str,
 ) -> tuple[np.ndarray, np.ndarray, npt.NDArray[np.float32], float, str, Note]: ...
@@ -114,6 +117,8 @@ def alibi_slopes(heads: int) -> npt.NDArray[np.float32]: ...
 def alibi_bias(
     *, heads: int, len: int, kv_len: Optional[int], form: str, offset: int, device: str
 ) -> tuple[npt.NDArray[np.float32], Note]: ...
+def read_config_text(path: str) -> str: ...
+def config_model_types(json: str) -> list[str]: ...
 def devices_json() -> str: ...
 def no_adapter_hint() -> str: ...
 def _panic_for_test() -> None: ...
@@ -125,6 +130,7 @@ class RopeSpec:
         head_dim: Optional[int],
         config_path: Optional[str],
         config_json: Optional[str],
+        config_name: Optional[str] = None,
         layer_type: Optional[str],
         pairing: Optional[str],
         rotary_dim: Optional[int],
@@ -152,5 +158,5 @@ class RopeSpec:
     def frequencies(self, seq_len: int) -> tuple[npt.NDArray[np.float64], float]: ...
     def with_pairing(self, pairing: str) -> "RopeSpec": ...
     def cache(
-        self, positions: npt.NDArray[np.int64]
+        self, positions: npt.NDArray[np.integer]
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]: ...
