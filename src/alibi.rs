@@ -113,6 +113,17 @@ fn consts() -> Consts {
 /// `slopes` meets, a unit test checks all 16383), else from big floats (their constants
 /// made in `cc` on first use).
 fn exp2_neg_nearest_f32(num: u32, den: u32, cc: &mut Option<Consts>) -> f32 {
+    exp2_neg_nearest_f32_with(num, den, cc, exp2_neg_frac_nearest_f32_double)
+}
+
+/// [`exp2_neg_nearest_f32`] with `double` in place of the double-precision try (the unit
+/// tests force the big floats through it).
+fn exp2_neg_nearest_f32_with(
+    num: u32,
+    den: u32,
+    cc: &mut Option<Consts>,
+    double: fn(u32, u32) -> Option<f32>,
+) -> f32 {
     debug_assert!(den.is_power_of_two());
     let (whole, rest) = (num / den, num % den);
     // 2^-whole, exactly; whole < 126 keeps it a normal float32.
@@ -121,7 +132,7 @@ fn exp2_neg_nearest_f32(num: u32, den: u32, cc: &mut Option<Consts>) -> f32 {
         return scale;
     }
     // y in [1/2, 1]; scaling by a power of two is exact.
-    if let Some(y) = exp2_neg_frac_nearest_f32_double(rest, den) {
+    if let Some(y) = double(rest, den) {
         return y * scale;
     }
     let cc = cc.get_or_insert_with(consts);
@@ -694,6 +705,23 @@ mod tests {
     /// How many of the 16383 fractions [`exp2_neg_frac_nearest_f32_double`] leaves to big
     /// floats.
     const DOUBLE_UNDECIDED: usize = 0;
+
+    /// Where double precision cannot decide, big floats do, made on first use: forced here
+    /// for every slope of 12 and of 48 heads, which must come out the same.
+    #[test]
+    fn the_big_float_fallback_gives_the_same_slopes() {
+        for heads in [12u32, 48] {
+            let c = 1 << heads.ilog2();
+            let mut cc = None;
+            for (k, &slope) in slopes(heads).unwrap().iter().enumerate() {
+                let num =
+                    if k < c as usize { 8 * (k as u32 + 1) } else { 4 * (2 * (k as u32 - c) + 1) };
+                let forced = exp2_neg_nearest_f32_with(num, c, &mut cc, |_, _| None);
+                assert_eq!(forced.to_bits(), slope.to_bits(), "{heads} heads, slope {k}");
+            }
+            assert!(cc.is_some(), "the big floats were made");
+        }
+    }
 
     #[test]
     fn exact_powers_of_two_need_no_big_floats() {

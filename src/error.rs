@@ -433,7 +433,8 @@ impl Error {
     /// [`Error::PeConfig`], [`Error::ModelFamily`]) made from the text alone
     /// ([`crate::rope::RopeSpec::from_hf_config`],
     /// [`crate::model_config::ModelConfig::from_hf_config`]) cannot know the file and says
-    /// `config.json`; this names `path` instead. Other errors are returned as they are.
+    /// `config.json`; this names `path` instead. Other errors, and config errors that name
+    /// a file already (a scaling object's, an `inv_freq` file's), are returned as they are.
     /// ([`crate::inputs::read_rope_config`] and [`crate::inputs::read_model_config`] name
     /// their source themselves.)
     ///
@@ -446,14 +447,16 @@ impl Error {
     /// assert!(err.to_string().starts_with("opus-mt/cfg.json: invalid model_type: missing"));
     /// ```
     pub fn in_config_file(self, path: impl Into<PathBuf>) -> Error {
+        // An error that names its file already (a scaling object's or an inv_freq file's,
+        // met while a config's options were applied) keeps it.
         match self {
-            Error::RopeConfig { field, value, allowed, .. } => {
+            Error::RopeConfig { path: None, field, value, allowed } => {
                 Error::RopeConfig { path: Some(path.into()), field, value, allowed }
             }
-            Error::PeConfig { field, value, allowed, .. } => {
+            Error::PeConfig { path: None, field, value, allowed } => {
                 Error::PeConfig { path: Some(path.into()), field, value, allowed }
             }
-            Error::ModelFamily { model_type, reason, .. } => {
+            Error::ModelFamily { path: None, model_type, reason } => {
                 Error::ModelFamily { path: Some(path.into()), model_type, reason }
             }
             other => other,
@@ -597,11 +600,13 @@ fn prose(text: &str) -> String {
 /// A path, for a message: [`message_text`] at [`MAX_SHOWN_CHARS`] (a cut keeps the file's
 /// name, at the end).
 fn shown_path(path: &std::path::Path) -> String {
-    if path.as_os_str().is_empty() {
-        // An empty path (`--config ""`) would read as nothing before the colon.
-        return "\"\"".into();
+    let text = path.to_string_lossy();
+    if text.is_empty() || text.trim() != text {
+        // An empty path (`--config ""`), or one of spaces or with spaces at an end, would
+        // read as nothing or another name before the colon: quoted.
+        return quoted(&text);
     }
-    shown(&path.to_string_lossy())
+    shown(&text)
 }
 
 /// `1`, `1 or 2`, `1, 2 or 3`.
@@ -686,6 +691,20 @@ pub(crate) fn read_error(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A path that is empty, all spaces or has a space at an end is quoted, so that the
+    /// name before the colon is visible; others are shown as they are.
+    #[test]
+    fn paths_that_would_not_show_are_quoted() {
+        let io = |p: &str| {
+            let source = std::io::Error::from(std::io::ErrorKind::NotFound);
+            Error::Io { path: PathBuf::from(p), source }.to_string()
+        };
+        assert!(io("").starts_with("\"\": "), "{}", io(""));
+        assert!(io("   ").starts_with("\"   \": "), "{}", io("   "));
+        assert!(io(" a.json").starts_with("\" a.json\": "), "{}", io(" a.json"));
+        assert!(io("a b.json").starts_with("a b.json: "), "{}", io("a b.json"));
+    }
 
     #[test]
     fn every_variant_has_its_kind() {

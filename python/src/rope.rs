@@ -578,8 +578,8 @@ impl PyRopeSpec {
         Ok(Self { spec: self.spec.clone().with_pairing(pairing) })
     }
 
-    /// `(cos, sin)` at `positions` (a 1-D int64 array), `[n, rotary_dim]` float32, the
-    /// attention factor applied, laid out as the pairing says; on the CPU.
+    /// `(cos, sin)` at `positions` (a 1-D array of any integer type), `[n, rotary_dim]`
+    /// float32, the attention factor applied, laid out as the pairing says; on the CPU.
     fn cache<'py>(&self, py: Python<'py>, positions: &Bound<'py, PyAny>) -> PyResult<CosSin<'py>> {
         let given_array = IntArray::<Ix1>::extract(positions, "positions")?;
         let given = given_array.view();

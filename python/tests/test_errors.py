@@ -350,12 +350,24 @@ def test_a_fifo_config_with_a_writer_is_read_once(tmp_path):
 
 def test_config_errors_name_the_file_read_once(tmp_path):
     """The text read once is parsed by the RoPE as the path would have been: its errors
-    name the file."""
+    name the file, and the errors of the files given beside it (a scaling object, a
+    model's inv_freq) still name theirs."""
     path = tmp_path / "config.json"
     path.write_text('{"model_type": "llama", "head_dim": 8, "rope_theta": -1}')
     for call in (lambda: posenc.rope_cache(path, seq_len=2), lambda: posenc.RopeSpec(path)):
         with pytest.raises(ValueError, match=f"^{path}: invalid rope_theta: -1"):
             call()
+    path.write_text('{"model_type": "llama", "head_dim": 8}')
+    scaling = tmp_path / "scaling.json"
+    scaling.write_text('{"rope_type": "linear", "factor": -2}')
+    freqs = tmp_path / "freqs.npy"
+    np.save(freqs, np.array([1.0, -0.5, 0.1, 0.01]))
+    for pairing in (None, "neox"):
+        for make in (lambda p, **k: posenc.rope_cache(p, seq_len=2, **k), posenc.RopeSpec):
+            with pytest.raises(ValueError, match=f"^{scaling}: "):
+                make(path, scaling=f"@{scaling}", pairing=pairing)
+            with pytest.raises(ValueError, match=f"^{freqs}: "):
+                make(path, inv_freq=freqs, pairing=pairing)
 
 
 def test_every_integer_type_is_taken_and_sizes_are_checked_before_any_copy():
@@ -397,8 +409,15 @@ def test_every_integer_type_is_taken_and_sizes_are_checked_before_any_copy():
         ):
             with pytest.raises(ValueError, match="MAX_OUTPUT_VALUES"):
                 call()
-    with pytest.raises(ValueError, match="positions must be in native byte order"):
-        posenc.table(4, positions=np.array([1, 2], ">i4"))
+    # Big-endian and unaligned integers are copied to native, aligned ones.
+    assert np.array_equal(posenc.table(4, positions=np.array([0, 7, 100], ">i4")), want_table)
+    raw = np.zeros(13, np.uint8)
+    unaligned = np.frombuffer(raw.data, np.int32, count=3, offset=1)
+    raw[1:13] = np.array([0, 7, 100], "<i4").view(np.uint8)
+    assert not unaligned.flags.aligned
+    assert np.array_equal(posenc.table(4, positions=unaligned), want_table)
+    with pytest.raises(ValueError, match="MAX_OUTPUT_VALUES"):
+        posenc.table(4, positions=np.broadcast_to(np.array(1, ">i8"), (2**32,)))
 
 
 def test_rope_caches_pickle_and_copy():
@@ -437,6 +456,19 @@ def test_options_of_the_wrong_type_are_value_errors_naming_them():
     ]:
         with pytest.raises(ValueError, match=f"^invalid {name}: "):
             call()
+    for call, name in [
+        (lambda: posenc.table(4, frequencies=None), "frequencies"),
+        (lambda: posenc.encode(w, [[1]], out_dtype=None), "out_dtype"),
+        (lambda: posenc.alibi_bias(4, 2, form=1), "form"),
+        (lambda: posenc.RopeSpec(head_dim=8).with_pairing(None), "pairing"),
+        (lambda: posenc.table(8, base="10000"), "base"),
+        (lambda: posenc.table(8, base=True), "base"),
+        (lambda: posenc.table(8, base=10**400), "base"),
+        (lambda: posenc.rope_cache(head_dim=8, seq_len=2, inv_freq=[1.0, 0.1, 0.01, 0.001],
+                                   attention_factor="2"), "attention_factor"),
+    ]:
+        with pytest.raises(ValueError, match=f"^invalid {name}: "):
+            call()
     # Integers of NumPy's types, and 0-d integer arrays, are integers.
     assert posenc.alibi_slopes(np.int32(4)).shape == (4,)
     assert posenc.alibi_slopes(np.array(4)).shape == (4,)
@@ -454,6 +486,10 @@ def test_numpy_scalars_in_dicts_are_numbers():
     with pytest.raises(ValueError, match="invalid rope_scaling.factor: nan"):
         posenc.rope_cache(head_dim=8, seq_len=3, scaling={"rope_type": "linear",
                                                           "factor": np.float32("nan")})
+    # A scalar with no Python number to hold it is refused, not recursed on.
+    with pytest.raises(ValueError, match="longdouble is not JSON"):
+        posenc.rope_cache(head_dim=8, seq_len=3, scaling={"rope_type": "linear",
+                                                          "factor": np.longdouble(2)})
 
 
 def test_an_attention_factor_of_zero_is_refused():
@@ -462,9 +498,10 @@ def test_an_attention_factor_of_zero_is_refused():
             "original_max_position_embeddings": 4096}
     with pytest.raises(ValueError, match="rope_scaling: invalid attention_factor: 0 "):
         posenc.rope_cache(head_dim=8, seq_len=3, scaling=yarn)
-    with pytest.raises(ValueError, match="attention_factor"):
-        posenc.rope_cache(head_dim=8, seq_len=3, inv_freq=[1.0, 0.1, 0.01, 0.001],
-                          attention_factor=0.0)
+    for factor in (0.0, 1e-40):  # 1e-40: subnormal in float32, flushed on some GPUs
+        with pytest.raises(ValueError, match="attention_factor"):
+            posenc.rope_cache(head_dim=8, seq_len=3, inv_freq=[1.0, 0.1, 0.01, 0.001],
+                              attention_factor=factor)
 
 
 def test_config_arguments_of_every_form():

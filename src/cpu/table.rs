@@ -16,7 +16,7 @@ use crate::spec::{Columns, Frequencies, PeSpec};
 /// Rows per rayon task: large enough to amortise scheduling, small enough to balance.
 const ROWS_PER_TASK: usize = 16;
 
-/// Values up to which a table is computed on the calling thread, about 35 us of one core.
+/// Values up to which a table is computed on the calling thread, about 30 us of one core.
 /// Handing work to rayon from outside the pool wakes a worker and waits for it, which costs
 /// more than that (see `super::encode`). Measured on 2 cores (2026-12-02, rows of 4096,
 /// medians of 60 calls), one thread against the pool, with calls back to back and with 3

@@ -69,7 +69,7 @@ pub enum Scaling {
     PerFrequency {
         /// One divisor per frequency (`r / 2` of them), each finite and >= 2^-64.
         factors: Vec<f64>,
-        /// Multiplies cos and sin; finite and > 0.
+        /// Multiplies cos and sin; its float32 a positive normal number.
         attention_factor: f64,
     },
     /// A model's own frequencies, taken exactly as given: `w_i = inv_freq[i]` radians per
@@ -83,7 +83,7 @@ pub enum Scaling {
         /// [`MAX_INV_FREQ`](crate::MAX_INV_FREQ) (past it 256-bit arithmetic no longer
         /// holds the fraction of a turn a position advances).
         inv_freq: Vec<f64>,
-        /// Multiplies cos and sin; finite and > 0.
+        /// Multiplies cos and sin; its float32 a positive normal number.
         attention_factor: f64,
     },
 }
@@ -249,7 +249,7 @@ pub(super) fn whole_number(v: f64) -> Option<u64> {
 
 const POSITIVE: &str = "a finite number > 0";
 const WHOLE: &str = "a whole number in 1..=9007199254740992";
-const ATTENTION: &str = "a finite number > 0 that float32 holds as more than 0";
+const ATTENTION: &str = "a finite number whose float32 is normal and > 0";
 const FACTORS: &str = "an array of finite numbers > 0, one per frequency (rotary_dim / 2)";
 const INV_FREQ_RANGE: &str = "a finite number in [0, 2^64] radians per position";
 /// A factor that divides a frequency: the largest frequency is 1 radian per position, and
@@ -436,8 +436,10 @@ impl Scaling {
             )?,
         }
         let a = self.attention_factor();
-        // 0 would zero every rotated value: a query and key without their rotated part.
-        if !(a.is_finite() && a > 0.0 && (a as f32).is_finite() && a as f32 > 0.0) {
+        // 0 would zero every rotated value (a query and key without their rotated part),
+        // and a subnormal factor would make every cos and sin subnormal, which GPUs may
+        // flush to zero.
+        if !(a.is_finite() && (a as f32).is_finite() && a as f32 >= f32::MIN_POSITIVE) {
             return Err(invalid("attention_factor", float(a), ATTENTION));
         }
         Ok(())
@@ -1111,12 +1113,14 @@ mod tests {
     }
 
     /// An attention factor multiplies cos and sin: 0 (or a value float32 holds as 0) would
-    /// erase the rotated dims, so only positive ones pass.
+    /// erase the rotated dims, and a subnormal one makes them subnormal (flushed to zero on
+    /// some GPUs), so only factors whose float32 is a positive normal number pass.
     #[test]
     fn attention_factors_must_be_positive_in_float32() {
         let explicit = |a| Scaling::Explicit { inv_freq: vec![1.0, 0.1], attention_factor: a };
         explicit(1e-30).validate().unwrap();
-        for bad in [0.0, -0.0, 1e-50, -1.0, f64::INFINITY, 1e39, f64::NAN] {
+        explicit(f64::from(f32::MIN_POSITIVE)).validate().unwrap();
+        for bad in [0.0, -0.0, 1e-50, 1e-40, -1.0, f64::INFINITY, 1e39, f64::NAN] {
             match explicit(bad).validate() {
                 Err(Error::RopeScaling { field, allowed, .. }) => {
                     assert_eq!(field, "attention_factor", "{bad:e}");

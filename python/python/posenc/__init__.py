@@ -156,12 +156,28 @@ def _whole(value: Any, name: str, largest: int) -> Any:
     return whole
 
 
-def _text(value: Any, name: str) -> Optional[str]:
-    """A text option, ``None`` as it is: anything else is refused here by the option's
-    name (the extension's conversion would raise ``TypeError`` naming it only in a note)."""
-    if value is None or isinstance(value, str):
+def _text(value: Any, name: str, optional: bool = True) -> Optional[str]:
+    """A text option (``None`` as it is where the option is ``optional``): anything else
+    is refused here by the option's name (the extension's conversion would raise
+    ``TypeError`` naming it only in a note)."""
+    if isinstance(value, str) or (optional and value is None):
         return value
     raise ValueError(f"invalid {name}: {value!r} (allowed: a string)")
+
+
+def _number(value: Any, name: str) -> Optional[float]:
+    """A number option, ``None`` as it is; anything else (a string, a bool, an array) is
+    refused here by the option's name, as :func:`_text` refuses."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, (bool, np.bool_)
+    ):
+        try:
+            return float(value)
+        except OverflowError:
+            pass  # an int past float64: refused below, by name
+    raise ValueError(f"invalid {name}: {value!r} (allowed: a finite number)")
 
 
 def _not_both(a_name: str, a: Any, b_name: str, b: Any) -> None:
@@ -185,9 +201,12 @@ def _json_of(value: Any, what: str) -> str:
                 check(item, f"{at}[{k}]")
 
     def plain(v: Any) -> Any:
-        # NumPy's scalars (a config built from arrays) as the Python numbers they hold.
+        # NumPy's scalars (a config built from arrays) as the Python numbers they hold;
+        # those with none (longdouble's item is itself) are not JSON either.
         if isinstance(v, np.generic):
-            return v.item()
+            item = v.item()
+            if not isinstance(item, np.generic):
+                return item
         raise ValueError(f"invalid {what}: a {type(v).__name__} is not JSON")
 
     check(value, what)
@@ -278,11 +297,19 @@ def _int_array(value: Any, what: str, ndim: tuple[int, ...]) -> np.ndarray:
         a = a.astype(np.int64)
     if a.dtype.kind not in "iu":
         raise ValueError(f"{what} must be integers, got dtype {a.dtype}")
-    if not a.dtype.isnative:
-        raise ValueError(f"{what} must be in native byte order, got dtype {a.dtype.str}")
     if a.ndim not in ndim:
         ranks = " or ".join(str(n) for n in ndim)
         raise ValueError(f"{what} must have rank {ranks}, got shape {a.shape}")
+    if not (a.dtype.isnative and a.flags.aligned):
+        # The extension reads native, aligned integers; others are copied so, after the
+        # one check that needs no output shape: every value gives at least one output
+        # value, so more values than an output may hold can never be had.
+        if a.size > MAX_OUTPUT_VALUES:
+            raise ValueError(
+                f"{what}: shape {a.shape} holds {a.size} values, more than an output may "
+                f"(MAX_OUTPUT_VALUES = {MAX_OUTPUT_VALUES})"
+            )
+        a = np.require(a.astype(a.dtype.newbyteorder("="), copy=False), requirements="A")
     return a
 
 
@@ -367,13 +394,13 @@ def table(
             config_path=config_path,
             config_json=config_json,
             variant=_text(variant, "variant"),
-            frequencies=_text(frequencies, "frequencies"),
+            frequencies=_text(frequencies, "frequencies", optional=False),
             inv_freq=values,
             inv_freq_path=path,
             inv_freq_tensor=_text(inv_freq_tensor, "inv_freq_tensor"),
-            base=base,
-            min_timescale=min_timescale,
-            max_timescale=max_timescale,
+            base=_number(base, "base"),
+            min_timescale=_number(min_timescale, "min_timescale"),
+            max_timescale=_number(max_timescale, "max_timescale"),
             start_index=_whole(start_index, "start_index", _U32),
             padding_idx=padding_idx,
             device=device if device == "reference" else _device(device),
@@ -411,7 +438,7 @@ def encode(
 
     As ``posenc encode``. ``weights``: the embedding table ``[V, D]`` (float32, float16
     or bfloat16), or a ``.safetensors`` / ``.npy`` path (``tensor`` names the tensor).
-    ``ids``: int32, int64 or uint32, ``[B, L]``, or ``[L]`` for one sequence (the output
+    ``ids``: integers of any NumPy type, ``[B, L]``, or ``[L]`` for one sequence (the output
     is then ``[L, D]``); each below V, save ``pad_id``.
 
     Positions: ``positions`` gives each token's (u32, the ids' shape); ``offsets`` each
@@ -476,19 +503,19 @@ def encode(
             config_path=config_path,
             config_json=config_json,
             variant=_text(variant, "variant"),
-            frequencies=_text(frequencies, "frequencies"),
+            frequencies=_text(frequencies, "frequencies", optional=False),
             inv_freq=values,
             inv_freq_path=path,
             inv_freq_tensor=_text(inv_freq_tensor, "inv_freq_tensor"),
-            base=base,
-            min_timescale=min_timescale,
-            max_timescale=max_timescale,
+            base=_number(base, "base"),
+            min_timescale=_number(min_timescale, "min_timescale"),
+            max_timescale=_number(max_timescale, "max_timescale"),
             start_index=_whole(start_index, "start_index", _U32),
             padding_idx=padding_idx,
             position_table=p_table,
             position_table_path=p_path,
             position_tensor=_text(position_tensor, "position_tensor"),
-            out_dtype=_text(out_dtype, "out_dtype"),
+            out_dtype=_text(out_dtype, "out_dtype", optional=False),
             device=_device(device),
             gpu_memory_budget=_whole(gpu_memory_budget, "gpu_memory_budget", _U64),
         )
@@ -512,13 +539,13 @@ def _rope_options(
         layer_type=_text(layer_type, "layer_type"),
         pairing=_text(pairing, "pairing"),
         rotary_dim=_whole(rotary_dim, "rotary_dim", _U32),
-        base=base,
+        base=_number(base, "base"),
         scaling_json=scaling_json,
         scaling_path=scaling_path,
         inv_freq=values,
         inv_freq_path=path,
         inv_freq_tensor=_text(inv_freq_tensor, "inv_freq_tensor"),
-        attention_factor=attention_factor,
+        attention_factor=_number(attention_factor, "attention_factor"),
         seq_len=_whole(seq_len, "seq_len", _U64),
     )
 
@@ -574,7 +601,7 @@ def rope(
     out = _noted(
         _posenc.rope(
             x=a,
-            layout=_text(layout, "layout"),
+            layout=_text(layout, "layout", optional=False),
             positions=pos,
             offset=_whole(offset, "offset", _U32),
             device=_device(device),
@@ -673,7 +700,7 @@ class RopeCache(tuple):
         # As a tuple subclass with attributes: pickle, copy and deepcopy rebuild it from
         # the five values its constructor takes.
         fields = (self[0], self[1], self.inv_freq, self.attention_factor, self.pairing)
-        return (RopeCache, fields)
+        return (type(self), fields)
 
     @property
     def cos(self) -> np.ndarray:
@@ -742,7 +769,7 @@ def rope_cache(
         len=_whole(length, "seq_len", _U64),
         positions_spec=spec,
         positions=pos,
-        dtype=_text(dtype, "dtype"),
+        dtype=_text(dtype, "dtype", optional=False),
         device=_device(device),
         **_rope_options(
             config, layer_type, pairing, rotary_dim, base, scaling, inv_freq,
@@ -804,7 +831,7 @@ class RopeSpec:
     def with_pairing(self, pairing: str) -> "RopeSpec":
         """This configuration with its cache in the other layout (``"neox"``/``"gptj"``)."""
         new = object.__new__(RopeSpec)
-        new._spec = self._spec.with_pairing(pairing)
+        new._spec = self._spec.with_pairing(_text(pairing, "pairing", optional=False))
         return new
 
     def cache(self, positions: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -840,7 +867,7 @@ def alibi_bias(
             heads=_whole(heads, "heads", _U32),
             len=_whole(len, "len", _U64),
             kv_len=_whole(kv_len, "kv_len", _U64),
-            form=form,
+            form=_text(form, "form", optional=False),
             offset=_whole(offset, "offset", _U32),
             device=_device(device),
         )

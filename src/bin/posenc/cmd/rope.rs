@@ -116,8 +116,8 @@ pub(crate) struct RopeParams {
     #[arg(long, value_name = "NAME", requires = "inv_freq")]
     inv_freq_tensor: Option<String>,
     /// With --inv-freq: the factor cos and sin are multiplied by (transformers'
-    /// attention_scaling), finite and >= 0 [default: the --config's scaling's (yarn,
-    /// longrope), else 1].
+    /// attention_scaling), a positive normal number in float32 [default: the --config's
+    /// scaling's (yarn, longrope), else 1].
     #[arg(long, value_name = "F", requires = "inv_freq", allow_hyphen_values = true)]
     attention_factor: Option<f64>,
     /// The sequence length dynamic and longrope scaling see, 1..=2^32 [default: the largest
