@@ -140,7 +140,7 @@ impl Scale {
             Scale::Value(v) => Err(Error::InvalidParameter {
                 field: "scale",
                 value: v.to_string(),
-                allowed: "a finite number",
+                allowed: "a number finite in float32",
             }),
         }
     }

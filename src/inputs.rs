@@ -559,8 +559,14 @@ fn read_json(
             }
         }
     };
-    String::from_utf8(bytes).map_err(|_| {
+    let text = String::from_utf8(bytes).map_err(|_| {
         io_error(io::Error::new(io::ErrorKind::InvalidData, "stream did not contain valid UTF-8"))
+    })?;
+    // A byte order mark, which some editors write at the start of UTF-8 text and no JSON
+    // parser takes, is no part of the JSON.
+    Ok(match text.strip_prefix('\u{feff}') {
+        Some(rest) => rest.to_owned(),
+        None => text,
     })
 }
 
@@ -928,6 +934,22 @@ mod tests {
             Err(Error::Io { path, .. }) => assert_eq!(path, name),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A UTF-8 byte order mark (Windows editors write one) is no part of the JSON: a
+    /// config or scaling file that starts with one reads as it would without.
+    #[test]
+    fn a_byte_order_mark_is_not_json() {
+        let config = "\u{feff}{\"model_type\": \"llama\", \"head_dim\": 8}";
+        let name = Path::new("config.json");
+        let spec = read_rope_config(Source::Bytes { name, bytes: config.as_bytes() }, None);
+        assert_eq!(spec.unwrap().head_dim(), 8);
+        let scaling = "\u{feff}{\"rope_type\": \"linear\", \"factor\": 2.0}";
+        let read = read_rope_scaling(Source::Bytes { name, bytes: scaling.as_bytes() });
+        assert!(matches!(read, Ok(Scaling::Linear { .. })), "{read:?}");
+        // Only at the start.
+        let inside = "{\"model_type\": \"llama\",\u{feff} \"head_dim\": 8}";
+        assert!(read_rope_config(Source::Bytes { name, bytes: inside.as_bytes() }, None).is_err());
     }
 
     #[test]

@@ -306,8 +306,32 @@ fn _panic_for_test(py: Python<'_>) -> PyResult<()> {
     compute(py, || -> Result<(), Failure> { panic!("deliberate panic from posenc's test") })
 }
 
+/// Loads NumPy's C API now, at import. rust-numpy loads it on first use and panics if that
+/// fails, and it runs Python code (an import) that a pending `KeyboardInterrupt` interrupts:
+/// a Ctrl-C during a process's first call became a `PanicException`. Here the failure is
+/// the import's exception: the interrupt as itself, anything else an `ImportError`.
+fn load_numpy_api(py: Python<'_>) -> PyResult<()> {
+    py.check_signals()?;
+    let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        numpy::PyArray1::<f32>::zeros(py, 0, false);
+    }));
+    let Err(payload) = loaded else {
+        return Ok(());
+    };
+    let text = payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default();
+    if text.contains("KeyboardInterrupt") {
+        return Err(pyo3::exceptions::PyKeyboardInterrupt::new_err(()));
+    }
+    Err(pyo3::exceptions::PyImportError::new_err(format!("NumPy's C API: {text}")))
+}
+
 #[pymodule]
 fn _posenc(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    load_numpy_api(m.py())?;
     m.add("GpuError", m.py().get_type::<GpuError>())?;
     // rayon's global pool, started with the threads that can start (rayon's own start
     // panics where they cannot); the note, if any, becomes a warning on import.

@@ -511,3 +511,163 @@ def test_config_arguments_of_every_form():
     # A path of bytes that are not UTF-8 is a path.
     with pytest.raises(FileNotFoundError):
         posenc.rope_cache(b"/nonexistent/\xff.json", seq_len=2)
+
+
+# ---- round six, second pass: the fixes probed again ---------------------------------------
+
+
+def test_an_interrupt_pending_at_the_first_call_is_a_keyboard_interrupt(tmp_path):
+    """NumPy's C API was loaded on a process's first call that made an array, running an
+    import that a pending Ctrl-C interrupted: rust-numpy then panicked, a PanicException
+    that `except Exception` does not catch. Here the Ctrl-C lands while the first call
+    waits for its config from a pipe, so the interrupt is pending when the call makes its
+    arrays; the API is loaded at import now, and the interrupt comes after the call."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    code = (
+        "import os, signal, sys, threading, time, posenc\n"
+        "fifo = sys.argv[1]\n"
+        # Open for reading and writing, which never waits: a writer before posenc opens.
+        "fd = os.open(fifo, os.O_RDWR)\n"
+        "def writer():\n"
+        "    time.sleep(1.0)\n"
+        "    os.write(fd, b'{\"model_type\": \"llama\", \"head_dim\": 8}')\n"
+        "    os.close(fd)\n"
+        "threading.Thread(target=writer).start()\n"
+        "threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
+        "try:\n"
+        "    posenc.rope_cache(fifo, seq_len=3, pairing='neox', device='cpu')\n"
+        "    time.sleep(5)\n"
+        "    print('no interrupt')\n"
+        "except KeyboardInterrupt:\n"
+        "    print('KeyboardInterrupt')\n"
+        "except BaseException as e:\n"
+        "    print(type(e).__name__, e)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(fifo)], capture_output=True,
+                          text=True, timeout=60, cwd="/")
+    assert done.stdout.strip() == "KeyboardInterrupt", (done.stdout, done.stderr)
+
+
+def test_pickled_rope_specs_come_back_as_they_were(tmp_path):
+    import copy
+    import pickle
+
+    config = tmp_path / "config.json"
+    config.write_text('{"model_type": "cohere", "hidden_size": 64, "num_attention_heads": 4, '
+                      '"rope_theta": 10000.0}')
+    spec = posenc.RopeSpec(config)
+    assert spec.pairing == "gptj"
+    positions = np.array([0, 5, 4096])
+    for other in (spec, spec.with_pairing("neox")):
+        for back in (pickle.loads(pickle.dumps(other)), copy.copy(other), copy.deepcopy(other)):
+            assert back.pairing == other.pairing
+            assert np.array_equal(back.cache(positions)[0], other.cache(positions)[0])
+    # The config path's text was read once: a pickle does not read it again.
+    data = pickle.dumps(spec)
+    config.unlink()
+    assert np.array_equal(pickle.loads(data).cache(positions)[1], spec.cache(positions)[1])
+
+
+class Tagged(posenc.RopeCache):
+    """A subclass of RopeCache, pickled by reference (so at module level)."""
+
+
+def test_rope_caches_pickle_with_their_attributes():
+    import pickle
+
+    c = posenc.rope_cache(head_dim=8, seq_len=2, device="cpu")
+    t = Tagged(c.cos, c.sin, c.inv_freq, c.attention_factor, c.pairing)
+    t.tag = "kept"
+    back = pickle.loads(pickle.dumps(t))
+    assert type(back) is Tagged and back.tag == "kept" and back.pairing == c.pairing
+
+
+def test_copies_of_big_endian_integers_are_sized_first():
+    """A big-endian or unaligned view is copied to native integers; the output's size as
+    far as the call knows it comes first (it copied up to 2^31 values, 16 GiB, before)."""
+    w = np.ones((10, 8), np.float32)
+    for call in (
+        lambda: posenc.encode(w, np.broadcast_to(np.zeros(1, ">i8"), (2**31,))),
+        lambda: posenc.encode(w, np.broadcast_to(np.zeros(1, ">i2"), (2**30,))),
+        lambda: posenc.rope_cache(head_dim=8, positions=np.broadcast_to(np.zeros(1, ">i8"),
+                                                                      (2**30,))),
+        lambda: posenc.table(8, positions=np.broadcast_to(np.zeros(1, ">u4"), (2**29,))),
+        lambda: posenc.RopeSpec(head_dim=8).cache(np.broadcast_to(np.zeros(1, ">i4"), (2**29,))),
+        lambda: posenc.rope(np.ones((1, 1, 2, 8), np.float32), layout="blhd",
+                            positions=np.broadcast_to(np.zeros(1, ">i4"), (2**28, 1))),
+    ):
+        with pytest.raises(ValueError, match="MAX_OUTPUT_VALUES"):
+            call()
+
+
+def test_path_objects_of_bytes_and_bytes_paths_are_paths(tmp_path):
+    class BytesPath:
+        def __init__(self, p):
+            self.p = os.fsencode(p)
+
+        def __fspath__(self):
+            return self.p
+
+    config = tmp_path / "config.json"
+    config.write_text('{"model_type": "llama", "head_dim": 8}')
+    want = posenc.rope_cache(config, seq_len=2)
+    for given in (BytesPath(config), os.fsencode(config)):
+        assert np.array_equal(posenc.rope_cache(given, seq_len=2).cos, want.cos)
+        assert posenc.module_pairing(given) == "neox"
+    freqs = tmp_path / "freqs.npy"
+    np.save(freqs, np.array([1.0, 0.1, 0.01, 0.001]))
+    want = posenc.table(8, inv_freq=freqs)
+    for given in (BytesPath(freqs), os.fsencode(freqs)):
+        assert np.array_equal(posenc.table(8, inv_freq=given), want)
+    weights = tmp_path / "w.npy"
+    np.save(weights, np.ones((4, 8), np.float32))
+    assert posenc.encode(os.fsencode(weights), [[1]]).shape == (1, 1, 8)
+
+
+def test_required_options_given_none_and_bools_for_integers_are_refused_by_name():
+    w = np.ones((10, 8), np.float32)
+    for call, name in [
+        (lambda: posenc.alibi_slopes(None), "heads"),
+        (lambda: posenc.alibi_bias(2, None), "len"),
+        (lambda: posenc.alibi_bias(2, 2, offset=None), "offset"),
+        (lambda: posenc.RopeSpec(head_dim=8).frequencies(None), "seq_len"),
+        (lambda: posenc.module_pairing(None), "config"),
+        (lambda: posenc.table(8, 2, variant="fairseq", padding_idx=True), "padding_idx"),
+        (lambda: posenc.encode(w, [[1]], scale=np.bool_(True)), "scale"),
+    ]:
+        with pytest.raises(ValueError, match=f"^invalid {name}: "):
+            call()
+
+
+def test_dicts_that_are_not_json_are_refused_by_name():
+    deep: dict = {}
+    for _ in range(5000):
+        deep = {"a": deep}
+    cyclic: list = []
+    cyclic.append(cyclic)
+    for config in (deep, {"model_type": "llama", "x": cyclic}, {(1, 2): 2}):
+        with pytest.raises(ValueError, match="^invalid config: "):
+            posenc.rope_cache(config, seq_len=2, pairing="neox")
+    with pytest.raises(ValueError, match="^invalid config: JSON text that is not UTF-8"):
+        posenc.rope_cache(b'{"model_type": "\xff"}', seq_len=2)
+
+
+def test_json_text_and_files_with_a_byte_order_mark(tmp_path):
+    text = '\ufeff{"model_type": "llama", "head_dim": 8}'
+    want = posenc.rope_cache('{"model_type": "llama", "head_dim": 8}', seq_len=2)
+    assert np.array_equal(posenc.rope_cache(text, seq_len=2).cos, want.cos)
+    assert np.array_equal(posenc.rope_cache(text.encode(), seq_len=2).cos, want.cos)
+    path = tmp_path / "config.json"
+    path.write_text(text, encoding="utf-8")
+    for pairing in (None, "neox"):
+        assert np.array_equal(posenc.rope_cache(path, seq_len=2, pairing=pairing).cos, want.cos)
+
+
+def test_a_family_without_a_drop_in_cache_is_named_with_its_file(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "gptj", "n_embd": 64, "n_head": 4, "rotary_dim": 8}')
+    with pytest.raises(ValueError, match=f"^{path}: model_type 'gptj': it has no rotary module"):
+        posenc.module_pairing(path)
+    with pytest.raises(ValueError, match="^model_type 'gptj': it has no rotary module"):
+        posenc.module_pairing(path.read_text())

@@ -105,6 +105,12 @@ def _ensure_runtime_dir(device: str) -> None:
 PathLike = Union[str, "os.PathLike[str]"]
 
 
+def _path(value: Any) -> str:
+    """A path object or bytes as the text the extension takes: ``os.fspath`` may give
+    bytes, and ``os.fsdecode`` keeps those that are not UTF-8 (as surrogates)."""
+    return os.fsdecode(os.fspath(value))
+
+
 def _is_bfloat16(dtype: np.dtype) -> bool:
     return dtype.name == "bfloat16" and dtype.itemsize == 2
 
@@ -137,12 +143,13 @@ _U32 = 2**32 - 1
 _U64 = 2**64 - 1
 
 
-def _whole(value: Any, name: str, largest: int) -> Any:
-    """An integer option within its type (``0..=largest``), as an int, ``None`` as it is:
-    anything else is refused here by the option's name (the extension's conversion would
-    name its own parameter, or none, and raise ``TypeError``), and so is an integer past
-    the type (the conversion's ``OverflowError`` names neither the value nor the range)."""
-    if value is None:
+def _whole(value: Any, name: str, largest: int, optional: bool = True) -> Any:
+    """An integer option within its type (``0..=largest``), as an int, ``None`` as it is
+    where the option is ``optional``: anything else is refused here by the option's name
+    (the extension's conversion would name its own parameter, or none, and raise
+    ``TypeError``), and so is an integer past the type (the conversion's
+    ``OverflowError`` names neither the value nor the range)."""
+    if value is None and optional:
         return None
     allowed = f"a whole number in 0..={largest}"
     if isinstance(value, (bool, np.bool_)):
@@ -180,6 +187,16 @@ def _number(value: Any, name: str) -> Optional[float]:
     raise ValueError(f"invalid {name}: {value!r} (allowed: a finite number)")
 
 
+def _padding_idx(value: Any) -> Any:
+    """fairseq's ``padding_idx``: an integer or ``"none"`` (the extension checks which);
+    a bool, which Python counts as an integer, is refused by name."""
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(
+            f"invalid padding_idx: {value} (allowed: \"none\" or an integer in 0..=4294967295)"
+        )
+    return value
+
+
 def _not_both(a_name: str, a: Any, b_name: str, b: Any) -> None:
     """Refuses two options the command line refuses together (one would be ignored)."""
     if a is not None and b is not None:
@@ -209,8 +226,16 @@ def _json_of(value: Any, what: str) -> str:
                 return item
         raise ValueError(f"invalid {what}: a {type(v).__name__} is not JSON")
 
-    check(value, what)
-    return json.dumps(value, default=plain)
+    try:
+        check(value, what)
+        return json.dumps(value, default=plain)
+    except (RecursionError, TypeError) as e:
+        # Nesting past Python's recursion limit, a cycle, a key that is no string.
+        raise ValueError(f"invalid {what}: not JSON ({type(e).__name__}: {e})") from None
+    except ValueError as e:
+        if str(e).startswith("invalid "):
+            raise
+        raise ValueError(f"invalid {what}: not JSON ({e})") from None
 
 
 def _config(config: Any) -> tuple[Optional[str], Optional[str]]:
@@ -221,15 +246,21 @@ def _config(config: Any) -> tuple[Optional[str], Optional[str]]:
     if isinstance(config, dict):
         return None, _json_of(config, "config")
     if isinstance(config, os.PathLike):
-        return os.fspath(config), None
+        return _path(config), None
     if isinstance(config, bytes):
-        # A path of any bytes (os.fsdecode keeps those that are not UTF-8), or JSON text.
-        config = os.fsdecode(config)
+        # JSON text (UTF-8, as JSON is), or a path of any bytes.
+        if config.lstrip(b"\xef\xbb\xbf \t\r\n").startswith((b"{", b"[")):
+            try:
+                config = config.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"invalid config: JSON text that is not UTF-8 ({e})") from None
+        else:
+            config = _path(config)
     if isinstance(config, str):
-        # JSON text opens an object; one that opens an array is JSON too (refused as
-        # such), not a file name.
-        if config.lstrip().startswith(("{", "[")):
-            return None, config
+        # JSON text opens an object (after any byte order mark); one that opens an array
+        # is JSON too (refused as such), not a file name.
+        if config.lstrip("\ufeff \t\r\n").startswith(("{", "[")):
+            return None, config.lstrip("\ufeff")
         return config, None
     if isinstance(config, _ReadConfig):
         return None, config.text
@@ -250,7 +281,7 @@ def _scaling(scaling: Any) -> tuple[Optional[str], Optional[str]]:
     if isinstance(scaling, dict):
         return _json_of(scaling, "rope_scaling"), None
     if isinstance(scaling, os.PathLike):
-        return None, os.fspath(scaling)
+        return None, _path(scaling)
     if isinstance(scaling, str):
         if scaling.startswith("@"):
             return None, scaling[1:]
@@ -272,8 +303,8 @@ def _inv_freq(
                 "a .safetensors path)"
             )
         return None, None
-    if isinstance(inv_freq, (str, os.PathLike)):
-        return None, os.fspath(inv_freq)
+    if isinstance(inv_freq, (str, bytes, os.PathLike)):
+        return None, _path(inv_freq)
     if tensor is not None:
         raise ValueError(
             "invalid inv_freq_tensor: given with an array (allowed: with inv_freq, a "
@@ -287,11 +318,12 @@ def _inv_freq(
     return np.ascontiguousarray(a, dtype=np.float64), None
 
 
-def _int_array(value: Any, what: str, ndim: tuple[int, ...]) -> np.ndarray:
+def _int_array(value: Any, what: str, ndim: tuple[int, ...], width: int = 1) -> np.ndarray:
     """Integers of any NumPy integer type, of one of the ranks ``ndim``, as they are: the
     extension checks the sizes they imply, then converts each to u32 (naming the first
     that is not one), so nothing here scans or copies them (an empty list, numpy's
-    float64, becomes an empty int64 array)."""
+    float64, becomes an empty int64 array). ``width``: output values per value, as far
+    as known here (at least 1), for the size check before a copy."""
     a = np.asarray(value)
     if a.size == 0 and a.dtype.kind == "f":
         a = a.astype(np.int64)
@@ -302,12 +334,16 @@ def _int_array(value: Any, what: str, ndim: tuple[int, ...]) -> np.ndarray:
         raise ValueError(f"{what} must have rank {ranks}, got shape {a.shape}")
     if not (a.dtype.isnative and a.flags.aligned):
         # The extension reads native, aligned integers; others are copied so, after the
-        # one check that needs no output shape: every value gives at least one output
-        # value, so more values than an output may hold can never be had.
-        if a.size > MAX_OUTPUT_VALUES:
+        # output's size as far as it is known here: each value gives `width` output
+        # values, so the copy is never larger than an output that may be had.
+        try:
+            width = max(int(width), 1)
+        except (TypeError, ValueError, OverflowError):
+            width = 1  # an option of the wrong type, refused by name later
+        if a.size * width > MAX_OUTPUT_VALUES:
             raise ValueError(
-                f"{what}: shape {a.shape} holds {a.size} values, more than an output may "
-                f"(MAX_OUTPUT_VALUES = {MAX_OUTPUT_VALUES})"
+                f"{what}: shape {a.shape}, {width} output values each, would make an output "
+                f"of more than MAX_OUTPUT_VALUES = {MAX_OUTPUT_VALUES} values"
             )
         a = np.require(a.astype(a.dtype.newbyteorder("="), copy=False), requirements="A")
     return a
@@ -315,8 +351,8 @@ def _int_array(value: Any, what: str, ndim: tuple[int, ...]) -> np.ndarray:
 
 def _table_array(value: Any, what: str):
     """An embedding or position table: an array (float32, float16, bfloat16) or a path."""
-    if isinstance(value, (str, os.PathLike)):
-        return None, os.fspath(value)
+    if isinstance(value, (str, bytes, os.PathLike)):
+        return None, _path(value)
     a = np.asarray(value)
     if _is_bfloat16(a.dtype):
         a = a.view(np.uint16)
@@ -382,7 +418,7 @@ def table(
     _not_both("positions", positions, "len", len)
     spec, pos = (positions, None) if isinstance(positions, str) else (None, positions)
     if pos is not None:
-        pos = _int_array(pos, "positions", (1,))
+        pos = _int_array(pos, "positions", (1,), width=dim or 1)
     config_path, config_json = _config(config)
     values, path = _inv_freq(inv_freq, inv_freq_tensor)
     return _noted(
@@ -402,7 +438,7 @@ def table(
             min_timescale=_number(min_timescale, "min_timescale"),
             max_timescale=_number(max_timescale, "max_timescale"),
             start_index=_whole(start_index, "start_index", _U32),
-            padding_idx=padding_idx,
+            padding_idx=_padding_idx(padding_idx),
             device=device if device == "reference" else _device(device),
             gpu_memory_budget=_whole(gpu_memory_budget, "gpu_memory_budget", _U64),
         )
@@ -469,24 +505,25 @@ def encode(
                 "position_table path)"
             )
     _not_both("positions", positions, "offsets", offsets)
-    if isinstance(scale, bool):
+    if isinstance(scale, (bool, np.bool_)):
         raise ValueError(
             f"invalid scale: {scale} (allowed: \"none\", \"sqrt\" or a finite number)"
         )
-    ids_in = _int_array(ids, "ids", (1, 2))
+    width = w.shape[1] if w is not None else 1
+    ids_in = _int_array(ids, "ids", (1, 2), width)
     one_sequence = ids_in.ndim == 1
     if one_sequence:
         ids_in = ids_in[None, :]
     pos = None
     if positions is not None:
-        pos = _int_array(positions, "positions", (1,) if one_sequence else (2,))
+        pos = _int_array(positions, "positions", (1,) if one_sequence else (2,), width)
         if one_sequence:
             pos = pos[None, :]
     off = None
     if offsets is not None:
         if np.ndim(offsets) == 0:
             offsets = [offsets]
-        off = _int_array(offsets, "offsets", (1,))
+        off = _int_array(offsets, "offsets", (1,), width * ids_in.shape[1])
     config_path, config_json = _config(config)
     values, path = _inv_freq(inv_freq, inv_freq_tensor)
     return _noted(
@@ -511,7 +548,7 @@ def encode(
             min_timescale=_number(min_timescale, "min_timescale"),
             max_timescale=_number(max_timescale, "max_timescale"),
             start_index=_whole(start_index, "start_index", _U32),
-            padding_idx=padding_idx,
+            padding_idx=_padding_idx(padding_idx),
             position_table=p_table,
             position_table_path=p_path,
             position_tensor=_text(position_tensor, "position_tensor"),
@@ -597,7 +634,10 @@ def rope(
             f"uint16 holding its bits), in native byte order; got dtype {a.dtype.str} and "
             f"shape {a.shape}"
         )
-    pos = None if positions is None else _int_array(positions, "positions", (2,))
+    heads_dims = a.shape[2] * a.shape[3] if layout == "blhd" else a.shape[1] * a.shape[3]
+    pos = None
+    if positions is not None:
+        pos = _int_array(positions, "positions", (2,), heads_dims)
     out = _noted(
         _posenc.rope(
             x=a,
@@ -626,13 +666,13 @@ GPTJ_LAYOUT_MODEL_TYPES = frozenset({
 # model_types whose rotary module returns something else than cos and sin of shape
 # [positions, rotary_dim]: the reason, for the error.
 NO_DROP_IN_MODEL_TYPES = {
-    "llama4": "complex freqs_cis",
-    "llama4_text": "complex freqs_cis",
-    "deepseek_v2": "complex freqs_cis",
-    "gpt_oss": "cos and sin of half the rotary width",
-    "openai_privacy_filter": "cos and sin of half the rotary width",
-    "gptj": "no rotary module (a sinusoid table inside the attention)",
-    "codegen": "no rotary module (a sinusoid table inside the attention)",
+    "llama4": "its rotary module returns complex freqs_cis",
+    "llama4_text": "its rotary module returns complex freqs_cis",
+    "deepseek_v2": "its rotary module returns complex freqs_cis",
+    "gpt_oss": "its rotary module returns cos and sin of half the rotary width",
+    "openai_privacy_filter": "its rotary module returns cos and sin of half the rotary width",
+    "gptj": "it has no rotary module (a sinusoid table inside the attention)",
+    "codegen": "it has no rotary module (a sinusoid table inside the attention)",
 }
 
 
@@ -659,11 +699,11 @@ def _read_config(config: Any) -> _ReadConfig:
 def _module_pairing_of(config: _ReadConfig) -> str:
     for model_type in _posenc.config_model_types(config.text):
         if model_type in NO_DROP_IN_MODEL_TYPES:
+            where = f"{config.name}: " if config.name is not None else ""
             raise ValueError(
-                f"model_type {model_type!r}: its rotary module returns "
-                f"{NO_DROP_IN_MODEL_TYPES[model_type]}, not cos and sin of shape "
-                f"[positions, rotary_dim]; pass pairing=\"neox\" or \"gptj\" for a cache "
-                f"in either layout"
+                f"{where}model_type {model_type!r}: {NO_DROP_IN_MODEL_TYPES[model_type]}, "
+                f"not cos and sin of shape [positions, rotary_dim]; pass pairing=\"neox\" "
+                f"or \"gptj\" for a cache in either layout"
             )
         if model_type in GPTJ_LAYOUT_MODEL_TYPES:
             return "gptj"
@@ -677,6 +717,9 @@ def module_pairing(config: Any) -> str:
     Raises ValueError naming the family whose module returns another shape (complex
     ``freqs_cis``, half-width tables, no module), and as :func:`rope_cache` where a config
     path cannot be read (missing, over 4 MiB, a FIFO without a writer)."""
+    if config is None:
+        raise ValueError("invalid config: None (allowed: a path, JSON text, a dict or a "
+                         "transformers config)")
     return _module_pairing_of(_read_config(config))
 
 
@@ -700,7 +743,8 @@ class RopeCache(tuple):
         # As a tuple subclass with attributes: pickle, copy and deepcopy rebuild it from
         # the five values its constructor takes.
         fields = (self[0], self[1], self.inv_freq, self.attention_factor, self.pairing)
-        return (type(self), fields)
+        # The instance's attributes too (a subclass's, or ones set on it).
+        return (type(self), fields, dict(self.__dict__))
 
     @property
     def cos(self) -> np.ndarray:
@@ -763,7 +807,7 @@ def rope_cache(
     elif isinstance(positions, str):
         spec = positions
     else:
-        pos = _int_array(positions, "positions", (1,))
+        pos = _int_array(positions, "positions", (1,), 2 * (head_dim or 1))
     cos, sin, inv, factor, pairing_used, note = _posenc.rope_cache(
         head_dim=_whole(head_dim, "head_dim", _U32),
         len=_whole(length, "seq_len", _U64),
@@ -785,7 +829,11 @@ class RopeSpec:
     the CPU (what :mod:`posenc.hf` calls on every forward). Takes :func:`rope_cache`'s
     configuration options; ``pairing`` defaults as there.
 
-    ``spec.cache(positions)`` returns ``(cos, sin)``, ``[n, rotary_dim]`` float32."""
+    ``spec.cache(positions)`` returns ``(cos, sin)``, ``[n, rotary_dim]`` float32.
+
+    It pickles and copies (a model patched by :mod:`posenc.hf` holds some) as the
+    arguments it was made from: a config path's as the text read then, while a scaling
+    ``"@FILE"`` or an ``inv_freq`` path is read again when it is unpickled."""
 
     def __init__(
         self,
@@ -805,13 +853,20 @@ class RopeSpec:
         if pairing is None and config is not None:
             config = _read_config(config)
             pairing = _module_pairing_of(config)
-        self._spec = _RustRopeSpec(
+        args = dict(
             head_dim=_whole(head_dim, "head_dim", _U32),
             **_rope_options(
                 config, layer_type, pairing, rotary_dim, base, scaling, inv_freq,
                 inv_freq_tensor, attention_factor, seq_len,
             ),
         )
+        self._spec = _RustRopeSpec(**args)
+        self._args = args
+
+    def __reduce__(self):
+        # Pickled (and copied) as the arguments it was made from, a config path's as the
+        # text read then; a scaling "@FILE" or an inv_freq path is read again.
+        return (_rebuilt_rope_spec, (self._args, self._spec.pairing))
 
     head_dim = property(lambda self: self._spec.head_dim, doc="Dimensions per head.")
     rotary_dim = property(lambda self: self._spec.rotary_dim, doc="Rotated dims per head.")
@@ -826,27 +881,37 @@ class RopeSpec:
     def frequencies(self, seq_len: int) -> tuple[np.ndarray, float]:
         """The frequencies (float64 radians per position) and attention factor at
         sequence length ``seq_len``."""
-        return self._spec.frequencies(_whole(seq_len, "seq_len", _U64))
+        return self._spec.frequencies(_whole(seq_len, "seq_len", _U64, optional=False))
 
     def with_pairing(self, pairing: str) -> "RopeSpec":
         """This configuration with its cache in the other layout (``"neox"``/``"gptj"``)."""
         new = object.__new__(RopeSpec)
         new._spec = self._spec.with_pairing(_text(pairing, "pairing", optional=False))
+        new._args = self._args
         return new
 
     def cache(self, positions: Any) -> tuple[np.ndarray, np.ndarray]:
         """``(cos, sin)`` at ``positions`` (1-D, u32), ``[n, rotary_dim]`` float32."""
-        return self._spec.cache(_int_array(positions, "positions", (1,)))
+        width = 2 * self._spec.rotary_dim
+        return self._spec.cache(_int_array(positions, "positions", (1,), width))
 
     def __repr__(self) -> str:
         return repr(self._spec)
+
+
+def _rebuilt_rope_spec(args: dict, pairing: str) -> RopeSpec:
+    """A pickled :class:`RopeSpec` again: made from its arguments, in its pairing."""
+    new = object.__new__(RopeSpec)
+    new._spec = _RustRopeSpec(**args).with_pairing(pairing)
+    new._args = args
+    return new
 
 
 def alibi_slopes(heads: int) -> np.ndarray:
     """The float32 ALiBi slopes of ``heads`` heads (``posenc alibi --slopes``): for a
     power of two, ``2^(-8k/H)``; otherwise the paper's interleaving. Each the float32
     nearest its exact value."""
-    return _posenc.alibi_slopes(_whole(heads, "heads", _U32))
+    return _posenc.alibi_slopes(_whole(heads, "heads", _U32, optional=False))
 
 
 def alibi_bias(
@@ -864,11 +929,11 @@ def alibi_bias(
     above the diagonal (no mask). Correctly rounded, the same bits on CPU and GPU."""
     return _noted(
         _posenc.alibi_bias(
-            heads=_whole(heads, "heads", _U32),
-            len=_whole(len, "len", _U64),
+            heads=_whole(heads, "heads", _U32, optional=False),
+            len=_whole(len, "len", _U64, optional=False),
             kv_len=_whole(kv_len, "kv_len", _U64),
             form=_text(form, "form", optional=False),
-            offset=_whole(offset, "offset", _U32),
+            offset=_whole(offset, "offset", _U32, optional=False),
             device=_device(device),
         )
     )
