@@ -31,9 +31,42 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// FIFO without a writer refused at once), for the Python side to read a config once:
 /// it finds the family's module layout in the text, then hands the text over with the
 /// path as `config_name`.
+///
+/// The read runs on a thread of its own while the caller waits for it with the GIL released,
+/// looking for signals every 50 ms: a read that blocks (a FIFO whose writer has written
+/// nothing, a terminal) would otherwise hold off Ctrl-C until it ends. An interrupted
+/// read's thread is left to end on its own; what it reads is dropped.
 #[pyfunction]
 fn read_config_text(py: Python<'_>, path: PathBuf) -> PyResult<String> {
-    compute(py, || inputs::read_rope_config_text(Source::File(&path)).map_err(Failure::from))
+    use std::sync::mpsc::{RecvTimeoutError, sync_channel};
+    let (sender, receiver) = sync_channel(1);
+    // A Receiver is not Sync, which waiting without the GIL needs.
+    let receiver = std::sync::Mutex::new(receiver);
+    let reading = path.clone();
+    let started = std::thread::Builder::new().name("posenc-config".into()).spawn(move || {
+        // The receiver may be gone (an interrupt): nothing is waiting for the text then.
+        let _ = sender.send(inputs::read_rope_config_text(Source::File(&reading)));
+    });
+    if started.is_err() {
+        // No thread to be had (a process limit): read here, as every other input is read.
+        return compute(py, || inputs::read_rope_config_text(Source::File(&path)).map_err(Failure::from));
+    }
+    loop {
+        let wait = || match receiver.lock() {
+            Ok(receiver) => receiver.recv_timeout(std::time::Duration::from_millis(50)),
+            Err(_) => Err(RecvTimeoutError::Disconnected),
+        };
+        match py.detach(wait) {
+            Ok(read) => return compute(py, || read.map_err(Failure::from)),
+            Err(RecvTimeoutError::Timeout) => py.check_signals()?,
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+                    "posenc: internal error (a bug; please report it): the reader of {} stopped",
+                    path.display()
+                )));
+            }
+        }
+    }
 }
 
 /// A config's `text_config.model_type` and `model_type`, those that are strings, in that
@@ -150,9 +183,9 @@ fn options<'a>(
 
 /// `posenc rope`, numpy in and out: the tensor rotated, in its own dtype.
 #[pyfunction]
-#[pyo3(signature = (*, x, layout, positions, offset, config_path, config_json, layer_type,
-    pairing, rotary_dim, base, scaling_json, scaling_path, inv_freq, inv_freq_path,
-    inv_freq_tensor, attention_factor, seq_len, device))]
+#[pyo3(signature = (*, x, layout, positions, offset, config_path, config_json,
+    config_name = None, layer_type, pairing, rotary_dim, base, scaling_json, scaling_path,
+    inv_freq, inv_freq_path, inv_freq_tensor, attention_factor, seq_len, device))]
 #[allow(clippy::too_many_arguments)]
 fn rope<'py>(
     py: Python<'py>,
@@ -162,6 +195,7 @@ fn rope<'py>(
     offset: Option<u32>,
     config_path: Option<PathBuf>,
     config_json: Option<String>,
+    config_name: Option<PathBuf>,
     layer_type: Option<String>,
     pairing: Option<String>,
     rotary_dim: Option<u32>,
@@ -231,12 +265,13 @@ fn rope<'py>(
         let scaling = options.scaling()?;
         let (batch, len, _, head_dim) = layout.dims(shape);
         let head_dim = u32::try_from(head_dim).unwrap_or(u32::MAX);
-        let config = options.config(Some(head_dim))?;
+        let config = options.config(Some(head_dim)).map_err(|e| in_config(e, &config_name))?;
         if let Some(c) = &config
             && c.head_dim() != head_dim
         {
-            let name = match &options.config {
-                Some(ConfigSource::File(p)) => p.display().to_string(),
+            let name = match (&options.config, &config_name) {
+                (Some(ConfigSource::File(p)), _) => p.display().to_string(),
+                (_, Some(p)) => p.display().to_string(),
                 _ => "config.json".into(),
             };
             return Err(Error::InvalidParameter {
@@ -246,9 +281,11 @@ fn rope<'py>(
             }
             .into());
         }
-        let spec = options.spec(head_dim, config.as_ref(), scaling, |e, h, r| {
-            with_origin(e, "the last axis of x", h, r)
-        })?;
+        let spec = options
+            .spec(head_dim, config.as_ref(), scaling, |e, h, r| {
+                with_origin(e, "the last axis of x", h, r)
+            })
+            .map_err(|e| in_config(e, &config_name))?;
         // The output and the positions must both be had before either is made.
         let elements = shape.iter().product::<usize>() as u64;
         let element_bytes = if matches!(view, TensorView::F32(_)) { 4 } else { 2 };

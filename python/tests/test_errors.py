@@ -671,3 +671,38 @@ def test_a_family_without_a_drop_in_cache_is_named_with_its_file(tmp_path):
         posenc.module_pairing(path)
     with pytest.raises(ValueError, match="^model_type 'gptj': it has no rotary module"):
         posenc.module_pairing(path.read_text())
+
+
+def test_a_config_read_that_waits_hears_ctrl_c(tmp_path):
+    """A config from a FIFO whose writer has written nothing yet: the read waits, and a
+    Ctrl-C ended it only when the writer wrote or closed. The RoPE's config reads now
+    wait where Python's signals are seen."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    code = (
+        "import os, signal, sys, threading, time, posenc\n"
+        "fifo, which = sys.argv[1], sys.argv[2]\n"
+        "fd = os.open(fifo, os.O_RDWR)  # a writer that writes nothing\n"
+        "threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
+        "calls = {\n"
+        "    'cache': lambda: posenc.rope_cache(fifo, seq_len=2),\n"
+        "    'cache-neox': lambda: posenc.rope_cache(fifo, seq_len=2, pairing='neox'),\n"
+        "    'spec': lambda: posenc.RopeSpec(fifo),\n"
+        "    'rope': lambda: posenc.rope(__import__('numpy').ones((1, 1, 1, 8), 'f4'),\n"
+        "                                layout='blhd', config=fifo),\n"
+        "    'pairing': lambda: posenc.module_pairing(fifo),\n"
+        "}\n"
+        "start = time.monotonic()\n"
+        "try:\n"
+        "    calls[which]()\n"
+        "    print('returned')\n"
+        "except KeyboardInterrupt:\n"
+        "    print('KeyboardInterrupt after %.1f s' % (time.monotonic() - start))\n"
+        "os._exit(0)  # the reader thread still waits on the FIFO\n"
+    )
+    for which in ("cache", "cache-neox", "spec", "rope", "pairing"):
+        done = subprocess.run([sys.executable, "-c", code, str(fifo), which],
+                              capture_output=True, text=True, timeout=60, cwd="/")
+        out = done.stdout.strip()
+        assert out.startswith("KeyboardInterrupt after"), (which, out, done.stderr)
+        assert float(out.split()[-2]) < 5, (which, out)

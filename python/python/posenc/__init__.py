@@ -634,6 +634,9 @@ def rope(
             f"uint16 holding its bits), in native byte order; got dtype {a.dtype.str} and "
             f"shape {a.shape}"
         )
+    if config is not None:
+        # Read here, where a Ctrl-C is heard while the read waits.
+        config = _read_config(config)
     heads_dims = a.shape[2] * a.shape[3] if layout == "blhd" else a.shape[1] * a.shape[3]
     pos = None
     if positions is not None:
@@ -678,7 +681,8 @@ NO_DROP_IN_MODEL_TYPES = {
 
 class _ReadConfig:
     """A config path's text, read once by posenc's reader (at most 4 MiB; a FIFO without a
-    writer refused at once), and the path its errors name."""
+    writer refused at once; a read that waits is interrupted by Ctrl-C), and the path its
+    errors name."""
 
     def __init__(self, text: str, name: Optional[str]) -> None:
         self.text = text
@@ -792,10 +796,12 @@ def rope_cache(
     (uint16 bits). The attention factor is in the values. Returns a :class:`RopeCache`,
     which unpacks as ``(cos, sin)``.
     """
-    if pairing is None and config is not None:
-        # Read once: a FIFO's text would not be there for a second read.
+    if config is not None:
+        # Read once (a FIFO's text would not be there for a second read), and where a
+        # Ctrl-C is heard while the read waits.
         config = _read_config(config)
-        pairing = _module_pairing_of(config)
+        if pairing is None:
+            pairing = _module_pairing_of(config)
     spec = None
     pos = None
     length = None
@@ -850,9 +856,10 @@ class RopeSpec:
         attention_factor: Optional[float] = None,
         seq_len: Optional[int] = None,
     ) -> None:
-        if pairing is None and config is not None:
+        if config is not None:
             config = _read_config(config)
-            pairing = _module_pairing_of(config)
+            if pairing is None:
+                pairing = _module_pairing_of(config)
         args = dict(
             head_dim=_whole(head_dim, "head_dim", _U32),
             **_rope_options(
