@@ -49,7 +49,9 @@ fn read_config_text(py: Python<'_>, path: PathBuf) -> PyResult<String> {
     });
     if started.is_err() {
         // No thread to be had (a process limit): read here, as every other input is read.
-        return compute(py, || inputs::read_rope_config_text(Source::File(&path)).map_err(Failure::from));
+        return compute(py, || {
+            inputs::read_rope_config_text(Source::File(&path)).map_err(Failure::from)
+        });
     }
     loop {
         let wait = || match receiver.lock() {
