@@ -19,9 +19,9 @@
 
 use astro_float::{BigFloat, Consts, RoundingMode};
 use ndarray::{Array3, ArrayViewMut3};
-use rayon::prelude::*;
 
 use crate::cpu::sincos::mul_hi;
+use crate::cpu::threads::for_each_chunk;
 use crate::error::{Error, Result};
 use crate::simd::{Set, Simd};
 
@@ -591,11 +591,7 @@ fn fill(spec: &AlibiSpec, flat: &mut [f32]) {
                 col = 0;
             }
         };
-        if serial {
-            flat.chunks_mut(VALUES_PER_TASK).enumerate().for_each(task);
-        } else {
-            flat.par_chunks_mut(VALUES_PER_TASK).enumerate().for_each(task);
-        }
+        for_each_chunk(flat, VALUES_PER_TASK, serial, task);
         return;
     }
     let rows_per_task = VALUES_PER_TASK / kv_len;
@@ -625,11 +621,7 @@ fn fill(spec: &AlibiSpec, flat: &mut [f32]) {
             r += run;
         }
     };
-    if serial {
-        flat.chunks_mut(rows_per_task * kv_len).enumerate().for_each(task);
-    } else {
-        flat.par_chunks_mut(rows_per_task * kv_len).enumerate().for_each(task);
-    }
+    for_each_chunk(flat, rows_per_task * kv_len, serial, task);
 }
 
 #[cfg(test)]

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
+use super::threads::for_each_chunk;
 use ndarray::{Array2, ArrayViewMut2};
-use rayon::prelude::*;
 
 use super::sincos::{
     f32_angle_phase, f32_product_parts, phase_turns_u33, sincos_bits, u33_to_f32_parts,
@@ -71,18 +71,13 @@ fn fill(spec: &PeSpec, positions: &[u32], flat: &mut [f32]) {
     }
     let rows = RowKernel::new(spec);
     let simd = Simd::detect();
-    let task = |(chunk, ps): (&mut [f32], &[u32])| {
+    let serial = flat.len() <= SERIAL_MAX_VALUES || positions.len() <= ROWS_PER_TASK;
+    for_each_chunk(flat, dim * ROWS_PER_TASK, serial, |(task, chunk)| {
+        let ps = &positions[task * ROWS_PER_TASK..];
         for (row, &p) in chunk.chunks_exact_mut(dim).zip(ps) {
             rows.fill_row(simd, p, row);
         }
-    };
-    if flat.len() <= SERIAL_MAX_VALUES || positions.len() <= ROWS_PER_TASK {
-        flat.chunks_mut(dim * ROWS_PER_TASK).zip(positions.chunks(ROWS_PER_TASK)).for_each(task);
-    } else {
-        flat.par_chunks_mut(dim * ROWS_PER_TASK)
-            .zip(positions.par_chunks(ROWS_PER_TASK))
-            .for_each(task);
-    }
+    });
 }
 
 /// Everything a row needs from its spec, computed once per table (and by the one-off

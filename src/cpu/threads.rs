@@ -181,3 +181,20 @@ fn wanted_threads() -> usize {
         _ => std::thread::available_parallelism().map_or(1, |n| n.get()),
     }
 }
+
+/// Runs `task` on each `size`-long chunk of `values`, with the chunk's index: on the
+/// calling thread when `serial` (a small call, where waking the pool costs more than the
+/// work: see each caller's threshold), else in rayon's tasks.
+pub(crate) fn for_each_chunk<T: Send>(
+    values: &mut [T],
+    size: usize,
+    serial: bool,
+    task: impl Fn((usize, &mut [T])) + Sync + Send,
+) {
+    use rayon::prelude::*;
+    if serial {
+        values.chunks_mut(size).enumerate().for_each(task);
+    } else {
+        values.par_chunks_mut(size).enumerate().for_each(task);
+    }
+}

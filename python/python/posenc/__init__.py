@@ -714,6 +714,16 @@ def _module_pairing_of(config: _ReadConfig) -> str:
     return "neox"
 
 
+def _config_and_pairing(config: Any, pairing: Optional[str]) -> tuple[Any, Optional[str]]:
+    """A cache's config read once (a FIFO's text would not be there for a second read, and
+    the read waits where a Ctrl-C is heard), and its pairing: as given, else the layout of
+    the family's module."""
+    if config is None:
+        return None, pairing
+    config = _read_config(config)
+    return config, pairing if pairing is not None else _module_pairing_of(config)
+
+
 def module_pairing(config: Any) -> str:
     """The layout of cos and sin that the rotary module of ``config``'s family returns:
     ``"neox"`` (``cat(freqs, freqs)``) or ``"gptj"`` (each frequency repeated per pair).
@@ -796,12 +806,7 @@ def rope_cache(
     (uint16 bits). The attention factor is in the values. Returns a :class:`RopeCache`,
     which unpacks as ``(cos, sin)``.
     """
-    if config is not None:
-        # Read once (a FIFO's text would not be there for a second read), and where a
-        # Ctrl-C is heard while the read waits.
-        config = _read_config(config)
-        if pairing is None:
-            pairing = _module_pairing_of(config)
+    config, pairing = _config_and_pairing(config, pairing)
     spec = None
     pos = None
     length = None
@@ -856,10 +861,7 @@ class RopeSpec:
         attention_factor: Optional[float] = None,
         seq_len: Optional[int] = None,
     ) -> None:
-        if config is not None:
-            config = _read_config(config)
-            if pairing is None:
-                pairing = _module_pairing_of(config)
+        config, pairing = _config_and_pairing(config, pairing)
         args = dict(
             head_dim=_whole(head_dim, "head_dim", _U32),
             **_rope_options(
