@@ -352,11 +352,7 @@ fn rotate<T: Element>(
         return Ok(x.to_owned());
     }
     match ctx {
-        None => {
-            let mut out = x.as_standard_layout().into_owned();
-            cpu::rope_in_place(spec, out.view_mut(), positions, layout)?;
-            Ok(out)
-        }
+        None => cpu::rope(spec, x, positions, layout),
         Some(ctx) => ctx.rope(spec, x, positions, layout),
     }
 }

@@ -58,6 +58,7 @@ pub fn rope_cos_sin(freqs: &Frequencies, positions: &[u32]) -> Array3<f32> {
     if n == 0 {
         return out;
     }
+    crate::alloc::advise_huge_pages(out.as_slice_mut().expect("a new array is contiguous"));
     let flat = out.as_slice_mut().expect("a new array is contiguous");
     let simd = Simd::detect();
     let row = |pairs: &mut Vec<(f32, f32)>, (row, &p): (&mut [f32], &u32)| {
@@ -156,7 +157,7 @@ pub fn rope_in_place<T: Element>(
         return Ok(());
     }
     let freqs = spec.frequencies_for(positions);
-    apply(&freqs, spec.pairing(), x, positions, layout);
+    apply(&freqs, spec.pairing(), None, x, positions, layout);
     Ok(())
 }
 
@@ -174,35 +175,49 @@ pub fn rope<T: Element>(
     let shape = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
     Geometry::check(spec, shape, layout, positions.dim())?;
     let mut out = crate::alloc::try_zeros::<T, _>("the RoPE output", x.raw_dim())?;
-    out.assign(&x);
-    rope_in_place(spec, out.view_mut(), positions, layout)?;
+    if !out.is_empty() {
+        let freqs = spec.frequencies_for(positions);
+        apply(&freqs, spec.pairing(), Some(x), out.view_mut(), positions, layout);
+    }
     Ok(out)
 }
 
-/// Rotates `x` with given frequencies (shapes already checked).
+/// Rotates `x` with given frequencies (shapes already checked), in place, or, given `from`
+/// (of `x`'s shape), into `x` from `from`: each task copies its tokens just before it
+/// rotates them, so the copy is parallel and the rotation finds them in cache, where a whole
+/// copy first would cross the memory twice, the first time on one thread.
 fn apply<T: Element>(
     freqs: &Frequencies,
     pairing: Pairing,
+    from: Option<ArrayView4<'_, T>>,
     mut x: ArrayViewMut4<'_, T>,
     positions: ArrayView2<'_, u32>,
     layout: Layout,
 ) {
     let elements = x.len();
-    // A token-major view [B, L, H, Dh] whatever the layout.
-    let tokens = match layout {
-        Layout::Blhd => x.view_mut(),
-        Layout::Bhld => x.view_mut().permuted_axes([0, 2, 1, 3]),
+    // Token-major views [B, L, H, Dh] whatever the layout.
+    let (tokens, from) = match layout {
+        Layout::Blhd => (x.view_mut(), from),
+        Layout::Bhld => {
+            (x.view_mut().permuted_axes([0, 2, 1, 3]), from.map(|f| f.permuted_axes([0, 2, 1, 3])))
+        }
     };
     let mut tasks = Vec::new();
     for (b, seq) in tokens.into_outer_iter_mut().enumerate() {
         for (k, block) in seq.into_axis_chunks_iter_mut(Axis(0), TOKENS_PER_TASK).enumerate() {
-            tasks.push((b, k * TOKENS_PER_TASK, block));
+            let l0 = k * TOKENS_PER_TASK;
+            let span = ndarray::Slice::from(l0..l0 + block.len_of(Axis(0)));
+            let source = from.map(|f| f.index_axis_move(Axis(0), b).slice_axis_move(Axis(0), span));
+            tasks.push((b, l0, block, source));
         }
     }
     let simd = Simd::detect();
     let n = freqs.len();
-    let task = |cs: &mut Vec<(f32, f32)>, (b, l0, block): (usize, usize, ArrayViewMut3<'_, T>)| {
-        for (dl, token) in block.into_outer_iter_mut().enumerate() {
+    let task = |cs: &mut Vec<(f32, f32)>, (b, l0, block, source): Task<'_, '_, T>| {
+        for (dl, mut token) in block.into_outer_iter_mut().enumerate() {
+            if let Some(source) = &source {
+                token.assign(&source.index_axis(Axis(0), dl));
+            }
             cos_sin_row_as(simd, freqs, positions[[b, l0 + dl]], cs);
             for lane in token.into_outer_iter_mut() {
                 rotate_lane(simd, lane, cs, pairing);
@@ -217,6 +232,10 @@ fn apply<T: Element>(
         tasks.into_par_iter().for_each_init(cs, task);
     }
 }
+
+/// One task of [`apply`]: its sequence, its first token, its tokens `[tokens, H, Dh]` and
+/// what to copy into them first.
+type Task<'x, 'f, T> = (usize, usize, ArrayViewMut3<'x, T>, Option<ndarray::ArrayView3<'f, T>>);
 
 // The two loops, compiled once per instruction set (`Simd`). Each is a function of its own,
 // called per row: inlined into the loop over heads, the rotation lost its vectorisation
@@ -284,7 +303,7 @@ fn rotate_row_avx512<T: Element>(row: &mut [T], cs: &[(f32, f32)], pairing: Pair
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ndarray::Array4;
+    use ndarray::{Array2, Array4};
 
     #[test]
     fn position_zero_is_the_identity_and_passthrough_is_untouched() {
@@ -373,5 +392,41 @@ mod tests {
         let bhld = x.view().permuted_axes([0, 2, 1, 3]);
         let bhld = rope(&spec, bhld, positions.view(), Layout::Bhld).unwrap();
         assert_eq!(blhd, bhld.permuted_axes([0, 2, 1, 3]));
+    }
+
+    #[test]
+    fn a_rotated_copy_is_the_rotation_in_place_of_a_copy() {
+        // `rope` copies each task's tokens just before rotating them; `rope_in_place` rotates
+        // what is there. Both layouts, inputs in standard layout and strided views, on the
+        // calling thread and (above SERIAL_MAX_ELEMENTS) on the pool, tasks of whole and
+        // partial token blocks.
+        let spec = RopeSpec::partial(64, 48).unwrap();
+        for (batch, len, heads) in [(2, 3, 4), (2, 2 * TOKENS_PER_TASK + 5, 9)] {
+            let x = Array4::from_shape_fn((batch, len, heads, 64), |(b, l, h, d)| {
+                half::bf16::from_f32(((b * 7 + l * 5 + h * 3 + d) % 23) as f32 - 11.0)
+            });
+            let positions =
+                Array2::from_shape_fn((batch, len), |(b, l)| (l as u32) * 977 + b as u32);
+            // A view whose heads run backwards: not in standard layout.
+            let mut strided = x.clone();
+            strided.invert_axis(Axis(2));
+            for layout in [Layout::Blhd, Layout::Bhld] {
+                for input in [x.view(), strided.view()] {
+                    let input = match layout {
+                        Layout::Blhd => input,
+                        Layout::Bhld => input.permuted_axes([0, 2, 1, 3]),
+                    };
+                    let got = rope(&spec, input, positions.view(), layout).unwrap();
+                    assert!(got.is_standard_layout());
+                    let mut want = input.as_standard_layout().into_owned();
+                    rope_in_place(&spec, want.view_mut(), positions.view(), layout).unwrap();
+                    let (got, want) = (got.as_slice().unwrap(), want.as_slice().unwrap());
+                    assert!(
+                        bytemuck::cast_slice::<_, u16>(got) == bytemuck::cast_slice::<_, u16>(want),
+                        "{batch} x {len} x {heads}, {layout:?}"
+                    );
+                }
+            }
+        }
     }
 }

@@ -39,7 +39,9 @@ const SERIAL_MAX_VALUES: usize = 1 << 15;
 /// ```
 pub fn table(spec: &PeSpec, positions: &[u32]) -> Array2<f32> {
     let mut out = Array2::<f32>::zeros((positions.len(), spec.dim() as usize));
-    fill(spec, positions, out.as_slice_mut().expect("a new array is contiguous"));
+    let values = out.as_slice_mut().expect("a new array is contiguous");
+    crate::alloc::advise_huge_pages(values);
+    fill(spec, positions, values);
     out
 }
 

@@ -214,6 +214,7 @@ impl HostResult {
                 return Err(Error::Alloc { what: "an encode's host result", bytes });
             }
             let spare = v.spare_capacity_mut();
+            crate::alloc::advise_huge_pages(spare);
             let len = size_of_val(spare).min(n * size_of::<T>());
             // SAFETY: the spare capacity holds at least n elements of T, so len bytes from
             // its start are allocated, and MaybeUninit<u8> has no validity requirement.

@@ -243,6 +243,7 @@ impl Context {
         let mut out = Array3::<f32>::zeros(spec.shape());
         if !out.is_empty() {
             let flat = out.as_slice_mut().expect("a new array is contiguous");
+            crate::alloc::advise_huge_pages(flat);
             self.run_alibi(spec, Sink::Host(bytemuck::cast_slice_mut(flat)), true).await?;
         }
         Ok(out)

@@ -236,6 +236,7 @@ impl Context {
         if positions.is_empty() || n == 0 {
             return Ok(out);
         }
+        crate::alloc::advise_huge_pages(out.as_slice_mut().expect("a new array is contiguous"));
         let row_bytes = n as u64 * 8;
         if row_bytes > self.max_binding {
             return Err(self.binding_limit("one position's cos/sin row", row_bytes));
