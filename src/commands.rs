@@ -97,9 +97,6 @@ impl InvFreq<'_> {
             Error::InvalidParameter { field: "inv_freq", value, allowed } => {
                 Error::PeConfig { path, field: "inv_freq".into(), value, allowed: allowed.into() }
             }
-            Error::RopeScaling { field, value, allowed } if field.starts_with("inv_freq") => {
-                Error::RopeConfig { path, field, value, allowed }
-            }
             other => other,
         }
     }

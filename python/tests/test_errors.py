@@ -499,9 +499,23 @@ def test_an_attention_factor_of_zero_is_refused():
     with pytest.raises(ValueError, match="rope_scaling: invalid attention_factor: 0 "):
         posenc.rope_cache(head_dim=8, seq_len=3, scaling=yarn)
     for factor in (0.0, 1e-40):  # 1e-40: subnormal in float32, flushed on some GPUs
-        with pytest.raises(ValueError, match="attention_factor"):
+        # An option of its own beside inv_freq, not a key of a rope_scaling object.
+        with pytest.raises(ValueError, match="^invalid attention_factor: "):
             posenc.rope_cache(head_dim=8, seq_len=3, inv_freq=[1.0, 0.1, 0.01, 0.001],
                               attention_factor=factor)
+
+
+def test_a_models_own_frequencies_are_named_as_the_option_they_are():
+    """They were reported as a rope_scaling object's keys (`rope_scaling: invalid
+    inv_freq[1]`), which the caller never wrote."""
+    for bad, message in (([0.5, -1.0, 0.25, 0.125], "^invalid inv_freq: -1 at index 1 "),
+                         ([0.5, 0.25, 0.125, np.inf], "^invalid inv_freq: inf at index 3 "),
+                         ([0.5, 0.25, 0.125], "^invalid inv_freq: 3 numbers for rotary_dim 8 ")):
+        for call in (lambda: posenc.rope_cache(head_dim=8, seq_len=4, inv_freq=np.array(bad)),
+                     lambda: posenc.rope(np.zeros((1, 2, 1, 8), np.float32), layout="blhd",
+                                         inv_freq=np.array(bad))):
+            with pytest.raises(ValueError, match=message):
+                call()
 
 
 def test_config_arguments_of_every_form():

@@ -251,7 +251,10 @@ const POSITIVE: &str = "a finite number > 0";
 const WHOLE: &str = "a whole number in 1..=9007199254740992";
 const ATTENTION: &str = "a finite number whose float32 is normal and > 0";
 const FACTORS: &str = "an array of finite numbers > 0, one per frequency (rotary_dim / 2)";
-const INV_FREQ_RANGE: &str = "a finite number in [0, 2^64] radians per position";
+/// A model's own frequencies and their attention factor are options of their own
+/// (`inv_freq`, `attention_factor`), not keys of a `rope_scaling` object, and their errors
+/// name them so (as [`crate::PeSpec::with_inv_freq`]'s do).
+const INV_FREQ_VALUES: &str = "finite numbers in [0, 2^64] radians per position";
 /// A factor that divides a frequency: the largest frequency is 1 radian per position, and
 /// the quotient must stay within [`MAX_INV_FREQ`].
 const DIVISOR: &str = "a finite number >= 2^-64 (it divides frequencies of up to 1 rad per \
@@ -354,7 +357,9 @@ impl Scaling {
     /// [`Scaling::check_rotary_dim`].
     ///
     /// # Errors
-    /// [`Error::RopeScaling`] naming the first field out of range, its value and the range.
+    /// [`Error::RopeScaling`] naming the first field out of range, its value and the range;
+    /// for [`Scaling::Explicit`], whose frequencies and factor are options of their own,
+    /// [`Error::InvalidParameter`] naming `inv_freq` (and the index) or `attention_factor`.
     pub fn validate(&self) -> Result<()> {
         match self {
             Scaling::None => {}
@@ -428,19 +433,59 @@ impl Scaling {
             Scaling::PerFrequency { factors, .. } => check_divisors("factors", factors)?,
             // 0 is a frequency too: proportional RoPE's pairs past its share (Gemma 4's own
             // inv_freq buffer holds them).
-            Scaling::Explicit { inv_freq, .. } => check_vector(
-                "inv_freq",
-                inv_freq,
-                |v| (0.0..=MAX_INV_FREQ).contains(&v),
-                INV_FREQ_RANGE,
-            )?,
+            Scaling::Explicit { inv_freq, .. } => {
+                if inv_freq.len() > MAX_FACTORS {
+                    return Err(Error::InvalidParameter {
+                        field: "inv_freq",
+                        value: format!("{} numbers", inv_freq.len()),
+                        allowed: "at most 32768 numbers, one per frequency (rotary_dim / 2)",
+                    });
+                }
+                let bad = inv_freq.iter().position(|v| !(0.0..=MAX_INV_FREQ).contains(v));
+                if let Some(k) = bad {
+                    return Err(Error::InvalidParameter {
+                        field: "inv_freq",
+                        value: format!("{} at index {k}", float(inv_freq[k])),
+                        allowed: INV_FREQ_VALUES,
+                    });
+                }
+            }
         }
         let a = self.attention_factor();
         // 0 would zero every rotated value (a query and key without their rotated part),
         // and a subnormal factor would make every cos and sin subnormal, which GPUs may
         // flush to zero.
         if !(a.is_finite() && (a as f32).is_finite() && a as f32 >= f32::MIN_POSITIVE) {
-            return Err(invalid("attention_factor", float(a), ATTENTION));
+            return Err(match self {
+                Scaling::Explicit { .. } => {
+                    let (field, value) = ("attention_factor", float(a));
+                    Error::InvalidParameter { field, value, allowed: ATTENTION }
+                }
+                // Not given but derived from mscale and mscale_all_dim (the one derivation
+                // that can leave the range): name what was given.
+                Scaling::Yarn(Yarn {
+                    attention_factor: None,
+                    mscale: Some(m),
+                    mscale_all_dim: d,
+                    factor,
+                    ..
+                }) => {
+                    // The divisor's term, when it is what left the range, else mscale's.
+                    let off =
+                        |d: f64| yarn_mscale(*factor, d).is_nan() || yarn_mscale(*factor, d) <= 0.0;
+                    let (field, v) = match d.filter(|&d| off(d)) {
+                        Some(d) => ("mscale_all_dim", d),
+                        None => ("mscale", *m),
+                    };
+                    let allowed = format!(
+                        "a value with which YaRN's attention factor, (0.1 mscale ln(factor) + 1) \
+                         / (0.1 mscale_all_dim ln(factor) + 1), is {ATTENTION} (it came to {})",
+                        float(a)
+                    );
+                    invalid(field, float(v), allowed)
+                }
+                _ => invalid("attention_factor", float(a), ATTENTION),
+            });
         }
         Ok(())
     }
@@ -449,15 +494,24 @@ impl Scaling {
     /// dimension `rotary_dim`.
     ///
     /// # Errors
-    /// [`Error::RopeScaling`] naming the vector, its length and the length wanted.
+    /// [`Error::RopeScaling`] naming the vector, its length and the length wanted
+    /// ([`Error::InvalidParameter`] naming `inv_freq` for [`Scaling::Explicit`]).
     pub fn check_rotary_dim(&self, rotary_dim: u32) -> Result<()> {
         let want = (rotary_dim / 2) as usize;
+        if let Scaling::Explicit { inv_freq, .. } = self
+            && inv_freq.len() != want
+        {
+            return Err(Error::InvalidParameter {
+                field: "inv_freq",
+                value: format!("{} numbers for rotary_dim {rotary_dim}", inv_freq.len()),
+                allowed: "one number per frequency: rotary_dim / 2",
+            });
+        }
         let vectors: Vec<(&str, &[f64])> = match self {
             Scaling::LongRope(l) => {
                 vec![("short_factor", &l.short_factor), ("long_factor", &l.long_factor)]
             }
             Scaling::PerFrequency { factors, .. } => vec![("factors", factors)],
-            Scaling::Explicit { inv_freq, .. } => vec![("inv_freq", inv_freq)],
             _ => vec![],
         };
         for (field, v) in vectors {
@@ -1018,7 +1072,7 @@ mod tests {
             (
                 r#"{"rope_type":"yarn","factor":2,"original_max_position_embeddings":4,
                     "mscale":1,"mscale_all_dim":-100}"#,
-                "attention_factor",
+                "mscale_all_dim",
             ),
             (
                 r#"{"rope_type":"llama3","factor":8,"low_freq_factor":4,"high_freq_factor":3,
@@ -1121,12 +1175,37 @@ mod tests {
         explicit(1e-30).validate().unwrap();
         explicit(f64::from(f32::MIN_POSITIVE)).validate().unwrap();
         for bad in [0.0, -0.0, 1e-50, 1e-40, -1.0, f64::INFINITY, 1e39, f64::NAN] {
+            // An option of its own beside inv_freq, not a key of a rope_scaling object.
             match explicit(bad).validate() {
-                Err(Error::RopeScaling { field, allowed, .. }) => {
-                    assert_eq!(field, "attention_factor", "{bad:e}");
+                Err(e @ Error::InvalidParameter { field: "attention_factor", allowed, .. }) => {
                     assert!(allowed.contains("> 0"), "{allowed}");
+                    assert!(!e.to_string().contains("rope_scaling"), "{e}");
                 }
                 other => panic!("{bad:e}: {other:?}"),
+            }
+            let yarn = Scaling::Yarn(Yarn { attention_factor: Some(bad), ..Yarn::new(2.0, 4096) });
+            match yarn.validate() {
+                Err(Error::RopeScaling { field, .. }) => assert_eq!(field, "attention_factor"),
+                other => panic!("yarn {bad:e}: {other:?}"),
+            }
+        }
+        // A factor derived from mscale names mscale, which the config gave, and its result.
+        let derived =
+            |m, all| Yarn { mscale: Some(m), mscale_all_dim: Some(all), ..Yarn::new(4.0, 4096) };
+        let zero = -1.0 / (0.1 * 4f64.ln());
+        for (m, all, field) in [
+            (-100.0, 1.0, "mscale: -100"),
+            (1.0, zero, "mscale_all_dim: -7.2"),
+            (1e300, 1.0, "mscale: 1e300"),
+            (1.0, -100.0, "mscale_all_dim: -100"),
+        ] {
+            match Scaling::Yarn(derived(m, all)).validate() {
+                Err(e @ Error::RopeScaling { .. }) => {
+                    let text = e.to_string();
+                    assert!(text.starts_with(&format!("rope_scaling: invalid {field}")), "{text}");
+                    assert!(text.contains("(it came to "), "{text}");
+                }
+                other => panic!("mscale {m:e}, mscale_all_dim {all:e}: {other:?}"),
             }
         }
         let yarn = r#"{"rope_type": "yarn", "factor": 4.0, "attention_factor": 0,

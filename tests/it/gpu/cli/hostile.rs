@@ -639,7 +639,12 @@ fn a_bad_value_names_its_file_and_a_bad_tensor_its_name() {
         "-o",
         &dir.out("x.st"),
     ]);
-    assert_refused(&got, &dir, &["if_neg.npy"], &["if_neg.npy: invalid inv_freq[3]: -0.001"]);
+    assert_refused(
+        &got,
+        &dir,
+        &["if_neg.npy"],
+        &["if_neg.npy: invalid inv_freq: -0.001 at index 3"],
+    );
     assert!(!stderr(&got).contains("rope_scaling"), "{}", stderr(&got));
     let got = posenc(&["table", "--dim", "8", "--len", "2", "--inv-freq", &inv_freq]);
     assert_refused(&got, &dir, &["if_neg.npy"], &["if_neg.npy: invalid inv_freq", "at index 3"]);

@@ -817,8 +817,8 @@ fn inv_freq_files_give_the_librarys_explicit_frequencies() {
     for (extra, needle) in [
         (vec!["--inv-freq", &int_file], "inv_freq has dtype '<i8'; allowed: '<f4' or '<f8'"),
         (vec!["--inv-freq", &short], "inv_freq holds 2 values, but 8 are needed"),
-        (vec!["--inv-freq", &negative], "invalid inv_freq[0]: -1"),
-        (vec!["--inv-freq", &huge], "invalid inv_freq[3]: 1e20"),
+        (vec!["--inv-freq", &negative], "invalid inv_freq: -1 at index 0"),
+        (vec!["--inv-freq", &huge], "invalid inv_freq: 1e20 at index 3"),
         (vec!["--inv-freq", &bf16_file], "inv_freq has dtype BF16"),
         (vec!["--inv-freq", &st64], "2 1-D tensors and none named (--inv-freq-tensor NAME)"),
         (vec!["--inv-freq", &st64, "--inv-freq-tensor", "x"], "no tensor named \"x\""),
