@@ -100,11 +100,14 @@ pub const HUGE_PAGE_MIN_BYTES: usize = 4 << 20;
 /// A fresh output of that size is mapped by the allocator without being touched, and its
 /// first writes fault it in: one fault per 4 KiB page, each a trip into the kernel and a
 /// page cleared, where one fault per 2 MiB clears the same bytes in one go. Writing a 32 MiB
-/// table into a fresh array took 2.5 - 2.8x as long as writing it into one already faulted
-/// in, and 1.4 - 1.5x with this advice in most runs (`examples/fresh_output_probe.rs`;
+/// table into a fresh array took 2.6 - 3.0x as long as writing it into one already faulted
+/// in, and about 1.5x with this advice in most runs (`examples/fresh_output_probe.rs`;
 /// docs/performance.md, Fresh outputs). Where the kernel's THP setting is `never`, or the
 /// huge pages cannot be had, the advice changes nothing; memory already touched keeps its
-/// pages.
+/// pages. The advice belongs to the address range, not to the buffer: where the allocator
+/// hands the range out again after the buffer is freed (glibc serves requests of 4 - 32 MiB
+/// from its heap once it has freed a mapping of that size), what it holds next is advised
+/// too, as it is after NumPy's advice.
 ///
 /// ```
 /// let mut v: Vec<f32> = posenc::alloc::try_zeroed_vec("a buffer", 1 << 21)?; // advised

@@ -167,7 +167,8 @@ impl RopeSpec {
     /// # Errors
     /// [`Error::InvalidParameter`] naming `rotary_dim` unless it is even and in
     /// `2..=head_dim`; [`Error::RopeScaling`] if a per-frequency vector of the scaling does
-    /// not have `rotary_dim / 2` entries.
+    /// not have `rotary_dim / 2` entries ([`Error::InvalidParameter`] naming `inv_freq` for a
+    /// model's own frequencies, [`Scaling::Explicit`]).
     pub fn with_rotary_dim(mut self, rotary_dim: u32) -> Result<Self> {
         if rotary_dim < 2 || !rotary_dim.is_multiple_of(2) || rotary_dim > self.head_dim {
             return Err(Error::InvalidParameter {
@@ -208,7 +209,9 @@ impl RopeSpec {
     ///
     /// # Errors
     /// [`Error::RopeScaling`] naming the field if a parameter is out of range or a
-    /// per-frequency vector does not have `rotary_dim / 2` entries.
+    /// per-frequency vector does not have `rotary_dim / 2` entries; for a model's own
+    /// frequencies ([`Scaling::Explicit`]) [`Error::InvalidParameter`] naming `inv_freq` or
+    /// `attention_factor` ([`Scaling::validate`]).
     pub fn with_scaling(mut self, scaling: Scaling) -> Result<Self> {
         scaling.validate()?;
         scaling.check_rotary_dim(self.rotary_dim)?;

@@ -461,29 +461,47 @@ impl Scaling {
                     let (field, value) = ("attention_factor", float(a));
                     Error::InvalidParameter { field, value, allowed: ATTENTION }
                 }
-                // Not given but derived from mscale and mscale_all_dim (the one derivation
-                // that can leave the range): name what was given.
+                // Not given but derived, from mscale and mscale_all_dim or from LongRoPE's
+                // factor: name what was given.
                 Scaling::Yarn(Yarn {
                     attention_factor: None,
                     mscale: Some(m),
-                    mscale_all_dim: d,
+                    mscale_all_dim: Some(d),
                     factor,
                     ..
                 }) => {
-                    // The divisor's term, when it is what left the range, else mscale's.
-                    let off =
-                        |d: f64| yarn_mscale(*factor, d).is_nan() || yarn_mscale(*factor, d) <= 0.0;
-                    let (field, v) = match d.filter(|&d| off(d)) {
-                        Some(d) => ("mscale_all_dim", d),
-                        None => ("mscale", *m),
+                    // A term that is not a finite number > 0 is the culprit; when both are,
+                    // the ratio left float32's range upwards (mscale's term too large) or
+                    // downwards (mscale_all_dim's).
+                    let off = |v: f64| {
+                        let term = yarn_mscale(*factor, v);
+                        term.is_nan() || term.is_infinite() || term <= 0.0
                     };
+                    let (field, v) = match (off(*m), off(*d)) {
+                        (_, true) => ("mscale_all_dim", *d),
+                        (true, false) => ("mscale", *m),
+                        (false, false) if a > 1.0 => ("mscale", *m),
+                        (false, false) => ("mscale_all_dim", *d),
+                    };
+                    let value = float(v);
                     let allowed = format!(
                         "a value with which YaRN's attention factor, (0.1 mscale ln(factor) + 1) \
                          / (0.1 mscale_all_dim ln(factor) + 1), is {ATTENTION} (it came to {})",
                         float(a)
                     );
-                    invalid(field, float(v), allowed)
+                    invalid(field, value, allowed)
                 }
+                Scaling::LongRope(l) if l.attention_factor.is_none() => invalid(
+                    "original_max_position_embeddings",
+                    l.original_max_position_embeddings.to_string(),
+                    format!(
+                        "a whole number >= 2 with a factor > 1 and no attention_factor: \
+                         LongRoPE's attention factor, sqrt(1 + ln(factor) / \
+                         ln(original_max_position_embeddings)), divides by its logarithm (it \
+                         came to {})",
+                        float(a)
+                    ),
+                ),
                 _ => invalid("attention_factor", float(a), ATTENTION),
             });
         }
@@ -1198,6 +1216,8 @@ mod tests {
             (1.0, zero, "mscale_all_dim: -7.2"),
             (1e300, 1.0, "mscale: 1e300"),
             (1.0, -100.0, "mscale_all_dim: -100"),
+            // Both terms fine, their ratio below float32's normal numbers.
+            (1.0, 1e300, "mscale_all_dim: 1e300"),
         ] {
             match Scaling::Yarn(derived(m, all)).validate() {
                 Err(e @ Error::RopeScaling { .. }) => {
@@ -1208,6 +1228,12 @@ mod tests {
                 other => panic!("mscale {m:e}, mscale_all_dim {all:e}: {other:?}"),
             }
         }
+        // LongRoPE's derived factor divides by ln(original_max_position_embeddings).
+        let longrope = r#"{"rope_type":"longrope","short_factor":[1,1],"long_factor":[1,1],
+            "factor":2,"original_max_position_embeddings":1}"#;
+        let text = Scaling::from_hf_json(longrope).unwrap_err().to_string();
+        let want = "rope_scaling: invalid original_max_position_embeddings: 1 (allowed: a whole";
+        assert!(text.starts_with(want) && text.contains("(it came to inf)"), "{text}");
         let yarn = r#"{"rope_type": "yarn", "factor": 4.0, "attention_factor": 0,
             "original_max_position_embeddings": 4096}"#;
         let err = Scaling::from_hf_json(yarn);

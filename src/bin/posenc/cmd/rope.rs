@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use ndarray::{Array4, ArrayView2};
-use posenc::alloc::{check_allocation, try_zeros};
+use posenc::alloc::check_allocation;
 use posenc::commands::{ConfigSource, InvFreq, RopeOptions, ScalingSource, with_origin};
 use posenc::inputs::{self, RopePositions, RopeTensor, Source};
 use posenc::npy;
@@ -225,18 +225,13 @@ fn rotate<T: Element>(
     positions: Option<ArrayView2<'_, u32>>,
     layout: rp::Layout,
 ) -> Result<Array4<T>, Failure> {
-    const WHAT: &str = "the rope output";
+    const WHAT: &str = "the RoPE output";
     // No positions: the tensor is empty, and its own rotation.
     let Some(positions) = positions else { return Ok(x.clone()) };
     Ok(match compute {
-        Compute::Cpu => {
-            // A copy in a fallibly allocated buffer, rotated in place: the output is as large
-            // as the input, which the user chose.
-            let mut out = try_zeros::<T, _>(WHAT, x.raw_dim())?;
-            out.assign(x);
-            cpu::rope_in_place(spec, out.view_mut(), positions, layout)?;
-            out
-        }
+        // A fallibly allocated output, each task copying its tokens just before it rotates
+        // them: the output is as large as the input, which the user chose.
+        Compute::Cpu => cpu::rope(spec, x.view(), positions, layout)?,
         Compute::Gpu(ctx) => {
             check_allocation(WHAT, (x.len() as u64).saturating_mul(size_of::<T>() as u64))?;
             ctx.rope(spec, x.view(), positions, layout)?
