@@ -138,15 +138,20 @@ pub(super) struct Need {
 }
 
 impl Context {
-    /// Checks `slice` against `need` and returns the range to bind: [`Error::InvalidParameter`]
-    /// for a missing usage or an offset that is not a multiple of 4, [`Error::Shape`] for a
-    /// slice too small, [`Error::Limit`] for a range larger than one storage binding.
+    /// Checks `slice` against `need` and returns the range to bind: [`Error::DeviceLost`] once
+    /// the device is lost (a record whose bind groups are cached makes none, which would
+    /// find it), [`Error::InvalidParameter`] for a missing usage or an offset that is not a
+    /// multiple of 4, [`Error::Shape`] for a slice too small, [`Error::Limit`] for a range
+    /// larger than one storage binding.
     pub(super) fn span(
         &self,
         op: &'static str,
         slice: wgpu::BufferSlice<'_>,
         need: &Need,
     ) -> Result<Span> {
+        if let Some(reason) = self.health.lost() {
+            return Err(Error::DeviceLost { op, reason });
+        }
         let buffer = slice.buffer();
         if !buffer.usage().contains(need.usage) {
             return Err(Error::InvalidParameter {
@@ -310,6 +315,7 @@ impl<T> BindCache<T> {
 /// alignment, with its contents set at creation; and that stride.
 pub(super) fn uniform_blocks(
     ctx: &Context,
+    op: &'static str,
     label: &'static str,
     blocks: &[&[u8]],
 ) -> Result<(wgpu::Buffer, u64)> {
@@ -328,7 +334,7 @@ pub(super) fn uniform_blocks(
     });
     buffer
         .get_mapped_range_mut(..)
-        .map_err(|e| ctx.lost_or(label, e.to_string()))?
+        .map_err(|e| ctx.lost_or(op, e.to_string()))?
         .copy_from_slice(&bytes);
     buffer.unmap();
     Ok((buffer, stride))

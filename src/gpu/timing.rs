@@ -316,6 +316,7 @@ impl Context {
             CopyParams { n_vecs: rig.n_vecs, groups_x: gx, n_groups: groups.max(1), _pad: 0 };
         let (params, _) = super::pass::uniform_blocks(
             self,
+            "copy",
             "posenc.copy.params",
             &[bytemuck::bytes_of(&params)],
         )?;

@@ -261,6 +261,7 @@ impl AlibiPass {
                     let kernel = ctx.alibi_kernel(shape.form);
                     let (buffer, _) = uniform_blocks(
                         ctx,
+                        "alibi_pass.record",
                         "posenc.alibi_pass.params",
                         &[bytemuck::bytes_of(&params)],
                     )?;

@@ -931,15 +931,18 @@ impl Context {
         Ok(())
     }
 
-    /// Refuses a table uploaded through a context on another device: wgpu cannot tell, and
-    /// would read some other buffer of this device, or panic.
+    /// Refuses a table uploaded through another context (on another device, which wgpu
+    /// cannot tell and would read some other buffer of this device, or panic; or on this
+    /// device, opened into a second `Context`, whose accounting and caches are its own).
     pub(super) fn check_same_device(&self, key: usize, field: &'static str) -> Result<()> {
         if key == self.device_key() {
             return Ok(());
         }
         Err(Error::InvalidParameter {
             field,
-            value: "uploaded through a context on another device".into(),
+            value: "uploaded through another context (of another device, or of this device \
+                    opened again)"
+                .into(),
             allowed: "a table uploaded through this context or one derived from it \
                       (with_max_binding_size, with_memory_budget, with_access_pattern)",
         })

@@ -915,10 +915,12 @@ impl EncodePass {
     /// `positions` need `COPY_SRC` usage there instead (and may share `out`'s buffer), and
     /// one dispatch binds one or two table chunks. The bits are the same.
     ///
-    /// `encoder` must be of the pass's device, and the buffers must stay alive until the
-    /// work has run: bind groups are kept per set of buffers, so a buffer destroyed after a
-    /// record that used it is reported by wgpu when a later record's commands are
-    /// submitted, not by that record.
+    /// `encoder` must be of the pass's device, and the buffers must stay alive, and
+    /// unmapped, until the work has run: bind groups are kept per set of buffers, so a
+    /// buffer destroyed after a record that used it is reported by wgpu when a later
+    /// record's commands are submitted, not by that record. wgpu shows neither an encoder's
+    /// device nor a buffer's map state, so those mistakes reach wgpu's own validation in the
+    /// caller's `finish` or `submit` (its uncaptured-error handler panics by default).
     ///
     /// Nothing is submitted or waited for: the work runs when the caller submits
     /// `encoder`, in order with the caller's own commands. An id at or above the
@@ -1203,7 +1205,8 @@ impl EncodePass {
         let bytes: Vec<&[u8]> = blocks.iter().map(bytemuck::bytes_of).collect();
         let ctx = &self.ctx;
         ctx.validated("encode_pass.record", || -> Result<PartBound> {
-            let (params, stride) = uniform_blocks(ctx, "posenc.encode_pass.params", &bytes)?;
+            let (params, stride) =
+                uniform_blocks(ctx, "encode_pass.record", "posenc.encode_pass.params", &bytes)?;
             let cache: &wgpu::Buffer = match (&self.cache, &self.learned, &self.no_cache) {
                 (Some(c), _, _) => &c.buffer,
                 (None, Some(b), _) | (None, None, Some(b)) => b,

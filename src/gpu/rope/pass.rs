@@ -926,8 +926,12 @@ impl RopePass {
         };
         let ctx = &self.ctx;
         ctx.validated("rope_pass.record", || -> Result<FusedBound> {
-            let (buffer, _) =
-                uniform_blocks(ctx, "posenc.rope_pass.params", &[bytemuck::bytes_of(&params)])?;
+            let (buffer, _) = uniform_blocks(
+                ctx,
+                "rope_pass.record",
+                "posenc.rope_pass.params",
+                &[bytemuck::bytes_of(&params)],
+            )?;
             let entry = |binding: u32, resource| wgpu::BindGroupEntry { binding, resource };
             // Without a k tensor the kernel never touches binding 4, but it must hold a
             // buffer: a stand-in of one vec4, not q (WebGPU refuses two writable bindings
@@ -1037,6 +1041,7 @@ impl RopePass {
         ctx.validated("rope_pass.record", || -> Result<SplitBound> {
             let (params, _) = uniform_blocks(
                 ctx,
+                "rope_pass.record",
                 "posenc.rope_pass.cs_params",
                 &[bytemuck::bytes_of(&cs_params)],
             )?;
@@ -1080,8 +1085,12 @@ impl RopePass {
                 words[std::mem::offset_of!(RopeParams, data_base) / 4] = data.base;
             }
         }
-        let (params, _) =
-            uniform_blocks(ctx, "posenc.rope_pass.params", &[bytemuck::cast_slice(&words)])?;
+        let (params, _) = uniform_blocks(
+            ctx,
+            "rope_pass.record",
+            "posenc.rope_pass.params",
+            &[bytemuck::cast_slice(&words)],
+        )?;
         // This part's row slots: part sizes keep `lo * 4` at the storage alignment.
         let slots = wgpu::BindingResource::Buffer(wgpu::BufferBinding {
             buffer: &split.row_slot,

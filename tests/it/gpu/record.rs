@@ -943,6 +943,9 @@ fn a_callers_device_keeps_its_callbacks_and_hosts_two_contexts() {
     let e =
         b.encode(&spec, &table_a, ids.view(), positions.view(), &Default::default()).unwrap_err();
     assert!(matches!(e, Error::InvalidParameter { field: "table", .. }), "{e}");
+    // The same device opened again: the message says another context, not only another
+    // device (round seven of the hostile probes).
+    assert!(e.to_string().contains("another context"), "{e}");
 
     // posenc's own errors stay posenc's; the caller's handler sees only the caller's.
     assert_eq!(errors.load(Ordering::SeqCst), 0);
@@ -959,7 +962,6 @@ fn a_callers_device_keeps_its_callbacks_and_hosts_two_contexts() {
     // five of the hostile probes).
     let desc = EncodePassDescriptor { batch: 2, len: 3, ..Default::default() };
     let pass_a = a.encode_pass(&spec, &table_a, &desc).unwrap();
-    device.destroy();
     let storage = |size| {
         device.create_buffer(&wgpu::BufferDescriptor {
             label: None,
@@ -968,12 +970,26 @@ fn a_callers_device_keeps_its_callbacks_and_hosts_two_contexts() {
             mapped_at_creation: false,
         })
     };
+    // A set of buffers recorded before the loss, whose bind groups the pass keeps: a record
+    // of them after it is DeviceLost too (it was Ok, making nothing that would find the
+    // loss; round seven).
+    let (kept_ids, kept_pos, kept_out) = (storage(256), storage(256), storage(4096));
+    let mut encoder = device.create_command_encoder(&Default::default());
+    pass_a
+        .record(&mut encoder, kept_ids.slice(..24), kept_pos.slice(..24), kept_out.slice(..))
+        .unwrap();
+    drop(encoder);
+    device.destroy();
     let (ids_buf, pos_buf, out_buf) = (storage(256), storage(256), storage(4096));
     let mut encoder = device.create_command_encoder(&Default::default());
     let e = pass_a
         .record(&mut encoder, ids_buf.slice(..24), pos_buf.slice(..24), out_buf.slice(..))
         .unwrap_err();
-    assert!(matches!(e, Error::DeviceLost { .. }), "{e}");
+    assert!(matches!(e, Error::DeviceLost { op: "encode_pass.record", .. }), "{e:?}");
+    let e = pass_a
+        .record(&mut encoder, kept_ids.slice(..24), kept_pos.slice(..24), kept_out.slice(..))
+        .unwrap_err();
+    assert!(matches!(e, Error::DeviceLost { op: "encode_pass.record", .. }), "{e:?}");
     let e =
         a.encode(&spec, &table_a, ids.view(), positions.view(), &Default::default()).unwrap_err();
     assert!(matches!(e, Error::DeviceLost { .. }), "{e}");
