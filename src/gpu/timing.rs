@@ -641,8 +641,9 @@ impl Context {
     /// every submission so far has completed.
     ///
     /// # Errors
-    /// [`Error::Gpu`] if wgpu reports an error; on the web [`Error::Blocking`] (use
-    /// [`Context::read_buffer_async`]).
+    /// [`Error::InvalidParameter`] naming `buffer` if it lacks `COPY_SRC` usage or its size
+    /// is not a multiple of 4 bytes (wgpu's copies move whole words); [`Error::Gpu`] if wgpu
+    /// reports an error; on the web [`Error::Blocking`] (use [`Context::read_buffer_async`]).
     pub fn read_buffer(&self, buffer: &wgpu::Buffer) -> Result<Vec<u8>> {
         wait::blocking("read_buffer", "read_buffer_async", self.read_buffer_async(buffer))
     }
@@ -664,6 +665,21 @@ impl Context {
         offset: u64,
         size: u64,
     ) -> Result<Vec<u8>> {
+        if !buffer.usage().contains(wgpu::BufferUsages::COPY_SRC) {
+            return Err(Error::InvalidParameter {
+                field: "buffer",
+                value: format!("a buffer with usage {:?}", buffer.usage()),
+                allowed: "a buffer with COPY_SRC usage (it is copied to a staging buffer)",
+            });
+        }
+        if !offset.is_multiple_of(4) || !size.is_multiple_of(4) {
+            return Err(Error::InvalidParameter {
+                field: "buffer",
+                value: format!("{size} bytes from byte {offset}"),
+                allowed: "a size and offset that are multiples of 4 bytes (copies move whole \
+                          words)",
+            });
+        }
         // Filled straight from the mapping, never zeroed first: one pass over its pages.
         let n = size as usize;
         let mut bytes: Vec<u8> = Vec::new();

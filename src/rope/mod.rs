@@ -376,9 +376,10 @@ impl Geometry {
             return Err(Error::Limit {
                 op: "rope",
                 what: "the tensor's element count",
-                requested: u64::MAX,
-                limit_name: "isize::MAX bytes",
-                limit: isize::MAX as u64,
+                // The product, or u64::MAX where it overflows.
+                requested: elements.map_or(u64::MAX, |n| n as u64),
+                limit_name: "isize::MAX bytes of 4-byte elements",
+                limit: (isize::MAX / 4) as u64,
             });
         }
         Ok(Self { batch, len, heads, head_dim })

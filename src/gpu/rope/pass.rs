@@ -287,7 +287,19 @@ impl Context {
                     Layout::Blhd => [batch, len, heads, geometry.head_dim],
                     Layout::Bhld => [batch, heads, len, geometry.head_dim],
                 };
-                Some(Geometry::check(spec, shape, desc.layout, (batch, len))?)
+                // k's shape is q's with k_heads: its errors name k.
+                Some(Geometry::check(spec, shape, desc.layout, (batch, len)).map_err(
+                    |e| match e {
+                        Error::Limit { requested, limit_name, limit, .. } => Error::Limit {
+                            op: OP,
+                            what: "k's element count (batch x len x k_heads x head_dim)",
+                            requested,
+                            limit_name,
+                            limit,
+                        },
+                        other => other,
+                    },
+                )?)
             }
         };
         let freqs = match spec.seq_len() {

@@ -1540,3 +1540,27 @@ fn ids_positions_and_output_in_one_buffer_keep_the_bits() {
     let Some(ctx) = gpu() else { return };
     arena_steps_equal_the_cpu(ctx);
 }
+
+/// `read_buffer` of a buffer it cannot copy is a typed error naming the buffer, before any
+/// command (round seven of the hostile probes: it was wgpu's text as `Error::Gpu`).
+#[test]
+fn read_buffer_refuses_what_it_cannot_copy_by_name() {
+    let Some(ctx) = gpu() else { return };
+    let make = |size, usage| {
+        ctx.device().create_buffer(&wgpu::BufferDescriptor {
+            label: Some("test.read"),
+            size,
+            usage,
+            mapped_at_creation: false,
+        })
+    };
+    let storage = wgpu::BufferUsages::STORAGE;
+    let e = ctx.read_buffer(&make(16, storage)).unwrap_err();
+    assert!(matches!(e, Error::InvalidParameter { field: "buffer", .. }), "{e}");
+    assert!(e.to_string().contains("COPY_SRC"), "{e}");
+    let e = ctx.read_buffer(&make(6, storage | wgpu::BufferUsages::COPY_SRC)).unwrap_err();
+    assert!(matches!(e, Error::InvalidParameter { field: "buffer", .. }), "{e}");
+    assert!(e.to_string().contains("6 bytes"), "{e}");
+    let good = make(16, storage | wgpu::BufferUsages::COPY_SRC);
+    assert_eq!(ctx.read_buffer(&good).unwrap(), vec![0u8; 16]);
+}

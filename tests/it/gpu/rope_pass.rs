@@ -376,6 +376,19 @@ fn rope_pass_routes_refuse_what_they_cannot_record() {
         k_heads: 0,
     };
     let q_only = ctx.rope_pass(&RopeSpec::new(64).unwrap(), &desc).unwrap();
+    // A k too large to hold is refused naming k and its product (round seven of the
+    // hostile probes: it said "rope", "the tensor's element count", u64::MAX).
+    for k_heads in [usize::MAX, 1 << 56] {
+        let huge = RopePassDescriptor { k_heads, ..desc.clone() };
+        match ctx.rope_pass(&RopeSpec::new(64).unwrap(), &huge) {
+            Err(Error::Limit { op: "rope_pass", what, requested, .. }) => {
+                assert!(what.contains("k_heads"), "{what}");
+                let product = 2u64.checked_mul(k_heads as u64).and_then(|n| n.checked_mul(64));
+                assert_eq!(requested, product.unwrap_or(u64::MAX), "{k_heads}");
+            }
+            other => panic!("k_heads {k_heads}: {other:?}"),
+        }
+    }
     let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC;
     let buffer = ctx.device().create_buffer(&wgpu::BufferDescriptor {
         label: Some("test.qk"),
