@@ -459,7 +459,9 @@ async fn a_pages_own_error_scopes_interleave_with_calls_in_flight() {
     let got = finish(call.as_mut(), first).await.unwrap();
     same_bits("a table under the page's scope", got.as_slice().unwrap(), want.as_slice().unwrap());
 
-    // posenc's own error, met before it waits, is still posenc's: its scopes caught it.
+    // posenc's own errors stay posenc's: one it finds itself (a buffer without COPY_SRC,
+    // refused before any command), and one wgpu reports inside posenc's scopes (a buffer
+    // destroyed before the read's copy).
     let page = device.push_error_scope(wgpu::ErrorFilter::Validation);
     let no_copy = device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("a buffer posenc cannot copy from"),
@@ -468,8 +470,17 @@ async fn a_pages_own_error_scopes_interleave_with_calls_in_flight() {
         mapped_at_creation: false,
     });
     let err = gpu.read_buffer_async(&no_copy).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidParameter { field: "buffer", .. }), "{err}");
+    let destroyed = device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("a buffer destroyed before posenc reads it"),
+        size: 64,
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    });
+    destroyed.destroy();
+    let err = gpu.read_buffer_async(&destroyed).await.unwrap_err();
     assert!(matches!(err, Error::Gpu { .. }), "{err}");
-    assert!(page.pop().await.is_none(), "posenc's error stayed out of the page's scope");
+    assert!(page.pop().await.is_none(), "posenc's errors stayed out of the page's scope");
 }
 
 /// A call polled once ([`poll_once`]) and then driven to its end.
