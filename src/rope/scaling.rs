@@ -434,6 +434,8 @@ impl Scaling {
             // 0 is a frequency too: proportional RoPE's pairs past its share (Gemma 4's own
             // inv_freq buffer holds them).
             Scaling::Explicit { inv_freq, .. } => {
+                // The message's count is MAX_FACTORS, written out for a &'static str.
+                const _: () = assert!(MAX_FACTORS == 32768);
                 if inv_freq.len() > MAX_FACTORS {
                     return Err(Error::InvalidParameter {
                         field: "inv_freq",

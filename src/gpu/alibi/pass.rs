@@ -10,6 +10,9 @@ use crate::gpu::alibi::{AlibiParams, AlibiShape};
 use crate::gpu::memory::DeviceBuffer;
 use crate::gpu::pass::{BindCache, Need, PartShape, Span, uniform_blocks};
 
+/// The op every record of this pass names in its errors.
+const RECORD_OP: &str = "alibi_pass.record";
+
 /// The ALiBi bias of one spec, prepared once and recorded into the caller's command
 /// encoders: see [`Context::alibi_pass`].
 pub struct AlibiPass {
@@ -219,17 +222,16 @@ impl AlibiPass {
 
     /// Checks `out` and returns the bind groups of its parts; `None` for an empty tensor.
     fn prepare_record(&self, out: wgpu::BufferSlice<'_>) -> Result<Option<Arc<Bound>>> {
-        const OP: &str = "alibi_pass.record";
         let total = self.output_bytes();
         let storage = wgpu::BufferUsages::STORAGE;
         let need = |bytes| Need { name: "out", bytes, usage: storage, usage_text: "STORAGE" };
         if total == 0 {
-            self.ctx.span(OP, out, &need(0))?;
+            self.ctx.span(RECORD_OP, out, &need(0))?;
             return Ok(None);
         }
         // One output range per part (one unless the output exceeds a binding).
         let part_bytes = self.part_rows * u64::from(self.params.n_cols) * 4;
-        let spans = self.ctx.part_spans(OP, out, &need(total), part_bytes)?;
+        let spans = self.ctx.part_spans(RECORD_OP, out, &need(total), part_bytes)?;
         Ok(Some(self.bound.get_or_make(spans, |spans| self.bind(spans))?))
     }
 
@@ -238,7 +240,7 @@ impl AlibiPass {
         let ctx = &self.ctx;
         let max_groups = ctx.device.limits().max_compute_workgroups_per_dimension;
         let all = u64::from(self.params.n_rows);
-        ctx.validated("alibi_pass.record", || -> Result<Bound> {
+        ctx.validated(RECORD_OP, || -> Result<Bound> {
             let parts = spans
                 .iter()
                 .enumerate()
@@ -261,7 +263,7 @@ impl AlibiPass {
                     let kernel = ctx.alibi_kernel(shape.form);
                     let (buffer, _) = uniform_blocks(
                         ctx,
-                        "alibi_pass.record",
+                        RECORD_OP,
                         "posenc.alibi_pass.params",
                         &[bytemuck::bytes_of(&params)],
                     )?;

@@ -19,6 +19,9 @@ use crate::shaders::{
 };
 use crate::spec::Frequencies;
 
+/// The op every record of this pass names in its errors.
+const RECORD_OP: &str = "encode_pass.record";
+
 /// Mirror of `Params` in `shaders/encode_pass.wgsl`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
@@ -1022,7 +1025,6 @@ impl EncodePass {
         positions: wgpu::BufferSlice<'_>,
         out: wgpu::BufferSlice<'_>,
     ) -> Result<Option<(Arc<Bound>, Option<[(wgpu::Buffer, u64, u64, u64); 2]>)>> {
-        const OP: &str = "encode_pass.record";
         use wgpu::BufferUsages as U;
         // The pass's own state buffer ([`EncodePass::faults_buffer`]) is bound read-write by
         // every dispatch: as a step's ids or positions wgpu would refuse the pair at the
@@ -1076,12 +1078,13 @@ impl EncodePass {
                 need(name, bytes)
             }
         };
-        let ids = self.ctx.span(OP, ids, &input("ids", self.ids_bytes()))?;
+        let ids = self.ctx.span(RECORD_OP, ids, &input("ids", self.ids_bytes()))?;
         let positions =
-            self.ctx.span(OP, positions, &input("positions", self.positions_bytes()))?;
+            self.ctx.span(RECORD_OP, positions, &input("positions", self.positions_bytes()))?;
         // One output range per part of the step (one unless the output exceeds a binding).
         let part_bytes = u64::from(self.part_tokens) * self.row_bytes();
-        let outs = self.ctx.part_spans(OP, out, &need("out", self.output_bytes()), part_bytes)?;
+        let outs =
+            self.ctx.part_spans(RECORD_OP, out, &need("out", self.output_bytes()), part_bytes)?;
         if outs.is_empty() {
             return Ok(None);
         }
@@ -1118,7 +1121,7 @@ impl EncodePass {
         let state_spans;
         let (ids, positions) = match copy {
             Some(io) => {
-                self.ctx.validated("encode_pass.record", || {
+                self.ctx.validated(RECORD_OP, || {
                     let device = &self.ctx.device;
                     let mut probe = device.create_command_encoder(&Default::default());
                     for (from, to) in [(ids, io.ids_at), (positions, io.positions_at)] {
@@ -1204,9 +1207,9 @@ impl EncodePass {
             .collect();
         let bytes: Vec<&[u8]> = blocks.iter().map(bytemuck::bytes_of).collect();
         let ctx = &self.ctx;
-        ctx.validated("encode_pass.record", || -> Result<PartBound> {
+        ctx.validated(RECORD_OP, || -> Result<PartBound> {
             let (params, stride) =
-                uniform_blocks(ctx, "encode_pass.record", "posenc.encode_pass.params", &bytes)?;
+                uniform_blocks(ctx, RECORD_OP, "posenc.encode_pass.params", &bytes)?;
             let cache: &wgpu::Buffer = match (&self.cache, &self.learned, &self.no_cache) {
                 (Some(c), _, _) => &c.buffer,
                 (None, Some(b), _) | (None, None, Some(b)) => b,

@@ -31,6 +31,9 @@ use crate::shaders::{
     rope_pass_workgroup,
 };
 
+/// The op every record of this pass names in its errors.
+const RECORD_OP: &str = "rope_pass.record";
+
 /// The shape of a [`RopePass`]'s tensors and where its positions come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RopePassDescriptor {
@@ -791,7 +794,6 @@ impl RopePass {
         k: Option<wgpu::BufferSlice<'_>>,
         positions: wgpu::BufferSlice<'_>,
     ) -> Result<()> {
-        const OP: &str = "rope_pass.record";
         let k = match (k, &self.k) {
             (None, _) => None,
             (Some(slice), Some(split)) => Some((slice, split)),
@@ -814,10 +816,10 @@ impl RopePass {
         }
         // One tensor is `data`, as `record` names it; with k beside it, `q`.
         let q_name = if k.is_some() { "q" } else { "data" };
-        let q_parts = self.parts_of(OP, q_name, q, &self.q)?;
+        let q_parts = self.parts_of(RECORD_OP, q_name, q, &self.q)?;
         let k_parts = match k {
             Some((slice, split)) => {
-                let parts = self.parts_of(OP, "k", slice, split)?;
+                let parts = self.parts_of(RECORD_OP, "k", slice, split)?;
                 check_apart(q, self.q.bytes, slice, split.bytes)?;
                 Some(parts)
             }
@@ -829,7 +831,7 @@ impl RopePass {
             usage: wgpu::BufferUsages::STORAGE,
             usage_text: "STORAGE",
         };
-        let positions = self.ctx.span(OP, positions, &pos_need)?;
+        let positions = self.ctx.span(RECORD_OP, positions, &pos_need)?;
         // One dispatch binds the positions read-only beside q and k read-write, which wgpu
         // refuses within one buffer: positions sharing a tensor's buffer take the split
         // route, whose dispatches bind them apart.
@@ -937,10 +939,10 @@ impl RopePass {
             ..fused.params
         };
         let ctx = &self.ctx;
-        ctx.validated("rope_pass.record", || -> Result<FusedBound> {
+        ctx.validated(RECORD_OP, || -> Result<FusedBound> {
             let (buffer, _) = uniform_blocks(
                 ctx,
-                "rope_pass.record",
+                RECORD_OP,
                 "posenc.rope_pass.params",
                 &[bytemuck::bytes_of(&params)],
             )?;
@@ -1050,10 +1052,10 @@ impl RopePass {
             _pad: 0,
         };
         let ctx = &self.ctx;
-        ctx.validated("rope_pass.record", || -> Result<SplitBound> {
+        ctx.validated(RECORD_OP, || -> Result<SplitBound> {
             let (params, _) = uniform_blocks(
                 ctx,
-                "rope_pass.record",
+                RECORD_OP,
                 "posenc.rope_pass.cs_params",
                 &[bytemuck::bytes_of(&cs_params)],
             )?;
@@ -1099,7 +1101,7 @@ impl RopePass {
         }
         let (params, _) = uniform_blocks(
             ctx,
-            "rope_pass.record",
+            RECORD_OP,
             "posenc.rope_pass.params",
             &[bytemuck::cast_slice(&words)],
         )?;
