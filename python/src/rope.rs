@@ -4,8 +4,11 @@
 use std::path::PathBuf;
 
 use half::{bf16, f16};
-use ndarray::{Array2, Array4, ArrayView2, ArrayView4, CowArray, Ix1, Ix2, Ix4};
-use numpy::{PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray4};
+use ndarray::{Array2, Array4, ArrayView2, ArrayView4, ArrayViewMut4, CowArray, Ix1, Ix2, Ix4};
+use numpy::{
+    PyArray1, PyArray2, PyArray4, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray4,
+    PyReadwriteArray4, PyUntypedArrayMethods,
+};
 use posenc::commands::{ConfigSource, InvFreq, RopeOptions, ScalingSource, with_origin};
 use posenc::inputs::{self, MAX_OUTPUT_VALUES, Source};
 use posenc::rope::{self as rp, Element, RopeCache, RopeSpec, Scaling};
@@ -126,6 +129,8 @@ enum TensorView<'a> {
     F32(ArrayView4<'a, f32>),
     F16(ArrayView4<'a, f16>),
     Bf16(CowArray<'a, bf16, Ix4>),
+    /// In place (`out=x`): only the shape; the source is the destination.
+    Shape([usize; 4]),
 }
 
 impl TensorView<'_> {
@@ -134,8 +139,39 @@ impl TensorView<'_> {
             Self::F32(a) => a.shape(),
             Self::F16(a) => a.shape(),
             Self::Bf16(a) => a.shape(),
+            Self::Shape(s) => return *s,
         };
         [s[0], s[1], s[2], s[3]]
+    }
+
+    /// The source of a rotation into `out`: None in place.
+    fn f32(&self) -> Option<ArrayView4<'_, f32>> {
+        if let Self::F32(a) = self { Some(a.view()) } else { None }
+    }
+
+    fn f16(&self) -> Option<ArrayView4<'_, f16>> {
+        if let Self::F16(a) = self { Some(a.view()) } else { None }
+    }
+
+    fn bf16(&self) -> Option<ArrayView4<'_, bf16>> {
+        if let Self::Bf16(a) = self { Some(a.view()) } else { None }
+    }
+}
+
+impl<'py> TensorArray<'py> {
+    fn extract(x: &Bound<'py, PyAny>) -> PyResult<Self> {
+        if let Ok(a) = x.extract::<PyReadonlyArray4<'py, f32>>() {
+            Ok(Self::F32(a))
+        } else if let Ok(a) = x.extract::<PyReadonlyArray4<'py, f16>>() {
+            Ok(Self::F16(a))
+        } else if let Ok(a) = x.extract::<PyReadonlyArray4<'py, u16>>() {
+            Ok(Self::Bf16(a))
+        } else {
+            Err(PyValueError::new_err(
+                "x must be a 4-D array of float32, float16 or bfloat16 (ml_dtypes.bfloat16, or \
+                 uint16 holding its bits)",
+            ))
+        }
     }
 }
 
@@ -185,13 +221,14 @@ fn options<'a>(
 
 /// `posenc rope`, numpy in and out: the tensor rotated, in its own dtype.
 #[pyfunction]
-#[pyo3(signature = (*, x, layout, positions, offset, config_path, config_json,
+#[pyo3(signature = (*, x, out = None, layout, positions, offset, config_path, config_json,
     config_name = None, layer_type, pairing, rotary_dim, base, scaling_json, scaling_path,
     inv_freq, inv_freq_path, inv_freq_tensor, attention_factor, seq_len, device))]
 #[allow(clippy::too_many_arguments)]
 fn rope<'py>(
     py: Python<'py>,
     x: &Bound<'py, PyAny>,
+    out: Option<&Bound<'py, PyAny>>,
     layout: &str,
     positions: Option<&Bound<'py, PyAny>>,
     offset: Option<u32>,
@@ -210,26 +247,45 @@ fn rope<'py>(
     attention_factor: Option<f64>,
     seq_len: Option<u64>,
     device: &str,
-) -> PyResult<(Bound<'py, PyAny>, Option<String>)> {
+) -> PyResult<(Option<Bound<'py, PyAny>>, Option<String>)> {
     let device = Device::parse(device)?;
     let layout = parse_layout(layout)?;
-    let array = if let Ok(a) = x.extract::<PyReadonlyArray4<'py, f32>>() {
-        TensorArray::F32(a)
-    } else if let Ok(a) = x.extract::<PyReadonlyArray4<'py, f16>>() {
-        TensorArray::F16(a)
-    } else if let Ok(a) = x.extract::<PyReadonlyArray4<'py, u16>>() {
-        TensorArray::Bf16(a)
+    // `out=x` rotates x where it is: x is then borrowed once, for writing (numpy's borrow
+    // checks refuse a read-only and a writable borrow of the same memory).
+    let in_place = out.is_some_and(|o| o.is(x));
+    let (array, mut dest) = if in_place {
+        (None, Dest::InPlace(Writable::extract(x, "x (as out)")?))
     } else {
-        return Err(PyValueError::new_err(
-            "x must be a 4-D array of float32, float16 or bfloat16 (ml_dtypes.bfloat16, or \
-             uint16 holding its bits)",
-        ));
+        let array = TensorArray::extract(x)?;
+        let dest = match out {
+            None => Dest::New,
+            Some(out) => {
+                let out = Writable::extract(out, "out")?;
+                if !out.same_type(&array) {
+                    return Err(PyValueError::new_err("out must have x's dtype"));
+                }
+                Dest::Into(out)
+            }
+        };
+        (Some(array), dest)
     };
     let view = match &array {
-        TensorArray::F32(a) => TensorView::F32(a.as_array()),
-        TensorArray::F16(a) => TensorView::F16(a.as_array()),
-        TensorArray::Bf16(a) => TensorView::Bf16(bf16_view(a.as_array())),
+        Some(TensorArray::F32(a)) => TensorView::F32(a.as_array()),
+        Some(TensorArray::F16(a)) => TensorView::F16(a.as_array()),
+        Some(TensorArray::Bf16(a)) => TensorView::Bf16(bf16_view(a.as_array())),
+        // In place: the shape is all that is read before the rotation.
+        None => TensorView::Shape(dest.shape()),
     };
+    if let Some(o) = dest.shape_of_out()
+        && o != view.shape()
+    {
+        return Err(PyValueError::new_err(format!(
+            "out must have x's shape {:?}; got {:?}",
+            view.shape(),
+            o
+        )));
+    }
+    let targets = dest.targets();
     let options = options(
         &config_path,
         &config_json,
@@ -245,7 +301,7 @@ fn rope<'py>(
     );
     let given_array = positions.map(|p| IntArray::<Ix2>::extract(p, "positions")).transpose()?;
     let given = given_array.as_ref().map(IntArray::view);
-    let (out, note) = compute(py, || -> Result<Noted<crate::pe::Out>, Failure> {
+    let (result, note) = compute(py, || -> Result<Noted<Option<crate::pe::Out>>, Failure> {
         if given.is_some() && offset.is_some() {
             return Err(Error::InvalidParameter {
                 field: "offset",
@@ -288,10 +344,13 @@ fn rope<'py>(
                 with_origin(e, "the last axis of x", h, r)
             })
             .map_err(|e| in_config(e, &config_name))?;
-        // The output and the positions must both be had before either is made.
+        // The output and the positions must both be had before either is made (a
+        // caller's `out` is had already).
         let elements = shape.iter().product::<usize>() as u64;
         let element_bytes = if matches!(view, TensorView::F32(_)) { 4 } else { 2 };
-        posenc::alloc::check_allocation("the rope output", elements * element_bytes)?;
+        if matches!(targets, Targets::New) {
+            posenc::alloc::check_allocation("the rope output", elements * element_bytes)?;
+        }
         posenc::alloc::check_allocation("the rope positions", (batch * len) as u64 * 4)?;
         let positions = match given {
             Some(p) => {
@@ -310,28 +369,192 @@ fn rope<'py>(
             None => inputs::rope_positions(None, offset, batch, len)?.to_array(),
         };
         let p = positions.view();
-        Ok(match &view {
-            TensorView::F32(x) => {
-                let (a, note) = on_device(device, None, rope_job::<f32>(x.len()), |ctx| {
-                    rotate(ctx, &spec, x.view(), p, layout)
-                })?;
-                (crate::pe::Out::F32(a.into_dyn()), note)
+        let run = Run { device, spec: &spec, positions: p, layout };
+        Ok(match (&view, targets) {
+            (TensorView::F32(x), Targets::New) => {
+                let (a, note) = run.fresh(x.view())?;
+                (Some(crate::pe::Out::F32(a.into_dyn())), note)
             }
-            TensorView::F16(x) => {
-                let (a, note) = on_device(device, None, rope_job::<f16>(x.len()), |ctx| {
-                    rotate(ctx, &spec, x.view(), p, layout)
-                })?;
-                (crate::pe::Out::F16(a.into_dyn()), note)
+            (TensorView::F16(x), Targets::New) => {
+                let (a, note) = run.fresh(x.view())?;
+                (Some(crate::pe::Out::F16(a.into_dyn())), note)
             }
-            TensorView::Bf16(x) => {
-                let (a, note) = on_device(device, None, rope_job::<bf16>(x.len()), |ctx| {
-                    rotate(ctx, &spec, x.view(), p, layout)
-                })?;
-                (crate::pe::Out::Bf16(bits_of(a).into_dyn()), note)
+            (TensorView::Bf16(x), Targets::New) => {
+                let (a, note) = run.fresh(x.view())?;
+                (Some(crate::pe::Out::Bf16(bits_of(a).into_dyn())), note)
+            }
+            (TensorView::Shape(_), Targets::New) => unreachable!("a new array has its source"),
+            (x, Targets::F32(o)) => (None, run.to(x.f32(), o)?),
+            (x, Targets::F16(o)) => (None, run.to(x.f16(), o)?),
+            (x, Targets::Bf16(o)) => {
+                let note = match bf16_view_mut(o) {
+                    Ok(o) => run.to(x.bf16(), o)?,
+                    Err(mut bits) => {
+                        // Strided bits: the rotation into a scratch array, then its bits.
+                        let from = match x.bf16() {
+                            Some(x) => x.to_owned(),
+                            None => bits.map(|&b| bf16::from_bits(b)),
+                        };
+                        let (a, note) = run.fresh(from.view())?;
+                        bits.zip_mut_with(&a, |b, v| *b = v.to_bits());
+                        note
+                    }
+                };
+                (None, note)
             }
         })
     })?;
-    Ok((out.into_py(py), note))
+    // The caller's `out` is returned by the Python side.
+    Ok((result.map(|o| o.into_py(py)), note))
+}
+
+/// Where `rope` writes: a new array, a caller's `out` or x itself.
+enum Dest<'py> {
+    New,
+    Into(Writable<'py>),
+    InPlace(Writable<'py>),
+}
+
+impl Dest<'_> {
+    fn shape(&self) -> [usize; 4] {
+        match self {
+            Self::New => [0; 4],
+            Self::Into(w) | Self::InPlace(w) => w.shape(),
+        }
+    }
+
+    /// The shape of a caller's `out` beside x.
+    fn shape_of_out(&self) -> Option<[usize; 4]> {
+        match self {
+            Self::Into(w) => Some(w.shape()),
+            _ => None,
+        }
+    }
+
+    fn targets(&mut self) -> Targets<'_> {
+        match self {
+            Self::New => Targets::New,
+            Self::Into(w) | Self::InPlace(w) => match w {
+                Writable::F32(a) => Targets::F32(a.as_array_mut()),
+                Writable::F16(a) => Targets::F16(a.as_array_mut()),
+                Writable::Bf16(a) => Targets::Bf16(a.as_array_mut()),
+            },
+        }
+    }
+}
+
+/// A caller's array to write, borrowed for writing.
+enum Writable<'py> {
+    F32(PyReadwriteArray4<'py, f32>),
+    F16(PyReadwriteArray4<'py, f16>),
+    Bf16(PyReadwriteArray4<'py, u16>),
+}
+
+impl<'py> Writable<'py> {
+    fn extract(a: &Bound<'py, PyAny>, name: &str) -> PyResult<Self> {
+        let writable =
+            |e: numpy::BorrowError| PyValueError::new_err(format!("{name} cannot be written: {e}"));
+        if let Ok(a) = a.cast::<PyArray4<f32>>() {
+            Ok(Self::F32(a.try_readwrite().map_err(writable)?))
+        } else if let Ok(a) = a.cast::<PyArray4<f16>>() {
+            Ok(Self::F16(a.try_readwrite().map_err(writable)?))
+        } else if let Ok(a) = a.cast::<PyArray4<u16>>() {
+            Ok(Self::Bf16(a.try_readwrite().map_err(writable)?))
+        } else {
+            Err(PyValueError::new_err(format!(
+                "{name} must be a 4-D array of float32, float16 or bfloat16 (ml_dtypes.bfloat16, \
+                 or uint16 holding its bits)"
+            )))
+        }
+    }
+
+    fn shape(&self) -> [usize; 4] {
+        let s = match self {
+            Self::F32(a) => a.shape(),
+            Self::F16(a) => a.shape(),
+            Self::Bf16(a) => a.shape(),
+        };
+        [s[0], s[1], s[2], s[3]]
+    }
+
+    fn same_type(&self, x: &TensorArray<'_>) -> bool {
+        matches!(
+            (self, x),
+            (Self::F32(_), TensorArray::F32(_))
+                | (Self::F16(_), TensorArray::F16(_))
+                | (Self::Bf16(_), TensorArray::Bf16(_))
+        )
+    }
+}
+
+/// [`Dest`]'s arrays as views, which may leave the GIL.
+enum Targets<'a> {
+    New,
+    F32(ArrayViewMut4<'a, f32>),
+    F16(ArrayViewMut4<'a, f16>),
+    Bf16(ArrayViewMut4<'a, u16>),
+}
+
+/// bfloat16 bits as bfloat16 values to write, where they are in standard layout.
+fn bf16_view_mut(
+    a: ArrayViewMut4<'_, u16>,
+) -> Result<ArrayViewMut4<'_, bf16>, ArrayViewMut4<'_, u16>> {
+    if !a.is_standard_layout() {
+        return Err(a);
+    }
+    let dim = a.raw_dim();
+    let bits = a.into_slice().expect("a standard-layout view is contiguous");
+    let values: &mut [bf16] = bytemuck::cast_slice_mut(bits);
+    Ok(ArrayViewMut4::from_shape(dim, values).expect("the same shape over the same values"))
+}
+
+/// One rotation's settings, for each dtype and destination.
+struct Run<'a> {
+    device: Device,
+    spec: &'a RopeSpec,
+    positions: ArrayView2<'a, u32>,
+    layout: rp::Layout,
+}
+
+impl Run<'_> {
+    /// `x` rotated into a new array.
+    fn fresh<T: Element>(&self, x: ArrayView4<'_, T>) -> Result<Noted<Array4<T>>, Failure> {
+        on_device(self.device, None, rope_job::<T>(x.len()), |ctx| {
+            rotate(ctx, self.spec, x.view(), self.positions, self.layout)
+        })
+    }
+
+    /// `x` rotated into `out`; `x` None: `out` rotated in place.
+    fn to<T: Element>(
+        &self,
+        x: Option<ArrayView4<'_, T>>,
+        out: ArrayViewMut4<'_, T>,
+    ) -> Result<Option<String>, Failure> {
+        if out.is_empty() {
+            return Ok(None);
+        }
+        let (spec, p, layout) = (self.spec, self.positions, self.layout);
+        let job = rope_job::<T>(out.len());
+        let out = std::sync::Mutex::new(out);
+        let ((), note) = on_device(self.device, None, job, |ctx| {
+            let mut out = out.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            match (ctx, &x) {
+                (None, Some(x)) => cpu::rope_into(spec, x.view(), out.view_mut(), p, layout),
+                (Some(ctx), Some(x)) => ctx.rope_into(spec, x.view(), out.view_mut(), p, layout),
+                (None, None) => cpu::rope_in_place(spec, out.view_mut(), p, layout),
+                (Some(ctx), None) => {
+                    // Into a result of its own: `out` is written only once the device is
+                    // done, so a fault that falls back to the CPU finds x as it was.
+                    let bytes = (out.len() * size_of::<T>()) as u64;
+                    posenc::alloc::check_allocation("the rope output", bytes)?;
+                    let rotated = ctx.rope(spec, out.view(), p, layout)?;
+                    out.assign(&rotated);
+                    Ok(())
+                }
+            }
+        })?;
+        Ok(note)
+    }
 }
 
 /// RoPE of `elements` elements of `T`, for `auto`'s cost model.

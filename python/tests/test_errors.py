@@ -720,3 +720,40 @@ def test_a_config_read_that_waits_hears_ctrl_c(tmp_path):
         out = done.stdout.strip()
         assert out.startswith("KeyboardInterrupt after"), (which, out, done.stderr)
         assert float(out.split()[-2]) < 5, (which, out)
+
+
+def test_rope_out_is_checked_before_anything_is_written():
+    x = np.ones((1, 2, 3, 8), np.float32)
+    wide = np.full((1, 2, 3, 16), 5.0, np.float32)
+    cases = [
+        (np.zeros((1, 2, 3, 8), np.float16), "out must have x's dtype and shape (<f4, (1, 2, 3, 8)); got (<f2"),
+        (np.zeros((1, 2, 3, 9), np.float32), "got (<f4, (1, 2, 3, 9))"),
+        (np.zeros((1, 2, 3, 8), ">f4"), "got (>f4"),
+        ([[[[0.0] * 8] * 3] * 2], "out must be a numpy array, got list"),
+        (np.broadcast_to(np.float32(0), (1, 2, 3, 8)), "out is read-only"),
+    ]
+    for out, message in cases:
+        with pytest.raises(ValueError) as e:
+            posenc.rope(x, layout="blhd", out=out, device="cpu")
+        assert message in str(e.value), (message, str(e.value))
+    # Memory shared with x, not element for element: refused, x untouched.
+    with pytest.raises(ValueError, match="out shares memory with x without being laid over it"):
+        posenc.rope(wide[..., :8], layout="blhd", out=wide[..., 4:12], device="cpu")
+    assert (wide == 5.0).all()
+    # A bad option is found before out is written.
+    out = np.full((1, 2, 3, 8), 3.0, np.float32)
+    with pytest.raises(ValueError, match="rotary"):
+        posenc.rope(x, layout="blhd", rotary_dim=7, out=out, device="cpu")
+    assert (out == 3.0).all()
+    # The extension's own checks, for a caller past the wrapper.
+    from posenc import _posenc
+    common = dict(layout="blhd", positions=None, offset=None, config_path=None,
+                  config_json=None, layer_type=None, pairing=None, rotary_dim=None, base=None,
+                  scaling_json=None, scaling_path=None, inv_freq=None, inv_freq_path=None,
+                  inv_freq_tensor=None, attention_factor=None, seq_len=None, device="cpu")
+    with pytest.raises(ValueError, match="out must have x's dtype"):
+        _posenc.rope(x=x, out=np.zeros(x.shape, np.float16), **common)
+    with pytest.raises(ValueError, match=r"out must have x's shape \[1, 2, 3, 8\]; got \[1, 2, 3, 9\]"):
+        _posenc.rope(x=x, out=np.zeros((1, 2, 3, 9), np.float32), **common)
+    with pytest.raises(ValueError, match="out cannot be written"):
+        _posenc.rope(x=x, out=np.broadcast_to(np.float32(0), x.shape), **common)

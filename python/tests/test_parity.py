@@ -237,6 +237,45 @@ def test_rope_bf16_ml_dtypes(device):
     same_bits(out.view(np.uint16), posenc.rope(bits, layout="blhd", offset=77, device=device))
 
 
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16", "ml_bf16"])
+@pytest.mark.parametrize("layout", ["blhd", "bhld"])
+def test_rope_into_out_and_in_place(device, dtype, layout):
+    # `out=` gets the bits of a new result: a contiguous out, every other element of a wider
+    # array (the elements between untouched), x itself, and another view laid over x. The
+    # sizes cross the CPU's serial bound, so the pool's tasks copy and rotate too.
+    rng = np.random.default_rng(14)
+    shape = (2, 90, 4, 256) if layout == "blhd" else (2, 4, 90, 256)
+    x = _tensor(rng, shape, "bf16" if dtype == "ml_bf16" else dtype)
+    if dtype == "ml_bf16":
+        x = x.view(pytest.importorskip("ml_dtypes").bfloat16)
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+    kwargs = dict(layout=layout, offset=4_000_000_000, scaling=yarn, device=device)
+    want = posenc.rope(x, **kwargs)
+    before = x.copy()
+
+    out = np.empty_like(x)
+    assert posenc.rope(x, out=out, **kwargs) is out
+    same_bits(out, want)
+    same_bits(x, before)
+
+    wide = np.full(shape[:3] + (2 * shape[3],), 7, dtype=x.dtype)
+    every_other = wide[..., ::2]
+    assert posenc.rope(x, out=every_other, **kwargs) is every_other
+    same_bits(every_other, want)
+    same_bits(wide[..., 1::2], np.full(shape, 7, dtype=x.dtype))
+
+    y = x.copy()
+    assert posenc.rope(y, out=y, **kwargs) is y
+    same_bits(y, want)
+
+    wide[..., ::2] = x
+    strided = wide[..., ::2]
+    posenc.rope(strided, out=wide[..., ::2], **kwargs)
+    same_bits(strided, want)
+    same_bits(wide[..., 1::2], np.full(shape, 7, dtype=x.dtype))
+
+
+# ---- rope_cache -------------------------------------------------------------------------
 # ---- rope_cache -------------------------------------------------------------------------
 
 

@@ -10,5 +10,5 @@ pub mod table;
 pub mod threads;
 
 pub use encode::{Encoder, encode, encode_learned};
-pub use rope::{rope, rope_cache, rope_cos_sin, rope_in_place};
+pub use rope::{rope, rope_cache, rope_cos_sin, rope_in_place, rope_into};
 pub use table::{table, table_into};

@@ -182,6 +182,40 @@ pub fn rope<T: Element>(
     Ok(out)
 }
 
+/// [`rope`] into an array the caller has: `out` (of `x`'s shape, any strides) receives `x`
+/// rotated; `x` is left as it is. Each of the pool's tasks copies its own tokens just before
+/// it rotates them, as [`rope`] does, so nothing is allocated but a row of cos/sin per task.
+/// (Rust's borrows keep `out` from overlapping `x`; [`rope_in_place`] rotates an array
+/// where it is.)
+///
+/// # Errors
+/// As [`rope_in_place`], and [`crate::Error::Shape`] if `out`'s shape is not `x`'s; `out`
+/// is not written then.
+pub fn rope_into<T: Element>(
+    spec: &RopeSpec,
+    x: ArrayView4<'_, T>,
+    out: ArrayViewMut4<'_, T>,
+    positions: ArrayView2<'_, u32>,
+    layout: Layout,
+) -> Result<()> {
+    let shape = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
+    let geometry = Geometry::check(spec, shape, layout, positions.dim())?;
+    if out.shape() != x.shape() {
+        return Err(crate::Error::Shape {
+            op: "rope",
+            what: "out (x's shape)",
+            expected: format!("{shape:?}"),
+            actual: format!("{:?}", out.shape()),
+        });
+    }
+    if geometry.elements() == 0 {
+        return Ok(());
+    }
+    let freqs = spec.frequencies_for(positions);
+    apply(&freqs, spec.pairing(), Some(x), out, positions, layout);
+    Ok(())
+}
+
 /// Rotates `x` with given frequencies (shapes already checked), in place, or, given `from`
 /// (of `x`'s shape), into `x` from `from`: each task copies its tokens just before it
 /// rotates them, so the copy is parallel and the rotation finds them in cache, where a whole
@@ -425,8 +459,33 @@ mod tests {
                         bytemuck::cast_slice::<_, u16>(got) == bytemuck::cast_slice::<_, u16>(want),
                         "{batch} x {len} x {heads}, {layout:?}"
                     );
+                    // Into a caller's array: one in standard layout, and every other element
+                    // of a wider one, whose elements between are left as they were.
+                    let mut into = Array4::from_elem(input.raw_dim(), half::bf16::ONE);
+                    rope_into(&spec, input, into.view_mut(), positions.view(), layout).unwrap();
+                    assert_eq!(into.as_slice().unwrap(), want, "into, {layout:?}");
+                    let [a, b, c, d] = [0, 1, 2, 3].map(|i| input.shape()[i]);
+                    let mut wide = Array4::from_elem((a, b, c, 2 * d), half::bf16::NEG_ONE);
+                    let every_other = wide.slice_mut(ndarray::s![.., .., .., ..;2]);
+                    rope_into(&spec, input, every_other, positions.view(), layout).unwrap();
+                    let got = wide.slice(ndarray::s![.., .., .., ..;2]).to_owned();
+                    assert_eq!(got.as_slice().unwrap(), want, "strided into, {layout:?}");
+                    let between = wide.slice(ndarray::s![.., .., .., 1..;2]);
+                    assert!(between.iter().all(|v| *v == half::bf16::NEG_ONE));
                 }
             }
         }
+    }
+
+    #[test]
+    fn rope_into_refuses_an_out_of_another_shape_before_writing_it() {
+        let spec = RopeSpec::new(8).unwrap();
+        let x = Array4::<f32>::ones((1, 2, 3, 8));
+        let positions = Array2::<u32>::zeros((1, 2));
+        let mut out = Array4::<f32>::from_elem((1, 2, 4, 8), 7.0);
+        let e = rope_into(&spec, x.view(), out.view_mut(), positions.view(), Layout::Blhd);
+        let e = e.unwrap_err().to_string();
+        assert!(e.contains("out (x's shape)") && e.contains("[1, 2, 3, 8]"), "{e}");
+        assert!(out.iter().all(|v| *v == 7.0));
     }
 }

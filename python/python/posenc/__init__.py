@@ -604,9 +604,10 @@ def rope(
     attention_factor: Optional[float] = None,
     seq_len: Optional[int] = None,
     device: str = "auto",
+    out: Optional[np.ndarray] = None,
 ) -> np.ndarray:
     """Rotary position embedding of a query or key tensor; returns a new array of the
-    same shape and dtype.
+    same shape and dtype, or ``out``.
 
     As ``posenc rope``. ``x``: rank 4, float32, float16 or bfloat16 (``ml_dtypes`` or
     uint16 bits; the result has the same type). ``layout``: ``"blhd"`` =
@@ -622,6 +623,12 @@ def rope(
     (dict, JSON text, or ``"@FILE"``). ``inv_freq``: a model's own frequencies (array or
     file), with ``attention_factor``. ``seq_len``: the sequence length dynamic and
     longrope scaling see (default: the largest position + 1).
+
+    ``out``: a writable array of ``x``'s shape and dtype, any strides, that receives the
+    result in place of a new array, and is returned; ``out=x`` rotates ``x`` where it is.
+    An ``out`` that shares memory with ``x`` without being laid over it element for element
+    is refused. Nothing is written to it unless the call succeeds, but for a device fault
+    half-way through with ``device="gpu"``.
     """
     a = np.asarray(x)
     dtype = a.dtype
@@ -634,6 +641,9 @@ def rope(
             f"uint16 holding its bits), in native byte order; got dtype {a.dtype.str} and "
             f"shape {a.shape}"
         )
+    target = None if out is None else _rope_out(out, a, dtype)
+    if target is not None and target is not a and _same_elements(target, a):
+        a = target  # out=x, or a view of x laid over it element for element: in place
     if config is not None:
         # Read here, where a Ctrl-C is heard while the read waits.
         config = _read_config(config)
@@ -641,9 +651,10 @@ def rope(
     pos = None
     if positions is not None:
         pos = _int_array(positions, "positions", (2,), heads_dims)
-    out = _noted(
+    rotated = _noted(
         _posenc.rope(
             x=a,
+            out=target,
             layout=_text(layout, "layout", optional=False),
             positions=pos,
             offset=_whole(offset, "offset", _U32),
@@ -654,7 +665,40 @@ def rope(
             ),
         )
     )
-    return out.view(dtype) if ml else out
+    if out is not None:
+        return out
+    return rotated.view(dtype) if ml else rotated
+
+
+def _rope_out(out: Any, a: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``rope``'s ``out`` checked against ``x`` (``a``, bfloat16 as uint16 bits; ``dtype``
+    its type as given), as the array the extension writes."""
+    if not isinstance(out, np.ndarray):
+        raise ValueError(f"out must be a numpy array, got {type(out).__name__}")
+    if out.dtype != dtype or out.shape != a.shape:
+        raise ValueError(
+            f"out must have x's dtype and shape ({dtype.str}, {a.shape}); got "
+            f"({out.dtype.str}, {out.shape})"
+        )
+    if not out.flags.writeable:
+        raise ValueError("out is read-only")
+    target = out.view(np.uint16) if _is_bfloat16(dtype) else out
+    if np.may_share_memory(target, a) and not _same_elements(target, a):
+        raise ValueError(
+            "out shares memory with x without being laid over it element for element: pass "
+            "out=x to rotate in place, or an array of its own"
+        )
+    return target
+
+
+def _same_elements(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays of one shape and item size address the same bytes, element for
+    element."""
+    return (
+        a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+        and a.strides == b.strides
+        and a.shape == b.shape
+    )
 
 
 # model_types (after a text_config swap) whose rotary module returns cos and sin with each

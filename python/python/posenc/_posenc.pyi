@@ -72,6 +72,7 @@ def encode(
 def rope(
     *,
     x: np.ndarray,
+    out: Optional[np.ndarray] = None,
     layout: str,
     positions: Optional[npt.NDArray[np.integer]],
     offset: Optional[int],
@@ -89,7 +90,7 @@ def rope(
     attention_factor: Optional[float],
     seq_len: Optional[int],
     device: str,
-) -> tuple[np.ndarray, Note]: ...
+) -> tuple[Optional[np.ndarray], Note]: ...
 def rope_cache(
     *,
     head_dim: Optional[int],

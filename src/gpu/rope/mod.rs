@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use bytemuck::{Pod, Zeroable};
-use ndarray::{Array3, Array4, ArrayView2, ArrayView4};
+use ndarray::{Array3, Array4, ArrayView2, ArrayView4, ArrayViewMut4};
 
 use super::runner::{Output, ROPE, Sink};
 use super::{Context, PooledBuffer, fold_dispatch, wait};
@@ -324,6 +324,76 @@ impl Context {
         };
         self.run_rope(spec, &geometry, layout, T::DTYPE, positions, io).await?;
         Ok(out)
+    }
+
+    /// [`Context::rope`] into an array the caller has: `out` (of `x`'s shape) receives `x`
+    /// rotated, read back into it directly when it is in standard layout (C order,
+    /// contiguous), else through a scratch array of the result. Nothing is written to `out`
+    /// before the checks pass; a device error can leave it partly written.
+    ///
+    /// # Errors
+    /// As [`Context::rope`], and [`Error::Shape`] if `out`'s shape is not `x`'s.
+    pub fn rope_into<T: Element>(
+        &self,
+        spec: &RopeSpec,
+        x: ArrayView4<'_, T>,
+        out: ArrayViewMut4<'_, T>,
+        positions: ArrayView2<'_, u32>,
+        layout: Layout,
+    ) -> Result<()> {
+        let run = self.rope_into_async(spec, x, out, positions, layout);
+        wait::blocking("rope_into", "rope_into_async", run)
+    }
+
+    /// [`Context::rope_into`] without blocking the calling thread.
+    ///
+    /// # Errors
+    /// As [`Context::rope_into`], less [`Error::Blocking`].
+    pub async fn rope_into_async<T: Element>(
+        &self,
+        spec: &RopeSpec,
+        x: ArrayView4<'_, T>,
+        mut out: ArrayViewMut4<'_, T>,
+        positions: ArrayView2<'_, u32>,
+        layout: Layout,
+    ) -> Result<()> {
+        let shape = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
+        let geometry = Geometry::check(spec, shape, layout, positions.dim())?;
+        if out.shape() != x.shape() {
+            return Err(Error::Shape {
+                op: "rope",
+                what: "out (x's shape)",
+                expected: format!("{shape:?}"),
+                actual: format!("{:?}", out.shape()),
+            });
+        }
+        if geometry.elements() == 0 {
+            return Ok(());
+        }
+        let input = x.as_standard_layout();
+        let input: &[T] = input.as_slice().expect("a standard-layout array is contiguous");
+        match out.as_slice_mut() {
+            Some(output) => {
+                let io = Io::Host {
+                    input: bytemuck::cast_slice(input),
+                    output: bytemuck::cast_slice_mut(output),
+                };
+                self.run_rope(spec, &geometry, layout, T::DTYPE, positions, io).await
+            }
+            None => {
+                let bytes = geometry.elements() as u64 * size_of::<T>() as u64;
+                crate::alloc::check_allocation("the RoPE output", bytes)?;
+                let mut scratch = Array4::<T>::from_elem(x.raw_dim(), T::zeroed());
+                let output = scratch.as_slice_mut().expect("a new array is contiguous");
+                let io = Io::Host {
+                    input: bytemuck::cast_slice(input),
+                    output: bytemuck::cast_slice_mut(output),
+                };
+                self.run_rope(spec, &geometry, layout, T::DTYPE, positions, io).await?;
+                out.assign(&scratch);
+                Ok(())
+            }
+        }
     }
 
     /// Applies RoPE in place to a tensor in a device buffer, starting at byte 0: `shape`

@@ -216,6 +216,40 @@ fn gpu_chunks_give_the_same_bits_as_one_pass() {
     assert!(matches!(err, Error::Limit { requested: 1024, limit: 512, .. }), "{err}");
 }
 
+#[test]
+fn gpu_rope_into_a_callers_array_equals_the_array_path() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(24);
+    for (what, spec) in specs() {
+        let dh = spec.head_dim() as usize;
+        for layout in [Layout::Blhd, Layout::Bhld] {
+            let positions = hard_batch(&mut rng, 2, 5);
+            let shape = shape_of(layout, 2, 5, 3, dh);
+            let x = tensor::<bf16>(shape, 9);
+            let want = ctx.rope(&spec, x.view(), positions.view(), layout).unwrap();
+            // Read back into the caller's array where it is contiguous...
+            let mut out = Array4::from_elem(x.raw_dim(), bf16::ONE);
+            ctx.rope_into(&spec, x.view(), out.view_mut(), positions.view(), layout).unwrap();
+            assert_eq!(out, want, "{what} {layout:?}");
+            // ...and through a scratch array where it is not; the elements between stay.
+            let [a, b, c, d] = shape;
+            let mut wide = Array4::from_elem((a, b, c, 2 * d), bf16::NEG_ONE);
+            let every_other = wide.slice_mut(ndarray::s![.., .., .., ..;2]);
+            ctx.rope_into(&spec, x.view(), every_other, positions.view(), layout).unwrap();
+            assert_eq!(wide.slice(ndarray::s![.., .., .., ..;2]), want, "{what} {layout:?}");
+            assert!(wide.slice(ndarray::s![.., .., .., 1..;2]).iter().all(|v| *v == bf16::NEG_ONE));
+        }
+    }
+    // An out of another shape is refused before anything runs or is written.
+    let spec = RopeSpec::new(8).unwrap();
+    let x = Array4::<f32>::ones((1, 2, 3, 8));
+    let mut out = Array4::<f32>::from_elem((1, 2, 3, 16), 5.0);
+    let positions = positions::contiguous_batch(1, 2).unwrap();
+    let e = ctx.rope_into(&spec, x.view(), out.view_mut(), positions.view(), Layout::Blhd);
+    assert!(matches!(e, Err(Error::Shape { what: "out (x's shape)", .. })), "{e:?}");
+    assert!(out.iter().all(|v| *v == 5.0));
+}
+
 /// Uploads `x` into a buffer of `usage`, `extra` bytes larger, filled with 0xAB beyond.
 fn upload<T: Element>(
     ctx: &Context,
