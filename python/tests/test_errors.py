@@ -510,7 +510,7 @@ def test_a_models_own_frequencies_are_named_as_the_option_they_are():
     inv_freq[1]`), which the caller never wrote."""
     for bad, message in (([0.5, -1.0, 0.25, 0.125], "^invalid inv_freq: -1 at index 1 "),
                          ([0.5, 0.25, 0.125, np.inf], "^invalid inv_freq: inf at index 3 "),
-                         ([0.5, 0.25, 0.125], "^invalid inv_freq: 3 numbers for rotary_dim 8 ")):
+                         ([0.5, 0.25, 0.125], "^invalid inv_freq: 3 values, where rotary_dim 8 needs 4 ")):
         for call in (lambda: posenc.rope_cache(head_dim=8, seq_len=4, inv_freq=np.array(bad)),
                      lambda: posenc.rope(np.zeros((1, 2, 1, 8), np.float32), layout="blhd",
                                          inv_freq=np.array(bad))):

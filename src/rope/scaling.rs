@@ -523,8 +523,12 @@ impl Scaling {
         {
             return Err(Error::InvalidParameter {
                 field: "inv_freq",
-                value: format!("{} numbers for rotary_dim {rotary_dim}", inv_freq.len()),
-                allowed: "one number per frequency: rotary_dim / 2",
+                value: format!(
+                    "{} value{}, where rotary_dim {rotary_dim} needs {want}",
+                    inv_freq.len(),
+                    if inv_freq.len() == 1 { "" } else { "s" }
+                ),
+                allowed: "one value per frequency: rotary_dim / 2",
             });
         }
         let vectors: Vec<(&str, &[f64])> = match self {

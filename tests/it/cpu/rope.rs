@@ -954,7 +954,10 @@ fn explicit_inv_freq_is_taken_exactly_and_its_cos_sin_are_exact() {
     for (bad, message) in [
         (vec![1.0, -1.0], "invalid inv_freq: -1 at index 1 (allowed: finite numbers in [0, 2^64]"),
         (vec![f64::NAN, 1.0], "invalid inv_freq: NaN at index 0"),
-        (vec![1.0], "invalid inv_freq: 1 numbers for rotary_dim 4 (allowed: one number per"),
+        (
+            vec![1.0],
+            "invalid inv_freq: 1 value, where rotary_dim 4 needs 2 (allowed: one value per",
+        ),
         (vec![past, 1.0], "invalid inv_freq: 18446744073709556000 at index 0"),
         (vec![1.0, f64::INFINITY], "invalid inv_freq: inf at index 1"),
     ] {
