@@ -70,7 +70,9 @@ impl Embeddings<'_> {
 
 impl Embeddings<'_> {
     /// The rows widened to f32, exactly (every f16 and bf16 value is an f32), by the same
-    /// integer conversions the shaders use.
+    /// integer conversions the shaders use. The result's memory order follows the view's
+    /// (ndarray's `to_owned`, `mapv`): a view in Fortran order gives an array in Fortran
+    /// order.
     pub fn to_f32(&self) -> ndarray::Array2<f32> {
         use crate::convert::{bf16_to_f32_bits, f16_to_f32_bits};
         match self {

@@ -1,8 +1,9 @@
-//! Token ids, positions and offsets from Python: arrays of any NumPy integer type, taken
-//! without a copy and converted to u32 here, after the sizes they imply are checked. The
-//! Python side once converted every type but int64 itself (a full scan and an int64 copy
-//! before any check), so a broadcast view of a trillion uint8 ids ran for minutes, then
-//! failed to allocate.
+//! Token ids, positions and offsets from Python: arrays of any NumPy integer type, in
+//! either byte order, taken without a copy and converted to u32 here, after the sizes they
+//! imply are checked. The Python side once converted every type but int64 itself (a full
+//! scan and an int64 copy before any check), so a broadcast view of a trillion uint8 ids ran
+//! for minutes, then failed to allocate; until 2026-12-02 it still copied arrays in the
+//! other byte order so.
 
 use ndarray::{Array2, ArrayView, Dimension, Ix2};
 use numpy::PyReadonlyArray;
@@ -13,75 +14,121 @@ use pyo3::prelude::*;
 
 macro_rules! int_arrays {
     ($($variant:ident($t:ty)),*) => {
-        /// An integer array handed over from Python, held (and kept readable) for the call.
-        pub(crate) enum IntArray<'py, D: Dimension> {
+        /// An integer array handed over from Python, held (and kept readable) for the call:
+        /// its values, or, for an array in the other byte order, a view of its bytes as the
+        /// native type (`swapped`), each value's bytes reversed when it is read.
+        pub(crate) struct IntArray<'py, D: Dimension> {
+            values: Ints<'py, D>,
+            swapped: bool,
+        }
+
+        enum Ints<'py, D: Dimension> {
             $($variant(PyReadonlyArray<'py, $t, D>),)*
         }
 
         /// Its view, which may leave the GIL.
-        pub(crate) enum IntView<'a, D: Dimension> {
+        pub(crate) struct IntView<'a, D: Dimension> {
+            values: IntValues<'a, D>,
+            swapped: bool,
+        }
+
+        enum IntValues<'a, D: Dimension> {
             $($variant(ArrayView<'a, $t, D>),)*
         }
 
         impl<'py, D: Dimension> IntArray<'py, D> {
-            /// The array of rank `D` and an integer type, in native byte order (the Python
-            /// side has checked both, so the error is for callers of `_posenc` itself).
+            /// The array of rank `D` and an integer type, in either byte order (the Python
+            /// side has checked the type and rank, so the error is for callers of `_posenc`
+            /// itself; it copies unaligned arrays).
             pub(crate) fn extract(value: &Bound<'py, PyAny>, what: &str) -> PyResult<Self> {
-                $(
-                    if let Ok(a) = value.extract::<PyReadonlyArray<'py, $t, D>>() {
-                        return Ok(Self::$variant(a));
+                if let Some(values) = Self::native(value) {
+                    return Ok(Self { values, swapped: false });
+                }
+                // The other byte order: the same bytes viewed as the native type.
+                let dtype = value.getattr("dtype").ok();
+                let other_order = dtype.as_ref().is_some_and(|d| {
+                    d.getattr("isnative").and_then(|n| n.extract::<bool>()).is_ok_and(|n| !n)
+                });
+                if let (Some(dtype), true) = (dtype, other_order) {
+                    let native = dtype.call_method1("newbyteorder", ("=",))?;
+                    let view = value.call_method1("view", (native,))?;
+                    if let Some(values) = Self::native(&view) {
+                        return Ok(Self { values, swapped: true });
                     }
-                )*
+                }
                 Err(PyValueError::new_err(format!(
-                    "{what} must be an array of integers of rank {} in native byte order",
+                    "{what} must be an aligned array of integers of rank {}",
                     D::NDIM.map_or_else(|| "any".to_string(), |n| n.to_string())
                 )))
             }
 
+            fn native(value: &Bound<'py, PyAny>) -> Option<Ints<'py, D>> {
+                $(
+                    if let Ok(a) = value.extract::<PyReadonlyArray<'py, $t, D>>() {
+                        return Some(Ints::$variant(a));
+                    }
+                )*
+                None
+            }
+
             pub(crate) fn view(&self) -> IntView<'_, D> {
-                match self {
-                    $(Self::$variant(a) => IntView::$variant(a.as_array()),)*
-                }
+                let values = match &self.values {
+                    $(Ints::$variant(a) => IntValues::$variant(a.as_array()),)*
+                };
+                IntView { values, swapped: self.swapped }
             }
         }
 
         impl<D: Dimension> IntView<'_, D> {
             pub(crate) fn len(&self) -> usize {
-                match self {
-                    $(Self::$variant(a) => a.len(),)*
+                match &self.values {
+                    $(IntValues::$variant(a) => a.len(),)*
                 }
             }
 
             pub(crate) fn shape(&self) -> &[usize] {
-                match self {
-                    $(Self::$variant(a) => a.shape(),)*
+                match &self.values {
+                    $(IntValues::$variant(a) => a.shape(),)*
                 }
             }
 
             /// Every value as a u32, row-major, each checked (`field` and the value's index
             /// name the first that is not one).
             pub(crate) fn to_u32s(&self, field: &'static str) -> Result<Vec<u32>, Error> {
-                match self {
-                    $(Self::$variant(a) => u32_values(a.iter().map(|&v| i128::from(v)), field),)*
+                let swapped = self.swapped;
+                match &self.values {
+                    $(IntValues::$variant(a) => u32_values(
+                        a.iter().map(|&v| i128::from(if swapped { v.swap_bytes() } else { v })),
+                        field,
+                    ),)*
                 }
             }
         }
 
         impl IntView<'_, Ix2> {
             pub(crate) fn dim(&self) -> (usize, usize) {
-                match self {
-                    $(Self::$variant(a) => a.dim(),)*
+                match &self.values {
+                    $(IntValues::$variant(a) => a.dim(),)*
                 }
             }
 
-            /// Token ids as u32, each below `vocab` save `pad_id` ([`ids_to_u32`]).
+            /// Token ids as u32, each below `vocab` save `pad_id` ([`ids_to_u32`]). Ids in
+            /// the other byte order are put in the native one first: the caller has checked
+            /// the output they imply, which is larger than them.
             pub(crate) fn ids_to_u32(
                 &self,
                 vocab: usize,
                 pad_id: Option<u32>,
             ) -> Result<Array2<u32>, Error> {
-                match self {
-                    $(Self::$variant(a) => ids_to_u32(a.view(), vocab, pad_id),)*
+                match (&self.values, self.swapped) {
+                    $(
+                        (IntValues::$variant(a), false) => ids_to_u32(a.view(), vocab, pad_id),
+                        (IntValues::$variant(a), true) => {
+                            let bytes = (a.len() * size_of::<$t>()) as u64;
+                            posenc::alloc::check_allocation("the ids in native byte order", bytes)?;
+                            ids_to_u32(a.mapv(<$t>::swap_bytes).view(), vocab, pad_id)
+                        }
+                    )*
                 }
             }
         }

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use half::{bf16, f16};
-use ndarray::{Array2, ArrayView2, CowArray, Ix1, Ix2};
+use ndarray::{Array2, ArrayView2, Ix1, Ix2};
 use numpy::{PyArray2, PyReadonlyArray1, PyReadonlyArray2};
 use posenc::commands::{self, ConfigSource, InvFreq, PeOptions};
 use posenc::encode::{Dtype, Embeddings, EncodeOptions, Encoded, Scale};
@@ -222,12 +222,11 @@ impl<'py> TableArray<'py> {
     }
 }
 
-/// A table's rows as the encode takes them, bfloat16 reinterpreted from uint16 in place
-/// when the array is in standard layout.
+/// A table's rows as the encode takes them, bfloat16 reinterpreted from uint16 in place.
 enum TableView<'a> {
     F32(ArrayView2<'a, f32>),
     F16(ArrayView2<'a, f16>),
-    Bf16(CowArray<'a, bf16, Ix2>),
+    Bf16(ArrayView2<'a, bf16>),
 }
 
 impl TableView<'_> {
@@ -235,7 +234,7 @@ impl TableView<'_> {
         match self {
             Self::F32(a) => TableView::F32(a.view()),
             Self::F16(a) => TableView::F16(a.view()),
-            Self::Bf16(a) => TableView::Bf16(a.view().into()),
+            Self::Bf16(a) => TableView::Bf16(a.view()),
         }
     }
 
@@ -248,19 +247,27 @@ impl TableView<'_> {
     }
 }
 
-/// uint16 bits as bfloat16, without a copy when the array is in standard layout.
+/// uint16 bits as bfloat16, without a copy, in any strides: half's `bf16` is
+/// `#[repr(transparent)]` over `u16`, so each element is read as the bits it holds. (A copy
+/// of a strided view, as this was, could be of a broadcast view of terabytes, made before
+/// any size was checked.)
 pub(crate) fn bf16_view<'a, D: ndarray::Dimension>(
     a: ndarray::ArrayView<'a, u16, D>,
-) -> CowArray<'a, bf16, D> {
-    match a.to_slice() {
-        Some(bits) => {
-            let values: &[bf16] = bytemuck::cast_slice(bits);
-            ndarray::ArrayView::from_shape(a.raw_dim(), values)
-                .expect("the same shape over the same number of values")
-                .into()
-        }
-        None => a.mapv(bf16::from_bits).into(),
-    }
+) -> ndarray::ArrayView<'a, bf16, D> {
+    const { assert!(size_of::<bf16>() == 2 && align_of::<bf16>() == align_of::<u16>()) };
+    // SAFETY: `bf16` is `#[repr(transparent)]` over `u16` (same size and alignment, every
+    // bit pattern a value), so the raw view addresses exactly `a`'s elements, with `a`'s
+    // strides in elements; the result borrows them for `a`'s lifetime, read-only.
+    unsafe { a.raw_view().cast::<bf16>().deref_into_view() }
+}
+
+/// [`bf16_view`], writable: the exclusive borrow of the bits passes to the result.
+pub(crate) fn bf16_view_mut<'a, D: ndarray::Dimension>(
+    mut a: ndarray::ArrayViewMut<'a, u16, D>,
+) -> ndarray::ArrayViewMut<'a, bf16, D> {
+    // SAFETY: as `bf16_view`; `a` is consumed, so the result is the only view of its
+    // elements for `a`'s lifetime.
+    unsafe { a.raw_view_mut().cast::<bf16>().deref_into_view_mut() }
 }
 
 /// Where the table comes from: an array, or a file read as `--weights` (`--tensor`) is.
@@ -634,6 +641,6 @@ fn loaded_view(table: &posenc::weights::Table) -> TableView<'_> {
     match table.embeddings() {
         Embeddings::F32(a) => TableView::F32(a),
         Embeddings::F16(a) => TableView::F16(a),
-        Embeddings::Bf16(a) => TableView::Bf16(a.into()),
+        Embeddings::Bf16(a) => TableView::Bf16(a),
     }
 }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use half::{bf16, f16};
-use ndarray::{Array2, Array4, ArrayView2, ArrayView4, ArrayViewMut4, CowArray, Ix1, Ix2, Ix4};
+use ndarray::{Array2, Array4, ArrayView2, ArrayView4, ArrayViewMut4, Ix1, Ix2};
 use numpy::{
     PyArray1, PyArray2, PyArray4, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray4,
     PyReadwriteArray4, PyUntypedArrayMethods,
@@ -17,7 +17,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::ints::{IntArray, IntView};
-use crate::pe::{bf16_view, bits_of, config_source, inv_freq_of};
+use crate::pe::{bf16_view, bf16_view_mut, bits_of, config_source, inv_freq_of};
 use crate::{Device, Failure, Noted, compute, on_device};
 use posenc::placement::HostJob;
 
@@ -128,7 +128,7 @@ enum TensorArray<'py> {
 enum TensorView<'a> {
     F32(ArrayView4<'a, f32>),
     F16(ArrayView4<'a, f16>),
-    Bf16(CowArray<'a, bf16, Ix4>),
+    Bf16(ArrayView4<'a, bf16>),
     /// In place (`out=x`): only the shape; the source is the destination.
     Shape([usize; 4]),
 }
@@ -386,22 +386,7 @@ fn rope<'py>(
             (TensorView::Shape(_), Targets::New) => unreachable!("a new array has its source"),
             (x, Targets::F32(o)) => (None, run.to(x.f32(), o)?),
             (x, Targets::F16(o)) => (None, run.to(x.f16(), o)?),
-            (x, Targets::Bf16(o)) => {
-                let note = match bf16_view_mut(o) {
-                    Ok(o) => run.to(x.bf16(), o)?,
-                    Err(mut bits) => {
-                        // Strided bits: the rotation into a scratch array, then its bits.
-                        let from = match x.bf16() {
-                            Some(x) => x.to_owned(),
-                            None => bits.map(|&b| bf16::from_bits(b)),
-                        };
-                        let (a, note) = run.fresh(from.view())?;
-                        bits.zip_mut_with(&a, |b, v| *b = v.to_bits());
-                        note
-                    }
-                };
-                (None, note)
-            }
+            (x, Targets::Bf16(o)) => (None, run.to(x.bf16(), bf16_view_mut(o))?),
         })
     })?;
     // The caller's `out` is returned by the Python side.
@@ -493,19 +478,6 @@ enum Targets<'a> {
     F32(ArrayViewMut4<'a, f32>),
     F16(ArrayViewMut4<'a, f16>),
     Bf16(ArrayViewMut4<'a, u16>),
-}
-
-/// bfloat16 bits as bfloat16 values to write, where they are in standard layout.
-fn bf16_view_mut(
-    a: ArrayViewMut4<'_, u16>,
-) -> Result<ArrayViewMut4<'_, bf16>, ArrayViewMut4<'_, u16>> {
-    if !a.is_standard_layout() {
-        return Err(a);
-    }
-    let dim = a.raw_dim();
-    let bits = a.into_slice().expect("a standard-layout view is contiguous");
-    let values: &mut [bf16] = bytemuck::cast_slice_mut(bits);
-    Ok(ArrayViewMut4::from_shape(dim, values).expect("the same shape over the same values"))
 }
 
 /// One rotation's settings, for each dtype and destination.

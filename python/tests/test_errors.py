@@ -597,9 +597,10 @@ def test_rope_caches_pickle_with_their_attributes():
     assert type(back) is Tagged and back.tag == "kept" and back.pairing == c.pairing
 
 
-def test_copies_of_big_endian_integers_are_sized_first():
-    """A big-endian or unaligned view is copied to native integers; the output's size as
-    far as the call knows it comes first (it copied up to 2^31 values, 16 GiB, before)."""
+def test_big_endian_integers_are_sized_before_they_are_read():
+    """A big-endian view is read where it is, after the output's size is checked (it was
+    copied up to 2^31 values, 16 GiB, before any check once; then before the check of a
+    size Python could not know)."""
     w = np.ones((10, 8), np.float32)
     for call in (
         lambda: posenc.encode(w, np.broadcast_to(np.zeros(1, ">i8"), (2**31,))),
@@ -608,11 +609,18 @@ def test_copies_of_big_endian_integers_are_sized_first():
                                                                       (2**30,))),
         lambda: posenc.table(8, positions=np.broadcast_to(np.zeros(1, ">u4"), (2**29,))),
         lambda: posenc.RopeSpec(head_dim=8).cache(np.broadcast_to(np.zeros(1, ">i4"), (2**29,))),
-        lambda: posenc.rope(np.ones((1, 1, 2, 8), np.float32), layout="blhd",
-                            positions=np.broadcast_to(np.zeros(1, ">i4"), (2**28, 1))),
     ):
         with pytest.raises(ValueError, match="MAX_OUTPUT_VALUES"):
             call()
+    with pytest.raises(ValueError, match=r"expected \[1, 1\], got \[268435456, 1\]"):
+        posenc.rope(np.ones((1, 1, 2, 8), np.float32), layout="blhd",
+                    positions=np.broadcast_to(np.zeros(1, ">i4"), (2**28, 1)))
+    # Unaligned views are still copied, after the size as far as Python knows it.
+    raw = np.zeros(8 * 32769 + 1, np.uint8)[1:].view(">i8")
+    assert not raw.flags.aligned
+    with pytest.raises(ValueError, match="MAX_OUTPUT_VALUES"):
+        posenc.table(65536, positions=raw, device="cpu")
+    assert posenc.table(8, positions=raw[:4], device="cpu").shape == (4, 8)
 
 
 def test_path_objects_of_bytes_and_bytes_paths_are_paths(tmp_path):
@@ -757,3 +765,55 @@ def test_rope_out_is_checked_before_anything_is_written():
         _posenc.rope(x=x, out=np.zeros((1, 2, 3, 9), np.float32), **common)
     with pytest.raises(ValueError, match="out cannot be written"):
         _posenc.rope(x=x, out=np.broadcast_to(np.float32(0), x.shape), **common)
+
+
+def test_broadcast_bfloat16_views_are_refused_by_size_not_copied():
+    # A broadcast uint16 view of 2^40 values was copied to bfloat16 before any size check,
+    # and the allocation's failure aborted the interpreter (round eight of the probes).
+    x = np.broadcast_to(np.uint16(0x3F80), (1, 2**20, 2**10, 1024))
+    with pytest.raises(ValueError, match="MAX_OUTPUT_VALUES"):
+        posenc.rope(x, layout="blhd", device="cpu")
+    weights = np.broadcast_to(np.uint16(0x3F80), (2**30, 1024))
+    with pytest.raises((MemoryError, ValueError)):
+        posenc.encode(weights, [[0]], device="cpu")
+
+
+def test_bfloat16_tables_in_any_strides_give_the_same_bits(device):
+    rng = np.random.default_rng(5)
+    bits = (rng.integers(0, 2**16, (50, 16)) & 0x7F7F).astype(np.uint16)
+    ids = np.array([[1, 2, 3], [4, 5, 49]])
+    want = posenc.encode(bits, ids, device=device)
+    for strided in [np.asfortranarray(bits), bits[::-1][::-1], np.repeat(bits, 2, axis=1)[:, ::2]]:
+        assert posenc.encode(strided, ids, device=device).tobytes() == want.tobytes()
+    learned = (rng.integers(0, 2**16, (20, 16)) & 0x3F3F).astype(np.uint16)
+    want = posenc.encode(bits, ids, position_table=learned, device=device)
+    for strided in [np.asfortranarray(learned), learned[::-1].copy()[::-1]]:
+        got = posenc.encode(bits, ids, position_table=strided, device=device)
+        assert got.tobytes() == want.tobytes()
+
+
+def test_integers_in_the_other_byte_order_are_read_without_a_copy(tmp_path):
+    # Byte-swapped ids were copied to native order before the output's size was known
+    # (a weights path): a broadcast view of 2^31 was a 16 GiB copy.
+    weights = tmp_path / "w.npy"
+    np.save(weights, np.ones((10, 8), np.float32))
+    huge = np.broadcast_to(np.array(1, ">i8"), (2**16, 2**15))
+    with pytest.raises(ValueError, match="MAX_OUTPUT_VALUES"):
+        posenc.encode(weights, huge, device="cpu")
+    ids = np.array([[1, 2, 3], [4, 5, 9]])
+    positions = np.array([[0, 7, 2**32 - 1], [5, 6, 7]])
+    want = posenc.encode(weights, ids, positions=positions, device="cpu")
+    for dt in [">i8", ">u2", ">i4", ">u8"]:
+        got = posenc.encode(weights, ids.astype(dt), positions=positions.astype(">u4"),
+                            device="cpu")
+        assert got.tobytes() == want.tobytes(), dt
+    got = posenc.encode(weights, ids, offsets=np.array([0, 9], ">i2"), device="cpu")
+    assert got.tobytes() == posenc.encode(weights, ids, offsets=[0, 9], device="cpu").tobytes()
+    with pytest.raises(ValueError, match="token id -1 at row 0, column 1"):
+        posenc.encode(weights, np.array([[1, -1]], ">i8"), device="cpu")
+    with pytest.raises(ValueError, match="invalid positions: 1099511627776 at index 1"):
+        posenc.table(8, positions=np.array([1, 2**40], ">i8"), device="cpu")
+    big_endian = posenc.table(8, positions=np.array([3, 2**32 - 1], ">u8"), device="cpu")
+    assert big_endian.tobytes() == posenc.table(8, positions=[3, 2**32 - 1], device="cpu").tobytes()
+    cos, _ = posenc.rope_cache(head_dim=8, positions=np.array([5, 2**31], ">i8"), device="cpu")
+    assert cos.tobytes() == posenc.rope_cache(head_dim=8, positions=[5, 2**31], device="cpu")[0].tobytes()

@@ -332,10 +332,10 @@ def _int_array(value: Any, what: str, ndim: tuple[int, ...], width: int = 1) -> 
     if a.ndim not in ndim:
         ranks = " or ".join(str(n) for n in ndim)
         raise ValueError(f"{what} must have rank {ranks}, got shape {a.shape}")
-    if not (a.dtype.isnative and a.flags.aligned):
-        # The extension reads native, aligned integers; others are copied so, after the
-        # output's size as far as it is known here: each value gives `width` output
-        # values, so the copy is never larger than an output that may be had.
+    if not a.flags.aligned:
+        # The extension reads aligned integers, in either byte order; others are copied so,
+        # after the output's size as far as it is known here: each value gives `width`
+        # output values, so the copy is never larger than an output that may be had.
         try:
             width = max(int(width), 1)
         except (TypeError, ValueError, OverflowError):

@@ -6,7 +6,7 @@ from typing import Any, Optional
 import numpy as np
 import numpy.typing as npt
 
-# Ids, positions and offsets: any NumPy integer type, native byte order, not copied.
+# Ids, positions and offsets: any NumPy integer type, either byte order, aligned, not copied.
 
 ACCURACY_BOUND: float
 MAX_OUTPUT_VALUES: int

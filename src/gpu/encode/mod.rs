@@ -652,7 +652,11 @@ impl Context {
             });
         }
         self.check_fits_budget("upload_position_table", "the position table as f32", bytes)?;
-        let values = position_table.to_f32();
+        // Widened into a new array in standard layout, whatever the caller's strides (a
+        // table in Fortran order or with its rows reversed).
+        let mut values =
+            crate::alloc::try_zeros::<f32, _>("the position table in f32", (rows, dim))?;
+        position_table.widen_into(&mut values);
         let values = values.as_slice().expect("a new array is contiguous");
         let buffer = self.scoped("upload_position_table", || {
             let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;

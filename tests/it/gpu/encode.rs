@@ -534,6 +534,24 @@ fn learned_position_tables_encode_bit_identically() {
             );
         }
     }
+    // Tables in other memory orders (Fortran order, rows reversed) are uploaded in the
+    // order the kernel reads, as the CPU reads them (a panic before 2026-12-02).
+    let fortran = learned.f32.t().as_standard_layout().into_owned();
+    let fortran = fortran.t();
+    let mut reversed = learned.f32.clone();
+    reversed.invert_axis(ndarray::Axis(0));
+    let fortran_bf16 = learned.bf16.t().as_standard_layout().into_owned();
+    for (what, p) in [
+        ("fortran", Embeddings::F32(fortran.view())),
+        ("reversed", Embeddings::F32(reversed.view())),
+        ("fortran bf16", Embeddings::Bf16(fortran_bf16.t())),
+    ] {
+        let gpu_p = ctx.upload_position_table(p).unwrap();
+        let options = EncodeOptions::default();
+        let g = ctx.encode(&gpu_p, &uploaded, ids.view(), pos.view(), &options).unwrap();
+        let c = cpu::encode_learned(p, table.view(Dtype::F32), ids.view(), pos.view(), &options);
+        assert_same_bits(what, &g, &c.unwrap());
+    }
     // A position without a row is refused before any work, naming both numbers.
     let mut bad = pos.clone();
     bad[[1, 4]] = max_positions as u32;
