@@ -289,6 +289,9 @@ pub(crate) fn on_device<T>(
 #[pyfunction]
 fn devices_json(py: Python<'_>) -> PyResult<String> {
     compute(py, || {
+        // posenc's GPU variables are checked first, as `posenc devices` checks them: a
+        // WGPU_BACKEND naming no backend would list nothing.
+        gpu::Options::from_env()?;
         serde_json::to_string(&gpu::adapters())
             .map_err(|e| Failure::from(Error::Gpu { op: "devices", message: format!("JSON: {e}") }))
     })
@@ -339,6 +342,7 @@ fn _posenc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     IMPORTED_IN.get_or_init(std::process::id);
     m.add("ACCURACY_BOUND", posenc::ACCURACY_BOUND)?;
     m.add("MAX_OUTPUT_VALUES", posenc::inputs::MAX_OUTPUT_VALUES)?;
+    m.add("MAX_ALIBI_HEADS", posenc::alibi::MAX_HEADS)?;
     m.add_function(wrap_pyfunction!(devices_json, m)?)?;
     m.add_function(wrap_pyfunction!(no_adapter_hint, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;

@@ -141,11 +141,12 @@ def test_integers_past_their_type_are_value_errors_naming_them():
         (lambda: posenc.rope(x, layout="blhd", offset=2**32), "offset", 2**32),
         (lambda: posenc.rope_cache(head_dim=8, seq_len=-1), "seq_len", -1),
         (lambda: posenc.alibi_bias(8, 4, offset=-1), "offset", -1),
-        (lambda: posenc.alibi_slopes(2**40), "heads", 2**40),
         (lambda: posenc.encode(np.ones((10, 8), np.float32), [[1]], pad_id=-2), "pad_id", -2),
     ]:
         with pytest.raises(ValueError, match=f"invalid {name}: {value} \\(allowed: 0\\.\\.="):
             call()
+    with pytest.raises(ValueError, match="invalid heads: 1099511627776 \\(allowed: 1\\.\\.="):
+        posenc.alibi_slopes(2**40)
     with pytest.raises(ValueError, match="invalid heads: True"):
         posenc.alibi_slopes(True)
     with pytest.raises(ValueError, match="invalid scale: True"):
@@ -673,6 +674,18 @@ def test_dicts_that_are_not_json_are_refused_by_name():
             posenc.rope_cache(config, seq_len=2, pairing="neox")
     with pytest.raises(ValueError, match="^invalid config: JSON text that is not UTF-8"):
         posenc.rope_cache(b'{"model_type": "\xff"}', seq_len=2)
+    # Values the JSON reader would stop at, with a column of text the caller never wrote.
+    llama = {"model_type": "llama", "head_dim": 8}
+    with pytest.raises(ValueError, match=r"^invalid config\.rope_theta: an integer of 1329 bits"):
+        posenc.rope_cache({**llama, "rope_theta": 10**400}, seq_len=2)
+    with pytest.raises(ValueError, match=r"^invalid rope_scaling\.factor: an integer of 1025 bits"):
+        posenc.rope_cache(head_dim=8, scaling={"rope_type": "linear", "factor": -(2**1024)}, seq_len=2)
+    with pytest.raises(ValueError, match=r"^invalid config\.model_type: 'llama\\ud800' \(allowed: text"):
+        posenc.rope_cache({**llama, "model_type": "llama\ud800"}, seq_len=2)
+    with pytest.raises(ValueError, match=r"^invalid config key: '\\udc80'"):
+        posenc.rope_cache({**llama, "\udc80": 1}, seq_len=2)
+    # Large integers within float64's range are numbers, as JSON reads them.
+    assert posenc.rope_cache({**llama, "rope_theta": 10**300}, seq_len=2).cos.shape == (2, 8)
 
 
 def test_json_text_and_files_with_a_byte_order_mark(tmp_path):
@@ -817,3 +830,25 @@ def test_integers_in_the_other_byte_order_are_read_without_a_copy(tmp_path):
     assert big_endian.tobytes() == posenc.table(8, positions=[3, 2**32 - 1], device="cpu").tobytes()
     cos, _ = posenc.rope_cache(head_dim=8, positions=np.array([5, 2**31], ">i8"), device="cpu")
     assert cos.tobytes() == posenc.rope_cache(head_dim=8, positions=[5, 2**31], device="cpu")[0].tobytes()
+
+
+def test_ranges_named_are_the_options_own():
+    # The type's range was named where the option's is narrower (round eight).
+    with pytest.raises(ValueError, match=r"^invalid heads: -1 \(allowed: 1\.\.=65536\)$"):
+        posenc.alibi_slopes(-1)
+    with pytest.raises(ValueError, match=r"^invalid heads: 4294967296 \(allowed: 1\.\.=65536\)$"):
+        posenc.alibi_bias(2**32, 4)
+    assert posenc.MAX_ALIBI_HEADS == 65536 and posenc.alibi_slopes(65536).shape == (65536,)
+    spec = posenc.RopeSpec(head_dim=8)
+    for bad in (0, 2**32 + 1):
+        with pytest.raises(ValueError, match=rf"^invalid seq_len: {bad} \(allowed: 1\.\.=4294967296\)$"):
+            spec.frequencies(bad)
+    assert spec.frequencies(2**32)[0].shape == (4,)
+
+
+def test_devices_refuses_a_backend_that_names_none():
+    code = "import posenc; posenc.devices()"
+    env = {**os.environ, "WGPU_BACKEND": "bogus"}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert run.returncode != 0
+    assert 'ValueError: invalid WGPU_BACKEND: "bogus"' in run.stderr, run.stderr

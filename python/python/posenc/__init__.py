@@ -41,10 +41,17 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from . import _posenc
-from ._posenc import ACCURACY_BOUND, MAX_OUTPUT_VALUES, GpuError, RopeSpec as _RustRopeSpec
+from ._posenc import (
+    ACCURACY_BOUND,
+    MAX_ALIBI_HEADS,
+    MAX_OUTPUT_VALUES,
+    GpuError,
+    RopeSpec as _RustRopeSpec,
+)
 
 __all__ = [
     "ACCURACY_BOUND",
+    "MAX_ALIBI_HEADS",
     "MAX_OUTPUT_VALUES",
     "DeviceWarning",
     "GpuError",
@@ -143,23 +150,24 @@ _U32 = 2**32 - 1
 _U64 = 2**64 - 1
 
 
-def _whole(value: Any, name: str, largest: int, optional: bool = True) -> Any:
-    """An integer option within its type (``0..=largest``), as an int, ``None`` as it is
-    where the option is ``optional``: anything else is refused here by the option's name
-    (the extension's conversion would name its own parameter, or none, and raise
-    ``TypeError``), and so is an integer past the type (the conversion's
-    ``OverflowError`` names neither the value nor the range)."""
+def _whole(value: Any, name: str, largest: int, optional: bool = True, smallest: int = 0) -> Any:
+    """An integer option within its type (``smallest..=largest``; the type's range unless
+    the option's own is narrower), as an int, ``None`` as it is where the option is
+    ``optional``: anything else is refused here by the option's name (the extension's
+    conversion would name its own parameter, or none, and raise ``TypeError``), and so is
+    an integer past the type (the conversion's ``OverflowError`` names neither the value
+    nor the range)."""
     if value is None and optional:
         return None
-    allowed = f"a whole number in 0..={largest}"
+    allowed = f"a whole number in {smallest}..={largest}"
     if isinstance(value, (bool, np.bool_)):
         raise ValueError(f"invalid {name}: {value} (allowed: {allowed}, not a bool)")
     try:
         whole = operator.index(value)
     except TypeError:
         raise ValueError(f"invalid {name}: {value!r} (allowed: {allowed})") from None
-    if not 0 <= whole <= largest:
-        raise ValueError(f"invalid {name}: {whole} (allowed: 0..={largest})")
+    if not smallest <= whole <= largest:
+        raise ValueError(f"invalid {name}: {whole} (allowed: {smallest}..={largest})")
     return whole
 
 
@@ -210,8 +218,24 @@ def _json_of(value: Any, what: str) -> str:
     def check(v: Any, at: str) -> None:
         if isinstance(v, (float, np.floating)) and not np.isfinite(v):
             raise ValueError(f"invalid {at}: {v} (allowed: a finite number)")
+        if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 1000:
+            try:
+                float(v)
+            except OverflowError:
+                # Past float64's range: the JSON reader would stop at it, naming a column
+                # of text the caller never wrote.
+                raise ValueError(f"invalid {at}: an integer of {v.bit_length()} bits "
+                                 f"(allowed: a number within float64's range)") from None
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"invalid {at}: {v!r} (allowed: text that is valid "
+                                 f"Unicode, with no lone surrogate)") from None
         if isinstance(v, dict):
             for k, item in v.items():
+                if isinstance(k, str):
+                    check(k, f"{at} key")
                 check(item, f"{at}.{k}")
         elif isinstance(v, (list, tuple)):
             for k, item in enumerate(v):
@@ -934,7 +958,9 @@ class RopeSpec:
     def frequencies(self, seq_len: int) -> tuple[np.ndarray, float]:
         """The frequencies (float64 radians per position) and attention factor at
         sequence length ``seq_len``."""
-        return self._spec.frequencies(_whole(seq_len, "seq_len", _U64, optional=False))
+        # The range rope(seq_len=) and RopeSpec(seq_len=) take: one more than a u32 position.
+        seq_len = _whole(seq_len, "seq_len", 2**32, optional=False, smallest=1)
+        return self._spec.frequencies(seq_len)
 
     def with_pairing(self, pairing: str) -> "RopeSpec":
         """This configuration with its cache in the other layout (``"neox"``/``"gptj"``)."""
@@ -960,11 +986,16 @@ def _rebuilt_rope_spec(args: dict, pairing: str) -> RopeSpec:
     return new
 
 
+def _heads(heads: Any) -> int:
+    """ALiBi's head count, refused with the range the slopes take (1..=65536), not u32's."""
+    return _whole(heads, "heads", MAX_ALIBI_HEADS, optional=False, smallest=1)
+
+
 def alibi_slopes(heads: int) -> np.ndarray:
     """The float32 ALiBi slopes of ``heads`` heads (``posenc alibi --slopes``): for a
     power of two, ``2^(-8k/H)``; otherwise the paper's interleaving. Each the float32
     nearest its exact value."""
-    return _posenc.alibi_slopes(_whole(heads, "heads", _U32, optional=False))
+    return _posenc.alibi_slopes(_heads(heads))
 
 
 def alibi_bias(
@@ -982,7 +1013,7 @@ def alibi_bias(
     above the diagonal (no mask). Correctly rounded, the same bits on CPU and GPU."""
     return _noted(
         _posenc.alibi_bias(
-            heads=_whole(heads, "heads", _U32, optional=False),
+            heads=_heads(heads),
             len=_whole(len, "len", _U64, optional=False),
             kv_len=_whole(kv_len, "kv_len", _U64),
             form=_text(form, "form", optional=False),

@@ -10,6 +10,7 @@ import numpy.typing as npt
 
 ACCURACY_BOUND: float
 MAX_OUTPUT_VALUES: int
+MAX_ALIBI_HEADS: int
 THREADS_NOTE: Optional[str]
 
 class GpuError(RuntimeError):
