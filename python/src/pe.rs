@@ -3,6 +3,7 @@
 //! the fused encode. The tests compare every path with the binary.
 
 use std::path::{Path, PathBuf};
+use std::sync::PoisonError;
 
 use half::{bf16, f16};
 use ndarray::{Array2, ArrayView2, Ix1, Ix2};
@@ -368,7 +369,7 @@ fn parse_scale(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Scale>> {
     pad_id, scale, config_path, config_json, variant, frequencies, inv_freq, inv_freq_path,
     inv_freq_tensor, base, min_timescale, max_timescale, start_index, padding_idx,
     position_table, position_table_path, position_tensor, out_dtype, device,
-    gpu_memory_budget))]
+    gpu_memory_budget, out = None))]
 #[allow(clippy::too_many_arguments)]
 fn encode<'py>(
     py: Python<'py>,
@@ -399,9 +400,12 @@ fn encode<'py>(
     out_dtype: &str,
     device: &str,
     gpu_memory_budget: Option<u64>,
-) -> PyResult<(Bound<'py, PyAny>, Option<String>)> {
+    out: Option<&Bound<'py, PyAny>>,
+) -> PyResult<(Option<Bound<'py, PyAny>>, Option<String>)> {
     let device = Device::parse(device)?;
     let out_dtype = parse_dtype(out_dtype)?;
+    let mut out_array = out.map(|o| OutArray::extract(o, out_dtype)).transpose()?;
+    let out_view = out_array.as_mut().map(OutArray::view_mut);
     let scale = parse_scale(scale)?;
     let table_source = match (weights, weights_path) {
         (Some(w), _) => TableSource::Array(TableArray::extract(w, "weights")?),
@@ -442,7 +446,7 @@ fn encode<'py>(
     let offsets = offsets.map(|o| IntArray::<Ix1>::extract(o, "offsets")).transpose()?;
     let given_positions = positions.as_ref().map(IntArray::view);
     let given_offsets = offsets.as_ref().map(IntArray::view);
-    let (encoded, note) = compute(py, || -> Result<Noted<Encoded>, Failure> {
+    let (encoded, note) = compute(py, || -> Result<Noted<Option<Encoded>>, Failure> {
         if gpu_memory_budget.is_some() && device == Device::Cpu {
             return Err(off_gpu("gpu_memory_budget", "cpu").into());
         }
@@ -613,28 +617,183 @@ fn encode<'py>(
         if let Some(p) = &learned {
             posenc::encode::check_positions(positions.view(), p.embeddings().dim().0)?;
         }
+        if let Some(o) = &out_view {
+            let expected: &[usize] =
+                if one_sequence { &[len, width][..] } else { &[batch, len, width][..] };
+            if o.shape() != expected {
+                return Err(Error::Shape {
+                    op: "encode",
+                    what: "out (the output's shape)",
+                    expected: format!("{expected:?}"),
+                    actual: format!("{:?}", o.shape()),
+                }
+                .into());
+            }
+        }
         let bytes = (batch * len * width) as u64 * out_dtype.size() as u64;
-        posenc::alloc::check_allocation("the encode output", bytes)?;
+        // The CPU's sinusoid writes a caller's `out` in C order where it is; every other
+        // path makes its result first, then copies it into `out`.
+        let writes_out =
+            out_view.as_ref().is_some_and(OutView::is_standard_layout) && learned.is_none();
+        if !(writes_out && device == Device::Cpu) {
+            posenc::alloc::check_allocation("the encode output", bytes)?;
+        }
         let (ids, positions, embeddings) = (ids.ids.view(), positions.view(), table.embeddings());
         let job = HostJob::encode(positions, width as u64, bytes, spec.is_some());
-        on_device(device, gpu_memory_budget, job, |ctx| match (ctx, &spec, &learned) {
-            (None, Some(spec), _) => cpu::encode(spec, embeddings, ids, positions, &options),
-            (None, None, Some(p)) => {
-                cpu::encode_learned(p.embeddings(), embeddings, ids, positions, &options)
+        let out_view = std::sync::Mutex::new(out_view);
+        let (encoded, note) =
+            on_device(device, gpu_memory_budget, job, |ctx| match (ctx, &spec, &learned) {
+                (None, Some(spec), _) if writes_out => {
+                    let encoder = cpu::Encoder::one_off(spec.clone());
+                    let mut out = out_view.lock().unwrap_or_else(PoisonError::into_inner);
+                    let out = out.as_mut().expect("writes_out: out is given");
+                    out.encode_into(&encoder, embeddings, ids, positions, &options)?;
+                    Ok(None)
+                }
+                (None, Some(spec), _) => {
+                    cpu::encode(spec, embeddings, ids, positions, &options).map(Some)
+                }
+                (None, None, Some(p)) => {
+                    cpu::encode_learned(p.embeddings(), embeddings, ids, positions, &options)
+                        .map(Some)
+                }
+                (Some(ctx), Some(spec), _) => {
+                    let table = ctx.upload_table(embeddings)?;
+                    ctx.encode(spec, &table, ids, positions, &options).map(Some)
+                }
+                (Some(ctx), None, Some(p)) => {
+                    let p = ctx.upload_position_table(p.embeddings())?;
+                    let table = ctx.upload_table(embeddings)?;
+                    ctx.encode(&p, &table, ids, positions, &options).map(Some)
+                }
+                (_, None, None) => unreachable!("a spec unless a position table was given"),
+            })?;
+        let mut out_view = out_view.into_inner().unwrap_or_else(PoisonError::into_inner);
+        match (out_view.as_mut(), encoded) {
+            // Written once the result is had: a failure leaves `out` as it was.
+            (Some(o), Some(encoded)) => {
+                o.assign(encoded);
+                Ok((None, note))
             }
-            (Some(ctx), Some(spec), _) => {
-                let table = ctx.upload_table(embeddings)?;
-                ctx.encode(spec, &table, ids, positions, &options)
-            }
-            (Some(ctx), None, Some(p)) => {
-                let p = ctx.upload_position_table(p.embeddings())?;
-                let table = ctx.upload_table(embeddings)?;
-                ctx.encode(&p, &table, ids, positions, &options)
-            }
-            (_, None, None) => unreachable!("a spec unless a position table was given"),
-        })
+            (_, encoded) => Ok((encoded, note)),
+        }
     })?;
-    Ok((Out::of(encoded, one_sequence).into_py(py), note))
+    // The caller's `out` is returned by the Python side.
+    Ok((encoded.map(|e| Out::of(e, one_sequence).into_py(py)), note))
+}
+
+/// A caller's `out` for the encode, borrowed for writing: of `out_dtype`'s type (bfloat16
+/// as uint16 bits), rank 2 (one sequence) or 3.
+enum OutArray<'py> {
+    F32(numpy::PyReadwriteArrayDyn<'py, f32>),
+    F16(numpy::PyReadwriteArrayDyn<'py, f16>),
+    Bf16(numpy::PyReadwriteArrayDyn<'py, u16>),
+}
+
+impl<'py> OutArray<'py> {
+    fn extract(out: &Bound<'py, PyAny>, dtype: Dtype) -> PyResult<Self> {
+        use numpy::{PyArrayDyn, PyArrayMethods};
+        let writable =
+            |e: numpy::BorrowError| PyValueError::new_err(format!("out cannot be written: {e}"));
+        let array = match dtype {
+            Dtype::F32 => out
+                .cast::<PyArrayDyn<f32>>()
+                .ok()
+                .map(|a| a.try_readwrite().map(Self::F32).map_err(writable)),
+            Dtype::F16 => out
+                .cast::<PyArrayDyn<f16>>()
+                .ok()
+                .map(|a| a.try_readwrite().map(Self::F16).map_err(writable)),
+            Dtype::Bf16 => out
+                .cast::<PyArrayDyn<u16>>()
+                .ok()
+                .map(|a| a.try_readwrite().map(Self::Bf16).map_err(writable)),
+        };
+        array.unwrap_or_else(|| {
+            Err(PyValueError::new_err(format!(
+                "out must be an array of out_dtype's type ({})",
+                match dtype {
+                    Dtype::F32 => "float32",
+                    Dtype::F16 => "float16",
+                    Dtype::Bf16 => "bfloat16: ml_dtypes.bfloat16, or uint16 holding its bits",
+                }
+            )))
+        })
+    }
+
+    fn view_mut(&mut self) -> OutView<'_> {
+        match self {
+            Self::F32(a) => OutView::F32(a.as_array_mut()),
+            Self::F16(a) => OutView::F16(a.as_array_mut()),
+            Self::Bf16(a) => OutView::Bf16(a.as_array_mut()),
+        }
+    }
+}
+
+/// [`OutArray`]'s view, which may leave the GIL.
+enum OutView<'a> {
+    F32(ndarray::ArrayViewMutD<'a, f32>),
+    F16(ndarray::ArrayViewMutD<'a, f16>),
+    Bf16(ndarray::ArrayViewMutD<'a, u16>),
+}
+
+impl OutView<'_> {
+    fn shape(&self) -> &[usize] {
+        match self {
+            Self::F32(a) => a.shape(),
+            Self::F16(a) => a.shape(),
+            Self::Bf16(a) => a.shape(),
+        }
+    }
+
+    fn is_standard_layout(&self) -> bool {
+        match self {
+            Self::F32(a) => a.is_standard_layout(),
+            Self::F16(a) => a.is_standard_layout(),
+            Self::Bf16(a) => a.is_standard_layout(),
+        }
+    }
+
+    /// `[batch, len, dim]` of any rank-2 (one sequence) or rank-3 view.
+    fn three<T>(a: ndarray::ArrayViewMutD<'_, T>) -> ndarray::ArrayViewMut3<'_, T> {
+        let a = if a.ndim() == 2 { a.insert_axis(ndarray::Axis(0)) } else { a };
+        a.into_dimensionality().expect("rank 2 or 3, its shape checked")
+    }
+
+    /// The encode written into this view (in standard layout) by `encoder`.
+    fn encode_into(
+        &mut self,
+        encoder: &cpu::Encoder,
+        table: Embeddings<'_>,
+        ids: ArrayView2<'_, u32>,
+        positions: ArrayView2<'_, u32>,
+        options: &EncodeOptions,
+    ) -> Result<(), Error> {
+        match self {
+            Self::F32(a) => {
+                encoder.encode_into(table, ids, positions, options, Self::three(a.view_mut()))
+            }
+            Self::F16(a) => {
+                encoder.encode_into(table, ids, positions, options, Self::three(a.view_mut()))
+            }
+            Self::Bf16(a) => {
+                let values = bf16_view_mut(Self::three(a.view_mut()));
+                encoder.encode_into(table, ids, positions, options, values)
+            }
+        }
+    }
+
+    /// A result of this view's type and shape written into it.
+    fn assign(&mut self, encoded: Encoded) {
+        match (self, encoded) {
+            (Self::F32(a), Encoded::F32(e)) => Self::three(a.view_mut()).assign(&e),
+            (Self::F16(a), Encoded::F16(e)) => Self::three(a.view_mut()).assign(&e),
+            (Self::Bf16(a), Encoded::Bf16(e)) => {
+                bf16_view_mut(Self::three(a.view_mut())).assign(&e)
+            }
+            _ => unreachable!("the output's type is out_dtype, as out's is"),
+        }
+    }
 }
 
 fn loaded_view(table: &posenc::weights::Table) -> TableView<'_> {

@@ -852,3 +852,31 @@ def test_devices_refuses_a_backend_that_names_none():
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert run.returncode != 0
     assert 'ValueError: invalid WGPU_BACKEND: "bogus"' in run.stderr, run.stderr
+
+
+def test_encode_out_is_checked_before_anything_is_written(tmp_path):
+    w = np.ones((10, 8), np.float32)
+    ids = np.array([[1, 2, 3]])
+    cases = [
+        (dict(out=np.zeros((1, 3, 8), np.float16)), "out must be of out_dtype's type, <f4 (out_dtype 'f32'); got <f2"),
+        (dict(out=np.zeros((1, 3, 8), np.float32), out_dtype="bf16"), "out must be of out_dtype's type, bfloat16"),
+        (dict(out=[0.0]), "out must be a numpy array, got list"),
+        (dict(out=np.broadcast_to(np.float32(0), (1, 3, 8))), "out is read-only"),
+        (dict(out=np.zeros(24, np.float32)), "out must have rank 2 or 3 (the output's), got shape (24,)"),
+        (dict(out=w), "out shares memory with an input"),
+        (dict(out=np.zeros((1, 3, 9), np.float32)), "encode: shape mismatch for out (the output's shape): expected [1, 3, 8], got [1, 3, 9]"),
+        (dict(out=np.zeros((3, 8), np.float32)), "expected [1, 3, 8], got [3, 8]"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ValueError) as e:
+            posenc.encode(w, ids, device="cpu", **kwargs)
+        assert message in str(e.value), (message, str(e.value))
+    # A weights path: the width is checked once the file's header is read.
+    np.save(tmp_path / "w.npy", w)
+    with pytest.raises(ValueError, match=r"expected \[1, 3, 8\], got \[1, 3, 4\]"):
+        posenc.encode(tmp_path / "w.npy", ids, out=np.zeros((1, 3, 4), np.float32), device="cpu")
+    # A bad id is found before out is written.
+    out = np.full((1, 3, 8), 5.0, np.float32)
+    with pytest.raises(ValueError, match="token id 10"):
+        posenc.encode(w, np.array([[1, 10, 2]]), out=out, device="cpu")
+    assert (out == 5.0).all()

@@ -155,6 +155,37 @@ def test_encode_strided_input(device):
     same_bits(posenc.encode(w, ids, device=device), posenc.encode(np.ascontiguousarray(w), ids, device=device))
 
 
+@pytest.mark.parametrize("out_dtype", ["f32", "f16", "bf16", "ml_bf16"])
+def test_encode_into_out(device, out_dtype):
+    # `out=` gets the bits of a new result: in C order (the CPU's sinusoid writes it where
+    # it is), every other element of a wider array (the elements between untouched), one
+    # sequence's rank-2 output; with a learned table and a scale too. The sizes cross the
+    # CPU's serial bound.
+    rng = np.random.default_rng(15)
+    dtype = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}.get(out_dtype)
+    if out_dtype == "ml_bf16":
+        dtype = pytest.importorskip("ml_dtypes").bfloat16
+    od = "bf16" if out_dtype == "ml_bf16" else out_dtype
+    w = rng.standard_normal((500, 256)).astype(np.float32)
+    ids = rng.integers(0, 500, (3, 300))
+    learned = rng.standard_normal((400, 256)).astype(np.float32)
+    for kwargs in (dict(), dict(scale="sqrt", offsets=[0, 7, 2**31]), dict(position_table=learned)):
+        want = posenc.encode(w, ids, out_dtype=od, device=device, **kwargs)
+        out = np.empty((3, 300, 256), dtype)
+        assert posenc.encode(w, ids, out_dtype=od, device=device, out=out, **kwargs) is out
+        same_bits(out, want)
+        wide = np.full((3, 300, 512), 7, dtype)
+        every_other = wide[..., ::2]
+        assert posenc.encode(w, ids, out_dtype=od, device=device, out=every_other, **kwargs) is every_other
+        same_bits(every_other, want)
+        same_bits(wide[..., 1::2], np.full((3, 300, 256), 7, dtype))
+        if "offsets" not in kwargs:
+            one = np.empty((300, 256), dtype)
+            posenc.encode(w, ids[1], out_dtype=od, device=device, out=one, **kwargs)
+            same_bits(one, want[1])
+
+
+# ---- rope -------------------------------------------------------------------------------
 # ---- rope -------------------------------------------------------------------------------
 
 

@@ -79,7 +79,7 @@ pub fn encode(
     positions: ArrayView2<'_, u32>,
     options: &EncodeOptions,
 ) -> Result<Encoded> {
-    Encoder { one_off: true, ..Encoder::new(spec.clone()) }.encode(table, ids, positions, options)
+    Encoder::one_off(spec.clone()).encode(table, ids, positions, options)
 }
 
 /// A CPU encoder for one spec that keeps the PE rows of positions `0..n` between calls
@@ -98,6 +98,14 @@ impl Encoder {
     /// An encoder with an empty cache.
     pub fn new(spec: PeSpec) -> Self {
         Self { spec, cache: Mutex::new(None), one_off: false }
+    }
+
+    /// An encoder for one call, as [`encode()`] makes: it keeps no PE rows, so it computes
+    /// only the rows its call needs (each token's in turn beside its output row, where that
+    /// is no more work). For [`Encoder::encode_into`] a caller's array once; an encoder
+    /// kept for many calls is [`Encoder::new`]'s.
+    pub fn one_off(spec: PeSpec) -> Self {
+        Self { one_off: true, ..Self::new(spec) }
     }
 
     /// The spec this encoder adds.

@@ -493,6 +493,7 @@ def encode(
     out_dtype: str = "f32",
     device: str = "auto",
     gpu_memory_budget: Optional[int] = None,
+    out: Optional[np.ndarray] = None,
 ) -> np.ndarray:
     """``out[b, t] = scale * weights[ids[b, t]] + PE(positions[b, t])``, in one pass.
 
@@ -513,6 +514,12 @@ def encode(
     or path, ``position_tensor``) added instead of a sinusoid. The sinusoid's options are
     :func:`table`'s. ``out_dtype``: ``"f32"``, ``"f16"`` or ``"bf16"`` (uint16 bits; see
     :func:`as_bfloat16`). cpu and gpu give the same bits, with a scale or without.
+
+    ``out``: a writable array of the output's shape and ``out_dtype``'s type (bfloat16:
+    ``ml_dtypes.bfloat16`` or uint16), any strides, sharing no memory with the inputs, that
+    receives the result in place of a new array and is returned. The CPU's sinusoid
+    encode writes an ``out`` in C order where it is; the other paths write it once their
+    result is had, so a failure leaves it as it was.
     """
     w, weights_path = _table_array(weights, "weights")
     if tensor is not None and weights_path is None:
@@ -550,8 +557,12 @@ def encode(
         off = _int_array(offsets, "offsets", (1,), width * ids_in.shape[1])
     config_path, config_json = _config(config)
     values, path = _inv_freq(inv_freq, inv_freq_tensor)
-    return _noted(
+    target = None
+    if out is not None:
+        target = _encode_out(out, out_dtype, [w, ids_in, pos, off, p_table])
+    encoded = _noted(
         _posenc.encode(
+            out=target,
             weights=w,
             weights_path=weights_path,
             tensor=_text(tensor, "tensor"),
@@ -581,6 +592,36 @@ def encode(
             gpu_memory_budget=_whole(gpu_memory_budget, "gpu_memory_budget", _U64),
         )
     )
+    return out if out is not None else encoded
+
+
+_OUT_DTYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16)}
+
+
+def _encode_out(out: Any, out_dtype: Any, inputs: list) -> np.ndarray:
+    """``encode``'s ``out`` checked against ``out_dtype`` and the input arrays, as the array
+    the extension writes (bfloat16 as uint16 bits); its shape is checked there, where the
+    table's width is known."""
+    if not isinstance(out, np.ndarray):
+        raise ValueError(f"out must be a numpy array, got {type(out).__name__}")
+    if out_dtype == "bf16":
+        if not (_is_bfloat16(out.dtype) or out.dtype == np.uint16):
+            raise ValueError(
+                f"out must be of out_dtype's type, bfloat16 (ml_dtypes.bfloat16, or uint16 "
+                f"holding its bits); got {out.dtype.str}"
+            )
+    elif out_dtype in _OUT_DTYPES and out.dtype != _OUT_DTYPES[out_dtype]:
+        raise ValueError(
+            f"out must be of out_dtype's type, {_OUT_DTYPES[out_dtype].str} (out_dtype "
+            f"{out_dtype!r}); got {out.dtype.str}"
+        )
+    if not out.flags.writeable:
+        raise ValueError("out is read-only")
+    if out.ndim not in (2, 3):
+        raise ValueError(f"out must have rank 2 or 3 (the output's), got shape {out.shape}")
+    if any(a is not None and np.may_share_memory(out, a) for a in inputs):
+        raise ValueError("out shares memory with an input: pass an array of its own")
+    return out.view(np.uint16) if _is_bfloat16(out.dtype) else out
 
 
 def _rope_options(

@@ -69,7 +69,8 @@ def encode(
     out_dtype: str,
     device: str,
     gpu_memory_budget: Optional[int],
-) -> tuple[np.ndarray, Note]: ...
+    out: Optional[np.ndarray] = None,
+) -> tuple[Optional[np.ndarray], Note]: ...
 def rope(
     *,
     x: np.ndarray,
