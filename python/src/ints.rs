@@ -41,7 +41,10 @@ macro_rules! int_arrays {
             /// side has checked the type and rank, so the error is for callers of `_posenc`
             /// itself; it copies unaligned arrays).
             pub(crate) fn extract(value: &Bound<'py, PyAny>, what: &str) -> PyResult<Self> {
-                if let Some(values) = Self::native(value) {
+                if let Ok(untyped) = value.cast::<numpy::PyUntypedArray>() {
+                    crate::arrays::check_aligned(untyped, what)?;
+                }
+                if let Some(values) = Self::native(value, what)? {
                     return Ok(Self { values, swapped: false });
                 }
                 // The other byte order: the same bytes viewed as the native type.
@@ -52,7 +55,7 @@ macro_rules! int_arrays {
                 if let (Some(dtype), true) = (dtype, other_order) {
                     let native = dtype.call_method1("newbyteorder", ("=",))?;
                     let view = value.call_method1("view", (native,))?;
-                    if let Some(values) = Self::native(&view) {
+                    if let Some(values) = Self::native(&view, what)? {
                         return Ok(Self { values, swapped: true });
                     }
                 }
@@ -62,13 +65,17 @@ macro_rules! int_arrays {
                 )))
             }
 
-            fn native(value: &Bound<'py, PyAny>) -> Option<Ints<'py, D>> {
+            /// The array as its own type, None if it is of none of them; an error if
+            /// another call holds it to write.
+            fn native(value: &Bound<'py, PyAny>, what: &str) -> PyResult<Option<Ints<'py, D>>> {
+                use numpy::{PyArray, PyArrayMethods};
                 $(
-                    if let Ok(a) = value.extract::<PyReadonlyArray<'py, $t, D>>() {
-                        return Some(Ints::$variant(a));
+                    if let Ok(a) = value.cast::<PyArray<$t, D>>() {
+                        let a = a.try_readonly().map_err(|e| crate::arrays::unreadable(what, e))?;
+                        return Ok(Some(Ints::$variant(a)));
                     }
                 )*
-                None
+                Ok(None)
             }
 
             pub(crate) fn view(&self) -> IntView<'_, D> {

@@ -23,6 +23,7 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 
 mod alibi;
+mod arrays;
 mod ints;
 mod pe;
 mod rope;

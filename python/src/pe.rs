@@ -199,14 +199,19 @@ enum TableArray<'py> {
 
 impl<'py> TableArray<'py> {
     fn extract(value: &Bound<'py, PyAny>, what: &str) -> PyResult<Self> {
-        if let Ok(a) = value.extract::<PyReadonlyArray2<'py, f32>>() {
-            return Ok(Self::F32(a));
+        use numpy::{PyArray2, PyArrayMethods};
+        if let Ok(untyped) = value.cast::<numpy::PyUntypedArray>() {
+            crate::arrays::check_aligned(untyped, what)?;
         }
-        if let Ok(a) = value.extract::<PyReadonlyArray2<'py, f16>>() {
-            return Ok(Self::F16(a));
+        let readable = |e| crate::arrays::unreadable(what, e);
+        if let Ok(a) = value.cast::<PyArray2<f32>>() {
+            return Ok(Self::F32(a.try_readonly().map_err(readable)?));
         }
-        if let Ok(a) = value.extract::<PyReadonlyArray2<'py, u16>>() {
-            return Ok(Self::Bf16(a));
+        if let Ok(a) = value.cast::<PyArray2<f16>>() {
+            return Ok(Self::F16(a.try_readonly().map_err(readable)?));
+        }
+        if let Ok(a) = value.cast::<PyArray2<u16>>() {
+            return Ok(Self::Bf16(a.try_readonly().map_err(readable)?));
         }
         Err(PyValueError::new_err(format!(
             "{what} must be a 2-D array of float32, float16 or bfloat16 (ml_dtypes.bfloat16, \
@@ -695,6 +700,9 @@ impl<'py> OutArray<'py> {
         use numpy::{PyArrayDyn, PyArrayMethods};
         let writable =
             |e: numpy::BorrowError| PyValueError::new_err(format!("out cannot be written: {e}"));
+        if let Ok(untyped) = out.cast::<numpy::PyUntypedArray>() {
+            crate::arrays::check_writable(untyped, "out")?;
+        }
         let array = match dtype {
             Dtype::F32 => out
                 .cast::<PyArrayDyn<f32>>()

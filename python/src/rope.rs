@@ -160,12 +160,16 @@ impl TensorView<'_> {
 
 impl<'py> TensorArray<'py> {
     fn extract(x: &Bound<'py, PyAny>) -> PyResult<Self> {
-        if let Ok(a) = x.extract::<PyReadonlyArray4<'py, f32>>() {
-            Ok(Self::F32(a))
-        } else if let Ok(a) = x.extract::<PyReadonlyArray4<'py, f16>>() {
-            Ok(Self::F16(a))
-        } else if let Ok(a) = x.extract::<PyReadonlyArray4<'py, u16>>() {
-            Ok(Self::Bf16(a))
+        if let Ok(untyped) = x.cast::<numpy::PyUntypedArray>() {
+            crate::arrays::check_aligned(untyped, "x")?;
+        }
+        let readable = |e| crate::arrays::unreadable("x", e);
+        if let Ok(a) = x.cast::<PyArray4<f32>>() {
+            Ok(Self::F32(a.try_readonly().map_err(readable)?))
+        } else if let Ok(a) = x.cast::<PyArray4<f16>>() {
+            Ok(Self::F16(a.try_readonly().map_err(readable)?))
+        } else if let Ok(a) = x.cast::<PyArray4<u16>>() {
+            Ok(Self::Bf16(a.try_readonly().map_err(readable)?))
         } else {
             Err(PyValueError::new_err(
                 "x must be a 4-D array of float32, float16 or bfloat16 (ml_dtypes.bfloat16, or \
@@ -439,6 +443,9 @@ impl<'py> Writable<'py> {
     fn extract(a: &Bound<'py, PyAny>, name: &str) -> PyResult<Self> {
         let writable =
             |e: numpy::BorrowError| PyValueError::new_err(format!("{name} cannot be written: {e}"));
+        if let Ok(untyped) = a.cast::<numpy::PyUntypedArray>() {
+            crate::arrays::check_writable(untyped, name)?;
+        }
         if let Ok(a) = a.cast::<PyArray4<f32>>() {
             Ok(Self::F32(a.try_readwrite().map_err(writable)?))
         } else if let Ok(a) = a.cast::<PyArray4<f16>>() {
@@ -507,8 +514,20 @@ impl Run<'_> {
         }
         let (spec, p, layout) = (self.spec, self.positions, self.layout);
         let job = rope_job::<T>(out.len());
+        let bytes = (out.len() * size_of::<T>()) as u64;
+        // In place on a GPU, the result comes back into an array of its own first, which
+        // the CPU does not need: with `auto`, a host that cannot hold it rotates on the CPU.
+        let device = match self.device {
+            Device::Auto
+                if x.is_none()
+                    && posenc::alloc::check_allocation("the rope output", bytes).is_err() =>
+            {
+                Device::Cpu
+            }
+            device => device,
+        };
         let out = std::sync::Mutex::new(out);
-        let ((), note) = on_device(self.device, None, job, |ctx| {
+        let ((), note) = on_device(device, None, job, |ctx| {
             let mut out = out.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             match (ctx, &x) {
                 (None, Some(x)) => cpu::rope_into(spec, x.view(), out.view_mut(), p, layout),
@@ -517,7 +536,6 @@ impl Run<'_> {
                 (Some(ctx), None) => {
                     // Into a result of its own: `out` is written only once the device is
                     // done, so a fault that falls back to the CPU finds x as it was.
-                    let bytes = (out.len() * size_of::<T>()) as u64;
                     posenc::alloc::check_allocation("the rope output", bytes)?;
                     let rotated = ctx.rope(spec, out.view(), p, layout)?;
                     out.assign(&rotated);

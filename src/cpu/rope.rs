@@ -122,18 +122,21 @@ fn rotate_row<T: Element>(row: &mut [T], cs: &[(f32, f32)], pairing: Pairing) {
     }
 }
 
+/// Rotates one head row; a strided row through `scratch`, a row buffer its caller keeps.
 fn rotate_lane<T: Element>(
     simd: Simd,
     mut lane: ArrayViewMut1<'_, T>,
     cs: &[(f32, f32)],
     pairing: Pairing,
+    scratch: &mut Vec<T>,
 ) {
     match lane.as_slice_mut() {
         Some(row) => rotate_row_as(simd, row, cs, pairing),
         None => {
-            let mut row = lane.to_vec();
-            rotate_row_as(simd, &mut row, cs, pairing);
-            lane.assign(&ndarray::ArrayView1::from(&row));
+            scratch.clear();
+            scratch.extend(lane.iter().copied());
+            rotate_row_as(simd, scratch, cs, pairing);
+            lane.assign(&ndarray::ArrayView1::from(&scratch[..]));
         }
     }
 }
@@ -184,7 +187,8 @@ pub fn rope<T: Element>(
 
 /// [`rope`] into an array the caller has: `out` (of `x`'s shape, any strides) receives `x`
 /// rotated; `x` is left as it is. Each of the pool's tasks copies its own tokens just before
-/// it rotates them, as [`rope`] does, so nothing is allocated but a row of cos/sin per task.
+/// it rotates them, as [`rope`] does, so nothing is allocated but a row of cos/sin per task
+/// (and a head row's copy, for rows not contiguous in memory).
 /// (Rust's borrows keep `out` from overlapping `x`; [`rope_in_place`] rotates an array
 /// where it is.)
 ///
@@ -247,18 +251,18 @@ fn apply<T: Element>(
     }
     let simd = Simd::detect();
     let n = freqs.len();
-    let task = |cs: &mut Vec<(f32, f32)>, (b, l0, block, source): Task<'_, '_, T>| {
+    let task = |(cs, row): &mut Buffers<T>, (b, l0, block, source): Task<'_, '_, T>| {
         for (dl, mut token) in block.into_outer_iter_mut().enumerate() {
             if let Some(source) = &source {
                 token.assign(&source.index_axis(Axis(0), dl));
             }
             cos_sin_row_as(simd, freqs, positions[[b, l0 + dl]], cs);
             for lane in token.into_outer_iter_mut() {
-                rotate_lane(simd, lane, cs, pairing);
+                rotate_lane(simd, lane, cs, pairing, row);
             }
         }
     };
-    let cs = || vec![(0.0f32, 0.0f32); n];
+    let cs = || (vec![(0.0f32, 0.0f32); n], Vec::new());
     if elements <= SERIAL_MAX_ELEMENTS {
         let mut cs = cs();
         tasks.into_iter().for_each(|t| task(&mut cs, t));
@@ -266,6 +270,10 @@ fn apply<T: Element>(
         tasks.into_par_iter().for_each_init(cs, task);
     }
 }
+
+/// What each task of [`apply`] keeps between its tokens: a token's cos/sin row and a head
+/// row's copy (for rows not contiguous in memory).
+type Buffers<T> = (Vec<(f32, f32)>, Vec<T>);
 
 /// One task of [`apply`]: its sequence, its first token, its tokens `[tokens, H, Dh]` and
 /// what to copy into them first.

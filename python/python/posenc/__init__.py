@@ -515,11 +515,11 @@ def encode(
     :func:`table`'s. ``out_dtype``: ``"f32"``, ``"f16"`` or ``"bf16"`` (uint16 bits; see
     :func:`as_bfloat16`). cpu and gpu give the same bits, with a scale or without.
 
-    ``out``: a writable array of the output's shape and ``out_dtype``'s type (bfloat16:
-    ``ml_dtypes.bfloat16`` or uint16), any strides, sharing no memory with the inputs, that
-    receives the result in place of a new array and is returned. The CPU's sinusoid
-    encode writes an ``out`` in C order where it is; the other paths write it once their
-    result is had, so a failure leaves it as it was.
+    ``out``: a writable, aligned array of the output's shape and ``out_dtype``'s type
+    (bfloat16: ``ml_dtypes.bfloat16`` or uint16), any strides, its elements apart, sharing
+    no memory with the inputs, that receives the result in place of a new array and is
+    returned. The CPU's sinusoid encode writes an ``out`` in C order where it is; the other
+    paths write it once their result is had, so a failure leaves it as it was.
     """
     w, weights_path = _table_array(weights, "weights")
     if tensor is not None and weights_path is None:
@@ -608,12 +608,12 @@ def _encode_out(out: Any, out_dtype: Any, inputs: list) -> np.ndarray:
         if not (_is_bfloat16(out.dtype) or out.dtype == np.uint16):
             raise ValueError(
                 f"out must be of out_dtype's type, bfloat16 (ml_dtypes.bfloat16, or uint16 "
-                f"holding its bits); got {out.dtype.str}"
+                f"holding its bits); got {out.dtype}"
             )
     elif out_dtype in _OUT_DTYPES and out.dtype != _OUT_DTYPES[out_dtype]:
         raise ValueError(
-            f"out must be of out_dtype's type, {_OUT_DTYPES[out_dtype].str} (out_dtype "
-            f"{out_dtype!r}); got {out.dtype.str}"
+            f"out must be of out_dtype's type, {_OUT_DTYPES[out_dtype]} (out_dtype "
+            f"{out_dtype!r}); got {out.dtype}"
         )
     if not out.flags.writeable:
         raise ValueError("out is read-only")
@@ -689,11 +689,12 @@ def rope(
     file), with ``attention_factor``. ``seq_len``: the sequence length dynamic and
     longrope scaling see (default: the largest position + 1).
 
-    ``out``: a writable array of ``x``'s shape and dtype, any strides, that receives the
-    result in place of a new array, and is returned; ``out=x`` rotates ``x`` where it is.
-    An ``out`` that shares memory with ``x`` without being laid over it element for element
-    is refused. Nothing is written to it unless the call succeeds, but for a device fault
-    half-way through with ``device="gpu"``.
+    ``out``: a writable, aligned array of ``x``'s shape and dtype, any strides, its
+    elements apart, that receives the result in place of a new array, and is returned;
+    ``out=x`` rotates ``x`` where it is. An ``out`` that shares an element with ``x``
+    without lying over it element for element is refused. Every check comes before it is
+    written; a GPU error half-way that is not retried on the CPU can leave it partly
+    written (docs/python.md, Outputs).
     """
     a = np.asarray(x)
     dtype = a.dtype
@@ -741,29 +742,42 @@ def _rope_out(out: Any, a: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if not isinstance(out, np.ndarray):
         raise ValueError(f"out must be a numpy array, got {type(out).__name__}")
     if out.dtype != dtype or out.shape != a.shape:
+        hint = ""
+        if {out.dtype.name, dtype.name} == {"bfloat16", "uint16"}:
+            # The same bits under two names: either is taken, but as x's.
+            hint = f" (out.view({'np.uint16' if dtype == np.uint16 else 'x.dtype'}) is one)"
         raise ValueError(
-            f"out must have x's dtype and shape ({dtype.str}, {a.shape}); got "
-            f"({out.dtype.str}, {out.shape})"
+            f"out must have x's dtype and shape ({dtype}, {a.shape}); got "
+            f"({out.dtype}, {out.shape}){hint}"
         )
     if not out.flags.writeable:
         raise ValueError("out is read-only")
     target = out.view(np.uint16) if _is_bfloat16(dtype) else out
-    if np.may_share_memory(target, a) and not _same_elements(target, a):
-        raise ValueError(
-            "out shares memory with x without being laid over it element for element: pass "
-            "out=x to rotate in place, or an array of its own"
-        )
+    if target.size and a.size and not _same_elements(target, a):
+        try:
+            shared = np.shares_memory(target, a, max_work=_SHARES_MEMORY_WORK)
+        except _TOO_HARD:
+            shared = True  # undecided in the work allowed: taken as shared
+        if shared:
+            raise ValueError(
+                "out shares memory with x without being laid over it element for element: "
+                "pass out=x to rotate in place, or an array of its own"
+            )
     return target
+
+
+# The most work np.shares_memory may do to decide whether out and x share an element
+# (strided views whose strides interleave; a plain overlap of bounds is decided at once).
+_SHARES_MEMORY_WORK = 100_000
+_TOO_HARD = getattr(getattr(np, "exceptions", np), "TooHardError")
 
 
 def _same_elements(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether two arrays of one shape and item size address the same bytes, element for
-    element."""
-    return (
-        a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-        and a.strides == b.strides
-        and a.shape == b.shape
-    )
+    element (the stride of an axis of length 1 is never used)."""
+    if a.shape != b.shape or a.__array_interface__["data"][0] != b.__array_interface__["data"][0]:
+        return False
+    return all(n == 1 or sa == sb for n, sa, sb in zip(a.shape, a.strides, b.strides))
 
 
 # model_types (after a text_config swap) whose rotary module returns cos and sin with each

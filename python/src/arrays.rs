@@ -1,0 +1,77 @@
+//! What every array handed over from Python must be before a view of it is made: aligned
+//! (a view or slice of misaligned elements is undefined behaviour in Rust), and, to be
+//! written, with no two elements sharing memory (numpy makes such arrays: `as_strided`,
+//! the writable results of `broadcast_arrays`), which the pool's tasks would otherwise write
+//! at once. And the error of an array another call holds for writing (`out=`).
+
+use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+/// An array's elements are aligned for its type (numpy's `flags.aligned`).
+pub(crate) fn check_aligned(a: &Bound<'_, PyUntypedArray>, name: &str) -> PyResult<()> {
+    let aligned = a.getattr("flags")?.getattr("aligned")?.extract::<bool>()?;
+    if aligned {
+        Ok(())
+    } else {
+        Err(PyValueError::new_err(format!(
+            "{name} is not aligned in memory for its type: pass numpy.require({name}, \
+             requirements=\"A\"), an aligned copy"
+        )))
+    }
+}
+
+/// An array to write: aligned, its elements apart ([`elements_apart`]).
+pub(crate) fn check_writable(a: &Bound<'_, PyUntypedArray>, name: &str) -> PyResult<()> {
+    if !a.getattr("flags")?.getattr("aligned")?.extract::<bool>()? {
+        return Err(PyValueError::new_err(format!(
+            "{name} is not aligned in memory for its type: pass an aligned array"
+        )));
+    }
+    let itemsize = a.dtype().itemsize();
+    if elements_apart(a.shape(), a.strides(), itemsize) {
+        Ok(())
+    } else {
+        Err(PyValueError::new_err(format!(
+            "{name} cannot be written: its elements overlap in memory (shape {:?}, strides \
+             {:?} bytes; a broadcast or as_strided view): pass an array of its own",
+            a.shape(),
+            a.strides()
+        )))
+    }
+}
+
+/// Whether no two elements of an array of `shape`, `strides` (in bytes) and `itemsize`
+/// share a byte, as far as a sufficient test shows: each axis longer than 1, in order of
+/// its stride's magnitude, steps at least past the bytes that the smaller ones span. Arrays
+/// numpy lays out (any slicing, transposing, reversing of a fresh array) pass; a few
+/// interleavings that do not overlap are refused with those that do.
+pub(crate) fn elements_apart(shape: &[usize], strides: &[isize], itemsize: usize) -> bool {
+    if shape.contains(&0) {
+        return true;
+    }
+    let mut axes: Vec<(u128, u128)> = shape
+        .iter()
+        .zip(strides)
+        .filter(|(n, _)| **n > 1)
+        .map(|(n, s)| (s.unsigned_abs() as u128, *n as u128))
+        .collect();
+    axes.sort_unstable();
+    let mut extent = itemsize as u128;
+    for (stride, n) in axes {
+        if stride < extent {
+            return false;
+        }
+        extent += stride * (n - 1);
+    }
+    true
+}
+
+/// The error of an array that cannot be borrowed for reading: another call holds it to
+/// write (its `out=`, on another thread).
+pub(crate) fn unreadable(name: &str, e: numpy::BorrowError) -> PyErr {
+    PyValueError::new_err(format!(
+        "{name} cannot be read: {e} (another posenc call on another thread is writing it, as \
+         its out=)"
+    ))
+}
