@@ -8,10 +8,23 @@ use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-/// An array's elements are aligned for its type (numpy's `flags.aligned`).
+/// Whether an array's elements are aligned for its type: numpy's `flags.aligned`, and for
+/// an empty array, which numpy calls aligned wherever it points, its data pointer (a view
+/// of no elements is still made from it).
+fn aligned(a: &Bound<'_, PyUntypedArray>) -> PyResult<bool> {
+    if !a.getattr("flags")?.getattr("aligned")?.extract::<bool>()? {
+        return Ok(false);
+    }
+    if !a.is_empty() {
+        return Ok(true);
+    }
+    let data: usize = a.getattr("__array_interface__")?.get_item("data")?.get_item(0)?.extract()?;
+    Ok(data.is_multiple_of(a.dtype().alignment().max(1)))
+}
+
+/// An array's elements are aligned for its type ([`aligned`]).
 pub(crate) fn check_aligned(a: &Bound<'_, PyUntypedArray>, name: &str) -> PyResult<()> {
-    let aligned = a.getattr("flags")?.getattr("aligned")?.extract::<bool>()?;
-    if aligned {
+    if aligned(a)? {
         Ok(())
     } else {
         Err(PyValueError::new_err(format!(
@@ -23,7 +36,7 @@ pub(crate) fn check_aligned(a: &Bound<'_, PyUntypedArray>, name: &str) -> PyResu
 
 /// An array to write: aligned, its elements apart ([`elements_apart`]).
 pub(crate) fn check_writable(a: &Bound<'_, PyUntypedArray>, name: &str) -> PyResult<()> {
-    if !a.getattr("flags")?.getattr("aligned")?.extract::<bool>()? {
+    if !aligned(a)? {
         return Err(PyValueError::new_err(format!(
             "{name} is not aligned in memory for its type: pass an aligned array"
         )));
@@ -74,4 +87,26 @@ pub(crate) fn unreadable(name: &str, e: numpy::BorrowError) -> PyErr {
         "{name} cannot be read: {e} (another posenc call on another thread is writing it, as \
          its out=)"
     ))
+}
+
+/// `out` and each of `inputs` (those given) share no memory, as far as numpy's bounds test
+/// (`may_share_memory`) shows: the borrow checks of rust-numpy miss arrays of different
+/// element sizes, and arrays made apart over one buffer (`frombuffer`), which a call would
+/// then read while its pool writes them. The Python side tests first, more finely.
+pub(crate) fn check_apart(
+    out: &Bound<'_, PyAny>,
+    out_name: &str,
+    inputs: &[(Option<&Bound<'_, PyAny>>, &str)],
+) -> PyResult<()> {
+    let numpy = out.py().import("numpy")?;
+    for (input, name) in inputs {
+        if let Some(input) = input
+            && numpy.call_method1("may_share_memory", (out, input))?.extract::<bool>()?
+        {
+            return Err(PyValueError::new_err(format!(
+                "{out_name} shares memory with {name}: pass an array of its own"
+            )));
+        }
+    }
+    Ok(())
 }

@@ -7,7 +7,7 @@ use std::sync::PoisonError;
 
 use half::{bf16, f16};
 use ndarray::{Array2, ArrayView2, Ix1, Ix2};
-use numpy::{PyArray2, PyReadonlyArray1, PyReadonlyArray2};
+use numpy::{PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2};
 use posenc::commands::{self, ConfigSource, InvFreq, PeOptions};
 use posenc::encode::{Dtype, Embeddings, EncodeOptions, Encoded, Scale};
 use posenc::inputs::{self, EncodePositions, Ids, MAX_OUTPUT_VALUES, Source};
@@ -42,12 +42,15 @@ pub(crate) fn inv_freq_of<'a>(
     values: Option<PyReadonlyArray1<'a, f64>>,
     path: &'a Option<PathBuf>,
     tensor: &'a Option<String>,
-) -> Option<InvFreq<'a>> {
-    match (values, path) {
-        (Some(v), _) => Some(InvFreq::Values(v.as_array().to_vec())),
+) -> PyResult<Option<InvFreq<'a>>> {
+    Ok(match (values, path) {
+        (Some(v), _) => {
+            crate::arrays::check_aligned(v.as_untyped(), "inv_freq")?;
+            Some(InvFreq::Values(v.as_array().to_vec()))
+        }
         (None, Some(p)) => Some(InvFreq::File(p, tensor.as_deref())),
         (None, None) => None,
-    }
+    })
 }
 
 fn parse_variant(text: Option<&str>) -> PyResult<Option<Variant>> {
@@ -125,7 +128,7 @@ fn table<'py>(
     let options = PeOptions {
         variant: parse_variant(variant.as_deref())?,
         frequencies: parse_frequencies(frequencies)?,
-        inv_freq: inv_freq_of(inv_freq, &inv_freq_path, &inv_freq_tensor),
+        inv_freq: inv_freq_of(inv_freq, &inv_freq_path, &inv_freq_tensor)?,
         base,
         min_timescale,
         max_timescale,
@@ -409,6 +412,16 @@ fn encode<'py>(
 ) -> PyResult<(Option<Bound<'py, PyAny>>, Option<String>)> {
     let device = Device::parse(device)?;
     let out_dtype = parse_dtype(out_dtype)?;
+    if let Some(out) = out {
+        let inputs = [
+            (weights, "weights"),
+            (Some(ids), "ids"),
+            (positions, "positions"),
+            (offsets, "offsets"),
+            (position_table, "position_table"),
+        ];
+        crate::arrays::check_apart(out, "out", &inputs)?;
+    }
     let mut out_array = out.map(|o| OutArray::extract(o, out_dtype)).transpose()?;
     let out_view = out_array.as_mut().map(OutArray::view_mut);
     let scale = parse_scale(scale)?;
@@ -436,7 +449,7 @@ fn encode<'py>(
     let options = PeOptions {
         variant: parse_variant(variant.as_deref())?,
         frequencies: parse_frequencies(frequencies)?,
-        inv_freq: inv_freq_of(inv_freq, &inv_freq_path, &inv_freq_tensor),
+        inv_freq: inv_freq_of(inv_freq, &inv_freq_path, &inv_freq_tensor)?,
         base,
         min_timescale,
         max_timescale,
@@ -640,9 +653,23 @@ fn encode<'py>(
         // path makes its result first, then copies it into `out`.
         let writes_out =
             out_view.as_ref().is_some_and(OutView::is_standard_layout) && learned.is_none();
-        if !(writes_out && device == Device::Cpu) {
-            posenc::alloc::check_allocation("the encode output", bytes)?;
-        }
+        let had = || posenc::alloc::check_allocation("the encode output", bytes);
+        let device = match device {
+            Device::Cpu if writes_out => device,
+            // `auto` writing `out` on the CPU needs no output of its own: where one cannot
+            // be had for the GPU's result, the CPU computes.
+            Device::Auto if writes_out => {
+                if had().is_ok() {
+                    device
+                } else {
+                    Device::Cpu
+                }
+            }
+            device => {
+                had()?;
+                device
+            }
+        };
         let (ids, positions, embeddings) = (ids.ids.view(), positions.view(), table.embeddings());
         let job = HostJob::encode(positions, width as u64, bytes, spec.is_some());
         let out_view = std::sync::Mutex::new(out_view);

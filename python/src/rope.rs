@@ -257,6 +257,9 @@ fn rope<'py>(
     // `out=x` rotates x where it is: x is then borrowed once, for writing (numpy's borrow
     // checks refuse a read-only and a writable borrow of the same memory).
     let in_place = out.is_some_and(|o| o.is(x));
+    if let Some(out) = out {
+        crate::arrays::check_apart(out, "out", &[(positions, "positions")])?;
+    }
     let (array, mut dest) = if in_place {
         (None, Dest::InPlace(Writable::extract(x, "x (as out)")?))
     } else {
@@ -299,7 +302,7 @@ fn rope<'py>(
         base,
         &scaling_json,
         &scaling_path,
-        inv_freq_of(inv_freq, &inv_freq_path, &inv_freq_tensor),
+        inv_freq_of(inv_freq, &inv_freq_path, &inv_freq_tensor)?,
         attention_factor,
         seq_len,
     );
@@ -700,7 +703,7 @@ fn rope_cache<'py>(
         base,
         &scaling_json,
         &scaling_path,
-        inv_freq_of(inv_freq, &inv_freq_path, &inv_freq_tensor),
+        inv_freq_of(inv_freq, &inv_freq_path, &inv_freq_tensor)?,
         attention_factor,
         seq_len,
     );
@@ -763,7 +766,7 @@ impl PyRopeSpec {
             base,
             &scaling_json,
             &scaling_path,
-            inv_freq_of(inv_freq, &inv_freq_path, &inv_freq_tensor),
+            inv_freq_of(inv_freq, &inv_freq_path, &inv_freq_tensor)?,
             attention_factor,
             seq_len,
         );

@@ -937,3 +937,34 @@ def test_bfloat16_and_its_bits_are_named_apart():
     x = np.zeros((1, 2, 2, 8), ml_dtypes.bfloat16)
     with pytest.raises(ValueError, match=r"\(bfloat16, .*got \(uint16, .*out\.view\(x\.dtype\)"):
         posenc.rope(x, layout="blhd", out=np.zeros(x.shape, np.uint16))
+
+
+def test_the_extension_refuses_outs_over_its_inputs_and_empty_misaligned_arrays():
+    # Found by a review: rust-numpy's borrow checks miss arrays of other element sizes
+    # over one buffer, and numpy calls any empty array aligned.
+    from posenc import _posenc
+
+    ids = np.array([[1, 2, 3, 4, 5, 6, 7]] * 3)
+    out = np.zeros((3, 7, 16), np.float32)
+    high_halves = out.view(np.uint16).reshape(21, 32)[:, 1::2]
+    options = dict(
+        weights_path=None, tensor=None, one_sequence=False, positions=None, offsets=None,
+        pad_id=None, scale=None, config_path=None, config_json=None, variant=None,
+        frequencies="exact", inv_freq=None, inv_freq_path=None, inv_freq_tensor=None,
+        base=None, min_timescale=None, max_timescale=None, start_index=None,
+        padding_idx=None, position_table=None, position_table_path=None,
+        position_tensor=None, out_dtype="f32", device="cpu", gpu_memory_budget=None,
+    )
+    with pytest.raises(ValueError, match="out shares memory with weights"):
+        _posenc.encode(weights=high_halves, ids=ids, out=out, **options)
+    x = np.ones((1, 4, 2, 8), np.float32)
+    o = np.zeros_like(x)
+    with pytest.raises(ValueError, match="out shares memory with positions"):
+        posenc.rope(x, layout="blhd", out=o, positions=o.view(np.int32)[:, :, 0, 0])
+    empty = np.ndarray((0, 2, 2, 8), np.float32, buffer=bytearray(64), offset=1)
+    with pytest.raises(ValueError, match="x is not aligned in memory"):
+        posenc.rope(empty, layout="blhd", device="cpu")
+    # A misaligned inv_freq is copied aligned, as every array-like is converted.
+    odd = np.frombuffer(bytearray(33), np.float64, count=4, offset=1)
+    assert not odd.flags.aligned
+    assert posenc.rope(x, layout="blhd", inv_freq=odd).shape == x.shape

@@ -339,7 +339,8 @@ def _inv_freq(
         raise ValueError(f"inv_freq must be 1-D, got shape {a.shape}")
     if a.dtype.kind not in "fiu":
         raise ValueError(f"inv_freq must hold numbers, got dtype {a.dtype}")
-    return np.ascontiguousarray(a, dtype=np.float64), None
+    # Contiguous and aligned: a float64 view at an odd offset is copied.
+    return np.require(a, dtype=np.float64, requirements=["C", "A"]), None
 
 
 def _int_array(value: Any, what: str, ndim: tuple[int, ...], width: int = 1) -> np.ndarray:

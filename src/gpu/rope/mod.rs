@@ -311,6 +311,10 @@ impl Context {
     ) -> Result<Array4<T>> {
         let shape = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
         let geometry = Geometry::check(spec, shape, layout, positions.dim())?;
+        let bytes = geometry.elements() as u64 * size_of::<T>() as u64;
+        // The result, and a copy of a strided x, had before either is made.
+        let copies = if x.is_standard_layout() { 1 } else { 2 };
+        crate::alloc::check_allocation("the RoPE output", bytes.saturating_mul(copies))?;
         let input = x.as_standard_layout();
         let mut out = Array4::<T>::from_elem(x.raw_dim(), T::zeroed());
         if geometry.elements() == 0 {
@@ -370,6 +374,12 @@ impl Context {
         if geometry.elements() == 0 {
             return Ok(());
         }
+        let bytes = geometry.elements() as u64 * size_of::<T>() as u64;
+        // A copy of a strided x and a scratch array for a strided out, had before either.
+        let copies = u64::from(!x.is_standard_layout()) + u64::from(!out.is_standard_layout());
+        if copies > 0 {
+            crate::alloc::check_allocation("the RoPE output", bytes.saturating_mul(copies))?;
+        }
         let input = x.as_standard_layout();
         let input: &[T] = input.as_slice().expect("a standard-layout array is contiguous");
         match out.as_slice_mut() {
@@ -381,8 +391,6 @@ impl Context {
                 self.run_rope(spec, &geometry, layout, T::DTYPE, positions, io).await
             }
             None => {
-                let bytes = geometry.elements() as u64 * size_of::<T>() as u64;
-                crate::alloc::check_allocation("the RoPE output", bytes)?;
                 let mut scratch = Array4::<T>::from_elem(x.raw_dim(), T::zeroed());
                 let output = scratch.as_slice_mut().expect("a new array is contiguous");
                 let io = Io::Host {
