@@ -200,6 +200,17 @@ async fn rope_has_the_cpu_bits() {
             got.view(),
             want.view(),
         );
+        // Into a caller's array, read back straight into it; and every other element of a
+        // wider one, through a scratch array.
+        let mut into = Array4::<f32>::zeros(x.raw_dim());
+        let (p, blhd) = (positions.view(), Layout::Blhd);
+        gpu.rope_into_async(&spec, x.view(), into.view_mut(), p, blhd).await.unwrap();
+        same_bits(name, into.as_slice().unwrap(), want.as_slice().unwrap());
+        let mut wide = Array4::<f32>::from_elem((batch, len, heads, 2 * dh), 7.0);
+        let every_other = wide.slice_mut(ndarray::s![.., .., .., ..;2]);
+        gpu.rope_into_async(&spec, x.view(), every_other, p, blhd).await.unwrap();
+        assert_eq!(wide.slice(ndarray::s![.., .., .., ..;2]), want, "{name}: strided");
+        assert!(wide.slice(ndarray::s![.., .., .., 1..;2]).iter().all(|v| *v == 7.0));
     }
 }
 
