@@ -24,7 +24,8 @@ fn alibi_slopes(py: Python<'_>, heads: u32) -> PyResult<Bound<'_, PyArray1<f32>>
 
 /// The bias tensor `[heads, len, kv_len]`, float32.
 #[pyfunction]
-#[pyo3(signature = (*, heads, len, kv_len, form, offset, device))]
+#[pyo3(signature = (*, heads, len, kv_len, form, offset, device, out = None))]
+#[allow(clippy::too_many_arguments)]
 fn alibi_bias<'py>(
     py: Python<'py>,
     heads: u32,
@@ -33,8 +34,11 @@ fn alibi_bias<'py>(
     form: &str,
     offset: u32,
     device: &str,
-) -> PyResult<(Bound<'py, PyArray3<f32>>, Option<String>)> {
+    out: Option<&Bound<'py, PyAny>>,
+) -> crate::MaybeNew<'py, PyArray3<f32>> {
     let device = Device::parse(device)?;
+    let mut out_array = out.map(crate::arrays::f32_out::<ndarray::Ix3>).transpose()?;
+    let out_view = out_array.as_mut().map(|o| o.as_array_mut());
     let form = match form {
         "symmetric" => Form::Symmetric,
         "causal" => Form::Causal,
@@ -53,14 +57,38 @@ fn alibi_bias<'py>(
             })
             .map(|s| s.with_form(form))
             .and_then(|s| s.check_size().map(|()| s))?;
+        let (h, l, k) = spec.shape();
+        if let Some(o) = &out_view {
+            crate::arrays::check_out_shape("alibi", &[h, l, k], o.shape())?;
+        }
+        let bytes = spec.n_values() as u64 * 4;
         let job = HostJob::Alibi { values: u64::try_from(spec.n_values()).unwrap_or(u64::MAX) };
-        on_device(device, None, job, |ctx| match ctx {
-            None => alibi::bias_cpu(&spec),
-            Some(ctx) => {
-                check_allocation("the ALiBi bias", spec.n_values() as u64 * 4)?;
-                ctx.alibi_bias(&spec)
+        // Into a caller's `out`: the CPU writes it where it is (a strided one through a
+        // bias of its own); the GPU makes its result first.
+        let out_view = std::sync::Mutex::new(out_view);
+        on_device(device, None, job, |ctx| {
+            let mut out = out_view.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            match (ctx, out.as_mut()) {
+                (None, Some(o)) => {
+                    if !o.is_standard_layout() {
+                        check_allocation("the ALiBi bias", bytes)?;
+                    }
+                    alibi::bias_cpu_into(&spec, o.view_mut()).map(|()| None)
+                }
+                (None, None) => alibi::bias_cpu(&spec).map(Some),
+                (Some(ctx), out) => {
+                    check_allocation("the ALiBi bias", bytes)?;
+                    let bias = ctx.alibi_bias(&spec)?;
+                    Ok(match out {
+                        Some(o) => {
+                            o.assign(&bias);
+                            None
+                        }
+                        None => Some(bias),
+                    })
+                }
             }
         })
     })?;
-    Ok((PyArray3::from_owned_array(py, bias), note))
+    Ok((bias.map(|b| PyArray3::from_owned_array(py, b)), note))
 }

@@ -110,3 +110,40 @@ pub(crate) fn check_apart(
     }
     Ok(())
 }
+
+/// A caller's float32 `out` of rank `D`, checked ([`check_writable`]) and borrowed for
+/// writing.
+pub(crate) fn f32_out<'py, D: ndarray::Dimension>(
+    out: &Bound<'py, PyAny>,
+) -> PyResult<numpy::PyReadwriteArray<'py, f32, D>> {
+    use numpy::{PyArray, PyArrayMethods};
+    let untyped = out
+        .cast::<PyUntypedArray>()
+        .map_err(|_| PyValueError::new_err("out must be a numpy array of float32".to_string()))?;
+    check_writable(untyped, "out")?;
+    let typed = out.cast::<PyArray<f32, D>>().map_err(|_| {
+        PyValueError::new_err(format!(
+            "out must be a float32 array of rank {}",
+            D::NDIM.map_or_else(|| "any".to_string(), |n| n.to_string())
+        ))
+    })?;
+    typed.try_readwrite().map_err(|e| PyValueError::new_err(format!("out cannot be written: {e}")))
+}
+
+/// A caller's `out` of another shape than the result's, refused before anything is
+/// written.
+pub(crate) fn check_out_shape(
+    op: &'static str,
+    expected: &[usize],
+    actual: &[usize],
+) -> Result<(), posenc::Error> {
+    if expected == actual {
+        return Ok(());
+    }
+    Err(posenc::Error::Shape {
+        op,
+        what: "out (the output's shape)",
+        expected: format!("{expected:?}"),
+        actual: format!("{actual:?}"),
+    })
+}

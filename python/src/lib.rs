@@ -228,6 +228,10 @@ fn open_gpu(budget: Option<u64>) -> Result<Arc<gpu::Context>, Error> {
 /// note the CLI prints in that case (the Python side issues it as a `posenc.DeviceWarning`).
 pub(crate) type Noted<T> = (T, Option<String>);
 
+/// What a function with `out=` returns to the Python side: its new array, or None when
+/// it wrote the caller's `out`, and its note.
+pub(crate) type MaybeNew<'py, A> = PyResult<Noted<Option<Bound<'py, A>>>>;
+
 /// Whether the process's GPU context is open (the cost model then leaves out an open).
 fn gpu_is_open() -> bool {
     // Only the cost model asks: a lock another thread holds (or held at a fork) answers no.

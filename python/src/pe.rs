@@ -99,7 +99,7 @@ fn check_table_size(rows: u64, dim: u32) -> Result<(), Error> {
 #[pyfunction]
 #[pyo3(signature = (*, dim, len, positions_spec, positions, config_path, config_json, variant,
     frequencies, inv_freq, inv_freq_path, inv_freq_tensor, base, min_timescale, max_timescale,
-    start_index, padding_idx, device, gpu_memory_budget))]
+    start_index, padding_idx, device, gpu_memory_budget, out = None))]
 #[allow(clippy::too_many_arguments)]
 fn table<'py>(
     py: Python<'py>,
@@ -121,7 +121,13 @@ fn table<'py>(
     padding_idx: Option<&Bound<'py, PyAny>>,
     device: &str,
     gpu_memory_budget: Option<u64>,
-) -> PyResult<(Bound<'py, PyArray2<f32>>, Option<String>)> {
+    out: Option<&Bound<'py, PyAny>>,
+) -> crate::MaybeNew<'py, PyArray2<f32>> {
+    if let Some(out) = out {
+        crate::arrays::check_apart(out, "out", &[(positions, "positions")])?;
+    }
+    let mut out_array = out.map(crate::arrays::f32_out::<ndarray::Ix2>).transpose()?;
+    let out_view = out_array.as_mut().map(|o| o.as_array_mut());
     let reference_path = device == "reference";
     let device = if reference_path { Device::Cpu } else { Device::parse(device)? };
     let source = config_source(&config_path, &config_json);
@@ -137,7 +143,7 @@ fn table<'py>(
     };
     let given_array = positions.map(|p| IntArray::<Ix1>::extract(p, "positions")).transpose()?;
     let given = given_array.as_ref().map(IntArray::view);
-    let (table, note) = compute(py, || -> Result<Noted<Array2<f32>>, Failure> {
+    let (table, note) = compute(py, || -> Result<Noted<Option<Array2<f32>>>, Failure> {
         if gpu_memory_budget.is_some() && (device == Device::Cpu) {
             return Err(off_gpu(
                 "gpu_memory_budget",
@@ -165,22 +171,46 @@ fn table<'py>(
             }
         };
         check_table_size(positions.len() as u64, spec.dim())?;
+        let shape = [positions.len(), spec.dim() as usize];
+        if let Some(o) = &out_view {
+            crate::arrays::check_out_shape("table", &shape, o.shape())?;
+        }
+        let bytes = positions.len() as u64 * u64::from(spec.dim()) * 4;
+        // Into a caller's `out`: the CPU's table writes it where it is (a strided one
+        // through a table of its own); the reference and the GPU make theirs first.
+        let out_view = std::sync::Mutex::new(out_view);
+        let into_out = |table: Array2<f32>| -> Option<Array2<f32>> {
+            let mut out = out_view.lock().unwrap_or_else(PoisonError::into_inner);
+            match out.as_mut() {
+                Some(o) => {
+                    o.assign(&table);
+                    None
+                }
+                None => Some(table),
+            }
+        };
         if reference_path {
-            let bytes = positions.len() as u64 * u64::from(spec.dim()) * 4;
             posenc::alloc::check_allocation("the table", bytes)?;
-            return Ok((reference::table_f32(&spec, &positions), None));
+            return Ok((into_out(reference::table_f32(&spec, &positions)), None));
         }
         let job = HostJob::Table { values: positions.len() as u64 * u64::from(spec.dim()) };
         on_device(device, gpu_memory_budget, job, |ctx| match ctx {
             None => {
-                let bytes = positions.len() as u64 * u64::from(spec.dim()) * 4;
+                let mut out = out_view.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(o) = out.as_mut() {
+                    if !o.is_standard_layout() {
+                        posenc::alloc::check_allocation("the table", bytes)?;
+                    }
+                    cpu::table_into(&spec, &positions, o.view_mut())?;
+                    return Ok(None);
+                }
                 posenc::alloc::check_allocation("the table", bytes)?;
-                Ok(cpu::table(&spec, &positions))
+                Ok(Some(cpu::table(&spec, &positions)))
             }
-            Some(ctx) => ctx.table(&spec, &positions),
+            Some(ctx) => ctx.table(&spec, &positions).map(into_out),
         })
     })?;
-    Ok((PyArray2::from_owned_array(py, table), note))
+    Ok((table.map(|t| PyArray2::from_owned_array(py, t)), note))
 }
 
 /// A GPU-only option beside a device that opens none, refused as the CLI refuses it.

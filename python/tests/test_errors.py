@@ -968,3 +968,25 @@ def test_the_extension_refuses_outs_over_its_inputs_and_empty_misaligned_arrays(
     odd = np.frombuffer(bytearray(33), np.float64, count=4, offset=1)
     assert not odd.flags.aligned
     assert posenc.rope(x, layout="blhd", inv_freq=odd).shape == x.shape
+
+
+def test_table_and_alibi_outs_are_checked_before_anything_is_written():
+    cases = [
+        (lambda o: posenc.table(8, len=4, out=o), np.zeros((4, 8), np.float64), "out must be a float32 array of rank 2; got float64"),
+        (lambda o: posenc.table(8, len=4, out=o), np.zeros((4, 9), np.float32), "table: shape mismatch for out (the output's shape): expected [4, 8], got [4, 9]"),
+        (lambda o: posenc.table(8, len=4, out=o), np.broadcast_to(np.float32(0), (4, 8)), "out is read-only"),
+        (lambda o: posenc.alibi_bias(2, 3, out=o), np.zeros((2, 3, 4), np.float32), "alibi: shape mismatch for out (the output's shape): expected [2, 3, 3], got [2, 3, 4]"),
+        (lambda o: posenc.alibi_bias(2, 3, out=o), [0.0], "out must be a numpy array, got list"),
+        (lambda o: posenc.alibi_bias(2, 3, out=o), np.zeros((2, 9), np.float32), "out must be a float32 array of rank 3"),
+    ]
+    for call, out, message in cases:
+        with pytest.raises(ValueError) as e:
+            call(out)
+        assert message in str(e.value), (message, str(e.value))
+    positions = np.arange(8, dtype=np.int32)
+    with pytest.raises(ValueError, match="out shares memory with an input"):
+        posenc.table(2, positions=positions, out=positions.view(np.float32).reshape(4, 2))
+    out = np.full((4, 8), 3.0, np.float32)
+    with pytest.raises(ValueError, match="base"):
+        posenc.table(8, len=4, base=0.5, out=out)
+    assert (out == 3.0).all()

@@ -406,3 +406,30 @@ def test_alibi_bias(cli, device, form):
 def test_devices(cli):
     done = cli.run("devices", "--json")
     assert posenc.devices() == json.loads(done.stdout)
+
+
+def test_table_and_alibi_bias_into_out(device):
+    # `out=` gets the bits of a new result: in C order, every other element of a wider
+    # array (the elements between untouched); the reference path too for the table.
+    positions = np.array([0, 7, 2**20, 2**32 - 1, 5] * 40, dtype=np.uint32)
+    want = posenc.table(64, positions=positions, device=device)
+    out = np.empty((200, 64), np.float32)
+    assert posenc.table(64, positions=positions, device=device, out=out) is out
+    same_bits(out, want)
+    wide = np.full((200, 128), 7.0, np.float32)
+    assert posenc.table(64, positions=positions, device=device, out=wide[:, ::2]) is not None
+    same_bits(wide[:, ::2], want)
+    assert (wide[:, 1::2] == 7.0).all()
+    ref = posenc.table(16, positions=[3, 2**31], device="reference")
+    out = np.empty((2, 16), np.float32)
+    posenc.table(16, positions=[3, 2**31], device="reference", out=out)
+    same_bits(out, ref)
+    for form in ("symmetric", "causal"):
+        want = posenc.alibi_bias(12, 7, kv_len=300, form=form, offset=9, device=device)
+        out = np.empty((12, 7, 300), np.float32)
+        assert posenc.alibi_bias(12, 7, kv_len=300, form=form, offset=9, device=device, out=out) is out
+        same_bits(out, want)
+        wide = np.full((12, 7, 600), 7.0, np.float32)
+        posenc.alibi_bias(12, 7, kv_len=300, form=form, offset=9, device=device, out=wide[..., ::2])
+        same_bits(wide[..., ::2], want)
+        assert (wide[..., 1::2] == 7.0).all()

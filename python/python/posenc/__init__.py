@@ -418,6 +418,7 @@ def table(
     padding_idx: Union[int, str, None] = None,
     device: str = "auto",
     gpu_memory_budget: Optional[int] = None,
+    out: Optional[np.ndarray] = None,
 ) -> np.ndarray:
     """A positional-encoding table: one row per position, ``dim`` values per row, float32.
 
@@ -437,6 +438,10 @@ def table(
     ``device``: ``"auto"``, ``"cpu"``, ``"gpu"``, or ``"reference"`` (the slow
     high-precision path, rounded to float32). cpu and gpu give the same bits.
 
+    ``out``: a writable, aligned float32 array ``[positions, dim]`` (any strides, its
+    elements apart, sharing no memory with ``positions``) that receives the table in place
+    of a new array and is returned.
+
     Raises ValueError for bad options (the command line's message), OSError for a file
     that cannot be read, GpuError when ``device="gpu"`` has no GPU or it fails.
     """
@@ -446,8 +451,10 @@ def table(
         pos = _int_array(pos, "positions", (1,), width=dim or 1)
     config_path, config_json = _config(config)
     values, path = _inv_freq(inv_freq, inv_freq_tensor)
-    return _noted(
+    target = None if out is None else _f32_out(out, 2, [pos])
+    made = _noted(
         _posenc.table(
+            out=target,
             dim=_whole(dim, "dim", _U32),
             len=_whole(len, "len", _U64),
             positions_spec=spec,
@@ -468,6 +475,23 @@ def table(
             gpu_memory_budget=_whole(gpu_memory_budget, "gpu_memory_budget", _U64),
         )
     )
+    return out if out is not None else made
+
+
+def _f32_out(out: Any, ndim: int, inputs: list) -> np.ndarray:
+    """A float32 ``out`` of rank ``ndim`` (``table``, ``alibi_bias``), checked against the
+    input arrays; its shape is checked by the extension, which knows the result's."""
+    if not isinstance(out, np.ndarray):
+        raise ValueError(f"out must be a numpy array, got {type(out).__name__}")
+    if out.dtype != np.float32 or out.ndim != ndim:
+        raise ValueError(
+            f"out must be a float32 array of rank {ndim}; got {out.dtype} of shape {out.shape}"
+        )
+    if not out.flags.writeable:
+        raise ValueError("out is read-only")
+    if any(a is not None and np.may_share_memory(out, a) for a in inputs):
+        raise ValueError("out shares memory with an input: pass an array of its own")
+    return out
 
 
 def encode(
@@ -1062,13 +1086,19 @@ def alibi_bias(
     form: str = "symmetric",
     offset: int = 0,
     device: str = "auto",
+    out: Optional[np.ndarray] = None,
 ) -> np.ndarray:
     """The ALiBi bias ``[heads, len, kv_len]`` float32 (``posenc alibi``): queries at
     ``offset..offset+len``, keys at ``0..kv_len`` (default ``offset + len``).
     ``form="symmetric"``: ``-m |q - k|``; ``"causal"``: ``-m (q - k)`` for ``k <= q``, 0
-    above the diagonal (no mask). Correctly rounded, the same bits on CPU and GPU."""
-    return _noted(
+    above the diagonal (no mask). Correctly rounded, the same bits on CPU and GPU.
+    ``out``: a writable, aligned float32 array ``[heads, len, kv_len]`` (any strides, its
+    elements apart) that receives the bias in place of a new array and is returned: a
+    decode loop's bias row without an allocation per step."""
+    target = None if out is None else _f32_out(out, 3, [])
+    made = _noted(
         _posenc.alibi_bias(
+            out=target,
             heads=_heads(heads),
             len=_whole(len, "len", _U64, optional=False),
             kv_len=_whole(kv_len, "kv_len", _U64),
@@ -1077,6 +1107,7 @@ def alibi_bias(
             device=_device(device),
         )
     )
+    return out if out is not None else made
 
 
 def devices() -> list[dict]:
