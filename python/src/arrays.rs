@@ -104,7 +104,8 @@ pub(crate) fn check_apart(
             && numpy.call_method1("may_share_memory", (out, input))?.extract::<bool>()?
         {
             return Err(PyValueError::new_err(format!(
-                "{out_name} shares memory with {name}: pass an array of its own"
+                "{out_name} may share memory with {name} (their address ranges overlap): pass \
+                 arrays apart"
             )));
         }
     }

@@ -348,6 +348,7 @@ fn _posenc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ACCURACY_BOUND", posenc::ACCURACY_BOUND)?;
     m.add("MAX_OUTPUT_VALUES", posenc::inputs::MAX_OUTPUT_VALUES)?;
     m.add("MAX_ALIBI_HEADS", posenc::alibi::MAX_HEADS)?;
+    m.add("MAX_FREQUENCIES", posenc::rope::MAX_FACTORS)?;
     m.add_function(wrap_pyfunction!(devices_json, m)?)?;
     m.add_function(wrap_pyfunction!(no_adapter_hint, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;

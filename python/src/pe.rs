@@ -488,6 +488,13 @@ fn encode<'py>(
     };
     let ids_array = IntArray::<Ix2>::extract(ids, "ids")?;
     let ids = ids_array.view();
+    if one_sequence && ids.dim().0 != 1 {
+        // The Python side passes one row for ids of rank 1.
+        return Err(PyValueError::new_err(format!(
+            "one_sequence needs ids of one row, got shape {:?}",
+            ids.shape()
+        )));
+    }
     let table_source = table_source.view();
     let learned_source = learned_source.as_ref().map(TableSource::view);
     let positions = positions.map(|p| IntArray::<Ix2>::extract(p, "positions")).transpose()?;

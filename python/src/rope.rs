@@ -258,7 +258,10 @@ fn rope<'py>(
     // checks refuse a read-only and a writable borrow of the same memory).
     let in_place = out.is_some_and(|o| o.is(x));
     if let Some(out) = out {
-        crate::arrays::check_apart(out, "out", &[(positions, "positions")])?;
+        // x itself where it is out (in place); the Python side copies an x whose range
+        // overlaps out's without a shared element.
+        let x_apart = if in_place { None } else { Some(x) };
+        crate::arrays::check_apart(out, "out", &[(positions, "positions"), (x_apart, "x")])?;
     }
     let (array, mut dest) = if in_place {
         (None, Dest::InPlace(Writable::extract(x, "x (as out)")?))

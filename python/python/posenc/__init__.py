@@ -339,8 +339,15 @@ def _inv_freq(
         raise ValueError(f"inv_freq must be 1-D, got shape {a.shape}")
     if a.dtype.kind not in "fiu":
         raise ValueError(f"inv_freq must hold numbers, got dtype {a.dtype}")
-    # Contiguous and aligned: a float64 view at an odd offset is copied.
-    return np.require(a, dtype=np.float64, requirements=["C", "A"]), None
+    if a.size > _posenc.MAX_FREQUENCIES:
+        # Before the copy below: a broadcast view may stand for billions of values.
+        raise ValueError(
+            f"invalid inv_freq: {a.size} values (allowed: one per frequency, at most "
+            f"{_posenc.MAX_FREQUENCIES})"
+        )
+    # Always a copy of its own (at most 256 KiB): float64, contiguous, aligned, and held by
+    # no other call (an out= being written on another thread).
+    return np.array(a, dtype=np.float64, order="C", copy=True), None
 
 
 def _int_array(value: Any, what: str, ndim: tuple[int, ...], width: int = 1) -> np.ndarray:
@@ -451,7 +458,9 @@ def table(
         pos = _int_array(pos, "positions", (1,), width=dim or 1)
     config_path, config_json = _config(config)
     values, path = _inv_freq(inv_freq, inv_freq_tensor)
-    target = None if out is None else _f32_out(out, 2, [pos])
+    target = None if out is None else _f32_out(out, 2)
+    if target is not None:
+        (pos,) = _apart(target, [pos], ["positions"])
     made = _noted(
         _posenc.table(
             out=target,
@@ -478,9 +487,10 @@ def table(
     return out if out is not None else made
 
 
-def _f32_out(out: Any, ndim: int, inputs: list) -> np.ndarray:
-    """A float32 ``out`` of rank ``ndim`` (``table``, ``alibi_bias``), checked against the
-    input arrays; its shape is checked by the extension, which knows the result's."""
+def _f32_out(out: Any, ndim: int) -> np.ndarray:
+    """A float32 ``out`` of rank ``ndim`` (``table``, ``alibi_bias``); its shape is checked
+    by the extension, which knows the result's, and its memory against the inputs'
+    (``_apart``)."""
     if not isinstance(out, np.ndarray):
         raise ValueError(f"out must be a numpy array, got {type(out).__name__}")
     if out.dtype != np.float32 or out.ndim != ndim:
@@ -489,9 +499,29 @@ def _f32_out(out: Any, ndim: int, inputs: list) -> np.ndarray:
         )
     if not out.flags.writeable:
         raise ValueError("out is read-only")
-    if any(a is not None and np.may_share_memory(out, a) for a in inputs):
-        raise ValueError("out shares memory with an input: pass an array of its own")
     return out
+
+
+def _apart(out: np.ndarray, inputs: list, names: list) -> list:
+    """``inputs`` (arrays or None) as they are where their memory is apart from ``out``'s;
+    a copy of one whose address range overlaps out's without a shared element (the
+    extension refuses overlapping ranges, as NumPy's bounds test sees them); ValueError
+    naming one that shares an element (or one too costly to decide)."""
+    apart = []
+    for a, name in zip(inputs, names):
+        if isinstance(a, np.ndarray) and a.size and out.size and np.may_share_memory(out, a):
+            try:
+                shared = np.shares_memory(out, a, max_work=_SHARES_MEMORY_WORK)
+            except _TOO_HARD:
+                shared = True  # undecided in the work allowed: taken as shared
+            if shared:
+                raise ValueError(
+                    f"out shares memory with {name}: pass an array of its own"
+                    + (" (or out=x to rotate in place)" if name == "x" else "")
+                )
+            a = a.copy(order="K")
+        apart.append(a)
+    return apart
 
 
 def encode(
@@ -584,7 +614,9 @@ def encode(
     values, path = _inv_freq(inv_freq, inv_freq_tensor)
     target = None
     if out is not None:
-        target = _encode_out(out, out_dtype, [w, ids_in, pos, off, p_table])
+        target = _encode_out(out, out_dtype)
+        names = ["weights", "ids", "positions", "offsets", "position_table"]
+        w, ids_in, pos, off, p_table = _apart(target, [w, ids_in, pos, off, p_table], names)
     encoded = _noted(
         _posenc.encode(
             out=target,
@@ -623,10 +655,10 @@ def encode(
 _OUT_DTYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16)}
 
 
-def _encode_out(out: Any, out_dtype: Any, inputs: list) -> np.ndarray:
-    """``encode``'s ``out`` checked against ``out_dtype`` and the input arrays, as the array
-    the extension writes (bfloat16 as uint16 bits); its shape is checked there, where the
-    table's width is known."""
+def _encode_out(out: Any, out_dtype: Any) -> np.ndarray:
+    """``encode``'s ``out`` checked against ``out_dtype``, as the array the extension writes
+    (bfloat16 as uint16 bits); its shape is checked there, where the table's width is known,
+    and its memory against the inputs' (``_apart``)."""
     if not isinstance(out, np.ndarray):
         raise ValueError(f"out must be a numpy array, got {type(out).__name__}")
     if out_dtype == "bf16":
@@ -644,8 +676,6 @@ def _encode_out(out: Any, out_dtype: Any, inputs: list) -> np.ndarray:
         raise ValueError("out is read-only")
     if out.ndim not in (2, 3):
         raise ValueError(f"out must have rank 2 or 3 (the output's), got shape {out.shape}")
-    if any(a is not None and np.may_share_memory(out, a) for a in inputs):
-        raise ValueError("out shares memory with an input: pass an array of its own")
     return out.view(np.uint16) if _is_bfloat16(out.dtype) else out
 
 
@@ -742,6 +772,14 @@ def rope(
     pos = None
     if positions is not None:
         pos = _int_array(positions, "positions", (2,), heads_dims)
+    if target is not None:
+        # x where out is x (in place); else copied if its range overlaps out's.
+        inputs, names = ([pos], ["positions"]) if target is a else ([a, pos], ["x", "positions"])
+        apart = _apart(target, inputs, names)
+        if target is a:
+            (pos,) = apart
+        else:
+            a, pos = apart
     rotated = _noted(
         _posenc.rope(
             x=a,
@@ -1095,7 +1133,7 @@ def alibi_bias(
     ``out``: a writable, aligned float32 array ``[heads, len, kv_len]`` (any strides, its
     elements apart) that receives the bias in place of a new array and is returned: a
     decode loop's bias row without an allocation per step."""
-    target = None if out is None else _f32_out(out, 3, [])
+    target = None if out is None else _f32_out(out, 3)
     made = _noted(
         _posenc.alibi_bias(
             out=target,
