@@ -675,15 +675,7 @@ fn encode<'py>(
         if let Some(o) = &out_view {
             let expected: &[usize] =
                 if one_sequence { &[len, width][..] } else { &[batch, len, width][..] };
-            if o.shape() != expected {
-                return Err(Error::Shape {
-                    op: "encode",
-                    what: "out (the output's shape)",
-                    expected: format!("{expected:?}"),
-                    actual: format!("{:?}", o.shape()),
-                }
-                .into());
-            }
+            crate::arrays::check_out_shape("encode", expected, o.shape())?;
         }
         let bytes = (batch * len * width) as u64 * out_dtype.size() as u64;
         // The CPU's sinusoid writes a caller's `out` in C order where it is; every other

@@ -202,16 +202,7 @@ pub fn rope_into<T: Element>(
     positions: ArrayView2<'_, u32>,
     layout: Layout,
 ) -> Result<()> {
-    let shape = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
-    let geometry = Geometry::check(spec, shape, layout, positions.dim())?;
-    if out.shape() != x.shape() {
-        return Err(crate::Error::Shape {
-            op: "rope",
-            what: "out (x's shape)",
-            expected: format!("{shape:?}"),
-            actual: format!("{:?}", out.shape()),
-        });
-    }
+    let geometry = Geometry::check_into(spec, x.shape(), out.shape(), layout, positions.dim())?;
     if geometry.elements() == 0 {
         return Ok(());
     }

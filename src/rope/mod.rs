@@ -385,6 +385,27 @@ impl Geometry {
         Ok(Self { batch, len, heads, head_dim })
     }
 
+    /// [`Geometry::check`] of `x`, and `out` of `x`'s shape (the into-forms' output).
+    pub(crate) fn check_into(
+        spec: &RopeSpec,
+        x: &[usize],
+        out: &[usize],
+        layout: Layout,
+        positions: (usize, usize),
+    ) -> Result<Self> {
+        let shape = [x[0], x[1], x[2], x[3]];
+        let geometry = Self::check(spec, shape, layout, positions)?;
+        if out != x {
+            return Err(Error::Shape {
+                op: "rope",
+                what: "out (x's shape)",
+                expected: format!("{shape:?}"),
+                actual: format!("{out:?}"),
+            });
+        }
+        Ok(geometry)
+    }
+
     pub(crate) fn elements(&self) -> usize {
         self.batch * self.len * self.heads * self.head_dim
     }

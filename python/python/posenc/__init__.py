@@ -510,18 +510,25 @@ def _apart(out: np.ndarray, inputs: list, names: list) -> list:
     apart = []
     for a, name in zip(inputs, names):
         if isinstance(a, np.ndarray) and a.size and out.size and np.may_share_memory(out, a):
-            try:
-                shared = np.shares_memory(out, a, max_work=_SHARES_MEMORY_WORK)
-            except _TOO_HARD:
-                shared = True  # undecided in the work allowed: taken as shared
-            if shared:
+            if _shares_element(out, a):
                 raise ValueError(
-                    f"out shares memory with {name}: pass an array of its own"
-                    + (" (or out=x to rotate in place)" if name == "x" else "")
+                    "out shares memory with x without being laid over it element for "
+                    "element: pass out=x to rotate in place, or an array of its own"
+                    if name == "x"
+                    else f"out shares memory with {name}: pass an array of its own"
                 )
             a = a.copy(order="K")
         apart.append(a)
     return apart
+
+
+def _shares_element(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays share an element, as far as ``np.shares_memory`` decides in the
+    work allowed; undecided is taken as shared."""
+    try:
+        return bool(np.shares_memory(a, b, max_work=_SHARES_MEMORY_WORK))
+    except _TOO_HARD:
+        return True
 
 
 def encode(
@@ -763,8 +770,11 @@ def rope(
             f"shape {a.shape}"
         )
     target = None if out is None else _rope_out(out, a, dtype)
-    if target is not None and target is not a and _same_elements(target, a):
-        a = target  # out=x, or a view of x laid over it element for element: in place
+    if target is not None and target is not a:
+        if _same_elements(target, a):
+            a = target  # out=x, or a view of x laid over it element for element: in place
+        else:
+            (a,) = _apart(target, [a], ["x"])
     if config is not None:
         # Read here, where a Ctrl-C is heard while the read waits.
         config = _read_config(config)
@@ -773,13 +783,7 @@ def rope(
     if positions is not None:
         pos = _int_array(positions, "positions", (2,), heads_dims)
     if target is not None:
-        # x where out is x (in place); else copied if its range overlaps out's.
-        inputs, names = ([pos], ["positions"]) if target is a else ([a, pos], ["x", "positions"])
-        apart = _apart(target, inputs, names)
-        if target is a:
-            (pos,) = apart
-        else:
-            a, pos = apart
+        (pos,) = _apart(target, [pos], ["positions"])
     rotated = _noted(
         _posenc.rope(
             x=a,
@@ -801,7 +805,8 @@ def rope(
 
 def _rope_out(out: Any, a: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """``rope``'s ``out`` checked against ``x`` (``a``, bfloat16 as uint16 bits; ``dtype``
-    its type as given), as the array the extension writes."""
+    its type as given), as the array the extension writes; its memory against x's by
+    ``_apart`` (unless it lies over x: in place)."""
     if not isinstance(out, np.ndarray):
         raise ValueError(f"out must be a numpy array, got {type(out).__name__}")
     if out.dtype != dtype or out.shape != a.shape:
@@ -815,18 +820,7 @@ def _rope_out(out: Any, a: np.ndarray, dtype: np.dtype) -> np.ndarray:
         )
     if not out.flags.writeable:
         raise ValueError("out is read-only")
-    target = out.view(np.uint16) if _is_bfloat16(dtype) else out
-    if target.size and a.size and not _same_elements(target, a):
-        try:
-            shared = np.shares_memory(target, a, max_work=_SHARES_MEMORY_WORK)
-        except _TOO_HARD:
-            shared = True  # undecided in the work allowed: taken as shared
-        if shared:
-            raise ValueError(
-                "out shares memory with x without being laid over it element for element: "
-                "pass out=x to rotate in place, or an array of its own"
-            )
-    return target
+    return out.view(np.uint16) if _is_bfloat16(dtype) else out
 
 
 # The most work np.shares_memory may do to decide whether out and x share an element

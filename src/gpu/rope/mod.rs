@@ -315,18 +315,9 @@ impl Context {
         // The result, and a copy of a strided x, had before either is made.
         let copies = if x.is_standard_layout() { 1 } else { 2 };
         crate::alloc::check_allocation("the RoPE output", bytes.saturating_mul(copies))?;
-        let input = x.as_standard_layout();
         let mut out = Array4::<T>::from_elem(x.raw_dim(), T::zeroed());
-        if geometry.elements() == 0 {
-            return Ok(out);
-        }
-        let input: &[T] = input.as_slice().expect("a standard-layout array is contiguous");
-        let output: &mut [T] = out.as_slice_mut().expect("a new array is contiguous");
-        let io = Io::Host {
-            input: bytemuck::cast_slice(input),
-            output: bytemuck::cast_slice_mut(output),
-        };
-        self.run_rope(spec, &geometry, layout, T::DTYPE, positions, io).await?;
+        // Read back straight into the new array, which is in standard layout.
+        self.rope_into_async(spec, x, out.view_mut(), positions, layout).await?;
         Ok(out)
     }
 
@@ -361,16 +352,7 @@ impl Context {
         positions: ArrayView2<'_, u32>,
         layout: Layout,
     ) -> Result<()> {
-        let shape = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
-        let geometry = Geometry::check(spec, shape, layout, positions.dim())?;
-        if out.shape() != x.shape() {
-            return Err(Error::Shape {
-                op: "rope",
-                what: "out (x's shape)",
-                expected: format!("{shape:?}"),
-                actual: format!("{:?}", out.shape()),
-            });
-        }
+        let geometry = Geometry::check_into(spec, x.shape(), out.shape(), layout, positions.dim())?;
         if geometry.elements() == 0 {
             return Ok(());
         }
