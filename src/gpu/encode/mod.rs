@@ -598,22 +598,21 @@ impl Context {
         positions: ArrayView2<'_, u32>,
         options: &EncodeOptions,
     ) -> Result<Encoded> {
-        let pe = pe.into();
-        let scale = self.check_request(pe, table, ids, positions, options)?;
-        let (host, _) = self.run_host(pe, table, ids, positions, options, scale, false).await?;
-        Ok(host.into_encoded((ids.nrows(), ids.ncols(), table.dim)))
+        let request = self.check_request(pe.into(), table, ids, positions, options)?;
+        let (host, _) = self.run_host(&request, false).await?;
+        Ok(host.into_encoded(request.shape()))
     }
 
     /// Every check of an encode's request, before any GPU work: the arrays against the
-    /// spec or position table and the table, and both tables' device. Returns the scale.
-    fn check_request(
+    /// spec or position table and the table, and both tables' device.
+    fn check_request<'a>(
         &self,
-        pe: PositionSource<'_>,
-        table: &GpuTable,
-        ids: ArrayView2<'_, u32>,
-        positions: ArrayView2<'_, u32>,
-        options: &EncodeOptions,
-    ) -> Result<Option<f32>> {
+        pe: PositionSource<'a>,
+        table: &'a GpuTable,
+        ids: ArrayView2<'a, u32>,
+        positions: ArrayView2<'a, u32>,
+        options: &'a EncodeOptions,
+    ) -> Result<Request<'a>> {
         let scale = match pe {
             PositionSource::Sinusoid(spec) => {
                 encode::check(spec, table.dim(), ids, positions, options)?
@@ -626,7 +625,7 @@ impl Context {
         if let PositionSource::Learned(p) = pe {
             self.check_same_device(p.device_key, "position_table")?;
         }
-        Ok(scale)
+        Ok(Request { pe, table, ids, positions, options, scale })
     }
 
     /// Uploads a learned position table `P` `[max_positions, dim]` (BERT and GPT-2 style),
@@ -674,41 +673,19 @@ impl Context {
         })
     }
 
-    /// The encode of checked arguments, submitted with its last chunk's readback left in
-    /// flight.
-    fn submit_host(
-        &self,
-        pe: PositionSource<'_>,
-        table: &GpuTable,
-        ids: ArrayView2<'_, u32>,
-        positions: ArrayView2<'_, u32>,
-        options: &EncodeOptions,
-        scale: Option<f32>,
-    ) -> Result<PendingEncode> {
-        let run = self.run_host(pe, table, ids, positions, options, scale, true);
-        let (host, readback) = wait::blocking("encode_submit", "encode_async", run)?;
-        let shape = (ids.nrows(), ids.ncols(), table.dim);
-        Ok(PendingEncode::new(self, "encode", host, shape, readback))
-    }
-
-    /// The encode of checked arguments into host memory, every chunk read back as it
-    /// completes, or with `deferred` the last chunk's readback left in flight (returned).
-    #[allow(clippy::too_many_arguments)]
+    /// A checked request's encode into host memory, every chunk read back as it completes,
+    /// or with `deferred` the last chunk's readback left in flight (returned).
     async fn run_host(
         &self,
-        pe: PositionSource<'_>,
-        table: &GpuTable,
-        ids: ArrayView2<'_, u32>,
-        positions: ArrayView2<'_, u32>,
-        options: &EncodeOptions,
-        scale: Option<f32>,
+        request: &Request<'_>,
         deferred: bool,
     ) -> Result<(HostResult, Option<Readback>)> {
-        let n = ids.len() * table.dim;
+        let n = request.elements();
+        let out_dtype = request.options.out_dtype;
         let mut host = if deferred {
-            HostResult::deferred(options.out_dtype, n)
+            HostResult::deferred(out_dtype, n)
         } else {
-            HostResult::zeros(options.out_dtype, n)?
+            HostResult::zeros(out_dtype, n)?
         };
         let readback = if n == 0 {
             None
@@ -718,7 +695,7 @@ impl Context {
             } else {
                 Sink::Host(host.bytes_mut()?)
             };
-            self.run_encode(pe, table, ids, positions, options, scale, sink, None).await?
+            self.run_encode(request, sink, None).await?
         };
         Ok((host, readback))
     }
@@ -772,9 +749,10 @@ impl Context {
         positions: ArrayView2<'_, u32>,
         options: &EncodeOptions,
     ) -> Result<PendingEncode> {
-        let pe = pe.into();
-        let scale = self.check_request(pe, table, ids, positions, options)?;
-        self.submit_host(pe, table, ids, positions, options, scale)
+        let request = self.check_request(pe.into(), table, ids, positions, options)?;
+        let run = self.run_host(&request, true);
+        let (host, readback) = wait::blocking("encode_submit", "encode_async", run)?;
+        Ok(PendingEncode::new(self, "encode", host, request.shape(), readback))
     }
 
     /// Like [`Context::encode`], but the result stays on the device: a storage buffer of
@@ -818,22 +796,11 @@ impl Context {
         positions: ArrayView2<'_, u32>,
         options: &EncodeOptions,
     ) -> Result<wgpu::Buffer> {
-        let pe = pe.into();
-        let scale = self.check_request(pe, table, ids, positions, options)?;
-        let bytes = (ids.len() * table.dim * options.out_dtype.size()).next_multiple_of(4) as u64;
+        let request = self.check_request(pe.into(), table, ids, positions, options)?;
+        let bytes = request.out_bytes();
         let out = self.result_buffer("encode_to_buffer", "posenc.encode.result", bytes)?;
         if bytes > 0 {
-            self.run_encode(
-                pe,
-                table,
-                ids,
-                positions,
-                options,
-                scale,
-                Sink::Device { buffer: &out, offset: 0 },
-                None,
-            )
-            .await?;
+            self.run_encode(&request, Sink::Device { buffer: &out, offset: 0 }, None).await?;
         }
         Ok(wgpu::Buffer::clone(&out))
     }
@@ -909,8 +876,8 @@ impl Context {
         out: &wgpu::Buffer,
         timer: Option<&SpanTimer>,
     ) -> Result<()> {
-        let scale = self.check_request(pe, table, ids, positions, options)?;
-        let bytes = (ids.len() * table.dim * options.out_dtype.size()).next_multiple_of(4) as u64;
+        let request = self.check_request(pe, table, ids, positions, options)?;
+        let bytes = request.out_bytes();
         if out.size() < bytes {
             return Err(Error::Shape {
                 op: "encode_into_buffer",
@@ -920,17 +887,7 @@ impl Context {
             });
         }
         if bytes > 0 {
-            self.run_encode(
-                pe,
-                table,
-                ids,
-                positions,
-                options,
-                scale,
-                Sink::Device { buffer: out, offset: 0 },
-                timer,
-            )
-            .await?;
+            self.run_encode(&request, Sink::Device { buffer: out, offset: 0 }, timer).await?;
         }
         Ok(())
     }
@@ -1073,18 +1030,13 @@ impl Context {
         Ok(PeCache { spec: spec.clone(), rows, buffer: buffers.out().clone() })
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn run_encode(
         &self,
-        pe: PositionSource<'_>,
-        table: &GpuTable,
-        ids: ArrayView2<'_, u32>,
-        positions: ArrayView2<'_, u32>,
-        options: &EncodeOptions,
-        scale: Option<f32>,
+        request: &Request<'_>,
         sink: Sink<'_>,
         timer: Option<&SpanTimer>,
     ) -> Result<Option<Readback>> {
+        let &Request { pe, table, ids, positions, options, scale } = request;
         let dim = table.dim;
         // Tokens per sequence: chunks of whole sequences may skip the sort.
         let row_len = ids.ncols().max(1);
@@ -1188,6 +1140,35 @@ impl Context {
             Ok(output.into_readback())
         })
         .await
+    }
+}
+
+/// An encode's request with every check passed ([`Context::check_request`]), and its
+/// scale.
+#[derive(Clone, Copy)]
+struct Request<'a> {
+    pe: PositionSource<'a>,
+    table: &'a GpuTable,
+    ids: ArrayView2<'a, u32>,
+    positions: ArrayView2<'a, u32>,
+    options: &'a EncodeOptions,
+    scale: Option<f32>,
+}
+
+impl Request<'_> {
+    /// The result's shape, `(batch, len, dim)`.
+    fn shape(&self) -> (usize, usize, usize) {
+        (self.ids.nrows(), self.ids.ncols(), self.table.dim)
+    }
+
+    /// The result's element count.
+    fn elements(&self) -> usize {
+        self.ids.len() * self.table.dim
+    }
+
+    /// The result's bytes in the output type, rounded up to whole words.
+    fn out_bytes(&self) -> u64 {
+        (self.elements() * self.options.out_dtype.size()).next_multiple_of(4) as u64
     }
 }
 
