@@ -36,6 +36,8 @@ TEXT_ROPE_TYPES = {"default", "linear", "dynamic", "yarn", "longrope", "llama3",
 # A hidden size and head count whose quotient no class uses as its own default, so a
 # class default head dim shows up as one (Qwen3's 128 equals its default 4096 / 32).
 PROBE_HIDDEN, PROBE_HEADS = 3840, 16
+# Keys of a multimodal RoPE, which posenc refuses by their own check, not by the table.
+MROPE_KEYS = {"mrope_section", "mrope_interleaved", "interleaved"}
 
 
 def attr(obj, key):
@@ -121,6 +123,20 @@ def head_dim_of(cls):
     return "computed"
 
 
+def attention_keys_of(cfg):
+    """The keys a config class exempts from transformers' check of its RoPE parameters
+    (`ignore_keys_at_rope_validation`, as an instance has it after its own __post_init__),
+    less the multimodal RoPE's, those posenc reads (the base, the rotary factor) and the
+    names of layer types (per-layer parameters' keys): the table's "attention keys"."""
+    keys = set(attr(cfg, "ignore_keys_at_rope_validation") or ())
+    layer_types = set(attr(cfg, "layer_types") or ())
+    params = attr(cfg, "rope_parameters")
+    if isinstance(params, dict):
+        layer_types |= {k for k, v in params.items() if isinstance(v, dict)}
+    read = {"partial_rotary_factor", "rope_theta"}  # posenc reads these itself
+    return sorted(keys - MROPE_KEYS - read - layer_types - {"sliding_attention", "full_attention"})
+
+
 def snapshot():
     import transformers
 
@@ -129,7 +145,9 @@ def snapshot():
     for model_type, cls in sorted(config_classes().items()):
         row = {"class": cls.__name__}
         try:
-            row["legacy"] = rope_of(cls())
+            default = cls()
+            row["legacy"] = rope_of(default)
+            row["attention_keys"] = attention_keys_of(default)
         except Exception as e:  # noqa: BLE001
             row["error"] = f"{type(e).__name__}: {e}"[:200]
             out[model_type] = row
@@ -256,6 +274,12 @@ def compare(paths, table="docs/families.md"):
                 want = f"read, else {legacy:g} (legacy form) or {given:g}"
             if not cell.startswith(want):
                 problems.append(f"{model_type}: partial {cell!r} in the table, {want!r} derived")
+        # Keys the class exempts from transformers' RoPE check (newer snapshots only).
+        if "attention_keys" in row:
+            want = ", ".join(f"`{k}`" for k in row["attention_keys"])
+            got = have.get("attention keys", "")
+            if got != want:
+                problems.append(f"{model_type}: attention keys {got!r} in the table, {want!r} derived")
     for model_type in sorted(set(rows) - set(newest["families"])):
         if not rows[model_type].get("refused"):
             problems.append(f"{model_type}: in the table, no config class in {newest['transformers']}")

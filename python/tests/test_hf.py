@@ -22,6 +22,8 @@ TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_atte
 
 
 def _model(config_class: str, **kwargs):
+    if not hasattr(transformers, config_class):
+        pytest.skip(f"{config_class} is not in transformers {transformers.__version__}")
     torch.manual_seed(0)
     config = getattr(transformers, config_class)(**{**TINY, **kwargs})
     config._attn_implementation = "eager"
@@ -47,6 +49,14 @@ FAMILIES = {
     "cohere-interleaved": lambda: _model("CohereConfig", rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
     "glm4-neox-cache": lambda: _model("Glm4Config", head_dim=16, partial_rotary_factor=0.5,
                                       rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+    # Its RoPE parameters carry its attention's llama_4_scaling_beta (a query scale after
+    # the rotation, 1 below original_max_position_embeddings) and max_position_embeddings,
+    # as its config class writes them.
+    "ministral3-attention-keys": lambda: _model("Ministral3Config", head_dim=16, rope_parameters={
+        "type": "yarn", "rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0,
+        "original_max_position_embeddings": 1024, "max_position_embeddings": 4096,
+        "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+        "llama_4_scaling_beta": 0.1}),
 }
 
 

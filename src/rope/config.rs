@@ -655,8 +655,14 @@ fn not_rotary(config: &Object) -> Result<()> {
 }
 
 /// The scaling object with the model-level fields merged in where transformers reads
-/// them from the config, then read.
-fn scaling(config: &Object, mut map: Object, key: &str, per_layer: bool) -> Result<Scaling> {
+/// them from the config, and the family's attention keys dropped, then read.
+fn scaling(
+    config: &Object,
+    mut map: Object,
+    key: &str,
+    per_layer: bool,
+    family: &Family,
+) -> Result<Scaling> {
     if map.contains_key("mrope_section") {
         return Err(invalid(
             format!("{key}.mrope_section"),
@@ -664,16 +670,19 @@ fn scaling(config: &Object, mut map: Object, key: &str, per_layer: bool) -> Resu
             "absent: multimodal RoPE (mrope) is not a rotation posenc computes",
         ));
     }
+    for attention_key in family.attention_keys {
+        map.remove(*attention_key);
+    }
     let type_key = if get(&map, "rope_type").is_some() { "rope_type" } else { "type" };
     // Phi-3's first configs call longrope "su"; transformers reads it as longrope.
     if get(&map, type_key).and_then(Value::as_str) == Some("su") {
         map.insert(type_key.into(), "longrope".into());
     }
     let rope_type = get(&map, type_key).and_then(Value::as_str).unwrap_or("").to_string();
-    let max = whole(config, "max_position_embeddings")?;
-    if let Some(m) = max
+    // transformers' dynamic, yarn and longrope read the config's max_position_embeddings,
+    // never the object's (a key they do not know): the config's wins where it has one.
+    if let Some(m) = whole(config, "max_position_embeddings")?
         && READS_MAX.contains(&rope_type.as_str())
-        && !map.contains_key("max_position_embeddings")
     {
         map.insert("max_position_embeddings".into(), m.into());
     }
@@ -1228,7 +1237,7 @@ impl RopeSpec {
                 if proportional {
                     proportional_factor(&config, &mut map, &key, rope.partial_rotary_factor)?;
                 }
-                (scaling(&config, map, &key, rope.per_layer)?, key)
+                (scaling(&config, map, &key, rope.per_layer, family)?, key)
             }
             None => (Scaling::None, "rope_scaling".to_string()),
         };

@@ -36,6 +36,13 @@ pub struct Family {
     pub rotary_key: Option<RotaryKey>,
     /// How per-layer-type RoPEs and their bases are filled in.
     pub layers: LayerRule,
+    /// Keys the family's RoPE parameters carry for its attention, not its rotation, which
+    /// its config class exempts from transformers' check of those parameters
+    /// (`ignore_keys_at_rope_validation`): read past, where any other key a rope type does
+    /// not use is refused. Ministral 3's and Mistral 4's `llama_4_scaling_beta` scales the
+    /// queries by position after the rotation; their `max_position_embeddings` there is
+    /// unread (transformers reads the config's own).
+    pub attention_keys: &'static [&'static str],
     /// Why posenc refuses the family, if it does.
     pub refusal: Option<Refusal>,
 }
@@ -277,6 +284,7 @@ const fn row(model_type: &'static str) -> Family {
         partial: PartialDefault::Generic,
         rotary_key: None,
         layers: LayerRule::Generic,
+        attention_keys: &[],
         refusal: None,
     }
 }
@@ -328,6 +336,9 @@ impl Family {
     const fn layers(self, layers: LayerRule) -> Self {
         Family { layers, ..self }
     }
+    const fn attention_keys(self, keys: &'static [&'static str]) -> Self {
+        Family { attention_keys: keys, ..self }
+    }
     const fn not_rotary(self) -> Self {
         Family { refusal: Some(Refusal::NotRotary), ..self }
     }
@@ -336,7 +347,11 @@ impl Family {
     }
 }
 
-// Why each family refused for its rotation is refused (`Refusal::Rotation`), as the errors say.
+// The query scale of the Mistral families since Ministral 3: `1 + beta * ln(1 + floor(p /
+// original_max_position_embeddings))`, applied to the rotated queries by their attention.
+const LLAMA_4_SCALING: &[&str] = &["llama_4_scaling_beta", "max_position_embeddings"];
+
+// Why each family is refused for its rotation (`Refusal::Rotation`), as the errors say.
 
 const NANOCHAT: &str = "NanoChat's rotate_half returns (x2, -x1): each pair turns by -p * w, which \
     neither pairing (neox, gptj) computes";
@@ -476,8 +491,11 @@ static FAMILIES: &[Family] = &[
     row("minimax").base(1e6),
     row("minimax_m2").base(5e6).head(128).partial(1.0, 1.0).reads(RotaryDim),
     row("minimax_m3_vl_text").base(5e6).head(128).partial(1.0, 1.0),
-    row("ministral3").base_legacy(1e4, "yarn", 16.0, 1e6).head(128),
-    row("mistral4").base_legacy(1e4, "yarn", 128.0, 1e4).unsettled(128),
+    row("ministral3").base_legacy(1e4, "yarn", 16.0, 1e6).head(128).attention_keys(LLAMA_4_SCALING),
+    row("mistral4")
+        .base_legacy(1e4, "yarn", 128.0, 1e4)
+        .unsettled(128)
+        .attention_keys(LLAMA_4_SCALING),
     row("mistral_large4_text").gptj().base_legacy(1e4, "yarn", 2048.0, 1e4).unsettled(64),
     row("mixtral").base(1e6),
     row("mllama_text_model").base(5e5),

@@ -123,6 +123,68 @@ fn deepseek_v3_rotates_qk_rope_head_dim_interleaved_with_mscale_yarn() {
     assert_eq!(got.frequencies(16).attention_factor(), 1.0);
 }
 
+/// Ministral 3's and Mistral 4's RoPE parameters, as transformers 5.24's config classes write
+/// them (`Ministral3Config().to_dict()`, `Mistral4Config().to_dict()`, cut to the fields
+/// that matter), carry `llama_4_scaling_beta`, a query scale their attention applies after
+/// the rotation, and `max_position_embeddings`: both read past, as transformers' classes
+/// exempt them from its check (`ignore_keys_at_rope_validation`); elsewhere refused.
+#[test]
+fn mistral_families_read_past_their_attention_keys() {
+    let ministral3 = r#"{"model_type": "ministral3", "hidden_size": 4096,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+        "max_position_embeddings": 262144, "rope_parameters": {"type": "yarn",
+        "rope_theta": 1000000.0, "factor": 16.0, "original_max_position_embeddings": 16384,
+        "max_position_embeddings": 262144, "beta_fast": 32.0, "beta_slow": 1.0,
+        "mscale_all_dim": 1.0, "mscale": 1.0, "llama_4_scaling_beta": 0.1,
+        "rope_type": "yarn"}}"#;
+    let mut yarn = Yarn::new(16.0, 16384);
+    yarn.mscale = Some(1.0);
+    yarn.mscale_all_dim = Some(1.0);
+    let want = RopeSpec::new(128).unwrap().with_base(1e6).unwrap();
+    let want = want.with_scaling(Scaling::Yarn(yarn)).unwrap();
+    same("ministral3", &RopeSpec::from_hf_config(ministral3, None).unwrap(), &want);
+    // Mistral 4 is an MLA family: its qk_rope_head_dim (64) rotates, interleaved.
+    let mistral4 = r#"{"model_type": "mistral4", "hidden_size": 4096,
+        "num_attention_heads": 32, "num_key_value_heads": 32, "head_dim": 128,
+        "max_position_embeddings": 1048576, "rope_parameters": {"type": "yarn",
+        "rope_theta": 10000.0, "factor": 128.0, "original_max_position_embeddings": 8192,
+        "max_position_embeddings": 1048576, "beta_fast": 32.0, "beta_slow": 1.0,
+        "mscale_all_dim": 1.0, "mscale": 1.0, "llama_4_scaling_beta": 0.1,
+        "partial_rotary_factor": 0.5, "rope_type": "yarn"}, "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 64, "rope_interleave": true}"#;
+    let mut yarn = Yarn::new(128.0, 8192);
+    yarn.mscale = Some(1.0);
+    yarn.mscale_all_dim = Some(1.0);
+    let want = RopeSpec::new(64).unwrap().with_pairing(Pairing::Gptj);
+    let want = want.with_scaling(Scaling::Yarn(yarn)).unwrap();
+    same("mistral4", &RopeSpec::from_hf_config(mistral4, None).unwrap(), &want);
+    // Another family's RoPE parameters with the key: refused, naming it.
+    let llama = ministral3.replace("\"ministral3\"", "\"llama\"");
+    let e = RopeSpec::from_hf_config(&llama, None).unwrap_err();
+    assert!(matches!(e, Error::RopeConfig { .. }), "{e}");
+    assert!(e.to_string().contains("llama_4_scaling_beta"), "{e}");
+}
+
+/// transformers' dynamic, yarn and longrope read the config's `max_position_embeddings`,
+/// never one inside the scaling object: the config's wins where both are given.
+#[test]
+fn the_configs_max_position_embeddings_wins_over_the_objects() {
+    let config = |inner: &str| {
+        format!(
+            r#"{{"model_type": "llama", "hidden_size": 1024, "num_attention_heads": 8,
+            "max_position_embeddings": 4096, "rope_scaling": {{"rope_type": "yarn",
+            "factor": null, "original_max_position_embeddings": 1024{inner}}}}}"#
+        )
+    };
+    // factor = max_position_embeddings / original_max_position_embeddings = 4.
+    let want = RopeSpec::new(128).unwrap().with_scaling(Scaling::Yarn(Yarn::new(4.0, 1024)));
+    let want = want.unwrap();
+    for inner in ["", r#", "max_position_embeddings": 8192"#] {
+        let got = RopeSpec::from_hf_config(&config(inner), None).unwrap();
+        same(inner, &got, &want);
+    }
+}
+
 #[test]
 fn partial_rotary_gpt_neox_phi_2_and_gpt_j() {
     // int(96 * 0.25) = 24, int(80 * 0.4) = 32, rotary_dim 64 of 4096 / 16.

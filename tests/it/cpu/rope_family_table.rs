@@ -10,11 +10,18 @@ use posenc::rope::{MAX_HEAD_DIM, ROPE_TYPES, RopeSpec};
 use posenc::{Error, model_config};
 
 /// A row's defaults and rules: every column but its name and its refusal.
-type Columns =
-    (PairingRule, BaseDefault, HeadDimDefault, PartialDefault, Option<RotaryKey>, LayerRule);
+type Columns = (
+    PairingRule,
+    BaseDefault,
+    HeadDimDefault,
+    PartialDefault,
+    Option<RotaryKey>,
+    LayerRule,
+    &'static [&'static str],
+);
 
 fn columns(f: &Family) -> Columns {
-    (f.pairing, f.base, f.head_dim, f.partial, f.rotary_key, f.layers)
+    (f.pairing, f.base, f.head_dim, f.partial, f.rotary_key, f.layers, f.attention_keys)
 }
 
 fn rows_where(keep: impl Fn(&Family) -> bool) -> Vec<&'static str> {
@@ -272,6 +279,10 @@ fn layers_cell(f: &Family) -> String {
     }
 }
 
+fn attention_keys_cell(f: &Family) -> String {
+    f.attention_keys.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+}
+
 fn refusal_cell(f: &Family) -> String {
     match f.refusal {
         None => String::new(),
@@ -350,6 +361,11 @@ fn families_page() -> String {
             count(|f| f.layers != LayerRule::Generic)
         ),
         format!(
+            "Attention keys: {} families whose RoPE parameters carry keys of their attention, \
+             read past.",
+            count(|f| !f.attention_keys.is_empty())
+        ),
+        format!(
             "Refused: {} whose positions are not rotary, {} whose rotation posenc does not \
              compute.",
             count(|f| f.refusal == Some(Refusal::NotRotary)),
@@ -361,7 +377,8 @@ fn families_page() -> String {
     }
     page.push_str(
         "\n| `model_type` | pairing | base when absent | head dim when absent | \
-         `partial_rotary_factor` | layer types | refused |\n|---|---|---|---|---|---|---|\n",
+         `partial_rotary_factor` | layer types | attention keys | refused \
+         |\n|---|---|---|---|---|---|---|---|\n",
     );
     for f in families::all() {
         let cells = [
@@ -371,6 +388,7 @@ fn families_page() -> String {
             head_cell(f),
             partial_cell(f),
             layers_cell(f),
+            attention_keys_cell(f),
             refusal_cell(f),
         ];
         page.push_str(&format!("| {} |\n", cells.join(" | ")));
