@@ -359,6 +359,8 @@ impl PeSpec {
 
     /// Numbers positions from `start`: the row of position `p` is the encoding of
     /// `p + start` (tensor2tensor's `start_index`), exact even when the sum passes 2^32.
+    /// The padding position ([`PeSpec::with_padding_idx`]) is a position as given, before
+    /// the offset: its row is zeros whatever `start` is.
     pub fn with_start_index(self, start: u32) -> Self {
         Self { start_index: start, ..self }
     }

@@ -136,6 +136,9 @@ fn specs() -> Vec<PeSpec> {
     out.push(t2t.with_start_index(u32::MAX - 2));
     out.push(PeSpec::for_variant(Variant::Fairseq, 16).unwrap().with_padding_idx(None));
     out.push(PeSpec::for_variant(Variant::Fairseq, 15).unwrap().with_padding_idx(Some(1 << 31)));
+    // The padding position is a position as given: row 1 stays the zero row when the
+    // encodings start at 1 (row 0 is then the encoding of 1).
+    out.push(PeSpec::for_variant(Variant::Fairseq, 6).unwrap().with_start_index(1));
     out.push(PeSpec::for_variant(Variant::Whisper, 40).unwrap().with_base(500_000.0).unwrap());
     out.push(PeSpec::for_variant(Variant::Marian, 31).unwrap().with_base(1e7).unwrap());
     out
