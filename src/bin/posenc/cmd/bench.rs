@@ -253,6 +253,13 @@ fn run_op(args: &BenchArgs, preset: bench::ops::OpPreset) -> Result<(), Failure>
     config.steps = applied.steps;
     config.dtype = args.dtype.map(Into::into);
     bench::ops::check(preset, &config).map_err(Failure::usage)?;
+    if let (bench::ops::OpPreset::Step(p), bench::Devices::Cpu) = (preset, config.devices) {
+        crate::failure::note(&format!(
+            "{} is a decode step, a recorded GPU pass with no CPU item: --device cpu times \
+             nothing (--device gpu times it)",
+            p.name
+        ));
+    }
     let report = bench::run_op(preset, &config, |_| {}).map_err(no_fallback)?;
     print_report(args.json, &report, || report.to_table())
 }
