@@ -835,9 +835,19 @@ impl PyRopeSpec {
     /// `(cos, sin)` at `positions` (a 1-D array of any integer type), `[n, rotary_dim]`
     /// float32, the attention factor applied, laid out as the pairing says; on the CPU.
     fn cache<'py>(&self, py: Python<'py>, positions: &Bound<'py, PyAny>) -> PyResult<CosSin<'py>> {
+        let spec = &self.spec;
+        if let Ok(text) = positions.extract::<String>() {
+            // A spec string, as `rope_cache(positions=...)` and `--positions` take it.
+            let cache = compute(py, || {
+                let positions = positions::parse_spec(&text)?;
+                rp::check_cache_size(spec, positions.len())?;
+                Ok(cpu::rope_cache(spec, &positions)?)
+            })?;
+            let (cos, sin) = (cache.cos, cache.sin);
+            return Ok((PyArray2::from_owned_array(py, cos), PyArray2::from_owned_array(py, sin)));
+        }
         let given_array = IntArray::<Ix1>::extract(positions, "positions")?;
         let given = given_array.view();
-        let spec = &self.spec;
         let cache = compute(py, || {
             // The caches' size first (cpu::rope_cache's own check), before the positions'
             // u32 copy is made.

@@ -81,6 +81,13 @@ def test_rope_spec():
     inv, factor = spec.frequencies(8192)
     assert inv.dtype == np.float64 and inv.shape == (64,) and factor == 1.0
     assert "llama3" in repr(spec)
+    # A spec string, as rope_cache takes it.
+    cos_s, sin_s = spec.cache("0,5,4294967295")
+    same_bits(cos_s, cos)
+    same_bits(sin_s, sin)
+    same_bits(spec.cache("3..6")[0], spec.cache(np.arange(3, 6))[0])
+    with pytest.raises(ValueError, match="position spec|positions"):
+        spec.cache("5..2")
 
 
 def test_quiet_without_runtime_dir():
