@@ -841,9 +841,26 @@ def test_ranges_named_are_the_options_own():
     assert posenc.MAX_ALIBI_HEADS == 65536 and posenc.alibi_slopes(65536).shape == (65536,)
     spec = posenc.RopeSpec(head_dim=8)
     for bad in (0, 2**32 + 1):
-        with pytest.raises(ValueError, match=rf"^invalid seq_len: {bad} \(allowed: 1\.\.=4294967296\)$"):
+        with pytest.raises(ValueError, match=rf"^invalid seq_len: {bad} \(allowed: 1\.\.=4294967296 \(one"):
             spec.frequencies(bad)
     assert spec.frequencies(2**32)[0].shape == (4,)
+    # RoPE's head and rotary dims and the length dynamic scaling sees, past their integer
+    # types, as the command line words their ranges (a rotary dim of -2 was 0..=4294967295).
+    x = np.ones((1, 2, 2, 8), np.float32)
+    for call, name, value, allowed in [
+        (lambda: posenc.RopeSpec(head_dim=64, rotary_dim=-2), "rotary_dim", -2, "an even number in 2..=head_dim"),
+        (lambda: posenc.rope(x, layout="blhd", rotary_dim=2**32), "rotary_dim", 2**32, "an even number in 2..=head_dim"),
+        (lambda: posenc.RopeSpec(head_dim=-64), "head_dim", -64, "an even number in 2..=65536"),
+        (lambda: posenc.rope_cache(head_dim=2**40, seq_len=2), "head_dim", 2**40, "an even number in 2..=65536"),
+        (lambda: posenc.RopeSpec(head_dim=64, seq_len=2**64), "seq_len", 2**64, "1..=4294967296"),
+        (lambda: posenc.RopeSpec(head_dim=64, seq_len=0), "seq_len", 0, "1..=4294967296"),
+    ]:
+        with pytest.raises(ValueError) as e:
+            call()
+        assert f"invalid {name}: {value} (allowed: {allowed}" in str(e.value), str(e.value)
+    # In the types' range the extension checks, in the same words.
+    with pytest.raises(ValueError, match="allowed: an even number in 2..=head_dim"):
+        posenc.RopeSpec(head_dim=64, rotary_dim=3)
 
 
 def test_devices_refuses_a_backend_that_names_none():

@@ -148,26 +148,39 @@ def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
 
 _U32 = 2**32 - 1
 _U64 = 2**64 - 1
+# The ranges of RoPE's integer options, as the command line words them.
+_HEAD_DIMS = "an even number in 2..=65536 (odd head dims: a partial rotary dim, rotary_dim=)"
+_ROTARY_DIMS = "an even number in 2..=head_dim"
+_SEQ_LENS = "1..=4294967296 (one more than the largest u32 position)"
 
 
-def _whole(value: Any, name: str, largest: int, optional: bool = True, smallest: int = 0) -> Any:
+def _whole(
+    value: Any,
+    name: str,
+    largest: int,
+    optional: bool = True,
+    smallest: int = 0,
+    allowed: Optional[str] = None,
+) -> Any:
     """An integer option within its type (``smallest..=largest``; the type's range unless
     the option's own is narrower), as an int, ``None`` as it is where the option is
     ``optional``: anything else is refused here by the option's name (the extension's
     conversion would name its own parameter, or none, and raise ``TypeError``), and so is
     an integer past the type (the conversion's ``OverflowError`` names neither the value
-    nor the range)."""
+    nor the range). ``allowed`` is the option's own range, as the command line words it,
+    where the extension checks more than the type (a rotary dim's evenness)."""
     if value is None and optional:
         return None
-    allowed = f"a whole number in {smallest}..={largest}"
+    range_text = allowed or f"{smallest}..={largest}"
+    kind = allowed or f"a whole number in {smallest}..={largest}"
     if isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"invalid {name}: {value} (allowed: {allowed}, not a bool)")
+        raise ValueError(f"invalid {name}: {value} (allowed: {kind}, not a bool)")
     try:
         whole = operator.index(value)
     except TypeError:
-        raise ValueError(f"invalid {name}: {value!r} (allowed: {allowed})") from None
+        raise ValueError(f"invalid {name}: {value!r} (allowed: {kind})") from None
     if not smallest <= whole <= largest:
-        raise ValueError(f"invalid {name}: {whole} (allowed: {smallest}..={largest})")
+        raise ValueError(f"invalid {name}: {whole} (allowed: {range_text})")
     return whole
 
 
@@ -702,7 +715,7 @@ def _rope_options(
         config_json=config_json,
         layer_type=_text(layer_type, "layer_type"),
         pairing=_text(pairing, "pairing"),
-        rotary_dim=_whole(rotary_dim, "rotary_dim", _U32),
+        rotary_dim=_whole(rotary_dim, "rotary_dim", _U32, allowed=_ROTARY_DIMS),
         base=_number(base, "base"),
         scaling_json=scaling_json,
         scaling_path=scaling_path,
@@ -710,7 +723,7 @@ def _rope_options(
         inv_freq_path=path,
         inv_freq_tensor=_text(inv_freq_tensor, "inv_freq_tensor"),
         attention_factor=_number(attention_factor, "attention_factor"),
-        seq_len=_whole(seq_len, "seq_len", _U64),
+        seq_len=_whole(seq_len, "seq_len", 2**32, smallest=1, allowed=_SEQ_LENS),
     )
 
 
@@ -1000,7 +1013,7 @@ def rope_cache(
     else:
         pos = _int_array(positions, "positions", (1,), 2 * (head_dim or 1))
     cos, sin, inv, factor, pairing_used, note = _posenc.rope_cache(
-        head_dim=_whole(head_dim, "head_dim", _U32),
+        head_dim=_whole(head_dim, "head_dim", _U32, allowed=_HEAD_DIMS),
         len=_whole(length, "seq_len", _U64),
         positions_spec=spec,
         positions=pos,
@@ -1043,7 +1056,7 @@ class RopeSpec:
     ) -> None:
         config, pairing = _config_and_pairing(config, pairing)
         args = dict(
-            head_dim=_whole(head_dim, "head_dim", _U32),
+            head_dim=_whole(head_dim, "head_dim", _U32, allowed=_HEAD_DIMS),
             **_rope_options(
                 config, layer_type, pairing, rotary_dim, base, scaling, inv_freq,
                 inv_freq_tensor, attention_factor, seq_len,
@@ -1071,7 +1084,7 @@ class RopeSpec:
         """The frequencies (float64 radians per position) and attention factor at
         sequence length ``seq_len``."""
         # The range rope(seq_len=) and RopeSpec(seq_len=) take: one more than a u32 position.
-        seq_len = _whole(seq_len, "seq_len", 2**32, optional=False, smallest=1)
+        seq_len = _whole(seq_len, "seq_len", 2**32, optional=False, smallest=1, allowed=_SEQ_LENS)
         return self._spec.frequencies(seq_len)
 
     def with_pairing(self, pairing: str) -> "RopeSpec":
