@@ -56,13 +56,21 @@ pub fn try_zeroed_vec<T: bytemuck::Zeroable + Clone>(
     what: &'static str,
     len: usize,
 ) -> Result<Vec<T>> {
+    let mut v = try_zeroed_vec_unadvised(what, len)?;
+    advise_huge_pages(&mut v);
+    Ok(v)
+}
+
+/// [`try_zeroed_vec`] without the huge-page advice.
+fn try_zeroed_vec_unadvised<T: bytemuck::Zeroable + Clone>(
+    what: &'static str,
+    len: usize,
+) -> Result<Vec<T>> {
     let bytes = (len as u64).saturating_mul(size_of::<T>() as u64);
     // A zeroed allocation: the kernel maps its pages lazily, where a reserve and a fill
     // would write every page once before the caller does.
-    let mut v = fallibly(|| bytemuck::allocation::try_zeroed_vec(len))
-        .map_err(|()| Error::Alloc { what, bytes })?;
-    advise_huge_pages(&mut v);
-    Ok(v)
+    fallibly(|| bytemuck::allocation::try_zeroed_vec(len))
+        .map_err(|()| Error::Alloc { what, bytes })
 }
 
 /// Whether [`advise_huge_pages`] gives its advice (by default it does).
@@ -150,9 +158,27 @@ pub fn try_zeros<T: bytemuck::Zeroable + Clone, D: Dimension>(
     what: &'static str,
     shape: impl IntoDimension<Dim = D>,
 ) -> Result<Array<T, D>> {
+    let mut out = try_zeros_unadvised(what, shape)?;
+    advise_huge_pages(out.as_slice_mut().expect("a new array is contiguous"));
+    Ok(out)
+}
+
+/// [`try_zeros`] without the huge-page advice: for a result that did without it when it
+/// was allocated infallibly (the RoPE cache's cos and sin), so that making it fallible
+/// changes nothing else. On the development VM, whose host reclaims free memory, advising
+/// them made `posenc rope-cache` of 300000 positions at head dim 128 take 0.82 - 1.20 s
+/// against 0.56 - 0.58 s (2026-12-02; docs/performance.md, Fresh outputs, says why such
+/// faults vary there).
+///
+/// # Errors
+/// As [`try_zeros`].
+pub(crate) fn try_zeros_unadvised<T: bytemuck::Zeroable + Clone, D: Dimension>(
+    what: &'static str,
+    shape: impl IntoDimension<Dim = D>,
+) -> Result<Array<T, D>> {
     let shape = shape.into_dimension();
     let len = shape.size_checked().ok_or(Error::Alloc { what, bytes: u64::MAX })?;
-    let data = try_zeroed_vec(what, len)?;
+    let data = try_zeroed_vec_unadvised(what, len)?;
     Array::from_shape_vec(shape, data).map_err(|e| Error::Shape {
         op: "allocate",
         what,

@@ -66,6 +66,7 @@ both!(
     blocking_calls_are_refused_on_the_web,
     dropped_and_overlapping_calls_leave_the_context_working,
     a_pages_own_error_scopes_interleave_with_calls_in_flight,
+    host_results_past_the_address_space_are_errors,
 );
 
 /// The context the checks run on, or `None` (the test then passes as skipped) where there
@@ -380,6 +381,35 @@ async fn blocking_calls_are_refused_on_the_web() {
             cpu::table(&spec, &[1, 2]).as_slice().unwrap(),
         );
     }
+}
+
+/// Host results the caller's sizes make larger than a 32-bit target can address (2 GiB and
+/// more) are `Error::Alloc` on the web, where `capacity overflow` panicked and aborted the
+/// module (a stranger's probe, 2026-12-02): the RoPE cache of 2^22 positions at head dim
+/// 128, on the GPU and the CPU, and a 4 GiB ALiBi bias. The context works on afterwards.
+/// Natively such sizes are memory a machine may have, so only the web runs them.
+async fn host_results_past_the_address_space_are_errors() {
+    if cfg!(not(target_arch = "wasm32")) {
+        return;
+    }
+    let Some(gpu) = context().await else { return };
+    let spec = RopeSpec::new(128).unwrap();
+    let positions = vec![u32::MAX; 1 << 22];
+    let e = gpu.rope_cache_async(&spec, &positions).await.unwrap_err();
+    assert!(matches!(e, Error::Alloc { .. }), "{e}");
+    let e = cpu::rope_cache(&spec, &positions).unwrap_err();
+    assert!(matches!(e, Error::Alloc { .. }), "{e}");
+    let e = gpu.alibi_bias_async(&AlibiSpec::new(64, 4096).unwrap()).await.unwrap_err();
+    assert!(matches!(e, Error::Alloc { .. }), "{e}");
+    assert!(e.to_string().contains("ALiBi"), "{e}");
+    let small = [0, 7, u32::MAX];
+    let got = gpu.rope_cache_async(&spec, &small).await.unwrap();
+    let want = cpu::rope_cache(&spec, &small).unwrap();
+    same_bits(
+        "rope cache after the refusals",
+        got.cos.as_slice().unwrap(),
+        want.cos.as_slice().unwrap(),
+    );
 }
 
 /// Polls `future` once, as a page does that starts a call and then drops it (a `select!`

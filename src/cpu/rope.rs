@@ -53,13 +53,18 @@ fn cos_sin_row_inline(freqs: &Frequencies, p: u32, out: &mut [(f32, f32)]) {
 /// `[.., .., 1]`) the rotation uses, attention factor included; bit-identical to
 /// [`crate::gpu::Context::rope_cos_sin`].
 pub fn rope_cos_sin(freqs: &Frequencies, positions: &[u32]) -> Array3<f32> {
+    let mut out = Array3::<f32>::zeros((positions.len(), freqs.len(), 2));
+    fill_cos_sin(freqs, positions, out.as_slice_mut().expect("a new array is contiguous"));
+    out
+}
+
+/// [`rope_cos_sin`] into `flat`, a fresh `[positions.len(), r / 2, 2]` table.
+fn fill_cos_sin(freqs: &Frequencies, positions: &[u32], flat: &mut [f32]) {
     let n = freqs.len();
-    let mut out = Array3::<f32>::zeros((positions.len(), n, 2));
     if n == 0 {
-        return out;
+        return;
     }
-    crate::alloc::advise_huge_pages(out.as_slice_mut().expect("a new array is contiguous"));
-    let flat = out.as_slice_mut().expect("a new array is contiguous");
+    crate::alloc::advise_huge_pages(flat);
     let simd = Simd::detect();
     let row = |pairs: &mut Vec<(f32, f32)>, (row, &p): (&mut [f32], &u32)| {
         cos_sin_row_as(simd, freqs, p, pairs);
@@ -75,7 +80,6 @@ pub fn rope_cos_sin(freqs: &Frequencies, positions: &[u32]) -> Array3<f32> {
     } else {
         flat.par_chunks_mut(2 * n).zip(positions.par_iter()).for_each_init(pairs, row);
     }
-    out
 }
 
 /// The cos/sin cache of `spec` at `positions` in Hugging Face's layout (see
@@ -84,12 +88,15 @@ pub fn rope_cos_sin(freqs: &Frequencies, positions: &[u32]) -> Array3<f32> {
 ///
 /// # Errors
 /// [`crate::Error::TooLarge`] if the two tables would hold more than
-/// [`crate::source::MAX_OUTPUT_VALUES`] values, before anything is computed.
+/// [`crate::source::MAX_OUTPUT_VALUES`] values, before anything is computed;
+/// [`crate::Error::Alloc`] if their memory cannot be had.
 pub fn rope_cache(spec: &RopeSpec, positions: &[u32]) -> Result<RopeCache> {
     crate::rope::check_cache_size(spec, positions.len())?;
     let freqs = crate::rope::cache_frequencies(spec, positions);
-    let cs = rope_cos_sin(&freqs, positions);
-    Ok(RopeCache::from_cos_sin(spec, &freqs, cs.view()))
+    let shape = (positions.len(), freqs.len(), 2);
+    let mut cs = crate::alloc::try_zeros::<f32, _>("the cos/sin table", shape)?;
+    fill_cos_sin(&freqs, positions, cs.as_slice_mut().expect("a new array is contiguous"));
+    RopeCache::from_cos_sin(spec, &freqs, cs.view())
 }
 
 /// Rotates one head row: pairs `(a, b)` of frequency `i` become

@@ -44,20 +44,39 @@ impl RopeCache {
         spec: &RopeSpec,
         freqs: &Frequencies,
         cs: ArrayView3<'_, f32>,
-    ) -> Self {
+    ) -> crate::Result<Self> {
         let (rows, n, _) = cs.dim();
         let r = 2 * n;
         let column = |c: usize| match spec.pairing() {
             Pairing::Neox => c % n.max(1),
             Pairing::Gptj => c / 2,
         };
-        let lay = |k: usize| Array2::from_shape_fn((rows, r), |(p, c)| cs[[p, column(c), k]]);
-        Self {
-            cos: lay(0),
-            sin: lay(1),
+        // The caller's position count sets the size: a refusal from the allocator (or a
+        // size past a 32-bit target's address space) is an error, not an abort or a panic.
+        let lay = |what, k: usize| -> crate::Result<Array2<f32>> {
+            let mut out = crate::alloc::try_zeros_unadvised::<f32, _>(what, (rows, r))?;
+            let flat = out.as_slice_mut().expect("a new array is contiguous");
+            for (p, row) in flat.chunks_exact_mut(r.max(1)).enumerate() {
+                let pairs = cs.index_axis(ndarray::Axis(0), p);
+                match pairs.as_slice() {
+                    Some(pairs) => {
+                        for (c, v) in row.iter_mut().enumerate() {
+                            *v = pairs[2 * column(c) + k];
+                        }
+                    }
+                    None => {
+                        row.iter_mut().enumerate().for_each(|(c, v)| *v = pairs[[column(c), k]])
+                    }
+                }
+            }
+            Ok(out)
+        };
+        Ok(Self {
+            cos: lay("the cos cache", 0)?,
+            sin: lay("the sin cache", 1)?,
             inv_freq: freqs.inv_freq().iter().map(|&w| w as f32).collect(),
             attention_factor: freqs.attention_factor(),
-        }
+        })
     }
 }
 

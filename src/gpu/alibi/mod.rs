@@ -228,8 +228,8 @@ impl Context {
     ///
     /// # Errors
     /// [`Error::Limit`] if the tensor has more than [`MAX_VALUES`] values (before any GPU
-    /// work); [`Error::Gpu`] if wgpu reports an error; on the web [`Error::Blocking`] (use
-    /// [`Context::alibi_bias_async`]).
+    /// work); [`Error::Alloc`] if its host memory cannot be had; [`Error::Gpu`] if wgpu
+    /// reports an error; on the web [`Error::Blocking`] (use [`Context::alibi_bias_async`]).
     pub fn alibi_bias(&self, spec: &AlibiSpec) -> Result<Array3<f32>> {
         wait::blocking("alibi_bias", "alibi_bias_async", self.alibi_bias_async(spec))
     }
@@ -240,7 +240,9 @@ impl Context {
     /// As [`Context::alibi_bias`], less [`Error::Blocking`].
     pub async fn alibi_bias_async(&self, spec: &AlibiSpec) -> Result<Array3<f32>> {
         spec.check_size()?;
-        let mut out = Array3::<f32>::zeros(spec.shape());
+        // Up to 8 GiB within MAX_VALUES (more than a 32-bit target can address): a refusal
+        // from the allocator is an error, as in `bias_cpu`, not an abort or a panic.
+        let mut out = crate::alloc::try_zeros::<f32, _>("the ALiBi bias", spec.shape())?;
         if !out.is_empty() {
             let flat = out.as_slice_mut().expect("a new array is contiguous");
             crate::alloc::advise_huge_pages(flat);

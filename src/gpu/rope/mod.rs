@@ -188,7 +188,7 @@ impl Context {
     /// [`crate::rope::RopeCache`]), bit-identical to [`crate::cpu::rope_cache`].
     ///
     /// # Errors
-    /// [`Error::TooLarge`] as there, before any GPU work; then as
+    /// [`Error::TooLarge`] and [`Error::Alloc`] as there, before any GPU work; then as
     /// [`Context::rope_cos_sin`].
     pub fn rope_cache(&self, spec: &RopeSpec, positions: &[u32]) -> Result<crate::rope::RopeCache> {
         wait::blocking("rope_cache", "rope_cache_async", self.rope_cache_async(spec, positions))
@@ -206,7 +206,7 @@ impl Context {
         crate::rope::check_cache_size(spec, positions.len())?;
         let freqs = crate::rope::cache_frequencies(spec, positions);
         let cs = self.rope_cos_sin_async(&freqs, positions).await?;
-        Ok(crate::rope::RopeCache::from_cos_sin(spec, &freqs, cs.view()))
+        crate::rope::RopeCache::from_cos_sin(spec, &freqs, cs.view())
     }
 
     /// The cos/sin table `[positions.len(), r / 2, 2]` (cos, then sin; attention factor
@@ -214,9 +214,9 @@ impl Context {
     /// [`crate::cpu::rope_cos_sin`]. Computed in chunks that fit one binding.
     ///
     /// # Errors
-    /// [`Error::Limit`] if one position's row does not fit the binding cap; [`Error::Gpu`]
-    /// if wgpu reports an error; on the web [`Error::Blocking`] (use
-    /// [`Context::rope_cos_sin_async`]).
+    /// [`Error::Alloc`] if the table's host memory cannot be had; [`Error::Limit`] if one
+    /// position's row does not fit the binding cap; [`Error::Gpu`] if wgpu reports an
+    /// error; on the web [`Error::Blocking`] (use [`Context::rope_cos_sin_async`]).
     pub fn rope_cos_sin(&self, freqs: &Frequencies, positions: &[u32]) -> Result<Array3<f32>> {
         let run = self.rope_cos_sin_async(freqs, positions);
         wait::blocking("rope_cos_sin", "rope_cos_sin_async", run)
@@ -232,7 +232,8 @@ impl Context {
         positions: &[u32],
     ) -> Result<Array3<f32>> {
         let n = freqs.len();
-        let mut out = Array3::<f32>::zeros((positions.len(), n, 2));
+        let mut out =
+            crate::alloc::try_zeros::<f32, _>("the cos/sin table", (positions.len(), n, 2))?;
         if positions.is_empty() || n == 0 {
             return Ok(out);
         }
