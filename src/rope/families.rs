@@ -386,6 +386,8 @@ static FAMILIES: &[Family] = &[
     row("afmoe").head(128),
     row("albert").not_rotary(),
     row("apertus").base_legacy(12e6, "llama3", 8.0, 12e6),
+    // New in transformers 5.24 (its class bases; 2026-12-02), as are exaone and sarvam_moe.
+    row("apertus1p5_text").base_legacy(12e6, "llama3", 8.0, 12e6),
     row("axk1").unsettled(64),
     row("axk2").gptj().unsettled(32),
     row("bailing_hybrid").gptj().base(6e6).unsettled(64),
@@ -432,6 +434,7 @@ static FAMILIES: &[Family] = &[
     row("ernie4_5_moe").gptj().base(5e5),
     row("ernie4_5_vl_moe_text").refused(ERNIE4_5_VL_MOE_TEXT),
     row("evolla").base(5e5),
+    row("exaone").base(5e5),
     row("flex_olmo").base(5e5),
     row("flint").unsettled(128),
     row("fsmt").not_rotary(),
@@ -554,6 +557,8 @@ static FAMILIES: &[Family] = &[
     row("recurrent_gemma").partial(0.5, 0.5),
     row("roberta").not_rotary(),
     row("roformer").gptj(),
+    // Glm4MoeForCausalLM's attention, whose default RoPE reads the factor (1 by the class).
+    row("sarvam_moe").base(8e6).partial(1.0, 1.0),
     row("seed_oss").head(128),
     row("smollm3").base(2e6),
     row("solar_open").base(1e6).head(128).partial(1.0, 1.0),
