@@ -1046,8 +1046,8 @@ fn base(
                     "missing",
                     format!(
                         "given: model_type \"{model_type}\" is not at 10000 when it is absent \
-                         (transformers 5.23's config class: {given}; class defaults differ \
-                         between versions)"
+                         (transformers' config class: {given}, as of 5.23, or 5.24 for the \
+                         families new there; class defaults differ between versions)"
                     ),
                 ));
             }
