@@ -133,7 +133,13 @@ def attention_keys_of(cfg):
     params = attr(cfg, "rope_parameters")
     if isinstance(params, dict):
         layer_types |= {k for k, v in params.items() if isinstance(v, dict)}
-    read = {"partial_rotary_factor", "rope_theta"}  # posenc reads these itself
+    # What posenc reads itself (the base, the rotary factor, the rope types' own keys): a
+    # class that exempts these from transformers' check (HunYuan VL's yarn keys) keeps them
+    # in its scaling, not in its attention.
+    read = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "factor",
+            "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
+            "mscale_all_dim", "attention_factor", "truncate", "low_freq_factor",
+            "high_freq_factor", "short_factor", "long_factor"}
     return sorted(keys - MROPE_KEYS - read - layer_types - {"sliding_attention", "full_attention"})
 
 

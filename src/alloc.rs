@@ -163,12 +163,12 @@ pub fn try_zeros<T: bytemuck::Zeroable + Clone, D: Dimension>(
     Ok(out)
 }
 
-/// [`try_zeros`] without the huge-page advice: for a result that did without it when it
-/// was allocated infallibly (the RoPE cache's cos and sin), so that making it fallible
-/// changes nothing else. On the development VM, whose host reclaims free memory, advising
-/// them made `posenc rope-cache` of 300000 positions at head dim 128 take 0.82 - 1.20 s
-/// against 0.56 - 0.58 s (2026-12-02; docs/performance.md, Fresh outputs, says why such
-/// faults vary there).
+/// [`try_zeros`] without the huge-page advice: for a result its filling advises (the CPU's
+/// cos/sin table), or one that did without it when it was allocated infallibly (the RoPE
+/// cache's cos and sin), so that making it fallible changes nothing else. On the
+/// development VM, whose host reclaims free memory, advising those two made `posenc
+/// rope-cache` of 300000 positions at head dim 128 take 0.82 - 1.20 s against 0.56 - 0.58
+/// s (2026-12-02; docs/performance.md, Fresh outputs, says why such faults vary there).
 ///
 /// # Errors
 /// As [`try_zeros`].

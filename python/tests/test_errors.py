@@ -139,7 +139,6 @@ def test_integers_past_their_type_are_value_errors_naming_them():
         (lambda: posenc.table(8, len=2**64), "len", 2**64),
         (lambda: posenc.table(8, gpu_memory_budget=-1), "gpu_memory_budget", -1),
         (lambda: posenc.rope(x, layout="blhd", offset=2**32), "offset", 2**32),
-        (lambda: posenc.rope_cache(head_dim=8, seq_len=-1), "seq_len", -1),
         (lambda: posenc.alibi_bias(8, 4, offset=-1), "offset", -1),
         (lambda: posenc.encode(np.ones((10, 8), np.float32), [[1]], pad_id=-2), "pad_id", -2),
     ]:
@@ -854,6 +853,9 @@ def test_ranges_named_are_the_options_own():
         (lambda: posenc.rope_cache(head_dim=2**40, seq_len=2), "head_dim", 2**40, "an even number in 2..=65536"),
         (lambda: posenc.RopeSpec(head_dim=64, seq_len=2**64), "seq_len", 2**64, "1..=4294967296"),
         (lambda: posenc.RopeSpec(head_dim=64, seq_len=0), "seq_len", 0, "1..=4294967296"),
+        # rope_cache's seq_len is its length, `--len`: positions 0..N.
+        (lambda: posenc.rope_cache(head_dim=8, seq_len=-1), "seq_len", -1, "0..=4294967296 (positions"),
+        (lambda: posenc.rope_cache(head_dim=8, seq_len=2**33), "seq_len", 2**33, "0..=4294967296 (positions"),
     ]:
         with pytest.raises(ValueError) as e:
             call()

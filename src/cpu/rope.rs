@@ -51,7 +51,10 @@ fn cos_sin_row_inline(freqs: &Frequencies, p: u32, out: &mut [(f32, f32)]) {
 
 /// The cos/sin table `[positions.len(), r / 2, 2]` (cos at `[.., .., 0]`, sin at
 /// `[.., .., 1]`) the rotation uses, attention factor included; bit-identical to
-/// [`crate::gpu::Context::rope_cos_sin`].
+/// [`crate::gpu::Context::rope_cos_sin`]. Its result is allocated as `ndarray` allocates (a
+/// refusal aborts the process, as `Vec`'s does, and a size past a 32-bit target's address
+/// space panics); for a count of positions that comes from untrusted input,
+/// [`rope_cache`] allocates fallibly.
 pub fn rope_cos_sin(freqs: &Frequencies, positions: &[u32]) -> Array3<f32> {
     let mut out = Array3::<f32>::zeros((positions.len(), freqs.len(), 2));
     fill_cos_sin(freqs, positions, out.as_slice_mut().expect("a new array is contiguous"));
@@ -94,7 +97,8 @@ pub fn rope_cache(spec: &RopeSpec, positions: &[u32]) -> Result<RopeCache> {
     crate::rope::check_cache_size(spec, positions.len())?;
     let freqs = crate::rope::cache_frequencies(spec, positions);
     let shape = (positions.len(), freqs.len(), 2);
-    let mut cs = crate::alloc::try_zeros::<f32, _>("the cos/sin table", shape)?;
+    // Advised by the fill, as `rope_cos_sin`'s table is.
+    let mut cs = crate::alloc::try_zeros_unadvised::<f32, _>("the cos/sin table", shape)?;
     fill_cos_sin(&freqs, positions, cs.as_slice_mut().expect("a new array is contiguous"));
     RopeCache::from_cos_sin(spec, &freqs, cs.view())
 }

@@ -680,11 +680,25 @@ fn scaling(
     }
     let rope_type = get(&map, type_key).and_then(Value::as_str).unwrap_or("").to_string();
     // transformers' dynamic, yarn and longrope read the config's max_position_embeddings,
-    // never the object's (a key they do not know): the config's wins where it has one.
-    if let Some(m) = whole(config, "max_position_embeddings")?
-        && READS_MAX.contains(&rope_type.as_str())
-    {
-        map.insert("max_position_embeddings".into(), m.into());
+    // never the object's (a key they do not know): the config's wins where it has one;
+    // without it transformers reads the config class's default, which posenc does not
+    // know, so the object's alone is refused rather than read in its place.
+    if READS_MAX.contains(&rope_type.as_str()) {
+        match whole(config, "max_position_embeddings")? {
+            Some(m) => {
+                map.insert("max_position_embeddings".into(), m.into());
+            }
+            None if map.contains_key("max_position_embeddings") => {
+                return Err(invalid(
+                    format!("{key}.max_position_embeddings"),
+                    excerpt(&map["max_position_embeddings"]),
+                    "at the config's top level: transformers reads the config's own \
+                     max_position_embeddings (absent here, so its config class's default), \
+                     never one inside the RoPE parameters",
+                ));
+            }
+            None => {}
+        }
     }
     // Phi-3 keeps its pretrained length at the top level; transformers 5 gives it priority
     // over the object's for llama3, yarn and longrope (one RoPE for every layer), and a

@@ -1014,7 +1014,7 @@ def rope_cache(
         pos = _int_array(positions, "positions", (1,), 2 * (head_dim or 1))
     cos, sin, inv, factor, pairing_used, note = _posenc.rope_cache(
         head_dim=_whole(head_dim, "head_dim", _U32, allowed=_HEAD_DIMS),
-        len=_whole(length, "seq_len", _U64),
+        len=_whole(length, "seq_len", 2**32, allowed="0..=4294967296 (positions are u32)"),
         positions_spec=spec,
         positions=pos,
         dtype=_text(dtype, "dtype", optional=False),

@@ -188,8 +188,8 @@ impl Context {
     /// [`crate::rope::RopeCache`]), bit-identical to [`crate::cpu::rope_cache`].
     ///
     /// # Errors
-    /// [`Error::TooLarge`] and [`Error::Alloc`] as there, before any GPU work; then as
-    /// [`Context::rope_cos_sin`].
+    /// [`Error::TooLarge`] as there, before any GPU work; then as
+    /// [`Context::rope_cos_sin`]; [`Error::Alloc`] if the caches' host memory cannot be had.
     pub fn rope_cache(&self, spec: &RopeSpec, positions: &[u32]) -> Result<crate::rope::RopeCache> {
         wait::blocking("rope_cache", "rope_cache_async", self.rope_cache_async(spec, positions))
     }
@@ -237,7 +237,6 @@ impl Context {
         if positions.is_empty() || n == 0 {
             return Ok(out);
         }
-        crate::alloc::advise_huge_pages(out.as_slice_mut().expect("a new array is contiguous"));
         let row_bytes = n as u64 * 8;
         if row_bytes > self.max_binding {
             return Err(self.binding_limit("one position's cos/sin row", row_bytes));

@@ -183,6 +183,13 @@ fn the_configs_max_position_embeddings_wins_over_the_objects() {
         let got = RopeSpec::from_hf_config(&config(inner), None).unwrap();
         same(inner, &got, &want);
     }
+    // Without the config's own, transformers reads its config class's default, which posenc
+    // does not know: the object's is refused, not read in its place.
+    let bare = config(r#", "max_position_embeddings": 8192"#)
+        .replace(r#""max_position_embeddings": 4096, "#, "");
+    let e = RopeSpec::from_hf_config(&bare, None).unwrap_err();
+    assert!(e.to_string().contains("rope_scaling.max_position_embeddings"), "{e}");
+    assert!(e.to_string().contains("top level"), "{e}");
 }
 
 #[test]
