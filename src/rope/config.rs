@@ -670,6 +670,21 @@ fn scaling(
             "absent: multimodal RoPE (mrope) is not a rotation posenc computes",
         ));
     }
+    // Phi-3.5-MoE's longrope multiplies cos and sin by short_mscale or long_mscale, as the
+    // sequence is short or long (transformers' PhimoeRotaryEmbedding): one attention factor
+    // per range, which posenc's longrope (one factor) does not compute.
+    for per_range in ["long_mscale", "short_mscale"] {
+        if let Some(value) = map.get(per_range) {
+            return Err(invalid(
+                format!("{key}.{per_range}"),
+                excerpt(value),
+                "absent: Phi-3.5-MoE's per-range scales of cos and sin (short_mscale for short \
+                 sequences, long_mscale for long ones) are not a scaling posenc computes; its \
+                 rotation at one length is the longrope of that range with --inv-freq and \
+                 --attention-factor set to that range's scale",
+            ));
+        }
+    }
     for attention_key in family.attention_keys {
         map.remove(*attention_key);
     }
@@ -981,6 +996,38 @@ fn other_rotation(config: &Object) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a config whose attention applies no RoPE by its own switch: a
+/// `position_embedding_type` other than `rope` or `rotary` in any family (Granite 4.0-H's
+/// `"nope"`, ESM's `"absolute"`), and in a family that applies RoPE only on its switch
+/// ([`Family::rope_when`]) a config without it. Reading a default RoPE there would be a
+/// silent wrong answer: transformers builds no rotary module.
+fn no_rope_switch(config: &Object, model_type: &str, family: &Family) -> Result<()> {
+    if let Some(value) = get(config, "position_embedding_type")
+        && !matches!(value.as_str(), Some("rope" | "rotary"))
+    {
+        return Err(invalid(
+            "position_embedding_type",
+            excerpt(value),
+            "rope or rotary: with another, the model's attention applies no RoPE \
+             (transformers builds no rotary module)",
+        ));
+    }
+    if let Some((key, want)) = family.rope_when {
+        let given = get(config, key);
+        if given.and_then(Value::as_str) != Some(want) {
+            return Err(invalid(
+                key,
+                given.map_or_else(|| "missing".to_string(), excerpt),
+                format!(
+                    "{want:?}: model_type {model_type:?} applies RoPE only then (transformers \
+                     builds no rotary module otherwise)"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Refuses a base other than 10000 in `attn_config.rope_theta`, where DBRX keeps it
 /// ([`BaseDefault::AttnConfig`]), unless a top-level `rope_theta` is given: transformers 4.x
 /// read it, 5.23 builds base 10000 whatever it says, so such a base is a guess.
@@ -1211,6 +1258,7 @@ impl RopeSpec {
         other_rotation(&config)?;
         let model_type = get(&config, "model_type").and_then(Value::as_str).unwrap_or("");
         let family = families::of(model_type);
+        no_rope_switch(&config, model_type, family)?;
         nested_base(&config, family)?;
         let rope = rope(&config, layer_type, model_type, family)?;
         // No scaling object (the legacy form without rope_scaling) is a default RoPE.

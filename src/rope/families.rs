@@ -43,6 +43,12 @@ pub struct Family {
     /// queries by position after the rotation; their `max_position_embeddings` there is
     /// unread (transformers reads the config's own).
     pub attention_keys: &'static [&'static str],
+    /// A config key and the value it must have for the family's attention to apply RoPE at
+    /// all (Granite 4.0 Hybrid's `position_embedding_type`, `"rope"`: absent or anything
+    /// else, transformers builds no rotary module, as for Granite 4.0-H's `"nope"`); a
+    /// config without it is refused. In every family a `position_embedding_type` other than
+    /// `rope` or `rotary` is refused.
+    pub rope_when: Option<(&'static str, &'static str)>,
     /// Why posenc refuses the family, if it does.
     pub refusal: Option<Refusal>,
 }
@@ -285,6 +291,7 @@ const fn row(model_type: &'static str) -> Family {
         rotary_key: None,
         layers: LayerRule::Generic,
         attention_keys: &[],
+        rope_when: None,
         refusal: None,
     }
 }
@@ -338,6 +345,9 @@ impl Family {
     }
     const fn attention_keys(self, keys: &'static [&'static str]) -> Self {
         Family { attention_keys: keys, ..self }
+    }
+    const fn rope_when(self, key: &'static str, value: &'static str) -> Self {
+        Family { rope_when: Some((key, value)), ..self }
     }
     const fn not_rotary(self) -> Self {
         Family { refusal: Some(Refusal::NotRotary), ..self }
@@ -433,6 +443,9 @@ static FAMILIES: &[Family] = &[
     row("ernie4_5").gptj().base(5e5).head(128),
     row("ernie4_5_moe").gptj().base(5e5),
     row("ernie4_5_vl_moe_text").refused(ERNIE4_5_VL_MOE_TEXT),
+    // ESM's rotary embedding only with position_embedding_type "rotary" (ESM-2's); its
+    // class default is "absolute".
+    row("esm").rope_when("position_embedding_type", "rotary"),
     row("evolla").base(5e5),
     row("exaone").base(5e5),
     row("flex_olmo").base(5e5),
@@ -462,6 +475,8 @@ static FAMILIES: &[Family] = &[
     row("gpt_neox_japanese").partial(1.0, 1.0).reads(RotaryPct),
     row("gpt_oss").base_legacy(15e4, "yarn", 32.0, 15e4).head(64),
     row("gptj").gptj().reads(RotaryDim),
+    // Granite 4.0 Hybrid builds a rotary module only for "rope" (Granite 4.0-H: "nope").
+    row("granitemoehybrid").rope_when("position_embedding_type", "rope"),
     row("gte").base(16e4),
     row("helium").gptj().base(1e5).head(128),
     row("higgs_audio_v2").base_legacy(1e4, "llama3", 32.0, 5e5).head(128),

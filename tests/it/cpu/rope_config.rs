@@ -192,6 +192,59 @@ fn the_configs_max_position_embeddings_wins_over_the_objects() {
     assert!(e.to_string().contains("top level"), "{e}");
 }
 
+/// A model whose attention applies no RoPE by its own switch is refused, not given a
+/// default RoPE (a porting stranger's Granite 4.0-H config, 2026-12-02): any
+/// `position_embedding_type` other than `rope` or `rotary`, and in the families that apply
+/// RoPE only on their switch (Granite 4.0 Hybrid, ESM) a config without it.
+#[test]
+fn models_without_rope_by_their_switch_are_refused() {
+    let granite = |switch: &str| {
+        format!(
+            r#"{{"model_type": "granitemoehybrid", "hidden_size": 512,
+            "num_attention_heads": 8, "rope_theta": 10000.0{switch}}}"#
+        )
+    };
+    let cases = [
+        (granite(r#", "position_embedding_type": "nope""#), "\"nope\""),
+        (granite(""), "missing"),
+        (granite(r#", "position_embedding_type": null"#), "missing"),
+        (
+            r#"{"model_type": "llama", "hidden_size": 512, "num_attention_heads": 8,
+            "position_embedding_type": "absolute"}"#
+                .to_string(),
+            "\"absolute\"",
+        ),
+        (
+            r#"{"model_type": "esm", "hidden_size": 320, "num_attention_heads": 20}"#.into(),
+            "missing",
+        ),
+    ];
+    for (config, value) in cases {
+        let e = RopeSpec::from_hf_config(&config, None).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("position_embedding_type"), "{config}: {text}");
+        assert!(text.contains(value) && text.contains("no rotary module"), "{config}: {text}");
+    }
+    let served = RopeSpec::from_hf_config(&granite(r#", "position_embedding_type": "rope""#), None);
+    assert_eq!(served.unwrap(), RopeSpec::new(64).unwrap());
+    let esm = r#"{"model_type": "esm", "hidden_size": 320, "num_attention_heads": 20,
+        "position_embedding_type": "rotary"}"#;
+    assert_eq!(RopeSpec::from_hf_config(esm, None).unwrap(), RopeSpec::new(16).unwrap());
+}
+
+/// Phi-3.5-MoE's longrope scales cos and sin by `short_mscale` or `long_mscale` per range,
+/// which posenc does not compute: refused by that key, not as a key longrope does not use.
+#[test]
+fn per_range_mscales_are_refused_by_name() {
+    let phimoe = r#"{"model_type": "phimoe", "hidden_size": 4096, "num_attention_heads": 32,
+        "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+        "rope_scaling": {"type": "longrope", "long_mscale": 1.243163121016122,
+        "short_mscale": 1.243163121016122, "original_max_position_embeddings": 4096,
+        "long_factor": [1.0], "short_factor": [1.0]}}"#;
+    let e = RopeSpec::from_hf_config(phimoe, None).unwrap_err().to_string();
+    assert!(e.contains("rope_scaling.long_mscale") && e.contains("per-range"), "{e}");
+}
+
 #[test]
 fn partial_rotary_gpt_neox_phi_2_and_gpt_j() {
     // int(96 * 0.25) = 24, int(80 * 0.4) = 32, rotary_dim 64 of 4096 / 16.

@@ -18,10 +18,12 @@ type Columns = (
     Option<RotaryKey>,
     LayerRule,
     &'static [&'static str],
+    Option<(&'static str, &'static str)>,
 );
 
 fn columns(f: &Family) -> Columns {
-    (f.pairing, f.base, f.head_dim, f.partial, f.rotary_key, f.layers, f.attention_keys)
+    let keys = (f.attention_keys, f.rope_when);
+    (f.pairing, f.base, f.head_dim, f.partial, f.rotary_key, f.layers, keys.0, keys.1)
 }
 
 fn rows_where(keep: impl Fn(&Family) -> bool) -> Vec<&'static str> {
@@ -314,7 +316,10 @@ fn attention_keys_cell(f: &Family) -> String {
 
 fn refusal_cell(f: &Family) -> String {
     match f.refusal {
-        None => String::new(),
+        None => match f.rope_when {
+            Some((key, value)) => format!("unless `{key}` is `{value}`"),
+            None => String::new(),
+        },
         Some(Refusal::NotRotary) => "not rotary".into(),
         Some(Refusal::Rotation(why)) => why.to_string(),
     }

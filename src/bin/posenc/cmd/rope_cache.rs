@@ -21,7 +21,10 @@ use posenc::placement::HostJob;
 /// `posenc rope-cache --help` after the options, before the exit statuses.
 pub(crate) const HELP: &str = "Writes cos and sin of shape [positions, rotary_dim] as a Hugging \
     Face rotary module returns them: the attention factor applied, each frequency's column \
-    repeated as the pairing needs it (neox: cat(freqs, freqs); gptj: interleaved). The values are \
+    repeated as the pairing needs it (neox: cat(freqs, freqs); gptj: interleaved). The pairing \
+    is --pairing, else the config's: the families whose module returns cat(freqs, freqs) while \
+    their attention pairs (2i, 2i + 1) (GLM, GLM-4, DeepSeek-V3, ...) need --pairing neox \
+    (docs/rope.md; Python's rope_cache takes the module's layout itself). The values are \
     posenc's exact-phase cos and sin (within 6e-8 of the true values at every u32 position, then \
     times the attention factor in f32), the same bits on the CPU and the GPU.
 
