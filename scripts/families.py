@@ -133,7 +133,8 @@ def attention_keys_of(cfg):
     params = attr(cfg, "rope_parameters")
     if isinstance(params, dict):
         layer_types |= {k for k, v in params.items() if isinstance(v, dict)}
-    # What posenc reads itself (the base, the rotary factor, the rope types' own keys): a
+    # What posenc reads itself (the base, the rotary factor, the rope types' own keys, as
+    # src/rope/scaling.rs's ROPE_TYPE_KEYS lists them): a
     # class that exempts these from transformers' check (HunYuan VL's yarn keys) keeps them
     # in its scaling, not in its attention.
     read = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "factor",

@@ -670,21 +670,6 @@ fn scaling(
             "absent: multimodal RoPE (mrope) is not a rotation posenc computes",
         ));
     }
-    // Phi-3.5-MoE's longrope multiplies cos and sin by short_mscale or long_mscale, as the
-    // sequence is short or long (transformers' PhimoeRotaryEmbedding): one attention factor
-    // per range, which posenc's longrope (one factor) does not compute.
-    for per_range in ["long_mscale", "short_mscale"] {
-        if let Some(value) = map.get(per_range) {
-            return Err(invalid(
-                format!("{key}.{per_range}"),
-                excerpt(value),
-                "absent: Phi-3.5-MoE's per-range scales of cos and sin (short_mscale for short \
-                 sequences, long_mscale for long ones) are not a scaling posenc computes; its \
-                 rotation at one length is the longrope of that range with --inv-freq and \
-                 --attention-factor set to that range's scale",
-            ));
-        }
-    }
     for attention_key in family.attention_keys {
         map.remove(*attention_key);
     }

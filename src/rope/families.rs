@@ -599,3 +599,24 @@ static FAMILIES: &[Family] = &[
     row("zamba2").unsettled_doubled(),
     row("zaya").unsettled(128).partial(1.0, 1.0).layers(NoCopy(1.0)),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A family's attention keys are read past before its scaling is read, so none may be a
+    /// key a rope type reads (`max_position_embeddings` aside: posenc reads the config's).
+    #[test]
+    fn attention_keys_are_no_rope_types_keys() {
+        let read_elsewhere = ["rope_type", "type", "rope_theta", "partial_rotary_factor"];
+        for f in all() {
+            for key in f.attention_keys {
+                let read = read_elsewhere.contains(key)
+                    || super::super::scaling::ROPE_TYPE_KEYS
+                        .iter()
+                        .any(|(_, keys)| keys.contains(key) && *key != "max_position_embeddings");
+                assert!(!read, "{}: {key} is a rope type's", f.model_type);
+            }
+        }
+    }
+}

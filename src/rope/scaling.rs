@@ -17,6 +17,43 @@ use crate::spec::MAX_INV_FREQ;
 pub const ROPE_TYPES: &[&str] =
     &["default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional"];
 
+/// The keys each rope type reads besides `rope_type`/`type`: any other is refused.
+pub(crate) const ROPE_TYPE_KEYS: &[(&str, &[&str])] = &[
+    ("default", &[]),
+    ("linear", &["factor"]),
+    ("dynamic", &["factor", "max_position_embeddings", "original_max_position_embeddings"]),
+    (
+        "yarn",
+        &[
+            "factor",
+            "original_max_position_embeddings",
+            "max_position_embeddings",
+            "beta_fast",
+            "beta_slow",
+            "mscale",
+            "mscale_all_dim",
+            "attention_factor",
+            "truncate",
+        ],
+    ),
+    (
+        "longrope",
+        &[
+            "short_factor",
+            "long_factor",
+            "factor",
+            "attention_factor",
+            "original_max_position_embeddings",
+            "max_position_embeddings",
+        ],
+    ),
+    (
+        "llama3",
+        &["factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"],
+    ),
+    ("proportional", &["factor", "partial_rotary_factor"]),
+];
+
 /// Largest `rope_scaling` JSON text accepted, in bytes. A longrope object for the largest
 /// rotary dimension (two vectors of 32768 numbers) is well under it.
 pub const MAX_JSON_BYTES: usize = 4 << 20;
@@ -602,11 +639,11 @@ impl Scaling {
         let fields = Fields { map };
         let scaling = match rope_type {
             "default" => {
-                fields.only("default", &[])?;
+                fields.only("default")?;
                 Scaling::None
             }
             "linear" => {
-                fields.only("linear", &["factor"])?;
+                fields.only("linear")?;
                 Scaling::Linear { factor: fields.required_number("factor")? }
             }
             "dynamic" => fields.dynamic()?,
@@ -794,8 +831,10 @@ struct Fields<'a> {
 }
 
 impl Fields<'_> {
-    /// Refuses any key other than `rope_type`/`type` and `allowed`.
-    fn only(&self, rope_type: &str, allowed: &[&str]) -> Result<()> {
+    /// Refuses any key other than `rope_type`/`type` and the type's ([`ROPE_TYPE_KEYS`]).
+    fn only(&self, rope_type: &str) -> Result<()> {
+        let allowed =
+            ROPE_TYPE_KEYS.iter().find(|(t, _)| *t == rope_type).map_or(&[][..], |(_, keys)| keys);
         for (key, value) in self.map {
             if key == "rope_type" || key == "type" || allowed.contains(&key.as_str()) {
                 continue;
@@ -879,10 +918,7 @@ impl Fields<'_> {
     /// `dynamic`: `factor`, and the model's `max_position_embeddings` (else
     /// `original_max_position_embeddings`).
     fn dynamic(&self) -> Result<Scaling> {
-        self.only(
-            "dynamic",
-            &["factor", "max_position_embeddings", "original_max_position_embeddings"],
-        )?;
+        self.only("dynamic")?;
         let factor = self.required_number("factor")?;
         let max = match self.whole("max_position_embeddings")? {
             Some(m) => m,
@@ -904,20 +940,7 @@ impl Fields<'_> {
     /// the betas take Hugging Face's defaults when absent, null or 0, and `truncate` is true
     /// unless given.
     fn yarn(&self) -> Result<Scaling> {
-        self.only(
-            "yarn",
-            &[
-                "factor",
-                "original_max_position_embeddings",
-                "max_position_embeddings",
-                "beta_fast",
-                "beta_slow",
-                "mscale",
-                "mscale_all_dim",
-                "attention_factor",
-                "truncate",
-            ],
-        )?;
+        self.only("yarn")?;
         let (max, original) = self.max_and_original("yarn")?;
         let factor = match (self.number("factor")?, max) {
             (Some(f), _) => f,
@@ -948,17 +971,22 @@ impl Fields<'_> {
     /// `longrope`: the two factor vectors; a missing `factor` is `max_position_embeddings`
     /// over the original length, or none without it.
     fn longrope(&self) -> Result<Scaling> {
-        self.only(
-            "longrope",
-            &[
-                "short_factor",
-                "long_factor",
-                "factor",
-                "attention_factor",
-                "original_max_position_embeddings",
-                "max_position_embeddings",
-            ],
-        )?;
+        // Phi-3.5-MoE's longrope multiplies cos and sin by short_mscale or long_mscale, as the
+        // sequence is short or long (transformers' PhimoeRotaryEmbedding): one attention
+        // factor per range, which posenc's longrope (one factor) does not compute.
+        for per_range in ["long_mscale", "short_mscale"] {
+            if let Some(value) = self.map.get(per_range) {
+                return Err(invalid(
+                    per_range,
+                    excerpt(value),
+                    "absent: Phi-3.5-MoE's per-range scales of cos and sin (short_mscale for \
+                     short sequences, long_mscale for long ones) are not a scaling posenc \
+                     computes; its rotation at one length is the longrope of that range with \
+                     --inv-freq and --attention-factor set to that range's scale",
+                ));
+            }
+        }
+        self.only("longrope")?;
         let (max, original) = self.max_and_original("longrope")?;
         let factor = match (self.number("factor")?, max) {
             (Some(f), _) => Some(f),
@@ -976,10 +1004,7 @@ impl Fields<'_> {
 
     /// `llama3`: every field required.
     fn llama3(&self) -> Result<Scaling> {
-        self.only(
-            "llama3",
-            &["factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"],
-        )?;
+        self.only("llama3")?;
         Ok(Scaling::Llama3(Llama3 {
             factor: self.required_number("factor")?,
             low_freq_factor: self.required_number("low_freq_factor")?,
@@ -992,7 +1017,7 @@ impl Fields<'_> {
 
     /// `proportional`: both fields 1 when absent.
     fn proportional(&self) -> Result<Scaling> {
-        self.only("proportional", &["factor", "partial_rotary_factor"])?;
+        self.only("proportional")?;
         Ok(Scaling::Proportional(Proportional {
             // HF: rope_parameters.get("factor", 1.0), get("partial_rotary_factor", 1.0).
             factor: self.number("factor")?.unwrap_or(1.0),
@@ -1021,6 +1046,12 @@ mod tests {
             Err(Error::RopeScaling { field, .. }) => field,
             other => panic!("{text}: {other:?}"),
         }
+    }
+
+    #[test]
+    fn every_rope_type_has_its_keys() {
+        let named: Vec<&str> = ROPE_TYPE_KEYS.iter().map(|(t, _)| *t).collect();
+        assert_eq!(named, ROPE_TYPES);
     }
 
     #[test]

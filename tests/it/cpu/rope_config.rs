@@ -31,6 +31,15 @@ fn same(name: &str, got: &RopeSpec, want: &RopeSpec) {
     }
 }
 
+/// YaRN with DeepSeek's `mscale` and `mscale_all_dim` both 1 (the attention factor 1), as
+/// DeepSeek-V3, Ministral 3 and Mistral 4 publish it.
+fn mscale_yarn(factor: f64, original_max_position_embeddings: u64) -> Yarn {
+    let mut yarn = Yarn::new(factor, original_max_position_embeddings);
+    yarn.mscale = Some(1.0);
+    yarn.mscale_all_dim = Some(1.0);
+    yarn
+}
+
 fn json_field(v: &serde_json::Value, path: &[&str]) -> Vec<f64> {
     let mut v = v;
     for k in path {
@@ -109,9 +118,7 @@ fn phi_3_longrope_takes_the_top_level_original_length() {
 
 #[test]
 fn deepseek_v3_rotates_qk_rope_head_dim_interleaved_with_mscale_yarn() {
-    let mut yarn = Yarn::new(40.0, 4096);
-    yarn.mscale = Some(1.0);
-    yarn.mscale_all_dim = Some(1.0);
+    let yarn = mscale_yarn(40.0, 4096);
     let want = RopeSpec::new(64)
         .unwrap()
         .with_pairing(Pairing::Gptj)
@@ -137,9 +144,7 @@ fn mistral_families_read_past_their_attention_keys() {
         "max_position_embeddings": 262144, "beta_fast": 32.0, "beta_slow": 1.0,
         "mscale_all_dim": 1.0, "mscale": 1.0, "llama_4_scaling_beta": 0.1,
         "rope_type": "yarn"}}"#;
-    let mut yarn = Yarn::new(16.0, 16384);
-    yarn.mscale = Some(1.0);
-    yarn.mscale_all_dim = Some(1.0);
+    let yarn = mscale_yarn(16.0, 16384);
     let want = RopeSpec::new(128).unwrap().with_base(1e6).unwrap();
     let want = want.with_scaling(Scaling::Yarn(yarn)).unwrap();
     same("ministral3", &RopeSpec::from_hf_config(ministral3, None).unwrap(), &want);
@@ -152,9 +157,7 @@ fn mistral_families_read_past_their_attention_keys() {
         "mscale_all_dim": 1.0, "mscale": 1.0, "llama_4_scaling_beta": 0.1,
         "partial_rotary_factor": 0.5, "rope_type": "yarn"}, "qk_rope_head_dim": 64,
         "qk_nope_head_dim": 64, "rope_interleave": true}"#;
-    let mut yarn = Yarn::new(128.0, 8192);
-    yarn.mscale = Some(1.0);
-    yarn.mscale_all_dim = Some(1.0);
+    let yarn = mscale_yarn(128.0, 8192);
     let want = RopeSpec::new(64).unwrap().with_pairing(Pairing::Gptj);
     let want = want.with_scaling(Scaling::Yarn(yarn)).unwrap();
     same("mistral4", &RopeSpec::from_hf_config(mistral4, None).unwrap(), &want);

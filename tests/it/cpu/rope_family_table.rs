@@ -106,35 +106,6 @@ fn defaults_are_in_range() {
     }
 }
 
-/// A family's attention keys are read past before its scaling is read, so none may be a
-/// key a rope type reads (`max_position_embeddings` aside: posenc reads the config's).
-#[test]
-fn attention_keys_are_no_rope_types_keys() {
-    const READ: &[&str] = &[
-        "rope_type",
-        "type",
-        "rope_theta",
-        "partial_rotary_factor",
-        "factor",
-        "original_max_position_embeddings",
-        "beta_fast",
-        "beta_slow",
-        "mscale",
-        "mscale_all_dim",
-        "attention_factor",
-        "truncate",
-        "low_freq_factor",
-        "high_freq_factor",
-        "short_factor",
-        "long_factor",
-    ];
-    for f in families::all() {
-        for key in f.attention_keys {
-            assert!(!READ.contains(key), "{}: {key} is a rope type's", f.model_type);
-        }
-    }
-}
-
 /// Columns that only mean something together.
 #[test]
 fn dependent_columns_agree() {
