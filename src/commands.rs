@@ -28,6 +28,7 @@
 //! # Ok::<(), posenc::Error>(())
 //! ```
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use crate::inputs::{self, Source};
@@ -361,6 +362,13 @@ impl RopeOptions<'_> {
     /// The config's spec, read and checked; `None` without a config. `head_dim` (the
     /// caller's) stands in for a head dim the config does not give.
     pub fn config(&self, head_dim: Option<u32>) -> Result<Option<RopeSpec>> {
+        Ok(self.read_config(head_dim)?.map(|(spec, _)| spec))
+    }
+
+    /// [`RopeOptions::config`], with the pairing of its family's rotary module's layout
+    /// ([`RopeSpec::module_pairing`], its error kept for a caller that needs it): a file is
+    /// read once (a FIFO's text is there once).
+    fn read_config(&self, head_dim: Option<u32>) -> Result<Option<(RopeSpec, Result<Pairing>)>> {
         if self.layer_type.is_some() && self.config.is_none() {
             return Err(Error::InvalidParameter {
                 field: "layer_type",
@@ -368,18 +376,23 @@ impl RopeOptions<'_> {
                 allowed: "only with that flag",
             });
         }
-        let Some(source) = &self.config else { return Ok(None) };
-        Ok(Some(match source {
-            ConfigSource::File(path) => inputs::read_rope_config_with_head_dim(
-                Source::File(path),
-                self.layer_type,
-                head_dim,
-            )?,
-            ConfigSource::Text(text) => match head_dim {
-                Some(d) => RopeSpec::from_hf_config_with_head_dim(text, self.layer_type, d)?,
-                None => RopeSpec::from_hf_config(text, self.layer_type)?,
-            },
-        }))
+        let (text, path) = match self.config {
+            None => return Ok(None),
+            Some(ConfigSource::File(path)) => {
+                (Cow::Owned(inputs::read_rope_config_text(Source::File(path))?), Some(path))
+            }
+            Some(ConfigSource::Text(text)) => (Cow::Borrowed(text), None),
+        };
+        let named = |e: Error| match path {
+            Some(path) => e.in_config_file(path),
+            None => e,
+        };
+        let spec = match head_dim {
+            Some(d) => RopeSpec::from_hf_config_with_head_dim(&text, self.layer_type, d),
+            None => RopeSpec::from_hf_config(&text, self.layer_type),
+        }
+        .map_err(named)?;
+        Ok(Some((spec, RopeSpec::module_pairing(&text).map_err(named))))
     }
 
     /// The spec for heads of `head_dim`: the options, else `config`'s values, else the
@@ -453,11 +466,14 @@ impl RopeOptions<'_> {
     }
 
     /// `rope-cache`'s spec: heads of `head_dim` (`--head-dim`), else the config's; one of
-    /// the two must give it. Errors about the head or rotary dim name the option it came
+    /// the two must give it. Without `pairing`, a config's cache takes the layout its
+    /// family's rotary module returns ([`RopeSpec::module_pairing`], refused where that is
+    /// not cos and sin of shape `[positions, rotary_dim]`), which is not always the pairing
+    /// its attention rotates. Errors about the head or rotary dim name the option it came
     /// from.
     pub fn cache_spec(&self, head_dim: Option<u32>) -> Result<RopeSpec> {
         let scaling = self.scaling()?;
-        let config = self.config(head_dim)?;
+        let (config, module) = self.read_config(head_dim)?.unzip();
         let Some(dim) = head_dim.or(config.as_ref().map(RopeSpec::head_dim)) else {
             return Err(Error::InvalidParameter {
                 field: "head_dim",
@@ -466,7 +482,14 @@ impl RopeOptions<'_> {
             });
         };
         let flag = if head_dim.is_some() { "--head-dim" } else { "--config" };
-        self.spec(dim, config.as_ref(), scaling, |e, h, r| with_origin(e, flag, h, r))
+        let origin = |e, h, r| with_origin(e, flag, h, r);
+        match (self.pairing, module) {
+            (None, Some(module)) => {
+                let options = RopeOptions { pairing: Some(module?), ..self.clone() };
+                options.spec(dim, config.as_ref(), scaling, origin)
+            }
+            _ => self.spec(dim, config.as_ref(), scaling, origin),
+        }
     }
 }
 

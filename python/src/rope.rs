@@ -25,7 +25,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(rope, m)?)?;
     m.add_function(wrap_pyfunction!(rope_cache, m)?)?;
     m.add_function(wrap_pyfunction!(read_config_text, m)?)?;
-    m.add_function(wrap_pyfunction!(config_model_types, m)?)?;
+    m.add_function(wrap_pyfunction!(module_pairing, m)?)?;
     m.add_class::<PyRopeSpec>()?;
     Ok(())
 }
@@ -74,22 +74,17 @@ fn read_config_text(py: Python<'_>, path: PathBuf) -> PyResult<String> {
     }
 }
 
-/// A config's `text_config.model_type` and `model_type`, those that are strings, in that
-/// order; none where the text is not a JSON object (the RoPE's own parse then says why).
-/// serde_json refuses nesting past 128 levels, where Python's parser would recurse.
+/// The pairing of a cache in the layout the rotary module of a config's family returns
+/// (`RopeSpec::module_pairing`, as `rope-cache --config` takes it), errors naming `name`, the
+/// file the text was read from.
 #[pyfunction]
-fn config_model_types(json: &str) -> Vec<String> {
-    let Ok(serde_json::Value::Object(config)) = serde_json::from_str(json) else {
-        return Vec::new();
-    };
-    let model_type = |object: &serde_json::Map<String, serde_json::Value>| {
-        object.get("model_type").and_then(|v| v.as_str()).map(str::to_owned)
-    };
-    let text = match config.get("text_config") {
-        Some(serde_json::Value::Object(text)) => model_type(text),
-        _ => None,
-    };
-    text.into_iter().chain(model_type(&config)).collect()
+#[pyo3(signature = (json, name = None))]
+fn module_pairing(json: &str, name: Option<PathBuf>) -> PyResult<&'static str> {
+    match RopeSpec::module_pairing(json) {
+        Ok(rp::Pairing::Neox) => Ok("neox"),
+        Ok(rp::Pairing::Gptj) => Ok("gptj"),
+        Err(e) => Err(crate::to_py(in_config(e, &name))),
+    }
 }
 
 /// A config's errors naming `name`, the file Python read the config's text from.

@@ -341,11 +341,14 @@ def test_rope_cache_every_corpus_config(cli, name):
             continue
         try:
             pairing = posenc.module_pairing(config)
+            # The command's default is the module's layout too: one table in the library.
+            given = []
         except ValueError:
             pairing = "gptj"  # GPT-J: no module; compare the config's own layout
+            given = ["--pairing", pairing]
         cache = posenc.rope_cache(config, positions="0..2,1000000", layer_type=layer_type,
-                                  pairing=pairing, device="cpu")
-        tc, ts = _cli_cache(cli, "--config", config, "--positions", "0..2,1000000", "--pairing", pairing,
+                                  pairing=None if not given else pairing, device="cpu")
+        tc, ts = _cli_cache(cli, "--config", config, "--positions", "0..2,1000000", *given,
                             *extra, "--device", "cpu")
         same_bits(cache.cos, tc)
         same_bits(cache.sin, ts)
@@ -364,6 +367,10 @@ def test_rope_cache_module_layout():
                "rope_theta": 150000.0}
     with pytest.raises(ValueError, match="gpt_oss.*half the rotary width"):
         posenc.rope_cache(gpt_oss, seq_len=2)
+    roformer = {"model_type": "roformer", "hidden_size": 64, "num_attention_heads": 4}
+    with pytest.raises(ValueError, match="roformer.*one table of sines then cosines"):
+        posenc.module_pairing(roformer)
+    assert posenc.rope_cache(roformer, seq_len=2, pairing="gptj").pairing == "gptj"
 
 
 def test_rope_cache_options(cli, device):

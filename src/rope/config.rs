@@ -5,7 +5,7 @@
 use serde_json::{Map, Value};
 
 use super::families::{self, BaseDefault, Family, HeadDimDefault, LayerRule, PairingRule};
-use super::families::{PartialDefault, Refusal, RotaryKey};
+use super::families::{ModuleLayout, PartialDefault, Refusal, RotaryKey};
 use super::scaling::{excerpt, invalid, parse_json, whole_number};
 use super::{DEFAULT_BASE, Pairing, RopeSpec, Scaling};
 use crate::error::{Error, Result, float, json_number};
@@ -966,6 +966,25 @@ fn language_model(json: &str) -> Result<Object> {
     Ok(config)
 }
 
+/// A config's errors, which the readers shared with `rope_scaling` objects give as
+/// [`Error::RopeScaling`], as the config's own.
+fn as_config_error(e: Error) -> Error {
+    match e {
+        Error::RopeScaling { field, value, allowed } => {
+            Error::RopeConfig { path: None, field, value, allowed }
+        }
+        other => other,
+    }
+}
+
+/// The `model_type` a config is read as (after any `text_config` swap; empty without one)
+/// and its row ([`families::of_hf_config`]).
+pub(super) fn config_family(json: &str) -> Result<(String, &'static Family)> {
+    let config = language_model(json).map_err(as_config_error)?;
+    let model_type = get(&config, "model_type").and_then(Value::as_str).unwrap_or("");
+    Ok((model_type.to_owned(), families::of(model_type)))
+}
+
 /// Refuses a config of a family whose rotation is not one posenc computes
 /// ([`Refusal::Rotation`]), naming `model_type`.
 fn other_rotation(config: &Object) -> Result<()> {
@@ -1224,17 +1243,51 @@ impl RopeSpec {
         Self::read_hf_config(json, layer_type, Some(head_dim))
     }
 
+    /// The pairing whose cos/sin cache has the layout the rotary module of `json`'s family
+    /// returns ([`Family::module`]; the family as [`RopeSpec::from_hf_config`] reads it, after
+    /// any `text_config` swap): what a cache standing in for that module needs, which is not
+    /// always the pairing its attention rotates. GLM-4 rotates `(2i, 2i + 1)` pairs, and its
+    /// module returns `cat(freqs, freqs)`: a cache in the attention's layout there gives wrong
+    /// rotations without any shape error.
+    ///
+    /// ```
+    /// use posenc::rope::{Pairing, RopeSpec};
+    ///
+    /// let glm4 = r#"{"model_type": "glm4", "head_dim": 128, "rope_theta": 10000.0}"#;
+    /// assert_eq!(RopeSpec::from_hf_config(glm4, None)?.pairing(), Pairing::Gptj);
+    /// assert_eq!(RopeSpec::module_pairing(glm4)?, Pairing::Neox);
+    /// # Ok::<(), posenc::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::ModelFamily`] naming `model_type` when its module returns something else than
+    /// cos and sin of shape `[positions, rotary_dim]` (Llama 4's and DeepSeek-V2's complex
+    /// `freqs_cis`, gpt-oss's half-width tables, GPT-J's and CodeGen's sinusoid table inside
+    /// the attention, RoFormer's one table); [`Error::RopeConfig`] for text that is not a
+    /// config object, and [`Error::ModelFamily`] for a family whose positions are not rotary,
+    /// as [`RopeSpec::from_hf_config`].
+    pub fn module_pairing(json: &str) -> Result<Pairing> {
+        let (model_type, family) = families::of_hf_config(json)?;
+        match family.module {
+            ModuleLayout::Halves => Ok(Pairing::Neox),
+            ModuleLayout::Pairs => Ok(Pairing::Gptj),
+            ModuleLayout::Other(what) => Err(Error::ModelFamily {
+                path: None,
+                model_type,
+                reason: format!(
+                    "{what}, not cos and sin of shape [positions, rotary_dim]; give the pairing \
+                     (neox or gptj) for a cache in either layout"
+                ),
+            }),
+        }
+    }
+
     fn read_hf_config(
         json: &str,
         layer_type: Option<&str>,
         stand_in: Option<u32>,
     ) -> Result<RopeSpec> {
-        Self::read(json, layer_type, stand_in).map_err(|e| match e {
-            Error::RopeScaling { field, value, allowed } => {
-                Error::RopeConfig { path: None, field, value, allowed }
-            }
-            other => other,
-        })
+        Self::read(json, layer_type, stand_in).map_err(as_config_error)
     }
 
     /// [`RopeSpec::read_hf_config`] before its errors are named as the config's.

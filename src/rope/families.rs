@@ -49,8 +49,41 @@ pub struct Family {
     /// config without it is refused. In every family a `position_embedding_type` other than
     /// `rope` or `rotary` is refused.
     pub rope_when: Option<(&'static str, &'static str)>,
+    /// What the family's own rotary module returns, which a cache standing in for it must
+    /// match (`posenc rope-cache --config`, Python's `rope_cache`): not always the layout of
+    /// the pairing its attention rotates.
+    pub module: ModuleLayout,
     /// Why posenc refuses the family, if it does.
     pub refusal: Option<Refusal>,
+}
+
+/// What a family's rotary module returns (transformers 5.23 and 5.24, read in each module's
+/// `forward` and checked by serving every causal LM family that builds small through
+/// `posenc.hf`, whose cache takes this layout).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModuleLayout {
+    /// cos and sin of shape `[positions, rotary_dim]` as `cat(freqs, freqs)`, the layout of
+    /// [`Pairing::Neox`]: Llama, Qwen, Mistral, and most families whose attention rotates
+    /// `(2i, 2i + 1)` pairs (GLM, GLM-4, ERNIE 4.5, Helium, DeepSeek-V3), whose apply
+    /// function takes the first half and repeats it per pair, or regroups the query.
+    Halves,
+    /// cos and sin of shape `[positions, rotary_dim]` with each frequency repeated per pair
+    /// (`repeat_interleave(2)`), the layout of [`Pairing::Gptj`]: Cohere, Cohere 2, BLT.
+    Pairs,
+    /// Something else than cos and sin of shape `[positions, rotary_dim]`, or no module:
+    /// what, for the error.
+    Other(&'static str),
+}
+
+impl ModuleLayout {
+    /// The pairing whose cache has this layout; `None` for [`ModuleLayout::Other`].
+    pub fn pairing(self) -> Option<Pairing> {
+        match self {
+            ModuleLayout::Halves => Some(Pairing::Neox),
+            ModuleLayout::Pairs => Some(Pairing::Gptj),
+            ModuleLayout::Other(_) => None,
+        }
+    }
 }
 
 /// How a family's attention pairs the rotated dimensions, in transformers 5.23 (found by
@@ -245,6 +278,26 @@ pub fn lookup(model_type: &str) -> Option<&'static Family> {
     FAMILIES.binary_search_by(|f| f.model_type.cmp(model_type)).ok().map(|i| &FAMILIES[i])
 }
 
+/// The `model_type` a config is read as by
+/// [`RopeSpec::from_hf_config`](super::RopeSpec::from_hf_config) (the language model's, after
+/// any `text_config` swap; empty without one) and its row, or [`Family::GENERIC`].
+///
+/// ```
+/// use posenc::rope::families::{self, ModuleLayout};
+///
+/// let (model_type, family) = families::of_hf_config(r#"{"model_type": "cohere2"}"#)?;
+/// assert_eq!((model_type.as_str(), family.module), ("cohere2", ModuleLayout::Pairs));
+/// # Ok::<(), posenc::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`RopeSpec::from_hf_config`](super::RopeSpec::from_hf_config) for text that is not a
+/// config object ([`Error::RopeConfig`](crate::Error::RopeConfig)) or a family whose positions
+/// are not rotary ([`Error::ModelFamily`](crate::Error::ModelFamily)).
+pub fn of_hf_config(json: &str) -> crate::Result<(String, &'static Family)> {
+    super::config::config_family(json)
+}
+
 /// The row of `model_type`, or [`Family::GENERIC`].
 pub(crate) fn of(model_type: &str) -> &'static Family {
     lookup(model_type).unwrap_or(&Family::GENERIC)
@@ -292,6 +345,7 @@ const fn row(model_type: &'static str) -> Family {
         layers: LayerRule::Generic,
         attention_keys: &[],
         rope_when: None,
+        module: ModuleLayout::Halves,
         refusal: None,
     }
 }
@@ -349,6 +403,12 @@ impl Family {
     const fn rope_when(self, key: &'static str, value: &'static str) -> Self {
         Family { rope_when: Some((key, value)), ..self }
     }
+    const fn module_pairs(self) -> Self {
+        Family { module: ModuleLayout::Pairs, ..self }
+    }
+    const fn module_other(self, what: &'static str) -> Self {
+        Family { module: ModuleLayout::Other(what), ..self }
+    }
     const fn not_rotary(self) -> Self {
         Family { refusal: Some(Refusal::NotRotary), ..self }
     }
@@ -360,6 +420,14 @@ impl Family {
 // The query scale of the Mistral families since Ministral 3: `1 + beta * ln(1 + floor(p /
 // original_max_position_embeddings))`, applied to the rotated queries by their attention.
 const LLAMA_4_SCALING: &[&str] = &["llama_4_scaling_beta", "max_position_embeddings"];
+
+// What the modules without a cos/sin cache's shape return, as the errors say.
+
+const FREQS_CIS: &str = "its rotary module returns complex freqs_cis";
+const HALF_WIDTH: &str = "its rotary module returns cos and sin of half the rotary width";
+const NO_MODULE: &str = "it has no rotary module (a sinusoid table inside the attention)";
+const ROFORMER_TABLE: &str = "its position module returns one table of sines then cosines, \
+    [positions, head_dim]";
 
 // Why each family is refused for its rotation (`Refusal::Rotation`), as the errors say.
 
@@ -408,16 +476,16 @@ static FAMILIES: &[Family] = &[
     row("bitnet").base(5e5),
     row("blenderbot").not_rotary(),
     row("bloom").not_rotary(),
-    row("blt").base(5e5),
-    row("blt_global_transformer").gptj().base(5e5),
-    row("blt_local_decoder").gptj().base(5e5),
-    row("blt_local_encoder").gptj().base(5e5),
-    row("blt_patcher").gptj(),
+    row("blt").base(5e5).module_pairs(),
+    row("blt_global_transformer").gptj().base(5e5).module_pairs(),
+    row("blt_local_decoder").gptj().base(5e5).module_pairs(),
+    row("blt_local_encoder").gptj().base(5e5).module_pairs(),
+    row("blt_patcher").gptj().module_pairs(),
     row("canary_decoder").unsettled(128),
-    row("codegen").gptj().reads(RotaryDim),
-    row("cohere").gptj().base(5e5),
-    row("cohere2").gptj(),
-    row("cohere2_moe").gptj().head(128),
+    row("codegen").gptj().reads(RotaryDim).module_other(NO_MODULE),
+    row("cohere").gptj().base(5e5).module_pairs(),
+    row("cohere2").gptj().module_pairs(),
+    row("cohere2_moe").gptj().head(128).module_pairs(),
     row("cosmos3_edge_text").unsettled(128),
     row("csm").base(5e5),
     row("csm_depth_decoder_model").base(5e5),
@@ -425,7 +493,7 @@ static FAMILIES: &[Family] = &[
     row("dbrx").attn_config_base(),
     row("deberta").not_rotary(),
     row("deberta-v2").not_rotary(),
-    row("deepseek_v2").gptj().unsettled(64),
+    row("deepseek_v2").gptj().unsettled(64).module_other(FREQS_CIS),
     row("deepseek_v3").unsettled(64),
     row("deepseek_v32").gptj().head(64),
     row("deepseek_v4").refused(DEEPSEEK_V4),
@@ -473,8 +541,8 @@ static FAMILIES: &[Family] = &[
     row("gpt_neo").not_rotary(),
     row("gpt_neox").partial(0.25, 0.25).reads(RotaryPct),
     row("gpt_neox_japanese").partial(1.0, 1.0).reads(RotaryPct),
-    row("gpt_oss").base_legacy(15e4, "yarn", 32.0, 15e4).head(64),
-    row("gptj").gptj().reads(RotaryDim),
+    row("gpt_oss").base_legacy(15e4, "yarn", 32.0, 15e4).head(64).module_other(HALF_WIDTH),
+    row("gptj").gptj().reads(RotaryDim).module_other(NO_MODULE),
     // Granite 4.0 Hybrid builds a rotary module only for "rope" (Granite 4.0-H: "nope").
     row("granitemoehybrid").rope_when("position_embedding_type", "rope"),
     row("gte").base(16e4),
@@ -496,8 +564,8 @@ static FAMILIES: &[Family] = &[
     row("lfm2").base(1e6),
     row("lfm2_moe").base(1e6),
     row("lfm3").unsettled(128).full_head().layers(Lfm3),
-    row("llama4").gptj(),
-    row("llama4_text").gptj().base(5e5).head(128),
+    row("llama4").gptj().module_other(FREQS_CIS),
+    row("llama4_text").gptj().base(5e5).head(128).module_other(FREQS_CIS),
     row("longcat_flash").gptj().base(1e7).head(64),
     row("longt5").unsettled(64),
     row("m2m_100").not_rotary(),
@@ -543,7 +611,11 @@ static FAMILIES: &[Family] = &[
     row("neucodec").unsettled(64),
     row("nomic_bert").base(1000.0),
     row("olmo3").full_head().layers(Olmo3),
-    row("openai_privacy_filter").gptj().base_legacy(15e4, "yarn", 32.0, 15e4).head(64),
+    row("openai_privacy_filter")
+        .gptj()
+        .base_legacy(15e4, "yarn", 32.0, 15e4)
+        .head(64)
+        .module_other(HALF_WIDTH),
     row("opt").not_rotary(),
     row("paddleocr_vl_text").base(5e5).head(128),
     row("pe_audio_encoder").base(2e4).head(128),
@@ -571,7 +643,7 @@ static FAMILIES: &[Family] = &[
     row("qwen4_exp_text").unsettled(256).partial(1.0, 1.0),
     row("recurrent_gemma").partial(0.5, 0.5),
     row("roberta").not_rotary(),
-    row("roformer").gptj(),
+    row("roformer").gptj().module_other(ROFORMER_TABLE),
     // Glm4MoeForCausalLM's attention, whose default RoPE reads the factor (1 by the class).
     row("sarvam_moe").base(8e6).partial(1.0, 1.0),
     row("seed_oss").head(128),

@@ -850,28 +850,6 @@ def _same_elements(a: np.ndarray, b: np.ndarray) -> bool:
     return all(n == 1 or sa == sb for n, sa, sb in zip(a.shape, a.strides, b.strides))
 
 
-# model_types (after a text_config swap) whose rotary module returns cos and sin with each
-# frequency repeated per pair, `freqs.repeat_interleave(2, dim=-1)`: the gptj layout. Every
-# other family's module returns `cat(freqs, freqs)`, the neox layout, whatever pairing its
-# attention rotates (docs/rope.md, "Exact cos/sin caches for your framework").
-GPTJ_LAYOUT_MODEL_TYPES = frozenset({
-    "cohere", "cohere2", "cohere2_moe",
-    "blt", "blt_global_transformer", "blt_local_decoder", "blt_local_encoder", "blt_patcher",
-})
-
-# model_types whose rotary module returns something else than cos and sin of shape
-# [positions, rotary_dim]: the reason, for the error.
-NO_DROP_IN_MODEL_TYPES = {
-    "llama4": "its rotary module returns complex freqs_cis",
-    "llama4_text": "its rotary module returns complex freqs_cis",
-    "deepseek_v2": "its rotary module returns complex freqs_cis",
-    "gpt_oss": "its rotary module returns cos and sin of half the rotary width",
-    "openai_privacy_filter": "its rotary module returns cos and sin of half the rotary width",
-    "gptj": "it has no rotary module (a sinusoid table inside the attention)",
-    "codegen": "it has no rotary module (a sinusoid table inside the attention)",
-}
-
-
 class _ReadConfig:
     """A config path's text, read once by posenc's reader (at most 4 MiB; a FIFO without a
     writer refused at once; a read that waits is interrupted by Ctrl-C), and the path its
@@ -894,27 +872,15 @@ def _read_config(config: Any) -> _ReadConfig:
 
 
 def _module_pairing_of(config: _ReadConfig) -> str:
-    for model_type in _posenc.config_model_types(config.text):
-        if model_type in NO_DROP_IN_MODEL_TYPES:
-            where = f"{config.name}: " if config.name is not None else ""
-            raise ValueError(
-                f"{where}model_type {model_type!r}: {NO_DROP_IN_MODEL_TYPES[model_type]}, "
-                f"not cos and sin of shape [positions, rotary_dim]; pass pairing=\"neox\" "
-                f"or \"gptj\" for a cache in either layout"
-            )
-        if model_type in GPTJ_LAYOUT_MODEL_TYPES:
-            return "gptj"
-    return "neox"
+    # posenc's family table (posenc::rope::families), as `rope-cache --config` reads it.
+    return _posenc.module_pairing(config.text, config.name)
 
 
-def _config_and_pairing(config: Any, pairing: Optional[str]) -> tuple[Any, Optional[str]]:
+def _config_once(config: Any) -> Any:
     """A cache's config read once (a FIFO's text would not be there for a second read, and
-    the read waits where a Ctrl-C is heard), and its pairing: as given, else the layout of
-    the family's module."""
-    if config is None:
-        return None, pairing
-    config = _read_config(config)
-    return config, pairing if pairing is not None else _module_pairing_of(config)
+    the read waits where a Ctrl-C is heard). Without ``pairing``, the library gives the cache
+    the layout of the family's module, as ``rope-cache --config`` does."""
+    return None if config is None else _read_config(config)
 
 
 def module_pairing(config: Any) -> str:
@@ -922,8 +888,10 @@ def module_pairing(config: Any) -> str:
     ``"neox"`` (``cat(freqs, freqs)``) or ``"gptj"`` (each frequency repeated per pair).
 
     Raises ValueError naming the family whose module returns another shape (complex
-    ``freqs_cis``, half-width tables, no module), and as :func:`rope_cache` where a config
-    path cannot be read (missing, over 4 MiB, a FIFO without a writer)."""
+    ``freqs_cis``, half-width tables, no module), as ``posenc rope-cache --config`` says it,
+    and as :func:`rope_cache` where a config cannot be read (a path missing, over 4 MiB, a
+    FIFO without a writer; text that is not a config object; a family whose positions are
+    not rotary)."""
     if config is None:
         raise ValueError("invalid config: None (allowed: a path, JSON text, a dict or a "
                          "transformers config)")
@@ -999,7 +967,7 @@ def rope_cache(
     (uint16 bits). The attention factor is in the values. Returns a :class:`RopeCache`,
     which unpacks as ``(cos, sin)``.
     """
-    config, pairing = _config_and_pairing(config, pairing)
+    config = _config_once(config)
     spec = None
     pos = None
     length = None
@@ -1054,7 +1022,7 @@ class RopeSpec:
         attention_factor: Optional[float] = None,
         seq_len: Optional[int] = None,
     ) -> None:
-        config, pairing = _config_and_pairing(config, pairing)
+        config = _config_once(config)
         args = dict(
             head_dim=_whole(head_dim, "head_dim", _U32, allowed=_HEAD_DIMS),
             **_rope_options(

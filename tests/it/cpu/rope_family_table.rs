@@ -3,8 +3,8 @@
 //! families the reader's messages name the ones the table says.
 
 use posenc::rope::families::{
-    self, BaseDefault, Family, HeadDimDefault, LayerRule, PairingRule, PartialDefault, Refusal,
-    RotaryKey,
+    self, BaseDefault, Family, HeadDimDefault, LayerRule, ModuleLayout, PairingRule,
+    PartialDefault, Refusal, RotaryKey,
 };
 use posenc::rope::{MAX_HEAD_DIM, ROPE_TYPES, RopeSpec};
 use posenc::{Error, model_config};
@@ -296,6 +296,15 @@ fn refusal_cell(f: &Family) -> String {
     }
 }
 
+/// The rotary module's layout, where it is not `cat(freqs, freqs)` (a `neox` cache).
+fn module_cell(f: &Family) -> String {
+    match f.module {
+        ModuleLayout::Halves => String::new(),
+        ModuleLayout::Pairs => "per pair (`gptj` cache)".into(),
+        ModuleLayout::Other(what) => format!("no drop-in: {what}"),
+    }
+}
+
 fn count(keep: impl Fn(&Family) -> bool) -> usize {
     families::all().iter().filter(|f| keep(f)).count()
 }
@@ -371,6 +380,13 @@ fn families_page() -> String {
             count(|f| !f.attention_keys.is_empty())
         ),
         format!(
+            "Rotary module: {} whose module returns each frequency repeated per pair (a \
+             `gptj` cache stands in for it), {} whose module returns another shape (no \
+             drop-in cache).",
+            count(|f| f.module == ModuleLayout::Pairs),
+            count(|f| matches!(f.module, ModuleLayout::Other(_)))
+        ),
+        format!(
             "Refused: {} whose positions are not rotary, {} whose rotation posenc does not \
              compute.",
             count(|f| f.refusal == Some(Refusal::NotRotary)),
@@ -382,8 +398,8 @@ fn families_page() -> String {
     }
     page.push_str(
         "\n| `model_type` | pairing | base when absent | head dim when absent | \
-         `partial_rotary_factor` | layer types | attention keys | refused \
-         |\n|---|---|---|---|---|---|---|---|\n",
+         `partial_rotary_factor` | layer types | attention keys | rotary module | refused \
+         |\n|---|---|---|---|---|---|---|---|---|\n",
     );
     for f in families::all() {
         let cells = [
@@ -394,6 +410,7 @@ fn families_page() -> String {
             partial_cell(f),
             layers_cell(f),
             attention_keys_cell(f),
+            module_cell(f),
             refusal_cell(f),
         ];
         page.push_str(&format!("| {} |\n", cells.join(" | ")));

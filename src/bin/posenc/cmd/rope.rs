@@ -89,7 +89,8 @@ pub(crate) struct RopeParams {
     #[arg(long, value_name = "NAME", requires = "config")]
     layer_type: Option<String>,
     /// Which dimensions rotate together: neox (i, i + r/2; Llama and most HF models) or
-    /// gptj (2i, 2i + 1) [default: the config's, else neox].
+    /// gptj (2i, 2i + 1) [default: the config's (rope-cache: the layout of its family's
+    /// rotary module), else neox].
     #[arg(long, value_enum)]
     pairing: Option<PairingArg>,
     /// Rotated dimensions per head, even, 2..=head_dim [default: the config's, else

@@ -22,9 +22,12 @@ use posenc::placement::HostJob;
 pub(crate) const HELP: &str = "Writes cos and sin of shape [positions, rotary_dim] as a Hugging \
     Face rotary module returns them: the attention factor applied, each frequency's column \
     repeated as the pairing needs it (neox: cat(freqs, freqs); gptj: interleaved). The pairing \
-    is --pairing, else the config's: the families whose module returns cat(freqs, freqs) while \
-    their attention pairs (2i, 2i + 1) (GLM, GLM-4, DeepSeek-V3, ...) need --pairing neox \
-    (docs/rope.md; Python's rope_cache takes the module's layout itself). The values are \
+    is --pairing, else with --config the layout of the family's own module, which is not always \
+    the pairing its attention rotates: cat(freqs, freqs) for Llama, Qwen, Mistral and also GLM, \
+    GLM-4, ERNIE 4.5, Helium, DeepSeek-V3 (whose attention pairs (2i, 2i + 1)), interleaved for \
+    Cohere, Cohere 2 and BLT; a family whose module returns another shape (Llama 4, DeepSeek-V2, \
+    gpt-oss, GPT-J, CodeGen, RoFormer) is refused unless --pairing is given (docs/rope.md). \
+    Without --config: neox. The values are \
     posenc's exact-phase cos and sin (within 6e-8 of the true values at every u32 position, then \
     times the attention factor in f32), the same bits on the CPU and the GPU.
 

@@ -6,7 +6,7 @@
 use std::fs;
 
 use crate::support::cli::{
-    Dir, assert_ok, gpu_available, posenc, posenc_env, posenc_lines, s, stderr,
+    Dir, assert_ok, assert_rejected, gpu_available, posenc, posenc_env, posenc_lines, s, stderr,
 };
 use crate::support::rope::tensor;
 use crate::support::{le_bytes, npy_bytes, raw_npy, safetensors_of};
@@ -567,6 +567,17 @@ fn config_files_equal_their_explicit_flags_byte_for_byte() {
             if tag == "flags" {
                 extra.extend(["--head-dim", &hd]);
             }
+            // The cache takes the layout of the family's rotary module: DeepSeek-V3's
+            // returns cat(freqs, freqs) where its attention pairs (2i, 2i + 1); GPT-J has
+            // none, so the pairing is given (rope_cache_takes_the_modules_layout).
+            match (name, tag) {
+                ("deepseek-v3.json", "flags") => {
+                    let at = extra.iter().position(|a| *a == "gptj").unwrap();
+                    extra[at] = "neox";
+                }
+                ("gpt-j-6b.json", "config") => extra.extend(["--pairing", "gptj"]),
+                _ => {}
+            }
             let common = ["rope-cache", "--positions", "0..3,5000", "--device", "cpu"];
             let run = posenc(&[&common[..], &extra, &["-o", &out]].concat());
             assert_ok(&run, &format!("{what} rope-cache {tag}"));
@@ -574,6 +585,78 @@ fn config_files_equal_their_explicit_flags_byte_for_byte() {
         }
         assert_eq!(caches[0], caches[1], "{what}: rope-cache");
     }
+}
+
+/// `rope-cache --config` writes the layout the family's own rotary module returns, not the
+/// pairing its attention rotates (GLM-4: neox columns for a gptj attention; Cohere: gptj),
+/// `--pairing` overrides it, and a family whose module returns another shape is refused in
+/// one line naming it, unless `--pairing` is given.
+#[test]
+fn rope_cache_takes_the_modules_layout() {
+    let dir = Dir::new();
+    let glm4 = dir.bytes(
+        "glm4.json",
+        br#"{"model_type": "glm4", "head_dim": 16, "partial_rotary_factor": 0.5,
+             "rope_theta": 10000.0}"#,
+    );
+    let cohere = dir.bytes(
+        "cohere.json",
+        br#"{"model_type": "cohere", "hidden_size": 64, "num_attention_heads": 4,
+             "rope_theta": 10000.0}"#,
+    );
+    let llama4 = dir.bytes(
+        "llama4.json",
+        br#"{"model_type": "llama4", "text_config": {"model_type": "llama4_text",
+             "head_dim": 16, "rope_theta": 500000.0}}"#,
+    );
+    let cache = |config: &str, pairing: Option<&str>, tag: &str| {
+        let out = dir.out(&format!("{tag}.npy"));
+        let mut args = vec!["rope-cache", "--config", config, "--len", "3", "--format", "npy"];
+        args.extend(pairing.map(|p| ["--pairing", p]).into_iter().flatten());
+        let run = posenc(&[&args[..], &["--device", "cpu", "-o", &out]].concat());
+        (run, out)
+    };
+    let explicit = |pairing: &str, head_dim: &str, rotary_dim: &str, tag: &str| {
+        let out = dir.out(&format!("{tag}.npy"));
+        let args = [
+            "rope-cache",
+            "--head-dim",
+            head_dim,
+            "--rotary-dim",
+            rotary_dim,
+            "--len",
+            "3",
+            "--format",
+            "npy",
+            "--pairing",
+            pairing,
+            "--device",
+            "cpu",
+            "-o",
+            &out,
+        ];
+        assert_ok(&posenc(&args), tag);
+        fs::read(&out).unwrap()
+    };
+    for (config, module, other, head_dim, rotary_dim) in
+        [(&glm4, "neox", "gptj", "16", "8"), (&cohere, "gptj", "neox", "16", "16")]
+    {
+        let (run, out) = cache(config, None, &format!("{module}-default"));
+        assert_ok(&run, config);
+        let want = explicit(module, head_dim, rotary_dim, &format!("{module}-want"));
+        assert_eq!(fs::read(&out).unwrap(), want, "{config}: the module's layout");
+        let (run, out) = cache(config, Some(other), &format!("{module}-over"));
+        assert_ok(&run, config);
+        let want = explicit(other, head_dim, rotary_dim, &format!("{module}-other"));
+        assert_eq!(fs::read(&out).unwrap(), want, "{config}: --pairing {other}");
+    }
+    let (run, out) = cache(&llama4, None, "llama4");
+    let needle = "model_type \"llama4_text\": its rotary module returns complex freqs_cis";
+    assert_rejected(&run, &["llama4"], needle);
+    assert!(stderr(&run).contains(&llama4) && stderr(&run).contains("give the pairing"));
+    assert!(!std::path::Path::new(&out).exists());
+    let (run, _) = cache(&llama4, Some("gptj"), "llama4-gptj");
+    assert_ok(&run, "llama4 --pairing gptj");
 }
 
 /// Explicit flags override the config: --base, --scaling, --rotary-dim, --pairing, and
