@@ -262,22 +262,6 @@ pub(crate) fn check(
     Ok(factor)
 }
 
-/// [`check`] for a learned position table of shape `position_table`: also every position
-/// must have a row.
-pub(crate) fn check_learned(
-    position_table: (usize, usize),
-    table: (usize, usize),
-    ids: ArrayView2<'_, u32>,
-    positions: ArrayView2<'_, u32>,
-    options: &EncodeOptions,
-) -> Result<Option<f32>> {
-    let (max_positions, pe_dim) = position_table;
-    let factor = check_shapes(pe_dim, table, ids, positions, options)?;
-    check_ids(ids, table.0, options.pad_id)?;
-    check_positions(positions, max_positions)?;
-    Ok(factor)
-}
-
 /// Checks that every position has a row in a learned position table of `max_positions`
 /// rows.
 ///

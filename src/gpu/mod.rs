@@ -333,7 +333,8 @@ impl Context {
     ///
     /// # Errors
     /// [`Error::NoAdapter`] with a hint when nothing matches, [`Error::RequestDevice`] when
-    /// the adapter refuses a device; on the web [`Error::Blocking`] (use
+    /// the adapter refuses a device, [`Error::Limit`] when [`Options::limits`] asks for less
+    /// than posenc's kernels need ([`limit_floor`]); on the web [`Error::Blocking`] (use
     /// [`Context::open`]).
     pub fn new(options: &Options) -> Result<Self> {
         wait::blocking("Context::new", "Context::open", Self::open(options))
@@ -389,9 +390,11 @@ impl Context {
             wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS;
         let timestamps =
             options.wants_timestamps() && adapter.features().contains(timestamp_features);
+        let required_limits = options.required_limits(&adapter);
+        check_limits("Context::new", &required_limits)?;
         let descriptor = wgpu::DeviceDescriptor {
             label: Some("posenc.device"),
-            required_limits: options.required_limits(&adapter),
+            required_limits,
             required_features: if timestamps {
                 timestamp_features
             } else {
@@ -451,7 +454,10 @@ impl Context {
     /// ```
     ///
     /// # Errors
-    /// None today; the `Result` leaves room for checks of the device.
+    /// [`Error::Limit`] naming the first limit of the device below what posenc's kernels
+    /// need ([`limit_floor`]: WebGPU's minimums, which every conforming device meets), before
+    /// anything is made on it: a pipeline the device cannot run would otherwise be reported
+    /// to the caller's uncaptured-error handler, wgpu's default of which panics.
     pub fn from_device(
         adapter: wgpu::Adapter,
         device: wgpu::Device,
@@ -462,6 +468,7 @@ impl Context {
             wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS;
         let timestamps =
             options.wants_timestamps() && device.features().contains(timestamp_features);
+        check_limits("Context::from_device", &device.limits())?;
         let _one_at_a_time = opening();
         let health = Arc::new(faults::Health::default());
         Ok(Self::assemble(adapter, device, queue, health, timestamps, options))
@@ -1177,6 +1184,51 @@ pub(crate) fn build_pipeline_with(
         cache: None,
     });
     (layout, pipeline)
+}
+
+/// The device limits posenc's kernels rely on, each with its value in `limits` and the
+/// least posenc needs: WebGPU's minimums (wgpu's `Limits::downlevel_defaults`), which every
+/// conforming device meets. Workgroups of 256 threads (the table, encode and RoPE kernels),
+/// dispatches folded into grids of up to 65535 workgroups a side, bind groups of up to four
+/// storage buffers and a uniform (the compact layouts serve devices of fewer than six).
+/// Other limits (binding sizes, alignments, workgroup memory) are read and worked within.
+///
+/// ```
+/// let low = wgpu::Limits { max_compute_invocations_per_workgroup: 64, ..Default::default() };
+/// let short: Vec<_> = posenc::gpu::limit_floor(&low)
+///     .into_iter()
+///     .filter(|&(_, have, need)| have < need)
+///     .collect();
+/// assert_eq!(short, [("max_compute_invocations_per_workgroup", 64, 256)]);
+/// assert!(posenc::gpu::limit_floor(&wgpu::Limits::downlevel_defaults())
+///     .iter()
+///     .all(|&(_, have, need)| have >= need));
+/// ```
+pub fn limit_floor(limits: &wgpu::Limits) -> [(&'static str, u32, u32); 7] {
+    let l = limits;
+    [
+        ("max_compute_invocations_per_workgroup", l.max_compute_invocations_per_workgroup, 256),
+        ("max_compute_workgroup_size_x", l.max_compute_workgroup_size_x, 256),
+        ("max_compute_workgroups_per_dimension", l.max_compute_workgroups_per_dimension, 65535),
+        ("max_storage_buffers_per_shader_stage", l.max_storage_buffers_per_shader_stage, 4),
+        ("max_uniform_buffers_per_shader_stage", l.max_uniform_buffers_per_shader_stage, 1),
+        ("max_bindings_per_bind_group", l.max_bindings_per_bind_group, 5),
+        ("max_bind_groups", l.max_bind_groups, 1),
+    ]
+}
+
+/// Refuses `limits` below [`limit_floor`], naming the first one short.
+fn check_limits(op: &'static str, limits: &wgpu::Limits) -> Result<()> {
+    match limit_floor(limits).into_iter().find(|&(_, have, need)| have < need) {
+        Some((name, have, need)) => Err(Error::Limit {
+            op,
+            what: "a device limit posenc's kernels need (WebGPU's minimum)",
+            requested: u64::from(need),
+            limit_name: name,
+            limit: u64::from(have),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Splits `groups` workgroups into a 2-D grid `(x, y)` within `max_per_dim` per dimension.

@@ -236,7 +236,9 @@ impl Options {
     /// Opens the device with `limits` instead of everything the adapter offers, e.g.
     /// `wgpu::Limits::downlevel_defaults()` to run exactly as on the most limited WebGPU
     /// device; posenc then sizes its chunks by these limits. They must be within the
-    /// adapter's, or opening fails with [`Error::RequestDevice`](crate::Error::RequestDevice).
+    /// adapter's, or opening fails with [`Error::RequestDevice`](crate::Error::RequestDevice),
+    /// and at least what posenc's kernels need ([`limit_floor`](super::limit_floor)), or it
+    /// fails with [`Error::Limit`](crate::Error::Limit) naming the first one short.
     #[must_use]
     pub fn limits(mut self, limits: Option<wgpu::Limits>) -> Self {
         self.limits = limits;

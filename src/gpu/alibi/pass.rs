@@ -60,7 +60,7 @@ impl Context {
     /// query) or more, or one step's bias is larger than the device's largest buffer;
     /// [`Error::DeviceLost`], [`Error::OutOfMemory`], [`Error::Gpu`].
     pub fn alibi_pass(&self, spec: &AlibiSpec) -> Result<AlibiPass> {
-        self.prepare_alibi_pass(spec)
+        self.scoped("alibi_pass", || self.prepare_alibi_pass(spec))
     }
 
     /// [`Context::alibi_pass`], its error scopes awaited rather than blocked on, as
@@ -197,7 +197,8 @@ impl AlibiPass {
     }
 
     /// [`AlibiPass::record`] into a compute pass the caller has open, beside the caller's
-    /// other dispatches (one per part).
+    /// other dispatches (one per part). They leave their pipeline and bind group 0 set in
+    /// the pass, as [`EncodePass::record_in`](crate::gpu::EncodePass::record_in) says.
     ///
     /// # Errors
     /// As [`AlibiPass::record`].

@@ -603,8 +603,11 @@ impl Context {
         Ok(host.into_encoded(request.shape()))
     }
 
-    /// Every check of an encode's request, before any GPU work: the arrays against the
-    /// spec or position table and the table, and both tables' device.
+    /// The checks of an encode's request that read no id or position: the arrays' shapes
+    /// against the spec or position table and the table, the output's, and both tables'
+    /// device. What a result of that shape needs (its host memory, its buffer) is checked
+    /// next, then [`Request::check_values`], a loop over every token: a request for more
+    /// than the memory holds is refused at once, not after a pass over its tokens.
     fn check_request<'a>(
         &self,
         pe: PositionSource<'a>,
@@ -613,14 +616,11 @@ impl Context {
         positions: ArrayView2<'a, u32>,
         options: &'a EncodeOptions,
     ) -> Result<Request<'a>> {
-        let scale = match pe {
-            PositionSource::Sinusoid(spec) => {
-                encode::check(spec, table.dim(), ids, positions, options)?
-            }
-            PositionSource::Learned(p) => {
-                encode::check_learned(p.dim(), table.dim(), ids, positions, options)?
-            }
+        let pe_dim = match pe {
+            PositionSource::Sinusoid(spec) => spec.dim() as usize,
+            PositionSource::Learned(p) => p.dim().1,
         };
+        let scale = encode::check_shapes(pe_dim, table.dim(), ids, positions, options)?;
         self.check_same_device(table.device_key, "table")?;
         if let PositionSource::Learned(p) = pe {
             self.check_same_device(p.device_key, "position_table")?;
@@ -683,10 +683,13 @@ impl Context {
         let n = request.elements();
         let out_dtype = request.options.out_dtype;
         let mut host = if deferred {
+            let bytes = (n as u64).saturating_mul(out_dtype.size() as u64);
+            crate::alloc::check_allocation("an encode's host result", bytes)?;
             HostResult::deferred(out_dtype, n)
         } else {
             HostResult::zeros(out_dtype, n)?
         };
+        request.check_values()?;
         let readback = if n == 0 {
             None
         } else {
@@ -799,6 +802,7 @@ impl Context {
         let request = self.check_request(pe.into(), table, ids, positions, options)?;
         let bytes = request.out_bytes();
         let out = self.result_buffer("encode_to_buffer", "posenc.encode.result", bytes)?;
+        request.check_values()?;
         if bytes > 0 {
             self.run_encode(&request, Sink::Device { buffer: &out, offset: 0 }, None).await?;
         }
@@ -886,6 +890,7 @@ impl Context {
                 actual: out.size().to_string(),
             });
         }
+        request.check_values()?;
         if bytes > 0 {
             self.run_encode(&request, Sink::Device { buffer: out, offset: 0 }, timer).await?;
         }
@@ -1143,8 +1148,8 @@ impl Context {
     }
 }
 
-/// An encode's request with every check passed ([`Context::check_request`]), and its
-/// scale.
+/// An encode's request, its shapes checked ([`Context::check_request`]; its tokens by
+/// [`Request::check_values`], once its result is known to fit), and its scale.
 #[derive(Clone, Copy)]
 struct Request<'a> {
     pe: PositionSource<'a>,
@@ -1156,6 +1161,16 @@ struct Request<'a> {
 }
 
 impl Request<'_> {
+    /// The checks that read every token, after the result's own: each id within the
+    /// vocabulary (or the pad id), and with a learned table each position within its rows.
+    fn check_values(&self) -> Result<()> {
+        encode::check_ids(self.ids, self.table.dim().0, self.options.pad_id)?;
+        if let PositionSource::Learned(p) = self.pe {
+            encode::check_positions(self.positions, p.dim().0)?;
+        }
+        Ok(())
+    }
+
     /// The result's shape, `(batch, len, dim)`.
     fn shape(&self) -> (usize, usize, usize) {
         (self.ids.nrows(), self.ids.ncols(), self.table.dim)

@@ -343,6 +343,16 @@ impl Context {
         desc: &EncodePassDescriptor,
     ) -> Result<EncodePass> {
         let pe = pe.into();
+        self.scoped("encode_pass", || self.checked_encode_pass(pe, table, desc))
+    }
+
+    /// [`Context::encode_pass`] outside its error scopes.
+    fn checked_encode_pass(
+        &self,
+        pe: PositionSource<'_>,
+        table: &GpuTable,
+        desc: &EncodePassDescriptor,
+    ) -> Result<EncodePass> {
         if let PositionSource::Learned(position_table) = pe {
             self.check_same_device(position_table.device_key, "position table")?;
             if position_table.dim().0 == 0 {
@@ -371,7 +381,7 @@ impl Context {
         desc: &EncodePassDescriptor,
     ) -> Result<EncodePass> {
         let pe = pe.into();
-        self.scoped_async("encode_pass", async || self.encode_pass(pe, table, desc)).await
+        self.scoped_async("encode_pass", async || self.checked_encode_pass(pe, table, desc)).await
     }
 
     /// Tokens per part of a step of `n_tokens` rows of `dim` elements of `out_dtype`
@@ -960,7 +970,10 @@ impl EncodePass {
     }
 
     /// [`EncodePass::record`] into a compute pass the caller has open, beside the caller's
-    /// other dispatches: the pass's dispatches and nothing else.
+    /// other dispatches: the pass's dispatches and nothing else. Like any dispatch recorded
+    /// into a pass, they leave their pipeline and bind group 0 set in it: a dispatch of the
+    /// caller's after them sets its own pipeline and bind groups first (as wgpu requires
+    /// whenever the pipeline changes).
     ///
     /// # Errors
     /// As [`EncodePass::record`]; [`Error::InvalidParameter`] naming `pass` where the record

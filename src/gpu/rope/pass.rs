@@ -255,7 +255,7 @@ impl Context {
     /// range of the caller's buffer ([`RopePass::parts`]): a long prefill's q or k on
     /// WebGPU's default 128 MiB binding, for one.
     pub fn rope_pass(&self, spec: &RopeSpec, desc: &RopePassDescriptor) -> Result<RopePass> {
-        self.prepare_rope_pass(spec, desc)
+        self.scoped("rope_pass", || self.prepare_rope_pass(spec, desc))
     }
 
     /// [`Context::rope_pass`], its error scopes awaited rather than blocked on, as
@@ -758,7 +758,9 @@ impl RopePass {
     }
 
     /// [`RopePass::record`] into a compute pass the caller has open, with the caller's
-    /// other dispatches: no pass of its own, no copy.
+    /// other dispatches: no pass of its own, no copy. Its dispatches leave their pipeline and
+    /// bind group 0 set in the pass, as
+    /// [`EncodePass::record_in`](crate::gpu::EncodePass::record_in) says.
     ///
     /// # Errors
     /// As [`RopePass::record`]; [`Error::InvalidParameter`] when the pass takes the general

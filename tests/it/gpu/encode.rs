@@ -316,6 +316,43 @@ fn gpu_rejects_bad_input_before_any_work() {
     );
 }
 
+/// A request whose result the memory or the device cannot hold is refused for that before
+/// its tokens are read: a broadcast view of 2^40 tokens (no memory of its own) with every id
+/// out of the vocabulary gets `Error::Alloc` or `Error::Limit`, not the id's error after a
+/// loop over every token (which took longer than any test allows, 2026-12-02). The same
+/// for a learned table's positions; the CPU refuses it so too.
+#[test]
+fn a_result_too_large_is_refused_before_its_tokens_are_read() {
+    let Some(ctx) = gpu() else { return };
+    let spec = PeSpec::new(4).unwrap();
+    let table = Array2::<f32>::zeros((10, 4));
+    let uploaded = ctx.upload_table(Embeddings::F32(table.view())).unwrap();
+    let learned = ctx.upload_position_table(Embeddings::F32(table.view())).unwrap();
+    let bad = Array2::from_elem((1, 1), 10u32);
+    let huge = bad.broadcast((1 << 20, 1 << 20)).unwrap();
+    let options = EncodeOptions::default();
+    let too_large = |what: &str, e: posenc::Error| {
+        let refused = matches!(e, posenc::Error::Alloc { .. } | posenc::Error::Limit { .. });
+        assert!(refused, "{what}: {e}");
+    };
+    too_large("encode", ctx.encode(&spec, &uploaded, huge, huge, &options).unwrap_err());
+    too_large(
+        "encode_submit",
+        ctx.encode_submit(&spec, &uploaded, huge, huge, &options).unwrap_err(),
+    );
+    too_large(
+        "encode_to_buffer",
+        ctx.encode_to_buffer(&spec, &uploaded, huge, huge, &options).unwrap_err(),
+    );
+    let small = ctx.encode_to_buffer(&spec, &uploaded, bad.view(), bad.view(), &options);
+    assert!(matches!(small, Err(posenc::Error::TokenId { .. })), "{small:?}");
+    too_large("learned", ctx.encode(&learned, &uploaded, huge, huge, &options).unwrap_err());
+    too_large(
+        "cpu",
+        cpu::encode(&spec, Embeddings::F32(table.view()), huge, huge, &options).unwrap_err(),
+    );
+}
+
 #[test]
 fn results_can_stay_on_the_device() {
     let Some(ctx) = gpu() else { return };
