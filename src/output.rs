@@ -81,8 +81,9 @@ impl Target {
     /// Decides where an output for `path` goes, from what is there now (see the
     /// [module documentation](self)), and checks what can be checked before the work: that
     /// a file can be created in the directory of a file to replace (one is created and
-    /// removed at once), that a device or FIFO may be opened for writing, that a descriptor
-    /// was given to the process open for writing. Nothing is opened.
+    /// removed at once), that a device or FIFO may be opened for writing (a character device
+    /// is opened and closed at once; a FIFO, whose open waits for a reader, is not), that a
+    /// descriptor was given to the process open for writing.
     ///
     /// ```
     /// use posenc::output::Target;
@@ -158,6 +159,7 @@ impl Target {
             return match special_kind(&meta) {
                 Special::Stream => {
                     check_write_access(&path).map_err(io_error)?;
+                    check_device_opens(&path, &meta).map_err(io_error)?;
                     Ok(Self::Stream { path })
                 }
                 Special::Refused(what) => Err(refuse(what.into())),
@@ -662,6 +664,29 @@ fn check_write_access(path: &Path) -> io::Result<()> {
 
 #[cfg(not(unix))]
 fn check_write_access(_: &Path) -> io::Result<()> {
+    Ok(())
+}
+
+/// A character device is opened for writing and closed at once: one with no driver behind
+/// it (`ENXIO`), or `/dev/tty` without a controlling terminal, would otherwise fail only once
+/// the result is computed. Without blocking, and without becoming the process's terminal.
+/// A FIFO is not opened: its open waits for a reader, as a shell's `>` does, when the result
+/// is ready.
+#[cfg(unix)]
+fn check_device_opens(path: &Path, meta: &fs::Metadata) -> io::Result<()> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    if !meta.file_type().is_char_device() {
+        return Ok(());
+    }
+    OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOCTTY | libc::O_NONBLOCK)
+        .open(path)
+        .map(drop)
+}
+
+#[cfg(not(unix))]
+fn check_device_opens(_: &Path, _: &fs::Metadata) -> io::Result<()> {
     Ok(())
 }
 

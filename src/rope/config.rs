@@ -154,6 +154,14 @@ fn layer_override_head_dim(
                 "absent: posenc reads RoPE parameters per layer type, not per layer",
             ));
         }
+        if let Some((earlier, _)) = by_layer[i] {
+            // "0" and "00": one layer twice, whichever transformers' int() keeps.
+            return Err(invalid(
+                "per_layer_config",
+                format!("{earlier:?} and {key:?}, both layer {i}"),
+                "one key per layer index",
+            ));
+        }
         by_layer[i] = Some((key.as_str(), o));
     }
     // transformers builds every layer type's RoPE at once and raises when the layers of a

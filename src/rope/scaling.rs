@@ -873,6 +873,16 @@ impl Fields<'_> {
 
     /// A positive whole number (written as an integer or as a float with no fraction).
     fn whole(&self, key: &str) -> Result<Option<u64>> {
+        // An integer as written, exactly: past 2^53 its float64 would round into the range
+        // (2^53 + 1 to 2^53) and a message would name the rounded value.
+        if let Some(Value::Number(n)) = self.map.get(key)
+            && (n.is_u64() || n.is_i64())
+        {
+            return match n.as_u64().filter(|v| (1..=1u64 << 53).contains(v)) {
+                Some(v) => Ok(Some(v)),
+                None => Err(invalid(key, n.to_string(), WHOLE)),
+            };
+        }
         let Some(v) = self.number(key)? else { return Ok(None) };
         whole_number(v).map(Some).ok_or_else(|| invalid(key, float(v), WHOLE))
     }
@@ -1045,6 +1055,32 @@ mod tests {
         match Scaling::from_hf_json(text) {
             Err(Error::RopeScaling { field, .. }) => field,
             other => panic!("{text}: {other:?}"),
+        }
+    }
+
+    /// A whole-number key past 2^53 is refused as written, where its float64 would round
+    /// into the range (round ten of the hostile probes, 2026-12-02).
+    #[test]
+    fn whole_numbers_are_read_exactly() {
+        let yarn = |n: &str| {
+            Scaling::from_hf_json(&format!(
+                r#"{{"rope_type": "yarn", "factor": 2, "original_max_position_embeddings": {n}}}"#
+            ))
+        };
+        let Scaling::Yarn(y) = yarn("9007199254740992").unwrap() else { panic!() };
+        assert_eq!(y.original_max_position_embeddings, 1 << 53);
+        let Scaling::Yarn(y) = yarn("4096.0").unwrap() else { panic!() };
+        assert_eq!(y.original_max_position_embeddings, 4096);
+        for n in ["9007199254740993", "18446744073709551615", "0", "-1"] {
+            match yarn(n) {
+                Err(Error::RopeScaling { field, value, .. }) => {
+                    assert_eq!(
+                        (field.as_str(), value.as_str()),
+                        ("original_max_position_embeddings", n)
+                    );
+                }
+                other => panic!("{n}: {other:?}"),
+            }
         }
     }
 

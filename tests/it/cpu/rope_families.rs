@@ -769,6 +769,15 @@ fn gemma_family_head_dims_follow_per_layer_config() {
             Some("full_attention"),
             "per_layer_config",
         );
+        // One layer under two keys ("5" and "05"), which int() reads as one: refused, not
+        // whichever comes last (round ten of the hostile probes).
+        let twice = r#", "per_layer_config": {"5": {"head_dim": 128}, "05": {"head_dim": 64}}"#;
+        let msg = refused(
+            &gemma_text(model_type, PROPORTIONAL, twice),
+            Some("full_attention"),
+            "per_layer_config",
+        );
+        assert!(msg.contains("both layer 5"), "{msg}");
         refused(
             &gemma_text(
                 model_type,

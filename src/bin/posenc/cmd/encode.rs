@@ -110,7 +110,10 @@ pub(crate) struct EncodeArgs {
     /// per batch, fewer when one storage binding or the memory budget holds less; the CPU
     /// computes the whole output at once). Outputs of at most one batch are not streamed.
     #[arg(long, value_name = "TOKENS",
-          value_parser = whole_at_least::<u64>(Some(1), "a whole number of tokens, at least 1"),
+          value_parser = whole_at_least::<u64>(
+              Some(1),
+              "a whole number of tokens in 1..=18446744073709551615",
+          ),
           allow_hyphen_values = true)]
     stream_batch: Option<u64>,
 }

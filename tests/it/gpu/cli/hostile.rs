@@ -172,7 +172,7 @@ fn integer_options_name_their_own_range_for_any_value_that_is_not_one() {
         (table("--start-index"), "in 0..=4294967295"),
         (encode("--start-index"), "in 0..=4294967295"),
         (encode("--pad-id"), "in 0..=4294967295 (token ids are u32)"),
-        (encode("--stream-batch"), "a whole number of tokens, at least 1"),
+        (encode("--stream-batch"), "a whole number of tokens in 1..=18446744073709551615"),
         (vec!["accuracy", "--dim"], "an even number in 2..=65536"),
         (vec!["alibi", "--len", "3", "-o", &o, "--heads"], "in 1..=65536"),
         (vec!["alibi", "--heads", "2", "-o", &o, "--len"], POSITIONS),
