@@ -164,6 +164,69 @@ fn gpu_matches_cpu_for_every_spec_layout_and_dtype() {
     }
 }
 
+/// Inputs at the edges of the range (infinities, the largest finite values, signed zeros,
+/// subnormals) give the CPU's bits on the GPU, but for which NaN an infinity turns into
+/// (`inf * 0`, `inf - inf`): sign and payload are the hardware's (docs/rope.md). A product
+/// past f32's range is infinite before the sum, on both: with yarn's attention factor over
+/// 1, `f32::MAX * (af cos 13)` (a stranger's case, 2026-12-02).
+#[test]
+fn gpu_special_values_equal_the_cpus_but_for_nans_sign() {
+    let Some(ctx) = gpu() else { return };
+    let specials = [
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::MAX,
+        -f32::MAX,
+        0.0,
+        -0.0,
+        f32::MIN_POSITIVE / 8.0,
+        1.0,
+        -3.5,
+        65504.0,
+    ];
+    let mut yarn = Yarn::new(4.0, 32768);
+    yarn.attention_factor = None;
+    let specs = [
+        ("default", RopeSpec::new(8).unwrap()),
+        (
+            "yarn",
+            RopeSpec::new(8)
+                .unwrap()
+                .with_base(1e6)
+                .unwrap()
+                .with_scaling(Scaling::Yarn(yarn))
+                .unwrap(),
+        ),
+    ];
+    let n = specials.len();
+    // Every ordered pair of specials in one rotated pair, at positions 0, 1 and 13.
+    let shape = [3, n * n, 1, 8];
+    let x =
+        Array4::from_shape_fn(shape, |(_, l, _, d)| specials[if d < 4 { l / n } else { l % n }]);
+    let positions = Array2::from_shape_fn((3, n * n), |(b, _)| [0u32, 1, 13][b]);
+    for (what, spec) in specs {
+        let g = ctx.rope(&spec, x.view(), positions.view(), Layout::Blhd).unwrap();
+        let c = cpu::rope(&spec, x.view(), positions.view(), Layout::Blhd).unwrap();
+        let (mut nans, mut infs) = (0, 0);
+        for ((at, g), c) in g.indexed_iter().zip(c.iter()) {
+            if g.is_nan() && c.is_nan() {
+                nans += 1;
+                continue;
+            }
+            infs += usize::from(c.is_infinite());
+            assert_eq!(g.to_bits(), c.to_bits(), "{what} {at:?}: {g:e} against {c:e}");
+        }
+        assert!(nans > 0 && infs > 0, "{what}: {nans} NaNs, {infs} infinities");
+        let pair = Array4::from_elem([1, 1, 1, 8], f32::MAX);
+        let at13 = Array2::from_elem((1, 1), 13u32);
+        let g = ctx.rope(&spec, pair.view(), at13.view(), Layout::Blhd).unwrap();
+        let c = cpu::rope(&spec, pair.view(), at13.view(), Layout::Blhd).unwrap();
+        assert_eq!(g[[0, 0, 0, 0]].to_bits(), c[[0, 0, 0, 0]].to_bits(), "{what}");
+        // Without an attention factor cos is at most 1: the product stays finite.
+        assert_eq!(c[[0, 0, 0, 0]].is_infinite(), what == "yarn", "{what}: {}", c[[0, 0, 0, 0]]);
+    }
+}
+
 #[test]
 fn gpu_decoding_offsets_and_larger_batches() {
     let Some(ctx) = gpu() else { return };
