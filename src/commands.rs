@@ -362,13 +362,17 @@ impl RopeOptions<'_> {
     /// The config's spec, read and checked; `None` without a config. `head_dim` (the
     /// caller's) stands in for a head dim the config does not give.
     pub fn config(&self, head_dim: Option<u32>) -> Result<Option<RopeSpec>> {
-        Ok(self.read_config(head_dim)?.map(|(spec, _)| spec))
+        Ok(self.read_config(head_dim, false)?.map(|(spec, _)| spec))
     }
 
-    /// [`RopeOptions::config`], with the pairing of its family's rotary module's layout
-    /// ([`RopeSpec::module_pairing`], its error kept for a caller that needs it): a file is
-    /// read once (a FIFO's text is there once).
-    fn read_config(&self, head_dim: Option<u32>) -> Result<Option<(RopeSpec, Result<Pairing>)>> {
+    /// [`RopeOptions::config`], with `module` the pairing of its family's rotary module's
+    /// layout ([`RopeSpec::module_pairing`], its error kept for a caller that needs it): a
+    /// file is read once (a FIFO's text is there once).
+    fn read_config(
+        &self,
+        head_dim: Option<u32>,
+        module: bool,
+    ) -> Result<Option<(RopeSpec, Option<Result<Pairing>>)>> {
         if self.layer_type.is_some() && self.config.is_none() {
             return Err(Error::InvalidParameter {
                 field: "layer_type",
@@ -392,7 +396,8 @@ impl RopeOptions<'_> {
             None => RopeSpec::from_hf_config(&text, self.layer_type),
         }
         .map_err(named)?;
-        Ok(Some((spec, RopeSpec::module_pairing(&text).map_err(named))))
+        let module = module.then(|| RopeSpec::module_pairing(&text).map_err(named));
+        Ok(Some((spec, module)))
     }
 
     /// The spec for heads of `head_dim`: the options, else `config`'s values, else the
@@ -473,7 +478,8 @@ impl RopeOptions<'_> {
     /// from.
     pub fn cache_spec(&self, head_dim: Option<u32>) -> Result<RopeSpec> {
         let scaling = self.scaling()?;
-        let (config, module) = self.read_config(head_dim)?.unzip();
+        let (config, module) = self.read_config(head_dim, true)?.unzip();
+        let module = module.flatten();
         let Some(dim) = head_dim.or(config.as_ref().map(RopeSpec::head_dim)) else {
             return Err(Error::InvalidParameter {
                 field: "head_dim",

@@ -154,6 +154,7 @@ impl Target {
                 // Made and removed at once: a directory nothing can be created in is found
                 // now, not once the result is ready.
                 AtomicFile::create_at(&given, &path)?;
+                check_replaceable(&path).map_err(io_error)?;
                 return Ok(Self::Replace { given, path });
             }
             return match special_kind(&meta) {
@@ -205,8 +206,12 @@ impl Target {
         let sink = match self {
             Self::Replace { given, path } => Sink::Replace(AtomicFile::create_at(given, path)?),
             Self::Stream { path } => {
-                let file = OpenOptions::new()
-                    .write(true)
+                let mut options = OpenOptions::new();
+                options.write(true);
+                // A terminal written to never becomes the process's controlling one.
+                #[cfg(unix)]
+                std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NOCTTY);
+                let file = options
                     .open(path)
                     .map_err(|source| Error::Io { path: path.clone(), source })?;
                 Sink::Stream { path: path.clone(), writer: BufWriter::new(file) }
@@ -670,8 +675,9 @@ fn check_write_access(_: &Path) -> io::Result<()> {
 /// A character device is opened for writing and closed at once: one with no driver behind
 /// it (`ENXIO`), or `/dev/tty` without a controlling terminal, would otherwise fail only once
 /// the result is computed. Without blocking, and without becoming the process's terminal.
-/// A FIFO is not opened: its open waits for a reader, as a shell's `>` does, when the result
-/// is ready.
+/// So such a device is opened twice, this probe and the write: a device whose open or close
+/// acts (a serial port's close drops DTR, a watchdog starts) acts twice. A FIFO is not
+/// opened: its open waits for a reader, as a shell's `>` does, when the result is ready.
 #[cfg(unix)]
 fn check_device_opens(path: &Path, meta: &fs::Metadata) -> io::Result<()> {
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
@@ -687,6 +693,39 @@ fn check_device_opens(path: &Path, meta: &fs::Metadata) -> io::Result<()> {
 
 #[cfg(not(unix))]
 fn check_device_opens(_: &Path, _: &fs::Metadata) -> io::Result<()> {
+    Ok(())
+}
+
+/// A file marked immutable or append-only (`chattr +i`, `+a`) cannot be renamed over, which
+/// is how a result replaces it: found now from its flags, not at the rename once the result
+/// is computed (round ten of the hostile probes: 20 s of work first), and refused with the
+/// error the rename would give. A file whose flags cannot be read (no read permission, a
+/// file system without them) is left to the rename.
+#[cfg(target_os = "linux")]
+fn check_replaceable(path: &Path) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    // The inode flags of linux/fs.h.
+    const FS_IMMUTABLE_FL: libc::c_int = 0x10;
+    const FS_APPEND_FL: libc::c_int = 0x20;
+    let Ok(file) =
+        OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path)
+    else {
+        return Ok(());
+    };
+    // The kernel copies an int, whatever the request's encoded size says (its long).
+    let mut flags: libc::c_int = 0;
+    // SAFETY: FS_IOC_GETFLAGS writes the file's flags, an int, into `flags`, which lives
+    // across the call; the descriptor is open.
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) };
+    if rc == 0 && flags & (FS_IMMUTABLE_FL | FS_APPEND_FL) != 0 {
+        return Err(io::Error::from_raw_os_error(libc::EPERM));
+    }
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn check_replaceable(_: &Path) -> io::Result<()> {
     Ok(())
 }
 

@@ -281,7 +281,11 @@ pub(crate) fn on_device<T>(
                 Err(e) => return Err(on_gpu(e)),
                 Ok(v) => return Ok((v, None)),
             },
-            Err(e @ (Error::NoAdapter { .. } | Error::RequestDevice { .. })) => {
+            // No adapter, none that opens, or one below what the kernels need (its limits
+            // under `gpu::limit_floor`): the CPU, as the command line does.
+            Err(
+                e @ (Error::NoAdapter { .. } | Error::RequestDevice { .. } | Error::Limit { .. }),
+            ) => {
                 format!("computing on the CPU: {e}")
             }
             Err(e) => return Err(on_gpu(e)),

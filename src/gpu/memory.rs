@@ -97,8 +97,17 @@ impl Memory {
         Some(self.exclusive.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    pub(crate) fn start_scope() {
-        SCOPE_BYTES.with(|b| b.set(0));
+    /// Starts counting a scope's bytes from 0, returning the enclosing scope's count so far
+    /// for [`Memory::end_scope`] (scopes nest: a blocking pass preparation scopes calls that
+    /// scope their own buffers).
+    pub(crate) fn start_scope() -> u64 {
+        SCOPE_BYTES.with(|b| b.replace(0))
+    }
+
+    /// Ends a scope begun by [`Memory::start_scope`]: the enclosing scope's count, `outer`,
+    /// grows by this one's.
+    pub(crate) fn end_scope(outer: u64) {
+        SCOPE_BYTES.with(|b| b.set(b.get().saturating_add(outer)));
     }
 
     pub(crate) fn scope_bytes() -> u64 {

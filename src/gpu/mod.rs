@@ -711,12 +711,17 @@ impl Context {
             true => None,
             false => Some(wait::SCOPES.lock().await),
         };
-        Memory::start_scope();
+        let outer_bytes = Memory::start_scope();
         let scopes = wait::Scopes::enter(&self.device);
         let result = f().await;
         let (validation, oom) = scopes.finish().await;
         let uncaptured = self.health.take_uncaptured();
-        let failed = result.is_err() || validation.is_some() || oom.is_some();
+        // A request refused by posenc's own checks (its shape, a limit, the budget) says
+        // nothing of the device: it returns at once, without waiting for the queue.
+        let device_error = matches!(&result, Err(e) if e.kind() == crate::error::ErrorKind::Device);
+        let failed = device_error || validation.is_some() || oom.is_some();
+        let bytes = Memory::scope_bytes();
+        Memory::end_scope(outer_bytes);
         if failed || uncaptured.is_some() {
             // A destroyed device reports its loss once its queue has drained (other threads
             // may have work in flight); let it, so the error names the cause rather than
@@ -736,7 +741,7 @@ impl Context {
             }
         }
         if let Some(e) = oom {
-            return Err(faults::classify(op, e, Memory::scope_bytes(), self.memory.held()));
+            return Err(faults::classify(op, e, bytes, self.memory.held()));
         }
         if let Some(e) = validation {
             return Err(faults::classify(op, e, 0, 0));
@@ -863,6 +868,19 @@ impl Context {
         label: &'static str,
         bytes: u64,
     ) -> Result<DeviceBuffer> {
+        self.check_result_buffer(op, bytes)?;
+        self.scoped(op, || {
+            use wgpu::BufferUsages as U;
+            self.create_buffer(label, bytes.max(4), U::STORAGE | U::COPY_SRC | U::COPY_DST)
+        })
+    }
+
+    /// [`Context::result_buffer`]'s checks, before anything is made: the device's largest
+    /// buffer and the memory budget.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] naming whichever `bytes` exceeds.
+    pub(crate) fn check_result_buffer(&self, op: &'static str, bytes: u64) -> Result<()> {
         let max = self.device.limits().max_buffer_size;
         if bytes > max {
             return Err(Error::Limit {
@@ -873,11 +891,7 @@ impl Context {
                 limit: max,
             });
         }
-        self.check_fits_budget(op, "the output buffer", bytes)?;
-        self.scoped(op, || {
-            use wgpu::BufferUsages as U;
-            self.create_buffer(label, bytes.max(4), U::STORAGE | U::COPY_SRC | U::COPY_DST)
-        })
+        self.check_fits_budget(op, "the output buffer", bytes)
     }
 
     /// A buffer counted against this context's memory. With a budget, spare pooled
@@ -1190,8 +1204,9 @@ pub(crate) fn build_pipeline_with(
 /// least posenc needs: WebGPU's minimums (wgpu's `Limits::downlevel_defaults`), which every
 /// conforming device meets. Workgroups of 256 threads (the table, encode and RoPE kernels),
 /// dispatches folded into grids of up to 65535 workgroups a side, bind groups of up to four
-/// storage buffers and a uniform (the compact layouts serve devices of fewer than six).
-/// Other limits (binding sizes, alignments, workgroup memory) are read and worked within.
+/// storage buffers and a uniform (the compact layouts serve devices of fewer than six), and
+/// the RoPE pass's cos and sin of up to 1024 frequencies in workgroup memory (8 KiB). Other
+/// limits (binding and buffer sizes, alignments) are read and worked within.
 ///
 /// ```
 /// let low = wgpu::Limits { max_compute_invocations_per_workgroup: 64, ..Default::default() };
@@ -1204,8 +1219,10 @@ pub(crate) fn build_pipeline_with(
 ///     .iter()
 ///     .all(|&(_, have, need)| have >= need));
 /// ```
-pub fn limit_floor(limits: &wgpu::Limits) -> [(&'static str, u32, u32); 7] {
+pub fn limit_floor(limits: &wgpu::Limits) -> [(&'static str, u32, u32); 8] {
     let l = limits;
+    // rope_pass's workgroup arrays: cos and sin, each of up to this many vec4s.
+    let rope_pass_bytes = 2 * crate::shaders::ROPE_PASS_MAX_FREQ_VECS * 16;
     [
         ("max_compute_invocations_per_workgroup", l.max_compute_invocations_per_workgroup, 256),
         ("max_compute_workgroup_size_x", l.max_compute_workgroup_size_x, 256),
@@ -1214,6 +1231,11 @@ pub fn limit_floor(limits: &wgpu::Limits) -> [(&'static str, u32, u32); 7] {
         ("max_uniform_buffers_per_shader_stage", l.max_uniform_buffers_per_shader_stage, 1),
         ("max_bindings_per_bind_group", l.max_bindings_per_bind_group, 5),
         ("max_bind_groups", l.max_bind_groups, 1),
+        (
+            "max_compute_workgroup_storage_size",
+            l.max_compute_workgroup_storage_size,
+            rope_pass_bytes,
+        ),
     ]
 }
 

@@ -989,8 +989,19 @@ fn as_config_error(e: Error) -> Error {
 /// and its row ([`families::of_hf_config`]).
 pub(super) fn config_family(json: &str) -> Result<(String, &'static Family)> {
     let config = language_model(json).map_err(as_config_error)?;
-    let model_type = get(&config, "model_type").and_then(Value::as_str).unwrap_or("");
-    Ok((model_type.to_owned(), families::of(model_type)))
+    let model_type = match get(&config, "model_type").and_then(Value::as_str) {
+        Some(m) => m.to_owned(),
+        // A text_config without its own model_type: the model's (Llama 4's, whose module
+        // is refused, must not read as the generic family's).
+        None => match parse_json(json).map_err(as_config_error)? {
+            Value::Object(outer) => {
+                get(&outer, "model_type").and_then(Value::as_str).unwrap_or("").to_owned()
+            }
+            _ => String::new(),
+        },
+    };
+    let family = families::of(&model_type);
+    Ok((model_type, family))
 }
 
 /// Refuses a config of a family whose rotation is not one posenc computes
@@ -1054,8 +1065,9 @@ fn nested_base(config: &Object, family: &Family) -> Result<()> {
             "attn_config.rope_theta",
             float(nested),
             "10000, or a top-level rope_theta: transformers 4.x used this base, 5.23 \
-             ignores it (base 10000); give the one your model runs with as rope_theta \
-             (or --base, or RopeSpec::with_base in code)",
+             ignores it (base 10000); give the one your model runs with as a top-level \
+             rope_theta in the config (a flag or RopeSpec::with_base cannot: the config is \
+             refused as read)",
         ));
     }
     Ok(())

@@ -25,8 +25,9 @@ macro_rules! output_help {
              temporary file in its directory, renamed over it; on any error an existing file is \
              left untouched); a symbolic link is followed, the file it leads to replaced and \
              the link kept. A character device (/dev/null), a FIFO or a descriptor \
-             (/dev/stdout, /dev/fd/N) is written directly. A directory, a socket or a block \
-             device is refused (exit 2)."
+             (/dev/stdout, /dev/fd/N) is written directly (a character device is also opened \
+             and closed once before the work, to find one that cannot be written). A \
+             directory, a socket or a block device is refused (exit 2)."
         )
     };
 }

@@ -801,8 +801,10 @@ impl Context {
     ) -> Result<wgpu::Buffer> {
         let request = self.check_request(pe.into(), table, ids, positions, options)?;
         let bytes = request.out_bytes();
-        let out = self.result_buffer("encode_to_buffer", "posenc.encode.result", bytes)?;
+        // The buffer's size, then the tokens, then the buffer: a refused request makes none.
+        self.check_result_buffer("encode_to_buffer", bytes)?;
         request.check_values()?;
+        let out = self.result_buffer("encode_to_buffer", "posenc.encode.result", bytes)?;
         if bytes > 0 {
             self.run_encode(&request, Sink::Device { buffer: &out, offset: 0 }, None).await?;
         }

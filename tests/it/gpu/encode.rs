@@ -317,7 +317,7 @@ fn gpu_rejects_bad_input_before_any_work() {
 }
 
 /// A request whose result the memory or the device cannot hold is refused for that before
-/// its tokens are read: a broadcast view of 2^40 tokens (no memory of its own) with every id
+/// its tokens are read: a broadcast view of 2^50 tokens (no memory of its own) with every id
 /// out of the vocabulary gets `Error::Alloc` or `Error::Limit`, not the id's error after a
 /// loop over every token (which took longer than any test allows, 2026-12-02). The same
 /// for a learned table's positions; the CPU refuses it so too.
@@ -329,7 +329,9 @@ fn a_result_too_large_is_refused_before_its_tokens_are_read() {
     let uploaded = ctx.upload_table(Embeddings::F32(table.view())).unwrap();
     let learned = ctx.upload_position_table(Embeddings::F32(table.view())).unwrap();
     let bad = Array2::from_elem((1, 1), 10u32);
-    let huge = bad.broadcast((1 << 20, 1 << 20)).unwrap();
+    // 2^50 tokens: 2^54 bytes of result, past any address space (2^40 would be 16 TiB,
+    // which a host that overcommits might reserve).
+    let huge = bad.broadcast((1 << 25, 1 << 25)).unwrap();
     let options = EncodeOptions::default();
     let too_large = |what: &str, e: posenc::Error| {
         let refused = matches!(e, posenc::Error::Alloc { .. } | posenc::Error::Limit { .. });

@@ -119,3 +119,51 @@ fn everything_runs_within_webgpu_downlevel_default_limits() {
     let want = cpu::table(&spec, &positions);
     assert!(table.iter().zip(want.iter()).all(|(a, b)| a.to_bits() == b.to_bits()));
 }
+
+/// A device below what posenc's kernels need is refused with `Error::Limit` naming the limit
+/// before anything is made on it: through `Options::limits` and on a device the caller
+/// opened (`Context::from_device`), where wgpu's default error handler panicked at posenc's
+/// first pipeline (round ten of the hostile probes). Each limit of the floor in turn one
+/// below it, the rest at WebGPU's downlevel defaults, which pass.
+#[test]
+fn a_device_below_the_kernels_needs_is_refused_naming_the_limit() {
+    let Some(ctx) = crate::support::gpu() else { return };
+    let base = wgpu::Limits::downlevel_defaults();
+    // Each limit one below what posenc needs.
+    let lowered = |name: &str, need: u32| {
+        let mut l = base.clone();
+        let field = match name {
+            "max_compute_invocations_per_workgroup" => &mut l.max_compute_invocations_per_workgroup,
+            "max_compute_workgroup_size_x" => &mut l.max_compute_workgroup_size_x,
+            "max_compute_workgroups_per_dimension" => &mut l.max_compute_workgroups_per_dimension,
+            "max_storage_buffers_per_shader_stage" => &mut l.max_storage_buffers_per_shader_stage,
+            "max_uniform_buffers_per_shader_stage" => &mut l.max_uniform_buffers_per_shader_stage,
+            "max_bindings_per_bind_group" => &mut l.max_bindings_per_bind_group,
+            "max_bind_groups" => &mut l.max_bind_groups,
+            "max_compute_workgroup_storage_size" => &mut l.max_compute_workgroup_storage_size,
+            other => panic!("a limit this test does not know: {other}"),
+        };
+        *field = need - 1;
+        l
+    };
+    for (name, _, need) in posenc::gpu::limit_floor(&base) {
+        let limits = lowered(name, need);
+        let check = |what: &str, e: posenc::Error| match e {
+            posenc::Error::Limit { limit_name, requested, .. } => {
+                assert_eq!((limit_name, requested), (name, u64::from(need)), "{what}");
+            }
+            other => panic!("{what} with {name} {}: {other}", need - 1),
+        };
+        check(
+            "Options::limits",
+            Context::new(&Options::default().limits(Some(limits.clone()))).unwrap_err(),
+        );
+        let adapter = ctx.adapter().clone();
+        let descriptor = wgpu::DeviceDescriptor { required_limits: limits, ..Default::default() };
+        let (device, queue) = pollster::block_on(adapter.request_device(&descriptor)).unwrap();
+        check(
+            "from_device",
+            Context::from_device(adapter, device, queue, &Options::default()).unwrap_err(),
+        );
+    }
+}
