@@ -158,6 +158,31 @@ def test_refused_by_name():
     assert not any(isinstance(m, posenc.hf.ExactRotary) for m in model.modules())
 
 
+def test_a_failure_building_a_later_table_replaces_nothing(monkeypatch):
+    # Two rotary modules; the second table's build fails (as a MemoryError did for a
+    # stranger's max_positions=2**25): the first must not have been swapped in already.
+    import copy
+    model = FAMILIES["mistral"]()
+    model.model.second_rotary_emb = copy.deepcopy(model.model.rotary_emb)
+    built = []
+    real_init = posenc.hf.ExactRotary.__init__
+
+    def failing_second(self, *args, **kwargs):
+        if built:
+            raise MemoryError("could not allocate the cos cache")
+        built.append(self)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(posenc.hf.ExactRotary, "__init__", failing_second)
+    with pytest.raises(MemoryError):
+        posenc.hf.exact_rotary(model)
+    assert not any(isinstance(m, posenc.hf.ExactRotary) for m in model.modules())
+    assert getattr(model, "_posenc_patch", None) is None
+    for bad in ("64", 1.5, -3, True):
+        with pytest.raises(ValueError, match="max_positions"):
+            posenc.hf.exact_rotary(model, max_positions=bad)
+
+
 def test_refused_when_the_module_disagrees():
     model = FAMILIES["mistral"]()
     # A module whose values are not what its config says: the probe catches it.

@@ -22,6 +22,7 @@ posenc imports them.
 from __future__ import annotations
 
 import inspect
+import numbers
 from typing import Any, Optional
 
 import numpy as np
@@ -313,6 +314,12 @@ def exact_rotary(model: Any, max_positions: Optional[int] = None, *, check: bool
     values that disagree. Nothing is replaced then.
     """
     _torch()
+    if max_positions is not None and (
+        isinstance(max_positions, bool) or not isinstance(max_positions, numbers.Integral)
+        or max_positions < 0
+    ):
+        raise ValueError(f"invalid max_positions: {max_positions!r} (allowed: None or a "
+                         f"whole number >= 0)")
     if getattr(model, "_posenc_patch", None) is not None:
         raise ValueError("posenc.hf: this model's rotary embedding is already posenc's "
                          "(call .undo() on the patch, or posenc.hf.undo(model), first)")
@@ -330,13 +337,16 @@ def exact_rotary(model: Any, max_positions: Optional[int] = None, *, check: bool
         specs = _specs_for(module, config, name)
         if check:
             specs = _probe(_float32_twin(module, config), specs, model_type, name)
-        rows = max_positions
+        rows = None if max_positions is None else int(max_positions)
         if rows is None:
             rows = min(int(getattr(config, "max_position_embeddings", 0) or 0), DEFAULT_MAX_TABLE)
         planned.append((parent, attr, module, specs, rows))
+    # Every table built before the first module is swapped: a failure building a later
+    # one (its memory) leaves the model as it was, as the docstring promises.
+    built = [(parent, attr, module, ExactRotary(module, specs, rows))
+             for parent, attr, module, specs, rows in planned]
     replaced = []
-    for parent, attr, module, specs, rows in planned:
-        new = ExactRotary(module, specs, rows)
+    for parent, attr, module, new in built:
         setattr(parent, attr, new)
         replaced.append((parent, attr, module, new))
     patch = Patch(model, replaced)
