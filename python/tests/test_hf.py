@@ -183,6 +183,16 @@ def test_a_failure_building_a_later_table_replaces_nothing(monkeypatch):
             posenc.hf.exact_rotary(model, max_positions=bad)
 
 
+def test_negative_positions_are_named_where_they_are():
+    model = FAMILIES["mistral"]()
+    with posenc.hf.exact_rotary(model) as patch:
+        rotary = patch.modules[0]
+        x = torch.zeros(1, 3, 8)
+        pos = torch.tensor([[0, 5, -1]])
+        with pytest.raises(ValueError, match=r"^posenc.hf: position_ids\[0, 2\] is -1 "):
+            rotary(x, pos)
+
+
 def test_refused_when_the_module_disagrees():
     model = FAMILIES["mistral"]()
     # A module whose values are not what its config says: the probe catches it.

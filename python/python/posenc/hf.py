@@ -131,6 +131,15 @@ class ExactRotary(_torch().nn.Module):
             cos, sin = cos_table[pos], sin_table[pos]
         else:
             flat = pos.detach().to("cpu").reshape(-1).numpy().astype(np.int64)
+            if flat.size and (int(flat.min()) < 0 or int(flat.max()) > 2**32 - 1):
+                # Named by its place in position_ids (the cache's own error would index
+                # the sorted distinct positions).
+                bad = int(np.flatnonzero((flat < 0) | (flat > 2**32 - 1))[0])
+                at = np.unravel_index(bad, tuple(pos.shape))
+                raise ValueError(
+                    f"posenc.hf: position_ids{list(map(int, at))} is {int(flat[bad])} "
+                    f"(allowed: 0..=4294967295, posenc's positions)"
+                )
             unique, inverse = np.unique(flat, return_inverse=True)
             c, s = spec.cache(unique)
             index = torch.from_numpy(inverse.reshape(-1).astype(np.int64))
