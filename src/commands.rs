@@ -478,7 +478,8 @@ impl RopeOptions<'_> {
     /// from.
     pub fn cache_spec(&self, head_dim: Option<u32>) -> Result<RopeSpec> {
         let scaling = self.scaling()?;
-        let (config, module) = self.read_config(head_dim, true)?.unzip();
+        // The module's layout is read only where no pairing is given.
+        let (config, module) = self.read_config(head_dim, self.pairing.is_none())?.unzip();
         let module = module.flatten();
         let Some(dim) = head_dim.or(config.as_ref().map(RopeSpec::head_dim)) else {
             return Err(Error::InvalidParameter {
@@ -489,12 +490,12 @@ impl RopeOptions<'_> {
         };
         let flag = if head_dim.is_some() { "--head-dim" } else { "--config" };
         let origin = |e, h, r| with_origin(e, flag, h, r);
-        match (self.pairing, module) {
-            (None, Some(module)) => {
+        match module {
+            Some(module) => {
                 let options = RopeOptions { pairing: Some(module?), ..self.clone() };
                 options.spec(dim, config.as_ref(), scaling, origin)
             }
-            _ => self.spec(dim, config.as_ref(), scaling, origin),
+            None => self.spec(dim, config.as_ref(), scaling, origin),
         }
     }
 }

@@ -5,7 +5,7 @@
 use serde_json::{Map, Value};
 
 use super::families::{self, BaseDefault, Family, HeadDimDefault, LayerRule, PairingRule};
-use super::families::{ModuleLayout, PartialDefault, Refusal, RotaryKey};
+use super::families::{PartialDefault, Refusal, RotaryKey};
 use super::scaling::{excerpt, invalid, parse_json, whole_number};
 use super::{DEFAULT_BASE, Pairing, RopeSpec, Scaling};
 use crate::error::{Error, Result, float, json_number};
@@ -958,11 +958,17 @@ fn rotary_dim(
 /// top level has no head dimension (a multimodal config). JSON that is not an object and a
 /// family whose positions are not rotary ([`not_rotary`], at either level) are refused.
 fn language_model(json: &str) -> Result<Object> {
+    Ok(language_model_and_type(json)?.0)
+}
+
+/// [`language_model`], and the top level's `model_type` (empty without one).
+fn language_model_and_type(json: &str) -> Result<(Object, String)> {
     let value = parse_json(json)?;
     let Value::Object(mut config) = value else {
         return Err(invalid("(json)", excerpt(&value), "a JSON object (a config.json)"));
     };
     not_rotary(&config)?;
+    let top_type = get(&config, "model_type").and_then(Value::as_str).unwrap_or("").to_owned();
     let has_head = ["head_dim", "num_attention_heads", "n_head", "qk_rope_head_dim"]
         .iter()
         .any(|k| get(&config, k).is_some());
@@ -971,7 +977,7 @@ fn language_model(json: &str) -> Result<Object> {
         // A multimodal model's language model may be one without RoPE (BLIP-2's OPT).
         not_rotary(&config)?;
     }
-    Ok(config)
+    Ok((config, top_type))
 }
 
 /// A config's errors, which the readers shared with `rope_scaling` objects give as
@@ -988,17 +994,12 @@ fn as_config_error(e: Error) -> Error {
 /// The `model_type` a config is read as (after any `text_config` swap; empty without one)
 /// and its row ([`families::of_hf_config`]).
 pub(super) fn config_family(json: &str) -> Result<(String, &'static Family)> {
-    let config = language_model(json).map_err(as_config_error)?;
+    let (config, top_type) = language_model_and_type(json).map_err(as_config_error)?;
+    // A text_config without its own model_type: the model's (Llama 4's, whose module is
+    // refused, must not read as the generic family's).
     let model_type = match get(&config, "model_type").and_then(Value::as_str) {
         Some(m) => m.to_owned(),
-        // A text_config without its own model_type: the model's (Llama 4's, whose module
-        // is refused, must not read as the generic family's).
-        None => match parse_json(json).map_err(as_config_error)? {
-            Value::Object(outer) => {
-                get(&outer, "model_type").and_then(Value::as_str).unwrap_or("").to_owned()
-            }
-            _ => String::new(),
-        },
+        None => top_type,
     };
     let family = families::of(&model_type);
     Ok((model_type, family))
@@ -1288,18 +1289,14 @@ impl RopeSpec {
     /// as [`RopeSpec::from_hf_config`].
     pub fn module_pairing(json: &str) -> Result<Pairing> {
         let (model_type, family) = families::of_hf_config(json)?;
-        match family.module {
-            ModuleLayout::Halves => Ok(Pairing::Neox),
-            ModuleLayout::Pairs => Ok(Pairing::Gptj),
-            ModuleLayout::Other(what) => Err(Error::ModelFamily {
-                path: None,
-                model_type,
-                reason: format!(
-                    "{what}, not cos and sin of shape [positions, rotary_dim]; give the pairing \
-                     (neox or gptj) for a cache in either layout"
-                ),
-            }),
-        }
+        family.module.pairing().map_err(|what| Error::ModelFamily {
+            path: None,
+            model_type,
+            reason: format!(
+                "{what}, not cos and sin of shape [positions, rotary_dim]; give the pairing \
+                 (neox or gptj) for a cache in either layout"
+            ),
+        })
     }
 
     fn read_hf_config(

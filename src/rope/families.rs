@@ -76,12 +76,13 @@ pub enum ModuleLayout {
 }
 
 impl ModuleLayout {
-    /// The pairing whose cache has this layout; `None` for [`ModuleLayout::Other`].
-    pub fn pairing(self) -> Option<Pairing> {
+    /// The pairing whose cache has this layout, or for [`ModuleLayout::Other`] what the
+    /// module returns instead.
+    pub fn pairing(self) -> Result<Pairing, &'static str> {
         match self {
-            ModuleLayout::Halves => Some(Pairing::Neox),
-            ModuleLayout::Pairs => Some(Pairing::Gptj),
-            ModuleLayout::Other(_) => None,
+            ModuleLayout::Halves => Ok(Pairing::Neox),
+            ModuleLayout::Pairs => Ok(Pairing::Gptj),
+            ModuleLayout::Other(what) => Err(what),
         }
     }
 }
