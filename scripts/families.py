@@ -144,6 +144,21 @@ def attention_keys_of(cfg):
     return sorted(keys - MROPE_KEYS - read - layer_types - {"sliding_attention", "full_attention"})
 
 
+# Words a modeling file that rotates anything spells somewhere (not "rope" alone, which
+# "property" contains).
+ROTARY_WORDS = re.compile(r"[Rr]otary|rotate_half|RoPE|\brope|rope_|freqs_cis|ROPE")
+
+
+def rotary_code(cls):
+    """Whether the modeling files beside `cls`'s configuration name any rotation; None
+    without modeling files."""
+    package = Path(importlib.import_module(cls.__module__).__file__).parent
+    files = list(package.glob("modeling_*.py"))
+    if not files:
+        return None
+    return any(ROTARY_WORDS.search(f.read_text()) for f in files)
+
+
 def snapshot():
     import transformers
 
@@ -155,6 +170,9 @@ def snapshot():
             default = cls()
             row["legacy"] = rope_of(default)
             row["attention_keys"] = attention_keys_of(default)
+            text = attr(default, "text_config") if "text_config" in (attr(cls, "sub_configs") or {}) else None
+            if text is not None and attr(text, "model_type"):
+                row["text_config"] = text.model_type
         except Exception as e:  # noqa: BLE001
             row["error"] = f"{type(e).__name__}: {e}"[:200]
             out[model_type] = row
@@ -165,6 +183,13 @@ def snapshot():
         except Exception:  # noqa: BLE001 - 4.x, or a class that wants its own
             pass
         row["head_dim"] = head_dim_of(cls)
+        row["rotary_code"] = rotary_code(cls)
+        # What posenc would read a default RoPE from: head counts, and no sub-config whose
+        # model (another package's, perhaps rotary) it could be.
+        row["reads_heads"] = bool(
+            any(attr(default, k) for k in ("num_attention_heads", "n_head", "head_dim"))
+            and not (attr(cls, "sub_configs") or {})
+        )
         out[model_type] = row
     json.dump({"transformers": transformers.__version__, "families": out}, sys.stdout, indent=1)
     print()
@@ -181,6 +206,19 @@ def table_rows(path):
             break
         cells = [c.strip() for c in line.strip("|").split("|")]
         rows[cells[0].strip("`")] = dict(zip(names, cells))
+    return rows
+
+
+def composite_rows(path):
+    """docs/families.md's composite configs: model_type -> its text_config's default."""
+    lines = Path(path).read_text().splitlines()
+    header = lines.index("| composite `model_type` | its `text_config`'s |")
+    rows = {}
+    for line in lines[header + 2 :]:
+        if not line.startswith("| `"):
+            break
+        composite, text = (c.strip().strip("`") for c in line.strip("|").split("|"))
+        rows[composite] = text
     return rows
 
 
@@ -236,6 +274,11 @@ def compare(paths, table="docs/families.md"):
     problems, candidates = [], []
     for model_type, row in sorted(newest["families"].items()):
         have = rows.get(model_type)
+        if have is None and row.get("rotary_code") is False and row.get("reads_heads"):
+            # A family whose modeling code rotates nothing but whose head counts posenc would
+            # read a default RoPE from: a not_rotary row is missing.
+            candidates.append(f"{model_type}: not in the table, no rotary code in its modeling files")
+            continue
         if have is None:
             # Not in the table: a language model's class base other than 10000 is a config
             # posenc would read at 10000.
@@ -287,6 +330,19 @@ def compare(paths, table="docs/families.md"):
             got = have.get("attention keys", "")
             if got != want:
                 problems.append(f"{model_type}: attention keys {got!r} in the table, {want!r} derived")
+    # A composite's default text_config type (newer snapshots only).
+    if any("text_config" in r for r in newest["families"].values()):
+        derived = {
+            m: r["text_config"]
+            for m, r in newest["families"].items()
+            if r.get("text_config") and r["text_config"] != m
+        }
+        listed = composite_rows(Path(__file__).resolve().parent.parent / table)
+        for m in sorted(set(derived) | set(listed)):
+            if derived.get(m) != listed.get(m):
+                problems.append(
+                    f"{m}: text_config {listed.get(m)!r} in the composite list, {derived.get(m)!r} derived"
+                )
     for model_type in sorted(set(rows) - set(newest["families"])):
         if not rows[model_type].get("refused"):
             problems.append(f"{model_type}: in the table, no config class in {newest['transformers']}")

@@ -955,14 +955,10 @@ fn rotary_dim(
 }
 
 /// The config object of the language model: the top level, or its `text_config` where the
-/// top level has no head dimension (a multimodal config). JSON that is not an object and a
-/// family whose positions are not rotary ([`not_rotary`], at either level) are refused.
+/// top level has no head dimension (a multimodal config), with the `model_type` transformers
+/// gives it where it has none. JSON that is not an object and a family whose positions are
+/// not rotary ([`not_rotary`], at either level) are refused.
 fn language_model(json: &str) -> Result<Object> {
-    Ok(language_model_and_type(json)?.0)
-}
-
-/// [`language_model`], and the top level's `model_type` (empty without one).
-fn language_model_and_type(json: &str) -> Result<(Object, String)> {
     let value = parse_json(json)?;
     let Value::Object(mut config) = value else {
         return Err(invalid("(json)", excerpt(&value), "a JSON object (a config.json)"));
@@ -974,10 +970,18 @@ fn language_model_and_type(json: &str) -> Result<(Object, String)> {
         .any(|k| get(&config, k).is_some());
     if !has_head && let Some(Value::Object(text)) = config.get("text_config") {
         config = text.clone();
+        // A text_config without its own model_type is the one transformers gives it: the
+        // composite class's default language model (Aya Vision's cohere2, which pairs and
+        // returns its frequencies otherwise than the generic RoPE), else the model's own
+        // (Llama 4's, whose module is refused, must not read as the generic family's).
+        if get(&config, "model_type").is_none() && !top_type.is_empty() {
+            let text_type = families::text_model_type(&top_type).unwrap_or(&top_type);
+            config.insert("model_type".into(), text_type.into());
+        }
         // A multimodal model's language model may be one without RoPE (BLIP-2's OPT).
         not_rotary(&config)?;
     }
-    Ok((config, top_type))
+    Ok(config)
 }
 
 /// A config's errors, which the readers shared with `rope_scaling` objects give as
@@ -994,13 +998,8 @@ fn as_config_error(e: Error) -> Error {
 /// The `model_type` a config is read as (after any `text_config` swap; empty without one)
 /// and its row ([`families::of_hf_config`]).
 pub(super) fn config_family(json: &str) -> Result<(String, &'static Family)> {
-    let (config, top_type) = language_model_and_type(json).map_err(as_config_error)?;
-    // A text_config without its own model_type: the model's (Llama 4's, whose module is
-    // refused, must not read as the generic family's).
-    let model_type = match get(&config, "model_type").and_then(Value::as_str) {
-        Some(m) => m.to_owned(),
-        None => top_type,
-    };
+    let config = language_model(json).map_err(as_config_error)?;
+    let model_type = get(&config, "model_type").and_then(Value::as_str).unwrap_or("").to_owned();
     let family = families::of(&model_type);
     Ok((model_type, family))
 }
@@ -1034,6 +1033,29 @@ fn no_rope_switch(config: &Object, model_type: &str, family: &Family) -> Result<
             excerpt(value),
             "rope or rotary: with another, the model's attention applies no RoPE \
              (transformers builds no rotary module)",
+        ));
+    }
+    // wav2vec2-conformer's and its kin's switch, spelt in the plural: relative by default.
+    if let Some(value) = get(config, "position_embeddings_type")
+        && value.as_str() != Some("rotary")
+    {
+        return Err(invalid(
+            "position_embeddings_type",
+            excerpt(value),
+            "rotary: with another, the model's attention applies no RoPE (transformers builds \
+             no rotary module)",
+        ));
+    }
+    // Falcon's (and any family's) ALiBi in place of RoPE.
+    if let Some(value) = get(config, "alibi")
+        && value != &Value::Bool(false)
+        && !value.is_null()
+    {
+        return Err(invalid(
+            "alibi",
+            excerpt(value),
+            "false or absent: with ALiBi the model's attention applies no RoPE (its biases \
+             are `posenc alibi`'s)",
         ));
     }
     if let Some((key, want)) = family.rope_when {

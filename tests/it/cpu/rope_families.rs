@@ -1159,3 +1159,78 @@ fn dbrx_attn_config_base_is_refused_where_versions_differ() {
     let top = dbrx(r#""rope_theta": 500000"#, r#", "rope_theta": 500000.0"#);
     assert_eq!(spec(&top, None).base(), 5e5);
 }
+
+/// What a stranger found building every rotary module of transformers 5.24 beside posenc's
+/// cache (2026-12-02): rows that read a family otherwise than its modeling code, and families
+/// without a row whose generic reading was a silent wrong answer.
+#[test]
+fn transformers_5_24_families_read_as_their_modeling_code() {
+    // Perception Encoder's audio and video encoders turn adjacent pairs (a 2 x 2 matrix on
+    // q.reshape(..., -1, 1, 2)); their module returns halves, of which the first is used.
+    for model_type in ["pe_audio_encoder", "pe_video_encoder", "pe_audio_video_encoder"] {
+        assert_eq!(spec(&small(model_type, ""), None).pairing(), Pairing::Gptj, "{model_type}");
+        let (_, family) = families::of_hf_config(&small(model_type, "")).unwrap();
+        assert_eq!(family.module, families::ModuleLayout::Halves, "{model_type}");
+    }
+    // GLM-4V's and GLM-OCR's modules repeat each frequency per pair (repeat_interleave(2)).
+    for model_type in ["glm4v_text", "glm_ocr_text"] {
+        let (_, family) = families::of_hf_config(&small(model_type, "")).unwrap();
+        assert_eq!(family.module, families::ModuleLayout::Pairs, "{model_type}");
+    }
+    // No RoPE at all, or not one rotation by one position per token.
+    for (model_type, why) in [
+        ("nemotron_h", "never called"),
+        ("jamba", "never called"),
+        ("moshi_depth", "use_rope=False"),
+        ("inkling_text", "relative position bias"),
+        ("inkling2_loop_text", "relative position bias"),
+        ("clvp_encoder", "values"),
+        ("wav2vec2-conformer", "rotary_embedding_base"),
+        ("lightglue", "keypoint"),
+        ("dinov3_vit", "2-D"),
+    ] {
+        let msg = refused(&small(model_type, ""), None, "model_type");
+        assert!(msg.contains(why), "{model_type}: {msg}");
+    }
+    // Nemotron-H's speech and omni models read their text_config as nemotron_h.
+    let speech = r#"{"model_type": "nemo_speechlm", "text_config": {"hidden_size": 64,
+        "num_attention_heads": 4, "head_dim": 16}}"#;
+    assert!(refused(speech, None, "model_type").contains("never called"));
+    // Learned or relative positions: not rotary, before any head dim is read.
+    for model_type in ["clip_text_model", "siglip_text_model", "umt5", "longt5", "clvp_decoder"] {
+        let e = RopeSpec::from_hf_config(&small(model_type, ""), None).unwrap_err();
+        assert!(matches!(e, posenc::Error::ModelFamily { .. }), "{model_type}: {e}");
+    }
+    // Class head dims new in 5.24: refused when absent, not computed from hidden / heads.
+    for (model_type, dim) in [("sarvam_moe", "64"), ("lara_mini", "128")] {
+        let text = format!(
+            r#"{{"model_type": "{model_type}", "hidden_size": 4096, "num_attention_heads": 32}}"#
+        );
+        let msg = refused(&text, None, "head_dim");
+        assert!(msg.contains(dim), "{model_type}: {msg}");
+    }
+    // Dory and UltraBERT fill a RoPE per layer type (full_attention at 1e7 and 2.56e6) when
+    // a config has none: a layer type is refused there, read where the config has them.
+    for model_type in ["dory", "ultrabert"] {
+        let bare = format!(
+            r#"{{"model_type": "{model_type}", "hidden_size": 64, "num_attention_heads": 4,
+                "head_dim": 16, "layer_types": ["sliding_attention", "full_attention"]}}"#
+        );
+        assert!(RopeSpec::from_hf_config(&bare, Some("full_attention")).is_err(), "{model_type}");
+        let given = bare.replace(
+            r#""head_dim": 16,"#,
+            r#""head_dim": 16, "rope_parameters": {
+                "full_attention": {"rope_type": "default", "rope_theta": 10000000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},"#,
+        );
+        assert_eq!(spec(&given, Some("full_attention")).base(), 1e7, "{model_type}");
+        assert_eq!(spec(&given, Some("sliding_attention")).base(), 1e4, "{model_type}");
+    }
+    // Falcon with ALiBi, and a speech encoder with relative positions, build no rotary module
+    // whatever their family.
+    let falcon = small("falcon", r#", "alibi": true"#);
+    assert!(refused(&falcon, None, "alibi").contains("posenc alibi"));
+    assert_eq!(spec(&small("falcon", r#", "alibi": false"#), None).rotary_dim(), 16);
+    let relative = small("llama", r#", "position_embeddings_type": "relative""#);
+    assert!(refused(&relative, None, "position_embeddings_type").contains("rotary"));
+}

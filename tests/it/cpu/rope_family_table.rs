@@ -53,6 +53,43 @@ fn rows_are_sorted_unique_and_found_by_lookup() {
     }
 }
 
+#[test]
+fn composite_text_types_are_sorted_and_found() {
+    let composites: Vec<_> = families::text_configs().iter().map(|(c, _)| *c).collect();
+    assert!(composites.windows(2).all(|w| w[0] < w[1]), "out of order or repeated");
+    for &(composite, text) in families::text_configs() {
+        assert_ne!(composite, text);
+        assert_eq!(families::text_model_type(composite), Some(text));
+    }
+    assert_eq!(families::text_model_type("llama"), None);
+}
+
+/// A `text_config` without a `model_type` reads as its composite's default language model,
+/// as transformers builds it: Aya Vision's is Cohere 2 (interleaved pairs, a per-pair
+/// module), BLIP-2's OPT (learned positions), Llama 4's its text model.
+#[test]
+fn a_text_config_without_model_type_is_its_composites_default() {
+    let text = r#"{"head_dim": 128, "num_attention_heads": 32, "hidden_size": 4096}"#;
+    let composite = |t: &str| format!(r#"{{"model_type": "{t}", "text_config": {text}}}"#);
+    let aya = composite("aya_vision");
+    let (model_type, family) = families::of_hf_config(&aya).unwrap();
+    assert_eq!((model_type.as_str(), family.module), ("cohere2", ModuleLayout::Pairs));
+    let spec = RopeSpec::from_hf_config(&aya, None).unwrap();
+    assert_eq!(spec.pairing(), posenc::rope::Pairing::Gptj);
+    let llava = RopeSpec::from_hf_config(&composite("llava"), None).unwrap();
+    assert_eq!(llava.pairing(), posenc::rope::Pairing::Neox);
+    let blip2 = RopeSpec::from_hf_config(&composite("blip-2"), None).unwrap_err();
+    assert!(matches!(&blip2, Error::ModelFamily { .. }), "{blip2}");
+    assert!(blip2.to_string().contains("opt"), "{blip2}");
+    // Llama 4's text model's base is 500000 where the config has none (the generic 10000),
+    // which posenc refuses to guess, as for a text_config that names it.
+    let llama4 = RopeSpec::from_hf_config(&composite("llama4"), None).unwrap_err();
+    assert!(llama4.to_string().contains("\"llama4_text\" is not at 10000"), "{llama4}");
+    // A composite posenc has no default for keeps its own type (as before).
+    let (model_type, _) = families::of_hf_config(&composite("glm4")).unwrap();
+    assert_eq!(model_type, "glm4");
+}
+
 /// A refused family is refused before any other column is read: a default there could never
 /// be reached (the issue found `deepseek_v4` with a head dim and `inkling2_text`, `kimi_linear`,
 /// `musicflamingo` with unsettled ones).
@@ -414,6 +451,16 @@ fn families_page() -> String {
             refusal_cell(f),
         ];
         page.push_str(&format!("| {} |\n", cells.join(" | ")));
+    }
+    page.push_str(
+        "\n## Composite configs\n\nA multimodal config's `text_config` without a \
+         `model_type` of its own is read as the one transformers gives it, its class's default \
+         language model (`posenc::rope::families::text_model_type`, transformers 5.24); any \
+         other composite's, as its own `model_type`.\n\n| composite `model_type` | its \
+         `text_config`'s |\n|---|---|\n",
+    );
+    for (composite, text) in families::text_configs() {
+        page.push_str(&format!("| `{composite}` | `{text}` |\n"));
     }
     page
 }

@@ -657,14 +657,18 @@ fn rope_cache_takes_the_modules_layout() {
     assert!(!std::path::Path::new(&out).exists());
     let (run, _) = cache(&llama4, Some("gptj"), "llama4-gptj");
     assert_ok(&run, "llama4 --pairing gptj");
-    // A text_config without its own model_type is the model's family's (a reviewer's case:
-    // it read as the generic family, a neox cache with exit 0).
+    // A text_config without its own model_type is the one transformers gives it, Llama 4's
+    // text model (a reviewer's case: it read as the generic family, a neox cache with exit 0).
     let bare = dir.bytes(
         "llama4-bare.json",
         br#"{"model_type": "llama4", "text_config": {"head_dim": 16, "rope_theta": 500000.0}}"#,
     );
     let (run, _) = cache(&bare, None, "llama4-bare");
-    assert_rejected(&run, &["llama4 bare"], "model_type \"llama4\": its rotary module returns");
+    assert_rejected(
+        &run,
+        &["llama4 bare"],
+        "model_type \"llama4_text\": its rotary module returns",
+    );
 }
 
 /// Explicit flags override the config: --base, --scaling, --rotary-dim, --pairing, and
