@@ -695,17 +695,29 @@ impl RopePositions {
     /// The positions to rotate `tensor` with, or `None` when it holds no data: an empty
     /// tensor is its own rotation, and its `[batch, len]` may still be 2^30 tokens that no
     /// byte of the file stands for.
-    pub fn for_tensor(&self, tensor: &RopeTensor) -> Option<Array2<u32>> {
-        (!tensor.is_empty()).then(|| self.to_array())
+    ///
+    /// # Errors
+    /// As [`RopePositions::to_array`].
+    pub fn for_tensor(&self, tensor: &RopeTensor) -> Result<Option<Array2<u32>>> {
+        if tensor.is_empty() { Ok(None) } else { self.to_array().map(Some) }
     }
 
     /// The positions as an array, allocated here for the offset form.
-    pub fn to_array(&self) -> Array2<u32> {
+    ///
+    /// # Errors
+    /// For the offset form (whose fields anyone may set, where [`rope_positions`] checks
+    /// them): [`Error::InvalidParameter`] naming `offset` if `offset + len - 1` passes
+    /// 4294967295, and as [`positions::contiguous_batch`] for its size ([`Error::Alloc`] if
+    /// the memory cannot be had).
+    pub fn to_array(&self) -> Result<Array2<u32>> {
         match self {
-            RopePositions::Given(a) => a.clone(),
-            // offset + len - 1 was checked to be a u32, so no position wraps.
+            RopePositions::Given(a) => Ok(a.clone()),
             &RopePositions::Offset { offset, batch, len } => {
-                Array2::from_shape_fn((batch, len), |(_, l)| offset + l as u32)
+                check_offset(offset, len)?;
+                let mut out = positions::contiguous_batch(batch, len)?;
+                // offset + len - 1 is a u32 (checked above), so no position wraps.
+                out.mapv_inplace(|l| offset + l);
+                Ok(out)
             }
         }
     }
@@ -729,6 +741,12 @@ pub fn rope_positions(
         return read_rope_positions(source, batch, len).map(RopePositions::Given);
     }
     let offset = offset.unwrap_or(0);
+    check_offset(offset, len)?;
+    Ok(RopePositions::Offset { offset, batch, len })
+}
+
+/// Refuses an offset whose last position, `offset + len - 1`, passes u32.
+fn check_offset(offset: u32, len: usize) -> Result<()> {
     if len > 0 && u64::from(offset) + (len as u64 - 1) > u64::from(u32::MAX) {
         return Err(Error::InvalidParameter {
             field: "offset",
@@ -736,7 +754,7 @@ pub fn rope_positions(
             allowed: "offset + len - 1 <= 4294967295",
         });
     }
-    Ok(RopePositions::Offset { offset, batch, len })
+    Ok(())
 }
 
 /// `posenc rope --positions`: `[batch, len]` of uint32, int32 or int64, each a u32.
@@ -893,14 +911,21 @@ mod tests {
         let positions = rope_positions(None, Some(5), 1 << 14, 1 << 15).unwrap();
         assert_eq!(positions.dim(), (1 << 14, 1 << 15));
         assert_eq!(positions, RopePositions::Offset { offset: 5, batch: 1 << 14, len: 1 << 15 });
-        assert_eq!(positions.for_tensor(&tensor), None);
+        assert_eq!(positions.for_tensor(&tensor).unwrap(), None);
         let small = rope_positions(None, Some(u32::MAX - 2), 2, 3).unwrap();
         let data = RopeTensor::F32(ndarray::Array4::zeros((2, 3, 1, 2)));
-        assert_eq!(small.for_tensor(&data).unwrap().dim(), (2, 3));
+        assert_eq!(small.for_tensor(&data).unwrap().unwrap().dim(), (2, 3));
         assert_eq!(
-            small.to_array(),
+            small.to_array().unwrap(),
             array![[u32::MAX - 2, u32::MAX - 1, u32::MAX], [u32::MAX - 2, u32::MAX - 1, u32::MAX]]
         );
+        // The offset form's fields are public: an offset set by hand past the check, or a
+        // size no memory holds, is refused rather than wrapped or aborted on.
+        let wraps = RopePositions::Offset { offset: u32::MAX, batch: 1, len: 3 };
+        let err = wraps.to_array().unwrap_err();
+        assert!(matches!(err, Error::InvalidParameter { field: "offset", .. }), "{err}");
+        let huge = RopePositions::Offset { offset: 0, batch: 1 << 40, len: 1 << 20 };
+        assert!(huge.to_array().is_err());
         let err = rope_positions(None, Some(u32::MAX - 1), 2, 3).unwrap_err();
         assert!(matches!(err, Error::InvalidParameter { field: "offset", .. }), "{err}");
         assert!(rope_positions(None, Some(u32::MAX), 7, 0).is_ok());

@@ -129,8 +129,21 @@ pub fn write<W: Write + ?Sized, T: Element, D: Dimension>(
     array: ArrayView<'_, T, D>,
 ) -> io::Result<()> {
     w.write_all(&header::<T>(array.shape())?)?;
-    let data = array.as_standard_layout();
-    write_data(w, data.as_slice().expect("a standard-layout array is one contiguous slice"))
+    if let Some(data) = array.as_slice() {
+        return write_data(w, data);
+    }
+    // Another layout (a transposed or broadcast view, whose logical size may be far more than
+    // the memory behind it) is written in C order a piece at a time, never copied whole.
+    const PIECE: usize = 1 << 14;
+    let mut piece = Vec::with_capacity(PIECE.min(array.len()));
+    for v in array.iter() {
+        piece.push(*v);
+        if piece.len() == PIECE {
+            write_data(w, &piece)?;
+            piece.clear();
+        }
+    }
+    write_data(w, &piece)
 }
 
 /// Writes `values` as `.npy` data (little-endian), with no header: after a [`header`]
@@ -710,6 +723,37 @@ mod tests {
 
     const ANY: Expected<'static> =
         Expected { what: "test", dtypes: &NpyDtype::ALL, ranks: &[0, 1, 2, 3, 4] };
+
+    /// Other layouts are written in C order, in pieces: a broadcast view of 2^40 values (4
+    /// TiB, one value behind it) reaches its writer's error after a piece, where a copy to
+    /// standard layout would have asked for all of it first.
+    #[test]
+    fn views_of_other_layouts_are_written_in_c_order_without_a_copy() {
+        let a = array![[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]];
+        let (mut t, mut c) = (Vec::new(), Vec::new());
+        write(&mut t, a.t()).unwrap();
+        write(&mut c, a.t().as_standard_layout().view()).unwrap();
+        assert_eq!(t, c);
+        struct Full(usize);
+        impl Write for Full {
+            fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+                if self.0 + b.len() > 1 << 20 {
+                    return Err(io::Error::other("full"));
+                }
+                self.0 += b.len();
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let one = [7.0f32];
+        let one = ndarray::ArrayView1::from(&one[..]);
+        let huge = one.broadcast((1 << 20, 1 << 20)).unwrap();
+        let mut full = Full(0);
+        assert_eq!(write(&mut full, huge).unwrap_err().to_string(), "full");
+        assert!(full.0 <= 1 << 20);
+    }
 
     fn dict(header: &[u8]) -> &str {
         std::str::from_utf8(&header[PREAMBLE_LEN..]).unwrap()

@@ -13,10 +13,17 @@ pub const MAX_SPEC_POSITIONS: u64 = 1 << 24;
 /// Positions `0..len`.
 ///
 /// # Errors
-/// [`Error::InvalidParameter`] naming `len` if it exceeds 2^32 (positions are u32).
+/// [`Error::InvalidParameter`] naming `len` if it exceeds 2^32 (positions are u32), and
+/// [`Error::Alloc`] if the memory cannot be had (2^32 positions are 16 GiB).
 pub fn contiguous(len: u64) -> Result<Vec<u32>> {
     check_row_len(len)?;
-    Ok((0..len).map(|p| p as u32).collect())
+    // Past a 32-bit target's address space the size itself is what cannot be had.
+    let n = usize::try_from(len).map_err(|_| Error::Alloc { what: "positions", bytes: len * 4 })?;
+    let mut out: Vec<u32> = alloc::try_zeroed_vec("positions", n)?;
+    for (p, v) in out.iter_mut().enumerate() {
+        *v = p as u32;
+    }
+    Ok(out)
 }
 
 /// Parses a comma-separated list of u32 positions and half-open ranges `a..b`, e.g.
@@ -282,6 +289,12 @@ pub fn packed(len: usize, starts: &[Vec<usize>]) -> Result<Array2<u32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn contiguous_counts_from_zero() {
+        assert_eq!(contiguous(4).unwrap(), [0, 1, 2, 3]);
+        assert!(matches!(contiguous((1 << 32) + 1), Err(Error::InvalidParameter { .. })));
+    }
 
     #[test]
     fn parses_values_and_ranges() {

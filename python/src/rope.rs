@@ -371,7 +371,7 @@ fn rope<'py>(
                 let flat = p.to_u32s("positions")?;
                 Array2::from_shape_vec((batch, len), flat).expect("[batch, len]")
             }
-            None => inputs::rope_positions(None, offset, batch, len)?.to_array(),
+            None => inputs::rope_positions(None, offset, batch, len)?.to_array()?,
         };
         let p = positions.view();
         let run = Run { device, spec: &spec, positions: p, layout };

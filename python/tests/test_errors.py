@@ -468,6 +468,14 @@ def test_options_of_the_wrong_type_are_value_errors_naming_them():
     ]:
         with pytest.raises(ValueError, match=f"^invalid {name}: "):
             call()
+    # A huge integer is named by its size, in one short line (a stranger's: 10**400 was
+    # spelt out in 401 digits, 10**5000 raised Python's own digit limit naming no option).
+    for value, bits in [(10**400, 1329), (10**5000, 16610)]:
+        for call in [lambda: posenc.table(8, 1, base=value),
+                     lambda: posenc.encode(w, [[1]], scale=value),
+                     lambda: posenc.alibi_slopes(value)]:
+            with pytest.raises(ValueError, match=f"^invalid [a-z_]+: an integer of {bits} bits"):
+                call()
     # Integers of NumPy's types, and 0-d integer arrays, are integers.
     assert posenc.alibi_slopes(np.int32(4)).shape == (4,)
     assert posenc.alibi_slopes(np.array(4)).shape == (4,)

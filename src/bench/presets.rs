@@ -133,16 +133,28 @@ const PRESET_NAMES: &str = "bert-base, gpt2, llama3-8b, llama3-8b-decode, mistra
                             bloom-7b1-alibi-decode, gemma-7b-step, llama3-8b-step, \
                             llama2-13b-step, starcoder2-15b-step, llama3-70b-step";
 
+/// What an encode's preset may be where an operation's is not taken.
+const ENCODE_PRESET_NAMES: &str = "an encode preset here (bert-base, gpt2, llama3-8b, \
+                                   llama3-8b-decode, mistral-7b-decode, whisper-small): an \
+                                   operation's preset runs alone, as `posenc bench --model NAME`";
+
 impl Preset {
     /// The preset by name.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] naming `model` and listing the presets' names.
     pub fn find(name: &str) -> Result<&'static Preset> {
+        // An operation's preset where only an encode's is taken (`--decode`): named as one,
+        // not listed among the allowed as if it were not.
+        let allowed = if super::ops::OpPreset::find(name).is_some() {
+            ENCODE_PRESET_NAMES
+        } else {
+            PRESET_NAMES
+        };
         PRESETS.iter().find(|p| p.name == name).ok_or_else(|| Error::InvalidParameter {
             field: "model",
             value: format!("{name:?}"),
-            allowed: PRESET_NAMES,
+            allowed,
         })
     }
 
@@ -244,7 +256,14 @@ impl Config {
     /// vocabulary past u32 token ids; [`Error::Limit`] for more tokens than [`MAX_TOKENS`], a
     /// table larger than [`MAX_TABLE_BYTES`] or an output larger than [`MAX_OUTPUT_BYTES`].
     pub fn check(&self) -> Result<PeSpec> {
-        let spec = PeSpec::new(u32::try_from(self.dim).unwrap_or(u32::MAX))?;
+        // A dim past u32 is named as given, not as the u32 it would be cut to.
+        let spec =
+            PeSpec::new(u32::try_from(self.dim).unwrap_or(u32::MAX)).map_err(|e| match e {
+                Error::InvalidParameter { field: "dim", allowed, .. } => {
+                    Error::InvalidParameter { field: "dim", value: self.dim.to_string(), allowed }
+                }
+                other => other,
+            })?;
         for (field, value) in [
             ("batch", self.batch),
             ("len", self.len),
@@ -399,6 +418,28 @@ mod tests {
                 for p in PRESETS {
                     assert!(allowed.contains(p.name), "{allowed}");
                 }
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_operations_preset_where_an_encodes_is_taken_is_named_as_one() {
+        match Preset::find("llama3-8b-rope") {
+            Err(Error::InvalidParameter { field: "model", allowed, .. }) => {
+                assert!(allowed.starts_with("an encode preset here"), "{allowed}");
+                assert!(!allowed.contains("llama3-8b-rope"), "{allowed}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_dim_past_u32_is_named_as_given() {
+        let config = Config { dim: (1 << 32) + 2, ..Config::preset("gpt2").unwrap() };
+        match config.check() {
+            Err(Error::InvalidParameter { field: "dim", value, .. }) => {
+                assert_eq!(value, "4294967298");
             }
             other => panic!("{other:?}"),
         }

@@ -64,6 +64,11 @@ const PREFETCH_AHEAD: usize = 2;
 /// # Ok::<(), posenc::Error>(())
 /// ```
 ///
+/// A table in standard (row-major) order is read in place; one in other strides (a
+/// transposed or broadcast view) is copied whole into that order by every call, before the
+/// gather, however few rows the ids ask for: keep a table that is used again in standard
+/// order ([`ndarray::ArrayBase::as_standard_layout`] once).
+///
 /// # Errors
 /// Before any work: [`Error::Shape`] if the table's dim is not the spec's or the
 /// positions' shape is not the ids'; [`Error::TooLarge`] for an output `[batch, len, dim]`

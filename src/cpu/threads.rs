@@ -80,7 +80,8 @@ impl Threads {
 static CALLING_THREAD_POOL: OnceLock<rayon::ThreadPool> = OnceLock::new();
 
 /// Starts the CPU path's threads: rayon's global pool with the number of worker threads
-/// rayon would choose (`RAYON_NUM_THREADS`, else the available parallelism), or as many of
+/// rayon would choose (`RAYON_NUM_THREADS`, else the available parallelism; at most
+/// [`max_threads`], with a note past it), or as many of
 /// them as can start, counted first by starting and stopping that many threads; with none,
 /// the calling thread as the only thread of a pool of its own
 /// ([`Threads::CallingThreadOnly`]). Call it once, before any CPU work, from the thread
@@ -101,8 +102,12 @@ pub fn start_threads() -> Threads {
     if CALLED.swap(true, Ordering::SeqCst) {
         return Threads::AlreadyStarted;
     }
-    let wanted = wanted_threads();
-    let (started, mut reason) = startable_threads(wanted);
+    let (wanted, cores) = wanted_threads();
+    let capped = wanted.min(max_threads(cores));
+    let (started, mut reason) = startable_threads(capped);
+    if started < wanted && started == capped {
+        reason = format!("posenc starts at most {capped} on {cores} cores");
+    }
     if started > 0 {
         let global = rayon::ThreadPoolBuilder::new()
             .num_threads(started)
@@ -137,10 +142,32 @@ fn startable_threads(wanted: usize) -> (usize, String) {
     let mut reason = String::new();
     for _ in 0..wanted {
         let (release, wait) = mpsc::channel::<()>();
+        let (ready, started) = mpsc::channel::<bool>();
         match std::thread::Builder::new().spawn(move || {
+            // Each thread holds some memory of its own until all have started, so that the
+            // count leaves room for what the pool's threads and their queues take beside
+            // their stacks: counted at the edge of an address-space limit, a worker of the
+            // pool could not map its signal stack, which the standard library aborts on.
+            // (Through posenc's fallible allocation, whose refusal a program's allocator
+            // lets through: see crate::alloc.)
+            let headroom = crate::alloc::try_zeroed_vec::<u8>("a thread's headroom", HEADROOM);
+            let _ = ready.send(headroom.is_ok());
             let _ = wait.recv();
+            drop(headroom);
         }) {
-            Ok(handle) => waiting.push((release, handle)),
+            Ok(handle) => {
+                let room = started.recv().unwrap_or(false);
+                waiting.push((release, handle));
+                if !room {
+                    // Its stack fitted but not its share of the margin: not counted.
+                    let _ = waiting.pop().map(|(release, handle)| {
+                        drop(release);
+                        handle.join()
+                    });
+                    reason = "no memory left for another thread".into();
+                    break;
+                }
+            }
             Err(e) => {
                 reason = e.to_string();
                 break;
@@ -172,14 +199,26 @@ fn live_threads() -> Option<usize> {
     line.trim().parse().ok()
 }
 
-/// The number of worker threads rayon's global pool would have: `RAYON_NUM_THREADS` when it
-/// is a positive number, else the available parallelism.
-fn wanted_threads() -> usize {
+/// The memory each counted thread must find beside its stack (see [`startable_threads`]).
+const HEADROOM: usize = 256 << 10;
+
+/// The number of worker threads rayon's global pool would have (`RAYON_NUM_THREADS` when it
+/// is a positive number, else the available parallelism), and the available parallelism.
+fn wanted_threads() -> (usize, usize) {
     let given = std::env::var("RAYON_NUM_THREADS").ok().and_then(|v| v.trim().parse().ok());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     match given {
-        Some(n) if n > 0 => n,
-        _ => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        Some(n) if n > 0 => (n, cores),
+        _ => (cores, cores),
     }
+}
+
+/// The most worker threads posenc starts on `cores` cores: four per core, and at least 64.
+/// Each thread takes a stack and a few memory mappings; `RAYON_NUM_THREADS=20000` ran the
+/// system out of mappings (an abort, where the count expects an error) and spent tens of
+/// seconds starting threads that a computation on `cores` cores cannot use.
+pub fn max_threads(cores: usize) -> usize {
+    cores.saturating_mul(4).max(64)
 }
 
 /// Runs `task` on each `size`-long chunk of `values`, with the chunk's index: on the

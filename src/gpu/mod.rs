@@ -158,9 +158,34 @@ pub fn check_driver_address_space() -> Result<()> {
     Ok(())
 }
 
+/// The `wgpu::Instance` posenc opens its adapters from: one per process for each set of
+/// backends and flags the environment asks for (`WGPU_BACKEND` and wgpu's other instance
+/// variables), shared by every [`Context`] it opens.
+///
+/// wgpu knows a resource only within its instance: a buffer of one instance given to a
+/// device of another is looked up by its number there, and may be another buffer of that
+/// instance (a stranger's: `encode_into_buffer` with a buffer of a second context returned
+/// `Ok` and wrote a third buffer). Within one instance wgpu refuses a buffer of another
+/// device, so contexts opened by posenc refuse each other's buffers.
 fn instance() -> wgpu::Instance {
-    // with_env honours WGPU_BACKEND (and wgpu's other instance variables).
-    wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env())
+    let desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        type Key = (u32, u32, u64);
+        static SHARED: std::sync::Mutex<Vec<(Key, wgpu::Instance)>> =
+            std::sync::Mutex::new(Vec::new());
+        // A forked child opens its own (its parent's is never dropped there).
+        let key = (std::process::id(), desc.backends.bits(), u64::from(desc.flags.bits()));
+        let mut shared = SHARED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, found)) = shared.iter().find(|(k, _)| *k == key) {
+            return found.clone();
+        }
+        let instance = wgpu::Instance::new(desc);
+        shared.push((key, instance.clone()));
+        instance
+    }
+    #[cfg(target_arch = "wasm32")]
+    wgpu::Instance::new(desc)
 }
 
 /// What `WGPU_BACKEND` may name: wgpu's names for its backends, comma-separated.

@@ -154,6 +154,19 @@ _ROTARY_DIMS = "an even number in 2..=head_dim"
 _SEQ_LENS = "1..=4294967296 (one more than the largest u32 position)"
 
 
+def _shown(value: Any) -> str:
+    """``value`` as an error names it, bounded: an integer past 64 bits by its size (its
+    digits may be thousands, past what ``str`` converts), anything else by a ``repr`` cut
+    to 80 characters."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        n = int(value).bit_length()
+        if n > 64:
+            return f"an integer of {n} bits"
+        return str(int(value))
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _whole(
     value: Any,
     name: str,
@@ -178,9 +191,9 @@ def _whole(
     try:
         whole = operator.index(value)
     except TypeError:
-        raise ValueError(f"invalid {name}: {value!r} (allowed: {kind})") from None
+        raise ValueError(f"invalid {name}: {_shown(value)} (allowed: {kind})") from None
     if not smallest <= whole <= largest:
-        raise ValueError(f"invalid {name}: {whole} (allowed: {range_text})")
+        raise ValueError(f"invalid {name}: {_shown(whole)} (allowed: {range_text})")
     return whole
 
 
@@ -190,7 +203,7 @@ def _text(value: Any, name: str, optional: bool = True) -> Optional[str]:
     ``TypeError`` naming it only in a note)."""
     if isinstance(value, str) or (optional and value is None):
         return value
-    raise ValueError(f"invalid {name}: {value!r} (allowed: a string)")
+    raise ValueError(f"invalid {name}: {_shown(value)} (allowed: a string)")
 
 
 def _number(value: Any, name: str) -> Optional[float]:
@@ -205,7 +218,7 @@ def _number(value: Any, name: str) -> Optional[float]:
             return float(value)
         except OverflowError:
             pass  # an int past float64: refused below, by name
-    raise ValueError(f"invalid {name}: {value!r} (allowed: a finite number)")
+    raise ValueError(f"invalid {name}: {_shown(value)} (allowed: a finite number)")
 
 
 def _padding_idx(value: Any) -> Any:

@@ -86,7 +86,7 @@ fn encode_plan(
 fn rope_plan(source: Source<'_>, offset: Option<u32>) -> posenc::Result<()> {
     let tensor = inputs::read_rope_input(source)?;
     let [batch, len, _, _] = tensor.shape();
-    inputs::rope_positions(None, offset, batch, len)?.for_tensor(&tensor);
+    inputs::rope_positions(None, offset, batch, len)?.for_tensor(&tensor)?;
     Ok(())
 }
 

@@ -327,6 +327,50 @@ fn rope_and_alibi_stream_under_a_budget() {
     assert_eq!(got, want.as_slice().unwrap());
 }
 
+/// A stranger's: with every context on an instance of its own, a buffer of a second context
+/// given to `encode_into_buffer` or `rope_in_place` was looked up by its number in the
+/// first's instance, another buffer there: `Ok`, the output written into the caller's other
+/// buffer. Contexts share one instance now, and wgpu refuses the other device's buffer.
+#[test]
+fn a_buffer_of_another_context_is_refused_not_mistaken_for_one_of_ours() {
+    let Some(ours) = fresh_gpu(&Options::default()) else { return };
+    let Some(theirs) = fresh_gpu(&Options::default()) else { return };
+    let usage =
+        wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+    let zeros = |ctx: &Context| {
+        ctx.device().create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: 256,
+            usage,
+            mapped_at_creation: false,
+        })
+    };
+    // Ours first: in separate instances the foreign buffer's number was this one's.
+    let mine = zeros(&ours);
+    let foreign = zeros(&theirs);
+    let spec = PeSpec::new(8).unwrap();
+    let t = Array2::from_shape_fn((4, 8), |(r, c)| (r * 8 + c) as f32 + 1.0);
+    let table = ours.upload_table(Embeddings::F32(t.view())).unwrap();
+    let ids = Array2::from_shape_fn((1, 2), |(_, i)| i as u32);
+    let pos = positions::contiguous_batch(1, 2).unwrap();
+    let options = EncodeOptions::default();
+    let e = ours.encode_into_buffer(&spec, &table, ids.view(), pos.view(), &options, &foreign);
+    assert!(e.is_err(), "{e:?}");
+    let rope = posenc::rope::RopeSpec::new(8).unwrap();
+    let e = ours.rope_in_place(
+        &rope,
+        &foreign,
+        [1, 2, 1, 8],
+        posenc::rope::Layout::Blhd,
+        Dtype::F32,
+        pos.view(),
+    );
+    assert!(e.is_err(), "{e:?}");
+    // Neither our buffer nor theirs was written.
+    assert!(ours.read_buffer(&mine).unwrap().iter().all(|&b| b == 0));
+    assert!(theirs.read_buffer(&foreign).unwrap().iter().all(|&b| b == 0));
+}
+
 #[test]
 fn a_table_from_another_devices_context_is_refused_by_every_encode() {
     let Some(ours) = gpu() else { return };

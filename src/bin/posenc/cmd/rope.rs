@@ -196,7 +196,7 @@ pub(crate) fn run(args: &RopeArgs) -> Result<(), Failure> {
 
     // The request is valid: from here on failures are the run's (exit 1).
     let (spec, layout) = (&input.spec, input.layout);
-    let positions = input.positions.for_tensor(&input.tensor);
+    let positions = input.positions.for_tensor(&input.tensor)?;
     let p = positions.as_ref().map(|p| p.view());
     let (elements, size) = match &input.tensor {
         RopeTensor::F32(x) => (x.len(), 4),

@@ -108,6 +108,36 @@ fn worker_threads_that_cannot_start_are_fewer_or_none_and_said_once() {
     }
 }
 
+/// `RAYON_NUM_THREADS=20000` (a stranger's) ran the system out of memory mappings while the
+/// threads were counted, an abort of every command (and a hang of Python's import) after
+/// tens of seconds of starting threads. posenc starts at most four per core (64 at least),
+/// says so in one note, and gives the same bytes.
+#[test]
+fn a_huge_rayon_num_threads_is_capped_with_a_note() {
+    let dir = Dir::new();
+    let o = dir.out("o.npy");
+    let args = ["table", "--device", "cpu", "--dim", "64", "--len", "300", "-o", &o];
+    let want = Command::new(BIN).args(args).env_remove("RAYON_NUM_THREADS").output().unwrap();
+    let want_bytes = std::fs::read(&o).unwrap();
+    assert!(want.status.success(), "{}", stderr(&want));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cap = posenc::cpu::threads::max_threads(cores);
+    let mut command = Command::new(BIN);
+    command.args(args).env("RAYON_NUM_THREADS", "20000").stderr(Stdio::piped());
+    let got = wait_or_kill(command.spawn().unwrap(), WATCHDOG, "RAYON_NUM_THREADS=20000");
+    assert_eq!(got.status.code(), Some(0), "{}", stderr(&got));
+    assert_eq!(std::fs::read(&o).unwrap(), want_bytes);
+    let note = format!("only {cap} of 20000 worker threads could start (posenc starts at most");
+    assert_eq!(
+        posenc_lines(&got),
+        [format!(
+            "{note} {cap} on {cores} cores): the CPU path \
+        runs on fewer threads"
+        )]
+        .map(|l| format!("posenc: note: {l}"))
+    );
+}
+
 /// `sh -c 'ulimit -v KB; exec posenc ARGS'`.
 fn under_address_space(kb: u64, args: &[&str]) -> Output {
     let mut command = Command::new("sh");
