@@ -167,6 +167,10 @@ pub fn check_driver_address_space() -> Result<()> {
 /// instance (a stranger's: `encode_into_buffer` with a buffer of a second context returned
 /// `Ok` and wrote a third buffer). Within one instance wgpu refuses a buffer of another
 /// device, so contexts opened by posenc refuse each other's buffers.
+///
+/// Not for GL adapters (see [`Context::open`]): wgpu 30's GL backend gives every device of
+/// one instance's adapter the same EGL context, which two threads then fail to make current
+/// (`BadAccess`, a panic in wgpu).
 fn instance() -> wgpu::Instance {
     let desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
     #[cfg(not(target_arch = "wasm32"))]
@@ -386,7 +390,15 @@ impl Context {
         check_driver_address_space()?;
         let adapter = {
             let _one_at_a_time = opening();
-            select_adapter(&instance()).await?
+            let adapter = select_adapter(&instance()).await?;
+            if adapter.get_info().backend == wgpu::Backend::Gl {
+                // A GL adapter of an instance of its own, as every context had before the
+                // instance was shared (see `instance`).
+                let desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+                select_adapter(&wgpu::Instance::new(desc)).await?
+            } else {
+                adapter
+            }
         };
         Self::from_adapter_async(adapter, options).await
     }

@@ -330,11 +330,17 @@ fn rope_and_alibi_stream_under_a_budget() {
 /// A stranger's: with every context on an instance of its own, a buffer of a second context
 /// given to `encode_into_buffer` or `rope_in_place` was looked up by its number in the
 /// first's instance, another buffer there: `Ok`, the output written into the caller's other
-/// buffer. Contexts share one instance now, and wgpu refuses the other device's buffer.
+/// buffer. Contexts share one instance now, and wgpu refuses the other device's buffer;
+/// not on GL, whose contexts keep an instance each (wgpu 30's GL devices of one instance
+/// share an EGL context that two threads cannot both make current): there the mistake
+/// stays, as docs/library.md says.
 #[test]
 fn a_buffer_of_another_context_is_refused_not_mistaken_for_one_of_ours() {
     let Some(ours) = fresh_gpu(&Options::default()) else { return };
     let Some(theirs) = fresh_gpu(&Options::default()) else { return };
+    if ours.adapter_info().backend == wgpu::Backend::Gl {
+        return;
+    }
     let usage =
         wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
     let zeros = |ctx: &Context| {
