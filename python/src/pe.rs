@@ -396,8 +396,25 @@ fn parse_scale(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Scale>> {
         Ok(v) if v.is_finite() && (v as f32).is_finite() => Ok(Some(Scale::Value(v as f32))),
         _ => Err(PyValueError::new_err(format!(
             "invalid scale: {} (allowed: \"none\", \"sqrt\" or a finite number)",
-            value.repr()?
+            shown(value)
         ))),
+    }
+}
+
+/// `value` as an error names it, bounded: an integer past 128 bits by its size (its digits
+/// may be thousands, past what Python's `repr` converts), anything else by a `repr` cut to 80
+/// characters.
+fn shown(value: &Bound<'_, PyAny>) -> String {
+    if let Ok(bits) = value.call_method0("bit_length").and_then(|b| b.extract::<u64>())
+        && bits > 128
+    {
+        return format!("an integer of {bits} bits");
+    }
+    let text = value.repr().map_or_else(|_| "(a value without a repr)".into(), |r| r.to_string());
+    if text.chars().count() <= 80 {
+        text
+    } else {
+        format!("{}...", text.chars().take(77).collect::<String>())
     }
 }
 

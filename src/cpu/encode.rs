@@ -67,7 +67,7 @@ const PREFETCH_AHEAD: usize = 2;
 /// A table in standard (row-major) order is read in place; one in other strides (a
 /// transposed or broadcast view) is copied whole into that order by every call, before the
 /// gather, however few rows the ids ask for: keep a table that is used again in standard
-/// order ([`ndarray::ArrayBase::as_standard_layout`] once).
+/// order (`as_standard_layout`, once).
 ///
 /// # Errors
 /// Before any work: [`Error::Shape`] if the table's dim is not the spec's or the

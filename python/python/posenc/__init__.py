@@ -155,12 +155,12 @@ _SEQ_LENS = "1..=4294967296 (one more than the largest u32 position)"
 
 
 def _shown(value: Any) -> str:
-    """``value`` as an error names it, bounded: an integer past 64 bits by its size (its
+    """``value`` as an error names it, bounded: an integer past 128 bits by its size (its
     digits may be thousands, past what ``str`` converts), anything else by a ``repr`` cut
     to 80 characters."""
     if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
         n = int(value).bit_length()
-        if n > 64:
+        if n > 128:
             return f"an integer of {n} bits"
         return str(int(value))
     text = repr(value)
