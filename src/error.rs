@@ -42,9 +42,7 @@ pub enum Error {
         actual: String,
     },
     /// A token id is negative or not below the vocabulary size.
-    #[error(
-        "token id {id} at row {row}, column {col} is out of range: the vocabulary has {vocab} rows"
-    )]
+    #[error("token id {id} at row {row}, column {col} is out of range: {}", vocab_range(*vocab))]
     TokenId {
         /// Batch row of the first offender.
         row: usize,
@@ -581,6 +579,16 @@ pub(crate) fn env_choice<T: Copy>(
     }
 }
 
+/// What a token id must be below, as [`Error::TokenId`] says it: the vocabulary's rows, or
+/// for a table of more than 2^32 rows (a broadcast view), u32's range, which ids are read in.
+fn vocab_range(vocab: usize) -> String {
+    if vocab as u64 > 1 << 32 {
+        format!("token ids are u32, at most 4294967295 (the table has {vocab} rows)")
+    } else {
+        format!("the vocabulary has {vocab} rows")
+    }
+}
+
 /// The refusal of `value` of environment variable `var`, the value quoted: an empty or
 /// blank setting reads `""` or `" "` rather than nothing before the parenthesis.
 pub(crate) fn invalid_env(var: &'static str, value: &str, allowed: &'static str) -> Error {
@@ -694,6 +702,20 @@ mod tests {
 
     /// A path that is empty, all spaces or has a space at an end is quoted, so that the
     /// name before the colon is visible; others are shown as they are.
+    /// A table of more rows than u32 ids reach (a broadcast view) does not call an id below
+    /// its rows out of range for the rows (a stranger's: "8589934591 ... the vocabulary has
+    /// 8589934592 rows").
+    #[test]
+    fn token_ids_past_u32_are_named_as_such() {
+        let e = Error::TokenId { row: 0, col: 1, id: "8589934591".into(), vocab: 1 << 33 };
+        assert!(e.to_string().ends_with(
+            "token ids are u32, at most 4294967295 (the table has \
+             8589934592 rows)"
+        ));
+        let e = Error::TokenId { row: 0, col: 1, id: "9".into(), vocab: 9 };
+        assert!(e.to_string().ends_with("the vocabulary has 9 rows"));
+    }
+
     #[test]
     fn paths_that_would_not_show_are_quoted() {
         let io = |p: &str| {
