@@ -175,6 +175,11 @@ def snapshot():
                 row["text_config"] = text.model_type
         except Exception as e:  # noqa: BLE001
             row["error"] = f"{type(e).__name__}: {e}"[:200]
+            # A class that will not build with its defaults still names its text_config's
+            # default type (Gemma 4's assistant).
+            spec = (attr(cls, "sub_configs_defaults") or {}).get("text_config")
+            if attr(spec, "model_type"):
+                row["text_config"] = spec.model_type
             out[model_type] = row
             continue
         try:
@@ -184,11 +189,11 @@ def snapshot():
             pass
         row["head_dim"] = head_dim_of(cls)
         row["rotary_code"] = rotary_code(cls)
-        # What posenc would read a default RoPE from: head counts, and no sub-config whose
-        # model (another package's, perhaps rotary) it could be.
+        # What posenc would read a default RoPE from: head counts at the top level.
+        # (A composite with head counts at its top level is read there, not from its
+        # text_config: BridgeTower's.)
         row["reads_heads"] = bool(
             any(attr(default, k) for k in ("num_attention_heads", "n_head", "head_dim"))
-            and not (attr(cls, "sub_configs") or {})
         )
         out[model_type] = row
     json.dump({"transformers": transformers.__version__, "families": out}, sys.stdout, indent=1)

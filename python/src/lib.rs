@@ -103,9 +103,10 @@ fn forked_pool() -> PyResult<Arc<rayon::ThreadPool>> {
     {
         return Ok(pool.clone());
     }
-    // rayon's own count (RAYON_NUM_THREADS, else the cores), as the parent's pool has;
-    // else one thread.
+    // The parent's count (RAYON_NUM_THREADS, else the cores, at most four per core: the
+    // cap the parent's pool had, which a bare builder would not keep); else one thread.
     let pool = match rayon::ThreadPoolBuilder::new()
+        .num_threads(posenc::cpu::threads::pool_size())
         .build()
         .or_else(|_| rayon::ThreadPoolBuilder::new().num_threads(1).build())
     {

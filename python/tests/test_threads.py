@@ -4,6 +4,8 @@ posenc computes."""
 from __future__ import annotations
 
 import multiprocessing
+import subprocess
+import sys
 import os
 import threading
 import warnings
@@ -104,3 +106,37 @@ def _grandchild():
         second = float(pipe.read())
     os.waitpid(pid, 0)
     return [first, second]
+
+
+_FORK_THREADS = r"""
+import os, sys, numpy as np, posenc
+def threads():
+    with open("/proc/self/status") as f:
+        return int(next(l for l in f if l.startswith("Threads:")).split()[1])
+big = np.zeros((1 << 16, 8), np.float32)
+posenc.encode(big, np.zeros((64, 1024), np.int64), device="cpu")
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:
+    posenc.encode(big, np.zeros((64, 1024), np.int64), device="cpu")
+    os.write(write, str(threads()).encode())
+    os._exit(0)
+os.close(write)
+child = int(os.read(read, 64))
+os.waitpid(pid, 0)
+print(threads(), child)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_forked_children_keep_the_thread_cap():
+    """A forked child's pool has the parent's count, capped at four threads per core (64 at
+    least): it was built with RAYON_NUM_THREADS's count whole (1001 threads for 1000, where
+    the parent had 66; 20000 would abort, as the parent did before the cap)."""
+    env = {**os.environ, "RAYON_NUM_THREADS": "1000"}
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", _FORK_THREADS], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    cap = max(64, 4 * (os.cpu_count() or 1))
+    parent, child = map(int, out.stdout.split())
+    assert parent <= cap + 8 and child <= cap + 8, out.stdout

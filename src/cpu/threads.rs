@@ -103,7 +103,7 @@ pub fn start_threads() -> Threads {
         return Threads::AlreadyStarted;
     }
     let (wanted, cores) = wanted_threads();
-    let capped = wanted.min(max_threads(cores));
+    let capped = pool_size();
     let (started, mut reason) = startable_threads(capped);
     if started < wanted && started == capped {
         reason = format!("posenc starts at most {capped} on {cores} cores");
@@ -211,6 +211,14 @@ fn wanted_threads() -> (usize, usize) {
         Some(n) if n > 0 => (n, cores),
         _ => (cores, cores),
     }
+}
+
+/// How many worker threads [`start_threads`] asks for: `RAYON_NUM_THREADS` when it is a
+/// positive number, else the available parallelism, at most [`max_threads`]. For a pool a
+/// program builds itself where rayon's global one cannot serve (a forked child's).
+pub fn pool_size() -> usize {
+    let (wanted, cores) = wanted_threads();
+    wanted.min(max_threads(cores))
 }
 
 /// The most worker threads posenc starts on `cores` cores: four per core, and at least 64.

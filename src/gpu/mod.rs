@@ -159,14 +159,17 @@ pub fn check_driver_address_space() -> Result<()> {
 }
 
 /// The `wgpu::Instance` posenc opens its adapters from: one per process for each set of
-/// backends and flags the environment asks for (`WGPU_BACKEND` and wgpu's other instance
-/// variables), shared by every [`Context`] it opens.
+/// backends and flags the environment asks for (`WGPU_BACKEND`, `WGPU_DEBUG`, ...), shared
+/// by every [`Context`] it opens.
 ///
 /// wgpu knows a resource only within its instance: a buffer of one instance given to a
 /// device of another is looked up by its number there, and may be another buffer of that
 /// instance (a stranger's: `encode_into_buffer` with a buffer of a second context returned
 /// `Ok` and wrote a third buffer). Within one instance wgpu refuses a buffer of another
-/// device, so contexts opened by posenc refuse each other's buffers.
+/// device, so contexts opened by posenc refuse each other's buffers. The instance lives as
+/// long as the process (its drivers stay loaded after the last context is dropped); its key
+/// is the backends and flags the environment names, and other instance variables
+/// (`WGPU_DX12_COMPILER`, `WGPU_GLES_MINOR_VERSION`, ...) are read when it is first made.
 ///
 /// Not for GL adapters (see [`Context::open`]): wgpu 30's GL backend gives every device of
 /// one instance's adapter the same EGL context, which two threads then fail to make current
@@ -180,13 +183,20 @@ fn instance() -> wgpu::Instance {
             std::sync::Mutex::new(Vec::new());
         // A forked child opens its own (its parent's is never dropped there).
         let key = (std::process::id(), desc.backends.bits(), u64::from(desc.flags.bits()));
-        let mut shared = SHARED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let lock = || SHARED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, found)) = lock().iter().find(|(k, _)| *k == key) {
+            return found.clone();
+        }
+        // Made without the lock held (it starts drivers): a fork from another thread
+        // meanwhile leaves the child no lock that nobody releases. Two threads may both
+        // make one; the first kept is everyone's.
+        let made = wgpu::Instance::new(desc);
+        let mut shared = lock();
         if let Some((_, found)) = shared.iter().find(|(k, _)| *k == key) {
             return found.clone();
         }
-        let instance = wgpu::Instance::new(desc);
-        shared.push((key, instance.clone()));
-        instance
+        shared.push((key, made.clone()));
+        made
     }
     #[cfg(target_arch = "wasm32")]
     wgpu::Instance::new(desc)

@@ -1037,13 +1037,13 @@ fn no_rope_switch(config: &Object, model_type: &str, family: &Family) -> Result<
     }
     // wav2vec2-conformer's and its kin's switch, spelt in the plural: relative by default.
     if let Some(value) = get(config, "position_embeddings_type")
-        && value.as_str() != Some("rotary")
+        && !matches!(value.as_str(), Some("rope" | "rotary"))
     {
         return Err(invalid(
             "position_embeddings_type",
             excerpt(value),
-            "rotary: with another, the model's attention applies no RoPE (transformers builds \
-             no rotary module)",
+            "rope or rotary: with another, the model's attention applies no RoPE \
+             (transformers builds no rotary module)",
         ));
     }
     // Falcon's (and any family's) ALiBi in place of RoPE.

@@ -1197,7 +1197,16 @@ fn transformers_5_24_families_read_as_their_modeling_code() {
         "num_attention_heads": 4, "head_dim": 16}}"#;
     assert!(refused(speech, None, "model_type").contains("never called"));
     // Learned or relative positions: not rotary, before any head dim is read.
-    for model_type in ["clip_text_model", "siglip_text_model", "umt5", "longt5", "clvp_decoder"] {
+    // BridgeTower's and GIT's head counts at their top level, beside their sub-configs.
+    for model_type in [
+        "clip_text_model",
+        "siglip_text_model",
+        "umt5",
+        "longt5",
+        "clvp_decoder",
+        "bridgetower",
+        "git",
+    ] {
         let e = RopeSpec::from_hf_config(&small(model_type, ""), None).unwrap_err();
         assert!(matches!(e, posenc::Error::ModelFamily { .. }), "{model_type}: {e}");
     }
@@ -1233,4 +1242,10 @@ fn transformers_5_24_families_read_as_their_modeling_code() {
     assert_eq!(spec(&small("falcon", r#", "alibi": false"#), None).rotary_dim(), 16);
     let relative = small("llama", r#", "position_embeddings_type": "relative""#);
     assert!(refused(&relative, None, "position_embeddings_type").contains("rotary"));
+    for name in ["rope", "rotary"] {
+        let text = small("llama", &format!(r#", "position_embeddings_type": "{name}""#));
+        assert_eq!(spec(&text, None).rotary_dim(), 16);
+    }
+    // Gemma 4's assistant, whose class does not build with its defaults, names gemma4_text.
+    assert_eq!(families::text_model_type("gemma4_assistant"), Some("gemma4_text"));
 }
