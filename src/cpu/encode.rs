@@ -1068,23 +1068,11 @@ mod tests {
             let positions = crate::positions::contiguous_batch(2, ids.ncols()).unwrap();
             for out_dtype in [Dtype::F32, Dtype::Bf16] {
                 let options = EncodeOptions { out_dtype, pad_id, ..Default::default() };
-                let want = encode(
-                    &spec,
-                    Embeddings::F32(c.view()),
-                    ids.view(),
-                    positions.view(),
-                    &options,
-                )
-                .unwrap();
-                let got = encode(
-                    &spec,
-                    Embeddings::F32(fortran.view()),
-                    ids.view(),
-                    positions.view(),
-                    &options,
-                )
-                .unwrap();
-                assert_eq!(got, want, "{ids:?} {pad_id:?}");
+                let run = |table: ndarray::ArrayView2<'_, f32>| {
+                    encode(&spec, Embeddings::F32(table), ids.view(), positions.view(), &options)
+                        .unwrap()
+                };
+                assert_eq!(run(fortran.view()), run(c.view()), "{ids:?} {pad_id:?}");
             }
         }
         // Gathered where there are fewer tokens than rows, not otherwise.

@@ -103,7 +103,7 @@ pub fn start_threads() -> Threads {
         return Threads::AlreadyStarted;
     }
     let (wanted, cores) = wanted_threads();
-    let capped = pool_size();
+    let capped = wanted.min(max_threads(cores));
     let (started, mut reason) = startable_threads(capped);
     if started < wanted && started == capped {
         reason = format!("posenc starts at most {capped} on {cores} cores");
@@ -155,18 +155,13 @@ fn startable_threads(wanted: usize) -> (usize, String) {
             let _ = wait.recv();
             drop(headroom);
         }) {
+            Ok(handle) if started.recv().unwrap_or(false) => waiting.push((release, handle)),
             Ok(handle) => {
-                let room = started.recv().unwrap_or(false);
-                waiting.push((release, handle));
-                if !room {
-                    // Its stack fitted but not its share of the margin: not counted.
-                    let _ = waiting.pop().map(|(release, handle)| {
-                        drop(release);
-                        handle.join()
-                    });
-                    reason = "no memory left for another thread".into();
-                    break;
-                }
+                // Its stack fitted but not its share of the margin: not counted.
+                drop(release);
+                let _ = handle.join();
+                reason = "no memory left for another thread".into();
+                break;
             }
             Err(e) => {
                 reason = e.to_string();

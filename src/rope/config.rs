@@ -1020,31 +1020,23 @@ fn other_rotation(config: &Object) -> Result<()> {
 }
 
 /// Refuses a config whose attention applies no RoPE by its own switch: a
-/// `position_embedding_type` other than `rope` or `rotary` in any family (Granite 4.0-H's
-/// `"nope"`, ESM's `"absolute"`), and in a family that applies RoPE only on its switch
-/// ([`Family::rope_when`]) a config without it. Reading a default RoPE there would be a
-/// silent wrong answer: transformers builds no rotary module.
+/// `position_embedding_type` (or wav2vec2-conformer's plural `position_embeddings_type`,
+/// relative by default) other than `rope` or `rotary` in any family (Granite 4.0-H's
+/// `"nope"`, ESM's `"absolute"`), `alibi` other than false (Falcon's ALiBi), and in a family
+/// that applies RoPE only on its switch ([`Family::rope_when`]) a config without it. Reading
+/// a default RoPE there would be a silent wrong answer: transformers builds no rotary module.
 fn no_rope_switch(config: &Object, model_type: &str, family: &Family) -> Result<()> {
-    if let Some(value) = get(config, "position_embedding_type")
-        && !matches!(value.as_str(), Some("rope" | "rotary"))
-    {
-        return Err(invalid(
-            "position_embedding_type",
-            excerpt(value),
-            "rope or rotary: with another, the model's attention applies no RoPE \
-             (transformers builds no rotary module)",
-        ));
-    }
-    // wav2vec2-conformer's and its kin's switch, spelt in the plural: relative by default.
-    if let Some(value) = get(config, "position_embeddings_type")
-        && !matches!(value.as_str(), Some("rope" | "rotary"))
-    {
-        return Err(invalid(
-            "position_embeddings_type",
-            excerpt(value),
-            "rope or rotary: with another, the model's attention applies no RoPE \
-             (transformers builds no rotary module)",
-        ));
+    for key in ["position_embedding_type", "position_embeddings_type"] {
+        if let Some(value) = get(config, key)
+            && !matches!(value.as_str(), Some("rope" | "rotary"))
+        {
+            return Err(invalid(
+                key,
+                excerpt(value),
+                "rope or rotary: with another, the model's attention applies no RoPE \
+                 (transformers builds no rotary module)",
+            ));
+        }
     }
     // Falcon's (and any family's) ALiBi in place of RoPE.
     if let Some(value) = get(config, "alibi")
