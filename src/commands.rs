@@ -19,8 +19,8 @@
 //! let config = r#"{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
 //!     "rope_theta": 500000.0}"#;
 //! let options = RopeOptions { config: Some(ConfigSource::Text(config)), ..Default::default() };
-//! let spec = options.cache_spec(None)?;
-//! assert_eq!((spec.head_dim(), spec.base()), (128, 500000.0));
+//! let (spec, mrope) = options.cache_spec(None)?;
+//! assert_eq!((spec.head_dim(), spec.base(), mrope), (128, 500000.0, None));
 //!
 //! // The command line's rule: a sequence length only where the scaling reads one.
 //! let options = RopeOptions { seq_len: Some(8192), ..options };
@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 
 use crate::inputs::{self, Source};
 use crate::model_config::{ModelConfig, ModelPositions};
-use crate::rope::{self, Pairing, RopeSpec, Scaling};
+use crate::rope::{self, MultimodalRope, Pairing, RopeSpec, Scaling};
 use crate::{DEFAULT_BASE, Error, Frequencies, PeSpec, Result, Variant};
 
 /// A Hugging Face `config.json`: a file, or its text.
@@ -362,17 +362,21 @@ impl RopeOptions<'_> {
     /// The config's spec, read and checked; `None` without a config. `head_dim` (the
     /// caller's) stands in for a head dim the config does not give.
     pub fn config(&self, head_dim: Option<u32>) -> Result<Option<RopeSpec>> {
-        Ok(self.read_config(head_dim, false)?.map(|(spec, _)| spec))
+        Ok(self.read_config(head_dim, false, false)?.map(|(spec, _, _)| spec))
     }
 
     /// [`RopeOptions::config`], with `module` the pairing of its family's rotary module's
-    /// layout ([`RopeSpec::module_pairing`], its error kept for a caller that needs it): a
-    /// file is read once (a FIFO's text is there once).
+    /// layout ([`RopeSpec::module_pairing`], its error kept for a caller that needs it),
+    /// and with `cache` a multimodal RoPE's axes
+    /// ([`RopeSpec::from_hf_config_multimodal`]): a file is read once (a FIFO's text is
+    /// there once).
+    #[allow(clippy::type_complexity)]
     fn read_config(
         &self,
         head_dim: Option<u32>,
         module: bool,
-    ) -> Result<Option<(RopeSpec, Option<Result<Pairing>>)>> {
+        cache: bool,
+    ) -> Result<Option<(RopeSpec, Option<Result<Pairing>>, Option<MultimodalRope>)>> {
         if self.layer_type.is_some() && self.config.is_none() {
             return Err(Error::InvalidParameter {
                 field: "layer_type",
@@ -391,13 +395,16 @@ impl RopeOptions<'_> {
             Some(path) => e.in_config_file(path),
             None => e,
         };
-        let spec = match head_dim {
-            Some(d) => RopeSpec::from_hf_config_with_head_dim(&text, self.layer_type, d),
-            None => RopeSpec::from_hf_config(&text, self.layer_type),
+        let (spec, mrope) = match (head_dim, cache) {
+            (d, true) => RopeSpec::from_hf_config_multimodal(&text, self.layer_type, d),
+            (Some(d), false) => {
+                RopeSpec::from_hf_config_with_head_dim(&text, self.layer_type, d).map(|s| (s, None))
+            }
+            (None, false) => RopeSpec::from_hf_config(&text, self.layer_type).map(|s| (s, None)),
         }
         .map_err(named)?;
         let module = module.then(|| RopeSpec::module_pairing(&text).map_err(named));
-        Ok(Some((spec, module)))
+        Ok(Some((spec, module, mrope)))
     }
 
     /// The spec for heads of `head_dim`: the options, else `config`'s values, else the
@@ -476,11 +483,17 @@ impl RopeOptions<'_> {
     /// not cos and sin of shape `[positions, rotary_dim]`), which is not always the pairing
     /// its attention rotates. Errors about the head or rotary dim name the option it came
     /// from.
-    pub fn cache_spec(&self, head_dim: Option<u32>) -> Result<RopeSpec> {
+    ///
+    /// A multimodal RoPE's config (Qwen2-VL, Qwen3-VL, GLM-4V, ...) gives its cache by
+    /// position, and its axes ([`MultimodalRope`], checked against the rotary dim used).
+    pub fn cache_spec(&self, head_dim: Option<u32>) -> Result<(RopeSpec, Option<MultimodalRope>)> {
         let scaling = self.scaling()?;
         // The module's layout is read only where no pairing is given.
-        let (config, module) = self.read_config(head_dim, self.pairing.is_none())?.unzip();
-        let module = module.flatten();
+        let read = self.read_config(head_dim, self.pairing.is_none(), true)?;
+        let (config, module, mrope) = match read {
+            Some((spec, module, mrope)) => (Some(spec), module, mrope),
+            None => (None, None, None),
+        };
         let Some(dim) = head_dim.or(config.as_ref().map(RopeSpec::head_dim)) else {
             return Err(Error::InvalidParameter {
                 field: "head_dim",
@@ -490,13 +503,15 @@ impl RopeOptions<'_> {
         };
         let flag = if head_dim.is_some() { "--head-dim" } else { "--config" };
         let origin = |e, h, r| with_origin(e, flag, h, r);
-        match module {
+        let spec = match module {
             Some(module) => {
                 let options = RopeOptions { pairing: Some(module?), ..self.clone() };
-                options.spec(dim, config.as_ref(), scaling, origin)
+                options.spec(dim, config.as_ref(), scaling, origin)?
             }
-            None => self.spec(dim, config.as_ref(), scaling, origin),
-        }
+            None => self.spec(dim, config.as_ref(), scaling, origin)?,
+        };
+        let mrope = mrope.map(|m| m.for_rotary_dim(spec.rotary_dim())).transpose()?;
+        Ok((spec, mrope))
     }
 }
 

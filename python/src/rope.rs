@@ -11,7 +11,7 @@ use numpy::{
 };
 use posenc::commands::{ConfigSource, InvFreq, RopeOptions, ScalingSource, with_origin};
 use posenc::inputs::{self, MAX_OUTPUT_VALUES, Source};
-use posenc::rope::{self as rp, Element, RopeCache, RopeSpec, Scaling};
+use posenc::rope::{self as rp, Element, MultimodalRope, RopeCache, RopeSpec, Scaling};
 use posenc::{Error, cpu, positions};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -578,8 +578,8 @@ fn cache_request(
     len: Option<u64>,
     positions_spec: Option<&str>,
     positions: Option<IntView<'_, Ix1>>,
-) -> Result<(RopeSpec, Vec<u32>), Error> {
-    let spec = options.cache_spec(head_dim)?;
+) -> Result<(RopeSpec, Option<MultimodalRope>, Vec<u32>), Error> {
+    let (spec, mrope) = options.cache_spec(head_dim)?;
     let check = |n: u64| {
         let n = usize::try_from(n).unwrap_or(usize::MAX);
         let shape = [2, n, spec.rotary_dim() as usize];
@@ -606,7 +606,7 @@ fn cache_request(
         }
     };
     check(positions.len() as u64)?;
-    Ok((spec, positions))
+    Ok((spec, mrope, positions))
 }
 
 fn parse_cache_dtype(text: &str) -> PyResult<rp::Dtype> {
@@ -634,6 +634,16 @@ fn cache_array(py: Python<'_>, a: Array2<f32>, dtype: rp::Dtype) -> Bound<'_, Py
 /// `(cos, sin)` as numpy float32.
 type CosSin<'py> = (Bound<'py, PyArray2<f32>>, Bound<'py, PyArray2<f32>>);
 
+/// A multimodal RoPE's `(section, layout, axes)`, as Python receives it.
+type MropeResult<'py> = ((u32, u32, u32), &'static str, Bound<'py, PyArray1<u8>>);
+
+fn mrope_to_py(py: Python<'_>, mrope: Option<MultimodalRope>) -> Option<MropeResult<'_>> {
+    mrope.map(|m| {
+        let [t, h, w] = m.section();
+        ((t, h, w), m.layout().name(), PyArray1::from_vec(py, m.axes()))
+    })
+}
+
 type CacheResult<'py> = (
     Bound<'py, PyAny>,
     Bound<'py, PyAny>,
@@ -641,6 +651,7 @@ type CacheResult<'py> = (
     f32,
     &'static str,
     Option<String>,
+    Option<MropeResult<'py>>,
 );
 
 fn cache_to_py(
@@ -649,6 +660,7 @@ fn cache_to_py(
     dtype: rp::Dtype,
     pairing: rp::Pairing,
     note: Option<String>,
+    mrope: Option<MultimodalRope>,
 ) -> CacheResult<'_> {
     let RopeCache { cos, sin, inv_freq, attention_factor } = cache;
     (
@@ -658,10 +670,12 @@ fn cache_to_py(
         attention_factor,
         pairing_name(pairing),
         note,
+        mrope_to_py(py, mrope),
     )
 }
 
-/// `posenc rope-cache`, numpy out: `(cos, sin, inv_freq, attention_factor, pairing, note)`.
+/// `posenc rope-cache`, numpy out: `(cos, sin, inv_freq, attention_factor, pairing, note,
+/// mrope)`, `mrope` a multimodal RoPE's `(section, layout, axes)` or `None`.
 #[pyfunction]
 #[pyo3(signature = (*, head_dim, config_path, config_json, config_name = None, layer_type,
     pairing, rotary_dim, base, scaling_json, scaling_path, inv_freq, inv_freq_path,
@@ -707,20 +721,20 @@ fn rope_cache<'py>(
     );
     let given_array = positions.map(|p| IntArray::<Ix1>::extract(p, "positions")).transpose()?;
     let given = given_array.as_ref().map(IntArray::view);
-    let ((cache, note), pairing) =
-        compute(py, || -> Result<(Noted<RopeCache>, rp::Pairing), Failure> {
-            let (spec, positions) =
-                cache_request(&options, head_dim, len, positions_spec.as_deref(), given)
-                    .map_err(|e| in_config(e, &config_name))?;
-            let values = 2 * positions.len() as u64 * u64::from(spec.rotary_dim());
-            posenc::alloc::check_allocation("the rope cache", values.saturating_mul(8))?;
-            let done = on_device(device, None, HostJob::Table { values }, |ctx| match ctx {
-                None => cpu::rope_cache(&spec, &positions),
-                Some(ctx) => ctx.rope_cache(&spec, &positions),
-            })?;
-            Ok((done, spec.pairing()))
+    type Done = (Noted<RopeCache>, rp::Pairing, Option<MultimodalRope>);
+    let ((cache, note), pairing, mrope) = compute(py, || -> Result<Done, Failure> {
+        let (spec, mrope, positions) =
+            cache_request(&options, head_dim, len, positions_spec.as_deref(), given)
+                .map_err(|e| in_config(e, &config_name))?;
+        let values = 2 * positions.len() as u64 * u64::from(spec.rotary_dim());
+        posenc::alloc::check_allocation("the rope cache", values.saturating_mul(8))?;
+        let done = on_device(device, None, HostJob::Table { values }, |ctx| match ctx {
+            None => cpu::rope_cache(&spec, &positions),
+            Some(ctx) => ctx.rope_cache(&spec, &positions),
         })?;
-    Ok(cache_to_py(py, cache, dtype, pairing, note))
+        Ok((done, spec.pairing(), mrope))
+    })?;
+    Ok(cache_to_py(py, cache, dtype, pairing, note, mrope))
 }
 
 /// A RoPE configuration read once (from a config, or from options), whose cache is then
@@ -728,6 +742,7 @@ fn rope_cache<'py>(
 #[pyclass(name = "RopeSpec", module = "posenc", frozen)]
 struct PyRopeSpec {
     spec: RopeSpec,
+    mrope: Option<MultimodalRope>,
 }
 
 #[pymethods]
@@ -768,12 +783,18 @@ impl PyRopeSpec {
             attention_factor,
             seq_len,
         );
-        let spec = compute(py, || {
+        let (spec, mrope) = compute(py, || {
             cache_request(&options, head_dim, None, None, None)
-                .map(|(s, _)| s)
+                .map(|(s, m, _)| (s, m))
                 .map_err(|e| Failure::from(in_config(e, &config_name)))
         })?;
-        Ok(Self { spec })
+        Ok(Self { spec, mrope })
+    }
+
+    /// A multimodal RoPE's `(section, layout, axes)`, else `None`.
+    #[getter]
+    fn mrope<'py>(&self, py: Python<'py>) -> Option<MropeResult<'py>> {
+        mrope_to_py(py, self.mrope)
     }
 
     /// Dimensions per head.
@@ -824,7 +845,7 @@ impl PyRopeSpec {
     /// This spec with another pairing (the layout of its cache).
     fn with_pairing(&self, pairing: &str) -> PyResult<Self> {
         let pairing = parse_pairing(Some(pairing))?.expect("given");
-        Ok(Self { spec: self.spec.clone().with_pairing(pairing) })
+        Ok(Self { spec: self.spec.clone().with_pairing(pairing), mrope: self.mrope })
     }
 
     /// `(cos, sin)` at `positions` (a 1-D array of any integer type), `[n, rotary_dim]`

@@ -5,7 +5,7 @@
 use serde_json::{Map, Value};
 
 use super::families::{self, BaseDefault, Family, HeadDimDefault, LayerRule, PairingRule};
-use super::families::{PartialDefault, Refusal, RotaryKey};
+use super::families::{Mrope, PartialDefault, Refusal, RotaryKey};
 use super::scaling::{excerpt, invalid, parse_json, whole_number};
 use super::{DEFAULT_BASE, Pairing, RopeSpec, Scaling};
 use crate::error::{Error, Result, float, json_number};
@@ -671,13 +671,6 @@ fn scaling(
     per_layer: bool,
     family: &Family,
 ) -> Result<Scaling> {
-    if map.contains_key("mrope_section") {
-        return Err(invalid(
-            format!("{key}.mrope_section"),
-            excerpt(&map["mrope_section"]),
-            "absent: multimodal RoPE (mrope) is not a rotation posenc computes",
-        ));
-    }
     for attention_key in family.attention_keys {
         map.remove(*attention_key);
     }
@@ -980,8 +973,150 @@ fn language_model(json: &str) -> Result<Object> {
         }
         // A multimodal model's language model may be one without RoPE (BLIP-2's OPT).
         not_rotary(&config)?;
+    } else if has_head
+        && config.get("text_config").is_none()
+        && FLAT_COMPOSITES.contains(&top_type.as_str())
+        && let Some(text_type) = families::text_model_type(&top_type)
+    {
+        config.insert("model_type".into(), text_type.into());
     }
     Ok(config)
+}
+
+/// Composite models whose config class builds its `text_config` from a flat config's
+/// top-level keys (the hub's Qwen2-VL, Qwen2.5-VL and PaddleOCR-VL configs are flat): read
+/// as their language model's family, as transformers 5.24 reads them.
+const FLAT_COMPOSITES: &[&str] = &["qwen2_vl", "qwen2_5_vl", "paddleocr_vl"];
+
+/// A multimodal RoPE (M-RoPE) as a config gives it: its family's layout ([`Mrope`]) and
+/// the three `mrope_section` counts (the config's, else the family's default), which sum to
+/// the rotary dim's frequencies. Its cos and sin by position are a 1-D RoPE's
+/// ([`RopeSpec::from_hf_config_multimodal`]); frequency `i` of a token takes the position
+/// of its axis [`MultimodalRope::axes`]`[i]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MultimodalRope {
+    layout: Mrope,
+    section: [u32; 3],
+    /// `rotary_dim / 2`.
+    freqs: u32,
+}
+
+impl MultimodalRope {
+    /// The family's layout.
+    pub fn layout(&self) -> Mrope {
+        self.layout
+    }
+
+    /// The `mrope_section` counts: frequencies of the time, height and width axes.
+    pub fn section(&self) -> [u32; 3] {
+        self.section
+    }
+
+    /// Frequency `i`'s axis (0 time, 1 height, 2 width), for each of the `rotary_dim / 2`
+    /// frequencies. Column `c` of a `neox` cache holds frequency `c % (rotary_dim / 2)`,
+    /// of a `gptj` one frequency `c / 2`.
+    pub fn axes(&self) -> Vec<u8> {
+        (0..self.freqs).map(|i| self.layout.axis(self.section, i)).collect()
+    }
+
+    /// The same for `rotary_dim` (a caller's override of the config's).
+    ///
+    /// # Errors
+    /// [`Error::RopeConfig`] naming `mrope_section` unless its counts sum to
+    /// `rotary_dim / 2`.
+    pub fn for_rotary_dim(self, rotary_dim: u32) -> Result<Self> {
+        let sum: u64 = self.section.iter().map(|&n| u64::from(n)).sum();
+        if sum != u64::from(rotary_dim / 2) {
+            return Err(Error::RopeConfig {
+                path: None,
+                field: "mrope_section".into(),
+                value: format!("{:?} (sum {sum})", self.section),
+                allowed: format!(
+                    "three counts summing to rotary_dim / 2 = {} (the {} layout takes one \
+                     axis per frequency)",
+                    rotary_dim / 2,
+                    self.layout.name()
+                ),
+            });
+        }
+        Ok(MultimodalRope { freqs: rotary_dim / 2, ..self })
+    }
+}
+
+/// The legacy `rope_scaling.type` Qwen2-VL's and Qwen2.5-VL's config classes read as
+/// `default`.
+const MROPE_TYPE_FAMILIES: &[&str] = &["qwen2_vl_text", "qwen2_5_vl_text"];
+
+/// A multimodal RoPE's keys, taken out of its scaling object: the rotation then read is the
+/// 1-D one each axis gathers from. Qwen2-VL's legacy `type: "mrope"` becomes `default`, as
+/// its config class makes it; the `mrope_interleaved` of Qwen3-VL's families (which their
+/// config classes exempt from validation and their modules never read) is read past;
+/// `mrope_section` is taken (else the family's default, `false` beside it), and checked by
+/// the caller once the rotary dim is known.
+/// `mrope_section` is refused outside the [`Family::mrope`] families, and where
+/// `cache` is false (`rope`): that rotation takes a position per axis.
+fn multimodal_keys(
+    rope: &mut Rope,
+    model_type: &str,
+    family: &Family,
+    cache: bool,
+) -> Result<Option<(Mrope, [u32; 3], bool)>> {
+    let Some((map, key)) = rope.scaling.as_mut() else {
+        return Ok(family.mrope.map(|m| (m, m.default_section(), false)));
+    };
+    let type_key = if get(map, "rope_type").is_some() { "rope_type" } else { "type" };
+    if MROPE_TYPE_FAMILIES.contains(&model_type)
+        && get(map, type_key).and_then(Value::as_str) == Some("mrope")
+    {
+        map.insert(type_key.into(), "default".into());
+    }
+    let Some(layout) = family.mrope else {
+        if let Some(section) = map.get("mrope_section") {
+            return Err(invalid(
+                format!("{key}.mrope_section"),
+                excerpt(section),
+                "absent: multimodal RoPE (mrope) is not a rotation posenc computes for this \
+                 model_type",
+            ));
+        }
+        return Ok(None);
+    };
+    if let Some(Value::Bool(_)) = map.get("mrope_interleaved")
+        && matches!(layout, Mrope::Interleaved(_))
+    {
+        map.remove("mrope_interleaved");
+    }
+    let Some(section) = map.remove("mrope_section") else {
+        return Ok(Some((layout, layout.default_section(), false)));
+    };
+    if !cache {
+        return Err(invalid(
+            format!("{key}.mrope_section"),
+            excerpt(&section),
+            format!(
+                "absent for a rotation: {model_type}'s multimodal RoPE (M-RoPE, {}) turns \
+                 each frequency by the position of one of three axes, which posenc's rope \
+                 does not take; rope-cache writes the cos/sin by position that each axis \
+                 gathers from",
+                layout.name()
+            ),
+        ));
+    }
+    let counts = match &section {
+        Value::Array(items) if items.len() == 3 => items
+            .iter()
+            .map(|v| v.as_u64().filter(|&n| (1..=32768).contains(&n)).map(|n| n as u32))
+            .collect::<Option<Vec<u32>>>(),
+        _ => None,
+    };
+    let Some([t, h, w]) = counts.as_deref().map(|c| [c[0], c[1], c[2]]) else {
+        return Err(invalid(
+            format!("{key}.mrope_section"),
+            excerpt(&section),
+            "three whole numbers in 1..=32768 (time, height and width frequencies)",
+        ));
+    };
+    Ok(Some((layout, [t, h, w], true)))
 }
 
 /// A config's errors, which the readers shared with `rope_scaling` objects give as
@@ -1313,23 +1448,67 @@ impl RopeSpec {
         })
     }
 
+    /// [`RopeSpec::from_hf_config`] (with `head_dim` as
+    /// [`RopeSpec::from_hf_config_with_head_dim`] takes it) for a cache by position, which
+    /// also reads a multimodal RoPE (M-RoPE: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5,
+    /// GLM-4V, PaddleOCR-VL, ...; [`Family::mrope`](families::Family::mrope)): its
+    /// `mrope_section` (else the family's default) comes back as a [`MultimodalRope`], and
+    /// the spec is the 1-D RoPE whose cos and sin each of its axes gathers. A family without
+    /// M-RoPE gives `None`.
+    ///
+    /// ```
+    /// use posenc::rope::RopeSpec;
+    ///
+    /// let qwen25_vl = r#"{"model_type": "qwen2_5_vl", "hidden_size": 3584,
+    ///     "num_attention_heads": 28, "rope_theta": 1000000.0,
+    ///     "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}"#;
+    /// let (spec, mrope) = RopeSpec::from_hf_config_multimodal(qwen25_vl, None, None)?;
+    /// assert_eq!((spec.head_dim(), spec.base()), (128, 1e6));
+    /// let mrope = mrope.unwrap();
+    /// assert_eq!(mrope.section(), [16, 24, 24]);
+    /// // Frequencies 0..16 take the time axis, 16..40 the height, 40..64 the width.
+    /// assert_eq!(&mrope.axes()[14..18], &[0, 0, 1, 1]);
+    /// // A rotation needs a position per axis: RopeSpec::from_hf_config refuses it.
+    /// assert!(RopeSpec::from_hf_config(qwen25_vl, None).is_err());
+    /// # Ok::<(), posenc::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`RopeSpec::from_hf_config`]; [`Error::RopeConfig`] naming `mrope_section` unless
+    /// it is three whole numbers summing to `rotary_dim / 2` (also the family's default,
+    /// where the config has none), and for `mrope_section` in a family without M-RoPE.
+    pub fn from_hf_config_multimodal(
+        json: &str,
+        layer_type: Option<&str>,
+        head_dim: Option<u32>,
+    ) -> Result<(RopeSpec, Option<MultimodalRope>)> {
+        Self::read(json, layer_type, head_dim, true).map_err(as_config_error)
+    }
+
     fn read_hf_config(
         json: &str,
         layer_type: Option<&str>,
         stand_in: Option<u32>,
     ) -> Result<RopeSpec> {
-        Self::read(json, layer_type, stand_in).map_err(as_config_error)
+        Ok(Self::read(json, layer_type, stand_in, false).map_err(as_config_error)?.0)
     }
 
-    /// [`RopeSpec::read_hf_config`] before its errors are named as the config's.
-    fn read(json: &str, layer_type: Option<&str>, stand_in: Option<u32>) -> Result<RopeSpec> {
+    /// [`RopeSpec::read_hf_config`] before its errors are named as the config's; `cache`:
+    /// [`RopeSpec::from_hf_config_multimodal`]'s reading.
+    fn read(
+        json: &str,
+        layer_type: Option<&str>,
+        stand_in: Option<u32>,
+        cache: bool,
+    ) -> Result<(RopeSpec, Option<MultimodalRope>)> {
         let config = language_model(json)?;
         other_rotation(&config)?;
         let model_type = get(&config, "model_type").and_then(Value::as_str).unwrap_or("");
         let family = families::of(model_type);
         no_rope_switch(&config, model_type, family)?;
         nested_base(&config, family)?;
-        let rope = rope(&config, layer_type, model_type, family)?;
+        let mut rope = rope(&config, layer_type, model_type, family)?;
+        let mrope = multimodal_keys(&mut rope, model_type, family, cache)?;
         // No scaling object (the legacy form without rope_scaling) is a default RoPE.
         let rope_type = match &rope.scaling {
             Some((map, _)) => type_of(map),
@@ -1385,7 +1564,7 @@ impl RopeSpec {
             Error::InvalidParameter { field, value, allowed } => invalid(field, value, allowed),
             other => other,
         };
-        RopeSpec::partial(head_dim, rotary)
+        let spec = RopeSpec::partial(head_dim, rotary)
             .map_err(as_config)?
             .with_base(theta)
             .map_err(|e| match e {
@@ -1396,6 +1575,27 @@ impl RopeSpec {
             })?
             .with_pairing(pairing)
             .with_scaling(scaling)
-            .map_err(under(&scaling_key))
+            .map_err(under(&scaling_key))?;
+        // Only a cache reads the axes; a rotation of text positions (one per token) is the
+        // 1-D one without them.
+        let mrope = match mrope {
+            Some((layout, section, given)) if cache => {
+                let m = MultimodalRope { layout, section, freqs: 0 };
+                Some(m.for_rotary_dim(rotary).map_err(|e| match e {
+                    Error::RopeConfig { value, allowed, .. } if given => {
+                        invalid(format!("{scaling_key}.mrope_section"), value, allowed)
+                    }
+                    // transformers' module fails on it too (its split needs the sum).
+                    Error::RopeConfig { value, allowed, .. } => invalid(
+                        format!("{scaling_key}.mrope_section"),
+                        format!("missing: {model_type}'s class default {value}"),
+                        allowed,
+                    ),
+                    other => other,
+                })?)
+            }
+            _ => None,
+        };
+        Ok((spec, mrope))
     }
 }

@@ -45,6 +45,8 @@ use crate::error::{Error, Result, float};
 pub use cache::RopeCache;
 pub(crate) use cache::cache_frequencies;
 pub use cache::check_cache_size;
+pub use config::MultimodalRope;
+pub use families::Mrope;
 pub use scaling::{
     Llama3, LongRope, MAX_FACTORS, MAX_JSON_BYTES, Proportional, ROPE_TYPES, Scaling,
     YARN_BETA_FAST, YARN_BETA_SLOW, Yarn,

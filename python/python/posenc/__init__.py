@@ -914,23 +914,36 @@ def module_pairing(config: Any) -> str:
 class RopeCache(tuple):
     """``(cos, sin)``, each ``[positions, rotary_dim]``, with what produced them:
     ``inv_freq`` (the exact frequencies rounded to float32, ``[rotary_dim / 2]``),
-    ``attention_factor`` (already in cos and sin) and ``pairing`` (the layout)."""
+    ``attention_factor`` (already in cos and sin) and ``pairing`` (the layout).
+
+    For a multimodal RoPE's config (M-RoPE: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5,
+    GLM-4V, ...), the cache is by position, and ``mrope_section`` (the three counts),
+    ``mrope_layout`` (``"sections"`` or ``"interleaved"``) and ``mrope_axes`` (uint8,
+    ``[rotary_dim / 2]``: the axis, 0 time, 1 height, 2 width, whose position each
+    frequency takes) say how the model gathers it; ``None`` for other RoPEs."""
 
     inv_freq: np.ndarray
     attention_factor: float
     pairing: str
+    mrope_section: Optional[tuple]
+    mrope_layout: Optional[str]
+    mrope_axes: Optional[np.ndarray]
 
-    def __new__(cls, cos, sin, inv_freq, attention_factor, pairing):
+    def __new__(cls, cos, sin, inv_freq, attention_factor, pairing, mrope=None):
         self = super().__new__(cls, (cos, sin))
         self.inv_freq = inv_freq
         self.attention_factor = attention_factor
         self.pairing = pairing
+        self.mrope_section, self.mrope_layout, self.mrope_axes = mrope or (None, None, None)
         return self
 
     def __reduce__(self):
         # As a tuple subclass with attributes: pickle, copy and deepcopy rebuild it from
-        # the five values its constructor takes.
-        fields = (self[0], self[1], self.inv_freq, self.attention_factor, self.pairing)
+        # the six values its constructor takes.
+        mrope = None
+        if self.mrope_section is not None:
+            mrope = (self.mrope_section, self.mrope_layout, self.mrope_axes)
+        fields = (self[0], self[1], self.inv_freq, self.attention_factor, self.pairing, mrope)
         # The instance's attributes too (a subclass's, or ones set on it).
         return (type(self), fields, dict(self.__dict__))
 
@@ -979,6 +992,12 @@ def rope_cache(
     ``pairing`` (default ``"neox"``). ``dtype``: ``"f32"``, ``"f16"`` or ``"bf16"``
     (uint16 bits). The attention factor is in the values. Returns a :class:`RopeCache`,
     which unpacks as ``(cos, sin)``.
+
+    A multimodal RoPE's config (M-RoPE, with or without ``mrope_section``) gives the cache
+    by position that each of its three axes gathers from; its ``mrope_axes`` say which
+    axis's position each frequency takes (:class:`RopeCache`). For position ids ``[3, n]``
+    and a cache over positions ``0..N``: ``cos[ids[axes[f]], c]`` for column ``c`` of
+    frequency ``f`` (``c % (rotary_dim // 2)``, or ``c // 2`` for ``"gptj"``).
     """
     config = _config_once(config)
     spec = None
@@ -993,7 +1012,7 @@ def rope_cache(
         spec = positions
     else:
         pos = _int_array(positions, "positions", (1,), 2 * (head_dim or 1))
-    cos, sin, inv, factor, pairing_used, note = _posenc.rope_cache(
+    cos, sin, inv, factor, pairing_used, note, mrope = _posenc.rope_cache(
         head_dim=_whole(head_dim, "head_dim", _U32, allowed=_HEAD_DIMS),
         len=_whole(length, "seq_len", 2**32, allowed="0..=4294967296 (positions are u32)"),
         positions_spec=spec,
@@ -1006,7 +1025,7 @@ def rope_cache(
         ),
     )
     _noted((None, note))
-    return RopeCache(cos, sin, inv, factor, pairing_used)
+    return RopeCache(cos, sin, inv, factor, pairing_used, mrope)
 
 
 class RopeSpec:
@@ -1060,6 +1079,12 @@ class RopeSpec:
         lambda self: self._spec.depends_on_length,
         doc="Whether the frequencies depend on the largest position (dynamic, longrope).",
     )
+
+    @property
+    def mrope(self) -> Optional[tuple]:
+        """A multimodal RoPE's ``(mrope_section, mrope_layout, mrope_axes)``, as
+        :class:`RopeCache` has them; ``None`` for other RoPEs."""
+        return self._spec.mrope
 
     def frequencies(self, seq_len: int) -> tuple[np.ndarray, float]:
         """The frequencies (float64 radians per position) and attention factor at

@@ -18,6 +18,8 @@ class GpuError(RuntimeError):
     device, device memory exhausted, or a request past a limit of the GPU path."""
 
 Note = Optional[str]
+# A multimodal RoPE's (mrope_section, mrope_layout, mrope_axes).
+Mrope = tuple[tuple[int, int, int], str, npt.NDArray[np.uint8]]
 
 def table(
     *,
@@ -116,7 +118,9 @@ def rope_cache(
     positions: Optional[npt.NDArray[np.integer]],
     dtype: str,
     device: str,
-) -> tuple[np.ndarray, np.ndarray, npt.NDArray[np.float32], float, str, Note]: ...
+) -> tuple[
+    np.ndarray, np.ndarray, npt.NDArray[np.float32], float, str, Note, Optional[Mrope]
+]: ...
 def alibi_slopes(heads: int) -> npt.NDArray[np.float32]: ...
 def alibi_bias(
     *,
@@ -135,6 +139,8 @@ def no_adapter_hint() -> str: ...
 def _panic_for_test() -> None: ...
 
 class RopeSpec:
+    @property
+    def mrope(self) -> Optional[Mrope]: ...
     def __init__(
         self,
         *,

@@ -8,6 +8,7 @@ mod encode;
 mod encode_shapes;
 mod learned;
 mod model_config;
+mod mrope;
 mod plot;
 mod rope;
 mod rope_config;

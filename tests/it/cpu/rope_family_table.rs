@@ -333,13 +333,18 @@ fn refusal_cell(f: &Family) -> String {
     }
 }
 
-/// The rotary module's layout, where it is not `cat(freqs, freqs)` (a `neox` cache).
+/// The rotary module's layout, where it is not `cat(freqs, freqs)` (a `neox` cache), and a
+/// multimodal RoPE's axes.
 fn module_cell(f: &Family) -> String {
-    match f.module {
+    let layout = match f.module {
         ModuleLayout::Halves => String::new(),
         ModuleLayout::Pairs => "per pair (`gptj` cache)".into(),
         ModuleLayout::Other(what) => format!("no drop-in: {what}"),
-    }
+    };
+    let Some(m) = f.mrope else { return layout };
+    let [t, h, w] = m.default_section();
+    let mrope = format!("M-RoPE ({}, default section [{t}, {h}, {w}])", m.name());
+    if layout.is_empty() { mrope } else { format!("{layout}; {mrope}") }
 }
 
 fn count(keep: impl Fn(&Family) -> bool) -> usize {
@@ -419,9 +424,11 @@ fn families_page() -> String {
         format!(
             "Rotary module: {} whose module returns each frequency repeated per pair (a \
              `gptj` cache stands in for it), {} whose module returns another shape (no \
-             drop-in cache).",
+             drop-in cache); {} multimodal RoPEs (M-RoPE: `rope-cache` gives the cache by \
+             position and each frequency's axis, `rope` refuses a config with `mrope_section`).",
             count(|f| f.module == ModuleLayout::Pairs),
-            count(|f| matches!(f.module, ModuleLayout::Other(_)))
+            count(|f| matches!(f.module, ModuleLayout::Other(_))),
+            count(|f| f.mrope.is_some())
         ),
         format!(
             "Refused: {} whose positions are not rotary, {} whose rotation posenc does not \

@@ -8,7 +8,7 @@ use half::{bf16, f16};
 use ndarray::{Array2, Array3, Axis, stack};
 use posenc::alloc::check_allocation;
 use posenc::inputs::{self, MAX_OUTPUT_VALUES};
-use posenc::rope::{RopeCache, RopeSpec};
+use posenc::rope::{MultimodalRope, RopeCache, RopeSpec};
 use posenc::{Error, cpu, npy, positions};
 
 use super::rope::RopeParams;
@@ -35,6 +35,12 @@ safetensors (the default): tensors cos and sin ([positions, rotary_dim], --dtype
     ([rotary_dim / 2], f32: the exact frequencies rounded, for a module's buffer), metadata \
     attention_factor, pairing, rotary_dim. npy: one array [2, positions, rotary_dim] holding cos \
     then sin (bf16 as '<u2' raw bits).
+
+A multimodal RoPE's config (M-RoPE: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5, GLM-4V, \
+    PaddleOCR-VL, ...) gives the cache by position that each of its three axes gathers from, \
+    with a note; safetensors' metadata adds mrope_section, mrope_layout (sections or \
+    interleaved) and mrope_axes, one digit per frequency: the axis (0 time, 1 height, 2 width) \
+    whose position that frequency takes. `posenc rope` refuses such a config.
 
 The frequencies are those of a rotation at the same positions: dynamic and longrope see the \
     largest position + 1, or --seq-len N.";
@@ -101,7 +107,7 @@ pub(crate) fn run(args: &RopeCacheArgs) -> Result<(), Failure> {
         "-",
         "the cache needs -o PATH or a redirected stdout",
     )?;
-    let (spec, positions) = load(args).map_err(Failure::usage)?;
+    let (spec, mrope, positions) = load(args).map_err(Failure::usage)?;
 
     // The request is valid: from here on failures are the run's (exit 1).
     let values = 2 * positions.len() as u64 * u64::from(spec.rotary_dim());
@@ -113,9 +119,22 @@ pub(crate) fn run(args: &RopeCacheArgs) -> Result<(), Failure> {
             Compute::Gpu(ctx) => ctx.rope_cache(&spec, &positions)?,
         })
     })?;
+    if let Some(m) = mrope {
+        let [t, h, w] = m.section();
+        let recorded = match args.format {
+            CacheFormat::Safetensors => "metadata mrope_axes",
+            CacheFormat::Npy => "not recorded in .npy; safetensors' metadata mrope_axes",
+        };
+        crate::failure::note(&format!(
+            "the config's RoPE is multimodal (M-RoPE, mrope_section [{t}, {h}, {w}], {}): this \
+             cache is by position, and each frequency of a token takes the position of one \
+             axis (0 time, 1 height, 2 width; {recorded} lists them per frequency)",
+            m.layout().name()
+        ));
+    }
     match (args.format, args.dtype) {
         (CacheFormat::Safetensors, dtype) => {
-            let bytes = safetensors_bytes(&cache, dtype, &spec);
+            let bytes = safetensors_bytes(&cache, dtype, &spec, mrope.as_ref());
             emit(&out, |w| w.write_all(&bytes))
         }
         (CacheFormat::Npy, CacheDtype::F32) => {
@@ -130,11 +149,12 @@ pub(crate) fn run(args: &RopeCacheArgs) -> Result<(), Failure> {
     }
 }
 
-/// The spec and the positions, every size checked before the positions exist.
-fn load(args: &RopeCacheArgs) -> Result<(RopeSpec, Vec<u32>), Error> {
+/// The spec, a multimodal RoPE's axes and the positions, every size checked before the
+/// positions exist.
+fn load(args: &RopeCacheArgs) -> Result<(RopeSpec, Option<MultimodalRope>, Vec<u32>), Error> {
     args.params.check()?;
     // clap requires --head-dim without --config.
-    let spec = args.params.options().cache_spec(args.head_dim)?;
+    let (spec, mrope) = args.params.options().cache_spec(args.head_dim)?;
     let check = |n: u64| {
         let n = usize::try_from(n).unwrap_or(usize::MAX);
         let shape = [2, n, spec.rotary_dim() as usize];
@@ -155,7 +175,7 @@ fn load(args: &RopeCacheArgs) -> Result<(RopeSpec, Vec<u32>), Error> {
         }
     };
     check(positions.len() as u64)?;
-    Ok((spec, positions))
+    Ok((spec, mrope, positions))
 }
 
 /// `[2, positions, rotary_dim]`: cos, then sin, each value converted by `f`.
@@ -168,7 +188,12 @@ fn both<T: Copy>(cache: &RopeCache, f: impl Fn(f32) -> T + Copy) -> Array3<T> {
 /// rather than by `safetensors::serialize`, whose header lists the metadata in a hash
 /// map's order: this header's keys are sorted, so the same cache is the same bytes on every
 /// run and device.
-fn safetensors_bytes(cache: &RopeCache, dtype: CacheDtype, spec: &RopeSpec) -> Vec<u8> {
+fn safetensors_bytes(
+    cache: &RopeCache,
+    dtype: CacheDtype,
+    spec: &RopeSpec,
+    mrope: Option<&MultimodalRope>,
+) -> Vec<u8> {
     use serde_json::{Map, Value, json};
     let le = |t: &Array2<f32>| -> (&str, Vec<u8>) {
         match dtype {
@@ -192,15 +217,22 @@ fn safetensors_bytes(cache: &RopeCache, dtype: CacheDtype, spec: &RopeSpec) -> V
     // serde_json's map keeps its keys sorted: __metadata__, cos, inv_freq, sin, which is
     // also the order of the data.
     let mut header = Map::new();
-    header.insert(
-        "__metadata__".into(),
-        json!({
-            "attention_factor": cache.attention_factor.to_string(),
-            "format": "pt",
-            "pairing": pairing,
-            "rotary_dim": spec.rotary_dim().to_string(),
-        }),
-    );
+    let mut metadata = json!({
+        "attention_factor": cache.attention_factor.to_string(),
+        "format": "pt",
+        "pairing": pairing,
+        "rotary_dim": spec.rotary_dim().to_string(),
+    });
+    // A multimodal RoPE's axis per frequency, one digit each ("0" time, "1" height, "2"
+    // width), its layout and its section.
+    if let (Some(m), Value::Object(meta)) = (mrope, &mut metadata) {
+        let axes: String = m.axes().iter().map(|a| char::from(b'0' + a)).collect();
+        let [t, h, w] = m.section();
+        meta.insert("mrope_axes".into(), axes.into());
+        meta.insert("mrope_layout".into(), m.layout().name().into());
+        meta.insert("mrope_section".into(), format!("{t},{h},{w}").into());
+    }
+    header.insert("__metadata__".into(), metadata);
     let mut at = 0;
     let mut data = Vec::with_capacity(cos.len() + inv_freq.len() + sin.len());
     for (name, dtype, shape, bytes) in [

@@ -1,0 +1,143 @@
+"""Multimodal RoPE (M-RoPE) configs against transformers' own rotary modules: the cache by
+position that ``posenc.rope_cache`` gives, gathered per frequency by its ``mrope_axes``,
+equals what each family's module returns for position ids that differ per axis (time,
+height, width), within float32 rounding; the CLI writes the same values and axes."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pickle
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import posenc  # noqa: E402
+
+# (text config class, its modeling module and rotary class, config keys, layout): hub-like
+# text configs of each family, small enough to build in milliseconds.
+FAMILIES = {
+    "qwen2_vl": ("Qwen2VLTextConfig", "qwen2_vl", "Qwen2VLRotaryEmbedding",
+                 dict(hidden_size=256, num_attention_heads=2, rope_parameters={
+                     "rope_type": "default", "rope_theta": 1e6, "mrope_section": [16, 24, 24]}),
+                 "sections"),
+    "qwen2_5_vl": ("Qwen2_5_VLTextConfig", "qwen2_5_vl", "Qwen2_5_VLRotaryEmbedding",
+                   dict(hidden_size=256, num_attention_heads=2, rope_parameters={
+                       "rope_type": "default", "rope_theta": 1e6, "mrope_section": [16, 24, 24]}),
+                   "sections"),
+    "qwen3_vl": ("Qwen3VLTextConfig", "qwen3_vl", "Qwen3VLTextRotaryEmbedding",
+                 dict(hidden_size=256, num_attention_heads=2, head_dim=128, rope_parameters={
+                     "rope_type": "default", "rope_theta": 5e6, "mrope_section": [24, 20, 20],
+                     "mrope_interleaved": True}),
+                 "interleaved"),
+    "qwen3_5": ("Qwen3_5TextConfig", "qwen3_5", "Qwen3_5TextRotaryEmbedding",
+                dict(hidden_size=256, num_attention_heads=2, head_dim=256, rope_parameters={
+                    "rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25,
+                    "mrope_section": [11, 11, 10], "mrope_interleaved": True}),
+                "interleaved"),
+    "glm4v": ("Glm4vTextConfig", "glm4v", "Glm4vTextRotaryEmbedding",
+              dict(hidden_size=256, num_attention_heads=2, rope_parameters={
+                  "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+                  "mrope_section": [8, 12, 12]}),
+              "sections"),
+    "paddleocr_vl": ("PaddleOCRTextConfig", "paddleocr_vl", "PaddleOCRRotaryEmbedding",
+                     dict(hidden_size=256, num_attention_heads=2, head_dim=128, rope_parameters={
+                         "rope_type": "default", "rope_theta": 5e5,
+                         "mrope_section": [16, 24, 24]}),
+                     "sections"),
+}
+
+
+def _module(name):
+    config_class, module_name, rotary_class, keys, _ = FAMILIES[name]
+    if not hasattr(transformers, config_class):
+        pytest.skip(f"{config_class} is not in transformers {transformers.__version__}")
+    modeling = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
+    config = getattr(transformers, config_class)(**keys)
+    if not hasattr(modeling, rotary_class):
+        pytest.skip(f"{rotary_class} is not in transformers {transformers.__version__}")
+    return config, getattr(modeling, rotary_class)(config=config)
+
+
+def _gathered(table, axes, ids, pairing):
+    """The model's cos (or sin) for position ids [3, n]: column c of a token takes its
+    frequency's axis's position."""
+    freqs = len(axes)
+    columns = np.arange(table.shape[1])
+    freq = columns // 2 if pairing == "gptj" else columns % freqs
+    rows = ids[axes[freq]].T  # [n, rotary_dim]: the position each column reads
+    return table[rows, columns[None, :]]
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_the_gathered_cache_is_the_modules(name):
+    config, module = _module(name)
+    rng = np.random.default_rng(0)
+    n = 64
+    # Per-axis positions as a vision block has them: time constant, height and width a grid,
+    # then text positions past them (all axes equal).
+    ids = np.stack([
+        np.concatenate([np.full(32, 5), np.arange(40, 72)]),
+        np.concatenate([5 + np.repeat(np.arange(4), 8), np.arange(40, 72)]),
+        np.concatenate([5 + np.tile(np.arange(8), 4), np.arange(40, 72)]),
+    ]).astype(np.int64)
+    ids[:, rng.permutation(n)[:4]] += 1000  # some far positions too
+    with torch.no_grad():
+        cos_m, sin_m = module(torch.zeros(1, dtype=torch.float32), torch.from_numpy(ids[:, None, :]))
+    cos_m, sin_m = cos_m[0].numpy(), sin_m[0].numpy()  # [n, rotary_dim]
+
+    cache = posenc.rope_cache(config.to_dict(), seq_len=int(ids.max()) + 1, device="cpu")
+    assert cache.mrope_layout == FAMILIES[name][4]
+    assert tuple(cache.mrope_section) == tuple(config.rope_parameters["mrope_section"])
+    assert cache.mrope_axes.dtype == np.uint8 and len(cache.mrope_axes) == cache.cos.shape[1] // 2
+    cos = _gathered(cache.cos, cache.mrope_axes, ids, cache.pairing)
+    sin = _gathered(cache.sin, cache.mrope_axes, ids, cache.pairing)
+    assert cos.shape == cos_m.shape
+    # transformers rounds inv_freq and the angle to float32: a few ulps of the angle.
+    tol = 4e-7 * (ids.max() + 1)
+    np.testing.assert_allclose(cos, cos_m, rtol=0, atol=tol)
+    np.testing.assert_allclose(sin, sin_m, rtol=0, atol=tol)
+    # The gather is not trivially right: with the axes rotated it is not the module's.
+    wrong = _gathered(cache.cos, np.roll(cache.mrope_axes, 1), ids, cache.pairing)
+    assert np.abs(wrong - cos_m).max() > 100 * tol
+
+
+def test_rope_refuses_and_rope_spec_keeps_the_axes():
+    config, _ = _module("qwen3_vl")
+    text = config.to_json_string()
+    with pytest.raises(ValueError, match="mrope_section.*rope-cache"):
+        posenc.rope(np.zeros((1, 4, 2, 128), np.float32), config=text, layout="blhd")
+    spec = posenc.RopeSpec(text)
+    section, layout, axes = spec.mrope
+    assert (section, layout) == ((24, 20, 20), "interleaved")
+    cache = posenc.rope_cache(text, seq_len=8)
+    np.testing.assert_array_equal(axes, cache.mrope_axes)
+    np.testing.assert_array_equal(spec.cache(np.arange(8, dtype=np.uint32))[0], cache.cos)
+    # A RoPE without axes has none, and the cache pickles with its axes.
+    assert posenc.rope_cache(head_dim=8, seq_len=2).mrope_axes is None
+    assert posenc.RopeSpec(head_dim=8).mrope is None
+    again = pickle.loads(pickle.dumps(cache))
+    assert again.mrope_section == cache.mrope_section
+    np.testing.assert_array_equal(again.mrope_axes, cache.mrope_axes)
+
+
+def test_the_cli_writes_the_same_values_and_axes(tmp_path, cli):
+    config, _ = _module("glm4v")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config.to_dict()))
+    out = tmp_path / "cache.safetensors"
+    run = cli.run("rope-cache", "--config", path, "--len", 16, "-o", out)
+    assert run.returncode == 0 and "M-RoPE" in run.stderr, run.stderr
+    st = pytest.importorskip("safetensors")  # a dependency of transformers
+    from safetensors.numpy import load_file
+
+    tensors = load_file(out)
+    with st.safe_open(out, "np") as f:
+        meta = f.metadata()
+    cache = posenc.rope_cache(config.to_dict(), seq_len=16)
+    np.testing.assert_array_equal(tensors["cos"], cache.cos)
+    assert meta["mrope_axes"] == "".join(map(str, cache.mrope_axes))
+    assert (meta["mrope_layout"], meta["mrope_section"]) == ("sections", "8,12,12")

@@ -1,0 +1,251 @@
+//! Multimodal RoPE (M-RoPE) configs: `RopeSpec::from_hf_config_multimodal` and
+//! `posenc rope-cache` give the 1-D cache by position that each of the three axes gathers
+//! from, with each frequency's axis; a rotation (`RopeSpec::from_hf_config`, `posenc rope`)
+//! refuses them. The axes were read from transformers 5.24's `recomposition_frequencies`
+//! of each family, and python/tests/test_hf.py checks them against those modules.
+
+use posenc::Error;
+use posenc::rope::families::{self, Mrope};
+use posenc::rope::{MultimodalRope, Pairing, RopeSpec};
+use safetensors::SafeTensors;
+
+use super::rope_config::refused;
+use crate::support::cli::{Dir, posenc};
+
+/// A hub Qwen2.5-VL config: flat (its language model's keys at the top level), with the
+/// legacy `type: "mrope"`.
+const QWEN25_VL: &str = r#"{"architectures": ["Qwen2_5_VLForConditionalGeneration"],
+    "model_type": "qwen2_5_vl", "hidden_size": 3584, "num_attention_heads": 28,
+    "num_key_value_heads": 4, "max_position_embeddings": 128000, "rope_theta": 1000000.0,
+    "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+    "vision_config": {"depth": 32}}"#;
+
+/// A hub Qwen3-VL config: the language model under `text_config`, with the
+/// `mrope_interleaved` its config class exempts.
+const QWEN3_VL: &str = r#"{"model_type": "qwen3_vl", "text_config": {
+    "model_type": "qwen3_vl_text", "head_dim": 128, "hidden_size": 4096,
+    "num_attention_heads": 32, "rope_theta": 5000000,
+    "rope_scaling": {"mrope_interleaved": true, "mrope_section": [24, 20, 20],
+                     "rope_type": "default"}}}"#;
+
+/// A GLM-4.1V-style text config: half the head rotates, per pair in the module.
+const GLM4V: &str = r#"{"model_type": "glm4v_text", "hidden_size": 4096,
+    "num_attention_heads": 32, "partial_rotary_factor": 0.5,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                        "mrope_section": [8, 12, 12]}}"#;
+
+fn multimodal(text: &str) -> (RopeSpec, MultimodalRope) {
+    let (spec, mrope) = RopeSpec::from_hf_config_multimodal(text, None, None)
+        .unwrap_or_else(|e| panic!("{text}: {e}"));
+    (spec, mrope.expect("a multimodal RoPE"))
+}
+
+fn axes_text(m: &MultimodalRope) -> String {
+    m.axes().iter().map(|a| char::from(b'0' + a)).collect()
+}
+
+#[test]
+fn sections_take_runs_of_frequencies() {
+    let (spec, m) = multimodal(QWEN25_VL);
+    // The flat config reads as qwen2_5_vl_text, its "mrope" type as default.
+    assert_eq!((spec.head_dim(), spec.rotary_dim(), spec.base()), (128, 128, 1e6));
+    assert_eq!(spec.scaling().rope_type(), "default");
+    assert_eq!((m.layout().name(), m.section()), ("sections", [16, 24, 24]));
+    assert_eq!(axes_text(&m), format!("{}{}{}", "0".repeat(16), "1".repeat(24), "2".repeat(24)));
+    // The cache is the 1-D RoPE's: the same spec as a plain Qwen2 config's.
+    let plain = RopeSpec::from_hf_config(
+        r#"{"model_type": "qwen2", "hidden_size": 3584, "num_attention_heads": 28,
+            "rope_theta": 1000000.0}"#,
+        None,
+    )
+    .unwrap();
+    assert_eq!(spec, plain);
+}
+
+#[test]
+fn interleaved_axes_cycle_within_their_sections() {
+    let (spec, m) = multimodal(QWEN3_VL);
+    assert_eq!((spec.head_dim(), spec.rotary_dim(), spec.base()), (128, 128, 5e6));
+    assert_eq!((m.layout().name(), m.section()), ("interleaved", [24, 20, 20]));
+    // Frequencies 0..60 cycle time, height, width (H and W run to 3 * 20); 60..64 are time.
+    assert_eq!(axes_text(&m), format!("{}0000", "012".repeat(20)));
+    // Unequal sections: H ends at 3 * 2, W at 3 * 3; the rest is time.
+    let short = QWEN3_VL.replace("[24, 20, 20]", "[59, 2, 3]");
+    let (_, m) = multimodal(&short);
+    assert_eq!(axes_text(&m), format!("012012002{}", "0".repeat(55)));
+}
+
+#[test]
+fn partial_rotary_multimodal_ropes_count_their_rotated_frequencies() {
+    let (spec, m) = multimodal(GLM4V);
+    assert_eq!((spec.head_dim(), spec.rotary_dim(), spec.pairing()), (128, 64, Pairing::Gptj));
+    assert_eq!(m.axes().len(), 32);
+    // GLM-4V's module returns each frequency per pair: a cache for it is gptj.
+    assert_eq!(RopeSpec::module_pairing(GLM4V).unwrap(), Pairing::Gptj);
+    // Qwen3.5: a quarter of 256 rotates, its default section [11, 11, 10].
+    let qwen35 = r#"{"model_type": "qwen3_5_text", "head_dim": 256, "hidden_size": 4096,
+        "num_attention_heads": 16, "rope_parameters": {"rope_type": "default",
+        "rope_theta": 10000000, "partial_rotary_factor": 0.25, "mrope_interleaved": true}}"#;
+    let (spec, m) = multimodal(qwen35);
+    assert_eq!((spec.rotary_dim(), m.section()), (64, [11, 11, 10]));
+    assert_eq!(axes_text(&m), format!("{}01", "012".repeat(10)));
+}
+
+#[test]
+fn a_rotation_refuses_the_sections_and_names_rope_cache() {
+    for text in [QWEN25_VL, QWEN3_VL, GLM4V] {
+        let msg = match RopeSpec::from_hf_config(text, None).unwrap_err() {
+            e @ Error::RopeConfig { .. } => e.to_string(),
+            other => panic!("{other:?}"),
+        };
+        assert!(msg.contains("mrope_section") && msg.contains("rope-cache"), "{msg}");
+    }
+    // Without mrope_section a rotation of text positions (all axes equal) is the 1-D one,
+    // served as before.
+    let text_only = QWEN3_VL.replace(r#""mrope_section": [24, 20, 20],"#, "");
+    let spec = RopeSpec::from_hf_config(&text_only, None).unwrap();
+    assert_eq!(spec, multimodal(QWEN3_VL).0);
+    // And the cache reads the family's default section.
+    assert_eq!(multimodal(&text_only).1.section(), [24, 20, 20]);
+}
+
+#[test]
+fn bad_sections_are_refused_naming_the_key() {
+    let refuse = |text: &str, want: &str| {
+        let e = RopeSpec::from_hf_config_multimodal(text, None, None).unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, Error::RopeConfig { .. }), "{e:?}");
+        assert!(msg.contains("mrope_section") && msg.contains(want), "{msg}");
+    };
+    for bad in ["[16, 24]", "[16, 24, 24, 0]", "[0, 40, 24]", "[16.5, 23.5, 24]", "[-16, 56, 24]"] {
+        refuse(&QWEN25_VL.replace("[16, 24, 24]", bad), "three whole numbers");
+    }
+    refuse(&QWEN25_VL.replace("[16, 24, 24]", "\"16,24,24\""), "three whole numbers");
+    refuse(&QWEN25_VL.replace("[16, 24, 24]", "[16, 24, 4294967312]"), "three whole numbers");
+    refuse(&QWEN25_VL.replace("[16, 24, 24]", "[16, 24, 25]"), "rotary_dim / 2 = 64");
+    // A class default that does not fit the head (transformers' own split fails on it).
+    let default_glm = r#"{"model_type": "glm4v_text", "hidden_size": 4096,
+        "num_attention_heads": 32, "rope_parameters": {"rope_type": "default"}}"#;
+    refuse(default_glm, "class default [8, 12, 12]");
+    // A family without M-RoPE refuses the key, for a cache too.
+    let llama = r#"{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+        "rope_scaling": {"rope_type": "default", "mrope_section": [16, 24, 24]}}"#;
+    refuse(llama, "not a rotation posenc computes");
+    refused(llama, None, "rope_scaling.mrope_section");
+    // mrope_interleaved is read past only where the module interleaves.
+    let e = RopeSpec::from_hf_config_multimodal(
+        &QWEN25_VL.replace(r#""type": "mrope","#, r#""type": "mrope", "mrope_interleaved": true,"#),
+        None,
+        None,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("mrope_interleaved"), "{e}");
+    // The legacy "mrope" type is Qwen2-VL's and Qwen2.5-VL's alone.
+    let qwen3 = QWEN3_VL.replace(r#""rope_type": "default""#, r#""rope_type": "mrope""#);
+    assert!(RopeSpec::from_hf_config_multimodal(&qwen3, None, None).is_err());
+}
+
+#[test]
+fn families_without_multimodal_ropes_give_no_axes() {
+    let llama = r#"{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32}"#;
+    let (spec, mrope) = RopeSpec::from_hf_config_multimodal(llama, None, None).unwrap();
+    assert_eq!((spec, mrope), (RopeSpec::from_hf_config(llama, None).unwrap(), None));
+    // A flat composite whose class does not move its keys stays its own model_type.
+    let flat = r#"{"model_type": "llava", "hidden_size": 4096, "num_attention_heads": 32}"#;
+    assert_eq!(RopeSpec::from_hf_config_multimodal(flat, None, None).unwrap().1, None);
+}
+
+#[test]
+fn every_multimodal_family_default_section_has_three_axes() {
+    let rows: Vec<_> =
+        families::all().iter().filter_map(|f| Some((f.model_type, f.mrope?))).collect();
+    assert!(rows.len() >= 16, "{rows:?}");
+    for (model_type, m) in rows {
+        let section = m.default_section();
+        assert!(section.iter().all(|&n| n > 0), "{model_type}");
+        let r = 2 * section.iter().sum::<u32>();
+        // Each axis takes at least one frequency, and every frequency one axis.
+        let axes: Vec<u8> = (0..r / 2).map(|i| m.axis(section, i)).collect();
+        for axis in 0..3 {
+            assert!(axes.contains(&axis), "{model_type}: {axes:?}");
+        }
+        if let Mrope::Sections(_) = m {
+            assert!(axes.windows(2).all(|w| w[0] <= w[1]), "{model_type}: {axes:?}");
+        }
+    }
+}
+
+#[test]
+fn rope_cache_records_the_axes_and_rope_refuses() {
+    let dir = Dir::new();
+    let config = dir.bytes("config.json", QWEN3_VL.as_bytes());
+    let out = dir.out("cache.safetensors");
+    let run = posenc(&["rope-cache", "--config", &config, "--len", "8", "-o", &out]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(stderr.starts_with("posenc: note: ") && stderr.contains("M-RoPE"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let bytes = std::fs::read(&out).unwrap();
+    let (_, meta) = SafeTensors::read_metadata(&bytes).unwrap();
+    let meta = meta.metadata().clone().unwrap();
+    assert_eq!(meta["mrope_axes"], format!("{}0000", "012".repeat(20)));
+    assert_eq!(
+        (meta["mrope_layout"].as_str(), meta["mrope_section"].as_str()),
+        ("interleaved", "24,20,20")
+    );
+    // The values are the 1-D RoPE's: the same bytes as the config without its sections'
+    // metadata, written from the head dim and base alone.
+    let plain = dir.out("plain.safetensors");
+    let run = posenc(&[
+        "rope-cache",
+        "--head-dim",
+        "128",
+        "--base",
+        "5000000",
+        "--len",
+        "8",
+        "-o",
+        &plain,
+    ]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let plain = std::fs::read(&plain).unwrap();
+    let (a, b) =
+        (SafeTensors::deserialize(&bytes).unwrap(), SafeTensors::deserialize(&plain).unwrap());
+    for name in ["cos", "sin", "inv_freq"] {
+        assert_eq!(a.tensor(name).unwrap().data(), b.tensor(name).unwrap().data(), "{name}");
+    }
+    // A --rotary-dim the sections do not fit is refused (exit 2) and writes nothing.
+    let narrow = dir.out("narrow.safetensors");
+    let run = posenc(&[
+        "rope-cache",
+        "--config",
+        &config,
+        "--rotary-dim",
+        "64",
+        "--len",
+        "8",
+        "-o",
+        &narrow,
+    ]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("mrope_section") && stderr.contains("rotary_dim / 2 = 32"), "{stderr}");
+    assert!(!dir.path("narrow.safetensors").exists());
+    // rope refuses the config in one line, naming rope-cache.
+    let q = dir.npy("q.npy", &ndarray::Array4::<f32>::zeros((1, 4, 2, 128)));
+    let run = posenc(&[
+        "rope",
+        "--config",
+        &config,
+        "--input",
+        &q,
+        "--layout",
+        "blhd",
+        "-o",
+        &dir.out("r.npy"),
+    ]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("mrope_section") && stderr.contains("rope-cache"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
