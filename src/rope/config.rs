@@ -312,6 +312,22 @@ fn rope(
         && !params.keys().any(is_params_key)
         && params.values().all(|v| v.is_object() || v.is_null())
         && params.values().any(Value::is_object);
+    // These families' layers each read their own entry: their config classes fill in their
+    // per-layer defaults beside an object of another shape (Gemma 3, OLMo 3), refuse it
+    // (ModernBERT, NeoMME), replace it (Step 3.5) or keep it for the layers to fail on
+    // (KeyError: MiMo-V2-Flash, Mellum, Laguna, Gemma 4). Read as every layer's RoPE it was
+    // a silent wrong answer (round twelve).
+    if !per_layer && !matches!(family.layers, LayerRule::Generic | LayerRule::Lfm3) {
+        return Err(invalid(
+            "rope_parameters",
+            excerpt(&Value::Object(params.clone())),
+            format!(
+                "one object per layer type (full_attention, sliding_attention, ...): \
+                 {model_type}'s layers each read their own, and its config class does not read \
+                 one object as every layer's"
+            ),
+        ));
+    }
     let (params, key) = if per_layer {
         let known = layer_types(params);
         let Some(t) = layer_type else {
@@ -373,7 +389,10 @@ fn rope(
                 ),
             ));
         }
-        None if per_layer => layer_default_theta(config, family, layer_type)?,
+        // LFM3's class fills its default base (1e6) into a single object too.
+        None if per_layer || family.layers == LayerRule::Lfm3 => {
+            layer_default_theta(config, family, layer_type)?
+        }
         None => number(config, "rope_theta")?,
     };
     let partial_rotary_factor = number(params, "partial_rotary_factor").map_err(under(&key))?;
@@ -961,7 +980,15 @@ fn language_model(json: &str) -> Result<Object> {
     let has_head = ["head_dim", "num_attention_heads", "n_head", "qk_rope_head_dim"]
         .iter()
         .any(|k| get(&config, k).is_some());
-    if !has_head && let Some(Value::Object(text)) = config.get("text_config") {
+    // A composite whose language model transformers builds from its text_config is read from
+    // there even beside head keys at the top level (a vision tower's, or a hand-edited
+    // config's; read from the top level they were a silent wrong answer), unless the
+    // composite itself is refused (MusicFlamingo's top level is its audio encoder's RoPE).
+    let composite =
+        families::text_model_type(&top_type).is_some() && families::of(&top_type).refusal.is_none();
+    if (!has_head || composite)
+        && let Some(Value::Object(text)) = config.get("text_config")
+    {
         config = text.clone();
         // A text_config without its own model_type is the one transformers gives it: the
         // composite class's default language model (Aya Vision's cohere2, which pairs and

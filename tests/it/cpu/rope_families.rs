@@ -87,9 +87,13 @@ fn interleaved_families_rotate_adjacent_pairs() {
     let switch =
         r#"{"model_type": "deepseek_v3", "qk_rope_head_dim": 64, "rope_interleave": false}"#;
     assert_eq!(spec(switch, None).pairing(), Pairing::Neox);
-    for model_type in ["llama", "qwen2", "glm4v_moe_text", "glm_image_text", "gpt_oss", "neomme"] {
+    for model_type in ["llama", "qwen2", "glm4v_moe_text", "glm_image_text", "gpt_oss"] {
         assert_eq!(spec(&small(model_type, ""), None).pairing(), Pairing::Neox, "{model_type}");
     }
+    // NeoMME's layers each read their own entry (its class refuses one object).
+    let neomme = r#"{"model_type": "neomme", "head_dim": 16, "rope_parameters": {
+        "full_attention": {"rope_type": "default", "rope_theta": 1e6}}}"#;
+    assert_eq!(spec(neomme, Some("full_attention")).pairing(), Pairing::Neox);
 }
 
 /// A query vector `q_k = k / 8 - 0.9` (head 16) at position 7, rotated by each family's own
@@ -1248,4 +1252,70 @@ fn transformers_5_24_families_read_as_their_modeling_code() {
     }
     // Gemma 4's assistant, whose class does not build with its defaults, names gemma4_text.
     assert_eq!(families::text_model_type("gemma4_assistant"), Some("gemma4_text"));
+}
+
+/// Round twelve: a family whose layers each read their own `rope_parameters` entry refused
+/// an absent object, but read an empty or single one as every layer's RoPE (Gemma 3's class
+/// fills its per-layer defaults beside it, OLMo 3's too, ModernBERT's refuses it, MiMo-V2-Flash's
+/// layers fail on it). LFM3's class fills its base (1e6) into a single object too.
+#[test]
+fn per_layer_families_refuse_one_object_for_every_layer() {
+    for (model_type, extra) in [
+        ("gemma3_text", ""),
+        ("gemma3n_text", ""),
+        ("t5gemma2_text", ""),
+        ("olmo3", ""),
+        ("modernbert", ""),
+        ("neomme", ""),
+        ("mimo_v2_flash", ""),
+        ("mellum", ""),
+        ("laguna", ""),
+        ("zaya", ""),
+        ("step3p5", ""),
+        ("gemma4_text", r#", "global_head_dim": 16"#),
+    ] {
+        for params in ["{}", r#"{"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}"#] {
+            let text = format!(
+                r#"{{"model_type": "{model_type}", "head_dim": 16, "hidden_size": 64,
+                    "num_attention_heads": 4{extra}, "rope_parameters": {params}}}"#
+            );
+            for layer_type in [None, Some("full_attention")] {
+                let msg = refused(&text, layer_type, "rope_parameters");
+                assert!(msg.contains("one object per layer type"), "{msg}");
+            }
+        }
+    }
+    // LFM3: one object, its base 1e6 when absent, as its class fills it.
+    let lfm3 = |params: &str| {
+        spec(
+            &format!(r#"{{"model_type": "lfm3", "head_dim": 16, "rope_parameters": {params}}}"#),
+            None,
+        )
+    };
+    assert_eq!(lfm3("{}").base(), 1e6);
+    assert_eq!(lfm3(r#"{"rope_type": "default"}"#).base(), 1e6);
+    assert_eq!(lfm3(r#"{"rope_type": "default", "rope_theta": 5e5}"#).base(), 5e5);
+}
+
+/// Round twelve: a composite whose language model is its text_config was read from its top
+/// level when that had a head key (a vision tower's, or a hand-edited config's).
+#[test]
+fn composites_read_their_text_config_beside_top_level_head_keys() {
+    for top in [r#""num_attention_heads": 16, "hidden_size": 1024"#, r#""head_dim": 32"#] {
+        let llava = format!(
+            r#"{{"model_type": "llava", {top}, "text_config": {{"model_type": "llama",
+                "hidden_size": 64, "num_attention_heads": 4, "rope_theta": 500000}}}}"#
+        );
+        let s = spec(&llava, None);
+        assert_eq!((s.head_dim(), s.base()), (16, 500000.0), "{llava}");
+    }
+    // Gemma 3's composite: its text model's two RoPEs, so a layer type is asked for.
+    let gemma3 = r#"{"model_type": "gemma3", "num_attention_heads": 16, "hidden_size": 1024,
+        "text_config": {"model_type": "gemma3_text", "head_dim": 16, "hidden_size": 64,
+                        "num_attention_heads": 4}}"#;
+    refused(gemma3, None, "layer_type");
+    assert_eq!(spec(gemma3, Some("full_attention")).base(), 1e6);
+    // A model_type that is no composite keeps its top level.
+    let llama = r#"{"model_type": "llama", "head_dim": 32, "text_config": {"head_dim": 8}}"#;
+    assert_eq!(spec(llama, None).head_dim(), 32);
 }
