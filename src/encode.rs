@@ -86,6 +86,22 @@ impl Embeddings<'_> {
         }
     }
 
+    /// Row `row` widened to f32 into `out` (of `dim` elements), as [`Embeddings::to_f32`]
+    /// widens it.
+    pub(crate) fn widen_row_into(&self, row: usize, out: ndarray::ArrayViewMut1<'_, f32>) {
+        use crate::convert::{bf16_to_f32_bits, f16_to_f32_bits};
+        let mut out = out;
+        match self {
+            Embeddings::F32(a) => out.assign(&a.row(row)),
+            Embeddings::F16(a) => out.zip_mut_with(&a.row(row), |o, v| {
+                *o = f32::from_bits(f16_to_f32_bits(u32::from(v.to_bits())));
+            }),
+            Embeddings::Bf16(a) => out.zip_mut_with(&a.row(row), |o, v| {
+                *o = f32::from_bits(bf16_to_f32_bits(u32::from(v.to_bits())));
+            }),
+        }
+    }
+
     /// [`Embeddings::to_f32`] written into `out`, an array of the same shape (allocated by the
     /// caller, fallibly).
     pub(crate) fn widen_into(self, out: &mut ndarray::Array2<f32>) {

@@ -327,10 +327,27 @@ pub fn encode_learned(
     if out_slice(&mut out).is_empty() {
         return Ok(out);
     }
-    let mut pe = alloc::try_zeros::<f32, _>("the position table in f32", (max_positions, dim))?;
-    position_table.widen_into(&mut pe);
-    let pe = pe.as_slice().expect("a new array is contiguous");
     let slots = row_major(&positions, "positions")?;
+    // The whole table widened once, or, for fewer tokens than rows, the tokens' own rows:
+    // the same values either way, without a table's worth of work (or memory, for a broadcast
+    // view of billions of rows) per call of a few tokens.
+    let (pe, slots) = if slots.len() < max_positions && u32::try_from(slots.len()).is_ok() {
+        let mut pe = alloc::try_zeros::<f32, _>("the position rows in f32", (slots.len(), dim))?;
+        for (k, &p) in slots.iter().enumerate() {
+            position_table.widen_row_into(p as usize, pe.row_mut(k));
+        }
+        let mut own = alloc::try_zeroed_vec::<u32>("positions", slots.len())?;
+        for (k, slot) in own.iter_mut().enumerate() {
+            // k < slots.len(), which fits a u32.
+            *slot = k as u32;
+        }
+        (pe, Cow::Owned(own))
+    } else {
+        let mut pe = alloc::try_zeros::<f32, _>("the position table in f32", (max_positions, dim))?;
+        position_table.widen_into(&mut pe);
+        (pe, slots)
+    };
+    let pe = pe.as_slice().expect("a new array is contiguous");
     fill(
         table,
         ids,
