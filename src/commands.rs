@@ -510,7 +510,22 @@ impl RopeOptions<'_> {
             }
             None => self.spec(dim, config.as_ref(), scaling, origin)?,
         };
-        let mrope = mrope.map(|m| m.for_rotary_dim(spec.rotary_dim())).transpose()?;
+        // The rotary dim may be an option's rather than the config's: said so.
+        let rotary_from = match (self.rotary_dim, head_dim) {
+            (Some(_), _) => "--rotary-dim",
+            (None, Some(_)) => "--head-dim",
+            (None, None) => "the config",
+        };
+        let mrope = mrope.map(|m| m.for_rotary_dim(spec.rotary_dim())).transpose().map_err(
+            |e| match e {
+                Error::InvalidParameter { field, value, allowed } => Error::InvalidParameter {
+                    field,
+                    value: format!("{value} (from {rotary_from})"),
+                    allowed,
+                },
+                other => other,
+            },
+        )?;
         Ok((spec, mrope))
     }
 }

@@ -1000,6 +1000,17 @@ fn language_model(json: &str) -> Result<Object> {
         }
         // A multimodal model's language model may be one without RoPE (BLIP-2's OPT).
         not_rotary(&config)?;
+    } else if !has_head && config.get("text_config").is_none() {
+        // Qwen Omni: a thinker and a talker, each with its language model; which one is meant
+        // is the caller's to say (posenc read neither and asked for a head dim).
+        if let Some(thinker) = config.get("thinker_config") {
+            return Err(invalid(
+                "thinker_config",
+                excerpt(thinker),
+                "a config of one language model: this one holds two (thinker_config.text_config \
+                 and talker_config), so give the one to read",
+            ));
+        }
     } else if has_head
         && config.get("text_config").is_none()
         && FLAT_COMPOSITES.contains(&top_type.as_str())
@@ -1016,10 +1027,10 @@ fn language_model(json: &str) -> Result<Object> {
 const FLAT_COMPOSITES: &[&str] = &["qwen2_vl", "qwen2_5_vl", "paddleocr_vl"];
 
 /// A multimodal RoPE (M-RoPE) as a config gives it: its family's layout ([`Mrope`]) and
-/// the three `mrope_section` counts (the config's, else the family's default), which sum to
-/// the rotary dim's frequencies. Its cos and sin by position are a 1-D RoPE's
-/// ([`RopeSpec::from_hf_config_multimodal`]); frequency `i` of a token takes the position
-/// of its axis [`MultimodalRope::axes`]`[i]`.
+/// the three `mrope_section` counts (the config's, else the family's default; for the
+/// `sections` layout they sum to the rotary dim's frequencies). Its cos and sin by position
+/// are a 1-D RoPE's ([`RopeSpec::from_hf_config_multimodal`]); frequency `i` of a token
+/// takes the position of its axis [`MultimodalRope::axes`]`[i]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MultimodalRope {
     layout: Mrope,
@@ -1049,21 +1060,17 @@ impl MultimodalRope {
     /// The same for `rotary_dim` (a caller's override of the config's).
     ///
     /// # Errors
-    /// [`Error::RopeConfig`] naming `mrope_section` unless its counts sum to
-    /// `rotary_dim / 2`.
+    /// [`Error::InvalidParameter`] naming `mrope_section` for the `sections` layout unless
+    /// its counts sum to `rotary_dim / 2` (its module splits the frequencies by them; the
+    /// `interleaved` layout assigns every frequency whatever the counts).
     pub fn for_rotary_dim(self, rotary_dim: u32) -> Result<Self> {
         let sum: u64 = self.section.iter().map(|&n| u64::from(n)).sum();
-        if sum != u64::from(rotary_dim / 2) {
-            return Err(Error::RopeConfig {
-                path: None,
-                field: "mrope_section".into(),
-                value: format!("{:?} (sum {sum})", self.section),
-                allowed: format!(
-                    "three counts summing to rotary_dim / 2 = {} (the {} layout takes one \
-                     axis per frequency)",
-                    rotary_dim / 2,
-                    self.layout.name()
-                ),
+        if self.layout == Mrope::Sections && sum != u64::from(rotary_dim / 2) {
+            return Err(Error::InvalidParameter {
+                field: "mrope_section",
+                value: format!("{:?} (sum {sum}) for rotary_dim {rotary_dim}", self.section),
+                allowed: "three counts summing to rotary_dim / 2: the sections layout splits \
+                          the frequencies by them (transformers' module fails otherwise)",
             });
         }
         Ok(MultimodalRope { freqs: rotary_dim / 2, ..self })
@@ -1089,7 +1096,7 @@ fn multimodal_keys(
     cache: bool,
 ) -> Result<Option<(Mrope, [u32; 3], bool)>> {
     let Some((map, key)) = rope.scaling.as_mut() else {
-        return Ok(family.mrope.map(|m| (m, m.default_section(), false)));
+        return Ok(family.mrope.map(|(m, section)| (m, section, false)));
     };
     let type_key = if get(map, "rope_type").is_some() { "rope_type" } else { "type" };
     if MROPE_TYPE_FAMILIES.contains(&model_type)
@@ -1097,7 +1104,7 @@ fn multimodal_keys(
     {
         map.insert(type_key.into(), "default".into());
     }
-    let Some(layout) = family.mrope else {
+    let Some((layout, default_section)) = family.mrope else {
         if let Some(section) = map.get("mrope_section") {
             return Err(invalid(
                 format!("{key}.mrope_section"),
@@ -1108,13 +1115,22 @@ fn multimodal_keys(
         }
         return Ok(None);
     };
-    if let Some(Value::Bool(_)) = map.get("mrope_interleaved")
-        && matches!(layout, Mrope::Interleaved(_))
-    {
-        map.remove("mrope_interleaved");
+    // The flags their config classes exempt from validation (Qwen3-Omni's also carries
+    // `interleaved`), which their modules never read.
+    let flags: &[&str] = match layout {
+        Mrope::Interleaved if model_type.starts_with("qwen3_omni_moe") => {
+            &["mrope_interleaved", "interleaved"]
+        }
+        Mrope::Interleaved => &["mrope_interleaved"],
+        Mrope::Sections => &[],
+    };
+    for flag in flags {
+        if let Some(Value::Bool(_)) = map.get(*flag) {
+            map.remove(*flag);
+        }
     }
     let Some(section) = map.remove("mrope_section") else {
-        return Ok(Some((layout, layout.default_section(), false)));
+        return Ok(Some((layout, default_section, false)));
     };
     if !cache {
         return Err(invalid(
@@ -1132,7 +1148,7 @@ fn multimodal_keys(
     let counts = match &section {
         Value::Array(items) if items.len() == 3 => items
             .iter()
-            .map(|v| v.as_u64().filter(|&n| (1..=32768).contains(&n)).map(|n| n as u32))
+            .map(|v| v.as_u64().filter(|&n| n <= 32768).map(|n| n as u32))
             .collect::<Option<Vec<u32>>>(),
         _ => None,
     };
@@ -1140,7 +1156,7 @@ fn multimodal_keys(
         return Err(invalid(
             format!("{key}.mrope_section"),
             excerpt(&section),
-            "three whole numbers in 1..=32768 (time, height and width frequencies)",
+            "three whole numbers in 0..=32768 (time, height and width frequencies)",
         ));
     };
     Ok(Some((layout, [t, h, w], true)))
@@ -1502,8 +1518,9 @@ impl RopeSpec {
     ///
     /// # Errors
     /// As [`RopeSpec::from_hf_config`]; [`Error::RopeConfig`] naming `mrope_section` unless
-    /// it is three whole numbers summing to `rotary_dim / 2` (also the family's default,
-    /// where the config has none), and for `mrope_section` in a family without M-RoPE.
+    /// it is three whole numbers, for the `sections` layout summing to `rotary_dim / 2`
+    /// (also the family's default, where the config has none), and for `mrope_section` in a
+    /// family without M-RoPE.
     pub fn from_hf_config_multimodal(
         json: &str,
         layer_type: Option<&str>,
@@ -1609,11 +1626,10 @@ impl RopeSpec {
             Some((layout, section, given)) if cache => {
                 let m = MultimodalRope { layout, section, freqs: 0 };
                 Some(m.for_rotary_dim(rotary).map_err(|e| match e {
-                    Error::RopeConfig { value, allowed, .. } if given => {
+                    Error::InvalidParameter { value, allowed, .. } if given => {
                         invalid(format!("{scaling_key}.mrope_section"), value, allowed)
                     }
-                    // transformers' module fails on it too (its split needs the sum).
-                    Error::RopeConfig { value, allowed, .. } => invalid(
+                    Error::InvalidParameter { value, allowed, .. } => invalid(
                         format!("{scaling_key}.mrope_section"),
                         format!("missing: {model_type}'s class default {value}"),
                         allowed,

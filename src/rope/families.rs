@@ -58,7 +58,7 @@ pub struct Family {
     /// A multimodal RoPE (M-RoPE): how the family's rotary module gives each frequency the
     /// position of one of three axes (time, height, width), and the `mrope_section` it
     /// uses when the config has none. `None`: one position per token.
-    pub mrope: Option<Mrope>,
+    pub mrope: Option<(Mrope, [u32; 3])>,
     /// Why posenc refuses the family, if it does.
     pub refusal: Option<Refusal>,
 }
@@ -255,27 +255,20 @@ pub enum LayerRule {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mrope {
     /// Qwen2-VL's: frequencies in three runs, the first `s0` from axis 0, the next `s1`
-    /// from axis 1, the last `s2` from axis 2 (`s0 + s1 + s2` is all of them); the
-    /// section a config without `mrope_section` gets.
-    Sections([u32; 3]),
+    /// from axis 1, the last `s2` from axis 2; the module splits its frequencies by the
+    /// section, so `s0 + s1 + s2` must be all of them.
+    Sections,
     /// Qwen3-VL's: frequency `i` takes axis 1 when `i % 3 == 1` and `i < 3 s1`, axis 2
-    /// when `i % 3 == 2` and `i < 3 s2`, axis 0 otherwise; the section a config without
-    /// `mrope_section` gets.
-    Interleaved([u32; 3]),
+    /// when `i % 3 == 2` and `i < 3 s2`, axis 0 otherwise (`s0` is not read); any section
+    /// assigns every frequency.
+    Interleaved,
 }
 
 impl Mrope {
-    /// The section the family's module uses when a config has no `mrope_section`.
-    pub fn default_section(self) -> [u32; 3] {
-        match self {
-            Mrope::Sections(s) | Mrope::Interleaved(s) => s,
-        }
-    }
-
     /// The axis (0, 1 or 2) whose position frequency `i` takes, for `section`.
     pub fn axis(self, section: [u32; 3], i: u32) -> u8 {
         match self {
-            Mrope::Sections(_) => {
+            Mrope::Sections => {
                 if i < section[0] {
                     0
                 } else if i - section[0] < section[1] {
@@ -284,7 +277,7 @@ impl Mrope {
                     2
                 }
             }
-            Mrope::Interleaved(_) => {
+            Mrope::Interleaved => {
                 let below = |n: u32| u64::from(i) < 3 * u64::from(n);
                 match i % 3 {
                     1 if below(section[1]) => 1,
@@ -298,8 +291,8 @@ impl Mrope {
     /// Its name in errors, docs and metadata: `sections` or `interleaved`.
     pub fn name(self) -> &'static str {
         match self {
-            Mrope::Sections(_) => "sections",
-            Mrope::Interleaved(_) => "interleaved",
+            Mrope::Sections => "sections",
+            Mrope::Interleaved => "interleaved",
         }
     }
 }
@@ -474,8 +467,8 @@ impl Family {
     const fn module_other(self, what: &'static str) -> Self {
         Family { module: ModuleLayout::Other(what), ..self }
     }
-    const fn axes(self, mrope: Mrope) -> Self {
-        Family { mrope: Some(mrope), ..self }
+    const fn axes(self, mrope: Mrope, section: [u32; 3]) -> Self {
+        Family { mrope: Some((mrope, section)), ..self }
     }
     const fn not_rotary(self) -> Self {
         Family { refusal: Some(Refusal::NotRotary), ..self }
@@ -610,7 +603,7 @@ static FAMILIES: &[Family] = &[
     row("cohere2_moe").gptj().head(128).module_pairs(),
     row("conditional_detr").not_rotary(),
     row("convbert").not_rotary(),
-    row("cosmos3_edge_text").unsettled(128).axes(Interleaved([24, 20, 20])),
+    row("cosmos3_edge_text").unsettled(128).axes(Interleaved, [24, 20, 20]),
     row("cpmant").not_rotary(),
     row("csm").base(5e5),
     row("csm_depth_decoder_model").base(5e5),
@@ -689,12 +682,12 @@ static FAMILIES: &[Family] = &[
     row("glm4").gptj().head(128).partial(0.5, 0.5),
     row("glm4_moe").partial(0.5, 0.5),
     row("glm4_moe_lite").unsettled(64).partial(1.0, 1.0),
-    row("glm4v_moe_text").partial(0.5, 0.5).axes(Sections([8, 12, 12])),
-    row("glm4v_text").gptj().partial(1.0, 1.0).module_pairs().axes(Sections([8, 12, 12])),
+    row("glm4v_moe_text").partial(0.5, 0.5).axes(Sections, [8, 12, 12]),
+    row("glm4v_text").gptj().partial(1.0, 1.0).module_pairs().axes(Sections, [8, 12, 12]),
     row("glm5_next_text").refused(GLM5_NEXT_TEXT),
-    row("glm_image_text").partial(1.0, 1.0).axes(Sections([8, 12, 12])),
+    row("glm_image_text").partial(1.0, 1.0).axes(Sections, [8, 12, 12]),
     row("glm_moe_dsa").gptj().head(64),
-    row("glm_ocr_text").gptj().partial(1.0, 1.0).module_pairs().axes(Sections([8, 12, 12])),
+    row("glm_ocr_text").gptj().partial(1.0, 1.0).module_pairs().axes(Sections, [8, 12, 12]),
     row("glmasr_encoder").partial(0.5, 0.5),
     row("glpn").not_rotary(),
     row("got_ocr2_vision").not_rotary(),
@@ -850,7 +843,7 @@ static FAMILIES: &[Family] = &[
     row("owlv2_vision_model").not_rotary(),
     row("owlvit_text_model").not_rotary(),
     row("owlvit_vision_model").not_rotary(),
-    row("paddleocr_vl_text").base(5e5).head(128).axes(Sections([16, 24, 24])),
+    row("paddleocr_vl_text").base(5e5).head(128).axes(Sections, [16, 24, 24]),
     row("parakeet_encoder").not_rotary(),
     row("patchtst").not_rotary(),
     row("pe_audio_encoder").gptj().base(2e4).head(128),
@@ -880,21 +873,22 @@ static FAMILIES: &[Family] = &[
     row("pvt_v2").not_rotary(),
     row("qianfan_ocr_vision").not_rotary(),
     row("qwen2_5_omni_dit").head(64),
-    row("qwen2_5_omni_talker").base(1e6).head(128).axes(Sections([16, 24, 24])),
-    row("qwen2_5_omni_text").base(1e6).axes(Sections([16, 24, 24])),
-    row("qwen2_5_vl_text").base(1e6).axes(Sections([16, 24, 24])),
+    row("qwen2_5_omni_talker").base(1e6).head(128).axes(Sections, [16, 24, 24]),
+    row("qwen2_5_omni_text").base(1e6).axes(Sections, [16, 24, 24]),
+    row("qwen2_5_vl_text").base(1e6).axes(Sections, [16, 24, 24]),
     row("qwen2_audio_encoder").not_rotary(),
-    row("qwen2_vl_text").base(1e6).axes(Sections([16, 24, 24])),
+    row("qwen2_vl_text").base(1e6).axes(Sections, [16, 24, 24]),
     row("qwen3").head(128),
-    row("qwen3_5_moe_text").head(256).partial(0.25, 0.25).axes(Interleaved([11, 11, 10])),
-    row("qwen3_5_text").head(256).partial(0.25, 0.25).axes(Interleaved([11, 11, 10])),
+    row("qwen3_5_moe_text").head(256).partial(0.25, 0.25).axes(Interleaved, [11, 11, 10]),
+    row("qwen3_5_text").head(256).partial(0.25, 0.25).axes(Interleaved, [11, 11, 10]),
     row("qwen3_asr_encoder").not_rotary(),
     row("qwen3_next").head(256).partial(0.25, 0.25),
     row("qwen3_omni_moe_talker_code_predictor").head(128),
-    row("qwen3_omni_moe_text").base(1e6).axes(Interleaved([24, 20, 20])),
-    row("qwen3_vl_moe_text").base(5e5).axes(Interleaved([24, 20, 20])),
-    row("qwen3_vl_text").base(5e5).head(128).axes(Interleaved([24, 20, 20])),
-    row("qwen4_exp_text").unsettled(256).partial(1.0, 1.0).axes(Interleaved([11, 11, 10])),
+    row("qwen3_omni_moe_talker_text").axes(Interleaved, [24, 20, 20]),
+    row("qwen3_omni_moe_text").base(1e6).axes(Interleaved, [24, 20, 20]),
+    row("qwen3_vl_moe_text").base(5e5).axes(Interleaved, [24, 20, 20]),
+    row("qwen3_vl_text").base(5e5).head(128).axes(Interleaved, [24, 20, 20]),
+    row("qwen4_exp_text").unsettled(256).partial(1.0, 1.0).axes(Interleaved, [11, 11, 10]),
     row("radio").not_rotary(),
     row("recurrent_gemma").partial(0.5, 0.5),
     row("reformer").not_rotary(),

@@ -117,12 +117,15 @@ fn bad_sections_are_refused_naming_the_key() {
         assert!(matches!(e, Error::RopeConfig { .. }), "{e:?}");
         assert!(msg.contains("mrope_section") && msg.contains(want), "{msg}");
     };
-    for bad in ["[16, 24]", "[16, 24, 24, 0]", "[0, 40, 24]", "[16.5, 23.5, 24]", "[-16, 56, 24]"] {
+    for bad in ["[16, 24]", "[16, 24, 24, 0]", "[16.5, 23.5, 24]", "[-16, 56, 24]"] {
         refuse(&QWEN25_VL.replace("[16, 24, 24]", bad), "three whole numbers");
     }
     refuse(&QWEN25_VL.replace("[16, 24, 24]", "\"16,24,24\""), "three whole numbers");
     refuse(&QWEN25_VL.replace("[16, 24, 24]", "[16, 24, 4294967312]"), "three whole numbers");
-    refuse(&QWEN25_VL.replace("[16, 24, 24]", "[16, 24, 25]"), "rotary_dim / 2 = 64");
+    refuse(&QWEN25_VL.replace("[16, 24, 24]", "[16, 24, 25]"), "(sum 65) for rotary_dim 128");
+    // A count of 0 is an axis without frequencies, as transformers' split takes it.
+    let (_, m) = multimodal(&QWEN25_VL.replace("[16, 24, 24]", "[0, 40, 24]"));
+    assert_eq!(axes_text(&m), format!("{}{}", "1".repeat(40), "2".repeat(24)));
     // A class default that does not fit the head (transformers' own split fails on it).
     let default_glm = r#"{"model_type": "glm4v_text", "hidden_size": 4096,
         "num_attention_heads": 32, "rope_parameters": {"rope_type": "default"}}"#;
@@ -159,9 +162,8 @@ fn families_without_multimodal_ropes_give_no_axes() {
 fn every_multimodal_family_default_section_has_three_axes() {
     let rows: Vec<_> =
         families::all().iter().filter_map(|f| Some((f.model_type, f.mrope?))).collect();
-    assert!(rows.len() >= 16, "{rows:?}");
-    for (model_type, m) in rows {
-        let section = m.default_section();
+    assert!(rows.len() >= 17, "{rows:?}");
+    for (model_type, (m, section)) in rows {
         assert!(section.iter().all(|&n| n > 0), "{model_type}");
         let r = 2 * section.iter().sum::<u32>();
         // Each axis takes at least one frequency, and every frequency one axis.
@@ -169,10 +171,35 @@ fn every_multimodal_family_default_section_has_three_axes() {
         for axis in 0..3 {
             assert!(axes.contains(&axis), "{model_type}: {axes:?}");
         }
-        if let Mrope::Sections(_) = m {
+        if m == Mrope::Sections {
             assert!(axes.windows(2).all(|w| w[0] <= w[1]), "{model_type}: {axes:?}");
         }
     }
+}
+
+/// The interleaved modules assign each frequency by its index, whatever the section sums
+/// to (review of c873d21: a small Qwen3-VL config, head 16, was refused for its class
+/// default's sum); Qwen3-Omni's configs carry an `interleaved` flag their class exempts.
+#[test]
+fn interleaved_sections_need_not_sum_to_the_frequencies() {
+    let small = r#"{"model_type": "qwen3_vl_text", "head_dim": 16, "hidden_size": 32,
+        "num_attention_heads": 2, "rope_theta": 1e6}"#;
+    let (spec, m) = multimodal(small);
+    assert_eq!((spec.rotary_dim(), m.section()), (16, [24, 20, 20]));
+    assert_eq!(axes_text(&m), "01201201");
+    let omni = r#"{"model_type": "qwen3_omni_moe_text", "head_dim": 128, "hidden_size": 2048,
+        "num_attention_heads": 32, "rope_theta": 1000000, "rope_scaling": {"interleaved": true,
+        "mrope_interleaved": true, "mrope_section": [24, 20, 20], "rope_type": "default",
+        "type": "default"}}"#;
+    assert_eq!(multimodal(omni).1.layout(), Mrope::Interleaved);
+    let talker = r#"{"model_type": "qwen3_omni_moe_talker_text", "hidden_size": 1024,
+        "num_attention_heads": 16, "rope_parameters": {"rope_type": "default",
+        "rope_theta": 1000000, "mrope_section": [16, 8, 8], "interleaved": true}}"#;
+    let (spec, m) = multimodal(talker);
+    assert_eq!((spec.rotary_dim(), m.section()), (64, [16, 8, 8]));
+    // The flag is Qwen3-Omni's alone.
+    let other = QWEN3_VL.replace("\"mrope_interleaved\"", "\"interleaved\"");
+    assert!(RopeSpec::from_hf_config_multimodal(&other, None, None).is_err());
 }
 
 #[test]
@@ -214,7 +241,9 @@ fn rope_cache_records_the_axes_and_rope_refuses() {
     for name in ["cos", "sin", "inv_freq"] {
         assert_eq!(a.tensor(name).unwrap().data(), b.tensor(name).unwrap().data(), "{name}");
     }
-    // A --rotary-dim the sections do not fit is refused (exit 2) and writes nothing.
+    // A --rotary-dim the sections do not fit is refused (exit 2), naming the option, and
+    // writes nothing.
+    let config = dir.bytes("qwen25.json", QWEN25_VL.as_bytes());
     let narrow = dir.out("narrow.safetensors");
     let run = posenc(&[
         "rope-cache",
@@ -229,7 +258,7 @@ fn rope_cache_records_the_axes_and_rope_refuses() {
     ]);
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("mrope_section") && stderr.contains("rotary_dim / 2 = 32"), "{stderr}");
+    assert!(stderr.contains("mrope_section") && stderr.contains("--rotary-dim"), "{stderr}");
     assert!(!dir.path("narrow.safetensors").exists());
     // rope refuses the config in one line, naming rope-cache.
     let q = dir.npy("q.npy", &ndarray::Array4::<f32>::zeros((1, 4, 2, 128)));
@@ -248,4 +277,27 @@ fn rope_cache_records_the_axes_and_rope_refuses() {
     assert_eq!(run.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("mrope_section") && stderr.contains("rope-cache"), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
+/// A Qwen Omni config holds two language models: refused naming them (review of c873d21: it
+/// asked for a head dim), while either one's own config reads.
+#[test]
+fn qwen_omni_top_level_configs_name_their_two_language_models() {
+    let thinker_text = r#"{"model_type": "qwen2_5_omni_text", "hidden_size": 3584,
+        "num_attention_heads": 28, "rope_theta": 1000000.0,
+        "rope_scaling": {"type": "default", "mrope_section": [16, 24, 24]}}"#;
+    let omni = format!(
+        r#"{{"model_type": "qwen2_5_omni", "thinker_config": {{
+            "model_type": "qwen2_5_omni_thinker", "text_config": {thinker_text}}},
+            "talker_config": {{"model_type": "qwen2_5_omni_talker", "hidden_size": 896,
+            "num_attention_heads": 14, "head_dim": 128, "rope_theta": 1000000.0}}}}"#
+    );
+    let e = RopeSpec::from_hf_config_multimodal(&omni, None, None).unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("thinker_config") && msg.contains("talker_config"), "{msg}");
+    // The thinker's own config (its text_config inside) reads.
+    let thinker =
+        format!(r#"{{"model_type": "qwen2_5_omni_thinker", "text_config": {thinker_text}}}"#);
+    let (spec, m) = multimodal(&thinker);
+    assert_eq!((spec.head_dim(), m.layout()), (128, Mrope::Sections));
 }

@@ -45,7 +45,8 @@ fn rows_are_sorted_unique_and_found_by_lookup() {
         );
         assert_eq!(families::lookup(f.model_type), Some(f));
         // A row that says nothing the generic one does not would be dead weight.
-        let generic = (columns(f), f.refusal) == (columns(&Family::GENERIC), None);
+        let generic = (columns(f), f.refusal, f.module, f.mrope)
+            == (columns(&Family::GENERIC), None, Family::GENERIC.module, None);
         assert!(!generic, "{}", f.model_type);
     }
     for unknown in ["", "llama", "LLAMA", "glm4 ", "zzz"] {
@@ -341,8 +342,7 @@ fn module_cell(f: &Family) -> String {
         ModuleLayout::Pairs => "per pair (`gptj` cache)".into(),
         ModuleLayout::Other(what) => format!("no drop-in: {what}"),
     };
-    let Some(m) = f.mrope else { return layout };
-    let [t, h, w] = m.default_section();
+    let Some((m, [t, h, w])) = f.mrope else { return layout };
     let mrope = format!("M-RoPE ({}, default section [{t}, {h}, {w}])", m.name());
     if layout.is_empty() { mrope } else { format!("{layout}; {mrope}") }
 }
