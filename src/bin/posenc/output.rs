@@ -43,6 +43,34 @@ pub(crate) fn target(path: Option<&Path>) -> Result<Target, Failure> {
     }
 }
 
+/// The output format: `given` (`--format`), else the one `path`'s extension names among
+/// `known` (`(extension, format)`, compared without case), else `default`. A given format
+/// that another known extension contradicts is kept, with a note: `-o table.npy` holding
+/// CSV was written silently (round twelve).
+pub(crate) fn output_format<F: Copy + PartialEq>(
+    given: Option<F>,
+    path: Option<&Path>,
+    known: &[(&str, F)],
+    default: F,
+) -> F {
+    let named = path
+        .and_then(|p| p.extension())
+        .and_then(|e| e.to_str())
+        .and_then(|e| known.iter().find(|(ext, _)| ext.eq_ignore_ascii_case(e)));
+    match (given, named) {
+        (Some(f), Some(&(ext, by_name))) if by_name != f => {
+            let name = known.iter().find(|(_, k)| *k == f).map_or("another", |(e, _)| *e);
+            crate::failure::note(&format!(
+                "writing {name} to a file named .{ext}, as --format says"
+            ));
+            f
+        }
+        (Some(f), _) => f,
+        (None, Some(&(_, by_name))) => by_name,
+        (None, None) => default,
+    }
+}
+
 /// Refuses to pour binary output (`format`) into a terminal when it goes to standard output.
 pub(crate) fn refuse_binary_on_terminal(
     target: &Target,

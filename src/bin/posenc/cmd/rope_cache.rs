@@ -15,7 +15,7 @@ use super::rope::RopeParams;
 use crate::args::whole;
 use crate::device::{Compute, FastDevice, on_device};
 use crate::failure::Failure;
-use crate::output::{emit, output_help, refuse_binary_on_terminal, target};
+use crate::output::{emit, output_format, output_help, refuse_binary_on_terminal, target};
 use posenc::placement::HostJob;
 
 /// `posenc rope-cache --help` after the options, before the exit statuses.
@@ -72,8 +72,9 @@ pub(crate) struct RopeCacheArgs {
     #[arg(long, value_enum, default_value_t = CacheDtype::F32)]
     dtype: CacheDtype,
     /// safetensors: cos, sin and inv_freq with metadata. npy: [2, positions, rotary_dim].
-    #[arg(long, value_enum, default_value_t = CacheFormat::Safetensors)]
-    format: CacheFormat,
+    /// [default: as -o PATH's extension names it (.safetensors, .npy), else safetensors]
+    #[arg(long, value_enum)]
+    format: Option<CacheFormat>,
     /// Where to compute. `auto` computes where the result reaches the host sooner (the CPU
     /// unless a large job meets a hardware GPU; POSENC_AUTO=gpu: the GPU when one opens),
     /// and on the CPU with a note when the GPU fails; `gpu` fails without one. cpu and gpu
@@ -108,6 +109,8 @@ pub(crate) fn run(args: &RopeCacheArgs) -> Result<(), Failure> {
         "the cache needs -o PATH or a redirected stdout",
     )?;
     let (spec, mrope, positions) = load(args).map_err(Failure::usage)?;
+    let known = [("safetensors", CacheFormat::Safetensors), ("npy", CacheFormat::Npy)];
+    let format = output_format(args.format, Some(&args.output), &known, CacheFormat::Safetensors);
 
     // The request is valid: from here on failures are the run's (exit 1).
     let values = 2 * positions.len() as u64 * u64::from(spec.rotary_dim());
@@ -121,7 +124,7 @@ pub(crate) fn run(args: &RopeCacheArgs) -> Result<(), Failure> {
     })?;
     if let Some(m) = mrope {
         let [t, h, w] = m.section();
-        let recorded = match args.format {
+        let recorded = match format {
             CacheFormat::Safetensors => "metadata mrope_axes",
             CacheFormat::Npy => "not recorded in .npy; safetensors' metadata mrope_axes",
         };
@@ -132,7 +135,7 @@ pub(crate) fn run(args: &RopeCacheArgs) -> Result<(), Failure> {
             m.layout().name()
         ));
     }
-    match (args.format, args.dtype) {
+    match (format, args.dtype) {
         (CacheFormat::Safetensors, dtype) => {
             let bytes = safetensors_bytes(&cache, dtype, &spec, mrope.as_ref());
             emit(&out, |w| w.write_all(&bytes))

@@ -11,7 +11,9 @@ use posenc::{Error, npy, positions, reference};
 use crate::args::{PeArgs, parse_budget, refuse_off_gpu, whole};
 use crate::device::{FastDevice, on_device};
 use crate::failure::Failure;
-use crate::output::{emit, output_help, refuse_binary_on_terminal, reserve_table, target};
+use crate::output::{
+    emit, output_format, output_help, refuse_binary_on_terminal, reserve_table, target,
+};
 use posenc::placement::HostJob;
 
 /// `--dim` when neither `--dim` nor `--config` is given.
@@ -49,9 +51,10 @@ pub(crate) struct TableArgs {
     device: Device,
     /// csv: no header, shortest round-trip decimals. npy: '<f4', C order, shape
     /// (positions, D); on stdout only when stdout is not a terminal. json: {"dim",
-    /// "positions", "values"}.
-    #[arg(long, value_enum, default_value_t = Format::Csv)]
-    format: Format,
+    /// "positions", "values"}. [default: as -o PATH's extension names it (.csv, .npy,
+    /// .json), else csv]
+    #[arg(long, value_enum)]
+    format: Option<Format>,
     #[arg(short, long, value_name = "PATH",
         help = "Write to PATH instead of stdout.",
         long_help = output_help!("Write to PATH instead of stdout."))]
@@ -119,7 +122,9 @@ pub(crate) fn run(args: &TableArgs) -> Result<(), Failure> {
     };
     check_size(positions.len() as u64, spec.dim()).map_err(Failure::usage)?;
     let out = target(args.output.as_deref())?;
-    if args.format == Format::Npy {
+    let known = [("csv", Format::Csv), ("npy", Format::Npy), ("json", Format::Json)];
+    let format = output_format(args.format, args.output.as_deref(), &known, Format::Csv);
+    if format == Format::Npy {
         let allowed = "npy only with -o PATH or a redirected stdout; csv or json on a terminal";
         refuse_binary_on_terminal(&out, "format", "npy", allowed)?;
     }
@@ -136,7 +141,7 @@ pub(crate) fn run(args: &TableArgs) -> Result<(), Failure> {
             reference::table_f32(&spec, &positions)
         }
     };
-    emit(&out, |w| write_table(w, args.format, spec.dim(), &positions, &table))
+    emit(&out, |w| write_table(w, format, spec.dim(), &positions, &table))
 }
 
 /// Refuses tables over [`MAX_OUTPUT_VALUES`] values before anything of their size is

@@ -749,3 +749,41 @@ fn help_says_where_each_output_goes() {
         assert!(text.contains(stdout), "{command:?} --help lacks {stdout:?}:\n{text}");
     }
 }
+
+/// Round twelve: `-o table.npy` wrote CSV and `rope-cache -o cache.npy` safetensors, with no
+/// word. Without `--format` the extension now names it; a `--format` the extension
+/// contradicts is kept, with a note.
+#[test]
+fn the_output_extension_names_the_format_unless_format_is_given() {
+    let dir = Dir::new();
+    let table = dir.out("t.npy");
+    let run = posenc(&["table", "--dim", "4", "--len", "3", "-o", &table]);
+    assert_ok(&run, "run");
+    assert!(stderr(&run).is_empty(), "{}", stderr(&run));
+    assert!(fs::read(&table).unwrap().starts_with(b"\x93NUMPY"));
+    let json = dir.out("t.JSON");
+    assert_ok(&posenc(&["table", "--dim", "4", "--len", "3", "-o", &json]), "run");
+    assert!(fs::read_to_string(&json).unwrap().starts_with('{'));
+    // An unknown extension keeps the default (CSV).
+    let txt = dir.out("t.txt");
+    assert_ok(&posenc(&["table", "--dim", "4", "--len", "3", "-o", &txt]), "run");
+    assert_eq!(fs::read_to_string(&txt).unwrap().lines().count(), 3);
+    // --format given: kept, and a contradicting extension noted.
+    let run = posenc(&["table", "--dim", "4", "--len", "3", "--format", "csv", "-o", &table]);
+    assert_ok(&run, "run");
+    assert!(
+        stderr(&run).starts_with("posenc: note: writing csv to a file named .npy"),
+        "{}",
+        stderr(&run)
+    );
+    assert_eq!(fs::read_to_string(&table).unwrap().lines().count(), 3);
+    let cache = dir.out("c.npy");
+    assert_ok(&posenc(&["rope-cache", "--head-dim", "8", "--len", "2", "-o", &cache]), "run");
+    let bytes = fs::read(&cache).unwrap();
+    assert!(bytes.starts_with(b"\x93NUMPY"), "{:?}", &bytes[..8]);
+    let st = dir.out("c.safetensors");
+    let run =
+        posenc(&["rope-cache", "--head-dim", "8", "--len", "2", "--format", "npy", "-o", &st]);
+    assert_ok(&run, "run");
+    assert!(stderr(&run).contains("writing npy to a file named .safetensors"), "{}", stderr(&run));
+}
