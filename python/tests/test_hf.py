@@ -246,13 +246,62 @@ def _tiny(config_class: str, **kwargs):
     return _model(config_class, **kwargs)
 
 
-def test_mrope_module_refused_by_name():
+def _text_model(config_class: str, **kwargs):
+    """A multimodal model's language model alone (no causal LM class of its own)."""
+    if not hasattr(transformers, config_class):
+        pytest.skip(f"transformers {transformers.__version__} has no {config_class}")
+    torch.manual_seed(0)
+    config = getattr(transformers, config_class)(**{**TINY, **kwargs})
+    config._attn_implementation = "eager"
+    return transformers.AutoModel.from_config(config).eval()
+
+
+MROPE = {
     # Qwen3.5's text RoPE is a multimodal one (mrope_section [11, 11, 10] when the config
-    # has none), called with [3, batch, len] position_ids: posenc's (cos, sin) of
-    # [batch, len, dim] served it broke the model's forward with a RuntimeError.
-    model = _tiny("Qwen3_5TextConfig", head_dim=16, linear_key_head_dim=16, linear_value_head_dim=16,
-                  layer_types=["linear_attention", "full_attention"])
-    with pytest.raises(ValueError, match=r"model_type 'qwen3_5_text'.*multimodal RoPE \(mrope_section"):
+    # has none), called with [3, batch, len] position_ids.
+    "qwen3_5": lambda: _tiny("Qwen3_5TextConfig", head_dim=16, linear_key_head_dim=16,
+                             linear_value_head_dim=16,
+                             layer_types=["linear_attention", "full_attention"]),
+    "qwen2_vl": lambda: _text_model("Qwen2VLTextConfig", rope_parameters={
+        "rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]}),
+    "qwen3_vl": lambda: _text_model("Qwen3VLTextConfig", head_dim=16, rope_parameters={
+        "rope_type": "default", "rope_theta": 5e6, "mrope_section": [2, 3, 3],
+        "mrope_interleaved": True}),
+    "glm4v": lambda: _text_model("Glm4vTextConfig", partial_rotary_factor=0.5, rope_parameters={
+        "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 1, 2]}),
+}
+
+
+@pytest.mark.parametrize("family", sorted(MROPE))
+def test_mrope_modules_are_served_with_per_axis_positions(family):
+    # Served since 2026-12-02 (refused before): each frequency gathered from the position
+    # of its axis, for position ids that differ per axis as an image's grid has them.
+    model = MROPE[family]()
+    ids = torch.randint(3, 256, (1, 40))
+    n = torch.arange(40)
+    per_axis = torch.stack([n // 8, n % 8 + n // 8, (n * 3) % 8 + 100])[:, None, :]
+
+    def outputs():
+        with torch.no_grad():
+            out = [model(ids), model(ids, position_ids=per_axis)]
+        return [o.logits if hasattr(o, "logits") else o.last_hidden_state for o in out]
+
+    before = outputs()
+    patch = posenc.hf.exact_rotary(model)
+    assert len(patch.modules) == 1
+    after = outputs()
+    for b, a in zip(before, after):
+        torch.testing.assert_close(a, b, rtol=0, atol=2e-5)
+    # The axes matter: the per-axis positions change the output.
+    assert (before[1] - before[0]).abs().max() > 1e-3
+    patch.undo()
+
+
+def test_mrope_module_whose_section_posenc_does_not_read_is_refused():
+    model = MROPE["qwen2_vl"]()
+    rotary = next(m for m in model.modules() if type(m).__name__.endswith("RotaryEmbedding"))
+    rotary.mrope_section = [4, 2, 2]  # not its config's: what would posenc's axes be?
+    with pytest.raises(ValueError, match=r"multimodal RoPE \(mrope_section \[4, 2, 2\]\).*section \[2, 3, 3\]"):
         posenc.hf.exact_rotary(model)
     assert not any(isinstance(m, posenc.hf.ExactRotary) for m in model.modules())
 

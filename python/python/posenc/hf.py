@@ -14,6 +14,9 @@ Before replacing anything, each module is asked for its own cos and sin at posit
 0..63, and posenc's must agree within float32's angle error there: a family whose rotary
 module returns another shape or other values (complex ``freqs_cis``, half-width tables,
 a RoPE posenc reads differently) is refused by name, and the model is left as it was.
+A multimodal RoPE (``mrope_section``: Qwen2-VL, Qwen3-VL, Qwen3.5, GLM-4V, ...) is served
+with per-axis ``[3, batch, len]`` positions, each frequency taking its axis's position, and
+probed with positions that differ per axis too.
 
 Needs torch and transformers (``pip install torch transformers``); nothing else in
 posenc imports them.
@@ -87,10 +90,17 @@ class ExactRotary(_torch().nn.Module):
         # (cos and sin are rounded once, to the dtype of each call's x). They follow the
         # device of the calls that use them, copied there once.
         self._tables = {}
+        # A multimodal RoPE's axis per column of its cache (posenc.rope_cache's recipe).
+        self._axes = {}
         for key, spec in specs.items():
             if max_positions > 0 and not spec.depends_on_length:
                 cos, sin = spec.cache(np.arange(max_positions, dtype=np.int64))
                 self._tables[key] = (torch.from_numpy(cos), torch.from_numpy(sin))
+            if spec.mrope is not None:
+                axes = spec.mrope[2]
+                col = np.arange(spec.rotary_dim)
+                freq = col % len(axes) if spec.pairing == "neox" else col // 2
+                self._axes[key] = torch.from_numpy(axes[freq].astype(np.int64))
 
     def _table(self, key: Any, device: Any):
         cos, sin = self._tables[key]
@@ -121,7 +131,18 @@ class ExactRotary(_torch().nn.Module):
         pos = position_ids
         if pos.dim() == 1:
             pos = pos[None, :]
-        if pos.dim() != 2:
+        axes = self._axes.get(layer_type)
+        if axes is not None:
+            # As the multimodal module takes them: [3, batch, len], or the same positions
+            # on every axis.
+            if pos.dim() == 2:
+                pos = pos[None].expand(3, -1, -1)
+            if pos.dim() != 3 or pos.shape[0] != 3:
+                raise ValueError(
+                    f"posenc.hf: position_ids of shape {tuple(pos.shape)}, not [3, batch, len] "
+                    f"or [batch, len] (a multimodal RoPE)"
+                )
+        elif pos.dim() != 2:
             raise ValueError(f"posenc.hf: position_ids of shape {tuple(pos.shape)}, not [batch, len]")
         in_table = layer_type in self._tables and (
             pos.numel() == 0 or (int(pos.min()) >= 0 and int(pos.max()) < self.max_positions)
@@ -146,6 +167,14 @@ class ExactRotary(_torch().nn.Module):
             shape = (*pos.shape, c.shape[1])
             cos = torch.from_numpy(c)[index].reshape(shape)
             sin = torch.from_numpy(s)[index].reshape(shape)
+        if axes is not None:
+            # Column c of a token: its value at the position of the column's axis.
+            if axes.device != cos.device:
+                axes = axes.to(cos.device)
+                self._axes[layer_type] = axes
+            index = axes.view(1, 1, 1, -1).expand(1, *cos.shape[1:])
+            cos = torch.gather(cos, 0, index)[0]
+            sin = torch.gather(sin, 0, index)[0]
         return (
             cos.to(device=x.device, dtype=x.dtype),
             sin.to(device=x.device, dtype=x.dtype),
@@ -211,14 +240,26 @@ def _specs_for(module: Any, config: Any, name: str) -> dict:
         raise _refuse(model_type, name, str(e)) from None
     section = getattr(module, "mrope_section", None)
     if section:
-        # The model calls it with per-axis position_ids ([3, batch, len]: temporal, height,
-        # width), whose sections it interleaves; posenc's (cos, sin) is one RoPE of one
-        # position per token. mrope_section in a config is refused as well.
-        raise _refuse(
-            model_type, name,
-            f"its rotary module is a multimodal RoPE (mrope_section {section}), called with "
-            f"per-axis position_ids: not a rotation posenc computes",
-        )
+        # A multimodal RoPE, called with per-axis position_ids ([3, batch, len]: time,
+        # height, width): served where posenc reads the family's axes and the section the
+        # module uses (its config's, else its class default), each frequency gathered
+        # from its axis's position.
+        try:
+            spec = posenc.RopeSpec(text, pairing=pairing)
+        except ValueError as e:
+            raise _refuse(model_type, name, f"posenc cannot read its RoPE: {e}") from None
+        mrope = spec.mrope
+        ours = None if mrope is None else list(mrope[0])
+        if _takes_layer_type(module) or not isinstance(section, (list, tuple)) or ours != [
+            int(n) for n in section
+        ]:
+            why = "no multimodal RoPE posenc reads" if mrope is None else f"section {ours}"
+            raise _refuse(
+                model_type, name,
+                f"its rotary module is a multimodal RoPE (mrope_section {section}), called "
+                f"with per-axis position_ids, and posenc reads {why} from its config",
+            )
+        return {None: spec}
     layer_types = [None]
     if _takes_layer_type(module):
         declared = getattr(config, "layer_types", None)
@@ -304,8 +345,28 @@ def _probe(module: Any, specs: dict, model_type: str, name: str) -> dict:
                 f"{PROBE_TOLERANCE:g}): the module computes another RoPE than posenc reads "
                 f"from its config",
             )
+        if candidate.mrope is not None:
+            _probe_axes(module, candidate, x, model_type, name)
         checked[layer_type] = candidate
     return checked
+
+
+def _probe_axes(module: Any, spec: Any, x: Any, model_type: str, name: str) -> None:
+    """A multimodal RoPE's axes: the module's cos and sin for positions that differ per
+    axis (as an image's grid has them) against posenc's gathered by its axes."""
+    torch = _torch()
+    n = torch.arange(PROBE)
+    pos = torch.stack([n // 16, (n // 4) % 4 + 3 * (n // 16), n % 4 + 5 * (n // 16)])[:, None, :]
+    with torch.no_grad():
+        theirs = module(x, pos)
+        ours = ExactRotary(module, {None: spec}, 0)(x, pos)
+    err = max(float((a.double() - b.double()).abs().max()) for a, b in zip(theirs, ours))
+    if err > PROBE_TOLERANCE * max(1.0, float(theirs[0].abs().max())):
+        raise _refuse(
+            model_type, name,
+            f"its multimodal RoPE gives positions of different axes otherwise than posenc's "
+            f"axes (off by {err:.3g} at per-axis positions 0..{PROBE}): not served",
+        )
 
 
 def exact_rotary(model: Any, max_positions: Optional[int] = None, *, check: bool = True) -> Patch:
