@@ -380,22 +380,23 @@ fn parse_dtype(text: &str) -> PyResult<Dtype> {
     }
 }
 
-/// `scale=`: None (not given), "none", "sqrt" or a finite number.
+/// What `scale=` allows, as the command line's `--scale` words it.
+const SCALES: &str = "\"none\", \"sqrt\" or a number finite in float32 (|scale| <= 3.4028235e38)";
+
+/// `scale=`: None (not given), "none", "sqrt" or a number finite in float32.
 fn parse_scale(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Scale>> {
     let Some(value) = value else { return Ok(None) };
     if let Ok(text) = value.extract::<String>() {
         return match text.as_str() {
             "none" => Ok(Some(Scale::None)),
             "sqrt" => Ok(Some(Scale::SqrtDim)),
-            _ => Err(PyValueError::new_err(format!(
-                "invalid scale: {text:?} (allowed: \"none\", \"sqrt\" or a finite number)"
-            ))),
+            _ => Err(PyValueError::new_err(format!("invalid scale: {text:?} (allowed: {SCALES})"))),
         };
     }
     match value.extract::<f64>() {
         Ok(v) if v.is_finite() && (v as f32).is_finite() => Ok(Some(Scale::Value(v as f32))),
         _ => Err(PyValueError::new_err(format!(
-            "invalid scale: {} (allowed: \"none\", \"sqrt\" or a finite number)",
+            "invalid scale: {} (allowed: {SCALES})",
             shown(value)
         ))),
     }

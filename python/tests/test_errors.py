@@ -135,7 +135,6 @@ def test_integers_past_their_type_are_value_errors_naming_them():
     an OverflowError naming neither, on Python 3.9 not even the argument)."""
     x = np.ones((1, 2, 2, 8), np.float32)
     for call, name, value in [
-        (lambda: posenc.table(-1), "dim", -1),
         (lambda: posenc.table(8, len=2**64), "len", 2**64),
         (lambda: posenc.table(8, gpu_memory_budget=-1), "gpu_memory_budget", -1),
         (lambda: posenc.rope(x, layout="blhd", offset=2**32), "offset", 2**32),
@@ -144,6 +143,9 @@ def test_integers_past_their_type_are_value_errors_naming_them():
     ]:
         with pytest.raises(ValueError, match=f"invalid {name}: {value} \\(allowed: 0\\.\\.="):
             call()
+    # A table's width in --dim's words, as the ranges test below has it.
+    with pytest.raises(ValueError, match="invalid dim: -1 \\(allowed: a whole number in 1\\.\\.=65536"):
+        posenc.table(-1)
     with pytest.raises(ValueError, match="invalid heads: 1099511627776 \\(allowed: 1\\.\\.="):
         posenc.alibi_slopes(2**40)
     with pytest.raises(ValueError, match="invalid heads: True"):
@@ -869,6 +871,12 @@ def test_ranges_named_are_the_options_own():
         # rope_cache's seq_len is its length, `--len`: positions 0..N.
         (lambda: posenc.rope_cache(head_dim=8, seq_len=-1), "seq_len", -1, "0..=4294967296 (positions"),
         (lambda: posenc.rope_cache(head_dim=8, seq_len=2**33), "seq_len", 2**33, "0..=4294967296 (positions"),
+        # A table's width as --dim words it (round twelve: 0..=4294967295).
+        (lambda: posenc.table(-2), "dim", -2, "a whole number in 1..=65536 as the variant allows"),
+        (lambda: posenc.table(2**33), "dim", 2**33, "a whole number in 1..=65536 as the variant allows"),
+        # A finite scale past float32's range (round twelve: "a finite number").
+        (lambda: posenc.encode(np.ones((4, 8), np.float32), [[1]], scale=3.5e38), "scale", 3.5e38,
+         '"none", "sqrt" or a number finite in float32'),
     ]:
         with pytest.raises(ValueError) as e:
             call()

@@ -191,12 +191,19 @@ impl Encoder {
         let (batch, len) = ids.dim();
         let expected = (batch, len, self.spec.dim() as usize);
         let actual = out.dim();
+        // The right shape in another layout is named as such ("expected (3, 5, 4), got
+        // (3, 5, 4)" said nothing, round twelve).
+        let strides = format!("{:?}", out.strides());
         let Some(flat) = out.as_slice_mut().filter(|_| actual == expected) else {
+            let actual = match actual == expected {
+                true => format!("{actual:?} with strides {strides}, not standard layout"),
+                false => format!("{actual:?}"),
+            };
             return Err(Error::Shape {
                 op: "encode_into",
                 what: "output (standard layout)",
                 expected: format!("{expected:?}"),
-                actual: format!("{actual:?}"),
+                actual,
             });
         };
         // T is f32, f16 or bf16 (the trait is sealed), and DTYPE says which.

@@ -151,6 +151,10 @@ _U64 = 2**64 - 1
 # The ranges of RoPE's integer options, as the command line words them.
 _HEAD_DIMS = "an even number in 2..=65536 (odd head dims: a partial rotary dim, rotary_dim=)"
 _ROTARY_DIMS = "an even number in 2..=head_dim"
+# A table's width, as the command line's --dim words it (the variant checks the rest).
+_TABLE_DIMS = (
+    "a whole number in 1..=65536 as the variant allows (vaswani: an even number in 2..=65536)"
+)
 _SEQ_LENS = "1..=4294967296 (one more than the largest u32 position)"
 
 
@@ -490,7 +494,7 @@ def table(
     made = _noted(
         _posenc.table(
             out=target,
-            dim=_whole(dim, "dim", _U32),
+            dim=_whole(dim, "dim", _U32, allowed=_TABLE_DIMS),
             len=_whole(len, "len", _U64),
             positions_spec=spec,
             positions=pos,
@@ -626,7 +630,8 @@ def encode(
     _not_both("positions", positions, "offsets", offsets)
     if isinstance(scale, (bool, np.bool_)):
         raise ValueError(
-            f"invalid scale: {scale} (allowed: \"none\", \"sqrt\" or a finite number)"
+            f"invalid scale: {scale} (allowed: \"none\", \"sqrt\" or a number finite in "
+            f"float32 (|scale| <= 3.4028235e38))"
         )
     width = w.shape[1] if w is not None else 1
     ids_in = _int_array(ids, "ids", (1, 2), width)

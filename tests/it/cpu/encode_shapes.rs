@@ -267,4 +267,13 @@ fn encode_into_writes_every_output_type() {
         .encode_into(t, ids.view(), pos.view(), &options(Dtype::F16), b.view_mut())
         .unwrap_err();
     assert!(matches!(err, posenc::Error::InvalidParameter { field: "out_dtype", .. }), "{err}");
+    // The right shape in another layout says so (round twelve: "expected (2, 5, 12), got
+    // (2, 5, 12)").
+    let mut wide = Array3::<f32>::zeros((2, 5, 24));
+    let strided = wide.slice_mut(ndarray::s![.., .., ..;2]);
+    let err = encoder
+        .encode_into(t, ids.view(), pos.view(), &options(Dtype::F32), strided)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("(2, 5, 12) with strides [120, 24, 2], not standard layout"), "{err}");
 }

@@ -123,10 +123,13 @@ fn parse_scale(text: &str) -> Result<Scale, String> {
     match text {
         "none" => Ok(Scale::None),
         "sqrt" => Ok(Scale::SqrtDim),
-        _ => match text.parse::<f32>() {
-            Ok(v) if v.is_finite() => Ok(Scale::Value(v)),
-            _ => Err("expected none, sqrt or a finite number".into()),
-        },
+        _ => {
+            match text.parse::<f32>() {
+                Ok(v) if v.is_finite() => Ok(Scale::Value(v)),
+                _ => Err("expected none, sqrt or a number finite in float32 (|S| <= 3.4028235e38)"
+                    .into()),
+            }
+        }
     }
 }
 
