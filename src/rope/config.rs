@@ -277,7 +277,8 @@ fn rope(
              was meant is a guess",
         ));
     }
-    if (copies_nothing(family) || family.layers == LayerRule::Lfm3)
+    let own_defaults = matches!(family.layers, LayerRule::OwnDefaults { .. });
+    if (copies_nothing(family) || family.layers == LayerRule::Lfm3 || own_defaults)
         && get(config, "rope_parameters").is_none()
     {
         return Err(invalid(
@@ -317,7 +318,11 @@ fn rope(
     // (ModernBERT, NeoMME), replace it (Step 3.5) or keep it for the layers to fail on
     // (KeyError: MiMo-V2-Flash, Mellum, Laguna, Gemma 4). Read as every layer's RoPE it was
     // a silent wrong answer (round twelve).
-    if !per_layer && !matches!(family.layers, LayerRule::Generic | LayerRule::Lfm3) {
+    let one_object = matches!(
+        family.layers,
+        LayerRule::Generic | LayerRule::Lfm3 | LayerRule::OwnDefaults { one_object: true }
+    );
+    if !per_layer && (!one_object || (own_defaults && params.is_empty())) {
         return Err(invalid(
             "rope_parameters",
             excerpt(&Value::Object(params.clone())),
@@ -379,14 +384,21 @@ fn rope(
         None if no_copy && family.layers == LayerRule::NeoMme => {
             Some(neomme_theta(config, layer_type, &key)?)
         }
-        None if no_copy => {
+        None if no_copy || own_defaults => {
             return Err(invalid(
                 format!("{key}.rope_theta"),
                 "missing",
-                format!(
-                    "a number: {model_type}'s config class copies no top-level rope_theta into \
-                     a layer type's parameters (transformers raises KeyError)"
-                ),
+                if no_copy {
+                    format!(
+                        "a number: {model_type}'s config class copies no top-level rope_theta \
+                         into a layer type's parameters (transformers raises KeyError)"
+                    )
+                } else {
+                    format!(
+                        "a number: {model_type}'s config class gives a layer type its own \
+                         default base, which posenc does not read"
+                    )
+                },
             ));
         }
         // LFM3's class fills its default base (1e6) into a single object too.

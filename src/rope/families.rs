@@ -232,6 +232,17 @@ pub enum LayerRule {
     /// (sliding_attention) into every layer type whatever its rope type, and a missing
     /// `rope_theta` from the top-level one, else 1e6 / 1e4.
     NeoMme,
+    /// The config class builds one RoPE per layer type from its own defaults when a config
+    /// has no `rope_parameters`, ignoring a top-level `rope_theta` for some or all of them
+    /// (transformers 5.24: Beam, Dory, dots.llm3's text model, UltraBERT): that form is
+    /// refused, and so is a layer type's entry without its `rope_theta`. With `one_object`
+    /// the class copies one object with its `rope_theta` into every layer type
+    /// (dots.llm3), which is read so; otherwise such an object is refused (the layers
+    /// fail on it).
+    OwnDefaults {
+        /// One object is every layer type's.
+        one_object: bool,
+    },
     /// Step 3.5's legacy form: every layer type is a default RoPE over `rope_theta`, and
     /// `rope_scaling` applies to the full_attention layers only; per-layer lists are not
     /// read (a `rope_theta` list, and `partial_rotary_factors` other than all 1, are refused).
@@ -536,7 +547,9 @@ const MUSICFLAMINGO: &str = "MusicFlamingo's top-level head_dim and rope_paramet
     encoder's rotary time embedding (angles scaled by timestamps); its language model's RoPE is \
     the text_config's, to be read on its own";
 
-use LayerRule::{Gemma3, Lfm3, ModernBert, NeoMme, NoCopy, Olmo3, PerLayerHead, Step3p5};
+use LayerRule::{
+    Gemma3, Lfm3, ModernBert, NeoMme, NoCopy, Olmo3, OwnDefaults, PerLayerHead, Step3p5,
+};
 use Mrope::{Interleaved, Sections};
 use RotaryKey::{RotaryDim, RotaryPct};
 
@@ -560,7 +573,7 @@ static FAMILIES: &[Family] = &[
     row("bailing_hybrid").gptj().base(6e6).unsettled(64),
     row("bamba").partial(0.5, 0.5).no_top_level_factor(),
     row("bart").not_rotary(),
-    row("beam").unsettled(128),
+    row("beam").unsettled(128).layers(OwnDefaults { one_object: false }),
     row("beit").not_rotary(),
     row("bert").not_rotary(),
     row("bert-generation").not_rotary(),
@@ -636,9 +649,9 @@ static FAMILIES: &[Family] = &[
     row("dinov3_vit").refused(PATCHES_2D),
     row("distilbert").not_rotary(),
     row("donut-swin").not_rotary(),
-    row("dory").unsettled(256),
+    row("dory").unsettled(256).layers(OwnDefaults { one_object: false }),
     row("dots3_note_audio_encoder").partial(1.0, 1.0),
-    row("dots3_note_text").gptj().partial(0.25, 0.25),
+    row("dots3_note_text").gptj().partial(0.25, 0.25).layers(OwnDefaults { one_object: true }),
     row("dpr").not_rotary(),
     row("dpt").not_rotary(),
     row("edgetam_mask_decoder").not_rotary(),
@@ -957,6 +970,7 @@ static FAMILIES: &[Family] = &[
     row("trocr").not_rotary(),
     row("tvp").not_rotary(),
     row("udop").not_rotary(),
+    row("ultrabert").layers(OwnDefaults { one_object: false }),
     row("umt5").not_rotary(),
     row("unispeech").not_rotary(),
     row("unispeech-sat").not_rotary(),

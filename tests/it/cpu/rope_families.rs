@@ -1319,3 +1319,48 @@ fn composites_read_their_text_config_beside_top_level_head_keys() {
     let llama = r#"{"model_type": "llama", "head_dim": 32, "text_config": {"head_dim": 8}}"#;
     assert_eq!(spec(llama, None).head_dim(), 32);
 }
+
+/// Families whose config class builds one RoPE per layer type from its own defaults when a
+/// config has none (transformers 5.24: Dory's full layers 1e7 and sliding 1e4 whatever
+/// `rope_theta` says, Beam's sliding 1e4 and full layers without RoPE, dots.llm3's sliding
+/// 50000, UltraBERT's list of bases): the legacy form was read as one RoPE at `rope_theta`.
+#[test]
+fn families_with_their_own_per_layer_defaults_need_rope_parameters() {
+    for model_type in ["beam", "dory", "dots3_note_text", "ultrabert"] {
+        let legacy = format!(
+            r#"{{"model_type": "{model_type}", "head_dim": 16, "hidden_size": 64,
+                "num_attention_heads": 4, "rope_theta": 123456}}"#
+        );
+        for layer_type in [None, Some("full_attention"), Some("sliding_attention")] {
+            let msg = refused(&legacy, layer_type, "rope_parameters");
+            assert!(msg.contains("uses its own"), "{msg}");
+        }
+        // With them, each layer type's entry is read, its rope_theta required.
+        let given = format!(
+            r#"{{"model_type": "{model_type}", "head_dim": 16, "rope_parameters": {{
+                "full_attention": {{"rope_type": "default", "rope_theta": 1e7}},
+                "sliding_attention": {{"rope_type": "default"}}}}}}"#
+        );
+        assert_eq!(spec(&given, Some("full_attention")).base(), 1e7, "{model_type}");
+        let msg = refused(
+            &given,
+            Some("sliding_attention"),
+            "rope_parameters.sliding_attention.rope_theta",
+        );
+        assert!(msg.contains("its own default base"), "{msg}");
+    }
+    // dots.llm3's class copies one object (with its rope_theta) into every layer type;
+    // the others' layers fail on one. An empty one takes the class's defaults: refused.
+    let one = |model_type: &str, params: &str| {
+        format!(r#"{{"model_type": "{model_type}", "head_dim": 16, "rope_parameters": {params}}}"#)
+    };
+    let plain = r#"{"rope_type": "default", "rope_theta": 50000}"#;
+    assert_eq!(spec(&one("dots3_note_text", plain), None).base(), 50000.0);
+    refused(&one("dory", plain), None, "rope_parameters");
+    refused(&one("dots3_note_text", "{}"), None, "rope_parameters");
+    refused(
+        &one("dots3_note_text", r#"{"rope_type": "default"}"#),
+        None,
+        "rope_parameters.rope_theta",
+    );
+}

@@ -311,6 +311,11 @@ fn layers_cell(f: &Family) -> String {
             format!("nothing copied in; default layers' factor {}", number(f))
         }
         LayerRule::NeoMme => "nothing copied in; factor 0.25 full, 1 sliding".into(),
+        LayerRule::OwnDefaults { one_object } => format!(
+            "its class's own bases per layer type; `rope_parameters` required, each with \
+             `rope_theta`{}",
+            if one_object { " (one object: every layer's)" } else { "" }
+        ),
         LayerRule::Step3p5 => "Step 3.5: scaling on full layers only".into(),
         LayerRule::PerLayerHead { gemma4: false } => "head dim per layer type".into(),
         LayerRule::PerLayerHead { gemma4: true } => {
