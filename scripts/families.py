@@ -284,6 +284,13 @@ def compare(paths, table="docs/families.md"):
             # read a default RoPE from: a not_rotary row is missing.
             candidates.append(f"{model_type}: not in the table, no rotary code in its modeling files")
             continue
+        legacy = row.get("legacy")
+        nested = isinstance(legacy, dict) and legacy and all(
+            isinstance(v, dict) or v is None for v in legacy.values()
+        ) and any(isinstance(v, dict) for v in legacy.values())
+        if have is None and nested:
+            candidates.append(f"{model_type}: not in the table, per-layer-type RoPEs by default")
+            continue
         if have is None:
             # Not in the table: a language model's class base other than 10000 is a config
             # posenc would read at 10000.
@@ -293,6 +300,14 @@ def compare(paths, table="docs/families.md"):
             continue
         if have.get("refused"):
             continue
+        # A class that builds one RoPE per layer type from a config without rope_parameters
+        # (its legacy form): a family without a layer rule would read that form as one
+        # RoPE at rope_theta (Dory's, before LayerRule::OwnDefaults).
+        if nested and not have.get("layer types", ""):
+            problems.append(
+                f"{model_type}: its class builds per-layer-type RoPEs ({', '.join(sorted(legacy))}) "
+                f"from a config without rope_parameters; the table has no layer rule"
+            )
         # Base.
         base = derived_base(row)
         if base is not None:
