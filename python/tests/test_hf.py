@@ -297,6 +297,30 @@ def test_mrope_modules_are_served_with_per_axis_positions(family):
     patch.undo()
 
 
+def test_a_vision_language_model_s_tower_is_named_with_the_way_out():
+    # Round thirteen: the vision tower's 2-D RoPE was refused with a message that did not
+    # say to patch the language model alone.
+    if not hasattr(transformers, "Qwen2VLConfig"):
+        pytest.skip(f"transformers {transformers.__version__} has no Qwen2VLConfig")
+    torch.manual_seed(0)
+    text = dict(TINY, rope_parameters={"rope_type": "default", "rope_theta": 1e6,
+                                       "mrope_section": [2, 3, 3]})
+    vision = dict(depth=1, embed_dim=32, num_heads=2, hidden_size=64, mlp_ratio=2,
+                  in_channels=3, patch_size=14, spatial_merge_size=2, temporal_patch_size=2)
+    config = transformers.Qwen2VLConfig(text_config=text, vision_config=vision)
+    model = transformers.AutoModelForImageTextToText.from_config(config).eval()
+    with pytest.raises(ValueError, match=r"qwen2_vl_vision.*exact_rotary\(model\.model\.language_model\)"):
+        posenc.hf.exact_rotary(model)
+    patch = posenc.hf.exact_rotary(model.model.language_model)
+    rotary = patch.modules[0]
+    # Position ids of [1, batch, len] are every axis's, as the module expands them.
+    x = torch.zeros(1, 5, 16)
+    one = rotary(x, torch.arange(5)[None, None, :])
+    two = rotary(x, torch.arange(5)[None, :])
+    assert all(torch.equal(a, b) for a, b in zip(one, two))
+    patch.undo()
+
+
 def test_mrope_module_whose_section_posenc_does_not_read_is_refused():
     model = MROPE["qwen2_vl"]()
     rotary = next(m for m in model.modules() if type(m).__name__.endswith("RotaryEmbedding"))

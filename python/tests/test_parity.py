@@ -363,8 +363,9 @@ def test_rope_cache_module_layout():
     assert posenc.rope_cache(glm4, seq_len=2).pairing == "neox"
     cohere = {"model_type": "cohere", "hidden_size": 256, "num_attention_heads": 4, "rope_theta": 10000.0}
     assert posenc.rope_cache(cohere, seq_len=2).pairing == "gptj"
+    # (With rope_parameters: its legacy form is its class's own yarn RoPE, refused first.)
     gpt_oss = {"model_type": "gpt_oss", "hidden_size": 256, "num_attention_heads": 4, "head_dim": 64,
-               "rope_theta": 150000.0}
+               "rope_parameters": {"rope_type": "default", "rope_theta": 150000.0}}
     with pytest.raises(ValueError, match="gpt_oss.*half the rotary width"):
         posenc.rope_cache(gpt_oss, seq_len=2)
     roformer = {"model_type": "roformer", "hidden_size": 64, "num_attention_heads": 4}

@@ -293,21 +293,21 @@ impl Config {
                 allowed: "at most 4294967295 (token ids are u32)",
             });
         }
-        // Each factor first, so that the product is named as it is (a saturated one was
-        // named as 18446744073709551615, round twelve); the others saturate, far above
-        // their caps.
-        for (what, n) in [("batch", self.batch), ("len", self.len)] {
-            if n as u64 > MAX_TOKENS {
-                return Err(Error::Limit {
-                    op: "bench",
-                    what,
-                    requested: n as u64,
-                    limit_name: "bench::MAX_TOKENS",
-                    limit: MAX_TOKENS,
-                });
-            }
-        }
-        let tokens = self.batch as u64 * self.len as u64;
+        // A product past u64 is named by its larger factor, not saturated (it was named as
+        // 18446744073709551615, round twelve); the others saturate, far above their caps.
+        let Some(tokens) = (self.batch as u64).checked_mul(self.len as u64) else {
+            let (what, n) = match self.batch >= self.len {
+                true => ("tokens (batch, the larger factor)", self.batch),
+                false => ("tokens (len, the larger factor)", self.len),
+            };
+            return Err(Error::Limit {
+                op: "bench",
+                what,
+                requested: n as u64,
+                limit_name: "bench::MAX_TOKENS",
+                limit: MAX_TOKENS,
+            });
+        };
         let table = (self.vocab as u64)
             .saturating_mul(self.dim as u64)
             .saturating_mul(self.dtype.size() as u64);
@@ -470,9 +470,9 @@ mod tests {
         let huge_table = Config { vocab: 1 << 24, dim: 65536, ..base };
         assert_eq!(limit(huge_table), (1 << 42, "bench::MAX_TABLE_BYTES", MAX_TABLE_BYTES));
         let long = Config { len: u32::MAX as usize, ..base };
-        assert_eq!(limit(long), (u64::from(u32::MAX), "bench::MAX_TOKENS", MAX_TOKENS));
-        let many = Config { batch: 1 << 13, len: 1 << 12, ..base };
-        assert_eq!(limit(many), (1 << 25, "bench::MAX_TOKENS", MAX_TOKENS));
+        assert_eq!(limit(long), (8 * u64::from(u32::MAX), "bench::MAX_TOKENS", MAX_TOKENS));
+        let many = Config { batch: 1 << 33, len: 1 << 32, ..base };
+        assert_eq!(limit(many), (1 << 33, "bench::MAX_TOKENS", MAX_TOKENS));
         let wide = Config { batch: 1 << 12, len: 1 << 12, dim: 65536, vocab: 16, ..base };
         assert_eq!(limit(wide), (1 << 42, "bench::MAX_OUTPUT_BYTES", MAX_OUTPUT_BYTES));
         // Products that overflow u64 saturate, and are refused like any other.

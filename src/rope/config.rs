@@ -4,7 +4,9 @@
 
 use serde_json::{Map, Value};
 
-use super::families::{self, BaseDefault, Family, HeadDimDefault, LayerRule, PairingRule};
+use super::families::{
+    self, BaseDefault, ClassBase, Family, HeadDimDefault, LayerRule, PairingRule,
+};
 use super::families::{Mrope, PartialDefault, Refusal, RotaryKey};
 use super::scaling::{excerpt, invalid, parse_json, whole_number};
 use super::{DEFAULT_BASE, Pairing, RopeSpec, Scaling};
@@ -489,6 +491,49 @@ fn legacy(config: &Object, layer_type: Option<&str>, family: &Family) -> Result<
             return Err(invalid("rope_scaling", excerpt(other), "a JSON object or null"));
         }
     };
+    // transformers 5.24 builds these families' own RoPE when a config has neither
+    // rope_parameters nor rope_scaling, ignoring rope_theta: read as a default RoPE over
+    // rope_theta it was a silent wrong answer (Apertus' llama3 x8 over 12e6, Cosmos 3
+    // Edge's 1e8; round thirteen).
+    let model_type = get(config, "model_type").and_then(Value::as_str).unwrap_or("");
+    let mut theta = theta;
+    if scaling.is_none() {
+        let legacy_rope = match family.base {
+            BaseDefault::Class(ClassBase { legacy: Some(l), .. }) => Some(l),
+            _ => None,
+        };
+        match (theta, legacy_rope, family.own_base) {
+            // Without rope_theta the base's own refusal names the class's RoPE.
+            (Some(t), Some(l), _) => {
+                return Err(invalid(
+                    "rope_scaling",
+                    format!("missing (beside rope_theta {}, no rope_parameters)", float(t)),
+                    format!(
+                        "an object, or rope_parameters: without them {model_type}'s config class \
+                         builds its own RoPE ({} scaling, factor {}, base {}), not a default \
+                         one over rope_theta",
+                        l.rope_type,
+                        l.factor,
+                        float(l.base)
+                    ),
+                ));
+            }
+            (Some(t), None, Some(own)) if t != own => {
+                return Err(invalid(
+                    "rope_theta",
+                    float(t),
+                    format!(
+                        "{} or absent: without rope_parameters or rope_scaling {model_type}'s \
+                         config class builds a default RoPE over its own base, whatever \
+                         rope_theta says (give rope_parameters for another)",
+                        float(own)
+                    ),
+                ));
+            }
+            (_, None, Some(own)) => theta = Some(own),
+            _ => {}
+        }
+    }
     match family.layers {
         LayerRule::Olmo3 => return olmo3_legacy(config, layer_type, theta, scaling),
         LayerRule::Step3p5 => return step3p5_legacy(config, layer_type, theta, scaling),
@@ -1072,10 +1117,18 @@ impl MultimodalRope {
     /// The same for `rotary_dim` (a caller's override of the config's).
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] naming `mrope_section` for the `sections` layout unless
-    /// its counts sum to `rotary_dim / 2` (its module splits the frequencies by them; the
+    /// [`Error::InvalidParameter`] naming `rotary_dim` unless it is even and in `2..=65536`,
+    /// and naming `mrope_section` for the `sections` layout unless its counts sum to
+    /// `rotary_dim / 2` (its module splits the frequencies by them; the
     /// `interleaved` layout assigns every frequency whatever the counts).
     pub fn for_rotary_dim(self, rotary_dim: u32) -> Result<Self> {
+        if !(2..=super::MAX_HEAD_DIM).contains(&rotary_dim) || !rotary_dim.is_multiple_of(2) {
+            return Err(Error::InvalidParameter {
+                field: "rotary_dim",
+                value: rotary_dim.to_string(),
+                allowed: "an even number in 2..=65536",
+            });
+        }
         let sum: u64 = self.section.iter().map(|&n| u64::from(n)).sum();
         if self.layout == Mrope::Sections && sum != u64::from(rotary_dim / 2) {
             return Err(Error::InvalidParameter {
@@ -1110,11 +1163,14 @@ fn multimodal_keys(
     let Some((map, key)) = rope.scaling.as_mut() else {
         return Ok(family.mrope.map(|(m, section)| (m, section, false)));
     };
-    let type_key = if get(map, "rope_type").is_some() { "rope_type" } else { "type" };
-    if MROPE_TYPE_FAMILIES.contains(&model_type)
-        && get(map, type_key).and_then(Value::as_str) == Some("mrope")
-    {
-        map.insert(type_key.into(), "default".into());
+    // Whichever key holds it: transformers 5.24 keeps a hub config's `type: "mrope"` and
+    // writes `rope_type: "default"` beside it, so a config it saved holds both.
+    if MROPE_TYPE_FAMILIES.contains(&model_type) {
+        for type_key in ["rope_type", "type"] {
+            if get(map, type_key).and_then(Value::as_str) == Some("mrope") {
+                map.insert(type_key.into(), "default".into());
+            }
+        }
     }
     let Some((layout, default_section)) = family.mrope else {
         if let Some(section) = map.get("mrope_section") {

@@ -59,6 +59,12 @@ pub struct Family {
     /// position of one of three axes (time, height, width), and the `mrope_section` it
     /// uses when the config has none. `None`: one position per token.
     pub mrope: Option<(Mrope, [u32; 3])>,
+    /// The base of the default RoPE the config class builds for a config with neither
+    /// `rope_parameters` nor `rope_scaling`, whatever its `rope_theta` says (transformers
+    /// 5.24: Moonshine Streaming's 1e4, Cosmos 3 Edge's 1e8, ...): read so, a `rope_theta`
+    /// of another value refused. (A row with a [`LegacyRope`] refuses that form beside a
+    /// `rope_theta`: its class builds a scaled RoPE of its own.)
+    pub own_base: Option<f64>,
     /// Why posenc refuses the family, if it does.
     pub refusal: Option<Refusal>,
 }
@@ -415,6 +421,7 @@ const fn row(model_type: &'static str) -> Family {
         rope_when: None,
         module: ModuleLayout::Halves,
         mrope: None,
+        own_base: None,
         refusal: None,
     }
 }
@@ -480,6 +487,9 @@ impl Family {
     }
     const fn axes(self, mrope: Mrope, section: [u32; 3]) -> Self {
         Family { mrope: Some((mrope, section)), ..self }
+    }
+    const fn own_base(self, base: f64) -> Self {
+        Family { own_base: Some(base), ..self }
     }
     const fn not_rotary(self) -> Self {
         Family { refusal: Some(Refusal::NotRotary), ..self }
@@ -616,7 +626,7 @@ static FAMILIES: &[Family] = &[
     row("cohere2_moe").gptj().head(128).module_pairs(),
     row("conditional_detr").not_rotary(),
     row("convbert").not_rotary(),
-    row("cosmos3_edge_text").unsettled(128).axes(Interleaved, [24, 20, 20]),
+    row("cosmos3_edge_text").base(1e8).unsettled(128).axes(Interleaved, [24, 20, 20]).own_base(1e8),
     row("cpmant").not_rotary(),
     row("csm").base(5e5),
     row("csm_depth_decoder_model").base(5e5),
@@ -811,7 +821,7 @@ static FAMILIES: &[Family] = &[
     row("molmo2_text").unsettled(128),
     row("molmo2_vision").unsettled(72),
     row("moonshine").gptj().partial(0.9, 0.9),
-    row("moonshine_streaming").gptj().partial(0.8, 1.0),
+    row("moonshine_streaming").gptj().partial(0.8, 1.0).own_base(1e4),
     row("moonshine_streaming_encoder").partial(0.8, 1.0),
     row("moshi_depth").refused(MOSHI_DEPTH),
     row("moss_transcribe_diarize_audio").not_rotary(),
@@ -821,16 +831,16 @@ static FAMILIES: &[Family] = &[
     row("mt5").not_rotary(),
     row("muse_glimmer_assistant").base(5e5).unsettled(128),
     row("muse_glimmer_text").unsettled(128),
-    row("muse_spark_text").unsettled(64),
+    row("muse_spark_text").unsettled(64).own_base(5e5),
     row("musicflamingo").refused(MUSICFLAMINGO),
     row("musicgen_decoder").not_rotary(),
     row("musicgen_melody_decoder").not_rotary(),
     row("mvp").not_rotary(),
     row("nanochat").refused(NANOCHAT),
     row("nemotron").partial(0.5, 0.5),
-    row("nemotron3_5_transcribe_asr_audio").partial(0.5, 1.0),
+    row("nemotron3_5_transcribe_asr_audio").partial(0.5, 1.0).own_base(1e4),
     row("nemotron3_5_transcribe_audio").partial(1.0, 1.0),
-    row("nemotron3_5_transcribe_word_timestamp").partial(0.5, 1.0),
+    row("nemotron3_5_transcribe_word_timestamp").partial(0.5, 1.0).own_base(1e4),
     row("nemotron3_diarization").partial(1.0, 1.0),
     row("nemotron3_diarization_audio").partial(1.0, 1.0),
     row("nemotron_asr_streaming_encoder").not_rotary(),

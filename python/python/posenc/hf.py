@@ -137,6 +137,9 @@ class ExactRotary(_torch().nn.Module):
             # on every axis.
             if pos.dim() == 2:
                 pos = pos[None].expand(3, -1, -1)
+            elif pos.dim() == 3 and pos.shape[0] == 1:
+                # One set of positions for every axis, as the module expands it.
+                pos = pos.expand(3, -1, -1)
             if pos.dim() != 3 or pos.shape[0] != 3:
                 raise ValueError(
                     f"posenc.hf: position_ids of shape {tuple(pos.shape)}, not [3, batch, len] "
@@ -223,6 +226,13 @@ def _rotary_modules(model: Any) -> list:
         parent = model.get_submodule(parent_name) if parent_name else model
         found.append((parent, attr, module, name))
     return found
+
+
+def _in_vision_tower(model_type: str, name: str) -> bool:
+    """Whether a rotary module sits in a vision tower (its config's model_type, or its
+    place in the model: Qwen2-VL's ``model.visual``, ...)."""
+    words = (model_type.lower(), name.lower())
+    return any("vision" in w or "visual" in w for w in words)
 
 
 def _refuse(model_type: str, name: str, why: str) -> ValueError:
@@ -404,9 +414,17 @@ def exact_rotary(model: Any, max_positions: Optional[int] = None, *, check: bool
     for parent, attr, module, name in found:
         config = getattr(module, "config", None) or model_config
         model_type = _model_type(config)
-        specs = _specs_for(module, config, name)
-        if check:
-            specs = _probe(_float32_twin(module, config), specs, model_type, name)
+        try:
+            specs = _specs_for(module, config, name)
+            if check:
+                specs = _probe(_float32_twin(module, config), specs, model_type, name)
+        except ValueError as e:
+            if _in_vision_tower(model_type, name):
+                raise ValueError(
+                    f"{e}; this is a vision tower's rotary module: patch the language model "
+                    f"alone, exact_rotary(model.model.language_model)"
+                ) from None
+            raise
         rows = None if max_positions is None else int(max_positions)
         if rows is None:
             rows = min(int(getattr(config, "max_position_embeddings", 0) or 0), DEFAULT_MAX_TABLE)

@@ -43,6 +43,10 @@ pub(crate) fn target(path: Option<&Path>) -> Result<Target, Failure> {
     }
 }
 
+/// Extensions of data formats some command writes or a user may expect: one a command does
+/// not write gets a note ([`output_format`]).
+const DATA_EXTENSIONS: &[&str] = &["csv", "json", "npy", "npz", "safetensors", "pt", "bin"];
+
 /// The output format: `given` (`--format`), else the one `path`'s extension names among
 /// `known` (`(extension, format)`, compared without case), else `default`. A given format
 /// that another known extension contradicts is kept, with a note: `-o table.npy` holding
@@ -57,6 +61,23 @@ pub(crate) fn output_format<F: Copy + PartialEq>(
         .and_then(|p| p.extension())
         .and_then(|e| e.to_str())
         .and_then(|e| known.iter().find(|(ext, _)| ext.eq_ignore_ascii_case(e)));
+    // An extension naming a format this command does not write (`table -o t.safetensors`,
+    // `rope-cache -o c.csv`): what is written is said.
+    let foreign = path
+        .and_then(|p| p.extension())
+        .and_then(|e| e.to_str())
+        .filter(|e| named.is_none() && DATA_EXTENSIONS.iter().any(|d| d.eq_ignore_ascii_case(e)));
+    if let Some(ext) = foreign {
+        let f = given.unwrap_or(default);
+        let name = known.iter().find(|(_, k)| *k == f).map_or("another", |(e, _)| *e);
+        let writes: Vec<&str> = known.iter().map(|(e, _)| *e).collect();
+        crate::failure::note(&format!(
+            "writing {name} to a file named .{ext}, a format this command does not write \
+             (--format: {})",
+            writes.join(", ")
+        ));
+        return f;
+    }
     match (given, named) {
         (Some(f), Some(&(ext, by_name))) if by_name != f => {
             let name = known.iter().find(|(_, k)| *k == f).map_or("another", |(e, _)| *e);

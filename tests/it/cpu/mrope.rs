@@ -301,3 +301,31 @@ fn qwen_omni_top_level_configs_name_their_two_language_models() {
     let (spec, m) = multimodal(&thinker);
     assert_eq!((spec.head_dim(), m.layout()), (128, Mrope::Sections));
 }
+
+/// Round thirteen: transformers 5.24 keeps a hub config's `type: "mrope"` and writes
+/// `rope_type: "default"` beside it, so every Qwen2-VL config it saved was refused
+/// ("type ... the same as rope_type").
+#[test]
+fn saved_qwen2_vl_configs_with_both_type_keys_read() {
+    let saved = r#"{"model_type": "qwen2_vl", "text_config": {"model_type": "qwen2_vl_text",
+        "hidden_size": 3584, "num_attention_heads": 28, "rope_parameters": {
+        "mrope_section": [16, 24, 24], "rope_theta": 1000000.0, "rope_type": "default",
+        "type": "mrope"}}}"#;
+    let (spec, m) = multimodal(saved);
+    assert_eq!((spec.base(), m.section()), (1e6, [16, 24, 24]));
+    assert_eq!(spec.scaling().rope_type(), "default");
+}
+
+/// Round thirteen: `for_rotary_dim` took any u32, and `axes()` then sized its allocation
+/// by it (2 GiB for u32::MAX).
+#[test]
+fn for_rotary_dim_refuses_what_no_rope_has() {
+    let (_, m) = multimodal(QWEN3_VL);
+    for bad in [0, 1, 7, 65538, u32::MAX] {
+        match m.for_rotary_dim(bad) {
+            Err(Error::InvalidParameter { field: "rotary_dim", .. }) => {}
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+    assert_eq!(m.for_rotary_dim(65536).unwrap().axes().len(), 32768);
+}

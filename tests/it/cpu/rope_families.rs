@@ -479,7 +479,8 @@ fn families_whose_default_rope_reads_partial_rotary_factor() {
 /// types read it in every family, as both versions do.
 #[test]
 fn other_families_refuse_partial_rotary_factor_with_a_default_rope() {
-    for model_type in ["llama", "mistral", "qwen2", "qwen3", "cohere2", "gpt_oss", "someday"] {
+    // (gpt-oss's legacy form is its class's own yarn RoPE: refused beside rope_theta.)
+    for model_type in ["llama", "mistral", "qwen2", "qwen3", "cohere2", "someday"] {
         let text = head128(model_type, r#", "partial_rotary_factor": 0.5"#);
         let msg = refused(&text, None, "partial_rotary_factor");
         assert!(msg.contains(model_type) && msg.contains("--rotary-dim 64"), "{msg}");
@@ -924,8 +925,14 @@ fn a_missing_rope_theta_is_refused_where_the_class_default_is_not_10000() {
         // rope_parameters without rope_theta: the same.
         let params = r#", "rope_parameters": {"rope_type": "default"}"#;
         refused(&bare(model_type, params), None, "rope_theta");
-        let given = spec(&bare(model_type, r#", "rope_theta": 1000000.0"#), None);
-        assert_eq!(given.base(), 1e6, "{model_type}");
+        let with_theta = bare(model_type, r#", "rope_theta": 1000000.0"#);
+        if model_type == "gpt_oss" {
+            // Its class's own yarn RoPE over it, without rope_scaling (round thirteen).
+            let msg = refused(&with_theta, None, "rope_scaling");
+            assert!(msg.contains("yarn scaling, factor 32"), "{msg}");
+        } else {
+            assert_eq!(spec(&with_theta, None).base(), 1e6, "{model_type}");
+        }
     }
     assert_eq!(spec(&bare("llama", ""), None).base(), 10000.0);
     assert_eq!(spec(&bare("mistral", ""), None).base(), 10000.0);
@@ -1090,7 +1097,7 @@ fn settled_class_default_head_dims_are_read() {
         );
         let text = format!(
             r#"{{"model_type": "{model_type}", "hidden_size": 3840, "num_attention_heads": 16,
-                "rope_theta": 10000.0}}"#
+                "rope_parameters": {{"rope_type": "default", "rope_theta": 10000.0}}}}"#
         );
         assert_eq!(u64::from(spec(&text, None).head_dim()), head, "{model_type}");
     }
@@ -1363,4 +1370,42 @@ fn families_with_their_own_per_layer_defaults_need_rope_parameters() {
         None,
         "rope_parameters.rope_theta",
     );
+}
+
+/// Round thirteen: families whose config class builds its own RoPE for a config with neither
+/// `rope_parameters` nor `rope_scaling` were read as a default RoPE over `rope_theta`
+/// (Apertus: llama3 x8 over 12e6 in transformers 5.24, whatever `rope_theta` says; Cosmos 3
+/// Edge: 1e8). A class's scaled RoPE is refused beside `rope_theta`; a class's own base is
+/// read, and a `rope_theta` of another value refused.
+#[test]
+fn legacy_forms_of_classes_with_a_rope_of_their_own() {
+    let legacy = |model_type: &str, extra: &str| {
+        format!(
+            r#"{{"model_type": "{model_type}", "hidden_size": 4096, "num_attention_heads": 32,
+                "head_dim": 128{extra}}}"#
+        )
+    };
+    for model_type in ["apertus", "cwm", "ministral3", "higgs_audio_v2", "gpt_oss"] {
+        for extra in [r#", "rope_theta": 500000.0"#, r#", "rope_theta": 5e5, "rope_scaling": null"#]
+        {
+            let msg = refused(&legacy(model_type, extra), None, "rope_scaling");
+            assert!(msg.contains("builds its own RoPE") && msg.contains(model_type), "{msg}");
+        }
+        // Beside a scaling object, rope_theta is read (transformers takes both).
+        let given = legacy(
+            model_type,
+            r#", "rope_theta": 500000.0, "rope_scaling": {"rope_type": "linear", "factor": 2.0}"#,
+        );
+        assert_eq!(spec(&given, None).base(), 5e5, "{model_type}");
+    }
+    for (model_type, own) in [("cosmos3_edge_text", 1e8), ("muse_spark_text", 5e5)] {
+        assert_eq!(spec(&legacy(model_type, ""), None).base(), own, "{model_type}");
+        let same = format!(r#", "rope_theta": {own:?}"#);
+        assert_eq!(spec(&legacy(model_type, &same), None).base(), own, "{model_type}");
+        let msg = refused(&legacy(model_type, r#", "rope_theta": 3000000.0"#), None, "rope_theta");
+        assert!(msg.contains("its own base"), "{msg}");
+        // With rope_parameters, their rope_theta is read.
+        let params = r#", "rope_parameters": {"rope_type": "default", "rope_theta": 3000000.0}"#;
+        assert_eq!(spec(&legacy(model_type, params), None).base(), 3e6, "{model_type}");
+    }
 }

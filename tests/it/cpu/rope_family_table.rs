@@ -45,8 +45,8 @@ fn rows_are_sorted_unique_and_found_by_lookup() {
         );
         assert_eq!(families::lookup(f.model_type), Some(f));
         // A row that says nothing the generic one does not would be dead weight.
-        let generic = (columns(f), f.refusal, f.module, f.mrope)
-            == (columns(&Family::GENERIC), None, Family::GENERIC.module, None);
+        let generic = (columns(f), f.refusal, f.module, f.mrope, f.own_base)
+            == (columns(&Family::GENERIC), None, Family::GENERIC.module, None, None);
         assert!(!generic, "{}", f.model_type);
     }
     for unknown in ["", "llama", "LLAMA", "glm4 ", "zzz"] {
@@ -249,6 +249,17 @@ fn pairing_cell(f: &Family) -> String {
 }
 
 fn base_cell(f: &Family) -> String {
+    let cell = base_default_cell(f);
+    match f.own_base {
+        None => cell,
+        Some(own) if cell.is_empty() => {
+            format!("legacy form: {} whatever `rope_theta`", number(own))
+        }
+        Some(own) => format!("{cell}; legacy form: {} whatever `rope_theta`", number(own)),
+    }
+}
+
+fn base_default_cell(f: &Family) -> String {
     match f.base {
         BaseDefault::Generic => String::new(),
         BaseDefault::Class(c) => match c.legacy {

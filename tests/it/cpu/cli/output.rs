@@ -786,4 +786,16 @@ fn the_output_extension_names_the_format_unless_format_is_given() {
         posenc(&["rope-cache", "--head-dim", "8", "--len", "2", "--format", "npy", "-o", &st]);
     assert_ok(&run, "run");
     assert!(stderr(&run).contains("writing npy to a file named .safetensors"), "{}", stderr(&run));
+    // An extension naming a format the command does not write: the default, with a note
+    // (round thirteen: silent).
+    let run = posenc(&["table", "--dim", "4", "--len", "3", "-o", &dir.out("t.safetensors")]);
+    assert_ok(&run, "run");
+    assert!(stderr(&run).contains("writing csv to a file named .safetensors"), "{}", stderr(&run));
+    let run = posenc(&["rope-cache", "--head-dim", "8", "--len", "2", "-o", &dir.out("c.csv")]);
+    assert_ok(&run, "run");
+    assert!(
+        stderr(&run).contains("does not write (--format: safetensors, npy)"),
+        "{}",
+        stderr(&run)
+    );
 }
