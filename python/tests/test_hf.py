@@ -21,13 +21,13 @@ TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_atte
             pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 
-def _model(config_class: str, **kwargs):
+def _model(config_class: str, auto: str = "AutoModelForCausalLM", **kwargs):
     if not hasattr(transformers, config_class):
         pytest.skip(f"{config_class} is not in transformers {transformers.__version__}")
     torch.manual_seed(0)
     config = getattr(transformers, config_class)(**{**TINY, **kwargs})
     config._attn_implementation = "eager"
-    model = transformers.AutoModelForCausalLM.from_config(config)
+    model = getattr(transformers, auto).from_config(config)
     model.eval()
     return model
 
@@ -248,12 +248,7 @@ def _tiny(config_class: str, **kwargs):
 
 def _text_model(config_class: str, **kwargs):
     """A multimodal model's language model alone (no causal LM class of its own)."""
-    if not hasattr(transformers, config_class):
-        pytest.skip(f"transformers {transformers.__version__} has no {config_class}")
-    torch.manual_seed(0)
-    config = getattr(transformers, config_class)(**{**TINY, **kwargs})
-    config._attn_implementation = "eager"
-    return transformers.AutoModel.from_config(config).eval()
+    return _model(config_class, auto="AutoModel", **kwargs)
 
 
 MROPE = {
