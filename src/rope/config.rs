@@ -474,12 +474,33 @@ fn layer_default_theta(
     })
 }
 
+/// The families whose config class takes its base from `rotary_emb_base` alone.
+const ROTARY_EMB_BASE: &[&str] = &["gpt_neox", "gpt_neox_japanese"];
+
 /// The legacy form: `rope_theta` (or `rotary_emb_base`) and `rope_scaling`; Gemma 3's
 /// `rope_local_base_freq` (1e4 when absent in Gemma 3's family) for its sliding-window layers,
 /// and its full layers' `rope_theta` 1e6 when absent.
 fn legacy(config: &Object, layer_type: Option<&str>, family: &Family) -> Result<Rope> {
     let gemma3 = family.layers == LayerRule::Gemma3;
+    let model_type = get(config, "model_type").and_then(Value::as_str).unwrap_or("");
     let theta = match number(config, "rope_theta")? {
+        // GPT-NeoX's classes read rotary_emb_base (10000 when absent) and ignore rope_theta
+        // (transformers 5.24; some 4.x read it): one that disagrees is a guess.
+        Some(t) if ROTARY_EMB_BASE.contains(&model_type) => {
+            let base = number(config, "rotary_emb_base")?.unwrap_or(DEFAULT_BASE);
+            if t != base {
+                return Err(invalid(
+                    "rope_theta",
+                    float(t),
+                    format!(
+                        "absent, or rotary_emb_base's {}: {model_type}'s config class reads \
+                         rotary_emb_base (10000 when absent) and ignores rope_theta",
+                        float(base)
+                    ),
+                ));
+            }
+            Some(t)
+        }
         Some(t) => Some(t),
         None if gemma3 => Some(1e6),
         None => number(config, "rotary_emb_base")?,
@@ -495,7 +516,6 @@ fn legacy(config: &Object, layer_type: Option<&str>, family: &Family) -> Result<
     // rope_parameters nor rope_scaling, ignoring rope_theta: read as a default RoPE over
     // rope_theta it was a silent wrong answer (Apertus' llama3 x8 over 12e6, Cosmos 3
     // Edge's 1e8; round thirteen).
-    let model_type = get(config, "model_type").and_then(Value::as_str).unwrap_or("");
     let mut theta = theta;
     if scaling.is_none() {
         let legacy_rope = match family.base {

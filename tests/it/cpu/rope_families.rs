@@ -1409,3 +1409,25 @@ fn legacy_forms_of_classes_with_a_rope_of_their_own() {
         assert_eq!(spec(&legacy(model_type, params), None).base(), 3e6, "{model_type}");
     }
 }
+
+/// GPT-NeoX's config classes read `rotary_emb_base` (10000 when absent) and ignore a
+/// top-level `rope_theta` (transformers 5.24): one that disagrees was read in its place.
+#[test]
+fn gpt_neox_reads_rotary_emb_base_and_refuses_another_rope_theta() {
+    for model_type in ["gpt_neox", "gpt_neox_japanese"] {
+        let config = |extra: &str| {
+            format!(
+                r#"{{"model_type": "{model_type}", "hidden_size": 512, "num_attention_heads": 4,
+                    "rotary_pct": 1.0{extra}}}"#
+            )
+        };
+        assert_eq!(spec(&config(r#", "rotary_emb_base": 5e5"#), None).base(), 5e5);
+        assert_eq!(spec(&config(""), None).base(), 1e4);
+        let same = r#", "rope_theta": 5e5, "rotary_emb_base": 5e5"#;
+        assert_eq!(spec(&config(same), None).base(), 5e5);
+        assert_eq!(spec(&config(r#", "rope_theta": 10000"#), None).base(), 1e4);
+        let msg = refused(&config(r#", "rope_theta": 123456"#), None, "rope_theta");
+        assert!(msg.contains("reads rotary_emb_base"), "{msg}");
+        refused(&config(r#", "rope_theta": 123456, "rotary_emb_base": 5e5"#), None, "rope_theta");
+    }
+}
