@@ -39,6 +39,9 @@ PROBE_HIDDEN, PROBE_HEADS = 3840, 16
 # Keys of a multimodal RoPE, which posenc refuses by their own check, not by the table.
 MROPE_KEYS = {"mrope_section", "mrope_interleaved", "interleaved"}
 
+# A rope_theta no class defaults to: whether a class reads it in the legacy form.
+THETA_PROBE = 123456.0
+
 
 def attr(obj, key):
     """getattr, None for whatever raises (5.23's per-layer attributes raise their own)."""
@@ -187,6 +190,12 @@ def snapshot():
             row["given"] = rope_of(given)
         except Exception:  # noqa: BLE001 - 4.x, or a class that wants its own
             pass
+        try:
+            # The legacy form with a base of its own: what the class makes of rope_theta
+            # beside neither rope_parameters nor rope_scaling.
+            row["theta_probe"] = rope_of(cls(rope_theta=THETA_PROBE))
+        except Exception:  # noqa: BLE001
+            pass
         row["head_dim"] = head_dim_of(cls)
         row["rotary_code"] = rotary_code(cls)
         # What posenc would read a default RoPE from: head counts at the top level.
@@ -308,6 +317,19 @@ def compare(paths, table="docs/families.md"):
                 f"{model_type}: its class builds per-layer-type RoPEs ({', '.join(sorted(legacy))}) "
                 f"from a config without rope_parameters; the table has no layer rule"
             )
+        # The legacy form: a class that builds a RoPE of its own beside a given rope_theta
+        # (a scaling, or its own base) needs a row that says so (LegacyRope, own_base, a
+        # layer rule, or GPT-NeoX's rotary_emb_base).
+        probe = row.get("theta_probe")
+        if isinstance(probe, dict) and "rope_type" in probe:
+            own = probe["rope_type"] != "default" or probe["rope_theta"] != THETA_PROBE
+            said = "legacy form" in have.get("base when absent", "") or have.get("layer types", "")
+            if own and not said and model_type not in ("gpt_neox", "gpt_neox_japanese"):
+                problems.append(
+                    f"{model_type}: its class builds {probe['rope_type']} over "
+                    f"{probe['rope_theta']!r} beside rope_theta {THETA_PROBE:g} and no "
+                    f"rope_parameters; the table does not say so"
+                )
         # Base.
         base = derived_base(row)
         if base is not None:

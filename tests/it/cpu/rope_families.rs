@@ -1431,3 +1431,19 @@ fn gpt_neox_reads_rotary_emb_base_and_refuses_another_rope_theta() {
         refused(&config(r#", "rope_theta": 123456, "rotary_emb_base": 5e5"#), None, "rope_theta");
     }
 }
+
+/// Vision towers whose config classes default to transformers 5.24's 2-D `axial` RoPE over
+/// image patches were read as a 1-D RoPE from their head counts (gemma4_vision had a row).
+#[test]
+fn axial_vision_towers_are_refused_by_model_type() {
+    for model_type in
+        ["qwen2_vl_vision", "qwen3_vl_vision", "gemma4_vision", "pixtral", "sam3_vit_model"]
+    {
+        let text = format!(
+            r#"{{"model_type": "{model_type}", "hidden_size": 768, "num_attention_heads": 12,
+                "rope_theta": 100.0}}"#
+        );
+        let e = RopeSpec::from_hf_config(&text, None).unwrap_err().to_string();
+        assert!(e.contains(model_type) && e.contains("axial"), "{e}");
+    }
+}
