@@ -141,3 +141,51 @@ def test_the_cli_writes_the_same_values_and_axes(tmp_path, cli):
     np.testing.assert_array_equal(tensors["cos"], cache.cos)
     assert meta["mrope_axes"] == "".join(map(str, cache.mrope_axes))
     assert (meta["mrope_layout"], meta["mrope_section"]) == ("sections", "8,12,12")
+
+
+# Flat hub configs (the language model's keys at the top level) as transformers 5.24's
+# composite classes build their language model from them: only the keys the class passes on
+# reach it (no head_dim, no top-level partial_rotary_factor for Qwen2-VL; Fuyu's gets 0.5
+# and no rope_parameters whatever the top level says).
+FLAT = {
+    "qwen2_vl-head-dim": ("Qwen2VLConfig", "qwen2_vl", "Qwen2VLRotaryEmbedding", dict(
+        hidden_size=256, num_attention_heads=2, head_dim=64, partial_rotary_factor=0.5,
+        rope_theta=1e6, rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]})),
+    "qwen2_5_vl-head-dim": ("Qwen2_5_VLConfig", "qwen2_5_vl", "Qwen2_5_VLRotaryEmbedding", dict(
+        hidden_size=256, num_attention_heads=2, head_dim=64,
+        rope_theta=1e6, rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]})),
+    "fuyu-8b": ("FuyuConfig", "persimmon", "PersimmonRotaryEmbedding", dict(
+        hidden_size=4096, num_attention_heads=64, partial_rotary_factor=0.5, rope_theta=25000.0,
+        rope_scaling=None)),
+    "fuyu-head-dim-linear": ("FuyuConfig", "persimmon", "PersimmonRotaryEmbedding", dict(
+        hidden_size=512, num_attention_heads=4, head_dim=32, rope_theta=10000.0,
+        rope_scaling={"rope_type": "linear", "factor": 2.0})),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLAT))
+def test_flat_composites_read_what_their_language_model_gets(name):
+    config_class, module_name, rotary_class, keys = FLAT[name]
+    if not hasattr(transformers, config_class):
+        pytest.skip(f"{config_class} is not in transformers {transformers.__version__}")
+    modeling = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
+    composite = getattr(transformers, config_class)(**json.loads(json.dumps(keys)))
+    module = getattr(modeling, rotary_class)(config=composite.text_config)
+    flat = dict(keys, model_type=composite.model_type)
+    n = 4100
+    ids = torch.arange(n)[None, :]
+    if "vl" in module_name:  # text positions: every axis the same
+        ids = ids[None].expand(3, 1, n)
+    with torch.no_grad():
+        cos_m, sin_m = module(torch.zeros(1, dtype=torch.float32), ids)
+    cache = posenc.rope_cache(json.dumps(flat), seq_len=n, device="cpu")
+    assert cache.cos.shape == tuple(cos_m[0].shape)
+    tol = 4e-7 * n
+    np.testing.assert_allclose(cache.cos, cos_m[0].numpy(), rtol=0, atol=tol)
+    np.testing.assert_allclose(cache.sin, sin_m[0].numpy(), rtol=0, atol=tol)
+
+
+def test_fuyu_refuses_a_top_level_partial_rotary_factor_the_versions_read_apart():
+    flat = dict(FLAT["fuyu-8b"][3], model_type="fuyu", partial_rotary_factor=0.25)
+    with pytest.raises(ValueError, match="partial_rotary_factor.*0.25.*0.5"):
+        posenc.rope_cache(json.dumps(flat), seq_len=2)

@@ -507,7 +507,31 @@ fn legacy(config: &Object, layer_type: Option<&str>, family: &Family) -> Result<
     };
     let scaling = match get(config, "rope_scaling") {
         None => None,
-        Some(Value::Object(s)) => Some((s.clone(), "rope_scaling".to_string())),
+        Some(Value::Object(s)) => {
+            let mut s = s.clone();
+            // transformers 5 reads rope_scaling as rope_parameters, its rope_theta too (4.x
+            // ignored it): one equal to the top-level rope_theta is read by both.
+            if let Some(inner) = number(&s, "rope_theta").map_err(under("rope_scaling"))? {
+                if theta != Some(inner) {
+                    return Err(invalid(
+                        "rope_scaling.rope_theta",
+                        float(inner),
+                        match theta {
+                            Some(t) => format!(
+                                "absent, or the top-level rope_theta's {}: transformers 5 reads \
+                                 it in rope_theta's place, 4.x ignores it",
+                                float(t)
+                            ),
+                            None => "absent, or beside a top-level rope_theta of the same value: \
+                                     transformers 5 reads it, 4.x takes the class's base"
+                                .to_string(),
+                        },
+                    ));
+                }
+                s.remove("rope_theta");
+            }
+            Some((s, "rope_scaling".to_string()))
+        }
         Some(other) => {
             return Err(invalid("rope_scaling", excerpt(other), "a JSON object or null"));
         }
@@ -1090,18 +1114,106 @@ fn language_model(json: &str) -> Result<Object> {
         }
     } else if has_head
         && config.get("text_config").is_none()
-        && FLAT_COMPOSITES.contains(&top_type.as_str())
+        && let Some(flat) = FLAT_COMPOSITES.iter().find(|f| f.model_type == top_type)
         && let Some(text_type) = families::text_model_type(&top_type)
     {
+        // Fuyu's class gives its language model partial_rotary_factor 0.5 whatever the
+        // top level says (transformers 5.24); 4.x passed the top-level one on.
+        if flat.partial_rotary_factor.is_some()
+            && let Some(p) = number(&config, "partial_rotary_factor")?
+            && Some(p) != flat.partial_rotary_factor
+        {
+            return Err(invalid(
+                "partial_rotary_factor",
+                float(p),
+                format!(
+                    "absent or 0.5: {top_type}'s config class gives its language model 0.5 \
+                     whatever the top level says (transformers 5.24), where 4.x took this one"
+                ),
+            ));
+        }
+        // The text config takes the keys its class names and the RoPE's, and nothing else:
+        // a `head_dim` or `partial_rotary_factor` beside them stays on the composite, where
+        // the language model never reads it.
+        config.retain(|k, _| {
+            flat.text_keys.contains(&k.as_str()) || flat.rope_keys.contains(&k.as_str())
+        });
         config.insert("model_type".into(), text_type.into());
     }
     Ok(config)
 }
 
-/// Composite models whose config class builds its `text_config` from a flat config's
-/// top-level keys (the hub's Qwen2-VL, Qwen2.5-VL and PaddleOCR-VL configs are flat): read
-/// as their language model's family, as transformers 5.24 reads them.
-const FLAT_COMPOSITES: &[&str] = &["qwen2_vl", "qwen2_5_vl", "paddleocr_vl"];
+/// A composite model whose config class builds its `text_config` from a flat config's
+/// top-level keys (the hub's Qwen2-VL, Qwen2.5-VL, PaddleOCR-VL and Fuyu configs are flat):
+/// read as its language model's family, as transformers 5.24 reads it, from the keys its
+/// class passes on.
+struct FlatComposite {
+    model_type: &'static str,
+    /// The keys of the language model's config the class passes on (those of the text
+    /// config class's `__init__`, or Fuyu's defaults, that bear on attention).
+    text_keys: &'static [&'static str],
+    /// The RoPE keys it passes on (Fuyu's class passes no `rope_parameters`).
+    rope_keys: &'static [&'static str],
+    /// The `partial_rotary_factor` the class gives its language model, whatever the top
+    /// level says.
+    partial_rotary_factor: Option<f64>,
+}
+
+const ROPE_KEYS: &[&str] = &["rope_parameters", "rope_scaling", "rope_theta"];
+
+const FLAT_COMPOSITES: &[FlatComposite] = &[
+    FlatComposite {
+        model_type: "qwen2_vl",
+        text_keys: QWEN2_VL_TEXT_KEYS,
+        rope_keys: ROPE_KEYS,
+        partial_rotary_factor: None,
+    },
+    FlatComposite {
+        model_type: "qwen2_5_vl",
+        text_keys: QWEN2_VL_TEXT_KEYS,
+        rope_keys: ROPE_KEYS,
+        partial_rotary_factor: None,
+    },
+    FlatComposite {
+        model_type: "paddleocr_vl",
+        text_keys: &[
+            "head_dim",
+            "hidden_size",
+            "max_position_embeddings",
+            "num_attention_heads",
+            "num_hidden_layers",
+            "num_key_value_heads",
+            "vocab_size",
+        ],
+        rope_keys: ROPE_KEYS,
+        partial_rotary_factor: None,
+    },
+    FlatComposite {
+        model_type: "fuyu",
+        text_keys: &[
+            "hidden_size",
+            "max_position_embeddings",
+            "num_attention_heads",
+            "num_hidden_layers",
+            "vocab_size",
+        ],
+        rope_keys: &["rope_scaling", "rope_theta"],
+        partial_rotary_factor: Some(0.5),
+    },
+];
+
+const QWEN2_VL_TEXT_KEYS: &[&str] = &[
+    "hidden_size",
+    "layer_types",
+    "max_position_embeddings",
+    "max_window_layers",
+    "num_attention_heads",
+    "num_hidden_layers",
+    "num_key_value_heads",
+    "sliding_window",
+    "use_sliding_window",
+    "vocab_size",
+];
 
 /// A multimodal RoPE (M-RoPE) as a config gives it: its family's layout ([`Mrope`]) and
 /// the three `mrope_section` counts (the config's, else the family's default; for the

@@ -329,3 +329,45 @@ fn for_rotary_dim_refuses_what_no_rope_has() {
     }
     assert_eq!(m.for_rotary_dim(65536).unwrap().axes().len(), 32768);
 }
+
+#[test]
+fn flat_composites_read_only_the_keys_their_text_class_takes() {
+    // transformers 5.24's Qwen2-VL and Qwen2.5-VL text configs take no head_dim and no
+    // top-level partial_rotary_factor: a flat config's stay on the composite, and the
+    // language model rotates hidden_size / heads = 128 dims (its module's inv_freq has 64
+    // entries). Read from the top level, posenc rotated 64 dims.
+    for top in ["qwen2_vl", "qwen2_5_vl"] {
+        let flat = QWEN25_VL.replace("\"qwen2_5_vl\"", &format!("{top:?}")).replace(
+            "\"hidden_size\"",
+            "\"head_dim\": 64, \"partial_rotary_factor\": 0.5, \"hidden_size\"",
+        );
+        let (spec, m) = multimodal(&flat);
+        assert_eq!((spec.head_dim(), spec.rotary_dim()), (128, 128), "{top}");
+        assert_eq!(m.section(), [16, 24, 24]);
+    }
+    // PaddleOCR-VL's text config takes head_dim.
+    let paddle = r#"{"model_type": "paddleocr_vl", "hidden_size": 1024,
+        "num_attention_heads": 16, "head_dim": 128, "rope_theta": 500000.0,
+        "rope_scaling": {"rope_type": "default", "mrope_section": [16, 24, 24]}}"#;
+    assert_eq!(multimodal(paddle).0.head_dim(), 128);
+}
+
+#[test]
+fn a_rope_theta_inside_rope_scaling_is_read_where_both_versions_agree() {
+    // transformers 5 reads rope_scaling as rope_parameters, rope_theta and all; 4.x ignored
+    // the inner one. Equal to the top-level one, both read it.
+    let saved = QWEN25_VL.replace(
+        r#""type": "mrope","#,
+        r#""type": "mrope", "rope_type": "default", "rope_theta": 1000000.0,"#,
+    );
+    assert_eq!(multimodal(&saved).0.base(), 1e6);
+    let llama = r#"{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+        "rope_theta": 500000, "rope_scaling": {"rope_type": "default", "rope_theta": 500000}}"#;
+    assert_eq!(RopeSpec::from_hf_config(llama, None).unwrap().base(), 5e5);
+    let other = llama.replace("\"rope_theta\": 500000}", "\"rope_theta\": 400000}");
+    let msg = super::rope_config::refused(&other, None, "rope_scaling.rope_theta");
+    assert!(msg.contains("400000") && msg.contains("500000"), "{msg}");
+    let alone = llama.replace("\"rope_theta\": 500000, ", "");
+    let msg = super::rope_config::refused(&alone, None, "rope_scaling.rope_theta");
+    assert!(msg.contains("4.x takes the class's base"), "{msg}");
+}
