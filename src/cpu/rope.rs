@@ -166,7 +166,7 @@ pub fn rope_in_place<T: Element>(
     layout: Layout,
 ) -> Result<()> {
     let shape = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
-    let geometry = Geometry::check(spec, shape, layout, positions.dim())?;
+    let geometry = Geometry::check("rope_in_place", spec, shape, layout, positions.dim())?;
     if geometry.elements() == 0 {
         return Ok(());
     }
@@ -187,7 +187,7 @@ pub fn rope<T: Element>(
     layout: Layout,
 ) -> Result<Array4<T>> {
     let shape = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
-    Geometry::check(spec, shape, layout, positions.dim())?;
+    Geometry::check("rope", spec, shape, layout, positions.dim())?;
     let mut out = crate::alloc::try_zeros::<T, _>("the RoPE output", x.raw_dim())?;
     if !out.is_empty() {
         let freqs = spec.frequencies_for(positions);
@@ -213,7 +213,8 @@ pub fn rope_into<T: Element>(
     positions: ArrayView2<'_, u32>,
     layout: Layout,
 ) -> Result<()> {
-    let geometry = Geometry::check_into(spec, x.shape(), out.shape(), layout, positions.dim())?;
+    let geometry =
+        Geometry::check_into("rope_into", spec, x.shape(), out.shape(), layout, positions.dim())?;
     if geometry.elements() == 0 {
         return Ok(());
     }

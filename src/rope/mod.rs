@@ -351,6 +351,7 @@ pub(crate) struct Geometry {
 impl Geometry {
     /// Checks a tensor's shape against the spec and the positions' shape.
     pub(crate) fn check(
+        op: &'static str,
         spec: &RopeSpec,
         shape: [usize; 4],
         layout: Layout,
@@ -359,29 +360,30 @@ impl Geometry {
         let (batch, len, heads, head_dim) = layout.dims(shape);
         if head_dim != spec.head_dim() as usize {
             return Err(Error::Shape {
-                op: "rope",
+                op,
                 what: "the tensor's last axis (head_dim of the spec)",
                 expected: spec.head_dim().to_string(),
                 actual: format!("{shape:?}"),
             });
         }
+        // Zero axes set aside, so that the count is never one that overflowed.
+        let limit = isize::MAX as usize / 4;
+        let values = shape.iter().filter(|&&d| d > 0).try_fold(1usize, |n, &d| n.checked_mul(d));
+        if values.is_none_or(|n| n > limit) {
+            return Err(Error::TooLarge {
+                op,
+                what: "the tensor",
+                shape: shape.to_vec(),
+                limit_name: "isize::MAX bytes of 4-byte elements",
+                limit: limit as u64,
+            });
+        }
         if positions != (batch, len) {
             return Err(Error::Shape {
-                op: "rope",
+                op,
                 what: "positions ([batch, len] of the tensor)",
                 expected: format!("{:?}", [batch, len]),
                 actual: format!("{:?}", [positions.0, positions.1]),
-            });
-        }
-        let elements = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
-        if elements.is_none_or(|n| n > isize::MAX as usize / 4) {
-            return Err(Error::Limit {
-                op: "rope",
-                what: "the tensor's element count",
-                // The product, or u64::MAX where it overflows.
-                requested: elements.map_or(u64::MAX, |n| n as u64),
-                limit_name: "isize::MAX bytes of 4-byte elements",
-                limit: (isize::MAX / 4) as u64,
             });
         }
         Ok(Self { batch, len, heads, head_dim })
@@ -389,6 +391,7 @@ impl Geometry {
 
     /// [`Geometry::check`] of `x`, and `out` of `x`'s shape (the into-forms' output).
     pub(crate) fn check_into(
+        op: &'static str,
         spec: &RopeSpec,
         x: &[usize],
         out: &[usize],
@@ -396,10 +399,10 @@ impl Geometry {
         positions: (usize, usize),
     ) -> Result<Self> {
         let shape = [x[0], x[1], x[2], x[3]];
-        let geometry = Self::check(spec, shape, layout, positions)?;
+        let geometry = Self::check(op, spec, shape, layout, positions)?;
         if out != x {
             return Err(Error::Shape {
-                op: "rope",
+                op,
                 what: "out (x's shape)",
                 expected: format!("{shape:?}"),
                 actual: format!("{out:?}"),

@@ -323,19 +323,19 @@ impl Context {
     /// does in [`Faults::bad_ids`]; nothing is read out of bounds.
     ///
     /// # Errors
-    /// [`Error::Shape`] if the table's dim is not the spec's (or the position table's), or
-    /// a position table has no rows; [`Error::InvalidParameter`] for a table or position
-    /// table of another device or a scale that is not finite; [`Error::Limit`] if
-    /// one step's output has more than 2^32 - 1 elements or one output row with the
-    /// storage alignment does not fit one storage binding (a larger output is recorded in
-    /// parts, [`EncodePass::parts`]), if one step's ids or positions do not fit one (they
-    /// are bound whole), if
-    /// the device binds fewer than 4 storage buffers per shader stage, if on a device of 4
-    /// or 5 (the compact layout, see [`EncodePass::record`]) the state buffer with a copy of
-    /// one step's ids and positions would not fit one storage binding, or for a 16-bit
-    /// output of an odd number of elements per step (its last word would be shared with
-    /// whatever follows it) or of an odd dim over a table of more chunks than one
-    /// dispatch binds; [`Error::DeviceLost`], [`Error::OutOfMemory`], [`Error::Gpu`].
+    /// [`Error::Shape`] if the table's dim is not the spec's (or the position table's), if
+    /// a position table has no rows, or for a 16-bit output of an odd number of elements
+    /// per step (its last word would be shared with whatever follows it);
+    /// [`Error::InvalidParameter`] for a table or position table of another device or a
+    /// scale that is not finite; [`Error::Limit`] if one step's output has more than 2^32 -
+    /// 1 elements or one output row with the storage alignment does not fit one storage
+    /// binding (a larger output is recorded in parts, [`EncodePass::parts`]), if one step's
+    /// ids or positions do not fit one (they are bound whole), if the device binds fewer
+    /// than 4 storage buffers per shader stage, if on a device of 4 or 5 (the compact
+    /// layout, see [`EncodePass::record`]) the state buffer with a copy of one step's ids
+    /// and positions would not fit one storage binding, or for a 16-bit output of an odd
+    /// dim over a table of more chunks than one dispatch binds; [`Error::DeviceLost`],
+    /// [`Error::OutOfMemory`], [`Error::Gpu`].
     pub fn encode_pass<'a>(
         &self,
         pe: impl Into<PositionSource<'a>>,
@@ -534,12 +534,13 @@ impl Context {
             });
         }
         if out_dtype != Dtype::F32 && elements % 2 == 1 {
-            return Err(Error::Limit {
+            return Err(Error::Shape {
                 op,
-                what: "16-bit output elements per step (odd: the last word would be shared)",
-                requested: elements,
-                limit_name: "an even number",
-                limit: elements - 1,
+                what: "a 16-bit output's elements per step (batch x len x dim)",
+                expected: "an even count: a step's last 4-byte word would be shared with \
+                           whatever follows it"
+                    .to_string(),
+                actual: format!("{elements} ({} x {} x {dim})", desc.batch, desc.len),
             });
         }
         // Devices of fewer than 6 storage buffers per stage (WebGPU's downlevel limits allow

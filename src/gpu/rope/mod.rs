@@ -310,7 +310,7 @@ impl Context {
         layout: Layout,
     ) -> Result<Array4<T>> {
         let shape = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
-        let geometry = Geometry::check(spec, shape, layout, positions.dim())?;
+        let geometry = Geometry::check("rope", spec, shape, layout, positions.dim())?;
         let bytes = geometry.elements() as u64 * size_of::<T>() as u64;
         // The result, and a copy of a strided x, had before either is made.
         let copies = if x.is_standard_layout() { 1 } else { 2 };
@@ -352,7 +352,14 @@ impl Context {
         positions: ArrayView2<'_, u32>,
         layout: Layout,
     ) -> Result<()> {
-        let geometry = Geometry::check_into(spec, x.shape(), out.shape(), layout, positions.dim())?;
+        let geometry = Geometry::check_into(
+            "rope_into",
+            spec,
+            x.shape(),
+            out.shape(),
+            layout,
+            positions.dim(),
+        )?;
         if geometry.elements() == 0 {
             return Ok(());
         }
@@ -403,7 +410,8 @@ impl Context {
     /// # Errors
     /// [`Error::InvalidParameter`] naming `buffer usage` if a usage is missing;
     /// [`Error::Limit`] if the buffer is smaller than the tensor or one head row does not
-    /// fit the binding cap; [`Error::Shape`] as [`Context::rope`]; [`Error::Gpu`] if wgpu
+    /// fit the binding cap; [`Error::TooLarge`] if `shape` would hold more 4-byte elements
+    /// than `isize::MAX` bytes; [`Error::Shape`] as [`Context::rope`]; [`Error::Gpu`] if wgpu
     /// reports an error; on the web [`Error::Blocking`] (use
     /// [`Context::rope_in_place_async`], or record a [`RopePass`](super::RopePass)).
     pub fn rope_in_place(
@@ -433,7 +441,7 @@ impl Context {
         dtype: Dtype,
         positions: ArrayView2<'_, u32>,
     ) -> Result<()> {
-        let geometry = Geometry::check(spec, shape, layout, positions.dim())?;
+        let geometry = Geometry::check("rope_in_place", spec, shape, layout, positions.dim())?;
         let needed = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
         if !buffer.usage().contains(needed) {
             return Err(Error::InvalidParameter {
@@ -445,7 +453,7 @@ impl Context {
         let bytes = (geometry.elements() as u64 * dtype.size() as u64).next_multiple_of(4);
         if buffer.size() < bytes {
             return Err(Error::Limit {
-                op: "rope",
+                op: "rope_in_place",
                 what: "the tensor, in bytes rounded up to 4",
                 requested: bytes,
                 limit_name: "buffer size",

@@ -245,8 +245,9 @@ impl Context {
     ///
     /// # Errors
     /// [`Error::Shape`] if the last axis is not the spec's head dim, or an axis is 0;
-    /// [`Error::InvalidParameter`] for a sequence-length-dependent scaling without a fixed
-    /// length; [`Error::Limit`] if the cos/sin rows of all its tokens or its row slots
+    /// [`Error::TooLarge`] if q or k would hold more 4-byte elements than `isize::MAX`
+    /// bytes; [`Error::InvalidParameter`] for a sequence-length-dependent scaling without a
+    /// fixed length; [`Error::Limit`] if the cos/sin rows of all its tokens or its row slots
     /// exceed one storage binding, or one part's worth of head rows (a storage-alignment's
     /// worth, 64 rows on most devices) does not fit one binding; [`Error::DeviceLost`],
     /// [`Error::OutOfMemory`], [`Error::Gpu`].
@@ -274,7 +275,7 @@ impl Context {
     fn prepare_rope_pass(&self, spec: &RopeSpec, desc: &RopePassDescriptor) -> Result<RopePass> {
         const OP: &str = "rope_pass";
         let (batch, len, ..) = desc.layout.dims(desc.shape);
-        let geometry = Geometry::check(spec, desc.shape, desc.layout, (batch, len))?;
+        let geometry = Geometry::check(OP, spec, desc.shape, desc.layout, (batch, len))?;
         if geometry.elements() == 0 {
             return Err(Error::Shape {
                 op: OP,
@@ -291,18 +292,18 @@ impl Context {
                     Layout::Bhld => [batch, heads, len, geometry.head_dim],
                 };
                 // k's shape is q's with k_heads: its errors name k.
-                Some(Geometry::check(spec, shape, desc.layout, (batch, len)).map_err(
-                    |e| match e {
-                        Error::Limit { requested, limit_name, limit, .. } => Error::Limit {
-                            op: OP,
-                            what: "k's element count (batch x len x k_heads x head_dim)",
-                            requested,
+                Some(Geometry::check(OP, spec, shape, desc.layout, (batch, len)).map_err(|e| {
+                    match e {
+                        Error::TooLarge { op, shape, limit_name, limit, .. } => Error::TooLarge {
+                            op,
+                            what: "k (batch x len x k_heads x head_dim)",
+                            shape,
                             limit_name,
                             limit,
                         },
                         other => other,
-                    },
-                )?)
+                    }
+                })?)
             }
         };
         let freqs = match spec.seq_len() {

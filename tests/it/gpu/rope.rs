@@ -399,6 +399,16 @@ fn gpu_in_place_refuses_bad_buffers_and_shapes() {
         )
         .unwrap_err();
     assert!(matches!(err, Error::Limit { requested: 288, limit: 192, .. }), "{err}");
+    // Errors name the function called (round fourteen: they said "rope").
+    assert!(err.to_string().starts_with("rope_in_place: "), "{err}");
+    // A shape whose element count overflows is refused by its shape, not a count that
+    // overflowed, before the positions (which no array of that shape could hold) are
+    // looked at.
+    let huge = [1 << 40, 1 << 30, 1, 8];
+    let err =
+        ctx.rope_in_place(&spec, &small, huge, Layout::Blhd, Dtype::F32, p.view()).unwrap_err();
+    assert!(matches!(err, Error::TooLarge { op: "rope_in_place", .. }), "{err}");
+    assert!(err.to_string().contains("(1099511627776, 1073741824, 1, 8)"), "{err}");
     let err = ctx
         .rope_in_place(
             &spec,

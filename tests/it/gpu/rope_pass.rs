@@ -376,18 +376,27 @@ fn rope_pass_routes_refuse_what_they_cannot_record() {
         k_heads: 0,
     };
     let q_only = ctx.rope_pass(&RopeSpec::new(64).unwrap(), &desc).unwrap();
-    // A k too large to hold is refused naming k and its product (round seven of the
-    // hostile probes: it said "rope", "the tensor's element count", u64::MAX).
+    // A k too large to hold is refused naming k and its shape (round seven of the hostile
+    // probes: it said "rope", "the tensor's element count", u64::MAX; round fourteen: a
+    // product that overflowed was shown as u64::MAX).
     for k_heads in [usize::MAX, 1 << 56] {
         let huge = RopePassDescriptor { k_heads, ..desc.clone() };
         match ctx.rope_pass(&RopeSpec::new(64).unwrap(), &huge) {
-            Err(Error::Limit { op: "rope_pass", what, requested, .. }) => {
+            Err(e @ Error::TooLarge { op: "rope_pass", what, .. }) => {
                 assert!(what.contains("k_heads"), "{what}");
-                let product = 2u64.checked_mul(k_heads as u64).and_then(|n| n.checked_mul(64));
-                assert_eq!(requested, product.unwrap_or(u64::MAX), "{k_heads}");
+                assert!(e.to_string().contains(&format!("(1, 2, {k_heads}, 64)")), "{e}");
             }
             other => panic!("k_heads {k_heads}: {other:?}"),
         }
+    }
+    // So is a q whose element count overflows, by the operation's name and the shape.
+    for shape in [[1 << 40, 1 << 30, 1, 64], [1 << 20, 1 << 20, 1 << 20, 64]] {
+        let huge = RopePassDescriptor { shape, ..desc.clone() };
+        let e = ctx.rope_pass(&RopeSpec::new(64).unwrap(), &huge).unwrap_err();
+        assert!(matches!(e, Error::TooLarge { op: "rope_pass", .. }), "{e}");
+        let text = e.to_string();
+        assert!(text.contains(&format!("({}, {}, {}, 64)", shape[0], shape[1], shape[2])), "{e}");
+        assert!(!text.contains("18446744073709551615"), "{e}");
     }
     let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC;
     let buffer = ctx.device().create_buffer(&wgpu::BufferDescriptor {
