@@ -196,6 +196,30 @@ impl Target {
         matches!(self, Self::Stdout)
     }
 
+    /// Whether the output goes to a terminal: standard output on one, a descriptor that is
+    /// one (`-o /dev/stdout`), or a terminal device named by its path (`-o /dev/tty`;
+    /// opened for the check without becoming the controlling terminal, and closed).
+    pub fn is_terminal(&self) -> bool {
+        use std::io::IsTerminal;
+        match self {
+            Self::Stdout => io::stdout().is_terminal(),
+            Self::Replace { .. } => false,
+            Self::Stream { path } => terminal_device(path),
+            Self::Descriptor { fd, .. } => descriptor_is_terminal(*fd),
+        }
+    }
+
+    /// The path an output goes to, as given (`-` for standard output), for messages.
+    pub fn shown(&self) -> String {
+        match self {
+            Self::Replace { given, .. } | Self::Descriptor { given, .. } => {
+                given.display().to_string()
+            }
+            Self::Stream { path } => path.display().to_string(),
+            Self::Stdout => "-".into(),
+        }
+    }
+
     /// Opens the output: creates the temporary file of a [`Target::Replace`], opens a
     /// device or FIFO, duplicates a descriptor, or locks standard output. Call it once the
     /// result is computed, so that a failed computation leaves no temporary file.
@@ -694,6 +718,37 @@ fn check_device_opens(path: &Path, meta: &fs::Metadata) -> io::Result<()> {
 #[cfg(not(unix))]
 fn check_device_opens(_: &Path, _: &fs::Metadata) -> io::Result<()> {
     Ok(())
+}
+
+/// Whether the character device at `path` is a terminal (a FIFO is not opened: its open
+/// waits for a reader).
+#[cfg(unix)]
+fn terminal_device(path: &Path) -> bool {
+    use std::io::IsTerminal;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let is_char = fs::metadata(path).is_ok_and(|m| m.file_type().is_char_device());
+    is_char
+        && OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NOCTTY | libc::O_NONBLOCK)
+            .open(path)
+            .is_ok_and(|f| f.is_terminal())
+}
+
+#[cfg(not(unix))]
+fn terminal_device(_: &Path) -> bool {
+    false
+}
+
+#[cfg(unix)]
+fn descriptor_is_terminal(fd: i32) -> bool {
+    // SAFETY: isatty only reads the descriptor's state; an invalid one gives 0.
+    unsafe { libc::isatty(fd) == 1 }
+}
+
+#[cfg(not(unix))]
+fn descriptor_is_terminal(_: i32) -> bool {
+    false
 }
 
 /// A file marked immutable or append-only (`chattr +i`, `+a`) cannot be renamed over, which

@@ -5,7 +5,7 @@
 //! standard output. Also reports on standard output, and the fallible allocation of the
 //! outputs the CLI sizes.
 
-use std::io::{self, BufWriter, IsTerminal, Write};
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use ndarray::Array2;
@@ -92,19 +92,21 @@ pub(crate) fn output_format<F: Copy + PartialEq>(
     }
 }
 
-/// Refuses to pour binary output (`format`) into a terminal when it goes to standard output.
+/// Refuses to pour binary output (`format`) into a terminal: standard output on one, or a
+/// path that names one (`-o /dev/tty`, `-o /dev/stdout`), which is named in the message.
 pub(crate) fn refuse_binary_on_terminal(
     target: &Target,
     field: &'static str,
     value: &str,
     allowed: &'static str,
 ) -> Result<(), Failure> {
-    if target.is_stdout() && io::stdout().is_terminal() {
-        return Err(Failure::usage(Error::InvalidParameter {
-            field,
-            value: value.into(),
-            allowed,
-        }));
+    if target.is_terminal() {
+        let value = match (target.is_stdout(), field) {
+            (true, _) => value.to_string(),
+            (false, "output") => format!("{} (a terminal)", target.shown()),
+            (false, _) => format!("{value} (-o {}, a terminal)", target.shown()),
+        };
+        return Err(Failure::usage(Error::InvalidParameter { field, value, allowed }));
     }
     Ok(())
 }

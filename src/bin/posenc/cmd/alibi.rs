@@ -97,7 +97,12 @@ pub(crate) fn run(args: &AlibiArgs) -> Result<(), Failure> {
         unreachable!("clap requires --len and -o unless --slopes is given")
     };
     let out = target(Some(output))?;
-    refuse_binary_on_terminal(&out, "output", "-", "a .npy needs -o PATH or a redirected stdout")?;
+    refuse_binary_on_terminal(
+        &out,
+        "output",
+        "-",
+        "a .npy needs a file (-o PATH) or a redirected stdout, not a terminal",
+    )?;
     let spec = AlibiSpec::new(args.heads, len)
         .and_then(|s| s.with_offset(args.offset))
         .and_then(|s| match args.kv_len {

@@ -141,7 +141,12 @@ pub(crate) fn run(args: &EncodeArgs) -> Result<(), Failure> {
         refuse_off_gpu(given, flag, args.device).map_err(Failure::usage)?;
     }
     let out = target(Some(&args.output))?;
-    refuse_binary_on_terminal(&out, "output", "-", "a .npy needs -o PATH or a redirected stdout")?;
+    refuse_binary_on_terminal(
+        &out,
+        "output",
+        "-",
+        "a .npy needs a file (-o PATH) or a redirected stdout, not a terminal",
+    )?;
     let input = EncodeInput::load(args).map_err(Failure::usage)?;
 
     // The request is valid: from here on failures are the run's (exit 1).

@@ -147,7 +147,7 @@ fn refuse_png_on_terminal(out: &Target) -> Result<(), Failure> {
         out,
         "output",
         "a terminal",
-        "a PNG needs -o PATH or a redirected stdout",
+        "a PNG needs a file (-o PATH) or a redirected stdout, not a terminal",
     )
 }
 

@@ -191,7 +191,12 @@ struct RopeInput {
 
 pub(crate) fn run(args: &RopeArgs) -> Result<(), Failure> {
     let out = target(Some(&args.output))?;
-    refuse_binary_on_terminal(&out, "output", "-", "a .npy needs -o PATH or a redirected stdout")?;
+    refuse_binary_on_terminal(
+        &out,
+        "output",
+        "-",
+        "a .npy needs a file (-o PATH) or a redirected stdout, not a terminal",
+    )?;
     let input = RopeInput::load(args).map_err(Failure::usage)?;
 
     // The request is valid: from here on failures are the run's (exit 1).

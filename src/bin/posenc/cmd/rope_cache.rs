@@ -106,7 +106,7 @@ pub(crate) fn run(args: &RopeCacheArgs) -> Result<(), Failure> {
         &out,
         "output",
         "-",
-        "the cache needs -o PATH or a redirected stdout",
+        "the cache needs a file (-o PATH) or a redirected stdout, not a terminal",
     )?;
     let (spec, mrope, positions) = load(args).map_err(Failure::usage)?;
     let known = [("safetensors", CacheFormat::Safetensors), ("npy", CacheFormat::Npy)];

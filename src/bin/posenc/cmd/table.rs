@@ -125,7 +125,8 @@ pub(crate) fn run(args: &TableArgs) -> Result<(), Failure> {
     let known = [("csv", Format::Csv), ("npy", Format::Npy), ("json", Format::Json)];
     let format = output_format(args.format, args.output.as_deref(), &known, Format::Csv);
     if format == Format::Npy {
-        let allowed = "npy only with -o PATH or a redirected stdout; csv or json on a terminal";
+        let allowed =
+            "npy only to a file (-o PATH) or a redirected stdout; csv or json on a terminal";
         refuse_binary_on_terminal(&out, "format", "npy", allowed)?;
     }
 

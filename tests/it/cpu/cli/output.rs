@@ -799,3 +799,69 @@ fn the_output_extension_names_the_format_unless_format_is_given() {
         stderr(&run)
     );
 }
+
+/// A pseudo-terminal pair: the controller (kept open, so the terminal stays alive) and the
+/// terminal's path (`/dev/pts/N`). None where the system has no pseudo-terminals.
+fn pseudo_terminal() -> Option<(std::os::fd::OwnedFd, String)> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: posix_openpt returns a new descriptor or -1; grantpt, unlockpt and ptsname_r
+    // only read it, ptsname_r writes at most `name.len()` bytes.
+    unsafe {
+        let fd = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        if fd < 0 {
+            return None;
+        }
+        let controller = std::os::fd::OwnedFd::from_raw_fd(fd);
+        if libc::grantpt(fd) != 0 || libc::unlockpt(fd) != 0 {
+            return None;
+        }
+        let mut name = [0 as libc::c_char; 128];
+        if libc::ptsname_r(fd, name.as_mut_ptr(), name.len()) != 0 {
+            return None;
+        }
+        let path = std::ffi::CStr::from_ptr(name.as_ptr()).to_str().ok()?.to_owned();
+        Some((controller, path))
+    }
+}
+
+/// A binary output (.npy, PNG, safetensors) is refused on a terminal whether it reaches one
+/// as standard output, as a descriptor named by its path (`-o /dev/stdout`,
+/// `/proc/self/fd/1`) or as the terminal's own path (round fourteen: the last two poured
+/// the bytes into the terminal), naming the path; a text output is written to it.
+#[test]
+fn binary_outputs_are_refused_on_a_terminal_however_it_is_named() {
+    let Some((_controller, tty)) = pseudo_terminal() else { return };
+    let dir = Dir::new();
+    let mut binary = commands(&dir);
+    binary.retain(|(name, _)| !["table csv", "table json", "plot similarity text"].contains(name));
+    binary.push((
+        "rope-cache",
+        ["rope-cache", "--head-dim", "8", "--len", "4", "--device", "cpu"]
+            .map(String::from)
+            .to_vec(),
+    ));
+    for (name, args) in &binary {
+        for out in ["-", "/dev/stdout", "/proc/self/fd/1", tty.as_str()] {
+            let terminal = fs::OpenOptions::new().write(true).open(&tty).unwrap();
+            let args: Vec<&str> = args.iter().map(String::as_str).chain(["-o", out]).collect();
+            let run = Command::new(BIN)
+                .args(&args)
+                .stdout(Stdio::from(terminal))
+                .stderr(Stdio::piped())
+                .output()
+                .unwrap();
+            let err = stderr(&run);
+            assert_eq!(run.status.code(), Some(2), "{name} -o {out}: {err}");
+            assert!(
+                err.contains("a terminal") && err.lines().count() == 1,
+                "{name} -o {out}: {err}"
+            );
+            if out != "-" {
+                assert!(err.contains(out), "{name} -o {out}: {err}");
+            }
+        }
+    }
+    // Text goes to the terminal by any name.
+    let run = posenc(&["table", "--dim", "2", "--len", "1", "--device", "cpu", "-o", &tty]);
+    assert_ok(&run, "table -o the terminal");
+}
