@@ -91,7 +91,7 @@ pub fn read_table(source: Source<'_>, tensor: Option<&str>) -> Result<Table> {
 /// # Errors
 /// As [`weights::load`].
 pub fn read_position_table(source: Source<'_>, tensor: Option<&str>) -> Result<Table> {
-    weights::load_as(source, tensor, "position table")
+    weights::load_as(source, tensor, weights::POSITION_TABLE)
 }
 
 /// Token ids read and checked: a `[B, L]` batch of u32, each below the vocabulary or the

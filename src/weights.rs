@@ -31,6 +31,10 @@ pub const MAX_SAFETENSORS_HEADER: u64 = 100_000_000;
 /// How error messages name an embedding table.
 const WHAT: &str = "weights";
 
+/// The role of a learned position table (`--position-table`), whose tensor is named by
+/// `--position-tensor`.
+pub(crate) const POSITION_TABLE: &str = "position table";
+
 /// An embedding table `[vocab, dim]`, owned, in C order.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Table {
@@ -144,11 +148,18 @@ fn load_from<R: Read + Seek>(
     let is_npy = npy::starts_with_magic(&mut reader).map_err(io_error)?;
     let table = if is_npy {
         if let Some(name) = tensor {
-            return Err(Error::InvalidParameter {
-                field: "tensor",
-                value: name.to_string(),
-                allowed: "a tensor name only for .safetensors weights (a .npy holds one array)",
-            });
+            let (field, allowed) = match what {
+                POSITION_TABLE => (
+                    "position_tensor",
+                    "a tensor name only for a .safetensors position table (a .npy holds one \
+                     array)",
+                ),
+                _ => (
+                    "tensor",
+                    "a tensor name only for .safetensors weights (a .npy holds one array)",
+                ),
+            };
+            return Err(Error::InvalidParameter { field, value: name.to_string(), allowed });
         }
         load_npy(BufReader::new(reader), len, path, what)?
     } else {
@@ -374,7 +385,11 @@ fn load_safetensors<R: Read + Seek>(
     let io_error = |source: io::Error| crate::error::read_error(path, ".safetensors", len, source);
     let SafetensorsHeader { metadata, data_start } = read_safetensors_header(&mut file, len, path)?;
 
-    let (name, info) = choose(&metadata, path, tensor, 2, "--tensor NAME")?;
+    let flag = match what {
+        POSITION_TABLE => "--position-tensor NAME",
+        _ => "--tensor NAME",
+    };
+    let (name, info) = choose(&metadata, path, tensor, 2, flag)?;
     if info.shape.len() != 2 {
         return Err(Error::Rank {
             path: path.to_path_buf(),

@@ -862,6 +862,18 @@ fn learned_position_tables_replace_the_sinusoid() {
         &[&base[..], &["--position-tensor", "wpe"]].concat(),
         &["--position-table"],
     );
+    // The position table's tensor is named by its own flag (round fourteen: these named
+    // --tensor and the weights).
+    assert_refused(
+        &dir,
+        &[&base[..], &["--position-table", &p_st]].concat(),
+        &["2 2-D tensors and none named (--position-tensor NAME)", "\"other\", \"wpe\""],
+    );
+    assert_refused(
+        &dir,
+        &[&base[..], &["--position-table", &p_npy, "--position-tensor", "wpe"]].concat(),
+        &["invalid position_tensor: wpe", "a .safetensors position table"],
+    );
 }
 
 /// `encode --inv-freq`: a model's own frequencies (here float64, from a .safetensors
