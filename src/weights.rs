@@ -334,7 +334,9 @@ pub(crate) fn read_safetensors_header(
     }
     let metadata: Metadata = serde_json::from_slice(&header).map_err(|e| {
         // safetensors names no tensor when a byte range disagrees with a shape: find it.
-        let which = mismatched_tensor(&header).map_or_else(String::new, |t| format!(" ({t})"));
+        let which = mismatched_tensor(&header)
+            .or_else(|| misplaced_tensor(&header))
+            .map_or_else(String::new, |t| format!(" ({t})"));
         format_error(format!("the header is not valid: {e}{which}"))
     })?;
     let data_start = 8 + header_len;
@@ -346,6 +348,42 @@ pub(crate) fn read_safetensors_header(
         )));
     }
     Ok(SafetensorsHeader { metadata, data_start })
+}
+
+/// Where a safetensors header's `data_offsets` break the format's rule that the tensors,
+/// in the order of their offsets, lie end to end from byte 0 of the data: the first tensor
+/// that overlaps the one before it or leaves a gap after it. `None` if they do not (or
+/// cannot be read).
+fn misplaced_tensor(header: &[u8]) -> Option<String> {
+    let tensors: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(header).ok()?;
+    let mut ranges: Vec<(usize, usize, &str)> = tensors
+        .iter()
+        .filter(|(name, _)| *name != "__metadata__")
+        .map(|(name, info)| {
+            let [start, end]: [usize; 2] =
+                serde_json::from_value(info.get("data_offsets")?.clone()).ok()?;
+            Some((start, end, name.as_str()))
+        })
+        .collect::<Option<_>>()?;
+    ranges.sort_unstable();
+    let mut previous: Option<(usize, &str)> = None;
+    for &(start, end, name) in &ranges {
+        let expected = previous.map_or(0, |(end, _)| end);
+        if start != expected {
+            let after = previous.map_or_else(
+                || "the data begins at 0".to_string(),
+                |(end, p)| format!("tensor {p:?} ends at {end}"),
+            );
+            let how = if start < expected { "overlap" } else { "leave a gap" };
+            return Some(format!(
+                "tensor {name:?}: its data_offsets [{start}, {end}] {how}: {after}, and the \
+                 tensors must lie end to end from byte 0"
+            ));
+        }
+        previous = Some((end, name));
+    }
+    None
 }
 
 /// The first tensor of a safetensors header (in the header's order) whose `data_offsets`

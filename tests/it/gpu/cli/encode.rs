@@ -668,6 +668,35 @@ fn bad_tables_are_refused() {
         &["the header length field says 18446744073709551615 bytes, over the limit"],
     );
 
+    // Offsets that overlap or leave a gap say so (round fourteen: "invalid offset for
+    // tensor `b`" alone).
+    let raw = |name: &str, header: &str, data: usize| {
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header.as_bytes());
+        bytes.resize(bytes.len() + data, 0);
+        dir.bytes(name, &bytes)
+    };
+    let t = |name: &str, start: usize| {
+        format!(
+            r#""{name}":{{"dtype":"F32","shape":[4,8],"data_offsets":[{start},{}]}}"#,
+            start + 128
+        )
+    };
+    let overlap = raw("overlap.safetensors", &format!("{{{},{}}}", t("a", 0), t("b", 64)), 192);
+    check(
+        overlap,
+        &["--tensor", "a"],
+        &[
+            "tensor \"b\": its data_offsets [64, 192] overlap: tensor \"a\" ends at 128",
+            "end to end",
+        ],
+    );
+    let gap = raw("gap.safetensors", &format!("{{{}}}", t("a", 16)), 144);
+    check(
+        gap,
+        &[],
+        &["tensor \"a\": its data_offsets [16, 144] leave a gap: the data begins at 0"],
+    );
     let bits = dir.npy("bf16.npy", &Array2::from_elem((4, 8), bf16::ONE));
     check(bits, &[], &["weights has dtype '<u2'", "bfloat16 tables: use .safetensors"]);
     let npy_table = dir.npy("t.npy", &table_f32(4, 8));
