@@ -44,8 +44,24 @@ pub(crate) fn target(path: Option<&Path>) -> Result<Target, Failure> {
 }
 
 /// Extensions of data formats some command writes or a user may expect: one a command does
-/// not write gets a note ([`output_format`]).
-const DATA_EXTENSIONS: &[&str] = &["csv", "json", "npy", "npz", "safetensors", "pt", "bin"];
+/// not write gets a note ([`output_format`], [`note_foreign_extension`]).
+const DATA_EXTENSIONS: &[&str] = &["csv", "json", "npy", "npz", "safetensors", "pt", "bin", "png"];
+
+/// For a command that writes one format (`encode`, `rope` and `alibi` .npy, `plot` and
+/// `bench --plot` PNG): a note where `path`'s extension names another data format
+/// (`encode -o out.csv` wrote .npy bytes silently; round fourteen). `flag` says how to get
+/// another format, where there is a way.
+pub(crate) fn note_foreign_extension(path: Option<&Path>, writes: &str, flag: &str) {
+    let ext = path.and_then(|p| p.extension()).and_then(|e| e.to_str());
+    if let Some(ext) = ext
+        && !ext.eq_ignore_ascii_case(writes)
+        && DATA_EXTENSIONS.iter().any(|d| d.eq_ignore_ascii_case(ext))
+    {
+        crate::failure::note(&format!(
+            "writing {writes} to a file named .{ext}, a format this command does not write{flag}"
+        ));
+    }
+}
 
 /// The output format: `given` (`--format`), else the one `path`'s extension names among
 /// `known` (`(extension, format)`, compared without case), else `default`. A given format

@@ -10,7 +10,9 @@ use posenc::npy;
 use crate::args::whole;
 use crate::device::{Compute, FastDevice, on_device};
 use crate::failure::Failure;
-use crate::output::{emit, output_help, refuse_binary_on_terminal, target, to_stdout};
+use crate::output::{
+    emit, note_foreign_extension, output_help, refuse_binary_on_terminal, target, to_stdout,
+};
 use posenc::placement::HostJob;
 
 /// `posenc alibi --help` after the options, before the exit statuses.
@@ -97,6 +99,7 @@ pub(crate) fn run(args: &AlibiArgs) -> Result<(), Failure> {
         unreachable!("clap requires --len and -o unless --slopes is given")
     };
     let out = target(Some(output))?;
+    note_foreign_extension(Some(output), "npy", "");
     refuse_binary_on_terminal(
         &out,
         "output",

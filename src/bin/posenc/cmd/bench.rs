@@ -10,7 +10,7 @@ use posenc::bench::{self, Config, PRESETS, SUITE_REPEATS};
 
 use crate::args::{OutDtype, whole};
 use crate::failure::Failure;
-use crate::output::{emit, target, to_stdout};
+use crate::output::{emit, note_foreign_extension, target, to_stdout};
 
 #[derive(Debug, Args)]
 pub(crate) struct BenchArgs {
@@ -161,6 +161,7 @@ pub(crate) fn run(args: &BenchArgs) -> Result<(), Failure> {
         config.check().map_err(Failure::usage)?;
     }
     let plot_file = args.plot.as_deref().map(|p| target(Some(p))).transpose()?;
+    note_foreign_extension(args.plot.as_deref(), "png", "");
     if plot_file.as_ref().is_some_and(|t| t.is_stdout()) {
         return Err(Failure::usage(Error::InvalidParameter {
             field: "plot",

@@ -18,7 +18,7 @@ use posenc::{Error, PeSpec, cpu, npy, weights};
 use crate::args::{OutDtype, PeArgs, parse_budget, refuse_off_gpu, whole, whole_at_least};
 use crate::device::{Compute, FastDevice, on_device};
 use crate::failure::Failure;
-use crate::output::{emit, output_help, refuse_binary_on_terminal, target};
+use crate::output::{emit, note_foreign_extension, output_help, refuse_binary_on_terminal, target};
 use posenc::placement::HostJob;
 
 /// `posenc encode --help` after the options, before the exit statuses.
@@ -141,6 +141,7 @@ pub(crate) fn run(args: &EncodeArgs) -> Result<(), Failure> {
         refuse_off_gpu(given, flag, args.device).map_err(Failure::usage)?;
     }
     let out = target(Some(&args.output))?;
+    note_foreign_extension(Some(&args.output), "npy", "");
     refuse_binary_on_terminal(
         &out,
         "output",

@@ -10,7 +10,9 @@ use posenc::{DEFAULT_BASE, Error, PeSpec, Variant, plot};
 
 use crate::args::{VariantArg, spec_of, whole};
 use crate::failure::{EXIT_STATUS_HELP, Failure};
-use crate::output::{cpu_table, emit, output_help, refuse_binary_on_terminal, target};
+use crate::output::{
+    cpu_table, emit, note_foreign_extension, output_help, refuse_binary_on_terminal, target,
+};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum PlotCommand {
@@ -162,6 +164,7 @@ fn heatmap(args: &HeatmapArgs) -> Result<(), Failure> {
         .map_err(Failure::usage)?;
     let rows = plot_cells(OP, "len", "len (rows of the picture)", args.len)?;
     let out = target(args.output.as_deref())?;
+    note_foreign_extension(args.output.as_deref(), "png", "");
     refuse_png_on_terminal(&out)?;
 
     let positions = posenc::positions::contiguous(rows as u64)?;
@@ -192,6 +195,7 @@ fn similarity(args: &SimilarityArgs) -> Result<(), Failure> {
     }
     let out = target(args.output.as_deref())?;
     if args.format == PlotFormat::Png {
+        note_foreign_extension(args.output.as_deref(), "png", " (--format text for numbers)");
         refuse_png_on_terminal(&out)?;
     }
 
@@ -221,6 +225,7 @@ fn similarity(args: &SimilarityArgs) -> Result<(), Failure> {
 fn error(args: &ErrorPlotArgs) -> Result<(), Failure> {
     let spec = spec_of(args.dim, args.base)?;
     let out = target(args.output.as_deref())?;
+    note_foreign_extension(args.output.as_deref(), "png", "");
     refuse_png_on_terminal(&out)?;
 
     let image = plot::error_plot(&plot::error_curve(&spec));

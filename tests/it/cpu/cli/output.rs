@@ -798,6 +798,23 @@ fn the_output_extension_names_the_format_unless_format_is_given() {
         "{}",
         stderr(&run)
     );
+    // So do the commands of one format (round fourteen: encode -o out.csv, alibi -o a.csv,
+    // plot -o p.npy wrote silently); their own extension, or none, gets no note.
+    for (name, args) in commands(&dir) {
+        if name.starts_with("table") || name == "plot similarity text" {
+            continue;
+        }
+        let writes = if name.starts_with("plot") { "png" } else { "npy" };
+        let other = if writes == "png" { "npy" } else { "csv" };
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        for (ext, noted) in [(other, true), (writes, false), ("out", false)] {
+            let out = dir.out(&format!("result.{ext}"));
+            let run = posenc(&[&args[..], &["-o", &out]].concat());
+            assert_ok(&run, &format!("{name} -o {out}"));
+            let note = format!("posenc: note: writing {writes} to a file named .{ext}, a format");
+            assert_eq!(stderr(&run).contains(&note), noted, "{name} -o {out}: {}", stderr(&run));
+        }
+    }
 }
 
 /// A pseudo-terminal pair: the controller (kept open, so the terminal stays alive) and the
