@@ -129,7 +129,12 @@ pub fn read_ids(source: Source<'_>, table: (usize, usize), pad_id: Option<u32>) 
     let shape = array.shape().to_vec();
     let (batch, len) = batch_dims(&shape);
     let (vocab, dim) = table;
-    check_output("encode", "the output [batch, len, dim]", &[batch, len, dim])?;
+    // The output has the ids' rank plus one: [len, dim] for 1-D ids.
+    if shape.len() == 1 {
+        check_output("encode", "the output [len, dim]", &[len, dim])?;
+    } else {
+        check_output("encode", "the output [batch, len, dim]", &[batch, len, dim])?;
+    }
     let ids = match array {
         NpyArray::I32(a) => ids_to_u32(as_batch(a, source, "ids")?.view(), vocab, pad_id)?,
         NpyArray::I64(a) => ids_to_u32(as_batch(a, source, "ids")?.view(), vocab, pad_id)?,

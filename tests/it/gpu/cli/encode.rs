@@ -800,7 +800,14 @@ fn an_output_over_the_size_limit_is_refused_before_any_work() {
     assert_refused(
         &dir,
         &["--device", "cpu", "--weights", &w, "--ids", &ids],
-        &["MAX_OUTPUT_VALUES"],
+        &["MAX_OUTPUT_VALUES", "the output [len, dim] would have shape (1048576, 4096)"],
+    );
+    // 2-D ids name the 3-D output.
+    let ids = dir.npy("ids2.npy", &Array2::<u32>::zeros((2, 1 << 19)));
+    assert_refused(
+        &dir,
+        &["--device", "cpu", "--weights", &w, "--ids", &ids],
+        &["the output [batch, len, dim] would have shape (2, 524288, 4096)"],
     );
 }
 
