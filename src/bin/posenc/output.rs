@@ -108,6 +108,20 @@ pub(crate) fn output_format<F: Copy + PartialEq>(
     }
 }
 
+/// The target of a command whose output is one `.npy` (`encode`, `rope`, `alibi`): `path`
+/// resolved, its extension noted where it names another format, a terminal refused.
+pub(crate) fn npy_target(path: &Path) -> Result<Target, Failure> {
+    let out = target(Some(path))?;
+    note_foreign_extension(Some(path), "npy", "");
+    refuse_binary_on_terminal(
+        &out,
+        "output",
+        "-",
+        "a .npy needs a file (-o PATH) or a redirected stdout, not a terminal",
+    )?;
+    Ok(out)
+}
+
 /// Refuses to pour binary output (`format`) into a terminal: standard output on one, or a
 /// path that names one (`-o /dev/tty`, `-o /dev/stdout`), which is named in the message.
 pub(crate) fn refuse_binary_on_terminal(

@@ -10,9 +10,7 @@ use posenc::npy;
 use crate::args::whole;
 use crate::device::{Compute, FastDevice, on_device};
 use crate::failure::Failure;
-use crate::output::{
-    emit, note_foreign_extension, output_help, refuse_binary_on_terminal, target, to_stdout,
-};
+use crate::output::{emit, npy_target, output_help, to_stdout};
 use posenc::placement::HostJob;
 
 /// `posenc alibi --help` after the options, before the exit statuses.
@@ -98,14 +96,7 @@ pub(crate) fn run(args: &AlibiArgs) -> Result<(), Failure> {
     let (Some(len), Some(output)) = (args.len, &args.output) else {
         unreachable!("clap requires --len and -o unless --slopes is given")
     };
-    let out = target(Some(output))?;
-    note_foreign_extension(Some(output), "npy", "");
-    refuse_binary_on_terminal(
-        &out,
-        "output",
-        "-",
-        "a .npy needs a file (-o PATH) or a redirected stdout, not a terminal",
-    )?;
+    let out = npy_target(output)?;
     let spec = AlibiSpec::new(args.heads, len)
         .and_then(|s| s.with_offset(args.offset))
         .and_then(|s| match args.kv_len {

@@ -18,7 +18,7 @@ use posenc::{Error, PeSpec, cpu, npy, weights};
 use crate::args::{OutDtype, PeArgs, parse_budget, refuse_off_gpu, whole, whole_at_least};
 use crate::device::{Compute, FastDevice, on_device};
 use crate::failure::Failure;
-use crate::output::{emit, note_foreign_extension, output_help, refuse_binary_on_terminal, target};
+use crate::output::{emit, npy_target, output_help};
 use posenc::placement::HostJob;
 
 /// `posenc encode --help` after the options, before the exit statuses.
@@ -140,14 +140,7 @@ pub(crate) fn run(args: &EncodeArgs) -> Result<(), Failure> {
     ] {
         refuse_off_gpu(given, flag, args.device).map_err(Failure::usage)?;
     }
-    let out = target(Some(&args.output))?;
-    note_foreign_extension(Some(&args.output), "npy", "");
-    refuse_binary_on_terminal(
-        &out,
-        "output",
-        "-",
-        "a .npy needs a file (-o PATH) or a redirected stdout, not a terminal",
-    )?;
+    let out = npy_target(&args.output)?;
     let input = EncodeInput::load(args).map_err(Failure::usage)?;
 
     // The request is valid: from here on failures are the run's (exit 1).

@@ -14,7 +14,7 @@ use posenc::{Error, cpu};
 use crate::args::{refuse_without, whole};
 use crate::device::{Compute, FastDevice, on_device};
 use crate::failure::Failure;
-use crate::output::{emit, note_foreign_extension, output_help, refuse_binary_on_terminal, target};
+use crate::output::{emit, npy_target, output_help};
 use posenc::placement::HostJob;
 
 /// `posenc rope --help` after the options, before the exit statuses.
@@ -190,14 +190,7 @@ struct RopeInput {
 }
 
 pub(crate) fn run(args: &RopeArgs) -> Result<(), Failure> {
-    let out = target(Some(&args.output))?;
-    note_foreign_extension(Some(&args.output), "npy", "");
-    refuse_binary_on_terminal(
-        &out,
-        "output",
-        "-",
-        "a .npy needs a file (-o PATH) or a redirected stdout, not a terminal",
-    )?;
+    let out = npy_target(&args.output)?;
     let input = RopeInput::load(args).map_err(Failure::usage)?;
 
     // The request is valid: from here on failures are the run's (exit 1).
