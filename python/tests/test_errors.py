@@ -535,6 +535,24 @@ def test_config_arguments_of_every_form():
     with pytest.raises(FileNotFoundError):
         posenc.rope_cache(b"/nonexistent/\xff.json", seq_len=2)
 
+    # A config object's to_json_string() giving bytes is read as UTF-8 JSON; one giving
+    # something else is named (it was a bare TypeError from the extension).
+    class Config:
+        def __init__(self, text):
+            self.text = text
+
+        def to_json_string(self, use_diff=True):
+            return self.text
+
+    llama = '{"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4}'
+    want = posenc.rope_cache(llama, seq_len=3)
+    got = posenc.rope_cache(Config(llama.encode()), seq_len=3)
+    np.testing.assert_array_equal(got.cos, want.cos)
+    with pytest.raises(ValueError, match="Config.to_json_string.. gave bytes that are not UTF-8"):
+        posenc.rope_cache(Config(b"{\xff}"), seq_len=3)
+    with pytest.raises(ValueError, match="Config.to_json_string.. gave dict"):
+        posenc.rope_cache(Config({"model_type": "llama"}), seq_len=3)
+
 
 # ---- round six, second pass: the fixes probed again ---------------------------------------
 

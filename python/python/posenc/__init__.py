@@ -320,7 +320,21 @@ def _config(config: Any) -> tuple[Optional[str], Optional[str]]:
         return None, config.text
     to_json = getattr(config, "to_json_string", None)
     if callable(to_json):
-        return None, to_json(use_diff=False)
+        text = to_json(use_diff=False)
+        if isinstance(text, bytes):
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(
+                    f"invalid config: {type(config).__name__}.to_json_string() gave bytes that "
+                    f"are not UTF-8 ({e})"
+                ) from None
+        if not isinstance(text, str):
+            raise ValueError(
+                f"invalid config: {type(config).__name__}.to_json_string() gave "
+                f"{type(text).__name__} (allowed: JSON text, as transformers' configs give)"
+            )
+        return None, text
     raise ValueError(
         f"config must be a path, JSON text, a dict or a transformers config, not "
         f"{type(config).__name__}"
