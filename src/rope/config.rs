@@ -1047,7 +1047,10 @@ fn rotary_dim(
             }
             _ => match reads {
                 Some((legacy, given)) => {
-                    let f = if rope.legacy { legacy } else { given };
+                    // A legacy rope_scaling takes the place of the dict a class fills in
+                    // (Moonshine Streaming's 0.8): transformers 5.24 reads it as given
+                    // rope_parameters.
+                    let f = if rope.legacy && rope.scaling.is_none() { legacy } else { given };
                     ("partial_rotary_factor", (head_dim as f64 * f).trunc() as u64)
                 }
                 None => return Ok(head_dim),

@@ -181,12 +181,13 @@ pub enum PartialDefault {
     /// The family's own default reads the factor (found in each modeling file, and checked
     /// by building the module with factors 1 and 0.5) and rotates `int(head_dim * factor)`
     /// dims; when the config has none, its config class's: `legacy` in the legacy form (no
-    /// `rope_parameters`), `given` beside given `rope_parameters`. Every rope type of the
-    /// family reads that default.
+    /// `rope_parameters`) without `rope_scaling`, `given` beside given `rope_parameters` or a
+    /// `rope_scaling` (transformers 5.24 puts it in the place of the parameters a class fills
+    /// in). Every rope type of the family reads that default.
     Reads {
-        /// The class default in the legacy form.
+        /// The class default in the legacy form without `rope_scaling`.
         legacy: f64,
-        /// The class default beside given `rope_parameters`.
+        /// The class default beside given `rope_parameters` or `rope_scaling`.
         given: f64,
         /// Whether a top-level factor is read (Bamba's class replaces it by its default).
         top_level: bool,
@@ -839,7 +840,8 @@ static FAMILIES: &[Family] = &[
     row("molmo2_vision").unsettled(72),
     row("moonshine").gptj().partial(0.9, 0.9),
     row("moonshine_streaming").gptj().partial(0.8, 1.0).own_base(1e4),
-    row("moonshine_streaming_encoder").partial(0.8, 1.0),
+    // Its attention takes no positions in transformers 5.24 (the decoder's module has the RoPE).
+    row("moonshine_streaming_encoder").not_rotary(),
     row("moshi_depth").refused(MOSHI_DEPTH),
     row("moss_transcribe_diarize_audio").not_rotary(),
     row("mpnet").not_rotary(),

@@ -454,6 +454,25 @@ fn families_whose_default_rope_reads_partial_rotary_factor() {
             64,
             0.8659643233600653,
         ),
+        // A legacy rope_scaling takes the place of the class's own parameters, 0.8 with
+        // them (transformers 5.24: 64 frequencies of a head of 128; posenc read 51).
+        (
+            head128(
+                "moonshine_streaming",
+                r#", "rope_scaling": {"rope_type": "linear", "factor": 2.0}"#,
+            ),
+            64,
+            0.8659643233600653 / 2.0,
+        ),
+        (
+            head128(
+                "nemotron3_5_transcribe_asr_audio",
+                r#", "rope_scaling": {"rope_type": "linear", "factor": 2.0}"#,
+            ),
+            64,
+            0.8659643233600653 / 2.0,
+        ),
+        (head128("nemotron3_5_transcribe_asr_audio", ""), 32, 0.7498942093324559),
         // Bamba's config class replaces a top-level factor by 0.5; a nested one wins.
         (head128("bamba", r#", "partial_rotary_factor": 0.25"#), 32, 0.7498942093324559),
         // MiniMax-M2's rotary_dim is its factor (rotary_dim / head_dim).
@@ -462,6 +481,9 @@ fn families_whose_default_rope_reads_partial_rotary_factor() {
     for model_type in ["phi", "glm", "gpt_neox", "qwen3_next", "laguna", "mimo_v2_flash"] {
         assert!(reads_partial(model_type), "{model_type}");
     }
+    // Moonshine Streaming's encoder attention takes no positions (transformers 5.24).
+    let e = RopeSpec::from_hf_config(&head128("moonshine_streaming_encoder", ""), None);
+    assert!(e.unwrap_err().to_string().contains("not rotary"));
     for (text, n, w1) in cases {
         let (got_n, got_w1) = freqs(&text, None);
         assert_eq!(got_n, n, "{text}");

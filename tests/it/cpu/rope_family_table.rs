@@ -557,8 +557,9 @@ fn rope_region(name: &str) -> String {
                     number(legacy)
                 } else {
                     format!(
-                        "{} in the legacy form (the class's own `rope_parameters`), {} beside \
-                            given ones",
+                        "{} in the legacy form without `rope_scaling` (the class's own \
+                            `rope_parameters`), {} beside given ones or a `rope_scaling`, which \
+                            takes their place",
                         number(legacy),
                         number(given)
                     )
