@@ -518,8 +518,15 @@ fn legacy(config: &Object, layer_type: Option<&str>, family: &Family) -> Result<
                         float(inner),
                         match theta {
                             Some(t) => format!(
-                                "absent, or the top-level rope_theta's {}: transformers 5 reads \
-                                 it in rope_theta's place, 4.x ignores it",
+                                "absent, or {} {}: transformers 5 reads it in rope_theta's \
+                                 place, 4.x ignores it",
+                                if get(config, "rope_theta").is_some() {
+                                    "the top-level rope_theta's"
+                                } else if get(config, "rotary_emb_base").is_some() {
+                                    "rotary_emb_base's"
+                                } else {
+                                    "the class's base"
+                                },
                                 float(t)
                             ),
                             None => "absent, or beside a top-level rope_theta of the same value: \
@@ -746,6 +753,17 @@ fn modernbert_theta(config: &Object, layer_type: Option<&str>) -> Result<f64> {
 /// given, applied to both (transformers 5.23 updates both layer types' parameters with it).
 fn modernbert_legacy(config: &Object, layer_type: Option<&str>) -> Result<Rope> {
     let theta = modernbert_theta(config, layer_type)?;
+    if let Some(Value::Object(s)) = get(config, "rope_scaling")
+        && let Some(inner) = get(s, "rope_theta")
+    {
+        return Err(invalid(
+            "rope_scaling.rope_theta",
+            excerpt(inner),
+            "absent for ModernBERT: its layers read global_rope_theta (full_attention) and \
+             local_rope_theta (sliding_attention); transformers 5 would give this one to both, \
+             4.x ignores it",
+        ));
+    }
     let scaling = match get(config, "rope_scaling") {
         None => None,
         Some(Value::Object(s)) => Some((s.clone(), "rope_scaling".to_string())),
@@ -1104,10 +1122,10 @@ fn language_model(json: &str) -> Result<Object> {
         }
         // A multimodal model's language model may be one without RoPE (BLIP-2's OPT).
         not_rotary(&config)?;
-    } else if !has_head && config.get("text_config").is_none() {
+    } else if !has_head && get(&config, "text_config").is_none() {
         // Qwen Omni: a thinker and a talker, each with its language model; which one is meant
         // is the caller's to say (posenc read neither and asked for a head dim).
-        if let Some(thinker) = config.get("thinker_config") {
+        if let Some(thinker) = get(&config, "thinker_config") {
             return Err(invalid(
                 "thinker_config",
                 excerpt(thinker),
@@ -1116,7 +1134,7 @@ fn language_model(json: &str) -> Result<Object> {
             ));
         }
     } else if has_head
-        && config.get("text_config").is_none()
+        && get(&config, "text_config").is_none()
         && let Some(flat) = FLAT_COMPOSITES.iter().find(|f| f.model_type == top_type)
         && let Some(text_type) = families::text_model_type(&top_type)
     {

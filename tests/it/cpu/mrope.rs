@@ -345,6 +345,14 @@ fn flat_composites_read_only_the_keys_their_text_class_takes() {
         assert_eq!((spec.head_dim(), spec.rotary_dim()), (128, 128), "{top}");
         assert_eq!(m.section(), [16, 24, 24]);
     }
+    // A null text_config is none: transformers builds it from the top level (posenc read
+    // the flat keys as they stand, head_dim and all).
+    let null = QWEN25_VL
+        .replace("\"hidden_size\"", "\"text_config\": null, \"head_dim\": 64, \"hidden_size\"");
+    assert_eq!(multimodal(&null).0.head_dim(), 128);
+    let fuyu = r#"{"model_type": "fuyu", "text_config": null, "hidden_size": 4096,
+        "num_attention_heads": 64, "partial_rotary_factor": 0.5, "rope_theta": 25000.0}"#;
+    assert_eq!(RopeSpec::from_hf_config(fuyu, None).unwrap().rotary_dim(), 32);
     // PaddleOCR-VL's text config takes head_dim.
     let paddle = r#"{"model_type": "paddleocr_vl", "hidden_size": 1024,
         "num_attention_heads": 16, "head_dim": 128, "rope_theta": 500000.0,
@@ -370,4 +378,23 @@ fn a_rope_theta_inside_rope_scaling_is_read_where_both_versions_agree() {
     let alone = llama.replace("\"rope_theta\": 500000, ", "");
     let msg = super::rope_config::refused(&alone, None, "rope_scaling.rope_theta");
     assert!(msg.contains("4.x takes the class's base"), "{msg}");
+    // The base compared is named where it came from.
+    let neox = r#"{"model_type": "gpt_neox", "hidden_size": 512, "num_attention_heads": 4,
+        "rotary_emb_base": 20000, "rope_scaling": {"rope_type": "linear", "factor": 2.0,
+        "rope_theta": 10000}}"#;
+    let msg = super::rope_config::refused(neox, None, "rope_scaling.rope_theta");
+    assert!(msg.contains("rotary_emb_base's 20000"), "{msg}");
+    let gemma3 = r#"{"model_type": "gemma3_text", "hidden_size": 512, "num_attention_heads": 4,
+        "head_dim": 128, "rope_scaling": {"rope_type": "linear", "factor": 8.0,
+        "rope_theta": 10000}}"#;
+    let msg =
+        super::rope_config::refused(gemma3, Some("full_attention"), "rope_scaling.rope_theta");
+    assert!(msg.contains("the class's base 1000000"), "{msg}");
+    // ModernBERT's layers read bases of their own.
+    let modernbert = r#"{"model_type": "modernbert", "hidden_size": 768,
+        "num_attention_heads": 12, "rope_scaling": {"rope_type": "linear", "factor": 2.0,
+        "rope_theta": 160000}}"#;
+    let msg =
+        super::rope_config::refused(modernbert, Some("full_attention"), "rope_scaling.rope_theta");
+    assert!(msg.contains("global_rope_theta"), "{msg}");
 }

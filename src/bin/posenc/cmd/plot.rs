@@ -194,9 +194,14 @@ fn similarity(args: &SimilarityArgs) -> Result<(), Failure> {
         }));
     }
     let out = target(args.output.as_deref())?;
-    if args.format == PlotFormat::Png {
-        note_foreign_extension(args.output.as_deref(), "png", " (--format text for numbers)");
-        refuse_png_on_terminal(&out)?;
+    match args.format {
+        PlotFormat::Png => {
+            note_foreign_extension(args.output.as_deref(), "png", " (--format text for numbers)");
+            refuse_png_on_terminal(&out)?;
+        }
+        PlotFormat::Text => {
+            note_foreign_extension(args.output.as_deref(), "text", " (--format png for a picture)")
+        }
     }
 
     let positions = posenc::positions::contiguous(n as u64)?;

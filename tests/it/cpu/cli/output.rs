@@ -801,11 +801,19 @@ fn the_output_extension_names_the_format_unless_format_is_given() {
     // So do the commands of one format (round fourteen: encode -o out.csv, alibi -o a.csv,
     // plot -o p.npy wrote silently); their own extension, or none, gets no note.
     for (name, args) in commands(&dir) {
-        if name.starts_with("table") || name == "plot similarity text" {
+        if name.starts_with("table") {
             continue;
         }
-        let writes = if name.starts_with("plot") { "png" } else { "npy" };
-        let other = if writes == "png" { "npy" } else { "csv" };
+        let writes = match name {
+            "plot similarity text" => "text",
+            _ if name.starts_with("plot") => "png",
+            _ => "npy",
+        };
+        let other = match writes {
+            "png" => "npy",
+            "text" => "png",
+            _ => "csv",
+        };
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         for (ext, noted) in [(other, true), (writes, false), ("out", false)] {
             let out = dir.out(&format!("result.{ext}"));
