@@ -333,11 +333,11 @@ pub(crate) fn read_safetensors_header(
         )));
     }
     let metadata: Metadata = serde_json::from_slice(&header).map_err(|e| {
-        // safetensors names no tensor when a byte range disagrees with a shape: find it.
-        let which = mismatched_tensor(&header)
-            .or_else(|| misplaced_tensor(&header))
-            .map_or_else(String::new, |t| format!(" ({t})"));
-        format_error(format!("the header is not valid: {e}{which}"))
+        // safetensors names no tensor when a byte range disagrees with a shape, and no reason
+        // when offsets do not follow on (naming either of two tensors with the same offsets,
+        // as its map's order falls): said in its place, found as it checks them.
+        let reason = offsets_problem(&header).unwrap_or_else(|| e.to_string());
+        format_error(format!("the header is not valid: {reason}"))
     })?;
     let data_start = 8 + header_len;
     let data_len = metadata.data_len() as u64;
@@ -350,65 +350,64 @@ pub(crate) fn read_safetensors_header(
     Ok(SafetensorsHeader { metadata, data_start })
 }
 
-/// Where a safetensors header's `data_offsets` break the format's rule that the tensors,
-/// in the order of their offsets, lie end to end from byte 0 of the data: the first tensor
-/// that overlaps the one before it or leaves a gap after it. `None` if they do not (or
-/// cannot be read).
-fn misplaced_tensor(header: &[u8]) -> Option<String> {
+/// Why a safetensors header's `data_offsets` are refused, found as the format checks them:
+/// the tensors in the order of their offsets (ties by name) must lie end to end from byte
+/// 0 of the data, each spanning the bytes its shape and dtype need. The first tensor that
+/// starts elsewhere (overlapping the one before it, or leaving a gap) or spans another
+/// number of bytes, with the reason; `None` if every tensor that can be read agrees.
+fn offsets_problem(header: &[u8]) -> Option<String> {
     let tensors: serde_json::Map<String, serde_json::Value> =
         serde_json::from_slice(header).ok()?;
-    let mut ranges: Vec<(usize, usize, &str)> = tensors
-        .iter()
-        .filter(|(name, _)| *name != "__metadata__")
-        .map(|(name, info)| {
-            let [start, end]: [usize; 2] =
-                serde_json::from_value(info.get("data_offsets")?.clone()).ok()?;
-            Some((start, end, name.as_str()))
-        })
-        .collect::<Option<_>>()?;
-    ranges.sort_unstable();
+    let mut ranges: Vec<(usize, usize, &str, Option<u64>, String)> = Vec::new();
+    for (name, info) in tensors.iter().filter(|(name, _)| *name != "__metadata__") {
+        let [start, end]: [usize; 2] =
+            serde_json::from_value(info.get("data_offsets")?.clone()).ok()?;
+        let dtype: Option<StDtype> =
+            info.get("dtype").and_then(|d| serde_json::from_value(d.clone()).ok());
+        let shape: Option<Vec<usize>> =
+            info.get("shape").and_then(|s| serde_json::from_value(s.clone()).ok());
+        // The bytes its shape and dtype need, where they can be read and do not overflow.
+        let (needed, what) = match (dtype, shape) {
+            (Some(dtype), Some(shape)) => {
+                let bits = shape.iter().try_fold(dtype.bitsize(), |n, &d| n.checked_mul(d));
+                let needed = bits.map(|b| b.div_ceil(8) as u64);
+                let text = needed.map_or_else(|| "more than usize::MAX".into(), |n| n.to_string());
+                (
+                    Some(needed.unwrap_or(u64::MAX)),
+                    format!("shape {shape:?} of {dtype:?} needs {text}"),
+                )
+            }
+            _ => (None, String::new()),
+        };
+        ranges.push((start, end, name.as_str(), needed, what));
+    }
+    ranges.sort_unstable_by(|a, b| (a.0, a.1, a.2).cmp(&(b.0, b.1, b.2)));
     let mut previous: Option<(usize, &str)> = None;
-    for &(start, end, name) in &ranges {
+    for (start, end, name, needed, what) in &ranges {
         let expected = previous.map_or(0, |(end, _)| end);
-        if start != expected {
+        if *start != expected {
             let after = previous.map_or_else(
                 || "the data begins at 0".to_string(),
                 |(end, p)| format!("tensor {p:?} ends at {end}"),
             );
-            let how = if start < expected { "overlap" } else { "leave a gap" };
+            let how = if *start < expected { "overlap" } else { "leave a gap" };
             return Some(format!(
                 "tensor {name:?}: its data_offsets [{start}, {end}] {how}: {after}, and the \
                  tensors must lie end to end from byte 0"
             ));
         }
-        previous = Some((end, name));
+        let spans = end.checked_sub(*start).map(|n| n as u64);
+        if let Some(needed) = needed
+            && spans != Some(*needed)
+        {
+            return Some(format!(
+                "tensor {name:?}: {what} bytes, but its data_offsets [{start}, {end}] span {}",
+                spans.map_or_else(|| "a negative range".into(), |n| n.to_string())
+            ));
+        }
+        previous = Some((*end, name));
     }
     None
-}
-
-/// The first tensor of a safetensors header (in the header's order) whose `data_offsets`
-/// span another number of bytes than its shape and dtype need, in words; `None` if every
-/// tensor that can be read agrees.
-fn mismatched_tensor(header: &[u8]) -> Option<String> {
-    let tensors: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_slice(header).ok()?;
-    tensors.iter().filter(|(name, _)| *name != "__metadata__").find_map(|(name, info)| {
-        let dtype: StDtype = serde_json::from_value(info.get("dtype")?.clone()).ok()?;
-        let shape: Vec<usize> = serde_json::from_value(info.get("shape")?.clone()).ok()?;
-        let [start, end]: [usize; 2] =
-            serde_json::from_value(info.get("data_offsets")?.clone()).ok()?;
-        let bits = shape.iter().try_fold(dtype.bitsize(), |n, &d| n.checked_mul(d));
-        let needed =
-            bits.map_or_else(|| "more than usize::MAX".into(), |b| b.div_ceil(8).to_string());
-        let spans = end.checked_sub(start);
-        (bits.map(|b| b.div_ceil(8)) != spans).then(|| {
-            format!(
-                "tensor {name:?}: shape {shape:?} of {dtype:?} needs {needed} bytes, but its \
-                 data_offsets [{start}, {end}] span {}",
-                spans.map_or_else(|| "a negative range".into(), |n| format!("{n}"))
-            )
-        })
-    })
 }
 
 fn load_safetensors<R: Read + Seek>(
