@@ -158,7 +158,8 @@ fn rotate_lane<T: Element>(
 ///
 /// # Errors
 /// [`crate::Error::Shape`] if the last axis is not the spec's head dim or `positions` is
-/// not `[B, L]`.
+/// not `[B, L]`; [`crate::Error::TooLarge`] if `x` (a broadcast view, say) has more
+/// elements than `isize::MAX` bytes of 4-byte ones and no zero axis.
 pub fn rope_in_place<T: Element>(
     spec: &RopeSpec,
     x: ArrayViewMut4<'_, T>,

@@ -366,10 +366,12 @@ impl Geometry {
                 actual: format!("{shape:?}"),
             });
         }
-        // Zero axes set aside, so that the count is never one that overflowed.
+        // A tensor with a zero axis holds nothing to rotate, whatever its other axes (an
+        // empty view may have any); otherwise its element count, which is never shown as a
+        // product that overflowed.
         let limit = isize::MAX as usize / 4;
-        let values = shape.iter().filter(|&&d| d > 0).try_fold(1usize, |n, &d| n.checked_mul(d));
-        if values.is_none_or(|n| n > limit) {
+        let values = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        if !shape.contains(&0) && values.is_none_or(|n| n > limit) {
             return Err(Error::TooLarge {
                 op,
                 what: "the tensor",

@@ -968,3 +968,27 @@ fn explicit_inv_freq_is_taken_exactly_and_its_cos_sin_are_exact() {
         assert!(e.to_string().starts_with(message), "{e}");
     }
 }
+
+/// An empty tensor is rotated as nothing, whatever its other axes (round fourteen's review:
+/// an empty view with axes whose product passed the element limit was refused once zero
+/// axes were set aside); a non-empty one past the limit is refused by its shape.
+#[test]
+fn empty_tensors_of_any_axes_rotate_as_nothing() {
+    use ndarray::ShapeBuilder;
+    let spec = RopeSpec::new(64).unwrap();
+    let data: [f32; 0] = [];
+    let x = ndarray::ArrayView4::from_shape((0, 1 << 28, 1 << 28, 64), &data[..]).unwrap();
+    let positions = ndarray::Array2::<u32>::zeros((0, 1 << 28));
+    let out = cpu::rope(&spec, x, positions.view(), Layout::Blhd).unwrap();
+    assert_eq!(out.shape(), &[0, 1 << 28, 1 << 28, 64]);
+    // A broadcast view of 2^62 elements holds one value, and is refused by its shape.
+    let one = [1.0f32];
+    let huge = ndarray::ArrayView4::from_shape(
+        (1 << 20, 1 << 20, 1 << 16, 64).strides((0, 0, 0, 0)),
+        &one[..],
+    );
+    let positions =
+        ndarray::ArrayView2::from_shape((1 << 20, 1 << 20).strides((0, 0)), &[0u32][..]).unwrap();
+    let e = cpu::rope(&spec, huge.unwrap(), positions, Layout::Blhd).unwrap_err();
+    assert!(matches!(e, posenc::Error::TooLarge { op: "rope", .. }), "{e}");
+}
