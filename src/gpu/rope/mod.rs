@@ -286,9 +286,10 @@ impl Context {
     /// # Errors
     /// [`Error::Shape`] if the last axis is not the spec's head dim or `positions` is not
     /// `[B, L]`; [`Error::TooLarge`] if `x` (a broadcast view, say) has more elements than
-    /// `isize::MAX` bytes of 4-byte ones and no zero axis; [`Error::Limit`] if one head row (two for 16-bit tensors with an odd head
-    /// dim) does not fit the binding cap; [`Error::Gpu`] if wgpu reports an error; on the
-    /// web [`Error::Blocking`] (use [`Context::rope_async`]).
+    /// `isize::MAX` bytes of 4-byte ones and no zero axis; [`Error::Limit`] if one head row
+    /// (two for 16-bit tensors with an odd head dim) does not fit the binding cap;
+    /// [`Error::Gpu`] if wgpu reports an error; on the web [`Error::Blocking`] (use
+    /// [`Context::rope_async`]).
     pub fn rope<T: Element>(
         &self,
         spec: &RopeSpec,
@@ -412,8 +413,8 @@ impl Context {
     /// [`Error::InvalidParameter`] naming `buffer usage` if a usage is missing;
     /// [`Error::Limit`] if the buffer is smaller than the tensor or one head row does not
     /// fit the binding cap; [`Error::TooLarge`] if `shape` has no zero axis and would hold
-    /// more 4-byte elements than `isize::MAX` bytes; [`Error::Shape`] as [`Context::rope`]; [`Error::Gpu`] if wgpu
-    /// reports an error; on the web [`Error::Blocking`] (use
+    /// more 4-byte elements than `isize::MAX` bytes; [`Error::Shape`] as [`Context::rope`];
+    /// [`Error::Gpu`] if wgpu reports an error; on the web [`Error::Blocking`] (use
     /// [`Context::rope_in_place_async`], or record a [`RopePass`](super::RopePass)).
     pub fn rope_in_place(
         &self,
