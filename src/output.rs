@@ -198,7 +198,8 @@ impl Target {
 
     /// Whether the output goes to a terminal: standard output on one, a descriptor that is
     /// one (`-o /dev/stdout`), or a terminal device named by its path (`-o /dev/tty`;
-    /// opened for the check without becoming the controlling terminal, and closed).
+    /// opened for the check without blocking or becoming the controlling terminal, and
+    /// closed). A serial line is a terminal too.
     pub fn is_terminal(&self) -> bool {
         use std::io::IsTerminal;
         match self {
@@ -699,8 +700,10 @@ fn check_write_access(_: &Path) -> io::Result<()> {
 /// A character device is opened for writing and closed at once: one with no driver behind
 /// it (`ENXIO`), or `/dev/tty` without a controlling terminal, would otherwise fail only once
 /// the result is computed. Without blocking, and without becoming the process's terminal.
-/// So such a device is opened twice, this probe and the write: a device whose open or close
-/// acts (a serial port's close drops DTR, a watchdog starts) acts twice. A FIFO is not
+/// So such a device is opened twice, this probe and the write (three times for a command's
+/// binary output, which [`Target::is_terminal`] opens once more to ask whether it is a
+/// terminal): a device whose open or close acts (a serial port's close drops DTR, a watchdog
+/// starts) acts as often. A FIFO is not
 /// opened: its open waits for a reader, as a shell's `>` does, when the result is ready.
 #[cfg(unix)]
 fn check_device_opens(path: &Path, meta: &fs::Metadata) -> io::Result<()> {
