@@ -193,6 +193,44 @@ def test_negative_positions_are_named_where_they_are():
             rotary(x, pos)
 
 
+def test_whole_float_positions_are_taken_and_fractions_refused():
+    # The module posenc replaces takes float position_ids (it computes with them as
+    # floats): whole ones give its integers' values, on the table path and per call; a
+    # fraction was rounded down per call (2.5 read as 2) and an IndexError on the table.
+    model = FAMILIES["mistral"]()
+    x = torch.zeros(1, 3, 8)
+    for max_positions in (None, 0):
+        with posenc.hf.exact_rotary(model, max_positions=max_positions) as patch:
+            rotary = patch.modules[0]
+            want = rotary(x, torch.tensor([[1, 2, 3]]))
+            got = rotary(x, torch.tensor([[1.0, 2.0, 3.0]]))
+            for a, b in zip(got, want):
+                assert torch.equal(a, b)
+            with pytest.raises(ValueError, match=r"position_ids\[0, 1\] is 2.5 \(allowed: whole"):
+                rotary(x, torch.tensor([[1.0, 2.5, 3.75]]))
+            with pytest.raises(ValueError, match="position_ids of dtype torch.bool"):
+                rotary(x, torch.tensor([[True, False, True]]))
+
+
+def test_patching_a_part_of_a_patched_model_and_undoing_through_it():
+    model = FAMILIES["mistral"]()
+    # The whole model, then its part: already posenc's (it said "no rotary module").
+    patch = posenc.hf.exact_rotary(model)
+    with pytest.raises(ValueError, match="already posenc's \\(model.rotary_emb|already posenc's \\(rotary_emb"):
+        posenc.hf.exact_rotary(model.model)
+    with pytest.raises(ValueError, match="through a model that holds it"):
+        posenc.hf.undo(model.model)
+    patch.undo()
+    # The part, then the whole: refused; undo of the whole undoes the part's patch.
+    posenc.hf.exact_rotary(model.model)
+    with pytest.raises(ValueError, match="already posenc's"):
+        posenc.hf.exact_rotary(model)
+    posenc.hf.undo(model)
+    assert not isinstance(model.model.rotary_emb, posenc.hf.ExactRotary)
+    with pytest.raises(ValueError, match="its own"):
+        posenc.hf.undo(model)
+
+
 def test_refused_when_the_module_disagrees():
     model = FAMILIES["mistral"]()
     # A module whose values are not what its config says: the probe catches it.

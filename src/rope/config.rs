@@ -1696,8 +1696,8 @@ impl RopeSpec {
     /// # Errors
     /// [`Error::ModelFamily`] naming `model_type` when its module returns something else than
     /// cos and sin of shape `[positions, rotary_dim]` (Llama 4's and DeepSeek-V2's complex
-    /// `freqs_cis`, gpt-oss's half-width tables, GPT-J's and CodeGen's sinusoid table inside
-    /// the attention, RoFormer's one table); [`Error::RopeConfig`] for text that is not a
+    /// `freqs_cis`, gpt-oss's half-width tables, GPT-J's and CodeGen's half-width sin then
+    /// cos, RoFormer's one table); [`Error::RopeConfig`] for text that is not a
     /// config object, and [`Error::ModelFamily`] for a family whose positions are not rotary,
     /// as [`RopeSpec::from_hf_config`].
     pub fn module_pairing(json: &str) -> Result<Pairing> {

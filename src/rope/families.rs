@@ -508,7 +508,8 @@ const LLAMA_4_SCALING: &[&str] = &["llama_4_scaling_beta", "max_position_embeddi
 
 const FREQS_CIS: &str = "its rotary module returns complex freqs_cis";
 const HALF_WIDTH: &str = "its rotary module returns cos and sin of half the rotary width";
-const NO_MODULE: &str = "it has no rotary module (a sinusoid table inside the attention)";
+const SIN_COS_TABLE: &str = "its rotary module returns sin then cos (in that order) of half the rotary \
+    width, gathered from one table";
 const ROFORMER_TABLE: &str = "its position module returns one table of sines then cosines, \
     [positions, head_dim]";
 
@@ -624,7 +625,7 @@ static FAMILIES: &[Family] = &[
     row("clvp_decoder").not_rotary(),
     row("clvp_encoder").refused(CLVP_ENCODER),
     row("coarse_acoustics").not_rotary(),
-    row("codegen").gptj().reads(RotaryDim).module_other(NO_MODULE),
+    row("codegen").gptj().reads(RotaryDim).module_other(SIN_COS_TABLE),
     row("cohere").gptj().base(5e5).module_pairs(),
     row("cohere2").gptj().module_pairs(),
     row("cohere2_moe").gptj().head(128).module_pairs(),
@@ -733,7 +734,7 @@ static FAMILIES: &[Family] = &[
     row("gpt_neox").partial(0.25, 0.25).reads(RotaryPct),
     row("gpt_neox_japanese").partial(1.0, 1.0).reads(RotaryPct),
     row("gpt_oss").base_legacy(15e4, "yarn", 32.0, 15e4).head(64).module_other(HALF_WIDTH),
-    row("gptj").gptj().reads(RotaryDim).module_other(NO_MODULE),
+    row("gptj").gptj().reads(RotaryDim).module_other(SIN_COS_TABLE),
     row("granite_speech5_encoder").not_rotary(),
     row("granite_speech_encoder").not_rotary(),
     row("granite_speech_plus_encoder").not_rotary(),

@@ -128,7 +128,7 @@ class ExactRotary(_torch().nn.Module):
         if spec is None:
             known = ", ".join(repr(k) for k in self.specs)
             raise ValueError(f"posenc.hf: layer_type {layer_type!r} (known: {known})")
-        pos = position_ids
+        pos = _whole_positions(torch, position_ids)
         if pos.dim() == 1:
             pos = pos[None, :]
         axes = self._axes.get(layer_type)
@@ -182,6 +182,27 @@ class ExactRotary(_torch().nn.Module):
             cos.to(device=x.device, dtype=x.dtype),
             sin.to(device=x.device, dtype=x.dtype),
         )
+
+
+def _whole_positions(torch: Any, pos: Any) -> Any:
+    """``position_ids`` as integers: floating ones (the module it replaces takes them, and
+    computes with them as floats) are taken where every value is whole, and refused naming
+    the first that is not (rounded down, 2.5 read as 2); other types are refused."""
+    if pos.dtype.is_floating_point:
+        whole = torch.isfinite(pos) & (pos == torch.floor(pos))
+        if not bool(whole.all()):
+            at = np.unravel_index(int((~whole).reshape(-1).nonzero()[0]), tuple(pos.shape))
+            raise ValueError(
+                f"posenc.hf: position_ids{list(map(int, at))} is {float(pos[at])} "
+                f"(allowed: whole numbers in 0..=4294967295, posenc's positions)"
+            )
+        return pos.to(torch.int64)
+    if pos.dtype.is_complex or pos.dtype == torch.bool:
+        raise ValueError(
+            f"posenc.hf: position_ids of dtype {pos.dtype} (allowed: integers, or floats "
+            f"holding whole numbers)"
+        )
+    return pos
 
 
 class Patch:
@@ -403,6 +424,15 @@ def exact_rotary(model: Any, max_positions: Optional[int] = None, *, check: bool
     if getattr(model, "_posenc_patch", None) is not None:
         raise ValueError("posenc.hf: this model's rotary embedding is already posenc's "
                          "(call .undo() on the patch, or posenc.hf.undo(model), first)")
+    # Patched through a model that holds this one, or in a part of this one: the same
+    # (round fifteen: "no rotary embedding module").
+    mine = _exact_modules(model)
+    if mine:
+        where = mine[0] or "the model itself"
+        raise ValueError(
+            f"posenc.hf: this model's rotary embedding is already posenc's ({where}; call "
+            f".undo() on the patch that replaced it first)"
+        )
     found = _rotary_modules(model)
     model_config = getattr(model, "config", None)
     if not found:
@@ -442,10 +472,25 @@ def exact_rotary(model: Any, max_positions: Optional[int] = None, *, check: bool
     return patch
 
 
+def _exact_modules(model: Any) -> list:
+    """The names of the :class:`ExactRotary` modules in ``model``."""
+    return [name for name, module in model.named_modules() if isinstance(module, ExactRotary)]
+
+
 def undo(model: Any) -> None:
-    """Restores the rotary modules :func:`exact_rotary` replaced in ``model``."""
-    patch = getattr(model, "_posenc_patch", None)
-    if patch is None:
+    """Restores the rotary modules :func:`exact_rotary` replaced in ``model``, or in any of
+    its parts it was called on."""
+    patches = [
+        patch for _, module in model.named_modules()
+        if (patch := getattr(module, "_posenc_patch", None)) is not None
+    ]
+    if not patches:
+        if _exact_modules(model):
+            raise ValueError(
+                "posenc.hf: this model's rotary embedding was replaced through a model that "
+                "holds it: undo that one's patch"
+            )
         raise ValueError("posenc.hf: this model's rotary embedding is its own")
-    patch.undo()
+    for patch in patches:
+        patch.undo()
 
