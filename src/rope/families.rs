@@ -508,8 +508,8 @@ const LLAMA_4_SCALING: &[&str] = &["llama_4_scaling_beta", "max_position_embeddi
 
 const FREQS_CIS: &str = "its rotary module returns complex freqs_cis";
 const HALF_WIDTH: &str = "its rotary module returns cos and sin of half the rotary width";
-const SIN_COS_TABLE: &str = "its rotary module returns sin then cos (in that order) of half the rotary \
-    width, gathered from one table";
+const SIN_COS_TABLE: &str =
+    "its rotary module returns sin then cos (in that order) of half the rotary width";
 const ROFORMER_TABLE: &str = "its position module returns one table of sines then cosines, \
     [positions, head_dim]";
 
