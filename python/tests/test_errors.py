@@ -729,11 +729,11 @@ def test_a_family_without_a_drop_in_cache_is_named_with_its_file(tmp_path):
     path = tmp_path / "config.json"
     path.write_text('{"model_type": "gptj", "n_embd": 64, "n_head": 4, "rotary_dim": 8}')
     # As `posenc rope-cache --config` says it (one table and one message in the library).
-    with pytest.raises(ValueError, match=f'^{path}: model_type "gptj": it has no rotary module'):
+    with pytest.raises(ValueError, match=f'^{path}: model_type "gptj": its rotary module returns sin then cos'):
         posenc.module_pairing(path)
-    with pytest.raises(ValueError, match=f'^{path}: model_type "gptj": it has no rotary module'):
+    with pytest.raises(ValueError, match=f'^{path}: model_type "gptj": its rotary module returns sin then cos'):
         posenc.rope_cache(path, seq_len=2)
-    with pytest.raises(ValueError, match='^config.json: model_type "gptj": it has no rotary module'):
+    with pytest.raises(ValueError, match='^config.json: model_type "gptj": its rotary module returns sin then cos'):
         posenc.module_pairing(path.read_text())
 
 
