@@ -73,38 +73,31 @@ pub(crate) fn output_format<F: Copy + PartialEq>(
     known: &[(&str, F)],
     default: F,
 ) -> F {
+    let name_of = |f: F| known.iter().find(|(_, k)| *k == f).map_or("another", |(e, _)| *e);
     let named = path
         .and_then(|p| p.extension())
         .and_then(|e| e.to_str())
         .and_then(|e| known.iter().find(|(ext, _)| ext.eq_ignore_ascii_case(e)));
-    // An extension naming a format this command does not write (`table -o t.safetensors`,
-    // `rope-cache -o c.csv`): what is written is said.
-    let foreign = path
-        .and_then(|p| p.extension())
-        .and_then(|e| e.to_str())
-        .filter(|e| named.is_none() && DATA_EXTENSIONS.iter().any(|d| d.eq_ignore_ascii_case(e)));
-    if let Some(ext) = foreign {
-        let f = given.unwrap_or(default);
-        let name = known.iter().find(|(_, k)| *k == f).map_or("another", |(e, _)| *e);
-        let writes: Vec<&str> = known.iter().map(|(e, _)| *e).collect();
-        crate::failure::note(&format!(
-            "writing {name} to a file named .{ext}, a format this command does not write \
-             (--format: {})",
-            writes.join(", ")
-        ));
-        return f;
-    }
     match (given, named) {
+        // No known extension: the format given or the default, and a note where the
+        // extension names another data format (`table -o t.safetensors`, `rope-cache -o
+        // c.csv`).
+        (_, None) => {
+            let f = given.unwrap_or(default);
+            let writes: Vec<&str> = known.iter().map(|(e, _)| *e).collect();
+            let flag = format!(" (--format: {})", writes.join(", "));
+            note_foreign_extension(path, name_of(f), &flag);
+            f
+        }
         (Some(f), Some(&(ext, by_name))) if by_name != f => {
-            let name = known.iter().find(|(_, k)| *k == f).map_or("another", |(e, _)| *e);
             crate::failure::note(&format!(
-                "writing {name} to a file named .{ext}, as --format says"
+                "writing {} to a file named .{ext}, as --format says",
+                name_of(f)
             ));
             f
         }
         (Some(f), _) => f,
         (None, Some(&(_, by_name))) => by_name,
-        (None, None) => default,
     }
 }
 
