@@ -11,7 +11,8 @@ struct Params {
     // workgroups along x, for dispatches folded into 2-D.
     groups_x: u32,
     // FLAG_SCALE; FLAG_OFFSETS: positions[b] is the first position of sequence b, and
-    // slot t (token t of the batch) is at positions[t / seq_len] + t % seq_len (wrapping).
+    // slot t (token t of the batch) is at positions[t / seq_len] + t % seq_len (wrapping);
+    // FLAG_AXES (with FLAG_INTERLEAVED for that layout): below.
     flags: u32,
     // f32 bits of the attention factor (used with FLAG_SCALE).
     scale_bits: u32,
@@ -19,7 +20,14 @@ struct Params {
     pos_base: u32,
     // Tokens per sequence (with FLAG_OFFSETS).
     seq_len: u32,
-    _pad: u32,
+    // With FLAG_AXES (a multimodal RoPE): slot s's positions are three, time, height and
+    // width, at positions[pos_base + 3 s + axis], and frequency i takes the axis
+    // mrope_axis(i) gives for these mrope_section counts (each at most 32768).
+    section_t: u32,
+    section_h: u32,
+    section_w: u32,
+    _pad0: u32,
+    _pad1: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -27,6 +35,27 @@ struct Params {
 @group(0) @binding(2) var<storage, read> steps: array<vec2<u32>>;
 // f32 bits of (cos, sin) for pair idx = slot * n_freqs + i.
 @group(0) @binding(3) var<storage, read_write> out: array<vec2<u32>>;
+
+// Frequency i's axis (0 time, 1 height, 2 width): Mrope::axis in src/rope/families.rs.
+fn mrope_axis(i: u32) -> u32 {
+    if (params.flags & FLAG_INTERLEAVED) != 0u {
+        let r = i % 3u;
+        if r == 1u && i < 3u * params.section_h {
+            return 1u;
+        }
+        if r == 2u && i < 3u * params.section_w {
+            return 2u;
+        }
+        return 0u;
+    }
+    if i < params.section_t {
+        return 0u;
+    }
+    if i - params.section_t < params.section_h {
+        return 1u;
+    }
+    return 2u;
+}
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn rope_cs(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
@@ -37,7 +66,9 @@ fn rope_cs(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index
     let slot = idx / params.n_freqs;
     let i = idx - slot * params.n_freqs;
     var p: u32;
-    if (params.flags & FLAG_OFFSETS) != 0u {
+    if (params.flags & FLAG_AXES) != 0u {
+        p = positions[params.pos_base + 3u * slot + mrope_axis(i)];
+    } else if (params.flags & FLAG_OFFSETS) != 0u {
         let b = slot / params.seq_len;
         p = positions[params.pos_base + b] + (slot - b * params.seq_len);
     } else {

@@ -365,6 +365,46 @@ impl RopeOptions<'_> {
         Ok(self.read_config(head_dim, false, false)?.map(|(spec, _, _)| spec))
     }
 
+    /// [`RopeOptions::config`] with a multimodal RoPE's axes (M-RoPE: Qwen2-VL, Qwen3-VL,
+    /// GLM-4V, ...; [`RopeSpec::from_hf_config_multimodal`]), for a rotation that takes a
+    /// position per axis; [`RopeOptions::axes_for`] checks them against the spec used.
+    pub fn config_multimodal(
+        &self,
+        head_dim: Option<u32>,
+    ) -> Result<(Option<RopeSpec>, Option<MultimodalRope>)> {
+        Ok(match self.read_config(head_dim, false, true)? {
+            Some((spec, _, mrope)) => (Some(spec), mrope),
+            None => (None, None),
+        })
+    }
+
+    /// A config's multimodal axes for `spec` (whose rotary dim an option may have changed),
+    /// an error naming where the rotary dim came from: `--rotary-dim` if given, else
+    /// `head_dim_from` (`--head-dim`, or the tensor), else the config.
+    ///
+    /// # Errors
+    /// As [`MultimodalRope::for_rotary_dim`].
+    pub fn axes_for(
+        &self,
+        mrope: Option<MultimodalRope>,
+        spec: &RopeSpec,
+        head_dim_from: Option<&str>,
+    ) -> Result<Option<MultimodalRope>> {
+        let rotary_from = match (self.rotary_dim, head_dim_from) {
+            (Some(_), _) => "--rotary-dim",
+            (None, Some(from)) => from,
+            (None, None) => "the config",
+        };
+        mrope.map(|m| m.for_rotary_dim(spec.rotary_dim())).transpose().map_err(|e| match e {
+            Error::InvalidParameter { field, value, allowed } => Error::InvalidParameter {
+                field,
+                value: format!("{value} (from {rotary_from})"),
+                allowed,
+            },
+            other => other,
+        })
+    }
+
     /// [`RopeOptions::config`], with `module` the pairing of its family's rotary module's
     /// layout ([`RopeSpec::module_pairing`], its error kept for a caller that needs it),
     /// and with `cache` a multimodal RoPE's axes
@@ -511,21 +551,7 @@ impl RopeOptions<'_> {
             None => self.spec(dim, config.as_ref(), scaling, origin)?,
         };
         // The rotary dim may be an option's rather than the config's: said so.
-        let rotary_from = match (self.rotary_dim, head_dim) {
-            (Some(_), _) => "--rotary-dim",
-            (None, Some(_)) => "--head-dim",
-            (None, None) => "the config",
-        };
-        let mrope = mrope.map(|m| m.for_rotary_dim(spec.rotary_dim())).transpose().map_err(
-            |e| match e {
-                Error::InvalidParameter { field, value, allowed } => Error::InvalidParameter {
-                    field,
-                    value: format!("{value} (from {rotary_from})"),
-                    allowed,
-                },
-                other => other,
-            },
-        )?;
+        let mrope = self.axes_for(mrope, &spec, head_dim.map(|_| "--head-dim"))?;
         Ok((spec, mrope))
     }
 }

@@ -38,7 +38,7 @@ use std::io::{self, BufReader, Cursor, Read, Seek, SeekFrom};
 use std::path::Path;
 
 use half::{bf16, f16};
-use ndarray::{Array2, Array4, ArrayD, Ix2, Ix4};
+use ndarray::{Array2, Array3, Array4, ArrayD, Dimension, Ix2, Ix4};
 use safetensors::tensor::Dtype as StDtype;
 
 use crate::encode::ids_to_u32;
@@ -677,6 +677,9 @@ fn rank4<T>(a: ArrayD<T>, source: Source<'_>) -> Result<Array4<T>> {
 pub enum RopePositions {
     /// Read from a file.
     Given(Array2<u32>),
+    /// Read from a file, one per axis of a multimodal RoPE: `[3, batch, len]`
+    /// ([`rope_positions_multimodal`]).
+    Axes(Array3<u32>),
     /// Token `l` of every sequence at `offset + l`; `offset + len - 1` is a u32.
     Offset {
         /// The first position.
@@ -693,6 +696,7 @@ impl RopePositions {
     pub fn dim(&self) -> (usize, usize) {
         match self {
             RopePositions::Given(a) => a.dim(),
+            RopePositions::Axes(a) => (a.dim().1, a.dim().2),
             &RopePositions::Offset { batch, len, .. } => (batch, len),
         }
     }
@@ -713,10 +717,17 @@ impl RopePositions {
     /// For the offset form (whose fields anyone may set, where [`rope_positions`] checks
     /// them): [`Error::InvalidParameter`] naming `offset` if `offset + len - 1` passes
     /// 4294967295, and as [`positions::contiguous_batch`] for its size ([`Error::Alloc`] if
-    /// the memory cannot be had).
+    /// the memory cannot be had); [`Error::InvalidParameter`] naming `positions` for
+    /// positions per axis, which only a multimodal rotation takes.
     pub fn to_array(&self) -> Result<Array2<u32>> {
         match self {
             RopePositions::Given(a) => Ok(a.clone()),
+            RopePositions::Axes(a) => Err(Error::InvalidParameter {
+                field: "positions",
+                value: format!("{:?}, one per axis", a.shape()),
+                allowed: "[batch, len]: positions per axis ([3, batch, len]) only with the \
+                          config of a multimodal RoPE (M-RoPE, its mrope_section)",
+            }),
             &RopePositions::Offset { offset, batch, len } => {
                 check_offset(offset, len)?;
                 let mut out = positions::contiguous_batch(batch, len)?;
@@ -750,6 +761,26 @@ pub fn rope_positions(
     Ok(RopePositions::Offset { offset, batch, len })
 }
 
+/// [`rope_positions`] for a multimodal RoPE (M-RoPE): the file may also give a position
+/// per axis, `[3, batch, len]` (time, height, width; [`RopePositions::Axes`]); `[batch, len]`
+/// and the offset give every axis the token's one position.
+///
+/// # Errors
+/// As [`rope_positions`], the file's shape being `[batch, len]` or `[3, batch, len]`.
+pub fn rope_positions_multimodal(
+    positions: Option<Source<'_>>,
+    offset: Option<u32>,
+    batch: usize,
+    len: usize,
+) -> Result<RopePositions> {
+    let Some(source) = positions else { return rope_positions(None, offset, batch, len) };
+    let a = read_positions_of_rank(source, &[2, 3], batch, len)?;
+    Ok(match a.ndim() {
+        3 => RopePositions::Axes(a.into_dimensionality().expect("rank 3")),
+        _ => RopePositions::Given(a.into_dimensionality().expect("rank 2")),
+    })
+}
+
 /// Refuses an offset whose last position, `offset + len - 1`, passes u32.
 fn check_offset(offset: u32, len: usize) -> Result<()> {
     if len > 0 && u64::from(offset) + (len as u64 - 1) > u64::from(u32::MAX) {
@@ -764,45 +795,48 @@ fn check_offset(offset: u32, len: usize) -> Result<()> {
 
 /// `posenc rope --positions`: `[batch, len]` of uint32, int32 or int64, each a u32.
 fn read_rope_positions(source: Source<'_>, batch: usize, len: usize) -> Result<Array2<u32>> {
+    let a = read_positions_of_rank(source, &[2], batch, len)?;
+    Ok(a.into_dimensionality::<Ix2>().expect("a rank the reader was asked for"))
+}
+
+/// Positions of one of `ranks` (2: `[batch, len]`; 3: `[3, batch, len]`, one per axis of a
+/// multimodal RoPE) of uint32, int32 or int64, each a u32.
+fn read_positions_of_rank(
+    source: Source<'_>,
+    ranks: &'static [usize],
+    batch: usize,
+    len: usize,
+) -> Result<ndarray::ArrayD<u32>> {
     let expected = Expected {
         what: "positions",
         dtypes: &[NpyDtype::U32, NpyDtype::I32, NpyDtype::I64],
-        ranks: &[2],
+        ranks,
     };
     let array = read_npy(source, &expected)?;
-    if array.shape() != [batch, len] {
+    let (want, what): (Vec<usize>, _) = match array.shape().len() {
+        3 => (vec![3, batch, len], "positions ([3, batch, len]: time, height and width)"),
+        _ => (vec![batch, len], "positions ([batch, len] of the input)"),
+    };
+    if array.shape() != want.as_slice() {
         return Err(Error::Shape {
             op: "rope",
-            what: "positions ([batch, len] of the input)",
-            expected: format!("{:?}", [batch, len]),
+            what,
+            expected: format!("{want:?}"),
             actual: format!("{:?}", array.shape()),
         });
     }
-    let rank2 = |shape: &[usize]| -> Error {
-        Error::Rank {
-            path: source.name().to_path_buf(),
-            what: "positions",
-            expected: vec![2],
-            actual: shape.to_vec(),
-        }
-    };
-    let checked = |a: ArrayD<i64>| -> Result<Array2<u32>> {
-        let shape = a.shape().to_vec();
-        let a = a.into_dimensionality::<Ix2>().map_err(|_| rank2(&shape))?;
-        if let Some(((b, l), &v)) = a.indexed_iter().find(|(_, v)| u32::try_from(**v).is_err()) {
+    let checked = |a: ArrayD<i64>| -> Result<ndarray::ArrayD<u32>> {
+        if let Some((at, &v)) = a.indexed_iter().find(|(_, v)| u32::try_from(**v).is_err()) {
             return Err(Error::InvalidParameter {
                 field: "positions",
-                value: format!("{v} at [{b}, {l}]"),
+                value: format!("{v} at {:?}", at.slice()),
                 allowed: "0..=4294967295",
             });
         }
         Ok(a.mapv(|v| v as u32))
     };
     match array {
-        NpyArray::U32(a) => {
-            let shape = a.shape().to_vec();
-            a.into_dimensionality::<Ix2>().map_err(|_| rank2(&shape))
-        }
+        NpyArray::U32(a) => Ok(a),
         NpyArray::I32(a) => checked(a.mapv(i64::from)),
         NpyArray::I64(a) => checked(a),
         other => Err(Error::Dtype {

@@ -28,6 +28,12 @@ pub const FLAG_FIRST_WINDOW: u32 = 8;
 /// `flags` bit of `encode_pass` and `encode_pass_x4`: the rows in `cache` are a learned position
 /// table of `cached_rows` rows, and a position without a row is a fault (a zero row, counted).
 pub const FLAG_LEARNED: u32 = 16;
+/// `flags` bit of `rope_cs`: each slot has three positions (a multimodal RoPE's time,
+/// height and width), and each frequency takes the one of its axis.
+pub const FLAG_AXES: u32 = 32;
+/// `flags` bit of `rope_cs` beside [`FLAG_AXES`]: the axes are Qwen3-VL's interleaved
+/// layout ([`crate::rope::Mrope::Interleaved`]), else the sections layout.
+pub const FLAG_INTERLEAVED: u32 = 64;
 /// `flags` bit of `table` (and `spec_flags` of `encode_pass`): float32 frequencies (the steps
 /// of powers of two follow them).
 pub const FLAG_F32: u32 = 1;
@@ -897,6 +903,8 @@ const PRELUDE_U32: &[(&str, u32)] = named![
     FLAG_OFFSETS,
     FLAG_FIRST_WINDOW,
     FLAG_LEARNED,
+    FLAG_AXES,
+    FLAG_INTERLEAVED,
     FLAG_F32,
     FLAG_PADDING,
     FLAG_ZERO_COL,

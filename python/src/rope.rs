@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 use half::{bf16, f16};
-use ndarray::{Array2, Array4, ArrayView2, ArrayView4, ArrayViewMut4, Ix1, Ix2};
+use ndarray::{
+    Array2, Array3, Array4, ArrayView2, ArrayView3, ArrayView4, ArrayViewMut4, Ix1, IxDyn,
+};
 use numpy::{
     PyArray1, PyArray2, PyArray4, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray4,
     PyReadwriteArray4, PyUntypedArrayMethods,
@@ -304,7 +306,7 @@ fn rope<'py>(
         attention_factor,
         seq_len,
     );
-    let given_array = positions.map(|p| IntArray::<Ix2>::extract(p, "positions")).transpose()?;
+    let given_array = positions.map(|p| IntArray::<IxDyn>::extract(p, "positions")).transpose()?;
     let given = given_array.as_ref().map(IntArray::view);
     let (result, note) = compute(py, || -> Result<Noted<Option<crate::pe::Out>>, Failure> {
         if given.is_some() && offset.is_some() {
@@ -328,7 +330,8 @@ fn rope<'py>(
         let scaling = options.scaling()?;
         let (batch, len, _, head_dim) = layout.dims(shape);
         let head_dim = u32::try_from(head_dim).unwrap_or(u32::MAX);
-        let config = options.config(Some(head_dim)).map_err(|e| in_config(e, &config_name))?;
+        let (config, mrope) =
+            options.config_multimodal(Some(head_dim)).map_err(|e| in_config(e, &config_name))?;
         if let Some(c) = &config
             && c.head_dim() != head_dim
         {
@@ -349,6 +352,7 @@ fn rope<'py>(
                 with_origin(e, "the last axis of x", h, r)
             })
             .map_err(|e| in_config(e, &config_name))?;
+        let mrope = options.axes_for(mrope, &spec, None).map_err(|e| in_config(e, &config_name))?;
         // The output and the positions must both be had before either is made (a
         // caller's `out` is had already).
         let elements = shape.iter().product::<usize>() as u64;
@@ -356,24 +360,51 @@ fn rope<'py>(
         if matches!(targets, Targets::New) {
             posenc::alloc::check_allocation("the rope output", elements * element_bytes)?;
         }
-        posenc::alloc::check_allocation("the rope positions", (batch * len) as u64 * 4)?;
+        let axes = given.as_ref().is_some_and(|p| p.shape().len() == 3);
+        let per_token = if axes { 3 } else { 1 };
+        posenc::alloc::check_allocation(
+            "the rope positions",
+            (batch * len) as u64 * 4 * per_token,
+        )?;
         let positions = match given {
             Some(p) => {
-                if p.dim() != (batch, len) {
+                let (want, what) = if axes {
+                    (vec![3, batch, len], "positions ([3, batch, len]: time, height and width)")
+                } else {
+                    (vec![batch, len], "positions ([batch, len] of the input)")
+                };
+                if p.shape() != want.as_slice() {
                     return Err(Error::Shape {
                         op: "rope",
-                        what: "positions ([batch, len] of the input)",
-                        expected: format!("{:?}", [batch, len]),
+                        what,
+                        expected: format!("{want:?}"),
                         actual: format!("{:?}", p.shape()),
                     }
                     .into());
                 }
                 let flat = p.to_u32s("positions")?;
-                Array2::from_shape_vec((batch, len), flat).expect("[batch, len]")
+                if axes {
+                    let a = Array3::from_shape_vec((3, batch, len), flat).expect("[3, batch, len]");
+                    let given = inputs::RopePositions::Axes(a);
+                    match &mrope {
+                        Some(_) => given,
+                        // Refused as the positions' own error.
+                        None => return Err(given.to_array().map(|_| ()).unwrap_err().into()),
+                    }
+                } else {
+                    let a = Array2::from_shape_vec((batch, len), flat).expect("[batch, len]");
+                    inputs::RopePositions::Given(a)
+                }
             }
-            None => inputs::rope_positions(None, offset, batch, len)?.to_array()?,
+            None => inputs::RopePositions::Given(
+                inputs::rope_positions(None, offset, batch, len)?.to_array()?,
+            ),
         };
-        let p = positions.view();
+        let p = match (&positions, &mrope) {
+            (inputs::RopePositions::Axes(a), Some(m)) => Positions::Axes(a.view(), m),
+            (inputs::RopePositions::Given(a), _) => Positions::One(a.view()),
+            _ => unreachable!("positions per axis come with axes, else were refused"),
+        };
         let run = Run { device, spec: &spec, positions: p, layout };
         Ok(match (&view, targets) {
             (TensorView::F32(x), Targets::New) => {
@@ -488,11 +519,18 @@ enum Targets<'a> {
     Bf16(ArrayViewMut4<'a, u16>),
 }
 
+/// A rotation's positions: one per token, or one per axis with a multimodal RoPE's axes.
+#[derive(Clone, Copy)]
+enum Positions<'a> {
+    One(ArrayView2<'a, u32>),
+    Axes(ArrayView3<'a, u32>, &'a MultimodalRope),
+}
+
 /// One rotation's settings, for each dtype and destination.
 struct Run<'a> {
     device: Device,
     spec: &'a RopeSpec,
-    positions: ArrayView2<'a, u32>,
+    positions: Positions<'a>,
     layout: rp::Layout,
 }
 
@@ -530,15 +568,35 @@ impl Run<'_> {
         let out = std::sync::Mutex::new(out);
         let ((), note) = on_device(device, None, job, |ctx| {
             let mut out = out.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            match (ctx, &x) {
-                (None, Some(x)) => cpu::rope_into(spec, x.view(), out.view_mut(), p, layout),
-                (Some(ctx), Some(x)) => ctx.rope_into(spec, x.view(), out.view_mut(), p, layout),
-                (None, None) => cpu::rope_in_place(spec, out.view_mut(), p, layout),
-                (Some(ctx), None) => {
+            match (ctx, &x, p) {
+                (None, Some(x), Positions::One(p)) => {
+                    cpu::rope_into(spec, x.view(), out.view_mut(), p, layout)
+                }
+                (None, Some(x), Positions::Axes(p, m)) => {
+                    cpu::rope_multimodal_into(spec, m, x.view(), out.view_mut(), p, layout)
+                }
+                (Some(ctx), Some(x), Positions::One(p)) => {
+                    ctx.rope_into(spec, x.view(), out.view_mut(), p, layout)
+                }
+                (Some(ctx), Some(x), Positions::Axes(p, m)) => {
+                    ctx.rope_multimodal_into(spec, m, x.view(), out.view_mut(), p, layout)
+                }
+                (None, None, Positions::One(p)) => {
+                    cpu::rope_in_place(spec, out.view_mut(), p, layout)
+                }
+                (None, None, Positions::Axes(p, m)) => {
+                    cpu::rope_multimodal_in_place(spec, m, out.view_mut(), p, layout)
+                }
+                (Some(ctx), None, p) => {
                     // Into a result of its own: `out` is written only once the device is
                     // done, so a fault that falls back to the CPU finds x as it was.
                     posenc::alloc::check_allocation("the rope output", bytes)?;
-                    let rotated = ctx.rope(spec, out.view(), p, layout)?;
+                    let rotated = match p {
+                        Positions::One(p) => ctx.rope(spec, out.view(), p, layout)?,
+                        Positions::Axes(p, m) => {
+                            ctx.rope_multimodal(spec, m, out.view(), p, layout)?
+                        }
+                    };
                     out.assign(&rotated);
                     Ok(())
                 }
@@ -558,16 +616,18 @@ fn rotate<T: Element>(
     ctx: Option<&posenc::gpu::Context>,
     spec: &RopeSpec,
     x: ArrayView4<'_, T>,
-    positions: ArrayView2<'_, u32>,
+    positions: Positions<'_>,
     layout: rp::Layout,
 ) -> Result<Array4<T>, Error> {
     // The caller checked that the output can be allocated, before the positions were.
     if x.is_empty() {
         return Ok(x.to_owned());
     }
-    match ctx {
-        None => cpu::rope(spec, x, positions, layout),
-        Some(ctx) => ctx.rope(spec, x, positions, layout),
+    match (ctx, positions) {
+        (None, Positions::One(p)) => cpu::rope(spec, x, p, layout),
+        (None, Positions::Axes(p, m)) => cpu::rope_multimodal(spec, m, x, p, layout),
+        (Some(ctx), Positions::One(p)) => ctx.rope(spec, x, p, layout),
+        (Some(ctx), Positions::Axes(p, m)) => ctx.rope_multimodal(spec, m, x, p, layout),
     }
 }
 

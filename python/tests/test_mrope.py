@@ -105,11 +105,97 @@ def test_the_gathered_cache_is_the_modules(name):
     assert np.abs(wrong - cos_m).max() > 100 * tol
 
 
-def test_rope_refuses_and_rope_spec_keeps_the_axes():
+def _image_then_text(n_image, n_text, first_text):
+    """Position ids [3, n] as the model gives them: an image's tokens at (time, row,
+    column) of a grid, then text tokens at the same position on every axis."""
+    side = int(np.ceil(np.sqrt(n_image)))
+    t = np.full(n_image, 3)
+    h = 3 + np.arange(n_image) // side
+    w = 3 + np.arange(n_image) % side
+    text = np.arange(first_text, first_text + n_text)
+    return np.stack([np.concatenate([a, text]) for a in (t, h, w)]).astype(np.int64)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_rope_with_positions_per_axis_is_the_models_rotation(name, device):
+    """posenc.rope with [3, B, L] positions rotates q as the family's own attention does
+    (its rotary module's cos/sin through its apply_rotary_pos_emb), within float32's
+    rounding of the angle; text positions ([B, L]) rotate as every axis at them."""
+    config, module = _module(name)
+    modeling = importlib.import_module(type(module).__module__)
+    ids = _image_then_text(20, 12, 40)
+    ids[:, -3:] += 3000  # far text positions too
+    n = ids.shape[1]
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    rng = np.random.default_rng(1)
+    q = rng.standard_normal((1, 3, n, head_dim)).astype(np.float32)  # bhld
+    with torch.no_grad():
+        cos, sin = module(torch.zeros(1, dtype=torch.float32), torch.from_numpy(ids[:, None, :]))
+        want, _ = modeling.apply_rotary_pos_emb(torch.from_numpy(q), torch.from_numpy(q), cos, sin)
+    got = posenc.rope(q, layout="bhld", config=config.to_dict(), positions=ids[:, None, :],
+                      device=device)
+    tol = 4e-7 * (ids.max() + 1) * np.abs(q).max() * 2
+    np.testing.assert_allclose(got, want.numpy(), rtol=0, atol=tol)
+    # Not trivially so: the image's tokens with one position each (the time axis's) differ
+    # from the model far beyond the rounding of their small angles.
+    flat = posenc.rope(q, layout="bhld", config=config.to_dict(), positions=ids[:1], device=device)
+    assert np.abs(flat - want.numpy())[:, :, :20].max() > 1e-2
+    # Text tokens: [B, L] and [3, B, L] of equal axes are the same rotation, bit for bit.
+    text = np.broadcast_to(ids[:1], (3, n))[:, None, :]
+    np.testing.assert_array_equal(
+        posenc.rope(q, layout="bhld", config=config.to_dict(), positions=text, device=device), flat)
+    # Into out=, in place, and as bfloat16 bits: the same rotation.
+    out = np.empty_like(q)
+    assert posenc.rope(q, layout="bhld", config=config.to_dict(), positions=ids[:, None, :],
+                       device=device, out=out) is out
+    np.testing.assert_array_equal(out, got)
+    y = q.copy()
+    posenc.rope(y, layout="bhld", config=config.to_dict(), positions=ids[:, None, :],
+                device=device, out=y)
+    np.testing.assert_array_equal(y, got)
+
+
+def test_positions_per_axis_need_a_multimodal_config_and_their_shape():
+    config, _ = _module("qwen2_vl")
+    q = np.zeros((1, 4, 2, 128), np.float32)
+    ids = np.zeros((3, 1, 4), np.int64)
+    with pytest.raises(ValueError, match=r"positions.*\[3, 1, 4\], one per axis.*M-RoPE"):
+        posenc.rope(q, layout="blhd", positions=ids)
+    with pytest.raises(ValueError, match=r"\[3, batch, len\].*expected \[3, 1, 4\], got \[3, 1, 5\]"):
+        posenc.rope(q, layout="blhd", config=config.to_dict(), positions=np.zeros((3, 1, 5), np.int64))
+    with pytest.raises(ValueError, match=r"mrope_section.*rotary_dim 64 \(from --rotary-dim\)"):
+        posenc.rope(q, layout="blhd", config=config.to_dict(), positions=ids, rotary_dim=64)
+    with pytest.raises(ValueError, match="rank 2 or 3"):
+        posenc.rope(q, layout="blhd", config=config.to_dict(), positions=np.zeros((1, 3, 1, 4), np.int64))
+
+
+def test_the_cli_rotates_with_positions_per_axis(tmp_path, cli):
+    config, _ = _module("qwen3_vl")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config.to_dict()))
+    ids = _image_then_text(9, 3, 20)[:, None, :]
+    q = np.random.default_rng(2).standard_normal((1, 12, 2, 128)).astype(np.float32)
+    np.save(tmp_path / "q.npy", q)
+    np.save(tmp_path / "p.npy", ids)
+    for device in ("cpu", "gpu"):
+        out = tmp_path / f"out-{device}.npy"
+        run = cli.run("rope", "--input", tmp_path / "q.npy", "--layout", "blhd", "--config", path,
+                      "--positions", tmp_path / "p.npy", "--device", device, "-o", out)
+        if device == "gpu" and run.returncode != 0 and "GPU" in run.stderr:
+            continue
+        assert run.returncode == 0, run.stderr
+        want = posenc.rope(q, layout="blhd", config=config.to_dict(), positions=ids, device="cpu")
+        np.testing.assert_array_equal(np.load(out), want)
+    # Without the config the positions per axis are refused before the output is made.
+    out = tmp_path / "none.npy"
+    run = cli.run("rope", "--input", tmp_path / "q.npy", "--layout", "blhd",
+                  "--positions", tmp_path / "p.npy", "-o", out)
+    assert run.returncode == 2 and "one per axis" in run.stderr and not out.exists(), run.stderr
+
+
+def test_rope_spec_keeps_the_axes():
     config, _ = _module("qwen3_vl")
     text = config.to_json_string()
-    with pytest.raises(ValueError, match="mrope_section.*rope-cache"):
-        posenc.rope(np.zeros((1, 4, 2, 128), np.float32), config=text, layout="blhd")
     spec = posenc.RopeSpec(text)
     section, layout, axes = spec.mrope
     assert (section, layout) == ((24, 20, 20), "interleaved")

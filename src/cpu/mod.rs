@@ -10,5 +10,8 @@ pub mod table;
 pub mod threads;
 
 pub use encode::{Encoder, encode, encode_learned};
-pub use rope::{rope, rope_cache, rope_cos_sin, rope_in_place, rope_into};
+pub use rope::{
+    rope, rope_cache, rope_cos_sin, rope_in_place, rope_into, rope_multimodal,
+    rope_multimodal_in_place, rope_multimodal_into,
+};
 pub use table::{table, table_into};

@@ -5,13 +5,17 @@
 //! `x * c - y * s` into a fused multiply-add).
 
 use ndarray::{
-    Array3, Array4, ArrayView2, ArrayView4, ArrayViewMut1, ArrayViewMut3, ArrayViewMut4, Axis,
+    Array3, Array4, ArrayView2, ArrayView3, ArrayView4, ArrayViewMut1, ArrayViewMut3,
+    ArrayViewMut4, Axis,
 };
 use rayon::prelude::*;
 
 use super::sincos::{phase_turns, sincos_bits};
 use crate::error::Result;
-use crate::rope::{Element, Frequencies, Geometry, Layout, Pairing, RopeCache, RopeSpec};
+use crate::rope::{
+    Element, Frequencies, Geometry, Layout, MultimodalRope, Pairing, RopeCache, RopeSpec,
+    TokenPositions,
+};
 use crate::simd::{Set, Simd};
 
 /// Tokens per rayon task: their cos/sin row is computed once and used by every head.
@@ -35,17 +39,31 @@ const SERIAL_MAX_COS_SIN: usize = 1 << 15;
 /// (when it is not 1): the twin of one row of `shaders/rope_cs.wgsl`.
 #[inline]
 pub fn cos_sin_row(freqs: &Frequencies, p: u32, out: &mut [(f32, f32)]) {
-    cos_sin_row_inline(freqs, p, out);
+    cos_sin_row_inline(freqs, [p; 3], None, out);
 }
 
-/// [`cos_sin_row`], inlined into the loops compiled for each instruction set.
+/// [`cos_sin_row`], inlined into the loops compiled for each instruction set; with `axes`
+/// (a multimodal RoPE), frequency `i` takes the position of its axis `axes.axis(i)` of
+/// `ps`, else every frequency takes `ps[0]`.
 #[inline(always)]
-fn cos_sin_row_inline(freqs: &Frequencies, p: u32, out: &mut [(f32, f32)]) {
+fn cos_sin_row_inline(freqs: &Frequencies, ps: [u32; 3], axes: Axes<'_>, out: Row<'_>) {
     let af = freqs.attention_factor();
-    for (slot, &[lo, hi]) in out.iter_mut().zip(freqs.steps()) {
+    let one = |p: u32, [lo, hi]: [u32; 2]| {
         let (s, c) = sincos_bits(phase_turns(p, lo, hi));
         let (c, s) = (f32::from_bits(c), f32::from_bits(s));
-        *slot = if af == 1.0 { (c, s) } else { (c * af, s * af) };
+        if af == 1.0 { (c, s) } else { (c * af, s * af) }
+    };
+    match axes {
+        None => {
+            for (slot, &step) in out.iter_mut().zip(freqs.steps()) {
+                *slot = one(ps[0], step);
+            }
+        }
+        Some(axes) => {
+            for (i, (slot, &step)) in out.iter_mut().zip(freqs.steps()).enumerate() {
+                *slot = one(ps[usize::from(axes.axis(i as u32))], step);
+            }
+        }
     }
 }
 
@@ -70,7 +88,7 @@ fn fill_cos_sin(freqs: &Frequencies, positions: &[u32], flat: &mut [f32]) {
     crate::alloc::advise_huge_pages(flat);
     let simd = Simd::detect();
     let row = |pairs: &mut Vec<(f32, f32)>, (row, &p): (&mut [f32], &u32)| {
-        cos_sin_row_as(simd, freqs, p, pairs);
+        cos_sin_row_as(simd, freqs, [p; 3], None, pairs);
         for (dst, &(c, s)) in row.chunks_exact_mut(2).zip(pairs.iter()) {
             dst[0] = c;
             dst[1] = s;
@@ -172,7 +190,7 @@ pub fn rope_in_place<T: Element>(
         return Ok(());
     }
     let freqs = spec.frequencies_for(positions);
-    apply(&freqs, spec.pairing(), None, x, positions, layout);
+    apply(&freqs, spec.pairing(), None, x, TokenPositions::One(positions), layout);
     Ok(())
 }
 
@@ -192,6 +210,7 @@ pub fn rope<T: Element>(
     let mut out = crate::alloc::try_zeros::<T, _>("the RoPE output", x.raw_dim())?;
     if !out.is_empty() {
         let freqs = spec.frequencies_for(positions);
+        let positions = TokenPositions::One(positions);
         apply(&freqs, spec.pairing(), Some(x), out.view_mut(), positions, layout);
     }
     Ok(out)
@@ -220,6 +239,104 @@ pub fn rope_into<T: Element>(
         return Ok(());
     }
     let freqs = spec.frequencies_for(positions);
+    apply(&freqs, spec.pairing(), Some(x), out, TokenPositions::One(positions), layout);
+    Ok(())
+}
+
+/// Applies a multimodal RoPE (M-RoPE: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V, ...) to `x`
+/// in place: as [`rope_in_place`], but each token has a position per axis, `positions`
+/// `[3, B, L]` (time, height, width), and frequency `i` turns by the position of axis
+/// `mrope.axes()[i]`. A token whose three positions are equal (text) rotates as
+/// [`rope_in_place`] rotates it at that position, bit for bit. The frequencies are those of
+/// the largest position of any axis plus one (or [`RopeSpec::with_seq_len`]'s), as
+/// transformers' dynamic update takes them.
+///
+/// ```
+/// use posenc::rope::{Layout, MultimodalRope, RopeSpec};
+///
+/// let json = r#"{"model_type": "qwen2_vl", "hidden_size": 256, "num_attention_heads": 2,
+///     "rope_theta": 1000000.0,
+///     "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}"#;
+/// let (spec, mrope) = RopeSpec::from_hf_config_multimodal(json, None, None)?;
+/// let mrope = mrope.expect("Qwen2-VL's RoPE is multimodal");
+/// let q = ndarray::Array4::<f32>::ones((1, 4, 2, 128)); // [B, L, H, Dh]
+/// // An image patch's (time, height, width) at tokens 0..2, text at 3 (axes equal).
+/// let positions = ndarray::array![[[0u32, 0, 0, 3]], [[0, 0, 1, 3]], [[0, 1, 0, 3]]];
+/// let (p, layout) = (positions.view(), Layout::Blhd);
+/// let rotated = posenc::cpu::rope_multimodal(&spec, &mrope, q.view(), p, layout)?;
+/// let text = ndarray::array![[0u32, 0, 0, 3]];
+/// let one = posenc::cpu::rope(&spec, q.view(), text.view(), Layout::Blhd)?;
+/// assert_eq!(rotated.slice(ndarray::s![.., 3, .., ..]), one.slice(ndarray::s![.., 3, .., ..]));
+/// assert_ne!(rotated.slice(ndarray::s![.., 1, .., ..]), one.slice(ndarray::s![.., 1, .., ..]));
+/// # Ok::<(), posenc::Error>(())
+/// ```
+///
+/// # Errors
+/// [`crate::Error::InvalidParameter`] naming `mrope` if it assigns another number of
+/// frequencies than the spec's `rotary_dim / 2`; [`crate::Error::Shape`] if `positions` is
+/// not `[3, B, L]` of the tensor's `B` and `L`; otherwise as [`rope_in_place`].
+pub fn rope_multimodal_in_place<T: Element>(
+    spec: &RopeSpec,
+    mrope: &MultimodalRope,
+    x: ArrayViewMut4<'_, T>,
+    positions: ArrayView3<'_, u32>,
+    layout: Layout,
+) -> Result<()> {
+    let op = "rope_multimodal_in_place";
+    let positions = TokenPositions::axes(op, spec, mrope, positions)?;
+    let shape = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
+    let geometry = Geometry::check(op, spec, shape, layout, positions.dim())?;
+    if geometry.elements() == 0 {
+        return Ok(());
+    }
+    let freqs = positions.frequencies(spec);
+    apply(&freqs, spec.pairing(), None, x, positions, layout);
+    Ok(())
+}
+
+/// [`rope_multimodal_in_place`] on a copy: returns the rotated tensor in standard layout.
+///
+/// # Errors
+/// As [`rope_multimodal_in_place`], before the copy is allocated; [`crate::Error::Alloc`]
+/// if it cannot be had.
+pub fn rope_multimodal<T: Element>(
+    spec: &RopeSpec,
+    mrope: &MultimodalRope,
+    x: ArrayView4<'_, T>,
+    positions: ArrayView3<'_, u32>,
+    layout: Layout,
+) -> Result<Array4<T>> {
+    let positions = TokenPositions::axes("rope_multimodal", spec, mrope, positions)?;
+    let shape = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
+    Geometry::check("rope_multimodal", spec, shape, layout, positions.dim())?;
+    let mut out = crate::alloc::try_zeros::<T, _>("the RoPE output", x.raw_dim())?;
+    if !out.is_empty() {
+        let freqs = positions.frequencies(spec);
+        apply(&freqs, spec.pairing(), Some(x), out.view_mut(), positions, layout);
+    }
+    Ok(out)
+}
+
+/// [`rope_multimodal`] into an array the caller has, as [`rope_into`].
+///
+/// # Errors
+/// As [`rope_multimodal_in_place`], and [`crate::Error::Shape`] if `out`'s shape is not
+/// `x`'s; `out` is not written then.
+pub fn rope_multimodal_into<T: Element>(
+    spec: &RopeSpec,
+    mrope: &MultimodalRope,
+    x: ArrayView4<'_, T>,
+    out: ArrayViewMut4<'_, T>,
+    positions: ArrayView3<'_, u32>,
+    layout: Layout,
+) -> Result<()> {
+    let op = "rope_multimodal_into";
+    let positions = TokenPositions::axes(op, spec, mrope, positions)?;
+    let geometry = Geometry::check_into(op, spec, x.shape(), out.shape(), layout, positions.dim())?;
+    if geometry.elements() == 0 {
+        return Ok(());
+    }
+    let freqs = positions.frequencies(spec);
     apply(&freqs, spec.pairing(), Some(x), out, positions, layout);
     Ok(())
 }
@@ -233,10 +350,11 @@ fn apply<T: Element>(
     pairing: Pairing,
     from: Option<ArrayView4<'_, T>>,
     mut x: ArrayViewMut4<'_, T>,
-    positions: ArrayView2<'_, u32>,
+    positions: TokenPositions<'_>,
     layout: Layout,
 ) {
     let elements = x.len();
+    let axes = positions.mrope();
     // Token-major views [B, L, H, Dh] whatever the layout.
     let (tokens, from) = match layout {
         Layout::Blhd => (x.view_mut(), from),
@@ -260,7 +378,7 @@ fn apply<T: Element>(
             if let Some(source) = &source {
                 token.assign(&source.index_axis(Axis(0), dl));
             }
-            cos_sin_row_as(simd, freqs, positions[[b, l0 + dl]], cs);
+            cos_sin_row_as(simd, freqs, positions.at(b, l0 + dl), axes, cs);
             for lane in token.into_outer_iter_mut() {
                 rotate_lane(simd, lane, cs, pairing, row);
             }
@@ -289,29 +407,35 @@ type Task<'x, 'f, T> = (usize, usize, ArrayViewMut3<'x, T>, Option<ndarray::Arra
 
 /// [`cos_sin_row`] with the widest instructions `simd` names.
 #[inline]
-fn cos_sin_row_as(simd: Simd, freqs: &Frequencies, p: u32, out: &mut [(f32, f32)]) {
+fn cos_sin_row_as(simd: Simd, freqs: &Frequencies, ps: [u32; 3], axes: Axes<'_>, out: Row<'_>) {
     match simd.set() {
-        Set::Portable => cos_sin_row_inline(freqs, p, out),
+        Set::Portable => cos_sin_row_inline(freqs, ps, axes, out),
         // SAFETY: a `Simd` names a set this CPU runs (see its type).
         #[cfg(target_arch = "x86_64")]
-        Set::Avx2 => unsafe { cos_sin_row_avx2(freqs, p, out) },
+        Set::Avx2 => unsafe { cos_sin_row_avx2(freqs, ps, axes, out) },
         #[cfg(target_arch = "x86_64")]
-        Set::Avx512 => unsafe { cos_sin_row_avx512(freqs, p, out) },
+        Set::Avx512 => unsafe { cos_sin_row_avx512(freqs, ps, axes, out) },
     }
 }
+
+/// The axes of positions per axis ([`cos_sin_row_inline`]).
+type Axes<'a> = Option<&'a MultimodalRope>;
+
+/// A cos/sin row being filled.
+type Row<'a> = &'a mut [(f32, f32)];
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 #[inline(never)]
-fn cos_sin_row_avx2(freqs: &Frequencies, p: u32, out: &mut [(f32, f32)]) {
-    cos_sin_row_inline(freqs, p, out);
+fn cos_sin_row_avx2(freqs: &Frequencies, ps: [u32; 3], axes: Axes<'_>, out: Row<'_>) {
+    cos_sin_row_inline(freqs, ps, axes, out);
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512cd,avx512vl,avx512bw")]
 #[inline(never)]
-fn cos_sin_row_avx512(freqs: &Frequencies, p: u32, out: &mut [(f32, f32)]) {
-    cos_sin_row_inline(freqs, p, out);
+fn cos_sin_row_avx512(freqs: &Frequencies, ps: [u32; 3], axes: Axes<'_>, out: Row<'_>) {
+    cos_sin_row_inline(freqs, ps, axes, out);
 }
 
 /// [`rotate_row`] with the widest instructions `simd` names.
@@ -398,14 +522,14 @@ mod tests {
         }) {
             let n = freqs.len();
             let mut want = vec![(0.0f32, 0.0f32); n];
-            cos_sin_row_as(Simd::PORTABLE, &freqs, p, &mut want);
+            cos_sin_row_as(Simd::PORTABLE, &freqs, [p; 3], None, &mut want);
             for pairing in [Pairing::Neox, Pairing::Gptj] {
                 let row = awkward::<T>(2 * n + 3);
                 let mut base = row.clone();
                 rotate_row_as(Simd::PORTABLE, &mut base, &want, pairing);
                 for simd in Simd::all_here() {
                     let mut cs = vec![(9.0f32, 9.0f32); n];
-                    cos_sin_row_as(simd, &freqs, p, &mut cs);
+                    cos_sin_row_as(simd, &freqs, [p; 3], None, &mut cs);
                     let bits = |v: &[(f32, f32)]| -> Vec<(u32, u32)> {
                         v.iter().map(|&(c, s)| (c.to_bits(), s.to_bits())).collect()
                     };
@@ -487,6 +611,112 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A multimodal rotation is the rotation of each row with cos/sin gathered per
+    /// frequency from its axis's position (from the 1-D table), and a token whose axes agree
+    /// rotates as the 1-D RoPE does: both layouts, both pairings, partial rotary, both
+    /// M-RoPE layouts, on the calling thread and on the pool.
+    #[test]
+    fn multimodal_rotation_gathers_each_frequency_from_its_axis() {
+        use crate::rope::{Mrope, MultimodalRope};
+        for (layout_m, section, pairing) in [
+            (Mrope::Sections, [4, 6, 6], Pairing::Neox),
+            (Mrope::Interleaved, [8, 5, 3], Pairing::Gptj),
+        ] {
+            let spec = RopeSpec::partial(40, 32).unwrap().with_pairing(pairing);
+            let mrope = MultimodalRope::new(layout_m, section, 32).unwrap();
+            let axes = mrope.axes();
+            assert!(axes.contains(&1) && axes.contains(&2), "{axes:?}");
+            for (batch, len, heads) in [(2, 5, 3), (1, 2 * TOKENS_PER_TASK + 7, 40)] {
+                let x = Array4::from_shape_fn((batch, len, heads, 40), |(b, l, h, d)| {
+                    half::bf16::from_f32(((b * 7 + l * 5 + h * 3 + d) % 23) as f32 - 11.0)
+                });
+                // Tokens 0..len/2 an image's (time, row, column); the rest text, axes equal.
+                let positions = ndarray::Array3::from_shape_fn((3, batch, len), |(a, b, l)| {
+                    if l < len / 2 {
+                        [7 + b as u32, 7 + (l / 4) as u32, 7 + (l % 4) as u32][a]
+                    } else {
+                        (l as u32) * 1009 + 4_000_000_000
+                    }
+                });
+                for layout in [Layout::Blhd, Layout::Bhld] {
+                    let input = match layout {
+                        Layout::Blhd => x.view(),
+                        Layout::Bhld => x.view().permuted_axes([0, 2, 1, 3]),
+                    };
+                    let got =
+                        rope_multimodal(&spec, &mrope, input, positions.view(), layout).unwrap();
+                    let mut in_place = input.as_standard_layout().into_owned();
+                    let p = positions.view();
+                    rope_multimodal_in_place(&spec, &mrope, in_place.view_mut(), p, layout)
+                        .unwrap();
+                    assert_eq!(got, in_place);
+                    let mut into = Array4::from_elem(input.raw_dim(), half::bf16::ONE);
+                    rope_multimodal_into(&spec, &mrope, input, into.view_mut(), p, layout).unwrap();
+                    assert_eq!(got, into);
+                    // The oracle: each token's row of (cos, sin) gathered from the table.
+                    let freqs = spec.frequencies(u64::from(*positions.iter().max().unwrap()) + 1);
+                    let flat: Vec<u32> = positions.iter().copied().collect();
+                    let table = rope_cos_sin(&freqs, &flat);
+                    let n_tok = batch * len;
+                    let got_t = match layout {
+                        Layout::Blhd => got.view(),
+                        Layout::Bhld => got.view().permuted_axes([0, 2, 1, 3]),
+                    };
+                    for b in 0..batch {
+                        for l in 0..len {
+                            let cs: Vec<(f32, f32)> = (0..16)
+                                .map(|i| {
+                                    let row = axes[i] as usize * n_tok + b * len + l;
+                                    (table[[row, i, 0]], table[[row, i, 1]])
+                                })
+                                .collect();
+                            for h in 0..heads {
+                                let mut want: Vec<_> = x.slice(ndarray::s![b, l, h, ..]).to_vec();
+                                rotate_row(&mut want, &cs, pairing);
+                                let row = got_t.slice(ndarray::s![b, l, h, ..]).to_vec();
+                                assert_eq!(row, want, "{layout_m:?} {layout:?} token {b},{l}");
+                            }
+                        }
+                    }
+                    // Text tokens: the 1-D rotation's bits.
+                    let text = positions.index_axis(Axis(0), 0).to_owned();
+                    let one = rope(&spec, input, text.view(), layout).unwrap();
+                    let one = match layout {
+                        Layout::Blhd => one.view(),
+                        Layout::Bhld => one.view().permuted_axes([0, 2, 1, 3]),
+                    }
+                    .to_owned();
+                    let tail = ndarray::s![.., len / 2.., .., ..];
+                    assert_eq!(got_t.slice(tail), one.slice(tail));
+                    assert_ne!(got_t, one.view());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn multimodal_rotation_refuses_other_axes_and_positions() {
+        use crate::rope::{Mrope, MultimodalRope};
+        let spec = RopeSpec::new(16).unwrap();
+        let x = Array4::<f32>::ones((1, 2, 1, 16));
+        let good = MultimodalRope::new(Mrope::Sections, [2, 3, 3], 16).unwrap();
+        let other = MultimodalRope::new(Mrope::Sections, [2, 1, 1], 8).unwrap();
+        let p3 = ndarray::Array3::<u32>::zeros((3, 1, 2));
+        let e = rope_multimodal(&spec, &other, x.view(), p3.view(), Layout::Blhd).unwrap_err();
+        assert!(e.to_string().contains("mrope") && e.to_string().contains("rotary_dim 8"), "{e}");
+        let p4 = ndarray::Array3::<u32>::zeros((4, 1, 2));
+        let e = rope_multimodal(&spec, &good, x.view(), p4.view(), Layout::Blhd).unwrap_err();
+        assert!(e.to_string().contains("[3, batch, len]") && e.to_string().contains("[4, 1, 2]"));
+        let short = ndarray::Array3::<u32>::zeros((3, 1, 3));
+        let e = rope_multimodal(&spec, &good, x.view(), short.view(), Layout::Blhd).unwrap_err();
+        assert!(e.to_string().contains("[1, 2]"), "{e}");
+        let mut y = x.clone();
+        let e = rope_multimodal_in_place(&spec, &good, y.view_mut(), short.view(), Layout::Blhd);
+        assert!(e.is_err() && y == x);
+        assert!(MultimodalRope::new(Mrope::Interleaved, [40000, 0, 0], 16).is_err());
+        assert!(MultimodalRope::new(Mrope::Interleaved, [40, 40, 40], 16).is_ok());
     }
 
     #[test]

@@ -172,7 +172,11 @@ pub fn params(entry: &str) -> Params {
             scale_bits,
             pos_base,
             seq_len,
-            _pad,
+            section_t,
+            section_h,
+            section_w,
+            _pad0,
+            _pad1,
         }),
         "rope" => params!(RopeParams {
             n_elems,

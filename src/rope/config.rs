@@ -839,6 +839,23 @@ fn scaling(
             None => {}
         }
     }
+    // transformers 5.24's YaRN reads `truncate` from the top level of the config's
+    // rope_parameters alone, which holds one entry per layer type where the layers each have
+    // their RoPE (given so, or built so by the family's class from a legacy form): there it
+    // truncates whatever a layer's entry says. A `false` it ignores is refused, not followed.
+    let layered = per_layer || !matches!(family.layers, LayerRule::Generic | LayerRule::Lfm3);
+    if layered
+        && rope_type == "yarn"
+        && let Some(Value::Bool(false)) = get(&map, "truncate")
+    {
+        return Err(invalid(
+            format!("{key}.truncate"),
+            "false",
+            "true or absent for a RoPE per layer type: transformers 5.24 reads truncate only \
+             from the top level of rope_parameters (which holds the layer types here), so this \
+             layer's YaRN truncates whatever its entry says",
+        ));
+    }
     // Phi-3 keeps its pretrained length at the top level; transformers 5 gives it priority
     // over the object's for llama3, yarn and longrope (one RoPE for every layer), and a
     // longrope without factor takes max_position_embeddings / it as the factor.
@@ -1133,6 +1150,24 @@ fn language_model(json: &str) -> Result<Object> {
                  and talker_config), so give the one to read",
             ));
         }
+    } else if composite
+        && get(&config, "text_config").is_none()
+        && !FLAT_COMPOSITES.iter().any(|f| f.model_type == top_type)
+        && !LIFTS_EVERY_KEY.contains(&top_type.as_str())
+    {
+        // Its class builds its language model from its own defaults, whatever the top level
+        // says (transformers 5.24): read from there it was a silent wrong answer (round
+        // sixteen: Qwen3-VL-MoE, Qwen3.5, GLM-OCR, ...).
+        let text_type = families::text_model_type(&top_type).unwrap_or("");
+        return Err(invalid(
+            "text_config",
+            "missing",
+            format!(
+                "an object: {top_type}'s config class builds its language model ({text_type}) \
+                 from its own defaults without one, not from the top-level keys (transformers \
+                 5.24)"
+            ),
+        ));
     } else if has_head
         && get(&config, "text_config").is_none()
         && let Some(flat) = FLAT_COMPOSITES.iter().find(|f| f.model_type == top_type)
@@ -1163,6 +1198,10 @@ fn language_model(json: &str) -> Result<Object> {
     }
     Ok(config)
 }
+
+/// Composites whose config class builds its `text_config` from every top-level key (their
+/// top level reads as it is).
+const LIFTS_EVERY_KEY: &[&str] = &["hunyuan_vl"];
 
 /// A composite model whose config class builds its `text_config` from a flat config's
 /// top-level keys (the hub's Qwen2-VL, Qwen2.5-VL, PaddleOCR-VL and Fuyu configs are flat):
@@ -1250,6 +1289,46 @@ pub struct MultimodalRope {
 }
 
 impl MultimodalRope {
+    /// The axes of a rotation of `rotary_dim` dimensions: `layout` and its three
+    /// `mrope_section` counts (time, height, width), as a config gives them. A config's are
+    /// read by [`RopeSpec::from_hf_config_multimodal`]; this builds them for
+    /// [`crate::cpu::rope_multimodal`] and [`crate::gpu::Context::rope_multimodal`] without
+    /// one.
+    ///
+    /// ```
+    /// use posenc::rope::{Mrope, MultimodalRope};
+    /// // Qwen2-VL's: 16 time, 24 height and 24 width frequencies of a head of 128.
+    /// let m = MultimodalRope::new(Mrope::Sections, [16, 24, 24], 128)?;
+    /// assert_eq!(&m.axes()[14..18], &[0, 0, 1, 1]);
+    /// assert!(MultimodalRope::new(Mrope::Sections, [16, 24, 24], 64).is_err());
+    /// # Ok::<(), posenc::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] naming `mrope_section` if a count passes 32768, and as
+    /// [`MultimodalRope::for_rotary_dim`].
+    pub fn new(layout: Mrope, section: [u32; 3], rotary_dim: u32) -> Result<Self> {
+        if let Some(&n) = section.iter().find(|&&n| n > MAX_SECTION) {
+            return Err(Error::InvalidParameter {
+                field: "mrope_section",
+                value: format!("{section:?} (count {n})"),
+                allowed: "three counts in 0..=32768 (time, height and width frequencies)",
+            });
+        }
+        MultimodalRope { layout, section, freqs: 0 }.for_rotary_dim(rotary_dim)
+    }
+
+    /// The number of frequencies it assigns, `rotary_dim / 2`.
+    pub fn n_freqs(&self) -> u32 {
+        self.freqs
+    }
+
+    /// Frequency `i`'s axis (0 time, 1 height, 2 width): [`MultimodalRope::axes`]`[i]`.
+    #[inline]
+    pub fn axis(&self, i: u32) -> u8 {
+        self.layout.axis(self.section, i)
+    }
+
     /// The family's layout.
     pub fn layout(&self) -> Mrope {
         self.layout
@@ -1264,7 +1343,7 @@ impl MultimodalRope {
     /// frequencies. Column `c` of a `neox` cache holds frequency `c % (rotary_dim / 2)`,
     /// of a `gptj` one frequency `c / 2`.
     pub fn axes(&self) -> Vec<u8> {
-        (0..self.freqs).map(|i| self.layout.axis(self.section, i)).collect()
+        (0..self.freqs).map(|i| self.axis(i)).collect()
     }
 
     /// The same for `rotary_dim` (a caller's override of the config's).
@@ -1295,6 +1374,15 @@ impl MultimodalRope {
     }
 }
 
+/// The largest `mrope_section` count read: half the largest rotary dim.
+const MAX_SECTION: u32 = super::MAX_HEAD_DIM / 2;
+
+/// Model types whose rotary module is always a multimodal RoPE, with a default section
+/// where the config gives none (transformers 5.24), which posenc does not compute: refused
+/// with or without `mrope_section` (a missing one was read as a 1-D RoPE, round sixteen).
+const CLASS_DEFAULT_MROPE: &[(&str, [u32; 3])] =
+    &[("cohere_compass_text", [24, 20, 20]), ("hy_v4_vl_text", [12, 10, 10])];
+
 /// The legacy `rope_scaling.type` Qwen2-VL's and Qwen2.5-VL's config classes read as
 /// `default`.
 const MROPE_TYPE_FAMILIES: &[&str] = &["qwen2_vl_text", "qwen2_5_vl_text"];
@@ -1306,13 +1394,32 @@ const MROPE_TYPE_FAMILIES: &[&str] = &["qwen2_vl_text", "qwen2_5_vl_text"];
 /// `mrope_section` is taken (else the family's default, `false` beside it), and checked by
 /// the caller once the rotary dim is known.
 /// `mrope_section` is refused outside the [`Family::mrope`] families, and where
-/// `cache` is false (`rope`): that rotation takes a position per axis.
+/// `cache` is false ([`RopeSpec::from_hf_config`], one position per token): the axes are
+/// then [`RopeSpec::from_hf_config_multimodal`]'s to read.
 fn multimodal_keys(
     rope: &mut Rope,
     model_type: &str,
     family: &Family,
     cache: bool,
 ) -> Result<Option<(Mrope, [u32; 3], bool)>> {
+    if family.mrope.is_none()
+        && let Some((_, default)) = CLASS_DEFAULT_MROPE.iter().find(|(t, _)| *t == model_type)
+    {
+        let (key, given) = match &rope.scaling {
+            Some((map, key)) => (format!("{key}.mrope_section"), get(map, "mrope_section")),
+            None => ("rope_parameters.mrope_section".to_string(), None),
+        };
+        return Err(invalid(
+            key,
+            given.map_or_else(|| "missing".to_string(), excerpt),
+            format!(
+                "a model type whose RoPE posenc computes: {model_type}'s module turns each \
+                 frequency by the position of one of three axes (M-RoPE, with its class's \
+                 default section {default:?} where none is given), which posenc does not \
+                 compute for it"
+            ),
+        ));
+    }
     let Some((map, key)) = rope.scaling.as_mut() else {
         return Ok(family.mrope.map(|(m, section)| (m, section, false)));
     };
@@ -1358,10 +1465,10 @@ fn multimodal_keys(
             format!("{key}.mrope_section"),
             excerpt(&section),
             format!(
-                "absent for a rotation: {model_type}'s multimodal RoPE (M-RoPE, {}) turns \
-                 each frequency by the position of one of three axes, which posenc's rope \
-                 does not take; rope-cache writes the cos/sin by position that each axis \
-                 gathers from",
+                "absent for a one-axis reading: {model_type}'s multimodal RoPE (M-RoPE, {}) \
+                 turns each frequency by the position of one of three axes; \
+                 RopeSpec::from_hf_config_multimodal reads them, for rope_multimodal and \
+                 rope-cache",
                 layout.name()
             ),
         ));
@@ -1369,7 +1476,7 @@ fn multimodal_keys(
     let counts = match &section {
         Value::Array(items) if items.len() == 3 => items
             .iter()
-            .map(|v| v.as_u64().filter(|&n| n <= 32768).map(|n| n as u32))
+            .map(|v| v.as_u64().filter(|&n| n <= u64::from(MAX_SECTION)).map(|n| n as u32))
             .collect::<Option<Vec<u32>>>(),
         _ => None,
     };

@@ -31,6 +31,12 @@
 //! assert_eq!(rotated[[0, 0, 1, 5]], 1.0); // position 0 is the identity
 //! # Ok::<(), posenc::Error>(())
 //! ```
+//!
+//! A multimodal RoPE (M-RoPE: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V, ...) turns each
+//! frequency by the position of one of three axes (time, height, width): its tokens have a
+//! position per axis, `[3, B, L]`, and [`MultimodalRope`] says which axis each frequency
+//! takes ([`crate::cpu::rope_multimodal`], [`crate::gpu::Context::rope_multimodal`]). Text
+//! tokens have the same position on every axis, and rotate as the 1-D RoPE does.
 
 mod cache;
 mod config;
@@ -38,7 +44,7 @@ pub mod families;
 mod freq;
 mod scaling;
 
-use ndarray::ArrayView2;
+use ndarray::{ArrayView2, ArrayView3};
 
 pub use crate::dtype::Dtype;
 use crate::error::{Error, Result, float};
@@ -338,6 +344,85 @@ impl Frequencies {
 }
 
 pub use crate::dtype::Element;
+
+/// The positions of a rotation's tokens: one per token, or one per axis of a multimodal
+/// RoPE with the axis each frequency takes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum TokenPositions<'a> {
+    /// `[B, L]`.
+    One(ArrayView2<'a, u32>),
+    /// `[3, B, L]`, and the axes of the frequencies.
+    Axes(ArrayView3<'a, u32>, &'a MultimodalRope),
+}
+
+impl<'a> TokenPositions<'a> {
+    /// A multimodal rotation's positions, checked against the spec: `mrope` assigns the
+    /// spec's frequencies, and `positions` is `[3, B, L]`.
+    pub(crate) fn axes(
+        op: &'static str,
+        spec: &RopeSpec,
+        mrope: &'a MultimodalRope,
+        positions: ArrayView3<'a, u32>,
+    ) -> Result<Self> {
+        if mrope.n_freqs() != spec.n_freqs() {
+            return Err(Error::InvalidParameter {
+                field: "mrope",
+                value: format!(
+                    "axes of {} frequencies (rotary_dim {}) for a spec of rotary_dim {}",
+                    mrope.n_freqs(),
+                    2 * mrope.n_freqs(),
+                    spec.rotary_dim()
+                ),
+                allowed: "the spec's rotary_dim / 2 frequencies (MultimodalRope::for_rotary_dim)",
+            });
+        }
+        if positions.shape()[0] != 3 {
+            return Err(Error::Shape {
+                op,
+                what: "positions ([3, batch, len]: time, height and width)",
+                expected: "3 on the first axis".into(),
+                actual: format!("{:?}", positions.shape()),
+            });
+        }
+        Ok(TokenPositions::Axes(positions, mrope))
+    }
+
+    /// `(batch, len)`.
+    pub(crate) fn dim(&self) -> (usize, usize) {
+        match self {
+            TokenPositions::One(p) => p.dim(),
+            TokenPositions::Axes(p, _) => (p.dim().1, p.dim().2),
+        }
+    }
+
+    /// The frequencies for these positions: as [`RopeSpec::frequencies_for`], the largest
+    /// position of any axis plus one (as transformers' dynamic update takes it).
+    pub(crate) fn frequencies(&self, spec: &RopeSpec) -> Frequencies {
+        match self {
+            TokenPositions::One(p) => spec.frequencies_for(*p),
+            TokenPositions::Axes(p, _) => spec.frequencies(
+                spec.seq_len.unwrap_or_else(|| p.iter().max().map_or(0, |&m| u64::from(m) + 1)),
+            ),
+        }
+    }
+
+    /// Token `(b, l)`'s position on each axis (the same three for one position).
+    #[inline]
+    pub(crate) fn at(&self, b: usize, l: usize) -> [u32; 3] {
+        match self {
+            TokenPositions::One(p) => [p[[b, l]]; 3],
+            TokenPositions::Axes(p, _) => [p[[0, b, l]], p[[1, b, l]], p[[2, b, l]]],
+        }
+    }
+
+    /// The multimodal RoPE whose axes the positions give.
+    pub(crate) fn mrope(&self) -> Option<&'a MultimodalRope> {
+        match self {
+            TokenPositions::One(_) => None,
+            TokenPositions::Axes(_, m) => Some(m),
+        }
+    }
+}
 
 /// The sizes of one RoPE call, checked against the spec and the positions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

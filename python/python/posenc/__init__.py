@@ -785,7 +785,10 @@ def rope(
     uint16 bits; the result has the same type). ``layout``: ``"blhd"`` =
     ``[batch, len, heads, head_dim]`` or ``"bhld"`` = ``[batch, heads, len, head_dim]``.
     ``positions``: each token's, ``[B, L]`` of u32; or ``offset``: every sequence counts
-    from it (default 0).
+    from it (default 0). With a multimodal RoPE's ``config`` (M-RoPE: Qwen2-VL, Qwen2.5-VL,
+    Qwen3-VL, GLM-4V, ...) ``positions`` may be ``[3, B, L]``, a position per axis (time,
+    height, width) as the model's ``position_ids`` give them, and each frequency turns by
+    its axis's position; ``[B, L]`` gives every axis the same (text).
 
     ``config``: a Hugging Face ``config.json`` (path, JSON text, dict, or a transformers
     config): base, scaling, rotary dim and pairing as transformers reads them; the
@@ -826,7 +829,7 @@ def rope(
     heads_dims = a.shape[2] * a.shape[3] if layout == "blhd" else a.shape[1] * a.shape[3]
     pos = None
     if positions is not None:
-        pos = _int_array(positions, "positions", (2,), heads_dims)
+        pos = _int_array(positions, "positions", (2, 3), heads_dims)
     if target is not None:
         (pos,) = _apart(target, [pos], ["positions"])
     rotated = _noted(

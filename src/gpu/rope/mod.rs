@@ -7,15 +7,19 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use bytemuck::{Pod, Zeroable};
-use ndarray::{Array3, Array4, ArrayView2, ArrayView4, ArrayViewMut4};
+use ndarray::{Array3, Array4, ArrayView2, ArrayView3, ArrayView4, ArrayViewMut4, Axis};
 
 use super::runner::{Output, ROPE, Sink};
 use super::{Context, PooledBuffer, fold_dispatch, wait};
 use crate::encode::Dtype;
 use crate::error::{Error, Result};
-use crate::rope::{Element, Frequencies, Geometry, Layout, Pairing, RopeSpec};
+use crate::rope::{
+    Element, Frequencies, Geometry, Layout, Mrope, MultimodalRope, Pairing, RopeSpec,
+    TokenPositions,
+};
 use crate::shaders::{
-    FLAG_SCALE, PAIRING_GPTJ, PAIRING_NEOX, RopePassKernel, RopeUnitKind, WORKGROUP_SIZE,
+    FLAG_AXES, FLAG_INTERLEAVED, FLAG_SCALE, PAIRING_GPTJ, PAIRING_NEOX, RopePassKernel,
+    RopeUnitKind, WORKGROUP_SIZE,
 };
 
 /// Mirror of `Params` in `shaders/rope_cs.wgsl`.
@@ -37,8 +41,17 @@ pub struct RopeCsParams {
     pub pos_base: u32,
     /// Tokens per sequence (with `FLAG_OFFSETS`).
     pub seq_len: u32,
+    /// With [`FLAG_AXES`](crate::shaders::FLAG_AXES): the `mrope_section` counts of a
+    /// multimodal RoPE (time, height, width); each slot has three positions.
+    pub section_t: u32,
+    /// See `section_t`.
+    pub section_h: u32,
+    /// See `section_t`.
+    pub section_w: u32,
     /// Padding to a multiple of 16 bytes.
-    pub _pad: u32,
+    pub _pad0: u32,
+    /// Padding to a multiple of 16 bytes.
+    pub _pad1: u32,
 }
 
 /// Mirror of `Params` in `shaders/rope.wgsl`.
@@ -264,7 +277,7 @@ impl Context {
             for ps in positions.chunks(per_chunk) {
                 let mut encoder = output.encoder();
                 self.queue.write_buffer(&pos_buf, 0, bytemuck::cast_slice(ps));
-                self.record_rope_cs(freqs, ps.len(), &params, &bind_group, &mut encoder);
+                self.record_rope_cs(freqs, None, ps.len(), &params, &bind_group, &mut encoder);
                 output.deliver(encoder, ps.len() as u64 * row_bytes).await?;
             }
             Ok(())
@@ -311,15 +324,28 @@ impl Context {
         positions: ArrayView2<'_, u32>,
         layout: Layout,
     ) -> Result<Array4<T>> {
+        let positions = TokenPositions::One(positions);
+        self.rotate_async("rope", spec, x, positions, layout).await
+    }
+
+    /// [`Context::rope_async`] and [`Context::rope_multimodal_async`] as `op`.
+    async fn rotate_async<T: Element>(
+        &self,
+        op: &'static str,
+        spec: &RopeSpec,
+        x: ArrayView4<'_, T>,
+        positions: TokenPositions<'_>,
+        layout: Layout,
+    ) -> Result<Array4<T>> {
         let shape = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
-        let geometry = Geometry::check("rope", spec, shape, layout, positions.dim())?;
+        let geometry = Geometry::check(op, spec, shape, layout, positions.dim())?;
         let bytes = geometry.elements() as u64 * size_of::<T>() as u64;
         // The result, and a copy of a strided x, had before either is made.
         let copies = if x.is_standard_layout() { 1 } else { 2 };
         crate::alloc::check_allocation("the RoPE output", bytes.saturating_mul(copies))?;
         let mut out = Array4::<T>::from_elem(x.raw_dim(), T::zeroed());
         // Read back straight into the new array, which is in standard layout.
-        self.rope_into_async(spec, x, out.view_mut(), positions, layout).await?;
+        self.rotate_into_async(op, spec, x, out.view_mut(), positions, layout).await?;
         Ok(out)
     }
 
@@ -350,18 +376,27 @@ impl Context {
         &self,
         spec: &RopeSpec,
         x: ArrayView4<'_, T>,
-        mut out: ArrayViewMut4<'_, T>,
+        out: ArrayViewMut4<'_, T>,
         positions: ArrayView2<'_, u32>,
         layout: Layout,
     ) -> Result<()> {
-        let geometry = Geometry::check_into(
-            "rope_into",
-            spec,
-            x.shape(),
-            out.shape(),
-            layout,
-            positions.dim(),
-        )?;
+        let positions = TokenPositions::One(positions);
+        self.rotate_into_async("rope_into", spec, x, out, positions, layout).await
+    }
+
+    /// [`Context::rope_into_async`] and [`Context::rope_multimodal_into_async`] as `op`.
+    #[allow(clippy::too_many_arguments)]
+    async fn rotate_into_async<T: Element>(
+        &self,
+        op: &'static str,
+        spec: &RopeSpec,
+        x: ArrayView4<'_, T>,
+        mut out: ArrayViewMut4<'_, T>,
+        positions: TokenPositions<'_>,
+        layout: Layout,
+    ) -> Result<()> {
+        let geometry =
+            Geometry::check_into(op, spec, x.shape(), out.shape(), layout, positions.dim())?;
         if geometry.elements() == 0 {
             return Ok(());
         }
@@ -443,7 +478,25 @@ impl Context {
         dtype: Dtype,
         positions: ArrayView2<'_, u32>,
     ) -> Result<()> {
-        let geometry = Geometry::check("rope_in_place", spec, shape, layout, positions.dim())?;
+        let positions = TokenPositions::One(positions);
+        self.rotate_buffer_async("rope_in_place", spec, buffer, shape, layout, dtype, positions)
+            .await
+    }
+
+    /// [`Context::rope_in_place_async`] and [`Context::rope_multimodal_in_place_async`] as
+    /// `op`.
+    #[allow(clippy::too_many_arguments)]
+    async fn rotate_buffer_async(
+        &self,
+        op: &'static str,
+        spec: &RopeSpec,
+        buffer: &wgpu::Buffer,
+        shape: [usize; 4],
+        layout: Layout,
+        dtype: Dtype,
+        positions: TokenPositions<'_>,
+    ) -> Result<()> {
+        let geometry = Geometry::check(op, spec, shape, layout, positions.dim())?;
         let needed = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
         if !buffer.usage().contains(needed) {
             return Err(Error::InvalidParameter {
@@ -455,7 +508,7 @@ impl Context {
         let bytes = (geometry.elements() as u64 * dtype.size() as u64).next_multiple_of(4);
         if buffer.size() < bytes {
             return Err(Error::Limit {
-                op: "rope_in_place",
+                op,
                 what: "the tensor, in bytes rounded up to 4",
                 requested: bytes,
                 limit_name: "buffer size",
@@ -466,6 +519,122 @@ impl Context {
             return Ok(());
         }
         self.run_rope(spec, &geometry, layout, dtype, positions, Io::Device(buffer)).await
+    }
+
+    /// Applies a multimodal RoPE (M-RoPE: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V, ...) to a
+    /// host tensor and returns the result: [`crate::cpu::rope_multimodal`] on the GPU, bit
+    /// for bit. `positions` is `[3, B, L]` (time, height and width); frequency `i` turns
+    /// by the position of axis `mrope.axes()[i]`. Otherwise as [`Context::rope`].
+    ///
+    /// # Errors
+    /// As [`crate::cpu::rope_multimodal`] for `mrope` and the positions' shape, then as
+    /// [`Context::rope`]; on the web [`Error::Blocking`] (use
+    /// [`Context::rope_multimodal_async`]).
+    pub fn rope_multimodal<T: Element>(
+        &self,
+        spec: &RopeSpec,
+        mrope: &MultimodalRope,
+        x: ArrayView4<'_, T>,
+        positions: ArrayView3<'_, u32>,
+        layout: Layout,
+    ) -> Result<Array4<T>> {
+        let run = self.rope_multimodal_async(spec, mrope, x, positions, layout);
+        wait::blocking("rope_multimodal", "rope_multimodal_async", run)
+    }
+
+    /// [`Context::rope_multimodal`] without blocking the calling thread.
+    ///
+    /// # Errors
+    /// As [`Context::rope_multimodal`], less [`Error::Blocking`].
+    pub async fn rope_multimodal_async<T: Element>(
+        &self,
+        spec: &RopeSpec,
+        mrope: &MultimodalRope,
+        x: ArrayView4<'_, T>,
+        positions: ArrayView3<'_, u32>,
+        layout: Layout,
+    ) -> Result<Array4<T>> {
+        let op = "rope_multimodal";
+        let positions = TokenPositions::axes(op, spec, mrope, positions)?;
+        self.rotate_async(op, spec, x, positions, layout).await
+    }
+
+    /// [`Context::rope_multimodal`] into an array the caller has, as [`Context::rope_into`].
+    ///
+    /// # Errors
+    /// As [`Context::rope_multimodal`], and [`Error::Shape`] if `out`'s shape is not `x`'s.
+    pub fn rope_multimodal_into<T: Element>(
+        &self,
+        spec: &RopeSpec,
+        mrope: &MultimodalRope,
+        x: ArrayView4<'_, T>,
+        out: ArrayViewMut4<'_, T>,
+        positions: ArrayView3<'_, u32>,
+        layout: Layout,
+    ) -> Result<()> {
+        let run = self.rope_multimodal_into_async(spec, mrope, x, out, positions, layout);
+        wait::blocking("rope_multimodal_into", "rope_multimodal_into_async", run)
+    }
+
+    /// [`Context::rope_multimodal_into`] without blocking the calling thread.
+    ///
+    /// # Errors
+    /// As [`Context::rope_multimodal_into`], less [`Error::Blocking`].
+    pub async fn rope_multimodal_into_async<T: Element>(
+        &self,
+        spec: &RopeSpec,
+        mrope: &MultimodalRope,
+        x: ArrayView4<'_, T>,
+        out: ArrayViewMut4<'_, T>,
+        positions: ArrayView3<'_, u32>,
+        layout: Layout,
+    ) -> Result<()> {
+        let op = "rope_multimodal_into";
+        let positions = TokenPositions::axes(op, spec, mrope, positions)?;
+        self.rotate_into_async(op, spec, x, out, positions, layout).await
+    }
+
+    /// [`Context::rope_in_place`] with a multimodal RoPE: `positions` is `[3, B, L]`, as
+    /// [`Context::rope_multimodal`] takes them.
+    ///
+    /// # Errors
+    /// As [`crate::cpu::rope_multimodal`] for `mrope` and the positions' shape, then as
+    /// [`Context::rope_in_place`]; on the web [`Error::Blocking`] (use
+    /// [`Context::rope_multimodal_in_place_async`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope_multimodal_in_place(
+        &self,
+        spec: &RopeSpec,
+        mrope: &MultimodalRope,
+        buffer: &wgpu::Buffer,
+        shape: [usize; 4],
+        layout: Layout,
+        dtype: Dtype,
+        positions: ArrayView3<'_, u32>,
+    ) -> Result<()> {
+        let run = self
+            .rope_multimodal_in_place_async(spec, mrope, buffer, shape, layout, dtype, positions);
+        wait::blocking("rope_multimodal_in_place", "rope_multimodal_in_place_async", run)
+    }
+
+    /// [`Context::rope_multimodal_in_place`] without blocking the calling thread.
+    ///
+    /// # Errors
+    /// As [`Context::rope_multimodal_in_place`], less [`Error::Blocking`].
+    #[allow(clippy::too_many_arguments)]
+    pub async fn rope_multimodal_in_place_async(
+        &self,
+        spec: &RopeSpec,
+        mrope: &MultimodalRope,
+        buffer: &wgpu::Buffer,
+        shape: [usize; 4],
+        layout: Layout,
+        dtype: Dtype,
+        positions: ArrayView3<'_, u32>,
+    ) -> Result<()> {
+        let op = "rope_multimodal_in_place";
+        let positions = TokenPositions::axes(op, spec, mrope, positions)?;
+        self.rotate_buffer_async(op, spec, buffer, shape, layout, dtype, positions).await
     }
 
     fn binding_limit(&self, what: &'static str, requested: u64) -> Error {
@@ -508,10 +677,11 @@ impl Context {
     }
 
     /// Records the cos/sin pass for the first `slots` positions of the bound positions
-    /// buffer.
+    /// buffer (with `mrope`, three per slot, one per axis).
     fn record_rope_cs(
         &self,
         freqs: &Frequencies,
+        mrope: Option<&MultimodalRope>,
         slots: usize,
         params_buf: &wgpu::Buffer,
         bind_group: &wgpu::BindGroup,
@@ -524,12 +694,23 @@ impl Context {
             self.device.limits().max_compute_workgroups_per_dimension,
         );
         let af = freqs.attention_factor();
+        let scale = if af == 1.0 { 0 } else { FLAG_SCALE };
+        let (axes, [section_t, section_h, section_w]) = match mrope {
+            None => (0, [0; 3]),
+            Some(m) if m.layout() == Mrope::Interleaved => {
+                (FLAG_AXES | FLAG_INTERLEAVED, m.section())
+            }
+            Some(m) => (FLAG_AXES, m.section()),
+        };
         let params = RopeCsParams {
             n_pairs,
             n_freqs,
             groups_x: gx,
-            flags: if af == 1.0 { 0 } else { FLAG_SCALE },
+            flags: scale | axes,
             scale_bits: af.to_bits(),
+            section_t,
+            section_h,
+            section_w,
             ..RopeCsParams::default()
         };
         self.queue.write_buffer(params_buf, 0, bytemuck::bytes_of(&params));
@@ -542,17 +723,29 @@ impl Context {
         pass.dispatch_workgroups(gx, gy, 1);
     }
 
+    /// Rotates with `positions` (one per token, or one per axis of a multimodal RoPE).
+    #[allow(clippy::too_many_arguments)]
     async fn run_rope(
         &self,
         spec: &RopeSpec,
         geometry: &Geometry,
         layout: Layout,
         dtype: Dtype,
-        positions: ArrayView2<'_, u32>,
+        positions: TokenPositions<'_>,
         io: Io<'_>,
     ) -> Result<()> {
-        let freqs = spec.frequencies_for(positions);
-        let positions: Vec<u32> = positions.iter().copied().collect();
+        let freqs = positions.frequencies(spec);
+        let mrope = positions.mrope();
+        let mut slots = match positions {
+            TokenPositions::One(p) => SlotsOf::One(Slots::new(p.iter().copied().collect())),
+            TokenPositions::Axes(p, _) => {
+                let (t, h, w) =
+                    (p.index_axis(Axis(0), 0), p.index_axis(Axis(0), 1), p.index_axis(Axis(0), 2));
+                let keys = t.iter().zip(h.iter()).zip(w.iter()).map(|((&t, &h), &w)| [t, h, w]);
+                SlotsOf::Axes(Slots::new(keys.collect()))
+            }
+        };
+        let per_slot = if mrope.is_some() { 3 } else { 1 };
         let total_rows = geometry.rows();
         let total = geometry.elements() as u64 * dtype.size() as u64;
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
@@ -568,8 +761,8 @@ impl Context {
             let steps = self.rope_steps(&freqs)?;
             let cs_params =
                 take("posenc.rope_cs.params", CS_PARAMS_BYTES, U::UNIFORM | U::COPY_DST)?;
-            let pos_buf =
-                take("posenc.rope_cs.positions", slot_cap as u64 * 4, U::STORAGE | U::COPY_DST)?;
+            let pos_bytes = slot_cap as u64 * 4 * per_slot;
+            let pos_buf = take("posenc.rope_cs.positions", pos_bytes, U::STORAGE | U::COPY_DST)?;
             let cs_bytes = slot_cap as u64 * spec.n_freqs() as u64 * 8;
             let cs = take("posenc.rope_cs.out", cs_bytes, U::STORAGE)?;
             let cs_group =
@@ -621,7 +814,6 @@ impl Context {
                 }
             };
 
-            let mut slots = Slots::new(positions.len());
             for chunk in 0..n_chunks {
                 let row_lo = chunk * plan.rows_per_chunk;
                 let row_hi = (row_lo + plan.rows_per_chunk).min(total_rows);
@@ -630,14 +822,10 @@ impl Context {
                 let bytes = rows as u64 * plan.row_bytes;
                 let padded = bytes.next_multiple_of(4);
 
-                let (row_slot, slot_positions) = slots.chunk(
-                    row_lo..row_hi,
-                    |row| geometry.token_of_row(layout, row),
-                    &positions,
-                );
-                self.queue.write_buffer(&pos_buf, 0, bytemuck::cast_slice(slot_positions));
+                let (row_slot, slot_positions, n_slots) =
+                    slots.chunk(row_lo..row_hi, |row| geometry.token_of_row(layout, row));
+                self.queue.write_buffer(&pos_buf, 0, slot_positions);
                 self.queue.write_buffer(&slots_buf, 0, bytemuck::cast_slice(row_slot));
-                let n_slots = slot_positions.len();
                 let mut encoder = output.encoder();
                 // The chunk's input goes where the kernel reads it: the source copy, or (x4)
                 // the runner's buffer, unless that is the caller's buffer itself.
@@ -663,7 +851,7 @@ impl Context {
                     }
                     _ => {}
                 }
-                self.record_rope_cs(&freqs, n_slots, &cs_params, &cs_group, &mut encoder);
+                self.record_rope_cs(&freqs, mrope, n_slots, &cs_params, &cs_group, &mut encoder);
                 let (gx, gy, params) = plan.params(spec, dtype, rows, max_groups);
                 self.queue.write_buffer(&params_buf, 0, bytemuck::cast_slice(&params));
                 {
@@ -836,20 +1024,51 @@ impl Plan {
     }
 }
 
-/// The cos/sin slots of a chunk's head rows: one per distinct position among the rows'
-/// tokens, so sequences sharing positions share cos/sin rows.
-struct Slots {
-    of_token: Vec<u32>,
-    touched: Vec<usize>,
-    of_position: HashMap<u32, u32>,
-    row_slot: Vec<u32>,
-    positions: Vec<u32>,
+/// A call's cos/sin slots: by position, or by the three positions of a multimodal RoPE.
+enum SlotsOf {
+    One(Slots<u32>),
+    Axes(Slots<[u32; 3]>),
 }
 
-impl Slots {
-    fn new(tokens: usize) -> Self {
+impl SlotsOf {
+    /// [`Slots::chunk`]: the slot of each row, the slots' positions as bytes, and the
+    /// number of slots.
+    fn chunk(
+        &mut self,
+        rows: std::ops::Range<usize>,
+        token_of_row: impl Fn(usize) -> usize,
+    ) -> (&[u32], &[u8], usize) {
+        match self {
+            SlotsOf::One(s) => {
+                let (rows, ps) = s.chunk(rows, token_of_row);
+                (rows, bytemuck::cast_slice(ps), ps.len())
+            }
+            SlotsOf::Axes(s) => {
+                let (rows, ps) = s.chunk(rows, token_of_row);
+                (rows, bytemuck::cast_slice(ps), ps.len())
+            }
+        }
+    }
+}
+
+/// The cos/sin slots of a chunk's head rows: one per distinct position (`K`: a position,
+/// or one per axis) among the rows' tokens, so sequences sharing positions share cos/sin
+/// rows.
+struct Slots<K> {
+    /// Each token's position, in token order.
+    keys: Vec<K>,
+    of_token: Vec<u32>,
+    touched: Vec<usize>,
+    of_position: HashMap<K, u32>,
+    row_slot: Vec<u32>,
+    positions: Vec<K>,
+}
+
+impl<K: Copy + Eq + std::hash::Hash> Slots<K> {
+    fn new(keys: Vec<K>) -> Self {
         Self {
-            of_token: vec![u32::MAX; tokens],
+            of_token: vec![u32::MAX; keys.len()],
+            keys,
             touched: Vec::new(),
             of_position: HashMap::new(),
             row_slot: Vec::new(),
@@ -862,8 +1081,7 @@ impl Slots {
         &mut self,
         rows: std::ops::Range<usize>,
         token_of_row: impl Fn(usize) -> usize,
-        positions: &[u32],
-    ) -> (&[u32], &[u32]) {
+    ) -> (&[u32], &[K]) {
         for t in self.touched.drain(..) {
             self.of_token[t] = u32::MAX;
         }
@@ -873,7 +1091,7 @@ impl Slots {
         for row in rows {
             let t = token_of_row(row);
             if self.of_token[t] == u32::MAX {
-                let p = positions[t];
+                let p = self.keys[t];
                 let next = self.positions.len() as u32;
                 let slot = *self.of_position.entry(p).or_insert(next);
                 if slot == next {

@@ -433,7 +433,7 @@ impl Context {
             });
             let group = self.rope_cs_bind_group(&params, &positions_buf, steps_buf, cache);
             let mut encoder = self.device.create_command_encoder(&Default::default());
-            self.record_rope_cs(freqs, rows as usize, &params, &group, &mut encoder);
+            self.record_rope_cs(freqs, None, rows as usize, &params, &group, &mut encoder);
             self.queue.submit([encoder.finish()]);
             Ok(buffer)
         });
@@ -1052,7 +1052,7 @@ impl RopePass {
             scale_bits: af.to_bits(),
             pos_base: positions.base,
             seq_len: g.len.max(1) as u32,
-            _pad: 0,
+            ..RopeCsParams::default()
         };
         let ctx = &self.ctx;
         ctx.validated(RECORD_OP, || -> Result<SplitBound> {

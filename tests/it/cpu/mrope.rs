@@ -1,12 +1,13 @@
 //! Multimodal RoPE (M-RoPE) configs: `RopeSpec::from_hf_config_multimodal` and
 //! `posenc rope-cache` give the 1-D cache by position that each of the three axes gathers
-//! from, with each frequency's axis; a rotation (`RopeSpec::from_hf_config`, `posenc rope`)
-//! refuses them. The axes were read from transformers 5.24's `recomposition_frequencies`
-//! of each family, and python/tests/test_hf.py checks them against those modules.
+//! from, with each frequency's axis; `posenc rope` and `cpu::rope_multimodal` rotate with a
+//! position per axis, and the one-axis reading (`RopeSpec::from_hf_config`) refuses them.
+//! The axes were read from transformers 5.24's `recomposition_frequencies` of each family,
+//! and python/tests/test_hf.py checks them against those modules.
 
 use posenc::Error;
 use posenc::rope::families::{self, Mrope};
-use posenc::rope::{MultimodalRope, Pairing, RopeSpec};
+use posenc::rope::{Layout, MultimodalRope, Pairing, RopeSpec};
 use safetensors::SafeTensors;
 
 use super::rope_config::refused;
@@ -153,9 +154,14 @@ fn families_without_multimodal_ropes_give_no_axes() {
     let llama = r#"{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32}"#;
     let (spec, mrope) = RopeSpec::from_hf_config_multimodal(llama, None, None).unwrap();
     assert_eq!((spec, mrope), (RopeSpec::from_hf_config(llama, None).unwrap(), None));
-    // A flat composite whose class does not move its keys stays its own model_type.
+    // A flat composite whose class does not move its keys builds its language model from
+    // its defaults: refused (round sixteen), where its text_config reads.
     let flat = r#"{"model_type": "llava", "hidden_size": 4096, "num_attention_heads": 32}"#;
-    assert_eq!(RopeSpec::from_hf_config_multimodal(flat, None, None).unwrap().1, None);
+    let e = RopeSpec::from_hf_config_multimodal(flat, None, None).unwrap_err();
+    assert!(e.to_string().contains("text_config"), "{e}");
+    let nested = r#"{"model_type": "llava", "text_config": {"model_type": "llama",
+        "hidden_size": 4096, "num_attention_heads": 32}}"#;
+    assert_eq!(RopeSpec::from_hf_config_multimodal(nested, None, None).unwrap().1, None);
 }
 
 #[test]
@@ -203,7 +209,7 @@ fn interleaved_sections_need_not_sum_to_the_frequencies() {
 }
 
 #[test]
-fn rope_cache_records_the_axes_and_rope_refuses() {
+fn rope_cache_records_the_axes_and_rope_takes_them() {
     let dir = Dir::new();
     let config = dir.bytes("config.json", QWEN3_VL.as_bytes());
     let out = dir.out("cache.safetensors");
@@ -260,23 +266,20 @@ fn rope_cache_records_the_axes_and_rope_refuses() {
     assert_eq!(run.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("mrope_section") && stderr.contains("--rotary-dim"), "{stderr}");
     assert!(!dir.path("narrow.safetensors").exists());
-    // rope refuses the config in one line, naming rope-cache.
-    let q = dir.npy("q.npy", &ndarray::Array4::<f32>::zeros((1, 4, 2, 128)));
-    let run = posenc(&[
-        "rope",
-        "--config",
-        &config,
-        "--input",
-        &q,
-        "--layout",
-        "blhd",
-        "-o",
-        &dir.out("r.npy"),
-    ]);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert_eq!(run.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("mrope_section") && stderr.contains("rope-cache"), "{stderr}");
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    // rope takes the config: text positions (an offset) rotate as the 1-D RoPE of its base.
+    let q = ndarray::Array4::from_shape_fn((1, 4, 2, 128), |(_, l, h, d)| (l + h + d) as f32);
+    let q_path = dir.npy("q.npy", &q);
+    let r = dir.out("r.npy");
+    let args = ["rope", "--config", &config, "--input", &q_path, "--layout", "blhd", "-o", &r];
+    let run = posenc(&args);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let spec = RopeSpec::new(128).unwrap().with_base(1e6).unwrap();
+    let positions = posenc::positions::contiguous_batch(1, 4).unwrap();
+    let want = posenc::cpu::rope(&spec, q.view(), positions.view(), Layout::Blhd).unwrap();
+    assert!(std::fs::read(dir.path("r.npy")).unwrap() == crate::support::npy_bytes(&want));
+    // The library's one-axis reading refuses it, naming the multimodal one.
+    let e = RopeSpec::from_hf_config(QWEN25_VL, None).unwrap_err().to_string();
+    assert!(e.contains("mrope_section") && e.contains("from_hf_config_multimodal"), "{e}");
 }
 
 /// A Qwen Omni config holds two language models: refused naming them (review of c873d21: it
@@ -397,4 +400,60 @@ fn a_rope_theta_inside_rope_scaling_is_read_where_both_versions_agree() {
     let msg =
         super::rope_config::refused(modernbert, Some("full_attention"), "rope_scaling.rope_theta");
     assert!(msg.contains("global_rope_theta"), "{msg}");
+}
+
+/// Round sixteen's silent wrong answers, each now refused naming the key: a layer type's
+/// YaRN `truncate: false` (transformers 5.24 reads truncate from the top level of
+/// rope_parameters only, so such a layer truncates); a composite without `text_config` whose
+/// class builds its language model from its own defaults (not the top-level keys); and a
+/// family whose module is always M-RoPE, with a class default section where none is given.
+#[test]
+fn round_sixteen_configs_are_refused_naming_the_key() {
+    let gemma3 = r#"{"model_type": "gemma3_text", "hidden_size": 256, "num_attention_heads": 2,
+        "head_dim": 64, "layer_types": ["sliding_attention", "full_attention"],
+        "max_position_embeddings": 8192, "rope_parameters": {
+        "full_attention": {"rope_type": "yarn", "factor": 8.0, "rope_theta": 1e6,
+            "original_max_position_embeddings": 1024, "truncate": false},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}"#;
+    let msg = refused(gemma3, Some("full_attention"), "rope_parameters.full_attention.truncate");
+    assert!(msg.contains("top level of rope_parameters"), "{msg}");
+    // true (what the model does) reads; so does false for one RoPE of every layer.
+    let truncating = gemma3.replace(r#""truncate": false"#, r#""truncate": true"#);
+    assert!(RopeSpec::from_hf_config(&truncating, Some("full_attention")).is_ok());
+    let llama = r#"{"model_type": "llama", "hidden_size": 256, "num_attention_heads": 2,
+        "max_position_embeddings": 8192, "rope_parameters": {"rope_type": "yarn",
+        "factor": 8.0, "rope_theta": 1e6, "original_max_position_embeddings": 1024,
+        "truncate": false}}"#;
+    assert!(RopeSpec::from_hf_config(llama, None).is_ok());
+    // ModernBERT's legacy rope_scaling, which its class gives both layer types.
+    let modernbert = r#"{"model_type": "modernbert", "hidden_size": 256,
+        "num_attention_heads": 4, "max_position_embeddings": 8192, "rope_scaling":
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048,
+        "truncate": false}}"#;
+    refused(modernbert, Some("sliding_attention"), "rope_scaling.truncate");
+
+    for top in ["qwen3_vl_moe", "qwen3_5", "glm_ocr", "cosmos3_edge"] {
+        let flat = format!(
+            r#"{{"model_type": "{top}", "hidden_size": 256, "num_attention_heads": 2,
+                "head_dim": 128, "rope_theta": 10000.0}}"#
+        );
+        let msg = refused(&flat, None, "text_config");
+        assert!(msg.contains("own defaults"), "{msg}");
+        let null = flat.replace(r#""head_dim""#, r#""text_config": null, "head_dim""#);
+        refused(&null, None, "text_config");
+    }
+    // The flat composites whose classes lift the top level still read.
+    assert!(RopeSpec::from_hf_config_multimodal(QWEN25_VL, None, None).is_ok());
+
+    for (model_type, section) in
+        [("cohere_compass_text", "[24, 20, 20]"), ("hy_v4_vl_text", "[12, 10, 10]")]
+    {
+        let config = format!(
+            r#"{{"model_type": "{model_type}", "hidden_size": 256, "num_attention_heads": 2,
+                "rope_parameters": {{"rope_type": "default", "rope_theta": 10000.0}}}}"#
+        );
+        let e = RopeSpec::from_hf_config_multimodal(&config, None, None).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("mrope_section") && msg.contains(section), "{msg}");
+    }
 }

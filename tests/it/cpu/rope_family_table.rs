@@ -441,7 +441,7 @@ fn families_page() -> String {
             "Rotary module: {} whose module returns each frequency repeated per pair (a \
              `gptj` cache stands in for it), {} whose module returns another shape (no \
              drop-in cache); {} multimodal RoPEs (M-RoPE: `rope-cache` gives the cache by \
-             position and each frequency's axis, `rope` refuses a config with `mrope_section`).",
+             position and each frequency's axis, `rope` rotates with a position per axis).",
             count(|f| f.module == ModuleLayout::Pairs),
             count(|f| matches!(f.module, ModuleLayout::Other(_))),
             count(|f| f.mrope.is_some())

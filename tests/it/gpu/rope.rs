@@ -6,7 +6,7 @@
 //! head_dim % 8 == 0 and rotary_dim % 16 == 0, the general one otherwise) and every
 //! chunking path, on host arrays and device buffers.
 
-use crate::support::rope::{assert_rope_same, dtype_name, hard_batch, tensor};
+use crate::support::rope::{assert_rope_same, dtype_name, hard_batch, tensor, token_major};
 use crate::support::{Rng, gpu};
 use half::{bf16, f16};
 use ndarray::{Array2, Array4};
@@ -443,4 +443,111 @@ fn gpu_rope_cache_equals_cpu_bit_for_bit() {
             assert_eq!(differ, None, "{name} {what}");
         }
     }
+}
+
+/// Multimodal RoPE (M-RoPE) on the GPU against its CPU twin, bit for bit: both layouts of
+/// its axes, both pairings, partial rotary, both rotation kernels, chunked and whole, on
+/// host arrays, a caller's array and a device buffer; a token whose axes agree rotates as
+/// the 1-D RoPE does, and axes that differ change the result.
+#[test]
+fn gpu_multimodal_rope_equals_cpu_bit_for_bit() {
+    use posenc::rope::{Mrope, MultimodalRope};
+    use wgpu::BufferUsages as U;
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(31);
+    let llama3 = Scaling::Llama3(Llama3::new(8.0, 1.0, 4.0, 8192));
+    let cases = [
+        // Qwen2-VL's: sections of a head of 128 (the vec4 kernel).
+        (RopeSpec::new(128).unwrap().with_base(1e6).unwrap(), Mrope::Sections, [16, 24, 24]),
+        // Qwen3-VL's interleaved layout, with a scaling's attention factor.
+        (
+            RopeSpec::new(64).unwrap().with_scaling(Scaling::Yarn(Yarn::new(4.0, 256))).unwrap(),
+            Mrope::Interleaved,
+            [12, 10, 10],
+        ),
+        // GLM-4V's: gptj pairing, partial rotary (the general kernel for 24 of 40).
+        (
+            RopeSpec::partial(40, 24).unwrap().with_pairing(Pairing::Gptj),
+            Mrope::Sections,
+            [4, 4, 4],
+        ),
+        (
+            RopeSpec::partial(130, 128).unwrap().with_scaling(llama3).unwrap(),
+            Mrope::Interleaved,
+            [3, 40, 2],
+        ),
+    ];
+    for (spec, layout_m, section) in cases {
+        let mrope = MultimodalRope::new(layout_m, section, spec.rotary_dim()).unwrap();
+        let dh = spec.head_dim() as usize;
+        let (batch, len, heads) = (2, 9, 3);
+        // Image tokens (time, row, column) sharing some positions, hard text ones after.
+        let text = hard_batch(&mut rng, batch, len);
+        let positions = ndarray::Array3::from_shape_fn((3, batch, len), |(a, b, l)| {
+            if l < 6 {
+                [3, 3 + (l / 3) as u32, 3 + (l % 3) as u32][a] + b as u32
+            } else {
+                text[[b, l]]
+            }
+        });
+        for layout in [Layout::Blhd, Layout::Bhld] {
+            let shape = shape_of(layout, batch, len, heads, dh);
+            let what = format!("{layout_m:?} {section:?} r {} {layout:?}", spec.rotary_dim());
+            let x = tensor::<bf16>(shape, 12);
+            let p = positions.view();
+            let want = cpu::rope_multimodal(&spec, &mrope, x.view(), p, layout).unwrap();
+            let got = ctx.rope_multimodal(&spec, &mrope, x.view(), p, layout).unwrap();
+            assert_rope_same(
+                &what,
+                positions.index_axis(ndarray::Axis(0), 0),
+                layout,
+                got.view(),
+                want.view(),
+            );
+            // Chunks of a few head rows: cos/sin slots by (t, h, w) in every chunk.
+            let cap = (3 * dh * 2).max(spec.n_freqs() as usize * 8 * 2).next_multiple_of(4) as u64;
+            let capped = ctx.with_max_binding_size(cap.max(256));
+            assert_eq!(
+                capped.rope_multimodal(&spec, &mrope, x.view(), p, layout).unwrap(),
+                want,
+                "{what} chunked"
+            );
+            let y = tensor::<f32>(shape, 13);
+            let want32 = cpu::rope_multimodal(&spec, &mrope, y.view(), p, layout).unwrap();
+            let got32 = ctx.rope_multimodal(&spec, &mrope, y.view(), p, layout).unwrap();
+            assert_rope_same(
+                &what,
+                positions.index_axis(ndarray::Axis(0), 0),
+                layout,
+                got32.view(),
+                want32.view(),
+            );
+            let mut into = Array4::from_elem(x.raw_dim(), bf16::ONE);
+            ctx.rope_multimodal_into(&spec, &mrope, x.view(), into.view_mut(), p, layout).unwrap();
+            assert_eq!(into, want, "{what} into");
+            for usage in [U::STORAGE | U::COPY_SRC | U::COPY_DST, U::COPY_SRC | U::COPY_DST] {
+                let buffer = upload(ctx, &x, usage, 4);
+                ctx.rope_multimodal_in_place(&spec, &mrope, &buffer, shape, layout, Dtype::Bf16, p)
+                    .unwrap();
+                let got = ctx.read_buffer(&buffer).unwrap();
+                let want_bytes: &[u8] = bytemuck::cast_slice(want.as_slice().unwrap());
+                assert_eq!(&got[..want_bytes.len()], want_bytes, "{what} in place {usage:?}");
+            }
+            // The text tokens rotate as the 1-D RoPE; the image tokens do not.
+            let one = ctx
+                .rope(&spec, x.view(), positions.index_axis(ndarray::Axis(0), 0), layout)
+                .unwrap();
+            let (one, got) = (token_major(one.view(), layout), token_major(got.view(), layout));
+            let tail = ndarray::s![.., 6.., .., ..];
+            assert_eq!(one.slice(tail), got.slice(tail), "{what} text");
+            assert_ne!(one, got, "{what}: the axes changed nothing");
+        }
+    }
+    // The checks of the CPU path, before any GPU work.
+    let spec = RopeSpec::new(16).unwrap();
+    let mrope = MultimodalRope::new(Mrope::Sections, [2, 3, 3], 16).unwrap();
+    let x = Array4::<f32>::ones((1, 2, 1, 16));
+    let flat = ndarray::Array3::<u32>::zeros((1, 1, 2));
+    let e = ctx.rope_multimodal(&spec, &mrope, x.view(), flat.view(), Layout::Blhd).unwrap_err();
+    assert!(matches!(e, Error::Shape { op: "rope_multimodal", .. }), "{e}");
 }

@@ -3,12 +3,12 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
-use ndarray::{Array4, ArrayView2};
+use ndarray::{Array4, ArrayView2, ArrayView3};
 use posenc::alloc::check_allocation;
 use posenc::commands::{ConfigSource, InvFreq, RopeOptions, ScalingSource, with_origin};
 use posenc::inputs::{self, RopePositions, RopeTensor, Source};
 use posenc::npy;
-use posenc::rope::{self as rp, Element, RopeSpec};
+use posenc::rope::{self as rp, Element, MultimodalRope, RopeSpec};
 use posenc::{Error, cpu};
 
 use crate::args::{refuse_without, whole};
@@ -37,10 +37,14 @@ pub(crate) const HELP: &str = "For frequency i < r/2 (r = --rotary-dim) and the 
 --config takes a Hugging Face model's config.json: its base, scaling (rope_scaling or \
     rope_parameters), rotary dim and pairing become the defaults, the flags override them, and \
     --layer-type picks one of per-layer-type rope_parameters (Gemma 3). The tensor's last axis \
-    must be the config's head dim.
+    must be the config's head dim. A multimodal RoPE's config (M-RoPE: Qwen2-VL, Qwen2.5-VL, \
+    Qwen3-VL, GLM-4V, ...) turns each frequency by the position of one of three axes, time, \
+    height and width, as its mrope_section says.
 
-Positions: --positions gives each token's (.npy [B, L] of uint32, int32 or int64); --offset N \
-    makes every sequence count from N (decoding with a KV cache); the default is --offset 0.
+Positions: --positions gives each token's (.npy [B, L] of uint32, int32 or int64; with a \
+    multimodal config also [3, B, L], a position per axis, as the model's position ids give them: \
+    text tokens have the same three); --offset N makes every sequence count from N (decoding \
+    with a KV cache); the default is --offset 0.
 
 Everything (files, dtypes, shapes, positions, the scaling) is checked before any GPU work and \
     before OUT is opened.";
@@ -57,7 +61,8 @@ pub(crate) struct RopeArgs {
     layout: LayoutArg,
     #[command(flatten)]
     params: RopeParams,
-    /// Each token's position: .npy [B, L] of uint32, int32 or int64.
+    /// Each token's position: .npy [B, L] of uint32, int32 or int64; with a multimodal
+    /// RoPE's --config also [3, B, L], a position per axis (time, height, width).
     #[arg(long, value_name = "PATH", conflicts_with = "offset")]
     positions: Option<PathBuf>,
     /// Every sequence's first position: token l of each sequence is at N + l.
@@ -184,6 +189,8 @@ enum PairingArg {
 /// A rope request, read and checked.
 struct RopeInput {
     spec: RopeSpec,
+    /// A multimodal config's axes.
+    mrope: Option<MultimodalRope>,
     tensor: RopeTensor,
     positions: RopePositions,
     layout: rp::Layout,
@@ -195,8 +202,14 @@ pub(crate) fn run(args: &RopeArgs) -> Result<(), Failure> {
 
     // The request is valid: from here on failures are the run's (exit 1).
     let (spec, layout) = (&input.spec, input.layout);
-    let positions = input.positions.for_tensor(&input.tensor)?;
-    let p = positions.as_ref().map(|p| p.view());
+    // Positions per axis, with the config's axes (`load` refuses them without).
+    let positions = match (&input.positions, &input.mrope) {
+        (RopePositions::Axes(p), Some(m)) if !input.tensor.is_empty() => {
+            Some(Positions::Axes(p.view(), m))
+        }
+        _ => input.positions.for_tensor(&input.tensor)?.map(Positions::One),
+    };
+    let p = positions.as_ref().map(Positions::view);
     let (elements, size) = match &input.tensor {
         RopeTensor::F32(x) => (x.len(), 4),
         RopeTensor::F16(x) => (x.len(), 2),
@@ -218,23 +231,51 @@ pub(crate) fn run(args: &RopeArgs) -> Result<(), Failure> {
     }
 }
 
+/// A rotation's positions: one per token, or one per axis with a multimodal RoPE's axes.
+enum Positions<'a> {
+    One(ndarray::Array2<u32>),
+    Axes(ArrayView3<'a, u32>, &'a MultimodalRope),
+}
+
+/// [`Positions`] borrowed.
+#[derive(Clone, Copy)]
+enum PositionsView<'a> {
+    One(ArrayView2<'a, u32>),
+    Axes(ArrayView3<'a, u32>, &'a MultimodalRope),
+}
+
+impl Positions<'_> {
+    fn view(&self) -> PositionsView<'_> {
+        match self {
+            Positions::One(p) => PositionsView::One(p.view()),
+            Positions::Axes(p, m) => PositionsView::Axes(p.view(), m),
+        }
+    }
+}
+
 fn rotate<T: Element>(
     compute: &Compute,
     spec: &RopeSpec,
     x: &Array4<T>,
-    positions: Option<ArrayView2<'_, u32>>,
+    positions: Option<PositionsView<'_>>,
     layout: rp::Layout,
 ) -> Result<Array4<T>, Failure> {
     const WHAT: &str = "the RoPE output";
     // No positions: the tensor is empty, and its own rotation.
     let Some(positions) = positions else { return Ok(x.clone()) };
-    Ok(match compute {
+    Ok(match (compute, positions) {
         // A fallibly allocated output, each task copying its tokens just before it rotates
         // them: the output is as large as the input, which the user chose.
-        Compute::Cpu => cpu::rope(spec, x.view(), positions, layout)?,
-        Compute::Gpu(ctx) => {
+        (Compute::Cpu, PositionsView::One(p)) => cpu::rope(spec, x.view(), p, layout)?,
+        (Compute::Cpu, PositionsView::Axes(p, m)) => {
+            cpu::rope_multimodal(spec, m, x.view(), p, layout)?
+        }
+        (Compute::Gpu(ctx), positions) => {
             check_allocation(WHAT, (x.len() as u64).saturating_mul(size_of::<T>() as u64))?;
-            ctx.rope(spec, x.view(), positions, layout)?
+            match positions {
+                PositionsView::One(p) => ctx.rope(spec, x.view(), p, layout)?,
+                PositionsView::Axes(p, m) => ctx.rope_multimodal(spec, m, x.view(), p, layout)?,
+            }
         }
     })
 }
@@ -257,7 +298,7 @@ impl RopeInput {
         let (batch, len, _, head_dim) = layout.dims(tensor.shape());
         let head_dim = u32::try_from(head_dim).unwrap_or(u32::MAX);
         // The tensor's head stands in for a head dim the config does not give.
-        let config = options.config(Some(head_dim))?;
+        let (config, mrope) = options.config_multimodal(Some(head_dim))?;
         if let (Some(c), Some(path)) = (&config, &args.params.config)
             && c.head_dim() != head_dim
         {
@@ -277,8 +318,13 @@ impl RopeInput {
             options.spec(head_dim, config.as_ref(), scaling, |e, head_dim, rotary_dim| {
                 with_origin(e, &origin, head_dim, rotary_dim)
             })?;
+        let mrope = options.axes_for(mrope, &spec, None)?;
         let positions_file = args.positions.as_deref().map(Source::File);
-        let positions = inputs::rope_positions(positions_file, args.offset, batch, len)?;
-        Ok(Self { spec, tensor, positions, layout })
+        let positions = inputs::rope_positions_multimodal(positions_file, args.offset, batch, len)?;
+        if let (RopePositions::Axes(_), None) = (&positions, &mrope) {
+            // Refused as the positions' own error, before OUT is opened.
+            positions.to_array()?;
+        }
+        Ok(Self { spec, mrope, tensor, positions, layout })
     }
 }
