@@ -21,13 +21,14 @@ struct Params {
     // Tokens per sequence (with FLAG_OFFSETS).
     seq_len: u32,
     // With FLAG_AXES (a multimodal RoPE): slot s's positions are three, time, height and
-    // width, at positions[pos_base + 3 s + axis], and frequency i takes the axis
+    // width, axis-major as transformers' position ids [3, B, L] are, at
+    // positions[pos_base + axis * axis_stride + s], and frequency i takes the axis
     // mrope_axis(i) gives for these mrope_section counts (each at most 32768).
     section_t: u32,
     section_h: u32,
     section_w: u32,
-    _pad0: u32,
-    _pad1: u32,
+    axis_stride: u32,
+    _pad: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -67,7 +68,7 @@ fn rope_cs(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index
     let i = idx - slot * params.n_freqs;
     var p: u32;
     if (params.flags & FLAG_AXES) != 0u {
-        p = positions[params.pos_base + 3u * slot + mrope_axis(i)];
+        p = positions[params.pos_base + mrope_axis(i) * params.axis_stride + slot];
     } else if (params.flags & FLAG_OFFSETS) != 0u {
         let b = slot / params.seq_len;
         p = positions[params.pos_base + b] + (slot - b * params.seq_len);

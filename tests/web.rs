@@ -61,6 +61,7 @@ both!(
     sinusoid_table_has_the_cpu_bits,
     fused_encode_has_the_cpu_bits,
     rope_has_the_cpu_bits,
+    multimodal_rope_has_the_cpu_bits,
     alibi_has_the_cpu_bits,
     recorded_decode_step_on_the_callers_device,
     blocking_calls_are_refused_on_the_web,
@@ -213,6 +214,58 @@ async fn rope_has_the_cpu_bits() {
         assert_eq!(wide.slice(ndarray::s![.., .., .., ..;2]), want, "{name}: strided");
         assert!(wide.slice(ndarray::s![.., .., .., 1..;2]).iter().all(|v| *v == 7.0));
     }
+}
+
+/// A multimodal RoPE (Qwen2-VL's config, positions per axis) on host arrays and recorded
+/// into the caller's encoder, with the CPU's bits.
+async fn multimodal_rope_has_the_cpu_bits() {
+    let Some(gpu) = context().await else { return };
+    let qwen2_vl = r#"{"model_type": "qwen2_vl", "hidden_size": 256, "num_attention_heads": 2,
+        "rope_theta": 1000000.0,
+        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}"#;
+    let (spec, mrope) = RopeSpec::from_hf_config_multimodal(qwen2_vl, None, None).unwrap();
+    let mrope = mrope.unwrap();
+    let mut rng = Rng::new(5);
+    let pool = hard_positions(&mut rng, 8);
+    let (batch, len, heads) = (2, 6, 2);
+    let positions = ndarray::Array3::from_shape_fn((3, batch, len), |(a, b, l)| {
+        if l < 4 { [1, 1 + (l / 2) as u32, 1 + (l % 2) as u32][a] + b as u32 } else { pool[l + b] }
+    });
+    let x: Array4<f32> = rope_support::tensor([batch, len, heads, 128], 8);
+    let (p, blhd) = (positions.view(), Layout::Blhd);
+    let want = cpu::rope_multimodal(&spec, &mrope, x.view(), p, blhd).unwrap();
+    let got = gpu.rope_multimodal_async(&spec, &mrope, x.view(), p, blhd).await.unwrap();
+    same_bits("multimodal rope", got.as_slice().unwrap(), want.as_slice().unwrap());
+
+    let desc = RopePassDescriptor {
+        shape: [batch, len, heads, 128],
+        layout: blhd,
+        dtype: Dtype::F32,
+        positions: Positions::PerToken,
+        k_heads: 0,
+    };
+    let pass = gpu.rope_pass_multimodal_async(&spec, &mrope, &desc).await.unwrap();
+    let (device, queue) = (gpu.device(), gpu.queue());
+    use wgpu::BufferUsages as U;
+    let buffer = |label, contents: &[u8]| {
+        let b = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: contents.len() as u64,
+            usage: U::STORAGE | U::COPY_DST | U::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        queue.write_buffer(&b, 0, contents);
+        b
+    };
+    let flat: Vec<u32> = positions.iter().copied().collect();
+    let q_buf = buffer("q", bytemuck::cast_slice(x.as_slice().unwrap()));
+    let p_buf = buffer("positions", bytemuck::cast_slice(&flat));
+    let mut encoder = device.create_command_encoder(&Default::default());
+    pass.record(&mut encoder, q_buf.slice(..), p_buf.slice(..)).unwrap();
+    queue.submit([encoder.finish()]);
+    let back = gpu.read_buffer_async(&q_buf).await.unwrap();
+    let got: Vec<f32> = bytemuck::pod_collect_to_vec(&back);
+    same_bits("recorded multimodal rope", &got, want.as_slice().unwrap());
 }
 
 async fn alibi_has_the_cpu_bits() {

@@ -175,8 +175,8 @@ pub fn params(entry: &str) -> Params {
             section_t,
             section_h,
             section_w,
-            _pad0,
-            _pad1,
+            axis_stride,
+            _pad,
         }),
         "rope" => params!(RopeParams {
             n_elems,

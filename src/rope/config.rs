@@ -1153,12 +1153,17 @@ fn language_model(json: &str) -> Result<Object> {
     } else if composite
         && get(&config, "text_config").is_none()
         && !FLAT_COMPOSITES.iter().any(|f| f.model_type == top_type)
-        && !LIFTS_EVERY_KEY.contains(&top_type.as_str())
     {
+        let text_type = families::text_model_type(&top_type).unwrap_or("");
+        // Its class builds its language model from every top-level key: read as that
+        // model (dots.llm3 Note's published checkpoints are flat).
+        if LIFTS_EVERY_KEY.contains(&top_type.as_str()) {
+            config.insert("model_type".into(), text_type.into());
+            return Ok(config);
+        }
         // Its class builds its language model from its own defaults, whatever the top level
         // says (transformers 5.24): read from there it was a silent wrong answer (round
         // sixteen: Qwen3-VL-MoE, Qwen3.5, GLM-OCR, ...).
-        let text_type = families::text_model_type(&top_type).unwrap_or("");
         return Err(invalid(
             "text_config",
             "missing",
@@ -1199,9 +1204,9 @@ fn language_model(json: &str) -> Result<Object> {
     Ok(config)
 }
 
-/// Composites whose config class builds its `text_config` from every top-level key (their
-/// top level reads as it is).
-const LIFTS_EVERY_KEY: &[&str] = &["hunyuan_vl"];
+/// Composites whose config class builds its `text_config` from every top-level key of a
+/// config without one (transformers 5.24): read as their language model.
+const LIFTS_EVERY_KEY: &[&str] = &["dots3_note", "glm5_next", "hunyuan_vl"];
 
 /// A composite model whose config class builds its `text_config` from a flat config's
 /// top-level keys (the hub's Qwen2-VL, Qwen2.5-VL, PaddleOCR-VL and Fuyu configs are flat):
@@ -1887,6 +1892,9 @@ impl RopeSpec {
             None => Some("default"),
         };
         let proportional = rope_type == Some("proportional");
+        // Cosmos 3 Edge's config class (its `validate_architecture`) raises on any other.
+        let cosmos3_edge = model_type == "cosmos3_edge_text";
+        let cosmos3_type = cosmos3_edge.then(|| rope_type.map(str::to_string)).flatten();
         let (mut head_dim, deepseek) =
             head_dim(&config, model_type, family, stand_in.map(u64::from))?;
         if let LayerRule::PerLayerHead { gemma4 } = family.layers
@@ -1948,6 +1956,25 @@ impl RopeSpec {
             .with_pairing(pairing)
             .with_scaling(scaling)
             .map_err(under(&scaling_key))?;
+        if cosmos3_edge {
+            if cosmos3_type.as_deref() != Some("default") {
+                return Err(invalid(
+                    format!("{scaling_key}.rope_type"),
+                    format!("{:?}", cosmos3_type.as_deref().unwrap_or("")),
+                    "default: Cosmos 3 Edge's config class refuses any other (transformers 5.24)",
+                ));
+            }
+            if let Some((_, section, _)) = mrope
+                && section.iter().map(|&n| u64::from(n)).sum::<u64>() != u64::from(head_dim / 2)
+            {
+                return Err(invalid(
+                    format!("{scaling_key}.mrope_section"),
+                    format!("{section:?} for head_dim {head_dim}"),
+                    "three counts summing to head_dim / 2: Cosmos 3 Edge's config class \
+                     refuses others (transformers 5.24)",
+                ));
+            }
+        }
         // Only a cache reads the axes; a rotation of text positions (one per token) is the
         // 1-D one without them.
         let mrope = match mrope {

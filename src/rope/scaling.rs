@@ -839,6 +839,17 @@ impl Fields<'_> {
             if key == "rope_type" || key == "type" || allowed.contains(&key.as_str()) {
                 continue;
             }
+            // A model config's key, which the config's reading takes out before this: here
+            // it is a scaling object's (`--scaling`), which sets no axes.
+            if key == "mrope_section" {
+                return Err(invalid(
+                    key.clone(),
+                    excerpt(value),
+                    "absent from a scaling object: a multimodal RoPE's axes are its model \
+                     config's (--config, RopeSpec::from_hf_config_multimodal), which keep \
+                     them beside a scaling given on its own",
+                ));
+            }
             let keys = ["rope_type"].iter().chain(allowed).copied().collect::<Vec<_>>().join(", ");
             return Err(invalid(
                 key.clone(),

@@ -48,10 +48,11 @@ pub struct RopeCsParams {
     pub section_h: u32,
     /// See `section_t`.
     pub section_w: u32,
+    /// With [`FLAG_AXES`](crate::shaders::FLAG_AXES): the distance between one axis's
+    /// positions and the next's (axis-major, as transformers' `[3, B, L]` position ids).
+    pub axis_stride: u32,
     /// Padding to a multiple of 16 bytes.
-    pub _pad0: u32,
-    /// Padding to a multiple of 16 bytes.
-    pub _pad1: u32,
+    pub _pad: u32,
 }
 
 /// Mirror of `Params` in `shaders/rope.wgsl`.
@@ -677,7 +678,8 @@ impl Context {
     }
 
     /// Records the cos/sin pass for the first `slots` positions of the bound positions
-    /// buffer (with `mrope`, three per slot, one per axis).
+    /// buffer (with `mrope`, three per slot, one per axis: `slots` of time, then of height,
+    /// then of width).
     fn record_rope_cs(
         &self,
         freqs: &Frequencies,
@@ -711,6 +713,7 @@ impl Context {
             section_t,
             section_h,
             section_w,
+            axis_stride: slots as u32,
             ..RopeCsParams::default()
         };
         self.queue.write_buffer(params_buf, 0, bytemuck::bytes_of(&params));
@@ -742,7 +745,7 @@ impl Context {
                 let (t, h, w) =
                     (p.index_axis(Axis(0), 0), p.index_axis(Axis(0), 1), p.index_axis(Axis(0), 2));
                 let keys = t.iter().zip(h.iter()).zip(w.iter()).map(|((&t, &h), &w)| [t, h, w]);
-                SlotsOf::Axes(Slots::new(keys.collect()))
+                SlotsOf::Axes(Slots::new(keys.collect()), Vec::new())
             }
         };
         let per_slot = if mrope.is_some() { 3 } else { 1 };
@@ -750,7 +753,8 @@ impl Context {
         let total = geometry.elements() as u64 * dtype.size() as u64;
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
         let _exclusive = self.memory.exclusive();
-        let plan = Plan::new(self, spec, geometry, dtype, matches!(io, Io::Host { .. }))?;
+        let host = matches!(io, Io::Host { .. });
+        let plan = Plan::new(self, spec, geometry, dtype, host, mrope.is_some())?;
         let n_chunks = total_rows.div_ceil(plan.rows_per_chunk);
         let slot_cap = plan.rows_per_chunk.min(geometry.batch * geometry.len);
         let chunk_bytes = (plan.rows_per_chunk as u64 * plan.row_bytes).next_multiple_of(4);
@@ -891,13 +895,15 @@ pub(super) struct Plan {
 }
 
 impl Plan {
-    /// `host`: the tensor comes from and goes back to host memory (staging buffers).
+    /// `host`: the tensor comes from and goes back to host memory (staging buffers);
+    /// `axes`: each cos/sin slot has three positions (a multimodal RoPE), else one.
     pub(super) fn new(
         ctx: &Context,
         spec: &RopeSpec,
         geometry: &Geometry,
         dtype: Dtype,
         host: bool,
+        axes: bool,
     ) -> Result<Self> {
         let size = dtype.size();
         let head_dim = geometry.head_dim;
@@ -916,11 +922,13 @@ impl Plan {
         };
         let row_bytes = (head_dim * size) as u64;
         let cs_row_bytes = u64::from(spec.n_freqs()) * 8;
-        // Rows per chunk: its elements, its cos/sin rows (at most one per row) and its row
-        // slots each fit one binding, and its element count stays well inside u32.
+        // Rows per chunk: its elements, its cos/sin rows (at most one per row), its row
+        // slots and its slots' positions each fit one binding, and its element count stays
+        // well inside u32.
+        let position_bytes = if axes { 12 } else { 4 };
         let rows = (ctx.max_binding / row_bytes)
             .min(ctx.max_binding / cs_row_bytes)
-            .min(ctx.max_binding / 4)
+            .min(ctx.max_binding / position_bytes)
             .min((1 << 30) / head_dim as u64)
             .min(geometry.rows() as u64) as usize;
         // Whole groups of `unit` rows, unless one chunk takes every row (an odd count of
@@ -940,7 +948,7 @@ impl Plan {
             return Ok(Self { kernel, head_dim, row_bytes, rows_per_chunk });
         };
         let copies = 1 + u64::from(host) + u64::from(matches!(kernel, Kernel::General { .. }));
-        let per_row = copies * row_bytes + cs_row_bytes + 8;
+        let per_row = copies * row_bytes + cs_row_bytes + 4 + position_bytes;
         let fixed = u64::from(spec.n_freqs()) * 8 + 32 + 48 + 16;
         let fit = (left.saturating_sub(fixed) / per_row).min(rows_per_chunk as u64) as usize;
         let rows_per_chunk = whole(fit);
@@ -1027,7 +1035,8 @@ impl Plan {
 /// A call's cos/sin slots: by position, or by the three positions of a multimodal RoPE.
 enum SlotsOf {
     One(Slots<u32>),
-    Axes(Slots<[u32; 3]>),
+    /// The slots, and their positions axis-major.
+    Axes(Slots<[u32; 3]>, Vec<u32>),
 }
 
 impl SlotsOf {
@@ -1043,9 +1052,12 @@ impl SlotsOf {
                 let (rows, ps) = s.chunk(rows, token_of_row);
                 (rows, bytemuck::cast_slice(ps), ps.len())
             }
-            SlotsOf::Axes(s) => {
+            SlotsOf::Axes(s, by_axis) => {
                 let (rows, ps) = s.chunk(rows, token_of_row);
-                (rows, bytemuck::cast_slice(ps), ps.len())
+                // Axis-major, as the kernel reads them.
+                by_axis.clear();
+                by_axis.extend((0..3).flat_map(|a| ps.iter().map(move |p| p[a])));
+                (rows, bytemuck::cast_slice(by_axis), ps.len())
             }
         }
     }

@@ -25,10 +25,10 @@ use crate::gpu::memory::DeviceBuffer;
 use crate::gpu::pass::{BindCache, Need, PartShape, Positions, Span, uniform_blocks};
 use crate::gpu::rope::{Kernel, Plan, RopeCsParams, RopeKernel, RopeParams, RopeX4Params};
 use crate::gpu::{Context, fold_dispatch};
-use crate::rope::{Frequencies, Geometry, Layout, RopeSpec};
+use crate::rope::{Frequencies, Geometry, Layout, Mrope, MultimodalRope, RopeSpec};
 use crate::shaders::{
-    FLAG_OFFSETS, FLAG_SCALE, ROPE_PASS_WORKGROUP, RopePassForm, RopePassKernel, WORKGROUP_SIZE,
-    rope_pass_workgroup,
+    FLAG_AXES, FLAG_INTERLEAVED, FLAG_OFFSETS, FLAG_SCALE, ROPE_PASS_WORKGROUP, RopePassForm,
+    RopePassKernel, WORKGROUP_SIZE, rope_pass_workgroup,
 };
 
 /// The op every record of this pass names in its errors.
@@ -133,6 +133,8 @@ pub struct RopePass {
     desc: RopePassDescriptor,
     spec: RopeSpec,
     freqs: Frequencies,
+    /// A multimodal RoPE's axes: positions per axis, `[3, B, L]`.
+    mrope: Option<MultimodalRope>,
     /// The frequencies' turn steps, then (the GPU form) the cos/sin cache.
     steps: DeviceBuffer,
     /// The split route's cos/sin per token and frequency, written by a step's first
@@ -256,7 +258,43 @@ impl Context {
     /// range of the caller's buffer ([`RopePass::parts`]): a long prefill's q or k on
     /// WebGPU's default 128 MiB binding, for one.
     pub fn rope_pass(&self, spec: &RopeSpec, desc: &RopePassDescriptor) -> Result<RopePass> {
-        self.scoped("rope_pass", || self.prepare_rope_pass(spec, desc))
+        self.scoped("rope_pass", || self.prepare_rope_pass(spec, None, desc))
+    }
+
+    /// [`Context::rope_pass`] for a multimodal RoPE (M-RoPE: Qwen2-VL, Qwen3-VL, GLM-4V,
+    /// ...): a step's positions are one per token and axis, `[3, B, L]` row-major (time,
+    /// then height, then width, as transformers' position ids are), and frequency `i` turns
+    /// by the position of axis `mrope.axes()[i]`, bit for bit as
+    /// [`crate::cpu::rope_multimodal`]. `desc.positions` must be
+    /// [`Positions::PerToken`]. Such a pass takes the split route (a cos/sin dispatch per
+    /// step, then the rotation: [`RopePass::dispatches`]); a step of text tokens, whose
+    /// axes agree, is the 1-D rotation, which [`Context::rope_pass`] records in one.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] naming `mrope` if it assigns another number of
+    /// frequencies than the spec's `rotary_dim / 2`, and naming `positions` for
+    /// [`Positions::PerSequence`]; otherwise as [`Context::rope_pass`].
+    pub fn rope_pass_multimodal(
+        &self,
+        spec: &RopeSpec,
+        mrope: &MultimodalRope,
+        desc: &RopePassDescriptor,
+    ) -> Result<RopePass> {
+        self.scoped("rope_pass", || self.prepare_rope_pass(spec, Some(mrope), desc))
+    }
+
+    /// [`Context::rope_pass_multimodal`], its error scopes awaited rather than blocked on.
+    ///
+    /// # Errors
+    /// As [`Context::rope_pass_multimodal`].
+    pub async fn rope_pass_multimodal_async(
+        &self,
+        spec: &RopeSpec,
+        mrope: &MultimodalRope,
+        desc: &RopePassDescriptor,
+    ) -> Result<RopePass> {
+        self.scoped_async("rope_pass", async || self.prepare_rope_pass(spec, Some(mrope), desc))
+            .await
     }
 
     /// [`Context::rope_pass`], its error scopes awaited rather than blocked on, as
@@ -269,11 +307,39 @@ impl Context {
         spec: &RopeSpec,
         desc: &RopePassDescriptor,
     ) -> Result<RopePass> {
-        self.scoped_async("rope_pass", async || self.prepare_rope_pass(spec, desc)).await
+        self.scoped_async("rope_pass", async || self.prepare_rope_pass(spec, None, desc)).await
     }
 
-    fn prepare_rope_pass(&self, spec: &RopeSpec, desc: &RopePassDescriptor) -> Result<RopePass> {
+    fn prepare_rope_pass(
+        &self,
+        spec: &RopeSpec,
+        mrope: Option<&MultimodalRope>,
+        desc: &RopePassDescriptor,
+    ) -> Result<RopePass> {
         const OP: &str = "rope_pass";
+        if let Some(m) = mrope {
+            if m.n_freqs() != spec.n_freqs() {
+                return Err(Error::InvalidParameter {
+                    field: "mrope",
+                    value: format!(
+                        "axes of {} frequencies (rotary_dim {}) for a spec of rotary_dim {}",
+                        m.n_freqs(),
+                        2 * m.n_freqs(),
+                        spec.rotary_dim()
+                    ),
+                    allowed: "the spec's rotary_dim / 2 frequencies \
+                              (MultimodalRope::for_rotary_dim)",
+                });
+            }
+            if desc.positions != Positions::PerToken {
+                return Err(Error::InvalidParameter {
+                    field: "positions",
+                    value: format!("{:?} with a multimodal RoPE", desc.positions),
+                    allowed: "PerToken: a multimodal step reads a position per token and \
+                              axis, [3, B, L]",
+                });
+            }
+        }
         let (batch, len, ..) = desc.layout.dims(desc.shape);
         let geometry = Geometry::check(OP, spec, desc.shape, desc.layout, (batch, len))?;
         if geometry.elements() == 0 {
@@ -321,6 +387,16 @@ impl Context {
             }
         };
         let tokens = batch * len;
+        let axis_bytes = tokens as u64 * 12;
+        if mrope.is_some() && axis_bytes > self.max_binding {
+            return Err(Error::Limit {
+                op: OP,
+                what: "the positions of one recorded step's tokens, three each",
+                requested: axis_bytes,
+                limit_name: "max storage binding size",
+                limit: self.max_binding,
+            });
+        }
         let cs_bytes = tokens as u64 * u64::from(spec.n_freqs()) * 8;
         if cs_bytes > self.max_binding {
             return Err(Error::Limit {
@@ -346,7 +422,12 @@ impl Context {
             self.queue.submit([]);
             Ok((steps_buf, cs, q, k))
         })?;
-        let mut fused = self.fused_rope(spec, &freqs, desc, &q, k.as_ref());
+        // A multimodal step takes the split route, whose cos/sin pass gathers each
+        // frequency from its axis.
+        let mut fused = match mrope {
+            Some(_) => None,
+            None => self.fused_rope(spec, &freqs, desc, &q, k.as_ref()),
+        };
         // The GPU forms read the cos/sin of their positions from a cache after the steps;
         // the heads form for CPU adapters computes each once per token and unit.
         let steps = match fused.as_mut() {
@@ -367,6 +448,7 @@ impl Context {
             desc: desc.clone(),
             spec: spec.clone(),
             freqs,
+            mrope: mrope.copied(),
             steps,
             cs,
             fused,
@@ -555,7 +637,7 @@ impl Split {
         desc: &RopePassDescriptor,
     ) -> Result<Self> {
         const OP: &str = "rope_pass";
-        let plan = Plan::new(ctx, spec, geometry, desc.dtype, false)?;
+        let plan = Plan::new(ctx, spec, geometry, desc.dtype, false, false)?;
         let rows = geometry.rows();
         let slot_bytes = rows as u64 * 4;
         if slot_bytes > ctx.max_binding {
@@ -663,10 +745,17 @@ impl RopePass {
         self.k.as_ref().map_or(0, |k| k.bytes)
     }
 
-    /// Bytes of `positions` a step reads.
+    /// Bytes of `positions` a step reads (three per token for a multimodal RoPE).
     pub fn positions_bytes(&self) -> u64 {
         let g = &self.q.geometry;
-        self.desc.positions.values(g.batch, g.len) as u64 * 4
+        let axes = if self.mrope.is_some() { 3 } else { 1 };
+        self.desc.positions.values(g.batch, g.len) as u64 * 4 * axes
+    }
+
+    /// The multimodal RoPE's axes the pass was prepared with
+    /// ([`Context::rope_pass_multimodal`]).
+    pub fn multimodal(&self) -> Option<&MultimodalRope> {
+        self.mrope.as_ref()
     }
 
     /// Parts q is rotated in: one, unless it is larger than one storage binding; then each
@@ -713,7 +802,8 @@ impl RopePass {
     /// Records one step into `encoder`: rotates the q tensor at the start of `data` in
     /// place, bit for bit what [`crate::cpu::rope()`] gives (see [`Context::rope`]).
     /// `positions` holds one u32 per token or per sequence as
-    /// prepared.
+    /// prepared (a multimodal pass: one per token and axis, `[3, B, L]`, as
+    /// [`crate::cpu::rope_multimodal`] rotates with them).
     ///
     /// `data` needs `STORAGE` usage (and `COPY_SRC` when the head dim is not a multiple of
     /// 8 or the rotary dim of 16: the general kernel reads a copy) and an offset that is a
@@ -1044,6 +1134,12 @@ impl RopePass {
         if self.desc.positions == Positions::PerSequence {
             flags |= FLAG_OFFSETS;
         }
+        let [section_t, section_h, section_w] = self.mrope.map_or([0; 3], |m| m.section());
+        match self.mrope.map(|m| m.layout()) {
+            Some(Mrope::Sections) => flags |= FLAG_AXES,
+            Some(Mrope::Interleaved) => flags |= FLAG_AXES | FLAG_INTERLEAVED,
+            None => {}
+        }
         let cs_params = RopeCsParams {
             n_pairs: tokens * n_freqs,
             n_freqs,
@@ -1052,6 +1148,11 @@ impl RopePass {
             scale_bits: af.to_bits(),
             pos_base: positions.base,
             seq_len: g.len.max(1) as u32,
+            section_t,
+            section_h,
+            section_w,
+            // Slot t is token t: the positions are [3, B, L], axis-major.
+            axis_stride: tokens,
             ..RopeCsParams::default()
         };
         let ctx = &self.ctx;

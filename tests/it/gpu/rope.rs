@@ -543,6 +543,17 @@ fn gpu_multimodal_rope_equals_cpu_bit_for_bit() {
             assert_ne!(one, got, "{what}: the axes changed nothing");
         }
     }
+    // One frequency per head (rotary dim 2): a slot's three positions (12 bytes) outweigh
+    // its cos/sin row (8), and chunks must fit them in one binding too.
+    let spec = RopeSpec::new(2).unwrap();
+    let mrope = MultimodalRope::new(Mrope::Sections, [0, 1, 0], 2).unwrap();
+    let positions = ndarray::Array3::from_shape_fn((3, 1, 200), |(a, _, l)| (l * 3 + a) as u32);
+    let x = tensor::<f32>([1, 200, 1, 2], 14);
+    let want =
+        cpu::rope_multimodal(&spec, &mrope, x.view(), positions.view(), Layout::Blhd).unwrap();
+    let capped = ctx.with_max_binding_size(256);
+    let got = capped.rope_multimodal(&spec, &mrope, x.view(), positions.view(), Layout::Blhd);
+    assert_eq!(got.unwrap(), want, "rotary dim 2, chunked");
     // The checks of the CPU path, before any GPU work.
     let spec = RopeSpec::new(16).unwrap();
     let mrope = MultimodalRope::new(Mrope::Sections, [2, 3, 3], 16).unwrap();

@@ -40,7 +40,8 @@ A multimodal RoPE's config (M-RoPE: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5, GLM
     PaddleOCR-VL, ...) gives the cache by position that each of its three axes gathers from, \
     with a note; safetensors' metadata adds mrope_section, mrope_layout (sections or \
     interleaved) and mrope_axes, one digit per frequency: the axis (0 time, 1 height, 2 width) \
-    whose position that frequency takes. `posenc rope` refuses such a config.
+    whose position that frequency takes. `posenc rope` rotates with such a config, taking a \
+    position per axis.
 
 The frequencies are those of a rotation at the same positions: dynamic and longrope see the \
     largest position + 1, or --seq-len N.";
