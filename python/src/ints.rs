@@ -100,15 +100,23 @@ macro_rules! int_arrays {
             }
 
             /// Every value as a u32, row-major, each checked (`field` and the value's index
-            /// name the first that is not one).
+            /// name the first that is not one: `at index k` in one dimension, `at [i, j]`
+            /// in more, as the command line names it).
             pub(crate) fn to_u32s(&self, field: &'static str) -> Result<Vec<u32>, Error> {
                 let swapped = self.swapped;
+                let shape = self.shape();
                 match &self.values {
                     $(IntValues::$variant(a) => u32_values(
                         a.iter().map(|&v| i128::from(if swapped { v.swap_bytes() } else { v })),
                         field,
                     ),)*
                 }
+                .map_err(|e| match e {
+                    Error::InvalidParameter { field, value, allowed } if shape.len() > 1 => {
+                        Error::InvalidParameter { field, value: at_index(&value, shape), allowed }
+                    }
+                    other => other,
+                })
             }
         }
 
@@ -145,6 +153,21 @@ macro_rules! int_arrays {
 int_arrays!(I8(i8), I16(i16), I32(i32), I64(i64), U8(u8), U16(u16), U32(u32), U64(u64));
 
 /// Values of any integer type, each checked to be a u32.
+/// `value` of [`u32_values`] (`V at index K`) with K as the index into `shape`, row-major.
+fn at_index(value: &str, shape: &[usize]) -> String {
+    let Some((v, k)) = value.rsplit_once(" at index ") else { return value.to_string() };
+    let Ok(mut k) = k.parse::<usize>() else { return value.to_string() };
+    let mut at = vec![0; shape.len()];
+    for (i, &n) in shape.iter().enumerate().rev() {
+        if n > 0 {
+            at[i] = k % n;
+            k /= n;
+        }
+    }
+    let at: Vec<String> = at.iter().map(usize::to_string).collect();
+    format!("{v} at [{}]", at.join(", "))
+}
+
 pub(crate) fn u32_values(
     values: impl IntoIterator<Item = i128>,
     field: &'static str,

@@ -166,6 +166,13 @@ def test_positions_per_axis_need_a_multimodal_config_and_their_shape():
         posenc.rope(q, layout="blhd", config=config.to_dict(), positions=np.zeros((3, 1, 5), np.int64))
     with pytest.raises(ValueError, match=r"mrope_section.*rotary_dim 64 \(from --rotary-dim\)"):
         posenc.rope(q, layout="blhd", config=config.to_dict(), positions=ids, rotary_dim=64)
+    # A bad position is named by its index, as the command line names it.
+    bad = ids.copy()
+    bad[1, 0, 2] = -1
+    with pytest.raises(ValueError, match=r"invalid positions: -1 at \[1, 0, 2\]"):
+        posenc.rope(q, layout="blhd", config=config.to_dict(), positions=bad)
+    with pytest.raises(ValueError, match=r"invalid positions: 4294967296 at \[0, 3\]"):
+        posenc.rope(q, layout="blhd", positions=np.array([[0, 1, 2, 2**32]]))
     with pytest.raises(ValueError, match="rank 2 or 3"):
         posenc.rope(q, layout="blhd", config=config.to_dict(), positions=np.zeros((1, 3, 1, 4), np.int64))
 
