@@ -335,6 +335,24 @@ fn rope(
             ),
         ));
     }
+    // These classes read one object as every layer's: given one entry per layer type,
+    // transformers 5.24 takes them for unknown keys of one default RoPE over rope_theta, so
+    // a layer type's entry read here was a silent wrong answer (Llama's, Mistral's, ...).
+    if per_layer
+        && family.layers == LayerRule::Generic
+        && READS_ONE_OBJECT.binary_search(&model_type).is_ok()
+    {
+        return Err(invalid(
+            "rope_parameters",
+            excerpt(&Value::Object(params.clone())),
+            format!(
+                "one object (rope_type, rope_theta, ...): {model_type}'s config class reads one \
+                 RoPE for every layer, and transformers 5.24 reads entries per layer type \
+                 ({}) as unknown keys of a default RoPE over rope_theta",
+                layer_types(params)
+            ),
+        ));
+    }
     let (params, key) = if per_layer {
         let known = layer_types(params);
         let Some(t) = layer_type else {
@@ -1382,6 +1400,163 @@ impl MultimodalRope {
 /// The largest `mrope_section` count read: half the largest rotary dim.
 const MAX_SECTION: u32 = super::MAX_HEAD_DIM / 2;
 
+/// The model types of transformers 5.24 whose config class reads `rope_parameters` given as
+/// one entry per layer type (`{"full_attention": {...}, "sliding_attention": {...}}`)
+/// as one RoPE's unknown keys, and that posenc otherwise reads as the generic family (each
+/// class built with such a dict, of its own layer types' names where it has others; sorted).
+/// A model type transformers does not know keeps the reading by layer type.
+const READS_ONE_OBJECT: &[&str] = &[
+    "EvollaModel",
+    "apertus",
+    "apertus1p5_text",
+    "arcee",
+    "aria_text",
+    "axk1",
+    "bitnet",
+    "blt_global_transformer",
+    "blt_local_decoder",
+    "blt_local_encoder",
+    "blt_patcher",
+    "canary_decoder",
+    "chameleon",
+    "cohere",
+    "cohere_asr",
+    "cosmos3_edge_vision",
+    "csm",
+    "csm_depth_decoder_model",
+    "deepseek_ocr2_sam_vision_model",
+    "deepseek_ocr2_text",
+    "deepseek_v3",
+    "dia_decoder",
+    "dia_encoder",
+    "diffllama",
+    "doge",
+    "dots3_note_audio_encoder",
+    "edgetam_video_mask_decoder",
+    "efficientloftr",
+    "emu3_text_model",
+    "emu3_vqgan",
+    "eomt_dinov3",
+    "ernie4_5",
+    "ernie4_5_moe",
+    "esmc",
+    "eurobert",
+    "evolla",
+    "exaone",
+    "falcon",
+    "flex_olmo",
+    "gemma",
+    "gemma4_audio",
+    "glm",
+    "glm4",
+    "glm4_moe_lite",
+    "glm_ocr_text",
+    "glmasr_encoder",
+    "gpt-sw3",
+    "gpt_neox",
+    "gpt_neox_japanese",
+    "gradium_phonon_tts",
+    "granite",
+    "granite4_vision_text",
+    "granite_docling_text",
+    "granite_docling_vision",
+    "granitemoe",
+    "granitemoeshared",
+    "gte",
+    "helium",
+    "higgs_audio_v2",
+    "hrm_text",
+    "hunyuan_v1_dense",
+    "hunyuan_v1_moe",
+    "hunyuan_vl_text",
+    "hunyuan_vl_vision",
+    "hy_v3",
+    "hy_v4_vl_vision",
+    "hyperclovax",
+    "idefics",
+    "internlm3",
+    "iquestcoder",
+    "jais2",
+    "jina_embeddings_v3",
+    "kyutai_speech_to_text",
+    "lasr_encoder",
+    "layoutxlm",
+    "lfm2_moe",
+    "llama",
+    "llama4_vision_model",
+    "longcat_flash",
+    "mimi",
+    "mimi_decoder",
+    "mimi_encoder",
+    "minicpm3",
+    "minicpmv4_7_vision",
+    "minimax_m2",
+    "ministral3",
+    "mistral",
+    "mistral4",
+    "mixtral",
+    "mlcd",
+    "mllama_text_model",
+    "molmo2_adapter",
+    "molmo2_text",
+    "molmo2_vision",
+    "moonshine_streaming",
+    "moshi",
+    "nemotron",
+    "nemotron3_5_transcribe_asr_audio",
+    "nemotron3_5_transcribe_word_timestamp",
+    "nemotron3_diarization_audio",
+    "neucodec",
+    "nomic_bert",
+    "olmo",
+    "olmo2",
+    "olmoe",
+    "paddleocr_vl_text",
+    "pe_audio_encoder",
+    "pe_audio_video_encoder",
+    "pe_video_encoder",
+    "persimmon",
+    "phi",
+    "phi3",
+    "phi4_multimodal",
+    "phi4_multimodal_audio",
+    "phi4_multimodal_vision",
+    "phimoe",
+    "pocket_tts",
+    "pocket_tts_audio_tokenizer",
+    "pocket_tts_audio_tokenizer_decoder",
+    "pocket_tts_audio_tokenizer_encoder",
+    "pp_chart2table_vision",
+    "qwen2_5_omni_dit",
+    "qwen2_5_vl_text",
+    "qwen2_vl_text",
+    "qwen3_moe",
+    "qwen3_omni_moe_talker_text",
+    "qwen3_vl_moe_text",
+    "qwen3_vl_text",
+    "sam2_video_mask_decoder",
+    "sam3_detr_decoder",
+    "sam3_detr_encoder",
+    "sam3_geometry_encoder",
+    "sam3_mask_decoder",
+    "sam3_tracker_video_mask_decoder",
+    "sarvam_mla",
+    "sarvam_moe",
+    "seed_oss",
+    "solar_open",
+    "stablelm",
+    "starcoder2",
+    "timesfm",
+    "timesfm2_5",
+    "unlimited_ocr_sam_vision_model",
+    "unlimited_ocr_vision_encoder",
+    "vjepa2",
+    "voxtral_realtime_encoder",
+    "voxtral_realtime_text",
+    "xcodec2",
+    "youtu",
+];
+
 /// Model types whose rotary module is always a multimodal RoPE, with a default section
 /// where the config gives none (transformers 5.24), which posenc does not compute: refused
 /// with or without `mrope_section` (a missing one was read as a 1-D RoPE, round sixteen).
@@ -1995,5 +2170,15 @@ impl RopeSpec {
             _ => None,
         };
         Ok((spec, mrope))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_searched_by_bisection_are_sorted() {
+        assert!(READS_ONE_OBJECT.windows(2).all(|w| w[0] < w[1]));
     }
 }

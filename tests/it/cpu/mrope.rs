@@ -445,6 +445,73 @@ fn round_sixteen_configs_are_refused_naming_the_key() {
     // The flat composites whose classes lift the top level still read.
     assert!(RopeSpec::from_hf_config_multimodal(QWEN25_VL, None, None).is_ok());
 
+    // A per-layer-type rope_parameters in a class that reads one object (Llama's: transformers
+    // 5.24 rotates every layer with a default RoPE over rope_theta) is refused; a class that
+    // keeps the entries apart (gpt-oss, Qwen2), or a model type transformers does not know,
+    // reads them.
+    let per_layer = |model_type: &str| {
+        format!(
+            r#"{{"model_type": "{model_type}", "hidden_size": 256, "num_attention_heads": 2,
+                "rope_parameters": {{
+                "full_attention": {{"rope_type": "default", "rope_theta": 10000.0}},
+                "sliding_attention": {{"rope_type": "default", "rope_theta": 500000.0}}}}}}"#
+        )
+    };
+    for model_type in ["llama", "mistral", "phi3", "qwen3_moe"] {
+        let msg = refused(&per_layer(model_type), Some("sliding_attention"), "rope_parameters");
+        assert!(msg.contains("unknown keys"), "{msg}");
+    }
+    for model_type in ["gpt_oss", "qwen2", "someday"] {
+        let spec = RopeSpec::from_hf_config(&per_layer(model_type), Some("sliding_attention"));
+        assert_eq!(spec.unwrap().base(), 500000.0, "{model_type}");
+    }
+
+    // Flat configs whose classes pass every key on read as their language model.
+    let dots = r#"{"model_type": "dots3_note", "hidden_size": 256, "num_attention_heads": 2,
+        "head_dim": 64, "layer_types": ["sliding_attention"], "rope_parameters": {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 50000.0,
+        "partial_rotary_factor": 0.25}}}"#;
+    let nested = format!(
+        r#"{{"model_type": "dots3_note", "text_config": {}}}"#,
+        dots.replace(r#""dots3_note""#, r#""dots3_note_text""#)
+    );
+    let flat = RopeSpec::from_hf_config(dots, Some("sliding_attention")).unwrap();
+    assert_eq!(flat, RopeSpec::from_hf_config(&nested, Some("sliding_attention")).unwrap());
+    assert_eq!((flat.rotary_dim(), flat.base()), (16, 50000.0));
+    // GLM-5 Next's language model applies no RoPE.
+    let glm5 = r#"{"model_type": "glm5_next", "hidden_size": 256, "num_attention_heads": 2}"#;
+    assert!(RopeSpec::from_hf_config(glm5, None).unwrap_err().to_string().contains("NoPE"));
+
+    // Cosmos 3 Edge's class refuses another rope_type and a section not summing to
+    // head_dim / 2.
+    let cosmos = |scaling: &str| {
+        format!(
+            r#"{{"model_type": "cosmos3_edge_text", "hidden_size": 256,
+                "num_attention_heads": 2, "head_dim": 128, "rope_parameters": {scaling}}}"#
+        )
+    };
+    let ok =
+        cosmos(r#"{"rope_type": "default", "rope_theta": 1e8, "mrope_section": [24, 20, 20]}"#);
+    assert!(RopeSpec::from_hf_config_multimodal(&ok, None, None).is_ok());
+    let linear = cosmos(
+        r#"{"rope_type": "linear", "factor": 2.0, "rope_theta": 1e8,
+            "mrope_section": [24, 20, 20]}"#,
+    );
+    let e = RopeSpec::from_hf_config_multimodal(&linear, None, None).unwrap_err().to_string();
+    assert!(e.contains("rope_parameters.rope_type") && e.contains("Cosmos 3 Edge"), "{e}");
+    let short =
+        cosmos(r#"{"rope_type": "default", "rope_theta": 1e8, "mrope_section": [10, 10, 10]}"#);
+    let e = RopeSpec::from_hf_config_multimodal(&short, None, None).unwrap_err().to_string();
+    assert!(e.contains("mrope_section") && e.contains("head_dim 128"), "{e}");
+
+    // A scaling object's mrope_section is refused saying where the axes come from.
+    let e = posenc::rope::Scaling::from_hf_json(
+        r#"{"rope_type": "default", "mrope_section": [16, 24, 24]}"#,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("--config"), "{e}");
+
     for (model_type, section) in
         [("cohere_compass_text", "[24, 20, 20]"), ("hy_v4_vl_text", "[12, 10, 10]")]
     {
