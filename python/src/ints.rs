@@ -152,7 +152,6 @@ macro_rules! int_arrays {
 
 int_arrays!(I8(i8), I16(i16), I32(i32), I64(i64), U8(u8), U16(u16), U32(u32), U64(u64));
 
-/// Values of any integer type, each checked to be a u32.
 /// `value` of [`u32_values`] (`V at index K`) with K as the index into `shape`, row-major.
 fn at_index(value: &str, shape: &[usize]) -> String {
     let Some((v, k)) = value.rsplit_once(" at index ") else { return value.to_string() };
@@ -168,6 +167,7 @@ fn at_index(value: &str, shape: &[usize]) -> String {
     format!("{v} at [{}]", at.join(", "))
 }
 
+/// Values of any integer type, each checked to be a u32.
 pub(crate) fn u32_values(
     values: impl IntoIterator<Item = i128>,
     field: &'static str,

@@ -335,23 +335,43 @@ fn rope(
             ),
         ));
     }
-    // These classes read one object as every layer's: given one entry per layer type,
-    // transformers 5.24 takes them for unknown keys of one default RoPE over rope_theta, so
-    // a layer type's entry read here was a silent wrong answer (Llama's, Mistral's, ...).
-    if per_layer
-        && family.layers == LayerRule::Generic
-        && READS_ONE_OBJECT.binary_search(&model_type).is_ok()
-    {
-        return Err(invalid(
-            "rope_parameters",
-            excerpt(&Value::Object(params.clone())),
-            format!(
-                "one object (rope_type, rope_theta, ...): {model_type}'s config class reads one \
-                 RoPE for every layer, and transformers 5.24 reads entries per layer type \
-                 ({}) as unknown keys of a default RoPE over rope_theta",
-                layer_types(params)
-            ),
-        ));
+    // transformers 5.24 reads entries per layer type only where their keys are among the
+    // layer types of a class that declares them (the config's `layer_types`, else the
+    // class's own); otherwise they are one RoPE's unknown keys (a default RoPE over
+    // rope_theta for Llama's, Mistral's, ... class), so a layer type's entry read here was a
+    // silent wrong answer. A model type transformers does not know declares none.
+    let class = class_layer_types(model_type);
+    if per_layer && (family.layers == LayerRule::Generic || !class.is_empty()) {
+        // A class that declares no layer types ignores a config's `layer_types` here, and
+        // one with labels of its own (`_rope_type_labels`) reads those.
+        let own_labels = ["deepseek_v4", "lfm3"].contains(&model_type);
+        let declared: Vec<&str> = match config.get("layer_types") {
+            Some(Value::Array(types)) if !class.is_empty() && !own_labels => {
+                types.iter().filter_map(Value::as_str).collect()
+            }
+            _ => class.to_vec(),
+        };
+        if !params.keys().any(|k| declared.contains(&k.as_str())) {
+            let declared = match declared.as_slice() {
+                [] => "none".to_string(),
+                some => {
+                    let mut unique = some.to_vec();
+                    unique.sort_unstable();
+                    unique.dedup();
+                    unique.join(", ")
+                }
+            };
+            return Err(invalid(
+                "rope_parameters",
+                excerpt(&Value::Object(params.clone())),
+                format!(
+                    "one object (rope_type, rope_theta, ...), or one per layer type the config \
+                     declares ({declared}): transformers 5.24 reads entries per layer type \
+                     only under those names, and these ({}) as one RoPE's unknown keys",
+                    layer_types(params)
+                ),
+            ));
+        }
     }
     let (params, key) = if per_layer {
         let known = layer_types(params);
@@ -1400,161 +1420,118 @@ impl MultimodalRope {
 /// The largest `mrope_section` count read: half the largest rotary dim.
 const MAX_SECTION: u32 = super::MAX_HEAD_DIM / 2;
 
-/// The model types of transformers 5.24 whose config class reads `rope_parameters` given as
-/// one entry per layer type (`{"full_attention": {...}, "sliding_attention": {...}}`)
-/// as one RoPE's unknown keys, and that posenc otherwise reads as the generic family (each
-/// class built with such a dict, of its own layer types' names where it has others; sorted).
-/// A model type transformers does not know keeps the reading by layer type.
-const READS_ONE_OBJECT: &[&str] = &[
-    "EvollaModel",
-    "apertus",
-    "apertus1p5_text",
-    "arcee",
-    "aria_text",
-    "axk1",
-    "bitnet",
-    "blt_global_transformer",
-    "blt_local_decoder",
-    "blt_local_encoder",
-    "blt_patcher",
-    "canary_decoder",
-    "chameleon",
-    "cohere",
-    "cohere_asr",
-    "cosmos3_edge_vision",
-    "csm",
-    "csm_depth_decoder_model",
-    "deepseek_ocr2_sam_vision_model",
-    "deepseek_ocr2_text",
-    "deepseek_v3",
-    "dia_decoder",
-    "dia_encoder",
-    "diffllama",
-    "doge",
-    "dots3_note_audio_encoder",
-    "edgetam_video_mask_decoder",
-    "efficientloftr",
-    "emu3_text_model",
-    "emu3_vqgan",
-    "eomt_dinov3",
-    "ernie4_5",
-    "ernie4_5_moe",
-    "esmc",
-    "eurobert",
-    "evolla",
-    "exaone",
-    "falcon",
-    "flex_olmo",
-    "gemma",
-    "gemma4_audio",
-    "glm",
-    "glm4",
-    "glm4_moe_lite",
-    "glm_ocr_text",
-    "glmasr_encoder",
-    "gpt-sw3",
-    "gpt_neox",
-    "gpt_neox_japanese",
-    "gradium_phonon_tts",
-    "granite",
-    "granite4_vision_text",
-    "granite_docling_text",
-    "granite_docling_vision",
-    "granitemoe",
-    "granitemoeshared",
-    "gte",
-    "helium",
-    "higgs_audio_v2",
-    "hrm_text",
-    "hunyuan_v1_dense",
-    "hunyuan_v1_moe",
-    "hunyuan_vl_text",
-    "hunyuan_vl_vision",
-    "hy_v3",
-    "hy_v4_vl_vision",
-    "hyperclovax",
-    "idefics",
-    "internlm3",
-    "iquestcoder",
-    "jais2",
-    "jina_embeddings_v3",
-    "kyutai_speech_to_text",
-    "lasr_encoder",
-    "layoutxlm",
-    "lfm2_moe",
-    "llama",
-    "llama4_vision_model",
-    "longcat_flash",
-    "mimi",
-    "mimi_decoder",
-    "mimi_encoder",
-    "minicpm3",
-    "minicpmv4_7_vision",
-    "minimax_m2",
-    "ministral3",
-    "mistral",
-    "mistral4",
-    "mixtral",
-    "mlcd",
-    "mllama_text_model",
-    "molmo2_adapter",
-    "molmo2_text",
-    "molmo2_vision",
-    "moonshine_streaming",
-    "moshi",
-    "nemotron",
-    "nemotron3_5_transcribe_asr_audio",
-    "nemotron3_5_transcribe_word_timestamp",
-    "nemotron3_diarization_audio",
-    "neucodec",
-    "nomic_bert",
-    "olmo",
-    "olmo2",
-    "olmoe",
-    "paddleocr_vl_text",
-    "pe_audio_encoder",
-    "pe_audio_video_encoder",
-    "pe_video_encoder",
-    "persimmon",
-    "phi",
-    "phi3",
-    "phi4_multimodal",
-    "phi4_multimodal_audio",
-    "phi4_multimodal_vision",
-    "phimoe",
-    "pocket_tts",
-    "pocket_tts_audio_tokenizer",
-    "pocket_tts_audio_tokenizer_decoder",
-    "pocket_tts_audio_tokenizer_encoder",
-    "pp_chart2table_vision",
-    "qwen2_5_omni_dit",
-    "qwen2_5_vl_text",
-    "qwen2_vl_text",
-    "qwen3_moe",
-    "qwen3_omni_moe_talker_text",
-    "qwen3_vl_moe_text",
-    "qwen3_vl_text",
-    "sam2_video_mask_decoder",
-    "sam3_detr_decoder",
-    "sam3_detr_encoder",
-    "sam3_geometry_encoder",
-    "sam3_mask_decoder",
-    "sam3_tracker_video_mask_decoder",
-    "sarvam_mla",
-    "sarvam_moe",
-    "seed_oss",
-    "solar_open",
-    "stablelm",
-    "starcoder2",
-    "timesfm",
-    "timesfm2_5",
-    "unlimited_ocr_sam_vision_model",
-    "unlimited_ocr_vision_encoder",
-    "vjepa2",
-    "voxtral_realtime_encoder",
-    "voxtral_realtime_text",
-    "xcodec2",
-    "youtu",
+/// `model_type`'s class's own layer types ([`CLASS_LAYER_TYPES`]), none for a class that
+/// declares none.
+fn class_layer_types(model_type: &str) -> &'static [&'static str] {
+    CLASS_LAYER_TYPES
+        .binary_search_by(|(t, _)| (*t).cmp(model_type))
+        .map_or(&[], |i| CLASS_LAYER_TYPES[i].1)
+}
+
+/// Each transformers 5.24 config class's own layer types (its default `layer_types`, or
+/// DeepSeek-V4's and LFM3's `_rope_type_labels`), sorted by model type; a class absent here
+/// declares none when it reads its RoPE (Qwen2-VL's text class sets them after). transformers
+/// reads `rope_parameters` as one entry per layer type only where its keys are among the
+/// config's layer types (`nested_rope_parameter_keys`): the config's own `layer_types`, else
+/// these, and none in a class absent here, whatever the config says.
+static CLASS_LAYER_TYPES: &[(&str, &[&str])] = &[
+    ("afmoe", &["full_attention", "sliding_attention"]),
+    ("axk2", &["indexed_attention"]),
+    ("bailing_hybrid", &["full_attention", "linear_attention"]),
+    ("bamba", &["linear_attention"]),
+    ("beam", &["full_attention", "sliding_attention"]),
+    ("bit", &["bottleneck", "preactivation"]),
+    ("cohere2", &["full_attention", "sliding_attention"]),
+    ("cohere2_moe", &["full_attention", "sliding_attention"]),
+    ("cohere_compass_text", &["full_attention"]),
+    ("cwm", &["full_attention", "sliding_attention"]),
+    ("d_fine", &["basic", "bottleneck"]),
+    ("deepseek_ocr2_encoder", &["full_attention"]),
+    ("deepseek_v32", &["indexed_attention"]),
+    ("deepseek_v4", &["compress", "main"]),
+    ("deimv2", &["basic", "bottleneck"]),
+    ("diffusion_gemma_text", &["full_attention", "sliding_attention"]),
+    ("dory", &["full_attention", "sliding_attention"]),
+    ("dots1", &["full_attention"]),
+    ("dots3_note_text", &["indexed_attention", "sliding_attention"]),
+    ("embedding_gemma2_text", &["full_attention", "sliding_attention"]),
+    ("exaone4", &["full_attention", "sliding_attention"]),
+    ("exaone_moe", &["full_attention", "sliding_attention"]),
+    ("falcon_h1", &["hybrid"]),
+    ("falcon_mamba", &["linear_attention"]),
+    ("flint", &["full_attention", "sliding_attention"]),
+    ("gemma2", &["full_attention", "sliding_attention"]),
+    ("gemma3_text", &["full_attention", "sliding_attention"]),
+    ("gemma3n_text", &["full_attention", "sliding_attention"]),
+    ("gemma4_text", &["full_attention", "sliding_attention"]),
+    ("gemma4_unified_text", &["full_attention", "sliding_attention"]),
+    ("glm5_next_text", &["indexed_attention", "linear_attention"]),
+    ("glm_moe_dsa", &["indexed_attention"]),
+    ("gpt_oss", &["full_attention", "sliding_attention"]),
+    ("granite_swa", &["full_attention", "sliding_attention"]),
+    ("granitemoe_swa", &["full_attention", "sliding_attention"]),
+    ("granitemoehybrid", &["linear_attention"]),
+    ("hy_v4", &["indexed_attention"]),
+    ("hy_v4_vl_text", &["indexed_attention"]),
+    ("inkling2_loop_text", &["hybrid", "hybrid_sliding"]),
+    ("inkling2_text", &["hybrid", "hybrid_sliding"]),
+    ("inkling_text", &["hybrid", "hybrid_sliding"]),
+    ("jamba", &["full_attention", "linear_attention"]),
+    ("kimi_linear", &["full_attention", "linear_attention"]),
+    ("kolibri1", &["full_attention", "sliding_attention"]),
+    ("laguna", &["full_attention"]),
+    ("lara_mini", &["full_attention", "linear_attention", "sliding_attention"]),
+    ("lfm2", &["full_attention"]),
+    ("lfm3", &["full_attention", "sliding_attention"]),
+    ("lfm3_vl_vision", &["conv", "full_attention"]),
+    ("llama4_text", &["chunked_attention", "full_attention"]),
+    ("mamba", &["linear_attention"]),
+    ("mamba2", &["linear_attention"]),
+    ("mellum", &["full_attention"]),
+    ("mimo_v2_flash", &["full_attention", "sliding_attention"]),
+    ("minimax", &["full_attention", "linear_attention"]),
+    ("ministral", &["sliding_attention"]),
+    ("mistral_large4_text", &["indexed_attention"]),
+    ("modernbert", &["full_attention", "sliding_attention"]),
+    ("modernbert-decoder", &["full_attention", "sliding_attention"]),
+    ("muse_glimmer_assistant", &["sliding_attention"]),
+    ("muse_glimmer_text", &["full_attention", "sliding_attention"]),
+    ("muse_glimmer_vision", &["full_attention", "window_attention"]),
+    ("muse_spark_text", &["full_attention", "sliding_attention"]),
+    ("muse_spark_vision", &["full_attention", "window_attention"]),
+    ("nemotron_h", &["full_attention", "linear_attention", "mlp", "moe"]),
+    ("neomme", &["full_attention", "sliding_attention"]),
+    ("olmo3", &["full_attention", "sliding_attention"]),
+    ("olmo_hybrid", &["full_attention", "linear_attention"]),
+    ("pp_doclayout_v2", &["basic", "bottleneck"]),
+    ("pp_doclayout_v3", &["basic", "bottleneck"]),
+    ("qwen2", &["full_attention"]),
+    ("qwen2_5_omni_talker", &["full_attention"]),
+    ("qwen2_5_omni_text", &["full_attention"]),
+    ("qwen2_moe", &["full_attention"]),
+    ("qwen3", &["full_attention"]),
+    ("qwen3_5_moe_text", &["full_attention", "linear_attention"]),
+    ("qwen3_5_text", &["full_attention", "linear_attention"]),
+    ("qwen3_next", &["full_attention", "linear_attention"]),
+    ("qwen3_omni_moe_talker_code_predictor", &["full_attention"]),
+    ("qwen4_exp_text", &["indexed_attention", "linear_attention"]),
+    ("recurrent_gemma", &["linear_attention", "sliding_attention"]),
+    ("regnet", &["x", "y"]),
+    ("resnet", &["basic", "bottleneck"]),
+    ("rt_detr", &["basic", "bottleneck"]),
+    ("rt_detr_resnet", &["basic", "bottleneck"]),
+    ("rt_detr_v2", &["basic", "bottleneck"]),
+    ("smollm3", &["full_attention"]),
+    ("step3p5", &["full_attention"]),
+    ("t5_gemma_module", &["full_attention", "sliding_attention"]),
+    ("t5gemma2_decoder", &["full_attention", "sliding_attention"]),
+    ("t5gemma2_text", &["full_attention", "sliding_attention"]),
+    ("ultrabert", &["full_attention", "sliding_attention"]),
+    ("unlimited_ocr_text", &["reference_sliding_attention"]),
+    ("vaultgemma", &["full_attention", "sliding_attention"]),
+    ("zamba", &["hybrid", "linear_attention"]),
+    ("zamba2", &["hybrid", "linear_attention"]),
+    ("zaya", &["hybrid"]),
 ];
 
 /// Model types whose rotary module is always a multimodal RoPE, with a default section
@@ -2179,6 +2156,6 @@ mod tests {
 
     #[test]
     fn lists_searched_by_bisection_are_sorted() {
-        assert!(READS_ONE_OBJECT.windows(2).all(|w| w[0] < w[1]));
+        assert!(CLASS_LAYER_TYPES.windows(2).all(|w| w[0].0 < w[1].0));
     }
 }

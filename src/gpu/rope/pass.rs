@@ -273,7 +273,8 @@ impl Context {
     /// # Errors
     /// [`Error::InvalidParameter`] naming `mrope` if it assigns another number of
     /// frequencies than the spec's `rotary_dim / 2`, and naming `positions` for
-    /// [`Positions::PerSequence`]; otherwise as [`Context::rope_pass`].
+    /// [`Positions::PerSequence`]; [`Error::Limit`] if the step's positions, three per
+    /// token, exceed one storage binding; otherwise as [`Context::rope_pass`].
     pub fn rope_pass_multimodal(
         &self,
         spec: &RopeSpec,

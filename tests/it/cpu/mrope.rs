@@ -445,24 +445,42 @@ fn round_sixteen_configs_are_refused_naming_the_key() {
     // The flat composites whose classes lift the top level still read.
     assert!(RopeSpec::from_hf_config_multimodal(QWEN25_VL, None, None).is_ok());
 
-    // A per-layer-type rope_parameters in a class that reads one object (Llama's: transformers
-    // 5.24 rotates every layer with a default RoPE over rope_theta) is refused; a class that
-    // keeps the entries apart (gpt-oss, Qwen2), or a model type transformers does not know,
-    // reads them.
-    let per_layer = |model_type: &str| {
+    // A per-layer-type rope_parameters is read only under the config's layer types (its
+    // `layer_types`, else its class's): elsewhere transformers 5.24 reads the entries as one
+    // RoPE's unknown keys (Llama's class rotates every layer with a default RoPE over
+    // rope_theta), and posenc refuses them.
+    let per_layer = |model_type: &str, keys: [&str; 2], extra: &str| {
         format!(
-            r#"{{"model_type": "{model_type}", "hidden_size": 256, "num_attention_heads": 2,
+            r#"{{"model_type": "{model_type}", "hidden_size": 256, "num_attention_heads": 2{extra},
                 "rope_parameters": {{
-                "full_attention": {{"rope_type": "default", "rope_theta": 10000.0}},
-                "sliding_attention": {{"rope_type": "default", "rope_theta": 500000.0}}}}}}"#
+                "{}": {{"rope_type": "default", "rope_theta": 10000.0}},
+                "{}": {{"rope_type": "default", "rope_theta": 500000.0}}}}}}"#,
+            keys[0], keys[1]
         )
     };
-    for model_type in ["llama", "mistral", "phi3", "qwen3_moe"] {
-        let msg = refused(&per_layer(model_type), Some("sliding_attention"), "rope_parameters");
+    let usual = ["full_attention", "sliding_attention"];
+    for model_type in ["llama", "mistral", "glm4_moe", "jetmoe", "deepseek_v32", "someday"] {
+        let config = per_layer(model_type, usual, "");
+        let msg = refused(&config, Some("sliding_attention"), "rope_parameters");
         assert!(msg.contains("unknown keys"), "{msg}");
     }
-    for model_type in ["gpt_oss", "qwen2", "someday"] {
-        let spec = RopeSpec::from_hf_config(&per_layer(model_type), Some("sliding_attention"));
+    let declared = r#", "layer_types": ["sliding_attention", "full_attention"]"#;
+    // Llama's class has no layer types: a config's `layer_types` changes nothing there.
+    for model_type in ["llama", "someday"] {
+        refused(
+            &per_layer(model_type, usual, declared),
+            Some("sliding_attention"),
+            "rope_parameters",
+        );
+    }
+    for (model_type, keys, extra) in [
+        ("gpt_oss", usual, ""),
+        ("qwen2", usual, ""),
+        ("gpt_oss", usual, declared),
+        ("deepseek_v32", ["indexed_attention", "sliding_attention"], ""),
+    ] {
+        let config = per_layer(model_type, keys, extra);
+        let spec = RopeSpec::from_hf_config(&config, Some(keys[1]));
         assert_eq!(spec.unwrap().base(), 500000.0, "{model_type}");
     }
 

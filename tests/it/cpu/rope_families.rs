@@ -902,8 +902,9 @@ fn per_layer_entries_without_rope_theta_take_the_class_defaults() {
     assert_eq!(freqs(&top, Some("sliding_attention")), (64, b5e5));
     // Without rope_parameters LFM3's class uses its own (ignoring rope_theta): refused.
     refused(&head128("lfm3", ""), None, "rope_parameters");
-    // Another family's entry without rope_theta keeps the top-level one, else 10000.
-    let other = per_layer_no_theta("someday", r#", "rope_theta": 500000.0"#);
+    // Another family's entry without rope_theta keeps the top-level one, else 10000 (gpt-oss:
+    // a generic family whose class declares layer types).
+    let other = per_layer_no_theta("gpt_oss", r#", "rope_theta": 500000.0"#);
     assert_eq!(freqs(&other, Some("sliding_attention")), (64, b5e5));
 }
 
