@@ -392,6 +392,24 @@ fn rope(
                 ));
             }
             None => {
+                // A layer type the config (or its class) has, without an entry: its class
+                // fills one in from defaults of its own (Gemma 3's from
+                // rope_local_base_freq), which posenc does not read.
+                let declared = match config.get("layer_types") {
+                    Some(Value::Array(types)) => types.iter().any(|v| v.as_str() == Some(t)),
+                    _ => class_layer_types(model_type).contains(&t),
+                };
+                if declared {
+                    return Err(invalid(
+                        format!("rope_parameters.{t}"),
+                        "missing",
+                        format!(
+                            "an object beside {known}: {t} is one of the config's layer types, \
+                             and without its entry {model_type}'s config class fills one in \
+                             from defaults of its own, which posenc does not read"
+                        ),
+                    ));
+                }
                 return Err(invalid("layer_type", format!("{t:?}"), format!("one of {known}")));
             }
         }

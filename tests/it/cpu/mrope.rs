@@ -484,6 +484,15 @@ fn round_sixteen_configs_are_refused_naming_the_key() {
         assert_eq!(spec.unwrap().base(), 500000.0, "{model_type}");
     }
 
+    // A layer type the config has without its entry (its class fills one in) is named as
+    // the missing entry; one it does not have is named as the layer type.
+    let gemma3 = r#"{"model_type": "gemma3_text", "hidden_size": 256, "num_attention_heads": 2,
+        "head_dim": 64, "layer_types": ["sliding_attention", "full_attention"],
+        "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6}}}"#;
+    let msg = refused(gemma3, Some("sliding_attention"), "rope_parameters.sliding_attention");
+    assert!(msg.contains("fills one in"), "{msg}");
+    refused(gemma3, Some("chunked_attention"), "layer_type");
+
     // Flat configs whose classes pass every key on read as their language model.
     let dots = r#"{"model_type": "dots3_note", "hidden_size": 256, "num_attention_heads": 2,
         "head_dim": 64, "layer_types": ["sliding_attention"], "rope_parameters": {
