@@ -711,6 +711,17 @@ impl RopePositions {
         if tensor.is_empty() { Ok(None) } else { self.to_array().map(Some) }
     }
 
+    /// Refuses positions per axis without a multimodal RoPE (`multimodal` false).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] naming `positions`, as [`RopePositions::to_array`].
+    pub fn check_axes(&self, multimodal: bool) -> Result<()> {
+        match self {
+            RopePositions::Axes(a) if !multimodal => Err(axes_refused(a.shape())),
+            _ => Ok(()),
+        }
+    }
+
     /// The positions as an array, allocated here for the offset form.
     ///
     /// # Errors
@@ -722,12 +733,7 @@ impl RopePositions {
     pub fn to_array(&self) -> Result<Array2<u32>> {
         match self {
             RopePositions::Given(a) => Ok(a.clone()),
-            RopePositions::Axes(a) => Err(Error::InvalidParameter {
-                field: "positions",
-                value: format!("{:?}, one per axis", a.shape()),
-                allowed: "[batch, len]: positions per axis ([3, batch, len]) only with the \
-                          config of a multimodal RoPE (M-RoPE, its mrope_section)",
-            }),
+            RopePositions::Axes(a) => Err(axes_refused(a.shape())),
             &RopePositions::Offset { offset, batch, len } => {
                 check_offset(offset, len)?;
                 let mut out = positions::contiguous_batch(batch, len)?;
@@ -759,6 +765,16 @@ pub fn rope_positions(
     let offset = offset.unwrap_or(0);
     check_offset(offset, len)?;
     Ok(RopePositions::Offset { offset, batch, len })
+}
+
+/// The refusal of positions per axis of `shape` where one per token is taken.
+fn axes_refused(shape: &[usize]) -> Error {
+    Error::InvalidParameter {
+        field: "positions",
+        value: format!("{shape:?}, one per axis"),
+        allowed: "[batch, len]: positions per axis ([3, batch, len]) only with the config of a \
+                  multimodal RoPE (M-RoPE, its mrope_section)",
+    }
 }
 
 /// [`rope_positions`] for a multimodal RoPE (M-RoPE): the file may also give a position

@@ -386,11 +386,8 @@ fn rope<'py>(
                 if axes {
                     let a = Array3::from_shape_vec((3, batch, len), flat).expect("[3, batch, len]");
                     let given = inputs::RopePositions::Axes(a);
-                    match &mrope {
-                        Some(_) => given,
-                        // Refused as the positions' own error.
-                        None => return Err(given.to_array().map(|_| ()).unwrap_err().into()),
-                    }
+                    given.check_axes(mrope.is_some())?;
+                    given
                 } else {
                     let a = Array2::from_shape_vec((batch, len), flat).expect("[batch, len]");
                     inputs::RopePositions::Given(a)

@@ -184,14 +184,7 @@ pub fn rope_in_place<T: Element>(
     positions: ArrayView2<'_, u32>,
     layout: Layout,
 ) -> Result<()> {
-    let shape = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
-    let geometry = Geometry::check("rope_in_place", spec, shape, layout, positions.dim())?;
-    if geometry.elements() == 0 {
-        return Ok(());
-    }
-    let freqs = spec.frequencies_for(positions);
-    apply(&freqs, spec.pairing(), None, x, TokenPositions::One(positions), layout);
-    Ok(())
+    rotate_in_place("rope_in_place", spec, x, TokenPositions::One(positions), layout)
 }
 
 /// [`rope_in_place`] on a copy: returns the rotated tensor in standard layout.
@@ -205,15 +198,7 @@ pub fn rope<T: Element>(
     positions: ArrayView2<'_, u32>,
     layout: Layout,
 ) -> Result<Array4<T>> {
-    let shape = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
-    Geometry::check("rope", spec, shape, layout, positions.dim())?;
-    let mut out = crate::alloc::try_zeros::<T, _>("the RoPE output", x.raw_dim())?;
-    if !out.is_empty() {
-        let freqs = spec.frequencies_for(positions);
-        let positions = TokenPositions::One(positions);
-        apply(&freqs, spec.pairing(), Some(x), out.view_mut(), positions, layout);
-    }
-    Ok(out)
+    rotate("rope", spec, x, TokenPositions::One(positions), layout)
 }
 
 /// [`rope`] into an array the caller has: `out` (of `x`'s shape, any strides) receives `x`
@@ -233,14 +218,7 @@ pub fn rope_into<T: Element>(
     positions: ArrayView2<'_, u32>,
     layout: Layout,
 ) -> Result<()> {
-    let geometry =
-        Geometry::check_into("rope_into", spec, x.shape(), out.shape(), layout, positions.dim())?;
-    if geometry.elements() == 0 {
-        return Ok(());
-    }
-    let freqs = spec.frequencies_for(positions);
-    apply(&freqs, spec.pairing(), Some(x), out, TokenPositions::One(positions), layout);
-    Ok(())
+    rotate_into("rope_into", spec, x, out, TokenPositions::One(positions), layout)
 }
 
 /// Applies a multimodal RoPE (M-RoPE: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V, ...) to `x`
@@ -283,15 +261,7 @@ pub fn rope_multimodal_in_place<T: Element>(
     layout: Layout,
 ) -> Result<()> {
     let op = "rope_multimodal_in_place";
-    let positions = TokenPositions::axes(op, spec, mrope, positions)?;
-    let shape = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
-    let geometry = Geometry::check(op, spec, shape, layout, positions.dim())?;
-    if geometry.elements() == 0 {
-        return Ok(());
-    }
-    let freqs = positions.frequencies(spec);
-    apply(&freqs, spec.pairing(), None, x, positions, layout);
-    Ok(())
+    rotate_in_place(op, spec, x, TokenPositions::axes(op, spec, mrope, positions)?, layout)
 }
 
 /// [`rope_multimodal_in_place`] on a copy: returns the rotated tensor in standard layout.
@@ -306,15 +276,8 @@ pub fn rope_multimodal<T: Element>(
     positions: ArrayView3<'_, u32>,
     layout: Layout,
 ) -> Result<Array4<T>> {
-    let positions = TokenPositions::axes("rope_multimodal", spec, mrope, positions)?;
-    let shape = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
-    Geometry::check("rope_multimodal", spec, shape, layout, positions.dim())?;
-    let mut out = crate::alloc::try_zeros::<T, _>("the RoPE output", x.raw_dim())?;
-    if !out.is_empty() {
-        let freqs = positions.frequencies(spec);
-        apply(&freqs, spec.pairing(), Some(x), out.view_mut(), positions, layout);
-    }
-    Ok(out)
+    let op = "rope_multimodal";
+    rotate(op, spec, x, TokenPositions::axes(op, spec, mrope, positions)?, layout)
 }
 
 /// [`rope_multimodal`] into an array the caller has, as [`rope_into`].
@@ -332,6 +295,54 @@ pub fn rope_multimodal_into<T: Element>(
 ) -> Result<()> {
     let op = "rope_multimodal_into";
     let positions = TokenPositions::axes(op, spec, mrope, positions)?;
+    rotate_into(op, spec, x, out, positions, layout)
+}
+
+/// [`rope_in_place`] and [`rope_multimodal_in_place`] as `op`.
+fn rotate_in_place<T: Element>(
+    op: &'static str,
+    spec: &RopeSpec,
+    x: ArrayViewMut4<'_, T>,
+    positions: TokenPositions<'_>,
+    layout: Layout,
+) -> Result<()> {
+    let shape = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
+    let geometry = Geometry::check(op, spec, shape, layout, positions.dim())?;
+    if geometry.elements() == 0 {
+        return Ok(());
+    }
+    let freqs = positions.frequencies(spec);
+    apply(&freqs, spec.pairing(), None, x, positions, layout);
+    Ok(())
+}
+
+/// [`rope`] and [`rope_multimodal`] as `op`.
+fn rotate<T: Element>(
+    op: &'static str,
+    spec: &RopeSpec,
+    x: ArrayView4<'_, T>,
+    positions: TokenPositions<'_>,
+    layout: Layout,
+) -> Result<Array4<T>> {
+    let shape = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
+    Geometry::check(op, spec, shape, layout, positions.dim())?;
+    let mut out = crate::alloc::try_zeros::<T, _>("the RoPE output", x.raw_dim())?;
+    if !out.is_empty() {
+        let freqs = positions.frequencies(spec);
+        apply(&freqs, spec.pairing(), Some(x), out.view_mut(), positions, layout);
+    }
+    Ok(out)
+}
+
+/// [`rope_into`] and [`rope_multimodal_into`] as `op`.
+fn rotate_into<T: Element>(
+    op: &'static str,
+    spec: &RopeSpec,
+    x: ArrayView4<'_, T>,
+    out: ArrayViewMut4<'_, T>,
+    positions: TokenPositions<'_>,
+    layout: Layout,
+) -> Result<()> {
     let geometry = Geometry::check_into(op, spec, x.shape(), out.shape(), layout, positions.dim())?;
     if geometry.elements() == 0 {
         return Ok(());

@@ -340,38 +340,30 @@ fn rope(
     // class's own); otherwise they are one RoPE's unknown keys (a default RoPE over
     // rope_theta for Llama's, Mistral's, ... class), so a layer type's entry read here was a
     // silent wrong answer. A model type transformers does not know declares none.
-    let class = class_layer_types(model_type);
-    if per_layer && (family.layers == LayerRule::Generic || !class.is_empty()) {
-        // A class that declares no layer types ignores a config's `layer_types` here, and
-        // one with labels of its own (`_rope_type_labels`) reads those.
-        let own_labels = ["deepseek_v4", "lfm3"].contains(&model_type);
-        let declared: Vec<&str> = match config.get("layer_types") {
-            Some(Value::Array(types)) if !class.is_empty() && !own_labels => {
-                types.iter().filter_map(Value::as_str).collect()
+    let declared = declared_layer_types(config, model_type);
+    if per_layer
+        && (family.layers == LayerRule::Generic || !class_layer_types(model_type).is_empty())
+        && !params.keys().any(|k| declared.contains(&k.as_str()))
+    {
+        let declared = match declared.as_slice() {
+            [] => "none".to_string(),
+            some => {
+                let mut unique = some.to_vec();
+                unique.sort_unstable();
+                unique.dedup();
+                unique.join(", ")
             }
-            _ => class.to_vec(),
         };
-        if !params.keys().any(|k| declared.contains(&k.as_str())) {
-            let declared = match declared.as_slice() {
-                [] => "none".to_string(),
-                some => {
-                    let mut unique = some.to_vec();
-                    unique.sort_unstable();
-                    unique.dedup();
-                    unique.join(", ")
-                }
-            };
-            return Err(invalid(
-                "rope_parameters",
-                excerpt(&Value::Object(params.clone())),
-                format!(
-                    "one object (rope_type, rope_theta, ...), or one per layer type the config \
-                     declares ({declared}): transformers 5.24 reads entries per layer type \
-                     only under those names, and these ({}) as one RoPE's unknown keys",
-                    layer_types(params)
-                ),
-            ));
-        }
+        return Err(invalid(
+            "rope_parameters",
+            excerpt(&Value::Object(params.clone())),
+            format!(
+                "one object (rope_type, rope_theta, ...), or one per layer type the config \
+                 declares ({declared}): transformers 5.24 reads entries per layer type \
+                 only under those names, and these ({}) as one RoPE's unknown keys",
+                layer_types(params)
+            ),
+        ));
     }
     let (params, key) = if per_layer {
         let known = layer_types(params);
@@ -395,11 +387,7 @@ fn rope(
                 // A layer type the config (or its class) has, without an entry: its class
                 // fills one in from defaults of its own (Gemma 3's from
                 // rope_local_base_freq), which posenc does not read.
-                let declared = match config.get("layer_types") {
-                    Some(Value::Array(types)) => types.iter().any(|v| v.as_str() == Some(t)),
-                    _ => class_layer_types(model_type).contains(&t),
-                };
-                if declared {
+                if declared.contains(&t) {
                     return Err(invalid(
                         format!("rope_parameters.{t}"),
                         "missing",
@@ -1437,6 +1425,21 @@ impl MultimodalRope {
 
 /// The largest `mrope_section` count read: half the largest rotary dim.
 const MAX_SECTION: u32 = super::MAX_HEAD_DIM / 2;
+
+/// The layer types transformers 5.24 nests `rope_parameters` under for `config` of
+/// `model_type`: the config's `layer_types` where the class declares any, else the class's
+/// own; a class that declares none ignores a config's, and one with labels of its own
+/// (`_rope_type_labels`: DeepSeek-V4, LFM3) reads those.
+fn declared_layer_types<'a>(config: &'a Object, model_type: &str) -> Vec<&'a str> {
+    let class = class_layer_types(model_type);
+    let own_labels = ["deepseek_v4", "lfm3"].contains(&model_type);
+    match config.get("layer_types") {
+        Some(Value::Array(types)) if !class.is_empty() && !own_labels => {
+            types.iter().filter_map(Value::as_str).collect()
+        }
+        _ => class.to_vec(),
+    }
+}
 
 /// `model_type`'s class's own layer types ([`CLASS_LAYER_TYPES`]), none for a class that
 /// declares none.

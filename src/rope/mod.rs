@@ -303,7 +303,12 @@ impl RopeSpec {
 /// The sequence length Hugging Face's dynamic and longrope updates see for a batch: the
 /// largest position plus one, or 0 for an empty batch.
 pub fn seq_len(positions: ArrayView2<'_, u32>) -> u64 {
-    positions.iter().max().map_or(0, |&p| u64::from(p) + 1)
+    largest_plus_one(positions.iter())
+}
+
+/// The largest of `positions` plus one, or 0 for none.
+fn largest_plus_one<'a>(positions: impl Iterator<Item = &'a u32>) -> u64 {
+    positions.max().map_or(0, |&p| u64::from(p) + 1)
 }
 
 /// The resolved frequencies of a spec for one sequence length: what every path uses.
@@ -345,6 +350,23 @@ impl Frequencies {
 
 pub use crate::dtype::Element;
 
+/// Refuses a multimodal RoPE's axes of another number of frequencies than `spec`'s.
+pub(crate) fn check_axes(spec: &RopeSpec, mrope: &MultimodalRope) -> Result<()> {
+    if mrope.n_freqs() == spec.n_freqs() {
+        return Ok(());
+    }
+    Err(Error::InvalidParameter {
+        field: "mrope",
+        value: format!(
+            "axes of {} frequencies (rotary_dim {}) for a spec of rotary_dim {}",
+            mrope.n_freqs(),
+            2 * mrope.n_freqs(),
+            spec.rotary_dim()
+        ),
+        allowed: "the spec's rotary_dim / 2 frequencies (MultimodalRope::for_rotary_dim)",
+    })
+}
+
 /// The positions of a rotation's tokens: one per token, or one per axis of a multimodal
 /// RoPE with the axis each frequency takes.
 #[derive(Clone, Copy, Debug)]
@@ -364,18 +386,7 @@ impl<'a> TokenPositions<'a> {
         mrope: &'a MultimodalRope,
         positions: ArrayView3<'a, u32>,
     ) -> Result<Self> {
-        if mrope.n_freqs() != spec.n_freqs() {
-            return Err(Error::InvalidParameter {
-                field: "mrope",
-                value: format!(
-                    "axes of {} frequencies (rotary_dim {}) for a spec of rotary_dim {}",
-                    mrope.n_freqs(),
-                    2 * mrope.n_freqs(),
-                    spec.rotary_dim()
-                ),
-                allowed: "the spec's rotary_dim / 2 frequencies (MultimodalRope::for_rotary_dim)",
-            });
-        }
+        check_axes(spec, mrope)?;
         if positions.shape()[0] != 3 {
             return Err(Error::Shape {
                 op,
@@ -400,9 +411,9 @@ impl<'a> TokenPositions<'a> {
     pub(crate) fn frequencies(&self, spec: &RopeSpec) -> Frequencies {
         match self {
             TokenPositions::One(p) => spec.frequencies_for(*p),
-            TokenPositions::Axes(p, _) => spec.frequencies(
-                spec.seq_len.unwrap_or_else(|| p.iter().max().map_or(0, |&m| u64::from(m) + 1)),
-            ),
+            TokenPositions::Axes(p, _) => {
+                spec.frequencies(spec.seq_len.unwrap_or_else(|| largest_plus_one(p.iter())))
+            }
         }
     }
 

@@ -319,19 +319,7 @@ impl Context {
     ) -> Result<RopePass> {
         const OP: &str = "rope_pass";
         if let Some(m) = mrope {
-            if m.n_freqs() != spec.n_freqs() {
-                return Err(Error::InvalidParameter {
-                    field: "mrope",
-                    value: format!(
-                        "axes of {} frequencies (rotary_dim {}) for a spec of rotary_dim {}",
-                        m.n_freqs(),
-                        2 * m.n_freqs(),
-                        spec.rotary_dim()
-                    ),
-                    allowed: "the spec's rotary_dim / 2 frequencies \
-                              (MultimodalRope::for_rotary_dim)",
-                });
-            }
+            crate::rope::check_axes(spec, m)?;
             if desc.positions != Positions::PerToken {
                 return Err(Error::InvalidParameter {
                     field: "positions",

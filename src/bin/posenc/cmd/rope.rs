@@ -202,14 +202,20 @@ pub(crate) fn run(args: &RopeArgs) -> Result<(), Failure> {
 
     // The request is valid: from here on failures are the run's (exit 1).
     let (spec, layout) = (&input.spec, input.layout);
-    // Positions per axis, with the config's axes (`load` refuses them without).
-    let positions = match (&input.positions, &input.mrope) {
-        (RopePositions::Axes(p), Some(m)) if !input.tensor.is_empty() => {
-            Some(Positions::Axes(p.view(), m))
-        }
-        _ => input.positions.for_tensor(&input.tensor)?.map(Positions::One),
+    // Positions per axis, with the config's axes (`load` refuses them without); else one
+    // per token, made here for an offset.
+    let axes = match (&input.positions, &input.mrope) {
+        (RopePositions::Axes(p), Some(m)) if !input.tensor.is_empty() => Some((p.view(), m)),
+        _ => None,
     };
-    let p = positions.as_ref().map(Positions::view);
+    let one = match axes {
+        Some(_) => None,
+        None => input.positions.for_tensor(&input.tensor)?,
+    };
+    let p = match (axes, &one) {
+        (Some((p, m)), _) => Some(PositionsView::Axes(p, m)),
+        (None, one) => one.as_ref().map(|p| PositionsView::One(p.view())),
+    };
     let (elements, size) = match &input.tensor {
         RopeTensor::F32(x) => (x.len(), 4),
         RopeTensor::F16(x) => (x.len(), 2),
@@ -232,25 +238,10 @@ pub(crate) fn run(args: &RopeArgs) -> Result<(), Failure> {
 }
 
 /// A rotation's positions: one per token, or one per axis with a multimodal RoPE's axes.
-enum Positions<'a> {
-    One(ndarray::Array2<u32>),
-    Axes(ArrayView3<'a, u32>, &'a MultimodalRope),
-}
-
-/// [`Positions`] borrowed.
 #[derive(Clone, Copy)]
 enum PositionsView<'a> {
     One(ArrayView2<'a, u32>),
     Axes(ArrayView3<'a, u32>, &'a MultimodalRope),
-}
-
-impl Positions<'_> {
-    fn view(&self) -> PositionsView<'_> {
-        match self {
-            Positions::One(p) => PositionsView::One(p.view()),
-            Positions::Axes(p, m) => PositionsView::Axes(p.view(), m),
-        }
-    }
 }
 
 fn rotate<T: Element>(
@@ -321,10 +312,8 @@ impl RopeInput {
         let mrope = options.axes_for(mrope, &spec, None)?;
         let positions_file = args.positions.as_deref().map(Source::File);
         let positions = inputs::rope_positions_multimodal(positions_file, args.offset, batch, len)?;
-        if let (RopePositions::Axes(_), None) = (&positions, &mrope) {
-            // Refused as the positions' own error, before OUT is opened.
-            positions.to_array()?;
-        }
+        // Before OUT is opened.
+        positions.check_axes(mrope.is_some())?;
         Ok(Self { spec, mrope, tensor, positions, layout })
     }
 }
