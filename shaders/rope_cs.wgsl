@@ -12,7 +12,7 @@ struct Params {
     groups_x: u32,
     // FLAG_SCALE; FLAG_OFFSETS: positions[b] is the first position of sequence b, and
     // slot t (token t of the batch) is at positions[t / seq_len] + t % seq_len (wrapping);
-    // FLAG_AXES (with FLAG_INTERLEAVED for that layout): below.
+    // FLAG_AXES (with FLAG_INTERLEAVED or FLAG_ALTERNATING for those layouts): below.
     flags: u32,
     // f32 bits of the attention factor (used with FLAG_SCALE).
     scale_bits: u32,
@@ -39,6 +39,13 @@ struct Params {
 
 // Frequency i's axis (0 time, 1 height, 2 width): Mrope::axis in src/rope/families.rs.
 fn mrope_axis(i: u32) -> u32 {
+    if (params.flags & FLAG_ALTERNATING) != 0u {
+        // The sections are at most 32768 each: their sum does not wrap.
+        if i < params.section_t + params.section_h {
+            return 1u + (i & 1u);
+        }
+        return 0u;
+    }
     if (params.flags & FLAG_INTERLEAVED) != 0u {
         let r = i % 3u;
         if r == 1u && i < 3u * params.section_h {

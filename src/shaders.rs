@@ -32,8 +32,12 @@ pub const FLAG_LEARNED: u32 = 16;
 /// height and width), and each frequency takes the one of its axis.
 pub const FLAG_AXES: u32 = 32;
 /// `flags` bit of `rope_cs` beside [`FLAG_AXES`]: the axes are Qwen3-VL's interleaved
-/// layout ([`crate::rope::Mrope::Interleaved`]), else the sections layout.
+/// layout ([`crate::rope::Mrope::Interleaved`]); with neither this nor [`FLAG_ALTERNATING`],
+/// the sections layout.
 pub const FLAG_INTERLEAVED: u32 = 64;
+/// `flags` bit of `rope_cs` beside [`FLAG_AXES`]: the axes are ERNIE 4.5 VL's alternating
+/// layout ([`crate::rope::Mrope::Alternating`]).
+pub const FLAG_ALTERNATING: u32 = 128;
 /// `flags` bit of `table` (and `spec_flags` of `encode_pass`): float32 frequencies (the steps
 /// of powers of two follow them).
 pub const FLAG_F32: u32 = 1;
@@ -905,6 +909,7 @@ const PRELUDE_U32: &[(&str, u32)] = named![
     FLAG_LEARNED,
     FLAG_AXES,
     FLAG_INTERLEAVED,
+    FLAG_ALTERNATING,
     FLAG_F32,
     FLAG_PADDING,
     FLAG_ZERO_COL,

@@ -236,6 +236,15 @@ async fn multimodal_rope_has_the_cpu_bits() {
     let want = cpu::rope_multimodal(&spec, &mrope, x.view(), p, blhd).unwrap();
     let got = gpu.rope_multimodal_async(&spec, &mrope, x.view(), p, blhd).await.unwrap();
     same_bits("multimodal rope", got.as_slice().unwrap(), want.as_slice().unwrap());
+    // ERNIE 4.5 VL's alternating axes (gptj pairs) through the same compiler.
+    let ernie = r#"{"model_type": "ernie4_5_vl_moe_text", "hidden_size": 256,
+        "num_attention_heads": 2, "rope_parameters": {"rope_type": "default",
+        "rope_theta": 500000.0, "mrope_section": [22, 22, 20]}}"#;
+    let (e_spec, e_mrope) = RopeSpec::from_hf_config_multimodal(ernie, None, None).unwrap();
+    let e_mrope = e_mrope.unwrap();
+    let e_want = cpu::rope_multimodal(&e_spec, &e_mrope, x.view(), p, blhd).unwrap();
+    let e_got = gpu.rope_multimodal_async(&e_spec, &e_mrope, x.view(), p, blhd).await.unwrap();
+    same_bits("alternating axes", e_got.as_slice().unwrap(), e_want.as_slice().unwrap());
 
     let desc = RopePassDescriptor {
         shape: [batch, len, heads, 128],

@@ -302,7 +302,23 @@ MROPE = {
         "mrope_interleaved": True}),
     "glm4v": lambda: _text_model("Glm4vTextConfig", partial_rotary_factor=0.5, rope_parameters={
         "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 1, 2]}),
+    # Its height and width axes alternate over the first six frequencies, then time.
+    "ernie4_5_vl_moe": lambda: _ernie_vl_text(rope_parameters={
+        "rope_type": "default", "rope_theta": 5e5, "mrope_section": [3, 3, 2]}),
 }
+
+
+def _ernie_vl_text(**kwargs):
+    """ERNIE 4.5 VL's language model (no AutoModel maps its text config), small."""
+    if not hasattr(transformers, "Ernie4_5_VLMoeTextConfig"):
+        pytest.skip(f"transformers {transformers.__version__} has no Ernie4_5_VLMoeTextConfig")
+    from transformers.models.ernie4_5_vl_moe import modeling_ernie4_5_vl_moe as modeling
+
+    torch.manual_seed(0)
+    config = transformers.Ernie4_5_VLMoeTextConfig(
+        **TINY, moe_num_experts=4, moe_k=2, moe_intermediate_size=[32, 16], **kwargs)
+    config._attn_implementation = "eager"
+    return modeling.Ernie4_5_VLMoeTextModel(config).eval()
 
 
 @pytest.mark.parametrize("family", sorted(MROPE))

@@ -44,6 +44,12 @@ FAMILIES = {
                   "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
                   "mrope_section": [8, 12, 12]}),
               "sections"),
+    "ernie4_5_vl_moe": ("Ernie4_5_VLMoeTextConfig", "ernie4_5_vl_moe",
+                        "Ernie4_5_VLMoeTextRotaryEmbedding",
+                        dict(hidden_size=256, num_attention_heads=2, rope_parameters={
+                            "rope_type": "default", "rope_theta": 5e5,
+                            "mrope_section": [22, 22, 20]}),
+                        "alternating"),
     "paddleocr_vl": ("PaddleOCRTextConfig", "paddleocr_vl", "PaddleOCRRotaryEmbedding",
                      dict(hidden_size=256, num_attention_heads=2, head_dim=128, rope_parameters={
                          "rope_type": "default", "rope_theta": 5e5,

@@ -640,6 +640,7 @@ mod tests {
         for (layout_m, section, pairing) in [
             (Mrope::Sections, [4, 6, 6], Pairing::Neox),
             (Mrope::Interleaved, [8, 5, 3], Pairing::Gptj),
+            (Mrope::Alternating, [5, 5, 6], Pairing::Gptj),
         ] {
             let spec = RopeSpec::partial(40, 32).unwrap().with_pairing(pairing);
             let mrope = MultimodalRope::new(layout_m, section, 32).unwrap();

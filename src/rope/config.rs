@@ -1399,9 +1399,10 @@ impl MultimodalRope {
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] naming `rotary_dim` unless it is even and in `2..=65536`,
-    /// and naming `mrope_section` for the `sections` layout unless its counts sum to
-    /// `rotary_dim / 2` (its module splits the frequencies by them; the
-    /// `interleaved` layout assigns every frequency whatever the counts).
+    /// and naming `mrope_section` for the `sections` and `alternating` layouts unless its
+    /// counts sum to `rotary_dim / 2` (their modules split the frequencies by them; the
+    /// `interleaved` layout assigns every frequency whatever the counts), and for the
+    /// `alternating` layout unless `s0 == s1` and `s2 >= 1`.
     pub fn for_rotary_dim(self, rotary_dim: u32) -> Result<Self> {
         if !(2..=super::MAX_HEAD_DIM).contains(&rotary_dim) || !rotary_dim.is_multiple_of(2) {
             return Err(Error::InvalidParameter {
@@ -1411,12 +1412,24 @@ impl MultimodalRope {
             });
         }
         let sum: u64 = self.section.iter().map(|&n| u64::from(n)).sum();
-        if self.layout == Mrope::Sections && sum != u64::from(rotary_dim / 2) {
+        let value = || format!("{:?} (sum {sum}) for rotary_dim {rotary_dim}", self.section);
+        if self.layout != Mrope::Interleaved && sum != u64::from(rotary_dim / 2) {
             return Err(Error::InvalidParameter {
                 field: "mrope_section",
-                value: format!("{:?} (sum {sum}) for rotary_dim {rotary_dim}", self.section),
-                allowed: "three counts summing to rotary_dim / 2: the sections layout splits \
-                          the frequencies by them (transformers' module fails otherwise)",
+                value: value(),
+                allowed: "three counts summing to rotary_dim / 2: the sections and alternating \
+                          layouts split the frequencies by them (transformers' module fails \
+                          otherwise)",
+            });
+        }
+        let [hs, ws, ts] = self.section;
+        if self.layout == Mrope::Alternating && (hs != ws || ts == 0) {
+            return Err(Error::InvalidParameter {
+                field: "mrope_section",
+                value: value(),
+                allowed: "[n, n, m] with m at least 1: the alternating layout (ERNIE 4.5 VL's) \
+                          pairs each height frequency with a width one and keeps a time run \
+                          (transformers' module fails otherwise)",
             });
         }
         Ok(MultimodalRope { freqs: rotary_dim / 2, ..self })
@@ -1628,7 +1641,7 @@ fn multimodal_keys(
             &["mrope_interleaved", "interleaved"]
         }
         Mrope::Interleaved => &["mrope_interleaved"],
-        Mrope::Sections => &[],
+        Mrope::Sections | Mrope::Alternating => &[],
     };
     for flag in flags {
         if let Some(Value::Bool(_)) = map.get(*flag) {
@@ -1927,8 +1940,11 @@ impl RopeSpec {
     /// - refused by `model_type` (after the `text_config` swap), as applying no RoPE or one
     ///   posenc does not compute: `kimi_linear`, `glm5_next_text` (NoPE), `inkling2_text` (a
     ///   relative position bias), `deepseek_v4` (the trailing slice of each head),
-    ///   `ernie4_5_vl_moe_text` (a 3-axis M-RoPE, `mrope_section` implied), `musicflamingo`
-    ///   (an audio rotary time embedding at the top level), `nanochat`.
+    ///   `musicflamingo` (an audio rotary time embedding at the top level), `nanochat`.
+    /// - a multimodal RoPE (M-RoPE: Qwen2-VL, Qwen3-VL, GLM-4V, ERNIE 4.5 VL, ...) reads as
+    ///   the 1-D RoPE of text positions where the config gives no `mrope_section`, and is
+    ///   refused naming it where it does: [`RopeSpec::from_hf_config_multimodal`] reads the
+    ///   axes.
     ///
     /// A multimodal config whose language model sits under `text_config` is read from
     /// there when the top level has no head dimension.
@@ -2024,9 +2040,9 @@ impl RopeSpec {
     ///
     /// # Errors
     /// As [`RopeSpec::from_hf_config`]; [`Error::RopeConfig`] naming `mrope_section` unless
-    /// it is three whole numbers, for the `sections` layout summing to `rotary_dim / 2`
-    /// (also the family's default, where the config has none), and for `mrope_section` in a
-    /// family without M-RoPE.
+    /// it is three whole numbers that fit its layout and the rotary dim
+    /// ([`MultimodalRope::for_rotary_dim`]; also the family's default, where the config has
+    /// none), and for `mrope_section` in a family without M-RoPE.
     pub fn from_hf_config_multimodal(
         json: &str,
         layer_type: Option<&str>,
@@ -2065,9 +2081,15 @@ impl RopeSpec {
             None => Some("default"),
         };
         let proportional = rope_type == Some("proportional");
-        // Cosmos 3 Edge's config class (its `validate_architecture`) raises on any other.
+        // Cosmos 3 Edge's config class (its `validate_architecture`) raises on any other
+        // rope type, as ERNIE 4.5 VL's rotary module does.
         let cosmos3_edge = model_type == "cosmos3_edge_text";
-        let cosmos3_type = cosmos3_edge.then(|| rope_type.map(str::to_string)).flatten();
+        let default_only = match model_type {
+            "cosmos3_edge_text" => Some("Cosmos 3 Edge's config class"),
+            "ernie4_5_vl_moe_text" => Some("ERNIE 4.5 VL's rotary module"),
+            _ => None,
+        };
+        let given_type = default_only.and(rope_type).map(str::to_string);
         let (mut head_dim, deepseek) =
             head_dim(&config, model_type, family, stand_in.map(u64::from))?;
         if let LayerRule::PerLayerHead { gemma4 } = family.layers
@@ -2129,29 +2151,31 @@ impl RopeSpec {
             .with_pairing(pairing)
             .with_scaling(scaling)
             .map_err(under(&scaling_key))?;
-        if cosmos3_edge {
-            if cosmos3_type.as_deref() != Some("default") {
-                return Err(invalid(
-                    format!("{scaling_key}.rope_type"),
-                    format!("{:?}", cosmos3_type.as_deref().unwrap_or("")),
-                    "default: Cosmos 3 Edge's config class refuses any other (transformers 5.24)",
-                ));
-            }
-            if let Some((_, section, _)) = mrope
-                && section.iter().map(|&n| u64::from(n)).sum::<u64>() != u64::from(head_dim / 2)
-            {
-                return Err(invalid(
-                    format!("{scaling_key}.mrope_section"),
-                    format!("{section:?} for head_dim {head_dim}"),
-                    "three counts summing to head_dim / 2: Cosmos 3 Edge's config class \
-                     refuses others (transformers 5.24)",
-                ));
-            }
+        if let Some(who) = default_only
+            && given_type.as_deref() != Some("default")
+        {
+            return Err(invalid(
+                format!("{scaling_key}.rope_type"),
+                format!("{:?}", given_type.as_deref().unwrap_or("")),
+                format!("default: {who} refuses any other (transformers 5.24)"),
+            ));
+        }
+        if cosmos3_edge
+            && let Some((_, section, _)) = mrope
+            && section.iter().map(|&n| u64::from(n)).sum::<u64>() != u64::from(head_dim / 2)
+        {
+            return Err(invalid(
+                format!("{scaling_key}.mrope_section"),
+                format!("{section:?} for head_dim {head_dim}"),
+                "three counts summing to head_dim / 2: Cosmos 3 Edge's config class refuses \
+                 others (transformers 5.24)",
+            ));
         }
         // Only a cache reads the axes; a rotation of text positions (one per token) is the
-        // 1-D one without them.
+        // 1-D one without them, but ERNIE 4.5 VL's module fails to build for a section that
+        // does not fit, whatever the positions.
         let mrope = match mrope {
-            Some((layout, section, given)) if cache => {
+            Some((layout, section, given)) if cache || layout == Mrope::Alternating => {
                 let m = MultimodalRope { layout, section, freqs: 0 };
                 Some(m.for_rotary_dim(rotary).map_err(|e| match e {
                     Error::InvalidParameter { value, allowed, .. } if given => {
@@ -2164,6 +2188,7 @@ impl RopeSpec {
                     ),
                     other => other,
                 })?)
+                .filter(|_| cache)
             }
             _ => None,
         };

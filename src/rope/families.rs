@@ -280,6 +280,13 @@ pub enum Mrope {
     /// when `i % 3 == 2` and `i < 3 s2`, axis 0 otherwise (`s0` is not read); any section
     /// assigns every frequency.
     Interleaved,
+    /// ERNIE 4.5 VL's: the first `s0 + s1` frequencies alternate between axis 1 (even `i`)
+    /// and axis 2 (odd `i`), the rest take axis 0. Its module stores the height and width
+    /// frequencies reordered and interleaves them back, so each frequency keeps its own
+    /// inverse frequency; it stacks the two runs and splits the frequencies by the section,
+    /// so `s0` must equal `s1`, `s2` must be at least 1 and `s0 + s1 + s2` must be all of
+    /// them.
+    Alternating,
 }
 
 impl Mrope {
@@ -303,14 +310,22 @@ impl Mrope {
                     _ => 0,
                 }
             }
+            Mrope::Alternating => {
+                if u64::from(i) < u64::from(section[0]) + u64::from(section[1]) {
+                    1 + (i % 2) as u8
+                } else {
+                    0
+                }
+            }
         }
     }
 
-    /// Its name in errors, docs and metadata: `sections` or `interleaved`.
+    /// Its name in errors, docs and metadata: `sections`, `interleaved` or `alternating`.
     pub fn name(self) -> &'static str {
         match self {
             Mrope::Sections => "sections",
             Mrope::Interleaved => "interleaved",
+            Mrope::Alternating => "alternating",
         }
     }
 }
@@ -554,10 +569,6 @@ const DEEPSEEK_V4: &str = "DeepSeek V4 rotates the trailing slice of each head (
     rope_parameters keyed main/compress rather than by layer type, and turns the attention output \
     back by -p; posenc rotates the leading rotary dims";
 
-const ERNIE4_5_VL_MOE_TEXT: &str = "ERNIE 4.5 VL's text RoPE is a 3-axis M-RoPE (mrope_section, \
-    [22, 22, 20] when the config has none, as refused where given) with its inv_freq stored \
-    reordered; only for text positions is it an interleaved RoPE";
-
 const MUSICFLAMINGO: &str = "MusicFlamingo's top-level head_dim and rope_parameters are its audio \
     encoder's rotary time embedding (angles scaled by timestamps); its language model's RoPE is \
     the text_config's, to be read on its own";
@@ -565,7 +576,7 @@ const MUSICFLAMINGO: &str = "MusicFlamingo's top-level head_dim and rope_paramet
 use LayerRule::{
     Gemma3, Lfm3, ModernBert, NeoMme, NoCopy, Olmo3, OwnDefaults, PerLayerHead, Step3p5,
 };
-use Mrope::{Interleaved, Sections};
+use Mrope::{Alternating, Interleaved, Sections};
 use RotaryKey::{RotaryDim, RotaryPct};
 
 /// The table, sorted by `model_type` (a test checks it, and the rows against each other).
@@ -682,7 +693,12 @@ static FAMILIES: &[Family] = &[
     row("ernie").not_rotary(),
     row("ernie4_5").gptj().base(5e5).head(128),
     row("ernie4_5_moe").gptj().base(5e5),
-    row("ernie4_5_vl_moe_text").refused(ERNIE4_5_VL_MOE_TEXT),
+    row("ernie4_5_vl_moe_text")
+        .gptj()
+        .base(5e5)
+        .full_head()
+        .module_pairs()
+        .axes(Alternating, [22, 22, 20]),
     // ESM's rotary embedding only with position_embedding_type "rotary" (ESM-2's); its
     // class default is "absolute".
     row("ernie4_5_vl_moe_vision").refused(AXIAL),

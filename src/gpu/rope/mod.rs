@@ -18,8 +18,8 @@ use crate::rope::{
     TokenPositions,
 };
 use crate::shaders::{
-    FLAG_AXES, FLAG_INTERLEAVED, FLAG_SCALE, PAIRING_GPTJ, PAIRING_NEOX, RopePassKernel,
-    RopeUnitKind, WORKGROUP_SIZE,
+    FLAG_ALTERNATING, FLAG_AXES, FLAG_INTERLEAVED, FLAG_SCALE, PAIRING_GPTJ, PAIRING_NEOX,
+    RopePassKernel, RopeUnitKind, WORKGROUP_SIZE,
 };
 
 /// Mirror of `Params` in `shaders/rope_cs.wgsl`.
@@ -697,13 +697,7 @@ impl Context {
         );
         let af = freqs.attention_factor();
         let scale = if af == 1.0 { 0 } else { FLAG_SCALE };
-        let (axes, [section_t, section_h, section_w]) = match mrope {
-            None => (0, [0; 3]),
-            Some(m) if m.layout() == Mrope::Interleaved => {
-                (FLAG_AXES | FLAG_INTERLEAVED, m.section())
-            }
-            Some(m) => (FLAG_AXES, m.section()),
-        };
+        let (axes, [section_t, section_h, section_w]) = axes_flags(mrope);
         let params = RopeCsParams {
             n_pairs,
             n_freqs,
@@ -1116,4 +1110,16 @@ impl<K: Copy + Eq + std::hash::Hash> Slots<K> {
         }
         (&self.row_slot, &self.positions)
     }
+}
+
+/// `rope_cs`'s flags for a multimodal RoPE's layout (none without one) and its three
+/// `mrope_section` counts.
+fn axes_flags(mrope: Option<&MultimodalRope>) -> (u32, [u32; 3]) {
+    let Some(m) = mrope else { return (0, [0; 3]) };
+    let layout = match m.layout() {
+        Mrope::Sections => 0,
+        Mrope::Interleaved => FLAG_INTERLEAVED,
+        Mrope::Alternating => FLAG_ALTERNATING,
+    };
+    (FLAG_AXES | layout, m.section())
 }

@@ -25,10 +25,10 @@ use crate::gpu::memory::DeviceBuffer;
 use crate::gpu::pass::{BindCache, Need, PartShape, Positions, Span, uniform_blocks};
 use crate::gpu::rope::{Kernel, Plan, RopeCsParams, RopeKernel, RopeParams, RopeX4Params};
 use crate::gpu::{Context, fold_dispatch};
-use crate::rope::{Frequencies, Geometry, Layout, Mrope, MultimodalRope, RopeSpec};
+use crate::rope::{Frequencies, Geometry, Layout, MultimodalRope, RopeSpec};
 use crate::shaders::{
-    FLAG_AXES, FLAG_INTERLEAVED, FLAG_OFFSETS, FLAG_SCALE, ROPE_PASS_WORKGROUP, RopePassForm,
-    RopePassKernel, WORKGROUP_SIZE, rope_pass_workgroup,
+    FLAG_OFFSETS, FLAG_SCALE, ROPE_PASS_WORKGROUP, RopePassForm, RopePassKernel, WORKGROUP_SIZE,
+    rope_pass_workgroup,
 };
 
 /// The op every record of this pass names in its errors.
@@ -1123,12 +1123,8 @@ impl RopePass {
         if self.desc.positions == Positions::PerSequence {
             flags |= FLAG_OFFSETS;
         }
-        let [section_t, section_h, section_w] = self.mrope.map_or([0; 3], |m| m.section());
-        match self.mrope.map(|m| m.layout()) {
-            Some(Mrope::Sections) => flags |= FLAG_AXES,
-            Some(Mrope::Interleaved) => flags |= FLAG_AXES | FLAG_INTERLEAVED,
-            None => {}
-        }
+        let (axes, [section_t, section_h, section_w]) = super::axes_flags(self.mrope.as_ref());
+        flags |= axes;
         let cs_params = RopeCsParams {
             n_pairs: tokens * n_freqs,
             n_freqs,

@@ -551,3 +551,60 @@ fn round_sixteen_configs_are_refused_naming_the_key() {
         assert!(msg.contains("mrope_section") && msg.contains(section), "{msg}");
     }
 }
+
+/// An ERNIE 4.5 VL text config (transformers 5.24's `Ernie4_5_VLMoeTextConfig`): its module
+/// alternates the height and width axes over the first `s0 + s1` frequencies, then time.
+const ERNIE45_VL: &str = r#"{"model_type": "ernie4_5_vl_moe", "text_config": {
+    "model_type": "ernie4_5_vl_moe_text", "hidden_size": 2560, "num_attention_heads": 20,
+    "rope_parameters": {"mrope_section": [22, 22, 20], "rope_type": "default",
+                        "rope_theta": 500000.0}}}"#;
+
+#[test]
+fn alternating_axes_pair_height_and_width_then_time() {
+    let (spec, m) = multimodal(ERNIE45_VL);
+    assert_eq!((spec.head_dim(), spec.rotary_dim(), spec.base()), (128, 128, 5e5));
+    assert_eq!(
+        (spec.pairing(), m.layout().name(), m.section()),
+        (Pairing::Gptj, "alternating", [22, 22, 20])
+    );
+    assert_eq!(axes_text(&m), format!("{}{}", "12".repeat(22), "0".repeat(20)));
+    // Its module returns each frequency per pair.
+    assert_eq!(RopeSpec::module_pairing(ERNIE45_VL).unwrap(), Pairing::Gptj);
+    // Text positions rotate as the 1-D interleaved RoPE of the base; the class default
+    // section is the published one.
+    let text_only = ERNIE45_VL.replace(r#""mrope_section": [22, 22, 20], "#, "");
+    let spec_1d = RopeSpec::from_hf_config(&text_only, None).unwrap();
+    assert_eq!(spec_1d, spec);
+    assert_eq!(multimodal(&text_only).1.section(), [22, 22, 20]);
+    // All time is a section too ([0, 0, 64] builds in transformers).
+    let (_, m) = multimodal(&ERNIE45_VL.replace("[22, 22, 20]", "[0, 0, 64]"));
+    assert_eq!(axes_text(&m), "0".repeat(64));
+}
+
+/// Sections ERNIE 4.5 VL's module fails to build with (it stacks the height and width runs,
+/// splits by the sum and slices the time run with `[:-t]`), and any rope type but
+/// `default`, which it raises on: refused naming the key, for the one-axis reading too.
+#[test]
+fn alternating_sections_the_module_cannot_build_are_refused() {
+    for (bad, want) in [
+        ("[20, 22, 22]", "[n, n, m]"),
+        ("[32, 32, 0]", "[n, n, m]"),
+        ("[10, 10, 10]", "(sum 30) for rotary_dim 128"),
+    ] {
+        let text = ERNIE45_VL.replace("[22, 22, 20]", bad);
+        let e = RopeSpec::from_hf_config_multimodal(&text, None, None).unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, Error::RopeConfig { .. }), "{e:?}");
+        assert!(msg.contains("rope_parameters.mrope_section") && msg.contains(want), "{msg}");
+    }
+    // The class default does not fit a head of 64: refused, for text positions as well.
+    let narrow = r#"{"model_type": "ernie4_5_vl_moe_text", "hidden_size": 1024,
+        "num_attention_heads": 16, "rope_parameters": {"rope_type": "default",
+        "rope_theta": 500000.0}}"#;
+    let e = RopeSpec::from_hf_config(narrow, None).unwrap_err().to_string();
+    assert!(e.contains("mrope_section") && e.contains("class default [22, 22, 20]"), "{e}");
+    let linear =
+        ERNIE45_VL.replace(r#""rope_type": "default""#, r#""rope_type": "linear", "factor": 2.0"#);
+    let e = RopeSpec::from_hf_config_multimodal(&linear, None, None).unwrap_err().to_string();
+    assert!(e.contains("rope_parameters.rope_type") && e.contains("ERNIE 4.5 VL"), "{e}");
+}

@@ -476,6 +476,12 @@ fn gpu_multimodal_rope_equals_cpu_bit_for_bit() {
             Mrope::Interleaved,
             [3, 40, 2],
         ),
+        // ERNIE 4.5 VL's alternating height and width, then time (gptj, the vec4 kernel).
+        (
+            RopeSpec::new(128).unwrap().with_base(5e5).unwrap().with_pairing(Pairing::Gptj),
+            Mrope::Alternating,
+            [22, 22, 20],
+        ),
     ];
     for (spec, layout_m, section) in cases {
         let mrope = MultimodalRope::new(layout_m, section, spec.rotary_dim()).unwrap();

@@ -624,6 +624,11 @@ fn a_multimodal_step_rotates_as_the_cpu_with_a_position_per_axis() {
             Mrope::Sections,
             [4, 4, 4],
         ),
+        (
+            RopeSpec::new(128).unwrap().with_base(5e5).unwrap().with_pairing(Pairing::Gptj),
+            Mrope::Alternating,
+            [22, 22, 20],
+        ),
     ];
     for (spec, layout_m, section) in cases {
         let mrope = MultimodalRope::new(layout_m, section, spec.rotary_dim()).unwrap();
