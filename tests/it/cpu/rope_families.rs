@@ -321,14 +321,6 @@ fn families_posenc_cannot_rotate_are_refused_by_model_type() {
                                                  "partial_rotary_factor": 0.125}}}"#,
             "trailing",
         ),
-        // A 3-axis M-RoPE whose mrope_section ([22, 22, 20]) the config need not carry.
-        (
-            r#"{"model_type": "ernie4_5_vl_moe", "text_config": {
-                "model_type": "ernie4_5_vl_moe_text", "hidden_size": 2560,
-                "num_attention_heads": 20,
-                "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}}}"#,
-            "mrope_section",
-        ),
         // The top level's head_dim and rope_parameters are the audio encoder's rotary time
         // embedding (angles scaled by timestamps); the language model is under text_config.
         (
