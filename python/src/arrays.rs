@@ -89,6 +89,15 @@ pub(crate) fn unreadable(name: &str, e: numpy::BorrowError) -> PyErr {
     ))
 }
 
+/// The error of an array that cannot be borrowed for writing: another call holds it (its
+/// `out=`, or an input it reads, on another thread).
+pub(crate) fn unwritable(name: &str, e: numpy::BorrowError) -> PyErr {
+    PyValueError::new_err(format!(
+        "{name} cannot be written: {e} (another posenc call on another thread is using it, as \
+         its out= or an input)"
+    ))
+}
+
 /// `out` and each of `inputs` (those given) share no memory, as far as numpy's bounds test
 /// (`may_share_memory`) shows: the borrow checks of rust-numpy miss arrays of different
 /// element sizes, and arrays made apart over one buffer (`frombuffer`), which a call would
@@ -128,7 +137,7 @@ pub(crate) fn f32_out<'py, D: ndarray::Dimension>(
             D::NDIM.map_or_else(|| "any".to_string(), |n| n.to_string())
         ))
     })?;
-    typed.try_readwrite().map_err(|e| PyValueError::new_err(format!("out cannot be written: {e}")))
+    typed.try_readwrite().map_err(|e| unwritable("out", e))
 }
 
 /// A caller's `out` of another shape than the result's, refused before anything is

@@ -772,8 +772,7 @@ enum OutArray<'py> {
 impl<'py> OutArray<'py> {
     fn extract(out: &Bound<'py, PyAny>, dtype: Dtype) -> PyResult<Self> {
         use numpy::{PyArrayDyn, PyArrayMethods};
-        let writable =
-            |e: numpy::BorrowError| PyValueError::new_err(format!("out cannot be written: {e}"));
+        let writable = |e: numpy::BorrowError| crate::arrays::unwritable("out", e);
         if let Ok(untyped) = out.cast::<numpy::PyUntypedArray>() {
             crate::arrays::check_writable(untyped, "out")?;
         }

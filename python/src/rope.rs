@@ -470,8 +470,7 @@ enum Writable<'py> {
 
 impl<'py> Writable<'py> {
     fn extract(a: &Bound<'py, PyAny>, name: &str) -> PyResult<Self> {
-        let writable =
-            |e: numpy::BorrowError| PyValueError::new_err(format!("{name} cannot be written: {e}"));
+        let writable = |e: numpy::BorrowError| crate::arrays::unwritable(name, e);
         if let Ok(untyped) = a.cast::<numpy::PyUntypedArray>() {
             crate::arrays::check_writable(untyped, name)?;
         }

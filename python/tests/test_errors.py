@@ -103,6 +103,9 @@ def test_python_side_checks():
         posenc.rope(np.zeros((1, 1, 1, 8), np.float32), layout="lbhd")
     with pytest.raises(ValueError, match="positions must be integers"):
         posenc.table(8, positions=[0.5, 1.5])
+    # rope's positions are arrays alone: a spec string is named as one (round seventeen).
+    with pytest.raises(ValueError, match=r"positions must be an array of integers, got the string '0\.\.2'"):
+        posenc.rope(np.zeros((1, 2, 1, 8), np.float32), layout="blhd", positions="0..2")
     # The received type is named.
     with pytest.raises(ValueError, match="got dtype <f8 and shape \\(1, 2, 2, 8\\)"):
         posenc.rope(np.ones((1, 2, 2, 8)), layout="blhd")

@@ -11,6 +11,30 @@
 use std::cell::Cell;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+/// Bytes of host memory available to new allocations without swapping (Linux's
+/// `MemAvailable`), `None` where the system does not say. A CPU adapter's (lavapipe's,
+/// llvmpipe's) device memory is host memory: a buffer larger than this would end the
+/// process (the OOM killer), not fail with an error.
+pub(crate) fn host_available() -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+        mem_available(&text)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
+}
+
+/// `MemAvailable` of `/proc/meminfo`'s text, in bytes.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn mem_available(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find_map(|l| l.strip_prefix("MemAvailable:"))?;
+    let kib = line.trim().strip_suffix("kB")?.trim().parse::<u64>().ok()?;
+    kib.checked_mul(1024)
+}
+
 /// The byte counts of one context.
 #[derive(Debug, Default)]
 pub(crate) struct Memory {
@@ -187,5 +211,15 @@ mod tests {
         assert!(unbounded.try_hold(u64::MAX));
         assert!(unbounded.exclusive().is_none());
         assert!(m.exclusive().is_some());
+    }
+
+    #[test]
+    fn mem_available_is_read_in_bytes() {
+        let text = "MemTotal:       24576000 kB\nMemFree:  100 kB\nMemAvailable:   20000000 kB\n";
+        assert_eq!(mem_available(text), Some(20_000_000 * 1024));
+        assert_eq!(mem_available("MemTotal: 1 kB\n"), None);
+        assert_eq!(mem_available("MemAvailable: lots\n"), None);
+        #[cfg(target_os = "linux")]
+        assert!(host_available().is_some_and(|b| b > 0));
     }
 }

@@ -976,7 +976,9 @@ impl Context {
     }
 
     /// Refuses, before anything is allocated, an object of `bytes` larger than the whole
-    /// memory budget (if there is one): [`Error::Limit`] naming `op` and `what`.
+    /// memory budget (if there is one), or on a CPU adapter larger than the host memory
+    /// available (its device memory is the host's, and the OOM killer would end the
+    /// process): [`Error::Limit`] naming `op` and `what`.
     pub(crate) fn check_fits_budget(
         &self,
         op: &'static str,
@@ -991,7 +993,17 @@ impl Context {
                 limit_name: "GPU memory budget",
                 limit: budget,
             }),
-            _ => Ok(()),
+            _ => match memory::host_available() {
+                Some(available) if bytes > available && self.is_software() => Err(Error::Limit {
+                    op,
+                    what,
+                    requested: bytes,
+                    limit_name: "host memory available (MemAvailable; a CPU adapter's device \
+                                 memory is the host's)",
+                    limit: available,
+                }),
+                _ => Ok(()),
+            },
         }
     }
 

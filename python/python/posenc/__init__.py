@@ -404,6 +404,12 @@ def _int_array(value: Any, what: str, ndim: tuple[int, ...], width: int = 1) -> 
     if a.size == 0 and a.dtype.kind == "f":
         a = a.astype(np.int64)
     if a.dtype.kind not in "iu":
+        if isinstance(value, str):
+            # table and rope_cache take spec strings ("0..16"); these arguments do not.
+            raise ValueError(
+                f"{what} must be an array of integers, got the string {value!r} (a spec "
+                f"string such as '0..16' is for table's and rope_cache's positions)"
+            )
         raise ValueError(f"{what} must be integers, got dtype {a.dtype}")
     if a.ndim not in ndim:
         ranks = " or ".join(str(n) for n in ndim)

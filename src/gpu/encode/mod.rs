@@ -478,7 +478,8 @@ impl Context {
     ///
     /// # Errors
     /// [`Error::Limit`] if one row does not fit a binding, the table has more than 2^32
-    /// rows, or it is larger than the context's memory budget (naming both sizes), all
+    /// rows, or it is larger than the context's memory budget or, on a CPU adapter
+    /// (lavapipe, llvmpipe), than the host memory available (naming both sizes), all
     /// before anything is allocated; [`Error::OutOfMemory`] if the device refuses the
     /// memory; [`Error::DeviceLost`].
     pub fn upload_table(&self, table: Embeddings<'_>) -> Result<GpuTable> {
@@ -544,8 +545,14 @@ impl Context {
                         self.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(&words));
                     }
                 }
-                self.queue.submit([]);
+                let index = self.queue.submit([]);
                 chunks.push(TableChunk { buffer });
+                // wgpu frees a write's staging copy once its submission is done: waiting for
+                // each chunk holds one chunk of staging on the host, not up to the whole
+                // table (round seventeen: lavapipe's process was killed uploading 16 GiB).
+                if wait::CAN_BLOCK {
+                    self.wait("upload_table", index)?;
+                }
                 lo = hi;
             }
             Ok(())

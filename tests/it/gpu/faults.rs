@@ -150,6 +150,33 @@ fn a_table_over_the_budget_is_refused_naming_both_sizes() {
     assert_eq!(ctx.peak_allocated_bytes(), 0, "refused before any allocation");
 }
 
+/// Round seventeen: a CPU adapter's device memory is the host's, and a table larger than the
+/// host holds (a 4-byte broadcast array standing for 1 TiB, or a sparse file) was uploaded
+/// until the OOM killer ended the process. Refused before any allocation, naming both sizes.
+#[test]
+fn a_table_past_the_host_memory_of_a_cpu_adapter_is_refused() {
+    let Some(base) = gpu() else { return };
+    if !base.is_software() || !cfg!(target_os = "linux") {
+        return;
+    }
+    // Its own accounting (a budget of all memory): the shared context's peak is the others'.
+    let ctx = base.with_memory_budget(u64::MAX);
+    let one = ndarray::arr1(&[1.0f32]);
+    let rows = u32::MAX as usize;
+    let huge = one.broadcast((rows, 64)).unwrap();
+    let start = std::time::Instant::now();
+    match ctx.upload_table(Embeddings::F32(huge)) {
+        Err(e @ Error::Limit { limit_name, .. }) => {
+            let message = e.to_string();
+            assert!(limit_name.contains("host memory available"), "{message}");
+            assert!(message.contains(&format!("{}", rows as u64 * 256)), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(start.elapsed() < Duration::from_secs(10), "refused before any work");
+    assert_eq!(ctx.peak_allocated_bytes(), 0, "refused before any allocation");
+}
+
 /// Encodes a batch whose output is `ratio` times the budget through a budgeted context and
 /// checks the bits against the CPU and the peak against the budget.
 fn streamed_encode_stays_under_budget(

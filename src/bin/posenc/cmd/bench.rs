@@ -94,8 +94,8 @@ pub(crate) struct BenchArgs {
     /// per step), against as many trivial dispatches recorded and submitted the same way
     /// (gpu_dispatch_floor). Shape defaults to Llama 3 8B's embedding (D = 4096, V =
     /// 128256, bf16 table and output); --model, --dim, --vocab, --dtype and --out-dtype
-    /// change it. GPU only. STEPS x (--repeats + 1), the timed loops and one warm-up, is at
-    /// most 262144 (bench::decode::MAX_DECODE_TOTAL_STEPS).
+    /// change it. GPU only. STEPS is at most 100000, and STEPS x (--repeats + 1), the timed
+    /// loops and one warm-up, at most 262144 (bench::decode::MAX_DECODE_TOTAL_STEPS).
     #[arg(long, value_name = "STEPS", conflicts_with_all = ["suite", "plot", "load", "len"],
           allow_negative_numbers = true,
           value_parser = whole::<usize>("a whole number in 1..=100000 steps"))]
