@@ -40,7 +40,9 @@ struct Params {
 // Frequency i's axis (0 time, 1 height, 2 width): Mrope::axis in src/rope/families.rs.
 fn mrope_axis(i: u32) -> u32 {
     if (params.flags & FLAG_ALTERNATING) != 0u {
-        // The sections are at most 32768 each: their sum does not wrap.
+        // ERNIE 4.5 VL's: section_t and section_h hold its first two counts, the height and
+        // width runs (the fields keep the config's order). They are at most 32768 each:
+        // their sum does not wrap.
         if i < params.section_t + params.section_h {
             return 1u + (i & 1u);
         }

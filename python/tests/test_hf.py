@@ -346,6 +346,38 @@ def test_mrope_modules_are_served_with_per_axis_positions(family):
     patch.undo()
 
 
+@pytest.mark.parametrize("family", ["ernie4_5", "ernie4_5_vl_moe"])
+def test_modules_that_keep_cos_and_sin_in_float32_still_do(family):
+    # Review of round seventeen: ERNIE 4.5's rotary modules return float32 cos and sin for
+    # a bfloat16 model (its attention rotates in float32); the patch rounded them to
+    # bfloat16, less exact than the module it replaced.
+    if family == "ernie4_5":
+        model = _tiny("Ernie4_5Config", rope_parameters={"rope_type": "default",
+                                                         "rope_theta": 5e5})
+    else:
+        model = MROPE[family]()
+    rotary = model.model.rotary_emb if hasattr(model, "model") else model.rotary_emb
+    x = torch.zeros(1, 12, 16, dtype=torch.bfloat16)
+    pos = torch.arange(12)[None] + 3000
+    with torch.no_grad():
+        # Before the cast, which rounds the module's own inv_freq to bfloat16.
+        cos_m, sin_m = rotary(x, pos)
+    assert cos_m.dtype == torch.float32
+    model.to(torch.bfloat16)
+    patch = posenc.hf.exact_rotary(model)
+    rotary = patch.modules[0]
+    with torch.no_grad():
+        cos, sin = rotary(x, pos)
+    assert (cos.dtype, sin.dtype) == (torch.float32, torch.float32)
+    # Not rounded to bfloat16: within float32's angle error of the module's.
+    torch.testing.assert_close(cos, cos_m, rtol=0, atol=4e-7 * 3012)
+    torch.testing.assert_close(sin, sin_m, rtol=0, atol=4e-7 * 3012)
+    # A module that returns x's dtype still gets x's.
+    llama = FAMILIES["llama3"]().to(torch.bfloat16)
+    posenc.hf.exact_rotary(llama)
+    assert llama.model.rotary_emb(x, pos)[0].dtype == torch.bfloat16
+
+
 def test_a_vision_language_model_s_tower_is_named_with_the_way_out():
     # Round thirteen: the vision tower's 2-D RoPE was refused with a message that did not
     # say to patch the language model alone.

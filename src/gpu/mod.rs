@@ -993,8 +993,8 @@ impl Context {
                 limit_name: "GPU memory budget",
                 limit: budget,
             }),
-            _ => match memory::host_available() {
-                Some(available) if bytes > available && self.is_software() => Err(Error::Limit {
+            _ => match self.is_software().then(memory::host_available).flatten() {
+                Some(available) if bytes > available => Err(Error::Limit {
                     op,
                     what,
                     requested: bytes,

@@ -2089,7 +2089,17 @@ impl RopeSpec {
             "ernie4_5_vl_moe_text" => Some("ERNIE 4.5 VL's rotary module"),
             _ => None,
         };
-        let given_type = default_only.and(rope_type).map(str::to_string);
+        // Before the type's own keys are read, whose absence transformers never reaches.
+        if let Some(who) = default_only
+            && rope_type != Some("default")
+        {
+            let key = rope.scaling.as_ref().map_or("rope_scaling", |(_, key)| key.as_str());
+            return Err(invalid(
+                format!("{key}.rope_type"),
+                format!("{:?}", rope_type.unwrap_or("")),
+                format!("default: {who} refuses any other (transformers 5.24)"),
+            ));
+        }
         let (mut head_dim, deepseek) =
             head_dim(&config, model_type, family, stand_in.map(u64::from))?;
         if let LayerRule::PerLayerHead { gemma4 } = family.layers
@@ -2151,15 +2161,6 @@ impl RopeSpec {
             .with_pairing(pairing)
             .with_scaling(scaling)
             .map_err(under(&scaling_key))?;
-        if let Some(who) = default_only
-            && given_type.as_deref() != Some("default")
-        {
-            return Err(invalid(
-                format!("{scaling_key}.rope_type"),
-                format!("{:?}", given_type.as_deref().unwrap_or("")),
-                format!("default: {who} refuses any other (transformers 5.24)"),
-            ));
-        }
         if cosmos3_edge
             && let Some((_, section, _)) = mrope
             && section.iter().map(|&n| u64::from(n)).sum::<u64>() != u64::from(head_dim / 2)

@@ -71,7 +71,8 @@ def _takes_layer_type(module: Any) -> bool:
 class ExactRotary(_torch().nn.Module):
     """A rotary embedding module returning posenc's exact ``(cos, sin)`` for
     ``position_ids``, as the module it replaces did: ``[batch, len, rotary_dim]`` in
-    ``x``'s dtype and on its device.
+    ``x``'s dtype (float32 where that module returns float32 whatever ``x``'s, as ERNIE
+    4.5's do) and on its device.
 
     Positions below ``max_positions`` are gathered from float32 tables computed once
     (copied to the device of the first call there; never cast); others, and every call of
@@ -79,9 +80,14 @@ class ExactRotary(_torch().nn.Module):
     computed for that call's positions on the CPU. Attributes the model reads from its rotary module (``attention_scaling``,
     ``rope_type``, ...) are the original's."""
 
-    def __init__(self, original: Any, specs: dict, max_positions: int) -> None:
+    def __init__(
+        self, original: Any, specs: dict, max_positions: int, float32: frozenset = frozenset()
+    ) -> None:
         torch = _torch()
         super().__init__()
+        # The layer types whose module returns float32 cos and sin whatever x's dtype
+        # (ERNIE 4.5's families keep them in full precision); the others return x's.
+        self.float32 = frozenset(float32)
         # Not a submodule: the model's state dict stays as it was.
         object.__setattr__(self, "_posenc_original", original)
         self.specs = specs
@@ -178,9 +184,10 @@ class ExactRotary(_torch().nn.Module):
             index = axes.view(1, 1, 1, -1).expand(1, *cos.shape[1:])
             cos = torch.gather(cos, 0, index)[0]
             sin = torch.gather(sin, 0, index)[0]
+        dtype = torch.float32 if layer_type in self.float32 else x.dtype
         return (
-            cos.to(device=x.device, dtype=x.dtype),
-            sin.to(device=x.device, dtype=x.dtype),
+            cos.to(device=x.device, dtype=dtype),
+            sin.to(device=x.device, dtype=dtype),
         )
 
 
@@ -382,6 +389,25 @@ def _probe(module: Any, specs: dict, model_type: str, name: str) -> dict:
     return checked
 
 
+def _keeps_float32(module: Any, layer_type: Any, spec: Any) -> bool:
+    """Whether ``module`` returns float32 cos and sin for a bfloat16 ``x`` (ERNIE 4.5's
+    families, whose attention rotates in float32), where most return ``x``'s dtype: asked
+    once, at one position; a module that cannot be asked is taken to return x's."""
+    torch = _torch()
+    buffer = next((b for b in module.buffers() if b.is_floating_point()), None)
+    device = buffer.device if buffer is not None else torch.device("cpu")
+    x = torch.zeros(1, 1, spec.head_dim, dtype=torch.bfloat16, device=device)
+    shape = (3, 1, 1) if spec.mrope is not None else (1, 1)
+    pos = torch.zeros(shape, dtype=torch.int64, device=device)
+    kwargs = {} if layer_type is None else {"layer_type": layer_type}
+    try:
+        with torch.no_grad():
+            out = module(x, pos, **kwargs)
+        return all(t.dtype == torch.float32 for t in out)
+    except Exception:  # noqa: BLE001 - its own dtype rules unknown: x's, as before
+        return False
+
+
 def _probe_axes(module: Any, spec: Any, x: Any, model_type: str, name: str) -> None:
     """A multimodal RoPE's axes: the module's cos and sin for positions that differ per
     axis (as an image's grid has them) against posenc's gathered by its axes."""
@@ -458,11 +484,12 @@ def exact_rotary(model: Any, max_positions: Optional[int] = None, *, check: bool
         rows = None if max_positions is None else int(max_positions)
         if rows is None:
             rows = min(int(getattr(config, "max_position_embeddings", 0) or 0), DEFAULT_MAX_TABLE)
-        planned.append((parent, attr, module, specs, rows))
+        float32 = frozenset(t for t, spec in specs.items() if _keeps_float32(module, t, spec))
+        planned.append((parent, attr, module, specs, rows, float32))
     # Every table built before the first module is swapped: a failure building a later
     # one (its memory) leaves the model as it was, as the docstring promises.
-    built = [(parent, attr, module, ExactRotary(module, specs, rows))
-             for parent, attr, module, specs, rows in planned]
+    built = [(parent, attr, module, ExactRotary(module, specs, rows, float32))
+             for parent, attr, module, specs, rows, float32 in planned]
     replaced = []
     for parent, attr, module, new in built:
         setattr(parent, attr, new)

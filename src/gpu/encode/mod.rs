@@ -518,6 +518,7 @@ impl Context {
         let mut chunks = Vec::new();
         self.scoped("upload_table", || {
             let mut lo = 0usize;
+            let mut in_flight = None;
             while lo < vocab {
                 let hi = (lo + rows_per_chunk).min(vocab);
                 let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
@@ -548,10 +549,13 @@ impl Context {
                 let index = self.queue.submit([]);
                 chunks.push(TableChunk { buffer });
                 // wgpu frees a write's staging copy once its submission is done: waiting for
-                // each chunk holds one chunk of staging on the host, not up to the whole
-                // table (round seventeen: lavapipe's process was killed uploading 16 GiB).
-                if wait::CAN_BLOCK {
-                    self.wait("upload_table", index)?;
+                // the chunk before this one holds at most two chunks of staging on the host,
+                // not up to the whole table (round seventeen: lavapipe's process was killed
+                // uploading 16 GiB), and keeps one chunk's copy beside the next one's write.
+                if let Some(previous) = in_flight.replace(index)
+                    && wait::CAN_BLOCK
+                {
+                    self.wait("upload_table", previous)?;
                 }
                 lo = hi;
             }

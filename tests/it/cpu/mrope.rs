@@ -607,4 +607,11 @@ fn alternating_sections_the_module_cannot_build_are_refused() {
         ERNIE45_VL.replace(r#""rope_type": "default""#, r#""rope_type": "linear", "factor": 2.0"#);
     let e = RopeSpec::from_hf_config_multimodal(&linear, None, None).unwrap_err().to_string();
     assert!(e.contains("rope_parameters.rope_type") && e.contains("ERNIE 4.5 VL"), "{e}");
+    // Named before the type's own keys, whose absence transformers never reaches (review).
+    let yarn = ERNIE45_VL.replace(r#""rope_type": "default""#, r#""rope_type": "yarn""#);
+    let e = RopeSpec::from_hf_config_multimodal(&yarn, None, None).unwrap_err().to_string();
+    assert!(e.contains("rope_parameters.rope_type") && e.contains("\"yarn\""), "{e}");
+    // Without a rope_type it is the default, as the config class makes it.
+    let untyped = ERNIE45_VL.replace(r#""rope_type": "default", "#, "");
+    assert_eq!(multimodal(&untyped).1.section(), [22, 22, 20]);
 }
