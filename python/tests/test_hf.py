@@ -378,6 +378,28 @@ def test_modules_that_keep_cos_and_sin_in_float32_still_do(family):
     assert llama.model.rotary_emb(x, pos)[0].dtype == torch.bfloat16
 
 
+def test_a_dynamic_module_grown_by_a_long_call_is_still_served():
+    # Round eighteen: after a call past max_position_embeddings, a float32 model's dynamic
+    # module keeps the grown frequencies (transformers' state), and the check refused it
+    # for computing "another RoPE"; it is checked against a fresh module of its config.
+    model = _model("Qwen3Config", max_position_embeddings=32, head_dim=16,
+                   rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4})
+    ids = torch.randint(3, TINY["vocab_size"], (1, 12))
+    with torch.no_grad():
+        model(ids, position_ids=torch.arange(300, 312)[None])
+    rotary = model.model.rotary_emb
+    assert not torch.equal(rotary.inv_freq, rotary.original_inv_freq), "the module grew"
+    patch = posenc.hf.exact_rotary(model)
+    # Served: a call computes its own frequencies, as a fresh module would.
+    fresh = _model("Qwen3Config", max_position_embeddings=32, head_dim=16,
+                   rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4})
+    x = torch.zeros(1, 40, 16)
+    pos = torch.arange(40)[None]
+    with torch.no_grad():
+        torch.testing.assert_close(patch.modules[0](x, pos)[0], fresh.model.rotary_emb(x, pos)[0],
+                                   rtol=0, atol=4e-7 * 40)
+
+
 def test_a_vision_language_model_s_tower_is_named_with_the_way_out():
     # Round thirteen: the vision tower's 2-D RoPE was refused with a message that did not
     # say to patch the language model alone.

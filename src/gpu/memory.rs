@@ -11,76 +11,6 @@
 use std::cell::Cell;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Bytes of host memory available to new allocations without swapping: Linux's
-/// `MemAvailable`, or less where the process's memory cgroup (a container's limit, v1 or
-/// v2, its own or one above it) leaves less; `None` where the system does not say. A CPU
-/// adapter's (lavapipe's, llvmpipe's) device memory is host memory: a buffer larger than
-/// this would end the process (the OOM killer), not fail with an error.
-pub(crate) fn host_available() -> Option<u64> {
-    #[cfg(target_os = "linux")]
-    {
-        let meminfo = std::fs::read_to_string("/proc/meminfo").ok();
-        let available = meminfo.as_deref().and_then(mem_available);
-        let cgroups = std::fs::read_to_string("/proc/self/cgroup").ok();
-        let left =
-            cgroups.as_deref().and_then(|c| cgroup_left(c, |p| std::fs::read_to_string(p).ok()));
-        match (available, left) {
-            (Some(a), Some(l)) => Some(a.min(l)),
-            (a, l) => a.or(l),
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        None
-    }
-}
-
-/// `MemAvailable` of `/proc/meminfo`'s text, in bytes.
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-fn mem_available(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find_map(|l| l.strip_prefix("MemAvailable:"))?;
-    let kib = line.trim().strip_suffix("kB")?.trim().parse::<u64>().ok()?;
-    kib.checked_mul(1024)
-}
-
-/// The least a memory cgroup of the process leaves (its limit less its usage), over the
-/// cgroups `/proc/self/cgroup`'s text names and those above them: cgroup v2's `memory.max`
-/// and `memory.current` under `/sys/fs/cgroup`, v1's `memory.limit_in_bytes` and
-/// `memory.usage_in_bytes` under `/sys/fs/cgroup/memory`. `read` reads a file's text.
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-fn cgroup_left(cgroups: &str, read: impl Fn(&std::path::Path) -> Option<String>) -> Option<u64> {
-    let mut least: Option<u64> = None;
-    for line in cgroups.lines() {
-        let mut fields = line.splitn(3, ':');
-        let (Some(_), Some(controllers), Some(path)) =
-            (fields.next(), fields.next(), fields.next())
-        else {
-            continue;
-        };
-        let (root, limit, usage) = if controllers.is_empty() {
-            ("/sys/fs/cgroup", "memory.max", "memory.current")
-        } else if controllers.split(',').any(|c| c == "memory") {
-            ("/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes")
-        } else {
-            continue;
-        };
-        let root = std::path::Path::new(root);
-        let mut dir = root.join(path.trim_start_matches('/'));
-        loop {
-            // v2's "max" (no limit) is not a number: no bound.
-            let number = |file| read(&dir.join(file))?.trim().parse::<u64>().ok();
-            if let (Some(limit), Some(usage)) = (number(limit), number(usage)) {
-                let left = limit.saturating_sub(usage);
-                least = Some(least.map_or(left, |l| l.min(left)));
-            }
-            if dir == root || !dir.pop() {
-                break;
-            }
-        }
-    }
-    least
-}
-
 /// The byte counts of one context.
 #[derive(Debug, Default)]
 pub(crate) struct Memory {
@@ -257,38 +187,5 @@ mod tests {
         assert!(unbounded.try_hold(u64::MAX));
         assert!(unbounded.exclusive().is_none());
         assert!(m.exclusive().is_some());
-    }
-
-    #[test]
-    fn mem_available_is_read_in_bytes() {
-        let text = "MemTotal:       24576000 kB\nMemFree:  100 kB\nMemAvailable:   20000000 kB\n";
-        assert_eq!(mem_available(text), Some(20_000_000 * 1024));
-        assert_eq!(mem_available("MemTotal: 1 kB\n"), None);
-        assert_eq!(mem_available("MemAvailable: lots\n"), None);
-        #[cfg(target_os = "linux")]
-        assert!(host_available().is_some_and(|b| b > 0));
-    }
-
-    #[test]
-    fn a_memory_cgroup_bounds_what_is_available() {
-        use std::collections::HashMap;
-        use std::path::Path;
-        let files: HashMap<&str, &str> = [
-            // v2: the container's own cgroup has no limit, the one above it 8 GiB.
-            ("/sys/fs/cgroup/pod/app/memory.max", "max\n"),
-            ("/sys/fs/cgroup/pod/app/memory.current", "100\n"),
-            ("/sys/fs/cgroup/pod/memory.max", "8589934592\n"),
-            ("/sys/fs/cgroup/pod/memory.current", "1073741824\n"),
-            // v1: unlimited (its largest page-aligned value).
-            ("/sys/fs/cgroup/memory/job/memory.limit_in_bytes", "9223372036854771712"),
-            ("/sys/fs/cgroup/memory/job/memory.usage_in_bytes", "4096"),
-        ]
-        .into();
-        let read = |p: &Path| files.get(p.to_str().unwrap()).map(|s| s.to_string());
-        assert_eq!(cgroup_left("0::/pod/app\n", read), Some(7 << 30));
-        assert_eq!(cgroup_left("4:memory:/job\n1:cpu:/\n", read), Some(9223372036854767616));
-        assert_eq!(cgroup_left("0::/pod/app\n4:memory:/job\n", read), Some(7 << 30));
-        assert_eq!(cgroup_left("1:cpu:/\n", read), None);
-        assert_eq!(cgroup_left("garbage\n0::/elsewhere\n", read), None);
     }
 }

@@ -993,17 +993,19 @@ impl Context {
                 limit_name: "GPU memory budget",
                 limit: budget,
             }),
-            _ => match self.is_software().then(memory::host_available).flatten() {
-                Some(available) if bytes > available => Err(Error::Limit {
-                    op,
-                    what,
-                    requested: bytes,
-                    limit_name: "host memory available (MemAvailable; a CPU adapter's device \
+            _ => {
+                match self.is_software().then(|| crate::alloc::past_host_memory(bytes)).flatten() {
+                    Some(available) => Err(Error::Limit {
+                        op,
+                        what,
+                        requested: bytes,
+                        limit_name: "host memory available (MemAvailable; a CPU adapter's device \
                                  memory is the host's)",
-                    limit: available,
-                }),
-                _ => Ok(()),
-            },
+                        limit: available,
+                    }),
+                    _ => Ok(()),
+                }
+            }
         }
     }
 

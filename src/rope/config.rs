@@ -1176,8 +1176,11 @@ fn language_model(json: &str) -> Result<Object> {
         // A text_config without its own model_type is the one transformers gives it: the
         // composite class's default language model (Aya Vision's cohere2, which pairs and
         // returns its frequencies otherwise than the generic RoPE), else the model's own
-        // (Llama 4's, whose module is refused, must not read as the generic family's).
-        if get(&config, "model_type").is_none() && !top_type.is_empty() {
+        // (Llama 4's, whose module is refused, must not read as the generic family's). So
+        // is one of a class that builds its own text class whatever the model_type says
+        // (round eighteen: Gemma 3's or ERNIE 4.5 VL's saying llama was read as Llama).
+        let fixed = families::text_class_is_fixed(&top_type);
+        if (fixed || get(&config, "model_type").is_none()) && !top_type.is_empty() {
             let text_type = families::text_model_type(&top_type).unwrap_or(&top_type);
             config.insert("model_type".into(), text_type.into());
         }

@@ -1099,6 +1099,98 @@ pub fn text_configs() -> &'static [(&'static str, &'static str)] {
     TEXT_CONFIGS
 }
 
+/// Whether `composite`'s config class builds its `text_config` as its own text config class
+/// ([`text_model_type`]) whatever `model_type` the `text_config` gives (transformers 5.24:
+/// the class's `sub_configs` names a class, not `AutoConfig`), where the others build the
+/// one it names. A Gemma 3 or ERNIE 4.5 VL config whose `text_config` says `llama` runs as
+/// Gemma 3's or ERNIE 4.5 VL's language model, and is read so.
+///
+/// ```
+/// use posenc::rope::families;
+///
+/// assert!(families::text_class_is_fixed("gemma3"));
+/// assert!(!families::text_class_is_fixed("llava"));
+/// ```
+pub fn text_class_is_fixed(composite: &str) -> bool {
+    FIXED_TEXT_CLASSES.binary_search(&composite).is_ok()
+}
+
+/// The composites of [`text_class_is_fixed`], sorted (read off each 5.24 class's
+/// `sub_configs`).
+static FIXED_TEXT_CLASSES: &[&str] = &[
+    "aimv2",
+    "align",
+    "altclip",
+    "apertus1p5",
+    "aria",
+    "blip",
+    "bridgetower",
+    "chinese_clip",
+    "clap",
+    "clip",
+    "clipseg",
+    "clvp",
+    "cohere_compass",
+    "cosmos3_edge",
+    "deepseek_ocr2",
+    "diffusion_gemma",
+    "dots3_note",
+    "embedding_gemma2",
+    "emu3",
+    "ernie4_5_vl_moe",
+    "flava",
+    "gemma3",
+    "gemma3n",
+    "gemma4",
+    "gemma4_unified",
+    "glm4v",
+    "glm4v_moe",
+    "glm5_next",
+    "glm_image",
+    "glm_ocr",
+    "granite4_vision",
+    "granite_docling",
+    "groupvit",
+    "hunyuan_vl",
+    "hy_v4_vl",
+    "inkling2",
+    "inkling2_loop",
+    "inkling_mm_model",
+    "kosmos-2",
+    "kosmos-2.5",
+    "llama4",
+    "metaclip_2",
+    "minimax_m3_vl",
+    "mistral_large4",
+    "mllama",
+    "molmo2",
+    "muse_glimmer",
+    "muse_spark",
+    "owlv2",
+    "owlvit",
+    "paddleocr_vl",
+    "pix2struct",
+    "pp_formulanet",
+    "qwen2_5_omni_thinker",
+    "qwen2_5_vl",
+    "qwen2_vl",
+    "qwen3_5",
+    "qwen3_5_moe",
+    "qwen3_omni_moe_thinker",
+    "qwen3_vl",
+    "qwen3_vl_moe",
+    "qwen4_exp",
+    "sam3_lite_text",
+    "siglip",
+    "siglip2",
+    "step3p7",
+    "t5gemma2_encoder",
+    "tipsv2",
+    "unlimited_ocr",
+    "videoprism",
+    "xclip",
+];
+
 static TEXT_CONFIGS: &[(&str, &str)] = &[
     ("aimv2", "aimv2_text_model"),
     ("align", "align_text_model"),
@@ -1247,6 +1339,12 @@ static TEXT_CONFIGS: &[(&str, &str)] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fixed_text_classes_are_sorted_composites() {
+        assert!(FIXED_TEXT_CLASSES.windows(2).all(|w| w[0] < w[1]));
+        assert!(FIXED_TEXT_CLASSES.iter().all(|c| text_model_type(c).is_some()), "composites");
+    }
 
     /// A family's attention keys are read past before its scaling is read, so none may be a
     /// key a rope type reads (`max_position_embeddings` aside: posenc reads the config's).

@@ -318,13 +318,23 @@ def _specs_for(module: Any, config: Any, name: str) -> dict:
 
 
 def _float32_twin(module: Any, config: Any) -> Any:
-    """The module to probe: itself while its buffers are float32 or wider; else a fresh
-    float32 module of the same class and config, what the family computes
-    (``model.to(torch.bfloat16)`` rounds ``inv_freq`` to bfloat16, which is transformers'
-    error, not the family's RoPE), or the module itself when its class cannot be built
-    from the config alone."""
+    """The module to probe: itself while its buffers are float32 or wider and its
+    frequencies its first ones; else a fresh float32 module of the same class and config,
+    what the family computes (``model.to(torch.bfloat16)`` rounds ``inv_freq`` to
+    bfloat16, which is transformers' error, not the family's RoPE; a dynamic RoPE's
+    module keeps the frequencies of the longest call it has seen, which posenc computes
+    per call), or the module itself when its class cannot be built from the config
+    alone."""
     torch = _torch()
-    if all(b.dtype in (torch.float32, torch.float64) for b in module.buffers() if b.is_floating_point()):
+    inv, first = getattr(module, "inv_freq", None), getattr(module, "original_inv_freq", None)
+    grown = (
+        isinstance(inv, torch.Tensor) and isinstance(first, torch.Tensor)
+        and (inv.shape != first.shape or not torch.equal(inv, first.to(inv.dtype)))
+    )
+    wide = all(
+        b.dtype in (torch.float32, torch.float64) for b in module.buffers() if b.is_floating_point()
+    )
+    if wide and not grown:
         return module
     try:
         with torch.device("cpu"):

@@ -615,3 +615,35 @@ fn alternating_sections_the_module_cannot_build_are_refused() {
     let untyped = ERNIE45_VL.replace(r#""rope_type": "default", "#, "");
     assert_eq!(multimodal(&untyped).1.section(), [22, 22, 20]);
 }
+
+/// Round eighteen: a composite whose config class builds its own text class whatever the
+/// `text_config`'s `model_type` says (ERNIE 4.5 VL, Gemma 3, Qwen2-VL, ...) was read as the
+/// family that `model_type` named; it is read as the class transformers builds, while a
+/// composite that builds the one named (LLaVA, through `AutoConfig`) still reads it.
+#[test]
+fn a_fixed_text_class_is_read_whatever_the_text_config_names() {
+    let as_llama =
+        ERNIE45_VL.replace(r#""model_type": "ernie4_5_vl_moe_text""#, r#""model_type": "llama""#);
+    assert_ne!(as_llama, ERNIE45_VL);
+    assert_eq!(multimodal(&as_llama), multimodal(ERNIE45_VL));
+    let gemma = |inner: &str| {
+        format!(
+            r#"{{"model_type": "gemma3", "text_config": {{"model_type": "{inner}",
+            "hidden_size": 512, "num_attention_heads": 4, "rope_theta": 10000}}}}"#
+        )
+    };
+    for layer in ["full_attention", "sliding_attention"] {
+        let own = RopeSpec::from_hf_config(&gemma("gemma3_text"), Some(layer)).unwrap();
+        assert_eq!(RopeSpec::from_hf_config(&gemma("llama"), Some(layer)).unwrap(), own);
+        assert_eq!(own.head_dim(), 256, "Gemma 3's class default, not 512 / 4");
+    }
+    // LLaVA builds the language model its text_config names: Cohere 2's pairs (gptj).
+    let llava = |inner: &str| {
+        format!(
+            r#"{{"model_type": "llava", "text_config": {{"model_type": "{inner}",
+            "hidden_size": 512, "num_attention_heads": 4, "rope_theta": 10000}}}}"#
+        )
+    };
+    assert_eq!(RopeSpec::from_hf_config(&llava("cohere2"), None).unwrap().pairing(), Pairing::Gptj);
+    assert_eq!(RopeSpec::from_hf_config(&llava("llama"), None).unwrap().pairing(), Pairing::Neox);
+}
