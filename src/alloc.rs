@@ -67,6 +67,12 @@ fn try_zeroed_vec_unadvised<T: bytemuck::Zeroable + Clone>(
     len: usize,
 ) -> Result<Vec<T>> {
     let bytes = (len as u64).saturating_mul(size_of::<T>() as u64);
+    // Where the system overcommits, the allocation below succeeds past the memory there is,
+    // and the OOM killer ends the process once the caller writes it (round eighteen: a
+    // sparse file read whole).
+    if past_host_memory(bytes).is_some() {
+        return Err(Error::Alloc { what, bytes });
+    }
     // A zeroed allocation: the kernel maps its pages lazily, where a reserve and a fill
     // would write every page once before the caller does.
     fallibly(|| bytemuck::allocation::try_zeroed_vec(len))
@@ -192,8 +198,9 @@ pub(crate) fn try_zeros_unadvised<T: bytemuck::Zeroable + Clone, D: Dimension>(
 /// address-space limit the function's own allocation then succeeds as the check did, and a
 /// request too large fails here with an error rather than aborting there. Where the system
 /// overcommits, a reservation always succeeds: a request of 64 MiB or more is also weighed
-/// against the host memory available (Linux's `MemAvailable`, or less where the process's
-/// memory cgroup leaves less), past which the OOM killer, not an error, would end it.
+/// against the host memory available (Linux's `MemAvailable` and free swap, or less where
+/// the process's memory cgroup leaves less), past which the OOM killer, not an error,
+/// would end it. [`try_zeroed_vec`] and [`try_zeros`] weigh theirs too.
 ///
 /// # Errors
 /// [`Error::Alloc`] naming `what` and `bytes` if the memory cannot be had.
@@ -220,8 +227,8 @@ pub(crate) fn past_host_memory(bytes: u64) -> Option<u64> {
     host_available().filter(|&available| bytes > available)
 }
 
-/// Bytes of host memory available to new allocations without swapping: Linux's
-/// `MemAvailable`, or less where the process's memory cgroup (a container's limit, v1 or
+/// Bytes of host memory available to new allocations: Linux's `MemAvailable` and free
+/// swap, or less where the process's memory cgroup (a container's limit, v1 or
 /// v2, its own or one above it) leaves less; `None` where the system does not say. A CPU
 /// adapter's (lavapipe's, llvmpipe's) device memory is host memory: a buffer larger than
 /// this would end the process (the OOM killer), not fail with an error.
@@ -244,11 +251,15 @@ pub(crate) fn host_available() -> Option<u64> {
     }
 }
 
-/// `MemAvailable` of `/proc/meminfo`'s text, in bytes.
+/// `MemAvailable` plus `SwapFree` (the OOM killer strikes once both are spent) of
+/// `/proc/meminfo`'s text, in bytes.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn mem_available(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find_map(|l| l.strip_prefix("MemAvailable:"))?;
-    let kib = line.trim().strip_suffix("kB")?.trim().parse::<u64>().ok()?;
+    let kib = |key: &str| {
+        let line = meminfo.lines().find_map(|l| l.strip_prefix(key))?;
+        line.trim().strip_suffix("kB")?.trim().parse::<u64>().ok()
+    };
+    let kib = kib("MemAvailable:")?.checked_add(kib("SwapFree:").unwrap_or(0))?;
     kib.checked_mul(1024)
 }
 
@@ -306,10 +317,27 @@ mod tests {
         }
     }
 
+    /// Round eighteen: an overcommitting kernel may grant a zeroed allocation past the
+    /// memory there is, and the OOM killer ends the process once it is written; refused
+    /// whether or not the kernel would have granted it (its heuristic varies with the
+    /// machine's memory and swap).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn allocations_past_the_host_memory_are_refused_before_the_kernel_grants_them() {
+        let available = host_available().unwrap();
+        let past = available + available / 4;
+        match try_zeroed_vec::<u8>("a buffer past the host memory", past as usize) {
+            Err(Error::Alloc { bytes, .. }) => assert_eq!(bytes, past),
+            other => panic!("{:?}", other.map(|v| v.len())),
+        }
+    }
+
     #[test]
     fn mem_available_is_read_in_bytes() {
         let text = "MemTotal:       24576000 kB\nMemFree:  100 kB\nMemAvailable:   20000000 kB\n";
         assert_eq!(mem_available(text), Some(20_000_000 * 1024));
+        let swap = format!("{text}SwapTotal: 8000 kB\nSwapFree:       4000 kB\n");
+        assert_eq!(mem_available(&swap), Some(20_004_000 * 1024));
         assert_eq!(mem_available("MemTotal: 1 kB\n"), None);
         assert_eq!(mem_available("MemAvailable: lots\n"), None);
         #[cfg(target_os = "linux")]

@@ -999,8 +999,8 @@ impl Context {
                         op,
                         what,
                         requested: bytes,
-                        limit_name: "host memory available (MemAvailable; a CPU adapter's device \
-                                 memory is the host's)",
+                        limit_name: "host memory available (MemAvailable and free swap; a CPU \
+                                     adapter's device memory is the host's)",
                         limit: available,
                     }),
                     _ => Ok(()),
