@@ -317,6 +317,13 @@ def _specs_for(module: Any, config: Any, name: str) -> dict:
     return specs
 
 
+def _scalar(torch: Any, value: Any) -> Any:
+    """A one-element tensor as its number (transformers keeps a grown length as one)."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return value.item()
+    return value
+
+
 def _float32_twin(module: Any, config: Any) -> Any:
     """The module to probe: itself while its buffers are float32 or wider and its
     frequencies its first ones; else a fresh float32 module of the same class and config,
@@ -326,10 +333,15 @@ def _float32_twin(module: Any, config: Any) -> Any:
     per call), or the module itself when its class cannot be built from the config
     alone."""
     torch = _torch()
-    inv, first = getattr(module, "inv_freq", None), getattr(module, "original_inv_freq", None)
+    # transformers' dynamic_rope_update raises max_seq_len_cached past the original as it
+    # grows the frequencies (a module whose inv_freq was changed otherwise is probed as it
+    # is, and refused).
+    cached, first = (
+        _scalar(torch, getattr(module, key, None))
+        for key in ("max_seq_len_cached", "original_max_seq_len")
+    )
     grown = (
-        isinstance(inv, torch.Tensor) and isinstance(first, torch.Tensor)
-        and (inv.shape != first.shape or not torch.equal(inv, first.to(inv.dtype)))
+        isinstance(cached, numbers.Real) and isinstance(first, numbers.Real) and cached > first
     )
     wide = all(
         b.dtype in (torch.float32, torch.float64) for b in module.buffers() if b.is_floating_point()
