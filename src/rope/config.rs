@@ -1184,6 +1184,16 @@ fn language_model(json: &str) -> Result<Object> {
             let text_type = families::text_model_type(&top_type).unwrap_or(&top_type);
             config.insert("model_type".into(), text_type.into());
         }
+        // Classes that lay their own defaults under the text_config's keys, whatever its
+        // model_type (review of round eighteen: Voxtral's head_dim 128 and base 1e8 were
+        // read as a Llama's hidden / heads and 10000).
+        if let Some((_, defaults)) = MERGED_TEXT_DEFAULTS.iter().find(|(t, _)| *t == top_type)
+            && let Ok(Value::Object(defaults)) = serde_json::from_str::<Value>(defaults)
+        {
+            for (key, value) in defaults {
+                config.entry(key).or_insert(value);
+            }
+        }
         // A multimodal model's language model may be one without RoPE (BLIP-2's OPT).
         not_rotary(&config)?;
     } else if !has_head && get(&config, "text_config").is_none() {
@@ -1569,6 +1579,30 @@ static CLASS_LAYER_TYPES: &[(&str, &[&str])] = &[
     ("zamba", &["hybrid", "linear_attention"]),
     ("zamba2", &["hybrid", "linear_attention"]),
     ("zaya", &["hybrid"]),
+];
+
+/// Composites whose config class lays its text config's defaults under a `text_config`
+/// dict, whatever `model_type` it gives (transformers 5.24's `__post_init__`: `{**defaults,
+/// **text_config}`): their keys a RoPE reads, each taken where the dict has none.
+const MERGED_TEXT_DEFAULTS: &[(&str, &str)] = &[
+    (
+        "glmasr",
+        r#"{"hidden_size": 2048, "num_attention_heads": 16, "max_position_embeddings": 8192,
+            "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}}"#,
+    ),
+    ("pe_audio", r#"{"hidden_size": 1024, "num_attention_heads": 16}"#),
+    ("pe_audio_video", r#"{"hidden_size": 1024, "num_attention_heads": 16}"#),
+    ("pe_video", r#"{"hidden_size": 1024, "num_attention_heads": 16}"#),
+    (
+        "voxtral",
+        r#"{"hidden_size": 3072, "head_dim": 128, "rope_theta": 100000000.0,
+            "max_position_embeddings": 131072}"#,
+    ),
+    (
+        "voxtral_realtime",
+        r#"{"hidden_size": 3072, "num_attention_heads": 32, "head_dim": 128,
+            "rope_theta": 1000000.0, "max_position_embeddings": 131072}"#,
+    ),
 ];
 
 /// Model types whose rotary module is always a multimodal RoPE, with a default section

@@ -58,7 +58,9 @@ def _config_json(config: Any) -> str:
 
 
 def _model_type(config: Any) -> str:
-    return str(getattr(config, "model_type", "") or "")
+    # The class's own first: a fixed text class built from a dict naming another model_type
+    # keeps that name as an attribute (a Gemma 3 text config saying "llama").
+    return str(getattr(type(config), "model_type", "") or getattr(config, "model_type", "") or "")
 
 
 def _takes_layer_type(module: Any) -> bool:
@@ -336,12 +338,14 @@ def _float32_twin(module: Any, config: Any) -> Any:
     # transformers' dynamic_rope_update raises max_seq_len_cached past the original as it
     # grows the frequencies (a module whose inv_freq was changed otherwise is probed as it
     # is, and refused).
-    cached, first = (
-        _scalar(torch, getattr(module, key, None))
-        for key in ("max_seq_len_cached", "original_max_seq_len")
-    )
-    grown = (
-        isinstance(cached, numbers.Real) and isinstance(first, numbers.Real) and cached > first
+    # A module with a RoPE per layer type keeps one length per type (`{type}_max_seq_len_cached`).
+    first = _scalar(torch, getattr(module, "original_max_seq_len", None))
+    cached = [
+        _scalar(torch, value) for key, value in vars(module).items()
+        if key.endswith("max_seq_len_cached")
+    ]
+    grown = isinstance(first, numbers.Real) and any(
+        isinstance(c, numbers.Real) and c > first for c in cached
     )
     wide = all(
         b.dtype in (torch.float32, torch.float64) for b in module.buffers() if b.is_floating_point()

@@ -647,3 +647,27 @@ fn a_fixed_text_class_is_read_whatever_the_text_config_names() {
     assert_eq!(RopeSpec::from_hf_config(&llava("cohere2"), None).unwrap().pairing(), Pairing::Gptj);
     assert_eq!(RopeSpec::from_hf_config(&llava("llama"), None).unwrap().pairing(), Pairing::Neox);
 }
+
+/// Review of round eighteen: Voxtral's and Voxtral Realtime's config classes lay their own
+/// text defaults under the `text_config`'s keys (head_dim 128, their bases), whatever its
+/// `model_type`; posenc read a Llama's hidden / heads and base 10000.
+#[test]
+fn merged_text_defaults_are_read_under_the_given_keys() {
+    let voxtral = |top: &str, inner: &str| {
+        format!(
+            r#"{{"model_type": "{top}", "text_config": {{{inner}"hidden_size": 512,
+            "num_attention_heads": 8}}}}"#
+        )
+    };
+    for (top, base) in [("voxtral", 1e8), ("voxtral_realtime", 1e6)] {
+        for inner in ["", r#""model_type": "llama", "#] {
+            let spec = RopeSpec::from_hf_config(&voxtral(top, inner), None).unwrap();
+            assert_eq!((spec.head_dim(), spec.base()), (128, base), "{top} {inner}");
+        }
+    }
+    // The text_config's own keys win.
+    let own = r#"{"model_type": "voxtral", "text_config": {"model_type": "llama",
+        "hidden_size": 512, "num_attention_heads": 8, "head_dim": 64, "rope_theta": 5e5}}"#;
+    let spec = RopeSpec::from_hf_config(own, None).unwrap();
+    assert_eq!((spec.head_dim(), spec.base()), (64, 5e5));
+}
