@@ -976,9 +976,9 @@ impl Context {
     }
 
     /// Refuses, before anything is allocated, an object of `bytes` larger than the whole
-    /// memory budget (if there is one), or on a CPU adapter larger than the host memory
-    /// available (its device memory is the host's, and the OOM killer would end the
-    /// process): [`Error::Limit`] naming `op` and `what`.
+    /// memory budget (if there is one), or on a CPU adapter one of 64 MiB or more larger
+    /// than the host memory available (its device memory is the host's, and the OOM killer
+    /// would end the process): [`Error::Limit`] naming `op` and `what`.
     pub(crate) fn check_fits_budget(
         &self,
         op: &'static str,
