@@ -176,6 +176,10 @@ def snapshot():
             text = attr(default, "text_config") if "text_config" in (attr(cls, "sub_configs") or {}) else None
             if text is not None and attr(text, "model_type"):
                 row["text_config"] = text.model_type
+            text_class = (attr(cls, "sub_configs") or {}).get("text_config")
+            if text_class is not None:
+                # A class, not AutoConfig: built whatever model_type the dict gives.
+                row["text_class_fixed"] = attr(text_class, "__name__") != "AutoConfig"
         except Exception as e:  # noqa: BLE001
             row["error"] = f"{type(e).__name__}: {e}"[:200]
             # A class that will not build with its defaults still names its text_config's
@@ -224,15 +228,16 @@ def table_rows(path):
 
 
 def composite_rows(path):
-    """docs/families.md's composite configs: model_type -> its text_config's default."""
+    """docs/families.md's composite configs: model_type -> (its text_config's default,
+    whether its class builds that whatever model_type the text_config gives)."""
     lines = Path(path).read_text().splitlines()
-    header = lines.index("| composite `model_type` | its `text_config`'s |")
+    header = next(i for i, l in enumerate(lines) if l.startswith("| composite `model_type` |"))
     rows = {}
     for line in lines[header + 2 :]:
         if not line.startswith("| `"):
             break
-        composite, text = (c.strip().strip("`") for c in line.strip("|").split("|"))
-        rows[composite] = text
+        composite, text, fixed = (c.strip().strip("`") for c in line.strip("|").split("|"))
+        rows[composite] = (text, fixed == "yes")
     return rows
 
 
@@ -380,11 +385,21 @@ def compare(paths, table="docs/families.md"):
             for m, r in newest["families"].items()
             if r.get("text_config") and r["text_config"] != m
         }
-        listed = composite_rows(Path(__file__).resolve().parent.parent / table)
+        composites = composite_rows(Path(__file__).resolve().parent.parent / table)
+        listed = {m: text for m, (text, _) in composites.items()}
         for m in sorted(set(derived) | set(listed)):
             if derived.get(m) != listed.get(m):
                 problems.append(
                     f"{m}: text_config {listed.get(m)!r} in the composite list, {derived.get(m)!r} derived"
+                )
+        # Whether the class builds its own text class whatever the dict names (newer
+        # snapshots only).
+        for m, (_, fixed) in sorted(composites.items()):
+            row = newest["families"].get(m, {})
+            if "text_class_fixed" in row and row["text_class_fixed"] != fixed:
+                problems.append(
+                    f"{m}: text class fixed {fixed} in the composite list, "
+                    f"{row['text_class_fixed']} derived"
                 )
     for model_type in sorted(set(rows) - set(newest["families"])):
         if not rows[model_type].get("refused"):

@@ -479,11 +479,14 @@ fn families_page() -> String {
         "\n## Composite configs\n\nA multimodal config's `text_config` without a \
          `model_type` of its own is read as the one transformers gives it, its class's default \
          language model (`posenc::rope::families::text_model_type`, transformers 5.24); any \
-         other composite's, as its own `model_type`.\n\n| composite `model_type` | its \
-         `text_config`'s |\n|---|---|\n",
+         other composite's, as its own `model_type`, except where the class builds its own \
+         text class whatever the `text_config` names (`families::text_class_is_fixed`): \
+         there it is read as that class.\n\n| composite `model_type` | its `text_config`'s | \
+         whatever its `model_type` |\n|---|---|---|\n",
     );
     for (composite, text) in families::text_configs() {
-        page.push_str(&format!("| `{composite}` | `{text}` |\n"));
+        let fixed = if families::text_class_is_fixed(composite) { "yes" } else { "" };
+        page.push_str(&format!("| `{composite}` | `{text}` | {fixed} |\n"));
     }
     page
 }
