@@ -206,12 +206,10 @@ pub(crate) fn try_zeros_unadvised<T: bytemuck::Zeroable + Clone, D: Dimension>(
 /// [`Error::Alloc`] naming `what` and `bytes` if the memory cannot be had.
 pub fn check_allocation(what: &'static str, bytes: u64) -> Result<()> {
     let len = usize::try_from(bytes).map_err(|_| Error::Alloc { what, bytes })?;
-    fallibly(|| Vec::<u8>::new().try_reserve_exact(len))
-        .map_err(|_| Error::Alloc { what, bytes })?;
-    match past_host_memory(bytes) {
-        Some(_) => Err(Error::Alloc { what, bytes }),
-        None => Ok(()),
+    if past_host_memory(bytes).is_some() {
+        return Err(Error::Alloc { what, bytes });
     }
+    fallibly(|| Vec::<u8>::new().try_reserve_exact(len)).map_err(|_| Error::Alloc { what, bytes })
 }
 
 /// Requests below this are not weighed against the host memory available: reading it costs

@@ -985,27 +985,20 @@ impl Context {
         what: &'static str,
         bytes: u64,
     ) -> Result<()> {
-        match self.memory_budget() {
-            Some(budget) if bytes > budget => Err(Error::Limit {
-                op,
-                what,
-                requested: bytes,
-                limit_name: "GPU memory budget",
-                limit: budget,
-            }),
-            _ => {
-                match self.is_software().then(|| crate::alloc::past_host_memory(bytes)).flatten() {
-                    Some(available) => Err(Error::Limit {
-                        op,
-                        what,
-                        requested: bytes,
-                        limit_name: "host memory available (MemAvailable and free swap; a CPU \
-                                     adapter's device memory is the host's)",
-                        limit: available,
-                    }),
-                    _ => Ok(()),
-                }
+        let over_budget = self.memory_budget().filter(|&budget| bytes > budget);
+        let past_host = || {
+            let available = self.is_software().then(|| crate::alloc::past_host_memory(bytes));
+            available.flatten().map(|limit| {
+                let name = "host memory available (MemAvailable and free swap; a CPU adapter's \
+                            device memory is the host's)";
+                (name, limit)
+            })
+        };
+        match over_budget.map(|limit| ("GPU memory budget", limit)).or_else(past_host) {
+            Some((limit_name, limit)) => {
+                Err(Error::Limit { op, what, requested: bytes, limit_name, limit })
             }
+            None => Ok(()),
         }
     }
 
