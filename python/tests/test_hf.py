@@ -57,6 +57,10 @@ FAMILIES = {
         "original_max_position_embeddings": 1024, "max_position_embeddings": 4096,
         "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
         "llama_4_scaling_beta": 0.1}),
+    # HunYuan's NTK-alpha: a "dynamic" object with alpha, as tencent ships it.
+    "hunyuan-ntk-alpha": lambda: _model("HunYuanDenseV1Config", head_dim=16, rope_scaling={
+        "alpha": 1000.0, "beta_fast": 32, "beta_slow": 1, "factor": 1.0, "mscale": 1.0,
+        "mscale_all_dim": 1.0, "type": "dynamic"}),
 }
 
 
@@ -429,6 +433,15 @@ def test_mrope_module_whose_section_posenc_does_not_read_is_refused():
     rotary = next(m for m in model.modules() if type(m).__name__.endswith("RotaryEmbedding"))
     rotary.mrope_section = [4, 2, 2]  # not its config's: what would posenc's axes be?
     with pytest.raises(ValueError, match=r"multimodal RoPE \(mrope_section \[4, 2, 2\]\).*section \[2, 3, 3\]"):
+        posenc.hf.exact_rotary(model)
+    assert not any(isinstance(m, posenc.hf.ExactRotary) for m in model.modules())
+
+
+def test_hunyuan_vl_xd_rope_module_is_refused():
+    # Its module turns the two values of a pair by up to two axes' positions: not served.
+    model = _text_model("HunYuanVLTextConfig", head_dim=16, rope_scaling={
+        "alpha": 1000.0, "factor": 1.0, "type": "xdrope", "xdrope_section": [2, 2, 2, 2]})
+    with pytest.raises(ValueError, match=r"model_type 'hunyuan_vl_text'.*mrope_section \[2, 2, 2, 2\]"):
         posenc.hf.exact_rotary(model)
     assert not any(isinstance(m, posenc.hf.ExactRotary) for m in model.modules())
 

@@ -260,6 +260,13 @@ FLAT = {
     "fuyu-head-dim-linear": ("FuyuConfig", "persimmon", "PersimmonRotaryEmbedding", dict(
         hidden_size=512, num_attention_heads=4, head_dim=32, rope_theta=10000.0,
         rope_scaling={"rope_type": "linear", "factor": 2.0})),
+    # HunyuanOCR: XD-RoPE (four axes, the same at text positions) with HunYuan's NTK-alpha,
+    # its head dim from attention_head_dim, keys as tencent ships them.
+    "hunyuan_vl-ocr": ("HunYuanVLConfig", "hunyuan_vl", "HunYuanVLRotaryEmbedding", dict(
+        hidden_size=1024, num_attention_heads=16, attention_head_dim=128, rope_theta=10000.0,
+        rope_scaling={"alpha": 1000.0, "beta_fast": 32, "beta_slow": 1, "factor": 1.0,
+                      "mscale": 1.0, "mscale_all_dim": 1.0, "type": "xdrope",
+                      "xdrope_section": [16, 16, 16, 16]})),
 }
 
 
@@ -275,7 +282,7 @@ def test_flat_composites_read_what_their_language_model_gets(name):
     n = 4100
     ids = torch.arange(n)[None, :]
     if "vl" in module_name:  # text positions: every axis the same
-        ids = ids[None].expand(3, 1, n)
+        ids = ids[None].expand(len(module.mrope_section), 1, n)
     with torch.no_grad():
         cos_m, sin_m = module(torch.zeros(1, dtype=torch.float32), ids)
     cache = posenc.rope_cache(json.dumps(flat), seq_len=n, device="cpu")
@@ -289,3 +296,47 @@ def test_fuyu_refuses_a_top_level_partial_rotary_factor_the_versions_read_apart(
     flat = dict(FLAT["fuyu-8b"][3], model_type="fuyu", partial_rotary_factor=0.25)
     with pytest.raises(ValueError, match="partial_rotary_factor.*0.25.*0.5"):
         posenc.rope_cache(json.dumps(flat), seq_len=2)
+
+
+def test_hunyuan_vl_axes_gather_from_the_cache_by_position():
+    """HunyuanOCR's XD-RoPE gives each value of the head the position of one of four axes
+    (its section runs over the frequencies once per half): its module's cos and sin for
+    positions that differ per axis are posenc's cache by position gathered so. posenc
+    rotates one position per token only for it, and posenc.hf refuses its module."""
+    config_class, module_name, rotary_class, keys = FLAT["hunyuan_vl-ocr"]
+    if not hasattr(transformers, config_class):
+        pytest.skip(f"{config_class} is not in transformers {transformers.__version__}")
+    modeling = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
+    composite = getattr(transformers, config_class)(**json.loads(json.dumps(keys)))
+    module = getattr(modeling, rotary_class)(config=composite.text_config)
+    section = module.mrope_section
+    assert section == [16, 16, 16, 16]
+    rng = np.random.default_rng(3)
+    ids = rng.integers(0, 3000, size=(4, 40)).astype(np.int64)
+    with torch.no_grad():
+        cos_m, sin_m = module(torch.zeros(1, dtype=torch.float32), torch.from_numpy(ids[:, None, :]))
+    cache = posenc.rope_cache(json.dumps(dict(keys, model_type="hunyuan_vl")), seq_len=3000)
+    assert cache.mrope_section is None
+    half = cache.cos.shape[1] // 2
+    # Value c of the head: frequency c % half, and axis k for the k-th run, of 2 section[k]
+    # values, over the head (whose two halves repeat the frequencies).
+    runs = np.repeat(np.arange(len(section)), 2 * np.array(section))
+    columns = np.arange(2 * half)
+    rows = ids[runs[columns]].T
+    tol = 4e-7 * 3000
+    np.testing.assert_allclose(cache.cos[rows, columns[None, :]], cos_m[0].numpy(), rtol=0, atol=tol)
+    np.testing.assert_allclose(cache.sin[rows, columns[None, :]], sin_m[0].numpy(), rtol=0, atol=tol)
+    # The two values of a pair take different axes: not a rotation posenc computes.
+    assert (runs[:half] != runs[half:]).any()
+    # Text positions rotate as every axis at them; positions per axis are refused.
+    flat = json.dumps(dict(keys, model_type="hunyuan_vl"))
+    x = rng.standard_normal((1, 5, 2, 128)).astype(np.float32)
+    one = posenc.rope(x, layout="blhd", positions=np.arange(5)[None], config=flat, device="cpu")
+    text = np.broadcast_to(np.arange(5)[None, None], (4, 1, 5))
+    with torch.no_grad():
+        cos_t, sin_t = module(torch.zeros(1), torch.from_numpy(text.copy()))
+    q = torch.from_numpy(x).transpose(1, 2)
+    want = modeling.apply_rotary_pos_emb(q, q, cos_t, sin_t)[0].transpose(1, 2).numpy()
+    np.testing.assert_allclose(one, want, rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="positions"):
+        posenc.rope(x, layout="blhd", positions=ids[:3, None, :5], config=flat, device="cpu")

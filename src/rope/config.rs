@@ -957,6 +957,23 @@ fn head_dim(
     if let Some(d) = whole(config, "qk_rope_head_dim")? {
         return Ok((d, true));
     }
+    // HunYuan-VL's config class maps `attention_head_dim` onto `head_dim`, which it then
+    // overrides whatever order they come in (transformers 5.24): two values are refused.
+    if model_type == "hunyuan_vl_text"
+        && let Some(d) = whole(config, "attention_head_dim")?
+    {
+        if let Some(h) = whole(config, "head_dim")?
+            && h != d
+        {
+            return Err(invalid(
+                "head_dim",
+                format!("{h} (attention_head_dim {d})"),
+                "absent, or attention_head_dim's value: HunYuan-VL's config class overrides \
+                 head_dim with attention_head_dim (transformers 5.24)",
+            ));
+        }
+        return Ok((d, false));
+    }
     if let Some(d) = whole(config, "head_dim")? {
         return Ok((d, false));
     }
@@ -1718,6 +1735,179 @@ fn multimodal_keys(
     Ok(Some((layout, [t, h, w], true)))
 }
 
+/// HunYuan-VL's XD-RoPE (transformers 5.24's `hunyuan_vl_text`): its `mrope_section` (or the
+/// hub's `xdrope_section`, which its config class renames) gives axis `k` a run of
+/// `2 section[k]` values over the head, whose two halves repeat the frequencies, so the two
+/// values of a pair may take the positions of two axes: not a rotation per pair, which posenc
+/// does not compute. Where the
+/// axes are equal (text) it is the 1-D rotation, and each axis gathers from the 1-D cache by
+/// position: read for a cache (`cache`) with the section checked as its class checks it
+/// (whole numbers summing to head_dim / 2), and the type `"xdrope"` read as `"dynamic"`, as
+/// its config class reads it; refused for a rotation (one position per token or three).
+fn xd_rope(rope: &mut Rope, head_dim: u64, cache: bool) -> Result<()> {
+    let Some((map, key)) = rope.scaling.as_mut() else {
+        return Err(invalid(
+            "rope_scaling.xdrope_section",
+            "missing",
+            "four whole numbers: HunYuan-VL's rotary module reads its axes from \
+             rope_scaling (transformers 5.24 fails without them)",
+        ));
+    };
+    for type_key in ["rope_type", "type"] {
+        if get(map, type_key).and_then(Value::as_str) == Some("xdrope") {
+            map.insert(type_key.into(), "dynamic".into());
+        }
+    }
+    let legacy = map.remove("xdrope_section").filter(|v| !v.is_null());
+    let given = map.remove("mrope_section").filter(|v| !v.is_null());
+    let numbers = |v: &Value| match v {
+        Value::Array(items) => items.iter().map(Value::as_f64).collect::<Option<Vec<f64>>>(),
+        _ => None,
+    };
+    let (field, section) = match (given, legacy) {
+        (Some(g), Some(l)) if numbers(&g).is_none() || numbers(&g) != numbers(&l) => {
+            return Err(invalid(
+                format!("{key}.xdrope_section"),
+                excerpt(&l),
+                format!(
+                    "absent, or mrope_section's values ({}): HunYuan-VL's config class \
+                     refuses two different sections",
+                    excerpt(&g)
+                ),
+            ));
+        }
+        (Some(g), _) => ("mrope_section", g),
+        (None, Some(l)) => ("xdrope_section", l),
+        (None, None) => {
+            return Err(invalid(
+                format!("{key}.xdrope_section"),
+                "missing",
+                "four whole numbers: HunYuan-VL's rotary module reads its axes from them \
+                 (transformers 5.24 fails without them)",
+            ));
+        }
+    };
+    let half = head_dim / 2;
+    let whole = numbers(&section).filter(|n| {
+        n.iter().all(|v| v.fract() == 0.0 && *v >= 0.0) && n.iter().sum::<f64>() == half as f64
+    });
+    if whole.is_none() {
+        return Err(invalid(
+            format!("{key}.{field}"),
+            excerpt(&section),
+            format!(
+                "whole numbers summing to head_dim / 2 = {half}: HunYuan-VL's config class \
+                 refuses others (transformers 5.24)"
+            ),
+        ));
+    }
+    if !cache {
+        return Err(invalid(
+            format!("{key}.{field}"),
+            excerpt(&section),
+            "a model type whose RoPE posenc computes: HunYuan-VL's XD-RoPE turns the two \
+             values of a pair by the positions of up to two of its axes (axis k takes a run of \
+             2 section[k] values over the head, whose halves repeat the frequencies), not a \
+             rotation posenc computes; posenc reads its config for the cos/sin cache by \
+             position (rope-cache, rope_cache, one position per token), from which each of \
+             its axes gathers",
+        ));
+    }
+    Ok(())
+}
+
+/// The families whose rotary modules read a `"dynamic"` RoPE with a non-zero `alpha` as
+/// HunYuan's NTK-alpha ([`Scaling::NtkAlpha`], transformers 5.24's `ntk_alpha`), and take
+/// `"ntk_alpha"` as given.
+const NTK_ALPHA_FAMILIES: &[&str] = &["hunyuan_v1_dense", "hunyuan_v1_moe", "hunyuan_vl_text"];
+
+/// The keys HunYuan's published `"dynamic"` objects carry beside `alpha`, which its NTK-alpha
+/// reads past (`factor` is one: transformers' check of a `"dynamic"` RoPE requires it).
+const NTK_ALPHA_UNREAD: &[&str] = &[
+    "factor",
+    "beta_fast",
+    "beta_slow",
+    "mscale",
+    "mscale_all_dim",
+    "max_position_embeddings",
+    "original_max_position_embeddings",
+];
+
+/// HunYuan's NTK-alpha, as its families' rotary modules make it of a `"dynamic"` scaling
+/// object with a non-zero `alpha` (HunYuan-7B, Hunyuan-A13B, HunyuanOCR): the object becomes
+/// `{"rope_type": "ntk_alpha", "alpha": ...}`, the keys those modules read past dropped; a
+/// `"dynamic"` one with `alpha` 0 or null is read as plain dynamic NTK, without it. Those
+/// modules read the config's `head_dim` (HunYuan-VL's `attention_head_dim` first), with no
+/// fallback: a config without one is refused. Elsewhere `"ntk_alpha"` is refused.
+fn ntk_alpha(config: &Object, rope: &mut Rope, model_type: &str) -> Result<()> {
+    let Some((map, key)) = rope.scaling.as_mut() else { return Ok(()) };
+    let rope_type = type_of(map).unwrap_or("").to_string();
+    let type_key = if get(map, "rope_type").is_some() { "rope_type" } else { "type" };
+    if !NTK_ALPHA_FAMILIES.contains(&model_type) {
+        if rope_type == "ntk_alpha" {
+            return Err(invalid(
+                format!("{key}.{type_key}"),
+                "\"ntk_alpha\"",
+                format!(
+                    "another: ntk_alpha is HunYuan's (hunyuan_v1_dense, hunyuan_v1_moe, \
+                     hunyuan_vl); {model_type:?}'s rotary module has no such type \
+                     (transformers 5.24)"
+                ),
+            ));
+        }
+        return Ok(());
+    }
+    match rope_type.as_str() {
+        "ntk_alpha" => {}
+        "dynamic" => {
+            let Some(alpha) = number(map, "alpha").map_err(under(key))?.filter(|&a| a != 0.0)
+            else {
+                // HF: `rope_parameters.get("alpha")` falsy: plain dynamic NTK, alpha unread.
+                map.remove("alpha");
+                return Ok(());
+            };
+            if let Some(k) = map.keys().find(|k| {
+                !["rope_type", "type", "alpha"].contains(&k.as_str())
+                    && !NTK_ALPHA_UNREAD.contains(&k.as_str())
+            }) {
+                return Err(invalid(
+                    format!("{key}.{k}"),
+                    excerpt(&map[k]),
+                    format!(
+                        "no such key for HunYuan's NTK-alpha (a \"dynamic\" RoPE with alpha); \
+                         its keys are rope_type, alpha and, read past, {}",
+                        NTK_ALPHA_UNREAD.join(", ")
+                    ),
+                ));
+            }
+            if number(map, "factor").map_err(under(key))?.is_none() {
+                return Err(invalid(
+                    format!("{key}.factor"),
+                    "missing",
+                    "a number: transformers' check of a \"dynamic\" RoPE requires it \
+                     (HunYuan's NTK-alpha, which a non-zero alpha makes of it, does not read it)",
+                ));
+            }
+            let mut ntk = Object::new();
+            ntk.insert("rope_type".into(), "ntk_alpha".into());
+            ntk.insert("alpha".into(), alpha.into());
+            *map = ntk;
+        }
+        _ => return Ok(()),
+    }
+    if get(config, "head_dim").is_none() && get(config, "attention_head_dim").is_none() {
+        return Err(invalid(
+            "head_dim",
+            "missing",
+            format!(
+                "given: {model_type}'s NTK-alpha reads the config's head_dim, with no fallback \
+                 to hidden_size / num_attention_heads (transformers 5.24 fails without one)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// A config's errors, which the readers shared with `rope_scaling` objects give as
 /// [`Error::RopeScaling`], as the config's own.
 fn as_config_error(e: Error) -> Error {
@@ -2111,7 +2301,12 @@ impl RopeSpec {
         no_rope_switch(&config, model_type, family)?;
         nested_base(&config, family)?;
         let mut rope = rope(&config, layer_type, model_type, family)?;
+        if model_type == "hunyuan_vl_text" {
+            let (d, _) = head_dim(&config, model_type, family, stand_in.map(u64::from))?;
+            xd_rope(&mut rope, d, cache)?;
+        }
         let mrope = multimodal_keys(&mut rope, model_type, family, cache)?;
+        ntk_alpha(&config, &mut rope, model_type)?;
         // No scaling object (the legacy form without rope_scaling) is a default RoPE.
         let rope_type = match &rope.scaling {
             Some((map, _)) => type_of(map),
@@ -2150,8 +2345,9 @@ impl RopeSpec {
             head_dim = per_layer_head_dim(&config, t, head_dim)?;
         }
         // These families' own default RoPE spans the whole head.
-        let full_head_default =
-            rope_type == Some("default") && family.partial == PartialDefault::FullHead;
+        // (HunYuan's NTK-alpha spans the config's head_dim, as its default does.)
+        let full_head_default = matches!(rope_type, Some("default" | "ntk_alpha"))
+            && family.partial == PartialDefault::FullHead;
         let rotary = if deepseek || proportional || full_head_default {
             head_dim
         } else {

@@ -765,6 +765,11 @@ static FAMILIES: &[Family] = &[
     row("higgs_audio_v2").base_legacy(1e4, "llama3", 32.0, 5e5).head(128),
     row("hrm_text").head(128),
     row("hubert").not_rotary(),
+    // HunYuan's rotary modules span head_dim whatever partial_rotary_factor says, in their
+    // default RoPE and their NTK-alpha (a "dynamic" RoPE with alpha).
+    row("hunyuan_v1_dense").full_head(),
+    row("hunyuan_v1_moe").full_head(),
+    row("hunyuan_vl_text").full_head(),
     row("hy_v3").base(11_158_840.0).head(128),
     row("hy_v4").neox().unsettled(64),
     row("ibert").not_rotary(),

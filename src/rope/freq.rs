@@ -96,6 +96,16 @@ fn angular(big: &mut Big, spec: &RopeSpec, seq_len: u64) -> Vec<BigFloat> {
             let ln_scaled = add(&ln_base, &mul(&exponent, &ln_g));
             default_freqs(big, &ln_scaled, r)
         }
+        Scaling::NtkAlpha { alpha } => {
+            // ln base' = ln base + r / (r - 2) ln alpha; for r = 2 the only frequency is
+            // base'^0 = 1 (HF's exponent divides by zero there).
+            if r == 2 {
+                return vec![big.u(1)];
+            }
+            let ln_alpha = big.ln(&big.f(*alpha));
+            let exponent = div(&big.u(u64::from(r)), &big.u(u64::from(r - 2)));
+            default_freqs(big, &add(&ln_base, &mul(&exponent, &ln_alpha)), r)
+        }
         Scaling::Yarn(y) => {
             let two_pi = big.two_pi();
             let original = big.u(y.original_max_position_embeddings);
@@ -356,6 +366,21 @@ mod tests {
     fn dynamic_rotary_dim_2_has_frequency_1() {
         let s = Scaling::Dynamic { factor: 4.0, max_position_embeddings: 16 };
         assert_eq!(spec(2, 10000.0, s).frequencies(1000).inv_freq(), [1.0]);
+    }
+
+    /// HunYuan's NTK-alpha: the default frequencies of `base * alpha^(r / (r - 2))`, and
+    /// for `r = 2` the one frequency 1.
+    #[test]
+    fn ntk_alpha_stretches_the_base() {
+        let got = spec(8, 10000.0, Scaling::NtkAlpha { alpha: 50.0 }).frequencies(1);
+        let want = spec(8, 10000.0 * 50f64.powf(8.0 / 6.0), Scaling::None).frequencies(1);
+        for (k, (&g, &w)) in got.inv_freq().iter().zip(want.inv_freq()).enumerate() {
+            assert!((g - w).abs() <= 4.0 * f64::EPSILON * w, "{k}: {g} {w}");
+        }
+        assert_eq!(
+            spec(2, 10000.0, Scaling::NtkAlpha { alpha: 50.0 }).frequencies(1).inv_freq(),
+            [1.0]
+        );
     }
 
     /// A dynamic factor far past the working precision (accepted: it is finite and

@@ -15,7 +15,7 @@ use crate::spec::MAX_INV_FREQ;
 
 /// The `rope_type` values posenc knows, as Hugging Face spells them.
 pub const ROPE_TYPES: &[&str] =
-    &["default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional"];
+    &["default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional", "ntk_alpha"];
 
 /// The keys each rope type reads besides `rope_type`/`type`: any other is refused.
 pub(crate) const ROPE_TYPE_KEYS: &[(&str, &[&str])] = &[
@@ -52,6 +52,7 @@ pub(crate) const ROPE_TYPE_KEYS: &[(&str, &[&str])] = &[
         &["factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"],
     ),
     ("proportional", &["factor", "partial_rotary_factor"]),
+    ("ntk_alpha", &["alpha"]),
 ];
 
 /// Largest `rope_scaling` JSON text accepted, in bytes. A longrope object for the largest
@@ -101,6 +102,15 @@ pub enum Scaling {
     /// rotary width `r`, divided by `factor`; the rest are 0: their pairs are rotated by
     /// angle 0 (cos 1, sin 0), which leaves finite values as they are.
     Proportional(Proportional),
+    /// HunYuan's NTK-alpha (transformers' `ntk_alpha`, which the HunYuan families' rotary
+    /// modules make of a `"dynamic"` RoPE with a non-zero `alpha`): a fixed stretch of the
+    /// base, `base' = base * alpha^(r / (r - 2))`, whatever the sequence length. For `r = 2`
+    /// the only frequency is `base'^0 = 1`.
+    NtkAlpha {
+        /// The stretch, finite and >= 2^-64 (below 1 it shrinks the base; the largest
+        /// frequency is then at most `1 / alpha`).
+        alpha: f64,
+    },
     /// Any per-frequency divisor: `w_i = base^(-2i/r) / factors[i]`, and cos and sin
     /// multiplied by `attention_factor`.
     PerFrequency {
@@ -343,7 +353,8 @@ fn yarn_mscale(s: f64, m: f64) -> f64 {
 
 impl Scaling {
     /// The attention factor that multiplies cos and sin, as Hugging Face defines it: 1 for
-    /// `None`, `Linear`, `Dynamic` and `Llama3`; YaRN's and LongRoPE's rules otherwise.
+    /// `None`, `Linear`, `Dynamic`, `Llama3`, `Proportional` and `NtkAlpha`; YaRN's and
+    /// LongRoPE's rules otherwise.
     ///
     /// Computed in float64 from the float64 parameters, as Hugging Face does; it is rounded
     /// to float32 once, before it multiplies the float32 cos and sin.
@@ -353,7 +364,8 @@ impl Scaling {
             | Scaling::Linear { .. }
             | Scaling::Dynamic { .. }
             | Scaling::Llama3(_)
-            | Scaling::Proportional(_) => 1.0,
+            | Scaling::Proportional(_)
+            | Scaling::NtkAlpha { .. } => 1.0,
             Scaling::Yarn(y) => match (y.attention_factor, y.mscale, y.mscale_all_dim) {
                 (Some(a), _, _) => a,
                 // HF tests both for truthiness: absent and 0 mean "not given".
@@ -384,6 +396,7 @@ impl Scaling {
             Scaling::LongRope(_) => "longrope",
             Scaling::Llama3(_) => "llama3",
             Scaling::Proportional(_) => "proportional",
+            Scaling::NtkAlpha { .. } => "ntk_alpha",
             Scaling::PerFrequency { .. } => "per_frequency",
             Scaling::Explicit { .. } => "explicit",
         }
@@ -465,6 +478,16 @@ impl Scaling {
                 let f = p.partial_rotary_factor;
                 if !(0.0..=1.0).contains(&f) {
                     return Err(invalid("partial_rotary_factor", float(f), "a number in [0, 1]"));
+                }
+            }
+            Scaling::NtkAlpha { alpha } => {
+                if !(alpha.is_finite() && *alpha >= 1.0 / MAX_INV_FREQ) {
+                    return Err(invalid(
+                        "alpha",
+                        float(*alpha),
+                        "a finite number >= 2^-64 (the largest frequency is at most 1 / alpha \
+                         rad per position)",
+                    ));
                 }
             }
             Scaling::PerFrequency { factors, .. } => check_divisors("factors", factors)?,
@@ -651,6 +674,10 @@ impl Scaling {
             "longrope" => fields.longrope()?,
             "llama3" => fields.llama3()?,
             "proportional" => fields.proportional()?,
+            "ntk_alpha" => {
+                fields.only("ntk_alpha")?;
+                Scaling::NtkAlpha { alpha: fields.required_number("alpha")? }
+            }
             other => {
                 let known = ROPE_TYPES.join(", ");
                 return Err(invalid(type_key, format!("{other:?}"), format!("one of {known}")));
@@ -1138,6 +1165,9 @@ mod tests {
                 "max_position_embeddings":131072,"original_max_position_embeddings":4096}"#,
         )
         .unwrap();
+        let ntk = Scaling::from_hf_json(r#"{"rope_type": "ntk_alpha", "alpha": 1000}"#).unwrap();
+        assert_eq!((ntk.rope_type(), ntk.attention_factor()), ("ntk_alpha", 1.0));
+        assert_eq!(ntk, Scaling::NtkAlpha { alpha: 1000.0 });
         let Scaling::LongRope(l) = &long else { panic!("{long:?}") };
         assert_eq!(l.factor, Some(32.0));
         let want = (1.0 + 32f64.ln() / 4096f64.ln()).sqrt();

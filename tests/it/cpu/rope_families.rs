@@ -1462,3 +1462,164 @@ fn axial_vision_towers_are_refused_by_model_type() {
         assert!(e.contains(model_type) && e.contains("axial"), "{e}");
     }
 }
+
+/// A HunYuan config shaped as tencent's published ones (Hunyuan-7B, Hunyuan-A13B,
+/// HunyuanOCR's text model): a `"dynamic"` object with `alpha` and the keys they ship beside
+/// it. `extra` is added at the top level; `scaling` replaces the object.
+fn hunyuan(model_type: &str, scaling: &str, extra: &str) -> String {
+    format!(
+        r#"{{"model_type": "{model_type}", "hidden_size": 4096, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "max_position_embeddings": 32768,
+            "rope_theta": 10000.0, "rope_scaling": {scaling}{extra}}}"#
+    )
+}
+
+const HUNYUAN_SCALING: &str = r#"{"alpha": 1000.0, "beta_fast": 32, "beta_slow": 1,
+    "factor": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0, "type": "dynamic"}"#;
+
+/// HunYuan's rotary modules make a `"dynamic"` RoPE with a non-zero `alpha` a fixed NTK
+/// stretch of the base (transformers 5.24's `ntk_alpha`), over `head_dim` whatever
+/// `partial_rotary_factor` says. Values from `HunYuanDenseV1RotaryEmbedding` (5.24): float32
+/// `inv_freq[1]` 0.7760343551635742 and `inv_freq[63]` 1.1547820122359553e-07.
+#[test]
+fn hunyuan_ntk_alpha_is_read_as_its_modules_read_it() {
+    use posenc::rope::Scaling;
+    for model_type in ["hunyuan_v1_dense", "hunyuan_v1_moe"] {
+        let text = hunyuan(
+            model_type,
+            HUNYUAN_SCALING,
+            r#", "head_dim": 128, "partial_rotary_factor": 0.5"#,
+        );
+        let s = spec(&text, None);
+        assert_eq!(s.scaling(), &Scaling::NtkAlpha { alpha: 1000.0 }, "{model_type}");
+        assert_eq!((s.rotary_dim(), s.pairing()), (128, Pairing::Neox), "{model_type}");
+        let f = s.frequencies(1_000_000);
+        assert_eq!(f.attention_factor(), 1.0);
+        // The formula at 256 bits, and the module's float32 values within their rounding.
+        let base = 10000.0 * 1000f64.powf(128.0 / 126.0);
+        for (i, module) in [(1, 0.7760343551635742), (63, 1.1547820122359553e-07)] {
+            let w = f.inv_freq()[i];
+            let formula = base.powf(-(2.0 * i as f64) / 128.0);
+            assert!((w - formula).abs() <= 1e-14 * formula, "{model_type} {i}: {w} {formula}");
+            assert!((w - module).abs() <= 2f64.powi(-23) * module, "{model_type} {i}: {w}");
+        }
+        // The legacy "type" and the transformers 5 form read alike; "ntk_alpha" as given.
+        let v5 = format!(
+            r#"{{"model_type": "{model_type}", "head_dim": 128, "rope_parameters":
+                {{"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0,
+                "factor": 1.0}}}}"#
+        );
+        assert_eq!(spec(&v5, None), s, "{model_type}");
+        let named = hunyuan(model_type, r#"{"rope_type": "ntk_alpha", "alpha": 1000.0}"#, "");
+        let named = named.replace("\"rope_theta\"", "\"head_dim\": 128, \"rope_theta\"");
+        assert_eq!(spec(&named, None), s, "{model_type}");
+    }
+    // alpha 0 or null: the module's plain dynamic NTK, alpha unread.
+    for alpha in ["0", "0.0", "null"] {
+        let text = hunyuan(
+            "hunyuan_v1_dense",
+            &format!(r#"{{"type": "dynamic", "factor": 2.0, "alpha": {alpha}}}"#),
+            r#", "head_dim": 128"#,
+        );
+        let s = spec(&text, None);
+        assert_eq!(s.scaling(), &Scaling::Dynamic { factor: 2.0, max_position_embeddings: 32768 });
+    }
+}
+
+#[test]
+fn hunyuan_ntk_alpha_refusals_name_the_key() {
+    let with_head = r#", "head_dim": 128"#;
+    let dense = |scaling: &str, extra: &str| hunyuan("hunyuan_v1_dense", scaling, extra);
+    // transformers' check of a "dynamic" RoPE requires factor, which NTK-alpha never reads.
+    let msg = refused(
+        &dense(r#"{"type": "dynamic", "alpha": 1000.0}"#, with_head),
+        None,
+        "rope_scaling.factor",
+    );
+    assert!(msg.contains("dynamic"), "{msg}");
+    let msg = refused(
+        &dense(&HUNYUAN_SCALING.replace("\"mscale\"", "\"scale\""), with_head),
+        None,
+        "rope_scaling.scale",
+    );
+    assert!(msg.contains("alpha") && msg.contains("mscale_all_dim"), "{msg}");
+    for alpha in ["\"1000\"", "-1", "1e-30", "true"] {
+        let bad = HUNYUAN_SCALING.replace("1000.0", alpha);
+        refused(&dense(&bad, with_head), None, "rope_scaling.alpha");
+    }
+    // Its modules read the config's head_dim, with no fallback.
+    let msg = refused(&dense(HUNYUAN_SCALING, ""), None, "head_dim");
+    assert!(msg.contains("NTK-alpha"), "{msg}");
+    // Elsewhere "ntk_alpha" is not a type, and alpha not a key of "dynamic".
+    let llama = r#"{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+        "rope_scaling": {"rope_type": "ntk_alpha", "alpha": 1000.0}}"#;
+    let msg = refused(llama, None, "rope_scaling.rope_type");
+    assert!(msg.contains("HunYuan"), "{msg}");
+    let llama = hunyuan("llama", HUNYUAN_SCALING, "");
+    refused(&llama, None, "rope_scaling.alpha");
+}
+
+/// HunyuanOCR's config (`hunyuan_vl`, flat): XD-RoPE over four axes, `"xdrope"` read as
+/// `"dynamic"` with `alpha` (transformers 5.24's `HunYuanVLTextConfig`). Each axis gathers
+/// from the cache by position, which the multimodal reading gives (no three-axis layout);
+/// a rotation by one position per token is refused, naming the section.
+#[test]
+fn hunyuan_vl_xd_rope_reads_for_the_cache_by_position() {
+    use posenc::rope::Scaling;
+    let xd = r#"{"alpha": 1000.0, "beta_fast": 32, "beta_slow": 1, "factor": 1.0,
+        "mscale": 1.0, "mscale_all_dim": 1.0, "type": "xdrope",
+        "xdrope_section": [16, 16, 16, 16]}"#;
+    let ocr = |scaling: &str, heads: &str| {
+        format!(
+            r#"{{"model_type": "hunyuan_vl", "hidden_size": 1024, "num_attention_heads": 16,
+                {heads} "max_position_embeddings": 32768, "rope_theta": 10000.0,
+                "rope_scaling": {scaling}}}"#
+        )
+    };
+    let text = ocr(xd, r#""head_dim": 128, "attention_head_dim": 128,"#);
+    let (s, mrope) = RopeSpec::from_hf_config_multimodal(&text, None, None).unwrap();
+    assert!(mrope.is_none());
+    assert_eq!(s.scaling(), &Scaling::NtkAlpha { alpha: 1000.0 });
+    assert_eq!((s.head_dim(), s.rotary_dim()), (128, 128));
+    let dense = hunyuan("hunyuan_v1_dense", HUNYUAN_SCALING, r#", "head_dim": 128"#);
+    assert_eq!(s.frequencies(1).inv_freq(), spec(&dense, None).frequencies(1).inv_freq());
+    // transformers 5.24's own form, as its config class writes it.
+    let saved = ocr(
+        r#"{"rope_type": "dynamic", "type": "dynamic", "alpha": 1000.0, "factor": 1.0,
+            "mrope_section": [16, 16, 16, 16]}"#,
+        r#""head_dim": 128,"#,
+    );
+    assert_eq!(RopeSpec::from_hf_config_multimodal(&saved, None, None).unwrap().0, s);
+    // attention_head_dim is the head dim (its class maps it over head_dim).
+    let alias = ocr(&xd.replace("16, 16, 16, 16", "8, 8, 8, 8"), r#""attention_head_dim": 64,"#);
+    let (a, _) = RopeSpec::from_hf_config_multimodal(&alias, None, None).unwrap();
+    assert_eq!(a.rotary_dim(), 64);
+
+    let refused_mm =
+        |text: &str, field: &str| match RopeSpec::from_hf_config_multimodal(text, None, None)
+            .unwrap_err()
+        {
+            posenc::Error::RopeConfig { field: f, value, .. } => {
+                assert_eq!(f, field, "{value}");
+            }
+            other => panic!("{other:?}"),
+        };
+    // A rotation by one position per token: the axes differ per value of a pair.
+    let msg = refused(&text, None, "rope_scaling.xdrope_section");
+    assert!(msg.contains("XD-RoPE") && msg.contains("rope-cache"), "{msg}");
+    refused_mm(
+        &ocr(&xd.replace("16, 16, 16, 16", "16, 16, 16, 8"), r#""head_dim": 128,"#),
+        "rope_scaling.xdrope_section",
+    );
+    refused_mm(
+        &ocr(&xd.replace("16, 16, 16, 16", "16, 16, 16, 16.5"), r#""head_dim": 128,"#),
+        "rope_scaling.xdrope_section",
+    );
+    let two = xd.replace("\"type\"", "\"mrope_section\": [32, 0, 32, 0], \"type\"");
+    refused_mm(&ocr(&two, r#""head_dim": 128,"#), "rope_scaling.xdrope_section");
+    refused_mm(
+        &ocr(r#"{"type": "dynamic", "alpha": 1000.0, "factor": 1.0}"#, r#""head_dim": 128,"#),
+        "rope_scaling.xdrope_section",
+    );
+    refused_mm(&ocr(xd, r#""head_dim": 128, "attention_head_dim": 64,"#), "head_dim");
+}

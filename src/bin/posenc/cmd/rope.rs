@@ -29,10 +29,12 @@ pub(crate) const HELP: &str = "For frequency i < r/2 (r = --rotary-dim) and the 
     \"original_max_position_embeddings\": 8192}'. rope_type (or the legacy type) is one of \
     default, linear, dynamic, yarn, longrope, llama3, proportional (Gemma 4: \
     \"partial_rotary_factor\" inside it sets how many frequencies are not zero, over the whole \
-    --rotary-dim); max_position_embeddings may be given inside it where the scheme reads the model \
-    config's (dynamic needs it). dynamic and longrope use the sequence length max(position) + 1 of \
-    this call, or --seq-len N: a Hugging Face module that grew its frequencies for an earlier, \
-    longer call keeps them (max_seq_len_cached), and --seq-len with that length reproduces it.
+    --rotary-dim), ntk_alpha (HunYuan: \"alpha\" stretches the base, as HunYuan's \
+    \"dynamic\" with alpha does); max_position_embeddings may be given inside it where the \
+    scheme reads the model config's (dynamic needs it). dynamic and longrope use the sequence \
+    length max(position) + 1 of this call, or --seq-len N: a Hugging Face module that grew its \
+    frequencies for an earlier, longer call keeps them (max_seq_len_cached), and --seq-len with \
+    that length reproduces it.
 
 --config takes a Hugging Face model's config.json: its base, scaling (rope_scaling or \
     rope_parameters), rotary dim and pairing become the defaults, the flags override them, and \
