@@ -3,6 +3,8 @@ panic crosses into Python; a missing GPU is posenc.GpuError."""
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import subprocess
 import sys
@@ -180,15 +182,23 @@ def test_out_of_range_uint64_ids_are_shown_as_given():
             posenc.encode(w, ids)
 
 
-def test_non_finite_numbers_in_dicts_are_named():
+def test_non_finite_numbers_in_dicts_are_named(tmp_path):
     """JSON has no NaN: a dict's non-finite number is refused by its key, not as text the
     parser cannot read."""
     x = np.ones((1, 2, 2, 8), np.float32)
     with pytest.raises(ValueError, match="invalid rope_scaling.factor: nan"):
         posenc.rope(x, layout="blhd", scaling={"rope_type": "linear", "factor": float("nan")})
+    # A config's is refused where posenc reads it, named as transformers 5 writes it; a key
+    # posenc does not read may hold one (Falcon-H1's and Bamba's time_step_limit).
     config = {"model_type": "llama", "head_dim": 8, "rope_theta": float("inf")}
-    with pytest.raises(ValueError, match="invalid config.rope_theta: inf"):
+    with pytest.raises(ValueError, match=r"invalid rope_theta: Infinity \(allowed: a finite"):
         posenc.rope(x, layout="blhd", config=config)
+    config = {"model_type": "llama", "head_dim": 8, "rope_theta": 1e4,
+              "time_step_limit": [0.0, float("inf")], "x": {"y": [float("nan"), -math.inf]}}
+    assert posenc.rope_cache(config, seq_len=2).cos.shape == (2, 8)
+    with open(tmp_path / "config.json", "w") as f:
+        json.dump(config, f)  # Python writes bare Infinity and NaN, as transformers 4.x did
+    assert posenc.rope_cache(str(tmp_path / "config.json"), seq_len=2).cos.shape == (2, 8)
 
 
 def test_sizes_are_refused_before_the_inputs_are_copied():

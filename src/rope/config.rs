@@ -213,7 +213,7 @@ fn number(map: &Object, key: &str) -> Result<Option<f64>> {
             Some(v) if v.is_finite() => Ok(Some(v)),
             _ => Err(invalid(key, json_number(n), "a finite number")),
         },
-        Some(other) => Err(invalid(key, excerpt(other), "a number")),
+        Some(other) => Err(invalid(key, excerpt(other), "a finite number")),
     }
 }
 
@@ -956,23 +956,6 @@ fn head_dim(
 ) -> Result<(u64, bool)> {
     if let Some(d) = whole(config, "qk_rope_head_dim")? {
         return Ok((d, true));
-    }
-    // HunYuan-VL's config class maps `attention_head_dim` onto `head_dim`, which it then
-    // overrides whatever order they come in (transformers 5.24): two values are refused.
-    if model_type == "hunyuan_vl_text"
-        && let Some(d) = whole(config, "attention_head_dim")?
-    {
-        if let Some(h) = whole(config, "head_dim")?
-            && h != d
-        {
-            return Err(invalid(
-                "head_dim",
-                format!("{h} (attention_head_dim {d})"),
-                "absent, or attention_head_dim's value: HunYuan-VL's config class overrides \
-                 head_dim with attention_head_dim (transformers 5.24)",
-            ));
-        }
-        return Ok((d, false));
     }
     if let Some(d) = whole(config, "head_dim")? {
         return Ok((d, false));
@@ -1735,6 +1718,53 @@ fn multimodal_keys(
     Ok(Some((layout, [t, h, w], true)))
 }
 
+/// The keys a family's config class stores under another name (its `attribute_map`,
+/// transformers 5.24), for the keys the RoPE's reading takes: `(model_type, key read,
+/// the name the class keeps it under)`. A config may give either; both keys set one
+/// attribute, so two different values are refused.
+const ATTRIBUTE_ALIASES: &[(&str, &str, &str)] = &[
+    ("bailing_hybrid", "max_position_embeddings", "model_max_length"),
+    ("codegen", "max_position_embeddings", "n_positions"),
+    ("dbrx", "hidden_size", "d_model"),
+    ("dbrx", "max_position_embeddings", "max_seq_len"),
+    ("dbrx", "num_attention_heads", "n_heads"),
+    ("gptj", "max_position_embeddings", "n_positions"),
+    ("hunyuan_vl_text", "head_dim", "attention_head_dim"),
+    ("inkling2_loop_text", "max_position_embeddings", "model_max_length"),
+    ("inkling2_text", "max_position_embeddings", "model_max_length"),
+    ("inkling_text", "max_position_embeddings", "model_max_length"),
+    ("jetmoe", "head_dim", "kv_channels"),
+    ("moonshine", "num_attention_heads", "decoder_num_attention_heads"),
+    ("zamba", "head_dim", "attention_head_dim"),
+    ("zamba2", "head_dim", "attention_head_dim"),
+];
+
+/// Gives the key the reading takes the value of its family's other name for it
+/// ([`ATTRIBUTE_ALIASES`]: JetMoE's `kv_channels` is its head dim, Moonshine's
+/// `decoder_num_attention_heads` its heads), refusing two different values.
+fn attribute_aliases(config: &mut Object) -> Result<()> {
+    let model_type = get(config, "model_type").and_then(Value::as_str).unwrap_or("").to_owned();
+    for (_, key, alias) in ATTRIBUTE_ALIASES.iter().filter(|(t, _, _)| *t == model_type) {
+        let Some(value) = get(config, alias).cloned() else { continue };
+        match get(config, key) {
+            Some(given) if given != &value => {
+                return Err(invalid(
+                    *key,
+                    format!("{} ({alias} {})", excerpt(given), excerpt(&value)),
+                    format!(
+                        "absent, or {alias}'s value: {model_type}'s config class keeps both as \
+                         one attribute, {alias} (transformers 5.24)"
+                    ),
+                ));
+            }
+            _ => {
+                config.insert((*key).into(), value);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// HunYuan-VL's XD-RoPE (transformers 5.24's `hunyuan_vl_text`): its `mrope_section` (or the
 /// hub's `xdrope_section`, which its config class renames) gives axis `k` a run of
 /// `2 section[k]` values over the head, whose two halves repeat the frequencies, so the two
@@ -1895,7 +1925,7 @@ fn ntk_alpha(config: &Object, rope: &mut Rope, model_type: &str) -> Result<()> {
         }
         _ => return Ok(()),
     }
-    if get(config, "head_dim").is_none() && get(config, "attention_head_dim").is_none() {
+    if get(config, "head_dim").is_none() {
         return Err(invalid(
             "head_dim",
             "missing",
@@ -2294,7 +2324,8 @@ impl RopeSpec {
         stand_in: Option<u32>,
         cache: bool,
     ) -> Result<(RopeSpec, Option<MultimodalRope>)> {
-        let config = language_model(json)?;
+        let mut config = language_model(json)?;
+        attribute_aliases(&mut config)?;
         other_rotation(&config)?;
         let model_type = get(&config, "model_type").and_then(Value::as_str).unwrap_or("");
         let family = families::of(model_type);

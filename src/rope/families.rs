@@ -1030,7 +1030,8 @@ static FAMILIES: &[Family] = &[
     row("table-transformer").not_rotary(),
     row("tapas").not_rotary(),
     row("time_series_transformer").not_rotary(),
-    row("timesfm").head(80),
+    // TimesFM 1 and 2: an optional absolute sinusoid, no rotary module (2.5 has one).
+    row("timesfm").not_rotary(),
     row("timesfm2_5").head(80),
     row("timesformer").not_rotary(),
     row("tipsv2_text_model").not_rotary(),

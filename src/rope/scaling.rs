@@ -712,6 +712,10 @@ fn hf_rope_type(map: &Map<String, Value>) -> Result<(&'static str, &str)> {
 }
 
 /// Parses JSON text of at most [`MAX_JSON_BYTES`], refusing a key given twice in one object.
+/// Python's non-finite literals (`NaN`, `Infinity`, `-Infinity`, which `json.dumps` writes and
+/// transformers 4.x saved in Mamba configs' `time_step_limit`) are read as the object
+/// transformers 5 writes for them, `{"__float__": "Infinity"}`: a key posenc does not read
+/// may hold one, and one it reads is refused, naming it.
 pub(crate) fn parse_json(text: &str) -> Result<Value> {
     if text.len() > MAX_JSON_BYTES {
         return Err(invalid(
@@ -720,6 +724,55 @@ pub(crate) fn parse_json(text: &str) -> Result<Value> {
             format!("at most {MAX_JSON_BYTES} bytes"),
         ));
     }
+    match non_finite_literals(text) {
+        Some(rewritten) => parse_unique(&rewritten),
+        None => parse_unique(text),
+    }
+}
+
+/// `text` with each of Python's non-finite literals outside strings replaced by the object
+/// transformers 5 writes for it, or `None` when it has none.
+fn non_finite_literals(text: &str) -> Option<String> {
+    const LITERALS: [&str; 3] = ["-Infinity", "Infinity", "NaN"];
+    let bytes = text.as_bytes();
+    let (mut in_string, mut escaped) = (false, false);
+    let mut out: Option<String> = None;
+    let (mut i, mut copied) = (0, 0);
+    while i < bytes.len() {
+        let b = bytes[i];
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            i += 1;
+            continue;
+        }
+        if b == b'"' {
+            in_string = true;
+            i += 1;
+            continue;
+        }
+        if let Some(lit) = LITERALS.iter().find(|l| bytes[i..].starts_with(l.as_bytes())) {
+            let o = out.get_or_insert_with(|| String::with_capacity(text.len() + 64));
+            o.push_str(&text[copied..i]);
+            o.push_str(&format!("{{\"__float__\": \"{lit}\"}}"));
+            i += lit.len();
+            copied = i;
+            continue;
+        }
+        i += 1;
+    }
+    out.map(|mut o| {
+        o.push_str(&text[copied..]);
+        o
+    })
+}
+
+/// [`parse_json`] of text within the size limit.
+fn parse_unique(text: &str) -> Result<Value> {
     let duplicate = RefCell::new(None);
     let mut reader = serde_json::Deserializer::from_str(text);
     let value = Unique { duplicate: &duplicate, keep: true }
@@ -837,9 +890,16 @@ impl<'de> Visitor<'de> for Unique<'_> {
     }
 }
 
-/// A JSON value shortened for an error message.
+/// A JSON value shortened for an error message; a non-finite number as transformers 5
+/// writes it (`{"__float__": "Infinity"}`) as the number.
 pub(crate) fn excerpt(v: &Value) -> String {
     const MAX: usize = 48;
+    if let Value::Object(map) = v
+        && map.len() == 1
+        && let Some(Value::String(number)) = map.get("__float__")
+    {
+        return number.chars().take(MAX).collect();
+    }
     let text = match v {
         Value::Array(a) if a.len() > 4 => format!("an array of {} values", a.len()),
         _ => v.to_string(),
@@ -896,7 +956,7 @@ impl Fields<'_> {
                 // converts (large integers round to the nearest float64).
                 n.as_f64().map(Some).ok_or_else(|| invalid(key, n.to_string(), "a number"))
             }
-            Some(other) => Err(invalid(key, excerpt(other), "a number")),
+            Some(other) => Err(invalid(key, excerpt(other), "a finite number")),
         }
     }
 
@@ -1120,6 +1180,30 @@ mod tests {
                 other => panic!("{n}: {other:?}"),
             }
         }
+    }
+
+    /// Python's non-finite literals (a transformers 4.x config's `time_step_limit`) read as
+    /// transformers 5 writes them, outside strings only; one in a read key is named.
+    #[test]
+    fn non_finite_literals_read_as_transformers_5_writes_them() {
+        let text = r#"{"a": [0.0, Infinity, -Infinity, NaN], "s": "NaN \" Infinity\\", "b": 1}"#;
+        let v = parse_json(text).unwrap();
+        let marker = |s: &str| serde_json::json!({ "__float__": s });
+        assert_eq!(v["a"][1], marker("Infinity"));
+        assert_eq!(v["a"][2], marker("-Infinity"));
+        assert_eq!(v["a"][3], marker("NaN"));
+        assert_eq!(v["s"], "NaN \" Infinity\\");
+        assert_eq!(v["b"], 1);
+        assert_eq!(excerpt(&v["a"][2]), "-Infinity");
+        assert!(non_finite_literals(r#"{"a": "Infinity"}"#).is_none());
+        match Scaling::from_hf_json(r#"{"rope_type": "linear", "factor": Infinity}"#) {
+            Err(Error::RopeScaling { field, value, .. }) => {
+                assert_eq!((field.as_str(), value.as_str()), ("factor", "Infinity"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Not a literal: still not JSON.
+        assert!(parse_json(r#"{"a": Infinit}"#).is_err());
     }
 
     #[test]

@@ -241,12 +241,17 @@ def _not_both(a_name: str, a: Any, b_name: str, b: Any) -> None:
         raise ValueError(f"invalid {b_name}: given beside {a_name} (allowed: one of the two)")
 
 
-def _json_of(value: Any, what: str) -> str:
+def _json_of(value: Any, what: str, mark_non_finite: bool = False) -> str:
     """``json.dumps`` of a dict, refusing non-finite numbers by their key (JSON has none:
-    ``json.dumps`` would write ``NaN``, which the parser then refuses as text)."""
+    ``json.dumps`` would write ``NaN``, which the parser then refuses as text). With
+    ``mark_non_finite`` (a model config, whose Mamba layers may keep ``inf`` in keys posenc
+    never reads) each is written as transformers 5 writes it, ``{"__float__": "Infinity"}``,
+    and posenc refuses one only in a key it reads, naming that key."""
 
     def check(v: Any, at: str) -> None:
         if isinstance(v, (float, np.floating)) and not np.isfinite(v):
+            if mark_non_finite:
+                return
             raise ValueError(f"invalid {at}: {v} (allowed: a finite number)")
         if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 1000:
             try:
@@ -280,8 +285,19 @@ def _json_of(value: Any, what: str) -> str:
                 return item
         raise ValueError(f"invalid {what}: a {type(v).__name__} is not JSON")
 
+    def marked(v: Any) -> Any:
+        if isinstance(v, (float, np.floating)) and not np.isfinite(v):
+            return {"__float__": "NaN" if np.isnan(v) else ("Infinity" if v > 0 else "-Infinity")}
+        if isinstance(v, dict):
+            return {k: marked(item) for k, item in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [marked(item) for item in v]
+        return v
+
     try:
         check(value, what)
+        if mark_non_finite:
+            value = marked(value)
         return json.dumps(value, default=plain)
     except (RecursionError, TypeError) as e:
         # Nesting past Python's recursion limit, a cycle, a key that is no string.
@@ -298,7 +314,7 @@ def _config(config: Any) -> tuple[Optional[str], Optional[str]]:
     if config is None:
         return None, None
     if isinstance(config, dict):
-        return None, _json_of(config, "config")
+        return None, _json_of(config, "config", mark_non_finite=True)
     if isinstance(config, os.PathLike):
         return _path(config), None
     if isinstance(config, bytes):

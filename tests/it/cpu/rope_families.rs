@@ -1130,8 +1130,9 @@ fn unsettled_class_default_head_dims_are_refused_unless_passed() {
     assert!(msg.contains("128") && msg.contains("--head-dim"), "{msg}");
     let got = RopeSpec::from_hf_config_with_head_dim(step, None, 128).unwrap();
     assert_eq!((got.head_dim(), got.rotary_dim()), (128, 128));
-    let dbrx = r#"{"model_type": "dbrx", "d_model": 6144, "n_heads": 48,
-        "attn_config": {"kv_n_heads": 8}}"#;
+    // DBRX's sizes are d_model and n_heads (read: keys_their_config_classes_keep_under_
+    // another_name); without them the head dim must be passed.
+    let dbrx = r#"{"model_type": "dbrx", "attn_config": {"kv_n_heads": 8}}"#;
     let msg = refused(dbrx, None, "head_dim");
     assert!(msg.contains("--head-dim"), "{msg}");
     let got = RopeSpec::from_hf_config_with_head_dim(dbrx, None, 128).unwrap();
@@ -1622,4 +1623,58 @@ fn hunyuan_vl_xd_rope_reads_for_the_cache_by_position() {
         "rope_scaling.xdrope_section",
     );
     refused_mm(&ocr(xd, r#""head_dim": 128, "attention_head_dim": 64,"#), "head_dim");
+}
+
+/// Keys a family's config class keeps under another name (its `attribute_map`, transformers
+/// 5.24): JetMoE's head dim is `kv_channels`, Zamba 2's `attention_head_dim`, Moonshine's
+/// heads `decoder_num_attention_heads` (moonshine-tiny gives no `num_attention_heads`),
+/// DBRX's sizes `d_model` and `n_heads`. Values checked against each family's own rotary
+/// module (5.24); two different values for one attribute are refused.
+#[test]
+fn keys_their_config_classes_keep_under_another_name() {
+    for (text, head, rotary) in [
+        (
+            r#"{"model_type": "jetmoe", "hidden_size": 2048, "num_attention_heads": 32,
+                "kv_channels": 128}"#,
+            128,
+            128,
+        ),
+        (
+            r#"{"model_type": "zamba2", "hidden_size": 2560, "num_attention_heads": 32,
+                "attention_head_dim": 160, "use_mem_rope": true}"#,
+            160,
+            160,
+        ),
+        (
+            r#"{"model_type": "moonshine", "hidden_size": 288, "encoder_num_attention_heads": 8,
+                "decoder_num_attention_heads": 8, "partial_rotary_factor": 0.9}"#,
+            36,
+            32,
+        ),
+        (
+            r#"{"model_type": "dbrx", "d_model": 6144, "n_heads": 48, "max_seq_len": 32768,
+                "rope_theta": 500000, "attn_config": {"rope_theta": 500000}}"#,
+            128,
+            128,
+        ),
+    ] {
+        let s = spec(text, None);
+        assert_eq!((s.head_dim(), s.rotary_dim()), (head, rotary), "{text}");
+    }
+    let both = r#"{"model_type": "moonshine", "hidden_size": 288, "num_attention_heads": 6,
+        "decoder_num_attention_heads": 8}"#;
+    let msg = refused(both, None, "num_attention_heads");
+    assert!(msg.contains("decoder_num_attention_heads"), "{msg}");
+    let same = r#"{"model_type": "jetmoe", "hidden_size": 2048, "num_attention_heads": 32,
+        "kv_channels": 128, "head_dim": 128}"#;
+    assert_eq!(spec(same, None).head_dim(), 128);
+    refused(&same.replace("\"head_dim\": 128", "\"head_dim\": 64"), None, "head_dim");
+    // The length dynamic NTK reads, under Bailing Hybrid's name for it.
+    let bailing = r#"{"model_type": "bailing_hybrid", "head_dim": 64, "rope_theta": 6e6,
+        "model_max_length": 8192, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}"#;
+    let s = spec(bailing, None);
+    assert_eq!(
+        s.scaling(),
+        &posenc::rope::Scaling::Dynamic { factor: 2.0, max_position_embeddings: 8192 }
+    );
 }
