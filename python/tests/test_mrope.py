@@ -340,3 +340,56 @@ def test_hunyuan_vl_axes_gather_from_the_cache_by_position():
     np.testing.assert_allclose(one, want, rtol=0, atol=1e-5)
     with pytest.raises(ValueError, match="positions"):
         posenc.rope(x, layout="blhd", positions=ids[:3, None, :5], config=flat, device="cpu")
+
+
+@pytest.mark.parametrize("name", ["colqwen2", "colpali"])
+def test_retrievers_read_the_vision_language_model_they_wrap(name):
+    """ColQwen2 and ColPali build one vision-language model from ``vlm_config``: its
+    language model's RoPE is the config's (it was refused, naming a missing head dim)."""
+    vlm = {
+        "colqwen2": dict(model_type="qwen2_vl", hidden_size=1536, num_attention_heads=12,
+                         rope_theta=1e6, rope_scaling={"type": "mrope", "rope_type": "default",
+                                                       "mrope_section": [16, 24, 24]}),
+        "colpali": dict(model_type="paligemma", text_config=dict(
+            model_type="gemma", hidden_size=2048, num_attention_heads=8, head_dim=256,
+            num_key_value_heads=1, rope_theta=10000.0)),
+    }[name]
+    config_class = {"colqwen2": "ColQwen2Config", "colpali": "ColPaliConfig"}[name]
+    if not hasattr(transformers, config_class):
+        pytest.skip(f"{config_class} is not in transformers {transformers.__version__}")
+    keys = dict(model_type=name, vlm_config=vlm, embedding_dim=128)
+    config = getattr(transformers, config_class)(**json.loads(json.dumps(keys)))
+    text = config.vlm_config.text_config
+    module_name = text.model_type.removesuffix("_text")
+    modeling = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
+    rotary = next(getattr(modeling, n) for n in dir(modeling)
+                  if n.endswith("RotaryEmbedding") and "Vision" not in n)
+    module = rotary(config=text)
+    n = 4100
+    ids = torch.arange(n)[None, :]
+    if getattr(module, "mrope_section", None):
+        ids = ids[None].expand(3, 1, n)
+    with torch.no_grad():
+        cos_m, sin_m = module(torch.zeros(1, dtype=torch.float32), ids)
+    cache = posenc.rope_cache(json.dumps(keys), seq_len=n, device="cpu")
+    assert cache.cos.shape == tuple(cos_m[0].shape)
+    tol = 4e-7 * n
+    np.testing.assert_allclose(cache.cos, cos_m[0].numpy(), rtol=0, atol=tol)
+    np.testing.assert_allclose(cache.sin, sin_m[0].numpy(), rtol=0, atol=tol)
+
+
+def test_a_text_config_without_its_sizes_is_the_class_defaults():
+    """llava-hf/llava-1.5-7b-hf's text_config gives no hidden_size nor num_attention_heads:
+    LlamaConfig's defaults (4096, 32) make its head, as transformers builds it."""
+    keys = dict(model_type="llava", text_config=dict(
+        model_type="llama", max_position_embeddings=4096, rms_norm_eps=1e-05, vocab_size=32064))
+    config = transformers.LlavaConfig(**json.loads(json.dumps(keys)))
+    from transformers.models.llama import modeling_llama
+    module = modeling_llama.LlamaRotaryEmbedding(config=config.text_config)
+    n = 4100
+    with torch.no_grad():
+        cos_m, sin_m = module(torch.zeros(1, dtype=torch.float32), torch.arange(n)[None, :])
+    cache = posenc.rope_cache(json.dumps(keys), seq_len=n, device="cpu")
+    assert cache.cos.shape == tuple(cos_m[0].shape) == (n, 128)
+    np.testing.assert_allclose(cache.cos, cos_m[0].numpy(), rtol=0, atol=4e-7 * n)
+    np.testing.assert_allclose(cache.sin, sin_m[0].numpy(), rtol=0, atol=4e-7 * n)

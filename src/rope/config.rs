@@ -979,14 +979,16 @@ fn head_dim(
             ),
         ));
     }
-    // GPT-J and GPT-2 style configs spell them n_embd and n_head.
+    // GPT-J and GPT-2 style configs spell them n_embd and n_head; a few classes' defaults
+    // stand in for a missing one (CLASS_SIZES).
+    let class = CLASS_SIZES.iter().find(|(t, _, _)| *t == model_type);
     let hidden = match whole(config, "hidden_size")? {
         Some(h) => Some(h),
-        None => whole(config, "n_embd")?,
+        None => whole(config, "n_embd")?.or(class.map(|c| c.1)),
     };
     let heads = match whole(config, "num_attention_heads")? {
         Some(n) => Some(n),
-        None => whole(config, "n_head")?,
+        None => whole(config, "n_head")?.or(class.map(|c| c.2)),
     };
     match (hidden, heads) {
         (Some(h), Some(n)) if h % n == 0 => Ok((h / n, false)),
@@ -1158,6 +1160,33 @@ fn language_model(json: &str) -> Result<Object> {
     let Value::Object(mut config) = value else {
         return Err(invalid("(json)", excerpt(&value), "a JSON object (a config.json)"));
     };
+    // A retriever that wraps one vision-language model (ColPali, ColQwen2): its config class
+    // builds that model from `vlm_config` (its class default's when it names none), which is
+    // read as a config of its own.
+    let wrapper = get(&config, "model_type")
+        .and_then(Value::as_str)
+        .and_then(|t| VLM_WRAPPERS.iter().find(|(w, _)| *w == t).map(|(_, default)| *default));
+    if let Some(default) = wrapper {
+        match config.get("vlm_config") {
+            Some(Value::Object(vlm)) => {
+                let mut vlm = vlm.clone();
+                if get(&vlm, "model_type").is_none() {
+                    vlm.insert("model_type".into(), default.into());
+                }
+                config = vlm;
+            }
+            other => {
+                return Err(invalid(
+                    "vlm_config",
+                    other.map_or_else(|| "missing".to_string(), excerpt),
+                    format!(
+                        "an object: the vision-language model this retriever wraps ({default} \
+                         by default), whose language model's RoPE posenc reads"
+                    ),
+                ));
+            }
+        }
+    }
     not_rotary(&config)?;
     let top_type = get(&config, "model_type").and_then(Value::as_str).unwrap_or("").to_owned();
     let has_head = ["head_dim", "num_attention_heads", "n_head", "qk_rope_head_dim"]
@@ -1260,6 +1289,11 @@ fn language_model(json: &str) -> Result<Object> {
     }
     Ok(config)
 }
+
+/// Retrievers whose config class builds one vision-language model from `vlm_config`, and the
+/// `model_type` it builds where `vlm_config` names none (transformers 5.24).
+const VLM_WRAPPERS: &[(&str, &str)] =
+    &[("colmodernvbert", "modernvbert"), ("colpali", "paligemma"), ("colqwen2", "qwen2_vl")];
 
 /// Composites whose config class builds its `text_config` from every top-level key of a
 /// config without one (transformers 5.24): read as their language model.
@@ -1717,6 +1751,15 @@ fn multimodal_keys(
     };
     Ok(Some((layout, [t, h, w], true)))
 }
+
+/// Config classes whose `hidden_size` and `num_attention_heads` defaults posenc reads where a
+/// config leaves them out: `(model_type, hidden_size, num_attention_heads)`, each the same in
+/// every transformers version since the family was added (Llama's 4096 and 32 since 4.28,
+/// Mistral's since 4.34, Qwen2's since 4.37; 5.24 gives head dim 128). The text configs of
+/// LLaVA 1.5, Video-LLaVA, InstructBLIP-Vicuna, LLaVA-NeXT-Mistral, Idefics2 and Qwen2-Audio
+/// leave them out, as a 7B model's are the defaults.
+const CLASS_SIZES: &[(&str, u64, u64)] =
+    &[("llama", 4096, 32), ("mistral", 4096, 32), ("qwen2", 4096, 32)];
 
 /// The keys a family's config class stores under another name (its `attribute_map`,
 /// transformers 5.24), for the keys the RoPE's reading takes: `(model_type, key read,

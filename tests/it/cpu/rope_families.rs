@@ -1678,3 +1678,46 @@ fn keys_their_config_classes_keep_under_another_name() {
         &posenc::rope::Scaling::Dynamic { factor: 2.0, max_position_embeddings: 8192 }
     );
 }
+
+/// A text config that leaves out the sizes its class defaults (llava-hf/llava-1.5-7b-hf's
+/// `text_config`: `llama` with `vocab_size` and `max_position_embeddings` only) takes the
+/// class's (`LlamaConfig`, 5.24: head dim 128 = 4096 / 32), as transformers builds it; only
+/// the classes whose defaults never changed do.
+#[test]
+fn text_configs_without_their_sizes_take_the_class_defaults() {
+    let llava = r#"{"model_type": "llava", "text_config": {"model_type": "llama",
+        "max_position_embeddings": 4096, "rms_norm_eps": 1e-05, "vocab_size": 32064},
+        "vision_config": {"model_type": "clip_vision_model", "hidden_size": 1024,
+        "num_attention_heads": 16}}"#;
+    let s = spec(llava, None);
+    assert_eq!((s.head_dim(), s.rotary_dim(), s.base()), (128, 128, 10000.0));
+    for model_type in ["mistral", "qwen2"] {
+        let text = format!(r#"{{"model_type": "{model_type}", "vocab_size": 32000}}"#);
+        assert_eq!(spec(&text, None).head_dim(), 128, "{model_type}");
+    }
+    // One of the two given: the other is the class's.
+    let half = r#"{"model_type": "llama", "hidden_size": 5120}"#;
+    assert_eq!(spec(half, None).head_dim(), 160);
+    // A class whose defaults posenc does not keep: refused as before.
+    refused(r#"{"model_type": "olmo2", "vocab_size": 100352}"#, None, "head_dim");
+}
+
+/// ColQwen2 and ColPali build one vision-language model from `vlm_config` (its class
+/// default's type when it names none): read from there.
+#[test]
+fn retrievers_read_the_model_they_wrap() {
+    let colpali = r#"{"model_type": "colpali", "embedding_dim": 128, "vlm_config": {
+        "model_type": "paligemma", "text_config": {"model_type": "gemma", "hidden_size": 2048,
+        "num_attention_heads": 8, "head_dim": 256, "num_key_value_heads": 1}}}"#;
+    assert_eq!(spec(colpali, None).head_dim(), 256);
+    let untyped = colpali.replace(r#""model_type": "paligemma", "#, "");
+    assert_eq!(spec(&untyped, None).head_dim(), 256);
+    let colqwen2 = r#"{"model_type": "colqwen2", "vlm_config": {"model_type": "qwen2_vl",
+        "hidden_size": 1536, "num_attention_heads": 12, "rope_theta": 1000000.0,
+        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}}"#;
+    let (s, mrope) = RopeSpec::from_hf_config_multimodal(colqwen2, None, None).unwrap();
+    assert_eq!((s.head_dim(), s.base()), (128, 1e6));
+    assert_eq!(mrope.unwrap().section(), [16, 24, 24]);
+    let msg = refused(r#"{"model_type": "colqwen2"}"#, None, "vlm_config");
+    assert!(msg.contains("qwen2_vl"), "{msg}");
+}

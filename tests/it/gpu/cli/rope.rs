@@ -723,18 +723,16 @@ fn flags_override_the_config() {
     assert_eq!(a, b);
 }
 
-/// A config whose head dim posenc cannot read (DBRX's d_model / n_heads; a class default that
-/// differs between transformers versions) is refused naming head_dim and --head-dim;
+/// A config whose head dim posenc cannot read (DBRX's without its d_model and n_heads; a
+/// class default that differs between transformers versions) is refused naming head_dim and
+/// --head-dim;
 /// rope-cache's --head-dim and rope's tensor head stand in for it, the rest read from the
 /// config as before.
 #[test]
 fn head_dim_flag_gets_past_a_config_without_one() {
     let dir = Dir::new();
-    let dbrx = dir.bytes(
-        "dbrx.json",
-        br#"{"model_type": "dbrx", "d_model": 6144, "n_heads": 48,
-            "attn_config": {"kv_n_heads": 8}}"#,
-    );
+    let dbrx =
+        dir.bytes("dbrx.json", br#"{"model_type": "dbrx", "attn_config": {"kv_n_heads": 8}}"#);
     let step = dir.bytes(
         "step.json",
         br#"{"model_type": "step3p5", "hidden_size": 4096, "num_attention_heads": 64,
