@@ -8,7 +8,7 @@ use super::families::{
     self, BaseDefault, ClassBase, Family, HeadDimDefault, LayerRule, PairingRule,
 };
 use super::families::{Mrope, PartialDefault, Refusal, RotaryKey};
-use super::scaling::{excerpt, invalid, parse_json, whole_number};
+use super::scaling::{excerpt, invalid, is_non_finite, parse_json, whole_number};
 use super::{DEFAULT_BASE, Pairing, RopeSpec, Scaling};
 use crate::error::{Error, Result, float, json_number};
 
@@ -981,14 +981,17 @@ fn head_dim(
     }
     // GPT-J and GPT-2 style configs spell them n_embd and n_head; a few classes' defaults
     // stand in for a missing one (CLASS_SIZES).
+    // (Those classes have no n_embd or n_head: transformers leaves them unread there.)
     let class = CLASS_SIZES.iter().find(|(t, _, _)| *t == model_type);
-    let hidden = match whole(config, "hidden_size")? {
-        Some(h) => Some(h),
-        None => whole(config, "n_embd")?.or(class.map(|c| c.1)),
+    let hidden = match (whole(config, "hidden_size")?, class) {
+        (Some(h), _) => Some(h),
+        (None, Some(c)) => Some(c.1),
+        (None, None) => whole(config, "n_embd")?,
     };
-    let heads = match whole(config, "num_attention_heads")? {
-        Some(n) => Some(n),
-        None => whole(config, "n_head")?.or(class.map(|c| c.2)),
+    let heads = match (whole(config, "num_attention_heads")?, class) {
+        (Some(n), _) => Some(n),
+        (None, Some(c)) => Some(c.2),
+        (None, None) => whole(config, "n_head")?,
     };
     match (hidden, heads) {
         (Some(h), Some(n)) if h % n == 0 => Ok((h / n, false)),
@@ -1166,7 +1169,15 @@ fn language_model(json: &str) -> Result<Object> {
     let wrapper = get(&config, "model_type")
         .and_then(Value::as_str)
         .and_then(|t| VLM_WRAPPERS.iter().find(|(w, _)| *w == t).map(|(_, default)| *default));
-    if let Some(default) = wrapper {
+    // A non-finite number where a sub-config or RoPE object belongs (read as transformers 5
+    // writes one, an object) is not that object.
+    for key in ["text_config", "vlm_config", "rope_scaling", "rope_parameters"] {
+        if let Some(v) = config.get(key).filter(|v| is_non_finite(v)) {
+            return Err(invalid(key, excerpt(v), "an object, or null"));
+        }
+    }
+    let mut wrapper = wrapper;
+    while let Some(default) = wrapper {
         match config.get("vlm_config") {
             Some(Value::Object(vlm)) => {
                 let mut vlm = vlm.clone();
@@ -1174,6 +1185,9 @@ fn language_model(json: &str) -> Result<Object> {
                     vlm.insert("model_type".into(), default.into());
                 }
                 config = vlm;
+                wrapper = get(&config, "model_type").and_then(Value::as_str).and_then(|t| {
+                    VLM_WRAPPERS.iter().find(|(w, _)| *w == t).map(|(_, default)| *default)
+                });
             }
             other => {
                 return Err(invalid(
@@ -1297,7 +1311,7 @@ const VLM_WRAPPERS: &[(&str, &str)] =
 
 /// Composites whose config class builds its `text_config` from every top-level key of a
 /// config without one (transformers 5.24): read as their language model.
-const LIFTS_EVERY_KEY: &[&str] = &["dots3_note", "glm5_next", "hunyuan_vl"];
+const LIFTS_EVERY_KEY: &[&str] = &["dots3_note", "glm5_next"];
 
 /// A composite model whose config class builds its `text_config` from a flat config's
 /// top-level keys (the hub's Qwen2-VL, Qwen2.5-VL, PaddleOCR-VL and Fuyu configs are flat):
@@ -1333,6 +1347,24 @@ const FLAT_COMPOSITES: &[FlatComposite] = &[
     FlatComposite {
         model_type: "paddleocr_vl",
         text_keys: &[
+            "head_dim",
+            "hidden_size",
+            "max_position_embeddings",
+            "num_attention_heads",
+            "num_hidden_layers",
+            "num_key_value_heads",
+            "vocab_size",
+        ],
+        rope_keys: ROPE_KEYS,
+        partial_rotary_factor: None,
+    },
+    // HunyuanOCR's flat config: its class lifts its text class's fields and their other
+    // names, rope_scaling and rope_theta (transformers 5.24), so a top-level
+    // partial_rotary_factor or original_max_position_embeddings stays on the composite.
+    FlatComposite {
+        model_type: "hunyuan_vl",
+        text_keys: &[
+            "attention_head_dim",
             "head_dim",
             "hidden_size",
             "max_position_embeddings",
@@ -1778,7 +1810,6 @@ const ATTRIBUTE_ALIASES: &[(&str, &str, &str)] = &[
     ("inkling_text", "max_position_embeddings", "model_max_length"),
     ("jetmoe", "head_dim", "kv_channels"),
     ("moonshine", "num_attention_heads", "decoder_num_attention_heads"),
-    ("zamba", "head_dim", "attention_head_dim"),
     ("zamba2", "head_dim", "attention_head_dim"),
 ];
 
@@ -1913,10 +1944,16 @@ const NTK_ALPHA_UNREAD: &[&str] = &[
 /// modules read the config's `head_dim` (HunYuan-VL's `attention_head_dim` first), with no
 /// fallback: a config without one is refused. Elsewhere `"ntk_alpha"` is refused.
 fn ntk_alpha(config: &Object, rope: &mut Rope, model_type: &str) -> Result<()> {
-    let Some((map, key)) = rope.scaling.as_mut() else { return Ok(()) };
+    let hunyuan = NTK_ALPHA_FAMILIES.contains(&model_type);
+    let Some((map, key)) = rope.scaling.as_mut() else {
+        return match hunyuan && get(config, "head_dim").is_none() {
+            true => Err(hunyuan_head_dim_missing(model_type)),
+            false => Ok(()),
+        };
+    };
     let rope_type = type_of(map).unwrap_or("").to_string();
     let type_key = if get(map, "rope_type").is_some() { "rope_type" } else { "type" };
-    if !NTK_ALPHA_FAMILIES.contains(&model_type) {
+    if !hunyuan {
         if rope_type == "ntk_alpha" {
             return Err(invalid(
                 format!("{key}.{type_key}"),
@@ -1930,8 +1967,19 @@ fn ntk_alpha(config: &Object, rope: &mut Rope, model_type: &str) -> Result<()> {
         }
         return Ok(());
     }
+    // HunYuan's attention takes the config's head_dim, with no fallback (transformers 5.24
+    // fails to build it without one), whatever the RoPE.
+    if get(config, "head_dim").is_none() {
+        return Err(hunyuan_head_dim_missing(model_type));
+    }
     match rope_type.as_str() {
-        "ntk_alpha" => {}
+        "ntk_alpha" => {
+            // Given by name, no check of transformers reads its keys: those its published
+            // "dynamic" objects carry are read past here too.
+            for k in NTK_ALPHA_UNREAD {
+                map.remove(*k);
+            }
+        }
         "dynamic" => {
             let Some(alpha) = number(map, "alpha").map_err(under(key))?.filter(|&a| a != 0.0)
             else {
@@ -1966,19 +2014,21 @@ fn ntk_alpha(config: &Object, rope: &mut Rope, model_type: &str) -> Result<()> {
             ntk.insert("alpha".into(), alpha.into());
             *map = ntk;
         }
-        _ => return Ok(()),
-    }
-    if get(config, "head_dim").is_none() {
-        return Err(invalid(
-            "head_dim",
-            "missing",
-            format!(
-                "given: {model_type}'s NTK-alpha reads the config's head_dim, with no fallback \
-                 to hidden_size / num_attention_heads (transformers 5.24 fails without one)"
-            ),
-        ));
+        _ => {}
     }
     Ok(())
+}
+
+/// A HunYuan config without `head_dim` (nor HunYuan-VL's `attention_head_dim`).
+fn hunyuan_head_dim_missing(model_type: &str) -> Error {
+    invalid(
+        "head_dim",
+        "missing",
+        format!(
+            "given: {model_type}'s attention and NTK-alpha read the config's head_dim, with no \
+             fallback to hidden_size / num_attention_heads (transformers 5.24 fails without one)"
+        ),
+    )
 }
 
 /// A config's errors, which the readers shared with `rope_scaling` objects give as
@@ -2049,7 +2099,12 @@ fn no_rope_switch(config: &Object, model_type: &str, family: &Family) -> Result<
     }
     if let Some((key, want)) = family.rope_when {
         let given = get(config, key);
-        if given.and_then(Value::as_str) != Some(want) {
+        let on = match given {
+            Some(Value::String(s)) => s == want,
+            Some(Value::Bool(b)) => want == if *b { "true" } else { "false" },
+            _ => false,
+        };
+        if !on {
             return Err(invalid(
                 key,
                 given.map_or_else(|| "missing".to_string(), excerpt),

@@ -48,8 +48,9 @@ pub struct Family {
     /// A config key and the value it must have for the family's attention to apply RoPE at
     /// all (Granite 4.0 Hybrid's `position_embedding_type`, `"rope"`: absent or anything
     /// else, transformers builds no rotary module, as for Granite 4.0-H's `"nope"`); a
-    /// config without it is refused. In every family a `position_embedding_type` other than
-    /// `rope` or `rotary` is refused.
+    /// config without it is refused; `"true"` stands for a JSON `true` (Zamba 2's
+    /// `use_mem_rope`). In every family a `position_embedding_type` other than `rope` or
+    /// `rotary` is refused.
     pub rope_when: Option<(&'static str, &'static str)>,
     /// What the family's own rotary module returns, which a cache standing in for it must
     /// match (`posenc rope-cache --config`, Python's `rope_cache`): not always the layout of
@@ -533,6 +534,8 @@ const ROFORMER_TABLE: &str = "its position module returns one table of sines the
 const NANOCHAT: &str = "NanoChat's rotate_half returns (x2, -x1): each pair turns by -p * w, which \
     neither pairing (neox, gptj) computes";
 
+const ZAMBA: &str = "Zamba applies no RoPE: its shared attention blocks build no rotary \
+                     module (transformers 5.24), and its other layers are Mamba";
 const KIMI_LINEAR: &str = "Kimi Linear applies no RoPE: its MLA layers build no rotary module \
     (NoPE; qk_rope_head_dim only sizes the shared key slice) and its other layers are linear \
     attention";
@@ -1078,8 +1081,9 @@ static FAMILIES: &[Family] = &[
     row("yolos").not_rotary(),
     row("yoso").not_rotary(),
     row("youtu").unsettled(64),
-    row("zamba").unsettled_doubled(),
-    row("zamba2").unsettled_doubled(),
+    // Zamba's attention applies no RoPE; Zamba 2's only with use_mem_rope (transformers 5.24).
+    row("zamba").refused(ZAMBA),
+    row("zamba2").unsettled_doubled().rope_when("use_mem_rope", "true"),
     row("zaya").unsettled(128).partial(1.0, 1.0).layers(NoCopy(1.0)),
 ];
 

@@ -890,15 +890,26 @@ impl<'de> Visitor<'de> for Unique<'_> {
     }
 }
 
+/// Whether `v` is a non-finite number as transformers 5 writes one (and [`parse_json`] reads
+/// Python's literals): `{"__float__": "NaN"}`, `"Infinity"` or `"-Infinity"`.
+pub(crate) fn is_non_finite(v: &Value) -> bool {
+    match v {
+        Value::Object(map) if map.len() == 1 => matches!(
+            map.get("__float__").and_then(Value::as_str),
+            Some("NaN" | "Infinity" | "-Infinity")
+        ),
+        _ => false,
+    }
+}
+
 /// A JSON value shortened for an error message; a non-finite number as transformers 5
 /// writes it (`{"__float__": "Infinity"}`) as the number.
 pub(crate) fn excerpt(v: &Value) -> String {
     const MAX: usize = 48;
-    if let Value::Object(map) = v
-        && map.len() == 1
-        && let Some(Value::String(number)) = map.get("__float__")
+    if is_non_finite(v)
+        && let Some(Value::String(number)) = v.get("__float__")
     {
-        return number.chars().take(MAX).collect();
+        return number.clone();
     }
     let text = match v {
         Value::Array(a) if a.len() > 4 => format!("an array of {} values", a.len()),
@@ -938,10 +949,17 @@ impl Fields<'_> {
                 ));
             }
             let keys = ["rope_type"].iter().chain(allowed).copied().collect::<Vec<_>>().join(", ");
+            // HunYuan's configs say "dynamic" with alpha, which their modules read as
+            // ntk_alpha: a scaling object given on its own names it.
+            let hint = if rope_type == "dynamic" && key == "alpha" {
+                " (HunYuan's \"dynamic\" with alpha is rope_type \"ntk_alpha\")"
+            } else {
+                ""
+            };
             return Err(invalid(
                 key.clone(),
                 excerpt(value),
-                format!("no such key for rope_type {rope_type:?}; its keys are {keys}"),
+                format!("no such key for rope_type {rope_type:?}; its keys are {keys}{hint}"),
             ));
         }
         Ok(())

@@ -595,7 +595,9 @@ fn configs_posenc_cannot_honour_are_refused_naming_the_key() {
 
     let msg = refused(r#"{"hidden_size": 100, "num_attention_heads": 3}"#, None, "hidden_size");
     assert!(msg.contains("100") && msg.contains('3'), "{msg}");
-    refused(r#"{"model_type": "llama"}"#, None, "head_dim");
+    // (Llama's, Mistral's and Qwen2's class sizes stand in: cpu::rope_families.)
+    refused(r#"{"model_type": "olmo2"}"#, None, "head_dim");
+    refused("{}", None, "head_dim");
     // int(90 * 0.1) = 9: odd (Phi's default RoPE reads the factor).
     let odd = r#"{"model_type": "phi", "head_dim": 90, "partial_rotary_factor": 0.1}"#;
     let msg = refused(odd, None, "partial_rotary_factor");

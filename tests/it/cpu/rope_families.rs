@@ -1721,3 +1721,52 @@ fn retrievers_read_the_model_they_wrap() {
     let msg = refused(r#"{"model_type": "colqwen2"}"#, None, "vlm_config");
     assert!(msg.contains("qwen2_vl"), "{msg}");
 }
+
+/// The review of round nineteen's reading (2026-12-03): each case was read otherwise than
+/// transformers 5.24 builds it.
+#[test]
+fn round_nineteen_review_cases() {
+    // Zamba applies no RoPE; Zamba 2 only with use_mem_rope.
+    let zamba = r#"{"model_type": "zamba", "hidden_size": 3712, "num_attention_heads": 16,
+        "attention_head_dim": 464}"#;
+    let msg = refused(zamba, None, "model_type");
+    assert!(msg.contains("applies no RoPE"), "{msg}");
+    let zamba2 = r#"{"model_type": "zamba2", "hidden_size": 2560, "num_attention_heads": 32,
+        "attention_head_dim": 160}"#;
+    refused(zamba2, None, "use_mem_rope");
+    refused(&zamba2.replace("160}", r#"160, "use_mem_rope": false}"#), None, "use_mem_rope");
+    // HunyuanOCR's flat config lifts its text class's keys only: a top-level
+    // partial_rotary_factor stays on the composite.
+    let ocr = r#"{"model_type": "hunyuan_vl", "hidden_size": 1024, "num_attention_heads": 16,
+        "head_dim": 128, "partial_rotary_factor": 0.5, "original_max_position_embeddings": 8,
+        "rope_scaling": {"type": "linear", "factor": 2.0, "xdrope_section": [16, 16, 16, 16]}}"#;
+    let (s, _) = RopeSpec::from_hf_config_multimodal(ocr, None, None).unwrap();
+    assert_eq!(s.rotary_dim(), 128);
+    // A non-finite number where a sub-config belongs is not one.
+    for key in ["text_config", "vlm_config", "rope_scaling"] {
+        let text = format!(r#"{{"model_type": "llava", "head_dim": 8, "{key}": NaN}}"#);
+        refused(&text, None, key);
+    }
+    // Llama's class has no n_embd: transformers leaves it unread.
+    assert_eq!(spec(r#"{"model_type": "llama", "n_embd": 2048}"#, None).head_dim(), 128);
+    // "ntk_alpha" given by name reads past the keys HunYuan ships beside alpha.
+    let named = hunyuan(
+        "hunyuan_v1_dense",
+        r#"{"rope_type": "ntk_alpha", "alpha": 1000.0, "factor": 1.0, "beta_fast": 32}"#,
+        r#", "head_dim": 128"#,
+    );
+    assert_eq!(spec(&named, None).scaling(), &posenc::rope::Scaling::NtkAlpha { alpha: 1000.0 });
+    // HunYuan's attention needs head_dim whatever the RoPE.
+    let plain = r#"{"model_type": "hunyuan_v1_dense", "hidden_size": 4096,
+        "num_attention_heads": 32}"#;
+    refused(plain, None, "head_dim");
+    // A retriever wrapping a retriever.
+    let nested = r#"{"model_type": "colpali", "vlm_config": {"model_type": "colqwen2",
+        "vlm_config": {"model_type": "qwen2", "hidden_size": 1536,
+        "num_attention_heads": 12}}}"#;
+    assert_eq!(spec(nested, None).head_dim(), 128);
+    // A scaling object on its own names ntk_alpha for HunYuan's alpha.
+    let e = posenc::rope::Scaling::from_hf_json(r#"{"type": "dynamic", "factor": 1, "alpha": 9}"#)
+        .unwrap_err();
+    assert!(e.to_string().contains("ntk_alpha"), "{e}");
+}
