@@ -2109,8 +2109,9 @@ fn no_rope_switch(config: &Object, model_type: &str, family: &Family) -> Result<
                 key,
                 given.map_or_else(|| "missing".to_string(), excerpt),
                 format!(
-                    "{want:?}: model_type {model_type:?} applies RoPE only then (transformers \
-                     builds no rotary module otherwise)"
+                    "{}: model_type {model_type:?} applies RoPE only then (transformers \
+                     builds no rotary module otherwise)",
+                    if want == "true" { want.to_string() } else { format!("{want:?}") }
                 ),
             ));
         }
