@@ -325,6 +325,31 @@ pub fn check_encode_config(config: &ModelConfig, path: Option<&Path>, learned: b
     }
 }
 
+/// Refuses a pad id given beside the config of a family that adds positions to pad tokens
+/// like any other (Marian, Pegasus, BART, mBART: transformers numbers every token `0..L`):
+/// with one, `encode` would restart positions after left padding and zero the pad rows, a
+/// convention the model never saw. `given` is whether the caller gave one (`--pad-id`,
+/// Python's `pad_id`).
+///
+/// # Errors
+/// [`Error::InvalidParameter`] naming `pad_id` and the config's `model_type`.
+pub fn check_encode_pad_id(config: &ModelConfig, given: Option<u32>) -> Result<()> {
+    match given {
+        Some(id) if config.token_inputs() && config.pad_id().is_none() => {
+            Err(Error::InvalidParameter {
+                field: "pad_id",
+                value: format!("{id}, beside a config of model_type {:?}", config.model_type()),
+                allowed: "absent: that family adds positions to pad tokens like any other \
+                          (transformers numbers every token from 0), so a pad id, which \
+                          restarts positions after left padding and zeroes pad rows, would \
+                          give what the model never saw; positions of your own go in \
+                          positions or offsets (--positions, --offsets)",
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The RoPE options of `rope` and `rope-cache`: each `None` takes the config's value, else
 /// the default.
 #[derive(Clone, Debug, Default)]

@@ -543,6 +543,7 @@ fn encode<'py>(
         let config_path = source.as_ref().and_then(ConfigSource::path);
         if let Some(c) = &config {
             commands::check_encode_config(c, config_path.as_deref(), learned_source.is_some())?;
+            commands::check_encode_pad_id(c, pad_id)?;
         }
         let scale = match (&config, scale) {
             (_, Some(scale)) => scale,

@@ -1098,3 +1098,14 @@ def test_a_broadcast_inv_freq_is_refused_by_size_not_copied():
     huge = np.broadcast_to(np.float64(1.0), (2**31,))
     with pytest.raises(ValueError, match=r"^invalid inv_freq: 2147483648 values \(allowed: one per frequency, at most 32768\)"):
         posenc.rope(np.ones((1, 2, 1, 8), np.float32), layout="blhd", inv_freq=huge)
+
+
+def test_a_pad_id_beside_a_family_that_numbers_pads_is_refused():
+    """Marian numbers pad tokens like any other token: a pad id, which restarts positions
+    after left padding and zeroes pad rows, would give what the model never saw (round
+    twenty of the hostile probes: it was taken silently)."""
+    w = np.zeros((8, 512), np.float32)
+    ids = np.array([[7, 7, 1, 2]], np.uint32)
+    with pytest.raises(ValueError, match=r'invalid pad_id: 7, beside a config of model_type "marian"'):
+        posenc.encode(w, ids, config=CONFIGS / "opus-mt-en-de.json", pad_id=7, device="cpu")
+    assert posenc.encode(w, ids, config=CONFIGS / "opus-mt-en-de.json", device="cpu").shape == (1, 4, 512)

@@ -400,6 +400,7 @@ impl EncodeInput {
         let config = args.pe.config()?;
         if let Some((c, path)) = &config {
             posenc::commands::check_encode_config(c, Some(path), args.position_table.is_some())?;
+            posenc::commands::check_encode_pad_id(c, args.pad_id)?;
         }
         // A config must state the scale unless --scale does: transformers' default differs
         // between families.

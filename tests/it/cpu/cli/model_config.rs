@@ -256,6 +256,42 @@ fn uses_posenc_does_not_serve_are_refused_naming_the_family() {
             "model_type \"marian\"",
         ),
         (vec!["encode", "--weights", &w, "--ids", &ids, "-o", &out, "--config", &opus], "d_model"),
+        // Marian and BART number pad tokens like any other: a pad id would restart them
+        // (round twenty of the hostile probes).
+        (
+            vec![
+                "encode",
+                "--weights",
+                &w,
+                "--ids",
+                &ids,
+                "-o",
+                &out,
+                "--config",
+                &opus,
+                "--pad-id",
+                "58100",
+            ],
+            "invalid pad_id: 58100, beside a config of model_type \"marian\"",
+        ),
+        (
+            vec![
+                "encode",
+                "--weights",
+                &w,
+                "--ids",
+                &ids,
+                "-o",
+                &out,
+                "--config",
+                &bart,
+                "--position-table",
+                &p,
+                "--pad-id",
+                "1",
+            ],
+            "invalid pad_id: 1, beside a config of model_type \"bart\"",
+        ),
         (
             vec!["encode", "--weights", &w, "--ids", &ids, "-o", &out, "--config", &llama],
             "model_type \"llama\"",
