@@ -325,6 +325,44 @@ pub fn check_encode_config(config: &ModelConfig, path: Option<&Path>, learned: b
     }
 }
 
+/// A learned family's positions as rows of its table: each plus the config's `offset`
+/// (BART's row of position `p` is `p + 2`), checked against the table's `rows` (when
+/// given). A position past the table is named as given, with its row.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] naming `positions`: one past u32 once offset, or past the
+/// table ([`Error::Position`] when `offset` is 0).
+pub fn learned_rows(
+    positions: &mut ndarray::Array2<u32>,
+    offset: u32,
+    model_type: &str,
+    rows: Option<usize>,
+) -> Result<()> {
+    for p in positions.iter_mut() {
+        *p = p.checked_add(offset).ok_or_else(|| Error::InvalidParameter {
+            field: "positions",
+            value: format!("{p} + {offset} (model_type {model_type})"),
+            allowed: "positions that stay at most 4294967295 after the config's offset",
+        })?;
+    }
+    let Some(rows) = rows else { return Ok(()) };
+    match crate::encode::check_positions(positions.view(), rows) {
+        Err(Error::Position { row, col, position, max_positions }) if offset > 0 => {
+            Err(Error::InvalidParameter {
+                field: "positions",
+                value: format!(
+                    "{} at row {row}, column {col}: row {position} of a position table of \
+                     {max_positions} rows ({model_type}'s row is position + {offset})",
+                    position - offset
+                ),
+                allowed: "positions whose row (position + the config's offset) is in the \
+                          position table",
+            })
+        }
+        other => other,
+    }
+}
+
 /// Refuses a pad id given beside the config of a family that adds positions to pad tokens
 /// like any other (Marian, Pegasus, BART, mBART: transformers numbers every token `0..L`):
 /// with one, `encode` would restart positions after left padding and zero the pad rows, a

@@ -6,7 +6,7 @@
 //!
 //! - `marian`, `pegasus`: `MarianSinusoidalPositionalEmbedding` (Pegasus copies it), `[sin |
 //!   cos]` at `10000^(-2i/d)`, built in float64, positions from 0; [`Variant::Marian`].
-//! - `m2m_100` (NLLB), `fsmt`, `speech_to_text`: fairseq's sinusoid, `padding_idx =
+//! - `m2m_100` (NLLB), `nllb-moe`, `fsmt`, `speech_to_text`: fairseq's sinusoid, `padding_idx =
 //!   pad_token_id`, positions by fairseq's `make_positions`; [`Variant::Fairseq`].
 //! - `whisper`: the encoder's `sinusoids` (added to audio features; the decoder's positions are
 //!   learned); [`Variant::Whisper`], table only.
@@ -25,7 +25,7 @@ use crate::spec::{PeSpec, Variant};
 
 /// The `model_type`s whose positions are a sinusoid posenc computes from the config.
 pub const SINUSOID_MODEL_TYPES: &[&str] =
-    &["marian", "pegasus", "m2m_100", "fsmt", "speech_to_text", "whisper"];
+    &["marian", "pegasus", "m2m_100", "nllb-moe", "fsmt", "speech_to_text", "whisper"];
 
 /// The `model_type`s whose positions are a learned table read at position + 2 (BART's
 /// `LearnedPositionalEmbedding` offset): posenc serves them with the checkpoint's table.
@@ -122,8 +122,14 @@ fn unserved(config: &Object, model_type: &str) -> Error {
     let has_rotary = |c: &Object| ROTARY_KEYS.iter().any(|k| get(c, k).is_some());
     let rotary = has_rotary(config)
         || matches!(config.get("text_config"), Some(Value::Object(text)) if has_rotary(text));
+    // The ALiBi families (their attention biases are posenc alibi's, from the head count).
+    const ALIBI_MODEL_TYPES: [&str; 2] = ["bloom", "mpt"];
     let reason = if rotary {
         "rotary positions (RoPE): `posenc rope --config` reads this config".to_string()
+    } else if ALIBI_MODEL_TYPES.contains(&model_type) {
+        "ALiBi: its attention takes linear biases, not positions added to the embeddings; \
+         `posenc alibi --heads N` computes them (give the config's head count)"
+            .to_string()
     } else {
         format!(
             "not a family whose absolute positions posenc computes from a config; served: {} \
@@ -181,7 +187,8 @@ impl ModelConfig {
         }
         let variant = match t {
             "marian" | "pegasus" => Some(Variant::Marian),
-            "m2m_100" | "fsmt" | "speech_to_text" => Some(Variant::Fairseq),
+            // NLLB-MoE's sinusoid is M2M100's (transformers 5.24, the same module).
+            "m2m_100" | "nllb-moe" | "fsmt" | "speech_to_text" => Some(Variant::Fairseq),
             "whisper" => Some(Variant::Whisper),
             _ => None,
         };

@@ -678,19 +678,9 @@ fn encode<'py>(
                 })?
             }
         };
-        if offset > 0 {
-            let model_type = config.as_ref().map_or("", |c| c.model_type());
-            for p in positions.iter_mut() {
-                *p = p.checked_add(offset).ok_or_else(|| Error::InvalidParameter {
-                    field: "positions",
-                    value: format!("{p} + {offset} (model_type {model_type})"),
-                    allowed: "positions that stay at most 4294967295 after the config's offset",
-                })?;
-            }
-        }
-        if let Some(p) = &learned {
-            posenc::encode::check_positions(positions.view(), p.embeddings().dim().0)?;
-        }
+        let model_type = config.as_ref().map_or("", |c| c.model_type());
+        let rows = learned.as_ref().map(|p| p.embeddings().dim().0);
+        commands::learned_rows(&mut positions, offset, model_type, rows)?;
         if let Some(o) = &out_view {
             let expected: &[usize] =
                 if one_sequence { &[len, width][..] } else { &[batch, len, width][..] };

@@ -17,7 +17,7 @@ use crate::failure::Failure;
 /// formula's, or a model's own from `--inv-freq`) and position numbering.
 #[derive(Debug, Args)]
 pub(crate) struct PeArgs {
-    /// A Hugging Face model's config.json (marian, pegasus, m2m_100/NLLB, fsmt,
+    /// A Hugging Face model's config.json (marian, pegasus, m2m_100/NLLB, nllb-moe, fsmt,
     /// speech_to_text, whisper; encode also bart and mbart with --position-table): variant,
     /// width, padding index and scale come from it; the flags override them, save that a
     /// --variant other than the config's is refused.

@@ -114,7 +114,10 @@ fn m2m_100_fsmt_and_speech_to_text_are_fairseq_with_the_pad_row_zero() {
     assert_eq!((spec.variant(), spec.padding_idx()), (Variant::Fairseq, Some(1)));
     check_table("nllb", &nllb, &POSITIONS, |p| fairseq_row(1024, 1, p));
 
-    for (model_type, dim, pad) in [("fsmt", 9, 1), ("speech_to_text", 16, 5), ("m2m_100", 7, 0)] {
+    // NLLB-MoE's module is M2M100's (transformers 5.24).
+    for (model_type, dim, pad) in
+        [("fsmt", 9, 1), ("speech_to_text", 16, 5), ("m2m_100", 7, 0), ("nllb-moe", 12, 1)]
+    {
         let json = format!(
             r#"{{"model_type": "{model_type}", "d_model": {dim}, "pad_token_id": {pad},
                 "scale_embedding": true}}"#
@@ -192,6 +195,9 @@ fn families_posenc_does_not_serve_are_refused_by_model_type() {
         let json = format!(r#"{{"model_type": "{model_type}", {extra}}}"#);
         refused_family(&json, model_type, "served: marian");
     }
+    // ALiBi families are pointed to `posenc alibi`.
+    refused_family(r#"{"model_type": "bloom", "n_head": 16}"#, "bloom", "posenc alibi");
+    refused_family(r#"{"model_type": "mpt", "d_model": 4096}"#, "mpt", "posenc alibi");
 }
 
 fn refused_key(json: &str, field: &str) {

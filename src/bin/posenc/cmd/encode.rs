@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use ndarray::{Array2, Array3, ArrayView2, Axis};
-use posenc::encode::{self as enc, EncodeOptions, Encoded, Scale};
+use posenc::encode::{EncodeOptions, Encoded, Scale};
 use posenc::gpu::{self, PendingEncode};
 use posenc::inputs::{self, EncodePositions, Source};
 use posenc::model_config::{ModelConfig, ModelPositions};
@@ -509,32 +509,17 @@ impl EncodeInput {
             }
             other => other,
         })?;
-        if offset > 0 {
-            add_offset(&mut positions, offset, config.map_or("", |c| c.model_type()))?;
-        }
+        let model_type = config.map_or("", |c| c.model_type());
+        let rows = learned.as_ref().map(|p| p.dim().0);
+        posenc::commands::learned_rows(&mut positions, offset, model_type, rows)?;
         let pe = match (spec, learned) {
             (Some(spec), _) => PeInput::Spec(spec),
-            (None, Some(p)) => {
-                enc::check_positions(positions.view(), p.dim().0)?;
-                PeInput::Learned(p)
-            }
+            (None, Some(p)) => PeInput::Learned(p),
             (None, None) => unreachable!("a spec unless a position table was given"),
         };
         let one_sequence = ids.one_sequence();
         Ok(Self { pe, table, ids: ids.ids, positions, options, one_sequence })
     }
-}
-
-/// Adds a learned family's offset to every position (BART's row of position `p` is `p + 2`).
-fn add_offset(positions: &mut Array2<u32>, offset: u32, model_type: &str) -> Result<(), Error> {
-    for p in positions.iter_mut() {
-        *p = p.checked_add(offset).ok_or_else(|| Error::InvalidParameter {
-            field: "positions",
-            value: format!("{p} + {offset} (model_type {model_type})"),
-            allowed: "positions that stay at most 4294967295 after the config's offset",
-        })?;
-    }
-    Ok(())
 }
 
 fn write_encoded(w: &mut dyn Write, encoded: &Encoded, one_sequence: bool) -> io::Result<()> {

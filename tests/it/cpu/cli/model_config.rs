@@ -200,7 +200,9 @@ fn encode_bart_reads_its_learned_table_two_rows_on() {
     let a = encode(&dir, "c.npy", &[&args[..], &["--config", &bart, "--offsets", &at3]].concat());
     let b = encode(&dir, "d.npy", &[&args[..], &["--offsets", &at5]].concat());
     assert!(a == b, "bart with --offsets");
-    // Position 8 + 3 + 2 = 13 is past the table's 12 rows: refused, as HF's lookup fails.
+    // Position 8 + 2 = 10, row 12, is the first past the table's 12 rows: refused, as HF's
+    // lookup fails, naming the position as given and its row (round twenty: it named the
+    // row as the position).
     let past = dir.npy("o9.npy", &Array1::from_vec(vec![3u32, 8]));
     let out = dir.out("x.npy");
     let over = [
@@ -209,7 +211,12 @@ fn encode_bart_reads_its_learned_table_two_rows_on() {
         &["--config", &bart, "--offsets", &past],
     ]
     .concat();
-    assert_rejected(&posenc(&over), &over, "position");
+    assert_rejected(
+        &posenc(&over),
+        &over,
+        "invalid positions: 10 at row 1, column 2: row 12 of a position table of 12 rows \
+         (bart's row is position + 2)",
+    );
 }
 
 #[test]
