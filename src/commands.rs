@@ -366,8 +366,8 @@ pub fn learned_rows(
 /// Refuses a pad id given beside the config of a family that adds positions to pad tokens
 /// like any other (Marian, Pegasus, BART, mBART: transformers numbers every token `0..L`):
 /// with one, `encode` would restart positions after left padding and zero the pad rows, a
-/// convention the model never saw. `given` is whether the caller gave one (`--pad-id`,
-/// Python's `pad_id`).
+/// convention the model never saw. `given` is the pad id the caller gave, if any
+/// (`--pad-id`, Python's `pad_id`).
 ///
 /// # Errors
 /// [`Error::InvalidParameter`] naming `pad_id` and the config's `model_type`.

@@ -1166,9 +1166,10 @@ fn language_model(json: &str) -> Result<Object> {
     // A retriever that wraps one vision-language model (ColPali, ColQwen2): its config class
     // builds that model from `vlm_config` (its class default's when it names none), which is
     // read as a config of its own.
-    let wrapper = get(&config, "model_type")
-        .and_then(Value::as_str)
-        .and_then(|t| VLM_WRAPPERS.iter().find(|(w, _)| *w == t).map(|(_, default)| *default));
+    let wrapped = |c: &Object| {
+        let t = get(c, "model_type").and_then(Value::as_str)?;
+        VLM_WRAPPERS.iter().find(|(w, _)| *w == t).map(|(_, default)| *default)
+    };
     // A non-finite number where a sub-config or RoPE object belongs (read as transformers 5
     // writes one, an object) is not that object.
     for key in ["text_config", "vlm_config", "rope_scaling", "rope_parameters"] {
@@ -1176,8 +1177,7 @@ fn language_model(json: &str) -> Result<Object> {
             return Err(invalid(key, excerpt(v), "an object, or null"));
         }
     }
-    let mut wrapper = wrapper;
-    while let Some(default) = wrapper {
+    while let Some(default) = wrapped(&config) {
         match config.get("vlm_config") {
             Some(Value::Object(vlm)) => {
                 let mut vlm = vlm.clone();
@@ -1185,9 +1185,6 @@ fn language_model(json: &str) -> Result<Object> {
                     vlm.insert("model_type".into(), default.into());
                 }
                 config = vlm;
-                wrapper = get(&config, "model_type").and_then(Value::as_str).and_then(|t| {
-                    VLM_WRAPPERS.iter().find(|(w, _)| *w == t).map(|(_, default)| *default)
-                });
             }
             other => {
                 return Err(invalid(
@@ -1945,12 +1942,20 @@ const NTK_ALPHA_UNREAD: &[&str] = &[
 /// fallback: a config without one is refused. Elsewhere `"ntk_alpha"` is refused.
 fn ntk_alpha(config: &Object, rope: &mut Rope, model_type: &str) -> Result<()> {
     let hunyuan = NTK_ALPHA_FAMILIES.contains(&model_type);
-    let Some((map, key)) = rope.scaling.as_mut() else {
-        return match hunyuan && get(config, "head_dim").is_none() {
-            true => Err(hunyuan_head_dim_missing(model_type)),
-            false => Ok(()),
-        };
-    };
+    // HunYuan's attention takes the config's head_dim, with no fallback (transformers 5.24
+    // fails to build it without one), whatever the RoPE.
+    if hunyuan && get(config, "head_dim").is_none() {
+        return Err(invalid(
+            "head_dim",
+            "missing",
+            format!(
+                "given: {model_type}'s attention and NTK-alpha read the config's head_dim, with \
+                 no fallback to hidden_size / num_attention_heads (transformers 5.24 fails \
+                 without one)"
+            ),
+        ));
+    }
+    let Some((map, key)) = rope.scaling.as_mut() else { return Ok(()) };
     let rope_type = type_of(map).unwrap_or("").to_string();
     let type_key = if get(map, "rope_type").is_some() { "rope_type" } else { "type" };
     if !hunyuan {
@@ -1966,11 +1971,6 @@ fn ntk_alpha(config: &Object, rope: &mut Rope, model_type: &str) -> Result<()> {
             ));
         }
         return Ok(());
-    }
-    // HunYuan's attention takes the config's head_dim, with no fallback (transformers 5.24
-    // fails to build it without one), whatever the RoPE.
-    if get(config, "head_dim").is_none() {
-        return Err(hunyuan_head_dim_missing(model_type));
     }
     match rope_type.as_str() {
         "ntk_alpha" => {
@@ -2017,18 +2017,6 @@ fn ntk_alpha(config: &Object, rope: &mut Rope, model_type: &str) -> Result<()> {
         _ => {}
     }
     Ok(())
-}
-
-/// A HunYuan config without `head_dim` (nor HunYuan-VL's `attention_head_dim`).
-fn hunyuan_head_dim_missing(model_type: &str) -> Error {
-    invalid(
-        "head_dim",
-        "missing",
-        format!(
-            "given: {model_type}'s attention and NTK-alpha read the config's head_dim, with no \
-             fallback to hidden_size / num_attention_heads (transformers 5.24 fails without one)"
-        ),
-    )
 }
 
 /// A config's errors, which the readers shared with `rope_scaling` objects give as

@@ -68,6 +68,19 @@ fn default_freqs(big: &mut Big, ln_base: &BigFloat, r: u32) -> Vec<BigFloat> {
     out
 }
 
+/// The default frequencies of an NTK-stretched base, `base' = base * g^(r / (r - 2))`
+/// (dynamic NTK's `g` by length, HunYuan's fixed `alpha`): `ln base' = ln base + r / (r - 2)
+/// ln g`. For `r = 2` the only frequency is `base'^0 = 1` whatever `base'` is (HF's exponent
+/// `r / (r - 2)` divides by zero there).
+fn ntk_freqs(big: &mut Big, ln_base: &BigFloat, g: &BigFloat, r: u32) -> Vec<BigFloat> {
+    if r == 2 {
+        return vec![big.u(1)];
+    }
+    let exponent = div(&big.u(u64::from(r)), &big.u(u64::from(r - 2)));
+    let ln_scaled = add(ln_base, &mul(&exponent, &big.ln(g)));
+    default_freqs(big, &ln_scaled, r)
+}
+
 /// The angular frequencies `w_i` (radians per position) of `spec` for `seq_len`.
 fn angular(big: &mut Big, spec: &RopeSpec, seq_len: u64) -> Vec<BigFloat> {
     let r = spec.rotary_dim();
@@ -79,33 +92,16 @@ fn angular(big: &mut Big, spec: &RopeSpec, seq_len: u64) -> Vec<BigFloat> {
             default_freqs(big, &ln_base, r).iter().map(|w| div(w, &f)).collect()
         }
         Scaling::Dynamic { factor, max_position_embeddings } => {
-            // base' = base * g^(r / (r - 2)), g = factor * s / m - (factor - 1), s = max(s, m);
-            // ln base' = ln base + r / (r - 2) ln g. For r = 2 the only frequency is
-            // base'^0 = 1 whatever base' is (HF's exponent r / (r - 2) divides by zero there).
-            // g is taken as 1 + factor (s - m) / m, the same number without the cancellation
-            // that loses the 1 (and gives ln 0) for a factor past the working precision.
-            if r == 2 {
-                return vec![big.u(1)];
-            }
+            // g = factor * s / m - (factor - 1), s = max(s, m), taken as 1 + factor (s - m) / m,
+            // the same number without the cancellation that loses the 1 (and gives ln 0) for
+            // a factor past the working precision.
             let m = big.u(*max_position_embeddings);
             let s = big.u(seq_len.max(*max_position_embeddings));
             let f = big.f(*factor);
             let g = add(&big.u(1), &div(&mul(&f, &sub(&s, &m)), &m));
-            let ln_g = big.ln(&g);
-            let exponent = div(&big.u(u64::from(r)), &big.u(u64::from(r - 2)));
-            let ln_scaled = add(&ln_base, &mul(&exponent, &ln_g));
-            default_freqs(big, &ln_scaled, r)
+            ntk_freqs(big, &ln_base, &g, r)
         }
-        Scaling::NtkAlpha { alpha } => {
-            // ln base' = ln base + r / (r - 2) ln alpha; for r = 2 the only frequency is
-            // base'^0 = 1 (HF's exponent divides by zero there).
-            if r == 2 {
-                return vec![big.u(1)];
-            }
-            let ln_alpha = big.ln(&big.f(*alpha));
-            let exponent = div(&big.u(u64::from(r)), &big.u(u64::from(r - 2)));
-            default_freqs(big, &add(&ln_base, &mul(&exponent, &ln_alpha)), r)
-        }
+        Scaling::NtkAlpha { alpha } => ntk_freqs(big, &ln_base, &big.f(*alpha), r),
         Scaling::Yarn(y) => {
             let two_pi = big.two_pi();
             let original = big.u(y.original_max_position_embeddings);
