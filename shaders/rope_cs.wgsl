@@ -3,6 +3,7 @@
 // it, so cos and sin are computed once per distinct position and frequency, not per head.
 // CPU twin: cos_sin_row in src/cpu/rope.rs. Host: src/gpu/rope.rs (RopeCsParams).
 #import sincos
+#import mrope_axis
 
 struct Params {
     // slots * n_freqs in this dispatch; the host keeps it below 2^32.
@@ -23,7 +24,7 @@ struct Params {
     // With FLAG_AXES (a multimodal RoPE): slot s's positions are three, time, height and
     // width, axis-major as transformers' position ids [3, B, L] are, at
     // positions[pos_base + axis * axis_stride + s], and frequency i takes the axis
-    // mrope_axis(i) gives for these mrope_section counts (each at most 32768).
+    // mrope_axis.wgsl gives for these mrope_section counts (each at most 32768).
     section_t: u32,
     section_h: u32,
     section_w: u32,
@@ -37,36 +38,6 @@ struct Params {
 // f32 bits of (cos, sin) for pair idx = slot * n_freqs + i.
 @group(0) @binding(3) var<storage, read_write> out: array<vec2<u32>>;
 
-// Frequency i's axis (0 time, 1 height, 2 width): Mrope::axis in src/rope/families.rs.
-fn mrope_axis(i: u32) -> u32 {
-    if (params.flags & FLAG_ALTERNATING) != 0u {
-        // ERNIE 4.5 VL's: section_t and section_h hold its first two counts, the height and
-        // width runs (the fields keep the config's order). They are at most 32768 each:
-        // their sum does not wrap.
-        if i < params.section_t + params.section_h {
-            return 1u + (i & 1u);
-        }
-        return 0u;
-    }
-    if (params.flags & FLAG_INTERLEAVED) != 0u {
-        let r = i % 3u;
-        if r == 1u && i < 3u * params.section_h {
-            return 1u;
-        }
-        if r == 2u && i < 3u * params.section_w {
-            return 2u;
-        }
-        return 0u;
-    }
-    if i < params.section_t {
-        return 0u;
-    }
-    if i - params.section_t < params.section_h {
-        return 1u;
-    }
-    return 2u;
-}
-
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn rope_cs(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
     let idx = (wg.y * params.groups_x + wg.x) * WORKGROUP_SIZE + li;
@@ -77,7 +48,9 @@ fn rope_cs(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index
     let i = idx - slot * params.n_freqs;
     var p: u32;
     if (params.flags & FLAG_AXES) != 0u {
-        p = positions[params.pos_base + mrope_axis(i) * params.axis_stride + slot];
+        let section = vec3<u32>(params.section_t, params.section_h, params.section_w);
+        let axis = mrope_axis(i, params.flags, section);
+        p = positions[params.pos_base + axis * params.axis_stride + slot];
     } else if (params.flags & FLAG_OFFSETS) != 0u {
         let b = slot / params.seq_len;
         p = positions[params.pos_base + b] + (slot - b * params.seq_len);

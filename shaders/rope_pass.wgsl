@@ -34,11 +34,13 @@
 // The host specialises the kernel (src/shaders.rs, `RopePassKernel`): ROPE_DTYPE,
 // ROPE_F32, ROPE_NEOX, ROPE_UNIT_FREQS, RP_WORKGROUP, RP_UNITS, RP_ROW_UNITS (units per
 // head row, so a unit's head is found by a constant divisor), RP_HEAD_GROUP,
-// RP_GROUP_SLOTS (at least 1: the group's array length) and RP_FREQ_VECS (the vec4s of
-// cos, and of sin, a workgroup holds: at least n_freqs / 4). Host: src/gpu/rope/pass.rs
+// RP_GROUP_SLOTS (at least 1: the group's array length), RP_FREQ_VECS (the vec4s of
+// cos, and of sin, a workgroup holds: at least n_freqs / 4) and RP_AXES (a multimodal step:
+// three positions per token, each frequency turning by its axis's; cos_sin4_at). Host: src/gpu/rope/pass.rs
 // (RopePassParams mirrors Params).
 #import rope_unit
 #import sincos
+#import mrope_axis
 
 struct Params {
     n_tokens: u32,
@@ -82,7 +84,14 @@ struct Params {
     cache_base: u32,
     // Groups of RP_HEAD_GROUP heads per token (rope_pass_heads with RP_HEAD_GROUP > 0).
     head_groups: u32,
-    _pad: u32,
+    // A multimodal step (RP_AXES): token t's positions are three, time, height and width,
+    // at positions[pos_base + axis * axis_stride + t] (axis-major, as transformers' position
+    // ids [3, B, L]), and frequency f turns by the one of axis mrope_axis(f, flags, the
+    // mrope_section counts).
+    section_t: u32,
+    section_h: u32,
+    section_w: u32,
+    axis_stride: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -109,7 +118,7 @@ fn rope_pass(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_ind
     let bl = sequence_and_index(t);
     let b = bl.x;
     let l = bl.y;
-    let p = token_position(t, b, l);
+    let p = token_positions(t, b, l);
     // Each invocation's words are loaded before the token's cos/sin are computed, so the
     // memory's latency overlaps that arithmetic (a decode step waits for both in turn
     // otherwise); the loops have constant bounds, so the words stay in registers.
@@ -126,7 +135,7 @@ fn rope_pass(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_ind
     // Each invocation writes whole vec4s: WGSL counts a write to one component as an
     // access to the whole vector, so invocations writing components of one vec4 would race.
     for (var v = li; v < (params.n_freqs >> 2u); v += RP_WORKGROUP) {
-        let cs = cos_sin4(p, v << 2u);
+        let cs = cos_sin4_at(p, v << 2u);
         cos_w[v] = cs[0];
         sin_w[v] = cs[1];
     }
@@ -164,12 +173,18 @@ fn sequence_and_index(t: u32) -> vec2<u32> {
     return vec2<u32>(b, t - b * params.seq_len);
 }
 
-// The position of token t, sequence b's token l.
-fn token_position(t: u32, b: u32, l: u32) -> u32 {
-    if (params.flags & FLAG_OFFSETS) != 0u {
-        return positions[params.pos_base + b] + l;
+// The positions of token t, sequence b's token l: its time, height and width in a
+// multimodal step (RP_AXES), else its one position three times.
+fn token_positions(t: u32, b: u32, l: u32) -> vec3<u32> {
+    if RP_AXES {
+        let at = params.pos_base + t;
+        let s = params.axis_stride;
+        return vec3<u32>(positions[at], positions[at + s], positions[at + 2u * s]);
     }
-    return positions[params.pos_base + t];
+    if (params.flags & FLAG_OFFSETS) != 0u {
+        return vec3<u32>(positions[params.pos_base + b] + l);
+    }
+    return vec3<u32>(positions[params.pos_base + t]);
 }
 
 // Where a unit lives: its first word `ia` in k (`in_k`) or q, and its first frequency.
@@ -258,11 +273,11 @@ struct UnitCosSin {
     s1: vec4<f32>,
 }
 
-fn unit_cos_sin(p: u32, f: u32) -> UnitCosSin {
-    let a = cos_sin4(p, f);
+fn unit_cos_sin(p: vec3<u32>, f: u32) -> UnitCosSin {
+    let a = cos_sin4_at(p, f);
     var r = UnitCosSin(a[0], a[1], a[0], a[1]);
     if ROPE_UNIT_FREQS == 8u {
-        let b = cos_sin4(p, f + 4u);
+        let b = cos_sin4_at(p, f + 4u);
         r.c1 = b[0];
         r.s1 = b[1];
     }
@@ -291,6 +306,37 @@ fn cos_sin4(p: u32, f: u32) -> array<vec4<f32>, 2> {
         // A loop, not four calls: the exact phase is long, and one copy of it is enough.
         for (var i = 0u; i < 4u; i++) {
             e[i] = rope_cos_sin(p, s[i], scaled, params.scale_bits);
+        }
+    }
+    return array<vec4<f32>, 2>(
+        vec4<f32>(e[0].x, e[1].x, e[2].x, e[3].x),
+        vec4<f32>(e[0].y, e[1].y, e[2].y, e[3].y),
+    );
+}
+
+// The cos (first) and sin of frequencies f..f+3 for a token at positions p
+// (token_positions): cos_sin4 at its one position, or in a multimodal step (RP_AXES) each
+// frequency at its axis's position, read from the cache or computed as cos_sin4 does (the
+// same bits: the cache's rows are rope_cs.wgsl's, whose multimodal form takes the same
+// position for each frequency).
+fn cos_sin4_at(p: vec3<u32>, f: u32) -> array<vec4<f32>, 2> {
+    if !RP_AXES {
+        return cos_sin4(p.x, f);
+    }
+    let section = vec3<u32>(params.section_t, params.section_h, params.section_w);
+    let scaled = (params.flags & FLAG_SCALE) != 0u;
+    var e: array<vec2<f32>, 4>;
+    for (var i = 0u; i < 4u; i++) {
+        let fi = f + i;
+        let pi = p[mrope_axis(fi, params.flags, section)];
+        if pi < params.cached_rows {
+            // Pair fi of row pi: half of a vec4 (cache_base even).
+            let at = params.cache_base + pi * params.n_freqs + fi;
+            let w = steps[at >> 1u];
+            e[i] = bitcast<vec2<f32>>(select(w.xy, w.zw, (at & 1u) == 1u));
+        } else {
+            let s = steps[fi >> 1u];
+            e[i] = rope_cos_sin(pi, select(s.xy, s.zw, (fi & 1u) == 1u), scaled, params.scale_bits);
         }
     }
     return array<vec4<f32>, 2>(
@@ -329,7 +375,7 @@ fn rope_pass_heads(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocati
     let bl = sequence_and_index(t);
     let b = bl.x;
     let l = bl.y;
-    let p = token_position(t, b, l);
+    let p = token_positions(t, b, l);
     let f = x * ROPE_UNIT_FREQS;
     let word = rope_unit_word(x);
     if RP_HEAD_GROUP != 0u {

@@ -28,14 +28,17 @@ pub const FLAG_FIRST_WINDOW: u32 = 8;
 /// `flags` bit of `encode_pass` and `encode_pass_x4`: the rows in `cache` are a learned position
 /// table of `cached_rows` rows, and a position without a row is a fault (a zero row, counted).
 pub const FLAG_LEARNED: u32 = 16;
-/// `flags` bit of `rope_cs`: each slot has three positions (a multimodal RoPE's time,
-/// height and width), and each frequency takes the one of its axis.
+/// `flags` bit of `rope_cs` and `rope_pass`: each slot has three positions (a multimodal
+/// RoPE's time, height and width), and each frequency takes the one of its axis
+/// (`rope_pass` branches on its specialisation, [`RopePassKernel::axes`], instead).
 pub const FLAG_AXES: u32 = 32;
-/// `flags` bit of `rope_cs` beside [`FLAG_AXES`]: the axes are Qwen3-VL's interleaved
+/// `flags` bit of `rope_cs` and `rope_pass` beside [`FLAG_AXES`]: the axes are Qwen3-VL's
+/// interleaved
 /// layout ([`crate::rope::Mrope::Interleaved`]); with neither this nor [`FLAG_ALTERNATING`],
 /// the sections layout.
 pub const FLAG_INTERLEAVED: u32 = 64;
-/// `flags` bit of `rope_cs` beside [`FLAG_AXES`]: the axes are ERNIE 4.5 VL's alternating
+/// `flags` bit of `rope_cs` and `rope_pass` beside [`FLAG_AXES`]: the axes are ERNIE 4.5 VL's
+/// alternating
 /// layout ([`crate::rope::Mrope::Alternating`]).
 pub const FLAG_ALTERNATING: u32 = 128;
 /// `flags` bit of `table` (and `spec_flags` of `encode_pass`): float32 frequencies (the steps
@@ -71,6 +74,7 @@ const MODULES: &[(&str, &str)] = &[
     ("encode_pass_params", include_str!("../shaders/shared/encode_pass_params.wgsl")),
     ("encode_pass_common", include_str!("../shaders/shared/encode_pass_common.wgsl")),
     ("rope_unit", include_str!("../shaders/shared/rope_unit.wgsl")),
+    ("mrope_axis", include_str!("../shaders/shared/mrope_axis.wgsl")),
     ("alibi_common", include_str!("../shaders/shared/alibi_common.wgsl")),
     ("rounded", include_str!("../shaders/shared/rounded.wgsl")),
 ];
@@ -602,6 +606,9 @@ pub struct RopePassKernel {
     pub freq_vecs: u32,
     /// How the step's work is cut among invocations.
     pub form: RopePassForm,
+    /// A multimodal step: three positions per token, each frequency turning by its axis's
+    /// ([`RopePassKernel::with_axes`]).
+    pub axes: bool,
 }
 
 /// The two forms of the recorded RoPE step (`shaders/rope_pass.wgsl` says why each).
@@ -635,7 +642,20 @@ impl RopePassKernel {
             RopePassForm::Heads { .. } => 2,
         };
         let row_units = n_freqs / unit.unit_freqs();
-        (freq_vecs <= ROPE_PASS_MAX_FREQ_VECS).then_some(Self { unit, row_units, freq_vecs, form })
+        (freq_vecs <= ROPE_PASS_MAX_FREQ_VECS).then_some(Self {
+            unit,
+            row_units,
+            freq_vecs,
+            form,
+            axes: false,
+        })
+    }
+
+    /// This specialisation for a multimodal step (M-RoPE): each token's positions are three
+    /// (time, height and width), and each frequency turns by the one of its axis, as the
+    /// host-array path's cos/sin pass gathers them.
+    pub fn with_axes(self) -> Self {
+        Self { axes: true, ..self }
     }
 
     /// Representative specialisations for tests that translate each: every unit kind with
@@ -661,9 +681,16 @@ impl RopePassKernel {
                         RopePassForm::Blocks { .. } => 4 * freq_vecs / unit.unit_freqs(),
                         RopePassForm::Heads { .. } => 8,
                     };
-                    Self { unit, row_units, freq_vecs, form }
+                    Self { unit, row_units, freq_vecs, form, axes: false }
                 })
             })
+            .flat_map(|k| {
+                // The multimodal form of the most room and of the heads forms.
+                let multimodal = k.freq_vecs == ROPE_PASS_MAX_FREQ_VECS
+                    || matches!(k.form, RopePassForm::Heads { .. });
+                [Some(k), multimodal.then(|| k.with_axes())]
+            })
+            .flatten()
             .collect()
     }
 
@@ -690,6 +717,7 @@ impl RopePassKernel {
         s += &format!("const RP_ROW_UNITS: u32 = {row_units}u;\n");
         s += &format!("const RP_HEAD_GROUP: u32 = {group}u;\n");
         s += &format!("const RP_GROUP_SLOTS: u32 = {}u;\n", group.max(1));
+        s += &format!("const RP_AXES: bool = {};\n", self.axes);
         let mut imported = Vec::new();
         expand(ROPE_PASS, &mut imported, &mut s);
         s
@@ -1025,8 +1053,8 @@ fn try_expand(src: &str, imported: &mut Vec<&'static str>, out: &mut String) -> 
                     field: "import",
                     value: name.to_string(),
                     allowed: "a shared module of posenc's: convert, convert4, intmath, sincos, \
-                              f32_angle, pe_phase, rope_unit, alibi_common, rounded, \
-                              encode_pass_params, encode_pass_common",
+                              f32_angle, pe_phase, rope_unit, mrope_axis, alibi_common, \
+                              rounded, encode_pass_params, encode_pass_common",
                 });
             };
             if !imported.contains(module_name) {
@@ -1048,12 +1076,13 @@ mod tests {
     /// docs/guarantees.md says how many sources the platforms' validators check.
     #[test]
     fn the_documented_number_of_kernel_sources() {
-        let (types, copy, rope_x4, rope_pass) = (9 * 8, 16, 6, 36);
+        // The recorded RoPE: 6 forms per unit kind, 3 of them also multimodal.
+        let (types, copy, rope_x4, rope_pass) = (9 * 8, 16, 6, 6 * (6 + 3));
         assert_eq!(
             all_sources().len(),
             8 + types * (2 * 4 + 3) + 2 * 8 + types * 11 + 1 + copy + rope_x4 + rope_pass
         );
-        assert_eq!(all_sources().len(), 1667);
+        assert_eq!(all_sources().len(), 1685);
     }
 
     /// The list of kernels built without the zeroing names kernels that declare workgroup

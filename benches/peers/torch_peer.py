@@ -168,22 +168,42 @@ def default_inv_freq(r, base):
     return 1.0 / (base ** (torch.arange(0, r, 2, dtype=torch.int64).float() / r))
 
 
-# (name, B, L, q heads, k heads, head dim, rotary dim, dtype, inv_freq, first position), as
-# posenc bench's RoPE presets: llama3-8b-rope, llama3-8b-rope-decode, phi-2-rope.
+# (name, B, L, q heads, k heads, head dim, rotary dim, dtype, inv_freq, first position,
+# mrope_section), as posenc bench's RoPE presets: llama3-8b-rope, llama3-8b-rope-decode,
+# phi-2-rope, qwen2.5-vl-7b-rope.
 ROPE_SHAPES = [
-    ("llama3-8b-rope", 1, 2048, 32, 8, 128, 128, torch.bfloat16, lambda: llama3_inv_freq(), 0),
-    ("llama3-8b-rope-decode", 8, 1, 32, 8, 128, 128, torch.bfloat16, lambda: llama3_inv_freq(), 1000),
-    ("phi-2-rope", 1, 2048, 32, 32, 80, 32, torch.float16, lambda: default_inv_freq(32, 10000.0), 0),
+    ("llama3-8b-rope", 1, 2048, 32, 8, 128, 128, torch.bfloat16, lambda: llama3_inv_freq(), 0, None),
+    ("llama3-8b-rope-decode", 8, 1, 32, 8, 128, 128, torch.bfloat16, lambda: llama3_inv_freq(), 1000, None),
+    ("phi-2-rope", 1, 2048, 32, 32, 80, 32, torch.float16, lambda: default_inv_freq(32, 10000.0), 0, None),
+    ("qwen2.5-vl-7b-rope", 1, 2048, 28, 4, 128, 128, torch.bfloat16, lambda: default_inv_freq(128, 1e6), 0,
+     [16, 24, 24]),
 ]
+
+
+def mrope_position_ids(B, L, before=16, side=36):
+    """[3, B, L] position ids as Qwen2-VL's get_rope_index numbers `before` text tokens, one
+    still image of side x side tokens, then text (posenc's bench::ops::mrope_positions)."""
+    pos = torch.empty(3, L, dtype=torch.int64)
+    for l in range(L):
+        if l < before:
+            pos[:, l] = l
+        elif l < before + side * side:
+            i = l - before
+            pos[:, l] = torch.tensor([before, before + i // side, before + i % side])
+        else:
+            pos[:, l] = before + side + (l - before - side * side)
+    return pos[:, None, :].expand(3, B, L).contiguous()
 
 
 def rope_shapes():
     global compile_spent
-    for name, B, L, HQ, HK, D, R, dt, make_inv, start in ROPE_SHAPES:
+    for name, B, L, HQ, HK, D, R, dt, make_inv, start, section in ROPE_SHAPES:
         inv = make_inv().to(dev)
         q = torch.randn(B, HQ, L, D, dtype=dt, device=dev)
         k = torch.randn(B, HK, L, D, dtype=dt, device=dev)
         pid = (torch.arange(L)[None, :] + start).expand(B, L).contiguous().to(dev)
+        if section is not None:
+            pid3 = (mrope_position_ids(B, L) + start).to(dev)
         qo = torch.empty_like(q)
         ko = torch.empty_like(k)
 
@@ -195,6 +215,18 @@ def rope_shapes():
             return torch.cat((xr * cos + rotate_half(xr) * sin, xp), dim=-1)
 
         def cos_sin():
+            if section is not None:
+                # Qwen2.5-VL's rotary embedding and apply_multimodal_rotary_pos_emb: cos/sin
+                # per axis, then each run of the section (twice over) from its axis.
+                inv3 = inv[None, None, :, None].float().expand(3, B, -1, 1)
+                freqs = (inv3 @ pid3[:, :, None, :].float()).transpose(2, 3)
+                emb = torch.cat((freqs, freqs), dim=-1)
+
+                def pick(t):
+                    parts = t.split(section * 2, dim=-1)
+                    return torch.cat([m[i % 3] for i, m in enumerate(parts)], dim=-1)
+
+                return pick(emb.cos().to(dt)).unsqueeze(1), pick(emb.sin().to(dt)).unsqueeze(1)
             freqs = (inv[None, :, None].float() @ pid[:, None, :].float()).transpose(1, 2)
             emb = torch.cat((freqs, freqs), dim=-1)
             return emb.cos().to(dt).unsqueeze(1), emb.sin().to(dt).unsqueeze(1)

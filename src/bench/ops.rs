@@ -7,7 +7,7 @@
 //! CPU's before it is timed.
 
 use half::{bf16, f16};
-use ndarray::{Array2, Array3, Array4};
+use ndarray::{Array2, Array3, Array4, ArrayViewMut4};
 use serde::Serialize;
 use wgpu::util::DeviceExt;
 
@@ -18,7 +18,7 @@ use crate::cpu;
 use crate::encode::{Dtype, EncodeOptions, Encoded};
 use crate::error::{Error, Result};
 use crate::gpu::{self, CopyMethod, EncodePassDescriptor, Positions, RopePassDescriptor};
-use crate::rope::{Element, Layout, Llama3, RopeSpec, Scaling};
+use crate::rope::{Element, Layout, Llama3, Mrope, MultimodalRope, RopeSpec, Scaling};
 use crate::spec::PeSpec;
 
 /// A RoPE shape from a model's `config.json`: q and k of one step, `[B, L, H, Dh]` (the
@@ -49,6 +49,10 @@ pub struct RopePreset {
     pub llama3: bool,
     /// Position of each sequence's first token.
     pub start: u32,
+    /// A multimodal RoPE's `mrope_section` (sections layout, as Qwen2-VL's and
+    /// Qwen2.5-VL's): each sequence then holds one image after 16 text tokens, with a
+    /// position per axis as the model's `get_rope_index` gives them ([`mrope_positions`]).
+    pub mrope: Option<[u32; 3]>,
 }
 
 /// The RoPE presets:
@@ -61,6 +65,10 @@ pub struct RopePreset {
 /// - `phi-2-rope`: `microsoft/phi-2`, 32 heads of q and of k, head dim 80 (2560 / 32),
 ///   `partial_rotary_factor` 0.4 (32 of 80 dims rotated), `rope_theta` 10000, `torch_dtype`
 ///   float16; the prefill of one 2048-token prompt.
+/// - `qwen2.5-vl-7b-rope`: `Qwen/Qwen2.5-VL-7B-Instruct`, multimodal RoPE: 28 heads of q
+///   and 4 of k, head dim 128 (3584 / 28), `rope_theta` 1000000, `mrope_section` [16, 24,
+///   24], bf16; the prefill of one 2048-token prompt holding a 36 x 36 image (1296 tokens)
+///   after 16 text tokens ([`mrope_positions`]).
 pub const ROPE_PRESETS: &[RopePreset] = &[
     RopePreset {
         name: "llama3-8b-rope",
@@ -75,6 +83,7 @@ pub const ROPE_PRESETS: &[RopePreset] = &[
         base: 500_000.0,
         llama3: true,
         start: 0,
+        mrope: None,
     },
     RopePreset {
         name: "llama3-8b-rope-decode",
@@ -89,6 +98,7 @@ pub const ROPE_PRESETS: &[RopePreset] = &[
         base: 500_000.0,
         llama3: true,
         start: 1000,
+        mrope: None,
     },
     RopePreset {
         name: "phi-2-rope",
@@ -103,8 +113,53 @@ pub const ROPE_PRESETS: &[RopePreset] = &[
         base: 10_000.0,
         llama3: false,
         start: 0,
+        mrope: None,
+    },
+    RopePreset {
+        name: "qwen2.5-vl-7b-rope",
+        source: "Qwen/Qwen2.5-VL-7B-Instruct (mrope_section [16, 24, 24])",
+        batch: 1,
+        len: 2048,
+        q_heads: 28,
+        k_heads: 4,
+        head_dim: 128,
+        rotary_dim: 128,
+        dtype: Dtype::Bf16,
+        base: 1_000_000.0,
+        llama3: false,
+        start: 0,
+        mrope: Some([16, 24, 24]),
     },
 ];
+
+/// Text tokens before a multimodal preset's image.
+const MROPE_TEXT_BEFORE: usize = 16;
+
+/// Rows and columns of a multimodal preset's image, in the language model's tokens (after
+/// Qwen2.5-VL's 2 x 2 merge: a 1008 x 1008 picture of 14-pixel patches).
+const MROPE_IMAGE_SIDE: usize = 36;
+
+/// A multimodal preset's positions, `[3, B, L]` (time, height, width), as Qwen2-VL's
+/// `get_rope_index` numbers a prompt of 16 text tokens, one still image of 36 x 36 tokens,
+/// and text to the end: text tokens take one position on every axis, counting on; the
+/// image's tokens take the next position on the time axis and it plus their row and column
+/// on the others; the text after it goes on from one past the largest of those. Every
+/// sequence the same, from `p.start`. Tokens past `p.len` are cut off.
+pub fn mrope_positions(p: &RopePreset) -> ndarray::Array3<u32> {
+    let (before, side) = (MROPE_TEXT_BEFORE, MROPE_IMAGE_SIDE);
+    let image_end = before + side * side;
+    ndarray::Array3::from_shape_fn((3, p.batch, p.len), |(axis, _, l)| {
+        let at = if l < before {
+            l
+        } else if l < image_end {
+            let (row, col) = ((l - before) / side, (l - before) % side);
+            before + [0, row, col][axis]
+        } else {
+            before + side + (l - image_end)
+        };
+        p.start.wrapping_add(at as u32)
+    })
+}
 
 /// An ALiBi bias shape: `[heads, len, kv_len]` f32, queries at the last `len` positions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -556,13 +611,19 @@ fn run_rope<T: Element>(
         values::<T>([p.batch, p.len, p.k_heads, dh], 2),
     );
     let positions = Array2::from_shape_fn((p.batch, p.len), |(_, l)| p.start + l as u32);
+    // A multimodal preset's positions per axis; the 1-D ones above are unused then.
+    let mrope = p
+        .mrope
+        .map(|section| MultimodalRope::new(Mrope::Sections, section, spec.rotary_dim()))
+        .transpose()?;
+    let axes = mrope.map(|_| mrope_positions(p));
     let (q_bytes, k_bytes) = (q.len() * size_of::<T>(), k.len() * size_of::<T>());
     let op_bytes = 2 * (q_bytes + k_bytes) as u64;
     let mut report = OpReport {
         op: "rope",
         model: p.name,
         shape: format!(
-            "q {}x{}x{}x{} k {}x{}x{}x{} r{} {}",
+            "q {}x{}x{}x{} k {}x{}x{}x{} r{}{} {}",
             p.batch,
             p.len,
             p.q_heads,
@@ -572,6 +633,7 @@ fn run_rope<T: Element>(
             p.k_heads,
             dh,
             p.rotary_dim,
+            p.mrope.map_or(String::new(), |[t, h, w]| format!(" mrope [{t}, {h}, {w}]")),
             super::dtype_name(p.dtype)
         ),
         source: p.source,
@@ -585,7 +647,10 @@ fn run_rope<T: Element>(
         results: Vec::new(),
     };
     progress("cpu");
-    let rope_cpu = |x: &Array4<T>| cpu::rope(&spec, x.view(), positions.view(), Layout::Blhd);
+    let rope_cpu = |x: &Array4<T>| match (&mrope, &axes) {
+        (Some(m), Some(a)) => cpu::rope_multimodal(&spec, m, x.view(), a.view(), Layout::Blhd),
+        _ => cpu::rope(&spec, x.view(), positions.view(), Layout::Blhd),
+    };
     let (q_cpu, k_cpu) = (rope_cpu(&q)?, rope_cpu(&k)?);
     if config.devices != Devices::Gpu {
         // In place, as the GPU rotates and as an engine calls it: `cpu::rope`'s copy would
@@ -593,9 +658,14 @@ fn run_rope<T: Element>(
         // copies round after round keeps their values bounded: a rotation keeps norms.)
         let (mut q_work, mut k_work) = (q.clone(), k.clone());
         report.results = cpu_items("rope", op_bytes, config.repeats, || {
-            let pos = positions.view();
-            cpu::rope_in_place(&spec, q_work.view_mut(), pos, Layout::Blhd)?;
-            cpu::rope_in_place(&spec, k_work.view_mut(), pos, Layout::Blhd)
+            let rotate = |x: ArrayViewMut4<'_, T>| match (&mrope, &axes) {
+                (Some(m), Some(a)) => {
+                    cpu::rope_multimodal_in_place(&spec, m, x, a.view(), Layout::Blhd)
+                }
+                _ => cpu::rope_in_place(&spec, x, positions.view(), Layout::Blhd),
+            };
+            rotate(q_work.view_mut())?;
+            rotate(k_work.view_mut())
         })?;
     }
     let Some(ctx) = ctx else { return Ok(report) };
@@ -607,9 +677,15 @@ fn run_rope<T: Element>(
         positions: Positions::PerToken,
         k_heads: p.k_heads,
     };
-    let pass = ctx.rope_pass(&spec, &desc)?;
+    let pass = match &mrope {
+        Some(m) => ctx.rope_pass_multimodal(&spec, m, &desc)?,
+        None => ctx.rope_pass(&spec, &desc)?,
+    };
     let (qk, k_at) = qk_buffer(ctx, &q, &k);
-    let flat: Vec<u32> = positions.iter().copied().collect();
+    let flat: Vec<u32> = match &axes {
+        Some(a) => a.iter().copied().collect(),
+        None => positions.iter().copied().collect(),
+    };
     let pos = storage_init(ctx, "posenc.bench.positions", bytemuck::cast_slice(&flat));
     let (qs, ks, ps) = (qk.slice(..k_at as u64), qk.slice(k_at as u64..), pos.slice(..));
     // The check: one step against the CPU.
@@ -918,5 +994,35 @@ impl OpReport {
             (None, _) => {}
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The multimodal preset's positions are those transformers 5.24's
+    /// `Qwen2_5_VLModel.get_rope_index` gives a prompt of 15 text tokens, the vision-start
+    /// token, a 72 x 72-patch image (`image_grid_thw` [1, 72, 72], merged 2 x 2 into 36 x 36
+    /// tokens) and text to 2048 tokens (2026-12-03), at the tokens around each boundary.
+    #[test]
+    fn multimodal_positions_are_get_rope_index_s() {
+        let p = ROPE_PRESETS.iter().find(|p| p.mrope.is_some()).unwrap();
+        let at = mrope_positions(p);
+        assert_eq!(at.shape(), [3, 1, 2048]);
+        let want: [(usize, [u32; 3]); 9] = [
+            (0, [0, 0, 0]),
+            (15, [15, 15, 15]),
+            (16, [16, 16, 16]),
+            (17, [16, 16, 17]),
+            (51, [16, 16, 51]),
+            (52, [16, 17, 16]),
+            (1311, [16, 51, 51]),
+            (1312, [52, 52, 52]),
+            (2047, [787, 787, 787]),
+        ];
+        for (l, axes) in want {
+            assert_eq!([at[[0, 0, l]], at[[1, 0, l]], at[[2, 0, l]]], axes, "token {l}");
+        }
     }
 }

@@ -129,9 +129,10 @@ pub const PRESETS: &[Preset] = &[
 /// step).
 const PRESET_NAMES: &str = "bert-base, gpt2, llama3-8b, llama3-8b-decode, mistral-7b-decode, \
                             whisper-small; and the operations' llama3-8b-rope, \
-                            llama3-8b-rope-decode, phi-2-rope, bloom-7b1-alibi, \
-                            bloom-7b1-alibi-decode, gemma-7b-step, llama3-8b-step, \
-                            llama2-13b-step, starcoder2-15b-step, llama3-70b-step";
+                            llama3-8b-rope-decode, phi-2-rope, qwen2.5-vl-7b-rope, \
+                            bloom-7b1-alibi, bloom-7b1-alibi-decode, gemma-7b-step, \
+                            llama3-8b-step, llama2-13b-step, starcoder2-15b-step, \
+                            llama3-70b-step";
 
 /// What an encode's preset may be where an operation's is not taken.
 const ENCODE_PRESET_NAMES: &str = "an encode preset here (bert-base, gpt2, llama3-8b, \

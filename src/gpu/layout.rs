@@ -229,7 +229,10 @@ pub fn params(entry: &str) -> Params {
             cached_rows,
             cache_base,
             head_groups,
-            _pad,
+            section_t,
+            section_h,
+            section_w,
+            axis_stride,
         }),
         _ => panic!("no kernel named {entry}"),
     }

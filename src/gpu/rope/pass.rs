@@ -26,6 +26,8 @@ use crate::gpu::pass::{BindCache, Need, PartShape, Positions, Span, uniform_bloc
 use crate::gpu::rope::{Kernel, Plan, RopeCsParams, RopeKernel, RopeParams, RopeX4Params};
 use crate::gpu::{Context, fold_dispatch};
 use crate::rope::{Frequencies, Geometry, Layout, MultimodalRope, RopeSpec};
+#[cfg(doc)]
+use crate::shaders::{FLAG_ALTERNATING, FLAG_INTERLEAVED};
 use crate::shaders::{
     FLAG_OFFSETS, FLAG_SCALE, ROPE_PASS_WORKGROUP, RopePassForm, RopePassKernel, WORKGROUP_SIZE,
     rope_pass_workgroup,
@@ -110,8 +112,17 @@ pub struct RopePassParams {
     /// Groups of heads per token in the head-group form (`rope_pass_heads` with a group;
     /// 1 otherwise): q's and k's heads over the group, rounded up.
     pub head_groups: u32,
-    /// Padding to a multiple of 16 bytes.
-    pub _pad: u32,
+    /// A multimodal step ([`RopePassKernel::axes`]): the `mrope_section` counts in the
+    /// config's order, with the layout's [`FLAG_INTERLEAVED`] or [`FLAG_ALTERNATING`] in
+    /// `flags` (neither: sections).
+    pub section_t: u32,
+    /// See `section_t`.
+    pub section_h: u32,
+    /// See `section_t`.
+    pub section_w: u32,
+    /// A multimodal step: the distance between one axis's positions and the next's
+    /// (axis-major, `[3, B, L]`): the step's tokens.
+    pub axis_stride: u32,
 }
 
 /// Positions whose cos/sin a GPU's recorded RoPE step reads from a cache of exact values
@@ -266,9 +277,13 @@ impl Context {
     /// then height, then width, as transformers' position ids are), and frequency `i` turns
     /// by the position of axis `mrope.axes()[i]`, bit for bit as
     /// [`crate::cpu::rope_multimodal`]. `desc.positions` must be
-    /// [`Positions::PerToken`]. Such a pass takes the split route (a cos/sin dispatch per
-    /// step, then the rotation: [`RopePass::dispatches`]); a step of text tokens, whose
-    /// axes agree, is the 1-D rotation, which [`Context::rope_pass`] records in one.
+    /// [`Positions::PerToken`]. Such a pass takes the routes of [`Context::rope_pass`]
+    /// ([`RopePass::dispatches`]): one dispatch, whose kernel reads the token's three
+    /// positions and turns each frequency by its axis's (from the cos/sin cache for
+    /// positions it holds), wherever the 1-D pass of the same shape takes one; the split
+    /// route otherwise, whose cos/sin dispatch gathers each frequency from its axis. A step
+    /// of text tokens, whose axes agree, is the 1-D rotation, which [`Context::rope_pass`]
+    /// also records, with a third of the positions.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] naming `mrope` if it assigns another number of
@@ -411,12 +426,7 @@ impl Context {
             self.queue.submit([]);
             Ok((steps_buf, cs, q, k))
         })?;
-        // A multimodal step takes the split route, whose cos/sin pass gathers each
-        // frequency from its axis.
-        let mut fused = match mrope {
-            Some(_) => None,
-            None => self.fused_rope(spec, &freqs, desc, &q, k.as_ref()),
-        };
+        let mut fused = self.fused_rope(spec, &freqs, mrope, desc, &q, k.as_ref());
         // The GPU forms read the cos/sin of their positions from a cache after the steps;
         // the heads form for CPU adapters computes each once per token and unit.
         let steps = match fused.as_mut() {
@@ -517,11 +527,13 @@ impl Context {
     }
 
     /// The one-dispatch route for these tensors, if they take the vec4 kernel, each fits
-    /// one storage binding, and their cos/sin fit a workgroup's memory.
+    /// one storage binding, and their cos/sin fit a workgroup's memory; with `mrope`, its
+    /// multimodal form (each frequency at its axis's position).
     fn fused_rope(
         &self,
         spec: &RopeSpec,
         freqs: &Frequencies,
+        mrope: Option<&MultimodalRope>,
         desc: &RopePassDescriptor,
         q: &Split,
         k: Option<&Split>,
@@ -550,6 +562,7 @@ impl Context {
             _ => 1,
         };
         let kernel = RopePassKernel::new(kind, n_freqs, form)?;
+        let kernel = if mrope.is_some() { kernel.with_axes() } else { kernel };
         let tokens = u32::try_from(g.batch * g.len).ok()?;
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
         match form {
@@ -575,6 +588,9 @@ impl Context {
         if desc.positions == Positions::PerSequence {
             flags |= FLAG_OFFSETS;
         }
+        // The layout's flag beside FLAG_AXES, which the kernel's specialisation stands for.
+        let (axes, [section_t, section_h, section_w]) = super::axes_flags(mrope);
+        flags |= axes;
         let row_vecs = (g.head_dim / per_vec) as u32;
         let (len, k_heads) = (g.len as u32, desc.k_heads as u32);
         // Strides in vec4s between sequences, tokens and heads of a tensor of `heads` heads.
@@ -611,7 +627,10 @@ impl Context {
             cached_rows: 0,
             cache_base: 0,
             head_groups,
-            _pad: 0,
+            section_t,
+            section_h,
+            section_w,
+            axis_stride: tokens,
         };
         Some(Fused { kernel: self.rope_pass_kernel(kernel), form, params })
     }

@@ -606,16 +606,85 @@ fn every_form_keeps_the_bits_with_every_loop_bounded() {
     }
 }
 
+/// One multimodal case of `a_multimodal_step_rotates_as_the_cpu_with_a_position_per_axis`
+/// in storage type `T`: an image's (time, row, column) at the first four tokens of each
+/// sequence (small positions, in the cache), text positions (hard_batch's, some far past
+/// it) after them.
+fn check_multimodal<T: Element>(
+    ctx: &Context,
+    what: &str,
+    spec: &RopeSpec,
+    mrope: &posenc::rope::MultimodalRope,
+    seed: u64,
+) {
+    let mut rng = Rng::new(seed);
+    let (batch, len, heads, k_heads) = (2, 7, 4, 2);
+    let dh = spec.head_dim() as usize;
+    let text = hard_batch(&mut rng, batch, len);
+    let positions = ndarray::Array3::from_shape_fn((3, batch, len), |(a, b, l)| {
+        if l < 4 { [2, 2 + (l / 2) as u32, 2 + (l % 2) as u32][a] + b as u32 } else { text[[b, l]] }
+    });
+    let flat: Vec<u32> = positions.iter().copied().collect();
+    for layout in [Layout::Blhd, Layout::Bhld] {
+        let shape = |h| match layout {
+            Layout::Blhd => [batch, len, h, dh],
+            Layout::Bhld => [batch, h, len, dh],
+        };
+        let desc = RopePassDescriptor {
+            shape: shape(heads),
+            layout,
+            dtype: T::DTYPE,
+            positions: Positions::PerToken,
+            k_heads,
+        };
+        let pass = ctx.rope_pass_multimodal(spec, mrope, &desc).unwrap();
+        let what = format!("{what} {:?} {layout:?}", T::DTYPE);
+        assert_eq!(pass.positions_bytes(), 3 * (batch * len) as u64 * 4);
+        assert_eq!(pass.multimodal(), Some(mrope));
+        // The vec4 kernel's head dims take the one dispatch, as the 1-D pass does.
+        let one_d = ctx.rope_pass(spec, &desc).unwrap();
+        assert_eq!(pass.is_one_dispatch(), one_d.is_one_dispatch(), "{what}");
+        assert_eq!(pass.is_one_dispatch(), spec.rotary_dim().is_multiple_of(16), "{what}");
+        assert_eq!(pass.cached_positions(), one_d.cached_positions(), "{what}");
+        let q = tensor::<T>(shape(heads), seed + 5);
+        let k = tensor::<T>(shape(k_heads), seed + 6);
+        let p = positions.view();
+        let want_q = cpu::rope_multimodal(spec, mrope, q.view(), p, layout).unwrap();
+        let want_k = cpu::rope_multimodal(spec, mrope, k.view(), p, layout).unwrap();
+        for arrangement in [Arrangement::Apart, Arrangement::SharedWithPositions] {
+            let got = run(ctx, &pass, &q, &k, &flat, arrangement, Recording::Encoder);
+            let text = positions.index_axis(ndarray::Axis(0), 0);
+            let what = format!("{what} {arrangement:?}");
+            assert_rope_same(&what, text, layout, got.q.view(), want_q.view());
+            assert_rope_same(&what, text, layout, got.k.view(), want_k.view());
+        }
+        // Twice in one pass: the second rotation sees the first (the vec4 kernel's; the
+        // general one reads a copy, made outside a compute pass).
+        if pass.data_alignment() == 16 {
+            let twice =
+                run(ctx, &pass, &q, &k, &flat, Arrangement::Apart, Recording::TwiceInOnePass);
+            let again = cpu::rope_multimodal(spec, mrope, want_q.view(), p, layout).unwrap();
+            assert!(same_bits(&twice.q, &again), "{what} twice");
+        }
+        // The 1-D pass at the time axis's positions gives other values for the image.
+        let text_only: Vec<u32> = flat[..batch * len].to_vec();
+        let got = run(ctx, &one_d, &q, &k, &text_only, Arrangement::Apart, Recording::Encoder);
+        assert!(!same_bits(&got.q, &want_q), "{what}: the axes changed nothing");
+    }
+}
+
 /// A multimodal RoPE's recorded step (positions `[3, B, L]` in a device buffer) rotates q
-/// and k as `cpu::rope_multimodal` does, bit for bit: both M-RoPE layouts, both tensor
-/// layouts, into an encoder and twice into one open compute pass, with the positions in a
-/// buffer of their own or after k in q's; per-sequence positions and axes of another rotary
-/// dim are refused.
+/// and k as `cpu::rope_multimodal` does, bit for bit: the three M-RoPE layouts, both tensor
+/// layouts, each storage type, the one-dispatch route in its three forms (workgroup blocks
+/// and head groups, which read the cos/sin cache below its end and compute them past it, and
+/// the form for CPU adapters) and the split route (a head dim the vec4 kernel does not
+/// take, or positions in q's buffer), into an encoder and twice into one open compute pass;
+/// per-sequence positions and axes of another rotary dim are refused.
 #[test]
 fn a_multimodal_step_rotates_as_the_cpu_with_a_position_per_axis() {
+    use posenc::gpu::AccessPattern;
     use posenc::rope::{Mrope, MultimodalRope};
     let Some(ctx) = gpu() else { return };
-    let mut rng = Rng::new(41);
     let cases = [
         (RopeSpec::new(128).unwrap().with_base(1e6).unwrap(), Mrope::Sections, [16, 24, 24]),
         (yarn_64(), Mrope::Interleaved, [12, 10, 10]),
@@ -630,60 +699,19 @@ fn a_multimodal_step_rotates_as_the_cpu_with_a_position_per_axis() {
             [22, 22, 20],
         ),
     ];
-    for (spec, layout_m, section) in cases {
+    let forms = [
+        ("blocks", ctx.with_access_pattern(AccessPattern::Coalesced).with_rope_heads(None)),
+        ("head groups of 3", ctx.with_rope_heads(Some(3))),
+        ("heads", ctx.with_access_pattern(AccessPattern::Adjacent).with_rope_heads(None)),
+    ];
+    for (n, (spec, layout_m, section)) in cases.into_iter().enumerate() {
         let mrope = MultimodalRope::new(layout_m, section, spec.rotary_dim()).unwrap();
-        let (batch, len, heads, k_heads) = (2, 7, 4, 2);
-        let dh = spec.head_dim() as usize;
-        let text = hard_batch(&mut rng, batch, len);
-        // An image's (time, row, column) at the first four tokens of each sequence.
-        let positions = ndarray::Array3::from_shape_fn((3, batch, len), |(a, b, l)| {
-            if l < 4 {
-                [2, 2 + (l / 2) as u32, 2 + (l % 2) as u32][a] + b as u32
-            } else {
-                text[[b, l]]
-            }
-        });
-        let flat: Vec<u32> = positions.iter().copied().collect();
-        for layout in [Layout::Blhd, Layout::Bhld] {
-            let shape = |h| match layout {
-                Layout::Blhd => [batch, len, h, dh],
-                Layout::Bhld => [batch, h, len, dh],
-            };
-            let desc = RopePassDescriptor {
-                shape: shape(heads),
-                layout,
-                dtype: Dtype::Bf16,
-                positions: Positions::PerToken,
-                k_heads,
-            };
-            let pass = ctx.rope_pass_multimodal(&spec, &mrope, &desc).unwrap();
-            assert_eq!(pass.positions_bytes(), 3 * (batch * len) as u64 * 4);
-            assert!(!pass.is_one_dispatch() && pass.multimodal() == Some(&mrope));
-            let q = tensor::<bf16>(shape(heads), 5);
-            let k = tensor::<bf16>(shape(k_heads), 6);
-            let p = positions.view();
-            let want_q = cpu::rope_multimodal(&spec, &mrope, q.view(), p, layout).unwrap();
-            let want_k = cpu::rope_multimodal(&spec, &mrope, k.view(), p, layout).unwrap();
-            let what = format!("{layout_m:?} r {} {layout:?}", spec.rotary_dim());
-            for arrangement in [Arrangement::Apart, Arrangement::SharedWithPositions] {
-                let got = run(ctx, &pass, &q, &k, &flat, arrangement, Recording::Encoder);
-                let text = positions.index_axis(ndarray::Axis(0), 0);
-                assert_rope_same(&what, text, layout, got.q.view(), want_q.view());
-                assert_rope_same(&what, text, layout, got.k.view(), want_k.view());
-            }
-            // Twice in one pass: the second rotation sees the first (the vec4 kernel's;
-            // the general one reads a copy, made outside a compute pass).
-            if pass.data_alignment() == 16 {
-                let twice =
-                    run(ctx, &pass, &q, &k, &flat, Arrangement::Apart, Recording::TwiceInOnePass);
-                let again = cpu::rope_multimodal(&spec, &mrope, want_q.view(), p, layout).unwrap();
-                assert!(same_bits(&twice.q, &again), "{what} twice");
-            }
-            // The 1-D pass at the time axis's positions gives other values for the image.
-            let one = ctx.rope_pass(&spec, &desc).unwrap();
-            let text_only: Vec<u32> = flat[..batch * len].to_vec();
-            let got = run(ctx, &one, &q, &k, &text_only, Arrangement::Apart, Recording::Encoder);
-            assert!(!same_bits(&got.q, &want_q), "{what}: the axes changed nothing");
+        for (form, ctx) in &forms {
+            let seed = 41 + n as u64;
+            let what = format!("{layout_m:?} r {} {form}", spec.rotary_dim());
+            check_multimodal::<bf16>(ctx, &what, &spec, &mrope, seed);
+            check_multimodal::<f32>(ctx, &what, &spec, &mrope, seed);
+            check_multimodal::<f16>(ctx, &what, &spec, &mrope, seed);
         }
     }
     // Refused: per-sequence positions, and axes of another rotary dim.

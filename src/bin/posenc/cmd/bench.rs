@@ -18,11 +18,12 @@ pub(crate) struct BenchArgs {
     /// llama3-8b-decode, mistral-7b-decode or whisper-small: its width, vocabulary and
     /// table storage type (the output is f32 unless --out-dtype says otherwise), and the
     /// checkpoint load is timed. Shape and type flags given with it override the preset's.
-    /// Or an operation's: llama3-8b-rope, llama3-8b-rope-decode, phi-2-rope (RoPE of q and
-    /// k), bloom-7b1-alibi, bloom-7b1-alibi-decode (the ALiBi bias), gemma-7b-step,
-    /// llama3-8b-step, llama2-13b-step, starcoder2-15b-step, llama3-70b-step (a decode step:
-    /// the encode and RoPE of q and k in one compute pass), whose shapes are fixed; --dtype
-    /// sets the type of a RoPE or decode-step preset's tensors.
+    /// Or an operation's: llama3-8b-rope, llama3-8b-rope-decode, phi-2-rope,
+    /// qwen2.5-vl-7b-rope (RoPE of q and k; the last multimodal), bloom-7b1-alibi,
+    /// bloom-7b1-alibi-decode (the ALiBi bias), gemma-7b-step, llama3-8b-step,
+    /// llama2-13b-step, starcoder2-15b-step, llama3-70b-step (a decode step: the encode and
+    /// RoPE of q and k in one compute pass), whose shapes are fixed; --dtype sets the type of
+    /// a RoPE or decode-step preset's tensors.
     #[arg(long, value_name = "NAME")]
     model: Option<String>,
     /// Run every preset of --model in turn and print one table (with --json, {"suite":

@@ -142,8 +142,12 @@ fn explicit_shapes_load_only_when_asked_and_carry_no_model() {
 /// encode and RoPE are timed alone beside it.
 #[test]
 fn an_operation_preset_takes_a_type_and_refuses_shape_flags() {
-    let typed =
-        [("llama2-13b-step", "bf16"), ("llama3-8b-rope-decode", "f32"), ("bloom-7b1-alibi", "f32")];
+    let typed = [
+        ("llama2-13b-step", "bf16"),
+        ("llama3-8b-rope-decode", "f32"),
+        ("qwen2.5-vl-7b-rope", "f16"),
+        ("bloom-7b1-alibi", "f32"),
+    ];
     for (model, dtype) in typed {
         let args = ["bench", "--model", model, "--dtype", dtype, "--device", "cpu", "--json"];
         let out = posenc(&[&args[..], &["--repeats", "1"]].concat());
