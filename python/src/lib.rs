@@ -60,6 +60,15 @@ impl From<Error> for Failure {
     }
 }
 
+/// `work` with its error mapped by `named` (a config's errors naming where the config came
+/// from: `rope::in_config`).
+pub(crate) fn naming<T>(
+    named: impl FnOnce(Error) -> Error + Send,
+    work: impl FnOnce() -> Result<T, Failure> + Send,
+) -> impl FnOnce() -> Result<T, Failure> + Send {
+    move || work().map_err(|f| Failure { error: named(f.error), on_gpu: f.on_gpu })
+}
+
 /// The Python exception of a posenc error, with the CLI's message.
 pub(crate) fn to_py(failure: impl Into<Failure>) -> PyErr {
     let Failure { error, on_gpu } = failure.into();

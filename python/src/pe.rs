@@ -17,6 +17,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::ints::IntArray;
+use crate::rope::in_config;
 use crate::{Device, Failure, Noted, compute, on_device};
 use posenc::placement::HostJob;
 
@@ -97,7 +98,8 @@ fn check_table_size(rows: u64, dim: u32) -> Result<(), Error> {
 
 /// `posenc table`, numpy out: `[positions, dim]` float32.
 #[pyfunction]
-#[pyo3(signature = (*, dim, len, positions_spec, positions, config_path, config_json, variant,
+#[pyo3(signature = (*, dim, len, positions_spec, positions, config_path, config_json,
+    config_name = None, variant,
     frequencies, inv_freq, inv_freq_path, inv_freq_tensor, base, min_timescale, max_timescale,
     start_index, padding_idx, device, gpu_memory_budget, out = None))]
 #[allow(clippy::too_many_arguments)]
@@ -109,6 +111,7 @@ fn table<'py>(
     positions: Option<&Bound<'py, PyAny>>,
     config_path: Option<PathBuf>,
     config_json: Option<String>,
+    config_name: Option<PathBuf>,
     variant: Option<String>,
     frequencies: &str,
     inv_freq: Option<PyReadonlyArray1<'py, f64>>,
@@ -143,73 +146,77 @@ fn table<'py>(
     };
     let given_array = positions.map(|p| IntArray::<Ix1>::extract(p, "positions")).transpose()?;
     let given = given_array.as_ref().map(IntArray::view);
-    let (table, note) = compute(py, || -> Result<Noted<Option<Array2<f32>>>, Failure> {
-        if gpu_memory_budget.is_some() && (device == Device::Cpu) {
-            return Err(off_gpu(
-                "gpu_memory_budget",
-                if reference_path { "reference" } else { "cpu" },
-            )
-            .into());
-        }
-        let config = source.map(|s| options.config(s)).transpose()?;
-        let path = source.as_ref().and_then(ConfigSource::path);
-        let from_config = config.map(|c| commands::table_spec(&c, path)).transpose()?;
-        let dim = dim.or(from_config.as_ref().map(PeSpec::dim)).unwrap_or(512);
-        let spec = options.spec(dim, from_config.as_ref())?;
-        let positions = match (&positions_spec, given) {
-            (Some(text), _) => positions::parse_spec(text)?,
-            (None, Some(p)) => {
-                // The output's size first: a broadcast array of billions of positions is
-                // refused before its u32 copy is made.
-                check_table_size(p.len() as u64, spec.dim())?;
-                p.to_u32s("positions")?
+    let named = |e| in_config(e, &config_name);
+    let (table, note) = compute(
+        py,
+        crate::naming(named, || -> Result<Noted<Option<Array2<f32>>>, Failure> {
+            if gpu_memory_budget.is_some() && (device == Device::Cpu) {
+                return Err(off_gpu(
+                    "gpu_memory_budget",
+                    if reference_path { "reference" } else { "cpu" },
+                )
+                .into());
             }
-            (None, None) => {
-                let len = len.unwrap_or(8);
-                check_table_size(len, spec.dim())?;
-                positions::contiguous(len)?
-            }
-        };
-        check_table_size(positions.len() as u64, spec.dim())?;
-        let shape = [positions.len(), spec.dim() as usize];
-        if let Some(o) = &out_view {
-            crate::arrays::check_out_shape("table", &shape, o.shape())?;
-        }
-        let bytes = positions.len() as u64 * u64::from(spec.dim()) * 4;
-        // Into a caller's `out`: the CPU's table writes it where it is (a strided one
-        // through a table of its own); the reference and the GPU make theirs first.
-        let out_view = std::sync::Mutex::new(out_view);
-        let into_out = |table: Array2<f32>| -> Option<Array2<f32>> {
-            let mut out = out_view.lock().unwrap_or_else(PoisonError::into_inner);
-            match out.as_mut() {
-                Some(o) => {
-                    o.assign(&table);
-                    None
+            let config = source.map(|s| options.config(s)).transpose()?;
+            let path = source.as_ref().and_then(ConfigSource::path);
+            let from_config = config.map(|c| commands::table_spec(&c, path)).transpose()?;
+            let dim = dim.or(from_config.as_ref().map(PeSpec::dim)).unwrap_or(512);
+            let spec = options.spec(dim, from_config.as_ref())?;
+            let positions = match (&positions_spec, given) {
+                (Some(text), _) => positions::parse_spec(text)?,
+                (None, Some(p)) => {
+                    // The output's size first: a broadcast array of billions of positions is
+                    // refused before its u32 copy is made.
+                    check_table_size(p.len() as u64, spec.dim())?;
+                    p.to_u32s("positions")?
                 }
-                None => Some(table),
+                (None, None) => {
+                    let len = len.unwrap_or(8);
+                    check_table_size(len, spec.dim())?;
+                    positions::contiguous(len)?
+                }
+            };
+            check_table_size(positions.len() as u64, spec.dim())?;
+            let shape = [positions.len(), spec.dim() as usize];
+            if let Some(o) = &out_view {
+                crate::arrays::check_out_shape("table", &shape, o.shape())?;
             }
-        };
-        if reference_path {
-            posenc::alloc::check_allocation("the table", bytes)?;
-            return Ok((into_out(reference::table_f32(&spec, &positions)), None));
-        }
-        let job = HostJob::Table { values: positions.len() as u64 * u64::from(spec.dim()) };
-        on_device(device, gpu_memory_budget, job, |ctx| match ctx {
-            None => {
+            let bytes = positions.len() as u64 * u64::from(spec.dim()) * 4;
+            // Into a caller's `out`: the CPU's table writes it where it is (a strided one
+            // through a table of its own); the reference and the GPU make theirs first.
+            let out_view = std::sync::Mutex::new(out_view);
+            let into_out = |table: Array2<f32>| -> Option<Array2<f32>> {
                 let mut out = out_view.lock().unwrap_or_else(PoisonError::into_inner);
-                if let Some(o) = out.as_mut() {
-                    if !o.is_standard_layout() {
-                        posenc::alloc::check_allocation("the table", bytes)?;
+                match out.as_mut() {
+                    Some(o) => {
+                        o.assign(&table);
+                        None
                     }
-                    cpu::table_into(&spec, &positions, o.view_mut())?;
-                    return Ok(None);
+                    None => Some(table),
                 }
+            };
+            if reference_path {
                 posenc::alloc::check_allocation("the table", bytes)?;
-                Ok(Some(cpu::table(&spec, &positions)))
+                return Ok((into_out(reference::table_f32(&spec, &positions)), None));
             }
-            Some(ctx) => ctx.table(&spec, &positions).map(into_out),
-        })
-    })?;
+            let job = HostJob::Table { values: positions.len() as u64 * u64::from(spec.dim()) };
+            on_device(device, gpu_memory_budget, job, |ctx| match ctx {
+                None => {
+                    let mut out = out_view.lock().unwrap_or_else(PoisonError::into_inner);
+                    if let Some(o) = out.as_mut() {
+                        if !o.is_standard_layout() {
+                            posenc::alloc::check_allocation("the table", bytes)?;
+                        }
+                        cpu::table_into(&spec, &positions, o.view_mut())?;
+                        return Ok(None);
+                    }
+                    posenc::alloc::check_allocation("the table", bytes)?;
+                    Ok(Some(cpu::table(&spec, &positions)))
+                }
+                Some(ctx) => ctx.table(&spec, &positions).map(into_out),
+            })
+        }),
+    )?;
     Ok((table.map(|t| PyArray2::from_owned_array(py, t)), note))
 }
 
@@ -422,7 +429,8 @@ fn shown(value: &Bound<'_, PyAny>) -> String {
 /// `posenc encode`, numpy in and out.
 #[pyfunction]
 #[pyo3(signature = (*, weights, weights_path, tensor, ids, one_sequence, positions, offsets,
-    pad_id, scale, config_path, config_json, variant, frequencies, inv_freq, inv_freq_path,
+    pad_id, scale, config_path, config_json, config_name = None, variant, frequencies, inv_freq,
+    inv_freq_path,
     inv_freq_tensor, base, min_timescale, max_timescale, start_index, padding_idx,
     position_table, position_table_path, position_tensor, out_dtype, device,
     gpu_memory_budget, out = None))]
@@ -440,6 +448,7 @@ fn encode<'py>(
     scale: Option<&Bound<'py, PyAny>>,
     config_path: Option<PathBuf>,
     config_json: Option<String>,
+    config_name: Option<PathBuf>,
     variant: Option<String>,
     frequencies: &str,
     inv_freq: Option<PyReadonlyArray1<'py, f64>>,
@@ -519,235 +528,242 @@ fn encode<'py>(
     let offsets = offsets.map(|o| IntArray::<Ix1>::extract(o, "offsets")).transpose()?;
     let given_positions = positions.as_ref().map(IntArray::view);
     let given_offsets = offsets.as_ref().map(IntArray::view);
-    let (encoded, note) = compute(py, || -> Result<Noted<Option<Encoded>>, Failure> {
-        if gpu_memory_budget.is_some() && device == Device::Cpu {
-            return Err(off_gpu("gpu_memory_budget", "cpu").into());
-        }
-        if learned_source.is_some() && sinusoid_flags {
-            return Err(Error::InvalidParameter {
+    let named = |e| in_config(e, &config_name);
+    let (encoded, note) = compute(
+        py,
+        crate::naming(named, || -> Result<Noted<Option<Encoded>>, Failure> {
+            if gpu_memory_budget.is_some() && device == Device::Cpu {
+                return Err(off_gpu("gpu_memory_budget", "cpu").into());
+            }
+            if learned_source.is_some() && sinusoid_flags {
+                return Err(Error::InvalidParameter {
                 field: "position_table",
                 value: "given beside the sinusoid's options".into(),
                 allowed: "position_table alone: a learned table replaces the sinusoid (variant, \
                           frequencies, base, timescales, start_index, padding_idx, inv_freq)",
             }
             .into());
-        }
-        commands::refuse_without(
-            position_tensor_given,
-            "position_tensor",
-            "--position-tensor",
-            learned_source.is_some(),
-            "--position-table",
-        )?;
-        let config = source.map(|s| options.config(s)).transpose()?;
-        let config_path = source.as_ref().and_then(ConfigSource::path);
-        if let Some(c) = &config {
-            commands::check_encode_config(c, config_path.as_deref(), learned_source.is_some())?;
-            commands::check_encode_pad_id(c, pad_id)?;
-        }
-        let scale = match (&config, scale) {
-            (_, Some(scale)) => scale,
-            (Some(c), None) => c.required_scale().map_err(|e| match &config_path {
-                Some(p) => e.in_config_file(p),
-                None => e,
-            })?,
-            (None, None) => Scale::default(),
-        };
-        let loaded;
-        let (table_name, table): (String, TableView<'_>) = match &table_source {
-            TableSourceView::Array(a) => ("weights".into(), a.reborrow()),
-            TableSourceView::File(path, tensor) => {
-                loaded = inputs::read_table(Source::File(path), *tensor)?;
-                (path.display().to_string(), loaded_view(&loaded))
             }
-        };
-        let width = table.embeddings().dim().1;
-        if let Some(c) = config.as_ref().filter(|c| c.dim() as usize != width) {
-            let e = Error::PeConfig {
-                path: None,
-                field: "d_model".into(),
-                value: c.dim().to_string(),
-                allowed: format!("{width}, the width of the table in {table_name}"),
+            commands::refuse_without(
+                position_tensor_given,
+                "position_tensor",
+                "--position-tensor",
+                learned_source.is_some(),
+                "--position-table",
+            )?;
+            let config = source.map(|s| options.config(s)).transpose()?;
+            let config_path = source.as_ref().and_then(ConfigSource::path);
+            if let Some(c) = &config {
+                commands::check_encode_config(c, config_path.as_deref(), learned_source.is_some())?;
+                commands::check_encode_pad_id(c, pad_id)?;
+            }
+            let scale = match (&config, scale) {
+                (_, Some(scale)) => scale,
+                (Some(c), None) => c.required_scale().map_err(|e| match &config_path {
+                    Some(p) => e.in_config_file(p),
+                    None => e,
+                })?,
+                (None, None) => Scale::default(),
             };
-            return Err(match &config_path {
-                Some(p) => e.in_config_file(p),
-                None => e,
-            }
-            .into());
-        }
-        let config_spec = config.as_ref().and_then(ModelConfig::spec);
-        let offset = match config.as_ref().map(ModelConfig::positions) {
-            Some(ModelPositions::Learned { offset }) => offset,
-            _ => 0,
-        };
-        let pad_id = pad_id.or(config.as_ref().and_then(ModelConfig::pad_id));
-        let learned_loaded;
-        let learned: Option<TableView<'_>> = match &learned_source {
-            Some(TableSourceView::Array(a)) => Some(a.reborrow()),
-            Some(TableSourceView::File(path, tensor)) => {
-                learned_loaded = inputs::read_position_table(Source::File(path), *tensor)?;
-                Some(loaded_view(&learned_loaded))
-            }
-            None => None,
-        };
-        let dim = u32::try_from(width).unwrap_or(u32::MAX);
-        let spec = match &learned {
-            Some(p) if p.embeddings().dim().1 != width => {
-                return Err(Error::Shape {
-                    op: "encode",
-                    what: "position table width vs embedding width",
-                    expected: width.to_string(),
-                    actual: p.embeddings().dim().1.to_string(),
+            let loaded;
+            let (table_name, table): (String, TableView<'_>) = match &table_source {
+                TableSourceView::Array(a) => ("weights".into(), a.reborrow()),
+                TableSourceView::File(path, tensor) => {
+                    loaded = inputs::read_table(Source::File(path), *tensor)?;
+                    (path.display().to_string(), loaded_view(&loaded))
+                }
+            };
+            let width = table.embeddings().dim().1;
+            if let Some(c) = config.as_ref().filter(|c| c.dim() as usize != width) {
+                let e = Error::PeConfig {
+                    path: None,
+                    field: "d_model".into(),
+                    value: c.dim().to_string(),
+                    allowed: format!("{width}, the width of the table in {table_name}"),
+                };
+                return Err(match &config_path {
+                    Some(p) => e.in_config_file(p),
+                    None => e,
                 }
                 .into());
             }
-            Some(_) => None,
-            None => Some(options.spec(dim, config_spec.as_ref()).map_err(|e| match e {
-                Error::InvalidParameter { field: "dim", allowed, .. } => Error::InvalidParameter {
-                    field: "dim",
-                    value: format!(
-                        "{width} (the width of the table in {table_name}, variant {})",
-                        options.variant(config_spec.as_ref())
-                    ),
-                    allowed,
-                },
-                other => other,
-            })?),
-        };
-        let options = EncodeOptions { scale, pad_id, out_dtype };
-        options.scale.factor(width)?;
-
-        let (batch, len) = ids.dim();
-        inputs::check_shape(
-            "encode",
-            "the output [batch, len, dim]",
-            &[batch, len, width],
-            MAX_OUTPUT_VALUES,
-            "MAX_OUTPUT_VALUES",
-        )?;
-        let vocab = table.embeddings().dim().0;
-        let shape = if one_sequence { vec![len] } else { vec![batch, len] };
-        let ids = Ids { ids: ids.ids_to_u32(vocab, pad_id)?, shape: shape.clone() };
-        let fairseq_padding = spec.as_ref().and_then(PeSpec::padding_idx);
-        let mut positions = match (given_positions, given_offsets) {
-            (Some(p), _) => {
-                if p.dim() != (batch, len) {
-                    let actual = if one_sequence { vec![p.len()] } else { p.shape().to_vec() };
+            let config_spec = config.as_ref().and_then(ModelConfig::spec);
+            let offset = match config.as_ref().map(ModelConfig::positions) {
+                Some(ModelPositions::Learned { offset }) => offset,
+                _ => 0,
+            };
+            let pad_id = pad_id.or(config.as_ref().and_then(ModelConfig::pad_id));
+            let learned_loaded;
+            let learned: Option<TableView<'_>> = match &learned_source {
+                Some(TableSourceView::Array(a)) => Some(a.reborrow()),
+                Some(TableSourceView::File(path, tensor)) => {
+                    learned_loaded = inputs::read_position_table(Source::File(path), *tensor)?;
+                    Some(loaded_view(&learned_loaded))
+                }
+                None => None,
+            };
+            let dim = u32::try_from(width).unwrap_or(u32::MAX);
+            let spec = match &learned {
+                Some(p) if p.embeddings().dim().1 != width => {
                     return Err(Error::Shape {
                         op: "encode",
-                        what: "positions (must match ids)",
-                        expected: format!("{shape:?}"),
-                        actual: format!("{actual:?}"),
+                        what: "position table width vs embedding width",
+                        expected: width.to_string(),
+                        actual: p.embeddings().dim().1.to_string(),
                     }
                     .into());
                 }
-                let flat = p.to_u32s("positions")?;
-                Array2::from_shape_vec((batch, len), flat).expect("the ids' shape")
-            }
-            (None, Some(o)) => {
-                if o.len() != batch {
-                    return Err(Error::Shape {
-                        op: "encode",
-                        what: "offsets (one per row of ids)",
-                        expected: format!("{:?}", [batch]),
-                        actual: format!("{:?}", o.shape()),
-                    }
-                    .into());
-                }
-                posenc::positions::from_offsets(&o.to_u32s("offsets")?, len)?
-            }
-            (None, None) => {
-                let how = match (fairseq_padding, pad_id) {
-                    (Some(padding_idx), _) => EncodePositions::Fairseq { padding_idx },
-                    (None, Some(pad_id)) => EncodePositions::LeftPadded { pad_id },
-                    (None, None) => EncodePositions::Contiguous,
-                };
-                let config_padding = config_spec.as_ref().and_then(PeSpec::padding_idx);
-                inputs::encode_positions(&ids, how).map_err(|e| match e {
-                    Error::InvalidParameter { field: "padding_idx", value, allowed }
-                        if config_padding.is_some() && config_padding == fairseq_padding =>
-                    {
-                        Error::PeConfig {
-                            path: config_path.clone(),
-                            field: "pad_token_id".into(),
-                            value,
-                            allowed: allowed.replace("padding_idx", "pad_token_id"),
+                Some(_) => None,
+                None => Some(options.spec(dim, config_spec.as_ref()).map_err(|e| match e {
+                    Error::InvalidParameter { field: "dim", allowed, .. } => {
+                        Error::InvalidParameter {
+                            field: "dim",
+                            value: format!(
+                                "{width} (the width of the table in {table_name}, variant {})",
+                                options.variant(config_spec.as_ref())
+                            ),
+                            allowed,
                         }
                     }
                     other => other,
-                })?
+                })?),
+            };
+            let options = EncodeOptions { scale, pad_id, out_dtype };
+            options.scale.factor(width)?;
+
+            let (batch, len) = ids.dim();
+            inputs::check_shape(
+                "encode",
+                "the output [batch, len, dim]",
+                &[batch, len, width],
+                MAX_OUTPUT_VALUES,
+                "MAX_OUTPUT_VALUES",
+            )?;
+            let vocab = table.embeddings().dim().0;
+            let shape = if one_sequence { vec![len] } else { vec![batch, len] };
+            let ids = Ids { ids: ids.ids_to_u32(vocab, pad_id)?, shape: shape.clone() };
+            let fairseq_padding = spec.as_ref().and_then(PeSpec::padding_idx);
+            let mut positions = match (given_positions, given_offsets) {
+                (Some(p), _) => {
+                    if p.dim() != (batch, len) {
+                        let actual = if one_sequence { vec![p.len()] } else { p.shape().to_vec() };
+                        return Err(Error::Shape {
+                            op: "encode",
+                            what: "positions (must match ids)",
+                            expected: format!("{shape:?}"),
+                            actual: format!("{actual:?}"),
+                        }
+                        .into());
+                    }
+                    let flat = p.to_u32s("positions")?;
+                    Array2::from_shape_vec((batch, len), flat).expect("the ids' shape")
+                }
+                (None, Some(o)) => {
+                    if o.len() != batch {
+                        return Err(Error::Shape {
+                            op: "encode",
+                            what: "offsets (one per row of ids)",
+                            expected: format!("{:?}", [batch]),
+                            actual: format!("{:?}", o.shape()),
+                        }
+                        .into());
+                    }
+                    posenc::positions::from_offsets(&o.to_u32s("offsets")?, len)?
+                }
+                (None, None) => {
+                    let how = match (fairseq_padding, pad_id) {
+                        (Some(padding_idx), _) => EncodePositions::Fairseq { padding_idx },
+                        (None, Some(pad_id)) => EncodePositions::LeftPadded { pad_id },
+                        (None, None) => EncodePositions::Contiguous,
+                    };
+                    let config_padding = config_spec.as_ref().and_then(PeSpec::padding_idx);
+                    inputs::encode_positions(&ids, how).map_err(|e| match e {
+                        Error::InvalidParameter { field: "padding_idx", value, allowed }
+                            if config_padding.is_some() && config_padding == fairseq_padding =>
+                        {
+                            Error::PeConfig {
+                                path: config_path.clone(),
+                                field: "pad_token_id".into(),
+                                value,
+                                allowed: allowed.replace("padding_idx", "pad_token_id"),
+                            }
+                        }
+                        other => other,
+                    })?
+                }
+            };
+            let model_type = config.as_ref().map_or("", |c| c.model_type());
+            let rows = learned.as_ref().map(|p| p.embeddings().dim().0);
+            commands::learned_rows(&mut positions, offset, model_type, rows)?;
+            if let Some(o) = &out_view {
+                let expected: &[usize] =
+                    if one_sequence { &[len, width][..] } else { &[batch, len, width][..] };
+                crate::arrays::check_out_shape("encode", expected, o.shape())?;
             }
-        };
-        let model_type = config.as_ref().map_or("", |c| c.model_type());
-        let rows = learned.as_ref().map(|p| p.embeddings().dim().0);
-        commands::learned_rows(&mut positions, offset, model_type, rows)?;
-        if let Some(o) = &out_view {
-            let expected: &[usize] =
-                if one_sequence { &[len, width][..] } else { &[batch, len, width][..] };
-            crate::arrays::check_out_shape("encode", expected, o.shape())?;
-        }
-        let bytes = (batch * len * width) as u64 * out_dtype.size() as u64;
-        // The CPU's sinusoid writes a caller's `out` in C order where it is; every other
-        // path makes its result first, then copies it into `out`.
-        let writes_out =
-            out_view.as_ref().is_some_and(OutView::is_standard_layout) && learned.is_none();
-        let had = || posenc::alloc::check_allocation("the encode output", bytes);
-        let device = match device {
-            Device::Cpu if writes_out => device,
-            // `auto` writing `out` on the CPU needs no output of its own: where one cannot
-            // be had for the GPU's result, the CPU computes.
-            Device::Auto if writes_out => {
-                if had().is_ok() {
+            let bytes = (batch * len * width) as u64 * out_dtype.size() as u64;
+            // The CPU's sinusoid writes a caller's `out` in C order where it is; every other
+            // path makes its result first, then copies it into `out`.
+            let writes_out =
+                out_view.as_ref().is_some_and(OutView::is_standard_layout) && learned.is_none();
+            let had = || posenc::alloc::check_allocation("the encode output", bytes);
+            let device = match device {
+                Device::Cpu if writes_out => device,
+                // `auto` writing `out` on the CPU needs no output of its own: where one cannot
+                // be had for the GPU's result, the CPU computes.
+                Device::Auto if writes_out => {
+                    if had().is_ok() {
+                        device
+                    } else {
+                        Device::Cpu
+                    }
+                }
+                device => {
+                    had()?;
                     device
-                } else {
-                    Device::Cpu
                 }
+            };
+            let (ids, positions, embeddings) =
+                (ids.ids.view(), positions.view(), table.embeddings());
+            let job = HostJob::encode(positions, width as u64, bytes, spec.is_some());
+            let out_view = std::sync::Mutex::new(out_view);
+            let (encoded, note) =
+                on_device(device, gpu_memory_budget, job, |ctx| match (ctx, &spec, &learned) {
+                    (None, Some(spec), _) if writes_out => {
+                        let encoder = cpu::Encoder::one_off(spec.clone());
+                        let mut out = out_view.lock().unwrap_or_else(PoisonError::into_inner);
+                        let out = out.as_mut().expect("writes_out: out is given");
+                        out.encode_into(&encoder, embeddings, ids, positions, &options)?;
+                        Ok(None)
+                    }
+                    (None, Some(spec), _) => {
+                        cpu::encode(spec, embeddings, ids, positions, &options).map(Some)
+                    }
+                    (None, None, Some(p)) => {
+                        cpu::encode_learned(p.embeddings(), embeddings, ids, positions, &options)
+                            .map(Some)
+                    }
+                    (Some(ctx), Some(spec), _) => {
+                        let table = ctx.upload_table(embeddings)?;
+                        ctx.encode(spec, &table, ids, positions, &options).map(Some)
+                    }
+                    (Some(ctx), None, Some(p)) => {
+                        let p = ctx.upload_position_table(p.embeddings())?;
+                        let table = ctx.upload_table(embeddings)?;
+                        ctx.encode(&p, &table, ids, positions, &options).map(Some)
+                    }
+                    (_, None, None) => unreachable!("a spec unless a position table was given"),
+                })?;
+            let mut out_view = out_view.into_inner().unwrap_or_else(PoisonError::into_inner);
+            match (out_view.as_mut(), encoded) {
+                // Written once the result is had: a failure leaves `out` as it was.
+                (Some(o), Some(encoded)) => {
+                    o.assign(encoded);
+                    Ok((None, note))
+                }
+                (_, encoded) => Ok((encoded, note)),
             }
-            device => {
-                had()?;
-                device
-            }
-        };
-        let (ids, positions, embeddings) = (ids.ids.view(), positions.view(), table.embeddings());
-        let job = HostJob::encode(positions, width as u64, bytes, spec.is_some());
-        let out_view = std::sync::Mutex::new(out_view);
-        let (encoded, note) =
-            on_device(device, gpu_memory_budget, job, |ctx| match (ctx, &spec, &learned) {
-                (None, Some(spec), _) if writes_out => {
-                    let encoder = cpu::Encoder::one_off(spec.clone());
-                    let mut out = out_view.lock().unwrap_or_else(PoisonError::into_inner);
-                    let out = out.as_mut().expect("writes_out: out is given");
-                    out.encode_into(&encoder, embeddings, ids, positions, &options)?;
-                    Ok(None)
-                }
-                (None, Some(spec), _) => {
-                    cpu::encode(spec, embeddings, ids, positions, &options).map(Some)
-                }
-                (None, None, Some(p)) => {
-                    cpu::encode_learned(p.embeddings(), embeddings, ids, positions, &options)
-                        .map(Some)
-                }
-                (Some(ctx), Some(spec), _) => {
-                    let table = ctx.upload_table(embeddings)?;
-                    ctx.encode(spec, &table, ids, positions, &options).map(Some)
-                }
-                (Some(ctx), None, Some(p)) => {
-                    let p = ctx.upload_position_table(p.embeddings())?;
-                    let table = ctx.upload_table(embeddings)?;
-                    ctx.encode(&p, &table, ids, positions, &options).map(Some)
-                }
-                (_, None, None) => unreachable!("a spec unless a position table was given"),
-            })?;
-        let mut out_view = out_view.into_inner().unwrap_or_else(PoisonError::into_inner);
-        match (out_view.as_mut(), encoded) {
-            // Written once the result is had: a failure leaves `out` as it was.
-            (Some(o), Some(encoded)) => {
-                o.assign(encoded);
-                Ok((None, note))
-            }
-            (_, encoded) => Ok((encoded, note)),
-        }
-    })?;
+        }),
+    )?;
     // The caller's `out` is returned by the Python side.
     Ok((encoded.map(|e| Out::of(e, one_sequence).into_py(py)), note))
 }

@@ -89,8 +89,10 @@ fn module_pairing(json: &str, name: Option<PathBuf>) -> PyResult<&'static str> {
     }
 }
 
-/// A config's errors naming `name`, the file Python read the config's text from.
-fn in_config(e: Error, name: &Option<PathBuf>) -> Error {
+/// A config's errors naming `name`: the file Python read the config's text from, or how
+/// Python names a config given as no file (`config (a dict)`, ...): the library's own
+/// errors say `config.json` there, a file that does not exist.
+pub(crate) fn in_config(e: Error, name: &Option<PathBuf>) -> Error {
     match name {
         Some(name) => e.in_config_file(name),
         None => e,

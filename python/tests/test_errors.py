@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -746,8 +747,40 @@ def test_a_family_without_a_drop_in_cache_is_named_with_its_file(tmp_path):
         posenc.module_pairing(path)
     with pytest.raises(ValueError, match=f'^{path}: model_type "gptj": its rotary module returns sin then cos'):
         posenc.rope_cache(path, seq_len=2)
-    with pytest.raises(ValueError, match='^config.json: model_type "gptj": its rotary module returns sin then cos'):
+    # Given as text, it is named as text: no file is involved.
+    with pytest.raises(ValueError, match=r'^config \(JSON text\): model_type "gptj": its rotary module returns sin then cos'):
         posenc.module_pairing(path.read_text())
+
+
+def test_a_config_given_as_no_file_is_named_by_what_it_is():
+    """A config given as a dict, as JSON text or as a transformers config is no file: its
+    errors name what it was given as, in every function that takes one, where they said
+    config.json (the library's name for a config read from text)."""
+    rope = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+            "rope_theta": float("nan")}
+    pe = {"model_type": "marian", "d_model": "x"}
+    transformers = pytest.importorskip("transformers")
+    given = [
+        (rope, pe, "config (a dict)"),
+        (json.dumps(rope), json.dumps(pe), "config (JSON text)"),
+        (json.dumps(rope).encode(), json.dumps(pe).encode(), "config (JSON text)"),
+    ]
+    for rope_config, pe_config, label in given:
+        start = "^" + re.escape(label) + ": invalid "
+        calls = [
+            lambda: posenc.rope_cache(rope_config, seq_len=2),
+            lambda: posenc.RopeSpec(rope_config),
+            lambda: posenc.rope(np.zeros((1, 2, 4, 16), np.float32), layout="blhd", config=rope_config),
+            lambda: posenc.table(config=pe_config),
+            lambda: posenc.encode(np.zeros((4, 8), np.float32), [[0, 1]], config=pe_config),
+        ]
+        for call in calls:
+            with pytest.raises(ValueError, match=start):
+                call()
+    config = transformers.LlamaConfig(hidden_size=64, num_attention_heads=4, head_dim=12,
+                                      partial_rotary_factor=0.5)
+    with pytest.raises(ValueError, match=r"^config \(a LlamaConfig\): "):
+        posenc.rope_cache(config, seq_len=2)
 
 
 def test_a_config_read_that_waits_hears_ctrl_c(tmp_path):

@@ -308,6 +308,23 @@ def _json_of(value: Any, what: str, mark_non_finite: bool = False) -> str:
         raise ValueError(f"invalid {what}: not JSON ({e})") from None
 
 
+def _config_label(config: Any) -> str:
+    """How errors name a config given as no file (the library's own say ``config.json``)."""
+    if isinstance(config, dict):
+        return "config (a dict)"
+    if isinstance(config, (str, bytes)):
+        return "config (JSON text)"
+    return f"config (a {type(config).__name__})"
+
+
+def _config_named(config: Any) -> dict:
+    """``_config``'s path and text as the extension's arguments, with the label of a config
+    given as no file (``_config_label``)."""
+    path, text = _config(config)
+    named = {} if text is None else {"config_name": _config_label(config)}
+    return dict(config_path=path, config_json=text, **named)
+
+
 def _config(config: Any) -> tuple[Optional[str], Optional[str]]:
     """A config as ``(path, json_text)``: a path, JSON text, a dict, or a transformers
     ``PretrainedConfig``."""
@@ -522,7 +539,7 @@ def table(
     spec, pos = (positions, None) if isinstance(positions, str) else (None, positions)
     if pos is not None:
         pos = _int_array(pos, "positions", (1,), width=dim or 1)
-    config_path, config_json = _config(config)
+    config_args = _config_named(config)
     values, path = _inv_freq(inv_freq, inv_freq_tensor)
     target = None if out is None else _f32_out(out, 2)
     if target is not None:
@@ -534,8 +551,7 @@ def table(
             len=_whole(len, "len", _U64),
             positions_spec=spec,
             positions=pos,
-            config_path=config_path,
-            config_json=config_json,
+            **config_args,
             variant=_text(variant, "variant"),
             frequencies=_text(frequencies, "frequencies", optional=False),
             inv_freq=values,
@@ -684,7 +700,7 @@ def encode(
         if np.ndim(offsets) == 0:
             offsets = [offsets]
         off = _int_array(offsets, "offsets", (1,), width * ids_in.shape[1])
-    config_path, config_json = _config(config)
+    config_args = _config_named(config)
     values, path = _inv_freq(inv_freq, inv_freq_tensor)
     target = None
     if out is not None:
@@ -703,8 +719,7 @@ def encode(
             offsets=off,
             pad_id=_whole(pad_id, "pad_id", _U32),
             scale=scale,
-            config_path=config_path,
-            config_json=config_json,
+            **config_args,
             variant=_text(variant, "variant"),
             frequencies=_text(frequencies, "frequencies", optional=False),
             inv_freq=values,
@@ -910,7 +925,7 @@ def _same_elements(a: np.ndarray, b: np.ndarray) -> bool:
 class _ReadConfig:
     """A config path's text, read once by posenc's reader (at most 4 MiB; a FIFO without a
     writer refused at once; a read that waits is interrupted by Ctrl-C), and the path its
-    errors name."""
+    errors name (for a config given as no file, its label: ``_config_label``)."""
 
     def __init__(self, text: str, name: Optional[str]) -> None:
         self.text = text
@@ -925,7 +940,7 @@ def _read_config(config: Any) -> _ReadConfig:
     path, text = _config(config)
     if path is not None:
         text = _posenc.read_config_text(path)
-    return _ReadConfig(text, path)
+    return _ReadConfig(text, path if path is not None else _config_label(config))
 
 
 def _module_pairing_of(config: _ReadConfig) -> str:
