@@ -53,8 +53,10 @@ def _torch():
     return torch
 
 
-def _config_json(config: Any) -> str:
-    return config.to_json_string(use_diff=False)
+def _config_json(config: Any) -> Any:
+    """The model's config as posenc reads it: its JSON text, read once, whose errors name
+    the config's class (``config (a Qwen3Config)``)."""
+    return posenc._ReadConfig(config.to_json_string(use_diff=False), posenc._config_label(config))
 
 
 def _model_type(config: Any) -> str:
