@@ -55,8 +55,19 @@ fn cos_sin_row_inline(freqs: &Frequencies, ps: [u32; 3], axes: Axes<'_>, out: Ro
             }
         }
         Some(axes) => {
-            for (i, (slot, &step)) in out.iter_mut().zip(freqs.steps()).enumerate() {
-                *slot = cos_sin_at(ps[usize::from(axes.axis(i as u32))], step, af);
+            // Each run of frequencies' positions first, then the loop above over them: a
+            // loop whose every lane finds its axis as it goes does not vectorise (2.5x the
+            // 1-D loop's time per byte at Qwen2.5-VL-7B's prefill, 2026-12-03).
+            const RUN: usize = 64;
+            let mut at = [0u32; RUN];
+            let runs = out.chunks_mut(RUN).zip(freqs.steps().chunks(RUN));
+            for (k, (slots, steps)) in runs.enumerate() {
+                for (j, p) in at.iter_mut().enumerate().take(slots.len()) {
+                    *p = ps[usize::from(axes.axis((k * RUN + j) as u32))];
+                }
+                for ((slot, &step), &p) in slots.iter_mut().zip(steps).zip(&at) {
+                    *slot = cos_sin_at(p, step, af);
+                }
             }
         }
     }

@@ -671,3 +671,68 @@ fn merged_text_defaults_are_read_under_the_given_keys() {
     let spec = RopeSpec::from_hf_config(own, None).unwrap();
     assert_eq!((spec.head_dim(), spec.base()), (64, 5e5));
 }
+
+/// Each frequency of a multimodal rotation is the 1-D rotation at its axis's position, bit
+/// for bit: every layout, both pairings, a partial rotary dim, and more frequencies than
+/// the CPU loop takes in one run of positions (64), so that runs and a part run meet.
+#[test]
+fn each_frequency_turns_as_the_one_axis_rotation_at_its_axis() {
+    use ndarray::{Array2, Array3, Array4, Axis};
+    let (batch, len, heads) = (2, 5, 3);
+    let cases = [
+        (Mrope::Sections, [48, 56, 56], 320, 330),
+        (Mrope::Interleaved, [54, 53, 53], 320, 320),
+        (Mrope::Alternating, [56, 56, 48], 320, 336),
+        (Mrope::Sections, [16, 24, 24], 128, 128),
+    ];
+    for (layout_m, section, rotary, head) in cases {
+        for pairing in [Pairing::Neox, Pairing::Gptj] {
+            let spec = RopeSpec::partial(head, rotary)
+                .unwrap()
+                .with_base(1e6)
+                .unwrap()
+                .with_pairing(pairing);
+            let mrope = MultimodalRope::new(layout_m, section, rotary).unwrap();
+            let positions = Array3::from_shape_fn((3, batch, len), |(a, b, l)| {
+                [7 * l as u32 + b as u32, 1000 + 3 * l as u32, 123_456_789 + l as u32][a]
+            });
+            let x = Array4::from_shape_fn((batch, len, heads, head as usize), |(b, l, h, d)| {
+                ((b * 7 + l * 5 + h * 3 + d) % 17) as f32 - 8.0
+            });
+            let got = posenc::cpu::rope_multimodal(
+                &spec,
+                &mrope,
+                x.view(),
+                positions.view(),
+                Layout::Blhd,
+            )
+            .unwrap();
+            let along: Vec<Array4<f32>> = (0..3)
+                .map(|a| {
+                    let p: Array2<u32> = positions.index_axis(Axis(0), a).to_owned();
+                    posenc::cpu::rope(&spec, x.view(), p.view(), Layout::Blhd).unwrap()
+                })
+                .collect();
+            let half = rotary as usize / 2;
+            for i in 0..half {
+                let axis = usize::from(mrope.axis(i as u32));
+                let dims = match pairing {
+                    Pairing::Neox => [i, i + half],
+                    Pairing::Gptj => [2 * i, 2 * i + 1],
+                };
+                for d in dims {
+                    let (g, w) = (got.index_axis(Axis(3), d), along[axis].index_axis(Axis(3), d));
+                    let same = g.iter().zip(w.iter()).all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(
+                        same,
+                        "{layout_m:?} {pairing:?} r {rotary}: frequency {i} (axis {axis})"
+                    );
+                }
+            }
+            // Pass-through dims are the input's.
+            for d in rotary as usize..head as usize {
+                assert_eq!(got.index_axis(Axis(3), d), x.index_axis(Axis(3), d));
+            }
+        }
+    }
+}
