@@ -36,8 +36,11 @@
 // head row, so a unit's head is found by a constant divisor), RP_HEAD_GROUP,
 // RP_GROUP_SLOTS (at least 1: the group's array length), RP_FREQ_VECS (the vec4s of
 // cos, and of sin, a workgroup holds: at least n_freqs / 4) and RP_AXES (a multimodal step:
-// three positions per token, each frequency turning by its axis's; cos_sin4_at). Host: src/gpu/rope/pass.rs
-// (RopePassParams mirrors Params).
+// three positions per token, each frequency turning by its axis's; cos_sin4_at) and
+// RP_CACHED (false in the form for CPU adapters, whose pass has no cos/sin cache: such an
+// adapter runs a branch it cannot see is never taken, at 10 % of a multimodal step's time
+// on lavapipe, 2026-12-03). Host:
+// src/gpu/rope/pass.rs (RopePassParams mirrors Params).
 #import rope_unit
 #import sincos
 #import mrope_axis
@@ -293,7 +296,7 @@ fn unit_cos_sin(p: vec3<u32>, f: u32) -> UnitCosSin {
 // out-of-bounds reads must stay safe).
 fn cos_sin4(p: u32, f: u32) -> array<vec4<f32>, 2> {
     var e: array<vec2<f32>, 4>;
-    if p < params.cached_rows {
+    if RP_CACHED && p < params.cached_rows {
         let at = (params.cache_base + p * params.n_freqs + f) >> 1u;
         let w0 = bitcast<vec4<f32>>(steps[at]);
         let w1 = bitcast<vec4<f32>>(steps[at + 1u]);
@@ -316,27 +319,56 @@ fn cos_sin4(p: u32, f: u32) -> array<vec4<f32>, 2> {
 
 // The cos (first) and sin of frequencies f..f+3 for a token at positions p
 // (token_positions): cos_sin4 at its one position, or in a multimodal step (RP_AXES) each
-// frequency at its axis's position, read from the cache or computed as cos_sin4 does (the
-// same bits: the cache's rows are rope_cs.wgsl's, whose multimodal form takes the same
-// position for each frequency).
+// frequency at its axis's position, with cos_sin4's arithmetic (the same bits: the cache's
+// rows are rope_cs.wgsl's, whose multimodal form takes the same position per frequency)
+// and one copy of the exact phase, as there. Where the four are cached and share one
+// position (a text token, whose axes agree; four frequencies of one axis, as every unit of
+// Qwen2-VL's and Qwen2.5-VL's sections), cos_sin4's two 16-byte loads; where they are
+// cached at other positions (axes that cycle, as Qwen3-VL's), four 8-byte loads issued
+// together.
 fn cos_sin4_at(p: vec3<u32>, f: u32) -> array<vec4<f32>, 2> {
     if !RP_AXES {
         return cos_sin4(p.x, f);
     }
     let section = vec3<u32>(params.section_t, params.section_h, params.section_w);
-    let scaled = (params.flags & FLAG_SCALE) != 0u;
+    let q = vec4<u32>(
+        p[mrope_axis(f, params.flags, section)],
+        p[mrope_axis(f + 1u, params.flags, section)],
+        p[mrope_axis(f + 2u, params.flags, section)],
+        p[mrope_axis(f + 3u, params.flags, section)],
+    );
     var e: array<vec2<f32>, 4>;
-    for (var i = 0u; i < 4u; i++) {
-        let fi = f + i;
-        let pi = p[mrope_axis(fi, params.flags, section)];
-        if pi < params.cached_rows {
-            // Pair fi of row pi: half of a vec4 (cache_base even).
-            let at = params.cache_base + pi * params.n_freqs + fi;
-            let w = steps[at >> 1u];
-            e[i] = bitcast<vec2<f32>>(select(w.xy, w.zw, (at & 1u) == 1u));
+    if RP_CACHED && all(q < vec4<u32>(params.cached_rows)) {
+        // Pair f + i of row q[i], at cache_base + q[i] * n_freqs + f + i: cache_base, f and
+        // n_freqs (a multiple of 8 on this route) are even, so pair f + i is the first half
+        // of its vec4 for even i and the second for odd i.
+        let at = (vec4<u32>(params.cache_base + f) + q * params.n_freqs) >> vec4<u32>(1u);
+        var w0: vec4<u32>;
+        var w1: vec4<u32>;
+        if all(q == vec4<u32>(q.x)) {
+            w0 = steps[at.x];
+            w1 = steps[at.x + 1u];
+            e = array<vec2<f32>, 4>(
+                bitcast<vec2<f32>>(w0.xy),
+                bitcast<vec2<f32>>(w0.zw),
+                bitcast<vec2<f32>>(w1.xy),
+                bitcast<vec2<f32>>(w1.zw),
+            );
         } else {
-            let s = steps[fi >> 1u];
-            e[i] = rope_cos_sin(pi, select(s.xy, s.zw, (fi & 1u) == 1u), scaled, params.scale_bits);
+            e = array<vec2<f32>, 4>(
+                bitcast<vec2<f32>>(steps[at.x].xy),
+                bitcast<vec2<f32>>(steps[at.y].zw),
+                bitcast<vec2<f32>>(steps[at.z + 1u].xy),
+                bitcast<vec2<f32>>(steps[at.w + 1u].zw),
+            );
+        }
+    } else {
+        let scaled = (params.flags & FLAG_SCALE) != 0u;
+        let s0 = steps[f >> 1u];
+        let s1 = steps[(f >> 1u) + 1u];
+        let s = array<vec2<u32>, 4>(s0.xy, s0.zw, s1.xy, s1.zw);
+        for (var i = 0u; i < 4u; i++) {
+            e[i] = rope_cos_sin(q[i], s[i], scaled, params.scale_bits);
         }
     }
     return array<vec4<f32>, 2>(

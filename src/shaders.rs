@@ -718,6 +718,9 @@ impl RopePassKernel {
         s += &format!("const RP_HEAD_GROUP: u32 = {group}u;\n");
         s += &format!("const RP_GROUP_SLOTS: u32 = {}u;\n", group.max(1));
         s += &format!("const RP_AXES: bool = {};\n", self.axes);
+        // The form for CPU adapters computes every cos/sin: its pass has no cache.
+        let cached = !matches!(self.form, RopePassForm::Heads { group: 0 });
+        s += &format!("const RP_CACHED: bool = {cached};\n");
         let mut imported = Vec::new();
         expand(ROPE_PASS, &mut imported, &mut s);
         s
@@ -1028,7 +1031,8 @@ pub fn source(name: &str) -> String {
 /// # Errors
 /// [`Error::InvalidParameter`] (field `import`) naming a module posenc does not have; the
 /// modules are `convert`, `convert4`, `intmath`, `sincos`, `f32_angle`, `pe_phase`,
-/// `rope_unit`, `alibi_common`, `encode_pass_params` and `encode_pass_common`.
+/// `rope_unit`, `mrope_axis`, `alibi_common`, `rounded`, `encode_pass_params` and
+/// `encode_pass_common`.
 pub fn compose(src: &str) -> Result<String> {
     let mut out = prelude();
     let mut imported = Vec::new();

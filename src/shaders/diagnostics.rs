@@ -70,9 +70,10 @@ fn rope_unit_kept(a: vec4<u32>, b: vec4<u32>, c0: vec4<f32>, s0: vec4<f32>, c1: 
         removes: "the cos/sin: stand-ins made from the position and frequency, no cache load \
                   and no exact phase (rope_pass's workgroup stage and barrier stay)",
         entries: ROPE,
-        edits: &[(
-            "fn cos_sin4(p: u32, f: u32) -> array<vec4<f32>, 2> {",
-            "fn cos_sin4(p: u32, f: u32) -> array<vec4<f32>, 2> {
+        edits: &[
+            (
+                "fn cos_sin4(p: u32, f: u32) -> array<vec4<f32>, 2> {",
+                "fn cos_sin4(p: u32, f: u32) -> array<vec4<f32>, 2> {
     // Diagnostic rope-nocs.
     // A rotation still (0.6^2 + 0.8^2 = 1), so the data the bench rotates step after step
     // in place keeps its size: stand-ins that shrank it would send the values into the
@@ -82,7 +83,17 @@ fn rope_unit_kept(a: vec4<u32>, b: vec4<u32>, c0: vec4<f32>, s0: vec4<f32>, c1: 
 }
 
 fn cos_sin4_kept(p: u32, f: u32) -> array<vec4<f32>, 2> {",
-        )],
+            ),
+            (
+                "fn cos_sin4_at(p: vec3<u32>, f: u32) -> array<vec4<f32>, 2> {",
+                "fn cos_sin4_at(p: vec3<u32>, f: u32) -> array<vec4<f32>, 2> {
+    // Diagnostic rope-nocs: cos_sin4's stand-ins, a multimodal step's too.
+    return cos_sin4(p.x, f);
+}
+
+fn cos_sin4_at_kept(p: vec3<u32>, f: u32) -> array<vec4<f32>, 2> {",
+            ),
+        ],
     },
     Diagnostic {
         name: "rope-nobarrier",

@@ -17,7 +17,8 @@ use crate::support::{Rng, gpu};
 /// Where the tensors and positions sit in their buffers.
 #[derive(Clone, Copy, Debug)]
 enum Arrangement {
-    /// q at 256, k right after it (16-byte aligned), positions in a buffer of their own.
+    /// q at 256, k right after it (16-byte aligned), positions 20 bytes into a buffer of
+    /// their own.
     Apart,
     /// q and k as above, and the positions after k in the same buffer: the split route.
     SharedWithPositions,
@@ -72,12 +73,18 @@ fn run<T: Element>(
         contents: &contents,
         usage,
     });
+    // The positions of their own buffer start 20 bytes in (the kernels' pos_base 5), after
+    // five positions no token has: a step that read from the buffer's start would turn by
+    // those.
+    let own_at = 20u64;
+    let mut own_contents = vec![0xFFu8; own_at as usize];
+    own_contents.extend_from_slice(pos_bytes);
     let own = ctx.device().create_buffer_init(&wgpu::util::BufferInitDescriptor {
         label: Some("test.positions"),
-        contents: pos_bytes,
+        contents: &own_contents,
         usage,
     });
-    let positions = if shared { data.slice(end as u64..) } else { own.slice(..) };
+    let positions = if shared { data.slice(end as u64..) } else { own.slice(own_at..) };
     let (qs, ks) = (data.slice(q_at as u64..), data.slice(k_at as u64..));
     let mut encoder = ctx.device().create_command_encoder(&Default::default());
     match recording {
@@ -608,8 +615,9 @@ fn every_form_keeps_the_bits_with_every_loop_bounded() {
 
 /// One multimodal case of `a_multimodal_step_rotates_as_the_cpu_with_a_position_per_axis`
 /// in storage type `T`: an image's (time, row, column) at the first four tokens of each
-/// sequence (small positions, in the cache), text positions (hard_batch's, some far past
-/// it) after them.
+/// sequence (sequence 0's small, in the GPU forms' cos/sin cache; sequence 1's from 4095,
+/// its last row and column just past the cache's end while its time is in it), text
+/// positions (hard_batch's, some far past it) after them.
 fn check_multimodal<T: Element>(
     ctx: &Context,
     what: &str,
@@ -622,7 +630,8 @@ fn check_multimodal<T: Element>(
     let dh = spec.head_dim() as usize;
     let text = hard_batch(&mut rng, batch, len);
     let positions = ndarray::Array3::from_shape_fn((3, batch, len), |(a, b, l)| {
-        if l < 4 { [2, 2 + (l / 2) as u32, 2 + (l % 2) as u32][a] + b as u32 } else { text[[b, l]] }
+        let base = [2, posenc::gpu::ROPE_PASS_CACHED_POSITIONS as u32 - 1][b];
+        if l < 4 { base + [0, (l / 2) as u32, (l % 2) as u32][a] } else { text[[b, l]] }
     });
     let flat: Vec<u32> = positions.iter().copied().collect();
     for layout in [Layout::Blhd, Layout::Bhld] {
@@ -693,6 +702,9 @@ fn a_multimodal_step_rotates_as_the_cpu_with_a_position_per_axis() {
             Mrope::Sections,
             [4, 4, 4],
         ),
+        // Height and width of different counts, and runs that start inside a unit.
+        (RopeSpec::new(128).unwrap().with_base(1e4).unwrap(), Mrope::Sections, [3, 40, 21]),
+        (RopeSpec::new(128).unwrap(), Mrope::Interleaved, [30, 19, 15]),
         (
             RopeSpec::new(128).unwrap().with_base(5e5).unwrap().with_pairing(Pairing::Gptj),
             Mrope::Alternating,
