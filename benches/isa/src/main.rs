@@ -49,7 +49,7 @@ struct Kernel {
 /// library as it changes.
 fn presets() -> Vec<Kernel> {
     let mut all = Vec::new();
-    let mut rope = |name: &str, dtype: Dtype, rotary: u32, heads: u32, tokens: u64| {
+    let mut rope = |name: &str, dtype: Dtype, rotary: u32, heads: u32, tokens: u64, axes: bool| {
         let kind = RopeUnitKind { dtype, neox: true };
         let n_freqs = rotary / 2;
         let units = u64::from(heads * n_freqs / kind.unit_freqs());
@@ -64,6 +64,7 @@ fn presets() -> Vec<Kernel> {
         ];
         for (suffix, form) in forms {
             if let Some(k) = RopePassKernel::new(kind, n_freqs, form) {
+                let k = if axes { k.with_axes() } else { k };
                 all.push(Kernel {
                     name: format!("{name}{suffix}"),
                     entry: k.entry(),
@@ -73,12 +74,16 @@ fn presets() -> Vec<Kernel> {
         }
     };
     // Llama-3-8B: head dim 128, q 32 heads and k 8, bf16; prefill 1 x 2048, decode 8 x 1.
-    rope("llama3-8b-rope", Dtype::Bf16, 128, 40, 2048);
-    rope("llama3-8b-rope-decode", Dtype::Bf16, 128, 40, 8);
+    rope("llama3-8b-rope", Dtype::Bf16, 128, 40, 2048, false);
+    rope("llama3-8b-rope-decode", Dtype::Bf16, 128, 40, 8, false);
     // Phi-2: rotary dim 32 of 80, 32 + 32 heads, f16.
-    rope("phi-2-rope", Dtype::F16, 32, 64, 2048);
+    rope("phi-2-rope", Dtype::F16, 32, 64, 2048, false);
     // Llama-2-13B's decode step: head dim 128, 40 + 40 heads, f16.
-    rope("llama2-13b-rope-decode", Dtype::F16, 128, 80, 8);
+    rope("llama2-13b-rope-decode", Dtype::F16, 128, 80, 8, false);
+    // Qwen2.5-VL-7B's prefill: head dim 128, 28 + 4 heads, bf16, multimodal (positions per
+    // axis), and the 1-D kernel of the same shape beside it.
+    rope("qwen2.5-vl-7b-rope", Dtype::Bf16, 128, 32, 2048, true);
+    rope("qwen2.5-vl-7b-rope-1d", Dtype::Bf16, 128, 32, 2048, false);
     // The recorded encode of tokens whose positions are cached (stage 1), one table slot.
     let mut encode = |name: &str, table: Dtype, out: Dtype, dim: u32| {
         let (units, workgroup) = EncodePassX4::shape(dim / 4, true, None);
