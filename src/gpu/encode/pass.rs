@@ -322,6 +322,10 @@ impl Context {
     /// a zero row and counts in [`Faults::bad_positions`], as an id outside the vocabulary
     /// does in [`Faults::bad_ids`]; nothing is read out of bounds.
     ///
+    /// A descriptor of no tokens (`batch` or `len` 0) prepares a pass whose records add
+    /// nothing (checked on lavapipe, 2026-12-03); [`Context::rope_pass`] refuses an empty
+    /// shape instead.
+    ///
     /// # Errors
     /// [`Error::Shape`] if the table's dim is not the spec's (or the position table's), if
     /// a position table has no rows, or for a 16-bit output of an odd number of elements
