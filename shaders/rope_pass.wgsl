@@ -291,26 +291,40 @@ fn unit_cos_sin(p: vec3<u32>, f: u32) -> UnitCosSin {
 // them (the same bits): read from the cache for a position it holds, computed otherwise,
 // with the cache's branch taken once for the four (p is the same across a workgroup of
 // rope_pass, so the branch is uniform there).
+fn cos_sin4(p: u32, f: u32) -> array<vec4<f32>, 2> {
+    if RP_CACHED && p < params.cached_rows {
+        return packed4(cached_row4(p, f));
+    }
+    return packed4(computed4(vec4<u32>(p), f));
+}
+
+// The cached (cos, sin) of frequencies f..f+3 at position p (below cached_rows).
 // f is a multiple of 4 and cache_base even, so the four pairs are two whole vec4s of
 // `steps`: two 16-byte loads (a compiler may not merge four 8-byte ones on its own where
 // out-of-bounds reads must stay safe).
-fn cos_sin4(p: u32, f: u32) -> array<vec4<f32>, 2> {
+fn cached_row4(p: u32, f: u32) -> array<vec2<f32>, 4> {
+    let at = (params.cache_base + p * params.n_freqs + f) >> 1u;
+    let w0 = bitcast<vec4<f32>>(steps[at]);
+    let w1 = bitcast<vec4<f32>>(steps[at + 1u]);
+    return array<vec2<f32>, 4>(w0.xy, w0.zw, w1.xy, w1.zw);
+}
+
+// The (cos, sin) of frequency f + i at position q[i], computed with the exact phase, for i
+// in 0..4. A loop, not four calls: the exact phase is long, and one copy of it is enough.
+fn computed4(q: vec4<u32>, f: u32) -> array<vec2<f32>, 4> {
+    let scaled = (params.flags & FLAG_SCALE) != 0u;
+    let s0 = steps[f >> 1u];
+    let s1 = steps[(f >> 1u) + 1u];
+    let s = array<vec2<u32>, 4>(s0.xy, s0.zw, s1.xy, s1.zw);
     var e: array<vec2<f32>, 4>;
-    if RP_CACHED && p < params.cached_rows {
-        let at = (params.cache_base + p * params.n_freqs + f) >> 1u;
-        let w0 = bitcast<vec4<f32>>(steps[at]);
-        let w1 = bitcast<vec4<f32>>(steps[at + 1u]);
-        e = array<vec2<f32>, 4>(w0.xy, w0.zw, w1.xy, w1.zw);
-    } else {
-        let scaled = (params.flags & FLAG_SCALE) != 0u;
-        let s0 = steps[f >> 1u];
-        let s1 = steps[(f >> 1u) + 1u];
-        let s = array<vec2<u32>, 4>(s0.xy, s0.zw, s1.xy, s1.zw);
-        // A loop, not four calls: the exact phase is long, and one copy of it is enough.
-        for (var i = 0u; i < 4u; i++) {
-            e[i] = rope_cos_sin(p, s[i], scaled, params.scale_bits);
-        }
+    for (var i = 0u; i < 4u; i++) {
+        e[i] = rope_cos_sin(q[i], s[i], scaled, params.scale_bits);
     }
+    return e;
+}
+
+// Four (cos, sin) pairs as a vec4 of cos and one of sin.
+fn packed4(e: array<vec2<f32>, 4>) -> array<vec4<f32>, 2> {
     return array<vec4<f32>, 2>(
         vec4<f32>(e[0].x, e[1].x, e[2].x, e[3].x),
         vec4<f32>(e[0].y, e[1].y, e[2].y, e[3].y),
@@ -337,44 +351,22 @@ fn cos_sin4_at(p: vec3<u32>, f: u32) -> array<vec4<f32>, 2> {
         p[mrope_axis(f + 2u, params.flags, section)],
         p[mrope_axis(f + 3u, params.flags, section)],
     );
-    var e: array<vec2<f32>, 4>;
-    if RP_CACHED && all(q < vec4<u32>(params.cached_rows)) {
-        // Pair f + i of row q[i], at cache_base + q[i] * n_freqs + f + i: cache_base, f and
-        // n_freqs (a multiple of 8 on this route) are even, so pair f + i is the first half
-        // of its vec4 for even i and the second for odd i.
-        let at = (vec4<u32>(params.cache_base + f) + q * params.n_freqs) >> vec4<u32>(1u);
-        var w0: vec4<u32>;
-        var w1: vec4<u32>;
-        if all(q == vec4<u32>(q.x)) {
-            w0 = steps[at.x];
-            w1 = steps[at.x + 1u];
-            e = array<vec2<f32>, 4>(
-                bitcast<vec2<f32>>(w0.xy),
-                bitcast<vec2<f32>>(w0.zw),
-                bitcast<vec2<f32>>(w1.xy),
-                bitcast<vec2<f32>>(w1.zw),
-            );
-        } else {
-            e = array<vec2<f32>, 4>(
-                bitcast<vec2<f32>>(steps[at.x].xy),
-                bitcast<vec2<f32>>(steps[at.y].zw),
-                bitcast<vec2<f32>>(steps[at.z + 1u].xy),
-                bitcast<vec2<f32>>(steps[at.w + 1u].zw),
-            );
-        }
-    } else {
-        let scaled = (params.flags & FLAG_SCALE) != 0u;
-        let s0 = steps[f >> 1u];
-        let s1 = steps[(f >> 1u) + 1u];
-        let s = array<vec2<u32>, 4>(s0.xy, s0.zw, s1.xy, s1.zw);
-        for (var i = 0u; i < 4u; i++) {
-            e[i] = rope_cos_sin(q[i], s[i], scaled, params.scale_bits);
-        }
+    if !(RP_CACHED && all(q < vec4<u32>(params.cached_rows))) {
+        return packed4(computed4(q, f));
     }
-    return array<vec4<f32>, 2>(
-        vec4<f32>(e[0].x, e[1].x, e[2].x, e[3].x),
-        vec4<f32>(e[0].y, e[1].y, e[2].y, e[3].y),
-    );
+    if all(q == vec4<u32>(q.x)) {
+        return packed4(cached_row4(q.x, f));
+    }
+    // Pair f + i of row q[i], at cache_base + q[i] * n_freqs + f + i: cache_base, f and
+    // n_freqs (a multiple of 8 on this route) are even, so pair f + i is the first half of
+    // its vec4 for even i and the second for odd i.
+    let at = (vec4<u32>(params.cache_base + f) + q * params.n_freqs) >> vec4<u32>(1u);
+    return packed4(array<vec2<f32>, 4>(
+        bitcast<vec2<f32>>(steps[at.x].xy),
+        bitcast<vec2<f32>>(steps[at.y].zw),
+        bitcast<vec2<f32>>(steps[at.z + 1u].xy),
+        bitcast<vec2<f32>>(steps[at.w + 1u].zw),
+    ));
 }
 
 // Where head h of token (b, l) has its unit of first word `word`: q's heads, then k's.
