@@ -234,75 +234,30 @@ fn uses_posenc_does_not_serve_are_refused_naming_the_family() {
         "bad.json",
         br#"{"model_type": "m2m_100", "d_model": 1024, "scale_embedding": true}"#,
     );
+    // `posenc encode` of the weights and ids into `out`, before each case's own arguments.
+    let enc = ["encode", "--weights", &w, "--ids", &ids, "-o", &out];
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["table", "--config", &llama], "model_type \"llama\""),
         (vec!["table", "--config", &bart], "model_type \"bart\""),
         (vec!["table", "--config", &bad], "pad_token_id"),
+        ([&enc[..], &["--config", &whisper]].concat(), "model_type \"whisper\""),
+        ([&enc[..], &["--config", &bart]].concat(), "model_type \"bart\""),
         (
-            vec!["encode", "--weights", &w, "--ids", &ids, "-o", &out, "--config", &whisper],
-            "model_type \"whisper\"",
-        ),
-        (
-            vec!["encode", "--weights", &w, "--ids", &ids, "-o", &out, "--config", &bart],
-            "model_type \"bart\"",
-        ),
-        (
-            vec![
-                "encode",
-                "--weights",
-                &w,
-                "--ids",
-                &ids,
-                "-o",
-                &out,
-                "--config",
-                &opus,
-                "--position-table",
-                &p,
-            ],
+            [&enc[..], &["--config", &opus, "--position-table", &p]].concat(),
             "model_type \"marian\"",
         ),
-        (vec!["encode", "--weights", &w, "--ids", &ids, "-o", &out, "--config", &opus], "d_model"),
+        ([&enc[..], &["--config", &opus]].concat(), "d_model"),
         // Marian and BART number pad tokens like any other: a pad id would restart them
         // (round twenty of the hostile probes).
         (
-            vec![
-                "encode",
-                "--weights",
-                &w,
-                "--ids",
-                &ids,
-                "-o",
-                &out,
-                "--config",
-                &opus,
-                "--pad-id",
-                "58100",
-            ],
+            [&enc[..], &["--config", &opus, "--pad-id", "58100"]].concat(),
             "invalid pad_id: 58100, beside a config of model_type \"marian\"",
         ),
         (
-            vec![
-                "encode",
-                "--weights",
-                &w,
-                "--ids",
-                &ids,
-                "-o",
-                &out,
-                "--config",
-                &bart,
-                "--position-table",
-                &p,
-                "--pad-id",
-                "1",
-            ],
+            [&enc[..], &["--config", &bart, "--position-table", &p, "--pad-id", "1"]].concat(),
             "invalid pad_id: 1, beside a config of model_type \"bart\"",
         ),
-        (
-            vec!["encode", "--weights", &w, "--ids", &ids, "-o", &out, "--config", &llama],
-            "model_type \"llama\"",
-        ),
+        ([&enc[..], &["--config", &llama]].concat(), "model_type \"llama\""),
     ];
     for (args, needle) in &cases {
         let mut args = args.clone();
