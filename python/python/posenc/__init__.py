@@ -309,7 +309,10 @@ def _json_of(value: Any, what: str, mark_non_finite: bool = False) -> str:
 
 
 def _config_label(config: Any) -> str:
-    """How errors name a config given as no file (the library's own say ``config.json``)."""
+    """How errors name a config given as no file (the library's own say ``config.json``);
+    a config read once keeps the name it was read with (its file's, or its own label)."""
+    if isinstance(config, _ReadConfig):
+        return config.name
     if isinstance(config, dict):
         return "config (a dict)"
     if isinstance(config, (str, bytes)):
@@ -772,16 +775,12 @@ def _rope_options(
     config, layer_type, pairing, rotary_dim, base, scaling, inv_freq, inv_freq_tensor,
     attention_factor, seq_len,
 ) -> dict:
-    config_path, config_json = _config(config)
     scaling_json, scaling_path = _scaling(scaling)
     values, path = _inv_freq(inv_freq, inv_freq_tensor)
     # A config read once (rope_cache and RopeSpec, for the module's layout) still names
-    # its file in errors.
-    named = {"config_name": config.name} if isinstance(config, _ReadConfig) else {}
+    # its file, or what it was given as, in errors.
     return dict(
-        **named,
-        config_path=config_path,
-        config_json=config_json,
+        **_config_named(config),
         layer_type=_text(layer_type, "layer_type"),
         pairing=_text(pairing, "pairing"),
         rotary_dim=_whole(rotary_dim, "rotary_dim", _U32, allowed=_ROTARY_DIMS),
