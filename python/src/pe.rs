@@ -559,10 +559,7 @@ fn encode<'py>(
             }
             let scale = match (&config, scale) {
                 (_, Some(scale)) => scale,
-                (Some(c), None) => c.required_scale().map_err(|e| match &config_path {
-                    Some(p) => e.in_config_file(p),
-                    None => e,
-                })?,
+                (Some(c), None) => c.required_scale().map_err(|e| in_config(e, &config_path))?,
                 (None, None) => Scale::default(),
             };
             let loaded;
@@ -581,11 +578,7 @@ fn encode<'py>(
                     value: c.dim().to_string(),
                     allowed: format!("{width}, the width of the table in {table_name}"),
                 };
-                return Err(match &config_path {
-                    Some(p) => e.in_config_file(p),
-                    None => e,
-                }
-                .into());
+                return Err(in_config(e, &config_path).into());
             }
             let config_spec = config.as_ref().and_then(ModelConfig::spec);
             let offset = match config.as_ref().map(ModelConfig::positions) {
