@@ -611,12 +611,12 @@ fn run_rope<T: Element>(
         values::<T>([p.batch, p.len, p.k_heads, dh], 2),
     );
     let positions = Array2::from_shape_fn((p.batch, p.len), |(_, l)| p.start + l as u32);
-    // A multimodal preset's positions per axis; the 1-D ones above are unused then.
+    // A multimodal preset's axes and positions per axis; the 1-D ones above are unused then.
     let mrope = p
         .mrope
         .map(|section| MultimodalRope::new(Mrope::Sections, section, spec.rotary_dim()))
-        .transpose()?;
-    let axes = mrope.map(|_| mrope_positions(p));
+        .transpose()?
+        .map(|m| (m, mrope_positions(p)));
     let (q_bytes, k_bytes) = (q.len() * size_of::<T>(), k.len() * size_of::<T>());
     let op_bytes = 2 * (q_bytes + k_bytes) as u64;
     let mut report = OpReport {
@@ -647,9 +647,9 @@ fn run_rope<T: Element>(
         results: Vec::new(),
     };
     progress("cpu");
-    let rope_cpu = |x: &Array4<T>| match (&mrope, &axes) {
-        (Some(m), Some(a)) => cpu::rope_multimodal(&spec, m, x.view(), a.view(), Layout::Blhd),
-        _ => cpu::rope(&spec, x.view(), positions.view(), Layout::Blhd),
+    let rope_cpu = |x: &Array4<T>| match &mrope {
+        Some((m, a)) => cpu::rope_multimodal(&spec, m, x.view(), a.view(), Layout::Blhd),
+        None => cpu::rope(&spec, x.view(), positions.view(), Layout::Blhd),
     };
     let (q_cpu, k_cpu) = (rope_cpu(&q)?, rope_cpu(&k)?);
     if config.devices != Devices::Gpu {
@@ -658,11 +658,9 @@ fn run_rope<T: Element>(
         // copies round after round keeps their values bounded: a rotation keeps norms.)
         let (mut q_work, mut k_work) = (q.clone(), k.clone());
         report.results = cpu_items("rope", op_bytes, config.repeats, || {
-            let rotate = |x: ArrayViewMut4<'_, T>| match (&mrope, &axes) {
-                (Some(m), Some(a)) => {
-                    cpu::rope_multimodal_in_place(&spec, m, x, a.view(), Layout::Blhd)
-                }
-                _ => cpu::rope_in_place(&spec, x, positions.view(), Layout::Blhd),
+            let rotate = |x: ArrayViewMut4<'_, T>| match &mrope {
+                Some((m, a)) => cpu::rope_multimodal_in_place(&spec, m, x, a.view(), Layout::Blhd),
+                None => cpu::rope_in_place(&spec, x, positions.view(), Layout::Blhd),
             };
             rotate(q_work.view_mut())?;
             rotate(k_work.view_mut())
@@ -677,15 +675,11 @@ fn run_rope<T: Element>(
         positions: Positions::PerToken,
         k_heads: p.k_heads,
     };
-    let pass = match &mrope {
-        Some(m) => ctx.rope_pass_multimodal(&spec, m, &desc)?,
-        None => ctx.rope_pass(&spec, &desc)?,
+    let (pass, flat): (_, Vec<u32>) = match &mrope {
+        Some((m, a)) => (ctx.rope_pass_multimodal(&spec, m, &desc)?, a.iter().copied().collect()),
+        None => (ctx.rope_pass(&spec, &desc)?, positions.iter().copied().collect()),
     };
     let (qk, k_at) = qk_buffer(ctx, &q, &k);
-    let flat: Vec<u32> = match &axes {
-        Some(a) => a.iter().copied().collect(),
-        None => positions.iter().copied().collect(),
-    };
     let pos = storage_init(ctx, "posenc.bench.positions", bytemuck::cast_slice(&flat));
     let (qs, ks, ps) = (qk.slice(..k_at as u64), qk.slice(k_at as u64..), pos.slice(..));
     // The check: one step against the CPU.
