@@ -53,7 +53,7 @@ def _torch():
     return torch
 
 
-def _config_json(config: Any) -> Any:
+def _model_config(config: Any) -> Any:
     """The model's config as posenc reads it: its JSON text, read once, whose errors name
     the config's class (``config (a Qwen3Config)``)."""
     return posenc._ReadConfig(config.to_json_string(use_diff=False), posenc._config_label(config))
@@ -275,9 +275,9 @@ def _specs_for(module: Any, config: Any, name: str) -> dict:
     """One posenc spec per layer type the module serves (``{None: spec}`` for one RoPE),
     in the layout its family's module returns."""
     model_type = _model_type(config)
-    text = _config_json(config)
+    read = _model_config(config)
     try:
-        pairing = posenc.module_pairing(text)
+        pairing = posenc.module_pairing(read)
     except ValueError as e:
         raise _refuse(model_type, name, str(e)) from None
     section = getattr(module, "mrope_section", None)
@@ -287,7 +287,7 @@ def _specs_for(module: Any, config: Any, name: str) -> dict:
         # module uses (its config's, else its class default), each frequency gathered
         # from its axis's position.
         try:
-            spec = posenc.RopeSpec(text, pairing=pairing)
+            spec = posenc.RopeSpec(read, pairing=pairing)
         except ValueError as e:
             raise _refuse(model_type, name, f"posenc cannot read its RoPE: {e}") from None
         mrope = spec.mrope
@@ -315,7 +315,7 @@ def _specs_for(module: Any, config: Any, name: str) -> dict:
     specs = {}
     for layer_type in layer_types:
         try:
-            specs[layer_type] = posenc.RopeSpec(text, layer_type=layer_type, pairing=pairing)
+            specs[layer_type] = posenc.RopeSpec(read, layer_type=layer_type, pairing=pairing)
         except ValueError as e:
             raise _refuse(model_type, name, f"posenc cannot read its RoPE: {e}") from None
     return specs
