@@ -372,7 +372,13 @@ pub(crate) fn read_checked<R: Read>(
         });
     }
 
-    let count = header.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d as u64));
+    // A zero axis makes the array empty however large the others are, whose product alone
+    // may overflow.
+    let count = if header.shape.contains(&0) {
+        Some(0)
+    } else {
+        header.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d as u64))
+    };
     let data_bytes = count.and_then(|n| n.checked_mul(dtype.size() as u64));
     let remaining = len - header.data_offset;
     if data_bytes != Some(remaining) {
@@ -919,6 +925,12 @@ mod tests {
         // No data at all, but ndarray could not index the axes.
         let d = "{'descr': '<u4', 'fortran_order': False, 'shape': (0, 4611686018427387904, 4), }";
         assert!(format_reason(parse(&file(1, d, &[]), &ANY)).contains("too large for an array"));
+        // Empty, with other axes whose product overflows: named as too large for an array,
+        // not as needing more bytes than a file holds (it needs none).
+        let shape = "(4294967296, 4294967296, 0, 128)";
+        let d = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+        let reason = format_reason(parse(&file(1, &d, &[]), &ANY));
+        assert!(reason.contains("too large for an array"), "{reason}");
     }
 
     #[test]
