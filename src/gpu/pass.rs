@@ -31,10 +31,12 @@ pub enum Positions {
 }
 
 impl Positions {
-    /// u32 values a batch of `batch` sequences of `len` tokens reads.
+    /// u32 values a batch of `batch` sequences of `len` tokens reads: none when it has no
+    /// tokens (a record of such a step adds nothing, so it reads no sequence's start).
     pub(crate) fn values(self, batch: usize, len: usize) -> usize {
         match self {
             Positions::PerToken => batch * len,
+            Positions::PerSequence if len == 0 => 0,
             Positions::PerSequence => batch,
         }
     }

@@ -323,8 +323,8 @@ impl Context {
     /// does in [`Faults::bad_ids`]; nothing is read out of bounds.
     ///
     /// A descriptor of no tokens (`batch` or `len` 0) prepares a pass whose records add
-    /// nothing (checked on lavapipe, 2026-12-03); [`Context::rope_pass`] refuses an empty
-    /// shape instead.
+    /// nothing and read no ids or positions (checked on lavapipe, 2026-12-03);
+    /// [`Context::rope_pass`] refuses an empty shape instead.
     ///
     /// # Errors
     /// [`Error::Shape`] if the table's dim is not the spec's (or the position table's), if
@@ -878,7 +878,7 @@ impl EncodePass {
     }
 
     /// Bytes of `positions` one step reads: `batch * len` u32 per token, or `batch` u32
-    /// per sequence.
+    /// per sequence (none for a step of no tokens).
     pub fn positions_bytes(&self) -> u64 {
         self.desc.positions.values(self.desc.batch, self.desc.len) as u64 * 4
     }

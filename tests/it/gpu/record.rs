@@ -487,6 +487,16 @@ fn bad_arguments_are_refused_before_anything_is_recorded() {
     let per_sequence =
         EncodePassDescriptor { positions: Positions::PerSequence, ..desc(4, 32, Dtype::F32) };
     small.encode_pass(&spec7, &small_table, &per_sequence).unwrap();
+    // A step of no tokens records nothing and reads no positions, per sequence too: it
+    // asked for a start per sequence (20 bytes here; round twenty-one of the hostile
+    // probes).
+    let no_tokens = EncodePassDescriptor { len: 0, ..per_sequence };
+    let empty = EncodePassDescriptor { batch: 5, ..no_tokens };
+    let empty = ctx.encode_pass(&spec7, &table, &empty).unwrap();
+    assert_eq!((empty.ids_bytes(), empty.positions_bytes(), empty.output_bytes()), (0, 0, 0));
+    let (word, word_out) = (words_buffer(ctx, 0, &[7]), out_buffer(ctx, 4));
+    let mut encoder = ctx.device().create_command_encoder(&Default::default());
+    empty.record(&mut encoder, word.slice(..4), word.slice(..4), word_out.slice(..)).unwrap();
     // Sizes whose product overflows, and sequences past u32 in an empty step.
     for (batch, len, what) in [
         (usize::MAX, 2, "sequences per step"),
