@@ -182,9 +182,21 @@ def test_a_failure_building_a_later_table_replaces_nothing(monkeypatch):
         posenc.hf.exact_rotary(model)
     assert not any(isinstance(m, posenc.hf.ExactRotary) for m in model.modules())
     assert getattr(model, "_posenc_patch", None) is None
-    for bad in ("64", 1.5, -3, True):
+    for bad in ("64", 1.5, -3, True, 2**32 + 1):
         with pytest.raises(ValueError, match="max_positions"):
             posenc.hf.exact_rotary(model, max_positions=bad)
+
+
+def test_a_table_past_max_output_values_is_refused_before_its_positions_are_made(monkeypatch):
+    # 2^31 rows of 16 values: np.arange of its rows alone took 16 GiB before the cache
+    # refused it (round twenty-one of the hostile probes); refused first, naming the limit.
+    model = FAMILIES["mistral"]()
+    made, arange = [], np.arange
+    monkeypatch.setattr(np, "arange", lambda *a, **k: made.append(a) or arange(*a, **k))
+    with pytest.raises(ValueError, match=r"max_positions: 2147483648 rows .*MAX_OUTPUT_VALUES"):
+        posenc.hf.exact_rotary(model, max_positions=2**31, check=False)
+    assert not made
+    assert getattr(model, "_posenc_patch", None) is None
 
 
 def test_negative_positions_are_named_where_they_are():
@@ -214,6 +226,62 @@ def test_whole_float_positions_are_taken_and_fractions_refused():
                 rotary(x, torch.tensor([[1.0, 2.5, 3.75]]))
             with pytest.raises(ValueError, match="position_ids of dtype torch.bool"):
                 rotary(x, torch.tensor([[True, False, True]]))
+            # A whole float past posenc's positions is named as given (it was named as
+            # int64's wrapped value, -9223372036854775808).
+            for big, dtype in ((1e30, torch.float32), (3e38, torch.bfloat16)):
+                with pytest.raises(ValueError, match=r"position_ids\[0, 1\] is [0-9.e+]+ \(allowed"):
+                    rotary(x, torch.tensor([[1.0, big, 3.0]], dtype=dtype))
+
+
+def test_every_integer_type_of_positions_is_served_as_int64():
+    # The module posenc replaces takes position ids of any integer type; int8 and int16
+    # met torch's index rules, the unsigned ones its missing min and max, and uint8 was
+    # taken as a mask (a (0,) result where the module gives [batch, len, dim]).
+    model = FAMILIES["mistral"]()
+    x = torch.zeros(1, 3, 8)
+    dtypes = [torch.int8, torch.int16, torch.int32, torch.uint8]
+    dtypes += [getattr(torch, n) for n in ("uint16", "uint32", "uint64") if hasattr(torch, n)]
+    for max_positions in (None, 1, 0):
+        with posenc.hf.exact_rotary(model, max_positions=max_positions) as patch:
+            rotary = patch.modules[0]
+            want = rotary(x, torch.tensor([[0, 2, 5]]))
+            for dtype in dtypes:
+                got = rotary(x, torch.tensor([[0, 2, 5]], dtype=dtype))
+                for a, b in zip(got, want):
+                    assert a.shape == b.shape and torch.equal(a, b), (max_positions, dtype)
+            if hasattr(torch, "uint64"):
+                past = torch.tensor([[0, 2**40]], dtype=torch.uint64)
+                with pytest.raises(ValueError, match=r"position_ids\[0, 1\] is 1099511627776 "):
+                    rotary(x[:, :2], past)
+
+
+def test_a_config_whose_json_is_not_text_is_refused_as_rope_cache_refuses_it():
+    # posenc.hf passed to_json_string()'s result on unchecked: bytes and ints met a
+    # TypeError of pyo3's; UTF-8 bytes are read, as rope_cache reads them.
+    model = FAMILIES["mistral"]()
+    text = model.config.to_json_string(use_diff=False)
+
+    class Gives:
+        model_type = "mistral"
+
+        def __init__(self, value):
+            self.value = value
+            self.max_position_embeddings = 64
+
+        def to_json_string(self, use_diff=False):
+            return self.value
+
+    def rotary_module_with(config):
+        model = FAMILIES["mistral"]()
+        model.config = config
+        model.model.rotary_emb.config = config
+        return model
+
+    patch = posenc.hf.exact_rotary(rotary_module_with(Gives(text.encode())), check=False)
+    patch.undo()
+    for bad, named in ((b"\xff{", "not UTF-8"), (7, "gave int")):
+        with pytest.raises(ValueError, match=named):
+            posenc.hf.exact_rotary(rotary_module_with(Gives(bad)), check=False)
 
 
 def test_patching_a_part_of_a_patched_model_and_undoing_through_it():

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 import numbers
+import os
 from typing import Any, Optional
 
 import numpy as np
@@ -55,8 +56,18 @@ def _torch():
 
 def _model_config(config: Any) -> Any:
     """The model's config as posenc reads it: its JSON text, read once, whose errors name
-    the config's class (``config (a Qwen3Config)``)."""
-    return posenc._ReadConfig(config.to_json_string(use_diff=False), posenc._config_label(config))
+    the config's class (``config (a Qwen3Config)``). Its ``to_json_string()`` is taken as
+    ``posenc.rope_cache`` takes it (UTF-8 bytes decoded; anything but text refused, naming
+    what it gave)."""
+    # A path or JSON text is no model's config.
+    as_file = isinstance(config, (str, bytes, os.PathLike))
+    path, text = (None, None) if as_file else posenc._config(config)
+    if text is None or path is not None:
+        raise ValueError(
+            f"posenc.hf: the model's config is {type(config).__name__} (allowed: a "
+            f"transformers config, or a dict)"
+        )
+    return posenc._ReadConfig(text, posenc._config_label(config))
 
 
 def _model_type(config: Any) -> str:
@@ -200,7 +211,11 @@ def _whole_positions(torch: Any, pos: Any) -> Any:
     computes with them as floats) are taken where every value is whole, and refused naming
     the first that is not (rounded down, 2.5 read as 2); other types are refused."""
     if pos.dtype.is_floating_point:
-        whole = torch.isfinite(pos) & (pos == torch.floor(pos))
+        # In float64, which holds every value of the narrower types and posenc's range
+        # exactly: a value past it is named as given (as int64 it would wrap first).
+        wide = pos.to(torch.float64)
+        whole = torch.isfinite(wide) & (wide == torch.floor(wide))
+        whole &= (wide >= 0) & (wide <= 2**32 - 1)
         if not bool(whole.all()):
             at = np.unravel_index(int((~whole).reshape(-1).nonzero()[0]), tuple(pos.shape))
             raise ValueError(
@@ -213,7 +228,21 @@ def _whole_positions(torch: Any, pos: Any) -> Any:
             f"posenc.hf: position_ids of dtype {pos.dtype} (allowed: integers, or floats "
             f"holding whole numbers)"
         )
-    return pos
+    if pos.dtype == torch.int64:
+        return pos
+    # Every other integer type as int64, which torch indexes with and compares in (a uint8
+    # index is a mask to torch, and its unsigned types lack min and max): uint64's values
+    # past int64 are refused as given first.
+    if pos.dtype == torch.uint64:
+        flat = pos.detach().to("cpu").reshape(-1).numpy()
+        past = np.flatnonzero(flat > 2**32 - 1)
+        if past.size:
+            at = np.unravel_index(int(past[0]), tuple(pos.shape))
+            raise ValueError(
+                f"posenc.hf: position_ids{list(map(int, at))} is {int(flat[past[0]])} "
+                f"(allowed: 0..=4294967295, posenc's positions)"
+            )
+    return pos.to(torch.int64)
 
 
 class Patch:
@@ -471,10 +500,10 @@ def exact_rotary(model: Any, max_positions: Optional[int] = None, *, check: bool
     _torch()
     if max_positions is not None and (
         isinstance(max_positions, bool) or not isinstance(max_positions, numbers.Integral)
-        or max_positions < 0
+        or not 0 <= max_positions <= 2**32
     ):
         raise ValueError(f"invalid max_positions: {max_positions!r} (allowed: None or a "
-                         f"whole number >= 0)")
+                         f"whole number in 0..=4294967296, rows of posenc's positions)")
     if getattr(model, "_posenc_patch", None) is not None:
         raise ValueError("posenc.hf: this model's rotary embedding is already posenc's "
                          "(call .undo() on the patch, or posenc.hf.undo(model), first)")
@@ -512,6 +541,14 @@ def exact_rotary(model: Any, max_positions: Optional[int] = None, *, check: bool
         rows = None if max_positions is None else int(max_positions)
         if rows is None:
             rows = min(int(getattr(config, "max_position_embeddings", 0) or 0), DEFAULT_MAX_TABLE)
+        for spec in specs.values():
+            # Refused before the table's positions are made (np.arange of 2^31 rows is
+            # 16 GiB), as the cache would refuse its values.
+            if not spec.depends_on_length and rows * spec.rotary_dim > posenc.MAX_OUTPUT_VALUES:
+                raise ValueError(
+                    f"invalid max_positions: {rows} rows of {spec.rotary_dim} values are "
+                    f"more than MAX_OUTPUT_VALUES = {posenc.MAX_OUTPUT_VALUES} per table"
+                )
         float32 = frozenset(t for t, spec in specs.items() if _keeps_float32(module, t, spec))
         planned.append((parent, attr, module, specs, rows, float32))
     # Every table built before the first module is swapped: a failure building a later
