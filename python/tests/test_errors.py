@@ -497,6 +497,33 @@ def test_options_of_the_wrong_type_are_value_errors_naming_them():
     assert posenc.alibi_slopes(np.array(4)).shape == (4,)
 
 
+def test_text_utf8_cannot_hold_is_refused_naming_its_option():
+    """A lone surrogate in a text option raised pyo3's UnicodeEncodeError naming no option
+    (round twenty-one of the hostile probes)."""
+    bad = "\ud800"
+    w = np.ones((10, 8), np.float32)
+    x = np.ones((1, 1, 1, 8), np.float32)
+    for call, name in [
+        (lambda: posenc.table(8, positions=bad), "positions"),
+        (lambda: posenc.table(8, variant=bad), "variant"),
+        (lambda: posenc.table(8, frequencies=bad), "frequencies"),
+        (lambda: posenc.table(8, device=bad), "device"),
+        (lambda: posenc.table(8, config="{" + bad + "}"), "config \\(JSON text\\)"),
+        (lambda: posenc.encode(w, [[1]], out_dtype=bad), "out_dtype"),
+        (lambda: posenc.encode(w, [[1]], variant=bad), "variant"),
+        (lambda: posenc.rope(x, layout=bad), "layout"),
+        (lambda: posenc.rope(x, layout="blhd", pairing=bad), "pairing"),
+        (lambda: posenc.rope(x, layout="blhd", layer_type=bad), "layer_type"),
+        (lambda: posenc.rope(x, layout="blhd", scaling="{" + bad + "}"), "scaling"),
+        (lambda: posenc.rope_cache(head_dim=8, positions=bad), "positions"),
+        (lambda: posenc.rope_cache(head_dim=8, seq_len=2, dtype=bad), "dtype"),
+        (lambda: posenc.alibi_bias(4, 2, form=bad), "form"),
+        (lambda: posenc.RopeSpec(head_dim=8).with_pairing(bad), "pairing"),
+    ]:
+        with pytest.raises(ValueError, match=f"^invalid {name}: .*lone surrogate at index"):
+            call()
+
+
 def test_numpy_scalars_in_dicts_are_numbers():
     config = {"model_type": "llama", "hidden_size": np.int64(64),
               "num_attention_heads": np.int32(4), "rope_theta": np.float64(10000.0)}

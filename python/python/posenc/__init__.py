@@ -204,10 +204,28 @@ def _whole(
 def _text(value: Any, name: str, optional: bool = True) -> Optional[str]:
     """A text option (``None`` as it is where the option is ``optional``): anything else
     is refused here by the option's name (the extension's conversion would raise
-    ``TypeError`` naming it only in a note)."""
-    if isinstance(value, str) or (optional and value is None):
+    ``TypeError`` naming it only in a note), and so is text UTF-8 cannot hold
+    (:func:`_utf8`)."""
+    if isinstance(value, str):
+        return _utf8(value, name)
+    if optional and value is None:
         return value
     raise ValueError(f"invalid {name}: {_shown(value)} (allowed: a string)")
+
+
+def _utf8(text: str, name: str) -> str:
+    """``text`` where UTF-8 can hold it; a lone surrogate (``"\\ud800"``, or what
+    ``surrogateescape`` decoding makes of a byte that is not UTF-8) is refused by the
+    option's name, where the extension's conversion raised ``UnicodeEncodeError`` naming
+    none."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(
+            f"invalid {name}: {_shown(text)} (a lone surrogate at index {e.start}; "
+            f"allowed: text UTF-8 can hold)"
+        ) from None
+    return text
 
 
 def _number(value: Any, name: str) -> Optional[float]:
@@ -350,7 +368,7 @@ def _config(config: Any) -> tuple[Optional[str], Optional[str]]:
         # JSON text opens an object (after any byte order mark); one that opens an array
         # is JSON too (refused as such), not a file name.
         if config.lstrip("\ufeff \t\r\n").startswith(("{", "[")):
-            return None, config.lstrip("\ufeff")
+            return None, _utf8(config.lstrip("\ufeff"), "config (JSON text)")
         return config, None
     if isinstance(config, _ReadConfig):
         return None, config.text
@@ -389,7 +407,7 @@ def _scaling(scaling: Any) -> tuple[Optional[str], Optional[str]]:
     if isinstance(scaling, str):
         if scaling.startswith("@"):
             return None, scaling[1:]
-        return scaling, None
+        return _utf8(scaling, "scaling"), None
     raise ValueError(
         f"scaling must be a dict, JSON text or '@FILE', not {type(scaling).__name__}"
     )
@@ -487,7 +505,7 @@ def _table_array(value: Any, what: str):
 def _device(device: str) -> str:
     if not isinstance(device, str):
         raise ValueError(f"invalid device: {device!r} (allowed: \"auto\", \"cpu\", \"gpu\")")
-    _ensure_runtime_dir(device)
+    _ensure_runtime_dir(_utf8(device, "device"))
     return device
 
 
@@ -540,6 +558,7 @@ def table(
     """
     _not_both("positions", positions, "len", len)
     spec, pos = (positions, None) if isinstance(positions, str) else (None, positions)
+    spec = _text(spec, "positions")
     if pos is not None:
         pos = _int_array(pos, "positions", (1,), width=dim or 1)
     config_args = _config_named(config)
@@ -1067,7 +1086,7 @@ def rope_cache(
         if length is None:
             raise ValueError("rope_cache needs seq_len=N (positions 0..N) or positions=")
     elif isinstance(positions, str):
-        spec = positions
+        spec = _utf8(positions, "positions")
     else:
         pos = _int_array(positions, "positions", (1,), 2 * (head_dim or 1))
     cos, sin, inv, factor, pairing_used, note, mrope = _posenc.rope_cache(
