@@ -519,6 +519,7 @@ def test_text_utf8_cannot_hold_is_refused_naming_its_option():
         (lambda: posenc.rope_cache(head_dim=8, seq_len=2, dtype=bad), "dtype"),
         (lambda: posenc.alibi_bias(4, 2, form=bad), "form"),
         (lambda: posenc.RopeSpec(head_dim=8).with_pairing(bad), "pairing"),
+        (lambda: posenc.RopeSpec(head_dim=8).cache(bad), "positions"),
     ]:
         with pytest.raises(ValueError, match=f"^invalid {name}: .*lone surrogate at index"):
             call()

@@ -1181,7 +1181,7 @@ class RopeSpec:
         """``(cos, sin)`` at ``positions``, ``[n, rotary_dim]`` float32: a spec string
         (``"0..4096,1000000"``, as ``rope_cache`` takes it) or a 1-D array of u32 values."""
         if isinstance(positions, str):
-            return self._spec.cache(positions)
+            return self._spec.cache(_utf8(positions, "positions"))
         width = 2 * self._spec.rotary_dim
         return self._spec.cache(_int_array(positions, "positions", (1,), width))
 
