@@ -68,6 +68,7 @@ both!(
     dropped_and_overlapping_calls_leave_the_context_working,
     a_pages_own_error_scopes_interleave_with_calls_in_flight,
     host_results_past_the_address_space_are_errors,
+    adapters_are_listed_and_large_readbacks_come_back_whole,
 );
 
 /// The context the checks run on, or `None` (the test then passes as skipped) where there
@@ -472,6 +473,34 @@ async fn host_results_past_the_address_space_are_errors() {
         got.cos.as_slice().unwrap(),
         want.cos.as_slice().unwrap(),
     );
+}
+
+/// `adapters_async` answers on the web, where the blocking `adapters` hung the page (round
+/// twenty-one of the hostile probes, 2026-12-03; it is native only now); and results larger
+/// than the web's readback pieces (16 MiB, each wgpu's copy of the mapped range, checked
+/// before it is made: one copy of a whole result aborted a page short of memory) come back
+/// whole, a table through the host-array readback and a buffer through `read_buffer_async`.
+async fn adapters_are_listed_and_large_readbacks_come_back_whole() {
+    let Some(gpu) = context().await else { return };
+    assert!(!posenc::gpu::adapters_async().await.is_empty(), "an open context has an adapter");
+    // 8192 x 640 f32: 20 MiB, a piece and a quarter.
+    let spec = PeSpec::new(640).unwrap();
+    let positions: Vec<u32> = (0..8192).map(|p| p * 977).collect();
+    let got = gpu.table_async(&spec, &positions).await.unwrap();
+    let want = cpu::table(&spec, &positions);
+    same_bits("a 20 MiB table", got.as_slice().unwrap(), want.as_slice().unwrap());
+    let words: Vec<u32> = (0..(5u32 << 20) + 3).map(|i| i.wrapping_mul(2_654_435_761)).collect();
+    let bytes: &[u8] = bytemuck::cast_slice(&words);
+    let buffer = gpu.device().create_buffer(&wgpu::BufferDescriptor {
+        label: Some("test.large_read"),
+        size: bytes.len() as u64,
+        usage: wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: true,
+    });
+    buffer.slice(..).get_mapped_range_mut().unwrap().copy_from_slice(bytes);
+    buffer.unmap();
+    let back = gpu.read_buffer_async(&buffer).await.unwrap();
+    assert!(back == bytes, "a 20 MiB buffer read back");
 }
 
 /// Polls `future` once, as a page does that starts a call and then drops it (a `select!`

@@ -237,9 +237,22 @@ pub fn check_wgpu_env() -> Result<()> {
 
 /// Every adapter wgpu can see under the current `WGPU_BACKEND`. This starts every driver
 /// wgpu finds: under a tight address-space limit call [`check_driver_address_space`] first.
+///
+/// Not on the web, where waiting for the browser's answer on the page's one thread would
+/// hang the page (it did, round twenty-one of the hostile probes): there
+/// [`adapters_async`], which works everywhere.
+#[cfg(not(target_arch = "wasm32"))]
 pub fn adapters() -> Vec<AdapterSummary> {
+    pollster::block_on(adapters_async())
+}
+
+/// [`adapters`] without blocking the calling thread; on the web, what the browser's WebGPU
+/// offers.
+pub async fn adapters_async() -> Vec<AdapterSummary> {
     let instance = instance();
-    pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()))
+    instance
+        .enumerate_adapters(wgpu::Backends::all())
+        .await
         .iter()
         .map(AdapterSummary::of)
         .collect()
@@ -1034,18 +1047,27 @@ impl Context {
         dst: &mut [u8],
     ) -> Result<()> {
         let len = dst.len() as u64;
-        self.finish_and_read_with(op, encoder, staging, len, |view| copy_out(dst, view)).await
+        let read = |at: usize, piece: &[u8]| copy_out(&mut dst[at..at + piece.len()], piece);
+        self.finish_and_read_with(op, encoder, staging, len, read).await
     }
 
     /// Submits `encoder`, then hands `staging[..len]`, mapped, to `read` once the GPU is
-    /// done, and unmaps it; `read` is not called if the readback fails.
+    /// done, as pieces in order with their byte offsets, and unmaps it; `read` is not called
+    /// if the readback fails, and a failure between pieces leaves the later ones unread.
+    ///
+    /// Natively the mapping is the staging memory itself, handed over as one piece. On the
+    /// web, wgpu copies each mapped range into a new `Vec` of its size, and a failed
+    /// allocation there aborts the module: so the range goes in pieces of
+    /// [`WEB_READ_PIECE`], each allocation checked first ([`Error::Alloc`]), where one copy
+    /// of a whole result aborted a page whose memory held the result but not twice
+    /// (round twenty-one of the hostile probes, 2026-12-03).
     async fn finish_and_read_with(
         &self,
         op: &'static str,
         encoder: wgpu::CommandEncoder,
         staging: &wgpu::Buffer,
         len: u64,
-        read: impl FnOnce(&[u8]),
+        mut read: impl FnMut(usize, &[u8]),
     ) -> Result<()> {
         let index = self.queue.submit([encoder.finish()]);
         let slice = staging.slice(..len);
@@ -1063,15 +1085,29 @@ impl Context {
             Some(Err(e)) => return Err(Error::Gpu { op, message: e.to_string() }),
             None => return Err(Error::Gpu { op, message: "readback never completed".into() }),
         }
-        {
-            let view =
-                slice.get_mapped_range().map_err(|e| Error::Gpu { op, message: e.to_string() })?;
-            read(&view);
+        let piece = if wait::CAN_BLOCK { len.max(1) } else { WEB_READ_PIECE };
+        let mut at = 0;
+        while at < len {
+            let end = len.min(at + piece);
+            if !wait::CAN_BLOCK {
+                crate::alloc::check_allocation("a piece of a readback", end - at)?;
+            }
+            let view = staging
+                .slice(at..end)
+                .get_mapped_range()
+                .map_err(|e| Error::Gpu { op, message: e.to_string() })?;
+            read(at as usize, &view);
+            at = end;
         }
         unmap.now();
         Ok(())
     }
 }
+
+/// Bytes of a mapped readback wgpu copies out at a time on the web
+/// ([`Context::finish_and_read_with`]): a multiple of wgpu's map alignment (8), so every
+/// piece but the last starts and ends aligned, and the last ends where the range does.
+const WEB_READ_PIECE: u64 = 16 << 20;
 
 /// Copies a mapped staging range into host memory, on several threads when it is large:
 /// one core copies out of a mapping at about 10 GB/s (an H100 host, 2026-11-26), below what

@@ -699,9 +699,9 @@ impl Context {
             encoder.copy_buffer_to_buffer(buffer, offset, &staging, 0, size);
             let dst = &mut bytes.spare_capacity_mut()[..n];
             crate::alloc::advise_huge_pages(dst);
-            self.finish_and_read_with("read_buffer", encoder, &staging, size, |view| {
-                super::copy_out_uninit(dst, view);
-                filled = true;
+            self.finish_and_read_with("read_buffer", encoder, &staging, size, |at, piece| {
+                super::copy_out_uninit(&mut dst[at..at + piece.len()], piece);
+                filled = at + piece.len() == n;
             })
             .await
         })
