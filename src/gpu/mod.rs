@@ -1085,7 +1085,7 @@ impl Context {
             Some(Err(e)) => return Err(Error::Gpu { op, message: e.to_string() }),
             None => return Err(Error::Gpu { op, message: "readback never completed".into() }),
         }
-        let piece = if wait::CAN_BLOCK { len.max(1) } else { WEB_READ_PIECE };
+        let piece = if wait::CAN_BLOCK { len } else { WEB_READ_PIECE };
         let mut at = 0;
         while at < len {
             let end = len.min(at + piece);

@@ -61,8 +61,8 @@ def _model_config(config: Any) -> Any:
     what it gave)."""
     # A path or JSON text is no model's config.
     as_file = isinstance(config, (str, bytes, os.PathLike))
-    path, text = (None, None) if as_file else posenc._config(config)
-    if text is None or path is not None:
+    text = None if as_file else posenc._config(config)[1]
+    if text is None:
         raise ValueError(
             f"posenc.hf: the model's config is {type(config).__name__} (allowed: a "
             f"transformers config, or a dict)"
@@ -176,15 +176,9 @@ class ExactRotary(_torch().nn.Module):
             cos, sin = cos_table[pos], sin_table[pos]
         else:
             flat = pos.detach().to("cpu").reshape(-1).numpy().astype(np.int64)
-            if flat.size and (int(flat.min()) < 0 or int(flat.max()) > 2**32 - 1):
-                # Named by its place in position_ids (the cache's own error would index
-                # the sorted distinct positions).
-                bad = int(np.flatnonzero((flat < 0) | (flat > 2**32 - 1))[0])
-                at = np.unravel_index(bad, tuple(pos.shape))
-                raise ValueError(
-                    f"posenc.hf: position_ids{list(map(int, at))} is {int(flat[bad])} "
-                    f"(allowed: 0..=4294967295, posenc's positions)"
-                )
+            # Named by its place in position_ids (the cache's own error would index the
+            # sorted distinct positions).
+            _refuse_past_u32(flat, pos.shape)
             unique, inverse = np.unique(flat, return_inverse=True)
             c, s = spec.cache(unique)
             index = torch.from_numpy(inverse.reshape(-1).astype(np.int64))
@@ -234,15 +228,21 @@ def _whole_positions(torch: Any, pos: Any) -> Any:
     # index is a mask to torch, and its unsigned types lack min and max): uint64's values
     # past int64 are refused as given first.
     if pos.dtype == torch.uint64:
-        flat = pos.detach().to("cpu").reshape(-1).numpy()
-        past = np.flatnonzero(flat > 2**32 - 1)
-        if past.size:
-            at = np.unravel_index(int(past[0]), tuple(pos.shape))
-            raise ValueError(
-                f"posenc.hf: position_ids{list(map(int, at))} is {int(flat[past[0]])} "
-                f"(allowed: 0..=4294967295, posenc's positions)"
-            )
+        _refuse_past_u32(pos.detach().to("cpu").reshape(-1).numpy(), pos.shape)
     return pos.to(torch.int64)
+
+
+def _refuse_past_u32(flat: np.ndarray, shape: Any) -> None:
+    """Refuses the first of ``flat`` (``position_ids`` of ``shape``, flattened, integers)
+    outside posenc's positions, named by its place and as given."""
+    outside = (flat < 0) | (flat > 2**32 - 1)
+    if outside.any():
+        bad = int(np.flatnonzero(outside)[0])
+        at = np.unravel_index(bad, tuple(shape))
+        raise ValueError(
+            f"posenc.hf: position_ids{list(map(int, at))} is {int(flat[bad])} "
+            f"(allowed: 0..=4294967295, posenc's positions)"
+        )
 
 
 class Patch:
