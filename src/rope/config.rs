@@ -197,8 +197,9 @@ fn layer_override_head_dim(
     Ok(whole(o, "head_dim").map_err(under(&field))?.map(|d| (d, format!("{field}.head_dim"))))
 }
 
-/// Scaling types that read the model's `max_position_embeddings`.
-const READS_MAX: [&str; 3] = ["dynamic", "yarn", "longrope"];
+/// Scaling types that read the model's `max_position_embeddings` (llama3 in place of a
+/// missing `original_max_position_embeddings`).
+const READS_MAX: [&str; 4] = ["dynamic", "yarn", "longrope", "llama3"];
 
 type Object = Map<String, Value>;
 
@@ -581,6 +582,19 @@ fn legacy(config: &Object, layer_type: Option<&str>, family: &Family) -> Result<
                 }
                 s.remove("rope_theta");
             }
+            // transformers 5 reads rope_scaling as rope_parameters, this factor too; 4.x
+            // ignored it there (an unknown key) and read the top-level one alone.
+            // (proportional, a type 4.x did not have, takes it as a parameter of its own.)
+            if let Some(inner) = s.get("partial_rotary_factor")
+                && type_of(&s) != Some("proportional")
+            {
+                return Err(invalid(
+                    "rope_scaling.partial_rotary_factor",
+                    excerpt(inner),
+                    "absent: at the config's top level, or in rope_parameters (transformers \
+                     5 reads it inside rope_scaling, 4.x ignores it there)",
+                ));
+            }
             Some((s, "rope_scaling".to_string()))
         }
         Some(other) => {
@@ -857,13 +871,25 @@ fn scaling(
         map.remove(*attention_key);
     }
     let type_key = if get(&map, "rope_type").is_some() { "rope_type" } else { "type" };
-    // Phi-3's first configs call longrope "su"; transformers reads it as longrope.
-    if get(&map, type_key).and_then(Value::as_str) == Some("su") {
+    // Phi-3's first configs call longrope "su"; transformers reads it as longrope, and
+    // Phi-3's config class reads "yarn" so too.
+    let given_type = get(&map, type_key).and_then(Value::as_str);
+    if given_type == Some("su") || (family.longrope_only.is_some() && given_type == Some("yarn")) {
         map.insert(type_key.into(), "longrope".into());
     }
     let rope_type = get(&map, type_key).and_then(Value::as_str).unwrap_or("").to_string();
-    // transformers' dynamic, yarn and longrope read the config's max_position_embeddings,
-    // never the object's (a key they do not know): the config's wins where it has one;
+    if family.longrope_only.is_some() && !["", "default", "longrope"].contains(&rope_type.as_str())
+    {
+        return Err(invalid(
+            format!("{key}.{type_key}"),
+            format!("{rope_type:?} (model_type {:?})", family.model_type),
+            "longrope (or su, yarn, which its config class reads as longrope) or default: \
+             Phi-3's config class refuses any other",
+        ));
+    }
+    // transformers' dynamic, yarn and longrope read the config's max_position_embeddings
+    // (llama3 where it has no original length), never the object's (a key they do not
+    // know): the config's wins where it has one;
     // without it transformers reads the config class's default, which posenc does not
     // know, so the object's alone is refused rather than read in its place.
     if READS_MAX.contains(&rope_type.as_str()) {
@@ -902,12 +928,24 @@ fn scaling(
     }
     // Phi-3 keeps its pretrained length at the top level; transformers 5 gives it priority
     // over the object's for llama3, yarn and longrope (one RoPE for every layer), and a
-    // longrope without factor takes max_position_embeddings / it as the factor.
-    if !per_layer
-        && ["llama3", "yarn", "longrope"].contains(&rope_type.as_str())
-        && let Some(original) = whole(config, "original_max_position_embeddings")?
-    {
-        map.insert("original_max_position_embeddings".into(), original.into());
+    // longrope without factor takes max_position_embeddings / it as the factor. Phi-3's
+    // class defaults it (4096) where a config has none, so the object's is never read
+    // there; a null one is taken as the original length, which transformers cannot use.
+    if !per_layer && ["llama3", "yarn", "longrope"].contains(&rope_type.as_str()) {
+        const ORIGINAL: &str = "original_max_position_embeddings";
+        if config.get(ORIGINAL) == Some(&Value::Null) {
+            return Err(invalid(
+                ORIGINAL,
+                "null (top level)",
+                format!(
+                    "{WHOLE_U64}, or absent: transformers takes a top-level value as the \
+                     {rope_type} RoPE's original length over the object's, and fails on null"
+                ),
+            ));
+        }
+        if let Some(original) = whole(config, ORIGINAL)?.or(family.longrope_only) {
+            map.insert(ORIGINAL.into(), original.into());
+        }
     }
     Scaling::from_hf_value(&Value::Object(map)).map_err(under(key))
 }
@@ -2412,6 +2450,11 @@ impl RopeSpec {
         cache: bool,
     ) -> Result<(RopeSpec, Option<MultimodalRope>)> {
         let mut config = language_model(json)?;
+        // transformers 5 takes `rope_scaling or rope_parameters`: an empty rope_scaling is
+        // none (4.x failed on it, reading a rope type of None).
+        if matches!(config.get("rope_scaling"), Some(Value::Object(m)) if m.is_empty()) {
+            config.remove("rope_scaling");
+        }
         attribute_aliases(&mut config)?;
         other_rotation(&config)?;
         let model_type = get(&config, "model_type").and_then(Value::as_str).unwrap_or("");

@@ -66,6 +66,12 @@ pub struct Family {
     /// of another value refused. (A row with a [`LegacyRope`] refuses that form beside a
     /// `rope_theta`: its class builds a scaled RoPE of its own.)
     pub own_base: Option<f64>,
+    /// Phi-3's config class (Phi-3, Phi-4 multimodal; transformers 4.x and 5): a scaled
+    /// RoPE is longrope (`su` and `yarn` read as longrope, any type but `default` and
+    /// `longrope` refused), and its original length is the config's top-level
+    /// `original_max_position_embeddings`, else this class default, whatever the scaling
+    /// object says.
+    pub longrope_only: Option<u64>,
     /// Why posenc refuses the family, if it does.
     pub refusal: Option<Refusal>,
 }
@@ -439,6 +445,7 @@ const fn row(model_type: &'static str) -> Family {
         module: ModuleLayout::Halves,
         mrope: None,
         own_base: None,
+        longrope_only: None,
         refusal: None,
     }
 }
@@ -507,6 +514,9 @@ impl Family {
     }
     const fn own_base(self, base: f64) -> Self {
         Family { own_base: Some(base), ..self }
+    }
+    const fn longrope_only(self, original: u64) -> Self {
+        Family { longrope_only: Some(original), ..self }
     }
     const fn not_rotary(self) -> Self {
         Family { refusal: Some(Refusal::NotRotary), ..self }
@@ -750,8 +760,8 @@ static FAMILIES: &[Family] = &[
     row("gpt2").not_rotary(),
     row("gpt_bigcode").not_rotary(),
     row("gpt_neo").not_rotary(),
-    row("gpt_neox").partial(0.25, 0.25).reads(RotaryPct),
-    row("gpt_neox_japanese").partial(1.0, 1.0).reads(RotaryPct),
+    row("gpt_neox").partial(0.25, 0.25).no_top_level_factor().reads(RotaryPct),
+    row("gpt_neox_japanese").partial(1.0, 1.0).no_top_level_factor().reads(RotaryPct),
     row("gpt_oss").base_legacy(15e4, "yarn", 32.0, 15e4).head(64).module_other(HALF_WIDTH),
     row("gptj").gptj().reads(RotaryDim).module_other(SIN_COS_TABLE),
     row("granite_speech5_encoder").not_rotary(),
@@ -923,8 +933,8 @@ static FAMILIES: &[Family] = &[
     row("pegasus_x").not_rotary(),
     row("persimmon").partial(0.5, 0.5),
     row("phi").partial(0.5, 0.5),
-    row("phi3").partial(1.0, 1.0),
-    row("phi4_multimodal").partial(1.0, 1.0),
+    row("phi3").partial(1.0, 1.0).longrope_only(4096),
+    row("phi4_multimodal").partial(1.0, 1.0).longrope_only(4096),
     row("phimoe").base(1e6),
     row("pix2struct_text_model").not_rotary(),
     row("pix2struct_vision_model").not_rotary(),

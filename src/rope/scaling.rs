@@ -49,7 +49,13 @@ pub(crate) const ROPE_TYPE_KEYS: &[(&str, &[&str])] = &[
     ),
     (
         "llama3",
-        &["factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"],
+        &[
+            "factor",
+            "low_freq_factor",
+            "high_freq_factor",
+            "original_max_position_embeddings",
+            "max_position_embeddings",
+        ],
     ),
     ("proportional", &["factor", "partial_rotary_factor"]),
     ("ntk_alpha", &["alpha"]),
@@ -621,10 +627,12 @@ impl Scaling {
     /// two values, and which one differs between them.
     /// `max_position_embeddings` (a model-config field in Hugging Face, outside
     /// `rope_scaling`) may be given inside the object: `dynamic` needs it (or
-    /// `original_max_position_embeddings`), and `yarn` and `longrope` use it where Hugging
-    /// Face reads the config's value (a missing `factor` is
-    /// `max_position_embeddings / original_max_position_embeddings`; a missing
-    /// `original_max_position_embeddings` is `max_position_embeddings`).
+    /// `original_max_position_embeddings`), and `yarn`, `longrope` and `llama3` use it where
+    /// Hugging Face reads the config's value (a `null` YaRN `factor`, or a missing or `null`
+    /// LongRoPE one, is `max_position_embeddings / original_max_position_embeddings`; YaRN
+    /// requires the key, as transformers does; a missing
+    /// `original_max_position_embeddings` is `max_position_embeddings`, as transformers 5
+    /// fills it in).
     ///
     /// ```
     /// use posenc::rope::Scaling;
@@ -806,8 +814,8 @@ fn missing_original(rope_type: &str) -> Error {
         "original_max_position_embeddings",
         "missing",
         format!(
-            "{WHOLE}, required by rope_type {rope_type:?} (max_position_embeddings is read \
-                 in its place)"
+            "{WHOLE}, required by rope_type {rope_type:?} where the config has no \
+                 max_position_embeddings (which is read in its place)"
         ),
     )
 }
@@ -1062,11 +1070,22 @@ impl Fields<'_> {
         Ok(Scaling::Dynamic { factor, max_position_embeddings: max })
     }
 
-    /// `yarn`: a missing `factor` is `max_position_embeddings` over the original length,
-    /// the betas take Hugging Face's defaults when absent, null or 0, and `truncate` is true
-    /// unless given.
+    /// `yarn`: `factor` is required, as transformers (4.x and 5) requires the key; a `null`
+    /// one is `max_position_embeddings` over the original length, the betas take Hugging
+    /// Face's defaults when absent, null or 0, and `truncate` is true unless given.
     fn yarn(&self) -> Result<Scaling> {
         self.only("yarn")?;
+        if !self.map.contains_key("factor") {
+            return Err(invalid(
+                "factor",
+                "missing",
+                format!(
+                    "{POSITIVE}, or null for max_position_embeddings / \
+                     original_max_position_embeddings: transformers requires the key for yarn \
+                     (KeyError: Missing required keys)"
+                ),
+            ));
+        }
         let (max, original) = self.max_and_original("yarn")?;
         let factor = match (self.number("factor")?, max) {
             (Some(f), _) => f,
@@ -1074,9 +1093,9 @@ impl Fields<'_> {
             (None, None) => {
                 return Err(invalid(
                     "factor",
-                    "missing",
+                    "null",
                     format!(
-                        "{POSITIVE} (or max_position_embeddings, giving \
+                        "{POSITIVE}, or null beside max_position_embeddings (giving \
                              factor = max_position_embeddings / original)"
                     ),
                 ));
@@ -1128,16 +1147,19 @@ impl Fields<'_> {
         }))
     }
 
-    /// `llama3`: every field required.
+    /// `llama3`: every field required; a missing `original_max_position_embeddings` is
+    /// `max_position_embeddings`, as transformers 5 fills it in (4.x required it).
     fn llama3(&self) -> Result<Scaling> {
         self.only("llama3")?;
+        let factor = self.required_number("factor")?;
+        let low_freq_factor = self.required_number("low_freq_factor")?;
+        let high_freq_factor = self.required_number("high_freq_factor")?;
+        let (_, original) = self.max_and_original("llama3")?;
         Ok(Scaling::Llama3(Llama3 {
-            factor: self.required_number("factor")?,
-            low_freq_factor: self.required_number("low_freq_factor")?,
-            high_freq_factor: self.required_number("high_freq_factor")?,
-            original_max_position_embeddings: self
-                .whole("original_max_position_embeddings")?
-                .ok_or_else(|| missing_original("llama3"))?,
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings: original,
         }))
     }
 

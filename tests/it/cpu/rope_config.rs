@@ -105,11 +105,46 @@ fn phi_3_longrope_takes_the_top_level_original_length() {
     let spec = RopeSpec::from_hf_config(&explicit, None).unwrap();
     let Scaling::LongRope(l) = spec.scaling() else { panic!("{spec:?}") };
     assert_eq!((l.factor, l.original_max_position_embeddings), (Some(8.0), 4096));
-    // Without the top-level length, max_position_embeddings stands in for it: factor 1.
+    // Without the top-level length, Phi-3's config class fills in its 4096 (transformers
+    // 4.x and 5), over any length in the object: the same spec (round twenty-two).
     let mut v2 = v.clone();
     v2.as_object_mut().unwrap().remove("original_max_position_embeddings");
-    let spec = RopeSpec::from_hf_config(&v2.to_string(), None).unwrap();
-    assert_eq!(spec.frequencies(1).attention_factor(), 1.0);
+    assert_eq!(RopeSpec::from_hf_config(&v2.to_string(), None).unwrap(), want);
+    let scaling = v2["rope_scaling"].as_object_mut().unwrap();
+    scaling.insert("original_max_position_embeddings".into(), 8192.into());
+    assert_eq!(RopeSpec::from_hf_config(&v2.to_string(), None).unwrap(), want);
+    // Elsewhere (a generic config) the object's length, else max_position_embeddings.
+    let mut generic = v2.clone();
+    generic.as_object_mut().unwrap().remove("model_type");
+    let spec = RopeSpec::from_hf_config(&generic.to_string(), None).unwrap();
+    let Scaling::LongRope(l) = spec.scaling() else { panic!("{spec:?}") };
+    assert_eq!((l.factor, l.original_max_position_embeddings), (Some(16.0), 8192));
+    generic["rope_scaling"].as_object_mut().unwrap().remove("original_max_position_embeddings");
+    assert_eq!(
+        RopeSpec::from_hf_config(&generic.to_string(), None)
+            .unwrap()
+            .frequencies(1)
+            .attention_factor(),
+        1.0
+    );
+    // Phi-3's class reads "yarn" as longrope and refuses the other scaled types; a null
+    // top-level length (which transformers would take) is refused in any family.
+    let yarn = text.replace("\"su\"", "\"yarn\"");
+    assert_eq!(RopeSpec::from_hf_config(&yarn, None).unwrap(), want);
+    let llama3 = r#"{"model_type": "phi3", "hidden_size": 3072, "num_attention_heads": 32,
+        "max_position_embeddings": 131072, "rope_scaling": {"rope_type": "llama3",
+        "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}}"#;
+    let msg = refused(llama3, None, "rope_scaling.rope_type");
+    assert!(msg.contains("\"llama3\" (model_type \"phi3\")"), "{msg}");
+    let null = text.replacen(
+        "\"original_max_position_embeddings\": 4096",
+        "\"original_max_position_embeddings\": null",
+        1,
+    );
+    assert_ne!(null, text);
+    let msg = refused(&null, None, "original_max_position_embeddings");
+    assert!(msg.contains("null (top level)"), "{msg}");
+    refused(&null.replace("\"phi3\"", "\"llama\""), None, "original_max_position_embeddings");
     // The file is the first config, which calls it "su"; "longrope" is the same spec.
     let longrope = text.replace("\"su\"", "\"longrope\"");
     assert_ne!(longrope, text);
@@ -763,4 +798,78 @@ fn config_errors_name_the_file_they_were_read_from() {
     let e = RopeSpec::from_hf_config(std::str::from_utf8(bad).unwrap(), None).unwrap_err();
     assert!(matches!(&e, Error::RopeConfig { path: None, .. }), "{e:?}");
     assert!(e.to_string().starts_with("config.json: invalid rope_scaling.factor"), "{e}");
+}
+
+/// Configs where posenc read otherwise than transformers 5.25 (round twenty-two of the
+/// hostile probes, 2026-12-03), each checked there by building the family's rotary module.
+#[test]
+fn configs_read_as_transformers_reads_them() {
+    // GPT-NeoX's classes fill the factor from rotary_pct (0.25, Japanese 1): a top-level
+    // partial_rotary_factor is ignored, beside rotary_pct or alone.
+    let neox = r#"{"model_type": "gpt_neox", "hidden_size": 4096, "num_attention_heads": 16,
+        "partial_rotary_factor": 0.5"#;
+    let read = |text: String| RopeSpec::from_hf_config(&text, None).unwrap();
+    assert_eq!(read(format!("{neox}}}")), RopeSpec::partial(256, 64).unwrap());
+    assert_eq!(read(format!("{neox}, \"rotary_pct\": 1.0}}")), RopeSpec::new(256).unwrap());
+    let japanese = neox.replace("gpt_neox", "gpt_neox_japanese");
+    assert_eq!(read(format!("{japanese}}}")), RopeSpec::new(256).unwrap());
+    // The factor inside rope_parameters is the RoPE's own, read over rotary_pct.
+    let inside = r#"{"model_type": "gpt_neox", "hidden_size": 4096, "num_attention_heads": 16,
+        "rotary_pct": 0.25, "rope_parameters": {"rope_type": "default", "rope_theta": 10000,
+        "partial_rotary_factor": 0.5}}"#;
+    assert_eq!(read(inside.into()), RopeSpec::partial(256, 128).unwrap());
+
+    // yarn requires the factor key (KeyError in transformers); null is max / original.
+    let yarn = |factor: &str| {
+        format!(
+            r#"{{"hidden_size": 4096, "num_attention_heads": 32, "max_position_embeddings": 32768,
+            "rope_scaling": {{"rope_type": "yarn", {factor}
+            "original_max_position_embeddings": 4096}}}}"#
+        )
+    };
+    let msg = refused(&yarn(""), None, "rope_scaling.factor");
+    assert!(msg.contains("factor: missing") && msg.contains("null"), "{msg}");
+    let Scaling::Yarn(y) = read(yarn("\"factor\": null, ")).scaling().clone() else { panic!() };
+    assert_eq!(y.factor, 8.0);
+    assert!(
+        Scaling::from_hf_json(r#"{"rope_type": "yarn", "original_max_position_embeddings": 8}"#)
+            .is_err()
+    );
+
+    // llama3 without original_max_position_embeddings: transformers 5 fills in the config's
+    // max_position_embeddings; without that, refused.
+    let llama3 = |max: &str| {
+        format!(
+            r#"{{"hidden_size": 4096, "num_attention_heads": 32{max},
+            "rope_scaling": {{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0}}}}"#
+        )
+    };
+    let Scaling::Llama3(l) = read(llama3(", \"max_position_embeddings\": 8192")).scaling().clone()
+    else {
+        panic!()
+    };
+    assert_eq!((l.factor, l.original_max_position_embeddings), (8.0, 8192));
+    let msg = refused(&llama3(""), None, "rope_scaling.original_max_position_embeddings");
+    assert!(msg.contains("no max_position_embeddings"), "{msg}");
+
+    // An empty rope_scaling is none (transformers 5 takes `rope_scaling or
+    // rope_parameters`), beside rope_parameters too.
+    let empty = r#"{"hidden_size": 4096, "num_attention_heads": 32, "rope_theta": 500000,
+        "rope_scaling": {}}"#;
+    assert_eq!(read(empty.into()), RopeSpec::new(128).unwrap().with_base(500000.0).unwrap());
+    let beside = r#"{"hidden_size": 4096, "num_attention_heads": 32, "rope_scaling": {},
+        "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000}}"#;
+    assert_eq!(read(beside.into()).scaling(), &Scaling::Linear { factor: 2.0 });
+}
+
+/// A `partial_rotary_factor` inside `rope_scaling` is read by transformers 5 and ignored by
+/// 4.x: refused, saying where it belongs (it said only that the type has no such key).
+#[test]
+fn a_partial_factor_inside_rope_scaling_is_refused_saying_where_it_belongs() {
+    let text = r#"{"hidden_size": 4096, "num_attention_heads": 32, "max_position_embeddings": 32768,
+        "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "partial_rotary_factor": 0.5,
+        "original_max_position_embeddings": 8192}}"#;
+    let msg = refused(text, None, "rope_scaling.partial_rotary_factor");
+    assert!(msg.contains("top level") && msg.contains("4.x ignores it"), "{msg}");
 }

@@ -335,6 +335,15 @@ fn layers_cell(f: &Family) -> String {
     }
 }
 
+fn scaling_cell(f: &Family) -> String {
+    match f.longrope_only {
+        None => String::new(),
+        Some(original) => format!(
+            "longrope only (`su`, `yarn` read as it); original length top-level, else {original}"
+        ),
+    }
+}
+
 fn attention_keys_cell(f: &Family) -> String {
     f.attention_keys.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
 }
@@ -433,6 +442,11 @@ fn families_page() -> String {
             count(|f| f.layers != LayerRule::Generic)
         ),
         format!(
+            "Scaling: {} families whose config class takes longrope alone and fills in its \
+             original length (Phi-3's).",
+            count(|f| f.longrope_only.is_some())
+        ),
+        format!(
             "Attention keys: {} families whose RoPE parameters carry keys of their attention, \
              read past.",
             count(|f| !f.attention_keys.is_empty())
@@ -458,8 +472,8 @@ fn families_page() -> String {
     }
     page.push_str(
         "\n| `model_type` | pairing | base when absent | head dim when absent | \
-         `partial_rotary_factor` | layer types | attention keys | rotary module | refused \
-         |\n|---|---|---|---|---|---|---|---|---|\n",
+         `partial_rotary_factor` | layer types | scaling | attention keys | rotary module | \
+         refused |\n|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for f in families::all() {
         let cells = [
@@ -469,6 +483,7 @@ fn families_page() -> String {
             head_cell(f),
             partial_cell(f),
             layers_cell(f),
+            scaling_cell(f),
             attention_keys_cell(f),
             module_cell(f),
             refusal_cell(f),
