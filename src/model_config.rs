@@ -89,6 +89,20 @@ fn whole_in(config: &Object, key: &str, min: u32, allowed: &str) -> Result<u32> 
         None => Err(invalid(key, "missing", allowed())),
         Some(Value::Number(n)) => match n.as_u64().and_then(|v| u32::try_from(v).ok()) {
             Some(v) if v >= min => Ok(v),
+            // 64.0 is in the range but a float, which the model's own code would take as a
+            // size or an index and fail on: say so, not only the range (round twenty-two).
+            None if n.as_f64().is_some_and(|v| {
+                n.is_f64()
+                    && v.fract() == 0.0
+                    && (f64::from(min)..=f64::from(u32::MAX)).contains(&v)
+            }) =>
+            {
+                Err(invalid(
+                    key,
+                    json_number(n),
+                    format!("{}, written as an integer (without a fraction)", allowed()),
+                ))
+            }
             _ => Err(invalid(key, json_number(n), allowed())),
         },
         Some(other) => Err(invalid(key, excerpt(other), allowed())),

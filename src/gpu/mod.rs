@@ -965,6 +965,20 @@ impl Context {
         size: u64,
         usage: wgpu::BufferUsages,
     ) -> Result<DeviceBuffer> {
+        // A software adapter's buffers are host memory: a large one is weighed as a host
+        // allocation first, so that an address-space limit refuses it here with an error,
+        // not inside the driver (llvmpipe through GL dereferenced a failed allocation and
+        // the process died of SIGSEGV; round twenty-two of the hostile probes).
+        const SOFTWARE_HOST_CHECK_BYTES: u64 = 64 << 20;
+        // Spare pooled buffers hold host memory there too: freed first where they would
+        // make room.
+        if size >= SOFTWARE_HOST_CHECK_BYTES && self.is_software() {
+            while let Err(e) = crate::alloc::check_allocation(label, size) {
+                if !self.pool.evict_one() {
+                    return Err(e);
+                }
+            }
+        }
         DeviceBuffer::create(&self.device, &self.memory, label, size, usage, || {
             self.pool.evict_one()
         })

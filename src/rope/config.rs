@@ -583,17 +583,32 @@ fn legacy(config: &Object, layer_type: Option<&str>, family: &Family) -> Result<
                 s.remove("rope_theta");
             }
             // transformers 5 reads rope_scaling as rope_parameters, this factor too; 4.x
-            // ignored it there (an unknown key) and read the top-level one alone.
-            // (proportional, a type 4.x did not have, takes it as a parameter of its own.)
+            // ignored it there (an unknown key) and read the top-level one alone: the two
+            // agree where the top-level one is the same and the family reads it (it is
+            // then taken out, the top-level one read). (proportional, a type 4.x did not
+            // have, takes it as a parameter of its own.)
             if let Some(inner) = s.get("partial_rotary_factor")
                 && type_of(&s) != Some("proportional")
             {
-                return Err(invalid(
-                    "rope_scaling.partial_rotary_factor",
-                    excerpt(inner),
-                    "absent: at the config's top level, or in rope_parameters (transformers \
-                     5 reads it inside rope_scaling, 4.x ignores it there)",
-                ));
+                let reads_top =
+                    !matches!(family.partial, PartialDefault::Reads { top_level: false, .. });
+                let top = config.get("partial_rotary_factor").and_then(Value::as_f64);
+                if !(reads_top && top.is_some() && top == inner.as_f64()) {
+                    return Err(invalid(
+                        "rope_scaling.partial_rotary_factor",
+                        excerpt(inner),
+                        if reads_top {
+                            "absent, or the top-level partial_rotary_factor's value: put it at \
+                             the config's top level, or in rope_parameters (transformers 5 \
+                             reads it inside rope_scaling, 4.x ignores it there)"
+                        } else {
+                            "absent: put it in rope_parameters, where this family's config \
+                             class reads it (its class ignores a top-level factor; transformers \
+                             5 reads it inside rope_scaling, 4.x ignores it there)"
+                        },
+                    ));
+                }
+                s.remove("partial_rotary_factor");
             }
             Some((s, "rope_scaling".to_string()))
         }
@@ -1192,6 +1207,14 @@ fn rotary_dim(
     Ok(rotary)
 }
 
+/// Refuses a `model_type` (under `field`'s name) that is neither a string nor null.
+fn model_type_is_text(config: &Object, field: &str) -> Result<()> {
+    match config.get("model_type") {
+        None | Some(Value::Null | Value::String(_)) => Ok(()),
+        Some(other) => Err(invalid(field, excerpt(other), "a string (a Hugging Face model_type)")),
+    }
+}
+
 /// The config object of the language model: the top level, or its `text_config` where the
 /// top level has no head dimension (a multimodal config), with the `model_type` transformers
 /// gives it where it has none. JSON that is not an object and a family whose positions are
@@ -1201,6 +1224,14 @@ fn language_model(json: &str) -> Result<Object> {
     let Value::Object(mut config) = value else {
         return Err(invalid("(json)", excerpt(&value), "a JSON object (a config.json)"));
     };
+    // A model_type that is no string names no family: read as none, it gave the generic
+    // RoPE where the family's own was asked for (round twenty-two).
+    model_type_is_text(&config, "model_type")?;
+    for key in ["text_config", "vlm_config"] {
+        if let Some(Value::Object(sub)) = config.get(key) {
+            model_type_is_text(sub, &format!("{key}.model_type"))?;
+        }
+    }
     // A retriever that wraps one vision-language model (ColPali, ColQwen2): its config class
     // builds that model from `vlm_config` (its class default's when it names none), which is
     // read as a config of its own.

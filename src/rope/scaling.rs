@@ -814,8 +814,9 @@ fn missing_original(rope_type: &str) -> Error {
         "original_max_position_embeddings",
         "missing",
         format!(
-            "{WHOLE}, required by rope_type {rope_type:?} where the config has no \
-                 max_position_embeddings (which is read in its place)"
+            "{WHOLE}, required by rope_type {rope_type:?} unless max_position_embeddings is \
+                 given (the config's, or inside a scaling object given in place of the config's), \
+                 which is read in its place"
         ),
     )
 }

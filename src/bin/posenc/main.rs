@@ -21,7 +21,7 @@ mod runtime_dir;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use cmd::{accuracy, alibi, bench, devices, encode, plot, rope, rope_cache, table};
 use failure::{EXIT_STATUS_HELP, clap_exit, note, report, with_exit_status};
@@ -84,7 +84,7 @@ fn main() -> ExitCode {
     posenc::output::note_inherited_descriptors();
     #[cfg(unix)]
     memory::share_one_arena_under_an_address_space_limit();
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(command_line()) {
         Ok(cli) => cli,
         Err(e) => return clap_exit(&e),
     };
@@ -110,6 +110,92 @@ fn main() -> ExitCode {
         Command::RopeCache(args) => rope_cache::run(args),
     };
     result.map_or_else(report, |()| ExitCode::SUCCESS)
+}
+
+/// The command line, where a value that starts with one `-` after an option that takes
+/// exactly one value is that option's (`--dim -inf`, `--positions -1..3`, `--heads -e5`):
+/// clap read it as flags (`-i`, `-n`, `-f`) and refused one without naming the option
+/// (round twenty-two). Such a pair is passed on joined (`--dim=-inf`, `-o-x.npy`), so that
+/// the option's own parser refuses the value naming the option and what it allows (or, for
+/// a path, takes it: `-o -h` writes a file named `-h`, as getopt reads it). A value that
+/// starts with `--` stays a flag, so a value left out (`--dim --len 5`) is still "a value
+/// is required for '--dim'"; `-` alone (standard output) and options of several values or
+/// an optional one (`--load[=BOOL]`) are left to clap.
+fn command_line() -> Vec<std::ffi::OsString> {
+    let cli = Cli::command();
+    let args: Vec<_> = std::env::args_os().collect();
+    let mut out = Vec::with_capacity(args.len());
+    let mut cmd = &cli;
+    let mut i = 0;
+    while i < args.len() {
+        let arg = &args[i];
+        let text = if i == 0 { None } else { arg.to_str() };
+        if text == Some("--") {
+            break;
+        }
+        if let Some(joined) = text.and_then(|t| option_of_one_value(cmd, t))
+            && let Some(value) = args.get(i + 1)
+        {
+            // Only the value's start is read as text: the rest passes on as given (a
+            // file name need not be UTF-8).
+            let lossy = value.to_string_lossy();
+            if lossy.starts_with('-') && !lossy.starts_with("--") && lossy != "-" {
+                let mut pair = std::ffi::OsString::from(joined);
+                pair.push(value);
+                out.push(pair);
+                i += 2;
+            } else if lossy.starts_with("--") {
+                // A value left out: the next flag is read as one.
+                out.push(arg.clone());
+                i += 1;
+            } else {
+                // The option's value, which is never a subcommand's name.
+                out.extend([arg.clone(), value.clone()]);
+                i += 2;
+            }
+            continue;
+        }
+        if let Some(t) = text
+            && !t.starts_with('-')
+            && let Some(sub) = cmd.find_subcommand(t)
+        {
+            cmd = sub;
+        }
+        out.push(arg.clone());
+        i += 1;
+    }
+    out.extend(args[i..].iter().cloned());
+    out
+}
+
+/// Whether `token` names one of `cmd`'s options that take exactly one value, given after
+/// it (`--name` or `-x`): the prefix its value joins, `--name=` or `-x`.
+fn option_of_one_value(cmd: &clap::Command, token: &str) -> Option<String> {
+    let long = token.strip_prefix("--").filter(|n| !n.is_empty() && !n.contains('='));
+    let short = token.strip_prefix('-').filter(|s| !s.starts_with('-')).and_then(|s| {
+        let mut chars = s.chars();
+        chars.next().filter(|_| chars.next().is_none())
+    });
+    let found = cmd.get_arguments().any(|a| {
+        let named = match (long, short) {
+            (Some(name), _) => {
+                a.get_long() == Some(name)
+                    || a.get_all_aliases().is_some_and(|aliases| aliases.contains(&name))
+            }
+            (None, Some(c)) => {
+                a.get_short() == Some(c)
+                    || a.get_all_short_aliases().is_some_and(|aliases| aliases.contains(&c))
+            }
+            (None, None) => false,
+        };
+        let one = a.get_num_args().is_none_or(|n| n.min_values() == 1 && n.max_values() == 1);
+        named && a.get_action().takes_values() && one && !a.is_require_equals_set()
+    });
+    match (found, long) {
+        (false, _) => None,
+        (true, Some(name)) => Some(format!("--{name}=")),
+        (true, None) => Some(token.to_string()),
+    }
 }
 
 /// Which standard descriptors were closed when the process started. Rust's runtime opens

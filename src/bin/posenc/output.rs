@@ -102,10 +102,10 @@ pub(crate) fn output_format<F: Copy + PartialEq>(
 }
 
 /// The target of a command whose output is one `.npy` (`encode`, `rope`, `alibi`): `path`
-/// resolved, its extension noted where it names another format, a terminal refused.
+/// resolved, a terminal refused. Its extension is noted by [`note_npy_extension`] once the
+/// request is found valid.
 pub(crate) fn npy_target(path: &Path) -> Result<Target, Failure> {
     let out = target(Some(path))?;
-    note_foreign_extension(Some(path), "npy", "");
     refuse_binary_on_terminal(
         &out,
         "output",
@@ -113,6 +113,13 @@ pub(crate) fn npy_target(path: &Path) -> Result<Target, Failure> {
         "a .npy needs a file (-o PATH) or a redirected stdout, not a terminal",
     )?;
     Ok(out)
+}
+
+/// A note where an `.npy` command's `path` names another format: called once the request
+/// is valid, so that a refused one prints its one line alone (a note announcing a write
+/// that never came preceded the error; round twenty-two).
+pub(crate) fn note_npy_extension(path: &Path) {
+    note_foreign_extension(Some(path), "npy", "");
 }
 
 /// Refuses to pour binary output (`format`) into a terminal: standard output on one, or a

@@ -321,6 +321,16 @@ impl Context {
                 plan.rows_per.min(heads) * 4,
                 U::STORAGE | U::COPY_DST,
             )?;
+            // The kernels compile before the output's buffers are made: a software adapter
+            // compiles in host memory, and llvmpipe (GL) died of SIGSEGV on a failed
+            // allocation in its compiler when the buffers had taken the address space
+            // under a limit first (round twenty-two of the hostile probes).
+            for chunk in plan.chunks() {
+                let aligned = chunk.n_cols.is_multiple_of(4) && chunk.col0.is_multiple_of(4);
+                self.alibi_kernel(
+                    AlibiShape::new(chunk.n_cols, self.coalesced, aligned, max_groups).form,
+                );
+            }
             let total = plan.rows * plan.cols * 4;
             let mut output = Output::new(self, &ALIBI, sink, total, plan.max_values() * 4, None)?;
             // Each form's kernel and bind group, made when a chunk first takes it.

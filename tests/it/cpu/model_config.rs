@@ -248,6 +248,12 @@ fn malformed_configs_are_refused_naming_the_key() {
         e.to_string(),
         "config.json: invalid pad_token_id: missing (allowed: a whole number in 0..=4294967295)"
     );
+    // A whole float is in the range but no integer: the message says which (it named the
+    // range alone, which 64.0 is in; round twenty-two).
+    let e = ModelConfig::from_hf_config(&m2m(r#""d_model": 64.0, "pad_token_id": 1,
+        "scale_embedding": true"#))
+    .unwrap_err();
+    assert!(e.to_string().ends_with("written as an integer (without a fraction))"), "{e}");
 }
 
 /// A refused `d_model` of a sinusoid family names the width that family allows, whatever
@@ -294,7 +300,11 @@ fn refused_numbers_are_named_as_written() {
         (r#""d_model": 1e23, "pad_token_id": 1"#, "d_model: 1e23", "a number in 4..=65536"),
         (r#""d_model": 1e300, "pad_token_id": 1"#, "d_model: 1e300", "a number in 4..=65536"),
         (r#""d_model": 2.5e-7, "pad_token_id": 1"#, "d_model: 2.5e-7", "a number in 4..=65536"),
-        (r#""d_model": 512.0, "pad_token_id": 1"#, "d_model: 512.0", "a number in 4..=65536"),
+        (
+            r#""d_model": 512.0, "pad_token_id": 1"#,
+            "d_model: 512.0",
+            "a number in 4..=65536, written as an integer (without a fraction)",
+        ),
         (r#""d_model": -3, "pad_token_id": 1"#, "d_model: -3", "a number in 4..=65536"),
         (
             r#""d_model": 512, "pad_token_id": 1e23"#,

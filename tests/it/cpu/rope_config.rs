@@ -640,6 +640,10 @@ fn configs_posenc_cannot_honour_are_refused_naming_the_key() {
     refused(r#"{"head_dim": 64, "rotary_dim": 33}"#, None, "rotary_dim");
     refused(r#"{"head_dim": 64, "rotary_pct": 1.5}"#, None, "rotary_pct");
     refused(r#"{"head_dim": 64, "rope_theta": "big"}"#, None, "rope_theta");
+    // A model_type that is no string was read as none: the generic RoPE, silently.
+    refused(r#"{"model_type": ["gptj"], "head_dim": 64}"#, None, "model_type");
+    let nested = r#"{"model_type": "llava", "text_config": {"model_type": 5, "head_dim": 64}}"#;
+    refused(nested, None, "text_config.model_type");
 
     refused(&llama[..llama.len() / 2], None, "(json)");
     refused("[1, 2]", None, "(json)");
@@ -851,7 +855,7 @@ fn configs_read_as_transformers_reads_them() {
     };
     assert_eq!((l.factor, l.original_max_position_embeddings), (8.0, 8192));
     let msg = refused(&llama3(""), None, "rope_scaling.original_max_position_embeddings");
-    assert!(msg.contains("no max_position_embeddings"), "{msg}");
+    assert!(msg.contains("unless max_position_embeddings is given"), "{msg}");
 
     // An empty rope_scaling is none (transformers 5 takes `rope_scaling or
     // rope_parameters`), beside rope_parameters too.
@@ -872,4 +876,15 @@ fn a_partial_factor_inside_rope_scaling_is_refused_saying_where_it_belongs() {
         "original_max_position_embeddings": 8192}}"#;
     let msg = refused(text, None, "rope_scaling.partial_rotary_factor");
     assert!(msg.contains("top level") && msg.contains("4.x ignores it"), "{msg}");
+    // Beside the same top-level value both versions read 0.5 (Phi-4-mini's shape).
+    let same = text.replace(
+        "\"max_position_embeddings\"",
+        "\"partial_rotary_factor\": 0.5,
+        \"max_position_embeddings\"",
+    );
+    assert_eq!(RopeSpec::from_hf_config(&same, None).unwrap().rotary_dim(), 64);
+    // A family whose class ignores the top-level factor is told where it belongs.
+    let neox = same.replace("{\"hidden_size\"", "{\"model_type\": \"gpt_neox\", \"hidden_size\"");
+    let msg = refused(&neox, None, "rope_scaling.partial_rotary_factor");
+    assert!(msg.contains("put it in rope_parameters"), "{msg}");
 }

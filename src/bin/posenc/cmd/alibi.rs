@@ -108,6 +108,7 @@ pub(crate) fn run(args: &AlibiArgs) -> Result<(), Failure> {
         .map_err(Failure::usage)?;
 
     // The request is valid: from here on failures are the run's (exit 1).
+    crate::output::note_npy_extension(output);
     let job = HostJob::Alibi { values: u64::try_from(spec.n_values()).unwrap_or(u64::MAX) };
     let bias = on_device(args.device, None, job, |c| match c {
         Compute::Cpu => Ok(alibi::bias_cpu(&spec)?),

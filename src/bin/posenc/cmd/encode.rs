@@ -144,6 +144,7 @@ pub(crate) fn run(args: &EncodeArgs) -> Result<(), Failure> {
     let input = EncodeInput::load(args).map_err(Failure::usage)?;
 
     // The request is valid: from here on failures are the run's (exit 1).
+    crate::output::note_npy_extension(&args.output);
     let values = input.ids.len() as u64 * input.table.dim().1 as u64;
     let bytes = values * input.options.out_dtype.size() as u64;
     posenc::alloc::check_allocation("the encode output", bytes)?;

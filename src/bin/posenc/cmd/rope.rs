@@ -203,6 +203,7 @@ pub(crate) fn run(args: &RopeArgs) -> Result<(), Failure> {
     let input = RopeInput::load(args).map_err(Failure::usage)?;
 
     // The request is valid: from here on failures are the run's (exit 1).
+    crate::output::note_npy_extension(&args.output);
     let (spec, layout) = (&input.spec, input.layout);
     // Positions per axis, with the config's axes (`load` refuses them without); else one
     // per token, made here for an offset.
