@@ -34,6 +34,10 @@ pub(crate) const ROPE_TYPE_KEYS: &[(&str, &[&str])] = &[
             "mscale_all_dim",
             "attention_factor",
             "truncate",
+            // The YaRN authors' configs (NousResearch's Yarn-Llama-2, Yarn-Mistral) carry it
+            // for their dynamic variant's code; their static YaRN, and transformers', ignore
+            // it: read past, a bool.
+            "finetuned",
         ],
     ),
     (
@@ -1076,6 +1080,7 @@ impl Fields<'_> {
     /// Face's defaults when absent, null or 0, and `truncate` is true unless given.
     fn yarn(&self) -> Result<Scaling> {
         self.only("yarn")?;
+        self.boolean("finetuned")?;
         if !self.map.contains_key("factor") {
             return Err(invalid(
                 "factor",

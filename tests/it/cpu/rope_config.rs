@@ -857,6 +857,20 @@ fn configs_read_as_transformers_reads_them() {
     let msg = refused(&llama3(""), None, "rope_scaling.original_max_position_embeddings");
     assert!(msg.contains("unless max_position_embeddings is given"), "{msg}");
 
+    // The YaRN authors' configs carry `finetuned`, which transformers ignores (with a
+    // warning): Yarn-Mistral-7b-128k's rope fields.
+    let yarn_mistral = r#"{"model_type": "mistral", "hidden_size": 4096,
+        "num_attention_heads": 32, "max_position_embeddings": 32768, "rope_theta": 10000.0,
+        "rope_scaling": {"factor": 16.0, "finetuned": true,
+        "original_max_position_embeddings": 8192, "type": "yarn"}}"#;
+    let Scaling::Yarn(y) = read(yarn_mistral.into()).scaling().clone() else { panic!() };
+    assert_eq!((y.factor, y.original_max_position_embeddings), (16.0, 8192));
+    let msg = refused(
+        &yarn_mistral.replace("\"finetuned\": true", "\"finetuned\": 1"),
+        None,
+        "rope_scaling.finetuned",
+    );
+    assert!(msg.contains("true or false"), "{msg}");
     // An empty rope_scaling is none (transformers 5 takes `rope_scaling or
     // rope_parameters`), beside rope_parameters too.
     let empty = r#"{"hidden_size": 4096, "num_attention_heads": 32, "rope_theta": 500000,
