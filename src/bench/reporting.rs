@@ -142,7 +142,9 @@ pub struct Item {
     pub min_s: f64,
     /// Slowest run.
     pub max_s: f64,
-    /// Bytes read plus written per run over the median time, in GB/s (1e9 bytes).
+    /// Bytes read plus written per run over the median time, in GB/s (1e9 bytes); not a
+    /// number (`null` in JSON) for an item that moves no bytes in its time
+    /// (`gpu_encode_submit`).
     pub gbps: f64,
     /// The ceiling's GB/s.
     pub ceiling_gbps: f64,
@@ -192,6 +194,19 @@ impl Item {
         }
     }
 
+    /// An item that moves none of the bytes in the time it measures (`gpu_encode_submit`,
+    /// the host's part of a call, which returns before the work runs): a time alone, its
+    /// GB/s and ratio not numbers (printed `-`, `null` in JSON), whatever ceiling it is
+    /// shown beside.
+    pub(super) fn time_only(name: &str, times: Vec<f64>) -> Self {
+        Item {
+            gbps: f64::NAN,
+            ceiling_gbps: f64::NAN,
+            ratio: f64::NAN,
+            ..Item::new(name, times, 0)
+        }
+    }
+
     /// The item, timed as `steps` steps recorded into one command buffer.
     pub(super) fn with_steps(self, steps: usize) -> Self {
         Item { steps: Some(steps), ..self }
@@ -204,6 +219,9 @@ impl Item {
 
     /// The item measured against `ceiling`.
     pub(super) fn against(self, ceiling: &Item) -> Self {
+        if self.gbps.is_nan() {
+            return Item { ceiling: ceiling.name.clone(), ..self };
+        }
         Item {
             ceiling: ceiling.name.clone(),
             ceiling_gbps: ceiling.gbps,
@@ -361,14 +379,17 @@ pub(super) fn items_table(items: &[Item], ceiling_method: Option<&str>) -> Strin
         let ceiling = if i.ceiling == i.name { "" } else { &i.ceiling };
         let floor = i.per_floor.map_or(String::new(), |f| format!("{f:.2}"));
         let steps = i.steps.map_or(String::new(), |k| format!(" ({k} steps in one pass)"));
+        let (gbps, ratio) = if i.gbps.is_nan() {
+            ("-".to_string(), "-".to_string())
+        } else {
+            (format!("{:.2}", i.gbps), format!("{:.1}%", 100.0 * i.ratio))
+        };
         let line = format!(
-            "{:<w$} {:>10} {:>10} {:>10} {:>9.2} {:>8.1}% {:>8}  {ceiling}{steps}",
+            "{:<w$} {:>10} {:>10} {:>10} {gbps:>9} {ratio:>9} {:>8}  {ceiling}{steps}",
             i.name,
             millis(i.median_s),
             millis(i.min_s),
             millis(i.max_s),
-            i.gbps,
-            100.0 * i.ratio,
             floor
         );
         out += line.trim_end();
@@ -585,5 +606,19 @@ mod tests {
         assert_eq!(item.ceiling, "c");
         // No times: no panic, no figure.
         assert!(Item::new("e", Vec::new(), 1).median_s.is_nan());
+    }
+
+    /// An item that moves no bytes in its time prints no GB/s or ratio (it read 8179 % of
+    /// its ceiling; round twenty-two) and gives `null` for them in JSON.
+    #[test]
+    fn a_time_only_item_has_no_bandwidth() {
+        let ceiling = Item::new("c", vec![2.0], 4_000_000_000);
+        let item = Item::time_only("s", vec![0.5]).against(&ceiling);
+        assert_eq!((item.median_s, item.ceiling.as_str()), (0.5, "c"));
+        let line = items_table(&[item.clone()], None).lines().nth(1).unwrap().to_string();
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cells, ["s", "500.000", "500.000", "500.000", "-", "-", "c"], "{line}");
+        let json = serde_json::to_value(&item).unwrap();
+        assert!(json["gbps"].is_null() && json["ratio"].is_null(), "{json}");
     }
 }

@@ -645,7 +645,7 @@ impl<'a> OnGpu<'a> {
             Item::new("gpu_encode", warm, encode_bytes).against(&ceiling),
             Item::new("gpu_encode_cold", cold, encode_bytes).against(&ceiling),
             Item::new("gpu_encode_call", calls, encode_bytes).against(&call_ceiling),
-            Item::new("gpu_encode_submit", submits, encode_bytes).against(&call_ceiling),
+            Item::time_only("gpu_encode_submit", submits).against(&call_ceiling),
             Item::new("gpu_encode_host", host, encode_bytes).against(&call_ceiling),
             Item::new("gpu_encode_mapped", mapped, encode_bytes).against(&call_ceiling),
             Item::new("gpu_encode_stream", streams, encode_bytes).against(&call_ceiling),
