@@ -615,7 +615,8 @@ mod tests {
         let ceiling = Item::new("c", vec![2.0], 4_000_000_000);
         let item = Item::time_only("s", vec![0.5]).against(&ceiling);
         assert_eq!((item.median_s, item.ceiling.as_str()), (0.5, "c"));
-        let line = items_table(&[item.clone()], None).lines().nth(1).unwrap().to_string();
+        let line =
+            items_table(std::slice::from_ref(&item), None).lines().nth(1).unwrap().to_string();
         let cells: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(cells, ["s", "500.000", "500.000", "500.000", "-", "-", "c"], "{line}");
         let json = serde_json::to_value(&item).unwrap();
