@@ -891,23 +891,12 @@ fn run_step<T: Element>(
     // The host-array encode of the same tokens beside the recorded step (one submission,
     // device time), against the same run's copy ceiling.
     let host_out = storage_init(ctx, "posenc.bench.host_out", &vec![0u8; vec4s(out_bytes)]);
-    let mut host = Vec::new();
+    let time_host =
+        || ctx.time_encode(&pe_spec, &uploaded, ids.view(), pos.view(), &options, &host_out, false);
     // One warm-up first, as every item has (without it the first run, which builds the
     // kernel, was the median of two: 102 ms against 0.3; round twenty-two).
-    for warm in std::iter::once(true).chain(std::iter::repeat_n(false, config.repeats)) {
-        let time = ctx.time_encode(
-            &pe_spec,
-            &uploaded,
-            ids.view(),
-            pos.view(),
-            &options,
-            &host_out,
-            false,
-        )?;
-        if !warm {
-            host.push(time);
-        }
-    }
+    time_host()?;
+    let host = (0..config.repeats).map(|_| time_host()).collect::<Result<Vec<_>>>()?;
     // The step's two parts alone too, so that what a step costs over its copy has an owner.
     let rope_bytes = 2 * (q_bytes + k_bytes) as u64;
     let mut encode_alone =
@@ -1004,10 +993,6 @@ impl OpReport {
 mod tests {
     use super::*;
 
-    /// The multimodal preset's positions are those transformers 5.24's
-    /// `Qwen2_5_VLModel.get_rope_index` gives a prompt of 15 text tokens, the vision-start
-    /// token, a 72 x 72-patch image (`image_grid_thw` [1, 72, 72], merged 2 x 2 into 36 x 36
-    /// tokens) and text to 2048 tokens (2026-12-03), at the tokens around each boundary.
     /// A partial RoPE's bytes are its rotated dims' (Phi-2: 32 of 80), which every item
     /// reads and writes in place; counted whole, they beat their copies (round
     /// twenty-two).
@@ -1022,6 +1007,10 @@ mod tests {
         assert_eq!(report.bytes, 2 * tokens * heads * 32 * 2);
     }
 
+    /// The multimodal preset's positions are those transformers 5.24's
+    /// `Qwen2_5_VLModel.get_rope_index` gives a prompt of 15 text tokens, the vision-start
+    /// token, a 72 x 72-patch image (`image_grid_thw` [1, 72, 72], merged 2 x 2 into 36 x 36
+    /// tokens) and text to 2048 tokens (2026-12-03), at the tokens around each boundary.
     #[test]
     fn multimodal_positions_are_get_rope_index_s() {
         let p = ROPE_PRESETS.iter().find(|p| p.mrope.is_some()).unwrap();

@@ -325,11 +325,13 @@ impl Context {
             // compiles in host memory, and llvmpipe (GL) died of SIGSEGV on a failed
             // allocation in its compiler when the buffers had taken the address space
             // under a limit first (round twenty-two of the hostile probes).
+            // The output binding starts at a chunk's first value.
+            let shape_of = |n_cols: u64, col0: u64| {
+                let aligned = n_cols.is_multiple_of(4) && col0.is_multiple_of(4);
+                AlibiShape::new(n_cols, self.coalesced, aligned, max_groups)
+            };
             for chunk in plan.chunks() {
-                let aligned = chunk.n_cols.is_multiple_of(4) && chunk.col0.is_multiple_of(4);
-                self.alibi_kernel(
-                    AlibiShape::new(chunk.n_cols, self.coalesced, aligned, max_groups).form,
-                );
+                self.alibi_kernel(shape_of(chunk.n_cols, chunk.col0).form);
             }
             let total = plan.rows * plan.cols * 4;
             let mut output = Output::new(self, &ALIBI, sink, total, plan.max_values() * 4, None)?;
@@ -347,9 +349,7 @@ impl Context {
                     0,
                     bytemuck::cast_slice(&slope_bits[head0 as usize..head_end as usize]),
                 );
-                // The output binding starts at the chunk's first value.
-                let aligned = chunk.n_cols.is_multiple_of(4) && chunk.col0.is_multiple_of(4);
-                let shape = AlibiShape::new(chunk.n_cols, self.coalesced, aligned, max_groups);
+                let shape = shape_of(chunk.n_cols, chunk.col0);
                 let (groups_x, rows_per_group) = (shape.groups_x, shape.rows_per_group);
                 let (kernel, bind_group) = bound[shape.form as usize].get_or_insert_with(|| {
                     let kernel = self.alibi_kernel(shape.form);
