@@ -200,7 +200,7 @@ impl EncodeX4 {
         s += &format!("const UNITS_PER_INVOCATION: u32 = {}u;\n", self.units);
         // Table units per 64-byte cache line, for the prefetch.
         s += &format!("const UNITS_PER_LINE: u32 = {}u;\n", 64 / (4 * self.table.size()));
-        unit_header(self.table, self.out, self.slots, 4, &mut s);
+        unit_header(self.table, self.out, self.slots, 4, self.coalesced, &mut s);
         let mut imported = Vec::new();
         expand(ENCODE_X4, &mut imported, &mut s);
         s
@@ -220,9 +220,17 @@ fn unit_types() -> impl Iterator<Item = (Dtype, Dtype, u32)> {
 
 /// The specialisation both unit kernels (`encode_x4`, `encode_pass_x4`) share: the storage words
 /// of a unit of four elements of the table (`TableWord`) and of the output (`OutWord`),
-/// `widen`/`narrow` between them and vec4<f32>, `slots` table bindings from binding
-/// `first_binding` on, and `table_word(slot, i)` choosing among them.
-fn unit_header(table: Dtype, out: Dtype, slots: u32, first_binding: u32, s: &mut String) {
+/// `widen`/`narrow` between them and vec4<f32> (an f16 table widened by
+/// `widen4_f16_general` when not `coalesced`: see [`lanes_header`]), `slots` table bindings
+/// from binding `first_binding` on, and `table_word(slot, i)` choosing among them.
+fn unit_header(
+    table: Dtype,
+    out: Dtype,
+    slots: u32,
+    first_binding: u32,
+    coalesced: bool,
+    s: &mut String,
+) {
     let word = |d: Dtype| if d == Dtype::F32 { "vec4<u32>" } else { "vec2<u32>" };
     let name = |d: Dtype| match d {
         Dtype::F32 => "f32",
@@ -232,7 +240,11 @@ fn unit_header(table: Dtype, out: Dtype, slots: u32, first_binding: u32, s: &mut
     *s += &format!("alias TableWord = {};\n", word(table));
     *s += &format!("alias OutWord = {};\n", word(out));
     *s += &format!("const TABLE_SLOTS: u32 = {slots}u;\n");
-    *s += &format!("fn widen(w: TableWord) -> vec4<f32> {{ return widen4_{}(w); }}\n", name(table));
+    let general = if table == Dtype::F16 && !coalesced { "_general" } else { "" };
+    *s += &format!(
+        "fn widen(w: TableWord) -> vec4<f32> {{ return widen4_{}{general}(w); }}\n",
+        name(table)
+    );
     *s += &format!("fn narrow(v: vec4<f32>) -> OutWord {{ return narrow4_{}(v); }}\n", name(out));
     for k in 0..slots {
         *s += &format!(
@@ -243,6 +255,15 @@ fn unit_header(table: Dtype, out: Dtype, slots: u32, first_binding: u32, s: &mut
     *s += "fn table_word(slot: u32, i: u32) -> TableWord {\n    ";
     slot_tree(0, slots, s);
     *s += "\n}\n";
+}
+
+/// Defines `LANES_MASKED` for the RoPE unit (`shaders/shared/rope_unit.wgsl`): true for a
+/// kernel built for an adapter that runs shaders on CPU cores (`coalesced` false), which
+/// runs its lanes through both sides of a branch that depends on their values. Such a
+/// kernel widens f16 by `widen4_f16_general` (`shaders/shared/convert4.wgsl` says why), as
+/// [`unit_header`]'s `widen` does; the same bits as the short path's.
+fn lanes_header(coalesced: bool, s: &mut String) {
+    *s += &format!("const LANES_MASKED: bool = {};\n", !coalesced);
 }
 
 /// The copy ceiling's kernel, `shaders/copy.wgsl`, before its specialisation.
@@ -550,22 +571,31 @@ pub fn rope_pass_workgroup(tokens: u64, units: u64, per: u32) -> u32 {
 pub const ROPE_PASS_MAX_FREQ_VECS: u32 = 256;
 
 /// What the RoPE unit kernels (`rope_x4`, `rope_pass`; `shaders/shared/rope_unit.wgsl`) are
-/// specialised for: the storage type and the pairing.
+/// specialised for: the storage type, the pairing and the kind of adapter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RopeUnitKind {
     /// Element type of the tensor.
     pub dtype: Dtype,
     /// Neox pairing (frequency `i` rotates dimensions `i` and `i + r/2`); else gptj.
     pub neox: bool,
+    /// Built for a GPU (the coalesced access pattern) rather than for an adapter that runs
+    /// shaders on CPU cores, which widens f16 without the short path
+    /// (`widen4_f16_general` in `shaders/shared/convert4.wgsl` says why); the same bits.
+    pub coalesced: bool,
 }
 
 impl RopeUnitKind {
-    /// Every storage type and pairing.
+    /// Every storage type and pairing, for GPUs and for CPU adapters.
     pub fn all() -> Vec<Self> {
-        [Dtype::F32, Dtype::F16, Dtype::Bf16]
-            .into_iter()
-            .flat_map(|dtype| [true, false].map(|neox| Self { dtype, neox }))
-            .collect()
+        let mut all = Vec::new();
+        for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
+            for neox in [true, false] {
+                for coalesced in [true, false] {
+                    all.push(Self { dtype, neox, coalesced });
+                }
+            }
+        }
+        all
     }
 
     /// Frequencies one unit rotates: 8 for a neox unit of 16-bit elements (a vec4 of each
@@ -579,6 +609,7 @@ impl RopeUnitKind {
         *s += &format!("const ROPE_F32: bool = {};\n", self.dtype == Dtype::F32);
         *s += &format!("const ROPE_NEOX: bool = {};\n", self.neox);
         *s += &format!("const ROPE_UNIT_FREQS: u32 = {}u;\n", self.unit_freqs());
+        lanes_header(self.coalesced, s);
     }
 
     /// The complete WGSL of `shaders/rope_x4.wgsl` for this kind.
@@ -659,7 +690,8 @@ impl RopePassKernel {
     }
 
     /// Representative specialisations for tests that translate each: every unit kind with
-    /// the least and the most room, and in the heads form.
+    /// the least and the most room, and in the heads form; the form for CPU adapters as
+    /// they build it, the others as GPUs do.
     pub fn all() -> Vec<Self> {
         RopeUnitKind::all()
             .into_iter()
@@ -684,6 +716,7 @@ impl RopePassKernel {
                     Self { unit, row_units, freq_vecs, form, axes: false }
                 })
             })
+            .filter(|k| k.unit.coalesced != matches!(k.form, RopePassForm::Heads { group: 0 }))
             .flat_map(|k| {
                 // The multimodal form of the most room and of the heads forms.
                 let multimodal = k.freq_vecs == ROPE_PASS_MAX_FREQ_VECS
@@ -756,6 +789,10 @@ pub struct EncodePassX4 {
     /// The buffer layout of devices with fewer than 6 storage buffers per shader stage
     /// (see [`encode_pass_bindings`](crate::gpu::layout::encode_pass_bindings)).
     pub compact: bool,
+    /// Built for a GPU (the coalesced access pattern) rather than for an adapter that runs
+    /// shaders on CPU cores, which widens f16 without the short path
+    /// (`widen4_f16_general` in `shaders/shared/convert4.wgsl` says why); the same bits.
+    pub coalesced: bool,
 }
 
 impl EncodePassX4 {
@@ -779,7 +816,8 @@ impl EncodePassX4 {
     /// Representative specialisations for tests that translate each: every table and
     /// output type and number of slots, at both access patterns' unit counts and the
     /// smallest and largest workgroups, and the split stages as CPU adapters build them
-    /// (the rest differ only in those constants).
+    /// (the rest differ only in those constants); 4 units per invocation as CPU adapters
+    /// build them, the others as GPUs do.
     /// The compact layout's too, with every number of table slots: a device of 4 or 5
     /// storage buffers binds one or two, and a record whose output shares its ids' buffer
     /// (an engine's arena) takes the compact layout on any device.
@@ -795,9 +833,12 @@ impl EncodePassX4 {
                 (4, ENCODE_PASS_X4_MAX_WORKGROUP, 1),
                 (4, ENCODE_PASS_X4_MAX_WORKGROUP, 2),
             ] {
-                all.push(Self { table, out, slots, units, workgroup, stage, compact: false });
+                let coalesced = units != 4;
+                let v =
+                    Self { table, out, slots, units, workgroup, stage, compact: false, coalesced };
+                all.push(v);
                 if workgroup == ENCODE_PASS_X4_MAX_WORKGROUP {
-                    all.push(Self { table, out, slots, units, workgroup, stage, compact: true });
+                    all.push(Self { compact: true, ..v });
                 }
             }
         }
@@ -811,7 +852,7 @@ impl EncodePassX4 {
         s += &format!("const X4_WORKGROUP: u32 = {}u;\n", self.workgroup);
         s += &format!("const STAGE: u32 = {}u;\n", self.stage);
         let tables = encode_pass_io(self.compact, "vec4<u32>", "OutWord", &mut s);
-        unit_header(self.table, self.out, self.slots, tables, &mut s);
+        unit_header(self.table, self.out, self.slots, tables, self.coalesced, &mut s);
         let mut imported = Vec::new();
         expand(ENCODE_PASS_X4, &mut imported, &mut s);
         s

@@ -5,7 +5,8 @@
 // bits. The f16 forms take a short path when all four values (or results) are normal
 // f16, the case of nearly every weight and activation, and bf16's narrowing one when none
 // of the four is a NaN, so that a warp (or a software adapter's batch of lanes) skips the
-// general form none of its lanes needs.
+// general form none of its lanes needs. widen4_f16_general is the f16 widening without
+// its short path, for adapters that run shaders on CPU cores (below).
 #import convert
 
 fn widen4_f32(w: vec4<u32>) -> vec4<f32> {
@@ -25,6 +26,24 @@ fn widen4_f16(w: vec2<u32>) -> vec4<f32> {
         f16_to_f32_bits(h.y),
         f16_to_f32_bits(h.z),
         f16_to_f32_bits(h.w),
+    ));
+}
+
+// widen4_f16 without its short path: the general form alone, for kernels built for an
+// adapter that runs shaders on CPU cores (lavapipe, llvmpipe, SwiftShader, WARP: the
+// adjacent access pattern's adapters; the host picks it). Such an adapter runs a batch of
+// lanes through both sides of every branch that depends on their values, under a mask, so
+// the short path is paid beside the general form, not instead of it, and its test and the
+// selection of the two results cost more than the few integer operations by which the
+// general form is longer (lavapipe, 2026-12-04: Phi-2's prefill RoPE 3.19 -> 2.93 ms). The
+// narrowings keep their short paths there too: their general forms are long enough that
+// the short path beside them still pays.
+fn widen4_f16_general(w: vec2<u32>) -> vec4<f32> {
+    return bitcast<vec4<f32>>(vec4<u32>(
+        f16_to_f32_bits(w.x & 0xffffu),
+        f16_to_f32_bits(w.x >> 16u),
+        f16_to_f32_bits(w.y & 0xffffu),
+        f16_to_f32_bits(w.y >> 16u),
     ));
 }
 

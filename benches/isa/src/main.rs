@@ -50,7 +50,7 @@ struct Kernel {
 fn presets() -> Vec<Kernel> {
     let mut all = Vec::new();
     let mut rope = |name: &str, dtype: Dtype, rotary: u32, heads: u32, tokens: u64, axes: bool| {
-        let kind = RopeUnitKind { dtype, neox: true };
+        let kind = RopeUnitKind { dtype, neox: true, coalesced: true };
         let n_freqs = rotary / 2;
         let units = u64::from(heads * n_freqs / kind.unit_freqs());
         let workgroup = rope_pass_workgroup(tokens, units, 1);
@@ -87,7 +87,16 @@ fn presets() -> Vec<Kernel> {
     // The recorded encode of tokens whose positions are cached (stage 1), one table slot.
     let mut encode = |name: &str, table: Dtype, out: Dtype, dim: u32| {
         let (units, workgroup) = EncodePassX4::shape(dim / 4, true, None);
-        let v = EncodePassX4 { table, out, slots: 1, units, workgroup, stage: 1, compact: false };
+        let v = EncodePassX4 {
+            table,
+            out,
+            slots: 1,
+            units,
+            workgroup,
+            stage: 1,
+            compact: false,
+            coalesced: true,
+        };
         all.push(Kernel { name: name.to_string(), entry: "encode_pass_x4", source: v.source() });
     };
     encode("bert-base-encode", Dtype::F32, Dtype::F32, 768);

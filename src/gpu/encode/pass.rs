@@ -622,6 +622,7 @@ impl Context {
                 workgroup,
                 stage,
                 compact,
+                coalesced: self.coalesced,
             };
             let (groups_y, groups_z) = fold_dispatch(n_tokens, max_groups);
             let grid = (row_units.div_ceil(units * workgroup), groups_y, groups_z);

@@ -903,7 +903,8 @@ impl Plan {
         let head_dim = geometry.head_dim;
         let rotary_dim = spec.rotary_dim() as usize;
         let kernel = if head_dim.is_multiple_of(8) && rotary_dim.is_multiple_of(16) {
-            let kind = RopeUnitKind { dtype, neox: spec.pairing() == Pairing::Neox };
+            let neox = spec.pairing() == Pairing::Neox;
+            let kind = RopeUnitKind { dtype, neox, coalesced: ctx.coalesced };
             Kernel::X4 { per_vec: 16 / size, kind }
         } else {
             Kernel::General {

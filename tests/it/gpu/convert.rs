@@ -4,17 +4,20 @@
 //! to f16 and bf16, with the mantissas where rounding turns (each tie of every subnormal
 //! shift, one below and above it, the extremes) and a million random ones, signs and NaN
 //! payloads included, in groups of four that take both the vec4 forms' normal path and
-//! their general one.
+//! their general one; each in the forms built for GPUs and for CPU adapters.
 
-use crate::support::convert_probe::{CONVERSIONS, check, inputs, submit};
+use crate::support::convert_probe::{CONVERSIONS, LANES_MASKED, check, inputs, submit};
 use crate::support::gpu;
 
 #[test]
 fn every_conversion_has_the_cpu_twin_bits() {
     let Some(ctx) = gpu() else { return };
-    for (entry, twin, widens) in CONVERSIONS {
-        let (input, out_words) = inputs(widens);
-        let output = submit(ctx, entry, &input, out_words);
-        check(entry, twin, widens, &input, &ctx.read_buffer(&output).unwrap());
+    for masked in LANES_MASKED {
+        for (entry, twin, widens) in CONVERSIONS {
+            let (input, out_words) = inputs(widens);
+            let output = submit(ctx, entry, masked, &input, out_words);
+            let what = format!("{entry} (LANES_MASKED {masked})");
+            check(&what, twin, widens, &input, &ctx.read_buffer(&output).unwrap());
+        }
     }
 }

@@ -12,14 +12,14 @@ use super::random::Rng;
 
 /// The probe's kernel: for each 16-bit type T (`f16`, `bf16`), entry points `widen_T` and
 /// `narrow_T`; each invocation converts one unit, four halves (two words) widened to four
-/// f32 words, or four f32 words narrowed to two words of halves.
-fn probe_source() -> String {
-    let mut src = String::from(
-        "#import convert4
+/// f32 words, or four f32 words narrowed to two words of halves. `masked`: the forms as
+/// built for adapters that run shaders on CPU cores (`LANES_MASKED`), else for GPUs.
+fn probe_source(masked: bool) -> String {
+    let mut src = format!("const LANES_MASKED: bool = {masked};\n");
+    src += "#import convert4
 @group(0) @binding(0) var<storage, read> input: array<u32>;
 @group(0) @binding(1) var<storage, read_write> output: array<u32>;
-",
-    );
+";
     for t in ["f16", "bf16"] {
         src += &format!(
             "
@@ -58,11 +58,22 @@ pub const CONVERSIONS: [Conversion; 4] = [
     ("narrow_bf16", convert::f32_to_bf16_bits, false),
 ];
 
-/// Submits entry point `entry` of the probe's kernel over `input` (whole units) and returns the
-/// buffer of its `out_words` words, to read back once the queue has run.
-pub fn submit(ctx: &Context, entry: &str, input: &[u32], out_words: usize) -> wgpu::Buffer {
+/// Whether the probe's kernel is built for adapters that run shaders on CPU cores: both
+/// builds, whatever the adapter, for each holds its own forms of the conversions.
+pub const LANES_MASKED: [bool; 2] = [false, true];
+
+/// Submits entry point `entry` of the probe's kernel (built for CPU adapters if `masked`)
+/// over `input` (whole units) and returns the buffer of its `out_words` words, to read back
+/// once the queue has run.
+pub fn submit(
+    ctx: &Context,
+    entry: &str,
+    masked: bool,
+    input: &[u32],
+    out_words: usize,
+) -> wgpu::Buffer {
     let device = ctx.device();
-    let source = posenc::shaders::compose(&probe_source()).unwrap();
+    let source = posenc::shaders::compose(&probe_source(masked)).unwrap();
     let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some("convert probe"),
         source: wgpu::ShaderSource::Wgsl(source.into()),
@@ -126,14 +137,14 @@ fn halves(words: &[u32]) -> Vec<u32> {
     words.iter().flat_map(|w| [w & 0xffff, w >> 16]).collect()
 }
 
-/// Checks the words `got` that `entry` wrote for `input` against `twin`, naming the first
-/// few that differ.
-pub fn check(entry: &str, twin: fn(u32) -> u32, widens: bool, input: &[u32], got: &[u8]) {
+/// Checks the words `got` that conversion `what` (its entry point and build) wrote for
+/// `input` against `twin`, naming the first few that differ.
+pub fn check(what: &str, twin: fn(u32) -> u32, widens: bool, input: &[u32], got: &[u8]) {
     let words: &[u32] = bytemuck::cast_slice(got);
     let (values, got): (Vec<u32>, Vec<u32>) =
         if widens { (halves(input), words.to_vec()) } else { (input.to_vec(), halves(words)) };
     let want: Vec<u32> = values.iter().map(|&v| twin(v)).collect();
-    assert_eq!(got.len(), want.len(), "{entry}: lengths");
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
     let bad: Vec<String> = values
         .iter()
         .zip(got.iter().zip(&want))
@@ -142,7 +153,7 @@ pub fn check(entry: &str, twin: fn(u32) -> u32, widens: bool, input: &[u32], got
         .map(|(v, (g, w))| format!("{v:#010x}: got {g:#010x}, want {w:#010x}"))
         .collect();
     let n = got.iter().zip(&want).filter(|(g, w)| g != w).count();
-    assert!(bad.is_empty(), "{entry}: {n} of {} differ, first {bad:#?}", want.len());
+    assert!(bad.is_empty(), "{what}: {n} of {} differ, first {bad:#?}", want.len());
 }
 
 /// Every 16-bit pattern, two to a word, low half first: in order (a unit of four mixes
