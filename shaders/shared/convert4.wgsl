@@ -16,14 +16,12 @@ fn widen4_f32(w: vec4<u32>) -> vec4<f32> {
 fn widen4_f16(w: vec2<u32>) -> vec4<f32> {
     let h = vec4<u32>(w.x & 0xffffu, w.x >> 16u, w.y & 0xffffu, w.y >> 16u);
     let em = h & vec4<u32>(0x7fffu);
-    // All four normal, as nearly every weight and activation is: WGSL's own unpacking, one
-    // conversion instruction per half on a GPU where the rebase takes several integer
-    // operations, and exact for a normal half on every backend (a conversion to a wider
-    // float is exact; only subnormals may be flushed, and those, infinities and NaNs take
-    // the general form). RDNA 2, Phi-2's RoPE: 614 -> 589 vector instructions on the
-    // typical path (benches/isa, 2026-12-04; a compiler's count, not a timing).
+    // All four normal, as nearly every weight and activation is: the exponent rebased.
+    // (Not WGSL's unpack2x16float, exact for normal halves but a downlevel capability,
+    // SHADER_F16_IN_F32, that not every adapter has.)
     if all((em >= vec4<u32>(0x400u)) & (em < vec4<u32>(0x7c00u))) {
-        return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));
+        let sign = (h & vec4<u32>(0x8000u)) << vec4<u32>(16u);
+        return bitcast<vec4<f32>>(((em << vec4<u32>(13u)) + vec4<u32>(0x38000000u)) | sign);
     }
     return bitcast<vec4<f32>>(vec4<u32>(
         f16_to_f32_bits(h.x),
