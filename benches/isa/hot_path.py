@@ -23,6 +23,11 @@ STUBS = [
         "e[i] = vec2<f32>(0.0, 0.0);",
     ),
     (
+        "exact phase past the cache (computed4, since 2026-12-03's multimodal pass)",
+        "e[i] = rope_cos_sin(q[i], s[i], scaled, params.scale_bits);",
+        "e[i] = vec2<f32>(0.0, 0.0);",
+    ),
+    (
         "exact phase past the cache (before 2026-11-28's vec4 reads of the cache)",
         "e[i] = rope_cos_sin(p, steps[f + i], scaled, params.scale_bits);",
         "e[i] = vec2<f32>(0.0, 0.0);",
