@@ -45,13 +45,16 @@ pub(crate) struct PeArgs {
     #[arg(long, value_name = "NAME", requires = "inv_freq")]
     inv_freq_tensor: Option<String>,
     /// Frequency base, in (1, 1e7] [default: 10000]; tensor2tensor: max_timescale.
-    #[arg(long, value_name = "B", allow_hyphen_values = true)]
+    #[arg(long, value_name = "B", allow_hyphen_values = true,
+          value_parser = crate::args::float64)]
     base: Option<f64>,
     /// tensor2tensor's min_timescale [default: 1.0].
-    #[arg(long, value_name = "T", allow_hyphen_values = true)]
+    #[arg(long, value_name = "T", allow_hyphen_values = true,
+          value_parser = crate::args::float64)]
     min_timescale: Option<f64>,
     /// tensor2tensor's max_timescale [default: 10000.0] (the same as --base).
-    #[arg(long, value_name = "T", conflicts_with = "base", allow_hyphen_values = true)]
+    #[arg(long, value_name = "T", conflicts_with = "base", allow_hyphen_values = true,
+          value_parser = crate::args::float64)]
     max_timescale: Option<f64>,
     /// Added to every position (tensor2tensor's start_index) [default: 0].
     #[arg(long, value_name = "N", allow_negative_numbers = true,
@@ -147,6 +150,20 @@ pub(crate) fn refuse_off_gpu(
 /// string"). A value of the type goes on to the option's range check.
 pub(crate) fn whole<T: Whole>(allowed: &'static str) -> impl WholeParser<T> {
     whole_at_least(None, allowed)
+}
+
+/// A float option's value as Rust reads it, except a number past float64's range, which
+/// Rust reads as an infinity: refused naming it, where a later check would name `inf`
+/// (`--base 1e309`). A value spelt as an infinity or a NaN passes, for the option's own
+/// check to name as written.
+pub(crate) fn float64(text: &str) -> Result<f64, String> {
+    let value: f64 = text.parse().map_err(|_| "expected a number".to_string())?;
+    let spelt_infinite =
+        text.trim_start_matches(['+', '-']).to_ascii_lowercase().starts_with("inf");
+    if value.is_infinite() && !spelt_infinite {
+        return Err(format!("{text} is beyond float64's range (|x| <= {:e})", f64::MAX));
+    }
+    Ok(value)
 }
 
 /// The integer types of the options.

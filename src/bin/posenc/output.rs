@@ -47,15 +47,21 @@ pub(crate) fn target(path: Option<&Path>) -> Result<Target, Failure> {
 /// not write gets a note ([`output_format`], [`note_foreign_extension`]).
 const DATA_EXTENSIONS: &[&str] = &["csv", "json", "npy", "npz", "safetensors", "pt", "bin", "png"];
 
+/// The formats [`note_foreign_extension`] is asked about that are not text.
+const BINARY_FORMATS: &[&str] = &["npy", "png", "safetensors"];
+
 /// For a command that writes one format (`encode`, `rope` and `alibi` .npy, `plot` and
 /// `bench --plot` PNG): a note where `path`'s extension names another data format
 /// (`encode -o out.csv` wrote .npy bytes silently; round fourteen). `flag` says how to get
 /// another format, where there is a way.
+/// A `.txt` name counts as foreign to the binary formats (`plot similarity -o s.txt`
+/// wrote a PNG silently; round twenty-two), not to the text ones (CSV in a `.txt` is common).
 pub(crate) fn note_foreign_extension(path: Option<&Path>, writes: &str, flag: &str) {
     let ext = path.and_then(|p| p.extension()).and_then(|e| e.to_str());
     if let Some(ext) = ext
         && !ext.eq_ignore_ascii_case(writes)
-        && DATA_EXTENSIONS.iter().any(|d| d.eq_ignore_ascii_case(ext))
+        && (DATA_EXTENSIONS.iter().any(|d| d.eq_ignore_ascii_case(ext))
+            || (ext.eq_ignore_ascii_case("txt") && BINARY_FORMATS.contains(&writes)))
     {
         crate::failure::note(&format!(
             "writing {writes} to a file named .{ext}, a format this command does not write{flag}"

@@ -30,7 +30,8 @@ pub(crate) struct AccuracyArgs {
           value_parser = whole::<u32>("an even number in 2..=65536"))]
     dim: u32,
     /// Frequency base, in (1, 1e7].
-    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_hyphen_values = true)]
+    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_hyphen_values = true,
+          value_parser = crate::args::float64)]
     base: f64,
     /// Where posenc's column is computed (cpu and gpu give the same bits).
     #[arg(long, value_enum, default_value_t = FastDevice::Auto)]

@@ -42,7 +42,8 @@ pub(crate) struct HeatmapArgs {
           value_parser = whole::<u64>("a whole number in 1..=4096 (plot::MAX_CELLS)"))]
     len: u64,
     /// Frequency base, in (1, 1e7].
-    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_hyphen_values = true)]
+    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_hyphen_values = true,
+          value_parser = crate::args::float64)]
     base: f64,
     /// Which positional encoding to picture.
     #[arg(long, value_name = "NAME", value_enum, default_value_t = VariantArg::Vaswani)]
@@ -66,7 +67,8 @@ pub(crate) struct SimilarityArgs {
           value_parser = whole::<u64>("a whole number in 1..=4096 (plot::MAX_CELLS)"))]
     len: u64,
     /// Frequency base, in (1, 1e7].
-    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_hyphen_values = true)]
+    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_hyphen_values = true,
+          value_parser = crate::args::float64)]
     base: f64,
     /// png: the picture. text: the N x N matrix, one row per line, values separated by
     /// spaces, 6 decimals.
@@ -87,7 +89,8 @@ pub(crate) struct ErrorPlotArgs {
           value_parser = whole::<u32>("an even number in 2..=65536"))]
     dim: u32,
     /// Frequency base, in (1, 1e7].
-    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_hyphen_values = true)]
+    #[arg(long, value_name = "B", default_value_t = DEFAULT_BASE, allow_hyphen_values = true,
+          value_parser = crate::args::float64)]
     base: f64,
     #[arg(short, long, value_name = "PATH",
         help = "The PNG to write; without it (or with -) the PNG goes to stdout, if stdout is not \

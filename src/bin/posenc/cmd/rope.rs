@@ -106,7 +106,8 @@ pub(crate) struct RopeParams {
           value_parser = whole::<u32>("an even number in 2..=head_dim"))]
     rotary_dim: Option<u32>,
     /// Frequency base (rope_theta), finite and > 1 [default: the config's, else 10000].
-    #[arg(long, value_name = "B", allow_hyphen_values = true)]
+    #[arg(long, value_name = "B", allow_hyphen_values = true,
+          value_parser = crate::args::float64)]
     base: Option<f64>,
     /// A Hugging Face rope_scaling object as JSON text, or @FILE to read it from a file
     /// [default: the config's, else none].
@@ -126,7 +127,8 @@ pub(crate) struct RopeParams {
     /// With --inv-freq: the factor cos and sin are multiplied by (transformers'
     /// attention_scaling), a positive normal number in float32 [default: the --config's
     /// scaling's (yarn, longrope), else 1].
-    #[arg(long, value_name = "F", requires = "inv_freq", allow_hyphen_values = true)]
+    #[arg(long, value_name = "F", requires = "inv_freq", allow_hyphen_values = true,
+          value_parser = crate::args::float64)]
     attention_factor: Option<f64>,
     /// The sequence length dynamic and longrope scaling see, 1..=2^32 [default: the largest
     /// position + 1]: pass a framework module's cached length (transformers'

@@ -798,6 +798,10 @@ fn the_output_extension_names_the_format_unless_format_is_given() {
         "{}",
         stderr(&run)
     );
+    // CSV in a .txt: no note.
+    let run = posenc(&["table", "--dim", "4", "--len", "3", "-o", &dir.out("t.txt")]);
+    assert_ok(&run, "run");
+    assert!(!stderr(&run).contains("note"), "{}", stderr(&run));
     // So do the commands of one format (round fourteen: encode -o out.csv, alibi -o a.csv,
     // plot -o p.npy wrote silently); their own extension, or none, gets no note.
     for (name, args) in commands(&dir) {
@@ -815,7 +819,11 @@ fn the_output_extension_names_the_format_unless_format_is_given() {
             _ => "csv",
         };
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        for (ext, noted) in [(other, true), (writes, false), ("out", false)] {
+        // A .txt name says text: noted for a binary format (round twenty-two: plot
+        // similarity -o s.txt wrote a PNG silently), not for the text one.
+        for (ext, noted) in
+            [(other, true), (writes, false), ("out", false), ("txt", writes != "text")]
+        {
             let out = dir.out(&format!("result.{ext}"));
             let run = posenc(&[&args[..], &["-o", &out]].concat());
             assert_ok(&run, &format!("{name} -o {out}"));

@@ -243,6 +243,12 @@ const BAD_TABLE_ARGS: &[(&[&str], &str)] = &[
     (&["--base", "-5"], "invalid base: -5"),
     (&["--base", "nan"], "invalid base"),
     (&["--base", "1e8"], "invalid base"),
+    // Past float64's range: named as written, not as the infinity it would read as.
+    (&["--base", "1e309"], "1e309 is beyond float64's range"),
+    (&["--base", "-1e309"], "-1e309 is beyond float64's range"),
+    (&["--base", "inf"], "invalid base: inf"),
+    (&["--base", "ten"], "expected a number"),
+    (&["--variant", "tensor2tensor", "--min-timescale", "1e400"], "1e400 is beyond"),
     (&["--variant", "bert"], "bert"),
     (&["--variant", "whisper", "--dim", "6", "--padding-idx", "1"], "fairseq for --padding-idx"),
     (&["--variant", "fairseq", "--dim", "3"], "variant fairseq"),

@@ -215,6 +215,7 @@ fn bad_input_exits_2_with_one_line_and_touches_no_output() {
         (vec!["--input", &x, "--rotary-dim", "3"], "invalid rotary_dim: 3"),
         (vec!["--input", &x, "--base", "1"], "invalid base: 1"),
         (vec!["--input", &x, "--base", "nan"], "invalid base: NaN"),
+        (vec!["--input", &x, "--base", "1e309"], "1e309 is beyond float64's range"),
         (
             vec!["--input", &x, "--positions", &p_shape],
             "positions ([batch, len] of the input): expected [1, 2], got [1, 3]",
