@@ -1118,6 +1118,41 @@ fn try_expand(src: &str, imported: &mut Vec<&'static str>, out: &mut String) -> 
 mod tests {
     use super::*;
 
+    /// Kernels built for adapters that run shaders on CPU cores widen f16 by the general
+    /// form alone, GPUs' by the short path (`shaders/shared/convert4.wgsl`): a flipped flag
+    /// would give the same bits, so only the sources can tell.
+    #[test]
+    fn the_f16_widening_follows_the_access_pattern() {
+        for coalesced in [true, false] {
+            let widen = if coalesced { "widen4_f16(w); }" } else { "widen4_f16_general(w); }" };
+            let want = format!("fn widen(w: TableWord) -> vec4<f32> {{ return {widen}");
+            let (table, out, slots) = (Dtype::F16, Dtype::F32, 1);
+            let units = x4_units(coalesced);
+            let x4 = EncodeX4 { table, out, slots, workgroup: 64, coalesced, units }.source();
+            assert!(x4.contains(&want), "encode_x4, coalesced {coalesced}");
+            let (units, workgroup, stage, compact) = (4, 64, 0, false);
+            let pass =
+                EncodePassX4 { table, out, slots, units, workgroup, stage, compact, coalesced };
+            assert!(pass.source().contains(&want), "encode_pass_x4, coalesced {coalesced}");
+            let masked = format!("const LANES_MASKED: bool = {};", !coalesced);
+            let kind = RopeUnitKind { dtype: Dtype::F16, neox: true, coalesced };
+            assert!(kind.x4_source().contains(&masked), "rope_x4, coalesced {coalesced}");
+            let form = RopePassForm::Heads { group: 0 };
+            let rope_pass = RopePassKernel::new(kind, 64, form).unwrap().source();
+            assert!(rope_pass.contains(&masked), "rope_pass, coalesced {coalesced}");
+        }
+        // bf16 and f32 tables widen as before whatever the pattern.
+        let x4 = EncodeX4 {
+            table: Dtype::Bf16,
+            out: Dtype::F32,
+            slots: 1,
+            workgroup: 64,
+            coalesced: false,
+            units: x4_units(false),
+        };
+        assert!(x4.source().contains("{ return widen4_bf16(w); }"));
+    }
+
     /// docs/guarantees.md says how many sources the platforms' validators check.
     #[test]
     fn the_documented_number_of_kernel_sources() {

@@ -4,9 +4,9 @@
 // CPU twin: the element-by-element conversions of src/convert.rs, which give the same
 // bits. The f16 forms take a short path when all four values (or results) are normal
 // f16, the case of nearly every weight and activation, and bf16's narrowing one when none
-// of the four is a NaN, so that a warp (or a software adapter's batch of lanes) skips the
-// general form none of its lanes needs. widen4_f16_general is the f16 widening without
-// its short path, for adapters that run shaders on CPU cores (below).
+// of the four is a NaN, so that a warp skips the general form none of its lanes needs (a
+// software adapter's batch of lanes runs both: widen4_f16_general, below, is the f16
+// widening without its short path, for kernels built for such adapters).
 #import convert
 
 fn widen4_f32(w: vec4<u32>) -> vec4<f32> {
@@ -37,7 +37,8 @@ fn widen4_f16(w: vec2<u32>) -> vec4<f32> {
 // lanes through both sides of every branch that depends on their values, under a mask, so
 // the short path is paid beside the general form, not instead of it, and its test and the
 // selection of the two results cost more than the few integer operations by which the
-// general form is longer (lavapipe, 2026-12-04: Phi-2's prefill RoPE 3.19 -> 2.93 ms). The
+// general form is longer (lavapipe, 2026-12-04: Phi-2's prefill RoPE 3.13 - 3.20 -> 2.81 -
+// 2.85 ms a step; docs/measurements/lavapipe-2026-12-04-f16-widen). The
 // narrowings keep their short paths there too: their general forms are long enough that
 // the short path beside them still pays.
 fn widen4_f16_general(w: vec2<u32>) -> vec4<f32> {

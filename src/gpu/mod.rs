@@ -629,9 +629,10 @@ impl Context {
         capped
     }
 
-    /// A context on the same device whose vec4 encode kernel walks memory as `access` says
-    /// ([`AccessPattern::Auto`] chooses by the adapter's type). Both patterns give the same
-    /// bits; this is for measuring them against each other and for testing both.
+    /// A context on the same device whose kernels take the forms of access pattern `access`
+    /// (the vec4 encode's walk through memory, the recorded passes' forms, the f16
+    /// widening; [`AccessPattern::Auto`] chooses by the adapter's type). Both patterns give
+    /// the same bits; this is for measuring them against each other and for testing both.
     #[must_use]
     pub fn with_access_pattern(&self, access: AccessPattern) -> Self {
         let mut other = self.clone();

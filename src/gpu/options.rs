@@ -10,9 +10,9 @@ pub const MEMORY_BUDGET_ENV: &str = "POSENC_GPU_MEMORY_BUDGET";
 /// Environment variable turning GPU timestamp queries off (`off`) or on (`on`, the default).
 pub const TIMESTAMPS_ENV: &str = "POSENC_GPU_TIMESTAMPS";
 
-/// Environment variable choosing the vec4 encode kernel's access pattern: `auto`,
-/// `coalesced` or `adjacent` (see [`AccessPattern`]), for measuring one against the other
-/// with `posenc bench` on a given adapter.
+/// Environment variable choosing the access pattern of the kernels (see [`AccessPattern`]):
+/// `auto`, `coalesced` or `adjacent`, for measuring one against the other with `posenc
+/// bench` on a given adapter.
 pub const ACCESS_PATTERN_ENV: &str = "POSENC_GPU_ACCESS";
 
 /// Environment variable setting the units each invocation of the encode kernels and of the
@@ -91,9 +91,11 @@ impl Default for Options {
     }
 }
 
-/// How the vec4 encode kernel (widths that are a multiple of 4) walks memory. Both
-/// patterns give the same bits; they differ in speed, and which is faster depends on the
-/// adapter.
+/// How the vec4 encode kernel (widths that are a multiple of 4) walks memory, and with it
+/// which forms the other kernels take: the recorded encode's units per invocation, the
+/// recorded RoPE's form, and the f16 widening of the encode and RoPE kernels (the adjacent
+/// pattern's by the general form alone: `shaders/shared/convert4.wgsl`). Both patterns
+/// give the same bits; they differ in speed, and which is faster depends on the adapter.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum AccessPattern {
     /// [`AccessPattern::Adjacent`] on adapters that run shaders on CPU cores (wgpu's

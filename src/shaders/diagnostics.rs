@@ -137,9 +137,18 @@ fn cos_sin4_at_kept(p: vec3<u32>, f: u32) -> array<vec4<f32>, 2> {",
         name: "f16-short",
         removes: "the general form of the vec4 f16 conversions beside their short path: the \
                   short path always taken (wrong for zeros, subnormals, infinities and NaNs, \
-                  and for results below 2^-14 or past 65504)",
+                  and for results below 2^-14 or past 65504), in the widening that kernels for \
+                  CPU adapters do by the general form alone too",
         entries: &["rope_pass", "rope_pass_heads", "encode_pass_x4"],
         edits: &[
+            (
+                "fn widen4_f16_general(w: vec2<u32>) -> vec4<f32> {\n",
+                "fn widen4_f16_general(w: vec2<u32>) -> vec4<f32> {
+    if true { // Diagnostic f16-short.
+        return widen4_f16(w);
+    }
+",
+            ),
             (
                 "    if all((em >= vec4<u32>(0x400u)) & (em < vec4<u32>(0x7c00u))) {",
                 "    if true { // Diagnostic f16-short.",

@@ -153,15 +153,22 @@ pub(crate) fn whole<T: Whole>(allowed: &'static str) -> impl WholeParser<T> {
 }
 
 /// A float option's value as Rust reads it, except a number past float64's range, which
-/// Rust reads as an infinity: refused naming it, where a later check would name `inf`
-/// (`--base 1e309`). A value spelt as an infinity or a NaN passes, for the option's own
-/// check to name as written.
+/// Rust reads as an infinity, or below its smallest, which it reads as zero: refused
+/// naming it as written, where a later check would name `inf` or `0` (`--base 1e309`,
+/// `--base 1e-400`). A value spelt as an infinity or a NaN passes, for the option's own
+/// check to refuse.
 pub(crate) fn float64(text: &str) -> Result<f64, String> {
     let value: f64 = text.parse().map_err(|_| "expected a number".to_string())?;
-    let spelt_infinite =
-        text.trim_start_matches(['+', '-']).to_ascii_lowercase().starts_with("inf");
+    let unsigned = text.trim_start_matches(['+', '-']);
+    let spelt_infinite = unsigned.to_ascii_lowercase().starts_with("inf");
     if value.is_infinite() && !spelt_infinite {
         return Err(format!("{text} is beyond float64's range (|x| <= {:e})", f64::MAX));
+    }
+    // Digits before the exponent, one of them not 0: a number that is not zero.
+    let mantissa = unsigned.split(['e', 'E']).next().unwrap_or("");
+    if value == 0.0 && mantissa.bytes().any(|b| matches!(b, b'1'..=b'9')) {
+        let least = f64::from_bits(1);
+        return Err(format!("{text} is below float64's smallest (|x| >= {least:e}), not zero"));
     }
     Ok(value)
 }

@@ -53,18 +53,23 @@ const BINARY_FORMATS: &[&str] = &["npy", "png", "safetensors"];
 /// For a command that writes one format (`encode`, `rope` and `alibi` .npy, `plot` and
 /// `bench --plot` PNG): a note where `path`'s extension names another data format
 /// (`encode -o out.csv` wrote .npy bytes silently; round fourteen). `flag` says how to get
-/// another format, where there is a way.
-/// A `.txt` name counts as foreign to the binary formats (`plot similarity -o s.txt`
-/// wrote a PNG silently; round twenty-two), not to the text ones (CSV in a `.txt` is common).
+/// another format, where there is a way. A binary format written to a `.txt` name is
+/// noted too (`plot similarity -o s.txt` wrote a PNG silently; round twenty-two), text
+/// formats not (CSV in a `.txt` is common).
 pub(crate) fn note_foreign_extension(path: Option<&Path>, writes: &str, flag: &str) {
-    let ext = path.and_then(|p| p.extension()).and_then(|e| e.to_str());
-    if let Some(ext) = ext
-        && !ext.eq_ignore_ascii_case(writes)
-        && (DATA_EXTENSIONS.iter().any(|d| d.eq_ignore_ascii_case(ext))
-            || (ext.eq_ignore_ascii_case("txt") && BINARY_FORMATS.contains(&writes)))
-    {
+    let Some(ext) = path.and_then(|p| p.extension()).and_then(|e| e.to_str()) else {
+        return;
+    };
+    if ext.eq_ignore_ascii_case(writes) {
+        return;
+    }
+    if DATA_EXTENSIONS.iter().any(|d| d.eq_ignore_ascii_case(ext)) {
         crate::failure::note(&format!(
             "writing {writes} to a file named .{ext}, a format this command does not write{flag}"
+        ));
+    } else if ext.eq_ignore_ascii_case("txt") && BINARY_FORMATS.contains(&writes) {
+        crate::failure::note(&format!(
+            "writing {writes}, which is not text, to a file named .{ext}{flag}"
         ));
     }
 }

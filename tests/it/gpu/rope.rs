@@ -10,7 +10,7 @@ use crate::support::rope::{assert_rope_same, dtype_name, hard_batch, tensor, tok
 use crate::support::{Rng, gpu};
 use half::{bf16, f16};
 use ndarray::{Array2, Array4};
-use posenc::gpu::Context;
+use posenc::gpu::{AccessPattern, Context};
 use posenc::rope::{
     Dtype, Element, Layout, Llama3, LongRope, Pairing, Proportional, RopeSpec, Scaling, Yarn,
 };
@@ -147,6 +147,10 @@ fn gpu_cos_sin_tables_equal_cpu_bit_for_bit() {
 #[test]
 fn gpu_matches_cpu_for_every_spec_layout_and_dtype() {
     let Some(ctx) = gpu() else { return };
+    // f16 in the kernels of both access patterns, whose f16 widenings differ (the adjacent
+    // pattern's by the general form alone): on any adapter, both are checked.
+    let patterns = [AccessPattern::Coalesced, AccessPattern::Adjacent];
+    let f16_contexts = patterns.map(|a| ctx.with_access_pattern(a));
     let mut rng = Rng::new(22);
     for (k, (what, spec)) in specs().into_iter().enumerate() {
         let dh = spec.head_dim() as usize;
@@ -158,7 +162,9 @@ fn gpu_matches_cpu_for_every_spec_layout_and_dtype() {
             let shape = shape_of(layout, b, l, h, dh);
             let seed = 100 + k as u64;
             check::<f32>(ctx, what, &spec, shape, layout, &positions, seed);
-            check::<f16>(ctx, what, &spec, shape, layout, &positions, seed);
+            for ctx in &f16_contexts {
+                check::<f16>(ctx, what, &spec, shape, layout, &positions, seed);
+            }
             check::<bf16>(ctx, what, &spec, shape, layout, &positions, seed);
         }
     }

@@ -13,21 +13,25 @@ use super::random::Rng;
 /// The probe's kernel: for each 16-bit type T (`f16`, `bf16`), entry points `widen_T` and
 /// `narrow_T`; each invocation converts one unit, four halves (two words) widened to four
 /// f32 words, or four f32 words narrowed to two words of halves. `masked`: the forms as
-/// built for adapters that run shaders on CPU cores (`LANES_MASKED`), else for GPUs.
+/// built for adapters that run shaders on CPU cores (f16 widened by `widen4_f16_general`),
+/// else for GPUs.
 fn probe_source(masked: bool) -> String {
-    let mut src = format!("const LANES_MASKED: bool = {masked};\n");
-    src += "#import convert4
+    let mut src = String::from(
+        "#import convert4
 @group(0) @binding(0) var<storage, read> input: array<u32>;
 @group(0) @binding(1) var<storage, read_write> output: array<u32>;
-";
+",
+    );
     for t in ["f16", "bf16"] {
+        let widen =
+            if masked && t == "f16" { "widen4_f16_general".into() } else { format!("widen4_{t}") };
         src += &format!(
             "
 @compute @workgroup_size(64)
 fn widen_{t}(@builtin(global_invocation_id) g: vec3<u32>) {{
     let i = g.x + g.y * 65535u * 64u;
     if 2u * i >= arrayLength(&input) {{ return; }}
-    let v = bitcast<vec4<u32>>(widen4_{t}(vec2<u32>(input[2u * i], input[2u * i + 1u])));
+    let v = bitcast<vec4<u32>>({widen}(vec2<u32>(input[2u * i], input[2u * i + 1u])));
     for (var k = 0u; k < 4u; k++) {{ output[4u * i + k] = v[k]; }}
 }}
 
@@ -59,7 +63,7 @@ pub const CONVERSIONS: [Conversion; 4] = [
 ];
 
 /// Whether the probe's kernel is built for adapters that run shaders on CPU cores: both
-/// builds, whatever the adapter, for each holds its own forms of the conversions.
+/// builds, whatever the adapter, for each holds its own form of the f16 widening.
 pub const LANES_MASKED: [bool; 2] = [false, true];
 
 /// Submits entry point `entry` of the probe's kernel (built for CPU adapters if `masked`)

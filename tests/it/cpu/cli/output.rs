@@ -764,9 +764,11 @@ fn the_output_extension_names_the_format_unless_format_is_given() {
     let json = dir.out("t.JSON");
     assert_ok(&posenc(&["table", "--dim", "4", "--len", "3", "-o", &json]), "run");
     assert!(fs::read_to_string(&json).unwrap().starts_with('{'));
-    // An unknown extension keeps the default (CSV).
+    // An unknown extension keeps the default (CSV), without a note.
     let txt = dir.out("t.txt");
-    assert_ok(&posenc(&["table", "--dim", "4", "--len", "3", "-o", &txt]), "run");
+    let run = posenc(&["table", "--dim", "4", "--len", "3", "-o", &txt]);
+    assert_ok(&run, "run");
+    assert!(stderr(&run).is_empty(), "{}", stderr(&run));
     assert_eq!(fs::read_to_string(&txt).unwrap().lines().count(), 3);
     // --format given: kept, and a contradicting extension noted.
     let run = posenc(&["table", "--dim", "4", "--len", "3", "--format", "csv", "-o", &table]);
@@ -798,10 +800,21 @@ fn the_output_extension_names_the_format_unless_format_is_given() {
         "{}",
         stderr(&run)
     );
-    // CSV in a .txt: no note.
-    let run = posenc(&["table", "--dim", "4", "--len", "3", "-o", &dir.out("t.txt")]);
-    assert_ok(&run, "run");
-    assert!(!stderr(&run).contains("note"), "{}", stderr(&run));
+    // The formats of table and rope-cache in a .txt: .npy and safetensors noted, text not
+    // (the CSV above had no note either).
+    let txt = dir.out("formats.txt");
+    for (args, note) in [
+        (&["table", "--dim", "4", "--len", "3", "--format", "npy"][..], Some("npy")),
+        (&["table", "--dim", "4", "--len", "3", "--format", "json"][..], None),
+        (&["rope-cache", "--head-dim", "8", "--len", "2"][..], Some("safetensors")),
+    ] {
+        let run = posenc(&[args, &["-o", &txt]].concat());
+        assert_ok(&run, &format!("{args:?}"));
+        match note.map(|w| format!("posenc: note: writing {w}, which is not text")) {
+            Some(want) => assert!(stderr(&run).contains(&want), "{args:?}: {}", stderr(&run)),
+            None => assert!(!stderr(&run).contains("note"), "{args:?}: {}", stderr(&run)),
+        }
+    }
     // So do the commands of one format (round fourteen: encode -o out.csv, alibi -o a.csv,
     // plot -o p.npy wrote silently); their own extension, or none, gets no note.
     for (name, args) in commands(&dir) {
@@ -819,17 +832,20 @@ fn the_output_extension_names_the_format_unless_format_is_given() {
             _ => "csv",
         };
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        // A .txt name says text: noted for a binary format (round twenty-two: plot
-        // similarity -o s.txt wrote a PNG silently), not for the text one.
-        for (ext, noted) in
-            [(other, true), (writes, false), ("out", false), ("txt", writes != "text")]
-        {
+        for (ext, noted) in [(other, true), (writes, false), ("out", false)] {
             let out = dir.out(&format!("result.{ext}"));
             let run = posenc(&[&args[..], &["-o", &out]].concat());
             assert_ok(&run, &format!("{name} -o {out}"));
             let note = format!("posenc: note: writing {writes} to a file named .{ext}, a format");
             assert_eq!(stderr(&run).contains(&note), noted, "{name} -o {out}: {}", stderr(&run));
         }
+        // A .txt name says text: noted for a binary format (round twenty-two: plot
+        // similarity -o s.txt wrote a PNG silently), not for the text one.
+        let out = dir.out("result.txt");
+        let run = posenc(&[&args[..], &["-o", &out]].concat());
+        assert_ok(&run, &format!("{name} -o {out}"));
+        let note = format!("posenc: note: writing {writes}, which is not text, to a file");
+        assert_eq!(stderr(&run).contains(&note), writes != "text", "{name}: {}", stderr(&run));
     }
 }
 

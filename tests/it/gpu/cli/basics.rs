@@ -248,6 +248,8 @@ const BAD_TABLE_ARGS: &[(&[&str], &str)] = &[
     (&["--base", "-1e309"], "-1e309 is beyond float64's range"),
     (&["--base", "inf"], "invalid base: inf"),
     (&["--base", "ten"], "expected a number"),
+    (&["--base", "1e-400"], "1e-400 is below float64's smallest"),
+    (&["--base", "0e5"], "invalid base: 0"),
     (&["--variant", "tensor2tensor", "--min-timescale", "1e400"], "1e400 is beyond"),
     (&["--variant", "bert"], "bert"),
     (&["--variant", "whisper", "--dim", "6", "--padding-idx", "1"], "fairseq for --padding-idx"),
