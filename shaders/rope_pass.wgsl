@@ -16,7 +16,7 @@
 //
 // `rope_pass_heads`, in two variants. With RP_HEAD_GROUP = 0, for adapters that run shaders
 // on CPU cores (lavapipe, llvmpipe, SwiftShader, WARP): invocation g takes unit x = g %
-// RP_ROW_UNITS of token g / RP_ROW_UNITS, computes that unit's cos/sin once, and rotates
+// RP_ROW_UNITS of token g / RP_ROW_UNITS, reads (or computes) that unit's cos/sin once, and rotates
 // unit x of every head row of the token, q's heads then k's. No workgroup memory and no
 // barrier, which such adapters run as coroutines, and no division per unit; the
 // consecutive invocations of one SIMD batch touch consecutive words of each row. On
@@ -36,10 +36,10 @@
 // head row, so a unit's head is found by a constant divisor), RP_HEAD_GROUP,
 // RP_GROUP_SLOTS (at least 1: the group's array length), RP_FREQ_VECS (the vec4s of
 // cos, and of sin, a workgroup holds: at least n_freqs / 4) and RP_AXES (a multimodal step:
-// three positions per token, each frequency turning by its axis's; cos_sin4_at) and
-// RP_CACHED (false in the form for CPU adapters, whose pass has no cos/sin cache: such an
-// adapter runs a branch it cannot see is never taken, at 10 % of a multimodal step's time
-// on lavapipe, 2026-12-03). Host:
+// three positions per token, each frequency turning by its axis's; cos_sin4_at). Every
+// form reads the cos/sin of positions below cached_rows from the cache the host built when
+// it prepared the pass (until 2026-12-04 the form for CPU adapters had none and computed
+// every one: the cache took 6 - 13 % off lavapipe's prefill RoPE). Host:
 // src/gpu/rope/pass.rs (RopePassParams mirrors Params).
 #import rope_unit
 #import sincos
@@ -292,7 +292,7 @@ fn unit_cos_sin(p: vec3<u32>, f: u32) -> UnitCosSin {
 // with the cache's branch taken once for the four (p is the same across a workgroup of
 // rope_pass, so the branch is uniform there).
 fn cos_sin4(p: u32, f: u32) -> array<vec4<f32>, 2> {
-    if RP_CACHED && p < params.cached_rows {
+    if p < params.cached_rows {
         return packed4(cached_row4(p, f));
     }
     return packed4(computed4(vec4<u32>(p), f));
@@ -351,7 +351,7 @@ fn cos_sin4_at(p: vec3<u32>, f: u32) -> array<vec4<f32>, 2> {
         p[mrope_axis(f + 2u, params.flags, section)],
         p[mrope_axis(f + 3u, params.flags, section)],
     );
-    if !(RP_CACHED && all(q < vec4<u32>(params.cached_rows))) {
+    if !all(q < vec4<u32>(params.cached_rows)) {
         return packed4(computed4(q, f));
     }
     if all(q == vec4<u32>(q.x)) {

@@ -751,9 +751,6 @@ impl RopePassKernel {
         s += &format!("const RP_HEAD_GROUP: u32 = {group}u;\n");
         s += &format!("const RP_GROUP_SLOTS: u32 = {}u;\n", group.max(1));
         s += &format!("const RP_AXES: bool = {};\n", self.axes);
-        // The form for CPU adapters computes every cos/sin: its pass has no cache.
-        let cached = !matches!(self.form, RopePassForm::Heads { group: 0 });
-        s += &format!("const RP_CACHED: bool = {cached};\n");
         let mut imported = Vec::new();
         expand(ROPE_PASS, &mut imported, &mut s);
         s

@@ -6,9 +6,10 @@
 //! and k together. On GPUs each workgroup puts its token's cos/sin once in workgroup memory
 //! for all the heads of its block (or, in the head-group form of
 //! [`crate::gpu::Options::rope_heads`], each invocation keeps its unit's in registers for
-//! its group of heads): read from a cache of exact values built when the pass is prepared
-//! (positions below [`ROPE_PASS_CACHED_POSITIONS`]), or computed. On adapters that run
-//! shaders on CPU cores an invocation computes its unit's and walks all the token's heads.
+//! its group of heads). On adapters that run shaders on CPU cores an invocation takes its
+//! unit's and walks all the token's heads. Either reads them from a cache of exact values
+//! built when the pass is prepared (positions below [`ROPE_PASS_CACHED_POSITIONS`]), or
+//! computes them.
 //! The split
 //! route computes cos/sin per token into a buffer
 //! (`rope_cs`), then rotates each tensor (`rope_x4`, or `rope` when the head dim is not a
@@ -125,13 +126,15 @@ pub struct RopePassParams {
     pub axis_stride: u32,
 }
 
-/// Positions whose cos/sin a GPU's recorded RoPE step reads from a cache of exact values
+/// Positions whose cos/sin a recorded RoPE step reads from a cache of exact values
 /// computed when the pass is prepared (`rope_cs.wgsl`, the same arithmetic, so the same
 /// bits), rather than computing them in every workgroup: a prefill and a decode step's
 /// positions up to this context length. Later positions are computed as before. At most
 /// [`ROPE_PASS_CACHE_MAX_BYTES`] of cache: 2 MiB for a head dim of 128, fewer rows for
 /// rotary dims above 512. On an H100 (2026-11-27) Llama-3-8B's prefill RoPE took 15.95
 /// us a step computing them and 13.5 us with a cheap stand-in for them, the copy's time.
+/// On lavapipe (2026-12-04) the form for CPU adapters reads it too: 6 - 13 % off the
+/// prefill presets' RoPE (docs/performance.md).
 pub const ROPE_PASS_CACHED_POSITIONS: u64 = 4096;
 
 /// Most bytes of a recorded RoPE step's cos/sin cache ([`ROPE_PASS_CACHED_POSITIONS`]).
@@ -427,20 +430,17 @@ impl Context {
             Ok((steps_buf, cs, q, k))
         })?;
         let mut fused = self.fused_rope(spec, &freqs, mrope, desc, &q, k.as_ref());
-        // The GPU forms read the cos/sin of their positions from a cache after the steps;
-        // the heads form for CPU adapters computes each once per token and unit.
+        // Every form reads the cos/sin of its positions from a cache after the steps.
         let steps = match fused.as_mut() {
-            Some(f) if !matches!(f.form, RopePassForm::Heads { group: 0, .. }) => {
-                match self.rope_cos_sin_cache(OP, &freqs, &steps_words, &steps)? {
-                    Some((buffer, rows, base)) => {
-                        f.params.cached_rows = rows;
-                        f.params.cache_base = base;
-                        buffer
-                    }
-                    None => steps,
+            Some(f) => match self.rope_cos_sin_cache(OP, &freqs, &steps_words, &steps)? {
+                Some((buffer, rows, base)) => {
+                    f.params.cached_rows = rows;
+                    f.params.cache_base = base;
+                    buffer
                 }
-            }
-            _ => steps,
+                None => steps,
+            },
+            None => steps,
         };
         Ok(RopePass {
             ctx: self.clone(),
@@ -790,10 +790,10 @@ impl RopePass {
     }
 
     /// Positions `0..n` whose cos/sin a step reads from the cache built when the pass was
-    /// prepared ([`ROPE_PASS_CACHED_POSITIONS`] on GPUs, fewer when the binding, the cache's
-    /// byte cap or the memory budget allow fewer); later positions are computed, with the
-    /// same bits. 0 on the split route and in the form for adapters that run shaders on
-    /// CPU cores (unless [`crate::gpu::Options::rope_heads`] chose the head-group form).
+    /// prepared ([`ROPE_PASS_CACHED_POSITIONS`], fewer when the binding, the cache's byte
+    /// cap or the memory budget allow fewer); later positions are computed, with the same
+    /// bits. 0 on the split route (and, until 2026-12-04, in the form for adapters that run
+    /// shaders on CPU cores).
     pub fn cached_positions(&self) -> u32 {
         self.fused.as_ref().map_or(0, |f| f.params.cached_rows)
     }

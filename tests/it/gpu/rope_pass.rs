@@ -283,16 +283,18 @@ fn q_and_k_rotate_in_one_dispatch_with_the_other_paths_bits() {
     }
 }
 
-/// The GPU form reads the cos/sin of positions below `RopePass::cached_positions` (on a
+/// Every form reads the cos/sin of positions below `RopePass::cached_positions` (on a
 /// device whose binding holds them, `posenc::gpu::ROPE_PASS_CACHED_POSITIONS`) from a cache
 /// built when the pass is prepared and computes the rest: a step whose positions cross the
-/// cache's end, with and without an attention factor, keeps the CPU's bits on both sides;
-/// so does a cache cut short by a small binding.
+/// cache's end, with and without an attention factor, keeps the CPU's bits on both sides,
+/// in the GPU form and in the one for adapters that run shaders on CPU cores; so does a
+/// cache cut short by a small binding.
 #[test]
 fn positions_on_both_sides_of_the_cos_sin_cache_keep_the_bits() {
     use posenc::gpu::{AccessPattern, ROPE_PASS_CACHED_POSITIONS};
     let Some(ctx) = gpu() else { return };
     let coalesced = &ctx.with_access_pattern(AccessPattern::Coalesced);
+    let adjacent = &ctx.with_access_pattern(AccessPattern::Adjacent);
     let end = ROPE_PASS_CACHED_POSITIONS as u32;
     let llama3 = llama3_128();
     let desc = RopePassDescriptor {
@@ -302,37 +304,22 @@ fn positions_on_both_sides_of_the_cos_sin_cache_keep_the_bits() {
         positions: Positions::PerToken,
         k_heads: 1,
     };
-    // The GPU form caches; the form for adapters that run shaders on CPU cores does not.
-    assert_eq!(coalesced.rope_pass(&llama3, &desc).unwrap().cached_positions(), end);
-    let adjacent = ctx.with_access_pattern(AccessPattern::Adjacent);
-    assert_eq!(adjacent.rope_pass(&llama3, &desc).unwrap().cached_positions(), 0);
+    // Both forms cache (the one for CPU adapters since 2026-12-04).
+    for form in [coalesced, adjacent] {
+        assert_eq!(form.rope_pass(&llama3, &desc).unwrap().cached_positions(), end);
+    }
     let yarn = yarn_64();
-    for (what, spec) in [("llama3 128", &llama3), ("yarn 64 (attention factor)", &yarn)] {
-        // Sequence 0 runs from end - 5 to end + 5; the per-token batch holds end - 1, end
-        // and others of hard_batch's.
-        let starts: &[u32] = &[end - 5, 3, end];
-        let what = format!("{what}, positions around {end}");
-        check_at::<bf16>(
-            coalesced,
-            &what,
-            spec,
-            Layout::Blhd,
-            (3, 11),
-            (4, 2),
-            (end, Some(starts)),
-            90,
-        );
-        check_at::<f32>(
-            coalesced,
-            &what,
-            spec,
-            Layout::Bhld,
-            (3, 11),
-            (4, 2),
-            (end, Some(starts)),
-            91,
-        );
-        check_at::<f16>(coalesced, &what, spec, Layout::Blhd, (2, 11), (3, 1), (end, None), 92);
+    for (form, pattern) in [(coalesced, "coalesced"), (adjacent, "adjacent")] {
+        for (what, spec) in [("llama3 128", &llama3), ("yarn 64 (attention factor)", &yarn)] {
+            // Sequence 0 runs from end - 5 to end + 5; the per-token batch holds end - 1,
+            // end and others of hard_batch's.
+            let starts: &[u32] = &[end - 5, 3, end];
+            let what = format!("{what}, positions around {end}, {pattern}");
+            let around = (end, Some(starts));
+            check_at::<bf16>(form, &what, spec, Layout::Blhd, (3, 11), (4, 2), around, 90);
+            check_at::<f32>(form, &what, spec, Layout::Bhld, (3, 11), (4, 2), around, 91);
+            check_at::<f16>(form, &what, spec, Layout::Blhd, (2, 11), (3, 1), (end, None), 92);
+        }
     }
     // A binding of llama3's 64 steps (512 bytes) and 100 cos/sin rows (512 bytes each).
     let small = &coalesced.with_max_binding_size(512 + 100 * 512);
