@@ -16,10 +16,10 @@
 //
 // `rope_pass_heads`, in two variants. With RP_HEAD_GROUP = 0, for adapters that run shaders
 // on CPU cores (lavapipe, llvmpipe, SwiftShader, WARP): invocation g takes unit x = g %
-// RP_ROW_UNITS of token g / RP_ROW_UNITS, reads (or computes) that unit's cos/sin once, and rotates
-// unit x of every head row of the token, q's heads then k's. No workgroup memory and no
-// barrier, which such adapters run as coroutines, and no division per unit; the
-// consecutive invocations of one SIMD batch touch consecutive words of each row. On
+// RP_ROW_UNITS of token g / RP_ROW_UNITS, reads (or computes) that unit's cos/sin once,
+// and rotates unit x of every head row of the token, q's heads then k's. No workgroup
+// memory and no barrier, which such adapters run as coroutines, and no division per unit;
+// the consecutive invocations of one SIMD batch touch consecutive words of each row. On
 // lavapipe (2026-11-26) this took Llama-3-8B's prefill RoPE from 20 ms to the figure in
 // docs/performance.md; on a GPU it leaves too few threads. With RP_HEAD_GROUP = G > 0 (a
 // GPU form, chosen by POSENC_GPU_ROPE_HEADS): the heads of q and k (q's first) are cut

@@ -220,9 +220,9 @@ fn unit_types() -> impl Iterator<Item = (Dtype, Dtype, u32)> {
 
 /// The specialisation both unit kernels (`encode_x4`, `encode_pass_x4`) share: the storage words
 /// of a unit of four elements of the table (`TableWord`) and of the output (`OutWord`),
-/// `widen`/`narrow` between them and vec4<f32> (an f16 table widened by
-/// `widen4_f16_general` when not `coalesced`: see [`lanes_header`]), `slots` table bindings
-/// from binding `first_binding` on, and `table_word(slot, i)` choosing among them.
+/// `widen`/`narrow` between them and vec4<f32> (an f16 table's widening as
+/// [`f16_widening`] picks it for `coalesced`), `slots` table bindings from binding
+/// `first_binding` on, and `table_word(slot, i)` choosing among them.
 fn unit_header(
     table: Dtype,
     out: Dtype,
@@ -240,11 +240,11 @@ fn unit_header(
     *s += &format!("alias TableWord = {};\n", word(table));
     *s += &format!("alias OutWord = {};\n", word(out));
     *s += &format!("const TABLE_SLOTS: u32 = {slots}u;\n");
-    let general = if table == Dtype::F16 && !coalesced { "_general" } else { "" };
-    *s += &format!(
-        "fn widen(w: TableWord) -> vec4<f32> {{ return widen4_{}{general}(w); }}\n",
-        name(table)
-    );
+    let widen = match table {
+        Dtype::F16 => f16_widening(coalesced).to_string(),
+        _ => format!("widen4_{}", name(table)),
+    };
+    *s += &format!("fn widen(w: TableWord) -> vec4<f32> {{ return {widen}(w); }}\n");
     *s += &format!("fn narrow(v: vec4<f32>) -> OutWord {{ return narrow4_{}(v); }}\n", name(out));
     for k in 0..slots {
         *s += &format!(
@@ -257,13 +257,14 @@ fn unit_header(
     *s += "\n}\n";
 }
 
-/// Defines `LANES_MASKED` for the RoPE unit (`shaders/shared/rope_unit.wgsl`): true for a
-/// kernel built for an adapter that runs shaders on CPU cores (`coalesced` false), which
-/// runs its lanes through both sides of a branch that depends on their values. Such a
-/// kernel widens f16 by `widen4_f16_general` (`shaders/shared/convert4.wgsl` says why), as
-/// [`unit_header`]'s `widen` does; the same bits as the short path's.
-fn lanes_header(coalesced: bool, s: &mut String) {
-    *s += &format!("const LANES_MASKED: bool = {};\n", !coalesced);
+/// The vec4 f16 widening (`shaders/shared/convert4.wgsl`) of a kernel built for a GPU
+/// (`coalesced`), `widen4_f16` with its short path, or for an adapter that runs shaders on
+/// CPU cores, which runs its lanes through both sides of a branch that depends on their
+/// values: `widen4_f16_general` alone (convert4 says why). The same bits either way. Both
+/// the encode unit kernels ([`unit_header`]'s `widen`) and the RoPE unit
+/// ([`RopeUnitKind`]'s `rope_widen_f16`) take it from here.
+fn f16_widening(coalesced: bool) -> &'static str {
+    if coalesced { "widen4_f16" } else { "widen4_f16_general" }
 }
 
 /// The copy ceiling's kernel, `shaders/copy.wgsl`, before its specialisation.
@@ -609,7 +610,10 @@ impl RopeUnitKind {
         *s += &format!("const ROPE_F32: bool = {};\n", self.dtype == Dtype::F32);
         *s += &format!("const ROPE_NEOX: bool = {};\n", self.neox);
         *s += &format!("const ROPE_UNIT_FREQS: u32 = {}u;\n", self.unit_freqs());
-        lanes_header(self.coalesced, s);
+        *s += &format!(
+            "fn rope_widen_f16(w: vec2<u32>) -> vec4<f32> {{ return {}(w); }}\n",
+            f16_widening(self.coalesced)
+        );
     }
 
     /// The complete WGSL of `shaders/rope_x4.wgsl` for this kind.
@@ -1131,12 +1135,12 @@ mod tests {
             let pass =
                 EncodePassX4 { table, out, slots, units, workgroup, stage, compact, coalesced };
             assert!(pass.source().contains(&want), "encode_pass_x4, coalesced {coalesced}");
-            let masked = format!("const LANES_MASKED: bool = {};", !coalesced);
+            let rope = format!("fn rope_widen_f16(w: vec2<u32>) -> vec4<f32> {{ return {widen}");
             let kind = RopeUnitKind { dtype: Dtype::F16, neox: true, coalesced };
-            assert!(kind.x4_source().contains(&masked), "rope_x4, coalesced {coalesced}");
+            assert!(kind.x4_source().contains(&rope), "rope_x4, coalesced {coalesced}");
             let form = RopePassForm::Heads { group: 0 };
             let rope_pass = RopePassKernel::new(kind, 64, form).unwrap().source();
-            assert!(rope_pass.contains(&masked), "rope_pass, coalesced {coalesced}");
+            assert!(rope_pass.contains(&rope), "rope_pass, coalesced {coalesced}");
         }
         // bf16 and f32 tables widen as before whatever the pattern.
         let x4 = EncodeX4 {

@@ -13,8 +13,8 @@
 // - gptj, f32: words a and b are adjacent, four (x, y) pairs in all;
 // - gptj, 16-bit: word a holds four (x, y) pairs; b is not used.
 // The host's header defines ROPE_DTYPE, ROPE_F32 (f32 storage; else 16-bit), ROPE_NEOX,
-// ROPE_UNIT_FREQS (frequencies per unit) and LANES_MASKED (built for an adapter that runs
-// shaders on CPU cores: f16 widens by convert4's widen4_f16_general, which says why).
+// ROPE_UNIT_FREQS (frequencies per unit) and rope_widen_f16 (convert4's widen4_f16 on a
+// GPU, widen4_f16_general on an adapter that runs shaders on CPU cores: convert4 says why).
 #import convert4
 #import rounded
 
@@ -25,10 +25,7 @@ struct RopeUnit {
 
 fn rope_widen(w: vec2<u32>) -> vec4<f32> {
     if ROPE_DTYPE == DTYPE_F16 {
-        if LANES_MASKED {
-            return widen4_f16_general(w);
-        }
-        return widen4_f16(w);
+        return rope_widen_f16(w);
     }
     return widen4_bf16(w);
 }

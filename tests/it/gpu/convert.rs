@@ -6,17 +6,17 @@
 //! payloads included, in groups of four that take both the vec4 forms' normal path and
 //! their general one; each in the forms built for GPUs and for CPU adapters.
 
-use crate::support::convert_probe::{CONVERSIONS, LANES_MASKED, check, inputs, submit};
+use crate::support::convert_probe::{CONVERSIONS, FOR_CPU_ADAPTERS, check, inputs, submit};
 use crate::support::gpu;
 
 #[test]
 fn every_conversion_has_the_cpu_twin_bits() {
     let Some(ctx) = gpu() else { return };
-    for masked in LANES_MASKED {
+    for masked in FOR_CPU_ADAPTERS {
         for (entry, twin, widens) in CONVERSIONS {
             let (input, out_words) = inputs(widens);
             let output = submit(ctx, entry, masked, &input, out_words);
-            let what = format!("{entry} (LANES_MASKED {masked})");
+            let what = format!("{entry} (built for CPU adapters: {masked})");
             check(&what, twin, widens, &input, &ctx.read_buffer(&output).unwrap());
         }
     }

@@ -64,7 +64,7 @@ pub const CONVERSIONS: [Conversion; 4] = [
 
 /// Whether the probe's kernel is built for adapters that run shaders on CPU cores: both
 /// builds, whatever the adapter, for each holds its own form of the f16 widening.
-pub const LANES_MASKED: [bool; 2] = [false, true];
+pub const FOR_CPU_ADAPTERS: [bool; 2] = [false, true];
 
 /// Submits entry point `entry` of the probe's kernel (built for CPU adapters if `masked`)
 /// over `input` (whole units) and returns the buffer of its `out_words` words, to read back
