@@ -102,6 +102,51 @@ fn gpu_with_a_scale_equals_the_cpu_bit_for_bit() {
     }
 }
 
+/// Subnormal table values and scaled products: the CPU's bits, but where the CPU's result is
+/// subnormal a GPU may give a zero (of either sign): WGSL lets an implementation flush f32
+/// subnormals, and NVIDIA's Vulkan driver flushed RoPE's (an H200, 2026-12-04;
+/// docs/guarantees.md). Adapters that run shaders on CPU cores keep them, and must give
+/// the CPU's bits everywhere. Position 0's sine is 0, so each value's row at position 0
+/// keeps it (a subnormal sum); at other positions the PE value absorbs it.
+#[test]
+fn subnormal_values_keep_the_cpu_bits_or_flush_on_a_gpu() {
+    let Some(ctx) = gpu() else { return };
+    let may_flush = ctx.adapter_info().device_type != wgpu::DeviceType::Cpu;
+    let dim = 64;
+    let spec = PeSpec::new(dim as u32).unwrap();
+    let tiny = [f32::MIN_POSITIVE / 8.0, -f32::MIN_POSITIVE / 3.0, f32::MIN_POSITIVE, 1e-40, -1.0];
+    let f32 = Array2::from_shape_fn((4, dim), |(r, c)| tiny[(r + c) % tiny.len()]);
+    let table = Table { f16: f32.mapv(f16::from_f32), bf16: f32.mapv(bf16::from_f32), f32 };
+    let ids = Array2::from_shape_fn((2, 3), |(b, l)| ((b * 3 + l) % 4) as u32);
+    let pos = Array2::from_shape_fn((2, 3), |(b, l)| [0u32, 0, 7][l] + b as u32);
+    let (mut subnormals, mut flushed) = (0, 0);
+    for dtype in [Dtype::F32, Dtype::Bf16] {
+        let uploaded = ctx.upload_table(table.view(dtype)).unwrap();
+        for scale in [Scale::None, Scale::Value(0.125), Scale::Value(4.0)] {
+            let options = EncodeOptions { scale, ..Default::default() };
+            let g = ctx.encode(&spec, &uploaded, ids.view(), pos.view(), &options).unwrap();
+            let c =
+                cpu::encode(&spec, table.view(dtype), ids.view(), pos.view(), &options).unwrap();
+            let mut wrong = Vec::new();
+            for (i, (g, c)) in g.bits().into_iter().zip(c.bits()).enumerate() {
+                let (gv, cv) = (f32::from_bits(g), f32::from_bits(c));
+                subnormals += usize::from(cv.is_subnormal());
+                if g == c {
+                    continue;
+                }
+                if may_flush && cv.is_subnormal() && gv == 0.0 {
+                    flushed += 1;
+                    continue;
+                }
+                wrong.push(format!("{i}: {gv:e} against {cv:e}"));
+            }
+            assert!(wrong.is_empty(), "{dtype:?} {scale:?}: {}", wrong.join(", "));
+        }
+    }
+    eprintln!("{flushed} of {subnormals} subnormal results flushed to zero");
+    assert!(subnormals > 0);
+}
+
 #[test]
 fn gpu_equals_cpu_for_every_position_builder() {
     let Some(ctx) = gpu() else { return };
