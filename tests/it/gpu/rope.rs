@@ -7,7 +7,7 @@
 //! chunking path, on host arrays and device buffers.
 
 use crate::support::rope::{assert_rope_same, dtype_name, hard_batch, tensor, token_major};
-use crate::support::{Rng, gpu};
+use crate::support::{Rng, flush_subnormal, gpu};
 use half::{bf16, f16};
 use ndarray::{Array2, Array4};
 use posenc::gpu::{AccessPattern, Context};
@@ -173,13 +173,13 @@ fn gpu_matches_cpu_for_every_spec_layout_and_dtype() {
 /// Inputs at the edges of the range (infinities, the largest finite values, signed zeros,
 /// subnormals) give the CPU's bits on the GPU, but for which NaN an infinity turns into
 /// (`inf * 0`, `inf - inf`): sign and payload are the hardware's (docs/rope.md), and for
-/// subnormals on a GPU that flushes them: WGSL lets an implementation flush f32 subnormals
-/// to zero, and NVIDIA's Vulkan driver does (an H200, 2026-12-04: `MIN_POSITIVE / 8` rotated
-/// at position 0 came out as 0), so where the CPU's result is subnormal a zero of either sign
-/// is accepted there (`-0 - -0` is `+0`). Adapters that run shaders on CPU cores keep
-/// subnormals, and must give the CPU's bits everywhere. A product past f32's range is
-/// infinite before the sum, on both: with yarn's attention factor over 1, `f32::MAX * (af
-/// cos 13)` (a stranger's case, 2026-12-02).
+/// subnormals on a GPU that flushes them, which may give the bits of flushing every
+/// subnormal input and result to a zero of its sign (a zero's sign free: `-0 - -0` is
+/// `+0`): WGSL lets an implementation flush f32 subnormals, and NVIDIA's Vulkan driver does
+/// (an H200, 2026-12-04: `MIN_POSITIVE / 8` rotated at position 0 came out 0). Adapters
+/// that run shaders on CPU cores keep subnormals, and must give the CPU's bits everywhere.
+/// A product past f32's range is infinite before the sum, on both: with yarn's attention
+/// factor over 1, `f32::MAX * (af cos 13)` (a stranger's case, 2026-12-02).
 #[test]
 fn gpu_special_values_equal_the_cpus_but_for_nans_and_flushes() {
     let Some(ctx) = gpu() else { return };
@@ -219,28 +219,32 @@ fn gpu_special_values_equal_the_cpus_but_for_nans_and_flushes() {
     for (what, spec) in specs {
         let g = ctx.rope(&spec, x.view(), positions.view(), Layout::Blhd).unwrap();
         let c = cpu::rope(&spec, x.view(), positions.view(), Layout::Blhd).unwrap();
-        let (mut nans, mut infs, mut subnormals, mut flushed) = (0, 0, 0, 0);
+        // What a GPU that flushes subnormals computes: the CPU's arithmetic on flushed
+        // inputs, its subnormal results flushed.
+        let m = cpu::rope(&spec, x.mapv(flush_subnormal).view(), positions.view(), Layout::Blhd)
+            .unwrap()
+            .mapv(flush_subnormal);
+        let (mut nans, mut infs, mut differ, mut flushed) = (0, 0, 0, 0);
         let mut wrong = Vec::new();
-        for ((at, g), c) in g.indexed_iter().zip(c.iter()) {
+        for (((at, g), c), m) in g.indexed_iter().zip(c.iter()).zip(m.iter()) {
             if g.is_nan() && c.is_nan() {
                 nans += 1;
                 continue;
             }
             infs += usize::from(c.is_infinite());
-            let subnormal = c.is_subnormal();
-            subnormals += usize::from(subnormal);
+            differ += usize::from(c.to_bits() != m.to_bits() && !m.is_nan());
             if g.to_bits() == c.to_bits() {
                 continue;
             }
-            if may_flush && subnormal && *g == 0.0 {
+            if may_flush && (g.to_bits() == m.to_bits() || (*g == 0.0 && *m == 0.0)) {
                 flushed += 1;
                 continue;
             }
-            wrong.push(format!("{at:?}: {g:e} against {c:e}"));
+            wrong.push(format!("{at:?}: {g:e} against {c:e} (flushed: {m:e})"));
         }
-        eprintln!("{what}: {flushed} of {subnormals} subnormal results flushed to zero");
+        eprintln!("{what}: {flushed} of the {differ} results that flushing changes were flushed");
         assert!(wrong.is_empty(), "{what}: {} differ: {}", wrong.len(), wrong.join(", "));
-        assert!(nans > 0 && infs > 0 && subnormals > 0, "{what}: {nans} NaNs, {infs} infinities");
+        assert!(nans > 0 && infs > 0 && differ > 0, "{what}: {nans} NaNs, {infs} infinities");
         let pair = Array4::from_elem([1, 1, 1, 8], f32::MAX);
         let at13 = Array2::from_elem((1, 1), 13u32);
         let g = ctx.rope(&spec, pair.view(), at13.view(), Layout::Blhd).unwrap();

@@ -58,6 +58,12 @@ pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
 }
 
+/// `x`, or a zero of its sign where it is subnormal: what a GPU that flushes f32 subnormals
+/// reads and writes (WGSL allows it; NVIDIA's Vulkan driver does).
+pub fn flush_subnormal(x: f32) -> f32 {
+    if x.is_subnormal() { 0f32.copysign(x) } else { x }
+}
+
 /// One GPU context per test binary (pipelines compile once). `None` means no adapter:
 /// the caller skips, and the skip is counted ([`skip`]). Under `CI=true` a missing adapter
 /// fails instead, because CI promises to run every GPU test.
