@@ -125,6 +125,32 @@ pub fn coalesced_units(chosen: Option<u32>, recorded: bool) -> u32 {
     chosen.unwrap_or(if recorded { 1 } else { x4_units(true) })
 }
 
+/// Units a step of a recorded encode moves (tokens times vec4 units per row) from which a
+/// GPU's pass whose PE rows all come from the cache or a learned table (no PE code in its
+/// kernel) takes two units per invocation rather than one ([`recorded_encode_units`]).
+pub const ENCODE_PASS_TWO_UNITS_MIN: u64 = 1 << 20;
+
+/// The units per invocation a recorded encode's pass asks of [`EncodePassX4::shape`]:
+/// `chosen` ([`Options::units`](crate::gpu::Options::units)) when given; else, on a GPU (the
+/// coalesced access pattern), 2 for a pass without PE code (`cached_only`: every row from
+/// the cache or a learned table) whose steps move at least [`ENCODE_PASS_TWO_UNITS_MIN`]
+/// units; else posenc's default (`None`).
+///
+/// On an H200 (2026-12-04, docs/performance.md) two units took such a pass's prefill steps
+/// from 17.1 to 15.5 us at gpt2 (8 x 1024 tokens of 192 units) and from 25.1 to 23.8 at
+/// llama3-8b (2048 of 1024), but from 6.2 to 6.4 at whisper-small (3584 of 192), 6.7 to
+/// 6.6 at bert-base (4096 of 192), and 2.6 - 2.9 to 2.7 - 3.3 us at decode steps of 8
+/// tokens. A kernel with the exact phase's code took 1.5 - 1.7x longer with two units
+/// there, so the others keep one.
+pub fn recorded_encode_units(
+    chosen: Option<u32>,
+    coalesced: bool,
+    cached_only: bool,
+    step_units: u64,
+) -> Option<u32> {
+    chosen.or((coalesced && cached_only && step_units >= ENCODE_PASS_TWO_UNITS_MIN).then_some(2))
+}
+
 /// Threads per workgroup of `encode_x4` for rows of `row_units` units, each thread moving
 /// `units` of them ([`x4_units`]): the row is cut into the fewest blocks of at most `units *
 /// PAIR_WORKGROUP_SIZE` units, and a workgroup gets just enough threads for one block, in
@@ -829,6 +855,8 @@ impl EncodePassX4 {
                 (1, 32, 0),
                 (1, ENCODE_PASS_X4_MAX_WORKGROUP, 0),
                 (2, ENCODE_PASS_X4_MAX_WORKGROUP, 0),
+                // A GPU's bounded pass of a prefill's size (recorded_encode_units).
+                (2, ENCODE_PASS_X4_MAX_WORKGROUP, 1),
                 (8, 128, 0),
                 (4, 64, 0),
                 (4, ENCODE_PASS_X4_MAX_WORKGROUP, 1),
@@ -1162,9 +1190,9 @@ mod tests {
         let (types, copy, rope_x4, rope_pass) = (9 * 8, 16, 2 * 6, 6 * (6 + 3));
         assert_eq!(
             all_sources().len(),
-            8 + types * (2 * 4 + 3) + 2 * 8 + types * 11 + 1 + copy + rope_x4 + rope_pass
+            8 + types * (2 * 4 + 3) + 2 * 8 + types * 13 + 1 + copy + rope_x4 + rope_pass
         );
-        assert_eq!(all_sources().len(), 1691);
+        assert_eq!(all_sources().len(), 1835);
     }
 
     /// The list of kernels built without the zeroing names kernels that declare workgroup
@@ -1260,6 +1288,24 @@ mod tests {
         for (name, _) in MODULES {
             assert!(text.contains(name), "{name} not in {text}");
         }
+    }
+
+    #[test]
+    fn recorded_encodes_take_two_units_where_a_gpu_measured_it_faster() {
+        let step = |tokens: u64, dim: u64| tokens * dim / 4;
+        // The H200's prefill presets, bounded: gpt2 and llama3-8b two, bert-base and
+        // whisper-small one; a decode step one.
+        assert_eq!(recorded_encode_units(None, true, true, step(8 * 1024, 768)), Some(2));
+        assert_eq!(recorded_encode_units(None, true, true, step(2048, 4096)), Some(2));
+        assert_eq!(recorded_encode_units(None, true, true, step(32 * 128, 768)), None);
+        assert_eq!(recorded_encode_units(None, true, true, step(8 * 448, 768)), None);
+        assert_eq!(recorded_encode_units(None, true, true, step(8, 8192)), None);
+        // With PE code, on a CPU adapter, or chosen: unchanged.
+        assert_eq!(recorded_encode_units(None, true, false, step(2048, 4096)), None);
+        assert_eq!(recorded_encode_units(None, false, true, step(2048, 4096)), None);
+        assert_eq!(recorded_encode_units(Some(1), true, true, step(2048, 4096)), Some(1));
+        assert_eq!(EncodePassX4::shape(1024, true, Some(2)), (2, 256));
+        assert_eq!(EncodePassX4::shape(192, true, Some(2)), (2, 96));
     }
 
     #[test]

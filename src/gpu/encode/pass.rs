@@ -16,6 +16,7 @@ use crate::gpu::{Context, fold_dispatch};
 use crate::shaders::{
     EncodePassX4, FLAG_F32, FLAG_FIRST_WINDOW, FLAG_LEARNED, FLAG_OFFSETS, FLAG_PAD_ID,
     FLAG_PADDING, FLAG_SCALE, FLAG_ZERO_COL, MAX_TABLE_SLOTS, WORKGROUP_SIZE,
+    recorded_encode_units,
 };
 use crate::spec::Frequencies;
 
@@ -611,7 +612,9 @@ impl Context {
                 .flags
                 .contains(wgpu::DownlevelFlags::INDIRECT_EXECUTION);
         let x4 = dim.is_multiple_of(4).then(|| {
-            let (units, workgroup) = EncodePassX4::shape(row_units, self.coalesced, self.units);
+            let step_units = u64::from(n_tokens) * u64::from(row_units);
+            let chosen = recorded_encode_units(self.units, self.coalesced, cached_only, step_units);
+            let (units, workgroup) = EncodePassX4::shape(row_units, self.coalesced, chosen);
             // Rows all cached have no PE to compute: the cached tokens' stage alone.
             let stage = if split || cached_only { 1 } else { 0 };
             let v = EncodePassX4 {

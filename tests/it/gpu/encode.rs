@@ -938,6 +938,57 @@ fn coalesced_groups_of_several_tokens_keep_the_cpu_bits() {
 /// Every number of units per invocation of the coalesced pattern (`Options::units`): the
 /// host-array kernel (groups of one and of several tokens, rows ending inside a block) and
 /// the recorded pass (rows of one and of several blocks) give the CPU's bits.
+/// A GPU's bounded pass of a prefill's size takes two units per invocation by default
+/// (`posenc::shaders::recorded_encode_units`): the CPU's bits, at the threshold's shape.
+#[test]
+fn a_large_bounded_pass_keeps_the_cpu_bits_with_its_default_units() {
+    use posenc::gpu::{AccessPattern, EncodePassDescriptor, Options, Positions};
+    use posenc::shaders::{ENCODE_PASS_TWO_UNITS_MIN, recorded_encode_units};
+    use wgpu::util::DeviceExt;
+    let options = Options::default().access_pattern(AccessPattern::Coalesced);
+    let Some(ctx) = crate::support::fresh_gpu(&options) else { return };
+    let mut rng = Rng::new(94);
+    let (vocab, dim, batch, len) = (61, 4096, 2, 512);
+    let step_units = (batch * len * dim / 4) as u64;
+    assert!(step_units >= ENCODE_PASS_TWO_UNITS_MIN);
+    assert_eq!(recorded_encode_units(None, true, true, step_units), Some(2));
+    let spec = PeSpec::new(dim as u32).unwrap();
+    let table = Table::new(&mut rng, vocab, dim);
+    let ids = random_ids(&mut rng, batch, len, vocab);
+    let pos = positions::contiguous_batch(batch, len).unwrap();
+    let uploaded = ctx.upload_table(table.view(Dtype::Bf16)).unwrap();
+    let c =
+        cpu::encode(&spec, table.view(Dtype::Bf16), ids.view(), pos.view(), &Default::default())
+            .unwrap();
+    let desc = EncodePassDescriptor {
+        batch,
+        len,
+        positions: Positions::PerToken,
+        max_positions: Some(len as u32),
+        ..EncodePassDescriptor::default()
+    };
+    let pass = ctx.encode_pass(&spec, &uploaded, &desc).unwrap();
+    let words = |a: &Array2<u32>| {
+        ctx.device().create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("test.words"),
+            contents: bytemuck::cast_slice(a.as_slice().unwrap()),
+            usage: wgpu::BufferUsages::STORAGE,
+        })
+    };
+    let out = ctx.device().create_buffer(&wgpu::BufferDescriptor {
+        label: Some("test.out"),
+        size: pass.output_bytes().next_multiple_of(4),
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    });
+    let mut encoder = ctx.device().create_command_encoder(&Default::default());
+    pass.record(&mut encoder, words(&ids).slice(..), words(&pos).slice(..), out.slice(..)).unwrap();
+    ctx.queue().submit([encoder.finish()]);
+    let got = ctx.read_buffer(&out).unwrap();
+    let want: Vec<u8> = c.bits().iter().flat_map(|b| b.to_le_bytes()).collect();
+    assert!(got[..want.len()] == want[..], "the bounded pass differs from the CPU");
+}
+
 #[test]
 fn every_units_per_invocation_keeps_the_cpu_bits() {
     use posenc::gpu::{AccessPattern, EncodePassDescriptor, Options, Positions};
@@ -971,7 +1022,9 @@ fn every_units_per_invocation_keeps_the_cpu_bits() {
                     options,
                     ..EncodePassDescriptor::default()
                 };
-                let pass = ctx.encode_pass(&spec, &uploaded, &desc).unwrap();
+                // The recorded pass, and the same bounded by the batch's positions (every
+                // PE row from the cache: the kernel without PE code).
+                let bounded = EncodePassDescriptor { max_positions: Some(len as u32), ..desc };
                 let words = |a: &Array2<u32>| {
                     ctx.device().create_buffer_init(&wgpu::util::BufferInitDescriptor {
                         label: Some("test.words"),
@@ -980,17 +1033,6 @@ fn every_units_per_invocation_keeps_the_cpu_bits() {
                     })
                 };
                 let (ids_buf, pos_buf) = (words(&ids), words(&pos));
-                let out = ctx.device().create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("test.out"),
-                    size: pass.output_bytes().next_multiple_of(4),
-                    usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
-                    mapped_at_creation: false,
-                });
-                let mut encoder = ctx.device().create_command_encoder(&Default::default());
-                pass.record(&mut encoder, ids_buf.slice(..), pos_buf.slice(..), out.slice(..))
-                    .unwrap();
-                ctx.queue().submit([encoder.finish()]);
-                let got = ctx.read_buffer(&out).unwrap();
                 let want: Vec<u8> = c
                     .bits()
                     .iter()
@@ -999,10 +1041,24 @@ fn every_units_per_invocation_keeps_the_cpu_bits() {
                         bytes[..out_dtype.size()].to_vec()
                     })
                     .collect();
-                assert!(
-                    got[..want.len()] == want[..],
-                    "{what}: the recorded pass differs from the CPU"
-                );
+                for (form, desc) in [("", &desc), (" bounded", &bounded)] {
+                    let pass = ctx.encode_pass(&spec, &uploaded, desc).unwrap();
+                    let out = ctx.device().create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("test.out"),
+                        size: pass.output_bytes().next_multiple_of(4),
+                        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+                        mapped_at_creation: false,
+                    });
+                    let mut encoder = ctx.device().create_command_encoder(&Default::default());
+                    pass.record(&mut encoder, ids_buf.slice(..), pos_buf.slice(..), out.slice(..))
+                        .unwrap();
+                    ctx.queue().submit([encoder.finish()]);
+                    let got = ctx.read_buffer(&out).unwrap();
+                    assert!(
+                        got[..want.len()] == want[..],
+                        "{what}{form}: the recorded pass differs from the CPU"
+                    );
+                }
             }
         }
     }
