@@ -4,8 +4,11 @@ per step (us) of every steps-mode item, one column per item, the repeats side by
 ("a / b"), and each operation's ratio to the same run's copy of its bytes.
 
     python3 benches/device/pairs.py OUT/pairs.jsonl [--markdown]
+
+A file ending in .xz (as docs/measurements keeps them) is read decompressed.
 """
 import json
+import lzma
 import sys
 from collections import defaultdict
 
@@ -21,7 +24,8 @@ def main() -> None:
     ratios = defaultdict(lambda: defaultdict(dict))
     order = defaultdict(list)
     repeats = defaultdict(list)
-    with open(args[0]) as f:
+    opener = lzma.open if args[0].endswith(".xz") else open
+    with opener(args[0], "rt") as f:
         for line in f:
             line = line.strip()
             if not line:
