@@ -26,18 +26,19 @@ cd "$(dirname "$0")/../.."
 : "${OUT:?set by the device tool}"
 SKIP=${SKIP:-}
 PRESETS=${PRESETS:-llama3-8b-rope phi-2-rope llama3-8b-rope-decode llama3-8b-step llama2-13b-step llama3-70b-step}
-# u2: two units per invocation took the H200's Llama-3-8B RoPE from 13.9 to 20.5 us when
-# every loop carried wgpu's counter; without it a driver may unroll the loops over units
-# and keep their arrays in registers, which `new` against `counter` and u2 ask.
-VARIANTS=${VARIANTS:-new base counter u2 h1 h2 h4 h8}
+# The H200 (2026-12-04) timed every head group, wgpu's loop counter and two units per
+# invocation (docs/performance.md): the blocks form stays, h1 and h2 were nearest.
+VARIANTS=${VARIANTS:-new base h1 h2}
 ENCODE_PRESETS=${ENCODE_PRESETS:-bert-base gpt2 whisper-small llama3-8b}
-ENCODE_VARIANTS=${ENCODE_VARIANTS:-new base counter}
-# What RoPE's time is made of on the H200 (13.9 us where the copy of its bytes takes 8.5,
-# docs/performance.md) and the f16 step's; then the encode's gap to its copy.
-DIAG_PRESETS=${DIAG_PRESETS:-llama3-8b-rope llama2-13b-step}
-DIAG_VARIANTS=${DIAG_VARIANTS:-new diag d:rope-copy d:rope-nocs d:rope-nobarrier d:rope-noround d:rope-trunc d:f16-short}
-ENCODE_DIAG_PRESETS=${ENCODE_DIAG_PRESETS:-gpt2 llama3-8b}
-ENCODE_DIAG_VARIANTS=${ENCODE_DIAG_VARIANTS:-new diag d:enc-noid d:enc-nope d:enc-nocheck}
+ENCODE_VARIANTS=${ENCODE_VARIANTS:-new base}
+# What the H200's diagnostics of 2026-12-04 left open: how bf16's cost (rope-trunc saved
+# 1.8 of 12.4 us) splits between its rounding and its NaN test, whether a branch-free
+# narrowing is faster on a GPU, and whether unpack2x16float takes the f16 kernels' extra
+# 0.3 us (f16-short's saving) while keeping the bits.
+DIAG_PRESETS=${DIAG_PRESETS:-llama3-8b-rope phi-2-rope llama2-13b-step}
+DIAG_VARIANTS=${DIAG_VARIANTS:-new diag d:rope-trunc d:bf16-general d:bf16-nonan d:f16-short d:f16-unpack}
+ENCODE_DIAG_PRESETS=${ENCODE_DIAG_PRESETS:-llama3-8b}
+ENCODE_DIAG_VARIANTS=${ENCODE_DIAG_VARIANTS:-new diag d:enc-nope}
 REPEATS=${REPEATS:-2}
 LOG=$OUT/log.txt
 say() { echo "== $(date +%T) $*" | tee -a "$LOG"; }

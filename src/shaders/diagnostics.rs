@@ -134,6 +134,54 @@ fn cos_sin4_at_kept(p: vec3<u32>, f: u32) -> array<vec4<f32>, 2> {",
         )],
     },
     Diagnostic {
+        name: "bf16-general",
+        removes: "narrow4_bf16's branch: the general form (a NaN test and a select per \
+                  element) for every unit, where the short path skips it for units without \
+                  a NaN. The same bits: an alternative to time, not a cost taken out",
+        entries: ROPE,
+        edits: &[(
+            "    if no_nan4(b & vec4<u32>(0x7fffffffu)) {\n        return round4_bf16(b);\n    }\n",
+            "    // Diagnostic bf16-general.\n",
+        )],
+    },
+    Diagnostic {
+        name: "bf16-nonan",
+        removes: "narrow4_bf16's NaN test: the rounding alone (wrong for NaN results only), \
+                  which with rope-trunc splits bf16's cost between its rounding and its test",
+        entries: ROPE,
+        edits: &[(
+            "    if no_nan4(b & vec4<u32>(0x7fffffffu)) {\n",
+            "    if true { // Diagnostic bf16-nonan.\n",
+        )],
+    },
+    Diagnostic {
+        name: "f16-unpack",
+        removes: "the f16 widening's integer arithmetic: WGSL's unpack2x16float (a downlevel \
+                  capability, SHADER_F16_IN_F32, that Vulkan, Metal and DX12 adapters have), \
+                  exact for every half that is not a NaN wherever the hardware converts \
+                  exactly. An alternative to time; the bench's agreement says whether its \
+                  data kept the bits",
+        entries: &["rope_pass", "rope_pass_heads", "encode_pass_x4"],
+        edits: &[
+            (
+                "fn widen4_f16(w: vec2<u32>) -> vec4<f32> {\n",
+                "fn widen4_f16(w: vec2<u32>) -> vec4<f32> {
+    if true { // Diagnostic f16-unpack.
+        return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));
+    }
+",
+            ),
+            (
+                "fn widen4_f16_general(w: vec2<u32>) -> vec4<f32> {\n",
+                "fn widen4_f16_general(w: vec2<u32>) -> vec4<f32> {
+    if true { // Diagnostic f16-unpack.
+        return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));
+    }
+",
+            ),
+        ],
+    },
+    Diagnostic {
         name: "f16-short",
         removes: "the general form of the vec4 f16 conversions beside their short path: the \
                   short path always taken (wrong for zeros, subnormals, infinities and NaNs, \
@@ -230,7 +278,8 @@ pub fn parse(text: &str) -> Result<Vec<&'static Diagnostic>> {
 
 /// The names [`parse`] accepts, for its refusal.
 const NAMES: &str = "comma-separated diagnostics among rope-copy, rope-nocs, rope-nobarrier, \
-                     rope-noround, rope-trunc, f16-short, enc-noid, enc-nope and enc-nocheck";
+                     rope-noround, rope-trunc, bf16-general, bf16-nonan, f16-unpack, \
+                     f16-short, enc-noid, enc-nope and enc-nocheck";
 
 /// `source`, the kernel of entry point `entry`, with the edits of those of `diagnostics`
 /// that name it, and the names of those whose edits found their text (each edit replaces
@@ -326,12 +375,16 @@ mod tests {
                 let (text, _) = apply(&[d], entry, &source);
                 let module = naga::front::wgsl::parse_str(&text)
                     .unwrap_or_else(|e| panic!("{}: {label}: {}", d.name, e.emit_to_string(&text)));
-                naga::valid::Validator::new(
-                    naga::valid::ValidationFlags::all(),
-                    naga::valid::Capabilities::empty(),
-                )
-                .validate(&module)
-                .unwrap_or_else(|e| panic!("{}: {label}: {e:?}", d.name));
+                // f16-unpack's unpack2x16float takes a capability the kernels themselves
+                // do without.
+                let capabilities = if d.name == "f16-unpack" {
+                    naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32
+                } else {
+                    naga::valid::Capabilities::empty()
+                };
+                naga::valid::Validator::new(naga::valid::ValidationFlags::all(), capabilities)
+                    .validate(&module)
+                    .unwrap_or_else(|e| panic!("{}: {label}: {e:?}", d.name));
                 assert_eq!(
                     crate::shaders::bounds_loops_of(entry, &text),
                     crate::shaders::bounds_loops_of(entry, &source),
