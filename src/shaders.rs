@@ -139,9 +139,9 @@ pub const ENCODE_PASS_TWO_UNITS_MIN: u64 = 1 << 20;
 /// On an H200 (2026-12-04, docs/performance.md) two units took such a pass's prefill steps
 /// from 17.1 to 15.5 us at gpt2 (8 x 1024 tokens of 192 units) and from 25.1 to 23.8 at
 /// llama3-8b (2048 of 1024), but from 6.2 to 6.4 at whisper-small (3584 of 192), 6.7 to
-/// 6.6 at bert-base (4096 of 192), and 2.6 - 2.9 to 2.7 - 3.3 us at decode steps of 8
-/// tokens. A kernel with the exact phase's code took 1.4 - 1.7x longer with two units
-/// there, so the others keep one.
+/// 6.6 at bert-base (4096 of 192: either way at these sizes), and 2.6 - 2.8 to 2.7 - 3.2
+/// us at decode steps of 8 tokens. A kernel with the exact phase's code took 1.2 - 1.7x
+/// longer with two units there, so the others keep one.
 pub fn recorded_encode_units(
     chosen: Option<u32>,
     coalesced: bool,
