@@ -997,8 +997,16 @@ fn every_units_per_invocation_keeps_the_cpu_bits() {
     for units in [1, 2, 4, 8] {
         let options =
             Options::default().access_pattern(AccessPattern::Coalesced).units(Some(units));
-        let Some(ctx) = crate::support::fresh_gpu(&options) else { return };
-        for (dim, batch, len) in [(260, 40, 250), (1028, 3, 5), (4096, 2, 3), (4608, 2, 2)] {
+        let Some(whole) = crate::support::fresh_gpu(&options) else { return };
+        // The widest shape's table also in chunks of 256 KiB: two to four, in one window.
+        let chunked = whole.with_max_binding_size(256 << 10);
+        for (ctx, dim, batch, len) in [
+            (&whole, 260, 40, 250),
+            (&whole, 1028, 3, 5),
+            (&whole, 4096, 2, 3),
+            (&whole, 4608, 2, 2),
+            (&chunked, 4608, 2, 2),
+        ] {
             let vocab = 53;
             let spec = PeSpec::new(dim as u32).unwrap();
             let table = Table::new(&mut rng, vocab, dim);
@@ -1009,6 +1017,8 @@ fn every_units_per_invocation_keeps_the_cpu_bits() {
                 let what =
                     format!("units {units} D={dim} B={batch} L={len} {dtype:?}->{out_dtype:?}");
                 let uploaded = ctx.upload_table(table.view(dtype)).unwrap();
+                let what = format!("{what} chunks {}", uploaded.n_chunks());
+                assert_eq!(std::ptr::eq(ctx, &chunked), uploaded.n_chunks() > 1, "{what}");
                 let options = EncodeOptions { pad_id: Some(5), out_dtype, ..Default::default() };
                 let c = cpu::encode(&spec, table.view(dtype), ids.view(), pos.view(), &options)
                     .unwrap();
