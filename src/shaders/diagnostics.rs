@@ -175,7 +175,7 @@ fn cos_sin4_at_kept(p: vec3<u32>, f: u32) -> array<vec4<f32>, 2> {",
                 "fn widen4_f16_general(w: vec2<u32>) -> vec4<f32> {\n",
                 "fn widen4_f16_general(w: vec2<u32>) -> vec4<f32> {
     if true { // Diagnostic f16-unpack.
-        return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));
+        return widen4_f16(w);
     }
 ",
             ),

@@ -1,7 +1,7 @@
 //! The GPU encode against its CPU twin on seeded random problems: every storage type, every
 //! position builder, forced chunking. Bit for bit without a scale.
 
-use crate::support::{Rng, flush_subnormal, gpu, random_ids};
+use crate::support::{Rng, flush_subnormal, gpu, is_flushed, may_flush_subnormals, random_ids};
 use half::{bf16, f16};
 use ndarray::{Array2, Axis};
 use posenc::encode::{Dtype, Embeddings, EncodeOptions, Encoded, Scale};
@@ -44,6 +44,37 @@ fn assert_same_bits(what: &str, gpu: &Encoded, cpu: &Encoded) {
             c[i]
         );
     }
+}
+
+/// The output bytes of one record of the recorded encode pass `desc` over `ids` and `pos`,
+/// uploaded as storage buffers.
+fn run_pass(
+    ctx: &posenc::gpu::Context,
+    spec: &PeSpec,
+    table: &posenc::gpu::GpuTable,
+    desc: &posenc::gpu::EncodePassDescriptor,
+    ids: &Array2<u32>,
+    pos: &Array2<u32>,
+) -> Vec<u8> {
+    use wgpu::util::DeviceExt;
+    let pass = ctx.encode_pass(spec, table, desc).unwrap();
+    let words = |a: &Array2<u32>| {
+        ctx.device().create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("test.words"),
+            contents: bytemuck::cast_slice(a.as_slice().unwrap()),
+            usage: wgpu::BufferUsages::STORAGE,
+        })
+    };
+    let out = ctx.device().create_buffer(&wgpu::BufferDescriptor {
+        label: Some("test.out"),
+        size: pass.output_bytes().next_multiple_of(4),
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    });
+    let mut encoder = ctx.device().create_command_encoder(&Default::default());
+    pass.record(&mut encoder, words(ids).slice(..), words(pos).slice(..), out.slice(..)).unwrap();
+    ctx.queue().submit([encoder.finish()]);
+    ctx.read_buffer(&out).unwrap()
 }
 
 #[test]
@@ -113,7 +144,7 @@ fn gpu_with_a_scale_equals_the_cpu_bit_for_bit() {
 #[test]
 fn subnormal_values_keep_the_cpu_bits_or_flush_on_a_gpu() {
     let Some(ctx) = gpu() else { return };
-    let may_flush = ctx.adapter_info().device_type != wgpu::DeviceType::Cpu;
+    let may_flush = may_flush_subnormals(ctx);
     let dim = 64;
     let spec = PeSpec::new(dim as u32).unwrap();
     let tiny = [f32::MIN_POSITIVE / 8.0, -f32::MIN_POSITIVE / 3.0, f32::MIN_POSITIVE, 1e-40, -1.0];
@@ -145,7 +176,7 @@ fn subnormal_values_keep_the_cpu_bits_or_flush_on_a_gpu() {
                 if g == c {
                     continue;
                 }
-                if may_flush && (g == mv.to_bits() || (gv == 0.0 && mv == 0.0)) {
+                if may_flush && is_flushed(gv, mv) {
                     flushed += 1;
                     continue;
                 }
@@ -935,16 +966,12 @@ fn coalesced_groups_of_several_tokens_keep_the_cpu_bits() {
     }
 }
 
-/// Every number of units per invocation of the coalesced pattern (`Options::units`): the
-/// host-array kernel (groups of one and of several tokens, rows ending inside a block) and
-/// the recorded pass (rows of one and of several blocks) give the CPU's bits.
 /// A GPU's bounded pass of a prefill's size takes two units per invocation by default
 /// (`posenc::shaders::recorded_encode_units`): the CPU's bits, at the threshold's shape.
 #[test]
 fn a_large_bounded_pass_keeps_the_cpu_bits_with_its_default_units() {
     use posenc::gpu::{AccessPattern, EncodePassDescriptor, Options, Positions};
     use posenc::shaders::{ENCODE_PASS_TWO_UNITS_MIN, recorded_encode_units};
-    use wgpu::util::DeviceExt;
     let options = Options::default().access_pattern(AccessPattern::Coalesced);
     let Some(ctx) = crate::support::fresh_gpu(&options) else { return };
     let mut rng = Rng::new(94);
@@ -967,32 +994,18 @@ fn a_large_bounded_pass_keeps_the_cpu_bits_with_its_default_units() {
         max_positions: Some(len as u32),
         ..EncodePassDescriptor::default()
     };
-    let pass = ctx.encode_pass(&spec, &uploaded, &desc).unwrap();
-    let words = |a: &Array2<u32>| {
-        ctx.device().create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some("test.words"),
-            contents: bytemuck::cast_slice(a.as_slice().unwrap()),
-            usage: wgpu::BufferUsages::STORAGE,
-        })
-    };
-    let out = ctx.device().create_buffer(&wgpu::BufferDescriptor {
-        label: Some("test.out"),
-        size: pass.output_bytes().next_multiple_of(4),
-        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
-        mapped_at_creation: false,
-    });
-    let mut encoder = ctx.device().create_command_encoder(&Default::default());
-    pass.record(&mut encoder, words(&ids).slice(..), words(&pos).slice(..), out.slice(..)).unwrap();
-    ctx.queue().submit([encoder.finish()]);
-    let got = ctx.read_buffer(&out).unwrap();
+    let got = run_pass(&ctx, &spec, &uploaded, &desc, &ids, &pos);
     let want: Vec<u8> = c.bits().iter().flat_map(|b| b.to_le_bytes()).collect();
     assert!(got[..want.len()] == want[..], "the bounded pass differs from the CPU");
 }
 
+/// Every number of units per invocation of the coalesced pattern (`Options::units`): the
+/// host-array kernel (groups of one and of several tokens, rows ending inside a block) and
+/// the recorded pass (rows of one and of several blocks, bounded by the positions or not, a
+/// table in one chunk or several) give the CPU's bits.
 #[test]
 fn every_units_per_invocation_keeps_the_cpu_bits() {
     use posenc::gpu::{AccessPattern, EncodePassDescriptor, Options, Positions};
-    use wgpu::util::DeviceExt;
     let mut rng = Rng::new(93);
     for units in [1, 2, 4, 8] {
         let options =
@@ -1024,7 +1037,6 @@ fn every_units_per_invocation_keeps_the_cpu_bits() {
                     .unwrap();
                 let g = ctx.encode(&spec, &uploaded, ids.view(), pos.view(), &options).unwrap();
                 assert_same_bits(&what, &g, &c);
-                // The recorded pass.
                 let desc = EncodePassDescriptor {
                     batch,
                     len,
@@ -1035,14 +1047,6 @@ fn every_units_per_invocation_keeps_the_cpu_bits() {
                 // The recorded pass, and the same bounded by the batch's positions (every
                 // PE row from the cache: the kernel without PE code).
                 let bounded = EncodePassDescriptor { max_positions: Some(len as u32), ..desc };
-                let words = |a: &Array2<u32>| {
-                    ctx.device().create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                        label: Some("test.words"),
-                        contents: bytemuck::cast_slice(a.as_slice().unwrap()),
-                        usage: wgpu::BufferUsages::STORAGE,
-                    })
-                };
-                let (ids_buf, pos_buf) = (words(&ids), words(&pos));
                 let want: Vec<u8> = c
                     .bits()
                     .iter()
@@ -1052,18 +1056,7 @@ fn every_units_per_invocation_keeps_the_cpu_bits() {
                     })
                     .collect();
                 for (form, desc) in [("", &desc), (" bounded", &bounded)] {
-                    let pass = ctx.encode_pass(&spec, &uploaded, desc).unwrap();
-                    let out = ctx.device().create_buffer(&wgpu::BufferDescriptor {
-                        label: Some("test.out"),
-                        size: pass.output_bytes().next_multiple_of(4),
-                        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
-                        mapped_at_creation: false,
-                    });
-                    let mut encoder = ctx.device().create_command_encoder(&Default::default());
-                    pass.record(&mut encoder, ids_buf.slice(..), pos_buf.slice(..), out.slice(..))
-                        .unwrap();
-                    ctx.queue().submit([encoder.finish()]);
-                    let got = ctx.read_buffer(&out).unwrap();
+                    let got = run_pass(ctx, &spec, &uploaded, desc, &ids, &pos);
                     assert!(
                         got[..want.len()] == want[..],
                         "{what}{form}: the recorded pass differs from the CPU"

@@ -64,6 +64,19 @@ pub fn flush_subnormal(x: f32) -> f32 {
     if x.is_subnormal() { 0f32.copysign(x) } else { x }
 }
 
+/// Whether `ctx`'s adapter may flush subnormals: any but one that runs shaders on CPU cores
+/// (lavapipe, llvmpipe keep them; the tests hold those to every bit).
+pub fn may_flush_subnormals(ctx: &Context) -> bool {
+    ctx.adapter_info().device_type != wgpu::DeviceType::Cpu
+}
+
+/// Whether a GPU's `got` is what flushing gives, `flushed` being the CPU's arithmetic on
+/// flushed inputs with its result flushed: its bits, or a zero where that is a zero of
+/// either sign (`-0 - -0` is `+0`).
+pub fn is_flushed(got: f32, flushed: f32) -> bool {
+    got.to_bits() == flushed.to_bits() || (got == 0.0 && flushed == 0.0)
+}
+
 /// One GPU context per test binary (pipelines compile once). `None` means no adapter:
 /// the caller skips, and the skip is counted ([`skip`]). Under `CI=true` a missing adapter
 /// fails instead, because CI promises to run every GPU test.
