@@ -9,8 +9,9 @@
 //! - `cpu_encode`, `cpu_encode_cold`, `cpu_table`: `cpu_copy_ceiling`, a multi-threaded
 //!   memcpy of the output's bytes;
 //! - `gpu_encode`, `gpu_encode_cold`, `gpu_table`, `gpu_readback`: `gpu_copy_ceiling`, the
-//!   faster of two vec4 copy shaders over the output's bytes, timed as the device-timed
-//!   items are (device timestamps where the adapter has them);
+//!   fastest of the WGSL copy forms moving the encode's bytes (ids and positions, gathered
+//!   rows, each distinct position's PE row, output: half read, half written), timed as the
+//!   device-timed items are (device timestamps where the adapter has them);
 //! - `gpu_encode_call`, `gpu_encode_host`, `gpu_encode_stream`: `gpu_copy_ceiling_call`,
 //!   that copy as a whole call (encoder, submission, wait) by the wall clock;
 //! - `cpu_load`: `cpu_read_ceiling`, `std::fs::read` of the same checkpoint from a warm page

@@ -7,7 +7,9 @@ eager and torch.compile'd. RoPE: Hugging Face's rotary (cos/sin from position id
 float32, then q*cos + rotate_half(q)*sin for q and k; partial rotary as Phi's), eager and
 compiled. ALiBi: BLOOM's bias (slopes times -distance), eager and compiled. Ceilings in the
 same run: a device copy of the output's bytes; reading the output back to pageable and to
-pinned host memory. One JSON line per figure on stdout.
+pinned host memory; a copy of the encode's bytes as posenc's bench counts them; a
+one-element kernel per call (CUDA's floor, beside posenc's dispatch floor). One JSON line
+per figure on stdout.
 """
 import json
 import math
@@ -115,11 +117,20 @@ def encode_presets():
             torch.add(F.embedding(ids, E).float(), pe[pos], out=out)
 
         copy_t = graph_time(lambda: out.copy_(src))
+        # A copy of the bytes the encode moves (posenc's bench counts the same since
+        # 2026-12-04): ids and positions, gathered rows, each distinct position's f32 PE row
+        # once, the output; half read, half written.
+        moved = B * L * 8 + B * L * D * E.element_size() + L * D * 4 + B * L * D * 4
+        half = moved // 2
+        a8 = torch.empty(half, dtype=torch.uint8, device=dev)
+        b8 = torch.empty_like(a8)
+        moved_t = graph_time(lambda: b8.copy_(a8))
+        del a8, b8
         eager_t = graph_time(eager)
         eager_wall = wall_time(eager)
         emit(op="encode", model=name, shape=[B, L, D, V], dtype=str(dt), copy_s=copy_t,
-             copy_gbps=bytes_rw / copy_t / 1e9, eager_s=eager_t, eager_ratio=copy_t / eager_t,
-             eager_wall_s=eager_wall)
+             copy_gbps=bytes_rw / copy_t / 1e9, moved_bytes=2 * half, moved_copy_s=moved_t,
+             eager_s=eager_t, eager_ratio=copy_t / eager_t, eager_wall_s=eager_wall)
         # Readback ceilings of the output (what a host result costs).
         host = torch.empty(out.shape, dtype=out.dtype)
         pinned = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
@@ -302,6 +313,10 @@ def alibi_shapes():
 
 if __name__ == "__main__":
     emit(op="info", torch=torch.__version__, device=torch.cuda.get_device_name(0))
+    # CUDA's floor, beside posenc's gpu_dispatch_floor: a one-element kernel per call in a
+    # CUDA graph (a kernel boundary with nothing to do).
+    one = torch.zeros(1, device=dev)
+    emit(op="floor", floor_s=graph_time(lambda: one.add_(1.0), calls=200))
     which = sys.argv[1:] or ["encode", "rope", "alibi"]
     for part, fn in (("rope", rope_shapes), ("alibi", alibi_shapes), ("encode", encode_presets)):
         if part in which:

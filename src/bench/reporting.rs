@@ -95,7 +95,8 @@ pub struct Sizes {
     pub out_dtype: String,
     /// Timed runs per item.
     pub repeats: usize,
-    /// Bytes one encode reads and writes: ids, gathered rows, output.
+    /// Bytes one encode reads and writes: ids and positions, gathered rows, each distinct
+    /// position's f32 PE row once, output.
     pub encode_bytes: u64,
     /// Bytes one table generation reads and writes: positions, f32 table.
     pub table_bytes: u64,

@@ -117,6 +117,22 @@ fn cos_sin4_at_kept(p: vec3<u32>, f: u32) -> array<vec4<f32>, 2> {",
         )],
     },
     Diagnostic {
+        name: "round-fmul1",
+        removes: "the products' anti-fusion OR (an integer operation per component): each \
+                  product multiplied by an opaque one instead (a float multiply, on the pipe \
+                  a GPU has twice as much of). The same bits wherever no compiler \
+                  reassociates: a multiply-add it may form takes a rounded product times \
+                  one, which is exact. An alternative to time, not a cost taken out",
+        entries: &["rope_pass", "rope_pass_heads", "encode_pass_x4"],
+        edits: &[(
+            "fn rounded4(v: vec4<f32>, z: u32) -> vec4<f32> {
+    return bitcast<vec4<f32>>(bitcast<vec4<u32>>(v) | vec4<u32>(z));",
+            "fn rounded4(v: vec4<f32>, z: u32) -> vec4<f32> {
+    // Diagnostic round-fmul1: z is always 0, so this is v times 1.0.
+    return v * vec4<f32>(bitcast<f32>(z | 0x3f800000u));",
+        )],
+    },
+    Diagnostic {
         name: "rope-trunc",
         removes: "bf16's rounding and NaN test: each result truncated to its top 16 bits",
         entries: ROPE,
@@ -278,8 +294,8 @@ pub fn parse(text: &str) -> Result<Vec<&'static Diagnostic>> {
 
 /// The names [`parse`] accepts, for its refusal.
 const NAMES: &str = "comma-separated diagnostics among rope-copy, rope-nocs, rope-nobarrier, \
-                     rope-noround, rope-trunc, bf16-general, bf16-nonan, f16-unpack, \
-                     f16-short, enc-noid, enc-nope and enc-nocheck";
+                     rope-noround, round-fmul1, rope-trunc, bf16-general, bf16-nonan, \
+                     f16-unpack, f16-short, enc-noid, enc-nope and enc-nocheck";
 
 /// `source`, the kernel of entry point `entry`, with the edits of those of `diagnostics`
 /// that name it, and the names of those whose edits found their text (each edit replaces
