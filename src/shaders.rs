@@ -196,6 +196,10 @@ pub struct EncodeX4 {
     /// Units each invocation moves per token: [`x4_units`] for the adjacent pattern, 1, 2,
     /// 4 or 8 for the coalesced one ([`coalesced_units`]).
     pub units: u32,
+    /// A GPU form (`coalesced`) on an adapter with WGSL's `unpack2x16float` (wgpu's
+    /// `SHADER_F16_IN_F32`): an f16 table or tensor is widened by it ([`F16_UNPACK`]) rather
+    /// than by `widen4_f16`. Ignored for other types and for CPU adapters' forms.
+    pub f16_unpack: bool,
 }
 
 impl EncodeX4 {
@@ -206,12 +210,20 @@ impl EncodeX4 {
             for coalesced in [false, true] {
                 for workgroup in (32..=PAIR_WORKGROUP_SIZE).step_by(32) {
                     let units = x4_units(coalesced);
-                    all.push(Self { table, out, slots, coalesced, workgroup, units });
+                    let f16_unpack = false;
+                    all.push(Self { table, out, slots, coalesced, workgroup, units, f16_unpack });
                 }
             }
             for units in [1, 4, 8] {
-                let workgroup = PAIR_WORKGROUP_SIZE;
-                all.push(Self { table, out, slots, coalesced: true, workgroup, units });
+                let (workgroup, coalesced, f16_unpack) = (PAIR_WORKGROUP_SIZE, true, false);
+                all.push(Self { table, out, slots, coalesced, workgroup, units, f16_unpack });
+            }
+            // GPUs' forms with unpack2x16float (f16 tables only: the others ignore it).
+            if table == Dtype::F16 {
+                for units in [1, 2] {
+                    let (workgroup, coalesced, f16_unpack) = (PAIR_WORKGROUP_SIZE, true, true);
+                    all.push(Self { table, out, slots, coalesced, workgroup, units, f16_unpack });
+                }
             }
         }
         all
@@ -226,7 +238,7 @@ impl EncodeX4 {
         s += &format!("const UNITS_PER_INVOCATION: u32 = {}u;\n", self.units);
         // Table units per 64-byte cache line, for the prefetch.
         s += &format!("const UNITS_PER_LINE: u32 = {}u;\n", 64 / (4 * self.table.size()));
-        unit_header(self.table, self.out, self.slots, 4, self.coalesced, &mut s);
+        unit_header(self.table, self.out, self.slots, 4, self.coalesced, self.f16_unpack, &mut s);
         let mut imported = Vec::new();
         expand(ENCODE_X4, &mut imported, &mut s);
         s
@@ -255,6 +267,7 @@ fn unit_header(
     slots: u32,
     first_binding: u32,
     coalesced: bool,
+    f16_unpack: bool,
     s: &mut String,
 ) {
     let word = |d: Dtype| if d == Dtype::F32 { "vec4<u32>" } else { "vec2<u32>" };
@@ -267,9 +280,12 @@ fn unit_header(
     *s += &format!("alias OutWord = {};\n", word(out));
     *s += &format!("const TABLE_SLOTS: u32 = {slots}u;\n");
     let widen = match table {
-        Dtype::F16 => f16_widening(coalesced).to_string(),
+        Dtype::F16 => f16_widening(coalesced, f16_unpack).to_string(),
         _ => format!("widen4_{}", name(table)),
     };
+    if takes_unpack(table, coalesced, f16_unpack) {
+        *s += F16_UNPACK;
+    }
     *s += &format!("fn widen(w: TableWord) -> vec4<f32> {{ return {widen}(w); }}\n");
     *s += &format!("fn narrow(v: vec4<f32>) -> OutWord {{ return narrow4_{}(v); }}\n", name(out));
     for k in 0..slots {
@@ -289,8 +305,37 @@ fn unit_header(
 /// values: `widen4_f16_general` alone (convert4 says why). The same bits either way. Both
 /// the encode unit kernels ([`unit_header`]'s `widen`) and the RoPE unit
 /// ([`RopeUnitKind`]'s `rope_widen_f16`) take it from here.
-fn f16_widening(coalesced: bool) -> &'static str {
-    if coalesced { "widen4_f16" } else { "widen4_f16_general" }
+///
+/// `unpack` (a GPU form on an adapter with wgpu's `SHADER_F16_IN_F32`, which every Vulkan,
+/// Metal, DX12, GL and WebGPU adapter has but llvmpipe's Vulkan without `SHADER_F16`):
+/// `widen4_f16_unpack`, WGSL's `unpack2x16float`, which the header then defines ([`F16_UNPACK`]);
+/// the same bits but for which NaN a NaN half becomes, the hardware's.
+fn f16_widening(coalesced: bool, unpack: bool) -> &'static str {
+    match (coalesced, unpack) {
+        (true, true) => "widen4_f16_unpack",
+        (true, false) => "widen4_f16",
+        (false, _) => "widen4_f16_general",
+    }
+}
+
+/// The f16 widening of GPU forms on adapters that have WGSL's `unpack2x16float` (wgpu's
+/// `SHADER_F16_IN_F32`), prepended by a kernel's header only where it takes it: a module
+/// that calls the builtin is refused on an adapter without it, even if nothing runs it.
+/// On an H200 (2026-12-04) it took Phi-2's f16 prefill RoPE from 9.24 to 8.28 us a step
+/// and Llama-2-13B's f16 decode step from 6.20 to 5.88 (docs/performance.md): the integer
+/// widening's test and general form, which no step of normal values takes, cost that much
+/// beside its short path. Exact for every half but NaNs on IEEE hardware (f16 to f32 loses
+/// nothing); `tests/it/gpu/convert.rs` checks every one of the 65536 on the adapter.
+pub const F16_UNPACK: &str = "fn widen4_f16_unpack(w: vec2<u32>) -> vec4<f32> {
+    return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));
+}
+";
+
+/// Whether a kernel for `dtype` (its table's or tensor's) in the GPU form (`coalesced`) on
+/// an adapter with `unpack2x16float` (`unpack`) widens f16 by it ([`F16_UNPACK`]): only f16
+/// ones do. The kernels' keys take this, so that one source is one pipeline.
+pub fn takes_unpack(dtype: Dtype, coalesced: bool, unpack: bool) -> bool {
+    dtype == Dtype::F16 && coalesced && unpack
 }
 
 /// The copy ceiling's kernel, `shaders/copy.wgsl`, before its specialisation.
@@ -609,6 +654,10 @@ pub struct RopeUnitKind {
     /// shaders on CPU cores, which widens f16 without the short path
     /// (`widen4_f16_general` in `shaders/shared/convert4.wgsl` says why); the same bits.
     pub coalesced: bool,
+    /// A GPU form (`coalesced`) on an adapter with WGSL's `unpack2x16float` (wgpu's
+    /// `SHADER_F16_IN_F32`): an f16 table or tensor is widened by it ([`F16_UNPACK`]) rather
+    /// than by `widen4_f16`. Ignored for other types and for CPU adapters' forms.
+    pub f16_unpack: bool,
 }
 
 impl RopeUnitKind {
@@ -618,7 +667,10 @@ impl RopeUnitKind {
         for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
             for neox in [true, false] {
                 for coalesced in [true, false] {
-                    all.push(Self { dtype, neox, coalesced });
+                    all.push(Self { dtype, neox, coalesced, f16_unpack: false });
+                }
+                if dtype == Dtype::F16 {
+                    all.push(Self { dtype, neox, coalesced: true, f16_unpack: true });
                 }
             }
         }
@@ -636,9 +688,13 @@ impl RopeUnitKind {
         *s += &format!("const ROPE_F32: bool = {};\n", self.dtype == Dtype::F32);
         *s += &format!("const ROPE_NEOX: bool = {};\n", self.neox);
         *s += &format!("const ROPE_UNIT_FREQS: u32 = {}u;\n", self.unit_freqs());
+        let unpack = takes_unpack(self.dtype, self.coalesced, self.f16_unpack);
+        if unpack {
+            *s += F16_UNPACK;
+        }
         *s += &format!(
             "fn rope_widen_f16(w: vec2<u32>) -> vec4<f32> {{ return {}(w); }}\n",
-            f16_widening(self.coalesced)
+            f16_widening(self.coalesced, unpack)
         );
     }
 
@@ -820,6 +876,10 @@ pub struct EncodePassX4 {
     /// shaders on CPU cores, which widens f16 without the short path
     /// (`widen4_f16_general` in `shaders/shared/convert4.wgsl` says why); the same bits.
     pub coalesced: bool,
+    /// A GPU form (`coalesced`) on an adapter with WGSL's `unpack2x16float` (wgpu's
+    /// `SHADER_F16_IN_F32`): an f16 table or tensor is widened by it ([`F16_UNPACK`]) rather
+    /// than by `widen4_f16`. Ignored for other types and for CPU adapters' forms.
+    pub f16_unpack: bool,
 }
 
 impl EncodePassX4 {
@@ -863,11 +923,24 @@ impl EncodePassX4 {
                 (4, ENCODE_PASS_X4_MAX_WORKGROUP, 2),
             ] {
                 let coalesced = units != 4;
-                let v =
-                    Self { table, out, slots, units, workgroup, stage, compact: false, coalesced };
+                let v = Self {
+                    table,
+                    out,
+                    slots,
+                    units,
+                    workgroup,
+                    stage,
+                    compact: false,
+                    coalesced,
+                    f16_unpack: false,
+                };
                 all.push(v);
                 if workgroup == ENCODE_PASS_X4_MAX_WORKGROUP {
                     all.push(Self { compact: true, ..v });
+                }
+                // GPUs' forms with unpack2x16float (f16 tables only: the others ignore it).
+                if coalesced && table == Dtype::F16 {
+                    all.push(Self { f16_unpack: true, ..v });
                 }
             }
         }
@@ -881,7 +954,8 @@ impl EncodePassX4 {
         s += &format!("const X4_WORKGROUP: u32 = {}u;\n", self.workgroup);
         s += &format!("const STAGE: u32 = {}u;\n", self.stage);
         let tables = encode_pass_io(self.compact, "vec4<u32>", "OutWord", &mut s);
-        unit_header(self.table, self.out, self.slots, tables, self.coalesced, &mut s);
+        let (coalesced, unpack) = (self.coalesced, self.f16_unpack);
+        unit_header(self.table, self.out, self.slots, tables, coalesced, unpack, &mut s);
         let mut imported = Vec::new();
         expand(ENCODE_PASS_X4, &mut imported, &mut s);
         s
@@ -1148,38 +1222,65 @@ mod tests {
     use super::*;
 
     /// Kernels built for adapters that run shaders on CPU cores widen f16 by the general
-    /// form alone, GPUs' by the short path (`shaders/shared/convert4.wgsl`): a flipped flag
-    /// would give the same bits, so only the sources can tell.
+    /// form alone, GPUs' by the short path (`shaders/shared/convert4.wgsl`), or by
+    /// unpack2x16float where the adapter has it, which only those sources define: a flipped
+    /// flag would give the same bits, so only the sources can tell.
     #[test]
-    fn the_f16_widening_follows_the_access_pattern() {
-        for coalesced in [true, false] {
-            let widen = if coalesced { "widen4_f16(w); }" } else { "widen4_f16_general(w); }" };
-            let want = format!("fn widen(w: TableWord) -> vec4<f32> {{ return {widen}");
+    fn the_f16_widening_follows_the_access_pattern_and_the_adapter() {
+        for (coalesced, f16_unpack) in [(true, false), (false, false), (true, true), (false, true)]
+        {
+            let widen = f16_widening(coalesced, f16_unpack);
+            let want = format!("fn widen(w: TableWord) -> vec4<f32> {{ return {widen}(w); }}");
+            let defined = coalesced && f16_unpack;
             let (table, out, slots) = (Dtype::F16, Dtype::F32, 1);
             let units = x4_units(coalesced);
-            let x4 = EncodeX4 { table, out, slots, workgroup: 64, coalesced, units }.source();
-            assert!(x4.contains(&want), "encode_x4, coalesced {coalesced}");
+            let x4 = EncodeX4 { table, out, slots, workgroup: 64, coalesced, units, f16_unpack }
+                .source();
             let (units, workgroup, stage, compact) = (4, 64, 0, false);
-            let pass =
-                EncodePassX4 { table, out, slots, units, workgroup, stage, compact, coalesced };
-            assert!(pass.source().contains(&want), "encode_pass_x4, coalesced {coalesced}");
-            let rope = format!("fn rope_widen_f16(w: vec2<u32>) -> vec4<f32> {{ return {widen}");
-            let kind = RopeUnitKind { dtype: Dtype::F16, neox: true, coalesced };
-            assert!(kind.x4_source().contains(&rope), "rope_x4, coalesced {coalesced}");
+            let pass = EncodePassX4 {
+                table,
+                out,
+                slots,
+                units,
+                workgroup,
+                stage,
+                compact,
+                coalesced,
+                f16_unpack,
+            }
+            .source();
+            let rope =
+                format!("fn rope_widen_f16(w: vec2<u32>) -> vec4<f32> {{ return {widen}(w); }}");
+            let kind = RopeUnitKind { dtype: Dtype::F16, neox: true, coalesced, f16_unpack };
             let form = RopePassForm::Heads { group: 0 };
             let rope_pass = RopePassKernel::new(kind, 64, form).unwrap().source();
-            assert!(rope_pass.contains(&rope), "rope_pass, coalesced {coalesced}");
+            for (what, source, want) in [
+                ("encode_x4", &x4, &want),
+                ("encode_pass_x4", &pass, &want),
+                ("rope_x4", &kind.x4_source(), &rope),
+                ("rope_pass", &rope_pass, &rope),
+            ] {
+                let case = format!("{what}, coalesced {coalesced}, f16_unpack {f16_unpack}");
+                assert!(source.contains(want.as_str()), "{case}");
+                assert_eq!(source.contains("unpack2x16float("), defined, "{case}");
+            }
         }
-        // bf16 and f32 tables widen as before whatever the pattern.
-        let x4 = EncodeX4 {
-            table: Dtype::Bf16,
-            out: Dtype::F32,
-            slots: 1,
-            workgroup: 64,
-            coalesced: false,
-            units: x4_units(false),
-        };
-        assert!(x4.source().contains("{ return widen4_bf16(w); }"));
+        // bf16 and f32 tables widen as before whatever the pattern and the adapter, and
+        // define no unpack.
+        for f16_unpack in [false, true] {
+            let x4 = EncodeX4 {
+                table: Dtype::Bf16,
+                out: Dtype::F16,
+                slots: 1,
+                workgroup: 64,
+                coalesced: true,
+                units: 1,
+                f16_unpack,
+            };
+            let source = x4.source();
+            assert!(source.contains("{ return widen4_bf16(w); }"));
+            assert!(!source.contains("unpack2x16float("));
+        }
     }
 
     /// docs/guarantees.md says how many sources the platforms' validators check.
@@ -1188,11 +1289,27 @@ mod tests {
         // The recorded RoPE: 6 forms per unit kind, 3 of them also multimodal.
         // rope_x4: 6 unit kinds, each built for GPUs and for CPU adapters.
         let (types, copy, rope_x4, rope_pass) = (9 * 8, 16, 2 * 6, 6 * (6 + 3));
+        // GPU forms that widen f16 by unpack2x16float: per f16 table's (out, slots) pair,
+        // encode_x4 with 1 and 2 units and encode_pass_x4's 5 coalesced forms; and the two
+        // f16 GPU unit kinds' rope_x4 and rope_pass (each its 7 GPU forms).
+        let unpack_sources = |kernel: &str| {
+            all_sources()
+                .iter()
+                .filter(|(name, entry, _)| {
+                    entry.starts_with(kernel) && name.contains("f16_unpack: true")
+                })
+                .count()
+        };
+        assert_eq!(unpack_sources("encode_x4"), 3 * 8 * 2);
+        assert_eq!(unpack_sources("encode_pass_x4"), 3 * 8 * 5);
+        assert_eq!(unpack_sources("rope_x4"), 2);
+        assert_eq!(unpack_sources("rope_pass"), 2 * 7);
+        let unpack = 3 * 8 * (2 + 5) + 2 + 2 * 7;
         assert_eq!(
             all_sources().len(),
-            8 + types * (2 * 4 + 3) + 2 * 8 + types * 13 + 1 + copy + rope_x4 + rope_pass
+            8 + types * (2 * 4 + 3) + 2 * 8 + types * 13 + 1 + copy + rope_x4 + rope_pass + unpack
         );
-        assert_eq!(all_sources().len(), 1835);
+        assert_eq!(all_sources().len(), 2019);
     }
 
     /// The list of kernels built without the zeroing names kernels that declare workgroup

@@ -95,13 +95,12 @@ fn same_bits(what: &str, got: &[f32], want: &[f32]) {
 /// (`it/support/convert_probe.rs`), through the browser's own shader compiler.
 async fn half_conversions_have_the_cpu_bits() {
     let Some(gpu) = context().await else { return };
-    for masked in convert_probe::FOR_CPU_ADAPTERS {
+    for build in convert_probe::builds(&gpu) {
         for (entry, twin, widens) in convert_probe::CONVERSIONS {
             let (input, out_words) = convert_probe::inputs(widens);
-            let output = convert_probe::submit(&gpu, entry, masked, &input, out_words);
+            let output = convert_probe::submit(&gpu, entry, build, &input, out_words);
             let got = gpu.read_buffer_async(&output).await.unwrap();
-            let what = format!("{entry} (built for CPU adapters: {masked})");
-            convert_probe::check(&what, twin, widens, &input, &got);
+            convert_probe::check(entry, build, twin, widens, &input, &got);
         }
     }
 }

@@ -17,8 +17,8 @@ fn widen4_f16(w: vec2<u32>) -> vec4<f32> {
     let h = vec4<u32>(w.x & 0xffffu, w.x >> 16u, w.y & 0xffffu, w.y >> 16u);
     let em = h & vec4<u32>(0x7fffu);
     // All four normal, as nearly every weight and activation is: the exponent rebased.
-    // (Not WGSL's unpack2x16float, exact for normal halves but a downlevel capability,
-    // SHADER_F16_IN_F32, that not every adapter has.)
+    // (GPU forms on an adapter with WGSL's unpack2x16float, wgpu's SHADER_F16_IN_F32,
+    // widen by it instead: src/shaders.rs, F16_UNPACK. This form is theirs elsewhere.)
     if all((em >= vec4<u32>(0x400u)) & (em < vec4<u32>(0x7c00u))) {
         let sign = (h & vec4<u32>(0x8000u)) << vec4<u32>(16u);
         return bitcast<vec4<f32>>(((em << vec4<u32>(13u)) + vec4<u32>(0x38000000u)) | sign);

@@ -328,6 +328,9 @@ pub struct Context {
     encode: encode::EncodeKernels,
     /// The vec4 encode kernel's access pattern is the coalesced one (see [`AccessPattern`]).
     coalesced: bool,
+    /// The adapter has WGSL's `unpack2x16float` (wgpu's `SHADER_F16_IN_F32`): the GPU forms
+    /// widen f16 by it (`shaders::F16_UNPACK`).
+    f16_unpack: bool,
     /// Units per invocation of the encode kernels in the coalesced pattern, when chosen
     /// ([`Options::units`]).
     units: Option<u32>,
@@ -557,6 +560,10 @@ impl Context {
         let coalesced =
             options.access().resolve(adapter.get_info().device_type) == AccessPattern::Coalesced;
         let rope = rope::RopeKernels::new(&device);
+        let f16_unpack = adapter
+            .get_downlevel_capabilities()
+            .flags
+            .contains(wgpu::DownlevelFlags::SHADER_F16_IN_F32);
         Self {
             adapter,
             device,
@@ -568,6 +575,7 @@ impl Context {
             table,
             encode,
             coalesced,
+            f16_unpack,
             units: options.chosen_units(),
             rope_heads: options.chosen_rope_heads(),
             bound_all_loops: options.bounds_all_loops(),

@@ -110,26 +110,10 @@ fn cos_sin4_at_kept(p: vec3<u32>, f: u32) -> array<vec4<f32>, 2> {",
         entries: ROPE,
         edits: &[(
             "fn rounded4(v: vec4<f32>, z: u32) -> vec4<f32> {
-    return bitcast<vec4<f32>>(bitcast<vec4<u32>>(v) | vec4<u32>(z));",
+    return v * vec4<f32>(bitcast<f32>(z | 0x3f800000u));",
             "fn rounded4(v: vec4<f32>, z: u32) -> vec4<f32> {
     // Diagnostic rope-noround.
     return v;",
-        )],
-    },
-    Diagnostic {
-        name: "round-fmul1",
-        removes: "the products' anti-fusion OR (an integer operation per component): each \
-                  product multiplied by an opaque one instead (a float multiply, on the pipe \
-                  a GPU has twice as much of). The same bits wherever no compiler \
-                  reassociates: a multiply-add it may form takes a rounded product times \
-                  one, which is exact. An alternative to time, not a cost taken out",
-        entries: &["rope_pass", "rope_pass_heads", "encode_pass_x4"],
-        edits: &[(
-            "fn rounded4(v: vec4<f32>, z: u32) -> vec4<f32> {
-    return bitcast<vec4<f32>>(bitcast<vec4<u32>>(v) | vec4<u32>(z));",
-            "fn rounded4(v: vec4<f32>, z: u32) -> vec4<f32> {
-    // Diagnostic round-fmul1: z is always 0, so this is v times 1.0.
-    return v * vec4<f32>(bitcast<f32>(z | 0x3f800000u));",
         )],
     },
     Diagnostic {
@@ -168,6 +152,17 @@ fn cos_sin4_at_kept(p: vec3<u32>, f: u32) -> array<vec4<f32>, 2> {",
         edits: &[(
             "    if no_nan4(b & vec4<u32>(0x7fffffffu)) {\n",
             "    if true { // Diagnostic bf16-nonan.\n",
+        )],
+    },
+    Diagnostic {
+        name: "bf16-selfeq",
+        removes: "narrow4_bf16's integer NaN test (a mask, three maxima and a compare per four \
+                  values): each value compared with itself as a float instead (false only for \
+                  a NaN), on the float pipe. The same bits: an alternative to time",
+        entries: ROPE,
+        edits: &[(
+            "    if no_nan4(b & vec4<u32>(0x7fffffffu)) {\n",
+            "    if all(v == v) { // Diagnostic bf16-selfeq.\n",
         )],
     },
     Diagnostic {
@@ -294,8 +289,8 @@ pub fn parse(text: &str) -> Result<Vec<&'static Diagnostic>> {
 
 /// The names [`parse`] accepts, for its refusal.
 const NAMES: &str = "comma-separated diagnostics among rope-copy, rope-nocs, rope-nobarrier, \
-                     rope-noround, round-fmul1, rope-trunc, bf16-general, bf16-nonan, \
-                     f16-unpack, f16-short, enc-noid, enc-nope and enc-nocheck";
+                     rope-noround, rope-trunc, bf16-general, bf16-nonan, \
+                     bf16-selfeq, f16-unpack, f16-short, enc-noid, enc-nope and enc-nocheck";
 
 /// `source`, the kernel of entry point `entry`, with the edits of those of `diagnostics`
 /// that name it, and the names of those whose edits found their text (each edit replaces
@@ -391,9 +386,9 @@ mod tests {
                 let (text, _) = apply(&[d], entry, &source);
                 let module = naga::front::wgsl::parse_str(&text)
                     .unwrap_or_else(|e| panic!("{}: {label}: {}", d.name, e.emit_to_string(&text)));
-                // f16-unpack's unpack2x16float takes a capability the kernels themselves
-                // do without.
-                let capabilities = if d.name == "f16-unpack" {
+                // unpack2x16float (f16-unpack's, and the GPU forms' on adapters that have
+                // it) takes a capability.
+                let capabilities = if text.contains("unpack2x16float(") {
                     naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32
                 } else {
                     naga::valid::Capabilities::empty()

@@ -13,8 +13,15 @@ use naga::valid::{Capabilities, ValidationFlags, Validator};
 fn validated(name: &str, src: &str) -> (naga::Module, naga::valid::ModuleInfo) {
     let module = naga::front::wgsl::parse_str(src)
         .unwrap_or_else(|e| panic!("{name} does not parse:\n{}", e.emit_to_string(src)));
-    // Capabilities::empty(): the kernels must need no optional feature.
-    let info = Validator::new(ValidationFlags::all(), Capabilities::empty())
+    // Capabilities::empty(): the kernels must need no optional feature, but for the GPU
+    // forms that widen f16 by unpack2x16float (`shaders::F16_UNPACK`), which posenc builds
+    // only on an adapter that has it.
+    let capabilities = if src.contains("unpack2x16float(") {
+        Capabilities::SHADER_FLOAT16_IN_FLOAT32
+    } else {
+        Capabilities::empty()
+    };
+    let info = Validator::new(ValidationFlags::all(), capabilities)
         .validate(&module)
         .unwrap_or_else(|e| panic!("{name} does not validate:\n{}", e.emit_to_string(src)));
     (module, info)

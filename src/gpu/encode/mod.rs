@@ -21,7 +21,7 @@ use crate::encode::{self, Dtype, Embeddings, EncodeOptions, Encoded};
 use crate::error::{Error, Result};
 use crate::shaders::{
     EncodeX4, FLAG_SCALE, MAX_TABLE_SLOTS, PAD, SLOT_SHIFT, WORKGROUP_SIZE, coalesced_units,
-    x4_units, x4_workgroup,
+    takes_unpack, x4_units, x4_workgroup,
 };
 use crate::spec::PeSpec;
 
@@ -1399,6 +1399,7 @@ impl Context {
                 out: call.out_dtype,
                 slots: slots as u32,
                 coalesced: self.coalesced,
+                f16_unpack: takes_unpack(table.dtype, self.coalesced, self.f16_unpack),
                 workgroup: x4_workgroup(dim as u32 / 4, call.units),
                 units: call.units,
             })

@@ -16,7 +16,7 @@ use crate::gpu::{Context, fold_dispatch};
 use crate::shaders::{
     EncodePassX4, FLAG_F32, FLAG_FIRST_WINDOW, FLAG_LEARNED, FLAG_OFFSETS, FLAG_PAD_ID,
     FLAG_PADDING, FLAG_SCALE, FLAG_ZERO_COL, MAX_TABLE_SLOTS, WORKGROUP_SIZE,
-    recorded_encode_units,
+    recorded_encode_units, takes_unpack,
 };
 use crate::spec::Frequencies;
 
@@ -626,6 +626,7 @@ impl Context {
                 stage,
                 compact,
                 coalesced: self.coalesced,
+                f16_unpack: takes_unpack(table.dtype, self.coalesced, self.f16_unpack),
             };
             let (groups_y, groups_z) = fold_dispatch(n_tokens, max_groups);
             let grid = (row_units.div_ceil(units * workgroup), groups_y, groups_z);

@@ -19,7 +19,7 @@ use crate::rope::{
 };
 use crate::shaders::{
     FLAG_ALTERNATING, FLAG_AXES, FLAG_INTERLEAVED, FLAG_SCALE, PAIRING_GPTJ, PAIRING_NEOX,
-    RopePassKernel, RopeUnitKind, WORKGROUP_SIZE,
+    RopePassKernel, RopeUnitKind, WORKGROUP_SIZE, takes_unpack,
 };
 
 /// Mirror of `Params` in `shaders/rope_cs.wgsl`.
@@ -904,7 +904,9 @@ impl Plan {
         let rotary_dim = spec.rotary_dim() as usize;
         let kernel = if head_dim.is_multiple_of(8) && rotary_dim.is_multiple_of(16) {
             let neox = spec.pairing() == Pairing::Neox;
-            let kind = RopeUnitKind { dtype, neox, coalesced: ctx.coalesced };
+            let coalesced = ctx.coalesced;
+            let f16_unpack = takes_unpack(dtype, coalesced, ctx.f16_unpack);
+            let kind = RopeUnitKind { dtype, neox, coalesced, f16_unpack };
             Kernel::X4 { per_vec: 16 / size, kind }
         } else {
             Kernel::General {

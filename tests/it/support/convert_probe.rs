@@ -10,21 +10,53 @@ use wgpu::util::DeviceExt;
 
 use super::random::Rng;
 
+/// The forms of the conversions a kernel may be built with, each probed in a kernel of its
+/// own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Build {
+    /// As for adapters that run shaders on CPU cores: f16 widened by `widen4_f16_general`.
+    CpuAdapters,
+    /// As for GPUs: `widen4_f16` with its short path.
+    Gpu,
+    /// As for GPUs on an adapter with WGSL's unpack2x16float: f16 widened by it
+    /// (`posenc::shaders::F16_UNPACK`).
+    GpuUnpack,
+}
+
+/// The builds to probe on `ctx`: every one, but the unpack form only where the adapter has
+/// unpack2x16float (wgpu's `SHADER_F16_IN_F32`), as posenc builds it only there.
+pub fn builds(ctx: &Context) -> Vec<Build> {
+    let unpack = ctx
+        .adapter()
+        .get_downlevel_capabilities()
+        .flags
+        .contains(wgpu::DownlevelFlags::SHADER_F16_IN_F32);
+    let mut builds = vec![Build::CpuAdapters, Build::Gpu];
+    if unpack {
+        builds.push(Build::GpuUnpack);
+    }
+    builds
+}
+
 /// The probe's kernel: for each 16-bit type T (`f16`, `bf16`), entry points `widen_T` and
 /// `narrow_T`; each invocation converts one unit, four halves (two words) widened to four
-/// f32 words, or four f32 words narrowed to two words of halves. `masked`: the forms as
-/// built for adapters that run shaders on CPU cores (f16 widened by `widen4_f16_general`),
-/// else for GPUs.
-fn probe_source(masked: bool) -> String {
+/// f32 words, or four f32 words narrowed to two words of halves, in the forms of `build`.
+fn probe_source(build: Build) -> String {
     let mut src = String::from(
         "#import convert4
 @group(0) @binding(0) var<storage, read> input: array<u32>;
 @group(0) @binding(1) var<storage, read_write> output: array<u32>;
 ",
     );
+    if build == Build::GpuUnpack {
+        src += posenc::shaders::F16_UNPACK;
+    }
     for t in ["f16", "bf16"] {
-        let widen =
-            if masked && t == "f16" { "widen4_f16_general".into() } else { format!("widen4_{t}") };
+        let widen = match (build, t) {
+            (Build::CpuAdapters, "f16") => "widen4_f16_general".into(),
+            (Build::GpuUnpack, "f16") => "widen4_f16_unpack".into(),
+            _ => format!("widen4_{t}"),
+        };
         src += &format!(
             "
 @compute @workgroup_size(64)
@@ -62,22 +94,18 @@ pub const CONVERSIONS: [Conversion; 4] = [
     ("narrow_bf16", convert::f32_to_bf16_bits, false),
 ];
 
-/// Whether the probe's kernel is built for adapters that run shaders on CPU cores: both
-/// builds, whatever the adapter, for each holds its own form of the f16 widening.
-pub const FOR_CPU_ADAPTERS: [bool; 2] = [false, true];
-
-/// Submits entry point `entry` of the probe's kernel (built for CPU adapters if `masked`)
-/// over `input` (whole units) and returns the buffer of its `out_words` words, to read back
-/// once the queue has run.
+/// Submits entry point `entry` of the probe's kernel in the forms of `build` over `input`
+/// (whole units) and returns the buffer of its `out_words` words, to read back once the
+/// queue has run.
 pub fn submit(
     ctx: &Context,
     entry: &str,
-    masked: bool,
+    build: Build,
     input: &[u32],
     out_words: usize,
 ) -> wgpu::Buffer {
     let device = ctx.device();
-    let source = posenc::shaders::compose(&probe_source(masked)).unwrap();
+    let source = posenc::shaders::compose(&probe_source(build)).unwrap();
     let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some("convert probe"),
         source: wgpu::ShaderSource::Wgsl(source.into()),
@@ -141,22 +169,37 @@ fn halves(words: &[u32]) -> Vec<u32> {
     words.iter().flat_map(|w| [w & 0xffff, w >> 16]).collect()
 }
 
-/// Checks the words `got` that conversion `what` (its entry point and build) wrote for
-/// `input` against `twin`, naming the first few that differ.
-pub fn check(what: &str, twin: fn(u32) -> u32, widens: bool, input: &[u32], got: &[u8]) {
+/// Checks the words `got` that conversion `entry` built as `build` wrote for `input`
+/// against `twin`, naming the first few that differ. Every bit is the twin's, but for the
+/// f16 widening by unpack2x16float (`Build::GpuUnpack`), where a NaN half may become any
+/// f32 NaN: which NaN is the hardware's, as the promise says (docs/guarantees.md), and
+/// the twin keeps the payload, which GPUs need not (NVIDIA's conversions give one NaN).
+/// Every other half, subnormals included, must widen exactly there too.
+pub fn check(
+    entry: &str,
+    build: Build,
+    twin: fn(u32) -> u32,
+    widens: bool,
+    input: &[u32],
+    got: &[u8],
+) {
+    let what = format!("{entry} ({build:?})");
     let words: &[u32] = bytemuck::cast_slice(got);
     let (values, got): (Vec<u32>, Vec<u32>) =
         if widens { (halves(input), words.to_vec()) } else { (input.to_vec(), halves(words)) };
     let want: Vec<u32> = values.iter().map(|&v| twin(v)).collect();
     assert_eq!(got.len(), want.len(), "{what}: lengths");
+    let any_nan = build == Build::GpuUnpack && entry == "widen_f16";
+    let is_nan = |bits: u32| bits & 0x7fff_ffff > 0x7f80_0000;
+    let same = |g: u32, w: u32| g == w || (any_nan && is_nan(w) && is_nan(g));
     let bad: Vec<String> = values
         .iter()
         .zip(got.iter().zip(&want))
-        .filter(|(_, (g, w))| g != w)
+        .filter(|(_, (g, w))| !same(**g, **w))
         .take(8)
         .map(|(v, (g, w))| format!("{v:#010x}: got {g:#010x}, want {w:#010x}"))
         .collect();
-    let n = got.iter().zip(&want).filter(|(g, w)| g != w).count();
+    let n = got.iter().zip(&want).filter(|(g, w)| !same(**g, **w)).count();
     assert!(bad.is_empty(), "{what}: {n} of {} differ, first {bad:#?}", want.len());
 }
 
