@@ -140,7 +140,7 @@ fn cos_sin4_at_kept(p: vec3<u32>, f: u32) -> array<vec4<f32>, 2> {",
                   a NaN. The same bits: an alternative to time, not a cost taken out",
         entries: ROPE,
         edits: &[(
-            "    if no_nan4(b & vec4<u32>(0x7fffffffu)) {\n        return round4_bf16(b);\n    }\n",
+            "    if all(v == v) {\n        return round4_bf16(b);\n    }\n",
             "    // Diagnostic bf16-general.\n",
         )],
     },
@@ -149,20 +149,31 @@ fn cos_sin4_at_kept(p: vec3<u32>, f: u32) -> array<vec4<f32>, 2> {",
         removes: "narrow4_bf16's NaN test: the rounding alone (wrong for NaN results only), \
                   which with rope-trunc splits bf16's cost between its rounding and its test",
         entries: ROPE,
+        edits: &[("    if all(v == v) {\n", "    if true { // Diagnostic bf16-nonan.\n")],
+    },
+    Diagnostic {
+        name: "bf16-inttest",
+        removes: "narrow4_bf16's float NaN test (each value compared with itself): the integer \
+                  test it replaced on 2026-12-04 (the bits without the sign, their maximum, a \
+                  compare). The same bits: the old form, to time against the new",
+        entries: ROPE,
         edits: &[(
-            "    if no_nan4(b & vec4<u32>(0x7fffffffu)) {\n",
-            "    if true { // Diagnostic bf16-nonan.\n",
+            "    if all(v == v) {\n",
+            "    // Diagnostic bf16-inttest.
+    let abs_bits = b & vec4<u32>(0x7fffffffu);
+    if max(max(abs_bits.x, abs_bits.y), max(abs_bits.z, abs_bits.w)) <= 0x7f800000u {\n",
         )],
     },
     Diagnostic {
-        name: "bf16-selfeq",
-        removes: "narrow4_bf16's integer NaN test (a mask, three maxima and a compare per four \
-                  values): each value compared with itself as a float instead (false only for \
-                  a NaN), on the float pipe. The same bits: an alternative to time",
+        name: "bf16-oneeq",
+        removes: "nothing: narrow4_bf16's NaN test as each value times an opaque one compared \
+                  with itself, which no compiler can fold even where it assumes no NaNs (one \
+                  float multiply more per value). The same bits: an alternative to time",
         entries: ROPE,
         edits: &[(
-            "    if no_nan4(b & vec4<u32>(0x7fffffffu)) {\n",
-            "    if all(v == v) { // Diagnostic bf16-selfeq.\n",
+            "    if all(v == v) {\n",
+            "    // Diagnostic bf16-oneeq.
+    if all(v * vec4<f32>(bitcast<f32>(params.zero | 0x3f800000u)) == v) {\n",
         )],
     },
     Diagnostic {
@@ -289,8 +300,8 @@ pub fn parse(text: &str) -> Result<Vec<&'static Diagnostic>> {
 
 /// The names [`parse`] accepts, for its refusal.
 const NAMES: &str = "comma-separated diagnostics among rope-copy, rope-nocs, rope-nobarrier, \
-                     rope-noround, rope-trunc, bf16-general, bf16-nonan, \
-                     bf16-selfeq, f16-unpack, f16-short, enc-noid, enc-nope and enc-nocheck";
+                     rope-noround, rope-trunc, bf16-general, bf16-nonan, bf16-inttest, \
+                     bf16-oneeq, f16-unpack, f16-short, enc-noid, enc-nope and enc-nocheck";
 
 /// `source`, the kernel of entry point `entry`, with the edits of those of `diagnostics`
 /// that name it, and the names of those whose edits found their text (each edit replaces
