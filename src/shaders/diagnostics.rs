@@ -224,21 +224,10 @@ fn cos_sin4_at_kept(p: vec3<u32>, f: u32) -> array<vec4<f32>, 2> {",
                 "    if true { // Diagnostic f16-short.",
             ),
             (
-                "    if all((m >= vec4<f32>(6.103515625e-5)) & (m < vec4<f32>(65520.0))) {",
+                "    if all((a >= vec4<u32>(0x38800000u)) & (a < vec4<u32>(0x477ff000u))) {",
                 "    if true { // Diagnostic f16-short.",
             ),
         ],
-    },
-    Diagnostic {
-        name: "f16-inttest",
-        removes: "narrow4_f16's float test for four normal results: the integer test on the \
-                  bits it replaced on 2026-12-04. The same bits: the old form, to time \
-                  against the new",
-        entries: &["rope_pass", "rope_pass_heads", "encode_pass_x4"],
-        edits: &[(
-            "    if all((m >= vec4<f32>(6.103515625e-5)) & (m < vec4<f32>(65520.0))) {",
-            "    if all((a >= vec4<u32>(0x38800000u)) & (a < vec4<u32>(0x477ff000u))) {",
-        )],
     },
     Diagnostic {
         name: "enc-noid",
@@ -312,8 +301,7 @@ pub fn parse(text: &str) -> Result<Vec<&'static Diagnostic>> {
 /// The names [`parse`] accepts, for its refusal.
 const NAMES: &str = "comma-separated diagnostics among rope-copy, rope-nocs, rope-nobarrier, \
                      rope-noround, rope-trunc, bf16-general, bf16-nonan, bf16-inttest, \
-                     bf16-oneeq, f16-unpack, f16-short, f16-inttest, enc-noid, enc-nope and \
-                     enc-nocheck";
+                     bf16-oneeq, f16-unpack, f16-short, enc-noid, enc-nope and enc-nocheck";
 
 /// `source`, the kernel of entry point `entry`, with the edits of those of `diagnostics`
 /// that name it, and the names of those whose edits found their text (each edit replaces
