@@ -28,15 +28,13 @@ SKIP=${SKIP:-}
 PRESETS=${PRESETS:-llama3-8b-rope phi-2-rope llama3-8b-rope-decode llama3-8b-step llama2-13b-step llama3-70b-step}
 # The H200 (2026-12-04) timed every head group, wgpu's loop counter and two units per
 # invocation (docs/performance.md): the blocks form stays, h1 and h2 were nearest.
-VARIANTS=${VARIANTS:-new base h1 h2}
+VARIANTS=${VARIANTS:-new base h1}
 ENCODE_PRESETS=${ENCODE_PRESETS:-bert-base gpt2 whisper-small llama3-8b}
 ENCODE_VARIANTS=${ENCODE_VARIANTS:-new base}
-# What the H200's diagnostics of 2026-12-04 left open: how bf16's cost (rope-trunc saved
-# 1.8 of 12.4 us) splits between its rounding and its NaN test, whether a branch-free
-# narrowing is faster on a GPU, and whether unpack2x16float takes the f16 kernels' extra
-# 0.3 us (f16-short's saving) while keeping the bits.
+# What limits the kernels of 2026-12-04 evening (Llama-3-8B's prefill RoPE 10.9 us where
+# the copy of its bytes takes 8.6): each cost taken out again on the new kernels.
 DIAG_PRESETS=${DIAG_PRESETS:-llama3-8b-rope phi-2-rope llama2-13b-step}
-DIAG_VARIANTS=${DIAG_VARIANTS:-new diag d:rope-trunc d:bf16-general d:bf16-nonan d:f16-short d:f16-unpack}
+DIAG_VARIANTS=${DIAG_VARIANTS:-new diag d:rope-copy d:rope-trunc d:rope-nobarrier d:rope-noround d:f16-short}
 ENCODE_DIAG_PRESETS=${ENCODE_DIAG_PRESETS:-llama3-8b}
 ENCODE_DIAG_VARIANTS=${ENCODE_DIAG_VARIANTS:-new diag d:enc-nope}
 REPEATS=${REPEATS:-2}
