@@ -19,6 +19,7 @@ use ash::vk;
 use posenc::dtype::Dtype;
 use posenc::shaders::{
     self, EncodePassX4, RopePassForm, RopePassKernel, RopeUnitKind, rope_pass_workgroup,
+    takes_unpack,
 };
 
 const USAGE: &str =
@@ -50,7 +51,9 @@ struct Kernel {
 fn presets() -> Vec<Kernel> {
     let mut all = Vec::new();
     let mut rope = |name: &str, dtype: Dtype, rotary: u32, heads: u32, tokens: u64, axes: bool| {
-        let kind = RopeUnitKind { dtype, neox: true, coalesced: true };
+        // As a GPU with unpack2x16float builds them (RADV has it).
+        let f16_unpack = takes_unpack(dtype, true, true);
+        let kind = RopeUnitKind { dtype, neox: true, coalesced: true, f16_unpack };
         let n_freqs = rotary / 2;
         let units = u64::from(heads * n_freqs / kind.unit_freqs());
         let workgroup = rope_pass_workgroup(tokens, units, 1);
@@ -96,6 +99,7 @@ fn presets() -> Vec<Kernel> {
             stage: 1,
             compact: false,
             coalesced: true,
+            f16_unpack: takes_unpack(table, true, true),
         };
         all.push(Kernel { name: name.to_string(), entry: "encode_pass_x4", source: v.source() });
     };
