@@ -279,11 +279,12 @@ fn unit_header(
     *s += &format!("alias TableWord = {};\n", word(table));
     *s += &format!("alias OutWord = {};\n", word(out));
     *s += &format!("const TABLE_SLOTS: u32 = {slots}u;\n");
+    let unpack = takes_unpack(table, coalesced, f16_unpack);
     let widen = match table {
-        Dtype::F16 => f16_widening(coalesced, f16_unpack).to_string(),
+        Dtype::F16 => f16_widening(coalesced, unpack).to_string(),
         _ => format!("widen4_{}", name(table)),
     };
-    if takes_unpack(table, coalesced, f16_unpack) {
+    if unpack {
         *s += F16_UNPACK;
     }
     *s += &format!("fn widen(w: TableWord) -> vec4<f32> {{ return {widen}(w); }}\n");
@@ -336,6 +337,14 @@ pub const F16_UNPACK: &str = "fn widen4_f16_unpack(w: vec2<u32>) -> vec4<f32> {
 /// ones do. The kernels' keys take this, so that one source is one pipeline.
 pub fn takes_unpack(dtype: Dtype, coalesced: bool, unpack: bool) -> bool {
     dtype == Dtype::F16 && coalesced && unpack
+}
+
+/// Whether kernel source `source` calls `unpack2x16float` ([`F16_UNPACK`], or a diagnostic's
+/// rewrite): the one capability a posenc kernel may take (naga's
+/// `SHADER_FLOAT16_IN_FLOAT32`, wgpu's `SHADER_F16_IN_F32`), which validators must grant it.
+/// Every other kernel must need none.
+pub fn calls_unpack(source: &str) -> bool {
+    source.contains("unpack2x16float(")
 }
 
 /// The copy ceiling's kernel, `shaders/copy.wgsl`, before its specialisation.
@@ -1262,7 +1271,7 @@ mod tests {
             ] {
                 let case = format!("{what}, coalesced {coalesced}, f16_unpack {f16_unpack}");
                 assert!(source.contains(want.as_str()), "{case}");
-                assert_eq!(source.contains("unpack2x16float("), defined, "{case}");
+                assert_eq!(calls_unpack(source), defined, "{case}");
             }
         }
         // bf16 and f32 tables widen as before whatever the pattern and the adapter, and
@@ -1279,7 +1288,7 @@ mod tests {
             };
             let source = x4.source();
             assert!(source.contains("{ return widen4_bf16(w); }"));
-            assert!(!source.contains("unpack2x16float("));
+            assert!(!calls_unpack(&source));
         }
     }
 

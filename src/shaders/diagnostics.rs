@@ -399,7 +399,7 @@ mod tests {
                     .unwrap_or_else(|e| panic!("{}: {label}: {}", d.name, e.emit_to_string(&text)));
                 // unpack2x16float (f16-unpack's, and the GPU forms' on adapters that have
                 // it) takes a capability.
-                let capabilities = if text.contains("unpack2x16float(") {
+                let capabilities = if crate::shaders::calls_unpack(&text) {
                     naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32
                 } else {
                     naga::valid::Capabilities::empty()

@@ -16,7 +16,7 @@ fn validated(name: &str, src: &str) -> (naga::Module, naga::valid::ModuleInfo) {
     // Capabilities::empty(): the kernels must need no optional feature, but for the GPU
     // forms that widen f16 by unpack2x16float (`shaders::F16_UNPACK`), which posenc builds
     // only on an adapter that has it.
-    let capabilities = if src.contains("unpack2x16float(") {
+    let capabilities = if posenc::shaders::calls_unpack(src) {
         Capabilities::SHADER_FLOAT16_IN_FLOAT32
     } else {
         Capabilities::empty()

@@ -181,7 +181,7 @@ fn every_kernels_bindings_are_the_hosts_layout() {
         // Each entry point uses every binding, so the layout holds nothing it ignores.
         // The GPU forms' f16 widening by unpack2x16float takes a capability (the shader
         // tests say which kernels may).
-        let capabilities = if kernel.source.contains("unpack2x16float(") {
+        let capabilities = if posenc::shaders::calls_unpack(&kernel.source) {
             naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32
         } else {
             naga::valid::Capabilities::empty()
