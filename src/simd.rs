@@ -8,12 +8,14 @@
 pub(crate) enum Set {
     /// The target's baseline.
     Portable,
-    /// AVX2: eight 32-bit lanes.
+    /// AVX2 with F16C: eight 32-bit lanes, and f16 conversions in one instruction (RoPE's
+    /// f16 rows). Every AVX2 CPU has F16C (Intel's since Haswell, AMD's since Excavator);
+    /// one that hides it runs the baseline.
     #[cfg(target_arch = "x86_64")]
     Avx2,
-    /// AVX-512 F, CD, VL and BW, with F16C: sixteen 32-bit lanes, leading zeros in one
-    /// instruction (`vplzcntd`), which the exact sin/cos's float assembly needs, and the
-    /// encode's f16 widening (`vcvtph2ps`). Every AVX-512 CPU has CD and F16C.
+    /// AVX-512 F, CD, VL and BW, with AVX2 and F16C: sixteen 32-bit lanes, leading zeros in
+    /// one instruction (`vplzcntd`), which the exact sin/cos's float assembly needs, and the
+    /// f16 conversions (`vcvtph2ps`, `vcvtps2ph`). Every AVX-512 CPU has CD, AVX2 and F16C.
     #[cfg(target_arch = "x86_64")]
     Avx512,
 }
@@ -34,14 +36,36 @@ impl Simd {
         {
             use std::arch::is_x86_feature_detected as has;
             let avx512 = has!("avx512f") && has!("avx512cd") && has!("avx512vl");
-            if avx512 && has!("avx512bw") && has!("f16c") {
+            let avx2 = has!("avx2") && has!("f16c");
+            if avx512 && has!("avx512bw") && avx2 {
                 return Simd(Set::Avx512);
             }
-            if has!("avx2") {
+            if avx2 {
                 return Simd(Set::Avx2);
             }
         }
         Self::PORTABLE
+    }
+
+    /// This set, or the baseline on a thread whose SSE mode flushes subnormals (MXCSR's
+    /// flush-to-zero or denormals-are-zero, which a library built with fast math may set
+    /// for its whole process): the loops that convert f16 by F16C give the software
+    /// conversions' bits in the default mode, which is all that was checked. To be called
+    /// on the thread that runs the loops (each thread has its own mode).
+    #[inline]
+    pub(crate) fn unless_flushing(self) -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            /// MXCSR's flush-to-zero (bit 15) and denormals-are-zero (bit 6).
+            const FLUSHES: u32 = (1 << 15) | (1 << 6);
+            // SAFETY: reading MXCSR has no precondition (SSE is x86_64's baseline).
+            #[allow(deprecated)]
+            let csr = unsafe { std::arch::x86_64::_mm_getcsr() };
+            if csr & FLUSHES != 0 {
+                return Self::PORTABLE;
+            }
+        }
+        self
     }
 
     /// Its set.

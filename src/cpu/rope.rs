@@ -402,6 +402,8 @@ fn apply<T: Element>(
     let simd = Simd::detect();
     let n = freqs.len();
     let task = |(cs, row): &mut Buffers<T>, (b, l0, block, source): Task<'_, '_, T>| {
+        // Read on the thread that runs the task: its SSE mode is its own.
+        let simd = simd.unless_flushing();
         for (dl, mut token) in block.into_outer_iter_mut().enumerate() {
             if let Some(source) = &source {
                 token.assign(&source.index_axis(Axis(0), dl));
@@ -485,17 +487,256 @@ fn rotate_row_portable<T: Element>(row: &mut [T], cs: &[(f32, f32)], pairing: Pa
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,f16c")]
 #[inline(never)]
 fn rotate_row_avx2<T: Element>(row: &mut [T], cs: &[(f32, f32)], pairing: Pairing) {
+    if let Some(halves) = f16_bits(row) {
+        return f16c::rotate_row(halves, cs, pairing);
+    }
     rotate_row(row, cs, pairing);
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512cd,avx512vl,avx512bw")]
+#[target_feature(enable = "avx512f,avx512cd,avx512vl,avx512bw,avx2,f16c")]
 #[inline(never)]
 fn rotate_row_avx512<T: Element>(row: &mut [T], cs: &[(f32, f32)], pairing: Pairing) {
+    if let Some(halves) = f16_bits(row) {
+        return f16c::rotate_row(halves, cs, pairing);
+    }
     rotate_row(row, cs, pairing);
+}
+
+/// An f16 row as its bits, for the F16C loops; `None` for other types.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn f16_bits<T: Element>(row: &mut [T]) -> Option<&mut [u16]> {
+    if T::DTYPE != crate::dtype::Dtype::F16 {
+        return None;
+    }
+    bytemuck::try_cast_slice_mut(row).ok()
+}
+
+/// RoPE of f16 rows with F16C's conversions, eight pairs at a time, for the AVX2 and
+/// AVX-512 sets (each includes F16C: [`Simd::detect`]; a thread whose SSE mode flushes
+/// subnormals runs the baseline instead: [`Simd::unless_flushing`]). VCVTPH2PS widens each half
+/// exactly, as `f16_to_f32_bits_branchless` does (but for a signalling NaN, which it
+/// quiets: groups holding a NaN take the scalar loop); the products and sums are the scalar
+/// loop's, in its order and unfused; VCVTPS2PH rounds each result to nearest even,
+/// overflowing to infinity, as `f32_to_f16_bits_branchless` does for every f32 (an
+/// exhaustive test checks both conversions), so the rows get the scalar loop's bits. The
+/// software conversions cost about 25 integer operations per element; these one
+/// instruction per eight.
+#[cfg(target_arch = "x86_64")]
+mod f16c {
+    use std::arch::x86_64::{
+        __m128i, __m256, _mm_and_si128, _mm_cmpgt_epi16, _mm_loadu_si128, _mm_or_si128,
+        _mm_set1_epi16, _mm_storeu_si128, _mm_testz_si128, _mm256_add_ps, _mm256_addsub_ps,
+        _mm256_castpd_ps, _mm256_castps_pd, _mm256_cvtph_ps, _mm256_cvtps_ph, _mm256_loadu_ps,
+        _mm256_movehdup_ps, _mm256_moveldup_ps, _mm256_mul_ps, _mm256_permute_ps,
+        _mm256_permute4x64_pd, _mm256_shuffle_ps, _mm256_sub_ps,
+    };
+
+    use half::f16;
+
+    use crate::rope::{Element, Pairing};
+
+    /// Whether any of the eight halves in `h` is a NaN (all exponent bits set and a
+    /// nonzero fraction), which VCVTPH2PS would quiet.
+    #[target_feature(enable = "avx2,f16c")]
+    #[inline]
+    fn any_nan(h: __m128i) -> bool {
+        let magnitude = _mm_and_si128(h, _mm_set1_epi16(0x7fff));
+        // As signed 16-bit lanes the magnitudes are non-negative, so the signed compare
+        // orders them.
+        let nan = _mm_cmpgt_epi16(magnitude, _mm_set1_epi16(0x7c00));
+        _mm_testz_si128(nan, nan) == 0
+    }
+
+    /// The scalar loop's rotation of one pair of halves.
+    #[inline(always)]
+    fn pair(x: &mut u16, y: &mut u16, (c, s): (f32, f32)) {
+        let widen = |h: u16| <f16 as Element>::to_f32(f16::from_bits(h));
+        let (xv, yv) = (widen(*x), widen(*y));
+        *x = <f16 as Element>::from_f32(xv * c - yv * s).to_bits();
+        *y = <f16 as Element>::from_f32(yv * c + xv * s).to_bits();
+    }
+
+    /// The cos (first) and sin of eight pairs, from their interleaved `(cos, sin)`.
+    ///
+    /// # Safety
+    /// `cs` holds at least eight pairs.
+    #[target_feature(enable = "avx2,f16c")]
+    #[inline]
+    unsafe fn cos_sin8(cs: &[(f32, f32)]) -> (__m256, __m256) {
+        let p = cs.as_ptr().cast::<f32>();
+        // SAFETY: eight pairs are sixteen floats (the caller's promise).
+        let (a, b) = unsafe { (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))) };
+        // Within each 128-bit half the even (cos) or odd (sin) floats of a, then of b; the
+        // permute puts the four 64-bit pieces in pair order.
+        let order =
+            |v: __m256| _mm256_castpd_ps(_mm256_permute4x64_pd::<0xd8>(_mm256_castps_pd(v)));
+        (order(_mm256_shuffle_ps::<0x88>(a, b)), order(_mm256_shuffle_ps::<0xdd>(a, b)))
+    }
+
+    /// Rotates the f16 row `row` (its bits) by `cs` as [`super::rotate_row`] does.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) fn rotate_row(row: &mut [u16], cs: &[(f32, f32)], pairing: Pairing) {
+        match pairing {
+            Pairing::Neox => neox(row, cs),
+            Pairing::Gptj => gptj(row, cs),
+        }
+    }
+
+    /// Pair i is (i, i + n) for n = cs.len().
+    #[target_feature(enable = "avx2,f16c")]
+    fn neox(row: &mut [u16], cs: &[(f32, f32)]) {
+        let n = cs.len();
+        let (xs, rest) = row.split_at_mut(n);
+        let ys = &mut rest[..n];
+        let mut j = 0;
+        while j + 8 <= n {
+            let (px, py) = (xs[j..j + 8].as_mut_ptr(), ys[j..j + 8].as_mut_ptr());
+            // SAFETY: px and py point at eight halves each (16 bytes), cs[j..] at eight pairs.
+            unsafe {
+                let (hx, hy) = (_mm_loadu_si128(px.cast()), _mm_loadu_si128(py.cast()));
+                if any_nan(_mm_or_si128(hx, hy)) {
+                    for k in j..j + 8 {
+                        pair(&mut xs[k], &mut ys[k], cs[k]);
+                    }
+                } else {
+                    let (x, y) = (_mm256_cvtph_ps(hx), _mm256_cvtph_ps(hy));
+                    let (c, s) = cos_sin8(&cs[j..]);
+                    let xo = _mm256_sub_ps(_mm256_mul_ps(x, c), _mm256_mul_ps(y, s));
+                    let yo = _mm256_add_ps(_mm256_mul_ps(y, c), _mm256_mul_ps(x, s));
+                    _mm_storeu_si128(px.cast(), _mm256_cvtps_ph::<0>(xo));
+                    _mm_storeu_si128(py.cast(), _mm256_cvtps_ph::<0>(yo));
+                }
+            }
+            j += 8;
+        }
+        for k in j..n {
+            pair(&mut xs[k], &mut ys[k], cs[k]);
+        }
+    }
+
+    /// Pair i is (2i, 2i + 1): four pairs per eight halves. ADDSUBPS subtracts in the even
+    /// lanes and adds in the odd ones: (x c - y s, y c + x s), the scalar loop's sums of
+    /// its rounded products.
+    #[target_feature(enable = "avx2,f16c")]
+    fn gptj(row: &mut [u16], cs: &[(f32, f32)]) {
+        let n = cs.len();
+        let mut i = 0;
+        while i + 4 <= n {
+            let p = row[2 * i..2 * i + 8].as_mut_ptr();
+            // SAFETY: p points at eight halves (16 bytes), cs[i..] at four pairs (8 floats).
+            unsafe {
+                let h = _mm_loadu_si128(p.cast());
+                if any_nan(h) {
+                    for k in i..i + 4 {
+                        let (a, b) = row[2 * k..2 * k + 2].split_at_mut(1);
+                        pair(&mut a[0], &mut b[0], cs[k]);
+                    }
+                } else {
+                    // (x0, y0, x1, y1, ...), its pairs swapped, and (c, c, ...), (s, s, ...).
+                    let v = _mm256_cvtph_ps(h);
+                    let swapped = _mm256_permute_ps::<0xb1>(v);
+                    let interleaved = _mm256_loadu_ps(cs[i..].as_ptr().cast::<f32>());
+                    let c = _mm256_moveldup_ps(interleaved);
+                    let s = _mm256_movehdup_ps(interleaved);
+                    let out = _mm256_addsub_ps(_mm256_mul_ps(v, c), _mm256_mul_ps(swapped, s));
+                    _mm_storeu_si128(p.cast(), _mm256_cvtps_ph::<0>(out));
+                }
+            }
+            i += 4;
+        }
+        for k in i..n {
+            let (a, b) = row[2 * k..2 * k + 2].split_at_mut(1);
+            pair(&mut a[0], &mut b[0], cs[k]);
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use std::arch::x86_64::{
+            __m128i, _mm_loadu_si128, _mm_set1_epi16, _mm_storeu_si128, _mm256_castsi256_ps,
+            _mm256_cvtph_ps, _mm256_cvtps_ph, _mm256_loadu_si256, _mm256_storeu_ps,
+        };
+
+        use rayon::prelude::*;
+
+        use super::any_nan;
+        use crate::convert::{f16_to_f32_bits_branchless, f32_to_f16_bits_branchless};
+        use crate::simd::{Set, Simd};
+
+        fn f16c_here() -> bool {
+            if Simd::detect().set() == Set::Portable {
+                eprintln!("SKIP: no F16C here");
+                return false;
+            }
+            true
+        }
+
+        /// VCVTPS2PH (round to nearest even) of eight f32 bit patterns.
+        fn narrow8(bits: &[u32; 8]) -> [u16; 8] {
+            let mut out = [0u16; 8];
+            // SAFETY: the CPU has F16C (the callers' check); eight words in, eight halves out.
+            unsafe {
+                let v = _mm256_castsi256_ps(_mm256_loadu_si256(bits.as_ptr().cast()));
+                let h = _mm256_cvtps_ph::<0>(v);
+                _mm_storeu_si128(out.as_mut_ptr().cast::<__m128i>(), h);
+            }
+            out
+        }
+
+        #[test]
+        fn vcvtps2ph_rounds_every_f32_as_the_software_conversion() {
+            if !f16c_here() || Simd::detect().unless_flushing().set() == Set::Portable {
+                return;
+            }
+            // Every one of the 2^32 patterns in an optimised build (about 2 s a core); in a
+            // debug build every 4099th (a prime stride, so every exponent and many
+            // fractions).
+            let step: u64 = if cfg!(debug_assertions) { 4099 * 8 } else { 8 };
+            let groups = (1u64 << 32) / step;
+            let bad = (0..groups).into_par_iter().find_map_any(|g| {
+                let first = (g * step) as u32;
+                let bits: [u32; 8] = std::array::from_fn(|k| first.wrapping_add(k as u32));
+                let got = narrow8(&bits);
+                (0..8).find_map(|k| {
+                    let want = f32_to_f16_bits_branchless(bits[k]) as u16;
+                    (got[k] != want).then_some((bits[k], got[k], want))
+                })
+            });
+            assert_eq!(bad, None, "(f32 bits, VCVTPS2PH, software)");
+        }
+
+        #[test]
+        fn vcvtph2ps_widens_every_half_but_nans_as_the_software_conversion() {
+            if !f16c_here() || Simd::detect().unless_flushing().set() == Set::Portable {
+                return;
+            }
+            for first in (0..=u16::MAX).step_by(8) {
+                let halves: [u16; 8] = std::array::from_fn(|k| first + k as u16);
+                let mut got = [0f32; 8];
+                // SAFETY: the CPU has F16C; eight halves in, eight floats out.
+                let nan = unsafe {
+                    let h = _mm_loadu_si128(halves.as_ptr().cast::<__m128i>());
+                    _mm256_storeu_ps(got.as_mut_ptr(), _mm256_cvtph_ps(h));
+                    any_nan(h)
+                };
+                let nans = halves.iter().any(|&h| (h & 0x7fff) > 0x7c00);
+                assert_eq!(nan, nans, "{first:#06x}");
+                for (&h, g) in halves.iter().zip(got) {
+                    if (h & 0x7fff) <= 0x7c00 {
+                        let want = f16_to_f32_bits_branchless(u32::from(h));
+                        assert_eq!(g.to_bits(), want, "{h:#06x}");
+                    }
+                }
+            }
+            // SAFETY: the CPU has F16C.
+            assert!(!unsafe { any_nan(_mm_set1_epi16(0x7c00)) }, "infinity is no NaN");
+        }
+    }
 }
 
 #[cfg(test)]
