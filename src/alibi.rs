@@ -371,10 +371,10 @@ impl AlibiSpec {
         // Each is at most 2^32 (checked where they are set).
         let (len, kv_len) = (self.len, self.kv_len());
         if len > MAX_VALUES {
-            return Err(limit("len (queries, a row of the bias each)", len));
+            return Err(limit("one key's column of the bias (len values, one per query)", len));
         }
         if kv_len > MAX_VALUES {
-            return Err(limit("kv_len (keys, a column of the bias each)", kv_len));
+            return Err(limit("one query's row of the bias (kv_len values, one per key)", kv_len));
         }
         // At most 2^62, then at most 2^16 x 2^31: neither product overflows.
         let per_head = len.max(1) * kv_len.max(1);

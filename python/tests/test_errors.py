@@ -160,6 +160,24 @@ def test_integers_past_their_type_are_value_errors_naming_them():
         posenc.encode(np.ones((10, 8), np.float32), [[1]], scale=True)
 
 
+def test_integers_past_64_bits_in_lists_are_named_with_their_range():
+    """A list holding 2**70 is an object array to NumPy: its integers were called not
+    integers (round twenty-three)."""
+    w = np.ones((4, 4), np.float32)
+    for call, message in [
+        (lambda: posenc.encode(w, [[2**70]]), "invalid ids: 1180591620717411303424 at [0, 0]"),
+        (lambda: posenc.encode(w, [[1, 2]], positions=[[3, -2**64]]),
+         "invalid positions: -18446744073709551616 at [0, 1]"),
+        (lambda: posenc.encode(w, [[1]], offsets=[2**70]), "invalid offsets: 1180591620717411303424 at index 0"),
+        (lambda: posenc.table(4, positions=[1, 2**65]), "invalid positions: 36893488147419103232 at index 1"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(message) + r" \(allowed: 0\.\.=4294967295\)$"):
+            call()
+    # Not all integers: named as before.
+    with pytest.raises(ValueError, match="ids must be integers, got dtype object"):
+        posenc.encode(w, [[2**70, "a"]])
+
+
 def test_a_directory_is_an_is_a_directory_error_in_the_same_words(tmp_path):
     for call in [
         lambda: posenc.rope_cache(tmp_path, seq_len=4),

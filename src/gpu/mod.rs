@@ -956,7 +956,7 @@ impl Context {
                 op,
                 what: "the output buffer",
                 requested: bytes,
-                limit_name: "max buffer size",
+                limit_name: "max buffer size (bytes)",
                 limit: max,
             });
         }

@@ -90,7 +90,7 @@ impl Context {
                 op,
                 what: shape.what,
                 requested: step * shape.row_bytes + align,
-                limit_name: "max storage binding size",
+                limit_name: "max storage binding size (bytes)",
                 limit: self.max_binding,
             });
         }
@@ -186,7 +186,7 @@ impl Context {
                 op,
                 what: need.name,
                 requested: size,
-                limit_name: "max storage binding size",
+                limit_name: "max storage binding size (bytes)",
                 limit: self.max_binding,
             });
         }

@@ -113,7 +113,7 @@ impl Context {
                 op: "table",
                 what: "one output row",
                 requested: row_bytes,
-                limit_name: "max storage binding size",
+                limit_name: "max storage binding size (bytes)",
                 limit: self.max_binding,
             });
         }

@@ -303,7 +303,7 @@ impl Context {
                 op: "copy",
                 what: "the bytes of a WGSL copy (one binding)",
                 requested: u64::from(rig.n_vecs) * 16,
-                limit_name: "max storage binding size",
+                limit_name: "max storage binding size (bytes)",
                 limit: self.max_binding,
             });
         }
@@ -624,7 +624,7 @@ impl Context {
                 op: "time_table",
                 what: "the table (one binding, at least one row)",
                 requested: bytes,
-                limit_name: "max storage binding size",
+                limit_name: "max storage binding size (bytes)",
                 limit: self.max_binding,
             });
         }

@@ -464,6 +464,8 @@ def _int_array(value: Any, what: str, ndim: tuple[int, ...], width: int = 1) -> 
                 f"{what} must be an array of integers, got the string {value!r} (a spec "
                 f"string such as '0..16' is for table's and rope_cache's positions)"
             )
+        if a.dtype == object:
+            _refuse_huge_ints(a, what)
         raise ValueError(f"{what} must be integers, got dtype {a.dtype}")
     if a.ndim not in ndim:
         ranks = " or ".join(str(n) for n in ndim)
@@ -483,6 +485,21 @@ def _int_array(value: Any, what: str, ndim: tuple[int, ...], width: int = 1) -> 
             )
         a = np.require(a.astype(a.dtype.newbyteorder("="), copy=False), requirements="A")
     return a
+
+
+def _refuse_huge_ints(a: np.ndarray, what: str) -> None:
+    """Python integers past NumPy's 64 bits (a list holding 2**70) make an object array:
+    names the first value outside 0..=2^32 - 1, as the extension names one that fits 64
+    bits, when every element is an integer (a round-twenty-three stranger's: it was told
+    its integers were not integers)."""
+    values = a.ravel()
+    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
+        return
+    for k, v in enumerate(values):
+        if not 0 <= v <= 0xFFFF_FFFF:
+            at = f"index {k}" if a.ndim == 1 else "[" + ", ".join(
+                str(int(i)) for i in np.unravel_index(k, a.shape)) + "]"
+            raise ValueError(f"invalid {what}: {int(v)} at {at} (allowed: 0..=4294967295)")
 
 
 def _table_array(value: Any, what: str):

@@ -91,6 +91,10 @@ pub(crate) fn clap_exit(e: &clap::Error) -> ExitCode {
         let _ = e.print();
         return ExitCode::from(EXIT_USAGE);
     }
+    if let Some(message) = empty_value(e) {
+        to_stderr(format_args!("posenc: {}\n", one_line(&message)));
+        return ExitCode::from(EXIT_USAGE);
+    }
     let rendered = e.render().to_string();
     let paragraph: Vec<&str> = rendered
         .lines()
@@ -104,6 +108,31 @@ pub(crate) fn clap_exit(e: &clap::Error) -> ExitCode {
     let message = one_line(message.strip_prefix("error: ").unwrap_or(&message));
     to_stderr(format_args!("posenc: {message}\n"));
     ExitCode::from(EXIT_USAGE)
+}
+
+/// clap says "a value is required for '--output <PATH>' but none was supplied" both where
+/// the value is missing and where it is empty (`-o ''`, `--output=`): the second told as
+/// what it is (a stranger's, round twenty-three).
+fn empty_value(e: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::InvalidValue {
+        return None;
+    }
+    let (Some(ContextValue::String(value)), Some(ContextValue::String(arg))) =
+        (e.get(ContextKind::InvalidValue), e.get(ContextKind::InvalidArg))
+    else {
+        return None;
+    };
+    // An empty word after an option (`-o ''`, `--output ''`), or the option's long name
+    // with an empty value after `=` (`--output <PATH>` is named by its first word).
+    let long = arg.split_whitespace().next()?;
+    let words: Vec<_> = std::env::args_os().skip(1).collect();
+    let after_option = words
+        .windows(2)
+        .any(|w| w[1].is_empty() && w[0].to_str().is_some_and(|o| o.starts_with('-')));
+    let with_equals = words.iter().any(|w| w.to_str() == Some(&format!("{long}=")));
+    (value.is_empty() && (after_option || with_equals))
+        .then(|| format!("invalid value '' for '{arg}': it is empty (a value is required)"))
 }
 
 /// The most characters of a line on stderr: the values from the user in it are cut far

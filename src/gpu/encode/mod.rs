@@ -503,7 +503,7 @@ impl Context {
                 op: "upload_table",
                 what: "one embedding row",
                 requested: row_bytes,
-                limit_name: "max storage binding size",
+                limit_name: "max storage binding size (bytes)",
                 limit: self.max_binding,
             });
         }
@@ -657,7 +657,7 @@ impl Context {
                 op: "upload_position_table",
                 what: "the position table as f32",
                 requested: bytes,
-                limit_name: "max storage binding size",
+                limit_name: "max storage binding size (bytes)",
                 limit: self.max_binding,
             });
         }
@@ -1537,7 +1537,7 @@ impl ChunkPlan {
         let (fit, mut what, mut fixed_bytes, mut token_bytes) =
             needs.into_iter().min_by_key(|&(fit, ..)| fit).expect("three needs at most");
         let mut fit = fit.min(u64::from(max_groups).pow(2));
-        let mut limit_name = "max storage binding size";
+        let mut limit_name = "max storage binding size (bytes)";
         let mut limit = max_binding;
         if let Some(left) = budget_left {
             let mut per_token = self.token_bytes(1) - self.token_bytes(0) + out_row;

@@ -515,7 +515,7 @@ impl Context {
         for (what, values) in values {
             let requested = values.saturating_mul(4);
             if requested > self.max_binding {
-                let limit_name = "max storage binding size";
+                let limit_name = "max storage binding size (bytes)";
                 return Err(Error::Limit {
                     op,
                     what,
@@ -686,7 +686,7 @@ impl Context {
                            copy of a step's ids and positions) on a device of fewer than 6 \
                            storage buffers per stage",
                     requested: copy_bytes,
-                    limit_name: "max storage binding size",
+                    limit_name: "max storage binding size (bytes)",
                     limit: self.max_binding,
                 });
             }

@@ -225,11 +225,13 @@ impl Context {
 
     /// The cos/sin table `[positions.len(), r / 2, 2]` (cos, then sin; attention factor
     /// included) that [`Context::rope`] rotates with, bit-identical to
-    /// [`crate::cpu::rope_cos_sin`]. Computed in chunks that fit one binding.
+    /// [`crate::cpu::rope_cos_sin`]. Computed in chunks that fit one binding and the memory
+    /// budget.
     ///
     /// # Errors
     /// [`Error::Alloc`] if the table's host memory cannot be had; [`Error::Limit`] if one
-    /// position's row does not fit the binding cap; [`Error::Gpu`] if wgpu reports an
+    /// position's row does not fit the binding cap, or its scratch the memory budget left;
+    /// [`Error::Gpu`] if wgpu reports an
     /// error; on the web [`Error::Blocking`] (use [`Context::rope_cos_sin_async`]).
     pub fn rope_cos_sin(&self, freqs: &Frequencies, positions: &[u32]) -> Result<Array3<f32>> {
         let run = self.rope_cos_sin_async(freqs, positions);
@@ -255,7 +257,25 @@ impl Context {
         if row_bytes > self.max_binding {
             return Err(self.binding_limit("one position's cos/sin row", row_bytes));
         }
-        let per_chunk = (self.max_binding / row_bytes).min(positions.len() as u64) as usize;
+        let mut per_chunk = (self.max_binding / row_bytes).min(positions.len() as u64);
+        // Under a memory budget, each position's share of the scratch: its row in the
+        // runner's buffer and in the staging buffer, and its slot; fixed: the frequency
+        // steps and the parameters.
+        if let Some(left) = self.budget_left() {
+            let per_position = 2 * row_bytes + 4;
+            let fixed = row_bytes + CS_PARAMS_BYTES;
+            per_chunk = per_chunk.min(left.saturating_sub(fixed) / per_position);
+            if per_chunk == 0 {
+                return Err(Error::Limit {
+                    op: "rope",
+                    what: "the scratch of one position's cos/sin row",
+                    requested: fixed + per_position,
+                    limit_name: "GPU memory budget left (bytes)",
+                    limit: left,
+                });
+            }
+        }
+        let per_chunk = per_chunk as usize;
         let flat = out.as_slice_mut().expect("a new array is contiguous");
         self.scoped_async("rope", async || {
             let steps = self.rope_steps(freqs)?;
@@ -643,7 +663,7 @@ impl Context {
             op: "rope",
             what,
             requested,
-            limit_name: "max storage binding size",
+            limit_name: "max storage binding size (bytes)",
             limit: self.max_binding,
         }
     }

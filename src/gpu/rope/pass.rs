@@ -400,7 +400,7 @@ impl Context {
                 op: OP,
                 what: "the positions of one recorded step's tokens, three each",
                 requested: axis_bytes,
-                limit_name: "max storage binding size",
+                limit_name: "max storage binding size (bytes)",
                 limit: self.max_binding,
             });
         }
@@ -410,7 +410,7 @@ impl Context {
                 op: OP,
                 what: "the cos/sin rows of one recorded step's tokens",
                 requested: cs_bytes,
-                limit_name: "max storage binding size",
+                limit_name: "max storage binding size (bytes)",
                 limit: self.max_binding,
             });
         }
@@ -653,7 +653,7 @@ impl Split {
                 op: OP,
                 what: "the row slots of one recorded step",
                 requested: slot_bytes,
-                limit_name: "max storage binding size",
+                limit_name: "max storage binding size (bytes)",
                 limit: ctx.max_binding,
             });
         }

@@ -127,7 +127,7 @@ fn outputs_larger_than_the_largest_buffer_are_refused_before_any_work() {
     match ctx.encode_to_buffer(&spec, &uploaded, ids.view(), pos.view(), &Default::default()) {
         Err(Error::Limit { requested, limit, limit_name, .. }) => {
             assert_eq!(requested, tokens as u64 * dim as u64 * 4);
-            assert_eq!((limit, limit_name), (max, "max buffer size"));
+            assert_eq!((limit, limit_name), (max, "max buffer size (bytes)"));
         }
         other => panic!("{other:?}"),
     }
@@ -332,6 +332,29 @@ fn rope_and_alibi_stream_under_a_budget() {
     let got = ctx.rope(&spec, x.view(), pos.view(), Layout::Blhd).unwrap();
     assert!(ctx.peak_allocated_bytes() <= budget, "rope peak {}", ctx.peak_allocated_bytes());
     assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "rope bits");
+
+    // The cos/sin cache (a stranger's, round twenty-three: it asked for all 2 MiB at once
+    // and was refused naming a buffer's label), and a budget too small for one position's
+    // row, refused naming what it needs.
+    let (long, positions) = (RopeSpec::new(128).unwrap(), (0..2048).collect::<Vec<u32>>());
+    let want = base.rope_cache(&long, &positions).unwrap();
+    ctx.reset_peak_allocated_bytes();
+    let got = ctx.rope_cache(&long, &positions).unwrap();
+    assert!(ctx.peak_allocated_bytes() <= budget, "cache peak {}", ctx.peak_allocated_bytes());
+    assert_eq!(got, cpu::rope_cache(&long, &positions).unwrap());
+    assert_eq!(got, want);
+    let tiny = base.with_memory_budget(1024);
+    let err = tiny.rope_cache(&long, &positions).unwrap_err();
+    let Error::Limit { what, requested, limit_name, .. } = &err else { panic!("{err}") };
+    assert_eq!(
+        (*what, *requested, *limit_name),
+        (
+            "the scratch of one position's cos/sin row",
+            512 + 48 + 1028,
+            "GPU memory budget left (bytes)"
+        ),
+        "{err}"
+    );
 
     let alibi = posenc::alibi::AlibiSpec::new(8, 300).unwrap();
     let want = base.alibi_bias(&alibi).unwrap();

@@ -424,8 +424,8 @@ fn a_row_over_the_binding_cap_sends_auto_to_the_cpu_unless_the_gpu_can_split_it(
             }
             continue;
         }
-        command.falls_back(&cap, "max storage binding size is 256");
-        command.fails_on_gpu(&cap, "max storage binding size is 256");
+        command.falls_back(&cap, "max storage binding size (bytes) is 256");
+        command.fails_on_gpu(&cap, "max storage binding size (bytes) is 256");
     }
 }
 

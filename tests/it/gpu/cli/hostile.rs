@@ -363,8 +363,14 @@ fn a_nan_in_a_position_table_is_reported_as_the_position_table() {
 #[test]
 fn alibi_sizes_are_reported_unwrapped() {
     for (args, needle) in [
-        (&["--len", "4294967296"][..], "len (queries, a row of the bias each) needs 4294967296"),
-        (&["--len", "0", "--kv-len", "4294967296"], "kv_len (keys, a column of the bias each)"),
+        (
+            &["--len", "4294967296"][..],
+            "one key's column of the bias (len values, one per query) needs 4294967296",
+        ),
+        (
+            &["--len", "0", "--kv-len", "4294967296"],
+            "one query's row of the bias (kv_len values, one per key)",
+        ),
         (&["--len", "65536", "--kv-len", "65536"], "one head's bias"),
     ] {
         let dir = Dir::new();
@@ -679,6 +685,19 @@ fn dash_values_belong_to_their_option_and_refusals_come_alone() {
         (&["table", "--positions", "-1..3"], "invalid position spec \"-1..3\""),
         (&["alibi", "--heads", "-e5", "--len", "3", "-o", &a_npy], "'-e5' for '--heads <H>'"),
         (&["table", "--dim", "--len", "5"], "a value is required for '--dim <D>'"),
+        // An empty value is named as one (round twenty-three: "none was supplied").
+        (
+            &["table", "--dim", "4", "--len", "2", "-o", ""],
+            "invalid value '' for '--output <PATH>': it is empty",
+        ),
+        (
+            &["table", "--dim", "4", "--len", "2", "--output="],
+            "invalid value '' for '--output <PATH>': it is empty",
+        ),
+        (
+            &["rope-cache", "--config", "", "--len", "2"],
+            "invalid value '' for '--config <CONFIG.json>': it is empty",
+        ),
         (&["table", "--len", "2", "-o", "-x.npy", "--dim", "-3"], "'-3' for '--dim <D>'"),
         (&["alibi", "--heads", "0", "--len", "3", "-o", &a_csv], "invalid heads: 0"),
         (&["encode", "--weights", &w, "--ids", &ids, "-o", &e_json], "ids has dtype '<f4'"),
