@@ -643,10 +643,10 @@ mod tests {
     fn sizes_are_reported_unwrapped_and_zero_axes_do_not_hide_the_others() {
         // 2^32 x 2^32 values is 2^64, which a u64 count would wrap to 0 or saturate.
         let (what, n) = refusal(&AlibiSpec::new(1, 1 << 32).unwrap());
-        assert!(what.starts_with("len"), "{what}");
+        assert!(what.starts_with("one key's column of the bias (len values"), "{what}");
         assert_eq!(n, 1 << 32);
         let (what, n) = refusal(&AlibiSpec::new(1, 0).unwrap().with_kv_len(1 << 32).unwrap());
-        assert!(what.starts_with("kv_len"), "{what}");
+        assert!(what.starts_with("one query's row of the bias (kv_len values"), "{what}");
         assert_eq!(n, 1 << 32);
         // No axis over the limit, but the product 2^78 past any u64.
         let spec = AlibiSpec::new(MAX_HEADS, 1 << 31).unwrap().with_kv_len(1 << 31).unwrap();

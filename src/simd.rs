@@ -2,6 +2,9 @@
 //! (SSE2 on x86_64): the same Rust, compiled again inside functions that enable wider
 //! instruction sets, chosen at run time. Only the instruction selection differs, never an
 //! operation (Rust does not contract multiplies and adds), so every set gives the same bits.
+//! One loop is written for a set by hand: RoPE's f16 rows through F16C
+//! (`cpu::rope`'s `f16c`), whose conversions exhaustive tests hold to the software forms'
+//! bits, in the SSE mode's default ([`Simd::unless_nondefault_mode`]).
 
 /// An instruction set the loops are compiled for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,21 +50,28 @@ impl Simd {
         Self::PORTABLE
     }
 
-    /// This set, or the baseline on a thread whose SSE mode flushes subnormals (MXCSR's
-    /// flush-to-zero or denormals-are-zero, which a library built with fast math may set
-    /// for its whole process): the loops that convert f16 by F16C give the software
-    /// conversions' bits in the default mode, which is all that was checked. To be called
-    /// on the thread that runs the loops (each thread has its own mode).
+    /// This set, or the baseline on a thread whose SSE mode is not the default one: every
+    /// exception masked, rounding to nearest, no flush of subnormal inputs (DAZ) or results
+    /// (FTZ). A library built with fast math sets FTZ and DAZ for its whole process; a
+    /// caller may change the rounding or unmask exceptions (`fesetround`, `feenableexcept`).
+    /// The loops that convert f16 by F16C give the software conversions' bits in the
+    /// default mode only: VCVTPS2PH rounds to nearest whatever the mode says, where the
+    /// software forms' float steps follow it, and it raises overflow and underflow, which
+    /// the integer forms never do (an unmasked one is a SIGFPE). To be called on the thread
+    /// that runs the loops (each thread has its own mode).
     #[inline]
-    pub(crate) fn unless_flushing(self) -> Self {
+    pub(crate) fn unless_nondefault_mode(self) -> Self {
         #[cfg(target_arch = "x86_64")]
         {
-            /// MXCSR's flush-to-zero (bit 15) and denormals-are-zero (bit 6).
-            const FLUSHES: u32 = (1 << 15) | (1 << 6);
+            /// MXCSR's mode bits (all but the six sticky exception flags): FTZ (15), the
+            /// rounding control (13 - 14), the six exception masks (7 - 12) and DAZ (6).
+            const MODE: u32 = 0xffc0;
+            /// Their default: every exception masked, round to nearest, no FTZ or DAZ.
+            const DEFAULT: u32 = 0x1f80;
             // SAFETY: reading MXCSR has no precondition (SSE is x86_64's baseline).
             #[allow(deprecated)]
             let csr = unsafe { std::arch::x86_64::_mm_getcsr() };
-            if csr & FLUSHES != 0 {
+            if csr & MODE != DEFAULT {
                 return Self::PORTABLE;
             }
         }

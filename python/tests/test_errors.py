@@ -165,7 +165,8 @@ def test_integers_past_64_bits_in_lists_are_named_with_their_range():
     integers (round twenty-three)."""
     w = np.ones((4, 4), np.float32)
     for call, message in [
-        (lambda: posenc.encode(w, [[2**70]]), "invalid ids: 1180591620717411303424 at [0, 0]"),
+        (lambda: posenc.encode(w, [[1, 2**70]]),
+         "token id 1180591620717411303424 at row 0, column 1 is out of range: ids are 32-bit"),
         (lambda: posenc.encode(w, [[1, 2]], positions=[[3, -2**64]]),
          "invalid positions: -18446744073709551616 at [0, 1]"),
         (lambda: posenc.encode(w, [[1]], offsets=[2**70]), "invalid offsets: 1180591620717411303424 at index 0"),
@@ -173,9 +174,17 @@ def test_integers_past_64_bits_in_lists_are_named_with_their_range():
     ]:
         with pytest.raises(ValueError, match=re.escape(message) + r" \(allowed: 0\.\.=4294967295\)$"):
             call()
-    # Not all integers: named as before.
+    with pytest.raises(ValueError, match="token id 1180591620717411303424 at row 0, column 2 is"):
+        posenc.encode(w, [0, 1, 2**70])
+    # Not all integers: named as before; the rank is checked first.
     with pytest.raises(ValueError, match="ids must be integers, got dtype object"):
-        posenc.encode(w, [[2**70, "a"]])
+        posenc.encode(w, [["a", 2**70]])
+    with pytest.raises(ValueError, match="ids must have rank 1 or 2"):
+        posenc.encode(w, [[[2**70]]])
+    # A broadcast view of billions of elements is not walked: refused at once.
+    huge = np.broadcast_to(np.array([1], dtype=object), (1 << 20, 1 << 12))
+    with pytest.raises(ValueError, match="ids must be integers, got dtype object"):
+        posenc.encode(w, huge)
 
 
 def test_a_directory_is_an_is_a_directory_error_in_the_same_words(tmp_path):

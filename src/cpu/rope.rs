@@ -403,7 +403,7 @@ fn apply<T: Element>(
     let n = freqs.len();
     let task = |(cs, row): &mut Buffers<T>, (b, l0, block, source): Task<'_, '_, T>| {
         // Read on the thread that runs the task: its SSE mode is its own.
-        let simd = simd.unless_flushing();
+        let simd = simd.unless_nondefault_mode();
         for (dl, mut token) in block.into_outer_iter_mut().enumerate() {
             if let Some(source) = &source {
                 token.assign(&source.index_axis(Axis(0), dl));
@@ -517,8 +517,8 @@ fn f16_bits<T: Element>(row: &mut [T]) -> Option<&mut [u16]> {
 }
 
 /// RoPE of f16 rows with F16C's conversions, eight pairs at a time, for the AVX2 and
-/// AVX-512 sets (each includes F16C: [`Simd::detect`]; a thread whose SSE mode flushes
-/// subnormals runs the baseline instead: [`Simd::unless_flushing`]). VCVTPH2PS widens each half
+/// AVX-512 sets (each includes F16C: [`Simd::detect`]; a thread whose SSE mode is not the
+/// default runs the baseline instead: [`Simd::unless_nondefault_mode`]). VCVTPH2PS widens each half
 /// exactly, as `f16_to_f32_bits_branchless` does (but for a signalling NaN, which it
 /// quiets: groups holding a NaN take the scalar loop); the products and sums are the scalar
 /// loop's, in its order and unfused; VCVTPS2PH rounds each result to nearest even,
@@ -539,6 +539,14 @@ mod f16c {
     use half::f16;
 
     use crate::rope::{Element, Pairing};
+
+    // The loops read a row of `(cos, sin)` as interleaved floats, which Rust's layout of a
+    // tuple does not promise: checked where it is compiled.
+    const _: () = assert!(
+        size_of::<(f32, f32)>() == 8
+            && std::mem::offset_of!((f32, f32), 0) == 0
+            && std::mem::offset_of!((f32, f32), 1) == 4
+    );
 
     /// Whether any of the eight halves in `h` is a NaN (all exponent bits set and a
     /// nonzero fraction), which VCVTPH2PS would quiet.
@@ -664,8 +672,11 @@ mod f16c {
 
         use rayon::prelude::*;
 
+        use half::f16;
+
         use super::any_nan;
         use crate::convert::{f16_to_f32_bits_branchless, f32_to_f16_bits_branchless};
+        use crate::rope::Pairing;
         use crate::simd::{Set, Simd};
 
         fn f16c_here() -> bool {
@@ -690,7 +701,7 @@ mod f16c {
 
         #[test]
         fn vcvtps2ph_rounds_every_f32_as_the_software_conversion() {
-            if !f16c_here() || Simd::detect().unless_flushing().set() == Set::Portable {
+            if !f16c_here() || Simd::detect().unless_nondefault_mode().set() == Set::Portable {
                 return;
             }
             // Every one of the 2^32 patterns in an optimised build (about 2 s a core); in a
@@ -710,9 +721,79 @@ mod f16c {
             assert_eq!(bad, None, "(f32 bits, VCVTPS2PH, software)");
         }
 
+        /// Rows of every pair count up to 40 (the tails of eight and of four pairs), with
+        /// one to three pass-through dims after them, holding signalling and quiet NaNs of
+        /// other payloads, in x, in y and in both, besides the awkward values: the F16C
+        /// loops give the scalar loop's bits.
+        #[test]
+        fn tails_and_nan_payloads_rotate_as_the_scalar_loop() {
+            if !f16c_here() {
+                return;
+            }
+            let specials: [u16; 12] = [
+                0x7c01, 0xfd55, 0x7e00, 0x7fff, 0x7c00, 0xfc00, 0x0001, 0x83ff, 0x7bff, 0, 0x8000,
+                0x3c00,
+            ];
+            for n in 1..=40usize {
+                for extra in 1..=3 {
+                    let cs: Vec<(f32, f32)> = (0..n)
+                        .map(|i| ((i as f32 * 0.37).cos(), (i as f32 * 0.37).sin()))
+                        .collect();
+                    for seed in 0..6usize {
+                        let row: Vec<u16> = (0..2 * n + extra)
+                            .map(|k| {
+                                let mix = k.wrapping_mul(7919).wrapping_add(seed * 104_729);
+                                if mix % 3 == 0 {
+                                    specials[mix % specials.len()]
+                                } else {
+                                    (mix % 0x7bff) as u16 | if mix % 2 == 0 { 0x8000 } else { 0 }
+                                }
+                            })
+                            .collect();
+                        for pairing in [Pairing::Neox, Pairing::Gptj] {
+                            let mut want: Vec<f16> =
+                                row.iter().map(|&h| f16::from_bits(h)).collect();
+                            super::super::rotate_row(&mut want, &cs, pairing);
+                            let mut got = row.clone();
+                            // SAFETY: the CPU has AVX2 and F16C (checked above).
+                            unsafe { super::rotate_row(&mut got, &cs, pairing) };
+                            let want: Vec<u16> = want.iter().map(|h| h.to_bits()).collect();
+                            assert_eq!(got, want, "{n} pairs + {extra}, seed {seed}, {pairing:?}");
+                        }
+                    }
+                }
+            }
+        }
+
+        /// A thread whose SSE mode is not the default one (FTZ, DAZ, another rounding, an
+        /// unmasked exception) runs the baseline; the default mode keeps its set.
+        #[test]
+        #[allow(deprecated)]
+        fn a_thread_in_another_sse_mode_runs_the_baseline() {
+            use std::arch::x86_64::{_mm_getcsr, _mm_setcsr};
+            let widest = Simd::detect();
+            std::thread::spawn(move || {
+                // SAFETY: reading and writing this thread's MXCSR (restored before it ends).
+                let default = unsafe { _mm_getcsr() };
+                assert_eq!(widest.unless_nondefault_mode(), widest);
+                for bits in [1u32 << 15, 1 << 6, 1 << 13, 3 << 13, 1 << 10] {
+                    // FTZ, DAZ, round down, toward zero; bit 10 (overflow's mask) cleared.
+                    let mode = if bits == 1 << 10 { default & !bits } else { default | bits };
+                    // SAFETY: as above.
+                    unsafe { _mm_setcsr(mode) };
+                    let got = widest.unless_nondefault_mode();
+                    // SAFETY: as above.
+                    unsafe { _mm_setcsr(default) };
+                    assert_eq!(got, Simd::PORTABLE, "MXCSR {mode:#06x}");
+                }
+            })
+            .join()
+            .unwrap();
+        }
+
         #[test]
         fn vcvtph2ps_widens_every_half_but_nans_as_the_software_conversion() {
-            if !f16c_here() || Simd::detect().unless_flushing().set() == Set::Portable {
+            if !f16c_here() || Simd::detect().unless_nondefault_mode().set() == Set::Portable {
                 return;
             }
             for first in (0..=u16::MAX).step_by(8) {

@@ -995,7 +995,7 @@ impl Context {
             op: label,
             what: "a device buffer on top of the bytes already held",
             requested: self.memory.held().saturating_add(size),
-            limit_name: "GPU memory budget",
+            limit_name: "GPU memory budget (bytes)",
             limit: self.memory.budget().unwrap_or(u64::MAX),
         })
     }
@@ -1030,7 +1030,7 @@ impl Context {
                 (name, limit)
             })
         };
-        match over_budget.map(|limit| ("GPU memory budget", limit)).or_else(past_host) {
+        match over_budget.map(|limit| ("GPU memory budget (bytes)", limit)).or_else(past_host) {
             Some((limit_name, limit)) => {
                 Err(Error::Limit { op, what, requested: bytes, limit_name, limit })
             }

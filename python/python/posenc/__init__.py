@@ -465,11 +465,11 @@ def _int_array(value: Any, what: str, ndim: tuple[int, ...], width: int = 1) -> 
                 f"string such as '0..16' is for table's and rope_cache's positions)"
             )
         if a.dtype == object:
+            # Python integers past 64 bits: the rank first, as for integer arrays.
+            _check_rank(a, what, ndim)
             _refuse_huge_ints(a, what)
         raise ValueError(f"{what} must be integers, got dtype {a.dtype}")
-    if a.ndim not in ndim:
-        ranks = " or ".join(str(n) for n in ndim)
-        raise ValueError(f"{what} must have rank {ranks}, got shape {a.shape}")
+    _check_rank(a, what, ndim)
     if not a.flags.aligned:
         # The extension reads aligned integers, in either byte order; others are copied so,
         # after the output's size as far as it is known here: each value gives `width`
@@ -487,19 +487,38 @@ def _int_array(value: Any, what: str, ndim: tuple[int, ...], width: int = 1) -> 
     return a
 
 
+def _check_rank(a: np.ndarray, what: str, ndim: tuple[int, ...]) -> None:
+    if a.ndim not in ndim:
+        ranks = " or ".join(str(n) for n in ndim)
+        raise ValueError(f"{what} must have rank {ranks}, got shape {a.shape}")
+
+
+# Elements of an object array _refuse_huge_ints looks at, at most: a broadcast view may
+# stand for billions of them, each a Python object to test.
+_HUGE_INT_SCAN = 1 << 20
+
+
 def _refuse_huge_ints(a: np.ndarray, what: str) -> None:
     """Python integers past NumPy's 64 bits (a list holding 2**70) make an object array:
-    names the first value outside 0..=2^32 - 1, as the extension names one that fits 64
-    bits, when every element is an integer (a round-twenty-three stranger's: it was told
-    its integers were not integers)."""
-    values = a.ravel()
-    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
-        return
-    for k, v in enumerate(values):
-        if not 0 <= v <= 0xFFFF_FFFF:
-            at = f"index {k}" if a.ndim == 1 else "[" + ", ".join(
-                str(int(i)) for i in np.unravel_index(k, a.shape)) + "]"
-            raise ValueError(f"invalid {what}: {int(v)} at {at} (allowed: 0..=4294967295)")
+    names the first value outside 0..=2^32 - 1 among its first _HUGE_INT_SCAN elements, in
+    the words the extension uses for one that fits 64 bits, while every element so far is
+    an integer (a round-twenty-three stranger's: it was told its integers were not
+    integers). One lazy pass, stopping at the first element that is not an integer."""
+    for k, v in enumerate(a.flat):
+        if k >= _HUGE_INT_SCAN or isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            return
+        if 0 <= v <= 0xFFFF_FFFF:
+            continue
+        at = np.unravel_index(k, a.shape)
+        if what == "ids":
+            # 1-D ids are one sequence: row 0, as the extension names them.
+            place = f"row 0, column {k}" if a.ndim == 1 else f"row {at[0]}, column {at[1]}"
+            raise ValueError(
+                f"token id {int(v)} at {place} is out of range: ids are 32-bit (allowed: "
+                f"0..=4294967295)"
+            )
+        place = f"index {k}" if a.ndim == 1 else "[" + ", ".join(str(int(i)) for i in at) + "]"
+        raise ValueError(f"invalid {what}: {int(v)} at {place} (allowed: 0..=4294967295)")
 
 
 def _table_array(value: Any, what: str):

@@ -112,8 +112,10 @@ pub(crate) fn clap_exit(e: &clap::Error) -> ExitCode {
 
 /// clap says "a value is required for '--output <PATH>' but none was supplied" both where
 /// the value is missing and where it is empty (`-o ''`, `--output=`): the second told as
-/// what it is (a stranger's, round twenty-three).
+/// what it is (a stranger's, round twenty-three), when the option clap names, by one of its
+/// own names, is followed by an empty word or ends in `=` on the command line.
 fn empty_value(e: &clap::Error) -> Option<String> {
+    use clap::CommandFactory;
     use clap::error::{ContextKind, ContextValue, ErrorKind};
     if e.kind() != ErrorKind::InvalidValue {
         return None;
@@ -123,16 +125,38 @@ fn empty_value(e: &clap::Error) -> Option<String> {
     else {
         return None;
     };
-    // An empty word after an option (`-o ''`, `--output ''`), or the option's long name
-    // with an empty value after `=` (`--output <PATH>` is named by its first word).
-    let long = arg.split_whitespace().next()?;
+    if !value.is_empty() {
+        return None;
+    }
+    // `--output <PATH>`: its long name; its short one (and aliases) from the command's
+    // options of that long name, in whichever subcommand declares them.
+    let long = arg.split_whitespace().next()?.strip_prefix("--")?.to_owned();
+    let cli = crate::Cli::command();
+    let mut names = vec![format!("--{long}")];
+    for cmd in std::iter::once(&cli).chain(cli.get_subcommands()) {
+        for a in cmd.get_arguments().filter(|a| a.get_long() == Some(long.as_str())) {
+            names.extend(
+                a.get_short_and_visible_aliases().into_iter().flatten().map(|c| format!("-{c}")),
+            );
+            names.extend(a.get_all_aliases().into_iter().flatten().map(|l| format!("--{l}")));
+        }
+    }
     let words: Vec<_> = std::env::args_os().skip(1).collect();
-    let after_option = words
-        .windows(2)
-        .any(|w| w[1].is_empty() && w[0].to_str().is_some_and(|o| o.starts_with('-')));
-    let with_equals = words.iter().any(|w| w.to_str() == Some(&format!("{long}=")));
-    (value.is_empty() && (after_option || with_equals))
-        .then(|| format!("invalid value '' for '{arg}': it is empty (a value is required)"))
+    let named = |w: &std::ffi::OsString| w.to_str().is_some_and(|w| names.iter().any(|n| n == w));
+    let then_empty = words.windows(2).any(|w| named(&w[0]) && w[1].is_empty());
+    let with_equals = words.iter().any(|w| {
+        w.to_str().and_then(|w| w.strip_suffix('=')).is_some_and(|w| names.iter().any(|n| n == w))
+    });
+    if !(then_empty || with_equals) {
+        return None;
+    }
+    let mut message = format!("invalid value '' for '{arg}': it is empty (a value is required)");
+    if let Some(ContextValue::Strings(valid)) = e.get(ContextKind::ValidValue)
+        && !valid.is_empty()
+    {
+        message.push_str(&format!(" [possible values: {}]", valid.join(", ")));
+    }
+    Some(message)
 }
 
 /// The most characters of a line on stderr: the values from the user in it are cut far

@@ -258,6 +258,9 @@ impl Context {
             return Err(self.binding_limit("one position's cos/sin row", row_bytes));
         }
         let mut per_chunk = (self.max_binding / row_bytes).min(positions.len() as u64);
+        // Held from the plan to the last allocation, as every budgeted operation holds it,
+        // so that no other call takes the room this one planned with.
+        let _exclusive = self.memory.exclusive();
         // Under a memory budget, each position's share of the scratch: its row in the
         // runner's buffer and in the staging buffer, and its slot; fixed: the frequency
         // steps and the parameters.

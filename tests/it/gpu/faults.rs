@@ -143,7 +143,7 @@ fn a_table_over_the_budget_is_refused_naming_both_sizes() {
         Err(e @ Error::Limit { requested: 128_000, limit: 100_000, .. }) => {
             let message = e.to_string();
             assert!(message.contains("the embedding table needs 128000"), "{message}");
-            assert!(message.contains("GPU memory budget is 100000"), "{message}");
+            assert!(message.contains("GPU memory budget (bytes) is 100000"), "{message}");
         }
         other => panic!("{other:?}"),
     }
@@ -364,7 +364,7 @@ fn rope_and_alibi_stream_under_a_budget() {
     assert_eq!(got, want);
     // 8 x 300 x 300 f32 = 2.9 MB kept on the device: more than the budget, refused first.
     let err = ctx.alibi_bias_to_buffer(&alibi).unwrap_err();
-    assert!(matches!(err, Error::Limit { limit_name: "GPU memory budget", .. }), "{err}");
+    assert!(matches!(err, Error::Limit { limit_name: "GPU memory budget (bytes)", .. }), "{err}");
     let small = posenc::alibi::AlibiSpec::new(2, 100).unwrap();
     ctx.reset_peak_allocated_bytes();
     let buffer = ctx.alibi_bias_to_buffer(&small).unwrap();

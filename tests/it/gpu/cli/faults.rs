@@ -177,7 +177,7 @@ fn a_memory_budget_streams_the_encode_or_sends_auto_to_the_cpu() {
     assert!(
         lines.len() == 1
             && lines[0].contains("the embedding table needs 32768")
-            && lines[0].contains("GPU memory budget is 16384"),
+            && lines[0].contains("GPU memory budget (bytes) is 16384"),
         "{lines:?}"
     );
     let auto = inputs.encode("auto", "tiny.npy", &tiny, &[]);

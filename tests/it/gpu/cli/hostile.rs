@@ -696,7 +696,17 @@ fn dash_values_belong_to_their_option_and_refusals_come_alone() {
         ),
         (
             &["rope-cache", "--config", "", "--len", "2"],
-            "invalid value '' for '--config <CONFIG.json>': it is empty",
+            "invalid value '' for '--config <CONFIG.json>': it is empty (a value is required)\n",
+        ),
+        (&["table", "--dim", "4", "--len", "2", "-o="], "for '--output <PATH>': it is empty"),
+        (
+            &["table", "--frequencies", "", "--dim", "4"],
+            "it is empty (a value is required) [possible values: exact, f32]",
+        ),
+        // Another option's empty value does not make a missing one empty.
+        (
+            &["table", "--dim", "4", "--len", "2", "--positions", "", "-o"],
+            "a value is required for '--output <PATH>' but none was supplied",
         ),
         (&["table", "--len", "2", "-o", "-x.npy", "--dim", "-3"], "'-3' for '--dim <D>'"),
         (&["alibi", "--heads", "0", "--len", "3", "-o", &a_csv], "invalid heads: 0"),
