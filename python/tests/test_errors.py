@@ -176,6 +176,9 @@ def test_integers_past_64_bits_in_lists_are_named_with_their_range():
             call()
     with pytest.raises(ValueError, match="token id 1180591620717411303424 at row 0, column 2 is"):
         posenc.encode(w, [0, 1, 2**70])
+    # Integers that NumPy makes float64 (no 64-bit type holds both -1 and 2**64 - 1).
+    with pytest.raises(ValueError, match=r"invalid offsets: -1 at index 0 \(allowed: 0\.\.=4294967295\)$"):
+        posenc.encode(w, [[1], [2]], offsets=[-1, 2**64 - 1])
     # Not all integers: named as before; the rank is checked first.
     with pytest.raises(ValueError, match="ids must be integers, got dtype object"):
         posenc.encode(w, [["a", 2**70]])

@@ -150,7 +150,7 @@ pub fn check_driver_address_space() -> Result<()> {
                 op: "opening a GPU",
                 what: "address space for the GPU drivers to start in (ulimit -v)",
                 requested: MIN_DRIVER_ADDRESS_SPACE,
-                limit_name: "RLIMIT_AS",
+                limit_name: "RLIMIT_AS (bytes)",
                 limit: current,
             });
         }

@@ -457,6 +457,16 @@ def _int_array(value: Any, what: str, ndim: tuple[int, ...], width: int = 1) -> 
     a = np.asarray(value)
     if a.size == 0 and a.dtype.kind == "f":
         a = a.astype(np.int64)
+    if a.dtype.kind == "f" and not isinstance(value, np.ndarray):
+        # NumPy makes a list of integers no 64-bit type holds both ends of ([-1, 2**64 - 1])
+        # float64: such integers are named as integers.
+        try:
+            exact = np.asarray(value, dtype=object)
+        except (TypeError, ValueError):
+            exact = None
+        if exact is not None and exact.shape == a.shape:
+            _check_rank(exact, what, ndim)
+            _refuse_huge_ints(exact, what)
     if a.dtype.kind not in "iu":
         if isinstance(value, str):
             # table and rope_cache take spec strings ("0..16"); these arguments do not.
