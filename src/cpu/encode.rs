@@ -536,6 +536,9 @@ pub(crate) fn row_major<'a, T: Clone + bytemuck::Zeroable>(
 
 /// A table element decoded to f32 bits exactly as the shader decodes it.
 trait TableElem: Copy + Sync {
+    /// f16, whose rows into f16 output keep the fused integer loop: through VCVTPS2PH
+    /// ([`add_row_f16c`]) they took 1.2 - 1.5x as long (bert-base, 2 cores, 2026-12-04).
+    const F16: bool = false;
     fn f32_bits(self) -> u32;
 
     /// Whether [`TableElem::add_row_avx512`] may take `src`: never, unless the type has a
@@ -577,6 +580,7 @@ impl TableElem for f32 {
 // zeros and normal numbers takes the instruction (2.0 against 3.0 us for 16 tokens of
 // 2560); any other row the integer form.
 impl TableElem for f16 {
+    const F16: bool = true;
     #[inline(always)]
     fn f32_bits(self) -> u32 {
         f16_to_f32_bits_branchless(u32::from(self.to_bits()))
@@ -711,7 +715,9 @@ unsafe fn f16_add_row_avx512<O: OutElem>(
 }
 
 /// An output element rounded from f32 bits exactly as the shader rounds it.
-trait OutElem: Copy + Send + Default {
+trait OutElem: bytemuck::Pod + Send + Default {
+    /// f16, which the AVX2 and AVX-512 sets round by VCVTPS2PH ([`add_row_f16c`]).
+    const F16: bool = false;
     fn from_f32_bits(bits: u32) -> Self;
 }
 
@@ -723,6 +729,7 @@ impl OutElem for f32 {
 }
 
 impl OutElem for f16 {
+    const F16: bool = true;
     #[inline(always)]
     fn from_f32_bits(bits: u32) -> Self {
         f16::from_bits(f32_to_f16_bits(bits) as u16)
@@ -750,14 +757,15 @@ impl Job<'_> {
     /// small, else in rayon tasks of whole rows.
     fn fill<T: TableElem, O: OutElem>(&self, table: &[T], out: &mut [O]) {
         let isa = Simd::detect();
+        // The mode is read on the thread that runs the rows: each thread has its own.
         if out.len() <= SERIAL_MAX_ELEMENTS {
-            self.fill_rows(isa, 0, table, out);
+            self.fill_rows(isa.unless_nondefault_mode(), 0, table, out);
             return;
         }
         let per_task = (TASK_BYTES / (self.dim * size_of::<O>())).max(1);
-        out.par_chunks_mut(self.dim * per_task)
-            .enumerate()
-            .for_each(|(task, rows)| self.fill_rows(isa, task * per_task, table, rows));
+        out.par_chunks_mut(self.dim * per_task).enumerate().for_each(|(task, rows)| {
+            self.fill_rows(isa.unless_nondefault_mode(), task * per_task, table, rows)
+        });
     }
 
     /// Fills `rows`, the rows of tokens `first..`, compiled for `isa`. Same operations,
@@ -794,7 +802,7 @@ impl Job<'_> {
     }
 
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,f16c")]
     fn fill_rows_avx2<T: TableElem, O: OutElem>(
         &self,
         isa: Simd,
@@ -850,6 +858,13 @@ impl Job<'_> {
                 unsafe { T::add_row_avx512(row, src, pe, self.scale) };
                 continue;
             }
+            // SAFETY: a set other than the baseline has AVX2 and F16C (`Simd::detect`), and
+            // names a thread in the default SSE mode here (`fill`).
+            #[cfg(target_arch = "x86_64")]
+            if O::F16 && !T::F16 && isa.set() != Set::Portable {
+                unsafe { add_row_f16c(bytemuck::cast_slice_mut(row), src, pe, self.scale) };
+                continue;
+            }
             add_row(row, src, pe, self.scale);
         }
     }
@@ -871,6 +886,46 @@ fn add_row<T: TableElem, O: OutElem>(out: &mut [O], src: &[T], pe: &[f32], scale
             }
         }
     }
+}
+
+/// [`add_row`] into f16 output (its bits), eight values at a time rounded by VCVTPS2PH,
+/// which rounds every f32 as `f32_to_f16_bits` does in the SSE mode's default (an
+/// exhaustive test in `cpu::rope`), where the integer rounding per value took the encode
+/// with f16 output 1.7x as long as with bf16 (gpt2, 2 cores, 2026-12-04).
+///
+/// # Safety
+/// The CPU must have AVX2 and F16C, and the thread's SSE mode must be the default
+/// ([`Simd::unless_nondefault_mode`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn add_row_f16c<T: TableElem>(out: &mut [u16], src: &[T], pe: &[f32], scale: Option<f32>) {
+    use std::arch::x86_64::{__m128i, _mm_storeu_si128, _mm256_cvtps_ph, _mm256_loadu_ps};
+    let n = out.len().min(src.len()).min(pe.len());
+    let groups = n / 8 * 8;
+    let mut sum = [0f32; 8];
+    for j in (0..groups).step_by(8) {
+        let (e, p) = (&src[j..j + 8], &pe[j..j + 8]);
+        match scale {
+            None => {
+                for ((v, &e), &p) in sum.iter_mut().zip(e).zip(p) {
+                    *v = f32::from_bits(e.f32_bits()) + p;
+                }
+            }
+            Some(s) => {
+                for ((v, &e), &p) in sum.iter_mut().zip(e).zip(p) {
+                    *v = f32::from_bits(e.f32_bits()) * s + p;
+                }
+            }
+        }
+        // SAFETY: `j + 8 <= n` keeps the 16-byte store inside `out`; the caller guarantees
+        // the features.
+        unsafe {
+            let h = _mm256_cvtps_ph::<0>(_mm256_loadu_ps(sum.as_ptr()));
+            _mm_storeu_si128(out.as_mut_ptr().add(j).cast::<__m128i>(), h);
+        }
+    }
+    let tail: &mut [f16] = bytemuck::cast_slice_mut(&mut out[groups..n]);
+    add_row(tail, &src[groups..n], &pe[groups..n], scale);
 }
 
 /// Asks the CPU to start loading `row` into cache: the first line of each 4 KiB page it
