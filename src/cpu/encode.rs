@@ -536,8 +536,10 @@ pub(crate) fn row_major<'a, T: Clone + bytemuck::Zeroable>(
 
 /// A table element decoded to f32 bits exactly as the shader decodes it.
 trait TableElem: Copy + Sync {
-    /// f16, whose rows into f16 output keep the fused integer loop: through VCVTPS2PH
-    /// ([`add_row_f16c`]) they took 1.2 - 1.5x as long (bert-base, 2 cores, 2026-12-04).
+    /// f16, whose rows into f16 output keep their loops (on AVX2 the fused integer loop):
+    /// through VCVTPS2PH ([`add_row_f16c`]) they took 1.04 - 1.54x as long (bert-base, 2
+    /// AVX2 cores, 2026-12-04).
+    #[cfg(target_arch = "x86_64")]
     const F16: bool = false;
     fn f32_bits(self) -> u32;
 
@@ -580,6 +582,7 @@ impl TableElem for f32 {
 // zeros and normal numbers takes the instruction (2.0 against 3.0 us for 16 tokens of
 // 2560); any other row the integer form.
 impl TableElem for f16 {
+    #[cfg(target_arch = "x86_64")]
     const F16: bool = true;
     #[inline(always)]
     fn f32_bits(self) -> u32 {
@@ -717,6 +720,7 @@ unsafe fn f16_add_row_avx512<O: OutElem>(
 /// An output element rounded from f32 bits exactly as the shader rounds it.
 trait OutElem: bytemuck::Pod + Send + Default {
     /// f16, which the AVX2 and AVX-512 sets round by VCVTPS2PH ([`add_row_f16c`]).
+    #[cfg(target_arch = "x86_64")]
     const F16: bool = false;
     fn from_f32_bits(bits: u32) -> Self;
 }
@@ -729,6 +733,7 @@ impl OutElem for f32 {
 }
 
 impl OutElem for f16 {
+    #[cfg(target_arch = "x86_64")]
     const F16: bool = true;
     #[inline(always)]
     fn from_f32_bits(bits: u32) -> Self {
@@ -757,15 +762,14 @@ impl Job<'_> {
     /// small, else in rayon tasks of whole rows.
     fn fill<T: TableElem, O: OutElem>(&self, table: &[T], out: &mut [O]) {
         let isa = Simd::detect();
-        // The mode is read on the thread that runs the rows: each thread has its own.
         if out.len() <= SERIAL_MAX_ELEMENTS {
-            self.fill_rows(isa.unless_nondefault_mode(), 0, table, out);
+            self.fill_rows(isa, 0, table, out);
             return;
         }
         let per_task = (TASK_BYTES / (self.dim * size_of::<O>())).max(1);
-        out.par_chunks_mut(self.dim * per_task).enumerate().for_each(|(task, rows)| {
-            self.fill_rows(isa.unless_nondefault_mode(), task * per_task, table, rows)
-        });
+        out.par_chunks_mut(self.dim * per_task)
+            .enumerate()
+            .for_each(|(task, rows)| self.fill_rows(isa, task * per_task, table, rows));
     }
 
     /// Fills `rows`, the rows of tokens `first..`, compiled for `isa`. Same operations,
@@ -824,6 +828,12 @@ impl Job<'_> {
         rows: &mut [O],
     ) {
         let dim = self.dim;
+        // f16 output rounded by VCVTPS2PH: on a set with F16C (any but the baseline), from
+        // tables other than f16's, and in the SSE mode's default only, read here, on the
+        // thread that runs these rows (each thread has its own).
+        #[cfg(target_arch = "x86_64")]
+        let f16c =
+            O::F16 && !T::F16 && isa.set() != Set::Portable && isa.unless_nondefault_mode() == isa;
         // The task's own PE row, where rows are computed per token: one row of f32, in
         // the core's L1 or L2 cache between its write and the add that reads it.
         let mut computed =
@@ -858,10 +868,10 @@ impl Job<'_> {
                 unsafe { T::add_row_avx512(row, src, pe, self.scale) };
                 continue;
             }
-            // SAFETY: a set other than the baseline has AVX2 and F16C (`Simd::detect`), and
-            // names a thread in the default SSE mode here (`fill`).
+            // SAFETY: `f16c` holds only on a set with AVX2 and F16C (`Simd::detect`), on
+            // this thread in the default SSE mode.
             #[cfg(target_arch = "x86_64")]
-            if O::F16 && !T::F16 && isa.set() != Set::Portable {
+            if f16c {
                 unsafe { add_row_f16c(bytemuck::cast_slice_mut(row), src, pe, self.scale) };
                 continue;
             }
@@ -891,7 +901,8 @@ fn add_row<T: TableElem, O: OutElem>(out: &mut [O], src: &[T], pe: &[f32], scale
 /// [`add_row`] into f16 output (its bits), eight values at a time rounded by VCVTPS2PH,
 /// which rounds every f32 as `f32_to_f16_bits` does in the SSE mode's default (an
 /// exhaustive test in `cpu::rope`), where the integer rounding per value took the encode
-/// with f16 output 1.7x as long as with bf16 (gpt2, 2 cores, 2026-12-04).
+/// with f16 output 1.4 - 2.1x as long as with f32 output (gpt2, 2 AVX2 cores, 2026-12-04).
+/// Unlike the integer rounding it sets MXCSR's sticky overflow and underflow flags.
 ///
 /// # Safety
 /// The CPU must have AVX2 and F16C, and the thread's SSE mode must be the default
@@ -1102,6 +1113,41 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A thread whose SSE mode is not the default keeps the integer rounding of f16
+    /// output: with overflow unmasked, VCVTPS2PH of 70000 would be a SIGFPE (ending this
+    /// test binary); the integer rounding gives infinity. The mode is the thread's own, so
+    /// the call stays on it (one row, below the pool's threshold).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    #[allow(deprecated)]
+    fn f16_output_in_another_sse_mode_keeps_the_integer_rounding() {
+        std::thread::spawn(|| {
+            use std::arch::x86_64::{_mm_getcsr, _mm_setcsr};
+            let (dim, vocab) = (24, 3);
+            let table = vec![7.0e4f32; vocab * dim];
+            let pe = vec![1.0f32; dim];
+            let (ids, slots) = (vec![1u32], vec![0u32]);
+            let job = Job {
+                dim,
+                ids: &ids,
+                pe: PeSource::Rows { pe: &pe, slots: &slots },
+                pad_id: None,
+                scale: None,
+            };
+            let mut out = vec![f16::ZERO; dim];
+            // SAFETY: this thread's own MXCSR, restored before it ends.
+            let default = unsafe { _mm_getcsr() };
+            // SAFETY: as above; bit 10 is overflow's mask.
+            unsafe { _mm_setcsr(default & !(1 << 10)) };
+            job.fill(&table, &mut out);
+            // SAFETY: as above.
+            unsafe { _mm_setcsr(default) };
+            assert!(out.iter().all(|h| h.to_bits() == 0x7c00), "{out:?}");
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

@@ -402,8 +402,10 @@ fn apply<T: Element>(
     let simd = Simd::detect();
     let n = freqs.len();
     let task = |(cs, row): &mut Buffers<T>, (b, l0, block, source): Task<'_, '_, T>| {
-        // Read on the thread that runs the task: its SSE mode is its own.
-        let simd = simd.unless_nondefault_mode();
+        // f16 rows take F16C in the SSE mode's default only: read on the thread that runs
+        // the task (its mode is its own); other types' loops do not depend on it.
+        let simd =
+            if T::DTYPE == crate::dtype::Dtype::F16 { simd.unless_nondefault_mode() } else { simd };
         for (dl, mut token) in block.into_outer_iter_mut().enumerate() {
             if let Some(source) = &source {
                 token.assign(&source.index_axis(Axis(0), dl));
