@@ -535,12 +535,7 @@ pub(crate) fn row_major<'a, T: Clone + bytemuck::Zeroable>(
 }
 
 /// A table element decoded to f32 bits exactly as the shader decodes it.
-trait TableElem: Copy + Sync {
-    /// f16, whose rows into f16 output keep their loops (on AVX2 the fused integer loop):
-    /// through VCVTPS2PH ([`add_row_f16c`]) they took 1.04 - 1.54x as long (bert-base, 2
-    /// AVX2 cores, 2026-12-04).
-    #[cfg(target_arch = "x86_64")]
-    const F16: bool = false;
+trait TableElem: Element {
     fn f32_bits(self) -> u32;
 
     /// Whether [`TableElem::add_row_avx512`] may take `src`: never, unless the type has a
@@ -582,8 +577,6 @@ impl TableElem for f32 {
 // zeros and normal numbers takes the instruction (2.0 against 3.0 us for 16 tokens of
 // 2560); any other row the integer form.
 impl TableElem for f16 {
-    #[cfg(target_arch = "x86_64")]
-    const F16: bool = true;
     #[inline(always)]
     fn f32_bits(self) -> u32 {
         f16_to_f32_bits_branchless(u32::from(self.to_bits()))
@@ -718,10 +711,7 @@ unsafe fn f16_add_row_avx512<O: OutElem>(
 }
 
 /// An output element rounded from f32 bits exactly as the shader rounds it.
-trait OutElem: bytemuck::Pod + Send + Default {
-    /// f16, which the AVX2 and AVX-512 sets round by VCVTPS2PH ([`add_row_f16c`]).
-    #[cfg(target_arch = "x86_64")]
-    const F16: bool = false;
+trait OutElem: Element + Default {
     fn from_f32_bits(bits: u32) -> Self;
 }
 
@@ -733,8 +723,6 @@ impl OutElem for f32 {
 }
 
 impl OutElem for f16 {
-    #[cfg(target_arch = "x86_64")]
-    const F16: bool = true;
     #[inline(always)]
     fn from_f32_bits(bits: u32) -> Self {
         f16::from_bits(f32_to_f16_bits(bits) as u16)
@@ -828,12 +816,16 @@ impl Job<'_> {
         rows: &mut [O],
     ) {
         let dim = self.dim;
-        // f16 output rounded by VCVTPS2PH: on a set with F16C (any but the baseline), from
-        // tables other than f16's, and in the SSE mode's default only, read here, on the
-        // thread that runs these rows (each thread has its own).
+        // f16 output rounded by VCVTPS2PH: on a set with F16C (any but the baseline), and in
+        // the SSE mode's default only, read here, on the thread that runs these rows (each
+        // thread has its own). Not from f16 tables, whose rows keep their loops (on AVX2 the
+        // fused integer loop): through VCVTPS2PH they took 1.04 - 1.54x as long (bert-base,
+        // 2 AVX2 cores, 2026-12-04).
         #[cfg(target_arch = "x86_64")]
-        let f16c =
-            O::F16 && !T::F16 && isa.set() != Set::Portable && isa.unless_nondefault_mode() == isa;
+        let f16c = O::DTYPE == Dtype::F16
+            && T::DTYPE != Dtype::F16
+            && isa.set() != Set::Portable
+            && isa.unless_nondefault_mode() == isa;
         // The task's own PE row, where rows are computed per token: one row of f32, in
         // the core's L1 or L2 cache between its write and the add that reads it.
         let mut computed =
