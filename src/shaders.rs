@@ -340,11 +340,12 @@ pub fn takes_unpack(dtype: Dtype, coalesced: bool, unpack: bool) -> bool {
 }
 
 /// Whether kernel source `source` calls `unpack2x16float` ([`F16_UNPACK`], or a diagnostic's
-/// rewrite): the one capability a posenc kernel may take (naga's
-/// `SHADER_FLOAT16_IN_FLOAT32`, wgpu's `SHADER_F16_IN_F32`), which validators must grant it.
-/// Every other kernel must need none.
+/// rewrite) or `pack2x16float` (a diagnostic's): the one capability a posenc kernel may take
+/// (naga's `SHADER_FLOAT16_IN_FLOAT32`, wgpu's `SHADER_F16_IN_F32`, which covers both),
+/// which validators must grant it. Every other kernel must need none.
 pub fn calls_unpack(source: &str) -> bool {
-    source.contains("unpack2x16float(")
+    // "unpack2x16float(" contains it too.
+    source.contains("pack2x16float(")
 }
 
 /// The copy ceiling's kernel, `shaders/copy.wgsl`, before its specialisation.

@@ -230,6 +230,42 @@ fn cos_sin4_at_kept(p: vec3<u32>, f: u32) -> array<vec4<f32>, 2> {",
         ],
     },
     Diagnostic {
+        name: "f16-pack",
+        removes: "the f16 narrowing's integer rounding on its short path: each value rounded \
+                  to f16's precision by float arithmetic (v plus 1.5 * 2^(e + 13), where e is \
+                  its exponent, then minus that again times an opaque one) and the exact \
+                  result packed by WGSL's pack2x16float (a downlevel capability, \
+                  SHADER_F16_IN_F32), which any rounding gives exactly. The same bits: an \
+                  alternative to time",
+        entries: &["rope_pass", "rope_pass_heads", "encode_pass_x4"],
+        edits: &[(
+            "        let rebased = a - vec4<u32>(0x38000000u);\n",
+            "        // Diagnostic f16-pack.
+        let c = bitcast<vec4<f32>>((a & vec4<u32>(0x7f800000u)) + vec4<u32>(0x06c00000u));
+        let r = (v + c) - c * vec4<f32>(bitcast<f32>(params.zero | 0x3f800000u));
+        if true {
+            return vec2<u32>(pack2x16float(r.xy), pack2x16float(r.zw));
+        }
+        let rebased = a - vec4<u32>(0x38000000u);\n",
+        )],
+    },
+    Diagnostic {
+        name: "f16-packonly",
+        removes: "the f16 narrowing's rounding on its short path: each value handed to WGSL's \
+                  pack2x16float as it is, rounded however the hardware's conversion rounds \
+                  (to nearest even on NVIDIA's, toward zero on AMD's packHalf2x16: wrong bits \
+                  there), to time what f16-pack's float rounding costs",
+        entries: &["rope_pass", "rope_pass_heads", "encode_pass_x4"],
+        edits: &[(
+            "        let rebased = a - vec4<u32>(0x38000000u);\n",
+            "        // Diagnostic f16-packonly.
+        if true {
+            return vec2<u32>(pack2x16float(v.xy), pack2x16float(v.zw));
+        }
+        let rebased = a - vec4<u32>(0x38000000u);\n",
+        )],
+    },
+    Diagnostic {
         name: "enc-noid",
         removes: "the load of each token's id before its row's: the row is a hash of the \
                   token's index (a multiply and a remainder), spread over the vocabulary as \
@@ -301,7 +337,8 @@ pub fn parse(text: &str) -> Result<Vec<&'static Diagnostic>> {
 /// The names [`parse`] accepts, for its refusal.
 const NAMES: &str = "comma-separated diagnostics among rope-copy, rope-nocs, rope-nobarrier, \
                      rope-noround, rope-trunc, bf16-general, bf16-nonan, bf16-inttest, \
-                     bf16-oneeq, f16-unpack, f16-short, enc-noid, enc-nope and enc-nocheck";
+                     bf16-oneeq, f16-unpack, f16-short, f16-pack, f16-packonly, enc-noid, \
+                     enc-nope and enc-nocheck";
 
 /// `source`, the kernel of entry point `entry`, with the edits of those of `diagnostics`
 /// that name it, and the names of those whose edits found their text (each edit replaces
@@ -436,5 +473,25 @@ mod tests {
         let source = crate::shaders::source("table");
         let (text, applied) = apply(&ALL.iter().collect::<Vec<_>>(), "table", &source);
         assert!(matches!(text, Cow::Borrowed(_)) && applied.is_empty());
+    }
+
+    /// f16-pack's rounding, as its WGSL writes it, modelled on the CPU for every f32 its
+    /// short path takes (2^-14 <= |v| < 65520, both signs): v + c, with c = 1.5 * 2^(e + 13)
+    /// for v's exponent e, rounds v to a multiple of f16's quantum at that exponent, ties to
+    /// even, and subtracting c again is exact; the result is the f16 value that
+    /// `f32_to_f16_bits` gives, so a pack of it by any rounding has the CPU's bits.
+    #[test]
+    fn f16_pack_rounds_every_short_path_value_as_the_cpu() {
+        let one = std::hint::black_box(1.0f32);
+        for a in 0x3880_0000u32..0x477f_f000 {
+            for sign in [0, 0x8000_0000u32] {
+                let v = f32::from_bits(a | sign);
+                let c = f32::from_bits((a & 0x7f80_0000) + 0x06c0_0000);
+                let r = (v + c) - c * one;
+                let want = crate::convert::f32_to_f16_bits(v.to_bits());
+                let exact = crate::convert::f16_to_f32_bits(want);
+                assert_eq!(r.to_bits(), exact, "{:#010x}", v.to_bits());
+            }
+        }
     }
 }
