@@ -818,14 +818,20 @@ impl Job<'_> {
         let dim = self.dim;
         // f16 output rounded by VCVTPS2PH: on a set with F16C (any but the baseline), and in
         // the SSE mode's default only, read here, on the thread that runs these rows (each
-        // thread has its own). Not from f16 tables, whose rows keep their loops (on AVX2 the
-        // fused integer loop): through VCVTPS2PH they took 1.04 - 1.54x as long (bert-base,
-        // 2 AVX2 cores, 2026-12-04).
+        // thread has its own). f16 tables take `f16_row_f16c`, which widens by VCVTPH2PS
+        // too: rounding alone by VCVTPS2PH after the integer widening took them 1.04 -
+        // 1.54x as long as the fused integer loop, both conversions by F16C 0.2 - 0.45x
+        // (bert-base and gpt2, 2 AVX2 cores, 2026-12-04).
         #[cfg(target_arch = "x86_64")]
-        let f16c = O::DTYPE == Dtype::F16
-            && T::DTYPE != Dtype::F16
+        let f16_out = O::DTYPE == Dtype::F16
             && isa.set() != Set::Portable
             && isa.unless_nondefault_mode() == isa;
+        #[cfg(target_arch = "x86_64")]
+        let f16c = f16_out && T::DTYPE != Dtype::F16;
+        // f16 tables into f16 output: both conversions by F16C, group by group
+        // (`f16_row_f16c`), under the same conditions.
+        #[cfg(target_arch = "x86_64")]
+        let f16c_both = f16_out && T::DTYPE == Dtype::F16;
         // The task's own PE row, where rows are computed per token: one row of f32, in
         // the core's L1 or L2 cache between its write and the add that reads it.
         let mut computed =
@@ -853,6 +859,14 @@ impl Job<'_> {
                     &computed[..]
                 }
             };
+            // SAFETY: `f16c_both` holds only on a set with AVX2 and F16C, on this thread in
+            // the default SSE mode, with f16 table and output (the casts are of u16s).
+            #[cfg(target_arch = "x86_64")]
+            if f16c_both {
+                let (row, src) = (bytemuck::cast_slice_mut(row), bytemuck::cast_slice(src));
+                unsafe { f16_row_f16c(row, src, pe, self.scale) };
+                continue;
+            }
             // SAFETY (both calls): `AVX512` is set only on a CPU with the features, and
             // the second call only for a row the first accepted.
             #[cfg(target_arch = "x86_64")]
@@ -929,6 +943,91 @@ unsafe fn add_row_f16c<T: TableElem>(out: &mut [u16], src: &[T], pe: &[f32], sca
     }
     let tail: &mut [f16] = bytemuck::cast_slice_mut(&mut out[groups..n]);
     add_row(tail, &src[groups..n], &pe[groups..n], scale);
+}
+
+/// [`add_row`] from an f16 table into f16 output (both as their bits), eight values at a
+/// time: a group whose eight halves are all zeros or normal numbers is widened by
+/// VCVTPH2PS (`f16_to_f32_bits`'s bits, an exhaustive test in `cpu::rope`), scaled and
+/// added unfused, and rounded by VCVTPS2PH (`f32_to_f16_bits`'s bits in the SSE mode's
+/// default); any other group, and the tail, by the integer loop. The test per group is
+/// four integer instructions beside the two conversions, where the integer forms of both
+/// take about fifty per eight values.
+///
+/// # Safety
+/// The CPU must have AVX2 and F16C, and the thread's SSE mode must be the default
+/// ([`Simd::unless_nondefault_mode`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn f16_row_f16c(out: &mut [u16], src: &[u16], pe: &[f32], scale: Option<f32>) {
+    use std::arch::x86_64::{
+        __m128i, __m256, _mm_and_si128, _mm_cmpeq_epi16, _mm_loadu_si128, _mm_max_epu16,
+        _mm_movemask_epi8, _mm_set1_epi16, _mm_storeu_si128, _mm_sub_epi16, _mm256_add_ps,
+        _mm256_cvtph_ps, _mm256_cvtps_ph, _mm256_loadu_ps, _mm256_mul_ps, _mm256_set1_ps,
+    };
+    /// The groups of eight in `0..groups`, `op` combining each widened group with its PE
+    /// values; a function per arithmetic, so the choice is not made per group.
+    ///
+    /// # Safety
+    /// As [`f16_row_f16c`]'s; `groups` is a multiple of 8 and at most each slice's length.
+    #[inline(always)]
+    unsafe fn each_group(
+        out: &mut [u16],
+        src: &[u16],
+        pe: &[f32],
+        groups: usize,
+        scale: Option<f32>,
+        op: impl Fn(__m256, __m256) -> __m256,
+    ) {
+        // SAFETY: the caller guarantees the features.
+        let (magnitude, one, finite_max, subnormal_max) = unsafe {
+            (
+                _mm_set1_epi16(0x7fff),
+                _mm_set1_epi16(1),
+                _mm_set1_epi16(0x7bff),
+                _mm_set1_epi16(0x03ff),
+            )
+        };
+        for j in (0..groups).step_by(8) {
+            // SAFETY: `j + 8 <= groups` keeps the 16-byte and 32-byte accesses inside `src`,
+            // `pe` and `out`; the caller guarantees the features and the mode.
+            unsafe {
+                let h = _mm_loadu_si128(src.as_ptr().add(j).cast::<__m128i>());
+                let a = _mm_and_si128(h, magnitude);
+                // Finite: a <= 0x7bff. Not subnormal: a - 1 >= 0x3ff as u16 (a zero wraps
+                // to 0xffff and passes). Each as max(x, bound) == x or == bound.
+                let finite = _mm_cmpeq_epi16(_mm_max_epu16(a, finite_max), finite_max);
+                let less_one = _mm_sub_epi16(a, one);
+                let normal = _mm_cmpeq_epi16(_mm_max_epu16(less_one, subnormal_max), less_one);
+                if _mm_movemask_epi8(_mm_and_si128(finite, normal)) != 0xffff {
+                    let (e, p) = (&src[j..j + 8], &pe[j..j + 8]);
+                    let e: &[f16] = bytemuck::cast_slice(e);
+                    let o: &mut [f16] = bytemuck::cast_slice_mut(&mut out[j..j + 8]);
+                    add_row(o, e, p, scale);
+                    continue;
+                }
+                let v = op(_mm256_cvtph_ps(h), _mm256_loadu_ps(pe.as_ptr().add(j)));
+                let r = _mm256_cvtps_ph::<0>(v);
+                _mm_storeu_si128(out.as_mut_ptr().add(j).cast::<__m128i>(), r);
+            }
+        }
+    }
+    let n = out.len().min(src.len()).min(pe.len());
+    let groups = n / 8 * 8;
+    // SAFETY: the caller guarantees the features and the mode; `groups <= n`.
+    unsafe {
+        match scale {
+            None => each_group(out, src, pe, groups, scale, |e, p| _mm256_add_ps(e, p)),
+            Some(s) => {
+                let m = _mm256_set1_ps(s);
+                each_group(out, src, pe, groups, scale, |e, p| {
+                    _mm256_add_ps(_mm256_mul_ps(e, m), p)
+                });
+            }
+        }
+    }
+    let tail: &mut [f16] = bytemuck::cast_slice_mut(&mut out[groups..n]);
+    let src: &[f16] = bytemuck::cast_slice(&src[groups..n]);
+    add_row(tail, src, &pe[groups..n], scale);
 }
 
 /// Asks the CPU to start loading `row` into cache: the first line of each 4 KiB page it
@@ -1293,6 +1392,35 @@ mod tests {
             many,
             &options,
         ));
+    }
+
+    /// f16 tables into f16 output through F16C give the integer loop's bits for every half,
+    /// at every place of its group of eight (the halves in order, shifted by 0 - 7, so each
+    /// special value falls back with different neighbours), with and without scales,
+    /// including one that overflows to infinity.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn f16_tables_into_f16_output_through_f16c_give_the_integer_bits() {
+        if Simd::detect().set() == Set::Portable {
+            eprintln!("SKIP: no AVX2 here");
+            return;
+        }
+        let all: Vec<u16> = (0..=u16::MAX).collect();
+        for shift in 0..8 {
+            let src = &all[shift..];
+            let pe: Vec<f32> = (0..src.len()).map(|k| (k as f32 * 0.37).sin() * 1.5).collect();
+            for scale in [None, Some(3.0f32), Some(-0.1), Some(1.0e5)] {
+                let halves: &[f16] = bytemuck::cast_slice(src);
+                let mut want = vec![f16::ZERO; src.len()];
+                add_row(&mut want, halves, &pe, scale);
+                let mut got = vec![0u16; src.len()];
+                // SAFETY: AVX2 (with F16C) was detected; the test thread's SSE mode is the
+                // default.
+                unsafe { f16_row_f16c(&mut got, src, &pe, scale) };
+                let diff = got.iter().zip(&want).position(|(g, w)| *g != w.to_bits());
+                assert_eq!(diff, None, "shift {shift} scale {scale:?}");
+            }
+        }
     }
 
     #[cfg(target_arch = "x86_64")]
