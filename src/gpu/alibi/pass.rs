@@ -78,14 +78,17 @@ impl Context {
         let rows = u64::from(heads) * spec.len();
         let kv_len = spec.kv_len();
         if rows > u64::from(u32::MAX) || kv_len > u64::from(u32::MAX) {
+            // The figure is the count the message names (round 24 found the larger of the
+            // two named as keys per row).
+            let (what, requested) = if kv_len > u64::from(u32::MAX) {
+                ("keys per row of one recorded pass", kv_len)
+            } else {
+                ("rows (head, query) of one recorded pass", rows)
+            };
             return Err(Error::Limit {
                 op: OP,
-                what: if kv_len > u64::from(u32::MAX) {
-                    "keys per row of one recorded pass"
-                } else {
-                    "rows (head, query) of one recorded pass"
-                },
-                requested: rows.max(kv_len),
+                what,
+                requested,
                 limit_name: "u32 indices",
                 limit: u64::from(u32::MAX),
             });

@@ -888,6 +888,20 @@ fn recorded_alibi_larger_than_a_binding_is_written_in_parts() {
             "{heads} x {len} x {kv_len}: {e}"
         );
     }
+    // Past u32 indices the refusal names the count that is past them, with that count:
+    // keys per row when both are (round 24 found the rows' 2^48 named as keys per row).
+    for (heads, len, kv_len, what, requested) in [
+        (65536u32, 1u64 << 32, 1u64 << 32, "keys per row of one recorded pass", 1u64 << 32),
+        (65536, 1 << 17, 8, "rows (head, query) of one recorded pass", 1 << 33),
+        (1, 8, 1 << 32, "keys per row of one recorded pass", 1 << 32),
+    ] {
+        let spec = AlibiSpec::new(heads, len).unwrap().with_kv_len(kv_len).unwrap();
+        let e = ctx.alibi_pass(&spec).unwrap_err();
+        assert!(
+            matches!(e, Error::Limit { what: w, requested: r, .. } if w == what && r == requested),
+            "{heads} x {len} x {kv_len}: {e}"
+        );
+    }
 }
 
 /// A device the test opens itself, as an engine would.
