@@ -818,20 +818,20 @@ impl Job<'_> {
         let dim = self.dim;
         // f16 output rounded by VCVTPS2PH: on a set with F16C (any but the baseline), and in
         // the SSE mode's default only, read here, on the thread that runs these rows (each
-        // thread has its own). f16 tables take `f16_row_f16c`, which widens by VCVTPH2PS
-        // too: rounding alone by VCVTPS2PH after the integer widening took them 1.04 -
-        // 1.54x as long as the fused integer loop, both conversions by F16C 0.2 - 0.45x
-        // (bert-base and gpt2, 2 AVX2 cores, 2026-12-04).
+        // thread has its own).
         #[cfg(target_arch = "x86_64")]
-        let f16_out = O::DTYPE == Dtype::F16
-            && isa.set() != Set::Portable
-            && isa.unless_nondefault_mode() == isa;
+        let f16c_mode = isa.set() != Set::Portable && isa.unless_nondefault_mode() == isa;
         #[cfg(target_arch = "x86_64")]
-        let f16c = f16_out && T::DTYPE != Dtype::F16;
-        // f16 tables into f16 output: both conversions by F16C, group by group
-        // (`f16_row_f16c`), under the same conditions.
+        let f16c = f16c_mode && O::DTYPE == Dtype::F16 && T::DTYPE != Dtype::F16;
+        // f16 tables widened by VCVTPH2PS group by group (`f16_row_f16c`), into f16 output
+        // rounded by VCVTPS2PH: rounding alone by the instruction after the integer widening
+        // took them 1.04 - 1.54x as long as the fused integer loop, both conversions 0.2 -
+        // 0.45x; into f32 and bf16 output 0.8 - 0.9x (bert-base, gpt2, llama3-8b, 2 AVX2
+        // cores, 2026-12-04). On AVX-512 f32 and bf16 output keep that set's sixteen-wide
+        // rows (`f16_add_row_avx512`; this path against it not timed), whose rounding to f16
+        // is the integer one per value.
         #[cfg(target_arch = "x86_64")]
-        let f16c_both = f16_out && T::DTYPE == Dtype::F16;
+        let f16c_both = f16c_mode && T::DTYPE == Dtype::F16 && (O::DTYPE == Dtype::F16 || !AVX512);
         // The task's own PE row, where rows are computed per token: one row of f32, in
         // the core's L1 or L2 cache between its write and the add that reads it.
         let mut computed =
@@ -860,11 +860,10 @@ impl Job<'_> {
                 }
             };
             // SAFETY: `f16c_both` holds only on a set with AVX2 and F16C, on this thread in
-            // the default SSE mode, with f16 table and output (the casts are of u16s).
+            // the default SSE mode, for an f16 table (the cast is of its u16 bits).
             #[cfg(target_arch = "x86_64")]
             if f16c_both {
-                let (row, src) = (bytemuck::cast_slice_mut(row), bytemuck::cast_slice(src));
-                unsafe { f16_row_f16c(row, src, pe, self.scale) };
+                unsafe { f16_row_f16c(row, bytemuck::cast_slice(src), pe, self.scale) };
                 continue;
             }
             // SAFETY (both calls): `AVX512` is set only on a CPU with the features, and
@@ -958,20 +957,56 @@ unsafe fn add_row_f16c<T: TableElem>(out: &mut [u16], src: &[T], pe: &[f32], sca
 /// ([`Simd::unless_nondefault_mode`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn f16_row_f16c(out: &mut [u16], src: &[u16], pe: &[f32], scale: Option<f32>) {
+unsafe fn f16_row_f16c<O: OutElem>(out: &mut [O], src: &[u16], pe: &[f32], scale: Option<f32>) {
     use std::arch::x86_64::{
-        __m128i, __m256, _mm_and_si128, _mm_cmpeq_epi16, _mm_loadu_si128, _mm_max_epu16,
-        _mm_movemask_epi8, _mm_set1_epi16, _mm_storeu_si128, _mm_sub_epi16, _mm256_add_ps,
-        _mm256_cvtph_ps, _mm256_cvtps_ph, _mm256_loadu_ps, _mm256_mul_ps, _mm256_set1_ps,
+        __m128i, __m256, _CMP_UNORD_Q, _mm_and_si128, _mm_cmpeq_epi16, _mm_loadu_si128,
+        _mm_max_epu16, _mm_movemask_epi8, _mm_packus_epi32, _mm_set1_epi16, _mm_storeu_si128,
+        _mm_sub_epi16, _mm256_add_epi32, _mm256_add_ps, _mm256_and_si256, _mm256_castps_si256,
+        _mm256_castsi256_si128, _mm256_cmp_ps, _mm256_cvtph_ps, _mm256_cvtps_ph,
+        _mm256_extracti128_si256, _mm256_loadu_ps, _mm256_movemask_ps, _mm256_mul_ps,
+        _mm256_set1_epi32, _mm256_set1_ps, _mm256_srli_epi32, _mm256_storeu_ps,
     };
+    /// Stores the eight sums `v` at `out[j..j + 8]` rounded to `O` as `O::from_f32_bits`
+    /// rounds each; false (nothing stored) for a bf16 group holding a NaN.
+    ///
+    /// # Safety
+    /// As [`f16_row_f16c`]'s; `j + 8 <= out.len()`.
+    #[inline(always)]
+    unsafe fn store<O: OutElem>(out: &mut [O], j: usize, v: __m256) -> bool {
+        // SAFETY: the caller keeps the 16- or 32-byte store inside `out` and guarantees the
+        // features and the mode.
+        unsafe {
+            let at = out.as_mut_ptr().add(j);
+            match O::DTYPE {
+                Dtype::F32 => _mm256_storeu_ps(at.cast::<f32>(), v),
+                Dtype::F16 => _mm_storeu_si128(at.cast::<__m128i>(), _mm256_cvtps_ph::<0>(v)),
+                Dtype::Bf16 => {
+                    if _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_UNORD_Q>(v, v)) != 0 {
+                        return false;
+                    }
+                    // f32_to_bf16_bits of a number: (b + 0x7fff + ((b >> 16) & 1)) >> 16.
+                    let b = _mm256_castps_si256(v);
+                    let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(b), _mm256_set1_epi32(1));
+                    let r = _mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7fff)), lsb);
+                    let r = _mm256_srli_epi32::<16>(r);
+                    let packed = _mm_packus_epi32(
+                        _mm256_castsi256_si128(r),
+                        _mm256_extracti128_si256::<1>(r),
+                    );
+                    _mm_storeu_si128(at.cast::<__m128i>(), packed);
+                }
+            }
+        }
+        true
+    }
     /// The groups of eight in `0..groups`, `op` combining each widened group with its PE
     /// values; a function per arithmetic, so the choice is not made per group.
     ///
     /// # Safety
     /// As [`f16_row_f16c`]'s; `groups` is a multiple of 8 and at most each slice's length.
     #[inline(always)]
-    unsafe fn each_group(
-        out: &mut [u16],
+    unsafe fn each_group<O: OutElem>(
+        out: &mut [O],
         src: &[u16],
         pe: &[f32],
         groups: usize,
@@ -990,7 +1025,7 @@ unsafe fn f16_row_f16c(out: &mut [u16], src: &[u16], pe: &[f32], scale: Option<f
         for j in (0..groups).step_by(8) {
             // SAFETY: `j + 8 <= groups` keeps the 16-byte and 32-byte accesses inside `src`,
             // `pe` and `out`; the caller guarantees the features and the mode.
-            unsafe {
+            let done = unsafe {
                 let h = _mm_loadu_si128(src.as_ptr().add(j).cast::<__m128i>());
                 let a = _mm_and_si128(h, magnitude);
                 // Finite: a <= 0x7bff. Not subnormal: a - 1 >= 0x3ff as u16 (a zero wraps
@@ -998,16 +1033,12 @@ unsafe fn f16_row_f16c(out: &mut [u16], src: &[u16], pe: &[f32], scale: Option<f
                 let finite = _mm_cmpeq_epi16(_mm_max_epu16(a, finite_max), finite_max);
                 let less_one = _mm_sub_epi16(a, one);
                 let normal = _mm_cmpeq_epi16(_mm_max_epu16(less_one, subnormal_max), less_one);
-                if _mm_movemask_epi8(_mm_and_si128(finite, normal)) != 0xffff {
-                    let (e, p) = (&src[j..j + 8], &pe[j..j + 8]);
-                    let e: &[f16] = bytemuck::cast_slice(e);
-                    let o: &mut [f16] = bytemuck::cast_slice_mut(&mut out[j..j + 8]);
-                    add_row(o, e, p, scale);
-                    continue;
-                }
-                let v = op(_mm256_cvtph_ps(h), _mm256_loadu_ps(pe.as_ptr().add(j)));
-                let r = _mm256_cvtps_ph::<0>(v);
-                _mm_storeu_si128(out.as_mut_ptr().add(j).cast::<__m128i>(), r);
+                _mm_movemask_epi8(_mm_and_si128(finite, normal)) == 0xffff
+                    && store(out, j, op(_mm256_cvtph_ps(h), _mm256_loadu_ps(pe.as_ptr().add(j))))
+            };
+            if !done {
+                let e: &[f16] = bytemuck::cast_slice(&src[j..j + 8]);
+                add_row(&mut out[j..j + 8], e, &pe[j..j + 8], scale);
             }
         }
     }
@@ -1025,9 +1056,8 @@ unsafe fn f16_row_f16c(out: &mut [u16], src: &[u16], pe: &[f32], scale: Option<f
             }
         }
     }
-    let tail: &mut [f16] = bytemuck::cast_slice_mut(&mut out[groups..n]);
     let src: &[f16] = bytemuck::cast_slice(&src[groups..n]);
-    add_row(tail, src, &pe[groups..n], scale);
+    add_row(&mut out[groups..n], src, &pe[groups..n], scale);
 }
 
 /// Asks the CPU to start loading `row` into cache: the first line of each 4 KiB page it
@@ -1394,13 +1424,15 @@ mod tests {
         ));
     }
 
-    /// f16 tables into f16 output through F16C give the integer loop's bits for every half,
-    /// at every place of its group of eight (the halves in order, shifted by 0 - 7, so each
-    /// special value falls back with different neighbours), with and without scales,
-    /// including one that overflows to infinity.
+    /// f16 tables through F16C give the integer loop's bits for every half into every
+    /// output type, at every place of its group of eight (the halves in order, shifted by
+    /// 0 - 7, so each special value falls back with different neighbours), with and without
+    /// scales (finite, as `Scale` requires), including one that overflows to infinity, and
+    /// PE values with NaNs and infinities, as a learned table may hold (bf16 output's groups
+    /// holding a NaN sum take the integer loop).
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn f16_tables_into_f16_output_through_f16c_give_the_integer_bits() {
+    fn f16_tables_through_f16c_give_the_integer_bits() {
         if Simd::detect().set() == Set::Portable {
             eprintln!("SKIP: no AVX2 here");
             return;
@@ -1408,17 +1440,36 @@ mod tests {
         let all: Vec<u16> = (0..=u16::MAX).collect();
         for shift in 0..8 {
             let src = &all[shift..];
-            let pe: Vec<f32> = (0..src.len()).map(|k| (k as f32 * 0.37).sin() * 1.5).collect();
+            let halves: &[f16] = bytemuck::cast_slice(src);
+            // NaN PE values only beside halves that are not NaNs: which of two NaN operands
+            // an add returns is the compiler's choice (payloads are not promised).
+            let pe: Vec<f32> = (0..src.len())
+                .map(|k| match k % 101 {
+                    7 | 8 if halves[k].is_nan() => 0.5,
+                    7 => f32::from_bits(0x7fc0_0000 | (k as u32 * 7919) & 0x3f_ffff),
+                    8 => f32::from_bits(0xff80_0001 + (k as u32 & 0xffff)),
+                    9 => f32::INFINITY,
+                    10 => f32::NEG_INFINITY,
+                    _ => (k as f32 * 0.37).sin() * 1.5,
+                })
+                .collect();
             for scale in [None, Some(3.0f32), Some(-0.1), Some(1.0e5)] {
-                let halves: &[f16] = bytemuck::cast_slice(src);
-                let mut want = vec![f16::ZERO; src.len()];
-                add_row(&mut want, halves, &pe, scale);
-                let mut got = vec![0u16; src.len()];
-                // SAFETY: AVX2 (with F16C) was detected; the test thread's SSE mode is the
-                // default.
-                unsafe { f16_row_f16c(&mut got, src, &pe, scale) };
-                let diff = got.iter().zip(&want).position(|(g, w)| *g != w.to_bits());
-                assert_eq!(diff, None, "shift {shift} scale {scale:?}");
+                macro_rules! compare {
+                    ($o:ty) => {
+                        let mut want = vec![<$o>::default(); src.len()];
+                        add_row(&mut want, halves, &pe, scale);
+                        let mut got = vec![<$o>::default(); src.len()];
+                        // SAFETY: AVX2 (with F16C) was detected; the test thread's SSE mode
+                        // is the default.
+                        unsafe { f16_row_f16c(&mut got, src, &pe, scale) };
+                        let diff =
+                            got.iter().zip(&want).position(|(g, w)| g.to_bits() != w.to_bits());
+                        assert_eq!(diff, None, "{} shift {shift} scale {scale:?}", stringify!($o));
+                    };
+                }
+                compare!(f32);
+                compare!(f16);
+                compare!(bf16);
             }
         }
     }
