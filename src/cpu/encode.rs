@@ -825,11 +825,11 @@ impl Job<'_> {
         let f16c = f16c_mode && O::DTYPE == Dtype::F16 && T::DTYPE != Dtype::F16;
         // f16 tables widened by VCVTPH2PS group by group (`f16_row_f16c`), into f16 output
         // rounded by VCVTPS2PH: rounding alone by the instruction after the integer widening
-        // took them 1.04 - 1.54x as long as the fused integer loop, both conversions 0.2 -
-        // 0.45x; into f32 and bf16 output 0.8 - 0.9x (bert-base, gpt2, llama3-8b, 2 AVX2
-        // cores, 2026-12-04). On AVX-512 f32 and bf16 output keep that set's sixteen-wide
-        // rows (`f16_add_row_avx512`; this path against it not timed), whose rounding to f16
-        // is the integer one per value.
+        // took them 1.04 - 1.54x as long as the fused integer loop, both conversions 0.25 -
+        // 0.4x; into f32 output 0.65 - 0.75x at gpt2, into bf16 a wash (2 AVX2 cores,
+        // 2026-12-04, docs/performance.md). On AVX-512 f32 and bf16 output keep that set's
+        // sixteen-wide rows (`f16_add_row_avx512`; this path against it not timed), whose
+        // rounding to f16 is the integer one per value.
         #[cfg(target_arch = "x86_64")]
         let f16c_both = f16c_mode && T::DTYPE == Dtype::F16 && (O::DTYPE == Dtype::F16 || !AVX512);
         // The task's own PE row, where rows are computed per token: one row of f32, in
@@ -944,13 +944,14 @@ unsafe fn add_row_f16c<T: TableElem>(out: &mut [u16], src: &[T], pe: &[f32], sca
     add_row(tail, &src[groups..n], &pe[groups..n], scale);
 }
 
-/// [`add_row`] from an f16 table into f16 output (both as their bits), eight values at a
-/// time: a group whose eight halves are all zeros or normal numbers is widened by
-/// VCVTPH2PS (`f16_to_f32_bits`'s bits, an exhaustive test in `cpu::rope`), scaled and
-/// added unfused, and rounded by VCVTPS2PH (`f32_to_f16_bits`'s bits in the SSE mode's
-/// default); any other group, and the tail, by the integer loop. The test per group is
-/// four integer instructions beside the two conversions, where the integer forms of both
-/// take about fifty per eight values.
+/// [`add_row`] from an f16 table (its bits), eight values at a time: widened by VCVTPH2PS,
+/// scaled and added unfused, and stored as `O` rounds (f16 by VCVTPS2PH, bf16 by its
+/// integer rounding eight-wide, a group with a NaN sum by the integer loop), the bits of the
+/// integer loop for every half (an exhaustive test): in the SSE mode's default VCVTPH2PS
+/// widens subnormals and infinities exactly, and a signalling NaN it quietens is quietened
+/// the same way, its payload kept, by the add that the integer loop's NaN goes through.
+/// (Which of two NaN operands an add returns is the compiler's choice in the integer
+/// loop too: payloads are not promised.) The tail goes by the integer loop.
 ///
 /// # Safety
 /// The CPU must have AVX2 and F16C, and the thread's SSE mode must be the default
@@ -959,9 +960,8 @@ unsafe fn add_row_f16c<T: TableElem>(out: &mut [u16], src: &[T], pe: &[f32], sca
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn f16_row_f16c<O: OutElem>(out: &mut [O], src: &[u16], pe: &[f32], scale: Option<f32>) {
     use std::arch::x86_64::{
-        __m128i, __m256, _CMP_UNORD_Q, _mm_and_si128, _mm_cmpeq_epi16, _mm_loadu_si128,
-        _mm_max_epu16, _mm_movemask_epi8, _mm_packus_epi32, _mm_set1_epi16, _mm_storeu_si128,
-        _mm_sub_epi16, _mm256_add_epi32, _mm256_add_ps, _mm256_and_si256, _mm256_castps_si256,
+        __m128i, __m256, _CMP_UNORD_Q, _mm_loadu_si128, _mm_packus_epi32, _mm_storeu_si128,
+        _mm256_add_epi32, _mm256_add_ps, _mm256_and_si256, _mm256_castps_si256,
         _mm256_castsi256_si128, _mm256_cmp_ps, _mm256_cvtph_ps, _mm256_cvtps_ph,
         _mm256_extracti128_si256, _mm256_loadu_ps, _mm256_movemask_ps, _mm256_mul_ps,
         _mm256_set1_epi32, _mm256_set1_ps, _mm256_srli_epi32, _mm256_storeu_ps,
@@ -1013,28 +1013,12 @@ unsafe fn f16_row_f16c<O: OutElem>(out: &mut [O], src: &[u16], pe: &[f32], scale
         scale: Option<f32>,
         op: impl Fn(__m256, __m256) -> __m256,
     ) {
-        // SAFETY: the caller guarantees the features.
-        let (magnitude, one, finite_max, subnormal_max) = unsafe {
-            (
-                _mm_set1_epi16(0x7fff),
-                _mm_set1_epi16(1),
-                _mm_set1_epi16(0x7bff),
-                _mm_set1_epi16(0x03ff),
-            )
-        };
         for j in (0..groups).step_by(8) {
             // SAFETY: `j + 8 <= groups` keeps the 16-byte and 32-byte accesses inside `src`,
             // `pe` and `out`; the caller guarantees the features and the mode.
             let done = unsafe {
                 let h = _mm_loadu_si128(src.as_ptr().add(j).cast::<__m128i>());
-                let a = _mm_and_si128(h, magnitude);
-                // Finite: a <= 0x7bff. Not subnormal: a - 1 >= 0x3ff as u16 (a zero wraps
-                // to 0xffff and passes). Each as max(x, bound) == x or == bound.
-                let finite = _mm_cmpeq_epi16(_mm_max_epu16(a, finite_max), finite_max);
-                let less_one = _mm_sub_epi16(a, one);
-                let normal = _mm_cmpeq_epi16(_mm_max_epu16(less_one, subnormal_max), less_one);
-                _mm_movemask_epi8(_mm_and_si128(finite, normal)) == 0xffff
-                    && store(out, j, op(_mm256_cvtph_ps(h), _mm256_loadu_ps(pe.as_ptr().add(j))))
+                store(out, j, op(_mm256_cvtph_ps(h), _mm256_loadu_ps(pe.as_ptr().add(j))))
             };
             if !done {
                 let e: &[f16] = bytemuck::cast_slice(&src[j..j + 8]);
@@ -1263,9 +1247,15 @@ mod tests {
             // SAFETY: as above; bit 10 is overflow's mask.
             unsafe { _mm_setcsr(default & !(1 << 10)) };
             job.fill(&table, &mut out);
+            // And from an f16 table (its own path): 60000 times 2 overflows too.
+            let halves = vec![f16::from_f32(6.0e4); vocab * dim];
+            let doubled = Job { scale: Some(2.0), ..job };
+            let mut from_halves = vec![f16::ZERO; dim];
+            doubled.fill(&halves, &mut from_halves);
             // SAFETY: as above.
             unsafe { _mm_setcsr(default) };
             assert!(out.iter().all(|h| h.to_bits() == 0x7c00), "{out:?}");
+            assert!(from_halves.iter().all(|h| h.to_bits() == 0x7c00), "{from_halves:?}");
         })
         .join()
         .unwrap();

@@ -235,8 +235,8 @@ fn cos_sin4_at_kept(p: vec3<u32>, f: u32) -> array<vec4<f32>, 2> {",
                   to f16's precision by float arithmetic (v plus 1.5 * 2^(e + 13), where e is \
                   its exponent, then minus that again times an opaque one) and the exact \
                   result packed by WGSL's pack2x16float (a downlevel capability, \
-                  SHADER_F16_IN_F32), which any rounding gives exactly. The same bits: an \
-                  alternative to time",
+                  SHADER_F16_IN_F32), which keeps an exact value whatever its rounding. The \
+                  same bits where f32 adds round to nearest even: an alternative to time",
         entries: &["rope_pass", "rope_pass_heads", "encode_pass_x4"],
         edits: &[(
             "        let rebased = a - vec4<u32>(0x38000000u);\n",
