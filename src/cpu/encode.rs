@@ -826,8 +826,8 @@ impl Job<'_> {
         // f16 tables widened by VCVTPH2PS group by group (`f16_row_f16c`), into f16 output
         // rounded by VCVTPS2PH: rounding alone by the instruction after the integer widening
         // took them 1.04 - 1.54x as long as the fused integer loop, both conversions 0.25 -
-        // 0.4x; into f32 output 0.65 - 0.75x at gpt2, into bf16 a wash (2 AVX2 cores,
-        // 2026-12-04, docs/performance.md). On AVX-512 f32 and bf16 output keep that set's
+        // 0.4x; into f32 and bf16 output about 0.75x at gpt2 (2 AVX2 cores, 2026-12-04,
+        // docs/performance.md). On AVX-512 f32 and bf16 output keep that set's
         // sixteen-wide rows (`f16_add_row_avx512`; this path against it not timed), whose
         // rounding to f16 is the integer one per value.
         #[cfg(target_arch = "x86_64")]
