@@ -454,6 +454,34 @@ mod tests {
         }
     }
 
+    /// The combination benches/device/run.sh times (the RoPE kernel's access pattern
+    /// alone) rewrites every RoPE source into valid WGSL, each of its three applied.
+    #[cfg(not(target_arch = "wasm32"))]
+    #[test]
+    fn the_device_runs_combination_applies_whole() {
+        let named = parse("rope-copy,rope-nocs,rope-nobarrier").unwrap();
+        let mut seen = 0;
+        for (label, entry, source) in crate::shaders::all_sources() {
+            if entry != "rope_pass" {
+                continue;
+            }
+            seen += 1;
+            let (text, applied) = apply(&named, entry, &source);
+            assert_eq!(applied, ["rope-copy", "rope-nocs", "rope-nobarrier"], "{label}");
+            let module = naga::front::wgsl::parse_str(&text)
+                .unwrap_or_else(|e| panic!("{label}: {}", e.emit_to_string(&text)));
+            let capabilities = if crate::shaders::calls_unpack(&text) {
+                naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32
+            } else {
+                naga::valid::Capabilities::empty()
+            };
+            naga::valid::Validator::new(naga::valid::ValidationFlags::all(), capabilities)
+                .validate(&module)
+                .unwrap_or_else(|e| panic!("{label}: {e:?}"));
+        }
+        assert!(seen > 0, "no rope_pass source");
+    }
+
     #[test]
     fn names_are_parsed_and_unknown_ones_refused() {
         assert!(parse("").unwrap().is_empty());
