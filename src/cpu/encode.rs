@@ -818,9 +818,11 @@ impl Job<'_> {
         let dim = self.dim;
         // f16 output rounded by VCVTPS2PH: on a set with F16C (any but the baseline), and in
         // the SSE mode's default only, read here, on the thread that runs these rows (each
-        // thread has its own).
+        // thread has its own; read only where f16 is involved).
         #[cfg(target_arch = "x86_64")]
-        let f16c_mode = isa.set() != Set::Portable && isa.unless_nondefault_mode() == isa;
+        let f16c_mode = (O::DTYPE == Dtype::F16 || T::DTYPE == Dtype::F16)
+            && isa.set() != Set::Portable
+            && isa.unless_nondefault_mode() == isa;
         #[cfg(target_arch = "x86_64")]
         let f16c = f16c_mode && O::DTYPE == Dtype::F16 && T::DTYPE != Dtype::F16;
         // f16 tables widened by VCVTPH2PS group by group (`f16_row_f16c`), into f16 output
