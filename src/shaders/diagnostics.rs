@@ -423,6 +423,23 @@ mod tests {
         }
     }
 
+    /// Panics, naming `what`, unless `text` parses and validates as naga does for wgpu,
+    /// with the one capability a kernel may take where it calls (un)pack2x16float
+    /// (f16-unpack's, f16-pack's, and the GPU forms' on adapters that have it).
+    #[cfg(not(target_arch = "wasm32"))]
+    fn assert_valid(what: &str, text: &str) {
+        let module = naga::front::wgsl::parse_str(text)
+            .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(text)));
+        let capabilities = if crate::shaders::calls_unpack(text) {
+            naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32
+        } else {
+            naga::valid::Capabilities::empty()
+        };
+        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), capabilities)
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+    }
+
     #[cfg(not(target_arch = "wasm32"))]
     #[test]
     fn every_rewritten_kernel_is_valid_wgsl_and_keeps_its_loops_reviewed() {
@@ -432,18 +449,7 @@ mod tests {
                     continue;
                 }
                 let (text, _) = apply(&[d], entry, &source);
-                let module = naga::front::wgsl::parse_str(&text)
-                    .unwrap_or_else(|e| panic!("{}: {label}: {}", d.name, e.emit_to_string(&text)));
-                // unpack2x16float (f16-unpack's, and the GPU forms' on adapters that have
-                // it) takes a capability.
-                let capabilities = if crate::shaders::calls_unpack(&text) {
-                    naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32
-                } else {
-                    naga::valid::Capabilities::empty()
-                };
-                naga::valid::Validator::new(naga::valid::ValidationFlags::all(), capabilities)
-                    .validate(&module)
-                    .unwrap_or_else(|e| panic!("{}: {label}: {e:?}", d.name));
+                assert_valid(&format!("{}: {label}", d.name), &text);
                 assert_eq!(
                     crate::shaders::bounds_loops_of(entry, &text),
                     crate::shaders::bounds_loops_of(entry, &source),
@@ -468,16 +474,7 @@ mod tests {
             seen += 1;
             let (text, applied) = apply(&named, entry, &source);
             assert_eq!(applied, ["rope-copy", "rope-nocs", "rope-nobarrier"], "{label}");
-            let module = naga::front::wgsl::parse_str(&text)
-                .unwrap_or_else(|e| panic!("{label}: {}", e.emit_to_string(&text)));
-            let capabilities = if crate::shaders::calls_unpack(&text) {
-                naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32
-            } else {
-                naga::valid::Capabilities::empty()
-            };
-            naga::valid::Validator::new(naga::valid::ValidationFlags::all(), capabilities)
-                .validate(&module)
-                .unwrap_or_else(|e| panic!("{label}: {e:?}"));
+            assert_valid(&label, &text);
         }
         assert!(seen > 0, "no rope_pass source");
     }
