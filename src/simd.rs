@@ -2,10 +2,11 @@
 //! (SSE2 on x86_64): the same Rust, compiled again inside functions that enable wider
 //! instruction sets, chosen at run time. Only the instruction selection differs, never an
 //! operation (Rust does not contract multiplies and adds), so every set gives the same bits.
-//! Two loops are written for a set by hand: RoPE's f16 rows through F16C (`cpu::rope`'s
-//! `f16c`) and the encode's f16 output rounded by VCVTPS2PH (`cpu::encode`'s
-//! `add_row_f16c`), whose conversions exhaustive tests hold to the software forms' bits, in
-//! the SSE mode's default ([`Simd::unless_nondefault_mode`]).
+//! Three loops are written for a set by hand: RoPE's f16 rows through F16C (`cpu::rope`'s
+//! `f16c`), the encode's f16 output rounded by VCVTPS2PH (`cpu::encode`'s `add_row_f16c`)
+//! and its f16 tables widened by VCVTPH2PS (`f16_row_f16c`), whose conversions exhaustive
+//! tests hold to the software forms' bits, in the SSE mode's default
+//! ([`Simd::unless_nondefault_mode`]).
 
 /// An instruction set the loops are compiled for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -13,8 +14,8 @@ pub(crate) enum Set {
     /// The target's baseline.
     Portable,
     /// AVX2 with F16C: eight 32-bit lanes, and f16 conversions in one instruction (RoPE's
-    /// f16 rows, the encode's f16 output). Every AVX2 CPU has F16C (Intel's since Haswell,
-    /// AMD's since Excavator); one that hides it runs the baseline.
+    /// f16 rows, the encode's f16 output and tables). Every AVX2 CPU has F16C (Intel's
+    /// since Haswell, AMD's since Excavator); one that hides it runs the baseline.
     #[cfg(target_arch = "x86_64")]
     Avx2,
     /// AVX-512 F, CD, VL and BW, with AVX2 and F16C: sixteen 32-bit lanes, leading zeros in
