@@ -2,10 +2,10 @@
 //! (SSE2 on x86_64): the same Rust, compiled again inside functions that enable wider
 //! instruction sets, chosen at run time. Only the instruction selection differs, never an
 //! operation (Rust does not contract multiplies and adds), so every set gives the same bits.
-//! Three loops are written for a set by hand: RoPE's f16 rows through F16C (`cpu::rope`'s
-//! `f16c`), the encode's f16 output rounded by VCVTPS2PH (`cpu::encode`'s `add_row_f16c`)
-//! and its f16 tables widened by VCVTPH2PS (`f16_row_f16c`), whose conversions exhaustive
-//! tests hold to the software forms' bits, in the SSE mode's default
+//! Two loops are written for a set by hand: RoPE's f16 rows through F16C (`cpu::rope`'s
+//! `f16c`) and the encode's rows with f16 on either side (`cpu::encode`'s `add_row_f16c`:
+//! f16 tables widened by VCVTPH2PS, f16 output rounded by VCVTPS2PH), whose conversions
+//! exhaustive tests hold to the software forms' bits, in the SSE mode's default
 //! ([`Simd::unless_nondefault_mode`]).
 
 /// An instruction set the loops are compiled for.

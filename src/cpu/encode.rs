@@ -538,6 +538,15 @@ pub(crate) fn row_major<'a, T: Clone + bytemuck::Zeroable>(
 trait TableElem: Element {
     fn f32_bits(self) -> u32;
 
+    /// `src[j..j + 8]` widened to f32, each to the bits of [`TableElem::f32_bits`]: for
+    /// [`add_row_f16c`]'s groups, into which it is inlined (where the features are on).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and F16C, the thread's SSE mode must be the default (f16's
+    /// VCVTPH2PS), and `j + 8 <= src.len()`.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn widen8(src: &[Self], j: usize) -> std::arch::x86_64::__m256;
+
     /// Whether [`TableElem::add_row_avx512`] may take `src`: never, unless the type has a
     /// faster vector decode than the fused loop's.
     ///
@@ -570,6 +579,13 @@ impl TableElem for f32 {
     fn f32_bits(self) -> u32 {
         self.to_bits()
     }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn widen8(src: &[Self], j: usize) -> std::arch::x86_64::__m256 {
+        // SAFETY: the caller keeps the 32-byte load inside `src` and guarantees AVX.
+        unsafe { std::arch::x86_64::_mm256_loadu_ps(src.as_ptr().add(j)) }
+    }
 }
 
 // f16 is the one table type whose decode is real work: 14 vector instructions per 16
@@ -580,6 +596,16 @@ impl TableElem for f16 {
     #[inline(always)]
     fn f32_bits(self) -> u32 {
         f16_to_f32_bits_branchless(u32::from(self.to_bits()))
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn widen8(src: &[Self], j: usize) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm256_cvtph_ps};
+        // SAFETY: the caller keeps the 16-byte load inside `src` and guarantees F16C and the
+        // default SSE mode, in which VCVTPH2PS widens every half as `f32_bits` does (an
+        // exhaustive test).
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(src.as_ptr().add(j).cast::<__m128i>())) }
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -607,6 +633,20 @@ impl TableElem for bf16 {
     #[inline(always)]
     fn f32_bits(self) -> u32 {
         bf16_to_f32_bits(u32::from(self.to_bits()))
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn widen8(src: &[Self], j: usize) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::{
+            __m128i, _mm_loadu_si128, _mm256_castsi256_ps, _mm256_cvtepu16_epi32, _mm256_slli_epi32,
+        };
+        // SAFETY: the caller keeps the 16-byte load inside `src` and guarantees AVX2. A
+        // bf16 is the top half of its f32.
+        unsafe {
+            let h = _mm_loadu_si128(src.as_ptr().add(j).cast::<__m128i>());
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
+        }
     }
 }
 
@@ -816,24 +856,23 @@ impl Job<'_> {
         rows: &mut [O],
     ) {
         let dim = self.dim;
-        // f16 output rounded by VCVTPS2PH: on a set with F16C (any but the baseline), and in
-        // the SSE mode's default only, read here, on the thread that runs these rows (each
+        // F16C's conversions: on a set with F16C (any but the baseline), and in the SSE
+        // mode's default only, read here, on the thread that runs these rows (each
         // thread has its own; read only where f16 is involved).
         #[cfg(target_arch = "x86_64")]
         let f16c_mode = (O::DTYPE == Dtype::F16 || T::DTYPE == Dtype::F16)
             && isa.set() != Set::Portable
             && isa.unless_nondefault_mode() == isa;
+        // Rows through F16C group by group (`add_row_f16c`): into f16 output from every
+        // table type, and from f16 tables into every output type. With f16 output rounded
+        // per value by integers the encode took 1.4 - 2.1x as long as with f32 output; f16
+        // tables widened per value by integers took about 1.5x as long into f32 output,
+        // 2.5 - 4x into f16 (gpt2 and bert-base, 2 AVX2 cores, 2026-12-04,
+        // docs/performance.md). On AVX-512 an f16 table's rows into f32 and
+        // bf16 output keep that set's sixteen-wide rows (`f16_add_row_avx512`; this path
+        // against it not timed), whose rounding to bf16 is the integer one per value.
         #[cfg(target_arch = "x86_64")]
-        let f16c = f16c_mode && O::DTYPE == Dtype::F16 && T::DTYPE != Dtype::F16;
-        // f16 tables widened by VCVTPH2PS group by group (`f16_row_f16c`), into f16 output
-        // rounded by VCVTPS2PH: rounding alone by the instruction after the integer widening
-        // took them 1.04 - 1.54x as long as the fused integer loop, both conversions 0.25 -
-        // 0.4x; into f32 and bf16 output about 0.75x at gpt2 (2 AVX2 cores, 2026-12-04,
-        // docs/performance.md). On AVX-512 f32 and bf16 output keep that set's
-        // sixteen-wide rows (`f16_add_row_avx512`; this path against it not timed), whose
-        // rounding to f16 is the integer one per value.
-        #[cfg(target_arch = "x86_64")]
-        let f16c_both = f16c_mode && T::DTYPE == Dtype::F16 && (O::DTYPE == Dtype::F16 || !AVX512);
+        let f16c = f16c_mode && (O::DTYPE == Dtype::F16 || !AVX512);
         // The task's own PE row, where rows are computed per token: one row of f32, in
         // the core's L1 or L2 cache between its write and the add that reads it.
         let mut computed =
@@ -861,11 +900,11 @@ impl Job<'_> {
                     &computed[..]
                 }
             };
-            // SAFETY: `f16c_both` holds only on a set with AVX2 and F16C, on this thread in
-            // the default SSE mode, for an f16 table (the cast is of its u16 bits).
+            // SAFETY: `f16c` holds only on a set with AVX2 and F16C (`Simd::detect`), on
+            // this thread in the default SSE mode.
             #[cfg(target_arch = "x86_64")]
-            if f16c_both {
-                unsafe { f16_row_f16c(row, bytemuck::cast_slice(src), pe, self.scale) };
+            if f16c {
+                unsafe { add_row_f16c(row, src, pe, self.scale) };
                 continue;
             }
             // SAFETY (both calls): `AVX512` is set only on a CPU with the features, and
@@ -873,13 +912,6 @@ impl Job<'_> {
             #[cfg(target_arch = "x86_64")]
             if AVX512 && unsafe { T::plain_avx512(src) } {
                 unsafe { T::add_row_avx512(row, src, pe, self.scale) };
-                continue;
-            }
-            // SAFETY: `f16c` holds only on a set with AVX2 and F16C (`Simd::detect`), on
-            // this thread in the default SSE mode.
-            #[cfg(target_arch = "x86_64")]
-            if f16c {
-                unsafe { add_row_f16c(bytemuck::cast_slice_mut(row), src, pe, self.scale) };
                 continue;
             }
             add_row(row, src, pe, self.scale);
@@ -905,74 +937,45 @@ fn add_row<T: TableElem, O: OutElem>(out: &mut [O], src: &[T], pe: &[f32], scale
     }
 }
 
-/// [`add_row`] into f16 output (its bits), eight values at a time rounded by VCVTPS2PH,
-/// which rounds every f32 as `f32_to_f16_bits` does in the SSE mode's default (an
-/// exhaustive test in `cpu::rope`), where the integer rounding per value took the encode
-/// with f16 output 1.4 - 2.1x as long as with f32 output (gpt2, 2 AVX2 cores, 2026-12-04).
-/// Unlike the integer rounding it sets MXCSR's sticky overflow and underflow flags.
+/// [`add_row`] eight values at a time with AVX2 and F16C, for f16 on either side: each
+/// group widened to f32 by [`TableElem::widen8`] (VCVTPH2PS for an f16 table), scaled and
+/// added unfused, and stored as `O` rounds (f16 by VCVTPS2PH, bf16 by its integer rounding
+/// eight-wide, a bf16 group with a NaN sum by the integer loop, f32 as it is); the tail
+/// goes by the integer loop. The bits of the integer loop (exhaustive tests): in the SSE
+/// mode's default VCVTPH2PS widens subnormals and infinities exactly, and a signalling NaN
+/// it quietens is quietened the same way, its payload kept, by the add that the integer
+/// loop's NaN goes through; VCVTPS2PH rounds every f32 as `f32_to_f16_bits` does (an
+/// exhaustive test in `cpu::rope`). (Which of two NaN operands an add returns is the
+/// compiler's choice in the integer loop too: payloads are not promised.) Unlike the
+/// integer rounding, VCVTPS2PH sets MXCSR's sticky overflow and underflow flags.
+///
+/// Rounding to f16 per value by integers took the encode with f16 output 1.4 - 2.1x as long
+/// as with f32 output; widening f16 tables per value by integers, into f16 output, 2.5 - 4x
+/// as long as this loop (gpt2 and bert-base, 2 AVX2 cores, 2026-12-04, docs/performance.md).
 ///
 /// # Safety
 /// The CPU must have AVX2 and F16C, and the thread's SSE mode must be the default
 /// ([`Simd::unless_nondefault_mode`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn add_row_f16c<T: TableElem>(out: &mut [u16], src: &[T], pe: &[f32], scale: Option<f32>) {
-    use std::arch::x86_64::{__m128i, _mm_storeu_si128, _mm256_cvtps_ph, _mm256_loadu_ps};
-    let n = out.len().min(src.len()).min(pe.len());
-    let groups = n / 8 * 8;
-    let mut sum = [0f32; 8];
-    for j in (0..groups).step_by(8) {
-        let (e, p) = (&src[j..j + 8], &pe[j..j + 8]);
-        match scale {
-            None => {
-                for ((v, &e), &p) in sum.iter_mut().zip(e).zip(p) {
-                    *v = f32::from_bits(e.f32_bits()) + p;
-                }
-            }
-            Some(s) => {
-                for ((v, &e), &p) in sum.iter_mut().zip(e).zip(p) {
-                    *v = f32::from_bits(e.f32_bits()) * s + p;
-                }
-            }
-        }
-        // SAFETY: `j + 8 <= n` keeps the 16-byte store inside `out`; the caller guarantees
-        // the features.
-        unsafe {
-            let h = _mm256_cvtps_ph::<0>(_mm256_loadu_ps(sum.as_ptr()));
-            _mm_storeu_si128(out.as_mut_ptr().add(j).cast::<__m128i>(), h);
-        }
-    }
-    let tail: &mut [f16] = bytemuck::cast_slice_mut(&mut out[groups..n]);
-    add_row(tail, &src[groups..n], &pe[groups..n], scale);
-}
-
-/// [`add_row`] from an f16 table (its bits), eight values at a time: widened by VCVTPH2PS,
-/// scaled and added unfused, and stored as `O` rounds (f16 by VCVTPS2PH, bf16 by its
-/// integer rounding eight-wide, a group with a NaN sum by the integer loop), the bits of the
-/// integer loop for every half (an exhaustive test): in the SSE mode's default VCVTPH2PS
-/// widens subnormals and infinities exactly, and a signalling NaN it quietens is quietened
-/// the same way, its payload kept, by the add that the integer loop's NaN goes through.
-/// (Which of two NaN operands an add returns is the compiler's choice in the integer
-/// loop too: payloads are not promised.) The tail goes by the integer loop.
-///
-/// # Safety
-/// The CPU must have AVX2 and F16C, and the thread's SSE mode must be the default
-/// ([`Simd::unless_nondefault_mode`]).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,f16c")]
-unsafe fn f16_row_f16c<O: OutElem>(out: &mut [O], src: &[u16], pe: &[f32], scale: Option<f32>) {
+unsafe fn add_row_f16c<T: TableElem, O: OutElem>(
+    out: &mut [O],
+    src: &[T],
+    pe: &[f32],
+    scale: Option<f32>,
+) {
     use std::arch::x86_64::{
-        __m128i, __m256, _CMP_UNORD_Q, _mm_loadu_si128, _mm_packus_epi32, _mm_storeu_si128,
-        _mm256_add_epi32, _mm256_add_ps, _mm256_and_si256, _mm256_castps_si256,
-        _mm256_castsi256_si128, _mm256_cmp_ps, _mm256_cvtph_ps, _mm256_cvtps_ph,
-        _mm256_extracti128_si256, _mm256_loadu_ps, _mm256_movemask_ps, _mm256_mul_ps,
-        _mm256_set1_epi32, _mm256_set1_ps, _mm256_srli_epi32, _mm256_storeu_ps,
+        __m128i, __m256, _CMP_UNORD_Q, _mm_packus_epi32, _mm_storeu_si128, _mm256_add_epi32,
+        _mm256_add_ps, _mm256_and_si256, _mm256_castps_si256, _mm256_castsi256_si128,
+        _mm256_cmp_ps, _mm256_cvtps_ph, _mm256_extracti128_si256, _mm256_loadu_ps,
+        _mm256_movemask_ps, _mm256_mul_ps, _mm256_set1_epi32, _mm256_set1_ps, _mm256_srli_epi32,
+        _mm256_storeu_ps,
     };
     /// Stores the eight sums `v` at `out[j..j + 8]` rounded to `O` as `O::from_f32_bits`
     /// rounds each; false (nothing stored) for a bf16 group holding a NaN.
     ///
     /// # Safety
-    /// As [`f16_row_f16c`]'s; `j + 8 <= out.len()`.
+    /// As [`add_row_f16c`]'s; `j + 8 <= out.len()`.
     #[inline(always)]
     unsafe fn store<O: OutElem>(out: &mut [O], j: usize, v: __m256) -> bool {
         // SAFETY: the caller keeps the 16- or 32-byte store inside `out` and guarantees the
@@ -1005,26 +1008,25 @@ unsafe fn f16_row_f16c<O: OutElem>(out: &mut [O], src: &[u16], pe: &[f32], scale
     /// values; a function per arithmetic, so the choice is not made per group.
     ///
     /// # Safety
-    /// As [`f16_row_f16c`]'s; `groups` is a multiple of 8 and at most each slice's length.
+    /// As [`add_row_f16c`]'s; `groups` is a multiple of 8 and at most each slice's length.
     #[inline(always)]
-    unsafe fn each_group<O: OutElem>(
+    unsafe fn each_group<T: TableElem, O: OutElem>(
         out: &mut [O],
-        src: &[u16],
+        src: &[T],
         pe: &[f32],
         groups: usize,
         scale: Option<f32>,
         op: impl Fn(__m256, __m256) -> __m256,
     ) {
         for j in (0..groups).step_by(8) {
-            // SAFETY: `j + 8 <= groups` keeps the 16-byte and 32-byte accesses inside `src`,
+            // SAFETY: `j + 8 <= groups` keeps the accesses of eight elements inside `src`,
             // `pe` and `out`; the caller guarantees the features and the mode.
             let done = unsafe {
-                let h = _mm_loadu_si128(src.as_ptr().add(j).cast::<__m128i>());
-                store(out, j, op(_mm256_cvtph_ps(h), _mm256_loadu_ps(pe.as_ptr().add(j))))
+                let e = T::widen8(src, j);
+                store(out, j, op(e, _mm256_loadu_ps(pe.as_ptr().add(j))))
             };
             if !done {
-                let e: &[f16] = bytemuck::cast_slice(&src[j..j + 8]);
-                add_row(&mut out[j..j + 8], e, &pe[j..j + 8], scale);
+                add_row(&mut out[j..j + 8], &src[j..j + 8], &pe[j..j + 8], scale);
             }
         }
     }
@@ -1042,8 +1044,7 @@ unsafe fn f16_row_f16c<O: OutElem>(out: &mut [O], src: &[u16], pe: &[f32], scale
             }
         }
     }
-    let src: &[f16] = bytemuck::cast_slice(&src[groups..n]);
-    add_row(&mut out[groups..n], src, &pe[groups..n], scale);
+    add_row(&mut out[groups..n], &src[groups..n], &pe[groups..n], scale);
 }
 
 /// Asks the CPU to start loading `row` into cache: the first line of each 4 KiB page it
@@ -1416,54 +1417,93 @@ mod tests {
         ));
     }
 
-    /// f16 tables through F16C give the integer loop's bits for every half into every
-    /// output type, at every place of its group of eight (the halves in order, shifted by
-    /// 0 - 7, so each special value falls back with different neighbours), with and without
-    /// scales (finite, as `Scale` requires), including one that overflows to infinity, and
-    /// PE values with NaNs and infinities, as a learned table may hold (bf16 output's groups
-    /// holding a NaN sum take the integer loop).
+    /// PE values for the F16C loop's tests, one per table element: mostly ordinary, with
+    /// NaNs and infinities as a learned table may hold, but a NaN only beside a table value
+    /// that is not one (which of two NaN operands an add returns is the compiler's choice:
+    /// payloads are not promised).
+    #[cfg(target_arch = "x86_64")]
+    fn pe_beside(is_nan: impl Fn(usize) -> bool, len: usize) -> Vec<f32> {
+        (0..len)
+            .map(|k| match k % 101 {
+                7 | 8 if is_nan(k) => 0.5,
+                7 => f32::from_bits(0x7fc0_0000 | (k as u32 * 7919) & 0x3f_ffff),
+                8 => f32::from_bits(0xff80_0001 + (k as u32 & 0xffff)),
+                9 => f32::INFINITY,
+                10 => f32::NEG_INFINITY,
+                _ => (k as f32 * 0.37).sin() * 1.5,
+            })
+            .collect()
+    }
+
+    /// [`add_row_f16c`] against the integer loop, `src` into every output type, with and
+    /// without scales (finite, as `Scale` requires), one of which overflows to infinity.
+    #[cfg(target_arch = "x86_64")]
+    fn assert_f16c_loop_matches<T: TableElem>(src: &[T], pe: &[f32], what: &str) {
+        for scale in [None, Some(3.0f32), Some(-0.1), Some(1.0e5), Some(f32::MIN_POSITIVE)] {
+            macro_rules! compare {
+                ($o:ty) => {
+                    let mut want = vec![<$o>::default(); src.len()];
+                    add_row(&mut want, src, pe, scale);
+                    let mut got = vec![<$o>::default(); src.len()];
+                    // SAFETY: the callers detected AVX2 (with F16C); the test thread's SSE
+                    // mode is the default.
+                    unsafe { add_row_f16c(&mut got, src, pe, scale) };
+                    let diff = got.iter().zip(&want).position(|(g, w)| g.to_bits() != w.to_bits());
+                    assert_eq!(diff, None, "{what} into {} scale {scale:?}", stringify!($o));
+                };
+            }
+            compare!(f32);
+            compare!(f16);
+            compare!(bf16);
+        }
+    }
+
+    /// f16 and bf16 tables through F16C give the integer loop's bits for every value into
+    /// every output type, at every place of its group of eight (the values in order,
+    /// shifted by 0 - 7, so each special value falls back with different neighbours), with
+    /// PE values holding NaNs and infinities (bf16 output's groups holding a NaN sum take
+    /// the integer loop).
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn f16_tables_through_f16c_give_the_integer_bits() {
+    fn f16_and_bf16_tables_through_f16c_give_the_integer_bits() {
         if Simd::detect().set() == Set::Portable {
             eprintln!("SKIP: no AVX2 here");
             return;
         }
         let all: Vec<u16> = (0..=u16::MAX).collect();
         for shift in 0..8 {
-            let src = &all[shift..];
-            let halves: &[f16] = bytemuck::cast_slice(src);
-            // NaN PE values only beside halves that are not NaNs: which of two NaN operands
-            // an add returns is the compiler's choice (payloads are not promised).
-            let pe: Vec<f32> = (0..src.len())
-                .map(|k| match k % 101 {
-                    7 | 8 if halves[k].is_nan() => 0.5,
-                    7 => f32::from_bits(0x7fc0_0000 | (k as u32 * 7919) & 0x3f_ffff),
-                    8 => f32::from_bits(0xff80_0001 + (k as u32 & 0xffff)),
-                    9 => f32::INFINITY,
-                    10 => f32::NEG_INFINITY,
-                    _ => (k as f32 * 0.37).sin() * 1.5,
-                })
-                .collect();
-            for scale in [None, Some(3.0f32), Some(-0.1), Some(1.0e5)] {
-                macro_rules! compare {
-                    ($o:ty) => {
-                        let mut want = vec![<$o>::default(); src.len()];
-                        add_row(&mut want, halves, &pe, scale);
-                        let mut got = vec![<$o>::default(); src.len()];
-                        // SAFETY: AVX2 (with F16C) was detected; the test thread's SSE mode
-                        // is the default.
-                        unsafe { f16_row_f16c(&mut got, src, &pe, scale) };
-                        let diff =
-                            got.iter().zip(&want).position(|(g, w)| g.to_bits() != w.to_bits());
-                        assert_eq!(diff, None, "{} shift {shift} scale {scale:?}", stringify!($o));
-                    };
-                }
-                compare!(f32);
-                compare!(f16);
-                compare!(bf16);
+            let halves: &[f16] = bytemuck::cast_slice(&all[shift..]);
+            let pe = pe_beside(|k| halves[k].is_nan(), halves.len());
+            assert_f16c_loop_matches(halves, &pe, &format!("f16 shift {shift}"));
+            let brains: &[bf16] = bytemuck::cast_slice(&all[shift..]);
+            let pe = pe_beside(|k| brains[k].is_nan(), brains.len());
+            assert_f16c_loop_matches(brains, &pe, &format!("bf16 shift {shift}"));
+        }
+    }
+
+    /// f32 tables through the same loop (into f16 output in the encode): every f32 whose
+    /// low 13 bits are any of a few patterns (the ones f16's rounding reads: ties, just
+    /// above and below), across all exponents and signs, and a spread of others.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn f32_tables_through_f16c_give_the_integer_bits() {
+        if Simd::detect().set() == Set::Portable {
+            eprintln!("SKIP: no AVX2 here");
+            return;
+        }
+        let mut bits: Vec<u32> = Vec::new();
+        for high in 0..(1u32 << 19) {
+            for low in [0u32, 0x0fff, 0x1000, 0x1001, 0x1fff] {
+                bits.push(high << 13 | low);
             }
         }
+        bits.extend((0..1u32 << 20).map(|k| k.wrapping_mul(0x9e37_79b9)));
+        let values: &[f32] = bytemuck::cast_slice(&bits);
+        let pe = pe_beside(|k| values[k].is_nan(), values.len());
+        assert_f16c_loop_matches(values, &pe, "f32");
+        // And with zero PE values (-0.0 changes no sum), so the table's own rounding shows.
+        let zeros = vec![-0.0f32; values.len()];
+        assert_f16c_loop_matches(values, &zeros, "f32, PE -0");
     }
 
     #[cfg(target_arch = "x86_64")]
