@@ -213,7 +213,9 @@ fn rope_cache_records_the_axes_and_rope_takes_them() {
     let dir = Dir::new();
     let config = dir.bytes("config.json", QWEN3_VL.as_bytes());
     let out = dir.out("cache.safetensors");
-    let run = posenc(&["rope-cache", "--config", &config, "--len", "8", "-o", &out]);
+    // On the CPU: the tests' GPU-first `auto` adds a note where no adapter opens.
+    let args = ["rope-cache", "--config", &config, "--len", "8", "-o", &out, "--device", "cpu"];
+    let run = posenc(&args);
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{stderr}");
     assert!(stderr.starts_with("posenc: note: ") && stderr.contains("M-RoPE"), "{stderr}");

@@ -16,8 +16,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::cli::{
-    Dir, WATCHDOG, assert_ok, files_in, posenc, posenc_lines, s, spawn_in_shell, stderr,
-    wait_or_kill,
+    AUTO_ENV, Dir, WATCHDOG, assert_ok, files_in, posenc, posenc_env, posenc_lines, s,
+    spawn_in_shell, stderr, wait_or_kill,
 };
 use ndarray::{Array2, Array4, array};
 
@@ -756,6 +756,10 @@ fn help_says_where_each_output_goes() {
 #[test]
 fn the_output_extension_names_the_format_unless_format_is_given() {
     let dir = Dir::new();
+    // `auto` as users have it (`cost`), which computes these small results on the CPU: the
+    // tests' GPU-first `auto` adds a note where no adapter opens, and this test reads
+    // stderr whole.
+    let posenc = |args: &[&str]| posenc_env(args, &[(AUTO_ENV, "cost")]);
     let table = dir.out("t.npy");
     let run = posenc(&["table", "--dim", "4", "--len", "3", "-o", &table]);
     assert_ok(&run, "run");
