@@ -12,7 +12,7 @@ use serde::Serialize;
 use wgpu::util::DeviceExt;
 
 use super::steps::{self, CopyFigure};
-use super::{AdapterInfo, Config, Devices, Item, TableData, make_table, parallel_copy, timed};
+use super::{AdapterInfo, Config, CpuCopy, Devices, Item, PageBytes, TableData, make_table, timed};
 use crate::alibi::{AlibiSpec, bias_cpu_into};
 use crate::cpu;
 use crate::encode::{Dtype, EncodeOptions, Encoded};
@@ -378,6 +378,9 @@ pub struct OpReport {
     /// The copy method of the ceilings (the fastest in `copy_methods`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ceiling_method: Option<String>,
+    /// The form of `cpu_copy_ceiling` ([`Report::cpu_ceiling_method`](super::Report)).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_ceiling_method: Option<String>,
     /// Every copy method over half the step's bytes (the copy moves them twice), fastest
     /// first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -558,24 +561,28 @@ fn gpu_items(
     Ok((items, best, search.into_iter().map(|(_, f)| f).collect()))
 }
 
-/// CPU items: `cpu_<op>` (`work` once per round) against `cpu_copy_ceiling`, a
-/// multi-threaded memcpy of half of `op_bytes`.
+/// CPU items: `cpu_<op>` (`work` once per round) against `cpu_copy_ceiling`, the fastest
+/// form of a memcpy of half of `op_bytes` ([`CpuCopy::fastest`]), whose form `report`
+/// records.
 fn cpu_items(
+    report: &mut OpReport,
     op: &str,
     op_bytes: u64,
     repeats: usize,
     mut work: impl FnMut() -> Result<()>,
 ) -> Result<Vec<Item>> {
     let half = (op_bytes / 2) as usize;
-    let src = vec![1u8; half];
-    let mut dst = vec![0u8; half];
+    let src = PageBytes::new(half, 1);
+    let mut dst = PageBytes::new(half, 0);
+    let (src, dst) = (src.bytes(), dst.bytes_mut());
     work()?;
-    parallel_copy(&mut dst, &src);
+    let form = CpuCopy::fastest(dst, src);
+    report.cpu_ceiling_method = Some(form.name().to_string());
     let (mut t, mut c) = (Vec::new(), Vec::new());
     for _ in 0..repeats {
         t.push(timed(&mut work)?);
         c.push(timed(|| {
-            parallel_copy(&mut dst, &src);
+            form.run(dst, src);
             Ok(())
         })?);
     }
@@ -647,6 +654,7 @@ fn run_rope<T: Element>(
         agree: None,
         differing: None,
         ceiling_method: None,
+        cpu_ceiling_method: None,
         copy_methods: Vec::new(),
         results: Vec::new(),
     };
@@ -661,7 +669,7 @@ fn run_rope<T: Element>(
         // time the allocation and first touch of a fresh tensor too. (Rotating the same
         // copies round after round keeps their values bounded: a rotation keeps norms.)
         let (mut q_work, mut k_work) = (q.clone(), k.clone());
-        report.results = cpu_items("rope", op_bytes, config.repeats, || {
+        report.results = cpu_items(&mut report, "rope", op_bytes, config.repeats, || {
             let rotate = |x: ArrayViewMut4<'_, T>| match &mrope {
                 Some((m, a)) => cpu::rope_multimodal_in_place(&spec, m, x, a.view(), Layout::Blhd),
                 None => cpu::rope_in_place(&spec, x, positions.view(), Layout::Blhd),
@@ -732,6 +740,7 @@ fn run_alibi(
         agree: None,
         differing: None,
         ceiling_method: None,
+        cpu_ceiling_method: None,
         copy_methods: Vec::new(),
         results: Vec::new(),
     };
@@ -740,8 +749,8 @@ fn run_alibi(
     bias_cpu_into(&spec, bias.view_mut())?;
     if config.devices != Devices::Gpu {
         let mut out = bias.clone();
-        report.results =
-            cpu_items("alibi", op_bytes, config.repeats, || bias_cpu_into(&spec, out.view_mut()))?;
+        let work = || bias_cpu_into(&spec, out.view_mut());
+        report.results = cpu_items(&mut report, "alibi", op_bytes, config.repeats, work)?;
     }
     let Some(ctx) = ctx else { return Ok(report) };
     report.adapter = Some(adapter_of(ctx));
@@ -819,6 +828,7 @@ fn run_step<T: Element>(
         agree: None,
         differing: None,
         ceiling_method: None,
+        cpu_ceiling_method: None,
         copy_methods: Vec::new(),
         results: Vec::new(),
     };
@@ -976,7 +986,11 @@ impl OpReport {
         if let Some(a) = &self.adapter {
             out += &format!("GPU: {}; timed by {}\n", a.describe(), super::timing_name(a.timing));
         }
-        out += &super::items_table(&self.results, self.ceiling_method.as_deref());
+        out += &super::items_table(
+            &self.results,
+            self.ceiling_method.as_deref(),
+            self.cpu_ceiling_method.as_deref(),
+        );
         match (self.agree, self.differing) {
             (Some(true), _) => out += "CPU and GPU agree bit for bit.\n",
             (Some(false), Some(n)) if n > 0 => {

@@ -252,6 +252,11 @@ pub struct Report {
     /// Every copy method over the ceiling's bytes, fastest first (empty without a GPU).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub copy_methods: Vec<steps::CopyFigure>,
+    /// The form of `cpu_copy_ceiling`: the fastest for its bytes of a copy on the calling
+    /// thread (`serial`), one in 1 MiB chunks (`1MiB-chunks`) and one chunk per thread
+    /// (`split`) across rayon's pool (`None` without the CPU's items).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_ceiling_method: Option<String>,
     /// The items, in a fixed order.
     pub results: Vec<Item>,
 }
@@ -316,7 +321,11 @@ impl Report {
                 timing_name(a.timing)
             );
         }
-        out += &items_table(&self.results, self.ceiling_method.as_deref());
+        out += &items_table(
+            &self.results,
+            self.ceiling_method.as_deref(),
+            self.cpu_ceiling_method.as_deref(),
+        );
         for (what, g, c) in
             [("encode", "gpu_encode", "cpu_encode"), ("table", "gpu_table", "cpu_table")]
         {
@@ -368,8 +377,12 @@ impl Report {
 
 /// The items' lines, under a header: times, GB/s and % of the ceiling, and for steps-mode
 /// items the steps and the multiple of the dispatch floor; then the copy method of the GPU
-/// ceilings, if any.
-pub(super) fn items_table(items: &[Item], ceiling_method: Option<&str>) -> String {
+/// ceilings and of the CPU's, if any.
+pub(super) fn items_table(
+    items: &[Item],
+    ceiling_method: Option<&str>,
+    cpu_ceiling_method: Option<&str>,
+) -> String {
     // As wide as the longest name (the decode step's bounded parts run past 22).
     let w = items.iter().map(|i| i.name.len()).max().unwrap_or(0).max(22);
     let mut out = format!(
@@ -400,6 +413,13 @@ pub(super) fn items_table(items: &[Item], ceiling_method: Option<&str>) -> Strin
         out += &format!(
             "GPU copy ceilings: {method}, the fastest WGSL copy of every form tried \
              (gpu_copy_driver: the driver's copy_buffer_to_buffer of the same bytes)\n"
+        );
+    }
+    if let Some(method) = cpu_ceiling_method {
+        out += &format!(
+            "CPU copy ceiling: {method}, the fastest of a memcpy on the calling thread \
+             (serial) and across {} threads (1MiB-chunks, split)\n",
+            rayon::current_num_threads()
         );
     }
     out
@@ -616,8 +636,11 @@ mod tests {
         let ceiling = Item::new("c", vec![2.0], 4_000_000_000);
         let item = Item::time_only("s", vec![0.5]).against(&ceiling);
         assert_eq!((item.median_s, item.ceiling.as_str()), (0.5, "c"));
-        let line =
-            items_table(std::slice::from_ref(&item), None).lines().nth(1).unwrap().to_string();
+        let line = items_table(std::slice::from_ref(&item), None, None)
+            .lines()
+            .nth(1)
+            .unwrap()
+            .to_string();
         let cells: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(cells, ["s", "500.000", "500.000", "500.000", "-", "-", "c"], "{line}");
         let json = serde_json::to_value(&item).unwrap();

@@ -201,6 +201,12 @@ fn an_operation_preset_takes_a_type_and_refuses_shape_flags() {
     }
 }
 
+/// A report with CPU items names the form of its copy ceiling, one of the three tried.
+fn assert_copy_form(report: &serde_json::Value) {
+    let form = report["cpu_ceiling_method"].as_str().unwrap_or_else(|| panic!("{report}"));
+    assert!(["serial", "1MiB-chunks", "split"].contains(&form), "{form}");
+}
+
 #[test]
 fn the_suite_prints_one_bench_object_per_preset() {
     let out = posenc(&[&["bench", "--suite", "--device", "cpu", "--json"][..], &TINY].concat());
@@ -214,10 +220,14 @@ fn the_suite_prints_one_bench_object_per_preset() {
         if op["op"] != "decode_step" {
             let cpu = format!("cpu_{}", op["op"].as_str().unwrap());
             assert_eq!(item(op, &cpu)["ceiling"], "cpu_copy_ceiling");
+            assert_copy_form(op);
         }
     }
     let reports = suite["suite"].as_array().unwrap();
     assert_eq!(reports.len(), PRESETS.len());
+    for report in reports {
+        assert_copy_form(report);
+    }
     // Exactly the single bench's object plus the model's name.
     let single = posenc(&[&["bench", "--device", "cpu", "--load", "--json"][..], &TINY].concat());
     assert_ok(&single, "bench --json");
