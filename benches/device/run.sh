@@ -47,6 +47,9 @@ LOG=$OUT/log.txt
 say() { echo "== $(date +%T) $*" | tee -a "$LOG"; }
 skip() { [[ " $SKIP " == *" $1 "* ]]; }
 say start; nvidia-smi -L >>"$LOG" 2>&1; nproc >>"$LOG"; uname -r >>"$LOG"
+# The host's CPU and C library: glibc's memcpy is slow at some page offsets on AMD's Zen 3
+# (docs/performance.md, 2026-12-05), which the host results' copy out avoids.
+grep -m1 'model name' /proc/cpuinfo >>"$LOG"; ldd --version 2>&1 | head -1 >>"$LOG"
 cat .devrun/head.rev .devrun/base.rev .devrun/dirty.txt >>"$LOG" 2>/dev/null
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,utilization.gpu,clocks_event_reasons.active \
   --format=csv,noheader -lms 100 > "$OUT/clocks.csv" 2>&1 &

@@ -56,6 +56,42 @@ use crate::error::{Error, Result};
 pub const NO_ADAPTER_HINT: &str = "install a GPU driver, or Mesa's software Vulkan driver \
     (`apt-get install mesa-vulkan-drivers`); WGPU_BACKEND and WGPU_ADAPTER_NAME narrow the choice";
 
+/// [`NO_ADAPTER_HINT`] where `WGPU_BACKEND` leaves GL and not Vulkan, whose software driver
+/// would not help.
+const NO_GL_ADAPTER_HINT: &str = "install a GPU driver, or Mesa's EGL and software GL drivers \
+    (`apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri`); WGPU_BACKEND and \
+    WGPU_ADAPTER_NAME narrow the choice";
+
+/// The hint where adapters exist but none has the name `WGPU_ADAPTER_NAME` asks for.
+const NO_NAMED_ADAPTER_HINT: &str = "WGPU_ADAPTER_NAME matches part of an adapter's name, \
+    case aside: take one of those listed, or unset it";
+
+/// The hint for no adapter under `backend` (`WGPU_BACKEND`'s value, if set):
+/// [`NO_ADAPTER_HINT`], or where `backend` leaves GL and not Vulkan, Mesa's GL drivers.
+pub fn no_adapter_hint(backend: Option<&str>) -> &'static str {
+    let backends = backend.map(wgpu::Backends::from_comma_list);
+    match backends {
+        Some(b) if b.contains(wgpu::Backends::GL) && !b.contains(wgpu::Backends::VULKAN) => {
+            NO_GL_ADAPTER_HINT
+        }
+        _ => NO_ADAPTER_HINT,
+    }
+}
+
+/// wgpu's reason for finding no adapter without its list of the backends this build or
+/// `WGPU_BACKEND` left out ("metal not requested", "dx12 support not compiled in", ...),
+/// which named every backend of every platform.
+fn brief_reason(reason: &str) -> String {
+    let Some((head, causes)) = reason.split_once("; ") else {
+        return reason.to_string();
+    };
+    let kept: Vec<&str> = causes
+        .split(", ")
+        .filter(|c| !c.ends_with("not requested") && !c.ends_with("not compiled in"))
+        .collect();
+    if kept.is_empty() { head.to_string() } else { format!("{head}: {}", kept.join(", ")) }
+}
+
 /// Serialises opening devices (instance, adapter search, device, pipelines) across the
 /// process. On an H100 with NVIDIA's Vulkan driver (580.159.04), test threads each opening
 /// a context at once hung for minutes, where opening them one after another takes a
@@ -272,6 +308,11 @@ async fn select_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter> {
         let all = instance.enumerate_adapters(wgpu::Backends::all()).await;
         let names: Vec<String> = all.iter().map(|a| a.get_info().name).collect();
         let lower = wanted.to_lowercase();
+        let hint = if names.is_empty() {
+            no_adapter_hint(backend.as_deref())
+        } else {
+            NO_NAMED_ADAPTER_HINT
+        };
         return all
             .into_iter()
             .find(|a| a.get_info().name.to_lowercase().contains(&lower))
@@ -281,7 +322,7 @@ async fn select_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter> {
                      (adapters: {})",
                     if names.is_empty() { "none".to_string() } else { names.join(", ") }
                 ),
-                hint: NO_ADAPTER_HINT,
+                hint,
             });
     }
     let options = wgpu::RequestAdapterOptions {
@@ -289,8 +330,8 @@ async fn select_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter> {
         ..Default::default()
     };
     instance.request_adapter(&options).await.map_err(|e| Error::NoAdapter {
-        detail: format!("{backend_note} ({e})"),
-        hint: NO_ADAPTER_HINT,
+        detail: format!("{backend_note} ({})", brief_reason(&e.to_string())),
+        hint: no_adapter_hint(backend.as_deref()),
     })
 }
 
@@ -1420,6 +1461,26 @@ pub(crate) fn fold_dispatch(groups: u32, max_per_dim: u32) -> (u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// wgpu's reason loses the backends left out, and keeps what failed.
+    #[test]
+    fn the_no_adapter_reason_names_what_failed() {
+        let reason = "No suitable graphics adapter found; noop not requested, vulkan \
+            drivers/libraries could not be loaded, metal not requested, dx12 support not \
+            compiled in, gl drivers/libraries could not be loaded, webgpu not requested";
+        assert_eq!(
+            brief_reason(reason),
+            "No suitable graphics adapter found: vulkan drivers/libraries could not be \
+             loaded, gl drivers/libraries could not be loaded"
+        );
+        let all_out = "No suitable graphics adapter found; vulkan not requested";
+        assert_eq!(brief_reason(all_out), "No suitable graphics adapter found");
+        assert_eq!(brief_reason("something else"), "something else");
+        assert_eq!(no_adapter_hint(Some("gl")), NO_GL_ADAPTER_HINT);
+        assert_eq!(no_adapter_hint(Some("GLES")), NO_GL_ADAPTER_HINT);
+        assert_eq!(no_adapter_hint(Some("vulkan,gl")), NO_ADAPTER_HINT);
+        assert_eq!(no_adapter_hint(None), NO_ADAPTER_HINT);
+    }
 
     /// `copy_out` copies every byte, whatever the destination's offset from the source in
     /// its page (the loop's window 1 - 31 and either side) and the length (the loop's

@@ -33,7 +33,9 @@ pub(crate) struct AlibiArgs {
     heads: u32,
     /// Print the heads' slopes, one per line (the shortest decimals that read back to the
     /// same float32), instead of computing a bias tensor.
-    #[arg(long, conflicts_with_all = ["len", "kv_len", "form", "offset", "device", "output"])]
+    /// (`--device cpu` and `auto` are taken: the slopes are computed on the host; `gpu` is
+    /// refused, as it would go unused.)
+    #[arg(long, conflicts_with_all = ["len", "kv_len", "form", "offset", "output"])]
     slopes: bool,
     /// Queries per head, at positions offset..offset+L.
     #[arg(
@@ -88,6 +90,15 @@ impl From<AlibiForm> for alibi::Form {
 
 pub(crate) fn run(args: &AlibiArgs) -> Result<(), Failure> {
     if args.slopes {
+        // A script that passes `--device cpu` everywhere keeps working; a GPU asked for
+        // would be silently unused.
+        if args.device == FastDevice::Gpu {
+            return Err(Failure::usage(posenc::Error::InvalidParameter {
+                field: "device",
+                value: "gpu".into(),
+                allowed: "cpu or auto with --slopes, which are computed on the host",
+            }));
+        }
         crate::output::check_report_stdout()?;
         let slopes = alibi::slopes(args.heads).map_err(Failure::usage)?;
         // Display prints the shortest decimal that reads back to the same f32.

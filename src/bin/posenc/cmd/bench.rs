@@ -229,6 +229,20 @@ fn no_fallback(e: Error) -> Error {
     }
 }
 
+/// [`no_fallback`] for a decode step, which has no CPU item to point to (round twenty-five:
+/// the hint sent a user to `--device cpu`, which times nothing there).
+fn gpu_only(e: Error) -> Error {
+    match e {
+        Error::NoAdapter { detail, .. } => Error::NoAdapter {
+            detail,
+            hint: "a decode step is a recorded GPU pass, timed on a GPU alone: install a GPU \
+                   driver or Mesa's software Vulkan driver (`apt-get install \
+                   mesa-vulkan-drivers`)",
+        },
+        e => e,
+    }
+}
+
 /// `posenc bench --model OP`: an operation preset, whose shape is fixed.
 fn run_op(args: &BenchArgs, preset: bench::ops::OpPreset) -> Result<(), Failure> {
     let fixed = [
@@ -262,7 +276,9 @@ fn run_op(args: &BenchArgs, preset: bench::ops::OpPreset) -> Result<(), Failure>
             p.name
         ));
     }
-    let report = bench::run_op(preset, &config, |_| {}).map_err(no_fallback)?;
+    let step = matches!(preset, bench::ops::OpPreset::Step(_));
+    let report = bench::run_op(preset, &config, |_| {})
+        .map_err(|e| if step { gpu_only(e) } else { no_fallback(e) })?;
     print_report(args.json, &report, || report.to_table())
 }
 

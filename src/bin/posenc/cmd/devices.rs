@@ -18,19 +18,19 @@ pub(crate) fn run(&DevicesArgs { json }: &DevicesArgs) -> Result<(), Failure> {
     gpu::check_wgpu_env().map_err(Failure::usage)?;
     gpu::check_driver_address_space()?;
     let adapters = gpu::adapters();
+    // None is not a failure (exit 0), and stdout keeps to the list: an empty one (`[]` with
+    // --json, nothing as text), the note on stderr.
+    if adapters.is_empty() {
+        let backend = std::env::var("WGPU_BACKEND").ok();
+        note(&format!("no GPU adapters found; {}", gpu::no_adapter_hint(backend.as_deref())));
+    }
     if json {
-        if adapters.is_empty() {
-            note(&format!("no GPU adapters found; {}", gpu::NO_ADAPTER_HINT));
-        }
         return to_stdout(|w| {
             serde_json::to_writer_pretty(&mut *w, &adapters)?;
             w.write_all(b"\n")
         });
     }
     to_stdout(|w| {
-        if adapters.is_empty() {
-            return writeln!(w, "no GPU adapters found; {}", gpu::NO_ADAPTER_HINT);
-        }
         let yes_no = |b: bool| if b { "yes" } else { "no" };
         for (k, a) in adapters.iter().enumerate() {
             if k > 0 {

@@ -367,7 +367,19 @@ fn devices_lists_adapters_or_says_there_are_none() {
     let out = posenc(&["devices"]);
     assert_ok(&out, "devices");
     let text = stdout(&out);
-    assert!(text.contains("SHADER_F16") || text.contains("no GPU adapters found"), "{text}");
+    let none_noted = stderr(&out).starts_with("posenc: note: no GPU adapters found");
+    assert!(text.contains("SHADER_F16") || (text.is_empty() && none_noted), "{text}");
+    // None: an empty list on stdout (text and JSON alike), one note on stderr, exit 0.
+    let none = [("WGPU_BACKEND", "noop")];
+    for args in [&["devices"][..], &["devices", "--json"]] {
+        let out = posenc_env(args, &none);
+        assert_ok(&out, "devices with no adapter");
+        let want = if args.len() == 2 { "[]\n" } else { "" };
+        assert_eq!(stdout(&out), want, "{args:?}");
+        let notes = posenc_lines(&out);
+        assert_eq!(notes.len(), 1, "{}", stderr(&out));
+        assert!(notes[0].starts_with("posenc: note: no GPU adapters found"), "{}", notes[0]);
+    }
 
     let out = posenc(&["devices", "--json"]);
     assert_ok(&out, "devices --json");

@@ -450,3 +450,24 @@ fn decode_json_reports_the_median_of_its_own_runs() {
         assert_eq!(report["ratio_to_floor"].as_f64().unwrap(), step / floor, "{report}");
     }
 }
+
+/// Without an adapter the GPU's benches fail with one line that says what to do: an encode
+/// or an operation with a CPU item points to `--device cpu`, a decode step (no CPU item:
+/// `--device cpu` times nothing there, round twenty-five) to a GPU alone.
+#[test]
+fn without_an_adapter_the_hint_fits_the_preset() {
+    let none = [("WGPU_ADAPTER_NAME", "no-such-adapter-posenc-test")];
+    for (model, hint) in [
+        ("bert-base", "`posenc bench --device cpu` measures the CPU alone"),
+        ("llama3-8b-rope", "`posenc bench --device cpu` measures the CPU alone"),
+        ("llama3-8b-step", "a decode step is a recorded GPU pass, timed on a GPU alone"),
+    ] {
+        let out = posenc_env(&["bench", "--model", model, "--device", "gpu"], &none);
+        assert_eq!(out.status.code(), Some(1), "{model}");
+        let lines = posenc_lines(&out);
+        assert_eq!(lines.len(), 1, "{model}: {lines:?}");
+        assert!(lines[0].starts_with("posenc: no GPU adapter found"), "{}", lines[0]);
+        assert!(lines[0].contains(hint), "{model}: {}", lines[0]);
+        assert!(out.stdout.is_empty(), "{model}");
+    }
+}
