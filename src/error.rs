@@ -572,8 +572,10 @@ pub(crate) fn env_choice<T: Copy>(
     choices: &[(&str, T)],
 ) -> Result<T> {
     let Some(text) = env_text(var, allowed)? else { return Ok(unset) };
+    // Case aside, as wgpu reads its own (`WGPU_BACKEND=Vulkan`): `POSENC_AUTO=GPU` was
+    // refused (round twenty-five).
     let word = text.trim();
-    match choices.iter().find(|(name, _)| *name == word) {
+    match choices.iter().find(|(name, _)| name.eq_ignore_ascii_case(word)) {
         Some(&(_, value)) => Ok(value),
         None => Err(invalid_env(var, &text, allowed)),
     }

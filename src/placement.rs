@@ -260,6 +260,11 @@ mod tests {
         // SAFETY: no other thread of this test binary reads or writes POSENC_AUTO.
         unsafe { std::env::set_var(AUTO_ENV, "gpu") };
         assert_eq!(AutoPolicy::from_env().unwrap(), AutoPolicy::Gpu);
+        // Case aside, as wgpu's variables.
+        unsafe { std::env::set_var(AUTO_ENV, " GPU") };
+        assert_eq!(AutoPolicy::from_env().unwrap(), AutoPolicy::Gpu);
+        unsafe { std::env::set_var(AUTO_ENV, "Cost") };
+        assert_eq!(AutoPolicy::from_env().unwrap(), AutoPolicy::Cost);
         unsafe { std::env::set_var(AUTO_ENV, "cpu") };
         let err = AutoPolicy::from_env().unwrap_err().to_string();
         assert!(err.contains("POSENC_AUTO") && err.contains("cost or gpu"), "{err}");
