@@ -6,8 +6,9 @@
 //!
 //! Every item names the ceiling it is measured against ([`Item::ceiling`]):
 //!
-//! - `cpu_encode`, `cpu_encode_cold`, `cpu_table`: `cpu_copy_ceiling`, a multi-threaded
-//!   memcpy of the output's bytes;
+//! - `cpu_encode`, `cpu_encode_cold`, `cpu_table`: `cpu_copy_ceiling`, the fastest of three
+//!   memcpy forms of the output's bytes (on the calling thread or across rayon's pool;
+//!   [`Report::cpu_ceiling_method`]);
 //! - `gpu_encode`, `gpu_encode_cold`, `gpu_table`, `gpu_readback`: `gpu_copy_ceiling`, the
 //!   fastest of the WGSL copy forms moving the encode's bytes (ids and positions, gathered
 //!   rows, each distinct position's PE row, output: half read, half written), timed as the

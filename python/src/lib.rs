@@ -316,10 +316,10 @@ fn devices_json(py: Python<'_>) -> PyResult<String> {
     })
 }
 
-/// The hint the CLI prints when no adapter is found.
+/// The hint the CLI gives when no adapter is found under the current `WGPU_BACKEND`.
 #[pyfunction]
 fn no_adapter_hint() -> &'static str {
-    gpu::NO_ADAPTER_HINT
+    gpu::no_adapter_hint(std::env::var("WGPU_BACKEND").ok().as_deref())
 }
 
 /// Panics, for the test that no panic crosses into Python.

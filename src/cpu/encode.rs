@@ -866,7 +866,7 @@ impl Job<'_> {
         // Rows through F16C group by group (`add_row_f16c`): into f16 output from every
         // table type, and from f16 tables into every output type. With f16 output rounded
         // per value by integers the encode took 1.4 - 2.1x as long as with f32 output; f16
-        // tables widened per value by integers took about 1.5x as long into f32 output,
+        // tables widened per value by integers took 1.3 - 1.5x as long into f32 output,
         // 2.5 - 4x into f16 (gpt2 and bert-base, 2 AVX2 cores, 2026-12-04,
         // docs/performance.md). On AVX-512 an f16 table's rows into f32 and
         // bf16 output keep that set's sixteen-wide rows (`f16_add_row_avx512`; this path
@@ -941,11 +941,12 @@ fn add_row<T: TableElem, O: OutElem>(out: &mut [O], src: &[T], pe: &[f32], scale
 /// group widened to f32 by [`TableElem::widen8`] (VCVTPH2PS for an f16 table), scaled and
 /// added unfused, and stored as `O` rounds (f16 by VCVTPS2PH, bf16 by its integer rounding
 /// eight-wide, a bf16 group with a NaN sum by the integer loop, f32 as it is); the tail
-/// goes by the integer loop. The bits of the integer loop (exhaustive tests): in the SSE
-/// mode's default VCVTPH2PS widens subnormals and infinities exactly, and a signalling NaN
-/// it quietens is quietened the same way, its payload kept, by the add that the integer
-/// loop's NaN goes through; VCVTPS2PH rounds every f32 as `f32_to_f16_bits` does (an
-/// exhaustive test in `cpu::rope`). (Which of two NaN operands an add returns is the
+/// goes by the integer loop. The bits of the integer loop (tests exhaustive over f16 and
+/// bf16 tables, over f32 tables by the rounding's low bits): in the SSE mode's default
+/// VCVTPH2PS widens subnormals and infinities exactly, and a signalling NaN it quietens is
+/// quietened the same way, its payload kept, by the add that the integer loop's NaN goes
+/// through; VCVTPS2PH rounds every f32 as `f32_to_f16_bits` does (an exhaustive test in
+/// `cpu::rope`). (Which of two NaN operands an add returns is the
 /// compiler's choice in the integer loop too: payloads are not promised.) Unlike the
 /// integer rounding, VCVTPS2PH sets MXCSR's sticky overflow and underflow flags.
 ///
@@ -1426,7 +1427,7 @@ mod tests {
         (0..len)
             .map(|k| match k % 101 {
                 7 | 8 if is_nan(k) => 0.5,
-                7 => f32::from_bits(0x7fc0_0000 | (k as u32 * 7919) & 0x3f_ffff),
+                7 => f32::from_bits(0x7fc0_0000 | (k as u32).wrapping_mul(7919) & 0x3f_ffff),
                 8 => f32::from_bits(0xff80_0001 + (k as u32 & 0xffff)),
                 9 => f32::INFINITY,
                 10 => f32::NEG_INFINITY,

@@ -66,14 +66,21 @@ const NO_GL_ADAPTER_HINT: &str = "install a GPU driver, or Mesa's EGL and softwa
 const NO_NAMED_ADAPTER_HINT: &str = "WGPU_ADAPTER_NAME matches part of an adapter's name, \
     case aside: take one of those listed, or unset it";
 
+/// The hint where `WGPU_BACKEND` leaves neither of the backends whose drivers serve
+/// Linux and the BSDs.
+#[cfg(all(unix, not(target_vendor = "apple")))]
+const NO_BACKEND_HERE_HINT: &str = "WGPU_BACKEND leaves out vulkan and gl, the backends \
+    of this platform: unset it, or name one of them";
+
 /// The hint for no adapter under `backend` (`WGPU_BACKEND`'s value, if set):
-/// [`NO_ADAPTER_HINT`], or where `backend` leaves GL and not Vulkan, Mesa's GL drivers.
+/// [`NO_ADAPTER_HINT`]; where `backend` leaves GL and not Vulkan, Mesa's GL drivers; on
+/// Linux and the BSDs, where it leaves neither, that.
 pub fn no_adapter_hint(backend: Option<&str>) -> &'static str {
-    let backends = backend.map(wgpu::Backends::from_comma_list);
-    match backends {
-        Some(b) if b.contains(wgpu::Backends::GL) && !b.contains(wgpu::Backends::VULKAN) => {
-            NO_GL_ADAPTER_HINT
-        }
+    use wgpu::Backends;
+    match backend.map(Backends::from_comma_list) {
+        Some(b) if b.contains(Backends::GL) && !b.contains(Backends::VULKAN) => NO_GL_ADAPTER_HINT,
+        #[cfg(all(unix, not(target_vendor = "apple")))]
+        Some(b) if !b.intersects(Backends::VULKAN | Backends::GL) => NO_BACKEND_HERE_HINT,
         _ => NO_ADAPTER_HINT,
     }
 }
@@ -1203,20 +1210,22 @@ pub(crate) fn copy_out_uninit(dst: &mut [std::mem::MaybeUninit<u8>], src: &[u8])
 }
 
 /// `len` bytes from `src` to `dst`: `memcpy`, but for a destination 1 - 31 bytes past the
-/// source modulo a 4 KiB page and a copy under 512 KiB, which goes by 16-byte loads and
+/// source modulo a 4 KiB page and a copy under 1 MiB, which goes by 16-byte loads and
 /// stores. There glibc's `memcpy` (2.36) ran at 5 - 6 GB/s on the development machine's
-/// AMD EPYC, where this loop moved 55 - 98 GB/s and `memcpy` at other offsets 50 - 160
-/// (4 KiB - 256 KiB, 2026-12-05, docs/performance.md); at 512 KiB and more it took another
-/// path at full speed. A result read back into a fresh array (an allocation of 128 KiB or
-/// more starts 16 bytes into its page) from a mapping that starts on a page is such a
-/// copy, a decode step's result among them.
+/// AMD EPYC (Zen 3), where this loop moved 55 - 98 GB/s and `memcpy` at other offsets 50 -
+/// 160 (4 KiB - 256 KiB, 2026-12-05, docs/performance.md). glibc leaves its `rep movsb`
+/// path, the slow one, at the core's L2 size on AMD's CPUs: 512 KiB on Zen 3 (where copies
+/// of 512 KiB and more ran at full speed), 1 MiB on Zen 4 and 5, hence the bound; the loop
+/// moves 67 - 78 GB/s at 1 MiB, as memcpy does. A result read back into a fresh array (an
+/// allocation of 128 KiB or more starts 16 bytes into its page) from a mapping that starts
+/// on a page is such a copy, a decode step's result among them.
 ///
 /// # Safety
 /// `src` is readable and `dst` writable for `len` bytes, and the two do not overlap.
 #[inline]
 unsafe fn copy_bytes(dst: *mut u8, src: *const u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
-    if len < 512 << 10 && (1..32).contains(&((dst as usize).wrapping_sub(src as usize) % 4096)) {
+    if len < 1 << 20 && (1..32).contains(&((dst as usize).wrapping_sub(src as usize) % 4096)) {
         use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_storeu_si128};
         // Four vectors a step: a loop of one load and one store of its stride would be
         // turned back into a call of memcpy by the compiler.
@@ -1480,27 +1489,33 @@ mod tests {
         assert_eq!(no_adapter_hint(Some("GLES")), NO_GL_ADAPTER_HINT);
         assert_eq!(no_adapter_hint(Some("vulkan,gl")), NO_ADAPTER_HINT);
         assert_eq!(no_adapter_hint(None), NO_ADAPTER_HINT);
+        #[cfg(all(unix, not(target_vendor = "apple")))]
+        assert_eq!(no_adapter_hint(Some("metal,noop")), NO_BACKEND_HERE_HINT);
     }
 
-    /// `copy_out` copies every byte, whatever the destination's offset from the source in
-    /// its page (the loop's window 1 - 31 and either side) and the length (the loop's
-    /// whole steps and its rest, each side of its 512 KiB bound, the threaded pieces).
+    /// `copy_out` copies every byte, and no more, whatever the destination's offset from
+    /// the source in its page (the loop's window 1 - 31 and either side) and the length (the
+    /// loop's whole steps and its rest, each side of its 1 MiB bound, the threaded pieces).
     #[test]
     fn copy_out_copies_every_byte_at_every_offset() {
         let most = (5 << 20) + 77;
-        let src: Vec<u8> = (0..most + 8192).map(|k| (k * 131 % 251) as u8).collect();
-        let mut dst = vec![0u8; most + 8192];
+        // No zero byte: the destination is zeroed before each copy.
+        let src: Vec<u8> = (0..most + 8192).map(|k| (k * 131 % 251 + 1) as u8).collect();
+        let mut dst = vec![0u8; most + 8192 + 64];
         let (s0, d0) = (src.as_ptr() as usize % 4096, dst.as_ptr() as usize % 4096);
-        for len in [0, 1, 63, 64, 65, 127, 4096, 4097, 131_072, (512 << 10) - 1, 512 << 10, most] {
+        for len in [0, 1, 63, 64, 65, 127, 4096, 4097, 131_072, (1 << 20) - 1, 1 << 20, most] {
             for delta in [0usize, 1, 15, 16, 31, 32, 33, 63, 64, 2048, 4095] {
                 // Source and destination `delta` apart modulo a page.
                 let from = 3;
                 let to = (s0 + from + delta + 4096 - d0) % 4096;
                 dst[to..to + len].fill(0);
+                // A guard after the destination, which the copy must leave as it is.
+                dst[to + len..to + len + 64].fill(0xee);
                 copy_out(&mut dst[to..to + len], &src[from..from + len]);
                 let got = (dst[to..].as_ptr() as usize).wrapping_sub(src[from..].as_ptr() as usize);
                 assert_eq!(got % 4096, delta);
                 assert!(dst[to..to + len] == src[from..from + len], "len {len} delta {delta}");
+                assert!(dst[to + len..to + len + 64].iter().all(|&b| b == 0xee), "past {len}");
             }
         }
     }

@@ -313,7 +313,8 @@ fn cos_sin4_at_kept(p: vec3<u32>, f: u32) -> array<vec4<f32>, 2> {",
 
 /// The diagnostic named `name`.
 pub fn find(name: &str) -> Option<&'static Diagnostic> {
-    ALL.iter().find(|d| d.name == name)
+    // Case aside, as every `POSENC_*` word is read.
+    ALL.iter().find(|d| d.name.eq_ignore_ascii_case(name))
 }
 
 /// The diagnostics a [`DIAGNOSTICS_ENV`] value names: comma-separated names, white space

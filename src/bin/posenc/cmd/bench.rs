@@ -5,8 +5,8 @@ use std::io::{self, IsTerminal};
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use posenc::Error;
 use posenc::bench::{self, Config, PRESETS, SUITE_REPEATS};
+use posenc::{Error, gpu};
 
 use crate::args::{OutDtype, whole};
 use crate::failure::Failure;
@@ -216,10 +216,12 @@ pub(crate) fn run(args: &BenchArgs) -> Result<(), Failure> {
     }
 }
 
-/// bench measures what it was asked for and never falls back: say how to measure the CPU.
+/// bench measures what it was asked for and never falls back: say how to measure the CPU,
+/// where the library's hint is the general one (a hint fitted to `WGPU_BACKEND` or
+/// `WGPU_ADAPTER_NAME` is kept).
 fn no_fallback(e: Error) -> Error {
     match e {
-        Error::NoAdapter { detail, .. } => Error::NoAdapter {
+        Error::NoAdapter { detail, hint } if hint == gpu::NO_ADAPTER_HINT => Error::NoAdapter {
             detail,
             hint: "`posenc bench --device cpu` measures the CPU alone; for the GPU items, \
                    install a GPU driver or Mesa's software Vulkan driver \
@@ -233,7 +235,7 @@ fn no_fallback(e: Error) -> Error {
 /// the hint sent a user to `--device cpu`, which times nothing there).
 fn gpu_only(e: Error) -> Error {
     match e {
-        Error::NoAdapter { detail, .. } => Error::NoAdapter {
+        Error::NoAdapter { detail, hint } if hint == gpu::NO_ADAPTER_HINT => Error::NoAdapter {
             detail,
             hint: "a decode step is a recorded GPU pass, timed on a GPU alone: install a GPU \
                    driver or Mesa's software Vulkan driver (`apt-get install \

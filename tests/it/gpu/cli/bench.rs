@@ -453,16 +453,25 @@ fn decode_json_reports_the_median_of_its_own_runs() {
 
 /// Without an adapter the GPU's benches fail with one line that says what to do: an encode
 /// or an operation with a CPU item points to `--device cpu`, a decode step (no CPU item:
-/// `--device cpu` times nothing there, round twenty-five) to a GPU alone.
+/// `--device cpu` times nothing there, round twenty-five) to a GPU alone; a hint fitted to
+/// `WGPU_BACKEND` is kept. The drivers are hidden as on a machine without them.
 #[test]
 fn without_an_adapter_the_hint_fits_the_preset() {
-    let none = [("WGPU_ADAPTER_NAME", "no-such-adapter-posenc-test")];
-    for (model, hint) in [
-        ("bert-base", "`posenc bench --device cpu` measures the CPU alone"),
-        ("llama3-8b-rope", "`posenc bench --device cpu` measures the CPU alone"),
-        ("llama3-8b-step", "a decode step is a recorded GPU pass, timed on a GPU alone"),
+    let hidden = [
+        ("VK_ICD_FILENAMES", "/nonexistent-posenc-test.json"),
+        ("VK_DRIVER_FILES", "/nonexistent-posenc-test.json"),
+        ("__EGL_VENDOR_LIBRARY_FILENAMES", "/nonexistent-posenc-test.json"),
+    ];
+    for (model, backend, hint) in [
+        ("bert-base", None, "`posenc bench --device cpu` measures the CPU alone"),
+        ("llama3-8b-rope", None, "`posenc bench --device cpu` measures the CPU alone"),
+        ("llama3-8b-step", None, "a decode step is a recorded GPU pass, timed on a GPU alone"),
+        ("bert-base", Some("gl"), "Mesa's EGL and software GL drivers"),
+        ("llama3-8b-step", Some("gl"), "Mesa's EGL and software GL drivers"),
     ] {
-        let out = posenc_env(&["bench", "--model", model, "--device", "gpu"], &none);
+        let mut env = hidden.to_vec();
+        env.extend(backend.map(|b| ("WGPU_BACKEND", b)));
+        let out = posenc_env(&["bench", "--model", model, "--device", "gpu"], &env);
         assert_eq!(out.status.code(), Some(1), "{model}");
         let lines = posenc_lines(&out);
         assert_eq!(lines.len(), 1, "{model}: {lines:?}");
