@@ -38,7 +38,7 @@ use presets::dtype_name;
 pub use presets::{Config, Devices, PRESETS, Preset};
 pub use reporting::{AdapterInfo, Item, Report, Sizes, Suite, chart};
 use reporting::{items_table, median, significant, size, timing_name};
-use running::{CpuCopy, PageBytes, TableData, make_table, timed};
+use running::{CopyCeiling, TableData, make_table, timed};
 pub use running::{run, run_op, run_suite};
 
 /// Timed rounds of a single bench unless told otherwise.

@@ -12,7 +12,7 @@ use serde::Serialize;
 use wgpu::util::DeviceExt;
 
 use super::steps::{self, CopyFigure};
-use super::{AdapterInfo, Config, CpuCopy, Devices, Item, PageBytes, TableData, make_table, timed};
+use super::{AdapterInfo, Config, CopyCeiling, Devices, Item, TableData, make_table, timed};
 use crate::alibi::{AlibiSpec, bias_cpu_into};
 use crate::cpu;
 use crate::encode::{Dtype, EncodeOptions, Encoded};
@@ -562,7 +562,7 @@ fn gpu_items(
 }
 
 /// CPU items: `cpu_<op>` (`work` once per round) against `cpu_copy_ceiling`, the fastest
-/// form of a memcpy of half of `op_bytes` ([`CpuCopy::fastest`]), whose form `report`
+/// form of a memcpy of half of `op_bytes` ([`CopyCeiling`]), whose form `report`
 /// records.
 fn cpu_items(
     report: &mut OpReport,
@@ -572,19 +572,13 @@ fn cpu_items(
     mut work: impl FnMut() -> Result<()>,
 ) -> Result<Vec<Item>> {
     let half = (op_bytes / 2) as usize;
-    let src = PageBytes::new(half, 1);
-    let mut dst = PageBytes::new(half, 0);
-    let (src, dst) = (src.bytes(), dst.bytes_mut());
     work()?;
-    let form = CpuCopy::fastest(dst, src);
-    report.cpu_ceiling_method = Some(form.name().to_string());
+    let mut copy = CopyCeiling::new(half);
+    report.cpu_ceiling_method = Some(copy.form().name().to_string());
     let (mut t, mut c) = (Vec::new(), Vec::new());
     for _ in 0..repeats {
         t.push(timed(&mut work)?);
-        c.push(timed(|| {
-            form.run(dst, src);
-            Ok(())
-        })?);
+        c.push(copy.time()?);
     }
     let ceiling = Item::new("cpu_copy_ceiling", c, 2 * half as u64);
     Ok(vec![Item::new(&format!("cpu_{op}"), t, op_bytes).against(&ceiling), ceiling])
