@@ -194,7 +194,7 @@ pub(crate) fn run(args: &BenchArgs) -> Result<(), Failure> {
     if shown {
         crate::failure::to_stderr(format_args!("\r\x1b[K"));
     }
-    let suite = suite.map_err(no_fallback)?;
+    let suite = suite.map_err(|e| bench_hint(e, CPU_ITEMS_HINT))?;
     if let Some(file) = plot_file {
         let image = bench::chart(&suite.suite)?;
         emit(&file, |w| image.write_png(w))?;
@@ -216,31 +216,25 @@ pub(crate) fn run(args: &BenchArgs) -> Result<(), Failure> {
     }
 }
 
-/// bench measures what it was asked for and never falls back: say how to measure the CPU,
-/// where the library's hint is the general one (a hint fitted to `WGPU_BACKEND` or
-/// `WGPU_ADAPTER_NAME` is kept).
-fn no_fallback(e: Error) -> Error {
-    match e {
-        Error::NoAdapter { detail, hint } if hint == gpu::NO_ADAPTER_HINT => Error::NoAdapter {
-            detail,
-            hint: "`posenc bench --device cpu` measures the CPU alone; for the GPU items, \
-                   install a GPU driver or Mesa's software Vulkan driver \
-                   (`apt-get install mesa-vulkan-drivers`)",
-        },
-        e => e,
-    }
-}
+/// The no-adapter hint of a bench with CPU items: bench measures what it was asked for and
+/// never falls back, so it says how to measure the CPU.
+const CPU_ITEMS_HINT: &str = "`posenc bench --device cpu` measures the CPU alone; for the GPU \
+    items, install a GPU driver or Mesa's software Vulkan driver \
+    (`apt-get install mesa-vulkan-drivers`)";
 
-/// [`no_fallback`] for a decode step, which has no CPU item to point to (round twenty-five:
-/// the hint sent a user to `--device cpu`, which times nothing there).
-fn gpu_only(e: Error) -> Error {
+/// The no-adapter hint of a decode step, which has no CPU item to point to (round
+/// twenty-five: the hint sent a user to `--device cpu`, which times nothing there).
+const GPU_ONLY_HINT: &str = "a decode step is a recorded GPU pass, timed on a GPU alone: \
+    install a GPU driver or Mesa's software Vulkan driver (`apt-get install \
+    mesa-vulkan-drivers`)";
+
+/// `e` with `hint` in place of the library's general no-adapter hint (a hint fitted to
+/// `WGPU_BACKEND` or `WGPU_ADAPTER_NAME` is kept).
+fn bench_hint(e: Error, hint: &'static str) -> Error {
     match e {
-        Error::NoAdapter { detail, hint } if hint == gpu::NO_ADAPTER_HINT => Error::NoAdapter {
-            detail,
-            hint: "a decode step is a recorded GPU pass, timed on a GPU alone: install a GPU \
-                   driver or Mesa's software Vulkan driver (`apt-get install \
-                   mesa-vulkan-drivers`)",
-        },
+        Error::NoAdapter { detail, hint: general } if general == gpu::NO_ADAPTER_HINT => {
+            Error::NoAdapter { detail, hint }
+        }
         e => e,
     }
 }
@@ -278,9 +272,11 @@ fn run_op(args: &BenchArgs, preset: bench::ops::OpPreset) -> Result<(), Failure>
             p.name
         ));
     }
-    let step = matches!(preset, bench::ops::OpPreset::Step(_));
-    let report = bench::run_op(preset, &config, |_| {})
-        .map_err(|e| if step { gpu_only(e) } else { no_fallback(e) })?;
+    let hint = match preset {
+        bench::ops::OpPreset::Step(_) => GPU_ONLY_HINT,
+        _ => CPU_ITEMS_HINT,
+    };
+    let report = bench::run_op(preset, &config, |_| {}).map_err(|e| bench_hint(e, hint))?;
     print_report(args.json, &report, || report.to_table())
 }
 
