@@ -1418,6 +1418,17 @@ mod tests {
         ));
     }
 
+    /// Whether the CPU runs the F16C loop (AVX2 with F16C); a note that the test skips if
+    /// not.
+    #[cfg(target_arch = "x86_64")]
+    fn avx2_here() -> bool {
+        let here = Simd::detect().set() != Set::Portable;
+        if !here {
+            eprintln!("SKIP: no AVX2 here");
+        }
+        here
+    }
+
     /// PE values for the F16C loop's tests, one per table element: mostly ordinary, with
     /// NaNs and infinities as a learned table may hold, but a NaN only beside a table value
     /// that is not one (which of two NaN operands an add returns is the compiler's choice:
@@ -1467,8 +1478,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn f16_and_bf16_tables_through_f16c_give_the_integer_bits() {
-        if Simd::detect().set() == Set::Portable {
-            eprintln!("SKIP: no AVX2 here");
+        if !avx2_here() {
             return;
         }
         let all: Vec<u16> = (0..=u16::MAX).collect();
@@ -1488,8 +1498,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn f32_tables_through_f16c_give_the_integer_bits() {
-        if Simd::detect().set() == Set::Portable {
-            eprintln!("SKIP: no AVX2 here");
+        if !avx2_here() {
             return;
         }
         let mut bits: Vec<u32> = Vec::new();
