@@ -65,12 +65,17 @@ const ENCODE_NS: f64 = 0.63;
 /// Per element of RoPE, cos and sin included (`cpu_rope`, llama3-8b-rope: 10.4 ms on 2
 /// threads for 21 M elements, the target's baseline instructions).
 const ROPE_NS: f64 = 1.0;
-/// [`ROPE_NS`] with the loops compiled for AVX2 and for AVX-512: 0.57 - 0.63 and 0.33 - 0.50
-/// of the baseline loops' time in interleaved runs (2026-11-28), rounded up.
+/// [`ROPE_NS`] with the AVX2 and AVX-512 sets' loops: on one thread of an AMD EPYC Zen 3
+/// (2026-12-05, `RAYON_NUM_THREADS=1 posenc bench --model llama3-8b-rope --dtype D`, after
+/// the hand-written 16-bit loops), 3.7 - 5.0 ms in bf16, 3.6 - 4.1 in f16 and 4.7 - 5.3 in f32
+/// (the last at the same run's copy of its bytes) for 21 M elements: at most 0.25 ns,
+/// rounded up. AVX-512 hosts run the same 16-bit loops and f32's at the copy's pace too, so
+/// the same figure (not measured there; 0.33 - 0.50 of the baseline's time on a Zen 5 on
+/// 2026-11-28, before these loops).
 #[cfg(target_arch = "x86_64")]
-const ROPE_NS_AVX2: f64 = 0.65;
+const ROPE_NS_AVX2: f64 = 0.3;
 #[cfg(target_arch = "x86_64")]
-const ROPE_NS_AVX512: f64 = 0.5;
+const ROPE_NS_AVX512: f64 = 0.3;
 /// Per value of an ALiBi bias (`cpu_alibi`, 32 x 512 x 512: 1.1 ms on 2 threads).
 const ALIBI_NS: f64 = 0.26;
 /// Nanoseconds per byte brought to or from the GPU through a mapped buffer (8 GB/s: the
