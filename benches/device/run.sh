@@ -39,7 +39,7 @@ DIAG_PRESETS=${DIAG_PRESETS:-llama3-8b-rope phi-2-rope llama2-13b-step}
 # The three together (`d:rope-copy,rope-nocs,rope-nobarrier`): the kernel's loads, stores
 # and indexing alone, no arithmetic, cos/sin or barrier wait: what its access pattern (Phi-2:
 # 64 of each 160-byte head row) costs against the copy (1.02 of it on lavapipe).
-DIAG_VARIANTS=${DIAG_VARIANTS:-new diag d:rope-copy d:rope-trunc d:rope-nobarrier d:rope-noround d:f16-short d:f16-pack d:f16-packonly d:rope-copy,rope-nocs,rope-nobarrier}
+DIAG_VARIANTS=${DIAG_VARIANTS:-new diag d:rope-copy d:rope-trunc d:rope-nobarrier d:rope-noround d:bf16-masked d:f16-short d:f16-pack d:f16-packonly d:rope-copy,rope-nocs,rope-nobarrier}
 ENCODE_DIAG_PRESETS=${ENCODE_DIAG_PRESETS:-llama3-8b}
 ENCODE_DIAG_VARIANTS=${ENCODE_DIAG_VARIANTS:-new diag d:enc-nope}
 REPEATS=${REPEATS:-2}

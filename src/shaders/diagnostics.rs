@@ -165,6 +165,26 @@ fn cos_sin4_at_kept(p: vec3<u32>, f: u32) -> array<vec4<f32>, 2> {",
         )],
     },
     Diagnostic {
+        name: "bf16-masked",
+        removes: "narrow4_bf16's NaN test and branch: every value rounded by integer steps \
+                  in which a NaN's own bit (the magnitude plus 0x7fffff carries into bit 31 \
+                  for a NaN only) masks the rounding's addend off and sets the quiet bit, so \
+                  a NaN gives f32_to_bf16_bits's (b >> 16) | 0x40 and a number its rounding. \
+                  The same bits, no comparison or select: an alternative to time",
+        entries: ROPE,
+        edits: &[(
+            "    if all(v == v) {\n",
+            "    if true { // Diagnostic bf16-masked.
+        let nan = ((b & vec4<u32>(0x7fffffffu)) + vec4<u32>(0x7fffffu)) >> vec4<u32>(31u);
+        let lsb = (b >> vec4<u32>(16u)) & vec4<u32>(1u);
+        let add = (vec4<u32>(0x7fffu) + lsb) & (nan - vec4<u32>(1u));
+        let r = ((b + add) >> vec4<u32>(16u)) | (nan << vec4<u32>(6u));
+        return vec2<u32>(r.x | (r.y << 16u), r.z | (r.w << 16u));
+    }
+    if all(v == v) {\n",
+        )],
+    },
+    Diagnostic {
         name: "bf16-oneeq",
         removes: "nothing: narrow4_bf16's NaN test as each value times an opaque one compared \
                   with itself, which no compiler can fold even where it assumes no NaNs (one \
@@ -338,8 +358,8 @@ pub fn parse(text: &str) -> Result<Vec<&'static Diagnostic>> {
 /// The names [`parse`] accepts, for its refusal.
 const NAMES: &str = "comma-separated diagnostics among rope-copy, rope-nocs, rope-nobarrier, \
                      rope-noround, rope-trunc, bf16-general, bf16-nonan, bf16-inttest, \
-                     bf16-oneeq, f16-unpack, f16-short, f16-pack, f16-packonly, enc-noid, \
-                     enc-nope and enc-nocheck";
+                     bf16-masked, bf16-oneeq, f16-unpack, f16-short, f16-pack, f16-packonly, \
+                     enc-noid, enc-nope and enc-nocheck";
 
 /// `source`, the kernel of entry point `entry`, with the edits of those of `diagnostics`
 /// that name it, and the names of those whose edits found their text (each edit replaces
