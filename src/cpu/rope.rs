@@ -901,15 +901,10 @@ mod bf16x8 {
     use super::f16c::load8;
     use crate::rope::{Element, Pairing};
 
-    /// The eight bf16 values at `p`, widened.
-    ///
-    /// # Safety
-    /// `p` points at eight halves (16 bytes).
+    /// The eight bf16 values in `h`, widened.
     #[target_feature(enable = "avx2")]
     #[inline]
-    unsafe fn widen8(p: *const u16) -> __m256 {
-        // SAFETY: the caller's promise.
-        let h = unsafe { _mm_loadu_si128(p.cast::<__m128i>()) };
+    fn widen8(h: __m128i) -> __m256 {
         _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
     }
 
@@ -960,7 +955,8 @@ mod bf16x8 {
             let (px, py) = (xs[j..j + 8].as_mut_ptr(), ys[j..j + 8].as_mut_ptr());
             // SAFETY: px and py point at eight halves each (16 bytes), as c and s at eight floats.
             unsafe {
-                let (x, y) = (widen8(px), widen8(py));
+                let (hx, hy) = (_mm_loadu_si128(px.cast()), _mm_loadu_si128(py.cast()));
+                let (x, y) = (widen8(hx), widen8(hy));
                 let (c, s) = (load8(&cos[j..j + 8]), load8(&sin[j..j + 8]));
                 let xo = _mm256_sub_ps(_mm256_mul_ps(x, c), _mm256_mul_ps(y, s));
                 let yo = _mm256_add_ps(_mm256_mul_ps(y, c), _mm256_mul_ps(x, s));
@@ -989,7 +985,7 @@ mod bf16x8 {
             let p = row[2 * i..2 * i + 8].as_mut_ptr();
             // SAFETY: p points at eight halves (16 bytes), cs[i..] at four pairs (8 floats).
             unsafe {
-                let v = widen8(p);
+                let v = widen8(_mm_loadu_si128(p.cast()));
                 let swapped = _mm256_permute_ps::<0xb1>(v);
                 let interleaved = _mm256_loadu_ps(cs[i..].as_ptr().cast::<f32>());
                 let c = _mm256_moveldup_ps(interleaved);
@@ -1056,6 +1052,56 @@ mod bf16x8 {
                 })
             });
             assert_eq!(bad, None, "(f32 bits, got, want)");
+        }
+
+        /// Pairs whose both elements are special (NaNs of several payloads, infinities,
+        /// zeros, subnormals), every combination, against cos and sin that are exactly 0
+        /// and 1 as well as neither: the scalar loop's bits, but where both give a NaN,
+        /// which may be another NaN (which payload a sum of two NaNs keeps is the operands'
+        /// order, the compiler's choice in the scalar loop: see the module).
+        #[test]
+        fn pairs_of_specials_keep_the_scalar_loops_payloads() {
+            if !avx2_here() {
+                return;
+            }
+            let specials: [u16; 12] = [
+                0x7f81, 0xffd5, 0x7fc0, 0x7fff, 0xffe8, 0x7fc7, 0x7f80, 0xff80, 0x0001, 0, 0x8000,
+                0x3f80,
+            ];
+            let turns = [(0.0f32, 1.0f32), (1.0, 0.0), (-0.0, -1.0), (0.6, 0.8), (-0.28, 0.96)];
+            for n in [4usize, 8, 12, 16, 20] {
+                let cs: Vec<(f32, f32)> = (0..n).map(|i| turns[i % turns.len()]).collect();
+                let cs = CosSinRow::from_pairs(&cs);
+                for seed in 0..specials.len() * specials.len() {
+                    let (a, b) = (seed % specials.len(), seed / specials.len());
+                    let pick =
+                        |i: usize, k: usize| specials[(k + i * (1 + 2 * k)) % specials.len()];
+                    for pairing in [Pairing::Neox, Pairing::Gptj] {
+                        let mut row = vec![0u16; 2 * n + 1];
+                        for i in 0..n {
+                            let (x, y) = match pairing {
+                                Pairing::Neox => (i, i + n),
+                                Pairing::Gptj => (2 * i, 2 * i + 1),
+                            };
+                            (row[x], row[y]) = (pick(i, a), pick(i, b));
+                        }
+                        let mut want: Vec<bf16> = row.iter().map(|&h| bf16::from_bits(h)).collect();
+                        super::super::rotate_row(&mut want, &cs, pairing);
+                        let mut got = row.clone();
+                        // SAFETY: the CPU has AVX2 and F16C (checked above).
+                        unsafe { super::rotate_row(&mut got, &cs, pairing) };
+                        let nan = |h: u16| (h & 0x7fff) > 0x7f80;
+                        for (k, (&g, w)) in got.iter().zip(&want).enumerate() {
+                            let w = w.to_bits();
+                            let same = g == w || (nan(g) && nan(w));
+                            assert!(
+                                same,
+                                "{n} pairs, {pairing:?}, row {row:04x?}: [{k}] {g:04x}, {w:04x}"
+                            );
+                        }
+                    }
+                }
+            }
         }
 
         /// Rows of every pair count up to 40 (the tails of eight and of four pairs), with
