@@ -4,6 +4,7 @@
 # .gl in the call's `carry`):
 #   posenc.xz    this tree's release binary
 #   it.xz        the integration tests (`it gpu::` runs the GPU tests there)
+#   unit.xz      the library's unit tests (the CPU loops of every instruction set the host has)
 #   base.xz      the binary of BASE (a commit: the code before the changes to measure) for
 #                interleaved pairs, built in a worktree of its own; BASE=none skips it
 #   diag.xz      this tree built with the `diagnostics` feature (src/shaders/diagnostics.rs):
@@ -24,8 +25,17 @@ for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "it":
         print(m["executable"])')
+# The library's unit tests too: on a host with AVX-512 (the lent machines' CPUs) they hold
+# the AVX-512 loops to the baseline's bits, which no development machine of 2026-12-04/05 had.
+unit=$(cargo test --release --no-run --lib --message-format=json \
+  | python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["executable"])')
 xz -T0 -3 -c target/release/posenc > .devrun/posenc.xz
 xz -T0 -3 -c "$it" > .devrun/it.xz
+xz -T0 -3 -c "$unit" > .devrun/unit.xz
 # The same target directory: cargo keeps both feature sets' builds, so switching back
 # costs nothing; the last build puts the plain binary back in target/release.
 cargo build --release --bin posenc --features diagnostics

@@ -4,13 +4,14 @@
 #   for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig; bash benches/device/run.sh
 # with `carry` [".gl", ".devrun"]. Writes under $OUT (at most 8 files come back):
 #   log.txt      each step, the adapters, the benches' stderr, the GPU's state at the end
-#   tests.txt    the GPU tests (`it gpu::`: every recorded path at the CPU's bits)
+#   tests.txt    the GPU tests (`it gpu::`: every recorded path at the CPU's bits), then the
+#                library's unit tests on the host's CPU (its AVX-512 loops, where it has them)
 #   suite.json   `posenc bench --suite --json --load=false --repeats 5`
 #   torch.jsonl  benches/peers/torch_peer.py, when torch and CUDA are there
 #   burn.jsonl   the burn peer, when .devrun/burn.xz was carried
 #   pairs.jsonl  interleaved benches, one JSON object per line tagged preset/variant/repeat
 #   clocks.csv   the GPU's clocks and power every 100 ms, `##` lines marking the steps
-# Set SKIP (words: tests suite torch burn pairs diagnostics) to leave steps out, PRESETS
+# Set SKIP (words: tests unit suite torch burn pairs diagnostics) to leave steps out, PRESETS
 # and VARIANTS to choose the pairs (ENCODE_PRESETS and ENCODE_VARIANTS too, for presets
 # whose variants differ): a variant is `new` (this tree), `base` (.devrun/base.xz), `hN`
 # (this tree with POSENC_GPU_ROPE_HEADS=N), `uN` (POSENC_GPU_UNITS=N), `counter` (this tree
@@ -59,6 +60,7 @@ for v in posenc base diag burn; do
   [ -f .devrun/$v.xz ] && xz -dc .devrun/$v.xz > /tmp/b/$v && chmod +x /tmp/b/$v
 done
 [ -f .devrun/it.xz ] && xz -dc .devrun/it.xz > target/release/it && chmod +x target/release/it
+[ -f .devrun/unit.xz ] && xz -dc .devrun/unit.xz > /tmp/b/unit && chmod +x /tmp/b/unit
 cp /tmp/b/posenc target/release/posenc
 P=target/release/posenc
 export XDG_RUNTIME_DIR=$(mktemp -d)
@@ -75,6 +77,14 @@ if ! skip tests && [ -x target/release/it ]; then
   mark tests
   timeout 120 target/release/it gpu:: > "$OUT/tests.txt" 2>&1
   say "tests rc=$?"; grep -E "test result|FAILED|panicked" "$OUT/tests.txt" | head -20 >>"$LOG"
+fi
+# The library's unit tests on the host's CPU, appended to tests.txt: where it has AVX-512,
+# they hold that set's loops (f16 rows, the encode's sixteen-wide rows) to the baseline.
+if ! skip unit && [ -x /tmp/b/unit ]; then
+  mark unit
+  grep -o -m1 -w 'avx512[a-z]*' /proc/cpuinfo | sort -u | tr '\n' ' ' >>"$LOG"; echo >>"$LOG"
+  timeout 120 /tmp/b/unit >> "$OUT/tests.txt" 2>&1
+  say "unit rc=$?"; grep -E "test result|FAILED|panicked" "$OUT/tests.txt" | tail -5 >>"$LOG"
 fi
 if ! skip suite; then
   mark suite
