@@ -10,7 +10,7 @@ use ndarray::{
 };
 use rayon::prelude::*;
 
-use super::sincos::{phase_turns, sincos_bits};
+use super::sincos::{phase_turns, sincos_bits_as};
 use crate::error::Result;
 use crate::rope::{
     Element, Frequencies, Geometry, Layout, MultimodalRope, Pairing, RopeCache, RopeSpec,
@@ -47,11 +47,23 @@ pub fn cos_sin_row(freqs: &Frequencies, p: u32, out: &mut [(f32, f32)]) {
 /// `ps`, else every frequency takes `ps[0]`.
 #[inline(always)]
 fn cos_sin_row_inline(freqs: &Frequencies, ps: [u32; 3], axes: Axes<'_>, out: Row<'_>) {
+    cos_sin_row_with::<false>(freqs, ps, axes, out);
+}
+
+/// [`cos_sin_row_inline`], the float32 assembly by the hardware's conversion when `CVT`
+/// (the same bits in the SSE mode's default only: `sincos_bits_as`).
+#[inline(always)]
+fn cos_sin_row_with<const CVT: bool>(
+    freqs: &Frequencies,
+    ps: [u32; 3],
+    axes: Axes<'_>,
+    out: Row<'_>,
+) {
     let af = freqs.attention_factor();
     match axes {
         None => {
             for (slot, &step) in out.iter_mut().zip(freqs.steps()) {
-                *slot = cos_sin_at(ps[0], step, af);
+                *slot = cos_sin_at::<CVT>(ps[0], step, af);
             }
         }
         Some(axes) => {
@@ -66,7 +78,7 @@ fn cos_sin_row_inline(freqs: &Frequencies, ps: [u32; 3], axes: Axes<'_>, out: Ro
                     *p = ps[usize::from(axes.axis((k * RUN + j) as u32))];
                 }
                 for ((slot, &step), &p) in slots.iter_mut().zip(steps).zip(&at) {
-                    *slot = cos_sin_at(p, step, af);
+                    *slot = cos_sin_at::<CVT>(p, step, af);
                 }
             }
         }
@@ -78,8 +90,8 @@ fn cos_sin_row_inline(freqs: &Frequencies, ps: [u32; 3], axes: Axes<'_>, out: Ro
 /// of [`cos_sin_row_inline`] shared was one) the rows no longer vectorised, and a decode
 /// step's CPU RoPE took 1.4 - 2x as long (lavapipe machine, 2026-12-03).
 #[inline(always)]
-fn cos_sin_at(p: u32, [lo, hi]: [u32; 2], af: f32) -> (f32, f32) {
-    let (s, c) = sincos_bits(phase_turns(p, lo, hi));
+fn cos_sin_at<const CVT: bool>(p: u32, [lo, hi]: [u32; 2], af: f32) -> (f32, f32) {
+    let (s, c) = sincos_bits_as::<CVT>(phase_turns(p, lo, hi));
     let (c, s) = (f32::from_bits(c), f32::from_bits(s));
     if af == 1.0 { (c, s) } else { (c * af, s * af) }
 }
@@ -479,7 +491,12 @@ type Task<'x, 'f, T> = (usize, usize, ArrayViewMut3<'x, T>, Option<ndarray::Arra
 fn cos_sin_row_as(simd: Simd, freqs: &Frequencies, ps: [u32; 3], axes: Axes<'_>, out: Row<'_>) {
     match simd.set() {
         Set::Portable => cos_sin_row_inline(freqs, ps, axes, out),
-        // SAFETY: a `Simd` names a set this CPU runs (see its type).
+        // SAFETY: a `Simd` names a set this CPU runs (see its type). The conversion form
+        // in the SSE mode's default only, read on the thread that computes the row.
+        #[cfg(target_arch = "x86_64")]
+        Set::Avx2 if simd.unless_nondefault_mode() == simd => unsafe {
+            cos_sin_row_avx2_cvt(freqs, ps, axes, out)
+        },
         #[cfg(target_arch = "x86_64")]
         Set::Avx2 => unsafe { cos_sin_row_avx2(freqs, ps, axes, out) },
         #[cfg(target_arch = "x86_64")]
@@ -498,6 +515,16 @@ type Row<'a> = &'a mut [(f32, f32)];
 #[inline(never)]
 fn cos_sin_row_avx2(freqs: &Frequencies, ps: [u32; 3], axes: Axes<'_>, out: Row<'_>) {
     cos_sin_row_inline(freqs, ps, axes, out);
+}
+
+/// The AVX2 row with its float32 assembly by VCVTDQ2PS (`sincos_bits_as`), where the
+/// integer form's leading-zero count has no AVX2 instruction: for threads in the SSE mode's
+/// default ([`cos_sin_row_as`] checks). AVX-512 has VPLZCNTD and keeps the integer form.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+#[inline(never)]
+fn cos_sin_row_avx2_cvt(freqs: &Frequencies, ps: [u32; 3], axes: Axes<'_>, out: Row<'_>) {
+    cos_sin_row_with::<true>(freqs, ps, axes, out);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -1224,6 +1251,41 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A thread whose SSE mode rounds otherwise (or flushes) gets the baseline's cos/sin
+    /// bits: the AVX2 row's conversion form is for the default mode only.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    #[allow(deprecated)]
+    fn cos_sin_rows_keep_their_bits_in_another_sse_mode() {
+        use std::arch::x86_64::{_mm_getcsr, _mm_setcsr};
+        let spec = RopeSpec::new(128).unwrap().with_base(500_000.0).unwrap();
+        let freqs = spec.frequencies(1 << 17);
+        let n = freqs.len();
+        let positions = [0u32, 1, 3, 1000, 123_457, 1 << 31, u32::MAX];
+        let row = |simd: Simd, p: u32| {
+            let mut cs = vec![(0.0f32, 0.0f32); n];
+            cos_sin_row_as(simd, &freqs, [p; 3], None, &mut cs);
+            cs.iter().map(|&(c, s)| (c.to_bits(), s.to_bits())).collect::<Vec<_>>()
+        };
+        let want: Vec<_> = positions.iter().map(|&p| row(Simd::PORTABLE, p)).collect();
+        let widest = Simd::detect();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                // SAFETY: reading and writing this thread's MXCSR (restored before it ends).
+                let default = unsafe { _mm_getcsr() };
+                // Round toward zero, down, up; FTZ and DAZ.
+                for bits in [3u32 << 13, 1 << 13, 2 << 13, (1 << 15) | (1 << 6)] {
+                    // SAFETY: as above.
+                    unsafe { _mm_setcsr((default & !(3 << 13)) | bits) };
+                    let got: Vec<_> = positions.iter().map(|&p| row(widest, p)).collect();
+                    // SAFETY: as above.
+                    unsafe { _mm_setcsr(default) };
+                    assert!(got == want, "MXCSR bits {bits:#x}");
+                }
+            });
+        });
     }
 
     #[test]

@@ -44,9 +44,30 @@ pub fn q131_to_f32_bits(m: u32, negative: bool) -> u32 {
     magnitude | if negative { 0x8000_0000 } else { 0 }
 }
 
+/// [`q131_to_f32_bits`] by the hardware's integer conversion: `m` as a signed integer
+/// converted to f32 (rounded to nearest even), its magnitude, times 2^-31 (exact: a power of
+/// two, the result normal), and the sign for a nonzero `m`. The same bits for every `m <=
+/// 2^31` and sign (an exhaustive test), **in the SSE mode's default only**: the conversion
+/// rounds as MXCSR says, where the integer form always rounds to nearest even. Vectorised it
+/// is one VCVTDQ2PS where the integer form finds the leading zeros, which AVX2 has no
+/// instruction for. `2^31` as an `i32` is `i32::MIN`, whose f32 is exactly `-2^31`: the
+/// magnitude puts it right.
+#[inline(always)]
+pub fn q131_to_f32_bits_cvt(m: u32, negative: bool) -> u32 {
+    let magnitude = ((m as i32) as f32).abs() * (1.0 / 2_147_483_648.0);
+    magnitude.to_bits() | if negative && m != 0 { 0x8000_0000 } else { 0 }
+}
+
 /// sin and cos of the phase `t` (units of 2^-32 turn) as float32 bits.
 #[inline(always)]
 pub fn sincos_bits(t: u32) -> (u32, u32) {
+    sincos_bits_as::<false>(t)
+}
+
+/// [`sincos_bits`], its float32 assembly by [`q131_to_f32_bits_cvt`] when `CVT` (the
+/// same bits in the SSE mode's default only), else by [`q131_to_f32_bits`].
+#[inline(always)]
+pub fn sincos_bits_as<const CVT: bool>(t: u32) -> (u32, u32) {
     // Shift by 1/8 turn so the top two bits name the nearest quadrant and the rest is an
     // offset in [-1/8, 1/8) turn around it.
     let shifted = t.wrapping_add(0x2000_0000);
@@ -66,6 +87,9 @@ pub fn sincos_bits(t: u32) -> (u32, u32) {
     let (sin_m, cos_m) = if odd { (cos_mag, sin_mag) } else { (sin_mag, cos_mag) };
     let sin_neg = (q >= 2) != (!odd && negative);
     let cos_neg = (q == 1 || q == 2) != (odd && negative);
+    if CVT {
+        return (q131_to_f32_bits_cvt(sin_m, sin_neg), q131_to_f32_bits_cvt(cos_m, cos_neg));
+    }
     (q131_to_f32_bits(sin_m, sin_neg), q131_to_f32_bits(cos_m, cos_neg))
 }
 
@@ -211,6 +235,29 @@ mod tests {
             m = m * 9 / 8 + 1;
         }
         assert_eq!(q131_to_f32_bits(0, true), 0);
+    }
+
+    /// The conversion form gives the integer form's bits for every magnitude up to 2^31
+    /// and both signs (the SSE mode of a test thread is the default one).
+    #[test]
+    fn the_conversion_assembly_matches_the_integer_one_everywhere() {
+        use rayon::prelude::*;
+        // Every magnitude in an optimised build (2^31 + 1 of them); in a debug build every
+        // 4099th, and the ends.
+        let step: u64 = if cfg!(debug_assertions) { 4099 } else { 1 };
+        let bad = (0..=(1u64 << 31) / step).into_par_iter().find_map_any(|k| {
+            let m = (k * step).min(1 << 31) as u32;
+            [false, true].into_iter().find_map(|neg| {
+                let (got, want) = (q131_to_f32_bits_cvt(m, neg), q131_to_f32_bits(m, neg));
+                (got != want).then_some((m, neg, got, want))
+            })
+        });
+        assert_eq!(bad, None, "(m, negative, conversion, integer)");
+        for m in [0u32, 1, (1 << 31) - 1, 1 << 31] {
+            for neg in [false, true] {
+                assert_eq!(q131_to_f32_bits_cvt(m, neg), q131_to_f32_bits(m, neg), "{m:#x}");
+            }
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@ use super::threads::for_each_chunk;
 use ndarray::{Array2, ArrayViewMut2};
 
 use super::sincos::{
-    f32_angle_phase, f32_product_parts, phase_turns_u33, sincos_bits, u33_to_f32_parts,
+    f32_angle_phase, f32_product_parts, phase_turns_u33, sincos_bits_as, u33_to_f32_parts,
 };
 use crate::error::{Error, Result};
 use crate::exact;
@@ -125,8 +125,13 @@ impl RowKernel {
             return;
         }
         match simd.set() {
-            Set::Portable => self.fill_row_portable(p, row),
-            // SAFETY: a `Simd` names a set this CPU runs (see its type).
+            Set::Portable => self.fill_row_portable::<false>(p, row),
+            // SAFETY: a `Simd` names a set this CPU runs (see its type). The conversion form
+            // in the SSE mode's default only, read on the thread that fills the row.
+            #[cfg(target_arch = "x86_64")]
+            Set::Avx2 if simd.unless_nondefault_mode() == simd => unsafe {
+                self.fill_row_avx2_cvt(p, row)
+            },
             #[cfg(target_arch = "x86_64")]
             Set::Avx2 => unsafe { self.fill_row_avx2(p, row) },
             #[cfg(target_arch = "x86_64")]
@@ -139,7 +144,17 @@ impl RowKernel {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     fn fill_row_avx2(&self, p: u32, row: &mut [f32]) {
-        self.fill_row_portable(p, row);
+        self.fill_row_portable::<false>(p, row);
+    }
+
+    /// [`RowKernel::fill_row_avx2`] with the sin/cos float32 assembly by VCVTDQ2PS
+    /// (`sincos_bits_as`), where the integer form's leading-zero count has no AVX2
+    /// instruction: the same bits in the SSE mode's default, which [`RowKernel::fill_row`]
+    /// checks. AVX-512 has VPLZCNTD and keeps the integer form.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn fill_row_avx2_cvt(&self, p: u32, row: &mut [f32]) {
+        self.fill_row_portable::<true>(p, row);
     }
 
     /// The same loops compiled for AVX-512: sixteen lanes, and the float32 assembly's
@@ -148,17 +163,17 @@ impl RowKernel {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512cd,avx512vl,avx512bw")]
     fn fill_row_avx512(&self, p: u32, row: &mut [f32]) {
-        self.fill_row_portable(p, row);
+        self.fill_row_portable::<false>(p, row);
     }
 
     #[inline(always)]
-    fn fill_row_portable(&self, p: u32, row: &mut [f32]) {
+    fn fill_row_portable<const CVT: bool>(&self, p: u32, row: &mut [f32]) {
         let r = p.wrapping_add(self.start);
         let carry = r < p;
         match self.frequencies {
             Frequencies::Exact => {
                 let phase = |&[lo, hi]: &[u32; 2]| phase_turns_u33(r, carry, lo, hi);
-                self.place(row, phase);
+                self.place::<CVT>(row, phase);
             }
             Frequencies::F32 => {
                 let steps = &self.pairs()[self.n_freqs..];
@@ -166,17 +181,17 @@ impl RowKernel {
                 let phase = |&[w, _]: &[u32; 2]| {
                     f32_angle_phase(f32_product_parts(mp, ep, w), steps, exact::F32_STEP_BIAS)
                 };
-                self.place(row, phase);
+                self.place::<CVT>(row, phase);
             }
         }
     }
 
     /// Writes sin and cos of each frequency's phase into their columns.
     #[inline(always)]
-    fn place(&self, row: &mut [f32], phase: impl Fn(&[u32; 2]) -> u32) {
+    fn place<const CVT: bool>(&self, row: &mut [f32], phase: impl Fn(&[u32; 2]) -> u32) {
         let c = self.cols;
         let n_cos = c.n_cos as usize;
-        let bits = |f: &[u32; 2]| sincos_bits(phase(f));
+        let bits = |f: &[u32; 2]| sincos_bits_as::<CVT>(phase(f));
         if c.stride == 2 {
             // Interleaved: [sin, cos] pairs, then a lone sin when dim is odd.
             let (paired, rest) = row.split_at_mut(2 * n_cos);
@@ -207,6 +222,44 @@ impl RowKernel {
 mod tests {
     use super::*;
     use crate::spec::Variant;
+
+    /// A thread whose SSE mode rounds otherwise (or flushes) gets the portable loops' bits:
+    /// the AVX2 rows' conversion form is for the default mode only.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    #[allow(deprecated)]
+    fn rows_keep_their_bits_in_another_sse_mode() {
+        use std::arch::x86_64::{_mm_getcsr, _mm_setcsr};
+        let rows = RowKernel::new(&PeSpec::new(1026).unwrap().with_base(500_000.0).unwrap());
+        let positions = [0u32, 1, 3, 1000, 123_457, 1 << 31, u32::MAX];
+        let fill = |simd: Simd| -> Vec<Vec<u32>> {
+            positions
+                .iter()
+                .map(|&p| {
+                    let mut row = vec![0f32; 1026];
+                    rows.fill_row(simd, p, &mut row);
+                    row.iter().map(|v| v.to_bits()).collect()
+                })
+                .collect()
+        };
+        let want = fill(Simd::PORTABLE);
+        let widest = Simd::detect();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                // SAFETY: reading and writing this thread's MXCSR (restored before it ends).
+                let default = unsafe { _mm_getcsr() };
+                // Round toward zero, down, up; FTZ and DAZ.
+                for bits in [3u32 << 13, 1 << 13, 2 << 13, (1 << 15) | (1 << 6)] {
+                    // SAFETY: as above.
+                    unsafe { _mm_setcsr((default & !(3 << 13)) | bits) };
+                    let got = fill(widest);
+                    // SAFETY: as above.
+                    unsafe { _mm_setcsr(default) };
+                    assert!(got == want, "MXCSR bits {bits:#x}");
+                }
+            });
+        });
+    }
 
     #[test]
     fn every_instruction_set_gives_the_portable_loops_bits() {
