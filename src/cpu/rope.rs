@@ -1253,6 +1253,38 @@ mod tests {
         }
     }
 
+    /// The widest set's cos/sin rows (on AVX2 assembled by the conversion, vectorised) are
+    /// the baseline's at 20000 positions of two frequency sets, where the exhaustive test of
+    /// the assembly (`sincos`) runs its scalar form.
+    #[test]
+    fn cos_sin_rows_of_the_widest_set_are_the_baselines_at_many_positions() {
+        let plain = RopeSpec::new(128).unwrap().with_base(500_000.0).unwrap();
+        let short = RopeSpec::new(64).unwrap();
+        let mut x = 0x2545_f491_u32;
+        let mut positions: Vec<u32> = (0..20_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                x
+            })
+            .collect();
+        positions.extend([0, 1, 2, 3, 4095, 4096, 1 << 31, u32::MAX - 1, u32::MAX]);
+        for spec in [plain, short] {
+            let freqs = spec.frequencies(1 << 17);
+            let n = freqs.len();
+            let (mut want, mut got) = (vec![(0f32, 0f32); n], vec![(0f32, 0f32); n]);
+            for &p in &positions {
+                cos_sin_row_as(Simd::PORTABLE, &freqs, [p; 3], None, &mut want);
+                cos_sin_row_as(Simd::detect(), &freqs, [p; 3], None, &mut got);
+                let bits = |v: &[(f32, f32)]| -> Vec<(u32, u32)> {
+                    v.iter().map(|&(c, s)| (c.to_bits(), s.to_bits())).collect()
+                };
+                assert_eq!(bits(&got), bits(&want), "position {p}");
+            }
+        }
+    }
+
     /// A thread whose SSE mode rounds otherwise (or flushes) gets the baseline's cos/sin
     /// bits: the AVX2 row's conversion form is for the default mode only.
     #[cfg(target_arch = "x86_64")]
