@@ -97,4 +97,38 @@ impl Simd {
         }
         if widest == Self::PORTABLE { vec![widest] } else { vec![Self::PORTABLE, widest] }
     }
+
+    /// Whether this CPU runs the AVX2 (and F16C) loops; a note that the calling test skips
+    /// if not.
+    #[cfg(test)]
+    pub(crate) fn avx2_here() -> bool {
+        let here = Self::detect() != Self::PORTABLE;
+        if !here {
+            eprintln!("SKIP: no AVX2 and F16C here");
+        }
+        here
+    }
+}
+
+/// Runs `body` on a thread of its own once in each of four SSE modes other than the default
+/// (rounding toward zero, down and up; FTZ with DAZ), with MXCSR's mode bits (`bits`, the
+/// rounding control replaced) set on that thread, for tests of loops that must keep their
+/// bits there.
+#[cfg(all(test, target_arch = "x86_64"))]
+#[allow(deprecated)]
+pub(crate) fn in_other_sse_modes(body: impl Fn(u32) + Sync) {
+    use std::arch::x86_64::{_mm_getcsr, _mm_setcsr};
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            // SAFETY: reading and writing this thread's MXCSR (restored before it ends).
+            let default = unsafe { _mm_getcsr() };
+            for bits in [3u32 << 13, 1 << 13, 2 << 13, (1 << 15) | (1 << 6)] {
+                // SAFETY: as above.
+                unsafe { _mm_setcsr((default & !(3 << 13)) | bits) };
+                body(bits);
+                // SAFETY: as above.
+                unsafe { _mm_setcsr(default) };
+            }
+        });
+    });
 }

@@ -1418,17 +1418,6 @@ mod tests {
         ));
     }
 
-    /// Whether the CPU runs the F16C loop (AVX2 with F16C); a note that the test skips if
-    /// not.
-    #[cfg(target_arch = "x86_64")]
-    fn avx2_here() -> bool {
-        let here = Simd::detect().set() != Set::Portable;
-        if !here {
-            eprintln!("SKIP: no AVX2 here");
-        }
-        here
-    }
-
     /// PE values for the F16C loop's tests, one per table element: mostly ordinary, with
     /// NaNs and infinities as a learned table may hold, but a NaN only beside a table value
     /// that is not one (which of two NaN operands an add returns is the compiler's choice:
@@ -1478,7 +1467,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn f16_and_bf16_tables_through_f16c_give_the_integer_bits() {
-        if !avx2_here() {
+        if !Simd::avx2_here() {
             return;
         }
         let all: Vec<u16> = (0..=u16::MAX).collect();
@@ -1498,7 +1487,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn f32_tables_through_f16c_give_the_integer_bits() {
-        if !avx2_here() {
+        if !Simd::avx2_here() {
             return;
         }
         let mut bits: Vec<u32> = Vec::new();

@@ -39,21 +39,15 @@ const SERIAL_MAX_COS_SIN: usize = 1 << 15;
 /// (when it is not 1): the twin of one row of `shaders/rope_cs.wgsl`.
 #[inline]
 pub fn cos_sin_row(freqs: &Frequencies, p: u32, out: &mut [(f32, f32)]) {
-    cos_sin_row_inline(freqs, [p; 3], None, out);
+    cos_sin_row_inline::<false>(freqs, [p; 3], None, out);
 }
 
 /// [`cos_sin_row`], inlined into the loops compiled for each instruction set; with `axes`
 /// (a multimodal RoPE), frequency `i` takes the position of its axis `axes.axis(i)` of
-/// `ps`, else every frequency takes `ps[0]`.
+/// `ps`, else every frequency takes `ps[0]`. With `CVT`, the float32 assembly by the
+/// hardware's conversion (the same bits in the SSE mode's default only: `sincos_bits_as`).
 #[inline(always)]
-fn cos_sin_row_inline(freqs: &Frequencies, ps: [u32; 3], axes: Axes<'_>, out: Row<'_>) {
-    cos_sin_row_with::<false>(freqs, ps, axes, out);
-}
-
-/// [`cos_sin_row_inline`], the float32 assembly by the hardware's conversion when `CVT`
-/// (the same bits in the SSE mode's default only: `sincos_bits_as`).
-#[inline(always)]
-fn cos_sin_row_with<const CVT: bool>(
+fn cos_sin_row_inline<const CVT: bool>(
     freqs: &Frequencies,
     ps: [u32; 3],
     axes: Axes<'_>,
@@ -490,7 +484,7 @@ type Task<'x, 'f, T> = (usize, usize, ArrayViewMut3<'x, T>, Option<ndarray::Arra
 #[inline]
 fn cos_sin_row_as(simd: Simd, freqs: &Frequencies, ps: [u32; 3], axes: Axes<'_>, out: Row<'_>) {
     match simd.set() {
-        Set::Portable => cos_sin_row_inline(freqs, ps, axes, out),
+        Set::Portable => cos_sin_row_inline::<false>(freqs, ps, axes, out),
         // SAFETY: a `Simd` names a set this CPU runs (see its type). The conversion form
         // in the SSE mode's default only, read on the thread that computes the row.
         #[cfg(target_arch = "x86_64")]
@@ -514,7 +508,7 @@ type Row<'a> = &'a mut [(f32, f32)];
 #[target_feature(enable = "avx2")]
 #[inline(never)]
 fn cos_sin_row_avx2(freqs: &Frequencies, ps: [u32; 3], axes: Axes<'_>, out: Row<'_>) {
-    cos_sin_row_inline(freqs, ps, axes, out);
+    cos_sin_row_inline::<false>(freqs, ps, axes, out);
 }
 
 /// The AVX2 row with its float32 assembly by VCVTDQ2PS (`sincos_bits_as`), where the
@@ -524,14 +518,14 @@ fn cos_sin_row_avx2(freqs: &Frequencies, ps: [u32; 3], axes: Axes<'_>, out: Row<
 #[target_feature(enable = "avx2,f16c")]
 #[inline(never)]
 fn cos_sin_row_avx2_cvt(freqs: &Frequencies, ps: [u32; 3], axes: Axes<'_>, out: Row<'_>) {
-    cos_sin_row_with::<true>(freqs, ps, axes, out);
+    cos_sin_row_inline::<true>(freqs, ps, axes, out);
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512cd,avx512vl,avx512bw")]
 #[inline(never)]
 fn cos_sin_row_avx512(freqs: &Frequencies, ps: [u32; 3], axes: Axes<'_>, out: Row<'_>) {
-    cos_sin_row_inline(freqs, ps, axes, out);
+    cos_sin_row_inline::<false>(freqs, ps, axes, out);
 }
 
 /// [`rotate_row`] with the widest instructions `simd` names.
@@ -556,11 +550,11 @@ fn rotate_row_portable<T: Element>(row: &mut [T], cs: &CosSinRow, pairing: Pairi
 #[target_feature(enable = "avx2,f16c")]
 #[inline(never)]
 fn rotate_row_avx2<T: Element>(row: &mut [T], cs: &CosSinRow, pairing: Pairing) {
-    if let Some(halves) = f16_bits(row) {
-        return f16c::rotate_row(halves, cs, pairing);
+    if let Some(bits) = halves(row, crate::dtype::Dtype::F16) {
+        return f16c::rotate_row(bits, cs, pairing);
     }
-    if let Some(halves) = bf16_bits(row) {
-        return bf16x8::rotate_row(halves, cs, pairing);
+    if let Some(bits) = halves(row, crate::dtype::Dtype::Bf16) {
+        return bf16x8::rotate_row(bits, cs, pairing);
     }
     rotate_row(row, cs, pairing);
 }
@@ -569,30 +563,21 @@ fn rotate_row_avx2<T: Element>(row: &mut [T], cs: &CosSinRow, pairing: Pairing) 
 #[target_feature(enable = "avx512f,avx512cd,avx512vl,avx512bw,avx2,f16c")]
 #[inline(never)]
 fn rotate_row_avx512<T: Element>(row: &mut [T], cs: &CosSinRow, pairing: Pairing) {
-    if let Some(halves) = f16_bits(row) {
-        return f16c::rotate_row(halves, cs, pairing);
+    if let Some(bits) = halves(row, crate::dtype::Dtype::F16) {
+        return f16c::rotate_row(bits, cs, pairing);
     }
-    if let Some(halves) = bf16_bits(row) {
-        return bf16x8::rotate_row(halves, cs, pairing);
+    if let Some(bits) = halves(row, crate::dtype::Dtype::Bf16) {
+        return bf16x8::rotate_row(bits, cs, pairing);
     }
     rotate_row(row, cs, pairing);
 }
 
-/// An f16 row as its bits, for the F16C loops; `None` for other types.
+/// A row of `dtype` (f16 or bf16) as its bits, for the 16-bit loops; `None` for other
+/// types.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn f16_bits<T: Element>(row: &mut [T]) -> Option<&mut [u16]> {
-    if T::DTYPE != crate::dtype::Dtype::F16 {
-        return None;
-    }
-    bytemuck::try_cast_slice_mut(row).ok()
-}
-
-/// A bf16 row as its bits, for the AVX2 loops; `None` for other types.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn bf16_bits<T: Element>(row: &mut [T]) -> Option<&mut [u16]> {
-    if T::DTYPE != crate::dtype::Dtype::Bf16 {
+fn halves<T: Element>(row: &mut [T], dtype: crate::dtype::Dtype) -> Option<&mut [u16]> {
+    if T::DTYPE != dtype {
         return None;
     }
     bytemuck::try_cast_slice_mut(row).ok()
@@ -756,16 +741,7 @@ mod f16c {
         use super::super::CosSinRow;
         use super::any_nan;
         use crate::convert::{f16_to_f32_bits_branchless, f32_to_f16_bits_branchless};
-        use crate::rope::Pairing;
         use crate::simd::{Set, Simd};
-
-        fn f16c_here() -> bool {
-            if Simd::detect().set() == Set::Portable {
-                eprintln!("SKIP: no F16C here");
-                return false;
-            }
-            true
-        }
 
         /// VCVTPS2PH (round to nearest even) of eight f32 bit patterns.
         fn narrow8(bits: &[u32; 8]) -> [u16; 8] {
@@ -781,7 +757,8 @@ mod f16c {
 
         #[test]
         fn vcvtps2ph_rounds_every_f32_as_the_software_conversion() {
-            if !f16c_here() || Simd::detect().unless_nondefault_mode().set() == Set::Portable {
+            if !Simd::avx2_here() || Simd::detect().unless_nondefault_mode().set() == Set::Portable
+            {
                 return;
             }
             // Every one of the 2^32 patterns in an optimised build (about 2 s a core); in a
@@ -807,43 +784,18 @@ mod f16c {
         /// loops give the scalar loop's bits.
         #[test]
         fn tails_and_nan_payloads_rotate_as_the_scalar_loop() {
-            if !f16c_here() {
+            if !Simd::avx2_here() {
                 return;
             }
             let specials: [u16; 12] = [
                 0x7c01, 0xfd55, 0x7e00, 0x7fff, 0x7c00, 0xfc00, 0x0001, 0x83ff, 0x7bff, 0, 0x8000,
                 0x3c00,
             ];
-            for n in 1..=40usize {
-                for extra in 1..=3 {
-                    let cs: Vec<(f32, f32)> = (0..n)
-                        .map(|i| ((i as f32 * 0.37).cos(), (i as f32 * 0.37).sin()))
-                        .collect();
-                    for seed in 0..6usize {
-                        let row: Vec<u16> = (0..2 * n + extra)
-                            .map(|k| {
-                                let mix = k.wrapping_mul(7919).wrapping_add(seed * 104_729);
-                                if mix % 3 == 0 {
-                                    specials[mix % specials.len()]
-                                } else {
-                                    (mix % 0x7bff) as u16 | if mix % 2 == 0 { 0x8000 } else { 0 }
-                                }
-                            })
-                            .collect();
-                        for pairing in [Pairing::Neox, Pairing::Gptj] {
-                            let mut want: Vec<f16> =
-                                row.iter().map(|&h| f16::from_bits(h)).collect();
-                            let row_cs = CosSinRow::from_pairs(&cs);
-                            super::super::rotate_row(&mut want, &row_cs, pairing);
-                            let mut got = row.clone();
-                            // SAFETY: the CPU has AVX2 and F16C (checked above).
-                            unsafe { super::rotate_row(&mut got, &row_cs, pairing) };
-                            let want: Vec<u16> = want.iter().map(|h| h.to_bits()).collect();
-                            assert_eq!(got, want, "{n} pairs + {extra}, seed {seed}, {pairing:?}");
-                        }
-                    }
-                }
-            }
+            // SAFETY: the CPU has AVX2 and F16C (checked above).
+            let simd_loop = |row: &mut [u16], cs: &CosSinRow, pairing| unsafe {
+                super::rotate_row(row, cs, pairing)
+            };
+            super::super::tests::assert_tails_rotate_as_scalar::<f16>(&specials, 0x7bff, simd_loop);
         }
 
         /// A thread whose SSE mode is not the default one (FTZ, DAZ, another rounding, an
@@ -874,7 +826,8 @@ mod f16c {
 
         #[test]
         fn vcvtph2ps_widens_every_half_but_nans_as_the_software_conversion() {
-            if !f16c_here() || Simd::detect().unless_nondefault_mode().set() == Set::Portable {
+            if !Simd::avx2_here() || Simd::detect().unless_nondefault_mode().set() == Set::Portable
+            {
                 return;
             }
             for first in (0..=u16::MAX).step_by(8) {
@@ -1040,22 +993,14 @@ mod bf16x8 {
         use super::super::CosSinRow;
         use crate::convert::f32_to_bf16_bits;
         use crate::rope::Pairing;
-        use crate::simd::{Set, Simd};
-
-        fn avx2_here() -> bool {
-            if Simd::detect().set() == Set::Portable {
-                eprintln!("SKIP: no AVX2 here");
-                return false;
-            }
-            true
-        }
+        use crate::simd::Simd;
 
         /// The eight-lane rounding of every f32 is `f32_to_bf16_bits`, but for NaNs with a
         /// nonzero low half or a clear quiet bit, which no sum of the loops can be (see the
         /// module).
         #[test]
         fn the_eight_lane_rounding_of_every_number_is_the_scalar_one() {
-            if !avx2_here() {
+            if !Simd::avx2_here() {
                 return;
             }
             // Every one of the 2^32 patterns in an optimised build; in a debug build every
@@ -1088,7 +1033,7 @@ mod bf16x8 {
         /// order, the compiler's choice in the scalar loop: see the module).
         #[test]
         fn pairs_of_specials_keep_the_scalar_loops_payloads() {
-            if !avx2_here() {
+            if !Simd::avx2_here() {
                 return;
             }
             let specials: [u16; 12] = [
@@ -1137,43 +1082,20 @@ mod bf16x8 {
         /// both: the loops give the scalar loop's bits.
         #[test]
         fn tails_and_nan_payloads_rotate_as_the_scalar_loop() {
-            if !avx2_here() {
+            if !Simd::avx2_here() {
                 return;
             }
             let specials: [u16; 12] = [
                 0x7f81, 0xffd5, 0x7fc0, 0x7fff, 0x7f80, 0xff80, 0x0001, 0x807f, 0x7f7f, 0, 0x8000,
                 0x3f80,
             ];
-            for n in 1..=40usize {
-                for extra in 1..=3 {
-                    let cs: Vec<(f32, f32)> = (0..n)
-                        .map(|i| ((i as f32 * 0.37).cos(), (i as f32 * 0.37).sin()))
-                        .collect();
-                    for seed in 0..6usize {
-                        let row: Vec<u16> = (0..2 * n + extra)
-                            .map(|k| {
-                                let mix = k.wrapping_mul(7919).wrapping_add(seed * 104_729);
-                                if mix % 3 == 0 {
-                                    specials[mix % specials.len()]
-                                } else {
-                                    (mix % 0x7f7f) as u16 | if mix % 2 == 0 { 0x8000 } else { 0 }
-                                }
-                            })
-                            .collect();
-                        for pairing in [Pairing::Neox, Pairing::Gptj] {
-                            let mut want: Vec<bf16> =
-                                row.iter().map(|&h| bf16::from_bits(h)).collect();
-                            let row_cs = CosSinRow::from_pairs(&cs);
-                            super::super::rotate_row(&mut want, &row_cs, pairing);
-                            let mut got = row.clone();
-                            // SAFETY: the CPU has AVX2 and F16C (checked above).
-                            unsafe { super::rotate_row(&mut got, &row_cs, pairing) };
-                            let want: Vec<u16> = want.iter().map(|h| h.to_bits()).collect();
-                            assert_eq!(got, want, "{n} pairs + {extra}, seed {seed}, {pairing:?}");
-                        }
-                    }
-                }
-            }
+            // SAFETY: the CPU has AVX2 (checked above).
+            let simd_loop = |row: &mut [u16], cs: &CosSinRow, pairing| unsafe {
+                super::rotate_row(row, cs, pairing)
+            };
+            super::super::tests::assert_tails_rotate_as_scalar::<bf16>(
+                &specials, 0x7f7f, simd_loop,
+            );
         }
     }
 }
@@ -1195,6 +1117,46 @@ mod tests {
             }
             for d in 4..7 {
                 assert_eq!(out[[0, 1, h, d]], x[[0, 1, h, d]]);
+            }
+        }
+    }
+
+    /// Rows of every pair count up to 40 (the tails of eight and of four pairs), with one to
+    /// three pass-through dims after them, of 16-bit values `T` (f16 or bf16) mixing
+    /// `specials` with finite values of magnitude below `finite` (as bits), so that NaNs of
+    /// other payloads, infinities and subnormals fall in x, in y and in both: `simd_loop`
+    /// (an F16C or AVX2 loop on the rows' bits) gives the scalar loop's bits.
+    #[cfg(target_arch = "x86_64")]
+    pub(super) fn assert_tails_rotate_as_scalar<T: Element + bytemuck::Pod>(
+        specials: &[u16; 12],
+        finite: usize,
+        simd_loop: impl Fn(&mut [u16], &CosSinRow, Pairing),
+    ) {
+        for n in 1..=40usize {
+            for extra in 1..=3 {
+                let cs: Vec<(f32, f32)> =
+                    (0..n).map(|i| ((i as f32 * 0.37).cos(), (i as f32 * 0.37).sin())).collect();
+                let row_cs = CosSinRow::from_pairs(&cs);
+                for seed in 0..6usize {
+                    let row: Vec<u16> = (0..2 * n + extra)
+                        .map(|k| {
+                            let mix = k.wrapping_mul(7919).wrapping_add(seed * 104_729);
+                            if mix % 3 == 0 {
+                                specials[mix % specials.len()]
+                            } else {
+                                (mix % finite) as u16 | if mix % 2 == 0 { 0x8000 } else { 0 }
+                            }
+                        })
+                        .collect();
+                    for pairing in [Pairing::Neox, Pairing::Gptj] {
+                        let mut want: Vec<T> = bytemuck::cast_slice(&row).to_vec();
+                        rotate_row(&mut want, &row_cs, pairing);
+                        let mut got = row.clone();
+                        simd_loop(&mut got, &row_cs, pairing);
+                        let want: &[u16] = bytemuck::cast_slice(&want);
+                        assert_eq!(got, want, "{n} pairs + {extra}, seed {seed}, {pairing:?}");
+                    }
+                }
             }
         }
     }
@@ -1289,9 +1251,7 @@ mod tests {
     /// bits: the AVX2 row's conversion form is for the default mode only.
     #[cfg(target_arch = "x86_64")]
     #[test]
-    #[allow(deprecated)]
     fn cos_sin_rows_keep_their_bits_in_another_sse_mode() {
-        use std::arch::x86_64::{_mm_getcsr, _mm_setcsr};
         let spec = RopeSpec::new(128).unwrap().with_base(500_000.0).unwrap();
         let freqs = spec.frequencies(1 << 17);
         let n = freqs.len();
@@ -1303,20 +1263,9 @@ mod tests {
         };
         let want: Vec<_> = positions.iter().map(|&p| row(Simd::PORTABLE, p)).collect();
         let widest = Simd::detect();
-        std::thread::scope(|scope| {
-            scope.spawn(|| {
-                // SAFETY: reading and writing this thread's MXCSR (restored before it ends).
-                let default = unsafe { _mm_getcsr() };
-                // Round toward zero, down, up; FTZ and DAZ.
-                for bits in [3u32 << 13, 1 << 13, 2 << 13, (1 << 15) | (1 << 6)] {
-                    // SAFETY: as above.
-                    unsafe { _mm_setcsr((default & !(3 << 13)) | bits) };
-                    let got: Vec<_> = positions.iter().map(|&p| row(widest, p)).collect();
-                    // SAFETY: as above.
-                    unsafe { _mm_setcsr(default) };
-                    assert!(got == want, "MXCSR bits {bits:#x}");
-                }
-            });
+        crate::simd::in_other_sse_modes(|bits| {
+            let got: Vec<_> = positions.iter().map(|&p| row(widest, p)).collect();
+            assert!(got == want, "MXCSR bits {bits:#x}");
         });
     }
 

@@ -227,9 +227,7 @@ mod tests {
     /// the AVX2 rows' conversion form is for the default mode only.
     #[cfg(target_arch = "x86_64")]
     #[test]
-    #[allow(deprecated)]
     fn rows_keep_their_bits_in_another_sse_mode() {
-        use std::arch::x86_64::{_mm_getcsr, _mm_setcsr};
         let rows = RowKernel::new(&PeSpec::new(1026).unwrap().with_base(500_000.0).unwrap());
         let positions = [0u32, 1, 3, 1000, 123_457, 1 << 31, u32::MAX];
         let fill = |simd: Simd| -> Vec<Vec<u32>> {
@@ -244,20 +242,8 @@ mod tests {
         };
         let want = fill(Simd::PORTABLE);
         let widest = Simd::detect();
-        std::thread::scope(|scope| {
-            scope.spawn(|| {
-                // SAFETY: reading and writing this thread's MXCSR (restored before it ends).
-                let default = unsafe { _mm_getcsr() };
-                // Round toward zero, down, up; FTZ and DAZ.
-                for bits in [3u32 << 13, 1 << 13, 2 << 13, (1 << 15) | (1 << 6)] {
-                    // SAFETY: as above.
-                    unsafe { _mm_setcsr((default & !(3 << 13)) | bits) };
-                    let got = fill(widest);
-                    // SAFETY: as above.
-                    unsafe { _mm_setcsr(default) };
-                    assert!(got == want, "MXCSR bits {bits:#x}");
-                }
-            });
+        crate::simd::in_other_sse_modes(|bits| {
+            assert!(fill(widest) == want, "MXCSR bits {bits:#x}");
         });
     }
 
