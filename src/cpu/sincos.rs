@@ -53,7 +53,7 @@ pub fn q131_to_f32_bits(m: u32, negative: bool) -> u32 {
 /// instruction for. `2^31` as an `i32` is `i32::MIN`, whose f32 is exactly `-2^31`: the
 /// magnitude puts it right.
 #[inline(always)]
-pub fn q131_to_f32_bits_cvt(m: u32, negative: bool) -> u32 {
+pub(crate) fn q131_to_f32_bits_cvt(m: u32, negative: bool) -> u32 {
     let magnitude = ((m as i32) as f32).abs() * (1.0 / 2_147_483_648.0);
     magnitude.to_bits() | if negative && m != 0 { 0x8000_0000 } else { 0 }
 }
@@ -67,7 +67,7 @@ pub fn sincos_bits(t: u32) -> (u32, u32) {
 /// [`sincos_bits`], its float32 assembly by [`q131_to_f32_bits_cvt`] when `CVT` (the
 /// same bits in the SSE mode's default only), else by [`q131_to_f32_bits`].
 #[inline(always)]
-pub fn sincos_bits_as<const CVT: bool>(t: u32) -> (u32, u32) {
+pub(crate) fn sincos_bits_as<const CVT: bool>(t: u32) -> (u32, u32) {
     // Shift by 1/8 turn so the top two bits name the nearest quadrant and the rest is an
     // offset in [-1/8, 1/8) turn around it.
     let shifted = t.wrapping_add(0x2000_0000);
