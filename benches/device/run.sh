@@ -18,8 +18,8 @@
 # with POSENC_GPU_LOOP_BOUNDS=all: wgpu's loop counter in every kernel), `d:NAME` (the
 # diagnostics build, .devrun/diag.xz, with POSENC_DIAG=NAME: a kernel with one cost taken
 # out, src/shaders/diagnostics.rs) or `diag` (that build with none: the diagnostics'
-# control, against `new`); DIAG_PRESETS and DIAG_VARIANTS, ENCODE_DIAG_PRESETS and
-# ENCODE_DIAG_VARIANTS choose those pairs, and REPEATS the rounds of pairs (default 2).
+# control, against `new`); DIAG_PRESETS and DIAG_VARIANTS, MROPE_DIAG_PRESETS and
+# MROPE_DIAG_VARIANTS, ENCODE_DIAG_PRESETS and ENCODE_DIAG_VARIANTS choose those pairs, and REPEATS the rounds of pairs (default 2).
 # benches/peers/compare.py prints the peer tables from $OUT once suite.json is copied to
 # posenc.json.
 set -u
@@ -41,6 +41,12 @@ DIAG_PRESETS=${DIAG_PRESETS:-llama3-8b-rope phi-2-rope llama2-13b-step}
 # and indexing alone, no arithmetic, cos/sin or barrier wait: what its access pattern (Phi-2:
 # 64 of each 160-byte head row) costs against the copy (1.02 of it on lavapipe).
 DIAG_VARIANTS=${DIAG_VARIANTS:-new diag d:rope-copy d:rope-trunc d:rope-nobarrier d:rope-noround d:bf16-masked d:f16-short d:f16-pack d:f16-packonly d:rope-copy,rope-nocs,rope-nobarrier}
+# Qwen2.5-VL-7B's multimodal RoPE moved fewer bytes than Llama-3-8B's in more time on the
+# H200 (11.1 us for 33.5 MB against 10.9 for 41.9; 0.61 of its copy): whether its three
+# positions a token and the axis per frequency (rope-nocs takes out the cos/sin, its
+# multimodal gathering included) or its block of 256 units (rope-nobarrier) cost it.
+MROPE_DIAG_PRESETS=${MROPE_DIAG_PRESETS:-qwen2.5-vl-7b-rope}
+MROPE_DIAG_VARIANTS=${MROPE_DIAG_VARIANTS:-new diag d:rope-nocs d:rope-copy d:rope-nobarrier d:rope-trunc}
 ENCODE_DIAG_PRESETS=${ENCODE_DIAG_PRESETS:-llama3-8b}
 ENCODE_DIAG_VARIANTS=${ENCODE_DIAG_VARIANTS:-new diag d:enc-nope}
 REPEATS=${REPEATS:-2}
@@ -135,6 +141,7 @@ if ! skip pairs; then
     for rep in $(seq "$REPEATS"); do
       round=d$rep
       pairs "$DIAG_PRESETS" "$DIAG_VARIANTS"
+      pairs "$MROPE_DIAG_PRESETS" "$MROPE_DIAG_VARIANTS"
       pairs "$ENCODE_DIAG_PRESETS" "$ENCODE_DIAG_VARIANTS" --load=false
     done
   fi
