@@ -999,10 +999,24 @@ def test_ranges_named_are_the_options_own():
         # A finite scale past float32's range (round twelve: "a finite number").
         (lambda: posenc.encode(np.ones((4, 8), np.float32), [[1]], scale=3.5e38), "scale", 3.5e38,
          '"none", "sqrt" or a number finite in float32'),
+        # Counts of positions as the command line words them (round twenty-six: a table's
+        # len named u64's range).
+        (lambda: posenc.table(8, len=-1), "len", -1, "0..=4294967296 (positions are u32)"),
+        (lambda: posenc.alibi_bias(8, -1), "len", -1, "0..=4294967296 (positions are u32)"),
+        (lambda: posenc.alibi_bias(8, 4, kv_len=-1), "kv_len", -1, "0..=4294967296 (positions are u32)"),
     ]:
         with pytest.raises(ValueError) as e:
             call()
         assert f"invalid {name}: {value} (allowed: {allowed}" in str(e.value), str(e.value)
+    # A head dim taken from an array: the rotary-dim hint only where a rotary dim helps,
+    # naming no front end's option (round twenty-six: RopeSpec::partial and --rotary-dim).
+    for dim, hinted in [(7, True), (1, False)]:
+        with pytest.raises(ValueError) as e:
+            posenc.rope(np.ones((1, 1, 1, dim), np.float32), layout="blhd", device="cpu")
+        message = str(e.value)
+        assert message.startswith(f"invalid head_dim: {dim} (the last axis of x) (allowed: an even"), message
+        assert ("partial rotary dim" in message) == hinted, message
+        assert "RopeSpec" not in message and "--" not in message, message
     # In the types' range the extension checks, in the same words.
     with pytest.raises(ValueError, match="allowed: an even number in 2..=head_dim"):
         posenc.RopeSpec(head_dim=64, rotary_dim=3)

@@ -128,11 +128,18 @@ impl RopeSpec {
     /// [`Error::InvalidParameter`] naming `head_dim` unless it is even and in `2..=65536`.
     pub fn new(head_dim: u32) -> Result<Self> {
         if !(2..=MAX_HEAD_DIM).contains(&head_dim) || !head_dim.is_multiple_of(2) {
+            // The hint only where a rotary dim helps (an odd dim in range), worded for every
+            // front end: RopeSpec::partial here, --rotary-dim and Python's rotary_dim= there.
+            let allowed = if head_dim > 2 && head_dim < MAX_HEAD_DIM {
+                "an even number in 2..=65536 (an odd head dim takes a partial rotary dim: an \
+                 even number of its dims to rotate)"
+            } else {
+                "an even number in 2..=65536"
+            };
             return Err(Error::InvalidParameter {
                 field: "head_dim",
                 value: head_dim.to_string(),
-                allowed: "an even number in 2..=65536 (odd head dims: a partial rotary dim, \
-                          RopeSpec::partial or --rotary-dim)",
+                allowed,
             });
         }
         Ok(Self {
@@ -539,6 +546,15 @@ mod tests {
         assert!(RopeSpec::new(0).is_err());
         assert!(RopeSpec::new(3).is_err());
         assert!(RopeSpec::new(MAX_HEAD_DIM + 2).is_err());
+        // The rotary-dim hint where one helps (an odd dim in range) and nowhere else, worded
+        // for every front end, naming none's option (round twenty-six).
+        let hint = "partial rotary dim";
+        for (dim, hinted) in [(3, true), (65535, true), (0, false), (1, false), (65537, false)] {
+            let message = RopeSpec::new(dim).unwrap_err().to_string();
+            assert_eq!(message.contains(hint), hinted, "{message}");
+            assert!(!message.contains("--") && !message.contains("RopeSpec"), "{message}");
+        }
+        assert!(!RopeSpec::new(MAX_HEAD_DIM + 2).unwrap_err().to_string().contains(hint));
         let spec = RopeSpec::new(8).unwrap();
         for bad in [0, 1, 3, 10] {
             let err = spec.clone().with_rotary_dim(bad).unwrap_err();

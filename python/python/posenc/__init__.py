@@ -149,13 +149,17 @@ def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
 _U32 = 2**32 - 1
 _U64 = 2**64 - 1
 # The ranges of RoPE's integer options, as the command line words them.
-_HEAD_DIMS = "an even number in 2..=65536 (odd head dims: a partial rotary dim, rotary_dim=)"
+_HEAD_DIMS = "an even number in 2..=65536"
 _ROTARY_DIMS = "an even number in 2..=head_dim"
 # A table's width, as the command line's --dim words it (the variant checks the rest).
 _TABLE_DIMS = (
     "a whole number in 1..=65536 as the variant allows (vaswani: an even number in 2..=65536)"
 )
 _SEQ_LENS = "1..=4294967296 (one more than the largest u32 position)"
+# A count of positions (a table's len, a bias's len and kv_len), as the command line words
+# it; past it, a value of the type goes on to the extension's checks, as the command line's
+# does (a table's size, the bias's range).
+_POSITION_COUNTS = "0..=4294967296 (positions are u32)"
 
 
 def _shown(value: Any) -> str:
@@ -616,7 +620,7 @@ def table(
         _posenc.table(
             out=target,
             dim=_whole(dim, "dim", _U32, allowed=_TABLE_DIMS),
-            len=_whole(len, "len", _U64),
+            len=_whole(len, "len", _U64, allowed=_POSITION_COUNTS),
             positions_spec=spec,
             positions=pos,
             **config_args,
@@ -1137,7 +1141,7 @@ def rope_cache(
         pos = _int_array(positions, "positions", (1,), 2 * (head_dim or 1))
     cos, sin, inv, factor, pairing_used, note, mrope = _posenc.rope_cache(
         head_dim=_whole(head_dim, "head_dim", _U32, allowed=_HEAD_DIMS),
-        len=_whole(length, "seq_len", 2**32, allowed="0..=4294967296 (positions are u32)"),
+        len=_whole(length, "seq_len", 2**32, allowed=_POSITION_COUNTS),
         positions_spec=spec,
         positions=pos,
         dtype=_text(dtype, "dtype", optional=False),
@@ -1277,8 +1281,8 @@ def alibi_bias(
         _posenc.alibi_bias(
             out=target,
             heads=_heads(heads),
-            len=_whole(len, "len", _U64, optional=False),
-            kv_len=_whole(kv_len, "kv_len", _U64),
+            len=_whole(len, "len", _U64, optional=False, allowed=_POSITION_COUNTS),
+            kv_len=_whole(kv_len, "kv_len", _U64, allowed=_POSITION_COUNTS),
             form=_text(form, "form", optional=False),
             offset=_whole(offset, "offset", _U32, optional=False),
             device=_device(device),

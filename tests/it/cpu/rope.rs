@@ -950,6 +950,29 @@ fn explicit_inv_freq_is_taken_exactly_and_its_cos_sin_are_exact() {
         assert!((f64::from(table[[k, 0, 1]]) - s).abs() <= E_CS, "p={p}");
         assert_eq!((table[[k, 1, 0]], table[[k, 1, 1]].to_bits()), (1.0, 0), "p={p}");
     }
+    // Such a pair (a, b) becomes (a - b * 0, b + a * 0): a -0 comes out +0 where the
+    // partner's product with 0 has the other sign, the first of a pair when its partner's
+    // sign bit is set, the second when its partner's is clear (docs/rope.md; round
+    // twenty-six found the second's rule worded as the first's).
+    let z = RopeSpec::new(2)
+        .unwrap()
+        .with_scaling(Scaling::Explicit { inv_freq: vec![0.0], attention_factor: 1.0 })
+        .unwrap();
+    for (pair, want) in [
+        ([-0.0f32, 1.0], [-0.0f32, 1.0]),
+        ([-0.0, -1.0], [0.0, -1.0]),
+        ([-0.0, 0.0], [-0.0, 0.0]),
+        ([-0.0, -0.0], [0.0, -0.0]),
+        ([1.0, -0.0], [1.0, 0.0]),
+        ([-1.0, -0.0], [-1.0, -0.0]),
+        ([0.0, -0.0], [0.0, 0.0]),
+    ] {
+        let x = ndarray::Array4::from_shape_vec((1, 1, 1, 2), pair.to_vec()).unwrap();
+        let out = cpu::rope(&z, x.view(), ndarray::Array2::zeros((1, 1)).view(), Layout::Blhd);
+        let got: Vec<u32> = out.unwrap().iter().map(|v| v.to_bits()).collect();
+        let want: Vec<u32> = want.iter().map(|v| v.to_bits()).collect();
+        assert_eq!(got, want, "{pair:?}");
+    }
     // A model's own frequencies are an option of their own, not a rope_scaling object's key.
     for (bad, message) in [
         (vec![1.0, -1.0], "invalid inv_freq: -1 at index 1 (allowed: finite numbers in [0, 2^64]"),
