@@ -44,9 +44,11 @@ DIAG_VARIANTS=${DIAG_VARIANTS:-new diag d:rope-copy d:rope-trunc d:rope-nobarrie
 # Qwen2.5-VL-7B's multimodal RoPE moved fewer bytes than Llama-3-8B's in more time on the
 # H200 (11.1 us for 33.5 MB against 10.9 for 41.9; 0.61 of its copy): whether its three
 # positions a token and the axis per frequency (rope-nocs takes out the cos/sin, its
-# multimodal gathering included) or its block of 256 units (rope-nobarrier) cost it.
+# multimodal gathering included) or its block of 256 units (rope-nobarrier) cost it; and
+# mrope-quad, the same bits through the one-position path where a unit's four frequencies
+# share an axis (RADV's compiler: 3700 cycles of latency on that path against 6700).
 MROPE_DIAG_PRESETS=${MROPE_DIAG_PRESETS:-qwen2.5-vl-7b-rope}
-MROPE_DIAG_VARIANTS=${MROPE_DIAG_VARIANTS:-new diag d:rope-nocs d:rope-copy d:rope-nobarrier d:rope-trunc}
+MROPE_DIAG_VARIANTS=${MROPE_DIAG_VARIANTS:-new diag d:mrope-quad d:rope-nocs d:rope-copy d:rope-nobarrier d:rope-trunc}
 ENCODE_DIAG_PRESETS=${ENCODE_DIAG_PRESETS:-llama3-8b}
 ENCODE_DIAG_VARIANTS=${ENCODE_DIAG_VARIANTS:-new diag d:enc-nope}
 REPEATS=${REPEATS:-2}

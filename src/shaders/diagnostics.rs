@@ -286,6 +286,31 @@ fn cos_sin4_at_kept(p: vec3<u32>, f: u32) -> array<vec4<f32>, 2> {",
         )],
     },
     Diagnostic {
+        name: "mrope-quad",
+        removes: "a multimodal step's per-frequency gathering where sections put a unit's four \
+                  frequencies on one axis (time and height runs whole vec4s, as Qwen2-VL's and \
+                  Qwen2.5-VL's [16, 24, 24]): cos_sin4 at that axis's position, the one-position \
+                  path, in a branch uniform over the dispatch. The same bits: an alternative to \
+                  time (Qwen2.5-VL's path through it in RADV's compiler, the cold branches \
+                  cut: 3700 cycles of latency, 540 instructions, where the kernel's takes \
+                  6700 and 700, the one-position kernel's 3100 and 490)",
+        entries: ROPE,
+        edits: &[(
+            "fn cos_sin4_at(p: vec3<u32>, f: u32) -> array<vec4<f32>, 2> {",
+            "fn cos_sin4_at(p: vec3<u32>, f: u32) -> array<vec4<f32>, 2> {
+    // Diagnostic mrope-quad.
+    let section = vec3<u32>(params.section_t, params.section_h, params.section_w);
+    let layouts = FLAG_INTERLEAVED | FLAG_ALTERNATING;
+    if RP_AXES && (params.flags & layouts) == 0u && ((section.x | section.y) & 3u) == 0u {
+        return cos_sin4(p[mrope_axis(f, params.flags, section)], f);
+    }
+    return cos_sin4_at_kept(p, f);
+}
+
+fn cos_sin4_at_kept(p: vec3<u32>, f: u32) -> array<vec4<f32>, 2> {",
+        )],
+    },
+    Diagnostic {
         name: "enc-noid",
         removes: "the load of each token's id before its row's: the row is a hash of the \
                   token's index (a multiply and a remainder), spread over the vocabulary as \
@@ -359,7 +384,7 @@ pub fn parse(text: &str) -> Result<Vec<&'static Diagnostic>> {
 const NAMES: &str = "comma-separated diagnostics among rope-copy, rope-nocs, rope-nobarrier, \
                      rope-noround, rope-trunc, bf16-general, bf16-nonan, bf16-inttest, \
                      bf16-masked, bf16-oneeq, f16-unpack, f16-short, f16-pack, f16-packonly, \
-                     enc-noid, enc-nope and enc-nocheck";
+                     mrope-quad, enc-noid, enc-nope and enc-nocheck";
 
 /// `source`, the kernel of entry point `entry`, with the edits of those of `diagnostics`
 /// that name it, and the names of those whose edits found their text (each edit replaces
