@@ -654,13 +654,15 @@ impl Context {
     /// # Errors
     /// As [`Context::read_buffer`], less [`Error::Blocking`].
     pub async fn read_buffer_async(&self, buffer: &wgpu::Buffer) -> Result<Vec<u8>> {
-        self.read_buffer_range_async(buffer, 0, buffer.size()).await
+        self.read_buffer_range_async("read_buffer", buffer, 0, buffer.size()).await
     }
 
     /// Copies `size` bytes of `buffer` from `offset` (both multiples of 4; usage must
     /// include `COPY_SRC`) back to host memory, once every submission so far has completed.
+    /// Its errors name `op`, the call the caller made.
     pub(crate) async fn read_buffer_range_async(
         &self,
+        op: &'static str,
         buffer: &wgpu::Buffer,
         offset: u64,
         size: u64,
@@ -687,7 +689,7 @@ impl Context {
             return Err(Error::Alloc { what: "a buffer read back", bytes: size });
         }
         let mut filled = false;
-        self.scoped_async("read_buffer", async || {
+        self.scoped_async(op, async || {
             let staging = self.pooled(
                 "posenc.read.staging",
                 size,
@@ -699,7 +701,7 @@ impl Context {
             encoder.copy_buffer_to_buffer(buffer, offset, &staging, 0, size);
             let dst = &mut bytes.spare_capacity_mut()[..n];
             crate::alloc::advise_huge_pages(dst);
-            self.finish_and_read_with("read_buffer", encoder, &staging, size, |at, piece| {
+            self.finish_and_read_with(op, encoder, &staging, size, |at, piece| {
                 super::copy_out_uninit(&mut dst[at..at + piece.len()], piece);
                 filled = at + piece.len() == n;
             })

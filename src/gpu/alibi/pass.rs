@@ -171,9 +171,13 @@ impl AlibiPass {
         u64::from(self.params.n_rows) * u64::from(self.params.n_cols) * 4
     }
 
-    /// Parts a step is recorded in: one, unless the output exceeds one storage binding (or
-    /// 2^31 - 1 values); then each part writes its own range of rows, bound on its own.
+    /// Parts a step is recorded in, one dispatch each: one, unless the output exceeds one
+    /// storage binding (or 2^31 - 1 values); then each part writes its own range of rows,
+    /// bound on its own. None for an empty bias, whose record records nothing.
     pub fn parts(&self) -> usize {
+        if self.output_bytes() == 0 {
+            return 0;
+        }
         u64::from(self.params.n_rows).div_ceil(self.part_rows).max(1) as usize
     }
 

@@ -894,10 +894,11 @@ impl EncodePass {
     }
 
     /// Parts a step is recorded in: one, unless its output is larger than one storage
-    /// binding; then each part binds its own output range.
+    /// binding; then each part binds its own output range. None for a step of no tokens,
+    /// whose record records nothing.
     pub fn parts(&self) -> usize {
         let tokens = self.desc.batch * self.desc.len;
-        tokens.div_ceil(self.part_tokens.max(1) as usize).max(1)
+        tokens.div_ceil(self.part_tokens.max(1) as usize)
     }
 
     /// Bytes one step writes: `batch * len * dim` elements of the output type.
@@ -911,7 +912,7 @@ impl EncodePass {
     /// `shaders/encode_pass_x4.wgsl`), a scan, then two per window, the second indirect (and of
     /// no workgroups when every position is cached). A record whose output slice is not
     /// aligned to the unit kernel's words takes the general kernel: one per window. All of
-    /// it once per part ([`EncodePass::parts`]).
+    /// it once per part ([`EncodePass::parts`]): none for a step of no tokens.
     pub fn dispatches(&self) -> usize {
         self.parts()
             * match self.work {
@@ -1350,9 +1351,10 @@ impl EncodePass {
     /// [`EncodePass::read_faults`] without blocking the calling thread.
     ///
     /// # Errors
-    /// As [`Context::read_buffer_async`].
+    /// As [`Context::read_buffer_async`], named `read_faults`.
     pub async fn read_faults_async(&self) -> Result<Faults> {
-        let words = self.ctx.read_buffer_range_async(&self.state, 0, FAULT_BYTES).await?;
+        let words =
+            self.ctx.read_buffer_range_async("read_faults", &self.state, 0, FAULT_BYTES).await?;
         let word = |k: usize| {
             u32::from_le_bytes([words[4 * k], words[4 * k + 1], words[4 * k + 2], words[4 * k + 3]])
         };

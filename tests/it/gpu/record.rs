@@ -494,6 +494,9 @@ fn bad_arguments_are_refused_before_anything_is_recorded() {
     let empty = EncodePassDescriptor { batch: 5, ..no_tokens };
     let empty = ctx.encode_pass(&spec7, &table, &empty).unwrap();
     assert_eq!((empty.ids_bytes(), empty.positions_bytes(), empty.output_bytes()), (0, 0, 0));
+    // And says so: no parts, no dispatches (round twenty-six: 1 and 3, where an engine may
+    // size its timestamp queries by them).
+    assert_eq!((empty.parts(), empty.dispatches()), (0, 0));
     let (word, word_out) = (words_buffer(ctx, 0, &[7]), out_buffer(ctx, 4));
     let mut encoder = ctx.device().create_command_encoder(&Default::default());
     empty.record(&mut encoder, word.slice(..4), word.slice(..4), word_out.slice(..)).unwrap();
@@ -806,6 +809,16 @@ fn recorded_alibi_equals_the_cpu_bit_for_bit() {
             .with_kv_len(40)
             .unwrap(),
     ];
+    // An empty bias records nothing, and counts no part for it (round twenty-six: 1).
+    for spec in
+        [AlibiSpec::new(4, 0).unwrap(), AlibiSpec::new(4, 2).unwrap().with_kv_len(0).unwrap()]
+    {
+        let pass = ctx.alibi_pass(&spec).unwrap();
+        assert_eq!((pass.output_bytes(), pass.parts()), (0, 0), "{spec:?}");
+        let out = out_buffer(ctx, 16);
+        let mut encoder = ctx.device().create_command_encoder(&Default::default());
+        pass.record(&mut encoder, out.slice(..)).unwrap();
+    }
     // Both access patterns: rows of whole vec4s at a 16-byte offset take the pattern's
     // four-key kernel, the rest its one-value kernel.
     for ctx in &both_patterns(ctx) {
@@ -1021,6 +1034,9 @@ fn a_callers_device_keeps_its_callbacks_and_hosts_two_contexts() {
     let e =
         a.encode(&spec, &table_a, ids.view(), positions.view(), &Default::default()).unwrap_err();
     assert!(matches!(e, Error::DeviceLost { .. }), "{e}");
+    // The pass's fault counters, named as called (round twenty-six: "read_buffer").
+    let e = pass_a.read_faults().unwrap_err();
+    assert!(matches!(e, Error::DeviceLost { op: "read_faults", .. }), "{e:?}");
     let _ = device.poll(wgpu::PollType::wait_indefinitely());
     assert_eq!(lost.load(Ordering::SeqCst), 1, "the caller's device-lost callback");
 }
