@@ -34,9 +34,22 @@ impl Simd {
     /// The baseline, which every CPU of the target runs.
     pub(crate) const PORTABLE: Simd = Simd(Set::Portable);
 
-    /// The widest set this CPU runs (the standard library caches what the CPU reports).
+    /// The widest set this CPU runs (the standard library caches what the CPU reports), at
+    /// most the one [`crate::cpu::SIMD_ENV`] names.
     #[inline]
     pub(crate) fn detect() -> Self {
+        let widest = Self::widest_here();
+        match cap() {
+            // A narrower set than the widest: one this CPU runs too (the widest's
+            // detection includes every narrower set's features).
+            Some(set) if rank(set) < rank(widest.0) => Simd(set),
+            _ => widest,
+        }
+    }
+
+    /// The widest set this CPU runs, whatever [`crate::cpu::SIMD_ENV`] says.
+    #[inline]
+    pub(crate) fn widest_here() -> Self {
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::is_x86_feature_detected as has;
@@ -90,7 +103,7 @@ impl Simd {
     /// baseline's bits.
     #[cfg(test)]
     pub(crate) fn all_here() -> Vec<Self> {
-        let widest = Self::detect();
+        let widest = Self::widest_here();
         #[cfg(target_arch = "x86_64")]
         if widest.0 == Set::Avx512 {
             return vec![Self::PORTABLE, Simd(Set::Avx2), widest];
@@ -102,12 +115,59 @@ impl Simd {
     /// if not.
     #[cfg(test)]
     pub(crate) fn avx2_here() -> bool {
-        let here = Self::detect() != Self::PORTABLE;
+        let here = Self::widest_here() != Self::PORTABLE;
         if !here {
             eprintln!("SKIP: no AVX2 and F16C here");
         }
         here
     }
+}
+
+/// Environment variable capping the instruction set of the CPU loops, for measuring one set
+/// against another with `posenc bench --device cpu` (and the cost model behind `--device
+/// auto`, which reads the set too): `portable` (the target's baseline), `avx2` (with F16C),
+/// `avx512` or `widest` (the default, as unset: the widest the CPU runs). A set the CPU
+/// lacks caps nothing; on other architectures than x86_64 every set is the baseline.
+/// Every set gives the same bits. Read once per process. The command line refuses a value
+/// that names no set ([`crate::cpu::check_simd_env`]); the library ignores one.
+pub const SIMD_ENV: &str = "POSENC_CPU_SIMD";
+
+/// A set's place in the order the sets widen in.
+fn rank(set: Set) -> u8 {
+    match set {
+        Set::Portable => 0,
+        #[cfg(target_arch = "x86_64")]
+        Set::Avx2 => 1,
+        #[cfg(target_arch = "x86_64")]
+        Set::Avx512 => 2,
+    }
+}
+
+/// The names [`crate::cpu::SIMD_ENV`] takes, as its refusal lists them.
+pub(crate) const CAP_NAMES: &str = "portable, avx2, avx512 (the widest set the loops may \
+                                    take) or widest (the default: the widest the CPU runs)";
+
+/// The set `text` names for [`crate::cpu::SIMD_ENV`] (`None`: no cap; `Err`: no set's
+/// name). A set of another architecture caps at the baseline there.
+pub(crate) fn parse_cap(text: &str) -> Result<Option<Set>, ()> {
+    Ok(match text.trim().to_ascii_lowercase().as_str() {
+        "widest" => None,
+        "portable" => Some(Set::Portable),
+        #[cfg(target_arch = "x86_64")]
+        "avx2" => Some(Set::Avx2),
+        #[cfg(target_arch = "x86_64")]
+        "avx512" => Some(Set::Avx512),
+        #[cfg(not(target_arch = "x86_64"))]
+        "avx2" | "avx512" => Some(Set::Portable),
+        _ => return Err(()),
+    })
+}
+
+/// The cap [`crate::cpu::SIMD_ENV`] sets, read once per process; a value that names no set
+/// caps nothing (the command line refuses it first: [`crate::cpu::check_simd_env`]).
+fn cap() -> Option<Set> {
+    static CAP: std::sync::OnceLock<Option<Set>> = std::sync::OnceLock::new();
+    *CAP.get_or_init(|| std::env::var(SIMD_ENV).ok().and_then(|v| parse_cap(&v).ok().flatten()))
 }
 
 /// Runs `body` on a thread of its own once in each of four SSE modes other than the default
@@ -131,4 +191,30 @@ pub(crate) fn in_other_sse_modes(body: impl Fn(u32) + Sync) {
             }
         });
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caps_are_parsed_and_only_narrow() {
+        assert_eq!(parse_cap(" Widest "), Ok(None));
+        // Set but blank is refused, as every posenc variable's (never taken for unset).
+        assert!(parse_cap("").is_err() && parse_cap(" ").is_err());
+        assert_eq!(parse_cap("Portable"), Ok(Some(Set::Portable)));
+        assert!(parse_cap("avx-2").is_err() && parse_cap("sse").is_err());
+        #[cfg(target_arch = "x86_64")]
+        {
+            assert_eq!(parse_cap("avx2"), Ok(Some(Set::Avx2)));
+            assert_eq!(parse_cap(" AVX512 "), Ok(Some(Set::Avx512)));
+        }
+        // Ranks order the sets as they widen, so a cap never widens past the CPU's.
+        for here in Simd::all_here() {
+            for cap in Simd::all_here() {
+                let capped = if rank(cap.0) < rank(here.0) { cap } else { here };
+                assert!(rank(capped.0) <= rank(here.0) && rank(capped.0) <= rank(cap.0));
+            }
+        }
+    }
 }

@@ -11,7 +11,7 @@
 #   burn.jsonl   the burn peer, when .devrun/burn.xz was carried
 #   pairs.jsonl  interleaved benches, one JSON object per line tagged preset/variant/repeat
 #   clocks.csv   the GPU's clocks and power every 100 ms, `##` lines marking the steps
-# Set SKIP (words: tests unit suite torch burn pairs diagnostics) to leave steps out, PRESETS
+# Set SKIP (words: tests unit suite torch burn pairs diagnostics cpu) to leave steps out, PRESETS
 # and VARIANTS to choose the pairs (ENCODE_PRESETS and ENCODE_VARIANTS too, for presets
 # whose variants differ): a variant is `new` (this tree), `base` (.devrun/base.xz), `hN`
 # (this tree with POSENC_GPU_ROPE_HEADS=N), `uN` (POSENC_GPU_UNITS=N), `counter` (this tree
@@ -147,6 +147,19 @@ if ! skip pairs; then
       pairs "$ENCODE_DIAG_PRESETS" "$ENCODE_DIAG_VARIANTS" --load=false
     done
   fi
+fi
+# The CPU loops per instruction set on a lent host with AVX-512 (POSENC_CPU_SIMD), tagged
+# cpu-PRESET/SET/cROUND in pairs.jsonl: AVX-512's loops (sin/cos assembled by VPLZCNTD)
+# against AVX2's (by VCVTDQ2PS since 2026-12-05) on the table, the encode and RoPE; the
+# cost model's AVX-512 rates come from a Zen 5 host (2026-11-26).
+if ! skip cpu && grep -q -w avx512bw /proc/cpuinfo; then
+  mark cpu
+  for rep in 1 2; do
+    for set in avx2 widest; do
+      pair "cpu-llama3-8b/$set/c$rep" env POSENC_CPU_SIMD=$set $P bench --model llama3-8b --device cpu --load=false
+      pair "cpu-llama3-8b-rope/$set/c$rep" env POSENC_CPU_SIMD=$set $P bench --model llama3-8b-rope --device cpu
+    done
+  done
 fi
 nvidia-smi -q -d PERFORMANCE,CLOCK >>"$LOG" 2>&1
 kill %1 2>/dev/null

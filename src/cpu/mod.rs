@@ -15,3 +15,23 @@ pub use rope::{
     rope_multimodal_in_place, rope_multimodal_into,
 };
 pub use table::{table, table_into};
+
+use crate::error::{Result, invalid_env};
+
+pub use crate::simd::SIMD_ENV;
+
+/// Checks [`SIMD_ENV`].
+///
+/// # Errors
+/// [`crate::Error::InvalidParameter`] naming the variable and its value if it names no set.
+pub fn check_simd_env() -> Result<()> {
+    match std::env::var(SIMD_ENV) {
+        Ok(value) if crate::simd::parse_cap(&value).is_err() => {
+            Err(invalid_env(SIMD_ENV, &value, crate::simd::CAP_NAMES))
+        }
+        Err(std::env::VarError::NotUnicode(value)) => {
+            Err(invalid_env(SIMD_ENV, &value.to_string_lossy(), crate::simd::CAP_NAMES))
+        }
+        _ => Ok(()),
+    }
+}

@@ -88,6 +88,11 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return clap_exit(&e),
     };
+    // A cap on the CPU loops' instruction set that names none would measure the widest
+    // while its caller believes otherwise.
+    if let Err(e) = posenc::cpu::check_simd_env() {
+        return report(e.into());
+    }
     // Before anything opens an adapter (and before any thread starts).
     runtime_dir::quiet_the_drivers();
     // Without it, Ctrl-C while an output is written would leave its temporary file.

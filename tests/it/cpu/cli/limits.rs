@@ -14,7 +14,9 @@ use std::process::{Command, Output, Stdio};
 
 use ndarray::{Array2, Array4};
 
-use crate::support::cli::{AUTO_ENV, Dir, WATCHDOG, posenc_lines, stderr, wait_or_kill};
+use crate::support::cli::{
+    AUTO_ENV, Dir, WATCHDOG, assert_ok, assert_rejected, posenc_lines, stderr, wait_or_kill,
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_posenc");
 
@@ -261,4 +263,34 @@ fn bench_refuses_memory_it_cannot_have_in_one_line() {
     assert_eq!(got.status.code(), Some(1), "{:?} {err}", got.status);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.starts_with("posenc: could not allocate ") && err.contains("bench"), "{err}");
+}
+
+/// `POSENC_CPU_SIMD` caps the CPU loops' instruction set: every set gives the same bits (a
+/// table and a RoPE cache, computed by the exact sin/cos, whose float assembly differs per
+/// set), and a value naming no set is refused with one line (a typo would otherwise measure
+/// the widest set under another's name).
+#[test]
+fn a_simd_cap_keeps_the_bits_and_one_naming_no_set_is_refused() {
+    use crate::support::cli::posenc_env;
+    let dir = Dir::new();
+    let run = |set: &str| -> Vec<Vec<u8>> {
+        let (table, cache) = (dir.out(&format!("t-{set}.npy")), dir.out(&format!("c-{set}.npy")));
+        let commands: [&[&str]; 2] = [
+            &["table", "--dim", "96", "--len", "300", "--device", "cpu", "-o", &table],
+            &["rope-cache", "--head-dim", "64", "--len", "40", "--device", "cpu", "-o", &cache],
+        ];
+        for args in commands {
+            assert_ok(&posenc_env(args, &[("POSENC_CPU_SIMD", set)]), set);
+        }
+        [table, cache].iter().map(|f| std::fs::read(f).unwrap()).collect()
+    };
+    let widest = run("widest");
+    for set in ["portable", "avx2", "AVX512 "] {
+        assert!(run(set) == widest, "under {set:?} the files differ from the widest set's");
+    }
+    for bad in ["avx-2", "", "sse4"] {
+        let args = ["table", "--dim", "8", "--len", "2", "--device", "cpu"];
+        let out = posenc_env(&args, &[("POSENC_CPU_SIMD", bad)]);
+        assert_rejected(&out, &[bad], &format!("invalid POSENC_CPU_SIMD: {bad:?}"));
+    }
 }
