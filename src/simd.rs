@@ -38,13 +38,7 @@ impl Simd {
     /// most the one [`crate::cpu::SIMD_ENV`] names.
     #[inline]
     pub(crate) fn detect() -> Self {
-        let widest = Self::widest_here();
-        match cap() {
-            // A narrower set than the widest: one this CPU runs too (the widest's
-            // detection includes every narrower set's features).
-            Some(set) if rank(set) < rank(widest.0) => Simd(set),
-            _ => widest,
-        }
+        capped(Self::widest_here(), cap())
     }
 
     /// The widest set this CPU runs, whatever [`crate::cpu::SIMD_ENV`] says.
@@ -132,6 +126,15 @@ impl Simd {
 /// that names no set ([`crate::cpu::check_simd_env`]); the library ignores one.
 pub const SIMD_ENV: &str = "POSENC_CPU_SIMD";
 
+/// `widest` (a set this CPU runs), or `cap` where it is narrower: a set this CPU runs too
+/// (the widest's detection includes every narrower set's features); never wider.
+fn capped(widest: Simd, cap: Option<Set>) -> Simd {
+    match cap {
+        Some(set) if rank(set) < rank(widest.0) => Simd(set),
+        _ => widest,
+    }
+}
+
 /// A set's place in the order the sets widen in.
 fn rank(set: Set) -> u8 {
     match set {
@@ -209,12 +212,17 @@ mod tests {
             assert_eq!(parse_cap("avx2"), Ok(Some(Set::Avx2)));
             assert_eq!(parse_cap(" AVX512 "), Ok(Some(Set::Avx512)));
         }
-        // Ranks order the sets as they widen, so a cap never widens past the CPU's.
+        // A cap narrows to itself, never widens past the CPU's set, and none keeps it.
         for here in Simd::all_here() {
-            for cap in Simd::all_here() {
-                let capped = if rank(cap.0) < rank(here.0) { cap } else { here };
-                assert!(rank(capped.0) <= rank(here.0) && rank(capped.0) <= rank(cap.0));
-            }
+            assert_eq!(capped(here, None), here);
+            assert_eq!(capped(here, Some(Set::Portable)), Simd::PORTABLE);
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let (avx2, avx512) = (Simd(Set::Avx2), Simd(Set::Avx512));
+            assert_eq!(capped(avx512, Some(Set::Avx2)), avx2);
+            assert_eq!(capped(avx2, Some(Set::Avx512)), avx2);
+            assert_eq!(capped(Simd::PORTABLE, Some(Set::Avx512)), Simd::PORTABLE);
         }
     }
 }
