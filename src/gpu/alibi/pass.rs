@@ -178,7 +178,7 @@ impl AlibiPass {
         if self.output_bytes() == 0 {
             return 0;
         }
-        u64::from(self.params.n_rows).div_ceil(self.part_rows).max(1) as usize
+        u64::from(self.params.n_rows).div_ceil(self.part_rows) as usize
     }
 
     /// Records the bias into `out` (from the slice's start, row-major `[heads, len,
