@@ -166,11 +166,21 @@ pub(crate) fn parse_cap(text: &str) -> Result<Option<Set>, ()> {
     })
 }
 
+/// The cap [`crate::cpu::SIMD_ENV`] sets now (`None`: unset or `widest`), or its value as
+/// set where it names no set (lossily, if not Unicode), for the refusal.
+pub(crate) fn cap_from_env() -> Result<Option<Set>, String> {
+    match std::env::var(SIMD_ENV) {
+        Ok(value) => parse_cap(&value).map_err(|()| value),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(value)) => Err(value.to_string_lossy().into_owned()),
+    }
+}
+
 /// The cap [`crate::cpu::SIMD_ENV`] sets, read once per process; a value that names no set
 /// caps nothing (the command line refuses it first: [`crate::cpu::check_simd_env`]).
 fn cap() -> Option<Set> {
     static CAP: std::sync::OnceLock<Option<Set>> = std::sync::OnceLock::new();
-    *CAP.get_or_init(|| std::env::var(SIMD_ENV).ok().and_then(|v| parse_cap(&v).ok().flatten()))
+    *CAP.get_or_init(|| cap_from_env().ok().flatten())
 }
 
 /// Runs `body` on a thread of its own once in each of four SSE modes other than the default

@@ -25,13 +25,7 @@ pub use crate::simd::SIMD_ENV;
 /// # Errors
 /// [`crate::Error::InvalidParameter`] naming the variable and its value if it names no set.
 pub fn check_simd_env() -> Result<()> {
-    match std::env::var(SIMD_ENV) {
-        Ok(value) if crate::simd::parse_cap(&value).is_err() => {
-            Err(invalid_env(SIMD_ENV, &value, crate::simd::CAP_NAMES))
-        }
-        Err(std::env::VarError::NotUnicode(value)) => {
-            Err(invalid_env(SIMD_ENV, &value.to_string_lossy(), crate::simd::CAP_NAMES))
-        }
-        _ => Ok(()),
-    }
+    crate::simd::cap_from_env()
+        .map(drop)
+        .map_err(|value| invalid_env(SIMD_ENV, &value, crate::simd::CAP_NAMES))
 }

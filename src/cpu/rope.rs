@@ -757,7 +757,8 @@ mod f16c {
 
         #[test]
         fn vcvtps2ph_rounds_every_f32_as_the_software_conversion() {
-            if !Simd::avx2_here() || Simd::detect().unless_nondefault_mode().set() == Set::Portable
+            if !Simd::avx2_here()
+                || Simd::widest_here().unless_nondefault_mode().set() == Set::Portable
             {
                 return;
             }
@@ -804,7 +805,7 @@ mod f16c {
         #[allow(deprecated)]
         fn a_thread_in_another_sse_mode_runs_the_baseline() {
             use std::arch::x86_64::{_mm_getcsr, _mm_setcsr};
-            let widest = Simd::detect();
+            let widest = Simd::widest_here();
             std::thread::spawn(move || {
                 // SAFETY: reading and writing this thread's MXCSR (restored before it ends).
                 let default = unsafe { _mm_getcsr() };
@@ -826,7 +827,8 @@ mod f16c {
 
         #[test]
         fn vcvtph2ps_widens_every_half_but_nans_as_the_software_conversion() {
-            if !Simd::avx2_here() || Simd::detect().unless_nondefault_mode().set() == Set::Portable
+            if !Simd::avx2_here()
+                || Simd::widest_here().unless_nondefault_mode().set() == Set::Portable
             {
                 return;
             }
@@ -1238,7 +1240,7 @@ mod tests {
             let (mut want, mut got) = (vec![(0f32, 0f32); n], vec![(0f32, 0f32); n]);
             for &p in &positions {
                 cos_sin_row_as(Simd::PORTABLE, &freqs, [p; 3], None, &mut want);
-                cos_sin_row_as(Simd::detect(), &freqs, [p; 3], None, &mut got);
+                cos_sin_row_as(Simd::widest_here(), &freqs, [p; 3], None, &mut got);
                 let bits = |v: &[(f32, f32)]| -> Vec<(u32, u32)> {
                     v.iter().map(|&(c, s)| (c.to_bits(), s.to_bits())).collect()
                 };
@@ -1262,7 +1264,7 @@ mod tests {
             cs.iter().map(|&(c, s)| (c.to_bits(), s.to_bits())).collect::<Vec<_>>()
         };
         let want: Vec<_> = positions.iter().map(|&p| row(Simd::PORTABLE, p)).collect();
-        let widest = Simd::detect();
+        let widest = Simd::widest_here();
         crate::simd::in_other_sse_modes(|bits| {
             let got: Vec<_> = positions.iter().map(|&p| row(widest, p)).collect();
             assert!(got == want, "MXCSR bits {bits:#x}");
