@@ -11,15 +11,16 @@
 #   burn.jsonl   the burn peer, when .devrun/burn.xz was carried
 #   pairs.jsonl  interleaved benches, one JSON object per line tagged preset/variant/repeat
 #   clocks.csv   the GPU's clocks and power every 100 ms, `##` lines marking the steps
-# Set SKIP (words: tests unit suite torch burn pairs diagnostics cpu) to leave steps out, PRESETS
-# and VARIANTS to choose the pairs (ENCODE_PRESETS and ENCODE_VARIANTS too, for presets
+# Set SKIP (words: tests unit suite torch burn pairs diagnostics cpu) to leave steps out,
+# PRESETS and VARIANTS to choose the pairs (ENCODE_PRESETS and ENCODE_VARIANTS too, for presets
 # whose variants differ): a variant is `new` (this tree), `base` (.devrun/base.xz), `hN`
 # (this tree with POSENC_GPU_ROPE_HEADS=N), `uN` (POSENC_GPU_UNITS=N), `counter` (this tree
 # with POSENC_GPU_LOOP_BOUNDS=all: wgpu's loop counter in every kernel), `d:NAME` (the
 # diagnostics build, .devrun/diag.xz, with POSENC_DIAG=NAME: a kernel with one cost taken
 # out, src/shaders/diagnostics.rs) or `diag` (that build with none: the diagnostics'
 # control, against `new`); DIAG_PRESETS and DIAG_VARIANTS, MROPE_DIAG_PRESETS and
-# MROPE_DIAG_VARIANTS, ENCODE_DIAG_PRESETS and ENCODE_DIAG_VARIANTS choose those pairs, and REPEATS the rounds of pairs (default 2).
+# MROPE_DIAG_VARIANTS, ENCODE_DIAG_PRESETS and ENCODE_DIAG_VARIANTS choose those pairs, and
+# REPEATS the rounds of pairs (default 2).
 # benches/peers/compare.py prints the peer tables from $OUT once suite.json is copied to
 # posenc.json.
 set -u
