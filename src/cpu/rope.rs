@@ -494,6 +494,10 @@ fn cos_sin_row_as(simd: Simd, freqs: &Frequencies, ps: [u32; 3], axes: Axes<'_>,
         #[cfg(target_arch = "x86_64")]
         Set::Avx2 => unsafe { cos_sin_row_avx2(freqs, ps, axes, out) },
         #[cfg(target_arch = "x86_64")]
+        Set::Avx512 if simd.unless_nondefault_mode() == simd => unsafe {
+            cos_sin_row_avx512_cvt(freqs, ps, axes, out)
+        },
+        #[cfg(target_arch = "x86_64")]
         Set::Avx512 => unsafe { cos_sin_row_avx512(freqs, ps, axes, out) },
     }
 }
@@ -513,7 +517,7 @@ fn cos_sin_row_avx2(freqs: &Frequencies, ps: [u32; 3], axes: Axes<'_>, out: Row<
 
 /// The AVX2 row with its float32 assembly by VCVTDQ2PS (`sincos_bits_as`), where the
 /// integer form's leading-zero count has no AVX2 instruction: for threads in the SSE mode's
-/// default ([`cos_sin_row_as`] checks). AVX-512 has VPLZCNTD and keeps the integer form.
+/// default ([`cos_sin_row_as`] checks).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
 #[inline(never)]
@@ -521,11 +525,23 @@ fn cos_sin_row_avx2_cvt(freqs: &Frequencies, ps: [u32; 3], axes: Axes<'_>, out: 
     cos_sin_row_inline::<true>(freqs, ps, axes, out);
 }
 
+/// The AVX-512 row with its float32 assembly by VPLZCNTD: for threads in another SSE mode
+/// than the default.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512cd,avx512vl,avx512bw")]
 #[inline(never)]
 fn cos_sin_row_avx512(freqs: &Frequencies, ps: [u32; 3], axes: Axes<'_>, out: Row<'_>) {
     cos_sin_row_inline::<false>(freqs, ps, axes, out);
+}
+
+/// The AVX-512 row with its float32 assembly by VCVTDQ2PS, as [`cos_sin_row_avx2_cvt`]:
+/// faster than VPLZCNTD's integer form on AVX-512 too (2026-12-05), for threads in the SSE
+/// mode's default ([`cos_sin_row_as`] checks).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512cd,avx512vl,avx512bw")]
+#[inline(never)]
+fn cos_sin_row_avx512_cvt(freqs: &Frequencies, ps: [u32; 3], axes: Axes<'_>, out: Row<'_>) {
+    cos_sin_row_inline::<true>(freqs, ps, axes, out);
 }
 
 /// [`rotate_row`] with the widest instructions `simd` names.
