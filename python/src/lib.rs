@@ -181,12 +181,22 @@ pub(crate) enum Device {
 
 impl Device {
     pub(crate) fn parse(text: &str) -> PyResult<Self> {
+        Self::parse_among(text, r#""auto", "cpu", "gpu""#)
+    }
+
+    /// [`Device::parse`] for a function that also takes `"reference"` (its caller's own
+    /// route), which a refusal then names among the allowed values.
+    pub(crate) fn parse_beside_reference(text: &str) -> PyResult<Self> {
+        Self::parse_among(text, r#""auto", "cpu", "gpu", "reference""#)
+    }
+
+    fn parse_among(text: &str, allowed: &str) -> PyResult<Self> {
         match text {
             "cpu" => Ok(Device::Cpu),
             "gpu" => Ok(Device::Gpu),
             "auto" => Ok(Device::Auto),
             other => Err(PyValueError::new_err(format!(
-                "invalid device: {other:?} (allowed: \"auto\", \"cpu\", \"gpu\")"
+                "invalid device: {other:?} (allowed: {allowed})"
             ))),
         }
     }

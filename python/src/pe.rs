@@ -132,7 +132,7 @@ fn table<'py>(
     let mut out_array = out.map(crate::arrays::f32_out::<ndarray::Ix2>).transpose()?;
     let out_view = out_array.as_mut().map(|o| o.as_array_mut());
     let reference_path = device == "reference";
-    let device = if reference_path { Device::Cpu } else { Device::parse(device)? };
+    let device = if reference_path { Device::Cpu } else { Device::parse_beside_reference(device)? };
     let source = config_source(&config_path, &config_json);
     let options = PeOptions {
         variant: parse_variant(variant.as_deref())?,

@@ -96,8 +96,16 @@ def test_encode_weights_file_errors(cli, tmp_path):
 
 
 def test_python_side_checks():
-    with pytest.raises(ValueError, match="invalid device"):
+    with pytest.raises(ValueError, match="invalid device") as e:
         posenc.table(8, device="tpu")
+    # The table takes "reference" too, and a refusal names it; the others do not.
+    assert str(e.value).endswith('(allowed: "auto", "cpu", "gpu", "reference")'), e.value
+    with pytest.raises(ValueError, match="invalid device") as e:
+        posenc.table(8, device=3)
+    assert '"reference"' in str(e.value), e.value
+    with pytest.raises(ValueError) as e:
+        posenc.alibi_bias(4, len=2, device="reference")
+    assert str(e.value).endswith('(allowed: "auto", "cpu", "gpu")'), e.value
     with pytest.raises(ValueError, match="ids must be integers, got dtype float64"):
         posenc.encode(np.zeros((4, 8), np.float32), np.zeros((1, 2)))
     with pytest.raises(ValueError, match="must have rank 4|4-D"):

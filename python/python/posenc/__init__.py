@@ -552,9 +552,10 @@ def _table_array(value: Any, what: str):
     return a, None
 
 
-def _device(device: str) -> str:
+def _device(device: str, reference: bool = False) -> str:
     if not isinstance(device, str):
-        raise ValueError(f"invalid device: {device!r} (allowed: \"auto\", \"cpu\", \"gpu\")")
+        allowed = '"auto", "cpu", "gpu"' + (', "reference"' if reference else "")
+        raise ValueError(f"invalid device: {device!r} (allowed: {allowed})")
     _ensure_runtime_dir(_utf8(device, "device"))
     return device
 
@@ -634,7 +635,7 @@ def table(
             max_timescale=_number(max_timescale, "max_timescale"),
             start_index=_whole(start_index, "start_index", _U32),
             padding_idx=_padding_idx(padding_idx),
-            device=device if device == "reference" else _device(device),
+            device=device if device == "reference" else _device(device, reference=True),
             gpu_memory_budget=_whole(gpu_memory_budget, "gpu_memory_budget", _U64),
         )
     )

@@ -95,7 +95,7 @@ pub(crate) fn clap_exit(e: &clap::Error) -> ExitCode {
         to_stderr(format_args!("posenc: {}\n", one_line(&message)));
         return ExitCode::from(EXIT_USAGE);
     }
-    let rendered = e.render().to_string();
+    let rendered = with_user_strings(e, e.render().to_string());
     let paragraph: Vec<&str> = rendered
         .lines()
         .map(str::trim)
@@ -108,6 +108,29 @@ pub(crate) fn clap_exit(e: &clap::Error) -> ExitCode {
     let message = one_line(message.strip_prefix("error: ").unwrap_or(&message));
     to_stderr(format_args!("posenc: {message}\n"));
     ExitCode::from(EXIT_USAGE)
+}
+
+/// clap's rendering strips the terminal escape sequences (`ESC [ ... m`, `ESC ] ... BEL`)
+/// from all it prints, the user's words included: `--dim $'8\e[31m'` read "invalid value
+/// '8'", `--len $'\e]0;t\a'` "invalid value ''", not what was typed (a stranger's,
+/// 2026-12-05). Each string of the error's context that rendering changed is put back as
+/// given, where the message quotes it, for [`one_line`] to escape.
+fn with_user_strings(e: &clap::Error, mut rendered: String) -> String {
+    use clap::error::ContextValue;
+    for (_, value) in e.context() {
+        let given: &[String] = match value {
+            ContextValue::String(s) => std::slice::from_ref(s),
+            ContextValue::Strings(v) => v,
+            _ => continue,
+        };
+        for s in given {
+            let shown = clap::builder::StyledStr::from(s.clone()).to_string();
+            if shown != *s {
+                rendered = rendered.replacen(&format!("'{shown}'"), &format!("'{s}'"), 1);
+            }
+        }
+    }
+    rendered
 }
 
 /// clap says "a value is required for '--output <PATH>' but none was supplied" both where

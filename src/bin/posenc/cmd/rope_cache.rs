@@ -33,8 +33,8 @@ pub(crate) const HELP: &str = "Writes cos and sin of shape [positions, rotary_di
 
 safetensors (the default): tensors cos and sin ([positions, rotary_dim], --dtype) and inv_freq \
     ([rotary_dim / 2], f32: the exact frequencies rounded, for a module's buffer), metadata \
-    attention_factor, pairing, rotary_dim. npy: one array [2, positions, rotary_dim] holding cos \
-    then sin (bf16 as '<u2' raw bits).
+    attention_factor, format (pt), pairing, rotary_dim. npy: one array [2, positions, \
+    rotary_dim] holding cos then sin (bf16 as '<u2' raw bits).
 
 A multimodal RoPE's config (M-RoPE: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5, GLM-4V, \
     PaddleOCR-VL, ...) gives the cache by position that each of its three axes gathers from, \

@@ -507,6 +507,8 @@ fn user_strings_in_an_error_line_are_cut_and_escaped() {
     let long_path = format!("{}/{}", dir.out(""), "p".repeat(100_000));
     let spec = format!("0,1,\x1b[31m{}", "9".repeat(100_000));
     let flag = format!("\x1b[31m{}", "1".repeat(100_000));
+    // Escape sequences clap's rendering used to strip from the value it quotes.
+    let (osc, unknown) = ("\x1b]0;title\x07", "--\x1b[2Jdim");
     let rope = ["rope", "--device", "cpu", "--input", &x, "--layout", "blhd", "-o"];
     let o = dir.out("o.npy");
     let (dup, rope_type, escape) =
@@ -534,7 +536,9 @@ fn user_strings_in_an_error_line_are_cut_and_escaped() {
         ),
         (vec!["table", "--device", "cpu", "--dim", "8", "--len", "3", "-o", &long_path], "ppp"),
         (vec!["table", "--device", "cpu", "--dim", "8", "--positions", &spec], "position spec"),
-        (vec!["table", "--device", "cpu", "--dim", &flag], "--dim"),
+        (vec!["table", "--device", "cpu", "--dim", &flag], "'\\u{1b}[31m111"),
+        (vec!["table", "--device", "cpu", "--dim", &osc], "'\\u{1b}]0;title\\u{7}'"),
+        (vec!["table", "--device", "cpu", &unknown], "'--\\u{1b}[2Jdim'"),
     ];
     for (args, needle) in cases {
         let run = posenc(&args);
