@@ -115,6 +115,18 @@ impl Simd {
         }
         here
     }
+
+    /// Whether this CPU runs the AVX-512 loops (and so AVX2's); a note that the calling
+    /// test's AVX-512 part skips if not.
+    #[cfg(test)]
+    pub(crate) fn avx512_here() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if Self::widest_here().0 == Set::Avx512 {
+            return true;
+        }
+        eprintln!("SKIP: no AVX-512 here");
+        false
+    }
 }
 
 /// Environment variable capping the instruction set of the CPU loops, for measuring one set

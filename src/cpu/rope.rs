@@ -580,10 +580,10 @@ fn rotate_row_avx2<T: Element>(row: &mut [T], cs: &CosSinRow, pairing: Pairing) 
 #[inline(never)]
 fn rotate_row_avx512<T: Element>(row: &mut [T], cs: &CosSinRow, pairing: Pairing) {
     if let Some(bits) = halves(row, crate::dtype::Dtype::F16) {
-        return f16c::rotate_row(bits, cs, pairing);
+        return f16c::rotate_row_avx512(bits, cs, pairing);
     }
     if let Some(bits) = halves(row, crate::dtype::Dtype::Bf16) {
-        return bf16x8::rotate_row(bits, cs, pairing);
+        return bf16x8::rotate_row_avx512(bits, cs, pairing);
     }
     rotate_row(row, cs, pairing);
 }
@@ -600,10 +600,11 @@ fn halves<T: Element>(row: &mut [T], dtype: crate::dtype::Dtype) -> Option<&mut 
 }
 
 /// RoPE of f16 rows with F16C's conversions, eight pairs at a time, for the AVX2 and
-/// AVX-512 sets (each includes F16C: [`Simd::detect`]; a thread whose SSE mode is not the
-/// default runs the baseline instead: [`Simd::unless_nondefault_mode`]). VCVTPH2PS widens each half
-/// exactly, as `f16_to_f32_bits_branchless` does (but for a signalling NaN, which it
-/// quiets: groups holding a NaN take the scalar loop); the products and sums are the scalar
+/// AVX-512 sets (AVX-512's NeoX loop sixteen at a time first; each set includes F16C:
+/// [`Simd::detect`]; a thread whose SSE mode is not the default runs the baseline instead:
+/// [`Simd::unless_nondefault_mode`]). VCVTPH2PS widens each half exactly, as
+/// `f16_to_f32_bits_branchless` does (but for a signalling NaN, which it quiets: groups
+/// holding a NaN take the scalar loop); the products and sums are the scalar
 /// loop's, in its order and unfused; VCVTPS2PH rounds each result to nearest even,
 /// overflowing to infinity, as `f32_to_f16_bits_branchless` does for every f32 (an
 /// exhaustive test checks both conversions), so the rows get the scalar loop's bits. The
@@ -612,10 +613,13 @@ fn halves<T: Element>(row: &mut [T], dtype: crate::dtype::Dtype) -> Option<&mut 
 #[cfg(target_arch = "x86_64")]
 mod f16c {
     use std::arch::x86_64::{
-        __m128i, __m256, _mm_and_si128, _mm_cmpgt_epi16, _mm_loadu_si128, _mm_or_si128,
+        __m128i, __m256, __m256i, _mm_and_si128, _mm_cmpgt_epi16, _mm_loadu_si128, _mm_or_si128,
         _mm_set1_epi16, _mm_storeu_si128, _mm_testz_si128, _mm256_add_ps, _mm256_addsub_ps,
-        _mm256_cvtph_ps, _mm256_cvtps_ph, _mm256_loadu_ps, _mm256_movehdup_ps, _mm256_moveldup_ps,
-        _mm256_mul_ps, _mm256_permute_ps, _mm256_sub_ps,
+        _mm256_and_si256, _mm256_cmpgt_epi16_mask, _mm256_cvtph_ps, _mm256_cvtps_ph,
+        _mm256_loadu_ps, _mm256_loadu_si256, _mm256_movehdup_ps, _mm256_moveldup_ps, _mm256_mul_ps,
+        _mm256_or_si256, _mm256_permute_ps, _mm256_set1_epi16, _mm256_storeu_si256, _mm256_sub_ps,
+        _mm512_add_ps, _mm512_cvtph_ps, _mm512_cvtps_ph, _mm512_loadu_ps, _mm512_mul_ps,
+        _mm512_sub_ps,
     };
 
     use half::f16;
@@ -678,10 +682,15 @@ mod f16c {
     #[target_feature(enable = "avx2,f16c")]
     fn neox(row: &mut [u16], cos: &[f32], sin: &[f32]) {
         let n = cos.len();
-        let sin = &sin[..n];
         let (xs, rest) = row.split_at_mut(n);
-        let ys = &mut rest[..n];
-        let mut j = 0;
+        neox_from(xs, &mut rest[..n], cos, &sin[..n], 0);
+    }
+
+    /// NeoX's pairs (xs[i], ys[i]) from `j` on, eight at a time, then one by one.
+    #[target_feature(enable = "avx2,f16c")]
+    #[inline]
+    fn neox_from(xs: &mut [u16], ys: &mut [u16], cos: &[f32], sin: &[f32], mut j: usize) {
+        let n = cos.len();
         while j + 8 <= n {
             let (px, py) = (xs[j..j + 8].as_mut_ptr(), ys[j..j + 8].as_mut_ptr());
             // SAFETY: px and py point at eight halves each (16 bytes), as c and s at eight floats.
@@ -705,6 +714,57 @@ mod f16c {
         for k in j..n {
             pair(&mut xs[k], &mut ys[k], (cos[k], sin[k]));
         }
+    }
+
+    /// Whether any of the sixteen halves in `h` is a NaN ([`any_nan`]'s test, by a mask).
+    #[target_feature(enable = "avx512f,avx512vl,avx512bw")]
+    #[inline]
+    fn any_nan16(h: __m256i) -> bool {
+        let magnitude = _mm256_and_si256(h, _mm256_set1_epi16(0x7fff));
+        _mm256_cmpgt_epi16_mask(magnitude, _mm256_set1_epi16(0x7c00)) != 0
+    }
+
+    /// [`rotate_row`] for AVX-512: NeoX's pairs sixteen at a time (VCVTPH2PS and VCVTPS2PH
+    /// of sixteen lanes, the same conversions), then eight; GPT-J's as AVX2's.
+    #[target_feature(enable = "avx512f,avx512cd,avx512vl,avx512bw,avx2,f16c")]
+    pub(super) fn rotate_row_avx512(row: &mut [u16], cs: &CosSinRow, pairing: Pairing) {
+        match pairing {
+            Pairing::Neox => neox16(row, &cs.cos[..cs.pairs.len()], &cs.sin[..cs.pairs.len()]),
+            Pairing::Gptj => gptj(row, &cs.pairs),
+        }
+    }
+
+    /// [`neox`] sixteen pairs at a time.
+    #[target_feature(enable = "avx512f,avx512cd,avx512vl,avx512bw,avx2,f16c")]
+    fn neox16(row: &mut [u16], cos: &[f32], sin: &[f32]) {
+        let n = cos.len();
+        let sin = &sin[..n];
+        let (xs, rest) = row.split_at_mut(n);
+        let ys = &mut rest[..n];
+        let mut j = 0;
+        while j + 16 <= n {
+            let (px, py) = (xs[j..j + 16].as_mut_ptr(), ys[j..j + 16].as_mut_ptr());
+            let (cj, sj) = (&cos[j..j + 16], &sin[j..j + 16]);
+            // SAFETY: px and py point at sixteen halves each (32 bytes), cj and sj at
+            // sixteen floats.
+            unsafe {
+                let (hx, hy) = (_mm256_loadu_si256(px.cast()), _mm256_loadu_si256(py.cast()));
+                if any_nan16(_mm256_or_si256(hx, hy)) {
+                    for k in j..j + 16 {
+                        pair(&mut xs[k], &mut ys[k], (cos[k], sin[k]));
+                    }
+                } else {
+                    let (x, y) = (_mm512_cvtph_ps(hx), _mm512_cvtph_ps(hy));
+                    let (c, s) = (_mm512_loadu_ps(cj.as_ptr()), _mm512_loadu_ps(sj.as_ptr()));
+                    let xo = _mm512_sub_ps(_mm512_mul_ps(x, c), _mm512_mul_ps(y, s));
+                    let yo = _mm512_add_ps(_mm512_mul_ps(y, c), _mm512_mul_ps(x, s));
+                    _mm256_storeu_si256(px.cast(), _mm512_cvtps_ph::<0>(xo));
+                    _mm256_storeu_si256(py.cast(), _mm512_cvtps_ph::<0>(yo));
+                }
+            }
+            j += 16;
+        }
+        neox_from(xs, ys, cos, sin, j);
     }
 
     /// Pair i is (2i, 2i + 1): four pairs per eight halves. ADDSUBPS subtracts in the even
@@ -746,8 +806,10 @@ mod f16c {
     #[cfg(test)]
     mod tests {
         use std::arch::x86_64::{
-            __m128i, _mm_loadu_si128, _mm_set1_epi16, _mm_storeu_si128, _mm256_castsi256_ps,
-            _mm256_cvtph_ps, _mm256_cvtps_ph, _mm256_loadu_si256, _mm256_storeu_ps,
+            __m128i, __m256i, _mm_loadu_si128, _mm_set1_epi16, _mm_storeu_si128,
+            _mm256_castsi256_ps, _mm256_cvtph_ps, _mm256_cvtps_ph, _mm256_loadu_si256,
+            _mm256_storeu_ps, _mm256_storeu_si256, _mm512_castsi512_ps, _mm512_cvtph_ps,
+            _mm512_cvtps_ph, _mm512_loadu_si512, _mm512_storeu_ps,
         };
 
         use rayon::prelude::*;
@@ -771,6 +833,19 @@ mod f16c {
             out
         }
 
+        /// VCVTPS2PH (round to nearest even) of sixteen f32 bit patterns.
+        fn narrow16(bits: &[u32; 16]) -> [u16; 16] {
+            let mut out = [0u16; 16];
+            // SAFETY: the CPU has AVX-512 (the callers' check); sixteen words in, sixteen
+            // halves out.
+            unsafe {
+                let v = _mm512_castsi512_ps(_mm512_loadu_si512(bits.as_ptr().cast()));
+                let h = _mm512_cvtps_ph::<0>(v);
+                _mm256_storeu_si256(out.as_mut_ptr().cast::<__m256i>(), h);
+            }
+            out
+        }
+
         #[test]
         fn vcvtps2ph_rounds_every_f32_as_the_software_conversion() {
             if !Simd::avx2_here()
@@ -781,18 +856,24 @@ mod f16c {
             // Every one of the 2^32 patterns in an optimised build (about 2 s a core); in a
             // debug build every 4099th (a prime stride, so every exponent and many
             // fractions).
-            let step: u64 = if cfg!(debug_assertions) { 4099 * 8 } else { 8 };
+            // Sixteen a group: VCVTPS2PH of eight lanes twice, and of sixteen where the CPU
+            // has AVX-512.
+            let wide = Simd::avx512_here();
+            let step: u64 = if cfg!(debug_assertions) { 4099 * 16 } else { 16 };
             let groups = (1u64 << 32) / step;
             let bad = (0..groups).into_par_iter().find_map_any(|g| {
                 let first = (g * step) as u32;
-                let bits: [u32; 8] = std::array::from_fn(|k| first.wrapping_add(k as u32));
-                let got = narrow8(&bits);
-                (0..8).find_map(|k| {
+                let bits: [u32; 16] = std::array::from_fn(|k| first.wrapping_add(k as u32));
+                let (lo, hi) = bits.split_at(8);
+                let got = [narrow8(lo.try_into().unwrap()), narrow8(hi.try_into().unwrap())];
+                let got16 = if wide { narrow16(&bits) } else { [0u16; 16] };
+                (0..16).find_map(|k| {
                     let want = f32_to_f16_bits_branchless(bits[k]) as u16;
-                    (got[k] != want).then_some((bits[k], got[k], want))
+                    let wrong = got[k / 8][k % 8] != want || (wide && got16[k] != want);
+                    wrong.then_some((bits[k], got[k / 8][k % 8], got16[k], want))
                 })
             });
-            assert_eq!(bad, None, "(f32 bits, VCVTPS2PH, software)");
+            assert_eq!(bad, None, "(f32 bits, VCVTPS2PH of 8, of 16, software)");
         }
 
         /// Rows of every pair count up to 40 (the tails of eight and of four pairs), with
@@ -813,6 +894,16 @@ mod f16c {
                 super::rotate_row(row, cs, pairing)
             };
             super::super::tests::assert_tails_rotate_as_scalar::<f16>(&specials, 0x7bff, simd_loop);
+            if Simd::avx512_here() {
+                // SAFETY: the CPU has AVX-512 (checked).
+                let simd_loop = |row: &mut [u16], cs: &CosSinRow, pairing| unsafe {
+                    super::rotate_row_avx512(row, cs, pairing)
+                };
+                let specials = &specials;
+                super::super::tests::assert_tails_rotate_as_scalar::<f16>(
+                    specials, 0x7bff, simd_loop,
+                );
+            }
         }
 
         /// A thread whose SSE mode is not the default one (FTZ, DAZ, another rounding, an
@@ -848,6 +939,7 @@ mod f16c {
             {
                 return;
             }
+            let wide = Simd::avx512_here();
             for first in (0..=u16::MAX).step_by(8) {
                 let halves: [u16; 8] = std::array::from_fn(|k| first + k as u16);
                 let mut got = [0f32; 8];
@@ -866,13 +958,40 @@ mod f16c {
                     }
                 }
             }
+            // Sixteen lanes, and their NaN test, where the CPU has AVX-512: each group of
+            // sixteen holds at most one NaN, placed in every lane in turn, or none.
+            for first in (0..=u16::MAX).step_by(16).filter(|_| wide) {
+                let halves: [u16; 16] = std::array::from_fn(|k| first + k as u16);
+                for lane in 0..=16 {
+                    let mut halves = halves.map(|h| if (h & 0x7fff) > 0x7c00 { 0x3c00 } else { h });
+                    if lane < 16 {
+                        halves[lane] = 0x7c00 | (first % 0x3ff).max(1) | (first & 0x8000);
+                    }
+                    let mut got = [0f32; 16];
+                    // SAFETY: the CPU has AVX-512 (checked); sixteen halves in, sixteen
+                    // floats out.
+                    let nan = unsafe {
+                        let h = _mm256_loadu_si256(halves.as_ptr().cast::<__m256i>());
+                        _mm512_storeu_ps(got.as_mut_ptr(), _mm512_cvtph_ps(h));
+                        super::any_nan16(h)
+                    };
+                    assert_eq!(nan, lane < 16, "{first:#06x}, lane {lane}");
+                    for (&h, g) in halves.iter().zip(got) {
+                        if (h & 0x7fff) <= 0x7c00 {
+                            let want = f16_to_f32_bits_branchless(u32::from(h));
+                            assert_eq!(g.to_bits(), want, "{h:#06x}");
+                        }
+                    }
+                }
+            }
             // SAFETY: the CPU has F16C.
             assert!(!unsafe { any_nan(_mm_set1_epi16(0x7c00)) }, "infinity is no NaN");
         }
     }
 }
 
-/// RoPE of bf16 rows eight pairs at a time, for the AVX2 and AVX-512 sets. Widening is a
+/// RoPE of bf16 rows eight pairs at a time, for the AVX2 and AVX-512 sets (AVX-512's NeoX
+/// loop sixteen at a time first, narrowed by VPMOVDW). Widening is a
 /// shift, exact for every value; the products and sums are the scalar loop's, in its order
 /// and unfused; each result rounds to nearest even by `f32_to_bf16_bits`'s integer steps for
 /// numbers, eight lanes at once, with no test for NaN. None is needed: every NaN these sums
@@ -885,12 +1004,16 @@ mod f16c {
 #[cfg(target_arch = "x86_64")]
 mod bf16x8 {
     use std::arch::x86_64::{
-        __m128i, __m256, __m256i, _mm_loadu_si128, _mm_storeu_si128, _mm256_add_epi32,
-        _mm256_add_ps, _mm256_addsub_ps, _mm256_and_si256, _mm256_castps_si256,
+        __m128i, __m256, __m256i, __m512, __m512i, _mm_loadu_si128, _mm_storeu_si128,
+        _mm256_add_epi32, _mm256_add_ps, _mm256_addsub_ps, _mm256_and_si256, _mm256_castps_si256,
         _mm256_castsi256_ps, _mm256_castsi256_si128, _mm256_cvtepu16_epi32,
-        _mm256_extracti128_si256, _mm256_loadu_ps, _mm256_movehdup_ps, _mm256_moveldup_ps,
-        _mm256_mul_ps, _mm256_packus_epi32, _mm256_permute_ps, _mm256_permute4x64_epi64,
-        _mm256_set1_epi32, _mm256_slli_epi32, _mm256_srli_epi32, _mm256_sub_ps,
+        _mm256_extracti128_si256, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_movehdup_ps,
+        _mm256_moveldup_ps, _mm256_mul_ps, _mm256_packus_epi32, _mm256_permute_ps,
+        _mm256_permute4x64_epi64, _mm256_set1_epi32, _mm256_slli_epi32, _mm256_srli_epi32,
+        _mm256_storeu_si256, _mm256_sub_ps, _mm512_add_epi32, _mm512_add_ps, _mm512_and_si512,
+        _mm512_castps_si512, _mm512_castsi512_ps, _mm512_cvtepi32_epi16, _mm512_cvtepu16_epi32,
+        _mm512_loadu_ps, _mm512_mul_ps, _mm512_set1_epi32, _mm512_slli_epi32, _mm512_srli_epi32,
+        _mm512_sub_ps,
     };
 
     use half::bf16;
@@ -948,7 +1071,14 @@ mod bf16x8 {
         let sin = &sin[..n];
         let (xs, rest) = row.split_at_mut(n);
         let ys = &mut rest[..n];
-        let mut j = 0;
+        neox_from(xs, ys, cos, sin, 0);
+    }
+
+    /// [`neox`]'s pairs from `j` on, eight at a time, then one by one.
+    #[target_feature(enable = "avx2,f16c")]
+    #[inline]
+    fn neox_from(xs: &mut [u16], ys: &mut [u16], cos: &[f32], sin: &[f32], mut j: usize) {
+        let n = cos.len();
         while j + 8 <= n {
             let (px, py) = (xs[j..j + 8].as_mut_ptr(), ys[j..j + 8].as_mut_ptr());
             // SAFETY: px and py point at eight halves each (16 bytes), as c and s at eight floats.
@@ -970,6 +1100,62 @@ mod bf16x8 {
         for k in j..n {
             pair(&mut xs[k], &mut ys[k], (cos[k], sin[k]));
         }
+    }
+
+    /// `round8` of sixteen lanes.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn round16(v: __m512) -> __m512i {
+        let b = _mm512_castps_si512(v);
+        let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(b), _mm512_set1_epi32(1));
+        _mm512_srli_epi32::<16>(_mm512_add_epi32(
+            _mm512_add_epi32(b, _mm512_set1_epi32(0x7fff)),
+            lsb,
+        ))
+    }
+
+    /// The sixteen bf16 values in `h`, widened.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn widen16(h: __m256i) -> __m512 {
+        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
+    }
+
+    /// [`rotate_row`] for AVX-512: NeoX's pairs sixteen at a time (VPMOVDW narrows the
+    /// rounded lanes, where AVX2 packs and permutes), then eight; GPT-J's as AVX2's.
+    #[target_feature(enable = "avx512f,avx512cd,avx512vl,avx512bw,avx2,f16c")]
+    pub(super) fn rotate_row_avx512(row: &mut [u16], cs: &CosSinRow, pairing: Pairing) {
+        match pairing {
+            Pairing::Neox => neox16(row, &cs.cos[..cs.pairs.len()], &cs.sin[..cs.pairs.len()]),
+            Pairing::Gptj => gptj(row, &cs.pairs),
+        }
+    }
+
+    /// [`neox`] sixteen pairs at a time.
+    #[target_feature(enable = "avx512f,avx512cd,avx512vl,avx512bw,avx2,f16c")]
+    fn neox16(row: &mut [u16], cos: &[f32], sin: &[f32]) {
+        let n = cos.len();
+        let sin = &sin[..n];
+        let (xs, rest) = row.split_at_mut(n);
+        let ys = &mut rest[..n];
+        let mut j = 0;
+        while j + 16 <= n {
+            let (px, py) = (xs[j..j + 16].as_mut_ptr(), ys[j..j + 16].as_mut_ptr());
+            let (cj, sj) = (&cos[j..j + 16], &sin[j..j + 16]);
+            // SAFETY: px and py point at sixteen halves each (32 bytes), cj and sj at
+            // sixteen floats.
+            unsafe {
+                let (hx, hy) = (_mm256_loadu_si256(px.cast()), _mm256_loadu_si256(py.cast()));
+                let (x, y) = (widen16(hx), widen16(hy));
+                let (c, s) = (_mm512_loadu_ps(cj.as_ptr()), _mm512_loadu_ps(sj.as_ptr()));
+                let xo = _mm512_sub_ps(_mm512_mul_ps(x, c), _mm512_mul_ps(y, s));
+                let yo = _mm512_add_ps(_mm512_mul_ps(y, c), _mm512_mul_ps(x, s));
+                _mm256_storeu_si256(px.cast(), _mm512_cvtepi32_epi16(round16(xo)));
+                _mm256_storeu_si256(py.cast(), _mm512_cvtepi32_epi16(round16(yo)));
+            }
+            j += 16;
+        }
+        neox_from(xs, ys, cos, sin, j);
     }
 
     /// Pair i is (2i, 2i + 1): four pairs per eight halves. ADDSUBPS subtracts in the even
@@ -1003,7 +1189,10 @@ mod bf16x8 {
 
     #[cfg(test)]
     mod tests {
-        use std::arch::x86_64::{_mm256_castsi256_ps, _mm256_loadu_si256, _mm256_storeu_si256};
+        use std::arch::x86_64::{
+            _mm256_castsi256_ps, _mm256_loadu_si256, _mm256_storeu_si256, _mm512_castsi512_ps,
+            _mm512_loadu_si512, _mm512_storeu_si512,
+        };
 
         use half::bf16;
         use rayon::prelude::*;
@@ -1013,35 +1202,47 @@ mod bf16x8 {
         use crate::rope::Pairing;
         use crate::simd::Simd;
 
-        /// The eight-lane rounding of every f32 is `f32_to_bf16_bits`, but for NaNs with a
-        /// nonzero low half or a clear quiet bit, which no sum of the loops can be (see the
-        /// module).
+        /// The eight-lane rounding of every f32, and the sixteen-lane one where the CPU has
+        /// AVX-512, is `f32_to_bf16_bits`, but for NaNs with a nonzero low half or a clear
+        /// quiet bit, which no sum of the loops can be (see the module).
         #[test]
-        fn the_eight_lane_rounding_of_every_number_is_the_scalar_one() {
+        fn the_lanes_rounding_of_every_number_is_the_scalar_one() {
             if !Simd::avx2_here() {
                 return;
             }
             // Every one of the 2^32 patterns in an optimised build; in a debug build every
             // 4099th (a prime stride, so every exponent and many fractions).
-            let step: u64 = if cfg!(debug_assertions) { 4099 * 8 } else { 8 };
+            // Sixteen lanes a group: two of round8, and round16 where the CPU has AVX-512.
+            let wide = Simd::avx512_here();
+            let step: u64 = if cfg!(debug_assertions) { 4099 * 16 } else { 16 };
             let groups = (1u64 << 32) / step;
             let bad = (0..groups).into_par_iter().find_map_any(|g| {
                 let first = (g * step) as u32;
-                let bits: [u32; 8] = std::array::from_fn(|k| first.wrapping_add(k as u32));
-                let mut got = [0u32; 8];
-                // SAFETY: the CPU has AVX2 (checked above); eight words in, eight out.
+                let bits: [u32; 16] = std::array::from_fn(|k| first.wrapping_add(k as u32));
+                let (mut got, mut got16) = ([0u32; 16], [0u32; 16]);
+                // SAFETY: the CPU has AVX2 (checked above), and AVX-512 where `wide`;
+                // sixteen words in, sixteen out.
                 unsafe {
-                    let v = _mm256_castsi256_ps(_mm256_loadu_si256(bits.as_ptr().cast()));
-                    _mm256_storeu_si256(got.as_mut_ptr().cast(), super::round8(v));
+                    for half in 0..2 {
+                        let at = bits[8 * half..].as_ptr().cast();
+                        let v = _mm256_castsi256_ps(_mm256_loadu_si256(at));
+                        let out = got[8 * half..].as_mut_ptr().cast();
+                        _mm256_storeu_si256(out, super::round8(v));
+                    }
+                    if wide {
+                        let v = _mm512_castsi512_ps(_mm512_loadu_si512(bits.as_ptr().cast()));
+                        _mm512_storeu_si512(got16.as_mut_ptr().cast(), super::round16(v));
+                    }
                 }
-                (0..8).find_map(|k| {
+                (0..16).find_map(|k| {
                     let nan = (bits[k] & 0x7fff_ffff) > 0x7f80_0000;
                     let arises = !nan || (bits[k] & 0x0040_ffff == 0x0040_0000);
                     let want = f32_to_bf16_bits(bits[k]);
-                    (arises && got[k] != want).then_some((bits[k], got[k], want))
+                    let wrong = got[k] != want || (wide && got16[k] != want);
+                    (arises && wrong).then_some((bits[k], got[k], got16[k], want))
                 })
             });
-            assert_eq!(bad, None, "(f32 bits, got, want)");
+            assert_eq!(bad, None, "(f32 bits, eight lanes, sixteen lanes, want)");
         }
 
         /// Pairs whose both elements are special (NaNs of several payloads, infinities,
@@ -1059,7 +1260,16 @@ mod bf16x8 {
                 0x3f80,
             ];
             let turns = [(0.0f32, 1.0f32), (1.0, 0.0), (-0.0, -1.0), (0.6, 0.8), (-0.28, 0.96)];
-            for n in [4usize, 8, 12, 16, 20] {
+            // The AVX2 loop, and AVX-512's where the CPU has it.
+            type Loop = unsafe fn(&mut [u16], &CosSinRow, Pairing);
+            let mut loops: Vec<(&str, Loop)> = vec![("avx2", super::rotate_row)];
+            if Simd::avx512_here() {
+                loops.push(("avx512", super::rotate_row_avx512));
+            }
+            for (n, &(set, simd_loop)) in [4usize, 8, 12, 16, 20, 24, 32, 40]
+                .into_iter()
+                .flat_map(|n| loops.iter().map(move |l| (n, l)))
+            {
                 let cs: Vec<(f32, f32)> = (0..n).map(|i| turns[i % turns.len()]).collect();
                 let cs = CosSinRow::from_pairs(&cs);
                 for seed in 0..specials.len() * specials.len() {
@@ -1078,15 +1288,16 @@ mod bf16x8 {
                         let mut want: Vec<bf16> = row.iter().map(|&h| bf16::from_bits(h)).collect();
                         super::super::rotate_row(&mut want, &cs, pairing);
                         let mut got = row.clone();
-                        // SAFETY: the CPU has AVX2 and F16C (checked above).
-                        unsafe { super::rotate_row(&mut got, &cs, pairing) };
+                        // SAFETY: the CPU runs the loop's set (checked above).
+                        unsafe { simd_loop(&mut got, &cs, pairing) };
                         let nan = |h: u16| (h & 0x7fff) > 0x7f80;
                         for (k, (&g, w)) in got.iter().zip(&want).enumerate() {
                             let w = w.to_bits();
                             let same = g == w || (nan(g) && nan(w));
                             assert!(
                                 same,
-                                "{n} pairs, {pairing:?}, row {row:04x?}: [{k}] {g:04x}, {w:04x}"
+                                "{set}: {n} pairs, {pairing:?}, row {row:04x?}: [{k}] {g:04x}, \
+                                 {w:04x}"
                             );
                         }
                     }
@@ -1114,6 +1325,15 @@ mod bf16x8 {
             super::super::tests::assert_tails_rotate_as_scalar::<bf16>(
                 &specials, 0x7f7f, simd_loop,
             );
+            if Simd::avx512_here() {
+                // SAFETY: the CPU has AVX-512 (checked).
+                let simd_loop = |row: &mut [u16], cs: &CosSinRow, pairing| unsafe {
+                    super::rotate_row_avx512(row, cs, pairing)
+                };
+                super::super::tests::assert_tails_rotate_as_scalar::<bf16>(
+                    &specials, 0x7f7f, simd_loop,
+                );
+            }
         }
     }
 }
@@ -1143,7 +1363,11 @@ mod tests {
     /// three pass-through dims after them, of 16-bit values `T` (f16 or bf16) mixing
     /// `specials` with finite values of magnitude below `finite` (as bits), so that NaNs of
     /// other payloads, infinities and subnormals fall in x, in y and in both: `simd_loop`
-    /// (an F16C or AVX2 loop on the rows' bits) gives the scalar loop's bits.
+    /// (an F16C, AVX2 or AVX-512 loop on the rows' bits) gives the scalar loop's bits, but
+    /// where both elements of a pair are NaN: then both results are NaNs, whose payloads
+    /// follow the order in which a compiled loop adds the two NaN terms, which the compiler
+    /// chooses (the scalar loop inlined into two functions has kept x's in one and y's in
+    /// the other; [guarantees](docs/guarantees.md) promises no payload).
     #[cfg(target_arch = "x86_64")]
     pub(super) fn assert_tails_rotate_as_scalar<T: Element + bytemuck::Pod>(
         specials: &[u16; 12],
@@ -1172,7 +1396,19 @@ mod tests {
                         let mut got = row.clone();
                         simd_loop(&mut got, &row_cs, pairing);
                         let want: &[u16] = bytemuck::cast_slice(&want);
-                        assert_eq!(got, want, "{n} pairs + {extra}, seed {seed}, {pairing:?}");
+                        let nan = |h: u16| Element::to_f32(bytemuck::cast::<u16, T>(h)).is_nan();
+                        let partner = |k: usize| match pairing {
+                            Pairing::Neox => (k + n) % (2 * n),
+                            Pairing::Gptj => k ^ 1,
+                        };
+                        let both_nan = |k: usize| k < 2 * n && nan(row[k]) && nan(row[partner(k)]);
+                        let same = got
+                            .iter()
+                            .zip(want)
+                            .enumerate()
+                            .all(|(k, (&g, &w))| g == w || (both_nan(k) && nan(g) && nan(w)));
+                        let case = format!("{n} pairs + {extra}, seed {seed}, {pairing:?}");
+                        assert!(same, "{case}: {got:04x?} against {want:04x?}");
                     }
                 }
             }
