@@ -19,8 +19,9 @@ pub(crate) enum Set {
     #[cfg(target_arch = "x86_64")]
     Avx2,
     /// AVX-512 F, CD, VL and BW, with AVX2 and F16C: sixteen 32-bit lanes, leading zeros in
-    /// one instruction (`vplzcntd`), which the exact sin/cos's float assembly needs, and the
-    /// f16 conversions (`vcvtph2ps`, `vcvtps2ph`). Every AVX-512 CPU has CD, AVX2 and F16C.
+    /// one instruction (`vplzcntd`, which the exact sin/cos's integer float assembly takes
+    /// where a thread's SSE mode is not the default), and the f16 conversions
+    /// (`vcvtph2ps`, `vcvtps2ph`) on sixteen lanes. Every AVX-512 CPU has CD, AVX2 and F16C.
     #[cfg(target_arch = "x86_64")]
     Avx512,
 }

@@ -100,9 +100,10 @@ def test_python_side_checks():
         posenc.table(8, device="tpu")
     # The table takes "reference" too, and a refusal names it; the others do not.
     assert str(e.value).endswith('(allowed: "auto", "cpu", "gpu", "reference")'), e.value
-    with pytest.raises(ValueError, match="invalid device") as e:
-        posenc.table(8, device=3)
-    assert '"reference"' in str(e.value), e.value
+    for device in [3, np.array(["reference"])]:
+        with pytest.raises(ValueError, match="invalid device") as e:
+            posenc.table(8, device=device)
+        assert '"reference"' in str(e.value), e.value
     with pytest.raises(ValueError) as e:
         posenc.alibi_bias(4, len=2, device="reference")
     assert str(e.value).endswith('(allowed: "auto", "cpu", "gpu")'), e.value

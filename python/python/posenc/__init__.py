@@ -635,7 +635,11 @@ def table(
             max_timescale=_number(max_timescale, "max_timescale"),
             start_index=_whole(start_index, "start_index", _U32),
             padding_idx=_padding_idx(padding_idx),
-            device=device if device == "reference" else _device(device, reference=True),
+            device=(
+                device
+                if isinstance(device, str) and device == "reference"
+                else _device(device, reference=True)
+            ),
             gpu_memory_budget=_whole(gpu_memory_budget, "gpu_memory_budget", _U64),
         )
     )

@@ -110,11 +110,15 @@ pub(crate) fn clap_exit(e: &clap::Error) -> ExitCode {
     ExitCode::from(EXIT_USAGE)
 }
 
-/// clap's rendering strips the terminal escape sequences (`ESC [ ... m`, `ESC ] ... BEL`)
-/// from all it prints, the user's words included: `--dim $'8\e[31m'` read "invalid value
-/// '8'", `--len $'\e]0;t\a'` "invalid value ''", not what was typed (a stranger's,
-/// 2026-12-05). Each string of the error's context that rendering changed is put back as
-/// given, where the message quotes it, for [`one_line`] to escape.
+/// The strings of the user's that clap quotes (a value, an unknown flag or subcommand),
+/// escaped and cut as every user string in an error line is (`posenc::message_text`, to
+/// `MAX_SHOWN_CHARS`). clap quotes them as given, but for the terminal escape sequences
+/// (`ESC [ ... m`, `ESC ] ... BEL`), which its rendering strips from all it prints:
+/// `--dim $'8\e[31m'` read "invalid value '8'", not what was typed, a newline in a value
+/// broke the message into lines of which one was kept (`--dim $'x\n\ny'`: "invalid value
+/// 'x"), and a long value was cut only with the whole line (a stranger's and a reviewer's,
+/// 2026-12-05). Each string of the error's context is put back in its shown form where the
+/// message quotes it (the first quote, in every form of clap's messages).
 fn with_user_strings(e: &clap::Error, mut rendered: String) -> String {
     use clap::error::ContextValue;
     for (_, value) in e.context() {
@@ -124,9 +128,10 @@ fn with_user_strings(e: &clap::Error, mut rendered: String) -> String {
             _ => continue,
         };
         for s in given {
-            let shown = clap::builder::StyledStr::from(s.clone()).to_string();
-            if shown != *s {
-                rendered = rendered.replacen(&format!("'{shown}'"), &format!("'{s}'"), 1);
+            let stripped = clap::builder::StyledStr::from(s.clone()).to_string();
+            let shown = posenc::message_text(s, posenc::MAX_SHOWN_CHARS);
+            if shown != stripped {
+                rendered = rendered.replacen(&format!("'{stripped}'"), &format!("'{shown}'"), 1);
             }
         }
     }

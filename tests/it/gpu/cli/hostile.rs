@@ -507,8 +507,9 @@ fn user_strings_in_an_error_line_are_cut_and_escaped() {
     let long_path = format!("{}/{}", dir.out(""), "p".repeat(100_000));
     let spec = format!("0,1,\x1b[31m{}", "9".repeat(100_000));
     let flag = format!("\x1b[31m{}", "1".repeat(100_000));
-    // Escape sequences clap's rendering used to strip from the value it quotes.
-    let (osc, unknown) = ("\x1b]0;title\x07", "--\x1b[2Jdim");
+    // Escape sequences clap's rendering used to strip from the value it quotes, and
+    // newlines that broke its message into lines.
+    let (osc, unknown, lines) = ("\x1b]0;title\x07", "--\x1b[2Jdim", "x\n\ny");
     let rope = ["rope", "--device", "cpu", "--input", &x, "--layout", "blhd", "-o"];
     let o = dir.out("o.npy");
     let (dup, rope_type, escape) =
@@ -539,6 +540,8 @@ fn user_strings_in_an_error_line_are_cut_and_escaped() {
         (vec!["table", "--device", "cpu", "--dim", &flag], "'\\u{1b}[31m111"),
         (vec!["table", "--device", "cpu", "--dim", &osc], "'\\u{1b}]0;title\\u{7}'"),
         (vec!["table", "--device", "cpu", &unknown], "'--\\u{1b}[2Jdim'"),
+        (vec!["table", "--device", "cpu", "--dim", lines], "'x\\n\\ny' for '--dim <D>'"),
+        (vec!["table", "--device", lines], "'x\\n\\ny' for '--device <DEVICE>'"),
     ];
     for (args, needle) in cases {
         let run = posenc(&args);
@@ -555,6 +558,12 @@ fn user_strings_in_an_error_line_are_cut_and_escaped() {
         assert_eq!(raw, None, "{case:?}: a raw control character in {text:?}");
         assert!(text.contains(needle), "{case:?}: {needle:?} not in {text}");
     }
+    // A value clap quotes is cut as every user string is, not only with the whole line.
+    let run = posenc(&["table", "--device", "cpu", "--dim", &flag]);
+    let text = String::from_utf8_lossy(&run.stderr);
+    let chars = text.trim_end().chars().count();
+    assert!(chars < posenc::MAX_SHOWN_CHARS + 200, "a line of {chars} characters: {text}");
+    assert!(text.contains(" characters ...]"), "{text}");
 }
 
 // Round four: a stranger's probes of the binary (2026-11-28).
