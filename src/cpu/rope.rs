@@ -724,14 +724,51 @@ mod f16c {
         _mm256_cmpgt_epi16_mask(magnitude, _mm256_set1_epi16(0x7c00)) != 0
     }
 
-    /// [`rotate_row`] for AVX-512: NeoX's pairs sixteen at a time (VCVTPH2PS and VCVTPS2PH
-    /// of sixteen lanes, the same conversions), then eight; GPT-J's as AVX2's.
+    /// [`rotate_row`] for AVX-512: sixteen lanes a step (VCVTPH2PS and VCVTPS2PH of sixteen
+    /// lanes, the same conversions), then AVX2's eight.
     #[target_feature(enable = "avx512f,avx512cd,avx512vl,avx512bw,avx2,f16c")]
     pub(super) fn rotate_row_avx512(row: &mut [u16], cs: &CosSinRow, pairing: Pairing) {
         match pairing {
             Pairing::Neox => neox16(row, &cs.cos[..cs.pairs.len()], &cs.sin[..cs.pairs.len()]),
-            Pairing::Gptj => gptj(row, &cs.pairs),
+            Pairing::Gptj => gptj16(row, &cs.pairs),
         }
+    }
+
+    /// [`gptj`] eight pairs (sixteen halves) at a time, the sums as bf16x8's `gptj16`
+    /// makes them (AVX-512 has no ADDSUBPS).
+    #[target_feature(enable = "avx512f,avx512cd,avx512vl,avx512bw,avx2,f16c")]
+    fn gptj16(row: &mut [u16], cs: &[(f32, f32)]) {
+        use std::arch::x86_64::{
+            _mm512_mask_sub_ps, _mm512_movehdup_ps, _mm512_moveldup_ps, _mm512_permute_ps,
+        };
+        let n = cs.len();
+        let mut i = 0;
+        while i + 8 <= n {
+            let p = row[2 * i..2 * i + 16].as_mut_ptr();
+            let pairs = &cs[i..i + 8];
+            // SAFETY: p points at sixteen halves (32 bytes), pairs at eight pairs (16 floats,
+            // interleaved: the layout is checked above).
+            unsafe {
+                let h = _mm256_loadu_si256(p.cast());
+                if any_nan16(h) {
+                    for k in i..i + 8 {
+                        let (a, b) = row[2 * k..2 * k + 2].split_at_mut(1);
+                        pair(&mut a[0], &mut b[0], cs[k]);
+                    }
+                } else {
+                    let v = _mm512_cvtph_ps(h);
+                    let swapped = _mm512_permute_ps::<0xb1>(v);
+                    let interleaved = _mm512_loadu_ps(pairs.as_ptr().cast::<f32>());
+                    let c = _mm512_moveldup_ps(interleaved);
+                    let s = _mm512_movehdup_ps(interleaved);
+                    let (a, b) = (_mm512_mul_ps(v, c), _mm512_mul_ps(swapped, s));
+                    let out = _mm512_mask_sub_ps(_mm512_add_ps(a, b), 0x5555, a, b);
+                    _mm256_storeu_si256(p.cast(), _mm512_cvtps_ph::<0>(out));
+                }
+            }
+            i += 8;
+        }
+        gptj_from(row, cs, i);
     }
 
     /// [`neox`] sixteen pairs at a time.
@@ -772,8 +809,14 @@ mod f16c {
     /// its rounded products.
     #[target_feature(enable = "avx2,f16c")]
     fn gptj(row: &mut [u16], cs: &[(f32, f32)]) {
+        gptj_from(row, cs, 0);
+    }
+
+    /// [`gptj`]'s pairs from `i` on, four at a time, then one by one.
+    #[target_feature(enable = "avx2,f16c")]
+    #[inline]
+    fn gptj_from(row: &mut [u16], cs: &[(f32, f32)], mut i: usize) {
         let n = cs.len();
-        let mut i = 0;
         while i + 4 <= n {
             let p = row[2 * i..2 * i + 8].as_mut_ptr();
             // SAFETY: p points at eight halves (16 bytes), cs[i..] at four pairs (8 floats).
@@ -1121,14 +1164,44 @@ mod bf16x8 {
         _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
     }
 
-    /// [`rotate_row`] for AVX-512: NeoX's pairs sixteen at a time (VPMOVDW narrows the
-    /// rounded lanes, where AVX2 packs and permutes), then eight; GPT-J's as AVX2's.
+    /// [`rotate_row`] for AVX-512: sixteen lanes a step (VPMOVDW narrows the rounded lanes,
+    /// where AVX2 packs and permutes), then AVX2's eight.
     #[target_feature(enable = "avx512f,avx512cd,avx512vl,avx512bw,avx2,f16c")]
     pub(super) fn rotate_row_avx512(row: &mut [u16], cs: &CosSinRow, pairing: Pairing) {
         match pairing {
             Pairing::Neox => neox16(row, &cs.cos[..cs.pairs.len()], &cs.sin[..cs.pairs.len()]),
-            Pairing::Gptj => gptj(row, &cs.pairs),
+            Pairing::Gptj => gptj16(row, &cs.pairs),
         }
+    }
+
+    /// [`gptj`] eight pairs (sixteen halves) at a time. AVX-512 has no ADDSUBPS: the sums
+    /// are added in every lane, then subtracted under a mask in the even ones, (x c - y s,
+    /// y c + x s) as there.
+    #[target_feature(enable = "avx512f,avx512cd,avx512vl,avx512bw,avx2,f16c")]
+    fn gptj16(row: &mut [u16], cs: &[(f32, f32)]) {
+        use std::arch::x86_64::{
+            _mm512_mask_sub_ps, _mm512_movehdup_ps, _mm512_moveldup_ps, _mm512_permute_ps,
+        };
+        let n = cs.len();
+        let mut i = 0;
+        while i + 8 <= n {
+            let p = row[2 * i..2 * i + 16].as_mut_ptr();
+            let pairs = &cs[i..i + 8];
+            // SAFETY: p points at sixteen halves (32 bytes), pairs at eight pairs (16 floats,
+            // interleaved: the layout is checked where f16c's loops are compiled).
+            unsafe {
+                let v = widen16(_mm256_loadu_si256(p.cast()));
+                let swapped = _mm512_permute_ps::<0xb1>(v);
+                let interleaved = _mm512_loadu_ps(pairs.as_ptr().cast::<f32>());
+                let c = _mm512_moveldup_ps(interleaved);
+                let s = _mm512_movehdup_ps(interleaved);
+                let (a, b) = (_mm512_mul_ps(v, c), _mm512_mul_ps(swapped, s));
+                let out = _mm512_mask_sub_ps(_mm512_add_ps(a, b), 0x5555, a, b);
+                _mm256_storeu_si256(p.cast(), _mm512_cvtepi32_epi16(round16(out)));
+            }
+            i += 8;
+        }
+        gptj_from(row, cs, i);
     }
 
     /// [`neox`] sixteen pairs at a time.
@@ -1163,8 +1236,14 @@ mod bf16x8 {
     /// its rounded products.
     #[target_feature(enable = "avx2,f16c")]
     fn gptj(row: &mut [u16], cs: &[(f32, f32)]) {
+        gptj_from(row, cs, 0);
+    }
+
+    /// [`gptj`]'s pairs from `i` on, four at a time, then one by one.
+    #[target_feature(enable = "avx2,f16c")]
+    #[inline]
+    fn gptj_from(row: &mut [u16], cs: &[(f32, f32)], mut i: usize) {
         let n = cs.len();
-        let mut i = 0;
         while i + 4 <= n {
             let p = row[2 * i..2 * i + 8].as_mut_ptr();
             // SAFETY: p points at eight halves (16 bytes), cs[i..] at four pairs (8 floats).
