@@ -196,6 +196,42 @@ fn cap() -> Option<Set> {
     *CAP.get_or_init(|| cap_from_env().ok().flatten())
 }
 
+/// `v` as it is, through an empty `asm!` that names its register: the compiler can no longer
+/// fold the instruction that made `v` into the store that takes it. AMD's Zen 4 runs
+/// VCVTPS2PH and VPMOVDW with a memory operand far slower than the register form and a
+/// store, and LLVM folds the pair into the memory form wherever it can (2026-12-05, an AMD
+/// EPYC with AVX-512: a Llama-3-8B decode step's f16 RoPE 8.9 - 9.0 -> 8.4 us on the
+/// AVX-512 loops, 12.5 - 12.7 -> 11.1 us on AVX2's; its bf16 RoPE 8.0 -> 7.9 us).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+#[inline]
+pub(crate) fn unfolded256(mut v: std::arch::x86_64::__m256i) -> std::arch::x86_64::__m256i {
+    // SAFETY: no instruction at all; the asm only names the register that holds `v`.
+    unsafe {
+        std::arch::asm!(
+            "/* {0} */",
+            inout(ymm_reg) v,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    v
+}
+
+/// [`unfolded256`] of a 128-bit value.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub(crate) fn unfolded128(mut v: std::arch::x86_64::__m128i) -> std::arch::x86_64::__m128i {
+    // SAFETY: no instruction at all; the asm only names the register that holds `v`.
+    unsafe {
+        std::arch::asm!(
+            "/* {0} */",
+            inout(xmm_reg) v,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    v
+}
+
 /// Runs `body` on a thread of its own once in each of four SSE modes other than the default
 /// (rounding toward zero, down and up; FTZ with DAZ), with MXCSR's mode bits (`bits`, the
 /// rounding control replaced) set on that thread, for tests of loops that must keep their

@@ -612,6 +612,7 @@ fn halves<T: Element>(row: &mut [T], dtype: crate::dtype::Dtype) -> Option<&mut 
 /// instruction per eight.
 #[cfg(target_arch = "x86_64")]
 mod f16c {
+    use crate::simd::{unfolded128, unfolded256};
     use std::arch::x86_64::{
         __m128i, __m256, __m256i, _mm_and_si128, _mm_cmpgt_epi16, _mm_loadu_si128, _mm_or_si128,
         _mm_set1_epi16, _mm_storeu_si128, _mm_testz_si128, _mm256_add_ps, _mm256_addsub_ps,
@@ -705,8 +706,8 @@ mod f16c {
                     let (c, s) = (load8(&cos[j..j + 8]), load8(&sin[j..j + 8]));
                     let xo = _mm256_sub_ps(_mm256_mul_ps(x, c), _mm256_mul_ps(y, s));
                     let yo = _mm256_add_ps(_mm256_mul_ps(y, c), _mm256_mul_ps(x, s));
-                    _mm_storeu_si128(px.cast(), _mm256_cvtps_ph::<0>(xo));
-                    _mm_storeu_si128(py.cast(), _mm256_cvtps_ph::<0>(yo));
+                    _mm_storeu_si128(px.cast(), unfolded128(_mm256_cvtps_ph::<0>(xo)));
+                    _mm_storeu_si128(py.cast(), unfolded128(_mm256_cvtps_ph::<0>(yo)));
                 }
             }
             j += 8;
@@ -763,7 +764,7 @@ mod f16c {
                     let s = _mm512_movehdup_ps(interleaved);
                     let (a, b) = (_mm512_mul_ps(v, c), _mm512_mul_ps(swapped, s));
                     let out = _mm512_mask_sub_ps(_mm512_add_ps(a, b), 0x5555, a, b);
-                    _mm256_storeu_si256(p.cast(), _mm512_cvtps_ph::<0>(out));
+                    _mm256_storeu_si256(p.cast(), unfolded256(_mm512_cvtps_ph::<0>(out)));
                 }
             }
             i += 8;
@@ -795,8 +796,8 @@ mod f16c {
                     let (c, s) = (_mm512_loadu_ps(cj.as_ptr()), _mm512_loadu_ps(sj.as_ptr()));
                     let xo = _mm512_sub_ps(_mm512_mul_ps(x, c), _mm512_mul_ps(y, s));
                     let yo = _mm512_add_ps(_mm512_mul_ps(y, c), _mm512_mul_ps(x, s));
-                    _mm256_storeu_si256(px.cast(), _mm512_cvtps_ph::<0>(xo));
-                    _mm256_storeu_si256(py.cast(), _mm512_cvtps_ph::<0>(yo));
+                    _mm256_storeu_si256(px.cast(), unfolded256(_mm512_cvtps_ph::<0>(xo)));
+                    _mm256_storeu_si256(py.cast(), unfolded256(_mm512_cvtps_ph::<0>(yo)));
                 }
             }
             j += 16;
@@ -835,7 +836,7 @@ mod f16c {
                     let c = _mm256_moveldup_ps(interleaved);
                     let s = _mm256_movehdup_ps(interleaved);
                     let out = _mm256_addsub_ps(_mm256_mul_ps(v, c), _mm256_mul_ps(swapped, s));
-                    _mm_storeu_si128(p.cast(), _mm256_cvtps_ph::<0>(out));
+                    _mm_storeu_si128(p.cast(), unfolded128(_mm256_cvtps_ph::<0>(out)));
                 }
             }
             i += 4;
@@ -1046,6 +1047,7 @@ mod f16c {
 /// apart, these loops take a third off its time per row (2026-12-05, Zen 3).
 #[cfg(target_arch = "x86_64")]
 mod bf16x8 {
+    use crate::simd::unfolded256;
     use std::arch::x86_64::{
         __m128i, __m256, __m256i, __m512, __m512i, _mm_loadu_si128, _mm_storeu_si128,
         _mm256_add_epi32, _mm256_add_ps, _mm256_addsub_ps, _mm256_and_si256, _mm256_castps_si256,
@@ -1197,7 +1199,8 @@ mod bf16x8 {
                 let s = _mm512_movehdup_ps(interleaved);
                 let (a, b) = (_mm512_mul_ps(v, c), _mm512_mul_ps(swapped, s));
                 let out = _mm512_mask_sub_ps(_mm512_add_ps(a, b), 0x5555, a, b);
-                _mm256_storeu_si256(p.cast(), _mm512_cvtepi32_epi16(round16(out)));
+                let narrowed = unfolded256(_mm512_cvtepi32_epi16(round16(out)));
+                _mm256_storeu_si256(p.cast(), narrowed);
             }
             i += 8;
         }
@@ -1223,8 +1226,10 @@ mod bf16x8 {
                 let (c, s) = (_mm512_loadu_ps(cj.as_ptr()), _mm512_loadu_ps(sj.as_ptr()));
                 let xo = _mm512_sub_ps(_mm512_mul_ps(x, c), _mm512_mul_ps(y, s));
                 let yo = _mm512_add_ps(_mm512_mul_ps(y, c), _mm512_mul_ps(x, s));
-                _mm256_storeu_si256(px.cast(), _mm512_cvtepi32_epi16(round16(xo)));
-                _mm256_storeu_si256(py.cast(), _mm512_cvtepi32_epi16(round16(yo)));
+                let (nx, ny) =
+                    (_mm512_cvtepi32_epi16(round16(xo)), _mm512_cvtepi32_epi16(round16(yo)));
+                _mm256_storeu_si256(px.cast(), unfolded256(nx));
+                _mm256_storeu_si256(py.cast(), unfolded256(ny));
             }
             j += 16;
         }
