@@ -34,7 +34,11 @@ pub fn f16_to_f32_bits_branchless(h: u32) -> u32 {
     let exp = shifted & 0x0f80_0000;
     let normal = shifted + (112 << 23);
     let special = normal + (112 << 23);
-    let sub = (f32::from_bits(normal + (1 << 23)) - f32::from_bits(113 << 23)).to_bits();
+    // The difference is exact and not negative, but a zero comes out -0 when the caller's
+    // thread rounds down (x - x = -0 there): its sign is cleared, so a +0 half widens to +0
+    // in every rounding mode (a stranger's, round twenty-seven).
+    let sub =
+        (f32::from_bits(normal + (1 << 23)) - f32::from_bits(113 << 23)).to_bits() & 0x7fff_ffff;
     let magnitude = if exp == 0x0f80_0000 {
         special
     } else if exp == 0 {

@@ -1585,6 +1585,24 @@ mod tests {
         }
     }
 
+    /// The widening's float subtraction (zeros and subnormal halves) gives the same bits in
+    /// every SSE mode: rounding down made +0 widen to -0 (round twenty-seven; here, where
+    /// the test may use `simd`'s helper, which `convert`'s own layer may not).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn branchless_f16_unpacking_keeps_its_bits_in_another_sse_mode() {
+        crate::simd::in_other_sse_modes(|bits| {
+            for h in 0..=u32::from(u16::MAX) {
+                let got = crate::convert::f16_to_f32_bits_branchless(std::hint::black_box(h));
+                assert_eq!(
+                    got,
+                    crate::convert::f16_to_f32_bits(h),
+                    "{h:#06x}, MXCSR bits {bits:#x}"
+                );
+            }
+        });
+    }
+
     /// A thread whose SSE mode rounds otherwise (or flushes) gets the baseline's cos/sin
     /// bits: the AVX2 and AVX-512 rows' conversion form is for the default mode only.
     #[cfg(target_arch = "x86_64")]
