@@ -196,6 +196,49 @@ fn cap() -> Option<Set> {
     *CAP.get_or_init(|| cap_from_env().ok().flatten())
 }
 
+/// `f`'s result, with this thread's SSE mode (MXCSR's rounding, FTZ, DAZ and exception
+/// masks) set to the default while `f` runs and put back after it, panic or not (the
+/// sticky exception flags `f` raised are kept). For the host's own float steps, whose
+/// results are kept or cached beyond one call: a spec's attention factor (`ln` in float64),
+/// the numbers of a JSON text. Run in the caller's mode, one call made with another rounding
+/// left its attention factor in the spec cache for every later call (a stranger's, round
+/// twenty-seven), and `1.1` in a scaling read as 1.0999999999999999. Rust assumes the
+/// default mode throughout, so this is also the mode the compiler's constant folding
+/// assumed. Elsewhere than x86_64, `f` as it is.
+pub(crate) fn in_default_mode<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[allow(deprecated)]
+        use std::arch::x86_64::{_mm_getcsr, _mm_setcsr};
+        const MODE: u32 = 0xffc0;
+        const DEFAULT: u32 = 0x1f80;
+        /// Puts the caller's mode bits back when dropped, keeping the flags raised since.
+        struct Restore(u32);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                // SAFETY: reading and writing this thread's MXCSR, back to the caller's mode.
+                #[allow(deprecated)]
+                unsafe {
+                    _mm_setcsr((_mm_getcsr() & !MODE) | (self.0 & MODE));
+                }
+            }
+        }
+        // SAFETY: reading this thread's MXCSR has no precondition.
+        #[allow(deprecated)]
+        let csr = unsafe { _mm_getcsr() };
+        if csr & MODE != DEFAULT {
+            let _restore = Restore(csr);
+            // SAFETY: the default mode, the one Rust's code generation assumes.
+            #[allow(deprecated)]
+            unsafe {
+                _mm_setcsr((csr & !MODE) | DEFAULT);
+            }
+            return f();
+        }
+    }
+    f()
+}
+
 /// `v` as it is, through an empty `asm!` that names its register: the compiler can no longer
 /// fold the instruction that made `v` into the store that takes it. AMD's Zen 4 runs
 /// VCVTPS2PH and VPMOVDW with a memory operand far slower than the register form and a

@@ -254,8 +254,13 @@ pub(super) fn resolve(spec: &RopeSpec, seq_len: u64) -> Frequencies {
     freqs
 }
 
-/// The frequencies of `spec` for `seq_len`, computed.
+/// The frequencies of `spec` for `seq_len`, computed, in the default SSE mode whatever the
+/// caller's ([`resolve`] keeps them for later calls).
 pub(super) fn compute(spec: &RopeSpec, seq_len: u64) -> Frequencies {
+    crate::simd::in_default_mode(|| compute_here(spec, seq_len))
+}
+
+fn compute_here(spec: &RopeSpec, seq_len: u64) -> Frequencies {
     let mut big = Big::new();
     let w = angular(&mut big, spec, seq_len);
     let two_pi = big.two_pi();

@@ -366,9 +366,14 @@ impl Scaling {
     /// `None`, `Linear`, `Dynamic`, `Llama3`, `Proportional` and `NtkAlpha`; YaRN's and
     /// LongRoPE's rules otherwise.
     ///
-    /// Computed in float64 from the float64 parameters, as Hugging Face does; it is rounded
-    /// to float32 once, before it multiplies the float32 cos and sin.
+    /// Computed in float64 from the float64 parameters, as Hugging Face does (in the default
+    /// rounding, whatever the calling thread's); it is rounded to float32 once, before it
+    /// multiplies the float32 cos and sin.
     pub fn attention_factor(&self) -> f64 {
+        crate::simd::in_default_mode(|| self.attention_factor_here())
+    }
+
+    fn attention_factor_here(&self) -> f64 {
         match self {
             Scaling::None
             | Scaling::Linear { .. }
@@ -785,6 +790,12 @@ fn non_finite_literals(text: &str) -> Option<String> {
 
 /// [`parse_json`] of text within the size limit.
 fn parse_unique(text: &str) -> Result<Value> {
+    // Numbers read as the text says whatever the caller's rounding (serde_json's float
+    // steps follow the thread's mode).
+    crate::simd::in_default_mode(|| parse_unique_here(text))
+}
+
+fn parse_unique_here(text: &str) -> Result<Value> {
     let duplicate = RefCell::new(None);
     let mut reader = serde_json::Deserializer::from_str(text);
     let value = Unique { duplicate: &duplicate, keep: true }
@@ -1547,5 +1558,49 @@ mod tests {
         let err = s.check_rotary_dim(8).unwrap_err();
         assert!(err.to_string().contains("short_factor"), "{err}");
         assert!(err.to_string().contains("4 numbers"), "{err}");
+    }
+}
+
+/// The caller's SSE mode (round twenty-seven): specs read and computed in another rounding
+/// keep the default mode's numbers, and leave nothing else in the spec cache.
+#[cfg(all(test, target_arch = "x86_64"))]
+mod other_modes {
+    use super::Scaling;
+    use crate::rope::RopeSpec;
+
+    #[test]
+    fn json_numbers_read_as_written_in_every_mode() {
+        let json = r#"{"rope_type": "linear", "factor": 1.1}"#;
+        let want = Scaling::from_hf_json(json).unwrap();
+        assert_eq!(want, Scaling::Linear { factor: 1.1 });
+        crate::simd::in_other_sse_modes(|bits| {
+            let got = Scaling::from_hf_json(std::hint::black_box(json)).unwrap();
+            assert_eq!(got, want, "MXCSR bits {bits:#x}");
+        });
+    }
+
+    #[test]
+    fn frequencies_made_in_another_mode_are_the_defaults_and_stay_so() {
+        // A spec no other test asks for, so that the first to compute it is this thread in
+        // another mode, and what it leaves in the cache is what the default mode then reads.
+        let yarn =
+            r#"{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2047}"#;
+        let spec = || {
+            let scaling = Scaling::from_hf_json(yarn).unwrap();
+            RopeSpec::new(64).unwrap().with_base(12_345.5).unwrap().with_scaling(scaling).unwrap()
+        };
+        let bits = |f: &crate::rope::Frequencies| {
+            let inv: Vec<u64> = f.inv_freq().iter().map(|v| v.to_bits()).collect();
+            (f.attention_factor().to_bits(), inv, f.steps().to_vec())
+        };
+        let want = bits(&super::super::freq::compute(&spec(), 1 << 17));
+        let want_af = spec().scaling().attention_factor().to_bits();
+        crate::simd::in_other_sse_modes(|mode| {
+            let got = bits(&spec().frequencies(1 << 17));
+            assert!(got == want, "MXCSR bits {mode:#x}");
+            let af = spec().scaling().attention_factor().to_bits();
+            assert_eq!(af, want_af, "MXCSR bits {mode:#x}");
+        });
+        assert!(bits(&spec().frequencies(1 << 17)) == want, "after the other modes");
     }
 }
