@@ -91,6 +91,12 @@ pub(crate) fn clap_exit(e: &clap::Error) -> ExitCode {
         let _ = e.print();
         return ExitCode::from(EXIT_USAGE);
     }
+    if e.kind() == clap::error::ErrorKind::InvalidUtf8
+        && let Some(message) = invalid_utf8()
+    {
+        to_stderr(format_args!("posenc: {}\n", one_line(&message)));
+        return ExitCode::from(EXIT_USAGE);
+    }
     if let Some(message) = empty_value(e) {
         to_stderr(format_args!("posenc: {}\n", one_line(&message)));
         return ExitCode::from(EXIT_USAGE);
@@ -136,6 +142,26 @@ fn with_user_strings(e: &clap::Error, mut rendered: String) -> String {
         }
     }
     rendered
+}
+
+/// clap says only "invalid UTF-8 was detected in one or more arguments": which argument
+/// it is, shown with U+FFFD for its bytes that are not UTF-8, and the option it follows (a
+/// stranger's, round twenty-seven).
+fn invalid_utf8() -> Option<String> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let (i, bad) = args.iter().enumerate().skip(1).find(|(_, a)| a.to_str().is_none())?;
+    let shown = posenc::message_text(&bad.to_string_lossy(), posenc::MAX_SHOWN_CHARS);
+    let after = args[i - 1]
+        .to_str()
+        .filter(|option| i > 1 && option.starts_with('-'))
+        .map(|option| {
+            format!(", after '{}'", posenc::message_text(option, posenc::MAX_SHOWN_CHARS))
+        })
+        .unwrap_or_default();
+    Some(format!(
+        "argument {i} is not valid UTF-8: '{shown}'{after} (only a path may hold bytes that \
+         are not UTF-8)"
+    ))
 }
 
 /// clap says "a value is required for '--output <PATH>' but none was supplied" both where

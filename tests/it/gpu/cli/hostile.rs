@@ -558,6 +558,23 @@ fn user_strings_in_an_error_line_are_cut_and_escaped() {
         assert_eq!(raw, None, "{case:?}: a raw control character in {text:?}");
         assert!(text.contains(needle), "{case:?}: {needle:?} not in {text}");
     }
+    // An argument that is not UTF-8 is named, with the option it follows (clap said only
+    // "invalid UTF-8 was detected in one or more arguments").
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let bad = std::ffi::OsStr::from_bytes(b"1,\xff");
+        let run = std::process::Command::new(env!("CARGO_BIN_EXE_posenc"))
+            .args(["table", "--device", "cpu", "--positions"])
+            .arg(bad)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{text}");
+        assert_eq!(text.lines().count(), 1, "{text}");
+        let want = "argument 5 is not valid UTF-8: '1,\u{fffd}', after '--positions'";
+        assert!(text.contains(want), "{text}");
+    }
     // A value clap quotes is cut as every user string is, not only with the whole line.
     let run = posenc(&["table", "--device", "cpu", "--dim", &flag]);
     let text = String::from_utf8_lossy(&run.stderr);
