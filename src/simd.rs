@@ -73,15 +73,10 @@ impl Simd {
     pub(crate) fn unless_nondefault_mode(self) -> Self {
         #[cfg(target_arch = "x86_64")]
         {
-            /// MXCSR's mode bits (all but the six sticky exception flags): FTZ (15), the
-            /// rounding control (13 - 14), the six exception masks (7 - 12) and DAZ (6).
-            const MODE: u32 = 0xffc0;
-            /// Their default: every exception masked, round to nearest, no FTZ or DAZ.
-            const DEFAULT: u32 = 0x1f80;
             // SAFETY: reading MXCSR has no precondition (SSE is x86_64's baseline).
             #[allow(deprecated)]
             let csr = unsafe { std::arch::x86_64::_mm_getcsr() };
-            if csr & MODE != DEFAULT {
+            if csr & MXCSR_MODE != MXCSR_DEFAULT {
                 return Self::PORTABLE;
             }
         }
@@ -196,6 +191,15 @@ fn cap() -> Option<Set> {
     *CAP.get_or_init(|| cap_from_env().ok().flatten())
 }
 
+/// MXCSR's mode bits (all but the six sticky exception flags): FTZ (15), the rounding
+/// control (13 - 14), the six exception masks (7 - 12) and DAZ (6).
+#[cfg(target_arch = "x86_64")]
+const MXCSR_MODE: u32 = 0xffc0;
+
+/// Their default: every exception masked, round to nearest, no FTZ or DAZ.
+#[cfg(target_arch = "x86_64")]
+const MXCSR_DEFAULT: u32 = 0x1f80;
+
 /// `f`'s result, with this thread's SSE mode (MXCSR's rounding, FTZ, DAZ and exception
 /// masks) set to the default while `f` runs and put back after it, panic or not (the
 /// sticky exception flags `f` raised are kept). For the host's own float steps, whose
@@ -210,8 +214,6 @@ pub(crate) fn in_default_mode<R>(f: impl FnOnce() -> R) -> R {
     {
         #[allow(deprecated)]
         use std::arch::x86_64::{_mm_getcsr, _mm_setcsr};
-        const MODE: u32 = 0xffc0;
-        const DEFAULT: u32 = 0x1f80;
         /// Puts the caller's mode bits back when dropped, keeping the flags raised since.
         struct Restore(u32);
         impl Drop for Restore {
@@ -219,19 +221,19 @@ pub(crate) fn in_default_mode<R>(f: impl FnOnce() -> R) -> R {
                 // SAFETY: reading and writing this thread's MXCSR, back to the caller's mode.
                 #[allow(deprecated)]
                 unsafe {
-                    _mm_setcsr((_mm_getcsr() & !MODE) | (self.0 & MODE));
+                    _mm_setcsr((_mm_getcsr() & !MXCSR_MODE) | (self.0 & MXCSR_MODE));
                 }
             }
         }
         // SAFETY: reading this thread's MXCSR has no precondition.
         #[allow(deprecated)]
         let csr = unsafe { _mm_getcsr() };
-        if csr & MODE != DEFAULT {
+        if csr & MXCSR_MODE != MXCSR_DEFAULT {
             let _restore = Restore(csr);
             // SAFETY: the default mode, the one Rust's code generation assumes.
             #[allow(deprecated)]
             unsafe {
-                _mm_setcsr((csr & !MODE) | DEFAULT);
+                _mm_setcsr((csr & !MXCSR_MODE) | MXCSR_DEFAULT);
             }
             return f();
         }

@@ -614,13 +614,13 @@ fn halves<T: Element>(row: &mut [T], dtype: crate::dtype::Dtype) -> Option<&mut 
 mod f16c {
     use crate::simd::{unfolded128, unfolded256};
     use std::arch::x86_64::{
-        __m128i, __m256, __m256i, _mm_and_si128, _mm_cmpgt_epi16, _mm_loadu_si128, _mm_or_si128,
-        _mm_set1_epi16, _mm_storeu_si128, _mm_testz_si128, _mm256_add_ps, _mm256_addsub_ps,
-        _mm256_and_si256, _mm256_cmpgt_epi16_mask, _mm256_cvtph_ps, _mm256_cvtps_ph,
-        _mm256_loadu_ps, _mm256_loadu_si256, _mm256_movehdup_ps, _mm256_moveldup_ps, _mm256_mul_ps,
-        _mm256_or_si256, _mm256_permute_ps, _mm256_set1_epi16, _mm256_storeu_si256, _mm256_sub_ps,
-        _mm512_add_ps, _mm512_cvtph_ps, _mm512_cvtps_ph, _mm512_loadu_ps, _mm512_mul_ps,
-        _mm512_sub_ps,
+        __m128i, __m256, __m256i, __m512, _mm_and_si128, _mm_cmpgt_epi16, _mm_loadu_si128,
+        _mm_or_si128, _mm_set1_epi16, _mm_storeu_si128, _mm_testz_si128, _mm256_add_ps,
+        _mm256_addsub_ps, _mm256_and_si256, _mm256_cmpgt_epi16_mask, _mm256_cvtph_ps,
+        _mm256_cvtps_ph, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_movehdup_ps,
+        _mm256_moveldup_ps, _mm256_mul_ps, _mm256_or_si256, _mm256_permute_ps, _mm256_set1_epi16,
+        _mm256_storeu_si256, _mm256_sub_ps, _mm512_add_ps, _mm512_cvtph_ps, _mm512_cvtps_ph,
+        _mm512_loadu_ps, _mm512_mul_ps, _mm512_sub_ps,
     };
 
     use half::f16;
@@ -665,6 +665,41 @@ mod f16c {
         // SAFETY: eight floats (asserted, a check the compiler folds where the callers
         // slice eight).
         unsafe { _mm256_loadu_ps(v.as_ptr()) }
+    }
+
+    /// NeoX's sums of sixteen pairs, widened, by the sixteen cos and sin of `c` and `s`: the
+    /// scalar loop's (x c - y s, y c + x s), each product rounded before its sum. For the f16
+    /// and bf16 loops alike.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    pub(super) fn neox_sums16(x: __m512, y: __m512, c: &[f32], s: &[f32]) -> (__m512, __m512) {
+        assert!(c.len() == 16 && s.len() == 16);
+        // SAFETY: sixteen floats each (asserted, a check the compiler folds where the
+        // callers slice sixteen).
+        let (c, s) = unsafe { (_mm512_loadu_ps(c.as_ptr()), _mm512_loadu_ps(s.as_ptr())) };
+        let xo = _mm512_sub_ps(_mm512_mul_ps(x, c), _mm512_mul_ps(y, s));
+        let yo = _mm512_add_ps(_mm512_mul_ps(y, c), _mm512_mul_ps(x, s));
+        (xo, yo)
+    }
+
+    /// GPT-J's sums of the eight pairs (x, y) interleaved in `v`, widened, by `pairs`'
+    /// (cos, sin): AVX-512 has no ADDSUBPS, so the sums are added in every lane, then
+    /// subtracted under a mask in the even ones, (x c - y s, y c + x s) as AVX2's loops
+    /// make them. For the f16 and bf16 loops alike.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    pub(super) fn gptj_sums16(v: __m512, pairs: &[(f32, f32)]) -> __m512 {
+        use std::arch::x86_64::{
+            _mm512_mask_sub_ps, _mm512_movehdup_ps, _mm512_moveldup_ps, _mm512_permute_ps,
+        };
+        assert!(pairs.len() == 8);
+        let swapped = _mm512_permute_ps::<0xb1>(v);
+        // SAFETY: eight pairs, sixteen floats interleaved (asserted; the layout is checked
+        // where this module is compiled).
+        let interleaved = unsafe { _mm512_loadu_ps(pairs.as_ptr().cast::<f32>()) };
+        let (c, s) = (_mm512_moveldup_ps(interleaved), _mm512_movehdup_ps(interleaved));
+        let (a, b) = (_mm512_mul_ps(v, c), _mm512_mul_ps(swapped, s));
+        _mm512_mask_sub_ps(_mm512_add_ps(a, b), 0x5555, a, b)
     }
 
     /// Rotates the f16 row `row` (its bits) by `cs` as [`super::rotate_row`] does
@@ -735,13 +770,9 @@ mod f16c {
         }
     }
 
-    /// [`gptj`] eight pairs (sixteen halves) at a time, the sums as bf16x8's `gptj16`
-    /// makes them (AVX-512 has no ADDSUBPS).
+    /// [`gptj`] eight pairs (sixteen halves) at a time.
     #[target_feature(enable = "avx512f,avx512cd,avx512vl,avx512bw,avx2,f16c")]
     fn gptj16(row: &mut [u16], cs: &[(f32, f32)]) {
-        use std::arch::x86_64::{
-            _mm512_mask_sub_ps, _mm512_movehdup_ps, _mm512_moveldup_ps, _mm512_permute_ps,
-        };
         let n = cs.len();
         let mut i = 0;
         while i + 8 <= n {
@@ -757,13 +788,7 @@ mod f16c {
                         pair(&mut a[0], &mut b[0], cs[k]);
                     }
                 } else {
-                    let v = _mm512_cvtph_ps(h);
-                    let swapped = _mm512_permute_ps::<0xb1>(v);
-                    let interleaved = _mm512_loadu_ps(pairs.as_ptr().cast::<f32>());
-                    let c = _mm512_moveldup_ps(interleaved);
-                    let s = _mm512_movehdup_ps(interleaved);
-                    let (a, b) = (_mm512_mul_ps(v, c), _mm512_mul_ps(swapped, s));
-                    let out = _mm512_mask_sub_ps(_mm512_add_ps(a, b), 0x5555, a, b);
+                    let out = gptj_sums16(_mm512_cvtph_ps(h), pairs);
                     _mm256_storeu_si256(p.cast(), unfolded256(_mm512_cvtps_ph::<0>(out)));
                 }
             }
@@ -793,9 +818,7 @@ mod f16c {
                     }
                 } else {
                     let (x, y) = (_mm512_cvtph_ps(hx), _mm512_cvtph_ps(hy));
-                    let (c, s) = (_mm512_loadu_ps(cj.as_ptr()), _mm512_loadu_ps(sj.as_ptr()));
-                    let xo = _mm512_sub_ps(_mm512_mul_ps(x, c), _mm512_mul_ps(y, s));
-                    let yo = _mm512_add_ps(_mm512_mul_ps(y, c), _mm512_mul_ps(x, s));
+                    let (xo, yo) = neox_sums16(x, y, cj, sj);
                     _mm256_storeu_si256(px.cast(), unfolded256(_mm512_cvtps_ph::<0>(xo)));
                     _mm256_storeu_si256(py.cast(), unfolded256(_mm512_cvtps_ph::<0>(yo)));
                 }
@@ -1055,16 +1078,15 @@ mod bf16x8 {
         _mm256_extracti128_si256, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_movehdup_ps,
         _mm256_moveldup_ps, _mm256_mul_ps, _mm256_packus_epi32, _mm256_permute_ps,
         _mm256_permute4x64_epi64, _mm256_set1_epi32, _mm256_slli_epi32, _mm256_srli_epi32,
-        _mm256_storeu_si256, _mm256_sub_ps, _mm512_add_epi32, _mm512_add_ps, _mm512_and_si512,
+        _mm256_storeu_si256, _mm256_sub_ps, _mm512_add_epi32, _mm512_and_si512,
         _mm512_castps_si512, _mm512_castsi512_ps, _mm512_cvtepi32_epi16, _mm512_cvtepu16_epi32,
-        _mm512_loadu_ps, _mm512_mul_ps, _mm512_set1_epi32, _mm512_slli_epi32, _mm512_srli_epi32,
-        _mm512_sub_ps,
+        _mm512_set1_epi32, _mm512_slli_epi32, _mm512_srli_epi32,
     };
 
     use half::bf16;
 
     use super::CosSinRow;
-    use super::f16c::load8;
+    use super::f16c::{gptj_sums16, load8, neox_sums16};
     use crate::rope::{Element, Pairing};
 
     /// The eight bf16 values in `h`, widened.
@@ -1176,14 +1198,10 @@ mod bf16x8 {
         }
     }
 
-    /// [`gptj`] eight pairs (sixteen halves) at a time. AVX-512 has no ADDSUBPS: the sums
-    /// are added in every lane, then subtracted under a mask in the even ones, (x c - y s,
-    /// y c + x s) as there.
+    /// [`gptj`] eight pairs (sixteen halves) at a time (the sums: [`super::f16c`]'s
+    /// `gptj_sums16`).
     #[target_feature(enable = "avx512f,avx512cd,avx512vl,avx512bw,avx2,f16c")]
     fn gptj16(row: &mut [u16], cs: &[(f32, f32)]) {
-        use std::arch::x86_64::{
-            _mm512_mask_sub_ps, _mm512_movehdup_ps, _mm512_moveldup_ps, _mm512_permute_ps,
-        };
         let n = cs.len();
         let mut i = 0;
         while i + 8 <= n {
@@ -1192,13 +1210,7 @@ mod bf16x8 {
             // SAFETY: p points at sixteen halves (32 bytes), pairs at eight pairs (16 floats,
             // interleaved: the layout is checked where f16c's loops are compiled).
             unsafe {
-                let v = widen16(_mm256_loadu_si256(p.cast()));
-                let swapped = _mm512_permute_ps::<0xb1>(v);
-                let interleaved = _mm512_loadu_ps(pairs.as_ptr().cast::<f32>());
-                let c = _mm512_moveldup_ps(interleaved);
-                let s = _mm512_movehdup_ps(interleaved);
-                let (a, b) = (_mm512_mul_ps(v, c), _mm512_mul_ps(swapped, s));
-                let out = _mm512_mask_sub_ps(_mm512_add_ps(a, b), 0x5555, a, b);
+                let out = gptj_sums16(widen16(_mm256_loadu_si256(p.cast())), pairs);
                 let narrowed = unfolded256(_mm512_cvtepi32_epi16(round16(out)));
                 _mm256_storeu_si256(p.cast(), narrowed);
             }
@@ -1222,10 +1234,7 @@ mod bf16x8 {
             // sixteen floats.
             unsafe {
                 let (hx, hy) = (_mm256_loadu_si256(px.cast()), _mm256_loadu_si256(py.cast()));
-                let (x, y) = (widen16(hx), widen16(hy));
-                let (c, s) = (_mm512_loadu_ps(cj.as_ptr()), _mm512_loadu_ps(sj.as_ptr()));
-                let xo = _mm512_sub_ps(_mm512_mul_ps(x, c), _mm512_mul_ps(y, s));
-                let yo = _mm512_add_ps(_mm512_mul_ps(y, c), _mm512_mul_ps(x, s));
+                let (xo, yo) = neox_sums16(widen16(hx), widen16(hy), cj, sj);
                 let (nx, ny) =
                     (_mm512_cvtepi32_epi16(round16(xo)), _mm512_cvtepi32_epi16(round16(yo)));
                 _mm256_storeu_si256(px.cast(), unfolded256(nx));
