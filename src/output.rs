@@ -28,7 +28,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tempfile::NamedTempFile;
 
@@ -789,6 +789,9 @@ fn check_replaceable(_: &Path) -> io::Result<()> {
 
 /// What to do with a path that is neither a regular file, a directory nor a link.
 enum Special {
+    /// A character device or a pipe, written as a stream (Unix; elsewhere every such path
+    /// is refused).
+    #[cfg_attr(not(unix), allow(dead_code))]
     Stream,
     Refused(&'static str),
 }
@@ -869,7 +872,8 @@ fn descriptor(_: &Path) -> Option<Descriptor> {
 }
 
 /// The descriptors open when [`note_inherited_descriptors`] was called, sorted.
-static INHERITED: OnceLock<Vec<i32>> = OnceLock::new();
+#[cfg(unix)]
+static INHERITED: std::sync::OnceLock<Vec<i32>> = std::sync::OnceLock::new();
 
 /// The standard descriptors closed when the process started, one bit per descriptor
 /// ([`note_closed_standard_descriptors`]).
