@@ -549,6 +549,11 @@ impl RopeOptions<'_> {
             .map_err(|e| origin(e, head_dim, rotary_dim))?
             .with_base(self.base.or(config.map(RopeSpec::base)).unwrap_or(rope::DEFAULT_BASE))?
             .with_pairing(pairing);
+        // The config's own scaling, where the rotary dim used is not the config's: a factor
+        // per frequency fits the rotary dim it was written for.
+        let moved = config.filter(|c| {
+            self.inv_freq.is_none() && scaling.is_none() && c.rotary_dim() != spec.rotary_dim()
+        });
         let scaling = match (&self.inv_freq, scaling) {
             (Some(inv_freq), _) => {
                 let inv_freq = inv_freq.read((spec.rotary_dim() / 2) as usize)?;
@@ -562,9 +567,24 @@ impl RopeOptions<'_> {
             (None, Some(s)) => s,
             (None, None) => config.map_or(Scaling::None, |c| c.scaling().clone()),
         };
-        let spec = spec.with_scaling(scaling).map_err(|e| match &self.inv_freq {
-            Some(inv_freq) => inv_freq.named(e),
-            None => e,
+        let rotary_dim = spec.rotary_dim();
+        let spec = spec.with_scaling(scaling).map_err(|e| match (&self.inv_freq, moved, e) {
+            (Some(inv_freq), _, e) => inv_freq.named(e),
+            (None, Some(c), Error::RopeScaling { field, value, allowed }) => {
+                // Said once, against the rotary dim used: the config's own (which its values
+                // fit) is no count to give it (round twenty-eight).
+                Error::RopeScaling {
+                    field,
+                    value: format!("{value}, the config's, for its rotary_dim {}", c.rotary_dim()),
+                    allowed: format!(
+                        "{allowed}, the rotary dim used; the config's fit its own: give \
+                         --scaling with vectors of {}, or --rotary-dim {}",
+                        rotary_dim / 2,
+                        c.rotary_dim()
+                    ),
+                }
+            }
+            (None, _, e) => e,
         })?;
         let Some(n) = self.seq_len else { return Ok(spec) };
         let spec = spec.with_seq_len(n)?;

@@ -1214,6 +1214,35 @@ def test_a_broadcast_inv_freq_is_refused_by_size_not_copied():
         posenc.rope(np.ones((1, 2, 1, 8), np.float32), layout="blhd", inv_freq=huge)
 
 
+def test_ranges_and_lists_are_sized_before_numpy_builds_them():
+    """A range is lazy: NumPy made a Python integer of each element before the extension's
+    size check (range(2**29): two minutes and all of 24 GB, round twenty-eight). Ranges,
+    lists and tuples are now counted first, and a range within int64 is made by arange."""
+    import time
+
+    start = time.monotonic()
+    for huge in (range(2**29), range(2**70), range(-(2**80), 2**80, 3)):
+        with pytest.raises(ValueError, match=r"positions: \d+ values, 8 output values each.*MAX_OUTPUT_VALUES"):
+            posenc.table(8, positions=huge, device="cpu")
+        with pytest.raises(ValueError, match="MAX_OUTPUT_VALUES"):
+            posenc.rope_cache(head_dim=8, positions=huge, device="cpu")
+        with pytest.raises(ValueError, match="MAX_OUTPUT_VALUES"):
+            posenc.RopeSpec(head_dim=8).cache(huge)
+    with pytest.raises(ValueError, match="MAX_OUTPUT_VALUES"):
+        posenc.table(2**20, positions=[0] * 4096, device="cpu")
+    assert time.monotonic() - start < 30, "refused by their length, not built first"
+    # Within the limits they read as the same values as a list: steps, negative steps,
+    # empty ranges, and endpoints past 64 bits (named as the integers they are).
+    for r in (range(5), range(10, 0, -3), range(3, 3), range(0, 40, 7)):
+        want = posenc.table(8, positions=np.array(list(r), np.int64), device="cpu")
+        np.testing.assert_array_equal(posenc.table(8, positions=r, device="cpu"), want)
+        np.testing.assert_array_equal(posenc.table(8, positions=list(r), device="cpu"), want)
+    with pytest.raises(ValueError, match="-1"):
+        posenc.table(8, positions=range(-1, 2), device="cpu")
+    with pytest.raises(ValueError, match=str(2**70)):
+        posenc.table(8, positions=range(2**70, 2**70 + 2), device="cpu")
+
+
 def test_a_pad_id_beside_a_family_that_numbers_pads_is_refused():
     """Marian numbers pad tokens like any other token: a pad id, which restarts positions
     after left padding and zeroes pad rows, would give what the model never saw (round

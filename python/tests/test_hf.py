@@ -38,6 +38,14 @@ FAMILIES = {
         "high_freq_factor": 4.0, "original_max_position_embeddings": 1024}),
     "qwen2-yarn": lambda: _model("Qwen2Config", rope_parameters={
         "rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0, "original_max_position_embeddings": 1024}),
+    # transformers tests `truncate` for truth: false and null (None) alike leave YaRN's
+    # correction range unrounded (round twenty-eight: posenc had truncated at a null).
+    "qwen2-yarn-truncate-false": lambda: _model("Qwen2Config", rope_parameters={
+        "rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0, "original_max_position_embeddings": 1024,
+        "truncate": False}),
+    "qwen2-yarn-truncate-null": lambda: _model("Qwen2Config", rope_parameters={
+        "rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0, "original_max_position_embeddings": 1024,
+        "truncate": None}),
     "mistral": lambda: _model("MistralConfig", rope_parameters={"rope_type": "default", "rope_theta": 1e6}),
     "phi-partial": lambda: _model("PhiConfig", partial_rotary_factor=0.5, num_key_value_heads=4,
                                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),

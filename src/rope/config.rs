@@ -927,15 +927,16 @@ fn scaling(
     // transformers 5.24's YaRN reads `truncate` from the top level of the config's
     // rope_parameters alone, which holds one entry per layer type where the layers each have
     // their RoPE (given so, or built so by the family's class from a legacy form): there it
-    // truncates whatever a layer's entry says. A `false` it ignores is refused, not followed.
+    // truncates whatever a layer's entry says. A `false` (or a null, which a single RoPE
+    // reads as false) it ignores is refused, not followed.
     let layered = per_layer || !matches!(family.layers, LayerRule::Generic | LayerRule::Lfm3);
     if layered
         && rope_type == "yarn"
-        && let Some(Value::Bool(false)) = get(&map, "truncate")
+        && let Some(value @ (Value::Bool(false) | Value::Null)) = map.get("truncate")
     {
         return Err(invalid(
             format!("{key}.truncate"),
-            "false",
+            excerpt(value),
             "true or absent for a RoPE per layer type: transformers 5.24 reads truncate only \
              from the top level of rope_parameters (which holds the layer types here), so this \
              layer's YaRN truncates whatever its entry says",

@@ -1088,7 +1088,8 @@ impl Fields<'_> {
 
     /// `yarn`: `factor` is required, as transformers (4.x and 5) requires the key; a `null`
     /// one is `max_position_embeddings` over the original length, the betas take Hugging
-    /// Face's defaults when absent, null or 0, and `truncate` is true unless given.
+    /// Face's defaults when absent, null or 0, and `truncate` is true when absent (a null is
+    /// false, as Python tests None).
     fn yarn(&self) -> Result<Scaling> {
         self.only("yarn")?;
         self.boolean("finetuned")?;
@@ -1126,7 +1127,12 @@ impl Fields<'_> {
             mscale: self.number("mscale")?,
             mscale_all_dim: self.number("mscale_all_dim")?,
             attention_factor: self.number("attention_factor")?,
-            truncate: self.boolean("truncate")?.unwrap_or(true),
+            // transformers (and vLLM) read `get("truncate", True)` and test its truth: a null
+            // is Python's None, false, so it truncates nothing.
+            truncate: match self.map.get("truncate") {
+                Some(Value::Null) => false,
+                _ => self.boolean("truncate")?.unwrap_or(true),
+            },
         }))
     }
 
@@ -1295,6 +1301,16 @@ mod tests {
         .unwrap();
         let Scaling::Yarn(y) = &yarn else { panic!("{yarn:?}") };
         assert_eq!((y.beta_fast, y.truncate), (32.0, false));
+        // A null truncate is Python's None, which transformers' `if truncate:` takes as false
+        // (round twenty-eight: it had truncated, as an absent one does).
+        for (truncate, want) in [("null", false), ("true", true), ("false", false)] {
+            let text = format!(
+                r#"{{"rope_type": "yarn", "factor": 4, "truncate": {truncate},
+                    "original_max_position_embeddings": 2048}}"#
+            );
+            let Scaling::Yarn(y) = Scaling::from_hf_json(&text).unwrap() else { panic!() };
+            assert_eq!(y.truncate, want, "truncate {truncate}");
+        }
         assert!((yarn.attention_factor() - (0.1 * 32f64.ln() + 1.0)).abs() < 1e-15);
         let dynamic = Scaling::from_hf_json(
             r#"{"type":"dynamic","factor":2,"max_position_embeddings":2048}"#,

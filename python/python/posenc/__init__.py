@@ -458,6 +458,28 @@ def _int_array(value: Any, what: str, ndim: tuple[int, ...], width: int = 1) -> 
     that is not one), so nothing here scans or copies them (an empty list, numpy's
     float64, becomes an empty int64 array). ``width``: output values per value, as far
     as known here (at least 1), for the size check before a copy."""
+    try:
+        width = max(int(width), 1)
+    except (TypeError, ValueError, OverflowError):
+        width = 1  # an option of the wrong type, refused by name later
+    if isinstance(value, (range, list, tuple)):
+        # Their length is known before NumPy turns them into an array: a range would become a
+        # Python integer per element first (about 36 bytes each: minutes and all the memory
+        # at range(2**29) before the extension's size check, round twenty-eight), a list a
+        # copy of 8 bytes per element.
+        try:
+            count = len(value)
+        except OverflowError:  # a range past sys.maxsize elements
+            count = MAX_OUTPUT_VALUES + 1
+        if count * width > MAX_OUTPUT_VALUES:
+            raise ValueError(
+                f"{what}: {count} values, {width} output values each, would make an output "
+                f"of more than MAX_OUTPUT_VALUES = {MAX_OUTPUT_VALUES} values"
+            )
+        if isinstance(value, range) and all(
+            -(1 << 63) <= v < (1 << 63) for v in (value.start, value.stop, value.step)
+        ):
+            value = np.arange(value.start, value.stop, value.step, dtype=np.int64)
     a = np.asarray(value)
     if a.size == 0 and a.dtype.kind == "f":
         a = a.astype(np.int64)
@@ -488,10 +510,6 @@ def _int_array(value: Any, what: str, ndim: tuple[int, ...], width: int = 1) -> 
         # The extension reads aligned integers, in either byte order; others are copied so,
         # after the output's size as far as it is known here: each value gives `width`
         # output values, so the copy is never larger than an output that may be had.
-        try:
-            width = max(int(width), 1)
-        except (TypeError, ValueError, OverflowError):
-            width = 1  # an option of the wrong type, refused by name later
         if a.size * width > MAX_OUTPUT_VALUES:
             raise ValueError(
                 f"{what}: shape {a.shape}, {width} output values each, would make an output "

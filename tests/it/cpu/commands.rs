@@ -84,3 +84,37 @@ fn a_min_timescale_past_the_default_max_is_named() {
         "min_timescale",
     );
 }
+
+/// A config's factor per frequency fits its own rotary dim; a head dim of the caller's that
+/// moves the rotary dim is refused once, against the rotary dim used, saying whose the
+/// factors are and what serves instead (round twenty-eight: the config's count, which the
+/// refusal named, was refused in turn). With `rotary_dim` at the config's they are served.
+#[test]
+fn a_config_scaling_moved_to_another_rotary_dim_is_refused_once() {
+    use posenc::commands::{ConfigSource, RopeOptions};
+    let factors = vec!["1.0"; 32].join(", ");
+    let phi3 = format!(
+        r#"{{"model_type": "phi3", "hidden_size": 128, "num_attention_heads": 2,
+            "rope_theta": 10000, "max_position_embeddings": 8192,
+            "original_max_position_embeddings": 4096, "rope_scaling": {{"type": "longrope",
+            "short_factor": [{factors}], "long_factor": [{factors}]}}}}"#
+    );
+    let options = RopeOptions { config: Some(ConfigSource::Text(&phi3)), ..Default::default() };
+    let (spec, _) = options.cache_spec(None).unwrap();
+    assert_eq!((spec.head_dim(), spec.rotary_dim()), (64, 64));
+    assert_eq!(options.cache_spec(Some(64)).unwrap().0, spec);
+    let msg = match options.cache_spec(Some(128)) {
+        Err(e @ Error::RopeScaling { .. }) => e.to_string(),
+        other => panic!("{other:?}"),
+    };
+    for part in [
+        "32 numbers, the config's, for its rotary_dim 64",
+        "64 numbers: one per frequency of rotary_dim 128, the rotary dim used",
+        "--scaling with vectors of 64, or --rotary-dim 64",
+    ] {
+        assert!(msg.contains(part), "{part:?} in {msg}");
+    }
+    let partial = RopeOptions { rotary_dim: Some(64), ..options.clone() };
+    let (spec, _) = partial.cache_spec(Some(128)).unwrap();
+    assert_eq!((spec.head_dim(), spec.rotary_dim()), (128, 64));
+}

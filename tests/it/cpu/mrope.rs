@@ -419,6 +419,10 @@ fn round_sixteen_configs_are_refused_naming_the_key() {
         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}"#;
     let msg = refused(gemma3, Some("full_attention"), "rope_parameters.full_attention.truncate");
     assert!(msg.contains("top level of rope_parameters"), "{msg}");
+    // A null, which one RoPE for every layer reads as false (Python's None), likewise.
+    let null = gemma3.replace(r#""truncate": false"#, r#""truncate": null"#);
+    let msg = refused(&null, Some("full_attention"), "rope_parameters.full_attention.truncate");
+    assert!(msg.contains("null") && msg.contains("top level of rope_parameters"), "{msg}");
     // true (what the model does) reads; so does false for one RoPE of every layer.
     let truncating = gemma3.replace(r#""truncate": false"#, r#""truncate": true"#);
     assert!(RopeSpec::from_hf_config(&truncating, Some("full_attention")).is_ok());
