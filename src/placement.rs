@@ -55,6 +55,12 @@ pub fn cpu_threads() -> usize {
 /// exact sin or cos each (`cpu_table`, 2048 x 4096: 6.9 ms on 2 threads, the loops compiled
 /// for AVX2).
 const TABLE_NS: f64 = 1.65;
+/// [`TABLE_NS`] with the target's baseline instructions (the `portable` set; every AArch64
+/// CPU, whose loop LLVM leaves scalar): 46.0 ms for the 2048 x 4096 table on one thread of
+/// an AMD EPYC with `POSENC_CPU_SIMD=portable`, against 9.2 ms with AVX2's loops and 7.3
+/// with AVX-512's (2026-12-06, two runs each): 5.5 ns. Until then the baseline took
+/// [`TABLE_NS`], a fifth of its time, and leaned `auto` towards the CPU.
+const TABLE_NS_PORTABLE: f64 = 5.5;
 /// [`TABLE_NS`] where the loops run compiled for AVX-512: they took 0.40 - 0.52 of the AVX2
 /// loops' time in interleaved runs (2026-11-28), so about half, rounded up.
 #[cfg(target_arch = "x86_64")]
@@ -155,7 +161,7 @@ impl HostJob {
     /// [`HostJob::cpu_ns`] with the loops compiled for `set`.
     fn cpu_ns_with(&self, threads: usize, set: Set) -> f64 {
         let (table_ns, rope_ns) = match set {
-            Set::Portable => (TABLE_NS, ROPE_NS),
+            Set::Portable => (TABLE_NS_PORTABLE, ROPE_NS),
             #[cfg(target_arch = "x86_64")]
             Set::Avx2 => (TABLE_NS, ROPE_NS_AVX2),
             #[cfg(target_arch = "x86_64")]
@@ -225,7 +231,7 @@ mod tests {
         }
         // With a device open, 2 threads of the baseline loops lose llama3-8b's encode (9.6
         // ms against 4.4 ms of readback; lavapipe's own measurement: 22 ms cold on the CPU),
-        // this RoPE of 21 M elements (21 ms against 10.7 ms of transfers) and the table (6.9
+        // this RoPE of 21 M elements (21 ms against 10.7 ms of transfers) and the table (23
         // ms).
         let on = |simd| -> Vec<bool> {
             presets().iter().map(|job| job.prefers_gpu_with(2, true, simd)).collect()
@@ -254,6 +260,17 @@ mod tests {
             assert!(!small.prefers_gpu_with(1, false, simd));
             assert!(small.prefers_gpu_with(1, true, simd));
         }
+    }
+
+    #[test]
+    fn the_baselines_table_is_weighed_at_its_own_rate() {
+        // 2^25 values on 8 threads with a device open: 23 ms of the baseline's loops (every
+        // AArch64 CPU's) against 16.8 ms of transfers; AVX2's 6.9 ms stay on the CPU.
+        let job = HostJob::Table { values: 1 << 25 };
+        assert!(job.prefers_gpu_with(8, true, Set::Portable));
+        #[cfg(target_arch = "x86_64")]
+        assert!(!job.prefers_gpu_with(8, true, Set::Avx2));
+        assert!(!job.prefers_gpu_with(8, false, Set::Portable), "the open outweighs it");
     }
 
     /// Every instruction set the model has figures for.
