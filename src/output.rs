@@ -782,7 +782,33 @@ fn check_replaceable(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
-#[cfg(not(target_os = "linux"))]
+/// [`check_replaceable`] on macOS: the immutable and append-only flags (`chflags uchg`,
+/// `uappnd` and their system forms), which make the rename fail with EPERM.
+#[cfg(target_os = "macos")]
+fn check_replaceable(path: &Path) -> io::Result<()> {
+    use std::os::macos::fs::MetadataExt;
+    // sys/stat.h's UF_IMMUTABLE, UF_APPEND, SF_IMMUTABLE and SF_APPEND.
+    const LOCKED: u32 = 0x2 | 0x4 | 0x2_0000 | 0x4_0000;
+    match fs::metadata(path) {
+        Ok(meta) if meta.st_flags() & LOCKED != 0 => Err(io::Error::from_raw_os_error(libc::EPERM)),
+        _ => Ok(()),
+    }
+}
+
+/// [`check_replaceable`] on Windows: the rename that commits an output (`MoveFileExW`)
+/// fails on a read-only target, which Unix renames over.
+#[cfg(windows)]
+fn check_replaceable(path: &Path) -> io::Result<()> {
+    match fs::metadata(path) {
+        Ok(meta) if meta.permissions().readonly() => Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "a read-only file, which Windows does not replace",
+        )),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "macos", windows)))]
 fn check_replaceable(_: &Path) -> io::Result<()> {
     Ok(())
 }

@@ -54,6 +54,7 @@ pub fn cpu_threads() -> usize {
 /// Nanoseconds one CPU thread takes per value of a sinusoid table or cos/sin cache: an
 /// exact sin or cos each (`cpu_table`, 2048 x 4096: 6.9 ms on 2 threads, the loops compiled
 /// for AVX2).
+#[cfg(target_arch = "x86_64")]
 const TABLE_NS: f64 = 1.65;
 /// [`TABLE_NS`] with the target's baseline instructions (the `portable` set; every AArch64
 /// CPU, whose loop LLVM leaves scalar): 46.0 ms for the 2048 x 4096 table on one thread of

@@ -53,8 +53,13 @@ use memory::{DeviceBuffer, Memory};
 use crate::error::{Error, Result};
 
 /// The hint given whenever no adapter can be found.
+#[cfg(target_os = "linux")]
 pub const NO_ADAPTER_HINT: &str = "install a GPU driver, or Mesa's software Vulkan driver \
     (`apt-get install mesa-vulkan-drivers`); WGPU_BACKEND and WGPU_ADAPTER_NAME narrow the choice";
+/// The hint given whenever no adapter can be found (Mesa's packages are Linux's).
+#[cfg(not(target_os = "linux"))]
+pub const NO_ADAPTER_HINT: &str = "install or update the GPU driver (Metal on macOS and DX12 \
+    on Windows come with the system); WGPU_BACKEND and WGPU_ADAPTER_NAME narrow the choice";
 
 /// [`NO_ADAPTER_HINT`] where `WGPU_BACKEND` leaves GL and not Vulkan, whose software driver
 /// would not help.

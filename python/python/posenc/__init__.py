@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import operator
 import os
+import sys
 import threading
 import warnings
 from typing import Any, Optional, Union
@@ -102,7 +103,10 @@ def _ensure_runtime_dir(device: str) -> None:
     if device == "cpu" or _runtime_checked:
         return
     with _runtime_lock:
-        if not _runtime_checked and not os.path.isabs(os.environ.get("XDG_RUNTIME_DIR", "")):
+        # Mesa's layer and libwayland run on Linux and the BSDs alone: macOS and Windows
+        # (where /dev/null is no path) keep their environment, as the command line does.
+        unix = os.name == "posix" and sys.platform != "darwin"
+        if unix and not _runtime_checked and not os.path.isabs(os.environ.get("XDG_RUNTIME_DIR", "")):
             os.environ["XDG_RUNTIME_DIR"] = NO_RUNTIME_DIR
         _runtime_checked = True
 

@@ -216,17 +216,32 @@ pub(crate) fn run(args: &BenchArgs) -> Result<(), Failure> {
     }
 }
 
+/// What to install for an adapter: Mesa's packages are Linux's.
+#[cfg(target_os = "linux")]
+macro_rules! driver_hint {
+    () => {
+        "install a GPU driver or Mesa's software Vulkan driver (`apt-get install \
+         mesa-vulkan-drivers`)"
+    };
+}
+#[cfg(not(target_os = "linux"))]
+macro_rules! driver_hint {
+    () => {
+        "install or update the GPU driver"
+    };
+}
+
 /// The no-adapter hint of a bench with CPU items: bench measures what it was asked for and
 /// never falls back, so it says how to measure the CPU.
-const CPU_ITEMS_HINT: &str = "`posenc bench --device cpu` measures the CPU alone; for the GPU \
-    items, install a GPU driver or Mesa's software Vulkan driver \
-    (`apt-get install mesa-vulkan-drivers`)";
+const CPU_ITEMS_HINT: &str = concat!(
+    "`posenc bench --device cpu` measures the CPU alone; for the GPU items, ",
+    driver_hint!()
+);
 
 /// The no-adapter hint of a decode step, which has no CPU item to point to (round
 /// twenty-five: the hint sent a user to `--device cpu`, which times nothing there).
-const GPU_ONLY_HINT: &str = "a decode step is a recorded GPU pass, timed on a GPU alone: \
-    install a GPU driver or Mesa's software Vulkan driver (`apt-get install \
-    mesa-vulkan-drivers`)";
+const GPU_ONLY_HINT: &str =
+    concat!("a decode step is a recorded GPU pass, timed on a GPU alone: ", driver_hint!());
 
 /// `e` with `hint` in place of the library's general no-adapter hint (a hint fitted to
 /// `WGPU_BACKEND` or `WGPU_ADAPTER_NAME` is kept).
