@@ -607,8 +607,16 @@ fn fill(spec: &AlibiSpec, flat: &mut [f32]) {
             let run = (n_rows - r).min((head + 1) * len - row);
             let (slope, q0) = (slope_bits[head], query(row));
             let rows = &mut values[r * kv_len..(r + run) * kv_len];
-            if run == 1 {
-                fill_descending_as(simd, rows, slope, form, q0);
+            // The differences the run's rows span, from q0 + run - 1 down to q0 - kv_len + 1.
+            let (s_top, s_bottom) = (q0 + run as i64 - 1, q0 + 1 - kv_len as i64);
+            if run == 1 || (s_top < FLOAT_DISTANCES && s_bottom > -FLOAT_DISTANCES) {
+                // The float form (a conversion and a product per value, in vectors) writes
+                // each row in place faster than a row's copy out of the table, whose source
+                // moves by one value a row (BLOOM's 32 x 512 x 512 on 2 cores: see the
+                // ALiBi section of ARCHITECTURE.md).
+                for (i, out) in rows.chunks_exact_mut(kv_len).enumerate() {
+                    fill_descending_as(simd, out, slope, form, q0 + i as i64);
+                }
             } else {
                 // table[u] is the value at s = q0 + run - 1 - u; row i (query q0 + i, key
                 // k at s = q0 + i - k) starts at u = run - 1 - i.
