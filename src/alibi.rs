@@ -564,8 +564,10 @@ fn fill_descending_avx512(out: &mut [f32], slope_bits: u32, form: Form, s_top: i
 /// A head's bias depends only on the difference `s = q - k`, and the next query shifts it by
 /// one. So a task of whole rows computes each head's values once per difference its rows
 /// span (`rows + kv_len - 1` of them rather than `rows * kv_len`), from the largest down,
-/// and copies every row out of that table; a head with one row in the task (a decode step)
-/// is computed in place. Rows longer than a task are cut into pieces computed directly.
+/// and copies every row out of that table, where some difference reaches 2^24 (the integer
+/// form, which the table spares); where all are below it, the float form writes each row
+/// in place, faster than the copies. A head with one row in the task (a decode step) is
+/// computed in place. Rows longer than a task are cut into pieces computed directly.
 fn fill(spec: &AlibiSpec, flat: &mut [f32]) {
     let (_, len, kv_len) = spec.shape();
     if flat.is_empty() {

@@ -567,20 +567,26 @@ impl RopeOptions<'_> {
             (None, Some(s)) => s,
             (None, None) => config.map_or(Scaling::None, |c| c.scaling().clone()),
         };
-        let rotary_dim = spec.rotary_dim();
+        let (head_dim, rotary_dim) = (spec.head_dim(), spec.rotary_dim());
         let spec = spec.with_scaling(scaling).map_err(|e| match (&self.inv_freq, moved, e) {
             (Some(inv_freq), _, e) => inv_freq.named(e),
             (None, Some(c), Error::RopeScaling { field, value, allowed }) => {
                 // Said once, against the rotary dim used: the config's own (which its values
-                // fit) is no count to give it (round twenty-eight).
+                // fit) is no count to give it (round twenty-eight). In the options' names,
+                // not a front end's flags (the Python module words its errors the same way).
+                let theirs = c.rotary_dim();
+                let or_rotary = if theirs <= head_dim {
+                    format!(", or the config's rotary dim {theirs}")
+                } else {
+                    String::new()
+                };
                 Error::RopeScaling {
                     field,
-                    value: format!("{value}, the config's, for its rotary_dim {}", c.rotary_dim()),
+                    value: format!("{value}, the config's, for its rotary_dim {theirs}"),
                     allowed: format!(
-                        "{allowed}, the rotary dim used; the config's fit its own: give \
-                         --scaling with vectors of {}, or --rotary-dim {}",
-                        rotary_dim / 2,
-                        c.rotary_dim()
+                        "{allowed}, the rotary dim used; the config's fit its own: give a \
+                         scaling with vectors of {}{or_rotary}",
+                        rotary_dim / 2
                     ),
                 }
             }

@@ -60,7 +60,7 @@ const TABLE_NS: f64 = 1.65;
 /// CPU, whose loop LLVM leaves scalar): 46.0 ms for the 2048 x 4096 table on one thread of
 /// an AMD EPYC with `POSENC_CPU_SIMD=portable`, against 9.2 ms with AVX2's loops and 7.3
 /// with AVX-512's (2026-12-06, two runs each): 5.5 ns. Until then the baseline took
-/// [`TABLE_NS`], a fifth of its time, and leaned `auto` towards the CPU.
+/// [`TABLE_NS`], under a third of its time, and leaned `auto` towards the CPU.
 const TABLE_NS_PORTABLE: f64 = 5.5;
 /// [`TABLE_NS`] where the loops run compiled for AVX-512: they took 0.40 - 0.52 of the AVX2
 /// loops' time in interleaved runs (2026-11-28), so about half, rounded up.
@@ -230,8 +230,9 @@ mod tests {
                 assert!(!job.prefers_gpu_with(2, false, simd), "{job:?} 2 threads, {simd:?}");
             }
         }
-        // With a device open, 2 threads of the baseline loops lose llama3-8b's encode (9.6
-        // ms against 4.4 ms of readback; lavapipe's own measurement: 22 ms cold on the CPU),
+        // With a device open, 2 threads of the baseline loops lose llama3-8b's encode (25.7
+        // ms with its PE rows, against 4.4 ms of readback; lavapipe's own measurement: 22 ms
+        // cold on the CPU),
         // this RoPE of 21 M elements (21 ms against 10.7 ms of transfers) and the table (23
         // ms).
         let on = |simd| -> Vec<bool> {
@@ -248,7 +249,8 @@ mod tests {
 
     #[test]
     fn a_large_table_on_one_thread_goes_to_the_gpu_unless_avx512_computes_it() {
-        // 2^28 values: 443 ms on one thread against 134 ms of transfers and 230 ms to open.
+        // 2^28 values: 1476 ms of the baseline's loops on one thread against 134 ms of
+        // transfers and 230 ms to open.
         let job = HostJob::Table { values: 1 << 28 };
         assert!(job.prefers_gpu_with(1, false, Set::Portable));
         // With AVX-512's loops 228 ms: the CPU.

@@ -1241,6 +1241,17 @@ def test_ranges_and_lists_are_sized_before_numpy_builds_them():
         posenc.table(8, positions=range(-1, 2), device="cpu")
     with pytest.raises(ValueError, match=str(2**70)):
         posenc.table(8, positions=range(2**70, 2**70 + 2), device="cpu")
+    # Every element, where float64 would count one short, and a count past sys.maxsize
+    # named as it is.
+    with pytest.raises(ValueError, match=str(2**60)):
+        posenc.table(8, positions=range(0, 2**60 + 1, 2**60), device="cpu")
+    with pytest.raises(ValueError, match=f"positions: {2**70} values"):
+        posenc.table(8, positions=range(2**70), device="cpu")
+    # rope_cache's output is cos and sin of the rotary dim: a partial one is sized so.
+    # (2^18 + 1 positions of a 4096-wide head would pass 2^31 values; of 2 rotary dims, not.)
+    n = 2**18 + 1
+    cache = posenc.rope_cache(head_dim=4096, rotary_dim=2, positions=range(n), device="cpu")
+    assert cache.cos.shape == (n, 2)
 
 
 def test_a_pad_id_beside_a_family_that_numbers_pads_is_refused():

@@ -63,9 +63,14 @@ pub const NO_ADAPTER_HINT: &str = "install or update the GPU driver (Metal on ma
 
 /// [`NO_ADAPTER_HINT`] where `WGPU_BACKEND` leaves GL and not Vulkan, whose software driver
 /// would not help.
+#[cfg(target_os = "linux")]
 const NO_GL_ADAPTER_HINT: &str = "install a GPU driver, or Mesa's EGL and software GL drivers \
     (`apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri`); WGPU_BACKEND and \
     WGPU_ADAPTER_NAME narrow the choice";
+/// [`NO_ADAPTER_HINT`] for GL where Mesa's packages are not the system's.
+#[cfg(not(target_os = "linux"))]
+const NO_GL_ADAPTER_HINT: &str = "install or update the GPU driver's OpenGL (or leave GL out \
+    of WGPU_BACKEND); WGPU_BACKEND and WGPU_ADAPTER_NAME narrow the choice";
 
 /// The hint where adapters exist but none has the name `WGPU_ADAPTER_NAME` asks for.
 const NO_NAMED_ADAPTER_HINT: &str = "WGPU_ADAPTER_NAME matches part of an adapter's name, \

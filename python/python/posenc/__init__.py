@@ -105,7 +105,8 @@ def _ensure_runtime_dir(device: str) -> None:
     with _runtime_lock:
         # Mesa's layer and libwayland run on Linux and the BSDs alone: macOS and Windows
         # (where /dev/null is no path) keep their environment, as the command line does.
-        unix = os.name == "posix" and sys.platform != "darwin"
+        apple = ("darwin", "ios", "tvos", "watchos", "visionos")
+        unix = os.name == "posix" and not sys.platform.startswith(apple)
         if unix and not _runtime_checked and not os.path.isabs(os.environ.get("XDG_RUNTIME_DIR", "")):
             os.environ["XDG_RUNTIME_DIR"] = NO_RUNTIME_DIR
         _runtime_checked = True
@@ -471,17 +472,23 @@ def _int_array(value: Any, what: str, ndim: tuple[int, ...], width: int = 1) -> 
         # Python integer per element first (about 36 bytes each: minutes and all the memory
         # at range(2**29) before the extension's size check, round twenty-eight), a list a
         # copy of 8 bytes per element.
-        try:
+        if isinstance(value, range):
+            # Counted exactly (len() fails past sys.maxsize elements).
+            step = value.step
+            count = max(0, (value.stop - value.start + step - (1 if step > 0 else -1)) // step)
+        else:
             count = len(value)
-        except OverflowError:  # a range past sys.maxsize elements
-            count = MAX_OUTPUT_VALUES + 1
         if count * width > MAX_OUTPUT_VALUES:
             raise ValueError(
                 f"{what}: {count} values, {width} output values each, would make an output "
                 f"of more than MAX_OUTPUT_VALUES = {MAX_OUTPUT_VALUES} values"
             )
-        if isinstance(value, range) and all(
-            -(1 << 63) <= v < (1 << 63) for v in (value.start, value.stop, value.step)
+        # arange counts its elements in float64: exact while the span is below 2^53
+        # (range(0, 2**60 + 1, 2**60) would lose its last element).
+        if (
+            isinstance(value, range)
+            and abs(value.stop - value.start) < 2**53
+            and all(-(2**63) <= v < 2**63 for v in (value.start, value.stop, value.step))
         ):
             value = np.arange(value.start, value.stop, value.step, dtype=np.int64)
     a = np.asarray(value)
@@ -1165,7 +1172,14 @@ def rope_cache(
     elif isinstance(positions, str):
         spec = _utf8(positions, "positions")
     else:
-        pos = _int_array(positions, "positions", (1,), 2 * (head_dim or 1))
+        # Output values per position, at least: cos and sin of the rotary dim, which a
+        # config (or a rotary_dim) may make less than the head dim.
+        rotary = rotary_dim if rotary_dim is not None else None if config is not None else head_dim
+        try:
+            width = 2 * max(int(rotary), 1) if rotary is not None else 2
+        except (TypeError, ValueError, OverflowError):
+            width = 2  # an option of the wrong type, refused by name later
+        pos = _int_array(positions, "positions", (1,), width)
     cos, sin, inv, factor, pairing_used, note, mrope = _posenc.rope_cache(
         head_dim=_whole(head_dim, "head_dim", _U32, allowed=_HEAD_DIMS),
         len=_whole(length, "seq_len", 2**32, allowed=_POSITION_COUNTS),

@@ -110,10 +110,17 @@ fn a_config_scaling_moved_to_another_rotary_dim_is_refused_once() {
     for part in [
         "32 numbers, the config's, for its rotary_dim 64",
         "64 numbers: one per frequency of rotary_dim 128, the rotary dim used",
-        "--scaling with vectors of 64, or --rotary-dim 64",
+        "a scaling with vectors of 64, or the config's rotary dim 64",
     ] {
         assert!(msg.contains(part), "{part:?} in {msg}");
     }
+    assert!(!msg.contains("--"), "no front end's flag: {msg}");
+    // A head dim below the config's rotary dim: that rotary dim is no option to offer.
+    let msg = match options.cache_spec(Some(32)) {
+        Err(e @ Error::RopeScaling { .. }) => e.to_string(),
+        other => panic!("{other:?}"),
+    };
+    assert!(msg.contains("vectors of 16") && !msg.contains("rotary dim 64"), "{msg}");
     let partial = RopeOptions { rotary_dim: Some(64), ..options.clone() };
     let (spec, _) = partial.cache_spec(Some(128)).unwrap();
     assert_eq!((spec.head_dim(), spec.rotary_dim()), (128, 64));
